@@ -1,0 +1,602 @@
+"""Configuration: pydantic models shaped like OpenClaw's keys, and the loader that finds and reads them.
+
+Keys are written camelCase as in OpenClaw's config; snake_case field names are accepted too.
+Every model forbids unknown keys so a misspelled option fails loudly with its key path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from . import paths
+from .errors import ConfigError, WorkspaceNotFound
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        validate_default=True,
+    )
+
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
+
+
+def parse_duration_ms(value: str | int | float) -> int:
+    """`"5m"` → 300000; bare numbers are milliseconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as '5m', '30s' or milliseconds")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError("duration must not be negative")
+        return int(value)
+    match = _DURATION_RE.match(value)
+    if not match:
+        raise ValueError(f"invalid duration {value!r} (use e.g. '500ms', '30s', '5m', '1h')")
+    return int(float(match.group(1)) * _UNIT_MS[match.group(2)])
+
+
+# --------------------------------------------------------------------------- memorySearch
+
+
+class BatchConfig(_Model):
+    enabled: bool = Field(False, description="Use the provider's async batch API for indexing.")
+    wait: bool = Field(True, description="Wait for batch jobs to finish during a sync.")
+    concurrency: int = Field(2, ge=1, description="Batch jobs in flight at once.")
+    poll_interval_ms: int = Field(2000, ge=1, description="How often to poll a batch job.")
+    timeout_minutes: float = Field(60, gt=0, description="Give up on a batch job after this long.")
+
+
+class RemoteConfig(_Model):
+    base_url: str | None = Field(None, description="Endpoint for OpenAI-compatible or self-hosted APIs.")
+    api_key: str | None = Field(None, description="API key; falls back to provider config and env vars.")
+    headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers (win over defaults).")
+    batch: BatchConfig = Field(default_factory=BatchConfig)
+    input_type: dict[str, str] | None = Field(
+        None, description="Asymmetric input types for OpenAI-compatible endpoints: {query, document}."
+    )
+    output_dimensionality: int | None = Field(None, description="Requested embedding dimensions.")
+
+
+class LocalConfig(_Model):
+    model_path: str | None = Field(None, description="Path to a local embedding model file.")
+    model_cache_dir: str | None = Field(None, description="Where local models are cached.")
+
+
+class VectorStoreConfig(_Model):
+    enabled: bool = Field(True, description="Store vectors in sqlite-vec (numpy fallback when it cannot load).")
+    extension_path: str | None = Field(None, description="Explicit path to the sqlite-vec loadable extension.")
+
+
+class StoreConfig(_Model):
+    driver: Literal["sqlite"] = "sqlite"
+    path: str | None = Field(None, description="Index file; supports {agentId}. Default <state>/memory/<agentId>.sqlite.")
+    vector: VectorStoreConfig = Field(default_factory=VectorStoreConfig)
+
+
+class ChunkingConfig(_Model):
+    tokens: int = Field(400, ge=16, le=8192, description="Target chunk size in estimated tokens.")
+    overlap: int = Field(80, ge=0, description="Overlap between consecutive chunks in tokens.")
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> ChunkingConfig:
+        if self.overlap >= self.tokens:
+            raise ValueError("chunking.overlap must be smaller than chunking.tokens")
+        return self
+
+
+class MmrConfig(_Model):
+    enabled: bool = False
+    lambda_: float = Field(0.7, ge=0, le=1, alias="lambda", description="Relevance vs diversity trade-off.")
+
+
+class TemporalDecayConfig(_Model):
+    enabled: bool = False
+    half_life_days: float = Field(30, gt=0)
+
+
+class HybridConfig(_Model):
+    enabled: bool = True
+    vector_weight: float = Field(0.7, ge=0)
+    text_weight: float = Field(0.3, ge=0)
+    candidate_multiplier: int = Field(4, ge=1, le=50)
+    fusion: Literal["auto", "weighted", "rrf"] = Field(
+        "auto",
+        description="How BM25 and vector lists merge: 'weighted' is the seed's linear merge; 'auto' is "
+        "memoryd's tuned default (see README).",
+    )
+    mmr: MmrConfig = Field(default_factory=MmrConfig)
+    temporal_decay: TemporalDecayConfig = Field(default_factory=TemporalDecayConfig)
+
+    @model_validator(mode="after")
+    def _weights_not_both_zero(self) -> HybridConfig:
+        if self.vector_weight + self.text_weight <= 0:
+            raise ValueError("vectorWeight and textWeight cannot both be 0")
+        return self
+
+    @property
+    def normalized_weights(self) -> tuple[float, float]:
+        """(vector, text) weights scaled to sum to 1."""
+        total = self.vector_weight + self.text_weight
+        return self.vector_weight / total, self.text_weight / total
+
+
+class QueryConfig(_Model):
+    max_results: int = Field(6, ge=1, le=100)
+    min_score: float = Field(0.35, ge=0, le=1)
+    max_injected_chars: int = Field(4000, ge=100, description="Budget of snippet characters returned.")
+    hybrid: HybridConfig = Field(default_factory=HybridConfig)
+
+
+class CacheConfig(_Model):
+    enabled: bool = True
+    max_entries: int = Field(50_000, ge=1)
+
+
+class SessionSyncConfig(_Model):
+    delta_bytes: int = Field(100_000, ge=0)
+    delta_messages: int = Field(50, ge=0)
+
+
+class SyncConfig(_Model):
+    on_session_start: bool = True
+    on_search: bool = True
+    watch: bool = True
+    watch_debounce_ms: int = Field(1500, ge=0)
+    interval_minutes: float = Field(0, ge=0, description="Periodic full sync; 0 disables.")
+    search_wait_ms: int = Field(2000, ge=0, description="Longest a search waits for a dirty index to sync.")
+    sessions: SessionSyncConfig = Field(default_factory=SessionSyncConfig)
+
+
+class ExperimentalConfig(_Model):
+    session_memory: bool = False
+
+
+ProviderName = Literal["auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "none"]
+FallbackName = Literal["openai", "gemini", "voyage", "mistral", "ollama", "local", "none"]
+SourceName = Literal["memory", "sessions"]
+
+
+class MemorySearchConfig(_Model):
+    enabled: bool = True
+    provider: ProviderName = "auto"
+    model: str | None = None
+    fallback: FallbackName = "none"
+    remote: RemoteConfig = Field(default_factory=RemoteConfig)
+    local: LocalConfig = Field(default_factory=LocalConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    chunking: ChunkingConfig = Field(default_factory=ChunkingConfig)
+    query: QueryConfig = Field(default_factory=QueryConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    sync: SyncConfig = Field(default_factory=SyncConfig)
+    extra_paths: list[str] = Field(default_factory=list)
+    sources: list[SourceName] = Field(default_factory=lambda: ["memory"])
+    experimental: ExperimentalConfig = Field(default_factory=ExperimentalConfig)
+
+
+# --------------------------------------------------------------------------- compaction
+
+
+DEFAULT_FLUSH_SYSTEM_PROMPT = (
+    "Pre-compaction memory flush turn. The session is near auto-compaction; capture durable memories "
+    "to disk. You may reply, but usually NO_REPLY is correct."
+)
+DEFAULT_FLUSH_PROMPT = (
+    "Pre-compaction memory flush. Store durable memories now (use memory/YYYY-MM-DD.md; create "
+    "memory/ if needed). If nothing to store, reply with NO_REPLY."
+)
+
+
+class MemoryFlushConfig(_Model):
+    enabled: bool = True
+    soft_threshold_tokens: int = Field(4000, ge=0)
+    system_prompt: str = DEFAULT_FLUSH_SYSTEM_PROMPT
+    prompt: str = DEFAULT_FLUSH_PROMPT
+    model: str | None = None
+
+
+class CompactionConfig(_Model):
+    reserve_tokens_floor: int = Field(20_000, ge=0)
+    memory_flush: MemoryFlushConfig = Field(default_factory=MemoryFlushConfig)
+
+
+# --------------------------------------------------------------------------- scope
+
+
+class ScopeMatch(_Model):
+    channel: str | None = None
+    chat_type: Literal["direct", "group", "channel"] | None = None
+    key_prefix: str | None = None
+    raw_key_prefix: str | None = None
+
+
+class ScopeRule(_Model):
+    action: Literal["allow", "deny"]
+    match: ScopeMatch | None = None
+
+
+class ScopeConfig(_Model):
+    """OpenClaw's `session.sendPolicy` schema, applied to who may search memory."""
+
+    default: Literal["allow", "deny"] | None = None
+    rules: list[ScopeRule] | None = None
+
+
+# --------------------------------------------------------------------------- qmd
+
+
+class QmdPathConfig(_Model):
+    path: str
+    name: str | None = None
+    pattern: str = "**/*.md"
+
+
+class QmdSessionsConfig(_Model):
+    enabled: bool = False
+    export_dir: str | None = None
+    retention_days: int | None = Field(None, ge=1)
+
+
+class QmdUpdateConfig(_Model):
+    interval: str | int = "5m"
+    debounce_ms: int = Field(15_000, ge=0)
+    on_boot: bool = True
+    wait_for_boot_sync: bool = False
+    embed_interval: str | int = "60m"
+    command_timeout_ms: int = Field(30_000, ge=1)
+    update_timeout_ms: int = Field(120_000, ge=1)
+    embed_timeout_ms: int = Field(120_000, ge=1)
+
+    @field_validator("interval", "embed_interval")
+    @classmethod
+    def _valid_duration(cls, value: str | int) -> str | int:
+        parse_duration_ms(value)
+        return value
+
+    @property
+    def interval_ms(self) -> int:
+        return parse_duration_ms(self.interval)
+
+    @property
+    def embed_interval_ms(self) -> int:
+        return parse_duration_ms(self.embed_interval)
+
+
+class QmdLimitsConfig(_Model):
+    max_results: int = Field(6, ge=1)
+    max_snippet_chars: int = Field(700, ge=1)
+    max_injected_chars: int = Field(4000, ge=1)
+    timeout_ms: int = Field(4000, ge=1)
+    min_score: float = Field(0.0, ge=0)
+
+
+class QmdModelsConfig(_Model):
+    embed: str | None = None
+    rerank: str | None = None
+    generate: str | None = None
+
+
+class FailoverConfig(_Model):
+    """When qmd's failures flip an agent to the built-in index and how it comes back."""
+
+    failure_threshold: int = Field(1, ge=1, description="Consecutive qmd failures before failing over.")
+    cooldown_ms: int = Field(30_000, ge=0, description="Minimum time on the built-in index before probing.")
+    probe_max_interval_ms: int = Field(300_000, ge=1, description="Backoff cap between recovery probes.")
+
+
+class QmdConfig(_Model):
+    command: str = Field("qmd", description="The qmd executable (path or name on PATH).")
+    search_mode: Literal["search", "vsearch", "query"] = "search"
+    include_default_memory: bool = True
+    paths: list[QmdPathConfig] = Field(default_factory=list)
+    sessions: QmdSessionsConfig = Field(default_factory=QmdSessionsConfig)
+    update: QmdUpdateConfig = Field(default_factory=QmdUpdateConfig)
+    limits: QmdLimitsConfig = Field(default_factory=QmdLimitsConfig)
+    models: QmdModelsConfig = Field(default_factory=QmdModelsConfig)
+    scope: ScopeConfig | None = Field(None, description="OpenClaw location of the scope rules.")
+    fallback: Literal["builtin", "none"] = "builtin"
+    failover: FailoverConfig = Field(default_factory=FailoverConfig)
+
+
+class MemoryConfig(_Model):
+    backend: Literal["builtin", "qmd"] = "builtin"
+    citations: Literal["auto", "on", "off"] = "auto"
+    scope: ScopeConfig | None = None
+    qmd: QmdConfig = Field(default_factory=QmdConfig)
+
+    @property
+    def effective_scope(self) -> ScopeConfig | None:
+        """`memory.scope`, else OpenClaw's `memory.qmd.scope`; None means the shipped default."""
+        return self.scope if self.scope is not None else self.qmd.scope
+
+
+# --------------------------------------------------------------------------- agents
+
+
+WorkspaceAccess = Literal["rw", "ro", "none"]
+
+
+class AgentDefaults(_Model):
+    workspace: str | None = None
+    workspace_access: WorkspaceAccess = "rw"
+    memory_search: MemorySearchConfig = Field(default_factory=MemorySearchConfig)
+    compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+
+
+class AgentEntry(_Model):
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    workspace: str | None = None
+    workspace_access: WorkspaceAccess | None = None
+    memory_search: dict[str, Any] | None = Field(
+        None, description="Overrides merged over agents.defaults.memorySearch."
+    )
+    compaction: dict[str, Any] | None = None
+
+    @field_validator("memory_search")
+    @classmethod
+    def _search_overrides_valid(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            MemorySearchConfig.model_validate(value)
+        return value
+
+    @field_validator("compaction")
+    @classmethod
+    def _compaction_overrides_valid(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            CompactionConfig.model_validate(value)
+        return value
+
+
+class AgentsConfig(_Model):
+    defaults: AgentDefaults = Field(default_factory=AgentDefaults)
+    entries: list[AgentEntry] = Field(default_factory=list, alias="list")
+
+    @field_validator("entries")
+    @classmethod
+    def _unique_ids(cls, entries: list[AgentEntry]) -> list[AgentEntry]:
+        seen: set[str] = set()
+        for entry in entries:
+            if entry.id in seen:
+                raise ValueError(f"duplicate agent id {entry.id!r}")
+            seen.add(entry.id)
+        return entries
+
+
+class ProviderEntry(_Model):
+    api_key: str | None = None
+    base_url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
+class ModelsConfig(_Model):
+    providers: dict[str, ProviderEntry] = Field(default_factory=dict)
+
+
+class MemorydConfig(_Model):
+    """The whole config file."""
+
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    agents: AgentsConfig = Field(default_factory=AgentsConfig)
+    models: ModelsConfig = Field(default_factory=ModelsConfig)
+
+
+# --------------------------------------------------------------------------- resolved agent view
+
+
+class ResolvedAgent(BaseModel):
+    """One agent's effective settings after defaults, per-agent overrides and CLI overrides."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    agent_id: str
+    workspace: Path
+    workspace_access: WorkspaceAccess
+    memory_search: MemorySearchConfig
+    compaction: CompactionConfig
+    memory: MemoryConfig
+    models: ModelsConfig
+
+    @property
+    def index_path(self) -> Path:
+        raw = self.memory_search.store.path
+        if not raw:
+            return paths.default_index_path(self.agent_id)
+        return Path(raw.replace("{agentId}", self.agent_id)).expanduser()
+
+    @property
+    def state_dir(self) -> Path:
+        return paths.agent_state_dir(self.agent_id)
+
+    @property
+    def sessions_dir(self) -> Path:
+        return paths.agent_sessions_dir(self.agent_id)
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursively merge `override` over `base` (dicts merge, everything else replaces)."""
+    out: dict[str, Any] = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def format_validation_error(err: ValidationError, *, root: str = "") -> str:
+    """One line per problem, each naming the offending key path (`agents.defaults.memorySearch…`)."""
+    lines = []
+    for item in err.errors():
+        loc = ".".join(str(part) for part in item["loc"] if part != "__root__")
+        path = ".".join(p for p in (root, loc) if p)
+        msg = item["msg"]
+        if item["type"] == "extra_forbidden":
+            msg = "unknown key"
+        lines.append(f"{path or '<root>'}: {msg}")
+    return "; ".join(lines)
+
+
+def validate_config(data: Mapping[str, Any], *, source: str = "config") -> MemorydConfig:
+    try:
+        return MemorydConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(f"invalid {source}: {format_validation_error(err)}") from None
+
+
+# OpenClaw configs carry many unrelated keys (gateway, channels, …); take only the memory ones.
+_OPENCLAW_AGENT_KEYS = ("id", "workspace", "workspaceAccess", "memorySearch", "compaction")
+_OPENCLAW_DEFAULT_KEYS = ("workspace", "workspaceAccess", "memorySearch", "compaction")
+
+
+def _openclaw_subset(raw: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "memory" in raw:
+        out["memory"] = raw["memory"]
+    agents = raw.get("agents")
+    if isinstance(agents, Mapping):
+        sub: dict[str, Any] = {}
+        defaults = agents.get("defaults")
+        if isinstance(defaults, Mapping):
+            sub["defaults"] = {k: defaults[k] for k in _OPENCLAW_DEFAULT_KEYS if k in defaults}
+        entries = agents.get("list")
+        if isinstance(entries, list):
+            sub["list"] = [
+                {k: e[k] for k in _OPENCLAW_AGENT_KEYS if k in e} for e in entries if isinstance(e, Mapping)
+            ]
+        out["agents"] = sub
+    models = raw.get("models")
+    if isinstance(models, Mapping) and isinstance(models.get("providers"), Mapping):
+        out["models"] = {
+            "providers": {
+                name: {k: v for k, v in entry.items() if k in ("apiKey", "baseUrl", "headers")}
+                for name, entry in models["providers"].items()
+                if isinstance(entry, Mapping)
+            }
+        }
+    return out
+
+
+def read_config_file(path: Path) -> MemorydConfig:
+    """Read a memoryd TOML file, or an OpenClaw JSON/JSON5 file (memory keys only)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
+    if path.suffix.lower() in (".json", ".json5"):
+        import json5
+
+        try:
+            raw = json5.loads(text)
+        except ValueError as err:
+            raise ConfigError(f"cannot parse {path}: {err}") from None
+        if not isinstance(raw, Mapping):
+            raise ConfigError(f"{path}: top level must be an object")
+        return validate_config(_openclaw_subset(raw), source=str(path))
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"cannot parse {path}: {err}") from None
+    return validate_config(data, source=str(path))
+
+
+def find_config_file(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """`--config`, then `MEMORYD_CONFIG`, then `<config dir>/config.toml` if present."""
+    if explicit:
+        return Path(explicit).expanduser()
+    env = os.environ.get("MEMORYD_CONFIG")
+    if env:
+        return Path(env).expanduser()
+    default = paths.config_dir() / "config.toml"
+    return default if default.is_file() else None
+
+
+def load_config(explicit: str | os.PathLike[str] | None = None) -> MemorydConfig:
+    found = find_config_file(explicit)
+    return read_config_file(found) if found else MemorydConfig()
+
+
+def _looks_like_workspace(path: Path) -> bool:
+    return (path / "MEMORY.md").is_file() or (path / "memory.md").is_file() or (path / "memory").is_dir()
+
+
+def resolve_agent(
+    config: MemorydConfig,
+    agent_id: str | None = None,
+    *,
+    workspace: str | os.PathLike[str] | None = None,
+    cwd: Path | None = None,
+) -> ResolvedAgent:
+    """Effective settings for one agent: defaults ← agents.list entry ← CLI/env overrides."""
+    agent_id = agent_id or "main"
+    entry = next((e for e in config.agents.entries if e.id == agent_id), None)
+    if entry is None and config.agents.entries and agent_id != "main":
+        known = ", ".join(e.id for e in config.agents.entries)
+        raise ConfigError(f"unknown agent {agent_id!r} (configured: {known})")
+    defaults = config.agents.defaults
+
+    search = defaults.memory_search
+    if entry is not None and entry.memory_search:
+        merged = deep_merge(defaults.memory_search.model_dump(exclude_unset=True, by_alias=True), entry.memory_search)
+        try:
+            search = MemorySearchConfig.model_validate(merged)
+        except ValidationError as err:
+            idx = config.agents.entries.index(entry)
+            raise ConfigError(
+                "invalid config: " + format_validation_error(err, root=f"agents.list.{idx}.memorySearch")
+            ) from None
+    compaction = defaults.compaction
+    if entry is not None and entry.compaction:
+        merged = deep_merge(defaults.compaction.model_dump(exclude_unset=True, by_alias=True), entry.compaction)
+        try:
+            compaction = CompactionConfig.model_validate(merged)
+        except ValidationError as err:
+            idx = config.agents.entries.index(entry)
+            raise ConfigError(
+                "invalid config: " + format_validation_error(err, root=f"agents.list.{idx}.compaction")
+            ) from None
+
+    raw_ws: str | os.PathLike[str] | None = workspace or os.environ.get("MEMORYD_WORKSPACE")
+    if not raw_ws:
+        raw_ws = (entry.workspace if entry and entry.workspace else None) or defaults.workspace
+    if raw_ws:
+        ws = Path(raw_ws).expanduser()
+        if not ws.is_absolute():
+            ws = (cwd or Path.cwd()) / ws
+        if not ws.is_dir():
+            raise WorkspaceNotFound(f"workspace {ws} does not exist or is not a directory")
+    else:
+        here = cwd or Path.cwd()
+        if not _looks_like_workspace(here):
+            raise WorkspaceNotFound(
+                f"no workspace: {here} has no MEMORY.md or memory/ folder. Pass --workspace DIR, set "
+                "MEMORYD_WORKSPACE, or set agents.defaults.workspace in a config file (--config)."
+            )
+        ws = here
+    access = (entry.workspace_access if entry and entry.workspace_access else None) or defaults.workspace_access
+    return ResolvedAgent(
+        agent_id=agent_id,
+        workspace=ws.resolve(),
+        workspace_access=access,
+        memory_search=search,
+        compaction=compaction,
+        memory=config.memory,
+        models=config.models,
+    )
+
+
+def agent_ids(config: MemorydConfig) -> list[str]:
+    """Configured agent ids (`main` when none are listed)."""
+    return [e.id for e in config.agents.entries] or ["main"]

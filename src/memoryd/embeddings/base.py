@@ -1,0 +1,78 @@
+"""The embedding provider interface every backend (local, remote, test) implements."""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+Vector = npt.NDArray[np.float32]
+Matrix = npt.NDArray[np.float32]
+
+# Header names that carry credentials; never part of the endpoint fingerprint.
+AUTH_HEADERS = frozenset({"authorization", "x-api-key", "x-goog-api-key", "api-key", "proxy-authorization"})
+
+
+def endpoint_fingerprint(provider: str, base_url: str | None, headers: Mapping[str, str] | None = None, **extra: object) -> str:
+    """Stable hash of what changes vectors: provider, endpoint, non-auth headers and options."""
+    clean = {k.lower(): v for k, v in (headers or {}).items() if k.lower() not in AUTH_HEADERS}
+    blob = json.dumps({"p": provider, "u": base_url or "", "h": clean, "x": extra}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def l2_normalize(matrix: Matrix) -> Matrix:
+    """Row-normalize; zero rows stay zero (callers treat them as 'no vector')."""
+    norms = np.linalg.norm(matrix, axis=-1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (matrix / norms).astype(np.float32, copy=False)
+
+
+class EmbeddingProvider(abc.ABC):
+    """Turns text into L2-normalized float32 vectors.
+
+    `id` and `model` are reported in results and status; `fingerprint()` plus `id`/`model`/`dims`
+    are stored in the index so a change triggers a full reindex.
+    """
+
+    id: str
+    model: str
+    #: Known dimensionality, or None until the first embedding is produced.
+    dims: int | None = None
+    #: Longest input (in model tokens) the model accepts; longer texts are truncated by the provider.
+    max_input_tokens: int = 512
+
+    def fingerprint(self) -> str:
+        return endpoint_fingerprint(self.id, None)
+
+    @abc.abstractmethod
+    async def embed_query(self, text: str) -> Vector:
+        """Embed one search query (asymmetric models use their query form)."""
+
+    @abc.abstractmethod
+    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        """Embed document chunks; returns shape (len(texts), dims)."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release clients or models."""
+
+
+@dataclass
+class ProviderSelection:
+    """What was asked for, what serves, and why: reported verbatim by status()."""
+
+    requested: str
+    provider: EmbeddingProvider | None
+    reason: str
+    fallback: EmbeddingProvider | None = None
+    #: True when the user named the provider explicitly: failures make memory unavailable.
+    explicit: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def chosen(self) -> str:
+        return self.provider.id if self.provider else "none"

@@ -1,0 +1,48 @@
+"""A deterministic, dependency-free embedder: hashed word and character-trigram features.
+
+Used by unit tests (fast, reproducible) and available as a last-resort offline embedder. It knows
+nothing of meaning, only shared words, so tests that need semantics use the real local model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from .base import EmbeddingProvider, Matrix, Vector, endpoint_fingerprint, l2_normalize
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+class HashingEmbedder(EmbeddingProvider):
+    def __init__(self, dims: int = 64, *, model: str = "hashing-v1") -> None:
+        self.id = "hashing"
+        self.model = model
+        self.dims = dims
+        self.calls = 0  # number of embed_documents batches, observable by tests
+        self.embedded_texts = 0
+
+    def fingerprint(self) -> str:
+        return endpoint_fingerprint(self.id, None, dims=self.dims)
+
+    def _one(self, text: str) -> Vector:
+        vec = np.zeros(self.dims, dtype=np.float32)
+        for word in _WORD.findall(text.lower()):
+            digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+            idx = int.from_bytes(digest[:4], "little") % self.dims
+            sign = 1.0 if digest[4] & 1 else -1.0
+            vec[idx] += sign
+        return vec
+
+    async def embed_query(self, text: str) -> Vector:
+        return l2_normalize(self._one(text)[None, :])[0]
+
+    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        self.calls += 1
+        self.embedded_texts += len(texts)
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        return l2_normalize(np.stack([self._one(t) for t in texts]))

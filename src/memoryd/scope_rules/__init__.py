@@ -1,0 +1,1 @@
+"""scope_rules."""

@@ -1,0 +1,35 @@
+"""Shared fixtures: every test gets its own state, config and XDG dirs under tmp_path."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    state = tmp_path / "_state"
+    monkeypatch.setenv("MEMORYD_STATE_DIR", str(state))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "_xdg_config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "_xdg_cache"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "_xdg_state"))
+    monkeypatch.delenv("MEMORYD_CONFIG", raising=False)
+    monkeypatch.delenv("MEMORYD_WORKSPACE", raising=False)
+    for key in ("OPENAI_API_KEY", "GEMINI_API_KEY", "VOYAGE_API_KEY", "MISTRAL_API_KEY", "OLLAMA_API_KEY"):
+        monkeypatch.delenv(key, raising=False)
+    yield state
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """An empty agent workspace with a memory/ folder."""
+    ws = tmp_path / "workspace"
+    (ws / "memory").mkdir(parents=True)
+    return ws

@@ -1,0 +1,131 @@
+"""Config: OpenClaw-shaped keys, loud errors with key paths, agent resolution."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memoryd.config import (
+    load_config,
+    parse_duration_ms,
+    read_config_file,
+    resolve_agent,
+    validate_config,
+)
+from memoryd.errors import ConfigError, WorkspaceNotFound
+
+
+def test_defaults_match_the_seed() -> None:
+    ms = validate_config({}).agents.defaults.memory_search
+    assert ms.chunking.tokens == 400 and ms.chunking.overlap == 80
+    assert ms.query.max_results == 6 and ms.query.min_score == 0.35
+    assert ms.query.hybrid.vector_weight == 0.7 and ms.query.hybrid.text_weight == 0.3
+    assert ms.query.hybrid.candidate_multiplier == 4
+    assert not ms.query.hybrid.mmr.enabled and ms.query.hybrid.mmr.lambda_ == 0.7
+    assert not ms.query.hybrid.temporal_decay.enabled
+    assert ms.query.hybrid.temporal_decay.half_life_days == 30
+    assert ms.sync.watch_debounce_ms == 1500
+
+
+def test_camel_and_snake_case_both_accepted() -> None:
+    camel = validate_config({"agents": {"defaults": {"memorySearch": {"query": {"maxResults": 3}}}}})
+    snake = validate_config({"agents": {"defaults": {"memory_search": {"query": {"max_results": 3}}}}})
+    assert camel.agents.defaults.memory_search.query.max_results == 3
+    assert snake.agents.defaults.memory_search.query.max_results == 3
+
+
+@pytest.mark.parametrize(
+    ("data", "path"),
+    [
+        ({"memory": {"backnd": "qmd"}}, "memory.backnd: unknown key"),
+        ({"memory": {"backend": "elastic"}}, "memory.backend"),
+        ({"agents": {"defaults": {"memorySearch": {"query": {"maxResult": 3}}}}}, "agents.defaults.memorySearch.query.maxResult"),
+        ({"agents": {"defaults": {"memorySearch": {"chunking": {"tokens": 100, "overlap": 100}}}}}, "overlap"),
+        ({"agents": {"list": [{"id": "a", "memorySearch": {"provder": "x"}}]}}, "agents.list.0.memorySearch"),
+        ({"memory": {"qmd": {"update": {"interval": "soon"}}}}, "memory.qmd.update.interval"),
+    ],
+)
+def test_bad_config_names_the_key_path(data: dict[str, object], path: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        validate_config(data)
+    assert path in str(err.value)
+
+
+def test_hybrid_weights_normalize_to_one() -> None:
+    cfg = validate_config({"agents": {"defaults": {"memorySearch": {"query": {"hybrid": {"vectorWeight": 3, "textWeight": 1}}}}}})
+    v, t = cfg.agents.defaults.memory_search.query.hybrid.normalized_weights
+    assert (v, t) == (0.75, 0.25)
+
+
+def test_agent_override_merges_over_defaults(tmp_path: Path) -> None:
+    cfg = validate_config(
+        {
+            "agents": {
+                "defaults": {"workspace": str(tmp_path), "memorySearch": {"query": {"maxResults": 9, "minScore": 0.1}}},
+                "list": [{"id": "ops", "memorySearch": {"query": {"maxResults": 2}}}],
+            }
+        }
+    )
+    ops = resolve_agent(cfg, "ops")
+    assert ops.memory_search.query.max_results == 2
+    assert ops.memory_search.query.min_score == 0.1
+    assert ops.index_path.name == "ops.sqlite"
+    with pytest.raises(ConfigError, match="unknown agent"):
+        resolve_agent(cfg, "nobody")
+
+
+def test_store_path_supports_agent_id(tmp_path: Path) -> None:
+    cfg = validate_config({"agents": {"defaults": {"workspace": str(tmp_path), "memorySearch": {"store": {"path": str(tmp_path / "{agentId}.db")}}}}})
+    assert resolve_agent(cfg, "main").index_path == tmp_path / "main.db"
+
+
+def test_toml_and_openclaw_json5(tmp_path: Path) -> None:
+    toml = tmp_path / "c.toml"
+    toml.write_text('[memory]\nbackend = "qmd"\n[agents.defaults.memorySearch.query]\nmaxResults = 4\n')
+    assert read_config_file(toml).memory.backend == "qmd"
+    j5 = tmp_path / "openclaw.json5"
+    j5.write_text(
+        "{ gateway: {port: 1}, // unrelated OpenClaw keys are ignored\n"
+        " agents: {defaults: {model: 'x', memorySearch: {provider: 'none'}}},\n"
+        " memory: {citations: 'off'} }"
+    )
+    cfg = read_config_file(j5)
+    assert cfg.memory.citations == "off"
+    assert cfg.agents.defaults.memory_search.provider == "none"
+
+
+def test_config_discovery_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "x.toml"
+    f.write_text('[memory]\ncitations = "on"\n')
+    monkeypatch.setenv("MEMORYD_CONFIG", str(f))
+    assert load_config().memory.citations == "on"
+    monkeypatch.setenv("MEMORYD_CONFIG", str(tmp_path / "missing.toml"))
+    with pytest.raises(ConfigError, match="not found"):
+        load_config()
+
+
+def test_unparsable_toml_is_a_config_error(tmp_path: Path) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text("[memory\n")
+    with pytest.raises(ConfigError, match="cannot parse"):
+        read_config_file(f)
+
+
+def test_workspace_from_cwd_or_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(WorkspaceNotFound, match="--workspace"):
+        resolve_agent(validate_config({}), cwd=tmp_path)
+    (tmp_path / "MEMORY.md").write_text("x")
+    assert resolve_agent(validate_config({}), cwd=tmp_path).workspace == tmp_path.resolve()
+
+
+def test_workspace_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORYD_WORKSPACE", str(tmp_path))
+    assert resolve_agent(validate_config({})).workspace == tmp_path.resolve()
+    with pytest.raises(WorkspaceNotFound):
+        resolve_agent(validate_config({}), workspace=tmp_path / "nope")
+
+
+@pytest.mark.parametrize(("raw", "ms"), [("5m", 300_000), ("30s", 30_000), ("1h", 3_600_000), ("250ms", 250), (1500, 1500)])
+def test_durations(raw: str | int, ms: int) -> None:
+    assert parse_duration_ms(raw) == ms
