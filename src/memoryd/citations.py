@@ -1,0 +1,108 @@
+"""Citations on search results (`memory.citations`) and the snippet budget (`maxInjectedChars`).
+
+Pure functions over `SearchResult` lists. `trim_to_budget` is standalone because both backends
+clamp their raw results with it before the orchestrator decorates them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, get_args
+
+from .scope_rules import ChatType, parse_session_key
+from .types import SearchResult
+
+CitationsMode = Literal["auto", "on", "off"]
+
+_MODES = frozenset(get_args(CitationsMode))
+
+
+def format_citation(path: str, start_line: int, end_line: int) -> str:
+    """`path#L5` for one line, `path#L5-L7` for a range.
+
+    An end before the start is treated as a single line rather than printing a backwards range.
+    """
+    if end_line <= start_line:
+        return f"{path}#L{start_line}"
+    return f"{path}#L{start_line}-L{end_line}"
+
+
+def citations_enabled(mode: CitationsMode, chat_type: ChatType | None) -> bool:
+    """`on`/`off` as written; `auto` cites everywhere except group and channel chats.
+
+    `chat_type=None` (no session key, CLI, sub-agents) counts as direct under `auto`.
+    """
+    if mode not in _MODES:
+        raise ValueError(f"unknown citations mode {mode!r} (expected auto, on or off)")
+    if mode == "on":
+        return True
+    if mode == "off":
+        return False
+    return chat_type not in ("group", "channel")
+
+
+def trim_to_budget(results: Sequence[SearchResult], max_chars: int | None) -> list[SearchResult]:
+    """Keep results in order until their snippets reach `max_chars` characters in total.
+
+    The snippet that overflows is cut to the remaining budget and everything after it dropped.
+    `None` means no budget. Characters are code points, so a cut never splits a surrogate pair.
+    """
+    if max_chars is None:
+        return list(results)
+    if max_chars <= 0:
+        raise ValueError(f"max_chars must be positive, got {max_chars}")
+    remaining = max_chars
+    kept: list[SearchResult] = []
+    for result in results:
+        if remaining <= 0:
+            break
+        if len(result.snippet) <= remaining:
+            kept.append(result)
+            remaining -= len(result.snippet)
+        else:
+            kept.append(result.with_(snippet=result.snippet[:remaining]))
+            break
+    return kept
+
+
+def decorate(results: Sequence[SearchResult], include: bool) -> list[SearchResult]:
+    """Append `Source: <citation>` and set `citation` (include), or clear `citation` (not)."""
+    if not include:
+        return [r if r.citation is None else r.with_(citation=None) for r in results]
+    decorated = []
+    for result in results:
+        citation = format_citation(result.path, result.start_line, result.end_line)
+        snippet = f"{result.snippet.strip()}\n\nSource: {citation}"
+        decorated.append(result.with_(snippet=snippet, citation=citation))
+    return decorated
+
+
+def apply_citations(
+    results: Sequence[SearchResult],
+    mode: CitationsMode,
+    *,
+    session_key: str | None = None,
+    chat_type: ChatType | None = None,
+    max_injected_chars: int | None,
+) -> list[SearchResult]:
+    """Decorate results per `memory.citations`, then trim them to `max_injected_chars` again.
+
+    Pass the caller's `session_key` (its chat type is derived) or an already derived
+    `chat_type`, not both; with neither, the caller counts as a direct chat.
+    """
+    if session_key is not None and chat_type is not None:
+        raise ValueError("pass session_key or chat_type, not both")
+    if session_key is not None:
+        chat_type = parse_session_key(session_key).chat_type
+    decorated = decorate(results, citations_enabled(mode, chat_type))
+    return trim_to_budget(decorated, max_injected_chars)
+
+
+__all__ = [
+    "CitationsMode",
+    "apply_citations",
+    "citations_enabled",
+    "decorate",
+    "format_citation",
+    "trim_to_budget",
+]
