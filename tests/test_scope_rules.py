@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from typing import Any
 
 import pytest
@@ -411,3 +412,37 @@ def test_non_chat_keys_are_allowed_even_under_deny_everything(raw: str | None) -
     deny_all = scope({"default": "deny", "rules": [{"action": "deny"}]})
     decision = evaluate_scope(deny_all, raw)
     assert decision.allowed is (not parse_session_key(raw).is_chat)
+
+
+README_EXAMPLE = """
+[memory.scope]
+default = "deny"
+
+[[memory.scope.rules]]
+action = "deny"
+match = { rawKeyPrefix = "agent:work:" }
+
+[[memory.scope.rules]]
+action = "allow"
+match = { chatType = "direct" }
+
+[[memory.scope.rules]]
+action = "allow"
+match = { channel = "slack" }
+"""
+
+
+@pytest.mark.parametrize(
+    ("raw", "allowed"),
+    [
+        ("agent:main:slack:group:x", True),
+        ("agent:main:discord:dm:u", True),
+        ("agent:main:discord:group:c", False),
+        ("agent:work:telegram:dm:x", False),
+        ("agent:work:slack:group:x", False),
+        ("agent:work:main", True),
+    ],
+)
+def test_the_documented_toml_example_behaves_as_described(raw: str, allowed: bool) -> None:
+    effective = validate_config(tomllib.loads(README_EXAMPLE)).memory.effective_scope
+    assert evaluate_scope(effective, raw).allowed is allowed
