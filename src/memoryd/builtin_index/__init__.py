@@ -1,1 +1,27 @@
-"""builtin_index."""
+"""The built-in index: SQLite FTS5 + sqlite-vec hybrid search over an agent's memory files.
+
+It is memoryd's embedded default (no qmd, no API key, no network) and the failover target
+when the qmd sidecar fails.
+"""
+
+from __future__ import annotations
+
+from ._chunking import Chunk, chunk_lines
+from ._files import MemoryFile, discover, resolve_get_path
+from ._ranking import Candidate, RankParams, decay_multiplier, rank
+from .index import MemoryIndex, SearchOutcome, SyncReport
+
+__all__ = [
+    "Candidate",
+    "Chunk",
+    "MemoryFile",
+    "MemoryIndex",
+    "RankParams",
+    "SearchOutcome",
+    "SyncReport",
+    "chunk_lines",
+    "decay_multiplier",
+    "discover",
+    "rank",
+    "resolve_get_path",
+]

@@ -1,0 +1,296 @@
+"""Pure ranking: hybrid fusion, temporal decay, path matches, MMR, minScore, snippet windows.
+
+Everything here works on plain data (no SQLite, no clock: `now` is passed in) so each rule has
+table-driven tests of its own.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import date, datetime, timezone
+from pathlib import PurePosixPath
+from typing import Literal
+
+from ._text import query_terms, term_in_text, word_set
+
+Fusion = Literal["auto", "weighted", "rrf"]
+
+_DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_.][^/]*)?\.md$")
+EVERGREEN_NAMES = frozenset({"memory.md"})
+RRF_K = 60
+
+
+@dataclass(slots=True)
+class Candidate:
+    """One chunk seen by either retriever, with what each said about it."""
+
+    chunk_id: int
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    text: str
+    mtime: float | None = None
+    vector_score: float | None = None  # cosine similarity
+    vector_rank: int | None = None  # 0-based rank in the vector list
+    text_rank: int | None = None  # 0-based rank in the keyword list
+    text_score: float | None = None  # positive BM25 strength (higher = better)
+    path_level: int = 0  # 3 exact path, 2 basename, 1 stem
+    score: float = 0.0
+    words: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True, slots=True)
+class RankParams:
+    max_results: int = 6
+    min_score: float = 0.35
+    vector_weight: float = 0.7
+    text_weight: float = 0.3
+    fusion: Fusion = "auto"
+    mmr_enabled: bool = False
+    mmr_lambda: float = 0.7
+    decay_enabled: bool = False
+    half_life_days: float = 30.0
+
+
+# ----------------------------------------------------------------------------- temporal decay
+
+
+def file_date(path: str) -> date | None:
+    """The date in a daily-note file name (`memory/2026-01-15.md`, `…-slug.md`), else None."""
+    match = _DATED.search(path)
+    if not match:
+        return None
+    try:
+        return date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
+    except ValueError:
+        return None
+
+
+def is_evergreen(path: str, source: str) -> bool:
+    """MEMORY.md/memory.md and undated memory files never decay; only dated notes and sessions do."""
+    if source == "sessions":
+        return False
+    name = PurePosixPath(path).name.lower()
+    return name in EVERGREEN_NAMES or file_date(path) is None
+
+
+def decay_multiplier(age_days: float, half_life_days: float) -> float:
+    """`e^(−ln2/H · age)`: 0.5 at one half-life, 1.0 for age ≤ 0."""
+    if age_days <= 0:
+        return 1.0
+    return math.exp(-math.log(2) / half_life_days * age_days)
+
+
+def age_in_days(path: str, source: str, mtime: float | None, now: datetime) -> float | None:
+    """Age used for decay: from the file name's date for notes, from mtime for sessions; None = evergreen."""
+    if is_evergreen(path, source):
+        return None
+    if source == "sessions":
+        if mtime is None:
+            return None
+        return max(0.0, (now.timestamp() - mtime) / 86400.0)
+    day = file_date(path)
+    assert day is not None
+    return max(0.0, (now.date() - day).days)
+
+
+# ----------------------------------------------------------------------------- path matches
+
+
+def path_match_level(query: str, path: str) -> int:
+    """3 = the query names the path, 2 = the file name, 1 = the query is the file's stem; 0 = no match.
+
+    A stem only counts when it is the whole query (`projects`, `2026-02-10`): a stem that merely
+    appears among other words ("home network setup") is ordinary text, not a file reference.
+    """
+    q = query.strip().lower()
+    p = path.lower()
+    if not q:
+        return 0
+    if q == p or q.endswith("/" + p) or f" {p}" in f" {q} ".replace("`", " "):
+        return 3
+    name = PurePosixPath(p).name
+    stem = PurePosixPath(p).stem
+    tokens = set(re.findall(r"[\w.\-]+", q))
+    if name in tokens:
+        return 2
+    if len(stem) >= 3 and q.strip("`'\" ") == stem:
+        return 1
+    return 0
+
+
+# ----------------------------------------------------------------------------- fusion
+
+
+def _text_strength(c: Candidate, best_text: float) -> float:
+    if c.text_score is None or best_text <= 0:
+        return 0.0
+    return c.text_score / best_text
+
+
+def fuse(candidates: Sequence[Candidate], query: str, params: RankParams) -> list[Candidate]:
+    """Give every candidate a 0..1 `score` from its vector and keyword evidence."""
+    vw, tw = params.vector_weight, params.text_weight
+    total = vw + tw
+    vw, tw = vw / total, tw / total
+    terms = query_terms(query)
+    have_vectors = any(c.vector_score is not None for c in candidates)
+    best_text = max((c.text_score or 0.0) for c in candidates) if candidates else 0.0
+    out = []
+    for c in candidates:
+        v = max(0.0, c.vector_score or 0.0)
+        if params.fusion == "weighted":
+            t = 1.0 / (1.0 + c.text_rank) if c.text_rank is not None else 0.0
+            score = vw * v + tw * t if have_vectors else t
+        elif params.fusion == "rrf":
+            rrf = 0.0
+            if c.vector_rank is not None:
+                rrf += vw / (RRF_K + 1 + c.vector_rank)
+            if c.text_rank is not None:
+                rrf += tw / (RRF_K + 1 + c.text_rank)
+            # scale so a chunk ranked first by both lists scores 1.0
+            score = rrf * (RRF_K + 1) if have_vectors else (
+                1.0 / (1.0 + c.text_rank) if c.text_rank is not None else 0.0
+            )
+        else:
+            coverage = _coverage(c, terms)
+            t = _text_strength(c, best_text) * (0.5 + 0.5 * coverage)
+            score = vw * v + tw * t if have_vectors else t
+        out.append(replace(c, score=score))
+    return out
+
+
+def _coverage(c: Candidate, terms: Sequence[str]) -> float:
+    if not terms:
+        return 0.0
+    lowered = c.text.lower()
+    words = c.words or word_set(c.text)
+    hits = sum(1 for t in terms if term_in_text(t, lowered, words))
+    return hits / len(terms)
+
+
+# ----------------------------------------------------------------------------- MMR
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a and not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def mmr(candidates: Sequence[Candidate], k: int, lam: float) -> list[Candidate]:
+    """Maximal marginal relevance: pick λ·score − (1−λ)·max Jaccard to already-picked chunks."""
+    pool = list(candidates)
+    for c in pool:
+        if not c.words:
+            c.words = word_set(c.text)
+    chosen: list[Candidate] = []
+    while pool and len(chosen) < k:
+        best_i, best_val = 0, -math.inf
+        for i, c in enumerate(pool):
+            sim = max((jaccard(c.words, s.words) for s in chosen), default=0.0)
+            val = lam * c.score - (1 - lam) * sim
+            if val > best_val:
+                best_i, best_val = i, val
+        chosen.append(pool.pop(best_i))
+    return chosen
+
+
+# ----------------------------------------------------------------------------- the pipeline
+
+
+def rank(
+    candidates: Iterable[Candidate],
+    query: str,
+    params: RankParams,
+    *,
+    now: datetime | None = None,
+) -> list[Candidate]:
+    """Fuse → decay → path boost → sort → MMR → minScore (keyword hits survive / fill) → top-K."""
+    now = now or datetime.now(timezone.utc)
+    fused = fuse(list(candidates), query, params)
+    if params.decay_enabled:
+        for c in fused:
+            age = age_in_days(c.path, c.source, c.mtime, now)
+            if age is not None:
+                c.score *= decay_multiplier(age, params.half_life_days)
+    for c in fused:
+        c.path_level = path_match_level(query, c.path)
+    fused.sort(key=lambda c: (c.path_level > 0, c.path_level, c.score), reverse=True)
+
+    pool_size = max(params.max_results * 4, params.max_results)
+    pool = fused[:pool_size]
+    if params.mmr_enabled and len(pool) > 1:
+        boosted = [c for c in pool if c.path_level > 0]
+        rest = [c for c in pool if c.path_level == 0]
+        ordered = boosted + mmr(rest, len(rest), params.mmr_lambda)
+    else:
+        ordered = pool
+
+    passing = [c for c in ordered if c.score >= params.min_score or c.path_level > 0]
+    picked = passing[: params.max_results]
+    if len(picked) < params.max_results:
+        chosen = {c.chunk_id for c in picked}
+        for c in ordered:
+            if len(picked) >= params.max_results:
+                break
+            if c.chunk_id not in chosen and c.text_rank is not None:
+                picked.append(c)
+                chosen.add(c.chunk_id)
+    # keep the ranking order among survivors
+    order = {c.chunk_id: i for i, c in enumerate(ordered)}
+    picked.sort(key=lambda c: order[c.chunk_id])
+    return picked
+
+
+# ----------------------------------------------------------------------------- snippets
+
+
+def select_snippet(
+    text: str, start_line: int, end_line: int, query: str, max_chars: int = 700
+) -> tuple[str, int, int]:
+    """The window of whole lines (≤ max_chars) inside a chunk that holds the most query terms.
+
+    Returns (snippet, first line, last line). Falls back to the chunk's head when nothing
+    matches; a single over-long line is cut around its first match.
+    """
+    lines = text.split("\n")
+    if len(text) <= max_chars:
+        return text, start_line, end_line
+    terms = query_terms(query)
+    scores = []
+    for line in lines:
+        low = line.lower()
+        words = word_set(line)
+        scores.append(sum(1 for t in terms if term_in_text(t, low, words)))
+
+    best = (-1, 0, 0)  # (score, i, j) window lines[i:j]
+    for i in range(len(lines)):
+        size = 0
+        total = 0
+        j = i
+        while j < len(lines) and size + len(lines[j]) + (1 if j > i else 0) <= max_chars:
+            size += len(lines[j]) + (1 if j > i else 0)
+            total += scores[j]
+            j += 1
+        if j == i:  # a single line longer than the budget
+            j = i + 1
+            total = scores[i]
+        if total > best[0]:
+            best = (total, i, j)
+        if j >= len(lines):
+            break
+    _, i, j = best
+    first = min(start_line + i, end_line)
+    last = min(start_line + j - 1, end_line)
+    snippet = "\n".join(lines[i:j])
+    if len(snippet) > max_chars:
+        low = snippet.lower()
+        pos = min((low.find(t) for t in terms if t in low), default=0)
+        begin = max(0, min(pos - max_chars // 4, len(snippet) - max_chars))
+        snippet = snippet[begin : begin + max_chars]
+    return snippet, first, last

@@ -1,0 +1,103 @@
+"""Pure text helpers: token estimates, CJK-aware segmentation for FTS5, query terms."""
+
+from __future__ import annotations
+
+import re
+
+# CJK ideographs, kana, hangul and their punctuation-free extensions.
+_CJK_CLASS = (
+    "\u3040-\u30ff"  # hiragana, katakana
+    "\u3400-\u4dbf"  # CJK ext A
+    "\u4e00-\u9fff"  # CJK unified
+    "\uac00-\ud7af"  # hangul syllables
+    "\uf900-\ufaff"  # compatibility ideographs
+    "\U00020000-\U0002a6df"
+)
+_CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
+_CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
+_WORD = re.compile(rf"[^\W_]+(?:['’][^\W_]+)?|[{_CJK_CLASS}]+", re.UNICODE)
+_SPLIT_WORD = re.compile(r"[\w'’]+", re.UNICODE)
+
+# Function words that carry no topic: dropping them from the OR-query makes BM25 rank by the
+# words that matter and keeps natural-language questions from matching every chunk.
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further had
+    has have having he her here hers herself him himself his how i if in into is it its itself just
+    me more most my myself no nor not now of off on once only or other our ours ourselves out over own
+    same she should so some such than that the their theirs them themselves then there these they this
+    those through to too under until up very was we were what when where which while who whom why will
+    with would you your yours yourself yourselves ever did does s t don ll ve re d m o y""".split()
+)
+
+
+def has_cjk(text: str) -> bool:
+    return _CJK_CHAR.search(text) is not None
+
+
+def estimate_tokens(text: str) -> int:
+    """Cheap token estimate that does not under-count CJK: one token per CJK character, ~4 chars otherwise."""
+    cjk = len(_CJK_CHAR.findall(text))
+    rest = len(text) - cjk
+    return cjk + (rest + 3) // 4
+
+
+def segment_for_fts(text: str) -> str:
+    """Put spaces between CJK characters so FTS5's unicode61 tokenizer indexes each as a term.
+
+    unicode61 treats a run of ideographs as one token, so `北京` inside `我们去北京` would never match;
+    per-character terms plus phrase queries (`"北 京"`) recall any CJK substring.
+    """
+    return _CJK_RUN.sub(lambda m: " " + " ".join(m.group(0)) + " ", text)
+
+
+def query_terms(query: str) -> list[str]:
+    """Lowercased content terms of a query, in order, deduplicated; CJK runs kept whole."""
+    seen: dict[str, None] = {}
+    for raw in _WORD.findall(query.lower()):
+        if raw in STOPWORDS or (len(raw) == 1 and not has_cjk(raw) and not raw.isdigit()):
+            continue
+        seen.setdefault(raw, None)
+    if not seen:  # a query of only stopwords still searches for them
+        for raw in _WORD.findall(query.lower()):
+            seen.setdefault(raw, None)
+    return list(seen)
+
+
+def fts_match_expression(terms: list[str]) -> str | None:
+    """An FTS5 MATCH string OR-ing every term (CJK runs become per-character phrases)."""
+    parts = []
+    for term in terms:
+        if has_cjk(term):
+            chars = " ".join(ch for ch in segment_for_fts(term).split())
+            parts.append(f'"{chars}"')
+        else:
+            parts.append('"' + term.replace('"', '""') + '"')
+    return " OR ".join(parts) if parts else None
+
+
+def trigram_terms(query: str) -> list[str]:
+    """Substring terms for the trigram index: whole tokens (incl. `-`, `.`, `_`) of ≥ 3 characters."""
+    out: dict[str, None] = {}
+    for raw in re.findall(r"[\w.\-/:]+", query.lower()):
+        raw = raw.strip(".-/:")
+        if len(raw) >= 3 and raw not in STOPWORDS:
+            out.setdefault(raw, None)
+    return list(out)
+
+
+def word_set(text: str) -> frozenset[str]:
+    """Lowercased words (CJK split per character) for Jaccard similarity and term coverage."""
+    lowered = segment_for_fts(text.lower())
+    return frozenset(w for w in _SPLIT_WORD.findall(lowered) if w not in STOPWORDS)
+
+
+def term_in_text(term: str, text_lower: str, words: frozenset[str]) -> bool:
+    """Whether a query term occurs: whole word (or its plural/stem-ish prefix), or substring for CJK."""
+    if has_cjk(term):
+        return term in text_lower
+    if term in words:
+        return True
+    # cheap stemming: 'deploy' ~ 'deploying', 'notes' ~ 'note'
+    stem = term[:-1] if term.endswith("s") and len(term) > 3 else term
+    return any(w.startswith(stem) for w in words) if len(stem) >= 4 else False

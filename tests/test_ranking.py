@@ -1,0 +1,188 @@
+"""Pure ranking rules: fusion, decay, path matches, MMR, minScore, snippets (no SQLite)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from memoryd.builtin_index._ranking import (
+    Candidate,
+    RankParams,
+    age_in_days,
+    decay_multiplier,
+    file_date,
+    is_evergreen,
+    path_match_level,
+    rank,
+    select_snippet,
+)
+
+SCORES_ONLY = RankParams(vector_weight=1, text_weight=0, fusion="weighted", min_score=0, max_results=3)
+
+
+def cand(i: int, path: str, text: str, score: float, **kw: object) -> Candidate:
+    return Candidate(i, path, "memory", 1, 1, text, vector_score=score, vector_rank=i, **kw)  # type: ignore[arg-type]
+
+
+def test_mmr_drops_the_near_duplicate_home_network_note() -> None:
+    """The seed's worked example: λ=0.7 keeps 02-10, network.md and the AdGuard note."""
+    cands = [
+        cand(0, "memory/2026-02-10.md", "Configured Omada router, set VLAN 10 for IoT devices", 0.92),
+        cand(1, "memory/2026-02-08.md", "Configured Omada router, moved IoT to VLAN 10", 0.89),
+        cand(2, "memory/network.md", "Router: Omada ER605, AdGuard: 192.168.10.2, VLAN 10: IoT", 0.85),
+        cand(3, "memory/2026-02-05.md", "Set up AdGuard DNS on 192.168.10.2", 0.78),
+    ]
+    without = rank(cands, "home network setup", SCORES_ONLY)
+    assert [c.path for c in without] == ["memory/2026-02-10.md", "memory/2026-02-08.md", "memory/network.md"]
+    params = RankParams(
+        vector_weight=1, text_weight=0, fusion="weighted", min_score=0, max_results=3, mmr_enabled=True, mmr_lambda=0.7
+    )
+    with_mmr = [c.path for c in rank(cands, "home network setup", params)]
+    # the seed's point: the 02-08 near-duplicate gives way to the two diverse notes
+    assert with_mmr[0] == "memory/2026-02-10.md"
+    assert set(with_mmr[1:]) == {"memory/network.md", "memory/2026-02-05.md"}
+    assert "memory/2026-02-08.md" not in with_mmr
+
+
+def test_temporal_decay_rod_example() -> None:
+    now = datetime(2026, 2, 10, 12, tzinfo=timezone.utc)
+    cands = [
+        cand(0, "memory/2025-09-15.md", "Rod works Mon-Fri, standup at 10am, pairing at 2pm", 0.91),
+        cand(1, "memory/2026-02-10.md", "Rod has standup at 14:15, 1:1 with Zeb at 14:45", 0.82),
+        cand(2, "memory/2026-02-03.md", "Rod started new team, standup moved to 14:15", 0.80),
+    ]
+    plain = rank(cands, "what's Rod's work schedule?", SCORES_ONLY, now=now)
+    assert [c.path for c in plain][0] == "memory/2025-09-15.md"
+    decayed_params = RankParams(vector_weight=1, text_weight=0, fusion="weighted", min_score=0, max_results=3, decay_enabled=True)
+    decayed = rank(cands, "what's Rod's work schedule?", decayed_params, now=now)
+    assert [c.path for c in decayed] == ["memory/2026-02-10.md", "memory/2026-02-03.md", "memory/2025-09-15.md"]
+    assert decayed[0].score == pytest.approx(0.82)
+    assert decayed[1].score == pytest.approx(0.80 * 0.85, abs=0.01)
+    assert decayed[2].score == pytest.approx(0.03, abs=0.005)
+
+
+@pytest.mark.parametrize(("days", "expected"), [(0, 1.0), (7, 0.85), (30, 0.5), (90, 0.125), (180, 0.0156)])
+def test_decay_curve(days: int, expected: float) -> None:
+    assert decay_multiplier(days, 30) == pytest.approx(expected, abs=0.006)
+
+
+@pytest.mark.parametrize(
+    ("path", "source", "evergreen"),
+    [
+        ("MEMORY.md", "memory", True),
+        ("memory.md", "memory", True),
+        ("memory/network.md", "memory", True),
+        ("memory/projects/alpha.md", "memory", True),
+        ("memory/2026-01-15.md", "memory", False),
+        ("memory/2026-11-29-reset.md", "memory", False),
+        ("sessions/abc.jsonl", "sessions", False),
+    ],
+)
+def test_evergreen_files(path: str, source: str, evergreen: bool) -> None:
+    assert is_evergreen(path, source) is evergreen
+
+
+def test_ages_come_from_file_names_and_mtime_for_sessions() -> None:
+    now = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    assert age_in_days("memory/2026-11-23-standup.md", "memory", None, now) == 7
+    assert age_in_days("MEMORY.md", "memory", 0.0, now) is None
+    assert age_in_days("s.jsonl", "sessions", now.timestamp() - 2 * 86400, now) == pytest.approx(2)
+    assert file_date("memory/2026-02-30.md") is None  # not a real date: evergreen
+
+
+def test_evergreen_files_are_untouched_by_decay() -> None:
+    now = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    params = RankParams(vector_weight=1, text_weight=0, fusion="weighted", min_score=0, decay_enabled=True)
+    out = rank([cand(0, "MEMORY.md", "x", 0.5), cand(1, "memory/notes.md", "y", 0.4)], "q", params, now=now)
+    assert [c.score for c in out] == [0.5, 0.4]
+
+
+@pytest.mark.parametrize(
+    ("query", "path", "level"),
+    [
+        ("memory/network.md", "memory/network.md", 3),
+        ("show me memory/network.md please", "memory/network.md", 3),
+        ("what is in network.md", "memory/network.md", 2),
+        ("network", "memory/network.md", 1),
+        ("2026-02-10", "memory/2026-02-10.md", 1),
+        ("home network setup", "memory/network.md", 0),
+        ("networking", "memory/network.md", 0),
+        ("MEMORY.md", "MEMORY.md", 3),
+    ],
+)
+def test_path_match_levels(query: str, path: str, level: int) -> None:
+    assert path_match_level(query, path) == level
+
+
+def test_path_match_ranks_above_partial_text_matches() -> None:
+    cands = [
+        cand(0, "memory/2026-01-01.md", "notes about the network and the router", 0.9),
+        cand(1, "memory/network.md", "VLAN plan", 0.2),
+    ]
+    out = rank(cands, "network.md", SCORES_ONLY)
+    assert out[0].path == "memory/network.md"
+
+
+def test_keyword_hits_survive_when_everything_is_under_min_score() -> None:
+    params = RankParams(min_score=0.9, max_results=3)
+    cands = [
+        Candidate(0, "a.md", "memory", 1, 1, "alpha beta", vector_score=0.2, vector_rank=0, text_rank=0, text_score=3.0),
+        Candidate(1, "b.md", "memory", 1, 1, "gamma", vector_score=0.3, vector_rank=1),
+    ]
+    out = rank(cands, "alpha", params)
+    assert [c.path for c in out] == ["a.md"]  # the vector-only weak hit is dropped
+
+
+def test_keyword_only_hits_fill_empty_slots() -> None:
+    params = RankParams(min_score=0.5, max_results=3)
+    cands = [
+        Candidate(0, "a.md", "memory", 1, 1, "alpha", vector_score=0.95, vector_rank=0, text_rank=0, text_score=2.0),
+        Candidate(1, "b.md", "memory", 1, 1, "alpha again", text_rank=1, text_score=0.4),
+        Candidate(2, "c.md", "memory", 1, 1, "nothing", vector_score=0.1, vector_rank=1),
+    ]
+    out = rank(cands, "alpha", params)
+    assert [c.path for c in out] == ["a.md", "b.md"]
+
+
+def test_both_terms_outrank_one_term_in_default_fusion() -> None:
+    params = RankParams(min_score=0, max_results=3)
+    cands = [
+        Candidate(0, "one.md", "memory", 1, 1, "hello there friend", text_rank=0, text_score=2.0),
+        Candidate(1, "both.md", "memory", 1, 1, "hello world", text_rank=1, text_score=1.9),
+    ]
+    assert rank(cands, "hello world", params)[0].path == "both.md"
+
+
+@pytest.mark.parametrize("fusion", ["weighted", "rrf", "auto"])
+def test_every_fusion_scores_in_unit_range_and_prefers_agreement(fusion: str) -> None:
+    params = RankParams(min_score=0, max_results=3, fusion=fusion)  # type: ignore[arg-type]
+    cands = [
+        Candidate(0, "both.md", "memory", 1, 1, "alpha", vector_score=0.8, vector_rank=0, text_rank=0, text_score=3.0),
+        Candidate(1, "vec.md", "memory", 1, 1, "beta", vector_score=0.7, vector_rank=1),
+        Candidate(2, "kw.md", "memory", 1, 1, "alpha", text_rank=1, text_score=1.0),
+    ]
+    out = rank(cands, "alpha", params)
+    assert out[0].path == "both.md"
+    assert all(0 <= c.score <= 1 for c in out)
+
+
+def test_snippet_window_holds_the_matching_lines() -> None:
+    lines = [f"filler line number {i} with padding text to make it long enough" for i in range(1, 40)]
+    lines[29] = "The secret launch code is PINEAPPLE-42"
+    text = "\n".join(lines)
+    snippet, first, last = select_snippet(text, 101, 139, "launch code", 700)
+    assert "PINEAPPLE-42" in snippet
+    assert len(snippet) <= 700
+    assert first <= 130 <= last
+    assert snippet.splitlines()[0] == lines[first - 101]
+
+
+def test_short_chunks_are_returned_whole() -> None:
+    assert select_snippet("a\nb", 5, 6, "a") == ("a\nb", 5, 6)
+
+
+def test_one_long_line_is_cut_around_the_match() -> None:
+    text = "x " * 1000 + "needle " + "y " * 1000
+    snippet, first, last = select_snippet(text, 3, 3, "needle", 700)
+    assert "needle" in snippet and len(snippet) <= 700 and (first, last) == (3, 3)
