@@ -1,0 +1,136 @@
+"""Pure collection planning: which qmd collections an agent needs, and how to get there.
+
+`desired_collections` turns config into specs; `plan_collections` compares them with what qmd
+already has and returns the actions (remove legacy, add, re-bind). No qmd, no file system.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ..config import QmdConfig
+from ..types import Source
+from ._parse import CollectionInfo
+
+__all__ = [
+    "Action",
+    "CollectionSpec",
+    "desired_collections",
+    "plan_collections",
+    "sanitize_name",
+]
+
+_BAD_CHARS = re.compile(r"[^a-z0-9-]")
+
+
+def sanitize_name(raw: str) -> str:
+    """Collection-name safe form: lower-case, every char outside `[a-z0-9-]` becomes `-`."""
+    return _BAD_CHARS.sub("-", raw.lower())
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionSpec:
+    """A collection memoryd wants: name, absolute root, glob mask, and which source it feeds."""
+
+    name: str
+    path: str
+    pattern: str
+    source: Source = "memory"
+    legacy_name: str | None = None
+
+    def matches(self, info: CollectionInfo) -> bool:
+        return _same_path(self.path, info.path) and self.pattern == info.pattern
+
+
+def _same_path(a: str, b: str) -> bool:
+    return os.path.normpath(a) == os.path.normpath(b)
+
+
+def desired_collections(
+    qmd: QmdConfig, *, agent_id: str, workspace: Path, sessions_dir: Path
+) -> list[CollectionSpec]:
+    """The collections one agent needs, in search order (default memory, custom paths, sessions)."""
+    suffix = sanitize_name(agent_id)
+    specs: list[CollectionSpec] = []
+    if qmd.include_default_memory:
+        ws = str(workspace)
+        specs += [
+            CollectionSpec(f"memory-root-{suffix}", ws, "MEMORY.md", legacy_name="memory-root"),
+            CollectionSpec(f"memory-alt-{suffix}", ws, "memory.md", legacy_name="memory-alt"),
+            CollectionSpec(
+                f"memory-dir-{suffix}",
+                str(workspace / "memory"),
+                "**/*.md",
+                legacy_name="memory-dir",
+            ),
+        ]
+    taken = {s.name for s in specs}
+    for entry in qmd.paths:
+        root = Path(entry.path).expanduser()
+        if not root.is_absolute():
+            root = workspace / root
+        root_str = os.path.normpath(str(root))
+        base = sanitize_name(entry.name) if entry.name else _derived_name(root_str)
+        name = f"{base}-{suffix}"
+        n = 2
+        while name in taken:
+            name = f"{base}-{n}-{suffix}"
+            n += 1
+        taken.add(name)
+        specs.append(CollectionSpec(name, root_str, entry.pattern, legacy_name=base))
+    if qmd.sessions.enabled:
+        specs.append(
+            CollectionSpec(
+                f"sessions-{suffix}",
+                str(sessions_dir),
+                "**/*.md",
+                source="sessions",
+                legacy_name="sessions",
+            )
+        )
+    return specs
+
+
+def _derived_name(root: str) -> str:
+    # Stable across restarts and distinct for two folders with the same basename.
+    digest = hashlib.sha1(root.encode()).hexdigest()[:6]
+    base = sanitize_name(os.path.basename(root.rstrip("/")) or "root").strip("-") or "root"
+    return f"custom-{base}-{digest}"
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One step towards the desired collections; `rebind` is remove then add."""
+
+    kind: Literal["add", "remove", "rebind"]
+    name: str
+    spec: CollectionSpec | None = None
+
+
+def plan_collections(
+    desired: Iterable[CollectionSpec], existing: Mapping[str, CollectionInfo]
+) -> list[Action]:
+    """Actions that make qmd's collections match `desired`.
+
+    Legacy unscoped collections (`memory-root`, …) are removed only when their path and pattern
+    equal the desired one's, since qmd refuses a second collection on the same path and mask;
+    any other collection is left alone. Removals come first for the same reason.
+    """
+    removes: list[Action] = []
+    changes: list[Action] = []
+    for spec in desired:
+        legacy = existing.get(spec.legacy_name) if spec.legacy_name else None
+        if legacy is not None and spec.legacy_name != spec.name and spec.matches(legacy):
+            removes.append(Action("remove", legacy.name))
+        current = existing.get(spec.name)
+        if current is None:
+            changes.append(Action("add", spec.name, spec))
+        elif not spec.matches(current):
+            changes.append(Action("rebind", spec.name, spec))
+    return removes + changes

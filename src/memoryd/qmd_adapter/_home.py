@@ -1,0 +1,164 @@
+"""Per-agent qmd home: `<state>/agents/<id>/qmd/{xdg-config,xdg-cache,sessions}`, its env and index.yml.
+
+Each agent gets its own qmd config and index, so two agents never see each other's documents.
+Models live once in a shared folder linked into every agent's cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["QmdHome", "default_shared_models_dir", "with_models_block"]
+
+MODEL_KEYS = ("embed", "generate", "rerank")
+
+
+def default_shared_models_dir() -> Path:
+    """Where qmd itself keeps models for the user (`$XDG_CACHE_HOME/qmd/models`)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache).expanduser() / "qmd" / "models"
+
+
+@dataclass(frozen=True, slots=True)
+class QmdHome:
+    """Folders and environment of one agent's qmd."""
+
+    root: Path
+
+    @property
+    def config_home(self) -> Path:
+        return self.root / "xdg-config"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.config_home / "qmd"
+
+    @property
+    def cache_home(self) -> Path:
+        return self.root / "xdg-cache"
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.root / "sessions"
+
+    @property
+    def index_yml(self) -> Path:
+        return self.config_dir / "index.yml"
+
+    @property
+    def index_db(self) -> Path:
+        return self.cache_home / "qmd" / "index.sqlite"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / "maintenance.lock"
+
+    @property
+    def neutral_cwd(self) -> Path:
+        # No `.qmd/index.yml` can be found walking up from here except one we would never write.
+        return self.root / "run"
+
+    def env(
+        self,
+        base: Mapping[str, str] | None = None,
+        overrides: Mapping[str, str | None] | None = None,
+    ) -> dict[str, str]:
+        """The caller's environment with this agent's XDG dirs and NO_COLOR; `None` overrides unset."""
+        env = dict(os.environ if base is None else base)
+        env.update(
+            XDG_CONFIG_HOME=str(self.config_home),
+            QMD_CONFIG_DIR=str(self.config_dir),
+            XDG_CACHE_HOME=str(self.cache_home),
+            NO_COLOR="1",
+        )
+        for key, value in (overrides or {}).items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
+        return env
+
+    def ensure(self, *, models: Mapping[str, str], shared_models_dir: Path | None) -> None:
+        """Create the folders, link the shared models folder, pin models in index.yml."""
+        for folder in (
+            self.config_dir,
+            self.cache_home / "qmd",
+            self.sessions_dir,
+            self.neutral_cwd,
+        ):
+            folder.mkdir(parents=True, exist_ok=True)
+        if shared_models_dir is not None:
+            self._link_models(shared_models_dir)
+        if models:
+            current = self.index_yml.read_text(encoding="utf-8") if self.index_yml.exists() else ""
+            updated = with_models_block(current, models)
+            if updated != current:
+                tmp = self.index_yml.with_suffix(".yml.tmp")
+                tmp.write_text(updated, encoding="utf-8")
+                tmp.replace(self.index_yml)
+
+    def _link_models(self, shared: Path) -> None:
+        shared.mkdir(parents=True, exist_ok=True)
+        link = self.cache_home / "qmd" / "models"
+        if link.is_symlink():
+            if Path(os.readlink(link)) == shared:
+                return
+            link.unlink()
+        elif link.exists():
+            # A real folder (qmd made it before we linked): keep its models, do not clobber.
+            return
+        link.symlink_to(shared, target_is_directory=True)
+
+
+_TOP_KEY_RE = re.compile(r"^[A-Za-z_][\w-]*\s*:")
+_ENTRY_RE = re.compile(r"^\s+([A-Za-z_]\w*)\s*:\s*(.*?)\s*$")
+
+
+def with_models_block(text: str, models: Mapping[str, str]) -> str:
+    """index.yml text with `models:` carrying the pinned `models` (other keys untouched).
+
+    qmd writes the models it resolved into index.yml on its first store open and then ignores
+    env vars, so pins must be written here, before the first run and whenever config changes.
+    Entries qmd wrote for models we do not pin are kept.
+    """
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if re.match(r"^models\s*:\s*$", line)), None)
+    existing: dict[str, str] = {}
+    end = start
+    if start is not None:
+        end = start + 1
+        while end < len(lines) and (not lines[end].strip() or not _TOP_KEY_RE.match(lines[end])):
+            match = _ENTRY_RE.match(lines[end])
+            if match:
+                existing[match.group(1)] = match.group(2)
+            end += 1
+    merged = dict(existing)
+    for key in MODEL_KEYS:
+        if key in models and _unquote(existing.get(key, "")) != models[key]:
+            merged[key] = json.dumps(models[key])  # a JSON string is a valid YAML scalar
+    block = ["models:"] + [f"  {key}: {value}" for key, value in merged.items()]
+    if start is None:
+        out = block + lines
+    else:
+        assert end is not None
+        if [ln for ln in lines[start:end] if ln.strip()] == block:
+            return text
+        out = lines[:start] + block + lines[end:]
+    return "\n".join(out) + "\n"
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        if value[0] == '"':
+            try:
+                decoded = json.loads(value)
+            except ValueError:
+                return value[1:-1]
+            return decoded if isinstance(decoded, str) else value
+        return value[1:-1].replace("''", "'")
+    return value

@@ -1,0 +1,656 @@
+"""`QmdManager`: one agent's qmd sidecar — home, collections, timed update/embed, search, reads.
+
+The I/O shell around the pure parts (`_parse`, `_collections`, `_mapping`, `_paths`): it spawns
+qmd through `run_qmd`, keeps per-agent state and serializes maintenance within and across
+processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+import anyio
+import filelock
+from anyio.abc import TaskGroup, TaskStatus
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from ..config import ResolvedAgent
+from ..errors import PathNotAllowed, QmdError, QmdExitError
+from ..types import FileText, SearchResult, Source
+from ._collections import CollectionSpec, desired_collections, plan_collections
+from ._home import QmdHome, default_shared_models_dir
+from ._mapping import apply_limits, hit_to_result, interleave, split_qmd_path, split_qmd_uri
+from ._parse import (
+    CollectionInfo,
+    QmdHit,
+    is_busy_error,
+    is_collection_exists_error,
+    is_missing_collection_error,
+    is_unsupported_flag_error,
+    parse_collection_list,
+    parse_collection_show,
+    parse_search_output,
+)
+from ._paths import checked_relative_md_path, glob_match, slice_lines
+from ._runner import DEFAULT_MAX_OUTPUT_CHARS, QmdOutput, run_qmd
+
+__all__ = ["QmdManager", "SearchMode", "embed_backoff_s"]
+
+log = logging.getLogger("memoryd.qmd")
+
+SearchMode = Literal["search", "vsearch", "query"]
+_Unset = Literal["unset"]
+
+
+def embed_backoff_s(failures: int, *, base_s: float = 60.0, cap_s: float = 3600.0) -> float:
+    """Wait before the next embed after `failures` consecutive failures: 60 s doubling, ≤ 1 h."""
+    if failures <= 0:
+        return 0.0
+    return float(min(cap_s, base_s * 2 ** (failures - 1)))
+
+
+def _busy(err: BaseException) -> bool:
+    return isinstance(err, QmdExitError) and is_busy_error(err.stderr)
+
+
+class QmdManager:
+    """Drives qmd for one agent. Create, `await start()`, use, `await aclose()`.
+
+    `command` overrides `memory.qmd.command`; `home` overrides `<state>/agents/<id>/qmd`;
+    `env_overrides` adjusts qmd's environment (a `None` value removes the variable — tests drop
+    `CI`, which disables qmd's model calls); `rerank=False` adds `--no-rerank` in query mode;
+    `shared_models_dir=None` disables the shared models link.
+    """
+
+    def __init__(
+        self,
+        agent: ResolvedAgent,
+        *,
+        command: str | None = None,
+        home: Path | None = None,
+        shared_models_dir: Path | _Unset | None = "unset",
+        env_overrides: Mapping[str, str | None] | None = None,
+        rerank: bool = True,
+        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        embed_backoff: tuple[float, float] = (60.0, 3600.0),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.agent = agent
+        self.config = agent.memory.qmd
+        self.command = command or self.config.command
+        self.home = QmdHome(home if home is not None else agent.state_dir / "qmd")
+        self._shared_models = (
+            default_shared_models_dir() if shared_models_dir == "unset" else shared_models_dir
+        )
+        self._env_overrides = dict(env_overrides or {})
+        self._rerank = rerank
+        self._max_output = max_output_chars
+        self._backoff_base, self._backoff_cap = embed_backoff
+        self._clock = clock
+
+        self._mode: SearchMode = self.config.search_mode
+        self._specs: list[CollectionSpec] = []
+        self._active: dict[str, CollectionSpec] = {}
+        self._waiting_for_dir: list[CollectionSpec] = []
+        self._collections_lock = anyio.Lock()
+        self._maint_lock = anyio.Lock()
+        self._maint_idle = anyio.Event()
+        self._maint_idle.set()
+        self._file_lock = filelock.FileLock(str(self.home.lock_path), thread_local=False)
+        self._version: str | None = None
+        self._started = False
+        self._closed = False
+        self._maint_scope: anyio.CancelScope | None = None
+        self._wake = anyio.Event()
+        self._update_requested_at: float | None = None
+
+        self.last_update_at: float | None = None  # wall clock (time.time())
+        self.last_embed_at: float | None = None
+        self._last_update_mono: float | None = None
+        self._last_embed_mono: float | None = None
+        self._embed_failures = 0
+        self._embed_retry_at: float | None = None
+        self.last_error: str | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def search_mode(self) -> SearchMode:
+        """The mode searches use now (may have switched to `query` after a rejected flag)."""
+        return self._mode
+
+    async def start(self, task_group: TaskGroup | None = None) -> None:
+        """Prepare the agent's qmd home and collections; boot-sync and timers per config.
+
+        With `task_group`, the maintenance loop (boot refresh unless it was awaited, periodic
+        update/embed, debounced requests) runs in it until `aclose()`.
+        """
+        models = {k: v for k, v in self.config.models.model_dump().items() if v}
+        self.home.ensure(models=models, shared_models_dir=self._shared_models)
+        await self.ensure_collections()
+        self._started = True
+        update = self.config.update
+        if update.on_boot and update.wait_for_boot_sync:
+            await self.sync(force=True)
+        if task_group is not None:
+            await task_group.start(self.run_maintenance)
+
+    async def aclose(self) -> None:
+        """Stop timers; an in-flight maintenance call is cancelled and its process group killed."""
+        self._closed = True
+        if self._maint_scope is not None:
+            self._maint_scope.cancel()
+
+    async def __aenter__(self) -> QmdManager:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def version(self) -> str:
+        """`qmd --version` output (cached), e.g. `qmd 2.8.3 (facd35e)`."""
+        if self._version is None:
+            out = await self._run(["--version"], self.config.update.command_timeout_ms)
+            self._version = out.stdout.strip() or out.stderr.strip()
+        return self._version
+
+    async def probe(self) -> bool:
+        """True when qmd starts and answers; never raises a `QmdError`."""
+        try:
+            self._version = None
+            await self.version()
+        except QmdError as err:
+            self.last_error = str(err)
+            return False
+        return True
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-ready snapshot for `memoryd status`."""
+        retry_in = None
+        if self._embed_retry_at is not None:
+            retry_in = max(0.0, self._embed_retry_at - self._clock())
+        return {
+            "backend": "qmd",
+            "command": self.command,
+            "version": self._version,
+            "home": str(self.home.root),
+            "searchMode": self._mode,
+            "collections": [
+                {"name": s.name, "path": s.path, "pattern": s.pattern, "source": s.source}
+                for s in self._active.values()
+            ],
+            "waitingForFolder": [s.path for s in self._waiting_for_dir],
+            "lastUpdateAt": self.last_update_at,
+            "lastEmbedAt": self.last_embed_at,
+            "embedFailures": self._embed_failures,
+            "embedRetryInS": retry_in,
+            "lastError": self.last_error,
+        }
+
+    # ------------------------------------------------------------------ running qmd
+
+    def env(self) -> dict[str, str]:
+        """The environment every qmd call of this agent gets."""
+        return self.home.env(overrides=self._env_overrides)
+
+    async def _run(self, args: Sequence[str], timeout_ms: int, *, check: bool = True) -> QmdOutput:
+        env = self.env()
+        result: QmdOutput | None = None
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception(_busy),
+            stop=stop_after_attempt(4),
+            wait=wait_exponential(multiplier=0.25, max=2.0),
+            sleep=anyio.sleep,
+            reraise=True,
+        ):
+            with attempt:
+                result = await run_qmd(
+                    self.command,
+                    args,
+                    env=env,
+                    cwd=str(self.home.neutral_cwd),
+                    timeout_s=timeout_ms / 1000,
+                    max_output_chars=self._max_output,
+                    check=check,
+                )
+        assert result is not None
+        return result
+
+    # ------------------------------------------------------------------ collections
+
+    @property
+    def collections(self) -> dict[str, CollectionSpec]:
+        """Collections present in qmd for this agent, by name."""
+        return dict(self._active)
+
+    async def list_collections(self) -> dict[str, CollectionInfo]:
+        """What qmd has now (`collection list`, then `show` for each)."""
+        timeout = self.config.update.command_timeout_ms
+        out = await self._run(["collection", "list"], timeout)
+        names = parse_collection_list(out.stdout)
+        found: dict[str, CollectionInfo] = {}
+
+        async def show(name: str) -> None:
+            shown = await self._run(["collection", "show", name], timeout)
+            info = parse_collection_show(shown.stdout)
+            if info is not None:
+                found[name] = info
+
+        async with anyio.create_task_group() as tg:
+            for name in names:
+                tg.start_soon(show, name)
+        return found
+
+    async def ensure_collections(self) -> None:
+        """Add missing collections, re-bind changed ones, drop matching legacy names.
+
+        Collections whose folder does not exist yet are skipped and retried on the next sync.
+        """
+        async with self._collections_lock:
+            self._specs = desired_collections(
+                self.config,
+                agent_id=self.agent.agent_id,
+                workspace=self.agent.workspace,
+                sessions_dir=self._sessions_dir(),
+            )
+            if self.config.sessions.enabled:
+                self._sessions_dir().mkdir(parents=True, exist_ok=True)
+            present = [s for s in self._specs if Path(s.path).is_dir()]
+            self._waiting_for_dir = [s for s in self._specs if s not in present]
+            existing = await self.list_collections()
+            for action in plan_collections(present, existing):
+                if action.kind == "remove":
+                    await self._remove_collection(action.name)
+                elif action.kind == "rebind":
+                    assert action.spec is not None
+                    log.info(
+                        "qmd: re-binding collection %s to %s (%s)",
+                        action.name,
+                        action.spec.path,
+                        action.spec.pattern,
+                    )
+                    await self._remove_collection(action.name)
+                    await self._add_collection(action.spec)
+                else:
+                    assert action.spec is not None
+                    await self._add_collection(action.spec)
+            self._active = {s.name: s for s in present}
+
+    def _sessions_dir(self) -> Path:
+        export = self.config.sessions.export_dir
+        return Path(export).expanduser() if export else self.home.sessions_dir
+
+    async def _remove_collection(self, name: str) -> None:
+        try:
+            await self._run(["collection", "remove", name], self.config.update.command_timeout_ms)
+        except QmdExitError as err:
+            if not is_missing_collection_error(err.stderr):
+                raise
+
+    async def _add_collection(self, spec: CollectionSpec) -> None:
+        args = ["collection", "add", spec.path, "--name", spec.name, "--mask", spec.pattern]
+        timeout = self.config.update.update_timeout_ms  # add indexes the folder at once
+        try:
+            await self._run(args, timeout)
+            return
+        except QmdExitError as err:
+            if not is_collection_exists_error(err.stderr):
+                raise
+        # Lost a race with another process, or a leftover holds the name or the path+mask.
+        existing = await self.list_collections()
+        current = existing.get(spec.name)
+        if current is not None and spec.matches(current):
+            return
+        for info in existing.values():
+            if info.name == spec.name or spec.matches(info):
+                await self._remove_collection(info.name)
+        await self._run(args, timeout)
+
+    # ------------------------------------------------------------------ update / embed
+
+    @asynccontextmanager
+    async def _maintenance(self) -> AsyncIterator[None]:
+        async with self._maint_lock:
+            self._maint_idle = anyio.Event()
+            try:
+                await self._acquire_file_lock()
+                try:
+                    yield
+                finally:
+                    self._file_lock.release()
+            finally:
+                self._maint_idle.set()
+
+    async def _acquire_file_lock(self) -> None:
+        # Polled so that waiting stays cancellable; another process may hold it for a whole embed.
+        self.home.root.mkdir(parents=True, exist_ok=True)
+        while True:
+            try:
+                self._file_lock.acquire(timeout=0)
+                return
+            except filelock.Timeout:
+                await anyio.sleep(0.1)
+
+    async def _join_or_lock(self, force: bool) -> bool:
+        """False when a non-forced call should just wait for the in-flight job instead."""
+        if not force and self._maint_lock.locked():
+            await self._maint_idle.wait()
+            return False
+        return True
+
+    async def update(self, *, force: bool = False) -> bool:
+        """Run `qmd update`. Returns whether it ran.
+
+        A non-forced call joins an in-flight maintenance job, and is skipped within
+        `update.debounceMs` of the last update; a forced one queues behind the in-flight job.
+        """
+        if not await self._join_or_lock(force):
+            return False
+        if not force and self._debounced():
+            return False
+        async with self._maintenance():
+            await self._update_locked()
+        return True
+
+    async def _update_locked(self) -> None:
+        if self._waiting_for_dir and any(Path(s.path).is_dir() for s in self._waiting_for_dir):
+            await self.ensure_collections()
+        await self._run(["update"], self.config.update.update_timeout_ms)
+        self.last_update_at = time.time()
+        self._last_update_mono = self._clock()
+
+    def _debounced(self) -> bool:
+        last = self._last_update_mono
+        return last is not None and self._clock() - last < self.config.update.debounce_ms / 1000
+
+    def embed_due(self) -> bool:
+        """Whether the embed timer says it is time (ignores backoff and mode)."""
+        interval_ms = self.config.update.embed_interval_ms
+        if self._last_embed_mono is None:
+            return True
+        return interval_ms > 0 and self._clock() - self._last_embed_mono >= interval_ms / 1000
+
+    def embed_blocked_reason(self) -> str | None:
+        """Why a non-forced embed would be skipped now, or None."""
+        if self._mode == "search":
+            return "searchMode is 'search' (BM25 only): no vectors needed"
+        if self._embed_retry_at is not None and self._clock() < self._embed_retry_at:
+            return f"backing off after {self._embed_failures} failed embed(s)"
+        return None
+
+    async def embed(self, *, force: bool = False) -> bool:
+        """Run `qmd embed`. Returns whether it ran; failures raise and start/extend the backoff.
+
+        Without `force`, skipped in `search` mode and while backing off.
+        """
+        if not force and self.embed_blocked_reason() is not None:
+            return False
+        async with self._maintenance():
+            await self._embed_locked()
+        return True
+
+    async def _embed_locked(self) -> None:
+        try:
+            await self._run(["embed"], self.config.update.embed_timeout_ms)
+        except QmdError as err:
+            self._embed_failures += 1
+            delay = embed_backoff_s(
+                self._embed_failures, base_s=self._backoff_base, cap_s=self._backoff_cap
+            )
+            self._embed_retry_at = self._clock() + delay
+            self.last_error = f"embed failed: {err}"
+            log.warning("qmd embed failed (%s); next try in %.0fs", err, delay)
+            raise
+        self._embed_failures = 0
+        self._embed_retry_at = None
+        self.last_embed_at = time.time()
+        self._last_embed_mono = self._clock()
+
+    async def sync(self, *, force: bool = False) -> bool:
+        """Update, then embed when due. An embed failure is backed off, never raised.
+
+        Returns whether an update ran (False when joined or debounced).
+        """
+        if not await self._join_or_lock(force):
+            return False
+        if not force and self._debounced():
+            return False
+        async with self._maintenance():
+            await self._update_locked()
+            if self.embed_blocked_reason() is None and self.embed_due():
+                with suppress(QmdError):
+                    await self._embed_locked()
+        return True
+
+    def request_update(self) -> None:
+        """Ask for a debounced sync (e.g. a memory file changed); needs the maintenance loop."""
+        if self._update_requested_at is None:
+            self._update_requested_at = self._clock()
+        self._wake.set()
+
+    async def run_maintenance(
+        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Timers until `aclose()`: boot refresh, `update.interval`, debounced `request_update`."""
+        update = self.config.update
+        with anyio.CancelScope() as scope:
+            self._maint_scope = scope
+            task_status.started()
+            if self._closed:
+                return
+            if update.on_boot and not update.wait_for_boot_sync:
+                await self._sync_logged()
+            interval_s = update.interval_ms / 1000
+            next_periodic = self._clock() + interval_s if interval_s > 0 else None
+            while True:
+                now = self._clock()
+                due = [t for t in (next_periodic,) if t is not None]
+                if self._update_requested_at is not None:
+                    due.append(self._update_requested_at + update.debounce_ms / 1000)
+                wait_s = max(0.0, min(due) - now) if due else float("inf")
+                self._wake = anyio.Event()
+                with anyio.move_on_after(wait_s):
+                    await self._wake.wait()
+                    continue
+                self._update_requested_at = None
+                await self._sync_logged()
+                if interval_s > 0:
+                    next_periodic = self._clock() + interval_s
+
+    async def _sync_logged(self) -> None:
+        try:
+            await self.sync(force=True)
+        except QmdError as err:
+            self.last_error = f"update failed: {err}"
+            log.warning("qmd update failed: %s", err)
+
+    # ------------------------------------------------------------------ search
+
+    async def search(
+        self,
+        query: str,
+        *,
+        max_results: int | None = None,
+        min_score: float | None = None,
+        timeout_ms: int | None = None,
+        rerank: bool | None = None,
+    ) -> list[SearchResult]:
+        """Search this agent's collections; memory and session hits are interleaved.
+
+        Applies `limits.maxResults`, `minScore`, `maxSnippetChars` and `maxInjectedChars`.
+        Raises a `QmdError` subclass on failure (never silently returns nothing).
+        """
+        limits = self.config.limits
+        n = max_results or limits.max_results
+        groups: dict[Source, list[str]] = {}
+        for spec in self._active.values():
+            groups.setdefault(spec.source, []).append(spec.name)
+        if not groups:
+            return []
+        timeout = timeout_ms or limits.timeout_ms
+        use_rerank = self._rerank if rerank is None else rerank
+        per_source: dict[Source, list[SearchResult]] = {}
+
+        async def one(source: Source, names: list[str]) -> None:
+            hits = await self._search_collections(query, names, n, timeout, use_rerank)
+            per_source[source] = await self._map_hits(hits)
+
+        async with anyio.create_task_group() as tg:
+            for source, names in groups.items():
+                tg.start_soon(one, source, names)
+        merged = interleave(*(per_source[s] for s in groups))
+        return apply_limits(
+            merged,
+            max_results=n,
+            min_score=limits.min_score if min_score is None else min_score,
+            max_injected_chars=limits.max_injected_chars,
+        )
+
+    def search_argv(
+        self, query: str, names: Sequence[str], n: int, *, rerank: bool = True
+    ) -> list[str]:
+        """`[mode, query, --json, -n, N, (--no-rerank), -c, coll…]` for the current mode."""
+        args = [self._mode, query, "--json", "-n", str(n)]
+        if self._mode == "query" and not rerank:
+            args.append("--no-rerank")
+        for name in names:
+            args += ["-c", name]
+        return args
+
+    async def _search_collections(
+        self, query: str, names: list[str], n: int, timeout_ms: int, rerank: bool
+    ) -> list[QmdHit]:
+        recreated = False
+        while True:
+            try:
+                out = await self._run(self.search_argv(query, names, n, rerank=rerank), timeout_ms)
+            except QmdExitError as err:
+                if self._mode != "query" and is_unsupported_flag_error(err.stderr):
+                    log.warning(
+                        "qmd rejected `%s` flags; using `qmd query` from now on", self._mode
+                    )
+                    self._mode = "query"
+                    continue
+                if not recreated and is_missing_collection_error(err.stderr):
+                    recreated = True
+                    log.warning("qmd lost a collection; re-creating collections and retrying")
+                    await self.ensure_collections()
+                    names = [nm for nm in names if nm in self._active]
+                    if not names:
+                        return []
+                    continue
+                raise
+            return parse_search_output(out.stdout)
+
+    async def _map_hits(self, hits: list[QmdHit]) -> list[SearchResult]:
+        roots = {s.name: s.path for s in self._specs}
+        results = []
+        for hit in hits:
+            located = split_qmd_uri(hit.file) if hit.file else None
+            if located is None and hit.docid:
+                located = await anyio.to_thread.run_sync(self._lookup_docid, hit.docid)
+            if located is None:
+                log.warning("qmd hit without a resolvable file: %r", hit.file or hit.docid)
+                continue
+            collection, rel = located
+            spec = self._active.get(collection)
+            results.append(
+                hit_to_result(
+                    hit,
+                    collection=collection,
+                    rel=rel,
+                    roots=roots,
+                    workspace=str(self.agent.workspace),
+                    source=spec.source if spec else "memory",
+                    max_snippet_chars=self.config.limits.max_snippet_chars,
+                )
+            )
+        return results
+
+    def _lookup_docid(self, docid: str) -> tuple[str, str] | None:
+        """Resolve `#abc123` through qmd's `documents` table (read-only, with a busy timeout)."""
+        prefix = docid.lstrip("#").lower()
+        if not prefix or not all(c in "0123456789abcdef" for c in prefix):
+            return None
+        db = self.home.index_db
+        if not db.exists():
+            return None
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
+        try:
+            row = conn.execute(
+                "SELECT collection, path FROM documents WHERE hash LIKE ? AND active = 1 "
+                "ORDER BY collection, path LIMIT 1",
+                (prefix + "%",),
+            ).fetchone()
+        except sqlite3.Error as err:
+            log.warning("cannot read qmd's documents table: %s", err)
+            return None
+        finally:
+            conn.close()
+        return (str(row[0]), str(row[1])) if row else None
+
+    # ------------------------------------------------------------------ memory_get
+
+    async def read_file(
+        self, path: str, from_line: int | None = None, lines: int | None = None
+    ) -> FileText:
+        """Read a memory file by a path search returned; missing files give empty text.
+
+        `qmd/<collection>/<rel>` reads from that collection's root; other paths are
+        workspace-relative and must be one of this agent's memory files. Raises
+        `PathNotAllowed` for unknown collections, `..`, symlink escapes and non-`.md` files.
+        """
+        target, root = self._locate(path)
+        real_root = os.path.realpath(root)
+        real = os.path.realpath(target)
+        if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+            raise PathNotAllowed(f"{path!r}: resolves outside its memory folder (symlink)")
+        if not real.lower().endswith(".md"):
+            raise PathNotAllowed(f"{path!r}: resolves to a non-Markdown file")
+        try:
+            text = await anyio.Path(real).read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return FileText(path, "")
+        except IsADirectoryError:
+            raise PathNotAllowed(f"{path!r}: is a folder, not a file") from None
+        return FileText(path, slice_lines(text, from_line, lines))
+
+    def _locate(self, path: str) -> tuple[Path, Path]:
+        specs = {s.name: s for s in self._specs or self._desired_now()}
+        qmd_path = split_qmd_path(path)
+        if qmd_path is not None or path.startswith("qmd/"):
+            if qmd_path is None:
+                raise PathNotAllowed(f"{path!r}: expected qmd/<collection>/<path>")
+            collection, rel = qmd_path
+            spec = specs.get(collection)
+            if spec is None:
+                raise PathNotAllowed(f"{path!r}: unknown qmd collection {collection!r}")
+            rel_path = checked_relative_md_path(rel, shown_as=path)
+            return Path(spec.path, *rel_path.parts), Path(spec.path)
+        rel_path = checked_relative_md_path(path, shown_as=path)
+        ws = self.agent.workspace
+        absolute = os.path.normpath(ws / Path(*rel_path.parts))
+        for spec in specs.values():
+            root = os.path.normpath(spec.path)
+            if not absolute.startswith(root.rstrip(os.sep) + os.sep):
+                continue
+            under_root = Path(os.path.relpath(absolute, root)).as_posix()
+            if glob_match(PurePosixPath(under_root), spec.pattern):
+                return Path(absolute), Path(root)
+        raise PathNotAllowed(f"{path!r}: not one of this agent's memory files")
+
+    def _desired_now(self) -> list[CollectionSpec]:
+        return desired_collections(
+            self.config,
+            agent_id=self.agent.agent_id,
+            workspace=self.agent.workspace,
+            sessions_dir=self._sessions_dir(),
+        )

@@ -1,0 +1,125 @@
+"""Pure mapping from qmd hits to memoryd results: paths, line ranges, limits, interleaving.
+
+No file system: roots are strings, the workspace is a path compared lexically.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import PurePosixPath
+
+from ..types import SearchResult, Source
+from ._parse import QmdHit, parse_snippet
+
+__all__ = [
+    "QMD_PATH_PREFIX",
+    "apply_limits",
+    "display_path",
+    "hit_to_result",
+    "interleave",
+    "split_qmd_path",
+    "split_qmd_uri",
+    "trim_to_budget",
+]
+
+QMD_PATH_PREFIX = "qmd/"
+
+
+def split_qmd_uri(uri: str) -> tuple[str, str] | None:
+    """`qmd://<collection>/<rel>` → (collection, rel); None for anything else."""
+    if not uri.startswith("qmd://"):
+        return None
+    collection, sep, rel = uri[len("qmd://") :].partition("/")
+    if not collection or not sep or not rel:
+        return None
+    return collection, rel
+
+
+def split_qmd_path(path: str) -> tuple[str, str] | None:
+    """memoryd's `qmd/<collection>/<rel>` display path → (collection, rel); None otherwise."""
+    if not path.startswith(QMD_PATH_PREFIX):
+        return None
+    collection, sep, rel = path[len(QMD_PATH_PREFIX) :].partition("/")
+    if not collection or not sep or not rel:
+        return None
+    return collection, rel
+
+
+def display_path(collection: str, rel: str, *, roots: Mapping[str, str], workspace: str) -> str:
+    """Workspace-relative when the file lies inside the workspace, else `qmd/<collection>/<rel>`."""
+    root = roots.get(collection)
+    if root is not None:
+        absolute = os.path.normpath(os.path.join(root, rel))
+        ws = os.path.normpath(workspace)
+        if absolute.startswith(ws + os.sep):
+            return PurePosixPath(*PurePosixPath(os.path.relpath(absolute, ws)).parts).as_posix()
+    return f"{QMD_PATH_PREFIX}{collection}/{rel}"
+
+
+def hit_to_result(
+    hit: QmdHit,
+    *,
+    collection: str,
+    rel: str,
+    roots: Mapping[str, str],
+    workspace: str,
+    source: Source,
+    max_snippet_chars: int,
+) -> SearchResult:
+    """One qmd hit as a memoryd result; lines come from the snippet's `@@ -S,C` header."""
+    raw = hit.snippet if hit.snippet is not None else (hit.body or "")
+    parsed = parse_snippet(raw)
+    text = parsed.text.strip("\n")
+    if parsed.start_line is not None and parsed.end_line is not None:
+        start, end = parsed.start_line, parsed.end_line
+    else:
+        start = max(1, hit.line or 1)
+        end = start + max(text.count("\n"), 0) if hit.line is None else start
+    return SearchResult(
+        path=display_path(collection, rel, roots=roots, workspace=workspace),
+        start_line=start,
+        end_line=end,
+        score=hit.score,
+        snippet=text[:max_snippet_chars],
+        source=source,
+    )
+
+
+def interleave(*lists: Sequence[SearchResult]) -> list[SearchResult]:
+    """Round-robin over per-source lists (each best-first) so no source starves another.
+
+    The list whose best hit scores highest leads each round.
+    """
+    ordered = sorted((lst for lst in lists if lst), key=lambda lst: -lst[0].score)
+    out: list[SearchResult] = []
+    for i in range(max((len(lst) for lst in ordered), default=0)):
+        out.extend(lst[i] for lst in ordered if i < len(lst))
+    return out
+
+
+def apply_limits(
+    results: Iterable[SearchResult], *, max_results: int, min_score: float, max_injected_chars: int
+) -> list[SearchResult]:
+    """Drop hits under `min_score`, keep the first `max_results`, then fit the snippet budget."""
+    kept = [r for r in results if r.score >= min_score][:max_results]
+    return trim_to_budget(kept, max_injected_chars)
+
+
+def trim_to_budget(results: Sequence[SearchResult], max_chars: int) -> list[SearchResult]:
+    """Keep whole snippets while they fit; cut the one that crosses `max_chars`, drop the rest.
+
+    Private stand-in until `memoryd.citations.trim_to_budget` lands.
+    """
+    out: list[SearchResult] = []
+    left = max_chars
+    for result in results:
+        if left <= 0:
+            break
+        if len(result.snippet) <= left:
+            out.append(result)
+            left -= len(result.snippet)
+        else:
+            out.append(result.with_(snippet=result.snippet[:left]))
+            left = 0
+    return out

@@ -1,0 +1,209 @@
+"""Pure parsing of what qmd prints: search JSON, snippet headers, collection listings, error kinds.
+
+No process, no file system: every function takes text and returns plain data, so the tables of
+cases in tests/test_qmd_parse.py pin qmd's observable output format.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import QmdBadOutput
+
+__all__ = [
+    "CollectionInfo",
+    "QmdHit",
+    "SnippetRange",
+    "is_busy_error",
+    "is_collection_exists_error",
+    "is_missing_collection_error",
+    "is_unsupported_flag_error",
+    "parse_collection_list",
+    "parse_collection_show",
+    "parse_search_output",
+    "parse_snippet",
+]
+
+
+class QmdHit(BaseModel):
+    """One entry of `qmd search|vsearch|query --json`."""
+
+    # qmd grows optional fields between releases (context, explain, body, …); an unknown key from
+    # the sidecar must not break recall, so extras are ignored here rather than forbidden.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    score: float = Field(description="Relevance in [0, 1], rounded by qmd to 2 decimals.")
+    file: str | None = Field(None, description="`qmd://<collection>/<relative path>`.")
+    docid: str | None = Field(None, description="`#` + first 6 hex digits of the content hash.")
+    line: int | None = Field(None, description="Line of the best match (1-based).")
+    title: str | None = Field(None, description="Document title.")
+    snippet: str | None = Field(None, description="Excerpt starting with an `@@ -S,C @@` header.")
+    body: str | None = Field(None, description="Whole document (with --full) instead of a snippet.")
+
+
+_NO_RESULTS_RE = re.compile(r"\bno (?:results|documents|matches) found\b", re.IGNORECASE)
+
+
+def parse_search_output(stdout: str) -> list[QmdHit]:
+    """Hits from qmd's search stdout, tolerant of noise around the JSON array.
+
+    A clean JSON array; an array embedded in noisy stdout (progress bars, escape codes, warnings);
+    "No results found" → `[]`. Empty or non-JSON output raises `QmdBadOutput`. Entries that do not
+    validate are skipped, unless none does.
+    """
+    text = stdout.strip()
+    if not text:
+        raise QmdBadOutput("qmd printed nothing where JSON results were expected")
+    payload = _whole_json(text)
+    if payload is None:
+        payload = _embedded_array(text)
+    if payload is None:
+        if _NO_RESULTS_RE.search(text):
+            return []
+        raise QmdBadOutput(f"qmd printed no JSON results: {_excerpt(text)}")
+    if not isinstance(payload, list):
+        raise QmdBadOutput(f"qmd printed JSON that is not an array: {_excerpt(text)}")
+    hits: list[QmdHit] = []
+    problems: list[str] = []
+    for entry in payload:
+        try:
+            hit = QmdHit.model_validate(entry)
+        except ValidationError as err:
+            problems.append(str(err.errors()[0]["msg"]))
+            continue
+        if hit.file is None and hit.docid is None:
+            problems.append("entry has neither file nor docid")
+            continue
+        hits.append(hit)
+    if payload and not hits:
+        raise QmdBadOutput(f"no usable entry in qmd's JSON results ({problems[0]})")
+    return hits
+
+
+def _whole_json(text: str) -> object | None:
+    try:
+        value: object = json.loads(text)
+    except ValueError:
+        return None
+    return value
+
+
+def _embedded_array(text: str) -> list[object] | None:
+    # The first non-empty array of objects wins; a stray `[]` in a warning must not hide results.
+    decoder = json.JSONDecoder()
+    empty_seen = False
+    start = text.find("[")
+    while start != -1:
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except ValueError:
+            value, end = None, start + 1
+        if isinstance(value, list) and all(isinstance(v, dict) for v in value):
+            if value:
+                return value
+            empty_seen = True
+        start = text.find("[", max(end, start + 1))
+    return [] if empty_seen else None
+
+
+def _excerpt(text: str, limit: int = 120) -> str:
+    flat = " ".join(text.split())
+    return repr(flat if len(flat) <= limit else flat[:limit] + "…")
+
+
+# --------------------------------------------------------------------------- snippets
+
+_HEADER_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? @@[^\n]*(?:\n|$)")
+
+
+@dataclass(frozen=True, slots=True)
+class SnippetRange:
+    """A snippet's text without its header, and the 1-based inclusive lines it covers (if known)."""
+
+    text: str
+    start_line: int | None
+    end_line: int | None
+
+
+def parse_snippet(snippet: str) -> SnippetRange:
+    """Split qmd's `@@ -S,C @@ (…)` header off a snippet: lines S..S+C-1."""
+    match = _HEADER_RE.match(snippet)
+    if not match:
+        return SnippetRange(snippet, None, None)
+    start = max(1, int(match.group(1)))
+    count = int(match.group(2)) if match.group(2) is not None else 1
+    end = start + max(count, 1) - 1
+    return SnippetRange(snippet[match.end() :], start, end)
+
+
+# --------------------------------------------------------------------------- collections
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionInfo:
+    """A collection qmd knows: its name, root folder and glob mask."""
+
+    name: str
+    path: str
+    pattern: str
+
+
+_LIST_NAME_RE = re.compile(r"^(\S+) \(qmd://[^)]*\)\s*$")
+
+
+def parse_collection_list(text: str) -> list[str]:
+    """Names from `qmd collection list` (lines like `memory-root-main (qmd://memory-root-main/)`)."""
+    names = []
+    for line in text.splitlines():
+        match = _LIST_NAME_RE.match(line.strip())
+        if match:
+            names.append(match.group(1))
+    return names
+
+
+def parse_collection_show(text: str) -> CollectionInfo | None:
+    """`qmd collection show NAME` → name, path, pattern; None when a field is missing."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition(":")
+        if sep and key in ("Collection", "Path", "Pattern") and key not in fields:
+            fields[key] = value.strip()
+    if not all(k in fields for k in ("Collection", "Path", "Pattern")):
+        return None
+    return CollectionInfo(fields["Collection"], fields["Path"], fields["Pattern"])
+
+
+# --------------------------------------------------------------------------- error kinds
+
+_UNSUPPORTED_RE = re.compile(
+    r"unknown (?:option|flag|argument|command)|unrecognized (?:option|argument|flag)|"
+    r"invalid option|unexpected argument",
+    re.IGNORECASE,
+)
+_MISSING_COLLECTION_RE = re.compile(r"collection (?:not found|does not exist)", re.IGNORECASE)
+_EXISTS_RE = re.compile(r"already exists", re.IGNORECASE)
+_BUSY_RE = re.compile(r"SQLITE_BUSY|database is locked", re.IGNORECASE)
+
+
+def is_unsupported_flag_error(stderr: str) -> bool:
+    """qmd rejected the subcommand or one of its flags (older/other builds)."""
+    return bool(_UNSUPPORTED_RE.search(stderr))
+
+
+def is_missing_collection_error(stderr: str) -> bool:
+    """A search named a collection the index no longer has."""
+    return bool(_MISSING_COLLECTION_RE.search(stderr))
+
+
+def is_collection_exists_error(stderr: str) -> bool:
+    """`collection add` lost a race or met a leftover (same name, or same path and pattern)."""
+    return bool(_EXISTS_RE.search(stderr))
+
+
+def is_busy_error(stderr: str) -> bool:
+    """SQLite lock contention inside qmd: worth retrying."""
+    return bool(_BUSY_RE.search(stderr))

@@ -1,0 +1,147 @@
+"""Collection planning: names, desired collections from config, and the add/re-bind/legacy plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memoryd.config import QmdConfig
+from memoryd.qmd_adapter import (
+    Action,
+    CollectionInfo,
+    CollectionSpec,
+    desired_collections,
+    plan_collections,
+    sanitize_name,
+)
+
+WS = Path("/ws")
+SESS = Path("/state/agents/main/qmd/sessions")
+
+
+@pytest.mark.parametrize(
+    ("raw", "name"),
+    [
+        ("main", "main"),
+        ("Ops_Bot.v2", "ops-bot-v2"),
+        ("a b/c", "a-b-c"),
+        ("ÄGENT", "-gent"),
+        ("x-1", "x-1"),
+    ],
+)
+def test_names_are_sanitized(raw: str, name: str) -> None:
+    assert sanitize_name(raw) == name
+
+
+def names(qmd: QmdConfig, agent: str = "main") -> list[tuple[str, str, str, str]]:
+    return [
+        (s.name, s.path, s.pattern, s.source)
+        for s in desired_collections(qmd, agent_id=agent, workspace=WS, sessions_dir=SESS)
+    ]
+
+
+def test_default_memory_gives_three_scoped_collections() -> None:
+    assert names(QmdConfig(), "Ops_Bot") == [
+        ("memory-root-ops-bot", "/ws", "MEMORY.md", "memory"),
+        ("memory-alt-ops-bot", "/ws", "memory.md", "memory"),
+        ("memory-dir-ops-bot", "/ws/memory", "**/*.md", "memory"),
+    ]
+
+
+def test_include_default_memory_false_keeps_only_custom_paths_and_sessions() -> None:
+    qmd = QmdConfig.model_validate(
+        {
+            "includeDefaultMemory": False,
+            "paths": [
+                {"path": "notes", "name": "Team Notes", "pattern": "*.md"},
+                {"path": "/abs/docs"},
+            ],
+            "sessions": {"enabled": True},
+        }
+    )
+    got = names(qmd)
+    assert got[0] == ("team-notes-main", "/ws/notes", "*.md", "memory")
+    assert got[1][0].startswith("custom-docs-") and got[1][0].endswith("-main")
+    assert got[1][1:] == ("/abs/docs", "**/*.md", "memory")
+    assert got[2] == ("sessions-main", str(SESS), "**/*.md", "sessions")
+    assert len(got) == 3
+
+
+def test_unnamed_paths_get_stable_distinct_names() -> None:
+    qmd = QmdConfig.model_validate(
+        {"includeDefaultMemory": False, "paths": [{"path": "/a/docs"}, {"path": "/b/docs"}]}
+    )
+    first, second = names(qmd), names(qmd)
+    assert first == second
+    assert first[0][0] != first[1][0]
+
+
+def test_duplicate_names_get_a_counter() -> None:
+    qmd = QmdConfig.model_validate(
+        {
+            "includeDefaultMemory": False,
+            "paths": [{"path": "/a", "name": "x"}, {"path": "/b", "name": "x"}],
+        }
+    )
+    assert [n[0] for n in names(qmd)] == ["x-main", "x-2-main"]
+
+
+ROOT = CollectionSpec("memory-root-main", "/ws", "MEMORY.md", legacy_name="memory-root")
+DIR = CollectionSpec("memory-dir-main", "/ws/memory", "**/*.md", legacy_name="memory-dir")
+
+
+@pytest.mark.parametrize(
+    ("existing", "plan"),
+    [
+        ({}, [Action("add", ROOT.name, ROOT), Action("add", DIR.name, DIR)]),
+        (
+            {
+                ROOT.name: CollectionInfo(ROOT.name, "/ws/", "MEMORY.md"),
+                DIR.name: CollectionInfo(DIR.name, "/ws/memory", "**/*.md"),
+            },
+            [],
+        ),
+        (
+            {
+                ROOT.name: CollectionInfo(ROOT.name, "/old", "MEMORY.md"),
+                DIR.name: CollectionInfo(DIR.name, "/ws/memory", "*.md"),
+            },
+            [Action("rebind", ROOT.name, ROOT), Action("rebind", DIR.name, DIR)],
+        ),
+        (
+            {
+                "memory-root": CollectionInfo("memory-root", "/ws", "MEMORY.md"),
+                DIR.name: CollectionInfo(DIR.name, "/ws/memory", "**/*.md"),
+            },
+            [Action("remove", "memory-root"), Action("add", ROOT.name, ROOT)],
+        ),
+        (
+            {
+                "memory-dir": CollectionInfo("memory-dir", "/elsewhere", "**/*.md"),
+                ROOT.name: CollectionInfo(ROOT.name, "/ws", "MEMORY.md"),
+            },
+            [Action("add", DIR.name, DIR)],
+        ),
+        (
+            {
+                "someone-else": CollectionInfo("someone-else", "/x", "**/*.md"),
+                ROOT.name: CollectionInfo(ROOT.name, "/ws", "MEMORY.md"),
+                DIR.name: CollectionInfo(DIR.name, "/ws/memory", "**/*.md"),
+            },
+            [],
+        ),
+    ],
+    ids=[
+        "fresh",
+        "up-to-date",
+        "path-and-pattern-changed",
+        "legacy-matching-removed-first",
+        "legacy-different-kept",
+        "foreign-untouched",
+    ],
+)
+def test_plan_brings_qmd_to_desired_collections(
+    existing: dict[str, CollectionInfo], plan: list[Action]
+) -> None:
+    assert plan_collections([ROOT, DIR], existing) == plan

@@ -1,0 +1,215 @@
+"""Result mapping, limits, interleaving, index.yml models block, path policy, embed backoff."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+import pytest
+
+from memoryd.errors import PathNotAllowed
+from memoryd.qmd_adapter import (
+    QmdHit,
+    apply_limits,
+    display_path,
+    embed_backoff_s,
+    hit_to_result,
+    interleave,
+    split_qmd_path,
+    split_qmd_uri,
+    with_models_block,
+)
+from memoryd.qmd_adapter._paths import checked_relative_md_path, glob_match, slice_lines
+from memoryd.types import SearchResult
+
+ROOTS = {"memory-dir-main": "/ws/memory", "memory-root-main": "/ws", "notes-main": "/srv/notes"}
+
+
+@pytest.mark.parametrize(
+    ("uri", "parts"),
+    [
+        ("qmd://memory-dir-main/2026-01-02.md", ("memory-dir-main", "2026-01-02.md")),
+        ("qmd://c/Sub Dir/My File.md", ("c", "Sub Dir/My File.md")),
+        ("qmd://c/", None),
+        ("qmd://c", None),
+        ("/abs/file.md", None),
+    ],
+)
+def test_qmd_uris_split_into_collection_and_path(uri: str, parts: tuple[str, str] | None) -> None:
+    assert split_qmd_uri(uri) == parts
+
+
+@pytest.mark.parametrize(
+    ("collection", "rel", "shown"),
+    [
+        ("memory-dir-main", "2026-01-02.md", "memory/2026-01-02.md"),
+        ("memory-root-main", "MEMORY.md", "MEMORY.md"),
+        ("notes-main", "a/b.md", "qmd/notes-main/a/b.md"),
+        ("unknown-coll", "x.md", "qmd/unknown-coll/x.md"),
+        ("memory-dir-main", "../../etc/x.md", "qmd/memory-dir-main/../../etc/x.md"),
+    ],
+)
+def test_paths_inside_the_workspace_become_workspace_relative(
+    collection: str, rel: str, shown: str
+) -> None:
+    assert display_path(collection, rel, roots=ROOTS, workspace="/ws") == shown
+
+
+def test_display_path_round_trips_through_split_qmd_path() -> None:
+    assert split_qmd_path(display_path("notes-main", "a/b.md", roots=ROOTS, workspace="/ws")) == (
+        "notes-main",
+        "a/b.md",
+    )
+    assert split_qmd_path("memory/x.md") is None
+
+
+def hit(**kw: object) -> QmdHit:
+    base: dict[str, object] = {"score": 0.5, "file": "qmd://memory-dir-main/a.md"}
+    return QmdHit.model_validate(base | kw)
+
+
+@pytest.mark.parametrize(
+    ("fields", "lines", "snippet"),
+    [
+        (
+            {"snippet": "@@ -2,4 @@ (1 before, 1 after)\n\nAlice likes tea.\n", "line": 3},
+            (2, 5),
+            "Alice likes tea.",
+        ),
+        ({"snippet": "plain text\nmore", "line": 9}, (9, 9), "plain text\nmore"),
+        ({"snippet": "a\nb\nc"}, (1, 3), "a\nb\nc"),
+        ({"body": "# Whole\n\nbody", "line": 1}, (1, 1), "# Whole\n\nbody"),
+        ({"snippet": "@@ -1,1 @@\n" + "x" * 900}, (1, 1), "x" * 700),
+    ],
+    ids=["header", "no-header-line", "no-header-no-line", "full-body", "capped"],
+)
+def test_hits_map_to_results(
+    fields: dict[str, object], lines: tuple[int, int], snippet: str
+) -> None:
+    result = hit_to_result(
+        hit(**fields),
+        collection="memory-dir-main",
+        rel="a.md",
+        roots=ROOTS,
+        workspace="/ws",
+        source="memory",
+        max_snippet_chars=700,
+    )
+    assert (result.path, (result.start_line, result.end_line), result.snippet, result.score) == (
+        "memory/a.md",
+        lines,
+        snippet,
+        0.5,
+    )
+
+
+def res(path: str, score: float, snippet: str = "s", source: str = "memory") -> SearchResult:
+    return SearchResult(path, 1, 1, score, snippet, source)  # type: ignore[arg-type]
+
+
+def test_interleave_alternates_sources_leading_with_the_best() -> None:
+    mem = [res("m1", 0.9), res("m2", 0.8), res("m3", 0.7)]
+    ses = [res("s1", 0.95, source="sessions"), res("s2", 0.2, source="sessions")]
+    assert [r.path for r in interleave(mem, ses)] == ["s1", "m1", "s2", "m2", "m3"]
+    assert [r.path for r in interleave(mem, [])] == ["m1", "m2", "m3"]
+    assert interleave() == []
+
+
+@pytest.mark.parametrize(
+    ("max_results", "min_score", "budget", "expected"),
+    [
+        (6, 0.0, 4000, [("a", 10), ("b", 10), ("c", 10)]),
+        (2, 0.0, 4000, [("a", 10), ("b", 10)]),
+        (6, 0.5, 4000, [("a", 10), ("b", 10)]),
+        (6, 0.0, 15, [("a", 10), ("b", 5)]),
+        (6, 0.0, 20, [("a", 10), ("b", 10)]),
+        (6, 0.0, 5, [("a", 5)]),
+    ],
+    ids=["all", "max-results", "min-score", "cut-last-drop-rest", "exact-fit", "first-cut"],
+)
+def test_limits_apply_count_score_and_budget(
+    max_results: int, min_score: float, budget: int, expected: list[tuple[str, int]]
+) -> None:
+    results = [res("a", 0.9, "x" * 10), res("b", 0.6, "y" * 10), res("c", 0.1, "z" * 10)]
+    out = apply_limits(
+        results, max_results=max_results, min_score=min_score, max_injected_chars=budget
+    )
+    assert [(r.path, len(r.snippet)) for r in out] == expected
+
+
+QMD_WRITTEN = """models:
+  embed: hf:ggml-org/embeddinggemma-300M-GGUF/embeddinggemma-300M-Q8_0.gguf
+  generate: hf:tobil/qmd-query-expansion-1.7B-gguf/qmd-query-expansion-1.7B-q4_k_m.gguf
+collections:
+  memory-root-main:
+    path: /ws
+    pattern: MEMORY.md
+"""
+
+
+def test_models_block_is_written_into_an_empty_index_yml() -> None:
+    assert with_models_block("", {"embed": "/m/e.gguf"}) == 'models:\n  embed: "/m/e.gguf"\n'
+
+
+def test_models_block_replaces_pins_and_keeps_the_rest() -> None:
+    out = with_models_block(QMD_WRITTEN, {"embed": "/m/e.gguf", "rerank": "/m/r.gguf"})
+    assert out.splitlines()[:4] == [
+        "models:",
+        '  embed: "/m/e.gguf"',
+        "  generate: hf:tobil/qmd-query-expansion-1.7B-gguf/qmd-query-expansion-1.7B-q4_k_m.gguf",
+        '  rerank: "/m/r.gguf"',
+    ]
+    assert out.endswith(
+        "collections:\n  memory-root-main:\n    path: /ws\n    pattern: MEMORY.md\n"
+    )
+
+
+def test_models_block_is_left_alone_when_already_pinned() -> None:
+    text = "models:\n  embed: /m/e.gguf\ncollections: {}\n"
+    assert with_models_block(text, {"embed": "/m/e.gguf"}) == text
+
+
+@pytest.mark.parametrize(
+    ("path", "pattern", "ok"),
+    [
+        ("MEMORY.md", "MEMORY.md", True),
+        ("memory.md", "MEMORY.md", False),
+        ("a.md", "**/*.md", True),
+        ("a/b/c.md", "**/*.md", True),
+        ("a/b/c.txt", "**/*.md", False),
+        ("a/b.md", "*.md", False),
+        ("x/notes/y.md", "**/notes/*.md", True),
+    ],
+)
+def test_masks_match_like_qmd(path: str, pattern: str, ok: bool) -> None:
+    assert glob_match(PurePosixPath(path), pattern) is ok
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "../x.md", "a/../../x.md", "/etc/passwd.md", "notes.txt", "memory/img.png", "a\x00.md"],
+)
+def test_bad_relative_paths_are_refused(bad: str) -> None:
+    with pytest.raises(PathNotAllowed):
+        checked_relative_md_path(bad, shown_as=bad)
+
+
+@pytest.mark.parametrize(
+    ("start", "count", "out"),
+    [
+        (None, None, "1\n2\n3\n"),
+        (2, None, "2\n3\n"),
+        (2, 1, "2\n"),
+        (5, 2, ""),
+        (None, 2, "1\n2\n"),
+        (0, 1, "1\n"),
+    ],
+)
+def test_slice_lines(start: int | None, count: int | None, out: str) -> None:
+    assert slice_lines("1\n2\n3\n", start, count) == out
+
+
+@pytest.mark.parametrize(
+    ("failures", "delay"), [(0, 0), (1, 60), (2, 120), (3, 240), (6, 1920), (7, 3600), (30, 3600)]
+)
+def test_embed_backoff_doubles_from_a_minute_up_to_an_hour(failures: int, delay: float) -> None:
+    assert embed_backoff_s(failures) == delay
