@@ -467,9 +467,10 @@ class Store:
                 for h, blob in rows:
                     out[h] = np.frombuffer(blob, dtype=np.float32).copy()
                 if rows:
+                    hit_marks = ",".join("?" * len(rows))
                     self.conn.execute(
                         f"update embedding_cache set used_at = ? where provider = ? and model = ? and fingerprint = ? "
-                        f"and hash in ({marks})",
+                        f"and hash in ({hit_marks})",
                         (now, *key, *[r[0] for r in rows]),
                     )
         return out

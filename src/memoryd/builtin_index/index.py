@@ -138,11 +138,17 @@ class MemoryIndex:
         embed: bool = True,
         embed_budget_s: float | None = None,
         progress: ProgressFn | None = None,
+        allow_reindex: bool = True,
     ) -> SyncReport:
-        """Bring the index up to date with the files; see the module docstring for the phases."""
+        """Bring the index up to date with the files; see the module docstring for the phases.
+
+        `allow_reindex=False` (a search's pre-sync) skips the sync when a full rebuild is due.
+        """
         async with self._sync_lock:
             started = time.perf_counter()
             reason = "forced" if force else self.reindex_reason()
+            if reason is not None and not allow_reindex:
+                return SyncReport(reindex_reason=reason)
             if reason is not None:
                 report = await self._reindex(reason, embed=embed, embed_budget_s=embed_budget_s, progress=progress)
             else:
@@ -338,7 +344,7 @@ class MemoryIndex:
             raise ProviderUnavailable(self.unavailable)
         if self.dirty and self.cfg.sync.on_search:
             with anyio.move_on_after(self.cfg.sync.search_wait_ms / 1000):
-                await self.sync(embed=False)
+                await self.sync(embed=False, allow_reindex=False)
         params = self._rank_params(max_results, min_score)
         k = params.max_results * self.cfg.query.hybrid.candidate_multiplier
         # config: hybrid, or vector-first when hybrid is off; `mode` pins one side for evaluation
@@ -388,7 +394,8 @@ class MemoryIndex:
             results.append(SearchResult(c.path, first, last, c.score, snippet, source=c.source))  # type: ignore[arg-type]
         results = trim_to_budget(results, self.cfg.query.max_injected_chars)
 
-        used_mode = "hybrid" if qvec is not None and want_kw else ("vector" if qvec is not None else "keyword")
+        kw_used = want_kw and store.fts_available
+        used_mode = "hybrid" if qvec is not None and kw_used else ("vector" if qvec is not None else "keyword")
         pending = store.counts()["pending_vectors"] if self.provider else 0
         if pending and qvec is not None:
             notes.append(f"{pending} chunks still waiting for embeddings")

@@ -18,7 +18,7 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 
 
 class HashingEmbedder(EmbeddingProvider):
-    def __init__(self, dims: int = 64, *, model: str = "hashing-v1") -> None:
+    def __init__(self, dims: int = 256, *, model: str = "hashing-v1") -> None:
         self.id = "hashing"
         self.model = model
         self.dims = dims
@@ -32,9 +32,8 @@ class HashingEmbedder(EmbeddingProvider):
         vec = np.zeros(self.dims, dtype=np.float32)
         for word in _WORD.findall(text.lower()):
             digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
-            idx = int.from_bytes(digest[:4], "little") % self.dims
-            sign = 1.0 if digest[4] & 1 else -1.0
-            vec[idx] += sign
+            # unsigned features: a non-empty text never hashes to the zero vector
+            vec[int.from_bytes(digest[:4], "little") % self.dims] += 1.0
         return vec
 
     async def embed_query(self, text: str) -> Vector:

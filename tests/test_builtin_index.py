@@ -1,0 +1,379 @@
+"""The built-in index end to end: real SQLite files, real workspaces, a deterministic embedder."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+import anyio
+import numpy as np
+import pytest
+
+from memoryd.builtin_index import MemoryIndex
+from memoryd.builtin_index import _store
+from memoryd.config import ResolvedAgent, resolve_agent, validate_config
+from memoryd.embeddings import HashingEmbedder, ProviderSelection
+from memoryd.embeddings.base import EmbeddingProvider, Matrix, Vector
+from memoryd.errors import MemorydError, PathNotAllowed, ProviderUnavailable
+
+pytestmark = pytest.mark.anyio
+
+
+def agent_for(ws: Path, search: dict[str, object] | None = None) -> ResolvedAgent:
+    cfg = validate_config({"agents": {"defaults": {"workspace": str(ws), "memorySearch": search or {}}}})
+    return resolve_agent(cfg)
+
+
+def sel(provider: EmbeddingProvider | None, *, explicit: bool = False, fallback: EmbeddingProvider | None = None) -> ProviderSelection:
+    return ProviderSelection("test", provider, "test provider", fallback=fallback, explicit=explicit)
+
+
+def write(p: Path, text: str) -> Path:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+class FailingEmbedder(HashingEmbedder):
+    """Embeds queries but fails on documents (or on everything)."""
+
+    def __init__(self, *, fail_queries: bool = False, model: str = "failing") -> None:
+        super().__init__(model=model)
+        self.fail_queries = fail_queries
+
+    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        raise RuntimeError("HTTP 503 from embedding API")
+
+    async def embed_query(self, text: str) -> Vector:
+        if self.fail_queries:
+            raise RuntimeError("HTTP 503 from embedding API")
+        return await super().embed_query(text)
+
+
+class ZeroQueryEmbedder(HashingEmbedder):
+    async def embed_query(self, text: str) -> Vector:
+        return np.zeros(self.dims or 64, dtype=np.float32)
+
+
+@pytest.fixture
+def notes(workspace: Path) -> Path:
+    write(workspace / "MEMORY.md", "# Long-term\nThe deploy target is fly.io in region ams.\nAdGuardHome runs on the raspberry pi.\n")
+    write(workspace / "memory" / "2026-11-28.md", "# 2026-11-28\nhello world, said the greeter bot\n")
+    write(workspace / "memory" / "2026-11-29.md", "# 2026-11-29\nhello there, only one of the terms\n")
+    write(workspace / "memory" / "trip.md", "# Trip\n我们明天去北京开会，讨论新的项目计划。\n東京の会議は来週の月曜日です。\n")
+    write(workspace / "memory" / "pets.md", "# Pets\nAlice adopted a grey cat named Miso from the shelter.\n")
+    return workspace
+
+
+async def synced(ws: Path, provider: EmbeddingProvider | None = None, search: dict[str, object] | None = None) -> MemoryIndex:
+    idx = MemoryIndex(agent_for(ws, search), sel(provider if provider is not None else HashingEmbedder()))
+    await idx.sync()
+    return idx
+
+
+async def paths(idx: MemoryIndex, query: str, **kw: object) -> list[str]:
+    return [r.path for r in (await idx.search(query, **kw)).results]  # type: ignore[arg-type]
+
+
+async def test_sync_indexes_memory_files_and_reports_counts(notes: Path) -> None:
+    idx = await synced(notes)
+    st = idx.status()
+    assert st["files"] == 5 and st["chunks"] == 5 and st["pendingVectors"] == 0
+    assert st["vector"]["engine"] == "sqlite-vec" and st["vector"]["available"]
+    assert st["fts"]["available"]
+    assert st["dbPath"].endswith("main.sqlite")
+
+
+async def test_both_terms_rank_above_one_and_questions_match_partially(notes: Path) -> None:
+    idx = await synced(notes)
+    found = await paths(idx, "hello world", min_score=0)
+    assert found.index("memory/2026-11-28.md") < found.index("memory/2026-11-29.md")
+    # a natural-language question sharing only some words still finds the note
+    assert "MEMORY.md" in await paths(idx, "Where is the deploy target for production these days?")
+
+
+@pytest.mark.parametrize("query", ["北京", "项目计划", "東京", "会議"])
+async def test_cjk_queries_recall_the_note(notes: Path, query: str) -> None:
+    idx = await synced(notes)
+    assert "memory/trip.md" in await paths(idx, query)
+    assert (await paths(idx, query, mode="keyword"))[0] == "memory/trip.md"
+
+
+async def test_cjk_recall_with_keyword_only(notes: Path) -> None:
+    idx = MemoryIndex(agent_for(notes), sel(None))
+    await idx.sync()
+    out = await idx.search("北京")
+    assert out.mode == "keyword" and out.results[0].path == "memory/trip.md"
+
+
+async def test_substring_terms_match_inside_words(notes: Path) -> None:
+    idx = await synced(notes)
+    assert (await paths(idx, "adguard"))[0] == "MEMORY.md"
+
+
+async def test_results_shape_and_snippet_cap(notes: Path) -> None:
+    write(notes / "memory" / "long.md", "\n".join(f"line {i} about kubernetes ingress tuning and more words" for i in range(200)))
+    idx = await synced(notes)
+    out = await idx.search("kubernetes ingress")
+    assert out.provider == "hashing" and out.model == "hashing-v1" and out.mode == "hybrid"
+    top = out.results[0]
+    assert top.path == "memory/long.md" and top.source == "memory"
+    assert len(top.snippet) <= 700
+    assert 1 <= top.start_line <= top.end_line <= 200
+    lines = (notes / "memory" / "long.md").read_text().splitlines()
+    assert top.snippet.splitlines()[0] == lines[top.start_line - 1]
+    assert sum(len(r.snippet) for r in out.results) <= 4000
+
+
+async def test_incremental_sync_edits_and_deletes(notes: Path) -> None:
+    idx = await synced(notes)
+    again = await idx.sync()
+    assert again.files_changed == 0 and again.chunks_written == 0
+    write(notes / "memory" / "pets.md", "# Pets\nBob has a parrot called Kiwi.\n")
+    os.unlink(notes / "memory" / "2026-11-29.md")
+    report = await idx.sync()
+    assert report.files_changed == 1 and report.files_removed == 1
+    assert "memory/pets.md" in await paths(idx, "parrot Kiwi")
+    assert "memory/2026-11-29.md" not in await paths(idx, "hello there", min_score=0)
+    assert not any("Miso" in r.snippet for r in (await idx.search("Miso cat", min_score=0)).results)
+
+
+async def test_touch_without_change_does_not_rechunk(notes: Path) -> None:
+    idx = await synced(notes)
+    p = notes / "MEMORY.md"
+    os.utime(p, (time.time() + 5, time.time() + 5))
+    assert (await idx.sync()).chunks_written == 0
+
+
+async def test_search_on_a_dirty_index_syncs_first(notes: Path) -> None:
+    idx = await synced(notes)
+    write(notes / "memory" / "new.md", "The zebra migration starts in July.\n")
+    idx.dirty = True
+    assert "memory/new.md" in await paths(idx, "zebra migration")
+
+
+async def test_numpy_engine_gives_the_same_answers(notes: Path) -> None:
+    vec_idx = await synced(notes)
+    np_idx = MemoryIndex(
+        agent_for(notes, {"store": {"path": str(notes.parent / "np.sqlite"), "vector": {"extensionPath": "/nonexistent/vec0.so"}}}),
+        sel(HashingEmbedder()),
+    )
+    await np_idx.sync()
+    assert np_idx.status()["vector"]["engine"] == "numpy"
+    assert "sqlite-vec failed to load" in np_idx.status()["vector"]["loadError"]
+    for q in ("hello world", "deploy target", "grey cat"):
+        a = await vec_idx.search(q, mode="vector", min_score=0)
+        b = await np_idx.search(q, mode="vector", min_score=0)
+        assert a.results[0].path == b.results[0].path
+        assert sorted(r.score for r in a.results) == pytest.approx(sorted(r.score for r in b.results), abs=1e-5)
+
+
+async def test_keyword_only_when_provider_is_none(notes: Path) -> None:
+    idx = MemoryIndex(agent_for(notes, {"provider": "none"}))
+    await idx.sync()
+    out = await idx.search("deploy target")
+    assert out.mode == "keyword" and out.provider is None
+    assert out.results[0].path == "MEMORY.md"
+    assert idx.status()["provider"] == "none"
+
+
+async def test_model_change_triggers_atomic_reindex(notes: Path) -> None:
+    idx = await synced(notes, HashingEmbedder(model="m-a"))
+    await idx.aclose()
+    idx2 = MemoryIndex(agent_for(notes), sel(HashingEmbedder(model="m-b")))
+    assert "model" in (idx2.reindex_reason() or "")
+    # until the reindex runs, vectors from the old model are not used
+    assert (await idx2.search("deploy target")).mode == "keyword"
+    report = await idx2.sync()
+    assert report.reindexed and "m-b" in (report.reindex_reason or "")
+    assert idx2.reindex_reason() is None
+    assert (await idx2.search("deploy target")).mode == "hybrid"
+    leftovers = [p.name for p in idx2.path.parent.iterdir() if ".reindex-" in p.name]
+    assert leftovers == []
+
+
+async def test_failed_reindex_keeps_the_old_index(notes: Path) -> None:
+    idx = await synced(notes, HashingEmbedder(model="m-a"))
+    await idx.aclose()
+    broken = MemoryIndex(agent_for(notes), sel(FailingEmbedder(model="m-b"), explicit=True))
+    with pytest.raises(ProviderUnavailable, match="503"):
+        await broken.sync()
+    assert [p.name for p in broken.path.parent.iterdir() if ".reindex-" in p.name] == []
+    await broken.aclose()
+    reopened = MemoryIndex(agent_for(notes), sel(HashingEmbedder(model="m-a")))
+    assert reopened.reindex_reason() is None  # still the m-a index
+    assert reopened.status()["chunks"] == 5
+
+
+async def test_second_forced_reindex_hits_the_embedding_cache(notes: Path) -> None:
+    emb = HashingEmbedder()
+    idx = await synced(notes, emb)
+    first = emb.embedded_texts
+    report = await idx.sync(force=True)
+    assert report.reindexed and report.vectors_from_cache == 5 and report.vectors_embedded == 0
+    assert emb.embedded_texts == first
+
+
+async def test_cache_is_pruned_to_max_entries(notes: Path) -> None:
+    idx = await synced(notes, search={"cache": {"maxEntries": 3}})
+    assert idx.status()["cache"]["entries"] == 3
+
+
+async def test_explicit_provider_failure_makes_memory_unavailable(notes: Path) -> None:
+    idx = MemoryIndex(agent_for(notes), sel(FailingEmbedder(), explicit=True))
+    with pytest.raises(ProviderUnavailable):
+        await idx.sync()
+    with pytest.raises(ProviderUnavailable):
+        await idx.search("deploy")
+
+
+async def test_auto_provider_failure_degrades_to_keywords_and_says_so(notes: Path) -> None:
+    idx = MemoryIndex(agent_for(notes), sel(FailingEmbedder(fail_queries=True)))
+    await idx.sync()
+    out = await idx.search("deploy target")
+    assert out.results[0].path == "MEMORY.md"
+    assert out.mode == "keyword"
+    assert out.fallback is not None and "keyword-only" in out.fallback["reason"]
+    assert idx.status()["fallback"]["reason"].startswith("hashing embedding failed: HTTP 503")
+
+
+async def test_fallback_provider_takes_over_when_primary_fails(notes: Path) -> None:
+    backup = HashingEmbedder(model="backup")
+    idx = MemoryIndex(agent_for(notes), sel(FailingEmbedder(), explicit=True, fallback=backup))
+    await idx.sync()  # primary fails → switch
+    await idx.sync()  # signature changed → reindex with the fallback
+    out = await idx.search("deploy target")
+    assert out.model == "backup" and out.mode == "hybrid"
+    assert "fallback provider hashing" in out.fallback["reason"]  # type: ignore[index]
+
+
+async def test_query_embedding_failure_or_zero_vector_still_answers(notes: Path) -> None:
+    idx = await synced(notes, ZeroQueryEmbedder())
+    out = await idx.search("deploy target")
+    assert out.results[0].path == "MEMORY.md" and out.mode == "keyword"
+    assert any("zero vector" in n for n in out.notes)
+
+
+async def test_vectors_answer_when_fts5_is_unavailable(notes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_fts(conn: object) -> None:
+        conn.execute("insert or replace into meta(key, value) values ('fts_error', 'no such module: fts5')")  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(_store, "MIGRATIONS", [_store.MIGRATIONS[0], ("m002_fts", no_fts)])
+    idx = await synced(notes)
+    assert idx.status()["fts"] == {"available": False, "error": "no such module: fts5", "trigram": True}
+    out = await idx.search("grey cat named Miso")
+    assert out.mode == "vector" and out.results[0].path == "memory/pets.md"
+
+
+async def test_migrations_are_numbered_and_applied_once(notes: Path) -> None:
+    idx = await synced(notes)
+    rows = idx.store.conn.execute("select id from migrations order by id").fetchall()
+    assert [r[0] for r in rows] == ["m001_base", "m002_fts"]
+    assert idx.store.conn.execute("pragma journal_mode").fetchone()[0] == "wal"
+    await idx.aclose()
+    again = MemoryIndex(agent_for(notes), sel(HashingEmbedder()))
+    assert again.store.conn.execute("select count(*) from migrations").fetchone()[0] == 2
+
+
+async def test_searches_never_crash_while_another_process_syncs(notes: Path) -> None:
+    idx = await synced(notes)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        async def run() -> None:
+            other = MemoryIndex(agent_for(notes), sel(HashingEmbedder()))
+            i = 0
+            while not stop.is_set():
+                write(notes / "memory" / f"churn-{i % 5}.md", f"churn note {i} " + "filler words " * 200)
+                other.dirty = True
+                await other.sync()
+                i += 1
+            await other.aclose()
+
+        try:
+            anyio.run(run)
+        except BaseException as err:  # surfaced below
+            errors.append(err)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        deadline = time.monotonic() + 3
+        n = 0
+        while time.monotonic() < deadline:
+            out = await idx.search("churn note filler", min_score=0)
+            assert isinstance(out.results, list)
+            n += 1
+    finally:
+        stop.set()
+        t.join(30)
+    assert not errors
+    assert n > 10
+
+
+async def test_temporal_decay_orders_equal_notes_by_age(workspace: Path) -> None:
+    text = "Rod has standup at 14:15 with the platform team.\n"
+    for day in ("2025-09-15", "2026-02-03", "2026-02-10"):
+        write(workspace / "memory" / f"{day}.md", text)
+    write(workspace / "MEMORY.md", text)
+    idx = await synced(workspace, search={"query": {"hybrid": {"temporalDecay": {"enabled": True}}}})
+    out = await idx.search("Rod standup", min_score=0, now=datetime(2026, 2, 10, tzinfo=timezone.utc))
+    order = [r.path for r in out.results]
+    assert order.index("memory/2026-02-10.md") < order.index("memory/2026-02-03.md") < order.index("memory/2025-09-15.md")
+    scores = {r.path: r.score for r in out.results}
+    assert scores["MEMORY.md"] == pytest.approx(scores["memory/2026-02-10.md"])  # evergreen: no decay
+
+
+async def test_mmr_through_the_index(workspace: Path) -> None:
+    write(workspace / "memory" / "2026-02-10.md", "Configured Omada router, set VLAN 10 for IoT devices\n")
+    write(workspace / "memory" / "2026-02-08.md", "Configured Omada router, moved IoT to VLAN 10\n")
+    write(workspace / "memory" / "network.md", "Router: Omada ER605, AdGuard: 192.168.10.2, VLAN 10: IoT\n")
+    write(workspace / "memory" / "2026-02-05.md", "Set up AdGuard DNS on 192.168.10.2\n")
+    idx = await synced(workspace, search={"query": {"hybrid": {"mmr": {"enabled": True, "lambda": 0.3}}}})
+    top = await paths(idx, "Omada router VLAN", max_results=2, min_score=0)
+    # the two near-identical router notes are not both in the top two
+    assert not {"memory/2026-02-10.md", "memory/2026-02-08.md"} <= set(top)
+
+
+async def test_exact_file_name_in_query_ranks_that_file_first(notes: Path) -> None:
+    idx = await synced(notes)
+    assert (await paths(idx, "pets.md"))[0] == "memory/pets.md"
+    assert (await paths(idx, "memory/trip.md"))[0] == "memory/trip.md"
+
+
+async def test_empty_query_is_an_error(notes: Path) -> None:
+    idx = await synced(notes)
+    with pytest.raises(MemorydError, match="empty"):
+        await idx.search("   ")
+
+
+async def test_memory_get_reads_slices_and_refuses(notes: Path) -> None:
+    idx = await synced(notes)
+    assert idx.get("MEMORY.md").text.startswith("# Long-term")
+    assert idx.get("MEMORY.md", 2, 1).text == "The deploy target is fly.io in region ams.\n"
+    assert idx.get("MEMORY.md", 99).text == ""
+    assert idx.get("memory/nope.md").to_dict() == {"path": "memory/nope.md", "text": ""}
+    with pytest.raises(PathNotAllowed):
+        idx.get("../secrets.md")
+    with pytest.raises(MemorydError, match="from"):
+        idx.get("MEMORY.md", 0)
+
+
+async def test_watcher_picks_up_a_new_note(notes: Path) -> None:
+    idx = await synced(notes, search={"sync": {"watchDebounceMs": 100}})
+    synced_event = anyio.Event()
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: idx.watch(stop_event=stop, on_synced=lambda _r: synced_event.set()))
+        await anyio.sleep(0.5)
+        write(notes / "memory" / "2026-11-30.md", "The quokka visit is booked for Friday.\n")
+        with anyio.fail_after(15):
+            await synced_event.wait()
+        idx.dirty = False  # prove the watcher's sync, not search's, indexed it
+        assert "memory/2026-11-30.md" in await paths(idx, "quokka visit")
+        stop.set()
