@@ -1,37 +1,227 @@
-"""Choose the embedding provider for an agent from its memorySearch config.
+"""Choose the embedding provider (and its fallback) for an agent from its memorySearch config.
 
-This first version knows `none` and `local`; remote providers plug in here (issue: embedding providers).
+`provider = "auto"` (the default) picks, in order:
+
+1. `local`, when `local.modelPath` is configured and exists;
+2. `openai` when `remote.apiKey` or `remote.baseUrl` is set (an OpenAI-compatible endpoint);
+3. the first of openai, gemini, voyage, mistral with a key in `models.providers.<name>.apiKey`
+   or its environment variable;
+4. the offline local default — memoryd never leaves a user without semantic search.
+
+Ollama is never auto-selected. `remote.*` settings (key, endpoint, headers, input types,
+dimensions, batch) configure the provider in use; a `fallback` provider gets only its
+`models.providers` entry and environment, and its default model.
+
+An explicit provider that cannot be built (no key, bad option) is replaced by the fallback when
+one is configured, else selection raises `ProviderUnavailable`: memory is unavailable rather than
+silently degraded. `ProviderSelection.reason` and `notes` say what was chosen and why, for status.
+Nothing here touches the network or loads a model; construction is cheap.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from ..config import ResolvedAgent
+from ..config import MemorySearchConfig, ModelsConfig, ResolvedAgent
 from ..errors import EmbeddingError, ProviderUnavailable
-from .base import ProviderSelection
+from ._http import RetryPolicy
+from ._remote import RemoteProvider
+from .base import EmbeddingProvider, ProviderSelection
+from .gemini import GeminiProvider
+from .keys import ENV_KEYS, resolve_api_key, resolve_base_url, resolve_headers
+from .mistral import MistralProvider
+from .ollama import OllamaProvider
+from .openai import OpenAIProvider
+from .voyage import VoyageProvider
+
+REMOTE_PROVIDERS: Mapping[str, type[RemoteProvider]] = {
+    "openai": OpenAIProvider,
+    "gemini": GeminiProvider,
+    "voyage": VoyageProvider,
+    "mistral": MistralProvider,
+    "ollama": OllamaProvider,
+}
+#: Remote providers `auto` considers, in order of preference.
+AUTO_ORDER = ("openai", "gemini", "voyage", "mistral")
+_BATCH_CAPABLE = ("openai", "gemini")
 
 
-def select_provider(agent: ResolvedAgent) -> ProviderSelection:
-    cfg = agent.memory_search
+def _key_hint(name: str) -> str:
+    return f"set memorySearch.remote.apiKey, models.providers.{name}.apiKey or {ENV_KEYS[name]}"
+
+
+def build_provider(
+    name: str,
+    cfg: MemorySearchConfig,
+    models: ModelsConfig,
+    *,
+    env: Mapping[str, str],
+    primary: bool,
+    retry: RetryPolicy | None = None,
+    notes: list[str] | None = None,
+) -> EmbeddingProvider:
+    """Construct provider `name`; `primary` applies `model` and `remote.*`. Raises `EmbeddingError`."""
+    notes = notes if notes is not None else []
+    if name == "local":
+        from .local import LocalE5Provider
+
+        model_path = cfg.local.model_path if primary else None
+        if model_path and not Path(model_path).expanduser().exists():
+            raise EmbeddingError(f"local.modelPath {model_path} does not exist")
+        local_model = cfg.model if primary and cfg.provider == "local" else None
+        return LocalE5Provider(
+            local_model, model_path=str(Path(model_path).expanduser()) if model_path else None
+        )
+    cls = REMOTE_PROVIDERS.get(name)
+    if cls is None:
+        raise EmbeddingError(f"unknown embedding provider {name!r}")
+    remote = cfg.remote if primary else None
+    key = resolve_api_key(name, remote=remote, models=models, env=env)
+    base_url = resolve_base_url(name, remote=remote, models=models)
+    custom = base_url is not None and base_url.rstrip("/") != cls.default_base_url
+    if not key and name != "ollama" and not custom:
+        raise EmbeddingError(f"{name}: no API key ({_key_hint(name)})")
+    if key:
+        notes.append(f"{name}: API key from {key.source}")
+    elif name != "ollama":
+        notes.append(f"{name}: no API key; custom endpoint {base_url} is called without one")
+    kwargs: dict[str, Any] = {
+        "api_key": key.value,
+        "base_url": base_url,
+        "headers": resolve_headers(name, remote=remote, models=models),
+        "retry": retry,
+    }
+    if remote is not None:
+        kwargs["input_type"] = remote.input_type
+        kwargs["output_dimensionality"] = remote.output_dimensionality
+        if name in _BATCH_CAPABLE:
+            kwargs["batch"] = remote.batch
+            if remote.batch.enabled:
+                notes.append(f"{name}: batch mode on (concurrency {remote.batch.concurrency})")
+        elif remote.batch.enabled:
+            notes.append(f"{name}: remote.batch ignored (only openai and gemini have a batch API)")
+    provider = cls(cfg.model if primary else None, **kwargs)
+    if remote is not None and remote.headers:
+        notes.append(
+            f"{name}: remote.headers merged over defaults ({', '.join(sorted(remote.headers))})"
+        )
+    return provider
+
+
+def _describe(provider: EmbeddingProvider) -> str:
+    where = (
+        f" at {provider.base_url}"
+        if isinstance(provider, RemoteProvider) and provider.custom_endpoint
+        else ""
+    )
+    return f"{provider.id} {provider.model}{where}"
+
+
+def _auto_primary(
+    cfg: MemorySearchConfig, models: ModelsConfig, env: Mapping[str, str]
+) -> tuple[str, str, list[str]]:
+    """(provider name, why, notes) for `auto`."""
+    notes: list[str] = []
+    model_path = cfg.local.model_path
+    if model_path:
+        if Path(model_path).expanduser().exists():
+            return "local", f"auto: local.modelPath {model_path} exists", notes
+        notes.append(f"auto: local.modelPath {model_path} does not exist; skipped")
+    if cfg.remote.api_key or cfg.remote.base_url:
+        which = "remote.apiKey" if cfg.remote.api_key else "remote.baseUrl"
+        return "openai", f"auto: memorySearch.{which} set (OpenAI-compatible)", notes
+    for name in AUTO_ORDER:
+        key = resolve_api_key(name, remote=None, models=models, env=env)
+        if key:
+            return name, f"auto: {key.source} set", notes
+    return "local", "auto: no remote API key found; offline local model", notes
+
+
+def _fallback(
+    cfg: MemorySearchConfig,
+    models: ModelsConfig,
+    primary_id: str | None,
+    env: Mapping[str, str],
+    retry: RetryPolicy | None,
+    notes: list[str],
+) -> EmbeddingProvider | None:
+    name = cfg.fallback
+    if name == "none":
+        return None
+    if name == primary_id:
+        notes.append(f"fallback {name} is the primary provider; no fallback")
+        return None
+    try:
+        provider = build_provider(
+            name, cfg, models, env=env, primary=False, retry=retry, notes=notes
+        )
+    except EmbeddingError as err:
+        notes.append(f"fallback {name} unavailable: {err}")
+        return None
+    notes.append(f"fallback ready: {_describe(provider)} (used only if the primary fails)")
+    return provider
+
+
+def select_provider(
+    agent: ResolvedAgent,
+    *,
+    env: Mapping[str, str] | None = None,
+    retry: RetryPolicy | None = None,
+) -> ProviderSelection:
+    """The provider and fallback for `agent`. `env` defaults to `os.environ` (tests pass a dict)."""
+    return select_from_config(agent.memory_search, agent.models, env=env, retry=retry)
+
+
+def select_from_config(
+    cfg: MemorySearchConfig,
+    models: ModelsConfig,
+    *,
+    env: Mapping[str, str] | None = None,
+    retry: RetryPolicy | None = None,
+) -> ProviderSelection:
+    """`select_provider` on bare config objects."""
+    env = os.environ if env is None else env
     requested = cfg.provider
     if requested == "none":
-        return ProviderSelection(requested, None, "provider = none: keyword-only search by configuration", explicit=True)
-    from .local import LocalE5Provider
-
+        return ProviderSelection(
+            requested, None, "provider = none: keyword-only search by configuration", explicit=True
+        )
     explicit = requested != "auto"
-    if requested in ("auto", "local"):
-        model_path = cfg.local.model_path
-        if model_path and not Path(model_path).expanduser().exists():
-            if explicit:
-                raise ProviderUnavailable(f"local.modelPath {model_path} does not exist")
-            model_path = None
+    notes: list[str] = []
+    name: str
+    if explicit:
+        name, why = requested, "configured"
+    else:
+        name, why, notes = _auto_primary(cfg, models, env)
+    try:
+        provider = build_provider(
+            name, cfg, models, env=env, primary=True, retry=retry, notes=notes
+        )
+    except EmbeddingError as err:
+        failure = f"{name} unavailable: {err}"
+    else:
+        fallback = _fallback(cfg, models, provider.id, env, retry, notes)
+        return ProviderSelection(
+            requested, provider, f"{why} → {_describe(provider)}", fallback, explicit, notes
+        )
+
+    fallback = _fallback(cfg, models, name, env, retry, notes)
+    if fallback is not None:
+        reason = f"{why}: {failure}; using fallback {_describe(fallback)}"
+        return ProviderSelection(requested, fallback, reason, None, explicit, notes)
+    if explicit:
+        raise ProviderUnavailable(f"memory search unavailable: {failure}")
+    if name != "local":  # auto picked a remote that cannot be built: the offline default still can
         try:
-            provider = LocalE5Provider(cfg.model if requested == "local" else None, model_path=model_path)
+            provider = build_provider("local", cfg, models, env=env, primary=False, notes=notes)
         except EmbeddingError as err:
-            if explicit:
-                raise ProviderUnavailable(str(err)) from None
-            return ProviderSelection(requested, None, f"no embedding provider available ({err}); keyword-only search")
-        why = "configured" if explicit else "auto: no remote API key found; offline local model"
-        return ProviderSelection(requested, provider, why, explicit=explicit)
-    raise ProviderUnavailable(f"embedding provider {requested!r} is not available in this build")
+            failure = f"{failure}; local unavailable: {err}"
+        else:
+            reason = f"{why}: {failure}; offline local model instead → {_describe(provider)}"
+            return ProviderSelection(requested, provider, reason, None, explicit, notes)
+    return ProviderSelection(
+        requested, None, f"{why}: {failure}; keyword-only search", None, explicit, notes
+    )

@@ -1,0 +1,229 @@
+"""The HTTP edge every remote embedding provider shares: one httpx client, retries, error bodies.
+
+Retries follow the issue's contract: 429, 5xx and "rate limit" errors (and dropped connections)
+are retried with tenacity, 3 tries with jittered exponential backoff between 0.5 s and 8 s, and a
+server's `Retry-After` is honoured up to a cap. Everything else fails at once with the API's own
+error message, so a bad key or model name reads like the provider's answer, not a stack trace.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
+from ..errors import EmbeddingError
+
+USER_AGENT = "memoryd/0.1 (+embeddings)"
+_RATE_LIMIT_WORDS = (
+    "rate limit",
+    "rate_limit",
+    "ratelimit",
+    "too many requests",
+    "resource_exhausted",
+    "quota",
+)
+
+
+class EmbeddingHTTPError(EmbeddingError):
+    """Raised when an embedding API answers with an error status (carries status and retryability)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        retryable: bool = False,
+        detail: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        #: The API's own error message, without our prefix.
+        self.detail = detail
+        self.retryable = retryable
+        self.retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How remote calls retry. Tests shrink the waits and inject `sleep` to observe them."""
+
+    attempts: int = 3
+    min_wait: float = 0.5
+    max_wait: float = 8.0
+    #: Longest `Retry-After` we obey; a server asking for more gets this instead.
+    retry_after_cap: float = 30.0
+    timeout: float = 60.0
+    sleep: Callable[[float], Awaitable[None]] = field(default=anyio.sleep, compare=False)
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a `Retry-After` header (delta-seconds or HTTP date); None if absent/bad."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def backoff_seconds(
+    attempt: int,
+    policy: RetryPolicy,
+    retry_after: float | None,
+    *,
+    rng: random.Random | None = None,
+) -> float:
+    """Wait before retry number `attempt` (1-based): Retry-After if given (capped), else jittered exponential."""
+    if retry_after is not None:
+        return min(retry_after, policy.retry_after_cap)
+    base = policy.min_wait * (2 ** (attempt - 1))
+    jitter = (rng or random).uniform(0, policy.min_wait)
+    return float(min(policy.max_wait, base + jitter))
+
+
+def error_message(response: httpx.Response) -> str:
+    """The human part of an API error body, across the shapes providers use."""
+    try:
+        body: Any = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        text = response.text.strip()
+        return text[:300] or response.reason_phrase
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(
+            err, dict
+        ):  # OpenAI, Gemini: {"error": {"message": ..., "status"/"type": ...}}
+            return str(err.get("message") or err.get("status") or err)
+        if isinstance(err, str):  # Ollama: {"error": "..."}
+            return err
+        for key in ("detail", "message"):  # Voyage: {"detail"}, Mistral: {"message"}
+            if key in body:
+                return str(body[key])
+    return json.dumps(body)[:300]
+
+
+def _is_retryable_status(status: int, message: str) -> bool:
+    if status == 429 or status >= 500:
+        return True
+    lowered = message.lower()
+    return status in (400, 403) and any(word in lowered for word in _RATE_LIMIT_WORDS)
+
+
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, EmbeddingHTTPError):
+        return exc.retryable
+    return isinstance(exc, httpx.TransportError)
+
+
+class ApiClient:
+    """One provider's endpoint: base URL, merged headers, a lazily opened `httpx.AsyncClient`."""
+
+    def __init__(
+        self, provider: str, base_url: str, headers: Mapping[str, str], retry: RetryPolicy
+    ) -> None:
+        self.provider = provider
+        self.base_url = base_url.rstrip("/")
+        self.headers = dict(headers)
+        self.retry = retry
+        self._client: httpx.AsyncClient | None = None
+        #: Requests sent, including retries; status and tests read it.
+        self.requests = 0
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                headers={"user-agent": USER_AGENT, **self.headers},
+                timeout=httpx.Timeout(self.retry.timeout, connect=min(10.0, self.retry.timeout)),
+                follow_redirects=True,
+            )
+        return self._client
+
+    def url(self, path: str) -> str:
+        return (
+            path
+            if path.startswith(("http://", "https://"))
+            else f"{self.base_url}/{path.lstrip('/')}"
+        )
+
+    async def _send_once(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        self.requests += 1
+        response = await self._http().request(method, self.url(path), **kwargs)
+        if response.is_success:
+            return response
+        message = error_message(response)
+        err = EmbeddingHTTPError(
+            f"{self.provider}: HTTP {response.status_code} from {method} {self.url(path)}: {message}",
+            status_code=response.status_code,
+            retryable=_is_retryable_status(response.status_code, message),
+            detail=message,
+        )
+        err.retry_after = parse_retry_after(response.headers.get("retry-after"))
+        raise err
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        retry_after = exc.retry_after if isinstance(exc, EmbeddingHTTPError) else None
+        return backoff_seconds(state.attempt_number, self.retry, retry_after)
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """Send with retries; raises `EmbeddingHTTPError` (API said no) or `EmbeddingError` (network)."""
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.retry.attempts),
+            wait=self._wait,
+            retry=retry_if_exception(_retryable),
+            sleep=self.retry.sleep,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._send_once(method, path, **kwargs)
+        except httpx.TransportError as err:
+            raise EmbeddingError(
+                f"{self.provider}: cannot reach {self.url(path)}: {err or type(err).__name__}"
+            ) from err
+        raise AssertionError(
+            "unreachable: tenacity either returns or re-raises"
+        )  # pragma: no cover
+
+    async def post_json(self, path: str, body: Mapping[str, Any]) -> Any:
+        return _json(await self.request("POST", path, json=body), self.provider)
+
+    async def get_json(self, path: str) -> Any:
+        return _json(await self.request("GET", path), self.provider)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+
+def _json(response: httpx.Response, provider: str) -> Any:
+    try:
+        return response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise EmbeddingError(f"{provider}: response is not JSON: {response.text[:200]!r}") from err
+
+
+def merge_headers(*layers: Mapping[str, str] | None) -> dict[str, str]:
+    """Merge header dicts case-insensitively; later layers win (defaults, provider config, remote)."""
+    out: dict[str, tuple[str, str]] = {}
+    for layer in layers:
+        for key, value in (layer or {}).items():
+            out[key.lower()] = (key, value)
+    return {key: value for key, value in out.values()}

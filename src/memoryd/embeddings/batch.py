@@ -1,0 +1,213 @@
+"""Optional batch mode: embed documents through a provider's asynchronous batch API.
+
+Batch APIs (OpenAI's Batch API, Gemini's async batch) cost about half as much and do not count
+against online rate limits, at the price of latency. `remote.batch` configures them:
+
+* `enabled` turns batch mode on for document embedding (queries are always online);
+* `concurrency` caps jobs in flight per provider; `pollIntervalMs` and `timeoutMinutes` shape
+  the wait;
+* `wait = false` submits and returns at once: the call raises `BatchPending`, and calling again
+  with the same texts collects the finished job instead of submitting a new one.
+
+A failed, expired or timed-out job counts as a failure and its texts are embedded online, so a
+sync still completes. After `MAX_FAILURES` failures batch mode switches itself off for the
+provider and `describe()` (shown by status) says why.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import numpy as np
+
+from ..config import BatchConfig
+from ..errors import EmbeddingError, MemorydError
+from ._limits import pack
+from .base import Matrix
+
+if TYPE_CHECKING:
+    from ._remote import RemoteProvider
+
+MAX_FAILURES = 2
+
+
+class BatchPending(MemorydError):
+    """Raised when `remote.batch.wait` is false and submitted batch jobs have not finished yet."""
+
+    def __init__(self, message: str, job_ids: Sequence[str]) -> None:
+        super().__init__(message)
+        self.job_ids = list(job_ids)
+
+
+class BatchJobFailed(EmbeddingError):
+    """Raised inside batch mode when a job fails, expires or times out (its texts go online)."""
+
+
+@dataclass
+class JobStatus:
+    id: str
+    state: str
+    done: bool
+    error: str | None
+    raw: Any
+
+
+class BatchRunner(abc.ABC):
+    """One provider's batch wire format: submit a job, poll it, read its vectors, cancel it."""
+
+    #: Most inputs one job carries; more inputs make more jobs.
+    max_job_inputs: int = 50_000
+
+    @abc.abstractmethod
+    async def submit(self, texts: list[str]) -> str:
+        """Create a job embedding `texts` as documents; returns its id."""
+
+    @abc.abstractmethod
+    async def poll(self, job_id: str) -> JobStatus:
+        """Current state of a job; `done` with `error` set means it failed."""
+
+    @abc.abstractmethod
+    async def results(self, status: JobStatus, count: int) -> list[Any]:
+        """The raw vectors of a finished job, in input order."""
+
+    async def cancel(self, job_id: str) -> None:  # noqa: B027 - optional
+        """Best-effort cancellation of a job we gave up on."""
+
+
+class BatchMode:
+    """Per-provider batch state: config, failures, pending jobs; `describe()` feeds status."""
+
+    def __init__(self, runner: BatchRunner, config: BatchConfig) -> None:
+        self.runner = runner
+        self.config = config
+        self.failures = 0
+        self.disabled_reason: str | None = None
+        self.last_error: str | None = None
+        self.jobs_submitted = 0
+        self.jobs_completed = 0
+        self._pending: dict[str, str] = {}
+        self._limiter: anyio.CapacityLimiter | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.config.enabled and self.disabled_reason is None
+
+    def limiter(self) -> anyio.CapacityLimiter:
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self.config.concurrency)
+        return self._limiter
+
+    def record_failure(self, reason: str) -> None:
+        self.failures += 1
+        self.last_error = reason
+        if self.failures >= MAX_FAILURES and self.disabled_reason is None:
+            self.disabled_reason = f"batch mode off after {self.failures} failures; last: {reason}"
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "enabled": self.config.enabled,
+            "active": self.active,
+            "failures": self.failures,
+            "jobsSubmitted": self.jobs_submitted,
+            "jobsCompleted": self.jobs_completed,
+            "pending": len(self._pending),
+            "lastError": self.last_error,
+            "disabledReason": self.disabled_reason,
+        }
+
+
+def _digest(provider: RemoteProvider, texts: Sequence[str]) -> str:
+    h = hashlib.sha256(provider.fingerprint().encode())
+    for text in texts:
+        h.update(len(text).to_bytes(8, "little"))
+        h.update(text.encode())
+    return h.hexdigest()
+
+
+async def _finish(provider: RemoteProvider, mode: BatchMode, job_id: str, count: int) -> Matrix:
+    """Poll a job to completion (or timeout) and return its normalized vectors."""
+    deadline = anyio.current_time() + mode.config.timeout_minutes * 60
+    while True:
+        status = await mode.runner.poll(job_id)
+        if status.done:
+            break
+        if anyio.current_time() >= deadline:
+            await _cancel_quietly(mode.runner, job_id)
+            raise BatchJobFailed(
+                f"{provider.id} batch job {job_id} timed out after {mode.config.timeout_minutes:g} min (state {status.state})"
+            )
+        if not mode.config.wait:
+            raise BatchPending(f"{provider.id} batch job {job_id} is {status.state}", [job_id])
+        await anyio.sleep(mode.config.poll_interval_ms / 1000)
+    if status.error:
+        raise BatchJobFailed(f"{provider.id} batch job {job_id} {status.state}: {status.error}")
+    matrix = provider.to_matrix(await mode.runner.results(status, count), count)
+    mode.jobs_completed += 1
+    return matrix
+
+
+async def _cancel_quietly(runner: BatchRunner, job_id: str) -> None:
+    # The job is abandoned either way; cancelling only saves the provider work.
+    with contextlib.suppress(EmbeddingError):
+        await runner.cancel(job_id)
+
+
+async def _one_job(provider: RemoteProvider, mode: BatchMode, texts: list[str]) -> Matrix:
+    key = _digest(provider, texts)
+    async with mode.limiter():
+        job_id = mode._pending.get(key)
+        if job_id is None:
+            job_id = await mode.runner.submit(texts)
+            mode.jobs_submitted += 1
+            mode._pending[key] = job_id
+        try:
+            matrix = await _finish(provider, mode, job_id, len(texts))
+        except BatchPending:
+            raise
+        except BaseException:
+            mode._pending.pop(key, None)
+            raise
+        mode._pending.pop(key, None)
+        return matrix
+
+
+async def run_batch(provider: RemoteProvider, texts: list[str]) -> Matrix:
+    """Embed `texts` as documents through batch jobs; ranges whose job failed are embedded online.
+
+    Raises `BatchPending` when `wait` is false and a job is still running.
+    """
+    mode: BatchMode = provider.batch
+    ranges = pack(texts, max_items=mode.runner.max_job_inputs, max_tokens=None)
+    results: list[Matrix | None] = [None] * len(ranges)
+    failures: list[EmbeddingError] = []
+    pending: list[BatchPending] = []
+
+    async def run(slot: int, start: int, stop: int) -> None:
+        try:
+            results[slot] = await _one_job(provider, mode, texts[start:stop])
+        except BatchPending as err:
+            pending.append(err)
+        except EmbeddingError as err:
+            failures.append(err)
+
+    async with anyio.create_task_group() as tg:
+        for slot, (start, stop) in enumerate(ranges):
+            tg.start_soon(run, slot, start, stop)
+
+    if failures:
+        mode.record_failure(str(failures[0]))
+    if pending:
+        job_ids = [job for p in pending for job in p.job_ids]
+        raise BatchPending(
+            f"{provider.id}: {len(job_ids)} batch job(s) still running; sync again later", job_ids
+        )
+    for slot, (start, stop) in enumerate(ranges):
+        if results[slot] is None:
+            results[slot] = await provider._embed_online(texts[start:stop], "document")
+    return np.concatenate([r for r in results if r is not None])

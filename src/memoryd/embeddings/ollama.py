@@ -1,0 +1,78 @@
+"""Ollama embeddings from a local (or proxied) Ollama server. Never auto-selected.
+
+Wire format: `POST {base}/api/embed` with `{model, input: [...]}` → `{embeddings: [[...], ...]}`
+(Ollama ≥ 0.3.4). Older servers only have `POST {base}/api/embeddings` with `{model, prompt}` →
+`{embedding: [...]}`, one text per call; `api="auto"` tries `/api/embed` first and switches to the
+legacy endpoint for good when the server answers 404 without naming the model (an unknown model
+is a 404 too, but its body says so). Errors are `{error: "..."}`.
+
+No key is needed; `OLLAMA_API_KEY` (any placeholder) is sent as a bearer token only when set,
+for proxies and hosted Ollama. `remote.inputType` values are *prefixes* here (e.g.
+`{"query": "search_query: ", "document": "search_document: "}` for nomic-embed-text), since
+Ollama's API has no input-type field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from ..errors import EmbeddingError
+from ._http import EmbeddingHTTPError
+from ._remote import Kind, RemoteProvider
+
+DEFAULT_OLLAMA_MODEL = "nomic-embed-text"
+OLLAMA_BASE_URL = "http://127.0.0.1:11434"
+
+
+class OllamaProvider(RemoteProvider):
+    id = "ollama"
+    default_base_url = OLLAMA_BASE_URL
+    default_model = DEFAULT_OLLAMA_MODEL
+    known_dims: ClassVar[dict[str, int]] = {}
+    max_input_tokens = 2048
+    max_batch_items = 64
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        api: Literal["auto", "embed", "embeddings"] = "auto",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(model, **kwargs)
+        self.api = api
+
+    def _prefixed(self, texts: list[str], kind: Kind) -> list[str]:
+        prefix = (self.input_type or {}).get(kind, "")
+        return [prefix + t for t in texts] if prefix else texts
+
+    async def _embed_batch(self, texts: list[str], kind: Kind) -> list[Any]:
+        texts = self._prefixed(texts, kind)
+        if self.api != "embeddings":
+            try:
+                body = await self.client.post_json(
+                    "api/embed", {"model": self.model, "input": texts}
+                )
+            except EmbeddingHTTPError as err:
+                if (
+                    self.api == "auto"
+                    and err.status_code == 404
+                    and "model" not in err.detail.lower()
+                ):
+                    self.api = "embeddings"
+                else:
+                    raise
+            else:
+                if not isinstance(body, dict) or not isinstance(body.get("embeddings"), list):
+                    raise EmbeddingError("ollama: unexpected /api/embed response shape")
+                self.api = "embed"
+                return list(body["embeddings"])
+        out: list[Any] = []
+        for text in texts:
+            body = await self.client.post_json(
+                "api/embeddings", {"model": self.model, "prompt": text}
+            )
+            if not isinstance(body, dict) or "embedding" not in body:
+                raise EmbeddingError("ollama: unexpected /api/embeddings response shape")
+            out.append(body["embedding"])
+        return out

@@ -1,0 +1,194 @@
+"""OpenAI embeddings, and any OpenAI-compatible endpoint (OpenRouter, vLLM, LM Studio, proxies).
+
+Wire format: `POST {base}/embeddings` with `{model, input: [...], dimensions?}` and
+`Authorization: Bearer <key>`; the answer is `{data: [{index, embedding}], usage}`. Batch mode
+uses the Batch API: a JSONL file of `/v1/embeddings` requests uploaded to `/files`
+(purpose `batch`), `POST /batches`, polling `GET /batches/{id}`, and the output JSONL from
+`GET /files/{output_file_id}/content`.
+
+`remote.inputType = {query, document}` is sent as the body's `input_type` field: OpenAI itself
+has no asymmetric inputs, but several compatible servers (NVIDIA NIM, some vLLM/TEI setups) do.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from ..config import BatchConfig
+from ..errors import EmbeddingError
+from ._limits import pack
+from ._remote import Kind, RemoteProvider
+from .batch import BatchMode, BatchRunner, JobStatus
+
+DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+_BATCH_FAILED = {"failed", "expired", "cancelling", "cancelled"}
+
+
+class OpenAIProvider(RemoteProvider):
+    id = "openai"
+    default_base_url = OPENAI_BASE_URL
+    default_model = DEFAULT_OPENAI_MODEL
+    known_dims: ClassVar[dict[str, int]] = {
+        "text-embedding-3-small": 1536,
+        "text-embedding-3-large": 3072,
+        "text-embedding-ada-002": 1536,
+    }
+    max_input_tokens = 8191
+    max_batch_items = 2048
+    max_batch_tokens = 300_000
+
+    def __init__(
+        self, model: str | None = None, *, batch: BatchConfig | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(model, **kwargs)
+        if self.custom_endpoint:
+            # Unknown servers: smaller requests are the safe side of an undocumented limit.
+            self.max_batch_items = 256
+            self.max_batch_tokens = 100_000
+        if batch is not None and batch.enabled:
+            self.batch = BatchMode(OpenAIBatchRunner(self), batch)
+
+    def request_body(self, texts: list[str], kind: Kind) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "input": texts}
+        if self.output_dimensionality:
+            body["dimensions"] = self.output_dimensionality
+        if self.input_type and self.input_type.get(kind):
+            body["input_type"] = self.input_type[kind]
+        return body
+
+    async def _embed_batch(self, texts: list[str], kind: Kind) -> list[Any]:
+        return parse_embeddings_response(
+            await self.client.post_json("embeddings", self.request_body(texts, kind)), self.id
+        )
+
+
+def parse_embeddings_response(body: Any, provider: str) -> list[Any]:
+    """`{data: [{index, embedding}]}` → embeddings in input order (shared by OpenAI-like APIs)."""
+    try:
+        data = sorted(body["data"], key=lambda item: item.get("index", 0))
+        return [item["embedding"] for item in data]
+    except (KeyError, TypeError, AttributeError) as err:
+        raise EmbeddingError(f"{provider}: unexpected embeddings response shape") from err
+
+
+class OpenAIBatchRunner(BatchRunner):
+    """OpenAI Batch API for `/v1/embeddings`; one JSONL line per online-sized request."""
+
+    max_job_inputs = 50_000
+
+    def __init__(self, provider: OpenAIProvider) -> None:
+        self.provider = provider
+
+    async def submit(self, texts: list[str]) -> str:
+        p = self.provider
+        lines = [
+            json.dumps(
+                {
+                    "custom_id": f"memoryd-{start}-{stop}",
+                    "method": "POST",
+                    "url": "/v1/embeddings",
+                    "body": self.provider.request_body(texts[start:stop], "document"),
+                }
+            )
+            for start, stop in pack(
+                texts, max_items=p.max_batch_items, max_tokens=p.max_batch_tokens
+            )
+        ]
+        client = self.provider.client
+        upload = await client.request(
+            "POST",
+            "files",
+            data={"purpose": "batch"},
+            files={
+                "file": (
+                    "memoryd-embeddings.jsonl",
+                    ("\n".join(lines) + "\n").encode(),
+                    "application/jsonl",
+                )
+            },
+        )
+        file_id = _field(_json_body(upload.text), "id")
+        job = await client.post_json(
+            "batches",
+            {
+                "input_file_id": file_id,
+                "endpoint": "/v1/embeddings",
+                "completion_window": "24h",
+                "metadata": {"source": "memoryd"},
+            },
+        )
+        return str(_field(job, "id"))
+
+    async def poll(self, job_id: str) -> JobStatus:
+        job = await self.provider.client.get_json(f"batches/{job_id}")
+        if not isinstance(job, dict):
+            raise EmbeddingError(f"openai: unexpected batch response for {job_id}")
+        state = str(job.get("status", "unknown"))
+        error = None
+        if state in _BATCH_FAILED:
+            messages = [
+                e.get("message", "")
+                for e in (job.get("errors") or {}).get("data", [])
+                if isinstance(e, dict)
+            ]
+            error = "; ".join(m for m in messages if m) or state
+        return JobStatus(job_id, state, state == "completed" or state in _BATCH_FAILED, error, job)
+
+    async def results(self, status: JobStatus, count: int) -> list[Any]:
+        output = status.raw.get("output_file_id")
+        if not output:
+            raise EmbeddingError(
+                f"openai batch {status.id} completed without an output file (all requests failed?)"
+            )
+        response = await self.provider.client.request("GET", f"files/{output}/content")
+        vectors: list[Any] = [None] * count
+        for line in response.text.splitlines():
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+                start, stop = (
+                    int(x)
+                    for x in str(item.get("custom_id", "")).removeprefix("memoryd-").split("-")
+                )
+            except (ValueError, AttributeError) as err:
+                raise EmbeddingError(
+                    f"openai batch {status.id}: unreadable output line {line[:120]!r}"
+                ) from err
+            reply = item.get("response") or {}
+            if item.get("error") or reply.get("status_code") != 200:
+                detail = (
+                    item.get("error")
+                    or (reply.get("body") or {}).get("error")
+                    or reply.get("status_code")
+                )
+                raise EmbeddingError(
+                    f"openai batch {status.id}: request {start}-{stop} failed: {detail}"
+                )
+            got = parse_embeddings_response(reply.get("body"), "openai")
+            if len(got) != stop - start or stop > count:
+                raise EmbeddingError(
+                    f"openai batch {status.id}: request {start}-{stop} returned {len(got)} embeddings"
+                )
+            vectors[start:stop] = got
+        if any(v is None for v in vectors):
+            raise EmbeddingError(f"openai batch {status.id}: output is missing embeddings")
+        return vectors
+
+    async def cancel(self, job_id: str) -> None:
+        await self.provider.client.request("POST", f"batches/{job_id}/cancel")
+
+
+def _json_body(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise EmbeddingError(f"openai: response is not JSON: {text[:200]!r}") from err
+
+
+def _field(body: Any, key: str) -> Any:
+    if not isinstance(body, dict) or key not in body:
+        raise EmbeddingError(f"openai: response lacks {key!r}")
+    return body[key]

@@ -1,0 +1,99 @@
+"""Embedding with the failure policy of the issue, for callers that want it in one object.
+
+`ResilientEmbedder` wraps a `ProviderSelection`:
+
+* it embeds with the selected provider;
+* when that raises `EmbeddingError` (after the HTTP layer's own retries), it switches to the
+  selection's fallback and records why — the caller must then re-embed with the new provider,
+  which `generation` and `active` make visible (the index reindexes on a fingerprint change);
+* with no (working) fallback, an explicitly chosen provider makes memory unavailable:
+  `ProviderUnavailable` is raised, never a silent degradation;
+* under `auto`, it degrades to keyword-only: the embed calls return None and `state` says why.
+
+Switches are sticky until `reset()`, so a provider that is down does not cost every search three
+retries; the caller decides when to try the primary again (e.g. on the next full sync).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Literal, TypeVar
+
+from ..errors import EmbeddingError, ProviderUnavailable
+from .base import EmbeddingProvider, Matrix, ProviderSelection, Vector
+
+T = TypeVar("T")
+State = Literal["primary", "fallback", "keyword-only", "unavailable"]
+
+
+class ResilientEmbedder:
+    """Primary → fallback → keyword-only (auto) or unavailable (explicit); see the module docstring."""
+
+    def __init__(self, selection: ProviderSelection) -> None:
+        self.selection = selection
+        self.active: EmbeddingProvider | None = selection.provider
+        self.state: State = "primary" if selection.provider else "keyword-only"
+        self.reason = selection.reason
+        #: Bumped on every switch of provider: vectors from an older generation must be redone.
+        self.generation = 0
+        self.events: list[str] = []
+
+    def reset(self) -> None:
+        """Go back to the selected primary provider (e.g. before a full sync)."""
+        if self.active is not self.selection.provider:
+            self.generation += 1
+        self.active = self.selection.provider
+        self.state = "primary" if self.active else "keyword-only"
+        self.reason = self.selection.reason
+
+    def _failed(self, provider: EmbeddingProvider, err: EmbeddingError) -> None:
+        fallback = self.selection.fallback
+        what = f"{provider.id} {provider.model} failed: {err}"
+        self.generation += 1
+        if self.state == "primary" and fallback is not None:
+            self.active, self.state = fallback, "fallback"
+            self.reason = f"{what}; switched to fallback {fallback.id} {fallback.model}"
+        elif self.selection.explicit:
+            self.active, self.state = None, "unavailable"
+            self.reason = f"memory search unavailable: {what}"
+        else:
+            self.active, self.state = None, "keyword-only"
+            self.reason = f"{what}; keyword-only search until reset"
+        self.events.append(self.reason)
+
+    async def _call(self, fn: Callable[[EmbeddingProvider], Awaitable[T]]) -> T | None:
+        while self.active is not None:
+            provider = self.active
+            try:
+                return await fn(provider)
+            except EmbeddingError as err:
+                if provider is self.active:  # a concurrent call may already have switched
+                    self._failed(provider, err)
+        if self.state == "unavailable":
+            raise ProviderUnavailable(self.reason)
+        return None
+
+    async def embed_query(self, text: str) -> Vector | None:
+        """The query vector, or None when search is keyword-only."""
+        return await self._call(lambda p: p.embed_query(text))
+
+    async def embed_documents(self, texts: Sequence[str]) -> Matrix | None:
+        """Document vectors from `active` (check `generation` before storing), or None."""
+        return await self._call(lambda p: p.embed_documents(texts))
+
+    def status(self) -> dict[str, object]:
+        active = self.active
+        return {
+            "requested": self.selection.requested,
+            "chosen": active.id if active else "none",
+            "model": active.model if active else None,
+            "state": self.state,
+            "reason": self.reason,
+            "notes": list(self.selection.notes),
+            "events": list(self.events),
+        }
+
+    async def aclose(self) -> None:
+        for provider in (self.selection.provider, self.selection.fallback):
+            if provider is not None:
+                await provider.aclose()

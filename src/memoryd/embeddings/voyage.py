@@ -1,0 +1,55 @@
+"""Voyage AI embeddings.
+
+Wire format: `POST {base}/embeddings` with `Authorization: Bearer <key>` and
+`{input: [...], model, input_type: "query"|"document", output_dimension?}` → `{data: [{embedding,
+index}], usage}`. Errors come back as `{detail: "..."}`.
+
+The default model is `voyage-4-large` (1024 dimensions by default, 32k-token inputs; 256, 512,
+1024 or 2048 via `outputDimensionality`). Per request Voyage allows 1,000 inputs and 120k tokens
+for its large models; `input_type` gives the asymmetric query/document forms, overridable with
+`remote.inputType`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ._remote import Kind, RemoteProvider
+from .openai import parse_embeddings_response
+
+DEFAULT_VOYAGE_MODEL = "voyage-4-large"
+VOYAGE_BASE_URL = "https://api.voyageai.com/v1"
+
+
+class VoyageProvider(RemoteProvider):
+    id = "voyage"
+    default_base_url = VOYAGE_BASE_URL
+    default_model = DEFAULT_VOYAGE_MODEL
+    known_dims: ClassVar[dict[str, int]] = {
+        "voyage-4-large": 1024,
+        "voyage-4": 1024,
+        "voyage-4-lite": 1024,
+        "voyage-3-large": 1024,
+        "voyage-3.5": 1024,
+        "voyage-3.5-lite": 1024,
+        "voyage-code-3": 1024,
+    }
+    max_input_tokens = 32_000
+    max_batch_items = 1000
+    max_batch_tokens = 120_000
+
+    def fingerprint_extra(self) -> dict[str, object]:
+        return {"kinds": [self.voyage_input_type("query"), self.voyage_input_type("document")]}
+
+    def voyage_input_type(self, kind: Kind) -> str:
+        return (self.input_type or {}).get(kind) or kind
+
+    async def _embed_batch(self, texts: list[str], kind: Kind) -> list[Any]:
+        body: dict[str, Any] = {
+            "input": texts,
+            "model": self.model,
+            "input_type": self.voyage_input_type(kind),
+        }
+        if self.output_dimensionality:
+            body["output_dimension"] = self.output_dimensionality
+        return parse_embeddings_response(await self.client.post_json("embeddings", body), self.id)
