@@ -54,7 +54,9 @@ async def openai(openai_api: tuple[FakeOpenAI, str]) -> AsyncIterator[OpenAIProv
 # --------------------------------------------------------------------------- OpenAI
 
 
-async def test_openai_posts_model_and_input_with_bearer_key(openai: OpenAIProvider, openai_api: tuple[FakeOpenAI, str]) -> None:
+async def test_openai_posts_model_and_input_with_bearer_key(
+    openai: OpenAIProvider, openai_api: tuple[FakeOpenAI, str]
+) -> None:
     api, _ = openai_api
     matrix = await openai.embed_documents(["alpha", "beta", "gamma"])
     (call,) = api.calls("/v1/embeddings")
@@ -68,9 +70,17 @@ async def test_openai_posts_model_and_input_with_bearer_key(openai: OpenAIProvid
     assert openai.dims == 8
 
 
-async def test_openai_dimensions_are_sent_and_shape_the_vectors(openai_api: tuple[FakeOpenAI, str]) -> None:
+async def test_openai_dimensions_are_sent_and_shape_the_vectors(
+    openai_api: tuple[FakeOpenAI, str],
+) -> None:
     api, base = openai_api
-    provider = OpenAIProvider("text-embedding-3-large", api_key="sk-test", base_url=base, output_dimensionality=16, retry=fast_retry())
+    provider = OpenAIProvider(
+        "text-embedding-3-large",
+        api_key="sk-test",
+        base_url=base,
+        output_dimensionality=16,
+        retry=fast_retry(),
+    )
     try:
         vec = await provider.embed_query("hello")
     finally:
@@ -79,10 +89,16 @@ async def test_openai_dimensions_are_sent_and_shape_the_vectors(openai_api: tupl
     assert vec.shape == (16,) and provider.dims == 16
 
 
-async def test_openai_compatible_input_types_go_in_the_body(openai_api: tuple[FakeOpenAI, str]) -> None:
+async def test_openai_compatible_input_types_go_in_the_body(
+    openai_api: tuple[FakeOpenAI, str],
+) -> None:
     api, base = openai_api
     provider = OpenAIProvider(
-        "nv-embedqa", api_key="sk-test", base_url=base, input_type={"query": "query", "document": "passage"}, retry=fast_retry()
+        "nv-embedqa",
+        api_key="sk-test",
+        base_url=base,
+        input_type={"query": "query", "document": "passage"},
+        retry=fast_retry(),
     )
     try:
         await provider.embed_query("q")
@@ -92,7 +108,9 @@ async def test_openai_compatible_input_types_go_in_the_body(openai_api: tuple[Fa
     assert [r.body["input_type"] for r in api.requests] == ["query", "passage"]
 
 
-async def test_openai_batches_inputs_to_the_request_limit(openai_api: tuple[FakeOpenAI, str]) -> None:
+async def test_openai_batches_inputs_to_the_request_limit(
+    openai_api: tuple[FakeOpenAI, str],
+) -> None:
     api, base = openai_api
     api.max_items = 5
     provider = OpenAIProvider(api_key="sk-test", base_url=base, retry=fast_retry())
@@ -105,7 +123,9 @@ async def test_openai_batches_inputs_to_the_request_limit(openai_api: tuple[Fake
     np.testing.assert_allclose(matrix[11], unit(fake_vector("text 11", 8)), rtol=1e-5)
 
 
-async def test_long_documents_are_split_and_averaged_not_rejected(openai_api: tuple[FakeOpenAI, str]) -> None:
+async def test_long_documents_are_split_and_averaged_not_rejected(
+    openai_api: tuple[FakeOpenAI, str],
+) -> None:
     api, base = openai_api
     api.max_input_chars = 300
     provider = OpenAIProvider(api_key="sk-test", base_url=base, retry=fast_retry())
@@ -126,7 +146,9 @@ async def test_long_documents_are_split_and_averaged_not_rejected(openai_api: tu
     assert query.shape == (8,)
 
 
-async def test_bad_key_fails_at_once_with_the_apis_message(openai_api: tuple[FakeOpenAI, str]) -> None:
+async def test_bad_key_fails_at_once_with_the_apis_message(
+    openai_api: tuple[FakeOpenAI, str],
+) -> None:
     api, base = openai_api
     provider = OpenAIProvider(api_key="sk-wrong", base_url=base, retry=fast_retry())
     try:
@@ -138,10 +160,16 @@ async def test_bad_key_fails_at_once_with_the_apis_message(openai_api: tuple[Fak
     assert len(api.requests) == 1  # not retried
 
 
-async def test_429_with_retry_after_is_retried_then_succeeds(openai_api: tuple[FakeOpenAI, str]) -> None:
+async def test_429_with_retry_after_is_retried_then_succeeds(
+    openai_api: tuple[FakeOpenAI, str],
+) -> None:
     api, base = openai_api
     sleeps: list[float] = []
-    api.fail_next(429, {"error": {"message": "Rate limit reached for requests", "type": "requests"}}, headers={"Retry-After": "3"})
+    api.fail_next(
+        429,
+        {"error": {"message": "Rate limit reached for requests", "type": "requests"}},
+        headers={"Retry-After": "3"},
+    )
     provider = OpenAIProvider(api_key="sk-test", base_url=base, retry=fast_retry(sleeps))
     try:
         vec = await provider.embed_query("hi")
@@ -152,7 +180,9 @@ async def test_429_with_retry_after_is_retried_then_succeeds(openai_api: tuple[F
     assert sleeps == [3.0]  # the server's Retry-After, not our backoff
 
 
-async def test_5xx_retries_use_jittered_backoff_within_bounds(openai_api: tuple[FakeOpenAI, str]) -> None:
+async def test_5xx_retries_use_jittered_backoff_within_bounds(
+    openai_api: tuple[FakeOpenAI, str],
+) -> None:
     api, base = openai_api
     sleeps: list[float] = []
     api.fail_next(500, times=2)
@@ -214,14 +244,19 @@ async def test_gemini_uses_native_endpoints_key_header_and_task_types() -> None:
     q, d = api.requests
     assert q.path == "/v1beta/models/gemini-embedding-001:embedContent"
     assert q.headers["x-goog-api-key"] == "g-key" and "authorization" not in q.headers
-    assert q.body == {"content": {"parts": [{"text": "where is it"}]}, "taskType": "RETRIEVAL_QUERY"}
+    assert q.body == {
+        "content": {"parts": [{"text": "where is it"}]},
+        "taskType": "RETRIEVAL_QUERY",
+    }
     assert d.path == "/v1beta/models/gemini-embedding-001:batchEmbedContents"
     assert d.body["requests"][1] == {
         "content": {"parts": [{"text": "two"}]},
         "taskType": "RETRIEVAL_DOCUMENT",
         "model": "models/gemini-embedding-001",
     }
-    np.testing.assert_allclose(query, unit(fake_vector("RETRIEVAL_QUERY|where is it", 8)), rtol=1e-5)
+    np.testing.assert_allclose(
+        query, unit(fake_vector("RETRIEVAL_QUERY|where is it", 8)), rtol=1e-5
+    )
     np.testing.assert_allclose(docs[1], unit(fake_vector("RETRIEVAL_DOCUMENT|two", 8)), rtol=1e-5)
 
 
@@ -240,7 +275,13 @@ async def test_gemini_batches_at_most_100_requests() -> None:
 async def test_gemini_output_dimensionality_is_sent_and_validated() -> None:
     api = FakeGemini(key="g")
     with serve(api) as root:
-        provider = GeminiProvider("gemini-embedding-2-preview", api_key="g", base_url=f"{root}/v1beta", output_dimensionality=768, retry=fast_retry())
+        provider = GeminiProvider(
+            "gemini-embedding-2-preview",
+            api_key="g",
+            base_url=f"{root}/v1beta",
+            output_dimensionality=768,
+            retry=fast_retry(),
+        )
         try:
             vec = await provider.embed_query("x")
         finally:
@@ -335,7 +376,10 @@ async def test_ollama_api_embed_without_key() -> None:
         finally:
             await provider.aclose()
     (call,) = api.requests
-    assert call.path == "/api/embed" and call.body == {"model": "nomic-embed-text", "input": ["a", "b"]}
+    assert call.path == "/api/embed" and call.body == {
+        "model": "nomic-embed-text",
+        "input": ["a", "b"],
+    }
     assert "authorization" not in call.headers
     np.testing.assert_allclose(matrix[1], unit(fake_vector("b", 8)), rtol=1e-5)
 
@@ -349,7 +393,12 @@ async def test_ollama_falls_back_to_legacy_embeddings_endpoint() -> None:
             await provider.embed_query("c")
         finally:
             await provider.aclose()
-    assert [r.path for r in api.requests] == ["/api/embed", "/api/embeddings", "/api/embeddings", "/api/embeddings"]
+    assert [r.path for r in api.requests] == [
+        "/api/embed",
+        "/api/embeddings",
+        "/api/embeddings",
+        "/api/embeddings",
+    ]
     assert api.requests[1].body == {"model": "nomic-embed-text", "prompt": "a"}
     assert provider.api == "embeddings"
 
@@ -369,7 +418,11 @@ async def test_ollama_unknown_model_is_not_mistaken_for_an_old_server() -> None:
 async def test_ollama_input_type_prefixes() -> None:
     api = FakeOllama()
     with serve(api) as root:
-        provider = OllamaProvider(base_url=root, input_type={"query": "search_query: ", "document": "search_document: "}, retry=fast_retry())
+        provider = OllamaProvider(
+            base_url=root,
+            input_type={"query": "search_query: ", "document": "search_document: "},
+            retry=fast_retry(),
+        )
         try:
             await provider.embed_query("q")
         finally:
@@ -389,7 +442,9 @@ PROVIDERS: list[tuple[type[RemoteProvider], type[FakeAPI], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("cls", "fake", "prefix"), PROVIDERS, ids=[p[0].__name__ for p in PROVIDERS])
+@pytest.mark.parametrize(
+    ("cls", "fake", "prefix"), PROVIDERS, ids=[p[0].__name__ for p in PROVIDERS]
+)
 async def test_every_provider_returns_normalized_float32_in_input_order(
     cls: type[RemoteProvider], fake: type[FakeAPI], prefix: str
 ) -> None:
@@ -408,8 +463,12 @@ async def test_every_provider_returns_normalized_float32_in_input_order(
     assert empty.shape[0] == 0
 
 
-@pytest.mark.parametrize(("cls", "fake", "prefix"), PROVIDERS, ids=[p[0].__name__ for p in PROVIDERS])
-async def test_every_provider_retries_a_503_then_succeeds(cls: type[RemoteProvider], fake: type[FakeAPI], prefix: str) -> None:
+@pytest.mark.parametrize(
+    ("cls", "fake", "prefix"), PROVIDERS, ids=[p[0].__name__ for p in PROVIDERS]
+)
+async def test_every_provider_retries_a_503_then_succeeds(
+    cls: type[RemoteProvider], fake: type[FakeAPI], prefix: str
+) -> None:
     api = fake(key="k") if fake is not FakeOllama else fake()
     api.fail_next(503)
     with serve(api) as root:
