@@ -1,0 +1,246 @@
+"""The `memoryd` command: parse arguments, call the library, print. Nothing else lives here.
+
+With `--json`, stdout carries only JSON; progress and logs go to stderr. Every error is one
+line on stderr and exit status 1 (2 for usage errors, from argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from . import __version__
+from .config import load_config
+from .errors import MemorydError
+
+EXIT_ERROR = 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="FILE", help="config file (TOML, or OpenClaw JSON5); default: $MEMORYD_CONFIG or the user config dir")
+    common.add_argument("--workspace", metavar="DIR", help="agent workspace (holds MEMORY.md and memory/); default: $MEMORYD_WORKSPACE or config")
+    common.add_argument("--agent", metavar="ID", help="agent id (default: main)")
+    common.add_argument("--json", action="store_true", help="print JSON only on stdout")
+    common.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+
+    p = argparse.ArgumentParser(prog="memoryd", description="Durable, searchable memory for AI agents.")
+    p.add_argument("--version", action="version", version=f"memoryd {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("search", parents=[common], help="hybrid search over the agent's memory")
+    s.add_argument("query")
+    s.add_argument("--max-results", type=_positive_int, metavar="N")
+    s.add_argument("--min-score", type=_unit_float, metavar="X")
+    s.add_argument("--session-key", metavar="KEY", help="evaluate scope and citations as this session would")
+
+    g = sub.add_parser("get", parents=[common], help="read a memory file or a line range")
+    g.add_argument("path")
+    g.add_argument("--from", dest="from_line", type=_positive_int, metavar="N", help="first line (1-based)")
+    g.add_argument("--lines", type=_non_negative_int, metavar="N", help="number of lines")
+
+    st = sub.add_parser("status", parents=[common], help="which backend serves, index health, issues found")
+    st.add_argument("--deep", action="store_true", help="also sync and probe (slower)")
+
+    ix = sub.add_parser("index", parents=[common], help="sync the built-in index now (with progress)")
+    ix.add_argument("--force", action="store_true", help="rebuild from scratch (embedding cache is reused)")
+    return p
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be ≥ 1")
+    return value
+
+
+def _non_negative_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be ≥ 0")
+    return value
+
+
+def _unit_float(raw: str) -> float:
+    value = float(raw)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError("must be between 0 and 1")
+    return value
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
+
+
+def _service(args: argparse.Namespace, **kw: Any) -> Any:
+    from .orchestrator import MemoryService
+
+    return MemoryService(load_config(args.config), workspace=args.workspace, **kw)
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+async def _cmd_search(args: argparse.Namespace) -> int:
+    svc = _service(args, search_embed_budget_s=None)
+    async with svc:
+        agent = svc.agent(args.agent)
+        svc.search_embed_budget_s = agent.memory_search.sync.search_wait_ms / 1000
+        out = await svc.memory_search(
+            args.query,
+            agent_id=args.agent,
+            session_key=args.session_key,
+            max_results=args.max_results,
+            min_score=args.min_score,
+        )
+    if args.json:
+        _print_json(out)
+        return EXIT_ERROR if out.get("disabled") else 0
+    if out.get("disabled"):
+        raise MemorydError(out["error"])
+    if out.get("scopeDenied"):
+        print(f"Denied: {out['reason']}")
+        return 0
+    for note in out.get("notes", []):
+        print(f"note: {note}", file=sys.stderr)
+    if not out["results"]:
+        print("No matches.")
+        return 0
+    for r in out["results"]:
+        print(f"{r['score']:.3f} {r['path']}:{r['startLine']}-{r['endLine']}")
+        for line in r["snippet"].splitlines():
+            print(f"    {line}")
+        print()
+    return 0
+
+
+async def _cmd_get(args: argparse.Namespace) -> int:
+    async with _service(args) as svc:
+        out = await svc.memory_get(args.path, from_line=args.from_line, lines=args.lines, agent_id=args.agent)
+    if args.json:
+        _print_json(out)
+        return EXIT_ERROR if out.get("disabled") else 0
+    if out.get("disabled"):
+        raise MemorydError(out["error"])
+    sys.stdout.write(out["text"])
+    return 0
+
+
+async def _cmd_status(args: argparse.Namespace) -> int:
+    async with _service(args) as svc:
+        if args.deep:
+            await svc.index(args.agent).sync(embed_budget_s=0)
+        st = await svc.status(args.agent)
+    st["issues"] = _issues(st)
+    if args.json:
+        _print_json(st)
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None)
+    for key in ("backend", "requestedBackend", "provider", "model", "providerReason", "files", "chunks",
+                "pendingVectors", "dirty", "dbPath", "workspaceDir", "sources"):
+        table.add_row(key, str(st.get(key)))
+    vec = st["vector"]
+    table.add_row("vector", f"{vec['engine']} (available={vec['available']}, dims={vec['dims']})"
+                  + (f" — {vec['loadError']}" if vec.get("loadError") else ""))
+    table.add_row("fts", "available" if st["fts"]["available"] else f"unavailable: {st['fts']['error']}")
+    table.add_row("cache", f"{st['cache']['entries']} / {st['cache']['maxEntries']}")
+    if st.get("fallback"):
+        table.add_row("fallback", str(st["fallback"]["reason"]))
+    console = Console()
+    console.print(table)
+    for issue in st["issues"]:
+        console.print(f"[yellow]issue:[/yellow] {issue}")
+    return 0
+
+
+def _issues(st: dict[str, Any]) -> list[str]:
+    from pathlib import Path
+
+    found = []
+    ws = Path(st["workspaceDir"])
+    if not (ws / "memory").is_dir():
+        found.append(f"no memory/ folder in {ws}")
+    if st.get("files") == 0:
+        found.append("no memory files indexed yet (run `memoryd index`)")
+    if st.get("pendingVectors"):
+        found.append(f"{st['pendingVectors']} chunks waiting for embeddings (run `memoryd index`)")
+    if st.get("needsReindex"):
+        found.append(f"index must be rebuilt: {st['needsReindex']}")
+    if st.get("unavailable"):
+        found.append(f"memory unavailable: {st['unavailable']}")
+    return found
+
+
+async def _cmd_index(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    async with _service(args) as svc:
+        idx = svc.index(args.agent)
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeRemainingColumn(),
+            transient=True,
+            disable=not sys.stderr.isatty(),
+            console=__import__("rich.console").console.Console(stderr=True),
+        ) as bar:
+            tasks: dict[str, Any] = {}
+
+            def progress(phase: str, done: int, total: int) -> None:
+                if phase not in tasks:
+                    tasks[phase] = bar.add_task("embedding" if phase == "vectors" else "scanning", total=total)
+                bar.update(tasks[phase], completed=done, total=total)
+
+            report = await idx.sync(force=args.force, progress=progress)
+        st = idx.status()
+    out = {**report.to_dict(), "files": st["files"], "chunks": st["chunks"], "dbPath": st["dbPath"],
+           "provider": st["provider"], "model": st["model"], "vectorEngine": st["vector"]["engine"]}
+    if args.json:
+        _print_json(out)
+    else:
+        print(
+            f"indexed {st['files']} files, {st['chunks']} chunks "
+            f"({report.files_changed} changed, {report.files_removed} removed; "
+            f"{report.vectors_embedded} embedded, {report.vectors_from_cache} from cache"
+            + (f"; rebuilt: {report.reindex_reason}" if report.reindexed else "")
+            + f") in {report.seconds:.2f}s → {st['dbPath']}"
+        )
+    return 0
+
+
+COMMANDS = {"search": _cmd_search, "get": _cmd_get, "status": _cmd_status, "index": _cmd_index}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help(sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.ERROR,
+        stream=sys.stderr,
+        format="memoryd: %(levelname)s: %(message)s",
+    )
+    try:
+        return anyio.run(COMMANDS[args.command], args)
+    except MemorydError as err:
+        print(f"memoryd: error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("memoryd: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
