@@ -18,6 +18,7 @@ from memoryd.embeddings._http import (
 )
 from memoryd.embeddings._limits import estimate_tokens, pack, split_to_tokens, truncate_to_tokens
 from memoryd.embeddings.mistral import MistralProvider
+from memoryd.errors import EmbeddingError
 
 
 @pytest.mark.parametrize(
@@ -157,3 +158,13 @@ def test_pack_respects_item_and_token_limits() -> None:
         (0, 1)
     ]  # one oversize text still goes
     assert pack([], max_items=3, max_tokens=None) == []
+
+
+@pytest.mark.anyio
+async def test_a_malformed_base_url_is_an_embedding_error() -> None:
+    provider = MistralProvider(api_key="k", base_url="http://[::1", retry=fast_retry())
+    try:
+        with pytest.raises(EmbeddingError, match="mistral: request to"):
+            await provider.embed_query("x")
+    finally:
+        await provider.aclose()

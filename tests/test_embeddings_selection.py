@@ -334,3 +334,32 @@ def test_fingerprint_distinguishes_providers_and_task_types() -> None:
         != gemini
     )
     assert GeminiProvider(api_key="g", output_dimensionality=768).fingerprint() != gemini
+
+
+@pytest.mark.anyio
+async def test_merged_headers_reach_the_wire() -> None:
+    from embedding_servers import FakeOpenAI, fast_retry, serve
+
+    api = FakeOpenAI(key="sk-config")
+    with serve(api) as root:
+        selection = select_from_config(
+            cfg(provider="openai", remote={"headers": {"X-Team": "memory", "x-region": "us"}}),
+            models(
+                openai={
+                    "apiKey": "sk-config",
+                    "baseUrl": f"{root}/v1",
+                    "headers": {"X-Region": "eu", "X-Org": "acme"},
+                }
+            ),
+            env={"OPENAI_API_KEY": "sk-env"},
+            retry=fast_retry(),
+        )
+        provider = remote(selection.provider)
+        try:
+            await provider.embed_query("x")
+        finally:
+            await provider.aclose()
+    sent = api.requests[0].headers
+    assert sent["authorization"] == "Bearer sk-config"  # config key beats the env var
+    assert (sent["x-team"], sent["x-region"], sent["x-org"]) == ("memory", "us", "acme")
+    assert sent["user-agent"].startswith("memoryd/")

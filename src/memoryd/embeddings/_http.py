@@ -197,6 +197,10 @@ class ApiClient:
             raise EmbeddingError(
                 f"{self.provider}: cannot reach {self.url(path)}: {err or type(err).__name__}"
             ) from err
+        except (httpx.HTTPError, httpx.InvalidURL) as err:  # e.g. a malformed remote.baseUrl
+            raise EmbeddingError(
+                f"{self.provider}: request to {self.url(path)} failed: {err}"
+            ) from err
         raise AssertionError(
             "unreachable: tenacity either returns or re-raises"
         )  # pragma: no cover
