@@ -72,15 +72,25 @@ def hit(**kw: object) -> QmdHit:
     [
         (
             {"snippet": "@@ -2,4 @@ (1 before, 1 after)\n\nAlice likes tea.\n", "line": 3},
-            (2, 5),
+            (3, 3),
             "Alice likes tea.",
         ),
+        ({"snippet": "@@ -2,4 @@\n\nAlice\n\nBob\nCarol", "line": 3}, (3, 5), "Alice\n\nBob"),
+        ({"snippet": "@@ -5,2 @@\n\n\n", "line": 5}, (6, 6), ""),
         ({"snippet": "plain text\nmore", "line": 9}, (9, 9), "plain text\nmore"),
         ({"snippet": "a\nb\nc"}, (1, 3), "a\nb\nc"),
         ({"body": "# Whole\n\nbody", "line": 1}, (1, 1), "# Whole\n\nbody"),
         ({"snippet": "@@ -1,1 @@\n" + "x" * 900}, (1, 1), "x" * 700),
     ],
-    ids=["header", "no-header-line", "no-header-no-line", "full-body", "capped"],
+    ids=[
+        "header",
+        "blank-edges-trimmed",
+        "blank-only",
+        "no-header-line",
+        "no-header-no-line",
+        "full-body",
+        "capped",
+    ],
 )
 def test_hits_map_to_results(
     fields: dict[str, object], lines: tuple[int, int], snippet: str

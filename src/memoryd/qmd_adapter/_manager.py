@@ -498,14 +498,20 @@ class QmdManager:
         timeout = timeout_ms or limits.timeout_ms
         use_rerank = self._rerank if rerank is None else rerank
         per_source: dict[Source, list[SearchResult]] = {}
+        errors: list[QmdError] = []
 
         async def one(source: Source, names: list[str]) -> None:
-            hits = await self._search_collections(query, names, n, timeout, use_rerank)
-            per_source[source] = await self._map_hits(hits)
+            try:
+                hits = await self._search_collections(query, names, n, timeout, use_rerank)
+                per_source[source] = await self._map_hits(hits)
+            except QmdError as err:  # raised bare below, not wrapped in an ExceptionGroup
+                errors.append(err)
 
         async with anyio.create_task_group() as tg:
             for source, names in groups.items():
                 tg.start_soon(one, source, names)
+        if errors:
+            raise errors[0]
         merged = interleave(*(per_source[s] for s in groups))
         return apply_limits(
             merged,

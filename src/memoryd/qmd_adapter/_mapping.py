@@ -70,12 +70,23 @@ def hit_to_result(
     """One qmd hit as a memoryd result; lines come from the snippet's `@@ -S,C` header."""
     raw = hit.snippet if hit.snippet is not None else (hit.body or "")
     parsed = parse_snippet(raw)
-    text = parsed.text.strip("\n")
+    lines = parsed.text.split("\n")
     if parsed.start_line is not None and parsed.end_line is not None:
         start, end = parsed.start_line, parsed.end_line
+        # Blank edge lines are trimmed and the range with them, so lines start..end are the text.
+        lines = lines[: end - start + 1]
+        while len(lines) > 1 and not lines[0].strip():
+            lines.pop(0)
+            start += 1
+        while len(lines) > 1 and not lines[-1].strip():
+            lines.pop()
+        end = start + len(lines) - 1
     else:
+        while len(lines) > 1 and not lines[-1].strip():
+            lines.pop()
         start = max(1, hit.line or 1)
-        end = start + max(text.count("\n"), 0) if hit.line is None else start
+        end = start + len(lines) - 1 if hit.line is None else start
+    text = "\n".join(lines)
     return SearchResult(
         path=display_path(collection, rel, roots=roots, workspace=workspace),
         start_line=start,
