@@ -1,0 +1,135 @@
+"""qmd with the shared offline GGUF: embed, structured vector queries, and the model failure paths.
+
+Query expansion and reranking need models qmd cannot have offline: their tests check the failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from memoryd.config import ResolvedAgent
+from memoryd.errors import QmdExitError
+from memoryd.qmd_adapter import QmdManager
+from qmd_support import (
+    MISSING_MODEL,
+    OFFLINE_MODELS,
+    make_agent,
+    make_manager,
+    require_gguf,
+    require_qmd,
+    seed_workspace,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.qmd]
+
+
+class Embedded:
+    def __init__(self, root: Path, qmd: str) -> None:
+        self.qmd = qmd
+        self.ws = seed_workspace(root / "ws")
+        self.home = root / "home"
+
+    def agent(self, **settings: Any) -> ResolvedAgent:
+        return make_agent(self.ws, **({"searchMode": "query", "models": OFFLINE_MODELS} | settings))
+
+    async def manager(self, **kw: Any) -> QmdManager:
+        mgr = make_manager(self.agent(**kw.pop("settings", {})), self.qmd, self.home, **kw)
+        await mgr.start()
+        return mgr
+
+    async def prepare(self) -> dict[str, Any]:
+        mgr = await self.manager()
+        await mgr.sync(force=True)
+        return mgr.status()
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
+    qmd = require_qmd()
+    require_gguf()
+    e = Embedded(tmp_path_factory.mktemp("qmd-vectors"), qmd)
+    e.boot_status = anyio.run(e.prepare)  # type: ignore[attr-defined]
+    yield e
+
+
+async def test_sync_embeds_with_the_pinned_offline_model(embedded: Embedded) -> None:
+    status = embedded.boot_status  # type: ignore[attr-defined]
+    assert status["lastUpdateAt"] is not None
+    assert status["lastEmbedAt"] is not None, status["lastError"]
+    assert status["embedFailures"] == 0
+    assert (
+        str(OFFLINE_MODELS["embed"])
+        in (embedded.home / "xdg-config" / "qmd" / "index.yml").read_text()
+    )
+
+
+async def test_structured_query_uses_vectors(embedded: Embedded) -> None:
+    mgr = await embedded.manager(rerank=False)
+    hits = await mgr.search("lex: zeppelin\nvec: when will the airship launch", timeout_ms=60_000)
+    assert hits and hits[0].path == "memory/2026-01-03.md"
+    assert "zeppelin" in hits[0].snippet
+    # A vector-only query finds documents without any shared keyword.
+    vec_hits = await mgr.search("vec: hot drinks people enjoy", timeout_ms=60_000)
+    assert vec_hits, "vector search returned nothing"
+    assert all(0 <= h.score <= 1 for h in vec_hits)
+    assert {h.path for h in vec_hits} <= {
+        "MEMORY.md",
+        "memory/2026-01-02.md",
+        "memory/2026-01-03.md",
+        "memory/projects/garden.md",
+    }
+
+
+async def test_plain_query_needs_the_expansion_model_and_fails_cleanly(embedded: Embedded) -> None:
+    mgr = await embedded.manager(rerank=False)
+    with pytest.raises(QmdExitError) as info:
+        await mgr.search("when does the zeppelin launch", timeout_ms=60_000)
+    assert "No model file found" in info.value.stderr
+
+
+async def test_reranking_needs_the_rerank_model_and_fails_cleanly(embedded: Embedded) -> None:
+    mgr = await embedded.manager(rerank=True)
+    with pytest.raises(QmdExitError) as info:
+        await mgr.search("lex: zeppelin\nvec: airship launch", timeout_ms=60_000)
+    assert "No model file found" in info.value.stderr
+
+
+async def test_vsearch_mode_needs_the_expansion_model_and_fails_cleanly(embedded: Embedded) -> None:
+    mgr = await embedded.manager(settings={"searchMode": "vsearch"})
+    with pytest.raises(QmdExitError):
+        await mgr.search("airship", timeout_ms=60_000)
+    assert mgr.search_mode == "vsearch"  # a model failure is not a rejected flag
+
+
+async def test_embed_failure_backs_off_without_failing_the_update(tmp_path: Path) -> None:
+    qmd = require_qmd()
+    ws = seed_workspace(tmp_path / "ws")
+    clock = [1000.0]
+    # An embed model file that does not exist: a real qmd embed failure, in seconds.
+    models = OFFLINE_MODELS | {"embed": MISSING_MODEL}
+    mgr = make_manager(
+        make_agent(ws, searchMode="query", models=models, update={"debounceMs": 0}),
+        qmd,
+        tmp_path / "home",
+        clock=lambda: clock[0],
+    )
+    await mgr.start()
+    assert await mgr.sync(force=True) is True
+    status = mgr.status()
+    assert status["lastUpdateAt"] is not None and status["lastEmbedAt"] is None
+    assert status["embedFailures"] == 1 and status["embedRetryInS"] == 60
+    assert "embed failed" in (status["lastError"] or "")
+    assert await mgr.embed() is False  # backing off
+    assert await mgr.sync(force=True) is True
+    assert mgr.status()["embedFailures"] == 1  # not retried during the backoff
+    clock[0] += 61
+    await mgr.sync(force=True)
+    assert mgr.status()["embedFailures"] == 2 and mgr.status()["embedRetryInS"] == 120
+    with pytest.raises(QmdExitError):
+        await mgr.embed(force=True)
+    assert mgr.status()["embedFailures"] == 3 and mgr.status()["embedRetryInS"] == 240
