@@ -1,0 +1,256 @@
+"""Session-start context: the memory files an agent loads when a session begins.
+
+What is loaded (OpenClaw's rules):
+
+- `MEMORY.md` (or lowercase `memory.md` only when `MEMORY.md` is absent) — **only in the main,
+  private session**. Long-term memory can hold personal detail, so it never enters a group or
+  channel chat, nor a sub-agent session.
+- the daily notes of yesterday and today — in **every** session: `memory/YYYY-MM-DD.md` and its
+  slugged variants `memory/YYYY-MM-DD-<slug>.md` (e.g. `memory/2026-11-29-reset.md`), oldest day
+  first, the date-only file before its slugged siblings.
+
+A session is main/private when its key names no conversation or a direct one: no key (the CLI),
+`agent:main:main`, `main`, cron-style keys, `telegram:direct:42`, `discord:dm:7`. Group and
+channel keys (`discord:group:…`, `slack:channel:…`, `…:group:…`) and `subagent:…` keys are not.
+Key parsing is the scope rules' `parse_session_key`.
+
+Budgets work like OpenClaw's bootstrap truncation: each file's injected copy is at most
+`budget_chars` (default 20 000, OpenClaw's `bootstrapMaxChars`) and all files together at most
+`total_budget_chars` (default 150 000, `bootstrapTotalMaxChars`). An over-budget file keeps its
+first 70 % and last 20 % with a marker between them naming the file and what was kept; the file
+on disk is never touched. The result reports raw and injected sizes per file and, when anything
+was cut, a hint to move detail into `memory/*.md` (the seed's `/context list`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from ..config import ResolvedAgent
+from ..scope_rules import parse_session_key
+
+__all__ = [
+    "DEFAULT_BOOTSTRAP_MAX_CHARS",
+    "DEFAULT_BOOTSTRAP_TOTAL_MAX_CHARS",
+    "ContextFile",
+    "SessionContext",
+    "build_session_context",
+    "daily_note_paths",
+    "is_main_session",
+    "truncate_for_context",
+]
+
+DEFAULT_BOOTSTRAP_MAX_CHARS: Final = 20_000
+DEFAULT_BOOTSTRAP_TOTAL_MAX_CHARS: Final = 150_000
+_HEAD_RATIO: Final = 0.7
+_TAIL_RATIO: Final = 0.2
+# Below this much remaining total budget a file is left out rather than cut to a stub.
+_MIN_FILE_BUDGET: Final = 64
+
+FileKind = Literal["long-term", "daily"]
+
+
+@dataclass(frozen=True, slots=True)
+class ContextFile:
+    """One loaded file: workspace-relative path, sizes on disk and injected, and the injected text."""
+
+    path: str
+    kind: FileKind
+    raw_chars: int
+    injected_chars: int
+    truncated: bool
+    content: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "rawChars": self.raw_chars,
+            "injectedChars": self.injected_chars,
+            "truncated": self.truncated,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SessionContext:
+    """What to load at session start: the files, the assembled text, and a hint when cut."""
+
+    agent_id: str
+    session_key: str | None
+    main_session: bool
+    today: date
+    budget_chars: int
+    total_budget_chars: int
+    files: tuple[ContextFile, ...]
+    text: str
+    hint: str | None
+
+    @property
+    def truncated(self) -> bool:
+        return any(f.truncated for f in self.files)
+
+    @property
+    def raw_chars(self) -> int:
+        return sum(f.raw_chars for f in self.files)
+
+    @property
+    def injected_chars(self) -> int:
+        return sum(f.injected_chars for f in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON shape for `memoryd context --json` and MCP (camelCase)."""
+        return {
+            "agentId": self.agent_id,
+            "sessionKey": self.session_key,
+            "mainSession": self.main_session,
+            "date": self.today.isoformat(),
+            "budgetChars": self.budget_chars,
+            "totalBudgetChars": self.total_budget_chars,
+            "rawChars": self.raw_chars,
+            "injectedChars": self.injected_chars,
+            "truncated": self.truncated,
+            "files": [f.to_dict() for f in self.files],
+            "text": self.text,
+            "hint": self.hint,
+        }
+
+
+def is_main_session(session_key: str | None) -> bool:
+    """True for the main, private session: no key, a non-chat key, or a direct chat."""
+    info = parse_session_key(session_key)
+    if not info.normalized:
+        return True
+    if info.normalized.startswith("subagent:"):
+        return False
+    return info.chat_type == "direct"
+
+
+def truncate_for_context(content: str, name: str, max_chars: int) -> tuple[str, bool]:
+    """(injected copy, truncated?) of `content` under `max_chars`: 70 % head + marker + 20 % tail.
+
+    Trailing whitespace is dropped first. The marker names the file so the agent can read it in
+    full: `[...truncated, read MEMORY.md for full content...]`.
+    """
+    trimmed = content.rstrip()
+    if len(trimmed) <= max_chars:
+        return trimmed, False
+    head_n = int(max_chars * _HEAD_RATIO)
+    tail_n = int(max_chars * _TAIL_RATIO)
+    head = trimmed[:head_n]
+    tail = trimmed[len(trimmed) - tail_n :] if tail_n else ""
+    marker = (
+        f"\n[...truncated, read {name} for full content...]\n"
+        f"…(truncated {name}: kept {head_n}+{tail_n} chars of {len(trimmed)})…\n"
+    )
+    out = head + marker + tail
+    return out[:max_chars], True
+
+
+def _daily_re(day: date) -> re.Pattern[str]:
+    return re.compile(rf"{re.escape(day.isoformat())}(?:-[^/\\]+)?\.md")
+
+
+def daily_note_paths(workspace: Path, day: date) -> list[Path]:
+    """`memory/<day>.md` then `memory/<day>-<slug>.md` files (sorted) that exist as regular files."""
+    folder = workspace / "memory"
+    try:
+        names = [e.name for e in os.scandir(folder) if e.is_file()]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    pattern = _daily_re(day)
+    exact = f"{day.isoformat()}.md"
+    matched = sorted(n for n in names if pattern.fullmatch(n))
+    matched.sort(key=lambda n: (n != exact, n))
+    return [folder / n for n in matched]
+
+
+def _long_term_path(workspace: Path) -> Path | None:
+    for name in ("MEMORY.md", "memory.md"):
+        candidate = workspace / name
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _inside(workspace: Path, path: Path) -> bool:
+    real = path.resolve()
+    return real.is_relative_to(workspace.resolve())
+
+
+def _read(path: Path) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _hint(cut: list[ContextFile], budget_chars: int) -> str:
+    parts = ", ".join(
+        f"{f.path} ({f.raw_chars:,} chars, {f.injected_chars:,} injected)" for f in cut
+    )
+    return (
+        f"Truncated to fit the session-start budget ({budget_chars:,} chars per file): {parts}. "
+        "Move detail out of these files into topic files under memory/*.md — memory_search "
+        "finds them when needed — and keep MEMORY.md and daily notes short."
+    )
+
+
+def build_session_context(
+    agent: ResolvedAgent,
+    session_key: str | None,
+    *,
+    today: date,
+    budget_chars: int = DEFAULT_BOOTSTRAP_MAX_CHARS,
+    total_budget_chars: int = DEFAULT_BOOTSTRAP_TOTAL_MAX_CHARS,
+) -> SessionContext:
+    """Assemble the session-start context for `session_key` on `today` (reads files, writes none)."""
+    if budget_chars < 1 or total_budget_chars < 1:
+        raise ValueError("budgets must be positive")
+    ws = agent.workspace
+    main = is_main_session(session_key)
+    candidates: list[tuple[Path, FileKind]] = []
+    if main:
+        long_term = _long_term_path(ws)
+        if long_term is not None:
+            candidates.append((long_term, "long-term"))
+    for day in (today - timedelta(days=1), today):
+        candidates += [(p, "daily") for p in daily_note_paths(ws, day)]
+
+    files: list[ContextFile] = []
+    sections: list[str] = []
+    remaining = total_budget_chars
+    for path, kind in candidates:
+        if not _inside(ws, path):
+            continue
+        raw = _read(path)
+        if raw is None:
+            continue
+        rel = path.relative_to(ws).as_posix()
+        limit = min(budget_chars, remaining)
+        if limit < _MIN_FILE_BUDGET and raw.strip():
+            files.append(ContextFile(rel, kind, len(raw), 0, True, ""))
+            continue
+        injected, cut = truncate_for_context(raw, rel, limit)
+        remaining -= len(injected)
+        files.append(ContextFile(rel, kind, len(raw), len(injected), cut, injected))
+        if injected:
+            sections.append(f"## {rel}\n\n{injected}")
+
+    cut_files = [f for f in files if f.truncated]
+    return SessionContext(
+        agent_id=agent.agent_id,
+        session_key=session_key,
+        main_session=main,
+        today=today,
+        budget_chars=budget_chars,
+        total_budget_chars=total_budget_chars,
+        files=tuple(files),
+        text="\n\n".join(sections) + ("\n" if sections else ""),
+        hint=_hint(cut_files, budget_chars) if cut_files else None,
+    )

@@ -1,0 +1,396 @@
+"""Pre-compaction memory flush: when to run the silent "write your memories down" turn.
+
+memoryd cannot run the agent's model. The host asks `check_flush` with the session's token
+estimate, its context window and how many compactions the session has had; memoryd answers
+whether to run the flush turn now, with the configured prompts. The rule (OpenClaw's):
+
+    run  ⇔  memoryFlush.enabled
+            and workspaceAccess == "rw"
+            and token_estimate > context_window − reserveTokensFloor − softThresholdTokens
+            and no flush has run yet in this compaction cycle
+
+"This compaction cycle" is the session's `compaction_count`. Once a flush is due, `check_flush`
+records it in `<state>/agents/<id>/sessions.json` before answering (check-and-set under a file
+lock, written atomically), so it runs at most once per cycle even with two hosts asking at once
+or across restarts. `check_flush(..., record=False)` only previews; `record_flush` records a
+flush the host ran on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import filelock
+
+from ..config import ResolvedAgent
+from ..errors import MemorydError
+from ..scope_rules import normalize_session_key
+
+__all__ = [
+    "SILENT_REPLY_TOKEN",
+    "FlushDecision",
+    "FlushReason",
+    "FlushRecord",
+    "FlushState",
+    "FlushStateError",
+    "check_flush",
+    "flush_threshold",
+    "is_no_reply",
+    "record_flush",
+]
+
+log = logging.getLogger(__name__)
+
+SILENT_REPLY_TOKEN: Final = "NO_REPLY"
+_STATE_VERSION: Final = 1
+
+
+class FlushStateError(MemorydError):
+    """Raised when the agent's `sessions.json` cannot be read or written (permissions, disk)."""
+
+
+# --------------------------------------------------------------------------- NO_REPLY
+
+# The whole reply is the token (repeats allowed), give or take whitespace, Markdown emphasis or
+# code ticks around it, quotes, and one closing `.`/`!`. A real reply that merely ends with the
+# token is NOT silent (OpenClaw #19537): the host must show it.
+_SILENT_RE: Final = re.compile(
+    r"\A\s*([*_`\"']{0,3})\s*NO_REPLY(?:\s+NO_REPLY)*\s*\1\s*[.!]?\s*\Z", re.IGNORECASE
+)
+_THINK_PREFIX_RE: Final = re.compile(
+    r"\A\s*<(think|thinking|reasoning)\b[^>]*>.*?</\1\s*>(?P<rest>.*)\Z", re.DOTALL | re.IGNORECASE
+)
+
+
+def is_no_reply(text: str | None) -> bool:
+    """True when a model answer is only the silent token `NO_REPLY`, so the host suppresses it.
+
+    Accepted: `NO_REPLY`, surrounding whitespace/newlines, any letter case, the token repeated
+    (`NO_REPLY NO_REPLY`), wrapped in `**`/`_`/`` ` ``/quotes, one trailing `.` or `!`, a
+    leading `<think>…</think>` block, the JSON string `"NO_REPLY"` and the envelope
+    `{"action": "NO_REPLY"}`. Not accepted: text before or after the token
+    (`Saved notes. NO_REPLY`), the token inside a word (`NO_REPLYING`), empty text.
+    """
+    if not text or not text.strip():
+        return False
+    think = _THINK_PREFIX_RE.match(text)
+    if think is not None:
+        text = think.group("rest")
+    if _SILENT_RE.match(text):
+        return True
+    stripped = text.strip()
+    if stripped.startswith(("{", '"')):
+        try:
+            value = json.loads(stripped)
+        except ValueError:
+            return False
+        if isinstance(value, dict) and list(value) == ["action"]:
+            value = value["action"]
+        return isinstance(value, str) and value.strip().upper() == SILENT_REPLY_TOKEN
+    return False
+
+
+# --------------------------------------------------------------------------- state file
+
+
+@dataclass(frozen=True, slots=True)
+class FlushRecord:
+    """The last flush of one session: which compaction cycle, when, and the host's session id."""
+
+    compaction_count: int
+    flushed_at: str
+    session_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "memoryFlushCompactionCount": self.compaction_count,
+            "memoryFlushAt": self.flushed_at,
+        }
+        if self.session_id is not None:
+            out["sessionId"] = self.session_id
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Any) -> FlushRecord | None:
+        if not isinstance(raw, dict):
+            return None
+        count = raw.get("memoryFlushCompactionCount")
+        if not isinstance(count, int) or isinstance(count, bool):
+            return None
+        at = raw.get("memoryFlushAt")
+        sid = raw.get("sessionId")
+        return cls(count, at if isinstance(at, str) else "", sid if isinstance(sid, str) else None)
+
+
+def _session_key(raw: str | None) -> str:
+    # `agent:main:main`, `main` and a missing key are the same (main) session.
+    return normalize_session_key(raw) or "main"
+
+
+class FlushState:
+    """The agent's `sessions.json`: per-session flush records, shared by every memoryd process.
+
+    Reads never block writers for long; every change is read-modify-write under
+    `sessions.json.lock`, written to a temp file, fsynced and renamed over the old file. A
+    corrupt file is moved aside to `sessions.json.corrupt` and treated as empty (a flush may
+    then run once more, which is harmless), so a bad file never wedges a host.
+    """
+
+    def __init__(self, path: Path, *, lock_timeout: float = 30.0) -> None:
+        self.path = path
+        self._lock = filelock.FileLock(str(path) + ".lock", timeout=lock_timeout)
+
+    @classmethod
+    def for_agent(cls, agent: ResolvedAgent) -> FlushState:
+        return cls(agent.state_dir / "sessions.json")
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._lock:
+                yield
+        except filelock.Timeout:
+            raise FlushStateError(f"timed out waiting for the lock on {self.path}") from None
+        except OSError as err:
+            raise FlushStateError(f"cannot use {self.path}: {err.strerror or err}") from None
+
+    def _read_unlocked(self) -> dict[str, Any]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {"version": _STATE_VERSION, "sessions": {}}
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or not isinstance(data.get("sessions"), dict):
+                raise ValueError("unexpected shape")
+        except ValueError as err:
+            aside = self.path.with_name(self.path.name + ".corrupt")
+            log.warning(
+                "%s is unreadable (%s); moved to %s and starting fresh", self.path, err, aside
+            )
+            with contextlib.suppress(OSError):
+                os.replace(self.path, aside)
+            return {"version": _STATE_VERSION, "sessions": {}}
+        return data
+
+    def _write_unlocked(self, data: dict[str, Any]) -> None:
+        payload = json.dumps(data, indent=2, sort_keys=True).encode("utf-8") + b"\n"
+        fd, tmp = tempfile.mkstemp(prefix=".sessions.", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(payload)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(self.path.parent)
+
+    def get(self, session_key: str | None) -> FlushRecord | None:
+        """The session's last flush record, if any."""
+        with self._locked():
+            data = self._read_unlocked()
+        return FlushRecord.from_json(data["sessions"].get(_session_key(session_key)))
+
+    def update(
+        self, session_key: str | None, change: Callable[[FlushRecord | None], FlushRecord | None]
+    ) -> FlushRecord | None:
+        """Atomically replace the session's record with `change(old)`; unchanged when it returns `old`."""
+        key = _session_key(session_key)
+        with self._locked():
+            data = self._read_unlocked()
+            old = FlushRecord.from_json(data["sessions"].get(key))
+            new = change(old)
+            if new is not old:
+                sessions = data["sessions"]
+                if new is None:
+                    sessions.pop(key, None)
+                else:
+                    entry = sessions.get(key) if isinstance(sessions.get(key), dict) else {}
+                    entry = {k: v for k, v in entry.items() if k != "sessionId"}
+                    entry.update(new.to_json())
+                    sessions[key] = entry
+                data["version"] = _STATE_VERSION
+                self._write_unlocked(data)
+            return new
+
+    def forget(self, session_key: str | None) -> None:
+        """Drop a session's record (e.g. the session was deleted)."""
+        self.update(session_key, lambda _old: None)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot fsync a directory; the rename is still atomic
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- decision
+
+FlushReason = Literal[
+    "due",
+    "disabled",
+    "read_only_workspace",
+    "no_token_estimate",
+    "window_too_small",
+    "below_threshold",
+    "already_flushed",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class FlushDecision:
+    """Whether to run the flush turn now, why, and what to send the model if so."""
+
+    run: bool
+    reason: FlushReason
+    threshold: int
+    token_estimate: int
+    context_window: int
+    compaction_count: int
+    system_prompt: str
+    prompt: str
+    model: str | None
+    recorded: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON shape for the CLI and MCP (camelCase)."""
+        return {
+            "run": self.run,
+            "reason": self.reason,
+            "threshold": self.threshold,
+            "tokenEstimate": self.token_estimate,
+            "contextWindow": self.context_window,
+            "compactionCount": self.compaction_count,
+            "systemPrompt": self.system_prompt,
+            "prompt": self.prompt,
+            "model": self.model,
+            "recorded": self.recorded,
+        }
+
+
+def flush_threshold(agent: ResolvedAgent, context_window: int) -> int:
+    """`context_window − reserveTokensFloor − softThresholdTokens`."""
+    compaction = agent.compaction
+    return (
+        context_window
+        - compaction.reserve_tokens_floor
+        - compaction.memory_flush.soft_threshold_tokens
+    )
+
+
+def _already(record: FlushRecord | None, compaction_count: int, session_id: str | None) -> bool:
+    if record is None:
+        return False
+    if session_id is not None and record.session_id is not None and record.session_id != session_id:
+        return False  # a new session under the same key: its cycles start over
+    return record.compaction_count == compaction_count
+
+
+def _now_iso(now: datetime | None) -> str:
+    return (now or datetime.now(UTC)).isoformat()
+
+
+def check_flush(
+    agent: ResolvedAgent,
+    session_key: str | None,
+    *,
+    token_estimate: int,
+    context_window: int,
+    compaction_count: int,
+    session_id: str | None = None,
+    record: bool = True,
+    now: datetime | None = None,
+) -> FlushDecision:
+    """Decide whether the host should run the silent pre-compaction flush turn now.
+
+    `compaction_count` is how many times this session has been compacted so far (0 before the
+    first). With `record=True` (default) a "due" answer is recorded before it is returned, so a
+    second call in the same cycle answers `already_flushed`. `session_id` (optional) tells a
+    reset session apart from the old one under the same key.
+    """
+    if token_estimate < 0 or context_window < 0 or compaction_count < 0:
+        raise ValueError("token_estimate, context_window and compaction_count must not be negative")
+    cfg = agent.compaction.memory_flush
+    threshold = flush_threshold(agent, context_window)
+
+    def decide(reason: FlushReason, *, recorded: bool = False) -> FlushDecision:
+        return FlushDecision(
+            run=reason == "due",
+            reason=reason,
+            threshold=threshold,
+            token_estimate=token_estimate,
+            context_window=context_window,
+            compaction_count=compaction_count,
+            system_prompt=cfg.system_prompt,
+            prompt=cfg.prompt,
+            model=cfg.model,
+            recorded=recorded,
+        )
+
+    if not cfg.enabled:
+        return decide("disabled")
+    if agent.workspace_access != "rw":
+        return decide("read_only_workspace")
+    if token_estimate <= 0:
+        return decide("no_token_estimate")
+    if threshold <= 0:
+        return decide("window_too_small")
+    if token_estimate <= threshold:
+        return decide("below_threshold")
+
+    state = FlushState.for_agent(agent)
+    if not record:
+        return decide(
+            "already_flushed"
+            if _already(state.get(session_key), compaction_count, session_id)
+            else "due"
+        )
+
+    claimed = False
+
+    def claim(old: FlushRecord | None) -> FlushRecord | None:
+        nonlocal claimed
+        if _already(old, compaction_count, session_id):
+            return old
+        claimed = True
+        return FlushRecord(compaction_count, _now_iso(now), session_id)
+
+    state.update(session_key, claim)
+    return decide("due", recorded=True) if claimed else decide("already_flushed")
+
+
+def record_flush(
+    agent: ResolvedAgent,
+    session_key: str | None,
+    compaction_count: int,
+    *,
+    session_id: str | None = None,
+    now: datetime | None = None,
+) -> FlushRecord:
+    """Record that a flush ran in cycle `compaction_count` (for hosts that decide on their own)."""
+    if compaction_count < 0:
+        raise ValueError("compaction_count must not be negative")
+    new = FlushRecord(compaction_count, _now_iso(now), session_id)
+    FlushState.for_agent(agent).update(session_key, lambda _old: new)
+    return new

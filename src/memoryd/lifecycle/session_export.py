@@ -1,0 +1,229 @@
+"""Export sanitised session transcripts as Markdown for qmd's `sessions-<agent>` collection.
+
+With `memory.qmd.sessions.enabled`, each transcript `<state>/agents/<id>/sessions/<sid>.jsonl`
+becomes `<exportDir>/<sid>.md` (default export dir `<state>/agents/<id>/qmd/sessions`, the folder
+the qmd adapter indexes):
+
+    # Session <sid>
+
+    User: …
+    Assistant: …
+
+Messages are sanitised as in `transcripts.sanitize_text` (directive/metadata/thinking tags
+stripped, whitespace collapsed, secrets redacted). A sync:
+
+- writes an export only when its content changed (an unchanged transcript is not even re-read:
+  its size and mtime are remembered in `<exportDir>/.memoryd-sessions.json`), atomically;
+- skips transcripts older than `retentionDays` (by mtime) and deletes their exports;
+- skips transcripts with no user/assistant text, and unreadable ones;
+- deletes exports whose transcript is gone. Only files listed in the manifest are ever
+  deleted, so other files in a shared export dir are safe.
+
+Only this agent's transcripts are read, so one agent's export never holds another's sessions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+
+import filelock
+
+from ..config import ResolvedAgent
+from ..errors import MemorydError
+from .transcripts import list_transcripts, parse_transcript, render_transcript, session_id
+
+__all__ = [
+    "ExportReport",
+    "SessionExportError",
+    "export_sessions",
+    "render_session_markdown",
+    "session_export_dir",
+]
+
+MANIFEST_NAME: Final = ".memoryd-sessions.json"
+# Bump when the rendering changes so every export is rewritten once.
+_FORMAT_VERSION: Final = 1
+
+
+class SessionExportError(MemorydError):
+    """Raised when the session export folder cannot be created, locked or written."""
+
+
+@dataclass
+class ExportReport:
+    """What one export pass did, by session id; `skipped` maps session id to a reason."""
+
+    export_dir: Path
+    written: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    malformed_lines: int = 0
+
+    @property
+    def changed(self) -> bool:
+        """True when qmd has something new to index."""
+        return bool(self.written or self.deleted)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "exportDir": str(self.export_dir),
+            "written": self.written,
+            "unchanged": self.unchanged,
+            "deleted": self.deleted,
+            "skipped": self.skipped,
+            "malformedLines": self.malformed_lines,
+        }
+
+
+def session_export_dir(agent: ResolvedAgent) -> Path:
+    """`memory.qmd.sessions.exportDir`, else `<state>/agents/<id>/qmd/sessions`."""
+    configured = agent.memory.qmd.sessions.export_dir
+    if configured:
+        return Path(configured.replace("{agentId}", agent.agent_id)).expanduser()
+    return agent.state_dir / "qmd" / "sessions"
+
+
+def render_session_markdown(sid: str, lines: str) -> str:
+    """The export document for session `sid` given its rendered `User:`/`Assistant:` lines."""
+    return f"# Session {sid}\n\n{lines}\n"
+
+
+def _read_manifest(path: Path) -> dict[str, dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != _FORMAT_VERSION:
+        return {}
+    exports = data.get("exports")
+    if not isinstance(exports, dict):
+        return {}
+    return {k: v for k, v in exports.items() if isinstance(v, dict)}
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    # The temp name does not end in .md, so qmd never indexes a half-written export.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def export_sessions(
+    agent: ResolvedAgent,
+    *,
+    now: datetime,
+    export_dir: Path | None = None,
+    retention_days: int | None = None,
+) -> ExportReport:
+    """Bring the agent's session exports up to date (see the module docstring).
+
+    `export_dir` and `retention_days` default to `memory.qmd.sessions.{exportDir,
+    retentionDays}`; `now` is the clock for retention. Raises `SessionExportError` when the
+    export folder cannot be used; a bad transcript is skipped, never fatal.
+    """
+    out_dir = export_dir if export_dir is not None else session_export_dir(agent)
+    days = (
+        retention_days if retention_days is not None else agent.memory.qmd.sessions.retention_days
+    )
+    cutoff = (now - timedelta(days=days)).timestamp() if days is not None else None
+    report = ExportReport(export_dir=out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with filelock.FileLock(str(out_dir / ".memoryd-sessions.lock"), timeout=60):
+            _export_locked(agent, out_dir, cutoff, report)
+    except filelock.Timeout:
+        raise SessionExportError(f"timed out waiting for the export lock in {out_dir}") from None
+    except OSError as err:
+        raise SessionExportError(f"cannot export sessions to {out_dir}: {err}") from None
+    return report
+
+
+def _export_locked(
+    agent: ResolvedAgent, out_dir: Path, cutoff: float | None, report: ExportReport
+) -> None:
+    manifest_path = out_dir / MANIFEST_NAME
+    old = _read_manifest(manifest_path)
+    new: dict[str, dict[str, Any]] = {}
+    for src in list_transcripts(agent):
+        sid = session_id(src)
+        if not sid:
+            continue
+        name = f"{sid}.md"
+        target = out_dir / name
+        try:
+            st = src.stat()
+        except OSError:
+            report.skipped[sid] = "unreadable"
+            continue
+        if cutoff is not None and st.st_mtime < cutoff:
+            report.skipped[sid] = "expired"
+            continue
+        seen = old.get(name)
+        if (
+            seen is not None
+            and seen.get("size") == st.st_size
+            and seen.get("mtimeNs") == st.st_mtime_ns
+            and target.is_file()
+        ):
+            new[name] = seen
+            report.unchanged.append(sid)
+            continue
+        try:
+            parsed = parse_transcript(src, sanitize=True)
+        except OSError:
+            report.skipped[sid] = "unreadable"
+            if seen is not None:
+                new[name] = seen  # keep the last good export through a transient error
+            continue
+        report.malformed_lines += parsed.malformed
+        if not parsed.messages:
+            report.skipped[sid] = "empty"
+            continue
+        doc = render_session_markdown(sid, render_transcript(parsed.messages)).encode("utf-8")
+        try:
+            current = target.read_bytes()
+        except OSError:
+            current = None
+        if current == doc:
+            report.unchanged.append(sid)
+        else:
+            _atomic_write(target, doc)
+            report.written.append(sid)
+        # The stat from before the read: if the transcript grew meanwhile, the next pass sees a
+        # new size and re-exports.
+        new[name] = {"source": src.name, "size": st.st_size, "mtimeNs": st.st_mtime_ns}
+
+    # Anything we exported before that is not current any more goes: transcript deleted,
+    # expired, or now empty.
+    for name in sorted(set(old) - set(new)):
+        if _unlink(out_dir / name):
+            report.deleted.append(name[: -len(".md")])
+    if new != old:
+        payload = {"version": _FORMAT_VERSION, "exports": new}
+        _atomic_write(
+            manifest_path, (json.dumps(payload, indent=2, sort_keys=True) + "\n").encode()
+        )
