@@ -39,7 +39,15 @@ SECRETS = [
     ("telegram-bot", j("123456789", ":AA", B62, "x")),
     (
         "jwt",
-        j("eyJ", "hbGciOiJIUzI1NiJ9", ".", "eyJ", "zdWIiOiIxMjM0NTY3ODkwIn0", ".", "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"),
+        j(
+            "eyJ",
+            "hbGciOiJIUzI1NiJ9",
+            ".",
+            "eyJ",
+            "zdWIiOiIxMjM0NTY3ODkwIn0",
+            ".",
+            "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        ),
     ),
 ]
 
@@ -59,14 +67,23 @@ def test_token_shaped_secrets_are_redacted_in_running_text(name: str, secret: st
             j("Authorization: Bearer ", "abc123DEF456ghi789JKL0"),
             f"Authorization: Bearer {REDACTED}",
         ),
-        (j("curl -H 'authorization: bearer ", B62, "'"), f"curl -H 'authorization: bearer {REDACTED}'"),
-        (j("Authorization: Basic ", "dXNlcjpwYXNzd29yZDEyMw=="), f"Authorization: Basic {REDACTED}"),
+        (
+            j("curl -H 'authorization: bearer ", B62, "'"),
+            f"curl -H 'authorization: bearer {REDACTED}'",
+        ),
+        (
+            j("Authorization: Basic ", "dXNlcjpwYXNzd29yZDEyMw=="),
+            f"Authorization: Basic {REDACTED}",
+        ),
         ("api_key=abcdef123456", f"api_key={REDACTED}"),
         ("OPENAI_API_KEY=abcdef123456", f"OPENAI_API_KEY={REDACTED}"),
         ('{"apiKey": "abcd-efgh-1234"}', f'{{"apiKey": "{REDACTED}"}}'),
         ("{'client_secret': 'hunter22'}", f"{{'client_secret': '{REDACTED}'}}"),
         ("password: correct-horse-battery", f"password: {REDACTED}"),
-        ("AWS_SECRET_ACCESS_KEY = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", f"AWS_SECRET_ACCESS_KEY = {REDACTED}"),
+        (
+            "AWS_SECRET_ACCESS_KEY = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            f"AWS_SECRET_ACCESS_KEY = {REDACTED}",
+        ),
         ("auth_token=Zm9vYmFyYmF6", f"auth_token={REDACTED}"),
         (
             "postgres://admin:s3cr3tpass@db.internal:5432/app",
@@ -85,8 +102,15 @@ def test_headers_assignments_and_urls_keep_the_name_and_drop_the_value(
 
 def test_private_key_blocks_are_removed_whole() -> None:
     block = j(
-        "-----BEGIN ", "RSA PRIVATE KEY-----\n", "MIIEowIBAAKCAQEA", B62, "\n", B62, "\n",
-        "-----END ", "RSA PRIVATE KEY-----",
+        "-----BEGIN ",
+        "RSA PRIVATE KEY-----\n",
+        "MIIEowIBAAKCAQEA",
+        B62,
+        "\n",
+        B62,
+        "\n",
+        "-----END ",
+        "RSA PRIVATE KEY-----",
     )
     out = redact_secrets(f"my key:\n{block}\nthanks")
     assert out == f"my key:\n{REDACTED}\nthanks"

@@ -9,7 +9,9 @@ whether to run the flush turn now, with the configured prompts. The rule (OpenCl
             and token_estimate > context_window − reserveTokensFloor − softThresholdTokens
             and no flush has run yet in this compaction cycle
 
-"This compaction cycle" is the session's `compaction_count`. Once a flush is due, `check_flush`
+"This compaction cycle" is the session's `compaction_count`; a count at or below the last
+flushed one never flushes again. Pass the host's `session_id` so a reset session (whose count
+starts over) is told apart, or call `FlushState.forget(key)` when a session is reset. Once a flush is due, `check_flush`
 records it in `<state>/agents/<id>/sessions.json` before answering (check-and-set under a file
 lock, written atomically), so it runs at most once per cycle even with two hosts asking at once
 or across restarts. `check_flush(..., record=False)` only previews; `record_flush` records a
@@ -304,7 +306,9 @@ def _already(record: FlushRecord | None, compaction_count: int, session_id: str 
         return False
     if session_id is not None and record.session_id is not None and record.session_id != session_id:
         return False  # a new session under the same key: its cycles start over
-    return record.compaction_count == compaction_count
+    # `>=`: a host still reporting an older cycle (a stale or racing caller) must not flush a
+    # cycle that is already past. A reset session is told apart by `session_id` (or `forget`).
+    return record.compaction_count >= compaction_count
 
 
 def _now_iso(now: datetime | None) -> str:
