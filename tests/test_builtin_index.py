@@ -377,3 +377,29 @@ async def test_watcher_picks_up_a_new_note(notes: Path) -> None:
         idx.dirty = False  # prove the watcher's sync, not search's, indexed it
         assert "memory/2026-11-30.md" in await paths(idx, "quokka visit")
         stop.set()
+
+
+class PendingThenReady(HashingEmbedder):
+    """A batch-mode provider whose job is still running on the first sync."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rounds = 0
+
+    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        from memoryd.embeddings import BatchPending
+
+        self.rounds += 1
+        if self.rounds == 1:
+            raise BatchPending("batch job still running", ["batch_1"])
+        return await super().embed_documents(texts)
+
+
+async def test_pending_batch_jobs_leave_vectors_pending_not_failed(notes: Path) -> None:
+    emb = PendingThenReady()
+    idx = MemoryIndex(agent_for(notes), sel(emb, explicit=True))
+    first = await idx.sync()
+    assert first.vectors_pending == 5 and idx.fallback_reason is None and idx.unavailable is None
+    assert (await idx.search("deploy target")).results[0].path == "MEMORY.md"  # BM25 meanwhile
+    second = await idx.sync()
+    assert second.vectors_pending == 0 and second.vectors_embedded == 5

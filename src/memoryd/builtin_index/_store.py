@@ -321,6 +321,10 @@ class Store:
             cache = self.conn.execute("select count(*) from embedding_cache").fetchone()[0]
         return {"files": files, "chunks": chunks, "pending_vectors": pending, "source_counts": by_source, "cache_entries": cache}
 
+    def pending_count(self) -> int:
+        with self.lock:
+            return int(self.conn.execute("select count(*) from chunks where has_vector = 0").fetchone()[0])
+
     def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
         ids = list(ids)
         if not ids:

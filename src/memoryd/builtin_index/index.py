@@ -26,6 +26,7 @@ import numpy as np
 from ..citations import trim_to_budget
 from ..config import ResolvedAgent
 from ..embeddings.base import EmbeddingProvider, ProviderSelection
+from ..embeddings.batch import BatchPending
 from ..errors import MemorydError, ProviderUnavailable
 from ..types import MAX_SNIPPET_CHARS, FileText, SearchResult
 from ._chunking import chunk_lines, content_hash
@@ -236,6 +237,9 @@ class MemoryIndex:
             if todo:
                 try:
                     matrix = await self.provider.embed_documents([t for _, _, t in todo])
+                except BatchPending:
+                    # remote.batch.wait = false: the job keeps running; the next sync collects it
+                    return
                 except Exception as err:
                     await self._on_embed_failure(err)
                     return
@@ -396,7 +400,7 @@ class MemoryIndex:
 
         kw_used = want_kw and store.fts_available
         used_mode = "hybrid" if qvec is not None and kw_used else ("vector" if qvec is not None else "keyword")
-        pending = store.counts()["pending_vectors"] if self.provider else 0
+        pending = store.pending_count() if self.provider else 0
         if pending and qvec is not None:
             notes.append(f"{pending} chunks still waiting for embeddings")
         fallback = None
