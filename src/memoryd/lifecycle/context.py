@@ -141,14 +141,25 @@ def truncate_for_context(content: str, name: str, max_chars: int) -> tuple[str, 
         return trimmed, False
     head_n = int(max_chars * _HEAD_RATIO)
     tail_n = int(max_chars * _TAIL_RATIO)
-    head = trimmed[:head_n]
-    tail = trimmed[len(trimmed) - tail_n :] if tail_n else ""
+    out = _cut(trimmed, name, head_n, tail_n)
+    overflow = len(out) - max_chars
+    if overflow > 0:
+        # Small budgets: the marker needs more than the 10 % left over, so shrink head and tail
+        # in the same 7:2 ratio (the marker only gets shorter as the numbers do).
+        head_cut = -(-overflow * 7 // 9)
+        head_n, tail_n = head_n - head_cut, tail_n - (overflow - head_cut)
+        if head_n <= 0 or tail_n < 0:
+            return trimmed[:max_chars], True
+        out = _cut(trimmed, name, head_n, tail_n)
+    return out[:max_chars], True
+
+
+def _cut(text: str, name: str, head_n: int, tail_n: int) -> str:
     marker = (
         f"\n[...truncated, read {name} for full content...]\n"
-        f"…(truncated {name}: kept {head_n}+{tail_n} chars of {len(trimmed)})…\n"
+        f"…(truncated {name}: kept {head_n}+{tail_n} chars of {len(text)})…\n"
     )
-    out = head + marker + tail
-    return out[:max_chars], True
+    return text[:head_n] + marker + (text[len(text) - tail_n :] if tail_n else "")
 
 
 def _daily_re(day: date) -> re.Pattern[str]:
@@ -233,7 +244,7 @@ def build_session_context(
             continue
         rel = path.relative_to(ws).as_posix()
         limit = min(budget_chars, remaining)
-        if limit < _MIN_FILE_BUDGET and raw.strip():
+        if limit < _MIN_FILE_BUDGET and len(raw.rstrip()) > limit:
             files.append(ContextFile(rel, kind, len(raw), 0, True, ""))
             continue
         injected, cut = truncate_for_context(raw, rel, limit)
