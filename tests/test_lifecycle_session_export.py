@@ -173,14 +173,14 @@ def test_empty_transcripts_are_skipped_and_never_leave_half_files(workspace: Pat
     report = export_sessions(agent, now=NOW)
     assert report.skipped == {"empty": "empty"}
     names = sorted(p.name for p in session_export_dir(agent).iterdir())
-    assert names == [".memoryd-sessions.json", ".memoryd-sessions.lock", "s1.md"]
+    assert names == [".memoryd-sessions-main.json", ".memoryd-sessions.lock", "s1.md"]
 
 
 def test_a_lost_manifest_is_rebuilt_without_rewriting_identical_exports(workspace: Path) -> None:
     agent = agent_for(workspace)
     transcript(agent, "s1", msg("user", "x"))
     export_sessions(agent, now=NOW)
-    (session_export_dir(agent) / ".memoryd-sessions.json").write_text("garbage")
+    (session_export_dir(agent) / ".memoryd-sessions-main.json").write_text("garbage")
     report = export_sessions(agent, now=NOW)
     assert report.unchanged == ["s1"] and report.written == []
 
@@ -197,3 +197,17 @@ def test_an_agent_exports_only_its_own_transcripts(workspace: Path, who: str) ->
     assert ("zeppelin" in text) is (who == "main")
     assert ("submarine" in text) is (who == "other")
     assert session_export_dir(main) != session_export_dir(other)
+
+
+def test_two_agents_sharing_one_export_dir_keep_each_others_exports(
+    workspace: Path, tmp_path: Path
+) -> None:
+    shared = tmp_path / "shared-exports"
+    main, other = agent_for(workspace, "main"), agent_for(workspace, "other")
+    transcript(main, "m1", msg("user", "main"))
+    transcript(other, "o1", msg("user", "other"))
+    export_sessions(main, now=NOW, export_dir=shared)
+    export_sessions(other, now=NOW, export_dir=shared)
+    report = export_sessions(main, now=NOW, export_dir=shared)
+    assert report.deleted == []
+    assert sorted(p.name for p in shared.glob("*.md")) == ["m1.md", "o1.md"]

@@ -13,7 +13,7 @@ Messages are sanitised as in `transcripts.sanitize_text` (directive/metadata/thi
 stripped, whitespace collapsed, secrets redacted). A sync:
 
 - writes an export only when its content changed (an unchanged transcript is not even re-read:
-  its size and mtime are remembered in `<exportDir>/.memoryd-sessions.json`), atomically;
+  its size and mtime are remembered in `<exportDir>/.memoryd-sessions-<agent>.json`), atomically;
 - skips transcripts older than `retentionDays` (by mtime) and deletes their exports;
 - skips transcripts with no user/assistant text, and unreadable ones;
 - deletes exports whose transcript is gone. Only files listed in the manifest are ever
@@ -43,11 +43,17 @@ __all__ = [
     "ExportReport",
     "SessionExportError",
     "export_sessions",
+    "manifest_name",
     "render_session_markdown",
     "session_export_dir",
 ]
 
-MANIFEST_NAME: Final = ".memoryd-sessions.json"
+
+def manifest_name(agent_id: str) -> str:
+    """Per agent, so two agents sharing one `exportDir` never delete each other's exports."""
+    return f".memoryd-sessions-{agent_id}.json"
+
+
 # Bump when the rendering changes so every export is rewritten once.
 _FORMAT_VERSION: Final = 1
 
@@ -165,7 +171,7 @@ def export_sessions(
 def _export_locked(
     agent: ResolvedAgent, out_dir: Path, cutoff: float | None, report: ExportReport
 ) -> None:
-    manifest_path = out_dir / MANIFEST_NAME
+    manifest_path = out_dir / manifest_name(agent.agent_id)
     old = _read_manifest(manifest_path)
     new: dict[str, dict[str, Any]] = {}
     for src in list_transcripts(agent):
