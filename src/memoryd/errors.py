@@ -15,6 +15,10 @@ class WorkspaceNotFound(ConfigError):
     """Raised when no agent workspace can be located from config, flags or the current directory."""
 
 
+class InvalidInput(MemorydError):
+    """Raised when a tool, API or CLI argument is malformed or out of range (empty query, from < 1)."""
+
+
 class PathNotAllowed(MemorydError):
     """Raised when `memory_get` is asked for a path outside the memory files (traversal, symlink, non-.md)."""
 

@@ -7,7 +7,7 @@ when the qmd sidecar fails.
 from __future__ import annotations
 
 from ._chunking import Chunk, chunk_lines
-from ._files import MemoryFile, discover, resolve_get_path
+from ._files import MemoryFile, discover, read_memory_file, resolve_get_path
 from ._ranking import Candidate, RankParams, decay_multiplier, rank
 from .index import MemoryIndex, SearchOutcome, SyncReport
 
@@ -23,5 +23,6 @@ __all__ = [
     "decay_multiplier",
     "discover",
     "rank",
+    "read_memory_file",
     "resolve_get_path",
 ]

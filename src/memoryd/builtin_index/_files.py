@@ -11,7 +11,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ..errors import PathNotAllowed
+from ..errors import InvalidInput, PathNotAllowed
 
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache"})
 ROOT_FILES = ("MEMORY.md", "memory.md")
@@ -177,3 +177,17 @@ def slice_lines(text: str, from_line: int | None, lines: int | None) -> str:
         return ""
     chunk = all_lines[start - 1 :] if lines is None else all_lines[start - 1 : start - 1 + max(0, lines)]
     return "".join(chunk)
+
+
+def read_memory_file(workspace: Path, extra_paths: list[str], path: str, from_line: int | None = None, lines: int | None = None) -> tuple[str, str]:
+    """`memory_get` without an index: (display path, sliced text); missing files give ""."""
+    if from_line is not None and from_line < 1:
+        raise InvalidInput("from must be ≥ 1")
+    if lines is not None and lines < 0:
+        raise InvalidInput("lines must be ≥ 0")
+    abs_path, shown = resolve_get_path(workspace, extra_paths, path)
+    try:
+        text = abs_path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return shown, ""
+    return shown, slice_lines(text, from_line, lines)

@@ -16,7 +16,7 @@ from typing import Literal
 
 from ._text import query_terms, term_in_text, word_set
 
-Fusion = Literal["auto", "weighted", "rrf"]
+Fusion = Literal["auto", "weighted", "rrf", "minmax", "zscore"]
 
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_.][^/]*)?\.md$")
 EVERGREEN_NAMES = frozenset({"memory.md"})
@@ -133,20 +133,27 @@ def _text_strength(c: Candidate, best_text: float) -> float:
 
 
 def fuse(candidates: Sequence[Candidate], query: str, params: RankParams) -> list[Candidate]:
-    """Give every candidate a 0..1 `score` from its vector and keyword evidence."""
+    """Give every candidate a 0..1 `score` from its vector and keyword evidence.
+
+    `weighted` is the seed's `w·cos + w·1/(1+rank)`; `rrf` is weighted reciprocal-rank fusion;
+    `minmax` / `zscore` rescale each list per query before the weighted sum; `auto` is memoryd's
+    default (see `_fuse_auto`).
+    """
+    if params.fusion == "auto":
+        return _fuse_auto(candidates, query, params)
+    if params.fusion in ("minmax", "zscore"):
+        return _fuse_normalized(candidates, params, params.fusion)
     vw, tw = params.vector_weight, params.text_weight
     total = vw + tw
     vw, tw = vw / total, tw / total
-    terms = query_terms(query)
     have_vectors = any(c.vector_score is not None for c in candidates)
-    best_text = max((c.text_score or 0.0) for c in candidates) if candidates else 0.0
     out = []
     for c in candidates:
         v = max(0.0, c.vector_score or 0.0)
         if params.fusion == "weighted":
             t = 1.0 / (1.0 + c.text_rank) if c.text_rank is not None else 0.0
             score = vw * v + tw * t if have_vectors else t
-        elif params.fusion == "rrf":
+        else:  # rrf
             rrf = 0.0
             if c.vector_rank is not None:
                 rrf += vw / (RRF_K + 1 + c.vector_rank)
@@ -156,10 +163,78 @@ def fuse(candidates: Sequence[Candidate], query: str, params: RankParams) -> lis
             score = rrf * (RRF_K + 1) if have_vectors else (
                 1.0 / (1.0 + c.text_rank) if c.text_rank is not None else 0.0
             )
+        out.append(replace(c, score=score))
+    return out
+
+
+def _minmax(values: Sequence[float]) -> tuple[float, float]:
+    lo, hi = min(values), max(values)
+    return lo, (hi - lo) or 1.0
+
+
+def normalized_sides(candidates: Sequence[Candidate], how: str = "minmax") -> tuple[list[float | None], list[float | None]]:
+    """Each list rescaled per query to 0..1 (None where the list did not return the chunk).
+
+    Cosine similarities of one embedding model crowd into a narrow band (e5: unrelated text
+    ≈ 0.75–0.85) and BM25 strengths are unbounded, so neither is comparable to the other raw;
+    rescaled within the query's own candidates, "best of this list" means 1 on both sides.
+    """
+    vs = [c.vector_score for c in candidates if c.vector_score is not None]
+    ts = [c.text_score for c in candidates if c.text_score is not None]
+    vnorm: list[float | None] = []
+    tnorm: list[float | None] = []
+    if how == "zscore":
+        def z(values: list[float]) -> tuple[float, float]:
+            mu = sum(values) / len(values)
+            sd = math.sqrt(sum((x - mu) ** 2 for x in values) / len(values)) or 1.0
+            return mu, sd
+
+        vmu, vsd = z(vs) if vs else (0.0, 1.0)
+        tmu, tsd = z(ts) if ts else (0.0, 1.0)
+        for c in candidates:
+            # ±3 standard deviations span the unit range
+            vnorm.append(None if c.vector_score is None else min(1.0, max(0.0, 0.5 + (c.vector_score - vmu) / (6 * vsd))))
+            tnorm.append(None if c.text_score is None else min(1.0, max(0.0, 0.5 + (c.text_score - tmu) / (6 * tsd))))
+        return vnorm, tnorm
+    vlo, vspan = _minmax(vs) if vs else (0.0, 1.0)
+    tbest = max(ts) if ts else 1.0
+    for c in candidates:
+        vnorm.append(None if c.vector_score is None else (c.vector_score - vlo) / vspan if len(vs) > 1 else 1.0)
+        # BM25 is scaled by the best hit only: a list's weakest keyword hit still matched a term
+        tnorm.append(None if c.text_score is None else (c.text_score / tbest if tbest > 0 else 0.0))
+    return vnorm, tnorm
+
+
+def _fuse_normalized(candidates: Sequence[Candidate], params: RankParams, how: str) -> list[Candidate]:
+    total = params.vector_weight + params.text_weight
+    vw, tw = params.vector_weight / total, params.text_weight / total
+    vnorm, tnorm = normalized_sides(candidates, how)
+    have_vectors = any(v is not None for v in vnorm)
+    have_text = any(t is not None for t in tnorm)
+    out = []
+    for c, v, t in zip(candidates, vnorm, tnorm, strict=True):
+        if have_vectors and have_text:
+            score = vw * (v or 0.0) + tw * (t or 0.0)
         else:
-            coverage = _coverage(c, terms)
-            t = _text_strength(c, best_text) * (0.5 + 0.5 * coverage)
-            score = vw * v + tw * t if have_vectors else t
+            score = (v if have_vectors else t) or 0.0
+        out.append(replace(c, score=score))
+    return out
+
+
+def _fuse_auto(candidates: Sequence[Candidate], query: str, params: RankParams) -> list[Candidate]:
+    """Placeholder: the previous guess (`vw·cos + tw·bm25/best·coverage`), tuned below."""
+    vw, tw = params.vector_weight, params.text_weight
+    total = vw + tw
+    vw, tw = vw / total, tw / total
+    terms = query_terms(query)
+    have_vectors = any(c.vector_score is not None for c in candidates)
+    best_text = max((c.text_score or 0.0) for c in candidates) if candidates else 0.0
+    out = []
+    for c in candidates:
+        v = max(0.0, c.vector_score or 0.0)
+        coverage = _coverage(c, terms)
+        t = _text_strength(c, best_text) * (0.5 + 0.5 * coverage)
+        score = vw * v + tw * t if have_vectors else t
         out.append(replace(c, score=score))
     return out
 

@@ -27,10 +27,10 @@ from ..citations import trim_to_budget
 from ..config import ResolvedAgent
 from ..embeddings.base import EmbeddingProvider, ProviderSelection
 from ..embeddings.batch import BatchPending
-from ..errors import MemorydError, ProviderUnavailable
+from ..errors import InvalidInput, MemorydError, ProviderUnavailable
 from ..types import MAX_SNIPPET_CHARS, FileText, SearchResult
 from ._chunking import chunk_lines, content_hash
-from ._files import MemoryFile, discover, resolve_get_path, slice_lines
+from ._files import MemoryFile, discover, read_memory_file
 from ._ranking import Candidate, RankParams, path_match_level, rank, select_snippet
 from ._store import Store, remove_db_files
 from ._text import fts_match_expression, query_terms, trigram_terms
@@ -343,7 +343,7 @@ class MemoryIndex:
         """Hybrid recall. `mode` ("hybrid"|"keyword"|"vector") overrides config, for evaluation."""
         query = (query or "").strip()
         if not query:
-            raise MemorydError("query must not be empty")
+            raise InvalidInput("query must not be empty")
         if self.unavailable:
             raise ProviderUnavailable(self.unavailable)
         if self.dirty and self.cfg.sync.on_search:
@@ -446,16 +446,8 @@ class MemoryIndex:
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
         """Read a memory file or a line range of it (see `resolve_get_path` for the policy)."""
-        if from_line is not None and from_line < 1:
-            raise MemorydError("from must be ≥ 1")
-        if lines is not None and lines < 0:
-            raise MemorydError("lines must be ≥ 0")
-        abs_path, shown = resolve_get_path(self.agent.workspace, self.cfg.extra_paths, path)
-        try:
-            text = abs_path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return FileText(shown, "")
-        return FileText(shown, slice_lines(text, from_line, lines))
+        shown, text = read_memory_file(self.agent.workspace, self.cfg.extra_paths, path, from_line, lines)
+        return FileText(shown, text)
 
     # ------------------------------------------------------------------ status
 

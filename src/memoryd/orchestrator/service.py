@@ -1,7 +1,7 @@
 """`MemoryService`: the one object agents, the CLI and MCP talk to.
 
-It owns one manager per agent (created lazily, cached), applies scope rules and citations to
-every search, and never lets an exception reach the agent: tool calls return plain dicts with
+It owns one `AgentBackend` per agent (created lazily, cached), applies scope rules and citations
+to every search, and never lets an exception reach the agent: tool calls return plain dicts with
 `disabled`/`error` or `scopeDenied` instead.
 """
 
@@ -9,20 +9,25 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
 
 from ..builtin_index import MemoryIndex
 from ..citations import apply_citations
 from ..config import MemorydConfig, ResolvedAgent, agent_ids, resolve_agent
 from ..errors import MemorydError
 from ..scope_rules import evaluate_scope
+from ._supervisor import AgentBackend
 
 log = logging.getLogger("memoryd")
 
 
 class MemoryService:
-    """Memory for every configured agent (built-in backend; qmd plugs in via the supervisor)."""
+    """Memory for every configured agent; `async with` it (or `await start(tg)`) to run timers."""
 
     def __init__(
         self,
@@ -31,16 +36,22 @@ class MemoryService:
         workspace: str | os.PathLike[str] | None = None,
         cwd: Path | None = None,
         search_embed_budget_s: float | None = None,
+        qmd_factory: Callable[[ResolvedAgent], Any] | None = None,
+        index_factory: Callable[[ResolvedAgent], MemoryIndex] | None = None,
     ) -> None:
         self.config = config
         self._workspace = workspace
         self._cwd = cwd
         self._agents: dict[str, ResolvedAgent] = {}
-        self._indexes: dict[str, MemoryIndex] = {}
+        self._backends: dict[str, AgentBackend] = {}
+        self._qmd_factory = qmd_factory
+        self._index_factory = index_factory
+        self._tg: TaskGroup | None = None
+        self._started: set[str] = set()
         #: one-shot callers (the CLI without a server) embed pending chunks for this long first
         self.search_embed_budget_s = search_embed_budget_s
 
-    # ------------------------------------------------------------------ agents and managers
+    # ------------------------------------------------------------------ agents and backends
 
     def agent(self, agent_id: str | None = None) -> ResolvedAgent:
         key = agent_id or "main"
@@ -51,16 +62,39 @@ class MemoryService:
     def agent_ids(self) -> list[str]:
         return agent_ids(self.config)
 
-    def index(self, agent_id: str | None = None) -> MemoryIndex:
+    def backend(self, agent_id: str | None = None) -> AgentBackend:
         agent = self.agent(agent_id)
-        if agent.agent_id not in self._indexes:
-            self._indexes[agent.agent_id] = MemoryIndex(agent)
-        return self._indexes[agent.agent_id]
+        if agent.agent_id not in self._backends:
+            self._backends[agent.agent_id] = AgentBackend(
+                agent, qmd_factory=self._qmd_factory, index_factory=self._index_factory
+            )
+        return self._backends[agent.agent_id]
+
+    def index(self, agent_id: str | None = None) -> MemoryIndex:
+        idx = self.backend(agent_id).index
+        if idx is None:
+            raise MemorydError("no built-in index: memory.qmd.fallback = none (fail closed)")
+        return idx
+
+    async def start(self, tg: TaskGroup, agent_ids: list[str] | None = None) -> None:
+        """Start every agent's timers (qmd update/embed, watcher, recovery) in `tg`."""
+        self._tg = tg
+        for aid in agent_ids or self.agent_ids():
+            await self._ensure_started(aid)
+
+    async def _ensure_started(self, agent_id: str | None) -> AgentBackend:
+        b = self.backend(agent_id)
+        if b.agent.agent_id not in self._started:
+            self._started.add(b.agent.agent_id)
+            await b.start(self._tg)
+        return b
 
     async def aclose(self) -> None:
-        for idx in self._indexes.values():
-            await idx.aclose()
-        self._indexes.clear()
+        for b in self._backends.values():
+            with anyio.CancelScope(shield=True):
+                await b.aclose()
+        self._backends.clear()
+        self._started.clear()
 
     async def __aenter__(self) -> MemoryService:
         return self
@@ -86,25 +120,27 @@ class MemoryService:
             if not decision.allowed:
                 log.warning(decision.log_message())
                 return {"results": [], "scopeDenied": True, "reason": decision.log_message()}
-            idx = self.index(agent.agent_id)
-            if self.search_embed_budget_s is not None:
-                await idx.sync(embed_budget_s=self.search_embed_budget_s)
-            outcome = await idx.search(query, max_results=max_results, min_score=min_score)
+            b = await self._ensure_started(agent.agent_id)
+            if self.search_embed_budget_s is not None and b.index is not None and b.state.active == "builtin":
+                await b.index.sync(embed_budget_s=self.search_embed_budget_s)
+            answer = await b.search(query, max_results=max_results, min_score=min_score)
+            max_chars = (
+                agent.memory.qmd.limits.max_injected_chars
+                if answer.backend == "qmd"
+                else agent.memory_search.query.max_injected_chars
+            )
             results = apply_citations(
-                outcome.results,
-                agent.memory.citations,
-                session_key=session_key,
-                max_injected_chars=agent.memory_search.query.max_injected_chars,
+                answer.results, agent.memory.citations, session_key=session_key, max_injected_chars=max_chars
             )
             return {
                 "results": [r.to_dict() for r in results],
-                "backend": "builtin",
-                "provider": outcome.provider,
-                "model": outcome.model,
-                "mode": outcome.mode,
-                "fallback": outcome.fallback,
+                "backend": answer.backend,
+                "provider": answer.provider,
+                "model": answer.model,
+                "mode": answer.mode,
+                "fallback": answer.fallback,
                 "citations": any(r.citation for r in results),
-                "notes": outcome.notes,
+                "notes": answer.notes,
             }
         except MemorydError as err:
             return {"results": [], "disabled": True, "error": str(err)}
@@ -119,12 +155,13 @@ class MemoryService:
     ) -> dict[str, Any]:
         """The `memory_get` tool: `{path, text}` or `{path, text: "", disabled, error}`."""
         try:
-            return self.index(agent_id).get(path, from_line, lines).to_dict()
+            return (await self.backend(agent_id).get(path, from_line, lines)).to_dict()
         except MemorydError as err:
             return {"path": path, "text": "", "disabled": True, "error": str(err)}
 
     async def status(self, agent_id: str | None = None) -> dict[str, Any]:
-        idx = self.index(agent_id)
-        st = idx.status()
-        st["requestedBackend"] = idx.agent.memory.backend
-        return st
+        b = self.backend(agent_id)
+        if b.qmd is not None and b.qmd.status().get("version") is None:
+            with anyio.move_on_after(5):
+                await b.qmd.probe()
+        return b.status()

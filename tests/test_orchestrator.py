@@ -1,0 +1,211 @@
+"""The supervisor against the real qmd: failover on every fault, recovery, fail-closed, scope denial.
+
+Faults are injected by a wrapper script in front of the real qmd binary; only search calls
+(`search`/`vsearch`/`query`) see the fault, so collection bootstrap and updates stay real.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from memoryd.config import ResolvedAgent, resolve_agent, validate_config
+from memoryd.orchestrator import MemoryService
+from memoryd.qmd_adapter import QmdManager
+from qmd_support import require_qmd, seed_workspace
+
+pytestmark = [pytest.mark.anyio, pytest.mark.qmd]
+
+WRAPPER = """#!/bin/sh
+REAL="{real}"
+MODE=$(cat "{mode}" 2>/dev/null || echo ok)
+case "$1" in
+  search|vsearch|query)
+    case "$MODE" in
+      hang) sleep 60; exit 0 ;;
+      garbage) echo "Segmentation fault (core dumped)? not json {{"; exit 0 ;;
+      die) "$REAL" "$@" >/dev/null 2>&1 & pid=$!; sleep 0.05; kill -9 $pid; exit 137 ;;
+      locked) echo "SqliteError: database is locked" >&2; exit 1 ;;
+    esac ;;
+esac
+exec "$REAL" "$@"
+"""
+
+
+class Rig:
+    """A workspace, a fault-injecting qmd wrapper, and a started MemoryService."""
+
+    def __init__(self, tmp_path: Path, qmd: str, **qmd_cfg: Any) -> None:
+        self.ws = seed_workspace(tmp_path / "ws")
+        self.mode = tmp_path / "mode"
+        self.mode.write_text("ok")
+        self.bin_dir = tmp_path / "bin"
+        self.bin_dir.mkdir()
+        self.wrapper = self.bin_dir / "qmd"
+        self.wrapper.write_text(WRAPPER.format(real=qmd, mode=self.mode))
+        self.wrapper.chmod(self.wrapper.stat().st_mode | stat.S_IXUSR)
+        self.home = tmp_path / "qmd-home"
+        cfg: dict[str, Any] = {
+            "memory": {
+                "backend": "qmd",
+                "qmd": {
+                    "command": str(self.wrapper),
+                    "limits": {"timeoutMs": 2000},
+                    "update": {"onBoot": False, "interval": 0},
+                    "failover": {"failureThreshold": 1, "cooldownMs": 200, "probeMaxIntervalMs": 1000},
+                    **qmd_cfg,
+                },
+            },
+            "agents": {"defaults": {"workspace": str(self.ws), "memorySearch": {"provider": "none"}}},
+        }
+        self.config = validate_config(cfg)
+
+    def factory(self, agent: ResolvedAgent) -> QmdManager:
+        return QmdManager(agent, home=self.home, shared_models_dir=None)
+
+    def service(self) -> MemoryService:
+        return MemoryService(self.config, qmd_factory=self.factory)
+
+    def fault(self, mode: str) -> None:
+        self.mode.write_text(mode)
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Rig:
+    return Rig(tmp_path, require_qmd())
+
+
+async def wait_for_backend(svc: MemoryService, backend: str, timeout: float = 20) -> dict[str, Any]:
+    with anyio.fail_after(timeout):
+        while True:
+            st = await svc.status()
+            if st["backend"] == backend:
+                return st
+            await anyio.sleep(0.1)
+
+
+def top_path(out: dict[str, Any]) -> str:
+    assert out["results"], out
+    return str(out["results"][0]["path"])
+
+
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [("die", "QmdExitError"), ("hang", "QmdTimeout"), ("garbage", "QmdBadOutput"), ("locked", "QmdExitError")],
+)
+async def test_failover_answers_the_same_call_and_recovers(rig: Rig, fault: str, reason: str) -> None:
+    svc = rig.service()
+    async with anyio.create_task_group() as tg:
+        await svc.start(tg)
+        healthy = await svc.memory_search("zeppelin budget")
+        assert healthy["backend"] == "qmd" and top_path(healthy) == "memory/2026-01-03.md"
+
+        rig.fault(fault)
+        failed = await svc.memory_search("zeppelin budget")
+        assert failed["backend"] == "builtin", failed
+        assert top_path(failed) == "memory/2026-01-03.md"
+        assert reason in failed["fallback"]["reason"] and failed["fallback"]["from"] == "qmd"
+        st = await svc.status()
+        assert st["backend"] == "builtin" and reason in st["fallback"]["reason"]
+        assert st["requestedBackend"] == "qmd"
+
+        # while failed over, searches do not pay qmd's timeout
+        with anyio.fail_after(1.5):
+            again = await svc.memory_search("green tea")
+        assert again["backend"] == "builtin" and top_path(again) == "MEMORY.md"
+
+        rig.fault("ok")
+        st = await wait_for_backend(svc, "qmd")
+        assert st["recovery"]["attempts"] >= 1
+        back = await svc.memory_search("zeppelin budget")
+        assert back["backend"] == "qmd" and back["fallback"] is None
+        tg.cancel_scope.cancel()
+    await svc.aclose()
+
+
+async def test_missing_binary_fails_over_and_recovers_when_restored(rig: Rig) -> None:
+    svc = rig.service()
+    async with anyio.create_task_group() as tg:
+        await svc.start(tg)
+        assert (await svc.memory_search("espresso"))["backend"] == "qmd"
+        hidden = rig.bin_dir / "qmd.hidden"
+        os.rename(rig.wrapper, hidden)
+        out = await svc.memory_search("espresso")
+        assert out["backend"] == "builtin" and top_path(out) == "MEMORY.md"
+        assert "QmdUnavailable" in out["fallback"]["reason"]
+        os.rename(hidden, rig.wrapper)
+        await wait_for_backend(svc, "qmd")
+        assert (await svc.memory_search("espresso"))["backend"] == "qmd"
+        tg.cancel_scope.cancel()
+    await svc.aclose()
+
+
+async def test_qmd_missing_at_start_serves_builtin(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, require_qmd())
+    os.unlink(rig.wrapper)
+    svc = rig.service()
+    out = await svc.memory_search("green tea")
+    assert out["backend"] == "builtin" and top_path(out) == "MEMORY.md"
+    assert "QmdUnavailable" in out["fallback"]["reason"] or "failed to start" in out["fallback"]["reason"]
+    await svc.aclose()
+
+
+async def test_fail_closed_surfaces_unavailable_and_builds_no_index(tmp_path: Path) -> None:
+    rig = Rig(tmp_path, require_qmd(), fallback="none")
+    svc = rig.service()
+    assert (await svc.memory_search("green tea"))["backend"] == "qmd"
+    rig.fault("garbage")
+    out = await svc.memory_search("green tea")
+    assert out["results"] == [] and out["disabled"] is True
+    assert "fallback = none" in out["error"] and "QmdBadOutput" in out["error"]
+    assert svc.backend().index is None
+    assert not any(p.suffix == ".sqlite" for p in (tmp_path / "_state").rglob("*.sqlite"))
+    await svc.aclose()
+
+
+async def test_scope_denial_is_visible_not_a_failover(rig: Rig) -> None:
+    svc = rig.service()
+    rig.fault("garbage")
+    out = await svc.memory_search("green tea", session_key="agent:main:discord:group:c1")
+    assert out == {"results": [], "scopeDenied": True, "reason": out["reason"]}
+    assert "chatType=group" in out["reason"]
+    # the denial never touched qmd, so nothing failed over
+    assert (await svc.status())["backend"] == "qmd"
+    await svc.aclose()
+
+
+async def test_status_reports_qmd_details(rig: Rig) -> None:
+    svc = rig.service()
+    await svc.memory_search("green tea")
+    st = await svc.status()
+    assert st["backend"] == "qmd" and st["searchMode"] == "search"
+    assert st["qmdVersion"] and "2.8" in st["qmdVersion"]
+    assert {c["name"] for c in st["collections"]} >= {"memory-root-main", "memory-dir-main"}
+    assert st["vector"]["engine"] in ("sqlite-vec", "numpy")  # the failover index is there too
+    await svc.aclose()
+
+
+async def test_memory_get_through_the_service(rig: Rig) -> None:
+    svc = rig.service()
+    out = await svc.memory_get("MEMORY.md", from_line=3, lines=1)
+    assert out == {"path": "MEMORY.md", "text": "Alice likes green tea.\n"}
+    bad = await svc.memory_get("../etc/passwd.md")
+    assert bad["disabled"] is True and "escapes" in bad["error"] and bad["text"] == ""
+    await svc.aclose()
+
+
+async def test_builtin_backend_never_starts_qmd(tmp_path: Path) -> None:
+    ws = seed_workspace(tmp_path / "ws")
+    cfg = validate_config({"agents": {"defaults": {"workspace": str(ws), "memorySearch": {"provider": "none"}}}})
+    svc = MemoryService(cfg, qmd_factory=lambda a: pytest.fail("qmd must not be created"))
+    out = await svc.memory_search("zeppelin")
+    assert out["backend"] == "builtin" and top_path(out) == "memory/2026-01-03.md"
+    st = await svc.status()
+    assert st["requestedBackend"] == "builtin" and st["fallback"] is None
+    assert resolve_agent(cfg).memory.backend == "builtin"
+    await svc.aclose()
