@@ -15,6 +15,7 @@ from memoryd.errors import PathNotAllowed
 from memoryd.lifecycle import (
     MAX_APPEND_BYTES,
     InvalidMemoryWrite,
+    MemoryWriteFailed,
     WorkspaceReadOnly,
     append_memory,
 )
@@ -132,6 +133,23 @@ def test_a_memory_folder_symlinked_outside_the_workspace_is_refused(tmp_path: Pa
     with pytest.raises(PathNotAllowed):
         append_memory(agent_for(ws), "daily", "escape", now=NOW)
     assert list(outside.iterdir()) == []
+
+
+def test_a_dangling_memory_symlink_is_refused_without_creating_anything(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "memory").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(PathNotAllowed):
+        append_memory(agent_for(ws), "daily", "escape", now=NOW)
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_memory_path_that_cannot_be_written_is_a_clear_error(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "memory").write_text("a file where the folder should be\n")
+    with pytest.raises(MemoryWriteFailed, match="cannot append"):
+        append_memory(agent_for(ws), "daily", "x", now=NOW)
 
 
 def test_crlf_is_normalised(workspace: Path) -> None:

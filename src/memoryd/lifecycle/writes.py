@@ -33,6 +33,7 @@ __all__ = [
     "AppendResult",
     "AppendTarget",
     "InvalidMemoryWrite",
+    "MemoryWriteFailed",
     "WorkspaceReadOnly",
     "append_memory",
     "append_target_path",
@@ -45,6 +46,10 @@ LOCK_TIMEOUT_S: Final = 30.0
 
 class WorkspaceReadOnly(MemorydError):
     """Raised when a memory write is asked of an agent whose `workspaceAccess` is `ro` or `none`."""
+
+
+class MemoryWriteFailed(MemorydError):
+    """Raised when a memory file cannot be created, locked or written (permissions, disk full)."""
 
 
 class InvalidMemoryWrite(MemorydError):
@@ -121,7 +126,8 @@ def append_memory(
 
     `now` picks the daily file (its local date). The text is written as given, minus trailing
     whitespace, followed by one newline; a newline is put first when the file does not end with
-    one. Raises `WorkspaceReadOnly`, `InvalidMemoryWrite` or `PathNotAllowed`.
+    one. Raises `WorkspaceReadOnly`, `InvalidMemoryWrite`, `PathNotAllowed` or
+    `MemoryWriteFailed`.
     """
     if agent.workspace_access != "rw":
         raise WorkspaceReadOnly(
@@ -140,13 +146,16 @@ def append_memory(
             "(split it, or keep detail in separate memory/*.md files)"
         )
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     _check_inside(agent.workspace, path)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _check_inside(agent.workspace, path)  # again: the folder may have been swapped meanwhile
         with _lock_for(path.resolve()):
             return _append_locked(agent.workspace, path, target, encoded, now)
     except filelock.Timeout:
-        raise MemorydError(f"timed out waiting to append to {path}") from None
+        raise MemoryWriteFailed(f"timed out waiting to append to {path}") from None
+    except OSError as err:
+        raise MemoryWriteFailed(f"cannot append to {path}: {err.strerror or err}") from None
 
 
 def _append_locked(
