@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,6 +52,10 @@ def _parser() -> argparse.ArgumentParser:
 
     ix = sub.add_parser("index", parents=[common], help="sync the built-in index now (with progress)")
     ix.add_argument("--force", action="store_true", help="rebuild from scratch (embedding cache is reused)")
+
+    sub.add_parser("warm", parents=[common], help="prepare everything: qmd home, collections, update+embed, models, built-in index")
+    sub.add_parser("serve", parents=[common], help="run the supervisor for all agents; the CLI forwards to it")
+    sub.add_parser("mcp", parents=[common], help="serve memory_search/memory_get/status over MCP (stdio)")
     return p
 
 
@@ -78,6 +84,15 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
 
 
+def _forward(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any] | None:
+    """Send the request to a running `memoryd serve`, when one runs for the same config."""
+    if args.workspace or args.config or os.environ.get("MEMORYD_NO_SERVER"):
+        return None
+    from .server import request, socket_path
+
+    return request(socket_path(), {**payload, "agent": args.agent})
+
+
 def _service(args: argparse.Namespace, **kw: Any) -> Any:
     from .orchestrator import MemoryService
 
@@ -88,17 +103,20 @@ def _service(args: argparse.Namespace, **kw: Any) -> Any:
 
 
 async def _cmd_search(args: argparse.Namespace) -> int:
-    svc = _service(args, search_embed_budget_s=None)
-    async with svc:
-        agent = svc.agent(args.agent)
-        svc.search_embed_budget_s = agent.memory_search.sync.search_wait_ms / 1000
-        out = await svc.memory_search(
-            args.query,
-            agent_id=args.agent,
-            session_key=args.session_key,
-            max_results=args.max_results,
-            min_score=args.min_score,
-        )
+    out = _forward(args, {"op": "search", "query": args.query, "sessionKey": args.session_key,
+                          "maxResults": args.max_results, "minScore": args.min_score})
+    if out is None:
+        svc = _service(args, search_embed_budget_s=None)
+        async with svc:
+            agent = svc.agent(args.agent)
+            svc.search_embed_budget_s = agent.memory_search.sync.search_wait_ms / 1000
+            out = await svc.memory_search(
+                args.query,
+                agent_id=args.agent,
+                session_key=args.session_key,
+                max_results=args.max_results,
+                min_score=args.min_score,
+            )
     if args.json:
         _print_json(out)
         return EXIT_ERROR if out.get("disabled") else 0
@@ -121,8 +139,10 @@ async def _cmd_search(args: argparse.Namespace) -> int:
 
 
 async def _cmd_get(args: argparse.Namespace) -> int:
-    async with _service(args) as svc:
-        out = await svc.memory_get(args.path, from_line=args.from_line, lines=args.lines, agent_id=args.agent)
+    out = _forward(args, {"op": "get", "path": args.path, "from": args.from_line, "lines": args.lines})
+    if out is None:
+        async with _service(args) as svc:
+            out = await svc.memory_get(args.path, from_line=args.from_line, lines=args.lines, agent_id=args.agent)
     if args.json:
         _print_json(out)
         return EXIT_ERROR if out.get("disabled") else 0
@@ -133,10 +153,16 @@ async def _cmd_get(args: argparse.Namespace) -> int:
 
 
 async def _cmd_status(args: argparse.Namespace) -> int:
-    async with _service(args) as svc:
-        if args.deep:
-            await svc.index(args.agent).sync(embed_budget_s=0)
-        st = await svc.status(args.agent)
+    st = None if args.deep else _forward(args, {"op": "status"})
+    if st is None:
+        async with _service(args) as svc:
+            if args.deep:
+                b = svc.backend(args.agent)
+                if b.index is not None:
+                    await b.index.sync(embed_budget_s=0)
+                if b.qmd is not None:
+                    await svc.memory_search("memoryd status probe", agent_id=args.agent)
+            st = await svc.status(args.agent)
     st["issues"] = _issues(st)
     if args.json:
         _print_json(st)
@@ -146,15 +172,21 @@ async def _cmd_status(args: argparse.Namespace) -> int:
 
     table = Table(show_header=False, box=None)
     for key in ("backend", "requestedBackend", "provider", "model", "providerReason", "files", "chunks",
-                "pendingVectors", "dirty", "dbPath", "workspaceDir", "sources"):
-        table.add_row(key, str(st.get(key)))
-    vec = st["vector"]
-    table.add_row("vector", f"{vec['engine']} (available={vec['available']}, dims={vec['dims']})"
-                  + (f" — {vec['loadError']}" if vec.get("loadError") else ""))
-    table.add_row("fts", "available" if st["fts"]["available"] else f"unavailable: {st['fts']['error']}")
-    table.add_row("cache", f"{st['cache']['entries']} / {st['cache']['maxEntries']}")
+                "pendingVectors", "dirty", "dbPath", "workspaceDir", "sources", "qmdVersion", "searchMode"):
+        if key in st:
+            table.add_row(key, str(st.get(key)))
+    vec = st.get("vector")
+    if vec:
+        table.add_row("vector", f"{vec['engine']} (available={vec['available']}, dims={vec['dims']})"
+                      + (f" — {vec['loadError']}" if vec.get("loadError") else ""))
+    if st.get("fts"):
+        table.add_row("fts", "available" if st["fts"]["available"] else f"unavailable: {st['fts']['error']}")
+    if st.get("cache"):
+        table.add_row("cache", f"{st['cache']['entries']} / {st['cache']['maxEntries']}")
+    if st.get("collections"):
+        table.add_row("collections", ", ".join(c["name"] for c in st["collections"]))
     if st.get("fallback"):
-        table.add_row("fallback", str(st["fallback"]["reason"]))
+        table.add_row("fallback", f"from {st['fallback'].get('from')}: {st['fallback']['reason']}")
     console = Console()
     console.print(table)
     for issue in st["issues"]:
@@ -177,6 +209,16 @@ def _issues(st: dict[str, Any]) -> list[str]:
         found.append(f"index must be rebuilt: {st['needsReindex']}")
     if st.get("unavailable"):
         found.append(f"memory unavailable: {st['unavailable']}")
+    q = st.get("qmd")
+    if st.get("requestedBackend") == "qmd":
+        if st.get("backend") != "qmd":
+            found.append(f"qmd is not serving: {(st.get('fallback') or {}).get('reason')}")
+        if q and not q.get("version"):
+            found.append(f"qmd missing or not answering ({q.get('command')}); run scripts/install-qmd or set memory.qmd.command")
+        if q and q.get("lastUpdateAt") is None:
+            found.append("qmd index never updated in this process (run `memoryd warm`)")
+        elif q and q.get("lastUpdateAt") and time.time() - q["lastUpdateAt"] > 3600:
+            found.append("qmd index is stale (last update over an hour ago)")
     return found
 
 
@@ -218,7 +260,58 @@ async def _cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"search": _cmd_search, "get": _cmd_get, "status": _cmd_status, "index": _cmd_index}
+async def _cmd_warm(args: argparse.Namespace) -> int:
+    from .orchestrator.warm import warm
+
+    steps: list[dict[str, Any]] = []
+
+    def say(step: str, ok: bool, detail: str = "") -> None:
+        steps.append({"step": step, "ok": ok, "detail": detail})
+        if not args.json:
+            mark = "ok " if ok else "FAIL"
+            print(f"[{mark}] {step}" + (f": {detail}" if detail else ""), file=sys.stderr)
+
+    async with _service(args) as svc:
+        ok = await warm(svc, args.agent, say)
+    if args.json:
+        _print_json({"ok": ok, "steps": steps})
+    if not ok:
+        failed = [s["step"] + (f" ({s['detail']})" if s["detail"] else "") for s in steps if not s["ok"]]
+        raise MemorydError("warm failed: " + "; ".join(failed))
+    return 0
+
+
+async def _cmd_serve(args: argparse.Namespace) -> int:
+    from .server import serve, socket_path
+
+    svc = _service(args)
+    print(f"memoryd serve: agents {', '.join(svc.agent_ids())}; socket {socket_path()}", file=sys.stderr)
+    await serve(svc)
+    return 0
+
+
+async def _cmd_mcp(args: argparse.Namespace) -> int:
+    from .mcp_server import build_server
+
+    svc = _service(args)
+    server = build_server(svc, agent_id=args.agent)
+    async with anyio.create_task_group() as tg:
+        await svc.start(tg, [svc.agent(args.agent).agent_id])
+        await server.run_stdio_async()
+        tg.cancel_scope.cancel()
+    await svc.aclose()
+    return 0
+
+
+COMMANDS = {
+    "search": _cmd_search,
+    "get": _cmd_get,
+    "status": _cmd_status,
+    "index": _cmd_index,
+    "warm": _cmd_warm,
+    "serve": _cmd_serve,
+    "mcp": _cmd_mcp,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

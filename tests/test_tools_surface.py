@@ -1,0 +1,132 @@
+"""One tool contract over three surfaces: MCP (real client session), the serve socket, and warm."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from memoryd.config import validate_config
+from memoryd.mcp_server import build_server
+from memoryd.orchestrator import MemoryService
+from memoryd.server import ping, request, socket_path
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def ws(workspace: Path) -> Path:
+    (workspace / "MEMORY.md").write_text("# Memory\nThe deploy target is fly.io.\nSecond line.\n")
+    (workspace / "memory" / "2026-11-29.md").write_text("# 2026-11-29\nRotated the webhook secret today.\n")
+    return workspace
+
+
+def service(ws: Path, **memory: Any) -> MemoryService:
+    cfg = validate_config({"memory": memory, "agents": {"defaults": {"workspace": str(ws), "memorySearch": {"provider": "none"}}}})
+    return MemoryService(cfg)
+
+
+def structured(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result
+    data = result.structured_content
+    return data.get("result", data) if isinstance(data, dict) else data  # type: ignore[no-any-return]
+
+
+async def test_mcp_tools_in_a_real_client_session(ws: Path) -> None:
+    svc = service(ws)
+    async with Client(build_server(svc)) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert {"memory_search", "memory_get", "memory_status"} <= names
+        hits = structured(await client.call_tool("memory_search", {"query": "webhook secret", "maxResults": 2}))
+        assert hits["backend"] == "builtin" and hits["results"][0]["path"] == "memory/2026-11-29.md"
+        got = structured(await client.call_tool("memory_get", {"path": "MEMORY.md", "from": 2, "lines": 1}))
+        assert got == {"path": "MEMORY.md", "text": "The deploy target is fly.io.\n"}
+        refused = structured(await client.call_tool("memory_get", {"path": "../x.md"}))
+        assert refused["disabled"] is True and "escapes" in refused["error"]
+        denied = structured(await client.call_tool("memory_search", {"query": "deploy", "sessionKey": "agent:main:discord:group:1"}))
+        assert denied["scopeDenied"] is True
+        empty = structured(await client.call_tool("memory_search", {"query": " "}))
+        assert empty["disabled"] is True and "empty" in empty["error"]
+        st = structured(await client.call_tool("memory_status", {}))
+        assert st["backend"] == "builtin" and st["files"] == 2
+    await svc.aclose()
+
+
+async def test_serve_answers_on_the_socket_and_stops_cleanly(ws: Path) -> None:
+    from memoryd.server import serve
+
+    svc = service(ws)
+    ready = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: serve(svc, ready=ready))
+        with anyio.fail_after(20):
+            await ready.wait()
+        sock = socket_path()
+        assert (await anyio.to_thread.run_sync(ping, sock))["ok"] is True
+        out = await anyio.to_thread.run_sync(request, sock, {"op": "search", "query": "deploy target"})
+        assert out and out["results"][0]["path"] == "MEMORY.md"
+        bad = await anyio.to_thread.run_sync(request, sock, {"op": "nope"})
+        assert bad == {"error": "unknown op 'nope'"}
+        tg.cancel_scope.cancel()
+    assert not socket_path().exists()
+
+
+def test_cli_forwards_to_a_running_server_and_sigterm_shuts_it_down(ws: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[agents.defaults]\nworkspace = "{ws}"\n[agents.defaults.memorySearch]\nprovider = "none"\n')
+    env = {**os.environ, "MEMORYD_CONFIG": str(cfg)}
+    log = tmp_path / "serve.log"
+    with log.open("w") as err_file:
+        proc = subprocess.Popen([sys.executable, "-m", "memoryd", "serve"], env=env, stderr=err_file)
+    try:
+        deadline = time.monotonic() + 30
+        while ping(socket_path()) is None:
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "serve did not come up"
+            time.sleep(0.1)
+        # the served index answers; a file the CLI process never opened proves the forward
+        t = time.perf_counter()
+        out = subprocess.run([sys.executable, "-m", "memoryd", "search", "--json", "webhook"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        wall = time.perf_counter() - t
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["results"][0]["path"] == "memory/2026-11-29.md"
+        assert wall < 10
+        st = subprocess.run([sys.executable, "-m", "memoryd", "status", "--json"], env=env, capture_output=True, text=True, timeout=60)
+        assert json.loads(st.stdout)["backend"] == "builtin"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(30)
+    assert rc == 0
+    assert not socket_path().exists()
+
+
+async def test_warm_builtin(ws: Path) -> None:
+    from memoryd.orchestrator.warm import warm
+
+    steps: list[tuple[str, bool, str]] = []
+    svc = service(ws)
+    assert await warm(svc, None, lambda s, ok, d: steps.append((s, ok, d)))
+    assert [s for s, ok, _ in steps if ok] == ["built-in index", "embedding model loaded"]
+    await svc.aclose()
+
+
+def test_warm_cli_fails_with_a_clear_message_when_qmd_is_missing(ws: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'[memory]\nbackend = "qmd"\n[memory.qmd]\ncommand = "{tmp_path / "no-qmd"}"\n'
+        f'[agents.defaults]\nworkspace = "{ws}"\n[agents.defaults.memorySearch]\nprovider = "none"\n'
+    )
+    out = subprocess.run([sys.executable, "-m", "memoryd", "warm", "--config", str(cfg)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    assert "memoryd: error: warm failed: qmd (QmdUnavailable" in out.stderr
+    assert "Traceback" not in out.stderr
