@@ -130,3 +130,39 @@ def test_warm_cli_fails_with_a_clear_message_when_qmd_is_missing(ws: Path, tmp_p
     assert out.returncode == 1
     assert "memoryd: error: warm failed: qmd (QmdUnavailable" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+async def test_lifecycle_tools_over_mcp(ws: Path) -> None:
+    svc = service(ws)
+    async with Client(build_server(svc)) as client:
+        wrote = structured(await client.call_tool("memory_append", {"target": "daily", "text": "The kiwi fruit order ships Monday."}))
+        assert wrote["created"] is True and wrote["path"].startswith("memory/20")
+        hits = structured(await client.call_tool("memory_search", {"query": "kiwi fruit order"}))
+        assert hits["results"][0]["path"] == wrote["path"]
+        ctx = structured(await client.call_tool("memory_context", {"sessionKey": "agent:main:main"}))
+        assert "kiwi fruit" in ctx["text"] and "deploy target" in ctx["text"]
+        group = structured(await client.call_tool("memory_context", {"sessionKey": "agent:main:discord:group:1"}))
+        assert "deploy target" not in group["text"]  # no MEMORY.md in group chats
+        first = structured(await client.call_tool("memory_flush_check", {"tokenEstimate": 190_000, "contextWindow": 200_000, "compactionCount": 1, "sessionKey": "agent:main:main"}))
+        again = structured(await client.call_tool("memory_flush_check", {"tokenEstimate": 195_000, "contextWindow": 200_000, "compactionCount": 1, "sessionKey": "agent:main:main"}))
+        assert first["run"] is True and "NO_REPLY" in first["prompt"]
+        assert again["run"] is False and again["reason"] == "already_flushed"
+    await svc.aclose()
+
+
+def test_lifecycle_cli(ws: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "MEMORYD_NO_SERVER": "1"}
+
+    def cli(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "memoryd", *argv, "--workspace", str(ws)], input=stdin,
+                              capture_output=True, text=True, env=env, timeout=60)
+
+    out = cli("append", "--target", "long-term", "--json", "-", stdin="- Carol owns the budget.\n")
+    assert out.returncode == 0, out.stderr
+    assert (ws / "MEMORY.md").read_text().endswith("- Carol owns the budget.\n")
+    ctx = cli("context", "--session-key", "agent:main:main")
+    assert ctx.returncode == 0 and "Carol owns the budget" in ctx.stdout
+    fc = cli("flush-check", "--tokens", "1000", "--context-window", "200000", "--json")
+    assert json.loads(fc.stdout)["reason"] == "below_threshold"
+    empty = cli("append", "   ")
+    assert empty.returncode == 1 and empty.stderr.startswith("memoryd: error:")

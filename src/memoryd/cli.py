@@ -53,6 +53,21 @@ def _parser() -> argparse.ArgumentParser:
     ix = sub.add_parser("index", parents=[common], help="sync the built-in index now (with progress)")
     ix.add_argument("--force", action="store_true", help="rebuild from scratch (embedding cache is reused)")
 
+    cx = sub.add_parser("context", parents=[common], help="what the agent loads at session start (daily notes, MEMORY.md)")
+    cx.add_argument("--session-key", metavar="KEY", help="the session's key (group/channel chats get no MEMORY.md)")
+
+    ap = sub.add_parser("append", parents=[common], help="append to today's daily note or to MEMORY.md (locked, fsynced)")
+    ap.add_argument("--target", choices=["daily", "long-term"], default="daily")
+    ap.add_argument("text", help="the text to append ('-' reads stdin)")
+
+    fc = sub.add_parser("flush-check", parents=[common], help="should the host run the pre-compaction memory flush now?")
+    fc.add_argument("--session-key", metavar="KEY")
+    fc.add_argument("--tokens", type=_non_negative_int, required=True, metavar="N", help="the session's token estimate")
+    fc.add_argument("--context-window", type=_positive_int, required=True, metavar="N")
+    fc.add_argument("--compactions", type=_non_negative_int, default=0, metavar="N", help="compactions so far in this session")
+    fc.add_argument("--session-id", metavar="ID", help="the host's session id (tells a reset session apart)")
+    fc.add_argument("--dry-run", action="store_true", help="answer without recording a flush")
+
     sub.add_parser("warm", parents=[common], help="prepare everything: qmd home, collections, update+embed, models, built-in index")
     sub.add_parser("serve", parents=[common], help="run the supervisor for all agents; the CLI forwards to it")
     sub.add_parser("mcp", parents=[common], help="serve memory_search/memory_get/status over MCP (stdio)")
@@ -260,6 +275,49 @@ async def _cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _cmd_context(args: argparse.Namespace) -> int:
+    async with _service(args) as svc:
+        out = await svc.context(agent_id=args.agent, session_key=args.session_key)
+    if args.json:
+        _print_json(out)
+        return 0
+    sys.stdout.write(out["text"])
+    if out.get("hint"):
+        print(f"hint: {out['hint']}", file=sys.stderr)
+    return 0
+
+
+async def _cmd_append(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.text == "-" else args.text
+    async with _service(args) as svc:
+        out = await svc.append(args.target, text, agent_id=args.agent)
+    if out.get("disabled"):
+        raise MemorydError(out["error"])
+    if args.json:
+        _print_json(out)
+    else:
+        print(f"appended {out['bytesWritten']} bytes to {out['path']}" + (" (created)" if out.get("created") else ""))
+    return 0
+
+
+async def _cmd_flush_check(args: argparse.Namespace) -> int:
+    async with _service(args) as svc:
+        out = await svc.flush_check(
+            session_key=args.session_key,
+            token_estimate=args.tokens,
+            context_window=args.context_window,
+            compaction_count=args.compactions,
+            session_id=args.session_id,
+            record=not args.dry_run,
+            agent_id=args.agent,
+        )
+    if args.json:
+        _print_json(out)
+    else:
+        print(("run" if out["run"] else "skip") + f" ({out['reason']}; threshold {out['threshold']})")
+    return 0
+
+
 async def _cmd_warm(args: argparse.Namespace) -> int:
     from .orchestrator.warm import warm
 
@@ -308,6 +366,9 @@ COMMANDS = {
     "get": _cmd_get,
     "status": _cmd_status,
     "index": _cmd_index,
+    "context": _cmd_context,
+    "append": _cmd_append,
+    "flush-check": _cmd_flush_check,
     "warm": _cmd_warm,
     "serve": _cmd_serve,
     "mcp": _cmd_mcp,

@@ -330,6 +330,8 @@ WorkspaceAccess = Literal["rw", "ro", "none"]
 class AgentDefaults(_Model):
     workspace: str | None = None
     workspace_access: WorkspaceAccess = "rw"
+    bootstrap_max_chars: int = Field(20_000, ge=1, description="Most characters of one memory file injected at session start.")
+    bootstrap_total_max_chars: int = Field(150_000, ge=1, description="Most characters of all memory files injected at session start.")
     memory_search: MemorySearchConfig = Field(default_factory=MemorySearchConfig)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
 
@@ -406,6 +408,8 @@ class ResolvedAgent(BaseModel):
     compaction: CompactionConfig
     memory: MemoryConfig
     models: ModelsConfig
+    bootstrap_max_chars: int = 20_000
+    bootstrap_total_max_chars: int = 150_000
 
     @property
     def index_path(self) -> Path:
@@ -456,7 +460,9 @@ def validate_config(data: Mapping[str, Any], *, source: str = "config") -> Memor
 
 # OpenClaw configs carry many unrelated keys (gateway, channels, …); take only the memory ones.
 _OPENCLAW_AGENT_KEYS = ("id", "workspace", "workspaceAccess", "memorySearch", "compaction")
-_OPENCLAW_DEFAULT_KEYS = ("workspace", "workspaceAccess", "memorySearch", "compaction")
+_OPENCLAW_DEFAULT_KEYS = (
+    "workspace", "workspaceAccess", "memorySearch", "compaction", "bootstrapMaxChars", "bootstrapTotalMaxChars",
+)
 
 
 def _openclaw_subset(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -594,6 +600,8 @@ def resolve_agent(
         compaction=compaction,
         memory=config.memory,
         models=config.models,
+        bootstrap_max_chars=defaults.bootstrap_max_chars,
+        bootstrap_total_max_chars=defaults.bootstrap_total_max_chars,
     )
 
 

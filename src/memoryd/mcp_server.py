@@ -7,7 +7,7 @@ so errors arrive as `{disabled, error}` / `{scopeDenied, reason}` results, never
 from __future__ import annotations
 
 import inspect
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from pydantic import Field
@@ -52,6 +52,31 @@ def build_server(service: MemoryService, *, agent_id: str | None = None) -> MCPS
         name="memory_get",
         description="Read a memory file (MEMORY.md, memory/**.md, extra paths) or a line range of it.",
     )(memory_get)
+
+    @server.tool(description="Append durable notes: target 'daily' (today's memory/YYYY-MM-DD.md) or 'long-term' (MEMORY.md).")
+    async def memory_append(target: Literal["daily", "long-term"], text: str) -> dict[str, Any]:
+        return await service.append(target, text, agent_id=agent_id)
+
+    @server.tool(description="The memory to load at session start: today's and yesterday's notes, and MEMORY.md for private sessions.")
+    async def memory_context(sessionKey: str | None = None) -> dict[str, Any]:  # noqa: N803
+        return await service.context(agent_id=agent_id, session_key=sessionKey)
+
+    @server.tool(description="Before compaction: should the silent memory-flush turn run now? Returns the prompts to use.")
+    async def memory_flush_check(
+        tokenEstimate: int,  # noqa: N803
+        contextWindow: int,  # noqa: N803
+        compactionCount: int = 0,  # noqa: N803
+        sessionKey: str | None = None,  # noqa: N803
+        sessionId: str | None = None,  # noqa: N803
+    ) -> dict[str, Any]:
+        return await service.flush_check(
+            session_key=sessionKey,
+            token_estimate=tokenEstimate,
+            context_window=contextWindow,
+            compaction_count=compactionCount,
+            session_id=sessionId,
+            agent_id=agent_id,
+        )
 
     @server.tool(description="Which backend serves memory, index health and recent failures.")
     async def memory_status() -> dict[str, Any]:

@@ -126,6 +126,13 @@ class AgentBackend:
         if idx.cfg.sync.watch:
             await idx.watch()
 
+    def notify_changed(self) -> None:
+        """A memory file was written through memoryd: mark indexes dirty, ask qmd for an update."""
+        if self._index is not None:
+            self._index.dirty = True
+        if self.qmd is not None and self._qmd_started and self._tg is not None:
+            self.qmd.request_update()
+
     async def aclose(self) -> None:
         if self.qmd is not None:
             await self.qmd.aclose()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from ..builtin_index import MemoryIndex
 from ..citations import apply_citations
 from ..config import MemorydConfig, ResolvedAgent, agent_ids, resolve_agent
 from ..errors import MemorydError
+from ..lifecycle import append_memory, build_session_context, check_flush
 from ..scope_rules import evaluate_scope
 from ._supervisor import AgentBackend
 
@@ -158,6 +160,58 @@ class MemoryService:
             return (await self.backend(agent_id).get(path, from_line, lines)).to_dict()
         except MemorydError as err:
             return {"path": path, "text": "", "disabled": True, "error": str(err)}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def context(self, *, agent_id: str | None = None, session_key: str | None = None, today: date | None = None) -> dict[str, Any]:
+        """What the agent loads at session start (see lifecycle.build_session_context)."""
+        agent = self.agent(agent_id)
+        ctx = build_session_context(
+            agent,
+            session_key,
+            today=today or datetime.now().astimezone().date(),
+            budget_chars=agent.bootstrap_max_chars,
+            total_budget_chars=agent.bootstrap_total_max_chars,
+        )
+        return ctx.to_dict()
+
+    async def append(self, target: str, text: str, *, agent_id: str | None = None) -> dict[str, Any]:
+        """The `memory_append` tool: `{path, bytesWritten, created}` or `{disabled, error}`."""
+        try:
+            agent = self.agent(agent_id)
+            result = await anyio.to_thread.run_sync(
+                lambda: append_memory(agent, target, text, now=datetime.now().astimezone())  # type: ignore[arg-type]
+            )
+            b = self._backends.get(agent.agent_id)
+            if b is not None:
+                b.notify_changed()
+            return result.to_dict()
+        except MemorydError as err:
+            return {"disabled": True, "error": str(err)}
+
+    async def flush_check(
+        self,
+        *,
+        session_key: str | None,
+        token_estimate: int | None,
+        context_window: int,
+        compaction_count: int,
+        session_id: str | None = None,
+        record: bool = True,
+        agent_id: str | None = None,
+    ) -> dict[str, Any]:
+        decision = await anyio.to_thread.run_sync(
+            lambda: check_flush(
+                self.agent(agent_id),
+                session_key,
+                token_estimate=token_estimate,
+                context_window=context_window,
+                compaction_count=compaction_count,
+                session_id=session_id,
+                record=record,
+            )
+        )
+        return decision.to_dict()
 
     async def status(self, agent_id: str | None = None) -> dict[str, Any]:
         b = self.backend(agent_id)

@@ -284,9 +284,16 @@ class QmdManager:
                     await self._add_collection(action.spec)
             self._active = {s.name: s for s in present}
 
-    def _sessions_dir(self) -> Path:
+    @property
+    def sessions_dir(self) -> Path:
+        """Where exported session Markdown lives (`sessions.exportDir`, `{agentId}` expanded)."""
         export = self.config.sessions.export_dir
-        return Path(export).expanduser() if export else self.home.sessions_dir
+        if export:
+            return Path(export.replace("{agentId}", self.agent.agent_id)).expanduser()
+        return self.home.sessions_dir
+
+    def _sessions_dir(self) -> Path:
+        return self.sessions_dir
 
     async def _remove_collection(self, name: str) -> None:
         try:
