@@ -209,3 +209,21 @@ async def test_builtin_backend_never_starts_qmd(tmp_path: Path) -> None:
     assert st["requestedBackend"] == "builtin" and st["fallback"] is None
     assert resolve_agent(cfg).memory.backend == "builtin"
     await svc.aclose()
+
+
+async def test_qmd_sessions_are_exported_and_searchable_through_the_service(tmp_path: Path) -> None:
+    import json
+
+    rig = Rig(tmp_path, require_qmd(), sessions={"enabled": True})
+    agent = resolve_agent(rig.config)
+    agent.sessions_dir.mkdir(parents=True)
+    (agent.sessions_dir / "s1.jsonl").write_text(
+        json.dumps({"type": "message", "role": "user", "content": [{"type": "text", "text": "Book the hovercraft ferry, my key is sk-abcdefghijklmnopqrstuvwx1234"}]}) + "\n"
+    )
+    svc = rig.service()
+    out = await svc.memory_search("hovercraft ferry")
+    assert out["backend"] == "qmd"
+    hit = next(r for r in out["results"] if r["source"] == "sessions")
+    assert "hovercraft" in hit["snippet"] and "sk-abcdef" not in hit["snippet"]
+    assert any(c["name"] == "sessions-main" for c in (await svc.status())["collections"])
+    await svc.aclose()

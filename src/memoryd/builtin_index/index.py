@@ -27,6 +27,14 @@ from ..citations import trim_to_budget
 from ..config import ResolvedAgent
 from ..embeddings.base import EmbeddingProvider, ProviderSelection
 from ..embeddings.batch import BatchPending
+from ..lifecycle.transcripts import (
+    SessionDeltaTracker,
+    count_newlines,
+    list_transcripts,
+    sessions_enabled,
+    transcript_chunks,
+    transcript_display_path,
+)
 from ..errors import InvalidInput, MemorydError, ProviderUnavailable
 from ..types import MAX_SNIPPET_CHARS, FileText, SearchResult
 from ._chunking import chunk_lines, content_hash
@@ -36,6 +44,11 @@ from ._store import Store, remove_db_files
 from ._text import fts_match_expression, query_terms, trigram_terms
 
 log = logging.getLogger("memoryd.builtin_index")
+
+
+def _newlines_in_prefix(path: Path, size: int) -> int:
+    with open(path, "rb") as fh:
+        return fh.read(size).count(b"\n")
 
 ProgressFn = Callable[[str, int, int], None]
 EMBED_BATCH = 16
@@ -99,6 +112,8 @@ class MemoryIndex:
         self._sync_lock = anyio.Lock()
         self._last_sync_at: float | None = None
         self.last_error: str | None = None
+        self._sessions = SessionDeltaTracker.from_config(self.cfg.sync.sessions)
+        self._session_baselines: set[str] = set()
 
     # ------------------------------------------------------------------ identity of the index
 
@@ -140,6 +155,7 @@ class MemoryIndex:
         embed_budget_s: float | None = None,
         progress: ProgressFn | None = None,
         allow_reindex: bool = True,
+        sessions: bool = True,
     ) -> SyncReport:
         """Bring the index up to date with the files; see the module docstring for the phases.
 
@@ -158,6 +174,8 @@ class MemoryIndex:
                     self.store.set_meta({"signature": json.dumps(self.signature())})
                 await anyio.to_thread.run_sync(self._text_phase, self.store, report, progress)
                 self.dirty = False
+                if sessions:
+                    await anyio.to_thread.run_sync(self._sessions_phase, self.store, report, False)
                 if embed:
                     await self._vector_phase(self.store, report, embed_budget_s, progress)
             report.vectors_pending = self.store.counts()["pending_vectors"] if self.provider else 0
@@ -210,6 +228,49 @@ class MemoryIndex:
             if known[gone][3] == "memory":
                 store.remove_file(gone)
                 report.files_removed += 1
+
+    def _sessions_phase(self, store: Store, report: SyncReport, force: bool) -> None:
+        """Index the agent's transcripts once enough new data accumulated (sync.sessions deltas)."""
+        if not sessions_enabled(self.agent):
+            return
+        known = {p: v for p, v in store.files().items() if v[3] == "sessions"}
+        seen: set[str] = set()
+        chunking = self.cfg.chunking
+        for path in list_transcripts(self.agent):
+            rel = transcript_display_path(path)
+            seen.add(rel)
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            prev = known.get(rel)
+            if prev is not None and prev[1] == st.st_mtime and prev[2] == st.st_size:
+                continue
+            lines = count_newlines(path)
+            if prev is not None and not force:
+                if rel not in self._session_baselines:
+                    self._session_baselines.add(rel)
+                    self._sessions.mark_synced(rel, prev[2], _newlines_in_prefix(path, prev[2]))
+                if not self._sessions.observe(rel, st.st_size, lines).due:
+                    continue
+            try:
+                chunks = transcript_chunks(path, chunking.tokens, chunking.overlap)
+                data = path.read_bytes()
+            except OSError as err:
+                log.warning("cannot read transcript %s: %s", path, err)
+                continue
+            store.replace_file(
+                rel, str(path), "sessions", content_hash(data.decode("utf-8", errors="replace")), st.st_mtime, st.st_size,
+                [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
+            )
+            self._sessions.mark_synced(rel, st.st_size, lines)
+            self._session_baselines.add(rel)
+            report.files_changed += 1
+            report.chunks_written += len(chunks)
+        for gone in set(known) - seen:
+            store.remove_file(gone)
+            self._sessions.forget(gone)
+            report.files_removed += 1
 
     async def _vector_phase(
         self, store: Store, report: SyncReport, budget_s: float | None, progress: ProgressFn | None
@@ -290,6 +351,7 @@ class MemoryIndex:
             new.copy_cache_from(self.path)
             new.set_meta({"signature": json.dumps(self.signature())})
             await anyio.to_thread.run_sync(self._text_phase, new, report, progress)
+            await anyio.to_thread.run_sync(self._sessions_phase, new, report, True)
             if embed:
                 await self._vector_phase(new, report, embed_budget_s, progress)
             # leave a single self-contained file behind (no -wal) before the rename
@@ -348,7 +410,7 @@ class MemoryIndex:
             raise ProviderUnavailable(self.unavailable)
         if self.dirty and self.cfg.sync.on_search:
             with anyio.move_on_after(self.cfg.sync.search_wait_ms / 1000):
-                await self.sync(embed=False, allow_reindex=False)
+                await self.sync(embed=False, allow_reindex=False, sessions=False)
         params = self._rank_params(max_results, min_score)
         k = params.max_results * self.cfg.query.hybrid.candidate_multiplier
         # config: hybrid, or vector-first when hybrid is off; `mode` pins one side for evaluation
@@ -496,6 +558,9 @@ class MemoryIndex:
         for extra in resolve_extra_paths(ws, self.cfg.extra_paths):
             if extra.exists() and not extra.is_relative_to(ws):
                 roots.append(extra if extra.is_dir() else extra.parent)
+        if sessions_enabled(self.agent):
+            self.agent.sessions_dir.mkdir(parents=True, exist_ok=True)
+            roots.append(self.agent.sessions_dir)
         return roots
 
     async def watch(self, *, stop_event: anyio.Event | None = None, on_synced: Callable[[SyncReport], None] | None = None) -> None:
@@ -505,8 +570,12 @@ class MemoryIndex:
         ws = self.agent.workspace
         extras = [p for p in self.watch_roots() if p != ws]
 
+        sessions_dir = self.agent.sessions_dir
+
         def relevant(_change: Any, raw: str) -> bool:
             p = Path(raw)
+            if p.is_relative_to(sessions_dir):
+                return p.name.endswith(".jsonl")
             if not p.name.lower().endswith(".md") and p.suffix:
                 return False
             if p.is_relative_to(ws):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime, timezone
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,6 +105,10 @@ class AgentBackend:
         """Start qmd (collections, timers) and keep the built-in index fresh in the background."""
         self._tg = tg
         if self.qmd is not None:
+            if self.agent.memory.qmd.sessions.enabled:
+                await self.export_sessions()
+                if tg is not None:
+                    tg.start_soon(self._export_loop)
             await self._start_qmd(tg)
         idx = self.index
         if idx is not None and tg is not None:
@@ -117,6 +122,32 @@ class AgentBackend:
         except QmdError as err:
             self._start_error = str(err)
             self._record_failure(f"qmd failed to start: {err}")
+
+    async def export_sessions(self) -> bool:
+        """Export sanitised transcripts for qmd's sessions collection; True when files changed."""
+        from ..lifecycle import export_sessions
+
+        qcfg = self.agent.memory.qmd.sessions
+        try:
+            report = await anyio.to_thread.run_sync(
+                lambda: export_sessions(
+                    self.agent,
+                    now=datetime.now(timezone.utc),
+                    export_dir=self.qmd.sessions_dir,
+                    retention_days=qcfg.retention_days,
+                )
+            )
+        except (MemorydError, OSError) as err:
+            log.warning("session export failed for %s: %s", self.agent.agent_id, err)
+            return False
+        return bool(report.changed)
+
+    async def _export_loop(self) -> None:
+        interval = min(60.0, max(1.0, self.agent.memory.qmd.update.interval_ms / 1000 or 60.0))
+        while True:
+            await anyio.sleep(interval)
+            if await self.export_sessions() and self._qmd_started:
+                self.qmd.request_update()
 
     async def _keep_index_fresh(self, idx: MemoryIndex) -> None:
         try:
