@@ -291,7 +291,7 @@ class FailoverConfig(_Model):
     """When qmd's failures flip an agent to the built-in index and how it comes back."""
 
     failure_threshold: int = Field(1, ge=1, description="Consecutive qmd failures before failing over.")
-    cooldown_ms: int = Field(30_000, ge=0, description="Minimum time on the built-in index before probing.")
+    cooldown_ms: int = Field(15_000, ge=0, description="Minimum time on the built-in index before probing.")
     probe_max_interval_ms: int = Field(300_000, ge=1, description="Backoff cap between recovery probes.")
 
 
