@@ -21,9 +21,22 @@ import anyio
 from memoryd.config import resolve_agent, validate_config
 from memoryd.qmd_adapter import QmdManager
 
-WORDS = (
-    ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima", "mike", "november"]
-)
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+]
 
 
 def default_qmd() -> str:

@@ -17,7 +17,13 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "_xdg_state"))
     monkeypatch.delenv("MEMORYD_CONFIG", raising=False)
     monkeypatch.delenv("MEMORYD_WORKSPACE", raising=False)
-    for key in ("OPENAI_API_KEY", "GEMINI_API_KEY", "VOYAGE_API_KEY", "MISTRAL_API_KEY", "OLLAMA_API_KEY"):
+    for key in (
+        "OPENAI_API_KEY",
+        "GEMINI_API_KEY",
+        "VOYAGE_API_KEY",
+        "MISTRAL_API_KEY",
+        "OLLAMA_API_KEY",
+    ):
         monkeypatch.delenv(key, raising=False)
     yield state
 

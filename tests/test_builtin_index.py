@@ -6,15 +6,14 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
 import numpy as np
 import pytest
 
-from memoryd.builtin_index import MemoryIndex
-from memoryd.builtin_index import _store
+from memoryd.builtin_index import MemoryIndex, _store
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
 from memoryd.embeddings import HashingEmbedder, ProviderSelection
 from memoryd.embeddings.base import EmbeddingProvider, Matrix, Vector
@@ -24,12 +23,21 @@ pytestmark = pytest.mark.anyio
 
 
 def agent_for(ws: Path, search: dict[str, object] | None = None) -> ResolvedAgent:
-    cfg = validate_config({"agents": {"defaults": {"workspace": str(ws), "memorySearch": search or {}}}})
+    cfg = validate_config(
+        {"agents": {"defaults": {"workspace": str(ws), "memorySearch": search or {}}}}
+    )
     return resolve_agent(cfg)
 
 
-def sel(provider: EmbeddingProvider | None, *, explicit: bool = False, fallback: EmbeddingProvider | None = None) -> ProviderSelection:
-    return ProviderSelection("test", provider, "test provider", fallback=fallback, explicit=explicit)
+def sel(
+    provider: EmbeddingProvider | None,
+    *,
+    explicit: bool = False,
+    fallback: EmbeddingProvider | None = None,
+) -> ProviderSelection:
+    return ProviderSelection(
+        "test", provider, "test provider", fallback=fallback, explicit=explicit
+    )
 
 
 def write(p: Path, text: str) -> Path:
@@ -61,16 +69,33 @@ class ZeroQueryEmbedder(HashingEmbedder):
 
 @pytest.fixture
 def notes(workspace: Path) -> Path:
-    write(workspace / "MEMORY.md", "# Long-term\nThe deploy target is fly.io in region ams.\nAdGuardHome runs on the raspberry pi.\n")
-    write(workspace / "memory" / "2026-11-28.md", "# 2026-11-28\nhello world, said the greeter bot\n")
-    write(workspace / "memory" / "2026-11-29.md", "# 2026-11-29\nhello there, only one of the terms\n")
-    write(workspace / "memory" / "trip.md", "# Trip\n我们明天去北京开会，讨论新的项目计划。\n東京の会議は来週の月曜日です。\n")
-    write(workspace / "memory" / "pets.md", "# Pets\nAlice adopted a grey cat named Miso from the shelter.\n")
+    write(
+        workspace / "MEMORY.md",
+        "# Long-term\nThe deploy target is fly.io in region ams.\nAdGuardHome runs on the raspberry pi.\n",
+    )
+    write(
+        workspace / "memory" / "2026-11-28.md", "# 2026-11-28\nhello world, said the greeter bot\n"
+    )
+    write(
+        workspace / "memory" / "2026-11-29.md", "# 2026-11-29\nhello there, only one of the terms\n"
+    )
+    write(
+        workspace / "memory" / "trip.md",
+        "# Trip\n我们明天去北京开会，讨论新的项目计划。\n東京の会議は来週の月曜日です。\n",
+    )
+    write(
+        workspace / "memory" / "pets.md",
+        "# Pets\nAlice adopted a grey cat named Miso from the shelter.\n",
+    )
     return workspace
 
 
-async def synced(ws: Path, provider: EmbeddingProvider | None = None, search: dict[str, object] | None = None) -> MemoryIndex:
-    idx = MemoryIndex(agent_for(ws, search), sel(provider if provider is not None else HashingEmbedder()))
+async def synced(
+    ws: Path, provider: EmbeddingProvider | None = None, search: dict[str, object] | None = None
+) -> MemoryIndex:
+    idx = MemoryIndex(
+        agent_for(ws, search), sel(provider if provider is not None else HashingEmbedder())
+    )
     await idx.sync()
     return idx
 
@@ -116,7 +141,10 @@ async def test_substring_terms_match_inside_words(notes: Path) -> None:
 
 
 async def test_results_shape_and_snippet_cap(notes: Path) -> None:
-    write(notes / "memory" / "long.md", "\n".join(f"line {i} about kubernetes ingress tuning and more words" for i in range(200)))
+    write(
+        notes / "memory" / "long.md",
+        "\n".join(f"line {i} about kubernetes ingress tuning and more words" for i in range(200)),
+    )
     idx = await synced(notes)
     out = await idx.search("kubernetes ingress")
     assert out.provider == "hashing" and out.model == "hashing-v1" and out.mode == "hybrid"
@@ -159,7 +187,15 @@ async def test_search_on_a_dirty_index_syncs_first(notes: Path) -> None:
 async def test_numpy_engine_gives_the_same_answers(notes: Path) -> None:
     vec_idx = await synced(notes)
     np_idx = MemoryIndex(
-        agent_for(notes, {"store": {"path": str(notes.parent / "np.sqlite"), "vector": {"extensionPath": "/nonexistent/vec0.so"}}}),
+        agent_for(
+            notes,
+            {
+                "store": {
+                    "path": str(notes.parent / "np.sqlite"),
+                    "vector": {"extensionPath": "/nonexistent/vec0.so"},
+                }
+            },
+        ),
         sel(HashingEmbedder()),
     )
     await np_idx.sync()
@@ -169,7 +205,9 @@ async def test_numpy_engine_gives_the_same_answers(notes: Path) -> None:
         a = await vec_idx.search(q, mode="vector", min_score=0)
         b = await np_idx.search(q, mode="vector", min_score=0)
         assert a.results[0].path == b.results[0].path
-        assert sorted(r.score for r in a.results) == pytest.approx(sorted(r.score for r in b.results), abs=1e-5)
+        assert sorted(r.score for r in a.results) == pytest.approx(
+            sorted(r.score for r in b.results), abs=1e-5
+        )
 
 
 async def test_keyword_only_when_provider_is_none(notes: Path) -> None:
@@ -258,13 +296,21 @@ async def test_query_embedding_failure_or_zero_vector_still_answers(notes: Path)
     assert any("zero vector" in n for n in out.notes)
 
 
-async def test_vectors_answer_when_fts5_is_unavailable(notes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_vectors_answer_when_fts5_is_unavailable(
+    notes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def no_fts(conn: object) -> None:
-        conn.execute("insert or replace into meta(key, value) values ('fts_error', 'no such module: fts5')")  # type: ignore[attr-defined]
+        conn.execute(
+            "insert or replace into meta(key, value) values ('fts_error', 'no such module: fts5')"
+        )  # type: ignore[attr-defined]
 
     monkeypatch.setattr(_store, "MIGRATIONS", [_store.MIGRATIONS[0], ("m002_fts", no_fts)])
     idx = await synced(notes)
-    assert idx.status()["fts"] == {"available": False, "error": "no such module: fts5", "trigram": True}
+    assert idx.status()["fts"] == {
+        "available": False,
+        "error": "no such module: fts5",
+        "trigram": True,
+    }
     out = await idx.search("grey cat named Miso")
     assert out.mode == "vector" and out.results[0].path == "memory/pets.md"
 
@@ -289,7 +335,10 @@ async def test_searches_never_crash_while_another_process_syncs(notes: Path) -> 
             other = MemoryIndex(agent_for(notes), sel(HashingEmbedder()))
             i = 0
             while not stop.is_set():
-                write(notes / "memory" / f"churn-{i % 5}.md", f"churn note {i} " + "filler words " * 200)
+                write(
+                    notes / "memory" / f"churn-{i % 5}.md",
+                    f"churn note {i} " + "filler words " * 200,
+                )
                 other.dirty = True
                 await other.sync()
                 i += 1
@@ -321,20 +370,36 @@ async def test_temporal_decay_orders_equal_notes_by_age(workspace: Path) -> None
     for day in ("2025-09-15", "2026-02-03", "2026-02-10"):
         write(workspace / "memory" / f"{day}.md", text)
     write(workspace / "MEMORY.md", text)
-    idx = await synced(workspace, search={"query": {"hybrid": {"temporalDecay": {"enabled": True}}}})
-    out = await idx.search("Rod standup", min_score=0, now=datetime(2026, 2, 10, tzinfo=timezone.utc))
+    idx = await synced(
+        workspace, search={"query": {"hybrid": {"temporalDecay": {"enabled": True}}}}
+    )
+    out = await idx.search("Rod standup", min_score=0, now=datetime(2026, 2, 10, tzinfo=UTC))
     order = [r.path for r in out.results]
-    assert order.index("memory/2026-02-10.md") < order.index("memory/2026-02-03.md") < order.index("memory/2025-09-15.md")
+    assert (
+        order.index("memory/2026-02-10.md")
+        < order.index("memory/2026-02-03.md")
+        < order.index("memory/2025-09-15.md")
+    )
     scores = {r.path: r.score for r in out.results}
-    assert scores["MEMORY.md"] == pytest.approx(scores["memory/2026-02-10.md"])  # evergreen: no decay
+    assert scores["MEMORY.md"] == pytest.approx(
+        scores["memory/2026-02-10.md"]
+    )  # evergreen: no decay
 
 
 async def test_mmr_through_the_index(workspace: Path) -> None:
-    write(workspace / "memory" / "2026-02-10.md", "Configured Omada router, set VLAN 10 for IoT devices\n")
+    write(
+        workspace / "memory" / "2026-02-10.md",
+        "Configured Omada router, set VLAN 10 for IoT devices\n",
+    )
     write(workspace / "memory" / "2026-02-08.md", "Configured Omada router, moved IoT to VLAN 10\n")
-    write(workspace / "memory" / "network.md", "Router: Omada ER605, AdGuard: 192.168.10.2, VLAN 10: IoT\n")
+    write(
+        workspace / "memory" / "network.md",
+        "Router: Omada ER605, AdGuard: 192.168.10.2, VLAN 10: IoT\n",
+    )
     write(workspace / "memory" / "2026-02-05.md", "Set up AdGuard DNS on 192.168.10.2\n")
-    idx = await synced(workspace, search={"query": {"hybrid": {"mmr": {"enabled": True, "lambda": 0.3}}}})
+    idx = await synced(
+        workspace, search={"query": {"hybrid": {"mmr": {"enabled": True, "lambda": 0.3}}}}
+    )
     top = await paths(idx, "Omada router VLAN", max_results=2, min_score=0)
     # the two near-identical router notes are not both in the top two
     assert not {"memory/2026-02-10.md", "memory/2026-02-08.md"} <= set(top)

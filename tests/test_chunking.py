@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,7 +29,7 @@ def test_line_ranges_are_exact_and_cover_every_line() -> None:
 def test_consecutive_chunks_overlap_by_about_the_overlap() -> None:
     text = "\n".join("w " * 18 for _ in range(200))  # ~10 tokens a line
     chunks = chunk_lines(text, tokens=100, overlap=30)
-    for a, b in zip(chunks, chunks[1:], strict=False):
+    for a, b in itertools.pairwise(chunks):
         shared = a.end_line - b.start_line + 1
         assert 1 <= shared <= 3
 

@@ -16,7 +16,9 @@ from memoryd.cli import main
 @pytest.fixture
 def ws(workspace: Path) -> Path:
     (workspace / "MEMORY.md").write_text("# Memory\nThe deploy target is fly.io.\nSecond line.\n")
-    (workspace / "memory" / "2026-11-29.md").write_text("# 2026-11-29\nRotated the webhook secret today.\n")
+    (workspace / "memory" / "2026-11-29.md").write_text(
+        "# 2026-11-29\nRotated the webhook secret today.\n"
+    )
     return workspace
 
 
@@ -34,7 +36,9 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return rc, out, err
 
 
-def test_search_text_output(ws: Path, keyword_only: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_search_text_output(
+    ws: Path, keyword_only: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rc, out, _ = run(capsys, "search", "--workspace", str(ws), "webhook secret")
     assert rc == 0
     first = out.splitlines()[0]
@@ -43,28 +47,58 @@ def test_search_text_output(ws: Path, keyword_only: Path, capsys: pytest.Capture
     assert "Rotated the webhook secret" in out
 
 
-def test_search_no_matches(ws: Path, keyword_only: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_search_no_matches(
+    ws: Path, keyword_only: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rc, out, _ = run(capsys, "search", "--workspace", str(ws), "xylophone")
     assert rc == 0 and out.strip() == "No matches."
 
 
-def test_search_json_is_json_only(ws: Path, keyword_only: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = run(capsys, "search", "--workspace", str(ws), "--json", "--max-results", "1", "deploy target")
+def test_search_json_is_json_only(
+    ws: Path, keyword_only: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, out, _ = run(
+        capsys, "search", "--workspace", str(ws), "--json", "--max-results", "1", "deploy target"
+    )
     data = json.loads(out)
     assert rc == 0 and data["backend"] == "builtin" and len(data["results"]) == 1
     assert set(data["results"][0]) >= {"path", "startLine", "endLine", "score", "snippet", "source"}
 
 
-def test_session_key_applies_scope_and_citations(ws: Path, keyword_only: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    _, out, _ = run(capsys, "search", "--workspace", str(ws), "--json", "deploy", "--session-key", "agent:main:discord:group:c1")
+def test_session_key_applies_scope_and_citations(
+    ws: Path, keyword_only: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, out, _ = run(
+        capsys,
+        "search",
+        "--workspace",
+        str(ws),
+        "--json",
+        "deploy",
+        "--session-key",
+        "agent:main:discord:group:c1",
+    )
     assert json.loads(out)["scopeDenied"] is True
-    _, out, _ = run(capsys, "search", "--workspace", str(ws), "--json", "deploy", "--session-key", "agent:main:slack:direct:u1")
+    _, out, _ = run(
+        capsys,
+        "search",
+        "--workspace",
+        str(ws),
+        "--json",
+        "deploy",
+        "--session-key",
+        "agent:main:slack:direct:u1",
+    )
     first = json.loads(out)["results"][0]
-    assert first["citation"] == "MEMORY.md#L1-L3" and first["snippet"].endswith("Source: MEMORY.md#L1-L3")
+    assert first["citation"] == "MEMORY.md#L1-L3" and first["snippet"].endswith(
+        "Source: MEMORY.md#L1-L3"
+    )
 
 
 def test_get_and_slices(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = run(capsys, "get", "--workspace", str(ws), "MEMORY.md", "--from", "2", "--lines", "1")
+    rc, out, _ = run(
+        capsys, "get", "--workspace", str(ws), "MEMORY.md", "--from", "2", "--lines", "1"
+    )
     assert rc == 0 and out == "The deploy target is fly.io.\n"
     rc, out, _ = run(capsys, "get", "--workspace", str(ws), "--json", "memory/missing.md")
     assert json.loads(out) == {"path": "memory/missing.md", "text": ""}
@@ -78,13 +112,17 @@ def test_get_and_slices(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
         (["search", "   "], "query must not be empty"),
     ],
 )
-def test_errors_are_one_line_exit_1(ws: Path, keyword_only: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+def test_errors_are_one_line_exit_1(
+    ws: Path, keyword_only: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
     rc, out, err = run(capsys, *argv[:1], "--workspace", str(ws), *argv[1:])
     assert rc == 1 and out == ""
     assert err.count("\n") == 1 and err.startswith("memoryd: error:") and message in err
 
 
-def test_missing_workspace_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_workspace_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     rc, _, err = run(capsys, "search", "x")
     assert rc == 1 and "--workspace" in err and "Traceback" not in err
@@ -97,7 +135,9 @@ def test_bad_config_error(tmp_path: Path, ws: Path, capsys: pytest.CaptureFixtur
     assert rc == 1 and "memory.backend" in err
 
 
-def test_index_and_status_json(ws: Path, keyword_only: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_index_and_status_json(
+    ws: Path, keyword_only: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rc, out, _ = run(capsys, "index", "--workspace", str(ws), "--json")
     data = json.loads(out)
     assert rc == 0 and data["files"] == 2 and data["chunks"] == 2
@@ -113,12 +153,26 @@ def test_cli_as_a_real_process(ws: Path, keyword_only: Path) -> None:
     env = {**os.environ}
     proc = subprocess.run(
         [sys.executable, "-m", "memoryd", "search", "--json", "--workspace", str(ws), "deploy"],
-        capture_output=True, text=True, env=env, timeout=60,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["results"]
-    bad = subprocess.run([sys.executable, "-m", "memoryd", "get", "--workspace", str(ws), "/etc/passwd"],
-                         capture_output=True, text=True, env=env, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "memoryd", "get", "--workspace", str(ws), "/etc/passwd"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
-    usage = subprocess.run([sys.executable, "-m", "memoryd", "search"], capture_output=True, text=True, env=env, timeout=60)
+    usage = subprocess.run(
+        [sys.executable, "-m", "memoryd", "search"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert usage.returncode == 2

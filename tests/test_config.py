@@ -29,8 +29,12 @@ def test_defaults_match_the_seed() -> None:
 
 
 def test_camel_and_snake_case_both_accepted() -> None:
-    camel = validate_config({"agents": {"defaults": {"memorySearch": {"query": {"maxResults": 3}}}}})
-    snake = validate_config({"agents": {"defaults": {"memory_search": {"query": {"max_results": 3}}}}})
+    camel = validate_config(
+        {"agents": {"defaults": {"memorySearch": {"query": {"maxResults": 3}}}}}
+    )
+    snake = validate_config(
+        {"agents": {"defaults": {"memory_search": {"query": {"max_results": 3}}}}}
+    )
     assert camel.agents.defaults.memory_search.query.max_results == 3
     assert snake.agents.defaults.memory_search.query.max_results == 3
 
@@ -40,9 +44,22 @@ def test_camel_and_snake_case_both_accepted() -> None:
     [
         ({"memory": {"backnd": "qmd"}}, "memory.backnd: unknown key"),
         ({"memory": {"backend": "elastic"}}, "memory.backend"),
-        ({"agents": {"defaults": {"memorySearch": {"query": {"maxResult": 3}}}}}, "agents.defaults.memorySearch.query.maxResult"),
-        ({"agents": {"defaults": {"memorySearch": {"chunking": {"tokens": 100, "overlap": 100}}}}}, "overlap"),
-        ({"agents": {"list": [{"id": "a", "memorySearch": {"provder": "x"}}]}}, "agents.list.0.memorySearch"),
+        (
+            {"agents": {"defaults": {"memorySearch": {"query": {"maxResult": 3}}}}},
+            "agents.defaults.memorySearch.query.maxResult",
+        ),
+        (
+            {
+                "agents": {
+                    "defaults": {"memorySearch": {"chunking": {"tokens": 100, "overlap": 100}}}
+                }
+            },
+            "overlap",
+        ),
+        (
+            {"agents": {"list": [{"id": "a", "memorySearch": {"provder": "x"}}]}},
+            "agents.list.0.memorySearch",
+        ),
         ({"memory": {"qmd": {"update": {"interval": "soon"}}}}, "memory.qmd.update.interval"),
     ],
 )
@@ -53,7 +70,15 @@ def test_bad_config_names_the_key_path(data: dict[str, object], path: str) -> No
 
 
 def test_hybrid_weights_normalize_to_one() -> None:
-    cfg = validate_config({"agents": {"defaults": {"memorySearch": {"query": {"hybrid": {"vectorWeight": 3, "textWeight": 1}}}}}})
+    cfg = validate_config(
+        {
+            "agents": {
+                "defaults": {
+                    "memorySearch": {"query": {"hybrid": {"vectorWeight": 3, "textWeight": 1}}}
+                }
+            }
+        }
+    )
     v, t = cfg.agents.defaults.memory_search.query.hybrid.normalized_weights
     assert (v, t) == (0.75, 0.25)
 
@@ -62,7 +87,10 @@ def test_agent_override_merges_over_defaults(tmp_path: Path) -> None:
     cfg = validate_config(
         {
             "agents": {
-                "defaults": {"workspace": str(tmp_path), "memorySearch": {"query": {"maxResults": 9, "minScore": 0.1}}},
+                "defaults": {
+                    "workspace": str(tmp_path),
+                    "memorySearch": {"query": {"maxResults": 9, "minScore": 0.1}},
+                },
                 "list": [{"id": "ops", "memorySearch": {"query": {"maxResults": 2}}}],
             }
         }
@@ -76,13 +104,24 @@ def test_agent_override_merges_over_defaults(tmp_path: Path) -> None:
 
 
 def test_store_path_supports_agent_id(tmp_path: Path) -> None:
-    cfg = validate_config({"agents": {"defaults": {"workspace": str(tmp_path), "memorySearch": {"store": {"path": str(tmp_path / "{agentId}.db")}}}}})
+    cfg = validate_config(
+        {
+            "agents": {
+                "defaults": {
+                    "workspace": str(tmp_path),
+                    "memorySearch": {"store": {"path": str(tmp_path / "{agentId}.db")}},
+                }
+            }
+        }
+    )
     assert resolve_agent(cfg, "main").index_path == tmp_path / "main.db"
 
 
 def test_toml_and_openclaw_json5(tmp_path: Path) -> None:
     toml = tmp_path / "c.toml"
-    toml.write_text('[memory]\nbackend = "qmd"\n[agents.defaults.memorySearch.query]\nmaxResults = 4\n')
+    toml.write_text(
+        '[memory]\nbackend = "qmd"\n[agents.defaults.memorySearch.query]\nmaxResults = 4\n'
+    )
     assert read_config_file(toml).memory.backend == "qmd"
     j5 = tmp_path / "openclaw.json5"
     j5.write_text(
@@ -126,6 +165,9 @@ def test_workspace_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         resolve_agent(validate_config({}), workspace=tmp_path / "nope")
 
 
-@pytest.mark.parametrize(("raw", "ms"), [("5m", 300_000), ("30s", 30_000), ("1h", 3_600_000), ("250ms", 250), (1500, 1500)])
+@pytest.mark.parametrize(
+    ("raw", "ms"),
+    [("5m", 300_000), ("30s", 30_000), ("1h", 3_600_000), ("250ms", 250), (1500, 1500)],
+)
 def test_durations(raw: str | int, ms: int) -> None:
     assert parse_duration_ms(raw) == ms

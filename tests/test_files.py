@@ -28,7 +28,12 @@ def test_default_memory_files(workspace: Path) -> None:
     write(workspace / "memory" / "projects" / "alpha.md")
     write(workspace / "memory" / "notes.txt")
     write(workspace / "README.md")  # not memory
-    assert rels(workspace) == ["MEMORY.md", "memory/2026-11-29-reset.md", "memory/2026-11-29.md", "memory/projects/alpha.md"]
+    assert rels(workspace) == [
+        "MEMORY.md",
+        "memory/2026-11-29-reset.md",
+        "memory/2026-11-29.md",
+        "memory/projects/alpha.md",
+    ]
 
 
 def test_noise_folders_are_skipped(workspace: Path) -> None:
@@ -60,7 +65,9 @@ def test_symlinks_are_ignored_at_every_level(workspace: Path, tmp_path: Path) ->
     assert rels(workspace, ["notes-link", "real-notes/sub/secret.md"]) == ["memory/real.md"]
 
 
-def test_extra_paths_relative_absolute_home_and_overlap(workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_extra_paths_relative_absolute_home_and_overlap(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     write(workspace / "docs" / "a.md")
     write(workspace / "docs" / "deep" / "b.md")
     ext = write(tmp_path / "ext" / "c.md")
@@ -69,7 +76,9 @@ def test_extra_paths_relative_absolute_home_and_overlap(workspace: Path, tmp_pat
     monkeypatch.setenv("HOME", str(home))
     write(workspace / "memory" / "m.md")
     got = rels(workspace, ["docs", "docs/deep", str(ext), "~/h.md", "memory/m.md", "missing/"])
-    assert got == sorted(["docs/a.md", "docs/deep/b.md", ext.as_posix(), (home / "h.md").as_posix(), "memory/m.md"])
+    assert got == sorted(
+        ["docs/a.md", "docs/deep/b.md", ext.as_posix(), (home / "h.md").as_posix(), "memory/m.md"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -101,7 +110,9 @@ def test_get_refuses_symlinks_and_directories(workspace: Path, tmp_path: Path) -
         resolve_get_path(workspace, [], "memory/dir.md")
 
 
-def test_get_allows_memory_files_extra_paths_and_missing_files(workspace: Path, tmp_path: Path) -> None:
+def test_get_allows_memory_files_extra_paths_and_missing_files(
+    workspace: Path, tmp_path: Path
+) -> None:
     ext = write(tmp_path / "ext" / "c.md")
     assert resolve_get_path(workspace, [], "memory/2026-01-01.md")[1] == "memory/2026-01-01.md"
     assert resolve_get_path(workspace, [], "MEMORY.md")[1] == "MEMORY.md"
@@ -112,7 +123,14 @@ def test_get_allows_memory_files_extra_paths_and_missing_files(workspace: Path, 
 
 @pytest.mark.parametrize(
     ("frm", "n", "expected"),
-    [(None, None, "a\nb\nc\n"), (2, None, "b\nc\n"), (2, 1, "b\n"), (1, 0, ""), (4, None, ""), (9, 2, "")],
+    [
+        (None, None, "a\nb\nc\n"),
+        (2, None, "b\nc\n"),
+        (2, 1, "b\n"),
+        (1, 0, ""),
+        (4, None, ""),
+        (9, 2, ""),
+    ],
 )
 def test_slice_lines(frm: int | None, n: int | None, expected: str) -> None:
     assert slice_lines("a\nb\nc\n", frm, n) == expected

@@ -17,17 +17,27 @@ pytestmark = pytest.mark.anyio
 
 
 def agent(ws: Path, agent_id: str = "main", *, enabled: bool = True, **sync: Any) -> ResolvedAgent:
-    search: dict[str, Any] = {"sources": ["memory", "sessions"] if enabled else ["memory"],
-                              "experimental": {"sessionMemory": enabled}}
+    search: dict[str, Any] = {
+        "sources": ["memory", "sessions"] if enabled else ["memory"],
+        "experimental": {"sessionMemory": enabled},
+    }
     if sync:
         search["sync"] = {"sessions": sync}
-    cfg = validate_config({"agents": {"defaults": {"workspace": str(ws), "memorySearch": search},
-                                      "list": [{"id": "main"}, {"id": "other"}]}})
+    cfg = validate_config(
+        {
+            "agents": {
+                "defaults": {"workspace": str(ws), "memorySearch": search},
+                "list": [{"id": "main"}, {"id": "other"}],
+            }
+        }
+    )
     return resolve_agent(cfg, agent_id)
 
 
 def msg(role: str, text: str) -> str:
-    return json.dumps({"type": "message", "role": role, "content": [{"type": "text", "text": text}]})
+    return json.dumps(
+        {"type": "message", "role": role, "content": [{"type": "text", "text": text}]}
+    )
 
 
 def write_transcript(a: ResolvedAgent, name: str, lines: list[str]) -> Path:
@@ -49,13 +59,17 @@ def ws(workspace: Path) -> Path:
 
 async def test_transcripts_are_searchable_with_jsonl_line_numbers(ws: Path) -> None:
     a = agent(ws)
-    write_transcript(a, "s1.jsonl", [
-        json.dumps({"type": "session", "id": "s1"}),
-        msg("user", "Where did we leave the sailboat?"),
-        "{not json",
-        msg("assistant", "The sailboat is moored at pier 39 in Sausalito."),
-        json.dumps({"type": "tool_call", "name": "x"}),
-    ])
+    write_transcript(
+        a,
+        "s1.jsonl",
+        [
+            json.dumps({"type": "session", "id": "s1"}),
+            msg("user", "Where did we leave the sailboat?"),
+            "{not json",
+            msg("assistant", "The sailboat is moored at pier 39 in Sausalito."),
+            json.dumps({"type": "tool_call", "name": "x"}),
+        ],
+    )
     idx = index(a)
     await idx.sync()
     out = await idx.search("sailboat moored pier")
@@ -85,14 +99,22 @@ async def test_growth_below_the_delta_waits_and_searches_never_sync_sessions(ws:
     with p.open("a") as fh:
         fh.write(msg("assistant", "the canoe arrives tuesday") + "\n")
     await idx.sync()  # 1 new line < 3: not yet
-    assert not any("canoe" in r.snippet for r in (await idx.search("canoe tuesday", min_score=0)).results)
+    assert not any(
+        "canoe" in r.snippet for r in (await idx.search("canoe tuesday", min_score=0)).results
+    )
     with p.open("a") as fh:
-        fh.write(msg("user", "and the paddles?") + "\n" + msg("assistant", "paddles come with it") + "\n")
+        fh.write(
+            msg("user", "and the paddles?") + "\n" + msg("assistant", "paddles come with it") + "\n"
+        )
     idx.dirty = True
     # a search's pre-sync never waits for transcripts
-    assert not any("canoe" in r.snippet for r in (await idx.search("canoe tuesday", min_score=0)).results)
+    assert not any(
+        "canoe" in r.snippet for r in (await idx.search("canoe tuesday", min_score=0)).results
+    )
     await idx.sync()  # 3 new lines: due
-    assert any("canoe" in r.snippet for r in (await idx.search("canoe tuesday", min_score=0)).results)
+    assert any(
+        "canoe" in r.snippet for r in (await idx.search("canoe tuesday", min_score=0)).results
+    )
 
 
 async def test_deleted_transcripts_vanish(ws: Path) -> None:
@@ -103,7 +125,9 @@ async def test_deleted_transcripts_vanish(ws: Path) -> None:
     assert (await idx.search("zeppelin hangar")).results[0].source == "sessions"
     p.unlink()
     await idx.sync()
-    assert all(r.source == "memory" for r in (await idx.search("zeppelin hangar", min_score=0)).results)
+    assert all(
+        r.source == "memory" for r in (await idx.search("zeppelin hangar", min_score=0)).results
+    )
 
 
 async def test_agents_never_see_each_others_transcripts(ws: Path) -> None:

@@ -20,14 +20,18 @@ def test_local_model_embeds_deterministically_and_normalized() -> None:
     a = anyio.run(p.embed_query, "where do we deploy production?")
     b = anyio.run(p.embed_query, "where do we deploy production?")
     assert a.shape == (384,) and np.allclose(a, b) and abs(float(np.linalg.norm(a)) - 1) < 1e-4
-    docs = anyio.run(p.embed_documents, ["Production deploys go to fly.io.", "Alice adopted a cat."])
+    docs = anyio.run(
+        p.embed_documents, ["Production deploys go to fly.io.", "Alice adopted a cat."]
+    )
     assert docs.shape == (2, 384)
     assert float(docs[0] @ a) > float(docs[1] @ a)
 
 
 async def test_default_provider_finds_paraphrases_and_cjk(workspace: Path) -> None:
     (workspace / "MEMORY.md").write_text("# Memory\nProduction deploys go to fly.io, region ams.\n")
-    (workspace / "memory" / "pets.md").write_text("# Pets\nAlice adopted a grey kitten named Miso last spring.\n")
+    (workspace / "memory" / "pets.md").write_text(
+        "# Pets\nAlice adopted a grey kitten named Miso last spring.\n"
+    )
     (workspace / "memory" / "trip.md").write_text("# 出張\n我们决定把数据中心迁移到上海。\n")
     cfg = validate_config({"agents": {"defaults": {"workspace": str(workspace)}}})
     idx = MemoryIndex(resolve_agent(cfg))
@@ -36,9 +40,14 @@ async def test_default_provider_finds_paraphrases_and_cjk(workspace: Path) -> No
     assert idx.status()["pendingVectors"] == 0
     out = await idx.search("which animal does Alice own?", mode="vector")
     assert out.results[0].path == "memory/pets.md"
-    for question in ("数据中心要搬到哪里？", "データセンターはどこに移転しますか"):  # paraphrases, no shared words
+    for question in (
+        "数据中心要搬到哪里？",
+        "データセンターはどこに移転しますか",
+    ):  # paraphrases, no shared words
         out = await idx.search(question, mode="vector")
         assert out.results[0].path == "memory/trip.md"
     out = await idx.search("where do we ship the app to?")
-    assert out.mode == "hybrid" and out.provider == "local" and out.model == "multilingual-e5-small-q4"
+    assert (
+        out.mode == "hybrid" and out.provider == "local" and out.model == "multilingual-e5-small-q4"
+    )
     assert out.results[0].path == "MEMORY.md"

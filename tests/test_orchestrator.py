@@ -57,11 +57,17 @@ class Rig:
                     "command": str(self.wrapper),
                     "limits": {"timeoutMs": 2000},
                     "update": {"onBoot": False, "interval": 0},
-                    "failover": {"failureThreshold": 1, "cooldownMs": 200, "probeMaxIntervalMs": 1000},
+                    "failover": {
+                        "failureThreshold": 1,
+                        "cooldownMs": 200,
+                        "probeMaxIntervalMs": 1000,
+                    },
                     **qmd_cfg,
                 },
             },
-            "agents": {"defaults": {"workspace": str(self.ws), "memorySearch": {"provider": "none"}}},
+            "agents": {
+                "defaults": {"workspace": str(self.ws), "memorySearch": {"provider": "none"}}
+            },
         }
         self.config = validate_config(cfg)
 
@@ -96,9 +102,16 @@ def top_path(out: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize(
     ("fault", "reason"),
-    [("die", "QmdExitError"), ("hang", "QmdTimeout"), ("garbage", "QmdBadOutput"), ("locked", "QmdExitError")],
+    [
+        ("die", "QmdExitError"),
+        ("hang", "QmdTimeout"),
+        ("garbage", "QmdBadOutput"),
+        ("locked", "QmdExitError"),
+    ],
 )
-async def test_failover_answers_the_same_call_and_recovers(rig: Rig, fault: str, reason: str) -> None:
+async def test_failover_answers_the_same_call_and_recovers(
+    rig: Rig, fault: str, reason: str
+) -> None:
     svc = rig.service()
     async with anyio.create_task_group() as tg:
         await svc.start(tg)
@@ -151,7 +164,10 @@ async def test_qmd_missing_at_start_serves_builtin(tmp_path: Path) -> None:
     svc = rig.service()
     out = await svc.memory_search("green tea")
     assert out["backend"] == "builtin" and top_path(out) == "MEMORY.md"
-    assert "QmdUnavailable" in out["fallback"]["reason"] or "failed to start" in out["fallback"]["reason"]
+    assert (
+        "QmdUnavailable" in out["fallback"]["reason"]
+        or "failed to start" in out["fallback"]["reason"]
+    )
     await svc.aclose()
 
 
@@ -201,7 +217,9 @@ async def test_memory_get_through_the_service(rig: Rig) -> None:
 
 async def test_builtin_backend_never_starts_qmd(tmp_path: Path) -> None:
     ws = seed_workspace(tmp_path / "ws")
-    cfg = validate_config({"agents": {"defaults": {"workspace": str(ws), "memorySearch": {"provider": "none"}}}})
+    cfg = validate_config(
+        {"agents": {"defaults": {"workspace": str(ws), "memorySearch": {"provider": "none"}}}}
+    )
     svc = MemoryService(cfg, qmd_factory=lambda a: pytest.fail("qmd must not be created"))
     out = await svc.memory_search("zeppelin")
     assert out["backend"] == "builtin" and top_path(out) == "memory/2026-01-03.md"
@@ -218,7 +236,19 @@ async def test_qmd_sessions_are_exported_and_searchable_through_the_service(tmp_
     agent = resolve_agent(rig.config)
     agent.sessions_dir.mkdir(parents=True)
     (agent.sessions_dir / "s1.jsonl").write_text(
-        json.dumps({"type": "message", "role": "user", "content": [{"type": "text", "text": "Book the hovercraft ferry, my key is sk-abcdefghijklmnopqrstuvwx1234"}]}) + "\n"
+        json.dumps(
+            {
+                "type": "message",
+                "role": "user",
+                "content": [
+                    {
+                        "type": "text",
+                        "text": "Book the hovercraft ferry, my key is sk-abcdefghijklmnopqrstuvwx1234",
+                    }
+                ],
+            }
+        )
+        + "\n"
     )
     svc = rig.service()
     out = await svc.memory_search("hovercraft ferry")

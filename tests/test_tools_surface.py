@@ -26,12 +26,19 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def ws(workspace: Path) -> Path:
     (workspace / "MEMORY.md").write_text("# Memory\nThe deploy target is fly.io.\nSecond line.\n")
-    (workspace / "memory" / "2026-11-29.md").write_text("# 2026-11-29\nRotated the webhook secret today.\n")
+    (workspace / "memory" / "2026-11-29.md").write_text(
+        "# 2026-11-29\nRotated the webhook secret today.\n"
+    )
     return workspace
 
 
 def service(ws: Path, **memory: Any) -> MemoryService:
-    cfg = validate_config({"memory": memory, "agents": {"defaults": {"workspace": str(ws), "memorySearch": {"provider": "none"}}}})
+    cfg = validate_config(
+        {
+            "memory": memory,
+            "agents": {"defaults": {"workspace": str(ws), "memorySearch": {"provider": "none"}}},
+        }
+    )
     return MemoryService(cfg)
 
 
@@ -46,13 +53,21 @@ async def test_mcp_tools_in_a_real_client_session(ws: Path) -> None:
     async with Client(build_server(svc)) as client:
         names = {t.name for t in (await client.list_tools()).tools}
         assert {"memory_search", "memory_get", "memory_status"} <= names
-        hits = structured(await client.call_tool("memory_search", {"query": "webhook secret", "maxResults": 2}))
+        hits = structured(
+            await client.call_tool("memory_search", {"query": "webhook secret", "maxResults": 2})
+        )
         assert hits["backend"] == "builtin" and hits["results"][0]["path"] == "memory/2026-11-29.md"
-        got = structured(await client.call_tool("memory_get", {"path": "MEMORY.md", "from": 2, "lines": 1}))
+        got = structured(
+            await client.call_tool("memory_get", {"path": "MEMORY.md", "from": 2, "lines": 1})
+        )
         assert got == {"path": "MEMORY.md", "text": "The deploy target is fly.io.\n"}
         refused = structured(await client.call_tool("memory_get", {"path": "../x.md"}))
         assert refused["disabled"] is True and "escapes" in refused["error"]
-        denied = structured(await client.call_tool("memory_search", {"query": "deploy", "sessionKey": "agent:main:discord:group:1"}))
+        denied = structured(
+            await client.call_tool(
+                "memory_search", {"query": "deploy", "sessionKey": "agent:main:discord:group:1"}
+            )
+        )
         assert denied["scopeDenied"] is True
         empty = structured(await client.call_tool("memory_search", {"query": " "}))
         assert empty["disabled"] is True and "empty" in empty["error"]
@@ -72,7 +87,9 @@ async def test_serve_answers_on_the_socket_and_stops_cleanly(ws: Path) -> None:
             await ready.wait()
         sock = socket_path()
         assert (await anyio.to_thread.run_sync(ping, sock))["ok"] is True
-        out = await anyio.to_thread.run_sync(request, sock, {"op": "search", "query": "deploy target"})
+        out = await anyio.to_thread.run_sync(
+            request, sock, {"op": "search", "query": "deploy target"}
+        )
         assert out and out["results"][0]["path"] == "MEMORY.md"
         bad = await anyio.to_thread.run_sync(request, sock, {"op": "nope"})
         assert bad == {"error": "unknown op 'nope'"}
@@ -80,13 +97,19 @@ async def test_serve_answers_on_the_socket_and_stops_cleanly(ws: Path) -> None:
     assert not socket_path().exists()
 
 
-def test_cli_forwards_to_a_running_server_and_sigterm_shuts_it_down(ws: Path, tmp_path: Path) -> None:
+def test_cli_forwards_to_a_running_server_and_sigterm_shuts_it_down(
+    ws: Path, tmp_path: Path
+) -> None:
     cfg = tmp_path / "c.toml"
-    cfg.write_text(f'[agents.defaults]\nworkspace = "{ws}"\n[agents.defaults.memorySearch]\nprovider = "none"\n')
+    cfg.write_text(
+        f'[agents.defaults]\nworkspace = "{ws}"\n[agents.defaults.memorySearch]\nprovider = "none"\n'
+    )
     env = {**os.environ, "MEMORYD_CONFIG": str(cfg)}
     log = tmp_path / "serve.log"
     with log.open("w") as err_file:
-        proc = subprocess.Popen([sys.executable, "-m", "memoryd", "serve"], env=env, stderr=err_file)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memoryd", "serve"], env=env, stderr=err_file
+        )
     try:
         deadline = time.monotonic() + 30
         while ping(socket_path()) is None:
@@ -95,13 +118,24 @@ def test_cli_forwards_to_a_running_server_and_sigterm_shuts_it_down(ws: Path, tm
             time.sleep(0.1)
         # the served index answers; a file the CLI process never opened proves the forward
         t = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "memoryd", "search", "--json", "webhook"], env=env,
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "memoryd", "search", "--json", "webhook"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         wall = time.perf_counter() - t
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["results"][0]["path"] == "memory/2026-11-29.md"
         assert wall < 10
-        st = subprocess.run([sys.executable, "-m", "memoryd", "status", "--json"], env=env, capture_output=True, text=True, timeout=60)
+        st = subprocess.run(
+            [sys.executable, "-m", "memoryd", "status", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert json.loads(st.stdout)["backend"] == "builtin"
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -126,7 +160,12 @@ def test_warm_cli_fails_with_a_clear_message_when_qmd_is_missing(ws: Path, tmp_p
         f'[memory]\nbackend = "qmd"\n[memory.qmd]\ncommand = "{tmp_path / "no-qmd"}"\n'
         f'[agents.defaults]\nworkspace = "{ws}"\n[agents.defaults.memorySearch]\nprovider = "none"\n'
     )
-    out = subprocess.run([sys.executable, "-m", "memoryd", "warm", "--config", str(cfg)], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "memoryd", "warm", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 1
     assert "memoryd: error: warm failed: qmd (QmdUnavailable" in out.stderr
     assert "Traceback" not in out.stderr
@@ -135,16 +174,44 @@ def test_warm_cli_fails_with_a_clear_message_when_qmd_is_missing(ws: Path, tmp_p
 async def test_lifecycle_tools_over_mcp(ws: Path) -> None:
     svc = service(ws)
     async with Client(build_server(svc)) as client:
-        wrote = structured(await client.call_tool("memory_append", {"target": "daily", "text": "The kiwi fruit order ships Monday."}))
+        wrote = structured(
+            await client.call_tool(
+                "memory_append", {"target": "daily", "text": "The kiwi fruit order ships Monday."}
+            )
+        )
         assert wrote["created"] is True and wrote["path"].startswith("memory/20")
         hits = structured(await client.call_tool("memory_search", {"query": "kiwi fruit order"}))
         assert hits["results"][0]["path"] == wrote["path"]
-        ctx = structured(await client.call_tool("memory_context", {"sessionKey": "agent:main:main"}))
+        ctx = structured(
+            await client.call_tool("memory_context", {"sessionKey": "agent:main:main"})
+        )
         assert "kiwi fruit" in ctx["text"] and "deploy target" in ctx["text"]
-        group = structured(await client.call_tool("memory_context", {"sessionKey": "agent:main:discord:group:1"}))
+        group = structured(
+            await client.call_tool("memory_context", {"sessionKey": "agent:main:discord:group:1"})
+        )
         assert "deploy target" not in group["text"]  # no MEMORY.md in group chats
-        first = structured(await client.call_tool("memory_flush_check", {"tokenEstimate": 190_000, "contextWindow": 200_000, "compactionCount": 1, "sessionKey": "agent:main:main"}))
-        again = structured(await client.call_tool("memory_flush_check", {"tokenEstimate": 195_000, "contextWindow": 200_000, "compactionCount": 1, "sessionKey": "agent:main:main"}))
+        first = structured(
+            await client.call_tool(
+                "memory_flush_check",
+                {
+                    "tokenEstimate": 190_000,
+                    "contextWindow": 200_000,
+                    "compactionCount": 1,
+                    "sessionKey": "agent:main:main",
+                },
+            )
+        )
+        again = structured(
+            await client.call_tool(
+                "memory_flush_check",
+                {
+                    "tokenEstimate": 195_000,
+                    "contextWindow": 200_000,
+                    "compactionCount": 1,
+                    "sessionKey": "agent:main:main",
+                },
+            )
+        )
         assert first["run"] is True and "NO_REPLY" in first["prompt"]
         assert again["run"] is False and again["reason"] == "already_flushed"
     await svc.aclose()
@@ -154,8 +221,14 @@ def test_lifecycle_cli(ws: Path, tmp_path: Path) -> None:
     env = {**os.environ, "MEMORYD_NO_SERVER": "1"}
 
     def cli(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "memoryd", *argv, "--workspace", str(ws)], input=stdin,
-                              capture_output=True, text=True, env=env, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "memoryd", *argv, "--workspace", str(ws)],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
 
     out = cli("append", "--target", "long-term", "--json", "-", stdin="- Carol owns the budget.\n")
     assert out.returncode == 0, out.stderr

@@ -26,13 +26,23 @@ EXIT_ERROR = 1
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", metavar="FILE", help="config file (TOML, or OpenClaw JSON5); default: $MEMORYD_CONFIG or the user config dir")
-    common.add_argument("--workspace", metavar="DIR", help="agent workspace (holds MEMORY.md and memory/); default: $MEMORYD_WORKSPACE or config")
+    common.add_argument(
+        "--config",
+        metavar="FILE",
+        help="config file (TOML, or OpenClaw JSON5); default: $MEMORYD_CONFIG or the user config dir",
+    )
+    common.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="agent workspace (holds MEMORY.md and memory/); default: $MEMORYD_WORKSPACE or config",
+    )
     common.add_argument("--agent", metavar="ID", help="agent id (default: main)")
     common.add_argument("--json", action="store_true", help="print JSON only on stdout")
     common.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
 
-    p = argparse.ArgumentParser(prog="memoryd", description="Durable, searchable memory for AI agents.")
+    p = argparse.ArgumentParser(
+        prog="memoryd", description="Durable, searchable memory for AI agents."
+    )
     p.add_argument("--version", action="version", version=f"memoryd {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -40,37 +50,85 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("query")
     s.add_argument("--max-results", type=_positive_int, metavar="N")
     s.add_argument("--min-score", type=_unit_float, metavar="X")
-    s.add_argument("--session-key", metavar="KEY", help="evaluate scope and citations as this session would")
+    s.add_argument(
+        "--session-key", metavar="KEY", help="evaluate scope and citations as this session would"
+    )
 
     g = sub.add_parser("get", parents=[common], help="read a memory file or a line range")
     g.add_argument("path")
-    g.add_argument("--from", dest="from_line", type=_positive_int, metavar="N", help="first line (1-based)")
+    g.add_argument(
+        "--from", dest="from_line", type=_positive_int, metavar="N", help="first line (1-based)"
+    )
     g.add_argument("--lines", type=_non_negative_int, metavar="N", help="number of lines")
 
-    st = sub.add_parser("status", parents=[common], help="which backend serves, index health, issues found")
+    st = sub.add_parser(
+        "status", parents=[common], help="which backend serves, index health, issues found"
+    )
     st.add_argument("--deep", action="store_true", help="also sync and probe (slower)")
 
-    ix = sub.add_parser("index", parents=[common], help="sync the built-in index now (with progress)")
-    ix.add_argument("--force", action="store_true", help="rebuild from scratch (embedding cache is reused)")
+    ix = sub.add_parser(
+        "index", parents=[common], help="sync the built-in index now (with progress)"
+    )
+    ix.add_argument(
+        "--force", action="store_true", help="rebuild from scratch (embedding cache is reused)"
+    )
 
-    cx = sub.add_parser("context", parents=[common], help="what the agent loads at session start (daily notes, MEMORY.md)")
-    cx.add_argument("--session-key", metavar="KEY", help="the session's key (group/channel chats get no MEMORY.md)")
+    cx = sub.add_parser(
+        "context",
+        parents=[common],
+        help="what the agent loads at session start (daily notes, MEMORY.md)",
+    )
+    cx.add_argument(
+        "--session-key",
+        metavar="KEY",
+        help="the session's key (group/channel chats get no MEMORY.md)",
+    )
 
-    ap = sub.add_parser("append", parents=[common], help="append to today's daily note or to MEMORY.md (locked, fsynced)")
+    ap = sub.add_parser(
+        "append",
+        parents=[common],
+        help="append to today's daily note or to MEMORY.md (locked, fsynced)",
+    )
     ap.add_argument("--target", choices=["daily", "long-term"], default="daily")
     ap.add_argument("text", help="the text to append ('-' reads stdin)")
 
-    fc = sub.add_parser("flush-check", parents=[common], help="should the host run the pre-compaction memory flush now?")
+    fc = sub.add_parser(
+        "flush-check",
+        parents=[common],
+        help="should the host run the pre-compaction memory flush now?",
+    )
     fc.add_argument("--session-key", metavar="KEY")
-    fc.add_argument("--tokens", type=_non_negative_int, required=True, metavar="N", help="the session's token estimate")
+    fc.add_argument(
+        "--tokens",
+        type=_non_negative_int,
+        required=True,
+        metavar="N",
+        help="the session's token estimate",
+    )
     fc.add_argument("--context-window", type=_positive_int, required=True, metavar="N")
-    fc.add_argument("--compactions", type=_non_negative_int, default=0, metavar="N", help="compactions so far in this session")
-    fc.add_argument("--session-id", metavar="ID", help="the host's session id (tells a reset session apart)")
+    fc.add_argument(
+        "--compactions",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="compactions so far in this session",
+    )
+    fc.add_argument(
+        "--session-id", metavar="ID", help="the host's session id (tells a reset session apart)"
+    )
     fc.add_argument("--dry-run", action="store_true", help="answer without recording a flush")
 
-    sub.add_parser("warm", parents=[common], help="prepare everything: qmd home, collections, update+embed, models, built-in index")
-    sub.add_parser("serve", parents=[common], help="run the supervisor for all agents; the CLI forwards to it")
-    sub.add_parser("mcp", parents=[common], help="serve memory_search/memory_get/status over MCP (stdio)")
+    sub.add_parser(
+        "warm",
+        parents=[common],
+        help="prepare everything: qmd home, collections, update+embed, models, built-in index",
+    )
+    sub.add_parser(
+        "serve", parents=[common], help="run the supervisor for all agents; the CLI forwards to it"
+    )
+    sub.add_parser(
+        "mcp", parents=[common], help="serve memory_search/memory_get/status over MCP (stdio)"
+    )
     return p
 
 
@@ -118,8 +176,16 @@ def _service(args: argparse.Namespace, **kw: Any) -> Any:
 
 
 async def _cmd_search(args: argparse.Namespace) -> int:
-    out = _forward(args, {"op": "search", "query": args.query, "sessionKey": args.session_key,
-                          "maxResults": args.max_results, "minScore": args.min_score})
+    out = _forward(
+        args,
+        {
+            "op": "search",
+            "query": args.query,
+            "sessionKey": args.session_key,
+            "maxResults": args.max_results,
+            "minScore": args.min_score,
+        },
+    )
     if out is None:
         svc = _service(args, search_embed_budget_s=None)
         async with svc:
@@ -154,10 +220,14 @@ async def _cmd_search(args: argparse.Namespace) -> int:
 
 
 async def _cmd_get(args: argparse.Namespace) -> int:
-    out = _forward(args, {"op": "get", "path": args.path, "from": args.from_line, "lines": args.lines})
+    out = _forward(
+        args, {"op": "get", "path": args.path, "from": args.from_line, "lines": args.lines}
+    )
     if out is None:
         async with _service(args) as svc:
-            out = await svc.memory_get(args.path, from_line=args.from_line, lines=args.lines, agent_id=args.agent)
+            out = await svc.memory_get(
+                args.path, from_line=args.from_line, lines=args.lines, agent_id=args.agent
+            )
     if args.json:
         _print_json(out)
         return EXIT_ERROR if out.get("disabled") else 0
@@ -186,16 +256,35 @@ async def _cmd_status(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table(show_header=False, box=None)
-    for key in ("backend", "requestedBackend", "provider", "model", "providerReason", "files", "chunks",
-                "pendingVectors", "dirty", "dbPath", "workspaceDir", "sources", "qmdVersion", "searchMode"):
+    for key in (
+        "backend",
+        "requestedBackend",
+        "provider",
+        "model",
+        "providerReason",
+        "files",
+        "chunks",
+        "pendingVectors",
+        "dirty",
+        "dbPath",
+        "workspaceDir",
+        "sources",
+        "qmdVersion",
+        "searchMode",
+    ):
         if key in st:
             table.add_row(key, str(st.get(key)))
     vec = st.get("vector")
     if vec:
-        table.add_row("vector", f"{vec['engine']} (available={vec['available']}, dims={vec['dims']})"
-                      + (f" — {vec['loadError']}" if vec.get("loadError") else ""))
+        table.add_row(
+            "vector",
+            f"{vec['engine']} (available={vec['available']}, dims={vec['dims']})"
+            + (f" — {vec['loadError']}" if vec.get("loadError") else ""),
+        )
     if st.get("fts"):
-        table.add_row("fts", "available" if st["fts"]["available"] else f"unavailable: {st['fts']['error']}")
+        table.add_row(
+            "fts", "available" if st["fts"]["available"] else f"unavailable: {st['fts']['error']}"
+        )
     if st.get("cache"):
         table.add_row("cache", f"{st['cache']['entries']} / {st['cache']['maxEntries']}")
     if st.get("collections"):
@@ -229,7 +318,9 @@ def _issues(st: dict[str, Any]) -> list[str]:
         if st.get("backend") != "qmd":
             found.append(f"qmd is not serving: {(st.get('fallback') or {}).get('reason')}")
         if q and not q.get("version"):
-            found.append(f"qmd missing or not answering ({q.get('command')}); run scripts/install-qmd or set memory.qmd.command")
+            found.append(
+                f"qmd missing or not answering ({q.get('command')}); run scripts/install-qmd or set memory.qmd.command"
+            )
         if q and q.get("lastUpdateAt") is None:
             found.append("qmd index never updated in this process (run `memoryd warm`)")
         elif q and q.get("lastUpdateAt") and time.time() - q["lastUpdateAt"] > 3600:
@@ -255,13 +346,22 @@ async def _cmd_index(args: argparse.Namespace) -> int:
 
             def progress(phase: str, done: int, total: int) -> None:
                 if phase not in tasks:
-                    tasks[phase] = bar.add_task("embedding" if phase == "vectors" else "scanning", total=total)
+                    tasks[phase] = bar.add_task(
+                        "embedding" if phase == "vectors" else "scanning", total=total
+                    )
                 bar.update(tasks[phase], completed=done, total=total)
 
             report = await idx.sync(force=args.force, progress=progress)
         st = idx.status()
-    out = {**report.to_dict(), "files": st["files"], "chunks": st["chunks"], "dbPath": st["dbPath"],
-           "provider": st["provider"], "model": st["model"], "vectorEngine": st["vector"]["engine"]}
+    out = {
+        **report.to_dict(),
+        "files": st["files"],
+        "chunks": st["chunks"],
+        "dbPath": st["dbPath"],
+        "provider": st["provider"],
+        "model": st["model"],
+        "vectorEngine": st["vector"]["engine"],
+    }
     if args.json:
         _print_json(out)
     else:
@@ -296,7 +396,10 @@ async def _cmd_append(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(out)
     else:
-        print(f"appended {out['bytesWritten']} bytes to {out['path']}" + (" (created)" if out.get("created") else ""))
+        print(
+            f"appended {out['bytesWritten']} bytes to {out['path']}"
+            + (" (created)" if out.get("created") else "")
+        )
     return 0
 
 
@@ -314,7 +417,9 @@ async def _cmd_flush_check(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(out)
     else:
-        print(("run" if out["run"] else "skip") + f" ({out['reason']}; threshold {out['threshold']})")
+        print(
+            ("run" if out["run"] else "skip") + f" ({out['reason']}; threshold {out['threshold']})"
+        )
     return 0
 
 
@@ -334,7 +439,9 @@ async def _cmd_warm(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"ok": ok, "steps": steps})
     if not ok:
-        failed = [s["step"] + (f" ({s['detail']})" if s["detail"] else "") for s in steps if not s["ok"]]
+        failed = [
+            s["step"] + (f" ({s['detail']})" if s["detail"] else "") for s in steps if not s["ok"]
+        ]
         raise MemorydError("warm failed: " + "; ".join(failed))
     return 0
 
@@ -343,7 +450,10 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
     from .server import serve, socket_path
 
     svc = _service(args)
-    print(f"memoryd serve: agents {', '.join(svc.agent_ids())}; socket {socket_path()}", file=sys.stderr)
+    print(
+        f"memoryd serve: agents {', '.join(svc.agent_ids())}; socket {socket_path()}",
+        file=sys.stderr,
+    )
     await serve(svc)
     return 0
 

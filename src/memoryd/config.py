@@ -59,12 +59,19 @@ class BatchConfig(_Model):
 
 
 class RemoteConfig(_Model):
-    base_url: str | None = Field(None, description="Endpoint for OpenAI-compatible or self-hosted APIs.")
-    api_key: str | None = Field(None, description="API key; falls back to provider config and env vars.")
-    headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers (win over defaults).")
+    base_url: str | None = Field(
+        None, description="Endpoint for OpenAI-compatible or self-hosted APIs."
+    )
+    api_key: str | None = Field(
+        None, description="API key; falls back to provider config and env vars."
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Extra HTTP headers (win over defaults)."
+    )
     batch: BatchConfig = Field(default_factory=BatchConfig)
     input_type: dict[str, str] | None = Field(
-        None, description="Asymmetric input types for OpenAI-compatible endpoints: {query, document}."
+        None,
+        description="Asymmetric input types for OpenAI-compatible endpoints: {query, document}.",
     )
     output_dimensionality: int | None = Field(None, description="Requested embedding dimensions.")
 
@@ -75,13 +82,19 @@ class LocalConfig(_Model):
 
 
 class VectorStoreConfig(_Model):
-    enabled: bool = Field(True, description="Store vectors in sqlite-vec (numpy fallback when it cannot load).")
-    extension_path: str | None = Field(None, description="Explicit path to the sqlite-vec loadable extension.")
+    enabled: bool = Field(
+        True, description="Store vectors in sqlite-vec (numpy fallback when it cannot load)."
+    )
+    extension_path: str | None = Field(
+        None, description="Explicit path to the sqlite-vec loadable extension."
+    )
 
 
 class StoreConfig(_Model):
     driver: Literal["sqlite"] = "sqlite"
-    path: str | None = Field(None, description="Index file; supports {agentId}. Default <state>/memory/<agentId>.sqlite.")
+    path: str | None = Field(
+        None, description="Index file; supports {agentId}. Default <state>/memory/<agentId>.sqlite."
+    )
     vector: VectorStoreConfig = Field(default_factory=VectorStoreConfig)
 
 
@@ -98,7 +111,9 @@ class ChunkingConfig(_Model):
 
 class MmrConfig(_Model):
     enabled: bool = False
-    lambda_: float = Field(0.7, ge=0, le=1, alias="lambda", description="Relevance vs diversity trade-off.")
+    lambda_: float = Field(
+        0.7, ge=0, le=1, alias="lambda", description="Relevance vs diversity trade-off."
+    )
 
 
 class TemporalDecayConfig(_Model):
@@ -135,7 +150,9 @@ class HybridConfig(_Model):
 class QueryConfig(_Model):
     max_results: int = Field(6, ge=1, le=100)
     min_score: float = Field(0.35, ge=0, le=1)
-    max_injected_chars: int = Field(4000, ge=100, description="Budget of snippet characters returned.")
+    max_injected_chars: int = Field(
+        4000, ge=100, description="Budget of snippet characters returned."
+    )
     hybrid: HybridConfig = Field(default_factory=HybridConfig)
 
 
@@ -155,7 +172,9 @@ class SyncConfig(_Model):
     watch: bool = True
     watch_debounce_ms: int = Field(1500, ge=0)
     interval_minutes: float = Field(0, ge=0, description="Periodic full sync; 0 disables.")
-    search_wait_ms: int = Field(2000, ge=0, description="Longest a search waits for a dirty index to sync.")
+    search_wait_ms: int = Field(
+        2000, ge=0, description="Longest a search waits for a dirty index to sync."
+    )
     sessions: SessionSyncConfig = Field(default_factory=SessionSyncConfig)
 
 
@@ -181,7 +200,7 @@ class MemorySearchConfig(_Model):
     cache: CacheConfig = Field(default_factory=CacheConfig)
     sync: SyncConfig = Field(default_factory=SyncConfig)
     extra_paths: list[str] = Field(default_factory=list)
-    sources: list[SourceName] = Field(default_factory=lambda: ["memory"])
+    sources: list[SourceName] = Field(default_factory=lambda: list[SourceName](["memory"]))
     experimental: ExperimentalConfig = Field(default_factory=ExperimentalConfig)
 
 
@@ -290,9 +309,15 @@ class QmdModelsConfig(_Model):
 class FailoverConfig(_Model):
     """When qmd's failures flip an agent to the built-in index and how it comes back."""
 
-    failure_threshold: int = Field(1, ge=1, description="Consecutive qmd failures before failing over.")
-    cooldown_ms: int = Field(15_000, ge=0, description="Minimum time on the built-in index before probing.")
-    probe_max_interval_ms: int = Field(300_000, ge=1, description="Backoff cap between recovery probes.")
+    failure_threshold: int = Field(
+        1, ge=1, description="Consecutive qmd failures before failing over."
+    )
+    cooldown_ms: int = Field(
+        15_000, ge=0, description="Minimum time on the built-in index before probing."
+    )
+    probe_max_interval_ms: int = Field(
+        300_000, ge=1, description="Backoff cap between recovery probes."
+    )
 
 
 class QmdConfig(_Model):
@@ -330,8 +355,12 @@ WorkspaceAccess = Literal["rw", "ro", "none"]
 class AgentDefaults(_Model):
     workspace: str | None = None
     workspace_access: WorkspaceAccess = "rw"
-    bootstrap_max_chars: int = Field(20_000, ge=1, description="Most characters of one memory file injected at session start.")
-    bootstrap_total_max_chars: int = Field(150_000, ge=1, description="Most characters of all memory files injected at session start.")
+    bootstrap_max_chars: int = Field(
+        20_000, ge=1, description="Most characters of one memory file injected at session start."
+    )
+    bootstrap_total_max_chars: int = Field(
+        150_000, ge=1, description="Most characters of all memory files injected at session start."
+    )
     memory_search: MemorySearchConfig = Field(default_factory=MemorySearchConfig)
     compaction: CompactionConfig = Field(default_factory=CompactionConfig)
 
@@ -461,7 +490,12 @@ def validate_config(data: Mapping[str, Any], *, source: str = "config") -> Memor
 # OpenClaw configs carry many unrelated keys (gateway, channels, …); take only the memory ones.
 _OPENCLAW_AGENT_KEYS = ("id", "workspace", "workspaceAccess", "memorySearch", "compaction")
 _OPENCLAW_DEFAULT_KEYS = (
-    "workspace", "workspaceAccess", "memorySearch", "compaction", "bootstrapMaxChars", "bootstrapTotalMaxChars",
+    "workspace",
+    "workspaceAccess",
+    "memorySearch",
+    "compaction",
+    "bootstrapMaxChars",
+    "bootstrapTotalMaxChars",
 )
 
 
@@ -478,7 +512,9 @@ def _openclaw_subset(raw: Mapping[str, Any]) -> dict[str, Any]:
         entries = agents.get("list")
         if isinstance(entries, list):
             sub["list"] = [
-                {k: e[k] for k in _OPENCLAW_AGENT_KEYS if k in e} for e in entries if isinstance(e, Mapping)
+                {k: e[k] for k in _OPENCLAW_AGENT_KEYS if k in e}
+                for e in entries
+                if isinstance(e, Mapping)
             ]
         out["agents"] = sub
     models = raw.get("models")
@@ -535,7 +571,11 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> MemorydConfig
 
 
 def _looks_like_workspace(path: Path) -> bool:
-    return (path / "MEMORY.md").is_file() or (path / "memory.md").is_file() or (path / "memory").is_dir()
+    return (
+        (path / "MEMORY.md").is_file()
+        or (path / "memory.md").is_file()
+        or (path / "memory").is_dir()
+    )
 
 
 def resolve_agent(
@@ -555,23 +595,30 @@ def resolve_agent(
 
     search = defaults.memory_search
     if entry is not None and entry.memory_search:
-        merged = deep_merge(defaults.memory_search.model_dump(exclude_unset=True, by_alias=True), entry.memory_search)
+        merged = deep_merge(
+            defaults.memory_search.model_dump(exclude_unset=True, by_alias=True),
+            entry.memory_search,
+        )
         try:
             search = MemorySearchConfig.model_validate(merged)
         except ValidationError as err:
             idx = config.agents.entries.index(entry)
             raise ConfigError(
-                "invalid config: " + format_validation_error(err, root=f"agents.list.{idx}.memorySearch")
+                "invalid config: "
+                + format_validation_error(err, root=f"agents.list.{idx}.memorySearch")
             ) from None
     compaction = defaults.compaction
     if entry is not None and entry.compaction:
-        merged = deep_merge(defaults.compaction.model_dump(exclude_unset=True, by_alias=True), entry.compaction)
+        merged = deep_merge(
+            defaults.compaction.model_dump(exclude_unset=True, by_alias=True), entry.compaction
+        )
         try:
             compaction = CompactionConfig.model_validate(merged)
         except ValidationError as err:
             idx = config.agents.entries.index(entry)
             raise ConfigError(
-                "invalid config: " + format_validation_error(err, root=f"agents.list.{idx}.compaction")
+                "invalid config: "
+                + format_validation_error(err, root=f"agents.list.{idx}.compaction")
             ) from None
 
     raw_ws: str | os.PathLike[str] | None = workspace or os.environ.get("MEMORYD_WORKSPACE")
@@ -591,7 +638,9 @@ def resolve_agent(
                 "MEMORYD_WORKSPACE, or set agents.defaults.workspace in a config file (--config)."
             )
         ws = here
-    access = (entry.workspace_access if entry and entry.workspace_access else None) or defaults.workspace_access
+    access = (
+        entry.workspace_access if entry and entry.workspace_access else None
+    ) or defaults.workspace_access
     return ResolvedAgent(
         agent_id=agent_id,
         workspace=ws.resolve(),

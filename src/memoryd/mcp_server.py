@@ -24,15 +24,21 @@ INSTRUCTIONS = (
 def build_server(service: MemoryService, *, agent_id: str | None = None) -> MCPServer[Any]:
     server: MCPServer[Any] = MCPServer("memoryd", version=__version__, instructions=INSTRUCTIONS)
 
-    @server.tool(description="Search the agent's memory files (hybrid BM25 + vectors). Returns snippets with path and line range.")
+    @server.tool(
+        description="Search the agent's memory files (hybrid BM25 + vectors). Returns snippets with path and line range."
+    )
     async def memory_search(
         query: str,
-        maxResults: int | None = None,  # noqa: N803 - the tool contract is camelCase
-        minScore: float | None = None,  # noqa: N803
-        sessionKey: str | None = None,  # noqa: N803
+        maxResults: int | None = None,
+        minScore: float | None = None,
+        sessionKey: str | None = None,
     ) -> dict[str, Any]:
         return await service.memory_search(
-            query, agent_id=agent_id, session_key=sessionKey, max_results=maxResults, min_score=minScore
+            query,
+            agent_id=agent_id,
+            session_key=sessionKey,
+            max_results=maxResults,
+            min_score=minScore,
         )
 
     def memory_get_schema(
@@ -44,7 +50,9 @@ def build_server(service: MemoryService, *, agent_id: str | None = None) -> MCPS
 
     async def memory_get(path: str, **kw: Any) -> dict[str, Any]:
         # `from` is a Python keyword, so the SDK passes it through **kw under its alias
-        return await service.memory_get(path, from_line=kw.get("from"), lines=kw.get("lines"), agent_id=agent_id)
+        return await service.memory_get(
+            path, from_line=kw.get("from"), lines=kw.get("lines"), agent_id=agent_id
+        )
 
     memory_get.__signature__ = inspect.signature(memory_get_schema)  # type: ignore[attr-defined]
     memory_get.__annotations__ = memory_get_schema.__annotations__
@@ -53,21 +61,27 @@ def build_server(service: MemoryService, *, agent_id: str | None = None) -> MCPS
         description="Read a memory file (MEMORY.md, memory/**.md, extra paths) or a line range of it.",
     )(memory_get)
 
-    @server.tool(description="Append durable notes: target 'daily' (today's memory/YYYY-MM-DD.md) or 'long-term' (MEMORY.md).")
+    @server.tool(
+        description="Append durable notes: target 'daily' (today's memory/YYYY-MM-DD.md) or 'long-term' (MEMORY.md)."
+    )
     async def memory_append(target: Literal["daily", "long-term"], text: str) -> dict[str, Any]:
         return await service.append(target, text, agent_id=agent_id)
 
-    @server.tool(description="The memory to load at session start: today's and yesterday's notes, and MEMORY.md for private sessions.")
-    async def memory_context(sessionKey: str | None = None) -> dict[str, Any]:  # noqa: N803
+    @server.tool(
+        description="The memory to load at session start: today's and yesterday's notes, and MEMORY.md for private sessions."
+    )
+    async def memory_context(sessionKey: str | None = None) -> dict[str, Any]:
         return await service.context(agent_id=agent_id, session_key=sessionKey)
 
-    @server.tool(description="Before compaction: should the silent memory-flush turn run now? Returns the prompts to use.")
+    @server.tool(
+        description="Before compaction: should the silent memory-flush turn run now? Returns the prompts to use."
+    )
     async def memory_flush_check(
-        tokenEstimate: int,  # noqa: N803
-        contextWindow: int,  # noqa: N803
-        compactionCount: int = 0,  # noqa: N803
-        sessionKey: str | None = None,  # noqa: N803
-        sessionId: str | None = None,  # noqa: N803
+        tokenEstimate: int,
+        contextWindow: int,
+        compactionCount: int = 0,
+        sessionKey: str | None = None,
+        sessionId: str | None = None,
     ) -> dict[str, Any]:
         return await service.flush_check(
             session_key=sessionKey,

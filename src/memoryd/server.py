@@ -61,7 +61,9 @@ async def dispatch(service: MemoryService, req: dict[str, Any]) -> dict[str, Any
             min_score=req.get("minScore"),
         )
     if op == "get":
-        return await service.memory_get(req["path"], from_line=req.get("from"), lines=req.get("lines"), agent_id=agent)
+        return await service.memory_get(
+            req["path"], from_line=req.get("from"), lines=req.get("lines"), agent_id=agent
+        )
     if op == "status":
         return await service.status(agent)
     if op == "ping":
@@ -69,7 +71,9 @@ async def dispatch(service: MemoryService, req: dict[str, Any]) -> dict[str, Any
     return {"error": f"unknown op {op!r}"}
 
 
-async def serve(service: MemoryService, *, sock: Path | None = None, ready: anyio.Event | None = None) -> None:
+async def serve(
+    service: MemoryService, *, sock: Path | None = None, ready: anyio.Event | None = None
+) -> None:
     """Run until SIGINT/SIGTERM (or cancellation); then stop timers and kill qmd children."""
     sock = sock or socket_path()
     sock.parent.mkdir(parents=True, exist_ok=True)

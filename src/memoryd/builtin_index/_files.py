@@ -13,14 +13,18 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import InvalidInput, PathNotAllowed
 
-SKIP_DIRS = frozenset({".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache"})
+SKIP_DIRS = frozenset(
+    {".git", ".hg", ".svn", "node_modules", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache"}
+)
 ROOT_FILES = ("MEMORY.md", "memory.md")
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryFile:
     abs_path: Path
-    rel_path: str  # workspace-relative posix path, or absolute for extra paths outside the workspace
+    rel_path: (
+        str  # workspace-relative posix path, or absolute for extra paths outside the workspace
+    )
     source: str = "memory"
 
 
@@ -41,7 +45,9 @@ def _walk_md(root: Path) -> list[Path]:
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         here = Path(dirpath)
         dirnames[:] = sorted(
-            d for d in dirnames if d not in SKIP_DIRS and not _is_symlink(here / d) and not _is_venv(here / d)
+            d
+            for d in dirnames
+            if d not in SKIP_DIRS and not _is_symlink(here / d) and not _is_venv(here / d)
         )
         for name in sorted(filenames):
             if not name.lower().endswith(".md"):
@@ -158,7 +164,11 @@ def resolve_get_path(workspace: Path, extra_paths: list[str], requested: str) ->
     for root in roots:
         if has_symlink_component(candidate, root if root != workspace else workspace):
             raise PathNotAllowed(f"path {raw!r} goes through a symlink")
-        if root != workspace and candidate.is_relative_to(workspace) and has_symlink_component(candidate, workspace):
+        if (
+            root != workspace
+            and candidate.is_relative_to(workspace)
+            and has_symlink_component(candidate, workspace)
+        ):
             raise PathNotAllowed(f"path {raw!r} goes through a symlink")
     if candidate.is_dir():
         raise PathNotAllowed(f"path {raw!r} is a directory")
@@ -175,11 +185,21 @@ def slice_lines(text: str, from_line: int | None, lines: int | None) -> str:
     all_lines = text.splitlines(keepends=True)
     if start > len(all_lines):
         return ""
-    chunk = all_lines[start - 1 :] if lines is None else all_lines[start - 1 : start - 1 + max(0, lines)]
+    chunk = (
+        all_lines[start - 1 :]
+        if lines is None
+        else all_lines[start - 1 : start - 1 + max(0, lines)]
+    )
     return "".join(chunk)
 
 
-def read_memory_file(workspace: Path, extra_paths: list[str], path: str, from_line: int | None = None, lines: int | None = None) -> tuple[str, str]:
+def read_memory_file(
+    workspace: Path,
+    extra_paths: list[str],
+    path: str,
+    from_line: int | None = None,
+    lines: int | None = None,
+) -> tuple[str, str]:
     """`memory_get` without an index: (display path, sliced text); missing files give ""."""
     if from_line is not None and from_line < 1:
         raise InvalidInput("from must be ≥ 1")

@@ -221,20 +221,68 @@ def _fuse_normalized(candidates: Sequence[Candidate], params: RankParams, how: s
     return out
 
 
-def _fuse_auto(candidates: Sequence[Candidate], query: str, params: RankParams) -> list[Candidate]:
-    """Placeholder: the previous guess (`vw·cos + tw·bm25/best·coverage`), tuned below."""
-    vw, tw = params.vector_weight, params.text_weight
-    total = vw + tw
-    vw, tw = vw / total, tw / total
+# Tuned on bench/eval (LoCoMo dev, Cranfield, CISI): see docs/retrieval-quality.md.
+AUTO_TEXT_WEIGHT = 0.6  # share of the keyword side for ordinary questions
+AUTO_EXACT_TEXT_WEIGHT = 0.85  # share when the query carries exact tokens (IDs, numbers, code)
+AUTO_NAME_LEAN = 0.0  # extra keyword share per capitalised name (0 = names are ordinary words)
+
+_EXACT_TOKEN = re.compile(
+    r"""(?x)
+    "[^"]+"                              # a quoted phrase
+    | `[^`]+`                            # inline code
+    | \b\w*\d\w*\b                        # anything with a digit: IDs, versions, dates, codes
+    | \b\w+[_./:\\-]\w[\w./:\\-]*           # paths, dotted names, snake_case, key:value
+    | \b[a-z]+[A-Z]\w*                    # camelCase
+    | \b[A-Z]{2,}\b                        # ACRONYMS, ERROR_CODES
+    """
+)
+_NAME = re.compile(r"(?<![.?!]\s)(?<!^)\b[A-Z][a-z]+")
+
+
+def exact_token_share(query: str) -> float:
+    """Share of the query's content terms that look like exact tokens rather than prose."""
     terms = query_terms(query)
-    have_vectors = any(c.vector_score is not None for c in candidates)
-    best_text = max((c.text_score or 0.0) for c in candidates) if candidates else 0.0
+    if not terms:
+        return 0.0
+    exact = {t.lower().strip("\"`") for m in _EXACT_TOKEN.finditer(query) for t in [m.group(0)]}
+    exact_terms = {t for e in exact for t in query_terms(e)}
+    return min(1.0, len(exact_terms & set(terms)) / len(terms))
+
+
+def auto_text_weight(query: str) -> float:
+    """The keyword side's share in `auto`: lexical for exact tokens, balanced for prose."""
+    share = exact_token_share(query)
+    tw = AUTO_TEXT_WEIGHT + (AUTO_EXACT_TEXT_WEIGHT - AUTO_TEXT_WEIGHT) * min(1.0, 2 * share)
+    if AUTO_NAME_LEAN:
+        names = len(_NAME.findall(query.strip()))
+        tw = min(AUTO_EXACT_TEXT_WEIGHT, tw + AUTO_NAME_LEAN * names)
+    return tw
+
+
+def _fuse_auto(candidates: Sequence[Candidate], query: str, params: RankParams) -> list[Candidate]:
+    """memoryd's default: per-query min-max on both lists, query-dependent weights, coverage.
+
+    Each list is rescaled within the query's candidates (`normalized_sides`), so the narrow
+    cosine band of e5-style models no longer drowns keyword evidence. The keyword side is
+    scaled by how many query terms the chunk contains, and weighs more when the query carries
+    exact tokens (IDs, numbers, code). The configured vector/text weights belong to the other
+    fusions; `auto` picks its weights per query.
+    """
+    terms = query_terms(query)
+    tw = auto_text_weight(query)
+    vw = 1.0 - tw
+    vnorm, tnorm = normalized_sides(candidates)
+    have_vectors = any(v is not None for v in vnorm)
+    have_text = any(t is not None for t in tnorm)
     out = []
-    for c in candidates:
-        v = max(0.0, c.vector_score or 0.0)
-        coverage = _coverage(c, terms)
-        t = _text_strength(c, best_text) * (0.5 + 0.5 * coverage)
-        score = vw * v + tw * t if have_vectors else t
+    for c, v, t in zip(candidates, vnorm, tnorm, strict=True):
+        lexical = (t or 0.0) * (0.5 + 0.5 * _coverage(c, terms)) if t is not None else 0.0
+        if have_vectors and have_text:
+            score = vw * (v or 0.0) + tw * lexical
+        elif have_vectors:
+            score = v or 0.0
+        else:
+            score = lexical
         out.append(replace(c, score=score))
     return out
 
@@ -328,37 +376,52 @@ def rank(
 def select_snippet(
     text: str, start_line: int, end_line: int, query: str, max_chars: int = 700
 ) -> tuple[str, int, int]:
-    """The window of whole lines (≤ max_chars) inside a chunk that holds the most query terms.
+    """The window of whole lines (≤ max_chars) inside a chunk that best matches the query.
 
-    Returns (snippet, first line, last line). Falls back to the chunk's head when nothing
-    matches; a single over-long line is cut around its first match.
+    A window scores the distinct query terms it holds, each weighted by how few of the chunk's
+    lines contain it (a speaker's name on every line says nothing about where the answer is),
+    plus half the weighted hits per line. Ties go to the window whose matches sit in its middle,
+    so the lines around the answer come with it. Returns (snippet, first line, last line). Falls
+    back to the chunk's head when nothing matches; a single over-long line is cut around its
+    first match.
     """
     lines = text.split("\n")
     if len(text) <= max_chars:
         return text, start_line, end_line
     terms = query_terms(query)
-    scores = []
+    hits: list[set[str]] = []
     for line in lines:
         low = line.lower()
         words = word_set(line)
-        scores.append(sum(1 for t in terms if term_in_text(t, low, words)))
+        hits.append({t for t in terms if term_in_text(t, low, words)})
+    n = len(lines)
+    df = {t: sum(1 for h in hits if t in h) for t in terms}
+    weight = {t: math.log(1 + n / df[t]) if df[t] else 0.0 for t in terms}
 
-    best = (-1, 0, 0)  # (score, i, j) window lines[i:j]
-    for i in range(len(lines)):
+    best: tuple[tuple[float, float], int, int] | None = None  # ((score, centring), i, j)
+    for i in range(n):
         size = 0
-        total = 0
         j = i
-        while j < len(lines) and size + len(lines[j]) + (1 if j > i else 0) <= max_chars:
+        present: set[str] = set()
+        repeated = 0.0
+        while j < n and size + len(lines[j]) + (1 if j > i else 0) <= max_chars:
             size += len(lines[j]) + (1 if j > i else 0)
-            total += scores[j]
+            present |= hits[j]
+            repeated += sum(weight[t] for t in hits[j])
             j += 1
         if j == i:  # a single line longer than the budget
             j = i + 1
-            total = scores[i]
-        if total > best[0]:
-            best = (total, i, j)
-        if j >= len(lines):
+            present = hits[i]
+            repeated = sum(weight[t] for t in hits[i])
+        score = sum(weight[t] for t in present) + 0.5 * repeated
+        matched = [k for k in range(i, j) if hits[k]]
+        centring = -abs((matched[0] + matched[-1]) / 2 - (i + j - 1) / 2) if matched else 0.0
+        key = (round(score, 9), centring)
+        if best is None or key > best[0]:
+            best = (key, i, j)
+        if j >= n:
             break
+    assert best is not None
     _, i, j = best
     first = min(start_line + i, end_line)
     last = min(start_line + j - 1, end_line)

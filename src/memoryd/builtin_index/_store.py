@@ -63,12 +63,16 @@ def _load_vec(conn: Any, extension_path: str | None) -> str | None:
     return None
 
 
-def connect(path: Path, *, vector_enabled: bool = True, extension_path: str | None = None) -> tuple[Any, VectorEngine]:
+def connect(
+    path: Path, *, vector_enabled: bool = True, extension_path: str | None = None
+) -> tuple[Any, VectorEngine]:
     """Open the index with WAL, a busy timeout and (when possible) sqlite-vec loaded."""
     module, name = _binding()
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        conn = module.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None)
+        conn = module.connect(
+            str(path), timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None
+        )
         conn.execute(f"pragma busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("pragma journal_mode = wal")
         conn.execute("pragma synchronous = normal")
@@ -130,7 +134,7 @@ def _m001_base(conn: Any) -> None:
             primary key (provider, model, fingerprint, hash)
         );
         create index embedding_cache_lru on embedding_cache(used_at);
-        """
+        """,
     )
 
 
@@ -146,7 +150,9 @@ def _m002_fts(conn: Any) -> None:
     try:
         conn.execute("create virtual table chunks_tri using fts5(body, tokenize = 'trigram')")
     except Exception as err:
-        conn.execute("insert or replace into meta(key, value) values ('trigram_error', ?)", (str(err),))
+        conn.execute(
+            "insert or replace into meta(key, value) values ('trigram_error', ?)", (str(err),)
+        )
 
 
 MIGRATIONS: list[tuple[str, Callable[[Any], None]]] = [
@@ -157,7 +163,9 @@ MIGRATIONS: list[tuple[str, Callable[[Any], None]]] = [
 
 def migrate(conn: Any) -> list[str]:
     """Apply pending numbered migrations in order; each runs in its own transaction."""
-    conn.execute("create table if not exists migrations (id text primary key, applied_at real not null)")
+    conn.execute(
+        "create table if not exists migrations (id text primary key, applied_at real not null)"
+    )
     done = {row[0] for row in conn.execute("select id from migrations")}
     applied = []
     for mig_id, func in MIGRATIONS:
@@ -170,7 +178,9 @@ def migrate(conn: Any) -> list[str]:
                 conn.execute("commit")
                 continue
             func(conn)
-            conn.execute("insert into migrations(id, applied_at) values (?, ?)", (mig_id, time.time()))
+            conn.execute(
+                "insert into migrations(id, applied_at) values (?, ?)", (mig_id, time.time())
+            )
             conn.execute("commit")
         except Exception as err:
             conn.execute("rollback")
@@ -200,9 +210,13 @@ class ChunkRow:
 class Store:
     """One SQLite index file. Thread-safe: every statement runs under the store's lock."""
 
-    def __init__(self, path: Path, *, vector_enabled: bool = True, extension_path: str | None = None) -> None:
+    def __init__(
+        self, path: Path, *, vector_enabled: bool = True, extension_path: str | None = None
+    ) -> None:
         self.path = path
-        self.conn, self.vector = connect(path, vector_enabled=vector_enabled, extension_path=extension_path)
+        self.conn, self.vector = connect(
+            path, vector_enabled=vector_enabled, extension_path=extension_path
+        )
         self.lock = threading.RLock()
         migrate(self.conn)
         meta = self.meta()
@@ -230,7 +244,9 @@ class Store:
 
     def set_meta(self, values: dict[str, str]) -> None:
         with self.lock:
-            self.conn.executemany("insert or replace into meta(key, value) values (?, ?)", list(values.items()))
+            self.conn.executemany(
+                "insert or replace into meta(key, value) values (?, ?)", list(values.items())
+            )
 
     def _vec_table_dims(self) -> int | None:
         with self.lock:
@@ -267,9 +283,13 @@ class Store:
                     rowid = cur.lastrowid
                     if self.fts_available:
                         seg = segment_for_fts(text)
-                        self.conn.execute("insert into chunks_fts(rowid, body) values (?, ?)", (rowid, seg))
+                        self.conn.execute(
+                            "insert into chunks_fts(rowid, body) values (?, ?)", (rowid, seg)
+                        )
                         if self.trigram_error is None:
-                            self.conn.execute("insert into chunks_tri(rowid, body) values (?, ?)", (rowid, text))
+                            self.conn.execute(
+                                "insert into chunks_tri(rowid, body) values (?, ?)", (rowid, text)
+                            )
                 self.conn.execute(
                     "insert or replace into files(path, abs_path, source, hash, mtime, size) values (?,?,?,?,?,?)",
                     (path, abs_path, source, file_hash, mtime, size),
@@ -282,7 +302,9 @@ class Store:
 
     def touch_file(self, path: str, mtime: float, size: int) -> None:
         with self.lock:
-            self.conn.execute("update files set mtime = ?, size = ? where path = ?", (mtime, size, path))
+            self.conn.execute(
+                "update files set mtime = ?, size = ? where path = ?", (mtime, size, path)
+            )
 
     def remove_file(self, path: str) -> None:
         with self.lock:
@@ -316,14 +338,26 @@ class Store:
         with self.lock:
             files = self.conn.execute("select count(*) from files").fetchone()[0]
             chunks = self.conn.execute("select count(*) from chunks").fetchone()[0]
-            pending = self.conn.execute("select count(*) from chunks where has_vector = 0").fetchone()[0]
-            by_source = dict(self.conn.execute("select source, count(*) from files group by source").fetchall())
+            pending = self.conn.execute(
+                "select count(*) from chunks where has_vector = 0"
+            ).fetchone()[0]
+            by_source = dict(
+                self.conn.execute("select source, count(*) from files group by source").fetchall()
+            )
             cache = self.conn.execute("select count(*) from embedding_cache").fetchone()[0]
-        return {"files": files, "chunks": chunks, "pending_vectors": pending, "source_counts": by_source, "cache_entries": cache}
+        return {
+            "files": files,
+            "chunks": chunks,
+            "pending_vectors": pending,
+            "source_counts": by_source,
+            "cache_entries": cache,
+        }
 
     def pending_count(self) -> int:
         with self.lock:
-            return int(self.conn.execute("select count(*) from chunks where has_vector = 0").fetchone()[0])
+            return int(
+                self.conn.execute("select count(*) from chunks where has_vector = 0").fetchone()[0]
+            )
 
     def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
         ids = list(ids)
@@ -345,7 +379,8 @@ class Store:
                 out.extend(
                     r[0]
                     for r in self.conn.execute(
-                        "select id from chunks where path = ? order by start_line limit ?", (p, limit_per_path)
+                        "select id from chunks where path = ? order by start_line limit ?",
+                        (p, limit_per_path),
                     )
                 )
         return out
@@ -356,7 +391,9 @@ class Store:
 
     # -- keyword search --------------------------------------------------------------------------
 
-    def keyword_search(self, match: str, limit: int, *, trigram: bool = False) -> list[tuple[int, float]]:
+    def keyword_search(
+        self, match: str, limit: int, *, trigram: bool = False
+    ) -> list[tuple[int, float]]:
         """(chunk id, positive BM25 strength) best first."""
         if not self.fts_available or (trigram and self.trigram_error is not None):
             return []
@@ -378,7 +415,8 @@ class Store:
             return [
                 (r[0], r[1], r[2])
                 for r in self.conn.execute(
-                    "select id, hash, text from chunks where has_vector = 0 order by id limit ?", (limit,)
+                    "select id, hash, text from chunks where has_vector = 0 order by id limit ?",
+                    (limit,),
                 )
             ]
 
@@ -386,12 +424,16 @@ class Store:
         if self._vec_dims == dims:
             return
         if self._vec_dims is not None and self._vec_dims != dims:
-            raise IndexError_(f"vector dims changed from {self._vec_dims} to {dims}; a reindex is required")
+            raise IndexError_(
+                f"vector dims changed from {self._vec_dims} to {dims}; a reindex is required"
+            )
         if self.vector.engine == "sqlite-vec":
             self.conn.execute(
                 f"create virtual table if not exists chunks_vec using vec0(embedding float[{dims}] distance_metric=cosine)"
             )
-        self.conn.execute("insert or replace into meta(key, value) values ('vec_dims', ?)", (str(dims),))
+        self.conn.execute(
+            "insert or replace into meta(key, value) values ('vec_dims', ?)", (str(dims),)
+        )
         self._vec_dims = dims
 
     def write_vectors(self, rows: Sequence[tuple[int, np.ndarray]]) -> None:
@@ -404,14 +446,22 @@ class Store:
                 self._ensure_vec_table(dims)
                 for chunk_id, vec in rows:
                     # the chunk may have been deleted by a concurrent file change
-                    if not self.conn.execute("select 1 from chunks where id = ?", (chunk_id,)).fetchone():
+                    if not self.conn.execute(
+                        "select 1 from chunks where id = ?", (chunk_id,)
+                    ).fetchone():
                         continue
                     blob = _blob(vec)
-                    self.conn.execute("insert or replace into chunk_vectors(chunk_id, vector) values (?, ?)", (chunk_id, blob))
+                    self.conn.execute(
+                        "insert or replace into chunk_vectors(chunk_id, vector) values (?, ?)",
+                        (chunk_id, blob),
+                    )
                     if self.vector.engine == "sqlite-vec":
                         self.conn.execute("delete from chunks_vec where rowid = ?", (chunk_id,))
                         if np.any(vec):
-                            self.conn.execute("insert into chunks_vec(rowid, embedding) values (?, ?)", (chunk_id, blob))
+                            self.conn.execute(
+                                "insert into chunks_vec(rowid, embedding) values (?, ?)",
+                                (chunk_id, blob),
+                            )
                     self.conn.execute("update chunks set has_vector = 1 where id = ?", (chunk_id,))
                 self.conn.execute("commit")
             except BaseException:
@@ -439,7 +489,9 @@ class Store:
                 rows = self.conn.execute("select chunk_id, vector from chunk_vectors").fetchall()
             if rows:
                 ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-                matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+                matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(
+                    len(rows), -1
+                )
             else:
                 ids, matrix = np.zeros(0, np.int64), np.zeros((0, query.shape[0]), np.float32)
             self._matrix = (version, ids, matrix)
@@ -479,7 +531,9 @@ class Store:
                     )
         return out
 
-    def cache_put(self, key: tuple[str, str, str], items: Sequence[tuple[str, np.ndarray]], max_entries: int) -> None:
+    def cache_put(
+        self, key: tuple[str, str, str], items: Sequence[tuple[str, np.ndarray]], max_entries: int
+    ) -> None:
         if not items:
             return
         now = time.time()

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from ..citations import trim_to_budget
 from ..config import ResolvedAgent
 from ..embeddings.base import EmbeddingProvider, ProviderSelection
 from ..embeddings.batch import BatchPending
+from ..errors import InvalidInput, MemorydError, ProviderUnavailable
 from ..lifecycle.transcripts import (
     SessionDeltaTracker,
     count_newlines,
@@ -35,7 +36,6 @@ from ..lifecycle.transcripts import (
     transcript_chunks,
     transcript_display_path,
 )
-from ..errors import InvalidInput, MemorydError, ProviderUnavailable
 from ..types import MAX_SNIPPET_CHARS, FileText, SearchResult
 from ._chunking import chunk_lines, content_hash
 from ._files import MemoryFile, discover, read_memory_file
@@ -49,6 +49,7 @@ log = logging.getLogger("memoryd.builtin_index")
 def _newlines_in_prefix(path: Path, size: int) -> int:
     with open(path, "rb") as fh:
         return fh.read(size).count(b"\n")
+
 
 ProgressFn = Callable[[str, int, int], None]
 EMBED_BATCH = 16
@@ -143,7 +144,11 @@ class MemoryIndex:
         return "changed " + ", ".join(f"{k} ({stored.get(k)!r} → {current[k]!r})" for k in changed)
 
     def _vectors_usable(self) -> bool:
-        return self.provider is not None and self.store.vector.available and self.reindex_reason() is None
+        return (
+            self.provider is not None
+            and self.store.vector.available
+            and self.reindex_reason() is None
+        )
 
     # ------------------------------------------------------------------ sync
 
@@ -167,7 +172,9 @@ class MemoryIndex:
             if reason is not None and not allow_reindex:
                 return SyncReport(reindex_reason=reason)
             if reason is not None:
-                report = await self._reindex(reason, embed=embed, embed_budget_s=embed_budget_s, progress=progress)
+                report = await self._reindex(
+                    reason, embed=embed, embed_budget_s=embed_budget_s, progress=progress
+                )
             else:
                 report = SyncReport()
                 if self._stored_signature() is None:
@@ -210,7 +217,9 @@ class MemoryIndex:
             if prev is not None and prev[0] == file_hash:
                 store.touch_file(mf.rel_path, st.st_mtime, st.st_size)
                 continue
-            chunks = chunk_lines(text, tokens=self.cfg.chunking.tokens, overlap=self.cfg.chunking.overlap)
+            chunks = chunk_lines(
+                text, tokens=self.cfg.chunking.tokens, overlap=self.cfg.chunking.overlap
+            )
             store.replace_file(
                 mf.rel_path,
                 str(mf.abs_path),
@@ -260,7 +269,12 @@ class MemoryIndex:
                 log.warning("cannot read transcript %s: %s", path, err)
                 continue
             store.replace_file(
-                rel, str(path), "sessions", content_hash(data.decode("utf-8", errors="replace")), st.st_mtime, st.st_size,
+                rel,
+                str(path),
+                "sessions",
+                content_hash(data.decode("utf-8", errors="replace")),
+                st.st_mtime,
+                st.st_size,
                 [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
             )
             self._sessions.mark_synced(rel, st.st_size, lines)
@@ -287,7 +301,9 @@ class MemoryIndex:
         while True:
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            batch = [row for row in store.pending_chunks(EMBED_BATCH + len(skip)) if row[0] not in skip][:EMBED_BATCH]
+            batch = [
+                row for row in store.pending_chunks(EMBED_BATCH + len(skip)) if row[0] not in skip
+            ][:EMBED_BATCH]
             if not batch:
                 break
             hashes = [h for _, h, _ in batch]
@@ -343,11 +359,15 @@ class MemoryIndex:
     ) -> SyncReport:
         """Build a fresh index beside the old one and swap it in; on failure the old one stays."""
         log.info("reindexing %s: %s", self.path, reason)
-        tmp = self.path.with_name(f"{self.path.name}.reindex-{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+        tmp = self.path.with_name(
+            f"{self.path.name}.reindex-{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
+        )
         report = SyncReport(reindexed=True, reindex_reason=reason)
         new: Store | None = None
         try:
-            new = Store(tmp, vector_enabled=self._vector_enabled, extension_path=self._extension_path)
+            new = Store(
+                tmp, vector_enabled=self._vector_enabled, extension_path=self._extension_path
+            )
             new.copy_cache_from(self.path)
             new.set_meta({"signature": json.dumps(self.signature())})
             await anyio.to_thread.run_sync(self._text_phase, new, report, progress)
@@ -372,7 +392,9 @@ class MemoryIndex:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"{self.path}{suffix}")
         os.replace(tmp, self.path)
-        self.store = Store(self.path, vector_enabled=self._vector_enabled, extension_path=self._extension_path)
+        self.store = Store(
+            self.path, vector_enabled=self._vector_enabled, extension_path=self._extension_path
+        )
         self.dirty = False
         return report
 
@@ -424,7 +446,9 @@ class MemoryIndex:
                 qvec = await self.provider.embed_query(query)
             except Exception as err:
                 if self.selection.explicit and self.selection.fallback is None:
-                    raise ProviderUnavailable(f"{self.provider.id} query embedding failed: {err}") from err
+                    raise ProviderUnavailable(
+                        f"{self.provider.id} query embedding failed: {err}"
+                    ) from err
                 notes.append(f"query embedding failed ({err}); keyword results only")
                 qvec = None
             if qvec is not None and not np.any(qvec):
@@ -450,18 +474,29 @@ class MemoryIndex:
             if row is None or row.source not in allowed_sources:
                 continue
             c.path, c.source, c.start_line, c.end_line, c.text, c.mtime = (
-                row.path, row.source, row.start_line, row.end_line, row.text, row.mtime,
+                row.path,
+                row.source,
+                row.start_line,
+                row.end_line,
+                row.text,
+                row.mtime,
             )
             filled.append(c)
-        ranked = rank(filled, query, params, now=now or datetime.now(timezone.utc))
+        ranked = rank(filled, query, params, now=now or datetime.now(UTC))
         results = []
         for c in ranked:
-            snippet, first, last = select_snippet(c.text, c.start_line, c.end_line, query, MAX_SNIPPET_CHARS)
+            snippet, first, last = select_snippet(
+                c.text, c.start_line, c.end_line, query, MAX_SNIPPET_CHARS
+            )
             results.append(SearchResult(c.path, first, last, c.score, snippet, source=c.source))  # type: ignore[arg-type]
         results = trim_to_budget(results, self.cfg.query.max_injected_chars)
 
         kw_used = want_kw and store.fts_available
-        used_mode = "hybrid" if qvec is not None and kw_used else ("vector" if qvec is not None else "keyword")
+        used_mode = (
+            "hybrid"
+            if qvec is not None and kw_used
+            else ("vector" if qvec is not None else "keyword")
+        )
         pending = store.pending_count() if self.provider else 0
         if pending and qvec is not None:
             notes.append(f"{pending} chunks still waiting for embeddings")
@@ -478,7 +513,9 @@ class MemoryIndex:
             notes=notes,
         )
 
-    def _keyword_candidates(self, store: Store, query: str, k: int, cands: dict[int, Candidate]) -> None:
+    def _keyword_candidates(
+        self, store: Store, query: str, k: int, cands: dict[int, Candidate]
+    ) -> None:
         terms = query_terms(query)
         match = fts_match_expression(terms)
         primary = store.keyword_search(match, k) if match else []
@@ -489,7 +526,11 @@ class MemoryIndex:
         if not tri:
             return
         tri_match = " OR ".join('"' + t.replace('"', '""') + '"' for t in tri)
-        extra = [(cid, s) for cid, s in store.keyword_search(tri_match, k, trigram=True) if cid not in {p[0] for p in primary}]
+        extra = [
+            (cid, s)
+            for cid, s in store.keyword_search(tri_match, k, trigram=True)
+            if cid not in {p[0] for p in primary}
+        ]
         if not extra:
             return
         # substring-only hits rank after whole-word hits, scaled below the weakest of those
@@ -508,7 +549,9 @@ class MemoryIndex:
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
         """Read a memory file or a line range of it (see `resolve_get_path` for the policy)."""
-        shown, text = read_memory_file(self.agent.workspace, self.cfg.extra_paths, path, from_line, lines)
+        shown, text = read_memory_file(
+            self.agent.workspace, self.cfg.extra_paths, path, from_line, lines
+        )
         return FileText(shown, text)
 
     # ------------------------------------------------------------------ status
@@ -524,7 +567,9 @@ class MemoryIndex:
             "model": self.provider.model if self.provider else None,
             "requestedProvider": sel.requested,
             "providerReason": sel.reason,
-            "fallback": {"reason": self.fallback_reason, "since": self.fallback_since} if self.fallback_reason else None,
+            "fallback": {"reason": self.fallback_reason, "since": self.fallback_since}
+            if self.fallback_reason
+            else None,
             "unavailable": self.unavailable,
             "files": counts["files"],
             "chunks": counts["chunks"],
@@ -543,8 +588,16 @@ class MemoryIndex:
                 "dims": self.store._vec_dims,
                 "loadError": vec.load_error,
             },
-            "fts": {"available": self.store.fts_available, "error": self.store.fts_error, "trigram": self.store.trigram_error is None},
-            "cache": {"enabled": self.cfg.cache.enabled, "entries": counts["cache_entries"], "maxEntries": self.cfg.cache.max_entries},
+            "fts": {
+                "available": self.store.fts_available,
+                "error": self.store.fts_error,
+                "trigram": self.store.trigram_error is None,
+            },
+            "cache": {
+                "enabled": self.cfg.cache.enabled,
+                "entries": counts["cache_entries"],
+                "maxEntries": self.cfg.cache.max_entries,
+            },
             "lastSyncAt": self._last_sync_at,
         }
 
@@ -563,7 +616,12 @@ class MemoryIndex:
             roots.append(self.agent.sessions_dir)
         return roots
 
-    async def watch(self, *, stop_event: anyio.Event | None = None, on_synced: Callable[[SyncReport], None] | None = None) -> None:
+    async def watch(
+        self,
+        *,
+        stop_event: anyio.Event | None = None,
+        on_synced: Callable[[SyncReport], None] | None = None,
+    ) -> None:
         """Watch memory files; mark dirty on change and sync in the background after the debounce."""
         from watchfiles import awatch
 
@@ -580,7 +638,12 @@ class MemoryIndex:
                 return False
             if p.is_relative_to(ws):
                 rel = p.relative_to(ws).as_posix()
-                return rel in ("MEMORY.md", "memory.md") or rel == "memory" or rel.startswith("memory/") or bool(self.cfg.extra_paths)
+                return (
+                    rel in ("MEMORY.md", "memory.md")
+                    or rel == "memory"
+                    or rel.startswith("memory/")
+                    or bool(self.cfg.extra_paths)
+                )
             return any(p.is_relative_to(e) for e in extras)
 
         async for _changes in awatch(
@@ -603,5 +666,7 @@ class MemoryIndex:
 
     async def aclose(self) -> None:
         self.store.close()
-        for p in {id(x): x for x in (self.selection.provider, self.selection.fallback) if x}.values():
+        for p in {
+            id(x): x for x in (self.selection.provider, self.selection.fallback) if x
+        }.values():
             await p.aclose()

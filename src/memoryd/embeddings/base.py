@@ -15,13 +15,19 @@ Vector = npt.NDArray[np.float32]
 Matrix = npt.NDArray[np.float32]
 
 # Header names that carry credentials; never part of the endpoint fingerprint.
-AUTH_HEADERS = frozenset({"authorization", "x-api-key", "x-goog-api-key", "api-key", "proxy-authorization"})
+AUTH_HEADERS = frozenset(
+    {"authorization", "x-api-key", "x-goog-api-key", "api-key", "proxy-authorization"}
+)
 
 
-def endpoint_fingerprint(provider: str, base_url: str | None, headers: Mapping[str, str] | None = None, **extra: object) -> str:
+def endpoint_fingerprint(
+    provider: str, base_url: str | None, headers: Mapping[str, str] | None = None, **extra: object
+) -> str:
     """Stable hash of what changes vectors: provider, endpoint, non-auth headers and options."""
     clean = {k.lower(): v for k, v in (headers or {}).items() if k.lower() not in AUTH_HEADERS}
-    blob = json.dumps({"p": provider, "u": base_url or "", "h": clean, "x": extra}, sort_keys=True, default=str)
+    blob = json.dumps(
+        {"p": provider, "u": base_url or "", "h": clean, "x": extra}, sort_keys=True, default=str
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -29,7 +35,8 @@ def l2_normalize(matrix: Matrix) -> Matrix:
     """Row-normalize; zero rows stay zero (callers treat them as 'no vector')."""
     norms = np.linalg.norm(matrix, axis=-1, keepdims=True)
     norms[norms == 0] = 1.0
-    return (matrix / norms).astype(np.float32, copy=False)
+    out: Matrix = (matrix / norms).astype(np.float32, copy=False)
+    return out
 
 
 class EmbeddingProvider(abc.ABC):

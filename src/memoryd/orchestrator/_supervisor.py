@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime, timezone
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -132,7 +132,7 @@ class AgentBackend:
             report = await anyio.to_thread.run_sync(
                 lambda: export_sessions(
                     self.agent,
-                    now=datetime.now(timezone.utc),
+                    now=datetime.now(UTC),
                     export_dir=self.qmd.sessions_dir,
                     retention_days=qcfg.retention_days,
                 )
@@ -184,7 +184,11 @@ class AgentBackend:
             st.probe_attempts = 0
             st.recovered_at = None
             st.next_probe_at = now + self._failover.cooldown_ms / 1000
-            log.warning("qmd failed for agent %s (%s); serving from the built-in index", self.agent.agent_id, reason)
+            log.warning(
+                "qmd failed for agent %s (%s); serving from the built-in index",
+                self.agent.agent_id,
+                reason,
+            )
             if self._tg is not None and not self._probing:
                 self._tg.start_soon(self._probe_loop)
         elif not st.warned:
@@ -196,10 +200,14 @@ class AgentBackend:
     def _record_success(self) -> None:
         st = self.state
         if st.active == "builtin" and self.requested == "qmd":
-            log.warning("qmd recovered for agent %s; routing searches back to qmd", self.agent.agent_id)
+            log.warning(
+                "qmd recovered for agent %s; routing searches back to qmd", self.agent.agent_id
+            )
             st.recovered_at = self._clock()
         # keep how many probes the last recovery took; status shows it
-        self.state = FailoverState(active="qmd", recovered_at=st.recovered_at, probe_attempts=st.probe_attempts)
+        self.state = FailoverState(
+            active="qmd", recovered_at=st.recovered_at, probe_attempts=st.probe_attempts
+        )
 
     async def probe(self) -> bool:
         """One recovery probe: a real qmd search (so hangs and garbage output are caught too)."""
@@ -210,7 +218,9 @@ class AgentBackend:
                 self._qmd_started = True
             await self.qmd.search(PROBE_QUERY, max_results=1)
         except QmdError as err:
-            self.state.reason = f"{self.state.reason or 'qmd failed'}; probe {self.state.probe_attempts}: {err}"
+            self.state.reason = (
+                f"{self.state.reason or 'qmd failed'}; probe {self.state.probe_attempts}: {err}"
+            )
             return False
         self._record_success()
         return True
@@ -244,17 +254,24 @@ class AgentBackend:
 
     # ------------------------------------------------------------------ tools
 
-    async def search(self, query: str, *, max_results: int | None = None, min_score: float | None = None) -> SearchAnswer:
+    async def search(
+        self, query: str, *, max_results: int | None = None, min_score: float | None = None
+    ) -> SearchAnswer:
         if self.qmd is None:
             return await self._builtin(query, max_results, min_score, fallback=None)
         st = self.state
-        if st.active == "builtin" and self._tg is None and st.next_probe_at is not None and self._clock() >= st.next_probe_at:
-            # no background task group (one-shot use): probe inline once the cool-down is over
-            if not await self.probe():
-                st.next_probe_at = self._clock() + min(
-                    self._failover.probe_max_interval_ms / 1000,
-                    (self._failover.cooldown_ms / 1000) * 2 ** min(st.probe_attempts, 16),
-                )
+        # no background task group (one-shot use): probe inline once the cool-down is over
+        inline_probe_due = (
+            st.active == "builtin"
+            and self._tg is None
+            and st.next_probe_at is not None
+            and self._clock() >= st.next_probe_at
+        )
+        if inline_probe_due and not await self.probe():
+            st.next_probe_at = self._clock() + min(
+                self._failover.probe_max_interval_ms / 1000,
+                (self._failover.cooldown_ms / 1000) * 2 ** min(st.probe_attempts, 16),
+            )
         if self.state.active == "qmd":
             try:
                 if not self._qmd_started:
@@ -265,12 +282,18 @@ class AgentBackend:
                 reason = f"{type(err).__name__}: {err}"
                 self._record_failure(reason)
                 if self.fail_closed:
-                    raise ServiceUnavailable(f"qmd unavailable and memory.qmd.fallback = none ({reason})") from err
-                return await self._builtin(query, max_results, min_score, fallback=self._fallback_info(reason))
+                    raise ServiceUnavailable(
+                        f"qmd unavailable and memory.qmd.fallback = none ({reason})"
+                    ) from err
+                return await self._builtin(
+                    query, max_results, min_score, fallback=self._fallback_info(reason)
+                )
             if self.state.failures:
                 self._record_success()
             return SearchAnswer(results, "qmd", "qmd", self._qmd_model(), self.qmd.search_mode)
-        return await self._builtin(query, max_results, min_score, fallback=self._fallback_info(self.state.reason))
+        return await self._builtin(
+            query, max_results, min_score, fallback=self._fallback_info(self.state.reason)
+        )
 
     def _fallback_info(self, reason: str | None) -> dict[str, Any]:
         st = self.state
@@ -279,7 +302,14 @@ class AgentBackend:
     def _qmd_model(self) -> str | None:
         return self.agent.memory.qmd.models.embed
 
-    async def _builtin(self, query: str, max_results: int | None, min_score: float | None, *, fallback: dict[str, Any] | None) -> SearchAnswer:
+    async def _builtin(
+        self,
+        query: str,
+        max_results: int | None,
+        min_score: float | None,
+        *,
+        fallback: dict[str, Any] | None,
+    ) -> SearchAnswer:
         idx = self.index
         if idx is None:
             raise ServiceUnavailable("qmd is failed over and memory.qmd.fallback = none")
@@ -287,9 +317,19 @@ class AgentBackend:
         merged = fallback or outcome.fallback
         if fallback and outcome.fallback:
             merged = {**fallback, "embedding": outcome.fallback}
-        return SearchAnswer(outcome.results, "builtin", outcome.provider, outcome.model, outcome.mode, merged, outcome.notes)
+        return SearchAnswer(
+            outcome.results,
+            "builtin",
+            outcome.provider,
+            outcome.model,
+            outcome.mode,
+            merged,
+            outcome.notes,
+        )
 
-    async def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
+    async def get(
+        self, path: str, from_line: int | None = None, lines: int | None = None
+    ) -> FileText:
         if self.qmd is not None and (path.startswith("qmd/") or path.startswith("qmd://")):
             result: FileText = await self.qmd.read_file(path, from_line, lines)
             return result
@@ -305,24 +345,62 @@ class AgentBackend:
             "agentId": self.agent.agent_id,
             "backend": st.active if self.qmd is not None else "builtin",
             "requestedBackend": self.requested,
-            "fallback": {"from": "qmd", "reason": st.reason, "since": st.since} if st.active == "builtin" and self.qmd is not None else None,
-            "recovery": {"attempts": st.probe_attempts, "nextProbeAt": st.next_probe_at, "recoveredAt": st.recovered_at}
+            "fallback": {"from": "qmd", "reason": st.reason, "since": st.since}
+            if st.active == "builtin" and self.qmd is not None
+            else None,
+            "recovery": {
+                "attempts": st.probe_attempts,
+                "nextProbeAt": st.next_probe_at,
+                "recoveredAt": st.recovered_at,
+            }
             if self.qmd is not None
             else None,
             "failClosed": self.fail_closed,
             "workspaceDir": str(self.agent.workspace),
         }
-        idx = self._index if self._index is not None else (self.index if not self.fail_closed else None)
+        idx = (
+            self._index
+            if self._index is not None
+            else (self.index if not self.fail_closed else None)
+        )
         if idx is not None:
             b = idx.status()
-            for key in ("provider", "model", "requestedProvider", "providerReason", "files", "chunks", "pendingVectors",
-                        "dirty", "needsReindex", "dbPath", "sources", "sourceCounts", "vector", "fts", "cache", "unavailable"):
+            for key in (
+                "provider",
+                "model",
+                "requestedProvider",
+                "providerReason",
+                "files",
+                "chunks",
+                "pendingVectors",
+                "dirty",
+                "needsReindex",
+                "dbPath",
+                "sources",
+                "sourceCounts",
+                "vector",
+                "fts",
+                "cache",
+                "unavailable",
+            ):
                 out[key] = b[key]
             out["embeddingFallback"] = b["fallback"]
         else:
-            out.update({"provider": "qmd", "model": self._qmd_model(), "files": None, "chunks": None, "dirty": False,
-                        "dbPath": None, "sources": list(self.agent.memory_search.sources), "sourceCounts": {},
-                        "vector": None, "fts": None, "cache": None})
+            out.update(
+                {
+                    "provider": "qmd",
+                    "model": self._qmd_model(),
+                    "files": None,
+                    "chunks": None,
+                    "dirty": False,
+                    "dbPath": None,
+                    "sources": list(self.agent.memory_search.sources),
+                    "sourceCounts": {},
+                    "vector": None,
+                    "fts": None,
+                    "cache": None,
+                }
+            )
         if self.qmd is not None:
             q = self.qmd.status()
             out["qmd"] = q

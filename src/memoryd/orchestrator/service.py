@@ -58,7 +58,9 @@ class MemoryService:
     def agent(self, agent_id: str | None = None) -> ResolvedAgent:
         key = agent_id or "main"
         if key not in self._agents:
-            self._agents[key] = resolve_agent(self.config, key, workspace=self._workspace, cwd=self._cwd)
+            self._agents[key] = resolve_agent(
+                self.config, key, workspace=self._workspace, cwd=self._cwd
+            )
         return self._agents[key]
 
     def agent_ids(self) -> list[str]:
@@ -123,7 +125,11 @@ class MemoryService:
                 log.warning(decision.log_message())
                 return {"results": [], "scopeDenied": True, "reason": decision.log_message()}
             b = await self._ensure_started(agent.agent_id)
-            if self.search_embed_budget_s is not None and b.index is not None and b.state.active == "builtin":
+            if (
+                self.search_embed_budget_s is not None
+                and b.index is not None
+                and b.state.active == "builtin"
+            ):
                 await b.index.sync(embed_budget_s=self.search_embed_budget_s)
             answer = await b.search(query, max_results=max_results, min_score=min_score)
             max_chars = (
@@ -132,7 +138,10 @@ class MemoryService:
                 else agent.memory_search.query.max_injected_chars
             )
             results = apply_citations(
-                answer.results, agent.memory.citations, session_key=session_key, max_injected_chars=max_chars
+                answer.results,
+                agent.memory.citations,
+                session_key=session_key,
+                max_injected_chars=max_chars,
             )
             return {
                 "results": [r.to_dict() for r in results],
@@ -163,7 +172,13 @@ class MemoryService:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def context(self, *, agent_id: str | None = None, session_key: str | None = None, today: date | None = None) -> dict[str, Any]:
+    async def context(
+        self,
+        *,
+        agent_id: str | None = None,
+        session_key: str | None = None,
+        today: date | None = None,
+    ) -> dict[str, Any]:
         """What the agent loads at session start (see lifecycle.build_session_context)."""
         agent = self.agent(agent_id)
         ctx = build_session_context(
@@ -175,12 +190,14 @@ class MemoryService:
         )
         return ctx.to_dict()
 
-    async def append(self, target: str, text: str, *, agent_id: str | None = None) -> dict[str, Any]:
+    async def append(
+        self, target: str, text: str, *, agent_id: str | None = None
+    ) -> dict[str, Any]:
         """The `memory_append` tool: `{path, bytesWritten, created}` or `{disabled, error}`."""
         try:
             agent = self.agent(agent_id)
             result = await anyio.to_thread.run_sync(
-                lambda: append_memory(agent, target, text, now=datetime.now().astimezone())  # type: ignore[arg-type]
+                lambda: append_memory(agent, target, text, now=datetime.now().astimezone())
             )
             b = self._backends.get(agent.agent_id)
             if b is not None:
@@ -193,7 +210,7 @@ class MemoryService:
         self,
         *,
         session_key: str | None,
-        token_estimate: int | None,
+        token_estimate: int,
         context_window: int,
         compaction_count: int,
         session_id: str | None = None,

@@ -18,8 +18,12 @@ async def warm(service: MemoryService, agent_id: str | None, say: Say) -> bool:
         qmd = b.qmd
         try:
             await qmd.start()
-            b._qmd_started = True  # noqa: SLF001 - warm is the supervisor's own prep step
-            say("qmd home and collections", True, ", ".join(s["name"] for s in qmd.status()["collections"]))
+            b._qmd_started = True
+            say(
+                "qmd home and collections",
+                True,
+                ", ".join(s["name"] for s in qmd.status()["collections"]),
+            )
             say("qmd version", True, await qmd.version())
             await qmd.update(force=True)
             say("qmd update", True, "")
@@ -28,12 +32,12 @@ async def warm(service: MemoryService, agent_id: str | None, say: Say) -> bool:
                 say("qmd embed", True, "")
             modes = ["search"] + ([qmd.search_mode] if qmd.search_mode != "search" else [])
             for mode in modes:
-                saved = qmd._mode  # noqa: SLF001
-                qmd._mode = mode  # noqa: SLF001
+                saved = qmd._mode
+                qmd._mode = mode
                 try:
                     await qmd.search("memoryd warm-up query", max_results=1)
                 finally:
-                    qmd._mode = saved  # noqa: SLF001
+                    qmd._mode = saved
                 say(f"qmd {mode} (loads its models)", True, "")
         except MemorydError as err:
             say("qmd", False, f"{type(err).__name__}: {err}")
