@@ -468,3 +468,17 @@ async def test_pending_batch_jobs_leave_vectors_pending_not_failed(notes: Path) 
     assert (await idx.search("deploy target")).results[0].path == "MEMORY.md"  # BM25 meanwhile
     second = await idx.sync()
     assert second.vectors_pending == 0 and second.vectors_embedded == 5
+
+
+async def test_numpy_engine_sees_writes_from_another_connection(notes: Path) -> None:
+    search = {"store": {"vector": {"extensionPath": "/nonexistent/vec0.so"}}}
+    reader = MemoryIndex(agent_for(notes, search), sel(HashingEmbedder()))
+    await reader.sync()
+    assert reader.status()["vector"]["engine"] == "numpy"
+    assert (await reader.search("grey cat", mode="vector")).results  # builds the in-memory matrix
+    writer = MemoryIndex(agent_for(notes, search), sel(HashingEmbedder()))
+    write(notes / "memory" / "walrus.md", "The walrus colony count was 412 this spring.\n")
+    await writer.sync()
+    reader.dirty = False  # only the other connection synced
+    out = await reader.search("walrus colony count", mode="vector", min_score=0)
+    assert out.results[0].path == "memory/walrus.md"

@@ -10,7 +10,9 @@ from memoryd.builtin_index._ranking import (
     Candidate,
     RankParams,
     age_in_days,
+    auto_text_weight,
     decay_multiplier,
+    exact_token_share,
     file_date,
     is_evergreen,
     path_match_level,
@@ -186,3 +188,69 @@ def test_one_long_line_is_cut_around_the_match() -> None:
     text = "x " * 1000 + "needle " + "y " * 1000
     snippet, first, last = select_snippet(text, 3, 3, "needle", 700)
     assert "needle" in snippet and len(snippet) <= 700 and (first, last) == (3, 3)
+
+
+@pytest.mark.parametrize("fusion", ["minmax", "zscore"])
+def test_normalized_fusions_score_in_unit_range_and_prefer_agreement(fusion: str) -> None:
+    params = RankParams(min_score=0, max_results=3, fusion=fusion)  # type: ignore[arg-type]
+    cands = [
+        Candidate(0, "both.md", "memory", 1, 1, "alpha", vector_score=0.86, vector_rank=0, text_rank=0, text_score=3.0),
+        Candidate(1, "vec.md", "memory", 1, 1, "beta", vector_score=0.84, vector_rank=1),
+        Candidate(2, "kw.md", "memory", 1, 1, "alpha", text_rank=1, text_score=1.0),
+    ]
+    out = rank(cands, "alpha", params)
+    assert out[0].path == "both.md"
+    assert all(0 <= c.score <= 1 for c in out)
+
+
+def test_auto_keyword_match_beats_a_crowded_cosine_band() -> None:
+    """e5-style cosines sit in a narrow band; an exact keyword hit must not drown in it."""
+    params = RankParams(min_score=0, max_results=3)
+    cands = [
+        Candidate(0, "chat.md", "memory", 1, 1, "we talked about many things", vector_score=0.84, vector_rank=0),
+        Candidate(1, "ids.md", "memory", 1, 1, "ticket INC-4471 was closed", vector_score=0.81, vector_rank=2, text_rank=0, text_score=4.0),
+        Candidate(2, "misc.md", "memory", 1, 1, "weather was fine", vector_score=0.83, vector_rank=1),
+    ]
+    assert rank(cands, "what happened to INC-4471", params)[0].path == "ids.md"
+
+
+def test_auto_leans_semantic_for_prose_when_keywords_are_weak() -> None:
+    params = RankParams(min_score=0, max_results=3)
+    cands = [
+        Candidate(0, "close.md", "memory", 1, 1, "she adopted a puppy last spring", vector_score=0.92, vector_rank=0, text_rank=1, text_score=0.5),
+        Candidate(1, "far.md", "memory", 1, 1, "the dog show was loud", vector_score=0.78, vector_rank=1, text_rank=0, text_score=0.6),
+    ]
+    assert rank(cands, "when did she get her new dog pet", params)[0].path == "close.md"
+
+
+@pytest.mark.parametrize(
+    ("query", "exact"),
+    [
+        ("what similarity laws must be obeyed", False),
+        ("error E1234 in deploy.yaml", True),
+        ("ECONNREFUSED on port 8080", True),
+        ("what is in network.md", True),
+        ("how does parseConfig handle defaults", True),
+    ],
+)
+def test_exact_tokens_are_recognised(query: str, exact: bool) -> None:
+    assert (exact_token_share(query) > 0) is exact
+    assert (auto_text_weight(query) > auto_text_weight("plain prose words")) is exact
+
+
+def test_vector_only_scores_let_min_score_drop_the_tail() -> None:
+    params = RankParams(min_score=0.35, max_results=3)
+    cands = [cand(i, f"{i}.md", "x", s) for i, s in enumerate([0.86, 0.85, 0.80, 0.79])]
+    out = rank(cands, "anything", params)
+    assert [c.path for c in out] == ["0.md", "1.md"]
+
+
+def test_snippet_prefers_the_rare_term_over_a_name_on_every_line() -> None:
+    lines = [f"Caroline: small talk number {i} about nothing in particular at all, really" for i in range(30)]
+    lines[22] = "Caroline: I went to the pottery workshop with my kids"
+    text = "\n".join(lines)
+    snippet, first, last = select_snippet(text, 1, 30, "What did Caroline make at the pottery workshop?", 300)
+    assert "pottery workshop" in snippet
+    assert first <= 23 <= last
+    # the match sits inside the window, not at its edge
+    assert first < 23 < last

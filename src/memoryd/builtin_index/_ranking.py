@@ -396,7 +396,7 @@ def select_snippet(
         hits.append({t for t in terms if term_in_text(t, low, words)})
     n = len(lines)
     df = {t: sum(1 for h in hits if t in h) for t in terms}
-    weight = {t: math.log(1 + n / df[t]) if df[t] else 0.0 for t in terms}
+    weight = {t: math.log(n / df[t]) if df[t] else 0.0 for t in terms}
 
     best: tuple[tuple[float, float], int, int] | None = None  # ((score, centring), i, j)
     for i in range(n):

@@ -223,8 +223,15 @@ class Store:
         self.fts_error: str | None = meta.get("fts_error")
         self.trigram_error: str | None = meta.get("trigram_error")
         self._vec_dims: int | None = self._vec_table_dims()
-        self._matrix: tuple[int, np.ndarray, np.ndarray] | None = None  # (version, ids, matrix)
-        self.version = 0
+        self._matrix: tuple[tuple[int, int], np.ndarray, np.ndarray] | None = None  # (version, ids, matrix)
+        self._local_version = 0
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """Changes whenever this connection or any other (another process) commits a write."""
+        with self.lock:
+            other = int(self.conn.execute("pragma data_version").fetchone()[0])
+        return self._local_version, other
 
     # -- housekeeping --------------------------------------------------------------------------
 
@@ -298,7 +305,7 @@ class Store:
             except BaseException:
                 self.conn.execute("rollback")
                 raise
-            self.version += 1
+            self._local_version += 1
 
     def touch_file(self, path: str, mtime: float, size: int) -> None:
         with self.lock:
@@ -316,7 +323,7 @@ class Store:
             except BaseException:
                 self.conn.execute("rollback")
                 raise
-            self.version += 1
+            self._local_version += 1
 
     def _delete_chunks_of(self, path: str) -> None:
         ids = [r[0] for r in self.conn.execute("select id from chunks where path = ?", (path,))]
@@ -467,7 +474,7 @@ class Store:
             except BaseException:
                 self.conn.execute("rollback")
                 raise
-            self.version += 1
+            self._local_version += 1
 
     def vector_search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity) best first."""

@@ -114,6 +114,7 @@ class MemoryIndex:
         self._last_sync_at: float | None = None
         self.last_error: str | None = None
         self._sessions = SessionDeltaTracker.from_config(self.cfg.sync.sessions)
+        self._paths_cache: tuple[Store, tuple[int, int], list[str]] | None = None
         self._session_baselines: set[str] = set()
 
     # ------------------------------------------------------------------ identity of the index
@@ -542,7 +543,10 @@ class MemoryIndex:
             c.text_score = ceiling * (strength / top)
 
     def _path_candidates(self, store: Store, query: str) -> list[int]:
-        matched = [p for p in store.paths() if path_match_level(query, p) > 0]
+        version = store.version
+        if self._paths_cache is None or self._paths_cache[0] is not store or self._paths_cache[1] != version:
+            self._paths_cache = (store, version, store.paths())
+        matched = [p for p in self._paths_cache[2] if path_match_level(query, p) > 0]
         return store.chunk_ids_for_paths(matched, limit_per_path=8) if matched else []
 
     # ------------------------------------------------------------------ get
