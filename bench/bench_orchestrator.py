@@ -127,7 +127,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--qmd", default=os.environ.get("MEMORYD_TEST_QMD") or str(REPO / ".tools" / "qmd" / "bin" / "qmd"))
+    ap.add_argument(
+        "--qmd",
+        default=os.environ.get("MEMORYD_TEST_QMD") or str(REPO / ".tools" / "qmd" / "bin" / "qmd"),
+    )
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--fault-runs", type=int, default=5)
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "orchestrator.json"))
