@@ -153,7 +153,7 @@ def build_workspace(
 
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
@@ -217,7 +217,6 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             "chunks": st["chunks"],
             "files": st["files"],
             "index_s": round(index_s, 2),
-            "index_text_phase_s": round(index_s - 0, 2),
             "vectors_written": report.vectors_embedded,
             **{f"{m}_p50_ms": round(statistics.median(v), 2) for m, v in lat.items()},
             **{f"{m}_p95_ms": round(pct(v, 95), 2) for m, v in lat.items()},
