@@ -11,6 +11,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from .._util import slice_lines
 from ..errors import InvalidInput, PathNotAllowed
 
 SKIP_DIRS = frozenset(
@@ -175,22 +176,6 @@ def resolve_get_path(workspace: Path, extra_paths: list[str], requested: str) ->
     if candidate.exists() and not candidate.is_file():
         raise PathNotAllowed(f"path {raw!r} is not a regular file")
     return candidate, display_path(candidate, workspace)
-
-
-def slice_lines(text: str, from_line: int | None, lines: int | None) -> str:
-    """1-based `from_line`, `lines` count; past the end → empty."""
-    if from_line is None and lines is None:
-        return text
-    start = max(1, from_line or 1)
-    all_lines = text.splitlines(keepends=True)
-    if start > len(all_lines):
-        return ""
-    chunk = (
-        all_lines[start - 1 :]
-        if lines is None
-        else all_lines[start - 1 : start - 1 + max(0, lines)]
-    )
-    return "".join(chunk)
 
 
 def read_memory_file(

@@ -223,7 +223,9 @@ class Store:
         self.fts_error: str | None = meta.get("fts_error")
         self.trigram_error: str | None = meta.get("trigram_error")
         self._vec_dims: int | None = self._vec_table_dims()
-        self._matrix: tuple[tuple[int, int], np.ndarray, np.ndarray] | None = None  # (version, ids, matrix)
+        self._matrix: tuple[tuple[int, int], np.ndarray, np.ndarray] | None = (
+            None  # (version, ids, matrix)
+        )
         self._local_version = 0
 
     @property

@@ -544,7 +544,11 @@ class MemoryIndex:
 
     def _path_candidates(self, store: Store, query: str) -> list[int]:
         version = store.version
-        if self._paths_cache is None or self._paths_cache[0] is not store or self._paths_cache[1] != version:
+        if (
+            self._paths_cache is None
+            or self._paths_cache[0] is not store
+            or self._paths_cache[1] != version
+        ):
             self._paths_cache = (store, version, store.paths())
         matched = [p for p in self._paths_cache[2] if path_match_level(query, p) > 0]
         return store.chunk_ids_for_paths(matched, limit_per_path=8) if matched else []

@@ -34,6 +34,7 @@ from typing import Any, Final, Literal
 
 import filelock
 
+from .._util import fsync_dir
 from ..config import ResolvedAgent
 from ..errors import MemorydError
 from ..scope_rules import normalize_session_key
@@ -199,7 +200,7 @@ class FlushState:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
 
     def get(self, session_key: str | None) -> FlushRecord | None:
         """The session's last flush record, if any."""
@@ -232,19 +233,6 @@ class FlushState:
     def forget(self, session_key: str | None) -> None:
         """Drop a session's record (e.g. the session was deleted)."""
         self.update(session_key, lambda _old: None)
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems cannot fsync a directory; the rename is still atomic
-    finally:
-        os.close(fd)
 
 
 # --------------------------------------------------------------------------- decision

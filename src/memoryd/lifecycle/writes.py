@@ -25,6 +25,7 @@ from typing import Any, Final, Literal
 import filelock
 
 from .. import paths
+from .._util import fsync_dir
 from ..config import ResolvedAgent
 from ..errors import MemorydError, PathNotAllowed
 
@@ -177,7 +178,7 @@ def _append_locked(
     finally:
         os.close(fd)
     if created:
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     rel = path.relative_to(workspace).as_posix() if path.is_relative_to(workspace) else str(path)
     return AppendResult(path=path, relative_path=rel, bytes_written=len(payload), created=created)
 
@@ -186,16 +187,3 @@ def _ends_with_newline(path: Path, size: int) -> bool:
     with open(path, "rb") as fh:
         fh.seek(size - 1)
         return fh.read(1) == b"\n"
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # not every file system can fsync a directory
-    finally:
-        os.close(fd)

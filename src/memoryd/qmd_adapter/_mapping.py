@@ -9,6 +9,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePosixPath
 
+from ..citations import trim_to_budget
 from ..types import SearchResult, Source
 from ._parse import QmdHit, parse_snippet
 
@@ -115,22 +116,3 @@ def apply_limits(
     """Drop hits under `min_score`, keep the first `max_results`, then fit the snippet budget."""
     kept = [r for r in results if r.score >= min_score][:max_results]
     return trim_to_budget(kept, max_injected_chars)
-
-
-def trim_to_budget(results: Sequence[SearchResult], max_chars: int) -> list[SearchResult]:
-    """Keep whole snippets while they fit; cut the one that crosses `max_chars`, drop the rest.
-
-    Private stand-in until `memoryd.citations.trim_to_budget` lands.
-    """
-    out: list[SearchResult] = []
-    left = max_chars
-    for result in results:
-        if left <= 0:
-            break
-        if len(result.snippet) <= left:
-            out.append(result)
-            left -= len(result.snippet)
-        else:
-            out.append(result.with_(snippet=result.snippet[:left]))
-            left = 0
-    return out

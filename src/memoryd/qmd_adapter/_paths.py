@@ -8,6 +8,7 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from pathlib import PurePosixPath
 
+from .._util import slice_lines  # re-exported for the manager
 from ..errors import PathNotAllowed
 
 __all__ = ["checked_relative_md_path", "glob_match", "slice_lines"]
@@ -39,13 +40,3 @@ def _match(parts: tuple[str, ...], pats: tuple[str, ...]) -> bool:
     if head == "**":
         return any(_match(parts[i:], rest) for i in range(len(parts) + 1))
     return bool(parts) and fnmatchcase(parts[0], head) and _match(parts[1:], rest)
-
-
-def slice_lines(text: str, from_line: int | None, lines: int | None) -> str:
-    """Lines `from_line` (1-based) onwards, at most `lines` of them; the whole text by default."""
-    if from_line is None and lines is None:
-        return text
-    all_lines = text.splitlines(keepends=True)
-    start = max(1, from_line or 1) - 1
-    end = len(all_lines) if lines is None else start + max(0, lines)
-    return "".join(all_lines[start:end])

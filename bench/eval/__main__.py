@@ -1,0 +1,233 @@
+"""`python -m bench.eval`: build workspaces, run every system, print the table, write the report.
+
+Examples (from the repository root, venv active):
+    python -m bench.eval                                  # everything the README table shows
+    python -m bench.eval --datasets locomo --systems keyword,vector,hybrid
+    python -m bench.eval --locomo other.json --samples conv-1 --systems hybrid --runs-out runs.jsonl
+    python -m bench.eval score --locomo other.json --runs runs.jsonl   # score any system's runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from . import metrics as M
+from .datasets import Dataset, Query, Workspace, load_cisi, load_cranfield, load_locomo
+from .report import print_tables, write_report
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_DATA = (ROOT / ".." / "shared" / "eval").resolve()
+
+# name → (mode, rank-parameter overrides); anything named `hybrid-<fusion>` is a fusion variant
+BUILTIN = {
+    "keyword": ("keyword", {}),
+    "vector": ("vector", {}),
+    "hybrid": (None, {}),
+}
+QMD = {"qmd-search": "search", "qmd-query": "query"}
+DEFAULT_SYSTEMS = "keyword,vector,hybrid,hybrid-weighted,hybrid-rrf,qmd-search,qmd-query"
+
+
+def system_spec(name: str) -> tuple[str | None, dict[str, Any]]:
+    if name in BUILTIN:
+        return BUILTIN[name]
+    if name.startswith("hybrid-"):
+        return None, {"fusion": name.removeprefix("hybrid-")}
+    raise SystemExit(f"unknown system {name!r}")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("command", nargs="?", default="run", choices=["run", "score"])
+    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared eval folder (default ../shared/eval)")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "out", help="workspaces, indexes, qmd homes")
+    p.add_argument("--datasets", default="locomo,cranfield,cisi")
+    p.add_argument("--locomo", type=Path, help="a LoCoMo-format JSON file (default: the dev set)")
+    p.add_argument("--samples", help="comma-separated LoCoMo sample ids")
+    p.add_argument("--systems", default=DEFAULT_SYSTEMS, help=f"default {DEFAULT_SYSTEMS}")
+    p.add_argument("--qmd-datasets", default="locomo", help="datasets qmd runs on (qmd embedding is slow)")
+    p.add_argument("--runs-out", type=Path, help="LoCoMo: JSONL of returned results per question")
+    p.add_argument("--runs", type=Path, help="score: a runs JSONL to score")
+    p.add_argument("--report", type=Path, help="JSON report (default <out>/report.json)")
+    p.add_argument("--limit", type=int, help="at most N queries per workspace (smoke runs)")
+    p.add_argument("--chunk-tokens", type=int, default=400)
+    p.add_argument("--chunk-overlap", type=int, default=80)
+    p.add_argument("--model", help="local embedding model name (default: memoryd's default)")
+    p.add_argument("--provider", default="local", help="embedding provider for the builtin index")
+    return p.parse_args(argv)
+
+
+def load_datasets(args: argparse.Namespace) -> list[Dataset]:
+    ws_out = args.out / "workspaces"
+    wanted = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    samples = [s.strip() for s in args.samples.split(",")] if args.samples else None
+    out: list[Dataset] = []
+    for name in wanted:
+        if name == "locomo":
+            path = args.locomo or args.data / "locomo-dev" / "locomo-dev.json"
+            label = "locomo" if args.locomo is None else f"locomo-{path.stem}"
+            out.append(load_locomo(path, ws_out, samples, name=label))
+        elif name == "cranfield":
+            out.append(load_cranfield(args.data / "cranfield", ws_out))
+        elif name == "cisi":
+            out.append(load_cisi(args.data / "cisi", ws_out))
+        else:
+            raise SystemExit(f"unknown dataset {name!r}")
+    return out
+
+
+def runs_path(base: Path, dataset: str, system: str, many: bool) -> Path:
+    if not many:
+        return base
+    return base.with_name(f"{base.stem}.{dataset}.{system}{base.suffix or '.jsonl'}")
+
+
+async def run_workspace(
+    args: argparse.Namespace, ds: Dataset, ws: Workspace, systems: list[str], sink: dict[str, dict[str, list[dict[str, Any]]]],
+    runs: dict[str, list[dict[str, Any]]], timing: dict[str, list[float]],
+) -> None:
+    from .builtin import open_index, search
+
+    queries = ws.queries[: args.limit] if args.limit else ws.queries
+    builtin = [s for s in systems if not s.startswith("qmd-")]
+    qmd_systems = [s for s in systems if s.startswith("qmd-") and ds.name.split("-")[0] in args.qmd_datasets.split(",")]
+    suffix = f"t{args.chunk_tokens}o{args.chunk_overlap}" + (f"-{args.model}" if args.model else "") + (
+        f"-{args.provider}" if args.provider != "local" else ""
+    )
+    if builtin:
+        idx = await open_index(
+            ws.root, args.out / "index" / f"{ws.name}-{suffix}.sqlite",
+            provider=args.provider, model=args.model, tokens=args.chunk_tokens, overlap=args.chunk_overlap,
+        )
+        try:
+            for q in queries:
+                for system in builtin:
+                    mode, overrides = system_spec(system)
+                    t0 = time.perf_counter()
+                    agent = await search(idx, q.text, mode=mode, overrides=overrides)
+                    timing[system].append(time.perf_counter() - t0)
+                    record(ds, ws, q, system, agent, sink, runs)
+                    if ds.kind == "collection":
+                        ranking = await search(idx, q.text, mode=mode, overrides=overrides, max_results=100, min_score=0.0, max_chars=10**9)
+                        sink[system].setdefault("ranking", []).append(M.collection_ranking_metrics(q, ranking))
+        finally:
+            await idx.aclose()
+    if qmd_systems:
+        from .qmd import QmdSystem, embed_model
+
+        home = args.out / "qmd" / ws.name
+        agent_q = QmdSystem(ws.root, home, embed_model(args.data))
+        rank_q = QmdSystem(ws.root, home, embed_model(args.data), max_results=100, max_chars=10**8) if ds.kind == "collection" else None
+        try:
+            for system in qmd_systems:
+                mode = QMD[system]
+                for q in queries:
+                    t0 = time.perf_counter()
+                    agent = await agent_q.search(mode, q.text)
+                    timing[system].append(time.perf_counter() - t0)
+                    record(ds, ws, q, system, agent, sink, runs)
+                    if rank_q is not None:
+                        rank_q.embedded = agent_q.embedded
+                        ranking = await rank_q.search(mode, q.text, max_results=100)
+                        sink[system].setdefault("ranking", []).append(M.collection_ranking_metrics(q, ranking))
+        finally:
+            await agent_q.aclose()
+            if rank_q is not None:
+                await rank_q.aclose()
+
+
+def record(ds: Dataset, ws: Workspace, q: Query, system: str, results: list[dict[str, Any]], sink: dict[str, dict[str, list[dict[str, Any]]]], runs: dict[str, list[dict[str, Any]]]) -> None:
+    if ds.kind == "conversation":
+        row = M.conversation_metrics(q, results, ws.turns)
+        row["category"] = q.category
+        if row["evidence_total"]:
+            sink[system].setdefault("agent", []).append(row)
+        runs[system].append({"qid": q.qid, "results": results})
+    else:
+        sink[system].setdefault("agent", []).append(M.collection_agent_metrics(q, results))
+
+
+def summarize(ds: Dataset, per_system: dict[str, dict[str, list[dict[str, Any]]]], timing: dict[str, list[float]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for system, parts in per_system.items():
+        entry: dict[str, Any] = {}
+        agent_rows = parts.get("agent", [])
+        if ds.kind == "conversation":
+            entry["agent"] = M.summarize_conversation(agent_rows)
+            by_cat: dict[str, list[dict[str, Any]]] = defaultdict(list)
+            for r in agent_rows:
+                by_cat[r["category"]].append(r)
+            entry["by_category"] = {c: M.summarize_conversation(rows) for c, rows in sorted(by_cat.items())}
+        else:
+            entry["agent"] = M.summarize_mean(agent_rows, ["hit", "rr", "n_results", "span_lines", "chars"])
+            entry["ranking"] = M.summarize_mean(parts.get("ranking", []), ["ndcg@10", "recall@10", "recall@100"])
+        t = sorted(timing.get(system, []))
+        if t:
+            entry["latency_ms"] = {"p50": 1000 * t[len(t) // 2], "p95": 1000 * t[int(len(t) * 0.95) - 1 if len(t) > 1 else 0]}
+        out[system] = entry
+    return out
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    for s in systems:
+        if s not in QMD:
+            system_spec(s)
+    report: dict[str, Any] = {"systems": systems, "chunking": [args.chunk_tokens, args.chunk_overlap], "model": args.model, "datasets": {}}
+    for ds in load_datasets(args):
+        print(f"{ds.name}: {len(ds.workspaces)} workspace(s), {sum(len(w.queries) for w in ds.workspaces)} queries", file=sys.stderr, flush=True)
+        per_system: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(dict)
+        runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        timing: dict[str, list[float]] = defaultdict(list)
+        for ws in ds.workspaces:
+            await run_workspace(args, ds, ws, systems, per_system, runs, timing)
+        report["datasets"][ds.name] = summarize(ds, per_system, timing)
+        if args.runs_out and ds.kind == "conversation":
+            many = len(runs) > 1
+            for system, lines in runs.items():
+                path = runs_path(args.runs_out, ds.name, system, many)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
+                print(f"  runs → {path}", file=sys.stderr)
+    return report
+
+
+def score(args: argparse.Namespace) -> dict[str, Any]:
+    """Score an external runs JSONL (`{qid, results}` per line) against a LoCoMo file."""
+    if not args.runs:
+        raise SystemExit("score needs --runs PATH")
+    args.datasets = "locomo"
+    ds = load_datasets(args)[0]
+    by_qid = {q.qid: (ws, q) for ws in ds.workspaces for q in ws.queries}
+    per: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(dict)
+    runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    name = args.runs.stem
+    for line in args.runs.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            item = json.loads(line)
+            if item["qid"] in by_qid:
+                ws, q = by_qid[item["qid"]]
+                record(ds, ws, q, name, item["results"], per, runs)
+    return {"systems": [name], "datasets": {ds.name: summarize(ds, per, {})}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    report = score(args) if args.command == "score" else anyio.run(run, args)
+    print_tables(report)
+    path = args.report or args.out / "report.json"
+    write_report(report, path)
+    print(f"report → {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

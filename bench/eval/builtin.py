@@ -1,0 +1,184 @@
+"""Run queries through memoryd's real `MemoryIndex.search` path, one index per workspace.
+
+Indexes live under `<out>/index/` named by workspace and chunking, so re-runs reuse stored chunks
+and vectors (and the per-file embedding cache) instead of embedding again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import pickle
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memoryd.builtin_index._ranking import RankParams
+from memoryd.builtin_index.index import MemoryIndex
+from memoryd.config import resolve_agent, validate_config
+from memoryd.embeddings.base import EmbeddingProvider, Matrix, ProviderSelection, Vector
+from memoryd.embeddings.selection import select_provider
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)  # fixed clock: decay (off by default) stays reproducible
+
+
+class QueryCache(EmbeddingProvider):
+    """Delegates to a provider and remembers query vectors: every system asks the same questions."""
+
+    def __init__(self, inner: EmbeddingProvider, path: Path | None = None) -> None:
+        self.inner = inner
+        self.id, self.model, self.dims = inner.id, inner.model, inner.dims
+        self.max_input_tokens = inner.max_input_tokens
+        self.path = path
+        self._queries: dict[str, Vector] = {}
+        if path is not None and path.is_file():
+            with path.open("rb") as fh:
+                self._queries = pickle.load(fh)
+        self._dirty = False
+        self.query_seconds = 0.0
+
+    def fingerprint(self) -> str:
+        return self.inner.fingerprint()
+
+    async def embed_query(self, text: str) -> Vector:
+        if text not in self._queries:
+            started = time.perf_counter()
+            self._queries[text] = await self.inner.embed_query(text)
+            self.query_seconds += time.perf_counter() - started
+            self._dirty = True
+        return self._queries[text]
+
+    def save(self) -> None:
+        """Keep query vectors on disk between runs (keyed by the provider's fingerprint)."""
+        if self.path is not None and self._dirty:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.is_file():  # another run may have added vectors meanwhile
+                with self.path.open("rb") as fh:
+                    self._queries = {**pickle.load(fh), **self._queries}
+            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+            with tmp.open("wb") as fh:
+                pickle.dump(self._queries, fh)
+            tmp.replace(self.path)
+            self._dirty = False
+
+    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        return await self.inner.embed_documents(texts)
+
+    async def aclose(self) -> None:
+        self.save()
+        await self.inner.aclose()
+
+
+class EvalIndex(MemoryIndex):
+    """A `MemoryIndex` whose ranking parameters can be overridden per call (fusion variants)."""
+
+    overrides: dict[str, Any] = {}
+
+    def _rank_params(self, max_results: int | None, min_score: float | None) -> RankParams:
+        params = super()._rank_params(max_results, min_score)
+        return dataclasses.replace(params, **self.overrides) if self.overrides else params
+
+
+def agent_config(
+    workspace: Path,
+    index_path: Path,
+    *,
+    provider: str = "local",
+    model: str | None = None,
+    tokens: int = 400,
+    overlap: int = 80,
+    extra: dict[str, Any] | None = None,
+) -> Any:
+    search: dict[str, Any] = {
+        "provider": provider,
+        "store": {"path": str(index_path)},
+        "chunking": {"tokens": tokens, "overlap": overlap},
+        "sync": {"watch": False},
+    }
+    if model:
+        search["model"] = model
+    if extra:
+        search = _merge(search, extra)
+    cfg = validate_config({"agents": {"defaults": {"memorySearch": search}}})
+    return resolve_agent(cfg, workspace=workspace)
+
+
+def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+async def open_index(
+    workspace: Path,
+    index_path: Path,
+    *,
+    provider: str = "local",
+    model: str | None = None,
+    tokens: int = 400,
+    overlap: int = 80,
+    extra: dict[str, Any] | None = None,
+) -> EvalIndex:
+    """Open (and bring up to date, embedding what is missing) the index of one workspace."""
+    index_path.parent.mkdir(parents=True, exist_ok=True)
+    agent = agent_config(workspace, index_path, provider=provider, model=model, tokens=tokens, overlap=overlap, extra=extra)
+    sel = select_provider(agent)
+    if sel.provider is not None:
+        key = hashlib.sha256(f"{sel.provider.id}|{sel.provider.model}|{sel.provider.fingerprint()}".encode()).hexdigest()[:16]
+        cache_path = index_path.parent.parent / "query-vectors" / f"{key}.pkl"
+        sel = ProviderSelection(sel.requested, QueryCache(sel.provider, cache_path), sel.reason, None, True, sel.notes)
+    idx = EvalIndex(agent, sel)
+    started = time.perf_counter()
+
+    def progress(phase: str, done: int, total: int) -> None:
+        if phase == "vectors" and (done % 160 < 16 or done >= total):
+            rate = done / max(time.perf_counter() - started, 1e-9)
+            print(f"  [{workspace.name}] embedded {done}/{total} ({rate:.1f}/s)", file=sys.stderr, flush=True)
+
+    report = await idx.sync(progress=progress)
+    if report.chunks_written or report.vectors_embedded:
+        print(
+            f"  [{workspace.name}] synced: {report.chunks_written} chunks, {report.vectors_embedded} embedded, "
+            f"{report.vectors_from_cache} from cache, {report.seconds:.0f}s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return idx
+
+
+async def search(
+    idx: EvalIndex,
+    query: str,
+    *,
+    mode: str | None,
+    overrides: dict[str, Any] | None = None,
+    max_results: int | None = None,
+    min_score: float | None = None,
+    max_chars: int | None = None,
+) -> list[dict[str, Any]]:
+    """One `memory_search` call; results as the JSON the agent would see."""
+    idx.overrides = overrides or {}
+    saved = idx.cfg.query.max_injected_chars
+    if max_chars is not None:
+        object.__setattr__(idx.cfg.query, "max_injected_chars", max_chars)
+    try:
+        outcome = await idx.search(query, max_results=max_results, min_score=min_score, mode=mode, now=NOW)
+    finally:
+        object.__setattr__(idx.cfg.query, "max_injected_chars", saved)
+        idx.overrides = {}
+    return [
+        {"path": r.path, "startLine": r.start_line, "endLine": r.end_line, "snippet": r.snippet, "score": round(float(r.score), 4)}
+        for r in outcome.results
+    ]
+
+
+def unit(v: np.ndarray) -> np.ndarray:
+    n = float(np.linalg.norm(v))
+    return v / n if n else v

@@ -1,0 +1,82 @@
+"""In-process hybrid search latency at ~10k chunks (`python -m bench.eval.latency`).
+
+The corpus is every Cranfield and CISI abstract plus the LoCoMo notes, chunked small enough to
+give ≥ 10k chunks. Vectors come from the deterministic hashing embedder (384-d, like the local
+model) so the index builds in seconds; query vectors are computed before timing, so the figure
+is retrieval + fusion + snippets — what memoryd adds on top of the model's query embedding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import anyio
+
+from memoryd.builtin_index.index import MemoryIndex
+from memoryd.config import resolve_agent, validate_config
+from memoryd.embeddings.base import ProviderSelection
+from memoryd.embeddings.hashing import HashingEmbedder
+
+from .builtin import NOW, QueryCache
+from .datasets import load_cisi, load_cranfield, load_locomo
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.eval.latency")
+    p.add_argument("--data", type=Path, default=(ROOT / ".." / "shared" / "eval").resolve())
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
+    p.add_argument("--fusion", default=None, help="override query.hybrid.fusion")
+    p.add_argument("--queries", type=int, default=300)
+    args = p.parse_args(argv)
+
+    ws_out = args.out / "workspaces"
+    sets = [
+        load_cranfield(args.data / "cranfield", ws_out),
+        load_cisi(args.data / "cisi", ws_out),
+        load_locomo(args.data / "locomo-dev" / "locomo-dev.json", ws_out),
+    ]
+    big = args.out / "latency-ws"
+    if not (big / "memory").is_dir():
+        for ds in sets:
+            for ws in ds.workspaces:
+                shutil.copytree(ws.root / "memory", big / "memory" / ds.name / ws.name, dirs_exist_ok=True)
+    queries = [q.text for ds in sets for ws in ds.workspaces for q in ws.queries][: args.queries]
+
+    search: dict[str, object] = {
+        "provider": "none",
+        "store": {"path": str(args.out / "index" / "latency-10k.sqlite")},
+        "chunking": {"tokens": 96, "overlap": 16},
+        "sync": {"watch": False},
+    }
+    if args.fusion:
+        search["query"] = {"hybrid": {"fusion": args.fusion}}
+    agent = resolve_agent(validate_config({"agents": {"defaults": {"memorySearch": search}}}), workspace=big)
+    provider = QueryCache(HashingEmbedder(384))
+    idx = MemoryIndex(agent, ProviderSelection("local", provider, "latency bench", None, True))
+    t0 = time.perf_counter()
+    await idx.sync()
+    chunks = idx.status()["chunks"]
+    print(f"index: {chunks} chunks ({time.perf_counter() - t0:.1f}s to sync)", file=sys.stderr)
+    for q in queries:  # warm the query-vector cache and SQLite pages
+        await idx.search(q, now=NOW)
+    times = []
+    for q in queries:
+        t = time.perf_counter()
+        await idx.search(q, now=NOW)
+        times.append((time.perf_counter() - t) * 1000)
+    times.sort()
+    p50, p95 = statistics.median(times), times[int(0.95 * len(times)) - 1]
+    print(f"hybrid search over {chunks} chunks, {len(times)} queries: p50 {p50:.2f} ms, p95 {p95:.2f} ms")
+    await idx.aclose()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(anyio.run(main, sys.argv[1:]))
