@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -20,7 +20,9 @@ from memoryd.builtin_index._ranking import (
     select_snippet,
 )
 
-SCORES_ONLY = RankParams(vector_weight=1, text_weight=0, fusion="weighted", min_score=0, max_results=3)
+SCORES_ONLY = RankParams(
+    vector_weight=1, text_weight=0, fusion="weighted", min_score=0, max_results=3
+)
 
 
 def cand(i: int, path: str, text: str, score: float, **kw: object) -> Candidate:
@@ -30,15 +32,29 @@ def cand(i: int, path: str, text: str, score: float, **kw: object) -> Candidate:
 def test_mmr_drops_the_near_duplicate_home_network_note() -> None:
     """The seed's worked example: λ=0.7 keeps 02-10, network.md and the AdGuard note."""
     cands = [
-        cand(0, "memory/2026-02-10.md", "Configured Omada router, set VLAN 10 for IoT devices", 0.92),
+        cand(
+            0, "memory/2026-02-10.md", "Configured Omada router, set VLAN 10 for IoT devices", 0.92
+        ),
         cand(1, "memory/2026-02-08.md", "Configured Omada router, moved IoT to VLAN 10", 0.89),
-        cand(2, "memory/network.md", "Router: Omada ER605, AdGuard: 192.168.10.2, VLAN 10: IoT", 0.85),
+        cand(
+            2, "memory/network.md", "Router: Omada ER605, AdGuard: 192.168.10.2, VLAN 10: IoT", 0.85
+        ),
         cand(3, "memory/2026-02-05.md", "Set up AdGuard DNS on 192.168.10.2", 0.78),
     ]
     without = rank(cands, "home network setup", SCORES_ONLY)
-    assert [c.path for c in without] == ["memory/2026-02-10.md", "memory/2026-02-08.md", "memory/network.md"]
+    assert [c.path for c in without] == [
+        "memory/2026-02-10.md",
+        "memory/2026-02-08.md",
+        "memory/network.md",
+    ]
     params = RankParams(
-        vector_weight=1, text_weight=0, fusion="weighted", min_score=0, max_results=3, mmr_enabled=True, mmr_lambda=0.7
+        vector_weight=1,
+        text_weight=0,
+        fusion="weighted",
+        min_score=0,
+        max_results=3,
+        mmr_enabled=True,
+        mmr_lambda=0.7,
     )
     with_mmr = [c.path for c in rank(cands, "home network setup", params)]
     # the seed's point: the 02-08 near-duplicate gives way to the two diverse notes
@@ -48,7 +64,7 @@ def test_mmr_drops_the_near_duplicate_home_network_note() -> None:
 
 
 def test_temporal_decay_rod_example() -> None:
-    now = datetime(2026, 2, 10, 12, tzinfo=timezone.utc)
+    now = datetime(2026, 2, 10, 12, tzinfo=UTC)
     cands = [
         cand(0, "memory/2025-09-15.md", "Rod works Mon-Fri, standup at 10am, pairing at 2pm", 0.91),
         cand(1, "memory/2026-02-10.md", "Rod has standup at 14:15, 1:1 with Zeb at 14:45", 0.82),
@@ -56,15 +72,28 @@ def test_temporal_decay_rod_example() -> None:
     ]
     plain = rank(cands, "what's Rod's work schedule?", SCORES_ONLY, now=now)
     assert [c.path for c in plain][0] == "memory/2025-09-15.md"
-    decayed_params = RankParams(vector_weight=1, text_weight=0, fusion="weighted", min_score=0, max_results=3, decay_enabled=True)
+    decayed_params = RankParams(
+        vector_weight=1,
+        text_weight=0,
+        fusion="weighted",
+        min_score=0,
+        max_results=3,
+        decay_enabled=True,
+    )
     decayed = rank(cands, "what's Rod's work schedule?", decayed_params, now=now)
-    assert [c.path for c in decayed] == ["memory/2026-02-10.md", "memory/2026-02-03.md", "memory/2025-09-15.md"]
+    assert [c.path for c in decayed] == [
+        "memory/2026-02-10.md",
+        "memory/2026-02-03.md",
+        "memory/2025-09-15.md",
+    ]
     assert decayed[0].score == pytest.approx(0.82)
     assert decayed[1].score == pytest.approx(0.80 * 0.85, abs=0.01)
     assert decayed[2].score == pytest.approx(0.03, abs=0.005)
 
 
-@pytest.mark.parametrize(("days", "expected"), [(0, 1.0), (7, 0.85), (30, 0.5), (90, 0.125), (180, 0.0156)])
+@pytest.mark.parametrize(
+    ("days", "expected"), [(0, 1.0), (7, 0.85), (30, 0.5), (90, 0.125), (180, 0.0156)]
+)
 def test_decay_curve(days: int, expected: float) -> None:
     assert decay_multiplier(days, 30) == pytest.approx(expected, abs=0.006)
 
@@ -86,7 +115,7 @@ def test_evergreen_files(path: str, source: str, evergreen: bool) -> None:
 
 
 def test_ages_come_from_file_names_and_mtime_for_sessions() -> None:
-    now = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    now = datetime(2026, 11, 30, tzinfo=UTC)
     assert age_in_days("memory/2026-11-23-standup.md", "memory", None, now) == 7
     assert age_in_days("MEMORY.md", "memory", 0.0, now) is None
     assert age_in_days("s.jsonl", "sessions", now.timestamp() - 2 * 86400, now) == pytest.approx(2)
@@ -94,9 +123,13 @@ def test_ages_come_from_file_names_and_mtime_for_sessions() -> None:
 
 
 def test_evergreen_files_are_untouched_by_decay() -> None:
-    now = datetime(2026, 11, 30, tzinfo=timezone.utc)
-    params = RankParams(vector_weight=1, text_weight=0, fusion="weighted", min_score=0, decay_enabled=True)
-    out = rank([cand(0, "MEMORY.md", "x", 0.5), cand(1, "memory/notes.md", "y", 0.4)], "q", params, now=now)
+    now = datetime(2026, 11, 30, tzinfo=UTC)
+    params = RankParams(
+        vector_weight=1, text_weight=0, fusion="weighted", min_score=0, decay_enabled=True
+    )
+    out = rank(
+        [cand(0, "MEMORY.md", "x", 0.5), cand(1, "memory/notes.md", "y", 0.4)], "q", params, now=now
+    )
     assert [c.score for c in out] == [0.5, 0.4]
 
 
@@ -129,7 +162,18 @@ def test_path_match_ranks_above_partial_text_matches() -> None:
 def test_keyword_hits_survive_when_everything_is_under_min_score() -> None:
     params = RankParams(min_score=0.9, max_results=3)
     cands = [
-        Candidate(0, "a.md", "memory", 1, 1, "alpha beta", vector_score=0.2, vector_rank=0, text_rank=0, text_score=3.0),
+        Candidate(
+            0,
+            "a.md",
+            "memory",
+            1,
+            1,
+            "alpha beta",
+            vector_score=0.2,
+            vector_rank=0,
+            text_rank=0,
+            text_score=3.0,
+        ),
         Candidate(1, "b.md", "memory", 1, 1, "gamma", vector_score=0.3, vector_rank=1),
     ]
     out = rank(cands, "alpha", params)
@@ -139,7 +183,18 @@ def test_keyword_hits_survive_when_everything_is_under_min_score() -> None:
 def test_keyword_only_hits_fill_empty_slots() -> None:
     params = RankParams(min_score=0.5, max_results=3)
     cands = [
-        Candidate(0, "a.md", "memory", 1, 1, "alpha", vector_score=0.95, vector_rank=0, text_rank=0, text_score=2.0),
+        Candidate(
+            0,
+            "a.md",
+            "memory",
+            1,
+            1,
+            "alpha",
+            vector_score=0.95,
+            vector_rank=0,
+            text_rank=0,
+            text_score=2.0,
+        ),
         Candidate(1, "b.md", "memory", 1, 1, "alpha again", text_rank=1, text_score=0.4),
         Candidate(2, "c.md", "memory", 1, 1, "nothing", vector_score=0.1, vector_rank=1),
     ]
@@ -160,7 +215,18 @@ def test_both_terms_outrank_one_term_in_default_fusion() -> None:
 def test_every_fusion_scores_in_unit_range_and_prefers_agreement(fusion: str) -> None:
     params = RankParams(min_score=0, max_results=3, fusion=fusion)  # type: ignore[arg-type]
     cands = [
-        Candidate(0, "both.md", "memory", 1, 1, "alpha", vector_score=0.8, vector_rank=0, text_rank=0, text_score=3.0),
+        Candidate(
+            0,
+            "both.md",
+            "memory",
+            1,
+            1,
+            "alpha",
+            vector_score=0.8,
+            vector_rank=0,
+            text_rank=0,
+            text_score=3.0,
+        ),
         Candidate(1, "vec.md", "memory", 1, 1, "beta", vector_score=0.7, vector_rank=1),
         Candidate(2, "kw.md", "memory", 1, 1, "alpha", text_rank=1, text_score=1.0),
     ]
@@ -170,7 +236,9 @@ def test_every_fusion_scores_in_unit_range_and_prefers_agreement(fusion: str) ->
 
 
 def test_snippet_window_holds_the_matching_lines() -> None:
-    lines = [f"filler line number {i} with padding text to make it long enough" for i in range(1, 40)]
+    lines = [
+        f"filler line number {i} with padding text to make it long enough" for i in range(1, 40)
+    ]
     lines[29] = "The secret launch code is PINEAPPLE-42"
     text = "\n".join(lines)
     snippet, first, last = select_snippet(text, 101, 139, "launch code", 700)
@@ -194,7 +262,18 @@ def test_one_long_line_is_cut_around_the_match() -> None:
 def test_normalized_fusions_score_in_unit_range_and_prefer_agreement(fusion: str) -> None:
     params = RankParams(min_score=0, max_results=3, fusion=fusion)  # type: ignore[arg-type]
     cands = [
-        Candidate(0, "both.md", "memory", 1, 1, "alpha", vector_score=0.86, vector_rank=0, text_rank=0, text_score=3.0),
+        Candidate(
+            0,
+            "both.md",
+            "memory",
+            1,
+            1,
+            "alpha",
+            vector_score=0.86,
+            vector_rank=0,
+            text_rank=0,
+            text_score=3.0,
+        ),
         Candidate(1, "vec.md", "memory", 1, 1, "beta", vector_score=0.84, vector_rank=1),
         Candidate(2, "kw.md", "memory", 1, 1, "alpha", text_rank=1, text_score=1.0),
     ]
@@ -207,9 +286,31 @@ def test_auto_keyword_match_beats_a_crowded_cosine_band() -> None:
     """e5-style cosines sit in a narrow band; an exact keyword hit must not drown in it."""
     params = RankParams(min_score=0, max_results=3)
     cands = [
-        Candidate(0, "chat.md", "memory", 1, 1, "we talked about many things", vector_score=0.84, vector_rank=0),
-        Candidate(1, "ids.md", "memory", 1, 1, "ticket INC-4471 was closed", vector_score=0.81, vector_rank=2, text_rank=0, text_score=4.0),
-        Candidate(2, "misc.md", "memory", 1, 1, "weather was fine", vector_score=0.83, vector_rank=1),
+        Candidate(
+            0,
+            "chat.md",
+            "memory",
+            1,
+            1,
+            "we talked about many things",
+            vector_score=0.84,
+            vector_rank=0,
+        ),
+        Candidate(
+            1,
+            "ids.md",
+            "memory",
+            1,
+            1,
+            "ticket INC-4471 was closed",
+            vector_score=0.81,
+            vector_rank=2,
+            text_rank=0,
+            text_score=4.0,
+        ),
+        Candidate(
+            2, "misc.md", "memory", 1, 1, "weather was fine", vector_score=0.83, vector_rank=1
+        ),
     ]
     assert rank(cands, "what happened to INC-4471", params)[0].path == "ids.md"
 
@@ -217,8 +318,30 @@ def test_auto_keyword_match_beats_a_crowded_cosine_band() -> None:
 def test_auto_leans_semantic_for_prose_when_keywords_are_weak() -> None:
     params = RankParams(min_score=0, max_results=3)
     cands = [
-        Candidate(0, "close.md", "memory", 1, 1, "she adopted a puppy last spring", vector_score=0.92, vector_rank=0, text_rank=1, text_score=0.5),
-        Candidate(1, "far.md", "memory", 1, 1, "the dog show was loud", vector_score=0.78, vector_rank=1, text_rank=0, text_score=0.6),
+        Candidate(
+            0,
+            "close.md",
+            "memory",
+            1,
+            1,
+            "she adopted a puppy last spring",
+            vector_score=0.92,
+            vector_rank=0,
+            text_rank=1,
+            text_score=0.5,
+        ),
+        Candidate(
+            1,
+            "far.md",
+            "memory",
+            1,
+            1,
+            "the dog show was loud",
+            vector_score=0.78,
+            vector_rank=1,
+            text_rank=0,
+            text_score=0.6,
+        ),
     ]
     assert rank(cands, "when did she get her new dog pet", params)[0].path == "close.md"
 
@@ -246,10 +369,15 @@ def test_vector_only_scores_let_min_score_drop_the_tail() -> None:
 
 
 def test_snippet_prefers_the_rare_term_over_a_name_on_every_line() -> None:
-    lines = [f"Caroline: small talk number {i} about nothing in particular at all, really" for i in range(30)]
+    lines = [
+        f"Caroline: small talk number {i} about nothing in particular at all, really"
+        for i in range(30)
+    ]
     lines[22] = "Caroline: I went to the pottery workshop with my kids"
     text = "\n".join(lines)
-    snippet, first, last = select_snippet(text, 1, 30, "What did Caroline make at the pottery workshop?", 300)
+    snippet, first, last = select_snippet(
+        text, 1, 30, "What did Caroline make at the pottery workshop?", 300
+    )
     assert "pottery workshop" in snippet
     assert first <= 23 <= last
     # the match sits inside the window, not at its edge

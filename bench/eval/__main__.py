@@ -45,15 +45,28 @@ def system_spec(name: str) -> tuple[str | None, dict[str, Any]]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.eval",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("command", nargs="?", default="run", choices=["run", "score"])
-    p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="shared eval folder (default ../shared/eval)")
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "out", help="workspaces, indexes, qmd homes")
+    p.add_argument(
+        "--data",
+        type=Path,
+        default=DEFAULT_DATA,
+        help="shared eval folder (default ../shared/eval)",
+    )
+    p.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "out", help="workspaces, indexes, qmd homes"
+    )
     p.add_argument("--datasets", default="locomo,cranfield,cisi")
     p.add_argument("--locomo", type=Path, help="a LoCoMo-format JSON file (default: the dev set)")
     p.add_argument("--samples", help="comma-separated LoCoMo sample ids")
     p.add_argument("--systems", default=DEFAULT_SYSTEMS, help=f"default {DEFAULT_SYSTEMS}")
-    p.add_argument("--qmd-datasets", default="locomo", help="datasets qmd runs on (qmd embedding is slow)")
+    p.add_argument(
+        "--qmd-datasets", default="locomo", help="datasets qmd runs on (qmd embedding is slow)"
+    )
     p.add_argument("--runs-out", type=Path, help="LoCoMo: JSONL of returned results per question")
     p.add_argument("--runs", type=Path, help="score: a runs JSONL to score")
     p.add_argument("--report", type=Path, help="JSON report (default <out>/report.json)")
@@ -91,21 +104,36 @@ def runs_path(base: Path, dataset: str, system: str, many: bool) -> Path:
 
 
 async def run_workspace(
-    args: argparse.Namespace, ds: Dataset, ws: Workspace, systems: list[str], sink: dict[str, dict[str, list[dict[str, Any]]]],
-    runs: dict[str, list[dict[str, Any]]], timing: dict[str, list[float]],
+    args: argparse.Namespace,
+    ds: Dataset,
+    ws: Workspace,
+    systems: list[str],
+    sink: dict[str, dict[str, list[dict[str, Any]]]],
+    runs: dict[str, list[dict[str, Any]]],
+    timing: dict[str, list[float]],
 ) -> None:
     from .builtin import open_index, search
 
     queries = ws.queries[: args.limit] if args.limit else ws.queries
     builtin = [s for s in systems if not s.startswith("qmd-")]
-    qmd_systems = [s for s in systems if s.startswith("qmd-") and ds.name.split("-")[0] in args.qmd_datasets.split(",")]
-    suffix = f"t{args.chunk_tokens}o{args.chunk_overlap}" + (f"-{args.model}" if args.model else "") + (
-        f"-{args.provider}" if args.provider != "local" else ""
+    qmd_systems = [
+        s
+        for s in systems
+        if s.startswith("qmd-") and ds.name.split("-")[0] in args.qmd_datasets.split(",")
+    ]
+    suffix = (
+        f"t{args.chunk_tokens}o{args.chunk_overlap}"
+        + (f"-{args.model}" if args.model else "")
+        + (f"-{args.provider}" if args.provider != "local" else "")
     )
     if builtin:
         idx = await open_index(
-            ws.root, args.out / "index" / f"{ws.name}-{suffix}.sqlite",
-            provider=args.provider, model=args.model, tokens=args.chunk_tokens, overlap=args.chunk_overlap,
+            ws.root,
+            args.out / "index" / f"{ws.name}-{suffix}.sqlite",
+            provider=args.provider,
+            model=args.model,
+            tokens=args.chunk_tokens,
+            overlap=args.chunk_overlap,
         )
         try:
             for q in queries:
@@ -116,8 +144,18 @@ async def run_workspace(
                     timing[system].append(time.perf_counter() - t0)
                     record(ds, ws, q, system, agent, sink, runs)
                     if ds.kind == "collection":
-                        ranking = await search(idx, q.text, mode=mode, overrides=overrides, max_results=100, min_score=0.0, max_chars=10**9)
-                        sink[system].setdefault("ranking", []).append(M.collection_ranking_metrics(q, ranking))
+                        ranking = await search(
+                            idx,
+                            q.text,
+                            mode=mode,
+                            overrides=overrides,
+                            max_results=100,
+                            min_score=0.0,
+                            max_chars=10**9,
+                        )
+                        sink[system].setdefault("ranking", []).append(
+                            M.collection_ranking_metrics(q, ranking)
+                        )
         finally:
             await idx.aclose()
     if qmd_systems:
@@ -125,7 +163,11 @@ async def run_workspace(
 
         home = args.out / "qmd" / ws.name
         agent_q = QmdSystem(ws.root, home, embed_model(args.data))
-        rank_q = QmdSystem(ws.root, home, embed_model(args.data), max_results=100, max_chars=10**8) if ds.kind == "collection" else None
+        rank_q = (
+            QmdSystem(ws.root, home, embed_model(args.data), max_results=100, max_chars=10**8)
+            if ds.kind == "collection"
+            else None
+        )
         try:
             for system in qmd_systems:
                 mode = QMD[system]
@@ -137,14 +179,24 @@ async def run_workspace(
                     if rank_q is not None:
                         rank_q.embedded = agent_q.embedded
                         ranking = await rank_q.search(mode, q.text, max_results=100)
-                        sink[system].setdefault("ranking", []).append(M.collection_ranking_metrics(q, ranking))
+                        sink[system].setdefault("ranking", []).append(
+                            M.collection_ranking_metrics(q, ranking)
+                        )
         finally:
             await agent_q.aclose()
             if rank_q is not None:
                 await rank_q.aclose()
 
 
-def record(ds: Dataset, ws: Workspace, q: Query, system: str, results: list[dict[str, Any]], sink: dict[str, dict[str, list[dict[str, Any]]]], runs: dict[str, list[dict[str, Any]]]) -> None:
+def record(
+    ds: Dataset,
+    ws: Workspace,
+    q: Query,
+    system: str,
+    results: list[dict[str, Any]],
+    sink: dict[str, dict[str, list[dict[str, Any]]]],
+    runs: dict[str, list[dict[str, Any]]],
+) -> None:
     if ds.kind == "conversation":
         row = M.conversation_metrics(q, results, ws.turns)
         row["category"] = q.category
@@ -155,7 +207,11 @@ def record(ds: Dataset, ws: Workspace, q: Query, system: str, results: list[dict
         sink[system].setdefault("agent", []).append(M.collection_agent_metrics(q, results))
 
 
-def summarize(ds: Dataset, per_system: dict[str, dict[str, list[dict[str, Any]]]], timing: dict[str, list[float]]) -> dict[str, Any]:
+def summarize(
+    ds: Dataset,
+    per_system: dict[str, dict[str, list[dict[str, Any]]]],
+    timing: dict[str, list[float]],
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for system, parts in per_system.items():
         entry: dict[str, Any] = {}
@@ -165,13 +221,22 @@ def summarize(ds: Dataset, per_system: dict[str, dict[str, list[dict[str, Any]]]
             by_cat: dict[str, list[dict[str, Any]]] = defaultdict(list)
             for r in agent_rows:
                 by_cat[r["category"]].append(r)
-            entry["by_category"] = {c: M.summarize_conversation(rows) for c, rows in sorted(by_cat.items())}
+            entry["by_category"] = {
+                c: M.summarize_conversation(rows) for c, rows in sorted(by_cat.items())
+            }
         else:
-            entry["agent"] = M.summarize_mean(agent_rows, ["hit", "rr", "n_results", "span_lines", "chars"])
-            entry["ranking"] = M.summarize_mean(parts.get("ranking", []), ["ndcg@10", "recall@10", "recall@100"])
+            entry["agent"] = M.summarize_mean(
+                agent_rows, ["hit", "rr", "n_results", "span_lines", "chars"]
+            )
+            entry["ranking"] = M.summarize_mean(
+                parts.get("ranking", []), ["ndcg@10", "recall@10", "recall@100"]
+            )
         t = sorted(timing.get(system, []))
         if t:
-            entry["latency_ms"] = {"p50": 1000 * t[len(t) // 2], "p95": 1000 * t[int(len(t) * 0.95) - 1 if len(t) > 1 else 0]}
+            entry["latency_ms"] = {
+                "p50": 1000 * t[len(t) // 2],
+                "p95": 1000 * t[int(len(t) * 0.95) - 1 if len(t) > 1 else 0],
+            }
         out[system] = entry
     return out
 
@@ -181,9 +246,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     for s in systems:
         if s not in QMD:
             system_spec(s)
-    report: dict[str, Any] = {"systems": systems, "chunking": [args.chunk_tokens, args.chunk_overlap], "model": args.model, "datasets": {}}
+    report: dict[str, Any] = {
+        "systems": systems,
+        "chunking": [args.chunk_tokens, args.chunk_overlap],
+        "model": args.model,
+        "datasets": {},
+    }
     for ds in load_datasets(args):
-        print(f"{ds.name}: {len(ds.workspaces)} workspace(s), {sum(len(w.queries) for w in ds.workspaces)} queries", file=sys.stderr, flush=True)
+        print(
+            f"{ds.name}: {len(ds.workspaces)} workspace(s), {sum(len(w.queries) for w in ds.workspaces)} queries",
+            file=sys.stderr,
+            flush=True,
+        )
         per_system: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(dict)
         runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
         timing: dict[str, list[float]] = defaultdict(list)
@@ -195,7 +269,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for system, lines in runs.items():
                 path = runs_path(args.runs_out, ds.name, system, many)
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
+                path.write_text(
+                    "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines),
+                    encoding="utf-8",
+                )
                 print(f"  runs → {path}", file=sys.stderr)
     return report
 

@@ -13,7 +13,7 @@ import pickle
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,9 @@ from memoryd.config import resolve_agent, validate_config
 from memoryd.embeddings.base import EmbeddingProvider, Matrix, ProviderSelection, Vector
 from memoryd.embeddings.selection import select_provider
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)  # fixed clock: decay (off by default) stays reproducible
+NOW = datetime(
+    2026, 1, 1, tzinfo=UTC
+)  # fixed clock: decay (off by default) stays reproducible
 
 
 class QueryCache(EmbeddingProvider):
@@ -78,7 +80,9 @@ class QueryCache(EmbeddingProvider):
 class EvalIndex(MemoryIndex):
     """A `MemoryIndex` whose ranking parameters can be overridden per call (fusion variants)."""
 
-    overrides: dict[str, Any] = {}
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.overrides: dict[str, Any] = {}
 
     def _rank_params(self, max_results: int | None, min_score: float | None) -> RankParams:
         params = super()._rank_params(max_results, min_score)
@@ -128,19 +132,35 @@ async def open_index(
 ) -> EvalIndex:
     """Open (and bring up to date, embedding what is missing) the index of one workspace."""
     index_path.parent.mkdir(parents=True, exist_ok=True)
-    agent = agent_config(workspace, index_path, provider=provider, model=model, tokens=tokens, overlap=overlap, extra=extra)
+    agent = agent_config(
+        workspace,
+        index_path,
+        provider=provider,
+        model=model,
+        tokens=tokens,
+        overlap=overlap,
+        extra=extra,
+    )
     sel = select_provider(agent)
     if sel.provider is not None:
-        key = hashlib.sha256(f"{sel.provider.id}|{sel.provider.model}|{sel.provider.fingerprint()}".encode()).hexdigest()[:16]
+        key = hashlib.sha256(
+            f"{sel.provider.id}|{sel.provider.model}|{sel.provider.fingerprint()}".encode()
+        ).hexdigest()[:16]
         cache_path = index_path.parent.parent / "query-vectors" / f"{key}.pkl"
-        sel = ProviderSelection(sel.requested, QueryCache(sel.provider, cache_path), sel.reason, None, True, sel.notes)
+        sel = ProviderSelection(
+            sel.requested, QueryCache(sel.provider, cache_path), sel.reason, None, True, sel.notes
+        )
     idx = EvalIndex(agent, sel)
     started = time.perf_counter()
 
     def progress(phase: str, done: int, total: int) -> None:
         if phase == "vectors" and (done % 160 < 16 or done >= total):
             rate = done / max(time.perf_counter() - started, 1e-9)
-            print(f"  [{workspace.name}] embedded {done}/{total} ({rate:.1f}/s)", file=sys.stderr, flush=True)
+            print(
+                f"  [{workspace.name}] embedded {done}/{total} ({rate:.1f}/s)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     report = await idx.sync(progress=progress)
     if report.chunks_written or report.vectors_embedded:
@@ -169,12 +189,20 @@ async def search(
     if max_chars is not None:
         object.__setattr__(idx.cfg.query, "max_injected_chars", max_chars)
     try:
-        outcome = await idx.search(query, max_results=max_results, min_score=min_score, mode=mode, now=NOW)
+        outcome = await idx.search(
+            query, max_results=max_results, min_score=min_score, mode=mode, now=NOW
+        )
     finally:
         object.__setattr__(idx.cfg.query, "max_injected_chars", saved)
         idx.overrides = {}
     return [
-        {"path": r.path, "startLine": r.start_line, "endLine": r.end_line, "snippet": r.snippet, "score": round(float(r.score), 4)}
+        {
+            "path": r.path,
+            "startLine": r.start_line,
+            "endLine": r.end_line,
+            "snippet": r.snippet,
+            "score": round(float(r.score), 4),
+        }
         for r in outcome.results
     ]
 

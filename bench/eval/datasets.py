@@ -14,7 +14,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+LOCOMO_CATEGORIES = {
+    1: "multi-hop",
+    2: "temporal",
+    3: "open-domain",
+    4: "single-hop",
+    5: "adversarial",
+}
 _DIA = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
 
 
@@ -73,7 +79,9 @@ def _session_date(raw: str) -> str:
     m = re.search(r"on\s+(\d{1,2})\s+(\w+),?\s+(\d{4})", raw)
     if not m:
         raise ValueError(f"unrecognised LoCoMo session date {raw!r}")
-    return datetime.strptime(f"{m.group(1)} {m.group(2)} {m.group(3)}", "%d %B %Y").strftime("%Y-%m-%d")
+    return datetime.strptime(f"{m.group(1)} {m.group(2)} {m.group(3)}", "%d %B %Y").strftime(
+        "%Y-%m-%d"
+    )
 
 
 def normalize_dia_id(raw: str) -> str | None:
@@ -133,11 +141,15 @@ def locomo_workspace(sample: dict[str, Any], out: Path) -> Workspace:
             )
         )
     mapping = {d: {"path": t.path, "line": t.line, "text": t.text} for d, t in turns.items()}
-    _write_if_changed(root.parent / f"{sid}.turns.json", json.dumps(mapping, indent=0, sort_keys=True))
+    _write_if_changed(
+        root.parent / f"{sid}.turns.json", json.dumps(mapping, indent=0, sort_keys=True)
+    )
     return Workspace(sid, root, queries, turns)
 
 
-def load_locomo(path: Path, out: Path, samples: list[str] | None = None, name: str = "locomo") -> Dataset:
+def load_locomo(
+    path: Path, out: Path, samples: list[str] | None = None, name: str = "locomo"
+) -> Dataset:
     data = json.loads(path.read_text(encoding="utf-8"))
     if isinstance(data, dict):
         data = [data]
@@ -200,7 +212,12 @@ def doc_id_of(path: str) -> str | None:
 
 
 def load_cranfield(folder: Path, out: Path) -> Dataset:
-    docs = [(str(int(i)), rec) for i, rec in _smart_records((folder / "cran.all.1400").read_text(encoding="utf-8", errors="replace"))]
+    docs = [
+        (str(int(i)), rec)
+        for i, rec in _smart_records(
+            (folder / "cran.all.1400").read_text(encoding="utf-8", errors="replace")
+        )
+    ]
     qrecs = _smart_records((folder / "cran.qry").read_text(encoding="utf-8", errors="replace"))
     rel: dict[int, dict[str, float]] = defaultdict(dict)
     for line in (folder / "cranqrel").read_text().splitlines():
@@ -220,7 +237,12 @@ def load_cranfield(folder: Path, out: Path) -> Dataset:
 
 
 def load_cisi(folder: Path, out: Path) -> Dataset:
-    docs = [(str(int(i)), rec) for i, rec in _smart_records((folder / "CISI.ALL").read_text(encoding="utf-8", errors="replace"))]
+    docs = [
+        (str(int(i)), rec)
+        for i, rec in _smart_records(
+            (folder / "CISI.ALL").read_text(encoding="utf-8", errors="replace")
+        )
+    ]
     qrecs = _smart_records((folder / "CISI.QRY").read_text(encoding="utf-8", errors="replace"))
     rel: dict[int, dict[str, float]] = defaultdict(dict)
     for line in (folder / "CISI.REL").read_text().splitlines():

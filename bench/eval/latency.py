@@ -46,7 +46,9 @@ async def main(argv: list[str]) -> int:
     if not (big / "memory").is_dir():
         for ds in sets:
             for ws in ds.workspaces:
-                shutil.copytree(ws.root / "memory", big / "memory" / ds.name / ws.name, dirs_exist_ok=True)
+                shutil.copytree(
+                    ws.root / "memory", big / "memory" / ds.name / ws.name, dirs_exist_ok=True
+                )
     queries = [q.text for ds in sets for ws in ds.workspaces for q in ws.queries][: args.queries]
 
     search: dict[str, object] = {
@@ -57,7 +59,9 @@ async def main(argv: list[str]) -> int:
     }
     if args.fusion:
         search["query"] = {"hybrid": {"fusion": args.fusion}}
-    agent = resolve_agent(validate_config({"agents": {"defaults": {"memorySearch": search}}}), workspace=big)
+    agent = resolve_agent(
+        validate_config({"agents": {"defaults": {"memorySearch": search}}}), workspace=big
+    )
     provider = QueryCache(HashingEmbedder(384))
     idx = MemoryIndex(agent, ProviderSelection("local", provider, "latency bench", None, True))
     t0 = time.perf_counter()
@@ -73,7 +77,9 @@ async def main(argv: list[str]) -> int:
         times.append((time.perf_counter() - t) * 1000)
     times.sort()
     p50, p95 = statistics.median(times), times[int(0.95 * len(times)) - 1]
-    print(f"hybrid search over {chunks} chunks, {len(times)} queries: p50 {p50:.2f} ms, p95 {p95:.2f} ms")
+    print(
+        f"hybrid search over {chunks} chunks, {len(times)} queries: p50 {p50:.2f} ms, p95 {p95:.2f} ms"
+    )
     await idx.aclose()
     return 0
 

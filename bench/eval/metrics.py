@@ -18,7 +18,9 @@ def evidence_reached(result: Mapping[str, Any], turn: Turn) -> bool:
     )
 
 
-def conversation_metrics(query: Query, results: Sequence[Mapping[str, Any]], turns: Mapping[str, Turn]) -> dict[str, Any]:
+def conversation_metrics(
+    query: Query, results: Sequence[Mapping[str, Any]], turns: Mapping[str, Turn]
+) -> dict[str, Any]:
     """Per-question agent metrics for LoCoMo-style evidence judgments."""
     evidence = [turns[e] for e in dict.fromkeys(query.evidence) if e in turns]
     reached = [any(evidence_reached(r, t) for r in results) for t in evidence]
@@ -65,7 +67,9 @@ def recall_at(ranked: Sequence[str], gains: Mapping[str, float], k: int) -> floa
     return len(relevant & set(ranked[:k])) / len(relevant) if relevant else 0.0
 
 
-def collection_ranking_metrics(query: Query, results: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+def collection_ranking_metrics(
+    query: Query, results: Sequence[Mapping[str, Any]]
+) -> dict[str, float]:
     docs = ranked_docs(results)
     return {
         "ndcg@10": ndcg_at(docs, query.relevant, 10),
@@ -74,9 +78,13 @@ def collection_ranking_metrics(query: Query, results: Sequence[Mapping[str, Any]
     }
 
 
-def collection_agent_metrics(query: Query, results: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+def collection_agent_metrics(
+    query: Query, results: Sequence[Mapping[str, Any]]
+) -> dict[str, float]:
     """Agent budget run on a document collection: did a relevant abstract reach the agent, how high."""
-    first = next((i for i, r in enumerate(results, 1) if doc_id_of(r["path"]) in query.relevant), None)
+    first = next(
+        (i for i, r in enumerate(results, 1) if doc_id_of(r["path"]) in query.relevant), None
+    )
     return {"hit": 1.0 if first else 0.0, "rr": 1.0 / first if first else 0.0, **footprint(results)}
 
 

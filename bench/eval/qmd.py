@@ -36,7 +36,15 @@ def embed_model(data_dir: Path) -> Path:
 class QmdSystem:
     """One workspace's qmd home; `search` (BM25) and `query` (lex+vec, no rerank) over it."""
 
-    def __init__(self, workspace: Path, home: Path, model: Path, *, max_results: int = 6, max_chars: int = 4000) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        home: Path,
+        model: Path,
+        *,
+        max_results: int = 6,
+        max_chars: int = 4000,
+    ) -> None:
         self.workspace, self.home, self.model = workspace, home, model
         self.max_results, self.max_chars = max_results, max_chars
         self.managers: dict[str, QmdManager] = {}
@@ -48,13 +56,26 @@ class QmdSystem:
                 "command": qmd_command(),
                 "searchMode": mode,
                 "models": {"embed": str(self.model)},
-                "limits": {"maxResults": self.max_results, "maxInjectedChars": self.max_chars, "timeoutMs": 120_000},
-                "update": {"onBoot": False, "updateTimeoutMs": 600_000, "embedTimeoutMs": 7_200_000, "interval": 0},
+                "limits": {
+                    "maxResults": self.max_results,
+                    "maxInjectedChars": self.max_chars,
+                    "timeoutMs": 120_000,
+                },
+                "update": {
+                    "onBoot": False,
+                    "updateTimeoutMs": 600_000,
+                    "embedTimeoutMs": 7_200_000,
+                    "interval": 0,
+                },
             }
             cfg = validate_config({"memory": {"backend": "qmd", "qmd": qmd}})
             agent = resolve_agent(cfg, workspace=self.workspace)
             self.managers[mode] = QmdManager(
-                agent, home=self.home, shared_models_dir=None, env_overrides={"CI": None}, rerank=False
+                agent,
+                home=self.home,
+                shared_models_dir=None,
+                env_overrides={"CI": None},
+                rerank=False,
             )
         return self.managers[mode]
 
@@ -65,12 +86,22 @@ class QmdSystem:
             await m.update(force=True)
         if mode == "query" and not self.embedded:
             started = time.perf_counter()
-            print(f"  [qmd {self.workspace.name}] embedding (MiniLM GGUF)…", file=sys.stderr, flush=True)
+            print(
+                f"  [qmd {self.workspace.name}] embedding (MiniLM GGUF)…",
+                file=sys.stderr,
+                flush=True,
+            )
             await m.embed(force=True)
-            print(f"  [qmd {self.workspace.name}] embedded in {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
+            print(
+                f"  [qmd {self.workspace.name}] embedded in {time.perf_counter() - started:.0f}s",
+                file=sys.stderr,
+                flush=True,
+            )
             self.embedded = True
 
-    async def search(self, mode: str, query: str, *, max_results: int | None = None) -> list[dict[str, Any]]:
+    async def search(
+        self, mode: str, query: str, *, max_results: int | None = None
+    ) -> list[dict[str, Any]]:
         await self.prepare(mode)
         text = query
         if mode == "query":
@@ -78,7 +109,13 @@ class QmdSystem:
             text = f"lex: {flat}\nvec: {flat}"
         results = await self._manager(mode).search(text, max_results=max_results)
         return [
-            {"path": r.path, "startLine": r.start_line, "endLine": r.end_line, "snippet": r.snippet, "score": round(float(r.score), 4)}
+            {
+                "path": r.path,
+                "startLine": r.start_line,
+                "endLine": r.end_line,
+                "snippet": r.snippet,
+                "score": round(float(r.score), 4),
+            }
             for r in results
         ]
 

@@ -14,9 +14,9 @@ def _f(x: float, digits: int = 3) -> str:
 def conversation_table(name: str, systems: dict[str, Any]) -> list[str]:
     rows = [
         f"### {name} — agent budget (top 6, ≤ 4000 chars)",
-        "| system | evidence | hit | MRR | results | lines | chars | " + " | ".join(
-            f"ev {c}" for c in _categories(systems)
-        ) + " |",
+        "| system | evidence | hit | MRR | results | lines | chars | "
+        + " | ".join(f"ev {c}" for c in _categories(systems))
+        + " |",
         "|---|---|---|---|---|---|---|" + "---|" * len(_categories(systems)),
     ]
     for system, e in systems.items():
@@ -55,7 +55,11 @@ def collection_table(name: str, systems: dict[str, Any]) -> list[str]:
 def print_tables(report: dict[str, Any]) -> None:
     for name, systems in report["datasets"].items():
         first = next(iter(systems.values()), {})
-        lines = conversation_table(name, systems) if "by_category" in first else collection_table(name, systems)
+        lines = (
+            conversation_table(name, systems)
+            if "by_category" in first
+            else collection_table(name, systems)
+        )
         print("\n".join(lines) + "\n")
 
 

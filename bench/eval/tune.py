@@ -37,13 +37,23 @@ class Captured:
     k: int
 
 
-async def capture(ds: Dataset, out: Path, *, max_results: int, tokens: int = 400, overlap: int = 80, model: str | None = None) -> dict[str, list[Captured]]:
+async def capture(
+    ds: Dataset,
+    out: Path,
+    *,
+    max_results: int,
+    tokens: int = 400,
+    overlap: int = 80,
+    model: str | None = None,
+) -> dict[str, list[Captured]]:
     """Per workspace, the candidates of every query (k = max_results × candidateMultiplier)."""
     got: dict[str, list[Captured]] = {}
     real_rank = index_mod.rank
     holder: list[list[Candidate]] = []
 
-    def recording(cands: Any, query: str, params: RankParams, *, now: Any = None) -> list[Candidate]:
+    def recording(
+        cands: Any, query: str, params: RankParams, *, now: Any = None
+    ) -> list[Candidate]:
         holder.append([dataclasses.replace(c) for c in cands])
         return real_rank(cands, query, params, now=now)
 
@@ -51,12 +61,27 @@ async def capture(ds: Dataset, out: Path, *, max_results: int, tokens: int = 400
     index_mod.rank = recording  # type: ignore[assignment]
     try:
         for ws in ds.workspaces:
-            idx = await open_index(ws.root, out / "index" / f"{ws.name}-{suffix}.sqlite", tokens=tokens, overlap=overlap, model=model)
+            idx = await open_index(
+                ws.root,
+                out / "index" / f"{ws.name}-{suffix}.sqlite",
+                tokens=tokens,
+                overlap=overlap,
+                model=model,
+            )
             rows = []
             for q in ws.queries:
                 holder.clear()
-                await search(idx, q.text, mode=None, max_results=max_results, min_score=0.0, max_chars=10**9)
-                rows.append(Captured(q.qid, q.text, holder[0], max_results * idx.cfg.query.hybrid.candidate_multiplier))
+                await search(
+                    idx, q.text, mode=None, max_results=max_results, min_score=0.0, max_chars=10**9
+                )
+                rows.append(
+                    Captured(
+                        q.qid,
+                        q.text,
+                        holder[0],
+                        max_results * idx.cfg.query.hybrid.candidate_multiplier,
+                    )
+                )
             got[ws.name] = rows
             await idx.aclose()
             print(f"  captured {ws.name}: {len(rows)} queries", file=sys.stderr, flush=True)
@@ -81,17 +106,41 @@ def side(cands: list[Candidate], mode: str | None) -> list[Candidate]:
     return out
 
 
-def replay(cap: Captured, params: RankParams, mode: str | None, max_chars: int | None, rank_fn: Callable[..., list[Candidate]] = rank) -> list[dict[str, Any]]:
+def replay(
+    cap: Captured,
+    params: RankParams,
+    mode: str | None,
+    max_chars: int | None,
+    rank_fn: Callable[..., list[Candidate]] = rank,
+) -> list[dict[str, Any]]:
     ranked = rank_fn(side(cap.candidates, mode), cap.query, params, now=NOW)
     results = []
     for c in ranked:
-        snippet, first, last = select_snippet(c.text, c.start_line, c.end_line, cap.query, MAX_SNIPPET_CHARS)
+        snippet, first, last = select_snippet(
+            c.text, c.start_line, c.end_line, cap.query, MAX_SNIPPET_CHARS
+        )
         results.append(SearchResult(c.path, first, last, c.score, snippet, source="memory"))
     results = trim_to_budget(results, max_chars)
-    return [{"path": r.path, "startLine": r.start_line, "endLine": r.end_line, "snippet": r.snippet, "score": r.score} for r in results]
+    return [
+        {
+            "path": r.path,
+            "startLine": r.start_line,
+            "endLine": r.end_line,
+            "snippet": r.snippet,
+            "score": r.score,
+        }
+        for r in results
+    ]
 
 
-def evaluate(ds: Dataset, caps: dict[str, list[Captured]], params: RankParams, mode: str | None, *, ranking: bool = False) -> dict[str, float]:
+def evaluate(
+    ds: Dataset,
+    caps: dict[str, list[Captured]],
+    params: RankParams,
+    mode: str | None,
+    *,
+    ranking: bool = False,
+) -> dict[str, float]:
     rows = []
     by_ws: dict[str, Workspace] = {w.name: w for w in ds.workspaces}
     for ws_name, items in caps.items():
@@ -112,7 +161,9 @@ def evaluate(ds: Dataset, caps: dict[str, list[Captured]], params: RankParams, m
                 rows.append(M.collection_agent_metrics(q, replay(cap, p, mode, 4000)))
     if ds.kind == "conversation":
         return M.summarize_conversation(rows)
-    keys = ["ndcg@10", "recall@10", "recall@100"] if ranking else ["hit", "rr", "chars", "n_results"]
+    keys = (
+        ["ndcg@10", "recall@10", "recall@100"] if ranking else ["hit", "rr", "chars", "n_results"]
+    )
     return M.summarize_mean(rows, keys)
 
 
@@ -139,8 +190,17 @@ async def _main(argv: list[str]) -> None:
     args = parse_args(argv)
     for ds in load_datasets(args):
         mr = 6 if ds.kind == "conversation" else 100
-        caps = await capture(ds, args.out, max_results=mr, tokens=args.chunk_tokens, overlap=args.chunk_overlap, model=args.model)
-        suffix = f"t{args.chunk_tokens}o{args.chunk_overlap}" + (f"-{args.model}" if args.model else "")
+        caps = await capture(
+            ds,
+            args.out,
+            max_results=mr,
+            tokens=args.chunk_tokens,
+            overlap=args.chunk_overlap,
+            model=args.model,
+        )
+        suffix = f"t{args.chunk_tokens}o{args.chunk_overlap}" + (
+            f"-{args.model}" if args.model else ""
+        )
         save(caps, args.out / "capture" / f"{ds.name}-{suffix}.pkl")
 
 

@@ -10,7 +10,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import PurePosixPath
 from typing import Literal
 
@@ -160,8 +160,10 @@ def fuse(candidates: Sequence[Candidate], query: str, params: RankParams) -> lis
             if c.text_rank is not None:
                 rrf += tw / (RRF_K + 1 + c.text_rank)
             # scale so a chunk ranked first by both lists scores 1.0
-            score = rrf * (RRF_K + 1) if have_vectors else (
-                1.0 / (1.0 + c.text_rank) if c.text_rank is not None else 0.0
+            score = (
+                rrf * (RRF_K + 1)
+                if have_vectors
+                else (1.0 / (1.0 + c.text_rank) if c.text_rank is not None else 0.0)
             )
         out.append(replace(c, score=score))
     return out
@@ -172,7 +174,9 @@ def _minmax(values: Sequence[float]) -> tuple[float, float]:
     return lo, (hi - lo) or 1.0
 
 
-def normalized_sides(candidates: Sequence[Candidate], how: str = "minmax") -> tuple[list[float | None], list[float | None]]:
+def normalized_sides(
+    candidates: Sequence[Candidate], how: str = "minmax"
+) -> tuple[list[float | None], list[float | None]]:
     """Each list rescaled per query to 0..1 (None where the list did not return the chunk).
 
     Cosine similarities of one embedding model crowd into a narrow band (e5: unrelated text
@@ -184,6 +188,7 @@ def normalized_sides(candidates: Sequence[Candidate], how: str = "minmax") -> tu
     vnorm: list[float | None] = []
     tnorm: list[float | None] = []
     if how == "zscore":
+
         def z(values: list[float]) -> tuple[float, float]:
             mu = sum(values) / len(values)
             sd = math.sqrt(sum((x - mu) ** 2 for x in values) / len(values)) or 1.0
@@ -193,19 +198,35 @@ def normalized_sides(candidates: Sequence[Candidate], how: str = "minmax") -> tu
         tmu, tsd = z(ts) if ts else (0.0, 1.0)
         for c in candidates:
             # ±3 standard deviations span the unit range
-            vnorm.append(None if c.vector_score is None else min(1.0, max(0.0, 0.5 + (c.vector_score - vmu) / (6 * vsd))))
-            tnorm.append(None if c.text_score is None else min(1.0, max(0.0, 0.5 + (c.text_score - tmu) / (6 * tsd))))
+            vnorm.append(
+                None
+                if c.vector_score is None
+                else min(1.0, max(0.0, 0.5 + (c.vector_score - vmu) / (6 * vsd)))
+            )
+            tnorm.append(
+                None
+                if c.text_score is None
+                else min(1.0, max(0.0, 0.5 + (c.text_score - tmu) / (6 * tsd)))
+            )
         return vnorm, tnorm
     vlo, vspan = _minmax(vs) if vs else (0.0, 1.0)
     tbest = max(ts) if ts else 1.0
     for c in candidates:
-        vnorm.append(None if c.vector_score is None else (c.vector_score - vlo) / vspan if len(vs) > 1 else 1.0)
+        vnorm.append(
+            None
+            if c.vector_score is None
+            else (c.vector_score - vlo) / vspan
+            if len(vs) > 1
+            else 1.0
+        )
         # BM25 is scaled by the best hit only: a list's weakest keyword hit still matched a term
         tnorm.append(None if c.text_score is None else (c.text_score / tbest if tbest > 0 else 0.0))
     return vnorm, tnorm
 
 
-def _fuse_normalized(candidates: Sequence[Candidate], params: RankParams, how: str) -> list[Candidate]:
+def _fuse_normalized(
+    candidates: Sequence[Candidate], params: RankParams, how: str
+) -> list[Candidate]:
     total = params.vector_weight + params.text_weight
     vw, tw = params.vector_weight / total, params.text_weight / total
     vnorm, tnorm = normalized_sides(candidates, how)
@@ -244,7 +265,7 @@ def exact_token_share(query: str) -> float:
     terms = query_terms(query)
     if not terms:
         return 0.0
-    exact = {t.lower().strip("\"`") for m in _EXACT_TOKEN.finditer(query) for t in [m.group(0)]}
+    exact = {t.lower().strip('"`') for m in _EXACT_TOKEN.finditer(query) for t in [m.group(0)]}
     exact_terms = {t for e in exact for t in query_terms(e)}
     return min(1.0, len(exact_terms & set(terms)) / len(terms))
 
@@ -334,7 +355,7 @@ def rank(
     now: datetime | None = None,
 ) -> list[Candidate]:
     """Fuse → decay → path boost → sort → MMR → minScore (keyword hits survive / fill) → top-K."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     fused = fuse(list(candidates), query, params)
     if params.decay_enabled:
         for c in fused:
@@ -414,7 +435,7 @@ def select_snippet(
             present = hits[i]
             repeated = sum(weight[t] for t in hits[i])
         score = sum(weight[t] for t in present) + 0.5 * repeated
-        matched = [k for k in range(i, j) if hits[k]]
+        matched = [k for k in range(i, j) if any(weight[t] > 0 for t in hits[k])]
         centring = -abs((matched[0] + matched[-1]) / 2 - (i + j - 1) / 2) if matched else 0.0
         key = (round(score, 9), centring)
         if best is None or key > best[0]:
