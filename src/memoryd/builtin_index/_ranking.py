@@ -243,7 +243,7 @@ def _fuse_normalized(
 
 
 # Tuned on bench/eval (LoCoMo dev, Cranfield, CISI): see docs/retrieval-quality.md.
-AUTO_TEXT_WEIGHT = 0.6  # share of the keyword side for ordinary questions
+AUTO_TEXT_WEIGHT = 0.7  # share of the keyword side for ordinary questions
 AUTO_EXACT_TEXT_WEIGHT = 0.85  # share when the query carries exact tokens (IDs, numbers, code)
 AUTO_NAME_LEAN = 0.0  # extra keyword share per capitalised name (0 = names are ordinary words)
 
