@@ -18,7 +18,6 @@ from typing import Any
 import anyio
 
 from . import __version__
-from .config import load_config
 from .errors import MemorydError
 
 EXIT_ERROR = 1
@@ -167,6 +166,8 @@ def _forward(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any
 
 
 def _service(args: argparse.Namespace, **kw: Any) -> Any:
+    # imported here: a search forwarded to `memoryd serve` never pays for config, numpy or SQLite
+    from .config import load_config
     from .orchestrator import MemoryService
 
     return MemoryService(load_config(args.config), workspace=args.workspace, **kw)

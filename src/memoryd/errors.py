@@ -31,6 +31,14 @@ class EmbeddingError(MemorydError):
     """Raised when an embedding provider fails to load or to embed."""
 
 
+class BatchPending(MemorydError):
+    """Raised when `remote.batch.wait` is false and submitted batch jobs have not finished yet."""
+
+    def __init__(self, message: str, job_ids: list[str] | tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.job_ids = list(job_ids)
+
+
 class ProviderUnavailable(EmbeddingError):
     """Raised when an explicitly configured embedding provider cannot serve (memory is unavailable)."""
 

@@ -26,8 +26,7 @@ import numpy as np
 from ..citations import trim_to_budget
 from ..config import ResolvedAgent
 from ..embeddings.base import EmbeddingProvider, ProviderSelection
-from ..embeddings.batch import BatchPending
-from ..errors import InvalidInput, MemorydError, ProviderUnavailable
+from ..errors import BatchPending, InvalidInput, MemorydError, ProviderUnavailable
 from ..lifecycle.transcripts import (
     SessionDeltaTracker,
     count_newlines,

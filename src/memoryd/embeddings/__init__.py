@@ -1,18 +1,48 @@
-"""Embedding providers: the interface, the offline default, remote APIs and selection from config."""
+"""Embedding providers: the interface, the offline default, remote APIs and selection from config.
+
+Remote providers (and httpx) load on first use, so the CLI and keyword-only setups start fast.
+"""
 
 from __future__ import annotations
 
-from ._http import EmbeddingHTTPError, RetryPolicy
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .base import EmbeddingProvider, ProviderSelection, endpoint_fingerprint, l2_normalize
-from .batch import BatchPending
-from .gemini import GeminiProvider
 from .hashing import HashingEmbedder
-from .mistral import MistralProvider
-from .ollama import OllamaProvider
-from .openai import OpenAIProvider
-from .resilient import ResilientEmbedder
-from .selection import select_from_config, select_provider
-from .voyage import VoyageProvider
+
+if TYPE_CHECKING:
+    from ..errors import BatchPending
+    from ._http import EmbeddingHTTPError, RetryPolicy
+    from .gemini import GeminiProvider
+    from .mistral import MistralProvider
+    from .ollama import OllamaProvider
+    from .openai import OpenAIProvider
+    from .resilient import ResilientEmbedder
+    from .selection import select_from_config, select_provider
+    from .voyage import VoyageProvider
+
+_LAZY = {
+    "EmbeddingHTTPError": "._http",
+    "RetryPolicy": "._http",
+    "BatchPending": "..errors",
+    "GeminiProvider": ".gemini",
+    "MistralProvider": ".mistral",
+    "OllamaProvider": ".ollama",
+    "OpenAIProvider": ".openai",
+    "ResilientEmbedder": ".resilient",
+    "select_from_config": ".selection",
+    "select_provider": ".selection",
+    "VoyageProvider": ".voyage",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)
+
 
 __all__ = [
     "BatchPending",

@@ -27,7 +27,7 @@ import anyio
 import numpy as np
 
 from ..config import BatchConfig
-from ..errors import EmbeddingError, MemorydError
+from ..errors import BatchPending, EmbeddingError
 from ._limits import pack
 from .base import Matrix
 
@@ -35,14 +35,6 @@ if TYPE_CHECKING:
     from ._remote import RemoteProvider
 
 MAX_FAILURES = 2
-
-
-class BatchPending(MemorydError):
-    """Raised when `remote.batch.wait` is false and submitted batch jobs have not finished yet."""
-
-    def __init__(self, message: str, job_ids: Sequence[str]) -> None:
-        super().__init__(message)
-        self.job_ids = list(job_ids)
 
 
 class BatchJobFailed(EmbeddingError):

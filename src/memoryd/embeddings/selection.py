@@ -20,30 +20,40 @@ Nothing here touches the network or loads a model; construction is cheap.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import MemorySearchConfig, ModelsConfig, ResolvedAgent
 from ..errors import EmbeddingError, ProviderUnavailable
-from ._http import RetryPolicy
-from ._remote import RemoteProvider
 from .base import EmbeddingProvider, ProviderSelection
-from .gemini import GeminiProvider
 from .keys import ENV_KEYS, resolve_api_key, resolve_base_url, resolve_headers
-from .mistral import MistralProvider
-from .ollama import OllamaProvider
-from .openai import OpenAIProvider
-from .voyage import VoyageProvider
 
-REMOTE_PROVIDERS: Mapping[str, type[RemoteProvider]] = {
-    "openai": OpenAIProvider,
-    "gemini": GeminiProvider,
-    "voyage": VoyageProvider,
-    "mistral": MistralProvider,
-    "ollama": OllamaProvider,
+if TYPE_CHECKING:
+    from ._http import RetryPolicy
+    from ._remote import RemoteProvider
+
+_REMOTE_MODULES = {
+    "openai": "OpenAIProvider",
+    "gemini": "GeminiProvider",
+    "voyage": "VoyageProvider",
+    "mistral": "MistralProvider",
+    "ollama": "OllamaProvider",
 }
+
+
+def remote_provider_class(name: str) -> type[RemoteProvider] | None:
+    """The remote provider class for `name`, imported on demand (httpx loads only when needed)."""
+    cls_name = _REMOTE_MODULES.get(name)
+    if cls_name is None:
+        return None
+    module = importlib.import_module(f".{name}", __package__)
+    cls: type[RemoteProvider] = getattr(module, cls_name)
+    return cls
+
+
 #: Remote providers `auto` considers, in order of preference.
 AUTO_ORDER = ("openai", "gemini", "voyage", "mistral")
 _BATCH_CAPABLE = ("openai", "gemini")
@@ -75,7 +85,7 @@ def build_provider(
         return LocalE5Provider(
             local_model, model_path=str(Path(model_path).expanduser()) if model_path else None
         )
-    cls = REMOTE_PROVIDERS.get(name)
+    cls = remote_provider_class(name)
     if cls is None:
         raise EmbeddingError(f"unknown embedding provider {name!r}")
     remote = cfg.remote if primary else None
@@ -113,8 +123,8 @@ def build_provider(
 
 def _describe(provider: EmbeddingProvider) -> str:
     where = (
-        f" at {provider.base_url}"
-        if isinstance(provider, RemoteProvider) and provider.custom_endpoint
+        f" at {getattr(provider, 'base_url', '')}"
+        if getattr(provider, "custom_endpoint", False)
         else ""
     )
     return f"{provider.id} {provider.model}{where}"
