@@ -108,11 +108,25 @@ WORDS = [
 ]
 
 
+SYLLABLES = "ka lo mi ne ru ta vo shi en da ri po lu ma ze ki no ba te fu".split()
+
+
+def vocabulary(rng: random.Random, size: int = 4000) -> list[str]:
+    """Pseudo-words; drawn with Zipf weights below, like the words of real notes."""
+    words = set(WORDS)
+    while len(words) < size:
+        words.add("".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4))))
+    return sorted(words)
+
+
 def make_sentences(rng: random.Random, n: int) -> list[str]:
+    vocab = vocabulary(rng)
+    rng.shuffle(vocab)
+    weights = [1 / (rank + 1) for rank in range(len(vocab))]
     out = []
     for i in range(n):
         topic = TOPICS[i % len(TOPICS)]
-        words = " ".join(rng.choice(WORDS) for _ in range(12))
+        words = " ".join(rng.choices(vocab, weights=weights, k=12))
         out.append(f"- {topic}: {words} (ref {rng.randint(1000, 9999)}).")
     return out
 

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import anyio
@@ -113,7 +113,9 @@ class MemoryIndex:
         self._last_sync_at: float | None = None
         self.last_error: str | None = None
         self._sessions = SessionDeltaTracker.from_config(self.cfg.sync.sessions)
-        self._paths_cache: tuple[Store, tuple[int, int], list[str]] | None = None
+        self._paths_cache: tuple[Store, tuple[int, int], list[tuple[str, str, str, str]]] | None = (
+            None
+        )
         self._session_baselines: set[str] = set()
 
     # ------------------------------------------------------------------ identity of the index
@@ -523,7 +525,8 @@ class MemoryIndex:
             c = cands.setdefault(cid, Candidate(cid, "", "", 0, 0, ""))
             c.text_rank, c.text_score = rank_i, strength
         tri = trigram_terms(query)
-        if not tri:
+        if not tri or len(primary) >= k:
+            # substring-only hits would rank after k whole-word hits anyway: skip the scan
             return
         tri_match = " OR ".join('"' + t.replace('"', '""') + '"' for t in tri)
         extra = [
@@ -548,8 +551,19 @@ class MemoryIndex:
             or self._paths_cache[0] is not store
             or self._paths_cache[1] != version
         ):
-            self._paths_cache = (store, version, store.paths())
-        matched = [p for p in self._paths_cache[2] if path_match_level(query, p) > 0]
+            names = [
+                (p, p.lower(), PurePosixPath(p.lower()).name, PurePosixPath(p.lower()).stem)
+                for p in store.paths()
+            ]
+            self._paths_cache = (store, version, names)
+        ql = query.strip().lower()
+        bare = ql.strip("`'\" ")
+        # cheap substring screen first; path_match_level has the exact rules
+        matched = [
+            p
+            for p, low, name, stem in self._paths_cache[2]
+            if (name in ql or stem == bare or low in ql) and path_match_level(query, p) > 0
+        ]
         return store.chunk_ids_for_paths(matched, limit_per_path=8) if matched else []
 
     # ------------------------------------------------------------------ get
