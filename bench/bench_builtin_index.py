@@ -108,7 +108,28 @@ WORDS = [
 ]
 
 
-SYLLABLES = "ka lo mi ne ru ta vo shi en da ri po lu ma ze ki no ba te fu".split()
+SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "ta",
+    "vo",
+    "shi",
+    "en",
+    "da",
+    "ri",
+    "po",
+    "lu",
+    "ma",
+    "ze",
+    "ki",
+    "no",
+    "ba",
+    "te",
+    "fu",
+]
 
 
 def vocabulary(rng: random.Random, size: int = 4000) -> list[str]:
