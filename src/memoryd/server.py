@@ -14,13 +14,17 @@ import os
 import signal
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import SocketStream
+
+if TYPE_CHECKING:
+    from anyio.abc import SocketStream
 
 from . import paths
-from .orchestrator import MemoryService
+
+if TYPE_CHECKING:  # the CLI imports this module to forward requests: keep it light
+    from .orchestrator import MemoryService
 
 log = logging.getLogger("memoryd.server")
 
