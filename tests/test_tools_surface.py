@@ -239,3 +239,18 @@ def test_lifecycle_cli(ws: Path, tmp_path: Path) -> None:
     assert json.loads(fc.stdout)["reason"] == "below_threshold"
     empty = cli("append", "   ")
     assert empty.returncode == 1 and empty.stderr.startswith("memoryd: error:")
+
+
+async def test_status_is_a_typed_model(ws: Path) -> None:
+    from memoryd.orchestrator import MemoryStatus
+
+    svc = service(ws)
+    await svc.memory_search("deploy")
+    st = await svc.status_model()
+    assert isinstance(st, MemoryStatus)
+    assert st.backend == "builtin" and st.requested_backend == "builtin" and st.fallback is None
+    assert st.vector is not None and st.vector.engine in ("sqlite-vec", "numpy")
+    assert st.fts is not None and st.fts.available and st.files == 2
+    as_json = st.to_dict()
+    assert as_json["requestedBackend"] == "builtin" and as_json["workspaceDir"] == str(ws.resolve())
+    await svc.aclose()

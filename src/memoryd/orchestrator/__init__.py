@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from .service import MemoryService
+from .status import MemoryStatus
 
-__all__ = ["MemoryService"]
+__all__ = ["MemoryService", "MemoryStatus"]

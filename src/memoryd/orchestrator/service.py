@@ -24,6 +24,7 @@ from ..errors import MemorydError
 from ..lifecycle import append_memory, build_session_context, check_flush
 from ..scope_rules import evaluate_scope
 from ._supervisor import AgentBackend
+from .status import MemoryStatus
 
 log = logging.getLogger("memoryd")
 
@@ -230,9 +231,14 @@ class MemoryService:
         )
         return decision.to_dict()
 
-    async def status(self, agent_id: str | None = None) -> dict[str, Any]:
+    async def status_model(self, agent_id: str | None = None) -> MemoryStatus:
+        """The typed status of one agent (see `orchestrator.status.MemoryStatus`)."""
         b = self.backend(agent_id)
         if b.qmd is not None and b.qmd.status().get("version") is None:
             with anyio.move_on_after(5):
                 await b.qmd.probe()
-        return b.status()
+        return MemoryStatus.model_validate(b.status())
+
+    async def status(self, agent_id: str | None = None) -> dict[str, Any]:
+        """`status_model()` as JSON-ready camelCase dict."""
+        return (await self.status_model(agent_id)).to_dict()
