@@ -257,3 +257,45 @@ async def test_qmd_sessions_are_exported_and_searchable_through_the_service(tmp_
     assert "hovercraft" in hit["snippet"] and "sk-abcdef" not in hit["snippet"]
     assert any(c["name"] == "sessions-main" for c in (await svc.status())["collections"])
     await svc.aclose()
+
+
+def test_serve_sigterm_leaves_no_qmd_processes(tmp_path: Path) -> None:
+    """An update hangs inside qmd when SIGTERM arrives; serve must kill its whole process group."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from memoryd.server import ping, socket_path
+
+    qmd = require_qmd()
+    ws = seed_workspace(tmp_path / "ws")
+    marker = "61.4321"  # a sleep length no other process uses
+    wrapper = tmp_path / "qmd-slow-update"
+    wrapper.write_text(f'#!/bin/sh\nif [ "$1" = update ]; then sleep {marker}; fi\nexec "{qmd}" "$@"\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'[memory]\nbackend = "qmd"\n[memory.qmd]\ncommand = "{wrapper}"\n'
+        f'[memory.qmd.update]\nonBoot = true\n'
+        f'[agents.defaults]\nworkspace = "{ws}"\n[agents.defaults.memorySearch]\nprovider = "none"\n'
+    )
+    env = {**os.environ, "MEMORYD_CONFIG": str(cfg)}
+    with (tmp_path / "serve.log").open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "memoryd", "serve"], env=env, stderr=log)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            running = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True)
+            if running.stdout.strip() and ping(socket_path()) is not None:
+                break
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+            assert time.monotonic() < deadline, "the boot update never started"
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(30)
+    assert rc == 0, (tmp_path / "serve.log").read_text()
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", f"orphaned qmd children: {left.stdout}"
