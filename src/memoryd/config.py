@@ -126,10 +126,10 @@ class HybridConfig(_Model):
     vector_weight: float = Field(0.7, ge=0)
     text_weight: float = Field(0.3, ge=0)
     candidate_multiplier: int = Field(4, ge=1, le=50)
-    fusion: Literal["auto", "weighted", "rrf"] = Field(
+    fusion: Literal["auto", "weighted", "rrf", "minmax", "zscore"] = Field(
         "auto",
         description="How BM25 and vector lists merge: 'weighted' is the seed's linear merge; 'auto' is "
-        "memoryd's tuned default (see README).",
+        "memoryd's tuned default (see README) and picks weights per query, ignoring vectorWeight/textWeight.",
     )
     mmr: MmrConfig = Field(default_factory=MmrConfig)
     temporal_decay: TemporalDecayConfig = Field(default_factory=TemporalDecayConfig)
