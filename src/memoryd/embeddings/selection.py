@@ -83,7 +83,9 @@ def build_provider(
             raise EmbeddingError(f"local.modelPath {model_path} does not exist")
         local_model = cfg.model if primary and cfg.provider == "local" else None
         return LocalE5Provider(
-            local_model, model_path=str(Path(model_path).expanduser()) if model_path else None
+            local_model,
+            model_path=str(Path(model_path).expanduser()) if model_path else None,
+            threads=cfg.local.threads,
         )
     cls = remote_provider_class(name)
     if cls is None:
