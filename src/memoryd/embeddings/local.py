@@ -52,7 +52,12 @@ class LocalE5Provider(EmbeddingProvider):
     max_input_tokens = 512
 
     def __init__(
-        self, model: str | None = None, *, model_path: str | None = None, batch_size: int = 16
+        self,
+        model: str | None = None,
+        *,
+        model_path: str | None = None,
+        batch_size: int = 16,
+        threads: int = 1,
     ) -> None:
         self.id = "local"
         self.model = model or DEFAULT_LOCAL_MODEL
