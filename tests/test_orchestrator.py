@@ -299,3 +299,16 @@ def test_serve_sigterm_leaves_no_qmd_processes(tmp_path: Path) -> None:
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True)
     assert left.stdout.strip() == "", f"orphaned qmd children: {left.stdout}"
+
+
+async def test_warm_prepares_qmd_and_the_builtin_index(rig: Rig) -> None:
+    from memoryd.orchestrator.warm import warm
+
+    steps: list[tuple[str, bool, str]] = []
+    svc = rig.service()
+    assert await warm(svc, None, lambda s, ok, d: steps.append((s, ok, d)))
+    names = [s for s, ok, _ in steps if ok]
+    assert names[:3] == ["qmd home and collections", "qmd version", "qmd update"]
+    assert "qmd search (loads its models)" in names and "built-in index" in names
+    assert (await svc.memory_search("zeppelin"))["backend"] == "qmd"
+    await svc.aclose()

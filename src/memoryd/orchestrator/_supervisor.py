@@ -149,6 +149,12 @@ class AgentBackend:
             if await self.export_sessions() and self._qmd_started:
                 self.qmd.request_update()
 
+    async def ensure_qmd_started(self) -> None:
+        """Start qmd (home, collections) if it has not started yet; raises a QmdError on failure."""
+        if not self._qmd_started:
+            await self.qmd.start(self._tg)
+            self._qmd_started = True
+
     async def _keep_index_fresh(self, idx: MemoryIndex) -> None:
         try:
             await idx.sync()
@@ -213,9 +219,7 @@ class AgentBackend:
         """One recovery probe: a real qmd search (so hangs and garbage output are caught too)."""
         self.state.probe_attempts += 1
         try:
-            if not self._qmd_started:
-                await self.qmd.start(self._tg)
-                self._qmd_started = True
+            await self.ensure_qmd_started()
             await self.qmd.search(PROBE_QUERY, max_results=1)
         except QmdError as err:
             self.state.reason = (
@@ -274,9 +278,7 @@ class AgentBackend:
             )
         if self.state.active == "qmd":
             try:
-                if not self._qmd_started:
-                    await self.qmd.start(self._tg)
-                    self._qmd_started = True
+                await self.ensure_qmd_started()
                 results = await self.qmd.search(query, max_results=max_results, min_score=min_score)
             except QmdError as err:
                 reason = f"{type(err).__name__}: {err}"

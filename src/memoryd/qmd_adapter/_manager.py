@@ -489,10 +489,11 @@ class QmdManager:
         min_score: float | None = None,
         timeout_ms: int | None = None,
         rerank: bool | None = None,
+        mode: SearchMode | None = None,
     ) -> list[SearchResult]:
         """Search this agent's collections; memory and session hits are interleaved.
 
-        Applies `limits.maxResults`, `minScore`, `maxSnippetChars` and `maxInjectedChars`.
+        `mode` overrides the configured search mode for this call (warm-up uses it). Applies `limits.maxResults`, `minScore`, `maxSnippetChars` and `maxInjectedChars`.
         Raises a `QmdError` subclass on failure (never silently returns nothing).
         """
         limits = self.config.limits
@@ -509,7 +510,7 @@ class QmdManager:
 
         async def one(source: Source, names: list[str]) -> None:
             try:
-                hits = await self._search_collections(query, names, n, timeout, use_rerank)
+                hits = await self._search_collections(query, names, n, timeout, use_rerank, mode)
                 per_source[source] = await self._map_hits(hits)
             except QmdError as err:  # raised bare below, not wrapped in an ExceptionGroup
                 errors.append(err)
@@ -528,29 +529,42 @@ class QmdManager:
         )
 
     def search_argv(
-        self, query: str, names: Sequence[str], n: int, *, rerank: bool = True
+        self,
+        query: str,
+        names: Sequence[str],
+        n: int,
+        *,
+        rerank: bool = True,
+        mode: SearchMode | None = None,
     ) -> list[str]:
-        """`[mode, query, --json, -n, N, (--no-rerank), -c, coll…]` for the current mode."""
-        args = [self._mode, query, "--json", "-n", str(n)]
-        if self._mode == "query" and not rerank:
+        """`[mode, query, --json, -n, N, (--no-rerank), -c, coll…]` for `mode` (default: current)."""
+        mode = mode or self._mode
+        args = [mode, query, "--json", "-n", str(n)]
+        if mode == "query" and not rerank:
             args.append("--no-rerank")
         for name in names:
             args += ["-c", name]
         return args
 
     async def _search_collections(
-        self, query: str, names: list[str], n: int, timeout_ms: int, rerank: bool
+        self,
+        query: str,
+        names: list[str],
+        n: int,
+        timeout_ms: int,
+        rerank: bool,
+        mode: SearchMode | None = None,
     ) -> list[QmdHit]:
         recreated = False
+        mode = mode or self._mode
         while True:
             try:
-                out = await self._run(self.search_argv(query, names, n, rerank=rerank), timeout_ms)
+                argv = self.search_argv(query, names, n, rerank=rerank, mode=mode)
+                out = await self._run(argv, timeout_ms)
             except QmdExitError as err:
-                if self._mode != "query" and is_unsupported_flag_error(err.stderr):
-                    log.warning(
-                        "qmd rejected `%s` flags; using `qmd query` from now on", self._mode
-                    )
-                    self._mode = "query"
+                if mode != "query" and is_unsupported_flag_error(err.stderr):
+                    log.warning("qmd rejected `%s` flags; using `qmd query` from now on", mode)
+                    self._mode = mode = "query"
                     continue
                 if not recreated and is_missing_collection_error(err.stderr):
                     recreated = True
