@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.config import resolve_agent, validate_config
+from memoryd.errors import QmdError
 from memoryd.qmd_adapter import QmdManager
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +50,7 @@ class QmdSystem:
         self.max_results, self.max_chars = max_results, max_chars
         self.managers: dict[str, QmdManager] = {}
         self.embedded = False
+        self.errors: list[str] = []
 
     def _manager(self, mode: str) -> QmdManager:
         if mode not in self.managers:
@@ -106,8 +108,14 @@ class QmdSystem:
         text = query
         if mode == "query":
             flat = " ".join(query.split())
-            text = f"lex: {flat}\nvec: {flat}"
-        results = await self._manager(mode).search(text, max_results=max_results)
+            # qmd's lex syntax reads double quotes as phrase markers and rejects unmatched ones
+            lex = " ".join(query.replace('"', " ").split())
+            text = f"lex: {lex}\nvec: {flat}"
+        try:
+            results = await self._manager(mode).search(text, max_results=max_results)
+        except QmdError as err:  # a failed question scores as no results, and is counted
+            self.errors.append(f"{mode}: {err}")
+            return []
         return [
             {
                 "path": r.path,
@@ -120,5 +128,10 @@ class QmdSystem:
         ]
 
     async def aclose(self) -> None:
+        if self.errors:
+            print(
+                f"  [qmd {self.workspace.name}] {len(self.errors)} failed queries (scored as no results); first: {self.errors[0]}",
+                file=sys.stderr,
+            )
         for m in self.managers.values():
             await m.aclose()
