@@ -45,7 +45,7 @@ def service(ws: Path, **memory: Any) -> MemoryService:
 def structured(result: Any) -> dict[str, Any]:
     assert not result.is_error, result
     data = result.structured_content
-    return data.get("result", data) if isinstance(data, dict) else data  # type: ignore[no-any-return]
+    return data  # type: ignore[no-any-return]
 
 
 async def test_mcp_tools_in_a_real_client_session(ws: Path) -> None:

@@ -54,7 +54,7 @@ def build_server(service: MemoryService, *, agent_id: str | None = None) -> MCPS
             path, from_line=kw.get("from"), lines=kw.get("lines"), agent_id=agent_id
         )
 
-    memory_get.__signature__ = inspect.signature(memory_get_schema)  # type: ignore[attr-defined]
+    memory_get.__signature__ = inspect.signature(memory_get_schema, eval_str=True)  # type: ignore[attr-defined]
     memory_get.__annotations__ = memory_get_schema.__annotations__
     server.tool(
         name="memory_get",
