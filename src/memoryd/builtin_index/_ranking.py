@@ -242,7 +242,7 @@ def _fuse_normalized(
     return out
 
 
-# Tuned on bench/eval (LoCoMo dev, Cranfield, CISI): see docs/retrieval-quality.md.
+# Tuned on bench/eval (LoCoMo dev, Cranfield, CISI): see the README, "Retrieval quality".
 AUTO_TEXT_WEIGHT = 0.7  # share of the keyword side for ordinary questions
 AUTO_EXACT_TEXT_WEIGHT = 0.85  # share when the query carries exact tokens (IDs, numbers, code)
 AUTO_NAME_LEAN = 0.0  # extra keyword share per capitalised name (0 = names are ordinary words)
