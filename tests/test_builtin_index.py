@@ -482,3 +482,23 @@ async def test_numpy_engine_sees_writes_from_another_connection(notes: Path) -> 
     reader.dirty = False  # only the other connection synced
     out = await reader.search("walrus colony count", mode="vector", min_score=0)
     assert out.results[0].path == "memory/walrus.md"
+
+
+class CountingQueries(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries = 0
+
+    async def embed_query(self, text: str) -> Vector:
+        self.queries += 1
+        return await super().embed_query(text)
+
+
+async def test_repeated_queries_reuse_their_embedding(notes: Path) -> None:
+    emb = CountingQueries()
+    idx = await synced(notes, emb)
+    first = await idx.search("grey cat named Miso")
+    again = await idx.search("grey cat named Miso")
+    await idx.search("deploy target")
+    assert emb.queries == 2
+    assert [r.path for r in first.results] == [r.path for r in again.results]

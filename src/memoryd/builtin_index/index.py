@@ -14,6 +14,7 @@ import logging
 import os
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -52,6 +53,7 @@ def _newlines_in_prefix(path: Path, size: int) -> int:
 
 ProgressFn = Callable[[str, int, int], None]
 EMBED_BATCH = 16
+QUERY_CACHE_SIZE = 256
 
 
 @dataclass
@@ -113,6 +115,7 @@ class MemoryIndex:
         self._last_sync_at: float | None = None
         self.last_error: str | None = None
         self._sessions = SessionDeltaTracker.from_config(self.cfg.sync.sessions)
+        self._query_cache: OrderedDict[tuple[str, str, str, str], np.ndarray] = OrderedDict()
         self._paths_cache: tuple[Store, tuple[int, int], list[tuple[str, str, str, str]]] | None = (
             None
         )
@@ -445,7 +448,7 @@ class MemoryIndex:
         if effective in ("hybrid", "vector") and self._vectors_usable():
             assert self.provider is not None
             try:
-                qvec = await self.provider.embed_query(query)
+                qvec = await self._embed_query(query)
             except Exception as err:
                 if self.selection.explicit and self.selection.fallback is None:
                     raise ProviderUnavailable(
@@ -514,6 +517,20 @@ class MemoryIndex:
             pending_vectors=pending,
             notes=notes,
         )
+
+    async def _embed_query(self, query: str) -> np.ndarray:
+        """Query embedding through a small LRU: agents often repeat a question within a session."""
+        assert self.provider is not None
+        key = (self.provider.id, self.provider.model, self.provider.fingerprint(), query)
+        hit = self._query_cache.get(key)
+        if hit is not None:
+            self._query_cache.move_to_end(key)
+            return hit
+        vec = await self.provider.embed_query(query)
+        self._query_cache[key] = vec
+        if len(self._query_cache) > QUERY_CACHE_SIZE:
+            self._query_cache.popitem(last=False)
+        return vec
 
     def _keyword_candidates(
         self, store: Store, query: str, k: int, cands: dict[int, Candidate]
