@@ -55,7 +55,7 @@ class Rig:
                 "backend": "qmd",
                 "qmd": {
                     "command": str(self.wrapper),
-                    "limits": {"timeoutMs": 2000},
+                    "limits": {"timeoutMs": 4000},
                     "update": {"onBoot": False, "interval": 0},
                     "failover": {
                         "failureThreshold": 1,
