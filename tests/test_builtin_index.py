@@ -184,8 +184,12 @@ async def test_search_on_a_dirty_index_syncs_first(notes: Path) -> None:
     assert "memory/new.md" in await paths(idx, "zebra migration")
 
 
-async def test_numpy_engine_gives_the_same_answers(notes: Path) -> None:
+async def test_numpy_engine_gives_the_same_answers(
+    notes: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_store, "IN_MEMORY_MAX_VECTORS", 0)  # force vec0 KNN on this small index
     vec_idx = await synced(notes)
+    assert vec_idx.store.search_engine == "sqlite-vec"
     np_idx = MemoryIndex(
         agent_for(
             notes,
@@ -200,6 +204,7 @@ async def test_numpy_engine_gives_the_same_answers(notes: Path) -> None:
     )
     await np_idx.sync()
     assert np_idx.status()["vector"]["engine"] == "numpy"
+    assert np_idx.store.search_engine == "numpy"
     assert "sqlite-vec failed to load" in np_idx.status()["vector"]["loadError"]
     for q in ("hello world", "deploy target", "grey cat"):
         a = await vec_idx.search(q, mode="vector", min_score=0)
@@ -502,3 +507,9 @@ async def test_repeated_queries_reuse_their_embedding(notes: Path) -> None:
     await idx.search("deploy target")
     assert emb.queries == 2
     assert [r.path for r in first.results] == [r.path for r in again.results]
+
+
+async def test_small_indexes_search_in_memory_even_with_vec0(notes: Path) -> None:
+    idx = await synced(notes)
+    st = idx.status()["vector"]
+    assert st["engine"] == "sqlite-vec" and st["searchEngine"] == "numpy"

@@ -622,6 +622,7 @@ class MemoryIndex:
                 "enabled": self._vector_enabled,
                 "available": vec.available and self.provider is not None,
                 "engine": vec.engine,
+                "searchEngine": self.store.search_engine,
                 "binding": vec.binding,
                 "dims": self.store._vec_dims,
                 "loadError": vec.load_error,
