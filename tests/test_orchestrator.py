@@ -272,12 +272,14 @@ def test_serve_sigterm_leaves_no_qmd_processes(tmp_path: Path) -> None:
     ws = seed_workspace(tmp_path / "ws")
     marker = "61.4321"  # a sleep length no other process uses
     wrapper = tmp_path / "qmd-slow-update"
-    wrapper.write_text(f'#!/bin/sh\nif [ "$1" = update ]; then sleep {marker}; fi\nexec "{qmd}" "$@"\n')
+    wrapper.write_text(
+        f'#!/bin/sh\nif [ "$1" = update ]; then sleep {marker}; fi\nexec "{qmd}" "$@"\n'
+    )
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     cfg = tmp_path / "c.toml"
     cfg.write_text(
         f'[memory]\nbackend = "qmd"\n[memory.qmd]\ncommand = "{wrapper}"\n'
-        f'[memory.qmd.update]\nonBoot = true\n'
+        f"[memory.qmd.update]\nonBoot = true\n"
         f'[agents.defaults]\nworkspace = "{ws}"\n[agents.defaults.memorySearch]\nprovider = "none"\n'
     )
     env = {**os.environ, "MEMORYD_CONFIG": str(cfg)}
@@ -286,7 +288,9 @@ def test_serve_sigterm_leaves_no_qmd_processes(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 60
         while True:
-            running = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True)
+            running = subprocess.run(
+                ["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True
+            )
             if running.stdout.strip() and ping(socket_path()) is not None:
                 break
             assert proc.poll() is None, (tmp_path / "serve.log").read_text()

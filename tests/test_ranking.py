@@ -71,7 +71,7 @@ def test_temporal_decay_rod_example() -> None:
         cand(2, "memory/2026-02-03.md", "Rod started new team, standup moved to 14:15", 0.80),
     ]
     plain = rank(cands, "what's Rod's work schedule?", SCORES_ONLY, now=now)
-    assert [c.path for c in plain][0] == "memory/2025-09-15.md"
+    assert plain[0].path == "memory/2025-09-15.md"
     decayed_params = RankParams(
         vector_weight=1,
         text_weight=0,

@@ -25,9 +25,7 @@ from memoryd.config import resolve_agent, validate_config
 from memoryd.embeddings.base import EmbeddingProvider, Matrix, ProviderSelection, Vector
 from memoryd.embeddings.selection import select_provider
 
-NOW = datetime(
-    2026, 1, 1, tzinfo=UTC
-)  # fixed clock: decay (off by default) stays reproducible
+NOW = datetime(2026, 1, 1, tzinfo=UTC)  # fixed clock: decay (off by default) stays reproducible
 
 
 class QueryCache(EmbeddingProvider):
