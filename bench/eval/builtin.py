@@ -21,7 +21,7 @@ import numpy as np
 
 from memoryd.builtin_index._ranking import RankParams
 from memoryd.builtin_index.index import MemoryIndex
-from memoryd.config import resolve_agent, validate_config
+from memoryd.config import deep_merge, resolve_agent, validate_config
 from memoryd.embeddings.base import EmbeddingProvider, Matrix, ProviderSelection, Vector
 from memoryd.embeddings.selection import select_provider
 
@@ -106,16 +106,9 @@ def agent_config(
     if model:
         search["model"] = model
     if extra:
-        search = _merge(search, extra)
+        search = deep_merge(search, extra)
     cfg = validate_config({"agents": {"defaults": {"memorySearch": search}}})
     return resolve_agent(cfg, workspace=workspace)
-
-
-def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
 
 
 async def open_index(

@@ -330,6 +330,7 @@ def _issues(st: dict[str, Any]) -> list[str]:
 
 
 async def _cmd_index(args: argparse.Namespace) -> int:
+    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     async with _service(args) as svc:
@@ -341,7 +342,7 @@ async def _cmd_index(args: argparse.Namespace) -> int:
             TimeRemainingColumn(),
             transient=True,
             disable=not sys.stderr.isatty(),
-            console=__import__("rich.console").console.Console(stderr=True),
+            console=Console(stderr=True),
         ) as bar:
             tasks: dict[str, Any] = {}
 

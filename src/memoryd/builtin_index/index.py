@@ -38,7 +38,7 @@ from ..lifecycle.transcripts import (
 )
 from ..types import MAX_SNIPPET_CHARS, FileText, SearchResult
 from ._chunking import chunk_lines, content_hash
-from ._files import MemoryFile, discover, read_memory_file
+from ._files import MemoryFile, discover, read_memory_file, resolve_extra_paths
 from ._ranking import Candidate, RankParams, path_match_level, rank, select_snippet
 from ._store import Store, remove_db_files
 from ._text import fts_match_expression, query_terms, trigram_terms
@@ -645,8 +645,6 @@ class MemoryIndex:
     def watch_roots(self) -> list[Path]:
         ws = self.agent.workspace
         roots = [ws]
-        from ._files import resolve_extra_paths
-
         for extra in resolve_extra_paths(ws, self.cfg.extra_paths):
             if extra.exists() and not extra.is_relative_to(ws):
                 roots.append(extra if extra.is_dir() else extra.parent)

@@ -185,7 +185,6 @@ class AgentBackend:
         st.last_error_at = now
         if st.active == "qmd" and st.failures >= self._failover.failure_threshold:
             st.active = "builtin"
-            st.reason = reason
             st.since = now
             st.probe_attempts = 0
             st.recovered_at = None
