@@ -359,11 +359,7 @@ class AgentBackend:
             "failClosed": self.fail_closed,
             "workspaceDir": str(self.agent.workspace),
         }
-        idx = (
-            self._index
-            if self._index is not None
-            else (self.index if not self.fail_closed else None)
-        )
+        idx = self.index  # None in fail-closed mode
         if idx is not None:
             b = idx.status()
             for key in (
