@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memoryd.builtin_index._chunking import chunk_lines
-from memoryd.builtin_index._text import estimate_tokens, segment_for_fts
+from memoryd.core.chunking import chunk_lines
+from memoryd.core.text import estimate_tokens, segment_for_fts
 
 
 def test_line_ranges_are_exact_and_cover_every_line() -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memoryd.citations import (
+from memoryd.core.citations import (
     CitationsMode,
     apply_citations,
     citations_enabled,
@@ -16,8 +16,8 @@ from memoryd.citations import (
     format_citation,
     trim_to_budget,
 )
+from memoryd.core.results import SearchResult
 from memoryd.scope_rules import ChatType
-from memoryd.types import SearchResult
 
 
 def result(

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from memoryd.core.redact import REDACTED
 from memoryd.lifecycle import redact_secrets
-from memoryd.lifecycle.redact import REDACTED
 
 B62 = "aB3dE5fG7hJ9kL1mN2pQ4rS6tU8vW0xY"  # 32 mixed letters and digits
 UPPER = "ABCDEFGHIJKLMNOP2345"

@@ -259,8 +259,9 @@ def test_delta_becomes_due_at_the_message_threshold() -> None:
 
 
 def test_either_threshold_is_enough_with_the_defaults() -> None:
-    t = SessionDeltaTracker.from_config(
-        validate_config({}).agents.defaults.memory_search.sync.sessions
+    sessions = validate_config({}).agents.defaults.memory_search.sync.sessions
+    t = SessionDeltaTracker(
+        delta_bytes=sessions.delta_bytes, delta_messages=sessions.delta_messages
     )
     assert (t.delta_bytes, t.delta_messages) == (100_000, 50)
     assert t.observe("small-many", 5_000, 50).due

@@ -6,6 +6,7 @@ from pathlib import PurePosixPath
 
 import pytest
 
+from memoryd.core.results import SearchResult
 from memoryd.errors import PathNotAllowed
 from memoryd.qmd_adapter import (
     QmdHit,
@@ -19,7 +20,6 @@ from memoryd.qmd_adapter import (
     with_models_block,
 )
 from memoryd.qmd_adapter._paths import checked_relative_md_path, glob_match, slice_lines
-from memoryd.types import SearchResult
 
 ROOTS = {"memory-dir-main": "/ws/memory", "memory-root-main": "/ws", "notes-main": "/srv/notes"}
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memoryd.builtin_index._ranking import (
+from memoryd.core.ranking import (
     Candidate,
     RankParams,
     age_in_days,

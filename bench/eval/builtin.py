@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from memoryd.builtin_index._ranking import RankParams
 from memoryd.builtin_index.index import MemoryIndex
 from memoryd.config import deep_merge, resolve_agent, validate_config
+from memoryd.core.ranking import RankParams
 from memoryd.embeddings.base import EmbeddingProvider, Matrix, ProviderSelection, Vector
 from memoryd.embeddings.selection import select_provider
 

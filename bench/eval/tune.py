@@ -20,9 +20,9 @@ from typing import Any
 import anyio
 
 import memoryd.builtin_index.index as index_mod
-from memoryd.builtin_index._ranking import Candidate, RankParams, rank, select_snippet
-from memoryd.citations import trim_to_budget
-from memoryd.types import MAX_SNIPPET_CHARS, SearchResult
+from memoryd.core.citations import trim_to_budget
+from memoryd.core.ranking import Candidate, RankParams, rank, select_snippet
+from memoryd.core.results import MAX_SNIPPET_CHARS, SearchResult
 
 from . import metrics as M
 from .builtin import NOW, open_index, search

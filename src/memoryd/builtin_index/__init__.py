@@ -6,9 +6,9 @@ when the qmd sidecar fails.
 
 from __future__ import annotations
 
-from ._chunking import Chunk, chunk_lines
+from ..core.chunking import Chunk, chunk_lines
+from ..core.ranking import Candidate, RankParams, decay_multiplier, rank
 from ._files import MemoryFile, discover, read_memory_file, resolve_get_path
-from ._ranking import Candidate, RankParams, decay_multiplier, rank
 from .index import MemoryIndex, SearchOutcome, SyncReport
 
 __all__ = [

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from ..core.text import segment_for_fts
 from ..errors import IndexError_
-from ._text import segment_for_fts
 
 BUSY_TIMEOUT_MS = 5000
 #: Up to this many vectors, KNN runs over an in-memory numpy matrix (~1.5 KB per 384-d vector).

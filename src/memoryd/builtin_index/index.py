@@ -24,8 +24,12 @@ from typing import Any
 import anyio
 import numpy as np
 
-from ..citations import trim_to_budget
 from ..config import ResolvedAgent
+from ..core.chunking import chunk_lines, content_hash
+from ..core.citations import trim_to_budget
+from ..core.ranking import Candidate, RankParams, path_match_level, rank, select_snippet
+from ..core.results import MAX_SNIPPET_CHARS, FileText, SearchResult
+from ..core.text import fts_match_expression, query_terms, trigram_terms
 from ..embeddings.base import EmbeddingProvider, ProviderSelection
 from ..errors import BatchPending, InvalidInput, MemorydError, ProviderUnavailable
 from ..lifecycle.transcripts import (
@@ -36,12 +40,8 @@ from ..lifecycle.transcripts import (
     transcript_chunks,
     transcript_display_path,
 )
-from ..types import MAX_SNIPPET_CHARS, FileText, SearchResult
-from ._chunking import chunk_lines, content_hash
 from ._files import MemoryFile, discover, read_memory_file, resolve_extra_paths
-from ._ranking import Candidate, RankParams, path_match_level, rank, select_snippet
 from ._store import Store, remove_db_files
-from ._text import fts_match_expression, query_terms, trigram_terms
 
 log = logging.getLogger("memoryd.builtin_index")
 
@@ -114,7 +114,10 @@ class MemoryIndex:
         self._sync_lock = anyio.Lock()
         self._last_sync_at: float | None = None
         self.last_error: str | None = None
-        self._sessions = SessionDeltaTracker.from_config(self.cfg.sync.sessions)
+        self._sessions = SessionDeltaTracker(
+            delta_bytes=self.cfg.sync.sessions.delta_bytes,
+            delta_messages=self.cfg.sync.sessions.delta_messages,
+        )
         self._query_cache: OrderedDict[tuple[str, str, str, str], np.ndarray] = OrderedDict()
         self._paths_cache: tuple[Store, tuple[int, int], list[tuple[str, str, str, str]]] | None = (
             None

@@ -14,6 +14,7 @@ memoryd cannot run the agent's model; it owns the rules and the files around it:
 
 from __future__ import annotations
 
+from ..core.redact import redact_secrets
 from .context import (
     DEFAULT_BOOTSTRAP_MAX_CHARS,
     DEFAULT_BOOTSTRAP_TOTAL_MAX_CHARS,
@@ -36,7 +37,6 @@ from .flush import (
     is_no_reply,
     record_flush,
 )
-from .redact import redact_secrets
 from .session_export import (
     ExportReport,
     SessionExportError,

@@ -29,18 +29,23 @@ accumulated" (`memorySearch.sync.sessions.{deltaBytes, deltaMessages}`).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
 
-from ..config import ResolvedAgent, SessionSyncConfig
-from .flush import is_no_reply
-from .redact import redact_secrets
+from ..config import ResolvedAgent
+from ..core.transcripts import (
+    Message,
+    Role,
+    SessionDelta,
+    SessionDeltaTracker,
+    TranscriptChunk,
+    chunk_transcript,
+    extract_text,
+    parse_transcript_text,
+    render_transcript,
+    sanitize_text,
+)
 
 __all__ = [
     "Message",
@@ -63,51 +68,6 @@ __all__ = [
     "transcript_display_path",
 ]
 
-Role = Literal["user", "assistant"]
-_LABEL: Final[dict[str, str]] = {"user": "User", "assistant": "Assistant"}
-
-_DROP_BLOCKS: Final = (
-    "system-reminder",
-    "thinking",
-    "think",
-    "reasoning",
-    "antThinking",
-    "relevant-memories",
-    "memory-context",
-)
-_BLOCK_RE: Final = re.compile(
-    r"<(?P<tag>" + "|".join(_DROP_BLOCKS) + r")\b[^>]*>.*?(?:</(?P=tag)\s*>|\Z)",
-    re.DOTALL | re.IGNORECASE,
-)
-_WRAPPER_RE: Final = re.compile(r"</?(?:final|reply)\b[^>]*>", re.IGNORECASE)
-_DIRECTIVE_RE: Final = re.compile(
-    r"\[\[\s*(?:reply_to_current|audio_as_voice|tts|reply_to|[a-z][a-z0-9]*(?:_[a-z0-9]+)+)"
-    r"(?:\s*:[^\]\n]*)?\s*\]\]",
-    re.IGNORECASE,
-)
-_ENVELOPE_RE: Final = re.compile(
-    r"\A\s*\[[^\]\n]{0,300}?(?:\d{4}-\d{2}-\d{2}|\bid:)[^\]\n]{0,300}\]\s*", re.IGNORECASE
-)
-_MESSAGE_ID_RE: Final = re.compile(r"\[message_id:\s*[^\]\n]*\]", re.IGNORECASE)
-_UNTRUSTED_BLOCK_RE: Final = re.compile(
-    r"^[^\n]*\(untrusted[^)\n]*\):?[ \t]*\n```[a-z]*\n.*?\n```[ \t]*$",
-    re.DOTALL | re.IGNORECASE | re.MULTILINE,
-)
-_WS_RE: Final = re.compile(r"\s+")
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One user or assistant message: its cleaned one-line text and 1-based JSONL line."""
-
-    role: Role
-    text: str
-    line_no: int
-
-    def render(self) -> str:
-        """`User: …` / `Assistant: …`."""
-        return f"{_LABEL[self.role]}: {self.text}"
-
 
 @dataclass(frozen=True, slots=True)
 class ParsedTranscript:
@@ -127,125 +87,6 @@ class ParsedTranscript:
     @property
     def session_id(self) -> str:
         return session_id(self.path)
-
-
-@dataclass(frozen=True, slots=True)
-class TranscriptChunk:
-    """A chunk of rendered messages; lines are 1-based inclusive JSONL line numbers."""
-
-    start_line: int
-    end_line: int
-    text: str
-    tokens: int
-
-    @property
-    def hash(self) -> str:
-        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
-
-
-# --------------------------------------------------------------------------- text
-
-
-def sanitize_text(text: str) -> str:
-    """Strip metadata, directives and thinking blocks and redact secrets (see module docstring)."""
-    text = _BLOCK_RE.sub(" ", text)
-    text = _UNTRUSTED_BLOCK_RE.sub(" ", text)
-    text = _ENVELOPE_RE.sub("", text)
-    text = _MESSAGE_ID_RE.sub(" ", text)
-    text = _DIRECTIVE_RE.sub(" ", text)
-    text = _WRAPPER_RE.sub(" ", text)
-    return redact_secrets(text)
-
-
-def _collapse(text: str) -> str:
-    return _WS_RE.sub(" ", text).strip()
-
-
-def extract_text(content: Any) -> str | None:
-    """The raw text of a message `content`: a string, or the `text` blocks of a list joined by newlines."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return None
-    parts = [
-        block["text"]
-        for block in content
-        if isinstance(block, dict)
-        and block.get("type") == "text"
-        and isinstance(block.get("text"), str)
-    ]
-    return "\n".join(parts) if parts else None
-
-
-def _message_of(record: dict[str, Any]) -> tuple[Role, str] | None:
-    if record.get("type") != "message":
-        return None
-    inner = record.get("message")
-    body = inner if isinstance(inner, dict) else record
-    role = body.get("role")
-    if role not in ("user", "assistant"):
-        return None
-    text = extract_text(body.get("content"))
-    if text is None:
-        return None
-    return role, text
-
-
-def parse_transcript_text(text: str, *, sanitize: bool = False) -> tuple[list[Message], int, int]:
-    """(messages, malformed line count, complete line count) of JSONL `text`. Pure."""
-    raw_lines = text.split("\n")
-    complete = raw_lines[:-1]  # the part after the last newline is still being written
-    tail = raw_lines[-1]
-    messages: list[Message] = []
-    malformed = 0
-    for number, line in enumerate(complete, start=1):
-        got = _parse_line(line)
-        if got is _MALFORMED:
-            malformed += 1
-        elif isinstance(got, tuple):
-            msg = _to_message(got, number, sanitize=sanitize)
-            if msg is not None:
-                messages.append(msg)
-    if tail.strip():
-        # A final line without a newline counts once it parses (writers that never end the file
-        # with a newline); a half-written one is left for the next read.
-        got = _parse_line(tail)
-        if isinstance(got, tuple):
-            msg = _to_message(got, len(raw_lines), sanitize=sanitize)
-            if msg is not None:
-                messages.append(msg)
-            return messages, malformed, len(raw_lines)
-    return messages, malformed, len(complete)
-
-
-_MALFORMED: Final = object()
-
-
-def _parse_line(line: str) -> object:
-    if not line.strip():
-        return None
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return _MALFORMED
-    if not isinstance(record, dict):
-        return _MALFORMED
-    return _message_of(record)
-
-
-def _to_message(got: tuple[Role, str], line_no: int, *, sanitize: bool) -> Message | None:
-    role, text = got
-    if sanitize:
-        text = sanitize_text(text)
-    text = _collapse(text)
-    if not text:
-        return None
-    if sanitize and role == "assistant" and (is_no_reply(text) or text == "HEARTBEAT_OK"):
-        return None
-    return Message(role, text, line_no)
-
-
-# --------------------------------------------------------------------------- files
 
 
 def session_id(path: Path) -> str:
@@ -290,31 +131,6 @@ def parse_transcript(path: Path, *, sanitize: bool = False) -> ParsedTranscript:
     return ParsedTranscript(path, tuple(messages), malformed, lines, len(data), st.st_mtime)
 
 
-def render_transcript(messages: Iterable[Message]) -> str:
-    """One `User:`/`Assistant:` line per message."""
-    return "\n".join(m.render() for m in messages)
-
-
-def chunk_transcript(
-    messages: Iterable[Message], *, tokens: int, overlap: int
-) -> list[TranscriptChunk]:
-    """Chunk rendered messages; chunk line numbers are the messages' JSONL lines. Pure."""
-    # Imported here: the package __init__ loads the whole index (numpy, sqlite, httpx), which
-    # writers and exporters never need.
-    from ..builtin_index._chunking import chunk_lines
-
-    msgs = list(messages)
-    if not msgs:
-        return []
-    chunks = chunk_lines(render_transcript(msgs), tokens=tokens, overlap=overlap)
-    return [
-        TranscriptChunk(
-            msgs[c.start_line - 1].line_no, msgs[c.end_line - 1].line_no, c.text, c.tokens
-        )
-        for c in chunks
-    ]
-
-
 def transcript_chunks(
     path: Path, tokens: int, overlap: int, *, sanitize: bool = True
 ) -> list[TranscriptChunk]:
@@ -334,93 +150,3 @@ def count_newlines(path: Path, start: int = 0, *, block: int = 1 << 16) -> int:
 
 
 # --------------------------------------------------------------------------- delta tracking
-
-
-@dataclass(frozen=True, slots=True)
-class SessionDelta:
-    """Unindexed growth of one transcript and whether it crossed a threshold."""
-
-    path: str
-    pending_bytes: int
-    pending_lines: int
-    due: bool
-    rewritten: bool = False
-
-
-@dataclass
-class _Seen:
-    synced_size: int = 0
-    synced_lines: int = 0
-    size: int = 0
-    lines: int = 0
-    rewritten: bool = False
-
-
-@dataclass
-class SessionDeltaTracker:
-    """Decides when transcripts have grown enough to re-index (pure; the caller stats files).
-
-    A transcript is *due* once `pending bytes >= delta_bytes` or `pending lines >=
-    delta_messages` (each threshold off when 0; both 0 means any growth is due). A file that
-    shrank was rewritten and is due at once. Unknown files start from an empty baseline, so a
-    new transcript counts all of its data. Debouncing and the background sync itself belong to
-    the caller: `observe` on every watcher event, sync `due_paths()` after the debounce, then
-    `mark_synced`.
-    """
-
-    delta_bytes: int = 100_000
-    delta_messages: int = 50
-    _files: dict[str, _Seen] = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def from_config(cls, config: SessionSyncConfig) -> SessionDeltaTracker:
-        return cls(delta_bytes=config.delta_bytes, delta_messages=config.delta_messages)
-
-    def _is_due(self, seen: _Seen) -> bool:
-        if seen.rewritten:
-            return True
-        grew_bytes = seen.size - seen.synced_size
-        grew_lines = seen.lines - seen.synced_lines
-        if grew_bytes <= 0 and grew_lines <= 0:
-            return False
-        if self.delta_bytes <= 0 and self.delta_messages <= 0:
-            return True
-        return (self.delta_bytes > 0 and grew_bytes >= self.delta_bytes) or (
-            self.delta_messages > 0 and grew_lines >= self.delta_messages
-        )
-
-    def _delta(self, path: str, seen: _Seen) -> SessionDelta:
-        return SessionDelta(
-            path,
-            pending_bytes=max(0, seen.size - seen.synced_size),
-            pending_lines=max(0, seen.lines - seen.synced_lines),
-            due=self._is_due(seen),
-            rewritten=seen.rewritten,
-        )
-
-    def observe(self, path: str, size: int, lines: int) -> SessionDelta:
-        """Record a transcript's current size and complete-line count."""
-        seen = self._files.setdefault(path, _Seen())
-        if size < seen.synced_size or lines < seen.synced_lines:
-            seen.rewritten = True
-        seen.size, seen.lines = size, lines
-        return self._delta(path, seen)
-
-    def mark_synced(self, path: str, size: int, lines: int) -> None:
-        """The index now holds `path` up to `size` bytes / `lines` lines."""
-        seen = self._files.setdefault(path, _Seen())
-        seen.synced_size = seen.size = size
-        seen.synced_lines = seen.lines = lines
-        seen.rewritten = False
-
-    def forget(self, path: str) -> None:
-        """Drop a deleted transcript."""
-        self._files.pop(path, None)
-
-    def pending(self, path: str) -> SessionDelta | None:
-        seen = self._files.get(path)
-        return None if seen is None else self._delta(path, seen)
-
-    def due_paths(self) -> list[str]:
-        """Transcripts that crossed a threshold since their last sync, sorted."""
-        return sorted(p for p, seen in self._files.items() if self._is_due(seen))

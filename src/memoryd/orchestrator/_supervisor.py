@@ -26,8 +26,8 @@ from tenacity import AsyncRetrying, retry_if_result, stop_never, wait_exponentia
 from ..builtin_index import MemoryIndex
 from ..builtin_index._files import read_memory_file
 from ..config import ResolvedAgent
+from ..core.results import FileText, SearchResult
 from ..errors import MemorydError, QmdError, ServiceUnavailable
-from ..types import FileText, SearchResult
 
 log = logging.getLogger("memoryd.supervisor")
 

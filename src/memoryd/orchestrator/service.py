@@ -18,8 +18,8 @@ import anyio
 from anyio.abc import TaskGroup
 
 from ..builtin_index import MemoryIndex
-from ..citations import apply_citations
 from ..config import MemorydConfig, ResolvedAgent, agent_ids, resolve_agent
+from ..core.citations import apply_citations
 from ..errors import MemorydError
 from ..lifecycle import append_memory, build_session_context, check_flush
 from ..scope_rules import evaluate_scope

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..config import QmdConfig
-from ..types import Source
+from ..core.results import Source
 from ._parse import CollectionInfo
 
 __all__ = [

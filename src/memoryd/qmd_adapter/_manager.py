@@ -22,8 +22,8 @@ from anyio.abc import TaskGroup, TaskStatus
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from ..config import ResolvedAgent
+from ..core.results import FileText, SearchResult, Source
 from ..errors import PathNotAllowed, QmdError, QmdExitError
-from ..types import FileText, SearchResult, Source
 from ._collections import CollectionSpec, desired_collections, plan_collections
 from ._home import QmdHome, default_shared_models_dir
 from ._mapping import apply_limits, hit_to_result, interleave, split_qmd_path, split_qmd_uri

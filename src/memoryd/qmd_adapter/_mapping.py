@@ -9,8 +9,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePosixPath
 
-from ..citations import trim_to_budget
-from ..types import SearchResult, Source
+from ..core.citations import trim_to_budget
+from ..core.results import SearchResult, Source
 from ._parse import QmdHit, parse_snippet
 
 __all__ = [

@@ -7,6 +7,13 @@ denial.
 
 from __future__ import annotations
 
+from ..core.session_keys import (
+    ChatType,
+    SessionKeyInfo,
+    normalize_session_key,
+    parse_session_key,
+    raw_session_key,
+)
 from ._evaluate import (
     DEFAULT_SCOPE,
     DecisionReason,
@@ -14,13 +21,6 @@ from ._evaluate import (
     default_scope,
     evaluate_scope,
     parse_scope,
-)
-from ._session_key import (
-    ChatType,
-    SessionKeyInfo,
-    normalize_session_key,
-    parse_session_key,
-    raw_session_key,
 )
 
 __all__ = [

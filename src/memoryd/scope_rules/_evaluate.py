@@ -9,8 +9,8 @@ from typing import Any, Final, Literal
 from pydantic import ValidationError
 
 from ..config import ScopeConfig, ScopeMatch, format_validation_error
+from ..core.session_keys import ChatType, SessionKeyInfo, parse_session_key, raw_session_key
 from ..errors import ConfigError
-from ._session_key import ChatType, SessionKeyInfo, parse_session_key, raw_session_key
 
 DecisionReason = Literal["no-channel", "rule", "default"]
 

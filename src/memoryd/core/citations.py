@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, get_args
 
-from .scope_rules import ChatType, parse_session_key
-from .types import SearchResult
+from .results import SearchResult
+from .session_keys import ChatType, parse_session_key
 
 CitationsMode = Literal["auto", "on", "off"]
 

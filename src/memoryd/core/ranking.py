@@ -14,7 +14,7 @@ from datetime import UTC, date, datetime
 from pathlib import PurePosixPath
 from typing import Literal
 
-from ._text import query_terms, term_in_text, word_set
+from .text import query_terms, term_in_text, word_set
 
 Fusion = Literal["auto", "weighted", "rrf", "minmax", "zscore"]
 

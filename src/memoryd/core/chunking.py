@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from ._text import estimate_tokens
+from .text import estimate_tokens
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,49 @@
+"""The silent reply: when a model answer is only `NO_REPLY`, the host shows nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Final
+
+__all__ = ["SILENT_REPLY_TOKEN", "is_no_reply"]
+
+SILENT_REPLY_TOKEN: Final = "NO_REPLY"
+
+# The whole reply is the token (repeats allowed), give or take whitespace, Markdown emphasis or
+# code ticks around it, quotes, and one closing `.`/`!`. A real reply that merely ends with the
+# token is NOT silent (OpenClaw #19537): the host must show it.
+_SILENT_RE: Final = re.compile(
+    r"\A\s*([*_`\"']{0,3})\s*NO_REPLY(?:\s+NO_REPLY)*\s*\1\s*[.!]?\s*\Z", re.IGNORECASE
+)
+_THINK_PREFIX_RE: Final = re.compile(
+    r"\A\s*<(think|thinking|reasoning)\b[^>]*>.*?</\1\s*>(?P<rest>.*)\Z", re.DOTALL | re.IGNORECASE
+)
+
+
+def is_no_reply(text: str | None) -> bool:
+    """True when a model answer is only the silent token `NO_REPLY`, so the host suppresses it.
+
+    Accepted: `NO_REPLY`, surrounding whitespace/newlines, any letter case, the token repeated
+    (`NO_REPLY NO_REPLY`), wrapped in `**`/`_`/`` ` ``/quotes, one trailing `.` or `!`, a
+    leading `<think>…</think>` block, the JSON string `"NO_REPLY"` and the envelope
+    `{"action": "NO_REPLY"}`. Not accepted: text before or after the token
+    (`Saved notes. NO_REPLY`), the token inside a word (`NO_REPLYING`), empty text.
+    """
+    if not text or not text.strip():
+        return False
+    think = _THINK_PREFIX_RE.match(text)
+    if think is not None:
+        text = think.group("rest")
+    if _SILENT_RE.match(text):
+        return True
+    stripped = text.strip()
+    if stripped.startswith(("{", '"')):
+        try:
+            value = json.loads(stripped)
+        except ValueError:
+            return False
+        if isinstance(value, dict) and list(value) == ["action"]:
+            value = value["action"]
+        return isinstance(value, str) and value.strip().upper() == SILENT_REPLY_TOKEN
+    return False
