@@ -37,7 +37,7 @@ from .._util import fsync_dir
 from ..config import ResolvedAgent
 from ..core.replies import SILENT_REPLY_TOKEN, is_no_reply
 from ..core.session_keys import normalize_session_key
-from ..errors import MemorydError
+from ..errors import FlushStateError
 
 __all__ = [
     "SILENT_REPLY_TOKEN",
@@ -55,10 +55,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _STATE_VERSION: Final = 1
-
-
-class FlushStateError(MemorydError):
-    """Raised when the agent's `sessions.json` cannot be read or written (permissions, disk)."""
 
 
 # --------------------------------------------------------------------------- state file

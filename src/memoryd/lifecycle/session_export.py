@@ -36,7 +36,7 @@ from typing import Any, Final
 import filelock
 
 from ..config import ResolvedAgent
-from ..errors import MemorydError
+from ..errors import SessionExportError
 from .transcripts import list_transcripts, parse_transcript, render_transcript, session_id
 
 __all__ = [
@@ -56,10 +56,6 @@ def manifest_name(agent_id: str) -> str:
 
 # Bump when the rendering changes so every export is rewritten once.
 _FORMAT_VERSION: Final = 1
-
-
-class SessionExportError(MemorydError):
-    """Raised when the session export folder cannot be created, locked or written."""
 
 
 @dataclass

@@ -27,7 +27,7 @@ import filelock
 from .. import paths
 from .._util import fsync_dir
 from ..config import ResolvedAgent
-from ..errors import MemorydError, PathNotAllowed
+from ..errors import InvalidMemoryWrite, MemoryWriteFailed, PathNotAllowed, WorkspaceReadOnly
 
 __all__ = [
     "MAX_APPEND_BYTES",
@@ -43,18 +43,6 @@ __all__ = [
 AppendTarget = Literal["daily", "long-term"]
 MAX_APPEND_BYTES: Final = 64 * 1024
 LOCK_TIMEOUT_S: Final = 30.0
-
-
-class WorkspaceReadOnly(MemorydError):
-    """Raised when a memory write is asked of an agent whose `workspaceAccess` is `ro` or `none`."""
-
-
-class MemoryWriteFailed(MemorydError):
-    """Raised when a memory file cannot be created, locked or written (permissions, disk full)."""
-
-
-class InvalidMemoryWrite(MemorydError):
-    """Raised when `memory_append` gets an unknown target, empty text, NUL bytes or more than 64 KiB."""
 
 
 @dataclass(frozen=True, slots=True)
