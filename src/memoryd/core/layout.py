@@ -212,12 +212,12 @@ def locate(
         return root, rel
     ws = _norm(workspace)
     absolute = _norm(str(path) if path.is_absolute() else os.path.join(ws, *parts))
-    for root in readable:
-        rel = _under(absolute, _norm(root.path))
-        if rel is not None and root.accepts(rel):
-            return root, rel
-    for root in roots:
-        if root.source != "memory" and _under(absolute, _norm(root.path)) is not None:
+    for candidate in readable:
+        inside = _under(absolute, _norm(candidate.path))
+        if inside is not None and candidate.accepts(inside):
+            return candidate, inside
+    for other in roots:
+        if other.source != "memory" and _under(absolute, _norm(other.path)) is not None:
             raise PathNotAllowed(f"{raw!r}: session transcripts cannot be read with memory_get")
     raise PathNotAllowed(
         f"path {raw!r} is not a memory file (allowed: MEMORY.md, memory.md, memory/**/*.md, "
