@@ -233,11 +233,13 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             {"agents": {"defaults": {"workspace": str(ws), "memorySearch": {"store": store}}}}
         )
         agent = resolve_agent(cfg)
-        idx = MemoryIndex(agent, ProviderSelection("local", PooledE5(pool), "bench"))
+        idx = MemoryIndex(
+            agent.index_settings(), ProviderSelection("local", PooledE5(pool), "bench")
+        )
         t = time.perf_counter()
         report = await idx.sync()
         index_s = time.perf_counter() - t
-        st = idx.status()
+        st = idx.status().to_dict()
         assert st["vector"]["engine"] == engine, st["vector"]
         for q in queries[:10]:  # warm caches
             await idx.search(q)

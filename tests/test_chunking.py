@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from memoryd.core.chunking import chunk_lines
 from memoryd.core.text import estimate_tokens, segment_for_fts
+from memoryd.errors import InvalidInput
 
 
 def test_line_ranges_are_exact_and_cover_every_line() -> None:
@@ -56,7 +57,7 @@ def test_blank_input_has_no_chunks() -> None:
 
 
 def test_overlap_must_be_smaller_than_size() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidInput):
         chunk_lines("x", tokens=10, overlap=10)
 
 

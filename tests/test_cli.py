@@ -146,7 +146,7 @@ def test_index_and_status_json(
     rc, out, _ = run(capsys, "status", "--workspace", str(ws), "--json")
     st = json.loads(out)
     assert st["backend"] == "builtin" and st["provider"] == "none" and st["files"] == 2
-    assert st["fts"]["available"] is True and isinstance(st["issues"], list)
+    assert st["builtin"]["fts"]["available"] is True and isinstance(st["issues"], list)
 
 
 def test_cli_as_a_real_process(ws: Path, keyword_only: Path) -> None:

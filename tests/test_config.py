@@ -98,7 +98,8 @@ def test_agent_override_merges_over_defaults(tmp_path: Path) -> None:
     ops = resolve_agent(cfg, "ops")
     assert ops.memory_search.query.max_results == 2
     assert ops.memory_search.query.min_score == 0.1
-    assert ops.index_path.name == "ops.sqlite"
+    assert ops.index_path == ops.state.root / "index.sqlite"
+    assert ops.state.root.parent.parent.name == "ops"
     with pytest.raises(ConfigError, match="unknown agent"):
         resolve_agent(cfg, "nobody")
 

@@ -63,7 +63,7 @@ def test_exports_sanitised_markdown_into_the_agent_qmd_sessions_dir(
         "{broken",
     )
     report = export_sessions(agent, now=NOW)
-    out = isolated_env / "agents" / "main" / "qmd" / "sessions"
+    out = agent.state.qmd_exports
     assert session_export_dir(agent) == out
     assert report.export_dir == out
     assert report.written == ["s1"] and report.malformed_lines == 1

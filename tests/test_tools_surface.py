@@ -87,12 +87,15 @@ async def test_serve_answers_on_the_socket_and_stops_cleanly(ws: Path) -> None:
             await ready.wait()
         sock = socket_path()
         assert (await anyio.to_thread.run_sync(ping, sock))["ok"] is True
+        me = {"config": {"path": None, "sha256": None}, "workspace": str(ws), "cwd": str(ws)}
         out = await anyio.to_thread.run_sync(
-            request, sock, {"op": "search", "query": "deploy target"}
+            request, sock, {"op": "search", "query": "deploy target", "identity": me}
         )
         assert out and out["results"][0]["path"] == "MEMORY.md"
-        bad = await anyio.to_thread.run_sync(request, sock, {"op": "nope"})
-        assert bad == {"error": "unknown op 'nope'"}
+        bad = await anyio.to_thread.run_sync(request, sock, {"op": "nope", "identity": me})
+        assert bad is not None and bad["code"] == "invalid_input" and "unknown op" in bad["error"]
+        anonymous = await anyio.to_thread.run_sync(request, sock, {"op": "search", "query": "x"})
+        assert anonymous is not None and anonymous["code"] == "not_served"
         tg.cancel_scope.cancel()
     assert not socket_path().exists()
 
@@ -249,8 +252,8 @@ async def test_status_is_a_typed_model(ws: Path) -> None:
     st = await svc.status_model()
     assert isinstance(st, MemoryStatus)
     assert st.backend == "builtin" and st.requested_backend == "builtin" and st.fallback is None
-    assert st.vector is not None and st.vector.engine in ("sqlite-vec", "numpy")
-    assert st.fts is not None and st.fts.available and st.files == 2
+    assert st.builtin is not None and st.builtin.vector.engine in ("sqlite-vec", "numpy")
+    assert st.builtin.fts.available and st.files == 2
     as_json = st.to_dict()
     assert as_json["requestedBackend"] == "builtin" and as_json["workspaceDir"] == str(ws.resolve())
     await svc.aclose()

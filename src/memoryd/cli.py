@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 
 from . import __version__
-from .errors import MemorydError
+from .errors import MemorydError, error_from_code
 
 EXIT_ERROR = 1
 
@@ -156,13 +156,39 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
 
 
-def _forward(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any] | None:
-    """Send the request to a running `memoryd serve`, when one runs for the same config."""
-    if args.workspace or args.config or os.environ.get("MEMORYD_NO_SERVER"):
-        return None
-    from .server import request, socket_path
+def _identity(args: argparse.Namespace) -> dict[str, Any]:
+    """Who is asking, as `serve` compares it: config file, workspace flag/env, cwd."""
+    from .paths import config_file
+    from .server import config_identity
 
-    return request(socket_path(), {**payload, "agent": args.agent})
+    raw_ws = args.workspace or os.environ.get("MEMORYD_WORKSPACE")
+    return {
+        "config": config_identity(config_file(args.config)),
+        "workspace": os.path.abspath(os.path.expanduser(raw_ws)) if raw_ws else None,
+        "cwd": os.getcwd(),
+    }
+
+
+def _forward(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any] | None:
+    """Send the request to a running `memoryd serve` that serves this caller; else None.
+
+    `serve` compares the caller's config, agent and workspace with what it serves and answers
+    `not_served` when they differ; the command then runs in this process.
+    """
+    if os.environ.get("MEMORYD_NO_SERVER"):
+        return None
+    from .server import NOT_SERVED, request, socket_path
+
+    out = request(socket_path(), {**payload, "agent": args.agent, "identity": _identity(args)})
+    if out is not None and out.get("code") == NOT_SERVED:
+        logging.getLogger("memoryd").info("%s; running in this process", out.get("error"))
+        return None
+    return out
+
+
+def _raise(out: dict[str, Any]) -> None:
+    """Turn a tool-shaped failure back into the error it was (its class from its code)."""
+    raise error_from_code(out.get("code"), str(out.get("error")))
 
 
 def _service(args: argparse.Namespace, **kw: Any) -> Any:
@@ -203,10 +229,19 @@ async def _cmd_search(args: argparse.Namespace) -> int:
         _print_json(out)
         return EXIT_ERROR if out.get("disabled") else 0
     if out.get("disabled"):
-        raise MemorydError(out["error"])
+        _raise(out)
     if out.get("scopeDenied"):
         print(f"Denied: {out['reason']}")
         return 0
+    fallback = out.get("fallback")
+    if fallback and fallback.get("from") == "qmd":
+        print(f"note: answered by the built-in index: {fallback.get('reason')}", file=sys.stderr)
+    if out.get("stale"):
+        print(
+            f"note: the qmd index is {out.get('staleSeconds')}s behind the memory files "
+            "(run `memoryd index`, or keep `memoryd serve` running)",
+            file=sys.stderr,
+        )
     for note in out.get("notes", []):
         print(f"note: {note}", file=sys.stderr)
     if not out["results"]:
@@ -233,100 +268,116 @@ async def _cmd_get(args: argparse.Namespace) -> int:
         _print_json(out)
         return EXIT_ERROR if out.get("disabled") else 0
     if out.get("disabled"):
-        raise MemorydError(out["error"])
+        _raise(out)
     sys.stdout.write(out["text"])
     return 0
 
 
 async def _cmd_status(args: argparse.Namespace) -> int:
     st = None if args.deep else _forward(args, {"op": "status"})
+    if st is not None and st.get("disabled"):
+        _raise(st)
     if st is None:
         async with _service(args) as svc:
-            if args.deep:
-                b = svc.backend(args.agent)
-                if b.index is not None:
-                    await b.index.sync(embed_budget_s=0)
-                if b.qmd is not None:
-                    await svc.memory_search("memoryd status probe", agent_id=args.agent)
-            st = await svc.status(args.agent)
-    st["issues"] = _issues(st)
+            st = await svc.status(args.agent, deep=args.deep)
     if args.json:
         _print_json(st)
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(show_header=False, box=None)
-    for key in (
-        "backend",
-        "requestedBackend",
-        "provider",
-        "model",
-        "providerReason",
-        "files",
-        "chunks",
-        "pendingVectors",
-        "dirty",
-        "dbPath",
-        "workspaceDir",
-        "sources",
-        "qmdVersion",
-        "searchMode",
-    ):
-        if key in st:
-            table.add_row(key, str(st.get(key)))
-    vec = st.get("vector")
-    if vec:
-        table.add_row(
-            "vector",
-            f"{vec['engine']} (available={vec['available']}, dims={vec['dims']})"
-            + (f" — {vec['loadError']}" if vec.get("loadError") else ""),
-        )
-    if st.get("fts"):
-        table.add_row(
-            "fts", "available" if st["fts"]["available"] else f"unavailable: {st['fts']['error']}"
-        )
-    if st.get("cache"):
-        table.add_row("cache", f"{st['cache']['entries']} / {st['cache']['maxEntries']}")
-    if st.get("collections"):
-        table.add_row("collections", ", ".join(c["name"] for c in st["collections"]))
-    if st.get("fallback"):
-        table.add_row("fallback", f"from {st['fallback'].get('from')}: {st['fallback']['reason']}")
-    console = Console()
-    console.print(table)
-    for issue in st["issues"]:
-        console.print(f"[yellow]issue:[/yellow] {issue}")
+    _print_status(st)
     return 0
 
 
-def _issues(st: dict[str, Any]) -> list[str]:
-    from pathlib import Path
+def _when(ts: float | None) -> str:
+    if not ts:
+        return "never"
+    age = time.time() - ts
+    if age < 90:
+        return f"{age:.0f}s ago"
+    if age < 5400:
+        return f"{age / 60:.0f} min ago"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
-    found = []
-    ws = Path(st["workspaceDir"])
-    if not (ws / "memory").is_dir():
-        found.append(f"no memory/ folder in {ws}")
-    if st.get("files") == 0:
-        found.append("no memory files indexed yet (run `memoryd index`)")
-    if st.get("pendingVectors"):
-        found.append(f"{st['pendingVectors']} chunks waiting for embeddings (run `memoryd index`)")
-    if st.get("needsReindex"):
-        found.append(f"index must be rebuilt: {st['needsReindex']}")
-    if st.get("unavailable"):
-        found.append(f"memory unavailable: {st['unavailable']}")
-    q = st.get("qmd")
-    if st.get("requestedBackend") == "qmd":
-        if st.get("backend") != "qmd":
-            found.append(f"qmd is not serving: {(st.get('fallback') or {}).get('reason')}")
-        if q and not q.get("version"):
-            found.append(
-                f"qmd missing or not answering ({q.get('command')}); run scripts/install-qmd or set memory.qmd.command"
+
+def _print_status(st: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None, pad_edge=False)
+    backend = st["backend"]
+    if st["requestedBackend"] != backend:
+        backend += f" (qmd requested; failed over: {(st.get('fallback') or {}).get('reason')})"
+    rows: list[tuple[str, str]] = [
+        ("agent", st["agentId"]),
+        ("workspace", st["workspaceDir"]),
+        ("backend", backend),
+        (
+            "embeddings",
+            f"{st.get('provider') or 'none'}" + (f" ({st['model']})" if st.get("model") else ""),
+        ),
+    ]
+    b = st.get("builtin")
+    if b:
+        rows.append(
+            (
+                "indexed",
+                f"{b['files']} files, {b['chunks']} chunks"
+                + (
+                    f", {b['pendingVectors']} waiting for embeddings" if b["pendingVectors"] else ""
+                ),
             )
-        if q and q.get("lastUpdateAt") is None:
-            found.append("qmd index never updated in this process (run `memoryd warm`)")
-        elif q and q.get("lastUpdateAt") and time.time() - q["lastUpdateAt"] > 3600:
-            found.append("qmd index is stale (last update over an hour ago)")
-    return found
+        )
+        rows.append(
+            ("up to date", "no (files changed since the last sync)" if b["dirty"] else "yes")
+        )
+        rows.append(("index file", b["dbPath"]))
+        vec = b["vector"]
+        rows.append(
+            (
+                "vectors",
+                f"{vec['engine']}, searched with {vec['searchEngine']}"
+                + (f" ({vec['dims']} dims)" if vec.get("dims") else "")
+                + (f" — {vec['loadError']}" if vec.get("loadError") else ""),
+            )
+        )
+        rows.append(
+            (
+                "keyword search",
+                "FTS5" if b["fts"]["available"] else f"unavailable: {b['fts']['error']}",
+            )
+        )
+        rows.append(
+            ("embedding cache", f"{b['cache']['entries']:,} of {b['cache']['maxEntries']:,}")
+        )
+    q = st.get("qmd")
+    if q:
+        rows.append(
+            (
+                "qmd",
+                f"{q.get('version') or 'version unknown'} ({q['command']}), mode {q['searchMode']}",
+            )
+        )
+        rows.append(
+            ("qmd collections", ", ".join(c["name"] for c in q["collections"]) or "none yet")
+        )
+        rows.append(("qmd last update", _when(st.get("lastUpdateAt"))))
+        rows.append(("qmd last embed", _when(st.get("lastEmbedAt"))))
+        rec = st.get("recovery") or {}
+        if st.get("fallback"):
+            rows.append(
+                ("next qmd probe", _when(rec.get("nextProbeAt")).replace(" ago", " ago (due)"))
+            )
+            if rec.get("lastProbeError"):
+                rows.append(("last probe", rec["lastProbeError"]))
+        if st.get("healthUpdatedAt"):
+            rows.append(("health recorded", _when(st["healthUpdatedAt"])))
+    if st.get("servedBy"):
+        rows.append(("answered by", st["servedBy"]))
+    for key, value in rows:
+        table.add_row(f"[bold]{key}[/bold]", value)
+    console = Console()
+    console.print(table)
+    for issue in st.get("issues", []):
+        console.print(f"[yellow]issue:[/yellow] {issue}")
 
 
 async def _cmd_index(args: argparse.Namespace) -> int:
@@ -334,45 +385,75 @@ async def _cmd_index(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     async with _service(args) as svc:
-        idx = svc.index(args.agent)
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            TimeRemainingColumn(),
-            transient=True,
-            disable=not sys.stderr.isatty(),
-            console=Console(stderr=True),
-        ) as bar:
-            tasks: dict[str, Any] = {}
+        b = svc.backend(args.agent)
+        qmd_done = None
+        if b.qmd is not None:
+            await b.ensure_qmd_started()
+            await b.qmd.sync(force=True)
+            qmd_done = b.qmd.status()
+        idx = b.index
+        report = None
+        if idx is not None:
+            with Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total}"),
+                TimeRemainingColumn(),
+                transient=True,
+                disable=not sys.stderr.isatty(),
+                console=Console(stderr=True),
+            ) as bar:
+                tasks: dict[str, Any] = {}
 
-            def progress(phase: str, done: int, total: int) -> None:
-                if phase not in tasks:
-                    tasks[phase] = bar.add_task(
-                        "embedding" if phase == "vectors" else "scanning", total=total
-                    )
-                bar.update(tasks[phase], completed=done, total=total)
+                def progress(phase: str, done: int, total: int) -> None:
+                    if phase not in tasks:
+                        tasks[phase] = bar.add_task(
+                            "embedding" if phase == "vectors" else "scanning", total=total
+                        )
+                    bar.update(tasks[phase], completed=done, total=total)
 
-            report = await idx.sync(force=args.force, progress=progress)
-        st = idx.status()
-    out = {
-        **report.to_dict(),
-        "files": st["files"],
-        "chunks": st["chunks"],
-        "dbPath": st["dbPath"],
-        "provider": st["provider"],
-        "model": st["model"],
-        "vectorEngine": st["vector"]["engine"],
-    }
+                report = await idx.sync(force=args.force, progress=progress)
+            st = idx.status()
+    out: dict[str, Any] = {}
+    if report is not None:
+        out.update(
+            {
+                "filesScanned": report.files_scanned,
+                "filesChanged": report.files_changed,
+                "filesRemoved": report.files_removed,
+                "chunksWritten": report.chunks_written,
+                "vectorsEmbedded": report.vectors_embedded,
+                "vectorsFromCache": report.vectors_from_cache,
+                "vectorsPending": report.vectors_pending,
+                "reindexed": report.reindexed,
+                "reindexReason": report.reindex_reason,
+                "seconds": round(report.seconds, 3),
+                "files": st.files,
+                "chunks": st.chunks,
+                "dbPath": st.db_path,
+                "provider": st.provider,
+                "model": st.model,
+                "vectorEngine": st.vector.engine,
+            }
+        )
+    if qmd_done is not None:
+        out["qmd"] = {
+            "lastUpdateAt": qmd_done.last_update_at,
+            "lastEmbedAt": qmd_done.last_embed_at,
+            "collections": [c.name for c in qmd_done.collections],
+        }
     if args.json:
         _print_json(out)
-    else:
+        return 0
+    if qmd_done is not None:
+        print(f"qmd updated ({len(qmd_done.collections)} collections)")
+    if report is not None:
         print(
-            f"indexed {st['files']} files, {st['chunks']} chunks "
+            f"indexed {st.files} files, {st.chunks} chunks "
             f"({report.files_changed} changed, {report.files_removed} removed; "
             f"{report.vectors_embedded} embedded, {report.vectors_from_cache} from cache"
             + (f"; rebuilt: {report.reindex_reason}" if report.reindexed else "")
-            + f") in {report.seconds:.2f}s → {st['dbPath']}"
+            + f") in {report.seconds:.2f}s → {st.db_path}"
         )
     return 0
 
@@ -394,7 +475,7 @@ async def _cmd_append(args: argparse.Namespace) -> int:
     async with _service(args) as svc:
         out = await svc.append(args.target, text, agent_id=args.agent)
     if out.get("disabled"):
-        raise MemorydError(out["error"])
+        _raise(out)
     if args.json:
         _print_json(out)
     else:
@@ -416,11 +497,15 @@ async def _cmd_flush_check(args: argparse.Namespace) -> int:
             record=not args.dry_run,
             agent_id=args.agent,
         )
+    if out.get("disabled"):
+        _raise(out)
     if args.json:
         _print_json(out)
     else:
+        verdict = "run the memory flush now" if out["run"] else "no flush needed"
         print(
-            ("run" if out["run"] else "skip") + f" ({out['reason']}; threshold {out['threshold']})"
+            f"{verdict} ({out['reason'].replace('_', ' ')}: {out['tokenEstimate']:,} tokens, "
+            f"flush threshold {max(0, out['threshold']):,} of a {out['contextWindow']:,}-token window)"
         )
     return 0
 
@@ -449,14 +534,19 @@ async def _cmd_warm(args: argparse.Namespace) -> int:
 
 
 async def _cmd_serve(args: argparse.Namespace) -> int:
+    from .paths import config_file
     from .server import serve, socket_path
 
     svc = _service(args)
+    ids = svc.agent_ids()
+    for aid in ids:
+        svc.agent(aid)  # resolve now: a bad workspace or agent id fails before listening
     print(
-        f"memoryd serve: agents {', '.join(svc.agent_ids())}; socket {socket_path()}",
+        f"memoryd serve: agents {', '.join(ids)}; socket {socket_path()}",
         file=sys.stderr,
     )
-    await serve(svc)
+    await serve(svc, config_path=config_file(args.config))
+    print("memoryd serve: stopped", file=sys.stderr)
     return 0
 
 

@@ -10,6 +10,7 @@ import os
 import re
 import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from . import paths
-from .errors import ConfigError, WorkspaceNotFound
+from .core.layout import LONG_TERM_NAMES, MEMORY_DIR, MemoryRoot, default_roots, extra_root
+from .errors import ConfigError, InvalidAgentId, UnknownAgent, WorkspaceNotFound
 
 
 class _Model(BaseModel):
@@ -190,6 +192,13 @@ class ExperimentalConfig(_Model):
     session_memory: bool = False
 
 
+class ExtraPathEntry(_Model):
+    """An extra memory folder with its own glob (OpenClaw 2026.8's `{path, pattern}` entries)."""
+
+    path: str = Field(description="Folder (absolute, workspace-relative or ~).")
+    pattern: str = Field("**/*.md", description="qmd-style glob of the files to index under it.")
+
+
 ProviderName = Literal["auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "none"]
 FallbackName = Literal["openai", "gemini", "voyage", "mistral", "ollama", "local", "none"]
 SourceName = Literal["memory", "sessions"]
@@ -207,7 +216,10 @@ class MemorySearchConfig(_Model):
     query: QueryConfig = Field(default_factory=QueryConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
     sync: SyncConfig = Field(default_factory=SyncConfig)
-    extra_paths: list[str] = Field(default_factory=list)
+    extra_paths: list[str | ExtraPathEntry] = Field(
+        default_factory=list,
+        description="More memory: folders (every **/*.md), single .md files, or {path, pattern}.",
+    )
     sources: list[SourceName] = Field(default_factory=lambda: list[SourceName](["memory"]))
     experimental: ExperimentalConfig = Field(default_factory=ExperimentalConfig)
 
@@ -374,13 +386,21 @@ class AgentDefaults(_Model):
 
 
 class AgentEntry(_Model):
-    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    id: str = Field(description=f"Agent id: {paths.AGENT_ID_SHAPE} (case-insensitive).")
     workspace: str | None = None
     workspace_access: WorkspaceAccess | None = None
     memory_search: dict[str, Any] | None = Field(
         None, description="Overrides merged over agents.defaults.memorySearch."
     )
     compaction: dict[str, Any] | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _valid_id(cls, value: str) -> str:
+        try:
+            return paths.validate_agent_id(value)
+        except InvalidAgentId as err:
+            raise ValueError(str(err)) from None
 
     @field_validator("memory_search")
     @classmethod
@@ -449,19 +469,114 @@ class ResolvedAgent(BaseModel):
     bootstrap_total_max_chars: int = 150_000
 
     @property
+    def state(self) -> paths.AgentState:
+        """Every state path of this (agent, workspace) pair (see `memoryd.paths`)."""
+        return paths.agent_state(self.agent_id, self.workspace)
+
+    @property
     def index_path(self) -> Path:
         raw = self.memory_search.store.path
         if not raw:
-            return paths.default_index_path(self.agent_id)
-        return Path(raw.replace("{agentId}", self.agent_id)).expanduser()
+            return self.state.index_db
+        return paths.expand_store_path(raw, self.agent_id, self.workspace)
 
     @property
     def state_dir(self) -> Path:
-        return paths.agent_state_dir(self.agent_id)
+        """`<state>/agents/<agentId>/workspaces/<workspaceKey>`."""
+        return self.state.root
 
     @property
     def sessions_dir(self) -> Path:
-        return paths.agent_sessions_dir(self.agent_id)
+        return self.state.sessions_dir
+
+    @property
+    def sessions_enabled(self) -> bool:
+        """Transcripts are a search source: `experimental.sessionMemory` and `"sessions"` in sources."""
+        ms = self.memory_search
+        return bool(ms.experimental.session_memory) and "sessions" in ms.sources
+
+    def extra_roots(self) -> list[MemoryRoot]:
+        """One root per `extraPaths` entry, `~` and workspace-relative paths resolved."""
+        out = []
+        for entry in self.memory_search.extra_paths:
+            raw, pattern = (entry, None) if isinstance(entry, str) else (entry.path, entry.pattern)
+            out.append(extra_root(str(_absolute(raw, self.workspace)), pattern))
+        return out
+
+    def memory_roots(self) -> list[MemoryRoot]:
+        """The default memory files plus `extraPaths`: what the built-in index reads and serves."""
+        return default_roots(str(self.workspace)) + self.extra_roots()
+
+    def index_settings(self) -> IndexSettings:
+        """The built-in index's settings for this agent."""
+        ms = self.memory_search
+        return IndexSettings(
+            agent_id=self.agent_id,
+            workspace=self.workspace,
+            roots=tuple(self.memory_roots()),
+            db_path=self.index_path,
+            sources=tuple(ms.sources),
+            sessions_dir=self.sessions_dir if self.sessions_enabled else None,
+            chunking=ms.chunking,
+            query=ms.query,
+            sync=ms.sync,
+            cache=ms.cache,
+            vector=ms.store.vector,
+        )
+
+    def qmd_settings(self) -> QmdSettings:
+        """The qmd sidecar's settings for this agent."""
+        q = self.memory.qmd
+        export = q.sessions.export_dir
+        exports = (
+            paths.expand_store_path(export, self.agent_id, self.workspace)
+            if export
+            else self.state.qmd_exports
+        )
+        return QmdSettings(
+            agent_id=self.agent_id,
+            workspace=self.workspace,
+            qmd=q,
+            home=self.state.qmd_home,
+            exports_dir=exports,
+            extra_roots=tuple(self.extra_roots()),
+        )
+
+
+def _absolute(raw: str, workspace: Path) -> Path:
+    p = Path(os.path.expanduser(raw))
+    return Path(os.path.normpath(p if p.is_absolute() else workspace / p))
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSettings:
+    """What the built-in index needs to know, and nothing more (built by `ResolvedAgent`)."""
+
+    agent_id: str
+    workspace: Path
+    roots: tuple[MemoryRoot, ...]
+    db_path: Path
+    sources: tuple[str, ...]
+    #: The agent's transcripts folder when transcripts are a search source, else None.
+    sessions_dir: Path | None
+    chunking: ChunkingConfig
+    query: QueryConfig
+    sync: SyncConfig
+    cache: CacheConfig
+    vector: VectorStoreConfig
+
+
+@dataclass(frozen=True, slots=True)
+class QmdSettings:
+    """What the qmd sidecar needs to know (built by `ResolvedAgent`)."""
+
+    agent_id: str
+    workspace: Path
+    qmd: QmdConfig
+    home: Path
+    exports_dir: Path
+    #: `memorySearch.extraPaths`, which become qmd collections too.
+    extra_roots: tuple[MemoryRoot, ...] = ()
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -564,13 +679,7 @@ def read_config_file(path: Path) -> MemorydConfig:
 
 def find_config_file(explicit: str | os.PathLike[str] | None = None) -> Path | None:
     """`--config`, then `MEMORYD_CONFIG`, then `<config dir>/config.toml` if present."""
-    if explicit:
-        return Path(explicit).expanduser()
-    env = os.environ.get("MEMORYD_CONFIG")
-    if env:
-        return Path(env).expanduser()
-    default = paths.config_dir() / "config.toml"
-    return default if default.is_file() else None
+    return paths.config_file(explicit)
 
 
 def load_config(explicit: str | os.PathLike[str] | None = None) -> MemorydConfig:
@@ -579,11 +688,7 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> MemorydConfig
 
 
 def _looks_like_workspace(path: Path) -> bool:
-    return (
-        (path / "MEMORY.md").is_file()
-        or (path / "memory.md").is_file()
-        or (path / "memory").is_dir()
-    )
+    return any((path / name).is_file() for name in LONG_TERM_NAMES) or (path / MEMORY_DIR).is_dir()
 
 
 def resolve_agent(
@@ -594,11 +699,11 @@ def resolve_agent(
     cwd: Path | None = None,
 ) -> ResolvedAgent:
     """Effective settings for one agent: defaults ← agents.list entry ← CLI/env overrides."""
-    agent_id = agent_id or "main"
+    agent_id = paths.validate_agent_id(agent_id or paths.DEFAULT_AGENT_ID)
     entry = next((e for e in config.agents.entries if e.id == agent_id), None)
-    if entry is None and config.agents.entries and agent_id != "main":
+    if entry is None and config.agents.entries and agent_id != paths.DEFAULT_AGENT_ID:
         known = ", ".join(e.id for e in config.agents.entries)
-        raise ConfigError(f"unknown agent {agent_id!r} (configured: {known})")
+        raise UnknownAgent(f"unknown agent {agent_id!r} (configured: {known})")
     defaults = config.agents.defaults
 
     search = defaults.memory_search

@@ -214,3 +214,26 @@ class ServiceUnavailable(MemorydError):
 def error_code(err: BaseException) -> str:
     """The stable code of `err` (`internal_error` for anything that is not a `MemorydError`)."""
     return err.code if isinstance(err, MemorydError) else "internal_error"
+
+
+def _subclasses(cls: type[MemorydError]) -> list[type[MemorydError]]:
+    out = [cls]
+    for sub in cls.__subclasses__():
+        out.extend(_subclasses(sub))
+    return out
+
+
+def error_from_code(code: str | None, message: str) -> MemorydError:
+    """Rebuild an error received over a wire (socket answer) from its code and message."""
+    for cls in _subclasses(MemorydError):
+        if cls.code == code:
+            return cls(message)
+    return MemorydError(message)
+
+
+def all_codes() -> dict[str, str]:
+    """Every code and the first line of its class docstring (the README's error table)."""
+    out: dict[str, str] = {}
+    for cls in _subclasses(MemorydError):
+        out.setdefault(cls.code, (cls.__doc__ or "").strip().splitlines()[0])
+    return out

@@ -70,7 +70,14 @@ def connect(
 ) -> tuple[Any, VectorEngine]:
     """Open the index with WAL, a busy timeout and (when possible) sqlite-vec loaded."""
     module, name = _binding()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _private_parent(path.parent)
+        # SQLite gives -wal/-shm the database file's mode: create it private first.
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        if os.stat(path).st_mode & 0o077:
+            os.chmod(path, 0o600)
+    except OSError as err:
+        raise IndexError_(f"cannot create index {path}: {err.strerror or err}") from None
     try:
         conn = module.connect(
             str(path), timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None
@@ -86,6 +93,19 @@ def connect(
     if error is None:
         return conn, VectorEngine("sqlite-vec", True, None, name)
     return conn, VectorEngine("numpy", True, error, name)
+
+
+def _private_parent(folder: Path) -> None:
+    """Create the index folder (and missing parents) as 0700; memoryd's own folder is made 0700."""
+    missing = []
+    current = folder
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    for item in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(item, 0o700)
+        os.chmod(item, 0o700)
 
 
 # ----------------------------------------------------------------------------- migrations
@@ -260,6 +280,17 @@ class Store:
                 "insert or replace into meta(key, value) values (?, ?)", list(values.items())
             )
 
+    @property
+    def vec_dims(self) -> int | None:
+        """Dimensions of the stored vectors (None until the first vector is written)."""
+        return self._vec_dims
+
+    def finalize_for_publish(self) -> None:
+        """Fold the WAL into the main file and leave journal mode `delete`: one self-contained file."""
+        with self.lock:
+            self.conn.execute("pragma wal_checkpoint(truncate)")
+            self.conn.execute("pragma journal_mode = delete")
+
     def _vec_table_dims(self) -> int | None:
         with self.lock:
             row = self.conn.execute("select value from meta where key = 'vec_dims'").fetchone()
@@ -396,6 +427,14 @@ class Store:
                     )
                 )
         return out
+
+    def abs_paths(self, source: str) -> list[str]:
+        """Absolute paths of the indexed files of one source."""
+        with self.lock:
+            return [
+                r[0]
+                for r in self.conn.execute("select abs_path from files where source = ?", (source,))
+            ]
 
     def paths(self) -> list[str]:
         with self.lock:

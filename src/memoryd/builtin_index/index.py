@@ -15,32 +15,49 @@ import os
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import numpy as np
 
-from ..config import ResolvedAgent
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+from ..config import IndexSettings
 from ..core.chunking import chunk_lines, content_hash
-from ..core.citations import trim_to_budget
+from ..core.engine import (
+    BuiltinStatus,
+    CacheInfo,
+    DegradedInfo,
+    EngineAnswer,
+    FtsInfo,
+    ProgressFn,
+    SearchRequest,
+    VectorInfo,
+)
+from ..core.layout import MemoryRoot, check_line_range, is_markdown
 from ..core.ranking import Candidate, RankParams, path_match_level, rank, select_snippet
 from ..core.results import MAX_SNIPPET_CHARS, FileText, SearchResult
 from ..core.text import fts_match_expression, query_terms, trigram_terms
-from ..embeddings.base import EmbeddingProvider, ProviderSelection
-from ..errors import BatchPending, InvalidInput, MemorydError, ProviderUnavailable
-from ..lifecycle.transcripts import (
+from ..core.transcripts import (
     SessionDeltaTracker,
-    count_newlines,
-    list_transcripts,
-    sessions_enabled,
-    transcript_chunks,
-    transcript_display_path,
+    TranscriptChunk,
+    chunk_transcript,
+    parse_transcript_text,
 )
-from ._files import MemoryFile, discover, read_memory_file, resolve_extra_paths
+from ..embeddings.base import EmbeddingProvider, ProviderSelection
+from ..errors import (
+    BatchPending,
+    InvalidInput,
+    MemorydError,
+    ProviderUnavailable,
+    WorkspaceMismatch,
+)
+from ..memfiles import MemoryFile, discover, read_memory_file
 from ._store import Store, remove_db_files
 
 log = logging.getLogger("memoryd.builtin_index")
@@ -51,7 +68,42 @@ def _newlines_in_prefix(path: Path, size: int) -> int:
         return fh.read(size).count(b"\n")
 
 
-ProgressFn = Callable[[str, int, int], None]
+def _count_newlines(path: Path) -> int:
+    n = 0
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 16):
+            n += block.count(b"\n")
+    return n
+
+
+def transcript_display_path(path: Path) -> str:
+    """How a transcript is named in search results: `sessions/<file>.jsonl` (as OpenClaw does)."""
+    return f"sessions/{path.name}"
+
+
+def _list_transcripts(folder: Path | None) -> list[Path]:
+    if folder is None:
+        return []
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(
+        Path(e.path)
+        for e in entries
+        if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False)
+    )
+
+
+def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[TranscriptChunk]:
+    with open(path, "rb") as fh:
+        data = fh.read()
+    messages, _malformed, _lines = parse_transcript_text(
+        data.decode("utf-8", errors="replace"), sanitize=True
+    )
+    return chunk_transcript(messages, tokens=tokens, overlap=overlap)
+
+
 EMBED_BATCH = 16
 QUERY_CACHE_SIZE = 256
 
@@ -73,47 +125,36 @@ class SyncReport:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-@dataclass
-class SearchOutcome:
-    results: list[SearchResult]
-    provider: str | None
-    model: str | None
-    mode: str  # "hybrid" | "keyword" | "vector"
-    fallback: dict[str, Any] | None = None
-    pending_vectors: int = 0
-    notes: list[str] = field(default_factory=list)
-
-
 class MemoryIndex:
-    """The built-in index of one agent's memory files."""
+    """The built-in index of one (agent, workspace): a `MemoryEngine`."""
+
+    name: Final = "builtin"
 
     def __init__(
         self,
-        agent: ResolvedAgent,
-        selection: ProviderSelection | None = None,
+        settings: IndexSettings,
+        selection: ProviderSelection,
         *,
         path: Path | None = None,
     ) -> None:
-        self.agent = agent
-        self.cfg = agent.memory_search
-        self.path = path or agent.index_path
-        if selection is None:
-            from ..embeddings.selection import select_provider
-
-            selection = select_provider(agent)
+        self.settings = settings
+        self.cfg = settings
+        self.path = path or settings.db_path
         self.selection = selection
         self.provider: EmbeddingProvider | None = selection.provider
         self.fallback_reason: str | None = None
         self.fallback_since: float | None = None
         self.unavailable: str | None = None
-        vec = self.cfg.store.vector
+        vec = self.cfg.vector
         self._vector_enabled = vec.enabled
         self._extension_path = vec.extension_path
         self.store = Store(self.path, vector_enabled=vec.enabled, extension_path=vec.extension_path)
+        self._bind_workspace(self.store)
         self.dirty = True
         self._sync_lock = anyio.Lock()
         self._last_sync_at: float | None = None
         self.last_error: str | None = None
+        self._tg: TaskGroup | None = None
         self._sessions = SessionDeltaTracker(
             delta_bytes=self.cfg.sync.sessions.delta_bytes,
             delta_messages=self.cfg.sync.sessions.delta_messages,
@@ -125,6 +166,30 @@ class MemoryIndex:
         self._session_baselines: set[str] = set()
 
     # ------------------------------------------------------------------ identity of the index
+
+    def _bind_workspace(self, store: Store) -> None:
+        """Record which workspace this index belongs to; refuse one built for another.
+
+        An index is never re-synced to a different workspace (that silently mixed two users'
+        memory): a user pointing `store.path` at one file for two workspaces gets this error.
+        """
+        mine = str(self.settings.workspace)
+        meta = store.meta()
+        recorded = meta.get("workspace")
+        if recorded is None:
+            foreign = [
+                p for p in store.abs_paths("memory") if not _inside_any(p, self.settings.roots)
+            ]
+            if foreign:
+                recorded = os.path.dirname(foreign[0])
+            else:
+                store.set_meta({"workspace": mine, "agentId": self.settings.agent_id})
+                return
+        if recorded != mine:
+            raise WorkspaceMismatch(
+                f"index {self.path} was built for workspace {recorded}, not {mine}; give each "
+                "workspace its own store.path (e.g. with {workspaceKey}) or remove that file"
+            )
 
     def signature(self) -> dict[str, Any]:
         p = self.provider
@@ -199,7 +264,7 @@ class MemoryIndex:
             return report
 
     def _discover(self) -> list[MemoryFile]:
-        return discover(self.agent.workspace, self.cfg.extra_paths)
+        return discover(self.settings.roots, self.settings.workspace)
 
     def _text_phase(self, store: Store, report: SyncReport, progress: ProgressFn | None) -> None:
         files = self._discover()
@@ -248,12 +313,12 @@ class MemoryIndex:
 
     def _sessions_phase(self, store: Store, report: SyncReport, force: bool) -> None:
         """Index the agent's transcripts once enough new data accumulated (sync.sessions deltas)."""
-        if not sessions_enabled(self.agent):
+        if self.settings.sessions_dir is None:
             return
         known = {p: v for p, v in store.files().items() if v[3] == "sessions"}
         seen: set[str] = set()
         chunking = self.cfg.chunking
-        for path in list_transcripts(self.agent):
+        for path in _list_transcripts(self.settings.sessions_dir):
             rel = transcript_display_path(path)
             seen.add(rel)
             try:
@@ -263,7 +328,7 @@ class MemoryIndex:
             prev = known.get(rel)
             if prev is not None and prev[1] == st.st_mtime and prev[2] == st.st_size:
                 continue
-            lines = count_newlines(path)
+            lines = _count_newlines(path)
             if prev is not None and not force:
                 if rel not in self._session_baselines:
                     self._session_baselines.add(rel)
@@ -271,7 +336,7 @@ class MemoryIndex:
                 if not self._sessions.observe(rel, st.st_size, lines).due:
                     continue
             try:
-                chunks = transcript_chunks(path, chunking.tokens, chunking.overlap)
+                chunks = _transcript_chunks(path, chunking.tokens, chunking.overlap)
                 data = path.read_bytes()
             except OSError as err:
                 log.warning("cannot read transcript %s: %s", path, err)
@@ -377,15 +442,19 @@ class MemoryIndex:
                 tmp, vector_enabled=self._vector_enabled, extension_path=self._extension_path
             )
             new.copy_cache_from(self.path)
-            new.set_meta({"signature": json.dumps(self.signature())})
+            new.set_meta(
+                {
+                    "signature": json.dumps(self.signature()),
+                    "workspace": str(self.settings.workspace),
+                    "agentId": self.settings.agent_id,
+                }
+            )
             await anyio.to_thread.run_sync(self._text_phase, new, report, progress)
             await anyio.to_thread.run_sync(self._sessions_phase, new, report, True)
             if embed:
                 await self._vector_phase(new, report, embed_budget_s, progress)
             # leave a single self-contained file behind (no -wal) before the rename
-            with new.lock:
-                new.conn.execute("pragma wal_checkpoint(truncate)")
-                new.conn.execute("pragma journal_mode = delete")
+            new.finalize_for_publish()
             new.close()
             new = None
         except BaseException:
@@ -425,15 +494,21 @@ class MemoryIndex:
 
     async def search(
         self,
-        query: str,
+        request: SearchRequest | str,
         *,
         max_results: int | None = None,
         min_score: float | None = None,
         now: datetime | None = None,
         mode: str | None = None,
-    ) -> SearchOutcome:
-        """Hybrid recall. `mode` ("hybrid"|"keyword"|"vector") overrides config, for evaluation."""
-        query = (query or "").strip()
+    ) -> EngineAnswer:
+        """Hybrid recall. `mode` ("hybrid"|"keyword"|"vector") overrides config, for evaluation.
+
+        A plain string is a request with the keyword arguments as its limits.
+        """
+        if isinstance(request, str):
+            request = SearchRequest(request, max_results, min_score)
+        query = (request.query or "").strip()
+        max_results, min_score = request.max_results, request.min_score
         if not query:
             raise InvalidInput("query must not be empty")
         if self.unavailable:
@@ -476,6 +551,8 @@ class MemoryIndex:
 
         rows = store.chunk_rows(cands)
         allowed_sources = set(self.cfg.sources)
+        if request.corpus != "all":
+            allowed_sources &= {request.corpus}
         filled = []
         for cid, c in cands.items():
             row = rows.get(cid)
@@ -497,7 +574,6 @@ class MemoryIndex:
                 c.text, c.start_line, c.end_line, query, MAX_SNIPPET_CHARS
             )
             results.append(SearchResult(c.path, first, last, c.score, snippet, source=c.source))  # type: ignore[arg-type]
-        results = trim_to_budget(results, self.cfg.query.max_injected_chars)
 
         kw_used = want_kw and store.fts_available
         used_mode = (
@@ -508,17 +584,19 @@ class MemoryIndex:
         pending = store.pending_count() if self.provider else 0
         if pending and qvec is not None:
             notes.append(f"{pending} chunks still waiting for embeddings")
-        fallback = None
+        degraded = None
         if self.fallback_reason:
-            fallback = {"reason": self.fallback_reason, "since": self.fallback_since}
-        return SearchOutcome(
+            degraded = {"reason": self.fallback_reason, "since": self.fallback_since}
+        return EngineAnswer(
             results=results,
+            engine="builtin",
             provider=self.provider.id if self.provider else None,
             model=self.provider.model if self.provider else None,
             mode=used_mode,
-            fallback=fallback,
-            pending_vectors=pending,
+            max_injected_chars=self.cfg.query.max_injected_chars,
             notes=notes,
+            degraded=degraded,
+            pending_vectors=pending,
         )
 
     async def _embed_query(self, query: str) -> np.ndarray:
@@ -588,72 +666,77 @@ class MemoryIndex:
 
     # ------------------------------------------------------------------ get
 
-    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
-        """Read a memory file or a line range of it (see `resolve_get_path` for the policy)."""
-        shown, text = read_memory_file(
-            self.agent.workspace, self.cfg.extra_paths, path, from_line, lines
+    async def get(
+        self, path: str, from_line: int | None = None, lines: int | None = None
+    ) -> FileText:
+        """Read a memory file or a line range of it (the policy is `core.layout.locate`)."""
+        check_line_range(from_line, lines)
+        shown, text = await anyio.to_thread.run_sync(
+            read_memory_file, self.settings.roots, self.settings.workspace, path, from_line, lines
         )
         return FileText(shown, text)
 
     # ------------------------------------------------------------------ status
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> BuiltinStatus:
         counts = self.store.counts()
         vec = self.store.vector
         sel = self.selection
-        return {
-            "backend": "builtin",
-            "agentId": self.agent.agent_id,
-            "provider": self.provider.id if self.provider else "none",
-            "model": self.provider.model if self.provider else None,
-            "requestedProvider": sel.requested,
-            "providerReason": sel.reason,
-            "fallback": {"reason": self.fallback_reason, "since": self.fallback_since}
+        return BuiltinStatus(
+            provider=self.provider.id if self.provider else "none",
+            model=self.provider.model if self.provider else None,
+            requested_provider=sel.requested,
+            provider_reason=sel.reason,
+            fallback=DegradedInfo(reason=self.fallback_reason, since=self.fallback_since)
             if self.fallback_reason
             else None,
-            "unavailable": self.unavailable,
-            "files": counts["files"],
-            "chunks": counts["chunks"],
-            "pendingVectors": counts["pending_vectors"] if self.provider else 0,
-            "dirty": self.dirty,
-            "needsReindex": self.reindex_reason(),
-            "dbPath": str(self.path),
-            "workspaceDir": str(self.agent.workspace),
-            "sources": list(self.cfg.sources),
-            "sourceCounts": counts["source_counts"],
-            "vector": {
-                "enabled": self._vector_enabled,
-                "available": vec.available and self.provider is not None,
-                "engine": vec.engine,
-                "searchEngine": self.store.search_engine,
-                "binding": vec.binding,
-                "dims": self.store._vec_dims,
-                "loadError": vec.load_error,
-            },
-            "fts": {
-                "available": self.store.fts_available,
-                "error": self.store.fts_error,
-                "trigram": self.store.trigram_error is None,
-            },
-            "cache": {
-                "enabled": self.cfg.cache.enabled,
-                "entries": counts["cache_entries"],
-                "maxEntries": self.cfg.cache.max_entries,
-            },
-            "lastSyncAt": self._last_sync_at,
-        }
+            unavailable=self.unavailable,
+            files=counts["files"],
+            chunks=counts["chunks"],
+            pending_vectors=counts["pending_vectors"] if self.provider else 0,
+            dirty=self.dirty,
+            needs_reindex=self.reindex_reason(),
+            db_path=str(self.path),
+            workspace_dir=str(self.settings.workspace),
+            sources=list(self.cfg.sources),
+            source_counts=counts["source_counts"],
+            vector=VectorInfo(
+                enabled=self._vector_enabled,
+                available=vec.available and self.provider is not None,
+                engine=vec.engine,
+                search_engine=self.store.search_engine,
+                binding=vec.binding,
+                dims=self.store.vec_dims,
+                load_error=vec.load_error,
+            ),
+            fts=FtsInfo(
+                available=self.store.fts_available,
+                error=self.store.fts_error,
+                trigram=self.store.trigram_error is None,
+            ),
+            cache=CacheInfo(
+                enabled=self.cfg.cache.enabled,
+                entries=counts["cache_entries"],
+                max_entries=self.cfg.cache.max_entries,
+            ),
+            last_sync_at=self._last_sync_at,
+            last_error=self.last_error,
+        )
 
     # ------------------------------------------------------------------ watch
 
     def watch_roots(self) -> list[Path]:
-        ws = self.agent.workspace
+        """Folders to watch: the workspace, extra roots outside it, and the transcripts folder."""
+        ws = self.settings.workspace
         roots = [ws]
-        for extra in resolve_extra_paths(ws, self.cfg.extra_paths):
-            if extra.exists() and not extra.is_relative_to(ws):
-                roots.append(extra if extra.is_dir() else extra.parent)
-        if sessions_enabled(self.agent):
-            self.agent.sessions_dir.mkdir(parents=True, exist_ok=True)
-            roots.append(self.agent.sessions_dir)
+        for root in self.settings.roots:
+            p = Path(root.path)
+            if p.exists() and not p.is_relative_to(ws) and p not in roots:
+                roots.append(p)
+        sessions = self.settings.sessions_dir
+        if sessions is not None:
+            sessions.mkdir(parents=True, exist_ok=True)
+            roots.append(sessions)
         return roots
 
     async def watch(
@@ -665,26 +748,17 @@ class MemoryIndex:
         """Watch memory files; mark dirty on change and sync in the background after the debounce."""
         from watchfiles import awatch
 
-        ws = self.agent.workspace
-        extras = [p for p in self.watch_roots() if p != ws]
-
-        sessions_dir = self.agent.sessions_dir
+        sessions_dir = self.settings.sessions_dir
+        roots = self.settings.roots
 
         def relevant(_change: Any, raw: str) -> bool:
             p = Path(raw)
-            if p.is_relative_to(sessions_dir):
+            if sessions_dir is not None and p.is_relative_to(sessions_dir):
                 return p.name.endswith(".jsonl")
-            if not p.name.lower().endswith(".md") and p.suffix:
+            if p.suffix and not is_markdown(p.name):
                 return False
-            if p.is_relative_to(ws):
-                rel = p.relative_to(ws).as_posix()
-                return (
-                    rel in ("MEMORY.md", "memory.md")
-                    or rel == "memory"
-                    or rel.startswith("memory/")
-                    or bool(self.cfg.extra_paths)
-                )
-            return any(p.is_relative_to(e) for e in extras)
+            # a folder event (no suffix) under a root may hide new files: let it through
+            return _inside_any(str(p), roots) or any(Path(r.path).is_relative_to(p) for r in roots)
 
         async for _changes in awatch(
             *self.watch_roots(),
@@ -704,9 +778,64 @@ class MemoryIndex:
             if on_synced:
                 on_synced(report)
 
+    # ------------------------------------------------------------------ engine lifecycle
+
+    async def start(self, task_group: TaskGroup | None = None) -> None:
+        """With a task group: sync now, then keep fresh (watcher, `sync.intervalMinutes`)."""
+        self._tg = task_group
+        if task_group is not None:
+            task_group.start_soon(self._keep_fresh)
+
+    async def _keep_fresh(self) -> None:
+        try:
+            await self.sync()
+        except MemorydError as err:
+            self.last_error = str(err)
+            log.warning("built-in index sync failed for %s: %s", self.settings.agent_id, err)
+        async with anyio.create_task_group() as tg:
+            if self.cfg.sync.watch:
+                tg.start_soon(self.watch)
+            minutes = self.cfg.sync.interval_minutes
+            if minutes > 0:
+                tg.start_soon(self._periodic, minutes * 60)
+
+    async def _periodic(self, every_s: float) -> None:
+        while True:
+            await anyio.sleep(every_s)
+            self.dirty = True
+            try:
+                await self.sync()
+            except MemorydError as err:
+                self.last_error = str(err)
+                log.warning("periodic sync failed: %s", err)
+
+    def pending_changes(self) -> int:
+        """Memory files added, changed or removed since the last sync (a stat pass, no reads)."""
+        known = {p: v for p, v in self.store.files().items() if v[3] == "memory"}
+        current = {mf.rel_path: mf for mf in self._discover()}
+        changed = 0
+        for rel, mf in current.items():
+            prev = known.get(rel)
+            try:
+                st = mf.abs_path.stat()
+            except OSError:
+                continue
+            if prev is None or prev[1] != st.st_mtime or prev[2] != st.st_size:
+                changed += 1
+        return changed + sum(1 for rel in known if rel not in current)
+
+    def notify_changed(self) -> None:
+        """A memory file was written through memoryd: the next search syncs first."""
+        self.dirty = True
+
     async def aclose(self) -> None:
         self.store.close()
         for p in {
             id(x): x for x in (self.selection.provider, self.selection.fallback) if x
         }.values():
             await p.aclose()
+
+
+def _inside_any(path: str, roots: Sequence[MemoryRoot]) -> bool:
+    """Whether `path` lies under one of the roots (lexically)."""
+    return any(path == r.path or path.startswith(r.path.rstrip(os.sep) + os.sep) for r in roots)

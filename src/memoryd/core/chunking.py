@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from ..errors import InvalidInput
 from .text import estimate_tokens
 
 
@@ -55,7 +56,7 @@ def chunk_lines(text: str, *, tokens: int = 400, overlap: int = 80) -> list[Chun
     its line number. Blank-only input yields no chunks.
     """
     if overlap >= tokens:
-        raise ValueError("overlap must be smaller than tokens")
+        raise InvalidInput("overlap must be smaller than tokens")
     units: list[tuple[int, str, int]] = []  # (line number, text, tokens)
     for number, line in enumerate(text.splitlines(), start=1):
         cost = estimate_tokens(line) + 1  # +1 for the newline

@@ -122,7 +122,12 @@ class MemoryRoot:
             return False
         if any(p in SKIP_DIRS for p in parts[:-1]):
             return False
-        return is_markdown(parts[-1]) and glob_match(rel, self.pattern)
+        if not is_markdown(parts[-1]):
+            return False
+        if "*" in self.pattern and not parts[-1].endswith(MARKDOWN_SUFFIX):
+            # `Notes.MD` is Markdown too: wildcard masks match it as `Notes.md`
+            rel = rel.with_name(parts[-1][: -len(MARKDOWN_SUFFIX)] + MARKDOWN_SUFFIX)
+        return glob_match(rel, self.pattern)
 
     @property
     def is_single_file(self) -> bool:

@@ -25,14 +25,15 @@ was cut, a hint to move detail into `memory/*.md` (the seed's `/context list`).
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from ..config import ResolvedAgent
-from ..scope_rules import parse_session_key
+from ..core.layout import LONG_TERM_NAMES, MEMORY_DIR, daily_note_name, is_daily_note_of
+from ..core.session_keys import parse_session_key
+from ..errors import InvalidInput
 
 __all__ = [
     "DEFAULT_BOOTSTRAP_MAX_CHARS",
@@ -162,26 +163,21 @@ def _cut(text: str, name: str, head_n: int, tail_n: int) -> str:
     return text[:head_n] + marker + (text[len(text) - tail_n :] if tail_n else "")
 
 
-def _daily_re(day: date) -> re.Pattern[str]:
-    return re.compile(rf"{re.escape(day.isoformat())}(?:-[^/\\]+)?\.md")
-
-
 def daily_note_paths(workspace: Path, day: date) -> list[Path]:
     """`memory/<day>.md` then `memory/<day>-<slug>.md` files (sorted) that exist as regular files."""
-    folder = workspace / "memory"
+    folder = workspace / MEMORY_DIR
     try:
-        names = [e.name for e in os.scandir(folder) if e.is_file()]
+        names = [e.name for e in os.scandir(folder) if e.is_file(follow_symlinks=False)]
     except (FileNotFoundError, NotADirectoryError):
         return []
-    pattern = _daily_re(day)
-    exact = f"{day.isoformat()}.md"
-    matched = sorted(n for n in names if pattern.fullmatch(n))
+    exact = daily_note_name(day)
+    matched = sorted(n for n in names if is_daily_note_of(n, day))
     matched.sort(key=lambda n: (n != exact, n))
     return [folder / n for n in matched]
 
 
 def _long_term_path(workspace: Path) -> Path | None:
-    for name in ("MEMORY.md", "memory.md"):
+    for name in LONG_TERM_NAMES:
         candidate = workspace / name
         if candidate.is_file():
             return candidate
@@ -222,7 +218,7 @@ def build_session_context(
 ) -> SessionContext:
     """Assemble the session-start context for `session_key` on `today` (reads files, writes none)."""
     if budget_chars < 1 or total_budget_chars < 1:
-        raise ValueError("budgets must be positive")
+        raise InvalidInput("budgets must be positive")
     ws = agent.workspace
     main = is_main_session(session_key)
     candidates: list[tuple[Path, FileKind]] = []

@@ -6,7 +6,7 @@ whether to run the flush turn now, with the configured prompts. The rule (OpenCl
 
     run  ⇔  memoryFlush.enabled
             and workspaceAccess == "rw"
-            and token_estimate > context_window − reserveTokensFloor − softThresholdTokens
+            and token_estimate ≥ context_window − reserveTokensFloor − softThresholdTokens
             and no flush has run yet in this compaction cycle
 
 "This compaction cycle" is the session's `compaction_count`; a count at or below the last
@@ -37,7 +37,7 @@ from .._util import fsync_dir
 from ..config import ResolvedAgent
 from ..core.replies import SILENT_REPLY_TOKEN, is_no_reply
 from ..core.session_keys import normalize_session_key
-from ..errors import FlushStateError
+from ..errors import FlushStateError, InvalidInput
 
 __all__ = [
     "SILENT_REPLY_TOKEN",
@@ -109,7 +109,7 @@ class FlushState:
 
     @classmethod
     def for_agent(cls, agent: ResolvedAgent) -> FlushState:
-        return cls(agent.state_dir / "sessions.json")
+        return cls(agent.state.flush_state)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -276,7 +276,7 @@ def check_flush(
     reset session apart from the old one under the same key.
     """
     if token_estimate < 0 or context_window < 0 or compaction_count < 0:
-        raise ValueError("token_estimate, context_window and compaction_count must not be negative")
+        raise InvalidInput("tokenEstimate, contextWindow and compactionCount must not be negative")
     cfg = agent.compaction.memory_flush
     threshold = flush_threshold(agent, context_window)
 
@@ -302,7 +302,7 @@ def check_flush(
         return decide("no_token_estimate")
     if threshold <= 0:
         return decide("window_too_small")
-    if token_estimate <= threshold:
+    if token_estimate < threshold:  # OpenClaw flushes once the estimate reaches it
         return decide("below_threshold")
 
     state = FlushState.for_agent(agent)
@@ -336,7 +336,7 @@ def record_flush(
 ) -> FlushRecord:
     """Record that a flush ran in cycle `compaction_count` (for hosts that decide on their own)."""
     if compaction_count < 0:
-        raise ValueError("compaction_count must not be negative")
+        raise InvalidInput("compactionCount must not be negative")
     new = FlushRecord(compaction_count, _now_iso(now), session_id)
     FlushState.for_agent(agent).update(session_key, lambda _old: new)
     return new

@@ -87,10 +87,7 @@ class ExportReport:
 
 def session_export_dir(agent: ResolvedAgent) -> Path:
     """`memory.qmd.sessions.exportDir`, else `<state>/agents/<id>/qmd/sessions`."""
-    configured = agent.memory.qmd.sessions.export_dir
-    if configured:
-        return Path(configured.replace("{agentId}", agent.agent_id)).expanduser()
-    return agent.state_dir / "qmd" / "sessions"
+    return agent.qmd_settings().exports_dir
 
 
 def render_session_markdown(sid: str, lines: str) -> str:

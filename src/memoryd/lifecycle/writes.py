@@ -27,6 +27,7 @@ import filelock
 from .. import paths
 from .._util import fsync_dir
 from ..config import ResolvedAgent
+from ..core.layout import LONG_TERM_NAMES, daily_note_rel
 from ..errors import InvalidMemoryWrite, MemoryWriteFailed, PathNotAllowed, WorkspaceReadOnly
 
 __all__ = [
@@ -66,9 +67,9 @@ def append_target_path(agent: ResolvedAgent, target: str, *, now: datetime) -> P
     """The file an append to `target` would write (it may not exist yet)."""
     ws = agent.workspace
     if target == "daily":
-        return ws / "memory" / f"{now.date().isoformat()}.md"
+        return ws / daily_note_rel(now.date())
     if target == "long-term":
-        upper, lower = ws / "MEMORY.md", ws / "memory.md"
+        upper, lower = ws / LONG_TERM_NAMES[0], ws / LONG_TERM_NAMES[1]
         if not _exists(upper) and _exists(lower) and not _same_file(upper, lower):
             return lower
         return upper
@@ -93,8 +94,8 @@ def _heading(target: str, now: datetime) -> str:
 
 def _lock_for(path: Path) -> filelock.FileLock:
     digest = hashlib.sha256(str(path).encode("utf-8")).hexdigest()[:32]
-    folder = paths.state_dir() / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = paths.locks_dir()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     return filelock.FileLock(str(folder / f"append-{digest}.lock"), timeout=LOCK_TIMEOUT_S)
 
 
