@@ -123,7 +123,7 @@ def test_get_refuses_symlinks_hard_links_and_directories(workspace: Path, tmp_pa
             get(workspace, path)
     with pytest.raises(PathNotAllowed, match="hard links"):
         get(workspace, "memory/hard.md")
-    with pytest.raises(PathNotAllowed, match="not a regular file"):
+    with pytest.raises(PathNotAllowed, match="a folder, not a file"):
         get(workspace, "memory/dir.md")
 
 

@@ -50,7 +50,9 @@ def seeded(workspace: Path) -> Path:
         ("main", True),
         ("agent:main:main", True),
         ("cli", True),
-        ("cron:nightly", True),
+        # OpenClaw filters cron and sub-agent sessions to the non-private files
+        ("cron:nightly", False),
+        ("agent:main:cron:nightly", False),
         ("agent:main:telegram:direct:42", True),
         ("discord:dm:7", True),
         ("agent:main:discord:group:123", False),
@@ -192,6 +194,7 @@ def test_truncation_head_is_seventy_and_tail_twenty_percent() -> None:
     assert out.startswith("H" * 3500) and not out.startswith("H" * 3501)
     assert out.endswith("T" * 1000) and not out.endswith("T" * 1001)
     assert "kept 3500+1000 chars of 15000" in out
+    assert out.count("truncated") == 1  # one marker, not two
     assert len(out) <= 5000
 
 

@@ -148,7 +148,7 @@ def test_a_memory_path_that_cannot_be_written_is_a_clear_error(tmp_path: Path) -
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "memory").write_text("a file where the folder should be\n")
-    with pytest.raises(MemoryWriteFailed, match="cannot append"):
+    with pytest.raises(PathNotAllowed, match="not a folder"):
         append_memory(agent_for(ws), "daily", "x", now=NOW)
 
 

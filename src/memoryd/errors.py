@@ -121,6 +121,12 @@ class MemoryWriteFailed(MemorydError):
     code = "write_failed"
 
 
+class MemoryReadFailed(MemorydError):
+    """Raised when a memory file that memoryd may serve cannot be read (permissions, I/O error)."""
+
+    code = "read_failed"
+
+
 class InvalidMemoryWrite(InvalidInput):
     """Raised when `memory_append` gets an unknown target, empty text, NUL bytes or more than 64 KiB."""
 

@@ -43,7 +43,14 @@ from pathlib import Path, PurePosixPath
 from typing import Final, Literal
 
 from .core.layout import MAX_DEPTH, SKIP_DIRS, MemoryRoot
-from .errors import MemorydError, MemoryWriteFailed, PathNotAllowed, StateError, StateReadOnly
+from .errors import (
+    MemorydError,
+    MemoryReadFailed,
+    MemoryWriteFailed,
+    PathNotAllowed,
+    StateError,
+    StateReadOnly,
+)
 
 __all__ = [
     "PRIVATE_DIR_MODE",
@@ -64,13 +71,6 @@ __all__ = [
     "walk",
     "write_private_atomic",
 ]
-
-
-class MemoryReadFailed(MemorydError):
-    """Raised when a memory file that memoryd may serve cannot be read (permissions, I/O error)."""
-
-    # Belongs in errors.py next to MemoryWriteFailed; defined here until the lead moves it.
-    code = "read_failed"
 
 
 PRIVATE_DIR_MODE: Final = 0o700

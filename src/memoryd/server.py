@@ -199,7 +199,9 @@ async def serve(
 ) -> None:
     """Run until SIGINT/SIGTERM (or cancellation); then stop timers and kill qmd children."""
     sock = sock or socket_path()
-    sock.parent.mkdir(parents=True, exist_ok=True)
+    from .fsio import private_dir
+
+    private_dir(sock.parent)  # the socket is bound before chmod: its folder must be private
     if sock.exists():
         if ping(sock) is not None:
             from .errors import MemorydError

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from ..core.text import segment_for_fts
-from ..errors import IndexError_
+from ..errors import IndexError_, StateError
+from ..fsio import private_database
 
 BUSY_TIMEOUT_MS = 5000
 #: Up to this many vectors, KNN runs over an in-memory numpy matrix (~1.5 KB per 384-d vector).
@@ -71,13 +72,10 @@ def connect(
     """Open the index with WAL, a busy timeout and (when possible) sqlite-vec loaded."""
     module, name = _binding()
     try:
-        _private_parent(path.parent)
         # SQLite gives -wal/-shm the database file's mode: create it private first.
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-        if os.stat(path).st_mode & 0o077:
-            os.chmod(path, 0o600)
-    except OSError as err:
-        raise IndexError_(f"cannot create index {path}: {err.strerror or err}") from None
+        private_database(path)
+    except StateError as err:
+        raise IndexError_(f"cannot create index {path}: {err}") from None
     try:
         conn = module.connect(
             str(path), timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None
@@ -93,19 +91,6 @@ def connect(
     if error is None:
         return conn, VectorEngine("sqlite-vec", True, None, name)
     return conn, VectorEngine("numpy", True, error, name)
-
-
-def _private_parent(folder: Path) -> None:
-    """Create the index folder (and missing parents) as 0700; memoryd's own folder is made 0700."""
-    missing = []
-    current = folder
-    while not current.exists():
-        missing.append(current)
-        current = current.parent
-    for item in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(item, 0o700)
-        os.chmod(item, 0o700)
 
 
 # ----------------------------------------------------------------------------- migrations

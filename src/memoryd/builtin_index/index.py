@@ -57,7 +57,8 @@ from ..errors import (
     ProviderUnavailable,
     WorkspaceMismatch,
 )
-from ..memfiles import MemoryFile, discover, read_memory_file
+from ..fsio import private_dir
+from ..memfiles import MemoryFile, discover, discover_all, read_memory, read_memory_file
 from ._store import Store, remove_db_files
 
 log = logging.getLogger("memoryd.builtin_index")
@@ -267,28 +268,35 @@ class MemoryIndex:
         return discover(self.settings.roots, self.settings.workspace)
 
     def _text_phase(self, store: Store, report: SyncReport, progress: ProgressFn | None) -> None:
-        files = self._discover()
+        found = discover_all(self.settings.roots, self.settings.workspace)
+        files = found.files
         known = store.files()
         report.files_scanned = len(files)
+        meta = store.meta()
+        undecodable: set[str] = set(json.loads(meta.get("undecodable") or "[]"))
         seen: set[str] = set()
         for i, mf in enumerate(files, 1):
             seen.add(mf.rel_path)
-            try:
-                st = mf.abs_path.stat()
-            except OSError:
-                continue
             prev = known.get(mf.rel_path)
-            if prev is not None and prev[1] == st.st_mtime and prev[2] == st.st_size:
+            if prev is not None and prev[1] == mf.mtime_ns / 1e9 and prev[2] == mf.size:
                 continue
             try:
-                data = mf.abs_path.read_bytes()
-            except OSError as err:
-                log.warning("cannot read %s: %s", mf.abs_path, err)
+                got = read_memory(mf, self.settings.workspace)
+            except MemorydError as err:  # refused or unreadable now: leave it out
+                log.warning("skipping %s: %s", mf.rel_path, err)
                 continue
-            text = data.decode("utf-8", errors="replace")
+            if got is None:  # removed since discovery
+                continue
+            try:
+                text = got.data.decode("utf-8")
+                undecodable.discard(mf.rel_path)
+            except UnicodeDecodeError:
+                text = got.data.decode("utf-8", errors="replace")
+                undecodable.add(mf.rel_path)
+            mtime = got.mtime_ns / 1e9
             file_hash = content_hash(text)
             if prev is not None and prev[0] == file_hash:
-                store.touch_file(mf.rel_path, st.st_mtime, st.st_size)
+                store.touch_file(mf.rel_path, mtime, got.size)
                 continue
             chunks = chunk_lines(
                 text, tokens=self.cfg.chunking.tokens, overlap=self.cfg.chunking.overlap
@@ -298,14 +306,21 @@ class MemoryIndex:
                 str(mf.abs_path),
                 mf.source,
                 file_hash,
-                st.st_mtime,
-                st.st_size,
+                mtime,
+                got.size,
                 [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
             )
             report.files_changed += 1
             report.chunks_written += len(chunks)
             if progress:
                 progress("files", i, len(files))
+        undecodable &= seen
+        store.set_meta(
+            {
+                "undecodable": json.dumps(sorted(undecodable)),
+                "skipped": json.dumps(found.skipped, sort_keys=True),
+            }
+        )
         for gone in set(known) - seen:
             if known[gone][3] == "memory":
                 store.remove_file(gone)
@@ -680,6 +695,7 @@ class MemoryIndex:
 
     def status(self) -> BuiltinStatus:
         counts = self.store.counts()
+        meta = self.store.meta()
         vec = self.store.vector
         sel = self.selection
         return BuiltinStatus(
@@ -721,6 +737,8 @@ class MemoryIndex:
             ),
             last_sync_at=self._last_sync_at,
             last_error=self.last_error,
+            skipped=json.loads(meta.get("skipped") or "{}"),
+            undecodable=json.loads(meta.get("undecodable") or "[]"),
         )
 
     # ------------------------------------------------------------------ watch
@@ -735,7 +753,7 @@ class MemoryIndex:
                 roots.append(p)
         sessions = self.settings.sessions_dir
         if sessions is not None:
-            sessions.mkdir(parents=True, exist_ok=True)
+            private_dir(sessions)
             roots.append(sessions)
         return roots
 
@@ -813,15 +831,13 @@ class MemoryIndex:
         """Memory files added, changed or removed since the last sync (a stat pass, no reads)."""
         known = {p: v for p, v in self.store.files().items() if v[3] == "memory"}
         current = {mf.rel_path: mf for mf in self._discover()}
-        changed = 0
-        for rel, mf in current.items():
-            prev = known.get(rel)
-            try:
-                st = mf.abs_path.stat()
-            except OSError:
-                continue
-            if prev is None or prev[1] != st.st_mtime or prev[2] != st.st_size:
-                changed += 1
+        changed = sum(
+            1
+            for rel, mf in current.items()
+            if (prev := known.get(rel)) is None
+            or prev[1] != mf.mtime_ns / 1e9
+            or prev[2] != mf.size
+        )
         return changed + sum(1 for rel in known if rel not in current)
 
     def notify_changed(self) -> None:

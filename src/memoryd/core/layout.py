@@ -116,7 +116,7 @@ class MemoryRoot:
     def accepts(self, rel: PurePosixPath) -> bool:
         """Whether the file `rel` (relative to `path`) is memory under this root."""
         parts = rel.parts
-        if not parts or len(parts) > MAX_DEPTH + 1:
+        if rel.is_absolute() or not parts or len(parts) > MAX_DEPTH + 1:
             return False
         if any(p in ("", ".", "..") for p in parts):
             return False

@@ -24,7 +24,6 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,11 +32,11 @@ from typing import Any, Final, Literal
 
 import filelock
 
-from .._util import fsync_dir
 from ..config import ResolvedAgent
 from ..core.replies import SILENT_REPLY_TOKEN, is_no_reply
 from ..core.session_keys import normalize_session_key
-from ..errors import FlushStateError, InvalidInput
+from ..errors import FlushStateError, InvalidInput, StateError
+from ..fsio import private_dir, write_private_atomic
 
 __all__ = [
     "SILENT_REPLY_TOKEN",
@@ -114,9 +113,11 @@ class FlushState:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
             with self._lock:
                 yield
+        except StateError as err:
+            raise FlushStateError(str(err)) from None
         except filelock.Timeout:
             raise FlushStateError(f"timed out waiting for the lock on {self.path}") from None
         except OSError as err:
@@ -143,18 +144,7 @@ class FlushState:
 
     def _write_unlocked(self, data: dict[str, Any]) -> None:
         payload = json.dumps(data, indent=2, sort_keys=True).encode("utf-8") + b"\n"
-        fd, tmp = tempfile.mkstemp(prefix=".sessions.", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(payload)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        fsync_dir(self.path.parent)
+        write_private_atomic(self.path, payload)
 
     def get(self, session_key: str | None) -> FlushRecord | None:
         """The session's last flush record, if any."""

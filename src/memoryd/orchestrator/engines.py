@@ -17,6 +17,7 @@ from pathlib import Path
 from .. import paths
 from ..builtin_index import MemoryIndex
 from ..config import ResolvedAgent
+from ..fsio import private_dir
 from ..qmd_adapter import QmdManager
 
 log = logging.getLogger("memoryd")
@@ -54,7 +55,7 @@ def migrate_legacy_state(agent: ResolvedAgent) -> list[str]:
         legacy = paths.legacy_index_path(agent.agent_id)
         if legacy.exists() and not state.index_db.exists():
             if _index_belongs_to(legacy, agent.workspace):
-                state.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+                private_dir(state.root)
                 for suffix in ("", "-wal", "-shm"):
                     src = Path(f"{legacy}{suffix}")
                     if src.exists():
@@ -65,12 +66,12 @@ def migrate_legacy_state(agent: ResolvedAgent) -> list[str]:
     old_dir = paths.legacy_agent_dir(agent.agent_id)
     old_qmd = old_dir / "qmd"
     if old_qmd.is_dir() and not state.qmd_home.exists() and _qmd_home_belongs_to(old_qmd, agent):
-        state.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(state.root)
         os.replace(old_qmd, state.qmd_home)
         done.append(f"moved qmd home {old_qmd} → {state.qmd_home}")
     old_flush = old_dir / "sessions.json"
     if old_flush.is_file() and not state.flush_state.exists():
-        state.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(state.root)
         with contextlib.suppress(OSError):
             shutil.copy2(old_flush, state.flush_state)
             os.chmod(state.flush_state, 0o600)

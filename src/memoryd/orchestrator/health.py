@@ -9,15 +9,15 @@ old it is. It is small, and a damaged file is treated as absent, never as an err
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..errors import StateError
+from ..fsio import private_dir, write_private_atomic
 from .failover import FailoverState
 
 VERSION = 1
@@ -101,20 +101,9 @@ class HealthFile:
         health.updated_at = time.time()
         health.pid = os.getpid()
         data = (json.dumps(health.to_json(), indent=2, sort_keys=True) + "\n").encode()
-        tmp: str | None = None
         try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".health.", suffix=".tmp", dir=self.path.parent)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-            tmp = None
+            private_dir(self.path.parent)
+            write_private_atomic(self.path, data)
             self.write_error = None
-        except OSError as err:
-            self.write_error = f"cannot write {self.path}: {err.strerror or err}"
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+        except StateError as err:
+            self.write_error = str(err)
