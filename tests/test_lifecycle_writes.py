@@ -15,7 +15,6 @@ from memoryd.errors import PathNotAllowed
 from memoryd.lifecycle import (
     MAX_APPEND_BYTES,
     InvalidMemoryWrite,
-    MemoryWriteFailed,
     WorkspaceReadOnly,
     append_memory,
 )
