@@ -785,6 +785,8 @@ class MemoryIndex:
             step=50,
             stop_event=stop_event,
             recursive=True,
+            # the watcher thread checks for cancellation this often: shutdown within ~0.2 s
+            rust_timeout=200,
         ):
             self.dirty = True
             try:

@@ -179,7 +179,12 @@ class QmdManager:
             if self._closed:
                 return
             async for _changes in awatch(
-                *folders, watch_filter=relevant, debounce=200, step=50, recursive=True
+                *folders,
+                watch_filter=relevant,
+                debounce=200,
+                step=50,
+                recursive=True,
+                rust_timeout=200,
             ):
                 self.request_update()
 
