@@ -13,9 +13,9 @@ import anyio
 import numpy as np
 import pytest
 
+from helpers import agent_for, selection
 from memoryd.builtin_index import MemoryIndex, _store
-from memoryd.config import ResolvedAgent, resolve_agent, validate_config
-from memoryd.embeddings import HashingEmbedder, ProviderSelection
+from memoryd.embeddings import HashingEmbedder
 from memoryd.embeddings.base import EmbeddingProvider, Matrix, Vector
 from memoryd.errors import MemorydError, PathNotAllowed, ProviderUnavailable
 from memoryd.paths import agent_state
@@ -23,22 +23,7 @@ from memoryd.paths import agent_state
 pytestmark = pytest.mark.anyio
 
 
-def agent_for(ws: Path, search: dict[str, object] | None = None) -> ResolvedAgent:
-    cfg = validate_config(
-        {"agents": {"defaults": {"workspace": str(ws), "memorySearch": search or {}}}}
-    )
-    return resolve_agent(cfg)
-
-
-def sel(
-    provider: EmbeddingProvider | None,
-    *,
-    explicit: bool = False,
-    fallback: EmbeddingProvider | None = None,
-) -> ProviderSelection:
-    return ProviderSelection(
-        "test", provider, "test provider", fallback=fallback, explicit=explicit
-    )
+sel = selection
 
 
 def write(p: Path, text: str) -> Path:

@@ -69,20 +69,6 @@ def test_bad_config_names_the_key_path(data: dict[str, object], path: str) -> No
     assert path in str(err.value)
 
 
-def test_hybrid_weights_normalize_to_one() -> None:
-    cfg = validate_config(
-        {
-            "agents": {
-                "defaults": {
-                    "memorySearch": {"query": {"hybrid": {"vectorWeight": 3, "textWeight": 1}}}
-                }
-            }
-        }
-    )
-    v, t = cfg.agents.defaults.memory_search.query.hybrid.normalized_weights
-    assert (v, t) == (0.75, 0.25)
-
-
 def test_agent_override_merges_over_defaults(tmp_path: Path) -> None:
     cfg = validate_config(
         {
@@ -172,3 +158,11 @@ def test_workspace_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 )
 def test_durations(raw: str | int, ms: int) -> None:
     assert parse_duration_ms(raw) == ms
+
+
+def test_model_cache_dir_is_refused_with_the_reason() -> None:
+    # OpenClaw's local.modelCacheDir has no meaning here: the local model ships in its package
+    with pytest.raises(ConfigError, match=r"modelCacheDir.*not supported"):
+        validate_config(
+            {"agents": {"defaults": {"memorySearch": {"local": {"modelCacheDir": "/m"}}}}}
+        )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.config import ResolvedAgent, resolve_agent, validate_config
+from helpers import agent_for, write
 from memoryd.lifecycle import (
     build_session_context,
     daily_note_paths,
@@ -17,16 +17,6 @@ from memoryd.lifecycle import (
 )
 
 TODAY = date(2026, 11, 29)
-
-
-def agent_for(ws: Path) -> ResolvedAgent:
-    return resolve_agent(validate_config({}), "main", workspace=ws)
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 @pytest.fixture

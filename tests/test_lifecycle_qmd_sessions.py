@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.config import ResolvedAgent, resolve_agent, validate_config
+import helpers
+from memoryd.config import ResolvedAgent
 from memoryd.lifecycle import export_sessions, session_export_dir
 from memoryd.qmd_adapter import QmdManager
 from qmd_support import make_manager, require_qmd, write
@@ -35,13 +36,12 @@ def msg(role: str, text: str) -> str:
 
 
 def agent_for(ws: Path, agent_id: str) -> ResolvedAgent:
-    config = validate_config(
-        {
-            "memory": {"backend": "qmd", "qmd": {"sessions": {"enabled": True}}},
-            "agents": {"list": [{"id": "alpha"}, {"id": "beta"}]},
-        }
+    return helpers.agent_for(
+        ws,
+        agent_id=agent_id,
+        memory={"backend": "qmd", "qmd": {"sessions": {"enabled": True}}},
+        agents=[{"id": "alpha"}, {"id": "beta"}],
     )
-    return resolve_agent(config, agent_id, workspace=ws)
 
 
 def transcript(agent: ResolvedAgent, sid: str, *lines: str) -> Path:

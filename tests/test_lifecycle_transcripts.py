@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import helpers
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
 from memoryd.lifecycle import (
     SessionDeltaTracker,
@@ -33,8 +34,7 @@ def msg(role: str, *texts: str, **extra: Any) -> str:
 
 
 def agent_for(ws: Path, agent_id: str = "main") -> ResolvedAgent:
-    config = validate_config({"agents": {"list": [{"id": "main"}, {"id": "other"}]}})
-    return resolve_agent(config, agent_id, workspace=ws)
+    return helpers.agent_for(ws, agent_id=agent_id, agents=[{"id": "main"}, {"id": "other"}])
 
 
 def write_transcript(agent: ResolvedAgent, name: str, lines: list[str], *, end: str = "\n") -> Path:

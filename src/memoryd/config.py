@@ -79,8 +79,17 @@ class RemoteConfig(_Model):
 
 
 class LocalConfig(_Model):
+    @model_validator(mode="before")
+    @classmethod
+    def _no_model_cache_dir(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and ("modelCacheDir" in data or "model_cache_dir" in data):
+            raise ValueError(
+                "modelCacheDir is not supported: memoryd's local model ships inside its Python "
+                "package and downloads nothing (remove the key)"
+            )
+        return data
+
     model_path: str | None = Field(None, description="Path to a local embedding model file.")
-    model_cache_dir: str | None = Field(None, description="Where local models are cached.")
     threads: int | None = Field(
         None,
         ge=1,
@@ -149,12 +158,6 @@ class HybridConfig(_Model):
         if self.vector_weight + self.text_weight <= 0:
             raise ValueError("vectorWeight and textWeight cannot both be 0")
         return self
-
-    @property
-    def normalized_weights(self) -> tuple[float, float]:
-        """(vector, text) weights scaled to sum to 1."""
-        total = self.vector_weight + self.text_weight
-        return self.vector_weight / total, self.text_weight / total
 
 
 class QueryConfig(_Model):
