@@ -700,9 +700,14 @@ def resolve_agent(
     *,
     workspace: str | os.PathLike[str] | None = None,
     cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> ResolvedAgent:
-    """Effective settings for one agent: defaults ← agents.list entry ← CLI/env overrides."""
-    agent_id = paths.validate_agent_id(agent_id or paths.DEFAULT_AGENT_ID)
+    """Effective settings for one agent: defaults ← agents.list entry ← CLI/env overrides.
+
+    `env` is where `MEMORYD_WORKSPACE` is looked up (default: this process's environment;
+    `serve` resolves a caller's identity with `{}`, since the caller sent its own).
+    """
+    agent_id = paths.validate_agent_id(paths.DEFAULT_AGENT_ID if agent_id is None else agent_id)
     entry = next((e for e in config.agents.entries if e.id == agent_id), None)
     if entry is None and config.agents.entries and agent_id != paths.DEFAULT_AGENT_ID:
         known = ", ".join(e.id for e in config.agents.entries)
@@ -737,7 +742,8 @@ def resolve_agent(
                 + format_validation_error(err, root=f"agents.list.{idx}.compaction")
             ) from None
 
-    raw_ws: str | os.PathLike[str] | None = workspace or os.environ.get("MEMORYD_WORKSPACE")
+    environ = os.environ if env is None else env
+    raw_ws: str | os.PathLike[str] | None = workspace or environ.get("MEMORYD_WORKSPACE")
     if not raw_ws:
         raw_ws = (entry.workspace if entry and entry.workspace else None) or defaults.workspace
     if raw_ws:

@@ -117,6 +117,7 @@ def _served(service: MemoryService, req: dict[str, Any], ident: dict[str, Any]) 
             agent if isinstance(agent, str) else None,
             workspace=caller.get("workspace") or None,
             cwd=Path(caller["cwd"]) if isinstance(caller.get("cwd"), str) else None,
+            env={},  # the caller's MEMORYD_WORKSPACE is in its identity, never serve's own
         )
     except MemorydError as err:
         return str(err)

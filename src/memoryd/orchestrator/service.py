@@ -133,7 +133,7 @@ class MemoryService:
     # ------------------------------------------------------------------ agents and backends
 
     def agent(self, agent_id: str | None = None) -> ResolvedAgent:
-        key = agent_id or "main"
+        key = "main" if agent_id is None else agent_id
         if key not in self._agents:
             resolved = resolve_agent(self.config, key, workspace=self._workspace, cwd=self._cwd)
             self._agents[key] = resolved
