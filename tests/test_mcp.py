@@ -586,6 +586,37 @@ def test_http_rejects_foreign_origin_and_host_headers(
         assert got.status_code == 200, got.text
 
 
+def test_http_on_a_wildcard_bind_when_asked_with_extra_origins_and_hosts(
+    spawn: Any, tmp_path: Path, ws: Path
+) -> None:
+    r = spawn(
+        "mcp",
+        "--config",
+        str(write_config(tmp_path, ws)),
+        "--http",
+        "0.0.0.0:0",
+        "--allow-remote",
+        "--allow-origin",
+        "https://app.example",
+        "--allow-host",
+        "box.lan",
+        stdin=subprocess.DEVNULL,
+    )
+    port = r.wait_for_stderr(r"listening on http://0\.0\.0\.0:(\d+)/mcp").group(1)
+    health = f"http://127.0.0.1:{port}/health"
+
+    def status(**headers: str) -> int:
+        return httpx.get(health, headers=headers, timeout=30).status_code
+
+    assert status() == 200
+    assert status(Host=f"box.lan:{port}") == 200
+    assert status(Host="other.lan") == 403
+    assert status(Origin="https://app.example") == 200
+    assert status(Origin="https://evil.example") == 403
+    rc, _ = r.stop()
+    assert rc == 0
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_http_stops_on_a_signal(http_server: tuple[Running, str], sig: signal.Signals) -> None:
     r, url = http_server
