@@ -51,8 +51,15 @@ def structured(result: Any) -> dict[str, Any]:
 async def test_mcp_tools_in_a_real_client_session(ws: Path) -> None:
     svc = service(ws)
     async with Client(build_server(svc)) as client:
-        names = {t.name for t in (await client.list_tools()).tools}
-        assert {"memory_search", "memory_get", "memory_status"} <= names
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert names == [
+            "memory_search",
+            "memory_get",
+            "memory_append",
+            "memory_context",
+            "memory_flush_check",
+            "memory_status",
+        ]
         hits = structured(
             await client.call_tool("memory_search", {"query": "webhook secret", "maxResults": 2})
         )
@@ -70,7 +77,11 @@ async def test_mcp_tools_in_a_real_client_session(ws: Path) -> None:
         )
         assert denied["scopeDenied"] is True
         empty = structured(await client.call_tool("memory_search", {"query": " "}))
-        assert empty["disabled"] is True and "empty" in empty["error"]
+        assert empty == {
+            "disabled": True,
+            "error": "query must not be empty",
+            "code": "invalid_input",
+        }
         st = structured(await client.call_tool("memory_status", {}))
         assert st["backend"] == "builtin" and st["files"] == 2
     await svc.aclose()

@@ -125,10 +125,74 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "serve", parents=[common], help="run the supervisor for all agents; the CLI forwards to it"
     )
-    sub.add_parser(
-        "mcp", parents=[common], help="serve memory_search/memory_get/status over MCP (stdio)"
+    mc = sub.add_parser(
+        "mcp",
+        parents=[common],
+        help="serve the six memory tools over MCP (stdio, or Streamable HTTP with --http)",
+        description="Serve the agent's memory tools over MCP: on stdin/stdout for a host that\n"
+        "spawns memoryd, or over Streamable HTTP at http://HOST:PORT/mcp with --http\n"
+        "(loopback only unless --allow-remote; GET /health answers too). A bad argument\n"
+        'is a result {"disabled": true, "error": "...", "code": "invalid_input"}.',
+        epilog=_MCP_EPILOG,
+        formatter_class=_McpHelpFormatter,
+    )
+    mc.add_argument(
+        "--http",
+        metavar="[HOST:]PORT",
+        type=_http_address,
+        help="serve Streamable HTTP instead of stdio (a bare PORT binds 127.0.0.1; 0 picks one)",
+    )
+    mc.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow --http on a non-loopback address (anyone who can reach it reads the memory)",
+    )
+    mc.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="also accept this browser Origin (repeatable; '*' turns the check off)",
+    )
+    mc.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="also accept this Host header (repeatable; needed to check Host on 0.0.0.0)",
     )
     return p
+
+
+_MCP_EPILOG = "\0tools"  # replaced by the tool list when help is printed (see _McpHelpFormatter)
+_MCP_EXAMPLES = """examples:
+  memoryd mcp --workspace ~/agent      stdio, for a host that spawns memoryd
+  memoryd mcp --http 8181              http://127.0.0.1:8181/mcp for hosts that connect by URL"""
+
+
+class _McpHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """`mcp --help` lists every tool from `memoryd.tools`, imported only when help is printed.
+
+    Building the parser must stay cheap (a search forwarded to `memoryd serve` never loads
+    pydantic), so the tool list cannot be rendered up front.
+    """
+
+    def add_text(self, text: str | None) -> None:
+        if text == _MCP_EPILOG:
+            from .tools import tools_help
+
+            text = tools_help() + "\n\n" + _MCP_EXAMPLES
+        super().add_text(text)
+
+
+def _http_address(raw: str) -> tuple[str, int]:
+    # the parsing rule lives with the server; only its message style is argparse's
+    from .mcp_server import parse_http_address
+
+    try:
+        return parse_http_address(raw)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _positive_int(raw: str) -> int:
@@ -551,15 +615,32 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 async def _cmd_mcp(args: argparse.Namespace) -> int:
-    from .mcp_server import build_server
+    from . import mcp_server
+    from .config import load_config, resolve_agent
 
-    svc = _service(args)
-    server = build_server(svc, agent_id=args.agent)
-    async with anyio.create_task_group() as tg:
-        await svc.start(tg, [svc.agent(args.agent).agent_id])
-        await server.run_stdio_async()
-        tg.cancel_scope.cancel()
-    await svc.aclose()
+    # config, workspace and agent are checked before serving, so a mistake is one line + exit 1
+    cfg = load_config(args.config)
+    agent = resolve_agent(cfg, args.agent, workspace=args.workspace)
+
+    def service() -> Any:
+        # called after `initialize` has been answered: numpy, SQLite and models load here
+        from .orchestrator import MemoryService
+
+        return MemoryService(cfg, workspace=args.workspace)
+
+    if args.http is None:
+        await mcp_server.serve_stdio(service, agent_id=agent.agent_id)
+    else:
+        host, port = args.http
+        await mcp_server.serve_http(
+            service,
+            host=host,
+            port=port,
+            agent_id=agent.agent_id,
+            allow_remote=args.allow_remote,
+            allowed_origins=args.allow_origin,
+            allowed_hosts=args.allow_host,
+        )
     return 0
 
 
