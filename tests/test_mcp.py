@@ -160,23 +160,22 @@ async def test_valid_bounds_reach_the_service(ws: Path) -> None:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("corpus", ["sessions", "all"])
-async def test_corpora_the_service_cannot_search_yet_are_refused(ws: Path, corpus: str) -> None:
+async def test_corpus_selects_what_is_searched_and_get_never_reads_transcripts(ws: Path) -> None:
     svc = keyword_service(ws)
     async with Client(build_server(svc)) as client:
-        search = structured(
-            await client.call_tool("memory_search", {"query": "x", "corpus": corpus})
+        sessions = structured(
+            await client.call_tool("memory_search", {"query": "deploy", "corpus": "sessions"})
+        )
+        everything = structured(
+            await client.call_tool("memory_search", {"query": "deploy", "corpus": "all"})
         )
         get = structured(
-            await client.call_tool("memory_get", {"path": "MEMORY.md", "corpus": corpus})
+            await client.call_tool("memory_get", {"path": "MEMORY.md", "corpus": "sessions"})
         )
     await svc.aclose()
-    for data in (search, get):
-        assert data == {
-            "disabled": True,
-            "error": f"corpus {corpus!r} is not supported yet; use 'memory'",
-            "code": "invalid_input",
-        }
+    assert sessions["results"] == []  # transcripts are not a source of this agent
+    assert {r["path"] for r in everything["results"]} == {"MEMORY.md", "memory/2026-11-29.md"}
+    assert get["code"] == "invalid_input" and "never readable" in get["error"]
 
 
 @pytest.mark.anyio

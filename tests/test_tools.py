@@ -133,7 +133,7 @@ ACCEPTED: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     (
         "memory_search",
         {"query": "webhook secret"},
-        {"query": "webhook secret", "max_results": None, "min_score": None, "corpus": "memory"},
+        {"query": "webhook secret", "max_results": None, "min_score": None, "corpus": "all"},
     ),
     (
         "memory_search",

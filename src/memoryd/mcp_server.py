@@ -17,7 +17,6 @@ transports. It does not decide anything about memory: every answer comes from `M
 
 from __future__ import annotations
 
-import inspect
 import io
 import json
 import logging
@@ -141,47 +140,28 @@ class _ServiceHandle:
 # ----------------------------------------------------------------------------- tools
 
 
-def _accepts(method: Callable[..., Any], name: str) -> bool:
-    return name in inspect.signature(method).parameters
-
-
-def _corpus(method: Callable[..., Any], corpus: str) -> dict[str, Any] | None:
-    """`corpus=` for the service; None when it cannot honour the corpus asked for.
-
-    Until the service takes `corpus`, 'memory' means today's behaviour and the others are refused.
-    """
-    if _accepts(method, "corpus"):
-        return {"corpus": corpus}
-    return {} if corpus == "memory" else None
-
-
-def _corpus_pending(corpus: str) -> dict[str, Any]:
-    return invalid_input_result(
-        InvalidInput(f"corpus {corpus!r} is not supported yet; use 'memory'")
-    )
-
-
 async def _dispatch(handle: _ServiceHandle, args: ToolInput) -> dict[str, Any]:
     svc = await handle.ready()
     agent_id = handle.agent_id
     if isinstance(args, MemorySearchInput):
-        extra = _corpus(svc.memory_search, args.corpus)
-        if extra is None:
-            return _corpus_pending(args.corpus)
         return await svc.memory_search(
             args.query,
             agent_id=agent_id,
             session_key=args.session_key,
             max_results=args.max_results,
             min_score=args.min_score,
-            **extra,
+            corpus=args.corpus,
         )
     if isinstance(args, MemoryGetInput):
-        extra = _corpus(svc.memory_get, args.corpus)
-        if extra is None:
-            return _corpus_pending(args.corpus)
+        if args.corpus == "sessions":
+            return invalid_input_result(
+                InvalidInput(
+                    "memory_get reads memory files only: session transcripts are searchable "
+                    "(corpus 'sessions') but never readable"
+                )
+            )
         return await svc.memory_get(
-            args.path, from_line=args.from_line, lines=args.lines, agent_id=agent_id, **extra
+            args.path, from_line=args.from_line, lines=args.lines, agent_id=agent_id
         )
     if isinstance(args, MemoryAppendInput):
         return await svc.append(args.target, args.text, agent_id=agent_id)

@@ -26,6 +26,7 @@ from pydantic import (
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import ErrorDetails, core_schema
 
+from .core import engine as core_limits
 from .errors import InvalidInput
 
 __all__ = [
@@ -49,7 +50,7 @@ __all__ = [
 #: Longest `memory_search` query accepted. Queries are embedded and tokenised for BM25; past a
 #: couple of paragraphs recall gets worse, not better, and a runaway prompt pasted as a query
 #: would only cost embedding time. 2,000 characters is ~400 words.
-MAX_QUERY_CHARS: Final = 2000
+MAX_QUERY_CHARS: Final = core_limits.MAX_QUERY_CHARS
 
 #: Largest `maxResults`: results are injected into the agent's context, and more than 100
 #: snippets would blow any injected-characters budget anyway.
@@ -105,9 +106,10 @@ class MemorySearchInput(ToolInput):
         description="Drop results scoring below this (0–1; default from config, usually 0.35).",
     )
     corpus: Corpus = Field(
-        "memory",
+        "all",
         description="What to search: 'memory' (MEMORY.md, memory/**.md, extra paths), "
-        "'sessions' (past session transcripts) or 'all'.",
+        "'sessions' (past session transcripts, when enabled) or 'all' (every configured "
+        "source, the default).",
     )
     session_key: str | None = Field(
         None,

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
 EngineName = Literal["builtin", "qmd"]
+#: Longest query accepted (characters), on every surface; longer ones are `invalid_input`.
+MAX_QUERY_CHARS = 2000
 Corpus = Literal["memory", "sessions", "all"]
 ProgressFn = Callable[[str, int, int], None]
 

@@ -25,7 +25,7 @@ from anyio.abc import TaskGroup
 
 from ..config import MemorydConfig, ResolvedAgent, agent_ids, resolve_agent
 from ..core.citations import apply_citations
-from ..core.engine import BuiltinEngine, Corpus, SearchRequest
+from ..core.engine import MAX_QUERY_CHARS, BuiltinEngine, Corpus, SearchRequest
 from ..core.results import SearchResult
 from ..errors import InvalidInput, MemorydError
 from ..lifecycle import append_memory, build_session_context, check_flush
@@ -35,8 +35,6 @@ from .status import FallbackInfo, FreshnessInfo, MemoryStatus, RecoveryInfo
 
 log = logging.getLogger("memoryd")
 
-#: Longest query accepted (characters); longer ones are refused with `invalid_input`.
-MAX_QUERY_CHARS = 2000
 
 T = TypeVar("T")
 
