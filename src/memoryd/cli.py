@@ -525,6 +525,8 @@ async def _cmd_index(args: argparse.Namespace) -> int:
 async def _cmd_context(args: argparse.Namespace) -> int:
     async with _service(args) as svc:
         out = await svc.context(agent_id=args.agent, session_key=args.session_key)
+    if out.get("disabled"):
+        _raise(out)
     if args.json:
         _print_json(out)
         return 0

@@ -189,7 +189,7 @@ class AgentBackend:
             await self.qmd.start(tg)
             self._qmd_started = True
         except QmdError as err:
-            self._record_failure(f"qmd failed to start: {err}")
+            self._record_failure(f"{type(err).__name__}: qmd failed to start: {err}")
 
     async def ensure_qmd_started(self) -> None:
         """Start qmd (home, collections) if it has not started yet; raises a QmdError on failure."""

@@ -292,20 +292,26 @@ class MemoryService:
         session_key: str | None = None,
         today: date | None = None,
     ) -> dict[str, Any]:
-        """What the agent loads at session start (see lifecycle.build_session_context)."""
-        agent = self.agent(agent_id)
-        ctx = build_session_context(
-            agent,
-            session_key,
-            today=today or datetime.now().astimezone().date(),
-            budget_chars=agent.bootstrap_max_chars,
-            total_budget_chars=agent.bootstrap_total_max_chars,
-        )
-        if agent.memory_search.sync.on_session_start:
-            b = self._backends.get(agent.agent_id)
-            if b is not None:
-                b.notify_changed()
-        return ctx.to_dict()
+        """The `memory_context` tool: what the agent loads at session start, or a failure dict."""
+
+        async def call() -> dict[str, Any]:
+            agent = self.agent(agent_id)
+            ctx = await anyio.to_thread.run_sync(
+                lambda: build_session_context(
+                    agent,
+                    session_key,
+                    today=today or datetime.now().astimezone().date(),
+                    budget_chars=agent.bootstrap_max_chars,
+                    total_budget_chars=agent.bootstrap_total_max_chars,
+                )
+            )
+            if agent.memory_search.sync.on_session_start:
+                b = self._backends.get(agent.agent_id)
+                if b is not None:
+                    b.notify_changed()
+            return ctx.to_dict()
+
+        return await self._tool(call)
 
     async def append(
         self, target: str, text: str, *, agent_id: str | None = None

@@ -79,6 +79,9 @@ def compute_issues(st: MemoryStatus) -> list[str]:
     """Problems worth a user's attention, each true right now."""
     found: list[str] = []
     b = st.builtin
+    if b is not None and st.requested_backend == "qmd" and st.backend == "qmd":
+        # the built-in index is only qmd's fallback here: its state is not the user's problem
+        b = None
     if b is not None:
         if b.files == 0 and not b.dirty:
             found.append(f"no memory files in {st.workspace_dir} (write MEMORY.md or memory/*.md)")

@@ -26,6 +26,7 @@ from ..core.engine import CollectionStatus, EngineAnswer, ProgressFn, QmdStatus,
 from ..core.layout import MemoryRoot, check_line_range
 from ..core.results import FileText, SearchResult, Source
 from ..errors import QmdBadOutput, QmdError, QmdExitError, QmdLocked
+from ..fsio import private_dir
 from ..memfiles import read_memory_file
 from ._collections import CollectionSpec, desired_collections, plan_collections
 from ._home import QmdHome, default_shared_models_dir
@@ -277,6 +278,8 @@ class QmdManager:
 
     async def _run(self, args: Sequence[str], timeout_ms: int, *, check: bool = True) -> QmdOutput:
         env = self.env()
+        if not self.home.neutral_cwd.is_dir():  # `--version` may run before start()
+            private_dir(self.home.neutral_cwd)
         result: QmdOutput | None = None
         try:
             async for attempt in AsyncRetrying(
