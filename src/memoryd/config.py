@@ -6,13 +6,14 @@ Every model forbids unknown keys so a misspelled option fails loudly with its ke
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -593,24 +594,97 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return out
 
 
-def format_validation_error(err: ValidationError, *, root: str = "") -> str:
-    """One line per problem, each naming the offending key path (`agents.defaults.memorySearch…`)."""
+def _model_at(model: type[BaseModel], loc: Sequence[str | int]) -> type[BaseModel] | None:
+    """The pydantic model that holds the key at `loc` (None when the path leaves the models)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = next(
+            (f for name, f in current.model_fields.items() if part in (name, f.alias)), None
+        )
+        if field is None:
+            return None
+        current = _inner_model(field.annotation)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _inner_model(annotation: Any) -> Any:
+    """The model inside `X | None`, `list[X]`, `dict[str, X]` (or the annotation itself)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _inner_model(arg)
+        if isinstance(found, type) and issubclass(found, BaseModel):
+            return found
+    return annotation
+
+
+def _did_you_mean(model: type[BaseModel] | None, loc: Sequence[str | int], key: str) -> str:
+    holder = _model_at(model, loc) if model is not None else None
+    if holder is None:
+        return ""
+    known = [f.alias or name for name, f in holder.model_fields.items()]
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def format_validation_error(
+    err: ValidationError, *, root: str = "", model: type[BaseModel] | None = None
+) -> str:
+    """One line per problem, each naming the offending key path (`agents.defaults.memorySearch…`).
+
+    With `model`, an unknown key also suggests the closest known one (`maxResult` → `maxResults`).
+    """
     lines = []
     for item in err.errors():
-        loc = ".".join(str(part) for part in item["loc"] if part != "__root__")
+        parts = [p for p in item["loc"] if p != "__root__"]
+        loc = ".".join(str(part) for part in parts)
         path = ".".join(p for p in (root, loc) if p)
         msg = item["msg"]
         if item["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = "unknown key" + _did_you_mean(model, parts[:-1], str(parts[-1]))
         lines.append(f"{path or '<root>'}: {msg}")
     return "; ".join(lines)
 
 
+def _map_memory_search(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """OpenClaw 2026.8+ keeps memory settings under `memory.search`: read them as
+    `agents.defaults.memorySearch` (merged over it; `memory.search` wins), reporting problems at
+    their own path (`memory.search.query.maxResult: unknown key (did you mean 'maxResults'?)`)."""
+    memory = data.get("memory")
+    if not isinstance(memory, Mapping) or "search" not in memory:
+        return data
+    search = memory["search"]
+    if not isinstance(search, Mapping):
+        raise ConfigError("invalid config: memory.search: must be a table/object")
+    try:
+        MemorySearchConfig.model_validate(search)
+    except ValidationError as err:
+        raise ConfigError(
+            "invalid config: "
+            + format_validation_error(err, root="memory.search", model=MemorySearchConfig)
+        ) from None
+    out = dict(data)
+    out["memory"] = {k: v for k, v in memory.items() if k != "search"}
+    agents = dict(out.get("agents") or {})
+    defaults = dict(agents.get("defaults") or {})
+    defaults["memorySearch"] = deep_merge(defaults.get("memorySearch") or {}, search)
+    agents["defaults"] = defaults
+    out["agents"] = agents
+    return out
+
+
 def validate_config(data: Mapping[str, Any], *, source: str = "config") -> MemorydConfig:
+    data = _map_memory_search(data)
     try:
         return MemorydConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(f"invalid {source}: {format_validation_error(err)}") from None
+        raise ConfigError(
+            f"invalid {source}: {format_validation_error(err, model=MemorydConfig)}"
+        ) from None
 
 
 # OpenClaw configs carry many unrelated keys (gateway, channels, …); take only the memory ones.
@@ -726,7 +800,9 @@ def resolve_agent(
             idx = config.agents.entries.index(entry)
             raise ConfigError(
                 "invalid config: "
-                + format_validation_error(err, root=f"agents.list.{idx}.memorySearch")
+                + format_validation_error(
+                    err, root=f"agents.list.{idx}.memorySearch", model=MemorySearchConfig
+                )
             ) from None
     compaction = defaults.compaction
     if entry is not None and entry.compaction:
