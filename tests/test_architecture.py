@@ -162,3 +162,10 @@ def test_core_does_no_io() -> None:
                 if w in text
             ]
             assert not calls, f"{path.name} uses {calls}"
+
+
+def test_wire_codes_are_error_codes() -> None:
+    from memoryd import errors, server
+
+    codes = set(errors.all_codes())
+    assert {server.NOT_SERVED, server.SERVER_BUSY} <= codes

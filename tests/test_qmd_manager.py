@@ -295,7 +295,7 @@ async def test_search_timeout_kills_and_raises(shared: Shared, tmp_path: Path) -
             await mgr.search_hits("zeppelin", timeout_ms=800)
 
 
-async def test_rejected_flags_retry_with_query_and_remember_it(
+async def test_rejected_flags_retry_with_query_for_a_while_then_the_configured_mode(
     shared: Shared, tmp_path: Path
 ) -> None:
     calls = tmp_path / "calls"
@@ -305,16 +305,20 @@ async def test_rejected_flags_retry_with_query_and_remember_it(
         f'echo "$1" >> "{calls}"\n'
         'if [ "$1" = search ]; then echo "error: unknown option \'--json\'" >&2; exit 1; fi\nexec "$REAL" "$@"',
     )
-    mgr = make_manager(shared.agent(), wrapper, shared.home, rerank=False)
+    now = [0.0]
+    mgr = make_manager(shared.agent(), wrapper, shared.home, rerank=False, clock=lambda: now[0])
     await mgr.start()
     assert mgr.search_mode == "search"
     hits = await mgr.search_hits("lex: zeppelin")
     assert [h.path for h in hits] == ["memory/2026-01-03.md"]
     assert mgr.search_mode == "query"
     await mgr.search_hits("lex: kerosene")
-    searches = [c for c in calls.read_text().split() if c in ("search", "query")]
-    assert searches == ["search", "query", "query"]
     assert mgr.status().to_dict()["searchMode"] == "query"
+    now[0] += 301  # past failover.probeMaxIntervalMs (5 min): the fallback was temporary
+    assert mgr.search_mode == "search"
+    await mgr.search_hits("lex: kerosene")
+    searches = [c for c in calls.read_text().split() if c in ("search", "query")]
+    assert searches == ["search", "query", "query", "search", "query"]
 
 
 async def test_a_collection_lost_behind_our_back_is_recreated_once(

@@ -241,10 +241,10 @@ def _forward(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any
     """
     if os.environ.get("MEMORYD_NO_SERVER"):
         return None
-    from .server import NOT_SERVED, request, socket_path
+    from .server import NOT_SERVED, SERVER_BUSY, request, socket_path
 
     out = request(socket_path(), {**payload, "agent": args.agent, "identity": _identity(args)})
-    if out is not None and out.get("code") == NOT_SERVED:
+    if out is not None and out.get("code") in (NOT_SERVED, SERVER_BUSY):
         logging.getLogger("memoryd").info("%s; running in this process", out.get("error"))
         return None
     return out

@@ -217,6 +217,18 @@ class ServiceUnavailable(MemorydError):
     code = "service_unavailable"
 
 
+class NotServed(MemorydError):
+    """Answered by `memoryd serve` when a forwarded request is for a config/agent/workspace it does not serve."""
+
+    code = "not_served"
+
+
+class ServerBusy(MemorydError):
+    """Answered by `memoryd serve` when it already handles its maximum number of connections."""
+
+    code = "server_busy"
+
+
 def error_code(err: BaseException) -> str:
     """The stable code of `err` (`internal_error` for anything that is not a `MemorydError`)."""
     return err.code if isinstance(err, MemorydError) else "internal_error"

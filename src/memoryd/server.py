@@ -40,7 +40,8 @@ MAX_REQUEST: Final = 256 * 1024
 IDLE_TIMEOUT_S: Final = 10.0
 #: Connections handled at once; more wait in the kernel's backlog.
 MAX_CONNECTIONS: Final = 64
-NOT_SERVED: Final = "not_served"
+NOT_SERVED: Final = "not_served"  # errors.NotServed.code
+SERVER_BUSY: Final = "server_busy"  # errors.ServerBusy.code
 
 
 def socket_path() -> Path:
@@ -130,65 +131,56 @@ def _served(service: MemoryService, req: dict[str, Any], ident: dict[str, Any]) 
     return None
 
 
+#: socket op → the tool whose input model validates it (the same contract as MCP)
+OPS = {"search": "memory_search", "get": "memory_get", "status": "memory_status"}
+_ENVELOPE = ("op", "agent", "identity")
+
+
 async def dispatch(
     service: MemoryService, req: dict[str, Any], ident: dict[str, Any]
 ) -> dict[str, Any]:
-    from .errors import InvalidAgentId, MemorydError, error_code
+    """Answer one request: `{op, agent?, identity, …tool arguments}` (see `memoryd.tools`)."""
+    from .errors import InvalidAgentId, InvalidInput, MemorydError, error_code
     from .paths import validate_agent_id
+    from .tools import MemoryGetInput, MemorySearchInput, validate_tool_input
 
     op = req.get("op")
     if op == "ping":
         return {"ok": True, "pid": os.getpid()}
+    if op not in OPS:
+        return _error(f"unknown op {op!r} (search, get, status, ping)", "invalid_input")
     agent = req.get("agent")
     try:
         if agent is not None:
             agent = validate_agent_id(agent)
     except InvalidAgentId as err:
         return _error(str(err), err.code)
+    try:
+        args = validate_tool_input(OPS[op], {k: v for k, v in req.items() if k not in _ENVELOPE})
+    except InvalidInput as err:
+        return _error(str(err), err.code)
     why = _served(service, req, ident)
     if why is not None:
         return _error(f"not served here: {why}", NOT_SERVED)
     try:
-        if op == "search":
+        if isinstance(args, MemorySearchInput):
             return await service.memory_search(
-                req.get("query"),  # type: ignore[arg-type]
+                args.query,
                 agent_id=agent,
-                session_key=_opt_str(req, "sessionKey"),
-                max_results=req.get("maxResults"),
-                min_score=req.get("minScore"),
+                session_key=args.session_key,
+                max_results=args.max_results,
+                min_score=args.min_score,
+                corpus=args.corpus,
             )
-        if op == "get":
+        if isinstance(args, MemoryGetInput):
             return await service.memory_get(
-                req.get("path"),  # type: ignore[arg-type]
-                from_line=_opt_int(req, "from"),
-                lines=_opt_int(req, "lines"),
-                agent_id=agent,
+                args.path, from_line=args.from_line, lines=args.lines, agent_id=agent
             )
-        if op == "status":
-            st = await service.status(agent)
-            st["servedBy"] = f"serve (pid {os.getpid()})"
-            return st
+        st = await service.status(agent)
+        st["servedBy"] = f"serve (pid {os.getpid()})"
+        return st
     except MemorydError as err:
         return _error(str(err), error_code(err))
-    return _error(f"unknown op {op!r} (search, get, status, ping)", "invalid_input")
-
-
-def _opt_str(req: dict[str, Any], key: str) -> str | None:
-    from .errors import InvalidInput
-
-    value = req.get(key)
-    if value is not None and not isinstance(value, str):
-        raise InvalidInput(f"{key} must be a string")
-    return value
-
-
-def _opt_int(req: dict[str, Any], key: str) -> int | None:
-    from .errors import InvalidInput
-
-    value = req.get(key)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise InvalidInput(f"{key} must be an integer")
-    return value
 
 
 async def serve(
@@ -215,8 +207,19 @@ async def serve(
     limiter = anyio.CapacityLimiter(MAX_CONNECTIONS)
 
     async def handle(stream: SocketStream) -> None:
-        async with limiter:
+        try:
+            limiter.acquire_nowait()
+        except anyio.WouldBlock:
+            # full: answer at once instead of holding the connection (and its descriptor)
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                busy = _error(f"busy: {MAX_CONNECTIONS} requests in flight", SERVER_BUSY)
+                await stream.send(json.dumps(busy).encode() + b"\n")
+            await stream.aclose()
+            return
+        try:
             await _handle(service, stream, ident)
+        finally:
+            limiter.release()
 
     try:
         async with anyio.create_task_group() as tg:

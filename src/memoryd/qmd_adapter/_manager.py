@@ -113,6 +113,7 @@ class QmdManager:
         self._clock = clock
 
         self._mode: SearchMode = self.config.search_mode
+        self._flag_fallback_until: float | None = None
         self._specs: list[CollectionSpec] = []
         self._active: dict[str, CollectionSpec] = {}
         self._waiting_for_dir: list[CollectionSpec] = []
@@ -143,7 +144,11 @@ class QmdManager:
 
     @property
     def search_mode(self) -> SearchMode:
-        """The mode searches use now (may have switched to `query` after a rejected flag)."""
+        """The mode searches use now (`query` for a while after qmd rejected a flag)."""
+        if self._flag_fallback_until is not None:
+            if self._clock() < self._flag_fallback_until:
+                return "query"
+            self._flag_fallback_until = None
         return self._mode
 
     async def start(self, task_group: TaskGroup | None = None) -> None:
@@ -257,7 +262,7 @@ class QmdManager:
             version=self._version,
             version_error=self._version_error,
             home=str(self.home.root),
-            search_mode=self._mode,
+            search_mode=self.search_mode,
             collections=[
                 CollectionStatus(name=s.name, path=s.path, pattern=s.pattern, source=s.source)
                 for s in self._active.values()
@@ -471,7 +476,7 @@ class QmdManager:
 
     def embed_blocked_reason(self) -> str | None:
         """Why a non-forced embed would be skipped now, or None."""
-        if self._mode == "search":
+        if self.search_mode == "search":
             return "searchMode is 'search' (BM25 only): no vectors needed"
         if self._embed_retry_at is not None and self._clock() < self._embed_retry_at:
             return f"backing off after {self._embed_failures} failed embed(s)"
@@ -590,7 +595,7 @@ class QmdManager:
             engine="qmd",
             provider="qmd",
             model=self.config.models.embed,
-            mode=mode or self._mode,
+            mode=mode or self.search_mode,
             max_injected_chars=self.config.limits.max_injected_chars,
         )
 
@@ -653,7 +658,7 @@ class QmdManager:
         mode: SearchMode | None = None,
     ) -> list[str]:
         """`[mode, query, --json, -n, N, (--no-rerank), -c, coll…]` for `mode` (default: current)."""
-        mode = mode or self._mode
+        mode = mode or self.search_mode
         args = [mode, query, "--json", "-n", str(n)]
         if mode == "query" and not rerank:
             args.append("--no-rerank")
@@ -671,15 +676,21 @@ class QmdManager:
         mode: SearchMode | None = None,
     ) -> list[QmdHit]:
         recreated = False
-        mode = mode or self._mode
+        mode = mode or self.search_mode
         while True:
             try:
                 argv = self.search_argv(query, names, n, rerank=rerank, mode=mode)
                 out = await self._run(argv, timeout_ms)
             except QmdExitError as err:
                 if mode != "query" and is_unsupported_flag_error(err.stderr):
-                    log.warning("qmd rejected `%s` flags; using `qmd query` from now on", mode)
-                    self._mode = mode = "query"
+                    # temporary: after `failover.probeMaxIntervalMs` the configured mode is
+                    # tried again (a qmd upgrade or a one-off stderr line must not pin `query`)
+                    hold = self.config.failover.probe_max_interval_ms / 1000
+                    log.warning(
+                        "qmd rejected `%s` flags; using `qmd query` for the next %.0fs", mode, hold
+                    )
+                    self._flag_fallback_until = self._clock() + hold
+                    mode = "query"
                     continue
                 if not recreated and is_missing_collection_error(err.stderr):
                     recreated = True
