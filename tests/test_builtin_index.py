@@ -424,7 +424,11 @@ async def test_memory_get_reads_slices_and_refuses(notes: Path) -> None:
     assert (await idx.get("MEMORY.md")).text.startswith("# Long-term")
     assert (await idx.get("MEMORY.md", 2, 1)).text == "The deploy target is fly.io in region ams.\n"
     assert (await idx.get("MEMORY.md", 99)).text == ""
-    assert (await idx.get("memory/nope.md")).to_dict() == {"path": "memory/nope.md", "text": ""}
+    assert (await idx.get("memory/nope.md")).to_dict() == {
+        "path": "memory/nope.md",
+        "text": "",
+        "missing": True,
+    }
     with pytest.raises(PathNotAllowed):
         await idx.get("../secrets.md")
     with pytest.raises(MemorydError, match="from"):

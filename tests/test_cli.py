@@ -101,7 +101,12 @@ def test_get_and_slices(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert rc == 0 and out == "The deploy target is fly.io.\n"
     rc, out, _ = run(capsys, "get", "--workspace", str(ws), "--json", "memory/missing.md")
-    assert json.loads(out) == {"path": "memory/missing.md", "text": ""}
+    assert json.loads(out) == {"path": "memory/missing.md", "text": "", "missing": True}
+    # a person at a terminal is told why nothing was printed (the tool's answer stays empty)
+    rc, out, err = run(capsys, "get", "--workspace", str(ws), "memory/missing.md")
+    assert rc == 0 and out == "" and "does not exist yet" in err
+    rc, out, err = run(capsys, "get", "--workspace", str(ws), "MEMORY.md", "--from", "999")
+    assert rc == 0 and out == "" and "past the end" in err
 
 
 @pytest.mark.parametrize(

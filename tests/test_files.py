@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from helpers import agent_for, write
-from memoryd.core.layout import MemoryRoot, default_roots, extra_root, slice_lines
+from memoryd.core.layout import (
+    MAX_GET_CHARS,
+    MemoryRoot,
+    default_roots,
+    extra_root,
+    page_lines,
+    slice_lines,
+)
 from memoryd.errors import PathNotAllowed
 from memoryd.memfiles import discover, read_memory_file
 
@@ -19,7 +26,8 @@ def rels(ws: Path, extra: list[str] | None = None) -> list[str]:
 
 
 def get(ws: Path, path: str, roots: list[MemoryRoot] | None = None) -> tuple[str, str]:
-    return read_memory_file(roots or default_roots(str(ws)), ws, path)
+    got = read_memory_file(roots or default_roots(str(ws)), ws, path)
+    return got.path, got.text
 
 
 def test_default_memory_files(workspace: Path) -> None:
@@ -153,3 +161,36 @@ def test_get_allows_memory_files_extra_paths_and_missing_files(
 )
 def test_slice_lines(frm: int | None, n: int | None, expected: str) -> None:
     assert slice_lines("a\nb\nc\n", frm, n) == expected
+
+
+def test_memory_get_pages_a_big_note_and_says_where_to_go_on(workspace: Path) -> None:
+    line = "x" * 99 + "\n"
+    write(workspace / "memory" / "big.md", line * 1000)  # 100 KB
+    roots = default_roots(str(workspace))
+    first = read_memory_file(roots, workspace, "memory/big.md")
+    assert first.truncated and len(first.text) <= MAX_GET_CHARS and first.text.endswith("\n")
+    assert first.next_from == 1 + first.text.count("\n")
+    rest = read_memory_file(roots, workspace, "memory/big.md", first.next_from)
+    assert rest.text.startswith("x") and rest.next_from == (first.next_from or 0) * 2 - 1
+    assert first.to_dict()["nextFrom"] == first.next_from and first.to_dict()["truncated"]
+    missing = read_memory_file(roots, workspace, "memory/2099-01-01.md")
+    assert missing.to_dict() == {"path": "memory/2099-01-01.md", "text": "", "missing": True}
+    past = read_memory_file(roots, workspace, "memory/big.md", 5000)
+    assert past.text == "" and past.past_end
+
+
+@pytest.mark.parametrize(
+    ("text", "frm", "n", "out", "cut", "nxt"),
+    [
+        ("a\nb\nc\n", None, None, "a\nb\nc\n", False, None),
+        ("a\nb\nc\n", 2, 1, "b\n", False, None),
+        ("a\nb\nc\n", 3, 5, "c\n", False, None),
+        ("aaaa\nbbbb\ncccc\n", 1, None, "aaaa\nbbbb\n", True, 3),
+        ("aaaaaaaaaaaaaa\nb\n", 1, None, "aaaaaaaaaa", True, 2),
+    ],
+)
+def test_pages_keep_whole_lines_under_the_cap(
+    text: str, frm: int | None, n: int | None, out: str, cut: bool, nxt: int | None
+) -> None:
+    page = page_lines(text, frm, n, max_chars=10)
+    assert (page.text, page.truncated, page.next_from) == (out, cut, nxt)

@@ -494,6 +494,7 @@ async def test_read_file_serves_qmd_and_workspace_paths(shared: Shared) -> None:
     assert (await mgr.read_file("qmd/notes-main/ideas/missing.md")).to_dict() == {
         "path": "qmd/notes-main/ideas/missing.md",
         "text": "",
+        "missing": True,
     }
 
 

@@ -334,6 +334,14 @@ async def _cmd_get(args: argparse.Namespace) -> int:
     if out.get("disabled"):
         _raise(out)
     sys.stdout.write(out["text"])
+    if out.get("missing"):
+        print(f"memoryd: {out['path']} does not exist yet (nothing to show)", file=sys.stderr)
+    elif out.get("pastEnd"):
+        print(f"memoryd: line {args.from_line} is past the end of {out['path']}", file=sys.stderr)
+    elif out.get("truncated"):
+        print(
+            f"memoryd: output capped; continue with --from {out['nextFrom']}", file=sys.stderr
+        )
     return 0
 
 

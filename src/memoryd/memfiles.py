@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from .core.layout import MemoryRoot, display_path, locate, slice_lines
+from .core.layout import MemoryRoot, display_path, locate, page_lines
+from .core.results import FileText
 from .fsio import FileRead, read_file, walk
 
 __all__ = ["Discovery", "MemoryFile", "discover", "discover_all", "read_memory", "read_memory_file"]
@@ -86,13 +87,15 @@ def read_memory_file(
     path: str,
     from_line: int | None = None,
     lines: int | None = None,
-) -> tuple[str, str]:
-    """`memory_get`: (display path, sliced text); a missing file gives "" (a daily note not
-    written yet). Refusals raise `PathNotAllowed`, read failures `MemoryReadFailed`."""
+) -> FileText:
+    """`memory_get`: a page of the file (see `core.layout.page_lines`); a missing file gives ""
+    (a daily note not written yet). Refusals raise `PathNotAllowed`, read failures
+    `MemoryReadFailed`."""
     ws = str(workspace)
     root, rel = locate(path, roots, workspace=ws)
     shown = display_path(root, rel, workspace=ws)
     got = read_file(root, rel, anchor=workspace)
     if got is None:
-        return shown, ""
-    return shown, slice_lines(got.text, from_line, lines)
+        return FileText(shown, "", missing=True)
+    page = page_lines(got.text, from_line, lines)
+    return FileText(shown, page.text, page.truncated, page.next_from, past_end=page.past_end)

@@ -686,10 +686,9 @@ class MemoryIndex:
     ) -> FileText:
         """Read a memory file or a line range of it (the policy is `core.layout.locate`)."""
         check_line_range(from_line, lines)
-        shown, text = await anyio.to_thread.run_sync(
+        return await anyio.to_thread.run_sync(
             read_memory_file, self.settings.roots, self.settings.workspace, path, from_line, lines
         )
-        return FileText(shown, text)
 
     # ------------------------------------------------------------------ status
 

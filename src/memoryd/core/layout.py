@@ -29,9 +29,12 @@ from .results import Source
 __all__ = [
     "LONG_TERM_NAMES",
     "MAX_DEPTH",
+    "MAX_GET_CHARS",
+    "MAX_GET_LINES",
     "MEMORY_DIR",
     "SKIP_DIRS",
     "MemoryRoot",
+    "Page",
     "check_line_range",
     "daily_note_name",
     "daily_note_rel",
@@ -44,6 +47,7 @@ __all__ = [
     "locate",
     "normalize_request",
     "note_date",
+    "page_lines",
     "roots_for_paths",
     "slice_lines",
 ]
@@ -247,6 +251,56 @@ def check_line_range(from_line: int | None, lines: int | None) -> None:
         raise InvalidInput("from must be ≥ 1 (lines are numbered from 1)")
     if lines is not None and (isinstance(lines, bool) or lines < 1):
         raise InvalidInput("lines must be ≥ 1")
+
+
+#: The most `memory_get` returns in one answer; past it the answer says `truncated`/`nextFrom`.
+MAX_GET_CHARS: Final = 20_000
+MAX_GET_LINES: Final = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A page of a file: its text, and where the next page starts when it was cut."""
+
+    text: str
+    truncated: bool
+    next_from: int | None
+    past_end: bool
+
+
+def page_lines(
+    text: str,
+    from_line: int | None,
+    lines: int | None,
+    *,
+    max_chars: int = MAX_GET_CHARS,
+    max_lines: int = MAX_GET_LINES,
+) -> Page:
+    """Lines `from_line`… (at most `lines`), capped at `max_lines` lines / `max_chars` characters.
+
+    Whole lines are kept while they fit; a single line longer than the cap is cut (its rest is
+    not reachable by line number, which the answer says with `truncated` and the same line as
+    `next_from` + 1). Linear in the part of the text it returns.
+    """
+    start = max(1, from_line or 1)
+    all_lines = text.splitlines(keepends=True)
+    if start > len(all_lines):
+        return Page("", False, None, past_end=bool(text) or start > 1)
+    wanted = len(all_lines) - start + 1 if lines is None else min(lines, len(all_lines) - start + 1)
+    taken: list[str] = []
+    used = 0
+    n = 0
+    for line in all_lines[start - 1 : start - 1 + min(wanted, max_lines)]:
+        if used + len(line) > max_chars:
+            if not taken:  # one over-long line: cut it rather than return nothing
+                taken.append(line[:max_chars])
+                n = 1
+            break
+        taken.append(line)
+        used += len(line)
+        n += 1
+    cut = n < wanted or (n == 1 and len(taken[0]) < len(all_lines[start - 1]))
+    return Page("".join(taken), cut, start + n if cut else None, past_end=False)
 
 
 def slice_lines(text: str, from_line: int | None, lines: int | None) -> str:

@@ -7,6 +7,7 @@ processes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import sqlite3
@@ -768,10 +769,10 @@ class QmdManager:
         never served.
         """
         check_line_range(from_line, lines)
-        shown, text = await anyio.to_thread.run_sync(
+        got = await anyio.to_thread.run_sync(
             read_memory_file, self.roots(), self.settings.workspace, path, from_line, lines
         )
-        return FileText(path if path.startswith("qmd/") else shown, text)
+        return got if not path.startswith("qmd/") else dataclasses.replace(got, path=path)
 
     read_file = get
 
