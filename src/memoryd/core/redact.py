@@ -29,10 +29,8 @@ loaded and compiled on first use (~0.1 s), so importing this module costs nothin
 
 from __future__ import annotations
 
-import importlib.resources
 import math
 import re
-import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -59,8 +57,15 @@ class SecretSpan(NamedTuple):
     rule: str
 
 
+class _Source(NamedTuple):
+    """A regex not compiled yet: the table is compiled on first use, so importing is cheap."""
+
+    pattern: str
+    flags: int = 0
+
+
 class SecretPattern(NamedTuple):
-    """One of memoryd's own rules.
+    """One of memoryd's own rules (a Python `re` pattern, compiled on first use).
 
     With no capture group the whole match is the secret; otherwise the first group that took part
     in the match is, and the rest of the match is context that stays. The pattern only runs when
@@ -68,7 +73,7 @@ class SecretPattern(NamedTuple):
     """
 
     name: str
-    pattern: re.Pattern[str]
+    source: _Source
     keywords: tuple[str, ...]
 
 
@@ -78,7 +83,7 @@ _R: Final = r"(?![A-Za-z0-9_\-])"
 
 
 def _token(name: str, body: str, *keywords: str) -> SecretPattern:
-    return SecretPattern(name, re.compile(_L + body + _R), keywords)
+    return SecretPattern(name, _Source(_L + body + _R), keywords)
 
 
 # Words that name a secret at the end of a key: `api_key=`, `OPENAI_API_KEY:`, `"clientSecret":`.
@@ -92,7 +97,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
     SecretPattern(
         # An unterminated block (a paste cut short) is redacted to the end of the text.
         "private_key_block",
-        re.compile(
+        _Source(
             r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
             r"[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)"
         ),
@@ -102,18 +107,18 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         # The password runs to the LAST `@` of the authority, since passwords may contain `@`
         # (`mongodb+srv://app:p@ss@cluster0…`); the greedy class stops at `/` or whitespace.
         "url_password",
-        re.compile(r"\b[a-z][a-z0-9+.\-]{0,31}://[^\s/:@]+:([^\s/]+)@", re.IGNORECASE),
+        _Source(r"\b[a-z][a-z0-9+.\-]{0,31}://[^\s/:@]+:([^\s/]+)@", re.IGNORECASE),
         ("://",),
     ),
     SecretPattern(
         "bearer_token",
-        re.compile(r"\bBearer\s+([A-Za-z0-9\-._~+/]{16,}=*)", re.IGNORECASE),
+        _Source(r"\bBearer\s+([A-Za-z0-9\-._~+/]{16,}=*)", re.IGNORECASE),
         ("bearer",),
     ),
     SecretPattern(
         # `Basic`/`Token` are ordinary words, so their credential must contain a digit.
         "auth_header",
-        re.compile(
+        _Source(
             r"\b(?:Basic|Token)\s+((?=[A-Za-z\-._~+/]*[0-9])[A-Za-z0-9\-._~+/]{16,}=*)",
             re.IGNORECASE,
         ),
@@ -141,7 +146,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
     _token("slack_token", r"xox[bpars]-[A-Za-z0-9\-]{10,}", "xox"),
     SecretPattern(
         "slack_webhook",
-        re.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+"),
+        _Source(r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+"),
         ("hooks.slack.com",),
     ),
     _token("google_api_key", r"AIza[0-9A-Za-z_\-]{35}", "aiza"),
@@ -152,7 +157,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         # user id (base64 of a snowflake) . timestamp . HMAC. No literal to gate on, so the
         # boundary check sits after the first character: the scan can then skip to [MNO].
         "discord_bot_token",
-        re.compile(
+        _Source(
             r"[MNO](?<![A-Za-z0-9_\-][MNO])[A-Za-z0-9_\-]{23,27}"
             r"\.[A-Za-z0-9_\-]{6,7}\.[A-Za-z0-9_\-]{27,40}" + _R
         ),
@@ -175,13 +180,13 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
     SecretPattern(
         # Azure Storage / Service Bus connection strings.
         "azure_connection_key",
-        re.compile(r"(?:AccountKey|SharedAccessKey)\s*=\s*([A-Za-z0-9+/]{20,}={0,2})"),
+        _Source(r"(?:AccountKey|SharedAccessKey)\s*=\s*([A-Za-z0-9+/]{20,}={0,2})"),
         ("accountkey", "sharedaccesskey"),
     ),
     SecretPattern(
         # A GCP service-account JSON: the key id is as sensitive as the key.
         "private_key_id",
-        re.compile(
+        _Source(
             r"private[_\-]?key[_\-]?id[\"']?\s*[:=]\s*[\"']?([a-f0-9]{32,64})(?![a-f0-9])",
             re.IGNORECASE,
         ),
@@ -192,7 +197,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         # with a secret word (`max_tokens=4000`, `token_count: 12` stay); where it starts does not
         # matter, so the pattern starts at the word and stays linear.
         "key_value",
-        re.compile(
+        _Source(
             r"(?:" + _SECRET_WORDS + r")[\"']?\s*[:=]\s*"
             r"(?:\"((?!\[REDACTED)[^\"\n]{4,})\"|'((?!\[REDACTED)[^'\n]{4,})'"
             r"|(?![\"'\[])([^\s\"',;}]{5,}[^\s\"',;}.]))",
@@ -204,7 +209,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         # "the root password is …", "password for the NAS was …". Unquoted, the value needs a
         # digit or a symbol: "the password is correct" is not a password.
         "prose_password",
-        re.compile(
+        _Source(
             r"(?<![A-Za-z0-9])(?:password|passwd|passphrase|passcode)"
             r"(?:\s+(?:for|of|on|to)\s+(?:the\s+|my\s+|our\s+)?[\w.@\-]{1,64})?"
             r"\s+(?:is|was|:|=)\s+"
@@ -218,7 +223,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         # "my Mistral key is …", "the AWS secret access key is …". The value must look
         # machine-made (`_looks_generated`): "the key is to keep it simple" stays.
         "prose_key",
-        re.compile(
+        _Source(
             r"(?<![A-Za-z0-9])(?:key|token|secret|credential|pat)s?\s+(?:is|was|:|=)\s+"
             r"(?:\"([^\"\n]{16,256})\"|'([^'\n]{16,256})'|`([^`\n]{16,256})`"
             r"|([A-Za-z0-9_\-+/=.~]{15,511}[A-Za-z0-9_\-+/=~]))",
@@ -229,7 +234,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
 )
 
 # A value that names or elides a secret rather than being one.
-_PLACEHOLDER: Final = re.compile(
+_PLACEHOLDER: Final = _Source(
     r"""\$\{?[A-Za-z_][A-Za-z0-9_]*\}?        # $VAR, ${VAR}
       | \{\{.*\}\} | %\(?[A-Za-z_]\w*\)?s?%?  # {{ template }}, %(var)s, %VAR%
       | <[^<>]*>                              # <your-api-key>
@@ -242,7 +247,7 @@ _PLACEHOLDER: Final = re.compile(
 
 
 def _not_placeholder(value: str) -> bool:
-    return _PLACEHOLDER.fullmatch(value) is None
+    return re.compile(*_PLACEHOLDER).fullmatch(value) is None  # re caches the compiled form
 
 
 def _looks_generated(value: str) -> bool:
@@ -338,7 +343,11 @@ class _Ruleset:
 @cache
 def _ruleset() -> _Ruleset:
     """Load and compile the vendored gitleaks ruleset (once, on first use)."""
-    import re2  # type: ignore[import-untyped]  # lazily: CLI start must not pay for it
+    # Imported here: loading the module must stay cheap (indexing imports it, CLI start pays).
+    import importlib.resources
+    import tomllib
+
+    import re2  # type: ignore[import-untyped]
 
     raw = importlib.resources.files(__package__).joinpath("gitleaks.toml").read_text("utf-8")
     config = tomllib.loads(raw)
@@ -480,11 +489,28 @@ def _gitleaks_spans(ruleset: _Ruleset, text: str, present: set[str]) -> list[Sec
 # --- memoryd's rules --------------------------------------------------------------------------
 
 
+@cache
+def _local_rules() -> tuple[
+    tuple[re.Pattern[str], ...], dict[str, tuple[int, ...]], tuple[int, ...]
+]:
+    """SECRET_PATTERNS compiled; keyword → indexes into it; the indexes that always run."""
+    compiled = tuple(re.compile(*rule.source) for rule in SECRET_PATTERNS)
+    by_keyword: dict[str, list[int]] = {}
+    for index, rule in enumerate(SECRET_PATTERNS):
+        for keyword in rule.keywords:
+            by_keyword.setdefault(keyword, []).append(index)
+    always = tuple(i for i, rule in enumerate(SECRET_PATTERNS) if not rule.keywords)
+    return compiled, {k: tuple(v) for k, v in by_keyword.items()}, always
+
+
 def _local_spans(text: str, present: set[str]) -> list[SecretSpan]:
+    compiled, by_keyword, always = _local_rules()
+    candidates = set(always)
+    for keyword in present:
+        candidates.update(by_keyword.get(keyword, ()))
     spans = []
-    for name, pattern, keywords in SECRET_PATTERNS:
-        if keywords and present.isdisjoint(keywords):
-            continue
+    for index in sorted(candidates):
+        name, pattern = SECRET_PATTERNS[index].name, compiled[index]
         check = _VALUE_CHECKS.get(name)
         for match in pattern.finditer(text):
             group = 0
