@@ -339,9 +339,7 @@ async def _cmd_get(args: argparse.Namespace) -> int:
     elif out.get("pastEnd"):
         print(f"memoryd: line {args.from_line} is past the end of {out['path']}", file=sys.stderr)
     elif out.get("truncated"):
-        print(
-            f"memoryd: output capped; continue with --from {out['nextFrom']}", file=sys.stderr
-        )
+        print(f"memoryd: output capped; continue with --from {out['nextFrom']}", file=sys.stderr)
     return 0
 
 
