@@ -41,7 +41,8 @@ def test_search_text_output(
 ) -> None:
     rc, out, _ = run(capsys, "search", "--workspace", str(ws), "webhook secret")
     assert rc == 0
-    first = out.splitlines()[0]
+    header, blank, first = out.splitlines()[:3]
+    assert header == "1 result · builtin backend · keyword search · no embeddings" and blank == ""
     score, where = first.split(" ", 1)
     assert float(score) > 0 and where == "memory/2026-11-29.md:1-2"
     assert "Rotated the webhook secret" in out
@@ -51,7 +52,7 @@ def test_search_no_matches(
     ws: Path, keyword_only: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rc, out, _ = run(capsys, "search", "--workspace", str(ws), "xylophone")
-    assert rc == 0 and out.strip() == "No matches."
+    assert rc == 0 and out.strip().startswith("no matches · builtin backend")
 
 
 def test_search_json_is_json_only(
@@ -117,11 +118,11 @@ def test_get_and_slices(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
         (["search", "   "], "query must not be empty"),
     ],
 )
-def test_errors_are_one_line_exit_1(
+def test_invalid_input_is_one_line_and_exit_2(
     ws: Path, keyword_only: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
     rc, out, err = run(capsys, *argv[:1], "--workspace", str(ws), *argv[1:])
-    assert rc == 1 and out == ""
+    assert rc == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("memoryd: error:") and message in err
 
 
@@ -172,7 +173,7 @@ def test_cli_as_a_real_process(ws: Path, keyword_only: Path) -> None:
         env=env,
         timeout=60,
     )
-    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr  # invalid input: 2
     usage = subprocess.run(
         [sys.executable, "-m", "memoryd", "search"],
         capture_output=True,

@@ -252,7 +252,7 @@ def test_lifecycle_cli(ws: Path, tmp_path: Path) -> None:
     fc = cli("flush-check", "--tokens", "1000", "--context-window", "200000", "--json")
     assert json.loads(fc.stdout)["reason"] == "below_threshold"
     empty = cli("append", "   ")
-    assert empty.returncode == 1 and empty.stderr.startswith("memoryd: error:")
+    assert empty.returncode == 2 and empty.stderr.startswith("memoryd: error:")
 
 
 async def test_status_is_a_typed_model(ws: Path) -> None:

@@ -1,7 +1,10 @@
 """The `memoryd` command: parse arguments, call the library, print. Nothing else lives here.
 
 With `--json`, stdout carries only JSON; progress and logs go to stderr. Every error is one
-line on stderr and exit status 1 (2 for usage errors, from argparse).
+line on stderr (`memoryd: error: …`). Exit status: 0 success; 2 for usage errors and invalid
+input (a bad flag, an out-of-range value, a bad agent id — codes `invalid_input`,
+`invalid_agent_id`, `path_not_allowed`); 1 for every other failure; 130 when interrupted. With
+`--json` a failure is also printed on stdout as `{disabled: true, error, code}`.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 
@@ -21,10 +24,41 @@ from . import __version__
 from .errors import MemorydError, error_from_code
 
 EXIT_ERROR = 1
+EXIT_USAGE = 2
+#: failures caused by what the caller typed, not by memory: exit status 2, like argparse's
+USAGE_CODES = frozenset({"invalid_input", "invalid_agent_id", "path_not_allowed"})
+
+_FORWARDS = (
+    "While `memoryd serve` runs for the same config, agent and workspace, this command is "
+    "answered by it (models stay loaded); otherwise it runs in this process."
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: `memoryd search: error: …` and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and examples keep their line breaks."""
+
+
+def _cmd(sub: Any, name: str, summary: str, examples: str, **kw: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=summary,
+        description=kw.pop("description", summary[0].upper() + summary[1:] + "."),
+        epilog="examples:\n" + examples,
+        formatter_class=kw.pop("formatter_class", _Help),
+        **kw,
+    )
+    return parser
 
 
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--config",
         metavar="FILE",
@@ -39,91 +73,170 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="print JSON only on stdout")
     common.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
 
-    p = argparse.ArgumentParser(
-        prog="memoryd", description="Durable, searchable memory for AI agents."
+    p = _Parser(
+        prog="memoryd",
+        description="Durable, searchable memory for AI agents: Markdown files in a workspace\n"
+        "(MEMORY.md, memory/YYYY-MM-DD.md) made searchable, served to agents over MCP.",
+        epilog="examples:\n"
+        '  memoryd search --workspace demo/workspace "when does the old webhook secret stop working?"\n'
+        "  memoryd status --json\n\n"
+        "Exit status: 0 ok, 2 usage errors and invalid input, 1 any other failure.",
+        formatter_class=_Help,
     )
     p.add_argument("--version", action="version", version=f"memoryd {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    s = sub.add_parser("search", parents=[common], help="hybrid search over the agent's memory")
-    s.add_argument("query")
-    s.add_argument("--max-results", type=_positive_int, metavar="N")
-    s.add_argument("--min-score", type=_unit_float, metavar="X")
+    s = _cmd(
+        sub,
+        "search",
+        "hybrid search (keywords + vectors) over the agent's memory",
+        '  memoryd search "what did we decide about CI?"\n'
+        "  memoryd search --json --max-results 3 --session-key agent:main:main postgres",
+        parents=[common],
+        description="Search the agent's memory: BM25 + vector recall over ~400-token chunks;\n"
+        "prints score, path:lines and the snippet of each hit. " + _FORWARDS,
+    )
+    s.add_argument("query", help="what to look for, in words (at most 2,000 characters)")
+    s.add_argument(
+        "--max-results",
+        type=int,
+        metavar="N",
+        help="at most N results (1-100; default from config, 6)",
+    )
+    s.add_argument(
+        "--min-score",
+        type=float,
+        metavar="X",
+        help="drop results scoring below X (0-1; default 0.35)",
+    )
+    s.add_argument(
+        "--corpus",
+        choices=["memory", "sessions", "all"],
+        default="all",
+        help="memory files, session transcripts (when enabled), or all (default)",
+    )
     s.add_argument(
         "--session-key", metavar="KEY", help="evaluate scope and citations as this session would"
     )
 
-    g = sub.add_parser("get", parents=[common], help="read a memory file or a line range")
-    g.add_argument("path")
+    g = _cmd(
+        sub,
+        "get",
+        "read a memory file, or a line range of it",
+        "  memoryd get MEMORY.md\n  memoryd get memory/2026-11-29.md --from 3 --lines 10",
+        parents=[common],
+        description="Print a memory file (MEMORY.md, memory.md, memory/**/*.md, extraPaths) or\n"
+        "a line range of it; at most 2,000 lines / 20,000 characters per call. " + _FORWARDS,
+    )
     g.add_argument(
-        "--from", dest="from_line", type=_positive_int, metavar="N", help="first line (1-based)"
+        "path", help="a path as search prints it (workspace-relative, or qmd/<collection>/…)"
     )
-    g.add_argument("--lines", type=_non_negative_int, metavar="N", help="number of lines")
-
-    st = sub.add_parser(
-        "status", parents=[common], help="which backend serves, index health, issues found"
+    g.add_argument("--from", dest="from_line", type=int, metavar="N", help="first line, 1-based")
+    g.add_argument(
+        "--lines", type=int, metavar="N", help="how many lines (≥ 1; default: to the end)"
     )
-    st.add_argument("--deep", action="store_true", help="also sync and probe (slower)")
 
-    ix = sub.add_parser(
-        "index", parents=[common], help="sync the built-in index now (with progress)"
+    st = _cmd(
+        sub,
+        "status",
+        "which backend serves, why, index health, issues",
+        "  memoryd status\n  memoryd status --deep --json",
+        parents=[common],
+        description="Which backend answers searches now and why (also from another process: the\n"
+        "health is recorded), index counts, qmd version and freshness, and any issue. " + _FORWARDS,
+    )
+    st.add_argument(
+        "--deep", action="store_true", help="probe qmd for real (a search) and record the outcome"
+    )
+
+    ix = _cmd(
+        sub,
+        "index",
+        "sync the built-in index (and qmd) now, with progress",
+        "  memoryd index\n  memoryd index --force --json",
+        parents=[common],
     )
     ix.add_argument(
-        "--force", action="store_true", help="rebuild from scratch (embedding cache is reused)"
+        "--force", action="store_true", help="rebuild from scratch (the embedding cache is reused)"
     )
 
-    cx = sub.add_parser(
+    cx = _cmd(
+        sub,
         "context",
+        "what the agent loads at session start (daily notes, MEMORY.md)",
+        "  memoryd context --session-key agent:main:main\n"
+        "  memoryd context --session-key agent:main:discord:group:42 --json",
         parents=[common],
-        help="what the agent loads at session start (daily notes, MEMORY.md)",
     )
     cx.add_argument(
         "--session-key",
         metavar="KEY",
-        help="the session's key (group/channel chats get no MEMORY.md)",
+        help="the session's key (group/channel chats, cron and sub-agents get no MEMORY.md)",
     )
 
-    ap = sub.add_parser(
+    ap = _cmd(
+        sub,
         "append",
+        "append to today's daily note or to MEMORY.md (locked, fsynced, all-or-nothing)",
+        '  memoryd append "Decided: deploys move to Fridays."\n'
+        '  echo "- Alice prefers green tea." | memoryd append --target long-term -',
         parents=[common],
-        help="append to today's daily note or to MEMORY.md (locked, fsynced)",
     )
-    ap.add_argument("--target", choices=["daily", "long-term"], default="daily")
-    ap.add_argument("text", help="the text to append ('-' reads stdin)")
+    ap.add_argument(
+        "--target",
+        choices=["daily", "long-term"],
+        default="daily",
+        help="daily: memory/YYYY-MM-DD.md (default); long-term: MEMORY.md",
+    )
+    ap.add_argument("text", help="the text to append ('-' reads stdin; at most 64 KiB)")
 
-    fc = sub.add_parser(
+    fc = _cmd(
+        sub,
         "flush-check",
+        "should the host run the pre-compaction memory flush now?",
+        "  memoryd flush-check --session-key agent:main:main --tokens 181000 --context-window 200000\n"
+        "  memoryd flush-check --tokens 90000 --context-window 128000 --compactions 2 --json",
         parents=[common],
-        help="should the host run the pre-compaction memory flush now?",
     )
-    fc.add_argument("--session-key", metavar="KEY")
+    fc.add_argument("--session-key", metavar="KEY", help="the session's key (default: main)")
     fc.add_argument(
-        "--tokens",
-        type=_non_negative_int,
+        "--tokens", type=int, required=True, metavar="N", help="the session's token estimate (≥ 0)"
+    )
+    fc.add_argument(
+        "--context-window",
+        type=int,
         required=True,
         metavar="N",
-        help="the session's token estimate",
+        help="the model's context window (≥ 1)",
     )
-    fc.add_argument("--context-window", type=_positive_int, required=True, metavar="N")
     fc.add_argument(
         "--compactions",
-        type=_non_negative_int,
+        type=int,
         default=0,
         metavar="N",
-        help="compactions so far in this session",
+        help="how many times the session was compacted so far (≥ 0; default 0)",
     )
     fc.add_argument(
         "--session-id", metavar="ID", help="the host's session id (tells a reset session apart)"
     )
     fc.add_argument("--dry-run", action="store_true", help="answer without recording a flush")
 
-    sub.add_parser(
+    _cmd(
+        sub,
         "warm",
+        "do every slow first-time step now (qmd home, collections, update+embed, models, index)",
+        "  memoryd warm\n  memoryd warm --config ~/.config/memoryd/qmd.toml --json",
         parents=[common],
-        help="prepare everything: qmd home, collections, update+embed, models, built-in index",
     )
-    sub.add_parser(
-        "serve", parents=[common], help="run the supervisor for all agents; the CLI forwards to it"
+    _cmd(
+        sub,
+        "serve",
+        "run every agent's timers and watchers; search/get/status forward to it",
+        "  memoryd serve\n  MEMORYD_WORKSPACE=~/agent memoryd serve -v",
+        parents=[common],
+        description="Run the supervisor for every configured agent (qmd timers, file watchers,\n"
+        "recovery probes) and listen on a Unix socket in the state dir (mode 0600). The CLI's\n"
+        "search/get/status forward to it when they are for the same config, agent and workspace.",
     )
     mc = sub.add_parser(
         "mcp",
@@ -195,27 +308,6 @@ def _http_address(raw: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _positive_int(raw: str) -> int:
-    value = int(raw)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be ≥ 1")
-    return value
-
-
-def _non_negative_int(raw: str) -> int:
-    value = int(raw)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be ≥ 0")
-    return value
-
-
-def _unit_float(raw: str) -> float:
-    value = float(raw)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError("must be between 0 and 1")
-    return value
-
-
 def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
 
@@ -250,6 +342,20 @@ def _forward(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any
     return out
 
 
+def _exit_status(out: dict[str, Any]) -> int:
+    """0, or the exit status of the failure a tool-shaped answer carries."""
+    if not out.get("disabled"):
+        return 0
+    return EXIT_USAGE if out.get("code") in USAGE_CODES else EXIT_ERROR
+
+
+def _validate(tool: str, **arguments: Any) -> None:
+    """The tool input contract (`memoryd.tools`), for what this process answers itself."""
+    from .tools import validate_tool_input
+
+    validate_tool_input(tool, {k: v for k, v in arguments.items() if v is not None})
+
+
 def _raise(out: dict[str, Any]) -> None:
     """Turn a tool-shaped failure back into the error it was (its class from its code)."""
     raise error_from_code(out.get("code"), str(out.get("error")))
@@ -275,9 +381,18 @@ async def _cmd_search(args: argparse.Namespace) -> int:
             "sessionKey": args.session_key,
             "maxResults": args.max_results,
             "minScore": args.min_score,
+            "corpus": args.corpus,
         },
     )
     if out is None:
+        _validate(
+            "memory_search",
+            query=args.query,
+            maxResults=args.max_results,
+            minScore=args.min_score,
+            corpus=args.corpus,
+            sessionKey=args.session_key,
+        )
         svc = _service(args, search_embed_budget_s=None)
         async with svc:
             agent = svc.agent(args.agent)
@@ -288,10 +403,11 @@ async def _cmd_search(args: argparse.Namespace) -> int:
                 session_key=args.session_key,
                 max_results=args.max_results,
                 min_score=args.min_score,
+                corpus=args.corpus,
             )
     if args.json:
         _print_json(out)
-        return EXIT_ERROR if out.get("disabled") else 0
+        return _exit_status(out)
     if out.get("disabled"):
         _raise(out)
     if out.get("scopeDenied"):
@@ -308,9 +424,22 @@ async def _cmd_search(args: argparse.Namespace) -> int:
         )
     for note in out.get("notes", []):
         print(f"note: {note}", file=sys.stderr)
-    if not out["results"]:
-        print("No matches.")
+    n = len(out["results"])
+    embedder = out.get("provider") or "no embeddings"
+    if out.get("model"):
+        embedder += f" ({out['model']})"
+    header = [
+        f"{n} result{'s' if n != 1 else ''}" if n else "no matches",
+        f"{out.get('backend')} backend" + (" (qmd failed over)" if fallback else ""),
+        f"{out.get('mode')} search",
+        embedder,
+    ]
+    if out.get("stale"):
+        header.append(f"qmd {out.get('staleSeconds')}s behind")
+    print(" · ".join(header))
+    if not n:
         return 0
+    print()
     for r in out["results"]:
         print(f"{r['score']:.3f} {r['path']}:{r['startLine']}-{r['endLine']}")
         for line in r["snippet"].splitlines():
@@ -330,7 +459,7 @@ async def _cmd_get(args: argparse.Namespace) -> int:
             )
     if args.json:
         _print_json(out)
-        return EXIT_ERROR if out.get("disabled") else 0
+        return _exit_status(out)
     if out.get("disabled"):
         _raise(out)
     sys.stdout.write(out["text"])
@@ -544,6 +673,7 @@ async def _cmd_context(args: argparse.Namespace) -> int:
 
 async def _cmd_append(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
+    _validate("memory_append", target=args.target, text=text)
     async with _service(args) as svc:
         out = await svc.append(args.target, text, agent_id=args.agent)
     if out.get("disabled"):
@@ -559,6 +689,14 @@ async def _cmd_append(args: argparse.Namespace) -> int:
 
 
 async def _cmd_flush_check(args: argparse.Namespace) -> int:
+    _validate(
+        "memory_flush_check",
+        tokenEstimate=args.tokens,
+        contextWindow=args.context_window,
+        compactionCount=args.compactions,
+        sessionKey=args.session_key,
+        sessionId=args.session_id,
+    )
     async with _service(args) as svc:
         out = await svc.flush_check(
             session_key=args.session_key,
@@ -671,7 +809,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help(sys.stderr)
-        return 2
+        return EXIT_USAGE
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.ERROR,
         stream=sys.stderr,
@@ -681,10 +819,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return anyio.run(COMMANDS[args.command], args)
     except MemorydError as err:
         print(f"memoryd: error: {err}", file=sys.stderr)
-        return EXIT_ERROR
+        if getattr(args, "json", False):
+            _print_json({"disabled": True, "error": str(err), "code": err.code})
+        return EXIT_USAGE if err.code in USAGE_CODES else EXIT_ERROR
     except KeyboardInterrupt:
         print("memoryd: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `memoryd search … | head`: the reader left; say nothing more (stdout is gone)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":
