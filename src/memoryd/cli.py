@@ -342,6 +342,14 @@ def _forward(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any
     return out
 
 
+def _emit_json(out: dict[str, Any]) -> int:
+    """`--json` answer: the JSON on stdout; a failure also as one line on stderr."""
+    _print_json(out)
+    if out.get("disabled"):
+        print(f"memoryd: error: {out.get('error')}", file=sys.stderr)
+    return _exit_status(out)
+
+
 def _exit_status(out: dict[str, Any]) -> int:
     """0, or the exit status of the failure a tool-shaped answer carries."""
     if not out.get("disabled"):
@@ -406,8 +414,7 @@ async def _cmd_search(args: argparse.Namespace) -> int:
                 corpus=args.corpus,
             )
     if args.json:
-        _print_json(out)
-        return _exit_status(out)
+        return _emit_json(out)
     if out.get("disabled"):
         _raise(out)
     if out.get("scopeDenied"):
@@ -458,8 +465,7 @@ async def _cmd_get(args: argparse.Namespace) -> int:
                 args.path, from_line=args.from_line, lines=args.lines, agent_id=args.agent
             )
     if args.json:
-        _print_json(out)
-        return _exit_status(out)
+        return _emit_json(out)
     if out.get("disabled"):
         _raise(out)
     sys.stdout.write(out["text"])
