@@ -202,3 +202,21 @@ def today() -> str:
     from datetime import datetime
 
     return datetime.now().astimezone().date().isoformat()
+
+
+def test_qmd_state_is_private_too(tmp_path: Path, isolated_env: Path) -> None:
+    s = Setup(tmp_path)
+    old = os.umask(0o022)
+    try:
+        assert s.json("search", "zeppelin")["backend"] == "qmd"
+    finally:
+        os.umask(old)
+    home = next(isolated_env.rglob("qmd"))
+    checked = 0
+    for path in home.rglob("*"):
+        if path.is_symlink():
+            continue  # the shared models folder is qmd's own cache, outside the state dir
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode & 0o077 == 0, (path, oct(mode))
+        checked += 1
+    assert checked >= 4  # index.yml, index.sqlite, the folders

@@ -104,7 +104,7 @@ class FlushState:
 
     def __init__(self, path: Path, *, lock_timeout: float = 30.0) -> None:
         self.path = path
-        self._lock = filelock.FileLock(str(path) + ".lock", timeout=lock_timeout)
+        self._lock = filelock.FileLock(str(path) + ".lock", timeout=lock_timeout, mode=0o600)
 
     @classmethod
     def for_agent(cls, agent: ResolvedAgent) -> FlushState:

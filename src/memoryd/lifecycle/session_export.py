@@ -140,7 +140,7 @@ def export_sessions(
     report = ExportReport(export_dir=out_dir)
     try:
         private_dir(out_dir)
-        with filelock.FileLock(str(out_dir / ".memoryd-sessions.lock"), timeout=60):
+        with filelock.FileLock(str(out_dir / ".memoryd-sessions.lock"), timeout=60, mode=0o600):
             _export_locked(agent, out_dir, cutoff, report)
     except filelock.Timeout:
         raise SessionExportError(f"timed out waiting for the export lock in {out_dir}") from None

@@ -122,7 +122,9 @@ class QmdManager:
         self._maint_lock = anyio.Lock()
         self._maint_idle = anyio.Event()
         self._maint_idle.set()
-        self._file_lock = filelock.FileLock(str(self.home.lock_path), thread_local=False)
+        self._file_lock = filelock.FileLock(
+            str(self.home.lock_path), thread_local=False, mode=0o600
+        )
         self._version: str | None = None
         self._version_error: str | None = None
         self._started = False
