@@ -1,0 +1,545 @@
+"""The PostgreSQL schema of the built-in index: numbered migrations recorded in `schema_version`.
+
+Everything lives in the `memoryd` schema. Each (agent, workspace) is a tenant (`tenants`); every
+other table carries `tenant_id`, and row-level security limits a non-owner role to the tenants of
+the agents it was granted in `tenant_access` (`memoryd.allow_host(role, agent)`). The identity
+checked is `session_user`, the role a host logged in as: a session can reach no agent it could not
+already reach by `SET ROLE`.
+
+Index-driven searches (GIN full text, pg_trgm substrings, HNSW) run in SECURITY DEFINER functions
+that check the tenant first: under RLS the planner may not use an index for a non-leakproof
+operator such as `@@`, so a plain query from a host role would scan every row of its tenant.
+
+Migrations run in order, each in its own transaction under a cluster-wide advisory lock, so two
+processes that start on an old schema apply each step once. No DDL runs on an up-to-date schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import IndexError_
+
+#: advisory-lock key space: the high 32 bits spell "memd", the low bits name the lock
+LOCK_SPACE = 0x6D656D64 << 32
+MIGRATION_LOCK = LOCK_SPACE | 0x7FFFFFFF
+HNSW_MAX_DIMS = 2000  # pgvector cannot build an HNSW index over wider `vector` columns
+
+
+def tenant_lock_key(tenant_id: int) -> int:
+    """The advisory-lock key of one tenant's writer (the same formula as `memoryd.tenant_lock`)."""
+    return LOCK_SPACE | (tenant_id & 0x7FFFFFFF)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    apply: Callable[[Any, str], None]  # (cursor, quoted extension schemas for search_path)
+
+
+def _m001_base(cur: Any, ext: str) -> None:
+    cur.execute(
+        f"""
+        create table memoryd.tenants (
+            id bigint generated always as identity primary key,
+            agent_id text not null,
+            workspace text not null,
+            state text not null default 'active' check (state in ('active', 'building')),
+            created_at timestamptz not null default now()
+        );
+        create unique index tenants_active on memoryd.tenants (agent_id, workspace)
+            where state = 'active';
+        create table memoryd.tenant_access (
+            role_name name not null,
+            agent_id text not null,
+            primary key (role_name, agent_id)
+        );
+        create table memoryd.tenant_stats (
+            tenant_id bigint primary key references memoryd.tenants (id) on delete cascade,
+            version bigint not null default 0,
+            chunk_count bigint not null default 0,
+            token_total bigint not null default 0,
+            char_total bigint not null default 0,
+            vec_dims integer
+        );
+        create table memoryd.meta (
+            tenant_id bigint not null references memoryd.tenants (id) on delete cascade,
+            key text not null,
+            value text not null,
+            primary key (tenant_id, key)
+        );
+        create table memoryd.files (
+            tenant_id bigint not null references memoryd.tenants (id) on delete cascade,
+            path text not null,
+            abs_path text not null,
+            source text not null,
+            hash text not null,
+            mtime double precision not null,
+            size bigint not null,
+            primary key (tenant_id, path)
+        );
+        create table memoryd.chunks (
+            id bigint generated always as identity primary key,
+            tenant_id bigint not null references memoryd.tenants (id) on delete cascade,
+            path text not null,
+            source text not null,
+            start_line integer not null,
+            end_line integer not null,
+            hash text not null,
+            text text not null,
+            tokens integer not null,
+            has_vector boolean not null default false,
+            doc_len integer not null,
+            tsv tsvector not null,
+            tf jsonb not null
+        );
+        create index chunks_by_path on memoryd.chunks (tenant_id, path, start_line);
+        create index chunks_pending on memoryd.chunks (tenant_id, id) where not has_vector;
+        create index chunks_fts on memoryd.chunks using gin (tsv);
+        create index chunks_trgm on memoryd.chunks using gin (text gin_trgm_ops);
+        create table memoryd.chunk_vectors (
+            chunk_id bigint primary key references memoryd.chunks (id) on delete cascade,
+            tenant_id bigint not null,
+            dims integer not null,
+            embedding vector
+        );
+        create index chunk_vectors_by_tenant on memoryd.chunk_vectors (tenant_id, dims);
+        create table memoryd.embedding_cache (
+            tenant_id bigint not null references memoryd.tenants (id) on delete cascade,
+            provider text not null,
+            model text not null,
+            fingerprint text not null,
+            hash text not null,
+            dims integer not null,
+            vector bytea not null,
+            used_at double precision not null,
+            primary key (tenant_id, provider, model, fingerprint, hash)
+        );
+        create index embedding_cache_lru on memoryd.embedding_cache (tenant_id, used_at);
+
+        -- FTS5's `porter unicode61 remove_diacritics 2`: fold accents, stem, keep every word
+        -- (query_terms already drops function words, and FTS5 indexes them too)
+        create text search dictionary memoryd.english_stem (template = snowball, language = english);
+        create text search configuration memoryd.fts (copy = pg_catalog.simple);
+        alter text search configuration memoryd.fts
+            alter mapping for asciiword, word, numword, asciihword, hword, numhword,
+                              hword_asciipart, hword_part, hword_numpart
+            with {ext.split(",")[0]}.unaccent, memoryd.english_stem;
+
+        create function memoryd.tf_map(tsvector) returns jsonb
+            language sql immutable strict parallel safe
+            set search_path = pg_catalog
+            return (select coalesce(jsonb_object_agg(lexeme, cardinality(positions)), '{{}}')
+                    from unnest($1));
+        create aggregate memoryd.tsquery_or_all(tsquery) (sfunc = tsquery_or, stype = tsquery);
+        """
+    )
+
+
+def _m002_access(cur: Any, ext: str) -> None:
+    # who may reach which tenant, and the tenant lifecycle (open, rebuild, publish)
+    cur.execute(
+        f"""
+        create function memoryd.is_admin() returns boolean
+            language sql stable security definer set search_path = pg_catalog, pg_temp
+            return pg_has_role(session_user,
+                (select c.relowner from pg_class c where c.oid = 'memoryd.tenants'::regclass),
+                'MEMBER');
+
+        create function memoryd.can_reach_agent(p_agent text) returns boolean
+            language sql stable security definer set search_path = pg_catalog, pg_temp
+            return memoryd.is_admin() or exists (
+                select 1 from memoryd.tenant_access a join pg_roles r on r.rolname = a.role_name
+                where a.agent_id in (p_agent, '*') and pg_has_role(session_user, r.oid, 'MEMBER'));
+
+        create function memoryd.visible_tenants() returns bigint[]
+            language sql stable security definer set search_path = pg_catalog, pg_temp
+            return (
+                select coalesce(array_agg(t.id), '{{}}') from memoryd.tenants t
+                where memoryd.is_admin() or exists (
+                    select 1 from memoryd.tenant_access a join pg_roles r on r.rolname = a.role_name
+                    where a.agent_id in (t.agent_id, '*')
+                      and pg_has_role(session_user, r.oid, 'MEMBER')));
+
+        create function memoryd.check_tenant(p_tenant bigint) returns void
+            language plpgsql stable security definer set search_path = pg_catalog, pg_temp as $$
+        begin
+            if not (p_tenant = any (memoryd.visible_tenants())) then
+                raise exception 'memoryd tenant % is not visible to role %', p_tenant, session_user
+                    using errcode = 'insufficient_privilege';
+            end if;
+        end $$;
+
+        create function memoryd.tenant_lock(p_tenant bigint) returns bigint
+            language sql immutable parallel safe set search_path = pg_catalog
+            return {LOCK_SPACE} | (p_tenant & 2147483647);
+
+        create function memoryd.open_tenant(p_agent text, p_workspace text) returns bigint
+            language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+        declare v bigint;
+        begin
+            if not memoryd.can_reach_agent(p_agent) then
+                raise exception 'role % may not use memoryd agent %', session_user, p_agent
+                    using errcode = 'insufficient_privilege';
+            end if;
+            insert into memoryd.tenants (agent_id, workspace) values (p_agent, p_workspace)
+                on conflict (agent_id, workspace) where state = 'active' do nothing
+                returning id into v;
+            if v is null then
+                select id into v from memoryd.tenants
+                where agent_id = p_agent and workspace = p_workspace and state = 'active';
+            end if;
+            insert into memoryd.tenant_stats (tenant_id) values (v) on conflict do nothing;
+            return v;
+        end $$;
+
+        create function memoryd.active_tenant(p_agent text, p_workspace text) returns bigint
+            language sql stable security definer set search_path = pg_catalog, pg_temp
+            return (select t.id from memoryd.tenants t
+                    where t.agent_id = p_agent and t.workspace = p_workspace
+                      and t.state = 'active' and memoryd.can_reach_agent(p_agent));
+
+        -- A rebuild fills a 'building' tenant beside the active one; its builder holds the
+        -- building tenant's advisory lock for the whole build, so a build whose lock is free
+        -- belongs to a dead process and is dropped here.
+        create function memoryd.begin_rebuild(p_tenant bigint) returns bigint
+            language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+        declare a text; w text; v bigint; stale bigint;
+        begin
+            perform memoryd.check_tenant(p_tenant);
+            select agent_id, workspace into a, w from memoryd.tenants where id = p_tenant;
+            for stale in select id from memoryd.tenants
+                         where agent_id = a and workspace = w and state = 'building' loop
+                if pg_try_advisory_xact_lock(memoryd.tenant_lock(stale)) then
+                    delete from memoryd.tenants where id = stale;
+                end if;
+            end loop;
+            insert into memoryd.tenants (agent_id, workspace, state) values (a, w, 'building')
+                returning id into v;
+            insert into memoryd.tenant_stats (tenant_id) values (v);
+            insert into memoryd.embedding_cache
+                select v, provider, model, fingerprint, hash, dims, vector, used_at
+                from memoryd.embedding_cache where tenant_id = p_tenant;
+            return v;
+        end $$;
+
+        create function memoryd.publish_rebuild(p_old bigint, p_new bigint) returns void
+            language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+        begin
+            perform memoryd.check_tenant(p_old);
+            perform memoryd.check_tenant(p_new);
+            if not exists (select 1 from memoryd.tenants n join memoryd.tenants o
+                           on o.agent_id = n.agent_id and o.workspace = n.workspace
+                           where n.id = p_new and n.state = 'building'
+                             and o.id = p_old and o.state = 'active') then
+                raise exception 'memoryd tenant % is not a rebuild of %', p_new, p_old
+                    using errcode = 'invalid_parameter_value';
+            end if;
+            delete from memoryd.tenants where id = p_old;
+            update memoryd.tenants set state = 'active' where id = p_new;
+        end $$;
+
+        create function memoryd.discard_rebuild(p_new bigint) returns void
+            language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+        begin
+            perform memoryd.check_tenant(p_new);
+            delete from memoryd.tenants where id = p_new and state = 'building';
+        end $$;
+
+        -- An HNSW index per dimension count, created while few vectors have it (creating it
+        -- later would scan and lock the table for the whole build).
+        create function memoryd.ensure_vector_index(p_dims integer) returns boolean
+            language plpgsql security definer set search_path = memoryd, {ext}, pg_catalog, pg_temp
+            as $$
+        begin
+            if p_dims < 1 or p_dims > {HNSW_MAX_DIMS} then
+                return false;
+            end if;
+            perform pg_advisory_xact_lock({LOCK_SPACE} | 2147483646);
+            execute format(
+                'create index if not exists %I on memoryd.chunk_vectors '
+                'using hnsw ((embedding::vector(%s)) vector_cosine_ops) '
+                'where dims = %s and embedding is not null',
+                'chunk_vectors_hnsw_' || p_dims, p_dims, p_dims);
+            return true;
+        end $$;
+        """
+    )
+
+
+def _m003_search(cur: Any, ext: str) -> None:
+    cur.execute(
+        f"""
+        -- FTS5's bm25() over the tenant's chunks: idf = ln((N - n + 0.5) / (n + 0.5)) (at least
+        -- 1e-6), k1 = 1.2, b = 0.75, document length in tokens. A phrase term (CJK run,
+        -- "don't") matches as a phrase; its frequency is that of its rarest word.
+        create function memoryd.keyword_hits(p_tenant bigint, p_terms text[], p_limit integer)
+            returns table (chunk_id bigint, score double precision)
+            language plpgsql stable security definer
+            set search_path = memoryd, {ext}, pg_catalog, pg_temp as $$
+        declare n double precision; avgdl double precision; v_q tsquery;
+        begin
+            perform memoryd.check_tenant(p_tenant);
+            select s.chunk_count, s.token_total::double precision / greatest(s.chunk_count, 1)
+                into n, avgdl from memoryd.tenant_stats s where s.tenant_id = p_tenant;
+            if n is null or n = 0 then
+                return;
+            end if;
+            avgdl := greatest(avgdl, 1);
+            select memoryd.tsquery_or_all(x.q) into v_q from (
+                select phraseto_tsquery('memoryd.fts', t) as q from unnest(p_terms) t) x
+                where numnode(x.q) > 0;
+            if v_q is null then
+                return;
+            end if;
+            return query
+            with t as (
+                select u.i, array(select distinct v.lexeme
+                                  from unnest(to_tsvector('memoryd.fts', u.term)) v) as lx
+                from unnest(p_terms) with ordinality as u (term, i)
+            ), m as (
+                select c.id, c.doc_len, c.tf from memoryd.chunks c
+                where c.tenant_id = p_tenant and c.tsv @@ v_q
+            ), h as (
+                select m.id, m.doc_len, t.i,
+                       (select min((m.tf ->> l)::double precision) from unnest(t.lx) l) as f
+                from m cross join t
+                where cardinality(t.lx) > 0 and m.tf ?& t.lx
+            ), d as (
+                select h.i, count(*)::double precision as df from h group by h.i
+            )
+            select h.id, sum(
+                greatest(ln((n - d.df + 0.5) / (d.df + 0.5)), 1e-6)
+                * (h.f * 2.2) / (h.f + 1.2 * (0.25 + 0.75 * h.doc_len / avgdl)))::double precision
+            from h join d using (i)
+            group by h.id
+            order by 2 desc, h.id
+            limit p_limit;
+        end $$;
+
+        -- FTS5's trigram table: case-insensitive substrings through pg_trgm, bm25 over
+        -- occurrences with the document length in characters.
+        create function memoryd.substring_hits(p_tenant bigint, p_terms text[], p_limit integer)
+            returns table (chunk_id bigint, score double precision)
+            language plpgsql stable security definer
+            set search_path = memoryd, {ext}, pg_catalog, pg_temp as $$
+        declare n double precision; avgdl double precision;
+        begin
+            perform memoryd.check_tenant(p_tenant);
+            select s.chunk_count, s.char_total::double precision / greatest(s.chunk_count, 1)
+                into n, avgdl from memoryd.tenant_stats s where s.tenant_id = p_tenant;
+            if n is null or n = 0 then
+                return;
+            end if;
+            avgdl := greatest(avgdl, 1);
+            return query
+            with t as (
+                select u.i, lower(u.term) as term,
+                       '%' || replace(replace(replace(lower(u.term), '\\', '\\\\'), '%', '\\%'),
+                                      '_', '\\_') || '%' as pat
+                from unnest(p_terms) with ordinality as u (term, i)
+                where char_length(u.term) >= 3
+            ), h as (
+                select c.id, char_length(c.text) as dl, t.i,
+                       ((char_length(lower(c.text))
+                         - char_length(replace(lower(c.text), t.term, '')))
+                        / char_length(t.term))::double precision as f
+                from t cross join lateral (
+                    select x.id, x.text from memoryd.chunks x
+                    where x.tenant_id = p_tenant and x.text ilike t.pat) c
+            ), d as (
+                select h.i, count(*)::double precision as df from h group by h.i
+            )
+            select h.id, sum(
+                greatest(ln((n - d.df + 0.5) / (d.df + 0.5)), 1e-6)
+                * (h.f * 2.2) / (h.f + 1.2 * (0.25 + 0.75 * h.dl / avgdl)))::double precision
+            from h join d using (i)
+            where h.f > 0
+            group by h.id
+            order by 2 desc, h.id
+            limit p_limit;
+        end $$;
+
+        -- Cosine KNN within one tenant: exact (a scan of its vectors) or through the HNSW index
+        -- of its dimension count with pgvector's iterative scan (the index is shared by tenants).
+        create function memoryd.vector_hits(p_tenant bigint, p_query vector, p_limit integer,
+                                            p_exact boolean)
+            returns table (chunk_id bigint, similarity double precision)
+            language plpgsql volatile security definer
+            set search_path = memoryd, {ext}, pg_catalog, pg_temp as $$
+        declare d integer := vector_dims(p_query);
+        begin
+            perform memoryd.check_tenant(p_tenant);
+            if p_exact or d > {HNSW_MAX_DIMS} then
+                return query
+                select v.chunk_id, (1 - (v.embedding <=> p_query))::double precision
+                from memoryd.chunk_vectors v
+                where v.tenant_id = p_tenant and v.dims = d and v.embedding is not null
+                order by v.embedding <=> p_query, v.chunk_id
+                limit p_limit;
+                return;
+            end if;
+            perform set_config('hnsw.iterative_scan', 'relaxed_order', true);
+            perform set_config('hnsw.ef_search', greatest(40, p_limit * 2)::text, true);
+            return query execute format(
+                'select chunk_id, (1 - (embedding::vector(%1$s) <=> $1::vector(%1$s)))::float8 '
+                'from memoryd.chunk_vectors where tenant_id = %2$s and dims = %1$s '
+                'and embedding is not null '
+                'order by embedding::vector(%1$s) <=> $1::vector(%1$s) limit $2',
+                d, p_tenant) using p_query, p_limit;
+        end $$;
+        """
+    )
+
+
+_TENANT_TABLES = ("tenant_stats", "meta", "files", "chunks", "chunk_vectors", "embedding_cache")
+
+
+def _m004_row_security(cur: Any, _ext: str) -> None:
+    statements = [
+        "alter table memoryd.tenants enable row level security",
+        "alter table memoryd.tenant_access enable row level security",
+    ]
+    for table in _TENANT_TABLES:
+        statements += [
+            f"alter table memoryd.{table} enable row level security",
+            f"create policy tenant_scope on memoryd.{table} "
+            "using (tenant_id = any ((select memoryd.visible_tenants())::bigint[])) "
+            "with check (tenant_id = any ((select memoryd.visible_tenants())::bigint[]))",
+        ]
+    statements += [
+        "revoke all on schema memoryd from public",
+        "revoke execute on all functions in schema memoryd from public",
+    ]
+    # the owner grants a host role its agents; RLS keeps every other tenant out of its reach
+    tables = ", ".join(f"memoryd.{t}" for t in _TENANT_TABLES)
+    statements.append(
+        f"""
+        create function memoryd.allow_host(p_role name, p_agent text) returns void
+            language plpgsql set search_path = pg_catalog, pg_temp as $$
+        begin
+            execute format('grant usage on schema memoryd to %I', p_role);
+            execute format('grant select, insert, update, delete on {tables} to %I', p_role);
+            execute format('grant usage on sequence memoryd.chunks_id_seq to %I', p_role);
+            execute format('grant execute on all functions in schema memoryd to %I', p_role);
+            execute format('revoke execute on function memoryd.allow_host(name, text), '
+                           'memoryd.deny_host(name, text) from %I', p_role);
+            insert into memoryd.tenant_access (role_name, agent_id) values (p_role, p_agent)
+                on conflict do nothing;
+        end $$
+        """
+    )
+    statements.append(
+        """
+        create function memoryd.deny_host(p_role name, p_agent text) returns void
+            language sql set search_path = pg_catalog, pg_temp
+            begin atomic
+                delete from memoryd.tenant_access where role_name = p_role and agent_id = p_agent;
+            end
+        """
+    )
+    statements.append(
+        "revoke execute on function memoryd.allow_host(name, text), "
+        "memoryd.deny_host(name, text) from public"
+    )
+    for statement in statements:
+        cur.execute(statement)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "m001_base", _m001_base),
+    Migration(2, "m002_access", _m002_access),
+    Migration(3, "m003_search", _m003_search),
+    Migration(4, "m004_row_security", _m004_row_security),
+)
+LATEST = MIGRATIONS[-1].version
+
+
+def extension_schemas(cur: Any) -> str:
+    """The schemas holding vector, pg_trgm and unaccent, quoted, for a `search_path` (unaccent's first)."""
+    cur.execute(
+        "select e.extname, quote_ident(n.nspname) from pg_extension e "
+        "join pg_namespace n on n.oid = e.extnamespace "
+        "where e.extname in ('unaccent', 'vector', 'pg_trgm')"
+    )
+    found = dict(cur.fetchall())
+    ordered = [found[n] for n in ("unaccent", "vector", "pg_trgm") if n in found]
+    return ",".join(dict.fromkeys(ordered)) or "public"
+
+
+def current_version(cur: Any) -> int:
+    """The applied schema version (0 when memoryd's schema is absent)."""
+    cur.execute("select to_regclass('memoryd.schema_version') is not null")
+    if not cur.fetchone()[0]:
+        return 0
+    cur.execute("select coalesce(max(version), 0) from memoryd.schema_version")
+    return int(cur.fetchone()[0])
+
+
+def _run(cur: Any, sql: str, params: tuple[Any, ...] = ()) -> None:
+    cur.execute(sql, params)
+
+
+def migrate(conn: Any) -> list[str]:
+    """Apply the pending migrations of `conn`'s database in order; returns the names applied.
+
+    `conn` is a psycopg connection in autocommit mode. Raises `IndexError_` (naming what is
+    missing) when the role may not create the schema or an extension.
+    """
+    import psycopg
+
+    with conn.cursor() as cur:
+        try:
+            if current_version(cur) >= LATEST:
+                return []
+        except psycopg.Error as err:
+            raise IndexError_(f"cannot read memoryd's schema version: {_first_line(err)}") from None
+        applied: list[str] = []
+        _run(cur, "select pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+        try:
+            step = "create the memoryd schema"
+            try:
+                with conn.transaction():
+                    _run(cur, "create schema if not exists memoryd")
+                    _run(
+                        cur,
+                        "create table if not exists memoryd.schema_version ("
+                        "version integer primary key, name text not null, "
+                        "applied_at timestamptz not null default now())",
+                    )
+                    # pg_trgm and unaccent are trusted contrib extensions; pgvector needs a
+                    # superuser (or a hosted service's admin role) to create it once
+                    for name in ("vector", "pg_trgm", "unaccent"):
+                        step = f"create extension {name}"
+                        _run(cur, f"create extension if not exists {name}")
+                ext = extension_schemas(cur)
+                done = current_version(cur)
+                for mig in MIGRATIONS:
+                    if mig.version <= done:
+                        continue
+                    step = f"apply migration {mig.name}"
+                    with conn.transaction():
+                        mig.apply(cur, ext)
+                        _run(
+                            cur,
+                            "insert into memoryd.schema_version (version, name) values (%s, %s)",
+                            (mig.version, mig.name),
+                        )
+                    applied.append(mig.name)
+            except psycopg.Error as err:
+                raise IndexError_(
+                    f"cannot {step} (schema at version {current_version(cur)}, memoryd needs "
+                    f"{LATEST}): {_first_line(err)}; run the migrations once as the database "
+                    "owner (a superuser must create the vector extension)"
+                ) from None
+        finally:
+            _run(cur, "select pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+    return applied
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -1,0 +1,778 @@
+"""The PostgreSQL side of the built-in index: one tenant's chunks, FTS, vectors and embedding cache.
+
+`PgStore` is a drop-in for the SQLite `Store` (same methods and attributes `MemoryIndex` uses),
+bound to one (agent, workspace) tenant of a shared database (schema: `_pg_migrations`). Many
+memoryd processes may use one database at once:
+
+- every write transaction takes the tenant's advisory lock, so one process writes a tenant at a
+  time; `writer()` holds it across a whole sync and `transaction()` makes the sync's text phase
+  one transaction, so a process that dies mid-sync leaves the previous complete state, and the
+  lock (released by PostgreSQL with the dead connection) lets another process take over;
+- searches read on their own connection and see only committed state, never a sync in progress;
+- a rebuild (`begin_rebuild` → fill → `publish_rebuild`) fills a fresh tenant and swaps it in
+  one transaction, as the SQLite engine's atomic file rename does.
+
+The password comes from libpq's environment (`PGPASSWORD`, `PGPASSFILE`, `PGSERVICE`); error
+messages name the server by host, port, database and user only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..core.text import segment_for_fts
+from ..errors import IndexError_
+from . import _pg_migrations as migrations
+from ._store import IN_MEMORY_MAX_VECTORS, ChunkRow, VectorEngine
+
+if TYPE_CHECKING:
+    import psycopg
+
+#: Up to this many vectors per tenant, KNN is an exact scan; above it, the HNSW index answers.
+EXACT_MAX_VECTORS = IN_MEMORY_MAX_VECTORS
+LOCK_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 10
+
+_PHRASE = re.compile(r'"((?:[^"]|"")*)"')
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def fts_document(text: str) -> tuple[str, int]:
+    """The text as FTS5's unicode61 tokenizer sees it (words split on every non-alphanumeric,
+    CJK per character), joined by spaces for `to_tsvector`, and its token count (bm25's length).
+
+    PostgreSQL's own parser keeps `foo.bar`, `a-b` and paths whole, so `foo` would not match
+    `foo.bar`; splitting first gives both engines the same terms.
+    """
+    tokens = _TOKEN.findall(segment_for_fts(text))
+    return " ".join(tokens), len(tokens)
+
+
+def match_phrases(match: str) -> list[str]:
+    """The quoted phrases of an FTS5 MATCH string `"a" OR "b c"` (the only form memoryd builds)."""
+    return [m.group(1).replace('""', '"') for m in _PHRASE.finditer(match)]
+
+
+def describe_url(url: str) -> str:
+    """`host=… port=… dbname=… user=…` of a libpq URL or DSN: never the password."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        parts = conninfo_to_dict(url)
+    except Exception:
+        return "the configured PostgreSQL server"
+    shown = [f"{k}={parts[k]}" for k in ("host", "port", "dbname", "user") if parts.get(k)]
+    return " ".join(shown) or "the default PostgreSQL server"
+
+
+def _vector_literal(vec: np.ndarray) -> str | None:
+    """pgvector's text form; None for a zero vector (cosine distance to it is undefined)."""
+    values = np.asarray(vec, dtype=np.float32)
+    if not np.any(values):
+        return None
+    # float32 → Python float is exact and repr round-trips, so pgvector stores the same float4
+    return "[" + ",".join(map(repr, values.tolist())) + "]"
+
+
+def _clean(text: str) -> str:
+    # PostgreSQL text cannot hold NUL; SQLite can, so the same file indexes on both
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+class PgStore:
+    """One tenant of a PostgreSQL index. Thread-safe: each connection has its own lock."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        agent_id: str,
+        workspace: str,
+        vector_enabled: bool = True,
+        migrate: bool = True,
+        exact_max_vectors: int = EXACT_MAX_VECTORS,
+        lock_timeout_s: float = LOCK_TIMEOUT_S,
+        connect_timeout_s: int = CONNECT_TIMEOUT_S,
+        _tenant_id: int | None = None,
+    ) -> None:
+        try:
+            import psycopg
+        except ImportError:
+            raise IndexError_(
+                "store.driver = postgres needs psycopg: pip install 'memoryd[postgres]'"
+            ) from None
+        self._psycopg = psycopg
+        self.url = url
+        self.where = describe_url(url)
+        self.agent_id = agent_id
+        self.workspace = workspace
+        self.exact_max_vectors = exact_max_vectors
+        self.lock_timeout_s = lock_timeout_s
+        self._connect_timeout_s = connect_timeout_s
+        self._ro_lock = threading.RLock()
+        self._rw_lock = threading.RLock()
+        self._tx_owner: int | None = None
+        self._ro = self._connect()
+        self._rw = self._connect()
+        if migrate:
+            with self._rw_lock:
+                migrations.migrate(self._rw)
+        self._check_schema()
+        self._ext = self._extension_path()
+        for conn in (self._ro, self._rw):
+            self._set_search_path(conn)
+        self.building = _tenant_id is not None
+        self.tenant_id = (
+            _tenant_id
+            if _tenant_id is not None
+            else int(self._scalar("select memoryd.open_tenant(%s, %s)", (agent_id, workspace)))
+        )
+        if self.building:
+            # the builder's mark of life: a build whose lock is free is a dead one
+            self._scalar("select pg_advisory_lock(%s)", (self._lock_key,), write=True)
+        if vector_enabled:
+            self.vector = VectorEngine("pgvector", True, None, "psycopg")
+        else:
+            self.vector = VectorEngine("disabled", False, "store.vector.enabled = false", "psycopg")
+        self.fts_error: str | None = None
+        self.trigram_error: str | None = None
+        self._local_version = 0
+        self._stats: tuple[int, int | None] = (0, None)  # (tenant version, vec_dims)
+        self._refresh()
+        self._count_cache: tuple[tuple[int, int, int], int] | None = None
+        self._indexed_dims: set[int] = set()
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        try:
+            return self._psycopg.connect(
+                self.url,
+                autocommit=True,
+                connect_timeout=self._connect_timeout_s,
+                application_name="memoryd",
+            )
+        except self._psycopg.Error as err:
+            raise IndexError_(
+                f"PostgreSQL store unreachable ({self.where}): {_first_line(err)}"
+            ) from None
+
+    def _check_schema(self) -> None:
+        with self._ro_lock, self._ro.cursor() as cur:
+            version = migrations.current_version(cur)
+        if version < migrations.LATEST:
+            raise IndexError_(
+                f"memoryd's schema in {self.where} is at version {version}, this memoryd needs "
+                f"{migrations.LATEST}: run the migrations once as the database owner"
+            )
+
+    def _extension_path(self) -> str:
+        with self._ro_lock, self._ro.cursor() as cur:
+            return migrations.extension_schemas(cur)
+
+    def _set_search_path(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        # unqualified `vector` casts resolve in whichever schema the extension was created in
+        conn.execute(f"set search_path = memoryd, {self._ext}, pg_catalog")
+
+    def _reconnect(self, which: str) -> None:
+        conn = self._connect()
+        self._set_search_path(conn)
+        if which == "ro":
+            self._ro = conn
+        else:
+            self._rw = conn
+            if self.building:
+                conn.execute("select pg_advisory_lock(%s)", (self._lock_key,))
+
+    def _owns_tx(self) -> bool:
+        return self._tx_owner == threading.get_ident()
+
+    def _rows(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, write: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """Run one statement: on the read connection, or the write one (writes, and reads by
+        the thread inside `transaction()`, which must see its own uncommitted writes)."""
+        use_rw = write or self._owns_tx()
+        lock = self._rw_lock if use_rw else self._ro_lock
+        psycopg = self._psycopg
+        with lock:
+            for attempt in (0, 1):
+                conn = self._rw if use_rw else self._ro
+                try:
+                    cur = conn.execute(sql, params)
+                    return cur.fetchall() if cur.description else []
+                except psycopg.OperationalError as err:
+                    # a dropped connection is reopened once, outside a transaction only
+                    if attempt == 0 and conn.broken and not self._owns_tx():
+                        with contextlib.suppress(IndexError_):
+                            self._reconnect("rw" if use_rw else "ro")
+                            continue
+                    raise IndexError_(
+                        f"PostgreSQL store unreachable ({self.where}): {_first_line(err)}"
+                    ) from None
+                except psycopg.errors.InsufficientPrivilege as err:
+                    raise IndexError_(
+                        f"PostgreSQL store refused agent {self.agent_id} ({self.where}): "
+                        f"{_first_line(err)}"
+                    ) from None
+                except psycopg.errors.LockNotAvailable:
+                    raise IndexError_(
+                        f"agent {self.agent_id} is being written by another memoryd process "
+                        f"(waited {self.lock_timeout_s:g}s for its lock)"
+                    ) from None
+                except psycopg.Error as err:
+                    raise IndexError_(
+                        f"PostgreSQL store error ({self.where}): {_first_line(err)}"
+                    ) from None
+        raise AssertionError("unreachable")
+
+    def _scalar(self, sql: str, params: Sequence[Any] = (), *, write: bool = False) -> Any:
+        rows = self._rows(sql, params, write=write)
+        return rows[0][0] if rows else None
+
+    @property
+    def _lock_key(self) -> int:
+        return migrations.tenant_lock_key(self.tenant_id)
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[None]:
+        """One write transaction holding the tenant's lock (waits up to `lock_timeout_s`);
+        nested inside `transaction()` it is a savepoint of that one."""
+        psycopg = self._psycopg
+        with self._rw_lock:
+            if not self._owns_tx() and (self._rw.broken or self._rw.closed):
+                self._reconnect("rw")
+            owner = self._tx_owner
+            try:
+                with self._rw.transaction():
+                    self._tx_owner = threading.get_ident()
+                    self._rows(
+                        "select set_config('lock_timeout', %s, true), pg_advisory_xact_lock(%s)",
+                        (f"{int(self.lock_timeout_s * 1000)}ms", self._lock_key),
+                        write=True,
+                    )
+                    yield
+            except psycopg.Error as err:
+                raise IndexError_(
+                    f"PostgreSQL store write failed ({self.where}): {_first_line(err)}"
+                ) from None
+            finally:
+                self._tx_owner = owner
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Make every write inside one transaction (a sync's text phase): all or nothing.
+
+        Enter it in the thread that runs the writes; other threads keep reading the last
+        committed state on the read connection, and their writes wait until it ends.
+        """
+        with self._write():
+            yield
+
+    @contextlib.contextmanager
+    def writer(self, *, wait: bool = True) -> Iterator[bool]:
+        """Hold this tenant's writer lock for a whole sync; yields False if `wait` is False and
+        another process holds it (that process is syncing: search what it committed)."""
+        if wait:
+            got = self._scalar(
+                "select set_config('lock_timeout', %s, false), pg_advisory_lock(%s)",
+                (f"{int(self.lock_timeout_s * 1000)}ms", self._lock_key),
+                write=True,
+            )
+            self._rows("select set_config('lock_timeout', '0', false)", write=True)
+            held = got is not None
+        else:
+            held = bool(
+                self._scalar("select pg_try_advisory_lock(%s)", (self._lock_key,), write=True)
+            )
+        try:
+            yield held
+        finally:
+            if held:
+                with contextlib.suppress(IndexError_):
+                    self._rows("select pg_advisory_unlock(%s)", (self._lock_key,), write=True)
+
+    # -- housekeeping --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        for lock, conn in ((self._ro_lock, self._ro), (self._rw_lock, self._rw)):
+            with lock, contextlib.suppress(Exception):
+                conn.close()
+
+    @property
+    def fts_available(self) -> bool:
+        return self.fts_error is None
+
+    def _refresh(self) -> None:
+        """Re-read the tenant's version and dims; follow a rebuild another process published."""
+        if self.building:
+            rows = self._rows(
+                "select %s::bigint, s.version, s.vec_dims from memoryd.tenant_stats s "
+                "where s.tenant_id = %s",
+                (self.tenant_id, self.tenant_id),
+            )
+        else:
+            rows = self._rows(
+                "select t.id, s.version, s.vec_dims "
+                "from (select memoryd.active_tenant(%s, %s) as id) t "
+                "left join memoryd.tenant_stats s on s.tenant_id = t.id",
+                (self.agent_id, self.workspace),
+            )
+        if not rows or rows[0][0] is None:
+            raise IndexError_(f"agent {self.agent_id} has no index in {self.where}")
+        tenant, version, dims = rows[0]
+        self.tenant_id = int(tenant)
+        self._stats = (int(version or 0), None if dims is None else int(dims))
+
+    @property
+    def version(self) -> tuple[int, int, int]:
+        """Changes whenever this store or any other process commits a write to the tenant."""
+        self._refresh()
+        return self._local_version, self.tenant_id, self._stats[0]
+
+    def meta(self) -> dict[str, str]:
+        rows = self._rows(
+            "select key, value from memoryd.meta where tenant_id = %s", (self.tenant_id,)
+        )
+        return {r[0]: r[1] for r in rows}
+
+    def set_meta(self, values: dict[str, str]) -> None:
+        if not values:
+            return
+        with self._write():
+            self._rows(
+                "insert into memoryd.meta (tenant_id, key, value) "
+                "select %s, k, v from unnest(%s::text[], %s::text[]) as u (k, v) "
+                "on conflict (tenant_id, key) do update set value = excluded.value",
+                (self.tenant_id, list(values), [_clean(v) for v in values.values()]),
+                write=True,
+            )
+
+    @property
+    def vec_dims(self) -> int | None:
+        """Dimensions of the stored vectors (None until the first vector is written)."""
+        return self._stats[1]
+
+    # -- files and chunks ------------------------------------------------------------------------
+
+    def files(self) -> dict[str, tuple[str, float, int, str]]:
+        rows = self._rows(
+            "select path, hash, mtime, size, source from memoryd.files where tenant_id = %s",
+            (self.tenant_id,),
+        )
+        return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
+
+    def replace_file(
+        self,
+        path: str,
+        abs_path: str,
+        source: str,
+        file_hash: str,
+        mtime: float,
+        size: int,
+        chunks: Sequence[tuple[int, int, str, str, int]],
+    ) -> None:
+        """Swap a file's chunks in one transaction. chunks = (start, end, hash, text, tokens)."""
+        texts = [_clean(c[3]) for c in chunks]
+        docs = [fts_document(t) for t in texts]
+        t = self.tenant_id
+        with self._write():
+            removed = self._rows(
+                "with d as (delete from memoryd.chunks where tenant_id = %s and path = %s "
+                "returning doc_len, char_length(text) as cl) "
+                "select count(*), coalesce(sum(doc_len), 0), coalesce(sum(cl), 0) from d",
+                (t, path),
+                write=True,
+            )[0]
+            if chunks:
+                self._rows(
+                    "insert into memoryd.chunks (tenant_id, path, source, start_line, end_line, "
+                    "hash, text, tokens, doc_len, tsv, tf) "
+                    "select %s, %s, %s, u.s, u.e, u.h, u.x, u.k, u.n, v.tsv, memoryd.tf_map(v.tsv) "
+                    "from unnest(%s::int[], %s::int[], %s::text[], %s::text[], %s::int[], "
+                    "%s::int[], %s::text[]) with ordinality as u (s, e, h, x, k, n, f, o) "
+                    "cross join lateral (select to_tsvector('memoryd.fts', u.f) as tsv) v "
+                    "order by u.o",
+                    (
+                        t,
+                        path,
+                        source,
+                        [c[0] for c in chunks],
+                        [c[1] for c in chunks],
+                        [c[2] for c in chunks],
+                        texts,
+                        [c[4] for c in chunks],
+                        [d[1] for d in docs],
+                        [d[0] for d in docs],
+                    ),
+                    write=True,
+                )
+            self._rows(
+                "insert into memoryd.files (tenant_id, path, abs_path, source, hash, mtime, size) "
+                "values (%s, %s, %s, %s, %s, %s, %s) on conflict (tenant_id, path) do update set "
+                "abs_path = excluded.abs_path, source = excluded.source, hash = excluded.hash, "
+                "mtime = excluded.mtime, size = excluded.size",
+                (t, path, _clean(abs_path), source, file_hash, mtime, size),
+                write=True,
+            )
+            self._bump(
+                len(chunks) - removed[0],
+                sum(d[1] for d in docs) - removed[1],
+                sum(len(x) for x in texts) - removed[2],
+            )
+        self._local_version += 1
+
+    def _bump(self, chunks: int, tokens: int, chars: int) -> None:
+        self._rows(
+            "update memoryd.tenant_stats set version = version + 1, "
+            "chunk_count = chunk_count + %s, token_total = token_total + %s, "
+            "char_total = char_total + %s where tenant_id = %s",
+            (chunks, tokens, chars, self.tenant_id),
+            write=True,
+        )
+
+    def touch_file(self, path: str, mtime: float, size: int) -> None:
+        with self._write():
+            self._rows(
+                "update memoryd.files set mtime = %s, size = %s where tenant_id = %s and path = %s",
+                (mtime, size, self.tenant_id, path),
+                write=True,
+            )
+
+    def remove_file(self, path: str) -> None:
+        with self._write():
+            removed = self._rows(
+                "with d as (delete from memoryd.chunks where tenant_id = %s and path = %s "
+                "returning doc_len, char_length(text) as cl) "
+                "select count(*), coalesce(sum(doc_len), 0), coalesce(sum(cl), 0) from d",
+                (self.tenant_id, path),
+                write=True,
+            )[0]
+            self._rows(
+                "delete from memoryd.files where tenant_id = %s and path = %s",
+                (self.tenant_id, path),
+                write=True,
+            )
+            self._bump(-removed[0], -removed[1], -removed[2])
+        self._local_version += 1
+
+    def counts(self) -> dict[str, Any]:
+        row = self._rows(
+            "select (select count(*) from memoryd.files where tenant_id = %(t)s), "
+            "(select count(*) from memoryd.chunks where tenant_id = %(t)s), "
+            "(select count(*) from memoryd.chunks where tenant_id = %(t)s and not has_vector), "
+            "(select coalesce(jsonb_object_agg(source, n), '{}') from (select source, count(*) n "
+            " from memoryd.files where tenant_id = %(t)s group by source) x), "
+            "(select count(*) from memoryd.embedding_cache where tenant_id = %(t)s)",
+            {"t": self.tenant_id},
+        )[0]
+        return {
+            "files": int(row[0]),
+            "chunks": int(row[1]),
+            "pending_vectors": int(row[2]),
+            "source_counts": {k: int(v) for k, v in row[3].items()},
+            "cache_entries": int(row[4]),
+        }
+
+    def pending_count(self) -> int:
+        return int(
+            self._scalar(
+                "select count(*) from memoryd.chunks where tenant_id = %s and not has_vector",
+                (self.tenant_id,),
+            )
+        )
+
+    def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
+        ids = list(ids)
+        if not ids:
+            return {}
+        rows = self._rows(
+            "select c.id, c.path, c.source, c.start_line, c.end_line, c.text, f.mtime "
+            "from memoryd.chunks c left join memoryd.files f "
+            "on f.tenant_id = c.tenant_id and f.path = c.path "
+            "where c.tenant_id = %s and c.id = any(%s::bigint[])",
+            (self.tenant_id, ids),
+        )
+        return {int(r[0]): ChunkRow(*r) for r in rows}
+
+    def chunk_ids_for_paths(self, paths: Sequence[str], limit_per_path: int) -> list[int]:
+        if not paths:
+            return []
+        rows = self._rows(
+            "select c.id from unnest(%s::text[]) with ordinality as p (path, o) "
+            "cross join lateral (select id from memoryd.chunks where tenant_id = %s "
+            "and path = p.path order by start_line limit %s) c order by p.o",
+            (list(paths), self.tenant_id, limit_per_path),
+        )
+        return [int(r[0]) for r in rows]
+
+    def abs_paths(self, source: str) -> list[str]:
+        """Absolute paths of the indexed files of one source."""
+        return [
+            r[0]
+            for r in self._rows(
+                "select abs_path from memoryd.files where tenant_id = %s and source = %s",
+                (self.tenant_id, source),
+            )
+        ]
+
+    def paths(self) -> list[str]:
+        return [
+            r[0]
+            for r in self._rows(
+                "select path from memoryd.files where tenant_id = %s", (self.tenant_id,)
+            )
+        ]
+
+    # -- keyword search --------------------------------------------------------------------------
+
+    def keyword_search(
+        self, match: str, limit: int, *, trigram: bool = False
+    ) -> list[tuple[int, float]]:
+        """(chunk id, positive BM25 strength) best first, for the MATCH string SQLite takes."""
+        phrases = match_phrases(match)
+        if trigram:
+            terms = [p.lower() for p in phrases if len(p) >= 3]
+            function = "memoryd.substring_hits"
+        else:
+            terms = [doc for doc, n in map(fts_document, phrases) if n]
+            function = "memoryd.keyword_hits"
+        if not terms:
+            return []
+        rows = self._search(f"select chunk_id, score from {function}(%s, %s, %s)", (terms, limit))
+        return [(int(r[0]), float(r[1])) for r in rows]
+
+    def _search(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """A tenant-scoped search; after another process published a rebuild, the old tenant
+        is gone: look up the active one and ask again."""
+        try:
+            return self._rows(sql, (self.tenant_id, *params))
+        except IndexError_:
+            before = self.tenant_id
+            self._refresh()
+            if self.tenant_id == before:
+                raise
+            return self._rows(sql, (self.tenant_id, *params))
+
+    # -- vectors -------------------------------------------------------------------------------
+
+    def pending_chunks(self, limit: int) -> list[tuple[int, str, str]]:
+        return [
+            (int(r[0]), r[1], r[2])
+            for r in self._rows(
+                "select id, hash, text from memoryd.chunks where tenant_id = %s "
+                "and not has_vector order by id limit %s",
+                (self.tenant_id, limit),
+            )
+        ]
+
+    def _ensure_dims(self, dims: int) -> None:
+        """Record the tenant's vector dims on first write; refuse a change (reindex instead)."""
+        stored = self._scalar(
+            "update memoryd.tenant_stats set vec_dims = coalesce(vec_dims, %s) "
+            "where tenant_id = %s returning vec_dims",
+            (dims, self.tenant_id),
+            write=True,
+        )
+        if stored is not None and int(stored) != dims:
+            raise IndexError_(f"vector dims changed from {stored} to {dims}; a reindex is required")
+        self._stats = (self._stats[0], dims)
+
+    def _ensure_index(self, dims: int) -> None:
+        """Create the HNSW index of `dims` (once, while few vectors have it), if it can now."""
+        if dims in self._indexed_dims or self._owns_tx():
+            # inside a caller's transaction the DDL (on the other connection) would wait for
+            # this one's locks: a later write_vectors creates it
+            return
+        with contextlib.suppress(IndexError_):
+            self._rows(
+                "select set_config('lock_timeout', '2s', false), "
+                "memoryd.ensure_vector_index(%s), set_config('lock_timeout', '0', false)",
+                (dims,),
+            )
+            self._indexed_dims.add(dims)
+
+    def write_vectors(self, rows: Sequence[tuple[int, np.ndarray]]) -> None:
+        if not rows:
+            return
+        dims = int(rows[0][1].shape[0])
+        if any(int(v.shape[0]) != dims for _, v in rows):
+            raise IndexError_("vectors of one batch must have the same dims")
+        self._ensure_index(dims)
+        ids = [int(cid) for cid, _ in rows]
+        literals = [_vector_literal(v) for _, v in rows]
+        with self._write():
+            self._ensure_dims(dims)
+            # chunks deleted by a concurrent file change are skipped (the join finds none)
+            self._rows(
+                "with v as (select * from unnest(%(ids)s::bigint[], %(vecs)s::text[]) "
+                "as u (id, emb)), "
+                "ok as (update memoryd.chunks c set has_vector = true from v "
+                "where c.tenant_id = %(t)s and c.id = v.id returning c.id) "
+                "insert into memoryd.chunk_vectors (chunk_id, tenant_id, dims, embedding) "
+                "select v.id, %(t)s, %(d)s, v.emb::vector from v join ok using (id) "
+                "on conflict (chunk_id) do update set dims = excluded.dims, "
+                "embedding = excluded.embedding",
+                {"ids": ids, "vecs": literals, "t": self.tenant_id, "d": dims},
+                write=True,
+            )
+            self._bump(0, 0, 0)
+        self._local_version += 1
+
+    def vector_search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """(chunk id, cosine similarity) best first."""
+        if not self.vector.available:
+            return []
+        if self.vec_dims is None:
+            self._refresh()  # another process may have written the first vectors
+        if self.vec_dims is None or query.shape[0] != self.vec_dims:
+            return []
+        literal = _vector_literal(query)
+        if literal is None:
+            return []
+        exact = self.search_engine != "pgvector-hnsw"
+        rows = self._search(
+            "select chunk_id, similarity from memoryd.vector_hits(%s, %s::vector, %s, %s)",
+            (literal, k, exact),
+        )
+        hits = [(int(r[0]), float(r[1])) for r in rows]
+        # the iterative index scan returns candidates in nearly, not exactly, sorted order
+        return sorted(hits, key=lambda h: -h[1]) if not exact else hits
+
+    def _vector_count(self) -> int:
+        version = self.version
+        if self._count_cache is None or self._count_cache[0] != version:
+            n = int(
+                self._scalar(
+                    "select count(*) from memoryd.chunk_vectors where tenant_id = %s "
+                    "and embedding is not null",
+                    (self.tenant_id,),
+                )
+            )
+            self._count_cache = (version, n)
+        return self._count_cache[1]
+
+    def _has_index(self, dims: int) -> bool:
+        if dims not in self._indexed_dims and self._scalar(
+            "select to_regclass(%s) is not null", (f"memoryd.chunk_vectors_hnsw_{dims}",)
+        ):
+            self._indexed_dims.add(dims)
+        return dims in self._indexed_dims
+
+    @property
+    def search_engine(self) -> str:
+        """Which engine answers KNN queries now: an exact scan, or the HNSW index when big."""
+        if not self.vector.available:
+            return "none"
+        dims = self.vec_dims
+        if (
+            dims is not None
+            and self._vector_count() > self.exact_max_vectors
+            and self._has_index(dims)
+        ):
+            return "pgvector-hnsw"
+        return "pgvector-exact"
+
+    # -- embedding cache -----------------------------------------------------------------------
+
+    def cache_get(self, key: tuple[str, str, str], hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        if not hashes:
+            return {}
+        # one statement reads the hits and marks them used (the LRU clock)
+        rows = self._rows(
+            "update memoryd.embedding_cache set used_at = %s where tenant_id = %s "
+            "and provider = %s and model = %s and fingerprint = %s and hash = any(%s::text[]) "
+            "returning hash, vector",
+            (time.time(), self.tenant_id, *key, list(hashes)),
+            write=True,
+        )
+        return {h: np.frombuffer(blob, dtype=np.float32).copy() for h, blob in rows}
+
+    def cache_put(
+        self, key: tuple[str, str, str], items: Sequence[tuple[str, np.ndarray]], max_entries: int
+    ) -> None:
+        if not items:
+            return
+        now = time.time()
+        t = self.tenant_id
+        self._rows(
+            "insert into memoryd.embedding_cache (tenant_id, provider, model, fingerprint, hash, "
+            "dims, vector, used_at) select %s, %s, %s, %s, u.h, u.d, u.v, %s "
+            "from unnest(%s::text[], %s::int[], %s::bytea[]) as u (h, d, v) "
+            "on conflict (tenant_id, provider, model, fingerprint, hash) do update set "
+            "dims = excluded.dims, vector = excluded.vector, used_at = excluded.used_at",
+            (
+                t,
+                *key,
+                now,
+                [h for h, _ in items],
+                [int(v.shape[0]) for _, v in items],
+                [np.asarray(v, dtype=np.float32).tobytes() for _, v in items],
+            ),
+            write=True,
+        )
+        self._rows(
+            "delete from memoryd.embedding_cache where ctid in (select ctid "
+            "from memoryd.embedding_cache where tenant_id = %(t)s order by used_at "
+            "limit greatest(0, (select count(*) from memoryd.embedding_cache "
+            "where tenant_id = %(t)s) - %(max)s))",
+            {"t": t, "max": max_entries},
+            write=True,
+        )
+
+    # -- rebuilds ------------------------------------------------------------------------------
+
+    def begin_rebuild(self) -> PgStore:
+        """A store on a fresh tenant for this (agent, workspace), seeded with this embedding
+        cache; searches keep reading this one until `publish_rebuild`."""
+        new_id = int(
+            self._scalar("select memoryd.begin_rebuild(%s)", (self.tenant_id,), write=True)
+        )
+        try:
+            return PgStore(
+                self.url,
+                agent_id=self.agent_id,
+                workspace=self.workspace,
+                vector_enabled=self.vector.available,
+                migrate=False,
+                exact_max_vectors=self.exact_max_vectors,
+                lock_timeout_s=self.lock_timeout_s,
+                connect_timeout_s=self._connect_timeout_s,
+                _tenant_id=new_id,
+            )
+        except BaseException:
+            with contextlib.suppress(IndexError_):
+                self._rows("select memoryd.discard_rebuild(%s)", (new_id,), write=True)
+            raise
+
+    def publish_rebuild(self, new: PgStore) -> None:
+        """Make `new` the active tenant and drop this one's rows, in one transaction."""
+        with self._write():
+            self._rows(
+                "select memoryd.publish_rebuild(%s, %s)",
+                (self.tenant_id, new.tenant_id),
+                write=True,
+            )
+        new.building = False
+        with contextlib.suppress(IndexError_):
+            new._rows("select pg_advisory_unlock(%s)", (new._lock_key,), write=True)
+        self.tenant_id = new.tenant_id
+        self._local_version += 1
+
+    def discard_rebuild(self, new: PgStore) -> None:
+        """Drop an unfinished rebuild's rows (a crashed one is dropped by the next rebuild)."""
+        with contextlib.suppress(IndexError_):
+            self._rows("select memoryd.discard_rebuild(%s)", (new.tenant_id,), write=True)
+        new.close()

