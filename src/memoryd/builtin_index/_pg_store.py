@@ -124,8 +124,21 @@ class PgStore:
         self._ro_lock = threading.RLock()
         self._rw_lock = threading.RLock()
         self._tx_owner: int | None = None
+        self.building = False
+        self.tenant_id = 0
         self._ro = self._connect()
-        self._rw = self._connect()
+        try:
+            self._rw = self._connect()
+        except BaseException:
+            self._ro.close()
+            raise
+        try:
+            self._open(migrate, vector_enabled, _tenant_id)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, migrate: bool, vector_enabled: bool, tenant_id: int | None) -> None:
         if migrate:
             with self._rw_lock:
                 migrations.migrate(self._rw)
@@ -133,11 +146,13 @@ class PgStore:
         self._ext = self._extension_path()
         for conn in (self._ro, self._rw):
             self._set_search_path(conn)
-        self.building = _tenant_id is not None
+        self.building = tenant_id is not None
         self.tenant_id = (
-            _tenant_id
-            if _tenant_id is not None
-            else int(self._scalar("select memoryd.open_tenant(%s, %s)", (agent_id, workspace)))
+            tenant_id
+            if tenant_id is not None
+            else int(
+                self._scalar("select memoryd.open_tenant(%s, %s)", (self.agent_id, self.workspace))
+            )
         )
         if self.building:
             # the builder's mark of life: a build whose lock is free is a dead one
@@ -251,25 +266,35 @@ class PgStore:
         """One write transaction holding the tenant's lock (waits up to `lock_timeout_s`);
         nested inside `transaction()` it is a savepoint of that one."""
         psycopg = self._psycopg
-        with self._rw_lock:
-            if not self._owns_tx() and (self._rw.broken or self._rw.closed):
-                self._reconnect("rw")
+        with self._rw_lock, contextlib.ExitStack() as stack:
             owner = self._tx_owner
-            try:
-                with self._rw.transaction():
+            stack.callback(setattr, self, "_tx_owner", owner)
+            for attempt in (0, 1):
+                tx = self._rw.transaction()
+                try:
+                    stack.enter_context(tx)
                     self._tx_owner = threading.get_ident()
                     self._rows(
                         "select set_config('lock_timeout', %s, true), pg_advisory_xact_lock(%s)",
                         (f"{int(self.lock_timeout_s * 1000)}ms", self._lock_key),
                         write=True,
                     )
-                    yield
+                    break
+                except (IndexError_, psycopg.Error):
+                    # a connection the server dropped is found dead here, before any write:
+                    # reopen it and start again, unless this is a caller's open transaction
+                    if attempt == 1 or owner is not None or not self._rw.broken:
+                        raise
+                    stack.pop_all()
+                    self._tx_owner = owner
+                    self._reconnect("rw")
+                    stack.callback(setattr, self, "_tx_owner", owner)
+            try:
+                yield
             except psycopg.Error as err:
                 raise IndexError_(
                     f"PostgreSQL store write failed ({self.where}): {_first_line(err)}"
                 ) from None
-            finally:
-                self._tx_owner = owner
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
