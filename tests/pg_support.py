@@ -128,8 +128,9 @@ def _run(cmd: list[str], user: str | None, **kw: Any) -> subprocess.CompletedPro
     )
 
 
-def start_server(bin_dir: Path) -> PgServer:
-    """initdb + pg_ctl start in a private temp folder (as `nobody` when running as root)."""
+def start_server(bin_dir: Path, options: str = "") -> PgServer:
+    """initdb + pg_ctl start in a private temp folder (as `nobody` when running as root);
+    `options` are extra `-c name=value` server settings (the benchmark's memory sizes)."""
     run_as = "nobody" if os.geteuid() == 0 else None
     # short path: a Unix socket path must fit in 107 bytes
     root = Path(tempfile.mkdtemp(prefix="memoryd-pg-", dir="/tmp"))
@@ -158,7 +159,7 @@ def start_server(bin_dir: Path) -> PgServer:
     # durability off: a test cluster is thrown away, and fsync on a shared disk is slow
     options = (
         f"-k {root} -h '' -c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-        "-c max_connections=200"
+        "-c max_connections=200 " + options
     )
     proc = _run(
         [

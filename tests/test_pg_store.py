@@ -377,8 +377,12 @@ def test_row_security_keeps_each_host_role_to_its_agents(two_hosts: dict[str, st
         for sql in (
             f"select * from memoryd.keyword_hits({b_tenant}, array['secret'], 10)",
             f"select * from memoryd.substring_hits({b_tenant}, array['secret'], 10)",
-            f"select * from memoryd.vector_hits({b_tenant}, '[1,1,1,1]', 10, true)",
+            f"select * from memoryd.vector_hits({b_tenant}, '[1,1,1,1]', 10, 0)",
             f"select memoryd.begin_rebuild({b_tenant})",
+            f"select memoryd.retire_tenant({b_tenant})",
+            f"select memoryd.attach_tenant({b_tenant})",
+            f"select memoryd.ensure_tenant_vector_index({b_tenant}, 4)",
+            "select memoryd.drop_retired_partitions()",
         ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute(sql)

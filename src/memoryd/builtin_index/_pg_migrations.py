@@ -63,6 +63,7 @@ def _m001_base(cur: Any, ext: str) -> None:
             chunk_count bigint not null default 0,
             token_total bigint not null default 0,
             char_total bigint not null default 0,
+            vector_count bigint not null default 0,
             vec_dims integer
         );
         create table memoryd.meta (
@@ -91,22 +92,36 @@ def _m001_base(cur: Any, ext: str) -> None:
             hash text not null,
             text text not null,
             tokens integer not null,
-            has_vector boolean not null default false,
             doc_len integer not null,
             tsv tsvector not null,
             tf jsonb not null
         );
+        -- tf is read for every keyword hit: keep it in the row, uncompressed when it fits
+        alter table memoryd.chunks alter column tf set storage main;
         create index chunks_by_path on memoryd.chunks (tenant_id, path, start_line);
-        create index chunks_pending on memoryd.chunks (tenant_id, id) where not has_vector;
-        create index chunks_fts on memoryd.chunks using gin (tsv);
-        create index chunks_trgm on memoryd.chunks using gin (text gin_trgm_ops);
-        create table memoryd.chunk_vectors (
+        -- a small pending list: every search scans it, and bulk syncs fill it fast
+        create index chunks_fts on memoryd.chunks using gin (tsv)
+            with (gin_pending_list_limit = 512);
+        create index chunks_trgm on memoryd.chunks using gin (text gin_trgm_ops)
+            with (gin_pending_list_limit = 512);
+        -- chunks waiting for a vector: a table of their own, because flipping a flag in
+        -- `chunks` would re-insert the row into both GIN indexes
+        create table memoryd.pending_vectors (
             chunk_id bigint primary key references memoryd.chunks (id) on delete cascade,
-            tenant_id bigint not null,
-            dims integer not null,
-            embedding vector
+            tenant_id bigint not null
         );
-        create index chunk_vectors_by_tenant on memoryd.chunk_vectors (tenant_id, dims);
+        create index pending_vectors_by_tenant on memoryd.pending_vectors (tenant_id, chunk_id);
+        -- one partition per tenant (memoryd.attach_tenant): a tenant's exact KNN scans only its
+        -- vectors, and its HNSW index, built when it outgrows exact search, covers only them
+        -- and locks only its partition while it builds. No foreign key: a cascade from
+        -- `chunks` would probe every partition; the store deletes a chunk's vector itself.
+        create table memoryd.chunk_vectors (
+            tenant_id bigint not null,
+            chunk_id bigint not null,
+            dims integer not null,
+            embedding vector,
+            primary key (tenant_id, chunk_id)
+        ) partition by list (tenant_id);
         create table memoryd.embedding_cache (
             tenant_id bigint not null references memoryd.tenants (id) on delete cascade,
             provider text not null,
@@ -177,6 +192,45 @@ def _m002_access(cur: Any, ext: str) -> None:
             language sql immutable parallel safe set search_path = pg_catalog
             return {LOCK_SPACE} | (p_tenant & 2147483647);
 
+        -- ATTACH PARTITION takes a lock on the parent that lets reads and writes go on (a
+        -- CREATE TABLE ... PARTITION OF would queue every tenant behind a long transaction)
+        create function memoryd.attach_tenant(p_tenant bigint) returns void
+            language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+        declare part text := 'chunk_vectors_t' || p_tenant;
+        begin
+            perform memoryd.check_tenant(p_tenant);
+            execute format('create table memoryd.%I (like memoryd.chunk_vectors)', part);
+            execute format('alter table memoryd.chunk_vectors attach partition memoryd.%I '
+                           'for values in (%s)', part, p_tenant);
+        end $$;
+
+        -- A retired tenant's partition is emptied at once (a lock on that partition only) and
+        -- dropped by memoryd.drop_retired_partitions(), which the owner runs at a quiet time.
+        create function memoryd.retire_tenant(p_tenant bigint) returns void
+            language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+        begin
+            perform memoryd.check_tenant(p_tenant);
+            delete from memoryd.tenants where id = p_tenant;
+            if to_regclass(format('memoryd.%I', 'chunk_vectors_t' || p_tenant)) is not null then
+                execute format('truncate memoryd.%I', 'chunk_vectors_t' || p_tenant);
+            end if;
+        end $$;
+
+        create function memoryd.drop_retired_partitions() returns integer
+            language plpgsql set search_path = pg_catalog, pg_temp as $$
+        declare r record; n integer := 0;
+        begin
+            for r in select c.relname, substring(c.relname from 16)::bigint as tenant
+                     from pg_inherits i join pg_class c on c.oid = i.inhrelid
+                     where i.inhparent = 'memoryd.chunk_vectors'::regclass loop
+                if not exists (select 1 from memoryd.tenants where id = r.tenant) then
+                    execute format('drop table memoryd.%I', r.relname);
+                    n := n + 1;
+                end if;
+            end loop;
+            return n;
+        end $$;
+
         create function memoryd.open_tenant(p_agent text, p_workspace text) returns bigint
             language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
         declare v bigint;
@@ -200,6 +254,7 @@ def _m002_access(cur: Any, ext: str) -> None:
                 where agent_id = p_agent and workspace = p_workspace and state = 'active';
             else
                 insert into memoryd.tenant_stats (tenant_id) values (v);
+                perform memoryd.attach_tenant(v);
             end if;
             return v;
         end $$;
@@ -222,12 +277,13 @@ def _m002_access(cur: Any, ext: str) -> None:
             for stale in select id from memoryd.tenants
                          where agent_id = a and workspace = w and state = 'building' loop
                 if pg_try_advisory_xact_lock(memoryd.tenant_lock(stale)) then
-                    delete from memoryd.tenants where id = stale;
+                    perform memoryd.retire_tenant(stale);
                 end if;
             end loop;
             insert into memoryd.tenants (agent_id, workspace, state) values (a, w, 'building')
                 returning id into v;
             insert into memoryd.tenant_stats (tenant_id) values (v);
+            perform memoryd.attach_tenant(v);
             insert into memoryd.embedding_cache
                 select v, provider, model, fingerprint, hash, dims, vector, used_at
                 from memoryd.embedding_cache where tenant_id = p_tenant;
@@ -246,7 +302,7 @@ def _m002_access(cur: Any, ext: str) -> None:
                 raise exception 'memoryd tenant % is not a rebuild of %', p_new, p_old
                     using errcode = 'invalid_parameter_value';
             end if;
-            delete from memoryd.tenants where id = p_old;
+            perform memoryd.retire_tenant(p_old);
             update memoryd.tenants set state = 'active' where id = p_new;
         end $$;
 
@@ -254,24 +310,28 @@ def _m002_access(cur: Any, ext: str) -> None:
             language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
         begin
             perform memoryd.check_tenant(p_new);
-            delete from memoryd.tenants where id = p_new and state = 'building';
+            if exists (select 1 from memoryd.tenants where id = p_new and state = 'building') then
+                perform memoryd.retire_tenant(p_new);
+            end if;
         end $$;
 
-        -- An HNSW index per dimension count, created while few vectors have it (creating it
-        -- later would scan and lock the table for the whole build).
-        create function memoryd.ensure_vector_index(p_dims integer) returns boolean
+        -- The HNSW index of one tenant's partition, built when it outgrows exact search: the
+        -- build locks out that tenant's vector writes only (its writer is the caller).
+        create function memoryd.ensure_tenant_vector_index(p_tenant bigint, p_dims integer)
+            returns boolean
             language plpgsql security definer set search_path = memoryd, {ext}, pg_catalog, pg_temp
             as $$
         begin
+            perform memoryd.check_tenant(p_tenant);
             if p_dims < 1 or p_dims > {HNSW_MAX_DIMS} then
                 return false;
             end if;
-            perform pg_advisory_xact_lock({LOCK_SPACE} | 2147483646);
             execute format(
-                'create index if not exists %I on memoryd.chunk_vectors '
+                'create index if not exists %I on memoryd.%I '
                 'using hnsw ((embedding::vector(%s)) vector_cosine_ops) '
                 'where dims = %s and embedding is not null',
-                'chunk_vectors_hnsw_' || p_dims, p_dims, p_dims);
+                'chunk_vectors_t' || p_tenant || '_hnsw_' || p_dims,
+                'chunk_vectors_t' || p_tenant, p_dims, p_dims);
             return true;
         end $$;
         """
@@ -303,15 +363,16 @@ def _m003_search(cur: Any, ext: str) -> None:
             if v_q is null then
                 return;
             end if;
+            -- MATERIALIZED: each step once (inlined, the terms' lexemes were recomputed per row)
             return query
-            with t as (
+            with t as materialized (
                 select u.i, array(select distinct v.lexeme
                                   from unnest(to_tsvector('memoryd.fts', u.term)) v) as lx
                 from unnest(p_terms) with ordinality as u (term, i)
-            ), m as (
+            ), m as materialized (
                 select c.id, c.doc_len, c.tf from memoryd.chunks c
                 where c.tenant_id = p_tenant and c.tsv @@ v_q
-            ), h as (
+            ), h as materialized (
                 select m.id, m.doc_len, t.i,
                        (select min((m.tf ->> l)::double precision) from unnest(t.lx) l) as f
                 from m cross join t
@@ -344,13 +405,13 @@ def _m003_search(cur: Any, ext: str) -> None:
             end if;
             avgdl := greatest(avgdl, 1);
             return query
-            with t as (
+            with t as materialized (
                 select u.i, lower(u.term) as term,
                        '%' || replace(replace(replace(lower(u.term), '\\', '\\\\'), '%', '\\%'),
                                       '_', '\\_') || '%' as pat
                 from unnest(p_terms) with ordinality as u (term, i)
                 where char_length(u.term) >= 3
-            ), h as (
+            ), h as materialized (
                 select c.id, char_length(c.text) as dl, t.i,
                        ((char_length(lower(c.text))
                          - char_length(replace(lower(c.text), t.term, '')))
@@ -371,17 +432,29 @@ def _m003_search(cur: Any, ext: str) -> None:
             limit p_limit;
         end $$;
 
-        -- Cosine KNN within one tenant: exact (a scan of its vectors) or through the HNSW index
-        -- of its dimension count with pgvector's iterative scan (the index is shared by tenants).
+        -- Cosine KNN within one tenant's partition: exact (a scan of its vectors) or through its
+        -- HNSW index; the tenant id is written into the approximate query so that the planner
+        -- picks the partition, and so its index, when it plans.
+        create function memoryd.vector_engine(p_tenant bigint, p_dims integer,
+                                              p_exact_max bigint) returns text
+            language sql stable security definer set search_path = pg_catalog, pg_temp
+            return case
+                when (select s.vector_count from memoryd.tenant_stats s
+                      where s.tenant_id = p_tenant) > p_exact_max
+                 and to_regclass(format('memoryd.%I',
+                         'chunk_vectors_t' || p_tenant || '_hnsw_' || p_dims)) is not null
+                then 'pgvector-hnsw' else 'pgvector-exact' end;
+
+        -- one round trip: the engine is chosen here (memoryd.vector_engine)
         create function memoryd.vector_hits(p_tenant bigint, p_query vector, p_limit integer,
-                                            p_exact boolean)
+                                            p_exact_max bigint)
             returns table (chunk_id bigint, similarity double precision)
             language plpgsql volatile security definer
             set search_path = memoryd, {ext}, pg_catalog, pg_temp as $$
         declare d integer := vector_dims(p_query);
         begin
             perform memoryd.check_tenant(p_tenant);
-            if p_exact or d > {HNSW_MAX_DIMS} then
+            if memoryd.vector_engine(p_tenant, d, p_exact_max) = 'pgvector-exact' then
                 return query
                 select v.chunk_id, (1 - (v.embedding <=> p_query))::double precision
                 from memoryd.chunk_vectors v
@@ -390,7 +463,6 @@ def _m003_search(cur: Any, ext: str) -> None:
                 limit p_limit;
                 return;
             end if;
-            perform set_config('hnsw.iterative_scan', 'relaxed_order', true);
             perform set_config('hnsw.ef_search', greatest(40, p_limit * 2)::text, true);
             return query execute format(
                 'select chunk_id, (1 - (embedding::vector(%1$s) <=> $1::vector(%1$s)))::float8 '
@@ -403,7 +475,15 @@ def _m003_search(cur: Any, ext: str) -> None:
     )
 
 
-_TENANT_TABLES = ("tenant_stats", "meta", "files", "chunks", "chunk_vectors", "embedding_cache")
+_TENANT_TABLES = (
+    "tenant_stats",
+    "meta",
+    "files",
+    "chunks",
+    "pending_vectors",
+    "chunk_vectors",
+    "embedding_cache",
+)
 
 
 def _m004_row_security(cur: Any, _ext: str) -> None:
@@ -435,7 +515,9 @@ def _m004_row_security(cur: Any, _ext: str) -> None:
             execute format('grant select on memoryd.schema_version to %I', p_role);
             execute format('grant execute on all functions in schema memoryd to %I', p_role);
             execute format('revoke execute on function memoryd.allow_host(name, text), '
-                           'memoryd.deny_host(name, text) from %I', p_role);
+                           'memoryd.deny_host(name, text), memoryd.drop_retired_partitions(), '
+                           'memoryd.attach_tenant(bigint), memoryd.retire_tenant(bigint) '
+                           'from %I', p_role);
             insert into memoryd.tenant_access (role_name, agent_id) values (p_role, p_agent)
                 on conflict do nothing;
         end $$
@@ -452,7 +534,7 @@ def _m004_row_security(cur: Any, _ext: str) -> None:
     )
     statements.append(
         "revoke execute on function memoryd.allow_host(name, text), "
-        "memoryd.deny_host(name, text) from public"
+        "memoryd.deny_host(name, text), memoryd.drop_retired_partitions() from public"
     )
     for statement in statements:
         cur.execute(statement)

@@ -126,6 +126,7 @@ class PgStore:
         self._tx_owner: int | None = None
         self.building = False
         self.tenant_id = 0
+        self._indexed_dims: set[int] = set()
         self._ro = self._connect()
         try:
             self._rw = self._connect()
@@ -166,8 +167,6 @@ class PgStore:
         self._local_version = 0
         self._stats: tuple[int, int | None] = (0, None)  # (tenant version, vec_dims)
         self._refresh()
-        self._count_cache: tuple[tuple[int, int, int], int] | None = None
-        self._indexed_dims: set[int] = set()
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -253,7 +252,9 @@ class PgStore:
                     ) from None
         raise AssertionError("unreachable")
 
-    def _scalar(self, sql: str, params: Sequence[Any] = (), *, write: bool = False) -> Any:
+    def _scalar(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, write: bool = False
+    ) -> Any:
         rows = self._rows(sql, params, write=write)
         return rows[0][0] if rows else None
 
@@ -358,6 +359,8 @@ class PgStore:
         if not rows or rows[0][0] is None:
             raise IndexError_(f"agent {self.agent_id} has no index in {self.where}")
         tenant, version, dims = rows[0]
+        if int(tenant) != self.tenant_id:  # a rebuild was published: its indexes are its own
+            self._indexed_dims = set()
         self.tenant_id = int(tenant)
         self._stats = (int(version or 0), None if dims is None else int(dims))
 
@@ -414,22 +417,18 @@ class PgStore:
         docs = [fts_document(t) for t in texts]
         t = self.tenant_id
         with self._write():
-            removed = self._rows(
-                "with d as (delete from memoryd.chunks where tenant_id = %s and path = %s "
-                "returning doc_len, char_length(text) as cl) "
-                "select count(*), coalesce(sum(doc_len), 0), coalesce(sum(cl), 0) from d",
-                (t, path),
-                write=True,
-            )[0]
+            removed = self._delete_chunks(path)
             if chunks:
                 self._rows(
-                    "insert into memoryd.chunks (tenant_id, path, source, start_line, end_line, "
-                    "hash, text, tokens, doc_len, tsv, tf) "
+                    "with ins as (insert into memoryd.chunks (tenant_id, path, source, start_line, "
+                    "end_line, hash, text, tokens, doc_len, tsv, tf) "
                     "select %s, %s, %s, u.s, u.e, u.h, u.x, u.k, u.n, v.tsv, memoryd.tf_map(v.tsv) "
                     "from unnest(%s::int[], %s::int[], %s::text[], %s::text[], %s::int[], "
                     "%s::int[], %s::text[]) with ordinality as u (s, e, h, x, k, n, f, o) "
                     "cross join lateral (select to_tsvector('memoryd.fts', u.f) as tsv) v "
-                    "order by u.o",
+                    "order by u.o returning id, tenant_id) "
+                    "insert into memoryd.pending_vectors (chunk_id, tenant_id) "
+                    "select id, tenant_id from ins",
                     (
                         t,
                         path,
@@ -456,15 +455,32 @@ class PgStore:
                 len(chunks) - removed[0],
                 sum(d[1] for d in docs) - removed[1],
                 sum(len(x) for x in texts) - removed[2],
+                -removed[3],
             )
         self._local_version += 1
 
-    def _bump(self, chunks: int, tokens: int, chars: int) -> None:
+    def _delete_chunks(self, path: str) -> tuple[int, int, int, int]:
+        """Delete a file's chunks and their vectors; (chunks, tokens, characters, vectors)."""
+        # the tenant id is written into the statement so the planner prunes to its partition
+        row = self._rows(
+            "with d as (delete from memoryd.chunks where tenant_id = %(t)s and path = %(p)s "
+            "returning id, doc_len, char_length(text) as cl), "
+            f"v as (delete from memoryd.chunk_vectors where tenant_id = {self.tenant_id:d} "
+            "and chunk_id in (select id from d) returning 1) "
+            "select count(*), coalesce(sum(doc_len), 0), coalesce(sum(cl), 0), "
+            "(select count(*) from v) from d",
+            {"t": self.tenant_id, "p": path},
+            write=True,
+        )[0]
+        return int(row[0]), int(row[1]), int(row[2]), int(row[3])
+
+    def _bump(self, chunks: int, tokens: int, chars: int, vectors: int = 0) -> None:
         self._rows(
             "update memoryd.tenant_stats set version = version + 1, "
             "chunk_count = chunk_count + %s, token_total = token_total + %s, "
-            "char_total = char_total + %s where tenant_id = %s",
-            (chunks, tokens, chars, self.tenant_id),
+            "char_total = char_total + %s, vector_count = vector_count + %s "
+            "where tenant_id = %s",
+            (chunks, tokens, chars, vectors, self.tenant_id),
             write=True,
         )
 
@@ -478,26 +494,20 @@ class PgStore:
 
     def remove_file(self, path: str) -> None:
         with self._write():
-            removed = self._rows(
-                "with d as (delete from memoryd.chunks where tenant_id = %s and path = %s "
-                "returning doc_len, char_length(text) as cl) "
-                "select count(*), coalesce(sum(doc_len), 0), coalesce(sum(cl), 0) from d",
-                (self.tenant_id, path),
-                write=True,
-            )[0]
+            removed = self._delete_chunks(path)
             self._rows(
                 "delete from memoryd.files where tenant_id = %s and path = %s",
                 (self.tenant_id, path),
                 write=True,
             )
-            self._bump(-removed[0], -removed[1], -removed[2])
+            self._bump(-removed[0], -removed[1], -removed[2], -removed[3])
         self._local_version += 1
 
     def counts(self) -> dict[str, Any]:
         row = self._rows(
             "select (select count(*) from memoryd.files where tenant_id = %(t)s), "
             "(select count(*) from memoryd.chunks where tenant_id = %(t)s), "
-            "(select count(*) from memoryd.chunks where tenant_id = %(t)s and not has_vector), "
+            "(select count(*) from memoryd.pending_vectors where tenant_id = %(t)s), "
             "(select coalesce(jsonb_object_agg(source, n), '{}') from (select source, count(*) n "
             " from memoryd.files where tenant_id = %(t)s group by source) x), "
             "(select count(*) from memoryd.embedding_cache where tenant_id = %(t)s)",
@@ -514,7 +524,7 @@ class PgStore:
     def pending_count(self) -> int:
         return int(
             self._scalar(
-                "select count(*) from memoryd.chunks where tenant_id = %s and not has_vector",
+                "select count(*) from memoryd.pending_vectors where tenant_id = %s",
                 (self.tenant_id,),
             )
         )
@@ -597,8 +607,9 @@ class PgStore:
         return [
             (int(r[0]), r[1], r[2])
             for r in self._rows(
-                "select id, hash, text from memoryd.chunks where tenant_id = %s "
-                "and not has_vector order by id limit %s",
+                "select c.id, c.hash, c.text from memoryd.pending_vectors p "
+                "join memoryd.chunks c on c.id = p.chunk_id where p.tenant_id = %s "
+                "order by p.chunk_id limit %s",
                 (self.tenant_id, limit),
             )
         ]
@@ -616,16 +627,21 @@ class PgStore:
         self._stats = (self._stats[0], dims)
 
     def _ensure_index(self, dims: int) -> None:
-        """Create the HNSW index of `dims` (once, while few vectors have it), if it can now."""
-        if dims in self._indexed_dims or self._owns_tx():
-            # inside a caller's transaction the DDL (on the other connection) would wait for
-            # this one's locks: a later write_vectors creates it
+        """Build the tenant's HNSW index once it outgrows exact search (if it can now)."""
+        if (
+            not self.vector.available
+            or self._owns_tx()  # the build would wait for this transaction's own locks
+            or self._vector_count() <= self.exact_max_vectors
+            or self._has_index(dims)
+        ):
             return
         with contextlib.suppress(IndexError_):
+            # a build that cannot get its lock soon is left to the next batch
             self._rows(
                 "select set_config('lock_timeout', '2s', false), "
-                "memoryd.ensure_vector_index(%s), set_config('lock_timeout', '0', false)",
-                (dims,),
+                "memoryd.ensure_tenant_vector_index(%s, %s), "
+                "set_config('lock_timeout', '0', false)",
+                (self.tenant_id, dims),
             )
             self._indexed_dims.add(dims)
 
@@ -635,26 +651,32 @@ class PgStore:
         dims = int(rows[0][1].shape[0])
         if any(int(v.shape[0]) != dims for _, v in rows):
             raise IndexError_("vectors of one batch must have the same dims")
-        self._ensure_index(dims)
         ids = [int(cid) for cid, _ in rows]
         literals = [_vector_literal(v) for _, v in rows]
         with self._write():
             self._ensure_dims(dims)
             # chunks deleted by a concurrent file change are skipped (the join finds none)
-            self._rows(
+            fresh = self._scalar(
                 "with v as (select * from unnest(%(ids)s::bigint[], %(vecs)s::text[]) "
                 "as u (id, emb)), "
-                "ok as (update memoryd.chunks c set has_vector = true from v "
-                "where c.tenant_id = %(t)s and c.id = v.id returning c.id) "
-                "insert into memoryd.chunk_vectors (chunk_id, tenant_id, dims, embedding) "
+                "ok as (select c.id from memoryd.chunks c join v on c.id = v.id "
+                "where c.tenant_id = %(t)s), "
+                "done as (delete from memoryd.pending_vectors p using ok "
+                "where p.tenant_id = %(t)s and p.chunk_id = ok.id), "
+                # every CTE sees the table as it was before the insert: `had` is the old rows
+                "had as (select x.chunk_id from memoryd.chunk_vectors x join ok on ok.id = x.chunk_id "
+                f"where x.tenant_id = {self.tenant_id:d}), "
+                "w as (insert into memoryd.chunk_vectors (chunk_id, tenant_id, dims, embedding) "
                 "select v.id, %(t)s, %(d)s, v.emb::vector from v join ok using (id) "
-                "on conflict (chunk_id) do update set dims = excluded.dims, "
-                "embedding = excluded.embedding",
+                "on conflict (tenant_id, chunk_id) do update set dims = excluded.dims, "
+                "embedding = excluded.embedding returning 1) "
+                "select (select count(*) from w) - (select count(*) from had)",
                 {"ids": ids, "vecs": literals, "t": self.tenant_id, "d": dims},
                 write=True,
             )
-            self._bump(0, 0, 0)
+            self._bump(0, 0, 0, int(fresh or 0))
         self._local_version += 1
+        self._ensure_index(dims)
 
     def vector_search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity) best first."""
@@ -667,31 +689,26 @@ class PgStore:
         literal = _vector_literal(query)
         if literal is None:
             return []
-        exact = self.search_engine != "pgvector-hnsw"
         rows = self._search(
             "select chunk_id, similarity from memoryd.vector_hits(%s, %s::vector, %s, %s)",
-            (literal, k, exact),
+            (literal, k, self.exact_max_vectors),
         )
-        hits = [(int(r[0]), float(r[1])) for r in rows]
-        # the iterative index scan returns candidates in nearly, not exactly, sorted order
-        return sorted(hits, key=lambda h: -h[1]) if not exact else hits
+        # the HNSW index ranks by its own traversal; order by the similarity shown
+        return sorted(((int(r[0]), float(r[1])) for r in rows), key=lambda h: -h[1])
 
     def _vector_count(self) -> int:
-        version = self.version
-        if self._count_cache is None or self._count_cache[0] != version:
-            n = int(
-                self._scalar(
-                    "select count(*) from memoryd.chunk_vectors where tenant_id = %s "
-                    "and embedding is not null",
-                    (self.tenant_id,),
-                )
+        return int(
+            self._scalar(
+                "select vector_count from memoryd.tenant_stats where tenant_id = %s",
+                (self.tenant_id,),
             )
-            self._count_cache = (version, n)
-        return self._count_cache[1]
+            or 0
+        )
 
     def _has_index(self, dims: int) -> bool:
         if dims not in self._indexed_dims and self._scalar(
-            "select to_regclass(%s) is not null", (f"memoryd.chunk_vectors_hnsw_{dims}",)
+            "select to_regclass(%s) is not null",
+            (f"memoryd.chunk_vectors_t{self.tenant_id:d}_hnsw_{dims:d}",),
         ):
             self._indexed_dims.add(dims)
         return dims in self._indexed_dims
@@ -701,14 +718,14 @@ class PgStore:
         """Which engine answers KNN queries now: an exact scan, or the HNSW index when big."""
         if not self.vector.available:
             return "none"
-        dims = self.vec_dims
-        if (
-            dims is not None
-            and self._vector_count() > self.exact_max_vectors
-            and self._has_index(dims)
-        ):
-            return "pgvector-hnsw"
-        return "pgvector-exact"
+        if self.vec_dims is None:
+            return "pgvector-exact"
+        return str(
+            self._scalar(
+                "select memoryd.vector_engine(%s, %s, %s)",
+                (self.tenant_id, self.vec_dims, self.exact_max_vectors),
+            )
+        )
 
     # -- embedding cache -----------------------------------------------------------------------
 
