@@ -82,9 +82,16 @@ def _m001_base(cur: Any, ext: str) -> None:
             size bigint not null,
             primary key (tenant_id, path)
         );
+        -- chunks and vectors have one partition per tenant (memoryd.attach_tenant): a tenant's
+        -- GIN, trigram and vector indexes hold only its rows, so a search costs what its own
+        -- index costs, whatever the other tenants hold; a tenant's HNSW index, built when it
+        -- outgrows exact search, locks only its partition while it builds. No foreign keys on
+        -- or to them: a cascade would probe every partition, and a retired tenant's partitions
+        -- are truncated; the store deletes a chunk's vector and pending mark itself.
+        create sequence memoryd.chunks_id_seq;
         create table memoryd.chunks (
-            id bigint generated always as identity primary key,
-            tenant_id bigint not null references memoryd.tenants (id) on delete cascade,
+            id bigint not null default nextval('memoryd.chunks_id_seq'),
+            tenant_id bigint not null,
             path text not null,
             source text not null,
             start_line integer not null,
@@ -94,8 +101,10 @@ def _m001_base(cur: Any, ext: str) -> None:
             tokens integer not null,
             doc_len integer not null,
             tsv tsvector not null,
-            tf jsonb not null
-        );
+            tf jsonb not null,
+            primary key (tenant_id, id)
+        ) partition by list (tenant_id);
+        alter sequence memoryd.chunks_id_seq owned by memoryd.chunks.id;
         -- tf is read for every keyword hit: keep it in the row, uncompressed when it fits
         alter table memoryd.chunks alter column tf set storage main;
         create index chunks_by_path on memoryd.chunks (tenant_id, path, start_line);
@@ -107,14 +116,10 @@ def _m001_base(cur: Any, ext: str) -> None:
         -- chunks waiting for a vector: a table of their own, because flipping a flag in
         -- `chunks` would re-insert the row into both GIN indexes
         create table memoryd.pending_vectors (
-            chunk_id bigint primary key references memoryd.chunks (id) on delete cascade,
-            tenant_id bigint not null
+            tenant_id bigint not null references memoryd.tenants (id) on delete cascade,
+            chunk_id bigint not null,
+            primary key (tenant_id, chunk_id)
         );
-        create index pending_vectors_by_tenant on memoryd.pending_vectors (tenant_id, chunk_id);
-        -- one partition per tenant (memoryd.attach_tenant): a tenant's exact KNN scans only its
-        -- vectors, and its HNSW index, built when it outgrows exact search, covers only them
-        -- and locks only its partition while it builds. No foreign key: a cascade from
-        -- `chunks` would probe every partition; the store deletes a chunk's vector itself.
         create table memoryd.chunk_vectors (
             tenant_id bigint not null,
             chunk_id bigint not null,
@@ -196,33 +201,40 @@ def _m002_access(cur: Any, ext: str) -> None:
         -- CREATE TABLE ... PARTITION OF would queue every tenant behind a long transaction)
         create function memoryd.attach_tenant(p_tenant bigint) returns void
             language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
-        declare part text := 'chunk_vectors_t' || p_tenant;
+        declare parent text;
         begin
             perform memoryd.check_tenant(p_tenant);
-            execute format('create table memoryd.%I (like memoryd.chunk_vectors)', part);
-            execute format('alter table memoryd.chunk_vectors attach partition memoryd.%I '
-                           'for values in (%s)', part, p_tenant);
+            foreach parent in array array['chunks', 'chunk_vectors'] loop
+                execute format('create table memoryd.%I (like memoryd.%I including defaults '
+                               'including storage)', parent || '_t' || p_tenant, parent);
+                execute format('alter table memoryd.%I attach partition memoryd.%I '
+                               'for values in (%s)', parent, parent || '_t' || p_tenant, p_tenant);
+            end loop;
         end $$;
 
         -- A retired tenant's partition is emptied at once (a lock on that partition only) and
         -- dropped by memoryd.drop_retired_partitions(), which the owner runs at a quiet time.
         create function memoryd.retire_tenant(p_tenant bigint) returns void
             language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
+        declare parent text;
         begin
             perform memoryd.check_tenant(p_tenant);
+            foreach parent in array array['chunks', 'chunk_vectors'] loop
+                if to_regclass(format('memoryd.%I', parent || '_t' || p_tenant)) is not null then
+                    execute format('truncate memoryd.%I', parent || '_t' || p_tenant);
+                end if;
+            end loop;
             delete from memoryd.tenants where id = p_tenant;
-            if to_regclass(format('memoryd.%I', 'chunk_vectors_t' || p_tenant)) is not null then
-                execute format('truncate memoryd.%I', 'chunk_vectors_t' || p_tenant);
-            end if;
         end $$;
 
         create function memoryd.drop_retired_partitions() returns integer
             language plpgsql set search_path = pg_catalog, pg_temp as $$
         declare r record; n integer := 0;
         begin
-            for r in select c.relname, substring(c.relname from 16)::bigint as tenant
+            for r in select c.relname, substring(c.relname from '_t([0-9]+)$')::bigint as tenant
                      from pg_inherits i join pg_class c on c.oid = i.inhrelid
-                     where i.inhparent = 'memoryd.chunk_vectors'::regclass loop
+                     where i.inhparent in ('memoryd.chunks'::regclass,
+                                           'memoryd.chunk_vectors'::regclass) loop
                 if not exists (select 1 from memoryd.tenants where id = r.tenant) then
                     execute format('drop table memoryd.%I', r.relname);
                     n := n + 1;
@@ -346,7 +358,7 @@ def _m003_search(cur: Any, ext: str) -> None:
         -- "don't") matches as a phrase; its frequency is that of its rarest word.
         create function memoryd.keyword_hits(p_tenant bigint, p_terms text[], p_limit integer)
             returns table (chunk_id bigint, score double precision)
-            language plpgsql stable security definer
+            language plpgsql stable security definer set plan_cache_mode = force_custom_plan
             set search_path = memoryd, {ext}, pg_catalog, pg_temp as $$
         declare n double precision; avgdl double precision; v_q tsquery;
         begin
@@ -393,7 +405,7 @@ def _m003_search(cur: Any, ext: str) -> None:
         -- occurrences with the document length in characters.
         create function memoryd.substring_hits(p_tenant bigint, p_terms text[], p_limit integer)
             returns table (chunk_id bigint, score double precision)
-            language plpgsql stable security definer
+            language plpgsql stable security definer set plan_cache_mode = force_custom_plan
             set search_path = memoryd, {ext}, pg_catalog, pg_temp as $$
         declare n double precision; avgdl double precision;
         begin
@@ -449,7 +461,7 @@ def _m003_search(cur: Any, ext: str) -> None:
         create function memoryd.vector_hits(p_tenant bigint, p_query vector, p_limit integer,
                                             p_exact_max bigint)
             returns table (chunk_id bigint, similarity double precision)
-            language plpgsql volatile security definer
+            language plpgsql volatile security definer set plan_cache_mode = force_custom_plan
             set search_path = memoryd, {ext}, pg_catalog, pg_temp as $$
         declare d integer := vector_dims(p_query);
         begin

@@ -172,9 +172,12 @@ class PgStore:
 
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         try:
+            # prepare_threshold=None: every statement is planned with its parameters, so the
+            # planner keeps only this tenant's partitions (a generic plan would lock them all)
             return self._psycopg.connect(
                 self.url,
                 autocommit=True,
+                prepare_threshold=None,
                 connect_timeout=self._connect_timeout_s,
                 application_name="memoryd",
             )
@@ -466,7 +469,9 @@ class PgStore:
             "with d as (delete from memoryd.chunks where tenant_id = %(t)s and path = %(p)s "
             "returning id, doc_len, char_length(text) as cl), "
             f"v as (delete from memoryd.chunk_vectors where tenant_id = {self.tenant_id:d} "
-            "and chunk_id in (select id from d) returning 1) "
+            "and chunk_id in (select id from d) returning 1), "
+            "n as (delete from memoryd.pending_vectors where tenant_id = %(t)s "
+            "and chunk_id in (select id from d)) "
             "select count(*), coalesce(sum(doc_len), 0), coalesce(sum(cl), 0), "
             "(select count(*) from v) from d",
             {"t": self.tenant_id, "p": path},
@@ -608,7 +613,8 @@ class PgStore:
             (int(r[0]), r[1], r[2])
             for r in self._rows(
                 "select c.id, c.hash, c.text from memoryd.pending_vectors p "
-                "join memoryd.chunks c on c.id = p.chunk_id where p.tenant_id = %s "
+                "join memoryd.chunks c on c.tenant_id = p.tenant_id and c.id = p.chunk_id "
+                "where p.tenant_id = %s "
                 "order by p.chunk_id limit %s",
                 (self.tenant_id, limit),
             )
