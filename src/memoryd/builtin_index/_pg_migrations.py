@@ -378,17 +378,24 @@ def _m003_search(cur: Any, ext: str) -> None:
             -- MATERIALIZED: each step once (inlined, the terms' lexemes were recomputed per row)
             return query
             with t as materialized (
-                select u.i, array(select distinct v.lexeme
-                                  from unnest(to_tsvector('memoryd.fts', u.term)) v) as lx
-                from unnest(p_terms) with ordinality as u (term, i)
+                select x.i, x.lx, x.lx[1] as l1, cardinality(x.lx) as nl from (
+                    select u.i, array(select distinct v.lexeme
+                                      from unnest(to_tsvector('memoryd.fts', u.term)) v) as lx
+                    from unnest(p_terms) with ordinality as u (term, i)) x
+                where cardinality(x.lx) > 0
             ), m as materialized (
                 select c.id, c.doc_len, c.tf from memoryd.chunks c
                 where c.tenant_id = p_tenant and c.tsv @@ v_q
             ), h as materialized (
-                select m.id, m.doc_len, t.i,
-                       (select min((m.tf ->> l)::double precision) from unnest(t.lx) l) as f
-                from m cross join t
-                where cardinality(t.lx) > 0 and m.tf ?& t.lx
+                -- one lookup for a one-word term (nearly all of them), all words for a phrase
+                select * from (
+                    select m.id, m.doc_len, t.i,
+                           case when t.nl = 1 then (m.tf ->> t.l1)::double precision
+                                when m.tf ?& t.lx then (select min((m.tf ->> l)::double precision)
+                                                        from unnest(t.lx) l)
+                           end as f
+                    from m cross join t) x
+                where x.f is not null
             ), d as (
                 select h.i, count(*)::double precision as df from h group by h.i
             )
