@@ -392,15 +392,7 @@ async def _cmd_search(args: argparse.Namespace) -> int:
             "corpus": args.corpus,
         },
     )
-    if out is None:
-        _validate(
-            "memory_search",
-            query=args.query,
-            maxResults=args.max_results,
-            minScore=args.min_score,
-            corpus=args.corpus,
-            sessionKey=args.session_key,
-        )
+    if out is None:  # the service validates with the same bounds as the tool contract
         svc = _service(args, search_embed_budget_s=None)
         async with svc:
             agent = svc.agent(args.agent)

@@ -28,7 +28,6 @@ from ..core.citations import apply_citations
 from ..core.engine import MAX_QUERY_CHARS, BuiltinEngine, Corpus, SearchRequest
 from ..core.results import SearchResult
 from ..errors import InvalidInput, MemorydError
-from ..lifecycle import append_memory, build_session_context, check_flush
 from ..scope_rules import evaluate_scope
 from ._supervisor import AgentBackend, IndexFactory, QmdFactory
 from .status import FallbackInfo, FreshnessInfo, MemoryStatus, RecoveryInfo
@@ -295,6 +294,8 @@ class MemoryService:
         """The `memory_context` tool: what the agent loads at session start, or a failure dict."""
 
         async def call() -> dict[str, Any]:
+            from ..lifecycle import build_session_context
+
             agent = self.agent(agent_id)
             ctx = await anyio.to_thread.run_sync(
                 lambda: build_session_context(
@@ -319,6 +320,8 @@ class MemoryService:
         """The `memory_append` tool: `{path, bytesWritten, created}` or `{disabled, error, code}`."""
 
         async def call() -> dict[str, Any]:
+            from ..lifecycle import append_memory
+
             agent = self.agent(agent_id)
             result = await anyio.to_thread.run_sync(
                 lambda: append_memory(agent, target, text, now=datetime.now().astimezone())
@@ -344,6 +347,8 @@ class MemoryService:
         """The `memory_flush_check` tool: the decision, or `{disabled, error, code}`."""
 
         async def call() -> dict[str, Any]:
+            from ..lifecycle import check_flush
+
             agent = self.agent(agent_id)
             decision = await anyio.to_thread.run_sync(
                 lambda: check_flush(
