@@ -56,7 +56,7 @@ MAX_QUERY_CHARS: Final = core_limits.MAX_QUERY_CHARS
 #: snippets would blow any injected-characters budget anyway.
 MAX_RESULTS_LIMIT: Final = 100
 
-Corpus = Literal["memory", "sessions", "all"]
+Corpus = core_limits.Corpus
 
 
 def _no_bool(value: Any) -> Any:
