@@ -158,6 +158,14 @@ class DegradedInfo(StatusModel):
     since: float | None = None
 
 
+class IndexRecovery(StatusModel):
+    """A damaged index file moved aside (the index was rebuilt from the Markdown files)."""
+
+    moved_to: str = Field(description="Where the damaged file is now (kept until you delete it).")
+    at: float | None = None
+    reason: str | None = Field(None, description="What was wrong with it.")
+
+
 class BuiltinStatus(StatusModel):
     """The built-in index of one (agent, workspace)."""
 
@@ -186,6 +194,15 @@ class BuiltinStatus(StatusModel):
     )
     undecodable: list[str] = Field(
         default_factory=list, description="Files that are not valid UTF-8 (indexed with U+FFFD)."
+    )
+    read_only: str | None = Field(
+        None,
+        description="Why the index is open read-only: searches answer from it, syncs cannot "
+        "update it.",
+    )
+    recoveries: list[IndexRecovery] = Field(
+        default_factory=list,
+        description="Damaged index files moved aside beside the index, oldest first.",
     )
 
 
@@ -224,6 +241,7 @@ __all__ = [
     "EngineName",
     "FileText",
     "FtsInfo",
+    "IndexRecovery",
     "MemoryEngine",
     "ProgressFn",
     "QmdEngine",
