@@ -947,7 +947,13 @@ SQLITE_SIDE_FILES: Final = ("-wal", "-shm", "-journal")
 
 
 def private_database(path: str | os.PathLike[str]) -> Path:
-    """Prepare an SQLite database path: its folder 0700, the file 0600 (created empty if
+    """Prepare an SQLite database path *before any connection to it exists in this process*.
+
+    Opening and closing a descriptor on a database SQLite has open drops every POSIX lock SQLite
+    holds on it in this process (a WAL reader's lock included), so never call this on a live
+    index: the built-in store checks access and fixes modes by path instead.
+
+    Its folder 0700, the file 0600 (created empty if
     missing, which SQLite accepts as a new database) and any `-wal`/`-shm`/`-journal` left from
     an older run set to 0600. SQLite gives the side files it creates the database's mode.
     """

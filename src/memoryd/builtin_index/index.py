@@ -39,6 +39,7 @@ from ..core.engine import (
     DegradedInfo,
     EngineAnswer,
     FtsInfo,
+    IndexCheck,
     IndexRecovery,
     ProgressFn,
     SearchRequest,
@@ -131,29 +132,6 @@ class SyncReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-@dataclass(frozen=True, slots=True)
-class IndexCheck:
-    """What `MemoryIndex.check` found, and what it did about it."""
-
-    ok: bool
-    #: What `quick_check` or the FTS5 checks reported (None when the file is sound).
-    problem: str | None = None
-    #: Where the damaged file was moved (None when nothing was moved).
-    moved_to: str | None = None
-    #: Whether the index was rebuilt from the Markdown files.
-    rebuilt: bool = False
-    seconds: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "problem": self.problem,
-            "movedTo": self.moved_to,
-            "rebuilt": self.rebuilt,
-            "seconds": round(self.seconds, 3),
-        }
 
 
 class MemoryIndex:

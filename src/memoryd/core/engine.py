@@ -57,6 +57,29 @@ class EngineAnswer:
     stale_seconds: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class IndexCheck:
+    """What `MemoryIndex.check` found, and what it did about it."""
+
+    ok: bool
+    #: What `quick_check` or the FTS5 checks reported (None when the file is sound).
+    problem: str | None = None
+    #: Where the damaged file was moved (None when nothing was moved).
+    moved_to: str | None = None
+    #: Whether the index was rebuilt from the Markdown files.
+    rebuilt: bool = False
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "problem": self.problem,
+            "movedTo": self.moved_to,
+            "rebuilt": self.rebuilt,
+            "seconds": round(self.seconds, 3),
+        }
+
+
 class MemoryEngine(Protocol):
     """The built-in index and the qmd manager, as the orchestrator sees them."""
 
@@ -95,6 +118,9 @@ class BuiltinEngine(MemoryEngine, Protocol):
 
     def pending_changes(self) -> int:
         """Memory files added, changed or removed since the last sync."""
+
+    async def check(self) -> IndexCheck:
+        """Verify the index file; a damaged one is moved aside and rebuilt."""
 
 
 class QmdEngine(MemoryEngine, Protocol):
@@ -241,6 +267,7 @@ __all__ = [
     "EngineName",
     "FileText",
     "FtsInfo",
+    "IndexCheck",
     "IndexRecovery",
     "MemoryEngine",
     "ProgressFn",
