@@ -15,10 +15,10 @@ from pathlib import Path
 import anyio
 import pytest
 
+from helpers import agent_for, index_for, write
 from memoryd.builtin_index import index as index_mod
 from memoryd.embeddings import HashingEmbedder
 from memoryd.embeddings.base import Matrix
-from tests.helpers import agent_for, index_for, write
 
 pytestmark = pytest.mark.anyio
 
