@@ -30,6 +30,7 @@ import anyio
 import numpy as np
 
 from memoryd.builtin_index import MemoryIndex
+from memoryd.builtin_index.index import EMBED_BATCH
 from memoryd.config import resolve_agent, validate_config
 from memoryd.embeddings.base import Matrix, ProviderSelection, l2_normalize
 from memoryd.embeddings.local import LocalE5Provider
@@ -242,9 +243,11 @@ async def background_embedding(
 
         tg.start_soon(embed_all)
         await anyio.sleep(1.0)  # let the workers get going
-        while bg.store.pending_count() > 0 and len(busy) < 2 * len(sample):
+        total = bg.store.pending_count()
+        # search until two batches went through (or the budget of searches is spent)
+        while total - bg.store.pending_count() < 2 * EMBED_BATCH and len(busy) < 1000:
             busy += await _search_latencies(idx, sample[:10])
-        embedded = bg.store.counts()["chunks"] - bg.store.pending_count()
+        embedded = total - bg.store.pending_count()
         tg.cancel_scope.cancel()
     idle_after = await _search_latencies(idx, sample)
     idle = idle_before + idle_after
