@@ -32,6 +32,7 @@ import numpy as np
 from memoryd.builtin_index import MemoryIndex
 from memoryd.builtin_index.index import EMBED_BATCH
 from memoryd.config import resolve_agent, validate_config
+from memoryd.embeddings import local
 from memoryd.embeddings.base import Matrix, ProviderSelection, l2_normalize
 from memoryd.embeddings.local import LocalE5Provider
 
@@ -341,7 +342,11 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             await real.embed_query(q)
             qe.append((time.perf_counter() - t) * 1000)
         if engine == "sqlite-vec" and args.background:
-            results["background"] = await background_embedding(idx, queries, root, rng, sentences)
+            for nice in args.worker_nice:
+                local.WORKER_NICE = nice
+                results[f"background_nice{nice}"] = await background_embedding(
+                    idx, queries, root / f"bg-nice{nice}", rng, sentences
+                )
         results[engine] = {
             "chunks": st["chunks"],
             "files": st["files"],
@@ -410,6 +415,9 @@ def main() -> None:
     ap.add_argument("--no-cli", dest="cli", action="store_false", help="skip the cold CLI runs")
     ap.add_argument(
         "--no-background", dest="background", action="store_false", help="skip serve-like run"
+    )
+    ap.add_argument(
+        "--worker-nice", type=int, nargs="+", default=[0, 10], help="embedding threads' nice"
     )
     args = ap.parse_args()
     results = anyio.run(run, args)

