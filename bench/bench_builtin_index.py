@@ -211,6 +211,7 @@ async def background_embedding(
     root: Path,
     rng: random.Random,
     sentences: list[str],
+    interval: float,
 ) -> dict[str, object]:
     """Hybrid search p50/p95 idle vs while the real model embeds another index (as under serve)."""
     ws = root / "bg-ws"
@@ -245,16 +246,23 @@ async def background_embedding(
         tg.start_soon(embed_all)
         await anyio.sleep(1.0)  # let the workers get going
         total = bg.store.pending_count()
-        # search until two batches went through (or the budget of searches is spent)
-        while total - bg.store.pending_count() < 2 * EMBED_BATCH and len(busy) < 1000:
-            busy += await _search_latencies(idx, sample[:10])
+        started = time.perf_counter()
+        # an agent's pace, one search every `interval` s, until two batches went through
+        i = 0
+        while total - bg.store.pending_count() < 2 * EMBED_BATCH and len(busy) < 2000:
+            busy += await _search_latencies(idx, [sample[i % len(sample)]])
+            i += 1
+            await anyio.sleep(interval)
         embedded = total - bg.store.pending_count()
+        elapsed = time.perf_counter() - started
         tg.cancel_scope.cancel()
     idle_after = await _search_latencies(idx, sample)
     idle = idle_before + idle_after
     await bg.aclose()
     return {
         "chunks_embedded_meanwhile": embedded,
+        "embedding_chunks_per_s_meanwhile": round(embedded / elapsed, 2),
+        "search_interval_s": interval,
         "searches_during": len(busy),
         "idle_p50_ms": round(statistics.median(idle), 2),
         "idle_p95_ms": round(pct(idle, 95), 2),
@@ -345,7 +353,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             for nice in args.worker_nice:
                 local.WORKER_NICE = nice
                 results[f"background_nice{nice}"] = await background_embedding(
-                    idx, queries, root / f"bg-nice{nice}", rng, sentences
+                    idx, queries, root / f"bg-nice{nice}", rng, sentences, args.search_interval
                 )
         results[engine] = {
             "chunks": st["chunks"],
@@ -417,7 +425,10 @@ def main() -> None:
         "--no-background", dest="background", action="store_false", help="skip serve-like run"
     )
     ap.add_argument(
-        "--worker-nice", type=int, nargs="+", default=[0, 10], help="embedding threads' nice"
+        "--worker-nice", type=int, nargs="+", default=[0], help="embedding threads' nice"
+    )
+    ap.add_argument(
+        "--search-interval", type=float, default=0.5, help="s between searches in background"
     )
     args = ap.parse_args()
     results = anyio.run(run, args)
