@@ -392,7 +392,7 @@ class MemoryIndex:
         max_entries = self.cfg.cache.max_entries
         use_cache = self.cfg.cache.enabled
         skip: set[int] = set()
-        # seconds per embedded chunk, per provider (an EWMA over this index's batches)
+        # seconds per embedded chunk, per provider, kept on the index across syncs
         rates: dict[tuple[str, str, str], float] = self.__dict__.setdefault("_embed_rates", {})
         fill = 0.7  # share of the time left a budgeted batch is sized to take
         while True:
