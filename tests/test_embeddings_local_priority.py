@@ -54,3 +54,14 @@ def test_overlapping_queries_hold_document_work_until_the_last_ends() -> None:
     priority.__exit__(None, None, None)
     worker.join(5)
     assert done and done[0] >= last
+
+
+def test_a_slow_query_keeps_document_work_quiet_twice_as_long() -> None:
+    priority = QueryPriority(quiet_after_s=0.0)
+    done: list[float] = []
+    with priority:
+        time.sleep(0.2)
+        worker = _waiter(priority, done)
+        ended = time.monotonic()
+    worker.join(5)
+    assert done and done[0] >= ended + 0.35

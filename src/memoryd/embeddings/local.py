@@ -108,7 +108,8 @@ class QueryPriority:
     with every core embedding documents in the background (`memoryd serve`), that search would
     share the cores and its p95 doubled (bench/bench_builtin_index.py). Document workers call
     `wait()` every few milliseconds (`E5Blas.yield_point`) and sleep while a query is in flight
-    or ended less than `QUIET_AFTER_QUERY_S` ago, so the rest of the search runs uncontended.
+    or ended less than `QUIET_AFTER_QUERY_S` (or twice the query's own time) ago, so the rest
+    of the search runs uncontended.
     Searches are rare next to embedding work, so throughput barely changes; a stream of
     back-to-back searches would hold embedding back until it pauses.
     """
@@ -116,17 +117,23 @@ class QueryPriority:
     def __init__(self, quiet_after_s: float) -> None:
         self.quiet_after_s = quiet_after_s
         self._active = 0
+        self._entered = 0.0
         self._quiet_until = 0.0
         self._cond = threading.Condition()
 
     def __enter__(self) -> None:
         with self._cond:
             self._active += 1
+            self._entered = time.monotonic()
 
     def __exit__(self, *exc: object) -> None:
         with self._cond:
             self._active -= 1
-            self._quiet_until = time.monotonic() + self.quiet_after_s
+            now = time.monotonic()
+            # on a loaded machine the rest of the search is slow too: stay quiet for at least
+            # twice as long as the query embedding took
+            quiet = max(self.quiet_after_s, 2 * (now - self._entered))
+            self._quiet_until = max(self._quiet_until, now + quiet)
             self._cond.notify_all()
 
     def wait(self) -> None:
