@@ -145,3 +145,19 @@ def test_queries_use_the_configured_query_engine_and_agree_with_documents(
     )
     assert abs(float(np.linalg.norm(q)) - 1) < 1e-5
     assert float(docs[0] @ q) > float(docs[1] @ q)
+
+
+@pytest.mark.anyio
+async def test_cancelling_document_embedding_returns_at_once_and_the_provider_still_works() -> None:
+    import time
+
+    p = LocalE5Provider(threads=2)
+    await p.embed_documents(["warm up the model"])
+    texts = [" ".join(TEXTS) * 3] * 8  # many seconds of work
+    t = time.monotonic()
+    with anyio.move_on_after(0.3):
+        await p.embed_documents(texts)
+    assert time.monotonic() - t < 0.3 + 1.0
+    got = await p.embed_documents(TEXTS[:2])
+    assert got.shape == (2, 384) and np.allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)
+    await p.aclose()

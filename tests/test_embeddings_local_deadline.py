@@ -94,3 +94,21 @@ async def test_budgeted_syncs_in_a_row_embed_everything_exactly_once(workspace: 
             break
     assert embedded == 30 and provider.embedded_texts == 30
     await idx.aclose()
+
+
+class StallingEmbedder(HashingEmbedder):
+    """Every call takes far longer than any search budget (a first chunk on a crushed machine)."""
+
+    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        await anyio.sleep(30)
+        return await super().embed_documents(texts)
+
+
+async def test_the_deadline_holds_even_when_one_chunk_outlasts_it(workspace: Path) -> None:
+    _notes(workspace, 5)
+    idx = index_for(agent_for(workspace), StallingEmbedder())
+    t = time.monotonic()
+    report = await idx.sync(embed_budget_s=0.4)
+    assert time.monotonic() - t < 0.4 + 0.5
+    assert report.vectors_embedded == 0 and report.vectors_pending == 5
+    await idx.aclose()

@@ -418,14 +418,21 @@ class MemoryIndex:
             report.vectors_from_cache += len(vectors)
             if todo:
                 started = time.monotonic()
-                try:
-                    matrix = await self.provider.embed_documents([t for _, _, t in todo])
-                except BatchPending:
-                    # remote.batch.wait = false: the job keeps running; the next sync collects it
-                    return
-                except Exception as err:
-                    await self._on_embed_failure(err)
-                    return
+                # a hard stop at the deadline too: the rate is an estimate, and the first
+                # chunk's cost is unknown (providers stop their work when cancelled)
+                limit = float("inf") if deadline is None else max(deadline - started, 0.0)
+                with anyio.move_on_after(limit) as scope:
+                    try:
+                        matrix = await self.provider.embed_documents([t for _, _, t in todo])
+                    except BatchPending:
+                        # remote.batch.wait = false: the job keeps running; the next sync collects it
+                        return
+                    except Exception as err:
+                        await self._on_embed_failure(err)
+                        return
+                if scope.cancelled_caught:
+                    rates[key] = max(rates.get(key, 0.0), limit / len(todo))
+                    break
                 per_chunk = (time.monotonic() - started) / len(todo)
                 prev = rates.get(key)
                 # the slower of the last batch and the running mean: the budget must not be

