@@ -568,6 +568,12 @@ class MemoryIndex:
     async def _vector_phase(
         self, store: Store, report: SyncReport, budget_s: float | None, progress: ProgressFn | None
     ) -> None:
+        """Embed pending chunks in batches; with `budget_s`, stop before the deadline.
+
+        The deadline holds *within* a batch too: under a budget a batch only takes as many
+        chunks as the measured embedding rate says fit in the time left (the first batch is
+        one chunk, to measure it), so a search pays at most `searchWaitMs`, not a whole batch.
+        """
         if self.provider is None or not store.vector.available:
             return
         deadline = None if budget_s is None else time.monotonic() + budget_s
@@ -577,12 +583,23 @@ class MemoryIndex:
         max_entries = self.cfg.cache.max_entries
         use_cache = self.cfg.cache.enabled
         skip: set[int] = set()
+        # seconds per embedded chunk, per provider, kept on the index across syncs
+        rates: dict[tuple[str, str, str], float] = self.__dict__.setdefault("_embed_rates", {})
+        fill = 0.7  # share of the time left a budgeted batch is sized to take
         while True:
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            batch = [
-                row for row in store.pending_chunks(EMBED_BATCH + len(skip)) if row[0] not in skip
-            ][:EMBED_BATCH]
+            size = EMBED_BATCH
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                rate = rates.get(key)
+                if rate is None:
+                    size = 1 if left > 0 else 0
+                else:
+                    size = min(EMBED_BATCH, int(left * fill / rate))
+                if size <= 0:
+                    break
+            batch = [row for row in store.pending_chunks(size + len(skip)) if row[0] not in skip][
+                :size
+            ]
             if not batch:
                 break
             hashes = [h for _, h, _ in batch]
@@ -591,14 +608,27 @@ class MemoryIndex:
             vectors: dict[int, np.ndarray] = {cid: cached[h] for cid, h, _ in batch if h in cached}
             report.vectors_from_cache += len(vectors)
             if todo:
-                try:
-                    matrix = await self.provider.embed_documents([t for _, _, t in todo])
-                except BatchPending:
-                    # remote.batch.wait = false: the job keeps running; the next sync collects it
-                    return
-                except Exception as err:
-                    await self._on_embed_failure(err)
-                    return
+                started = time.monotonic()
+                # a hard stop at the deadline too: the rate is an estimate, and the first
+                # chunk's cost is unknown (providers stop their work when cancelled)
+                limit = float("inf") if deadline is None else max(deadline - started, 0.0)
+                with anyio.move_on_after(limit) as scope:
+                    try:
+                        matrix = await self.provider.embed_documents([t for _, _, t in todo])
+                    except BatchPending:
+                        # remote.batch.wait = false: the job keeps running; the next sync collects it
+                        return
+                    except Exception as err:
+                        await self._on_embed_failure(err)
+                        return
+                if scope.cancelled_caught:
+                    rates[key] = max(rates.get(key, 0.0), limit / len(todo))
+                    break
+                per_chunk = (time.monotonic() - started) / len(todo)
+                prev = rates.get(key)
+                # the slower of the last batch and the running mean: the budget must not be
+                # overrun because a previous batch happened to be fast
+                rates[key] = per_chunk if prev is None else max(per_chunk, 0.5 * (prev + per_chunk))
                 new_items = []
                 for (cid, h, _), vec in zip(todo, matrix, strict=True):
                     vectors[cid] = vec
