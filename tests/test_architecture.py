@@ -169,3 +169,11 @@ def test_wire_codes_are_error_codes() -> None:
 
     codes = set(errors.all_codes())
     assert {server.NOT_SERVED, server.SERVER_BUSY} <= codes
+
+
+def test_the_readme_lists_every_error_code() -> None:
+    from memoryd import errors
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    missing = [c for c in errors.all_codes() if f"| `{c}` |" not in readme]
+    assert not missing, f"README's error table lacks {missing}"

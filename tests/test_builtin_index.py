@@ -514,3 +514,18 @@ async def test_small_indexes_search_in_memory_even_with_vec0(notes: Path) -> Non
     idx = await synced(notes)
     st = idx.status().to_dict()["vector"]
     assert st["engine"] == "sqlite-vec" and st["searchEngine"] == "numpy"
+
+
+async def test_a_file_that_is_not_utf8_is_indexed_and_listed_by_status(notes: Path) -> None:
+    (notes / "memory" / "legacy.md").write_bytes(
+        "# Café notes\n\nLe café est fermé.\n".encode("latin-1")
+    )
+    idx = await synced(notes)
+    st = idx.status()
+    assert st.undecodable == ["memory/legacy.md"]
+    hit = (await idx.search("notes legacy")).results
+    assert any(r.path == "memory/legacy.md" and "\ufffd" in r.snippet for r in hit)
+    (notes / "memory" / "legacy.md").write_text("# Café notes\n\nFixed.\n", encoding="utf-8")
+    idx.notify_changed()
+    await idx.sync()
+    assert idx.status().undecodable == []

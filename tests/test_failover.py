@@ -61,6 +61,7 @@ class FakeQmd:
     def __init__(self, workspace: Path) -> None:
         self.workspace = workspace
         self.fault: QmdError | None = None
+        self.empty = False
         self.searches = 0
         self.started = 0
 
@@ -75,6 +76,8 @@ class FakeQmd:
         self.searches += 1
         if self.fault is not None:
             raise self.fault
+        if self.empty:
+            return EngineAnswer([], "qmd", "qmd", None, "search", 4000)
         hit = SearchResult("MEMORY.md", 1, 1, 0.9, "from qmd")
         return EngineAnswer([hit], "qmd", "qmd", None, "search", 4000)
 
@@ -293,3 +296,28 @@ def agent_config(ws: Path) -> Any:
             "agents": {"defaults": {"workspace": str(ws), "memorySearch": {"provider": "none"}}},
         }
     )
+
+
+@pytest.mark.parametrize("setting", ["empty", "builtin"])
+async def test_an_empty_qmd_answer_is_completed_only_when_configured(
+    ws: Path, setting: str
+) -> None:
+    # memory.qmd.emptyResults: qmd's `search` ANDs every term, so natural questions often match
+    # nothing; "builtin" completes them from the built-in index, marking each hit
+    agent = agent_for(
+        ws, {"provider": "none"}, memory={"backend": "qmd", "qmd": {"emptyResults": setting}}
+    )
+    qmd = FakeQmd(ws)
+    qmd.empty = True
+    b = backend(agent, qmd, Clock())
+    answer = await b.search(SearchRequest("what tea does Alice like"))
+    assert answer.backend == "qmd" and answer.fallback is None
+    if setting == "empty":
+        assert answer.results == []
+    else:
+        assert answer.results and answer.results[0].path == "MEMORY.md"
+        assert all(r.to_dict()["backend"] == "builtin" for r in answer.results)
+        assert any("completed by the built-in index" in n for n in answer.notes)
+        one_word = await b.search(SearchRequest("tea"))
+        assert one_word.results == []  # a single word is qmd's own answer
+    await b.aclose()

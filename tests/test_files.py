@@ -14,7 +14,6 @@ from memoryd.core.layout import (
     default_roots,
     extra_root,
     page_lines,
-    slice_lines,
 )
 from memoryd.errors import PathNotAllowed
 from memoryd.memfiles import discover, read_memory_file
@@ -146,21 +145,6 @@ def test_get_allows_memory_files_extra_paths_and_missing_files(
     assert get(workspace, str(ext), roots) == (ext.as_posix(), "extra\n")
     with pytest.raises(PathNotAllowed, match="escapes"):
         get(workspace, str(tmp_path / "ext" / ".." / "x.md"), roots)
-
-
-@pytest.mark.parametrize(
-    ("frm", "n", "expected"),
-    [
-        (None, None, "a\nb\nc\n"),
-        (2, None, "b\nc\n"),
-        (2, 1, "b\n"),
-        (1, 0, ""),
-        (4, None, ""),
-        (9, 2, ""),
-    ],
-)
-def test_slice_lines(frm: int | None, n: int | None, expected: str) -> None:
-    assert slice_lines("a\nb\nc\n", frm, n) == expected
 
 
 def test_memory_get_pages_a_big_note_and_says_where_to_go_on(workspace: Path) -> None:

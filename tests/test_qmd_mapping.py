@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
-
 import pytest
 
-from memoryd.core.layout import glob_match
 from memoryd.core.results import SearchResult
 from memoryd.qmd_adapter import (
     QmdHit,
@@ -172,22 +169,6 @@ def test_models_block_replaces_pins_and_keeps_the_rest() -> None:
 def test_models_block_is_left_alone_when_already_pinned() -> None:
     text = "models:\n  embed: /m/e.gguf\ncollections: {}\n"
     assert with_models_block(text, {"embed": "/m/e.gguf"}) == text
-
-
-@pytest.mark.parametrize(
-    ("path", "pattern", "ok"),
-    [
-        ("MEMORY.md", "MEMORY.md", True),
-        ("memory.md", "MEMORY.md", False),
-        ("a.md", "**/*.md", True),
-        ("a/b/c.md", "**/*.md", True),
-        ("a/b/c.txt", "**/*.md", False),
-        ("a/b.md", "*.md", False),
-        ("x/notes/y.md", "**/notes/*.md", True),
-    ],
-)
-def test_masks_match_like_qmd(path: str, pattern: str, ok: bool) -> None:
-    assert glob_match(PurePosixPath(path), pattern) is ok
 
 
 @pytest.mark.parametrize(

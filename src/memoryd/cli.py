@@ -392,15 +392,7 @@ async def _cmd_search(args: argparse.Namespace) -> int:
             "corpus": args.corpus,
         },
     )
-    if out is None:
-        _validate(
-            "memory_search",
-            query=args.query,
-            maxResults=args.max_results,
-            minScore=args.min_score,
-            corpus=args.corpus,
-            sessionKey=args.session_key,
-        )
+    if out is None:  # the service validates with the same bounds as the tool contract
         svc = _service(args, search_embed_budget_s=None)
         async with svc:
             agent = svc.agent(args.agent)
@@ -755,12 +747,10 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
 
     svc = _service(args)
     ids = svc.agent_ids()
-    for aid in ids:
-        svc.agent(aid)  # resolve now: a bad workspace or agent id fails before listening
-    print(
-        f"memoryd serve: agents {', '.join(ids)}; socket {socket_path()}",
-        file=sys.stderr,
-    )
+    # resolve now: a bad workspace or agent id fails before listening
+    served = [svc.agent(aid) for aid in ids]
+    agents = "; ".join(f"{a.agent_id} ({a.memory.backend}, {a.workspace})" for a in served)
+    print(f"memoryd serve: socket {socket_path()}; agents: {agents}", file=sys.stderr)
     await serve(svc, config_path=config_file(args.config))
     print("memoryd serve: stopped", file=sys.stderr)
     return 0

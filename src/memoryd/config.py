@@ -356,6 +356,12 @@ class QmdConfig(_Model):
     scope: ScopeConfig | None = Field(None, description="OpenClaw location of the scope rules.")
     fallback: Literal["builtin", "none"] = "builtin"
     failover: FailoverConfig = Field(default_factory=FailoverConfig)
+    empty_results: Literal["empty", "builtin"] = Field(
+        "empty",
+        description="When qmd answers a multi-word question with nothing (its `search` ANDs every "
+        "term): 'empty' (OpenClaw's behaviour) or 'builtin' to complete the answer from the "
+        "built-in index; such hits carry backend 'builtin'.",
+    )
 
 
 class MemoryConfig(_Model):

@@ -46,12 +46,8 @@ from . import __version__
 from .errors import ConfigError, InvalidInput, MemorydError, error_code
 from .tools import (
     TOOLS,
-    MemoryAppendInput,
-    MemoryContextInput,
-    MemoryFlushCheckInput,
-    MemoryGetInput,
-    MemorySearchInput,
     ToolInput,
+    call_tool,
     input_schema,
     invalid_input_result,
     validate_tool_input,
@@ -141,42 +137,7 @@ class _ServiceHandle:
 
 
 async def _dispatch(handle: _ServiceHandle, args: ToolInput) -> dict[str, Any]:
-    svc = await handle.ready()
-    agent_id = handle.agent_id
-    if isinstance(args, MemorySearchInput):
-        return await svc.memory_search(
-            args.query,
-            agent_id=agent_id,
-            session_key=args.session_key,
-            max_results=args.max_results,
-            min_score=args.min_score,
-            corpus=args.corpus,
-        )
-    if isinstance(args, MemoryGetInput):
-        if args.corpus == "sessions":
-            return invalid_input_result(
-                InvalidInput(
-                    "memory_get reads memory files only: session transcripts are searchable "
-                    "(corpus 'sessions') but never readable"
-                )
-            )
-        return await svc.memory_get(
-            args.path, from_line=args.from_line, lines=args.lines, agent_id=agent_id
-        )
-    if isinstance(args, MemoryAppendInput):
-        return await svc.append(args.target, args.text, agent_id=agent_id)
-    if isinstance(args, MemoryContextInput):
-        return await svc.context(agent_id=agent_id, session_key=args.session_key)
-    if isinstance(args, MemoryFlushCheckInput):
-        return await svc.flush_check(
-            session_key=args.session_key,
-            token_estimate=args.token_estimate,
-            context_window=args.context_window,
-            compaction_count=args.compaction_count,
-            session_id=args.session_id,
-            agent_id=agent_id,
-        )
-    return await svc.status(agent_id)
+    return await call_tool(await handle.ready(), args, agent_id=handle.agent_id)
 
 
 def _result(data: dict[str, Any], *, is_error: bool = False) -> types.CallToolResult:

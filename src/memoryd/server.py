@@ -142,7 +142,7 @@ async def dispatch(
     """Answer one request: `{op, agent?, identity, …tool arguments}` (see `memoryd.tools`)."""
     from .errors import InvalidAgentId, InvalidInput, MemorydError, error_code
     from .paths import validate_agent_id
-    from .tools import MemoryGetInput, MemorySearchInput, validate_tool_input
+    from .tools import MemoryStatusInput, call_tool, validate_tool_input
 
     op = req.get("op")
     if op == "ping":
@@ -163,22 +163,11 @@ async def dispatch(
     if why is not None:
         return _error(f"not served here: {why}", NOT_SERVED)
     try:
-        if isinstance(args, MemorySearchInput):
-            return await service.memory_search(
-                args.query,
-                agent_id=agent,
-                session_key=args.session_key,
-                max_results=args.max_results,
-                min_score=args.min_score,
-                corpus=args.corpus,
-            )
-        if isinstance(args, MemoryGetInput):
-            return await service.memory_get(
-                args.path, from_line=args.from_line, lines=args.lines, agent_id=agent
-            )
-        st = await service.status(agent)
-        st["servedBy"] = f"serve (pid {os.getpid()})"
-        return st
+        if isinstance(args, MemoryStatusInput):
+            st = await service.status(agent)
+            st["servedBy"] = f"serve (pid {os.getpid()})"
+            return st
+        return await call_tool(service, args, agent_id=agent)
     except MemorydError as err:
         return _error(str(err), error_code(err))
 

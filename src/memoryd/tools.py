@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, Protocol
 
 from pydantic import (
     BaseModel,
@@ -56,7 +56,7 @@ MAX_QUERY_CHARS: Final = core_limits.MAX_QUERY_CHARS
 #: snippets would blow any injected-characters budget anyway.
 MAX_RESULTS_LIMIT: Final = 100
 
-Corpus = Literal["memory", "sessions", "all"]
+Corpus = core_limits.Corpus
 
 
 def _no_bool(value: Any) -> Any:
@@ -393,3 +393,88 @@ def tools_help() -> str:
         lines.append(f"  {spec.name:<{width}}  {{{', '.join(args)}}}")
         lines.append(f"  {'':<{width}}  {spec.summary}")
     return "\n".join(lines)
+
+
+class ToolService(Protocol):
+    """What `call_tool` needs of the service (`orchestrator.MemoryService` is one)."""
+
+    async def memory_search(
+        self,
+        query: str,
+        *,
+        agent_id: str | None = ...,
+        session_key: str | None = ...,
+        max_results: int | None = ...,
+        min_score: float | None = ...,
+        corpus: Corpus = ...,
+    ) -> dict[str, Any]: ...
+
+    async def memory_get(
+        self,
+        path: str,
+        *,
+        from_line: int | None = ...,
+        lines: int | None = ...,
+        agent_id: str | None = ...,
+    ) -> dict[str, Any]: ...
+
+    async def append(
+        self, target: str, text: str, *, agent_id: str | None = ...
+    ) -> dict[str, Any]: ...
+
+    async def context(
+        self, *, agent_id: str | None = ..., session_key: str | None = ...
+    ) -> dict[str, Any]: ...
+
+    async def flush_check(
+        self,
+        *,
+        session_key: str | None,
+        token_estimate: int,
+        context_window: int,
+        compaction_count: int,
+        session_id: str | None = ...,
+        agent_id: str | None = ...,
+    ) -> dict[str, Any]: ...
+
+    async def status(self, agent_id: str | None = ...) -> dict[str, Any]: ...
+
+
+async def call_tool(
+    service: ToolService, args: ToolInput, *, agent_id: str | None
+) -> dict[str, Any]:
+    """Run a validated tool call against the service (MCP and the serve socket both use this)."""
+    if isinstance(args, MemorySearchInput):
+        return await service.memory_search(
+            args.query,
+            agent_id=agent_id,
+            session_key=args.session_key,
+            max_results=args.max_results,
+            min_score=args.min_score,
+            corpus=args.corpus,
+        )
+    if isinstance(args, MemoryGetInput):
+        if args.corpus == "sessions":
+            return invalid_input_result(
+                InvalidInput(
+                    "memory_get reads memory files only: session transcripts are searchable "
+                    "(corpus 'sessions') but never readable"
+                )
+            )
+        return await service.memory_get(
+            args.path, from_line=args.from_line, lines=args.lines, agent_id=agent_id
+        )
+    if isinstance(args, MemoryAppendInput):
+        return await service.append(args.target, args.text, agent_id=agent_id)
+    if isinstance(args, MemoryContextInput):
+        return await service.context(agent_id=agent_id, session_key=args.session_key)
+    if isinstance(args, MemoryFlushCheckInput):
+        return await service.flush_check(
+            session_key=args.session_key,
+            token_estimate=args.token_estimate,
+            context_window=args.context_window,
+            compaction_count=args.compaction_count,
+            session_id=args.session_id,
+            agent_id=agent_id,
+        )
+    return await service.status(agent_id)

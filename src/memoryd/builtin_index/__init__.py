@@ -6,6 +6,7 @@ when the qmd sidecar fails.
 
 from __future__ import annotations
 
+from ..core.engine import IndexCheck
 from .index import MemoryIndex, SyncReport
 
-__all__ = ["MemoryIndex", "SyncReport"]
+__all__ = ["IndexCheck", "MemoryIndex", "SyncReport"]

@@ -3,17 +3,21 @@
 Sync has two phases. The text phase (files → chunks → FTS5) is fast and runs before a search on a
 dirty index; the vector phase embeds pending chunks in batches, through the embedding cache, and
 never blocks searches: BM25 answers while vectors catch up. A change of provider, model, endpoint
-or chunking rebuilds the index in a temp file that replaces the old one atomically.
+or chunking rebuilds the index in a scratch file published into the live one in one transaction.
+
+The index is derived data: whatever happens to its file, the Markdown files rebuild it. A damaged
+file is moved aside and refilled, a failed sync leaves the last complete index answering (and says
+why in `status`), a read-only one keeps answering searches. `_store` holds the mechanics.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +39,8 @@ from ..core.engine import (
     DegradedInfo,
     EngineAnswer,
     FtsInfo,
+    IndexCheck,
+    IndexRecovery,
     ProgressFn,
     SearchRequest,
     VectorInfo,
@@ -52,14 +58,16 @@ from ..core.transcripts import (
 from ..embeddings.base import EmbeddingProvider, ProviderSelection
 from ..errors import (
     BatchPending,
+    IndexCorrupt,
     InvalidInput,
     MemorydError,
     ProviderUnavailable,
+    StateError,
     WorkspaceMismatch,
 )
 from ..fsio import private_dir
 from ..memfiles import MemoryFile, discover, discover_all, read_memory, read_memory_file
-from ._store import Store, remove_db_files
+from ._store import Recovery, Store
 
 log = logging.getLogger("memoryd.builtin_index")
 
@@ -149,8 +157,6 @@ class MemoryIndex:
         vec = self.cfg.vector
         self._vector_enabled = vec.enabled
         self._extension_path = vec.extension_path
-        self.store = Store(self.path, vector_enabled=vec.enabled, extension_path=vec.extension_path)
-        self._bind_workspace(self.store)
         self.dirty = True
         self._sync_lock = anyio.Lock()
         self._last_sync_at: float | None = None
@@ -165,6 +171,14 @@ class MemoryIndex:
             None
         )
         self._session_baselines: set[str] = set()
+        # set before the store opens: opening may already replace a damaged file
+        self.store = Store(
+            self.path,
+            vector_enabled=vec.enabled,
+            extension_path=vec.extension_path,
+            on_recovered=self._store_recovered,
+        )
+        self._bind_workspace(self.store)
 
     # ------------------------------------------------------------------ identity of the index
 
@@ -173,6 +187,7 @@ class MemoryIndex:
 
         An index is never re-synced to a different workspace (that silently mixed two users'
         memory): a user pointing `store.path` at one file for two workspaces gets this error.
+        A read-only index is checked but not written.
         """
         mine = str(self.settings.workspace)
         meta = store.meta()
@@ -184,13 +199,36 @@ class MemoryIndex:
             if foreign:
                 recorded = os.path.dirname(foreign[0])
             else:
-                store.set_meta({"workspace": mine, "agentId": self.settings.agent_id})
+                if store.read_only is None:
+                    store.set_meta({"workspace": mine, "agentId": self.settings.agent_id})
                 return
         if recorded != mine:
             raise WorkspaceMismatch(
                 f"index {self.path} was built for workspace {recorded}, not {mine}; give each "
                 "workspace its own store.path (e.g. with {workspaceKey}) or remove that file"
             )
+
+    def _store_recovered(self, rec: Recovery, refill_now: bool) -> bool:
+        """The store holds a fresh file in place of a damaged one: refill it from the Markdown.
+
+        Inside a sync (or while the store is still opening) the sync does it; otherwise (a
+        search hit the damage) the text and transcripts are indexed right here, so the retry
+        the error asks for finds them. Vectors follow at the next sync.
+        """
+        self.dirty = True
+        self._paths_cache = None
+        self._session_baselines.clear()
+        if not refill_now or self._sync_lock.locked() or "store" not in self.__dict__:
+            return False
+        try:
+            self._bind_workspace(self.store)
+            report = SyncReport()
+            self._text_phase(self.store, report, None)
+            self._sessions_phase(self.store, report, True)
+        except MemorydError as err:
+            log.warning("could not rebuild %s after moving it aside: %s", self.path, err)
+            return False
+        return True
 
     def signature(self) -> dict[str, Any]:
         p = self.provider
@@ -238,101 +276,240 @@ class MemoryIndex:
     ) -> SyncReport:
         """Bring the index up to date with the files; see the module docstring for the phases.
 
-        `allow_reindex=False` (a search's pre-sync) skips the sync when a full rebuild is due.
+        `allow_reindex=False` (a search's pre-sync) skips the sync when a full rebuild is due,
+        waits at most `sync.searchWaitMs` for another process's write lock, and never raises
+        for the state: a read-only, full or busy index is recorded in `last_error` and the
+        search answers from what is committed. A damaged file found on the way is moved aside
+        and the index rebuilt from the Markdown files within this call.
         """
+        kw: dict[str, Any] = {
+            "embed": embed,
+            "embed_budget_s": embed_budget_s,
+            "progress": progress,
+            "allow_reindex": allow_reindex,
+            "sessions": sessions,
+        }
         async with self._sync_lock:
             started = time.perf_counter()
-            reason = "forced" if force else self.reindex_reason()
-            if reason is not None and not allow_reindex:
-                return SyncReport(reindex_reason=reason)
-            if reason is not None:
-                report = await self._reindex(
-                    reason, embed=embed, embed_budget_s=embed_budget_s, progress=progress
-                )
-            else:
-                report = SyncReport()
-                if self._stored_signature() is None:
-                    self.store.set_meta({"signature": json.dumps(self.signature())})
-                await anyio.to_thread.run_sync(self._text_phase, self.store, report, progress)
-                self.dirty = False
-                if sessions:
-                    await anyio.to_thread.run_sync(self._sessions_phase, self.store, report, False)
-                if embed:
-                    await self._vector_phase(self.store, report, embed_budget_s, progress)
-            report.vectors_pending = self.store.counts()["pending_vectors"] if self.provider else 0
+            seen_recoveries = len(self.store.recovered)
+            try:
+                try:
+                    report = await self._sync_locked(force=force, **kw)
+                except IndexCorrupt:
+                    if len(self.store.recovered) == seen_recoveries:
+                        raise
+                    # the damaged file is aside and a fresh one in place: fill it now
+                    self._bind_workspace(self.store)
+                    report = await self._sync_locked(force=False, **kw)
+            except StateError as err:
+                self._note_sync_failure(err)
+                if not allow_reindex:
+                    log.warning("searching without syncing first: %s", err)
+                    return SyncReport()
+                raise
+            self._note_sync_success()
             report.seconds = time.perf_counter() - started
             self._last_sync_at = time.time()
             return report
 
+    async def _sync_locked(
+        self,
+        *,
+        force: bool,
+        embed: bool,
+        embed_budget_s: float | None,
+        progress: ProgressFn | None,
+        allow_reindex: bool,
+        sessions: bool,
+    ) -> SyncReport:
+        if force:
+            # a rebuild replaces every page anyway; a structurally damaged file is kept aside
+            problem = await anyio.to_thread.run_sync(self.store.verify)
+            if problem is not None:
+                await anyio.to_thread.run_sync(self.store.recover, problem)
+                self._bind_workspace(self.store)
+        reason = "forced" if force else self.reindex_reason()
+        if reason is not None and not allow_reindex:
+            return SyncReport(reindex_reason=reason)
+        if reason is not None:
+            report = await self._reindex(
+                reason, embed=embed, embed_budget_s=embed_budget_s, progress=progress
+            )
+        else:
+            report = SyncReport()
+            wait_ms = None if allow_reindex else self.cfg.sync.search_wait_ms
+            self.store.guard_signature = self.signature()
+            await anyio.to_thread.run_sync(
+                functools.partial(self._text_phase, wait_ms=wait_ms),
+                self.store,
+                report,
+                progress,
+            )
+            self.dirty = False
+            if sessions:
+                await anyio.to_thread.run_sync(
+                    functools.partial(self._sessions_phase, wait_ms=wait_ms),
+                    self.store,
+                    report,
+                    False,
+                )
+            if embed:
+                await self._vector_phase(self.store, report, embed_budget_s, progress)
+        report.vectors_pending = self.store.counts()["pending_vectors"] if self.provider else 0
+        return report
+
+    def _note_sync_failure(self, err: MemorydError) -> None:
+        """Remember why the last sync failed, here and in the index (so every process's status
+        shows it), best effort: on a full disk even that small write may be refused."""
+        self.last_error = str(err)
+        with contextlib.suppress(MemorydError):
+            if self.store.read_only is None:
+                self.store.set_meta(
+                    {"last_sync_error": json.dumps({"message": str(err), "at": time.time()})}
+                )
+
+    def _note_sync_success(self) -> None:
+        self.last_error = None
+        with contextlib.suppress(MemorydError):
+            if self.store.read_only is None and "last_sync_error" in self.store.meta():
+                self.store.delete_meta("last_sync_error")
+
+    async def check(self) -> IndexCheck:
+        """Verify the index file (`PRAGMA quick_check`, the FTS5 integrity checks, chunk counts).
+
+        A damaged file is moved aside (`<name>.corrupt-<time>`, never deleted) and the index
+        rebuilt from the Markdown files before this returns; vectors follow at the next sync.
+        `status --deep` calls this. Raises `IndexCorrupt` when a damaged index is read-only.
+        """
+        started = time.perf_counter()
+        async with self._sync_lock:
+            store = self.store
+            problem = await anyio.to_thread.run_sync(functools.partial(store.verify, deep=True))
+            if problem is None:
+                return IndexCheck(ok=True, seconds=time.perf_counter() - started)
+            if store.read_only is not None:
+                raise IndexCorrupt(
+                    f"index {self.path} is damaged ({problem}) and cannot be replaced: it is "
+                    f"read-only ({store.read_only})"
+                )
+            rec, _ = await anyio.to_thread.run_sync(store.recover, problem)
+            self._bind_workspace(store)
+            await self._sync_locked(
+                force=False,
+                embed=False,
+                embed_budget_s=None,
+                progress=None,
+                allow_reindex=True,
+                sessions=True,
+            )
+        return IndexCheck(
+            ok=False,
+            problem=problem,
+            moved_to=str(rec.moved_to) if rec.moved_to else None,
+            rebuilt=True,
+            seconds=time.perf_counter() - started,
+        )
+
     def _discover(self) -> list[MemoryFile]:
         return discover(self.settings.roots, self.settings.workspace)
 
-    def _text_phase(self, store: Store, report: SyncReport, progress: ProgressFn | None) -> None:
+    def _text_phase(
+        self,
+        store: Store,
+        report: SyncReport,
+        progress: ProgressFn | None,
+        *,
+        wait_ms: int | None = None,
+    ) -> None:
+        """Index new and changed memory files, drop removed ones: one transaction, so a failure
+        (a full disk, a kill) leaves the index exactly as it was and readers never see half."""
         found = discover_all(self.settings.roots, self.settings.workspace)
         files = found.files
-        known = store.files()
         report.files_scanned = len(files)
-        meta = store.meta()
-        undecodable: set[str] = set(json.loads(meta.get("undecodable") or "[]"))
-        seen: set[str] = set()
-        for i, mf in enumerate(files, 1):
-            seen.add(mf.rel_path)
-            prev = known.get(mf.rel_path)
-            if prev is not None and prev[1] == mf.mtime_ns / 1e9 and prev[2] == mf.size:
-                continue
-            try:
-                got = read_memory(mf, self.settings.workspace)
-            except MemorydError as err:  # refused or unreadable now: leave it out
-                log.warning("skipping %s: %s", mf.rel_path, err)
-                continue
-            if got is None:  # removed since discovery
-                continue
-            try:
-                text = got.data.decode("utf-8")
-                undecodable.discard(mf.rel_path)
-            except UnicodeDecodeError:
-                text = got.data.decode("utf-8", errors="replace")
-                undecodable.add(mf.rel_path)
-            mtime = got.mtime_ns / 1e9
-            file_hash = content_hash(text)
-            if prev is not None and prev[0] == file_hash:
-                store.touch_file(mf.rel_path, mtime, got.size)
-                continue
-            chunks = chunk_lines(
-                text, tokens=self.cfg.chunking.tokens, overlap=self.cfg.chunking.overlap
-            )
-            store.replace_file(
-                mf.rel_path,
-                str(mf.abs_path),
-                mf.source,
-                file_hash,
-                mtime,
-                got.size,
-                [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
-            )
-            report.files_changed += 1
-            report.chunks_written += len(chunks)
-            if progress:
-                progress("files", i, len(files))
-        undecodable &= seen
-        store.set_meta(
-            {
-                "undecodable": json.dumps(sorted(undecodable)),
-                "skipped": json.dumps(found.skipped, sort_keys=True),
-            }
-        )
-        for gone in set(known) - seen:
-            if known[gone][3] == "memory":
-                store.remove_file(gone)
-                report.files_removed += 1
+        skipped = json.dumps(found.skipped, sort_keys=True)
+        if not self._text_changed(store, files, skipped):
+            return  # nothing to write: a read-only index syncs fine
+        with store.transaction(wait_ms=wait_ms, doing="index the memory files"):
+            meta = store.meta()
+            if not store.signature_matches():
+                log.info("index %s was rebuilt elsewhere with other settings", self.path)
+                return
+            known = store.files()
+            undecodable: set[str] = set(json.loads(meta.get("undecodable") or "[]"))
+            seen: set[str] = set()
+            for i, mf in enumerate(files, 1):
+                seen.add(mf.rel_path)
+                prev = known.get(mf.rel_path)
+                if prev is not None and prev[1] == mf.mtime_ns / 1e9 and prev[2] == mf.size:
+                    continue
+                try:
+                    got = read_memory(mf, self.settings.workspace)
+                except MemorydError as err:  # refused or unreadable now: leave it out
+                    log.warning("skipping %s: %s", mf.rel_path, err)
+                    continue
+                if got is None:  # removed since discovery
+                    continue
+                try:
+                    text = got.data.decode("utf-8")
+                    undecodable.discard(mf.rel_path)
+                except UnicodeDecodeError:
+                    text = got.data.decode("utf-8", errors="replace")
+                    undecodable.add(mf.rel_path)
+                mtime = got.mtime_ns / 1e9
+                file_hash = content_hash(text)
+                if prev is not None and prev[0] == file_hash:
+                    store.touch_file(mf.rel_path, mtime, got.size)
+                    continue
+                chunks = chunk_lines(
+                    text, tokens=self.cfg.chunking.tokens, overlap=self.cfg.chunking.overlap
+                )
+                store.replace_file(
+                    mf.rel_path,
+                    str(mf.abs_path),
+                    mf.source,
+                    file_hash,
+                    mtime,
+                    got.size,
+                    [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
+                )
+                report.files_changed += 1
+                report.chunks_written += len(chunks)
+                if progress:
+                    progress("files", i, len(files))
+            undecodable &= seen
+            wanted = {"undecodable": json.dumps(sorted(undecodable)), "skipped": skipped}
+            if meta.get("signature") is None:
+                wanted["signature"] = json.dumps(self.signature())
+            if changed := {k: v for k, v in wanted.items() if meta.get(k) != v}:
+                store.set_meta(changed)
+            for gone in set(known) - seen:
+                if known[gone][3] == "memory":
+                    store.remove_file(gone)
+                    report.files_removed += 1
 
-    def _sessions_phase(self, store: Store, report: SyncReport, force: bool) -> None:
-        """Index the agent's transcripts once enough new data accumulated (sync.sessions deltas)."""
+    def _text_changed(self, store: Store, files: Sequence[MemoryFile], skipped: str) -> bool:
+        """Whether the text phase has anything to write (a stat pass over the discovered files)."""
+        meta = store.meta()
+        if meta.get("signature") is None or meta.get("skipped") != skipped:
+            return True
+        known = store.files()
+        current = {mf.rel_path for mf in files}
+        for mf in files:
+            prev = known.get(mf.rel_path)
+            if prev is None or prev[1] != mf.mtime_ns / 1e9 or prev[2] != mf.size:
+                return True
+        return any(v[3] == "memory" and p not in current for p, v in known.items())
+
+    def _sessions_phase(
+        self, store: Store, report: SyncReport, force: bool, *, wait_ms: int | None = None
+    ) -> None:
+        """Index the agent's transcripts once enough new data accumulated (sync.sessions deltas),
+        in one transaction like the text phase."""
         if self.settings.sessions_dir is None:
             return
         known = {p: v for p, v in store.files().items() if v[3] == "sessions"}
         seen: set[str] = set()
-        chunking = self.cfg.chunking
+        due: list[tuple[Path, str, os.stat_result, int]] = []
         for path in _list_transcripts(self.settings.sessions_dir):
             rel = transcript_display_path(path)
             seen.add(rel)
@@ -350,33 +527,53 @@ class MemoryIndex:
                     self._sessions.mark_synced(rel, prev[2], _newlines_in_prefix(path, prev[2]))
                 if not self._sessions.observe(rel, st.st_size, lines).due:
                     continue
-            try:
-                chunks = _transcript_chunks(path, chunking.tokens, chunking.overlap)
-                data = path.read_bytes()
-            except OSError as err:
-                log.warning("cannot read transcript %s: %s", path, err)
-                continue
-            store.replace_file(
-                rel,
-                str(path),
-                "sessions",
-                content_hash(data.decode("utf-8", errors="replace")),
-                st.st_mtime,
-                st.st_size,
-                [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
-            )
-            self._sessions.mark_synced(rel, st.st_size, lines)
+            due.append((path, rel, st, lines))
+        gone = set(known) - seen
+        if not due and not gone:
+            return
+        chunking = self.cfg.chunking
+        synced: list[tuple[str, int, int]] = []
+        with store.transaction(wait_ms=wait_ms, doing="index the session transcripts"):
+            if not store.signature_matches():
+                return
+            for path, rel, st, lines in due:
+                try:
+                    chunks = _transcript_chunks(path, chunking.tokens, chunking.overlap)
+                    data = path.read_bytes()
+                except OSError as err:
+                    log.warning("cannot read transcript %s: %s", path, err)
+                    continue
+                store.replace_file(
+                    rel,
+                    str(path),
+                    "sessions",
+                    content_hash(data.decode("utf-8", errors="replace")),
+                    st.st_mtime,
+                    st.st_size,
+                    [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
+                )
+                synced.append((rel, st.st_size, lines))
+                report.files_changed += 1
+                report.chunks_written += len(chunks)
+            for rel in gone:
+                store.remove_file(rel)
+                report.files_removed += 1
+        # only what was committed counts as synced
+        for rel, size, lines in synced:
+            self._sessions.mark_synced(rel, size, lines)
             self._session_baselines.add(rel)
-            report.files_changed += 1
-            report.chunks_written += len(chunks)
-        for gone in set(known) - seen:
-            store.remove_file(gone)
-            self._sessions.forget(gone)
-            report.files_removed += 1
+        for rel in gone:
+            self._sessions.forget(rel)
 
     async def _vector_phase(
         self, store: Store, report: SyncReport, budget_s: float | None, progress: ProgressFn | None
     ) -> None:
+        """Embed pending chunks in batches; with `budget_s`, stop before the deadline.
+
+        The deadline holds *within* a batch too: under a budget a batch only takes as many
+        chunks as the measured embedding rate says fit in the time left (the first batch is
+        one chunk, to measure it), so a search pays at most `searchWaitMs`, not a whole batch.
+        """
         if self.provider is None or not store.vector.available:
             return
         deadline = None if budget_s is None else time.monotonic() + budget_s
@@ -386,12 +583,23 @@ class MemoryIndex:
         max_entries = self.cfg.cache.max_entries
         use_cache = self.cfg.cache.enabled
         skip: set[int] = set()
+        # seconds per embedded chunk, per provider, kept on the index across syncs
+        rates: dict[tuple[str, str, str], float] = self.__dict__.setdefault("_embed_rates", {})
+        fill = 0.7  # share of the time left a budgeted batch is sized to take
         while True:
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            batch = [
-                row for row in store.pending_chunks(EMBED_BATCH + len(skip)) if row[0] not in skip
-            ][:EMBED_BATCH]
+            size = EMBED_BATCH
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                rate = rates.get(key)
+                if rate is None:
+                    size = 1 if left > 0 else 0
+                else:
+                    size = min(EMBED_BATCH, int(left * fill / rate))
+                if size <= 0:
+                    break
+            batch = [row for row in store.pending_chunks(size + len(skip)) if row[0] not in skip][
+                :size
+            ]
             if not batch:
                 break
             hashes = [h for _, h, _ in batch]
@@ -400,14 +608,27 @@ class MemoryIndex:
             vectors: dict[int, np.ndarray] = {cid: cached[h] for cid, h, _ in batch if h in cached}
             report.vectors_from_cache += len(vectors)
             if todo:
-                try:
-                    matrix = await self.provider.embed_documents([t for _, _, t in todo])
-                except BatchPending:
-                    # remote.batch.wait = false: the job keeps running; the next sync collects it
-                    return
-                except Exception as err:
-                    await self._on_embed_failure(err)
-                    return
+                started = time.monotonic()
+                # a hard stop at the deadline too: the rate is an estimate, and the first
+                # chunk's cost is unknown (providers stop their work when cancelled)
+                limit = float("inf") if deadline is None else max(deadline - started, 0.0)
+                with anyio.move_on_after(limit) as scope:
+                    try:
+                        matrix = await self.provider.embed_documents([t for _, _, t in todo])
+                    except BatchPending:
+                        # remote.batch.wait = false: the job keeps running; the next sync collects it
+                        return
+                    except Exception as err:
+                        await self._on_embed_failure(err)
+                        return
+                if scope.cancelled_caught:
+                    rates[key] = max(rates.get(key, 0.0), limit / len(todo))
+                    break
+                per_chunk = (time.monotonic() - started) / len(todo)
+                prev = rates.get(key)
+                # the slower of the last batch and the running mean: the budget must not be
+                # overrun because a previous batch happened to be fast
+                rates[key] = per_chunk if prev is None else max(per_chunk, 0.5 * (prev + per_chunk))
                 new_items = []
                 for (cid, h, _), vec in zip(todo, matrix, strict=True):
                     vectors[cid] = vec
@@ -445,48 +666,34 @@ class MemoryIndex:
     async def _reindex(
         self, reason: str, *, embed: bool, embed_budget_s: float | None, progress: ProgressFn | None
     ) -> SyncReport:
-        """Build a fresh index beside the old one and swap it in; on failure the old one stays."""
+        """Build a fresh index in a scratch file and publish it into the live one.
+
+        The publish is one write transaction inside the live file (see `Store.publish`): other
+        processes' readers switch from the complete old index to the complete new one and no
+        file is pulled out from under them. Embeddings go into the live cache as they are
+        computed, so a killed rebuild loses none. On any failure the old index stays, whole.
+        """
         log.info("reindexing %s: %s", self.path, reason)
-        tmp = self.path.with_name(
-            f"{self.path.name}.reindex-{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
-        )
         report = SyncReport(reindexed=True, reindex_reason=reason)
-        new: Store | None = None
+        signature = self.signature()
+        scratch = await anyio.to_thread.run_sync(self.store.open_scratch)
         try:
-            new = Store(
-                tmp, vector_enabled=self._vector_enabled, extension_path=self._extension_path
-            )
-            new.copy_cache_from(self.path)
-            new.set_meta(
+            scratch.guard_signature = signature
+            scratch.set_meta(
                 {
-                    "signature": json.dumps(self.signature()),
+                    "signature": json.dumps(signature),
                     "workspace": str(self.settings.workspace),
                     "agentId": self.settings.agent_id,
                 }
             )
-            await anyio.to_thread.run_sync(self._text_phase, new, report, progress)
-            await anyio.to_thread.run_sync(self._sessions_phase, new, report, True)
+            await anyio.to_thread.run_sync(self._text_phase, scratch, report, progress)
+            await anyio.to_thread.run_sync(self._sessions_phase, scratch, report, True)
             if embed:
-                await self._vector_phase(new, report, embed_budget_s, progress)
-            # leave a single self-contained file behind (no -wal) before the rename
-            new.finalize_for_publish()
-            new.close()
-            new = None
-        except BaseException:
-            if new is not None:
-                with contextlib.suppress(Exception):
-                    new.close()
-            remove_db_files(tmp)
-            raise
-        old = self.store
-        old.close()
-        for suffix in ("-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{self.path}{suffix}")
-        os.replace(tmp, self.path)
-        self.store = Store(
-            self.path, vector_enabled=self._vector_enabled, extension_path=self._extension_path
-        )
+                await self._vector_phase(scratch, report, embed_budget_s, progress)
+            await anyio.to_thread.run_sync(self.store.publish, scratch)
+        finally:
+            scratch.discard()
+        self.store.guard_signature = signature
         self.dirty = False
         return report
 
@@ -693,7 +900,11 @@ class MemoryIndex:
     # ------------------------------------------------------------------ status
 
     def status(self) -> BuiltinStatus:
-        counts = self.store.counts()
+        try:
+            counts = self.store.counts()
+        except IndexCorrupt:
+            # the damaged file was just moved aside: describe the fresh one (and the recovery)
+            counts = self.store.counts()
         meta = self.store.meta()
         vec = self.store.vector
         sel = self.selection
@@ -735,9 +946,15 @@ class MemoryIndex:
                 max_entries=self.cfg.cache.max_entries,
             ),
             last_sync_at=self._last_sync_at,
-            last_error=self.last_error,
+            # another process's failed sync counts too: it is recorded in the index
+            last_error=self.last_error or _recorded_error(meta),
             skipped=json.loads(meta.get("skipped") or "{}"),
             undecodable=json.loads(meta.get("undecodable") or "[]"),
+            read_only=self.store.read_only,
+            recoveries=[
+                IndexRecovery(moved_to=str(r.moved_to), at=r.at, reason=r.reason)
+                for r in self.store.recoveries()
+            ],
         )
 
     # ------------------------------------------------------------------ watch
@@ -851,6 +1068,15 @@ class MemoryIndex:
             id(x): x for x in (self.selection.provider, self.selection.fallback) if x
         }.values():
             await p.aclose()
+
+
+def _recorded_error(meta: dict[str, str]) -> str | None:
+    raw = meta.get("last_sync_error")
+    if not raw:
+        return None
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        return str(json.loads(raw)["message"])
+    return None
 
 
 def _inside_any(path: str, roots: Sequence[MemoryRoot]) -> bool:

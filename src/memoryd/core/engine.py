@@ -57,6 +57,29 @@ class EngineAnswer:
     stale_seconds: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class IndexCheck:
+    """What `MemoryIndex.check` found, and what it did about it."""
+
+    ok: bool
+    #: What `quick_check` or the FTS5 checks reported (None when the file is sound).
+    problem: str | None = None
+    #: Where the damaged file was moved (None when nothing was moved).
+    moved_to: str | None = None
+    #: Whether the index was rebuilt from the Markdown files.
+    rebuilt: bool = False
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "problem": self.problem,
+            "movedTo": self.moved_to,
+            "rebuilt": self.rebuilt,
+            "seconds": round(self.seconds, 3),
+        }
+
+
 class MemoryEngine(Protocol):
     """The built-in index and the qmd manager, as the orchestrator sees them."""
 
@@ -95,6 +118,9 @@ class BuiltinEngine(MemoryEngine, Protocol):
 
     def pending_changes(self) -> int:
         """Memory files added, changed or removed since the last sync."""
+
+    async def check(self) -> IndexCheck:
+        """Verify the index file; a damaged one is moved aside and rebuilt."""
 
 
 class QmdEngine(MemoryEngine, Protocol):
@@ -158,6 +184,14 @@ class DegradedInfo(StatusModel):
     since: float | None = None
 
 
+class IndexRecovery(StatusModel):
+    """A damaged index file moved aside (the index was rebuilt from the Markdown files)."""
+
+    moved_to: str = Field(description="Where the damaged file is now (kept until you delete it).")
+    at: float | None = None
+    reason: str | None = Field(None, description="What was wrong with it.")
+
+
 class BuiltinStatus(StatusModel):
     """The built-in index of one (agent, workspace)."""
 
@@ -186,6 +220,15 @@ class BuiltinStatus(StatusModel):
     )
     undecodable: list[str] = Field(
         default_factory=list, description="Files that are not valid UTF-8 (indexed with U+FFFD)."
+    )
+    read_only: str | None = Field(
+        None,
+        description="Why the index is open read-only: searches answer from it, syncs cannot "
+        "update it.",
+    )
+    recoveries: list[IndexRecovery] = Field(
+        default_factory=list,
+        description="Damaged index files moved aside beside the index, oldest first.",
     )
 
 
@@ -224,6 +267,8 @@ __all__ = [
     "EngineName",
     "FileText",
     "FtsInfo",
+    "IndexCheck",
+    "IndexRecovery",
     "MemoryEngine",
     "ProgressFn",
     "QmdEngine",

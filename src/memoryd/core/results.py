@@ -21,6 +21,8 @@ class SearchResult:
     snippet: str
     source: Source = "memory"
     citation: str | None = None
+    #: Set on hits another engine added to an answer (`memory.qmd.emptyResults = "builtin"`).
+    engine: str | None = None
 
     def with_(self, **changes: Any) -> SearchResult:
         return replace(self, **changes)
@@ -37,6 +39,8 @@ class SearchResult:
         }
         if self.citation is not None:
             out["citation"] = self.citation
+        if self.engine is not None:
+            out["backend"] = self.engine
         return out
 
 

@@ -294,6 +294,8 @@ class AgentBackend:
                 return await self._builtin(request, fallback=self._fallback_info())
             if self.failover.state.failures:
                 self._record_success()
+            if not answer.results and self._complete_empty(request):
+                return await self._completed(request, answer, stale)
             return SearchAnswer(
                 answer.results,
                 "qmd",
@@ -305,6 +307,36 @@ class AgentBackend:
                 stale_seconds=stale,
             )
         return await self._builtin(request, fallback=self._fallback_info())
+
+    def _complete_empty(self, request: SearchRequest) -> bool:
+        """`memory.qmd.emptyResults = "builtin"` and a question of two or more content words."""
+        from ..core.text import query_terms
+
+        return (
+            self.agent.memory.qmd.empty_results == "builtin"
+            and self.index is not None
+            and len(query_terms(request.query)) >= 2
+        )
+
+    async def _completed(
+        self, request: SearchRequest, empty: EngineAnswer, stale: float | None
+    ) -> SearchAnswer:
+        """qmd found nothing: the built-in index's hits, each marked `backend: builtin`."""
+        idx = self.index
+        assert idx is not None
+        answer = await idx.search(request)
+        hits = [r.with_(engine="builtin") for r in answer.results]
+        note = "qmd found nothing (its search needs every word); completed by the built-in index"
+        return SearchAnswer(
+            hits,
+            "qmd",
+            empty.provider,
+            empty.model,
+            empty.mode,
+            empty.max_injected_chars,
+            notes=[*empty.notes, note] if hits else empty.notes,
+            stale_seconds=stale,
+        )
 
     async def _refresh_if_stale(self) -> float | None:
         """One-shot processes (no timers): bring qmd up to date first when a file is newer.

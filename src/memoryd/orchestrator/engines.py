@@ -13,18 +13,22 @@ import os
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import paths
-from ..builtin_index import MemoryIndex
 from ..config import ResolvedAgent
 from ..fsio import private_dir
-from ..qmd_adapter import QmdManager
+
+if TYPE_CHECKING:  # imported where used: a builtin agent never loads the qmd adapter
+    from ..builtin_index import MemoryIndex
+    from ..qmd_adapter import QmdManager
 
 log = logging.getLogger("memoryd")
 
 
 def builtin_engine(agent: ResolvedAgent) -> MemoryIndex:
     """The agent's built-in index (migrating a pre-0.2 index of this workspace first)."""
+    from ..builtin_index import MemoryIndex
     from ..embeddings.selection import select_provider
 
     migrate_legacy_state(agent)
@@ -33,6 +37,8 @@ def builtin_engine(agent: ResolvedAgent) -> MemoryIndex:
 
 def qmd_engine(agent: ResolvedAgent) -> QmdManager:
     """The agent's qmd sidecar manager (migrating a pre-0.2 qmd home of this workspace first)."""
+    from ..qmd_adapter import QmdManager
+
     migrate_legacy_state(agent)
     return QmdManager(agent.qmd_settings())
 

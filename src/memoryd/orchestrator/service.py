@@ -27,8 +27,7 @@ from ..config import MemorydConfig, ResolvedAgent, agent_ids, resolve_agent
 from ..core.citations import apply_citations
 from ..core.engine import MAX_QUERY_CHARS, BuiltinEngine, Corpus, SearchRequest
 from ..core.results import SearchResult
-from ..errors import InvalidInput, MemorydError
-from ..lifecycle import append_memory, build_session_context, check_flush
+from ..errors import InvalidInput, MemorydError, StateError
 from ..scope_rules import evaluate_scope
 from ._supervisor import AgentBackend, IndexFactory, QmdFactory
 from .status import FallbackInfo, FreshnessInfo, MemoryStatus, RecoveryInfo
@@ -202,8 +201,12 @@ class MemoryService:
             log.warning(decision.log_message())
             return SearchOutput([], scope_denied=decision.log_message())
         b = await self._ensure_started(agent.agent_id)
+        notes: list[str] = []
         if self.search_embed_budget_s is not None and b.index is not None and b.active == "builtin":
-            await b.index.sync(embed_budget_s=self.search_embed_budget_s)
+            try:
+                await b.index.sync(embed_budget_s=self.search_embed_budget_s)
+            except StateError as err:  # full disk, read-only state: answer from the index as it is
+                notes.append(f"index not updated ({err}); answering from it as it was")
         answer = await b.search(SearchRequest(text, max_results, min_score, corpus))
         results = apply_citations(
             answer.results,
@@ -218,7 +221,7 @@ class MemoryService:
             answer.model,
             answer.mode,
             answer.fallback,
-            answer.notes,
+            [*notes, *answer.notes],
             stale_seconds=answer.stale_seconds,
         )
 
@@ -295,6 +298,8 @@ class MemoryService:
         """The `memory_context` tool: what the agent loads at session start, or a failure dict."""
 
         async def call() -> dict[str, Any]:
+            from ..lifecycle import build_session_context
+
             agent = self.agent(agent_id)
             ctx = await anyio.to_thread.run_sync(
                 lambda: build_session_context(
@@ -319,6 +324,8 @@ class MemoryService:
         """The `memory_append` tool: `{path, bytesWritten, created}` or `{disabled, error, code}`."""
 
         async def call() -> dict[str, Any]:
+            from ..lifecycle import append_memory
+
             agent = self.agent(agent_id)
             result = await anyio.to_thread.run_sync(
                 lambda: append_memory(agent, target, text, now=datetime.now().astimezone())
@@ -344,6 +351,8 @@ class MemoryService:
         """The `memory_flush_check` tool: the decision, or `{disabled, error, code}`."""
 
         async def call() -> dict[str, Any]:
+            from ..lifecycle import check_flush
+
             agent = self.agent(agent_id)
             decision = await anyio.to_thread.run_sync(
                 lambda: check_flush(
@@ -385,6 +394,9 @@ class MemoryService:
         health = b.health_snapshot()
         st = b.failover.state if b.qmd is not None else None
         idx = b.index
+        check = None
+        if deep and idx is not None:
+            check = await idx.check()
         builtin = idx.status() if idx is not None else None
         if idx is not None and builtin is not None:
             pending = await anyio.to_thread.run_sync(idx.pending_changes)
@@ -436,6 +448,7 @@ class MemoryService:
             freshness=freshness,
             builtin=builtin,
             qmd=qstat,
+            check=check.to_dict() if check is not None else None,
         )
         return model.with_issues()
 

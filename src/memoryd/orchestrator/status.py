@@ -66,6 +66,9 @@ class MemoryStatus(StatusModel):
     freshness: FreshnessInfo | None = None
     builtin: BuiltinStatus | None = None
     qmd: QmdStatus | None = None
+    check: dict[str, Any] | None = Field(
+        None, description="`status --deep`: what the index file check found and did."
+    )
     issues: list[str] = Field(default_factory=list)
     served_by: str | None = Field(
         None, description="'serve (pid N)' when a running `memoryd serve` answered."
@@ -98,11 +101,26 @@ def compute_issues(st: MemoryStatus) -> list[str]:
             found.append(f"index must be rebuilt: {b.needs_reindex}")
         if b.unavailable:
             found.append(f"memory unavailable: {b.unavailable}")
+        if b.last_error:
+            found.append(f"last index sync failed: {b.last_error}")
+        if b.read_only:
+            found.append(
+                f"index is read-only ({b.read_only}): searches answer from it, syncs cannot "
+                "update it"
+            )
+        for r in b.recoveries:
+            found.append(
+                f"a damaged index was moved to {r.moved_to} and rebuilt"
+                + (f" ({r.reason})" if r.reason else "")
+                + "; delete it when no longer needed"
+            )
         if b.undecodable:
             found.append(
                 f"{len(b.undecodable)} file(s) are not valid UTF-8 and were read with "
                 f"replacement characters: {', '.join(b.undecodable[:5])}"
             )
+    if st.check is not None and not st.check.get("ok"):
+        found.append(f"index check: {st.check.get('problem')}")
     if st.requested_backend == "qmd":
         if st.backend != "qmd":
             reason = st.fallback.reason if st.fallback else "unknown"

@@ -90,25 +90,14 @@ def desired_collections(
             root = workspace / root
         root_str = os.path.normpath(str(root))
         base = sanitize_name(entry.name) if entry.name else _derived_name(root_str)
-        name = f"{base}-{suffix}"
-        n = 2
-        while name in taken:
-            name = f"{base}-{n}-{suffix}"
-            n += 1
-        taken.add(name)
+        name = _unique(base, suffix, taken)
         specs.append(CollectionSpec(name, root_str, entry.pattern, legacy_name=base))
     for extra in extra_roots:
         extra_path = os.path.normpath(extra.path)
         if any(_same_path(s.path, extra_path) and s.pattern == extra.pattern for s in specs):
             continue
         base = _derived_name(extra_path, "" if extra.pattern == "**/*.md" else extra.pattern)
-        name = f"{base}-{suffix}"
-        n = 2
-        while name in taken:
-            name = f"{base}-{n}-{suffix}"
-            n += 1
-        taken.add(name)
-        specs.append(CollectionSpec(name, extra_path, extra.pattern))
+        specs.append(CollectionSpec(_unique(base, suffix, taken), extra_path, extra.pattern))
     if qmd.sessions.enabled:
         specs.append(
             CollectionSpec(
@@ -120,6 +109,17 @@ def desired_collections(
             )
         )
     return specs
+
+
+def _unique(base: str, suffix: str, taken: set[str]) -> str:
+    """`<base>-<agent>`, or `<base>-<n>-<agent>` when that is taken; recorded in `taken`."""
+    name = f"{base}-{suffix}"
+    n = 2
+    while name in taken:
+        name = f"{base}-{n}-{suffix}"
+        n += 1
+    taken.add(name)
+    return name
 
 
 def _derived_name(root: str, salt: str = "") -> str:
