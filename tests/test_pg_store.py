@@ -7,6 +7,7 @@ tests run the same assertions against the SQLite `Store` too.
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 import uuid
@@ -23,9 +24,12 @@ from memoryd.builtin_index import MemoryIndex
 from memoryd.builtin_index._pg_migrations import LATEST, MIGRATIONS, migrate, tenant_lock_key
 from memoryd.builtin_index._pg_store import PgStore, describe_url, fts_document, match_phrases
 from memoryd.builtin_index._store import Store
+from memoryd.config import validate_config
 from memoryd.core.text import fts_match_expression, query_terms
 from memoryd.embeddings import HashingEmbedder
-from memoryd.errors import IndexError_
+from memoryd.errors import ConfigError, IndexError_
+from memoryd.orchestrator.service import MemoryService
+from memoryd.paths import workspace_key
 from pg_support import PgServer, fresh_database, shared_server
 
 KEY = ("hashing", "hashing-v1", "fp")
@@ -288,6 +292,11 @@ def test_match_phrases_parses_the_fts5_expression() -> None:
     assert match_phrases('"a" OR "b c" OR "say ""hi"""') == ["a", "b c", 'say "hi"']
 
 
+def pg_agent(workspace: Path, url: str, **search: Any) -> Any:
+    """An agent whose built-in index is on PostgreSQL at `url` (memorySearch.store.driver)."""
+    return agent_for(workspace, {"store": {"driver": "postgres", "url": url}, **search})
+
+
 @pytest.mark.anyio
 async def test_memory_index_syncs_and_searches_on_the_pg_store(
     pg_url: str, workspace: Path
@@ -295,9 +304,9 @@ async def test_memory_index_syncs_and_searches_on_the_pg_store(
     write(workspace / "MEMORY.md", "# Long-term\nThe deploy target is fly.io in region ams.\n")
     write(workspace / "memory" / "pets.md", "# Pets\nAlice adopted a grey cat named Miso.\n")
     write(workspace / "memory" / "trip.md", "# Trip\n我们明天去北京开会。\n")
-    idx = MemoryIndex(agent_for(workspace).index_settings(), selection(HashingEmbedder()))
-    idx.store.close()
-    idx.store = PgStore(pg_url, agent_id="main", workspace=str(workspace))  # type: ignore[assignment]
+    idx = MemoryIndex(pg_agent(workspace, pg_url).index_settings(), selection(HashingEmbedder()))
+    assert isinstance(idx.store, PgStore)
+    assert idx.store.workspace == workspace_key(workspace)
     report = await idx.sync()
     assert (report.files_changed, report.vectors_pending) == (3, 0)
     out = await idx.search("what is the deploy target?")
@@ -305,6 +314,9 @@ async def test_memory_index_syncs_and_searches_on_the_pg_store(
     assert (await idx.search("北京", mode="keyword")).results[0].path == "memory/trip.md"
     status = idx.status()
     assert (status.files, status.chunks, status.vector.search_engine) == (3, 3, "pgvector-exact")
+    assert (status.vector.engine, status.vector.binding) == ("pgvector", "psycopg")
+    assert status.db_path.startswith("postgres host=") and "agent=main" in status.db_path
+    assert (await idx.check()).ok
     (workspace / "memory" / "pets.md").unlink()
     write(workspace / "memory" / "trip.md", "# Trip\nThe trip moved to Lisbon.\n")
     report = await idx.sync()
@@ -312,6 +324,95 @@ async def test_memory_index_syncs_and_searches_on_the_pg_store(
     assert [r.path for r in (await idx.search("Lisbon")).results] == ["memory/trip.md"]
     assert (await idx.search("Miso cat", mode="keyword")).results == []
     await idx.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_changed_chunking_rebuilds_the_tenant_through_memory_index(
+    pg_server: PgServer, pg_db: str, pg_url: str, workspace: Path
+) -> None:
+    write(
+        workspace / "MEMORY.md",
+        "# Long-term\n" + "\n".join(f"fact {i} about otters" for i in range(60)),
+    )
+    first = MemoryIndex(pg_agent(workspace, pg_url).index_settings(), selection(HashingEmbedder()))
+    await first.sync()
+    assert isinstance(first.store, PgStore)
+    old_tenant, old_chunks = first.store.tenant_id, first.status().chunks
+    await first.aclose()
+    agent = pg_agent(workspace, pg_url, chunking={"tokens": 64, "overlap": 8})
+    idx = MemoryIndex(agent.index_settings(), selection(HashingEmbedder()))
+    assert idx.reindex_reason() is not None
+    report = await idx.sync()
+    assert report.reindexed and report.vectors_pending == 0
+    assert isinstance(idx.store, PgStore) and idx.store.tenant_id != old_tenant
+    assert idx.status().chunks > old_chunks and idx.reindex_reason() is None
+    assert (await idx.search("otters")).results
+    states = dict(pg_server.execute("select id, state from memoryd.tenants", pg_db))
+    assert states[idx.store.tenant_id] == "active" and old_tenant not in states
+    await idx.aclose()
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("postgresql://memoryd:hunter2@db/memoryd", "must not contain a password"),
+        ("postgresql://memoryd@db/memoryd?password=hunter2", "must not contain a password"),
+        ("host=db user=memoryd password=hunter2", "must be a libpq URL"),
+        ("mysql://memoryd@db/memoryd", "must be a libpq URL"),
+    ],
+)
+def test_store_url_with_a_password_or_not_a_libpq_url_is_refused(
+    workspace: Path, url: str, problem: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        pg_agent(workspace, url)
+    assert "memorySearch.store.url" in str(err.value) and problem in str(err.value)
+    assert "hunter2" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("store", "problem"),
+    [
+        ({"driver": "postgres"}, "store.url is not set"),
+        ({"driver": "postgress", "url": "postgresql://db/x"}, "memorySearch.store.driver"),
+        ({"driver": "postgres", "url": "postgresql://u:${MEMORYD_UNSET_PW}@db/x"}, "is not set"),
+    ],
+)
+def test_a_bad_driver_or_missing_url_is_a_config_error(
+    workspace: Path, store: dict[str, str], problem: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(problem)):
+        agent_for(workspace, {"store": store}).index_settings()
+
+
+def test_env_references_fill_the_url_and_the_password_stays_out_of_sight(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMORYD_TEST_PW", "p@ss/wörd")
+    monkeypatch.setenv("MEMORYD_TEST_URL", "postgresql://u@h:6543/db")
+    settings = pg_agent(workspace, "postgresql://u:${MEMORYD_TEST_PW}@db/x").index_settings()
+    assert settings.store_url == "postgresql://u:p%40ss%2Fw%C3%B6rd@db/x"
+    assert "p@ss" not in repr(settings) and "p%40ss" not in repr(settings)
+    assert describe_url(settings.store_url) == "host=db dbname=x user=u"
+    whole = pg_agent(workspace, "${MEMORYD_TEST_URL}").index_settings()
+    assert whole.store_url == "postgresql://u@h:6543/db"
+
+
+@pytest.mark.anyio
+async def test_an_unreachable_server_answers_store_unavailable_through_the_service(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(workspace / "MEMORY.md", "# M\n\ntea\n")
+    monkeypatch.setenv("MEMORYD_TEST_PW", "s3cret-pw")
+    url = f"postgresql://memoryd:${{MEMORYD_TEST_PW}}@/memoryd?host={tmp_path}&connect_timeout=2"
+    cfg = validate_config(
+        {"agents": {"defaults": {"memorySearch": {"store": {"driver": "postgres", "url": url}}}}}
+    )
+    svc = MemoryService(cfg, workspace=workspace)
+    out = await svc.memory_search("tea")
+    assert out["disabled"] and out["code"] == "store_unavailable", out
+    assert "PostgreSQL store unreachable" in out["error"] and "s3cret" not in out["error"]
+    await svc.aclose()
 
 
 def test_tenants_are_separate_by_agent_and_workspace(pg_url: str) -> None:
@@ -436,7 +537,7 @@ def test_unreachable_server_is_a_clear_error_that_hides_the_password(tmp_path: P
     with pytest.raises(IndexError_) as err:
         PgStore(url, agent_id="a", workspace="/w")
     assert "PostgreSQL store unreachable" in str(err.value) and "s3cret" not in str(err.value)
-    assert err.value.code == "index_error"
+    assert err.value.code == "store_unavailable"
     assert "s3cret" not in describe_url(url) and "dbname=memoryd" in describe_url(url)
 
 

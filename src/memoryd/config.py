@@ -6,6 +6,7 @@ Every model forbids unknown keys so a misspelled option fails loudly with its ke
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
@@ -14,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
+from urllib.parse import parse_qsl, quote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -110,12 +112,86 @@ class VectorStoreConfig(_Model):
     )
 
 
+StoreDriver = Literal["sqlite", "postgres"]
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def check_store_url(url: str) -> None:
+    """Refuse what `store.url` must not be: anything but a libpq URL, or one with a password.
+
+    A password written into the config would sit in a file that is copied, shared and shown;
+    it comes from the environment instead (`PGPASSWORD`, `~/.pgpass`, `PGSERVICE`, or a
+    `${NAME}` reference; the whole URL may be one, checked when it is filled). The messages never
+    repeat the URL.
+    """
+    if _ENV_REF.fullmatch(url):
+        return
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise ValueError(
+            "must be a libpq URL, postgresql://user@host:port/dbname (key=value strings are "
+            "not accepted)"
+        )
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+        query = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError:
+        raise ValueError("is not a valid URL") from None
+    inline = [v for k, v in query if k == "password"]
+    if password is not None:
+        inline.append(password)
+    if any(not _ENV_REF.fullmatch(v) for v in inline):
+        raise ValueError(
+            "must not contain a password: set PGPASSWORD or ~/.pgpass for memoryd, or write "
+            "it as a reference to an environment variable, postgresql://user:${PGPASS_VAR}@host/db"
+        )
+
+
+def expand_store_url(url: str, environ: Mapping[str, str]) -> str:
+    """`store.url` with its `${NAME}` references filled from the environment.
+
+    Each value is inserted percent-encoded (libpq decodes every part), so a password with `@`
+    or `/` stays one field; a reference that is the whole URL is inserted as it is.
+    """
+    whole = _ENV_REF.fullmatch(url)
+
+    def value(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in environ:
+            raise ConfigError(
+                f"store.url refers to ${{{name}}}, which is not set in the environment"
+            )
+        return environ[name] if whole else quote(environ[name], safe="")
+
+    filled = _ENV_REF.sub(value, url)
+    if whole and not filled.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(f"store.url: ${{{whole.group(1)}}} must hold a libpq URL, postgresql://…")
+    return filled
+
+
 class StoreConfig(_Model):
-    driver: Literal["sqlite"] = "sqlite"
+    driver: StoreDriver = Field(
+        "sqlite",
+        description="Where the built-in index lives: 'sqlite' (one file per agent and workspace) "
+        "or 'postgres' (a shared PostgreSQL database with pgvector, see store.url).",
+    )
     path: str | None = Field(
         None, description="Index file; supports {agentId}. Default <state>/memory/<agentId>.sqlite."
     )
+    url: str | None = Field(
+        None,
+        description="driver = postgres: a libpq URL, postgresql://user@host:port/dbname. No "
+        "inline password: libpq reads PGPASSWORD, ~/.pgpass or PGSERVICE, and ${NAME} "
+        "references are filled from the environment.",
+    )
     vector: VectorStoreConfig = Field(default_factory=VectorStoreConfig)
+
+    @field_validator("url")
+    @classmethod
+    def _url_without_password(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_store_url(value)
+        return value
 
 
 class ChunkingConfig(_Model):
@@ -518,8 +594,17 @@ class ResolvedAgent(BaseModel):
         return default_roots(str(self.workspace)) + self.extra_roots()
 
     def index_settings(self) -> IndexSettings:
-        """The built-in index's settings for this agent."""
+        """The built-in index's settings for this agent (`store.url` filled from the environment)."""
         ms = self.memory_search
+        store = ms.store
+        url = None
+        if store.driver == "postgres":
+            if not store.url:
+                raise ConfigError(
+                    f"agent {self.agent_id}: memorySearch.store.driver is 'postgres' but "
+                    "memorySearch.store.url is not set (postgresql://user@host:port/dbname)"
+                )
+            url = expand_store_url(store.url, os.environ)
         return IndexSettings(
             agent_id=self.agent_id,
             workspace=self.workspace,
@@ -532,6 +617,8 @@ class ResolvedAgent(BaseModel):
             sync=ms.sync,
             cache=ms.cache,
             vector=ms.store.vector,
+            store_driver=store.driver,
+            store_url=url,
         )
 
     def qmd_settings(self) -> QmdSettings:
@@ -574,6 +661,10 @@ class IndexSettings:
     sync: SyncConfig
     cache: CacheConfig
     vector: VectorStoreConfig
+    store_driver: StoreDriver = "sqlite"
+    #: driver = postgres: the libpq URL with its `${NAME}` references filled (it may carry a
+    #: password from the environment: kept out of repr, never logged or shown in status).
+    store_url: str | None = dataclasses.field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

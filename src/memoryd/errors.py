@@ -88,6 +88,12 @@ class IndexCorrupt(IndexError_):
     code = "index_corrupt"
 
 
+class StoreUnavailable(IndexError_):
+    """Raised when the built-in index's PostgreSQL store (`store.driver = "postgres"`) cannot be reached."""
+
+    code = "store_unavailable"
+
+
 class WorkspaceMismatch(IndexError_):
     """Raised when an index file was built for another workspace (it is never re-synced to a new one)."""
 

@@ -9,8 +9,12 @@ memoryd processes may use one database at once:
   one transaction, so a process that dies mid-sync leaves the previous complete state, and the
   lock (released by PostgreSQL with the dead connection) lets another process take over;
 - searches read on their own connection and see only committed state, never a sync in progress;
-- a rebuild (`begin_rebuild` → fill → `publish_rebuild`) fills a fresh tenant and swaps it in
-  one transaction, as the SQLite engine's atomic file rename does.
+- a rebuild (`open_scratch` → fill → `publish`, or `begin_rebuild` → `publish_rebuild`) fills a
+  fresh tenant and swaps it in one transaction, as the SQLite engine's publish does.
+
+There is no file to damage or move aside: `verify` checks the tenant's bookkeeping, `recover`
+rebuilds nothing (PostgreSQL keeps its own pages), and `read_only` is always None (a refused write
+is an `IndexError_`). An unreachable server raises `StoreUnavailable`.
 
 The password comes from libpq's environment (`PGPASSWORD`, `PGPASSFILE`, `PGSERVICE`); error
 messages name the server by host, port, database and user only.
@@ -19,6 +23,7 @@ messages name the server by host, port, database and user only.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import threading
 import time
@@ -28,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..core.text import segment_for_fts
-from ..errors import IndexError_
+from ..errors import IndexError_, StoreUnavailable
 from . import _pg_migrations as migrations
-from ._store import IN_MEMORY_MAX_VECTORS, ChunkRow, VectorEngine
+from ._store import IN_MEMORY_MAX_VECTORS, ChunkRow, Recovery, VectorEngine
 
 if TYPE_CHECKING:
     import psycopg
@@ -126,6 +131,14 @@ class PgStore:
         self._tx_owner: int | None = None
         self.building = False
         self.tenant_id = 0
+        #: Always None: PostgreSQL refuses a write with an error, there is no read-only mode.
+        self.read_only: str | None = None
+        #: Always empty: there is no index file to damage and move aside.
+        self.recovered: list[Recovery] = []
+        #: The signature (provider, model, chunking) this process writes with: text and vectors
+        #: are not written into a tenant another process rebuilt with other settings.
+        self.guard_signature: dict[str, Any] | None = None
+        self._lock_wait_s = lock_timeout_s
         self._indexed_dims: set[int] = set()
         self._ro = self._connect()
         try:
@@ -164,7 +177,6 @@ class PgStore:
             self.vector = VectorEngine("disabled", False, "store.vector.enabled = false", "psycopg")
         self.fts_error: str | None = None
         self.trigram_error: str | None = None
-        self._local_version = 0
         self._stats: tuple[int, int | None] = (0, None)  # (tenant version, vec_dims)
         self._refresh()
 
@@ -182,7 +194,7 @@ class PgStore:
                 application_name="memoryd",
             )
         except self._psycopg.Error as err:
-            raise IndexError_(
+            raise StoreUnavailable(
                 f"PostgreSQL store unreachable ({self.where}): {_first_line(err)}"
             ) from None
 
@@ -236,7 +248,7 @@ class PgStore:
                         with contextlib.suppress(IndexError_):
                             self._reconnect("rw" if use_rw else "ro")
                             continue
-                    raise IndexError_(
+                    raise StoreUnavailable(
                         f"PostgreSQL store unreachable ({self.where}): {_first_line(err)}"
                     ) from None
                 except psycopg.errors.InsufficientPrivilege as err:
@@ -247,7 +259,7 @@ class PgStore:
                 except psycopg.errors.LockNotAvailable:
                     raise IndexError_(
                         f"agent {self.agent_id} is being written by another memoryd process "
-                        f"(waited {self.lock_timeout_s:g}s for its lock)"
+                        f"(waited {self._lock_wait_s:g}s for its lock)"
                     ) from None
                 except psycopg.Error as err:
                     raise IndexError_(
@@ -266,10 +278,11 @@ class PgStore:
         return migrations.tenant_lock_key(self.tenant_id)
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[None]:
-        """One write transaction holding the tenant's lock (waits up to `lock_timeout_s`);
-        nested inside `transaction()` it is a savepoint of that one."""
+    def _write(self, wait_s: float | None = None) -> Iterator[None]:
+        """One write transaction holding the tenant's lock (waits up to `wait_s`, by default
+        `lock_timeout_s`); nested inside `transaction()` it is a savepoint of that one."""
         psycopg = self._psycopg
+        wait = self.lock_timeout_s if wait_s is None else wait_s
         with self._rw_lock, contextlib.ExitStack() as stack:
             owner = self._tx_owner
             stack.callback(setattr, self, "_tx_owner", owner)
@@ -278,9 +291,11 @@ class PgStore:
                 try:
                     stack.enter_context(tx)
                     self._tx_owner = threading.get_ident()
+                    self._lock_wait_s = wait
                     self._rows(
+                        # lock_timeout 0 would mean "wait forever": 1 ms is "do not wait"
                         "select set_config('lock_timeout', %s, true), pg_advisory_xact_lock(%s)",
-                        (f"{int(self.lock_timeout_s * 1000)}ms", self._lock_key),
+                        (f"{max(1, int(wait * 1000))}ms", self._lock_key),
                         write=True,
                     )
                     break
@@ -301,14 +316,23 @@ class PgStore:
                 ) from None
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(
+        self, *, wait_ms: int | None = None, doing: str = "update the index"
+    ) -> Iterator[None]:
         """Make every write inside one transaction (a sync's text phase): all or nothing.
 
-        Enter it in the thread that runs the writes; other threads keep reading the last
-        committed state on the read connection, and their writes wait until it ends.
+        `wait_ms` bounds the wait for another process's hold on the tenant (default
+        `lock_timeout_s`). Enter it in the thread that runs the writes; other threads keep
+        reading the last committed state on the read connection, and their writes wait until
+        it ends. Failures are `IndexError_`s saying what could not be done.
         """
-        with self._write():
-            yield
+        try:
+            with self._write(None if wait_ms is None else wait_ms / 1000):
+                yield
+        except IndexError_ as err:
+            if str(err).startswith("cannot "):
+                raise
+            raise type(err)(f"cannot {doing}: {err}") from None
 
     @contextlib.contextmanager
     def writer(self, *, wait: bool = True) -> Iterator[bool]:
@@ -368,10 +392,11 @@ class PgStore:
         self._stats = (int(version or 0), None if dims is None else int(dims))
 
     @property
-    def version(self) -> tuple[int, int, int]:
-        """Changes whenever this store or any other process commits a write to the tenant."""
+    def version(self) -> tuple[int, int]:
+        """(tenant, its write count): changes whenever any process commits a write to the tenant
+        or publishes a rebuild of it."""
         self._refresh()
-        return self._local_version, self.tenant_id, self._stats[0]
+        return self.tenant_id, self._stats[0]
 
     def meta(self) -> dict[str, str]:
         rows = self._rows(
@@ -391,10 +416,81 @@ class PgStore:
                 write=True,
             )
 
+    def delete_meta(self, key: str) -> None:
+        with self._write():
+            self._rows(
+                "delete from memoryd.meta where tenant_id = %s and key = %s",
+                (self.tenant_id, key),
+                write=True,
+            )
+
+    def signature_matches(self) -> bool:
+        """Whether the tenant was built with `guard_signature` (or records none yet)."""
+        if self.guard_signature is None:
+            return True
+        raw = self._scalar(
+            "select value from memoryd.meta where tenant_id = %s and key = 'signature'",
+            (self.tenant_id,),
+        )
+        if raw is None:
+            return True
+        try:
+            return bool(json.loads(raw) == self.guard_signature)
+        except ValueError:
+            return False
+
     @property
     def vec_dims(self) -> int | None:
         """Dimensions of the stored vectors (None until the first vector is written)."""
         return self._stats[1]
+
+    # -- checks ----------------------------------------------------------------------------------
+
+    def verify(self, *, deep: bool = False) -> str | None:
+        """What is wrong with the tenant, or None. PostgreSQL checks its own pages; `deep`
+        compares the tenant's recorded totals (which BM25 and the KNN choice use) with its rows."""
+        if not deep:
+            self._refresh()  # reachable, and the tenant exists
+            return None
+        row = self._rows(
+            "select s.chunk_count, s.token_total, s.vector_count, "
+            "(select count(*) from memoryd.chunks where tenant_id = %(t)s), "
+            "(select coalesce(sum(doc_len), 0) from memoryd.chunks where tenant_id = %(t)s), "
+            "(select count(*) from memoryd.chunk_vectors where tenant_id = %(t)s) "
+            "from memoryd.tenant_stats s where s.tenant_id = %(t)s",
+            {"t": self.tenant_id},
+        )
+        if not row:
+            return f"tenant {self.tenant_id} has no totals"
+        chunks, tokens, vectors, real_chunks, real_tokens, real_vectors = map(int, row[0])
+        if (chunks, tokens, vectors) != (real_chunks, real_tokens, real_vectors):
+            return (
+                f"tenant {self.tenant_id} records {chunks} chunks, {tokens} tokens, {vectors} "
+                f"vectors for {real_chunks}, {real_tokens}, {real_vectors}"
+            )
+        return None
+
+    def recover(self, reason: str) -> tuple[Recovery, bool]:
+        """Recount the tenant's totals from its rows (nothing is moved: there is no file)."""
+        with self._write():
+            self._rows(
+                "update memoryd.tenant_stats s set version = s.version + 1, "
+                "chunk_count = c.n, token_total = c.tokens, char_total = c.chars, "
+                "vector_count = (select count(*) from memoryd.chunk_vectors "
+                "where tenant_id = %(t)s) "
+                "from (select count(*) n, coalesce(sum(doc_len), 0) tokens, "
+                "coalesce(sum(char_length(text)), 0) chars from memoryd.chunks "
+                "where tenant_id = %(t)s) c where s.tenant_id = %(t)s",
+                {"t": self.tenant_id},
+                write=True,
+            )
+        rec = Recovery(None, reason, time.time())
+        self.recovered.append(rec)
+        return rec, False
+
+    def recoveries(self) -> list[Recovery]:
+        """Damaged files moved aside: none, ever (there is no index file)."""
+        return []
 
     # -- files and chunks ------------------------------------------------------------------------
 
@@ -460,7 +556,6 @@ class PgStore:
                 sum(len(x) for x in texts) - removed[2],
                 -removed[3],
             )
-        self._local_version += 1
 
     def _delete_chunks(self, path: str) -> tuple[int, int, int, int]:
         """Delete a file's chunks and their vectors; (chunks, tokens, characters, vectors)."""
@@ -506,7 +601,6 @@ class PgStore:
                 write=True,
             )
             self._bump(-removed[0], -removed[1], -removed[2], -removed[3])
-        self._local_version += 1
 
     def counts(self) -> dict[str, Any]:
         row = self._rows(
@@ -681,7 +775,6 @@ class PgStore:
                 write=True,
             )
             self._bump(0, 0, 0, int(fresh or 0))
-        self._local_version += 1
         self._ensure_index(dims)
 
     def vector_search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
@@ -781,6 +874,26 @@ class PgStore:
         )
 
     # -- rebuilds ------------------------------------------------------------------------------
+    # `open_scratch` / `publish` / `discard` are the SQLite `Store`'s rebuild interface
+    # (MemoryIndex._reindex); `begin_rebuild` / `publish_rebuild` / `discard_rebuild` the same
+    # steps named for what they do here.
+
+    @property
+    def is_scratch(self) -> bool:
+        return self.building
+
+    def open_scratch(self) -> PgStore:
+        return self.begin_rebuild()
+
+    def publish(self, scratch: PgStore) -> None:
+        self.publish_rebuild(scratch)
+
+    def discard(self) -> None:
+        """Close a rebuild's store; one that was not published is dropped first."""
+        if self.building:
+            with contextlib.suppress(IndexError_):
+                self._rows("select memoryd.discard_rebuild(%s)", (self.tenant_id,), write=True)
+        self.close()
 
     def begin_rebuild(self) -> PgStore:
         """A store on a fresh tenant for this (agent, workspace), seeded with this embedding
@@ -817,7 +930,6 @@ class PgStore:
         with contextlib.suppress(IndexError_):
             new._rows("select pg_advisory_unlock(%s)", (new._lock_key,), write=True)
         self.tenant_id = new.tenant_id
-        self._local_version += 1
 
     def discard_rebuild(self, new: PgStore) -> None:
         """Drop an unfinished rebuild's rows (a crashed one is dropped by the next rebuild)."""

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import anyio
 import numpy as np
@@ -31,6 +31,7 @@ import numpy as np
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
+from .. import paths
 from ..config import IndexSettings
 from ..core.chunking import chunk_lines, content_hash
 from ..core.engine import (
@@ -67,9 +68,15 @@ from ..errors import (
 )
 from ..fsio import private_dir
 from ..memfiles import MemoryFile, discover, discover_all, read_memory, read_memory_file
-from ._store import Recovery, Store
+from ._pg_store import PgStore, describe_url
+from ._store import Recovery
+from ._store import Store as SqliteStore
 
 log = logging.getLogger("memoryd.builtin_index")
+
+#: The store of one (agent, workspace): a SQLite file (`store.driver = "sqlite"`) or a tenant of
+#: a PostgreSQL database (`"postgres"`). Both have the methods and attributes this module uses.
+Store: TypeAlias = SqliteStore | PgStore
 
 
 def _newlines_in_prefix(path: Path, size: int) -> int:
@@ -172,13 +179,37 @@ class MemoryIndex:
         )
         self._session_baselines: set[str] = set()
         # set before the store opens: opening may already replace a damaged file
-        self.store = Store(
+        self.store: Store = self._open_store()
+        self._bind_workspace(self.store)
+
+    def _open_store(self) -> Store:
+        """The store `store.driver` names: a SQLite file at `self.path`, or this agent's tenant
+        (agent id + workspace key, as the state folders are keyed) of the PostgreSQL database."""
+        s = self.settings
+        if s.store_driver == "postgres":
+            assert s.store_url is not None  # ResolvedAgent.index_settings() requires it
+            return PgStore(
+                s.store_url,
+                agent_id=s.agent_id,
+                workspace=paths.workspace_key(s.workspace),
+                vector_enabled=s.vector.enabled,
+            )
+        return SqliteStore(
             self.path,
-            vector_enabled=vec.enabled,
-            extension_path=vec.extension_path,
+            vector_enabled=s.vector.enabled,
+            extension_path=s.vector.extension_path,
             on_recovered=self._store_recovered,
         )
-        self._bind_workspace(self.store)
+
+    @property
+    def location(self) -> str:
+        """Where the index lives, for status and messages: the file, or the database (its
+        host, port, name and user: never the password) and the tenant's agent."""
+        if self.settings.store_driver == "postgres" and self.settings.store_url is not None:
+            return (
+                f"postgres {describe_url(self.settings.store_url)} agent={self.settings.agent_id}"
+            )
+        return str(self.path)
 
     # ------------------------------------------------------------------ identity of the index
 
@@ -676,7 +707,7 @@ class MemoryIndex:
         log.info("reindexing %s: %s", self.path, reason)
         report = SyncReport(reindexed=True, reindex_reason=reason)
         signature = self.signature()
-        scratch = await anyio.to_thread.run_sync(self.store.open_scratch)
+        scratch = await anyio.to_thread.run_sync(self._open_scratch)
         try:
             scratch.guard_signature = signature
             scratch.set_meta(
@@ -690,12 +721,29 @@ class MemoryIndex:
             await anyio.to_thread.run_sync(self._sessions_phase, scratch, report, True)
             if embed:
                 await self._vector_phase(scratch, report, embed_budget_s, progress)
-            await anyio.to_thread.run_sync(self.store.publish, scratch)
+            await anyio.to_thread.run_sync(self._publish, scratch)
         finally:
             scratch.discard()
         self.store.guard_signature = signature
         self.dirty = False
         return report
+
+    def _open_scratch(self) -> Store:
+        """A rebuild's store: a scratch file (SQLite) or a fresh tenant (PostgreSQL)."""
+        return self.store.open_scratch()
+
+    def _publish(self, scratch: Store) -> None:
+        """Make a filled scratch store the live index (each driver publishes its own kind)."""
+        live = self.store
+        # two branches, not one `or`: each narrows both stores to one driver for the type check
+        if isinstance(live, PgStore) and isinstance(scratch, PgStore):  # noqa: SIM114
+            live.publish(scratch)
+        elif isinstance(live, SqliteStore) and isinstance(scratch, SqliteStore):
+            live.publish(scratch)
+        else:
+            raise TypeError(
+                f"cannot publish a {type(scratch).__name__} into a {type(live).__name__}"
+            )
 
     # ------------------------------------------------------------------ search
 
@@ -922,7 +970,7 @@ class MemoryIndex:
             pending_vectors=counts["pending_vectors"] if self.provider else 0,
             dirty=self.dirty,
             needs_reindex=self.reindex_reason(),
-            db_path=str(self.path),
+            db_path=self.location,
             workspace_dir=str(self.settings.workspace),
             sources=list(self.cfg.sources),
             source_counts=counts["source_counts"],
