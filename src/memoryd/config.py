@@ -608,6 +608,7 @@ class ResolvedAgent(BaseModel):
         return IndexSettings(
             agent_id=self.agent_id,
             workspace=self.workspace,
+            workspace_key=paths.workspace_key(self.workspace),
             roots=tuple(self.memory_roots()),
             db_path=self.index_path,
             sources=tuple(ms.sources),
@@ -651,6 +652,8 @@ class IndexSettings:
 
     agent_id: str
     workspace: Path
+    #: `memoryd.paths.workspace_key(workspace)`: with the agent id, the PostgreSQL store's tenant.
+    workspace_key: str
     roots: tuple[MemoryRoot, ...]
     db_path: Path
     sources: tuple[str, ...]

@@ -31,7 +31,6 @@ import numpy as np
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-from .. import paths
 from ..config import IndexSettings
 from ..core.chunking import chunk_lines, content_hash
 from ..core.engine import (
@@ -191,7 +190,7 @@ class MemoryIndex:
             return PgStore(
                 s.store_url,
                 agent_id=s.agent_id,
-                workspace=paths.workspace_key(s.workspace),
+                workspace=s.workspace_key,
                 vector_enabled=s.vector.enabled,
             )
         return SqliteStore(
