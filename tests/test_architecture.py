@@ -54,7 +54,9 @@ ALLOWED: dict[str, set[str]] = {
         "orchestrator",
         "qmd_adapter",
         "tools",
+        "progress",
     },
+    "progress": set(),
     "__init__": {"errors"},
     "__main__": {"cli"},
 }

@@ -114,6 +114,8 @@ def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[Transcript
 
 
 EMBED_BATCH = 16
+#: The first batch when progress is shown: small, so the rate and ETA appear within seconds.
+FIRST_SHOWN_BATCH = 2
 QUERY_CACHE_SIZE = 256
 
 
@@ -166,6 +168,8 @@ class MemoryIndex:
             delta_bytes=self.cfg.sync.sessions.delta_bytes,
             delta_messages=self.cfg.sync.sessions.delta_messages,
         )
+        # seconds per embedded chunk, per provider, kept across syncs (sizes budgeted batches)
+        self._embed_rates: dict[tuple[str, str, str], float] = {}
         self._query_cache: OrderedDict[tuple[str, str, str, str], np.ndarray] = OrderedDict()
         self._paths_cache: tuple[Store, tuple[int, int], list[tuple[str, str, str, str]]] | None = (
             None
@@ -583,11 +587,13 @@ class MemoryIndex:
         max_entries = self.cfg.cache.max_entries
         use_cache = self.cfg.cache.enabled
         skip: set[int] = set()
-        # seconds per embedded chunk, per provider, kept on the index across syncs
-        rates: dict[tuple[str, str, str], float] = self.__dict__.setdefault("_embed_rates", {})
+        rates = self._embed_rates
         fill = 0.7  # share of the time left a budgeted batch is sized to take
+        if progress and total:
+            progress("vectors", 0, total)
         while True:
-            size = EMBED_BATCH
+            # shown progress gets a rate (and an ETA) from a first small batch, not after 16
+            size = EMBED_BATCH if done or not progress else FIRST_SHOWN_BATCH
             if deadline is not None:
                 left = deadline - time.monotonic()
                 rate = rates.get(key)
