@@ -22,9 +22,10 @@ ALLOWED: dict[str, set[str]] = {
     "fsio": {"core", "errors"},
     "config": {"core", "errors", "paths"},
     "memfiles": {"core", "errors", "fsio"},
-    "embeddings": {"core", "errors", "config"},
+    "lazy": set(),
+    "embeddings": {"core", "errors", "config", "lazy"},
     "scope_rules": {"core", "errors", "config"},
-    "builtin_index": {"core", "errors", "config", "fsio", "memfiles", "embeddings"},
+    "builtin_index": {"core", "errors", "config", "fsio", "memfiles", "embeddings", "lazy"},
     "qmd_adapter": {"core", "errors", "config", "fsio", "memfiles"},
     "lifecycle": {"core", "errors", "config", "paths", "fsio", "scope_rules"},
     "orchestrator": {

@@ -26,10 +26,12 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-import numpy as np
 
 if TYPE_CHECKING:
+    import numpy as np
     from anyio.abc import TaskGroup
+else:
+    from ..lazy import numpy as np
 
 from ..config import IndexSettings
 from ..core.chunking import chunk_lines, content_hash
