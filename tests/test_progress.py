@@ -125,3 +125,59 @@ def test_a_piped_index_prints_progress_lines_to_stderr_and_only_json_to_stdout(
     assert lines[0] == "memoryd index: embedding 0/7 chunks (0%), starting"
     assert lines[-1].startswith("memoryd index: embedding 7/7 chunks (100%)")
     assert "done in" in lines[-1]
+
+
+def test_a_first_search_on_a_never_indexed_workspace_answers_by_keywords_without_waiting(
+    tmp_path: Path,
+) -> None:
+    """First contact: 200 notes, nothing indexed, an embedding API that takes 60 s per batch.
+
+    The one-off search answers from the keyword side within its `searchWaitMs` budget and says
+    that vectors are still being built and how to finish them; it does not wait for a batch.
+    """
+    api = FakeOpenAI(key="sk-test")
+    # documents (the notes) are slow to embed; the query is not
+    api.delay = lambda body: 60.0 if any("Day " in t for t in body.get("input", [])) else 0.0
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    for n in range(200):
+        (ws / "memory" / f"note-{n:03d}.md").write_text(
+            f"# Note {n}\n\nDay {n}: the release train left on time, carriage {n}.\n"
+        )
+    (ws / "memory" / "note-042.md").write_text("# Note 42\n\nDay 42: the pelican ate the budget.\n")
+    with serve(api) as root:
+        cfg = tmp_path / "memoryd.toml"
+        cfg.write_text(
+            "[agents.defaults.memorySearch]\n"
+            'provider = "openai"\nmodel = "text-embedding-3-small"\n'
+            f'remote = {{ baseUrl = "{root}/v1", apiKey = "sk-test" }}\n'
+            "[agents.defaults.memorySearch.sync]\nsearchWaitMs = 1000\n"
+        )
+        env = {
+            **os.environ,
+            "MEMORYD_CONFIG": str(cfg),
+            "MEMORYD_STATE_DIR": str(tmp_path / "state"),
+            "MEMORYD_NO_SERVER": "1",
+        }
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "memoryd",
+                "search",
+                "--json",
+                "--workspace",
+                str(ws),
+                "pelican",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=40,  # far below one 60 s batch
+        )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [r["path"] for r in out["results"]][:1] == ["memory/note-042.md"]
+    waiting = [n for n in out["notes"] if "waiting for embeddings" in n]
+    assert waiting and "memoryd index" in waiting[0] and "memoryd serve" in waiting[0]
+    assert int(waiting[0].split()[0]) >= 199  # nothing was embedded: the batch never came back

@@ -813,7 +813,10 @@ class MemoryIndex:
         )
         pending = store.pending_count() if self.provider else 0
         if pending and qvec is not None:
-            notes.append(f"{pending} chunks still waiting for embeddings")
+            notes.append(
+                f"{pending} chunks still waiting for embeddings (ranked by keywords until then): "
+                "`memoryd index` embeds them now; a running `memoryd serve` does it in the background"
+            )
         degraded = None
         if self.fallback_reason:
             degraded = {"reason": self.fallback_reason, "since": self.fallback_since}
