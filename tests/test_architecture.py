@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "scope_rules": {"core", "errors", "config"},
     "builtin_index": {"core", "errors", "config", "fsio", "memfiles", "embeddings", "lazy"},
     "qmd_adapter": {"core", "errors", "config", "fsio", "memfiles"},
-    "lifecycle": {"core", "errors", "config", "paths", "fsio", "scope_rules"},
+    "lifecycle": {"core", "errors", "config", "paths", "fsio", "memfiles", "scope_rules"},
     "orchestrator": {
         "core",
         "errors",

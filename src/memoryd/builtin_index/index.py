@@ -68,7 +68,15 @@ from ..errors import (
     WorkspaceMismatch,
 )
 from ..fsio import private_dir
-from ..memfiles import MemoryFile, discover, discover_all, read_memory, read_memory_file
+from ..memfiles import (
+    MemoryFile,
+    discover,
+    discover_all,
+    list_transcripts,
+    read_memory,
+    read_memory_file,
+    transcript_display_path,
+)
 from ._store import Recovery, Store
 
 log = logging.getLogger("memoryd.builtin_index")
@@ -85,25 +93,6 @@ def _count_newlines(path: Path) -> int:
         while block := fh.read(1 << 16):
             n += block.count(b"\n")
     return n
-
-
-def transcript_display_path(path: Path) -> str:
-    """How a transcript is named in search results: `sessions/<file>.jsonl` (as OpenClaw does)."""
-    return f"sessions/{path.name}"
-
-
-def _list_transcripts(folder: Path | None) -> list[Path]:
-    if folder is None:
-        return []
-    try:
-        entries = list(os.scandir(folder))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return sorted(
-        Path(e.path)
-        for e in entries
-        if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False)
-    )
 
 
 def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[TranscriptChunk]:
@@ -516,7 +505,7 @@ class MemoryIndex:
         known = {p: v for p, v in store.files().items() if v[3] == "sessions"}
         seen: set[str] = set()
         due: list[tuple[Path, str, os.stat_result, int]] = []
-        for path in _list_transcripts(self.settings.sessions_dir):
+        for path in list_transcripts(self.settings.sessions_dir):
             rel = transcript_display_path(path)
             seen.add(rel)
             try:
