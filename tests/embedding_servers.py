@@ -14,8 +14,9 @@ import hashlib
 import json
 import re
 import threading
+import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -67,6 +68,8 @@ class FakeAPI:
     key: str | None = "test-key"
     dims: int = 8
     requests: list[Recorded] = field(default_factory=list)
+    #: seconds to hold a request before answering it (by its JSON body), outside the lock
+    delay: Callable[[Any], float] | None = None
     _script: deque[Scripted] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -110,6 +113,8 @@ class FakeAPI:
         denied = self.check_auth(headers)
         if denied is not None:
             return denied
+        if self.delay is not None:
+            time.sleep(self.delay(body))
         with self._lock:
             return self.route(method, path, headers, body, raw)
 

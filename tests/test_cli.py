@@ -182,3 +182,22 @@ def test_cli_as_a_real_process(ws: Path, keyword_only: Path) -> None:
         timeout=60,
     )
     assert usage.returncode == 2
+
+
+def test_a_keyword_only_search_never_loads_numpy(ws: Path, keyword_only: Path) -> None:
+    """numpy is a third of a cold keyword-only search; nothing on that path needs it."""
+    probe = (
+        "import sys\n"
+        "from memoryd.cli import main\n"
+        f"rc = main(['search', '--json', '--workspace', {str(ws)!r}, 'deploy'])\n"
+        "np = sys.modules.get('numpy')\n"
+        "loaded = np is not None and type(np).__name__ != '_LazyModule'\n"
+        "print('numpy loaded' if loaded else 'numpy not loaded', file=sys.stderr)\n"
+        "sys.exit(rc)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=os.environ
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["results"]
+    assert proc.stderr.strip().endswith("numpy not loaded"), proc.stderr

@@ -578,8 +578,7 @@ def _print_status(st: dict[str, Any]) -> None:
 
 
 async def _cmd_index(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    from .progress import ProgressReporter
 
     async with _service(args) as svc:
         b = svc.backend(args.agent)
@@ -591,24 +590,7 @@ async def _cmd_index(args: argparse.Namespace) -> int:
         idx = b.index
         report = None
         if idx is not None:
-            with Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TextColumn("{task.completed}/{task.total}"),
-                TimeRemainingColumn(),
-                transient=True,
-                disable=not sys.stderr.isatty(),
-                console=Console(stderr=True),
-            ) as bar:
-                tasks: dict[str, Any] = {}
-
-                def progress(phase: str, done: int, total: int) -> None:
-                    if phase not in tasks:
-                        tasks[phase] = bar.add_task(
-                            "embedding" if phase == "vectors" else "scanning", total=total
-                        )
-                    bar.update(tasks[phase], completed=done, total=total)
-
+            with ProgressReporter() as progress:
                 report = await idx.sync(force=args.force, progress=progress)
             st = idx.status()
     out: dict[str, Any] = {}

@@ -31,6 +31,7 @@ class _Model(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
         validate_default=True,
+        defer_build=True,
     )
 
 

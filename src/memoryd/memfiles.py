@@ -8,6 +8,7 @@ leak outside content nor hang or crash a search.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -16,7 +17,16 @@ from .core.layout import MemoryRoot, display_path, locate, page_lines
 from .core.results import FileText
 from .fsio import FileRead, read_file, walk
 
-__all__ = ["Discovery", "MemoryFile", "discover", "discover_all", "read_memory", "read_memory_file"]
+__all__ = [
+    "Discovery",
+    "MemoryFile",
+    "discover",
+    "discover_all",
+    "list_transcripts",
+    "read_memory",
+    "read_memory_file",
+    "transcript_display_path",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,3 +109,23 @@ def read_memory_file(
         return FileText(shown, "", missing=True)
     page = page_lines(got.text, from_line, lines)
     return FileText(shown, page.text, page.truncated, page.next_from, past_end=page.past_end)
+
+
+def transcript_display_path(path: Path) -> str:
+    """How a transcript is named in search results: `sessions/<file>.jsonl` (as OpenClaw does)."""
+    return f"sessions/{path.name}"
+
+
+def list_transcripts(folder: Path | None) -> list[Path]:
+    """The `*.jsonl` transcripts in `folder` (regular files, not symlinks), sorted by name."""
+    if folder is None:
+        return []
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(
+        Path(e.path)
+        for e in entries
+        if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False)
+    )

@@ -30,15 +30,16 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+    import psycopg
+else:  # imported on first use: the SQLite driver's cold keyword-only search never needs it
+    from ..lazy import numpy as np
 
 from ..core.text import segment_for_fts
 from ..errors import IndexError_, StoreUnavailable
 from . import _pg_migrations as migrations
 from ._store import IN_MEMORY_MAX_VECTORS, ChunkRow, Recovery, VectorEngine
-
-if TYPE_CHECKING:
-    import psycopg
 
 #: Up to this many vectors per tenant, KNN is an exact scan; above it, the HNSW index answers.
 EXACT_MAX_VECTORS = IN_MEMORY_MAX_VECTORS

@@ -32,6 +32,8 @@ import calendar
 import contextlib
 import errno
 import fcntl
+import functools
+import importlib.util
 import json
 import logging
 import os
@@ -46,9 +48,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from ..lazy import numpy as np
 
 from ..core.text import segment_for_fts
 from ..errors import IndexCorrupt, IndexError_, MemorydError, StateError, StateReadOnly
@@ -152,18 +157,26 @@ def _state_refusal(err: OSError) -> bool:
     return err.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
+@functools.cache
+def _bundled_vec_path() -> str:
+    """The `vec0` extension inside the sqlite-vec wheel, found without importing the package.
+
+    `import sqlite_vec` imports `numpy.typing` (for helpers memoryd does not use): 250 ms of a
+    cold keyword-only search. The wheel's own `loadable_path()` is this same path.
+    """
+    spec = importlib.util.find_spec("sqlite_vec")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("sqlite-vec is not installed (pip install sqlite-vec)")
+    return os.path.normpath(os.path.join(next(iter(spec.submodule_search_locations)), "vec0"))
+
+
 def _load_vec(conn: Any, extension_path: str | None) -> str | None:
     """Load sqlite-vec into conn; returns an error message, or None on success."""
     if not hasattr(conn, "enable_load_extension"):
         return "this Python's sqlite3 cannot load extensions (install sqlean.py)"
     try:
         conn.enable_load_extension(True)
-        if extension_path:
-            conn.load_extension(extension_path)
-        else:
-            import sqlite_vec
-
-            sqlite_vec.load(conn)
+        conn.load_extension(extension_path or _bundled_vec_path())
         conn.enable_load_extension(False)
         conn.execute("select vec_version()").fetchone()
     except Exception as err:  # the binding raises its own OperationalError/AttributeError types

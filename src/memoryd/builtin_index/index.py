@@ -26,10 +26,12 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import anyio
-import numpy as np
 
 if TYPE_CHECKING:
+    import numpy as np
     from anyio.abc import TaskGroup
+else:
+    from ..lazy import numpy as np
 
 from ..config import IndexSettings
 from ..core.chunking import chunk_lines, content_hash
@@ -66,7 +68,15 @@ from ..errors import (
     WorkspaceMismatch,
 )
 from ..fsio import private_dir
-from ..memfiles import MemoryFile, discover, discover_all, read_memory, read_memory_file
+from ..memfiles import (
+    MemoryFile,
+    discover,
+    discover_all,
+    list_transcripts,
+    read_memory,
+    read_memory_file,
+    transcript_display_path,
+)
 from ._pg_store import PgStore, describe_url
 from ._store import Recovery
 from ._store import Store as SqliteStore
@@ -91,25 +101,6 @@ def _count_newlines(path: Path) -> int:
     return n
 
 
-def transcript_display_path(path: Path) -> str:
-    """How a transcript is named in search results: `sessions/<file>.jsonl` (as OpenClaw does)."""
-    return f"sessions/{path.name}"
-
-
-def _list_transcripts(folder: Path | None) -> list[Path]:
-    if folder is None:
-        return []
-    try:
-        entries = list(os.scandir(folder))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return sorted(
-        Path(e.path)
-        for e in entries
-        if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False)
-    )
-
-
 def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[TranscriptChunk]:
     with open(path, "rb") as fh:
         data = fh.read()
@@ -120,6 +111,8 @@ def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[Transcript
 
 
 EMBED_BATCH = 16
+#: The first batch when progress is shown: small, so the rate and ETA appear within seconds.
+FIRST_SHOWN_BATCH = 2
 QUERY_CACHE_SIZE = 256
 
 
@@ -172,6 +165,8 @@ class MemoryIndex:
             delta_bytes=self.cfg.sync.sessions.delta_bytes,
             delta_messages=self.cfg.sync.sessions.delta_messages,
         )
+        # seconds per embedded chunk, per provider, kept across syncs (sizes budgeted batches)
+        self._embed_rates: dict[tuple[str, str, str], float] = {}
         self._query_cache: OrderedDict[tuple[str, str, str, str], np.ndarray] = OrderedDict()
         self._paths_cache: tuple[Store, tuple[int, int], list[tuple[str, str, str, str]]] | None = (
             None
@@ -540,7 +535,7 @@ class MemoryIndex:
         known = {p: v for p, v in store.files().items() if v[3] == "sessions"}
         seen: set[str] = set()
         due: list[tuple[Path, str, os.stat_result, int]] = []
-        for path in _list_transcripts(self.settings.sessions_dir):
+        for path in list_transcripts(self.settings.sessions_dir):
             rel = transcript_display_path(path)
             seen.add(rel)
             try:
@@ -613,11 +608,13 @@ class MemoryIndex:
         max_entries = self.cfg.cache.max_entries
         use_cache = self.cfg.cache.enabled
         skip: set[int] = set()
-        # seconds per embedded chunk, per provider, kept on the index across syncs
-        rates: dict[tuple[str, str, str], float] = self.__dict__.setdefault("_embed_rates", {})
+        rates = self._embed_rates
         fill = 0.7  # share of the time left a budgeted batch is sized to take
+        if progress and total:
+            progress("vectors", 0, total)
         while True:
-            size = EMBED_BATCH
+            # shown progress gets a rate (and an ETA) from a first small batch, not after 16
+            size = EMBED_BATCH if done or not progress else FIRST_SHOWN_BATCH
             if deadline is not None:
                 left = deadline - time.monotonic()
                 rate = rates.get(key)
@@ -852,7 +849,10 @@ class MemoryIndex:
         )
         pending = store.pending_count() if self.provider else 0
         if pending and qvec is not None:
-            notes.append(f"{pending} chunks still waiting for embeddings")
+            notes.append(
+                f"{pending} chunks still waiting for embeddings (ranked by keywords until then): "
+                "`memoryd index` embeds them now; a running `memoryd serve` does it in the background"
+            )
         degraded = None
         if self.fallback_reason:
             degraded = {"reason": self.fallback_reason, "since": self.fallback_since}

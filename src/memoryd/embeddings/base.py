@@ -7,12 +7,18 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
-Vector = npt.NDArray[np.float32]
-Matrix = npt.NDArray[np.float32]
+    Vector = npt.NDArray[np.float32]
+    Matrix = npt.NDArray[np.float32]
+else:  # numpy loads on first use (memoryd.lazy); the aliases only serve annotations
+    from ..lazy import numpy as np
+
+    Vector = Matrix = Any
 
 # Header names that carry credentials; never part of the endpoint fingerprint.
 AUTH_HEADERS = frozenset(

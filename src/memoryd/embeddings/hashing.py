@@ -9,10 +9,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from .base import EmbeddingProvider, Matrix, Vector, endpoint_fingerprint, l2_normalize
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from ..lazy import numpy as np
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 

@@ -320,10 +320,6 @@ class LocalE5Provider(EmbeddingProvider):
             out[idx] = fut.result()
         return out
 
-    def embed_query_sync(self, text: str) -> Vector:
-        """Synchronous query embedding for callers already off the event loop."""
-        return self._query_sync(text)
-
     async def embed_query(self, text: str) -> Vector:
         return await anyio.to_thread.run_sync(self._query_sync, text)
 

@@ -46,6 +46,8 @@ from ..core.transcripts import (
     render_transcript,
     sanitize_text,
 )
+from ..memfiles import list_transcripts as _list_transcripts
+from ..memfiles import transcript_display_path
 
 __all__ = [
     "Message",
@@ -95,11 +97,6 @@ def session_id(path: Path) -> str:
     return name[: -len(".jsonl")] if name.endswith(".jsonl") else path.stem
 
 
-def transcript_display_path(path: Path) -> str:
-    """How a transcript is named in search results: `sessions/<file>.jsonl` (as OpenClaw does)."""
-    return f"sessions/{path.name}"
-
-
 def sessions_enabled(agent: ResolvedAgent) -> bool:
     """True when the agent opted in: `experimental.sessionMemory` and `"sessions"` in `sources`."""
     return agent.sessions_enabled
@@ -107,16 +104,7 @@ def sessions_enabled(agent: ResolvedAgent) -> bool:
 
 def list_transcripts(agent: ResolvedAgent) -> list[Path]:
     """The agent's own `*.jsonl` transcripts (regular files, not symlinks), sorted by name."""
-    folder = agent.sessions_dir
-    try:
-        entries = list(os.scandir(folder))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return sorted(
-        Path(e.path)
-        for e in entries
-        if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False)
-    )
+    return _list_transcripts(agent.sessions_dir)
 
 
 def parse_transcript(path: Path, *, sanitize: bool = False) -> ParsedTranscript:
