@@ -327,6 +327,29 @@ async def test_memory_index_syncs_and_searches_on_the_pg_store(
 
 
 @pytest.mark.anyio
+async def test_deep_check_finds_and_recounts_wrong_tenant_totals(
+    pg_server: PgServer, pg_db: str, pg_url: str, workspace: Path
+) -> None:
+    write(workspace / "MEMORY.md", "# Long-term\nThe deploy target is fly.io.\n")
+    idx = MemoryIndex(pg_agent(workspace, pg_url).index_settings(), selection(HashingEmbedder()))
+    await idx.sync()
+    assert isinstance(idx.store, PgStore)
+    tenant = idx.store.tenant_id
+    # BM25's average length and the exact/HNSW choice read these totals: make them lie
+    pg_server.execute(
+        f"update memoryd.tenant_stats set chunk_count = 7, token_total = 0 where tenant_id = {tenant}",
+        pg_db,
+    )
+    problem = idx.store.verify(deep=True)
+    assert problem is not None and "records 7 chunks" in problem
+    check = await idx.check()
+    assert (check.ok, check.problem, check.moved_to) == (False, problem, None)
+    assert idx.store.verify(deep=True) is None
+    assert (await idx.search("deploy target", mode="keyword")).results[0].path == "MEMORY.md"
+    await idx.aclose()
+
+
+@pytest.mark.anyio
 async def test_a_changed_chunking_rebuilds_the_tenant_through_memory_index(
     pg_server: PgServer, pg_db: str, pg_url: str, workspace: Path
 ) -> None:
