@@ -316,6 +316,7 @@ async def test_memory_index_syncs_and_searches_on_the_pg_store(
     assert (status.files, status.chunks, status.vector.search_engine) == (3, 3, "pgvector-exact")
     assert (status.vector.engine, status.vector.binding) == ("pgvector", "psycopg")
     assert status.db_path.startswith("postgres host=") and "agent=main" in status.db_path
+    assert status.fts.engine == "tsvector"
     assert (await idx.check()).ok
     (workspace / "memory" / "pets.md").unlink()
     write(workspace / "memory" / "trip.md", "# Trip\nThe trip moved to Lisbon.\n")

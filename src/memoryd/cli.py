@@ -526,7 +526,8 @@ def _print_status(st: dict[str, Any]) -> None:
         rows.append(
             ("up to date", "no (files changed since the last sync)" if b["dirty"] else "yes")
         )
-        rows.append(("index file", b["dbPath"]))
+        on_pg = b["fts"].get("engine") == "tsvector"
+        rows.append(("index (PostgreSQL)" if on_pg else "index file", b["dbPath"]))
         vec = b["vector"]
         rows.append(
             (
@@ -539,7 +540,13 @@ def _print_status(st: dict[str, Any]) -> None:
         rows.append(
             (
                 "keyword search",
-                "FTS5" if b["fts"]["available"] else f"unavailable: {b['fts']['error']}",
+                (
+                    {"fts5": "FTS5", "tsvector": "PostgreSQL tsvector"}.get(
+                        b["fts"].get("engine", "fts5"), b["fts"].get("engine", "fts5")
+                    )
+                    if b["fts"]["available"]
+                    else f"unavailable: {b['fts']['error']}"
+                ),
             )
         )
         rows.append(

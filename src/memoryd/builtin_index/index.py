@@ -986,6 +986,7 @@ class MemoryIndex:
                 available=self.store.fts_available,
                 error=self.store.fts_error,
                 trigram=self.store.trigram_error is None,
+                engine="tsvector" if self.settings.store_driver == "postgres" else "fts5",
             ),
             cache=CacheInfo(
                 enabled=self.cfg.cache.enabled,

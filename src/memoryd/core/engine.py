@@ -171,6 +171,8 @@ class FtsInfo(StatusModel):
     available: bool
     error: str | None = None
     trigram: bool = False
+    #: what runs keyword search: "fts5" (SQLite) or "tsvector" (PostgreSQL)
+    engine: str = "fts5"
 
 
 class CacheInfo(StatusModel):
