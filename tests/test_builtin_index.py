@@ -312,6 +312,7 @@ async def test_vectors_answer_when_fts5_is_unavailable(
         "available": False,
         "error": "no such module: fts5",
         "trigram": True,
+        "engine": "fts5",
     }
     out = await idx.search("grey cat named Miso")
     assert out.mode == "vector" and out.results[0].path == "memory/pets.md"
