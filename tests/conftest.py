@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from pg_support import PgServer
 
 
 @pytest.fixture(autouse=True)
@@ -55,3 +59,26 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         f"qmd integration tests (real qmd binary) — ran {counts['passed'] + counts['failed']}, "
         f"passed {counts['passed']}, failed {counts['failed']}, skipped {counts['skipped']}"
     )
+
+
+# PostgreSQL (tests/pg_support.py): one server per test process, a migrated database per test
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> PgServer:
+    from pg_support import shared_server
+
+    return shared_server()
+
+
+@pytest.fixture
+def pg_db(pg_server: PgServer) -> Iterator[str]:
+    from pg_support import fresh_database
+
+    yield from fresh_database(pg_server)
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer, pg_db: str) -> str:
+    """A superuser URL of a fresh database with memoryd's schema."""
+    return pg_server.url(pg_db)

@@ -11,7 +11,7 @@ the same memory_get rule (what is refused, what is empty), typed status, and cha
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,22 +21,9 @@ from helpers import agent_for, index_for, write
 from memoryd.core.engine import BuiltinStatus, EngineAnswer, QmdStatus, SearchRequest
 from memoryd.core.results import MAX_SNIPPET_CHARS
 from memoryd.errors import InvalidInput, PathNotAllowed
-from pg_support import PgServer, fresh_database, shared_server
 from qmd_support import make_manager, require_qmd, seed_workspace
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> PgServer:
-    return shared_server()
-
-
-@pytest.fixture
-def pg_url(pg_server: PgServer) -> Iterator[str]:
-    """A superuser URL of a fresh database with memoryd's schema."""
-    for name in fresh_database(pg_server):
-        yield pg_server.url(name)
 
 
 @pytest.fixture(params=["builtin", "builtin-postgres", pytest.param("qmd", marks=pytest.mark.qmd)])

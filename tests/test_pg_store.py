@@ -30,25 +30,9 @@ from memoryd.embeddings import HashingEmbedder
 from memoryd.errors import ConfigError, IndexError_
 from memoryd.orchestrator.service import MemoryService
 from memoryd.paths import workspace_key
-from pg_support import PgServer, fresh_database, shared_server
+from pg_support import PgServer
 
 KEY = ("hashing", "hashing-v1", "fp")
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> PgServer:
-    return shared_server()
-
-
-@pytest.fixture
-def pg_db(pg_server: PgServer) -> Iterator[str]:
-    yield from fresh_database(pg_server)
-
-
-@pytest.fixture
-def pg_url(pg_server: PgServer, pg_db: str) -> str:
-    """A superuser URL of a fresh database with memoryd's schema."""
-    return pg_server.url(pg_db)
 
 
 @pytest.fixture

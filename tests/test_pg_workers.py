@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,32 +21,13 @@ from memoryd.core.chunking import chunk_lines
 from memoryd.core.text import fts_match_expression, query_terms
 from memoryd.paths import workspace_key
 from pg_support import (
-    PgServer,
-    fresh_database,
     kill_worker,
     read_event,
-    shared_server,
     spawn_worker,
 )
 
 pytestmark = pytest.mark.timeout(300)
 FILES = 24
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> PgServer:
-    return shared_server()
-
-
-@pytest.fixture
-def pg_db(pg_server: PgServer) -> Iterator[str]:
-    yield from fresh_database(pg_server)
-
-
-@pytest.fixture
-def pg_url(pg_server: PgServer, pg_db: str) -> str:
-    """A superuser URL of a fresh database with memoryd's schema."""
-    return pg_server.url(pg_db)
 
 
 def make_workspace(root: Path, version: str, files: int = FILES) -> Path:
