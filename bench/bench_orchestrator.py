@@ -77,8 +77,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         }
     )
     home = root / "home"
-    svc = MemoryService(cfg, qmd_factory=lambda a: QmdManager(a, home=home, shared_models_dir=None))
-    raw = QmdManager(resolve_agent(cfg), command=args.qmd, home=home, shared_models_dir=None)
+    svc = MemoryService(
+        cfg, qmd_factory=lambda a: QmdManager(a.qmd_settings(), home=home, shared_models_dir=None)
+    )
+    raw = QmdManager(
+        resolve_agent(cfg).qmd_settings(), command=args.qmd, home=home, shared_models_dir=None
+    )
     await raw.start()
     queries = [f"project {i} build" for i in range(args.runs)]
     await svc.memory_search("warm up")
@@ -89,7 +93,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     raw_t, svc_t = [], []
     for q in queries:
         t = time.perf_counter()
-        await raw.search(q)
+        await raw.search_hits(q)
         raw_t.append(time.perf_counter() - t)
         t = time.perf_counter()
         out = await svc.memory_search(q)

@@ -69,7 +69,9 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
             {"memory": {"backend": "qmd", "qmd": {"limits": {"timeoutMs": 30_000}}}}
         )
         agent = resolve_agent(config, "bench", workspace=ws)
-        mgr = QmdManager(agent, command=args.qmd, home=root / "home", shared_models_dir=None)
+        mgr = QmdManager(
+            agent.qmd_settings(), command=args.qmd, home=root / "home", shared_models_dir=None
+        )
         print(f"indexing {args.docs} docs…", file=sys.stderr)
         await mgr.start()
         names = list(mgr.collections)
@@ -83,7 +85,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
 
         async def adapter() -> float:
             t = time.perf_counter()
-            await mgr.search(args.query)
+            await mgr.search_hits(args.query)
             return time.perf_counter() - t
 
         raw()
@@ -104,7 +106,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
             "adapterSearchMedianMs": round(ad_med * 1000, 1),
             "overheadPct": round((ad_med - raw_med) / raw_med * 100, 2),
             "targetPct": 5.0,
-            "hits": len(await mgr.search(args.query)),
+            "hits": len(await mgr.search_hits(args.query)),
         }
 
 

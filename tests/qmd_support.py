@@ -103,7 +103,12 @@ def make_manager(
     agent: ResolvedAgent, qmd: str, home: Path, *, env: Mapping[str, str | None] = NO_CI, **kw: Any
 ) -> QmdManager:
     return QmdManager(
-        agent, command=qmd, home=home, shared_models_dir=None, env_overrides=env, **kw
+        agent.qmd_settings(),
+        command=qmd,
+        home=home,
+        shared_models_dir=None,
+        env_overrides=env,
+        **kw,
     )
 
 

@@ -13,31 +13,17 @@ import anyio
 import numpy as np
 import pytest
 
+from helpers import agent_for, selection
 from memoryd.builtin_index import MemoryIndex, _store
-from memoryd.config import ResolvedAgent, resolve_agent, validate_config
-from memoryd.embeddings import HashingEmbedder, ProviderSelection
+from memoryd.embeddings import HashingEmbedder
 from memoryd.embeddings.base import EmbeddingProvider, Matrix, Vector
 from memoryd.errors import MemorydError, PathNotAllowed, ProviderUnavailable
+from memoryd.paths import agent_state
 
 pytestmark = pytest.mark.anyio
 
 
-def agent_for(ws: Path, search: dict[str, object] | None = None) -> ResolvedAgent:
-    cfg = validate_config(
-        {"agents": {"defaults": {"workspace": str(ws), "memorySearch": search or {}}}}
-    )
-    return resolve_agent(cfg)
-
-
-def sel(
-    provider: EmbeddingProvider | None,
-    *,
-    explicit: bool = False,
-    fallback: EmbeddingProvider | None = None,
-) -> ProviderSelection:
-    return ProviderSelection(
-        "test", provider, "test provider", fallback=fallback, explicit=explicit
-    )
+sel = selection
 
 
 def write(p: Path, text: str) -> Path:
@@ -94,7 +80,8 @@ async def synced(
     ws: Path, provider: EmbeddingProvider | None = None, search: dict[str, object] | None = None
 ) -> MemoryIndex:
     idx = MemoryIndex(
-        agent_for(ws, search), sel(provider if provider is not None else HashingEmbedder())
+        agent_for(ws, search).index_settings(),
+        sel(provider if provider is not None else HashingEmbedder()),
     )
     await idx.sync()
     return idx
@@ -106,11 +93,13 @@ async def paths(idx: MemoryIndex, query: str, **kw: object) -> list[str]:
 
 async def test_sync_indexes_memory_files_and_reports_counts(notes: Path) -> None:
     idx = await synced(notes)
-    st = idx.status()
+    st = idx.status().to_dict()
     assert st["files"] == 5 and st["chunks"] == 5 and st["pendingVectors"] == 0
     assert st["vector"]["engine"] == "sqlite-vec" and st["vector"]["available"]
     assert st["fts"]["available"]
-    assert st["dbPath"].endswith("main.sqlite")
+    assert st["dbPath"].endswith(
+        "/agents/main/workspaces/" + agent_state("main", notes).key + "/index.sqlite"
+    )
 
 
 async def test_both_terms_rank_above_one_and_questions_match_partially(notes: Path) -> None:
@@ -129,7 +118,7 @@ async def test_cjk_queries_recall_the_note(notes: Path, query: str) -> None:
 
 
 async def test_cjk_recall_with_keyword_only(notes: Path) -> None:
-    idx = MemoryIndex(agent_for(notes), sel(None))
+    idx = MemoryIndex(agent_for(notes).index_settings(), sel(None))
     await idx.sync()
     out = await idx.search("北京")
     assert out.mode == "keyword" and out.results[0].path == "memory/trip.md"
@@ -199,13 +188,13 @@ async def test_numpy_engine_gives_the_same_answers(
                     "vector": {"extensionPath": "/nonexistent/vec0.so"},
                 }
             },
-        ),
+        ).index_settings(),
         sel(HashingEmbedder()),
     )
     await np_idx.sync()
-    assert np_idx.status()["vector"]["engine"] == "numpy"
+    assert np_idx.status().to_dict()["vector"]["engine"] == "numpy"
     assert np_idx.store.search_engine == "numpy"
-    assert "sqlite-vec failed to load" in np_idx.status()["vector"]["loadError"]
+    assert "sqlite-vec failed to load" in np_idx.status().to_dict()["vector"]["loadError"]
     for q in ("hello world", "deploy target", "grey cat"):
         a = await vec_idx.search(q, mode="vector", min_score=0)
         b = await np_idx.search(q, mode="vector", min_score=0)
@@ -216,18 +205,18 @@ async def test_numpy_engine_gives_the_same_answers(
 
 
 async def test_keyword_only_when_provider_is_none(notes: Path) -> None:
-    idx = MemoryIndex(agent_for(notes, {"provider": "none"}))
+    idx = MemoryIndex(agent_for(notes, {"provider": "none"}).index_settings(), sel(None))
     await idx.sync()
     out = await idx.search("deploy target")
     assert out.mode == "keyword" and out.provider is None
     assert out.results[0].path == "MEMORY.md"
-    assert idx.status()["provider"] == "none"
+    assert idx.status().to_dict()["provider"] == "none"
 
 
 async def test_model_change_triggers_atomic_reindex(notes: Path) -> None:
     idx = await synced(notes, HashingEmbedder(model="m-a"))
     await idx.aclose()
-    idx2 = MemoryIndex(agent_for(notes), sel(HashingEmbedder(model="m-b")))
+    idx2 = MemoryIndex(agent_for(notes).index_settings(), sel(HashingEmbedder(model="m-b")))
     assert "model" in (idx2.reindex_reason() or "")
     # until the reindex runs, vectors from the old model are not used
     assert (await idx2.search("deploy target")).mode == "keyword"
@@ -242,14 +231,16 @@ async def test_model_change_triggers_atomic_reindex(notes: Path) -> None:
 async def test_failed_reindex_keeps_the_old_index(notes: Path) -> None:
     idx = await synced(notes, HashingEmbedder(model="m-a"))
     await idx.aclose()
-    broken = MemoryIndex(agent_for(notes), sel(FailingEmbedder(model="m-b"), explicit=True))
+    broken = MemoryIndex(
+        agent_for(notes).index_settings(), sel(FailingEmbedder(model="m-b"), explicit=True)
+    )
     with pytest.raises(ProviderUnavailable, match="503"):
         await broken.sync()
     assert [p.name for p in broken.path.parent.iterdir() if ".reindex-" in p.name] == []
     await broken.aclose()
-    reopened = MemoryIndex(agent_for(notes), sel(HashingEmbedder(model="m-a")))
+    reopened = MemoryIndex(agent_for(notes).index_settings(), sel(HashingEmbedder(model="m-a")))
     assert reopened.reindex_reason() is None  # still the m-a index
-    assert reopened.status()["chunks"] == 5
+    assert reopened.status().to_dict()["chunks"] == 5
 
 
 async def test_second_forced_reindex_hits_the_embedding_cache(notes: Path) -> None:
@@ -263,11 +254,11 @@ async def test_second_forced_reindex_hits_the_embedding_cache(notes: Path) -> No
 
 async def test_cache_is_pruned_to_max_entries(notes: Path) -> None:
     idx = await synced(notes, search={"cache": {"maxEntries": 3}})
-    assert idx.status()["cache"]["entries"] == 3
+    assert idx.status().to_dict()["cache"]["entries"] == 3
 
 
 async def test_explicit_provider_failure_makes_memory_unavailable(notes: Path) -> None:
-    idx = MemoryIndex(agent_for(notes), sel(FailingEmbedder(), explicit=True))
+    idx = MemoryIndex(agent_for(notes).index_settings(), sel(FailingEmbedder(), explicit=True))
     with pytest.raises(ProviderUnavailable):
         await idx.sync()
     with pytest.raises(ProviderUnavailable):
@@ -275,23 +266,29 @@ async def test_explicit_provider_failure_makes_memory_unavailable(notes: Path) -
 
 
 async def test_auto_provider_failure_degrades_to_keywords_and_says_so(notes: Path) -> None:
-    idx = MemoryIndex(agent_for(notes), sel(FailingEmbedder(fail_queries=True)))
+    idx = MemoryIndex(agent_for(notes).index_settings(), sel(FailingEmbedder(fail_queries=True)))
     await idx.sync()
     out = await idx.search("deploy target")
     assert out.results[0].path == "MEMORY.md"
     assert out.mode == "keyword"
-    assert out.fallback is not None and "keyword-only" in out.fallback["reason"]
-    assert idx.status()["fallback"]["reason"].startswith("hashing embedding failed: HTTP 503")
+    assert out.degraded is not None and "keyword-only" in out.degraded["reason"]
+    assert (
+        idx.status()
+        .to_dict()["fallback"]["reason"]
+        .startswith("hashing embedding failed: HTTP 503")
+    )
 
 
 async def test_fallback_provider_takes_over_when_primary_fails(notes: Path) -> None:
     backup = HashingEmbedder(model="backup")
-    idx = MemoryIndex(agent_for(notes), sel(FailingEmbedder(), explicit=True, fallback=backup))
+    idx = MemoryIndex(
+        agent_for(notes).index_settings(), sel(FailingEmbedder(), explicit=True, fallback=backup)
+    )
     await idx.sync()  # primary fails → switch
     await idx.sync()  # signature changed → reindex with the fallback
     out = await idx.search("deploy target")
     assert out.model == "backup" and out.mode == "hybrid"
-    assert "fallback provider hashing" in out.fallback["reason"]  # type: ignore[index]
+    assert "fallback provider hashing" in out.degraded["reason"]  # type: ignore[index]
 
 
 async def test_query_embedding_failure_or_zero_vector_still_answers(notes: Path) -> None:
@@ -311,7 +308,7 @@ async def test_vectors_answer_when_fts5_is_unavailable(
 
     monkeypatch.setattr(_store, "MIGRATIONS", [_store.MIGRATIONS[0], ("m002_fts", no_fts)])
     idx = await synced(notes)
-    assert idx.status()["fts"] == {
+    assert idx.status().to_dict()["fts"] == {
         "available": False,
         "error": "no such module: fts5",
         "trigram": True,
@@ -326,7 +323,7 @@ async def test_migrations_are_numbered_and_applied_once(notes: Path) -> None:
     assert [r[0] for r in rows] == ["m001_base", "m002_fts"]
     assert idx.store.conn.execute("pragma journal_mode").fetchone()[0] == "wal"
     await idx.aclose()
-    again = MemoryIndex(agent_for(notes), sel(HashingEmbedder()))
+    again = MemoryIndex(agent_for(notes).index_settings(), sel(HashingEmbedder()))
     assert again.store.conn.execute("select count(*) from migrations").fetchone()[0] == 2
 
 
@@ -337,7 +334,7 @@ async def test_searches_never_crash_while_another_process_syncs(notes: Path) -> 
 
     def writer() -> None:
         async def run() -> None:
-            other = MemoryIndex(agent_for(notes), sel(HashingEmbedder()))
+            other = MemoryIndex(agent_for(notes).index_settings(), sel(HashingEmbedder()))
             i = 0
             while not stop.is_set():
                 write(
@@ -424,14 +421,18 @@ async def test_empty_query_is_an_error(notes: Path) -> None:
 
 async def test_memory_get_reads_slices_and_refuses(notes: Path) -> None:
     idx = await synced(notes)
-    assert idx.get("MEMORY.md").text.startswith("# Long-term")
-    assert idx.get("MEMORY.md", 2, 1).text == "The deploy target is fly.io in region ams.\n"
-    assert idx.get("MEMORY.md", 99).text == ""
-    assert idx.get("memory/nope.md").to_dict() == {"path": "memory/nope.md", "text": ""}
+    assert (await idx.get("MEMORY.md")).text.startswith("# Long-term")
+    assert (await idx.get("MEMORY.md", 2, 1)).text == "The deploy target is fly.io in region ams.\n"
+    assert (await idx.get("MEMORY.md", 99)).text == ""
+    assert (await idx.get("memory/nope.md")).to_dict() == {
+        "path": "memory/nope.md",
+        "text": "",
+        "missing": True,
+    }
     with pytest.raises(PathNotAllowed):
-        idx.get("../secrets.md")
+        await idx.get("../secrets.md")
     with pytest.raises(MemorydError, match="from"):
-        idx.get("MEMORY.md", 0)
+        await idx.get("MEMORY.md", 0)
 
 
 async def test_watcher_picks_up_a_new_note(notes: Path) -> None:
@@ -467,7 +468,7 @@ class PendingThenReady(HashingEmbedder):
 
 async def test_pending_batch_jobs_leave_vectors_pending_not_failed(notes: Path) -> None:
     emb = PendingThenReady()
-    idx = MemoryIndex(agent_for(notes), sel(emb, explicit=True))
+    idx = MemoryIndex(agent_for(notes).index_settings(), sel(emb, explicit=True))
     first = await idx.sync()
     assert first.vectors_pending == 5 and idx.fallback_reason is None and idx.unavailable is None
     assert (await idx.search("deploy target")).results[0].path == "MEMORY.md"  # BM25 meanwhile
@@ -477,11 +478,11 @@ async def test_pending_batch_jobs_leave_vectors_pending_not_failed(notes: Path) 
 
 async def test_numpy_engine_sees_writes_from_another_connection(notes: Path) -> None:
     search = {"store": {"vector": {"extensionPath": "/nonexistent/vec0.so"}}}
-    reader = MemoryIndex(agent_for(notes, search), sel(HashingEmbedder()))
+    reader = MemoryIndex(agent_for(notes, search).index_settings(), sel(HashingEmbedder()))
     await reader.sync()
-    assert reader.status()["vector"]["engine"] == "numpy"
+    assert reader.status().to_dict()["vector"]["engine"] == "numpy"
     assert (await reader.search("grey cat", mode="vector")).results  # builds the in-memory matrix
-    writer = MemoryIndex(agent_for(notes, search), sel(HashingEmbedder()))
+    writer = MemoryIndex(agent_for(notes, search).index_settings(), sel(HashingEmbedder()))
     write(notes / "memory" / "walrus.md", "The walrus colony count was 412 this spring.\n")
     await writer.sync()
     reader.dirty = False  # only the other connection synced
@@ -511,5 +512,20 @@ async def test_repeated_queries_reuse_their_embedding(notes: Path) -> None:
 
 async def test_small_indexes_search_in_memory_even_with_vec0(notes: Path) -> None:
     idx = await synced(notes)
-    st = idx.status()["vector"]
+    st = idx.status().to_dict()["vector"]
     assert st["engine"] == "sqlite-vec" and st["searchEngine"] == "numpy"
+
+
+async def test_a_file_that_is_not_utf8_is_indexed_and_listed_by_status(notes: Path) -> None:
+    (notes / "memory" / "legacy.md").write_bytes(
+        "# Café notes\n\nLe café est fermé.\n".encode("latin-1")
+    )
+    idx = await synced(notes)
+    st = idx.status()
+    assert st.undecodable == ["memory/legacy.md"]
+    hit = (await idx.search("notes legacy")).results
+    assert any(r.path == "memory/legacy.md" and "\ufffd" in r.snippet for r in hit)
+    (notes / "memory" / "legacy.md").write_text("# Café notes\n\nFixed.\n", encoding="utf-8")
+    idx.notify_changed()
+    await idx.sync()
+    assert idx.status().undecodable == []

@@ -17,6 +17,7 @@ from memoryd.core.citations import (
     trim_to_budget,
 )
 from memoryd.core.results import SearchResult
+from memoryd.errors import InvalidInput
 from memoryd.scope_rules import ChatType
 
 
@@ -75,7 +76,7 @@ def test_citations_follow_the_mode_and_chat_type(
 
 
 def test_unknown_mode_is_refused() -> None:
-    with pytest.raises(ValueError, match="unknown citations mode 'always'"):
+    with pytest.raises(InvalidInput, match="unknown citations mode 'always'"):
         citations_enabled("always", "direct")  # type: ignore[arg-type]
 
 
@@ -141,7 +142,7 @@ def test_decorating_an_empty_list_gives_an_empty_list() -> None:
 
 
 def test_session_key_and_chat_type_are_exclusive() -> None:
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(InvalidInput, match="not both"):
         apply_citations(
             [result()], "auto", session_key="a:dm:b", chat_type="direct", max_injected_chars=None
         )
@@ -185,7 +186,7 @@ def test_trim_cuts_the_overflowing_snippet_and_drops_the_rest(
 
 @pytest.mark.parametrize("budget", [0, -1])
 def test_trim_refuses_a_budget_that_is_not_positive(budget: int) -> None:
-    with pytest.raises(ValueError, match="must be positive"):
+    with pytest.raises(InvalidInput, match="must be positive"):
         trim_to_budget([result()], budget)
 
 

@@ -41,7 +41,8 @@ def test_search_text_output(
 ) -> None:
     rc, out, _ = run(capsys, "search", "--workspace", str(ws), "webhook secret")
     assert rc == 0
-    first = out.splitlines()[0]
+    header, blank, first = out.splitlines()[:3]
+    assert header == "1 result · builtin backend · keyword search · no embeddings" and blank == ""
     score, where = first.split(" ", 1)
     assert float(score) > 0 and where == "memory/2026-11-29.md:1-2"
     assert "Rotated the webhook secret" in out
@@ -51,7 +52,7 @@ def test_search_no_matches(
     ws: Path, keyword_only: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rc, out, _ = run(capsys, "search", "--workspace", str(ws), "xylophone")
-    assert rc == 0 and out.strip() == "No matches."
+    assert rc == 0 and out.strip().startswith("no matches · builtin backend")
 
 
 def test_search_json_is_json_only(
@@ -101,7 +102,12 @@ def test_get_and_slices(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert rc == 0 and out == "The deploy target is fly.io.\n"
     rc, out, _ = run(capsys, "get", "--workspace", str(ws), "--json", "memory/missing.md")
-    assert json.loads(out) == {"path": "memory/missing.md", "text": ""}
+    assert json.loads(out) == {"path": "memory/missing.md", "text": "", "missing": True}
+    # a person at a terminal is told why nothing was printed (the tool's answer stays empty)
+    rc, out, err = run(capsys, "get", "--workspace", str(ws), "memory/missing.md")
+    assert rc == 0 and out == "" and "does not exist yet" in err
+    rc, out, err = run(capsys, "get", "--workspace", str(ws), "MEMORY.md", "--from", "999")
+    assert rc == 0 and out == "" and "past the end" in err
 
 
 @pytest.mark.parametrize(
@@ -112,11 +118,11 @@ def test_get_and_slices(ws: Path, capsys: pytest.CaptureFixture[str]) -> None:
         (["search", "   "], "query must not be empty"),
     ],
 )
-def test_errors_are_one_line_exit_1(
+def test_invalid_input_is_one_line_and_exit_2(
     ws: Path, keyword_only: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
     rc, out, err = run(capsys, *argv[:1], "--workspace", str(ws), *argv[1:])
-    assert rc == 1 and out == ""
+    assert rc == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("memoryd: error:") and message in err
 
 
@@ -146,7 +152,7 @@ def test_index_and_status_json(
     rc, out, _ = run(capsys, "status", "--workspace", str(ws), "--json")
     st = json.loads(out)
     assert st["backend"] == "builtin" and st["provider"] == "none" and st["files"] == 2
-    assert st["fts"]["available"] is True and isinstance(st["issues"], list)
+    assert st["builtin"]["fts"]["available"] is True and isinstance(st["issues"], list)
 
 
 def test_cli_as_a_real_process(ws: Path, keyword_only: Path) -> None:
@@ -167,7 +173,7 @@ def test_cli_as_a_real_process(ws: Path, keyword_only: Path) -> None:
         env=env,
         timeout=60,
     )
-    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr  # invalid input: 2
     usage = subprocess.run(
         [sys.executable, "-m", "memoryd", "search"],
         capture_output=True,

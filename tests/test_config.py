@@ -69,20 +69,6 @@ def test_bad_config_names_the_key_path(data: dict[str, object], path: str) -> No
     assert path in str(err.value)
 
 
-def test_hybrid_weights_normalize_to_one() -> None:
-    cfg = validate_config(
-        {
-            "agents": {
-                "defaults": {
-                    "memorySearch": {"query": {"hybrid": {"vectorWeight": 3, "textWeight": 1}}}
-                }
-            }
-        }
-    )
-    v, t = cfg.agents.defaults.memory_search.query.hybrid.normalized_weights
-    assert (v, t) == (0.75, 0.25)
-
-
 def test_agent_override_merges_over_defaults(tmp_path: Path) -> None:
     cfg = validate_config(
         {
@@ -98,7 +84,8 @@ def test_agent_override_merges_over_defaults(tmp_path: Path) -> None:
     ops = resolve_agent(cfg, "ops")
     assert ops.memory_search.query.max_results == 2
     assert ops.memory_search.query.min_score == 0.1
-    assert ops.index_path.name == "ops.sqlite"
+    assert ops.index_path == ops.state.root / "index.sqlite"
+    assert ops.state.root.parent.parent.name == "ops"
     with pytest.raises(ConfigError, match="unknown agent"):
         resolve_agent(cfg, "nobody")
 
@@ -171,3 +158,75 @@ def test_workspace_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 )
 def test_durations(raw: str | int, ms: int) -> None:
     assert parse_duration_ms(raw) == ms
+
+
+def test_model_cache_dir_is_refused_with_the_reason() -> None:
+    # OpenClaw's local.modelCacheDir has no meaning here: the local model ships in its package
+    with pytest.raises(ConfigError, match=r"modelCacheDir.*not supported"):
+        validate_config(
+            {"agents": {"defaults": {"memorySearch": {"local": {"modelCacheDir": "/m"}}}}}
+        )
+
+
+def test_openclaw_2026_8_memory_search_is_read_as_memory_search(tmp_path: Path) -> None:
+    # OpenClaw 2026.8+ moved memory settings to memory.search.* and dropped memory.qmd.*
+    cfg_file = tmp_path / "openclaw.json"
+    cfg_file.write_text(
+        """{
+          // an OpenClaw config as users have it: unrelated keys are ignored
+          gateway: {port: 18789},
+          memory: {
+            citations: "on",
+            search: {
+              provider: "none",
+              fallback: "none",
+              extraPaths: ["notes", {path: "~/handbook", pattern: "policies/*.md"}],
+              query: {maxResults: 4, minScore: 0.2},
+              store: {path: "/tmp/x/{agentId}.sqlite"},
+              sources: ["memory", "sessions"],
+              experimental: {sessionMemory: true},
+            },
+          },
+          agents: {defaults: {workspace: "/tmp"}},
+        }"""
+    )
+    cfg = read_config_file(cfg_file)
+    ms = cfg.agents.defaults.memory_search
+    assert ms.provider == "none" and ms.query.max_results == 4 and ms.query.min_score == 0.2
+    assert ms.extra_paths[0] == "notes" and ms.extra_paths[1].pattern == "policies/*.md"  # type: ignore[union-attr]
+    assert ms.store.path == "/tmp/x/{agentId}.sqlite" and ms.experimental.session_memory
+    assert cfg.memory.citations == "on"
+
+
+def test_memory_search_wins_over_agents_defaults_memory_search() -> None:
+    cfg = validate_config(
+        {
+            "memory": {"search": {"query": {"maxResults": 9}}},
+            "agents": {"defaults": {"memorySearch": {"query": {"maxResults": 2, "minScore": 0.5}}}},
+        }
+    )
+    q = cfg.agents.defaults.memory_search.query
+    assert (q.max_results, q.min_score) == (9, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            {"memory": {"search": {"query": {"maxResult": 3}}}},
+            "memory.search.query.maxResult: unknown key (did you mean 'maxResults'?)",
+        ),
+        (
+            {"agents": {"defaults": {"memorySearch": {"providr": "none"}}}},
+            "agents.defaults.memorySearch.providr: unknown key (did you mean 'provider'?)",
+        ),
+        ({"memroy": {}}, "memroy: unknown key (did you mean 'memory'?)"),
+        ({"memory": {"search": {"wholly": 1}}}, "memory.search.wholly: unknown key"),
+    ],
+)
+def test_unknown_keys_name_their_path_and_the_closest_known_key(
+    data: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        validate_config(data)
+    assert message in str(err.value)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from embedding_servers import FakeOpenAI, serve
-from memoryd.builtin_index import MemoryIndex
 from memoryd.config import resolve_agent, validate_config
+from memoryd.orchestrator.engines import builtin_engine
 
 pytestmark = pytest.mark.anyio
 
@@ -48,17 +48,20 @@ async def test_dimension_change_triggers_an_atomic_reindex(
 ) -> None:
     (workspace / "MEMORY.md").write_text("# Memory\nThe deploy target is fly.io.\n")
     (workspace / "memory" / "a.md").write_text("Alice adopted a cat named Miso.\n")
-    first = MemoryIndex(agent(workspace, openai_base, 16))  # type: ignore[arg-type]
+    first = builtin_engine(agent(workspace, openai_base, 16))  # type: ignore[arg-type]
     await first.sync()
-    assert first.status()["provider"] == "openai" and first.status()["vector"]["dims"] == 16
+    assert (
+        first.status().to_dict()["provider"] == "openai"
+        and first.status().to_dict()["vector"]["dims"] == 16
+    )
     assert (await first.search("deploy target")).mode == "hybrid"
     await first.aclose()
 
-    second = MemoryIndex(agent(workspace, openai_base, 32))  # type: ignore[arg-type]
+    second = builtin_engine(agent(workspace, openai_base, 32))  # type: ignore[arg-type]
     assert "fingerprint" in (second.reindex_reason() or "")
     report = await second.sync()
     assert report.reindexed and report.vectors_embedded == 2
-    assert second.status()["vector"]["dims"] == 32
+    assert second.status().to_dict()["vector"]["dims"] == 32
     out = await second.search("deploy target")
     assert out.mode == "hybrid" and out.results[0].path == "MEMORY.md"
     assert [p.name for p in second.path.parent.iterdir() if ".reindex-" in p.name] == []

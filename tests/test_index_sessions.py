@@ -48,7 +48,7 @@ def write_transcript(a: ResolvedAgent, name: str, lines: list[str]) -> Path:
 
 
 def index(a: ResolvedAgent) -> MemoryIndex:
-    return MemoryIndex(a, ProviderSelection("test", HashingEmbedder(), "test"))
+    return MemoryIndex(a.index_settings(), ProviderSelection("test", HashingEmbedder(), "test"))
 
 
 @pytest.fixture
@@ -77,9 +77,9 @@ async def test_transcripts_are_searchable_with_jsonl_line_numbers(ws: Path) -> N
     assert hit.path == "sessions/s1.jsonl"
     assert (hit.start_line, hit.end_line) == (2, 4)
     assert "Assistant: The sailboat is moored at pier 39" in hit.snippet and "User:" in hit.snippet
-    assert idx.status()["sourceCounts"] == {"memory": 1, "sessions": 1}
+    assert idx.status().to_dict()["sourceCounts"] == {"memory": 1, "sessions": 1}
     with pytest.raises(PathNotAllowed):
-        idx.get("sessions/s1.jsonl")
+        await idx.get("sessions/s1.jsonl")
 
 
 async def test_sessions_need_both_opt_ins(ws: Path) -> None:
@@ -88,7 +88,7 @@ async def test_sessions_need_both_opt_ins(ws: Path) -> None:
     idx = index(a)
     await idx.sync()
     assert all(r.source == "memory" for r in (await idx.search("sailboat", min_score=0)).results)
-    assert idx.status()["sourceCounts"] == {"memory": 1}
+    assert idx.status().to_dict()["sourceCounts"] == {"memory": 1}
 
 
 async def test_growth_below_the_delta_waits_and_searches_never_sync_sessions(ws: Path) -> None:

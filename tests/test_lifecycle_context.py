@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.config import ResolvedAgent, resolve_agent, validate_config
+from helpers import agent_for, write
 from memoryd.lifecycle import (
     build_session_context,
     daily_note_paths,
@@ -17,16 +17,6 @@ from memoryd.lifecycle import (
 )
 
 TODAY = date(2026, 11, 29)
-
-
-def agent_for(ws: Path) -> ResolvedAgent:
-    return resolve_agent(validate_config({}), "main", workspace=ws)
-
-
-def write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 @pytest.fixture
@@ -50,7 +40,9 @@ def seeded(workspace: Path) -> Path:
         ("main", True),
         ("agent:main:main", True),
         ("cli", True),
-        ("cron:nightly", True),
+        # OpenClaw filters cron and sub-agent sessions to the non-private files
+        ("cron:nightly", False),
+        ("agent:main:cron:nightly", False),
         ("agent:main:telegram:direct:42", True),
         ("discord:dm:7", True),
         ("agent:main:discord:group:123", False),
@@ -192,6 +184,7 @@ def test_truncation_head_is_seventy_and_tail_twenty_percent() -> None:
     assert out.startswith("H" * 3500) and not out.startswith("H" * 3501)
     assert out.endswith("T" * 1000) and not out.endswith("T" * 1001)
     assert "kept 3500+1000 chars of 15000" in out
+    assert out.count("truncated") == 1  # one marker, not two
     assert len(out) <= 5000
 
 

@@ -19,6 +19,7 @@ from memoryd.config import (
     resolve_agent,
     validate_config,
 )
+from memoryd.errors import InvalidInput
 from memoryd.lifecycle import (
     FlushState,
     check_flush,
@@ -41,6 +42,11 @@ def agent_for(
     return resolve_agent(validate_config({"agents": {"defaults": defaults}}), "main", workspace=ws)
 
 
+def flush_file(ws: Path) -> Path:
+    """Where the flush records of (main, ws) live: the workspace's own state folder."""
+    return agent_for(ws).state.flush_state
+
+
 def check(
     agent: ResolvedAgent, estimate: int, *, key: str = "agent:main:main", cycle: int = 0, **kw: Any
 ) -> Any:
@@ -54,7 +60,8 @@ def check(
     [
         (0, False, "no_token_estimate"),
         (THRESHOLD - 1, False, "below_threshold"),
-        (THRESHOLD, False, "below_threshold"),  # strictly greater than the threshold
+        # OpenClaw runs the flush once the estimate *reaches* the threshold (`>=`)
+        (THRESHOLD, True, "due"),
         (THRESHOLD + 1, True, "due"),
         (WINDOW, True, "due"),
     ],
@@ -110,7 +117,7 @@ def test_read_only_workspaces_skip_the_flush_and_record_nothing(
 ) -> None:
     decision = check(agent_for(workspace, access=access), WINDOW)
     assert (decision.run, decision.reason) == (False, "read_only_workspace")
-    assert not (isolated_env / "agents" / "main" / "sessions.json").exists()
+    assert not (flush_file(workspace)).exists()
 
 
 def test_window_smaller_than_the_reserve_never_runs(workspace: Path) -> None:
@@ -125,7 +132,7 @@ def test_window_smaller_than_the_reserve_never_runs(workspace: Path) -> None:
 
 
 def test_negative_inputs_are_rejected(workspace: Path) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidInput):
         check(agent_for(workspace), -1)
 
 
@@ -159,7 +166,7 @@ def test_the_once_per_cycle_record_survives_a_restart(workspace: Path, isolated_
         check=True,
     )
     assert out.stdout.strip() == "already_flushed"
-    data = json.loads((isolated_env / "agents" / "main" / "sessions.json").read_text())
+    data = json.loads((flush_file(workspace)).read_text())
     assert data["sessions"]["main"]["memoryFlushCompactionCount"] == 3
 
 
@@ -210,7 +217,7 @@ def test_preview_does_not_record_and_record_flush_does(workspace: Path) -> None:
 def test_a_corrupt_sessions_json_is_set_aside_not_fatal(
     workspace: Path, isolated_env: Path
 ) -> None:
-    path = isolated_env / "agents" / "main" / "sessions.json"
+    path = flush_file(workspace)
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     assert check(agent_for(workspace), WINDOW).run
@@ -219,7 +226,7 @@ def test_a_corrupt_sessions_json_is_set_aside_not_fatal(
 
 
 def test_other_keys_in_a_session_entry_are_preserved(workspace: Path, isolated_env: Path) -> None:
-    path = isolated_env / "agents" / "main" / "sessions.json"
+    path = flush_file(workspace)
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"version": 1, "sessions": {"main": {"hostNote": "keep me"}}}))
     assert check(agent_for(workspace), WINDOW).run
@@ -340,3 +347,10 @@ def test_silent_answers_are_recognised(text: str) -> None:
 @pytest.mark.parametrize("text", NOT_SILENT)
 def test_real_answers_are_not_suppressed(text: str | None) -> None:
     assert not is_no_reply(text)
+
+
+def test_the_openclaw_example_runs_at_exactly_the_threshold(workspace: Path) -> None:
+    # OpenClaw's rule (memory-flush.ts): run when tokens >= contextWindow - reserve - soft.
+    # 176,000 tokens of a 200,000 window with reserve 20,000 and soft 4,000 must run.
+    decision = check(agent_for(workspace), 176_000)
+    assert decision.threshold == 176_000 and decision.run and decision.reason == "due"

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.config import ResolvedAgent, resolve_agent, validate_config
+import helpers
+from memoryd.config import ResolvedAgent
 from memoryd.lifecycle import export_sessions, session_export_dir
 from memoryd.qmd_adapter import QmdManager
 from qmd_support import make_manager, require_qmd, write
@@ -35,13 +36,12 @@ def msg(role: str, text: str) -> str:
 
 
 def agent_for(ws: Path, agent_id: str) -> ResolvedAgent:
-    config = validate_config(
-        {
-            "memory": {"backend": "qmd", "qmd": {"sessions": {"enabled": True}}},
-            "agents": {"list": [{"id": "alpha"}, {"id": "beta"}]},
-        }
+    return helpers.agent_for(
+        ws,
+        agent_id=agent_id,
+        memory={"backend": "qmd", "qmd": {"sessions": {"enabled": True}}},
+        agents=[{"id": "alpha"}, {"id": "beta"}],
     )
-    return resolve_agent(config, agent_id, workspace=ws)
 
 
 def transcript(agent: ResolvedAgent, sid: str, *lines: str) -> Path:
@@ -87,18 +87,18 @@ async def test_exported_sessions_are_searchable_per_agent_and_follow_changes(
         await mgr_a.update(force=True)
         await mgr_b.update(force=True)
 
-        hits = await mgr_a.search("zeppelin hangar", min_score=0)
+        hits = await mgr_a.search_hits("zeppelin hangar", min_score=0)
         session_hits = [h for h in hits if h.source == "sessions"]
         assert session_hits, hits
         assert "zeppelin" in session_hits[0].snippet.lower()
         assert all("system-reminder" not in h.snippet and "reply_to" not in h.snippet for h in hits)
 
-        assert await mgr_a.search("Ab3De5Fg7Hj9Kl1Mn2Pq4Rs6Tu8Vw0Xy", min_score=0) == []
+        assert await mgr_a.search_hits("Ab3De5Fg7Hj9Kl1Mn2Pq4Rs6Tu8Vw0Xy", min_score=0) == []
 
         # isolation: neither agent sees the other's transcripts
-        assert [h for h in await mgr_b.search("zeppelin", min_score=0)] == []
-        assert [h for h in await mgr_a.search("submarine periscope", min_score=0)] == []
-        assert [h.source for h in await mgr_b.search("submarine periscope", min_score=0)] == [
+        assert [h for h in await mgr_b.search_hits("zeppelin", min_score=0)] == []
+        assert [h for h in await mgr_a.search_hits("submarine periscope", min_score=0)] == []
+        assert [h.source for h in await mgr_b.search_hits("submarine periscope", min_score=0)] == [
             "sessions"
         ]
 
@@ -107,14 +107,18 @@ async def test_exported_sessions_are_searchable_per_agent_and_follow_changes(
             fh.write(msg("assistant", "Also the quokka mascot lives there.") + "\n")
         assert export_sessions(alpha, now=NOW).written == ["a1"]
         await mgr_a.update(force=True)
-        assert [h.source for h in await mgr_a.search("quokka mascot", min_score=0)] == ["sessions"]
+        assert [h.source for h in await mgr_a.search_hits("quokka mascot", min_score=0)] == [
+            "sessions"
+        ]
 
         # a deleted transcript's export goes, and so do its search hits
         src.unlink()
         assert export_sessions(alpha, now=NOW).deleted == ["a1"]
         await mgr_a.update(force=True)
-        assert [h for h in await mgr_a.search("quokka", min_score=0)] == []
-        assert [h.source for h in await mgr_a.search("Alpha likes tea", min_score=0)] == ["memory"]
+        assert [h for h in await mgr_a.search_hits("quokka", min_score=0)] == []
+        assert [h.source for h in await mgr_a.search_hits("Alpha likes tea", min_score=0)] == [
+            "memory"
+        ]
     finally:
         await mgr_a.aclose()
         await mgr_b.aclose()

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from memoryd.config import ResolvedAgent, resolve_agent, validate_config
+import helpers
+from memoryd.config import ResolvedAgent
 from memoryd.lifecycle import export_sessions, session_export_dir
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -25,13 +26,12 @@ def msg(role: str, text: str) -> str:
 
 
 def agent_for(ws: Path, agent_id: str = "main", **sessions: Any) -> ResolvedAgent:
-    config = validate_config(
-        {
-            "memory": {"backend": "qmd", "qmd": {"sessions": {"enabled": True, **sessions}}},
-            "agents": {"list": [{"id": "main"}, {"id": "other"}]},
-        }
+    return helpers.agent_for(
+        ws,
+        agent_id=agent_id,
+        memory={"backend": "qmd", "qmd": {"sessions": {"enabled": True, **sessions}}},
+        agents=[{"id": "main"}, {"id": "other"}],
     )
-    return resolve_agent(config, agent_id, workspace=ws)
 
 
 def transcript(agent: ResolvedAgent, sid: str, *lines: str, age_days: float = 0) -> Path:
@@ -63,7 +63,7 @@ def test_exports_sanitised_markdown_into_the_agent_qmd_sessions_dir(
         "{broken",
     )
     report = export_sessions(agent, now=NOW)
-    out = isolated_env / "agents" / "main" / "qmd" / "sessions"
+    out = agent.state.qmd_exports
     assert session_export_dir(agent) == out
     assert report.export_dir == out
     assert report.written == ["s1"] and report.malformed_lines == 1

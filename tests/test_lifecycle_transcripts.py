@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import helpers
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
 from memoryd.lifecycle import (
     SessionDeltaTracker,
@@ -33,8 +34,7 @@ def msg(role: str, *texts: str, **extra: Any) -> str:
 
 
 def agent_for(ws: Path, agent_id: str = "main") -> ResolvedAgent:
-    config = validate_config({"agents": {"list": [{"id": "main"}, {"id": "other"}]}})
-    return resolve_agent(config, agent_id, workspace=ws)
+    return helpers.agent_for(ws, agent_id=agent_id, agents=[{"id": "main"}, {"id": "other"}])
 
 
 def write_transcript(agent: ResolvedAgent, name: str, lines: list[str], *, end: str = "\n") -> Path:
@@ -307,3 +307,31 @@ def test_the_tracker_follows_a_real_growing_file(workspace: Path) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     assert t.observe(str(path), path.stat().st_size, count_newlines(path)).due
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {
+            "type": "message",
+            "provenance": {"kind": "inter_session"},
+            "message": {"role": "user", "content": "relayed from another session"},
+        },
+        {
+            "type": "message",
+            "message": {
+                "role": "user",
+                "content": "relayed too",
+                "provenance": {"kind": "inter_session"},
+            },
+        },
+    ],
+    ids=["on-the-record", "on-the-message"],
+)
+def test_inter_session_relays_are_not_the_users_words(record: dict[str, object]) -> None:
+    # OpenClaw's rule: a user message with provenance.kind "inter_session" was relayed between
+    # sessions or sub-agents; it is not indexed as something the user said.
+    own = {"type": "message", "message": {"role": "user", "content": "my own words"}}
+    text = "\n".join(json.dumps(r) for r in (record, own)) + "\n"
+    messages, malformed, _ = parse_transcript_text(text)
+    assert [m.text for m in messages] == ["my own words"] and malformed == 0

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.config import ResolvedAgent, resolve_agent, validate_config
+import helpers
+from memoryd.config import ResolvedAgent
 from memoryd.errors import PathNotAllowed
 from memoryd.lifecycle import (
     MAX_APPEND_BYTES,
     InvalidMemoryWrite,
-    MemoryWriteFailed,
     WorkspaceReadOnly,
     append_memory,
 )
@@ -24,8 +24,7 @@ NOW = datetime(2026, 11, 29, 14, 5)
 
 
 def agent_for(ws: Path, access: str = "rw") -> ResolvedAgent:
-    config = validate_config({"agents": {"defaults": {"workspaceAccess": access}}})
-    return resolve_agent(config, "main", workspace=ws)
+    return helpers.agent_for(ws, defaults={"workspaceAccess": access})
 
 
 def test_daily_append_creates_todays_note_with_a_heading(workspace: Path) -> None:
@@ -114,7 +113,10 @@ def test_oversized_text_is_rejected_with_the_limit_in_the_message(workspace: Pat
 
 def test_text_exactly_at_the_limit_is_accepted(workspace: Path) -> None:
     text = "y" * (MAX_APPEND_BYTES - 1)  # plus the newline
-    append_memory(agent_for(workspace), "long-term", text, now=NOW)
+    result = append_memory(agent_for(workspace), "long-term", text, now=NOW)
+    assert result.created and (workspace / "MEMORY.md").read_text().endswith(text + "\n")
+    with pytest.raises(InvalidMemoryWrite, match="at most"):
+        append_memory(agent_for(workspace), "long-term", text + "y", now=NOW)
 
 
 def test_unknown_target_and_nul_bytes_are_rejected(workspace: Path) -> None:
@@ -148,7 +150,7 @@ def test_a_memory_path_that_cannot_be_written_is_a_clear_error(tmp_path: Path) -
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "memory").write_text("a file where the folder should be\n")
-    with pytest.raises(MemoryWriteFailed, match="cannot append"):
+    with pytest.raises(PathNotAllowed, match="not a folder"):
         append_memory(agent_for(ws), "daily", "x", now=NOW)
 
 

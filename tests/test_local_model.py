@@ -8,9 +8,9 @@ import anyio
 import numpy as np
 import pytest
 
-from memoryd.builtin_index import MemoryIndex
 from memoryd.config import resolve_agent, validate_config
 from memoryd.embeddings.local import LocalE5Provider
+from memoryd.orchestrator.engines import builtin_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
 
@@ -34,10 +34,10 @@ async def test_default_provider_finds_paraphrases_and_cjk(workspace: Path) -> No
     )
     (workspace / "memory" / "trip.md").write_text("# 出張\n我们决定把数据中心迁移到上海。\n")
     cfg = validate_config({"agents": {"defaults": {"workspace": str(workspace)}}})
-    idx = MemoryIndex(resolve_agent(cfg))
+    idx = builtin_engine(resolve_agent(cfg))
     assert idx.selection.provider is not None and idx.selection.provider.id == "local"
     await idx.sync()
-    assert idx.status()["pendingVectors"] == 0
+    assert idx.status().to_dict()["pendingVectors"] == 0
     out = await idx.search("which animal does Alice own?", mode="vector")
     assert out.results[0].path == "memory/pets.md"
     for question in (

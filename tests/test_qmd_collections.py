@@ -145,3 +145,30 @@ def test_plan_brings_qmd_to_desired_collections(
     existing: dict[str, CollectionInfo], plan: list[Action]
 ) -> None:
     assert plan_collections([ROOT, DIR], existing) == plan
+
+
+def test_extra_paths_become_qmd_collections_searched_by_qmd() -> None:
+    # OpenClaw 2026.8 turned memory.qmd.paths into memorySearch.extraPaths; with the qmd backend
+    # they must be qmd collections, not only seen by the fallback index.
+    from memoryd.core.layout import extra_root
+
+    specs = desired_collections(
+        QmdConfig.model_validate({"paths": [{"path": "/srv/notes", "name": "notes"}]}),
+        agent_id="main",
+        workspace=WS,
+        sessions_dir=SESS,
+        extra_roots=[
+            extra_root("/srv/handbook"),
+            extra_root("/srv/handbook", "policies/*.md"),
+            extra_root("/srv/one.md"),
+            extra_root("/srv/notes"),  # already a `paths` collection: not added twice
+        ],
+    )
+    extra = [(s.path, s.pattern) for s in specs[4:]]
+    assert extra == [
+        ("/srv/handbook", "**/*.md"),
+        ("/srv/handbook", "policies/*.md"),
+        ("/srv", "one.md"),
+    ]
+    assert all(s.name.startswith("custom-") and s.name.endswith("-main") for s in specs[4:])
+    assert len({s.name for s in specs}) == len(specs)

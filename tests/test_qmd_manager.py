@@ -17,6 +17,7 @@ import pytest
 
 from memoryd.config import ResolvedAgent
 from memoryd.errors import PathNotAllowed, QmdBadOutput, QmdExitError, QmdTimeout, QmdUnavailable
+from memoryd.paths import agent_state
 from memoryd.qmd_adapter import QmdManager
 from qmd_support import (
     MISSING_MODEL,
@@ -100,9 +101,13 @@ async def test_default_home_is_under_the_agent_state_dir(
     qmd_bin: str, tmp_path: Path, isolated_env: Path
 ) -> None:
     ws = seed_workspace(tmp_path / "ws")
-    mgr = QmdManager(make_agent(ws, "ops_bot"), command=qmd_bin, env_overrides={"CI": None})
+    mgr = QmdManager(
+        make_agent(ws, "ops_bot").qmd_settings(), command=qmd_bin, env_overrides={"CI": None}
+    )
     await mgr.start()
-    root = isolated_env / "agents" / "ops_bot" / "qmd"
+    root = (
+        isolated_env / "agents" / "ops_bot" / "workspaces" / agent_state("ops_bot", ws).key / "qmd"
+    )
     assert mgr.home.root == root
     for sub in ("xdg-config", "xdg-cache", "sessions"):
         assert (root / sub).is_dir()
@@ -143,7 +148,7 @@ async def test_changed_path_or_pattern_rebinds_the_collection(qmd_bin: str, tmp_
     )
     info = (await second.list_collections())["extra-main"]
     assert (info.path, info.pattern) == (str(other), "**/*.md")
-    hits = await second.search("quokka")
+    hits = await second.search_hits("quokka")
     assert [h.path for h in hits] == ["qmd/extra-main/x.md"]
 
 
@@ -157,7 +162,7 @@ async def test_include_default_memory_false_drops_the_default_collections(
         tmp_path / "h",
     )
     assert list(mgr.collections) == ["m-main"]
-    assert [r.path for r in await mgr.search("zeppelin")] == ["memory/2026-01-03.md"]
+    assert [r.path for r in await mgr.search_hits("zeppelin")] == ["memory/2026-01-03.md"]
 
 
 async def test_legacy_unscoped_collections_are_removed_only_when_they_match(
@@ -205,7 +210,7 @@ async def test_a_missing_memory_folder_is_picked_up_on_a_later_sync(
     write(ws / "memory" / "n.md", "# n\n\nplatypus notes\n")
     await mgr.update(force=True)
     assert "memory-dir-main" in mgr.collections
-    assert [r.path for r in await mgr.search("platypus")] == ["memory/n.md"]
+    assert [r.path for r in await mgr.search_hits("platypus")] == ["memory/n.md"]
 
 
 # ---------------------------------------------------------------- search
@@ -213,7 +218,7 @@ async def test_a_missing_memory_folder_is_picked_up_on_a_later_sync(
 
 async def test_search_maps_qmd_json_to_results(shared: Shared) -> None:
     mgr = await shared.manager()
-    (hit,) = await mgr.search("zeppelin budget")
+    (hit,) = await mgr.search_hits("zeppelin budget")
     assert hit.path == "memory/2026-01-03.md"
     assert hit.source == "memory"
     lines = (shared.ws / hit.path).read_text().splitlines()
@@ -227,19 +232,22 @@ async def test_search_maps_qmd_json_to_results(shared: Shared) -> None:
 
 async def test_search_covers_every_collection_and_maps_outside_paths(shared: Shared) -> None:
     mgr = await shared.manager()
-    assert [r.path for r in await mgr.search("Alice")] == [
+    assert [r.path for r in await mgr.search_hits("Alice")] == [
         "MEMORY.md",
         "memory/2026-01-02.md",
-    ] or sorted(r.path for r in await mgr.search("Alice")) == ["MEMORY.md", "memory/2026-01-02.md"]
-    assert [r.path for r in await mgr.search("kerosene")] == ["qmd/notes-main/ideas/rocket.md"]
-    assert [r.path for r in await mgr.search("tomatoes")] == ["memory/projects/garden.md"]
-    assert await mgr.search("xylophone") == []
+    ] or sorted(r.path for r in await mgr.search_hits("Alice")) == [
+        "MEMORY.md",
+        "memory/2026-01-02.md",
+    ]
+    assert [r.path for r in await mgr.search_hits("kerosene")] == ["qmd/notes-main/ideas/rocket.md"]
+    assert [r.path for r in await mgr.search_hits("tomatoes")] == ["memory/projects/garden.md"]
+    assert await mgr.search_hits("xylophone") == []
 
 
 async def test_search_limits_apply(shared: Shared) -> None:
     mgr = await shared.manager()
-    assert len(await mgr.search("the", max_results=1)) == 1
-    assert await mgr.search("zeppelin", min_score=1.01) == []
+    assert len(await mgr.search_hits("the", max_results=1)) == 1
+    assert await mgr.search_hits("zeppelin", min_score=1.01) == []
     short = make_manager(
         make_agent(
             shared.ws,
@@ -250,8 +258,10 @@ async def test_search_limits_apply(shared: Shared) -> None:
         shared.home,
     )
     await short.start()
-    hits = await short.search("Alice")
-    assert [len(h.snippet) for h in hits] == [12, 8]
+    hits = await short.search_hits("Alice")
+    assert [len(h.snippet) for h in hits] == [12, 12]  # snippets capped here …
+    answer = await short.search("Alice")
+    assert answer.max_injected_chars == 20  # … the budget is applied once, by the orchestrator
 
 
 async def test_garbage_stdout_raises_bad_output(shared: Shared, tmp_path: Path) -> None:
@@ -263,7 +273,7 @@ async def test_garbage_stdout_raises_bad_output(shared: Shared, tmp_path: Path) 
     mgr = make_manager(shared.agent(), wrapper, shared.home)
     await mgr.start()
     with pytest.raises(QmdBadOutput):
-        await mgr.search("zeppelin")
+        await mgr.search_hits("zeppelin")
 
 
 async def test_missing_binary_raises_unavailable(shared: Shared, tmp_path: Path) -> None:
@@ -282,10 +292,10 @@ async def test_search_timeout_kills_and_raises(shared: Shared, tmp_path: Path) -
     await mgr.start()
     with anyio.fail_after(10):
         with pytest.raises(QmdTimeout):
-            await mgr.search("zeppelin", timeout_ms=800)
+            await mgr.search_hits("zeppelin", timeout_ms=800)
 
 
-async def test_rejected_flags_retry_with_query_and_remember_it(
+async def test_rejected_flags_retry_with_query_for_a_while_then_the_configured_mode(
     shared: Shared, tmp_path: Path
 ) -> None:
     calls = tmp_path / "calls"
@@ -295,16 +305,20 @@ async def test_rejected_flags_retry_with_query_and_remember_it(
         f'echo "$1" >> "{calls}"\n'
         'if [ "$1" = search ]; then echo "error: unknown option \'--json\'" >&2; exit 1; fi\nexec "$REAL" "$@"',
     )
-    mgr = make_manager(shared.agent(), wrapper, shared.home, rerank=False)
+    now = [0.0]
+    mgr = make_manager(shared.agent(), wrapper, shared.home, rerank=False, clock=lambda: now[0])
     await mgr.start()
     assert mgr.search_mode == "search"
-    hits = await mgr.search("lex: zeppelin")
+    hits = await mgr.search_hits("lex: zeppelin")
     assert [h.path for h in hits] == ["memory/2026-01-03.md"]
     assert mgr.search_mode == "query"
-    await mgr.search("lex: kerosene")
+    await mgr.search_hits("lex: kerosene")
+    assert mgr.status().to_dict()["searchMode"] == "query"
+    now[0] += 301  # past failover.probeMaxIntervalMs (5 min): the fallback was temporary
+    assert mgr.search_mode == "search"
+    await mgr.search_hits("lex: kerosene")
     searches = [c for c in calls.read_text().split() if c in ("search", "query")]
-    assert searches == ["search", "query", "query"]
-    assert mgr.status()["searchMode"] == "query"
+    assert searches == ["search", "query", "query", "search", "query"]
 
 
 async def test_a_collection_lost_behind_our_back_is_recreated_once(
@@ -313,7 +327,7 @@ async def test_a_collection_lost_behind_our_back_is_recreated_once(
     ws = seed_workspace(tmp_path / "ws")
     mgr = await started(make_agent(ws), qmd_bin, tmp_path / "home")
     await mgr._run(["collection", "remove", "memory-dir-main"], 30_000)
-    hits = await mgr.search("zeppelin")
+    hits = await mgr.search_hits("zeppelin")
     assert [h.path for h in hits] == ["memory/2026-01-03.md"]
     assert "memory-dir-main" in await mgr.list_collections()
 
@@ -327,7 +341,7 @@ async def test_other_qmd_failures_surface_as_exit_errors(shared: Shared, tmp_pat
     mgr = make_manager(shared.agent(), wrapper, shared.home)
     await mgr.start()
     with pytest.raises(QmdExitError) as info:
-        await mgr.search("zeppelin")
+        await mgr.search_hits("zeppelin")
     assert info.value.returncode == 3 and "disk on fire" in info.value.stderr
 
 
@@ -340,7 +354,7 @@ async def test_busy_database_is_retried(shared: Shared, tmp_path: Path) -> None:
     )
     mgr = make_manager(shared.agent(), wrapper, shared.home)
     await mgr.start()
-    assert [h.path for h in await mgr.search("zeppelin")] == ["memory/2026-01-03.md"]
+    assert [h.path for h in await mgr.search_hits("zeppelin")] == ["memory/2026-01-03.md"]
     assert marker.exists()
 
 
@@ -350,13 +364,13 @@ async def test_busy_database_is_retried(shared: Shared, tmp_path: Path) -> None:
 async def test_update_after_an_edit_shows_the_new_text(qmd_bin: str, tmp_path: Path) -> None:
     ws = seed_workspace(tmp_path / "ws")
     mgr = await started(make_agent(ws), qmd_bin, tmp_path / "home")
-    assert await mgr.search("narwhal") == []
+    assert await mgr.search_hits("narwhal") == []
     write(ws / "memory" / "2026-01-03.md", "# 2026-01-03\n\nA narwhal visited the office.\n")
     assert await mgr.update(force=True) is True
-    (hit,) = await mgr.search("narwhal")
+    (hit,) = await mgr.search_hits("narwhal")
     assert hit.path == "memory/2026-01-03.md" and "narwhal visited" in hit.snippet
-    assert await mgr.search("zeppelin budget") == []
-    assert mgr.status()["lastUpdateAt"] is not None
+    assert await mgr.search_hits("zeppelin budget") == []
+    assert mgr.status().to_dict()["lastUpdateAt"] is not None
 
 
 async def test_updates_are_debounced_and_joined_but_forced_ones_queue(
@@ -419,7 +433,9 @@ async def test_update_while_searching_raises_nothing(shared: Shared) -> None:
     async def searches() -> None:
         for _ in range(8):
             try:
-                assert [h.path for h in await mgr.search("zeppelin")] == ["memory/2026-01-03.md"]
+                assert [h.path for h in await mgr.search_hits("zeppelin")] == [
+                    "memory/2026-01-03.md"
+                ]
             except BaseException as err:  # collect, so every failure is reported
                 errors.append(err)
 
@@ -450,7 +466,7 @@ async def test_timers_run_boot_refresh_periodic_update_and_requests(
                 await anyio.sleep(0.05)
             write(ws / "memory" / "new.md", "# new\n\nokapi\n")
             mgr.request_update()
-            while not await mgr.search("okapi"):
+            while not await mgr.search_hits("okapi"):
                 await anyio.sleep(0.1)
         await mgr.aclose()
 
@@ -478,6 +494,7 @@ async def test_read_file_serves_qmd_and_workspace_paths(shared: Shared) -> None:
     assert (await mgr.read_file("qmd/notes-main/ideas/missing.md")).to_dict() == {
         "path": "qmd/notes-main/ideas/missing.md",
         "text": "",
+        "missing": True,
     }
 
 
@@ -487,10 +504,11 @@ async def test_read_file_serves_qmd_and_workspace_paths(shared: Shared) -> None:
         ("qmd/nope-main/a.md", "unknown qmd collection"),
         ("qmd/notes-main/../../ws/MEMORY.md", "'..'"),
         ("qmd/notes-main/ideas/rocket.txt", "Markdown"),
-        ("qmd/notes-main", "qmd/<collection>"),
+        ("qmd/notes-main", "not a Markdown"),
         ("../outside.md", "'..'"),
-        ("/etc/passwd", "absolute"),
-        ("README.md", "not one of this agent's memory files"),
+        ("/etc/passwd", "not a Markdown"),
+        ("/etc/passwd.md", "not a memory file"),
+        ("README.md", "not a memory file"),
         ("memory/escape.md", "symlink"),
     ],
 )
@@ -515,13 +533,13 @@ async def test_two_agents_never_see_each_others_documents(
     ws_a = write(tmp_path / "a" / "MEMORY.md", "# A\n\nThe aardvark password is apricot.\n").parent
     ws_b = write(tmp_path / "b" / "MEMORY.md", "# B\n\nThe badger password is blueberry.\n").parent
     a = QmdManager(
-        make_agent(ws_a, "alpha"),
+        make_agent(ws_a, "alpha").qmd_settings(),
         command=qmd_bin,
         env_overrides={"CI": None},
         shared_models_dir=None,
     )
     b = QmdManager(
-        make_agent(ws_b, "beta"),
+        make_agent(ws_b, "beta").qmd_settings(),
         command=qmd_bin,
         env_overrides={"CI": None},
         shared_models_dir=None,
@@ -529,11 +547,11 @@ async def test_two_agents_never_see_each_others_documents(
     await a.start()
     await b.start()
     assert a.home.root != b.home.root
-    assert [r.path for r in await a.search("aardvark")] == ["MEMORY.md"]
-    assert await a.search("badger") == []
-    assert await b.search("aardvark") == []
-    assert await b.search("password") != [] and all(
-        "badger" in r.snippet for r in await b.search("password")
+    assert [r.path for r in await a.search_hits("aardvark")] == ["MEMORY.md"]
+    assert await a.search_hits("badger") == []
+    assert await b.search_hits("aardvark") == []
+    assert await b.search_hits("password") != [] and all(
+        "badger" in r.snippet for r in await b.search_hits("password")
     )
     with pytest.raises(PathNotAllowed):
         await a.read_file("qmd/memory-root-beta/MEMORY.md")
@@ -552,7 +570,7 @@ async def test_memory_and_session_hits_are_interleaved(qmd_bin: str, tmp_path: P
         tmp_path / "h",
     )
     assert mgr.collections["sessions-main"].source == "sessions"
-    hits = await mgr.search("llama", max_results=4)
+    hits = await mgr.search_hits("llama", max_results=4)
     assert sorted(h.source for h in hits) == ["memory", "memory", "sessions", "sessions"]
     assert hits[0].source != hits[1].source
     assert all(h.path.startswith("qmd/sessions-main/") for h in hits if h.source == "sessions")

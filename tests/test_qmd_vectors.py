@@ -45,7 +45,7 @@ class Embedded:
     async def prepare(self) -> dict[str, Any]:
         mgr = await self.manager()
         await mgr.sync(force=True)
-        return mgr.status()
+        return mgr.status().to_dict()
 
 
 @pytest.fixture(scope="module")
@@ -70,11 +70,13 @@ async def test_sync_embeds_with_the_pinned_offline_model(embedded: Embedded) -> 
 
 async def test_structured_query_uses_vectors(embedded: Embedded) -> None:
     mgr = await embedded.manager(rerank=False)
-    hits = await mgr.search("lex: zeppelin\nvec: when will the airship launch", timeout_ms=60_000)
+    hits = await mgr.search_hits(
+        "lex: zeppelin\nvec: when will the airship launch", timeout_ms=60_000
+    )
     assert hits and hits[0].path == "memory/2026-01-03.md"
     assert "zeppelin" in hits[0].snippet
     # A vector-only query finds documents without any shared keyword.
-    vec_hits = await mgr.search("vec: hot drinks people enjoy", timeout_ms=60_000)
+    vec_hits = await mgr.search_hits("vec: hot drinks people enjoy", timeout_ms=60_000)
     assert vec_hits, "vector search returned nothing"
     assert all(0 <= h.score <= 1 for h in vec_hits)
     assert {h.path for h in vec_hits} <= {
@@ -88,21 +90,21 @@ async def test_structured_query_uses_vectors(embedded: Embedded) -> None:
 async def test_plain_query_needs_the_expansion_model_and_fails_cleanly(embedded: Embedded) -> None:
     mgr = await embedded.manager(rerank=False)
     with pytest.raises(QmdExitError) as info:
-        await mgr.search("when does the zeppelin launch", timeout_ms=60_000)
+        await mgr.search_hits("when does the zeppelin launch", timeout_ms=60_000)
     assert "No model file found" in info.value.stderr
 
 
 async def test_reranking_needs_the_rerank_model_and_fails_cleanly(embedded: Embedded) -> None:
     mgr = await embedded.manager(rerank=True)
     with pytest.raises(QmdExitError) as info:
-        await mgr.search("lex: zeppelin\nvec: airship launch", timeout_ms=60_000)
+        await mgr.search_hits("lex: zeppelin\nvec: airship launch", timeout_ms=60_000)
     assert "No model file found" in info.value.stderr
 
 
 async def test_vsearch_mode_needs_the_expansion_model_and_fails_cleanly(embedded: Embedded) -> None:
     mgr = await embedded.manager(settings={"searchMode": "vsearch"})
     with pytest.raises(QmdExitError):
-        await mgr.search("airship", timeout_ms=60_000)
+        await mgr.search_hits("airship", timeout_ms=60_000)
     assert mgr.search_mode == "vsearch"  # a model failure is not a rejected flag
 
 
@@ -120,16 +122,22 @@ async def test_embed_failure_backs_off_without_failing_the_update(tmp_path: Path
     )
     await mgr.start()
     assert await mgr.sync(force=True) is True
-    status = mgr.status()
+    status = mgr.status().to_dict()
     assert status["lastUpdateAt"] is not None and status["lastEmbedAt"] is None
     assert status["embedFailures"] == 1 and status["embedRetryInS"] == 60
     assert "embed failed" in (status["lastError"] or "")
     assert await mgr.embed() is False  # backing off
     assert await mgr.sync(force=True) is True
-    assert mgr.status()["embedFailures"] == 1  # not retried during the backoff
+    assert mgr.status().to_dict()["embedFailures"] == 1  # not retried during the backoff
     clock[0] += 61
     await mgr.sync(force=True)
-    assert mgr.status()["embedFailures"] == 2 and mgr.status()["embedRetryInS"] == 120
+    assert (
+        mgr.status().to_dict()["embedFailures"] == 2
+        and mgr.status().to_dict()["embedRetryInS"] == 120
+    )
     with pytest.raises(QmdExitError):
         await mgr.embed(force=True)
-    assert mgr.status()["embedFailures"] == 3 and mgr.status()["embedRetryInS"] == 240
+    assert (
+        mgr.status().to_dict()["embedFailures"] == 3
+        and mgr.status().to_dict()["embedRetryInS"] == 240
+    )

@@ -28,6 +28,7 @@ from memoryd.core.ranking import (
 from memoryd.core.text import cjk_bigrams, query_terms, script_of
 from memoryd.embeddings import HashingEmbedder, ProviderSelection
 from memoryd.embeddings.base import EmbeddingProvider, Vector
+from memoryd.embeddings.selection import select_provider
 
 DEMO = Path(__file__).resolve().parents[1] / "demo" / "workspace"
 DEFAULT = RankParams()  # the shipped defaults: fusion auto, minScore 0.35, top 6
@@ -223,6 +224,12 @@ def agent(ws: Path, search: dict[str, object] | None = None) -> ResolvedAgent:
     return resolve_agent(cfg)
 
 
+def default_index(ws: Path) -> MemoryIndex:
+    """The index an agent gets with the default config: the local multilingual model."""
+    resolved = agent(ws)
+    return MemoryIndex(resolved.index_settings(), select_provider(resolved))
+
+
 def write(p: Path, text: str) -> None:
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(text, encoding="utf-8")
@@ -251,7 +258,9 @@ class CountingQueries(HashingEmbedder):
 
 
 def index(ws: Path, provider: EmbeddingProvider | None) -> MemoryIndex:
-    return MemoryIndex(agent(ws), ProviderSelection("test", provider, "test provider"))
+    return MemoryIndex(
+        agent(ws).index_settings(), ProviderSelection("test", provider, "test provider")
+    )
 
 
 @pytest.mark.parametrize("provider", [HashingEmbedder(), None], ids=["hybrid", "keyword-only"])
@@ -325,7 +334,7 @@ def demo(tmp_path: Path) -> Path:
 )
 @pytest.mark.anyio
 async def test_the_demo_workspace_abstains_on_unrelated_queries(demo: Path, query: str) -> None:
-    idx = MemoryIndex(agent(demo))
+    idx = default_index(demo)
     await idx.sync()
     out = await idx.search(query)
     assert out.mode == "hybrid" and out.results == []
@@ -345,7 +354,7 @@ async def test_the_demo_workspace_abstains_on_unrelated_queries(demo: Path, quer
 async def test_the_demo_workspace_answers_real_questions(
     demo: Path, query: str, expected: str
 ) -> None:
-    idx = MemoryIndex(agent(demo))
+    idx = default_index(demo)
     await idx.sync()
     results = (await idx.search(query)).results
     assert results and results[0].path == expected
@@ -390,7 +399,7 @@ def languages(workspace: Path) -> Path:
 async def test_a_paraphrase_in_another_language_reaches_the_note(
     languages: Path, query: str, expected: str
 ) -> None:
-    idx = MemoryIndex(agent(languages))
+    idx = default_index(languages)
     await idx.sync()
     results = (await idx.search(query)).results
     assert results and results[0].path == expected

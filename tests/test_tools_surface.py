@@ -51,8 +51,15 @@ def structured(result: Any) -> dict[str, Any]:
 async def test_mcp_tools_in_a_real_client_session(ws: Path) -> None:
     svc = service(ws)
     async with Client(build_server(svc)) as client:
-        names = {t.name for t in (await client.list_tools()).tools}
-        assert {"memory_search", "memory_get", "memory_status"} <= names
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert names == [
+            "memory_search",
+            "memory_get",
+            "memory_append",
+            "memory_context",
+            "memory_flush_check",
+            "memory_status",
+        ]
         hits = structured(
             await client.call_tool("memory_search", {"query": "webhook secret", "maxResults": 2})
         )
@@ -70,7 +77,11 @@ async def test_mcp_tools_in_a_real_client_session(ws: Path) -> None:
         )
         assert denied["scopeDenied"] is True
         empty = structured(await client.call_tool("memory_search", {"query": " "}))
-        assert empty["disabled"] is True and "empty" in empty["error"]
+        assert empty == {
+            "disabled": True,
+            "error": "query must not be empty",
+            "code": "invalid_input",
+        }
         st = structured(await client.call_tool("memory_status", {}))
         assert st["backend"] == "builtin" and st["files"] == 2
     await svc.aclose()
@@ -87,12 +98,15 @@ async def test_serve_answers_on_the_socket_and_stops_cleanly(ws: Path) -> None:
             await ready.wait()
         sock = socket_path()
         assert (await anyio.to_thread.run_sync(ping, sock))["ok"] is True
+        me = {"config": {"path": None, "sha256": None}, "workspace": str(ws), "cwd": str(ws)}
         out = await anyio.to_thread.run_sync(
-            request, sock, {"op": "search", "query": "deploy target"}
+            request, sock, {"op": "search", "query": "deploy target", "identity": me}
         )
         assert out and out["results"][0]["path"] == "MEMORY.md"
-        bad = await anyio.to_thread.run_sync(request, sock, {"op": "nope"})
-        assert bad == {"error": "unknown op 'nope'"}
+        bad = await anyio.to_thread.run_sync(request, sock, {"op": "nope", "identity": me})
+        assert bad is not None and bad["code"] == "invalid_input" and "unknown op" in bad["error"]
+        anonymous = await anyio.to_thread.run_sync(request, sock, {"op": "search", "query": "x"})
+        assert anonymous is not None and anonymous["code"] == "not_served"
         tg.cancel_scope.cancel()
     assert not socket_path().exists()
 
@@ -238,7 +252,7 @@ def test_lifecycle_cli(ws: Path, tmp_path: Path) -> None:
     fc = cli("flush-check", "--tokens", "1000", "--context-window", "200000", "--json")
     assert json.loads(fc.stdout)["reason"] == "below_threshold"
     empty = cli("append", "   ")
-    assert empty.returncode == 1 and empty.stderr.startswith("memoryd: error:")
+    assert empty.returncode == 2 and empty.stderr.startswith("memoryd: error:")
 
 
 async def test_status_is_a_typed_model(ws: Path) -> None:
@@ -249,8 +263,8 @@ async def test_status_is_a_typed_model(ws: Path) -> None:
     st = await svc.status_model()
     assert isinstance(st, MemoryStatus)
     assert st.backend == "builtin" and st.requested_backend == "builtin" and st.fallback is None
-    assert st.vector is not None and st.vector.engine in ("sqlite-vec", "numpy")
-    assert st.fts is not None and st.fts.available and st.files == 2
+    assert st.builtin is not None and st.builtin.vector.engine in ("sqlite-vec", "numpy")
+    assert st.builtin.fts.available and st.files == 2
     as_json = st.to_dict()
     assert as_json["requestedBackend"] == "builtin" and as_json["workspaceDir"] == str(ws.resolve())
     await svc.aclose()

@@ -21,6 +21,7 @@ import numpy as np
 
 from memoryd.builtin_index.index import MemoryIndex
 from memoryd.config import deep_merge, resolve_agent, validate_config
+from memoryd.core.citations import trim_to_budget
 from memoryd.core.ranking import RankParams
 from memoryd.embeddings.base import EmbeddingProvider, Matrix, ProviderSelection, Vector
 from memoryd.embeddings.selection import select_provider
@@ -141,7 +142,7 @@ async def open_index(
         sel = ProviderSelection(
             sel.requested, QueryCache(sel.provider, cache_path), sel.reason, None, True, sel.notes
         )
-    idx = EvalIndex(agent, sel)
+    idx = EvalIndex(agent.index_settings(), sel)
     started = time.perf_counter()
 
     def progress(phase: str, done: int, total: int) -> None:
@@ -176,16 +177,15 @@ async def search(
 ) -> list[dict[str, Any]]:
     """One `memory_search` call; results as the JSON the agent would see."""
     idx.overrides = overrides or {}
-    saved = idx.cfg.query.max_injected_chars
-    if max_chars is not None:
-        object.__setattr__(idx.cfg.query, "max_injected_chars", max_chars)
     try:
         outcome = await idx.search(
             query, max_results=max_results, min_score=min_score, mode=mode, now=NOW
         )
     finally:
-        object.__setattr__(idx.cfg.query, "max_injected_chars", saved)
         idx.overrides = {}
+    # what memory_search injects: the orchestrator's one budget trim (citations are off here)
+    budget = outcome.max_injected_chars if max_chars is None else max_chars
+    outcome.results = trim_to_budget(outcome.results, budget)
     return [
         {
             "path": r.path,

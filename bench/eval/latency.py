@@ -63,7 +63,9 @@ async def main(argv: list[str]) -> int:
         validate_config({"agents": {"defaults": {"memorySearch": search}}}), workspace=big
     )
     provider = QueryCache(HashingEmbedder(384))
-    idx = MemoryIndex(agent, ProviderSelection("local", provider, "latency bench", None, True))
+    idx = MemoryIndex(
+        agent.index_settings(), ProviderSelection("local", provider, "latency bench", None, True)
+    )
     t0 = time.perf_counter()
     await idx.sync()
     chunks = idx.status()["chunks"]

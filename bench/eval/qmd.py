@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memoryd.config import resolve_agent, validate_config
+from memoryd.core.citations import trim_to_budget
 from memoryd.errors import QmdError
 from memoryd.qmd_adapter import QmdManager
 
@@ -73,7 +74,7 @@ class QmdSystem:
             cfg = validate_config({"memory": {"backend": "qmd", "qmd": qmd}})
             agent = resolve_agent(cfg, workspace=self.workspace)
             self.managers[mode] = QmdManager(
-                agent,
+                agent.qmd_settings(),
                 home=self.home,
                 shared_models_dir=None,
                 env_overrides={"CI": None},
@@ -112,7 +113,8 @@ class QmdSystem:
             lex = " ".join(query.replace('"', " ").split())
             text = f"lex: {lex}\nvec: {flat}"
         try:
-            results = await self._manager(mode).search(text, max_results=max_results)
+            hits = await self._manager(mode).search_hits(text, max_results=max_results)
+            results = trim_to_budget(hits, self.max_chars)  # memory_search's one budget trim
         except QmdError as err:  # a failed question scores as no results, and is counted
             self.errors.append(f"{mode}: {err}")
             return []

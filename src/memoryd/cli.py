@@ -1,7 +1,10 @@
 """The `memoryd` command: parse arguments, call the library, print. Nothing else lives here.
 
 With `--json`, stdout carries only JSON; progress and logs go to stderr. Every error is one
-line on stderr and exit status 1 (2 for usage errors, from argparse).
+line on stderr (`memoryd: error: …`). Exit status: 0 success; 2 for usage errors and invalid
+input (a bad flag, an out-of-range value, a bad agent id — codes `invalid_input`,
+`invalid_agent_id`, `path_not_allowed`); 1 for every other failure; 130 when interrupted. With
+`--json` a failure is also printed on stdout as `{disabled: true, error, code}`.
 """
 
 from __future__ import annotations
@@ -13,18 +16,49 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 
 from . import __version__
-from .errors import MemorydError
+from .errors import MemorydError, error_from_code
 
 EXIT_ERROR = 1
+EXIT_USAGE = 2
+#: failures caused by what the caller typed, not by memory: exit status 2, like argparse's
+USAGE_CODES = frozenset({"invalid_input", "invalid_agent_id", "path_not_allowed"})
+
+_FORWARDS = (
+    "While `memoryd serve` runs for the same config, agent and workspace, this command is "
+    "answered by it (models stay loaded); otherwise it runs in this process."
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: `memoryd search: error: …` and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+class _Help(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and examples keep their line breaks."""
+
+
+def _cmd(sub: Any, name: str, summary: str, examples: str, **kw: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name,
+        help=summary,
+        description=kw.pop("description", summary[0].upper() + summary[1:] + "."),
+        epilog="examples:\n" + examples,
+        formatter_class=kw.pop("formatter_class", _Help),
+        **kw,
+    )
+    return parser
 
 
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False)
     common.add_argument(
         "--config",
         metavar="FILE",
@@ -39,130 +73,300 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="print JSON only on stdout")
     common.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
 
-    p = argparse.ArgumentParser(
-        prog="memoryd", description="Durable, searchable memory for AI agents."
+    p = _Parser(
+        prog="memoryd",
+        description="Durable, searchable memory for AI agents: Markdown files in a workspace\n"
+        "(MEMORY.md, memory/YYYY-MM-DD.md) made searchable, served to agents over MCP.",
+        epilog="examples:\n"
+        '  memoryd search --workspace demo/workspace "when does the old webhook secret stop working?"\n'
+        "  memoryd status --json\n\n"
+        "Exit status: 0 ok, 2 usage errors and invalid input, 1 any other failure.",
+        formatter_class=_Help,
     )
     p.add_argument("--version", action="version", version=f"memoryd {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    s = sub.add_parser("search", parents=[common], help="hybrid search over the agent's memory")
-    s.add_argument("query")
-    s.add_argument("--max-results", type=_positive_int, metavar="N")
-    s.add_argument("--min-score", type=_unit_float, metavar="X")
+    s = _cmd(
+        sub,
+        "search",
+        "hybrid search (keywords + vectors) over the agent's memory",
+        '  memoryd search "what did we decide about CI?"\n'
+        "  memoryd search --json --max-results 3 --session-key agent:main:main postgres",
+        parents=[common],
+        description="Search the agent's memory: BM25 + vector recall over ~400-token chunks;\n"
+        "prints score, path:lines and the snippet of each hit. " + _FORWARDS,
+    )
+    s.add_argument("query", help="what to look for, in words (at most 2,000 characters)")
+    s.add_argument(
+        "--max-results",
+        type=int,
+        metavar="N",
+        help="at most N results (1-100; default from config, 6)",
+    )
+    s.add_argument(
+        "--min-score",
+        type=float,
+        metavar="X",
+        help="drop results scoring below X (0-1; default 0.35)",
+    )
+    s.add_argument(
+        "--corpus",
+        choices=["memory", "sessions", "all"],
+        default="all",
+        help="memory files, session transcripts (when enabled), or all (default)",
+    )
     s.add_argument(
         "--session-key", metavar="KEY", help="evaluate scope and citations as this session would"
     )
 
-    g = sub.add_parser("get", parents=[common], help="read a memory file or a line range")
-    g.add_argument("path")
+    g = _cmd(
+        sub,
+        "get",
+        "read a memory file, or a line range of it",
+        "  memoryd get MEMORY.md\n  memoryd get memory/2026-11-29.md --from 3 --lines 10",
+        parents=[common],
+        description="Print a memory file (MEMORY.md, memory.md, memory/**/*.md, extraPaths) or\n"
+        "a line range of it; at most 2,000 lines / 20,000 characters per call. " + _FORWARDS,
+    )
     g.add_argument(
-        "--from", dest="from_line", type=_positive_int, metavar="N", help="first line (1-based)"
+        "path", help="a path as search prints it (workspace-relative, or qmd/<collection>/…)"
     )
-    g.add_argument("--lines", type=_non_negative_int, metavar="N", help="number of lines")
-
-    st = sub.add_parser(
-        "status", parents=[common], help="which backend serves, index health, issues found"
+    g.add_argument("--from", dest="from_line", type=int, metavar="N", help="first line, 1-based")
+    g.add_argument(
+        "--lines", type=int, metavar="N", help="how many lines (≥ 1; default: to the end)"
     )
-    st.add_argument("--deep", action="store_true", help="also sync and probe (slower)")
 
-    ix = sub.add_parser(
-        "index", parents=[common], help="sync the built-in index now (with progress)"
+    st = _cmd(
+        sub,
+        "status",
+        "which backend serves, why, index health, issues",
+        "  memoryd status\n  memoryd status --deep --json",
+        parents=[common],
+        description="Which backend answers searches now and why (also from another process: the\n"
+        "health is recorded), index counts, qmd version and freshness, and any issue. " + _FORWARDS,
+    )
+    st.add_argument(
+        "--deep", action="store_true", help="probe qmd for real (a search) and record the outcome"
+    )
+
+    ix = _cmd(
+        sub,
+        "index",
+        "sync the built-in index (and qmd) now, with progress",
+        "  memoryd index\n  memoryd index --force --json",
+        parents=[common],
     )
     ix.add_argument(
-        "--force", action="store_true", help="rebuild from scratch (embedding cache is reused)"
+        "--force", action="store_true", help="rebuild from scratch (the embedding cache is reused)"
     )
 
-    cx = sub.add_parser(
+    cx = _cmd(
+        sub,
         "context",
+        "what the agent loads at session start (daily notes, MEMORY.md)",
+        "  memoryd context --session-key agent:main:main\n"
+        "  memoryd context --session-key agent:main:discord:group:42 --json",
         parents=[common],
-        help="what the agent loads at session start (daily notes, MEMORY.md)",
     )
     cx.add_argument(
         "--session-key",
         metavar="KEY",
-        help="the session's key (group/channel chats get no MEMORY.md)",
+        help="the session's key (group/channel chats, cron and sub-agents get no MEMORY.md)",
     )
 
-    ap = sub.add_parser(
+    ap = _cmd(
+        sub,
         "append",
+        "append to today's daily note or to MEMORY.md (locked, fsynced, all-or-nothing)",
+        '  memoryd append "Decided: deploys move to Fridays."\n'
+        '  echo "- Alice prefers green tea." | memoryd append --target long-term -',
         parents=[common],
-        help="append to today's daily note or to MEMORY.md (locked, fsynced)",
     )
-    ap.add_argument("--target", choices=["daily", "long-term"], default="daily")
-    ap.add_argument("text", help="the text to append ('-' reads stdin)")
+    ap.add_argument(
+        "--target",
+        choices=["daily", "long-term"],
+        default="daily",
+        help="daily: memory/YYYY-MM-DD.md (default); long-term: MEMORY.md",
+    )
+    ap.add_argument("text", help="the text to append ('-' reads stdin; at most 64 KiB)")
 
-    fc = sub.add_parser(
+    fc = _cmd(
+        sub,
         "flush-check",
+        "should the host run the pre-compaction memory flush now?",
+        "  memoryd flush-check --session-key agent:main:main --tokens 181000 --context-window 200000\n"
+        "  memoryd flush-check --tokens 90000 --context-window 128000 --compactions 2 --json",
         parents=[common],
-        help="should the host run the pre-compaction memory flush now?",
     )
-    fc.add_argument("--session-key", metavar="KEY")
+    fc.add_argument("--session-key", metavar="KEY", help="the session's key (default: main)")
     fc.add_argument(
-        "--tokens",
-        type=_non_negative_int,
+        "--tokens", type=int, required=True, metavar="N", help="the session's token estimate (≥ 0)"
+    )
+    fc.add_argument(
+        "--context-window",
+        type=int,
         required=True,
         metavar="N",
-        help="the session's token estimate",
+        help="the model's context window (≥ 1)",
     )
-    fc.add_argument("--context-window", type=_positive_int, required=True, metavar="N")
     fc.add_argument(
         "--compactions",
-        type=_non_negative_int,
+        type=int,
         default=0,
         metavar="N",
-        help="compactions so far in this session",
+        help="how many times the session was compacted so far (≥ 0; default 0)",
     )
     fc.add_argument(
         "--session-id", metavar="ID", help="the host's session id (tells a reset session apart)"
     )
     fc.add_argument("--dry-run", action="store_true", help="answer without recording a flush")
 
-    sub.add_parser(
+    _cmd(
+        sub,
         "warm",
+        "do every slow first-time step now (qmd home, collections, update+embed, models, index)",
+        "  memoryd warm\n  memoryd warm --config ~/.config/memoryd/qmd.toml --json",
         parents=[common],
-        help="prepare everything: qmd home, collections, update+embed, models, built-in index",
     )
-    sub.add_parser(
-        "serve", parents=[common], help="run the supervisor for all agents; the CLI forwards to it"
+    _cmd(
+        sub,
+        "serve",
+        "run every agent's timers and watchers; search/get/status forward to it",
+        "  memoryd serve\n  MEMORYD_WORKSPACE=~/agent memoryd serve -v",
+        parents=[common],
+        description="Run the supervisor for every configured agent (qmd timers, file watchers,\n"
+        "recovery probes) and listen on a Unix socket in the state dir (mode 0600). The CLI's\n"
+        "search/get/status forward to it when they are for the same config, agent and workspace.",
     )
-    sub.add_parser(
-        "mcp", parents=[common], help="serve memory_search/memory_get/status over MCP (stdio)"
+    mc = sub.add_parser(
+        "mcp",
+        parents=[common],
+        help="serve the six memory tools over MCP (stdio, or Streamable HTTP with --http)",
+        description="Serve the agent's memory tools over MCP: on stdin/stdout for a host that\n"
+        "spawns memoryd, or over Streamable HTTP at http://HOST:PORT/mcp with --http\n"
+        "(loopback only unless --allow-remote; GET /health answers too). A bad argument\n"
+        'is a result {"disabled": true, "error": "...", "code": "invalid_input"}.',
+        epilog=_MCP_EPILOG,
+        formatter_class=_McpHelpFormatter,
+    )
+    mc.add_argument(
+        "--http",
+        metavar="[HOST:]PORT",
+        type=_http_address,
+        help="serve Streamable HTTP instead of stdio (a bare PORT binds 127.0.0.1; 0 picks one)",
+    )
+    mc.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow --http on a non-loopback address (anyone who can reach it reads the memory)",
+    )
+    mc.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="also accept this browser Origin (repeatable; '*' turns the check off)",
+    )
+    mc.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="also accept this Host header (repeatable; needed to check Host on 0.0.0.0)",
     )
     return p
 
 
-def _positive_int(raw: str) -> int:
-    value = int(raw)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be ≥ 1")
-    return value
+_MCP_EPILOG = "\0tools"  # replaced by the tool list when help is printed (see _McpHelpFormatter)
+_MCP_EXAMPLES = """examples:
+  memoryd mcp --workspace ~/agent      stdio, for a host that spawns memoryd
+  memoryd mcp --http 8181              http://127.0.0.1:8181/mcp for hosts that connect by URL"""
 
 
-def _non_negative_int(raw: str) -> int:
-    value = int(raw)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be ≥ 0")
-    return value
+class _McpHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """`mcp --help` lists every tool from `memoryd.tools`, imported only when help is printed.
+
+    Building the parser must stay cheap (a search forwarded to `memoryd serve` never loads
+    pydantic), so the tool list cannot be rendered up front.
+    """
+
+    def add_text(self, text: str | None) -> None:
+        if text == _MCP_EPILOG:
+            from .tools import tools_help
+
+            text = tools_help() + "\n\n" + _MCP_EXAMPLES
+        super().add_text(text)
 
 
-def _unit_float(raw: str) -> float:
-    value = float(raw)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError("must be between 0 and 1")
-    return value
+def _http_address(raw: str) -> tuple[str, int]:
+    # the parsing rule lives with the server; only its message style is argparse's
+    from .mcp_server import parse_http_address
+
+    try:
+        return parse_http_address(raw)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
 
 
-def _forward(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any] | None:
-    """Send the request to a running `memoryd serve`, when one runs for the same config."""
-    if args.workspace or args.config or os.environ.get("MEMORYD_NO_SERVER"):
-        return None
-    from .server import request, socket_path
+def _identity(args: argparse.Namespace) -> dict[str, Any]:
+    """Who is asking, as `serve` compares it: config file, workspace flag/env, cwd."""
+    from .paths import config_file
+    from .server import config_identity
 
-    return request(socket_path(), {**payload, "agent": args.agent})
+    raw_ws = args.workspace or os.environ.get("MEMORYD_WORKSPACE")
+    return {
+        "config": config_identity(config_file(args.config)),
+        "workspace": os.path.abspath(os.path.expanduser(raw_ws)) if raw_ws else None,
+        "cwd": os.getcwd(),
+    }
+
+
+def _forward(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any] | None:
+    """Send the request to a running `memoryd serve` that serves this caller; else None.
+
+    `serve` compares the caller's config, agent and workspace with what it serves and answers
+    `not_served` when they differ; the command then runs in this process.
+    """
+    if os.environ.get("MEMORYD_NO_SERVER"):
+        return None
+    from .server import NOT_SERVED, SERVER_BUSY, request, socket_path
+
+    out = request(socket_path(), {**payload, "agent": args.agent, "identity": _identity(args)})
+    if out is not None and out.get("code") in (NOT_SERVED, SERVER_BUSY):
+        logging.getLogger("memoryd").info("%s; running in this process", out.get("error"))
+        return None
+    return out
+
+
+def _emit_json(out: dict[str, Any]) -> int:
+    """`--json` answer: the JSON on stdout; a failure also as one line on stderr."""
+    _print_json(out)
+    if out.get("disabled"):
+        print(f"memoryd: error: {out.get('error')}", file=sys.stderr)
+    return _exit_status(out)
+
+
+def _exit_status(out: dict[str, Any]) -> int:
+    """0, or the exit status of the failure a tool-shaped answer carries."""
+    if not out.get("disabled"):
+        return 0
+    return EXIT_USAGE if out.get("code") in USAGE_CODES else EXIT_ERROR
+
+
+def _validate(tool: str, **arguments: Any) -> None:
+    """The tool input contract (`memoryd.tools`), for what this process answers itself."""
+    from .tools import validate_tool_input
+
+    validate_tool_input(tool, {k: v for k, v in arguments.items() if v is not None})
+
+
+def _raise(out: dict[str, Any]) -> None:
+    """Turn a tool-shaped failure back into the error it was (its class from its code)."""
+    raise error_from_code(out.get("code"), str(out.get("error")))
 
 
 def _service(args: argparse.Namespace, **kw: Any) -> Any:
@@ -185,9 +389,10 @@ async def _cmd_search(args: argparse.Namespace) -> int:
             "sessionKey": args.session_key,
             "maxResults": args.max_results,
             "minScore": args.min_score,
+            "corpus": args.corpus,
         },
     )
-    if out is None:
+    if out is None:  # the service validates with the same bounds as the tool contract
         svc = _service(args, search_embed_budget_s=None)
         async with svc:
             agent = svc.agent(args.agent)
@@ -198,20 +403,42 @@ async def _cmd_search(args: argparse.Namespace) -> int:
                 session_key=args.session_key,
                 max_results=args.max_results,
                 min_score=args.min_score,
+                corpus=args.corpus,
             )
     if args.json:
-        _print_json(out)
-        return EXIT_ERROR if out.get("disabled") else 0
+        return _emit_json(out)
     if out.get("disabled"):
-        raise MemorydError(out["error"])
+        _raise(out)
     if out.get("scopeDenied"):
         print(f"Denied: {out['reason']}")
         return 0
+    fallback = out.get("fallback")
+    if fallback and fallback.get("from") == "qmd":
+        print(f"note: answered by the built-in index: {fallback.get('reason')}", file=sys.stderr)
+    if out.get("stale"):
+        print(
+            f"note: the qmd index is {out.get('staleSeconds')}s behind the memory files "
+            "(run `memoryd index`, or keep `memoryd serve` running)",
+            file=sys.stderr,
+        )
     for note in out.get("notes", []):
         print(f"note: {note}", file=sys.stderr)
-    if not out["results"]:
-        print("No matches.")
+    n = len(out["results"])
+    embedder = out.get("provider") or "no embeddings"
+    if out.get("model"):
+        embedder += f" ({out['model']})"
+    header = [
+        f"{n} result{'s' if n != 1 else ''}" if n else "no matches",
+        f"{out.get('backend')} backend" + (" (qmd failed over)" if fallback else ""),
+        f"{out.get('mode')} search",
+        embedder,
+    ]
+    if out.get("stale"):
+        header.append(f"qmd {out.get('staleSeconds')}s behind")
+    print(" · ".join(header))
+    if not n:
         return 0
+    print()
     for r in out["results"]:
         print(f"{r['score']:.3f} {r['path']}:{r['startLine']}-{r['endLine']}")
         for line in r["snippet"].splitlines():
@@ -230,103 +457,124 @@ async def _cmd_get(args: argparse.Namespace) -> int:
                 args.path, from_line=args.from_line, lines=args.lines, agent_id=args.agent
             )
     if args.json:
-        _print_json(out)
-        return EXIT_ERROR if out.get("disabled") else 0
+        return _emit_json(out)
     if out.get("disabled"):
-        raise MemorydError(out["error"])
+        _raise(out)
     sys.stdout.write(out["text"])
+    if out.get("missing"):
+        print(f"memoryd: {out['path']} does not exist yet (nothing to show)", file=sys.stderr)
+    elif out.get("pastEnd"):
+        print(f"memoryd: line {args.from_line} is past the end of {out['path']}", file=sys.stderr)
+    elif out.get("truncated"):
+        print(f"memoryd: output capped; continue with --from {out['nextFrom']}", file=sys.stderr)
     return 0
 
 
 async def _cmd_status(args: argparse.Namespace) -> int:
     st = None if args.deep else _forward(args, {"op": "status"})
+    if st is not None and st.get("disabled"):
+        _raise(st)
     if st is None:
         async with _service(args) as svc:
-            if args.deep:
-                b = svc.backend(args.agent)
-                if b.index is not None:
-                    await b.index.sync(embed_budget_s=0)
-                if b.qmd is not None:
-                    await svc.memory_search("memoryd status probe", agent_id=args.agent)
-            st = await svc.status(args.agent)
-    st["issues"] = _issues(st)
+            st = await svc.status(args.agent, deep=args.deep)
     if args.json:
         _print_json(st)
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(show_header=False, box=None)
-    for key in (
-        "backend",
-        "requestedBackend",
-        "provider",
-        "model",
-        "providerReason",
-        "files",
-        "chunks",
-        "pendingVectors",
-        "dirty",
-        "dbPath",
-        "workspaceDir",
-        "sources",
-        "qmdVersion",
-        "searchMode",
-    ):
-        if key in st:
-            table.add_row(key, str(st.get(key)))
-    vec = st.get("vector")
-    if vec:
-        table.add_row(
-            "vector",
-            f"{vec['engine']} (available={vec['available']}, dims={vec['dims']})"
-            + (f" — {vec['loadError']}" if vec.get("loadError") else ""),
-        )
-    if st.get("fts"):
-        table.add_row(
-            "fts", "available" if st["fts"]["available"] else f"unavailable: {st['fts']['error']}"
-        )
-    if st.get("cache"):
-        table.add_row("cache", f"{st['cache']['entries']} / {st['cache']['maxEntries']}")
-    if st.get("collections"):
-        table.add_row("collections", ", ".join(c["name"] for c in st["collections"]))
-    if st.get("fallback"):
-        table.add_row("fallback", f"from {st['fallback'].get('from')}: {st['fallback']['reason']}")
-    console = Console()
-    console.print(table)
-    for issue in st["issues"]:
-        console.print(f"[yellow]issue:[/yellow] {issue}")
+    _print_status(st)
     return 0
 
 
-def _issues(st: dict[str, Any]) -> list[str]:
-    from pathlib import Path
+def _when(ts: float | None) -> str:
+    if not ts:
+        return "never"
+    age = time.time() - ts
+    if age < 90:
+        return f"{age:.0f}s ago"
+    if age < 5400:
+        return f"{age / 60:.0f} min ago"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
-    found = []
-    ws = Path(st["workspaceDir"])
-    if not (ws / "memory").is_dir():
-        found.append(f"no memory/ folder in {ws}")
-    if st.get("files") == 0:
-        found.append("no memory files indexed yet (run `memoryd index`)")
-    if st.get("pendingVectors"):
-        found.append(f"{st['pendingVectors']} chunks waiting for embeddings (run `memoryd index`)")
-    if st.get("needsReindex"):
-        found.append(f"index must be rebuilt: {st['needsReindex']}")
-    if st.get("unavailable"):
-        found.append(f"memory unavailable: {st['unavailable']}")
-    q = st.get("qmd")
-    if st.get("requestedBackend") == "qmd":
-        if st.get("backend") != "qmd":
-            found.append(f"qmd is not serving: {(st.get('fallback') or {}).get('reason')}")
-        if q and not q.get("version"):
-            found.append(
-                f"qmd missing or not answering ({q.get('command')}); run scripts/install-qmd or set memory.qmd.command"
+
+def _print_status(st: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None, pad_edge=False)
+    backend = st["backend"]
+    if st["requestedBackend"] != backend:
+        backend += f" (qmd requested; failed over: {(st.get('fallback') or {}).get('reason')})"
+    rows: list[tuple[str, str]] = [
+        ("agent", st["agentId"]),
+        ("workspace", st["workspaceDir"]),
+        ("backend", backend),
+        (
+            "embeddings",
+            f"{st.get('provider') or 'none'}" + (f" ({st['model']})" if st.get("model") else ""),
+        ),
+    ]
+    b = st.get("builtin")
+    if b:
+        rows.append(
+            (
+                "indexed",
+                f"{b['files']} files, {b['chunks']} chunks"
+                + (
+                    f", {b['pendingVectors']} waiting for embeddings" if b["pendingVectors"] else ""
+                ),
             )
-        if q and q.get("lastUpdateAt") is None:
-            found.append("qmd index never updated in this process (run `memoryd warm`)")
-        elif q and q.get("lastUpdateAt") and time.time() - q["lastUpdateAt"] > 3600:
-            found.append("qmd index is stale (last update over an hour ago)")
-    return found
+        )
+        rows.append(
+            ("up to date", "no (files changed since the last sync)" if b["dirty"] else "yes")
+        )
+        rows.append(("index file", b["dbPath"]))
+        vec = b["vector"]
+        rows.append(
+            (
+                "vectors",
+                f"{vec['engine']}, searched with {vec['searchEngine']}"
+                + (f" ({vec['dims']} dims)" if vec.get("dims") else "")
+                + (f" — {vec['loadError']}" if vec.get("loadError") else ""),
+            )
+        )
+        rows.append(
+            (
+                "keyword search",
+                "FTS5" if b["fts"]["available"] else f"unavailable: {b['fts']['error']}",
+            )
+        )
+        rows.append(
+            ("embedding cache", f"{b['cache']['entries']:,} of {b['cache']['maxEntries']:,}")
+        )
+    q = st.get("qmd")
+    if q:
+        rows.append(
+            (
+                "qmd",
+                f"{q.get('version') or 'version unknown'} ({q['command']}), mode {q['searchMode']}",
+            )
+        )
+        rows.append(
+            ("qmd collections", ", ".join(c["name"] for c in q["collections"]) or "none yet")
+        )
+        rows.append(("qmd last update", _when(st.get("lastUpdateAt"))))
+        rows.append(("qmd last embed", _when(st.get("lastEmbedAt"))))
+        rec = st.get("recovery") or {}
+        if st.get("fallback"):
+            rows.append(
+                ("next qmd probe", _when(rec.get("nextProbeAt")).replace(" ago", " ago (due)"))
+            )
+            if rec.get("lastProbeError"):
+                rows.append(("last probe", rec["lastProbeError"]))
+        if st.get("healthUpdatedAt"):
+            rows.append(("health recorded", _when(st["healthUpdatedAt"])))
+    if st.get("servedBy"):
+        rows.append(("answered by", st["servedBy"]))
+    for key, value in rows:
+        table.add_row(f"[bold]{key}[/bold]", value)
+    console = Console()
+    console.print(table)
+    for issue in st.get("issues", []):
+        console.print(f"[yellow]issue:[/yellow] {issue}")
 
 
 async def _cmd_index(args: argparse.Namespace) -> int:
@@ -334,45 +582,75 @@ async def _cmd_index(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     async with _service(args) as svc:
-        idx = svc.index(args.agent)
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            TimeRemainingColumn(),
-            transient=True,
-            disable=not sys.stderr.isatty(),
-            console=Console(stderr=True),
-        ) as bar:
-            tasks: dict[str, Any] = {}
+        b = svc.backend(args.agent)
+        qmd_done = None
+        if b.qmd is not None:
+            await b.ensure_qmd_started()
+            await b.qmd.sync(force=True)
+            qmd_done = b.qmd.status()
+        idx = b.index
+        report = None
+        if idx is not None:
+            with Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total}"),
+                TimeRemainingColumn(),
+                transient=True,
+                disable=not sys.stderr.isatty(),
+                console=Console(stderr=True),
+            ) as bar:
+                tasks: dict[str, Any] = {}
 
-            def progress(phase: str, done: int, total: int) -> None:
-                if phase not in tasks:
-                    tasks[phase] = bar.add_task(
-                        "embedding" if phase == "vectors" else "scanning", total=total
-                    )
-                bar.update(tasks[phase], completed=done, total=total)
+                def progress(phase: str, done: int, total: int) -> None:
+                    if phase not in tasks:
+                        tasks[phase] = bar.add_task(
+                            "embedding" if phase == "vectors" else "scanning", total=total
+                        )
+                    bar.update(tasks[phase], completed=done, total=total)
 
-            report = await idx.sync(force=args.force, progress=progress)
-        st = idx.status()
-    out = {
-        **report.to_dict(),
-        "files": st["files"],
-        "chunks": st["chunks"],
-        "dbPath": st["dbPath"],
-        "provider": st["provider"],
-        "model": st["model"],
-        "vectorEngine": st["vector"]["engine"],
-    }
+                report = await idx.sync(force=args.force, progress=progress)
+            st = idx.status()
+    out: dict[str, Any] = {}
+    if report is not None:
+        out.update(
+            {
+                "filesScanned": report.files_scanned,
+                "filesChanged": report.files_changed,
+                "filesRemoved": report.files_removed,
+                "chunksWritten": report.chunks_written,
+                "vectorsEmbedded": report.vectors_embedded,
+                "vectorsFromCache": report.vectors_from_cache,
+                "vectorsPending": report.vectors_pending,
+                "reindexed": report.reindexed,
+                "reindexReason": report.reindex_reason,
+                "seconds": round(report.seconds, 3),
+                "files": st.files,
+                "chunks": st.chunks,
+                "dbPath": st.db_path,
+                "provider": st.provider,
+                "model": st.model,
+                "vectorEngine": st.vector.engine,
+            }
+        )
+    if qmd_done is not None:
+        out["qmd"] = {
+            "lastUpdateAt": qmd_done.last_update_at,
+            "lastEmbedAt": qmd_done.last_embed_at,
+            "collections": [c.name for c in qmd_done.collections],
+        }
     if args.json:
         _print_json(out)
-    else:
+        return 0
+    if qmd_done is not None:
+        print(f"qmd updated ({len(qmd_done.collections)} collections)")
+    if report is not None:
         print(
-            f"indexed {st['files']} files, {st['chunks']} chunks "
+            f"indexed {st.files} files, {st.chunks} chunks "
             f"({report.files_changed} changed, {report.files_removed} removed; "
             f"{report.vectors_embedded} embedded, {report.vectors_from_cache} from cache"
             + (f"; rebuilt: {report.reindex_reason}" if report.reindexed else "")
-            + f") in {report.seconds:.2f}s → {st['dbPath']}"
+            + f") in {report.seconds:.2f}s → {st.db_path}"
         )
     return 0
 
@@ -380,6 +658,8 @@ async def _cmd_index(args: argparse.Namespace) -> int:
 async def _cmd_context(args: argparse.Namespace) -> int:
     async with _service(args) as svc:
         out = await svc.context(agent_id=args.agent, session_key=args.session_key)
+    if out.get("disabled"):
+        _raise(out)
     if args.json:
         _print_json(out)
         return 0
@@ -391,10 +671,11 @@ async def _cmd_context(args: argparse.Namespace) -> int:
 
 async def _cmd_append(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
+    _validate("memory_append", target=args.target, text=text)
     async with _service(args) as svc:
         out = await svc.append(args.target, text, agent_id=args.agent)
     if out.get("disabled"):
-        raise MemorydError(out["error"])
+        _raise(out)
     if args.json:
         _print_json(out)
     else:
@@ -406,6 +687,14 @@ async def _cmd_append(args: argparse.Namespace) -> int:
 
 
 async def _cmd_flush_check(args: argparse.Namespace) -> int:
+    _validate(
+        "memory_flush_check",
+        tokenEstimate=args.tokens,
+        contextWindow=args.context_window,
+        compactionCount=args.compactions,
+        sessionKey=args.session_key,
+        sessionId=args.session_id,
+    )
     async with _service(args) as svc:
         out = await svc.flush_check(
             session_key=args.session_key,
@@ -416,11 +705,15 @@ async def _cmd_flush_check(args: argparse.Namespace) -> int:
             record=not args.dry_run,
             agent_id=args.agent,
         )
+    if out.get("disabled"):
+        _raise(out)
     if args.json:
         _print_json(out)
     else:
+        verdict = "run the memory flush now" if out["run"] else "no flush needed"
         print(
-            ("run" if out["run"] else "skip") + f" ({out['reason']}; threshold {out['threshold']})"
+            f"{verdict} ({out['reason'].replace('_', ' ')}: {out['tokenEstimate']:,} tokens, "
+            f"flush threshold {max(0, out['threshold']):,} of a {out['contextWindow']:,}-token window)"
         )
     return 0
 
@@ -449,27 +742,47 @@ async def _cmd_warm(args: argparse.Namespace) -> int:
 
 
 async def _cmd_serve(args: argparse.Namespace) -> int:
+    from .paths import config_file
     from .server import serve, socket_path
 
     svc = _service(args)
-    print(
-        f"memoryd serve: agents {', '.join(svc.agent_ids())}; socket {socket_path()}",
-        file=sys.stderr,
-    )
-    await serve(svc)
+    ids = svc.agent_ids()
+    # resolve now: a bad workspace or agent id fails before listening
+    served = [svc.agent(aid) for aid in ids]
+    agents = "; ".join(f"{a.agent_id} ({a.memory.backend}, {a.workspace})" for a in served)
+    print(f"memoryd serve: socket {socket_path()}; agents: {agents}", file=sys.stderr)
+    await serve(svc, config_path=config_file(args.config))
+    print("memoryd serve: stopped", file=sys.stderr)
     return 0
 
 
 async def _cmd_mcp(args: argparse.Namespace) -> int:
-    from .mcp_server import build_server
+    from . import mcp_server
+    from .config import load_config, resolve_agent
 
-    svc = _service(args)
-    server = build_server(svc, agent_id=args.agent)
-    async with anyio.create_task_group() as tg:
-        await svc.start(tg, [svc.agent(args.agent).agent_id])
-        await server.run_stdio_async()
-        tg.cancel_scope.cancel()
-    await svc.aclose()
+    # config, workspace and agent are checked before serving, so a mistake is one line + exit 1
+    cfg = load_config(args.config)
+    agent = resolve_agent(cfg, args.agent, workspace=args.workspace)
+
+    def service() -> Any:
+        # called after `initialize` has been answered: numpy, SQLite and models load here
+        from .orchestrator import MemoryService
+
+        return MemoryService(cfg, workspace=args.workspace)
+
+    if args.http is None:
+        await mcp_server.serve_stdio(service, agent_id=agent.agent_id)
+    else:
+        host, port = args.http
+        await mcp_server.serve_http(
+            service,
+            host=host,
+            port=port,
+            agent_id=agent.agent_id,
+            allow_remote=args.allow_remote,
+            allowed_origins=args.allow_origin,
+            allowed_hosts=args.allow_host,
+        )
     return 0
 
 
@@ -492,7 +805,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help(sys.stderr)
-        return 2
+        return EXIT_USAGE
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.ERROR,
         stream=sys.stderr,
@@ -502,10 +815,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return anyio.run(COMMANDS[args.command], args)
     except MemorydError as err:
         print(f"memoryd: error: {err}", file=sys.stderr)
-        return EXIT_ERROR
+        if getattr(args, "json", False):
+            _print_json({"disabled": True, "error": str(err), "code": err.code})
+        return EXIT_USAGE if err.code in USAGE_CODES else EXIT_ERROR
     except KeyboardInterrupt:
         print("memoryd: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `memoryd search … | head`: the reader left; say nothing more (stdout is gone)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -6,18 +6,21 @@ Every model forbids unknown keys so a misspelled option fails loudly with its ke
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from . import paths
-from .errors import ConfigError, WorkspaceNotFound
+from .core.layout import LONG_TERM_NAMES, MEMORY_DIR, MemoryRoot, default_roots, extra_root
+from .errors import ConfigError, InvalidAgentId, UnknownAgent, WorkspaceNotFound
 
 
 class _Model(BaseModel):
@@ -77,8 +80,17 @@ class RemoteConfig(_Model):
 
 
 class LocalConfig(_Model):
+    @model_validator(mode="before")
+    @classmethod
+    def _no_model_cache_dir(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and ("modelCacheDir" in data or "model_cache_dir" in data):
+            raise ValueError(
+                "modelCacheDir is not supported: memoryd's local model ships inside its Python "
+                "package and downloads nothing (remove the key)"
+            )
+        return data
+
     model_path: str | None = Field(None, description="Path to a local embedding model file.")
-    model_cache_dir: str | None = Field(None, description="Where local models are cached.")
     threads: int | None = Field(
         None,
         ge=1,
@@ -148,12 +160,6 @@ class HybridConfig(_Model):
             raise ValueError("vectorWeight and textWeight cannot both be 0")
         return self
 
-    @property
-    def normalized_weights(self) -> tuple[float, float]:
-        """(vector, text) weights scaled to sum to 1."""
-        total = self.vector_weight + self.text_weight
-        return self.vector_weight / total, self.text_weight / total
-
 
 class QueryConfig(_Model):
     max_results: int = Field(6, ge=1, le=100)
@@ -190,6 +196,13 @@ class ExperimentalConfig(_Model):
     session_memory: bool = False
 
 
+class ExtraPathEntry(_Model):
+    """An extra memory folder with its own glob (OpenClaw 2026.8's `{path, pattern}` entries)."""
+
+    path: str = Field(description="Folder (absolute, workspace-relative or ~).")
+    pattern: str = Field("**/*.md", description="qmd-style glob of the files to index under it.")
+
+
 ProviderName = Literal["auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "none"]
 FallbackName = Literal["openai", "gemini", "voyage", "mistral", "ollama", "local", "none"]
 SourceName = Literal["memory", "sessions"]
@@ -207,7 +220,10 @@ class MemorySearchConfig(_Model):
     query: QueryConfig = Field(default_factory=QueryConfig)
     cache: CacheConfig = Field(default_factory=CacheConfig)
     sync: SyncConfig = Field(default_factory=SyncConfig)
-    extra_paths: list[str] = Field(default_factory=list)
+    extra_paths: list[str | ExtraPathEntry] = Field(
+        default_factory=list,
+        description="More memory: folders (every **/*.md), single .md files, or {path, pattern}.",
+    )
     sources: list[SourceName] = Field(default_factory=lambda: list[SourceName](["memory"]))
     experimental: ExperimentalConfig = Field(default_factory=ExperimentalConfig)
 
@@ -340,6 +356,12 @@ class QmdConfig(_Model):
     scope: ScopeConfig | None = Field(None, description="OpenClaw location of the scope rules.")
     fallback: Literal["builtin", "none"] = "builtin"
     failover: FailoverConfig = Field(default_factory=FailoverConfig)
+    empty_results: Literal["empty", "builtin"] = Field(
+        "empty",
+        description="When qmd answers a multi-word question with nothing (its `search` ANDs every "
+        "term): 'empty' (OpenClaw's behaviour) or 'builtin' to complete the answer from the "
+        "built-in index; such hits carry backend 'builtin'.",
+    )
 
 
 class MemoryConfig(_Model):
@@ -374,13 +396,21 @@ class AgentDefaults(_Model):
 
 
 class AgentEntry(_Model):
-    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    id: str = Field(description=f"Agent id: {paths.AGENT_ID_SHAPE} (case-insensitive).")
     workspace: str | None = None
     workspace_access: WorkspaceAccess | None = None
     memory_search: dict[str, Any] | None = Field(
         None, description="Overrides merged over agents.defaults.memorySearch."
     )
     compaction: dict[str, Any] | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _valid_id(cls, value: str) -> str:
+        try:
+            return paths.validate_agent_id(value)
+        except InvalidAgentId as err:
+            raise ValueError(str(err)) from None
 
     @field_validator("memory_search")
     @classmethod
@@ -449,19 +479,114 @@ class ResolvedAgent(BaseModel):
     bootstrap_total_max_chars: int = 150_000
 
     @property
+    def state(self) -> paths.AgentState:
+        """Every state path of this (agent, workspace) pair (see `memoryd.paths`)."""
+        return paths.agent_state(self.agent_id, self.workspace)
+
+    @property
     def index_path(self) -> Path:
         raw = self.memory_search.store.path
         if not raw:
-            return paths.default_index_path(self.agent_id)
-        return Path(raw.replace("{agentId}", self.agent_id)).expanduser()
+            return self.state.index_db
+        return paths.expand_store_path(raw, self.agent_id, self.workspace)
 
     @property
     def state_dir(self) -> Path:
-        return paths.agent_state_dir(self.agent_id)
+        """`<state>/agents/<agentId>/workspaces/<workspaceKey>`."""
+        return self.state.root
 
     @property
     def sessions_dir(self) -> Path:
-        return paths.agent_sessions_dir(self.agent_id)
+        return self.state.sessions_dir
+
+    @property
+    def sessions_enabled(self) -> bool:
+        """Transcripts are a search source: `experimental.sessionMemory` and `"sessions"` in sources."""
+        ms = self.memory_search
+        return bool(ms.experimental.session_memory) and "sessions" in ms.sources
+
+    def extra_roots(self) -> list[MemoryRoot]:
+        """One root per `extraPaths` entry, `~` and workspace-relative paths resolved."""
+        out = []
+        for entry in self.memory_search.extra_paths:
+            raw, pattern = (entry, None) if isinstance(entry, str) else (entry.path, entry.pattern)
+            out.append(extra_root(str(_absolute(raw, self.workspace)), pattern))
+        return out
+
+    def memory_roots(self) -> list[MemoryRoot]:
+        """The default memory files plus `extraPaths`: what the built-in index reads and serves."""
+        return default_roots(str(self.workspace)) + self.extra_roots()
+
+    def index_settings(self) -> IndexSettings:
+        """The built-in index's settings for this agent."""
+        ms = self.memory_search
+        return IndexSettings(
+            agent_id=self.agent_id,
+            workspace=self.workspace,
+            roots=tuple(self.memory_roots()),
+            db_path=self.index_path,
+            sources=tuple(ms.sources),
+            sessions_dir=self.sessions_dir if self.sessions_enabled else None,
+            chunking=ms.chunking,
+            query=ms.query,
+            sync=ms.sync,
+            cache=ms.cache,
+            vector=ms.store.vector,
+        )
+
+    def qmd_settings(self) -> QmdSettings:
+        """The qmd sidecar's settings for this agent."""
+        q = self.memory.qmd
+        export = q.sessions.export_dir
+        exports = (
+            paths.expand_store_path(export, self.agent_id, self.workspace)
+            if export
+            else self.state.qmd_exports
+        )
+        return QmdSettings(
+            agent_id=self.agent_id,
+            workspace=self.workspace,
+            qmd=q,
+            home=self.state.qmd_home,
+            exports_dir=exports,
+            extra_roots=tuple(self.extra_roots()),
+        )
+
+
+def _absolute(raw: str, workspace: Path) -> Path:
+    p = Path(os.path.expanduser(raw))
+    return Path(os.path.normpath(p if p.is_absolute() else workspace / p))
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSettings:
+    """What the built-in index needs to know, and nothing more (built by `ResolvedAgent`)."""
+
+    agent_id: str
+    workspace: Path
+    roots: tuple[MemoryRoot, ...]
+    db_path: Path
+    sources: tuple[str, ...]
+    #: The agent's transcripts folder when transcripts are a search source, else None.
+    sessions_dir: Path | None
+    chunking: ChunkingConfig
+    query: QueryConfig
+    sync: SyncConfig
+    cache: CacheConfig
+    vector: VectorStoreConfig
+
+
+@dataclass(frozen=True, slots=True)
+class QmdSettings:
+    """What the qmd sidecar needs to know (built by `ResolvedAgent`)."""
+
+    agent_id: str
+    workspace: Path
+    qmd: QmdConfig
+    home: Path
+    exports_dir: Path
+    #: `memorySearch.extraPaths`, which become qmd collections too.
+    extra_roots: tuple[MemoryRoot, ...] = ()
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -475,24 +600,97 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return out
 
 
-def format_validation_error(err: ValidationError, *, root: str = "") -> str:
-    """One line per problem, each naming the offending key path (`agents.defaults.memorySearch…`)."""
+def _model_at(model: type[BaseModel], loc: Sequence[str | int]) -> type[BaseModel] | None:
+    """The pydantic model that holds the key at `loc` (None when the path leaves the models)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = next(
+            (f for name, f in current.model_fields.items() if part in (name, f.alias)), None
+        )
+        if field is None:
+            return None
+        current = _inner_model(field.annotation)
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _inner_model(annotation: Any) -> Any:
+    """The model inside `X | None`, `list[X]`, `dict[str, X]` (or the annotation itself)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _inner_model(arg)
+        if isinstance(found, type) and issubclass(found, BaseModel):
+            return found
+    return annotation
+
+
+def _did_you_mean(model: type[BaseModel] | None, loc: Sequence[str | int], key: str) -> str:
+    holder = _model_at(model, loc) if model is not None else None
+    if holder is None:
+        return ""
+    known = [f.alias or name for name, f in holder.model_fields.items()]
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def format_validation_error(
+    err: ValidationError, *, root: str = "", model: type[BaseModel] | None = None
+) -> str:
+    """One line per problem, each naming the offending key path (`agents.defaults.memorySearch…`).
+
+    With `model`, an unknown key also suggests the closest known one (`maxResult` → `maxResults`).
+    """
     lines = []
     for item in err.errors():
-        loc = ".".join(str(part) for part in item["loc"] if part != "__root__")
+        parts = [p for p in item["loc"] if p != "__root__"]
+        loc = ".".join(str(part) for part in parts)
         path = ".".join(p for p in (root, loc) if p)
         msg = item["msg"]
         if item["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = "unknown key" + _did_you_mean(model, parts[:-1], str(parts[-1]))
         lines.append(f"{path or '<root>'}: {msg}")
     return "; ".join(lines)
 
 
+def _map_memory_search(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """OpenClaw 2026.8+ keeps memory settings under `memory.search`: read them as
+    `agents.defaults.memorySearch` (merged over it; `memory.search` wins), reporting problems at
+    their own path (`memory.search.query.maxResult: unknown key (did you mean 'maxResults'?)`)."""
+    memory = data.get("memory")
+    if not isinstance(memory, Mapping) or "search" not in memory:
+        return data
+    search = memory["search"]
+    if not isinstance(search, Mapping):
+        raise ConfigError("invalid config: memory.search: must be a table/object")
+    try:
+        MemorySearchConfig.model_validate(search)
+    except ValidationError as err:
+        raise ConfigError(
+            "invalid config: "
+            + format_validation_error(err, root="memory.search", model=MemorySearchConfig)
+        ) from None
+    out = dict(data)
+    out["memory"] = {k: v for k, v in memory.items() if k != "search"}
+    agents = dict(out.get("agents") or {})
+    defaults = dict(agents.get("defaults") or {})
+    defaults["memorySearch"] = deep_merge(defaults.get("memorySearch") or {}, search)
+    agents["defaults"] = defaults
+    out["agents"] = agents
+    return out
+
+
 def validate_config(data: Mapping[str, Any], *, source: str = "config") -> MemorydConfig:
+    data = _map_memory_search(data)
     try:
         return MemorydConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(f"invalid {source}: {format_validation_error(err)}") from None
+        raise ConfigError(
+            f"invalid {source}: {format_validation_error(err, model=MemorydConfig)}"
+        ) from None
 
 
 # OpenClaw configs carry many unrelated keys (gateway, channels, …); take only the memory ones.
@@ -564,13 +762,7 @@ def read_config_file(path: Path) -> MemorydConfig:
 
 def find_config_file(explicit: str | os.PathLike[str] | None = None) -> Path | None:
     """`--config`, then `MEMORYD_CONFIG`, then `<config dir>/config.toml` if present."""
-    if explicit:
-        return Path(explicit).expanduser()
-    env = os.environ.get("MEMORYD_CONFIG")
-    if env:
-        return Path(env).expanduser()
-    default = paths.config_dir() / "config.toml"
-    return default if default.is_file() else None
+    return paths.config_file(explicit)
 
 
 def load_config(explicit: str | os.PathLike[str] | None = None) -> MemorydConfig:
@@ -579,11 +771,7 @@ def load_config(explicit: str | os.PathLike[str] | None = None) -> MemorydConfig
 
 
 def _looks_like_workspace(path: Path) -> bool:
-    return (
-        (path / "MEMORY.md").is_file()
-        or (path / "memory.md").is_file()
-        or (path / "memory").is_dir()
-    )
+    return any((path / name).is_file() for name in LONG_TERM_NAMES) or (path / MEMORY_DIR).is_dir()
 
 
 def resolve_agent(
@@ -592,13 +780,18 @@ def resolve_agent(
     *,
     workspace: str | os.PathLike[str] | None = None,
     cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> ResolvedAgent:
-    """Effective settings for one agent: defaults ← agents.list entry ← CLI/env overrides."""
-    agent_id = agent_id or "main"
+    """Effective settings for one agent: defaults ← agents.list entry ← CLI/env overrides.
+
+    `env` is where `MEMORYD_WORKSPACE` is looked up (default: this process's environment;
+    `serve` resolves a caller's identity with `{}`, since the caller sent its own).
+    """
+    agent_id = paths.validate_agent_id(paths.DEFAULT_AGENT_ID if agent_id is None else agent_id)
     entry = next((e for e in config.agents.entries if e.id == agent_id), None)
-    if entry is None and config.agents.entries and agent_id != "main":
+    if entry is None and config.agents.entries and agent_id != paths.DEFAULT_AGENT_ID:
         known = ", ".join(e.id for e in config.agents.entries)
-        raise ConfigError(f"unknown agent {agent_id!r} (configured: {known})")
+        raise UnknownAgent(f"unknown agent {agent_id!r} (configured: {known})")
     defaults = config.agents.defaults
 
     search = defaults.memory_search
@@ -613,7 +806,9 @@ def resolve_agent(
             idx = config.agents.entries.index(entry)
             raise ConfigError(
                 "invalid config: "
-                + format_validation_error(err, root=f"agents.list.{idx}.memorySearch")
+                + format_validation_error(
+                    err, root=f"agents.list.{idx}.memorySearch", model=MemorySearchConfig
+                )
             ) from None
     compaction = defaults.compaction
     if entry is not None and entry.compaction:
@@ -629,7 +824,8 @@ def resolve_agent(
                 + format_validation_error(err, root=f"agents.list.{idx}.compaction")
             ) from None
 
-    raw_ws: str | os.PathLike[str] | None = workspace or os.environ.get("MEMORYD_WORKSPACE")
+    environ = os.environ if env is None else env
+    raw_ws: str | os.PathLike[str] | None = workspace or environ.get("MEMORYD_WORKSPACE")
     if not raw_ws:
         raw_ws = (entry.workspace if entry and entry.workspace else None) or defaults.workspace
     if raw_ws:

@@ -121,6 +121,12 @@ class MemoryWriteFailed(MemorydError):
     code = "write_failed"
 
 
+class MemoryReadFailed(MemorydError):
+    """Raised when a memory file that memoryd may serve cannot be read (permissions, I/O error)."""
+
+    code = "read_failed"
+
+
 class InvalidMemoryWrite(InvalidInput):
     """Raised when `memory_append` gets an unknown target, empty text, NUL bytes or more than 64 KiB."""
 
@@ -211,6 +217,41 @@ class ServiceUnavailable(MemorydError):
     code = "service_unavailable"
 
 
+class NotServed(MemorydError):
+    """Answered by `memoryd serve` when a forwarded request is for a config/agent/workspace it does not serve."""
+
+    code = "not_served"
+
+
+class ServerBusy(MemorydError):
+    """Answered by `memoryd serve` when it already handles its maximum number of connections."""
+
+    code = "server_busy"
+
+
 def error_code(err: BaseException) -> str:
     """The stable code of `err` (`internal_error` for anything that is not a `MemorydError`)."""
     return err.code if isinstance(err, MemorydError) else "internal_error"
+
+
+def _subclasses(cls: type[MemorydError]) -> list[type[MemorydError]]:
+    out = [cls]
+    for sub in cls.__subclasses__():
+        out.extend(_subclasses(sub))
+    return out
+
+
+def error_from_code(code: str | None, message: str) -> MemorydError:
+    """Rebuild an error received over a wire (socket answer) from its code and message."""
+    for cls in _subclasses(MemorydError):
+        if cls.code == code:
+            return cls(message)
+    return MemorydError(message)
+
+
+def all_codes() -> dict[str, str]:
+    """Every code and the first line of its class docstring (the README's error table)."""
+    out: dict[str, str] = {}
+    for cls in _subclasses(MemorydError):
+        out.setdefault(cls.code, (cls.__doc__ or "").strip().splitlines()[0])
+    return out

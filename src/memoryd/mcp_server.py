@@ -1,99 +1,592 @@
-"""`memoryd mcp`: the agent tools over MCP (stdio), built on the official SDK.
+"""`memoryd mcp`: the six agent tools over MCP, on stdio or Streamable HTTP (official SDK).
 
-The tools are the same contract as the Python API and the CLI: they return the service's dicts,
-so errors arrive as `{disabled, error}` / `{scopeDenied, reason}` results, never as exceptions.
+This module owns the MCP surface: tool listing (schemas from `memoryd.tools`), argument
+validation, turning service dicts into tool results, the lazy start of the service, and the two
+transports. It does not decide anything about memory: every answer comes from `MemoryService`.
+
+- Every tool call is validated with `tools.validate_tool_input`; a bad argument is an ordinary
+  result `{disabled: true, error, code: "invalid_input"}` in `structuredContent`, never a
+  protocol error or pydantic's raw text. Service failures arrive the same way, from the service.
+- `initialize` never waits for memory: the service (numpy, SQLite, embedding models, qmd) is
+  imported and started in the background once the handshake is done, and a tool call that
+  arrives first waits for that start.
+- HTTP applies qmd 2.8.3's DNS-rebinding rules (`resolve_origin_guard`, `check_request_origin`)
+  to every request and refuses non-loopback binds unless asked. Both transports stop on
+  SIGTERM/SIGINT without waiting for the host to send anything.
 """
 
 from __future__ import annotations
 
-import inspect
-from typing import Annotated, Any, Literal
+import io
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import urlsplit
 
-from mcp.server.mcpserver import MCPServer
-from pydantic import Field
+import anyio
+import anyio.from_thread
+import mcp.types as types
+from anyio.abc import TaskGroup
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
 
 from . import __version__
-from .orchestrator import MemoryService
+from .errors import ConfigError, InvalidInput, MemorydError, error_code
+from .tools import (
+    TOOLS,
+    ToolInput,
+    call_tool,
+    input_schema,
+    invalid_input_result,
+    validate_tool_input,
+)
+
+if TYPE_CHECKING:
+    from .orchestrator import MemoryService
+
+log = logging.getLogger("memoryd.mcp")
 
 INSTRUCTIONS = (
     "Long-term memory for this agent. Call memory_search before answering questions about prior "
     "work, decisions, people, preferences or dates; then memory_get to read more lines of a hit."
 )
 
+# ----------------------------------------------------------------------------- the service
 
-def build_server(service: MemoryService, *, agent_id: str | None = None) -> MCPServer[Any]:
-    server: MCPServer[Any] = MCPServer("memoryd", version=__version__, instructions=INSTRUCTIONS)
 
-    @server.tool(
-        description="Search the agent's memory files (hybrid BM25 + vectors). Returns snippets with path and line range."
+class _ServiceHandle:
+    """The `MemoryService` behind the tools, created and started lazily.
+
+    Given a factory, the service is built in a worker thread on first need (its imports pull
+    numpy and SQLite). Once `attach`ed to a task group, `warm_soon` starts it (qmd, timers, the
+    first index sync) in the background, and tool calls wait for that start to finish.
+    """
+
+    def __init__(
+        self, service: MemoryService | Callable[[], MemoryService], agent_id: str | None
+    ) -> None:
+        self.agent_id = agent_id
+        if callable(service):
+            self._factory: Callable[[], MemoryService] | None = service
+            self._service: MemoryService | None = None
+        else:
+            self._factory, self._service = None, service
+        self._lock = anyio.Lock()
+        self._tg: TaskGroup | None = None
+        self._warm_started = False
+        self._warmed = anyio.Event()
+
+    async def service(self) -> MemoryService:
+        if self._service is None:
+            async with self._lock:
+                if self._service is None:
+                    assert self._factory is not None
+                    self._service = await anyio.to_thread.run_sync(self._factory)
+        return self._service
+
+    def attach(self, tg: TaskGroup) -> None:
+        """Run the service's timers in `tg` (the serving task group)."""
+        self._tg = tg
+
+    def warm_soon(self) -> None:
+        """Start the service in the background (once); a no-op until `attach`."""
+        if self._tg is None or self._warm_started:
+            return
+        self._warm_started = True
+        self._tg.start_soon(self._warm)
+
+    async def _warm(self) -> None:
+        started = time.perf_counter()
+        try:
+            svc = await self.service()
+            assert self._tg is not None
+            await svc.start(self._tg, [svc.agent(self.agent_id).agent_id])
+            log.info("memory service started in %.2fs", time.perf_counter() - started)
+        except Exception:
+            # a tool call then reports the failure as its result; the server keeps serving
+            log.exception("starting the memory service failed")
+        finally:
+            self._warmed.set()
+
+    async def ready(self) -> MemoryService:
+        """The service, started when serving (tool calls wait here, never `initialize`)."""
+        if self._tg is not None:
+            self.warm_soon()
+            await self._warmed.wait()
+        return await self.service()
+
+    async def aclose(self) -> None:
+        if self._service is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self._service.aclose()
+
+
+# ----------------------------------------------------------------------------- tools
+
+
+async def _dispatch(handle: _ServiceHandle, args: ToolInput) -> dict[str, Any]:
+    return await call_tool(await handle.ready(), args, agent_id=handle.agent_id)
+
+
+def _result(data: dict[str, Any], *, is_error: bool = False) -> types.CallToolResult:
+    # structuredContent for hosts that read it; the same JSON as text for those that do not
+    text = json.dumps(data, ensure_ascii=False, default=str)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content=data,
+        is_error=is_error,
     )
-    async def memory_search(
-        query: str,
-        maxResults: int | None = None,
-        minScore: float | None = None,
-        sessionKey: str | None = None,
-    ) -> dict[str, Any]:
-        return await service.memory_search(
-            query,
-            agent_id=agent_id,
-            session_key=sessionKey,
-            max_results=maxResults,
-            min_score=minScore,
+
+
+def _tool_list() -> list[types.Tool]:
+    return [
+        types.Tool(
+            name=spec.name,
+            description=spec.description,
+            input_schema=input_schema(spec.name),
+            annotations=types.ToolAnnotations(
+                read_only_hint=spec.read_only,
+                destructive_hint=False,
+                idempotent_hint=spec.read_only,
+                open_world_hint=False,
+            ),
         )
+        for spec in TOOLS.values()
+    ]
 
-    def memory_get_schema(
-        path: str,
-        from_: Annotated[int | None, Field(alias="from", description="first line, 1-based")] = None,
-        lines: Annotated[int | None, Field(description="number of lines")] = None,
-    ) -> dict[str, Any]:
-        raise NotImplementedError  # only its signature is used, for the tool's input schema
 
-    async def memory_get(path: str, **kw: Any) -> dict[str, Any]:
-        # `from` is a Python keyword, so the SDK passes it through **kw under its alias
-        return await service.memory_get(
-            path, from_line=kw.get("from"), lines=kw.get("lines"), agent_id=agent_id
-        )
+def _build(handle: _ServiceHandle) -> Server[Any]:
+    tools = _tool_list()
 
-    memory_get.__signature__ = inspect.signature(memory_get_schema, eval_str=True)  # type: ignore[attr-defined]
-    memory_get.__annotations__ = memory_get_schema.__annotations__
-    server.tool(
-        name="memory_get",
-        description="Read a memory file (MEMORY.md, memory/**.md, extra paths) or a line range of it.",
-    )(memory_get)
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
 
-    @server.tool(
-        description="Append durable notes: target 'daily' (today's memory/YYYY-MM-DD.md) or 'long-term' (MEMORY.md)."
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        if params.name not in TOOLS:
+            raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
+        try:
+            args = validate_tool_input(params.name, params.arguments)
+        except InvalidInput as err:
+            return _result(invalid_input_result(err))
+        try:
+            return _result(await _dispatch(handle, args))
+        except MemorydError as err:
+            # e.g. the service factory failing; the service itself answers with failure dicts
+            return _result({"disabled": True, "error": str(err), "code": error_code(err)})
+        except Exception:
+            # the service returns failure dicts by contract; reaching here is a memoryd bug
+            log.exception("tool %s failed", params.name)
+            return _result(
+                {
+                    "disabled": True,
+                    "error": f"internal error in {params.name} (see the memoryd log)",
+                    "code": "internal_error",
+                },
+                is_error=True,
+            )
+
+    async def warm_after_handshake(ctx: ServerRequestContext[Any], call_next: CallNext) -> Any:
+        result: HandlerResult = await call_next(ctx)
+        # any message after `initialize` (its `initialized` notification, or a first request
+        # of a handshake-free client) means the answer is out: now pay for loading memory
+        if ctx.method != "initialize":
+            handle.warm_soon()
+        return result
+
+    server: Server[Any] = Server(
+        "memoryd",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        get_tool_input_schema=lambda name: input_schema(name) if name in TOOLS else None,
     )
-    async def memory_append(target: Literal["daily", "long-term"], text: str) -> dict[str, Any]:
-        return await service.append(target, text, agent_id=agent_id)
-
-    @server.tool(
-        description="The memory to load at session start: today's and yesterday's notes, and MEMORY.md for private sessions."
-    )
-    async def memory_context(sessionKey: str | None = None) -> dict[str, Any]:
-        return await service.context(agent_id=agent_id, session_key=sessionKey)
-
-    @server.tool(
-        description="Before compaction: should the silent memory-flush turn run now? Returns the prompts to use."
-    )
-    async def memory_flush_check(
-        tokenEstimate: int,
-        contextWindow: int,
-        compactionCount: int = 0,
-        sessionKey: str | None = None,
-        sessionId: str | None = None,
-    ) -> dict[str, Any]:
-        return await service.flush_check(
-            session_key=sessionKey,
-            token_estimate=tokenEstimate,
-            context_window=contextWindow,
-            compaction_count=compactionCount,
-            session_id=sessionId,
-            agent_id=agent_id,
-        )
-
-    @server.tool(description="Which backend serves memory, index health and recent failures.")
-    async def memory_status() -> dict[str, Any]:
-        return await service.status(agent_id)
-
+    # Server.middleware is marked provisional in mcp 2.x; it is the one hook that sees the
+    # handshake finish, which is when the background start may begin.
+    server.middleware.append(warm_after_handshake)
     return server
+
+
+def build_server(
+    service: MemoryService | Callable[[], MemoryService], *, agent_id: str | None = None
+) -> Server[Any]:
+    """The MCP server for one agent's tools (connect with `mcp.Client(server)` in-process).
+
+    `service` may be a factory, called in a worker thread on the first tool call.
+    """
+    return _build(_ServiceHandle(service, agent_id))
+
+
+# ----------------------------------------------------------------------------- signals
+
+
+async def _on_signal(stop: Callable[[], None]) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            print(
+                f"memoryd mcp: {signal.Signals(signum).name}, shutting down",
+                file=sys.stderr,
+                flush=True,
+            )
+            stop()
+            return
+
+
+# ----------------------------------------------------------------------------- stdio
+
+
+class _StdinLines:
+    """Lines of the MCP wire on stdin, read by a daemon thread.
+
+    The SDK reads stdin in an AnyIO worker thread, which neither a cancel nor interpreter exit
+    can interrupt while the host sends nothing, so SIGTERM would wait for the next input line. A
+    daemon thread blocked in `read` does not hold up exit. As the SDK does, fd 0 is pointed at
+    /dev/null while serving so child processes (qmd) cannot read the wire.
+    """
+
+    def __init__(self) -> None:
+        self._wire_fd = os.dup(0)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        self._send, self._recv = anyio.create_memory_object_stream[str](0)
+        self._token = anyio.lowlevel.current_token()
+        threading.Thread(target=self._pump, name="memoryd-mcp-stdin", daemon=True).start()
+
+    def _pump(self) -> None:
+        # closefd=False: fd 0 is restored from this descriptor on exit, so it must stay open
+        raw = os.fdopen(self._wire_fd, "rb", buffering=0, closefd=False)
+        wire = io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8", errors="replace")
+        try:
+            for line in wire:
+                anyio.from_thread.run(self._send.send, line, token=self._token)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.RunFinishedError):
+            return
+        with suppress(anyio.RunFinishedError):
+            anyio.from_thread.run_sync(self._send.close, token=self._token)
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._recv.__aiter__()
+
+    def restore(self) -> None:
+        self._recv.close()
+        os.dup2(self._wire_fd, 0)
+
+
+async def serve_stdio(
+    service: MemoryService | Callable[[], MemoryService], *, agent_id: str | None = None
+) -> None:
+    """Serve MCP on stdin/stdout until EOF, SIGTERM or SIGINT; then close the service."""
+    handle = _ServiceHandle(service, agent_id)
+    server = _build(handle)
+    stdin = _StdinLines()
+    try:
+        async with anyio.create_task_group() as tg:
+            handle.attach(tg)
+            tg.start_soon(_on_signal, tg.cancel_scope.cancel)
+            async with stdio_server(stdin=cast(Any, stdin)) as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+            tg.cancel_scope.cancel()
+    finally:
+        stdin.restore()
+        await handle.aclose()
+
+
+# ----------------------------------------------------------------------------- HTTP guard
+
+#: Wildcard bind addresses: the request's legitimate `Host` is unknowable.
+WILDCARD_BIND_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]", "*"})
+
+_LOOPBACK_V4 = re.compile(r"^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$")
+
+
+def is_loopback_hostname(hostname: str) -> bool:
+    """True for names of this machine's loopback interface (localhost, *.localhost, 127/8, ::1).
+
+    `0.0.0.0` is not loopback here: browsers route it to local servers, so treating an
+    `Origin: http://0.0.0.0:…` as trusted would reopen DNS rebinding (qmd makes the same call).
+    """
+    h = hostname.strip().lower().removeprefix("[").removesuffix("]")
+    if h == "localhost" or h.endswith(".localhost"):
+        return True
+    if h in ("::1", "0:0:0:0:0:0:0:1"):
+        return True
+    return bool(_LOOPBACK_V4.match(h.removeprefix("::ffff:")))
+
+
+@dataclass(frozen=True)
+class OriginGuard:
+    """What `check_request_origin` accepts besides loopback names (see `resolve_origin_guard`)."""
+
+    allowed_origins: frozenset[str]
+    allowed_hosts: frozenset[str]
+    enforce_host: bool
+    disabled: bool = False
+
+
+def _normalize_origin(origin: str) -> str | None:
+    try:
+        parts = urlsplit(origin.strip())
+        if not parts.scheme or not parts.hostname:
+            return None
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    default = {"http": 80, "https": 443}.get(scheme)
+    return f"{scheme}://{host}" + ("" if port in (None, default) else f":{port}")
+
+
+def _origin_hostname(origin: str) -> str | None:
+    try:
+        parts = urlsplit(origin.strip())
+        _ = parts.port  # a malformed port makes the whole origin unusable
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https"):
+        return None
+    return parts.hostname
+
+
+def _host_header_hostname(host: str) -> str | None:
+    try:
+        parts = urlsplit(f"http://{host.strip()}")
+        _ = parts.port
+    except ValueError:
+        return None
+    return parts.hostname
+
+
+def resolve_origin_guard(
+    bind_host: str, *, allowed_origins: Iterable[str] = (), allowed_hosts: Iterable[str] = ()
+) -> OriginGuard:
+    """The request screen for a server bound to `bind_host` (qmd 2.8.3's rules).
+
+    `Origin` is always checked: loopback origins and `allowed_origins` pass (`*` turns the
+    screen off). `Host` is checked whenever the bind address names one interface, whose own
+    address is then also a legitimate `Host`; on a wildcard bind only when `allowed_hosts` is set.
+    """
+    origins = list(allowed_origins)
+    if "*" in origins:
+        return OriginGuard(frozenset(), frozenset(), enforce_host=False, disabled=True)
+    normalized = frozenset(o for o in (_normalize_origin(x) for x in origins) if o)
+    hosts = {h.strip().lower() for h in allowed_hosts if h.strip()}
+    bind = bind_host.strip().lower()
+    wildcard = bind in WILDCARD_BIND_HOSTS
+    if not wildcard and not is_loopback_hostname(bind):
+        hosts.add(bind.removeprefix("[").removesuffix("]"))
+    return OriginGuard(normalized, frozenset(hosts), enforce_host=not wildcard or bool(hosts))
+
+
+def check_request_origin(origin: str | None, host: str | None, guard: OriginGuard) -> str | None:
+    """Why a request must be refused (`Origin not allowed: …`), or None when it may pass.
+
+    A missing `Origin` passes: non-browser clients omit it and browsers always send it, so only
+    a foreign value is a sign of page JavaScript reaching a local server.
+    """
+    if guard.disabled:
+        return None
+    origin = (origin or "").strip()
+    if origin:
+        hostname = _origin_hostname(origin)
+        ok = (hostname is not None and is_loopback_hostname(hostname)) or (
+            _normalize_origin(origin) in guard.allowed_origins
+        )
+        if not ok:
+            return f"Origin not allowed: {origin}"
+    host = (host or "").strip()
+    if guard.enforce_host and host:
+        hostname = _host_header_hostname(host)
+        ok = (
+            (hostname is not None and is_loopback_hostname(hostname))
+            or host.lower() in guard.allowed_hosts
+            or (hostname is not None and hostname.lower() in guard.allowed_hosts)
+        )
+        if not ok:
+            return f"Host not allowed: {host}"
+    return None
+
+
+def parse_http_address(value: str) -> tuple[str, int]:
+    """`PORT`, `HOST:PORT` or `[V6]:PORT` → (host, port); a bare port binds 127.0.0.1."""
+    raw = value.strip()
+    host, sep, port_text = raw.rpartition(":")
+    if not sep:
+        host, port_text = "127.0.0.1", raw
+    elif host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"put an IPv6 address in brackets: [{host}]:{port_text}")
+    if not host:
+        raise ValueError(f"missing host before ':' in {value!r}")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"port must be a number from 0 to 65535, not {port_text!r}")
+    return host, int(port_text)
+
+
+class _GuardMiddleware:
+    """ASGI middleware applying `check_request_origin` to every request, before routing."""
+
+    def __init__(self, app: Any, guard: OriginGuard) -> None:
+        self.app = app
+        self.guard = guard
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+            reason = check_request_origin(headers.get("origin"), headers.get("host"), self.guard)
+            if reason is not None:
+                log.warning("%s %s refused: %s", scope.get("method"), scope.get("path"), reason)
+                body = json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "error": {"code": -32003, "message": f"Forbidden: {reason}"},
+                        "id": None,
+                    }
+                ).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 403,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+# ----------------------------------------------------------------------------- HTTP
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as err:
+        raise ConfigError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(addr)
+        sock.listen(128)
+    except OSError as err:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
+    sock.set_inheritable(False)
+    return sock
+
+
+async def serve_http(
+    service: MemoryService | Callable[[], MemoryService],
+    *,
+    host: str,
+    port: int,
+    agent_id: str | None = None,
+    allow_remote: bool = False,
+    allowed_origins: Iterable[str] = (),
+    allowed_hosts: Iterable[str] = (),
+) -> None:
+    """Serve MCP over Streamable HTTP at `http://host:port/mcp` (plus `GET /health`).
+
+    Raises `ConfigError` before serving when the bind is not loopback and `allow_remote` is
+    false, or when the address cannot be bound.
+    """
+    import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    if not allow_remote and not is_loopback_hostname(host):
+        raise ConfigError(
+            f"refusing to serve MCP on non-loopback address {host!r}: anyone who can reach it "
+            "could read this agent's memory; pass --allow-remote to do it anyway"
+        )
+    guard = resolve_origin_guard(host, allowed_origins=allowed_origins, allowed_hosts=allowed_hosts)
+    sock = _listen(host, port)
+    bound_port = sock.getsockname()[1]
+
+    handle = _ServiceHandle(service, agent_id)
+    server = _build(handle)
+    started = time.monotonic()
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse(
+            {"status": "ok", "version": __version__, "uptime": int(time.monotonic() - started)}
+        )
+
+    app = server.streamable_http_app(
+        streamable_http_path="/mcp",
+        json_response=True,
+        # the Origin/Host screen is ours (qmd's rules); the SDK's own would reject e.g. 127.0.0.2
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        host=host,
+        custom_starlette_routes=[Route("/health", health, methods=["GET"])],
+    )
+
+    class _QuietUvicorn(uvicorn.Server):
+        """uvicorn without its own signal handlers: `_on_signal` owns SIGTERM/SIGINT."""
+
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    config = uvicorn.Config(
+        _GuardMiddleware(app, guard),
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        # open SSE streams would otherwise hold shutdown; the 1 s SIGTERM budget comes first
+        # (typed int, but uvicorn only hands it to asyncio.wait_for, which takes a float)
+        timeout_graceful_shutdown=cast(int, 0.3),
+    )
+    uv = _QuietUvicorn(config)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{bound_port}/mcp"
+    print(f"memoryd mcp: listening on {url}", file=sys.stderr, flush=True)
+    if guard.disabled:
+        print(
+            "memoryd mcp: warning: --allow-origin '*' turns DNS-rebinding protection off",
+            file=sys.stderr,
+        )
+    elif not guard.enforce_host:
+        print(
+            f"memoryd mcp: warning: bound to {host} with no --allow-host: Host validation is "
+            "off and memory is readable by anyone who can reach this port",
+            file=sys.stderr,
+        )
+
+    def stop() -> None:
+        uv.should_exit = True
+
+    try:
+        async with anyio.create_task_group() as tg:
+            handle.attach(tg)
+            tg.start_soon(_on_signal, stop)
+            await uv.serve(sockets=[sock])
+            tg.cancel_scope.cancel()
+    finally:
+        sock.close()
+        await handle.aclose()

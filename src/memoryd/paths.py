@@ -1,20 +1,64 @@
-"""Where memoryd keeps its state: the platformdirs state dir, overridable by MEMORYD_STATE_DIR."""
+"""Where memoryd keeps its state, built in one place from validated ids.
+
+Every state path memoryd writes is built here, and only from an agent id that passed
+`validate_agent_id` and a workspace turned into a `workspace_key`, so no user input can make a
+path leave the state dir. Layout (README, "State layout"):
+
+    <state>/
+      memoryd.sock                                  the `serve` socket
+      locks/                                        append locks, keyed by the target file
+      agents/<agentId>/sessions/*.jsonl             the host's session transcripts (input)
+      agents/<agentId>/workspaces/<workspaceKey>/   everything derived from one workspace:
+        workspace.json                              which real path this folder belongs to
+        index.sqlite (+ -wal, -shm)                 the built-in index and its embedding cache
+        health.json                                 which backend answers, failures, qmd freshness
+        sessions.json (+ .lock)                     pre-compaction flush records
+        qmd/{xdg-config,xdg-cache,run,sessions}     the qmd home and the transcript exports
+
+`<state>` is `$MEMORYD_STATE_DIR` or the platform state dir. Two workspaces of one agent never
+share a file: the workspace key is a readable slug of the folder name plus a hash of its real path.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import platformdirs
 
+from .errors import InvalidAgentId, MemorydError
+
 APP_NAME = "memoryd"
+
+#: Agent ids: 1–64 of letters, digits, `-` and `_`, starting with a letter or digit.
+AGENT_ID_SHAPE: Final = "1–64 letters, digits, '-' or '_', starting with a letter or digit"
+_AGENT_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+DEFAULT_AGENT_ID: Final = "main"
+
+
+def validate_agent_id(raw: object) -> str:
+    """The agent id, lower-cased, or `InvalidAgentId` naming the allowed shape.
+
+    Ids are case-insensitive (as in OpenClaw, which lower-cases them), so `Ops` and `ops` are one
+    agent on every file system.
+    """
+    if not isinstance(raw, str) or not _AGENT_ID_RE.fullmatch(raw):
+        shown = raw if isinstance(raw, str) else type(raw).__name__
+        if isinstance(shown, str) and len(shown) > 80:
+            shown = shown[:77] + "..."
+        raise InvalidAgentId(f"invalid agent id {shown!r}: use {AGENT_ID_SHAPE}")
+    return raw.lower()
 
 
 def state_dir() -> Path:
     """Root of memoryd's state (indexes, qmd homes, sessions)."""
     override = os.environ.get("MEMORYD_STATE_DIR")
     if override:
-        return Path(override).expanduser()
+        return Path(override).expanduser().absolute()
     return Path(platformdirs.user_state_dir(APP_NAME))
 
 
@@ -23,16 +67,115 @@ def config_dir() -> Path:
     return Path(platformdirs.user_config_dir(APP_NAME))
 
 
-def agent_state_dir(agent_id: str) -> Path:
-    """Per-agent state: `<state>/agents/<agentId>`."""
-    return state_dir() / "agents" / agent_id
+def config_file(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """`--config`, then `$MEMORYD_CONFIG`, then `<config dir>/config.toml` if present (absolute)."""
+    if explicit:
+        return Path(explicit).expanduser().absolute()
+    env = os.environ.get("MEMORYD_CONFIG")
+    if env:
+        return Path(env).expanduser().absolute()
+    default = config_dir() / "config.toml"
+    return default if default.is_file() else None
+
+
+def socket_path() -> Path:
+    """The Unix socket `memoryd serve` listens on."""
+    return state_dir() / "memoryd.sock"
+
+
+def locks_dir() -> Path:
+    """Locks shared by every memoryd process using this state dir (append locks)."""
+    return state_dir() / "locks"
+
+
+_SLUG_RE: Final = re.compile(r"[^a-z0-9]+")
+
+
+def workspace_key(workspace: Path) -> str:
+    """`<slug>-<hash>`: the folder name made safe, and 12 hex of the real path's SHA-256."""
+    real = os.path.realpath(workspace)
+    digest = hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    slug = _SLUG_RE.sub("-", os.path.basename(real.rstrip(os.sep)).lower()).strip("-")[:32]
+    return f"{slug or 'root'}-{digest}"
+
+
+def agent_root(agent_id: str) -> Path:
+    """`<state>/agents/<agentId>` for a validated id."""
+    return _inside(state_dir(), "agents", validate_agent_id(agent_id))
 
 
 def agent_sessions_dir(agent_id: str) -> Path:
-    """Where an agent's session transcripts (`*.jsonl`) live."""
-    return agent_state_dir(agent_id) / "sessions"
+    """Where the host writes an agent's session transcripts (`*.jsonl`)."""
+    return agent_root(agent_id) / "sessions"
 
 
-def default_index_path(agent_id: str) -> Path:
-    """Default built-in index file: `<state>/memory/<agentId>.sqlite`."""
-    return state_dir() / "memory" / f"{agent_id}.sqlite"
+@dataclass(frozen=True, slots=True)
+class AgentState:
+    """Every state path of one (agent, workspace) pair."""
+
+    agent_id: str
+    workspace: Path
+    key: str
+    root: Path
+
+    @property
+    def workspace_record(self) -> Path:
+        return self.root / "workspace.json"
+
+    @property
+    def index_db(self) -> Path:
+        return self.root / "index.sqlite"
+
+    @property
+    def health(self) -> Path:
+        return self.root / "health.json"
+
+    @property
+    def flush_state(self) -> Path:
+        return self.root / "sessions.json"
+
+    @property
+    def qmd_home(self) -> Path:
+        return self.root / "qmd"
+
+    @property
+    def qmd_exports(self) -> Path:
+        return self.qmd_home / "sessions"
+
+    @property
+    def sessions_dir(self) -> Path:
+        """The agent's transcripts (per agent, not per workspace: the host writes them)."""
+        return agent_sessions_dir(self.agent_id)
+
+
+def agent_state(agent_id: str, workspace: Path) -> AgentState:
+    """The state of `agent_id` for `workspace` (an existing folder; its real path is the identity)."""
+    aid = validate_agent_id(agent_id)
+    key = workspace_key(workspace)
+    root = _inside(state_dir(), "agents", aid, "workspaces", key)
+    return AgentState(aid, Path(os.path.realpath(workspace)), key, root)
+
+
+def expand_store_path(template: str, agent_id: str, workspace: Path) -> Path:
+    """A user's `store.path` with `{agentId}` and `{workspaceKey}` filled in (validated values only)."""
+    aid = validate_agent_id(agent_id)
+    filled = template.replace("{agentId}", aid).replace("{workspaceKey}", workspace_key(workspace))
+    return Path(filled).expanduser().absolute()
+
+
+def legacy_index_path(agent_id: str) -> Path:
+    """Where memoryd ≤ 0.1 kept the built-in index: `<state>/memory/<agentId>.sqlite`."""
+    return _inside(state_dir(), "memory", f"{validate_agent_id(agent_id)}.sqlite")
+
+
+def legacy_agent_dir(agent_id: str) -> Path:
+    """memoryd ≤ 0.1 kept qmd homes and sessions.json directly in `<state>/agents/<agentId>`."""
+    return agent_root(agent_id)
+
+
+def _inside(base: Path, *parts: str) -> Path:
+    """`base/parts…`, refusing any part that could leave `base` (defence in depth: ids are validated)."""
+    for part in parts:
+        if not part or part in (".", "..") or "/" in part or "\\" in part or "\x00" in part:
+            raise MemorydError(f"refusing to build a state path from {part!r}")
+    return base.joinpath(*parts)

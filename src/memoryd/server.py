@@ -3,95 +3,215 @@
 While `serve` runs, every configured agent's timers, watchers and recovery probes run, models
 stay loaded, and `memoryd search/get/status` send one JSON line over a Unix socket in the state
 dir and print the answer (no model load, no index open in the CLI process).
+
+A forwarded request carries the caller's identity — the config file (path and a hash of its
+bytes), the `--workspace`/`$MEMORYD_WORKSPACE` value, the current directory and the agent id —
+and `serve` answers only when resolving that identity with its own config gives an agent and
+workspace it serves; otherwise it answers `not_served` and the CLI runs the call in-process.
+Every request is handled on its own: a bad one gets an error line, never stops the listener.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import signal
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-
-if TYPE_CHECKING:
-    from anyio.abc import SocketStream
 
 from . import paths
 
 if TYPE_CHECKING:  # the CLI imports this module to forward requests: keep it light
+    from anyio.abc import SocketStream
+
     from .orchestrator import MemoryService
 
 log = logging.getLogger("memoryd.server")
 
-MAX_REQUEST = 1 << 20
+#: Longest request line accepted (bytes); queries are capped far below this.
+MAX_REQUEST: Final = 256 * 1024
+#: How long a connection may take to send its request line.
+IDLE_TIMEOUT_S: Final = 10.0
+#: Connections handled at once; more wait in the kernel's backlog.
+MAX_CONNECTIONS: Final = 64
+NOT_SERVED: Final = "not_served"  # errors.NotServed.code
+SERVER_BUSY: Final = "server_busy"  # errors.ServerBusy.code
 
 
 def socket_path() -> Path:
-    return paths.state_dir() / "memoryd.sock"
+    return paths.socket_path()
 
 
-async def _handle(service: MemoryService, stream: SocketStream) -> None:
+def config_identity(config_path: Path | None) -> dict[str, str | None]:
+    """Which config a process runs with: its absolute path and the SHA-256 of its bytes."""
+    if config_path is None:
+        return {"path": None, "sha256": None}
+    try:
+        digest = hashlib.sha256(config_path.read_bytes()).hexdigest()
+    except OSError:
+        digest = None
+    return {"path": str(config_path.absolute()), "sha256": digest}
+
+
+def _error(message: str, code: str) -> dict[str, Any]:
+    return {"disabled": True, "error": message, "code": code}
+
+
+async def _handle(service: MemoryService, stream: SocketStream, ident: dict[str, Any]) -> None:
     async with stream:
-        buf = b""
-        while b"\n" not in buf and len(buf) < MAX_REQUEST:
-            try:
-                chunk = await stream.receive()
-            except (anyio.EndOfStream, anyio.BrokenResourceError):
-                return
-            buf += chunk
         try:
-            req = json.loads(buf.split(b"\n", 1)[0])
-            resp = await dispatch(service, req)
-        except (ValueError, KeyError, TypeError) as err:
-            resp = {"error": f"bad request: {err}"}
+            resp = await _answer(service, stream, ident)
+        except Exception as err:  # one request must never take the listener down
+            log.exception("serve: request failed")
+            resp = _error(f"internal error: {type(err).__name__}", "internal_error")
+        if resp is None:
+            return
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             await stream.send(json.dumps(resp, default=str).encode() + b"\n")
 
 
-async def dispatch(service: MemoryService, req: dict[str, Any]) -> dict[str, Any]:
-    op = req["op"]
+async def _answer(
+    service: MemoryService, stream: SocketStream, ident: dict[str, Any]
+) -> dict[str, Any] | None:
+    buf = b""
+    with anyio.move_on_after(IDLE_TIMEOUT_S) as scope:
+        while b"\n" not in buf and len(buf) <= MAX_REQUEST:
+            try:
+                chunk = await stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return None
+            buf += chunk
+    if scope.cancelled_caught:
+        return _error(f"no request line within {IDLE_TIMEOUT_S:g}s", "invalid_input")
+    line = buf.split(b"\n", 1)[0]
+    if len(line) > MAX_REQUEST:
+        return _error(f"request longer than {MAX_REQUEST} bytes", "invalid_input")
+    try:
+        req = json.loads(line)
+    except (ValueError, RecursionError):
+        return _error("request is not one line of JSON", "invalid_input")
+    if not isinstance(req, dict):
+        return _error("request must be a JSON object", "invalid_input")
+    return await dispatch(service, req, ident)
+
+
+def _served(service: MemoryService, req: dict[str, Any], ident: dict[str, Any]) -> str | None:
+    """None when this serve answers for the caller's identity, else why not."""
+    caller = req.get("identity")
+    if not isinstance(caller, dict):
+        return "request carries no identity"
+    if caller.get("config") != ident["config"]:
+        return "the caller uses another config file"
     agent = req.get("agent")
-    if op == "search":
-        return await service.memory_search(
-            req["query"],
-            agent_id=agent,
-            session_key=req.get("sessionKey"),
-            max_results=req.get("maxResults"),
-            min_score=req.get("minScore"),
+    from .config import resolve_agent
+    from .errors import MemorydError
+
+    try:
+        resolved = resolve_agent(
+            service.config,
+            agent if isinstance(agent, str) else None,
+            workspace=caller.get("workspace") or None,
+            cwd=Path(caller["cwd"]) if isinstance(caller.get("cwd"), str) else None,
+            env={},  # the caller's MEMORYD_WORKSPACE is in its identity, never serve's own
         )
-    if op == "get":
-        return await service.memory_get(
-            req["path"], from_line=req.get("from"), lines=req.get("lines"), agent_id=agent
-        )
-    if op == "status":
-        return await service.status(agent)
+    except MemorydError as err:
+        return str(err)
+    try:
+        mine = service.agent(resolved.agent_id)
+    except MemorydError as err:
+        return str(err)
+    if mine.workspace != resolved.workspace:
+        return f"this serve answers for {mine.workspace}, not {resolved.workspace}"
+    return None
+
+
+#: socket op → the tool whose input model validates it (the same contract as MCP)
+OPS = {"search": "memory_search", "get": "memory_get", "status": "memory_status"}
+_ENVELOPE = ("op", "agent", "identity")
+
+
+async def dispatch(
+    service: MemoryService, req: dict[str, Any], ident: dict[str, Any]
+) -> dict[str, Any]:
+    """Answer one request: `{op, agent?, identity, …tool arguments}` (see `memoryd.tools`)."""
+    from .errors import InvalidAgentId, InvalidInput, MemorydError, error_code
+    from .paths import validate_agent_id
+    from .tools import MemoryStatusInput, call_tool, validate_tool_input
+
+    op = req.get("op")
     if op == "ping":
         return {"ok": True, "pid": os.getpid()}
-    return {"error": f"unknown op {op!r}"}
+    if op not in OPS:
+        return _error(f"unknown op {op!r} (search, get, status, ping)", "invalid_input")
+    agent = req.get("agent")
+    try:
+        if agent is not None:
+            agent = validate_agent_id(agent)
+    except InvalidAgentId as err:
+        return _error(str(err), err.code)
+    try:
+        args = validate_tool_input(OPS[op], {k: v for k, v in req.items() if k not in _ENVELOPE})
+    except InvalidInput as err:
+        return _error(str(err), err.code)
+    why = _served(service, req, ident)
+    if why is not None:
+        return _error(f"not served here: {why}", NOT_SERVED)
+    try:
+        if isinstance(args, MemoryStatusInput):
+            st = await service.status(agent)
+            st["servedBy"] = f"serve (pid {os.getpid()})"
+            return st
+        return await call_tool(service, args, agent_id=agent)
+    except MemorydError as err:
+        return _error(str(err), error_code(err))
 
 
 async def serve(
-    service: MemoryService, *, sock: Path | None = None, ready: anyio.Event | None = None
+    service: MemoryService,
+    *,
+    sock: Path | None = None,
+    ready: anyio.Event | None = None,
+    config_path: Path | None = None,
 ) -> None:
     """Run until SIGINT/SIGTERM (or cancellation); then stop timers and kill qmd children."""
     sock = sock or socket_path()
-    sock.parent.mkdir(parents=True, exist_ok=True)
+    from .fsio import private_dir
+
+    private_dir(sock.parent)  # the socket is bound before chmod: its folder must be private
     if sock.exists():
         if ping(sock) is not None:
             from .errors import MemorydError
 
             raise MemorydError(f"another memoryd serve is already running on {sock}")
         sock.unlink()
+    ident = {"config": config_identity(config_path)}
     listener = await anyio.create_unix_listener(sock)
     os.chmod(sock, 0o600)
+    limiter = anyio.CapacityLimiter(MAX_CONNECTIONS)
+
+    async def handle(stream: SocketStream) -> None:
+        try:
+            limiter.acquire_nowait()
+        except anyio.WouldBlock:
+            # full: answer at once instead of holding the connection (and its descriptor)
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                busy = _error(f"busy: {MAX_CONNECTIONS} requests in flight", SERVER_BUSY)
+                await stream.send(json.dumps(busy).encode() + b"\n")
+            await stream.aclose()
+            return
+        try:
+            await _handle(service, stream, ident)
+        finally:
+            limiter.release()
+
     try:
         async with anyio.create_task_group() as tg:
-            await service.start(tg)
 
             async def stop_on_signal() -> None:
                 with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -104,13 +224,14 @@ async def serve(
 
             async def accept() -> None:
                 async with listener:
-                    await listener.serve(lambda s: _handle(service, s))
+                    await listener.serve(handle)
 
             tg.start_soon(accept)
+            await service.start(tg)
             if ready is not None:
                 ready.set()
     finally:
-        with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
             await service.aclose()
         with contextlib.suppress(FileNotFoundError):
             sock.unlink()
@@ -135,8 +256,11 @@ def request(sock: Path, payload: dict[str, Any], *, timeout: float = 30.0) -> di
         return None
     if not data:
         return None
-    out: dict[str, Any] = json.loads(data)
-    return out
+    try:
+        out = json.loads(data)
+    except ValueError:
+        return None
+    return out if isinstance(out, dict) else None
 
 
 def ping(sock: Path) -> dict[str, Any] | None:

@@ -6,23 +6,7 @@ when the qmd sidecar fails.
 
 from __future__ import annotations
 
-from ..core.chunking import Chunk, chunk_lines
-from ..core.ranking import Candidate, RankParams, decay_multiplier, rank
-from ._files import MemoryFile, discover, read_memory_file, resolve_get_path
-from .index import MemoryIndex, SearchOutcome, SyncReport
+from ..core.engine import IndexCheck
+from .index import MemoryIndex, SyncReport
 
-__all__ = [
-    "Candidate",
-    "Chunk",
-    "MemoryFile",
-    "MemoryIndex",
-    "RankParams",
-    "SearchOutcome",
-    "SyncReport",
-    "chunk_lines",
-    "decay_multiplier",
-    "discover",
-    "rank",
-    "read_memory_file",
-    "resolve_get_path",
-]
+__all__ = ["IndexCheck", "MemoryIndex", "SyncReport"]

@@ -3,30 +3,49 @@
 Sync has two phases. The text phase (files → chunks → FTS5) is fast and runs before a search on a
 dirty index; the vector phase embeds pending chunks in batches, through the embedding cache, and
 never blocks searches: BM25 answers while vectors catch up. A change of provider, model, endpoint
-or chunking rebuilds the index in a temp file that replaces the old one atomically.
+or chunking rebuilds the index in a scratch file published into the live one in one transaction.
+
+The index is derived data: whatever happens to its file, the Markdown files rebuild it. A damaged
+file is moved aside and refilled, a failed sync leaves the last complete index answering (and says
+why in `status`), a read-only one keeps answering searches. `_store` holds the mechanics.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
 import time
-import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import numpy as np
 
-from ..config import ResolvedAgent
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+from ..config import IndexSettings
 from ..core.chunking import chunk_lines, content_hash
-from ..core.citations import trim_to_budget
+from ..core.engine import (
+    BuiltinStatus,
+    CacheInfo,
+    DegradedInfo,
+    EngineAnswer,
+    FtsInfo,
+    IndexCheck,
+    IndexRecovery,
+    ProgressFn,
+    SearchRequest,
+    VectorInfo,
+)
+from ..core.layout import MemoryRoot, check_line_range, is_markdown
 from ..core.ranking import (
     REFERENCE_QUERIES,
     Candidate,
@@ -38,18 +57,25 @@ from ..core.ranking import (
 )
 from ..core.results import MAX_SNIPPET_CHARS, FileText, SearchResult
 from ..core.text import Script, fts_match_expression, query_terms, script_of, trigram_terms
-from ..embeddings.base import EmbeddingProvider, ProviderSelection
-from ..errors import BatchPending, InvalidInput, MemorydError, ProviderUnavailable
-from ..lifecycle.transcripts import (
+from ..core.transcripts import (
     SessionDeltaTracker,
-    count_newlines,
-    list_transcripts,
-    sessions_enabled,
-    transcript_chunks,
-    transcript_display_path,
+    TranscriptChunk,
+    chunk_transcript,
+    parse_transcript_text,
 )
-from ._files import MemoryFile, discover, read_memory_file, resolve_extra_paths
-from ._store import Store, remove_db_files
+from ..embeddings.base import EmbeddingProvider, ProviderSelection
+from ..errors import (
+    BatchPending,
+    IndexCorrupt,
+    InvalidInput,
+    MemorydError,
+    ProviderUnavailable,
+    StateError,
+    WorkspaceMismatch,
+)
+from ..fsio import private_dir
+from ..memfiles import MemoryFile, discover, discover_all, read_memory, read_memory_file
+from ._store import Recovery, Store
 
 log = logging.getLogger("memoryd.builtin_index")
 
@@ -59,7 +85,42 @@ def _newlines_in_prefix(path: Path, size: int) -> int:
         return fh.read(size).count(b"\n")
 
 
-ProgressFn = Callable[[str, int, int], None]
+def _count_newlines(path: Path) -> int:
+    n = 0
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 16):
+            n += block.count(b"\n")
+    return n
+
+
+def transcript_display_path(path: Path) -> str:
+    """How a transcript is named in search results: `sessions/<file>.jsonl` (as OpenClaw does)."""
+    return f"sessions/{path.name}"
+
+
+def _list_transcripts(folder: Path | None) -> list[Path]:
+    if folder is None:
+        return []
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(
+        Path(e.path)
+        for e in entries
+        if e.name.endswith(".jsonl") and e.is_file(follow_symlinks=False)
+    )
+
+
+def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[TranscriptChunk]:
+    with open(path, "rb") as fh:
+        data = fh.read()
+    messages, _malformed, _lines = parse_transcript_text(
+        data.decode("utf-8", errors="replace"), sanitize=True
+    )
+    return chunk_transcript(messages, tokens=tokens, overlap=overlap)
+
+
 EMBED_BATCH = 16
 QUERY_CACHE_SIZE = 256
 BACKGROUND_SAMPLE = 1024  # stored vectors a query is compared with to calibrate its cosines
@@ -113,47 +174,34 @@ class SyncReport:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-@dataclass
-class SearchOutcome:
-    results: list[SearchResult]
-    provider: str | None
-    model: str | None
-    mode: str  # "hybrid" | "keyword" | "vector"
-    fallback: dict[str, Any] | None = None
-    pending_vectors: int = 0
-    notes: list[str] = field(default_factory=list)
-
-
 class MemoryIndex:
-    """The built-in index of one agent's memory files."""
+    """The built-in index of one (agent, workspace): a `MemoryEngine`."""
+
+    name: Final = "builtin"
 
     def __init__(
         self,
-        agent: ResolvedAgent,
-        selection: ProviderSelection | None = None,
+        settings: IndexSettings,
+        selection: ProviderSelection,
         *,
         path: Path | None = None,
     ) -> None:
-        self.agent = agent
-        self.cfg = agent.memory_search
-        self.path = path or agent.index_path
-        if selection is None:
-            from ..embeddings.selection import select_provider
-
-            selection = select_provider(agent)
+        self.settings = settings
+        self.cfg = settings
+        self.path = path or settings.db_path
         self.selection = selection
         self.provider: EmbeddingProvider | None = selection.provider
         self.fallback_reason: str | None = None
         self.fallback_since: float | None = None
         self.unavailable: str | None = None
-        vec = self.cfg.store.vector
+        vec = self.cfg.vector
         self._vector_enabled = vec.enabled
         self._extension_path = vec.extension_path
-        self.store = Store(self.path, vector_enabled=vec.enabled, extension_path=vec.extension_path)
         self.dirty = True
         self._sync_lock = anyio.Lock()
         self._last_sync_at: float | None = None
         self.last_error: str | None = None
+        self._tg: TaskGroup | None = None
         self._sessions = SessionDeltaTracker(
             delta_bytes=self.cfg.sync.sessions.delta_bytes,
             delta_messages=self.cfg.sync.sessions.delta_messages,
@@ -163,8 +211,64 @@ class MemoryIndex:
             None
         )
         self._session_baselines: set[str] = set()
+        # set before the store opens: opening may already replace a damaged file
+        self.store = Store(
+            self.path,
+            vector_enabled=vec.enabled,
+            extension_path=vec.extension_path,
+            on_recovered=self._store_recovered,
+        )
+        self._bind_workspace(self.store)
 
     # ------------------------------------------------------------------ identity of the index
+
+    def _bind_workspace(self, store: Store) -> None:
+        """Record which workspace this index belongs to; refuse one built for another.
+
+        An index is never re-synced to a different workspace (that silently mixed two users'
+        memory): a user pointing `store.path` at one file for two workspaces gets this error.
+        A read-only index is checked but not written.
+        """
+        mine = str(self.settings.workspace)
+        meta = store.meta()
+        recorded = meta.get("workspace")
+        if recorded is None:
+            foreign = [
+                p for p in store.abs_paths("memory") if not _inside_any(p, self.settings.roots)
+            ]
+            if foreign:
+                recorded = os.path.dirname(foreign[0])
+            else:
+                if store.read_only is None:
+                    store.set_meta({"workspace": mine, "agentId": self.settings.agent_id})
+                return
+        if recorded != mine:
+            raise WorkspaceMismatch(
+                f"index {self.path} was built for workspace {recorded}, not {mine}; give each "
+                "workspace its own store.path (e.g. with {workspaceKey}) or remove that file"
+            )
+
+    def _store_recovered(self, rec: Recovery, refill_now: bool) -> bool:
+        """The store holds a fresh file in place of a damaged one: refill it from the Markdown.
+
+        Inside a sync (or while the store is still opening) the sync does it; otherwise (a
+        search hit the damage) the text and transcripts are indexed right here, so the retry
+        the error asks for finds them. Vectors follow at the next sync.
+        """
+        self.dirty = True
+        self._paths_cache = None
+        self._session_baselines.clear()
+        if not refill_now or self._sync_lock.locked() or "store" not in self.__dict__:
+            return False
+        try:
+            self._bind_workspace(self.store)
+            report = SyncReport()
+            self._text_phase(self.store, report, None)
+            self._sessions_phase(self.store, report, True)
+        except MemorydError as err:
+            log.warning("could not rebuild %s after moving it aside: %s", self.path, err)
+            return False
+        return True
 
     def signature(self) -> dict[str, Any]:
         p = self.provider
@@ -212,88 +316,241 @@ class MemoryIndex:
     ) -> SyncReport:
         """Bring the index up to date with the files; see the module docstring for the phases.
 
-        `allow_reindex=False` (a search's pre-sync) skips the sync when a full rebuild is due.
+        `allow_reindex=False` (a search's pre-sync) skips the sync when a full rebuild is due,
+        waits at most `sync.searchWaitMs` for another process's write lock, and never raises
+        for the state: a read-only, full or busy index is recorded in `last_error` and the
+        search answers from what is committed. A damaged file found on the way is moved aside
+        and the index rebuilt from the Markdown files within this call.
         """
+        kw: dict[str, Any] = {
+            "embed": embed,
+            "embed_budget_s": embed_budget_s,
+            "progress": progress,
+            "allow_reindex": allow_reindex,
+            "sessions": sessions,
+        }
         async with self._sync_lock:
             started = time.perf_counter()
-            reason = "forced" if force else self.reindex_reason()
-            if reason is not None and not allow_reindex:
-                return SyncReport(reindex_reason=reason)
-            if reason is not None:
-                report = await self._reindex(
-                    reason, embed=embed, embed_budget_s=embed_budget_s, progress=progress
-                )
-            else:
-                report = SyncReport()
-                if self._stored_signature() is None:
-                    self.store.set_meta({"signature": json.dumps(self.signature())})
-                await anyio.to_thread.run_sync(self._text_phase, self.store, report, progress)
-                self.dirty = False
-                if sessions:
-                    await anyio.to_thread.run_sync(self._sessions_phase, self.store, report, False)
-                if embed:
-                    await self._vector_phase(self.store, report, embed_budget_s, progress)
-            report.vectors_pending = self.store.counts()["pending_vectors"] if self.provider else 0
+            seen_recoveries = len(self.store.recovered)
+            try:
+                try:
+                    report = await self._sync_locked(force=force, **kw)
+                except IndexCorrupt:
+                    if len(self.store.recovered) == seen_recoveries:
+                        raise
+                    # the damaged file is aside and a fresh one in place: fill it now
+                    self._bind_workspace(self.store)
+                    report = await self._sync_locked(force=False, **kw)
+            except StateError as err:
+                self._note_sync_failure(err)
+                if not allow_reindex:
+                    log.warning("searching without syncing first: %s", err)
+                    return SyncReport()
+                raise
+            self._note_sync_success()
             report.seconds = time.perf_counter() - started
             self._last_sync_at = time.time()
             return report
 
+    async def _sync_locked(
+        self,
+        *,
+        force: bool,
+        embed: bool,
+        embed_budget_s: float | None,
+        progress: ProgressFn | None,
+        allow_reindex: bool,
+        sessions: bool,
+    ) -> SyncReport:
+        if force:
+            # a rebuild replaces every page anyway; a structurally damaged file is kept aside
+            problem = await anyio.to_thread.run_sync(self.store.verify)
+            if problem is not None:
+                await anyio.to_thread.run_sync(self.store.recover, problem)
+                self._bind_workspace(self.store)
+        reason = "forced" if force else self.reindex_reason()
+        if reason is not None and not allow_reindex:
+            return SyncReport(reindex_reason=reason)
+        if reason is not None:
+            report = await self._reindex(
+                reason, embed=embed, embed_budget_s=embed_budget_s, progress=progress
+            )
+        else:
+            report = SyncReport()
+            wait_ms = None if allow_reindex else self.cfg.sync.search_wait_ms
+            self.store.guard_signature = self.signature()
+            await anyio.to_thread.run_sync(
+                functools.partial(self._text_phase, wait_ms=wait_ms),
+                self.store,
+                report,
+                progress,
+            )
+            self.dirty = False
+            if sessions:
+                await anyio.to_thread.run_sync(
+                    functools.partial(self._sessions_phase, wait_ms=wait_ms),
+                    self.store,
+                    report,
+                    False,
+                )
+            if embed:
+                await self._vector_phase(self.store, report, embed_budget_s, progress)
+        report.vectors_pending = self.store.counts()["pending_vectors"] if self.provider else 0
+        return report
+
+    def _note_sync_failure(self, err: MemorydError) -> None:
+        """Remember why the last sync failed, here and in the index (so every process's status
+        shows it), best effort: on a full disk even that small write may be refused."""
+        self.last_error = str(err)
+        with contextlib.suppress(MemorydError):
+            if self.store.read_only is None:
+                self.store.set_meta(
+                    {"last_sync_error": json.dumps({"message": str(err), "at": time.time()})}
+                )
+
+    def _note_sync_success(self) -> None:
+        self.last_error = None
+        with contextlib.suppress(MemorydError):
+            if self.store.read_only is None and "last_sync_error" in self.store.meta():
+                self.store.delete_meta("last_sync_error")
+
+    async def check(self) -> IndexCheck:
+        """Verify the index file (`PRAGMA quick_check`, the FTS5 integrity checks, chunk counts).
+
+        A damaged file is moved aside (`<name>.corrupt-<time>`, never deleted) and the index
+        rebuilt from the Markdown files before this returns; vectors follow at the next sync.
+        `status --deep` calls this. Raises `IndexCorrupt` when a damaged index is read-only.
+        """
+        started = time.perf_counter()
+        async with self._sync_lock:
+            store = self.store
+            problem = await anyio.to_thread.run_sync(functools.partial(store.verify, deep=True))
+            if problem is None:
+                return IndexCheck(ok=True, seconds=time.perf_counter() - started)
+            if store.read_only is not None:
+                raise IndexCorrupt(
+                    f"index {self.path} is damaged ({problem}) and cannot be replaced: it is "
+                    f"read-only ({store.read_only})"
+                )
+            rec, _ = await anyio.to_thread.run_sync(store.recover, problem)
+            self._bind_workspace(store)
+            await self._sync_locked(
+                force=False,
+                embed=False,
+                embed_budget_s=None,
+                progress=None,
+                allow_reindex=True,
+                sessions=True,
+            )
+        return IndexCheck(
+            ok=False,
+            problem=problem,
+            moved_to=str(rec.moved_to) if rec.moved_to else None,
+            rebuilt=True,
+            seconds=time.perf_counter() - started,
+        )
+
     def _discover(self) -> list[MemoryFile]:
-        return discover(self.agent.workspace, self.cfg.extra_paths)
+        return discover(self.settings.roots, self.settings.workspace)
 
-    def _text_phase(self, store: Store, report: SyncReport, progress: ProgressFn | None) -> None:
-        files = self._discover()
-        known = store.files()
+    def _text_phase(
+        self,
+        store: Store,
+        report: SyncReport,
+        progress: ProgressFn | None,
+        *,
+        wait_ms: int | None = None,
+    ) -> None:
+        """Index new and changed memory files, drop removed ones: one transaction, so a failure
+        (a full disk, a kill) leaves the index exactly as it was and readers never see half."""
+        found = discover_all(self.settings.roots, self.settings.workspace)
+        files = found.files
         report.files_scanned = len(files)
-        seen: set[str] = set()
-        for i, mf in enumerate(files, 1):
-            seen.add(mf.rel_path)
-            try:
-                st = mf.abs_path.stat()
-            except OSError:
-                continue
-            prev = known.get(mf.rel_path)
-            if prev is not None and prev[1] == st.st_mtime and prev[2] == st.st_size:
-                continue
-            try:
-                data = mf.abs_path.read_bytes()
-            except OSError as err:
-                log.warning("cannot read %s: %s", mf.abs_path, err)
-                continue
-            text = data.decode("utf-8", errors="replace")
-            file_hash = content_hash(text)
-            if prev is not None and prev[0] == file_hash:
-                store.touch_file(mf.rel_path, st.st_mtime, st.st_size)
-                continue
-            chunks = chunk_lines(
-                text, tokens=self.cfg.chunking.tokens, overlap=self.cfg.chunking.overlap
-            )
-            store.replace_file(
-                mf.rel_path,
-                str(mf.abs_path),
-                mf.source,
-                file_hash,
-                st.st_mtime,
-                st.st_size,
-                [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
-            )
-            report.files_changed += 1
-            report.chunks_written += len(chunks)
-            if progress:
-                progress("files", i, len(files))
-        for gone in set(known) - seen:
-            if known[gone][3] == "memory":
-                store.remove_file(gone)
-                report.files_removed += 1
+        skipped = json.dumps(found.skipped, sort_keys=True)
+        if not self._text_changed(store, files, skipped):
+            return  # nothing to write: a read-only index syncs fine
+        with store.transaction(wait_ms=wait_ms, doing="index the memory files"):
+            meta = store.meta()
+            if not store.signature_matches():
+                log.info("index %s was rebuilt elsewhere with other settings", self.path)
+                return
+            known = store.files()
+            undecodable: set[str] = set(json.loads(meta.get("undecodable") or "[]"))
+            seen: set[str] = set()
+            for i, mf in enumerate(files, 1):
+                seen.add(mf.rel_path)
+                prev = known.get(mf.rel_path)
+                if prev is not None and prev[1] == mf.mtime_ns / 1e9 and prev[2] == mf.size:
+                    continue
+                try:
+                    got = read_memory(mf, self.settings.workspace)
+                except MemorydError as err:  # refused or unreadable now: leave it out
+                    log.warning("skipping %s: %s", mf.rel_path, err)
+                    continue
+                if got is None:  # removed since discovery
+                    continue
+                try:
+                    text = got.data.decode("utf-8")
+                    undecodable.discard(mf.rel_path)
+                except UnicodeDecodeError:
+                    text = got.data.decode("utf-8", errors="replace")
+                    undecodable.add(mf.rel_path)
+                mtime = got.mtime_ns / 1e9
+                file_hash = content_hash(text)
+                if prev is not None and prev[0] == file_hash:
+                    store.touch_file(mf.rel_path, mtime, got.size)
+                    continue
+                chunks = chunk_lines(
+                    text, tokens=self.cfg.chunking.tokens, overlap=self.cfg.chunking.overlap
+                )
+                store.replace_file(
+                    mf.rel_path,
+                    str(mf.abs_path),
+                    mf.source,
+                    file_hash,
+                    mtime,
+                    got.size,
+                    [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
+                )
+                report.files_changed += 1
+                report.chunks_written += len(chunks)
+                if progress:
+                    progress("files", i, len(files))
+            undecodable &= seen
+            wanted = {"undecodable": json.dumps(sorted(undecodable)), "skipped": skipped}
+            if meta.get("signature") is None:
+                wanted["signature"] = json.dumps(self.signature())
+            if changed := {k: v for k, v in wanted.items() if meta.get(k) != v}:
+                store.set_meta(changed)
+            for gone in set(known) - seen:
+                if known[gone][3] == "memory":
+                    store.remove_file(gone)
+                    report.files_removed += 1
 
-    def _sessions_phase(self, store: Store, report: SyncReport, force: bool) -> None:
-        """Index the agent's transcripts once enough new data accumulated (sync.sessions deltas)."""
-        if not sessions_enabled(self.agent):
+    def _text_changed(self, store: Store, files: Sequence[MemoryFile], skipped: str) -> bool:
+        """Whether the text phase has anything to write (a stat pass over the discovered files)."""
+        meta = store.meta()
+        if meta.get("signature") is None or meta.get("skipped") != skipped:
+            return True
+        known = store.files()
+        current = {mf.rel_path for mf in files}
+        for mf in files:
+            prev = known.get(mf.rel_path)
+            if prev is None or prev[1] != mf.mtime_ns / 1e9 or prev[2] != mf.size:
+                return True
+        return any(v[3] == "memory" and p not in current for p, v in known.items())
+
+    def _sessions_phase(
+        self, store: Store, report: SyncReport, force: bool, *, wait_ms: int | None = None
+    ) -> None:
+        """Index the agent's transcripts once enough new data accumulated (sync.sessions deltas),
+        in one transaction like the text phase."""
+        if self.settings.sessions_dir is None:
             return
         known = {p: v for p, v in store.files().items() if v[3] == "sessions"}
         seen: set[str] = set()
-        chunking = self.cfg.chunking
-        for path in list_transcripts(self.agent):
+        due: list[tuple[Path, str, os.stat_result, int]] = []
+        for path in _list_transcripts(self.settings.sessions_dir):
             rel = transcript_display_path(path)
             seen.add(rel)
             try:
@@ -303,40 +560,60 @@ class MemoryIndex:
             prev = known.get(rel)
             if prev is not None and prev[1] == st.st_mtime and prev[2] == st.st_size:
                 continue
-            lines = count_newlines(path)
+            lines = _count_newlines(path)
             if prev is not None and not force:
                 if rel not in self._session_baselines:
                     self._session_baselines.add(rel)
                     self._sessions.mark_synced(rel, prev[2], _newlines_in_prefix(path, prev[2]))
                 if not self._sessions.observe(rel, st.st_size, lines).due:
                     continue
-            try:
-                chunks = transcript_chunks(path, chunking.tokens, chunking.overlap)
-                data = path.read_bytes()
-            except OSError as err:
-                log.warning("cannot read transcript %s: %s", path, err)
-                continue
-            store.replace_file(
-                rel,
-                str(path),
-                "sessions",
-                content_hash(data.decode("utf-8", errors="replace")),
-                st.st_mtime,
-                st.st_size,
-                [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
-            )
-            self._sessions.mark_synced(rel, st.st_size, lines)
+            due.append((path, rel, st, lines))
+        gone = set(known) - seen
+        if not due and not gone:
+            return
+        chunking = self.cfg.chunking
+        synced: list[tuple[str, int, int]] = []
+        with store.transaction(wait_ms=wait_ms, doing="index the session transcripts"):
+            if not store.signature_matches():
+                return
+            for path, rel, st, lines in due:
+                try:
+                    chunks = _transcript_chunks(path, chunking.tokens, chunking.overlap)
+                    data = path.read_bytes()
+                except OSError as err:
+                    log.warning("cannot read transcript %s: %s", path, err)
+                    continue
+                store.replace_file(
+                    rel,
+                    str(path),
+                    "sessions",
+                    content_hash(data.decode("utf-8", errors="replace")),
+                    st.st_mtime,
+                    st.st_size,
+                    [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
+                )
+                synced.append((rel, st.st_size, lines))
+                report.files_changed += 1
+                report.chunks_written += len(chunks)
+            for rel in gone:
+                store.remove_file(rel)
+                report.files_removed += 1
+        # only what was committed counts as synced
+        for rel, size, lines in synced:
+            self._sessions.mark_synced(rel, size, lines)
             self._session_baselines.add(rel)
-            report.files_changed += 1
-            report.chunks_written += len(chunks)
-        for gone in set(known) - seen:
-            store.remove_file(gone)
-            self._sessions.forget(gone)
-            report.files_removed += 1
+        for rel in gone:
+            self._sessions.forget(rel)
 
     async def _vector_phase(
         self, store: Store, report: SyncReport, budget_s: float | None, progress: ProgressFn | None
     ) -> None:
+        """Embed pending chunks in batches; with `budget_s`, stop before the deadline.
+
+        The deadline holds *within* a batch too: under a budget a batch only takes as many
+        chunks as the measured embedding rate says fit in the time left (the first batch is
+        one chunk, to measure it), so a search pays at most `searchWaitMs`, not a whole batch.
+        """
         if self.provider is None or not store.vector.available:
             return
         deadline = None if budget_s is None else time.monotonic() + budget_s
@@ -346,12 +623,23 @@ class MemoryIndex:
         max_entries = self.cfg.cache.max_entries
         use_cache = self.cfg.cache.enabled
         skip: set[int] = set()
+        # seconds per embedded chunk, per provider, kept on the index across syncs
+        rates: dict[tuple[str, str, str], float] = self.__dict__.setdefault("_embed_rates", {})
+        fill = 0.7  # share of the time left a budgeted batch is sized to take
         while True:
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            batch = [
-                row for row in store.pending_chunks(EMBED_BATCH + len(skip)) if row[0] not in skip
-            ][:EMBED_BATCH]
+            size = EMBED_BATCH
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                rate = rates.get(key)
+                if rate is None:
+                    size = 1 if left > 0 else 0
+                else:
+                    size = min(EMBED_BATCH, int(left * fill / rate))
+                if size <= 0:
+                    break
+            batch = [row for row in store.pending_chunks(size + len(skip)) if row[0] not in skip][
+                :size
+            ]
             if not batch:
                 break
             hashes = [h for _, h, _ in batch]
@@ -360,14 +648,27 @@ class MemoryIndex:
             vectors: dict[int, np.ndarray] = {cid: cached[h] for cid, h, _ in batch if h in cached}
             report.vectors_from_cache += len(vectors)
             if todo:
-                try:
-                    matrix = await self.provider.embed_documents([t for _, _, t in todo])
-                except BatchPending:
-                    # remote.batch.wait = false: the job keeps running; the next sync collects it
-                    return
-                except Exception as err:
-                    await self._on_embed_failure(err)
-                    return
+                started = time.monotonic()
+                # a hard stop at the deadline too: the rate is an estimate, and the first
+                # chunk's cost is unknown (providers stop their work when cancelled)
+                limit = float("inf") if deadline is None else max(deadline - started, 0.0)
+                with anyio.move_on_after(limit) as scope:
+                    try:
+                        matrix = await self.provider.embed_documents([t for _, _, t in todo])
+                    except BatchPending:
+                        # remote.batch.wait = false: the job keeps running; the next sync collects it
+                        return
+                    except Exception as err:
+                        await self._on_embed_failure(err)
+                        return
+                if scope.cancelled_caught:
+                    rates[key] = max(rates.get(key, 0.0), limit / len(todo))
+                    break
+                per_chunk = (time.monotonic() - started) / len(todo)
+                prev = rates.get(key)
+                # the slower of the last batch and the running mean: the budget must not be
+                # overrun because a previous batch happened to be fast
+                rates[key] = per_chunk if prev is None else max(per_chunk, 0.5 * (prev + per_chunk))
                 new_items = []
                 for (cid, h, _), vec in zip(todo, matrix, strict=True):
                     vectors[cid] = vec
@@ -405,44 +706,34 @@ class MemoryIndex:
     async def _reindex(
         self, reason: str, *, embed: bool, embed_budget_s: float | None, progress: ProgressFn | None
     ) -> SyncReport:
-        """Build a fresh index beside the old one and swap it in; on failure the old one stays."""
+        """Build a fresh index in a scratch file and publish it into the live one.
+
+        The publish is one write transaction inside the live file (see `Store.publish`): other
+        processes' readers switch from the complete old index to the complete new one and no
+        file is pulled out from under them. Embeddings go into the live cache as they are
+        computed, so a killed rebuild loses none. On any failure the old index stays, whole.
+        """
         log.info("reindexing %s: %s", self.path, reason)
-        tmp = self.path.with_name(
-            f"{self.path.name}.reindex-{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
-        )
         report = SyncReport(reindexed=True, reindex_reason=reason)
-        new: Store | None = None
+        signature = self.signature()
+        scratch = await anyio.to_thread.run_sync(self.store.open_scratch)
         try:
-            new = Store(
-                tmp, vector_enabled=self._vector_enabled, extension_path=self._extension_path
+            scratch.guard_signature = signature
+            scratch.set_meta(
+                {
+                    "signature": json.dumps(signature),
+                    "workspace": str(self.settings.workspace),
+                    "agentId": self.settings.agent_id,
+                }
             )
-            new.copy_cache_from(self.path)
-            new.set_meta({"signature": json.dumps(self.signature())})
-            await anyio.to_thread.run_sync(self._text_phase, new, report, progress)
-            await anyio.to_thread.run_sync(self._sessions_phase, new, report, True)
+            await anyio.to_thread.run_sync(self._text_phase, scratch, report, progress)
+            await anyio.to_thread.run_sync(self._sessions_phase, scratch, report, True)
             if embed:
-                await self._vector_phase(new, report, embed_budget_s, progress)
-            # leave a single self-contained file behind (no -wal) before the rename
-            with new.lock:
-                new.conn.execute("pragma wal_checkpoint(truncate)")
-                new.conn.execute("pragma journal_mode = delete")
-            new.close()
-            new = None
-        except BaseException:
-            if new is not None:
-                with contextlib.suppress(Exception):
-                    new.close()
-            remove_db_files(tmp)
-            raise
-        old = self.store
-        old.close()
-        for suffix in ("-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{self.path}{suffix}")
-        os.replace(tmp, self.path)
-        self.store = Store(
-            self.path, vector_enabled=self._vector_enabled, extension_path=self._extension_path
-        )
+                await self._vector_phase(scratch, report, embed_budget_s, progress)
+            await anyio.to_thread.run_sync(self.store.publish, scratch)
+        finally:
+            scratch.discard()
+        self.store.guard_signature = signature
         self.dirty = False
         return report
 
@@ -465,15 +756,21 @@ class MemoryIndex:
 
     async def search(
         self,
-        query: str,
+        request: SearchRequest | str,
         *,
         max_results: int | None = None,
         min_score: float | None = None,
         now: datetime | None = None,
         mode: str | None = None,
-    ) -> SearchOutcome:
-        """Hybrid recall. `mode` ("hybrid"|"keyword"|"vector") overrides config, for evaluation."""
-        query = (query or "").strip()
+    ) -> EngineAnswer:
+        """Hybrid recall. `mode` ("hybrid"|"keyword"|"vector") overrides config, for evaluation.
+
+        A plain string is a request with the keyword arguments as its limits.
+        """
+        if isinstance(request, str):
+            request = SearchRequest(request, max_results, min_score)
+        query = (request.query or "").strip()
+        max_results, min_score = request.max_results, request.min_score
         if not query:
             raise InvalidInput("query must not be empty")
         if self.unavailable:
@@ -516,6 +813,8 @@ class MemoryIndex:
 
         rows = store.chunk_rows(cands)
         allowed_sources = set(self.cfg.sources)
+        if request.corpus != "all":
+            allowed_sources &= {request.corpus}
         filled = []
         for cid, c in cands.items():
             row = rows.get(cid)
@@ -538,7 +837,6 @@ class MemoryIndex:
                 c.text, c.start_line, c.end_line, query, MAX_SNIPPET_CHARS
             )
             results.append(SearchResult(c.path, first, last, c.score, snippet, source=c.source))  # type: ignore[arg-type]
-        results = trim_to_budget(results, self.cfg.query.max_injected_chars)
 
         kw_used = want_kw and store.fts_available
         used_mode = (
@@ -549,17 +847,19 @@ class MemoryIndex:
         pending = store.pending_count() if self.provider else 0
         if pending and qvec is not None:
             notes.append(f"{pending} chunks still waiting for embeddings")
-        fallback = None
+        degraded = None
         if self.fallback_reason:
-            fallback = {"reason": self.fallback_reason, "since": self.fallback_since}
-        return SearchOutcome(
+            degraded = {"reason": self.fallback_reason, "since": self.fallback_since}
+        return EngineAnswer(
             results=results,
+            engine="builtin",
             provider=self.provider.id if self.provider else None,
             model=self.provider.model if self.provider else None,
             mode=used_mode,
-            fallback=fallback,
-            pending_vectors=pending,
+            max_injected_chars=self.cfg.query.max_injected_chars,
             notes=notes,
+            degraded=degraded,
+            pending_vectors=pending,
         )
 
     async def _embed_query(self, query: str) -> np.ndarray:
@@ -691,19 +991,21 @@ class MemoryIndex:
         self._reference_vectors = (key, vectors)
         return vectors
 
+    # The three reads below go through the store's reader (`_reading`: its snapshot, its error
+    # handling) rather than the writer, so a sync's writes never hold a search up; the Store
+    # has no public method for them yet.
     @staticmethod
     def _count_chunks(store: Store) -> int:
-        with store.lock:
-            return int(store.conn.execute("select count(*) from chunks").fetchone()[0])
+        return int(store.counts()["chunks"])
 
     @staticmethod
     def _count_term(store: Store, term: str) -> int:
         match = fts_match_expression([term])
         if match is None:
             return 0
-        with store.lock:
+        with store._reading("read the keyword index") as conn:
             try:
-                row = store.conn.execute(
+                row = conn.execute(
                     "select count(*) from chunks_fts where chunks_fts match ?", (match,)
                 ).fetchone()
             except Exception:  # a term FTS5 cannot parse matched nothing as a keyword either
@@ -713,10 +1015,10 @@ class MemoryIndex:
     @staticmethod
     def _background_sample(store: Store) -> tuple[list[int], np.ndarray, list[Script]]:
         """Up to BACKGROUND_SAMPLE stored vectors spread evenly over chunk ids: ids, vectors, scripts."""
-        with store.lock:
-            n = int(store.conn.execute("select count(*) from chunk_vectors").fetchone()[0])
+        with store._reading("read the vector index") as conn:
+            n = int(conn.execute("select count(*) from chunk_vectors").fetchone()[0])
             step = max(1, -(-n // BACKGROUND_SAMPLE))
-            rows = store.conn.execute(
+            rows = conn.execute(
                 "select v.chunk_id, v.vector, c.text from chunk_vectors v "
                 "join chunks c on c.id = v.chunk_id "
                 "where v.chunk_id % ? = 0 order by v.chunk_id limit ?",
@@ -753,72 +1055,89 @@ class MemoryIndex:
 
     # ------------------------------------------------------------------ get
 
-    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
-        """Read a memory file or a line range of it (see `resolve_get_path` for the policy)."""
-        shown, text = read_memory_file(
-            self.agent.workspace, self.cfg.extra_paths, path, from_line, lines
+    async def get(
+        self, path: str, from_line: int | None = None, lines: int | None = None
+    ) -> FileText:
+        """Read a memory file or a line range of it (the policy is `core.layout.locate`)."""
+        check_line_range(from_line, lines)
+        return await anyio.to_thread.run_sync(
+            read_memory_file, self.settings.roots, self.settings.workspace, path, from_line, lines
         )
-        return FileText(shown, text)
 
     # ------------------------------------------------------------------ status
 
-    def status(self) -> dict[str, Any]:
-        counts = self.store.counts()
+    def status(self) -> BuiltinStatus:
+        try:
+            counts = self.store.counts()
+        except IndexCorrupt:
+            # the damaged file was just moved aside: describe the fresh one (and the recovery)
+            counts = self.store.counts()
+        meta = self.store.meta()
         vec = self.store.vector
         sel = self.selection
-        return {
-            "backend": "builtin",
-            "agentId": self.agent.agent_id,
-            "provider": self.provider.id if self.provider else "none",
-            "model": self.provider.model if self.provider else None,
-            "requestedProvider": sel.requested,
-            "providerReason": sel.reason,
-            "fallback": {"reason": self.fallback_reason, "since": self.fallback_since}
+        return BuiltinStatus(
+            provider=self.provider.id if self.provider else "none",
+            model=self.provider.model if self.provider else None,
+            requested_provider=sel.requested,
+            provider_reason=sel.reason,
+            fallback=DegradedInfo(reason=self.fallback_reason, since=self.fallback_since)
             if self.fallback_reason
             else None,
-            "unavailable": self.unavailable,
-            "files": counts["files"],
-            "chunks": counts["chunks"],
-            "pendingVectors": counts["pending_vectors"] if self.provider else 0,
-            "dirty": self.dirty,
-            "needsReindex": self.reindex_reason(),
-            "dbPath": str(self.path),
-            "workspaceDir": str(self.agent.workspace),
-            "sources": list(self.cfg.sources),
-            "sourceCounts": counts["source_counts"],
-            "vector": {
-                "enabled": self._vector_enabled,
-                "available": vec.available and self.provider is not None,
-                "engine": vec.engine,
-                "searchEngine": self.store.search_engine,
-                "binding": vec.binding,
-                "dims": self.store._vec_dims,
-                "loadError": vec.load_error,
-            },
-            "fts": {
-                "available": self.store.fts_available,
-                "error": self.store.fts_error,
-                "trigram": self.store.trigram_error is None,
-            },
-            "cache": {
-                "enabled": self.cfg.cache.enabled,
-                "entries": counts["cache_entries"],
-                "maxEntries": self.cfg.cache.max_entries,
-            },
-            "lastSyncAt": self._last_sync_at,
-        }
+            unavailable=self.unavailable,
+            files=counts["files"],
+            chunks=counts["chunks"],
+            pending_vectors=counts["pending_vectors"] if self.provider else 0,
+            dirty=self.dirty,
+            needs_reindex=self.reindex_reason(),
+            db_path=str(self.path),
+            workspace_dir=str(self.settings.workspace),
+            sources=list(self.cfg.sources),
+            source_counts=counts["source_counts"],
+            vector=VectorInfo(
+                enabled=self._vector_enabled,
+                available=vec.available and self.provider is not None,
+                engine=vec.engine,
+                search_engine=self.store.search_engine,
+                binding=vec.binding,
+                dims=self.store.vec_dims,
+                load_error=vec.load_error,
+            ),
+            fts=FtsInfo(
+                available=self.store.fts_available,
+                error=self.store.fts_error,
+                trigram=self.store.trigram_error is None,
+            ),
+            cache=CacheInfo(
+                enabled=self.cfg.cache.enabled,
+                entries=counts["cache_entries"],
+                max_entries=self.cfg.cache.max_entries,
+            ),
+            last_sync_at=self._last_sync_at,
+            # another process's failed sync counts too: it is recorded in the index
+            last_error=self.last_error or _recorded_error(meta),
+            skipped=json.loads(meta.get("skipped") or "{}"),
+            undecodable=json.loads(meta.get("undecodable") or "[]"),
+            read_only=self.store.read_only,
+            recoveries=[
+                IndexRecovery(moved_to=str(r.moved_to), at=r.at, reason=r.reason)
+                for r in self.store.recoveries()
+            ],
+        )
 
     # ------------------------------------------------------------------ watch
 
     def watch_roots(self) -> list[Path]:
-        ws = self.agent.workspace
+        """Folders to watch: the workspace, extra roots outside it, and the transcripts folder."""
+        ws = self.settings.workspace
         roots = [ws]
-        for extra in resolve_extra_paths(ws, self.cfg.extra_paths):
-            if extra.exists() and not extra.is_relative_to(ws):
-                roots.append(extra if extra.is_dir() else extra.parent)
-        if sessions_enabled(self.agent):
-            self.agent.sessions_dir.mkdir(parents=True, exist_ok=True)
-            roots.append(self.agent.sessions_dir)
+        for root in self.settings.roots:
+            p = Path(root.path)
+            if p.exists() and not p.is_relative_to(ws) and p not in roots:
+                roots.append(p)
+        sessions = self.settings.sessions_dir
+        if sessions is not None:
+            private_dir(sessions)
+            roots.append(sessions)
         return roots
 
     async def watch(
@@ -830,26 +1149,17 @@ class MemoryIndex:
         """Watch memory files; mark dirty on change and sync in the background after the debounce."""
         from watchfiles import awatch
 
-        ws = self.agent.workspace
-        extras = [p for p in self.watch_roots() if p != ws]
-
-        sessions_dir = self.agent.sessions_dir
+        sessions_dir = self.settings.sessions_dir
+        roots = self.settings.roots
 
         def relevant(_change: Any, raw: str) -> bool:
             p = Path(raw)
-            if p.is_relative_to(sessions_dir):
+            if sessions_dir is not None and p.is_relative_to(sessions_dir):
                 return p.name.endswith(".jsonl")
-            if not p.name.lower().endswith(".md") and p.suffix:
+            if p.suffix and not is_markdown(p.name):
                 return False
-            if p.is_relative_to(ws):
-                rel = p.relative_to(ws).as_posix()
-                return (
-                    rel in ("MEMORY.md", "memory.md")
-                    or rel == "memory"
-                    or rel.startswith("memory/")
-                    or bool(self.cfg.extra_paths)
-                )
-            return any(p.is_relative_to(e) for e in extras)
+            # a folder event (no suffix) under a root may hide new files: let it through
+            return _inside_any(str(p), roots) or any(Path(r.path).is_relative_to(p) for r in roots)
 
         async for _changes in awatch(
             *self.watch_roots(),
@@ -858,6 +1168,8 @@ class MemoryIndex:
             step=50,
             stop_event=stop_event,
             recursive=True,
+            # the watcher thread checks for cancellation this often: shutdown within ~0.2 s
+            rust_timeout=200,
         ):
             self.dirty = True
             try:
@@ -869,9 +1181,71 @@ class MemoryIndex:
             if on_synced:
                 on_synced(report)
 
+    # ------------------------------------------------------------------ engine lifecycle
+
+    async def start(self, task_group: TaskGroup | None = None) -> None:
+        """With a task group: sync now, then keep fresh (watcher, `sync.intervalMinutes`)."""
+        self._tg = task_group
+        if task_group is not None:
+            task_group.start_soon(self._keep_fresh)
+
+    async def _keep_fresh(self) -> None:
+        try:
+            await self.sync()
+        except MemorydError as err:
+            self.last_error = str(err)
+            log.warning("built-in index sync failed for %s: %s", self.settings.agent_id, err)
+        async with anyio.create_task_group() as tg:
+            if self.cfg.sync.watch:
+                tg.start_soon(self.watch)
+            minutes = self.cfg.sync.interval_minutes
+            if minutes > 0:
+                tg.start_soon(self._periodic, minutes * 60)
+
+    async def _periodic(self, every_s: float) -> None:
+        while True:
+            await anyio.sleep(every_s)
+            self.dirty = True
+            try:
+                await self.sync()
+            except MemorydError as err:
+                self.last_error = str(err)
+                log.warning("periodic sync failed: %s", err)
+
+    def pending_changes(self) -> int:
+        """Memory files added, changed or removed since the last sync (a stat pass, no reads)."""
+        known = {p: v for p, v in self.store.files().items() if v[3] == "memory"}
+        current = {mf.rel_path: mf for mf in self._discover()}
+        changed = sum(
+            1
+            for rel, mf in current.items()
+            if (prev := known.get(rel)) is None
+            or prev[1] != mf.mtime_ns / 1e9
+            or prev[2] != mf.size
+        )
+        return changed + sum(1 for rel in known if rel not in current)
+
+    def notify_changed(self) -> None:
+        """A memory file was written through memoryd: the next search syncs first."""
+        self.dirty = True
+
     async def aclose(self) -> None:
         self.store.close()
         for p in {
             id(x): x for x in (self.selection.provider, self.selection.fallback) if x
         }.values():
             await p.aclose()
+
+
+def _recorded_error(meta: dict[str, str]) -> str | None:
+    raw = meta.get("last_sync_error")
+    if not raw:
+        return None
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        return str(json.loads(raw)["message"])
+    return None
+
+
+def _inside_any(path: str, roots: Sequence[MemoryRoot]) -> bool:
+    """Whether `path` lies under one of the roots (lexically)."""
+    return any(path == r.path or path.startswith(r.path.rstrip(os.sep) + os.sep) for r in roots)

@@ -1,11 +1,16 @@
-"""Pure chunking: Markdown text → ~N-token chunks split on lines, with exact 1-based line ranges."""
+"""Pure chunking: Markdown text → ~N-token chunks split on lines, with exact 1-based line ranges.
+
+Linear in the input: every token estimate is either one pass over a line or an O(log n) lookup
+in that line's `TokenPrefix`, and over-long lines are cut by index, never by copying the rest.
+"""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
 
-from .text import estimate_tokens
+from ..errors import InvalidInput
+from .text import TokenPrefix, estimate_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,27 +29,34 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _cut_long_line(line: str, max_tokens: int) -> list[str]:
-    """Split one over-long line into pieces of at most ~max_tokens each (on spaces when possible)."""
-    pieces: list[str] = []
-    rest = line
-    while estimate_tokens(rest) > max_tokens:
-        # binary search the longest prefix within budget
-        lo, hi = 1, len(rest)
+def _cut_long_line(line: str, max_tokens: int) -> list[tuple[str, int]]:
+    """Split one over-long line into pieces of at most ~max_tokens each (on spaces when possible).
+
+    Returns (piece, estimated tokens). Each cut is the longest prefix of the rest within budget
+    (binary search over O(log n) slice estimates), moved back to just after a space when one lies
+    in the prefix's second half.
+    """
+    prefix = TokenPrefix(line)
+    pieces: list[tuple[str, int]] = []
+    pos, n = 0, len(line)
+    while prefix.tokens(pos, n) > max_tokens:
+        # Every character costs at least a quarter token, so the answer is within this window:
+        # the search needs O(log budget) steps, whatever the line's length.
+        lo, hi = 1, min(n - pos, 4 * max_tokens + 4)
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if estimate_tokens(rest[:mid]) <= max_tokens:
+            if prefix.tokens(pos, pos + mid) <= max_tokens:
                 lo = mid
             else:
                 hi = mid - 1
         cut = lo
-        space = rest.rfind(" ", cut // 2, cut)
-        if space > 0:
-            cut = space + 1
-        pieces.append(rest[:cut])
-        rest = rest[cut:]
-    if rest:
-        pieces.append(rest)
+        space = line.rfind(" ", pos + cut // 2, pos + cut)
+        if space > pos:
+            cut = space - pos + 1
+        pieces.append((line[pos : pos + cut], prefix.tokens(pos, pos + cut)))
+        pos += cut
+    if pos < n:
+        pieces.append((line[pos:], prefix.tokens(pos, n)))
     return pieces
 
 
@@ -55,13 +67,13 @@ def chunk_lines(text: str, *, tokens: int = 400, overlap: int = 80) -> list[Chun
     its line number. Blank-only input yields no chunks.
     """
     if overlap >= tokens:
-        raise ValueError("overlap must be smaller than tokens")
+        raise InvalidInput("overlap must be smaller than tokens")
     units: list[tuple[int, str, int]] = []  # (line number, text, tokens)
     for number, line in enumerate(text.splitlines(), start=1):
         cost = estimate_tokens(line) + 1  # +1 for the newline
         if cost > tokens:
-            for piece in _cut_long_line(line, tokens - 1):
-                units.append((number, piece, estimate_tokens(piece) + 1))
+            for piece, piece_tokens in _cut_long_line(line, tokens - 1):
+                units.append((number, piece, piece_tokens + 1))
         else:
             units.append((number, line, cost))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, get_args
 
+from ..errors import InvalidInput
 from .results import SearchResult
 from .session_keys import ChatType, parse_session_key
 
@@ -33,7 +34,7 @@ def citations_enabled(mode: CitationsMode, chat_type: ChatType | None) -> bool:
     `chat_type=None` (no session key, CLI, sub-agents) counts as direct under `auto`.
     """
     if mode not in _MODES:
-        raise ValueError(f"unknown citations mode {mode!r} (expected auto, on or off)")
+        raise InvalidInput(f"unknown citations mode {mode!r} (expected auto, on or off)")
     if mode == "on":
         return True
     if mode == "off":
@@ -50,7 +51,7 @@ def trim_to_budget(results: Sequence[SearchResult], max_chars: int | None) -> li
     if max_chars is None:
         return list(results)
     if max_chars <= 0:
-        raise ValueError(f"max_chars must be positive, got {max_chars}")
+        raise InvalidInput(f"max_chars must be positive, got {max_chars}")
     remaining = max_chars
     kept: list[SearchResult] = []
     for result in results:
@@ -91,7 +92,7 @@ def apply_citations(
     `chat_type`, not both; with neither, the caller counts as a direct chat.
     """
     if session_key is not None and chat_type is not None:
-        raise ValueError("pass session_key or chat_type, not both")
+        raise InvalidInput("pass session_key or chat_type, not both")
     if session_key is not None:
         chat_type = parse_session_key(session_key).chat_type
     decorated = decorate(results, citations_enabled(mode, chat_type))

@@ -378,6 +378,22 @@ def _matched_terms(c: Candidate, terms: Sequence[str]) -> set[str]:
     return {t for t in terms if term_in_text(t, lowered, c.words)}
 
 
+_NAME_WORD = re.compile(r"[^\W\d_]{3,}")
+
+
+def _named_terms(c: Candidate, terms: Sequence[str]) -> set[str]:
+    """Query terms the chunk's file name holds (`legacy` in `memory/legacy.md`).
+
+    A file named after the topic is evidence about all its chunks, as a keyword in the text
+    is. Only the name's words count: every path holds `memory`, and a daily note's date is
+    already in its heading.
+    """
+    if not terms:
+        return set()
+    words = frozenset(w.lower() for w in _NAME_WORD.findall(PurePosixPath(c.path).stem))
+    return {t for t in terms if words and term_in_text(t, " ".join(words), words)}
+
+
 def _coverage(c: Candidate, terms: Sequence[str]) -> float:
     if not terms:
         return 0.0
@@ -552,8 +568,13 @@ def calibrated_scores(
     offset: float | None = None
     evidence = []
     vec_evidence = []
-    for m, z, script in zip(matched, zs, scripts, strict=True):
-        lex = _ramp(lexical_evidence(m, weights), LEX_FLOOR, LEX_FULL) if use_keywords else 0.0
+    for c, m, z, script in zip(candidates, matched, zs, scripts, strict=True):
+        named = _named_terms(c, terms)
+        lex = (
+            _ramp(lexical_evidence(m | named, weights), LEX_FLOOR, LEX_FULL)
+            if use_keywords
+            else 0.0
+        )
         if z is not None and not m and script != qscript:
             # only the cosine vouches for a chunk in another script: it must also stand out
             # from how close this query comes to memory at large, not just from unrelated

@@ -21,6 +21,8 @@ class SearchResult:
     snippet: str
     source: Source = "memory"
     citation: str | None = None
+    #: Set on hits another engine added to an answer (`memory.qmd.emptyResults = "builtin"`).
+    engine: str | None = None
 
     def with_(self, **changes: Any) -> SearchResult:
         return replace(self, **changes)
@@ -37,15 +39,34 @@ class SearchResult:
         }
         if self.citation is not None:
             out["citation"] = self.citation
+        if self.engine is not None:
+            out["backend"] = self.engine
         return out
 
 
 @dataclass(frozen=True, slots=True)
 class FileText:
-    """What `memory_get` returns: the (sliced) text of one memory file."""
+    """What `memory_get` returns: the (sliced, capped) text of one memory file.
+
+    `truncated` with `next_from` when the cap cut it (ask again `from = next_from` to page on);
+    `missing` when the file does not exist (a daily note not written yet); `past_end` when
+    `from` lies beyond its last line.
+    """
 
     path: str
     text: str
+    truncated: bool = False
+    next_from: int | None = None
+    missing: bool = False
+    past_end: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "text": self.text}
+        out: dict[str, Any] = {"path": self.path, "text": self.text}
+        if self.truncated:
+            out["truncated"] = True
+            out["nextFrom"] = self.next_from
+        if self.missing:
+            out["missing"] = True
+        if self.past_end:
+            out["pastEnd"] = True
+        return out

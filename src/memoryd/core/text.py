@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
+from itertools import accumulate
 from typing import Literal
 
 # CJK ideographs, kana, hangul and their punctuation-free extensions.
@@ -199,9 +201,38 @@ def script_of(text: str) -> Script:
 
 def estimate_tokens(text: str) -> int:
     """Cheap token estimate that does not under-count CJK: one token per CJK character, ~4 chars otherwise."""
-    cjk = len(_CJK_CHAR.findall(text))
+    # CJK characters are all non-ASCII, and `isascii` is a C scan: most text skips the regex. The
+    # count comes from deleting CJK runs, which builds no per-character objects.
+    cjk = 0 if text.isascii() else len(text) - len(_CJK_RUN.sub("", text))
     rest = len(text) - cjk
     return cjk + (rest + 3) // 4
+
+
+class TokenPrefix:
+    """`estimate_tokens` of any slice of one text in O(log n), after one pass over it.
+
+    `TokenPrefix(text).tokens(a, b) == estimate_tokens(text[a:b])`. The text's CJK runs are kept
+    with running counts, so the CJK characters before any offset are a binary search away: cutting
+    a long line needs no re-scan of its prefixes.
+    """
+
+    __slots__ = ("_before", "_ends", "_starts")
+
+    def __init__(self, text: str) -> None:
+        runs = [] if text.isascii() else [m.span() for m in _CJK_RUN.finditer(text)]
+        self._starts = [a for a, _ in runs]
+        self._ends = [b for _, b in runs]
+        self._before = list(accumulate((b - a for a, b in runs), initial=0))  # CJK before run i
+
+    def _cjk_before(self, offset: int) -> int:
+        i = bisect_right(self._starts, offset) - 1
+        if i < 0:
+            return 0
+        return self._before[i] + min(offset, self._ends[i]) - self._starts[i]
+
+    def tokens(self, start: int, end: int) -> int:
+        cjk = self._cjk_before(end) - self._cjk_before(start) if self._starts else 0
+        return cjk + (end - start - cjk + 3) // 4
 
 
 def segment_for_fts(text: str) -> str:

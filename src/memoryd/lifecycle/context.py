@@ -24,15 +24,22 @@ was cut, a hint to move detail into `memory/*.md` (the seed's `/context list`).
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass
 from datetime import date, timedelta
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Final, Literal
 
 from ..config import ResolvedAgent
-from ..scope_rules import parse_session_key
+from ..core.layout import (
+    LONG_TERM_NAMES,
+    MEMORY_DIR,
+    MemoryRoot,
+    daily_note_name,
+    is_daily_note_of,
+)
+from ..core.session_keys import parse_session_key
+from ..errors import InvalidInput, MemorydError
+from ..fsio import read_file, walk
 
 __all__ = [
     "DEFAULT_BOOTSTRAP_MAX_CHARS",
@@ -121,11 +128,16 @@ class SessionContext:
 
 
 def is_main_session(session_key: str | None) -> bool:
-    """True for the main, private session: no key, a non-chat key, or a direct chat."""
+    """True for the main, private session: no key, a non-chat key, or a direct chat.
+
+    Sub-agent and cron sessions (`subagent:…`, `cron:…`) are not: OpenClaw gives them only the
+    non-private files (daily notes), never `MEMORY.md`. They keep memory *search* (non-chat
+    sessions are never denied by scope rules) — that difference is deliberate and documented.
+    """
     info = parse_session_key(session_key)
     if not info.normalized:
         return True
-    if info.normalized.startswith("subagent:"):
+    if info.normalized.startswith(("subagent:", "cron:")) or ":subagent:" in info.normalized:
         return False
     return info.chat_type == "direct"
 
@@ -155,50 +167,45 @@ def truncate_for_context(content: str, name: str, max_chars: int) -> tuple[str, 
 
 
 def _cut(text: str, name: str, head_n: int, tail_n: int) -> str:
+    # One marker, OpenClaw's wording, with what was kept (the hint repeats the same numbers).
     marker = (
-        f"\n[...truncated, read {name} for full content...]\n"
-        f"…(truncated {name}: kept {head_n}+{tail_n} chars of {len(text)})…\n"
+        f"\n[...truncated, read {name} for full content...] "
+        f"(kept {head_n}+{tail_n} chars of {len(text)})\n"
     )
     return text[:head_n] + marker + (text[len(text) - tail_n :] if tail_n else "")
 
 
-def _daily_re(day: date) -> re.Pattern[str]:
-    return re.compile(rf"{re.escape(day.isoformat())}(?:-[^/\\]+)?\.md")
-
-
 def daily_note_paths(workspace: Path, day: date) -> list[Path]:
-    """`memory/<day>.md` then `memory/<day>-<slug>.md` files (sorted) that exist as regular files."""
-    folder = workspace / "memory"
-    try:
-        names = [e.name for e in os.scandir(folder) if e.is_file()]
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    pattern = _daily_re(day)
-    exact = f"{day.isoformat()}.md"
-    matched = sorted(n for n in names if pattern.fullmatch(n))
-    matched.sort(key=lambda n: (n != exact, n))
-    return [folder / n for n in matched]
+    """`memory/<day>.md` then `memory/<day>-<slug>.md` files (sorted) that exist as memory files."""
+    root = MemoryRoot(str(workspace / MEMORY_DIR), "*.md")
+    names = [f.rel.name for f in walk(root, anchor=workspace) if is_daily_note_of(f.rel.name, day)]
+    exact = daily_note_name(day)
+    names.sort(key=lambda n: (n != exact, n))
+    return [workspace / MEMORY_DIR / n for n in names]
+
+
+def _root_of(workspace: Path, path: Path) -> tuple[MemoryRoot, PurePosixPath]:
+    rel = path.relative_to(workspace)
+    if rel.parts[0] == MEMORY_DIR:
+        return MemoryRoot(str(workspace / MEMORY_DIR), "*.md"), PurePosixPath(*rel.parts[1:])
+    return MemoryRoot(str(workspace), rel.name), PurePosixPath(rel.name)
 
 
 def _long_term_path(workspace: Path) -> Path | None:
-    for name in ("MEMORY.md", "memory.md"):
-        candidate = workspace / name
-        if candidate.is_file():
-            return candidate
+    for name in LONG_TERM_NAMES:
+        if _read(workspace, workspace / name) is not None:
+            return workspace / name
     return None
 
 
-def _inside(workspace: Path, path: Path) -> bool:
-    real = path.resolve()
-    return real.is_relative_to(workspace.resolve())
-
-
-def _read(path: Path) -> str | None:
+def _read(workspace: Path, path: Path) -> str | None:
+    """The file's text, read by descriptor (never through a symlink); None if absent or refused."""
+    root, rel = _root_of(workspace, path)
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
+        got = read_file(root, rel, anchor=workspace)
+    except MemorydError:
         return None
+    return None if got is None else got.text
 
 
 def _hint(cut: list[ContextFile], budget_chars: int) -> str:
@@ -222,7 +229,7 @@ def build_session_context(
 ) -> SessionContext:
     """Assemble the session-start context for `session_key` on `today` (reads files, writes none)."""
     if budget_chars < 1 or total_budget_chars < 1:
-        raise ValueError("budgets must be positive")
+        raise InvalidInput("budgets must be positive")
     ws = agent.workspace
     main = is_main_session(session_key)
     candidates: list[tuple[Path, FileKind]] = []
@@ -237,9 +244,7 @@ def build_session_context(
     sections: list[str] = []
     remaining = total_budget_chars
     for path, kind in candidates:
-        if not _inside(ws, path):
-            continue
-        raw = _read(path)
+        raw = _read(ws, path)
         if raw is None:
             continue
         rel = path.relative_to(ws).as_posix()

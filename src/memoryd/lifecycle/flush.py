@@ -6,7 +6,7 @@ whether to run the flush turn now, with the configured prompts. The rule (OpenCl
 
     run  ⇔  memoryFlush.enabled
             and workspaceAccess == "rw"
-            and token_estimate > context_window − reserveTokensFloor − softThresholdTokens
+            and token_estimate ≥ context_window − reserveTokensFloor − softThresholdTokens
             and no flush has run yet in this compaction cycle
 
 "This compaction cycle" is the session's `compaction_count`; a count at or below the last
@@ -24,7 +24,6 @@ import contextlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,11 +32,11 @@ from typing import Any, Final, Literal
 
 import filelock
 
-from .._util import fsync_dir
 from ..config import ResolvedAgent
 from ..core.replies import SILENT_REPLY_TOKEN, is_no_reply
 from ..core.session_keys import normalize_session_key
-from ..errors import FlushStateError
+from ..errors import FlushStateError, InvalidInput, StateError
+from ..fsio import private_dir, write_private_atomic
 
 __all__ = [
     "SILENT_REPLY_TOKEN",
@@ -105,18 +104,20 @@ class FlushState:
 
     def __init__(self, path: Path, *, lock_timeout: float = 30.0) -> None:
         self.path = path
-        self._lock = filelock.FileLock(str(path) + ".lock", timeout=lock_timeout)
+        self._lock = filelock.FileLock(str(path) + ".lock", timeout=lock_timeout, mode=0o600)
 
     @classmethod
     def for_agent(cls, agent: ResolvedAgent) -> FlushState:
-        return cls(agent.state_dir / "sessions.json")
+        return cls(agent.state.flush_state)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
             with self._lock:
                 yield
+        except StateError as err:
+            raise FlushStateError(str(err)) from None
         except filelock.Timeout:
             raise FlushStateError(f"timed out waiting for the lock on {self.path}") from None
         except OSError as err:
@@ -143,18 +144,7 @@ class FlushState:
 
     def _write_unlocked(self, data: dict[str, Any]) -> None:
         payload = json.dumps(data, indent=2, sort_keys=True).encode("utf-8") + b"\n"
-        fd, tmp = tempfile.mkstemp(prefix=".sessions.", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(payload)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        fsync_dir(self.path.parent)
+        write_private_atomic(self.path, payload)
 
     def get(self, session_key: str | None) -> FlushRecord | None:
         """The session's last flush record, if any."""
@@ -276,7 +266,7 @@ def check_flush(
     reset session apart from the old one under the same key.
     """
     if token_estimate < 0 or context_window < 0 or compaction_count < 0:
-        raise ValueError("token_estimate, context_window and compaction_count must not be negative")
+        raise InvalidInput("tokenEstimate, contextWindow and compactionCount must not be negative")
     cfg = agent.compaction.memory_flush
     threshold = flush_threshold(agent, context_window)
 
@@ -302,7 +292,7 @@ def check_flush(
         return decide("no_token_estimate")
     if threshold <= 0:
         return decide("window_too_small")
-    if token_estimate <= threshold:
+    if token_estimate < threshold:  # OpenClaw flushes once the estimate reaches it
         return decide("below_threshold")
 
     state = FlushState.for_agent(agent)
@@ -336,7 +326,7 @@ def record_flush(
 ) -> FlushRecord:
     """Record that a flush ran in cycle `compaction_count` (for hosts that decide on their own)."""
     if compaction_count < 0:
-        raise ValueError("compaction_count must not be negative")
+        raise InvalidInput("compactionCount must not be negative")
     new = FlushRecord(compaction_count, _now_iso(now), session_id)
     FlushState.for_agent(agent).update(session_key, lambda _old: new)
     return new

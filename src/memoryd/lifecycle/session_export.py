@@ -24,10 +24,7 @@ Only this agent's transcripts are read, so one agent's export never holds anothe
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -36,7 +33,8 @@ from typing import Any, Final
 import filelock
 
 from ..config import ResolvedAgent
-from ..errors import SessionExportError
+from ..errors import SessionExportError, StateError
+from ..fsio import private_dir, write_private_atomic
 from .transcripts import list_transcripts, parse_transcript, render_transcript, session_id
 
 __all__ = [
@@ -87,10 +85,7 @@ class ExportReport:
 
 def session_export_dir(agent: ResolvedAgent) -> Path:
     """`memory.qmd.sessions.exportDir`, else `<state>/agents/<id>/qmd/sessions`."""
-    configured = agent.memory.qmd.sessions.export_dir
-    if configured:
-        return Path(configured.replace("{agentId}", agent.agent_id)).expanduser()
-    return agent.state_dir / "qmd" / "sessions"
+    return agent.qmd_settings().exports_dir
 
 
 def render_session_markdown(sid: str, lines: str) -> str:
@@ -112,18 +107,8 @@ def _read_manifest(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    # The temp name does not end in .md, so qmd never indexes a half-written export.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    # 0600 like all state; the temp name does not end in .md, so qmd never indexes half a file
+    write_private_atomic(path, data)
 
 
 def _unlink(path: Path) -> bool:
@@ -154,12 +139,12 @@ def export_sessions(
     cutoff = (now - timedelta(days=days)).timestamp() if days is not None else None
     report = ExportReport(export_dir=out_dir)
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with filelock.FileLock(str(out_dir / ".memoryd-sessions.lock"), timeout=60):
+        private_dir(out_dir)
+        with filelock.FileLock(str(out_dir / ".memoryd-sessions.lock"), timeout=60, mode=0o600):
             _export_locked(agent, out_dir, cutoff, report)
     except filelock.Timeout:
         raise SessionExportError(f"timed out waiting for the export lock in {out_dir}") from None
-    except OSError as err:
+    except (OSError, StateError) as err:
         raise SessionExportError(f"cannot export sessions to {out_dir}: {err}") from None
     return report
 

@@ -102,8 +102,7 @@ def transcript_display_path(path: Path) -> str:
 
 def sessions_enabled(agent: ResolvedAgent) -> bool:
     """True when the agent opted in: `experimental.sessionMemory` and `"sessions"` in `sources`."""
-    search = agent.memory_search
-    return bool(search.experimental.session_memory) and "sessions" in search.sources
+    return agent.sessions_enabled
 
 
 def list_transcripts(agent: ResolvedAgent) -> list[Path]:

@@ -1,18 +1,20 @@
-"""One agent's backends: qmd as a supervised sidecar with the built-in index as failover.
+"""One agent's engines: qmd as a supervised sidecar with the built-in index as failover.
 
-The rules (see README "Failover and recovery"):
-- every qmd failure on the search path (exit, timeout, garbage JSON, missing binary, busy index)
-  is answered by the built-in index in the same call, and the reason is recorded;
-- after `failureThreshold` consecutive failures the agent is *failed over*: searches go to the
-  built-in index straight away (no timeout paid per call) while a background task probes qmd with
-  exponential backoff (tenacity) once the cool-down has passed; the first good probe routes
-  searches back to qmd;
-- with `memory.qmd.fallback = "none"` no built-in index exists and failures surface as errors.
+The rules are `failover.Failover`'s (README "Failover and recovery"): every qmd failure on the
+search path is answered by the built-in index in the same call and recorded; once failed over,
+searches go to the built-in index straight away while a background task (or, in a one-shot
+process, the next search once due) probes qmd; the first good probe routes searches back. With
+`memory.qmd.fallback = "none"` no built-in index exists and failures surface as errors.
+
+The state lives in `health.json` (see `health`), loaded when the backend is created and written on
+every change, so a second process — `memoryd status`, a one-off CLI search — starts from the
+truth instead of from "qmd is fine" and does not pay qmd's timeout again during the cool-down.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,85 +23,132 @@ from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
-from tenacity import AsyncRetrying, retry_if_result, stop_never, wait_exponential_jitter
 
-from ..builtin_index import MemoryIndex
-from ..builtin_index._files import read_memory_file
 from ..config import ResolvedAgent
+from ..core.engine import BuiltinEngine, EngineAnswer, QmdEngine, SearchRequest
+from ..core.layout import MemoryRoot
 from ..core.results import FileText, SearchResult
 from ..errors import MemorydError, QmdError, ServiceUnavailable
+from ..memfiles import discover
+from .failover import Active, Failover, FailoverSettings, clean_reason
+from .health import Health, HealthFile
 
 log = logging.getLogger("memoryd.supervisor")
 
 PROBE_QUERY = "memoryd recovery probe"
+QmdFactory = Callable[[ResolvedAgent], QmdEngine]
+IndexFactory = Callable[[ResolvedAgent], BuiltinEngine]
 
 
 @dataclass
 class SearchAnswer:
+    """An engine's answer plus which backend served it and, after a failover, why."""
+
     results: list[SearchResult]
     backend: str
     provider: str | None
     model: str | None
     mode: str
+    max_injected_chars: int
     fallback: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class FailoverState:
-    failures: int = 0
-    active: str = "qmd"
-    reason: str | None = None
-    since: float | None = None
-    last_error_at: float | None = None
-    probe_attempts: int = 0
-    next_probe_at: float | None = None
-    recovered_at: float | None = None
-    warned: bool = False
+    stale_seconds: float | None = None
 
 
 class AgentBackend:
-    """Serves one agent: `search`, `get`, `sync`, `status`, plus timers when started in a task group."""
+    """Serves one (agent, workspace): `search`, `get`, `status`, plus timers when started."""
 
     def __init__(
         self,
         agent: ResolvedAgent,
         *,
-        qmd_factory: Callable[[ResolvedAgent], Any] | None = None,
-        index_factory: Callable[[ResolvedAgent], MemoryIndex] | None = None,
+        qmd_factory: QmdFactory | None = None,
+        index_factory: IndexFactory | None = None,
         clock: Callable[[], float] = time.time,
+        jitter: Callable[[float], float] | None = None,
     ) -> None:
         self.agent = agent
         self.requested = agent.memory.backend
         qcfg = agent.memory.qmd
         self.fail_closed = self.requested == "qmd" and qcfg.fallback == "none"
-        self._failover = qcfg.failover
         self._clock = clock
-        self.state = FailoverState(active="qmd" if self.requested == "qmd" else "builtin")
-        self.qmd: Any = None
+        self._jitter = jitter or (lambda scale: random.uniform(0, scale / 4))
+        fo = qcfg.failover
+        self.failover = Failover(
+            FailoverSettings(
+                fo.failure_threshold, fo.cooldown_ms / 1000, fo.probe_max_interval_ms / 1000
+            )
+        )
+        self.health_file = HealthFile(agent.state.health)
+        self.health = Health(requested=self.requested)
+        self.qmd: QmdEngine | None = None
         if self.requested == "qmd":
+            loaded = self.health_file.load()
+            if loaded is not None and loaded.requested == "qmd":
+                self.health = loaded
+                self.failover.state = loaded.failover
             if qmd_factory is None:
-                from ..qmd_adapter import QmdManager
+                from .engines import qmd_engine
 
-                qmd_factory = QmdManager
+                qmd_factory = qmd_engine
             self.qmd = qmd_factory(agent)
-        self._index_factory = index_factory or MemoryIndex
-        self._index: MemoryIndex | None = None
+            self._bind_qmd_events()
+        else:
+            self.failover.state = self.failover.state.__class__(active="builtin")
+        if index_factory is None:
+            from .engines import builtin_engine
+
+            index_factory = builtin_engine
+        self._index_factory = index_factory
+        self._index: BuiltinEngine | None = None
         self._tg: TaskGroup | None = None
         self._probing = False
         self._qmd_started = False
-        self._start_error: str | None = None
+        self._warned = False
 
-    # ------------------------------------------------------------------ lifecycle
+    # ------------------------------------------------------------------ engines
 
     @property
-    def index(self) -> MemoryIndex | None:
+    def index(self) -> BuiltinEngine | None:
         """The built-in index (None in fail-closed qmd mode, where none may be built)."""
         if self.fail_closed:
             return None
         if self._index is None:
             self._index = self._index_factory(self.agent)
         return self._index
+
+    def _bind_qmd_events(self) -> None:
+        # optional hooks: a test double may not have them
+        hook = getattr(self.qmd, "set_event_hook", None)
+        if hook is not None:
+            hook(self._on_qmd_event)
+        seed = getattr(self.qmd, "seed_from_health", None)
+        if seed is not None:
+            seed(self.health.qmd.last_update_at, self.health.qmd.last_embed_at)
+
+    def _on_qmd_event(self, kind: str, ok: bool, detail: str | None) -> None:
+        """qmd reported a maintenance outcome (`update`, `embed`) or its version: persist it."""
+        q = self.health.qmd
+        now = self._clock()
+        if kind == "update":
+            q.last_update_ok, q.last_update_error = ok, None if ok else clean_reason(detail or "")
+            if ok:
+                q.last_update_at = now
+        elif kind == "embed":
+            q.last_embed_ok, q.last_embed_error = ok, None if ok else clean_reason(detail or "")
+            if ok:
+                q.last_embed_at = now
+        elif kind == "version":
+            q.version, q.version_error = (
+                (detail, None) if ok else (None, clean_reason(detail or ""))
+            )
+        self._save()
+
+    def _save(self) -> None:
+        if self.requested != "qmd":
+            return
+        self.health.failover = self.failover.state
+        self.health_file.save(self.health)
 
     async def start(self, tg: TaskGroup | None = None) -> None:
         """Start qmd (collections, timers) and keep the built-in index fresh in the background."""
@@ -111,31 +160,16 @@ class AgentBackend:
                     tg.start_soon(self._export_loop)
             await self._start_qmd(tg)
         idx = self.index
-        if idx is not None and tg is not None:
-            tg.start_soon(self._keep_index_fresh, idx)
-
-    async def _start_qmd(self, tg: TaskGroup | None) -> None:
-        try:
-            await self.qmd.start(tg)
-            self._qmd_started = True
-            self._start_error = None
-        except QmdError as err:
-            self._start_error = str(err)
-            self._record_failure(f"qmd failed to start: {err}")
+        if idx is not None:
+            await idx.start(tg)
 
     async def export_sessions(self) -> bool:
         """Export sanitised transcripts for qmd's sessions collection; True when files changed."""
         from ..lifecycle import export_sessions
 
-        qcfg = self.agent.memory.qmd.sessions
         try:
             report = await anyio.to_thread.run_sync(
-                lambda: export_sessions(
-                    self.agent,
-                    now=datetime.now(UTC),
-                    export_dir=self.qmd.sessions_dir,
-                    retention_days=qcfg.retention_days,
-                )
+                lambda: export_sessions(self.agent, now=datetime.now(UTC))
             )
         except (MemorydError, OSError) as err:
             log.warning("session export failed for %s: %s", self.agent.agent_id, err)
@@ -146,29 +180,29 @@ class AgentBackend:
         interval = min(60.0, max(1.0, self.agent.memory.qmd.update.interval_ms / 1000 or 60.0))
         while True:
             await anyio.sleep(interval)
-            if await self.export_sessions() and self._qmd_started:
-                self.qmd.request_update()
+            if await self.export_sessions() and self._qmd_started and self.qmd is not None:
+                self.qmd.notify_changed()
+
+    async def _start_qmd(self, tg: TaskGroup | None) -> None:
+        assert self.qmd is not None
+        try:
+            await self.qmd.start(tg)
+            self._qmd_started = True
+        except QmdError as err:
+            self._record_failure(f"{type(err).__name__}: qmd failed to start: {err}")
 
     async def ensure_qmd_started(self) -> None:
         """Start qmd (home, collections) if it has not started yet; raises a QmdError on failure."""
-        if not self._qmd_started:
+        if self.qmd is not None and not self._qmd_started:
             await self.qmd.start(self._tg)
             self._qmd_started = True
 
-    async def _keep_index_fresh(self, idx: MemoryIndex) -> None:
-        try:
-            await idx.sync()
-        except MemorydError as err:
-            log.warning("built-in index sync failed for %s: %s", self.agent.agent_id, err)
-        if idx.cfg.sync.watch:
-            await idx.watch()
-
     def notify_changed(self) -> None:
-        """A memory file was written through memoryd: mark indexes dirty, ask qmd for an update."""
+        """A memory file was written through memoryd: refresh every engine soon."""
         if self._index is not None:
-            self._index.dirty = True
+            self._index.notify_changed()
         if self.qmd is not None and self._qmd_started and self._tg is not None:
-            self.qmd.request_update()
+            self.qmd.notify_changed()
 
     async def aclose(self) -> None:
         if self.qmd is not None:
@@ -176,236 +210,220 @@ class AgentBackend:
         if self._index is not None:
             await self._index.aclose()
 
-    # ------------------------------------------------------------------ failover state
+    # ------------------------------------------------------------------ failover
+
+    @property
+    def active(self) -> Active:
+        return self.failover.active if self.qmd is not None else "builtin"
 
     def _record_failure(self, reason: str) -> None:
-        st = self.state
         now = self._clock()
-        st.failures += 1
-        st.last_error_at = now
-        if st.active == "qmd" and st.failures >= self._failover.failure_threshold:
-            st.active = "builtin"
-            st.since = now
-            st.probe_attempts = 0
-            st.recovered_at = None
-            st.next_probe_at = now + self._failover.cooldown_ms / 1000
+        flipped = self.failover.record_failure(reason, now)
+        if flipped:
             log.warning(
                 "qmd failed for agent %s (%s); serving from the built-in index",
                 self.agent.agent_id,
-                reason,
+                self.failover.state.reason,
             )
             if self._tg is not None and not self._probing:
                 self._tg.start_soon(self._probe_loop)
-        elif not st.warned:
+        elif not self._warned:
             log.warning("qmd search failed for agent %s: %s", self.agent.agent_id, reason)
-        st.warned = True
-        if st.reason is None or st.active == "builtin":
-            st.reason = reason
+        self._warned = True
+        self._save()
 
     def _record_success(self) -> None:
-        st = self.state
-        if st.active == "builtin" and self.requested == "qmd":
+        if self.failover.record_success(self._clock()):
             log.warning(
                 "qmd recovered for agent %s; routing searches back to qmd", self.agent.agent_id
             )
-            st.recovered_at = self._clock()
-        # keep how many probes the last recovery took; status shows it
-        self.state = FailoverState(
-            active="qmd", recovered_at=st.recovered_at, probe_attempts=st.probe_attempts
-        )
+            self._save()
 
     async def probe(self) -> bool:
         """One recovery probe: a real qmd search (so hangs and garbage output are caught too)."""
-        self.state.probe_attempts += 1
+        assert self.qmd is not None
+        now = self._clock()
         try:
             await self.ensure_qmd_started()
-            await self.qmd.search(PROBE_QUERY, max_results=1)
+            await self.qmd.search(SearchRequest(PROBE_QUERY, max_results=1))
         except QmdError as err:
-            self.state.reason = (
-                f"{self.state.reason or 'qmd failed'}; probe {self.state.probe_attempts}: {err}"
+            scale = self.failover.settings.cooldown_s
+            self.failover.record_probe_failure(
+                f"{type(err).__name__}: {err}", now, self._jitter(scale)
             )
+            self._save()
             return False
-        self._record_success()
+        self.failover.record_probe_success(self._clock())
+        log.warning("qmd recovered for agent %s; routing searches back to qmd", self.agent.agent_id)
+        self._save()
         return True
 
     async def _probe_loop(self) -> None:
-        """Background recovery: wait the cool-down, then probe with exponential backoff + jitter."""
+        """Background recovery: sleep until the next probe is due, probe, repeat until qmd is back."""
         self._probing = True
         try:
-            cooldown = max(0.0, (self.state.next_probe_at or self._clock()) - self._clock())
-            await anyio.sleep(cooldown)
-            initial = max(0.05, self._failover.cooldown_ms / 1000)
-            cap = self._failover.probe_max_interval_ms / 1000
-
-            def note_next(retry_state: Any) -> None:
-                sleep = retry_state.next_action.sleep if retry_state.next_action else 0
-                self.state.next_probe_at = self._clock() + sleep
-
-            async def attempt() -> bool:
-                return self.state.active == "qmd" or await self.probe()
-
-            retrying = AsyncRetrying(
-                retry=retry_if_result(lambda ok: ok is False),
-                wait=wait_exponential_jitter(multiplier=initial, max=cap, jitter=initial / 4),
-                stop=stop_never,
-                before_sleep=note_next,
-                sleep=anyio.sleep,
-            )
-            await retrying(attempt)
+            while self.failover.active == "builtin":
+                due = self.failover.state.next_probe_at or self._clock()
+                await anyio.sleep(max(0.0, due - self._clock()))
+                if self.failover.active != "builtin":
+                    break
+                await self.probe()
         finally:
             self._probing = False
 
     # ------------------------------------------------------------------ tools
 
-    async def search(
-        self, query: str, *, max_results: int | None = None, min_score: float | None = None
-    ) -> SearchAnswer:
+    async def search(self, request: SearchRequest) -> SearchAnswer:
         if self.qmd is None:
-            return await self._builtin(query, max_results, min_score, fallback=None)
-        st = self.state
+            return await self._builtin(request, fallback=None)
         # no background task group (one-shot use): probe inline once the cool-down is over
-        inline_probe_due = (
-            st.active == "builtin"
-            and self._tg is None
-            and st.next_probe_at is not None
-            and self._clock() >= st.next_probe_at
-        )
-        if inline_probe_due and not await self.probe():
-            st.next_probe_at = self._clock() + min(
-                self._failover.probe_max_interval_ms / 1000,
-                (self._failover.cooldown_ms / 1000) * 2 ** min(st.probe_attempts, 16),
-            )
-        if self.state.active == "qmd":
+        if self._tg is None and self.failover.probe_due(self._clock()):
+            await self.probe()
+        if self.failover.active == "qmd":
             try:
                 await self.ensure_qmd_started()
-                results = await self.qmd.search(query, max_results=max_results, min_score=min_score)
+                stale = await self._refresh_if_stale()
+                answer = await self.qmd.search(request)
             except QmdError as err:
                 reason = f"{type(err).__name__}: {err}"
                 self._record_failure(reason)
                 if self.fail_closed:
                     raise ServiceUnavailable(
-                        f"qmd unavailable and memory.qmd.fallback = none ({reason})"
+                        f"qmd unavailable and memory.qmd.fallback = none ({clean_reason(reason)})"
                     ) from err
-                return await self._builtin(
-                    query, max_results, min_score, fallback=self._fallback_info(reason)
-                )
-            if self.state.failures:
+                return await self._builtin(request, fallback=self._fallback_info())
+            if self.failover.state.failures:
                 self._record_success()
-            return SearchAnswer(results, "qmd", "qmd", self._qmd_model(), self.qmd.search_mode)
-        return await self._builtin(
-            query, max_results, min_score, fallback=self._fallback_info(self.state.reason)
+            if not answer.results and self._complete_empty(request):
+                return await self._completed(request, answer, stale)
+            return SearchAnswer(
+                answer.results,
+                "qmd",
+                answer.provider,
+                answer.model,
+                answer.mode,
+                answer.max_injected_chars,
+                notes=answer.notes,
+                stale_seconds=stale,
+            )
+        return await self._builtin(request, fallback=self._fallback_info())
+
+    def _complete_empty(self, request: SearchRequest) -> bool:
+        """`memory.qmd.emptyResults = "builtin"` and a question of two or more content words."""
+        from ..core.text import query_terms
+
+        return (
+            self.agent.memory.qmd.empty_results == "builtin"
+            and self.index is not None
+            and len(query_terms(request.query)) >= 2
         )
 
-    def _fallback_info(self, reason: str | None) -> dict[str, Any]:
-        st = self.state
-        return {"from": "qmd", "reason": reason, "since": st.since or st.last_error_at}
+    async def _completed(
+        self, request: SearchRequest, empty: EngineAnswer, stale: float | None
+    ) -> SearchAnswer:
+        """qmd found nothing: the built-in index's hits, each marked `backend: builtin`."""
+        idx = self.index
+        assert idx is not None
+        answer = await idx.search(request)
+        hits = [r.with_(engine="builtin") for r in answer.results]
+        note = "qmd found nothing (its search needs every word); completed by the built-in index"
+        return SearchAnswer(
+            hits,
+            "qmd",
+            empty.provider,
+            empty.model,
+            empty.mode,
+            empty.max_injected_chars,
+            notes=[*empty.notes, note] if hits else empty.notes,
+            stale_seconds=stale,
+        )
 
-    def _qmd_model(self) -> str | None:
-        return self.agent.memory.qmd.models.embed
+    async def _refresh_if_stale(self) -> float | None:
+        """One-shot processes (no timers): bring qmd up to date first when a file is newer.
+
+        Bounded by `sync.searchWaitMs`; returns how stale the index still is (None = fresh).
+        """
+        assert self.qmd is not None
+        stale = await anyio.to_thread.run_sync(self.qmd_stale_seconds)
+        if stale is None or self._tg is not None:
+            return stale
+        with anyio.move_on_after(self.agent.memory_search.sync.search_wait_ms / 1000):
+            await self.qmd.sync(force=True)
+        return await anyio.to_thread.run_sync(self.qmd_stale_seconds)
+
+    def _fallback_info(self) -> dict[str, Any]:
+        st = self.failover.state
+        return {"from": "qmd", "reason": st.reason, "since": st.since or st.last_error_at}
 
     async def _builtin(
-        self,
-        query: str,
-        max_results: int | None,
-        min_score: float | None,
-        *,
-        fallback: dict[str, Any] | None,
+        self, request: SearchRequest, *, fallback: dict[str, Any] | None
     ) -> SearchAnswer:
         idx = self.index
         if idx is None:
             raise ServiceUnavailable("qmd is failed over and memory.qmd.fallback = none")
-        outcome = await idx.search(query, max_results=max_results, min_score=min_score)
-        merged = fallback or outcome.fallback
-        if fallback and outcome.fallback:
-            merged = {**fallback, "embedding": outcome.fallback}
+        answer: EngineAnswer = await idx.search(request)
+        merged = fallback or answer.degraded
+        if fallback and answer.degraded:
+            merged = {**fallback, "embedding": answer.degraded}
         return SearchAnswer(
-            outcome.results,
+            answer.results,
             "builtin",
-            outcome.provider,
-            outcome.model,
-            outcome.mode,
+            answer.provider,
+            answer.model,
+            answer.mode,
+            answer.max_injected_chars,
             merged,
-            outcome.notes,
+            answer.notes,
         )
 
     async def get(
         self, path: str, from_line: int | None = None, lines: int | None = None
     ) -> FileText:
-        if self.qmd is not None and (path.startswith("qmd/") or path.startswith("qmd://")):
-            result: FileText = await self.qmd.read_file(path, from_line, lines)
-            return result
-        ms = self.agent.memory_search
-        shown, text = read_memory_file(self.agent.workspace, ms.extra_paths, path, from_line, lines)
-        return FileText(shown, text)
+        """`memory_get` by the rule of the engine that indexes the files (qmd's collections or the
+        built-in index's roots); reading needs no running process."""
+        engine = self.qmd if self.qmd is not None else self.index
+        assert engine is not None
+        return await engine.get(path, from_line, lines)
 
     # ------------------------------------------------------------------ status
 
-    def status(self) -> dict[str, Any]:
-        st = self.state
-        out: dict[str, Any] = {
-            "agentId": self.agent.agent_id,
-            "backend": st.active if self.qmd is not None else "builtin",
-            "requestedBackend": self.requested,
-            "fallback": {"from": "qmd", "reason": st.reason, "since": st.since}
-            if st.active == "builtin" and self.qmd is not None
-            else None,
-            "recovery": {
-                "attempts": st.probe_attempts,
-                "nextProbeAt": st.next_probe_at,
-                "recoveredAt": st.recovered_at,
-            }
-            if self.qmd is not None
-            else None,
-            "failClosed": self.fail_closed,
-            "workspaceDir": str(self.agent.workspace),
-        }
-        idx = self.index  # None in fail-closed mode
-        if idx is not None:
-            b = idx.status()
-            for key in (
-                "provider",
-                "model",
-                "requestedProvider",
-                "providerReason",
-                "files",
-                "chunks",
-                "pendingVectors",
-                "dirty",
-                "needsReindex",
-                "dbPath",
-                "sources",
-                "sourceCounts",
-                "vector",
-                "fts",
-                "cache",
-                "unavailable",
-            ):
-                out[key] = b[key]
-            out["embeddingFallback"] = b["fallback"]
-        else:
-            out.update(
-                {
-                    "provider": "qmd",
-                    "model": self._qmd_model(),
-                    "files": None,
-                    "chunks": None,
-                    "dirty": False,
-                    "dbPath": None,
-                    "sources": list(self.agent.memory_search.sources),
-                    "sourceCounts": {},
-                    "vector": None,
-                    "fts": None,
-                    "cache": None,
-                }
-            )
+    def memory_roots(self) -> list[MemoryRoot]:
+        """The roots of the engine that indexes this agent's files."""
         if self.qmd is not None:
-            q = self.qmd.status()
-            out["qmd"] = q
-            out["collections"] = q.get("collections")
-            out["lastUpdateAt"] = q.get("lastUpdateAt")
-            out["lastEmbedAt"] = q.get("lastEmbedAt")
-            out["searchMode"] = q.get("searchMode")
-            out["qmdVersion"] = q.get("version")
-            if out["backend"] == "qmd":
-                out["provider"], out["model"] = "qmd", self._qmd_model()
-        return out
+            return self.qmd.roots()
+        return list(self.agent.memory_roots())
+
+    def newest_memory_mtime(self) -> float | None:
+        """Modification time of the newest memory file (a stat walk of the roots)."""
+        newest: float | None = None
+        for mf in discover(self.memory_roots(), self.agent.workspace):
+            try:
+                mtime = mf.abs_path.stat().st_mtime
+            except OSError:
+                continue
+            newest = mtime if newest is None else max(newest, mtime)
+        return newest
+
+    def qmd_stale_seconds(self) -> float | None:
+        """How far qmd's last update lags the newest memory file (None when it does not)."""
+        newest = self.newest_memory_mtime()
+        if newest is None or self.qmd is None:
+            return None
+        indexed = max(
+            self.health.qmd.last_update_at or 0,
+            self.qmd.status().last_update_at or 0,
+        )
+        return None if indexed >= newest else (newest - indexed if indexed else float("inf"))
+
+    def health_snapshot(self) -> Health:
+        """The freshest health: this process's state, or the file when it is newer."""
+        if self.requested != "qmd":
+            return self.health
+        on_disk = self.health_file.load()
+        if on_disk is not None and (on_disk.updated_at or 0) > (self.health.updated_at or 0):
+            self.health = on_disk
+            self.failover.state = on_disk.failover
+        return self.health
+
+    def now_iso(self) -> str:
+        return datetime.fromtimestamp(self._clock(), UTC).isoformat()

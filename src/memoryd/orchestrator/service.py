@@ -1,32 +1,105 @@
-"""`MemoryService`: the one object agents, the CLI and MCP talk to.
+"""`MemoryService`: the one object agents, the CLI, MCP and `serve` talk to.
 
-It owns one `AgentBackend` per agent (created lazily, cached), applies scope rules and citations
-to every search, and never lets an exception reach the agent: tool calls return plain dicts with
-`disabled`/`error` or `scopeDenied` instead.
+It owns one `AgentBackend` per agent (created lazily, cached), applies scope rules before and
+citations plus the injected-characters budget after every search — exactly once, whichever engine
+answered. Two faces:
+
+- `search()`, `get()`, … raise `MemorydError` subclasses (library callers, the CLI in-process);
+- `memory_search()`, `memory_get()`, … are the agent tools: they never raise for a domain error
+  and return `{disabled: true, error, code}` instead (`code` is the error class's stable code).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
 
-from ..builtin_index import MemoryIndex
 from ..config import MemorydConfig, ResolvedAgent, agent_ids, resolve_agent
 from ..core.citations import apply_citations
-from ..errors import MemorydError
-from ..lifecycle import append_memory, build_session_context, check_flush
+from ..core.engine import MAX_QUERY_CHARS, BuiltinEngine, Corpus, SearchRequest
+from ..core.results import SearchResult
+from ..errors import InvalidInput, MemorydError, StateError
 from ..scope_rules import evaluate_scope
-from ._supervisor import AgentBackend
-from .status import MemoryStatus
+from ._supervisor import AgentBackend, IndexFactory, QmdFactory
+from .status import FallbackInfo, FreshnessInfo, MemoryStatus, RecoveryInfo
 
 log = logging.getLogger("memoryd")
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class SearchOutput:
+    """A search's answer as the tools return it (see `to_dict` for the JSON shape)."""
+
+    results: list[SearchResult]
+    backend: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    mode: str | None = None
+    fallback: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+    scope_denied: str | None = None
+    stale_seconds: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.scope_denied is not None:
+            return {"results": [], "scopeDenied": True, "reason": self.scope_denied}
+        out: dict[str, Any] = {
+            "results": [r.to_dict() for r in self.results],
+            "backend": self.backend,
+            "provider": self.provider,
+            "model": self.model,
+            "mode": self.mode,
+            "fallback": self.fallback,
+            "citations": any(r.citation for r in self.results),
+            "notes": self.notes,
+        }
+        if self.stale_seconds is not None:
+            out["stale"] = True
+            out["staleSeconds"] = round(self.stale_seconds, 1)
+        return out
+
+
+def failure(err: MemorydError, **extra: Any) -> dict[str, Any]:
+    """The tool-result shape of a failure: `{disabled: true, error, code}` plus `extra`."""
+    return {**extra, "disabled": True, "error": str(err), "code": err.code}
+
+
+def check_search_input(query: object, max_results: object, min_score: object) -> str:
+    """The stripped query, or `InvalidInput` for an empty/overlong query or out-of-range limits."""
+    if not isinstance(query, str):
+        raise InvalidInput("query must be a string")
+    text = query.strip()
+    if not text:
+        raise InvalidInput("query must not be empty")
+    if len(text) > MAX_QUERY_CHARS:
+        raise InvalidInput(
+            f"query is {len(text)} characters; at most {MAX_QUERY_CHARS} are accepted"
+        )
+    if max_results is not None and (
+        isinstance(max_results, bool)
+        or not isinstance(max_results, int)
+        or not 1 <= max_results <= 100
+    ):
+        raise InvalidInput("maxResults must be an integer from 1 to 100")
+    if min_score is not None and (
+        isinstance(min_score, bool)
+        or not isinstance(min_score, int | float)
+        or not 0 <= min_score <= 1
+    ):
+        raise InvalidInput("minScore must be a number from 0 to 1")
+    return text
 
 
 class MemoryService:
@@ -39,8 +112,8 @@ class MemoryService:
         workspace: str | os.PathLike[str] | None = None,
         cwd: Path | None = None,
         search_embed_budget_s: float | None = None,
-        qmd_factory: Callable[[ResolvedAgent], Any] | None = None,
-        index_factory: Callable[[ResolvedAgent], MemoryIndex] | None = None,
+        qmd_factory: QmdFactory | None = None,
+        index_factory: IndexFactory | None = None,
     ) -> None:
         self.config = config
         self._workspace = workspace
@@ -57,11 +130,11 @@ class MemoryService:
     # ------------------------------------------------------------------ agents and backends
 
     def agent(self, agent_id: str | None = None) -> ResolvedAgent:
-        key = agent_id or "main"
+        key = "main" if agent_id is None else agent_id
         if key not in self._agents:
-            self._agents[key] = resolve_agent(
-                self.config, key, workspace=self._workspace, cwd=self._cwd
-            )
+            resolved = resolve_agent(self.config, key, workspace=self._workspace, cwd=self._cwd)
+            self._agents[key] = resolved
+            self._agents.setdefault(resolved.agent_id, resolved)
         return self._agents[key]
 
     def agent_ids(self) -> list[str]:
@@ -75,7 +148,8 @@ class MemoryService:
             )
         return self._backends[agent.agent_id]
 
-    def index(self, agent_id: str | None = None) -> MemoryIndex:
+    def index(self, agent_id: str | None = None) -> BuiltinEngine:
+        """The agent's built-in index (`MemoryIndex`), or `MemorydError` in fail-closed qmd mode."""
         idx = self.backend(agent_id).index
         if idx is None:
             raise MemorydError("no built-in index: memory.qmd.fallback = none (fail closed)")
@@ -107,7 +181,70 @@ class MemoryService:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    # ------------------------------------------------------------------ tools
+    # ------------------------------------------------------------------ raising API
+
+    async def search(
+        self,
+        query: str,
+        *,
+        agent_id: str | None = None,
+        session_key: str | None = None,
+        max_results: int | None = None,
+        min_score: float | None = None,
+        corpus: Corpus = "all",
+    ) -> SearchOutput:
+        """Search memory; a scope denial is an answer (`scope_denied`), every failure raises."""
+        text = check_search_input(query, max_results, min_score)
+        agent = self.agent(agent_id)
+        decision = evaluate_scope(agent.memory.effective_scope, session_key)
+        if not decision.allowed:
+            log.warning(decision.log_message())
+            return SearchOutput([], scope_denied=decision.log_message())
+        b = await self._ensure_started(agent.agent_id)
+        notes: list[str] = []
+        if self.search_embed_budget_s is not None and b.index is not None and b.active == "builtin":
+            try:
+                await b.index.sync(embed_budget_s=self.search_embed_budget_s)
+            except StateError as err:  # full disk, read-only state: answer from the index as it is
+                notes.append(f"index not updated ({err}); answering from it as it was")
+        answer = await b.search(SearchRequest(text, max_results, min_score, corpus))
+        results = apply_citations(
+            answer.results,
+            agent.memory.citations,
+            session_key=session_key,
+            max_injected_chars=answer.max_injected_chars,
+        )
+        return SearchOutput(
+            results,
+            answer.backend,
+            answer.provider,
+            answer.model,
+            answer.mode,
+            answer.fallback,
+            [*notes, *answer.notes],
+            stale_seconds=answer.stale_seconds,
+        )
+
+    async def get(
+        self,
+        path: str,
+        *,
+        from_line: int | None = None,
+        lines: int | None = None,
+        agent_id: str | None = None,
+    ) -> dict[str, Any]:
+        """`{path, text}` of a memory file or line range; raises `PathNotAllowed`/`InvalidInput`."""
+        if not isinstance(path, str):
+            raise InvalidInput("path must be a string")
+        return (await self.backend(agent_id).get(path, from_line, lines)).to_dict()
+
+    # ------------------------------------------------------------------ tools (never raise)
+
+    async def _tool(self, call: Callable[[], Awaitable[T]], **extra: Any) -> T | dict[str, Any]:
+        try:
+            return await call()
+        except MemorydError as err:
+            return failure(err, **extra)
 
     async def memory_search(
         self,
@@ -117,45 +254,22 @@ class MemoryService:
         session_key: str | None = None,
         max_results: int | None = None,
         min_score: float | None = None,
+        corpus: Corpus = "all",
     ) -> dict[str, Any]:
         """The `memory_search` tool: results or a visible denial/error, never an exception."""
-        try:
-            agent = self.agent(agent_id)
-            decision = evaluate_scope(agent.memory.effective_scope, session_key)
-            if not decision.allowed:
-                log.warning(decision.log_message())
-                return {"results": [], "scopeDenied": True, "reason": decision.log_message()}
-            b = await self._ensure_started(agent.agent_id)
-            if (
-                self.search_embed_budget_s is not None
-                and b.index is not None
-                and b.state.active == "builtin"
-            ):
-                await b.index.sync(embed_budget_s=self.search_embed_budget_s)
-            answer = await b.search(query, max_results=max_results, min_score=min_score)
-            max_chars = (
-                agent.memory.qmd.limits.max_injected_chars
-                if answer.backend == "qmd"
-                else agent.memory_search.query.max_injected_chars
-            )
-            results = apply_citations(
-                answer.results,
-                agent.memory.citations,
+
+        async def call() -> dict[str, Any]:
+            out = await self.search(
+                query,
+                agent_id=agent_id,
                 session_key=session_key,
-                max_injected_chars=max_chars,
+                max_results=max_results,
+                min_score=min_score,
+                corpus=corpus,
             )
-            return {
-                "results": [r.to_dict() for r in results],
-                "backend": answer.backend,
-                "provider": answer.provider,
-                "model": answer.model,
-                "mode": answer.mode,
-                "fallback": answer.fallback,
-                "citations": any(r.citation for r in results),
-                "notes": answer.notes,
-            }
-        except MemorydError as err:
-            return {"results": [], "disabled": True, "error": str(err)}
+            return out.to_dict()
+
+        return await self._tool(call, results=[])
 
     async def memory_get(
         self,
@@ -165,11 +279,12 @@ class MemoryService:
         lines: int | None = None,
         agent_id: str | None = None,
     ) -> dict[str, Any]:
-        """The `memory_get` tool: `{path, text}` or `{path, text: "", disabled, error}`."""
-        try:
-            return (await self.backend(agent_id).get(path, from_line, lines)).to_dict()
-        except MemorydError as err:
-            return {"path": path, "text": "", "disabled": True, "error": str(err)}
+        """The `memory_get` tool: `{path, text}` or `{path, text: "", disabled, error, code}`."""
+        return await self._tool(
+            lambda: self.get(path, from_line=from_line, lines=lines, agent_id=agent_id),
+            path=path,
+            text="",
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -180,22 +295,37 @@ class MemoryService:
         session_key: str | None = None,
         today: date | None = None,
     ) -> dict[str, Any]:
-        """What the agent loads at session start (see lifecycle.build_session_context)."""
-        agent = self.agent(agent_id)
-        ctx = build_session_context(
-            agent,
-            session_key,
-            today=today or datetime.now().astimezone().date(),
-            budget_chars=agent.bootstrap_max_chars,
-            total_budget_chars=agent.bootstrap_total_max_chars,
-        )
-        return ctx.to_dict()
+        """The `memory_context` tool: what the agent loads at session start, or a failure dict."""
+
+        async def call() -> dict[str, Any]:
+            from ..lifecycle import build_session_context
+
+            agent = self.agent(agent_id)
+            ctx = await anyio.to_thread.run_sync(
+                lambda: build_session_context(
+                    agent,
+                    session_key,
+                    today=today or datetime.now().astimezone().date(),
+                    budget_chars=agent.bootstrap_max_chars,
+                    total_budget_chars=agent.bootstrap_total_max_chars,
+                )
+            )
+            if agent.memory_search.sync.on_session_start:
+                b = self._backends.get(agent.agent_id)
+                if b is not None:
+                    b.notify_changed()
+            return ctx.to_dict()
+
+        return await self._tool(call)
 
     async def append(
         self, target: str, text: str, *, agent_id: str | None = None
     ) -> dict[str, Any]:
-        """The `memory_append` tool: `{path, bytesWritten, created}` or `{disabled, error}`."""
-        try:
+        """The `memory_append` tool: `{path, bytesWritten, created}` or `{disabled, error, code}`."""
+
+        async def call() -> dict[str, Any]:
+            from ..lifecycle import append_memory
+
             agent = self.agent(agent_id)
             result = await anyio.to_thread.run_sync(
                 lambda: append_memory(agent, target, text, now=datetime.now().astimezone())
@@ -204,8 +334,8 @@ class MemoryService:
             if b is not None:
                 b.notify_changed()
             return result.to_dict()
-        except MemorydError as err:
-            return {"disabled": True, "error": str(err)}
+
+        return await self._tool(call)
 
     async def flush_check(
         self,
@@ -218,27 +348,127 @@ class MemoryService:
         record: bool = True,
         agent_id: str | None = None,
     ) -> dict[str, Any]:
-        decision = await anyio.to_thread.run_sync(
-            lambda: check_flush(
-                self.agent(agent_id),
-                session_key,
-                token_estimate=token_estimate,
-                context_window=context_window,
-                compaction_count=compaction_count,
-                session_id=session_id,
-                record=record,
+        """The `memory_flush_check` tool: the decision, or `{disabled, error, code}`."""
+
+        async def call() -> dict[str, Any]:
+            from ..lifecycle import check_flush
+
+            agent = self.agent(agent_id)
+            decision = await anyio.to_thread.run_sync(
+                lambda: check_flush(
+                    agent,
+                    session_key,
+                    token_estimate=token_estimate,
+                    context_window=context_window,
+                    compaction_count=compaction_count,
+                    session_id=session_id,
+                    record=record,
+                )
             )
-        )
-        return decision.to_dict()
+            return decision.to_dict()
 
-    async def status_model(self, agent_id: str | None = None) -> MemoryStatus:
-        """The typed status of one agent (see `orchestrator.status.MemoryStatus`)."""
+        return await self._tool(call)
+
+    # ------------------------------------------------------------------ status
+
+    async def status_model(
+        self, agent_id: str | None = None, *, deep: bool = False
+    ) -> MemoryStatus:
+        """The typed status of one agent (see `orchestrator.status.MemoryStatus`).
+
+        Reads the persisted health, so the answer is the same from every process. `deep` probes
+        qmd for real (a search with the configured timeout) and records the outcome.
+        """
         b = self.backend(agent_id)
-        if b.qmd is not None and b.qmd.status().get("version") is None:
-            with anyio.move_on_after(5):
-                await b.qmd.probe()
-        return MemoryStatus.model_validate(b.status())
+        agent = b.agent
+        if b.qmd is not None:
+            if deep:
+                if b.active == "builtin":
+                    await b.probe()
+                else:
+                    await b.search(SearchRequest("memoryd status probe", max_results=1))
+            q = b.qmd.status()
+            if q.version is None and q.version_error is None and b.health.qmd.version is None:
+                with anyio.move_on_after(5):
+                    await b.qmd.probe()
+        health = b.health_snapshot()
+        st = b.failover.state if b.qmd is not None else None
+        idx = b.index
+        check = None
+        if deep and idx is not None:
+            check = await idx.check()
+        builtin = idx.status() if idx is not None else None
+        if idx is not None and builtin is not None:
+            pending = await anyio.to_thread.run_sync(idx.pending_changes)
+            builtin = builtin.model_copy(update={"dirty": pending > 0})
+        qstat = b.qmd.status() if b.qmd is not None else None
+        backend = b.active
+        now = time.time()
+        freshness = None
+        if qstat is not None:
+            freshness = await anyio.to_thread.run_sync(self._qmd_freshness, b, health)
+        serving_builtin = backend == "builtin"
+        model = MemoryStatus(
+            agent_id=agent.agent_id,
+            workspace_dir=str(agent.workspace),
+            state_dir=str(agent.state_dir),
+            backend=backend,
+            requested_backend=agent.memory.backend,
+            fail_closed=b.fail_closed,
+            fallback=FallbackInfo(reason=st.reason, since=st.since)
+            if st is not None and st.active == "builtin"
+            else None,
+            recovery=RecoveryInfo(
+                attempts=st.probe_attempts,
+                next_probe_at=st.next_probe_at,
+                last_probe_at=st.last_probe_at,
+                last_probe_error=st.last_probe_error,
+                recovered_at=st.recovered_at,
+            )
+            if st is not None
+            else None,
+            health_updated_at=health.updated_at if b.qmd is not None else None,
+            health_age_s=round(now - health.updated_at, 1)
+            if b.qmd is not None and health.updated_at
+            else None,
+            provider=(builtin.provider if builtin else None) if serving_builtin else "qmd",
+            model=(builtin.model if builtin else None)
+            if serving_builtin
+            else agent.memory.qmd.models.embed,
+            files=builtin.files if builtin else None,
+            chunks=builtin.chunks if builtin else None,
+            pending_vectors=builtin.pending_vectors if builtin else 0,
+            dirty=builtin.dirty if builtin else False,
+            db_path=builtin.db_path if builtin else None,
+            sources=list(agent.memory_search.sources),
+            qmd_version=(qstat.version or health.qmd.version) if qstat else None,
+            search_mode=qstat.search_mode if qstat else None,
+            last_update_at=(qstat.last_update_at or health.qmd.last_update_at) if qstat else None,
+            last_embed_at=(qstat.last_embed_at or health.qmd.last_embed_at) if qstat else None,
+            freshness=freshness,
+            builtin=builtin,
+            qmd=qstat,
+            check=check.to_dict() if check is not None else None,
+        )
+        return model.with_issues()
 
-    async def status(self, agent_id: str | None = None) -> dict[str, Any]:
+    @staticmethod
+    def _qmd_freshness(b: AgentBackend, health: Any) -> FreshnessInfo:
+        newest = b.newest_memory_mtime()
+        indexed = health.qmd.last_update_at
+        if b.qmd is not None:
+            indexed = max(indexed or 0, b.qmd.status().last_update_at or 0) or None
+        if newest is None:
+            return FreshnessInfo(stale=False, indexed_at=indexed)
+        if indexed is None or newest > indexed:
+            return FreshnessInfo(
+                stale=True,
+                stale_seconds=None if indexed is None else newest - indexed,
+                newest_file_at=newest,
+                indexed_at=indexed,
+            )
+        return FreshnessInfo(stale=False, newest_file_at=newest, indexed_at=indexed)
+
+    async def status(self, agent_id: str | None = None, *, deep: bool = False) -> dict[str, Any]:
         """`status_model()` as JSON-ready camelCase dict."""
-        return (await self.status_model(agent_id)).to_dict()
+        return (await self.status_model(agent_id, deep=deep)).to_dict()

@@ -1,72 +1,142 @@
-"""The typed `status()` model: which backend serves an agent, why, and how healthy each side is."""
+"""The typed `status()` model: which backend serves an agent, why, and how healthy each side is.
+
+Every field is declared (no pass-through of untyped keys). `issues` lists only what is true at the
+moment status is taken: it is computed from the persisted health and the engines' own status.
+"""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from ..core.engine import BuiltinStatus, QmdStatus, StatusModel
 
 
-class _Out(BaseModel):
-    # output model: extra keys from the backends are kept (and shown by --json), never dropped
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
-
-
-class FallbackInfo(_Out):
+class FallbackInfo(StatusModel):
     from_: Literal["qmd"] = Field("qmd", alias="from")
     reason: str | None = None
     since: float | None = Field(None, description="Unix time the agent failed over.")
 
 
-class RecoveryInfo(_Out):
+class RecoveryInfo(StatusModel):
     attempts: int = Field(0, description="Recovery probes made since the last failover.")
-    next_probe_at: float | None = Field(None, alias="nextProbeAt")
-    recovered_at: float | None = Field(None, alias="recoveredAt")
+    next_probe_at: float | None = None
+    last_probe_at: float | None = None
+    last_probe_error: str | None = None
+    recovered_at: float | None = None
 
 
-class VectorInfo(_Out):
-    enabled: bool
-    available: bool
-    engine: str = Field(description="sqlite-vec | numpy | disabled")
-    dims: int | None = None
-    load_error: str | None = Field(None, alias="loadError")
+class FreshnessInfo(StatusModel):
+    """Is the serving index behind the files? (qmd: its last update vs the newest memory file)."""
+
+    stale: bool
+    stale_seconds: float | None = None
+    newest_file_at: float | None = None
+    indexed_at: float | None = None
 
 
-class FtsInfo(_Out):
-    available: bool
-    error: str | None = None
-
-
-class CacheInfo(_Out):
-    entries: int
-    max_entries: int = Field(alias="maxEntries")
-
-
-class MemoryStatus(_Out):
+class MemoryStatus(StatusModel):
     """What `memoryd status` prints (camelCase in JSON)."""
 
-    agent_id: str = Field(alias="agentId")
+    agent_id: str
+    workspace_dir: str
+    state_dir: str
     backend: Literal["qmd", "builtin"]
-    requested_backend: Literal["qmd", "builtin"] = Field(alias="requestedBackend")
+    requested_backend: Literal["qmd", "builtin"]
+    fail_closed: bool = False
     fallback: FallbackInfo | None = None
     recovery: RecoveryInfo | None = None
+    health_updated_at: float | None = Field(
+        None, description="When health.json was last written (by any process)."
+    )
+    health_age_s: float | None = None
     provider: str | None = None
     model: str | None = None
     files: int | None = None
     chunks: int | None = None
+    pending_vectors: int = 0
     dirty: bool = False
-    db_path: str | None = Field(None, alias="dbPath")
-    workspace_dir: str = Field(alias="workspaceDir")
+    db_path: str | None = None
     sources: list[str] = Field(default_factory=list)
-    source_counts: dict[str, int] = Field(default_factory=dict, alias="sourceCounts")
-    vector: VectorInfo | None = None
-    fts: FtsInfo | None = None
-    cache: CacheInfo | None = None
-    collections: list[dict[str, Any]] | None = None
-    last_update_at: float | None = Field(None, alias="lastUpdateAt")
-    last_embed_at: float | None = Field(None, alias="lastEmbedAt")
-    search_mode: str | None = Field(None, alias="searchMode")
-    qmd_version: str | None = Field(None, alias="qmdVersion")
+    qmd_version: str | None = None
+    search_mode: str | None = None
+    last_update_at: float | None = None
+    last_embed_at: float | None = None
+    freshness: FreshnessInfo | None = None
+    builtin: BuiltinStatus | None = None
+    qmd: QmdStatus | None = None
+    check: dict[str, Any] | None = Field(
+        None, description="`status --deep`: what the index file check found and did."
+    )
+    issues: list[str] = Field(default_factory=list)
+    served_by: str | None = Field(
+        None, description="'serve (pid N)' when a running `memoryd serve` answered."
+    )
 
-    def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(by_alias=True, mode="json")
+    def with_issues(self) -> MemoryStatus:
+        return self.model_copy(update={"issues": compute_issues(self)})
+
+
+def compute_issues(st: MemoryStatus) -> list[str]:
+    """Problems worth a user's attention, each true right now."""
+    found: list[str] = []
+    b = st.builtin
+    if b is not None and st.requested_backend == "qmd" and st.backend == "qmd":
+        # the built-in index is only qmd's fallback here: its state is not the user's problem
+        b = None
+    if b is not None:
+        if b.files == 0 and not b.dirty:
+            found.append(f"no memory files in {st.workspace_dir} (write MEMORY.md or memory/*.md)")
+        elif b.files == 0:
+            found.append("memory files not indexed yet (run `memoryd index`)")
+        elif b.dirty:
+            found.append("memory files changed since the last sync (the next search syncs)")
+        if b.pending_vectors and b.provider != "none":
+            found.append(
+                f"{b.pending_vectors} chunks waiting for embeddings (run `memoryd index`, or keep "
+                "`memoryd serve` running)"
+            )
+        if b.needs_reindex:
+            found.append(f"index must be rebuilt: {b.needs_reindex}")
+        if b.unavailable:
+            found.append(f"memory unavailable: {b.unavailable}")
+        if b.last_error:
+            found.append(f"last index sync failed: {b.last_error}")
+        if b.read_only:
+            found.append(
+                f"index is read-only ({b.read_only}): searches answer from it, syncs cannot "
+                "update it"
+            )
+        for r in b.recoveries:
+            found.append(
+                f"a damaged index was moved to {r.moved_to} and rebuilt"
+                + (f" ({r.reason})" if r.reason else "")
+                + "; delete it when no longer needed"
+            )
+        if b.undecodable:
+            found.append(
+                f"{len(b.undecodable)} file(s) are not valid UTF-8 and were read with "
+                f"replacement characters: {', '.join(b.undecodable[:5])}"
+            )
+    if st.check is not None and not st.check.get("ok"):
+        found.append(f"index check: {st.check.get('problem')}")
+    if st.requested_backend == "qmd":
+        if st.backend != "qmd":
+            reason = st.fallback.reason if st.fallback else "unknown"
+            found.append(f"qmd is not serving (answering from the built-in index): {reason}")
+        q = st.qmd
+        if q is not None and q.version_error:
+            found.append(f"qmd answered but not as qmd: {q.version_error}")
+        if st.freshness is not None and st.freshness.stale:
+            age = st.freshness.stale_seconds
+            found.append(
+                "qmd index is behind the memory files"
+                + (f" by {age:.0f}s" if age is not None else "")
+                + " (run `memoryd index`, or keep `memoryd serve` running)"
+            )
+    return found
+
+
+def status_dict(st: MemoryStatus) -> dict[str, Any]:
+    return st.to_dict()

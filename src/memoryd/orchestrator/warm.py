@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..core.engine import SearchRequest
 from ..errors import MemorydError
+from ..qmd_adapter import QmdManager
 from .service import MemoryService
 
 Say = Callable[[str, bool, str], None]
@@ -14,17 +16,18 @@ async def warm(service: MemoryService, agent_id: str | None, say: Say) -> bool:
     """qmd home + shared models + collections, update + embed, one query per mode; built-in index."""
     ok = True
     b = service.backend(agent_id)
-    if b.qmd is not None:
-        qmd = b.qmd
+    qmd = b.qmd
+    if isinstance(qmd, QmdManager):
         try:
-            await qmd.start()
-            b._qmd_started = True
+            await b.ensure_qmd_started()
             say(
                 "qmd home and collections",
                 True,
-                ", ".join(s["name"] for s in qmd.status()["collections"]),
+                ", ".join(c.name for c in qmd.status().collections),
             )
-            say("qmd version", True, await qmd.version())
+            if not await qmd.probe():
+                raise MemorydError(qmd.status().version_error or qmd.last_error or "no answer")
+            say("qmd version", True, qmd.status().version or "")
             await qmd.update(force=True)
             say("qmd update", True, "")
             if qmd.search_mode != "search":
@@ -32,12 +35,7 @@ async def warm(service: MemoryService, agent_id: str | None, say: Say) -> bool:
                 say("qmd embed", True, "")
             modes = ["search"] + ([qmd.search_mode] if qmd.search_mode != "search" else [])
             for mode in modes:
-                saved = qmd._mode
-                qmd._mode = mode
-                try:
-                    await qmd.search("memoryd warm-up query", max_results=1)
-                finally:
-                    qmd._mode = saved
+                await qmd.search_hits("memoryd warm-up query", max_results=1, mode=mode)  # type: ignore[arg-type]
                 say(f"qmd {mode} (loads its models)", True, "")
         except MemorydError as err:
             say("qmd", False, f"{type(err).__name__}: {err}")
@@ -46,14 +44,15 @@ async def warm(service: MemoryService, agent_id: str | None, say: Say) -> bool:
     if idx is not None:
         try:
             report = await idx.sync()
+            st = idx.status()
             say(
                 "built-in index",
                 True,
-                f"{idx.status()['files']} files, {idx.status()['chunks']} chunks, "
+                f"{st.files} files, {st.chunks} chunks, "
                 f"{report.vectors_embedded} embedded, {report.vectors_from_cache} cached",
             )
-            await idx.search("memoryd warm-up query")
-            say("embedding model loaded", True, idx.status()["model"] or "keyword-only")
+            await idx.search(SearchRequest("memoryd warm-up query"))
+            say("embedding model loaded", True, idx.status().model or "keyword-only")
         except MemorydError as err:
             say("built-in index", False, str(err))
             ok = False

@@ -9,12 +9,13 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from ..config import QmdConfig
+from ..core.layout import MemoryRoot
 from ..core.results import Source
 from ._parse import CollectionInfo
 
@@ -53,9 +54,21 @@ def _same_path(a: str, b: str) -> bool:
 
 
 def desired_collections(
-    qmd: QmdConfig, *, agent_id: str, workspace: Path, sessions_dir: Path
+    qmd: QmdConfig,
+    *,
+    agent_id: str,
+    workspace: Path,
+    sessions_dir: Path,
+    extra_roots: Sequence[MemoryRoot] = (),
 ) -> list[CollectionSpec]:
-    """The collections one agent needs, in search order (default memory, custom paths, sessions)."""
+    """The collections one agent needs, in search order (default memory, custom paths, sessions).
+
+    `memorySearch.extraPaths` (`extra_roots`) become collections too, after `memory.qmd.paths`:
+    OpenClaw names them `custom-<n>-<agentId>`; memoryd uses the same stable derived name as a
+    `paths` entry without a name (`custom-<folder>-<hash>-<agentId>`), so both stay searchable
+    by qmd, not only by the fallback. A root whose folder and pattern a `paths` entry already
+    covers is not added twice.
+    """
     suffix = sanitize_name(agent_id)
     specs: list[CollectionSpec] = []
     if qmd.include_default_memory:
@@ -77,13 +90,14 @@ def desired_collections(
             root = workspace / root
         root_str = os.path.normpath(str(root))
         base = sanitize_name(entry.name) if entry.name else _derived_name(root_str)
-        name = f"{base}-{suffix}"
-        n = 2
-        while name in taken:
-            name = f"{base}-{n}-{suffix}"
-            n += 1
-        taken.add(name)
+        name = _unique(base, suffix, taken)
         specs.append(CollectionSpec(name, root_str, entry.pattern, legacy_name=base))
+    for extra in extra_roots:
+        extra_path = os.path.normpath(extra.path)
+        if any(_same_path(s.path, extra_path) and s.pattern == extra.pattern for s in specs):
+            continue
+        base = _derived_name(extra_path, "" if extra.pattern == "**/*.md" else extra.pattern)
+        specs.append(CollectionSpec(_unique(base, suffix, taken), extra_path, extra.pattern))
     if qmd.sessions.enabled:
         specs.append(
             CollectionSpec(
@@ -97,9 +111,20 @@ def desired_collections(
     return specs
 
 
-def _derived_name(root: str) -> str:
+def _unique(base: str, suffix: str, taken: set[str]) -> str:
+    """`<base>-<agent>`, or `<base>-<n>-<agent>` when that is taken; recorded in `taken`."""
+    name = f"{base}-{suffix}"
+    n = 2
+    while name in taken:
+        name = f"{base}-{n}-{suffix}"
+        n += 1
+    taken.add(name)
+    return name
+
+
+def _derived_name(root: str, salt: str = "") -> str:
     # Stable across restarts and distinct for two folders with the same basename.
-    digest = hashlib.sha1(root.encode()).hexdigest()[:6]
+    digest = hashlib.sha1((root + ("|" + salt if salt else "")).encode()).hexdigest()[:6]
     base = sanitize_name(os.path.basename(root.rstrip("/")) or "root").strip("-") or "root"
     return f"custom-{base}-{digest}"
 

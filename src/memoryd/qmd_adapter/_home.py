@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..fsio import private_dir, write_private_atomic
+
 __all__ = ["QmdHome", "default_shared_models_dir", "with_models_block"]
 
 MODEL_KEYS = ("embed", "generate", "rerank")
@@ -91,16 +93,14 @@ class QmdHome:
             self.sessions_dir,
             self.neutral_cwd,
         ):
-            folder.mkdir(parents=True, exist_ok=True)
+            private_dir(folder)
         if shared_models_dir is not None:
             self._link_models(shared_models_dir)
         if models:
             current = self.index_yml.read_text(encoding="utf-8") if self.index_yml.exists() else ""
             updated = with_models_block(current, models)
             if updated != current:
-                tmp = self.index_yml.with_suffix(".yml.tmp")
-                tmp.write_text(updated, encoding="utf-8")
-                tmp.replace(self.index_yml)
+                write_private_atomic(self.index_yml, updated.encode("utf-8"))
 
     def _link_models(self, shared: Path) -> None:
         shared.mkdir(parents=True, exist_ok=True)

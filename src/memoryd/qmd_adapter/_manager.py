@@ -7,26 +7,31 @@ processes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import os
+import re
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import anyio
 import filelock
 from anyio.abc import TaskGroup, TaskStatus
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from ..config import ResolvedAgent
+from ..config import QmdSettings
+from ..core.engine import CollectionStatus, EngineAnswer, ProgressFn, QmdStatus, SearchRequest
+from ..core.layout import MemoryRoot, check_line_range
 from ..core.results import FileText, SearchResult, Source
-from ..errors import PathNotAllowed, QmdError, QmdExitError
+from ..errors import QmdBadOutput, QmdError, QmdExitError, QmdLocked
+from ..fsio import private_dir
+from ..memfiles import read_memory_file
 from ._collections import CollectionSpec, desired_collections, plan_collections
 from ._home import QmdHome, default_shared_models_dir
-from ._mapping import apply_limits, hit_to_result, interleave, split_qmd_path, split_qmd_uri
+from ._mapping import apply_limits, hit_to_result, interleave, split_qmd_uri
 from ._parse import (
     CollectionInfo,
     QmdHit,
@@ -38,7 +43,6 @@ from ._parse import (
     parse_collection_show,
     parse_search_output,
 )
-from ._paths import checked_relative_md_path, glob_match, slice_lines
 from ._runner import DEFAULT_MAX_OUTPUT_CHARS, QmdOutput, run_qmd
 
 __all__ = ["QmdManager", "SearchMode", "embed_backoff_s"]
@@ -60,6 +64,18 @@ def _busy(err: BaseException) -> bool:
     return isinstance(err, QmdExitError) and is_busy_error(err.stderr)
 
 
+_VERSION_RE = re.compile(r"^qmd (\d+)\.(\d+)\.(\d+)\b")
+
+
+def parse_version(text: str) -> str:
+    """`qmd 2.8.3 (facd35e)` → `qmd 2.8.3 (facd35e)`; anything else is `QmdBadOutput`."""
+    line = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if not _VERSION_RE.match(line):
+        shown = line[:80] or "nothing"
+        raise QmdBadOutput(f"qmd --version printed {shown!r}, not 'qmd X.Y.Z'")
+    return line
+
+
 class QmdManager:
     """Drives qmd for one agent. Create, `await start()`, use, `await aclose()`.
 
@@ -69,9 +85,11 @@ class QmdManager:
     `shared_models_dir=None` disables the shared models link.
     """
 
+    name: Final = "qmd"
+
     def __init__(
         self,
-        agent: ResolvedAgent,
+        settings: QmdSettings,
         *,
         command: str | None = None,
         home: Path | None = None,
@@ -82,10 +100,10 @@ class QmdManager:
         embed_backoff: tuple[float, float] = (60.0, 3600.0),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.agent = agent
-        self.config = agent.memory.qmd
+        self.settings = settings
+        self.config = settings.qmd
         self.command = command or self.config.command
-        self.home = QmdHome(home if home is not None else agent.state_dir / "qmd")
+        self.home = QmdHome(home if home is not None else settings.home)
         self._shared_models = (
             default_shared_models_dir() if shared_models_dir == "unset" else shared_models_dir
         )
@@ -96,6 +114,7 @@ class QmdManager:
         self._clock = clock
 
         self._mode: SearchMode = self.config.search_mode
+        self._flag_fallback_until: float | None = None
         self._specs: list[CollectionSpec] = []
         self._active: dict[str, CollectionSpec] = {}
         self._waiting_for_dir: list[CollectionSpec] = []
@@ -103,11 +122,15 @@ class QmdManager:
         self._maint_lock = anyio.Lock()
         self._maint_idle = anyio.Event()
         self._maint_idle.set()
-        self._file_lock = filelock.FileLock(str(self.home.lock_path), thread_local=False)
+        self._file_lock = filelock.FileLock(
+            str(self.home.lock_path), thread_local=False, mode=0o600
+        )
         self._version: str | None = None
+        self._version_error: str | None = None
         self._started = False
         self._closed = False
         self._maint_scope: anyio.CancelScope | None = None
+        self._watch_scope: anyio.CancelScope | None = None
         self._wake = anyio.Event()
         self._update_requested_at: float | None = None
 
@@ -118,12 +141,17 @@ class QmdManager:
         self._embed_failures = 0
         self._embed_retry_at: float | None = None
         self.last_error: str | None = None
+        self._event_hook: Callable[[str, bool, str | None], None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     @property
     def search_mode(self) -> SearchMode:
-        """The mode searches use now (may have switched to `query` after a rejected flag)."""
+        """The mode searches use now (`query` for a while after qmd rejected a flag)."""
+        if self._flag_fallback_until is not None:
+            if self._clock() < self._flag_fallback_until:
+                return "query"
+            self._flag_fallback_until = None
         return self._mode
 
     async def start(self, task_group: TaskGroup | None = None) -> None:
@@ -141,12 +169,41 @@ class QmdManager:
             await self.sync(force=True)
         if task_group is not None:
             await task_group.start(self.run_maintenance)
+            task_group.start_soon(self._watch_files)
+
+    async def _watch_files(self) -> None:
+        """Changes under any memory collection ask for a debounced update (`update.debounceMs`)."""
+        from watchfiles import awatch
+
+        roots = [r for r in self.roots() if r.source == "memory"]
+        folders = sorted({r.path for r in roots if Path(r.path).is_dir()})
+        if not folders:
+            return
+
+        def relevant(_change: Any, raw: str) -> bool:
+            return raw.lower().endswith(".md") or not PurePosixPath(raw).suffix
+
+        with anyio.CancelScope() as scope:
+            self._watch_scope = scope
+            if self._closed:
+                return
+            async for _changes in awatch(
+                *folders,
+                watch_filter=relevant,
+                debounce=200,
+                step=50,
+                recursive=True,
+                rust_timeout=200,
+            ):
+                self.request_update()
 
     async def aclose(self) -> None:
         """Stop timers; an in-flight maintenance call is cancelled and its process group killed."""
         self._closed = True
         if self._maint_scope is not None:
             self._maint_scope.cancel()
+        if self._watch_scope is not None:
+            self._watch_scope.cancel()
 
     async def __aenter__(self) -> QmdManager:
         await self.start()
@@ -156,44 +213,70 @@ class QmdManager:
         await self.aclose()
 
     async def version(self) -> str:
-        """`qmd --version` output (cached), e.g. `qmd 2.8.3 (facd35e)`."""
+        """`qmd --version` (cached), validated: e.g. `qmd 2.8.3 (facd35e)`; else `QmdBadOutput`."""
         if self._version is None:
             out = await self._run(["--version"], self.config.update.command_timeout_ms)
-            self._version = out.stdout.strip() or out.stderr.strip()
+            try:
+                self._version = parse_version(out.stdout or out.stderr)
+            except QmdBadOutput as err:
+                self._version_error = str(err)
+                raise
+            self._version_error = None
         return self._version
 
     async def probe(self) -> bool:
-        """True when qmd starts and answers; never raises a `QmdError`."""
+        """True when qmd starts and answers `qmd X.Y.Z`; never raises a `QmdError`."""
         try:
             self._version = None
-            await self.version()
+            version = await self.version()
         except QmdError as err:
             self.last_error = str(err)
+            self._emit("version", False, str(err))
             return False
+        self._emit("version", True, version)
         return True
 
-    def status(self) -> dict[str, Any]:
-        """A JSON-ready snapshot for `memoryd status`."""
+    # ------------------------------------------------------------------ health events
+
+    def set_event_hook(self, hook: Callable[[str, bool, str | None], None] | None) -> None:
+        """`hook(kind, ok, detail)` after every update/embed/version outcome (the orchestrator persists them)."""
+        self._event_hook = hook
+
+    def _emit(self, kind: str, ok: bool, detail: str | None = None) -> None:
+        if self._event_hook is not None:
+            self._event_hook(kind, ok, detail)
+
+    def seed_from_health(self, last_update_at: float | None, last_embed_at: float | None) -> None:
+        """Start from what another process recorded (status and the embed timer see it)."""
+        now_wall, now_mono = time.time(), self._clock()
+        if last_update_at is not None and self.last_update_at is None:
+            self.last_update_at = last_update_at
+        if last_embed_at is not None and self.last_embed_at is None:
+            self.last_embed_at = last_embed_at
+            self._last_embed_mono = now_mono - max(0.0, now_wall - last_embed_at)
+
+    def status(self) -> QmdStatus:
+        """What this process knows of the sidecar (persisted health is the orchestrator's)."""
         retry_in = None
         if self._embed_retry_at is not None:
             retry_in = max(0.0, self._embed_retry_at - self._clock())
-        return {
-            "backend": "qmd",
-            "command": self.command,
-            "version": self._version,
-            "home": str(self.home.root),
-            "searchMode": self._mode,
-            "collections": [
-                {"name": s.name, "path": s.path, "pattern": s.pattern, "source": s.source}
+        return QmdStatus(
+            command=self.command,
+            version=self._version,
+            version_error=self._version_error,
+            home=str(self.home.root),
+            search_mode=self.search_mode,
+            collections=[
+                CollectionStatus(name=s.name, path=s.path, pattern=s.pattern, source=s.source)
                 for s in self._active.values()
             ],
-            "waitingForFolder": [s.path for s in self._waiting_for_dir],
-            "lastUpdateAt": self.last_update_at,
-            "lastEmbedAt": self.last_embed_at,
-            "embedFailures": self._embed_failures,
-            "embedRetryInS": retry_in,
-            "lastError": self.last_error,
-        }
+            waiting_for_folder=[s.path for s in self._waiting_for_dir],
+            last_update_at=self.last_update_at,
+            last_embed_at=self.last_embed_at,
+            embed_failures=self._embed_failures,
+            embed_retry_in_s=retry_in,
+            last_error=self.last_error,
+        )
 
     # ------------------------------------------------------------------ running qmd
 
@@ -203,24 +286,36 @@ class QmdManager:
 
     async def _run(self, args: Sequence[str], timeout_ms: int, *, check: bool = True) -> QmdOutput:
         env = self.env()
+        if not self.home.neutral_cwd.is_dir():  # `--version` may run before start()
+            private_dir(self.home.neutral_cwd)
         result: QmdOutput | None = None
-        async for attempt in AsyncRetrying(
-            retry=retry_if_exception(_busy),
-            stop=stop_after_attempt(4),
-            wait=wait_exponential(multiplier=0.25, max=2.0),
-            sleep=anyio.sleep,
-            reraise=True,
-        ):
-            with attempt:
-                result = await run_qmd(
-                    self.command,
-                    args,
-                    env=env,
-                    cwd=str(self.home.neutral_cwd),
-                    timeout_s=timeout_ms / 1000,
-                    max_output_chars=self._max_output,
-                    check=check,
-                )
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception(_busy),
+                stop=stop_after_attempt(4),
+                wait=wait_exponential(multiplier=0.25, max=2.0),
+                sleep=anyio.sleep,
+                reraise=True,
+            ):
+                with attempt:
+                    result = await run_qmd(
+                        self.command,
+                        args,
+                        env=env,
+                        cwd=str(self.home.neutral_cwd),
+                        timeout_s=timeout_ms / 1000,
+                        max_output_chars=self._max_output,
+                        check=check,
+                    )
+        except QmdExitError as err:
+            if _busy(err):
+                raise QmdLocked(
+                    f"qmd {args[0] if args else ''}: its index is locked by another process "
+                    "(database is locked) after 4 tries",
+                    returncode=err.returncode,
+                    stderr=err.stderr,
+                ) from None
+            raise
         assert result is not None
         return result
 
@@ -255,12 +350,7 @@ class QmdManager:
         Collections whose folder does not exist yet are skipped and retried on the next sync.
         """
         async with self._collections_lock:
-            self._specs = desired_collections(
-                self.config,
-                agent_id=self.agent.agent_id,
-                workspace=self.agent.workspace,
-                sessions_dir=self._sessions_dir(),
-            )
+            self._specs = self._desired_now()
             if self.config.sessions.enabled:
                 self._sessions_dir().mkdir(parents=True, exist_ok=True)
             present = [s for s in self._specs if Path(s.path).is_dir()]
@@ -286,11 +376,8 @@ class QmdManager:
 
     @property
     def sessions_dir(self) -> Path:
-        """Where exported session Markdown lives (`sessions.exportDir`, `{agentId}` expanded)."""
-        export = self.config.sessions.export_dir
-        if export:
-            return Path(export.replace("{agentId}", self.agent.agent_id)).expanduser()
-        return self.home.sessions_dir
+        """Where exported session Markdown lives (`sessions.exportDir`, or the qmd home's)."""
+        return self.settings.exports_dir
 
     def _sessions_dir(self) -> Path:
         return self.sessions_dir
@@ -370,9 +457,14 @@ class QmdManager:
     async def _update_locked(self) -> None:
         if self._waiting_for_dir and any(Path(s.path).is_dir() for s in self._waiting_for_dir):
             await self.ensure_collections()
-        await self._run(["update"], self.config.update.update_timeout_ms)
+        try:
+            await self._run(["update"], self.config.update.update_timeout_ms)
+        except QmdError as err:
+            self._emit("update", False, str(err))
+            raise
         self.last_update_at = time.time()
         self._last_update_mono = self._clock()
+        self._emit("update", True)
 
     def _debounced(self) -> bool:
         last = self._last_update_mono
@@ -387,7 +479,7 @@ class QmdManager:
 
     def embed_blocked_reason(self) -> str | None:
         """Why a non-forced embed would be skipped now, or None."""
-        if self._mode == "search":
+        if self.search_mode == "search":
             return "searchMode is 'search' (BM25 only): no vectors needed"
         if self._embed_retry_at is not None and self._clock() < self._embed_retry_at:
             return f"backing off after {self._embed_failures} failed embed(s)"
@@ -415,13 +507,15 @@ class QmdManager:
             self._embed_retry_at = self._clock() + delay
             self.last_error = f"embed failed: {err}"
             log.warning("qmd embed failed (%s); next try in %.0fs", err, delay)
+            self._emit("embed", False, str(err))
             raise
         self._embed_failures = 0
         self._embed_retry_at = None
         self.last_embed_at = time.time()
         self._last_embed_mono = self._clock()
+        self._emit("embed", True)
 
-    async def sync(self, *, force: bool = False) -> bool:
+    async def sync(self, *, force: bool = False, progress: ProgressFn | None = None) -> bool:
         """Update, then embed when due. An embed failure is backed off, never raised.
 
         Returns whether an update ran (False when joined or debounced).
@@ -483,6 +577,33 @@ class QmdManager:
 
     async def search(
         self,
+        request: SearchRequest | str,
+        *,
+        max_results: int | None = None,
+        min_score: float | None = None,
+        mode: SearchMode | None = None,
+    ) -> EngineAnswer:
+        """The engine contract's search: ranked hits with their provenance (see `search_hits`)."""
+        if isinstance(request, str):
+            request = SearchRequest(request, max_results, min_score)
+        results = await self.search_hits(
+            request.query,
+            max_results=request.max_results,
+            min_score=request.min_score,
+            mode=mode,
+            corpus=request.corpus,
+        )
+        return EngineAnswer(
+            results=results,
+            engine="qmd",
+            provider="qmd",
+            model=self.config.models.embed,
+            mode=mode or self.search_mode,
+            max_injected_chars=self.config.limits.max_injected_chars,
+        )
+
+    async def search_hits(
+        self,
         query: str,
         *,
         max_results: int | None = None,
@@ -490,17 +611,20 @@ class QmdManager:
         timeout_ms: int | None = None,
         rerank: bool | None = None,
         mode: SearchMode | None = None,
+        corpus: str = "all",
     ) -> list[SearchResult]:
         """Search this agent's collections; memory and session hits are interleaved.
 
-        `mode` overrides the configured search mode for this call (warm-up uses it). Applies `limits.maxResults`, `minScore`, `maxSnippetChars` and `maxInjectedChars`.
-        Raises a `QmdError` subclass on failure (never silently returns nothing).
+        `mode` overrides the configured search mode for this call (warm-up uses it). Applies
+        `limits.maxResults`, `minScore` and `maxSnippetChars`; the injected-characters budget is
+        the orchestrator's. Raises a `QmdError` subclass on failure (never silently returns nothing).
         """
         limits = self.config.limits
         n = max_results or limits.max_results
         groups: dict[Source, list[str]] = {}
         for spec in self._active.values():
-            groups.setdefault(spec.source, []).append(spec.name)
+            if corpus in ("all", spec.source):
+                groups.setdefault(spec.source, []).append(spec.name)
         if not groups:
             return []
         timeout = timeout_ms or limits.timeout_ms
@@ -525,7 +649,6 @@ class QmdManager:
             merged,
             max_results=n,
             min_score=limits.min_score if min_score is None else min_score,
-            max_injected_chars=limits.max_injected_chars,
         )
 
     def search_argv(
@@ -538,7 +661,7 @@ class QmdManager:
         mode: SearchMode | None = None,
     ) -> list[str]:
         """`[mode, query, --json, -n, N, (--no-rerank), -c, coll…]` for `mode` (default: current)."""
-        mode = mode or self._mode
+        mode = mode or self.search_mode
         args = [mode, query, "--json", "-n", str(n)]
         if mode == "query" and not rerank:
             args.append("--no-rerank")
@@ -556,15 +679,21 @@ class QmdManager:
         mode: SearchMode | None = None,
     ) -> list[QmdHit]:
         recreated = False
-        mode = mode or self._mode
+        mode = mode or self.search_mode
         while True:
             try:
                 argv = self.search_argv(query, names, n, rerank=rerank, mode=mode)
                 out = await self._run(argv, timeout_ms)
             except QmdExitError as err:
                 if mode != "query" and is_unsupported_flag_error(err.stderr):
-                    log.warning("qmd rejected `%s` flags; using `qmd query` from now on", mode)
-                    self._mode = mode = "query"
+                    # temporary: after `failover.probeMaxIntervalMs` the configured mode is
+                    # tried again (a qmd upgrade or a one-off stderr line must not pin `query`)
+                    hold = self.config.failover.probe_max_interval_ms / 1000
+                    log.warning(
+                        "qmd rejected `%s` flags; using `qmd query` for the next %.0fs", mode, hold
+                    )
+                    self._flag_fallback_until = self._clock() + hold
+                    mode = "query"
                     continue
                 if not recreated and is_missing_collection_error(err.stderr):
                     recreated = True
@@ -595,7 +724,7 @@ class QmdManager:
                     collection=collection,
                     rel=rel,
                     roots=roots,
-                    workspace=str(self.agent.workspace),
+                    workspace=str(self.settings.workspace),
                     source=spec.source if spec else "memory",
                     max_snippet_chars=self.config.limits.max_snippet_chars,
                 )
@@ -626,58 +755,38 @@ class QmdManager:
 
     # ------------------------------------------------------------------ memory_get
 
-    async def read_file(
+    def roots(self) -> list[MemoryRoot]:
+        """Every collection as a memory root (what `memory_get` may serve, by the same rule)."""
+        specs = self._specs or self._desired_now()
+        return [MemoryRoot(s.path, s.pattern, s.source, s.name) for s in specs]
+
+    async def get(
         self, path: str, from_line: int | None = None, lines: int | None = None
     ) -> FileText:
         """Read a memory file by a path search returned; missing files give empty text.
 
         `qmd/<collection>/<rel>` reads from that collection's root; other paths are
-        workspace-relative and must be one of this agent's memory files. Raises
-        `PathNotAllowed` for unknown collections, `..`, symlink escapes and non-`.md` files.
+        workspace-relative. Either way the file must match its collection's pattern (the rule
+        is `core.layout.locate`, the same as the built-in index's); exported transcripts are
+        never served.
         """
-        target, root = self._locate(path)
-        real_root = os.path.realpath(root)
-        real = os.path.realpath(target)
-        if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
-            raise PathNotAllowed(f"{path!r}: resolves outside its memory folder (symlink)")
-        if not real.lower().endswith(".md"):
-            raise PathNotAllowed(f"{path!r}: resolves to a non-Markdown file")
-        try:
-            text = await anyio.Path(real).read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return FileText(path, "")
-        except IsADirectoryError:
-            raise PathNotAllowed(f"{path!r}: is a folder, not a file") from None
-        return FileText(path, slice_lines(text, from_line, lines))
+        check_line_range(from_line, lines)
+        got = await anyio.to_thread.run_sync(
+            read_memory_file, self.roots(), self.settings.workspace, path, from_line, lines
+        )
+        return got if not path.startswith("qmd/") else dataclasses.replace(got, path=path)
 
-    def _locate(self, path: str) -> tuple[Path, Path]:
-        specs = {s.name: s for s in self._specs or self._desired_now()}
-        qmd_path = split_qmd_path(path)
-        if qmd_path is not None or path.startswith("qmd/"):
-            if qmd_path is None:
-                raise PathNotAllowed(f"{path!r}: expected qmd/<collection>/<path>")
-            collection, rel = qmd_path
-            spec = specs.get(collection)
-            if spec is None:
-                raise PathNotAllowed(f"{path!r}: unknown qmd collection {collection!r}")
-            rel_path = checked_relative_md_path(rel, shown_as=path)
-            return Path(spec.path, *rel_path.parts), Path(spec.path)
-        rel_path = checked_relative_md_path(path, shown_as=path)
-        ws = self.agent.workspace
-        absolute = os.path.normpath(ws / Path(*rel_path.parts))
-        for spec in specs.values():
-            root = os.path.normpath(spec.path)
-            if not absolute.startswith(root.rstrip(os.sep) + os.sep):
-                continue
-            under_root = Path(os.path.relpath(absolute, root)).as_posix()
-            if glob_match(PurePosixPath(under_root), spec.pattern):
-                return Path(absolute), Path(root)
-        raise PathNotAllowed(f"{path!r}: not one of this agent's memory files")
+    read_file = get
+
+    def notify_changed(self) -> None:
+        """A memory file changed: ask for a debounced `qmd update` (needs the maintenance loop)."""
+        self.request_update()
 
     def _desired_now(self) -> list[CollectionSpec]:
         return desired_collections(
             self.config,
-            agent_id=self.agent.agent_id,
-            workspace=self.agent.workspace,
+            agent_id=self.settings.agent_id,
+            workspace=self.settings.workspace,
             sessions_dir=self._sessions_dir(),
+            extra_roots=self.settings.extra_roots,
         )

@@ -9,7 +9,6 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePosixPath
 
-from ..core.citations import trim_to_budget
 from ..core.results import SearchResult, Source
 from ._parse import QmdHit, parse_snippet
 
@@ -21,7 +20,6 @@ __all__ = [
     "interleave",
     "split_qmd_path",
     "split_qmd_uri",
-    "trim_to_budget",
 ]
 
 QMD_PATH_PREFIX = "qmd/"
@@ -111,8 +109,7 @@ def interleave(*lists: Sequence[SearchResult]) -> list[SearchResult]:
 
 
 def apply_limits(
-    results: Iterable[SearchResult], *, max_results: int, min_score: float, max_injected_chars: int
+    results: Iterable[SearchResult], *, max_results: int, min_score: float
 ) -> list[SearchResult]:
-    """Drop hits under `min_score`, keep the first `max_results`, then fit the snippet budget."""
-    kept = [r for r in results if r.score >= min_score][:max_results]
-    return trim_to_budget(kept, max_injected_chars)
+    """Drop hits under `min_score` and keep the first `max_results` (the budget is the orchestrator's)."""
+    return [r for r in results if r.score >= min_score][:max_results]

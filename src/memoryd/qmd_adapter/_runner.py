@@ -109,6 +109,8 @@ async def run_qmd(
             cwd=cwd,
             env=dict(env),
             start_new_session=True,
+            # qmd writes its index and config into the agent's private state: keep them 0600
+            umask=0o077,
         )
     except OSError as err:
         raise QmdUnavailable(f"cannot start qmd ({exe}): {err.strerror or err}") from None

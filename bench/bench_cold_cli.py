@@ -1,0 +1,155 @@
+"""Cold CLI: `memoryd search --json` in a new process, next to `qmd search --json`, same 5 notes.
+
+Run:  .venv/bin/python bench/bench_cold_cli.py [--runs 7] [--qmd PATH]
+
+Every run is a fresh process (imports, config, SQLite open, model load when hybrid, search,
+JSON out); the index already exists, as for a user who ran `memoryd index` once. Rows:
+
+* `memoryd keyword-only` — `provider = "none"`;
+* `memoryd hybrid` — the default local model (loads it, embeds the query);
+* `memoryd first search, never indexed` — a new state dir each run: the search syncs the text
+  phase and embeds vectors for at most `searchWaitMs` (default 2000 ms) before answering;
+* `qmd search` — qmd 2.8.3's BM25 search (no model), driven offline with its own isolated
+  config and cache dirs, from a neutral cwd (../shared/QMD_FACTS.md).
+
+Prints p50/max wall seconds per row and the ratios to qmd (also bench/out/cold_cli.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_QMD = ROOT / ".tools" / "qmd" / "bin" / "qmd"
+NOTES = {
+    "MEMORY.md": "# Memory\n- Production deploys go to fly.io, region ams.\n- Postgres is 16.4.\n",
+    "memory/2026-11-25.md": "# 2026-11-25\n- Rotated the webhook secret; the old one stops working on Dec 2.\n",
+    "memory/2026-11-26.md": "# 2026-11-26\n- Alice adopted a grey kitten named Miso.\n- CI moved to GitHub Actions.\n",
+    "memory/2026-11-27.md": "# 2026-11-27\n- Decided: pgbouncer timeout stays at 30s.\n- Offsite in Lisbon in March.\n",
+    "memory/2026-11-28.md": "# 2026-11-28\n- Grafana alert for disk usage fires at 85%.\n- Dentist on Friday 10:00.\n",
+}
+QUERIES = [
+    "when does the old webhook secret stop working",
+    "postgres version",
+    "where do we deploy production",
+    "what is the pgbouncer timeout",
+    "who adopted a kitten",
+    "grafana disk alert threshold",
+    "where is the offsite",
+]
+
+
+def workspace(root: Path) -> Path:
+    ws = root / "ws"
+    for rel, text in NOTES.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(text)
+    return ws
+
+
+def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, str]:
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    wall = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(f"{cmd[:3]} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    return wall, proc.stdout
+
+
+def memoryd_config(root: Path, ws: Path, name: str, provider: str) -> Path:
+    cfg = root / f"{name}.toml"
+    cfg.write_text(
+        f'[agents.defaults]\nworkspace = "{ws}"\n'
+        f'[agents.defaults.memorySearch]\nprovider = "{provider}"\n'
+        f'[agents.defaults.memorySearch.store]\npath = "{root / (name + ".sqlite")}"\n'
+    )
+    return cfg
+
+
+def summarize(walls: list[float]) -> dict[str, float]:
+    return {"p50_s": round(statistics.median(walls), 3), "max_s": round(max(walls), 3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--qmd", default=str(DEFAULT_QMD))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "cold_cli.json"))
+    args = ap.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="memoryd-cold-"))
+    ws = workspace(root)
+    env = {**os.environ, "MEMORYD_STATE_DIR": str(root / "state")}
+    env.pop("MEMORYD_CONFIG", None)
+    memoryd = [sys.executable, "-m", "memoryd"]
+    kw = memoryd_config(root, ws, "kw", "none")
+    hy = memoryd_config(root, ws, "hybrid", "local")
+    for cfg in (kw, hy):
+        timed([*memoryd, "index", "--config", str(cfg), "--json"], env, root)
+    rows: dict[str, list[float]] = {
+        "memoryd keyword-only": [],
+        "memoryd hybrid": [],
+        "memoryd first search, never indexed": [],
+        "qmd search": [],
+    }
+    qmd = Path(args.qmd)
+    qenv: dict[str, str] | None = None
+    if qmd.exists():
+        home = root / "qmd"
+        qenv = {
+            **os.environ,
+            "XDG_CONFIG_HOME": str(home / "config"),
+            "QMD_CONFIG_DIR": str(home / "config" / "qmd"),
+            "XDG_CACHE_HOME": str(home / "cache"),
+            "NO_COLOR": "1",
+        }
+        (home / "cwd").mkdir(parents=True)
+        timed([str(qmd), "collection", "add", str(ws), "--name", "notes"], qenv, home / "cwd")
+    for i in range(args.runs):
+        q = QUERIES[i % len(QUERIES)]
+        rows["memoryd keyword-only"].append(
+            timed([*memoryd, "search", "--json", "--config", str(kw), q], env, root)[0]
+        )
+        wall, out = timed([*memoryd, "search", "--json", "--config", str(hy), q], env, root)
+        assert json.loads(out)["mode"] == "hybrid", out
+        rows["memoryd hybrid"].append(wall)
+        fresh = root / f"fresh-{i}"
+        cfg = memoryd_config(fresh.parent, ws, f"fresh-{i}", "local")
+        fenv = {**env, "MEMORYD_STATE_DIR": str(fresh)}
+        rows["memoryd first search, never indexed"].append(
+            timed([*memoryd, "search", "--json", "--config", str(cfg), q], fenv, root)[0]
+        )
+        if qenv is not None:
+            wall, out = timed([str(qmd), "search", q, "--json"], qenv, root / "qmd" / "cwd")
+            json.loads(out)
+            rows["qmd search"].append(wall)
+    results: dict[str, object] = {
+        "notes": len(NOTES),
+        "runs": args.runs,
+        "python_startup_s": round(timed([sys.executable, "-c", "pass"], env, root)[0], 3),
+    }
+    for name, walls in rows.items():
+        if walls:
+            results[name] = summarize(walls)
+    if rows["qmd search"]:
+        base = statistics.median(rows["qmd search"])
+        for name in ("memoryd keyword-only", "memoryd hybrid"):
+            results[f"{name} / qmd search (p50)"] = round(statistics.median(rows[name]) / base, 2)
+    else:
+        results["qmd search"] = f"skipped: no qmd at {qmd}"
+    shutil.rmtree(root, ignore_errors=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=2))
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

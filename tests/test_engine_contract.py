@@ -1,0 +1,113 @@
+"""The engine contract, run against both engines: the built-in index and the real qmd sidecar.
+
+Whatever engine answers, an agent gets the same promises: ranked results whose path and line
+range `memory_get` reads back, snippets within the cap, no budget trim below the orchestrator,
+the same memory_get rule (what is refused, what is empty), typed status, and changes picked up.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import agent_for, index_for, write
+from memoryd.core.engine import BuiltinStatus, EngineAnswer, QmdStatus, SearchRequest
+from memoryd.core.results import MAX_SNIPPET_CHARS
+from memoryd.errors import InvalidInput, PathNotAllowed
+from qmd_support import make_manager, require_qmd, seed_workspace
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["builtin", pytest.param("qmd", marks=pytest.mark.qmd)])
+async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    ws = seed_workspace(tmp_path / "ws")
+    write(
+        ws / "memory" / "long.md",
+        "# Long\n\n" + "\n".join(f"line {i} about quokkas" for i in range(300)) + "\n",
+    )
+    outside = write(tmp_path / "outside.md", "outside secret\n")
+    os.symlink(outside, ws / "memory" / "link.md")
+    os.link(outside, ws / "memory" / "hard.md")
+    write(ws / "memory" / ".git" / "notes.md", "git internals\n")
+    write(ws / "README.md", "not memory\n")
+    if request.param == "builtin":
+        eng: Any = index_for(agent_for(ws, {"provider": "none"}), None)
+    else:
+        agent = agent_for(ws, memory={"backend": "qmd"})
+        eng = make_manager(agent, require_qmd(), tmp_path / "home")
+    await eng.start()
+    await eng.sync(force=True)
+    yield eng
+    await eng.aclose()
+
+
+async def test_search_answers_are_ranked_and_readable_back(engine: Any) -> None:
+    answer = await engine.search(SearchRequest("zeppelin budget"))
+    assert isinstance(answer, EngineAnswer) and answer.engine == engine.name
+    assert answer.results, answer
+    assert answer.results[0].path == "memory/2026-01-03.md"
+    scores = [r.score for r in answer.results]
+    assert scores == sorted(scores, reverse=True)
+    for r in answer.results:
+        assert 1 <= r.start_line <= r.end_line and len(r.snippet) <= MAX_SNIPPET_CHARS
+        got = await engine.get(r.path, r.start_line, r.end_line - r.start_line + 1)
+        first = next(line for line in r.snippet.splitlines() if line.strip())
+        assert first in got.text
+
+
+async def test_engines_do_not_apply_the_injected_budget(engine: Any) -> None:
+    answer = await engine.search(SearchRequest("quokkas", max_results=6))
+    assert answer.max_injected_chars == 4000
+    # snippets are capped one by one; the sum may exceed the budget (the orchestrator trims once)
+    assert all(len(r.snippet) <= MAX_SNIPPET_CHARS for r in answer.results)
+
+
+async def test_max_results_is_honoured(engine: Any) -> None:
+    assert len((await engine.search(SearchRequest("the", max_results=1))).results) <= 1
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../outside.md",
+        "README.md",
+        "memory/.git/notes.md",
+        "memory/link.md",
+        "memory/hard.md",
+        "memory/notes.txt",
+        "/etc/passwd.md",
+    ],
+)
+async def test_memory_get_refuses_the_same_paths(engine: Any, path: str) -> None:
+    with pytest.raises(PathNotAllowed):
+        await engine.get(path, None, None)
+
+
+async def test_memory_get_reads_slices_and_empties(engine: Any) -> None:
+    assert (await engine.get("MEMORY.md", None, None)).text.startswith("# Memory")
+    assert (await engine.get("MEMORY.md", 3, 1)).text == "Alice likes green tea.\n"
+    assert (await engine.get("MEMORY.md", 99, None)).text == ""
+    assert (await engine.get("memory/2099-01-01.md", None, None)).text == ""
+    with pytest.raises(InvalidInput):
+        await engine.get("MEMORY.md", 0, None)
+    with pytest.raises(InvalidInput):
+        await engine.get("MEMORY.md", 1, 0)
+
+
+async def test_status_is_the_engines_typed_model(engine: Any) -> None:
+    st = engine.status()
+    assert isinstance(st, BuiltinStatus if engine.name == "builtin" else QmdStatus)
+    assert st.to_dict()  # JSON-ready, camelCase
+
+
+async def test_a_new_note_is_found_after_a_sync(engine: Any, tmp_path: Path) -> None:
+    write(tmp_path / "ws" / "memory" / "2026-02-01.md", "# 2026-02-01\n\nThe okapi arrived.\n")
+    engine.notify_changed()
+    await engine.sync(force=True)
+    answer = await engine.search(SearchRequest("okapi"))
+    assert [r.path for r in answer.results][:1] == ["memory/2026-02-01.md"]

@@ -1,0 +1,208 @@
+"""Security on the real paths users hit: memory_get and sync raced by a symlink swapper, state
+modes after a real session, and redaction of every corpus secret in the index, exports and results.
+
+`tests/test_fsio_races.py` proves the primitives; this module proves nothing bypasses them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from helpers import agent_for, index_for, write
+from memoryd.core.engine import SearchRequest
+from memoryd.errors import PathNotAllowed
+from memoryd.orchestrator import MemoryService
+from race_support import Swapper, exchange_unsupported, hammer, race_seconds
+from redaction_corpus import SECRET_CASES, leaked_fragments
+
+NOTE = "# Note\n\nThe note inside memory.\n"
+SECRET = "TOP-SECRET-OUTSIDE-CONTENT 7d1f0c2e\n"
+
+
+@pytest.fixture
+def scene(tmp_path: Path) -> tuple[Path, Path]:
+    ws = tmp_path / "ws"
+    write(ws / "MEMORY.md", "# Memory\n\nInside.\n")
+    write(ws / "memory" / "note.md", NOTE)
+    outside = write(tmp_path / "outside" / "secret.md", SECRET)
+    why = exchange_unsupported(ws / "memory")
+    if why:
+        pytest.skip(why)
+    return ws, outside
+
+
+def test_memory_get_through_the_service_never_serves_a_swapped_in_file(
+    scene: tuple[Path, Path],
+) -> None:
+    ws, outside = scene
+    decoy = ws / "memory" / "decoy.md"
+    decoy.symlink_to(outside)
+    from memoryd.config import validate_config
+
+    svc = MemoryService(
+        validate_config(
+            {"agents": {"defaults": {"workspace": str(ws), "memorySearch": {"provider": "none"}}}}
+        )
+    )
+
+    async def one() -> str:
+        got = await svc.memory_get("memory/note.md")
+        if got.get("disabled"):
+            assert got["code"] == "path_not_allowed", got
+            return "refused"
+        assert "TOP-SECRET" not in got["text"], got
+        return "served" if got["text"] == NOTE else "other"
+
+    def call() -> str:
+        return anyio.run(one)
+
+    with Swapper("exchange", [(ws / "memory" / "note.md", decoy)]) as swapper:
+        tally = hammer(race_seconds(), call, ())
+    assert not tally.unexpected, tally.unexpected[:3]
+    assert tally["refused"] > 0 and tally["other"] == 0 and swapper.rounds > 100
+    assert call() == "served"  # refused while the note is renamed in a loop, served after
+    anyio.run(svc.aclose)
+
+
+def test_sync_never_indexes_a_swapped_in_file(scene: tuple[Path, Path]) -> None:
+    ws, outside = scene
+    decoy = ws / "memory" / "decoy.md"
+    decoy.symlink_to(outside)
+    idx = index_for(agent_for(ws, {"provider": "none"}), None)
+
+    async def one() -> str:
+        write(ws / "memory" / "churn.md", f"# churn\n\n{os.urandom(4).hex()}\n")
+        idx.notify_changed()
+        await idx.sync()
+        rows = idx.store.conn.execute("select text from chunks").fetchall()
+        assert not any("TOP-SECRET" in r[0] for r in rows)
+        hits = await idx.search(SearchRequest("TOP-SECRET-OUTSIDE-CONTENT"))
+        assert not any("TOP-SECRET" in h.snippet for h in hits.results)
+        return "synced"
+
+    def call() -> str:
+        return anyio.run(one)
+
+    with Swapper("exchange", [(ws / "memory" / "note.md", decoy)]) as swapper:
+        tally = hammer(min(race_seconds(), 3.0), call, ())
+    assert not tally.unexpected, tally.unexpected[:3]
+    assert tally["synced"] > 3 and swapper.rounds > 100
+    idx.store.close()
+
+
+def test_no_state_file_is_readable_by_another_user(tmp_path: Path, isolated_env: Path) -> None:
+    ws = tmp_path / "ws"
+    write(ws / "MEMORY.md", "# Memory\n\nThe deploy target is fly.io.\n")
+    sessions = isolated_env / "agents" / "main" / "sessions"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        f'[agents.defaults]\nworkspace = "{ws}"\n[agents.defaults.memorySearch]\nprovider = "none"\n'
+        'sources = ["memory", "sessions"]\nexperimental = { sessionMemory = true }\n'
+    )
+    env = {**os.environ, "MEMORYD_NO_SERVER": "1"}
+    old = os.umask(0o022)
+    try:
+        for argv in (
+            ["index"],
+            ["search", "deploy"],
+            ["flush-check", "--tokens", "190000", "--context-window", "200000"],
+            ["status"],
+        ):
+            out = subprocess.run(
+                [sys.executable, "-m", "memoryd", *argv, "--config", str(cfg)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert out.returncode == 0, (argv, out.stderr)
+    finally:
+        os.umask(old)
+    checked = 0
+    for path in isolated_env.rglob("*"):
+        if path.is_relative_to(sessions):
+            continue  # the host writes its transcripts itself
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        if path.is_dir():
+            assert mode == 0o700, (path, oct(mode))
+        elif path.is_file():
+            assert mode & 0o077 == 0, (path, oct(mode))
+        checked += 1
+    assert checked >= 5
+    if os.geteuid() == 0:  # a real other user cannot read the index
+        db = next(isolated_env.rglob("index.sqlite"))
+        probe = subprocess.run(["cat", str(db)], user="nobody", capture_output=True)
+        assert probe.returncode != 0
+
+
+def test_every_corpus_secret_is_redacted_in_the_index_exports_and_results(
+    tmp_path: Path, isolated_env: Path
+) -> None:
+    ws = tmp_path / "ws"
+    write(ws / "MEMORY.md", "# Memory\n")
+    qmd_agent = agent_for(
+        ws,
+        {
+            "provider": "none",
+            "sources": ["memory", "sessions"],
+            "experimental": {"sessionMemory": True},
+        },
+        memory={"qmd": {"sessions": {"enabled": True}}},
+    )
+    folder = qmd_agent.sessions_dir
+    folder.mkdir(parents=True)
+    lines = [
+        json.dumps({"type": "message", "message": {"role": "user", "content": case.text}})
+        for case in SECRET_CASES
+    ]
+    (folder / "s1.jsonl").write_text("\n".join(lines) + "\n")
+
+    idx = index_for(qmd_agent, None)
+    anyio.run(idx.sync)
+    stored = "\n".join(r[0] for r in idx.store.conn.execute("select text from chunks"))
+    hits = []
+    for case in SECRET_CASES:
+        answer = anyio.run(idx.search, SearchRequest(case.text[:200], corpus="sessions"))
+        hits.extend(r.snippet for r in answer.results)
+    idx.store.close()
+    db_bytes = qmd_agent.index_path.read_bytes().decode("utf-8", errors="replace")
+
+    from datetime import UTC, datetime
+
+    from memoryd.lifecycle import export_sessions
+
+    report = export_sessions(qmd_agent, now=datetime.now(UTC))
+    exported = (report.export_dir / "s1.md").read_text()
+
+    leaks = {}
+    for case in SECRET_CASES:
+        for secret in case.secrets:
+            for where, text in (
+                ("chunks", stored),
+                ("exports", exported),
+                ("results", "\n".join(hits)),
+            ):
+                found = leaked_fragments(text, secret, width=12)
+                if found:
+                    leaks[(case.name, where)] = found[:2]
+            assert secret not in db_bytes, (case.name, "index file")
+    assert not leaks, leaks
+    assert len(SECRET_CASES) >= 40
+
+
+def test_get_never_reads_transcripts_or_their_exports(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    write(ws / "MEMORY.md", "# Memory\n")
+    idx = index_for(agent_for(ws, {"provider": "none"}), None)
+    for path in ("sessions/s1.jsonl", "qmd/sessions-main/s1.md", "../state/sessions.json"):
+        with pytest.raises(PathNotAllowed):
+            anyio.run(idx.get, path, None, None)
+    idx.store.close()

@@ -1,0 +1,222 @@
+"""`status` tells the truth from any process, and qmd stays fresh — tried with real processes.
+
+Each case runs the CLI as a user would: one process searches, a *separate* `memoryd status
+--json` reports. With a garbage, missing, hanging or killed qmd the status says `builtin` and
+why; once the fault is gone and a probe succeeds it says `qmd` again. A note appended to a qmd
+agent is found right away by a one-off search, after `memoryd index`, and under `serve`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memoryd.server import ping, socket_path
+from qmd_support import require_qmd, seed_workspace
+
+pytestmark = pytest.mark.qmd
+
+WRAPPER = """#!/bin/sh
+REAL="{real}"
+MODE=$(cat "{mode}" 2>/dev/null || echo ok)
+case "$MODE" in
+  garbage) echo "this is not json {{"; exit 0 ;;
+esac
+case "$1" in
+  search|vsearch|query)
+    case "$MODE" in
+      hang) sleep 60; exit 0 ;;
+      killed) kill -9 $$ ;;
+    esac ;;
+esac
+exec "$REAL" "$@"
+"""
+
+
+class Setup:
+    def __init__(self, tmp_path: Path, **qmd: Any) -> None:
+        self.ws = seed_workspace(tmp_path / "ws")
+        self.mode = tmp_path / "mode"
+        self.mode.write_text("ok")
+        self.wrapper = tmp_path / "bin" / "qmd"
+        self.wrapper.parent.mkdir()
+        self.wrapper.write_text(WRAPPER.format(real=require_qmd(), mode=self.mode))
+        self.wrapper.chmod(self.wrapper.stat().st_mode | stat.S_IXUSR)
+        update = qmd.pop("update", {"onBoot": False, "interval": 0})
+        lines = [
+            "[memory]",
+            'backend = "qmd"',
+            "[memory.qmd]",
+            f'command = "{self.wrapper}"',
+            "[memory.qmd.limits]",
+            "timeoutMs = 2000",
+            "[memory.qmd.failover]",
+            "cooldownMs = 200",
+            "probeMaxIntervalMs = 1000",
+            "[memory.qmd.update]",
+            *(f"{k} = {json.dumps(v)}" for k, v in update.items()),
+            "[agents.defaults]",
+            f'workspace = "{self.ws}"',
+            "[agents.defaults.memorySearch]",
+            'provider = "none"',
+        ]
+        self.config = tmp_path / "qmd.toml"
+        self.config.write_text("\n".join(lines) + "\n")
+
+    def fault(self, mode: str) -> None:
+        if mode == "missing":
+            self.wrapper.rename(self.wrapper.with_name("qmd.hidden"))
+        else:
+            self.mode.write_text(mode)
+
+    def heal(self) -> None:
+        hidden = self.wrapper.with_name("qmd.hidden")
+        if hidden.exists():
+            hidden.rename(self.wrapper)
+        self.mode.write_text("ok")
+
+    def cli(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k != "CI"}
+        return subprocess.run(
+            [sys.executable, "-m", "memoryd", *argv, "--config", str(self.config)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def json(self, *argv: str) -> dict[str, Any]:
+        out = self.cli(*argv, "--json")
+        assert out.stdout, out.stderr
+        data: dict[str, Any] = json.loads(out.stdout)
+        return data
+
+
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [
+        ("garbage", "QmdBadOutput"),
+        ("missing", "QmdUnavailable"),
+        ("hang", "QmdTimeout"),
+        ("killed", "QmdExitError"),
+    ],
+)
+def test_a_separate_status_reports_the_fallback_and_then_the_recovery(
+    tmp_path: Path, fault: str, reason: str
+) -> None:
+    s = Setup(tmp_path)
+    assert s.json("search", "zeppelin")["backend"] == "qmd"
+    s.fault(fault)
+    answered = s.json("search", "zeppelin")
+    assert answered["backend"] == "builtin" and reason in answered["fallback"]["reason"]
+    assert answered["results"][0]["path"] == "memory/2026-01-03.md"
+    # the human output says so too
+    human = s.cli("search", "zeppelin")
+    assert "answered by the built-in index" in human.stderr
+
+    st = s.json("status")
+    assert st["backend"] == "builtin" and reason in st["fallback"]["reason"]
+    assert st["healthAgeS"] is not None
+    if fault == "garbage":
+        assert st["qmdVersion"] is None and "not 'qmd X.Y.Z'" in st["qmd"]["versionError"]
+    issues = " | ".join(st["issues"])
+    assert "qmd is not serving" in issues
+    assert "never updated" not in issues and "missing or not answering" not in issues
+
+    s.heal()
+    time.sleep(0.3)  # past the cool-down
+    deep = s.json("status", "--deep")
+    assert deep["backend"] == "qmd" and deep["fallback"] is None, deep
+    after = s.json("status")
+    assert after["backend"] == "qmd" and not any("not serving" in i for i in after["issues"])
+    assert after["qmdVersion"].startswith("qmd ")
+
+
+def test_no_false_issues_before_and_after_warm(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    before = s.json("status")
+    assert before["backend"] == "qmd" and before["qmdVersion"].startswith("qmd ")
+    assert not any("not answering" in i or "never updated" in i for i in before["issues"])
+    assert s.cli("warm").returncode == 0
+    after = s.json("status")
+    assert after["lastUpdateAt"] is not None, after
+    assert not any("behind" in i for i in after["issues"]), after["issues"]
+    idx = s.json("index")
+    assert idx["qmd"]["lastUpdateAt"] is not None
+    assert s.json("status")["dirty"] is False
+
+
+def test_an_appended_note_is_found_by_a_one_off_search_and_after_index(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    assert s.cli("index").returncode == 0
+    assert s.cli("append", "Zebra migration finished on Friday.").returncode == 0
+    found = s.json("search", "zebra")
+    assert found["backend"] == "qmd"
+    assert [r["path"] for r in found["results"]][:1] == [f"memory/{today()}.md"], found
+    assert not found.get("stale")
+    s.cli("append", "Yak shaving postponed.")
+    assert s.cli("index").returncode == 0
+    assert s.json("search", "yak")["results"], "found after memoryd index"
+
+
+def test_under_serve_an_appended_note_is_found_within_the_debounce(tmp_path: Path) -> None:
+    s = Setup(tmp_path, update={"onBoot": True, "interval": 0, "debounceMs": 500})
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    log = tmp_path / "serve.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memoryd", "serve", "--config", str(s.config)],
+            env=env,
+            stderr=err,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while ping(socket_path()) is None:
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert s.cli("append", "Quagga census counted twelve.").returncode == 0
+        deadline = time.monotonic() + 10
+        while True:
+            got = s.json("search", "quagga")
+            if got["results"]:
+                break
+            assert time.monotonic() < deadline, f"not found under serve: {got}\n{log.read_text()}"
+            time.sleep(0.3)
+        assert got["backend"] == "qmd"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+
+
+def today() -> str:
+    from datetime import datetime
+
+    return datetime.now().astimezone().date().isoformat()
+
+
+def test_qmd_state_is_private_too(tmp_path: Path, isolated_env: Path) -> None:
+    s = Setup(tmp_path)
+    old = os.umask(0o022)
+    try:
+        assert s.json("search", "zeppelin")["backend"] == "qmd"
+    finally:
+        os.umask(old)
+    home = next(isolated_env.rglob("qmd"))
+    checked = 0
+    for path in home.rglob("*"):
+        if path.is_symlink():
+            continue  # the shared models folder is qmd's own cache, outside the state dir
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode & 0o077 == 0, (path, oct(mode))
+        checked += 1
+    assert checked >= 4  # index.yml, index.sqlite, the folders
