@@ -451,7 +451,7 @@ REFERENCE_QUERIES: Mapping[Script, tuple[str, ...]] = {
 
 # Tuned on bench/eval (LoCoMo dev, Cranfield, CISI and the off-topic sets): see
 # docs/retrieval-quality.md. Evidence counts linearly between a floor and a full mark.
-LEX_FLOOR = 0.2  # IDF-weighted share of the query's terms a chunk holds: below, no evidence
+LEX_FLOOR = 0.17  # IDF-weighted share of the query's terms a chunk holds: below, no evidence
 LEX_FULL = 1.0
 VEC_FLOOR = 1.5  # cosine in reference deviations above unrelated text: below, no evidence
 VEC_FULL = 5.0

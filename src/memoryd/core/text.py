@@ -20,6 +20,7 @@ _CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
 _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
 _WORD = re.compile(rf"[^\W_]+(?:['’][^\W_]+)?|[{_CJK_CLASS}]+", re.UNICODE)
 _SPLIT_WORD = re.compile(r"[\w'’]+", re.UNICODE)
+_POSSESSIVE = re.compile(r"['’]s$")
 
 # Function words that carry no topic: dropping them from the OR-query makes BM25 rank by the
 # words that matter and keeps natural-language questions from matching every chunk.
@@ -276,6 +277,9 @@ def query_terms(query: str) -> list[str]:
     """Lowercased content terms of a query, in order, deduplicated; CJK runs become bigrams."""
     seen: dict[str, None] = {}
     for raw in _WORD.findall(query.lower()):
+        # a possessive names its owner: "Caroline's" is about `caroline`, and notes say
+        # "Caroline:" far more often than "Caroline's" (an unmatched term weighs the most)
+        raw = _POSSESSIVE.sub("", raw)
         if raw in STOPWORDS or (len(raw) == 1 and not has_cjk(raw) and not raw.isdigit()):
             continue
         for term in _split_scripts(raw):
