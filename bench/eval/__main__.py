@@ -28,14 +28,16 @@ from .report import print_tables, write_report
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = (ROOT / ".." / "shared" / "eval").resolve()
 
-# name → (mode, rank-parameter overrides); anything named `hybrid-<fusion>` is a fusion variant
+# name → (mode, rank-parameter overrides); anything named `hybrid-<fusion>` is a fusion variant,
+# `keyword-<fusion>` / `vector-<fusion>` one side scored by that fusion (`keyword-relative`: the
+# previous default's keyword-only search, which never abstains)
 BUILTIN = {
     "keyword": ("keyword", {}),
     "vector": ("vector", {}),
     "hybrid": (None, {}),
 }
 QMD = {"qmd-search": "search", "qmd-query": "query"}
-DEFAULT_SYSTEMS = "keyword,vector,hybrid,hybrid-weighted,hybrid-rrf,qmd-search,qmd-query"
+DEFAULT_SYSTEMS = "hybrid,hybrid-relative,keyword,vector,keyword-relative,vector-relative"
 
 
 def system_spec(name: str) -> tuple[str | None, dict[str, Any]]:
@@ -43,6 +45,9 @@ def system_spec(name: str) -> tuple[str | None, dict[str, Any]]:
         return BUILTIN[name]
     if name.startswith("hybrid-"):
         return None, {"fusion": name.removeprefix("hybrid-")}
+    mode, _, fusion = name.partition("-")
+    if mode in ("keyword", "vector") and fusion:  # one side under another fusion's scores
+        return mode, {"fusion": fusion}
     raise SystemExit(f"unknown system {name!r}")
 
 
