@@ -66,6 +66,21 @@ async def test_search_answers_are_ranked_and_readable_back(engine: Any) -> None:
         assert first in got.text
 
 
+@pytest.mark.parametrize("min_score", [0.0, 0.35, 0.6])
+async def test_no_result_scores_below_the_requested_min_score(
+    engine: Any, min_score: float
+) -> None:
+    answer = await engine.search(SearchRequest("zeppelin budget", min_score=min_score))
+    assert all(r.score >= min_score for r in answer.results)
+
+
+async def test_a_query_about_nothing_in_memory_returns_no_results(engine: Any) -> None:
+    # scores mean the same in every query: the default minScore drops what is unrelated,
+    # even when one common word of the query (a name every other note holds) matches
+    assert (await engine.search(SearchRequest("Alice's banana bread recipe"))).results == []
+    assert (await engine.search(SearchRequest("zeppelin budget"))).results
+
+
 async def test_engines_do_not_apply_the_injected_budget(engine: Any) -> None:
     answer = await engine.search(SearchRequest("quokkas", max_results=6))
     assert answer.max_injected_chars == 4000

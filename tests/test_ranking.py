@@ -160,7 +160,8 @@ def test_path_match_ranks_above_partial_text_matches() -> None:
 
 
 def test_keyword_hits_survive_when_everything_is_under_min_score() -> None:
-    params = RankParams(min_score=0.9, max_results=3)
+    """The seed's rule, kept by the per-query fusions (the calibrated default abstains instead)."""
+    params = RankParams(min_score=0.9, max_results=3, fusion="relative")
     cands = [
         Candidate(
             0,
@@ -181,7 +182,7 @@ def test_keyword_hits_survive_when_everything_is_under_min_score() -> None:
 
 
 def test_keyword_only_hits_fill_empty_slots() -> None:
-    params = RankParams(min_score=0.5, max_results=3)
+    params = RankParams(min_score=0.5, max_results=3, fusion="relative")
     cands = [
         Candidate(
             0,
@@ -211,7 +212,7 @@ def test_both_terms_outrank_one_term_in_default_fusion() -> None:
     assert rank(cands, "hello world", params)[0].path == "both.md"
 
 
-@pytest.mark.parametrize("fusion", ["weighted", "rrf", "auto"])
+@pytest.mark.parametrize("fusion", ["weighted", "rrf", "relative", "auto"])
 def test_every_fusion_scores_in_unit_range_and_prefers_agreement(fusion: str) -> None:
     params = RankParams(min_score=0, max_results=3, fusion=fusion)  # type: ignore[arg-type]
     cands = [
@@ -362,7 +363,7 @@ def test_exact_tokens_are_recognised(query: str, exact: bool) -> None:
 
 
 def test_vector_only_scores_let_min_score_drop_the_tail() -> None:
-    params = RankParams(min_score=0.35, max_results=3)
+    params = RankParams(min_score=0.35, max_results=3, fusion="relative")
     cands = [cand(i, f"{i}.md", "x", s) for i, s in enumerate([0.86, 0.85, 0.80, 0.79])]
     out = rank(cands, "anything", params)
     assert [c.path for c in out] == ["0.md", "1.md"]

@@ -19,21 +19,25 @@ from typing import Any
 
 import anyio
 
+from . import crosslingual as XL
 from . import metrics as M
+from . import offtopic as OT
 from .datasets import Dataset, Query, Workspace, load_cisi, load_cranfield, load_locomo
 from .report import print_tables, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DATA = (ROOT / ".." / "shared" / "eval").resolve()
 
-# name → (mode, rank-parameter overrides); anything named `hybrid-<fusion>` is a fusion variant
+# name → (mode, rank-parameter overrides); anything named `hybrid-<fusion>` is a fusion variant,
+# `keyword-<fusion>` / `vector-<fusion>` one side scored by that fusion (`keyword-relative`: the
+# previous default's keyword-only search, which never abstains)
 BUILTIN = {
     "keyword": ("keyword", {}),
     "vector": ("vector", {}),
     "hybrid": (None, {}),
 }
 QMD = {"qmd-search": "search", "qmd-query": "query"}
-DEFAULT_SYSTEMS = "keyword,vector,hybrid,hybrid-weighted,hybrid-rrf,qmd-search,qmd-query"
+DEFAULT_SYSTEMS = "hybrid,hybrid-relative,keyword,vector,keyword-relative,vector-relative"
 
 
 def system_spec(name: str) -> tuple[str | None, dict[str, Any]]:
@@ -41,6 +45,9 @@ def system_spec(name: str) -> tuple[str | None, dict[str, Any]]:
         return BUILTIN[name]
     if name.startswith("hybrid-"):
         return None, {"fusion": name.removeprefix("hybrid-")}
+    mode, _, fusion = name.partition("-")
+    if mode in ("keyword", "vector") and fusion:  # one side under another fusion's scores
+        return mode, {"fusion": fusion}
     raise SystemExit(f"unknown system {name!r}")
 
 
@@ -60,7 +67,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--out", type=Path, default=ROOT / "bench" / "out", help="workspaces, indexes, qmd homes"
     )
-    p.add_argument("--datasets", default="locomo,cranfield,cisi")
+    p.add_argument(
+        "--datasets",
+        default="locomo,cranfield,cisi,offtopic,crosslingual",
+        help="on-topic sets (locomo, cranfield, cisi), `offtopic` (pairs of the loaded sets, "
+        "see offtopic.py) and `crosslingual`",
+    )
+    p.add_argument("--offtopic-sets", help="comma-separated off-topic set names (default all)")
     p.add_argument("--locomo", type=Path, help="a LoCoMo-format JSON file (default: the dev set)")
     p.add_argument("--samples", help="comma-separated LoCoMo sample ids")
     p.add_argument("--systems", default=DEFAULT_SYSTEMS, help=f"default {DEFAULT_SYSTEMS}")
@@ -84,6 +97,8 @@ def load_datasets(args: argparse.Namespace) -> list[Dataset]:
     samples = [s.strip() for s in args.samples.split(",")] if args.samples else None
     out: list[Dataset] = []
     for name in wanted:
+        if name in ("offtopic", "crosslingual"):
+            continue
         if name == "locomo":
             path = args.locomo or args.data / "locomo-dev" / "locomo-dev.json"
             label = "locomo" if args.locomo is None else f"locomo-{path.stem}"
@@ -121,11 +136,7 @@ async def run_workspace(
         for s in systems
         if s.startswith("qmd-") and ds.name.split("-")[0] in args.qmd_datasets.split(",")
     ]
-    suffix = (
-        f"t{args.chunk_tokens}o{args.chunk_overlap}"
-        + (f"-{args.model}" if args.model else "")
-        + (f"-{args.provider}" if args.provider != "local" else "")
-    )
+    suffix = index_suffix(args)
     if builtin:
         idx = await open_index(
             ws.root,
@@ -252,7 +263,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "model": args.model,
         "datasets": {},
     }
-    for ds in load_datasets(args):
+    datasets = load_datasets(args)
+    for ds in datasets:
         print(
             f"{ds.name}: {len(ds.workspaces)} workspace(s), {sum(len(w.queries) for w in ds.workspaces)} queries",
             file=sys.stderr,
@@ -274,7 +286,93 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     encoding="utf-8",
                 )
                 print(f"  runs → {path}", file=sys.stderr)
+    builtin = [s for s in systems if s not in QMD]
+    wanted = {d.strip() for d in args.datasets.split(",")}
+    if "offtopic" in wanted and builtin:
+        report["offtopic"] = await run_offtopic(args, datasets, builtin)
+    if "crosslingual" in wanted and builtin:
+        report["crosslingual"] = await run_crosslingual(args, builtin)
     return report
+
+
+async def run_offtopic(
+    args: argparse.Namespace, datasets: list[Dataset], systems: list[str]
+) -> dict[str, Any]:
+    """Every off-topic set through every built-in system: share answered, characters injected."""
+    from .builtin import open_index, search
+
+    wanted = set(args.offtopic_sets.split(",")) if args.offtopic_sets else None
+    out: dict[str, Any] = {}
+    xl_ws = XL.load_crosslingual(args.out / "workspaces")[0].workspaces[0]
+    for ot in OT.build_sets(datasets, wanted, xl_ws):
+        print(f"{ot.name}: {ot.queries} off-topic queries", file=sys.stderr, flush=True)
+        rows: dict[str, list[dict[str, float]]] = defaultdict(list)
+        for ws, queries in ot.pairs:
+            queries = queries[: args.limit] if args.limit else queries
+            idx = await open_index(
+                ws.root,
+                args.out / "index" / f"{ws.name}-{index_suffix(args)}.sqlite",
+                provider=args.provider,
+                model=args.model,
+                tokens=args.chunk_tokens,
+                overlap=args.chunk_overlap,
+            )
+            try:
+                for q in queries:
+                    for system in systems:
+                        mode, overrides = system_spec(system)
+                        got = await search(idx, q.text, mode=mode, overrides=overrides)
+                        rows[system].append(OT.offtopic_row(got))
+            finally:
+                await idx.aclose()
+        out[ot.name] = {system: OT.summarize(r) for system, r in rows.items()}
+    return out
+
+
+async def run_crosslingual(args: argparse.Namespace, systems: list[str]) -> dict[str, Any]:
+    """The judged cross-lingual set (crosslingual.py) through every built-in system."""
+    from .builtin import open_index, search
+
+    ds, judged = XL.load_crosslingual(args.out / "workspaces")
+    ws = ds.workspaces[0]
+    idx = await open_index(
+        ws.root,
+        args.out / "index" / f"{ws.name}-{index_suffix(args)}.sqlite",
+        provider=args.provider,
+        model=args.model,
+        tokens=args.chunk_tokens,
+        overlap=args.chunk_overlap,
+    )
+    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    try:
+        for q in ws.queries:
+            for system in systems:
+                mode, overrides = system_spec(system)
+                got = await search(idx, q.text, mode=mode, overrides=overrides)
+                rows[system].append(
+                    {"direction": q.category, **XL.crosslingual_row(judged[q.qid], got)}
+                )
+    finally:
+        await idx.aclose()
+    out: dict[str, Any] = {}
+    for system, items in rows.items():
+        entry = M.summarize_mean(items, ["hit", "rr", "n_results", "chars"])
+        by_dir: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in items:
+            by_dir[r["direction"]].append(r)
+        entry["by_direction"] = {
+            d: M.mean(r["hit"] for r in rs) for d, rs in sorted(by_dir.items())
+        }
+        out[system] = entry
+    return out
+
+
+def index_suffix(args: argparse.Namespace) -> str:
+    return (
+        f"t{args.chunk_tokens}o{args.chunk_overlap}"
+        + (f"-{args.model}" if args.model else "")
+        + (f"-{args.provider}" if args.provider != "local" else "")
+    )
 
 
 def score(args: argparse.Namespace) -> dict[str, Any]:

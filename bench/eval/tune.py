@@ -21,12 +21,12 @@ import anyio
 
 import memoryd.builtin_index.index as index_mod
 from memoryd.core.citations import trim_to_budget
-from memoryd.core.ranking import Candidate, RankParams, rank, select_snippet
+from memoryd.core.ranking import Candidate, CorpusStats, RankParams, rank, select_snippet
 from memoryd.core.results import MAX_SNIPPET_CHARS, SearchResult
 
 from . import metrics as M
 from .builtin import NOW, open_index, search
-from .datasets import Dataset, Workspace
+from .datasets import Dataset, Query, Workspace
 
 
 @dataclasses.dataclass
@@ -35,6 +35,7 @@ class Captured:
     query: str
     candidates: list[Candidate]
     k: int
+    stats: CorpusStats | None = None
 
 
 async def capture(
@@ -47,20 +48,45 @@ async def capture(
     model: str | None = None,
 ) -> dict[str, list[Captured]]:
     """Per workspace, the candidates of every query (k = max_results × candidateMultiplier)."""
+    return await capture_pairs(
+        [(ws.name, ws, ws.queries) for ws in ds.workspaces],
+        out,
+        max_results=max_results,
+        tokens=tokens,
+        overlap=overlap,
+        model=model,
+    )
+
+
+async def capture_pairs(
+    pairs: list[tuple[str, Workspace, list[Query]]],
+    out: Path,
+    *,
+    max_results: int,
+    tokens: int = 400,
+    overlap: int = 80,
+    model: str | None = None,
+) -> dict[str, list[Captured]]:
+    """Candidates (and corpus statistics) of queries asked of any workspace, keyed by label."""
     got: dict[str, list[Captured]] = {}
     real_rank = index_mod.rank
-    holder: list[list[Candidate]] = []
+    holder: list[tuple[list[Candidate], CorpusStats | None]] = []
 
     def recording(
-        cands: Any, query: str, params: RankParams, *, now: Any = None
+        cands: Any,
+        query: str,
+        params: RankParams,
+        *,
+        now: Any = None,
+        stats: CorpusStats | None = None,
     ) -> list[Candidate]:
-        holder.append([dataclasses.replace(c) for c in cands])
-        return real_rank(cands, query, params, now=now)
+        holder.append(([dataclasses.replace(c) for c in cands], stats))
+        return real_rank(cands, query, params, now=now, stats=stats)
 
     suffix = f"t{tokens}o{overlap}" + (f"-{model}" if model else "")
     index_mod.rank = recording  # type: ignore[assignment]
     try:
-        for ws in ds.workspaces:
+        for label, ws, queries in pairs:
             idx = await open_index(
                 ws.root,
                 out / "index" / f"{ws.name}-{suffix}.sqlite",
@@ -69,22 +95,24 @@ async def capture(
                 model=model,
             )
             rows = []
-            for q in ws.queries:
+            for q in queries:
                 holder.clear()
                 await search(
                     idx, q.text, mode=None, max_results=max_results, min_score=0.0, max_chars=10**9
                 )
+                cands, stats = holder[0]
                 rows.append(
                     Captured(
                         q.qid,
                         q.text,
-                        holder[0],
+                        cands,
                         max_results * idx.cfg.query.hybrid.candidate_multiplier,
+                        stats,
                     )
                 )
-            got[ws.name] = rows
+            got.setdefault(label, []).extend(rows)
             await idx.aclose()
-            print(f"  captured {ws.name}: {len(rows)} queries", file=sys.stderr, flush=True)
+            print(f"  captured {label}: {len(rows)} queries", file=sys.stderr, flush=True)
     finally:
         index_mod.rank = real_rank  # type: ignore[assignment]
     return got
@@ -106,6 +134,15 @@ def side(cands: list[Candidate], mode: str | None) -> list[Candidate]:
     return out
 
 
+def side_stats(stats: CorpusStats | None, mode: str | None) -> CorpusStats | None:
+    """What each mode's search computes: no background without vectors, no term counts without keywords."""
+    if stats is None or mode is None:
+        return stats
+    if mode == "keyword":
+        return dataclasses.replace(stats, background=())
+    return dataclasses.replace(stats, term_chunks={})
+
+
 def replay(
     cap: Captured,
     params: RankParams,
@@ -113,7 +150,9 @@ def replay(
     max_chars: int | None,
     rank_fn: Callable[..., list[Candidate]] = rank,
 ) -> list[dict[str, Any]]:
-    ranked = rank_fn(side(cap.candidates, mode), cap.query, params, now=NOW)
+    ranked = rank_fn(
+        side(cap.candidates, mode), cap.query, params, now=NOW, stats=side_stats(cap.stats, mode)
+    )
     results = []
     for c in ranked:
         snippet, first, last = select_snippet(

@@ -20,7 +20,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
@@ -48,9 +48,17 @@ from ..core.engine import (
     VectorInfo,
 )
 from ..core.layout import MemoryRoot, check_line_range, is_markdown
-from ..core.ranking import Candidate, RankParams, path_match_level, rank, select_snippet
+from ..core.ranking import (
+    REFERENCE_QUERIES,
+    Candidate,
+    CorpusStats,
+    RankParams,
+    path_match_level,
+    rank,
+    select_snippet,
+)
 from ..core.results import MAX_SNIPPET_CHARS, FileText, SearchResult
-from ..core.text import fts_match_expression, query_terms, trigram_terms
+from ..core.text import Script, fts_match_expression, query_terms, script_of, trigram_terms
 from ..core.transcripts import (
     SessionDeltaTracker,
     TranscriptChunk,
@@ -114,6 +122,38 @@ EMBED_BATCH = 16
 #: The first batch when progress is shown: small, so the rate and ETA appear within seconds.
 FIRST_SHOWN_BATCH = 2
 QUERY_CACHE_SIZE = 256
+BACKGROUND_SAMPLE = 1024  # stored vectors a query is compared with to calibrate its cosines
+STATS_TERM_CACHE = 4096  # per-term chunk counts kept between searches (cleared on any write)
+
+
+@dataclass
+class _StatsCache:
+    """What `MemoryIndex._corpus_stats` keeps for one version of one index file."""
+
+    store: Store
+    version: tuple[int, int]
+    chunks: int
+    df: dict[str, int] = field(default_factory=dict)
+    ids: list[int] = field(default_factory=list)
+    sample: np.ndarray | None = None
+    scripts: list[Script] = field(default_factory=list)
+    reference: dict[tuple[Script, Script], tuple[float, float]] | None = None
+
+
+def _reference_background(
+    refs: dict[Script, np.ndarray], sample: np.ndarray, scripts: list[Script]
+) -> dict[tuple[Script, Script], tuple[float, float]]:
+    """Mean and deviation of reference-query cosines per (query script, chunk script)."""
+    out: dict[tuple[Script, Script], tuple[float, float]] = {}
+    script_arr = np.array(scripts)
+    for chunk_script in set(scripts):
+        rows = sample[script_arr == chunk_script]
+        for query_script, vectors in refs.items():
+            if vectors.shape[1] != sample.shape[1]:
+                continue
+            sims = vectors @ rows.T
+            out[(query_script, chunk_script)] = (float(sims.mean()), float(sims.std()))
+    return out
 
 
 @dataclass
@@ -833,7 +873,8 @@ class MemoryIndex:
                 row.mtime,
             )
             filled.append(c)
-        ranked = rank(filled, query, params, now=now or datetime.now(UTC))
+        stats = await self._corpus_stats(store, query if want_kw else "", qvec)
+        ranked = rank(filled, query, params, now=now or datetime.now(UTC), stats=stats)
         results = []
         for c in ranked:
             snippet, first, last = select_snippet(
@@ -910,6 +951,132 @@ class MemoryIndex:
             c = cands.setdefault(cid, Candidate(cid, "", "", 0, 0, ""))
             c.text_rank = len(primary) + j
             c.text_score = ceiling * (strength / top)
+
+    # Corpus statistics for calibrated scores (see `_corpus_stats`): per store version, and the
+    # reference queries' vectors per provider. Class defaults rather than `__init__` fields:
+    # the search path owns them and nothing else reads them.
+    _stats_cache: _StatsCache | None = None
+    _reference_vectors: tuple[tuple[str, str, str], dict[Script, np.ndarray]] | None = None
+
+    async def _corpus_stats(self, store: Store, query: str, qvec: np.ndarray | None) -> CorpusStats:
+        """Chunk count, per-term chunk counts and the cosine backgrounds that `rank` calibrates by.
+
+        Document frequencies make keyword evidence comparable across queries (a hit on a rare
+        term means more than one on a word every note holds); the reference background makes a
+        cosine comparable (e5 scores unrelated text 0.72–0.82 depending on the languages, other
+        models near 0). Everything but the query's own cosines is cached per index version.
+        """
+        version = store.version
+        cache = self._stats_cache
+        if cache is None or cache.store is not store or cache.version != version:
+            cache = _StatsCache(store, version, self._count_chunks(store))
+            self._stats_cache = cache
+        term_chunks: dict[str, int] = {}
+        if store.fts_available:
+            for term in query_terms(query):
+                if term not in cache.df:
+                    if len(cache.df) >= STATS_TERM_CACHE:
+                        cache.df.clear()
+                    cache.df[term] = self._count_term(store, term)
+                term_chunks[term] = cache.df[term]
+        if qvec is None:
+            return CorpusStats(cache.chunks, term_chunks)
+        if cache.sample is None:
+            cache.ids, cache.sample, cache.scripts = self._background_sample(store)
+        sample = cache.sample
+        if not sample.shape[0] or sample.shape[1] != qvec.shape[0]:
+            return CorpusStats(cache.chunks, term_chunks)
+        if cache.reference is None:
+            refs = await self._reference_query_vectors(store)
+            cache.reference = _reference_background(refs, sample, cache.scripts)
+        sims = sample @ qvec.astype(np.float32)
+        background = tuple(
+            (cid, script, float(sim))
+            for cid, script, sim in zip(cache.ids, cache.scripts, sims, strict=True)
+        )
+        return CorpusStats(cache.chunks, term_chunks, cache.reference, background)
+
+    async def _reference_query_vectors(self, store: Store) -> dict[Script, np.ndarray]:
+        """REFERENCE_QUERIES embedded with the current provider: once, then from the cache table.
+
+        Stored in the embedding cache under a tagged hash no chunk can have, so a later process
+        (a one-shot CLI search) reads them instead of embedding 32 queries again. A provider that
+        cannot embed them leaves the query's own background as the reference.
+        """
+        assert self.provider is not None
+        key = (self.provider.id, self.provider.model, self.provider.fingerprint())
+        held = self._reference_vectors
+        if held is not None and held[0] == key:
+            return held[1]
+        wanted = {
+            content_hash(f"\0memoryd-reference-query\0{text}"): (script, text)
+            for script, texts in REFERENCE_QUERIES.items()
+            for text in texts
+        }
+        try:
+            found = store.cache_get(key, list(wanted))
+        except Exception:  # a busy or read-only index file: embed, keep in memory only
+            found = {}
+        fresh: list[tuple[str, np.ndarray]] = []
+        try:
+            for h, (_, text) in wanted.items():
+                if h not in found:
+                    found[h] = await self.provider.embed_query(text)
+                    fresh.append((h, found[h]))
+        except Exception as err:
+            log.warning(
+                "cannot embed the reference queries (%s); calibrating by the query alone", err
+            )
+            return {}
+        if fresh and self.cfg.cache.enabled:
+            with contextlib.suppress(Exception):
+                store.cache_put(key, fresh, self.cfg.cache.max_entries)
+        by_script: dict[Script, list[np.ndarray]] = {}
+        for h, (script, _) in wanted.items():
+            by_script.setdefault(script, []).append(np.asarray(found[h], dtype=np.float32))
+        vectors = {script: np.stack(vs) for script, vs in by_script.items()}
+        self._reference_vectors = (key, vectors)
+        return vectors
+
+    # The three reads below go through the store's reader (`_reading`: its snapshot, its error
+    # handling) rather than the writer, so a sync's writes never hold a search up; the Store
+    # has no public method for them yet.
+    @staticmethod
+    def _count_chunks(store: Store) -> int:
+        return int(store.counts()["chunks"])
+
+    @staticmethod
+    def _count_term(store: Store, term: str) -> int:
+        match = fts_match_expression([term])
+        if match is None:
+            return 0
+        with store._reading("read the keyword index") as conn:
+            try:
+                row = conn.execute(
+                    "select count(*) from chunks_fts where chunks_fts match ?", (match,)
+                ).fetchone()
+            except Exception:  # a term FTS5 cannot parse matched nothing as a keyword either
+                return 0
+        return int(row[0])
+
+    @staticmethod
+    def _background_sample(store: Store) -> tuple[list[int], np.ndarray, list[Script]]:
+        """Up to BACKGROUND_SAMPLE stored vectors spread evenly over chunk ids: ids, vectors, scripts."""
+        with store._reading("read the vector index") as conn:
+            n = int(conn.execute("select count(*) from chunk_vectors").fetchone()[0])
+            step = max(1, -(-n // BACKGROUND_SAMPLE))
+            rows = conn.execute(
+                "select v.chunk_id, v.vector, c.text from chunk_vectors v "
+                "join chunks c on c.id = v.chunk_id "
+                "where v.chunk_id % ? = 0 order by v.chunk_id limit ?",
+                (step, BACKGROUND_SAMPLE),
+            ).fetchall()
+        if not rows:
+            return [], np.zeros((0, 0), dtype=np.float32), []
+        matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(
+            len(rows), -1
+        )
+        return [int(r[0]) for r in rows], matrix, [script_of(r[2]) for r in rows]
 
     def _path_candidates(self, store: Store, query: str) -> list[int]:
         version = store.version

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
 from pathlib import PurePosixPath
 from typing import Literal
 
-from .text import query_terms, term_in_text, word_set
+from .text import Script, query_terms, script_of, term_in_text, word_set
 
-Fusion = Literal["auto", "weighted", "rrf", "minmax", "zscore"]
+Fusion = Literal["auto", "relative", "weighted", "rrf", "minmax", "zscore"]
 
 _DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_.][^/]*)?\.md$")
 EVERGREEN_NAMES = frozenset({"memory.md"})
@@ -41,6 +41,25 @@ class Candidate:
     path_level: int = 0  # 3 exact path, 2 basename, 1 stem
     score: float = 0.0
     words: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusStats:
+    """What the index knows beyond one query's candidates, so that a score means the same thing
+    in every query (see `calibrated_scores`).
+
+    `chunks` / `term_chunks`: how many chunks the keyword index holds, and how many hold each
+    query term. `reference`: for a (query script, chunk script) pair, the mean and standard
+    deviation of the cosine between the fixed `REFERENCE_QUERIES` of that script and a sample
+    of the index's chunks of that script — what this model scores for unrelated text here.
+    `background`: the query's own cosine with each chunk of that sample, as (chunk id, script,
+    cosine) — how close the query comes to this memory at large.
+    """
+
+    chunks: int = 0
+    term_chunks: Mapping[str, int] = field(default_factory=dict)
+    reference: Mapping[tuple[Script, Script], tuple[float, float]] = field(default_factory=dict)
+    background: Sequence[tuple[int, Script, float]] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,15 +151,24 @@ def _text_strength(c: Candidate, best_text: float) -> float:
     return c.text_score / best_text
 
 
-def fuse(candidates: Sequence[Candidate], query: str, params: RankParams) -> list[Candidate]:
+def fuse(
+    candidates: Sequence[Candidate],
+    query: str,
+    params: RankParams,
+    stats: CorpusStats | None = None,
+) -> list[Candidate]:
     """Give every candidate a 0..1 `score` from its vector and keyword evidence.
 
-    `weighted` is the seed's `w·cos + w·1/(1+rank)`; `rrf` is weighted reciprocal-rank fusion;
-    `minmax` / `zscore` rescale each list per query before the weighted sum; `auto` is memoryd's
-    default (see `_fuse_auto`).
+    `auto` (the default) scores calibrated evidence that means the same in every query (see
+    `calibrated_scores`); the others rescale per query, so their best hit is always near 1:
+    `weighted` is the seed's `w·cos + w·1/(1+rank)`, `rrf` weighted reciprocal-rank fusion,
+    `minmax` / `zscore` rescale each list before the weighted sum, and `relative` is the
+    previous default (see `_fuse_relative`).
     """
     if params.fusion == "auto":
-        return _fuse_auto(candidates, query, params)
+        return calibrated_scores(candidates, query, stats)
+    if params.fusion == "relative":
+        return _fuse_relative(candidates, query, params)
     if params.fusion in ("minmax", "zscore"):
         return _fuse_normalized(candidates, params, params.fusion)
     vw, tw = params.vector_weight, params.text_weight
@@ -271,7 +299,7 @@ def exact_token_share(query: str) -> float:
 
 
 def auto_text_weight(query: str) -> float:
-    """The keyword side's share in `auto`: lexical for exact tokens, balanced for prose."""
+    """The keyword side's share in `relative`: lexical for exact tokens, balanced for prose."""
     share = exact_token_share(query)
     tw = AUTO_TEXT_WEIGHT + (AUTO_EXACT_TEXT_WEIGHT - AUTO_TEXT_WEIGHT) * min(1.0, 2 * share)
     if AUTO_NAME_LEAN:
@@ -280,41 +308,302 @@ def auto_text_weight(query: str) -> float:
     return tw
 
 
-def _fuse_auto(candidates: Sequence[Candidate], query: str, params: RankParams) -> list[Candidate]:
-    """memoryd's default: per-query min-max on both lists, query-dependent weights, coverage.
+def _fuse_relative(
+    candidates: Sequence[Candidate], query: str, params: RankParams
+) -> list[Candidate]:
+    """The previous default: per-query min-max on both lists, query-dependent weights, coverage.
 
     Each list is rescaled within the query's candidates (`normalized_sides`), so the narrow
     cosine band of e5-style models no longer drowns keyword evidence. The keyword side is
     scaled by how many query terms the chunk contains, and weighs more when the query carries
     exact tokens (IDs, numbers, code). The configured vector/text weights belong to the other
-    fusions; `auto` picks its weights per query.
+    fusions; `relative` and `auto` pick their weights per query.
     """
     terms = query_terms(query)
+    matched = [_matched_terms(c, terms) for c in candidates]
+    scores = _relative_scores(
+        candidates,
+        query,
+        [c.vector_score for c in candidates],
+        [len(m) / len(terms) if terms else 0.0 for m in matched],
+        [None] * len(candidates),
+    )
+    return [replace(c, score=s) for c, s in zip(candidates, scores, strict=True)]
+
+
+def _relative_scores(
+    candidates: Sequence[Candidate],
+    query: str,
+    vectors: Sequence[float | None],
+    coverage: Sequence[float],
+    apart: Sequence[float | None],
+) -> list[float]:
+    """How each candidate compares with the query's best on both lists (the order of `auto`).
+
+    `vectors` are min-max rescaled over the candidates, BM25 is divided by the best keyword
+    hit and multiplied by term coverage; the keyword side weighs `auto_text_weight`.
+
+    `apart` is None for a chunk that can share the query's words and, for one that cannot
+    (another script, no term in common), its calibrated vector evidence (0..1): such a chunk
+    would otherwise lose the whole keyword share to chunks matching one common word, so its
+    vector side also takes that share, in proportion to how strong its own evidence is.
+    """
     tw = auto_text_weight(query)
     vw = 1.0 - tw
-    vnorm, tnorm = normalized_sides(candidates)
-    have_vectors = any(v is not None for v in vnorm)
-    have_text = any(t is not None for t in tnorm)
+    vs = [v for v in vectors if v is not None]
+    ts = [c.text_score for c in candidates if c.text_score is not None]
+    vlo, vspan = _minmax(vs) if vs else (0.0, 1.0)
+    tbest = max(ts) if ts else 1.0
     out = []
-    for c, v, t in zip(candidates, vnorm, tnorm, strict=True):
-        lexical = (t or 0.0) * (0.5 + 0.5 * _coverage(c, terms)) if t is not None else 0.0
-        if have_vectors and have_text:
-            score = vw * (v or 0.0) + tw * lexical
-        elif have_vectors:
-            score = v or 0.0
+    for c, v, cov, strength in zip(candidates, vectors, coverage, apart, strict=True):
+        vn = 0.0 if v is None else ((v - vlo) / vspan if len(vs) > 1 else 1.0)
+        # BM25 is scaled by the best hit only: a list's weakest keyword hit still matched a term
+        t = c.text_score / tbest if c.text_score is not None and tbest > 0 else 0.0
+        lexical = t * (0.5 + 0.5 * cov) if c.text_score is not None else 0.0
+        if vs and ts:
+            out.append(vw * vn + tw * lexical if strength is None else vn * (vw + tw * strength))
+        elif vs:
+            out.append(vn)
         else:
-            score = lexical
-        out.append(replace(c, score=score))
+            out.append(lexical)
     return out
+
+
+def _matched_terms(c: Candidate, terms: Sequence[str]) -> set[str]:
+    if not terms:
+        return set()
+    lowered = c.text.lower()
+    if not c.words:
+        c.words = word_set(c.text)
+    return {t for t in terms if term_in_text(t, lowered, c.words)}
+
+
+_NAME_WORD = re.compile(r"[^\W\d_]{3,}")
+
+
+def _named_terms(c: Candidate, terms: Sequence[str]) -> set[str]:
+    """Query terms the chunk's file name holds (`legacy` in `memory/legacy.md`).
+
+    A file named after the topic is evidence about all its chunks, as a keyword in the text
+    is. Only the name's words count: every path holds `memory`, and a daily note's date is
+    already in its heading.
+    """
+    if not terms:
+        return set()
+    words = frozenset(w.lower() for w in _NAME_WORD.findall(PurePosixPath(c.path).stem))
+    return {t for t in terms if words and term_in_text(t, " ".join(words), words)}
 
 
 def _coverage(c: Candidate, terms: Sequence[str]) -> float:
     if not terms:
         return 0.0
-    lowered = c.text.lower()
-    words = c.words or word_set(c.text)
-    hits = sum(1 for t in terms if term_in_text(t, lowered, words))
-    return hits / len(terms)
+    return len(_matched_terms(c, terms)) / len(terms)
+
+
+# ----------------------------------------------------------------------------- calibrated evidence
+
+# Unrelated questions of each script, embedded once per provider by the index: their cosines
+# against the index's own chunks are what "unrelated" scores with this model and this memory.
+# Trivia about the world, not about anyone's notes; a few accidental matches in a large sample
+# move the mean little.
+REFERENCE_QUERIES: Mapping[Script, tuple[str, ...]] = {
+    "latin": (
+        "What is the boiling point of water at high altitude?",
+        "How many players are on a cricket team?",
+        "Who painted the ceiling of the Sistine Chapel?",
+        "What is the tallest mountain in Africa?",
+        "How do bees make honey?",
+        "Which planet has the most moons?",
+        "What is the plot of Moby Dick?",
+        "Why do leaves change colour in autumn?",
+    ),
+    "zh": (
+        "珠穆朗玛峰有多高？",
+        "熊猫主要吃什么？",
+        "长城是哪个朝代修建的？",
+        "如何做红烧肉？",
+        "地球到月亮有多远？",
+        "唐诗三百首的作者有哪些？",
+        "为什么天空是蓝色的？",
+        "围棋的规则是什么？",
+    ),
+    "ja": (
+        "富士山の高さはどのくらいですか？",
+        "寿司の作り方を教えてください",
+        "江戸時代はいつ始まりましたか？",
+        "日本で一番長い川はどれですか？",
+        "桜はいつ咲きますか？",
+        "将棋のルールは何ですか？",
+        "なぜ空は青いのですか？",
+        "カブトムシは何を食べますか？",
+    ),
+    "ko": (
+        "한라산의 높이는 얼마입니까?",
+        "김치는 어떻게 만드나요?",
+        "조선 왕조는 언제 시작되었나요?",
+        "한국에서 가장 긴 강은 무엇입니까?",
+        "벚꽃은 언제 피나요?",
+        "바둑의 규칙은 무엇인가요?",
+        "하늘은 왜 파란가요?",
+        "고래는 무엇을 먹나요?",
+    ),
+}
+
+# Tuned on bench/eval (LoCoMo dev, Cranfield, CISI and the off-topic sets): see
+# docs/retrieval-quality.md. Evidence counts linearly between a floor and a full mark.
+LEX_FLOOR = 0.17  # IDF-weighted share of the query's terms a chunk holds: below, no evidence
+LEX_FULL = 1.0
+VEC_FLOOR = 1.5  # cosine in reference deviations above unrelated text: below, no evidence
+VEC_FULL = 5.0
+RANK_SHAPE = 0.25  # exponent on a result's closeness to the query's best hit (see below)
+APART_OFFSET = 0.5  # share of the query's median z over memory taken off a cross-script chunk's
+
+
+def idf(chunks: int, holding: int) -> float:
+    """BM25's inverse document frequency, kept positive: a term in every chunk weighs ~0."""
+    return math.log(1.0 + (chunks - holding + 0.5) / (holding + 0.5))
+
+
+def term_weights(
+    terms: Sequence[str], stats: CorpusStats | None, pool: Sequence[Candidate]
+) -> dict[str, float]:
+    """Each query term's IDF in the index; without index statistics, within the candidates."""
+    if stats is not None and stats.chunks > 0:
+        return {t: idf(stats.chunks, stats.term_chunks.get(t, 0)) for t in terms}
+    matched = [_matched_terms(c, terms) for c in pool]
+    return {t: idf(len(pool), sum(1 for m in matched if t in m)) for t in terms}
+
+
+def lexical_evidence(matched: set[str], weights: Mapping[str, float]) -> float:
+    """The IDF-weighted share of the query's terms that a chunk holds (0..1).
+
+    A term absent from the whole index weighs the most of all, so a question about someone
+    this memory never mentions cannot look answered by its common words.
+    """
+    total = sum(weights.values())
+    if total <= 0:
+        return 0.0
+    return sum(w for t, w in weights.items() if t in matched) / total
+
+
+def vector_z(
+    c: Candidate,
+    query_script: Script,
+    stats: CorpusStats | None,
+    chunk_script: Script | None = None,
+) -> float | None:
+    """The candidate's cosine in standard deviations above what unrelated queries score.
+
+    The reference is per (query script, chunk script): e5 scores any Chinese note ~0.1 higher
+    for a Chinese question than any English one, and comparing each cosine with the baseline
+    of its own script pair is what lets an English note answer a Chinese question.
+    """
+    if c.vector_score is None or stats is None:
+        return None
+    ref = stats.reference.get((query_script, chunk_script or script_of(c.text)))
+    if ref is None and stats.background:
+        values = [cos for _, _, cos in stats.background]
+        mu = sum(values) / len(values)
+        ref = (mu, math.sqrt(sum((x - mu) ** 2 for x in values) / len(values)))
+    if ref is None:
+        return None
+    mu, sd = ref
+    return (c.vector_score - mu) / max(sd, 1e-3)
+
+
+def query_offset(query_script: Script, stats: CorpusStats | None) -> float:
+    """How far above the reference the query sits on memory at large: its median z there.
+
+    A query close to *everything* (a nonsense word such as `xyzzy`, which e5 places near any
+    foreign-language text) sits high; a real question sits near 0 except on what it is about,
+    which the median ignores.
+    """
+    if stats is None:
+        return 0.0
+    zs = []
+    for _, script, cos in stats.background:
+        ref = stats.reference.get((query_script, script))
+        if ref is not None:
+            zs.append((cos - ref[0]) / max(ref[1], 1e-3))
+    if not zs:
+        return 0.0
+    zs.sort()
+    mid = len(zs) // 2
+    return zs[mid] if len(zs) % 2 else (zs[mid - 1] + zs[mid]) / 2
+
+
+def _ramp(x: float, lo: float, hi: float) -> float:
+    return min(1.0, max(0.0, (x - lo) / (hi - lo)))
+
+
+def calibrated_scores(
+    candidates: Sequence[Candidate], query: str, stats: CorpusStats | None
+) -> list[Candidate]:
+    """memoryd's default: scores that mean the same in every query, so minScore can abstain.
+
+    A chunk's *evidence* is `1 − (1 − lexical)(1 − vector)`: keyword evidence is the
+    IDF-weighted share of the query's terms it holds (`lexical_evidence`, counted from
+    LEX_FLOOR to LEX_FULL), vector evidence its cosine above the reference background
+    (`vector_z`, from VEC_FLOOR to VEC_FULL deviations). Either kind alone can carry a chunk:
+    a paraphrase shares no words, a note in another language cannot. The query's *confidence*
+    is its best chunk's evidence: how sure we are that this memory holds anything about it.
+
+    Each result scores `confidence × closeness^RANK_SHAPE`, where closeness is the chunk's
+    share of the best hit's relative fusion score (`_relative_scores`, the order tuned on
+    judged data). So every result of an off-topic query scores below its low confidence,
+    and minScore drops them all, while a real question keeps its top results in the order
+    that finds the most evidence: evidence alone ranks worse than the relative fusion
+    (measured: docs/retrieval-quality.md).
+    """
+    if not candidates:
+        return []
+    terms = query_terms(query)
+    qscript = script_of(query)
+    use_keywords = bool(stats.term_chunks) if stats is not None else False
+    use_keywords = use_keywords or any(c.text_rank is not None for c in candidates)
+    matched = [_matched_terms(c, terms) for c in candidates]
+    weights = term_weights(terms, stats, candidates)
+    scripts = [script_of(c.text) for c in candidates]
+    zs = [vector_z(c, qscript, stats, s) for c, s in zip(candidates, scripts, strict=True)]
+    offset: float | None = None
+    evidence = []
+    vec_evidence = []
+    for c, m, z, script in zip(candidates, matched, zs, scripts, strict=True):
+        named = _named_terms(c, terms)
+        lex = (
+            _ramp(lexical_evidence(m | named, weights), LEX_FLOOR, LEX_FULL)
+            if use_keywords
+            else 0.0
+        )
+        if z is not None and not m and script != qscript:
+            # only the cosine vouches for a chunk in another script: it must also stand out
+            # from how close this query comes to memory at large, not just from unrelated
+            # queries (keywords are that check for chunks in the query's own script)
+            if offset is None:
+                offset = max(0.0, query_offset(qscript, stats))
+            z -= APART_OFFSET * offset
+        vec = _ramp(z, VEC_FLOOR, VEC_FULL) if z is not None else 0.0
+        evidence.append(1.0 - (1.0 - lex) * (1.0 - vec))
+        vec_evidence.append(vec)
+    confidence = max(evidence)
+    # calibrated z orders the vector side across scripts; raw cosines where there is none
+    vectors = [z if z is not None else c.vector_score for c, z in zip(candidates, zs, strict=True)]
+    relative = _relative_scores(
+        candidates,
+        query,
+        vectors,
+        [len(m) / len(terms) if terms else 0.0 for m in matched],
+        [
+            None if m or script == qscript else vec
+            for m, script, vec in zip(matched, scripts, vec_evidence, strict=True)
+        ],
+    )
+    best = max(relative)
+    out = []
+    for c, r in zip(candidates, relative, strict=True):
+        closeness = r / best if best > 0 else 1.0
+        out.append(replace(c, score=confidence * closeness**RANK_SHAPE))
+    return out
 
 
 # ----------------------------------------------------------------------------- MMR
@@ -353,10 +642,11 @@ def rank(
     params: RankParams,
     *,
     now: datetime | None = None,
+    stats: CorpusStats | None = None,
 ) -> list[Candidate]:
     """Fuse → decay → path boost → sort → MMR → minScore (keyword hits survive / fill) → top-K."""
     now = now or datetime.now(UTC)
-    fused = fuse(list(candidates), query, params)
+    fused = fuse(list(candidates), query, params, stats)
     if params.decay_enabled:
         for c in fused:
             age = age_in_days(c.path, c.source, c.mtime, now)
@@ -377,7 +667,10 @@ def rank(
 
     passing = [c for c in ordered if c.score >= params.min_score or c.path_level > 0]
     picked = passing[: params.max_results]
-    if len(picked) < params.max_results:
+    # The per-query fusions put every query's best hit near 1, so minScore cannot tell an
+    # off-topic query from a real one there; they keep the seed's rule that keyword hits fill
+    # empty slots. Calibrated scores abstain instead: a keyword hit under minScore is noise.
+    if params.fusion != "auto" and len(picked) < params.max_results:
         chosen = {c.chunk_id for c in picked}
         for c in ordered:
             if len(picked) >= params.max_results:

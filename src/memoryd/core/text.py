@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from itertools import accumulate
+from typing import Literal
 
 # CJK ideographs, kana, hangul and their punctuation-free extensions.
 _CJK_CLASS = (
@@ -19,6 +20,7 @@ _CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
 _CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
 _WORD = re.compile(rf"[^\W_]+(?:['’][^\W_]+)?|[{_CJK_CLASS}]+", re.UNICODE)
 _SPLIT_WORD = re.compile(r"[\w'’]+", re.UNICODE)
+_POSSESSIVE = re.compile(r"['’]s$")
 
 # Function words that carry no topic: dropping them from the OR-query makes BM25 rank by the
 # words that matter and keeps natural-language questions from matching every chunk.
@@ -171,6 +173,33 @@ def has_cjk(text: str) -> bool:
     return _CJK_CHAR.search(text) is not None
 
 
+_KANA = re.compile("[\u3040-\u30ff]")
+_HANGUL = re.compile("[\uac00-\ud7af]")
+_LATIN_WORD = re.compile(r"[^\W\d_]+")
+Script = Literal["latin", "zh", "ja", "ko"]
+
+
+def script_of(text: str) -> Script:
+    """The writing system a text is mostly in: `ja` (any kana), `ko`, `zh` (ideographs), `latin`.
+
+    "latin" stands for every alphabetic script (English, German, Russian…): what matters to the
+    ranking is whether a query and a chunk can share words at all. A few CJK characters inside
+    an English note leave it `latin`: CJK counts when it is at least as long, in estimated
+    tokens, as the rest.
+    """
+    if not has_cjk(text):
+        return "latin"
+    cjk = len(_CJK_CHAR.findall(text))
+    words = len(_LATIN_WORD.findall(_CJK_RUN.sub(" ", text)))
+    if cjk < words:
+        return "latin"
+    if _KANA.search(text):
+        return "ja"
+    if len(_HANGUL.findall(text)) * 2 >= cjk:
+        return "ko"
+    return "zh"
+
+
 def estimate_tokens(text: str) -> int:
     """Cheap token estimate that does not under-count CJK: one token per CJK character, ~4 chars otherwise."""
     # CJK characters are all non-ASCII, and `isascii` is a C scan: most text skips the regex. The
@@ -216,13 +245,45 @@ def segment_for_fts(text: str) -> str:
     return _CJK_RUN.sub(lambda m: " " + " ".join(m.group(0)) + " ", text)
 
 
+def cjk_bigrams(run: str) -> list[str]:
+    """Overlapping character pairs of a CJK run (a lone character stays itself).
+
+    Chinese and Japanese write a whole clause without spaces, so a run is a sentence, not a
+    word: searched whole it matches only its own verbatim copy. Bigrams are the standard unit
+    of CJK retrieval (most words are one or two characters), so `北京的会议` finds `北京开会`.
+    """
+    if len(run) < 2:
+        return [run]
+    return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def _split_scripts(word: str) -> list[str]:
+    """A word as query terms: CJK runs as bigrams, the rest (`q4` in `q4会议`) as itself."""
+    if not has_cjk(word):
+        return [word]
+    out: list[str] = []
+    pos = 0
+    for m in _CJK_RUN.finditer(word):
+        if m.start() > pos:
+            out.append(word[pos : m.start()])
+        out.extend(cjk_bigrams(m.group(0)))
+        pos = m.end()
+    if pos < len(word):
+        out.append(word[pos:])
+    return out
+
+
 def query_terms(query: str) -> list[str]:
-    """Lowercased content terms of a query, in order, deduplicated; CJK runs kept whole."""
+    """Lowercased content terms of a query, in order, deduplicated; CJK runs become bigrams."""
     seen: dict[str, None] = {}
     for raw in _WORD.findall(query.lower()):
+        # a possessive names its owner: "Caroline's" is about `caroline`, and notes say
+        # "Caroline:" far more often than "Caroline's" (an unmatched term weighs the most)
+        raw = _POSSESSIVE.sub("", raw)
         if raw in STOPWORDS or (len(raw) == 1 and not has_cjk(raw) and not raw.isdigit()):
             continue
-        seen.setdefault(raw, None)
+        for term in _split_scripts(raw):
+            seen.setdefault(term, None)
     if not seen:  # a query of only stopwords still searches for them
         for raw in _WORD.findall(query.lower()):
             seen.setdefault(raw, None)
@@ -252,9 +313,20 @@ def trigram_terms(query: str) -> list[str]:
 
 
 def word_set(text: str) -> frozenset[str]:
-    """Lowercased words (CJK split per character) for Jaccard similarity and term coverage."""
+    """Lowercased words (CJK split per character) for Jaccard similarity and term coverage.
+
+    A snake_case identifier also contributes its parts, as FTS5's tokenizer splits it there:
+    `server_idle_timeout` holds `idle`, or coverage would miss what BM25 matched.
+    """
     lowered = segment_for_fts(text.lower())
-    return frozenset(w for w in _SPLIT_WORD.findall(lowered) if w not in STOPWORDS)
+    words = set()
+    for w in _SPLIT_WORD.findall(lowered):
+        if w in STOPWORDS:
+            continue
+        words.add(w)
+        if "_" in w:
+            words.update(p for p in w.split("_") if p and p not in STOPWORDS)
+    return frozenset(words)
 
 
 def term_in_text(term: str, text_lower: str, words: frozenset[str]) -> bool:

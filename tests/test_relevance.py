@@ -1,0 +1,422 @@
+"""Relevance: calibrated scores that abstain off-topic, CJK query terms, recall across scripts.
+
+Pure rules run on plain candidates; the index tests run a real SQLite index over real files
+with the deterministic hashing embedder; the `slow` tests run the real local model (e5-small)
+on the demo workspace and on notes written in Chinese, Japanese and English.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from memoryd.builtin_index import MemoryIndex
+from memoryd.config import ResolvedAgent, resolve_agent, validate_config
+from memoryd.core.ranking import (
+    REFERENCE_QUERIES,
+    Candidate,
+    CorpusStats,
+    RankParams,
+    calibrated_scores,
+    idf,
+    lexical_evidence,
+    rank,
+    vector_z,
+)
+from memoryd.core.text import cjk_bigrams, query_terms, script_of
+from memoryd.embeddings import HashingEmbedder, ProviderSelection
+from memoryd.embeddings.base import EmbeddingProvider, Vector
+from memoryd.embeddings.selection import select_provider
+
+DEMO = Path(__file__).resolve().parents[1] / "demo" / "workspace"
+DEFAULT = RankParams()  # the shipped defaults: fusion auto, minScore 0.35, top 6
+
+
+def chunk(i: int, text: str, *, cos: float | None = None, bm25: float | None = None) -> Candidate:
+    return Candidate(
+        i,
+        f"memory/{i}.md",
+        "memory",
+        1,
+        1,
+        text,
+        vector_score=cos,
+        vector_rank=i if cos is not None else None,
+        text_rank=i if bm25 is not None else None,
+        text_score=bm25,
+    )
+
+
+# e5-like reference background: unrelated text scores 0.76 ± 0.03 in one script, lower across
+E5_LIKE = {
+    ("latin", "latin"): (0.76, 0.03),
+    ("latin", "zh"): (0.72, 0.025),
+    ("zh", "zh"): (0.81, 0.02),
+    ("zh", "latin"): (0.72, 0.02),
+}
+
+
+def stats(chunks: int, df: dict[str, int]) -> CorpusStats:
+    return CorpusStats(chunks, df, E5_LIKE, ())
+
+
+# ----------------------------------------------------------------------------- query terms
+
+
+@pytest.mark.parametrize(
+    ("query", "terms"),
+    [
+        ("北京", ["北京"]),
+        ("会", ["会"]),
+        ("北京的会议", ["北京", "京的", "的会", "会议"]),
+        ("Q4会议 北京", ["q4", "会议", "北京"]),
+        ("東京の会議", ["東京", "京の", "の会", "会議"]),
+        ("the PgBouncer timeout", ["pgbouncer", "timeout"]),
+    ],
+)
+def test_cjk_runs_become_bigrams_and_latin_words_stay_whole(query: str, terms: list[str]) -> None:
+    assert query_terms(query) == terms
+
+
+@pytest.mark.parametrize(
+    ("query", "terms"),
+    [
+        ("What is Caroline's relationship status?", ["caroline", "relationship", "status"]),
+        ("Maria’s kitten", ["maria", "kitten"]),
+        ("it's John's", ["john"]),
+        ("don't panic", ["don't", "panic"]),
+    ],
+)
+def test_a_possessive_searches_for_its_owner(query: str, terms: list[str]) -> None:
+    assert query_terms(query) == terms
+
+
+def test_a_lone_cjk_character_is_its_own_bigram() -> None:
+    assert cjk_bigrams("会") == ["会"] and cjk_bigrams("会议室") == ["会议", "议室"]
+
+
+@pytest.mark.parametrize(
+    ("text", "script"),
+    [
+        ("The deploy target is fly.io", "latin"),
+        ("Привет, как дела", "latin"),  # every alphabet shares words the same way
+        ("我们决定把数据中心迁移到上海", "zh"),
+        ("東京の会議は来週です", "ja"),  # kanji with kana is Japanese
+        ("회의는 다음 주입니다", "ko"),
+        ("Q4 roadmap review with the 北京 team on Thursday", "latin"),
+        ("决定把日志系统从 Elasticsearch 换成 ClickHouse", "zh"),
+    ],
+)
+def test_script_of_names_the_writing_system_a_text_is_mostly_in(text: str, script: str) -> None:
+    assert script_of(text) == script
+
+
+def test_reference_queries_cover_every_script_the_ranking_tells_apart() -> None:
+    assert set(REFERENCE_QUERIES) == {"latin", "zh", "ja", "ko"}
+    for script, texts in REFERENCE_QUERIES.items():
+        assert len(texts) >= 8 and all(script_of(t) == script for t in texts)
+
+
+# ----------------------------------------------------------------------------- evidence
+
+
+def test_a_term_missing_from_the_index_outweighs_the_common_words_a_chunk_shares() -> None:
+    # "Melanie" is in no chunk of this memory; "paint" is in many
+    weights = {"melanie": idf(80, 0), "paint": idf(80, 30)}
+    assert weights["melanie"] > 3 * weights["paint"]
+    assert lexical_evidence({"paint"}, weights) < 0.25
+    assert lexical_evidence({"melanie", "paint"}, weights) == pytest.approx(1.0)
+
+
+def test_a_cosine_counts_against_the_baseline_of_its_own_script_pair() -> None:
+    st = stats(10, {})
+    en = chunk(0, "The budget is managed by Wang Fang", cos=0.80)
+    zh = chunk(1, "北京会议的预算由王芳负责", cos=0.80)
+    z_en = vector_z(en, "latin", st)
+    z_zh = vector_z(zh, "latin", st)
+    assert z_en is not None and z_zh is not None
+    # the same 0.80 is ordinary within English and far above what unrelated Chinese scores
+    assert z_zh > 2 * z_en
+
+
+# ----------------------------------------------------------------------------- scores
+
+
+def test_an_off_topic_query_scores_under_min_score_everywhere() -> None:
+    # cosines in the e5 band of unrelated text, and no query term in the index
+    cands = [
+        chunk(i, f"note {i} about deploys and routers", cos=c)
+        for i, c in enumerate([0.79, 0.78, 0.77])
+    ]
+    out = calibrated_scores(
+        cands, "banana bread recipe", stats(40, {"banana": 0, "bread": 0, "recipe": 0})
+    )
+    assert max(c.score for c in out) < DEFAULT.min_score
+    assert (
+        rank(
+            cands,
+            "banana bread recipe",
+            DEFAULT,
+            stats=stats(40, {"banana": 0, "bread": 0, "recipe": 0}),
+        )
+        == []
+    )
+
+
+def test_scores_are_comparable_across_queries() -> None:
+    """The same chunk scores higher for the query it answers than for one it barely touches."""
+    text = "Raised PgBouncer server_idle_timeout to 3600 s after ECONNRESET errors"
+    df = {"pgbouncer": 2, "idle": 2, "timeout": 3, "postgres": 0, "vacuum": 0, "settings": 5}
+    st = stats(40, df)
+    answered = calibrated_scores([chunk(0, text, cos=0.86, bm25=6.0)], "pgbouncer idle timeout", st)
+    touched = calibrated_scores(
+        [chunk(0, text, cos=0.80, bm25=0.5)], "postgres vacuum settings", st
+    )
+    assert answered[0].score > DEFAULT.min_score > touched[0].score
+
+
+def test_results_of_a_real_question_keep_the_relative_order_and_stay_above_min_score() -> None:
+    df = {"caroline": 40, "pottery": 3, "workshop": 4}
+    st = stats(40, df)
+    cands = [
+        chunk(0, "Caroline: I went to the pottery workshop with my kids", cos=0.86, bm25=5.0),
+        chunk(1, "Caroline: the workshop was fun", cos=0.83, bm25=2.0),
+        chunk(2, "Caroline: the kids loved the clay", cos=0.84),
+    ]
+    out = rank(cands, "What did Caroline make at the pottery workshop?", DEFAULT, stats=st)
+    assert [c.chunk_id for c in out] == [0, 1, 2]
+    assert all(c.score >= DEFAULT.min_score for c in out)
+    assert out[0].score > out[1].score > out[2].score
+
+
+def test_a_note_in_another_script_outranks_a_chunk_sharing_one_common_word() -> None:
+    """Cross-lingual recall: the keyword side must not drown a strong vector hit it cannot see."""
+    query = "who is in charge of the budget for the Beijing meeting"
+    cands = [
+        chunk(0, "Weekly meeting moved to Tuesday", cos=0.78, bm25=2.0),
+        chunk(1, "北京会议的预算由王芳负责，上限是二十万元。", cos=0.83),
+        chunk(2, "The router is in the attic", cos=0.75),
+    ]
+    df = {"charge": 0, "budget": 0, "beijing": 0, "meeting": 1}
+    out = rank(cands, query, DEFAULT, stats=stats(3, df))
+    assert out and out[0].chunk_id == 1
+
+
+def test_without_vectors_keyword_evidence_alone_decides() -> None:
+    df = {"adguard": 1, "dns": 2}
+    st = CorpusStats(20, df)
+    hit = chunk(0, "AdGuard Home is the DNS resolver for every VLAN", bm25=4.0)
+    assert [c.chunk_id for c in rank([hit], "adguard dns", DEFAULT, stats=st)] == [0]
+    off = CorpusStats(20, {"zebra": 0, "migration": 3})
+    weak = chunk(0, "Database migration on Friday", bm25=1.0)
+    assert rank([weak], "zebra migration", DEFAULT, stats=off) == []
+
+
+@pytest.mark.parametrize("fusion", ["relative", "weighted", "rrf", "minmax", "zscore"])
+def test_per_query_fusions_keep_the_seed_rule_that_keyword_hits_fill(fusion: str) -> None:
+    params = RankParams(min_score=0.99, max_results=3, fusion=fusion)  # type: ignore[arg-type]
+    cands = [chunk(0, "alpha beta", cos=0.2, bm25=3.0), chunk(1, "gamma", cos=0.3)]
+    assert [c.chunk_id for c in rank(cands, "alpha", params)] == [0]
+
+
+def test_the_calibrated_default_does_not_fill_with_weak_keyword_hits() -> None:
+    st = stats(40, {"alpha": 30, "omega": 0})
+    cands = [chunk(0, "alpha beta", cos=0.75, bm25=0.3)]
+    assert rank(cands, "alpha omega", DEFAULT, stats=st) == []
+
+
+# ----------------------------------------------------------------------------- the index
+
+
+def agent(ws: Path, search: dict[str, object] | None = None) -> ResolvedAgent:
+    cfg = validate_config(
+        {"agents": {"defaults": {"workspace": str(ws), "memorySearch": search or {}}}}
+    )
+    return resolve_agent(cfg)
+
+
+def default_index(ws: Path) -> MemoryIndex:
+    """The index an agent gets with the default config: the local multilingual model."""
+    resolved = agent(ws)
+    return MemoryIndex(resolved.index_settings(), select_provider(resolved))
+
+
+def write(p: Path, text: str) -> None:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8")
+
+
+@pytest.fixture
+def notes(workspace: Path) -> Path:
+    write(workspace / "MEMORY.md", "# Memory\nProduction deploys go to fly.io, region ams.\n")
+    write(
+        workspace / "memory" / "2026-11-28.md",
+        "# 2026-11-28\nRaised PgBouncer server_idle_timeout to 3600 s after ECONNRESET errors.\n",
+    )
+    write(workspace / "memory" / "pets.md", "# Pets\nAlice adopted a grey cat named Miso.\n")
+    write(workspace / "memory" / "trip.md", "# 出張\n我们决定把数据中心迁移到上海。\n")
+    return workspace
+
+
+class CountingQueries(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    async def embed_query(self, text: str) -> Vector:
+        self.texts.append(text)
+        return await super().embed_query(text)
+
+
+def index(ws: Path, provider: EmbeddingProvider | None) -> MemoryIndex:
+    return MemoryIndex(
+        agent(ws).index_settings(), ProviderSelection("test", provider, "test provider")
+    )
+
+
+@pytest.mark.parametrize("provider", [HashingEmbedder(), None], ids=["hybrid", "keyword-only"])
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("xyzzy", None),
+        ("banana bread recipe", None),
+        ("quantum chromodynamics lecture notes", None),
+        ("PgBouncer idle timeout", "memory/2026-11-28.md"),
+        ("Miso the cat", "memory/pets.md"),
+        ("数据中心", "memory/trip.md"),
+        # half of the query is only in a file name: the file is named after what it holds
+        ("pets adoption", "memory/pets.md"),
+        ("zebras adoption", None),
+    ],
+)
+@pytest.mark.anyio
+async def test_off_topic_queries_return_nothing_and_on_topic_ones_the_note(
+    notes: Path, provider: EmbeddingProvider | None, query: str, expected: str | None
+) -> None:
+    idx = index(notes, provider)
+    await idx.sync()
+    results = (await idx.search(query)).results
+    if expected is None:
+        assert results == []
+    else:
+        assert results and results[0].path == expected
+        assert results[0].score >= DEFAULT.min_score
+
+
+@pytest.mark.anyio
+async def test_reference_queries_are_embedded_once_and_kept_in_the_index_file(notes: Path) -> None:
+    first = CountingQueries()
+    idx = index(notes, first)
+    await idx.sync()
+    await idx.search("PgBouncer idle timeout")
+    await idx.search("Miso the cat")
+    references = sum(len(t) for t in REFERENCE_QUERIES.values())
+    assert len(first.texts) == references + 2
+    await idx.aclose()
+    # a later process (a one-shot CLI search) reads them from the embedding cache
+    second = CountingQueries()
+    again = index(notes, second)
+    await again.search("PgBouncer idle timeout")
+    assert second.texts == ["PgBouncer idle timeout"]
+    await again.aclose()
+
+
+@pytest.mark.anyio
+async def test_the_corpus_statistics_follow_writes(notes: Path) -> None:
+    idx = index(notes, HashingEmbedder())
+    await idx.sync()
+    assert (await idx.search("walrus colony")).results == []
+    write(notes / "memory" / "walrus.md", "The walrus colony count was 412 this spring.\n")
+    await idx.sync()
+    out = (await idx.search("walrus colony")).results
+    assert out and out[0].path == "memory/walrus.md"
+
+
+# ----------------------------------------------------------------------------- the real model
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Path:
+    ws = tmp_path / "demo"
+    shutil.copytree(DEMO, ws)
+    return ws
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "query", ["xyzzy", "banana bread recipe", "quantum chromodynamics lecture notes"]
+)
+@pytest.mark.anyio
+async def test_the_demo_workspace_abstains_on_unrelated_queries(demo: Path, query: str) -> None:
+    idx = default_index(demo)
+    await idx.sync()
+    out = await idx.search(query)
+    assert out.mode == "hybrid" and out.results == []
+    await idx.aclose()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("what did we change on PgBouncer?", "memory/2026-11-28.md"),
+        ("where does production deploy to?", "MEMORY.md"),
+        ("which DNS resolver do the VLANs use?", "memory/network.md"),
+    ],
+)
+@pytest.mark.anyio
+async def test_the_demo_workspace_answers_real_questions(
+    demo: Path, query: str, expected: str
+) -> None:
+    idx = default_index(demo)
+    await idx.sync()
+    results = (await idx.search(query)).results
+    assert results and results[0].path == expected
+    await idx.aclose()
+
+
+@pytest.fixture
+def languages(workspace: Path) -> Path:
+    write(
+        workspace / "memory" / "2026-03-02.md",
+        "# 2026-03-02\n- 北京会议的预算由王芳负责，上限是二十万元。\n- 李明负责联系同声传译。\n",
+    )
+    write(
+        workspace / "memory" / "2026-04-10.md",
+        "# 2026-04-10\n- 本番データベースのバックアップは毎晩三時に取得し、三十日間保存する。\n",
+    )
+    write(
+        workspace / "memory" / "2026-05-26.md",
+        "# 2026-05-26\n- Flight to Singapore leaves Thursday at 23:40 from terminal 2.\n",
+    )
+    # English notes that share a word with the questions but answer none of them
+    write(
+        workspace / "memory" / "2026-01-08.md", "# 2026-01-08\n- Weekly meeting moved to Tuesday.\n"
+    )
+    write(
+        workspace / "memory" / "2026-01-13.md",
+        "# 2026-01-13\n- Bought new backup drives for the NAS.\n",
+    )
+    return workspace
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("who is in charge of the budget for the Beijing meeting", "memory/2026-03-02.md"),
+        ("how long are database backups kept?", "memory/2026-04-10.md"),
+        ("去新加坡的航班几点起飞？", "memory/2026-05-26.md"),
+    ],
+)
+@pytest.mark.anyio
+async def test_a_paraphrase_in_another_language_reaches_the_note(
+    languages: Path, query: str, expected: str
+) -> None:
+    idx = default_index(languages)
+    await idx.sync()
+    results = (await idx.search(query)).results
+    assert results and results[0].path == expected
+    await idx.aclose()
