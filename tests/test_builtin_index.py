@@ -494,10 +494,10 @@ async def test_numpy_engine_sees_writes_from_another_connection(notes: Path) -> 
 class CountingQueries(HashingEmbedder):
     def __init__(self) -> None:
         super().__init__()
-        self.queries = 0
+        self.texts: list[str] = []
 
     async def embed_query(self, text: str) -> Vector:
-        self.queries += 1
+        self.texts.append(text)
         return await super().embed_query(text)
 
 
@@ -507,7 +507,13 @@ async def test_repeated_queries_reuse_their_embedding(notes: Path) -> None:
     first = await idx.search("grey cat named Miso")
     again = await idx.search("grey cat named Miso")
     await idx.search("deploy target")
-    assert emb.queries == 2
+    # every text is embedded once: the user's two queries and the calibration's reference
+    # queries (embedded once per index, then cached)
+    assert len(emb.texts) == len(set(emb.texts))
+    assert [t for t in emb.texts if t in {"grey cat named Miso", "deploy target"}] == [
+        "grey cat named Miso",
+        "deploy target",
+    ]
     assert [r.path for r in first.results] == [r.path for r in again.results]
 
 

@@ -689,6 +689,30 @@ class PgStore:
         rows = self._search(f"select chunk_id, score from {function}(%s, %s, %s)", (terms, limit))
         return [(int(r[0]), float(r[1])) for r in rows]
 
+    def count_matching(self, match: str) -> int:
+        """How many of the tenant's chunks the MATCH string matches (as `keyword_search` reads it)."""
+        terms = [doc for doc, n in map(fts_document, match_phrases(match)) if n]
+        if not terms:
+            return 0
+        rows = self._search(
+            "select count(*) from memoryd.keyword_hits(%s, %s, %s)", (terms, 2**31 - 1)
+        )
+        return int(rows[0][0]) if rows else 0
+
+    def vector_sample(self, limit: int) -> list[tuple[int, np.ndarray, str]]:
+        """Up to `limit` stored vectors spread evenly over chunk ids: (chunk id, vector, text)."""
+        if not self.vector.available:
+            return []
+        n = self._vector_count()
+        step = max(1, -(-n // max(limit, 1)))
+        rows = self._rows(
+            "select v.chunk_id, v.embedding::text, c.text from memoryd.chunk_vectors v "
+            "join memoryd.chunks c on c.tenant_id = v.tenant_id and c.id = v.chunk_id "
+            "where v.tenant_id = %s and v.chunk_id %% %s = 0 order by v.chunk_id limit %s",
+            (self.tenant_id, step, limit),
+        )
+        return [(int(r[0]), np.array(json.loads(r[1]), dtype=np.float32), r[2]) for r in rows]
+
     def _search(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         """A tenant-scoped search; after another process published a rebuild, the old tenant
         is gone: look up the active one and ask again."""

@@ -1313,6 +1313,30 @@ class Store:
 
     # -- keyword search --------------------------------------------------------------------------
 
+    def count_matching(self, match: str) -> int:
+        """How many chunks the FTS5 MATCH string matches (0 when FTS5 cannot parse it)."""
+        with self._reading("read the keyword index") as conn:
+            try:
+                row = conn.execute(
+                    "select count(*) from chunks_fts where chunks_fts match ?", (match,)
+                ).fetchone()
+            except Exception:  # a term FTS5 cannot parse matched nothing as a keyword either
+                return 0
+        return int(row[0])
+
+    def vector_sample(self, limit: int) -> list[tuple[int, np.ndarray, str]]:
+        """Up to `limit` stored vectors spread evenly over chunk ids: (chunk id, vector, text)."""
+        with self._reading("read the vector index") as conn:
+            n = int(conn.execute("select count(*) from chunk_vectors").fetchone()[0])
+            step = max(1, -(-n // max(limit, 1)))
+            rows = conn.execute(
+                "select v.chunk_id, v.vector, c.text from chunk_vectors v "
+                "join chunks c on c.id = v.chunk_id "
+                "where v.chunk_id % ? = 0 order by v.chunk_id limit ?",
+                (step, limit),
+            ).fetchall()
+        return [(int(r[0]), np.frombuffer(r[1], dtype=np.float32), r[2]) for r in rows]
+
     def keyword_search(
         self, match: str, limit: int, *, trigram: bool = False
     ) -> list[tuple[int, float]]:
