@@ -223,10 +223,12 @@ class HybridConfig(_Model):
     vector_weight: float = Field(0.7, ge=0)
     text_weight: float = Field(0.3, ge=0)
     candidate_multiplier: int = Field(4, ge=1, le=50)
-    fusion: Literal["auto", "weighted", "rrf", "minmax", "zscore"] = Field(
+    fusion: Literal["auto", "relative", "weighted", "rrf", "minmax", "zscore"] = Field(
         "auto",
-        description="How BM25 and vector lists merge: 'weighted' is the seed's linear merge; 'auto' is "
-        "memoryd's tuned default (see README) and picks weights per query, ignoring vectorWeight/textWeight.",
+        description="How BM25 and vector lists merge: 'auto' is memoryd's default (calibrated scores "
+        "that mean the same across queries, so minScore drops what is unrelated; see README); "
+        "'relative' is the previous default (scores relative to the query's best hit, never "
+        "abstains); 'weighted' is the seed's linear merge.",
     )
     mmr: MmrConfig = Field(default_factory=MmrConfig)
     temporal_decay: TemporalDecayConfig = Field(default_factory=TemporalDecayConfig)
