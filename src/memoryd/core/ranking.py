@@ -145,12 +145,6 @@ def path_match_level(query: str, path: str) -> int:
 # ----------------------------------------------------------------------------- fusion
 
 
-def _text_strength(c: Candidate, best_text: float) -> float:
-    if c.text_score is None or best_text <= 0:
-        return 0.0
-    return c.text_score / best_text
-
-
 def fuse(
     candidates: Sequence[Candidate],
     query: str,
@@ -273,7 +267,6 @@ def _fuse_normalized(
 # Tuned on bench/eval (LoCoMo dev, Cranfield, CISI): see the README, "Retrieval quality".
 AUTO_TEXT_WEIGHT = 0.7  # share of the keyword side for ordinary questions
 AUTO_EXACT_TEXT_WEIGHT = 0.85  # share when the query carries exact tokens (IDs, numbers, code)
-AUTO_NAME_LEAN = 0.0  # extra keyword share per capitalised name (0 = names are ordinary words)
 
 _EXACT_TOKEN = re.compile(
     r"""(?x)
@@ -285,7 +278,6 @@ _EXACT_TOKEN = re.compile(
     | \b[A-Z]{2,}\b                        # ACRONYMS, ERROR_CODES
     """
 )
-_NAME = re.compile(r"(?<![.?!]\s)(?<!^)\b[A-Z][a-z]+")
 
 
 def exact_token_share(query: str) -> float:
@@ -302,9 +294,6 @@ def auto_text_weight(query: str) -> float:
     """The keyword side's share in `relative`: lexical for exact tokens, balanced for prose."""
     share = exact_token_share(query)
     tw = AUTO_TEXT_WEIGHT + (AUTO_EXACT_TEXT_WEIGHT - AUTO_TEXT_WEIGHT) * min(1.0, 2 * share)
-    if AUTO_NAME_LEAN:
-        names = len(_NAME.findall(query.strip()))
-        tw = min(AUTO_EXACT_TEXT_WEIGHT, tw + AUTO_NAME_LEAN * names)
     return tw
 
 
