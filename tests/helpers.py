@@ -8,7 +8,7 @@ from typing import Any
 from memoryd.builtin_index import MemoryIndex
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
 from memoryd.embeddings import HashingEmbedder
-from memoryd.embeddings.base import EmbeddingProvider, ProviderSelection
+from memoryd.embeddings.base import EmbeddingProvider, ProviderSelection, Vector
 
 
 def agent_for(
@@ -62,3 +62,15 @@ def write(p: Path, text: str = "x\n") -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(text)
     return p
+
+
+class CountingQueries(HashingEmbedder):
+    """The hashing embedder, recording every query text it embeds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    async def embed_query(self, text: str) -> Vector:
+        self.texts.append(text)
+        return await super().embed_query(text)

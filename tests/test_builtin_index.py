@@ -13,7 +13,7 @@ import anyio
 import numpy as np
 import pytest
 
-from helpers import agent_for, selection
+from helpers import CountingQueries, agent_for, selection
 from memoryd.builtin_index import MemoryIndex, _store
 from memoryd.embeddings import HashingEmbedder
 from memoryd.embeddings.base import EmbeddingProvider, Matrix, Vector
@@ -489,16 +489,6 @@ async def test_numpy_engine_sees_writes_from_another_connection(notes: Path) -> 
     reader.dirty = False  # only the other connection synced
     out = await reader.search("walrus colony count", mode="vector", min_score=0)
     assert out.results[0].path == "memory/walrus.md"
-
-
-class CountingQueries(HashingEmbedder):
-    def __init__(self) -> None:
-        super().__init__()
-        self.texts: list[str] = []
-
-    async def embed_query(self, text: str) -> Vector:
-        self.texts.append(text)
-        return await super().embed_query(text)
 
 
 async def test_repeated_queries_reuse_their_embedding(notes: Path) -> None:

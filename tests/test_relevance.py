@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import CountingQueries
 from memoryd.builtin_index import MemoryIndex
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
 from memoryd.core.ranking import (
@@ -27,7 +28,7 @@ from memoryd.core.ranking import (
 )
 from memoryd.core.text import cjk_bigrams, query_terms, script_of
 from memoryd.embeddings import HashingEmbedder, ProviderSelection
-from memoryd.embeddings.base import EmbeddingProvider, Vector
+from memoryd.embeddings.base import EmbeddingProvider
 from memoryd.embeddings.selection import select_provider
 
 DEMO = Path(__file__).resolve().parents[1] / "demo" / "workspace"
@@ -258,16 +259,6 @@ def notes(workspace: Path) -> Path:
     write(workspace / "memory" / "pets.md", "# Pets\nAlice adopted a grey cat named Miso.\n")
     write(workspace / "memory" / "trip.md", "# 出張\n我们决定把数据中心迁移到上海。\n")
     return workspace
-
-
-class CountingQueries(HashingEmbedder):
-    def __init__(self) -> None:
-        super().__init__()
-        self.texts: list[str] = []
-
-    async def embed_query(self, text: str) -> Vector:
-        self.texts.append(text)
-        return await super().embed_query(text)
 
 
 def index(ws: Path, provider: EmbeddingProvider | None) -> MemoryIndex:

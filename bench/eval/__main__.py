@@ -127,7 +127,7 @@ async def run_workspace(
     runs: dict[str, list[dict[str, Any]]],
     timing: dict[str, list[float]],
 ) -> None:
-    from .builtin import open_index, search
+    from .builtin import search
 
     queries = ws.queries[: args.limit] if args.limit else ws.queries
     builtin = [s for s in systems if not s.startswith("qmd-")]
@@ -136,16 +136,8 @@ async def run_workspace(
         for s in systems
         if s.startswith("qmd-") and ds.name.split("-")[0] in args.qmd_datasets.split(",")
     ]
-    suffix = index_suffix(args)
     if builtin:
-        idx = await open_index(
-            ws.root,
-            args.out / "index" / f"{ws.name}-{suffix}.sqlite",
-            provider=args.provider,
-            model=args.model,
-            tokens=args.chunk_tokens,
-            overlap=args.chunk_overlap,
-        )
+        idx = await open_workspace_index(args, ws)
         try:
             for q in queries:
                 for system in builtin:
@@ -299,7 +291,7 @@ async def run_offtopic(
     args: argparse.Namespace, datasets: list[Dataset], systems: list[str]
 ) -> dict[str, Any]:
     """Every off-topic set through every built-in system: share answered, characters injected."""
-    from .builtin import open_index, search
+    from .builtin import search
 
     wanted = set(args.offtopic_sets.split(",")) if args.offtopic_sets else None
     out: dict[str, Any] = {}
@@ -309,14 +301,7 @@ async def run_offtopic(
         rows: dict[str, list[dict[str, float]]] = defaultdict(list)
         for ws, queries in ot.pairs:
             queries = queries[: args.limit] if args.limit else queries
-            idx = await open_index(
-                ws.root,
-                args.out / "index" / f"{ws.name}-{index_suffix(args)}.sqlite",
-                provider=args.provider,
-                model=args.model,
-                tokens=args.chunk_tokens,
-                overlap=args.chunk_overlap,
-            )
+            idx = await open_workspace_index(args, ws)
             try:
                 for q in queries:
                     for system in systems:
@@ -331,18 +316,11 @@ async def run_offtopic(
 
 async def run_crosslingual(args: argparse.Namespace, systems: list[str]) -> dict[str, Any]:
     """The judged cross-lingual set (crosslingual.py) through every built-in system."""
-    from .builtin import open_index, search
+    from .builtin import search
 
     ds, judged = XL.load_crosslingual(args.out / "workspaces")
     ws = ds.workspaces[0]
-    idx = await open_index(
-        ws.root,
-        args.out / "index" / f"{ws.name}-{index_suffix(args)}.sqlite",
-        provider=args.provider,
-        model=args.model,
-        tokens=args.chunk_tokens,
-        overlap=args.chunk_overlap,
-    )
+    idx = await open_workspace_index(args, ws)
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     try:
         for q in ws.queries:
@@ -372,6 +350,20 @@ def index_suffix(args: argparse.Namespace) -> str:
         f"t{args.chunk_tokens}o{args.chunk_overlap}"
         + (f"-{args.model}" if args.model else "")
         + (f"-{args.provider}" if args.provider != "local" else "")
+    )
+
+
+async def open_workspace_index(args: argparse.Namespace, ws: Any) -> Any:
+    """The cached index of one eval workspace, for the model and chunking `args` name."""
+    from .builtin import open_index
+
+    return await open_index(
+        ws.root,
+        args.out / "index" / f"{ws.name}-{index_suffix(args)}.sqlite",
+        provider=args.provider,
+        model=args.model,
+        tokens=args.chunk_tokens,
+        overlap=args.chunk_overlap,
     )
 
 
