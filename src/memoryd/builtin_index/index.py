@@ -912,7 +912,8 @@ class MemoryIndex:
         pending = store.pending_count() if self.provider else 0
         if pending and qvec is not None:
             notes.append(
-                f"{pending} chunks still waiting for embeddings (ranked by keywords until then): "
+                f"{pending} chunk{'' if pending == 1 else 's'} still waiting for embeddings "
+                "(ranked by keywords until then): "
                 "`memoryd index` embeds them now; a running `memoryd serve` does it in the background"
             )
         degraded = None
