@@ -526,7 +526,8 @@ def _print_status(st: dict[str, Any]) -> None:
         rows.append(
             ("up to date", "no (files changed since the last sync)" if b["dirty"] else "yes")
         )
-        on_pg = b["fts"].get("engine") == "tsvector"
+        fts_engine = b["fts"].get("engine", "fts5")
+        on_pg = fts_engine == "tsvector"
         rows.append(("index (PostgreSQL)" if on_pg else "index file", b["dbPath"]))
         vec = b["vector"]
         rows.append(
@@ -540,13 +541,9 @@ def _print_status(st: dict[str, Any]) -> None:
         rows.append(
             (
                 "keyword search",
-                (
-                    {"fts5": "FTS5", "tsvector": "PostgreSQL tsvector"}.get(
-                        b["fts"].get("engine", "fts5"), b["fts"].get("engine", "fts5")
-                    )
-                    if b["fts"]["available"]
-                    else f"unavailable: {b['fts']['error']}"
-                ),
+                ("PostgreSQL tsvector" if on_pg else "FTS5")
+                if b["fts"]["available"]
+                else f"unavailable: {b['fts']['error']}",
             )
         )
         rows.append(

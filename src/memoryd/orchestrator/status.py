@@ -94,8 +94,8 @@ def compute_issues(st: MemoryStatus) -> list[str]:
             found.append("memory files changed since the last sync (the next search syncs)")
         if b.pending_vectors and b.provider != "none":
             found.append(
-                f"{b.pending_vectors} chunk{'' if b.pending_vectors == 1 else 's'} waiting for embeddings (run `memoryd index`, or keep "
-                "`memoryd serve` running)"
+                f"{b.pending_vectors} chunk{'' if b.pending_vectors == 1 else 's'} waiting for "
+                "embeddings (run `memoryd index`, or keep `memoryd serve` running)"
             )
         if b.needs_reindex:
             found.append(f"index must be rebuilt: {b.needs_reindex}")
