@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
+import random
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,7 @@ from memoryd.core.layout import (
     MemoryRoot,
     default_roots,
     extra_root,
+    page_blocks,
     page_lines,
 )
 from memoryd.errors import PathNotAllowed
@@ -178,3 +183,56 @@ def test_pages_keep_whole_lines_under_the_cap(
 ) -> None:
     page = page_lines(text, frm, n, max_chars=10)
     assert (page.text, page.truncated, page.next_from) == (out, cut, nxt)
+
+
+def _split(data: bytes, cuts: list[int]) -> list[bytes]:
+    edges = [0, *sorted(cuts), len(data)]
+    return [data[a:b] for a, b in itertools.pairwise(edges)]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_page_read_block_by_block_is_the_page_of_the_whole_text(seed: int) -> None:
+    # Line breaks of every kind (a "\r\n" may straddle two blocks), multi-byte characters cut
+    # between blocks, undecodable bytes and over-long lines: the streamed page must equal the
+    # page of the decoded whole, for every window.
+    rng = random.Random(seed)
+    alphabet = ["a", "é", "語", "\n", "\r\n", "  ", "\xff"]
+    if seed % 2:  # the rarer breaks, which the block-by-block scan must not count as "\n"
+        alphabet += ["\r", "\u2028", "\x85", "\x0c"]
+    pieces = [rng.choice(alphabet) * rng.choice([1, 1, 2, 15]) for _ in range(rng.randint(0, 60))]
+    data = "".join(pieces).encode("utf-8", errors="surrogatepass")
+    if seed % 3 == 0:
+        data = data.replace("\xff".encode(), b"\xff")  # a byte that is not UTF-8
+    blocks = _split(data, [rng.randint(0, len(data)) for _ in range(rng.randint(0, 40))])
+    text = data.decode("utf-8", errors="replace")
+    for frm in (None, 1, 2, 3, 7, 40, 200):
+        for n in (None, 1, 2, 5):
+            for cap in (3, 10, 10_000):
+                whole = page_lines(text, frm, n, max_chars=cap, max_lines=4)
+                streamed = page_blocks(iter(blocks), frm, n, max_chars=cap, max_lines=4)
+                assert streamed == whole, (blocks, frm, n, cap)
+
+
+def test_memory_get_of_a_50_mb_note_reads_a_page_not_the_file(workspace: Path) -> None:
+    # One 50 MB note (the issue: 53 MB of JSON, 208 MB RSS): the answer is one page, and the
+    # read holds a block and the page, never the file, wherever the page starts.
+    line = "the deploy moved to fly.io and the webhook secret was rotated today\n"
+    note = workspace / "memory" / "2026-11-01.md"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    with note.open("w") as out:
+        out.write(line * (50_000_000 // len(line)))
+        out.write("x" * 3_000_000 + "\n")  # and one over-long line at the end
+    total_lines = 50_000_000 // len(line) + 1
+    roots = default_roots(str(workspace))
+    for frm, want_lines in ((None, 20_000 // len(line)), (total_lines - 2, 2)):
+        tracemalloc.start()
+        try:
+            got = read_memory_file(roots, workspace, "memory/2026-11-01.md", frm)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert got.text.count("\n") == want_lines and got.truncated
+        assert len(json.dumps(got.to_dict())) < 2 * MAX_GET_CHARS
+        assert peak < 8_000_000, f"peak {peak / 1e6:.1f} MB for a 53 MB note"
+    last = read_memory_file(roots, workspace, "memory/2026-11-01.md", total_lines)
+    assert last.text == "x" * MAX_GET_CHARS and last.truncated and last.next_from == total_lines + 1

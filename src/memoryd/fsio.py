@@ -36,11 +36,11 @@ import os
 import secrets
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 from .core.layout import MAX_DEPTH, SKIP_DIRS, MemoryRoot
 from .errors import (
@@ -88,6 +88,7 @@ _APPEND_FLAGS: Final = (
 )
 _OPEN_ATTEMPTS: Final = 3
 _READ_CHUNK: Final = 1 << 20
+_T = TypeVar("_T")
 _VENV_MARKER: Final = "pyvenv.cfg"
 
 #: Why an entry was refused (walk's `Skipped.reason`, and the gist of a `PathNotAllowed`).
@@ -671,16 +672,51 @@ def read_file(
         raise ValueError("max_bytes must be ≥ 0")
     try:
         with _parent_of(root, parts, anchor, create=False) as (parent, root_dev):
-            return _read_in(parent, parts[-1], root_dev, max_bytes)
+            (data, cut), st = _read_in(
+                parent, parts[-1], root_dev, lambda fd, size: _read_fd(fd, size, max_bytes)
+            )
     except _Missing:
         return None
     except _Refused as refusal:
         raise PathNotAllowed(f"{shown} {refusal.detail}") from None
     except OSError as err:
         raise _read_error(shown, err) from None
+    return FileRead(data, st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, cut)
 
 
-def _read_in(parent: int, name: str, root_dev: int, max_bytes: int | None) -> FileRead:
+def read_file_with(
+    root: MemoryRoot,
+    rel: PurePosixPath | str,
+    consume: Callable[[Iterator[bytes]], _T],
+    *,
+    anchor: str | os.PathLike[str] | None = None,
+) -> _T | None:
+    """`consume` applied to the memory file `rel`'s bytes, pulled block by block from a
+    descriptor checked exactly as `read_file` checks it; the file is read only as far as
+    `consume` pulls. `consume` may run again when the file changed during the read, so it
+    must be pure. None, `PathNotAllowed` and `MemoryReadFailed` as for `read_file`."""
+    parts = _checked_rel(root, rel)
+    shown = _shown(root, parts)
+    try:
+        with _parent_of(root, parts, anchor, create=False) as (parent, root_dev):
+            value, _ = _read_in(parent, parts[-1], root_dev, lambda fd, _size: consume(_blocks(fd)))
+    except _Missing:
+        return None
+    except _Refused as refusal:
+        raise PathNotAllowed(f"{shown} {refusal.detail}") from None
+    except OSError as err:
+        raise _read_error(shown, err) from None
+    return value
+
+
+def _blocks(fd: int) -> Iterator[bytes]:
+    while block := os.read(fd, _READ_CHUNK):
+        yield block
+
+
+def _read_in(
+    parent: int, name: str, root_dev: int, read: Callable[[int, int], _T]
+) -> tuple[_T, os.stat_result]:
     try:
         before = _lstat_at(parent, name)
     except FileNotFoundError:
@@ -701,7 +737,7 @@ def _read_in(parent: int, name: str, root_dev: int, max_bytes: int | None) -> Fi
             if problem is not None:
                 raise problem
             _same_entry(parent, name, st)
-            data, cut = _read_fd(fd, st.st_size, max_bytes)
+            value = read(fd, st.st_size)
             try:
                 _settled(parent, name, fd, st)
             except _Changed:
@@ -710,7 +746,7 @@ def _read_in(parent: int, name: str, root_dev: int, max_bytes: int | None) -> Fi
                 raise
         finally:
             _close(fd)
-        return FileRead(data, st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, cut)
+        return value, st
     raise _Changed()  # pragma: no cover - the loop returns or raises
 
 

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from .core.layout import MemoryRoot, display_path, locate, page_lines
+from .core.layout import MemoryRoot, display_path, locate, page_blocks
 from .core.results import FileText
-from .fsio import FileRead, read_file, walk
+from .fsio import FileRead, read_file, read_file_with, walk
 
 __all__ = [
     "Discovery",
@@ -104,10 +104,12 @@ def read_memory_file(
     ws = str(workspace)
     root, rel = locate(path, roots, workspace=ws)
     shown = display_path(root, rel, workspace=ws)
-    got = read_file(root, rel, anchor=workspace)
-    if got is None:
+    # read only as far as the page reaches: a 50 MB note costs a scan, not 50 MB of memory
+    page = read_file_with(
+        root, rel, lambda blocks: page_blocks(blocks, from_line, lines), anchor=workspace
+    )
+    if page is None:
         return FileText(shown, "", missing=True)
-    page = page_lines(got.text, from_line, lines)
     return FileText(shown, page.text, page.truncated, page.next_from, past_end=page.past_end)
 
 

@@ -14,9 +14,11 @@ opening by descriptor — lives in `memoryd.fsio` and asks this module what to a
 
 from __future__ import annotations
 
+import codecs
+import itertools
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date
 from fnmatch import fnmatchcase
@@ -283,14 +285,52 @@ def page_lines(
     `next_from` + 1). Linear in the part of the text it returns.
     """
     start = max(1, from_line or 1)
-    all_lines = text.splitlines(keepends=True)
-    if start > len(all_lines):
-        return Page("", False, None, past_end=bool(text) or start > 1)
-    wanted = len(all_lines) - start + 1 if lines is None else min(lines, len(all_lines) - start + 1)
+    rest = iter(text.splitlines(keepends=True)[start - 1 :])
+    return _page(rest, start, lines, max_chars, max_lines)
+
+
+def page_blocks(
+    blocks: Iterable[bytes],
+    from_line: int | None,
+    lines: int | None,
+    *,
+    max_chars: int = MAX_GET_CHARS,
+    max_lines: int = MAX_GET_LINES,
+) -> Page:
+    """`page_lines` over a file read block by block (UTF-8, undecodable bytes replaced).
+
+    The same answer as `page_lines` on the whole decoded text, but it stops pulling blocks once
+    the page is full and never holds more than a block plus the page: a 50 MB note costs a
+    scan, not 50 MB of memory.
+    """
+    start = max(1, from_line or 1)
+    cap = max_chars + 1  # one character past the cap tells an over-long line
+    after, skip = _skip_plain_lines(iter(blocks), start - 1)
+    rest = _capped_lines(_decoded(after), cap, skip=skip)
+    return _page(rest, start, lines, max_chars, max_lines)
+
+
+def _page(
+    rest: Iterator[str], start: int, lines: int | None, max_chars: int, max_lines: int
+) -> Page:
+    """The page from `rest`, the file's lines from line `start` on."""
+    # Collect until the page is certainly full: one line more than it can hold (so `truncated`
+    # is known) or past the character cap.
+    room = max_lines if lines is None else min(lines, max_lines)
+    collected: list[str] = []
+    used = 0
+    for line in rest:
+        collected.append(line)
+        used += len(line)
+        if len(collected) > room or used > max_chars:
+            break
+    if not collected:  # a non-empty file has a line 1: nothing from `start` on means past the end
+        return Page("", False, None, past_end=start > 1)
+    wanted = len(collected) if lines is None else min(lines, len(collected))
     taken: list[str] = []
     used = 0
     n = 0
-    for line in all_lines[start - 1 : start - 1 + min(wanted, max_lines)]:
+    for line in collected[: min(wanted, max_lines)]:
         if used + len(line) > max_chars:
             if not taken:  # one over-long line: cut it rather than return nothing
                 taken.append(line[:max_chars])
@@ -299,8 +339,86 @@ def page_lines(
         taken.append(line)
         used += len(line)
         n += 1
-    cut = n < wanted or (n == 1 and len(taken[0]) < len(all_lines[start - 1]))
+    cut = n < wanted or (n == 1 and len(taken[0]) < len(collected[0]))
     return Page("".join(taken), cut, start + n if cut else None, past_end=False)
+
+
+def _decoded(blocks: Iterable[bytes]) -> Iterator[str]:
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    for block in blocks:
+        if piece := decoder.decode(block):
+            yield piece
+    if tail := decoder.decode(b"", final=True):
+        yield tail
+
+
+def _terminated(part: str) -> bool:
+    return bool(part) and len(part.splitlines()[0]) < len(part)
+
+
+#: UTF-8 of the line breaks `str.splitlines` knows besides "\n" and "\r\n".
+_OTHER_BREAKS: Final = (
+    b"\r",
+    b"\x0b",
+    b"\x0c",
+    b"\x1c",
+    b"\x1d",
+    b"\x1e",
+    b"\xc2\x85",
+    b"\xe2\x80\xa8",
+    b"\xe2\x80\xa9",
+)
+
+
+def _skip_plain_lines(blocks: Iterator[bytes], skip: int) -> tuple[Iterator[bytes], int]:
+    """Drop up to `skip` whole lines by counting b"\n" — no decoding, no string per line — in the
+    leading blocks that break lines only at "\n" or "\r\n"; the rest of the bytes and how many
+    lines are still to skip. A page deep into a big note costs a scan of it, at memchr speed."""
+    for block in blocks:
+        if not skip or not _plain(block):
+            return itertools.chain([block], blocks), skip
+        ends = block.count(b"\n")
+        if ends < skip:  # the open line at the end is one of those still to skip: drop it too
+            skip -= ends
+            continue
+        return itertools.chain([block.split(b"\n", skip)[-1]], blocks), 0
+    return iter(()), skip
+
+
+def _plain(block: bytes) -> bool:
+    # "\r" only inside "\r\n", no other break, and no break's lead byte near the end that the
+    # next block could complete ("\xc2" of U+0085, "\xe2" of U+2028/U+2029)
+    if block.count(b"\r") != block.count(b"\r\n"):
+        return False
+    if b"\xc2" in block[-2:] or b"\xe2" in block[-2:]:
+        return False
+    return not any(brk in block for brk in _OTHER_BREAKS[1:])
+
+
+def _capped_lines(pieces: Iterable[str], cap: int, *, skip: int = 0) -> Iterator[str]:
+    """The lines of the concatenated `pieces` as `str.splitlines(keepends=True)` cuts them, after
+    the first `skip`, each kept to its first `cap` characters (a longer line has exactly `cap`)."""
+    pending = ""  # the start of a line still open at the end of a piece (≤ cap characters)
+    carry = ""  # a piece's final "\r", which may pair with the next piece's "\n"
+    for piece in pieces:
+        piece = carry + piece
+        carry = ""
+        if piece.endswith("\r"):
+            carry, piece = "\r", piece[:-1]
+        parts = piece.splitlines(keepends=True)
+        for i, part in enumerate(parts):
+            if i == len(parts) - 1 and not _terminated(part):
+                if len(pending) < cap:
+                    pending = (pending + part)[:cap]
+                break
+            line = (pending + part)[:cap] if len(pending) < cap else pending
+            pending = ""
+            if skip:
+                skip -= 1
+            else:
+                yield line
+    if (carry or pending) and not skip:
+        yield (pending + carry)[:cap] if len(pending) < cap else pending
 
 
 def slice_lines(text: str, from_line: int | None, lines: int | None) -> str:
