@@ -332,6 +332,38 @@ async def test_a_collection_lost_behind_our_back_is_recreated_once(
     assert "memory-dir-main" in await mgr.list_collections()
 
 
+async def test_a_restart_trusts_an_unchanged_registry_and_rechecks_a_changed_one(
+    qmd_bin: str, tmp_path: Path
+) -> None:
+    # A one-off CLI call starts a manager each time: `collection list` + a `show` per
+    # collection is four node processes that find nothing to do when index.yml is unchanged.
+    ws = seed_workspace(tmp_path / "ws")
+    calls = tmp_path / "calls"
+    wrapper = fault_wrapper(
+        tmp_path / "qmd", qmd_bin, f'echo "$1 $2" >> "{calls}"\nexec "$REAL" "$@"'
+    )
+    home = tmp_path / "home"
+    await started(make_agent(ws), wrapper, home)
+    assert "collection list" in calls.read_text()
+    calls.write_text("")
+    again = await started(make_agent(ws), wrapper, home)
+    assert calls.read_text() == ""  # nothing asked of qmd
+    assert sorted(again.collections) == ["memory-alt-main", "memory-dir-main", "memory-root-main"]
+    # someone removes a collection behind memoryd's back: the registry changed, so the next
+    # start asks qmd and re-creates it
+    await again._run(["collection", "remove", "memory-dir-main"], 30_000)
+    calls.write_text("")
+    third = await started(make_agent(ws), wrapper, home)
+    assert "collection list" in calls.read_text()
+    assert "collection add" in calls.read_text()
+    assert "memory-dir-main" in await third.list_collections()
+    # and a different wish (another extra path) is checked too
+    calls.write_text("")
+    extra = write(tmp_path / "extra" / "e.md", "# E\n").parent
+    await started(make_agent(ws, paths=[{"path": str(extra), "name": "x"}]), wrapper, home)
+    assert "collection add" in calls.read_text()
+
+
 async def test_other_qmd_failures_surface_as_exit_errors(shared: Shared, tmp_path: Path) -> None:
     wrapper = fault_wrapper(
         tmp_path / "qmd",

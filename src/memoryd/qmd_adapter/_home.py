@@ -53,6 +53,11 @@ class QmdHome:
         return self.config_dir / "index.yml"
 
     @property
+    def verified_path(self) -> Path:
+        """The fingerprint of index.yml + wanted collections when they were last checked."""
+        return self.root / "collections.verified"
+
+    @property
     def index_db(self) -> Path:
         return self.cache_home / "qmd" / "index.sqlite"
 

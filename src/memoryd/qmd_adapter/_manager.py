@@ -8,6 +8,7 @@ processes.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import re
 import sqlite3
@@ -27,7 +28,7 @@ from ..core.engine import CollectionStatus, EngineAnswer, ProgressFn, QmdStatus,
 from ..core.layout import MemoryRoot, check_line_range
 from ..core.results import FileText, SearchResult, Source
 from ..errors import QmdBadOutput, QmdError, QmdExitError, QmdLocked
-from ..fsio import private_dir
+from ..fsio import private_dir, write_private_atomic
 from ..memfiles import read_memory_file
 from ._collections import CollectionSpec, desired_collections, plan_collections
 from ._home import QmdHome, default_shared_models_dir
@@ -43,7 +44,7 @@ from ._parse import (
     parse_collection_show,
     parse_search_output,
 )
-from ._runner import DEFAULT_MAX_OUTPUT_CHARS, QmdOutput, run_qmd
+from ._runner import DEFAULT_MAX_OUTPUT_CHARS, QmdOutput, resolve_command, run_qmd
 
 __all__ = ["QmdManager", "SearchMode", "embed_backoff_s"]
 
@@ -355,6 +356,19 @@ class QmdManager:
                 self._sessions_dir().mkdir(parents=True, exist_ok=True)
             present = [s for s in self._specs if Path(s.path).is_dir()]
             self._waiting_for_dir = [s for s in self._specs if s not in present]
+            fingerprint = self._verified(present)
+            if (
+                fingerprint is not None
+                and fingerprint == self._verified_record()
+                and resolve_command(self.command, self.env()) is not None
+            ):
+                # index.yml (qmd's own collection registry) is byte for byte what it was when
+                # these collections were last checked: `collection list` + one `show` each
+                # would cost four node processes and find nothing to do. Anything that changes
+                # the registry (`qmd collection remove`, another agent config) changes the bytes;
+                # a collection lost otherwise is re-created on the search's "not found".
+                self._active = {s.name: s for s in present}
+                return
             existing = await self.list_collections()
             for action in plan_collections(present, existing):
                 if action.kind == "remove":
@@ -373,6 +387,36 @@ class QmdManager:
                     assert action.spec is not None
                     await self._add_collection(action.spec)
             self._active = {s.name: s for s in present}
+            self._record_verified(present)
+
+    def _verified(self, present: Sequence[CollectionSpec]) -> str | None:
+        """A fingerprint of qmd's registry (index.yml) and the collections memoryd wants."""
+        try:
+            registry = self.home.index_yml.read_bytes()
+        except OSError:
+            return None
+        digest = hashlib.sha256(registry)
+        for spec in present:
+            digest.update(f"\0{spec.name}\0{spec.path}\0{spec.pattern}".encode())
+        return digest.hexdigest()
+
+    def _verified_record(self) -> str | None:
+        try:
+            return self.home.verified_path.read_text(encoding="ascii").strip() or None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def _record_verified(self, present: Sequence[CollectionSpec]) -> None:
+        fingerprint = self._verified(present)
+        if fingerprint is None:
+            return
+        with suppress(OSError):  # only a cache: the next start checks with qmd again
+            write_private_atomic(self.home.verified_path, fingerprint.encode("ascii"))
+
+    def forget_verified(self) -> None:
+        """Make the next `ensure_collections` ask qmd (a search found a collection missing)."""
+        with suppress(FileNotFoundError):
+            self.home.verified_path.unlink()
 
     @property
     def sessions_dir(self) -> Path:
@@ -698,6 +742,7 @@ class QmdManager:
                 if not recreated and is_missing_collection_error(err.stderr):
                     recreated = True
                     log.warning("qmd lost a collection; re-creating collections and retrying")
+                    self.forget_verified()
                     await self.ensure_collections()
                     names = [nm for nm in names if nm in self._active]
                     if not names:
