@@ -6,12 +6,15 @@ line with a code (never a dropped connection without an answer, never a tracebac
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,23 +22,38 @@ from typing import Any
 
 import pytest
 
+from embedding_servers import FakeOpenAI
+from embedding_servers import serve as serve_api
 from helpers import write
-from memoryd.server import MAX_REQUEST, ping, request, socket_path
+from memoryd.server import (
+    IDLE_TIMEOUT_S,
+    LIMITS_ENV,
+    MAX_CONNECTIONS,
+    MAX_REQUEST,
+    limits_from_env,
+    ping,
+    request,
+    socket_path,
+)
 
 
-@pytest.fixture
-def served(tmp_path: Path) -> Iterator[dict[str, Any]]:
+def start_serve(
+    tmp_path: Path, search: str, *, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """`memoryd serve` in a child process on a two-note workspace; `search` is its memorySearch TOML."""
     ws = tmp_path / "ws"
     write(ws / "MEMORY.md", "# Memory\n\nThe deploy target is fly.io.\n")
     write(ws / "memory" / "2026-11-29.md", "# 2026-11-29\n\nRotated the webhook secret.\n")
     cfg = tmp_path / "c.toml"
     cfg.write_text(
-        f'[agents.defaults]\nworkspace = "{ws}"\n[agents.defaults.memorySearch]\nprovider = "none"\n'
+        f'[agents.defaults]\nworkspace = "{ws}"\n[agents.defaults.memorySearch]\n{search}'
     )
     log = tmp_path / "serve.log"
     with log.open("w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "memoryd", "serve", "--config", str(cfg)], stderr=err
+            [sys.executable, "-m", "memoryd", "serve", "--config", str(cfg)],
+            stderr=err,
+            env={**os.environ, **(env or {})},
         )
     deadline = time.monotonic() + 30
     while ping(socket_path()) is None:
@@ -43,17 +61,25 @@ def served(tmp_path: Path) -> Iterator[dict[str, Any]]:
         assert time.monotonic() < deadline, "serve did not come up"
         time.sleep(0.1)
     identity = {
-        "config": {
-            "path": str(cfg),
-            "sha256": __import__("hashlib").sha256(cfg.read_bytes()).hexdigest(),
-        },
+        "config": {"path": str(cfg), "sha256": hashlib.sha256(cfg.read_bytes()).hexdigest()},
         "workspace": None,
         "cwd": str(ws),
     }
-    yield {"proc": proc, "identity": identity, "log": log}
+    return {"proc": proc, "identity": identity, "log": log}
+
+
+def stop_serve(served: dict[str, Any]) -> None:
+    proc = served["proc"]
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=15)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    running = start_serve(tmp_path, 'provider = "none"\n')
+    yield running
+    stop_serve(running)
 
 
 def raw(payload: bytes, *, timeout: float = 15) -> bytes:
@@ -158,36 +184,76 @@ def test_no_payload_stops_the_listener(served: dict[str, Any]) -> None:
     assert "Traceback" not in served["log"].read_text()
 
 
+IDLE_S = 1.0
+CAP = 4
+
+
+@pytest.fixture
+def served_tight(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """serve with a 1 s idle timeout and a cap of 4 connections (`MEMORYD_SERVE_LIMITS`)."""
+    env = {LIMITS_ENV: f"idle={IDLE_S:g},connections={CAP}"}
+    running = start_serve(tmp_path, 'provider = "none"\n', env=env)
+    yield running
+    stop_serve(running)
+
+
 def test_idle_connections_are_dropped_and_excess_ones_refused_at_once(
-    served: dict[str, Any],
+    served_tight: dict[str, Any],
 ) -> None:
-    held = []
+    held: list[socket.socket] = []
     try:
-        for _ in range(80):  # more than MAX_CONNECTIONS, none sends a request
+        opened = time.monotonic()
+        for _ in range(CAP + 3):  # none sends a request
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.connect(str(socket_path()))
             held.append(s)
-        time.sleep(0.5)
-        # the 65th and later were answered `server_busy` at once
-        busy = 0
-        for s in held:
-            s.settimeout(0.2)
-            try:
-                line = s.recv(65536)
-            except TimeoutError:
-                continue
-            if line and json.loads(line).get("code") == "server_busy":
+        # when each connection got its line, whatever order they come in
+        replies: dict[socket.socket, tuple[float, bytes]] = {}
+        while len(replies) < len(held):
+            waiting = [s for s in held if s not in replies]
+            ready, _, _ = select.select(waiting, [], [], IDLE_S + 5)
+            assert ready, f"{len(waiting)} connections got no line within {IDLE_S + 5:g}s"
+            for s in ready:
+                replies[s] = (time.monotonic() - opened, s.recv(65536))
+        busy, idle = 0, 0
+        for s, (waited, line) in replies.items():
+            reply = json.loads(line)
+            s.settimeout(2)
+            assert s.recv(65536) == b"", "the connection stays open after its error line"
+            if reply.get("code") == "server_busy":
+                # refused at once: well before the idle timeout could have fired
+                assert waited < IDLE_S / 2, (waited, reply)
                 busy += 1
-        assert busy >= 80 - 64
+            else:
+                assert reply == {
+                    "disabled": True,
+                    "error": f"no request line within {IDLE_S:g}s",
+                    "code": "invalid_input",
+                }, reply
+                assert IDLE_S * 0.9 <= waited < IDLE_S + 3, waited
+                idle += 1
+        assert (busy, idle) == (3, CAP)
     finally:
         for s in held:
             s.close()
-    # a good request is answered again once the idle ones are gone
-    deadline = time.monotonic() + 15
-    while (answer := good(served["identity"])) is None or answer.get("code") == "server_busy":
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    assert answer["results"]
+    # the dropped ones freed their slots: a good request is answered at once
+    answer = good(served_tight["identity"])
+    assert answer is not None and answer["results"], answer
+    assert "Traceback" not in served_tight["log"].read_text()
+
+
+def test_limits_from_env_reads_only_well_formed_items() -> None:
+    cases = [
+        ("", (IDLE_TIMEOUT_S, MAX_CONNECTIONS)),
+        ("idle=1.5", (1.5, MAX_CONNECTIONS)),
+        ("connections=3", (IDLE_TIMEOUT_S, 3)),
+        ("idle=0.5, connections=2", (0.5, 2)),
+        ("idle=-1,connections=0", (IDLE_TIMEOUT_S, MAX_CONNECTIONS)),
+        ("idle=soon,connections=many,colour=red", (IDLE_TIMEOUT_S, MAX_CONNECTIONS)),
+    ]
+    for raw_value, expected in cases:
+        assert limits_from_env({LIMITS_ENV: raw_value}) == expected, raw_value
+    assert limits_from_env({}) == (IDLE_TIMEOUT_S, MAX_CONNECTIONS)
 
 
 def test_sigterm_stops_serve_within_a_second(served: dict[str, Any]) -> None:
@@ -205,3 +271,54 @@ def test_sigterm_stops_serve_within_a_second(served: dict[str, Any]) -> None:
     assert "stopped" in served["log"].read_text()
     # measured, not asserted tightly (a loaded CI machine): the target is ≤ 1 s
     assert elapsed < 5, elapsed
+    print(f"serve stopped {elapsed:.3f}s after SIGTERM with an idle connection")
+
+
+def test_sigterm_with_a_slow_search_in_flight_stops_serve_within_a_second(
+    tmp_path: Path,
+) -> None:
+    # the query's embedding request is held by the fake API until the test ends: the search is
+    # really in flight inside serve when SIGTERM arrives
+    release = threading.Event()
+    slow_word = "zeppelin"
+
+    def delay(body: Any) -> float:
+        inputs = body.get("input") if isinstance(body, dict) else None
+        if slow_word in json.dumps(inputs):
+            release.wait(30)
+        return 0.0
+
+    api = FakeOpenAI(key="sk-test", delay=delay)
+    with serve_api(api) as root:
+        search = (
+            'provider = "openai"\nmodel = "text-embedding-3-small"\n'
+            f'[agents.defaults.memorySearch.remote]\nbaseUrl = "{root}/v1"\napiKey = "sk-test"\n'
+        )
+        served = start_serve(tmp_path, search)
+        proc = served["proc"]
+        try:
+            answer = good(served["identity"])  # indexed and embedded: hybrid search works
+            assert answer is not None and answer["results"], served["log"].read_text()
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(str(socket_path()))
+            slow = {"op": "search", "query": f"{slow_word} deploy", "identity": served["identity"]}
+            s.sendall(json.dumps(slow).encode() + b"\n")
+            deadline = time.monotonic() + 15
+            while not any(slow_word in json.dumps(r.body) for r in api.calls("/embeddings")):
+                assert time.monotonic() < deadline, "the slow search never reached the API"
+                time.sleep(0.02)
+            t = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=10)
+            elapsed = time.monotonic() - t
+            s.close()
+        finally:
+            release.set()
+            stop_serve(served)
+    log = served["log"].read_text()
+    assert proc.returncode == 0, log
+    assert not os.path.exists(socket_path())
+    assert "stopped" in log and "Traceback" not in log, log
+    # the target is 1 s; 2 s leaves room for a loaded 2-core machine
+    assert elapsed < 2.0, f"serve took {elapsed:.2f}s to stop with a search in flight"
+    print(f"serve stopped {elapsed:.3f}s after SIGTERM with a search in flight")

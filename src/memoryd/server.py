@@ -9,6 +9,11 @@ bytes), the `--workspace`/`$MEMORYD_WORKSPACE` value, the current directory and 
 and `serve` answers only when resolving that identity with its own config gives an agent and
 workspace it serves; otherwise it answers `not_served` and the CLI runs the call in-process.
 Every request is handled on its own: a bad one gets an error line, never stops the listener.
+
+The idle timeout and the connection cap are keyword arguments of `serve()`; a process started
+as `memoryd serve` takes them from `MEMORYD_SERVE_LIMITS` (`idle=SECONDS,connections=N`, read
+in `limits_from_env` only). That variable is for tests that must see the limits act in about a
+second; it is deliberately not a config key or a documented option.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -38,8 +44,10 @@ log = logging.getLogger("memoryd.server")
 MAX_REQUEST: Final = 256 * 1024
 #: How long a connection may take to send its request line.
 IDLE_TIMEOUT_S: Final = 10.0
-#: Connections handled at once; more wait in the kernel's backlog.
+#: Connections handled at once; more are answered `server_busy` and closed at once.
 MAX_CONNECTIONS: Final = 64
+#: Test-only override of the two limits above (see the module docstring).
+LIMITS_ENV: Final = "MEMORYD_SERVE_LIMITS"
 NOT_SERVED: Final = "not_served"  # errors.NotServed.code
 SERVER_BUSY: Final = "server_busy"  # errors.ServerBusy.code
 
@@ -59,14 +67,38 @@ def config_identity(config_path: Path | None) -> dict[str, str | None]:
     return {"path": str(config_path.absolute()), "sha256": digest}
 
 
+def limits_from_env(environ: Mapping[str, str] | None = None) -> tuple[float, int]:
+    """(idle timeout in seconds, connection cap) from `MEMORYD_SERVE_LIMITS`, else the defaults.
+
+    A malformed value is ignored with a warning: a stray variable must not stop `serve`.
+    """
+    raw = (os.environ if environ is None else environ).get(LIMITS_ENV, "")
+    idle, cap = IDLE_TIMEOUT_S, MAX_CONNECTIONS
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        key, _, value = item.partition("=")
+        try:
+            if key == "idle" and float(value) > 0:
+                idle = float(value)
+                continue
+            if key == "connections" and int(value) > 0:
+                cap = int(value)
+                continue
+        except ValueError:
+            pass
+        log.warning("serve: ignoring %s item %r", LIMITS_ENV, item)
+    return idle, cap
+
+
 def _error(message: str, code: str) -> dict[str, Any]:
     return {"disabled": True, "error": message, "code": code}
 
 
-async def _handle(service: MemoryService, stream: SocketStream, ident: dict[str, Any]) -> None:
+async def _handle(
+    service: MemoryService, stream: SocketStream, ident: dict[str, Any], idle_s: float
+) -> None:
     async with stream:
         try:
-            resp = await _answer(service, stream, ident)
+            resp = await _answer(service, stream, ident, idle_s)
         except Exception as err:  # one request must never take the listener down
             log.exception("serve: request failed")
             resp = _error(f"internal error: {type(err).__name__}", "internal_error")
@@ -77,10 +109,10 @@ async def _handle(service: MemoryService, stream: SocketStream, ident: dict[str,
 
 
 async def _answer(
-    service: MemoryService, stream: SocketStream, ident: dict[str, Any]
+    service: MemoryService, stream: SocketStream, ident: dict[str, Any], idle_s: float
 ) -> dict[str, Any] | None:
     buf = b""
-    with anyio.move_on_after(IDLE_TIMEOUT_S) as scope:
+    with anyio.move_on_after(idle_s) as scope:
         while b"\n" not in buf and len(buf) <= MAX_REQUEST:
             try:
                 chunk = await stream.receive()
@@ -88,7 +120,7 @@ async def _answer(
                 return None
             buf += chunk
     if scope.cancelled_caught:
-        return _error(f"no request line within {IDLE_TIMEOUT_S:g}s", "invalid_input")
+        return _error(f"no request line within {idle_s:g}s", "invalid_input")
     line = buf.split(b"\n", 1)[0]
     if len(line) > MAX_REQUEST:
         return _error(f"request longer than {MAX_REQUEST} bytes", "invalid_input")
@@ -178,8 +210,18 @@ async def serve(
     sock: Path | None = None,
     ready: anyio.Event | None = None,
     config_path: Path | None = None,
+    idle_timeout_s: float | None = None,
+    max_connections: int | None = None,
 ) -> None:
-    """Run until SIGINT/SIGTERM (or cancellation); then stop timers and kill qmd children."""
+    """Run until SIGINT/SIGTERM (or cancellation); then stop timers and kill qmd children.
+
+    `idle_timeout_s` bounds how long a connection may take to send its request line (then it
+    gets an error line and is closed); beyond `max_connections` at once, a connection is answered
+    `server_busy` and closed. Unset, both come from `limits_from_env()`.
+    """
+    env_idle, env_cap = limits_from_env()
+    idle_s = env_idle if idle_timeout_s is None else idle_timeout_s
+    cap = env_cap if max_connections is None else max_connections
     sock = sock or socket_path()
     from .fsio import private_dir
 
@@ -193,7 +235,7 @@ async def serve(
     ident = {"config": config_identity(config_path)}
     listener = await anyio.create_unix_listener(sock)
     os.chmod(sock, 0o600)
-    limiter = anyio.CapacityLimiter(MAX_CONNECTIONS)
+    limiter = anyio.CapacityLimiter(cap)
 
     async def handle(stream: SocketStream) -> None:
         try:
@@ -201,12 +243,12 @@ async def serve(
         except anyio.WouldBlock:
             # full: answer at once instead of holding the connection (and its descriptor)
             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                busy = _error(f"busy: {MAX_CONNECTIONS} requests in flight", SERVER_BUSY)
+                busy = _error(f"busy: {cap} requests in flight", SERVER_BUSY)
                 await stream.send(json.dumps(busy).encode() + b"\n")
             await stream.aclose()
             return
         try:
-            await _handle(service, stream, ident)
+            await _handle(service, stream, ident, idle_s)
         finally:
             limiter.release()
 

@@ -14,7 +14,7 @@ from ._collections import (
     sanitize_name,
 )
 from ._home import QmdHome, default_shared_models_dir, with_models_block
-from ._manager import QmdManager, SearchMode, embed_backoff_s
+from ._manager import QmdManager, SearchMode, busy_timeout_ms, embed_backoff_s
 from ._mapping import (
     apply_limits,
     display_path,
@@ -37,6 +37,7 @@ __all__ = [
     "QmdOutput",
     "SearchMode",
     "apply_limits",
+    "busy_timeout_ms",
     "default_shared_models_dir",
     "desired_collections",
     "display_path",

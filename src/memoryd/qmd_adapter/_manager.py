@@ -21,13 +21,12 @@ from typing import Any, Final, Literal
 import anyio
 import filelock
 from anyio.abc import TaskGroup, TaskStatus
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from ..config import QmdSettings
 from ..core.engine import CollectionStatus, EngineAnswer, ProgressFn, QmdStatus, SearchRequest
 from ..core.layout import MemoryRoot, check_line_range
 from ..core.results import FileText, SearchResult, Source
-from ..errors import QmdBadOutput, QmdError, QmdExitError, QmdLocked
+from ..errors import QmdBadOutput, QmdError, QmdExitError, QmdLocked, QmdTimeout
 from ..fsio import private_dir, write_private_atomic
 from ..memfiles import read_memory_file
 from ._collections import CollectionSpec, desired_collections, plan_collections
@@ -63,6 +62,23 @@ def embed_backoff_s(failures: int, *, base_s: float = 60.0, cap_s: float = 3600.
 
 def _busy(err: BaseException) -> bool:
     return isinstance(err, QmdExitError) and is_busy_error(err.stderr)
+
+
+#: qmd's SQLite busy timeout (milliseconds), read once per qmd process.
+BUSY_TIMEOUT_ENV: Final = "QMD_SQLITE_BUSY_TIMEOUT"
+_BUSY_TRIES: Final = 4
+
+
+def busy_timeout_ms(left_s: float, configured: str | None = None) -> int:
+    """qmd's busy timeout for a call with `left_s` seconds left: a third, at least 50 ms.
+
+    A third leaves the rest for node to start (≈1 s, more on a loaded machine) and to print. A
+    smaller whole number of milliseconds already in qmd's environment (`configured`) is kept.
+    """
+    ms = max(50, int(left_s * 1000 / 3))
+    if configured is not None and configured.strip().isdigit():
+        ms = min(ms, int(configured))
+    return ms
 
 
 _VERSION_RE = re.compile(r"^qmd (\d+)\.(\d+)\.(\d+)\b")
@@ -286,39 +302,59 @@ class QmdManager:
         return self.home.env(overrides=self._env_overrides)
 
     async def _run(self, args: Sequence[str], timeout_ms: int, *, check: bool = True) -> QmdOutput:
+        """One qmd call within `timeout_ms` in all, retries on a locked index included.
+
+        qmd waits `QMD_SQLITE_BUSY_TIMEOUT` (120 s by default) for a lock before it says
+        "database is locked". Left at that, a locked index would surface as our `QmdTimeout`,
+        so each try gets a busy timeout of a third of the time left (`busy_timeout_ms`): qmd
+        reports the lock itself. A lock that outlasts the tries is raised as `QmdLocked`, and so
+        is a retry that times out (the index was locked, that is the news).
+        """
         env = self.env()
         if not self.home.neutral_cwd.is_dir():  # `--version` may run before start()
             private_dir(self.home.neutral_cwd)
-        result: QmdOutput | None = None
-        try:
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception(_busy),
-                stop=stop_after_attempt(4),
-                wait=wait_exponential(multiplier=0.25, max=2.0),
-                sleep=anyio.sleep,
-                reraise=True,
-            ):
-                with attempt:
-                    result = await run_qmd(
-                        self.command,
-                        args,
-                        env=env,
-                        cwd=str(self.home.neutral_cwd),
-                        timeout_s=timeout_ms / 1000,
-                        max_output_chars=self._max_output,
-                        check=check,
-                    )
-        except QmdExitError as err:
-            if _busy(err):
-                raise QmdLocked(
-                    f"qmd {args[0] if args else ''}: its index is locked by another process "
-                    "(database is locked) after 4 tries",
-                    returncode=err.returncode,
-                    stderr=err.stderr,
-                ) from None
-            raise
-        assert result is not None
-        return result
+        configured = env.get(BUSY_TIMEOUT_ENV)  # the user's own setting, if smaller, wins
+        budget_s = timeout_ms / 1000
+        deadline = anyio.current_time() + budget_s
+        label = f"qmd {args[0]}" if args else "qmd"
+        locked: QmdExitError | None = None
+        tries = 0
+        while True:
+            left_s = deadline - anyio.current_time()
+            env[BUSY_TIMEOUT_ENV] = str(busy_timeout_ms(left_s, configured))
+            try:
+                return await run_qmd(
+                    self.command,
+                    args,
+                    env=env,
+                    cwd=str(self.home.neutral_cwd),
+                    timeout_s=max(left_s, 0.001),
+                    max_output_chars=self._max_output,
+                    check=check,
+                )
+            except QmdTimeout:
+                if locked is None:
+                    raise
+            except QmdExitError as err:
+                if not _busy(err):
+                    raise
+                locked, tries = err, tries + 1
+                pause_s = min(2.0, 0.25 * 2 ** (tries - 1))
+                # retry a lock that was reported quickly; one that took qmd its whole busy
+                # timeout would most likely just run into our timeout the second time
+                if (
+                    tries < _BUSY_TRIES
+                    and deadline - anyio.current_time() - pause_s >= budget_s / 2
+                ):
+                    await anyio.sleep(pause_s)
+                    continue
+            assert locked is not None
+            raise QmdLocked(
+                f"{label}: its index is locked by another process (database is locked); "
+                f"gave up after {tries} {'try' if tries == 1 else 'tries'}",
+                returncode=locked.returncode,
+                stderr=locked.stderr,
+            ) from None
 
     # ------------------------------------------------------------------ collections
 

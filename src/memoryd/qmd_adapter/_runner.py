@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -182,10 +183,30 @@ async def _kill_group(process: Process) -> None:
         await process.aclose()
 
 
+# CSI/OSC-style escapes and other C0/C1 controls: qmd colours its output on a TTY (and a wrapper
+# may force colour); an error message, and so status's lastError, must be plain text.
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]")
+_ERROR_LINE = re.compile(r"^[A-Za-z]*Error:")
+_NOT_FOUND = re.compile(r"\bnot found\b|\bno .{0,40}\bfound\b", re.IGNORECASE)
+# lines that never say what failed: qmd's generic hints and warnings, node's version, stack frames
+_NOISE_LINE = re.compile(
+    r"^(?:If qmd still behaves unexpectedly|Run 'qmd [^']*' for|QMD Warning:|Node\.js v\d|at )"
+)
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def plain_text(text: str) -> str:
+    """`text` without terminal escapes and control characters (newlines and tabs kept)."""
+    return _CONTROLS.sub("", _ESCAPES.sub("", text))
+
+
 def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    # node prints "Error: …" above its stack; prefer it over "Node.js v22…".
+    """The line of qmd's stderr that says what went wrong, as plain text (≤ 300 characters)."""
+    lines = [line.strip() for line in plain_text(text).splitlines()]
+    lines = [line for line in lines if line and not _NOISE_LINE.match(line)]
+    # node prints "Error: …" / "SqliteError: …" above its stack; qmd prints its own message
+    # ("No model file found at …", "Collection not found: …") above a generic hint line
     for line in lines:
-        if line.startswith("Error:") or "not found" in line.lower():
+        if _ERROR_LINE.match(line) or _NOT_FOUND.search(line):
             return line[:300]
     return lines[-1][:300] if lines else ""
