@@ -722,12 +722,15 @@ class _Handler(BaseHTTPRequestHandler):
             status, reply_headers, payload = _json(
                 400, {"error": {"message": f"fake server bug: {err!r}"}}
             )
-        self.send_response(status)
-        for key, value in reply_headers.items():
-            self.send_header(key, value)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        try:
+            self.send_response(status)
+            for key, value in reply_headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (a cancelled or timed-out request): nothing to answer
 
     do_GET = do_POST = _serve
 

@@ -338,3 +338,14 @@ def term_in_text(term: str, text_lower: str, words: frozenset[str]) -> bool:
     # cheap stemming: 'deploy' ~ 'deploying', 'notes' ~ 'note'
     stem = term[:-1] if term.endswith("s") and len(term) > 3 else term
     return any(w.startswith(stem) for w in words) if len(stem) >= 4 else False
+
+
+# CSI/OSC-style escapes and other C0/C1 controls: qmd colours its output on a TTY (and a wrapper
+# may force colour); an error message, and so status's lastError, must be plain text.
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def plain_text(text: str) -> str:
+    """`text` without terminal escapes and control characters (newlines and tabs kept)."""
+    return _CONTROLS.sub("", _ESCAPES.sub("", text))

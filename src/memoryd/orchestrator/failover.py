@@ -15,18 +15,18 @@ the failover is kept, and the latest probe error is kept beside it (never append
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Final, Literal
 
+from ..core.text import plain_text
+
 Active = Literal["qmd", "builtin"]
 MAX_REASON_CHARS: Final = 300
-_ANSI: Final = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
 
 
 def clean_reason(text: str) -> str:
     """One plain line of at most `MAX_REASON_CHARS` characters (ANSI escapes and controls removed)."""
-    text = _ANSI.sub("", text)
+    text = plain_text(text)
     text = "".join(ch if ch.isprintable() else " " for ch in text)
     text = " ".join(text.split())
     if len(text) > MAX_REASON_CHARS:

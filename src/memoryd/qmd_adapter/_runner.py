@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import anyio
 from anyio.abc import ByteReceiveStream, Process
 
+from ..core.text import plain_text
 from ..errors import QmdExitError, QmdOutputTooLarge, QmdTimeout, QmdUnavailable
 
 __all__ = ["DEFAULT_MAX_OUTPUT_CHARS", "QmdOutput", "resolve_command", "run_qmd"]
@@ -183,21 +184,12 @@ async def _kill_group(process: Process) -> None:
         await process.aclose()
 
 
-# CSI/OSC-style escapes and other C0/C1 controls: qmd colours its output on a TTY (and a wrapper
-# may force colour); an error message, and so status's lastError, must be plain text.
-_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]")
 _ERROR_LINE = re.compile(r"^[A-Za-z]*Error:")
 _NOT_FOUND = re.compile(r"\bnot found\b|\bno .{0,40}\bfound\b", re.IGNORECASE)
 # lines that never say what failed: qmd's generic hints and warnings, node's version, stack frames
 _NOISE_LINE = re.compile(
     r"^(?:If qmd still behaves unexpectedly|Run 'qmd [^']*' for|QMD Warning:|Node\.js v\d|at )"
 )
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def plain_text(text: str) -> str:
-    """`text` without terminal escapes and control characters (newlines and tabs kept)."""
-    return _CONTROLS.sub("", _ESCAPES.sub("", text))
 
 
 def _last_line(text: str) -> str:
