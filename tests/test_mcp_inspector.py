@@ -145,69 +145,61 @@ CALLS: list[tuple[str, dict[str, Any], set[str]]] = [
 ]
 
 
-def check_session(inspector: str, setup: dict[str, Any], target: list[str]) -> None:
-    rc, listed, err = run_inspector(inspector, setup, target, "--method", "tools/list", "--strict")
-    assert rc == 0, err  # --strict: no error-severity schema portability problem either
-    tools = listed["result"]["tools"]
-    assert [t["name"] for t in tools] == SIX_TOOLS
-    assert all(t["inputSchema"]["additionalProperties"] is False for t in tools)
-
-    for name, args, keys in CALLS:
-        rc, called, err = run_inspector(
-            inspector,
-            setup,
-            target,
-            "--method",
-            "tools/call",
-            "--tool-name",
-            name,
-            "--tool-args-json",
-            json.dumps(args),
-        )
-        assert rc == 0, err
-        result = called["result"]
-        assert result["isError"] is False, result
-        data = result["structuredContent"]
-        assert keys <= set(data), (name, data)
-        assert "disabled" not in data, (name, data)
-        assert json.loads(result["content"][0]["text"]) == data
-    rc, bad, err = run_inspector(
+def call(
+    inspector: str, setup: dict[str, Any], target: list[str], name: str, args: dict[str, Any]
+) -> dict[str, Any]:
+    rc, called, err = run_inspector(
         inspector,
         setup,
         target,
         "--method",
         "tools/call",
         "--tool-name",
-        "memory_search",
+        name,
         "--tool-args-json",
-        json.dumps({"query": "webhook", "maxResults": 0, "dryRun": True}),
+        json.dumps(args),
     )
     assert rc == 0, err
-    data = bad["result"]["structuredContent"]
-    assert data["disabled"] is True and data["code"] == "invalid_input"
-    assert "maxResults must be ≥ 1" in data["error"] and "'dryRun'" in data["error"]
-    assert bad["result"]["isError"] is False
+    result: dict[str, Any] = called["result"]
+    assert result["isError"] is False, result
+    assert json.loads(result["content"][0]["text"]) == result["structuredContent"]
+    return result
+
+
+def check_listing_and_refusal(inspector: str, setup: dict[str, Any], target: list[str]) -> None:
+    rc, listed, err = run_inspector(inspector, setup, target, "--method", "tools/list", "--strict")
+    assert rc == 0, err  # --strict: no error-severity schema portability problem either
+    tools = listed["result"]["tools"]
+    assert [t["name"] for t in tools] == SIX_TOOLS
+    assert all(t["inputSchema"]["additionalProperties"] is False for t in tools)
+    bad = call(
+        inspector,
+        setup,
+        target,
+        "memory_search",
+        {"query": "webhook", "maxResults": 0, "dryRun": True},
+    )["structuredContent"]
+    assert bad["disabled"] is True and bad["code"] == "invalid_input"
+    assert "maxResults must be ≥ 1" in bad["error"] and "'dryRun'" in bad["error"]
 
 
 def test_inspector_over_stdio(inspector: str, setup: dict[str, Any]) -> None:
-    check_session(inspector, setup, stdio_target(setup))
-    rc, hits, err = run_inspector(
-        inspector,
-        setup,
-        stdio_target(setup),
-        "--method",
-        "tools/call",
-        "--tool-name",
-        "memory_search",
-        "--tool-args-json",
-        json.dumps({"query": "Inspector was here"}),
-    )
-    assert rc == 0, err
-    assert hits["result"]["structuredContent"]["results"][0]["path"].startswith("memory/20")
+    # Each stdio call starts a server: the transport is what is under test here (listing,
+    # a refusal, a write and a read that finds it); every tool's result is checked over HTTP.
+    target = stdio_target(setup)
+    check_listing_and_refusal(inspector, setup, target)
+    wrote = call(inspector, setup, target, "memory_append", CALLS[2][1])["structuredContent"]
+    assert CALLS[2][2] <= set(wrote)
+    hits = call(inspector, setup, target, "memory_search", {"query": "Inspector was here"})
+    assert hits["structuredContent"]["results"][0]["path"] == wrote["path"]
 
 
 def test_inspector_over_http(inspector: str, setup: dict[str, Any], http_target: list[str]) -> None:
-    check_session(inspector, setup, http_target)
+    check_listing_and_refusal(inspector, setup, http_target)
+    for name, args, keys in CALLS:
+        data = call(inspector, setup, http_target, name, args)["structuredContent"]
+        assert keys <= set(data), (name, data)
+        assert "disabled" not in data, (name, data)
 
 
 def test_inspector_reports_its_version(inspector: str) -> None:
