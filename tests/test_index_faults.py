@@ -920,3 +920,43 @@ async def test_a_read_only_state_folder_keeps_search_working(
     idx = index_for(agent_for(ws))
     assert idx.status().files == NOTES and side_files(path, ".corrupt-") == []
     await idx.aclose()
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["half-truncated", "header overwritten", "random pages overwritten", "a folder in its place"],
+)
+def test_the_cli_repairs_a_damaged_index_without_a_traceback(
+    ws: Path, isolated_env: Path, tmp_path: Path, case: str
+) -> None:
+    # The cases a user once could not get past (`index --force` failed on them), through the real
+    # CLI: a search recovers by itself, and `index --force` always succeeds.
+    cfg = tmp_path / "kw.toml"
+    cfg.write_text(
+        f'[agents.defaults]\nworkspace = "{ws}"\n[agents.defaults.memorySearch]\nprovider = "none"\n'
+    )
+    env = {**os.environ, "MEMORYD_CONFIG": str(cfg), "MEMORYD_NO_SERVER": "1"}
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "memoryd", *argv, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+
+    assert cli("index").returncode == 0
+    path = next(isolated_env.rglob("index.sqlite"))
+    damage, _ = DAMAGE[case]
+
+    def top(done: subprocess.CompletedProcess[str]) -> list[str]:
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        return [r["path"] for r in json.loads(done.stdout)["results"]][:1]
+
+    damage(path)
+    assert top(cli("search", "marker-29")) == ["memory/n29.md"]  # repaired on the way
+    damage(path)
+    forced = cli("index", "--force")
+    assert forced.returncode == 0 and "Traceback" not in forced.stderr, forced.stderr
+    assert top(cli("search", "marker-29")) == ["memory/n29.md"]
