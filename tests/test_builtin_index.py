@@ -526,3 +526,52 @@ async def test_a_file_that_is_not_utf8_is_indexed_and_listed_by_status(notes: Pa
     idx.notify_changed()
     await idx.sync()
     assert idx.status().undecodable == []
+
+
+PATH_QUERIES = [
+    "memory/notes.md",
+    "see memory/notes.md, please",
+    "notes.md",
+    "notes",
+    "`alpha.md`",
+    "what about data.md and a.md",
+    "2026-11-28",
+    "projects/alpha.md?",
+    "MEMORY.md",
+    "memory/notes.mdx",
+    "alpha",
+    "x-y_z.md",
+    "the memory/projects/alpha.md file",
+    "nothing named here at all",
+    "memory/2026-11-28.md",
+]
+
+
+async def test_path_candidates_find_exactly_the_files_the_path_rule_accepts(
+    workspace: Path,
+) -> None:
+    # The screen works by dictionary (file name, stem), not by scanning every path: it must
+    # keep exactly what path_match_level accepts when run over every indexed path.
+    from memoryd.core.ranking import path_match_level
+
+    for rel in [
+        "MEMORY.md",
+        "memory/notes.md",
+        "memory/a.md",
+        "memory/data.md",
+        "memory/2026-11-28.md",
+        "memory/projects/alpha.md",
+        "memory/x-y_z.md",
+    ]:
+        (workspace / rel).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / rel).write_text(f"# {rel}\n\nsome words\n")
+    idx = MemoryIndex(agent_for(workspace).index_settings(), selection(None))
+    await idx.sync()
+    store = idx.store
+    paths = store.paths()
+    for query in PATH_QUERIES:
+        ids = idx._path_candidates(store, query)
+        found = {row.path for row in store.chunk_rows(ids).values()}
+        want = {p for p in paths if path_match_level(query, p) > 0}
+        assert found == want, query
+    await idx.aclose()

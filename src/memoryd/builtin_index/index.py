@@ -17,6 +17,7 @@ import functools
 import json
 import logging
 import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -194,6 +195,19 @@ class SyncReport:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
+_PATH_TOKEN: Final = re.compile(r"[\w.\-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class _PathLookup:
+    """The indexed paths (in store order) by lowercased file name and stem."""
+
+    paths: list[str]
+    by_name: dict[str, list[int]]
+    by_stem: dict[str, list[int]]
+    longest: int  # the longest name: no token prefix beyond it can name a file
+
+
 class MemoryIndex:
     """The built-in index of one (agent, workspace): a `MemoryEngine`."""
 
@@ -229,9 +243,7 @@ class MemoryIndex:
         # seconds per embedded chunk, per provider, kept across syncs (sizes budgeted batches)
         self._embed_rates: dict[tuple[str, str, str], float] = {}
         self._query_cache: OrderedDict[tuple[str, str, str, str], np.ndarray] = OrderedDict()
-        self._paths_cache: tuple[Store, tuple[int, int], list[tuple[str, str, str, str]]] | None = (
-            None
-        )
+        self._paths_cache: tuple[Store, tuple[int, int], _PathLookup] | None = None
         self._session_baselines: set[str] = set()
         # set before the store opens: opening may already replace a damaged file
         self.store: Store = self._open_store()
@@ -1086,18 +1098,27 @@ class MemoryIndex:
             or self._paths_cache[0] is not store
             or self._paths_cache[1] != version
         ):
-            names = [
-                (p, p.lower(), PurePosixPath(p.lower()).name, PurePosixPath(p.lower()).stem)
-                for p in store.paths()
-            ]
-            self._paths_cache = (store, version, names)
+            paths = store.paths()
+            by_name: dict[str, list[int]] = {}
+            by_stem: dict[str, list[int]] = {}
+            for i, p in enumerate(paths):
+                pp = PurePosixPath(p.lower())
+                by_name.setdefault(pp.name, []).append(i)
+                by_stem.setdefault(pp.stem, []).append(i)
+            longest = max(map(len, by_name), default=0)
+            self._paths_cache = (store, version, _PathLookup(paths, by_name, by_stem, longest))
+        look = self._paths_cache[2]
         ql = query.strip().lower()
-        bare = ql.strip("`'\" ")
-        # cheap substring screen first; path_match_level has the exact rules
+        # Screens by dictionary, not a scan of every path: path_match_level only accepts a file
+        # whose name begins a token of the query (level 2: the name is a token; level 3: the
+        # path follows a space, so its name follows "/" or that space) or whose stem is the
+        # whole query (level 1). path_match_level has the exact rules.
+        hits = set(look.by_stem.get(ql.strip("`'\" "), ()))
+        for token in _PATH_TOKEN.findall(ql.replace("`", " ")):
+            for end in range(1, min(len(token), look.longest) + 1):
+                hits.update(look.by_name.get(token[:end], ()))
         matched = [
-            p
-            for p, low, name, stem in self._paths_cache[2]
-            if (name in ql or stem == bare or low in ql) and path_match_level(query, p) > 0
+            look.paths[i] for i in sorted(hits) if path_match_level(query, look.paths[i]) > 0
         ]
         return store.chunk_ids_for_paths(matched, limit_per_path=8) if matched else []
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime
+from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Literal
 
@@ -132,14 +133,20 @@ def path_match_level(query: str, path: str) -> int:
         return 0
     if q == p or q.endswith("/" + p) or f" {p}" in f" {q} ".replace("`", " "):
         return 3
-    name = PurePosixPath(p).name
-    stem = PurePosixPath(p).stem
+    name, stem = _name_and_stem(p)
     tokens = set(re.findall(r"[\w.\-]+", q))
     if name in tokens:
         return 2
     if len(stem) >= 3 and q.strip("`'\" ") == stem:
         return 1
     return 0
+
+
+@lru_cache(maxsize=8192)
+def _name_and_stem(path: str) -> tuple[str, str]:
+    # every search asks this of each candidate's path; paths repeat from query to query
+    pp = PurePosixPath(path)
+    return pp.name, pp.stem
 
 
 # ----------------------------------------------------------------------------- fusion
@@ -379,8 +386,13 @@ def _named_terms(c: Candidate, terms: Sequence[str]) -> set[str]:
     """
     if not terms:
         return set()
-    words = frozenset(w.lower() for w in _NAME_WORD.findall(PurePosixPath(c.path).stem))
+    words = _name_words(c.path)
     return {t for t in terms if words and term_in_text(t, " ".join(words), words)}
+
+
+@lru_cache(maxsize=8192)
+def _name_words(path: str) -> frozenset[str]:
+    return frozenset(w.lower() for w in _NAME_WORD.findall(_name_and_stem(path)[1]))
 
 
 def _coverage(c: Candidate, terms: Sequence[str]) -> float:

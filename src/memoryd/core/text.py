@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
+from functools import lru_cache
 from itertools import accumulate
 from typing import Literal
 
@@ -337,7 +338,16 @@ def term_in_text(term: str, text_lower: str, words: frozenset[str]) -> bool:
         return True
     # cheap stemming: 'deploy' ~ 'deploying', 'notes' ~ 'note'
     stem = term[:-1] if term.endswith("s") and len(term) > 3 else term
-    return any(w.startswith(stem) for w in words) if len(stem) >= 4 else False
+    if len(stem) < 4:
+        return False
+    ordered = _sorted_words(words)  # a prefix test is a binary search, not a scan of the chunk
+    at = bisect_left(ordered, stem)
+    return at < len(ordered) and ordered[at].startswith(stem)
+
+
+@lru_cache(maxsize=512)
+def _sorted_words(words: frozenset[str]) -> tuple[str, ...]:
+    return tuple(sorted(words))
 
 
 # CSI/OSC-style escapes and other C0/C1 controls: qmd colours its output on a TTY (and a wrapper
