@@ -86,15 +86,17 @@ from ..memfiles import (
     read_memory_file,
     transcript_display_path,
 )
-from ._pg_store import PgStore, describe_url
 from ._store import Recovery
 from ._store import Store as SqliteStore
+
+if TYPE_CHECKING:  # the PostgreSQL driver loads only when a config names it
+    from ._pg_store import PgStore
 
 log = logging.getLogger("memoryd.builtin_index")
 
 #: The store of one (agent, workspace): a SQLite file (`store.driver = "sqlite"`) or a tenant of
 #: a PostgreSQL database (`"postgres"`). Both have the methods and attributes this module uses.
-Store: TypeAlias = SqliteStore | PgStore
+Store: TypeAlias = "SqliteStore | PgStore"
 
 
 def _newlines_in_prefix(path: Path, size: int) -> int:
@@ -255,6 +257,8 @@ class MemoryIndex:
         s = self.settings
         if s.store_driver == "postgres":
             assert s.store_url is not None  # ResolvedAgent.index_settings() requires it
+            from ._pg_store import PgStore
+
             return PgStore(
                 s.store_url,
                 agent_id=s.agent_id,
@@ -273,6 +277,8 @@ class MemoryIndex:
         """Where the index lives, for status and messages: the file, or the database (its
         host, port, name and user: never the password) and the tenant's agent."""
         if self.settings.store_driver == "postgres" and self.settings.store_url is not None:
+            from ._pg_store import describe_url
+
             return (
                 f"postgres {describe_url(self.settings.store_url)} agent={self.settings.agent_id}"
             )
@@ -805,10 +811,10 @@ class MemoryIndex:
         """Make a filled scratch store the live index (each driver publishes its own kind)."""
         live = self.store
         # two branches, not one `or`: each narrows both stores to one driver for the type check
-        if isinstance(live, PgStore) and isinstance(scratch, PgStore):  # noqa: SIM114
+        if isinstance(live, SqliteStore) and isinstance(scratch, SqliteStore):
             live.publish(scratch)
-        elif isinstance(live, SqliteStore) and isinstance(scratch, SqliteStore):
-            live.publish(scratch)
+        elif not isinstance(live, SqliteStore) and not isinstance(scratch, SqliteStore):
+            live.publish(scratch)  # both PostgreSQL tenants
         else:
             raise TypeError(
                 f"cannot publish a {type(scratch).__name__} into a {type(live).__name__}"
