@@ -26,18 +26,27 @@ from qmd_support import make_manager, require_qmd, seed_workspace
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["builtin", "builtin-postgres", pytest.param("qmd", marks=pytest.mark.qmd)])
-async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
-    ws = seed_workspace(tmp_path / "ws")
+@pytest.fixture(scope="module")
+def contract_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One workspace for the module: the engines only read it (the one test that writes a note
+    removes it again), so qmd's collections are built once and every later start trusts them."""
+    root = tmp_path_factory.mktemp("contract")
+    ws = seed_workspace(root / "ws")
     write(
         ws / "memory" / "long.md",
         "# Long\n\n" + "\n".join(f"line {i} about quokkas" for i in range(300)) + "\n",
     )
-    outside = write(tmp_path / "outside.md", "outside secret\n")
+    outside = write(root / "outside.md", "outside secret\n")
     os.symlink(outside, ws / "memory" / "link.md")
     os.link(outside, ws / "memory" / "hard.md")
     write(ws / "memory" / ".git" / "notes.md", "git internals\n")
     write(ws / "README.md", "not memory\n")
+    return ws
+
+
+@pytest.fixture(params=["builtin", "builtin-postgres", pytest.param("qmd", marks=pytest.mark.qmd)])
+async def engine(request: pytest.FixtureRequest, contract_ws: Path) -> AsyncIterator[Any]:
+    ws = contract_ws
     if request.param == "builtin":
         eng: Any = index_for(agent_for(ws, {"provider": "none"}), None)
     elif request.param == "builtin-postgres":
@@ -45,7 +54,7 @@ async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         eng = index_for(agent_for(ws, {"provider": "none", "store": store}), None)
     else:
         agent = agent_for(ws, memory={"backend": "qmd"})
-        eng = make_manager(agent, require_qmd(), tmp_path / "home")
+        eng = make_manager(agent, require_qmd(), ws.parent / "qmd-home")
     await eng.start()
     await eng.sync(force=True)
     yield eng
@@ -126,9 +135,12 @@ async def test_status_is_the_engines_typed_model(engine: Any) -> None:
     assert st.to_dict()  # JSON-ready, camelCase
 
 
-async def test_a_new_note_is_found_after_a_sync(engine: Any, tmp_path: Path) -> None:
-    write(tmp_path / "ws" / "memory" / "2026-02-01.md", "# 2026-02-01\n\nThe okapi arrived.\n")
-    engine.notify_changed()
-    await engine.sync(force=True)
-    answer = await engine.search(SearchRequest("okapi"))
-    assert [r.path for r in answer.results][:1] == ["memory/2026-02-01.md"]
+async def test_a_new_note_is_found_after_a_sync(engine: Any, contract_ws: Path) -> None:
+    note = write(contract_ws / "memory" / "2026-02-01.md", "# 2026-02-01\n\nThe okapi arrived.\n")
+    try:
+        engine.notify_changed()
+        await engine.sync(force=True)
+        answer = await engine.search(SearchRequest("okapi"))
+        assert [r.path for r in answer.results][:1] == ["memory/2026-02-01.md"]
+    finally:
+        note.unlink()
