@@ -743,12 +743,13 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 async def _cmd_mcp(args: argparse.Namespace) -> int:
-    from . import mcp_server
     from .config import load_config, resolve_agent
 
     # config, workspace and agent are checked before serving, so a mistake is one line + exit 1
+    # (and before the MCP SDK loads: its import alone takes most of a second)
     cfg = load_config(args.config)
     agent = resolve_agent(cfg, args.agent, workspace=args.workspace)
+    from . import mcp_server
 
     def service() -> Any:
         # called after `initialize` has been answered: numpy, SQLite and models load here
