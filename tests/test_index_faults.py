@@ -924,7 +924,8 @@ async def test_a_read_only_state_folder_keeps_search_working(
 
 @pytest.mark.parametrize(
     "case",
-    ["half-truncated", "header overwritten", "random pages overwritten", "a folder in its place"],
+    # the three the robustness report names; the whole damage table runs through the library above
+    ["half-truncated", "header overwritten", "a folder in its place"],
 )
 def test_the_cli_repairs_a_damaged_index_without_a_traceback(
     ws: Path, isolated_env: Path, tmp_path: Path, case: str
