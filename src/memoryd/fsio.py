@@ -666,21 +666,12 @@ def read_file(
     the path (symlink, hard link, special file, skipped folder, pattern, name too long, …) and
     `MemoryReadFailed` for any other file-system failure.
     """
-    parts = _checked_rel(root, rel)
-    shown = _shown(root, parts)
     if max_bytes is not None and max_bytes < 0:
         raise ValueError("max_bytes must be ≥ 0")
-    try:
-        with _parent_of(root, parts, anchor, create=False) as (parent, root_dev):
-            (data, cut), st = _read_in(
-                parent, parts[-1], root_dev, lambda fd, size: _read_fd(fd, size, max_bytes)
-            )
-    except _Missing:
+    got = _read_checked(root, rel, anchor, lambda fd, size: _read_fd(fd, size, max_bytes))
+    if got is None:
         return None
-    except _Refused as refusal:
-        raise PathNotAllowed(f"{shown} {refusal.detail}") from None
-    except OSError as err:
-        raise _read_error(shown, err) from None
+    (data, cut), st = got
     return FileRead(data, st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, cut)
 
 
@@ -695,18 +686,28 @@ def read_file_with(
     descriptor checked exactly as `read_file` checks it; the file is read only as far as
     `consume` pulls. `consume` may run again when the file changed during the read, so it
     must be pure. None, `PathNotAllowed` and `MemoryReadFailed` as for `read_file`."""
+    got = _read_checked(root, rel, anchor, lambda fd, _size: consume(_blocks(fd)))
+    return None if got is None else got[0]
+
+
+def _read_checked(
+    root: MemoryRoot,
+    rel: PurePosixPath | str,
+    anchor: str | os.PathLike[str] | None,
+    read: Callable[[int, int], _T],
+) -> tuple[_T, os.stat_result] | None:
+    """`read(fd, size)` on the checked descriptor of `rel` and its `fstat`; None when missing."""
     parts = _checked_rel(root, rel)
     shown = _shown(root, parts)
     try:
         with _parent_of(root, parts, anchor, create=False) as (parent, root_dev):
-            value, _ = _read_in(parent, parts[-1], root_dev, lambda fd, _size: consume(_blocks(fd)))
+            return _read_in(parent, parts[-1], root_dev, read)
     except _Missing:
         return None
     except _Refused as refusal:
         raise PathNotAllowed(f"{shown} {refusal.detail}") from None
     except OSError as err:
         raise _read_error(shown, err) from None
-    return value
 
 
 def _blocks(fd: int) -> Iterator[bytes]:
