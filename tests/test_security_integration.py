@@ -206,3 +206,29 @@ def test_get_never_reads_transcripts_or_their_exports(tmp_path: Path) -> None:
         with pytest.raises(PathNotAllowed):
             anyio.run(idx.get, path, None, None)
     idx.store.close()
+
+
+@pytest.mark.anyio
+async def test_a_store_path_in_a_folder_of_the_users_choosing_leaves_that_folder_alone(
+    tmp_path: Path, workspace: Path
+) -> None:
+    # `store.path = "/tmp/memory.sqlite"` (or one in the home folder) once made /tmp 0700:
+    # memoryd's own folders are private, a folder the user chose is only used. The index file
+    # itself is still 0600, and a folder memoryd has to create for it is made 0700.
+    write(workspace / "MEMORY.md", "# Memory\n\nThe deploy target is fly.io.\n")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # like /tmp
+    idx = index_for(
+        agent_for(workspace, {"provider": "none", "store": {"path": str(shared / "m.sqlite")}})
+    )
+    await idx.sync()
+    assert (await idx.search(SearchRequest("deploy"))).results
+    await idx.aclose()
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+    assert stat.S_IMODE((shared / "m.sqlite").stat().st_mode) == 0o600
+    made = tmp_path / "made" / "for" / "it" / "m.sqlite"
+    idx = index_for(agent_for(workspace, {"provider": "none", "store": {"path": str(made)}}))
+    await idx.sync()
+    await idx.aclose()
+    assert stat.S_IMODE(made.parent.stat().st_mode) == 0o700

@@ -614,6 +614,7 @@ class ResolvedAgent(BaseModel):
             workspace_key=paths.workspace_key(self.workspace),
             roots=tuple(self.memory_roots()),
             db_path=self.index_path,
+            own_db_folder=not self.memory_search.store.path,
             sources=tuple(ms.sources),
             sessions_dir=self.sessions_dir if self.sessions_enabled else None,
             chunking=ms.chunking,
@@ -659,6 +660,9 @@ class IndexSettings:
     workspace_key: str
     roots: tuple[MemoryRoot, ...]
     db_path: Path
+    #: False when `store.path` put the index in a folder of the user's choosing: memoryd then
+    #: never changes that folder's mode (it would make a home or /tmp 0700).
+    own_db_folder: bool
     sources: tuple[str, ...]
     #: The agent's transcripts folder when transcripts are a search source, else None.
     sessions_dir: Path | None

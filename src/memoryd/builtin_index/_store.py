@@ -225,14 +225,17 @@ def _inspect(path: Path) -> str | None:
     return None
 
 
-def _make_private(path: Path) -> None:
+def _make_private(path: Path, *, own_folder: bool = True) -> None:
     """The index file and its -wal/-shm/-journal only for their owner (SQLite gives the side
     files the database's mode), created empty when missing.
 
     Existing files are changed by path, never opened (see `_inspect`): a new file cannot be in
-    use yet, so only that one goes through `private_file`.
+    use yet, so only that one goes through `private_file`. The folder is set to 0700 when it is
+    memoryd's (`own_folder`); a folder the user chose with `store.path` (their home, /tmp) is
+    only created private when missing, never changed.
     """
-    private_dir(path.parent)
+    if own_folder or not os.path.lexists(path.parent):
+        private_dir(path.parent)
     if not os.path.lexists(path):
         private_file(path)
     for name in (path, *(Path(f"{path}{s}") for s in SQLITE_SIDE_FILES)):
@@ -393,8 +396,10 @@ class Store:
         extension_path: str | None = None,
         on_recovered: RecoveryHook | None = None,
         scratch_for: Store | None = None,
+        own_folder: bool = True,
     ) -> None:
         self.path = path
+        self._own_folder = own_folder
         self._vector_enabled = vector_enabled
         self._extension_path = extension_path
         self.on_recovered = on_recovered
@@ -502,7 +507,7 @@ class Store:
             self._open_read_only(refusal)
             return
         try:
-            _make_private(self.path)
+            _make_private(self.path, own_folder=self._own_folder)
         except StateReadOnly as err:
             if not os.path.isfile(self.path):
                 raise StateReadOnly(f"cannot create index {self.path}: {err}") from None
@@ -837,6 +842,7 @@ class Store:
             vector_enabled=self._vector_enabled,
             extension_path=self._extension_path,
             scratch_for=self,
+            own_folder=self._own_folder,
         )
 
     def _open_scratch(self, live: Store) -> None:

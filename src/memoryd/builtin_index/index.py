@@ -270,6 +270,7 @@ class MemoryIndex:
             vector_enabled=s.vector.enabled,
             extension_path=s.vector.extension_path,
             on_recovered=self._store_recovered,
+            own_folder=s.own_db_folder,
         )
 
     @property
