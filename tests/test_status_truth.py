@@ -119,9 +119,9 @@ def test_a_separate_status_reports_the_fallback_and_then_the_recovery(
     answered = s.json("search", "zeppelin")
     assert answered["backend"] == "builtin" and reason in answered["fallback"]["reason"]
     assert answered["results"][0]["path"] == "memory/2026-01-03.md"
-    # the human output says so too
-    human = s.cli("search", "zeppelin")
-    assert "answered by the built-in index" in human.stderr
+    if fault == "garbage":  # the human output says so too (the same code path for every fault)
+        human = s.cli("search", "zeppelin")
+        assert "answered by the built-in index" in human.stderr
 
     st = s.json("status")
     assert st["backend"] == "builtin" and reason in st["fallback"]["reason"]
