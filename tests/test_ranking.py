@@ -249,6 +249,20 @@ def test_snippet_window_holds_the_matching_lines() -> None:
     assert snippet.splitlines()[0] == lines[first - 101]
 
 
+def test_snippet_window_keeps_more_of_the_lines_after_the_match() -> None:
+    # in a conversation the reply follows the line that names the topic: of the lines the
+    # window has room for around a lone match, more come after it than before
+    lines = [
+        f"Speaker {i % 2}: turn number {i} of a long chat, filler words to pad it"
+        for i in range(40)
+    ]
+    lines[20] = "Melanie: did you go to the pottery class in the end?"
+    text = "\n".join(lines)
+    snippet, first, last = select_snippet(text, 1, 40, "pottery class", 700)
+    assert first <= 21 <= last and len(snippet) <= 700
+    assert last - 21 > 21 - first
+
+
 def test_short_chunks_are_returned_whole() -> None:
     assert select_snippet("a\nb", 5, 6, "a") == ("a\nb", 5, 6)
 
