@@ -18,6 +18,7 @@ from memoryd.core.ranking import (
     path_match_level,
     rank,
     select_snippet,
+    snippet_chars,
 )
 
 SCORES_ONLY = RankParams(
@@ -247,6 +248,26 @@ def test_snippet_window_holds_the_matching_lines() -> None:
     assert len(snippet) <= 700
     assert first <= 130 <= last
     assert snippet.splitlines()[0] == lines[first - 101]
+
+
+def test_snippet_window_keeps_more_of_the_lines_after_the_match() -> None:
+    # in a conversation the reply follows the line that names the topic: of the lines the
+    # window has room for around a lone match, more come after it than before
+    lines = [
+        f"Speaker {i % 2}: turn number {i} of a long chat, filler words to pad it"
+        for i in range(40)
+    ]
+    lines[20] = "Melanie: did you go to the pottery class in the end?"
+    text = "\n".join(lines)
+    snippet, first, last = select_snippet(text, 1, 40, "pottery class", 700)
+    assert first <= 21 <= last and len(snippet) <= 700
+    assert last - 21 > 21 - first
+
+
+@pytest.mark.parametrize("cap", [300, 700])
+def test_the_best_hit_gets_a_wider_window_than_the_results_after_it(cap: int) -> None:
+    assert snippet_chars(0, cap) > cap
+    assert [snippet_chars(position, cap) for position in range(1, 6)] == [cap] * 5
 
 
 def test_short_chunks_are_returned_whole() -> None:
