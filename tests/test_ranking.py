@@ -18,7 +18,6 @@ from memoryd.core.ranking import (
     path_match_level,
     rank,
     select_snippet,
-    snippet_chars,
 )
 
 SCORES_ONLY = RankParams(
@@ -262,12 +261,6 @@ def test_snippet_window_keeps_more_of_the_lines_after_the_match() -> None:
     snippet, first, last = select_snippet(text, 1, 40, "pottery class", 700)
     assert first <= 21 <= last and len(snippet) <= 700
     assert last - 21 > 21 - first
-
-
-@pytest.mark.parametrize("cap", [300, 700])
-def test_the_best_hit_gets_a_wider_window_than_the_results_after_it(cap: int) -> None:
-    assert snippet_chars(0, cap) > cap
-    assert [snippet_chars(position, cap) for position in range(1, 6)] == [cap] * 5
 
 
 def test_short_chunks_are_returned_whole() -> None:

@@ -26,7 +26,6 @@ from memoryd.core.ranking import (
     rank,
     vector_z,
 )
-from memoryd.core.results import MAX_SNIPPET_CHARS
 from memoryd.core.text import cjk_bigrams, query_terms, script_of
 from memoryd.embeddings import HashingEmbedder, ProviderSelection
 from memoryd.embeddings.base import EmbeddingProvider
@@ -295,25 +294,6 @@ async def test_off_topic_queries_return_nothing_and_on_topic_ones_the_note(
     else:
         assert results and results[0].path == expected
         assert results[0].score >= DEFAULT.min_score
-
-
-@pytest.mark.anyio
-async def test_the_best_hit_brings_more_of_its_chunk_than_the_hits_after_it(
-    workspace: Path,
-) -> None:
-    # a long chat: the question names the topic, the answer comes in the turns after it
-    turns = [f"Ann: small talk turn {i} about the weather and the traffic today" for i in range(60)]
-    turns[10] = "Ann: how did the pottery class go in the end?"
-    turns[11:16] = [f"Ben: the pottery class went well, part {i} of the answer" for i in range(5)]
-    write(workspace / "memory" / "2026-11-20.md", "# chat\n" + "\n".join(turns) + "\n")
-    write(workspace / "memory" / "2026-11-21.md", "# chat\n" + "\n".join(turns[20:]) + "\n")
-    idx = index(workspace, HashingEmbedder())
-    await idx.sync()
-    results = (await idx.search("pottery class")).results
-    best, rest = results[0], results[1:]
-    assert best.path == "memory/2026-11-20.md" and len(best.snippet) > MAX_SNIPPET_CHARS
-    assert all(f"part {i} of the answer" in best.snippet for i in range(5))
-    assert all(len(r.snippet) <= MAX_SNIPPET_CHARS for r in rest)
 
 
 @pytest.mark.anyio

@@ -21,14 +21,7 @@ import anyio
 
 import memoryd.builtin_index.index as index_mod
 from memoryd.core.citations import trim_to_budget
-from memoryd.core.ranking import (
-    Candidate,
-    CorpusStats,
-    RankParams,
-    rank,
-    select_snippet,
-    snippet_chars,
-)
+from memoryd.core.ranking import Candidate, CorpusStats, RankParams, rank, select_snippet
 from memoryd.core.results import MAX_SNIPPET_CHARS, SearchResult
 
 from . import metrics as M
@@ -161,9 +154,9 @@ def replay(
         side(cap.candidates, mode), cap.query, params, now=NOW, stats=side_stats(cap.stats, mode)
     )
     results = []
-    for position, c in enumerate(ranked):
+    for c in ranked:
         snippet, first, last = select_snippet(
-            c.text, c.start_line, c.end_line, cap.query, snippet_chars(position, MAX_SNIPPET_CHARS)
+            c.text, c.start_line, c.end_line, cap.query, MAX_SNIPPET_CHARS
         )
         results.append(SearchResult(c.path, first, last, c.score, snippet, source="memory"))
     results = trim_to_budget(results, max_chars)

@@ -57,7 +57,6 @@ from ..core.ranking import (
     path_match_level,
     rank,
     select_snippet,
-    snippet_chars,
 )
 from ..core.results import MAX_SNIPPET_CHARS, FileText, SearchResult
 from ..core.text import Script, fts_match_expression, query_terms, script_of, trigram_terms
@@ -917,9 +916,9 @@ class MemoryIndex:
         stats = await self._corpus_stats(store, query if want_kw else "", qvec)
         ranked = rank(filled, query, params, now=now or datetime.now(UTC), stats=stats)
         results = []
-        for position, c in enumerate(ranked):
+        for c in ranked:
             snippet, first, last = select_snippet(
-                c.text, c.start_line, c.end_line, query, snippet_chars(position, MAX_SNIPPET_CHARS)
+                c.text, c.start_line, c.end_line, query, MAX_SNIPPET_CHARS
             )
             results.append(SearchResult(c.path, first, last, c.score, snippet, source=c.source))  # type: ignore[arg-type]
 

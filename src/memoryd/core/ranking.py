@@ -693,19 +693,6 @@ def rank(
 # / 0.25 less (docs/retrieval-quality.md).
 SNIPPET_MATCH_AT = 0.4
 
-# The best hit's window may be this many times the per-result cap. The injected budget (4,000
-# characters) holds about six 700-character windows, and the best hit is the likeliest to hold
-# the answer *and* the lines around it: on LoCoMo dev, of the evidence lost inside returned
-# chunks, most sat just outside the best hit's window. Twice the cap there (the later results
-# keep theirs; the budget trim takes what no longer fits from the last one) reaches 0.737 of
-# the evidence instead of 0.694; 1.7x 0.731, 2.3x 0.734 (docs/retrieval-quality.md).
-LEAD_SNIPPET_FACTOR = 2
-
-
-def snippet_chars(position: int, cap: int) -> int:
-    """The window a result at `position` (0 = best) gets, for a per-result cap of `cap`."""
-    return cap * LEAD_SNIPPET_FACTOR if position == 0 else cap
-
 
 def select_snippet(
     text: str, start_line: int, end_line: int, query: str, max_chars: int = 700
