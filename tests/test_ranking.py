@@ -11,6 +11,7 @@ from memoryd.core.ranking import (
     RankParams,
     age_in_days,
     auto_text_weight,
+    continue_snippet,
     decay_multiplier,
     exact_token_share,
     file_date,
@@ -397,3 +398,24 @@ def test_snippet_prefers_the_rare_term_over_a_name_on_every_line() -> None:
     assert first <= 23 <= last
     # the match sits inside the window, not at its edge
     assert first < 23 < last
+
+
+@pytest.mark.parametrize(
+    ("after", "cap", "expected"),
+    [
+        (11, 700, ("c\nd", 12, 13)),  # the lines right after the window
+        (12, 700, ("d", 13, 13)),
+        (13, 700, None),  # the window reached the chunk's end
+        (11, 1, ("c", 12, 12)),  # whole lines within the cap
+        (9, 700, None),  # before the chunk: not a continuation
+    ],
+)
+def test_a_continuation_is_the_whole_lines_after_the_window(
+    after: int, cap: int, expected: tuple[str, int, int] | None
+) -> None:
+    # chunk lines 10..13: "a", "b", "c", "d"
+    assert continue_snippet("a\nb\nc\nd", 10, 13, after, cap) == expected
+
+
+def test_a_continuation_of_only_blank_lines_is_none() -> None:
+    assert continue_snippet("a\nb\n\n", 1, 4, 2) is None

@@ -26,6 +26,7 @@ from memoryd.core.ranking import (
     rank,
     vector_z,
 )
+from memoryd.core.results import MAX_SNIPPET_CHARS
 from memoryd.core.text import cjk_bigrams, query_terms, script_of
 from memoryd.embeddings import HashingEmbedder, ProviderSelection
 from memoryd.embeddings.base import EmbeddingProvider
@@ -410,4 +411,38 @@ async def test_a_paraphrase_in_another_language_reaches_the_note(
     await idx.sync()
     results = (await idx.search(query)).results
     assert results and results[0].path == expected
+    await idx.aclose()
+
+
+@pytest.mark.anyio
+async def test_the_best_hit_also_brings_the_lines_after_its_window_as_the_next_result(
+    workspace: Path,
+) -> None:
+    # A conversation: the turn that names the topic, then the reply a few turns later — past
+    # the 700 characters of the best hit's window, inside the same chunk. The lines after the
+    # window come back as a result of their own (each snippet still within the cap).
+    turns = ["# 7:30 pm on 8 May, 2023"]
+    turns.append("Caroline: I went to the LGBTQ support group yesterday, it was so powerful.")
+    for i in range(12):
+        turns.append(
+            f"Melanie: That sounds like a lot to take in; tell me more about part {i}, "
+            "and how the evening went."
+        )
+    turns.append("Caroline: The transgender stories inspired me to pursue counseling as a career.")
+    write(workspace / "memory" / "2023-05-08.md", "\n".join(turns) + "\n")
+    write(workspace / "memory" / "2023-05-09.md", "# 9 May\nMelanie: I painted a lake sunrise.\n")
+    idx = MemoryIndex(
+        agent(workspace, {"provider": "none"}).index_settings(),
+        select_provider(agent(workspace, {"provider": "none"})),
+    )
+    await idx.sync()
+    results = (await idx.search("what did Caroline think of the LGBTQ support group")).results
+    assert len(results) >= 2
+    best, after = results[0], results[1]
+    assert (best.path, after.path) == ("memory/2023-05-08.md", "memory/2023-05-08.md")
+    assert after.start_line == best.end_line + 1 and after.score == best.score
+    assert "counseling" in after.snippet and "counseling" not in best.snippet
+    assert all(len(r.snippet) <= MAX_SNIPPET_CHARS for r in results)
+    # a caller asking for one result gets one
+    assert len((await idx.search("LGBTQ support group", max_results=1)).results) == 1
     await idx.aclose()

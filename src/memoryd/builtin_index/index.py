@@ -54,6 +54,7 @@ from ..core.ranking import (
     Candidate,
     CorpusStats,
     RankParams,
+    continue_snippet,
     path_match_level,
     rank,
     select_snippet,
@@ -196,6 +197,9 @@ class SyncReport:
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
+
+#: How many of the best hits also return the lines after their window (see `search`).
+CONTINUE_BEST_HIT = 1
 
 _PATH_TOKEN: Final = re.compile(r"[\w.\-]+")
 
@@ -916,11 +920,24 @@ class MemoryIndex:
         stats = await self._corpus_stats(store, query if want_kw else "", qvec)
         ranked = rank(filled, query, params, now=now or datetime.now(UTC), stats=stats)
         results = []
+        continued = 0
         for c in ranked:
             snippet, first, last = select_snippet(
                 c.text, c.start_line, c.end_line, query, MAX_SNIPPET_CHARS
             )
             results.append(SearchResult(c.path, first, last, c.score, snippet, source=c.source))  # type: ignore[arg-type]
+            if continued < CONTINUE_BEST_HIT and params.max_results > 1:
+                # the lines right after the best window, as a result of their own (each snippet
+                # stays within the 700-character contract): the answer to a question often
+                # comes a few lines after the line that names its topic
+                more = continue_snippet(c.text, c.start_line, c.end_line, last, MAX_SNIPPET_CHARS)
+                continued += 1
+                if more is not None:
+                    text, m_first, m_last = more
+                    results.append(
+                        SearchResult(c.path, m_first, m_last, c.score, text, source=c.source)  # type: ignore[arg-type]
+                    )
+        del results[params.max_results :]
 
         kw_used = want_kw and store.fts_available
         used_mode = (

@@ -755,3 +755,29 @@ def select_snippet(
         begin = max(0, min(pos - max_chars // 4, len(snippet) - max_chars))
         snippet = snippet[begin : begin + max_chars]
     return snippet, first, last
+
+
+def continue_snippet(
+    text: str, start_line: int, end_line: int, after_line: int, max_chars: int = 700
+) -> tuple[str, int, int] | None:
+    """The whole lines of a chunk right after `after_line`, up to `max_chars`: where the best
+    hit's window stopped, the next window of the same chunk (in a conversation the answer
+    often comes a few turns after the line that matched). None when the window reached the
+    chunk's end or nothing after it fits."""
+    lines = text.split("\n")
+    i = after_line - start_line + 1
+    if after_line >= end_line or i <= 0 or i >= len(lines):
+        return None
+    taken: list[str] = []
+    size = 0
+    for line in lines[i:]:
+        extra = len(line) + (1 if taken else 0)
+        if size + extra > max_chars:
+            break
+        taken.append(line)
+        size += extra
+    while taken and not taken[-1].strip():
+        taken.pop()  # a blank line at the end says nothing
+    if not taken or not "".join(taken).strip():
+        return None
+    return "\n".join(taken), after_line + 1, min(after_line + len(taken), end_line)
