@@ -166,12 +166,15 @@ def call(
     return result
 
 
-def check_listing_and_refusal(inspector: str, setup: dict[str, Any], target: list[str]) -> None:
+def check_listing(inspector: str, setup: dict[str, Any], target: list[str]) -> None:
     rc, listed, err = run_inspector(inspector, setup, target, "--method", "tools/list", "--strict")
     assert rc == 0, err  # --strict: no error-severity schema portability problem either
     tools = listed["result"]["tools"]
     assert [t["name"] for t in tools] == SIX_TOOLS
     assert all(t["inputSchema"]["additionalProperties"] is False for t in tools)
+
+
+def check_refusal(inspector: str, setup: dict[str, Any], target: list[str]) -> None:
     bad = call(
         inspector,
         setup,
@@ -184,10 +187,10 @@ def check_listing_and_refusal(inspector: str, setup: dict[str, Any], target: lis
 
 
 def test_inspector_over_stdio(inspector: str, setup: dict[str, Any]) -> None:
-    # Each stdio call starts a server: the transport is what is under test here (listing,
-    # a refusal, a write and a read that finds it); every tool's result is checked over HTTP.
+    # Each stdio call starts a server: the transport is what is under test here (listing, a
+    # write and a read that finds it); every tool's result and the refusal are checked over HTTP.
     target = stdio_target(setup)
-    check_listing_and_refusal(inspector, setup, target)
+    check_listing(inspector, setup, target)
     wrote = call(inspector, setup, target, "memory_append", CALLS[2][1])["structuredContent"]
     assert CALLS[2][2] <= set(wrote)
     hits = call(inspector, setup, target, "memory_search", {"query": "Inspector was here"})
@@ -195,7 +198,8 @@ def test_inspector_over_stdio(inspector: str, setup: dict[str, Any]) -> None:
 
 
 def test_inspector_over_http(inspector: str, setup: dict[str, Any], http_target: list[str]) -> None:
-    check_listing_and_refusal(inspector, setup, http_target)
+    check_listing(inspector, setup, http_target)
+    check_refusal(inspector, setup, http_target)
     for name, args, keys in CALLS:
         data = call(inspector, setup, http_target, name, args)["structuredContent"]
         assert keys <= set(data), (name, data)
