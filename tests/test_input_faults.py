@@ -224,6 +224,14 @@ def read_only_mount(folder: Path, argv: list[str]) -> list[str]:
     return [unshare, "--mount", "--propagation", "private", "sh", "-c", script, "sh", *argv]
 
 
+def under_read_only(
+    folder: Path, argv: list[str], env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        read_only_mount(folder, argv), capture_output=True, text=True, timeout=60, env=env
+    )
+
+
 @pytest.mark.timeout(120)
 def test_append_needs_only_the_workspace_writable_and_names_what_is_read_only(
     tmp_path: Path, ws: Path, env: dict[str, str]
@@ -232,13 +240,7 @@ def test_append_needs_only_the_workspace_writable_and_names_what_is_read_only(
     state = Path(env["MEMORYD_STATE_DIR"])
     base = [sys.executable, "-m", "memoryd", "append", "--json", "--workspace", str(ws)]
     # a read-only state folder: the note is the source of truth, and it is written
-    done = subprocess.run(
-        read_only_mount(state, [*base, "- pelicans nest on the roof"]),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    done = under_read_only(state, [*base, "- pelicans nest on the roof"], env)
     if done.returncode != 0 and "mount" in done.stderr and not done.stdout:
         pytest.skip(f"cannot bind-mount here: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr
@@ -251,13 +253,7 @@ def test_append_needs_only_the_workspace_writable_and_names_what_is_read_only(
     ]
     # a read-only workspace: refused, naming the note and saying why, nothing torn
     before = note.read_bytes()
-    refused = subprocess.run(
-        read_only_mount(ws, [*base, "- this cannot be written"]),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    refused = under_read_only(ws, [*base, "- this cannot be written"], env)
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
     answer = json.loads(refused.stdout)
     assert answer["code"] == "write_failed" and str(note) in answer["error"]
