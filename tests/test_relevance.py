@@ -245,6 +245,17 @@ def default_index(ws: Path) -> MemoryIndex:
     return MemoryIndex(resolved.index_settings(), select_provider(resolved))
 
 
+async def default_top_path(ws: Path, query: str) -> str | None:
+    """The top result's path for `query` from a freshly synced default index of `ws`."""
+    idx = default_index(ws)
+    try:
+        await idx.sync()
+        results = (await idx.search(query)).results
+    finally:
+        await idx.aclose()
+    return results[0].path if results else None
+
+
 def write(p: Path, text: str) -> None:
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(text, encoding="utf-8")
@@ -362,11 +373,7 @@ async def test_the_demo_workspace_abstains_on_unrelated_queries(demo: Path, quer
 async def test_the_demo_workspace_answers_real_questions(
     demo: Path, query: str, expected: str
 ) -> None:
-    idx = default_index(demo)
-    await idx.sync()
-    results = (await idx.search(query)).results
-    assert results and results[0].path == expected
-    await idx.aclose()
+    assert await default_top_path(demo, query) == expected
 
 
 @pytest.fixture
@@ -407,11 +414,7 @@ def languages(workspace: Path) -> Path:
 async def test_a_paraphrase_in_another_language_reaches_the_note(
     languages: Path, query: str, expected: str
 ) -> None:
-    idx = default_index(languages)
-    await idx.sync()
-    results = (await idx.search(query)).results
-    assert results and results[0].path == expected
-    await idx.aclose()
+    assert await default_top_path(languages, query) == expected
 
 
 @pytest.mark.anyio
@@ -431,10 +434,8 @@ async def test_the_best_hit_also_brings_the_lines_after_its_window_as_the_next_r
     turns.append("Caroline: The transgender stories inspired me to pursue counseling as a career.")
     write(workspace / "memory" / "2023-05-08.md", "\n".join(turns) + "\n")
     write(workspace / "memory" / "2023-05-09.md", "# 9 May\nMelanie: I painted a lake sunrise.\n")
-    idx = MemoryIndex(
-        agent(workspace, {"provider": "none"}).index_settings(),
-        select_provider(agent(workspace, {"provider": "none"})),
-    )
+    keyword_only = agent(workspace, {"provider": "none"})
+    idx = MemoryIndex(keyword_only.index_settings(), select_provider(keyword_only))
     await idx.sync()
     results = (await idx.search("what did Caroline think of the LGBTQ support group")).results
     assert len(results) >= 2
