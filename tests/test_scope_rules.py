@@ -291,6 +291,11 @@ def test_shipped_default_is_dms_only() -> None:
         "rules": [{"action": "allow", "match": {"chatType": "direct"}}],
     }
     assert parse_scope(None) == DEFAULT_SCOPE
+    validated = ScopeConfig.model_validate(
+        {"default": "deny", "rules": [{"action": "allow", "match": {"chatType": "direct"}}]}
+    )
+    assert validated == DEFAULT_SCOPE
+    assert validated.model_dump(exclude_unset=True) == DEFAULT_SCOPE.model_dump(exclude_unset=True)
 
 
 def test_mutating_the_exported_default_does_not_widen_the_policy(

@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from . import paths
+from . import config_cache, paths
 from .core.layout import LONG_TERM_NAMES, MEMORY_DIR, MemoryRoot, default_roots, extra_root
 from .errors import ConfigError, InvalidAgentId, UnknownAgent, WorkspaceNotFound
 
@@ -542,10 +542,14 @@ class MemorydConfig(_Model):
 # --------------------------------------------------------------------------- resolved agent view
 
 
-class ResolvedAgent(BaseModel):
-    """One agent's effective settings after defaults, per-agent overrides and CLI overrides."""
+@dataclass(frozen=True)
+class ResolvedAgent:
+    """One agent's effective settings after defaults, per-agent overrides and CLI overrides.
 
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    A plain frozen dataclass, not a model: it is assembled from parts the config models have
+    already validated, so it needs no validator of its own (building one cost every process
+    tens of milliseconds at import).
+    """
 
     agent_id: str
     workspace: Path
@@ -836,14 +840,47 @@ def _openclaw_subset(raw: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _config_models() -> dict[str, type[BaseModel]]:
+    """Every model a validated config can hold, by class name (what `config_cache` rebuilds)."""
+    out: dict[str, type[BaseModel]] = {}
+    pending: list[type[BaseModel]] = [_Model]
+    while pending:
+        cls = pending.pop()
+        out[cls.__name__] = cls
+        pending.extend(cls.__subclasses__())
+    return out
+
+
 def read_config_file(path: Path) -> MemorydConfig:
-    """Read a memoryd TOML file, or an OpenClaw JSON/JSON5 file (memory keys only)."""
+    """Read a memoryd TOML file, or an OpenClaw JSON/JSON5 file (memory keys only).
+
+    A file whose exact bytes validated before comes from the validated-config cache instead
+    (`memoryd.config_cache`): same models, no second validation.
+    """
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except OSError as err:
         raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
+    try:
+        fingerprint = config_cache.code_fingerprint(__file__)
+    except OSError:  # no source to fingerprint (a frozen build): validate every time
+        return _parse_config_file(path, raw)
+    where = path.absolute()
+    cached = config_cache.load(where, raw, fingerprint, _config_models())
+    if isinstance(cached, MemorydConfig):
+        return cached
+    config = _parse_config_file(path, raw)
+    config_cache.store(where, raw, fingerprint, config)
+    return config
+
+
+def _parse_config_file(path: Path, raw: bytes) -> MemorydConfig:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"cannot read config file {path}: not UTF-8 ({err.reason})") from None
     if path.suffix.lower() in (".json", ".json5"):
         import json5
 

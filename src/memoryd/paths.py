@@ -88,6 +88,11 @@ def locks_dir() -> Path:
     return state_dir() / "locks"
 
 
+def config_cache_dir() -> Path:
+    """Validated config files, so an unchanged config is not validated again (`config_cache`)."""
+    return state_dir() / "config-cache"
+
+
 _SLUG_RE: Final = re.compile(r"[^a-z0-9]+")
 
 

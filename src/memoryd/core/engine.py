@@ -147,8 +147,14 @@ class QmdEngine(MemoryEngine, Protocol):
 class StatusModel(BaseModel):
     """Output models: camelCase in JSON, every field declared (nothing passes through untyped)."""
 
+    # defer_build: a validator is built the first time a status is made, not at import (a
+    # search that reports no status never pays for it)
     model_config = ConfigDict(
-        extra="forbid", populate_by_name=True, alias_generator=to_camel, frozen=True
+        extra="forbid",
+        populate_by_name=True,
+        alias_generator=to_camel,
+        frozen=True,
+        defer_build=True,
     )
 
     def to_dict(self) -> dict[str, Any]:

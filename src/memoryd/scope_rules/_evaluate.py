@@ -8,7 +8,7 @@ from typing import Any, Final, Literal
 
 from pydantic import ValidationError
 
-from ..config import ScopeConfig, ScopeMatch, format_validation_error
+from ..config import ScopeConfig, ScopeMatch, ScopeRule, format_validation_error
 from ..core.session_keys import ChatType, SessionKeyInfo, parse_session_key, raw_session_key
 from ..errors import ConfigError
 
@@ -19,9 +19,19 @@ _MAX_LOGGED_KEY_CHARS: Final = 200
 
 
 def default_scope() -> ScopeConfig:
-    """The scope used when none is configured: deny everything except direct chats."""
-    return ScopeConfig.model_validate(
-        {"default": "deny", "rules": [{"action": "allow", "match": {"chatType": "direct"}}]}
+    """The scope used when none is configured: deny everything except direct chats.
+
+    Constructed, not validated: the values are literals, and validating would build the config
+    validators at import, which a search whose config came from the cache never needs
+    (`tests/test_scope_rules.py` checks it equals the validated form).
+    """
+    return ScopeConfig.model_construct(
+        default="deny",
+        rules=[
+            ScopeRule.model_construct(
+                action="allow", match=ScopeMatch.model_construct(chat_type="direct")
+            )
+        ],
     )
 
 

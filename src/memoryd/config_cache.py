@@ -1,0 +1,137 @@
+"""The validated-config cache: a config file validated once is not validated again until it changes.
+
+Validating the config builds pydantic's validators for ~40 models and runs them: tens of
+milliseconds of every one-off command (`memoryd search`), more than the search itself. After a
+file validates, its validated form is written to `<state>/config-cache/` (one private JSON file
+per config path). The next process that reads the *same bytes* with the *same memoryd* rebuilds
+the models from it with `model_construct` (no validation, the set-fields kept, so per-agent
+overrides merge exactly as before) instead of validating again.
+
+The key is the sha256 of the config file's bytes, its path and a fingerprint of the code that
+defines the models (`config.py` itself): an edited config, another path or another memoryd
+version all miss and validate. A file that does not parse, does not match, or is not ours (owner,
+symlink) is ignored; a state folder that cannot be written just means no cache. Nothing here can
+make an invalid config pass: only what validated is ever written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import BaseModel
+
+from . import paths
+from .errors import StateError
+
+#: Bump when the file format below changes.
+FORMAT: Final = 1
+#: Largest cache file read back (a config of this size would be absurd).
+_MAX_BYTES: Final = 4 << 20
+
+
+class _Unfreezable(Exception):
+    """A value of a type the cache does not carry: the config is simply not cached."""
+
+
+def freeze(value: Any) -> Any:
+    """A JSON-ready form of a validated model tree that `thaw` turns back into the same tree."""
+    if isinstance(value, BaseModel):
+        fields = type(value).model_fields
+        return {
+            "m": type(value).__name__,
+            "set": sorted(value.model_fields_set),
+            "v": {name: freeze(getattr(value, name)) for name in fields},
+        }
+    if isinstance(value, list):
+        return {"l": [freeze(v) for v in value]}
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise _Unfreezable("a mapping with non-string keys")
+        return {"d": {k: freeze(v) for k, v in value.items()}}
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    raise _Unfreezable(f"a value of type {type(value).__name__}")
+
+
+def thaw(data: Any, models: Mapping[str, type[BaseModel]]) -> Any:
+    """The model tree `freeze` wrote (raises KeyError/TypeError/ValueError on anything else)."""
+    if not isinstance(data, dict):
+        if data is None or isinstance(data, (str, bool, int, float)):
+            return data
+        raise TypeError(f"unexpected {type(data).__name__}")
+    if "l" in data:
+        return [thaw(v, models) for v in data["l"]]
+    if "d" in data:
+        return {k: thaw(v, models) for k, v in data["d"].items()}
+    cls = models[data["m"]]
+    values = {name: thaw(v, models) for name, v in data["v"].items()}
+    if set(values) != set(cls.model_fields):
+        raise ValueError(f"{cls.__name__}: fields differ from this memoryd's")
+    return cls.model_construct(_fields_set=set(data["set"]), **values)
+
+
+@functools.cache
+def code_fingerprint(*modules: str) -> str:
+    """sha256 of the named modules' source files (the code whose models the cache holds)."""
+    digest = hashlib.sha256()
+    for module in modules:
+        digest.update(Path(module).read_bytes())
+    return digest.hexdigest()
+
+
+def _key(config_path: Path, raw: bytes, fingerprint: str) -> str:
+    digest = hashlib.sha256()
+    for part in (str(FORMAT).encode(), fingerprint.encode(), os.fsencode(config_path), raw):
+        digest.update(len(part).to_bytes(8, "big") + part)
+    return digest.hexdigest()
+
+
+def _cache_file(config_path: Path) -> Path:
+    name = hashlib.sha256(os.fsencode(config_path)).hexdigest()[:24]
+    return paths.config_cache_dir() / f"{name}.json"
+
+
+def load(
+    config_path: Path, raw: bytes, fingerprint: str, models: Mapping[str, type[BaseModel]]
+) -> BaseModel | None:
+    """The validated config cached for exactly these bytes at this path, or None."""
+    try:
+        fd = os.open(_cache_file(config_path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_size > _MAX_BYTES:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            record = json.loads(f.read())
+        if record.get("key") != _key(config_path, raw, fingerprint):
+            return None
+        model = thaw(record["config"], models)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    finally:
+        os.close(fd)
+    return model if isinstance(model, BaseModel) else None
+
+
+def store(config_path: Path, raw: bytes, fingerprint: str, config: BaseModel) -> None:
+    """Cache a config that has just validated (best effort: never fails the caller)."""
+    from .fsio import private_dir, write_private_atomic
+
+    try:
+        record = {"key": _key(config_path, raw, fingerprint), "config": freeze(config)}
+        data = json.dumps(record, separators=(",", ":"), allow_nan=True).encode()
+    except _Unfreezable:
+        return
+    target = _cache_file(config_path)
+    with contextlib.suppress(StateError, OSError):
+        private_dir(target.parent)
+        write_private_atomic(target, data)
