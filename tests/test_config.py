@@ -138,6 +138,13 @@ def test_unparsable_toml_is_a_config_error(tmp_path: Path) -> None:
         read_config_file(f)
 
 
+def test_a_config_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_bytes(b"\xff\xfe[memory]\n")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        read_config_file(f)
+
+
 def test_workspace_from_cwd_or_clear_error(tmp_path: Path) -> None:
     with pytest.raises(WorkspaceNotFound, match="--workspace"):
         resolve_agent(validate_config({}), cwd=tmp_path)
