@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memoryd.core import chunking
+from memoryd.core import text as text_module
 from memoryd.core.chunking import Chunk, chunk_lines
 from memoryd.core.text import TokenPrefix, estimate_tokens, segment_for_fts
 from memoryd.errors import InvalidInput
@@ -143,6 +144,22 @@ def test_overlap_must_be_smaller_than_size() -> None:
 def test_cjk_segmentation_splits_ideographs_only() -> None:
     assert segment_for_fts("去北京 ok").split() == ["去", "北", "京", "ok"]
     assert segment_for_fts("hello world") == "hello world"
+
+
+# The CJK patterns are compiled on first use, and ASCII text takes a path without them: it must
+# give exactly what the full patterns give.
+_FULL_CJK_RUN = re.compile(f"[{text_module._CJK_CLASS}]+")
+_FULL_WORD = re.compile(rf"[^\W_]+(?:['’][^\W_]+)?|[{text_module._CJK_CLASS}]+")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=200), st.text(st.characters(max_codepoint=127), max_size=200)))
+def test_the_ascii_shortcuts_agree_with_the_full_cjk_patterns(text: str) -> None:
+    assert segment_for_fts(text) == _FULL_CJK_RUN.sub(
+        lambda m: " " + " ".join(m.group(0)) + " ", text
+    )
+    assert text_module._words(text) == _FULL_WORD.findall(text)
+    assert text_module.has_cjk(text) == bool(_FULL_CJK_RUN.search(text))
 
 
 @settings(max_examples=60, deadline=None)

@@ -17,9 +17,34 @@ _CJK_CLASS = (
     "\uf900-\ufaff"  # compatibility ideographs
     "\U00020000-\U0002a6df"
 )
-_CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
-_CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
-_WORD = re.compile(rf"[^\W_]+(?:['’][^\W_]+)?|[{_CJK_CLASS}]+", re.UNICODE)
+
+
+class _Lazy:
+    """A regex compiled the first time it is used.
+
+    A class of CJK ranges costs milliseconds to compile (the compiler visits every BMP code
+    point in it), paid by every process at import for patterns most text never reaches: ASCII
+    text, which cannot hold CJK, is answered without them.
+    """
+
+    __slots__ = ("_compiled", "_source")
+
+    def __init__(self, source: str) -> None:
+        self._source = source
+        self._compiled: re.Pattern[str] | None = None
+
+    @property
+    def re(self) -> re.Pattern[str]:
+        if self._compiled is None:
+            self._compiled = re.compile(self._source)
+        return self._compiled
+
+
+_CJK_CHAR = _Lazy(f"[{_CJK_CLASS}]")
+_CJK_RUN = _Lazy(f"[{_CJK_CLASS}]+")
+_WORD = _Lazy(rf"[^\W_]+(?:['’][^\W_]+)?|[{_CJK_CLASS}]+")
+#: `_WORD` without its CJK branch, which can never match ASCII text
+_ASCII_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
 _SPLIT_WORD = re.compile(r"[\w'’]+", re.UNICODE)
 _POSSESSIVE = re.compile(r"['’]s$")
 
@@ -171,11 +196,11 @@ STOPWORDS = frozenset(
 
 
 def has_cjk(text: str) -> bool:
-    return _CJK_CHAR.search(text) is not None
+    return not text.isascii() and _CJK_CHAR.re.search(text) is not None
 
 
-_KANA = re.compile("[\u3040-\u30ff]")
-_HANGUL = re.compile("[\uac00-\ud7af]")
+_KANA = _Lazy("[\u3040-\u30ff]")
+_HANGUL = _Lazy("[\uac00-\ud7af]")
 _LATIN_WORD = re.compile(r"[^\W\d_]+")
 Script = Literal["latin", "zh", "ja", "ko"]
 
@@ -190,13 +215,13 @@ def script_of(text: str) -> Script:
     """
     if not has_cjk(text):
         return "latin"
-    cjk = len(_CJK_CHAR.findall(text))
-    words = len(_LATIN_WORD.findall(_CJK_RUN.sub(" ", text)))
+    cjk = len(_CJK_CHAR.re.findall(text))
+    words = len(_LATIN_WORD.findall(_CJK_RUN.re.sub(" ", text)))
     if cjk < words:
         return "latin"
-    if _KANA.search(text):
+    if _KANA.re.search(text):
         return "ja"
-    if len(_HANGUL.findall(text)) * 2 >= cjk:
+    if len(_HANGUL.re.findall(text)) * 2 >= cjk:
         return "ko"
     return "zh"
 
@@ -205,7 +230,7 @@ def estimate_tokens(text: str) -> int:
     """Cheap token estimate that does not under-count CJK: one token per CJK character, ~4 chars otherwise."""
     # CJK characters are all non-ASCII, and `isascii` is a C scan: most text skips the regex. The
     # count comes from deleting CJK runs, which builds no per-character objects.
-    cjk = 0 if text.isascii() else len(text) - len(_CJK_RUN.sub("", text))
+    cjk = 0 if text.isascii() else len(text) - len(_CJK_RUN.re.sub("", text))
     rest = len(text) - cjk
     return cjk + (rest + 3) // 4
 
@@ -221,7 +246,7 @@ class TokenPrefix:
     __slots__ = ("_before", "_ends", "_starts")
 
     def __init__(self, text: str) -> None:
-        runs = [] if text.isascii() else [m.span() for m in _CJK_RUN.finditer(text)]
+        runs = [] if text.isascii() else [m.span() for m in _CJK_RUN.re.finditer(text)]
         self._starts = [a for a, _ in runs]
         self._ends = [b for _, b in runs]
         self._before = list(accumulate((b - a for a, b in runs), initial=0))  # CJK before run i
@@ -243,7 +268,9 @@ def segment_for_fts(text: str) -> str:
     unicode61 treats a run of ideographs as one token, so `北京` inside `我们去北京` would never match;
     per-character terms plus phrase queries (`"北 京"`) recall any CJK substring.
     """
-    return _CJK_RUN.sub(lambda m: " " + " ".join(m.group(0)) + " ", text)
+    if text.isascii():
+        return text
+    return _CJK_RUN.re.sub(lambda m: " " + " ".join(m.group(0)) + " ", text)
 
 
 def cjk_bigrams(run: str) -> list[str]:
@@ -264,7 +291,7 @@ def _split_scripts(word: str) -> list[str]:
         return [word]
     out: list[str] = []
     pos = 0
-    for m in _CJK_RUN.finditer(word):
+    for m in _CJK_RUN.re.finditer(word):
         if m.start() > pos:
             out.append(word[pos : m.start()])
         out.extend(cjk_bigrams(m.group(0)))
@@ -274,10 +301,14 @@ def _split_scripts(word: str) -> list[str]:
     return out
 
 
+def _words(text: str) -> list[str]:
+    return (_ASCII_WORD if text.isascii() else _WORD.re).findall(text)
+
+
 def query_terms(query: str) -> list[str]:
     """Lowercased content terms of a query, in order, deduplicated; CJK runs become bigrams."""
     seen: dict[str, None] = {}
-    for raw in _WORD.findall(query.lower()):
+    for raw in _words(query.lower()):
         # a possessive names its owner: "Caroline's" is about `caroline`, and notes say
         # "Caroline:" far more often than "Caroline's" (an unmatched term weighs the most)
         raw = _POSSESSIVE.sub("", raw)
@@ -286,7 +317,7 @@ def query_terms(query: str) -> list[str]:
         for term in _split_scripts(raw):
             seen.setdefault(term, None)
     if not seen:  # a query of only stopwords still searches for them
-        for raw in _WORD.findall(query.lower()):
+        for raw in _words(query.lower()):
             seen.setdefault(raw, None)
     return list(seen)
 
