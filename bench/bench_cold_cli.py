@@ -1,6 +1,6 @@
 """Cold CLI: `memoryd search --json` in a new process, next to `qmd search --json`, same 5 notes.
 
-Run:  .venv/bin/python bench/bench_cold_cli.py [--runs 7] [--qmd PATH]
+Run:  .venv/bin/python bench/bench_cold_cli.py [--runs 7] [--qmd PATH] [--baseline REV]
 
 Every run is a fresh process (imports, config, SQLite open, model load when hybrid, search,
 JSON out); the index already exists, as for a user who ran `memoryd index` once. Rows:
@@ -11,6 +11,10 @@ JSON out); the index already exists, as for a user who ran `memoryd index` once.
   phase and embeds vectors for at most `searchWaitMs` (default 2000 ms) before answering;
 * `qmd search` — qmd 2.8.3's BM25 search (no model), driven offline with its own isolated
   config and cache dirs, from a neutral cwd (../shared/QMD_FACTS.md).
+
+With `--baseline REV` (a git revision, e.g. the previous commit), that revision's `src/` is
+exported and timed in the same run, interleaved with the current code (its own state dir and
+index), and the ratios new / previous are printed too.
 
 Prints p50/max wall seconds per row and the ratios to qmd (also bench/out/cold_cli.json).
 """
@@ -75,6 +79,17 @@ def memoryd_config(root: Path, ws: Path, name: str, provider: str) -> Path:
     return cfg
 
 
+def export_revision(rev: str, dest: Path) -> Path:
+    """`src/` of a git revision, exported and byte-compiled (as an installed copy would be)."""
+    dest.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev, "src"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(dest / "src")], check=True)
+    return dest / "src"
+
+
 def summarize(walls: list[float]) -> dict[str, float]:
     return {"p50_s": round(statistics.median(walls), 3), "max_s": round(max(walls), 3)}
 
@@ -84,6 +99,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--qmd", default=str(DEFAULT_QMD))
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "cold_cli.json"))
+    ap.add_argument("--baseline", help="a git revision whose src/ is timed alongside")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="memoryd-cold-"))
     ws = workspace(root)
@@ -100,6 +116,16 @@ def main() -> None:
         "memoryd first search, never indexed": [],
         "qmd search": [],
     }
+    prev_env: dict[str, str] | None = None
+    if args.baseline:
+        src = export_revision(args.baseline, root / "baseline")
+        prev_env = {**env, "MEMORYD_STATE_DIR": str(root / "state-prev"), "PYTHONPATH": str(src)}
+        kw_prev = memoryd_config(root, ws, "kw-prev", "none")
+        hy_prev = memoryd_config(root, ws, "hybrid-prev", "local")
+        for cfg in (kw_prev, hy_prev):
+            timed([*memoryd, "index", "--config", str(cfg), "--json"], prev_env, root)
+        rows["previous keyword-only"] = []
+        rows["previous hybrid"] = []
     qmd = Path(args.qmd)
     qenv: dict[str, str] | None = None
     if qmd.exists():
@@ -127,6 +153,10 @@ def main() -> None:
         rows["memoryd first search, never indexed"].append(
             timed([*memoryd, "search", "--json", "--config", str(cfg), q], fenv, root)[0]
         )
+        if prev_env is not None:
+            for name, cfg in (("previous keyword-only", kw_prev), ("previous hybrid", hy_prev)):
+                cmd = [*memoryd, "search", "--json", "--config", str(cfg), q]
+                rows[name].append(timed(cmd, prev_env, root)[0])
         if qenv is not None:
             wall, out = timed([str(qmd), "search", q, "--json"], qenv, root / "qmd" / "cwd")
             json.loads(out)
@@ -145,6 +175,13 @@ def main() -> None:
             results[f"{name} / qmd search (p50)"] = round(statistics.median(rows[name]) / base, 2)
     else:
         results["qmd search"] = f"skipped: no qmd at {qmd}"
+    if prev_env is not None:
+        results["baseline"] = args.baseline
+        for name in ("keyword-only", "hybrid"):
+            new, old = rows[f"memoryd {name}"], rows[f"previous {name}"]
+            results[f"memoryd {name} / previous (p50)"] = round(
+                statistics.median(new) / statistics.median(old), 2
+            )
     shutil.rmtree(root, ignore_errors=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))

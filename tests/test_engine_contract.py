@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from helpers import agent_for, index_for, write
-from memoryd.core.engine import BuiltinStatus, EngineAnswer, QmdStatus, SearchRequest
+from memoryd.core.engine import EngineAnswer, SearchRequest
 from memoryd.core.results import MAX_SNIPPET_CHARS
+from memoryd.core.status import BuiltinStatus, QmdStatus
 from memoryd.errors import InvalidInput, PathNotAllowed
 from qmd_support import make_manager, require_qmd, seed_workspace
 

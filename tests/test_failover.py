@@ -15,14 +15,10 @@ import pytest
 
 from helpers import agent_for, index_for, write
 from memoryd.config import ResolvedAgent
-from memoryd.core.engine import (
-    CollectionStatus,
-    EngineAnswer,
-    QmdStatus,
-    SearchRequest,
-)
+from memoryd.core.engine import EngineAnswer, SearchRequest
 from memoryd.core.layout import MemoryRoot, default_roots
 from memoryd.core.results import FileText, SearchResult
+from memoryd.core.status import CollectionStatus, QmdStatus
 from memoryd.errors import QmdBadOutput, QmdError, QmdTimeout, QmdUnavailable, ServiceUnavailable
 from memoryd.orchestrator import MemoryService
 from memoryd.orchestrator._supervisor import AgentBackend

@@ -31,23 +31,14 @@ import anyio
 if TYPE_CHECKING:
     import numpy as np
     from anyio.abc import TaskGroup
+
+    from ..core.status import BuiltinStatus
 else:
     from ..lazy import numpy as np
 
 from ..config import IndexSettings
 from ..core.chunking import chunk_lines, content_hash
-from ..core.engine import (
-    BuiltinStatus,
-    CacheInfo,
-    DegradedInfo,
-    EngineAnswer,
-    FtsInfo,
-    IndexCheck,
-    IndexRecovery,
-    ProgressFn,
-    SearchRequest,
-    VectorInfo,
-)
+from ..core.engine import EngineAnswer, IndexCheck, ProgressFn, SearchRequest
 from ..core.layout import MemoryRoot, check_line_range, is_markdown
 from ..core.ranking import (
     REFERENCE_QUERIES,
@@ -1160,6 +1151,16 @@ class MemoryIndex:
     # ------------------------------------------------------------------ status
 
     def status(self) -> BuiltinStatus:
+        # imported here: the status models are defined only by processes that report status
+        from ..core.status import (
+            BuiltinStatus,
+            CacheInfo,
+            DegradedInfo,
+            FtsInfo,
+            IndexRecovery,
+            VectorInfo,
+        )
+
         try:
             counts = self.store.counts()
         except IndexCorrupt:

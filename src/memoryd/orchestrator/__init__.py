@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .service import MemoryService
-from .status import MemoryStatus
+
+if TYPE_CHECKING:
+    from .status import MemoryStatus
 
 __all__ = ["MemoryService", "MemoryStatus"]
+
+
+def __getattr__(name: str) -> Any:
+    # `MemoryStatus` on first use: a process that reports no status never defines the models
+    if name == "MemoryStatus":
+        from .status import MemoryStatus
+
+        return MemoryStatus
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -30,7 +30,9 @@ from ..core.results import SearchResult
 from ..errors import InvalidInput, MemorydError, StateError
 from ..scope_rules import evaluate_scope
 from ._supervisor import AgentBackend, IndexFactory, QmdFactory
-from .status import FallbackInfo, FreshnessInfo, MemoryStatus, RecoveryInfo
+
+if TYPE_CHECKING:
+    from .status import FreshnessInfo, MemoryStatus
 
 log = logging.getLogger("memoryd")
 
@@ -379,6 +381,9 @@ class MemoryService:
         Reads the persisted health, so the answer is the same from every process. `deep` probes
         qmd for real (a search with the configured timeout) and records the outcome.
         """
+        # imported here: the status models are defined only by processes that report status
+        from .status import FallbackInfo, MemoryStatus, RecoveryInfo
+
         b = self.backend(agent_id)
         agent = b.agent
         if b.qmd is not None:
@@ -454,6 +459,8 @@ class MemoryService:
 
     @staticmethod
     def _qmd_freshness(b: AgentBackend, health: Any) -> FreshnessInfo:
+        from .status import FreshnessInfo
+
         newest = b.newest_memory_mtime()
         indexed = health.qmd.last_update_at
         if b.qmd is not None:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ..core.engine import BuiltinStatus, QmdStatus, StatusModel
+from ..core.status import BuiltinStatus, QmdStatus, StatusModel
 
 
 class FallbackInfo(StatusModel):

@@ -23,9 +23,10 @@ import filelock
 from anyio.abc import TaskGroup, TaskStatus
 
 from ..config import QmdSettings
-from ..core.engine import CollectionStatus, EngineAnswer, ProgressFn, QmdStatus, SearchRequest
+from ..core.engine import EngineAnswer, ProgressFn, SearchRequest
 from ..core.layout import MemoryRoot, check_line_range
 from ..core.results import FileText, SearchResult, Source
+from ..core.status import CollectionStatus, QmdStatus
 from ..errors import QmdBadOutput, QmdError, QmdExitError, QmdLocked, QmdTimeout
 from ..fsio import private_dir, write_private_atomic
 from ..memfiles import read_memory_file

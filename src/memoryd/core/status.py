@@ -1,0 +1,146 @@
+"""The typed status an engine reports: `BuiltinStatus` (the built-in index) and `QmdStatus`.
+
+Output models: camelCase in JSON, every field declared (nothing passes through untyped). They
+live apart from the engine contract (`core.engine`) so that a search, which reports no status,
+never defines them: pydantic model classes cost every process time at import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class StatusModel(BaseModel):
+    """Output models: camelCase in JSON, every field declared (nothing passes through untyped)."""
+
+    # defer_build: a validator is built the first time a status is made, not at import (a
+    # search that reports no status never pays for it)
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        alias_generator=to_camel,
+        frozen=True,
+        defer_build=True,
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, mode="json")
+
+
+class VectorInfo(StatusModel):
+    enabled: bool
+    available: bool
+    engine: str = Field(description="sqlite-vec | numpy | disabled")
+    search_engine: str = Field(
+        "none", description="Which engine answers KNN now: numpy | sqlite-vec | none"
+    )
+    binding: str = "sqlite3"
+    dims: int | None = None
+    load_error: str | None = None
+
+
+class FtsInfo(StatusModel):
+    available: bool
+    error: str | None = None
+    trigram: bool = False
+    #: what runs keyword search: "fts5" (SQLite) or "tsvector" (PostgreSQL)
+    engine: str = "fts5"
+
+
+class CacheInfo(StatusModel):
+    enabled: bool = True
+    entries: int
+    max_entries: int
+
+
+class DegradedInfo(StatusModel):
+    reason: str
+    since: float | None = None
+
+
+class IndexRecovery(StatusModel):
+    """A damaged index file moved aside (the index was rebuilt from the Markdown files)."""
+
+    moved_to: str = Field(description="Where the damaged file is now (kept until you delete it).")
+    at: float | None = None
+    reason: str | None = Field(None, description="What was wrong with it.")
+
+
+class BuiltinStatus(StatusModel):
+    """The built-in index of one (agent, workspace)."""
+
+    provider: str = Field(description="Embedding provider serving, or 'none' (keyword only).")
+    model: str | None = None
+    requested_provider: str
+    provider_reason: str
+    fallback: DegradedInfo | None = Field(None, description="Set when embeddings degraded.")
+    unavailable: str | None = None
+    files: int
+    chunks: int
+    pending_vectors: int
+    dirty: bool
+    needs_reindex: str | None = None
+    db_path: str
+    workspace_dir: str
+    sources: list[str]
+    source_counts: dict[str, int]
+    vector: VectorInfo
+    fts: FtsInfo
+    cache: CacheInfo
+    last_sync_at: float | None = None
+    last_error: str | None = None
+    skipped: dict[str, int] = Field(
+        default_factory=dict, description="Files left out by kind (deep, special, hard links…)."
+    )
+    undecodable: list[str] = Field(
+        default_factory=list, description="Files that are not valid UTF-8 (indexed with U+FFFD)."
+    )
+    read_only: str | None = Field(
+        None,
+        description="Why the index is open read-only: searches answer from it, syncs cannot "
+        "update it.",
+    )
+    recoveries: list[IndexRecovery] = Field(
+        default_factory=list,
+        description="Damaged index files moved aside beside the index, oldest first.",
+    )
+
+
+class CollectionStatus(StatusModel):
+    name: str
+    path: str
+    pattern: str
+    source: str
+
+
+class QmdStatus(StatusModel):
+    """The qmd sidecar of one (agent, workspace), as this process knows it."""
+
+    command: str
+    version: str | None = Field(None, description="`qmd X.Y.Z`, validated; None until known.")
+    version_error: str | None = None
+    home: str
+    search_mode: str
+    collections: list[CollectionStatus]
+    waiting_for_folder: list[str] = Field(default_factory=list)
+    last_update_at: float | None = None
+    last_embed_at: float | None = None
+    embed_failures: int = 0
+    embed_retry_in_s: float | None = None
+    last_error: str | None = None
+
+
+__all__ = [
+    "BuiltinStatus",
+    "CacheInfo",
+    "CollectionStatus",
+    "DegradedInfo",
+    "FtsInfo",
+    "IndexRecovery",
+    "QmdStatus",
+    "StatusModel",
+    "VectorInfo",
+]
