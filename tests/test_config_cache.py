@@ -62,7 +62,6 @@ id = "ops"
 workspace = "{ws}"
 
 [models.providers.openai]
-apiKey = "${{OPENAI_API_KEY}}"
 baseUrl = "http://127.0.0.1:9/v1"
 """
 
@@ -207,3 +206,19 @@ def test_an_unwritable_state_folder_means_no_cache_not_a_failure(
     path = write(tmp_path, "c.toml", RICH_TOML)
     assert isinstance(load_config(path), MemorydConfig)
     assert load_config(path).memory.backend == "qmd"
+
+
+@pytest.mark.parametrize(
+    "credential",
+    [
+        '[models.providers.openai]\napiKey = "sk-test-not-a-real-key"\n',
+        '[agents.defaults.memorySearch.remote]\napiKey = "sk-test-not-a-real-key"\n',
+        '[agents.defaults.memorySearch.remote.headers]\nAuthorization = "Bearer abc"\n',
+    ],
+)
+def test_a_config_that_carries_credentials_is_never_copied_into_the_cache(
+    tmp_path: Path, isolated_env: Path, credential: str
+) -> None:
+    path = write(tmp_path, "c.toml", credential)
+    assert load_config(path) == load_config(path)
+    assert cache_files(isolated_env) == []

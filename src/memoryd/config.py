@@ -872,8 +872,12 @@ def read_config_file(path: Path) -> MemorydConfig:
     if isinstance(cached, MemorydConfig):
         return cached
     config = _parse_config_file(path, raw)
-    config_cache.store(where, raw, fingerprint, config)
+    config_cache.store(where, raw, fingerprint, config, _CREDENTIAL_FIELDS)
     return config
+
+
+#: Fields that may hold credentials: a config with any of them set is never cached.
+_CREDENTIAL_FIELDS = frozenset({"api_key", "headers"})
 
 
 def _parse_config_file(path: Path, raw: bytes) -> MemorydConfig:

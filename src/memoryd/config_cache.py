@@ -9,7 +9,9 @@ overrides merge exactly as before) instead of validating again.
 
 The key is the sha256 of the config file's bytes, its path and a fingerprint of the code that
 defines the models (`config.py` itself): an edited config, another path or another memoryd
-version all miss and validate. A file that does not parse, does not match, or is not ours (owner,
+version all miss and validate. A config that carries credentials (an API key or HTTP headers
+anywhere) is never cached: memoryd does not copy secrets out of the file the user keeps them
+in. A cache file that does not parse, does not match, or is not ours (owner,
 symlink) is ignored; a state folder that cannot be written just means no cache. Nothing here can
 make an invalid config pass: only what validated is ever written.
 """
@@ -40,21 +42,27 @@ class _Unfreezable(Exception):
     """A value of a type the cache does not carry: the config is simply not cached."""
 
 
-def freeze(value: Any) -> Any:
-    """A JSON-ready form of a validated model tree that `thaw` turns back into the same tree."""
+def freeze(value: Any, secret_fields: frozenset[str] = frozenset()) -> Any:
+    """A JSON-ready form of a validated model tree that `thaw` turns back into the same tree.
+
+    A model field named in `secret_fields` that holds anything (an API key, HTTP headers) makes
+    the tree unfreezable: a config carrying credentials is never copied into the state folder.
+    """
     if isinstance(value, BaseModel):
         fields = type(value).model_fields
-        return {
-            "m": type(value).__name__,
-            "set": sorted(value.model_fields_set),
-            "v": {name: freeze(getattr(value, name)) for name in fields},
-        }
+        out: dict[str, Any] = {}
+        for name in fields:
+            field_value = getattr(value, name)
+            if name in secret_fields and field_value:
+                raise _Unfreezable(f"{type(value).__name__}.{name} holds a credential")
+            out[name] = freeze(field_value, secret_fields)
+        return {"m": type(value).__name__, "set": sorted(value.model_fields_set), "v": out}
     if isinstance(value, list):
-        return {"l": [freeze(v) for v in value]}
+        return {"l": [freeze(v, secret_fields) for v in value]}
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
             raise _Unfreezable("a mapping with non-string keys")
-        return {"d": {k: freeze(v) for k, v in value.items()}}
+        return {"d": {k: freeze(v, secret_fields) for k, v in value.items()}}
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
     raise _Unfreezable(f"a value of type {type(value).__name__}")
@@ -122,12 +130,22 @@ def load(
     return model if isinstance(model, BaseModel) else None
 
 
-def store(config_path: Path, raw: bytes, fingerprint: str, config: BaseModel) -> None:
-    """Cache a config that has just validated (best effort: never fails the caller)."""
+def store(
+    config_path: Path,
+    raw: bytes,
+    fingerprint: str,
+    config: BaseModel,
+    secret_fields: frozenset[str] = frozenset(),
+) -> None:
+    """Cache a config that has just validated (best effort: never fails the caller).
+
+    Not cached: a config that holds a value in any of `secret_fields` (see `freeze`).
+    """
     from .fsio import private_dir, write_private_atomic
 
     try:
-        record = {"key": _key(config_path, raw, fingerprint), "config": freeze(config)}
+        frozen = freeze(config, secret_fields)
+        record = {"key": _key(config_path, raw, fingerprint), "config": frozen}
         data = json.dumps(record, separators=(",", ":"), allow_nan=True).encode()
     except _Unfreezable:
         return
