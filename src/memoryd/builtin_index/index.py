@@ -59,6 +59,7 @@ from ..core.transcripts import (
     parse_transcript_text,
 )
 from ..embeddings.base import EmbeddingProvider, ProviderSelection
+from ..embeddings.shipped import reference_key, shipped_vectors
 from ..errors import (
     BatchPending,
     IndexCorrupt,
@@ -1049,8 +1050,9 @@ class MemoryIndex:
         """REFERENCE_QUERIES embedded with the current provider: once, then from the cache table.
 
         Stored in the embedding cache under a tagged hash no chunk can have, so a later process
-        (a one-shot CLI search) reads them instead of embedding 32 queries again. A provider that
-        cannot embed them leaves the query's own background as the reference.
+        (a one-shot CLI search) reads them instead of embedding 32 queries again. For the default
+        local model they ship with memoryd (`embeddings.shipped`), so a new index embeds none. A
+        provider that cannot embed them leaves the query's own background as the reference.
         """
         assert self.provider is not None
         key = (self.provider.id, self.provider.model, self.provider.fingerprint())
@@ -1058,14 +1060,16 @@ class MemoryIndex:
         if held is not None and held[0] == key:
             return held[1]
         wanted = {
-            content_hash(f"\0memoryd-reference-query\0{text}"): (script, text)
+            reference_key(text): (script, text)
             for script, texts in REFERENCE_QUERIES.items()
             for text in texts
         }
-        try:
-            found = store.cache_get(key, list(wanted))
-        except Exception:  # a busy or read-only index file: embed, keep in memory only
-            found = {}
+        ship = shipped_vectors(self.provider.id, key[2])
+        found = {h: ship[h] for h in wanted if h in ship}
+        # a busy or read-only index file: embed, keep in memory only
+        with contextlib.suppress(Exception):
+            if len(found) < len(wanted):
+                found.update(store.cache_get(key, [h for h in wanted if h not in found]))
         fresh: list[tuple[str, np.ndarray]] = []
         try:
             for h, (_, text) in wanted.items():

@@ -1,0 +1,66 @@
+"""Query vectors that ship with memoryd, so a new index does not embed them on its first search.
+
+Score calibration compares a query with a fixed set of unrelated reference queries
+(`core.ranking.REFERENCE_QUERIES`) embedded by the index's own provider. Embedded one by one,
+those 32 queries cost the first search of every new index over a second on two cores: most of
+the time a one-off search on a never-indexed workspace may take. For the default local model
+they are computed ahead of time (`scripts/ship-reference-vectors`) and stored here, one `.npz`
+per provider fingerprint: the hashes the index's embedding cache uses, and the vectors.
+`tests/test_shipped_vectors.py` checks that they equal what the model computes now, so a model
+or text change cannot leave stale vectors behind. Any other provider embeds them as before.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..core.chunking import content_hash
+
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    from ..lazy import numpy as np
+
+#: Where the shipped vectors live (package data).
+DATA_DIR = Path(__file__).with_name("shipped")
+
+
+def reference_key(text: str) -> str:
+    """The embedding-cache hash of a reference query: tagged, so no chunk can ever have it."""
+    return content_hash(f"\0memoryd-reference-query\0{text}")
+
+
+def shipped_file(provider_id: str, fingerprint: str) -> Path:
+    return DATA_DIR / f"{provider_id}-{fingerprint}.npz"
+
+
+@functools.cache
+def shipped_vectors(provider_id: str, fingerprint: str) -> dict[str, np.ndarray]:
+    """hash → vector for this provider, or {} when nothing ships for it (or the file is bad)."""
+    path = shipped_file(provider_id, fingerprint)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            hashes = [str(h) for h in data["hashes"]]
+            vectors = np.asarray(data["vectors"], dtype=np.float32)
+    except (OSError, KeyError, ValueError):
+        return {}
+    if vectors.ndim != 2 or len(hashes) != vectors.shape[0]:
+        return {}
+    return {h: vectors[i] for i, h in enumerate(hashes)}
+
+
+def write_shipped(
+    provider_id: str, fingerprint: str, vectors: dict[str, np.ndarray], data_dir: Path = DATA_DIR
+) -> Path:
+    """Write the shipped vectors of one provider (used by `scripts/ship-reference-vectors`)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / f"{provider_id}-{fingerprint}.npz"
+    hashes = sorted(vectors)
+    np.savez_compressed(
+        path,
+        hashes=np.array(hashes),
+        vectors=np.stack([np.asarray(vectors[h], dtype=np.float32) for h in hashes]),
+    )
+    return path
