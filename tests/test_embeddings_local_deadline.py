@@ -44,7 +44,7 @@ def _notes(ws: Path, n: int) -> None:
 
 
 async def test_a_budgeted_sync_stops_near_its_deadline_not_after_a_batch(workspace: Path) -> None:
-    _notes(workspace, 60)
+    _notes(workspace, 15)  # within reach: 15 × the assumed rate fits FUTILE_BACKLOG_BUDGETS
     provider = SlowEmbedder()
     idx = index_for(agent_for(workspace), provider)
     budget = 0.5
@@ -53,8 +53,8 @@ async def test_a_budgeted_sync_stops_near_its_deadline_not_after_a_batch(workspa
     elapsed = time.monotonic() - t
     # a full batch would take EMBED_BATCH × 50 ms = 0.8 s of embedding alone
     assert provider.batches[0] == 1, "the first budgeted batch measures the rate on one chunk"
-    assert 0 < report.vectors_embedded < 60
-    assert report.vectors_pending == 60 - report.vectors_embedded
+    assert 0 < report.vectors_embedded < 15
+    assert report.vectors_pending == 15 - report.vectors_embedded
     assert sum(provider.batches) * PER_TEXT_S <= budget + PER_TEXT_S
     assert elapsed < budget + 0.4  # text phase + one chunk of slack, not a whole batch
     await idx.aclose()
@@ -82,7 +82,7 @@ async def test_a_spent_budget_embeds_nothing_and_later_syncs_finish(workspace: P
 
 
 async def test_budgeted_syncs_in_a_row_embed_everything_exactly_once(workspace: Path) -> None:
-    _notes(workspace, 30)
+    _notes(workspace, 10)
     provider = SlowEmbedder()
     idx = index_for(agent_for(workspace), provider)
     embedded = 0
@@ -92,7 +92,7 @@ async def test_budgeted_syncs_in_a_row_embed_everything_exactly_once(workspace: 
         embedded += report.vectors_embedded
         if report.vectors_pending == 0:
             break
-    assert embedded == 30 and provider.embedded_texts == 30
+    assert embedded == 10 and provider.embedded_texts == 10
     await idx.aclose()
 
 
@@ -112,3 +112,46 @@ async def test_the_deadline_holds_even_when_one_chunk_outlasts_it(workspace: Pat
     assert time.monotonic() - t < 0.4 + 0.5
     assert report.vectors_embedded == 0 and report.vectors_pending == 5
     await idx.aclose()
+
+
+async def test_a_backlog_no_budget_could_dent_is_left_to_index_and_the_sync_returns_at_once(
+    workspace: Path,
+) -> None:
+    """First contact on a large workspace: embedding 3 of 200 chunks would not change the
+    ranking, so a budgeted (search) sync embeds none and returns; `memoryd index` does them."""
+    _notes(workspace, 200)
+    provider = SlowEmbedder()
+    idx = index_for(agent_for(workspace), provider)
+    t = time.monotonic()
+    report = await idx.sync(embed_budget_s=2.0)
+    assert time.monotonic() - t < 2.0
+    assert provider.batches == [] and report.vectors_pending == 200
+    full = await idx.sync()
+    assert full.vectors_embedded == 200 and full.vectors_pending == 0
+    await idx.aclose()
+
+
+async def test_a_measured_rate_decides_what_a_budget_can_finish(tmp_path: Path) -> None:
+    """The same backlog is embedded by a search's sync once this process has measured that it
+    fits, and left alone on a fresh index, where only the assumed rate is known."""
+    cheap = 0.002  # seconds per text: 100 chunks fit a 0.5 s budget easily
+
+    class FastEmbedder(SlowEmbedder):
+        async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+            self.batches.append(len(texts))
+            await anyio.sleep(cheap * len(texts))
+            return await HashingEmbedder.embed_documents(self, texts)
+
+    measured_ws, fresh_ws = tmp_path / "measured", tmp_path / "fresh"
+    _notes(measured_ws, 10)
+    measured = index_for(agent_for(measured_ws), FastEmbedder())
+    assert (await measured.sync()).vectors_pending == 0  # unbudgeted: embeds, measures the rate
+    for ws in (measured_ws, fresh_ws):
+        for i in range(100):
+            write(ws / "memory" / f"2024-02-{i % 28 + 1:02d}-{i}.md", f"# later {i}\nfact {i}\n")
+    measured.dirty = True
+    assert (await measured.sync(embed_budget_s=0.5)).vectors_pending == 0
+    fresh = index_for(agent_for(fresh_ws), FastEmbedder())
+    assert (await fresh.sync(embed_budget_s=0.5)).vectors_pending == 100
+    await measured.aclose()
+    await fresh.aclose()

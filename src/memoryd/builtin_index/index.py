@@ -117,6 +117,15 @@ def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[Transcript
 EMBED_BATCH = 16
 #: The first batch when progress is shown: small, so the rate and ETA appear within seconds.
 FIRST_SHOWN_BATCH = 2
+#: A search's embedding budget is spent only on a backlog it can make a real dent in: when the
+#: pending chunks would take more than this many budgets (at the measured rate, else at
+#: ASSUMED_SECONDS_PER_CHUNK), the search embeds none of them and answers at once by keywords;
+#: its note says `memoryd index` or `serve` finishes them. A first search on a large workspace
+#: used to spend its whole budget (model load included) embedding a few chunks of hundreds.
+FUTILE_BACKLOG_BUDGETS = 4
+#: The rate assumed before any chunk was embedded in this process (a local model on 2 cores
+#: does 400-token chunks at 0.1–0.3 s; remote APIs faster per chunk).
+ASSUMED_SECONDS_PER_CHUNK = 0.1
 QUERY_CACHE_SIZE = 256
 BACKGROUND_SAMPLE = 1024  # stored vectors a query is compared with to calibrate its cosines
 STATS_TERM_CACHE = 4096  # per-term chunk counts kept between searches (cleared on any write)
@@ -674,6 +683,7 @@ class MemoryIndex:
         The deadline holds *within* a batch too: under a budget a batch only takes as many
         chunks as the measured embedding rate says fit in the time left (the first batch is
         one chunk, to measure it), so a search pays at most `searchWaitMs`, not a whole batch.
+        A backlog beyond FUTILE_BACKLOG_BUDGETS budgets is not started at all.
         """
         if self.provider is None or not store.vector.available:
             return
@@ -686,6 +696,10 @@ class MemoryIndex:
         skip: set[int] = set()
         rates = self._embed_rates
         fill = 0.7  # share of the time left a budgeted batch is sized to take
+        if budget_s is not None:
+            per_chunk = rates.get(key, ASSUMED_SECONDS_PER_CHUNK)
+            if total * per_chunk > FUTILE_BACKLOG_BUDGETS * budget_s:
+                return
         if progress and total:
             progress("vectors", 0, total)
         while True:
