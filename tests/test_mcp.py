@@ -21,13 +21,13 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from memoryd.cli import parse_http_address
 from memoryd.config import validate_config
 from memoryd.mcp_server import (
     OriginGuard,
     build_server,
     check_request_origin,
     is_loopback_hostname,
-    parse_http_address,
     resolve_origin_guard,
 )
 from memoryd.orchestrator import MemoryService

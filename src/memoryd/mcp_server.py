@@ -424,23 +424,6 @@ def check_request_origin(origin: str | None, host: str | None, guard: OriginGuar
     return None
 
 
-def parse_http_address(value: str) -> tuple[str, int]:
-    """`PORT`, `HOST:PORT` or `[V6]:PORT` → (host, port); a bare port binds 127.0.0.1."""
-    raw = value.strip()
-    host, sep, port_text = raw.rpartition(":")
-    if not sep:
-        host, port_text = "127.0.0.1", raw
-    elif host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    elif ":" in host:
-        raise ValueError(f"put an IPv6 address in brackets: [{host}]:{port_text}")
-    if not host:
-        raise ValueError(f"missing host before ':' in {value!r}")
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(f"port must be a number from 0 to 65535, not {port_text!r}")
-    return host, int(port_text)
-
-
 class _GuardMiddleware:
     """ASGI middleware applying `check_request_origin` to every request, before routing."""
 
