@@ -86,6 +86,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--limit", type=int, help="at most N queries per workspace (smoke runs)")
     p.add_argument("--chunk-tokens", type=int, default=400)
     p.add_argument("--chunk-overlap", type=int, default=80)
+    p.add_argument(
+        "--max-results",
+        type=int,
+        help="query.maxResults of the agent runs (default: the config's default)",
+    )
     p.add_argument("--model", help="local embedding model name (default: memoryd's default)")
     p.add_argument("--provider", default="local", help="embedding provider for the builtin index")
     return p.parse_args(argv)
@@ -252,6 +257,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {
         "systems": systems,
         "chunking": [args.chunk_tokens, args.chunk_overlap],
+        "max_results": args.max_results,
         "model": args.model,
         "datasets": {},
     }
@@ -364,6 +370,7 @@ async def open_workspace_index(args: argparse.Namespace, ws: Any) -> Any:
         model=args.model,
         tokens=args.chunk_tokens,
         overlap=args.chunk_overlap,
+        extra={"query": {"maxResults": args.max_results}} if args.max_results else None,
     )
 
 

@@ -55,6 +55,7 @@ from ..core.ranking import (
     CorpusStats,
     RankParams,
     continue_snippet,
+    extend_chunk,
     path_match_level,
     rank,
     select_snippet,
@@ -200,6 +201,9 @@ class SyncReport:
 
 #: How many of the best hits also return the lines after their window (see `search`).
 CONTINUE_BEST_HIT = 1
+#: How many of the next chunks of its file a continuation may reach into (chunks shorter than
+#: a snippet: the best window is the whole chunk, the lines after it are in the next ones).
+FOLLOWING_CHUNKS = 2
 
 _PATH_TOKEN: Final = re.compile(r"[\w.\-]+")
 
@@ -930,7 +934,8 @@ class MemoryIndex:
                 # the lines right after the best window, as a result of their own (each snippet
                 # stays within the 700-character contract): the answer to a question often
                 # comes a few lines after the line that names its topic
-                more = continue_snippet(c.text, c.start_line, c.end_line, last, MAX_SNIPPET_CHARS)
+                text, end = self._with_following_lines(store, c, last)
+                more = continue_snippet(text, c.start_line, end, last, MAX_SNIPPET_CHARS)
                 continued += 1
                 if more is not None:
                     text, m_first, m_last = more
@@ -965,6 +970,33 @@ class MemoryIndex:
             notes=notes,
             degraded=degraded,
             pending_vectors=pending,
+        )
+
+    @staticmethod
+    def _with_following_lines(store: Store, c: Candidate, after_line: int) -> tuple[str, int]:
+        """The chunk's text, and its last line, extended into the next chunks of its file when
+        fewer than a snippet's worth of lines follow `after_line` inside it.
+
+        A file's chunks are written in order in one transaction, so its next chunks have the
+        next ids; `extend_chunk` keeps only rows of the same path that continue these lines, so
+        a store that numbers otherwise only loses the extension.
+        """
+        lines = c.text.split("\n")
+        rest = lines[max(0, after_line - c.start_line + 1) :]
+        if sum(len(line) + 1 for line in rest) > MAX_SNIPPET_CHARS:
+            return c.text, c.end_line
+        rows = store.chunk_rows(range(c.chunk_id + 1, c.chunk_id + 1 + FOLLOWING_CHUNKS))
+        following = sorted(
+            (r.start_line, r.end_line, r.text)
+            for r in rows.values()
+            if r.path == c.path and r.start_line > c.start_line
+        )
+        return extend_chunk(
+            c.text,
+            c.start_line,
+            c.end_line,
+            [(text, start, end) for start, end, text in following],
+            MAX_SNIPPET_CHARS,
         )
 
     async def _embed_query(self, query: str) -> np.ndarray:

@@ -781,3 +781,35 @@ def continue_snippet(
     if not taken or not "".join(taken).strip():
         return None
     return "\n".join(taken), after_line + 1, min(after_line + len(taken), end_line)
+
+
+def extend_chunk(
+    text: str,
+    start_line: int,
+    end_line: int,
+    following: Sequence[tuple[str, int, int]],
+    max_chars: int = 700,
+) -> tuple[str, int]:
+    """A chunk's text with the lines of the next chunks of its file that come after it.
+
+    `following` holds (text, start line, end line) of later chunks of the same file, in order;
+    overlapping lines are taken once, and the first gap in line numbers stops it. At most
+    `max_chars` are added (whole lines), enough for `continue_snippet` to go on past the chunk's
+    end: with chunks shorter than a snippet, the best window *is* the whole chunk, and the reply
+    after it lies in the next one. Returns (text, last line).
+    """
+    out = text.split("\n")
+    last = end_line
+    added = 0
+    for f_text, f_start, f_end in following:
+        if f_start > last + 1 or f_end <= last:
+            break  # not the continuation of these lines
+        lines = f_text.split("\n")[last + 1 - f_start :]
+        for line in lines:
+            if added + len(line) + 1 > max_chars:
+                return "\n".join(out), last
+            out.append(line)
+            added += len(line) + 1
+            last += 1
+        last = min(last, f_end)
+    return "\n".join(out), last
