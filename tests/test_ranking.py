@@ -20,6 +20,7 @@ from memoryd.core.ranking import (
     path_match_level,
     rank,
     select_snippet,
+    uncovered_window,
 )
 
 SCORES_ONLY = RankParams(
@@ -449,3 +450,28 @@ def test_a_continuation_goes_on_into_the_next_chunk_when_the_window_was_the_whol
     text, last = extend_chunk("a\nb", 1, 2, [("b\nc\nd", 2, 4)])
     assert continue_snippet("a\nb", 1, 2, 2) is None
     assert continue_snippet(text, 1, last, 2) == ("c\nd", 3, 4)
+
+
+@pytest.mark.parametrize(
+    ("shown", "expected"),
+    [
+        ([], ("a\nb\nc\nd", 10, 13)),
+        ([(1, 5)], ("a\nb\nc\nd", 10, 13)),  # other lines of the file
+        ([(8, 11)], ("c\nd", 12, 13)),  # an earlier chunk's overlap: the head goes
+        ([(12, 20)], ("a\nb", 10, 11)),  # the continuation already showed the tail
+        ([(8, 10), (13, 13)], ("b\nc", 11, 12)),
+        ([(11, 12)], ("a\nb\nc\nd", 10, 13)),  # shown lines inside: kept, one run of lines
+        ([(9, 14)], None),  # everything already shown
+        ([(10, 11), (12, 13)], None),
+    ],
+)
+def test_a_window_drops_the_edge_lines_earlier_results_show(
+    shown: list[tuple[int, int]], expected: tuple[str, int, int] | None
+) -> None:
+    assert uncovered_window("a\nb\nc\nd", 10, 13, shown) == expected
+
+
+def test_a_cut_long_line_is_kept_whole_or_dropped() -> None:
+    cut = "x" * 700  # one line of a longer paragraph: the snippet does not map to lines 1:1
+    assert uncovered_window(cut + "\n" + cut, 5, 5, []) == (cut + "\n" + cut, 5, 5)
+    assert uncovered_window(cut, 5, 5, [(5, 5)]) is None

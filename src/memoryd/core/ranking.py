@@ -813,3 +813,35 @@ def extend_chunk(
             last += 1
         last = min(last, f_end)
     return "\n".join(out), last
+
+
+def uncovered_window(
+    snippet: str, first: int, last: int, shown: Sequence[tuple[int, int]]
+) -> tuple[str, int, int] | None:
+    """A result's window without the lines at its edges that earlier results of the same file
+    already show (`shown`: their line ranges); None when nothing new is left.
+
+    Overlapping chunks, and the best hit's continuation, often return the same lines twice: an
+    agent reads them once, and the budget they took can carry another result. Only the edges
+    are cut, so the window stays one run of lines; a window with a shown run inside it keeps it.
+    """
+    lines = snippet.split("\n")
+    if len(lines) != last - first + 1:
+        # one long line cut to the cap: whole or nothing
+        seen = any(a <= first and last <= b for a, b in shown)
+        return None if seen else (snippet, first, last)
+
+    def is_shown(line: int) -> bool:
+        return any(a <= line <= b for a, b in shown)
+
+    lo, hi = first, last
+    while lo <= hi and is_shown(lo):
+        lo += 1
+    while hi >= lo and is_shown(hi):
+        hi -= 1
+    if lo > hi:
+        return None
+    kept = lines[lo - first : hi - first + 1]
+    if not "".join(kept).strip():
+        return None
+    return "\n".join(kept), lo, hi
