@@ -456,6 +456,11 @@ LEX_FLOOR = 0.17  # IDF-weighted share of the query's terms a chunk holds: below
 LEX_FULL = 1.0
 VEC_FLOOR = 1.5  # cosine in reference deviations above unrelated text: below, no evidence
 VEC_FULL = 5.0
+# The floor for a chunk in the query's own script, where keywords can vouch too. Equal to
+# VEC_FLOOR with 400-token chunks; shorter chunks reach higher cosines with unrelated questions
+# (more, narrower chunks: the best of them stands further out), measured in
+# docs/retrieval-quality.md (round 4).
+VEC_FLOOR_SAME_SCRIPT = 1.5
 RANK_SHAPE = 0.25  # exponent on a result's closeness to the query's best hit (see below)
 APART_OFFSET = 0.5  # share of the query's median z over memory taken off a cross-script chunk's
 
@@ -583,7 +588,8 @@ def calibrated_scores(
             if offset is None:
                 offset = max(0.0, query_offset(qscript, stats))
             z -= APART_OFFSET * offset
-        vec = _ramp(z, VEC_FLOOR, VEC_FULL) if z is not None else 0.0
+        floor = VEC_FLOOR_SAME_SCRIPT if script == qscript else VEC_FLOOR
+        vec = _ramp(z, floor, VEC_FULL) if z is not None else 0.0
         evidence.append(1.0 - (1.0 - lex) * (1.0 - vec))
         vec_evidence.append(vec)
     confidence = max(evidence)
