@@ -502,3 +502,24 @@ async def test_no_line_of_a_file_comes_back_twice(workspace: Path) -> None:
     assert len(lines) == len(set(lines))
     for r in results:  # a result's snippet is its line range, nothing cut out of the middle
         assert r.snippet.count("\n") == r.end_line - r.start_line
+
+
+@pytest.mark.parametrize(
+    ("text", "cos", "vouched"),
+    [
+        (
+            "the team offsite happens in spring",
+            0.76 + 1.8 * 0.03,
+            False,
+        ),  # same script: 1.8 sd < 2.0
+        ("团队的活动在春天举行", 0.72 + 1.8 * 0.025, True),  # another script: 1.8 sd > 1.5
+    ],
+)
+def test_the_same_script_vector_floor_leaves_other_scripts_to_their_own(
+    monkeypatch: pytest.MonkeyPatch, text: str, cos: float, vouched: bool
+) -> None:
+    import memoryd.core.ranking as ranking
+
+    monkeypatch.setattr(ranking, "VEC_FLOOR_SAME_SCRIPT", 2.0)
+    [scored] = calibrated_scores([chunk(0, text, cos=cos)], "quarterly planning", stats(100, {}))
+    assert (scored.score > 0) is vouched
