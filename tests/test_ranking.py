@@ -14,11 +14,13 @@ from memoryd.core.ranking import (
     continue_snippet,
     decay_multiplier,
     exact_token_share,
+    extend_chunk,
     file_date,
     is_evergreen,
     path_match_level,
     rank,
     select_snippet,
+    uncovered_window,
 )
 
 SCORES_ONLY = RankParams(
@@ -419,3 +421,57 @@ def test_a_continuation_is_the_whole_lines_after_the_window(
 
 def test_a_continuation_of_only_blank_lines_is_none() -> None:
     assert continue_snippet("a\nb\n\n", 1, 4, 2) is None
+
+
+@pytest.mark.parametrize(
+    ("following", "cap", "expected"),
+    [
+        # the next chunk overlaps lines 12-13: only its lines after 13 are added
+        ([("c\nd\ne\nf", 12, 15)], 700, ("a\nb\nc\nd\ne\nf", 15)),
+        # two next chunks, in order, each adding what comes after the lines so far
+        ([("d\ne", 13, 14), ("e\nf\ng", 14, 16)], 700, ("a\nb\nc\nd\ne\nf\ng", 16)),
+        # whole lines within the cap ("e\n" and "f\n" are 2 characters each)
+        ([("d\ne\nf\ng", 13, 16)], 4, ("a\nb\nc\nd\ne\nf", 15)),
+        ([("d\ne", 13, 14)], 1, ("a\nb\nc\nd", 13)),
+        # a gap in line numbers, or a chunk inside these lines, is not a continuation
+        ([("x\ny", 15, 16)], 700, ("a\nb\nc\nd", 13)),
+        ([("c\nd", 12, 13)], 700, ("a\nb\nc\nd", 13)),
+        ([], 700, ("a\nb\nc\nd", 13)),
+    ],
+)
+def test_a_chunk_extends_into_the_lines_its_next_chunks_add(
+    following: list[tuple[str, int, int]], cap: int, expected: tuple[str, int]
+) -> None:
+    # chunk lines 10..13: "a", "b", "c", "d"
+    assert extend_chunk("a\nb\nc\nd", 10, 13, following, cap) == expected
+
+
+def test_a_continuation_goes_on_into_the_next_chunk_when_the_window_was_the_whole_chunk() -> None:
+    text, last = extend_chunk("a\nb", 1, 2, [("b\nc\nd", 2, 4)])
+    assert continue_snippet("a\nb", 1, 2, 2) is None
+    assert continue_snippet(text, 1, last, 2) == ("c\nd", 3, 4)
+
+
+@pytest.mark.parametrize(
+    ("shown", "expected"),
+    [
+        ([], ("a\nb\nc\nd", 10, 13)),
+        ([(1, 5)], ("a\nb\nc\nd", 10, 13)),  # other lines of the file
+        ([(8, 11)], ("c\nd", 12, 13)),  # an earlier chunk's overlap: the head goes
+        ([(12, 20)], ("a\nb", 10, 11)),  # the continuation already showed the tail
+        ([(8, 10), (13, 13)], ("b\nc", 11, 12)),
+        ([(11, 12)], ("a\nb\nc\nd", 10, 13)),  # shown lines inside: kept, one run of lines
+        ([(9, 14)], None),  # everything already shown
+        ([(10, 11), (12, 13)], None),
+    ],
+)
+def test_a_window_drops_the_edge_lines_earlier_results_show(
+    shown: list[tuple[int, int]], expected: tuple[str, int, int] | None
+) -> None:
+    assert uncovered_window("a\nb\nc\nd", 10, 13, shown) == expected
+
+
+def test_a_cut_long_line_is_kept_whole_or_dropped() -> None:
+    cut = "x" * 700  # one line of a longer paragraph: the snippet does not map to lines 1:1
+    assert uncovered_window(cut + "\n" + cut, 5, 5, []) == (cut + "\n" + cut, 5, 5)
+    assert uncovered_window(cut, 5, 5, [(5, 5)]) is None

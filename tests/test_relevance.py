@@ -447,3 +447,79 @@ async def test_the_best_hit_also_brings_the_lines_after_its_window_as_the_next_r
     # a caller asking for one result gets one
     assert len((await idx.search("LGBTQ support group", max_results=1)).results) == 1
     await idx.aclose()
+
+
+def conversation(topic_turn: str, filler: int, reply_turn: str) -> str:
+    turns = ["# 7:30 pm on 8 May, 2023", topic_turn]
+    turns += [
+        f"Melanie: Tell me more about part {i} of the evening, it sounds big."
+        for i in range(filler)
+    ]
+    turns.append(reply_turn)
+    return "\n".join(turns) + "\n"
+
+
+@pytest.mark.anyio
+async def test_the_continuation_goes_on_into_the_next_chunk_when_chunks_are_short(
+    workspace: Path,
+) -> None:
+    # 48-token chunks are shorter than a snippet: the best window is its whole chunk, and the
+    # reply a few turns later sits in the next chunk of the same file
+    write(
+        workspace / "memory" / "2023-05-08.md",
+        conversation(
+            "Caroline: I went to the LGBTQ support group yesterday, it was so powerful.",
+            2,
+            "Caroline: The transgender stories inspired me to pursue counseling as a career.",
+        ),
+    )
+    short = agent(workspace, {"provider": "none", "chunking": {"tokens": 48, "overlap": 8}})
+    idx = MemoryIndex(short.index_settings(), select_provider(short))
+    await idx.sync()
+    results = (await idx.search("what did Caroline think of the LGBTQ support group")).results
+    await idx.aclose()
+    best, after = results[0], results[1]
+    assert "LGBTQ" in best.snippet and "counseling" not in best.snippet
+    assert after.path == best.path and after.start_line == best.end_line + 1
+    assert "counseling" in after.snippet
+    assert all(len(r.snippet) <= MAX_SNIPPET_CHARS for r in results)
+
+
+@pytest.mark.anyio
+async def test_no_line_of_a_file_comes_back_twice(workspace: Path) -> None:
+    # overlapping chunks that all match: each line reaches the agent once, under one result
+    write(
+        workspace / "memory" / "garden.md",
+        "\n".join(f"Line {i}: the tomato garden needs water on day {i}." for i in range(40)) + "\n",
+    )
+    overlapping = agent(workspace, {"provider": "none", "chunking": {"tokens": 64, "overlap": 32}})
+    idx = MemoryIndex(overlapping.index_settings(), select_provider(overlapping))
+    await idx.sync()
+    results = (await idx.search("tomato garden water", max_results=8)).results
+    await idx.aclose()
+    assert len(results) >= 4
+    lines = [n for r in results for n in range(r.start_line, r.end_line + 1)]
+    assert len(lines) == len(set(lines))
+    for r in results:  # a result's snippet is its line range, nothing cut out of the middle
+        assert r.snippet.count("\n") == r.end_line - r.start_line
+
+
+@pytest.mark.parametrize(
+    ("text", "cos", "vouched"),
+    [
+        (
+            "the team offsite happens in spring",
+            0.76 + 1.8 * 0.03,
+            False,
+        ),  # same script: 1.8 sd < 2.0
+        ("团队的活动在春天举行", 0.72 + 1.8 * 0.025, True),  # another script: 1.8 sd > 1.5
+    ],
+)
+def test_the_same_script_vector_floor_leaves_other_scripts_to_their_own(
+    monkeypatch: pytest.MonkeyPatch, text: str, cos: float, vouched: bool
+) -> None:
+    import memoryd.core.ranking as ranking
+
+    monkeypatch.setattr(ranking, "VEC_FLOOR_SAME_SCRIPT", 2.0)
+    [scored] = calibrated_scores([chunk(0, text, cos=cos)], "quarterly planning", stats(100, {}))
+    assert (scored.score > 0) is vouched

@@ -19,6 +19,8 @@ from typing import Any
 
 import anyio
 
+from memoryd.config import deep_merge
+
 from . import crosslingual as XL
 from . import metrics as M
 from . import offtopic as OT
@@ -86,6 +88,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--limit", type=int, help="at most N queries per workspace (smoke runs)")
     p.add_argument("--chunk-tokens", type=int, default=400)
     p.add_argument("--chunk-overlap", type=int, default=80)
+    p.add_argument(
+        "--max-results",
+        type=int,
+        help="query.maxResults of the agent runs (default: the config's default)",
+    )
+    p.add_argument(
+        "--search-config",
+        type=json.loads,
+        help='JSON merged into memorySearch for every builtin index, e.g. \'{"query": {"hybrid": '
+        '{"candidateMultiplier": 8}}}\'',
+    )
     p.add_argument("--model", help="local embedding model name (default: memoryd's default)")
     p.add_argument("--provider", default="local", help="embedding provider for the builtin index")
     return p.parse_args(argv)
@@ -252,6 +265,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {
         "systems": systems,
         "chunking": [args.chunk_tokens, args.chunk_overlap],
+        "max_results": args.max_results,
+        "search_config": args.search_config,
         "model": args.model,
         "datasets": {},
     }
@@ -353,6 +368,14 @@ def index_suffix(args: argparse.Namespace) -> str:
     )
 
 
+def search_config(args: argparse.Namespace) -> dict[str, Any] | None:
+    """What the command line changes in memorySearch (`--max-results`, `--search-config`)."""
+    extra: dict[str, Any] = dict(args.search_config or {})
+    if args.max_results:
+        extra = deep_merge(extra, {"query": {"maxResults": args.max_results}})
+    return extra or None
+
+
 async def open_workspace_index(args: argparse.Namespace, ws: Any) -> Any:
     """The cached index of one eval workspace, for the model and chunking `args` name."""
     from .builtin import open_index
@@ -364,6 +387,7 @@ async def open_workspace_index(args: argparse.Namespace, ws: Any) -> Any:
         model=args.model,
         tokens=args.chunk_tokens,
         overlap=args.chunk_overlap,
+        extra=search_config(args),
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import shutil
 import statistics
 import sys
@@ -20,7 +21,7 @@ from typing import cast
 import anyio
 
 from memoryd.builtin_index.index import MemoryIndex
-from memoryd.config import resolve_agent, validate_config
+from memoryd.config import deep_merge, resolve_agent, validate_config
 from memoryd.core.ranking import Fusion, RankParams
 from memoryd.embeddings.base import ProviderSelection
 from memoryd.embeddings.hashing import HashingEmbedder
@@ -39,6 +40,12 @@ async def main(argv: list[str]) -> int:
     p.add_argument("--queries", type=int, default=300)
     p.add_argument(
         "--compare", help="comma-separated fusions timed in the same run (e.g. relative)"
+    )
+    p.add_argument(
+        "--variant",
+        type=json.loads,
+        help="JSON merged into memorySearch for a second index over the same file, timed "
+        'interleaved with the configured one (e.g. \'{"query": {"maxResults": 8}}\')',
     )
     args = p.parse_args(argv)
 
@@ -65,15 +72,23 @@ async def main(argv: list[str]) -> int:
     }
     if args.fusion:
         search["query"] = {"hybrid": {"fusion": args.fusion}}
-    agent = resolve_agent(
-        validate_config({"agents": {"defaults": {"memorySearch": search}}}), workspace=big
-    )
     provider = QueryCache(HashingEmbedder(384))
-    idx = MemoryIndex(
-        agent.index_settings(), ProviderSelection("local", provider, "latency bench", None, True)
-    )
+
+    def open_index(settings: dict[str, object]) -> MemoryIndex:
+        agent = resolve_agent(
+            validate_config({"agents": {"defaults": {"memorySearch": settings}}}), workspace=big
+        )
+        return MemoryIndex(
+            agent.index_settings(),
+            ProviderSelection("local", provider, "latency bench", None, True),
+        )
+
+    idx = open_index(search)
     t0 = time.perf_counter()
     await idx.sync()
+    variant = open_index(deep_merge(search, args.variant)) if args.variant else None
+    if variant is not None:
+        await variant.sync()  # the same file and chunking: nothing to write
     chunks = idx.status().chunks
     print(f"index: {chunks} chunks ({time.perf_counter() - t0:.1f}s to sync)", file=sys.stderr)
     configured = idx._rank_params
@@ -92,13 +107,22 @@ async def main(argv: list[str]) -> int:
         use(fusion)
         for q in queries:
             await idx.search(q, now=NOW)
+    if variant is not None:
+        for q in queries:
+            await variant.search(q, now=NOW)
     times: dict[str | None, list[float]] = {f: [] for f in fusions}
+    if variant is not None:
+        times["variant"] = []
     for q in queries:  # interleaved, so machine load hits every fusion alike
         for fusion in fusions:
             use(fusion)
             t = time.perf_counter()
             await idx.search(q, now=NOW)
             times[fusion].append((time.perf_counter() - t) * 1000)
+        if variant is not None:
+            t = time.perf_counter()
+            await variant.search(q, now=NOW)
+            times["variant"].append((time.perf_counter() - t) * 1000)
     for fusion, ts in times.items():
         ts.sort()
         p50, p95 = statistics.median(ts), ts[int(0.95 * len(ts)) - 1]
@@ -107,6 +131,8 @@ async def main(argv: list[str]) -> int:
             f"p50 {p50:.2f} ms, p95 {p95:.2f} ms"
         )
     await idx.aclose()
+    if variant is not None:
+        await variant.aclose()
     return 0
 
 

@@ -11,9 +11,9 @@ def _f(x: float, digits: int = 3) -> str:
     return f"{x:.{digits}f}"
 
 
-def conversation_table(name: str, systems: dict[str, Any]) -> list[str]:
+def conversation_table(name: str, systems: dict[str, Any], top: int | None = None) -> list[str]:
     rows = [
-        f"### {name} — agent budget (top 6, ≤ 4000 chars)",
+        f"### {name} — agent budget (top {top or 6}, ≤ 4000 chars)",
         "| system | evidence | hit | MRR | results | lines | chars | "
         + " | ".join(f"ev {c}" for c in _categories(systems))
         + " |",
@@ -134,7 +134,7 @@ def print_tables(report: dict[str, Any]) -> None:
     for name, systems in report["datasets"].items():
         first = next(iter(systems.values()), {})
         lines = (
-            conversation_table(name, systems)
+            conversation_table(name, systems, report.get("max_results"))
             if "by_category" in first
             else collection_table(name, systems)
         )

@@ -13,6 +13,7 @@ why in `status`), a read-only one keeps answering searches. `_store` holds the m
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -46,9 +47,11 @@ from ..core.ranking import (
     CorpusStats,
     RankParams,
     continue_snippet,
+    extend_chunk,
     path_match_level,
     rank,
     select_snippet,
+    uncovered_window,
 )
 from ..core.results import MAX_SNIPPET_CHARS, FileText, SearchResult
 from ..core.text import Script, fts_match_expression, query_terms, script_of, trigram_terms
@@ -201,6 +204,11 @@ class SyncReport:
 
 #: How many of the best hits also return the lines after their window (see `search`).
 CONTINUE_BEST_HIT = 1
+#: How many of the next chunks of its file a continuation may reach into (chunks shorter than
+#: a snippet: the best window is the whole chunk, the lines after it are in the next ones).
+FOLLOWING_CHUNKS = 2
+#: Hits ranked past maxResults, to take the place of results whose lines are already shown.
+SPARE_RESULTS = 4
 
 _PATH_TOKEN: Final = re.compile(r"[\w.\-]+")
 
@@ -924,26 +932,41 @@ class MemoryIndex:
             )
             filled.append(c)
         stats = await self._corpus_stats(store, query if want_kw else "", qvec)
-        ranked = rank(filled, query, params, now=now or datetime.now(UTC), stats=stats)
-        results = []
+        # a few spare hits: a result whose lines earlier results already show gives its slot on
+        ranked = rank(
+            filled,
+            query,
+            dataclasses.replace(params, max_results=params.max_results + SPARE_RESULTS),
+            now=now or datetime.now(UTC),
+            stats=stats,
+        )
+        results: list[SearchResult] = []
+        shown: dict[str, list[tuple[int, int]]] = {}
+
+        def add(c: Candidate, snippet: str, first: int, last: int) -> None:
+            kept = uncovered_window(snippet, first, last, shown.get(c.path, []))
+            if kept is not None and len(results) < params.max_results:
+                text, first, last = kept
+                results.append(SearchResult(c.path, first, last, c.score, text, source=c.source))  # type: ignore[arg-type]
+                shown.setdefault(c.path, []).append((first, last))
+
         continued = 0
         for c in ranked:
+            if len(results) >= params.max_results:
+                break
             snippet, first, last = select_snippet(
                 c.text, c.start_line, c.end_line, query, MAX_SNIPPET_CHARS
             )
-            results.append(SearchResult(c.path, first, last, c.score, snippet, source=c.source))  # type: ignore[arg-type]
+            add(c, snippet, first, last)
             if continued < CONTINUE_BEST_HIT and params.max_results > 1:
                 # the lines right after the best window, as a result of their own (each snippet
                 # stays within the 700-character contract): the answer to a question often
                 # comes a few lines after the line that names its topic
-                more = continue_snippet(c.text, c.start_line, c.end_line, last, MAX_SNIPPET_CHARS)
+                text, end = self._with_following_lines(store, c, last)
+                more = continue_snippet(text, c.start_line, end, last, MAX_SNIPPET_CHARS)
                 continued += 1
                 if more is not None:
-                    text, m_first, m_last = more
-                    results.append(
-                        SearchResult(c.path, m_first, m_last, c.score, text, source=c.source)  # type: ignore[arg-type]
-                    )
-        del results[params.max_results :]
+                    add(c, *more)
 
         kw_used = want_kw and store.fts_available
         used_mode = (
@@ -971,6 +994,33 @@ class MemoryIndex:
             notes=notes,
             degraded=degraded,
             pending_vectors=pending,
+        )
+
+    @staticmethod
+    def _with_following_lines(store: Store, c: Candidate, after_line: int) -> tuple[str, int]:
+        """The chunk's text, and its last line, extended into the next chunks of its file when
+        fewer than a snippet's worth of lines follow `after_line` inside it.
+
+        A file's chunks are written in order in one transaction, so its next chunks have the
+        next ids; `extend_chunk` keeps only rows of the same path that continue these lines, so
+        a store that numbers otherwise only loses the extension.
+        """
+        lines = c.text.split("\n")
+        rest = lines[max(0, after_line - c.start_line + 1) :]
+        if sum(len(line) + 1 for line in rest) > MAX_SNIPPET_CHARS:
+            return c.text, c.end_line
+        rows = store.chunk_rows(range(c.chunk_id + 1, c.chunk_id + 1 + FOLLOWING_CHUNKS))
+        following = sorted(
+            (r.start_line, r.end_line, r.text)
+            for r in rows.values()
+            if r.path == c.path and r.start_line > c.start_line
+        )
+        return extend_chunk(
+            c.text,
+            c.start_line,
+            c.end_line,
+            [(text, start, end) for start, end, text in following],
+            MAX_SNIPPET_CHARS,
         )
 
     async def _embed_query(self, query: str) -> np.ndarray:

@@ -456,6 +456,11 @@ LEX_FLOOR = 0.17  # IDF-weighted share of the query's terms a chunk holds: below
 LEX_FULL = 1.0
 VEC_FLOOR = 1.5  # cosine in reference deviations above unrelated text: below, no evidence
 VEC_FULL = 5.0
+# The floor for a chunk in the query's own script, where keywords can vouch too. Equal to
+# VEC_FLOOR with 400-token chunks; shorter chunks reach higher cosines with unrelated questions
+# (more, narrower chunks: the best of them stands further out), measured in
+# docs/retrieval-quality.md (round 4).
+VEC_FLOOR_SAME_SCRIPT = 1.5
 RANK_SHAPE = 0.25  # exponent on a result's closeness to the query's best hit (see below)
 APART_OFFSET = 0.5  # share of the query's median z over memory taken off a cross-script chunk's
 
@@ -583,7 +588,8 @@ def calibrated_scores(
             if offset is None:
                 offset = max(0.0, query_offset(qscript, stats))
             z -= APART_OFFSET * offset
-        vec = _ramp(z, VEC_FLOOR, VEC_FULL) if z is not None else 0.0
+        floor = VEC_FLOOR_SAME_SCRIPT if script == qscript else VEC_FLOOR
+        vec = _ramp(z, floor, VEC_FULL) if z is not None else 0.0
         evidence.append(1.0 - (1.0 - lex) * (1.0 - vec))
         vec_evidence.append(vec)
     confidence = max(evidence)
@@ -781,3 +787,67 @@ def continue_snippet(
     if not taken or not "".join(taken).strip():
         return None
     return "\n".join(taken), after_line + 1, min(after_line + len(taken), end_line)
+
+
+def extend_chunk(
+    text: str,
+    start_line: int,
+    end_line: int,
+    following: Sequence[tuple[str, int, int]],
+    max_chars: int = 700,
+) -> tuple[str, int]:
+    """A chunk's text with the lines of the next chunks of its file that come after it.
+
+    `following` holds (text, start line, end line) of later chunks of the same file, in order;
+    overlapping lines are taken once, and the first gap in line numbers stops it. At most
+    `max_chars` are added (whole lines), enough for `continue_snippet` to go on past the chunk's
+    end: with chunks shorter than a snippet, the best window *is* the whole chunk, and the reply
+    after it lies in the next one. Returns (text, last line).
+    """
+    out = text.split("\n")
+    last = end_line
+    added = 0
+    for f_text, f_start, f_end in following:
+        if f_start > last + 1 or f_end <= last:
+            break  # not the continuation of these lines
+        lines = f_text.split("\n")[last + 1 - f_start :]
+        for line in lines:
+            if added + len(line) + 1 > max_chars:
+                return "\n".join(out), last
+            out.append(line)
+            added += len(line) + 1
+            last += 1
+        last = min(last, f_end)
+    return "\n".join(out), last
+
+
+def uncovered_window(
+    snippet: str, first: int, last: int, shown: Sequence[tuple[int, int]]
+) -> tuple[str, int, int] | None:
+    """A result's window without the lines at its edges that earlier results of the same file
+    already show (`shown`: their line ranges); None when nothing new is left.
+
+    Overlapping chunks, and the best hit's continuation, often return the same lines twice: an
+    agent reads them once, and the budget they took can carry another result. Only the edges
+    are cut, so the window stays one run of lines; a window with a shown run inside it keeps it.
+    """
+    lines = snippet.split("\n")
+    if len(lines) != last - first + 1:
+        # one long line cut to the cap: whole or nothing
+        seen = any(a <= first and last <= b for a, b in shown)
+        return None if seen else (snippet, first, last)
+
+    def is_shown(line: int) -> bool:
+        return any(a <= line <= b for a, b in shown)
+
+    lo, hi = first, last
+    while lo <= hi and is_shown(lo):
+        lo += 1
+    while hi >= lo and is_shown(hi):
+        hi -= 1
+    if lo > hi:
+        return None
+    kept = lines[lo - first : hi - first + 1]
+    if not "".join(kept).strip():
+        return None
+    return "\n".join(kept), lo, hi
