@@ -128,7 +128,9 @@ def compute_issues(st: MemoryStatus) -> list[str]:
         q = st.qmd
         if q is not None and q.version_error:
             found.append(f"qmd answered but not as qmd: {q.version_error}")
-        if st.freshness is not None and st.freshness.stale:
+        # qmd's lag matters only while qmd answers: failed over, the built-in index serves
+        # (and a search on qmd's return refreshes it first)
+        if st.backend == "qmd" and st.freshness is not None and st.freshness.stale:
             age = st.freshness.stale_seconds
             found.append(
                 "qmd index is behind the memory files"
