@@ -18,7 +18,6 @@ import functools
 import json
 import logging
 import os
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -42,6 +41,7 @@ from ..core.chunking import chunk_lines, content_hash
 from ..core.engine import EngineAnswer, IndexCheck, ProgressFn, SearchRequest
 from ..core.layout import MemoryRoot, check_line_range, is_markdown
 from ..core.ranking import (
+    PATH_TOKEN,
     REFERENCE_QUERIES,
     Candidate,
     CorpusStats,
@@ -209,8 +209,6 @@ CONTINUE_BEST_HIT = 1
 FOLLOWING_CHUNKS = 2
 #: Hits ranked past maxResults, to take the place of results whose lines are already shown.
 SPARE_RESULTS = 4
-
-_PATH_TOKEN: Final = re.compile(r"[\w.\-]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -1197,7 +1195,7 @@ class MemoryIndex:
         # path follows a space, so its name follows "/" or that space) or whose stem is the
         # whole query (level 1). path_match_level has the exact rules.
         hits = set(look.by_stem.get(ql.strip("`'\" "), ()))
-        for token in _PATH_TOKEN.findall(ql.replace("`", " ")):
+        for token in PATH_TOKEN.findall(ql.replace("`", " ")):
             for end in range(1, min(len(token), look.longest) + 1):
                 hits.update(look.by_name.get(token[:end], ()))
         matched = [

@@ -121,6 +121,10 @@ def age_in_days(path: str, source: str, mtime: float | None, now: datetime) -> f
 # ----------------------------------------------------------------------------- path matches
 
 
+#: A query token that can name a file (`path_match_level` level 2 compares file names to these).
+PATH_TOKEN = re.compile(r"[\w.\-]+")
+
+
 def path_match_level(query: str, path: str) -> int:
     """3 = the query names the path, 2 = the file name, 1 = the query is the file's stem; 0 = no match.
 
@@ -134,7 +138,7 @@ def path_match_level(query: str, path: str) -> int:
     if q == p or q.endswith("/" + p) or f" {p}" in f" {q} ".replace("`", " "):
         return 3
     name, stem = _name_and_stem(p)
-    tokens = set(re.findall(r"[\w.\-]+", q))
+    tokens = set(PATH_TOKEN.findall(q))
     if name in tokens:
         return 2
     if len(stem) >= 3 and q.strip("`'\" ") == stem:
