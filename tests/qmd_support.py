@@ -16,9 +16,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
+from memoryd.orchestrator import MemoryService
 from memoryd.qmd_adapter import QmdManager
 
 REPO = Path(__file__).resolve().parents[1]
@@ -138,3 +140,51 @@ def fault_wrapper(path: Path, qmd: str, body: str) -> str:
     path.write_text(f'#!/bin/sh\nREAL="{qmd}"\n{body}\n', encoding="utf-8")
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return str(path)
+
+
+class QmdRig:
+    """A seeded workspace and a MemoryService on qmd `command`, failing over after one failure.
+
+    `qmd_cfg` replaces whole `memory.qmd` keys (`limits`, `update`, …) of these defaults.
+    """
+
+    def __init__(self, tmp_path: Path, command: str, **qmd_cfg: Any) -> None:
+        self.ws = seed_workspace(tmp_path / "ws")
+        self.home = tmp_path / "qmd-home"
+        qmd: dict[str, Any] = {
+            "command": command,
+            "limits": {"timeoutMs": 4000},
+            "update": {"onBoot": False, "interval": 0},
+            "failover": {"failureThreshold": 1, "cooldownMs": 200, "probeMaxIntervalMs": 1000},
+            **qmd_cfg,
+        }
+        self.config = validate_config(
+            {
+                "memory": {"backend": "qmd", "qmd": qmd},
+                "agents": {
+                    "defaults": {"workspace": str(self.ws), "memorySearch": {"provider": "none"}}
+                },
+            }
+        )
+
+    def factory(self, agent: ResolvedAgent) -> QmdManager:
+        return QmdManager(agent.qmd_settings(), home=self.home, shared_models_dir=None)
+
+    def service(self) -> MemoryService:
+        return MemoryService(self.config, qmd_factory=self.factory)
+
+
+def top_path(out: dict[str, Any]) -> str:
+    """The path of a search answer's first result (there must be one)."""
+    assert out["results"], out
+    return str(out["results"][0]["path"])
+
+
+async def wait_for_backend(svc: MemoryService, backend: str, timeout: float = 20) -> dict[str, Any]:
+    """Poll `status()` until `backend` serves; its status then."""
+    with anyio.fail_after(timeout):
+        while True:
+            st = await svc.status()
+            if st["backend"] == backend:
+                return st
+            await anyio.sleep(0.1)

@@ -14,10 +14,9 @@ from typing import Any
 import anyio
 import pytest
 
-from memoryd.config import ResolvedAgent, resolve_agent, validate_config
+from memoryd.config import resolve_agent, validate_config
 from memoryd.orchestrator import MemoryService
-from memoryd.qmd_adapter import QmdManager
-from qmd_support import require_qmd, seed_workspace
+from qmd_support import QmdRig, require_qmd, seed_workspace, top_path, wait_for_backend
 
 pytestmark = [pytest.mark.anyio, pytest.mark.qmd]
 
@@ -37,11 +36,10 @@ exec "$REAL" "$@"
 """
 
 
-class Rig:
-    """A workspace, a fault-injecting qmd wrapper, and a started MemoryService."""
+class Rig(QmdRig):
+    """A `QmdRig` whose qmd is a fault-injecting wrapper around the real one."""
 
     def __init__(self, tmp_path: Path, qmd: str, **qmd_cfg: Any) -> None:
-        self.ws = seed_workspace(tmp_path / "ws")
         self.mode = tmp_path / "mode"
         self.mode.write_text("ok")
         self.bin_dir = tmp_path / "bin"
@@ -49,33 +47,7 @@ class Rig:
         self.wrapper = self.bin_dir / "qmd"
         self.wrapper.write_text(WRAPPER.format(real=qmd, mode=self.mode))
         self.wrapper.chmod(self.wrapper.stat().st_mode | stat.S_IXUSR)
-        self.home = tmp_path / "qmd-home"
-        cfg: dict[str, Any] = {
-            "memory": {
-                "backend": "qmd",
-                "qmd": {
-                    "command": str(self.wrapper),
-                    "limits": {"timeoutMs": 4000},
-                    "update": {"onBoot": False, "interval": 0},
-                    "failover": {
-                        "failureThreshold": 1,
-                        "cooldownMs": 200,
-                        "probeMaxIntervalMs": 1000,
-                    },
-                    **qmd_cfg,
-                },
-            },
-            "agents": {
-                "defaults": {"workspace": str(self.ws), "memorySearch": {"provider": "none"}}
-            },
-        }
-        self.config = validate_config(cfg)
-
-    def factory(self, agent: ResolvedAgent) -> QmdManager:
-        return QmdManager(agent.qmd_settings(), home=self.home, shared_models_dir=None)
-
-    def service(self) -> MemoryService:
-        return MemoryService(self.config, qmd_factory=self.factory)
+        super().__init__(tmp_path, str(self.wrapper), **qmd_cfg)
 
     def fault(self, mode: str) -> None:
         self.mode.write_text(mode)
@@ -84,20 +56,6 @@ class Rig:
 @pytest.fixture
 def rig(tmp_path: Path) -> Rig:
     return Rig(tmp_path, require_qmd())
-
-
-async def wait_for_backend(svc: MemoryService, backend: str, timeout: float = 20) -> dict[str, Any]:
-    with anyio.fail_after(timeout):
-        while True:
-            st = await svc.status()
-            if st["backend"] == backend:
-                return st
-            await anyio.sleep(0.1)
-
-
-def top_path(out: dict[str, Any]) -> str:
-    assert out["results"], out
-    return str(out["results"][0]["path"])
 
 
 @pytest.mark.parametrize(

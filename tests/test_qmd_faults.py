@@ -21,11 +21,10 @@ from typing import Any, Literal
 import anyio
 import pytest
 
-from memoryd.config import ResolvedAgent, validate_config
 from memoryd.errors import QmdExitError, QmdLocked
 from memoryd.orchestrator import MemoryService
 from memoryd.qmd_adapter import QmdManager, busy_timeout_ms, run_qmd
-from qmd_support import MISSING_MODEL, require_qmd, seed_workspace, write
+from qmd_support import MISSING_MODEL, QmdRig, require_qmd, top_path, wait_for_backend, write
 
 pytestmark = pytest.mark.anyio
 
@@ -83,55 +82,27 @@ def colouring_wrapper(tmp_path: Path, qmd: str) -> str:
     return str(path)
 
 
-class Rig:
-    """A seeded workspace and a MemoryService on qmd (`command`), failing over after one failure."""
+class Rig(QmdRig):
+    """A `QmdRig` with the timeouts these tests measure against and a fast debounce."""
 
     def __init__(self, tmp_path: Path, command: str, **qmd_cfg: Any) -> None:
-        self.ws = seed_workspace(tmp_path / "ws")
-        self.home = tmp_path / "qmd-home"
-        qmd: dict[str, Any] = {
-            "command": command,
-            "limits": {"timeoutMs": SEARCH_TIMEOUT_MS},
-            "update": {
-                "onBoot": False,
-                "interval": 0,
-                "debounceMs": 50,
-                "updateTimeoutMs": UPDATE_TIMEOUT_MS,
-            },
-            "failover": {"failureThreshold": 1, "cooldownMs": 200, "probeMaxIntervalMs": 1000},
-            **qmd_cfg,
+        update = {
+            "onBoot": False,
+            "interval": 0,
+            "debounceMs": 50,
+            "updateTimeoutMs": UPDATE_TIMEOUT_MS,
         }
-        self.config = validate_config(
-            {
-                "memory": {"backend": "qmd", "qmd": qmd},
-                "agents": {
-                    "defaults": {"workspace": str(self.ws), "memorySearch": {"provider": "none"}}
-                },
-            }
+        super().__init__(
+            tmp_path,
+            command,
+            **{"limits": {"timeoutMs": SEARCH_TIMEOUT_MS}, "update": update, **qmd_cfg},
         )
-
-    def factory(self, agent: ResolvedAgent) -> QmdManager:
-        return QmdManager(agent.qmd_settings(), home=self.home, shared_models_dir=None)
-
-    def service(self) -> MemoryService:
-        return MemoryService(self.config, qmd_factory=self.factory)
 
 
 def qmd_of(svc: MemoryService) -> QmdManager:
     mgr = svc.backend().qmd
     assert isinstance(mgr, QmdManager)
     return mgr
-
-
-def top_path(out: dict[str, Any]) -> str:
-    assert out["results"], out
-    return str(out["results"][0]["path"])
-
-
-async def wait_for_backend(svc: MemoryService, backend: str, timeout: float = 20) -> None:
-    with anyio.fail_after(timeout):
-        while (await svc.status())["backend"] != backend:
-            await anyio.sleep(0.1)
 
 
 @pytest.mark.qmd
