@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 import pytest
 
+from cli_support import run_memoryd
 from helpers import agent_for, index_for
 from memoryd.builtin_index import MemoryIndex
 from memoryd.errors import IndexCorrupt
@@ -944,13 +945,7 @@ def test_the_cli_repairs_a_damaged_index_without_a_traceback(
     env = {**os.environ, "MEMORYD_CONFIG": str(cfg), "MEMORYD_NO_SERVER": "1"}
 
     def cli(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "memoryd", *argv, "--json"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-        )
+        return run_memoryd([*argv, "--json"], env=env, timeout=120)
 
     assert cli("index").returncode == 0
     path = next(isolated_env.rglob("index.sqlite"))

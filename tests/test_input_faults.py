@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from cli_support import run_memoryd
 from embedding_servers import FakeOpenAI, serve
 from memoryd.core.layout import MAX_DEPTH
 from memoryd.tools import MAX_QUERY_CHARS
@@ -30,14 +31,7 @@ IS_ROOT = os.geteuid() == 0
 def cli(
     *args: str, env: dict[str, str], timeout: float = 60, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "memoryd", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=cwd,
-    )
+    return run_memoryd(args, env=env, cwd=cwd, timeout=timeout)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from cli_support import run_memoryd, spawn_memoryd
 from helpers import agent_for, index_for, write
 from memoryd.config import resolve_agent, validate_config
 from memoryd.errors import ConfigError, InvalidAgentId, WorkspaceMismatch
@@ -51,14 +51,7 @@ def cli(
 ) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, **(env or {})}
     full.pop("MEMORYD_WORKSPACE", None) if "MEMORYD_WORKSPACE" not in (env or {}) else None
-    return subprocess.run(
-        [sys.executable, "-m", "memoryd", *argv],
-        env=full,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_memoryd(argv, env=full, cwd=cwd, timeout=120)
 
 
 def search_paths(out: subprocess.CompletedProcess[str]) -> list[str]:
@@ -147,9 +140,7 @@ def served_a(
     log = tmp_path / "serve.log"
     env = {**os.environ, "MEMORYD_WORKSPACE": str(a)}
     with log.open("w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "memoryd", "serve", "--config", str(config)], env=env, stderr=err
-        )
+        proc = spawn_memoryd(["serve", "--config", str(config)], env=env, stderr=err)
     deadline = time.monotonic() + 30
     while ping(socket_path()) is None:
         assert proc.poll() is None, log.read_text()

@@ -21,6 +21,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from cli_support import spawn_memoryd
 from memoryd.cli import parse_http_address
 from memoryd.config import validate_config
 from memoryd.mcp_server import (
@@ -261,13 +262,7 @@ def spawn(tmp_path: Path) -> Iterator[Any]:
     def run(*argv: str, stdin: int | IO[str] | None = subprocess.PIPE) -> Running:
         err = tmp_path / f"stderr-{len(started)}.txt"
         with err.open("w") as err_file:
-            proc = subprocess.Popen(
-                memoryd(*argv),
-                stdin=stdin,
-                stdout=subprocess.PIPE,
-                stderr=err_file,
-                text=True,
-            )
+            proc = spawn_memoryd(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=err_file)
         started.append(Running(proc, err))
         return started[-1]
 

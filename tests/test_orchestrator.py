@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
+from cli_support import spawn_memoryd
 from memoryd.config import resolve_agent, validate_config
 from memoryd.orchestrator import MemoryService
 from qmd_support import QmdRig, require_qmd, seed_workspace, top_path, wait_for_backend
@@ -222,7 +223,6 @@ def test_serve_sigterm_leaves_no_qmd_processes(tmp_path: Path) -> None:
     """An update hangs inside qmd when SIGTERM arrives; serve must kill its whole process group."""
     import signal
     import subprocess
-    import sys
     import time
 
     from memoryd.server import ping, socket_path
@@ -243,7 +243,7 @@ def test_serve_sigterm_leaves_no_qmd_processes(tmp_path: Path) -> None:
     )
     env = {**os.environ, "MEMORYD_CONFIG": str(cfg)}
     with (tmp_path / "serve.log").open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "memoryd", "serve"], env=env, stderr=log)
+        proc = spawn_memoryd(["serve"], env=env, stderr=log)
     try:
         deadline = time.monotonic() + 60
         while True:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_support import run_memoryd
 from embedding_servers import FakeOpenAI, serve
 from memoryd.progress import ProgressReporter, describe, format_duration
 
@@ -112,13 +113,7 @@ def test_a_piped_index_prints_progress_lines_to_stderr_and_only_json_to_stdout(
         "MEMORYD_STATE_DIR": str(tmp_path / "state"),
         "MEMORYD_NO_SERVER": "1",
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "memoryd", "index", "--workspace", str(ws), "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    proc = run_memoryd(["index", "--workspace", str(ws), "--json"], env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["vectorsEmbedded"] == 7
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("memoryd index: embedding")]

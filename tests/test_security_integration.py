@@ -10,12 +10,12 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import anyio
 import pytest
 
+from cli_support import run_memoryd
 from helpers import agent_for, index_for, write
 from memoryd.core.engine import SearchRequest
 from memoryd.errors import PathNotAllowed
@@ -116,13 +116,7 @@ def test_no_state_file_is_readable_by_another_user(tmp_path: Path, isolated_env:
             ["flush-check", "--tokens", "190000", "--context-window", "200000"],
             ["status"],
         ):
-            out = subprocess.run(
-                [sys.executable, "-m", "memoryd", *argv, "--config", str(cfg)],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            out = run_memoryd([*argv, "--config", str(cfg)], env=env, timeout=120)
             assert out.returncode == 0, (argv, out.stderr)
     finally:
         os.umask(old)

@@ -12,8 +12,6 @@ import os
 import select
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from cli_support import spawn_memoryd
 from embedding_servers import FakeOpenAI
 from embedding_servers import serve as serve_api
 from helpers import write
@@ -50,10 +49,8 @@ def start_serve(
     )
     log = tmp_path / "serve.log"
     with log.open("w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "memoryd", "serve", "--config", str(cfg)],
-            stderr=err,
-            env={**os.environ, **(env or {})},
+        proc = spawn_memoryd(
+            ["serve", "--config", str(cfg)], stderr=err, env={**os.environ, **(env or {})}
         )
     deadline = time.monotonic() + 30
     while ping(socket_path()) is None:

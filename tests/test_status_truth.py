@@ -13,13 +13,13 @@ import os
 import signal
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cli_support import run_memoryd, spawn_memoryd
 from memoryd.server import ping, socket_path
 from qmd_support import require_qmd, seed_workspace
 
@@ -86,13 +86,7 @@ class Setup:
 
     def cli(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if k != "CI"}
-        return subprocess.run(
-            [sys.executable, "-m", "memoryd", *argv, "--config", str(self.config)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        return run_memoryd([*argv, "--config", str(self.config)], env=env, timeout=timeout)
 
     def json(self, *argv: str) -> dict[str, Any]:
         out = self.cli(*argv, "--json")
@@ -173,11 +167,7 @@ def test_under_serve_an_appended_note_is_found_within_the_debounce(tmp_path: Pat
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     log = tmp_path / "serve.log"
     with log.open("w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "memoryd", "serve", "--config", str(s.config)],
-            env=env,
-            stderr=err,
-        )
+        proc = spawn_memoryd(["serve", "--config", str(s.config)], env=env, stderr=err)
     try:
         deadline = time.monotonic() + 30
         while ping(socket_path()) is None:

@@ -21,6 +21,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+from cli_support import run_memoryd, spawn_memoryd
 from helpers import write
 from memoryd.config import validate_config
 from memoryd.orchestrator import MemoryService
@@ -96,19 +97,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     err = root / "http.log"
     with err.open("w") as fh:
         procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "memoryd", "mcp", "--config", str(cfg), "--http", "0"],
+            spawn_memoryd(
+                ["mcp", "--config", str(cfg), "--http", "0"],
                 stdin=subprocess.DEVNULL,
                 stderr=fh,
                 env=env,
             )
         )
     with (root / "serve.log").open("w") as fh:
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "memoryd", "serve", "--config", str(cfg)], stderr=fh, env=env
-            )
-        )
+        procs.append(spawn_memoryd(["serve", "--config", str(cfg)], stderr=fh, env=env))
     deadline = time.monotonic() + 60
     url = None
     sock = root / "state" / "memoryd.sock"
@@ -176,13 +173,8 @@ def test_cli(world: dict[str, Any], tool: str, args: dict[str, Any], cli: Any, c
         env = dict(world["env"])
         if not forwarded:
             env["MEMORYD_NO_SERVER"] = "1"
-        out = subprocess.run(
-            [sys.executable, "-m", "memoryd", *cli, "--config", str(world["cfg"]), "--json"],
-            env=env,
-            cwd=world["ws"],
-            capture_output=True,
-            text=True,
-            timeout=120,
+        out = run_memoryd(
+            [*cli, "--config", str(world["cfg"]), "--json"], env=env, cwd=world["ws"], timeout=120
         )
         assert out.returncode == 2, (forwarded, out.stderr)
         assert out.stderr.count("\n") == 1 and out.stderr.startswith("memoryd"), out.stderr

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import anyio
 import pytest
 from mcp import Client
 
+from cli_support import run_memoryd, spawn_memoryd
 from memoryd.config import validate_config
 from memoryd.mcp_server import build_server
 from memoryd.orchestrator import MemoryService
@@ -121,9 +121,7 @@ def test_cli_forwards_to_a_running_server_and_sigterm_shuts_it_down(
     env = {**os.environ, "MEMORYD_CONFIG": str(cfg)}
     log = tmp_path / "serve.log"
     with log.open("w") as err_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "memoryd", "serve"], env=env, stderr=err_file
-        )
+        proc = spawn_memoryd(["serve"], env=env, stderr=err_file)
     try:
         deadline = time.monotonic() + 30
         while ping(socket_path()) is None:
@@ -132,24 +130,12 @@ def test_cli_forwards_to_a_running_server_and_sigterm_shuts_it_down(
             time.sleep(0.1)
         # the served index answers; a file the CLI process never opened proves the forward
         t = time.perf_counter()
-        out = subprocess.run(
-            [sys.executable, "-m", "memoryd", "search", "--json", "webhook"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        out = run_memoryd(["search", "--json", "webhook"], env=env, timeout=60)
         wall = time.perf_counter() - t
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["results"][0]["path"] == "memory/2026-11-29.md"
         assert wall < 10
-        st = subprocess.run(
-            [sys.executable, "-m", "memoryd", "status", "--json"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        st = run_memoryd(["status", "--json"], env=env, timeout=60)
         assert json.loads(st.stdout)["backend"] == "builtin"
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -174,12 +160,7 @@ def test_warm_cli_fails_with_a_clear_message_when_qmd_is_missing(ws: Path, tmp_p
         f'[memory]\nbackend = "qmd"\n[memory.qmd]\ncommand = "{tmp_path / "no-qmd"}"\n'
         f'[agents.defaults]\nworkspace = "{ws}"\n[agents.defaults.memorySearch]\nprovider = "none"\n'
     )
-    out = subprocess.run(
-        [sys.executable, "-m", "memoryd", "warm", "--config", str(cfg)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_memoryd(["warm", "--config", str(cfg)], timeout=120)
     assert out.returncode == 1
     assert "memoryd: error: warm failed: qmd (QmdUnavailable" in out.stderr
     assert "Traceback" not in out.stderr
@@ -235,14 +216,7 @@ def test_lifecycle_cli(ws: Path, tmp_path: Path) -> None:
     env = {**os.environ, "MEMORYD_NO_SERVER": "1"}
 
     def cli(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "memoryd", *argv, "--workspace", str(ws)],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
+        return run_memoryd([*argv, "--workspace", str(ws)], input=stdin, env=env, timeout=60)
 
     out = cli("append", "--target", "long-term", "--json", "-", stdin="- Carol owns the budget.\n")
     assert out.returncode == 0, out.stderr
