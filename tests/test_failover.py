@@ -7,6 +7,7 @@ back is pinned here, on asyncio and trio.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,9 @@ class FakeQmd:
         self.empty = False
         self.searches = 0
         self.started = 0
+        #: called by the status() call after next (see the status-consistency test)
+        self.on_second_status: Callable[[], None] | None = None
+        self._statuses = 0
 
     @property
     def search_mode(self) -> str:
@@ -87,6 +91,11 @@ class FakeQmd:
         pass
 
     def status(self) -> QmdStatus:
+        if self.on_second_status is not None:
+            self._statuses += 1
+            if self._statuses == 2:
+                self.on_second_status()
+                self.on_second_status = None
         return QmdStatus(
             command="fake",
             version="qmd 2.8.3",
@@ -270,6 +279,25 @@ async def test_status_from_another_process_tells_the_truth(ws: Path) -> None:
     assert not any("behind" in i for i in st["issues"]), st["issues"]
     await svc.aclose()
     await other.aclose()
+
+
+async def test_status_takes_backend_and_recovery_from_one_reading(ws: Path) -> None:
+    """A probe can finish while status() is assembled (it awaits the index and qmd in between):
+    the answer pairs the backend with the recovery counters of the same moment, never "qmd"
+    with the attempts of the failed-over state before the probe (seen as attempts == 0)."""
+    qmd = FakeQmd(ws)
+    svc = MemoryService(agent_config(ws), qmd_factory=lambda _a: qmd)
+    qmd.fault = QmdBadOutput("garbage")
+    assert (await svc.memory_search("tea"))["backend"] == "builtin"
+    qmd.fault = None
+    b = svc.backend()
+    # status() asks qmd for its status twice: once before reading the state, once after
+    qmd.on_second_status = lambda: b.failover.record_probe_success(b.failover.state.since or 0)
+    during = await svc.status()
+    assert (during["backend"], during["recovery"]["attempts"]) == ("builtin", 0)
+    after = await svc.status()
+    assert (after["backend"], after["recovery"]["attempts"]) == ("qmd", 1)
+    await svc.aclose()
 
 
 async def test_fail_closed_raises_instead_of_falling_back(ws: Path) -> None:

@@ -397,7 +397,10 @@ class MemoryService:
                 with anyio.move_on_after(5):
                     await b.qmd.probe()
         health = b.health_snapshot()
+        # one reading of the failover state: a probe may finish during the awaits below, and the
+        # answer must not pair its outcome (backend) with the state before it (recovery)
         st = b.failover.state if b.qmd is not None else None
+        backend = b.active
         idx = b.index
         check = None
         if deep and idx is not None:
@@ -407,7 +410,6 @@ class MemoryService:
             pending = await anyio.to_thread.run_sync(idx.pending_changes)
             builtin = builtin.model_copy(update={"dirty": pending > 0})
         qstat = b.qmd.status() if b.qmd is not None else None
-        backend = b.active
         now = time.time()
         freshness = None
         if qstat is not None:
