@@ -45,6 +45,37 @@ def workspace(tmp_path: Path) -> Path:
     return ws
 
 
+#: The test files that take longest, longest first (measured with `--durations`; order only,
+#: no result depends on it). `scripts/test` runs them first (`--dist loadfile
+#: --no-loadscope-reorder`; xdist would otherwise order files by their number of tests, which
+#: leaves the slow, few-test qmd and PostgreSQL files for last, one worker running them alone
+#: while the other idles): the longest jobs first keeps both workers busy to the end.
+LONGEST_FIRST = (
+    "test_qmd_manager.py",
+    "test_status_truth.py",
+    "test_index_faults.py",
+    "test_qmd_vectors.py",
+    "test_orchestrator.py",
+    "test_mcp.py",
+    "test_qmd_faults.py",
+    "test_embeddings_local_blas.py",
+    "test_fsio_races.py",
+    "test_mcp_inspector.py",
+    "test_pg_workers.py",
+    "test_isolation.py",
+    "test_engine_contract.py",
+    "test_surfaces_contract.py",
+    "test_input_faults.py",
+    "test_redact.py",
+    "test_pg_store.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Count the real-qmd integration tests, so CI output shows they ran rather than skipped."""
     counts = {"passed": 0, "failed": 0, "skipped": 0}

@@ -181,3 +181,11 @@ def test_the_readme_lists_every_error_code() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     missing = [c for c in errors.all_codes() if f"| `{c}` |" not in readme]
     assert not missing, f"README's error table lacks {missing}"
+
+
+def test_every_file_the_suite_schedules_first_exists() -> None:
+    """`conftest.LONGEST_FIRST` orders the suite's files; a renamed file would drop out silently."""
+    from conftest import LONGEST_FIRST
+
+    here = Path(__file__).parent
+    assert [name for name in LONGEST_FIRST if not (here / name).is_file()] == []
