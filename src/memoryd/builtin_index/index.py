@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from ..core.status import BuiltinStatus
+    from ..core.transcripts import SessionDeltaTracker, TranscriptChunk
 else:
     from ..lazy import numpy as np
 
@@ -55,12 +56,6 @@ from ..core.ranking import (
 )
 from ..core.results import MAX_SNIPPET_CHARS, FileText, SearchResult
 from ..core.text import Script, fts_match_expression, query_terms, script_of, trigram_terms
-from ..core.transcripts import (
-    SessionDeltaTracker,
-    TranscriptChunk,
-    chunk_transcript,
-    parse_transcript_text,
-)
 from ..embeddings.base import EmbeddingProvider, ProviderSelection
 from ..embeddings.shipped import reference_key, shipped_vectors
 from ..errors import (
@@ -109,6 +104,9 @@ def _count_newlines(path: Path) -> int:
 
 
 def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[TranscriptChunk]:
+    # loaded here: a memory-only index never parses a transcript (its regexes cost ~15 ms)
+    from ..core.transcripts import chunk_transcript, parse_transcript_text
+
     with open(path, "rb") as fh:
         data = fh.read()
     messages, _malformed, _lines = parse_transcript_text(
@@ -249,10 +247,7 @@ class MemoryIndex:
         self._last_sync_at: float | None = None
         self.last_error: str | None = None
         self._tg: TaskGroup | None = None
-        self._sessions = SessionDeltaTracker(
-            delta_bytes=self.cfg.sync.sessions.delta_bytes,
-            delta_messages=self.cfg.sync.sessions.delta_messages,
-        )
+        self._session_tracker: SessionDeltaTracker | None = None
         # seconds per embedded chunk, per provider, kept across syncs (sizes budgeted batches)
         self._embed_rates: dict[tuple[str, str, str], float] = {}
         self._query_cache: OrderedDict[tuple[str, str, str, str], np.ndarray] = OrderedDict()
@@ -261,6 +256,17 @@ class MemoryIndex:
         # set before the store opens: opening may already replace a damaged file
         self.store: Store = self._open_store()
         self._bind_workspace(self.store)
+
+    def _sessions(self) -> SessionDeltaTracker:
+        """How much each transcript grew since its last sync (made on the first transcript seen)."""
+        if self._session_tracker is None:
+            from ..core.transcripts import SessionDeltaTracker
+
+            self._session_tracker = SessionDeltaTracker(
+                delta_bytes=self.cfg.sync.sessions.delta_bytes,
+                delta_messages=self.cfg.sync.sessions.delta_messages,
+            )
+        return self._session_tracker
 
     def _open_store(self) -> Store:
         """The store `store.driver` names: a SQLite file at `self.path`, or this agent's tenant
@@ -640,8 +646,8 @@ class MemoryIndex:
             if prev is not None and not force:
                 if rel not in self._session_baselines:
                     self._session_baselines.add(rel)
-                    self._sessions.mark_synced(rel, prev[2], _newlines_in_prefix(path, prev[2]))
-                if not self._sessions.observe(rel, st.st_size, lines).due:
+                    self._sessions().mark_synced(rel, prev[2], _newlines_in_prefix(path, prev[2]))
+                if not self._sessions().observe(rel, st.st_size, lines).due:
                     continue
             due.append((path, rel, st, lines))
         gone = set(known) - seen
@@ -676,10 +682,10 @@ class MemoryIndex:
                 report.files_removed += 1
         # only what was committed counts as synced
         for rel, size, lines in synced:
-            self._sessions.mark_synced(rel, size, lines)
+            self._sessions().mark_synced(rel, size, lines)
             self._session_baselines.add(rel)
         for rel in gone:
-            self._sessions.forget(rel)
+            self._sessions().forget(rel)
 
     async def _vector_phase(
         self, store: Store, report: SyncReport, budget_s: float | None, progress: ProgressFn | None
