@@ -1,17 +1,20 @@
 """Run `memoryd …` as its own process, without paying the interpreter's start-up on every call.
 
-The suite runs the CLI hundreds of times, and a fresh `python -m memoryd` spends most of its CPU
-importing (pydantic, anyio, memoryd's modules): together that was the largest share of the suite's
-CPU. `run_memoryd` keeps the process boundary every CLI test relies on — a separate process with
-its own environment, working directory, umask, resource limits, stdin/stdout/stderr pipes, exit
-status and signals — but
-starts it by forking a *zygote*: a helper process that imported those modules once.
+A suite run starts ~155 one-off `python -m memoryd` commands and ~40 `serve`/`mcp` processes. A
+fresh interpreter spends ~0.4 CPU-s importing (pydantic, anyio, memoryd's modules) before it does
+anything, an `mcp` one ~1 s more for the MCP SDK: together about a quarter of the suite's CPU.
+`run_memoryd` (a one-off command, like `subprocess.run`) and `spawn_memoryd` (a long-running one,
+like `subprocess.Popen`) keep the process boundary every such test relies on — a separate process
+with its own environment, working directory, umask, resource limits, stdin/stdout/stderr, exit
+status and signals — but start it by forking a *zygote*: a helper process that imported those
+modules once.
 
 What a forked run still exercises: argument parsing, config loading, state paths from the
 environment it is given, every file and SQLite operation, exit codes, output, and anything the
 command starts (qmd, serve forwarding). What it does not: importing memoryd in a fresh interpreter.
-That stays covered by the tests that call `python -m memoryd` through `subprocess` directly
-(`test_cli.py`'s cold runs, every `serve`/`mcp` process, `scripts/ci`'s README commands).
+That stays covered by the tests that start `python -m memoryd` through `subprocess` directly
+(`test_cli.py`'s real-process run and import probes, the `append` runs under a read-only mount,
+the MCP SDK and Inspector clients, which spawn `memoryd mcp` themselves).
 
 The zygote imports only modules that read no environment at import time (the CLI reads it per
 call), and each run exits through the interpreter's normal shutdown (atexit, threads, buffered
