@@ -313,7 +313,36 @@ def read_event(proc: subprocess.Popen[str], timeout: float = 60.0) -> dict[str, 
                 err = proc.stderr.read() if proc.stderr else ""
                 raise AssertionError(f"worker exited ({proc.wait()}): {err[-2000:]}")
             return dict(json.loads(line))
-    raise AssertionError("worker sent nothing in time")
+    raise AssertionError(f"worker sent nothing in {timeout:.0f} s\n{_diagnose(proc)}")
+
+
+def _diagnose(proc: subprocess.Popen[str]) -> str:
+    """What a stuck worker waits for: the server's view of every session of its database (wait
+    events, blockers, statements), then the worker's Python stacks (faulthandler on SIGUSR1)."""
+    report = []
+    args = [str(a) for a in proc.args] if isinstance(proc.args, list) else []
+    url = args[args.index("--url") + 1] if "--url" in args else None
+    if url is not None:
+        try:
+            import psycopg
+
+            with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+                rows = conn.execute(
+                    "select pid, state, wait_event_type, wait_event, pg_blocking_pids(pid),"
+                    " left(query, 160) from pg_stat_activity"
+                    " where datname = current_database() and pid <> pg_backend_pid()"
+                ).fetchall()
+            report += ["server sessions (pid, state, wait type, wait, blocked by, query):"]
+            report += [f"  {row}" for row in rows]
+        except Exception as err:  # a diagnosis must not hide the failure it explains
+            report.append(f"server sessions unavailable: {err}")
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGUSR1)
+        time.sleep(1.0)
+        proc.kill()
+    err = proc.stderr.read() if proc.stderr else ""
+    report.append(f"worker stderr:\n{err[-6000:]}")
+    return "\n".join(report)
 
 
 def kill_worker(proc: subprocess.Popen[str]) -> None:
@@ -337,6 +366,9 @@ def worker_main(argv: list[str]) -> int:
             waits (for a SIGKILL) with the transaction open; prints {"event": "synced", ...}.
     search: run --queries keyword searches --rounds times, printing each result set.
     """
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # read_event's diagnosis
     p = argparse.ArgumentParser()
     p.add_argument("mode", choices=["sync", "search"])
     p.add_argument("--url", required=True)
