@@ -7,6 +7,7 @@ their own home.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,19 @@ async def test_start_creates_scoped_collections_in_the_agent_home(shared: Shared
     assert env["NO_COLOR"] == "1"
     assert "CI" not in env
     assert (await mgr.version()).startswith("qmd 2.")
+    # Node's compiled copy of qmd lives in the agent's own cache, private like the rest
+    cache = shared.home / "xdg-cache" / "node-compile-cache"
+    assert env["NODE_COMPILE_CACHE"] == str(cache)
+    assert [p for p in cache.rglob("*") if p.is_file()], "node wrote no compile cache"
+    assert all(stat.S_IMODE(p.stat().st_mode) & 0o077 == 0 for p in cache.rglob("*"))
+
+
+def test_a_compile_cache_the_caller_set_is_kept(tmp_path: Path) -> None:
+    from memoryd.qmd_adapter._home import QmdHome
+
+    home = QmdHome(tmp_path / "qmd")
+    assert home.env(base={"NODE_COMPILE_CACHE": "/opt/cc"})["NODE_COMPILE_CACHE"] == "/opt/cc"
+    assert "NODE_COMPILE_CACHE" not in home.env(base={}, overrides={"NODE_COMPILE_CACHE": None})
 
 
 async def test_default_home_is_under_the_agent_state_dir(

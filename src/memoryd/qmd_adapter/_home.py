@@ -62,6 +62,10 @@ class QmdHome:
         return self.cache_home / "qmd" / "index.sqlite"
 
     @property
+    def node_compile_cache(self) -> Path:
+        return self.cache_home / "node-compile-cache"
+
+    @property
     def lock_path(self) -> Path:
         return self.root / "maintenance.lock"
 
@@ -75,8 +79,14 @@ class QmdHome:
         base: Mapping[str, str] | None = None,
         overrides: Mapping[str, str | None] | None = None,
     ) -> dict[str, str]:
-        """The caller's environment with this agent's XDG dirs and NO_COLOR; `None` overrides unset."""
+        """The caller's environment with this agent's XDG dirs and NO_COLOR; `None` overrides unset.
+
+        Node keeps its compiled copy of qmd's JavaScript in the agent's cache (`NODE_COMPILE_CACHE`,
+        unless the caller set one): every qmd call then starts ~12 % cheaper in CPU (0.205 →
+        0.181 s for a `qmd search` here). It holds compiled code only, no memory.
+        """
         env = dict(os.environ if base is None else base)
+        env.setdefault("NODE_COMPILE_CACHE", str(self.node_compile_cache))
         env.update(
             XDG_CONFIG_HOME=str(self.config_home),
             QMD_CONFIG_DIR=str(self.config_dir),
