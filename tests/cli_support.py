@@ -64,6 +64,17 @@ def _fork_enabled() -> bool:
     return os.environ.get("MEMORYD_TEST_FORK", "1") != "0"
 
 
+def _prepare(
+    argv: list[str] | tuple[str, ...], env: dict[str, str] | None, cwd: Path | str | None
+) -> tuple[list[str], dict[str, str], str, str | None]:
+    """The command line, environment and directory of a run, and the zygote's socket (None:
+    start a fresh interpreter)."""
+    cmd = [sys.executable, "-m", "memoryd", *argv]
+    environ = dict(os.environ if env is None else env)
+    workdir = os.path.abspath(cwd) if cwd is not None else os.getcwd()
+    return cmd, environ, workdir, _zygote_path() if _fork_enabled() else None
+
+
 def run_memoryd(
     argv: list[str] | tuple[str, ...],
     *,
@@ -75,10 +86,7 @@ def run_memoryd(
     """`subprocess.run([python, -m, memoryd, *argv], capture_output=True, text=True, …)`, forked
     from the zygote: the same `CompletedProcess` (negative returncode for a signal) or the same
     `subprocess.TimeoutExpired`. stdin is `input`, or empty when `input` is None."""
-    cmd = [sys.executable, "-m", "memoryd", *argv]
-    environ = dict(os.environ if env is None else env)
-    workdir = os.path.abspath(cwd) if cwd is not None else os.getcwd()
-    zygote = _zygote_path() if _fork_enabled() else None
+    cmd, environ, workdir, zygote = _prepare(argv, env, cwd)
     if zygote is None:
         return subprocess.run(
             cmd,
@@ -174,10 +182,7 @@ def spawn_memoryd(
     """`subprocess.Popen([python, -m, memoryd, *argv], text=True, …)` for a long-running
     command (`serve`, `mcp`), forked from the zygote. Each stream is `subprocess.PIPE`,
     `subprocess.DEVNULL`, a file (object or descriptor) or None (this process's own)."""
-    cmd = [sys.executable, "-m", "memoryd", *argv]
-    environ = dict(os.environ if env is None else env)
-    workdir = os.path.abspath(cwd) if cwd is not None else os.getcwd()
-    zygote = _zygote_path() if _fork_enabled() else None
+    cmd, environ, workdir, zygote = _prepare(argv, env, cwd)
     if zygote is None:
         return subprocess.Popen(
             cmd, env=environ, cwd=workdir, stdin=stdin, stdout=stdout, stderr=stderr, text=True
