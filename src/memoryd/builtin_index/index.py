@@ -37,7 +37,7 @@ else:
     from ..lazy import numpy as np
 
 from ..config import IndexSettings
-from ..core.chunking import chunk_lines, content_hash
+from ..core.chunking import ChunkingPlan, chunk_lines, chunking_plan, content_hash
 from ..core.engine import EngineAnswer, IndexCheck, ProgressFn, SearchRequest
 from ..core.layout import MemoryRoot, check_line_range, is_markdown
 from ..core.ranking import (
@@ -204,6 +204,9 @@ class SyncReport:
 
 #: How many of the best hits also return the lines after their window (see `search`).
 CONTINUE_BEST_HIT = 1
+#: Whether every result's window goes on into the lines after it (into the next chunks of its
+#: file) up to the snippet cap: a chunk shorter than a snippet leaves the rest of it unused.
+CONTINUE_EVERY_RESULT = False
 #: How many of the next chunks of its file a continuation may reach into (chunks shorter than
 #: a snippet: the best window is the whole chunk, the lines after it are in the next ones).
 FOLLOWING_CHUNKS = 2
@@ -346,15 +349,27 @@ class MemoryIndex:
             return False
         return True
 
+    @property
+    def chunking(self) -> ChunkingPlan:
+        """Each memory file's chunk size: `chunking.tokens/overlap` set in the config apply to
+        every file, the defaults to curated files, with daily notes chunked smaller."""
+        c = self.cfg.chunking
+        explicit = bool(c.model_fields_set & {"tokens", "overlap"})
+        return chunking_plan(c.tokens, c.overlap, explicit=explicit)
+
     def signature(self) -> dict[str, Any]:
         p = self.provider
-        return {
+        sig: dict[str, Any] = {
             "provider": p.id if p else "none",
             "model": p.model if p else "",
             "fingerprint": p.fingerprint() if p else "",
             "chunkTokens": self.cfg.chunking.tokens,
             "chunkOverlap": self.cfg.chunking.overlap,
         }
+        # only when daily notes are chunked apart: an explicit size keeps the old signature
+        if (daily := self.chunking.fingerprint()) is not None:
+            sig["chunkDailyNotes"] = daily
+        return sig
 
     def _stored_signature(self) -> dict[str, Any] | None:
         raw = self.store.meta().get("signature")
@@ -576,9 +591,8 @@ class MemoryIndex:
                 if prev is not None and prev[0] == file_hash:
                     store.touch_file(mf.rel_path, mtime, got.size)
                     continue
-                chunks = chunk_lines(
-                    text, tokens=self.cfg.chunking.tokens, overlap=self.cfg.chunking.overlap
-                )
+                size = self.chunking.for_file(mf.rel_path)
+                chunks = chunk_lines(text, tokens=size.tokens, overlap=size.overlap)
                 store.replace_file(
                     mf.rel_path,
                     str(mf.abs_path),
@@ -955,6 +969,11 @@ class MemoryIndex:
             snippet, first, last = select_snippet(
                 c.text, c.start_line, c.end_line, query, MAX_SNIPPET_CHARS
             )
+            if CONTINUE_EVERY_RESULT and len(snippet) < MAX_SNIPPET_CHARS - 1:
+                text, end = self._with_following_lines(store, c, last)
+                room = MAX_SNIPPET_CHARS - len(snippet) - 1  # the joining newline
+                if more := continue_snippet(text, c.start_line, end, last, room):
+                    snippet, last = f"{snippet}\n{more[0]}", more[2]
             add(c, snippet, first, last)
             if continued < CONTINUE_BEST_HIT and params.max_results > 1:
                 # the lines right after the best window, as a result of their own (each snippet
