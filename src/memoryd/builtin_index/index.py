@@ -204,9 +204,6 @@ class SyncReport:
 
 #: How many of the best hits also return the lines after their window (see `search`).
 CONTINUE_BEST_HIT = 1
-#: Whether every result's window goes on into the lines after it (into the next chunks of its
-#: file) up to the snippet cap: a chunk shorter than a snippet leaves the rest of it unused.
-CONTINUE_EVERY_RESULT = False
 #: How many of the next chunks of its file a continuation may reach into (chunks shorter than
 #: a snippet: the best window is the whole chunk, the lines after it are in the next ones).
 FOLLOWING_CHUNKS = 2
@@ -969,11 +966,6 @@ class MemoryIndex:
             snippet, first, last = select_snippet(
                 c.text, c.start_line, c.end_line, query, MAX_SNIPPET_CHARS
             )
-            if CONTINUE_EVERY_RESULT and len(snippet) < MAX_SNIPPET_CHARS - 1:
-                text, end = self._with_following_lines(store, c, last)
-                room = MAX_SNIPPET_CHARS - len(snippet) - 1  # the joining newline
-                if more := continue_snippet(text, c.start_line, end, last, room):
-                    snippet, last = f"{snippet}\n{more[0]}", more[2]
             add(c, snippet, first, last)
             if continued < CONTINUE_BEST_HIT and params.max_results > 1:
                 # the lines right after the best window, as a result of their own (each snippet
