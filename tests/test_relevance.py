@@ -434,7 +434,10 @@ async def test_the_best_hit_also_brings_the_lines_after_its_window_as_the_next_r
     turns.append("Caroline: The transgender stories inspired me to pursue counseling as a career.")
     write(workspace / "memory" / "2023-05-08.md", "\n".join(turns) + "\n")
     write(workspace / "memory" / "2023-05-09.md", "# 9 May\nMelanie: I painted a lake sunrise.\n")
-    keyword_only = agent(workspace, {"provider": "none"})
+    # one chunk longer than a snippet (daily notes are chunked smaller by default)
+    keyword_only = agent(
+        workspace, {"provider": "none", "chunking": {"tokens": 400, "overlap": 80}}
+    )
     idx = MemoryIndex(keyword_only.index_settings(), select_provider(keyword_only))
     await idx.sync()
     results = (await idx.search("what did Caroline think of the LGBTQ support group")).results
@@ -523,3 +526,42 @@ def test_the_same_script_vector_floor_leaves_other_scripts_to_their_own(
     monkeypatch.setattr(ranking, "VEC_FLOOR_SAME_SCRIPT", 2.0)
     [scored] = calibrated_scores([chunk(0, text, cos=cos)], "quarterly planning", stats(100, {}))
     assert (scored.score > 0) is vouched
+
+
+@pytest.mark.parametrize("growth", [0.5, 0.68, 0.8])
+def test_the_same_script_floor_of_short_chunks_grows_with_the_chunks_an_index_holds(
+    monkeypatch: pytest.MonkeyPatch, growth: float
+) -> None:
+    import memoryd.core.ranking as ranking
+
+    monkeypatch.setattr(ranking, "VEC_FLOOR_GROWTH", growth)
+    short, long = ranking.SHORT_CHUNK_TOKENS, ranking.LONG_CHUNK_TOKENS
+    sizes = [1, 10, 100, 1_000, 10_000, 100_000]
+    grown = [ranking.vector_floor(True, n, short) for n in sizes]
+    assert grown == sorted(grown) and grown[-1] > grown[0]
+    assert min(grown) == ranking.VEC_FLOOR_SAME_SCRIPT  # a small memory keeps the fixed floor
+    # a long chunk keeps the fixed floor in any index; between, the floor lies between
+    assert {ranking.vector_floor(True, n, long) for n in sizes} == {ranking.VEC_FLOOR_SAME_SCRIPT}
+    middle = ranking.vector_floor(True, 100_000, (short + long) // 2)
+    assert ranking.VEC_FLOOR_SAME_SCRIPT < middle < grown[-1]
+    # across scripts only the cosine vouches, and the cross-lingual floor stays as tuned
+    assert {ranking.vector_floor(False, n, short) for n in sizes} == {ranking.VEC_FLOOR}
+
+
+def test_the_same_cosine_of_a_short_chunk_is_evidence_in_a_small_memory_only() -> None:
+    cos = 0.76 + 2.2 * 0.03  # 2.2 deviations above unrelated Latin text
+    text = "we planned the quarter"  # a short chunk
+    small, large = (
+        calibrated_scores([chunk(0, text, cos=cos)], "quarter plan", stats(n, {}))[0]
+        for n in (20, 50_000)
+    )
+    assert small.score > large.score
+
+
+def test_without_growth_the_same_script_floor_is_fixed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import memoryd.core.ranking as ranking
+
+    monkeypatch.setattr(ranking, "VEC_FLOOR_GROWTH", 0.0)
+    assert {
+        ranking.vector_floor(True, n, t) for n in (0, 2, 100, 10**6) for t in (10, 160, 400)
+    } == {ranking.VEC_FLOOR_SAME_SCRIPT}

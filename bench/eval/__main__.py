@@ -86,8 +86,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--runs", type=Path, help="score: a runs JSONL to score")
     p.add_argument("--report", type=Path, help="JSON report (default <out>/report.json)")
     p.add_argument("--limit", type=int, help="at most N queries per workspace (smoke runs)")
-    p.add_argument("--chunk-tokens", type=int, default=400)
-    p.add_argument("--chunk-overlap", type=int, default=80)
+    p.add_argument(
+        "--chunk-tokens",
+        type=int,
+        help="chunking.tokens for every file (default: memoryd's rule, daily notes apart)",
+    )
+    p.add_argument("--chunk-overlap", type=int, help="chunking.overlap for every file")
     p.add_argument(
         "--max-results",
         type=int,
@@ -98,6 +102,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=json.loads,
         help='JSON merged into memorySearch for every builtin index, e.g. \'{"query": {"hybrid": '
         '{"candidateMultiplier": 8}}}\'',
+    )
+    p.add_argument(
+        "--constant",
+        action="append",
+        default=[],
+        metavar="MODULE.NAME=VALUE",
+        help="set a module constant for this run (a tuning variant not in the config), e.g. "
+        "memoryd.core.ranking.VEC_FLOOR_SAME_SCRIPT=2.0; repeatable",
     )
     p.add_argument("--model", help="local embedding model name (default: memoryd's default)")
     p.add_argument("--provider", default="local", help="embedding provider for the builtin index")
@@ -267,6 +279,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "chunking": [args.chunk_tokens, args.chunk_overlap],
         "max_results": args.max_results,
         "search_config": args.search_config,
+        "constants": getattr(args, "constants", {}),
         "model": args.model,
         "datasets": {},
     }
@@ -361,8 +374,10 @@ async def run_crosslingual(args: argparse.Namespace, systems: list[str]) -> dict
 
 
 def index_suffix(args: argparse.Namespace) -> str:
+    from .builtin import chunk_suffix
+
     return (
-        f"t{args.chunk_tokens}o{args.chunk_overlap}"
+        chunk_suffix(args.chunk_tokens, args.chunk_overlap)
         + (f"-{args.model}" if args.model else "")
         + (f"-{args.provider}" if args.provider != "local" else "")
     )
@@ -410,8 +425,30 @@ def score(args: argparse.Namespace) -> dict[str, Any]:
     return {"systems": [name], "datasets": {ds.name: summarize(ds, per, {})}}
 
 
+def set_constants(assignments: list[str]) -> dict[str, Any]:
+    """Apply `--constant MODULE.NAME=VALUE` (VALUE read as JSON); returns what was set."""
+    import importlib
+
+    done: dict[str, Any] = {}
+    for item in assignments:
+        target, sep, raw = item.partition("=")
+        module_name, _, name = target.rpartition(".")
+        if not sep or not module_name:
+            raise SystemExit(f"--constant wants MODULE.NAME=VALUE, got {item!r}")
+        module = importlib.import_module(module_name)
+        if not hasattr(module, name):
+            raise SystemExit(f"{module_name} has no constant {name}")
+        value = json.loads(raw)
+        if type(value) is not type(getattr(module, name)):
+            raise SystemExit(f"{target} is a {type(getattr(module, name)).__name__}")
+        setattr(module, name, value)
+        done[target] = value
+    return done
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    args.constants = set_constants(args.constant)
     report = score(args) if args.command == "score" else anyio.run(run, args)
     print_tables(report)
     path = args.report or args.out / "report.json"

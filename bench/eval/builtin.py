@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from memoryd.builtin_index.index import MemoryIndex
-from memoryd.config import deep_merge, resolve_agent, validate_config
+from memoryd.config import ChunkingConfig, deep_merge, resolve_agent, validate_config
+from memoryd.core.chunking import chunking_plan
 from memoryd.core.citations import trim_to_budget
 from memoryd.core.ranking import RankParams
 from memoryd.embeddings.base import EmbeddingProvider, Matrix, ProviderSelection, Vector
@@ -94,16 +95,19 @@ def agent_config(
     *,
     provider: str = "local",
     model: str | None = None,
-    tokens: int = 400,
-    overlap: int = 80,
+    tokens: int | None = None,
+    overlap: int | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Any:
     search: dict[str, Any] = {
         "provider": provider,
         "store": {"path": str(index_path)},
-        "chunking": {"tokens": tokens, "overlap": overlap},
         "sync": {"watch": False},
     }
+    # a size on the command line is the user's (every file); none: memoryd's rule by file kind
+    chunking = {k: v for k, v in (("tokens", tokens), ("overlap", overlap)) if v is not None}
+    if chunking:
+        search["chunking"] = chunking
     if model:
         search["model"] = model
     if extra:
@@ -118,8 +122,8 @@ async def open_index(
     *,
     provider: str = "local",
     model: str | None = None,
-    tokens: int = 400,
-    overlap: int = 80,
+    tokens: int | None = None,
+    overlap: int | None = None,
     extra: dict[str, Any] | None = None,
 ) -> EvalIndex:
     """Open (and bring up to date, embedding what is missing) the index of one workspace."""
@@ -201,3 +205,17 @@ async def search(
 def unit(v: np.ndarray) -> np.ndarray:
     n = float(np.linalg.norm(v))
     return v / n if n else v
+
+
+def chunk_suffix(tokens: int | None, overlap: int | None) -> str:
+    """The index file name's chunking part: `t160o16` for a size given on the command line
+    (every file), `t400o80d160o16` for memoryd's default rule (daily notes apart)."""
+    default = ChunkingConfig()
+    plan = chunking_plan(
+        tokens if tokens is not None else default.tokens,
+        overlap if overlap is not None else default.overlap,
+        explicit=tokens is not None or overlap is not None,
+    )
+    base = f"t{plan.files.tokens}o{plan.files.overlap}"
+    d = plan.daily_notes
+    return base if d is None else f"{base}d{d.tokens}o{d.overlap}"

@@ -25,7 +25,7 @@ from memoryd.core.ranking import Candidate, CorpusStats, RankParams, rank, selec
 from memoryd.core.results import MAX_SNIPPET_CHARS, SearchResult
 
 from . import metrics as M
-from .builtin import NOW, open_index, search
+from .builtin import NOW, chunk_suffix, open_index, search
 from .datasets import Dataset, Query, Workspace
 
 
@@ -43,8 +43,8 @@ async def capture(
     out: Path,
     *,
     max_results: int,
-    tokens: int = 400,
-    overlap: int = 80,
+    tokens: int | None = None,
+    overlap: int | None = None,
     model: str | None = None,
 ) -> dict[str, list[Captured]]:
     """Per workspace, the candidates of every query (k = max_results × candidateMultiplier)."""
@@ -63,8 +63,8 @@ async def capture_pairs(
     out: Path,
     *,
     max_results: int,
-    tokens: int = 400,
-    overlap: int = 80,
+    tokens: int | None = None,
+    overlap: int | None = None,
     model: str | None = None,
 ) -> dict[str, list[Captured]]:
     """Candidates (and corpus statistics) of queries asked of any workspace, keyed by label."""
@@ -83,7 +83,7 @@ async def capture_pairs(
         holder.append(([dataclasses.replace(c) for c in cands], stats))
         return real_rank(cands, query, params, now=now, stats=stats)
 
-    suffix = f"t{tokens}o{overlap}" + (f"-{model}" if model else "")
+    suffix = chunk_suffix(tokens, overlap) + (f"-{model}" if model else "")
     index_mod.rank = recording  # type: ignore[assignment]
     try:
         for label, ws, queries in pairs:
@@ -237,7 +237,7 @@ async def _main(argv: list[str]) -> None:
             overlap=args.chunk_overlap,
             model=args.model,
         )
-        suffix = f"t{args.chunk_tokens}o{args.chunk_overlap}" + (
+        suffix = chunk_suffix(args.chunk_tokens, args.chunk_overlap) + (
             f"-{args.model}" if args.model else ""
         )
         save(caps, args.out / "capture" / f"{ds.name}-{suffix}.pkl")

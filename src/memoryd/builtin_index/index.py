@@ -38,7 +38,7 @@ else:
     from ..lazy import numpy as np
 
 from ..config import IndexSettings
-from ..core.chunking import chunk_lines, content_hash
+from ..core.chunking import ChunkingPlan, chunk_lines, chunking_plan, content_hash
 from ..core.engine import EngineAnswer, IndexCheck, ProgressFn, SearchRequest
 from ..core.layout import MemoryRoot, check_line_range, is_markdown
 from ..core.ranking import (
@@ -352,15 +352,27 @@ class MemoryIndex:
             return False
         return True
 
+    @property
+    def chunking(self) -> ChunkingPlan:
+        """Each memory file's chunk size: `chunking.tokens/overlap` set in the config apply to
+        every file, the defaults to curated files, with daily notes chunked smaller."""
+        c = self.cfg.chunking
+        explicit = bool(c.model_fields_set & {"tokens", "overlap"})
+        return chunking_plan(c.tokens, c.overlap, explicit=explicit)
+
     def signature(self) -> dict[str, Any]:
         p = self.provider
-        return {
+        sig: dict[str, Any] = {
             "provider": p.id if p else "none",
             "model": p.model if p else "",
             "fingerprint": p.fingerprint() if p else "",
             "chunkTokens": self.cfg.chunking.tokens,
             "chunkOverlap": self.cfg.chunking.overlap,
         }
+        # only when daily notes are chunked apart: an explicit size keeps the old signature
+        if (daily := self.chunking.fingerprint()) is not None:
+            sig["chunkDailyNotes"] = daily
+        return sig
 
     def _stored_signature(self) -> dict[str, Any] | None:
         raw = self.store.meta().get("signature")
@@ -582,9 +594,8 @@ class MemoryIndex:
                 if prev is not None and prev[0] == file_hash:
                     store.touch_file(mf.rel_path, mtime, got.size)
                     continue
-                chunks = chunk_lines(
-                    text, tokens=self.cfg.chunking.tokens, overlap=self.cfg.chunking.overlap
-                )
+                size = self.chunking.for_file(mf.rel_path)
+                chunks = chunk_lines(text, tokens=size.tokens, overlap=size.overlap)
                 store.replace_file(
                     mf.rel_path,
                     str(mf.abs_path),

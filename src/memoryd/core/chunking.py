@@ -1,4 +1,5 @@
-"""Pure chunking: Markdown text → ~N-token chunks split on lines, with exact 1-based line ranges.
+"""Pure chunking: Markdown text → ~N-token chunks split on lines, with exact 1-based line ranges,
+and the rule that decides each memory file's chunk size (`ChunkingPlan`).
 
 Linear in the input: every token estimate is either one pass over a line or an O(log n) lookup
 in that line's `TokenPrefix`, and over-long lines are cut by index, never by copying the rest.
@@ -8,9 +9,55 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Final
 
 from ..errors import InvalidInput
+from .layout import is_daily_note_path
 from .text import TokenPrefix, estimate_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkSize:
+    tokens: int
+    overlap: int
+
+
+#: Daily notes are append-only logs of short turns: a 160-token chunk (about 500 characters)
+#: fits inside one 700-character snippet, so nothing a returned chunk holds is cut off, and
+#: a turn still carries across a boundary with 16 tokens of overlap. Measured on LoCoMo dev
+#: against 400/80 and other sizes (docs/retrieval-quality.md, rounds 4 and 5).
+DAILY_NOTE_CHUNKING: Final = ChunkSize(160, 16)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkingPlan:
+    """How each memory file is chunked: `files` for curated prose (`MEMORY.md`, topic notes,
+    extra folders), `daily_notes` for the dated notes (`None`: every file at `files`).
+
+    The one place that decides a file's chunk size; an index records `fingerprint()` so that a
+    change of the rule re-chunks (and re-indexes) everything.
+    """
+
+    files: ChunkSize
+    daily_notes: ChunkSize | None = None
+
+    def for_file(self, rel_path: str) -> ChunkSize:
+        """The chunk size of one memory file, by its workspace-relative path."""
+        if self.daily_notes is not None and is_daily_note_path(rel_path):
+            return self.daily_notes
+        return self.files
+
+    def fingerprint(self) -> str | None:
+        """The daily-note size as `tokens/overlap`, None when every file uses `files`."""
+        d = self.daily_notes
+        return None if d is None else f"{d.tokens}/{d.overlap}"
+
+
+def chunking_plan(tokens: int, overlap: int, *, explicit: bool) -> ChunkingPlan:
+    """The plan for a configured size: a size the user chose (`explicit`) applies to every
+    file; the default size applies to curated files and daily notes get DAILY_NOTE_CHUNKING."""
+    size = ChunkSize(tokens, overlap)
+    return ChunkingPlan(size, None if explicit else DAILY_NOTE_CHUNKING)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ __all__ = [
     "extra_root",
     "glob_match",
     "is_daily_note_of",
+    "is_daily_note_path",
     "is_markdown",
     "locate",
     "normalize_request",
@@ -450,6 +451,17 @@ def is_daily_note_of(name: str, day: date) -> bool:
     if name == f"{stem}.md":
         return True
     return name.startswith(f"{stem}-") and name.endswith(".md") and len(name) > len(stem) + 4
+
+
+def is_daily_note_path(rel_path: str) -> bool:
+    """Whether a workspace-relative path is a daily note: `memory/YYYY-MM-DD.md` or a slugged
+    sibling (`memory/2026-11-20-tokyo.md`), directly in `memory/`. Curated files (`MEMORY.md`,
+    `memory/<topic>.md`, anything in a subfolder or an extra folder) are not."""
+    head, sep, name = rel_path.partition("/")
+    if head != MEMORY_DIR or not sep or "/" in name:
+        return False
+    day = note_date(name)
+    return day is not None and is_daily_note_of(name, day)
 
 
 def note_date(path: str) -> date | None:

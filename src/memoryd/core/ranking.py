@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Literal
 
-from .text import Script, query_terms, script_of, term_in_text, word_set
+from .text import Script, estimate_tokens, query_terms, script_of, term_in_text, word_set
 
 Fusion = Literal["auto", "relative", "weighted", "rrf", "minmax", "zscore"]
 
@@ -465,6 +465,16 @@ VEC_FULL = 5.0
 # (more, narrower chunks: the best of them stands further out), measured in
 # docs/retrieval-quality.md (round 4).
 VEC_FLOOR_SAME_SCRIPT = 1.5
+# The same-script floor also grows with the index, for short chunks: the best of N unrelated
+# chunks lies about sqrt(2 ln N) deviations out, and the best of many narrow chunks (daily notes
+# at 160 tokens) further out than the best of fewer, longer ones (measured: an unrelated chat's
+# questions found evidence in 18 % of the LoCoMo conversations at 160/16 tokens and a fixed
+# floor of 1.5, in 9.6 % at 400/80). A chunk of SHORT_CHUNK_TOKENS or fewer needs
+# max(VEC_FLOOR_SAME_SCRIPT, VEC_FLOOR_GROWTH · sqrt(2 ln N)), one of LONG_CHUNK_TOKENS or
+# more VEC_FLOOR_SAME_SCRIPT, linear between (docs/retrieval-quality.md, round 5).
+VEC_FLOOR_GROWTH = 0.68
+SHORT_CHUNK_TOKENS = 160
+LONG_CHUNK_TOKENS = 400
 RANK_SHAPE = 0.25  # exponent on a result's closeness to the query's best hit (see below)
 APART_OFFSET = 0.5  # share of the query's median z over memory taken off a cross-script chunk's
 
@@ -542,6 +552,19 @@ def query_offset(query_script: Script, stats: CorpusStats | None) -> float:
     return zs[mid] if len(zs) % 2 else (zs[mid - 1] + zs[mid]) / 2
 
 
+def vector_floor(same_script: bool, chunks: int, chunk_tokens: int) -> float:
+    """The deviations above the reference a chunk's cosine needs to count as evidence: for a
+    chunk of `chunk_tokens` in an index of `chunks` chunks (see VEC_FLOOR_GROWTH)."""
+    if not same_script:
+        return VEC_FLOOR
+    floor = VEC_FLOOR_SAME_SCRIPT
+    if VEC_FLOOR_GROWTH <= 0 or chunks < 2:
+        return floor
+    grown = max(floor, VEC_FLOOR_GROWTH * math.sqrt(2.0 * math.log(chunks)))
+    short = _ramp(LONG_CHUNK_TOKENS - chunk_tokens, 0, LONG_CHUNK_TOKENS - SHORT_CHUNK_TOKENS)
+    return floor + short * (grown - floor)
+
+
 def _ramp(x: float, lo: float, hi: float) -> float:
     return min(1.0, max(0.0, (x - lo) / (hi - lo)))
 
@@ -592,7 +615,9 @@ def calibrated_scores(
             if offset is None:
                 offset = max(0.0, query_offset(qscript, stats))
             z -= APART_OFFSET * offset
-        floor = VEC_FLOOR_SAME_SCRIPT if script == qscript else VEC_FLOOR
+        floor = vector_floor(
+            script == qscript, stats.chunks if stats is not None else 0, estimate_tokens(c.text)
+        )
         vec = _ramp(z, floor, VEC_FULL) if z is not None else 0.0
         evidence.append(1.0 - (1.0 - lex) * (1.0 - vec))
         vec_evidence.append(vec)
