@@ -1,5 +1,6 @@
-"""Chunking by file kind: daily notes (append-only logs of short turns) are chunked smaller than
-curated prose, unless the user chose a chunk size; the index re-chunks when the rule changes."""
+"""Chunking by file kind: with `chunking.dailyNotes` set, daily notes (append-only logs of short
+turns) get a size of their own; by default every file has one size (OpenClaw's); the index
+re-chunks when that changes."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from helpers import agent_for, selection
 from memoryd.builtin_index import MemoryIndex
-from memoryd.core.chunking import DAILY_NOTE_CHUNKING, ChunkSize, chunking_plan
+from memoryd.core.chunking import CONVERSATIONAL_DAILY_NOTES, ChunkSize, chunking_plan
 from memoryd.core.layout import is_daily_note_path
 from memoryd.embeddings import HashingEmbedder
 
@@ -39,24 +40,28 @@ def test_daily_notes_are_dated_files_directly_in_memory(rel_path: str, daily: bo
     assert is_daily_note_path(rel_path) is daily
 
 
+DAILY = CONVERSATIONAL_DAILY_NOTES
+CONVERSATIONAL = {"dailyNotes": {"tokens": DAILY.tokens, "overlap": DAILY.overlap}}
+
+
 @pytest.mark.parametrize(
-    ("tokens", "overlap", "explicit", "daily", "curated", "fingerprint"),
+    ("tokens", "overlap", "daily_notes", "daily", "curated", "fingerprint"),
     [
-        (400, 80, False, DAILY_NOTE_CHUNKING, ChunkSize(400, 80), "160/16"),
-        (400, 80, True, ChunkSize(400, 80), ChunkSize(400, 80), None),
-        (160, 16, True, ChunkSize(160, 16), ChunkSize(160, 16), None),
-        (600, 60, True, ChunkSize(600, 60), ChunkSize(600, 60), None),
+        (400, 80, None, ChunkSize(400, 80), ChunkSize(400, 80), None),
+        (160, 16, None, ChunkSize(160, 16), ChunkSize(160, 16), None),
+        (400, 80, (160, 16), ChunkSize(160, 16), ChunkSize(400, 80), "160/16"),
+        (600, 60, (200, 20), ChunkSize(200, 20), ChunkSize(600, 60), "200/20"),
     ],
 )
-def test_a_chosen_size_applies_to_every_file_the_default_keeps_daily_notes_apart(
+def test_daily_notes_get_their_own_size_only_when_given_one(
     tokens: int,
     overlap: int,
-    explicit: bool,
+    daily_notes: tuple[int, int] | None,
     daily: ChunkSize,
     curated: ChunkSize,
     fingerprint: str | None,
 ) -> None:
-    plan = chunking_plan(tokens, overlap, explicit=explicit)
+    plan = chunking_plan(tokens, overlap, daily_notes)
     assert plan.for_file("memory/2026-11-29.md") == daily
     assert plan.for_file("MEMORY.md") == curated
     assert plan.for_file("memory/docs/1234.md") == curated
@@ -91,39 +96,56 @@ async def _synced(ws: Path, search: dict[str, Any] | None = None) -> MemoryIndex
     return idx
 
 
-async def test_default_config_chunks_daily_notes_smaller_than_curated_files(kinds: Path) -> None:
+async def test_by_default_every_file_has_one_size(kinds: Path) -> None:
     idx = await _synced(kinds)
-    try:
-        largest = _largest_chunk(idx)
-    finally:
-        await idx.aclose()
-    assert largest["memory/2026-11-29.md"] <= DAILY_NOTE_CHUNKING.tokens
-    for curated in ("MEMORY.md", "memory/garden.md"):
-        assert largest[curated] > DAILY_NOTE_CHUNKING.tokens
-        assert largest[curated] <= 400
-
-
-@pytest.mark.parametrize(
-    "chosen", [{"tokens": 400}, {"overlap": 80}, {"tokens": 300, "overlap": 30}]
-)
-async def test_a_chunk_size_in_the_config_applies_to_daily_notes_too(
-    kinds: Path, chosen: dict[str, int]
-) -> None:
-    idx = await _synced(kinds, {"chunking": chosen})
     try:
         largest = _largest_chunk(idx)
         signature = idx.signature()
     finally:
         await idx.aclose()
-    assert largest["memory/2026-11-29.md"] == largest["MEMORY.md"] > DAILY_NOTE_CHUNKING.tokens
-    # the signature an explicit size had before the rule: such indexes are not rebuilt
-    assert "chunkDailyNotes" not in signature
+    assert largest["memory/2026-11-29.md"] == largest["MEMORY.md"] > DAILY.tokens
+    assert "chunkDailyNotes" not in signature  # the signature indexes had before the option
 
 
-async def test_switching_to_the_default_rule_rechunks_the_daily_notes(kinds: Path) -> None:
-    explicit = await _synced(kinds, {"chunking": {"tokens": 400, "overlap": 80}})
-    await explicit.aclose()
-    idx = MemoryIndex(agent_for(kinds).index_settings(), selection(HashingEmbedder()))
+@pytest.mark.parametrize("size", [{}, {"tokens": 300, "overlap": 30}])
+async def test_daily_notes_set_apart_are_chunked_smaller_than_curated_files(
+    kinds: Path, size: dict[str, int]
+) -> None:
+    idx = await _synced(kinds, {"chunking": {**size, **CONVERSATIONAL}})
+    try:
+        largest = _largest_chunk(idx)
+    finally:
+        await idx.aclose()
+    assert largest["memory/2026-11-29.md"] <= DAILY.tokens
+    for curated in ("MEMORY.md", "memory/garden.md"):
+        assert DAILY.tokens < largest[curated] <= size.get("tokens", 400)
+
+
+@pytest.mark.parametrize(
+    ("daily_notes", "error"),
+    [
+        ({"tokens": 160, "overlap": 160}, "dailyNotes.overlap must be smaller"),
+        ({"tokens": 8, "overlap": 0}, "tokens"),
+        ({"tokens": 160}, "overlap"),
+    ],
+)
+def test_a_bad_daily_note_size_is_refused(daily_notes: dict[str, int], error: str) -> None:
+    from memoryd.config import validate_config
+    from memoryd.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=error):
+        validate_config(
+            {"agents": {"defaults": {"memorySearch": {"chunking": {"dailyNotes": daily_notes}}}}}
+        )
+
+
+async def test_setting_a_daily_note_size_rechunks_the_daily_notes(kinds: Path) -> None:
+    plain = await _synced(kinds)
+    await plain.aclose()
+    idx = MemoryIndex(
+        agent_for(kinds, {"chunking": CONVERSATIONAL}).index_settings(),
+        selection(HashingEmbedder()),
+    )
     try:
         assert "chunkDailyNotes" in (idx.reindex_reason() or "")
         report = await idx.sync()
@@ -132,5 +154,5 @@ async def test_switching_to_the_default_rule_rechunks_the_daily_notes(kinds: Pat
         largest = _largest_chunk(idx)
     finally:
         await idx.aclose()
-    assert largest["memory/2026-11-29.md"] <= DAILY_NOTE_CHUNKING.tokens
-    assert largest["MEMORY.md"] > DAILY_NOTE_CHUNKING.tokens
+    assert largest["memory/2026-11-29.md"] <= DAILY.tokens
+    assert largest["MEMORY.md"] > DAILY.tokens

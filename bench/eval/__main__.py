@@ -53,6 +53,13 @@ def system_spec(name: str) -> tuple[str | None, dict[str, Any]]:
     raise SystemExit(f"unknown system {name!r}")
 
 
+def _size(raw: str) -> tuple[int, int]:
+    tokens, sep, overlap = raw.partition("/")
+    if not sep or not tokens.isdigit() or not overlap.isdigit():
+        raise argparse.ArgumentTypeError(f"expected TOKENS/OVERLAP such as 160/16, got {raw!r}")
+    return int(tokens), int(overlap)
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m bench.eval",
@@ -86,12 +93,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--runs", type=Path, help="score: a runs JSONL to score")
     p.add_argument("--report", type=Path, help="JSON report (default <out>/report.json)")
     p.add_argument("--limit", type=int, help="at most N queries per workspace (smoke runs)")
+    p.add_argument("--chunk-tokens", type=int, help="chunking.tokens (default: memoryd's, 400)")
+    p.add_argument("--chunk-overlap", type=int, help="chunking.overlap (default: memoryd's, 80)")
     p.add_argument(
-        "--chunk-tokens",
-        type=int,
-        help="chunking.tokens for every file (default: memoryd's rule, daily notes apart)",
+        "--daily-notes",
+        type=_size,
+        metavar="TOKENS/OVERLAP",
+        help="chunking.dailyNotes, a size of their own for daily notes, e.g. 160/16",
     )
-    p.add_argument("--chunk-overlap", type=int, help="chunking.overlap for every file")
     p.add_argument(
         "--max-results",
         type=int,
@@ -276,7 +285,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             system_spec(s)
     report: dict[str, Any] = {
         "systems": systems,
-        "chunking": [args.chunk_tokens, args.chunk_overlap],
+        "chunking": [args.chunk_tokens, args.chunk_overlap, args.daily_notes],
         "max_results": args.max_results,
         "search_config": args.search_config,
         "constants": getattr(args, "constants", {}),
@@ -377,7 +386,7 @@ def index_suffix(args: argparse.Namespace) -> str:
     from .builtin import chunk_suffix
 
     return (
-        chunk_suffix(args.chunk_tokens, args.chunk_overlap)
+        chunk_suffix(args.chunk_tokens, args.chunk_overlap, args.daily_notes)
         + (f"-{args.model}" if args.model else "")
         + (f"-{args.provider}" if args.provider != "local" else "")
     )
@@ -402,6 +411,7 @@ async def open_workspace_index(args: argparse.Namespace, ws: Any) -> Any:
         model=args.model,
         tokens=args.chunk_tokens,
         overlap=args.chunk_overlap,
+        daily=args.daily_notes,
         extra=search_config(args),
     )
 

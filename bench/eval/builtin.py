@@ -97,6 +97,7 @@ def agent_config(
     model: str | None = None,
     tokens: int | None = None,
     overlap: int | None = None,
+    daily: tuple[int, int] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Any:
     search: dict[str, Any] = {
@@ -104,8 +105,12 @@ def agent_config(
         "store": {"path": str(index_path)},
         "sync": {"watch": False},
     }
-    # a size on the command line is the user's (every file); none: memoryd's rule by file kind
-    chunking = {k: v for k, v in (("tokens", tokens), ("overlap", overlap)) if v is not None}
+    # sizes on the command line; none: memoryd's defaults (one size for every file)
+    chunking: dict[str, Any] = {
+        k: v for k, v in (("tokens", tokens), ("overlap", overlap)) if v is not None
+    }
+    if daily is not None:
+        chunking["dailyNotes"] = {"tokens": daily[0], "overlap": daily[1]}
     if chunking:
         search["chunking"] = chunking
     if model:
@@ -124,6 +129,7 @@ async def open_index(
     model: str | None = None,
     tokens: int | None = None,
     overlap: int | None = None,
+    daily: tuple[int, int] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> EvalIndex:
     """Open (and bring up to date, embedding what is missing) the index of one workspace."""
@@ -135,6 +141,7 @@ async def open_index(
         model=model,
         tokens=tokens,
         overlap=overlap,
+        daily=daily,
         extra=extra,
     )
     sel = select_provider(agent)
@@ -207,14 +214,16 @@ def unit(v: np.ndarray) -> np.ndarray:
     return v / n if n else v
 
 
-def chunk_suffix(tokens: int | None, overlap: int | None) -> str:
-    """The index file name's chunking part: `t160o16` for a size given on the command line
-    (every file), `t400o80d160o16` for memoryd's default rule (daily notes apart)."""
+def chunk_suffix(
+    tokens: int | None, overlap: int | None, daily: tuple[int, int] | None = None
+) -> str:
+    """The index file name's chunking part: `t400o80`, `t160o16`, or `t400o80d160o16` when daily
+    notes have a size of their own (`--daily-notes`)."""
     default = ChunkingConfig()
     plan = chunking_plan(
         tokens if tokens is not None else default.tokens,
         overlap if overlap is not None else default.overlap,
-        explicit=tokens is not None or overlap is not None,
+        daily,
     )
     base = f"t{plan.files.tokens}o{plan.files.overlap}"
     d = plan.daily_notes

@@ -195,9 +195,27 @@ class StoreConfig(_Model):
         return value
 
 
+class DailyNoteChunkingConfig(_Model):
+    tokens: int = Field(
+        ge=16, le=8192, description="Chunk size of daily notes in estimated tokens."
+    )
+    overlap: int = Field(ge=0, description="Overlap between a daily note's chunks in tokens.")
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> DailyNoteChunkingConfig:
+        if self.overlap >= self.tokens:
+            raise ValueError("chunking.dailyNotes.overlap must be smaller than its tokens")
+        return self
+
+
 class ChunkingConfig(_Model):
     tokens: int = Field(400, ge=16, le=8192, description="Target chunk size in estimated tokens.")
     overlap: int = Field(80, ge=0, description="Overlap between consecutive chunks in tokens.")
+    daily_notes: DailyNoteChunkingConfig | None = Field(
+        None,
+        description="A size of their own for daily notes (memory/YYYY-MM-DD*.md), e.g. "
+        "{tokens = 160, overlap = 16} for conversational logs; unset: tokens/overlap for all.",
+    )
 
     @model_validator(mode="after")
     def _overlap_below_size(self) -> ChunkingConfig:

@@ -354,11 +354,11 @@ class MemoryIndex:
 
     @property
     def chunking(self) -> ChunkingPlan:
-        """Each memory file's chunk size: `chunking.tokens/overlap` set in the config apply to
-        every file, the defaults to curated files, with daily notes chunked smaller."""
+        """Each memory file's chunk size: `chunking.tokens/overlap`, and `chunking.dailyNotes`
+        for the daily notes when it is set."""
         c = self.cfg.chunking
-        explicit = bool(c.model_fields_set & {"tokens", "overlap"})
-        return chunking_plan(c.tokens, c.overlap, explicit=explicit)
+        d = c.daily_notes
+        return chunking_plan(c.tokens, c.overlap, (d.tokens, d.overlap) if d else None)
 
     def signature(self) -> dict[str, Any]:
         p = self.provider
@@ -369,7 +369,7 @@ class MemoryIndex:
             "chunkTokens": self.cfg.chunking.tokens,
             "chunkOverlap": self.cfg.chunking.overlap,
         }
-        # only when daily notes are chunked apart: an explicit size keeps the old signature
+        # only when daily notes are chunked apart: other indexes keep the signature they had
         if (daily := self.chunking.fingerprint()) is not None:
             sig["chunkDailyNotes"] = daily
         return sig

@@ -22,11 +22,11 @@ class ChunkSize:
     overlap: int
 
 
-#: Daily notes are append-only logs of short turns: a 160-token chunk (about 500 characters)
-#: fits inside one 700-character snippet, so nothing a returned chunk holds is cut off, and
-#: a turn still carries across a boundary with 16 tokens of overlap. Measured on LoCoMo dev
-#: against 400/80 and other sizes (docs/retrieval-quality.md, rounds 4 and 5).
-DAILY_NOTE_CHUNKING: Final = ChunkSize(160, 16)
+#: A measured size for conversational daily notes (append-only logs of short turns): a
+#: 160-token chunk (about 500 characters) fits inside one 700-character snippet, and a turn still
+#: carries across a boundary with 16 tokens of overlap (docs/retrieval-quality.md, rounds 4-5).
+#: Opt-in (`chunking.dailyNotes`): the default keeps OpenClaw's one size for every file.
+CONVERSATIONAL_DAILY_NOTES: Final = ChunkSize(160, 16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +53,13 @@ class ChunkingPlan:
         return None if d is None else f"{d.tokens}/{d.overlap}"
 
 
-def chunking_plan(tokens: int, overlap: int, *, explicit: bool) -> ChunkingPlan:
-    """The plan for a configured size: a size the user chose (`explicit`) applies to every
-    file; the default size applies to curated files and daily notes get DAILY_NOTE_CHUNKING."""
-    size = ChunkSize(tokens, overlap)
-    return ChunkingPlan(size, None if explicit else DAILY_NOTE_CHUNKING)
+def chunking_plan(
+    tokens: int, overlap: int, daily_notes: tuple[int, int] | None = None
+) -> ChunkingPlan:
+    """The plan for the configured sizes: `tokens/overlap` for every file, or for every file but
+    the daily notes when `daily_notes` (`chunking.dailyNotes`) gives them a size of their own."""
+    daily = ChunkSize(*daily_notes) if daily_notes is not None else None
+    return ChunkingPlan(ChunkSize(tokens, overlap), daily)
 
 
 @dataclass(frozen=True, slots=True)
