@@ -17,14 +17,16 @@ That stays covered by the tests that start `python -m memoryd` through `subproce
 the MCP SDK and Inspector clients, which spawn `memoryd mcp` themselves).
 
 The zygote imports only modules that read no environment at import time (the CLI reads it per
-call), and each run exits through the interpreter's normal shutdown (atexit, threads, buffered
-output), as a fresh process would. `MEMORYD_TEST_FORK=0` runs every call as a fresh interpreter.
+call). A run exits as the interpreter would (threads joined, atexit handlers, output flushed,
+the same status) but skips the module teardown, which would copy every page it shares with the
+zygote. `MEMORYD_TEST_FORK=0` runs every call as a fresh interpreter.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import io
 import json
 import os
@@ -376,6 +378,10 @@ def _serve(path: str) -> None:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    # the imported objects move to a generation the collector never scans: a run's collections
+    # then do not touch (and copy) the pages it shares with this process
+    gc.collect()
+    gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
@@ -457,7 +463,32 @@ def _become_run(request: dict[str, Any], fds: list[int]) -> None:
     )
     from memoryd.cli import main
 
-    sys.exit(main())
+    try:
+        code = main()
+    except SystemExit as stop:
+        code = stop.code
+    _leave_like_an_interpreter(code)
+
+
+def _leave_like_an_interpreter(code: object) -> None:
+    """Exit as `python -m memoryd` would — non-daemon threads joined, atexit handlers run,
+    output flushed, the same status — without tearing down the modules shared with the zygote:
+    that teardown touches every page the fork shares, and cost more CPU than the command."""
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status & 0xFF)
 
 
 if __name__ == "__main__":
