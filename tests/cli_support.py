@@ -14,7 +14,9 @@ environment it is given, every file and SQLite operation, exit codes, output, an
 command starts (qmd, serve forwarding). What it does not: importing memoryd in a fresh interpreter.
 That stays covered by the tests that start `python -m memoryd` through `subprocess` directly
 (`test_cli.py`'s real-process run and import probes, the `append` runs under a read-only mount,
-the MCP SDK and Inspector clients, which spawn `memoryd mcp` themselves).
+`memoryd mcp` started by the MCP SDK's client in `test_mcp.py` and by `test_input_faults.py`,
+the Inspector's HTTP server). `launcher_argv` serves clients that start the server themselves
+(the Inspector over stdio, the SDK client of `test_surfaces_contract.py`).
 
 The zygote imports only modules that read no environment at import time (the CLI reads it per
 call). A run exits as the interpreter would (threads joined, atexit handlers, output flushed,
@@ -307,6 +309,36 @@ def _request(
     return conn
 
 
+def launcher_argv(argv: list[str] | tuple[str, ...]) -> list[str]:
+    """A command line that runs `memoryd <argv>` forked from this process's zygote, for a client
+    that starts its server itself (the MCP SDK's stdio client, the Inspector): a small launcher
+    (a fresh interpreter importing nothing of memoryd) hands the run its own stdin, stdout and
+    stderr, passes on the signals it gets, and exits as the run did."""
+    zygote = _zygote_path() if _fork_enabled() else None
+    if zygote is None:
+        return [sys.executable, "-m", "memoryd", *argv]
+    return [sys.executable, __file__, "launch", zygote, *argv]
+
+
+def _launch(zygote: str, argv: list[str]) -> None:
+    conn = _request(zygote, [0, 1, 2], argv, dict(os.environ), os.getcwd())
+    status = conn.makefile("rb")
+    pid = int(status.readline())
+
+    def forward(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    line = status.readline()
+    code = int(line) if line.strip() else -signal.SIGKILL
+    if code < 0:  # killed by a signal: die of the same one
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code)
+
+
 def _inherited() -> dict[str, Any]:
     """What a child inherits from this process besides its environment: the umask and the
     resource limits (tests lower RLIMIT_FSIZE, or set a umask, around a CLI call)."""
@@ -494,3 +526,5 @@ def _leave_like_an_interpreter(code: object) -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
         _serve(sys.argv[2])
+    elif sys.argv[1:2] == ["launch"]:
+        _launch(sys.argv[2], sys.argv[3:])

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from cli_support import launcher_argv
+
 REPO = Path(__file__).resolve().parents[1]
 SIX_TOOLS = [
     "memory_search",
@@ -92,7 +94,7 @@ def stdio_target(setup: dict[str, Any]) -> list[str]:
     for key, value in setup["server_env"].items():
         env += ["-e", f"{key}={value}"]
     # `--`: the Inspector would read the server's own --config as its option
-    return [*env, "--", sys.executable, "-m", "memoryd", "mcp", "--config", str(setup["config"])]
+    return [*env, "--", *launcher_argv(["mcp", "--config", str(setup["config"])])]
 
 
 @pytest.fixture

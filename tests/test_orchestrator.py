@@ -70,8 +70,13 @@ def rig(tmp_path: Path) -> Rig:
     ],
 )
 async def test_failover_answers_the_same_call_and_recovers(
-    rig: Rig, fault: str, reason: str
+    tmp_path: Path, fault: str, reason: str
 ) -> None:
+    # a hung probe waits out the whole timeout: the first probe is due after the fault is gone
+    slow_probe = {
+        "failover": {"failureThreshold": 1, "cooldownMs": 1500, "probeMaxIntervalMs": 3000}
+    }
+    rig = Rig(tmp_path, require_qmd(), **(slow_probe if fault == "hang" else {}))
     svc = rig.service()
     async with anyio.create_task_group() as tg:
         await svc.start(tg)

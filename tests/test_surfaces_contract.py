@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +20,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from cli_support import run_memoryd, spawn_memoryd
+from cli_support import launcher_argv, run_memoryd, spawn_memoryd
 from helpers import write
 from memoryd.config import validate_config
 from memoryd.orchestrator import MemoryService
@@ -142,11 +141,8 @@ async def _mcp_calls(client_arg: Any) -> list[dict[str, Any]]:
 
 
 def test_mcp_stdio(world: dict[str, Any]) -> None:
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "memoryd", "mcp", "--config", str(world["cfg"])],
-        env=world["env"],
-    )
+    command = launcher_argv(["mcp", "--config", str(world["cfg"])])
+    params = StdioServerParameters(command=command[0], args=command[1:], env=world["env"])
     got = anyio.run(_mcp_calls, params)
     assert [g["code"] for g in got] == [c[3] for c in CASES]
     assert all(g["disabled"] is True for g in got)
