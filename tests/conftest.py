@@ -52,22 +52,25 @@ def workspace(tmp_path: Path) -> Path:
 #: while the other idles): the longest jobs first keeps both workers busy to the end.
 LONGEST_FIRST = (
     "test_qmd_manager.py",
-    "test_status_truth.py",
     "test_index_faults.py",
-    "test_qmd_vectors.py",
-    "test_orchestrator.py",
-    "test_mcp.py",
     "test_qmd_faults.py",
-    "test_embeddings_local_blas.py",
+    "test_orchestrator.py",
+    "test_status_truth.py",
+    "test_qmd_vectors.py",
     "test_fsio_races.py",
+    "test_mcp.py",
     "test_mcp_inspector.py",
     "test_pg_workers.py",
-    "test_isolation.py",
     "test_engine_contract.py",
-    "test_surfaces_contract.py",
-    "test_input_faults.py",
+    "test_embeddings_local_blas.py",
     "test_redact.py",
     "test_pg_store.py",
+    "test_lifecycle_qmd_sessions.py",
+    "test_security_integration.py",
+    "test_qmd_runner.py",
+    "test_relevance.py",
+    "test_input_faults.py",
+    "test_embeddings_local_deadline.py",
 )
 
 
