@@ -13,7 +13,13 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture(autouse=True)
-def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def isolated_env(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    # one warm Node compile cache for every qmd and Inspector process of this worker: memoryd
+    # keeps a caller's NODE_COMPILE_CACHE, and each test's fresh agent home would start cold
+    cache = tmp_path_factory.getbasetemp() / "node-compile-cache"
+    monkeypatch.setenv("NODE_COMPILE_CACHE", str(cache))
     state = tmp_path / "_state"
     monkeypatch.setenv("MEMORYD_STATE_DIR", str(state))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "_xdg_config"))

@@ -73,7 +73,10 @@ async def started(agent: ResolvedAgent, qmd: str, home: Path, **kw: Any) -> QmdM
 # ---------------------------------------------------------------- home and collections
 
 
-async def test_start_creates_scoped_collections_in_the_agent_home(shared: Shared) -> None:
+async def test_start_creates_scoped_collections_in_the_agent_home(
+    shared: Shared, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NODE_COMPILE_CACHE")  # the suite shares one; a user's default is checked
     mgr = await shared.manager()
     assert sorted(mgr.collections) == [
         "memory-alt-main",
