@@ -133,10 +133,11 @@ def test_a_bad_daily_note_size_is_refused(daily_notes: dict[str, int], error: st
     from memoryd.config import validate_config
     from memoryd.errors import ConfigError
 
-    with pytest.raises(ConfigError, match=error):
+    with pytest.raises(ConfigError, match=error) as caught:
         validate_config(
             {"agents": {"defaults": {"memorySearch": {"chunking": {"dailyNotes": daily_notes}}}}}
         )
+    assert "Value error" not in str(caught.value)  # the sentence, not pydantic's wrapper
 
 
 async def test_setting_a_daily_note_size_rechunks_the_daily_notes(kinds: Path) -> None:

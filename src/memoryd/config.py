@@ -775,6 +775,9 @@ def format_validation_error(
         msg = item["msg"]
         if item["type"] == "extra_forbidden":
             msg = "unknown key" + _did_you_mean(model, parts[:-1], str(parts[-1]))
+        elif item["type"] == "value_error":
+            # our validators' own sentences, without pydantic's "Value error, " in front
+            msg = str(item.get("ctx", {}).get("error", msg.removeprefix("Value error, ")))
         lines.append(f"{path or '<root>'}: {msg}")
     return "; ".join(lines)
 
