@@ -571,6 +571,7 @@ class MemoryIndex:
             known = store.files()
             undecodable: set[str] = set(json.loads(meta.get("undecodable") or "[]"))
             seen: set[str] = set()
+            plan = self.chunking
             for i, mf in enumerate(files, 1):
                 seen.add(mf.rel_path)
                 prev = known.get(mf.rel_path)
@@ -594,7 +595,7 @@ class MemoryIndex:
                 if prev is not None and prev[0] == file_hash:
                     store.touch_file(mf.rel_path, mtime, got.size)
                     continue
-                size = self.chunking.for_file(mf.rel_path)
+                size = plan.for_file(mf.rel_path)
                 chunks = chunk_lines(text, tokens=size.tokens, overlap=size.overlap)
                 store.replace_file(
                     mf.rel_path,
