@@ -17,6 +17,8 @@ transports. It does not decide anything about memory: every answer comes from `M
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import io
 import json
 import logging
@@ -276,7 +278,15 @@ class _StdinLines:
         try:
             for line in wire:
                 anyio.from_thread.run(self._send.send, line, token=self._token)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.RunFinishedError):
+        except (
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            anyio.RunFinishedError,
+            # shutdown cancelled the send of a line the server had not taken yet (which of
+            # the two depends on where in the hand-over the loop stopped)
+            concurrent.futures.CancelledError,
+            asyncio.CancelledError,
+        ):
             return
         with suppress(anyio.RunFinishedError):
             anyio.from_thread.run_sync(self._send.close, token=self._token)
