@@ -55,7 +55,7 @@ def workspace(tmp_path: Path) -> Path:
 #: no result depends on it). `scripts/test` runs them first (`--dist loadfile
 #: --no-loadscope-reorder`; xdist would otherwise order files by their number of tests, which
 #: leaves the slow, few-test qmd and PostgreSQL files for last, one worker running them alone
-#: while the other idles): the longest jobs first keeps both workers busy to the end.
+#: while the others idle): the longest jobs first keeps every worker busy to the end.
 LONGEST_FIRST = (
     "test_qmd_manager.py",
     "test_index_faults.py",
