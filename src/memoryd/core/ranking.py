@@ -15,7 +15,15 @@ from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Literal
 
-from .text import Script, estimate_tokens, query_terms, script_of, term_in_text, word_set
+from .text import (
+    Script,
+    estimate_tokens,
+    matched_terms,
+    query_terms,
+    script_of,
+    term_in_text,
+    word_set,
+)
 
 Fusion = Literal["auto", "relative", "weighted", "rrf", "minmax", "zscore"]
 
@@ -372,10 +380,9 @@ def _relative_scores(
 def _matched_terms(c: Candidate, terms: Sequence[str]) -> set[str]:
     if not terms:
         return set()
-    lowered = c.text.lower()
     if not c.words:
         c.words = word_set(c.text)
-    return {t for t in terms if term_in_text(t, lowered, c.words)}
+    return matched_terms(terms, c.text, c.words)
 
 
 _NAME_WORD = re.compile(r"[^\W\d_]{3,}")

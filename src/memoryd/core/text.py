@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from functools import lru_cache
 from itertools import accumulate
 from typing import Literal
@@ -351,29 +352,55 @@ def word_set(text: str) -> frozenset[str]:
     `server_idle_timeout` holds `idle`, or coverage would miss what BM25 matched.
     """
     lowered = segment_for_fts(text.lower())
-    words = set()
-    for w in _SPLIT_WORD.findall(lowered):
-        if w in STOPWORDS:
-            continue
-        words.add(w)
-        if "_" in w:
+    words = set(_SPLIT_WORD.findall(lowered))
+    words -= STOPWORDS
+    if "_" in lowered:
+        for w in [w for w in words if "_" in w]:
             words.update(p for p in w.split("_") if p and p not in STOPWORDS)
     return frozenset(words)
 
 
 def term_in_text(term: str, text_lower: str, words: frozenset[str]) -> bool:
     """Whether a query term occurs: whole word (or its plural/stem-ish prefix), or substring for CJK."""
+    return bool(matched_terms((term,), text_lower, words))
+
+
+def matched_terms(terms: Sequence[str], text: str, words: frozenset[str]) -> set[str]:
+    """The query terms `text` holds (`words` is its `word_set`), each as `term_in_text` says.
+
+    Runs once per candidate chunk and query, so each term's shape is worked out once per term
+    (`_term_shape`) and the text is lowercased, and its words sorted, only when a term needs it.
+    """
+    found: set[str] = set()
+    lowered: str | None = None
+    ordered: tuple[str, ...] | None = None
+    for term in terms:
+        cjk, stem = _term_shape(term)
+        if cjk:
+            if lowered is None:
+                lowered = text.lower()
+            if term in lowered:
+                found.add(term)
+        elif term in words:
+            found.add(term)
+        elif stem is not None:
+            if ordered is None:
+                # a prefix test is a binary search, not a scan of the chunk
+                ordered = _sorted_words(words)
+            at = bisect_left(ordered, stem)
+            if at < len(ordered) and ordered[at].startswith(stem):
+                found.add(term)
+    return found
+
+
+@lru_cache(maxsize=4096)
+def _term_shape(term: str) -> tuple[bool, str | None]:
+    """(whether the term is CJK, matched as a substring; the prefix a longer word may extend,
+    or None). Cheap stemming: 'deploy' ~ 'deploying', 'notes' ~ 'note'."""
     if has_cjk(term):
-        return term in text_lower
-    if term in words:
-        return True
-    # cheap stemming: 'deploy' ~ 'deploying', 'notes' ~ 'note'
+        return True, None
     stem = term[:-1] if term.endswith("s") and len(term) > 3 else term
-    if len(stem) < 4:
-        return False
-    ordered = _sorted_words(words)  # a prefix test is a binary search, not a scan of the chunk
-    at = bisect_left(ordered, stem)
-    return at < len(ordered) and ordered[at].startswith(stem)
+    return False, stem if len(stem) >= 4 else None
 
 
 @lru_cache(maxsize=512)
