@@ -21,7 +21,6 @@ from .text import (
     matched_terms,
     query_terms,
     script_of,
-    term_in_text,
     word_set,
 )
 
@@ -398,7 +397,7 @@ def _named_terms(c: Candidate, terms: Sequence[str]) -> set[str]:
     if not terms:
         return set()
     words = _name_words(c.path)
-    return {t for t in terms if words and term_in_text(t, " ".join(words), words)}
+    return matched_terms(terms, " ".join(words), words) if words else set()
 
 
 @lru_cache(maxsize=8192)
@@ -622,10 +621,14 @@ def calibrated_scores(
             if offset is None:
                 offset = max(0.0, query_offset(qscript, stats))
             z -= APART_OFFSET * offset
-        floor = vector_floor(
-            script == qscript, stats.chunks if stats is not None else 0, estimate_tokens(c.text)
-        )
-        vec = _ramp(z, floor, VEC_FULL) if z is not None else 0.0
+        vec = 0.0
+        if z is not None:  # keyword-only: no cosine, so no floor to work out
+            floor = vector_floor(
+                script == qscript,
+                stats.chunks if stats is not None else 0,
+                estimate_tokens(c.text),
+            )
+            vec = _ramp(z, floor, VEC_FULL)
         evidence.append(1.0 - (1.0 - lex) * (1.0 - vec))
         vec_evidence.append(vec)
     confidence = max(evidence)
@@ -755,9 +758,7 @@ def select_snippet(
     terms = query_terms(query)
     hits: list[set[str]] = []
     for line in lines:
-        low = line.lower()
-        words = word_set(line)
-        hits.append({t for t in terms if term_in_text(t, low, words)})
+        hits.append(matched_terms(terms, line, word_set(line)))
     n = len(lines)
     df = {t: sum(1 for h in hits if t in h) for t in terms}
     weight = {t: math.log(n / df[t]) if df[t] else 0.0 for t in terms}

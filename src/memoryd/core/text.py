@@ -360,13 +360,9 @@ def word_set(text: str) -> frozenset[str]:
     return frozenset(words)
 
 
-def term_in_text(term: str, text_lower: str, words: frozenset[str]) -> bool:
-    """Whether a query term occurs: whole word (or its plural/stem-ish prefix), or substring for CJK."""
-    return bool(matched_terms((term,), text_lower, words))
-
-
 def matched_terms(terms: Sequence[str], text: str, words: frozenset[str]) -> set[str]:
-    """The query terms `text` holds (`words` is its `word_set`), each as `term_in_text` says.
+    """The query terms `text` holds (`words` is its `word_set`): as a whole word (or its
+    plural/stem-ish prefix), or as a substring for a CJK term.
 
     Runs once per candidate chunk and query, so each term's shape is worked out once per term
     (`_term_shape`) and the text is lowercased, and its words sorted, only when a term needs it.
