@@ -21,7 +21,9 @@ ALLOWED: dict[str, set[str]] = {
     "paths": {"errors"},
     "fsio": {"core", "errors"},
     "config_cache": {"errors", "paths", "fsio"},
-    "config": {"core", "errors", "paths", "config_cache"},
+    # config imports config_validation only inside the functions that validate (pydantic)
+    "config": {"core", "errors", "paths", "config_cache", "config_validation"},
+    "config_validation": {"config", "errors"},
     "memfiles": {"core", "errors", "fsio"},
     "lazy": set(),
     "embeddings": {"core", "errors", "config", "lazy"},

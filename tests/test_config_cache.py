@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 import memoryd.config as config_module
 from memoryd.config import MemorydConfig, load_config, resolve_agent
@@ -71,18 +73,19 @@ OPENCLAW_JSON5 = """{ gateway: {port: 1},
   memory: {citations: 'off'} }"""
 
 
-def fields_set_tree(value: Any) -> Any:
-    """Every model's set fields, recursively: what `model_dump(exclude_unset=True)` relies on."""
-    if isinstance(value, BaseModel):
+def typed_tree(value: Any) -> Any:
+    """Every value with its type, every field (those validation fills in too), recursively:
+    `==` alone takes 60 for 60.0 and one model for another with the same fields."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {
-            "set": sorted(value.model_fields_set),
-            "v": {k: fields_set_tree(getattr(value, k)) for k in type(value).model_fields},
+            "m": type(value).__name__,
+            "v": {f.name: typed_tree(getattr(value, f.name)) for f in dataclasses.fields(value)},
         }
     if isinstance(value, list):
-        return [fields_set_tree(v) for v in value]
+        return [typed_tree(v) for v in value]
     if isinstance(value, dict):
-        return {k: fields_set_tree(v) for k, v in value.items()}
-    return repr(value)
+        return {k: typed_tree(v) for k, v in value.items()}
+    return (type(value).__name__, repr(value))
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -118,8 +121,7 @@ def test_a_cached_config_is_the_validated_config_and_is_not_validated_again(
     second = load_config(path)
     assert second is not first
     assert second == first
-    assert fields_set_tree(second) == fields_set_tree(first)
-    assert second.model_dump(exclude_unset=True) == first.model_dump(exclude_unset=True)
+    assert typed_tree(second) == typed_tree(first)
     for agent in ("main", "writer", "ops") if name == "rich.toml" else ("main",):
         ws = tmp_path / "ws"
         assert resolve_agent(second, agent, workspace=ws) == resolve_agent(
@@ -172,7 +174,7 @@ def test_a_damaged_or_foreign_cache_file_is_ignored_and_replaced(
         cache.unlink()
         cache.symlink_to(elsewhere)
     again = load_config(path)
-    assert again == expected and fields_set_tree(again) == fields_set_tree(expected)
+    assert again == expected and typed_tree(again) == typed_tree(expected)
     assert not cache.is_symlink()  # replaced, never written through
     if damage == "a symlink":
         assert json.loads((tmp_path / "elsewhere.json").read_text()) == record
@@ -222,3 +224,53 @@ def test_a_config_that_carries_credentials_is_never_copied_into_the_cache(
     path = write(tmp_path, "c.toml", credential)
     assert load_config(path) == load_config(path)
     assert cache_files(isolated_env) == []
+
+
+IMPORTS_PYDANTIC = """
+import sys
+from memoryd.cli import main
+code = main(sys.argv[1:])
+print("pydantic" in sys.modules, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {**__import__("os").environ, "MEMORYD_NO_SERVER": "1"}
+    return subprocess.run(
+        [sys.executable, "-c", IMPORTS_PYDANTIC, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_a_search_whose_config_is_cached_never_imports_pydantic(
+    tmp_path: Path, isolated_env: Path
+) -> None:
+    """What the cache is for: a one-off search on an unchanged config does not load the
+    validator at all (pydantic's import was ~0.2 s of every such process)."""
+    path = write(tmp_path, "c.toml", RICH_TOML.replace('backend = "qmd"', 'backend = "builtin"'))
+    (tmp_path / "ws" / "MEMORY.md").write_text("# Memory\n- The webhook secret rotates on Dec 2.\n")
+    first = run_cli("search", "--json", "--config", str(path), "webhook secret")
+    assert first.returncode == 0, first.stderr
+    assert first.stderr.strip().splitlines()[-1] == "True"  # validated: the cache was empty
+    for agent in ("main", "writer"):
+        again = run_cli("search", "--json", "--config", str(path), "--agent", agent, "webhook")
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["results"][0]["path"] == "MEMORY.md"
+        assert again.stderr.strip().splitlines()[-1] == "False", again.stderr
+    # an edit misses the cache and validates again; an invalid edit still fails
+    path.write_text(path.read_text().replace("maxResults = 4", "maxResults = 0"))
+    bad = run_cli("search", "--json", "--config", str(path), "webhook")
+    assert bad.returncode != 0 and "maxResults" in bad.stderr
+
+
+def test_no_config_file_needs_no_validator(tmp_path: Path, isolated_env: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Memory\n- The webhook secret rotates on Dec 2.\n")
+    out = run_cli("search", "--json", "--workspace", str(ws), "webhook secret")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == "False"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from embedding_servers import FakeGemini, FakeOpenAI, fake_vector, fast_retry, serve
-from memoryd.config import BatchConfig
+from memoryd.config import BatchConfig, validate
 from memoryd.embeddings.batch import BatchPending
 from memoryd.embeddings.gemini import GeminiProvider
 from memoryd.embeddings.openai import OpenAIProvider
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.anyio
 
 
 def batch(**kwargs: Any) -> BatchConfig:
-    return BatchConfig.model_validate({"enabled": True, "pollIntervalMs": 1, **kwargs})
+    return validate(BatchConfig, {"enabled": True, "pollIntervalMs": 1, **kwargs})
 
 
 def unit(values: list[float]) -> np.ndarray[Any, np.dtype[np.float32]]:

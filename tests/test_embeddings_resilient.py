@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from embedding_servers import FakeGemini, FakeOpenAI, fast_retry, serve
-from memoryd.config import MemorySearchConfig, ModelsConfig
+from memoryd.config import MemorySearchConfig, ModelsConfig, validate
 from memoryd.embeddings.resilient import ResilientEmbedder
 from memoryd.embeddings.selection import select_from_config
 from memoryd.errors import ProviderUnavailable
@@ -14,8 +14,8 @@ pytestmark = pytest.mark.anyio
 
 
 def selection_for(search: dict[str, object], providers: dict[str, object]) -> ResilientEmbedder:
-    cfg = MemorySearchConfig.model_validate(search)
-    models = ModelsConfig.model_validate({"providers": providers})
+    cfg = validate(MemorySearchConfig, search)
+    models = validate(ModelsConfig, {"providers": providers})
     return ResilientEmbedder(select_from_config(cfg, models, env={}, retry=fast_retry()))
 
 

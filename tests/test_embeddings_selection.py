@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from memoryd.config import MemorySearchConfig, ModelsConfig, resolve_agent, validate_config
+from memoryd.config import (
+    MemorySearchConfig,
+    ModelsConfig,
+    resolve_agent,
+    validate,
+    validate_config,
+)
 from memoryd.embeddings._remote import RemoteProvider
 from memoryd.embeddings.gemini import GeminiProvider
 from memoryd.embeddings.keys import resolve_api_key
@@ -18,11 +24,11 @@ from memoryd.errors import ProviderUnavailable
 
 
 def cfg(**search: Any) -> MemorySearchConfig:
-    return MemorySearchConfig.model_validate(search)
+    return validate(MemorySearchConfig, search)
 
 
 def models(**providers: dict[str, Any]) -> ModelsConfig:
-    return ModelsConfig.model_validate({"providers": providers})
+    return validate(ModelsConfig, {"providers": providers})
 
 
 def remote(provider: object) -> RemoteProvider:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.config import QmdConfig
+from memoryd.config import QmdConfig, validate
 from memoryd.qmd_adapter import (
     Action,
     CollectionInfo,
@@ -50,7 +50,8 @@ def test_default_memory_gives_three_scoped_collections() -> None:
 
 
 def test_include_default_memory_false_keeps_only_custom_paths_and_sessions() -> None:
-    qmd = QmdConfig.model_validate(
+    qmd = validate(
+        QmdConfig,
         {
             "includeDefaultMemory": False,
             "paths": [
@@ -58,7 +59,7 @@ def test_include_default_memory_false_keeps_only_custom_paths_and_sessions() -> 
                 {"path": "/abs/docs"},
             ],
             "sessions": {"enabled": True},
-        }
+        },
     )
     got = names(qmd)
     assert got[0] == ("team-notes-main", "/ws/notes", "*.md", "memory")
@@ -69,8 +70,9 @@ def test_include_default_memory_false_keeps_only_custom_paths_and_sessions() -> 
 
 
 def test_unnamed_paths_get_stable_distinct_names() -> None:
-    qmd = QmdConfig.model_validate(
-        {"includeDefaultMemory": False, "paths": [{"path": "/a/docs"}, {"path": "/b/docs"}]}
+    qmd = validate(
+        QmdConfig,
+        {"includeDefaultMemory": False, "paths": [{"path": "/a/docs"}, {"path": "/b/docs"}]},
     )
     first, second = names(qmd), names(qmd)
     assert first == second
@@ -78,11 +80,12 @@ def test_unnamed_paths_get_stable_distinct_names() -> None:
 
 
 def test_duplicate_names_get_a_counter() -> None:
-    qmd = QmdConfig.model_validate(
+    qmd = validate(
+        QmdConfig,
         {
             "includeDefaultMemory": False,
             "paths": [{"path": "/a", "name": "x"}, {"path": "/b", "name": "x"}],
-        }
+        },
     )
     assert [n[0] for n in names(qmd)] == ["x-main", "x-2-main"]
 
@@ -153,7 +156,7 @@ def test_extra_paths_become_qmd_collections_searched_by_qmd() -> None:
     from memoryd.core.layout import extra_root
 
     specs = desired_collections(
-        QmdConfig.model_validate({"paths": [{"path": "/srv/notes", "name": "notes"}]}),
+        validate(QmdConfig, {"paths": [{"path": "/srv/notes", "name": "notes"}]}),
         agent_id="main",
         workspace=WS,
         sessions_dir=SESS,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memoryd.config import ScopeConfig, validate_config
+from memoryd.config import ScopeConfig, ScopeMatch, ScopeRule, validate, validate_config
 from memoryd.errors import ConfigError
 from memoryd.scope_rules import (
     DEFAULT_SCOPE,
@@ -286,16 +286,19 @@ def test_log_line_cannot_be_forged_or_flooded_by_the_session_key() -> None:
 
 
 def test_shipped_default_is_dms_only() -> None:
-    assert DEFAULT_SCOPE.model_dump(by_alias=True, exclude_none=True) == {
-        "default": "deny",
-        "rules": [{"action": "allow", "match": {"chatType": "direct"}}],
-    }
+    assert (
+        ScopeConfig(
+            default="deny", rules=[ScopeRule(action="allow", match=ScopeMatch(chat_type="direct"))]
+        )
+        == DEFAULT_SCOPE
+    )
     assert parse_scope(None) == DEFAULT_SCOPE
-    validated = ScopeConfig.model_validate(
-        {"default": "deny", "rules": [{"action": "allow", "match": {"chatType": "direct"}}]}
+    validated = validate(
+        ScopeConfig,
+        {"default": "deny", "rules": [{"action": "allow", "match": {"chatType": "direct"}}]},
     )
     assert validated == DEFAULT_SCOPE
-    assert validated.model_dump(exclude_unset=True) == DEFAULT_SCOPE.model_dump(exclude_unset=True)
+    assert repr(validated) == repr(DEFAULT_SCOPE)  # same types all the way down
 
 
 def test_mutating_the_exported_default_does_not_widen_the_policy(

@@ -1,38 +1,97 @@
-"""Configuration: pydantic models shaped like OpenClaw's keys, and the loader that finds and reads them.
+"""Configuration: models shaped like OpenClaw's keys, and the loader that finds and reads them.
 
 Keys are written camelCase as in OpenClaw's config; snake_case field names are accepted too.
 Every model forbids unknown keys so a misspelled option fails loudly with its key path.
+
+The models are plain dataclasses, and this module does not import pydantic: a process whose
+config comes from the validated-config cache (`memoryd.config_cache`), or that has no config
+file, never loads it (pydantic's import alone was ~0.2 s of every one-off `memoryd search`).
+pydantic still does every validation, in `memoryd.config_validation`: it validates stdlib
+dataclasses directly, reading each class's `__pydantic_config__` and the `Bounds`/`Check`
+markers in the field annotations. One declaration per setting, one validator.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar, dataclass_transform
 from urllib.parse import parse_qsl, quote, urlsplit
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.alias_generators import to_camel
 
 from . import config_cache, paths
 from .core.layout import LONG_TERM_NAMES, MEMORY_DIR, MemoryRoot, default_roots, extra_root
 from .errors import ConfigError, InvalidAgentId, UnknownAgent, WorkspaceNotFound
 
+if TYPE_CHECKING:
+    from pydantic import GetCoreSchemaHandler
+    from pydantic_core import CoreSchema
 
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        alias_generator=to_camel,
-        populate_by_name=True,
-        validate_default=True,
-        defer_build=True,
-    )
+_T = TypeVar("_T")
+
+#: Field names whose key is not their camelCase form.
+_ALIASES: Final = {"entries": "list"}
+
+
+def config_key(name: str) -> str:
+    """The key a field is written as: `max_results` → `maxResults`, `lambda_` → `lambda`."""
+    if name in _ALIASES:
+        return _ALIASES[name]
+    head, *rest = name.rstrip("_").split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+class Bounds:
+    """Annotation marker: numeric bounds pydantic checks (`Annotated[int, Bounds(ge=1)]`)."""
+
+    def __init__(
+        self, *, ge: float | None = None, gt: float | None = None, le: float | None = None
+    ) -> None:
+        self.limits = {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le)) if v is not None}
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        schema = handler(source)
+        if schema.get("type") not in ("int", "float"):
+            raise TypeError(f"Bounds applies to int and float fields, not {source!r}")
+        return {**schema, **self.limits}
+
+
+class Check:
+    """Annotation marker: a function pydantic runs on the validated value (ValueError = invalid)."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_after_validator_function(self.fn, handler(source))
+
+
+#: Every config model by class name (what `config_cache` rebuilds, what errors look up).
+MODELS: Final[dict[str, type[Any]]] = {}
+_PYDANTIC_CONFIG: Final = {
+    "extra": "forbid",
+    "alias_generator": config_key,
+    "populate_by_name": True,
+}
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field, field))
+def model(cls: type[_T]) -> type[_T]:
+    """A config model: a dataclass that pydantic validates (unknown keys forbidden)."""
+    out = dataclass(cls)
+    out.__pydantic_config__ = _PYDANTIC_CONFIG  # type: ignore[attr-defined]
+    MODELS[out.__name__] = out
+    return out
 
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -53,64 +112,66 @@ def parse_duration_ms(value: str | int | float) -> int:
     return int(float(match.group(1)) * _UNIT_MS[match.group(2)])
 
 
+def _duration(value: str | int) -> str | int:
+    parse_duration_ms(value)
+    return value
+
+
 # --------------------------------------------------------------------------- memorySearch
 
 
-class BatchConfig(_Model):
-    enabled: bool = Field(False, description="Use the provider's async batch API for indexing.")
-    wait: bool = Field(True, description="Wait for batch jobs to finish during a sync.")
-    concurrency: int = Field(2, ge=1, description="Batch jobs in flight at once.")
-    poll_interval_ms: int = Field(2000, ge=1, description="How often to poll a batch job.")
-    timeout_minutes: float = Field(60, gt=0, description="Give up on a batch job after this long.")
+@model
+class BatchConfig:
+    #: Use the provider's async batch API for indexing.
+    enabled: bool = False
+    #: Wait for batch jobs to finish during a sync.
+    wait: bool = True
+    #: Batch jobs in flight at once.
+    concurrency: Annotated[int, Bounds(ge=1)] = 2
+    #: How often to poll a batch job.
+    poll_interval_ms: Annotated[int, Bounds(ge=1)] = 2000
+    #: Give up on a batch job after this long.
+    timeout_minutes: Annotated[float, Bounds(gt=0)] = 60
 
 
-class RemoteConfig(_Model):
-    base_url: str | None = Field(
-        None, description="Endpoint for OpenAI-compatible or self-hosted APIs."
-    )
-    api_key: str | None = Field(
-        None, description="API key; falls back to provider config and env vars."
-    )
-    headers: dict[str, str] = Field(
-        default_factory=dict, description="Extra HTTP headers (win over defaults)."
-    )
-    batch: BatchConfig = Field(default_factory=BatchConfig)
-    input_type: dict[str, str] | None = Field(
-        None,
-        description="Asymmetric input types for OpenAI-compatible endpoints: {query, document}.",
-    )
-    output_dimensionality: int | None = Field(None, description="Requested embedding dimensions.")
+@model
+class RemoteConfig:
+    #: Endpoint for OpenAI-compatible or self-hosted APIs.
+    base_url: str | None = None
+    #: API key; falls back to provider config and env vars.
+    api_key: str | None = None
+    #: Extra HTTP headers (win over defaults).
+    headers: dict[str, str] = field(default_factory=dict)
+    batch: BatchConfig = field(default_factory=BatchConfig)
+    #: Asymmetric input types for OpenAI-compatible endpoints: {query, document}.
+    input_type: dict[str, str] | None = None
+    #: Requested embedding dimensions.
+    output_dimensionality: int | None = None
 
 
-class LocalConfig(_Model):
-    @model_validator(mode="before")
-    @classmethod
-    def _no_model_cache_dir(cls, data: Any) -> Any:
-        if isinstance(data, Mapping) and ("modelCacheDir" in data or "model_cache_dir" in data):
-            raise ValueError(
-                "modelCacheDir is not supported: memoryd's local model ships inside its Python "
-                "package and downloads nothing (remove the key)"
-            )
-        return data
-
-    model_path: str | None = Field(None, description="Path to a local embedding model file.")
-    threads: int | None = Field(
-        None,
-        ge=1,
-        le=64,
-        description="CPU threads of the local model; default min(2, cores). OMP_NUM_THREADS wins when set. "
-        "Threads wait passively (OMP_WAIT_POLICY=PASSIVE) unless set otherwise: spinning threads turned "
-        "~20 ms queries into 150 ms-1.3 s tails whenever another process held a core.",
-    )
+#: Keys OpenClaw has that memoryd refuses with a sentence of its own, by the model holding them.
+REMOVED_KEYS: Final = {
+    ("LocalConfig", "modelCacheDir"): "modelCacheDir is not supported: memoryd's local model "
+    "ships inside its Python package and downloads nothing (remove the key)",
+}
 
 
-class VectorStoreConfig(_Model):
-    enabled: bool = Field(
-        True, description="Store vectors in sqlite-vec (numpy fallback when it cannot load)."
-    )
-    extension_path: str | None = Field(
-        None, description="Explicit path to the sqlite-vec loadable extension."
-    )
+@model
+class LocalConfig:
+    #: Path to a local embedding model file.
+    model_path: str | None = None
+    #: CPU threads of the local model; default min(2, cores). OMP_NUM_THREADS wins when set.
+    #: Threads wait passively (OMP_WAIT_POLICY=PASSIVE) unless set otherwise: spinning threads
+    #: turned ~20 ms queries into 150 ms-1.3 s tails whenever another process held a core.
+    threads: Annotated[int, Bounds(ge=1, le=64)] | None = None
+
+
+@model
+class VectorStoreConfig:
+    #: Store vectors in sqlite-vec (numpy fallback when it cannot load).
+    enabled: bool = True
+    #: Explicit path to the sqlite-vec loadable extension.
+    extension_path: str | None = None
 
 
 StoreDriver = Literal["sqlite", "postgres"]
@@ -170,134 +231,135 @@ def expand_store_url(url: str, environ: Mapping[str, str]) -> str:
     return filled
 
 
-class StoreConfig(_Model):
-    driver: StoreDriver = Field(
-        "sqlite",
-        description="Where the built-in index lives: 'sqlite' (one file per agent and workspace) "
-        "or 'postgres' (a shared PostgreSQL database with pgvector, see store.url).",
-    )
-    path: str | None = Field(
-        None, description="Index file; supports {agentId}. Default <state>/memory/<agentId>.sqlite."
-    )
-    url: str | None = Field(
-        None,
-        description="driver = postgres: a libpq URL, postgresql://user@host:port/dbname. No "
-        "inline password: libpq reads PGPASSWORD, ~/.pgpass or PGSERVICE, and ${NAME} "
-        "references are filled from the environment.",
-    )
-    vector: VectorStoreConfig = Field(default_factory=VectorStoreConfig)
-
-    @field_validator("url")
-    @classmethod
-    def _url_without_password(cls, value: str | None) -> str | None:
-        if value is not None:
-            check_store_url(value)
-        return value
+def _url_without_password(value: str | None) -> str | None:
+    if value is not None:
+        check_store_url(value)
+    return value
 
 
-class DailyNoteChunkingConfig(_Model):
-    tokens: int = Field(
-        ge=16, le=8192, description="Chunk size of daily notes in estimated tokens."
-    )
-    overlap: int = Field(ge=0, description="Overlap between a daily note's chunks in tokens.")
+@model
+class StoreConfig:
+    #: Where the built-in index lives: 'sqlite' (one file per agent and workspace) or
+    #: 'postgres' (a shared PostgreSQL database with pgvector, see store.url).
+    driver: StoreDriver = "sqlite"
+    #: Index file; supports {agentId}. Default <state>/memory/<agentId>.sqlite.
+    path: str | None = None
+    #: driver = postgres: a libpq URL, postgresql://user@host:port/dbname. No inline password:
+    #: libpq reads PGPASSWORD, ~/.pgpass or PGSERVICE, and ${NAME} references are filled from
+    #: the environment.
+    url: Annotated[str | None, Check(_url_without_password)] = None
+    vector: VectorStoreConfig = field(default_factory=VectorStoreConfig)
 
-    @model_validator(mode="after")
-    def _overlap_below_size(self) -> DailyNoteChunkingConfig:
+
+@model
+class DailyNoteChunkingConfig:
+    #: Chunk size of daily notes in estimated tokens.
+    tokens: Annotated[int, Bounds(ge=16, le=8192)]
+    #: Overlap between a daily note's chunks in tokens.
+    overlap: Annotated[int, Bounds(ge=0)]
+
+    def __post_init__(self) -> None:
         if self.overlap >= self.tokens:
             raise ValueError("chunking.dailyNotes.overlap must be smaller than its tokens")
-        return self
 
 
-class ChunkingConfig(_Model):
-    tokens: int = Field(400, ge=16, le=8192, description="Target chunk size in estimated tokens.")
-    overlap: int = Field(80, ge=0, description="Overlap between consecutive chunks in tokens.")
-    daily_notes: DailyNoteChunkingConfig | None = Field(
-        None,
-        description="A size of their own for daily notes (memory/YYYY-MM-DD*.md), e.g. "
-        "{tokens = 160, overlap = 16} for conversational logs; unset: tokens/overlap for all.",
-    )
+@model
+class ChunkingConfig:
+    #: Target chunk size in estimated tokens.
+    tokens: Annotated[int, Bounds(ge=16, le=8192)] = 400
+    #: Overlap between consecutive chunks in tokens.
+    overlap: Annotated[int, Bounds(ge=0)] = 80
+    #: A size of their own for daily notes (memory/YYYY-MM-DD*.md), e.g. {tokens = 160,
+    #: overlap = 16} for conversational logs; unset: tokens/overlap for all.
+    daily_notes: DailyNoteChunkingConfig | None = None
 
-    @model_validator(mode="after")
-    def _overlap_below_size(self) -> ChunkingConfig:
+    def __post_init__(self) -> None:
         if self.overlap >= self.tokens:
             raise ValueError("chunking.overlap must be smaller than chunking.tokens")
-        return self
 
 
-class MmrConfig(_Model):
+@model
+class MmrConfig:
     enabled: bool = False
-    lambda_: float = Field(
-        0.7, ge=0, le=1, alias="lambda", description="Relevance vs diversity trade-off."
-    )
+    #: Relevance vs diversity trade-off (written `lambda`).
+    lambda_: Annotated[float, Bounds(ge=0, le=1)] = 0.7
 
 
-class TemporalDecayConfig(_Model):
+@model
+class TemporalDecayConfig:
     enabled: bool = False
-    half_life_days: float = Field(30, gt=0)
+    half_life_days: Annotated[float, Bounds(gt=0)] = 30
 
 
-class HybridConfig(_Model):
+Fusion = Literal["auto", "relative", "weighted", "rrf", "minmax", "zscore"]
+
+
+@model
+class HybridConfig:
     enabled: bool = True
-    vector_weight: float = Field(0.7, ge=0)
-    text_weight: float = Field(0.3, ge=0)
-    candidate_multiplier: int = Field(4, ge=1, le=50)
-    fusion: Literal["auto", "relative", "weighted", "rrf", "minmax", "zscore"] = Field(
-        "auto",
-        description="How BM25 and vector lists merge: 'auto' is memoryd's default (calibrated scores "
-        "that mean the same across queries, so minScore drops what is unrelated; see README); "
-        "'relative' is the previous default (scores relative to the query's best hit, never "
-        "abstains); 'weighted' is the seed's linear merge.",
-    )
-    mmr: MmrConfig = Field(default_factory=MmrConfig)
-    temporal_decay: TemporalDecayConfig = Field(default_factory=TemporalDecayConfig)
+    vector_weight: Annotated[float, Bounds(ge=0)] = 0.7
+    text_weight: Annotated[float, Bounds(ge=0)] = 0.3
+    candidate_multiplier: Annotated[int, Bounds(ge=1, le=50)] = 4
+    #: How BM25 and vector lists merge: 'auto' is memoryd's default (calibrated scores that mean
+    #: the same across queries, so minScore drops what is unrelated; see README); 'relative' is
+    #: the previous default (scores relative to the query's best hit, never abstains);
+    #: 'weighted' is the seed's linear merge.
+    fusion: Fusion = "auto"
+    mmr: MmrConfig = field(default_factory=MmrConfig)
+    temporal_decay: TemporalDecayConfig = field(default_factory=TemporalDecayConfig)
 
-    @model_validator(mode="after")
-    def _weights_not_both_zero(self) -> HybridConfig:
+    def __post_init__(self) -> None:
         if self.vector_weight + self.text_weight <= 0:
             raise ValueError("vectorWeight and textWeight cannot both be 0")
-        return self
 
 
-class QueryConfig(_Model):
-    max_results: int = Field(6, ge=1, le=100)
-    min_score: float = Field(0.35, ge=0, le=1)
-    max_injected_chars: int = Field(
-        4000, ge=100, description="Budget of snippet characters returned."
-    )
-    hybrid: HybridConfig = Field(default_factory=HybridConfig)
+@model
+class QueryConfig:
+    max_results: Annotated[int, Bounds(ge=1, le=100)] = 6
+    min_score: Annotated[float, Bounds(ge=0, le=1)] = 0.35
+    #: Budget of snippet characters returned.
+    max_injected_chars: Annotated[int, Bounds(ge=100)] = 4000
+    hybrid: HybridConfig = field(default_factory=HybridConfig)
 
 
-class CacheConfig(_Model):
+@model
+class CacheConfig:
     enabled: bool = True
-    max_entries: int = Field(50_000, ge=1)
+    max_entries: Annotated[int, Bounds(ge=1)] = 50_000
 
 
-class SessionSyncConfig(_Model):
-    delta_bytes: int = Field(100_000, ge=0)
-    delta_messages: int = Field(50, ge=0)
+@model
+class SessionSyncConfig:
+    delta_bytes: Annotated[int, Bounds(ge=0)] = 100_000
+    delta_messages: Annotated[int, Bounds(ge=0)] = 50
 
 
-class SyncConfig(_Model):
+@model
+class SyncConfig:
     on_session_start: bool = True
     on_search: bool = True
     watch: bool = True
-    watch_debounce_ms: int = Field(1500, ge=0)
-    interval_minutes: float = Field(0, ge=0, description="Periodic full sync; 0 disables.")
-    search_wait_ms: int = Field(
-        2000, ge=0, description="Longest a search waits for a dirty index to sync."
-    )
-    sessions: SessionSyncConfig = Field(default_factory=SessionSyncConfig)
+    watch_debounce_ms: Annotated[int, Bounds(ge=0)] = 1500
+    #: Periodic full sync; 0 disables.
+    interval_minutes: Annotated[float, Bounds(ge=0)] = 0
+    #: Longest a search waits for a dirty index to sync.
+    search_wait_ms: Annotated[int, Bounds(ge=0)] = 2000
+    sessions: SessionSyncConfig = field(default_factory=SessionSyncConfig)
 
 
-class ExperimentalConfig(_Model):
+@model
+class ExperimentalConfig:
     session_memory: bool = False
 
 
-class ExtraPathEntry(_Model):
+@model
+class ExtraPathEntry:
     """An extra memory folder with its own glob (OpenClaw 2026.8's `{path, pattern}` entries)."""
 
-    path: str = Field(description="Folder (absolute, workspace-relative or ~).")
-    pattern: str = Field("**/*.md", description="qmd-style glob of the files to index under it.")
+    #: Folder (absolute, workspace-relative or ~).
+    path: str
+    #: qmd-style glob of the files to index under it.
+    pattern: str = "**/*.md"
 
 
 ProviderName = Literal["auto", "local", "openai", "gemini", "voyage", "mistral", "ollama", "none"]
@@ -305,28 +367,26 @@ FallbackName = Literal["openai", "gemini", "voyage", "mistral", "ollama", "local
 SourceName = Literal["memory", "sessions"]
 
 
-class MemorySearchConfig(_Model):
+@model
+class MemorySearchConfig:
     enabled: bool = True
     provider: ProviderName = "auto"
     model: str | None = None
     fallback: FallbackName = "none"
-    remote: RemoteConfig = Field(default_factory=RemoteConfig)
-    local: LocalConfig = Field(default_factory=LocalConfig)
-    store: StoreConfig = Field(default_factory=StoreConfig)
-    chunking: ChunkingConfig = Field(default_factory=ChunkingConfig)
-    query: QueryConfig = Field(default_factory=QueryConfig)
-    cache: CacheConfig = Field(default_factory=CacheConfig)
-    sync: SyncConfig = Field(default_factory=SyncConfig)
-    extra_paths: list[str | ExtraPathEntry] = Field(
-        default_factory=list,
-        description="More memory: folders (every **/*.md), single .md files, or {path, pattern}.",
-    )
-    sources: list[SourceName] = Field(default_factory=lambda: list[SourceName](["memory"]))
-    experimental: ExperimentalConfig = Field(default_factory=ExperimentalConfig)
+    remote: RemoteConfig = field(default_factory=RemoteConfig)
+    local: LocalConfig = field(default_factory=LocalConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+    query: QueryConfig = field(default_factory=QueryConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    sync: SyncConfig = field(default_factory=SyncConfig)
+    #: More memory: folders (every **/*.md), single .md files, or {path, pattern}.
+    extra_paths: list[str | ExtraPathEntry] = field(default_factory=list)
+    sources: list[SourceName] = field(default_factory=lambda: list[SourceName](["memory"]))
+    experimental: ExperimentalConfig = field(default_factory=ExperimentalConfig)
 
 
 # --------------------------------------------------------------------------- compaction
-
 
 DEFAULT_FLUSH_SYSTEM_PROMPT = (
     "Pre-compaction memory flush turn. The session is near auto-compaction; capture durable memories "
@@ -338,35 +398,40 @@ DEFAULT_FLUSH_PROMPT = (
 )
 
 
-class MemoryFlushConfig(_Model):
+@model
+class MemoryFlushConfig:
     enabled: bool = True
-    soft_threshold_tokens: int = Field(4000, ge=0)
+    soft_threshold_tokens: Annotated[int, Bounds(ge=0)] = 4000
     system_prompt: str = DEFAULT_FLUSH_SYSTEM_PROMPT
     prompt: str = DEFAULT_FLUSH_PROMPT
     model: str | None = None
 
 
-class CompactionConfig(_Model):
-    reserve_tokens_floor: int = Field(20_000, ge=0)
-    memory_flush: MemoryFlushConfig = Field(default_factory=MemoryFlushConfig)
+@model
+class CompactionConfig:
+    reserve_tokens_floor: Annotated[int, Bounds(ge=0)] = 20_000
+    memory_flush: MemoryFlushConfig = field(default_factory=MemoryFlushConfig)
 
 
 # --------------------------------------------------------------------------- scope
 
 
-class ScopeMatch(_Model):
+@model
+class ScopeMatch:
     channel: str | None = None
     chat_type: Literal["direct", "group", "channel"] | None = None
     key_prefix: str | None = None
     raw_key_prefix: str | None = None
 
 
-class ScopeRule(_Model):
+@model
+class ScopeRule:
     action: Literal["allow", "deny"]
     match: ScopeMatch | None = None
 
 
-class ScopeConfig(_Model):
+@model
+class ScopeConfig:
     """OpenClaw's `session.sendPolicy` schema, applied to who may search memory."""
 
     default: Literal["allow", "deny"] | None = None
@@ -376,33 +441,30 @@ class ScopeConfig(_Model):
 # --------------------------------------------------------------------------- qmd
 
 
-class QmdPathConfig(_Model):
+@model
+class QmdPathConfig:
     path: str
     name: str | None = None
     pattern: str = "**/*.md"
 
 
-class QmdSessionsConfig(_Model):
+@model
+class QmdSessionsConfig:
     enabled: bool = False
     export_dir: str | None = None
-    retention_days: int | None = Field(None, ge=1)
+    retention_days: Annotated[int, Bounds(ge=1)] | None = None
 
 
-class QmdUpdateConfig(_Model):
-    interval: str | int = "5m"
-    debounce_ms: int = Field(15_000, ge=0)
+@model
+class QmdUpdateConfig:
+    interval: Annotated[str | int, Check(_duration)] = "5m"
+    debounce_ms: Annotated[int, Bounds(ge=0)] = 15_000
     on_boot: bool = True
     wait_for_boot_sync: bool = False
-    embed_interval: str | int = "60m"
-    command_timeout_ms: int = Field(30_000, ge=1)
-    update_timeout_ms: int = Field(120_000, ge=1)
-    embed_timeout_ms: int = Field(120_000, ge=1)
-
-    @field_validator("interval", "embed_interval")
-    @classmethod
-    def _valid_duration(cls, value: str | int) -> str | int:
-        parse_duration_ms(value)
-        return value
+    embed_interval: Annotated[str | int, Check(_duration)] = "60m"
+    command_timeout_ms: Annotated[int, Bounds(ge=1)] = 30_000
+    update_timeout_ms: Annotated[int, Bounds(ge=1)] = 120_000
+    embed_timeout_ms: Annotated[int, Bounds(ge=1)] = 120_000
 
     @property
     def interval_ms(self) -> int:
@@ -413,59 +475,61 @@ class QmdUpdateConfig(_Model):
         return parse_duration_ms(self.embed_interval)
 
 
-class QmdLimitsConfig(_Model):
-    max_results: int = Field(6, ge=1)
-    max_snippet_chars: int = Field(700, ge=1)
-    max_injected_chars: int = Field(4000, ge=1)
-    timeout_ms: int = Field(4000, ge=1)
-    min_score: float = Field(0.0, ge=0)
+@model
+class QmdLimitsConfig:
+    max_results: Annotated[int, Bounds(ge=1)] = 6
+    max_snippet_chars: Annotated[int, Bounds(ge=1)] = 700
+    max_injected_chars: Annotated[int, Bounds(ge=1)] = 4000
+    timeout_ms: Annotated[int, Bounds(ge=1)] = 4000
+    min_score: Annotated[float, Bounds(ge=0)] = 0.0
 
 
-class QmdModelsConfig(_Model):
+@model
+class QmdModelsConfig:
     embed: str | None = None
     rerank: str | None = None
     generate: str | None = None
 
 
-class FailoverConfig(_Model):
+@model
+class FailoverConfig:
     """When qmd's failures flip an agent to the built-in index and how it comes back."""
 
-    failure_threshold: int = Field(
-        1, ge=1, description="Consecutive qmd failures before failing over."
-    )
-    cooldown_ms: int = Field(
-        15_000, ge=0, description="Minimum time on the built-in index before probing."
-    )
-    probe_max_interval_ms: int = Field(
-        300_000, ge=1, description="Backoff cap between recovery probes."
-    )
+    #: Consecutive qmd failures before failing over.
+    failure_threshold: Annotated[int, Bounds(ge=1)] = 1
+    #: Minimum time on the built-in index before probing.
+    cooldown_ms: Annotated[int, Bounds(ge=0)] = 15_000
+    #: Backoff cap between recovery probes.
+    probe_max_interval_ms: Annotated[int, Bounds(ge=1)] = 300_000
 
 
-class QmdConfig(_Model):
-    command: str = Field("qmd", description="The qmd executable (path or name on PATH).")
+@model
+class QmdConfig:
+    #: The qmd executable (path or name on PATH).
+    command: str = "qmd"
     search_mode: Literal["search", "vsearch", "query"] = "search"
     include_default_memory: bool = True
-    paths: list[QmdPathConfig] = Field(default_factory=list)
-    sessions: QmdSessionsConfig = Field(default_factory=QmdSessionsConfig)
-    update: QmdUpdateConfig = Field(default_factory=QmdUpdateConfig)
-    limits: QmdLimitsConfig = Field(default_factory=QmdLimitsConfig)
-    models: QmdModelsConfig = Field(default_factory=QmdModelsConfig)
-    scope: ScopeConfig | None = Field(None, description="OpenClaw location of the scope rules.")
+    paths: list[QmdPathConfig] = field(default_factory=list)
+    sessions: QmdSessionsConfig = field(default_factory=QmdSessionsConfig)
+    update: QmdUpdateConfig = field(default_factory=QmdUpdateConfig)
+    limits: QmdLimitsConfig = field(default_factory=QmdLimitsConfig)
+    models: QmdModelsConfig = field(default_factory=QmdModelsConfig)
+    #: OpenClaw location of the scope rules.
+    scope: ScopeConfig | None = None
     fallback: Literal["builtin", "none"] = "builtin"
-    failover: FailoverConfig = Field(default_factory=FailoverConfig)
-    empty_results: Literal["empty", "builtin"] = Field(
-        "empty",
-        description="When qmd answers a multi-word question with nothing (its `search` ANDs every "
-        "term): 'empty' (OpenClaw's behaviour) or 'builtin' to complete the answer from the "
-        "built-in index; such hits carry backend 'builtin'.",
-    )
+    failover: FailoverConfig = field(default_factory=FailoverConfig)
+    #: When qmd answers a multi-word question with nothing (its `search` ANDs every term):
+    #: 'empty' (OpenClaw's behaviour) or 'builtin' to complete the answer from the built-in
+    #: index; such hits carry backend 'builtin'.
+    empty_results: Literal["empty", "builtin"] = "empty"
 
 
-class MemoryConfig(_Model):
+@model
+class MemoryConfig:
     backend: Literal["builtin", "qmd"] = "builtin"
     citations: Literal["auto", "on", "off"] = "auto"
     scope: ScopeConfig | None = None
-    qmd: QmdConfig = Field(default_factory=QmdConfig)
+    qmd: QmdConfig = field(default_factory=QmdConfig)
 
     @property
     def effective_scope(self) -> ScopeConfig | None:
@@ -479,82 +543,86 @@ class MemoryConfig(_Model):
 WorkspaceAccess = Literal["rw", "ro", "none"]
 
 
-class AgentDefaults(_Model):
+@model
+class AgentDefaults:
     workspace: str | None = None
     workspace_access: WorkspaceAccess = "rw"
-    bootstrap_max_chars: int = Field(
-        20_000, ge=1, description="Most characters of one memory file injected at session start."
-    )
-    bootstrap_total_max_chars: int = Field(
-        150_000, ge=1, description="Most characters of all memory files injected at session start."
-    )
-    memory_search: MemorySearchConfig = Field(default_factory=MemorySearchConfig)
-    compaction: CompactionConfig = Field(default_factory=CompactionConfig)
+    #: Most characters of one memory file injected at session start.
+    bootstrap_max_chars: Annotated[int, Bounds(ge=1)] = 20_000
+    #: Most characters of all memory files injected at session start.
+    bootstrap_total_max_chars: Annotated[int, Bounds(ge=1)] = 150_000
+    memory_search: MemorySearchConfig = field(default_factory=MemorySearchConfig)
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
 
 
-class AgentEntry(_Model):
-    id: str = Field(description=f"Agent id: {paths.AGENT_ID_SHAPE} (case-insensitive).")
+def _valid_agent_id(value: str) -> str:
+    try:
+        return paths.validate_agent_id(value)
+    except InvalidAgentId as err:
+        raise ValueError(str(err)) from None
+
+
+@model
+class AgentEntry:
+    #: Agent id: a short name (see `memoryd.paths.AGENT_ID_SHAPE`), case-insensitive.
+    id: Annotated[str, Check(_valid_agent_id)]
     workspace: str | None = None
     workspace_access: WorkspaceAccess | None = None
-    memory_search: dict[str, Any] | None = Field(
-        None, description="Overrides merged over agents.defaults.memorySearch."
-    )
+    #: Overrides merged over agents.defaults.memorySearch (as written).
+    memory_search: dict[str, Any] | None = None
+    #: Overrides merged over agents.defaults.compaction (as written).
     compaction: dict[str, Any] | None = None
-
-    @field_validator("id")
-    @classmethod
-    def _valid_id(cls, value: str) -> str:
-        try:
-            return paths.validate_agent_id(value)
-        except InvalidAgentId as err:
-            raise ValueError(str(err)) from None
-
-    @field_validator("memory_search")
-    @classmethod
-    def _search_overrides_valid(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            MemorySearchConfig.model_validate(value)
-        return value
-
-    @field_validator("compaction")
-    @classmethod
-    def _compaction_overrides_valid(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            CompactionConfig.model_validate(value)
-        return value
+    #: This agent's memorySearch with its overrides merged and validated, filled in by
+    #: validation (`memoryd.config_validation`), so resolving an agent needs no validator.
+    effective_memory_search: MemorySearchConfig | None = field(default=None, init=False)
+    effective_compaction: CompactionConfig | None = field(default=None, init=False)
 
 
-class AgentsConfig(_Model):
-    defaults: AgentDefaults = Field(default_factory=AgentDefaults)
-    entries: list[AgentEntry] = Field(default_factory=list, alias="list")
-
-    @field_validator("entries")
-    @classmethod
-    def _unique_ids(cls, entries: list[AgentEntry]) -> list[AgentEntry]:
-        seen: set[str] = set()
-        for entry in entries:
-            if entry.id in seen:
-                raise ValueError(f"duplicate agent id {entry.id!r}")
-            seen.add(entry.id)
-        return entries
+def _unique_ids(entries: list[AgentEntry]) -> list[AgentEntry]:
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.id in seen:
+            raise ValueError(f"duplicate agent id {entry.id!r}")
+        seen.add(entry.id)
+    return entries
 
 
-class ProviderEntry(_Model):
+@model
+class AgentsConfig:
+    defaults: AgentDefaults = field(default_factory=AgentDefaults)
+    #: Written `list`.
+    entries: Annotated[list[AgentEntry], Check(_unique_ids)] = field(default_factory=list)
+
+
+@model
+class ProviderEntry:
     api_key: str | None = None
     base_url: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
 
 
-class ModelsConfig(_Model):
-    providers: dict[str, ProviderEntry] = Field(default_factory=dict)
+@model
+class ModelsConfig:
+    providers: dict[str, ProviderEntry] = field(default_factory=dict)
 
 
-class MemorydConfig(_Model):
+@model
+class MemorydConfig:
     """The whole config file."""
 
-    memory: MemoryConfig = Field(default_factory=MemoryConfig)
-    agents: AgentsConfig = Field(default_factory=AgentsConfig)
-    models: ModelsConfig = Field(default_factory=ModelsConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    agents: AgentsConfig = field(default_factory=AgentsConfig)
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+
+
+def validate(cls: type[_T], data: Any, *, root: str = "", what: str = "config") -> _T:
+    """`data` validated as the config model `cls`; a ConfigError naming each bad key's path.
+
+    Imports pydantic (`memoryd.config_validation`): only what must validate pays for it.
+    """
+    from .config_validation import validate_model
+
+    return validate_model(cls, data, root=root, what=what)
 
 
 # --------------------------------------------------------------------------- resolved agent view
@@ -723,100 +791,11 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return out
 
 
-def _model_at(model: type[BaseModel], loc: Sequence[str | int]) -> type[BaseModel] | None:
-    """The pydantic model that holds the key at `loc` (None when the path leaves the models)."""
-    current: Any = model
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return None
-        field = next(
-            (f for name, f in current.model_fields.items() if part in (name, f.alias)), None
-        )
-        if field is None:
-            return None
-        current = _inner_model(field.annotation)
-    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
-
-
-def _inner_model(annotation: Any) -> Any:
-    """The model inside `X | None`, `list[X]`, `dict[str, X]` (or the annotation itself)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in get_args(annotation):
-        found = _inner_model(arg)
-        if isinstance(found, type) and issubclass(found, BaseModel):
-            return found
-    return annotation
-
-
-def _did_you_mean(model: type[BaseModel] | None, loc: Sequence[str | int], key: str) -> str:
-    holder = _model_at(model, loc) if model is not None else None
-    if holder is None:
-        return ""
-    known = [f.alias or name for name, f in holder.model_fields.items()]
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def format_validation_error(
-    err: ValidationError, *, root: str = "", model: type[BaseModel] | None = None
-) -> str:
-    """One line per problem, each naming the offending key path (`agents.defaults.memorySearch…`).
-
-    With `model`, an unknown key also suggests the closest known one (`maxResult` → `maxResults`).
-    """
-    lines = []
-    for item in err.errors():
-        parts = [p for p in item["loc"] if p != "__root__"]
-        loc = ".".join(str(part) for part in parts)
-        path = ".".join(p for p in (root, loc) if p)
-        msg = item["msg"]
-        if item["type"] == "extra_forbidden":
-            msg = "unknown key" + _did_you_mean(model, parts[:-1], str(parts[-1]))
-        elif item["type"] == "value_error":
-            # our validators' own sentences, without pydantic's "Value error, " in front
-            msg = str(item.get("ctx", {}).get("error", msg.removeprefix("Value error, ")))
-        lines.append(f"{path or '<root>'}: {msg}")
-    return "; ".join(lines)
-
-
-def _map_memory_search(data: Mapping[str, Any]) -> Mapping[str, Any]:
-    """OpenClaw 2026.8+ keeps memory settings under `memory.search`: read them as
-    `agents.defaults.memorySearch` (merged over it; `memory.search` wins), reporting problems at
-    their own path (`memory.search.query.maxResult: unknown key (did you mean 'maxResults'?)`)."""
-    memory = data.get("memory")
-    if not isinstance(memory, Mapping) or "search" not in memory:
-        return data
-    search = memory["search"]
-    if not isinstance(search, Mapping):
-        raise ConfigError("invalid config: memory.search: must be a table/object")
-    try:
-        MemorySearchConfig.model_validate(search)
-    except ValidationError as err:
-        raise ConfigError(
-            "invalid config: "
-            + format_validation_error(err, root="memory.search", model=MemorySearchConfig)
-        ) from None
-    out = dict(data)
-    out["memory"] = {k: v for k, v in memory.items() if k != "search"}
-    agents = dict(out.get("agents") or {})
-    defaults = dict(agents.get("defaults") or {})
-    defaults["memorySearch"] = deep_merge(defaults.get("memorySearch") or {}, search)
-    agents["defaults"] = defaults
-    out["agents"] = agents
-    return out
-
-
 def validate_config(data: Mapping[str, Any], *, source: str = "config") -> MemorydConfig:
-    data = _map_memory_search(data)
-    try:
-        return MemorydConfig.model_validate(data)
-    except ValidationError as err:
-        raise ConfigError(
-            f"invalid {source}: {format_validation_error(err, model=MemorydConfig)}"
-        ) from None
+    """A whole config (a parsed TOML/JSON mapping) validated; ConfigError names each bad key."""
+    from .config_validation import validate_whole
+
+    return validate_whole(data, source=source)
 
 
 # OpenClaw configs carry many unrelated keys (gateway, channels, …); take only the memory ones.
@@ -861,17 +840,6 @@ def _openclaw_subset(raw: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _config_models() -> dict[str, type[BaseModel]]:
-    """Every model a validated config can hold, by class name (what `config_cache` rebuilds)."""
-    out: dict[str, type[BaseModel]] = {}
-    pending: list[type[BaseModel]] = [_Model]
-    while pending:
-        cls = pending.pop()
-        out[cls.__name__] = cls
-        pending.extend(cls.__subclasses__())
-    return out
-
-
 def read_config_file(path: Path) -> MemorydConfig:
     """Read a memoryd TOML file, or an OpenClaw JSON/JSON5 file (memory keys only).
 
@@ -885,11 +853,11 @@ def read_config_file(path: Path) -> MemorydConfig:
     except OSError as err:
         raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
     try:
-        fingerprint = config_cache.code_fingerprint(__file__)
+        fingerprint = config_cache.code_fingerprint(__file__, _VALIDATION_SOURCE)
     except OSError:  # no source to fingerprint (a frozen build): validate every time
         return _parse_config_file(path, raw)
     where = path.absolute()
-    cached = config_cache.load(where, raw, fingerprint, _config_models())
+    cached = config_cache.load(where, raw, fingerprint, MODELS)
     if isinstance(cached, MemorydConfig):
         return cached
     config = _parse_config_file(path, raw)
@@ -897,6 +865,8 @@ def read_config_file(path: Path) -> MemorydConfig:
     return config
 
 
+#: The module that validates these models: its code is part of what a cached config depends on.
+_VALIDATION_SOURCE: Final = str(Path(__file__).with_name("config_validation.py"))
 #: Fields that may hold credentials: a config with any of them set is never cached.
 _CREDENTIAL_FIELDS = frozenset({"api_key", "headers"})
 
@@ -957,35 +927,15 @@ def resolve_agent(
         raise UnknownAgent(f"unknown agent {agent_id!r} (configured: {known})")
     defaults = config.agents.defaults
 
-    search = defaults.memory_search
-    if entry is not None and entry.memory_search:
-        merged = deep_merge(
-            defaults.memory_search.model_dump(exclude_unset=True, by_alias=True),
-            entry.memory_search,
-        )
-        try:
-            search = MemorySearchConfig.model_validate(merged)
-        except ValidationError as err:
-            idx = config.agents.entries.index(entry)
-            raise ConfigError(
-                "invalid config: "
-                + format_validation_error(
-                    err, root=f"agents.list.{idx}.memorySearch", model=MemorySearchConfig
-                )
-            ) from None
-    compaction = defaults.compaction
-    if entry is not None and entry.compaction:
-        merged = deep_merge(
-            defaults.compaction.model_dump(exclude_unset=True, by_alias=True), entry.compaction
-        )
-        try:
-            compaction = CompactionConfig.model_validate(merged)
-        except ValidationError as err:
-            idx = config.agents.entries.index(entry)
-            raise ConfigError(
-                "invalid config: "
-                + format_validation_error(err, root=f"agents.list.{idx}.compaction")
-            ) from None
+    search, compaction = defaults.memory_search, defaults.compaction
+    if entry is not None and (entry.memory_search or entry.compaction):
+        if entry.effective_memory_search is None and entry.effective_compaction is None:
+            # a config built in code rather than validated: merge and validate its overrides now
+            from .config_validation import fill_effective
+
+            fill_effective(config)
+        search = entry.effective_memory_search or search
+        compaction = entry.effective_compaction or compaction
 
     environ = os.environ if env is None else env
     raw_ws: str | os.PathLike[str] | None = workspace or environ.get("MEMORYD_WORKSPACE")

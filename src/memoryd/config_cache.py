@@ -1,24 +1,25 @@
 """The validated-config cache: a config file validated once is not validated again until it changes.
 
-Validating the config builds pydantic's validators for ~40 models and runs them: tens of
-milliseconds of every one-off command (`memoryd search`), more than the search itself. After a
-file validates, its validated form is written to `<state>/config-cache/` (one private JSON file
-per config path). The next process that reads the *same bytes* with the *same memoryd* rebuilds
-the models from it with `model_construct` (no validation, the set-fields kept, so per-agent
-overrides merge exactly as before) instead of validating again.
+Validating the config imports pydantic (~0.2 s) and runs its validators for ~40 models: more
+than the search itself in every one-off command (`memoryd search`). After a file validates,
+its validated form is written to `<state>/config-cache/` (one private JSON file per config
+path). The next process that reads the *same bytes* with the *same memoryd* rebuilds the
+config dataclasses from it by calling their constructors (the checks across fields in their
+`__post_init__` run again; nothing imports pydantic), each agent's merged overrides included.
 
 The key is the sha256 of the config file's bytes, its path and a fingerprint of the code that
-defines the models (`config.py` itself): an edited config, another path or another memoryd
-version all miss and validate. A config that carries credentials (an API key or HTTP headers
-anywhere) is never cached: memoryd does not copy secrets out of the file the user keeps them
-in. A cache file that does not parse, does not match, or is not ours (owner,
-symlink) is ignored; a state folder that cannot be written just means no cache. Nothing here can
-make an invalid config pass: only what validated is ever written.
+defines and validates the models (`config.py`, `config_validation.py`): an edited config,
+another path or another memoryd version all miss and validate. A config that carries
+credentials (an API key or HTTP headers anywhere) is never cached: memoryd does not copy secrets
+out of the file the user keeps them in. A cache file that does not parse, does not match, or is
+not ours (owner, symlink) is ignored; a state folder that cannot be written just means no
+cache. Nothing here can make an invalid config pass: only what validated is ever written.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -27,13 +28,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from pydantic import BaseModel
-
 from . import paths
 from .errors import StateError
 
 #: Bump when the file format below changes.
-FORMAT: Final = 1
+FORMAT: Final = 2
 #: Largest cache file read back (a config of this size would be absurd).
 _MAX_BYTES: Final = 4 << 20
 
@@ -43,20 +42,19 @@ class _Unfreezable(Exception):
 
 
 def freeze(value: Any, secret_fields: frozenset[str] = frozenset()) -> Any:
-    """A JSON-ready form of a validated model tree that `thaw` turns back into the same tree.
+    """A JSON-ready form of a validated config tree that `thaw` turns back into the same tree.
 
-    A model field named in `secret_fields` that holds anything (an API key, HTTP headers) makes
-    the tree unfreezable: a config carrying credentials is never copied into the state folder.
+    A field named in `secret_fields` that holds anything (an API key, HTTP headers) makes the
+    tree unfreezable: a config carrying credentials is never copied into the state folder.
     """
-    if isinstance(value, BaseModel):
-        fields = type(value).model_fields
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
-        for name in fields:
-            field_value = getattr(value, name)
-            if name in secret_fields and field_value:
-                raise _Unfreezable(f"{type(value).__name__}.{name} holds a credential")
-            out[name] = freeze(field_value, secret_fields)
-        return {"m": type(value).__name__, "set": sorted(value.model_fields_set), "v": out}
+        for f in dataclasses.fields(value):
+            field_value = getattr(value, f.name)
+            if f.name in secret_fields and field_value:
+                raise _Unfreezable(f"{type(value).__name__}.{f.name} holds a credential")
+            out[f.name] = freeze(field_value, secret_fields)
+        return {"m": type(value).__name__, "v": out}
     if isinstance(value, list):
         return {"l": [freeze(v, secret_fields) for v in value]}
     if isinstance(value, dict):
@@ -68,8 +66,8 @@ def freeze(value: Any, secret_fields: frozenset[str] = frozenset()) -> Any:
     raise _Unfreezable(f"a value of type {type(value).__name__}")
 
 
-def thaw(data: Any, models: Mapping[str, type[BaseModel]]) -> Any:
-    """The model tree `freeze` wrote (raises KeyError/TypeError/ValueError on anything else)."""
+def thaw(data: Any, models: Mapping[str, type[Any]]) -> Any:
+    """The config tree `freeze` wrote (raises KeyError/TypeError/ValueError on anything else)."""
     if not isinstance(data, dict):
         if data is None or isinstance(data, (str, bool, int, float)):
             return data
@@ -80,9 +78,14 @@ def thaw(data: Any, models: Mapping[str, type[BaseModel]]) -> Any:
         return {k: thaw(v, models) for k, v in data["d"].items()}
     cls = models[data["m"]]
     values = {name: thaw(v, models) for name, v in data["v"].items()}
-    if set(values) != set(cls.model_fields):
+    fields = dataclasses.fields(cls)
+    if set(values) != {f.name for f in fields}:
         raise ValueError(f"{cls.__name__}: fields differ from this memoryd's")
-    return cls.model_construct(_fields_set=set(data["set"]), **values)
+    obj = cls(**{f.name: values[f.name] for f in fields if f.init})
+    for f in fields:
+        if not f.init:  # filled in by validation (an agent's merged overrides)
+            setattr(obj, f.name, values[f.name])
+    return obj
 
 
 @functools.cache
@@ -107,8 +110,8 @@ def _cache_file(config_path: Path) -> Path:
 
 
 def load(
-    config_path: Path, raw: bytes, fingerprint: str, models: Mapping[str, type[BaseModel]]
-) -> BaseModel | None:
+    config_path: Path, raw: bytes, fingerprint: str, models: Mapping[str, type[Any]]
+) -> Any | None:
     """The validated config cached for exactly these bytes at this path, or None."""
     try:
         fd = os.open(_cache_file(config_path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -127,14 +130,14 @@ def load(
         return None
     finally:
         os.close(fd)
-    return model if isinstance(model, BaseModel) else None
+    return model if dataclasses.is_dataclass(model) else None
 
 
 def store(
     config_path: Path,
     raw: bytes,
     fingerprint: str,
-    config: BaseModel,
+    config: Any,
     secret_fields: frozenset[str] = frozenset(),
 ) -> None:
     """Cache a config that has just validated (best effort: never fails the caller).

@@ -178,7 +178,7 @@ class QmdManager:
         With `task_group`, the maintenance loop (boot refresh unless it was awaited, periodic
         update/embed, debounced requests) runs in it until `aclose()`.
         """
-        models = {k: v for k, v in self.config.models.model_dump().items() if v}
+        models = {k: v for k, v in dataclasses.asdict(self.config.models).items() if v}
         self.home.ensure(models=models, shared_models_dir=self._shared_models)
         await self.ensure_collections()
         self._started = True

@@ -6,11 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from pydantic import ValidationError
-
-from ..config import ScopeConfig, ScopeMatch, ScopeRule, format_validation_error
+from ..config import ScopeConfig, ScopeMatch, ScopeRule, validate
 from ..core.session_keys import ChatType, SessionKeyInfo, parse_session_key, raw_session_key
-from ..errors import ConfigError
 
 DecisionReason = Literal["no-channel", "rule", "default"]
 
@@ -21,22 +18,17 @@ _MAX_LOGGED_KEY_CHARS: Final = 200
 def default_scope() -> ScopeConfig:
     """The scope used when none is configured: deny everything except direct chats.
 
-    Constructed, not validated: the values are literals, and validating would build the config
-    validators at import, which a search whose config came from the cache never needs
-    (`tests/test_scope_rules.py` checks it equals the validated form).
+    Constructed, not validated: the values are literals, and validating would import pydantic,
+    which a search whose config came from the cache never needs (`tests/test_scope_rules.py`
+    checks it equals the validated form).
     """
-    return ScopeConfig.model_construct(
-        default="deny",
-        rules=[
-            ScopeRule.model_construct(
-                action="allow", match=ScopeMatch.model_construct(chat_type="direct")
-            )
-        ],
+    return ScopeConfig(
+        default="deny", rules=[ScopeRule(action="allow", match=ScopeMatch(chat_type="direct"))]
     )
 
 
 DEFAULT_SCOPE: Final = default_scope()
-# evaluate_scope reads its own copy: the pydantic model is mutable, and a caller poking at
+# evaluate_scope reads its own copy: the dataclass is mutable, and a caller poking at
 # DEFAULT_SCOPE must not be able to widen the shipped policy for everyone.
 _SHIPPED_SCOPE: Final = default_scope()
 
@@ -49,10 +41,7 @@ def parse_scope(
         return default_scope()
     if isinstance(data, ScopeConfig):
         return data
-    try:
-        return ScopeConfig.model_validate(data)
-    except ValidationError as err:
-        raise ConfigError(f"invalid scope: {format_validation_error(err, root=path)}") from None
+    return validate(ScopeConfig, data, root=path, what="scope")
 
 
 def _printable(text: str) -> str:
