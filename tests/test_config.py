@@ -7,6 +7,10 @@ from pathlib import Path
 import pytest
 
 from memoryd.config import (
+    AgentEntry,
+    AgentsConfig,
+    ChunkingConfig,
+    MemorydConfig,
     load_config,
     parse_duration_ms,
     read_config_file,
@@ -88,6 +92,66 @@ def test_agent_override_merges_over_defaults(tmp_path: Path) -> None:
     assert ops.state.root.parent.parent.name == "ops"
     with pytest.raises(ConfigError, match="unknown agent"):
         resolve_agent(cfg, "nobody")
+
+
+def test_an_override_in_either_key_form_replaces_the_default_in_the_other(tmp_path: Path) -> None:
+    """Keys are merged in their written form: a snake_case override of a camelCase default
+    replaces it (it used to sit beside it and lose)."""
+    cfg = validate_config(
+        {
+            "agents": {
+                "defaults": {
+                    "workspace": str(tmp_path),
+                    "memory_search": {"query": {"max_results": 9, "minScore": 0.1}},
+                },
+                "list": [
+                    {"id": "snake", "memorySearch": {"query": {"max_results": 2}}},
+                    {"id": "camel", "memory_search": {"query": {"maxResults": 3}}},
+                    {"id": "plain"},
+                ],
+            }
+        }
+    )
+    assert resolve_agent(cfg, "snake").memory_search.query.max_results == 2
+    assert resolve_agent(cfg, "camel").memory_search.query.max_results == 3
+    assert resolve_agent(cfg, "plain").memory_search.query.max_results == 9
+    assert {resolve_agent(cfg, a).memory_search.query.min_score for a in ("snake", "camel")} == {
+        0.1
+    }
+
+
+def test_an_override_valid_alone_but_not_merged_fails_at_load_naming_the_agent(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        validate_config(
+            {
+                "agents": {
+                    "defaults": {"memorySearch": {"chunking": {"tokens": 100, "overlap": 20}}},
+                    "list": [
+                        {"id": "a"},
+                        {"id": "b", "memorySearch": {"chunking": {"overlap": 100}}},
+                    ],
+                }
+            }
+        )
+    assert str(caught.value) == (
+        "invalid config: agents.list.1.memorySearch.chunking: "
+        "chunking.overlap must be smaller than chunking.tokens"
+    )
+
+
+def test_a_config_built_in_code_still_merges_its_overrides(tmp_path: Path) -> None:
+    cfg = MemorydConfig(
+        agents=AgentsConfig(
+            entries=[AgentEntry(id="ops", memory_search={"query": {"maxResults": 2}})]
+        )
+    )
+    agent = resolve_agent(cfg, "ops", workspace=tmp_path)
+    assert agent.memory_search.query.max_results == 2
+    assert agent.memory_search.query.min_score == 0.35  # the default's, untouched
+    with pytest.raises(ValueError, match="overlap must be smaller"):
+        ChunkingConfig(tokens=100, overlap=100)  # the checks across fields hold in code too
 
 
 def test_store_path_supports_agent_id(tmp_path: Path) -> None:
