@@ -139,6 +139,14 @@ def test_an_override_valid_alone_but_not_merged_fails_at_load_naming_the_agent(
         "invalid config: agents.list.1.memorySearch.chunking: "
         "chunking.overlap must be smaller than chunking.tokens"
     )
+    path = tmp_path / "c.toml"
+    path.write_text(
+        '[[agents.list]]\nid = "ops"\nmemorySearch = { chunking = { overlap = 500 } }\n'
+    )
+    with pytest.raises(
+        ConfigError, match=rf"^invalid {path}: agents\.list\.0\.memorySearch\.chunking: "
+    ):
+        read_config_file(path)
 
 
 def test_a_config_built_in_code_still_merges_its_overrides(tmp_path: Path) -> None:

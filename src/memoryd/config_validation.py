@@ -150,7 +150,7 @@ def _is_mapping_of(annotation: Any) -> bool:
     return any(_is_mapping_of(arg) for arg in typing.get_args(annotation) if arg is not type(None))
 
 
-def _map_memory_search(data: Mapping[str, Any]) -> Mapping[str, Any]:
+def _map_memory_search(data: Mapping[str, Any], what: str = "config") -> Mapping[str, Any]:
     """OpenClaw 2026.8+ keeps memory settings under `memory.search`: read them as
     `agents.defaults.memorySearch` (merged over it; `memory.search` wins), reporting problems at
     their own path (`memory.search.query.maxResult: unknown key (did you mean 'maxResults'?)`)."""
@@ -159,8 +159,8 @@ def _map_memory_search(data: Mapping[str, Any]) -> Mapping[str, Any]:
         return data
     search = memory["search"]
     if not isinstance(search, Mapping):
-        raise ConfigError("invalid config: memory.search: must be a table/object")
-    validate_model(cfg.MemorySearchConfig, search, root="memory.search")
+        raise ConfigError(f"invalid {what}: memory.search: must be a table/object")
+    validate_model(cfg.MemorySearchConfig, search, root="memory.search", what=what)
     out = dict(data)
     out["memory"] = {k: v for k, v in memory.items() if k != "search"}
     agents = dict(out.get("agents") or {})
@@ -184,13 +184,15 @@ def _defaults_search(defaults: dict[str, Any]) -> dict[str, Any]:
 
 def validate_whole(data: Mapping[str, Any], *, source: str = "config") -> cfg.MemorydConfig:
     """A whole config validated, each agent's overrides merged and validated too."""
-    data = _map_memory_search(data)
+    data = _map_memory_search(data, source)
     config = validate_model(cfg.MemorydConfig, data, what=source)
-    fill_effective(config, data)
+    fill_effective(config, data, what=source)
     return config
 
 
-def fill_effective(config: cfg.MemorydConfig, data: Mapping[str, Any] | None = None) -> None:
+def fill_effective(
+    config: cfg.MemorydConfig, data: Mapping[str, Any] | None = None, *, what: str = "config"
+) -> None:
     """Set each `agents.list` entry's effective memorySearch and compaction: its overrides merged
     over what `agents.defaults` wrote (in `data`, the validated mapping; without it, every value
     of the defaults), then validated, an error naming the entry (`agents.list.1.memorySearch…`)."""
@@ -209,6 +211,7 @@ def fill_effective(config: cfg.MemorydConfig, data: Mapping[str, Any] | None = N
                 written.get("memorySearch"),
                 entry.memory_search,
                 f"agents.list.{idx}.memorySearch",
+                what,
             )
         if entry.compaction is not None:
             entry.effective_compaction = _merged(
@@ -216,9 +219,10 @@ def fill_effective(config: cfg.MemorydConfig, data: Mapping[str, Any] | None = N
                 written.get("compaction"),
                 entry.compaction,
                 f"agents.list.{idx}.compaction",
+                what,
             )
 
 
-def _merged(cls: type[_T], base: Any, override: Mapping[str, Any], root: str) -> _T:
+def _merged(cls: type[_T], base: Any, override: Mapping[str, Any], root: str, what: str) -> _T:
     merged = cfg.deep_merge(base if isinstance(base, Mapping) else {}, as_written(cls, override))
-    return validate_model(cls, merged, root=root)
+    return validate_model(cls, merged, root=root, what=what)
