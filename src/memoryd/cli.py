@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 import anyio
 
-from . import __version__
+from . import __version__, inline
 from .errors import MemorydError, error_from_code
 
 EXIT_ERROR = 1
@@ -390,7 +390,27 @@ def _service(args: argparse.Namespace, **kw: Any) -> Any:
     from .config import load_config
     from .orchestrator import MemoryService
 
-    return MemoryService(load_config(args.config), workspace=args.workspace, **kw)
+    svc = MemoryService(load_config(args.config), workspace=args.workspace, **kw)
+    if inline.active():
+        inline.require(*_loop_free(svc, args.agent))
+    return svc
+
+
+def _loop_free(svc: Any, agent_id: str | None) -> tuple[bool, str]:
+    """Whether this agent's command is one `memoryd.inline` has been proven to run: the
+    built-in index on SQLite with no embedding provider (`tests/test_inline.py`)."""
+    try:
+        agent = svc.agent(agent_id)
+    except MemorydError:
+        return True, ""  # the command reports it, the same way in either mode
+    ms = agent.memory_search
+    if agent.memory.backend != "builtin":
+        return False, "the qmd backend runs on an event loop"
+    if ms.provider != "none":
+        return False, f"embedding provider {ms.provider!r} runs on an event loop"
+    if ms.store.driver != "sqlite":
+        return False, "the PostgreSQL store runs on an event loop"
+    return True, ""
 
 
 # ----------------------------------------------------------------------------- commands
@@ -803,6 +823,21 @@ COMMANDS = {
 }
 
 
+#: Commands that run without an event loop when the configuration allows (`memoryd.inline`):
+#: a one-off search, read or session context of the built-in index.
+INLINE_COMMANDS = frozenset({"search", "get", "context"})
+
+
+def _run(args: argparse.Namespace) -> int:
+    command = COMMANDS[args.command]
+    if args.command in INLINE_COMMANDS and not os.environ.get("MEMORYD_NO_INLINE"):
+        try:
+            return inline.run(command, args)
+        except inline.NeedsEventLoop as why:
+            logging.getLogger("memoryd").info("%s; running on an event loop", why)
+    return anyio.run(command, args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # pydantic looks for plugins (observability hooks) by scanning every installed package's
     # entry points the first time a model validates: ~40 ms of every command, for plugins the
@@ -819,7 +854,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="memoryd: %(levelname)s: %(message)s",
     )
     try:
-        return anyio.run(COMMANDS[args.command], args)
+        return _run(args)
     except MemorydError as err:
         print(f"memoryd: error: {err}", file=sys.stderr)
         if getattr(args, "json", False):

@@ -27,7 +27,6 @@ not even the -shm can be created): searches work and every write raises `StateRe
 
 from __future__ import annotations
 
-import asyncio
 import calendar
 import contextlib
 import errno
@@ -185,13 +184,18 @@ def _load_vec(conn: Any, extension_path: str | None) -> str | None:
 
 
 def _running_loop() -> tuple[object, Callable[[Callable[[], None]], object]] | None:
-    """The event loop running on this thread (asyncio or trio) and its call-soon, if any."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        return loop, loop.call_soon
+    """The event loop running on this thread (asyncio or trio) and its call-soon, if any.
+
+    Looked up in `sys.modules`: no loop of a library that was never imported can be running,
+    and importing asyncio just to ask costs a one-off command ~15 ms."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is not None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            return loop, loop.call_soon
     trio = sys.modules.get("trio")
     if trio is not None:
         try:

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import anyio
 
+from .. import inline
+
 if TYPE_CHECKING:
     import numpy as np
     from anyio.abc import TaskGroup
@@ -243,7 +245,7 @@ class MemoryIndex:
         self._vector_enabled = vec.enabled
         self._extension_path = vec.extension_path
         self.dirty = True
-        self._sync_lock = anyio.Lock()
+        self._sync_lock = inline.Lock()
         self._last_sync_at: float | None = None
         self.last_error: str | None = None
         self._tg: TaskGroup | None = None
@@ -423,7 +425,7 @@ class MemoryIndex:
             "allow_reindex": allow_reindex,
             "sessions": sessions,
         }
-        async with self._sync_lock:
+        async with self._sync_lock.held():
             started = time.perf_counter()
             seen_recoveries = len(self.store.recovered)
             try:
@@ -458,9 +460,9 @@ class MemoryIndex:
     ) -> SyncReport:
         if force:
             # a rebuild replaces every page anyway; a structurally damaged file is kept aside
-            problem = await anyio.to_thread.run_sync(self.store.verify)
+            problem = await inline.run_sync(self.store.verify)
             if problem is not None:
-                await anyio.to_thread.run_sync(self.store.recover, problem)
+                await inline.run_sync(self.store.recover, problem)
                 self._bind_workspace(self.store)
         reason = "forced" if force else self.reindex_reason()
         if reason is not None and not allow_reindex:
@@ -473,7 +475,7 @@ class MemoryIndex:
             report = SyncReport()
             wait_ms = None if allow_reindex else self.cfg.sync.search_wait_ms
             self.store.guard_signature = self.signature()
-            await anyio.to_thread.run_sync(
+            await inline.run_sync(
                 functools.partial(self._text_phase, wait_ms=wait_ms),
                 self.store,
                 report,
@@ -481,7 +483,7 @@ class MemoryIndex:
             )
             self.dirty = False
             if sessions:
-                await anyio.to_thread.run_sync(
+                await inline.run_sync(
                     functools.partial(self._sessions_phase, wait_ms=wait_ms),
                     self.store,
                     report,
@@ -516,9 +518,9 @@ class MemoryIndex:
         `status --deep` calls this. Raises `IndexCorrupt` when a damaged index is read-only.
         """
         started = time.perf_counter()
-        async with self._sync_lock:
+        async with self._sync_lock.held():
             store = self.store
-            problem = await anyio.to_thread.run_sync(functools.partial(store.verify, deep=True))
+            problem = await inline.run_sync(functools.partial(store.verify, deep=True))
             if problem is None:
                 return IndexCheck(ok=True, seconds=time.perf_counter() - started)
             if store.read_only is not None:
@@ -526,7 +528,7 @@ class MemoryIndex:
                     f"index {self.path} is damaged ({problem}) and cannot be replaced: it is "
                     f"read-only ({store.read_only})"
                 )
-            rec, _ = await anyio.to_thread.run_sync(store.recover, problem)
+            rec, _ = await inline.run_sync(store.recover, problem)
             self._bind_workspace(store)
             await self._sync_locked(
                 force=False,
@@ -817,7 +819,7 @@ class MemoryIndex:
         log.info("reindexing %s: %s", self.path, reason)
         report = SyncReport(reindexed=True, reindex_reason=reason)
         signature = self.signature()
-        scratch = await anyio.to_thread.run_sync(self._open_scratch)
+        scratch = await inline.run_sync(self._open_scratch)
         try:
             scratch.guard_signature = signature
             scratch.set_meta(
@@ -827,11 +829,11 @@ class MemoryIndex:
                     "agentId": self.settings.agent_id,
                 }
             )
-            await anyio.to_thread.run_sync(self._text_phase, scratch, report, progress)
-            await anyio.to_thread.run_sync(self._sessions_phase, scratch, report, True)
+            await inline.run_sync(self._text_phase, scratch, report, progress)
+            await inline.run_sync(self._sessions_phase, scratch, report, True)
             if embed:
                 await self._vector_phase(scratch, report, embed_budget_s, progress)
-            await anyio.to_thread.run_sync(self._publish, scratch)
+            await inline.run_sync(self._publish, scratch)
         finally:
             scratch.discard()
         self.store.guard_signature = signature
@@ -894,7 +896,7 @@ class MemoryIndex:
         if self.unavailable:
             raise ProviderUnavailable(self.unavailable)
         if self.dirty and self.cfg.sync.on_search:
-            with anyio.move_on_after(self.cfg.sync.search_wait_ms / 1000):
+            with inline.move_on_after(self.cfg.sync.search_wait_ms / 1000):
                 await self.sync(embed=False, allow_reindex=False, sessions=False)
         params = self._rank_params(max_results, min_score)
         k = params.max_results * self.cfg.query.hybrid.candidate_multiplier
@@ -1228,7 +1230,7 @@ class MemoryIndex:
     ) -> FileText:
         """Read a memory file or a line range of it (the policy is `core.layout.locate`)."""
         check_line_range(from_line, lines)
-        return await anyio.to_thread.run_sync(
+        return await inline.run_sync(
             read_memory_file, self.settings.roots, self.settings.workspace, path, from_line, lines
         )
 

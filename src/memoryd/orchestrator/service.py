@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 from anyio.abc import TaskGroup
 
+from .. import inline
 from ..config import MemorydConfig, ResolvedAgent, agent_ids, resolve_agent
 from ..core.citations import apply_citations
 from ..core.engine import MAX_QUERY_CHARS, BuiltinEngine, Corpus, SearchRequest
@@ -172,7 +173,7 @@ class MemoryService:
 
     async def aclose(self) -> None:
         for b in self._backends.values():
-            with anyio.CancelScope(shield=True):
+            with inline.shielded():
                 await b.aclose()
         self._backends.clear()
         self._started.clear()
@@ -303,7 +304,7 @@ class MemoryService:
             from ..lifecycle import build_session_context
 
             agent = self.agent(agent_id)
-            ctx = await anyio.to_thread.run_sync(
+            ctx = await inline.run_sync(
                 lambda: build_session_context(
                     agent,
                     session_key,

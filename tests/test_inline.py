@@ -1,0 +1,258 @@
+"""One-off commands without an event loop (`memoryd.inline`): the same answers as on the loop,
+no loop started, no asyncio imported, and a clean hand-over to the loop for what needs one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from memoryd import cli, inline
+from memoryd.cli import main
+
+# --------------------------------------------------------------------------- the primitives
+
+
+def test_run_returns_what_the_coroutine_returns_and_routes_the_primitives() -> None:
+    lock = inline.Lock()
+    seen: list[str] = []
+
+    async def work(x: int) -> int:
+        assert inline.active()
+        async with lock.held():
+            with inline.move_on_after(0.001), inline.shielded():
+                y = await inline.run_sync(lambda: x * 2)
+        seen.append("done")
+        return y
+
+    assert inline.run(work, 21) == 42 and seen == ["done"]
+    assert not inline.active()  # reset after the run
+
+
+def test_a_coroutine_that_needs_a_loop_is_refused_not_hung() -> None:
+    async def sleeps() -> None:
+        await anyio.sleep(0)  # anyio with no loop running: not routed here
+
+    async def suspends() -> None:
+        import asyncio
+
+        await asyncio.sleep(0)  # a bare yield: the coroutine would wait for a loop
+
+    for fn in (sleeps, suspends):
+        with pytest.raises(inline.NeedsEventLoop):
+            inline.run(fn)
+        assert not inline.active()
+
+
+def test_require_refuses_only_inside_run() -> None:
+    inline.require(False, "outside run: no effect")
+
+    async def refused() -> None:
+        inline.require(False, "the qmd backend runs on an event loop")
+
+    with pytest.raises(inline.NeedsEventLoop, match="qmd backend"):
+        inline.run(refused)
+
+
+def test_on_a_loop_the_primitives_are_anyios() -> None:
+    lock = inline.Lock()
+
+    async def body() -> tuple[bool, bool]:
+        assert not inline.active()
+        with inline.move_on_after(0.01):
+            await anyio.sleep(5)  # cancelled by the scope, as anyio.move_on_after does
+        async with lock.held():
+            held = lock.locked()
+        return held, lock.locked()
+
+    assert anyio.run(body) == (True, False)
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+@pytest.fixture
+def ws(workspace: Path) -> Path:
+    (workspace / "MEMORY.md").write_text(
+        "# Memory\n- Production deploys go to fly.io, region ams.\n- Postgres is 16.4.\n"
+    )
+    (workspace / "memory" / "2026-11-25.md").write_text(
+        "# 2026-11-25\n- Rotated the webhook secret; the old one stops working on Dec 2.\n"
+    )
+    return workspace
+
+
+def config(tmp_path: Path, name: str, body: str) -> Path:
+    path = tmp_path / name
+    path.write_text(body)
+    return path
+
+
+KEYWORD = '[agents.defaults.memorySearch]\nprovider = "none"\n'
+
+
+class LoopWatch:
+    """Counts `anyio.run` calls of the CLI (an inline command must not start a loop)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        real = cli.anyio.run
+
+        def counted(fn: Callable[..., Any], *args: Any) -> Any:
+            self.calls += 1
+            return real(fn, *args)
+
+        monkeypatch.setattr(cli.anyio, "run", counted)
+
+
+def run_both(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    steps: list[Callable[[], list[str]]],
+) -> tuple[list[tuple[int, str]], list[tuple[int, str]], LoopWatch]:
+    """Every step's (exit status, stdout) inline and on the loop, each mode with its own state
+    folder; `steps` may change the workspace between commands (done once per mode)."""
+    watch = LoopWatch(monkeypatch)
+    out: dict[str, list[tuple[int, str]]] = {}
+    for mode in ("loop", "inline"):
+        state = tmp_path / f"state-{mode}"
+        monkeypatch.setenv("MEMORYD_STATE_DIR", str(state))
+        if mode == "loop":
+            monkeypatch.setenv("MEMORYD_NO_INLINE", "1")
+        else:
+            monkeypatch.delenv("MEMORYD_NO_INLINE", raising=False)
+        before = watch.calls
+        answers = []
+        for step in steps:
+            rc = main(step())
+            text, _ = capsys.readouterr()
+            answers.append((rc, text.replace(str(state), "<state>")))
+        if mode == "inline":
+            assert watch.calls == before, "an inline command fell back to the event loop"
+        out[mode] = answers
+    return out["inline"], out["loop"], watch
+
+
+def test_search_get_context_answer_exactly_as_on_the_loop(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = str(config(tmp_path, "kw.toml", KEYWORD))
+    rechunked = str(
+        config(tmp_path, "kw-200.toml", KEYWORD + "chunking = { tokens = 200, overlap = 20 }\n")
+    )
+    note = ws / "memory" / "2026-11-26.md"
+    base = ["--config", cfg, "--workspace", str(ws)]
+
+    def edit() -> list[str]:  # a note changes between two searches: the index is behind
+        note.write_text("# 2026-11-26\n- Alice adopted a grey kitten named Miso.\n")
+        return ["search", "--json", *base, "who adopted a kitten"]
+
+    def reset() -> list[str]:
+        note.unlink(missing_ok=True)
+        return ["search", "--json", *base, "webhook secret"]
+
+    steps: list[Callable[[], list[str]]] = [
+        reset,  # never indexed: the search syncs first
+        lambda: ["search", "--json", *base, "when does the old webhook secret stop working"],
+        lambda: ["search", *base, "where do we deploy production"],  # text output
+        edit,
+        lambda: ["search", "--json", *base, "xyzzy"],  # nothing relevant: []
+        lambda: ["search", "--json", *base, "--max-results", "1", "postgres 16.4"],
+        lambda: ["search", "--json", *base, "--session-key", "agent:main:slack:group:c1", "x"],
+        lambda: ["search", "--json", *base, ""],  # invalid input
+        lambda: ["search", "--json", *base, "--agent", "../../x", "webhook"],
+        lambda: ["search", "--json", "--config", rechunked, "--workspace", str(ws), "webhook"],
+        lambda: ["get", "--json", *base, "MEMORY.md", "--from", "2", "--lines", "1"],
+        lambda: ["get", *base, "memory/2026-11-25.md"],
+        lambda: ["get", "--json", *base, "../../etc/passwd"],
+        lambda: ["get", "--json", *base, "memory/2099-01-01.md"],
+        lambda: ["context", "--json", *base],
+        lambda: ["context", *base, "--session-key", "agent:main:main"],
+    ]
+    inline_answers, loop_answers, _ = run_both(capsys, monkeypatch, tmp_path, steps)
+    assert inline_answers == loop_answers
+    # and the answers are the real ones, not two identical failures
+    found = json.loads(inline_answers[1][1])
+    assert found["results"][0]["path"] == "memory/2026-11-25.md"
+    assert json.loads(inline_answers[3][1])["results"][0]["path"] == "memory/2026-11-26.md"
+    assert json.loads(inline_answers[4][1])["results"] == []
+    assert [rc for rc, _ in inline_answers[7:9]] == [2, 2]
+    assert (
+        json.loads(inline_answers[10][1])["text"]
+        == "- Production deploys go to fly.io, region ams.\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("why", "body"),
+    [
+        ("an embedding provider", '[agents.defaults.memorySearch]\nprovider = "local"\n'),
+        (
+            "the qmd backend",
+            '[memory]\nbackend = "qmd"\n[memory.qmd]\ncommand = "/nonexistent/qmd"\n' + KEYWORD,
+        ),
+    ],
+)
+def test_what_needs_a_loop_runs_on_one_and_answers(
+    ws: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    why: str,
+    body: str,
+) -> None:
+    watch = LoopWatch(monkeypatch)
+    cfg = config(tmp_path, "c.toml", body)
+    rc = main(["search", "--json", "--config", str(cfg), "--workspace", str(ws), "webhook"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["results"][0]["path"] == "memory/2026-11-25.md", why
+    assert out["backend"] == "builtin"
+    assert watch.calls == 1  # refused before any work, then run on the loop once
+
+
+IMPORTS = """
+import sys
+from memoryd.cli import main
+code = main(sys.argv[1:])
+print(sorted(m for m in ("asyncio", "anyio._backends._asyncio", "pydantic") if m in sys.modules),
+      file=sys.stderr)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["search", "--json", "webhook secret"],
+        ["get", "--json", "MEMORY.md"],
+        ["context", "--json"],
+    ],
+)
+def test_a_one_off_keyword_command_never_imports_asyncio(
+    ws: Path, tmp_path: Path, isolated_env: Path, argv: list[str]
+) -> None:
+    """What the module is for (60-80 ms of imports per command), checked in a fresh
+    interpreter through `sys.modules` after a real command, its config cached or not."""
+    cfg = config(tmp_path, "kw.toml", KEYWORD)
+    env = {**os.environ, "MEMORYD_NO_SERVER": "1"}
+    for _ in range(2):  # first validates the config (pydantic), then from the cache
+        proc = subprocess.run(
+            [sys.executable, "-c", IMPORTS, *argv, "--config", str(cfg), "--workspace", str(ws)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        json.loads(proc.stdout)
+        loaded = json.loads(proc.stderr.strip().splitlines()[-1].replace("'", '"'))
+        assert "asyncio" not in loaded and "anyio._backends._asyncio" not in loaded
+    assert loaded == []  # the second run: neither the loop nor the validator
