@@ -309,3 +309,20 @@ def test_unknown_keys_name_their_path_and_the_closest_known_key(
     with pytest.raises(ConfigError) as err:
         validate_config(data)
     assert message in str(err.value)
+
+
+def test_every_model_built_in_code_equals_the_validated_one() -> None:
+    """The models' one shared `__init__` (config.py's `model`) gives what pydantic's validation
+    of the same input gives: defaults, factories (a fresh list per instance), `__post_init__`."""
+    from memoryd.config import MODELS, validate
+
+    required = {"DailyNoteChunkingConfig": {"tokens": 160, "overlap": 16}}
+    required |= {"ExtraPathEntry": {"path": "notes"}, "QmdPathConfig": {"path": "/srv"}}
+    required |= {"ScopeRule": {"action": "allow"}, "AgentEntry": {"id": "ops"}}
+    for name, cls in MODELS.items():
+        kwargs = required.get(name, {})
+        built, validated = cls(**kwargs), validate(cls, kwargs)
+        assert built == validated and repr(built) == repr(validated), name
+    a, b = MemorydConfig(), MemorydConfig()
+    a.agents.defaults.memory_search.sources.append("sessions")
+    assert b.agents.defaults.memory_search.sources == ["memory"]
