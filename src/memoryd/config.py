@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 
 from . import config_cache, paths
 from .core.layout import LONG_TERM_NAMES, MEMORY_DIR, MemoryRoot, default_roots, extra_root
+from .core.records import record
 from .errors import ConfigError, InvalidAgentId, UnknownAgent, WorkspaceNotFound
 
 if TYPE_CHECKING:
@@ -812,7 +813,7 @@ def _absolute(raw: str, workspace: Path) -> Path:
     return Path(os.path.normpath(p if p.is_absolute() else workspace / p))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class IndexSettings:
     """What the built-in index needs to know, and nothing more (built by `ResolvedAgent`)."""
 
@@ -839,7 +840,7 @@ class IndexSettings:
     store_url: str | None = dataclasses.field(default=None, repr=False)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class QmdSettings:
     """What the qmd sidecar needs to know (built by `ResolvedAgent`)."""
 

@@ -43,6 +43,7 @@ from pathlib import Path, PurePosixPath
 from typing import Final, Literal, TypeVar
 
 from .core.layout import MAX_DEPTH, SKIP_DIRS, MemoryRoot
+from .core.records import record
 from .errors import (
     MemorydError,
     MemoryReadFailed,
@@ -120,7 +121,7 @@ _REFUSING_ERRNOS: Final = {
 # --------------------------------------------------------------------------- results
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Found:
     """A memory file discovery saw (from `lstat`; `read_file` re-checks everything it opens)."""
 
@@ -131,7 +132,7 @@ class Found:
     mtime_ns: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Skipped:
     """Something under a root that would have been memory but was refused (`rel` "." = the root)."""
 
@@ -140,7 +141,7 @@ class Skipped:
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Walk:
     """What `walk` found under one root: the memory files and what it refused (both sorted by
     their posix path string).
@@ -167,7 +168,7 @@ class Walk:
         return out
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FileRead:
     """The bytes of a memory file read through a checked descriptor, and that descriptor's `fstat`.
 
@@ -188,7 +189,7 @@ class FileRead:
         return self.data.decode("utf-8", errors="replace")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class AppendOutcome:
     """What `append_file` wrote: all of it, durably (`offset` is where the record starts)."""
 

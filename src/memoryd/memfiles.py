@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from .core.layout import MemoryRoot, display_path, locate, page_blocks
+from .core.records import record
 from .core.results import FileText
 from .fsio import FileRead, read_file, read_file_with, walk
 
@@ -29,7 +30,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class MemoryFile:
     """One memory file discovery found: where it is and how to read it again safely."""
 

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 else:
     from ..lazy import numpy as np
 
+from ..core.records import record
 from ..core.text import segment_for_fts
 from ..errors import IndexCorrupt, IndexError_, MemorydError, StateError, StateReadOnly
 from ..fsio import PRIVATE_FILE_MODE, SQLITE_SIDE_FILES, private_dir, private_file
@@ -105,7 +106,7 @@ class VectorEngine:
     binding: str = "sqlite3"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Recovery:
     """A damaged index file moved aside (`moved_to` is None when another process already had)."""
 
@@ -368,7 +369,7 @@ def _blob(vec: np.ndarray) -> bytes:
     return np.asarray(vec, dtype=np.float32).tobytes()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChunkRow:
     id: int
     path: str

@@ -56,6 +56,7 @@ from ..core.ranking import (
     select_snippet,
     uncovered_window,
 )
+from ..core.records import record
 from ..core.results import MAX_SNIPPET_CHARS, FileText, SearchResult
 from ..core.text import Script, fts_match_expression, query_terms, script_of, trigram_terms
 from ..embeddings.base import EmbeddingProvider, ProviderSelection
@@ -211,7 +212,7 @@ FOLLOWING_CHUNKS = 2
 SPARE_RESULTS = 4
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _PathLookup:
     """The indexed paths (in store order) by lowercased file name and stem."""
 

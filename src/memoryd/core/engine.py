@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .layout import MemoryRoot
+from .records import record
 from .results import FileText, SearchResult
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ Corpus = Literal["memory", "sessions", "all"]
 ProgressFn = Callable[[str, int, int], None]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SearchRequest:
     """One search: the query and the caller's limits (None = the engine's configured default)."""
 
@@ -56,7 +57,7 @@ class EngineAnswer:
     stale_seconds: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class IndexCheck:
     """What `MemoryIndex.check` found, and what it did about it."""
 

@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Literal
 
+from .records import record
 from .text import (
     Script,
     estimate_tokens,
@@ -51,7 +52,7 @@ class Candidate:
     words: frozenset[str] = field(default_factory=frozenset)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CorpusStats:
     """What the index knows beyond one query's candidates, so that a score means the same thing
     in every query (see `calibrated_scores`).
@@ -70,7 +71,7 @@ class CorpusStats:
     background: Sequence[tuple[int, Script, float]] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RankParams:
     max_results: int = 6
     min_score: float = 0.35

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Literal
+
+from .records import record
 
 Source = Literal["memory", "sessions"]
 
 MAX_SNIPPET_CHARS = 700
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SearchResult:
     """One recalled chunk: where it is (workspace-relative path, 1-based inclusive lines) and what it says."""
 
@@ -44,7 +46,7 @@ class SearchResult:
         return out
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FileText:
     """What `memory_get` returns: the (sliced, capped) text of one memory file.
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from .records import record
 from .redact import redact_secrets
 from .replies import is_no_reply
 
@@ -62,7 +63,7 @@ _UNTRUSTED_BLOCK_RE: Final = re.compile(
 _WS_RE: Final = re.compile(r"\s+")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Message:
     """One user or assistant message: its cleaned one-line text and 1-based JSONL line."""
 
@@ -75,7 +76,7 @@ class Message:
         return f"{_LABEL[self.role]}: {self.text}"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TranscriptChunk:
     """A chunk of rendered messages; lines are 1-based inclusive JSONL line numbers."""
 
@@ -230,7 +231,7 @@ def chunk_transcript(
     ]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SessionDelta:
     """Unindexed growth of one transcript and whether it crossed a threshold."""
 

@@ -10,9 +10,9 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.records import record
 from ..fsio import private_dir, write_private_atomic
 
 __all__ = ["QmdHome", "default_shared_models_dir", "with_models_block"]
@@ -26,7 +26,7 @@ def default_shared_models_dir() -> Path:
     return Path(cache).expanduser() / "qmd" / "models"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class QmdHome:
     """Folders and environment of one agent's qmd."""
 

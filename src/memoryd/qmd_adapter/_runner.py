@@ -15,11 +15,11 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
 
 import anyio
 from anyio.abc import ByteReceiveStream, Process
 
+from ..core.records import record
 from ..core.text import plain_text
 from ..errors import QmdExitError, QmdOutputTooLarge, QmdTimeout, QmdUnavailable
 
@@ -29,7 +29,7 @@ DEFAULT_MAX_OUTPUT_CHARS = 200_000
 _READ_CHUNK = 65_536
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class QmdOutput:
     """What a finished qmd call produced."""
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from ..config import ScopeConfig, ScopeMatch, ScopeRule, validate
+from ..core.records import record
 from ..core.session_keys import ChatType, SessionKeyInfo, parse_session_key, raw_session_key
 
 DecisionReason = Literal["no-channel", "rule", "default"]
@@ -52,7 +52,7 @@ def _printable(text: str) -> str:
     return shown
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ScopeDecision:
     """The outcome of `evaluate_scope`, with what was derived from the session key.
 
