@@ -203,3 +203,42 @@ def test_every_file_the_suite_schedules_first_exists() -> None:
 
     here = Path(__file__).parent
     assert [name for name in LONGEST_FIRST if not (here / name).is_file()] == []
+
+
+#: Packages imported that the distribution does not name itself, and why that is safe.
+NOT_DECLARED: dict[str, str] = {
+    "pydantic_core": "pydantic's own dependency, pinned by it to the version its API matches",
+}
+
+
+def test_every_third_party_import_is_a_declared_dependency() -> None:
+    """A fresh `pip install .` has only what pyproject.toml names (and what those need): an
+    import of something the test environment happens to hold (sniffio came with anyio < 4.12
+    and with the test extras, not with anyio 4.16) breaks the README's first command."""
+    import importlib.metadata
+    import re
+    import sys
+    import tomllib
+
+    project = tomllib.loads((SRC.parent / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["postgres"]]
+    declared = {
+        re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0].lower().replace("_", "-") for d in wanted
+    }
+    providers = importlib.metadata.packages_distributions()
+    missing = []
+    for path in SOURCES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                tops = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                tops = [node.module.split(".")[0]]
+            else:
+                continue
+            for top in tops:
+                if top in sys.stdlib_module_names or top in ("memoryd", "__future__"):
+                    continue
+                dists = {d.lower().replace("_", "-") for d in providers.get(top, [])}
+                if not dists & declared and top not in NOT_DECLARED:
+                    missing.append(f"{path.relative_to(PKG)}:{node.lineno}: {top}")
+    assert not missing, missing

@@ -20,22 +20,29 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.to_thread
-import sniffio
 
 T = TypeVar("T")
 
 _INLINE: Final = contextvars.ContextVar("memoryd_inline", default=False)
-#: What anyio raises when asked for the running loop and there is none (`NoEventLoopError`
-#: since anyio 4.12; sniffio's error before).
-_NO_LOOP: Final[tuple[type[BaseException], ...]] = (
-    sniffio.AsyncLibraryNotFoundError,
-    *((anyio.NoEventLoopError,) if hasattr(anyio, "NoEventLoopError") else ()),
-)
+
+
+def _no_loop_errors() -> tuple[type[BaseException], ...]:
+    """What anyio raises when asked for the running loop and there is none: its own
+    `NoEventLoopError` (anyio >= 4.12, which no longer needs sniffio), sniffio's error before
+    (those versions depend on sniffio and have imported it). Never imports sniffio itself."""
+    errors: list[type[BaseException]] = []
+    if hasattr(anyio, "NoEventLoopError"):
+        errors.append(anyio.NoEventLoopError)
+    sniffio = sys.modules.get("sniffio")
+    if sniffio is not None:
+        errors.append(sniffio.AsyncLibraryNotFoundError)
+    return tuple(errors)
 
 
 class NeedsEventLoop(Exception):
@@ -116,8 +123,12 @@ def run(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
         coro.send(None)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
-    except _NO_LOOP as err:  # an anyio call this module does not route
-        raise NeedsEventLoop(f"{getattr(fn, '__name__', fn)} needs an event loop: {err}") from None
+    except Exception as err:
+        if isinstance(err, _no_loop_errors()):  # an anyio call this module does not route
+            raise NeedsEventLoop(
+                f"{getattr(fn, '__name__', fn)} needs an event loop: {err}"
+            ) from None
+        raise
     finally:
         _INLINE.reset(token)
     coro.close()
