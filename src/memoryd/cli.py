@@ -392,20 +392,25 @@ def _service(args: argparse.Namespace, **kw: Any) -> Any:
 
     svc = MemoryService(load_config(args.config), workspace=args.workspace, **kw)
     if inline.active():
-        inline.require(*_loop_free(svc, args.agent))
+        inline.require(*_loop_free(svc, args.agent, args.command))
     return svc
 
 
-def _loop_free(svc: Any, agent_id: str | None) -> tuple[bool, str]:
-    """Whether this agent's command is one `memoryd.inline` has been proven to run: the
-    built-in index on SQLite with no embedding provider (`tests/test_inline.py`)."""
+def _loop_free(svc: Any, agent_id: str | None, command: str) -> tuple[bool, str]:
+    """Whether this agent's command is one `memoryd.inline` has been proven to run
+    (`tests/test_inline.py`): `context` reads files only; `get` reads files by the built-in
+    index's roots; `search` needs the built-in index on SQLite with no embedding provider."""
     try:
         agent = svc.agent(agent_id)
     except MemorydError:
         return True, ""  # the command reports it, the same way in either mode
+    if command == "context":
+        return True, ""
     ms = agent.memory_search
     if agent.memory.backend != "builtin":
         return False, "the qmd backend runs on an event loop"
+    if command == "get":
+        return True, ""
     if ms.provider != "none":
         return False, f"embedding provider {ms.provider!r} runs on an event loop"
     if ms.store.driver != "sqlite":

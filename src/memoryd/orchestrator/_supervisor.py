@@ -24,12 +24,13 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from .. import inline
 from ..config import ResolvedAgent
 from ..core.engine import BuiltinEngine, EngineAnswer, QmdEngine, SearchRequest
-from ..core.layout import MemoryRoot
+from ..core.layout import MemoryRoot, check_line_range
 from ..core.results import FileText, SearchResult
 from ..errors import MemorydError, QmdError, ServiceUnavailable
-from ..memfiles import discover
+from ..memfiles import discover, read_memory_file
 from .failover import Active, Failover, FailoverSettings, clean_reason
 from .health import Health, HealthFile
 
@@ -380,10 +381,14 @@ class AgentBackend:
         self, path: str, from_line: int | None = None, lines: int | None = None
     ) -> FileText:
         """`memory_get` by the rule of the engine that indexes the files (qmd's collections or the
-        built-in index's roots); reading needs no running process."""
-        engine = self.qmd if self.qmd is not None else self.index
-        assert engine is not None
-        return await engine.get(path, from_line, lines)
+        built-in index's roots), as each engine's own `get` reads them.
+
+        Reading needs no running process and no engine: the built-in index is not built for it
+        (nor its embedding provider loaded, ~0.15 s of numpy for a one-off `memoryd get`)."""
+        check_line_range(from_line, lines)
+        return await inline.run_sync(
+            read_memory_file, self.memory_roots(), self.agent.workspace, path, from_line, lines
+        )
 
     # ------------------------------------------------------------------ status
 
