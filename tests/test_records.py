@@ -55,3 +55,34 @@ def test_frozen_slotted_and_still_a_dataclass() -> None:
     assert pickle.loads(pickle.dumps(p)) == p and copy.deepcopy(p) == p
     assert (p == Twin(1)) is False and p.__eq__(Twin(1)) is NotImplemented
     assert {Point(1), Point(1, note="other")} == {Point(1)}
+
+
+@record
+class Derived:
+    a: int
+    b: list[int] = field(default_factory=list)
+    total: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total", self.a + sum(self.b))
+
+
+def test_the_shared_init_behaves_like_the_generated_one() -> None:
+    assert (
+        Derived(1, [2, 3]).total == 6 and Derived(a=1).b == [] and Derived(1).b is not Derived(1).b
+    )
+    for bad in (
+        lambda: Derived(),
+        lambda: Derived(1, [], 3),
+        lambda: Derived(1, a=2),
+        lambda: Derived(1, c=2),
+    ):
+        with pytest.raises(TypeError):
+            bad()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del Derived(1).a
+    assert dataclasses.replace(Derived(1, [1]), a=5).total == 6
+    assert (
+        copy.copy(Derived(2)) == Derived(2)
+        and pickle.loads(pickle.dumps(Derived(2, [1]))).total == 3
+    )

@@ -3,9 +3,9 @@
 `dataclasses` compiles every method it generates with `exec` (~0.3 ms apiece on Python 3.11
 here). A frozen dataclass gets six (`__init__`, `__repr__`, `__eq__`, `__hash__`,
 `__setattr__`, `__delattr__`); the ~40 on a one-off search's path cost ~20 ms of its 0.25 s.
-`record` generates only `__init__` and the frozen guards, and gives every class the same
-value semantics through three shared functions: equal when the class and every compared field
-are equal, the hash of those fields, and the dataclass `repr`. Python 3.13's `dataclasses`
+`record` generates none: every class shares one `__init__`, the frozen guards, pickling, and
+the same value semantics: equal when the class and every compared field are equal, the hash of
+those fields, and the dataclass `repr`. Python 3.13's `dataclasses`
 generates its methods in one `exec`; this can go when memoryd requires it.
 """
 
@@ -49,10 +49,79 @@ def _repr(self: Any) -> str:
     return f"{type(self).__qualname__}({shown})"
 
 
+#: Per class: the fields `__init__` takes, in order, and those it does not.
+_INIT: Final[dict[type[Any], tuple[tuple[dataclasses.Field[Any], ...], tuple[Any, ...]]]] = {}
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def _init(self: Any, *args: Any, **kwargs: Any) -> None:
+    cls = type(self)
+    if cls not in _INIT:
+        every = dataclasses.fields(cls)
+        _INIT[cls] = (tuple(f for f in every if f.init), tuple(f for f in every if not f.init))
+    takes, rest = _INIT[cls]
+    if len(args) > len(takes):
+        raise TypeError(f"{cls.__name__}() takes {len(takes)} positional arguments")
+    for f, value in zip(takes, args, strict=False):
+        if f.name in kwargs:
+            raise TypeError(f"{cls.__name__}() got multiple values for argument {f.name!r}")
+        kwargs[f.name] = value
+    for f in takes:
+        value = kwargs.pop(f.name) if f.name in kwargs else _default(f)
+        if value is dataclasses.MISSING:
+            raise TypeError(f"{cls.__name__}() missing required argument: {f.name!r}")
+        object.__setattr__(self, f.name, value)
+    if kwargs:
+        raise TypeError(
+            f"{cls.__name__}() got an unexpected keyword argument {next(iter(kwargs))!r}"
+        )
+    for f in rest:
+        value = _default(f)
+        if value is not dataclasses.MISSING:
+            object.__setattr__(self, f.name, value)
+    post_init = getattr(self, "__post_init__", None)
+    if post_init is not None:
+        post_init()
+
+
+def _setattr(self: Any, name: str, value: Any) -> None:
+    raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+
+def _delattr(self: Any, name: str) -> None:
+    raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+
+def _getstate(self: Any) -> list[Any]:
+    return [getattr(self, f.name) for f in dataclasses.fields(self)]
+
+
+def _setstate(self: Any, state: list[Any]) -> None:
+    for f, value in zip(dataclasses.fields(self), state, strict=True):
+        object.__setattr__(self, f.name, value)
+
+
 @dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
 def record(cls: type[_T]) -> type[_T]:
-    """`@dataclass(frozen=True, slots=True)`, with the shared value methods (see above)."""
-    cls.__eq__ = _eq  # type: ignore[method-assign]
-    cls.__hash__ = _hash  # type: ignore[method-assign]
-    cls.__repr__ = _repr  # type: ignore[method-assign]
-    return dataclasses.dataclass(frozen=True, slots=True, eq=False, repr=False)(cls)
+    """`@dataclass(frozen=True, slots=True)`, every method shared (see above): `__init__`
+    (positional or keyword, defaults, factories, `__post_init__`), the frozen guards raising
+    `FrozenInstanceError`, pickling by field values, and the value methods."""
+    for name, fn in (
+        ("__init__", _init),
+        ("__eq__", _eq),
+        ("__hash__", _hash),
+        ("__repr__", _repr),
+        ("__setattr__", _setattr),
+        ("__delattr__", _delattr),
+        ("__getstate__", _getstate),
+        ("__setstate__", _setstate),
+    ):
+        setattr(cls, name, fn)
+    return dataclasses.dataclass(init=False, repr=False, eq=False, slots=True)(cls)
