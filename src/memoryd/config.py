@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 
 from . import config_cache, paths
 from .core.layout import LONG_TERM_NAMES, MEMORY_DIR, MemoryRoot, default_roots, extra_root
-from .core.records import record
+from .core.records import dataclass_init, record, value_eq, value_repr
 from .errors import ConfigError, InvalidAgentId, UnknownAgent, WorkspaceNotFound
 
 if TYPE_CHECKING:
@@ -85,81 +85,18 @@ _PYDANTIC_CONFIG: Final = {
 }
 
 
-def _values(obj: Any) -> tuple[Any, ...]:
-    return tuple(getattr(obj, f.name) for f in dataclasses.fields(obj) if f.compare)
-
-
-def _model_eq(self: Any, other: Any) -> Any:  # bool, or NotImplemented
-    if other.__class__ is not self.__class__:
-        return NotImplemented
-    return _values(self) == _values(other)
-
-
-def _model_repr(self: Any) -> str:
-    shown = (f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr)
-    return f"{type(self).__qualname__}({', '.join(shown)})"
-
-
-_FIELDS: Final[dict[type[Any], tuple[tuple[dataclasses.Field[Any], ...], tuple[Any, ...]]]] = {}
-
-
-def _fields(cls: type[Any]) -> tuple[tuple[dataclasses.Field[Any], ...], tuple[Any, ...]]:
-    """(the fields `__init__` takes, in order; those it does not), computed once per class."""
-    if cls not in _FIELDS:
-        every = dataclasses.fields(cls)
-        _FIELDS[cls] = (tuple(f for f in every if f.init), tuple(f for f in every if not f.init))
-    return _FIELDS[cls]
-
-
-def _default(f: dataclasses.Field[Any]) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return dataclasses.MISSING
-
-
-def _model_init(self: Any, *args: Any, **kwargs: Any) -> None:
-    """The dataclass `__init__`, written once for every model (positional or keyword
-    arguments, defaults and factories, then `__post_init__`)."""
-    cls = type(self)
-    takes, rest = _fields(cls)
-    if len(args) > len(takes):
-        raise TypeError(f"{cls.__name__}() takes {len(takes)} positional arguments")
-    for f, value in zip(takes, args, strict=False):
-        if f.name in kwargs:
-            raise TypeError(f"{cls.__name__}() got multiple values for argument {f.name!r}")
-        kwargs[f.name] = value
-    for f in takes:
-        value = kwargs.pop(f.name) if f.name in kwargs else _default(f)
-        if value is dataclasses.MISSING:
-            raise TypeError(f"{cls.__name__}() missing required argument: {f.name!r}")
-        setattr(self, f.name, value)
-    if kwargs:
-        raise TypeError(
-            f"{cls.__name__}() got an unexpected keyword argument {next(iter(kwargs))!r}"
-        )
-    for f in rest:
-        value = _default(f)
-        if value is not dataclasses.MISSING:
-            setattr(self, f.name, value)
-    post_init = getattr(self, "__post_init__", None)
-    if post_init is not None:
-        post_init()
-
-
 @dataclass_transform(field_specifiers=(dataclasses.field, field))
 def model(cls: type[_T]) -> type[_T]:
     """A config model: a dataclass that pydantic validates (unknown keys forbidden).
 
-    `__init__`, `__eq__` and `__repr__` are the dataclass ones written once for every model:
+    `__init__`, `__eq__` and `__repr__` are `core.records`' shared ones, not generated per class:
     `dataclasses` compiles each generated method with `exec`, and generating three per class
     was ~120 functions at import, ~20 ms of every one-off command. (pydantic builds validated
     instances without calling `__init__`.)
     """
-    cls.__init__ = _model_init  # type: ignore[method-assign]
-    cls.__eq__ = _model_eq  # type: ignore[method-assign]
-    cls.__repr__ = _model_repr  # type: ignore[method-assign]
+    cls.__init__ = dataclass_init  # type: ignore[method-assign]
+    cls.__eq__ = value_eq  # type: ignore[method-assign]
+    cls.__repr__ = value_repr  # type: ignore[method-assign]
     cls.__hash__ = None  # type: ignore[assignment]  # mutable and compared by value, as eq=True
     out = dataclass(init=False, eq=False, repr=False)(cls)
     out.__pydantic_config__ = _PYDANTIC_CONFIG  # type: ignore[attr-defined]

@@ -33,7 +33,7 @@ def _names(cls: type[Any]) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str,
     return names
 
 
-def _eq(self: Any, other: Any) -> Any:  # bool, or NotImplemented
+def value_eq(self: Any, other: Any) -> Any:  # bool, or NotImplemented
     if other.__class__ is not self.__class__:
         return NotImplemented
     compared = _names(type(self))[0]
@@ -44,7 +44,7 @@ def _hash(self: Any) -> int:
     return hash(tuple(getattr(self, n) for n in _names(type(self))[1]))
 
 
-def _repr(self: Any) -> str:
+def value_repr(self: Any) -> str:
     shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in _names(type(self))[2])
     return f"{type(self).__qualname__}({shown})"
 
@@ -61,7 +61,9 @@ def _default(f: dataclasses.Field[Any]) -> Any:
     return dataclasses.MISSING
 
 
-def _init(self: Any, *args: Any, **kwargs: Any) -> None:
+def dataclass_init(self: Any, *args: Any, **kwargs: Any) -> None:
+    """The dataclass `__init__`, for any dataclass (frozen or not): positional or keyword
+    arguments, defaults, a fresh value from each factory, then `__post_init__`."""
     cls = type(self)
     if cls not in _INIT:
         every = dataclasses.fields(cls)
@@ -114,10 +116,10 @@ def record(cls: type[_T]) -> type[_T]:
     (positional or keyword, defaults, factories, `__post_init__`), the frozen guards raising
     `FrozenInstanceError`, pickling by field values, and the value methods."""
     for name, fn in (
-        ("__init__", _init),
-        ("__eq__", _eq),
+        ("__init__", dataclass_init),
+        ("__eq__", value_eq),
         ("__hash__", _hash),
-        ("__repr__", _repr),
+        ("__repr__", value_repr),
         ("__setattr__", _setattr),
         ("__delattr__", _delattr),
         ("__getstate__", _getstate),
