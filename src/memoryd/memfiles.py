@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from .core.layout import MemoryRoot, display_path, locate, page_blocks
+from .core.layout import MemoryRoot, check_line_range, display_path, locate, page_blocks
 from .core.records import record
 from .core.results import FileText
 from .fsio import FileRead, read_file, read_file_with, walk
@@ -101,7 +101,8 @@ def read_memory_file(
 ) -> FileText:
     """`memory_get`: a page of the file (see `core.layout.page_lines`); a missing file gives ""
     (a daily note not written yet). Refusals raise `PathNotAllowed`, read failures
-    `MemoryReadFailed`."""
+    `MemoryReadFailed`, a `from`/`lines` below 1 `InvalidInput` (before the path is looked at)."""
+    check_line_range(from_line, lines)
     ws = str(workspace)
     root, rel = locate(path, roots, workspace=ws)
     shown = display_path(root, rel, workspace=ws)

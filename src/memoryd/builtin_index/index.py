@@ -42,7 +42,7 @@ else:
 from ..config import IndexSettings
 from ..core.chunking import ChunkingPlan, chunk_lines, chunking_plan, content_hash
 from ..core.engine import EngineAnswer, IndexCheck, ProgressFn, SearchRequest
-from ..core.layout import MemoryRoot, check_line_range, is_markdown
+from ..core.layout import MemoryRoot, is_markdown
 from ..core.ranking import (
     PATH_TOKEN,
     REFERENCE_QUERIES,
@@ -1230,7 +1230,6 @@ class MemoryIndex:
         self, path: str, from_line: int | None = None, lines: int | None = None
     ) -> FileText:
         """Read a memory file or a line range of it (the policy is `core.layout.locate`)."""
-        check_line_range(from_line, lines)
         return await inline.run_sync(
             read_memory_file, self.settings.roots, self.settings.workspace, path, from_line, lines
         )

@@ -27,7 +27,7 @@ from anyio.abc import TaskGroup
 from .. import inline
 from ..config import ResolvedAgent
 from ..core.engine import BuiltinEngine, EngineAnswer, QmdEngine, SearchRequest
-from ..core.layout import MemoryRoot, check_line_range
+from ..core.layout import MemoryRoot
 from ..core.results import FileText, SearchResult
 from ..errors import MemorydError, QmdError, ServiceUnavailable
 from ..memfiles import discover, read_memory_file
@@ -385,7 +385,6 @@ class AgentBackend:
 
         Reading needs no running process and no engine: the built-in index is not built for it
         (nor its embedding provider loaded, ~0.15 s of numpy for a one-off `memoryd get`)."""
-        check_line_range(from_line, lines)
         return await inline.run_sync(
             read_memory_file, self.memory_roots(), self.agent.workspace, path, from_line, lines
         )

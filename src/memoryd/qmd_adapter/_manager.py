@@ -24,7 +24,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from ..config import QmdSettings
 from ..core.engine import EngineAnswer, ProgressFn, SearchRequest
-from ..core.layout import MemoryRoot, check_line_range
+from ..core.layout import MemoryRoot
 from ..core.results import FileText, SearchResult, Source
 from ..core.status import CollectionStatus, QmdStatus
 from ..errors import QmdBadOutput, QmdError, QmdExitError, QmdLocked, QmdTimeout
@@ -852,7 +852,6 @@ class QmdManager:
         is `core.layout.locate`, the same as the built-in index's); exported transcripts are
         never served.
         """
-        check_line_range(from_line, lines)
         got = await anyio.to_thread.run_sync(
             read_memory_file, self.roots(), self.settings.workspace, path, from_line, lines
         )
