@@ -49,8 +49,14 @@ def validate_model(cls: type[_T], data: Any, *, root: str = "", what: str = "con
         ) from None
 
 
+_FIELD_TYPES: dict[type[Any], dict[str, Any]] = {}
+
+
 def _field_types(cls: type[Any]) -> dict[str, Any]:
-    return typing.get_type_hints(cls, vars(__import__(cls.__module__, fromlist=["_"])))
+    """A model's field annotations, resolved once (in its module, as `get_type_hints` does)."""
+    if cls not in _FIELD_TYPES:
+        _FIELD_TYPES[cls] = typing.get_type_hints(cls)
+    return _FIELD_TYPES[cls]
 
 
 def _inner_model(annotation: Any) -> type[Any] | None:
@@ -196,33 +202,26 @@ def fill_effective(
     """Set each `agents.list` entry's effective memorySearch and compaction: its overrides merged
     over what `agents.defaults` wrote (in `data`, the validated mapping; without it, every value
     of the defaults), then validated, an error naming the entry (`agents.list.1.memorySearch…`)."""
-    defaults = config.agents.defaults
-    written: dict[str, Any] = {}
-    if data is not None:
+    if data is None:
+        written = as_written(cfg.AgentDefaults, dataclasses.asdict(config.agents.defaults))
+    else:
         agents = data.get("agents")
         found = agents.get("defaults") if isinstance(agents, Mapping) else None
         written = as_written(cfg.AgentDefaults, found) if isinstance(found, Mapping) else {}
-    else:
-        written = as_written(cfg.AgentDefaults, dataclasses.asdict(defaults))
+
+    def merged(cls: type[_T], key: str, override: Mapping[str, Any], idx: int) -> _T:
+        base = written.get(key)
+        combined = cfg.deep_merge(
+            base if isinstance(base, Mapping) else {}, as_written(cls, override)
+        )
+        return validate_model(cls, combined, root=f"agents.list.{idx}.{key}", what=what)
+
     for idx, entry in enumerate(config.agents.entries):
         if entry.memory_search is not None:
-            entry.effective_memory_search = _merged(
-                cfg.MemorySearchConfig,
-                written.get("memorySearch"),
-                entry.memory_search,
-                f"agents.list.{idx}.memorySearch",
-                what,
+            entry.effective_memory_search = merged(
+                cfg.MemorySearchConfig, "memorySearch", entry.memory_search, idx
             )
         if entry.compaction is not None:
-            entry.effective_compaction = _merged(
-                cfg.CompactionConfig,
-                written.get("compaction"),
-                entry.compaction,
-                f"agents.list.{idx}.compaction",
-                what,
+            entry.effective_compaction = merged(
+                cfg.CompactionConfig, "compaction", entry.compaction, idx
             )
-
-
-def _merged(cls: type[_T], base: Any, override: Mapping[str, Any], root: str, what: str) -> _T:
-    merged = cfg.deep_merge(base if isinstance(base, Mapping) else {}, as_written(cls, override))
-    return validate_model(cls, merged, root=root, what=what)
