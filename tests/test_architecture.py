@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "memfiles": {"core", "errors", "fsio"},
     "lazy": set(),
     "inline": set(),
-    "embeddings": {"core", "errors", "config", "lazy"},
+    "embeddings": {"core", "errors", "config", "lazy", "inline"},
     "scope_rules": {"core", "errors", "config"},
     "builtin_index": {
         "core",

@@ -3,10 +3,12 @@ no loop started, no asyncio imported, and a clean hand-over to the loop for what
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
+from embedding_servers import FakeOpenAI, serve
 from memoryd import cli, inline
 from memoryd.cli import main
 
@@ -59,6 +62,44 @@ def test_require_refuses_only_inside_run() -> None:
 
     with pytest.raises(inline.NeedsEventLoop, match="qmd backend"):
         inline.run(refused)
+
+
+def test_a_deadline_scope_catches_its_own_deadline_like_a_cancel_scope() -> None:
+    """Inside `run`, `move_on_after` sets `deadline()`; work that finds it passed raises
+    `DeadlinePassed`, which `except Exception` does not swallow (as with anyio's cancellation)
+    and the scope that set it catches, reporting `cancelled_caught`."""
+
+    def until_the_deadline() -> None:
+        while True:
+            when = inline.deadline()
+            assert when is not None
+            if time.monotonic() >= when:
+                raise inline.DeadlinePassed
+
+    async def work() -> tuple[bool, bool, float | None, bool]:
+        with inline.move_on_after(0.01) as scope:
+            try:
+                await inline.run_sync(until_the_deadline)
+            except Exception:
+                pytest.fail("a deadline must not look like a provider failure")
+            pytest.fail("the deadline was not reached")
+        with inline.move_on_after(None) as unbounded:
+            none_set = inline.deadline()
+        return scope.cancelled_caught, unbounded.cancelled_caught, none_set, inline.active()
+
+    assert inline.run(work) == (True, False, None, True)
+    assert inline.deadline() is None  # and none outside `run`
+
+
+def test_an_outer_deadline_is_caught_by_the_outer_scope() -> None:
+    async def work() -> tuple[bool, bool]:
+        with inline.move_on_after(0.01) as outer, inline.move_on_after(60) as inner:
+            assert inline.deadline() == outer.deadline  # the nearer of the two
+            time.sleep(0.02)
+            raise inline.DeadlinePassed
+        return outer.cancelled_caught, inner.cancelled_caught
+
+    assert inline.run(work) == (True, False)
 
 
 def test_on_a_loop_the_primitives_are_anyios() -> None:
@@ -214,10 +255,87 @@ def test_get_and_context_need_no_loop_and_no_model_whatever_the_provider(
     assert json.loads(inline_answers[1][1])["code"] == "path_not_allowed"
 
 
+def test_a_hybrid_search_with_the_local_model_answers_exactly_as_on_the_loop(
+    ws: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default local model embeds without a loop too: the first search's vectors (with a
+    budget that lets them all finish, so both modes embed the same chunks), each query, the
+    calibration's reference queries, and a note changed between two searches."""
+    cfg = str(
+        config(
+            tmp_path,
+            "hybrid.toml",
+            LOCAL + "[agents.defaults.memorySearch.sync]\nsearchWaitMs = 120000\n",
+        )
+    )
+    note = ws / "memory" / "2026-11-26.md"
+    base = ["--config", cfg, "--workspace", str(ws)]
+
+    def edit() -> list[str]:
+        note.write_text("# 2026-11-26\n- Alice adopted a grey kitten named Miso.\n")
+        return ["search", "--json", *base, "who has a new pet"]
+
+    def reset() -> list[str]:
+        note.unlink(missing_ok=True)
+        return ["search", "--json", *base, "when does the old webhook secret stop working"]
+
+    steps: list[Callable[[], list[str]]] = [
+        reset,  # never indexed: the search syncs and embeds first
+        lambda: ["search", *base, "where do we deploy production"],  # text output
+        edit,
+        lambda: ["search", "--json", *base, "xyzzy"],
+        lambda: ["search", "--json", *base, "我们把生产环境部署到哪里？"],  # vectors alone
+        lambda: ["search", "--json", *base, "--max-results", "1", "postgres 16.4"],
+    ]
+    inline_answers, loop_answers, _ = run_both(capsys, monkeypatch, tmp_path, steps)
+    assert inline_answers == loop_answers
+    first = json.loads(inline_answers[0][1])
+    assert (first["mode"], first["provider"], first["notes"]) == ("hybrid", "local", [])
+    assert first["results"][0]["path"] == "memory/2026-11-25.md"
+    assert json.loads(inline_answers[2][1])["results"][0]["path"] == "memory/2026-11-26.md"
+    assert "MEMORY.md:1-3" in inline_answers[1][1]
+
+
+@pytest.mark.parametrize("mode", ["inline", "loop"])
+def test_the_local_model_stops_at_a_search_budget_within_a_batch(
+    workspace: Path, mode: str
+) -> None:
+    """A budgeted batch is sized by the measured rate; when that estimate is far off (set here
+    to 2,000 chunks/s, so the 16 chunks are one batch taking seconds), the deadline still stops
+    the real model mid-batch, inline (its yield points check `inline.deadline()`) as on a loop
+    (the cancel scope, then the cancel event): nothing half-done is written, the rate is
+    corrected, and the chunks stay pending for the next sync."""
+    from helpers import agent_for, index_for, write
+    from memoryd.embeddings.local import LocalE5Provider
+
+    words = "the ferry to the island leaves at dawn and the harbour master logs every crossing"
+    for i in range(16):
+        write(workspace / "memory" / f"2026-01-{i + 1:02d}.md", f"# day {i}\n{words} {i}. " * 20)
+    provider = LocalE5Provider()
+    provider.load()  # the deadline falls inside the forward passes, not the model load
+    idx = index_for(agent_for(workspace), provider)
+    key = (provider.id, provider.model, provider.fingerprint())
+    idx._embed_rates[key] = 0.0005
+    sync = functools.partial(idx.sync, embed_budget_s=0.3)
+    report = inline.run(sync) if mode == "inline" else anyio.run(sync)
+    try:
+        assert report.vectors_embedded == 0
+        assert report.vectors_pending == idx.store.counts()["chunks"] >= 16
+        assert idx._embed_rates[key] > 10 * 0.0005  # the next budget trusts a truer rate
+    finally:
+        anyio.run(idx.aclose)
+
+
+REMOTE = (
+    '[agents.defaults.memorySearch]\nprovider = "openai"\n'
+    '[agents.defaults.memorySearch.remote]\napiKey = "test-key"\nbaseUrl = "{root}/v1"\n'
+)
+
+
 @pytest.mark.parametrize(
     ("why", "body"),
     [
-        ("an embedding provider", '[agents.defaults.memorySearch]\nprovider = "local"\n'),
+        ("a remote embedding provider", REMOTE),
         (
             "the qmd backend",
             '[memory]\nbackend = "qmd"\n[memory.qmd]\ncommand = "/nonexistent/qmd"\n' + KEYWORD,
@@ -233,12 +351,15 @@ def test_what_needs_a_loop_runs_on_one_and_answers(
     body: str,
 ) -> None:
     watch = LoopWatch(monkeypatch)
-    cfg = config(tmp_path, "c.toml", body)
-    rc = main(["search", "--json", "--config", str(cfg), "--workspace", str(ws), "webhook"])
+    with serve(FakeOpenAI()) as root:  # a real HTTP server speaking OpenAI's wire format
+        cfg = config(tmp_path, "c.toml", body.replace("{root}", root))
+        rc = main(["search", "--json", "--config", str(cfg), "--workspace", str(ws), "webhook"])
     out = json.loads(capsys.readouterr().out)
-    assert rc == 0 and out["results"][0]["path"] == "memory/2026-11-25.md", why
+    assert rc == 0 and out["results"][0]["path"] == "memory/2026-11-25.md", (why, out)
     assert out["backend"] == "builtin"
     assert watch.calls == 1  # refused before any work, then run on the loop once
+    if "remote" in why:
+        assert out["provider"] == "openai" and out["mode"] == "hybrid"
 
 
 IMPORTS = """
@@ -262,14 +383,16 @@ LOCAL = '[agents.defaults.memorySearch]\nprovider = "local"\n'
         (["context", "--json"], KEYWORD),
         (["get", "--json", "MEMORY.md"], LOCAL),
         (["context", "--json"], LOCAL),
+        (["search", "--json", "webhook secret"], LOCAL),
     ],
 )
-def test_a_one_off_command_that_embeds_nothing_never_imports_asyncio(
+def test_a_one_off_command_never_imports_asyncio(
     ws: Path, tmp_path: Path, isolated_env: Path, argv: list[str], body: str
 ) -> None:
     """What the module is for (60-80 ms of imports per command), checked in a fresh
     interpreter through `sys.modules` after a real command, its config cached or not; with the
-    local model configured, `get` and `context` do not load numpy (~0.15 s) either."""
+    local model configured, `get` and `context` do not load numpy (~0.15 s) either, and a
+    hybrid search loads it (the model runs on it) but still no loop."""
     cfg = config(tmp_path, "c.toml", body)
     env = {**os.environ, "MEMORYD_NO_SERVER": "1"}
     for _ in range(2):  # first validates the config (pydantic), then from the cache
@@ -284,4 +407,6 @@ def test_a_one_off_command_that_embeds_nothing_never_imports_asyncio(
         json.loads(proc.stdout)
         loaded = json.loads(proc.stderr.strip().splitlines()[-1].replace("'", '"'))
         assert "asyncio" not in loaded and "anyio._backends._asyncio" not in loaded
-    assert loaded == []  # the second run: neither the loop nor the validator
+    embeds = argv[0] == "search" and body == LOCAL
+    # the second run: neither the loop nor the validator
+    assert loaded == (["numpy._core"] if embeds else [])

@@ -399,7 +399,8 @@ def _service(args: argparse.Namespace, **kw: Any) -> Any:
 def _loop_free(svc: Any, agent_id: str | None, command: str) -> tuple[bool, str]:
     """Whether this agent's command is one `memoryd.inline` has been proven to run
     (`tests/test_inline.py`): `context` reads files only; `get` reads files by the built-in
-    index's roots; `search` needs the built-in index on SQLite with no embedding provider."""
+    index's roots; `search` needs the built-in index on SQLite (and, checked when the index is
+    built, an embedding provider that `runs_inline`: none, or the local model)."""
     try:
         agent = svc.agent(agent_id)
     except MemorydError:
@@ -411,8 +412,6 @@ def _loop_free(svc: Any, agent_id: str | None, command: str) -> tuple[bool, str]
         return False, "the qmd backend runs on an event loop"
     if command == "get":
         return True, ""
-    if ms.provider != "none":
-        return False, f"embedding provider {ms.provider!r} runs on an event loop"
     if ms.store.driver != "sqlite":
         return False, "the PostgreSQL store runs on an event loop"
     return True, ""

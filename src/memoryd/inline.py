@@ -1,15 +1,20 @@
 """Running memoryd's async code without an event loop, for one-off commands.
 
-A one-off `memoryd search`, `get` or `context` of the built-in index with no embedding
-provider awaits nothing that needs an event loop: its awaits are thread offloads (the SQLite
-and file work), a lock no other task contends for and time limits no other task could enforce.
+A one-off `memoryd search`, `get` or `context` of the built-in index awaits nothing that needs
+an event loop when its embedding provider is none or the local model: its awaits are thread
+offloads (SQLite, file and model work), a lock no other task contends for and time limits.
 Inside `run`, those three go through this module and happen in place, the coroutine finishes
 in its first step, and the process never imports asyncio and anyio's asyncio backend (60-80 ms
 of every such command on a 2-core host, docs/performance.md). The code that runs is the same
 code `serve` and MCP run on their event loop; only these primitives change.
 
-What cannot run this way says so before doing anything: `require(False, why)` (the CLI asks it
-for the configurations it has not proven loop-free: qmd, an embedding provider, PostgreSQL)
+A time limit cannot cancel work in place, so inside `run` `move_on_after` sets `deadline()`
+instead: work that can stop early (the local model's document embedding checks it at its
+yield points) raises `DeadlinePassed`, which the scope catches, as a cancel scope catches its
+cancellation. A search's embedding budget (`searchWaitMs`) holds this way without a loop.
+
+What cannot run this way says so before doing anything: `require(False, why)` (asked for what
+has not been proven loop-free: the qmd backend, PostgreSQL, a remote embedding provider)
 raises `NeedsEventLoop`, and the CLI then runs the command with `anyio.run` as before. A
 coroutine that suspends anyway (something awaited a real loop primitive) is closed and reported
 the same way; `tests/test_inline.py` checks that every supported command finishes in one step,
@@ -20,7 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Final, TypeVar
 
@@ -67,20 +74,61 @@ async def run_sync(fn: Callable[..., T], *args: Any) -> T:
     return await anyio.to_thread.run_sync(fn, *args)
 
 
-@contextlib.contextmanager
-def move_on_after(seconds: float | None) -> Iterator[None]:
-    """`anyio.move_on_after`, or nothing inside `run`.
+class DeadlinePassed(BaseException):
+    """Raised, inside `run`, by work that checks `deadline()` and finds it passed: the
+    in-place counterpart of anyio's cancellation, so (like it) `except Exception` lets it
+    through to the `move_on_after` scope that set the deadline."""
 
-    The work it bounds runs in a worker thread, which a cancel scope does not interrupt
-    either: on the loop the scope only stops waiting for the result. Inside `run` there is no
-    other task to get back to, so the bound work's own limits (`wait_ms` on the write lock)
-    are what hold, as they do for the thread on the loop.
+
+class _Scope:
+    """What `move_on_after` yields inside `run`: anyio's `cancelled_caught`, and the deadline."""
+
+    __slots__ = ("cancelled_caught", "deadline")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.cancelled_caught = False
+
+
+_DEADLINE: Final = contextvars.ContextVar("memoryd_inline_deadline", default=math.inf)
+
+
+def deadline() -> float | None:
+    """Inside `run`, the `time.monotonic()` by which the innermost `move_on_after` wants its
+    work back (None when none bounds it): long work that can stop early checks it and raises
+    `DeadlinePassed`. Always None on a loop, where the cancel scope does the stopping."""
+    if not _INLINE.get():
+        return None
+    when = _DEADLINE.get()
+    return None if when == math.inf else when
+
+
+@contextlib.contextmanager
+def move_on_after(seconds: float | None) -> Iterator[Any]:
+    """`anyio.move_on_after`, or its in-place counterpart inside `run`.
+
+    On the loop the scope stops *waiting* for the bounded work, which runs in a worker thread
+    the scope does not interrupt. Inside `run` there is no other task to get back to: the
+    scope sets `deadline()`, and work that can stop early (the local model's document
+    embedding) checks it and raises `DeadlinePassed`, which the scope catches and reports in
+    `cancelled_caught`, as anyio's does. Work that does not check keeps its own limits
+    (`wait_ms` on the write lock), as the thread does on the loop.
     """
-    if _INLINE.get():
-        yield
+    if not _INLINE.get():
+        with anyio.move_on_after(seconds) as cancel_scope:
+            yield cancel_scope
         return
-    with anyio.move_on_after(seconds):
-        yield
+    own = math.inf if seconds is None else time.monotonic() + max(seconds, 0.0)
+    scope = _Scope(own)
+    token = _DEADLINE.set(min(own, _DEADLINE.get()))
+    try:
+        yield scope
+    except DeadlinePassed:
+        if time.monotonic() < own:  # an outer scope's deadline: not this one's to catch
+            raise
+        scope.cancelled_caught = True
+    finally:
+        _DEADLINE.reset(token)
 
 
 @contextlib.contextmanager

@@ -756,7 +756,7 @@ class MemoryIndex:
                 # a hard stop at the deadline too: the rate is an estimate, and the first
                 # chunk's cost is unknown (providers stop their work when cancelled)
                 limit = float("inf") if deadline is None else max(deadline - started, 0.0)
-                with anyio.move_on_after(limit) as scope:
+                with inline.move_on_after(limit) as scope:
                     try:
                         matrix = await self.provider.embed_documents([t for _, _, t in todo])
                     except BatchPending:

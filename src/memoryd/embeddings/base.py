@@ -58,6 +58,9 @@ class EmbeddingProvider(abc.ABC):
     dims: int | None = None
     #: Longest input (in model tokens) the model accepts; longer texts are truncated by the provider.
     max_input_tokens: int = 512
+    #: Whether its embed calls go through `memoryd.inline` (thread offloads and deadlines), so a
+    #: one-off command can use it without an event loop. Remote clients need a loop.
+    runs_inline: bool = False
 
     def fingerprint(self) -> str:
         return endpoint_fingerprint(self.id, None)

