@@ -4,6 +4,8 @@ The corpus is every Cranfield and CISI abstract plus the LoCoMo notes, chunked s
 give ≥ 10k chunks. Vectors come from the deterministic hashing embedder (384-d, like the local
 model) so the index builds in seconds; query vectors are computed before timing, so the figure
 is retrieval + fusion + snippets — what memoryd adds on top of the model's query embedding.
+It also times the keyword side as the code before held postings ran it (FTS5 for every
+search), hybrid and keyword-only, interleaved, and prints the ratios.
 """
 
 from __future__ import annotations
@@ -113,23 +115,43 @@ async def main(argv: list[str]) -> int:
     times: dict[str | None, list[float]] = {f: [] for f in fusions}
     if variant is not None:
         times["variant"] = []
-    for q in queries:  # interleaved, so machine load hits every fusion alike
+    # the keyword side from held postings (the default) and from FTS5 alone (the code before
+    # them: `store._postings` unset), hybrid and keyword-only, interleaved with the rest
+    held = idx.store._postings
+    rows = ("hybrid, FTS5 only", "keyword-only", "keyword-only, FTS5 only")
+    for row in rows:
+        times[row] = []
+
+    async def timed(row: str | None, mode: str | None, postings: object) -> None:
+        idx.store._postings = postings  # type: ignore[assignment]
+        t = time.perf_counter()
+        await idx.search(q, now=NOW, mode=mode)
+        times[row].append((time.perf_counter() - t) * 1000)
+        idx.store._postings = held
+
+    for q in queries:  # interleaved, so machine load hits every row alike
         for fusion in fusions:
             use(fusion)
-            t = time.perf_counter()
-            await idx.search(q, now=NOW)
-            times[fusion].append((time.perf_counter() - t) * 1000)
+            await timed(fusion, None, held)
+        use(None)
+        await timed(rows[0], None, None)
+        await timed(rows[1], "keyword", held)
+        await timed(rows[2], "keyword", None)
         if variant is not None:
             t = time.perf_counter()
             await variant.search(q, now=NOW)
             times["variant"].append((time.perf_counter() - t) * 1000)
+    p50s: dict[str | None, float] = {}
     for fusion, ts in times.items():
         ts.sort()
         p50, p95 = statistics.median(ts), ts[int(0.95 * len(ts)) - 1]
-        print(
-            f"hybrid search ({fusion or 'configured'}) over {chunks} chunks, {len(ts)} queries: "
-            f"p50 {p50:.2f} ms, p95 {p95:.2f} ms"
-        )
+        p50s[fusion] = p50
+        kind = fusion if fusion in rows else f"hybrid search ({fusion or 'configured'})"
+        print(f"{kind} over {chunks} chunks, {len(ts)} queries: p50 {p50:.2f} ms, p95 {p95:.2f} ms")
+    print(
+        f"held postings / FTS5 only (p50): hybrid {p50s[None] / p50s[rows[0]]:.2f}, "
+        f"keyword-only {p50s[rows[1]] / p50s[rows[2]]:.2f}"
+    )
     await idx.aclose()
     if variant is not None:
         await variant.aclose()

@@ -58,9 +58,12 @@ from ..core.records import record
 from ..core.text import segment_for_fts
 from ..errors import IndexCorrupt, IndexError_, MemorydError, StateError, StateReadOnly
 from ..fsio import PRIVATE_FILE_MODE, SQLITE_SIDE_FILES, private_dir, private_file
+from ._postings import Postings, or_phrases, vocab_table_sql
 
 log = logging.getLogger("memoryd.builtin_index")
 
+#: The keyword index's tokenizer (`chunks_fts`; `_postings` tokenizes query terms with it too).
+FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 #: Readers wait this long for a lock (WAL readers only meet one during recovery or a checkpoint).
 BUSY_TIMEOUT_MS = 5000
 #: A write waits this long for another process's write transaction (a first build, a publish).
@@ -309,7 +312,7 @@ def _m002_fts(conn: Any) -> None:
     # Optional features: a SQLite without FTS5 still gets a working (vector-only) index.
     try:
         conn.execute(
-            "create virtual table chunks_fts using fts5(body, tokenize = 'porter unicode61 remove_diacritics 2')"
+            f"create virtual table chunks_fts using fts5(body, tokenize = '{FTS_TOKENIZER}')"
         )
     except Exception as err:
         conn.execute("insert or replace into meta(key, value) values ('fts_error', ?)", (str(err),))
@@ -433,10 +436,13 @@ class Store:
         #: The signature (provider, model, chunking) this process writes with: text and vectors
         #: are not written into an index another process rebuilt with other settings.
         self.guard_signature: dict[str, Any] | None = None
+        #: Keyword search from postings held in memory, after the first search at a state.
+        self._postings: Postings | None = None
         if scratch_for is not None:
             self._open_scratch(scratch_for)
         else:
             self._open()
+            self._postings = Postings(FTS_TOKENIZER, self._private_memory_db)
 
     @property
     def conn(self) -> Any:
@@ -467,6 +473,8 @@ class Store:
         except _db_errors() as err:
             conn.close()
             raise self._classify_open(err) from None
+        with contextlib.suppress(*_db_errors()):  # without FTS5, keyword search is off anyway
+            conn.execute(vocab_table_sql("chunks_fts"))
         if not self._vector_enabled:
             return conn, VectorEngine("disabled", False, "store.vector.enabled = false", name)
         error = _load_vec(conn, self._extension_path)
@@ -1356,6 +1364,10 @@ class Store:
             return []
         table = "chunks_tri" if trigram else "chunks_fts"
         with self._reading("search the keyword index") as conn:
+            if not trigram:
+                held = self._held_keyword_search(conn, match, limit)
+                if held is not None:
+                    return held
             try:
                 rows = conn.execute(
                     f"select rowid, bm25({table}) as r from {table} where {table} match ? order by r limit ?",
@@ -1368,6 +1380,32 @@ class Store:
                     return []
                 raise
         return [(int(r[0]), -float(r[1])) for r in rows]
+
+    def _held_keyword_search(
+        self, conn: Any, match: str, limit: int
+    ) -> list[tuple[int, float]] | None:
+        """`_postings`' answer (the same rows and scores as FTS5's), or None for FTS5 to answer:
+        a phrase among the terms, the first search at this state, or inside this thread's own
+        write transaction (FTS5 may hold the transaction's terms in memory, unflushed)."""
+        postings = self._postings
+        if postings is None or self._w_owner == threading.get_ident():
+            return None
+        phrases = or_phrases(match)
+        if phrases is None:
+            return None
+        try:
+            return postings.top(conn, phrases, limit)
+        except _db_errors() as err:
+            # e.g. a connection without the vocab table: FTS5 answers from now on, and a
+            # damaged index fails there, through the usual checks
+            log.info("keyword search from held postings disabled: %s", err)
+            self._postings = None
+            return None
+
+    def _private_memory_db(self) -> Any:
+        """An in-memory database of the same SQLite (query terms are tokenized there)."""
+        module, _ = _binding()
+        return module.connect(":memory:", check_same_thread=False, isolation_level=None)
 
     # -- vectors -------------------------------------------------------------------------------
 

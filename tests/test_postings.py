@@ -1,0 +1,242 @@
+"""Keyword search from postings held in memory (`builtin_index._postings`): the rows and the
+scores FTS5's `bm25()` gives, to the last bit, over generated corpora and queries; never stale
+after a write, from this process or another; phrases and first searches left to FTS5."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from helpers import agent_for, index_for, write
+from memoryd.builtin_index import _postings
+from memoryd.builtin_index._postings import Postings, or_phrases, vocab_table_sql
+from memoryd.builtin_index._store import FTS_TOKENIZER, _binding
+from memoryd.core.text import fts_match_expression
+
+SQL = (
+    "select rowid, bm25(chunks_fts) as r from chunks_fts where chunks_fts match ? "
+    "order by r limit ?"
+)
+
+#: Words with stems in common, diacritics, digits, a word in every row (IDF clamped).
+VOCAB = [
+    "run",
+    "running",
+    "runs",
+    "ran",
+    "runner",
+    "pelican",
+    "harbour",
+    "ferry",
+    "café",
+    "naïve",
+    "résumé",
+    "budget",
+    "budgets",
+    "meeting",
+    "meetings",
+    "deploy",
+    "deployed",
+    "2026",
+    "16.4",
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "flow",
+    "flows",
+    "flowing",
+    "tunnel",
+    "wind",
+    "body",
+    "bodies",
+    "heat",
+    "transfer",
+    "blunt",
+    "vorticity",
+    "über",
+    "straße",
+]
+
+
+def _memory_db() -> Any:
+    module, _ = _binding()
+    return module.connect(":memory:", check_same_thread=False, isolation_level=None)
+
+
+def _corpus(path: Path, rng: random.Random, rows: int) -> Any:
+    module, _ = _binding()
+    conn = module.connect(str(path), isolation_level=None)
+    conn.execute(f"create virtual table chunks_fts using fts5(body, tokenize = '{FTS_TOKENIZER}')")
+    conn.execute(vocab_table_sql("chunks_fts"))
+    weights = [1 / (i + 1) for i in range(len(VOCAB))]  # Zipf-like: a few words everywhere
+    conn.execute("begin")
+    ids = rng.sample(range(1, rows * 5), rows)  # rowids with gaps, inserted out of order
+    for i, rowid in enumerate(ids):
+        if i % 7 == 3:  # identical rows: ties, broken by rowid
+            body = "pelican budget meeting"
+        else:
+            body = " ".join(rng.choices(VOCAB, weights, k=rng.randint(1, 60)))
+            body += " common"
+        conn.execute("insert into chunks_fts(rowid, body) values (?, ?)", (rowid, body))
+    conn.execute("commit")
+    return conn
+
+
+def _sql(conn: Any, terms: list[str], limit: int) -> list[tuple[int, float]]:
+    match = fts_match_expression(terms)
+    return [(int(r[0]), -float(r[1])) for r in conn.execute(SQL, (match, limit))]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_held_postings_give_fts5s_rows_and_scores_exactly(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    conn = _corpus(tmp_path / "c.sqlite", rng, rows=rng.choice([3, 40, 400, 1500]))
+    postings = Postings(FTS_TOKENIZER, _memory_db)
+    assert postings.top(conn, ["pelican"], 10) is None  # the first search at a state: FTS5's
+    queries = [
+        rng.sample([*VOCAB, "common", "absent", "zzz"], rng.randint(1, 12)) for _ in range(60)
+    ]
+    queries += [["common"], ["run", "running", "runs"], ["pelican", "pelican"], ["absent"]]
+    answered = 0
+    for terms in queries:
+        for limit in (1, 6, 24, 500):
+            held = postings.top(conn, terms, limit)
+            if held is None:  # a term FTS5 tokenizes into several tokens (e.g. `16.4`)
+                assert any(len(t) != 1 for t in postings._tokenize(terms)), terms
+                continue
+            answered += 1
+            assert held == _sql(conn, terms, limit), (terms, limit)  # == on the floats
+    assert answered > 200
+
+
+def test_phrases_and_cjk_are_left_to_fts5(tmp_path: Path) -> None:
+    conn = _corpus(tmp_path / "c.sqlite", random.Random(1), rows=50)
+    postings = Postings(FTS_TOKENIZER, _memory_db)
+    postings.top(conn, ["pelican"], 5)
+    assert postings.top(conn, ["pelican"], 5) is not None
+    for terms in (["wind-tunnel"], ["don't", "pelican"], ["预算"], [""], []):
+        assert postings.top(conn, terms, 5) is None, terms
+
+
+def test_a_write_drops_what_was_held(tmp_path: Path) -> None:
+    path = tmp_path / "c.sqlite"
+    conn = _corpus(path, random.Random(2), rows=200)
+    postings = Postings(FTS_TOKENIZER, _memory_db)
+    terms = ["pelican", "ferry", "budget"]
+    postings.top(conn, terms, 10)
+    before = postings.top(conn, terms, 10)
+    assert before == _sql(conn, terms, 10)
+    # another process adds rows that outrank everything, and deletes the best one
+    script = (
+        "import sys, sqlite3\n"
+        "from memoryd.builtin_index._store import _binding\n"
+        "m, _ = _binding(); c = m.connect(sys.argv[1], isolation_level=None)\n"
+        "c.execute('begin')\n"
+        "c.execute(\"insert into chunks_fts(rowid, body) values (999999, 'pelican ferry budget')\")\n"
+        f"c.execute('delete from chunks_fts where rowid = {before[0][0]}')\n"
+        "c.execute('commit')\n"
+    )
+    subprocess.run([sys.executable, "-c", script, str(path)], check=True, timeout=60)
+    assert postings.top(conn, terms, 10) is None  # a new state: FTS5 answers first
+    after = postings.top(conn, terms, 10)
+    assert after == _sql(conn, terms, 10) != before
+    assert after is not None and after[0][0] == 999999
+    assert before[0][0] not in {rowid for rowid, _ in after}
+
+
+def test_a_small_budget_evicts_and_stays_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_postings, "MAX_POSTINGS", 50)
+    conn = _corpus(tmp_path / "c.sqlite", random.Random(3), rows=300)
+    postings = Postings(FTS_TOKENIZER, _memory_db)
+    postings.top(conn, ["common"], 5)
+    rng = random.Random(4)
+    for _ in range(40):
+        terms = rng.sample(VOCAB[:12], 4)
+        held = postings.top(conn, terms, 8)
+        assert held is not None and held == _sql(conn, terms, 8)
+        assert postings._held <= 50 or len(postings._lists) == 1
+
+
+@given(st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=5))
+def test_or_phrases_reads_back_what_the_index_builds(words: list[str]) -> None:
+    match = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+    assert or_phrases(match) == words
+
+
+@pytest.mark.parametrize(
+    "match", ['"a" AND "b"', '"a" OR', "a OR b", '"a" "b"', '"unclosed', "", 'NEAR("a" "b")']
+)
+def test_or_phrases_refuses_any_other_form(match: str) -> None:
+    assert or_phrases(match) is None
+
+
+# --------------------------------------------------------------------------- through the index
+
+
+def test_the_index_answers_the_same_from_held_postings_and_follows_edits(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(5)
+    for n in range(60):
+        write(
+            workspace / "memory" / f"2026-01-{n % 28 + 1:02d}-{n}.md",
+            f"# note {n}\n" + " ".join(rng.choices(VOCAB, k=rng.randint(5, 80))) + "\n",
+        )
+    idx = index_for(agent_for(workspace), None)
+    calls: list[bool] = []
+    real_top = Postings.top
+
+    def spy(self: Postings, conn: Any, terms: Any, limit: int) -> Any:
+        out = real_top(self, conn, terms, limit)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(Postings, "top", spy)
+
+    queries = ["pelican harbour budget", "running ferry", "vorticity of a blunt body", "café"]
+
+    def answers() -> list[list[tuple[str, int, float]]]:
+        async def run() -> list[list[tuple[str, int, float]]]:
+            out = []
+            for q in queries:
+                found = await idx.search(q)
+                out.append([(r.path, r.start_line, r.score) for r in found.results])
+            return out
+
+        return anyio.run(run)
+
+    first = answers()  # FTS5: the first search at this state, then held postings
+    again = answers()
+    assert calls[0] is False and all(calls[len(queries) :])
+    assert again == first
+    write(workspace / "memory" / "2026-02-01.md", "# new\npelican pelican pelican harbour budget\n")
+    idx.dirty = True
+    edited = answers()
+    assert edited[0][0][0] == "memory/2026-02-01.md"
+    # and the same as FTS5 alone
+    monkeypatch.setattr(idx.store, "_postings", None)
+    assert answers() == edited
+    anyio.run(idx.aclose)
+
+
+def test_fts5_itself_ties_by_rowid(tmp_path: Path) -> None:
+    """What `Postings` reproduces for equal scores (checked on this SQLite, in both drivers)."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute(f"create virtual table chunks_fts using fts5(body, tokenize = '{FTS_TOKENIZER}')")
+    order = list(range(1, 80))
+    random.Random(6).shuffle(order)
+    for rowid in order:
+        conn.execute("insert into chunks_fts(rowid, body) values (?, 'same pelican')", (rowid,))
+    assert [r[0] for r in conn.execute(SQL, ('"pelican"', 10))] == list(range(1, 11))
