@@ -9,7 +9,9 @@ cost with real vectors; meaning does not matter for timing), and prints:
 
 * sync time (text phase + vector writes), DB size on disk, process RSS after the sync;
 * hybrid and keyword search p50/p95 with vectors searched by the in-memory matrix
-  (`_store.IN_MEMORY_MAX_VECTORS` raised above the size) and by sqlite-vec's vec0 (set to 0).
+  (`_store.IN_MEMORY_MAX_VECTORS` raised above the size) and by sqlite-vec's vec0 (set to 0);
+* keyword search with FTS5 answering every search (the code before held postings), in the
+  same process on the same index, and the ratio of the two p50s.
 
 Query embedding is not included here (it does not depend on the index size; see
 bench_embeddings.py). Figures are JSON (also bench/out/scale.json).
@@ -127,6 +129,17 @@ async def one_size(
             key = f"{mode}_{engine}" if mode == "hybrid" else mode
             out[f"{key}_p50_ms"] = round(statistics.median(lat), 2)
             out[f"{key}_p95_ms"] = round(pct(lat, 95), 2)
+        if engine == "in-memory":
+            # the keyword side as the code before held postings ran it: FTS5 for every search
+            held, idx.store._postings = idx.store._postings, None
+            lat = await latencies(idx, queries, "keyword")
+            idx.store._postings = held
+            out["keyword_fts5_only_p50_ms"] = round(statistics.median(lat), 2)
+            out["keyword_fts5_only_p95_ms"] = round(pct(lat, 95), 2)
+            out["keyword_held_over_fts5_only_p50"] = round(
+                float(out["keyword_p50_ms"]) / max(float(out["keyword_fts5_only_p50_ms"]), 1e-9),
+                2,  # type: ignore[arg-type]
+            )
         out[f"rss_mb_after_{engine}_search"] = round(rss_mb(), 1)
         out[f"search_engine_{engine}"] = idx.store.search_engine
     _store.IN_MEMORY_MAX_VECTORS = 50_000

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from helpers import agent_for, index_for, write
 from memoryd.builtin_index import _postings
-from memoryd.builtin_index._postings import Postings, or_phrases, vocab_table_sql
+from memoryd.builtin_index._postings import Postings, or_phrases, vocab_tables_sql
 from memoryd.builtin_index._store import FTS_TOKENIZER, _binding
 from memoryd.core.text import fts_match_expression
 
@@ -77,7 +77,8 @@ def _corpus(path: Path, rng: random.Random, rows: int) -> Any:
     module, _ = _binding()
     conn = module.connect(str(path), isolation_level=None)
     conn.execute(f"create virtual table chunks_fts using fts5(body, tokenize = '{FTS_TOKENIZER}')")
-    conn.execute(vocab_table_sql("chunks_fts"))
+    for statement in vocab_tables_sql("chunks_fts"):
+        conn.execute(statement)
     weights = [1 / (i + 1) for i in range(len(VOCAB))]  # Zipf-like: a few words everywhere
     conn.execute("begin")
     ids = rng.sample(range(1, rows * 5), rows)  # rowids with gaps, inserted out of order
@@ -157,16 +158,36 @@ def test_a_write_drops_what_was_held(tmp_path: Path) -> None:
 def test_a_small_budget_evicts_and_stays_exact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_postings, "MAX_POSTINGS", 50)
-    conn = _corpus(tmp_path / "c.sqlite", random.Random(3), rows=300)
+    rows = 300
+    monkeypatch.setattr(_postings, "MAX_POSTINGS", 2 * rows)  # two terms' worth at most
+    monkeypatch.setattr(_postings, "LOAD_SHARE", 1)
+    conn = _corpus(tmp_path / "c.sqlite", random.Random(3), rows=rows)
     postings = Postings(FTS_TOKENIZER, _memory_db)
     postings.top(conn, ["common"], 5)
     rng = random.Random(4)
-    for _ in range(40):
-        terms = rng.sample(VOCAB[:12], 4)
+    evicted = False
+    for _ in range(60):
+        terms = rng.sample(VOCAB[:12], 2)
+        before = set(postings._lists)
         held = postings.top(conn, terms, 8)
         assert held is not None and held == _sql(conn, terms, 8)
-        assert postings._held <= 50 or len(postings._lists) == 1
+        assert postings._held <= 2 * rows or len(postings._lists) == 1
+        evicted |= bool(before - set(postings._lists))
+    assert evicted
+
+
+def test_a_query_that_would_flush_what_is_held_is_left_to_fts5(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conn = _corpus(tmp_path / "c.sqlite", random.Random(7), rows=400)
+    postings = Postings(FTS_TOKENIZER, _memory_db)
+    postings.top(conn, ["pelican"], 5)
+    (rows,) = conn.execute("select doc from temp.memoryd_fts_rows where term = 'common'").fetchone()
+    monkeypatch.setattr(_postings, "MAX_POSTINGS", 4 * (rows - 1))
+    assert postings.top(conn, ["common"], 5) is None  # more than a quarter of the budget
+    assert postings._held == 0
+    held = postings.top(conn, ["vorticity"], 5)
+    assert held is not None and held == _sql(conn, ["vorticity"], 5)
 
 
 @given(st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=5))

@@ -24,9 +24,10 @@ them and drops what was held.
 
 **Paid for only where it pays.** The first search at an index state goes to FTS5; the second
 loads the rows' token counts (~5 ms per 10k chunks) and from then on postings are loaded per
-term as queries use them (about what FTS5 spends on that term once), up to MAX_POSTINGS,
-least recently used first out. A one-off CLI search therefore never builds any of it; `serve`
-and MCP do after their first search.
+term as queries use them (about twice what FTS5 spends on that term, once), up to
+MAX_POSTINGS, least recently used first out; a query whose new terms would take more than a
+quarter of that is left to FTS5 rather than flush what other queries use. A one-off CLI search
+therefore never builds any of it; `serve` and MCP do after their first search.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    F32 = npt.NDArray[np.float32]
     F64 = npt.NDArray[np.float64]
+    I32 = npt.NDArray[np.int32]
     I64 = npt.NDArray[np.int64]
 else:  # the keyword-only path never imports numpy until this module holds postings
     from ..lazy import numpy as np
@@ -51,12 +54,19 @@ else:  # the keyword-only path never imports numpy until this module holds posti
 #: FTS5's bm25() constants (fts5_aux.c).
 K1 = 1.2
 B = 0.75
-#: Postings held at most (row index int64 + frequency float64: 16 bytes each, ~16 MB).
-MAX_POSTINGS = 1_000_000
+#: Postings held at most (row index int32 + frequency float32, exact for counts below 2**24:
+#: 8 bytes each, 32 MB).
+MAX_POSTINGS = 4_000_000
 #: Query terms whose tokens are remembered (their tokenization never changes).
 MAX_TOKENIZED = 50_000
-#: The temporary `fts5vocab` table every store connection gets (`vocab_table_sql`).
+#: The temporary `fts5vocab` tables every store connection gets (`vocab_tables_sql`): every
+#: instance of a term, and each term's row count.
 VOCAB_TABLE = "temp.memoryd_fts_vocab"
+ROWS_TABLE = "temp.memoryd_fts_rows"
+#: A query whose terms not yet held add up to more postings than this share of MAX_POSTINGS
+#: is left to FTS5: loading them would cost about what FTS5 spends on them, then push out
+#: what other queries use (at 126k chunks, loading every query's terms thrashed to 1.02× FTS5).
+LOAD_SHARE = 4
 
 _STATE_SQL = "select id, block from chunks_fts_data where id in (1, 10) order by id"
 
@@ -91,12 +101,13 @@ def or_phrases(match: str) -> list[str] | None:
     return phrases or None
 
 
-def vocab_table_sql(fts_table: str) -> str:
-    """The statement a store runs on each new connection (before `query_only`)."""
-    return (
+def vocab_tables_sql(fts_table: str) -> list[str]:
+    """The statements a store runs on each new connection (before `query_only`)."""
+    return [
         f"create virtual table if not exists {VOCAB_TABLE} "
-        f"using fts5vocab(main, {fts_table}, instance)"
-    )
+        f"using fts5vocab(main, {fts_table}, instance)",
+        f"create virtual table if not exists {ROWS_TABLE} using fts5vocab(main, {fts_table}, row)",
+    ]
 
 
 def _varints(blob: bytes) -> list[int]:
@@ -152,7 +163,7 @@ class Postings:
         self._tokens: dict[str, tuple[str, ...]] = {}
         self._key: tuple[tuple[int, bytes], ...] | None = None
         self._state: _State | None = None
-        self._lists: OrderedDict[str, tuple[I64, F64]] = OrderedDict()
+        self._lists: OrderedDict[str, tuple[I32, F32]] = OrderedDict()
         self._held = 0
 
     # ------------------------------------------------------------------ tokens
@@ -195,7 +206,7 @@ class Postings:
             np.asarray(ids, dtype=np.int64), np.asarray(lengths, dtype=np.float64), rows, tokens
         )
 
-    def _postings(self, conn: Any, state: _State, token: str) -> tuple[I64, F64]:
+    def _postings(self, conn: Any, state: _State, token: str) -> tuple[I32, F32]:
         held = self._lists.get(token)
         if held is not None:
             self._lists.move_to_end(token)
@@ -205,7 +216,7 @@ class Postings:
             dtype=np.int64,
         )
         rows, counts = np.unique(docs, return_counts=True)
-        entry = (np.searchsorted(state.ids, rows).astype(np.int64), counts.astype(np.float64))
+        entry = (np.searchsorted(state.ids, rows).astype(np.int32), counts.astype(np.float32))
         self._lists[token] = entry
         self._held += len(rows)
         while self._held > MAX_POSTINGS and len(self._lists) > 1:
@@ -230,11 +241,24 @@ class Postings:
             tokens = self._tokenize(terms)
             if any(len(t) != 1 for t in tokens):
                 return None
+            words = [t[0] for t in tokens]
+            if self._too_much_to_load(conn, words):
+                return None
             state = self._state
             if state is None:
                 averages = next((block for i, block in key if i == 1), b"")
                 state = self._state = self._load_state(conn, averages)
-            return self._score(conn, state, [t[0] for t in tokens], limit)
+            return self._score(conn, state, words, limit)
+
+    def _too_much_to_load(self, conn: Any, tokens: list[str]) -> bool:
+        missing = [t for t in dict.fromkeys(tokens) if t not in self._lists]
+        if not missing:
+            return False
+        marks = ",".join("?" * len(missing))
+        (total,) = conn.execute(
+            f"select coalesce(sum(doc), 0) from {ROWS_TABLE} where term in ({marks})", missing
+        ).fetchone()
+        return int(total) > MAX_POSTINGS // LOAD_SHARE
 
     def _score(
         self, conn: Any, state: _State, tokens: list[str], limit: int
@@ -245,13 +269,14 @@ class Postings:
         scores = np.zeros(len(state.ids), dtype=np.float64)
         norm = 1 - B
         for token in tokens:
-            pos, freq = self._postings(conn, state, token)
+            pos, counts = self._postings(conn, state, token)
             hits = len(pos)
             if not hits:
                 continue
             idf = math.log((n - hits + 0.5) / (hits + 0.5))
             if idf <= 0.0:
                 idf = 1e-6
+            freq = counts.astype(np.float64)  # FTS5 counts in doubles
             length = state.lengths[pos]
             scores[pos] += idf * (
                 (freq * (K1 + 1.0)) / (freq + K1 * (norm + B * length / state.avgdl))

@@ -58,7 +58,7 @@ from ..core.records import record
 from ..core.text import segment_for_fts
 from ..errors import IndexCorrupt, IndexError_, MemorydError, StateError, StateReadOnly
 from ..fsio import PRIVATE_FILE_MODE, SQLITE_SIDE_FILES, private_dir, private_file
-from ._postings import Postings, or_phrases, vocab_table_sql
+from ._postings import Postings, or_phrases, vocab_tables_sql
 
 log = logging.getLogger("memoryd.builtin_index")
 
@@ -474,7 +474,8 @@ class Store:
             conn.close()
             raise self._classify_open(err) from None
         with contextlib.suppress(*_db_errors()):  # without FTS5, keyword search is off anyway
-            conn.execute(vocab_table_sql("chunks_fts"))
+            for statement in vocab_tables_sql("chunks_fts"):
+                conn.execute(statement)
         if not self._vector_enabled:
             return conn, VectorEngine("disabled", False, "store.vector.enabled = false", name)
         error = _load_vec(conn, self._extension_path)
