@@ -261,3 +261,38 @@ def test_fts5_itself_ties_by_rowid(tmp_path: Path) -> None:
     for rowid in order:
         conn.execute("insert into chunks_fts(rowid, body) values (?, 'same pelican')", (rowid,))
     assert [r[0] for r in conn.execute(SQL, ('"pelican"', 10))] == list(range(1, 11))
+
+
+def test_a_rebuilt_index_is_not_answered_from_the_old_ones_postings(workspace: Path) -> None:
+    """`index --force` publishes a rebuilt file (new chunk ids) into the same path: what was
+    held for the old file must not answer for the new one."""
+    rng = random.Random(8)
+    for n in range(40):
+        write(
+            workspace / "memory" / f"2026-03-{n % 28 + 1:02d}-{n}.md",
+            f"# note {n}\n" + " ".join(rng.choices(VOCAB, k=rng.randint(5, 60))) + "\n",
+        )
+    idx = index_for(agent_for(workspace), None)
+    store = idx.store
+
+    async def hits() -> list[tuple[int, float]]:
+        return store.keyword_search('"pelican" OR "ferry"', 10)
+
+    async def run() -> None:
+        await idx.sync()
+        await hits()
+        before = await hits()  # held postings now
+        assert store._postings is not None and store._postings._state is not None
+        held_ids = {rowid for rowid, _ in before}
+        for p in sorted((workspace / "memory").iterdir())[:5]:  # renumber: drop, rebuild
+            p.unlink()
+        await idx.sync(force=True)
+        await hits()
+        after = await hits()
+        postings, store._postings = store._postings, None
+        assert after == await hits()  # FTS5 alone agrees
+        store._postings = postings
+        assert {rowid for rowid, _ in after} != held_ids
+        await idx.aclose()
+
+    anyio.run(run)

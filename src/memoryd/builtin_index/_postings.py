@@ -68,7 +68,12 @@ ROWS_TABLE = "temp.memoryd_fts_rows"
 #: what other queries use (at 126k chunks, loading every query's terms thrashed to 1.02× FTS5).
 LOAD_SHARE = 4
 
-_STATE_SQL = "select id, block from chunks_fts_data where id in (1, 10) order by id"
+#: FTS5's averages (id 1) and structure (id 10) records, and the first and last row: a state.
+_STATE_SQL = (
+    "select id, block from chunks_fts_data where id in (1, 10) "
+    "union all select -1, (select min(id) || ' ' || max(id) from chunks_fts_docsize) "
+    "order by id"
+)
 
 
 def or_phrases(match: str) -> list[str] | None:
@@ -232,7 +237,10 @@ class Postings:
         if not terms or limit <= 0 or any(has_cjk(t) for t in terms):
             return None
         with self._lock:
-            key = tuple((int(i), bytes(block)) for i, block in conn.execute(_STATE_SQL).fetchall())
+            key = tuple(
+                (int(i), bytes(v) if isinstance(v, bytes | memoryview) else str(v).encode())
+                for i, v in conn.execute(_STATE_SQL).fetchall()
+            )
             if key != self._key:
                 self._key, self._state = key, None
                 self._lists.clear()

@@ -1003,6 +1003,8 @@ class Store:
 
     def _reset_caches(self) -> None:
         self._local_version += 1
+        if self._postings is not None:  # another file's content now: nothing held carries over
+            self._postings = Postings(FTS_TOKENIZER, self._private_memory_db)
         self._matrix = None
         self._count_cache = None
         self._dims_cache = None
