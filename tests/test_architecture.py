@@ -26,7 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "config_validation": {"config", "errors"},
     "memfiles": {"core", "errors", "fsio"},
     "lazy": set(),
-    "inline": set(),
+    "inline": {"lazy"},
     "embeddings": {"core", "errors", "config", "lazy", "inline"},
     "scope_rules": {"core", "errors", "config"},
     "builtin_index": {
@@ -54,9 +54,10 @@ ALLOWED: dict[str, set[str]] = {
         "qmd_adapter",
         "lifecycle",
         "inline",
+        "lazy",
     },
     "tools": {"core", "errors", "paths"},
-    "server": {"core", "errors", "config", "paths", "fsio", "orchestrator", "tools"},
+    "server": {"core", "errors", "config", "paths", "fsio", "orchestrator", "tools", "lazy"},
     "mcp_server": {"__init__", "core", "errors", "orchestrator", "tools"},
     "cli": {
         "__init__",
@@ -71,6 +72,7 @@ ALLOWED: dict[str, set[str]] = {
         "tools",
         "progress",
         "inline",
+        "lazy",
     },
     "progress": set(),
     "__init__": {"errors"},

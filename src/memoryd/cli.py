@@ -16,9 +16,13 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import anyio
+if TYPE_CHECKING:
+    import anyio
+else:  # loaded on first use: a one-off command run by `memoryd.inline` never touches it
+    from .lazy import anyio
+
 
 from . import __version__, inline
 from .errors import MemorydError, error_from_code

@@ -29,10 +29,13 @@ import math
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-import anyio
-import anyio.to_thread
+if TYPE_CHECKING:
+    import anyio
+else:  # loaded on first use: a one-off command run by `memoryd.inline` never touches it
+    from .lazy import anyio
+
 
 T = TypeVar("T")
 

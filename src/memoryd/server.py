@@ -29,7 +29,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import anyio
+if TYPE_CHECKING:
+    import anyio
+else:  # loaded on first use: a one-off command run by `memoryd.inline` never touches it
+    from .lazy import anyio
+
 
 from . import paths
 

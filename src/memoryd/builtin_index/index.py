@@ -26,7 +26,11 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
-import anyio
+if TYPE_CHECKING:
+    import anyio
+else:  # loaded on first use: a one-off command run by `memoryd.inline` never touches it
+    from ..lazy import anyio
+
 
 from .. import inline
 

@@ -19,10 +19,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anyio
-from anyio.abc import TaskGroup
+if TYPE_CHECKING:
+    import anyio
+    from anyio.abc import TaskGroup
+else:  # loaded on first use: a one-off command run by `memoryd.inline` never touches it
+    from ..lazy import anyio
+
 
 from .. import inline
 from ..config import ResolvedAgent

@@ -20,8 +20,12 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio
-from anyio.abc import TaskGroup
+if TYPE_CHECKING:
+    import anyio
+    from anyio.abc import TaskGroup
+else:  # loaded on first use: a one-off command run by `memoryd.inline` never touches it
+    from ..lazy import anyio
+
 
 from .. import inline
 from ..config import MemorydConfig, ResolvedAgent, agent_ids, resolve_agent
