@@ -157,3 +157,35 @@ async def test_a_measured_rate_decides_what_a_budget_can_finish(tmp_path: Path) 
     assert (await fresh.sync(embed_budget_s=0.5)).vectors_pending == 100
     await measured.aclose()
     await fresh.aclose()
+
+
+class LoadingEmbedder(SlowEmbedder):
+    """Its first call loads a model (1.2 s) before the fixed per-text cost, as the local one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.per_text_s = 0.01
+        self.loaded = False
+
+    @property
+    def documents_ready(self) -> bool:
+        return self.loaded
+
+    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+        if not self.loaded:
+            await anyio.sleep(1.2)
+            self.loaded = True
+        return await super().embed_documents(texts)
+
+
+async def test_a_model_load_does_not_count_as_the_embedding_rate(workspace: Path) -> None:
+    """First contact with the local model: the first chunk's call also loads the model. Taken
+    as the rate, it made a 2 s budget stop after that chunk (the README demo answered with
+    "4 chunks still waiting"); the load is not the rate, so the small backlog is finished."""
+    _notes(workspace, 12)
+    provider = LoadingEmbedder()
+    idx = index_for(agent_for(workspace), provider)
+    report = await idx.sync(embed_budget_s=2.0)
+    assert provider.batches[0] == 1 and provider.batches[1] == 1  # the load, then the measure
+    assert report.vectors_embedded == 12 and report.vectors_pending == 0
+    await idx.aclose()

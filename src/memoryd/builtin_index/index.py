@@ -756,6 +756,9 @@ class MemoryIndex:
             vectors: dict[int, np.ndarray] = {cid: cached[h] for cid, h, _ in batch if h in cached}
             report.vectors_from_cache += len(vectors)
             if todo:
+                # a first call that loads the model (~0.5 s for the local one) would make the
+                # rate look 5-10x slower and stop a search's budget after one chunk
+                measures = self.provider.documents_ready
                 started = time.monotonic()
                 # a hard stop at the deadline too: the rate is an estimate, and the first
                 # chunk's cost is unknown (providers stop their work when cancelled)
@@ -776,7 +779,10 @@ class MemoryIndex:
                 prev = rates.get(key)
                 # the slower of the last batch and the running mean: the budget must not be
                 # overrun because a previous batch happened to be fast
-                rates[key] = per_chunk if prev is None else max(per_chunk, 0.5 * (prev + per_chunk))
+                if measures:
+                    rates[key] = (
+                        per_chunk if prev is None else max(per_chunk, 0.5 * (prev + per_chunk))
+                    )
                 new_items = []
                 for (cid, h, _), vec in zip(todo, matrix, strict=True):
                     vectors[cid] = vec

@@ -62,6 +62,12 @@ class EmbeddingProvider(abc.ABC):
     #: one-off command can use it without an event loop. Remote clients need a loop.
     runs_inline: bool = False
 
+    @property
+    def documents_ready(self) -> bool:
+        """False while the next `embed_documents` would first load a model: that call's time
+        then says nothing about the rate of the ones after it (search budgets size by it)."""
+        return True
+
     def fingerprint(self) -> str:
         return endpoint_fingerprint(self.id, None)
 

