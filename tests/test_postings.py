@@ -206,16 +206,21 @@ def test_or_phrases_refuses_any_other_form(match: str) -> None:
 # --------------------------------------------------------------------------- through the index
 
 
+def _indexed_notes(workspace: Path, *, seed: int, notes: int, words: int) -> Any:
+    """A keyword-only index over `notes` daily notes of up to `words` random VOCAB words."""
+    rng = random.Random(seed)
+    for n in range(notes):
+        write(
+            workspace / "memory" / f"2026-01-{n % 28 + 1:02d}-{n}.md",
+            f"# note {n}\n" + " ".join(rng.choices(VOCAB, k=rng.randint(5, words))) + "\n",
+        )
+    return index_for(agent_for(workspace), None)
+
+
 def test_the_index_answers_the_same_from_held_postings_and_follows_edits(
     workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rng = random.Random(5)
-    for n in range(60):
-        write(
-            workspace / "memory" / f"2026-01-{n % 28 + 1:02d}-{n}.md",
-            f"# note {n}\n" + " ".join(rng.choices(VOCAB, k=rng.randint(5, 80))) + "\n",
-        )
-    idx = index_for(agent_for(workspace), None)
+    idx = _indexed_notes(workspace, seed=5, notes=60, words=80)
     calls: list[bool] = []
     real_top = Postings.top
 
@@ -266,13 +271,7 @@ def test_fts5_itself_ties_by_rowid(tmp_path: Path) -> None:
 def test_a_rebuilt_index_is_not_answered_from_the_old_ones_postings(workspace: Path) -> None:
     """`index --force` publishes a rebuilt file (new chunk ids) into the same path: what was
     held for the old file must not answer for the new one."""
-    rng = random.Random(8)
-    for n in range(40):
-        write(
-            workspace / "memory" / f"2026-03-{n % 28 + 1:02d}-{n}.md",
-            f"# note {n}\n" + " ".join(rng.choices(VOCAB, k=rng.randint(5, 60))) + "\n",
-        )
-    idx = index_for(agent_for(workspace), None)
+    idx = _indexed_notes(workspace, seed=8, notes=40, words=60)
     store = idx.store
 
     async def hits() -> list[tuple[int, float]]:
