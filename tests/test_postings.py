@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers import agent_for, index_for, write
-from memoryd.builtin_index import _postings
+from memoryd.builtin_index import MemoryIndex, _postings
 from memoryd.builtin_index._postings import Postings, or_phrases, vocab_tables_sql
 from memoryd.builtin_index._store import FTS_TOKENIZER, _binding
 from memoryd.core.text import fts_match_expression
@@ -206,7 +206,7 @@ def test_or_phrases_refuses_any_other_form(match: str) -> None:
 # --------------------------------------------------------------------------- through the index
 
 
-def _indexed_notes(workspace: Path, *, seed: int, notes: int, words: int) -> Any:
+def _indexed_notes(workspace: Path, *, seed: int, notes: int, words: int) -> MemoryIndex:
     """A keyword-only index over `notes` daily notes of up to `words` random VOCAB words."""
     rng = random.Random(seed)
     for n in range(notes):
