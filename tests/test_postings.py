@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from helpers import agent_for, index_for, write
 from memoryd.builtin_index import MemoryIndex, _postings
 from memoryd.builtin_index._postings import Postings, or_phrases, vocab_tables_sql
-from memoryd.builtin_index._store import FTS_TOKENIZER, _binding
+from memoryd.builtin_index._store import FTS_TOKENIZER, Store, _binding
 from memoryd.core.text import fts_match_expression
 
 SQL = (
@@ -273,6 +273,7 @@ def test_a_rebuilt_index_is_not_answered_from_the_old_ones_postings(workspace: P
     held for the old file must not answer for the new one."""
     idx = _indexed_notes(workspace, seed=8, notes=40, words=60)
     store = idx.store
+    assert isinstance(store, Store)
 
     async def hits() -> list[tuple[int, float]]:
         return store.keyword_search('"pelican" OR "ferry"', 10)
