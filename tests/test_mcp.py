@@ -475,6 +475,47 @@ def test_stdio_exits_cleanly_when_the_host_closes_stdin(
     assert r.err() == ""
 
 
+def test_requests_written_before_the_host_closes_stdin_are_answered(
+    spawn: Any, tmp_path: Path, ws: Path
+) -> None:
+    """`printf '…' | memoryd mcp`: every request gets its answer, then a clean exit (the SDK
+    alone ends the session at EOF and answers what is still running "Connection closed")."""
+    r = spawn("mcp", "--config", str(write_config(tmp_path, ws)))
+    calls = [
+        INITIALIZE,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "memory_search", "arguments": {"query": "webhook secret"}},
+        },
+        {
+            "jsonrpc": "2.0",
+            "id": "2",  # another id than 2
+            "method": "tools/call",
+            "params": {"name": "memory_get", "arguments": {"path": "../x/MEMORY.md"}},
+        },
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/list"},
+    ]
+    assert r.proc.stdin is not None and r.proc.stdout is not None
+    r.proc.stdin.write("".join(json.dumps(c) + "\n" for c in calls))
+    r.proc.stdin.close()  # at once: the search has not even started
+    replies = [json.loads(line) for line in r.proc.stdout]
+    assert r.proc.wait(60) == 0
+    by_id = {json.dumps(m["id"]): m for m in replies}
+    assert sorted(by_id) == sorted(["1", "2", '"2"', "4"]), replies
+    assert all("error" not in m for m in replies), replies
+    found = structured_reply(by_id["2"])
+    assert found["results"][0]["path"] == "memory/2026-11-29.md"
+    assert structured_reply(by_id['"2"'])["code"] == "path_not_allowed"
+
+
+def structured_reply(reply: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = reply["result"]["structuredContent"]
+    return out
+
+
 def test_stdio_with_the_sdk_client(tmp_path: Path, ws: Path) -> None:
     import anyio
     from mcp import StdioServerParameters

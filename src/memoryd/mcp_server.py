@@ -268,6 +268,8 @@ class _StdinLines:
         os.dup2(devnull, 0)
         os.close(devnull)
         self._send, self._recv = anyio.create_memory_object_stream[str](0)
+        self._pending: set[str] = set()  # ids of requests read and not yet answered
+        self._settled: anyio.Event | None = None
         self._token = anyio.lowlevel.current_token()
         threading.Thread(target=self._pump, name="memoryd-mcp-stdin", daemon=True).start()
 
@@ -292,11 +294,69 @@ class _StdinLines:
             anyio.from_thread.run_sync(self._send.close, token=self._token)
 
     def __aiter__(self) -> AsyncIterator[str]:
-        return self._recv.__aiter__()
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        """The wire's lines; at EOF, only once every request read has been answered.
+
+        A host that writes its requests and closes stdin (a script, `printf … | memoryd mcp`)
+        gets their answers: the SDK ends the session at EOF and would answer the requests
+        still running with "Connection closed". SIGTERM/SIGINT still stop at once.
+        """
+        async for line in self._recv:
+            self._note_request(line)
+            yield line
+        while self._pending:
+            self._settled = anyio.Event()
+            await self._settled.wait()
+
+    def _note_request(self, line: str) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return  # the SDK answers a parse error itself, at once
+        if isinstance(message, dict) and "method" in message and "id" in message:
+            self._pending.add(_wire_id(message["id"]))
+
+    def answered(self, message: object) -> None:
+        """Called with each message the server writes: a response settles its request."""
+        inner = getattr(message, "message", message)
+        if hasattr(inner, "method") or not hasattr(inner, "id"):
+            return
+        self._pending.discard(_wire_id(inner.id))
+        if not self._pending and self._settled is not None:
+            self._settled.set()
 
     def restore(self) -> None:
         self._recv.close()
         os.dup2(self._wire_fd, 0)
+
+
+def _wire_id(value: object) -> str:
+    """A JSON-RPC id as one comparable key (2 and "2" are different ids)."""
+    return f"{type(value).__name__}:{value}"
+
+
+class _AnsweredWrites:
+    """The SDK's write stream, telling `_StdinLines` about each message on its way out."""
+
+    def __init__(self, stream: Any, seen: Callable[[object], None]) -> None:
+        self._stream = stream
+        self._seen = seen
+
+    async def send(self, message: object) -> None:
+        await self._stream.send(message)
+        self._seen(message)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    async def __aenter__(self) -> _AnsweredWrites:
+        await self._stream.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> Any:
+        return await self._stream.__aexit__(*exc)
 
 
 async def serve_stdio(
@@ -311,7 +371,8 @@ async def serve_stdio(
             handle.attach(tg)
             tg.start_soon(_on_signal, tg.cancel_scope.cancel)
             async with stdio_server(stdin=cast(Any, stdin)) as (read, write):
-                await server.run(read, write, server.create_initialization_options())
+                watched = _AnsweredWrites(write, stdin.answered)
+                await server.run(read, cast(Any, watched), server.create_initialization_options())
             tg.cancel_scope.cancel()
     finally:
         stdin.restore()
