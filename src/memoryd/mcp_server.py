@@ -253,6 +253,10 @@ async def _on_signal(stop: Callable[[], None]) -> None:
 # ----------------------------------------------------------------------------- stdio
 
 
+#: How long, after the host closes stdin, requests already read may take to be answered.
+EOF_GRACE_S = 5.0
+
+
 class _StdinLines:
     """Lines of the MCP wire on stdin, read by a daemon thread.
 
@@ -301,14 +305,16 @@ class _StdinLines:
 
         A host that writes its requests and closes stdin (a script, `printf … | memoryd mcp`)
         gets their answers: the SDK ends the session at EOF and would answer the requests
-        still running with "Connection closed". SIGTERM/SIGINT still stop at once.
+        still running with "Connection closed". Closing stdin is also the MCP way to shut a
+        stdio server down, so the wait is bounded (EOF_GRACE_S); SIGTERM/SIGINT stop at once.
         """
         async for line in self._recv:
             self._note_request(line)
             yield line
-        while self._pending:
-            self._settled = anyio.Event()
-            await self._settled.wait()
+        with anyio.move_on_after(EOF_GRACE_S):  # closing stdin is also how a host shuts us down
+            while self._pending:
+                self._settled = anyio.Event()
+                await self._settled.wait()
 
     def _note_request(self, line: str) -> None:
         try:
