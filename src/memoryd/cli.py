@@ -701,7 +701,8 @@ async def _cmd_context(args: argparse.Namespace) -> int:
 
 async def _cmd_append(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
-    _validate("memory_append", target=args.target, text=text)
+    # argparse holds `--target` to the contract's choices and `append_memory` checks the text
+    # (empty, NUL, 64 KiB) with the contract's messages: no tool-input model (pydantic, ~0.2 s)
     async with _service(args) as svc:
         out = await svc.append(args.target, text, agent_id=args.agent)
     if out.get("disabled"):

@@ -107,7 +107,7 @@ def append_memory(
         )
     path = append_target_path(agent, target, now=now)
     if not isinstance(text, str) or not text.strip():
-        raise InvalidMemoryWrite("text is empty")
+        raise InvalidMemoryWrite("text must not be empty")
     if "\x00" in text:
         raise InvalidMemoryWrite("text contains NUL bytes")
     body = text.replace("\r\n", "\n").replace("\r", "\n").rstrip() + "\n"
