@@ -274,3 +274,21 @@ def test_no_config_file_needs_no_validator(tmp_path: Path, isolated_env: Path) -
     out = run_cli("search", "--json", "--workspace", str(ws), "webhook secret")
     assert out.returncode == 0, out.stderr
     assert out.stderr.strip().splitlines()[-1] == "False"
+
+
+def test_an_append_needs_no_validator(tmp_path: Path, isolated_env: Path) -> None:
+    """A one-off `memoryd append` (an agent's write hook) checks its input without the
+    tool-input models: no pydantic, the same message as the tool contract for empty text."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    out = run_cli("append", "--json", "--workspace", str(ws), "- Decided: ship on Friday.")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["bytesWritten"] > 0
+    assert out.stderr.strip().splitlines()[-1] == "False"
+    empty = run_cli("append", "--json", "--workspace", str(ws), "  ")
+    assert empty.returncode == 2
+    assert json.loads(empty.stdout) == {
+        "disabled": True,
+        "error": "text must not be empty",
+        "code": "invalid_input",
+    }
