@@ -387,6 +387,7 @@ LOCAL = '[agents.defaults.memorySearch]\nprovider = "local"\n'
         (["get", "--json", "MEMORY.md"], LOCAL),
         (["context", "--json"], LOCAL),
         (["search", "--json", "webhook secret"], LOCAL),
+        (["append", "--json", "- Decided: ship on Friday."], LOCAL),
     ],
 )
 def test_a_one_off_command_never_imports_asyncio(
@@ -415,3 +416,63 @@ def test_a_one_off_command_never_imports_asyncio(
     embeds = argv[0] == "search" and body == LOCAL
     # the second run: neither the loop nor the validator
     assert loaded == (["numpy._core"] if embeds else [])
+
+
+def test_append_answers_and_writes_exactly_as_on_the_loop(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    watch = LoopWatch(monkeypatch)
+    seen: dict[str, tuple[list[tuple[int, str]], dict[str, str]]] = {}
+    for mode in ("loop", "inline"):
+        ws = tmp_path / mode
+        (ws / "memory").mkdir(parents=True)
+        monkeypatch.setenv("MEMORYD_STATE_DIR", str(tmp_path / f"state-{mode}"))
+        if mode == "loop":
+            monkeypatch.setenv("MEMORYD_NO_INLINE", "1")
+        else:
+            monkeypatch.delenv("MEMORYD_NO_INLINE", raising=False)
+        before = watch.calls
+        answers = []
+        for argv in (
+            ["append", "--json", "--workspace", str(ws), "- Decided: ship on Friday."],
+            ["append", "--workspace", str(ws), "- And the retro on Monday."],
+            ["append", "--json", "--workspace", str(ws), "--target", "long-term", "- Prod: ams"],
+            ["append", "--json", "--workspace", str(ws), "   "],  # invalid: nothing written
+            ["append", "--json", "--workspace", str(ws), "--agent", "../x", "y"],
+        ):
+            rc = main(argv)
+            answers.append((rc, capsys.readouterr().out))
+        if mode == "inline":
+            assert watch.calls == before, "an inline append fell back to the event loop"
+        files = {
+            str(p.relative_to(ws)): p.read_text() for p in sorted(ws.rglob("*.md")) if p.is_file()
+        }
+        seen[mode] = (answers, files)
+    assert seen["inline"] == seen["loop"]
+    answers, files = seen["inline"]
+    assert [rc for rc, _ in answers] == [0, 0, 0, 2, 2]
+    assert files["MEMORY.md"].endswith("- Prod: ams\n")
+    assert len(files) == 2
+
+
+def test_a_write_that_stops_part_way_inline_is_not_run_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search or read may be run a second time on the loop; an append must not: if one
+    ever suspended after writing, the CLI says so instead of writing twice."""
+    import asyncio
+
+    target = tmp_path / "log.md"
+    watch = LoopWatch(monkeypatch)
+
+    async def appends_then_suspends(args: Any) -> int:
+        with target.open("a") as fh:
+            fh.write("one line\n")
+        await asyncio.sleep(0)  # a bare yield: the coroutine would wait for a loop
+        return 0
+
+    monkeypatch.setitem(cli.COMMANDS, "append", appends_then_suspends)
+    monkeypatch.delenv("MEMORYD_NO_INLINE", raising=False)
+    rc = main(["append", "--workspace", str(tmp_path), "x"])
+    assert rc == 1 and "stopped part-way" in capsys.readouterr().err
+    assert target.read_text() == "one line\n" and watch.calls == 0

@@ -402,15 +402,16 @@ def _service(args: argparse.Namespace, **kw: Any) -> Any:
 
 def _loop_free(svc: Any, agent_id: str | None, command: str) -> tuple[bool, str]:
     """Whether this agent's command is one `memoryd.inline` has been proven to run
-    (`tests/test_inline.py`): `context` reads files only; `get` reads files by the built-in
-    index's roots; `search` needs the built-in index on SQLite (and, checked when the index is
-    built, an embedding provider that `runs_inline`: none, or the local model)."""
+    (`tests/test_inline.py`): `context` reads files only, `append` writes one; `get` reads
+    files by the built-in index's roots; `search` needs the built-in index on SQLite (and,
+    checked when the index is built, an embedding provider that `runs_inline`: none, or the
+    local model)."""
     try:
         agent = svc.agent(agent_id)
     except MemorydError:
         return True, ""  # the command reports it, the same way in either mode
-    if command == "context":
-        return True, ""
+    if command in ("context", "append"):
+        return True, ""  # files only: no engine is started
     ms = agent.memory_search
     if agent.memory.backend != "builtin":
         return False, "the qmd backend runs on an event loop"
@@ -834,7 +835,9 @@ COMMANDS = {
 
 #: Commands that run without an event loop when the configuration allows (`memoryd.inline`):
 #: a one-off search, read or session context of the built-in index.
-INLINE_COMMANDS = frozenset({"search", "get", "context"})
+INLINE_COMMANDS = frozenset({"search", "get", "context", "append"})
+#: Of those, the ones that write: never run a second time on a loop once they have started.
+WRITING_COMMANDS = frozenset({"append"})
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -843,6 +846,11 @@ def _run(args: argparse.Namespace) -> int:
         try:
             return inline.run(command, args)
         except inline.NeedsEventLoop as why:
+            if why.midway and args.command in WRITING_COMMANDS:
+                raise MemorydError(
+                    f"{args.command} stopped part-way ({why}): check the memory file before "
+                    "running it again, or set MEMORYD_NO_INLINE=1"
+                ) from None
             logging.getLogger("memoryd").info("%s; running on an event loop", why)
     return anyio.run(command, args)
 

@@ -56,7 +56,16 @@ def _no_loop_errors() -> tuple[type[BaseException], ...]:
 
 
 class NeedsEventLoop(Exception):
-    """This command, in this configuration, must run on an event loop (`anyio.run`)."""
+    """This command, in this configuration, must run on an event loop (`anyio.run`).
+
+    `midway` is True when the coroutine had already run (it suspended, or called anyio with no
+    loop): running it again is then only safe for commands that read or re-sync, not for a
+    write (`memoryd append` treats it as an error instead).
+    """
+
+    def __init__(self, why: str, *, midway: bool = False) -> None:
+        super().__init__(why)
+        self.midway = midway
 
 
 def active() -> bool:
@@ -177,10 +186,10 @@ def run(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
     except Exception as err:
         if isinstance(err, _no_loop_errors()):  # an anyio call this module does not route
             raise NeedsEventLoop(
-                f"{getattr(fn, '__name__', fn)} needs an event loop: {err}"
+                f"{getattr(fn, '__name__', fn)} needs an event loop: {err}", midway=True
             ) from None
         raise
     finally:
         _INLINE.reset(token)
     coro.close()
-    raise NeedsEventLoop(f"{getattr(fn, '__name__', fn)} waited on an event loop")
+    raise NeedsEventLoop(f"{getattr(fn, '__name__', fn)} waited on an event loop", midway=True)

@@ -334,7 +334,7 @@ class MemoryService:
             from ..lifecycle import append_memory
 
             agent = self.agent(agent_id)
-            result = await anyio.to_thread.run_sync(
+            result = await inline.run_sync(
                 lambda: append_memory(agent, target, text, now=datetime.now().astimezone())
             )
             b = self._backends.get(agent.agent_id)
