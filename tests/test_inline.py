@@ -153,6 +153,35 @@ class LoopWatch:
         monkeypatch.setattr(cli.anyio, "run", counted)
 
 
+def use_mode(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mode: str) -> Path:
+    """Run the next commands `inline` or on the `loop`, with that mode's own state folder."""
+    state = tmp_path / f"state-{mode}"
+    monkeypatch.setenv("MEMORYD_STATE_DIR", str(state))
+    if mode == "loop":
+        monkeypatch.setenv("MEMORYD_NO_INLINE", "1")
+    else:
+        monkeypatch.delenv("MEMORYD_NO_INLINE", raising=False)
+    return state
+
+
+def kitten_steps(
+    ws: Path, base: list[str], pet_query: str, first_query: str
+) -> tuple[Callable[[], list[str]], Callable[[], list[str]]]:
+    """(edit, reset): a note written between two searches (the index is then behind), and
+    the first search with that note removed again."""
+    note = ws / "memory" / "2026-11-26.md"
+
+    def edit() -> list[str]:
+        note.write_text("# 2026-11-26\n- Alice adopted a grey kitten named Miso.\n")
+        return ["search", "--json", *base, pet_query]
+
+    def reset() -> list[str]:
+        note.unlink(missing_ok=True)
+        return ["search", "--json", *base, first_query]
+
+    return edit, reset
+
+
 def run_both(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -164,12 +193,7 @@ def run_both(
     watch = LoopWatch(monkeypatch)
     out: dict[str, list[tuple[int, str]]] = {}
     for mode in ("loop", "inline"):
-        state = tmp_path / f"state-{mode}"
-        monkeypatch.setenv("MEMORYD_STATE_DIR", str(state))
-        if mode == "loop":
-            monkeypatch.setenv("MEMORYD_NO_INLINE", "1")
-        else:
-            monkeypatch.delenv("MEMORYD_NO_INLINE", raising=False)
+        state = use_mode(monkeypatch, tmp_path, mode)
         before = watch.calls
         answers = []
         for step in steps:
@@ -189,16 +213,8 @@ def test_search_get_context_answer_exactly_as_on_the_loop(
     rechunked = str(
         config(tmp_path, "kw-200.toml", KEYWORD + "chunking = { tokens = 200, overlap = 20 }\n")
     )
-    note = ws / "memory" / "2026-11-26.md"
     base = ["--config", cfg, "--workspace", str(ws)]
-
-    def edit() -> list[str]:  # a note changes between two searches: the index is behind
-        note.write_text("# 2026-11-26\n- Alice adopted a grey kitten named Miso.\n")
-        return ["search", "--json", *base, "who adopted a kitten"]
-
-    def reset() -> list[str]:
-        note.unlink(missing_ok=True)
-        return ["search", "--json", *base, "webhook secret"]
+    edit, reset = kitten_steps(ws, base, "who adopted a kitten", "webhook secret")
 
     steps: list[Callable[[], list[str]]] = [
         reset,  # never indexed: the search syncs first
@@ -268,16 +284,10 @@ def test_a_hybrid_search_with_the_local_model_answers_exactly_as_on_the_loop(
             LOCAL + "[agents.defaults.memorySearch.sync]\nsearchWaitMs = 120000\n",
         )
     )
-    note = ws / "memory" / "2026-11-26.md"
     base = ["--config", cfg, "--workspace", str(ws)]
-
-    def edit() -> list[str]:
-        note.write_text("# 2026-11-26\n- Alice adopted a grey kitten named Miso.\n")
-        return ["search", "--json", *base, "who has a new pet"]
-
-    def reset() -> list[str]:
-        note.unlink(missing_ok=True)
-        return ["search", "--json", *base, "when does the old webhook secret stop working"]
+    edit, reset = kitten_steps(
+        ws, base, "who has a new pet", "when does the old webhook secret stop working"
+    )
 
     steps: list[Callable[[], list[str]]] = [
         reset,  # never indexed: the search syncs and embeds first
@@ -426,11 +436,7 @@ def test_append_answers_and_writes_exactly_as_on_the_loop(
     for mode in ("loop", "inline"):
         ws = tmp_path / mode
         (ws / "memory").mkdir(parents=True)
-        monkeypatch.setenv("MEMORYD_STATE_DIR", str(tmp_path / f"state-{mode}"))
-        if mode == "loop":
-            monkeypatch.setenv("MEMORYD_NO_INLINE", "1")
-        else:
-            monkeypatch.delenv("MEMORYD_NO_INLINE", raising=False)
+        use_mode(monkeypatch, tmp_path, mode)
         before = watch.calls
         answers = []
         for argv in (
