@@ -834,7 +834,7 @@ COMMANDS = {
 
 
 #: Commands that run without an event loop when the configuration allows (`memoryd.inline`):
-#: a one-off search, read or session context of the built-in index.
+#: a one-off search, read or session context of the built-in index, and an append.
 INLINE_COMMANDS = frozenset({"search", "get", "context", "append"})
 #: Of those, the ones that write: never run a second time on a loop once they have started.
 WRITING_COMMANDS = frozenset({"append"})

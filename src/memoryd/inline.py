@@ -1,8 +1,9 @@
 """Running memoryd's async code without an event loop, for one-off commands.
 
-A one-off `memoryd search`, `get` or `context` of the built-in index awaits nothing that needs
-an event loop when its embedding provider is none or the local model: its awaits are thread
-offloads (SQLite, file and model work), a lock no other task contends for and time limits.
+A one-off `memoryd search`, `get` or `context` of the built-in index (when its embedding
+provider is none or the local model), or `append`, awaits nothing that needs an event loop:
+its awaits are thread offloads (SQLite, file and model work), a lock no other task contends
+for and time limits.
 Inside `run`, those three go through this module and happen in place, the coroutine finishes
 in its first step, and the process never imports asyncio and anyio's asyncio backend (60-80 ms
 of every such command on a 2-core host, docs/performance.md). The code that runs is the same
@@ -175,8 +176,8 @@ class Lock:
 
 def run(fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
     """`fn(*args)` run to completion here, without an event loop; `NeedsEventLoop` when it
-    cannot (then nothing it did is lost by running it again on a loop: the commands it is used
-    for read, or bring the index up to date, which a second run does again or finds done)."""
+    cannot. Refused by `require`, nothing was done; `midway`, it had run: a read or an index
+    sync may then run again on a loop (it does again or finds done what it did), a write not."""
     token = _INLINE.set(True)
     coro = fn(*args)
     try:

@@ -134,17 +134,6 @@ def _varints(blob: bytes) -> list[int]:
     return out
 
 
-def _first_varint(blob: bytes) -> int:
-    value = 0
-    for j, byte in enumerate(blob[:9]):
-        if j == 8:
-            return (value << 8) | byte
-        value = (value << 7) | (byte & 0x7F)
-        if not byte & 0x80:
-            return value
-    return value
-
-
 class _State:
     """The rows' token counts and the corpus figures of one index state."""
 
@@ -204,7 +193,7 @@ class Postings:
         lengths: list[int] = []
         for rowid, size in conn.execute("select id, sz from chunks_fts_docsize order by id"):
             ids.append(int(rowid))
-            lengths.append(_first_varint(bytes(size)))
+            lengths.append(_varints(bytes(size))[0])  # one column: one count
         figures = _varints(averages)
         rows, tokens = figures[0], (figures[1] if len(figures) > 1 else 0)
         return _State(

@@ -26,21 +26,17 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
-if TYPE_CHECKING:
-    import anyio
-else:  # loaded on first use: a one-off command run by `memoryd.inline` never touches it
-    from ..lazy import anyio
-
-
 from .. import inline
 
 if TYPE_CHECKING:
+    import anyio
     import numpy as np
     from anyio.abc import TaskGroup
 
     from ..core.status import BuiltinStatus
     from ..core.transcripts import SessionDeltaTracker, TranscriptChunk
-else:
+else:  # loaded on first use: a keyword-only search never imports numpy, an inline one anyio
+    from ..lazy import anyio
     from ..lazy import numpy as np
 
 from ..config import IndexSettings

@@ -330,13 +330,8 @@ class LocalE5Provider(EmbeddingProvider):
             (idx, pool.submit(model.embed, [texts[i] for i in idx], yield_point=pause))
             for idx in shares
         ]
-        try:
-            for idx, fut in futures:
-                out[idx] = fut.result()
-        except _Abandoned:
-            if cancel is not None:
-                cancel.set()  # the other shares stop at their next yield point
-            raise
+        for idx, fut in futures:
+            out[idx] = fut.result()
         return out
 
     async def embed_query(self, text: str) -> Vector:
