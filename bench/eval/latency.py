@@ -122,7 +122,7 @@ async def main(argv: list[str]) -> int:
     for row in rows:
         times[row] = []
 
-    async def timed(row: str | None, mode: str | None, postings: object) -> None:
+    async def timed(q: str, row: str | None, mode: str | None, postings: object) -> None:
         idx.store._postings = postings  # type: ignore[assignment]
         t = time.perf_counter()
         await idx.search(q, now=NOW, mode=mode)
@@ -132,11 +132,11 @@ async def main(argv: list[str]) -> int:
     for q in queries:  # interleaved, so machine load hits every row alike
         for fusion in fusions:
             use(fusion)
-            await timed(fusion, None, held)
+            await timed(q, fusion, None, held)
         use(None)
-        await timed(rows[0], None, None)
-        await timed(rows[1], "keyword", held)
-        await timed(rows[2], "keyword", None)
+        await timed(q, rows[0], None, None)
+        await timed(q, rows[1], "keyword", held)
+        await timed(q, rows[2], "keyword", None)
         if variant is not None:
             t = time.perf_counter()
             await variant.search(q, now=NOW)
