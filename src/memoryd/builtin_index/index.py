@@ -392,6 +392,21 @@ class MemoryIndex:
             return None
         return "changed " + ", ".join(f"{k} ({stored.get(k)!r} → {current[k]!r})" for k in changed)
 
+    def prefetch_query(self, query: str) -> None:
+        """Let the provider start embedding `query` while the caller syncs and searches keywords.
+
+        A one-off search calls this first (`MemoryService.search`): the local model then loads
+        and embeds on another core while numpy imports and the index opens. Nothing happens
+        when the vector side will not run or the query's vector is cached.
+        """
+        query = query.strip()
+        provider = self.provider
+        if provider is None or self.unavailable or not query:
+            return
+        if (provider.id, provider.model, provider.fingerprint(), query) in self._query_cache:
+            return
+        provider.prefetch_query(query)
+
     def _vectors_usable(self) -> bool:
         return (
             self.provider is not None

@@ -122,6 +122,9 @@ class BuiltinEngine(MemoryEngine, Protocol):
     async def check(self) -> IndexCheck:
         """Verify the index file; a damaged one is moved aside and rebuilt."""
 
+    def prefetch_query(self, query: str) -> None:
+        """A search for `query` follows: start its embedding in the background if that helps."""
+
 
 class QmdEngine(MemoryEngine, Protocol):
     """The qmd sidecar's side of the contract."""

