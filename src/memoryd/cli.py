@@ -353,6 +353,10 @@ def _forward(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any
     """
     if os.environ.get("MEMORYD_NO_SERVER"):
         return None
+    from . import paths
+
+    if not paths.socket_path().exists():  # no server: skip its module (socket) and the config hash
+        return None
     from .server import NOT_SERVED, SERVER_BUSY, request, socket_path
 
     out = request(socket_path(), {**payload, "agent": args.agent, "identity": _identity(args)})

