@@ -168,3 +168,21 @@ async def test_cancelling_document_embedding_returns_at_once_and_the_provider_st
     got = await p.embed_documents(TEXTS[:2])
     assert got.shape == (2, 384) and np.allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)
     await p.aclose()
+
+
+@pytest.mark.parametrize(
+    ("pieces", "expected"),
+    [
+        (["a", "▁the", "東京", ""], ["a", "▁the", "東京", ""]),
+        (["a", "b\x00c", "d"], ["a", "b\x00c", "d"]),  # a NUL inside a piece: no split on it
+        ([b"\xe6\x9d", b"\xb1", "x"], ["\ufffd", "\ufffd", "x"]),  # a character cut in two
+    ],
+)
+def test_vocabulary_pieces_split_at_their_offsets(
+    pieces: list[str | bytes], expected: list[str]
+) -> None:
+    from memoryd.embeddings._e5_blas import _split_pieces
+
+    blobs = [p if isinstance(p, bytes) else p.encode() for p in pieces]
+    offs = np.cumsum([0] + [len(b) for b in blobs]).astype(np.uint32)
+    assert _split_pieces(np.frombuffer(b"".join(blobs), np.uint8), offs) == expected
