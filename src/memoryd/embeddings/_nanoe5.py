@@ -26,10 +26,14 @@ from ..errors import EmbeddingError
 DIMS = 384
 #: Prefetched query vectors nobody took yet are dropped beyond this many (oldest first).
 MAX_PENDING = 8
+#: Prefetches embedding at once; past that a search embeds its own query when it gets to it
+#: (a burst of concurrent searches under `serve` does not start a thread each).
+MAX_PREFETCHING = 2
 
 _lock = threading.Lock()
 _engines: dict[tuple[str, int], Engine] = {}
 _pending: dict[tuple[str, int, str], _Prefetch] = {}
+_slots = threading.BoundedSemaphore(MAX_PREFETCHING)
 
 
 class Engine:
@@ -145,7 +149,7 @@ def prefetch_query(
     """
     key = (model_path, threads, text)
     with _lock:
-        if key in _pending:
+        if key in _pending or not _slots.acquire(blocking=False):
             return
         while len(_pending) >= MAX_PENDING:
             del _pending[next(iter(_pending))]
@@ -158,6 +162,7 @@ def prefetch_query(
         except Exception:  # the taker embeds again and reports the real error
             job.vector = None
         finally:
+            _slots.release()
             job.done.set()
 
     threading.Thread(target=run, name="memoryd-query-prefetch", daemon=True).start()
