@@ -576,3 +576,19 @@ async def test_path_candidates_find_exactly_the_files_the_path_rule_accepts(
         want = {p for p in paths if path_match_level(query, p) > 0}
         assert found == want, query
     await idx.aclose()
+
+
+async def test_before_any_chunk_has_a_vector_no_query_is_embedded(notes: Path) -> None:
+    """A first search whose backlog was not started answers by keywords, says so, and does
+    not embed (nor load a model for) a query that could find nothing."""
+    emb = CountingQueries()
+    idx = MemoryIndex(agent_for(notes).index_settings(), sel(emb))
+    await idx.sync(embed=False)
+    out = await idx.search("deploy target")
+    assert out.mode == "keyword" and out.results[0].path == "MEMORY.md"
+    assert emb.texts == []
+    assert any("still waiting for embeddings" in n for n in out.notes)
+    await idx.sync()  # the vectors land: the same search is hybrid and embeds its query
+    out = await idx.search("deploy target")
+    assert out.mode == "hybrid" and "deploy target" in emb.texts  # (and calibration's own)
+    assert not any("still waiting" in n for n in out.notes)

@@ -294,8 +294,16 @@ def test_sigterm_with_a_slow_search_in_flight_stops_serve_within_a_second(
         served = start_serve(tmp_path, search)
         proc = served["proc"]
         try:
-            answer = good(served["identity"])  # indexed and embedded: hybrid search works
-            assert answer is not None and answer["results"], served["log"].read_text()
+            # indexed and embedded (serve embeds in the background; until a chunk has a vector,
+            # a search embeds no query and answers by keywords)
+            deadline = time.monotonic() + 30
+            while True:
+                answer = good(served["identity"])
+                assert answer is not None and answer["results"], served["log"].read_text()
+                if answer.get("mode") == "hybrid":
+                    break
+                assert time.monotonic() < deadline, f"never hybrid: {answer}"
+                time.sleep(0.1)
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.connect(str(socket_path()))
             slow = {"op": "search", "query": f"{slow_word} deploy", "identity": served["identity"]}

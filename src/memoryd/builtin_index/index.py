@@ -932,6 +932,10 @@ class MemoryIndex:
 
         qvec: np.ndarray | None = None
         vectors = effective in ("hybrid", "vector") and self._vectors_usable()
+        # no chunk has a vector yet (a first search whose backlog was not started): the query's
+        # would find nothing, so it is not embedded and the answer says it is by keywords
+        no_vectors_yet = vectors and self.store.vec_dims is None
+        vectors = vectors and not no_vectors_yet
         early: tuple[dict[int, Candidate], list[int]] | None = None
         early_version: tuple[int, int] | None = None
         if vectors and effective == "hybrid" and OVERLAP_QUERY_EMBEDDING:
@@ -1038,7 +1042,7 @@ class MemoryIndex:
             else ("vector" if qvec is not None else "keyword")
         )
         pending = store.pending_count() if self.provider else 0
-        if pending and qvec is not None:
+        if pending and (qvec is not None or no_vectors_yet):
             notes.append(
                 f"{pending} chunk{'' if pending == 1 else 's'} still waiting for embeddings "
                 "(ranked by keywords until then): "
