@@ -10,6 +10,8 @@ index already exists, as for a user who ran `memoryd index` once. Rows:
 * `memoryd hybrid` — the default local model (loads it, embeds the query);
 * `memoryd first search, never indexed` — a new state dir each run: the search syncs the text
   phase and embeds vectors for at most `searchWaitMs` (default 2000 ms) before answering;
+* `memoryd first search, 200 notes never indexed` — the same on a 200-note workspace (~350
+  chunks): too much to embed within the budget, so the answer is by keywords with a note;
 * `qmd search` — qmd 2.8.3's BM25 search (no model), driven offline with its own isolated
   config and cache dirs, from a neutral cwd (../shared/QMD_FACTS.md).
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -58,6 +61,54 @@ def workspace(root: Path) -> Path:
     for rel, text in NOTES.items():
         (ws / rel).parent.mkdir(parents=True, exist_ok=True)
         (ws / rel).write_text(text)
+    return ws
+
+
+def big_workspace(root: Path) -> Path:
+    """200 daily notes of 6-22 lines: ~350 chunks, more than a first search embeds."""
+    rng = random.Random(3)
+    words = [
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "deploy",
+        "server",
+        "postgres",
+        "kitten",
+        "webhook",
+        "budget",
+        "meeting",
+        "lisbon",
+        "tokyo",
+        "release",
+        "migration",
+        "incident",
+        "review",
+        "design",
+        "roadmap",
+        "customer",
+        "invoice",
+        "latency",
+        "cache",
+        "index",
+        "vector",
+        "query",
+        "memory",
+        "agent",
+        "note",
+        "plan",
+    ]
+    ws = root / "big"
+    (ws / "memory").mkdir(parents=True)
+    for i in range(200):
+        day = f"2026-{(i // 28) % 12 + 1:02d}-{i % 28 + 1:02d}"
+        lines = [f"# {day}"] + [
+            "- " + " ".join(rng.choice(words) for _ in range(rng.randint(8, 30))) + "."
+            for _ in range(rng.randint(6, 22))
+        ]
+        (ws / "memory" / f"{day}-{i}.md").write_text("\n".join(lines) + "\n")
+    (ws / "MEMORY.md").write_text("# Memory\n- Production deploys go to fly.io.\n")
     return ws
 
 
@@ -113,10 +164,12 @@ def main() -> None:
     hy = memoryd_config(root, ws, "hybrid", "local")
     for cfg in (kw, hy):
         timed([*memoryd, "index", "--config", str(cfg), "--json"], env, root)
+    big = big_workspace(root)
     rows: dict[str, list[float]] = {
         "memoryd keyword-only": [],
         "memoryd hybrid": [],
         "memoryd first search, never indexed": [],
+        "memoryd first search, 200 notes never indexed": [],
         "qmd search": [],
     }
     prev_env: dict[str, str] | None = None
@@ -129,6 +182,7 @@ def main() -> None:
             timed([*memoryd, "index", "--config", str(cfg), "--json"], prev_env, root)
         rows["previous keyword-only"] = []
         rows["previous hybrid"] = []
+        rows["previous first search, 200 notes never indexed"] = []
     qmd = Path(args.qmd)
     qenv: dict[str, str] | None = None
     if qmd.exists():
@@ -156,6 +210,18 @@ def main() -> None:
         rows["memoryd first search, never indexed"].append(
             timed([*memoryd, "search", "--json", "--config", str(cfg), q], fenv, root)[0]
         )
+        for label, run_env in (("memoryd", env), ("previous", prev_env)):
+            if run_env is None:
+                continue
+            state = root / f"big-{label}-{i}"
+            cfg = memoryd_config(state.parent, big, f"big-{label}-{i}", "local")
+            wall, out = timed(
+                [*memoryd, "search", "--json", "--config", str(cfg), "postgres migration incident"],
+                {**run_env, "MEMORYD_STATE_DIR": str(state)},
+                root,
+            )
+            assert json.loads(out)["results"], out
+            rows[f"{label} first search, 200 notes never indexed"].append(wall)
         if prev_env is not None:
             for name, cfg in (("previous keyword-only", kw_prev), ("previous hybrid", hy_prev)):
                 cmd = [*memoryd, "search", "--json", "--config", str(cfg), q]
@@ -181,7 +247,7 @@ def main() -> None:
         results["qmd search"] = f"skipped: no qmd at {qmd}"
     if prev_env is not None:
         results["baseline"] = args.baseline
-        for name in ("keyword-only", "hybrid"):
+        for name in ("keyword-only", "hybrid", "first search, 200 notes never indexed"):
             new, old = rows[f"memoryd {name}"], rows[f"previous {name}"]
             results[f"memoryd {name} / previous (p50)"] = round(
                 statistics.median(new) / statistics.median(old), 2
