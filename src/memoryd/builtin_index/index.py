@@ -399,9 +399,10 @@ class MemoryIndex:
     def prefetch_query(self, query: str) -> None:
         """Let the provider start embedding `query` while the caller syncs and searches keywords.
 
-        A one-off search calls this first (`MemoryService.search`): the local model then loads
-        and embeds on another core while numpy imports and the index opens. Nothing happens
-        when the vector side will not run or the query's vector is cached.
+        A one-off search calls this first (`MemoryService.search`, before its sync): the local
+        model then loads and embeds on another core while numpy imports and the index opens;
+        `search` calls it too, before its keyword side. Nothing happens without a usable
+        provider or when the query's vector is cached; an unused prefetch is simply dropped.
         """
         query = query.strip()
         provider = self.provider
