@@ -284,6 +284,9 @@ class E5Blas:
             ).reshape(rows, cols // _QK)
             return blocks
 
+        #: The file's Q4_0 blocks of one weight, `(rows, cols // 32)`: what `bench_onnx_query`
+        #: hands onnxruntime's 4-bit MatMul unchanged.
+        self.q4_blocks: Callable[[str, int, int], npt.NDArray[np.void]] = q4
         self._word = q4("emb.word", voc, h)
         self._pos = f32("emb.pos", maxp * h).reshape(maxp, h)
         self._type = f32("emb.type", h)
