@@ -378,7 +378,7 @@ from memoryd.cli import main
 code = main(sys.argv[1:])
 loaded = (
     "asyncio", "anyio._core._eventloop", "anyio._backends._asyncio", "pydantic", "numpy._core",
-    "numpy.core",
+    "numpy.core", "onnxruntime",
 )
 print(sorted(m for m in loaded if m in sys.modules), file=sys.stderr)
 sys.exit(code)
@@ -406,8 +406,9 @@ def test_a_one_off_command_never_imports_asyncio(
     """What the module is for (60-80 ms of imports per command), checked in a fresh
     interpreter through `sys.modules` after a real command, its config cached or not; with the
     local model configured, `get` and `context` do not load numpy (~0.15 s) either, and a
-    hybrid search loads it (the model runs on it) but still no loop; anyio's own modules never
-    run either (it is imported lazily, ~7-11 ms)."""
+    hybrid search loads it (the model runs on it) but still no loop, nor onnxruntime (its
+    query encoder is for long-lived processes); anyio's own modules never run either (it is
+    imported lazily, ~7-11 ms)."""
     cfg = config(tmp_path, "c.toml", body)
     env = {**os.environ, "MEMORYD_NO_SERVER": "1"}
     for _ in range(2):  # first validates the config (pydantic), then from the cache

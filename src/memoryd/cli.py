@@ -845,7 +845,18 @@ INLINE_COMMANDS = frozenset({"search", "get", "context", "append"})
 WRITING_COMMANDS = frozenset({"append"})
 
 
+#: Commands whose process lives on after the first answer; every other one is a one-off.
+LONG_LIVED_COMMANDS = frozenset({"serve", "mcp"})
+
+
 def _run(args: argparse.Namespace) -> int:
+    if args.command in LONG_LIVED_COMMANDS:
+        return anyio.run(COMMANDS[args.command], args)
+    with inline.one_off_process():
+        return _run_one_off(args)
+
+
+def _run_one_off(args: argparse.Namespace) -> int:
     command = COMMANDS[args.command]
     if args.command in INLINE_COMMANDS and not os.environ.get("MEMORYD_NO_INLINE"):
         try:

@@ -41,6 +41,7 @@ else:  # loaded on first use: a one-off command run by `memoryd.inline` never to
 T = TypeVar("T")
 
 _INLINE: Final = contextvars.ContextVar("memoryd_inline", default=False)
+_one_off_process = False
 
 
 def _no_loop_errors() -> tuple[type[BaseException], ...]:
@@ -72,6 +73,23 @@ class NeedsEventLoop(Exception):
 def active() -> bool:
     """True inside `run`: primitives below happen in place."""
     return _INLINE.get()
+
+
+@contextlib.contextmanager
+def one_off_process() -> Iterator[None]:
+    """Within: this process runs one command and exits (the CLI, for all but `serve` and
+    `mcp`), so engines prefer what loads fastest over what runs fastest once loaded."""
+    global _one_off_process
+    before, _one_off_process = _one_off_process, True
+    try:
+        yield
+    finally:
+        _one_off_process = before
+
+
+def one_off() -> bool:
+    """True in a one-off command's process (inline or on a loop), False in a long-lived one."""
+    return _one_off_process or _INLINE.get()
 
 
 def require(ok: bool, why: str) -> None:

