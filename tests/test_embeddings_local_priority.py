@@ -1,4 +1,5 @@
-"""Queries first: document embedding waits while a query embeds and for a short quiet window after."""
+"""Searches first: document embedding waits while a search (or a query embedding) runs and for a
+short quiet window after, but never longer than the pause's bound."""
 
 from __future__ import annotations
 
@@ -65,3 +66,18 @@ def test_a_slow_query_keeps_document_work_quiet_twice_as_long() -> None:
         ended = time.monotonic()
     worker.join(5)
     assert done and done[0] >= ended + 0.35
+
+
+def test_a_pause_never_outlasts_its_bound() -> None:
+    """A search that itself waits on document embedding (or hangs) cannot stall it for good."""
+    priority = QueryPriority(quiet_after_s=0.0, max_pause_s=0.3)
+    done: list[float] = []
+    with priority:
+        started = time.monotonic()
+        worker = _waiter(priority, done)
+        worker.join(5)  # returns while the search still holds the priority
+        assert done and 0.25 <= done[0] - started < 2.0
+    # nor does the quiet window after a long hold
+    t = time.monotonic()
+    priority.wait()
+    assert time.monotonic() - t <= 0.35

@@ -927,7 +927,6 @@ class MemoryIndex:
         if isinstance(request, str):
             request = SearchRequest(request, max_results, min_score)
         query = (request.query or "").strip()
-        max_results, min_score = request.max_results, request.min_score
         if not query:
             raise InvalidInput("query must not be empty")
         if self.unavailable:
@@ -935,6 +934,22 @@ class MemoryIndex:
         if self.dirty and self.cfg.sync.on_search:
             with inline.move_on_after(self.cfg.sync.search_wait_ms / 1000):
                 await self.sync(embed=False, allow_reindex=False, sessions=False)
+        # from here on the search has the cores: background document embedding (serve) pauses
+        # at its next yield point, not only while the query embeds, so the keyword side's and
+        # the ranking's Python work does not queue for the GIL behind the embedding workers'
+        priority = (
+            self.provider.search_priority()
+            if self.provider is not None
+            else contextlib.nullcontext()
+        )
+        with priority:
+            return await self._search_synced(request, query, now, mode)
+
+    async def _search_synced(
+        self, request: SearchRequest, query: str, now: datetime | None, mode: str | None
+    ) -> EngineAnswer:
+        """`search` once the index is synced: both sides, the merge, ranking and snippets."""
+        max_results, min_score = request.max_results, request.min_score
         params = self._rank_params(max_results, min_score)
         k = params.max_results * self.cfg.query.hybrid.candidate_multiplier
         # config: hybrid, or vector-first when hybrid is off; `mode` pins one side for evaluation

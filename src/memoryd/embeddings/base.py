@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +76,11 @@ class EmbeddingProvider(abc.ABC):
     def prefetch_query(self, text: str) -> None:  # noqa: B027 - optional hook
         """A hint that `embed_query(text)` comes soon: a provider that can start it in the
         background (the local model) does; the call returns at once and never raises."""
+
+    def search_priority(self) -> AbstractContextManager[object]:
+        """Held by a search while it runs: a provider whose document embedding shares the
+        process's cores with it (the local model) pauses that work meanwhile."""
+        return contextlib.nullcontext()
 
     @abc.abstractmethod
     async def embed_query(self, text: str) -> Vector:

@@ -116,29 +116,37 @@ def _limit_blas_threads() -> None:
 
 
 class QueryPriority:
-    """Queries first: document embedding pauses while a search embeds its query, and briefly after.
+    """Searches first: document embedding pauses while a search runs, and briefly after.
 
-    A search is one query embedding (a few ms to tens of ms) followed by FTS, KNN and ranking;
-    with every core embedding documents in the background (`memoryd serve`), that search would
-    share the cores and its p95 doubled (bench/bench_builtin_index.py). Document workers call
-    `wait()` every few milliseconds (`E5Blas.yield_point`) and sleep while a query is in flight
-    or ended less than `QUIET_AFTER_QUERY_S` (or twice the query's own time) ago, so the rest
-    of the search runs uncontended.
-    Searches are rare next to embedding work, so throughput barely changes; a stream of
-    back-to-back searches would hold embedding back until it pauses.
+    A search is one query embedding (a few ms) with keyword work beside it, then KNN and
+    ranking, much of it Python; with every core embedding documents in the background
+    (`memoryd serve`), that search would share the cores and queue for the GIL behind the
+    workers, and its p95 doubled (bench/bench_builtin_index.py). A search holds this from its
+    keyword side to its last snippet (`EmbeddingProvider.search_priority`), a query embedding
+    too; document workers call `wait()` every few milliseconds (`E5Blas.yield_point`) and sleep
+    while either is in flight or ended less than `QUIET_AFTER_QUERY_S` (or twice its own time)
+    ago. Searches are rare next to embedding work, so throughput barely changes; a stream of
+    back-to-back searches would hold embedding back until it pauses. A pause never lasts more
+    than `max_pause_s` (nor does a quiet window): a long or stuck search, or one that itself
+    waits on document embedding, cannot stall indexing for good.
     """
 
-    def __init__(self, quiet_after_s: float) -> None:
+    def __init__(self, quiet_after_s: float, max_pause_s: float = 1.0) -> None:
         self.quiet_after_s = quiet_after_s
+        self.max_pause_s = max_pause_s
         self._active = 0
         self._entered = 0.0
+        self._busy_since = 0.0
         self._quiet_until = 0.0
         self._cond = threading.Condition()
 
     def __enter__(self) -> None:
         with self._cond:
+            now = time.monotonic()
+            if not self._active:
+                self._busy_since = now
             self._active += 1
-            self._entered = time.monotonic()
+            self._entered = now
 
     def __exit__(self, *exc: object) -> None:
         with self._cond:
@@ -146,17 +154,21 @@ class QueryPriority:
             now = time.monotonic()
             # on a loaded machine the rest of the search is slow too: stay quiet for at least
             # twice as long as the query embedding took
-            quiet = max(self.quiet_after_s, 2 * (now - self._entered))
+            quiet = min(max(self.quiet_after_s, 2 * (now - self._entered)), self.max_pause_s)
             self._quiet_until = max(self._quiet_until, now + quiet)
             self._cond.notify_all()
 
     def wait(self) -> None:
         with self._cond:
             while True:
+                now = time.monotonic()
                 if self._active:
-                    self._cond.wait(0.05)
+                    held = now - self._busy_since
+                    if held >= self.max_pause_s:
+                        return
+                    self._cond.wait(min(0.05, self.max_pause_s - held))
                     continue
-                left = self._quiet_until - time.monotonic()
+                left = self._quiet_until - now
                 if left <= 0:
                     return
                 self._cond.wait(left)
@@ -319,6 +331,10 @@ class LocalE5Provider(EmbeddingProvider):
                     raise
                 self._query_engine = "blas"  # e.g. a CPU without AVX2
         return "blas", self._model()
+
+    def search_priority(self) -> QueryPriority:
+        """Document embedding (every provider of this process) pauses while a search runs."""
+        return _priority
 
     def _embed_query_now(self, text: str, engine: str | None = None) -> Any:
         """`text`'s query vector from `engine` (default: the current query engine), a float32
