@@ -299,21 +299,38 @@ def spawn_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Po
 
 
 def read_event(proc: subprocess.Popen[str], timeout: float = 60.0) -> dict[str, Any]:
-    """The worker's next JSON event line (fails the test on EOF or timeout)."""
+    """The worker's next JSON event line (fails the test on EOF or timeout).
+
+    Reads the pipe's descriptor itself, keeping what follows a line for the next call: a
+    buffered `readline` may take two events at once, after which `select` would see nothing
+    left to read and wait for a line already read (a worker that sends two events back to back,
+    as `--pause-after` does, then timed out under load).
+    """
     import selectors
 
     assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    pending: bytearray = proc.__dict__.setdefault("_event_bytes", bytearray())
     sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
+    sel.register(fd, selectors.EVENT_READ)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if sel.select(timeout=max(0.0, deadline - time.monotonic())):
-            line = proc.stdout.readline()
-            if not line:
+    try:
+        while b"\n" not in pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"worker sent nothing in {timeout:.0f} s\n{_diagnose(proc)}")
+            if not sel.select(timeout=left):
+                continue
+            data = os.read(fd, 65536)
+            if not data:
                 err = proc.stderr.read() if proc.stderr else ""
                 raise AssertionError(f"worker exited ({proc.wait()}): {err[-2000:]}")
-            return dict(json.loads(line))
-    raise AssertionError(f"worker sent nothing in {timeout:.0f} s\n{_diagnose(proc)}")
+            pending += data
+    finally:
+        sel.close()
+    line, _, rest = bytes(pending).partition(b"\n")
+    pending[:] = rest
+    return dict(json.loads(line))
 
 
 def _diagnose(proc: subprocess.Popen[str]) -> str:
