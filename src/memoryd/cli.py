@@ -585,6 +585,8 @@ def _print_status(st: dict[str, Any]) -> None:
                 "vectors",
                 f"{vec['engine']}, searched with {vec['searchEngine']}"
                 + (f" ({vec['dims']} dims)" if vec.get("dims") else "")
+                + (f", queries embedded by {vec['queryEngine']}" if vec.get("queryEngine") else "")
+                + (f" ({vec['queryEngineProblem']})" if vec.get("queryEngineProblem") else "")
                 + (f" — {vec['loadError']}" if vec.get("loadError") else ""),
             )
         )

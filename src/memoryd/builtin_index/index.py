@@ -1373,6 +1373,8 @@ class MemoryIndex:
                 binding=vec.binding,
                 dims=self.store.vec_dims,
                 load_error=vec.load_error,
+                query_engine=self.provider.query_engine() if self.provider else None,
+                query_engine_problem=self.provider.query_engine_problem if self.provider else None,
             ),
             fts=FtsInfo(
                 available=self.store.fts_available,

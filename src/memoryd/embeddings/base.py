@@ -77,6 +77,13 @@ class EmbeddingProvider(abc.ABC):
         """A hint that `embed_query(text)` comes soon: a provider that can start it in the
         background (the local model) does; the call returns at once and never raises."""
 
+    #: Why the provider's preferred query engine could not be used (status reports it).
+    query_engine_problem: str | None = None
+
+    def query_engine(self) -> str | None:
+        """Which engine embeds this process's queries, for a provider that has several."""
+        return None
+
     def search_priority(self) -> AbstractContextManager[object]:
         """Held by a search while it runs: a provider whose document embedding shares the
         process's cores with it (the local model) pauses that work meanwhile."""
