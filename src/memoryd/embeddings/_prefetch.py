@@ -5,10 +5,18 @@ index and imports numpy, a warm one runs its keyword side. `start` embeds the qu
 on a daemon thread (the local engines release the GIL while they compute), `take` collects
 the vector, waiting for it if it is still under way. Used by the local model's engines
 (`local.LocalE5Provider.prefetch_query`); nothing here imports numpy.
+
+The threads are kept (at most `MAX_PREFETCHING`, started on first use, waiting on a queue
+between searches): starting a thread per search blocked the search 1.4–2.7 ms here, the
+caller's `Thread.start` waiting for the new thread to be scheduled after the other core had
+gone idle, where waking a waiting thread takes ~0.05 ms (`bench/bench_builtin_index.py`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import queue
 import threading
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -16,12 +24,15 @@ from typing import Any
 #: Prefetched vectors nobody took yet are dropped beyond this many (oldest first).
 MAX_PENDING = 8
 #: Prefetches embedding at once; past that a search embeds its own query when it gets to it
-#: (a burst of concurrent searches under `serve` does not start a thread each).
+#: (a burst of concurrent searches under `serve` does not queue behind each other's).
 MAX_PREFETCHING = 2
+THREAD_NAME = "memoryd-query-prefetch"
 
 _lock = threading.Lock()
 _pending: dict[Hashable, _Prefetch] = {}
 _slots = threading.BoundedSemaphore(MAX_PREFETCHING)
+_jobs: queue.SimpleQueue[tuple[_Prefetch, Callable[[], Any]]] = queue.SimpleQueue()
+_idle = 0  # prefetch threads waiting for a job nobody has claimed (at most MAX_PREFETCHING)
 
 
 class _Prefetch:
@@ -31,29 +42,42 @@ class _Prefetch:
 
 
 def start(key: Hashable, embed: Callable[[], Any]) -> None:
-    """Run `embed()` (loading its engine first if need be) in a daemon thread; `take(key)`
+    """Run `embed()` (loading its engine first if need be) on a prefetch thread; `take(key)`
     collects what it returns. (`embed` holds the provider's query priority itself.)
 
-    It embeds on its own thread only: the caller keeps the other core busy. A failure is left
-    for the taker, who embeds again and reports the real error.
+    At most `MAX_PREFETCHING` run at once: past that this does nothing, and the search embeds
+    its own query when it needs it. A failure is left for the taker, who embeds again and
+    reports the real error.
     """
+    global _idle
     with _lock:
         if key in _pending or not _slots.acquire(blocking=False):
             return
         while len(_pending) >= MAX_PENDING:
             del _pending[next(iter(_pending))]
         job = _pending[key] = _Prefetch()
+        # each prefetch in flight has a thread of its own (slots bound them to the threads)
+        spawn = _idle == 0
+        if not spawn:
+            _idle -= 1
+    _jobs.put((job, embed))
+    if spawn:
+        threading.Thread(target=_work, name=THREAD_NAME, daemon=True).start()
 
-    def run() -> None:
+
+def _work() -> None:
+    global _idle
+    while True:
+        job, embed = _jobs.get()
         try:
             job.vector = embed()
-        except Exception:  # the taker embeds again and reports the real error
-            job.vector = None
-        finally:
+        except BaseException:  # the taker embeds again and reports the real error
+            job.vector = None  # (and this thread lives on: `start` counts on it)
+        with _lock:
+            _idle += 1  # before the slot is free: the next prefetch finds this thread
+        with contextlib.suppress(ValueError):  # a test swapped the semaphore meanwhile
             _slots.release()
-            job.done.set()
-
-    threading.Thread(target=run, name="memoryd-query-prefetch", daemon=True).start()
+        job.done.set()
 
 
 def take(key: Hashable) -> Any:
@@ -64,3 +88,16 @@ def take(key: Hashable) -> Any:
         return None
     job.done.wait()
     return job.vector
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's threads: it starts its own, with a fresh queue."""
+    global _lock, _pending, _slots, _jobs, _idle
+    _lock = threading.Lock()
+    _pending = {}
+    _slots = threading.BoundedSemaphore(MAX_PREFETCHING)
+    _jobs = queue.SimpleQueue()
+    _idle = 0
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
