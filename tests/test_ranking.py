@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from memoryd.core.ranking import (
     Candidate,
@@ -22,6 +24,7 @@ from memoryd.core.ranking import (
     select_snippet,
     uncovered_window,
 )
+from memoryd.core.text import matched_terms, may_match, query_terms, word_set
 
 SCORES_ONLY = RankParams(
     vector_weight=1, text_weight=0, fusion="weighted", min_score=0, max_results=3
@@ -475,3 +478,55 @@ def test_a_cut_long_line_is_kept_whole_or_dropped() -> None:
     cut = "x" * 700  # one line of a longer paragraph: the snippet does not map to lines 1:1
     assert uncovered_window(cut + "\n" + cut, 5, 5, []) == (cut + "\n" + cut, 5, 5)
     assert uncovered_window(cut, 5, 5, [(5, 5)]) is None
+
+
+# Words that share stems, plurals, snake_case parts, possessives, CJK runs and mixed scripts:
+# the shapes `matched_terms` treats differently.
+_VOCAB = [
+    "deploy",
+    "deploying",
+    "deploys",
+    "note",
+    "notes",
+    "idle",
+    "server_idle_timeout",
+    "q4",
+    "Caroline's",
+    "caroline",
+    "api",
+    "APIs",
+    "budget",
+    "北京",
+    "会议",
+    "预算",
+    "北京开会",
+    "İstanbul",
+    "straße",
+    "the",
+    "and",
+    "run",
+    "runs",
+    "ab",
+    "x",
+]
+
+
+@given(
+    st.lists(st.sampled_from(_VOCAB), max_size=12),
+    st.lists(st.sampled_from(_VOCAB), min_size=1, max_size=4),
+    st.sampled_from([" ", "\n", ", ", "-", "_", "："]),
+)
+@example(["deploying"], ["deploys"], " ")  # by its stem only
+@example(["server_idle_timeout"], ["idle"], " ")  # a snake_case part
+@example(["北京开会"], ["北京"], " ")  # a CJK substring
+@example(["Caroline's", "notes"], ["caroline"], "\n")  # a possessive word, by its owner
+def test_may_match_never_skips_a_text_that_holds_a_term(
+    words: list[str], query_words: list[str], sep: str
+) -> None:
+    """Ranking and snippets skip a text's word set when `may_match` says no term can match:
+    that must only ever happen when `matched_terms` finds nothing."""
+    text = sep.join(words)
+    terms = query_terms(" ".join(query_words))
+    found = matched_terms(terms, text, word_set(text))
+    if found:
+        assert may_match(terms, text.lower())

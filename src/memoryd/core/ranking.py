@@ -20,6 +20,7 @@ from .text import (
     Script,
     estimate_tokens,
     matched_terms,
+    may_match,
     query_terms,
     script_of,
     word_set,
@@ -381,6 +382,8 @@ def _matched_terms(c: Candidate, terms: Sequence[str]) -> set[str]:
     if not terms:
         return set()
     if not c.words:
+        if not may_match(terms, c.text.lower()):
+            return set()
         c.words = word_set(c.text)
     return matched_terms(terms, c.text, c.words)
 
@@ -759,7 +762,8 @@ def select_snippet(
     terms = query_terms(query)
     hits: list[set[str]] = []
     for line in lines:
-        hits.append(matched_terms(terms, line, word_set(line)))
+        hit = may_match(terms, line.lower())
+        hits.append(matched_terms(terms, line, word_set(line)) if hit else set())
     n = len(lines)
     df = {t: sum(1 for h in hits if t in h) for t in terms}
     weight = {t: math.log(n / df[t]) if df[t] else 0.0 for t in terms}

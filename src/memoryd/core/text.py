@@ -389,6 +389,22 @@ def matched_terms(terms: Sequence[str], text: str, words: frozenset[str]) -> set
     return found
 
 
+def may_match(terms: Sequence[str], lowered: str) -> bool:
+    """Whether `matched_terms` can find any of `terms` in a text (`lowered`: the text lowercased).
+
+    Every match needs its term's key, the term itself or its stem (`_term_shape`), as a
+    substring of the lowered text: a word of `word_set` is a run of the lowered text (CJK
+    segmentation only adds spaces). So a text without any key holds no term, and its word set,
+    a regex pass over the text, need not be built: most lines of a chunk, and many chunks the
+    vector side found, hold none of the query's terms.
+    """
+    for term in terms:
+        cjk, stem = _term_shape(term)
+        if (term if cjk or stem is None else stem) in lowered:
+            return True
+    return False
+
+
 @lru_cache(maxsize=4096)
 def _term_shape(term: str) -> tuple[bool, str | None]:
     """(whether the term is CJK, matched as a substring; the prefix a longer word may extend,
