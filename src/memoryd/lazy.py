@@ -21,9 +21,11 @@ from __future__ import annotations
 import importlib.util
 import sys
 import threading
-from importlib.abc import Loader
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # at run time `importlib.abc` pulls in importlib.resources, ~13 ms cold
+    from importlib.abc import Loader
 
 __all__ = ["anyio", "numpy"]
 
