@@ -153,6 +153,12 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "out" / "cold_cli.json"))
     ap.add_argument("--baseline", help="a git revision whose src/ is timed alongside")
     args = ap.parse_args()
+    # bytecode for the code under test, as an install has it: with PYTHONDONTWRITEBYTECODE set
+    # (it is, in some sandboxes) a module edited since its last .pyc would be compiled again
+    # in every timed process (~26 ms for builtin_index/index.py), the baseline's never is
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(ROOT / "src" / "memoryd")], check=True
+    )
     root = Path(tempfile.mkdtemp(prefix="memoryd-cold-"))
     ws = workspace(root)
     env = {**os.environ, "MEMORYD_STATE_DIR": str(root / "state")}
