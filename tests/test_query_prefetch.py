@@ -11,6 +11,7 @@ query embeds as in sequence.
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -278,3 +279,25 @@ def test_prefetch_threads_are_kept_between_searches(fresh_engines: None) -> None
     assert len(set(threads)) <= _prefetch.MAX_PREFETCHING  # kept, not one per search
     names = [t.name for t in threading.enumerate()].count(_prefetch.THREAD_NAME)
     assert names <= _prefetch.MAX_PREFETCHING
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_a_forked_child_prefetches_on_threads_of_its_own(fresh_engines: None) -> None:
+    """The parent's prefetch threads do not exist in a forked child: a child that counted on
+    them would wait forever for its first prefetched vector."""
+    _prefetch.start(("parent", 0), lambda: "parent vector")
+    assert _prefetch.take(("parent", 0)) == "parent vector"  # the parent's thread now waits idle
+    pid = os.fork()
+    if pid == 0:  # the child: exit code 0 only if its own prefetch comes back
+        code = 1
+        try:
+            got: list[object] = []
+            _prefetch.start(("child", 0), lambda: "child vector")
+            t = threading.Thread(target=lambda: got.append(_prefetch.take(("child", 0))))
+            t.start()
+            t.join(10)
+            code = 0 if got == ["child vector"] else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
