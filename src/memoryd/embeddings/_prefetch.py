@@ -14,7 +14,6 @@ gone idle, where waking a waiting thread takes ~0.05 ms (`bench/bench_builtin_in
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import threading
@@ -31,7 +30,9 @@ THREAD_NAME = "memoryd-query-prefetch"
 _lock = threading.Lock()
 _pending: dict[Hashable, _Prefetch] = {}
 _slots = threading.BoundedSemaphore(MAX_PREFETCHING)
-_jobs: queue.SimpleQueue[tuple[_Prefetch, Callable[[], Any]]] = queue.SimpleQueue()
+_jobs: queue.SimpleQueue[tuple[_Prefetch, Callable[[], Any], threading.BoundedSemaphore]] = (
+    queue.SimpleQueue()
+)
 _idle = 0  # prefetch threads waiting for a job nobody has claimed (at most MAX_PREFETCHING)
 
 
@@ -51,7 +52,8 @@ def start(key: Hashable, embed: Callable[[], Any]) -> None:
     """
     global _idle
     with _lock:
-        if key in _pending or not _slots.acquire(blocking=False):
+        slots = _slots  # released by the thread that runs the job, whatever `_slots` is by then
+        if key in _pending or not slots.acquire(blocking=False):
             return
         while len(_pending) >= MAX_PENDING:
             del _pending[next(iter(_pending))]
@@ -60,7 +62,7 @@ def start(key: Hashable, embed: Callable[[], Any]) -> None:
         spawn = _idle == 0
         if not spawn:
             _idle -= 1
-    _jobs.put((job, embed))
+    _jobs.put((job, embed, slots))
     if spawn:
         threading.Thread(target=_work, name=THREAD_NAME, daemon=True).start()
 
@@ -68,15 +70,14 @@ def start(key: Hashable, embed: Callable[[], Any]) -> None:
 def _work() -> None:
     global _idle
     while True:
-        job, embed = _jobs.get()
+        job, embed, slots = _jobs.get()
         try:
             job.vector = embed()
         except BaseException:  # the taker embeds again and reports the real error
             job.vector = None  # (and this thread lives on: `start` counts on it)
         with _lock:
             _idle += 1  # before the slot is free: the next prefetch finds this thread
-        with contextlib.suppress(ValueError):  # a test swapped the semaphore meanwhile
-            _slots.release()
+        slots.release()
         job.done.set()
 
 
