@@ -8,6 +8,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from memoryd.core import text as text_mod
 from memoryd.core.ranking import (
     Candidate,
     RankParams,
@@ -530,3 +531,20 @@ def test_may_match_never_skips_a_text_that_holds_a_term(
     found = matched_terms(terms, text, word_set(text))
     if found:
         assert may_match(terms, text.lower())
+
+
+def _regex_word_set(text: str) -> frozenset[str]:
+    """`word_set` as the regex defines it, for every text (the fast path is for ASCII)."""
+    lowered = text_mod.segment_for_fts(text.lower())
+    words = set(text_mod._SPLIT_WORD.findall(lowered)) - text_mod.STOPWORDS
+    for w in [w for w in words if "_" in w]:
+        words.update(p for p in w.split("_") if p and p not in text_mod.STOPWORDS)
+    return frozenset(words)
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=80))
+@example("Deploy_Server's IDLE-timeout: 30s; it's 'quoted' (v2.1) [x] {y} @z #1 ~a `b` \\c")
+@example("_ _a a_ __init__ DON'T 0x1F\t\n\r\x00\x7f")
+def test_ascii_word_sets_are_the_regexs_words(text: str) -> None:
+    """The byte-translation path gives exactly the words `_SPLIT_WORD` finds."""
+    assert word_set(text) == _regex_word_set(text)

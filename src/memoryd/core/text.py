@@ -345,14 +345,29 @@ def trigram_terms(query: str) -> list[str]:
     return list(out)
 
 
+#: ASCII bytes → what `word_set` splits them into: a word character (`_SPLIT_WORD` on ASCII:
+#: letters, digits, `_`, `'`) lowercased, anything else a space
+_ASCII_WORD_BYTES = bytes(
+    (c | 0x20 if 65 <= c <= 90 else c) if (chr(c).isalnum() and c < 128) or c in b"_'" else 32
+    for c in range(256)
+)
+
+
 def word_set(text: str) -> frozenset[str]:
     """Lowercased words (CJK split per character) for Jaccard similarity and term coverage.
 
     A snake_case identifier also contributes its parts, as FTS5's tokenizer splits it there:
     `server_idle_timeout` holds `idle`, or coverage would miss what BM25 matched.
+
+    ASCII text (most notes) is split by one byte translation and `split` instead of the regex:
+    the same words (a test holds it) in a third of the time; a search splits ~40 chunks.
     """
-    lowered = segment_for_fts(text.lower())
-    words = set(_SPLIT_WORD.findall(lowered))
+    if text.isascii():
+        lowered = text
+        words = set(text.encode("ascii").translate(_ASCII_WORD_BYTES).decode("ascii").split())
+    else:
+        lowered = segment_for_fts(text.lower())
+        words = set(_SPLIT_WORD.findall(lowered))
     words -= STOPWORDS
     if "_" in lowered:
         for w in [w for w in words if "_" in w]:
