@@ -1,0 +1,116 @@
+"""The in-memory KNN's product on two cores (`builtin_index._matvec`): the same numbers as one
+product, a kept helper, nothing shared between concurrent searches, and a forked child's own."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+from memoryd.builtin_index import _matvec
+from memoryd.builtin_index._matvec import SPLIT_MIN_ELEMENTS, matvec
+
+DIMS = 384
+SPLIT_ROWS = SPLIT_MIN_ELEMENTS // DIMS + 1  # the fewest rows that are split
+
+
+@pytest.fixture(autouse=True)
+def one_blas_thread() -> Iterator[None]:
+    """As in memoryd's processes (`embeddings.local._limit_blas_threads`)."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
+def _data(rows: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    m = rng.standard_normal((rows, DIMS)).astype(np.float32)
+    return m, rng.standard_normal(DIMS).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "rows", [1, 7, SPLIT_ROWS - 1, SPLIT_ROWS, SPLIT_ROWS + 1, SPLIT_ROWS + 63, 12_685, 30_001]
+)
+def test_every_score_is_bit_for_bit_the_unsplit_products(rows: int) -> None:
+    """A split off a block boundary changed the last rows of each half by ~1e-6, enough to
+    reorder near-ties; the split is block-aligned so that nothing changes."""
+    m, v = _data(rows, rows)
+    got = matvec(m, v)
+    assert got.dtype == np.float32 and got.shape == (rows,)
+    assert np.array_equal(got, m @ v)
+
+
+def test_the_helper_is_kept_and_large_products_are_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[int, str]] = []
+    real = np.matmul
+
+    def spy(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+        seen.append((a.shape[0], threading.current_thread().name))
+        return real(a, b, out=out)
+
+    monkeypatch.setattr(_matvec.np, "matmul", spy)
+    m, v = _data(12_685)
+    for _ in range(5):
+        matvec(m, v)
+    assert len(seen) == 10  # two halves each time
+    assert sum(rows for rows, _ in seen[:2]) == 12_685
+    assert {name for _, name in seen} == {_matvec.THREAD_NAME, threading.current_thread().name}
+    helpers = [t.name for t in threading.enumerate()].count(_matvec.THREAD_NAME)
+    assert helpers == 1
+    seen.clear()
+    small, v = _data(SPLIT_ROWS - 1)
+    matvec(small, v)
+    assert seen == []  # whole, on the caller's thread (`@`, not the split's `np.matmul`)
+
+
+def test_concurrent_searches_each_get_their_own_scores() -> None:
+    """One helper serves one search: the others compute alone, none sees another's numbers."""
+    data = [_data(9_000 + 64 * i, i) for i in range(6)]
+    want = [m @ v for m, v in data]
+    got: dict[int, list[np.ndarray]] = {i: [] for i in range(6)}
+    start = threading.Barrier(6)
+
+    def search(i: int) -> None:
+        start.wait()
+        for _ in range(20):
+            got[i].append(matvec(*data[i]))
+
+    threads = [threading.Thread(target=search, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for i in range(6):
+        assert len(got[i]) == 20 and all(np.array_equal(g, want[i]) for g in got[i])
+
+
+def test_a_failing_half_raises_in_the_caller_and_the_helper_lives_on() -> None:
+    m, _ = _data(12_685)
+    with pytest.raises(ValueError):
+        matvec(m, np.ones(DIMS + 1, dtype=np.float32))
+    m, v = _data(12_685, 1)
+    assert np.array_equal(matvec(m, v), m @ v)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX-only")
+def test_a_forked_child_splits_on_a_helper_of_its_own() -> None:
+    """The parent's helper does not exist in a forked child: one that counted on it would wait
+    forever for its first half."""
+    m, v = _data(12_685)
+    matvec(m, v)  # the parent's helper now waits idle
+    pid = os.fork()
+    if pid == 0:  # the child: exit code 0 only if its product comes back right
+        code = 1
+        try:
+            got: list[np.ndarray] = []
+            t = threading.Thread(target=lambda: got.append(matvec(m, v)), daemon=True)
+            t.start()
+            t.join(10)
+            code = 0 if got and np.array_equal(got[0], m @ v) else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
