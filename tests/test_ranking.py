@@ -25,7 +25,7 @@ from memoryd.core.ranking import (
     select_snippet,
     uncovered_window,
 )
-from memoryd.core.text import matched_terms, may_match, query_terms, word_set
+from memoryd.core.text import matched_terms, may_match, query_terms, text_terms, word_set
 
 SCORES_ONLY = RankParams(
     vector_weight=1, text_weight=0, fusion="weighted", min_score=0, max_results=3
@@ -548,3 +548,40 @@ def _regex_word_set(text: str) -> frozenset[str]:
 def test_ascii_word_sets_are_the_regexs_words(text: str) -> None:
     """The byte-translation path gives exactly the words `_SPLIT_WORD` finds."""
     assert word_set(text) == _regex_word_set(text)
+
+
+_TEXT_VOCAB = [
+    *_VOCAB,
+    "there",  # a stopword that `ther…` stems would prefix
+    "these",
+    "other",
+    "deploy_the_runs",  # snake_case with a stopword part
+    "__init__",
+    "_",
+    "x_",
+    "notes'",
+    "ab'c",
+    "DEPLOYING",
+    "naïve",
+]
+
+
+@given(
+    st.lists(st.sampled_from(_TEXT_VOCAB), max_size=14),
+    st.lists(st.sampled_from([*_TEXT_VOCAB, "ther", "deplo", "thes"]), min_size=1, max_size=4),
+    st.sampled_from([" ", "\n", ", ", "-", "_", "'", ".", "："]),
+)
+@example(["there"], ["ther"], " ")  # a stem only a stopword starts
+@example(["there", "thermal"], ["ther"], " ")
+@example(["deploy_the_runs"], ["the"], " ")  # a stopword part
+@example(["server_idle_timeout"], ["idle"], " ")  # a snake_case part
+@example(["server_idle_timeout"], ["server_idle_timeout"], " ")  # the whole identifier
+@example(["Caroline's", "notes"], ["caroline"], "\n")
+@example(["notes'"], ["notes"], " ")
+def test_text_terms_are_what_the_word_set_matches(
+    words: list[str], query_words: list[str], sep: str
+) -> None:
+    """Ranking and snippets match terms without building word sets: the same terms."""
+    text = sep.join(words)
+    terms = query_terms(" ".join(query_words))
+    assert text_terms(terms, text) == matched_terms(terms, text, word_set(text))

@@ -20,9 +20,9 @@ from .text import (
     Script,
     estimate_tokens,
     matched_terms,
-    may_match,
     query_terms,
     script_of,
+    text_terms,
     word_set,
 )
 
@@ -381,10 +381,8 @@ def _relative_scores(
 def _matched_terms(c: Candidate, terms: Sequence[str]) -> set[str]:
     if not terms:
         return set()
-    if not c.words:
-        if not may_match(terms, c.text.lower()):
-            return set()
-        c.words = word_set(c.text)
+    if not c.words:  # a vector-side candidate: its word set would serve only this
+        return text_terms(terms, c.text)
     return matched_terms(terms, c.text, c.words)
 
 
@@ -760,10 +758,7 @@ def select_snippet(
     if len(text) <= max_chars:
         return text, start_line, end_line
     terms = query_terms(query)
-    hits: list[set[str]] = []
-    for line in lines:
-        hit = may_match(terms, line.lower())
-        hits.append(matched_terms(terms, line, word_set(line)) if hit else set())
+    hits = [text_terms(terms, line) for line in lines]
     n = len(lines)
     df = {t: sum(1 for h in hits if t in h) for t in terms}
     weight = {t: math.log(n / df[t]) if df[t] else 0.0 for t in terms}

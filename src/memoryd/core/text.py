@@ -404,6 +404,44 @@ def matched_terms(terms: Sequence[str], text: str, words: frozenset[str]) -> set
     return found
 
 
+def text_terms(terms: Sequence[str], text: str) -> set[str]:
+    """`matched_terms(terms, text, word_set(text))`, without the word set where it can.
+
+    Ranking asks this of each vector-side candidate and snippets of each line, ~40 chunks'
+    worth of text a search, and need nothing else of the words. ASCII text (most notes) is
+    translated once as `word_set` splits it (word characters lowercased, the rest spaces) and
+    each term looked up as ` term ` (whole word) or ` stem` (a word it starts), the word found
+    checked against the stopwords `word_set` drops; snake_case parts are the same text with
+    `_` as a space. A test holds it equal to `matched_terms` on arbitrary texts and queries.
+    """
+    if not text.isascii():
+        if not may_match(terms, text.lower()):
+            return set()
+        return matched_terms(terms, text, word_set(text))
+    flat = " " + text.encode("ascii").translate(_ASCII_WORD_BYTES).decode("ascii") + " "
+    views = (flat, flat.replace("_", " ")) if "_" in flat else (flat,)
+    found: set[str] = set()
+    for term in terms:
+        cjk, stem = _term_shape(term)
+        if cjk:
+            continue  # a CJK term is never in ASCII text
+        if _holds_word(views, f" {term} ") or (stem is not None and _holds_word(views, f" {stem}")):
+            found.add(term)
+    return found
+
+
+def _holds_word(views: tuple[str, ...], needle: str) -> bool:
+    """Whether a word of `views` (space-separated, space-padded) matches `needle` (` word ` or
+    ` prefix`) and is no stopword."""
+    for view in views:
+        at = view.find(needle)
+        while at >= 0:
+            if view[at + 1 : view.index(" ", at + 1)] not in STOPWORDS:
+                return True
+            at = view.find(needle, at + 1)
+    return False
+
+
 def may_match(terms: Sequence[str], lowered: str) -> bool:
     """Whether `matched_terms` can find any of `terms` in a text (`lowered`: the text lowercased).
 
