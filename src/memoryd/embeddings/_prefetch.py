@@ -81,6 +81,12 @@ def _work() -> None:
         job.done.set()
 
 
+def running(key: Hashable) -> bool:
+    """Whether the prefetch of `key` is still under way (False once done, or if none is)."""
+    job = _pending.get(key)  # one dict read: no lock needed
+    return job is not None and not job.done.is_set()
+
+
 def take(key: Hashable) -> Any:
     """The prefetched vector for `key` (waiting for it if under way), or None if none was."""
     with _lock:

@@ -77,6 +77,11 @@ class EmbeddingProvider(abc.ABC):
         """A hint that `embed_query(text)` comes soon: a provider that can start it in the
         background (the local model) does; the call returns at once and never raises."""
 
+    def query_in_flight(self, text: str) -> bool:
+        """Whether a prefetched embedding of `text` is still being computed: a search may do
+        other work until it is in. False where nothing is prefetched."""
+        return False
+
     #: Why the provider's preferred query engine could not be used (status reports it).
     query_engine_problem: str | None = None
 

@@ -377,6 +377,12 @@ class LocalE5Provider(EmbeddingProvider):
         # keyed by model and text, not engine: every engine computes this model's vector
         _prefetch.start((path, text), embed)
 
+    def query_in_flight(self, text: str) -> bool:
+        try:
+            return _prefetch.running((self._weights(), text))
+        except EmbeddingError:
+            return False
+
     @staticmethod
     def _run_prepared(enc: Any, prepared: Any) -> Any:
         with _priority:
