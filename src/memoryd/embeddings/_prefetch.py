@@ -87,13 +87,22 @@ def running(key: Hashable) -> bool:
     return job is not None and not job.done.is_set()
 
 
-def take(key: Hashable) -> Any:
-    """The prefetched vector for `key` (waiting for it if under way), or None if none was."""
+#: What `take` returns when its `timeout` passed first (the prefetch stays for a later take).
+NOT_YET: Any = object()
+
+
+def take(key: Hashable, timeout: float | None = None) -> Any:
+    """The prefetched vector for `key` (waiting for it if under way, at most `timeout`
+    seconds), None if none was prefetched, or `NOT_YET` if the timeout passed first."""
     with _lock:
-        job = _pending.pop(key, None)
+        job = _pending.get(key)
     if job is None:
         return None
-    job.done.wait()
+    if not job.done.wait(timeout):
+        return NOT_YET
+    with _lock:
+        if _pending.get(key) is job:
+            del _pending[key]
     return job.vector
 
 
