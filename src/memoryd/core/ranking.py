@@ -140,19 +140,26 @@ def path_match_level(query: str, path: str) -> int:
     A stem only counts when it is the whole query (`projects`, `2026-02-10`): a stem that merely
     appears among other words ("home network setup") is ordinary text, not a file reference.
     """
-    q = query.strip().lower()
+    q, spaced, tokens, bare = _query_path_forms(query)
     p = path.lower()
     if not q:
         return 0
-    if q == p or q.endswith("/" + p) or f" {p}" in f" {q} ".replace("`", " "):
+    if q == p or q.endswith("/" + p) or f" {p}" in spaced:
         return 3
     name, stem = _name_and_stem(p)
-    tokens = set(PATH_TOKEN.findall(q))
     if name in tokens:
         return 2
-    if len(stem) >= 3 and q.strip("`'\" ") == stem:
+    if len(stem) >= 3 and bare == stem:
         return 1
     return 0
+
+
+@lru_cache(maxsize=256)
+def _query_path_forms(query: str) -> tuple[str, str, frozenset[str], str]:
+    """What `path_match_level` compares every candidate's path with, worked out once per query:
+    the lowered query, it spaced (backticks as spaces), its path tokens, it bare of quotes."""
+    q = query.strip().lower()
+    return q, f" {q} ".replace("`", " "), frozenset(PATH_TOKEN.findall(q)), q.strip("`'\" ")
 
 
 @lru_cache(maxsize=8192)
@@ -398,8 +405,14 @@ def _named_terms(c: Candidate, terms: Sequence[str]) -> set[str]:
     """
     if not terms:
         return set()
-    words = _name_words(c.path)
-    return matched_terms(terms, " ".join(words), words) if words else set()
+    return set(_named(tuple(terms), c.path))
+
+
+@lru_cache(maxsize=4096)
+def _named(terms: tuple[str, ...], path: str) -> frozenset[str]:
+    # a search asks it of every candidate, and a file's chunks share their path
+    words = _name_words(path)
+    return frozenset(matched_terms(terms, " ".join(words), words)) if words else frozenset()
 
 
 @lru_cache(maxsize=8192)
