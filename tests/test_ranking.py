@@ -12,6 +12,7 @@ from memoryd.core import text as text_mod
 from memoryd.core.ranking import (
     Candidate,
     RankParams,
+    _matched_terms,
     age_in_days,
     auto_text_weight,
     continue_snippet,
@@ -585,3 +586,13 @@ def test_text_terms_are_what_the_word_set_matches(
     text = sep.join(words)
     terms = query_terms(" ".join(query_words))
     assert text_terms(terms, text) == matched_terms(terms, text, word_set(text))
+
+
+def test_terms_noted_ahead_serve_their_query_only() -> None:
+    """A search notes its keyword hits' terms while the query embeds; ranking uses the note
+    for that query's terms, and works them out afresh for any other."""
+    c = Candidate(1, "memory/a.md", "memory", 1, 1, "Deploying to fly.io on Friday")
+    assert _matched_terms(c, query_terms("deploy friday")) == {"deploy", "friday"}
+    c.matched = (("deploy", "friday"), frozenset({"friday"}))  # believed, not recomputed
+    assert _matched_terms(c, ["deploy", "friday"]) == {"friday"}
+    assert _matched_terms(c, ["fly"]) == {"fly"}

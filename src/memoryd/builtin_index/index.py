@@ -63,8 +63,8 @@ from ..core.text import (
     fts_match_expression,
     query_terms,
     script_of,
+    text_terms,
     trigram_terms,
-    word_set,
 )
 from ..embeddings.base import EmbeddingProvider, ProviderSelection
 from ..embeddings.shipped import reference_key, shipped_vectors
@@ -221,8 +221,9 @@ SPARE_RESULTS = 4
 #: (`prefetch_query`), then merges both as if run one after the other (bench_builtin_index.py
 #: times it against the sequential order).
 OVERLAP_QUERY_EMBEDDING = True
-#: While the query embeds, the keyword side's rows are read and their words split too (not
-#: only its candidates found): bench_builtin_index.py times it against the previous split.
+#: While the query embeds, the keyword side's rows are read and the query terms each holds
+#: found too (not only its candidates): bench_builtin_index.py times it against the previous
+#: split.
 PREPARE_KEYWORD_ROWS_EARLY = True
 #: If the query is still embedding after that, the best keyword hits' snippets are chosen
 #: while it does (at most this many, checking between each): a result among them needs no
@@ -968,13 +969,14 @@ class MemoryIndex:
         vectors = vectors and not no_vectors_yet
         early: tuple[dict[int, Candidate], list[int]] | None = None
         early_version: tuple[int, int] | None = None
-        early_rows: dict[int, tuple[ChunkRow, frozenset[str]]] = {}
+        early_rows: dict[int, tuple[ChunkRow, frozenset[str]]] = {}  # row, query terms it holds
+        early_terms: tuple[str, ...] = ()
         speculative: dict[int, tuple[str, int, int]] = {}
         if vectors and effective == "hybrid" and OVERLAP_QUERY_EMBEDDING:
             # Nothing of the keyword side needs the vector: while the query embeds on another
-            # thread, find its candidates, read their rows, split their words (what ranking
-            # matches query terms against) and count the query terms' chunks, so that only
-            # the vector side's own candidates are left for after.
+            # thread, find its candidates, read their rows, find the query terms each holds
+            # (what ranking weighs) and count the query terms' chunks, so that only the vector
+            # side's own candidates are left for after.
             self.prefetch_query(query)
             store = self.store
             early_version = store.version
@@ -983,7 +985,11 @@ class MemoryIndex:
             early = early_kw, self._path_candidates(store, query)
             if PREPARE_KEYWORD_ROWS_EARLY:
                 rows_now = store.chunk_rows([*early_kw, *early[1]])
-                early_rows = {cid: (row, word_set(row.text)) for cid, row in rows_now.items()}
+                early_terms = tuple(query_terms(query))
+                early_rows = {
+                    cid: (row, frozenset(text_terms(early_terms, row.text)))
+                    for cid, row in rows_now.items()
+                }
                 self._term_chunks(store, query)
                 speculative = self._snippets_while_embedding(query, early_kw, early_rows)
         if vectors:
@@ -1031,7 +1037,8 @@ class MemoryIndex:
         for cid, c in cands.items():
             row = rows.get(cid)
             if row is None and cid in early_rows:
-                row, c.words = early_rows[cid]
+                row, matched = early_rows[cid]
+                c.matched = (early_terms, matched)
             if row is None or row.source not in allowed_sources:
                 continue
             c.path, c.source, c.start_line, c.end_line, c.text, c.mtime = (

@@ -51,6 +51,9 @@ class Candidate:
     path_level: int = 0  # 3 exact path, 2 basename, 1 stem
     score: float = 0.0
     words: frozenset[str] = field(default_factory=frozenset)
+    #: (query terms, those the chunk holds) when worked out ahead: a search does it for its
+    #: keyword hits while the query embeds (`MemoryIndex._search_synced`)
+    matched: tuple[tuple[str, ...], frozenset[str]] | None = None
 
 
 @record
@@ -388,6 +391,8 @@ def _relative_scores(
 def _matched_terms(c: Candidate, terms: Sequence[str]) -> set[str]:
     if not terms:
         return set()
+    if c.matched is not None and c.matched[0] == tuple(terms):
+        return set(c.matched[1])
     if not c.words:  # a vector-side candidate: its word set would serve only this
         return text_terms(terms, c.text)
     return matched_terms(terms, c.text, c.words)
