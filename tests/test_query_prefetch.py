@@ -307,6 +307,47 @@ async def test_keywords_are_searched_again_if_the_index_changed_meanwhile(
     assert out.results and out.results[0].path == "memory/vet.md"
 
 
+@pytest.mark.anyio
+async def test_an_index_search_starts_its_query_embedding_before_its_sync(
+    index: object, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`MemoryIndex.search` prefetches first thing, as the service does: before it syncs a
+    changed workspace, and once (the search's own prefetch finds it started and does not
+    tokenize the query again). A keyword-only search embeds nothing."""
+    idx = index
+    await idx.search("warm up")  # type: ignore[attr-defined]  # the encoder loaded, as when warm
+    order: list[str] = []
+    real_start, real_sync = _prefetch.start, idx.sync  # type: ignore[attr-defined]
+    prepared: list[str] = []
+    real_prepare = _e5_ort.OrtQueryEncoder.prepare
+
+    def start(key: tuple[str, str], embed: object) -> None:
+        order.append(f"prefetch {key[1]}")
+        real_start(key, embed)  # type: ignore[arg-type]
+
+    async def sync(**kw: object) -> object:
+        order.append("sync")
+        return await real_sync(**kw)
+
+    def prepare(self: _e5_ort.OrtQueryEncoder, text: str) -> object:
+        prepared.append(text)
+        return real_prepare(self, text)
+
+    monkeypatch.setattr(_prefetch, "start", start)
+    monkeypatch.setattr(idx, "sync", sync)
+    monkeypatch.setattr(_e5_ort.OrtQueryEncoder, "prepare", prepare)
+    (workspace / "memory" / "vet.md").write_text("# Vet\n- The zebra clinic moved.\n")
+    idx.dirty = True  # type: ignore[attr-defined]
+    out = await idx.search("zebra clinic")  # type: ignore[attr-defined]
+    assert out.mode == "hybrid" and out.results[0].path == "memory/vet.md"
+    assert order[:2] == ["prefetch zebra clinic", "sync"]
+    assert order.count("prefetch zebra clinic") == 1 and prepared.count("zebra clinic") == 1
+    order.clear()
+    idx._query_cache.clear()  # type: ignore[attr-defined]
+    await idx.search("zebra clinic", mode="keyword")  # type: ignore[attr-defined]
+    assert "prefetch zebra clinic" not in order
+
+
 def test_running_says_whether_a_prefetch_is_still_under_way(fresh_engines: None) -> None:
     release = threading.Event()
     _prefetch.start(("k", 1), lambda: release.wait(10) and "vector")

@@ -221,6 +221,8 @@ SPARE_RESULTS = 4
 #: (`prefetch_query`), then merges both as if run one after the other (bench_builtin_index.py
 #: times it against the sequential order).
 OVERLAP_QUERY_EMBEDDING = True
+#: `search` starts the query's embedding first thing (see there).
+EARLY_PREFETCH = True
 #: While the query embeds, the keyword side's rows are read and the query terms each holds
 #: found too (not only its candidates): bench_builtin_index.py times it against the previous
 #: split.
@@ -936,6 +938,12 @@ class MemoryIndex:
             raise InvalidInput("query must not be empty")
         if self.unavailable:
             raise ProviderUnavailable(self.unavailable)
+        if EARLY_PREFETCH and (mode or "hybrid") != "keyword":
+            # the query's embedding starts before anything else (the sync check, the search's
+            # own setup), as `MemoryService.search` starts it before its sync: what runs before
+            # the prefetch runs before the encoder. A vector not used after all (vectors not
+            # usable in this index, or a keyword-only config) is dropped.
+            self.prefetch_query(query)
         if self.dirty and self.cfg.sync.on_search:
             with inline.move_on_after(self.cfg.sync.search_wait_ms / 1000):
                 await self.sync(embed=False, allow_reindex=False, sessions=False)

@@ -81,6 +81,11 @@ def _work() -> None:
         job.done.set()
 
 
+def pending(key: Hashable) -> bool:
+    """Whether a prefetch of `key` was started and not taken yet (under way or done)."""
+    return key in _pending
+
+
 def running(key: Hashable) -> bool:
     """Whether the prefetch of `key` is still under way (False once done, or if none is)."""
     job = _pending.get(key)  # one dict read: no lock needed

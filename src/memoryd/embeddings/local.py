@@ -371,6 +371,8 @@ class LocalE5Provider(EmbeddingProvider):
             path = self._weights()
         except EmbeddingError:
             return
+        if _prefetch.pending((path, text)):
+            return  # already started (and tokenized) by an earlier call for this search
         embed: Callable[[], Any] = functools.partial(self._embed_query_now, text, engine)
         if engine == "onnx":
             from . import _e5_ort
