@@ -86,3 +86,17 @@ def test_the_shared_init_behaves_like_the_generated_one() -> None:
         copy.copy(Derived(2)) == Derived(2)
         and pickle.loads(pickle.dumps(Derived(2, [1]))).total == 3
     )
+
+
+@given(st.integers(-3, 3), st.sampled_from("ab"), st.sampled_from(["", "n"]))
+def test_every_field_given_positionally_is_the_generated_init(x: int, y: str, note: str) -> None:
+    """The shared `__init__`'s shortcut (every field positional, nothing else to run) sets
+    what the generated `__init__` does, and still refuses a call it would refuse."""
+    ours, theirs = Point(x, y, note, "s", 1.0), Twin(x, y, note, "s", 1.0)
+    assert [getattr(ours, f.name) for f in dataclasses.fields(Point)] == [
+        getattr(theirs, f.name) for f in dataclasses.fields(Twin)
+    ]
+    assert ours == Point(x=x, y=y, note=note, secret="s", weight=1.0)
+    for bad in (lambda: Point(x, y, note, "s", 1.0, 2), lambda: Point(x, y, note, "s", 1.0, y="b")):
+        with pytest.raises(TypeError):
+            bad()

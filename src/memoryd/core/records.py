@@ -61,13 +61,28 @@ def _default(f: dataclasses.Field[Any]) -> Any:
     return dataclasses.MISSING
 
 
+#: Per class: the field names, when a call giving each of them positionally is all `__init__`
+#: has to do (no field outside `__init__`, no `__post_init__`); None otherwise.
+_POSITIONAL: Final[dict[type[Any], tuple[str, ...] | None]] = {}
+
+
 def dataclass_init(self: Any, *args: Any, **kwargs: Any) -> None:
     """The dataclass `__init__`, for any dataclass (frozen or not): positional or keyword
-    arguments, defaults, a fresh value from each factory, then `__post_init__`."""
+    arguments, defaults, a fresh value from each factory, then `__post_init__`.
+
+    A call that gives every field positionally, to a class with nothing else to do, only sets
+    them: a search builds ~50 rows so (`ChunkRow(*row)`), at ~1 µs each instead of ~8 µs."""
     cls = type(self)
     if cls not in _INIT:
         every = dataclasses.fields(cls)
         _INIT[cls] = (tuple(f for f in every if f.init), tuple(f for f in every if not f.init))
+        plain = not _INIT[cls][1] and not hasattr(cls, "__post_init__")
+        _POSITIONAL[cls] = tuple(f.name for f in _INIT[cls][0]) if plain else None
+    names = _POSITIONAL[cls]
+    if names is not None and not kwargs and len(args) == len(names):
+        for name, value in zip(names, args, strict=True):
+            object.__setattr__(self, name, value)
+        return
     takes, rest = _INIT[cls]
     if len(args) > len(takes):
         raise TypeError(f"{cls.__name__}() takes {len(takes)} positional arguments")
