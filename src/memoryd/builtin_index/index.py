@@ -1130,9 +1130,12 @@ class MemoryIndex:
         rows: dict[int, tuple[ChunkRow, frozenset[str]]],
     ) -> dict[int, tuple[str, int, int]]:
         """The best keyword hits' snippets, chosen while the query still embeds on another
-        thread: time the search would otherwise spend waiting for the vector. Stops as soon as
-        the vector is in (checked between snippets, ~0.1 ms each), so it delays nothing by more
-        than one snippet; what it did not reach is chosen after ranking, as before."""
+        thread: time the search would otherwise spend waiting for the vector. Stops once the
+        vector is in (checked between snippets, ~0.06 ms each). The prefetch thread needs the
+        GIL to hand the vector over, which this holds between checks, so the vector may wait
+        for the last snippets: at most SPECULATIVE_SNIPPETS of them (~0.5 ms; letting go of
+        the GIL between them measured no better, docs/performance.md round 11). What it did
+        not reach is chosen after ranking, as before."""
         out: dict[int, tuple[str, int, int]] = {}
         provider = self.provider
         if provider is None or SPECULATIVE_SNIPPETS <= 0:
