@@ -353,6 +353,11 @@ _ASCII_WORD_BYTES = bytes(
 )
 
 
+def _ascii_flat(text: str) -> str:
+    """ASCII `text` as `word_set` splits it: word characters lowercased, the rest spaces."""
+    return text.encode("ascii").translate(_ASCII_WORD_BYTES).decode("ascii")
+
+
 def word_set(text: str) -> frozenset[str]:
     """Lowercased words (CJK split per character) for Jaccard similarity and term coverage.
 
@@ -364,7 +369,7 @@ def word_set(text: str) -> frozenset[str]:
     """
     if text.isascii():
         lowered = text
-        words = set(text.encode("ascii").translate(_ASCII_WORD_BYTES).decode("ascii").split())
+        words = set(_ascii_flat(text).split())
     else:
         lowered = segment_for_fts(text.lower())
         words = set(_SPLIT_WORD.findall(lowered))
@@ -418,7 +423,7 @@ def text_terms(terms: Sequence[str], text: str) -> set[str]:
         if not may_match(terms, text.lower()):
             return set()
         return matched_terms(terms, text, word_set(text))
-    flat = " " + text.encode("ascii").translate(_ASCII_WORD_BYTES).decode("ascii") + " "
+    flat = f" {_ascii_flat(text)} "
     views = (flat, flat.replace("_", " ")) if "_" in flat else (flat,)
     found: set[str] = set()
     for term in terms:

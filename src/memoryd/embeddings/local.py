@@ -99,6 +99,12 @@ COLLECT_PREFETCH_ON_LOOP = True
 PREFETCH_WAIT_ON_LOOP_S = 0.025
 
 
+def _query_vector(buf: Any, dtype: Any) -> Vector:
+    """A query engine's output buffer as the L2-normalized vector `embed_query` returns."""
+    out: Vector = l2_normalize(np.frombuffer(buf, dtype=dtype)[None, :])[0]
+    return out
+
+
 def default_threads() -> int:
     """Every core this process may use, capped at MAX_DEFAULT_THREADS."""
     try:
@@ -405,9 +411,7 @@ class LocalE5Provider(EmbeddingProvider):
             buf = _prefetch.take((self._weights(), text))
         if buf is None:
             buf = self._embed_query_now(text, engine)
-        vec = np.frombuffer(buf, dtype=dtype)
-        out: Vector = l2_normalize(vec[None, :])[0]
-        return out
+        return _query_vector(buf, dtype)
 
     def _docs_sync(
         self,
@@ -456,8 +460,7 @@ class LocalE5Provider(EmbeddingProvider):
             with contextlib.suppress(EmbeddingError):
                 buf = _prefetch.take((self._weights(), text), PREFETCH_WAIT_ON_LOOP_S)
                 if buf is not None and buf is not _prefetch.NOT_YET:
-                    out: Vector = l2_normalize(np.frombuffer(buf, dtype=np.float32)[None, :])[0]
-                    return out
+                    return _query_vector(buf, np.float32)
         return await inline.run_sync(self._query_sync, text, engine)
 
     async def embed_documents(self, texts: Sequence[str]) -> Matrix:
