@@ -108,6 +108,40 @@ def test_a_prefetch_holds_document_embedding_back_like_a_query(
     assert np.allclose(vec, anyio.run(p.embed_query, "anything"), atol=1e-6)
 
 
+def test_start_can_wait_for_the_thread_to_begin(fresh_engines: None) -> None:
+    # a search hands the GIL-free encoder over and waits for it to start, rather than hold
+    # the GIL with its keyword side while the prefetch thread waits for it
+    release = threading.Event()
+    for i in range(20):
+        _prefetch.start(("k", i), lambda: release.wait(10) and "vector", wait_started=5.0)
+        assert _prefetch._pending[("k", i)].started.is_set()
+        release.set()
+        assert _prefetch.take(("k", i), 5) == "vector"
+        release.clear()
+
+
+@pytest.mark.parametrize("tokenized", [True, False])
+def test_a_tokenized_prefetch_waits_for_its_thread_to_start(
+    fresh_engines: None, monkeypatch: pytest.MonkeyPatch, tokenized: bool
+) -> None:
+    monkeypatch.setattr(local, "QUERY_ENGINE", "onnx")
+    p = LocalE5Provider()
+    if tokenized:
+        anyio.run(p.embed_query, "warm up")  # the encoder is loaded: the query is tokenized here
+    waits: list[float] = []
+    real_start = _prefetch.start
+
+    def start(key: object, embed: object, wait_started: float = 0.0) -> None:
+        waits.append(wait_started)
+        real_start(key, embed, wait_started)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_prefetch, "start", start)
+    p.prefetch_query("anything")
+    # an engine still to load holds the GIL in Python for a while: not worth waiting for
+    assert waits == [local.PREFETCH_START_WAIT_S if tokenized else 0.0]
+    anyio.run(p.embed_query, "anything")
+
+
 def test_take_waits_at_most_its_timeout_and_leaves_the_prefetch(fresh_engines: None) -> None:
     release = threading.Event()
     _prefetch.start(("k", 1), lambda: release.wait(10) and "vector")
@@ -146,7 +180,7 @@ async def test_on_a_loop_a_prefetched_vector_is_collected_without_a_worker_threa
     runs: list[str] = []
     real_start = _prefetch.start
 
-    def slow_start(key: object, embed: object) -> None:
+    def slow_start(key: object, embed: object, wait_started: float = 0.0) -> None:
         def slow() -> object:
             runs.append(threading.current_thread().name)
             time.sleep(0.2)
@@ -218,9 +252,9 @@ async def test_a_search_prefetches_before_it_syncs(
     order: list[str] = []
     real_start, real_take = _prefetch.start, _prefetch.take
 
-    def start(key: tuple[str, str], embed: object, **kw: object) -> None:
+    def start(key: tuple[str, str], embed: object, wait_started: float = 0.0) -> None:
         order.append(f"prefetch {key[1]}")
-        real_start(key, embed, **kw)  # type: ignore[arg-type]
+        real_start(key, embed, wait_started)  # type: ignore[arg-type]
 
     def take(key: tuple[str, str], timeout: float | None = None) -> object:
         out = real_take(key, timeout)
@@ -321,9 +355,9 @@ async def test_an_index_search_starts_its_query_embedding_before_its_sync(
     prepared: list[str] = []
     real_prepare = _e5_ort.OrtQueryEncoder.prepare
 
-    def start(key: tuple[str, str], embed: object) -> None:
+    def start(key: tuple[str, str], embed: object, wait_started: float = 0.0) -> None:
         order.append(f"prefetch {key[1]}")
-        real_start(key, embed)  # type: ignore[arg-type]
+        real_start(key, embed, wait_started)  # type: ignore[arg-type]
 
     async def sync(**kw: object) -> object:
         order.append("sync")
@@ -371,8 +405,9 @@ async def test_snippets_chosen_while_the_query_embeds_are_the_ones_used(
     calls: list[tuple[str, int, bool]] = []  # (text, first line, after the vector was in)
     vector_in = [False]
 
-    def slow_start(key: object, embed: object) -> None:  # a query that embeds for 0.3 s
-        real_start(key, lambda: (time.sleep(0.3), embed())[1])  # type: ignore[operator,arg-type]
+    def slow_start(key: object, embed: object, wait_started: float = 0.0) -> None:
+        # a query that embeds for 0.3 s
+        real_start(key, lambda: (time.sleep(0.3), embed())[1], wait_started)  # type: ignore[operator,arg-type]
 
     async def embed(query: str) -> object:
         out = await real_embed(query)

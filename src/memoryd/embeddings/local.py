@@ -97,6 +97,9 @@ _files: dict[str, Any] = {}
 #: nothing prefetched, the vector is waited for, or computed, on a worker thread.
 COLLECT_PREFETCH_ON_LOOP = True
 PREFETCH_WAIT_ON_LOOP_S = 0.025
+#: A prefetch of a tokenized query waits (at most this long) for its thread to start the
+#: encoder before the search goes on with its keyword side (`_prefetch.start`).
+PREFETCH_START_WAIT_S = 0.002
 
 
 def _query_vector(buf: Any, dtype: Any) -> Vector:
@@ -380,6 +383,7 @@ class LocalE5Provider(EmbeddingProvider):
         if _prefetch.pending((path, text)):
             return  # already started (and tokenized) by an earlier call for this search
         embed: Callable[[], Any] = functools.partial(self._embed_query_now, text, engine)
+        prepared = False
         if engine == "onnx":
             from . import _e5_ort
 
@@ -389,8 +393,9 @@ class LocalE5Provider(EmbeddingProvider):
             if enc is not None:
                 # tokenize here, run there: only the GIL-free part goes to the other thread
                 embed = functools.partial(self._run_prepared, enc, enc.prepare(text))
+                prepared = True
         # keyed by model and text, not engine: every engine computes this model's vector
-        _prefetch.start((path, text), embed)
+        _prefetch.start((path, text), embed, PREFETCH_START_WAIT_S if prepared else 0.0)
 
     def query_in_flight(self, text: str) -> bool:
         try:
