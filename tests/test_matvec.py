@@ -9,10 +9,13 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from threadpoolctl import threadpool_limits
 
 from memoryd.builtin_index import _matvec
 from memoryd.builtin_index._matvec import SPLIT_MIN_ELEMENTS, matvec
+from memoryd.builtin_index._store import top_rows
 
 DIMS = 384
 SPLIT_ROWS = SPLIT_MIN_ELEMENTS // DIMS + 1  # the fewest rows that are split
@@ -114,3 +117,25 @@ def test_a_forked_child_splits_on_a_helper_of_its_own() -> None:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([0.1, 0.5, 0.5, 0.7, 0.7, 0.7, 0.9, -0.2, 0.31]), min_size=1, max_size=60
+    ),
+    st.integers(1, 70),
+)
+def test_top_rows_are_the_best_scores_ties_by_row(values: list[float], k: int) -> None:
+    # many equal scores (duplicate chunks have equal vectors): the cut and the order must be
+    # the sorted order's, whatever the partition does inside
+    sims = np.array(values, dtype=np.float32)
+    expected = sorted(range(len(sims)), key=lambda i: (-sims[i], i))[:k]
+    assert top_rows(sims, k).tolist() == expected
+
+
+def test_top_rows_rank_a_nan_score_last() -> None:
+    sims = np.array([0.2, np.nan, 0.9, 0.5], dtype=np.float32)
+    assert top_rows(sims, 3).tolist() == [2, 3, 0]
+    assert top_rows(sims, 4).tolist()[:3] == [2, 3, 0]
+    assert top_rows(sims, 0).tolist() == []

@@ -102,6 +102,23 @@ _FTS_QUERY_ERRORS = (
 )
 
 
+def top_rows(sims: np.ndarray, k: int) -> np.ndarray:
+    """The rows of the `k` highest scores, best first; equal scores by row (duplicate chunks
+    have equal vectors, and which of them makes the cut must not depend on the selection
+    algorithm's internals). One partition of the scores as they are (a negated copy first
+    cost ~0.06 ms at 10k), then the few rows at or above the k-th score sorted."""
+    n = sims.shape[0]
+    k = min(k, n)
+    if k <= 0:
+        return np.zeros(0, dtype=np.intp)
+    kth = sims[np.argpartition(sims, n - k)[n - k :]].min()
+    if np.isnan(kth):  # the partition ranks NaN highest; a vector gone bad ranks last
+        sims = np.where(np.isnan(sims), -np.inf, sims)
+        kth = sims[np.argpartition(sims, n - k)[n - k :]].min()
+    rows = np.flatnonzero(sims >= kth)
+    return rows[np.lexsort((rows, -sims[rows]))][:k]
+
+
 @dataclass
 class VectorEngine:
     engine: str  # "sqlite-vec" | "numpy" | "disabled"
@@ -1521,10 +1538,8 @@ class Store:
         if not len(ids) or matrix.shape[1] != query.shape[0]:
             return []
         sims = matvec(matrix, query.astype(np.float32))
-        k = min(k, len(ids))
-        top = np.argpartition(-sims, k - 1)[:k]
-        top = top[np.argsort(-sims[top])]
-        return [(int(ids[i]), float(sims[i])) for i in top]
+        top = top_rows(sims, k)
+        return list(zip(ids[top].tolist(), sims[top].tolist(), strict=True))
 
     # -- embedding cache -----------------------------------------------------------------------
 
