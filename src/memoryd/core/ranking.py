@@ -401,21 +401,14 @@ def _matched_terms(c: Candidate, terms: Sequence[str]) -> set[str]:
 _NAME_WORD = re.compile(r"[^\W\d_]{3,}")
 
 
-def _named_terms(c: Candidate, terms: Sequence[str]) -> set[str]:
+@lru_cache(maxsize=4096)
+def _named(terms: tuple[str, ...], path: str) -> frozenset[str]:
     """Query terms the chunk's file name holds (`legacy` in `memory/legacy.md`).
 
     A file named after the topic is evidence about all its chunks, as a keyword in the text
     is. Only the name's words count: every path holds `memory`, and a daily note's date is
     already in its heading.
     """
-    if not terms:
-        return set()
-    return set(_named(tuple(terms), c.path))
-
-
-@lru_cache(maxsize=4096)
-def _named(terms: tuple[str, ...], path: str) -> frozenset[str]:
-    # a search asks it of every candidate, and a file's chunks share their path
     words = _name_words(path)
     return frozenset(matched_terms(terms, " ".join(words), words)) if words else frozenset()
 
@@ -627,8 +620,12 @@ def calibrated_scores(
     offset: float | None = None
     evidence = []
     vec_evidence = []
+    named_by_path: dict[str, frozenset[str]] = {}  # a file's chunks share their name's terms
+    key = tuple(terms)
     for c, m, z, script in zip(candidates, matched, zs, scripts, strict=True):
-        named = _named_terms(c, terms)
+        named = named_by_path.get(c.path)
+        if named is None:
+            named = named_by_path[c.path] = _named(key, c.path) if terms else frozenset()
         lex = (
             _ramp(lexical_evidence(m | named, weights), LEX_FLOOR, LEX_FULL)
             if use_keywords
