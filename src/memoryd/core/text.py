@@ -308,6 +308,13 @@ def _words(text: str) -> list[str]:
 
 def query_terms(query: str) -> list[str]:
     """Lowercased content terms of a query, in order, deduplicated; CJK runs become bigrams."""
+    return list(_query_terms(query))
+
+
+@lru_cache(maxsize=256)
+def _query_terms(query: str) -> tuple[str, ...]:
+    # a search asks for its query's terms ~10 times (keyword side, statistics, ranking, each
+    # snippet): worked out once
     seen: dict[str, None] = {}
     for raw in _words(query.lower()):
         # a possessive names its owner: "Caroline's" is about `caroline`, and notes say
@@ -320,7 +327,7 @@ def query_terms(query: str) -> list[str]:
     if not seen:  # a query of only stopwords still searches for them
         for raw in _words(query.lower()):
             seen.setdefault(raw, None)
-    return list(seen)
+    return tuple(seen)
 
 
 def fts_match_expression(terms: list[str]) -> str | None:
