@@ -596,3 +596,22 @@ def test_terms_noted_ahead_serve_their_query_only() -> None:
     c.matched = (("deploy", "friday"), frozenset({"friday"}))  # believed, not recomputed
     assert _matched_terms(c, ["deploy", "friday"]) == {"friday"}
     assert _matched_terms(c, ["fly"]) == {"fly"}
+
+
+def test_with_score_copies_every_field_but_the_score() -> None:
+    import dataclasses
+
+    from memoryd.core.ranking import with_score
+
+    values: dict[str, object] = {}
+    for i, f in enumerate(dataclasses.fields(Candidate)):  # a distinct value in every field
+        values[f.name] = {
+            "words": frozenset({"w"}),
+            "matched": (("t",), frozenset({"t"})),
+            "path": "memory/x.md",
+            "source": "memory",
+            "text": "some text",
+        }.get(f.name, float(i) if f.name in ("mtime", "vector_score", "text_score") else i)
+    c = Candidate(**values)  # type: ignore[arg-type]
+    copy = with_score(c, 0.25)
+    assert copy == dataclasses.replace(c, score=0.25) and copy is not c and c.score != 0.25

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from functools import lru_cache
 from pathlib import PurePosixPath
@@ -54,6 +54,28 @@ class Candidate:
     #: (query terms, those the chunk holds) when worked out ahead: a search does it for its
     #: keyword hits while the query embeds (`MemoryIndex._search_synced`)
     matched: tuple[tuple[str, ...], frozenset[str]] | None = None
+
+
+def with_score(c: Candidate, score: float) -> Candidate:
+    """A copy of `c` with `score`: `dataclasses.replace(c, score=score)` in a third of the time
+    (~1 us instead of ~3, for each of ~40 candidates a search; a test holds them equal)."""
+    return Candidate(
+        c.chunk_id,
+        c.path,
+        c.source,
+        c.start_line,
+        c.end_line,
+        c.text,
+        c.mtime,
+        c.vector_score,
+        c.vector_rank,
+        c.text_rank,
+        c.text_score,
+        c.path_level,
+        score,
+        c.words,
+        c.matched,
+    )
 
 
 @record
@@ -217,7 +239,7 @@ def fuse(
                 if have_vectors
                 else (1.0 / (1.0 + c.text_rank) if c.text_rank is not None else 0.0)
             )
-        out.append(replace(c, score=score))
+        out.append(with_score(c, score))
     return out
 
 
@@ -290,7 +312,7 @@ def _fuse_normalized(
             score = vw * (v or 0.0) + tw * (t or 0.0)
         else:
             score = (v if have_vectors else t) or 0.0
-        out.append(replace(c, score=score))
+        out.append(with_score(c, score))
     return out
 
 
@@ -347,7 +369,7 @@ def _fuse_relative(
         [len(m) / len(terms) if terms else 0.0 for m in matched],
         [None] * len(candidates),
     )
-    return [replace(c, score=s) for c, s in zip(candidates, scores, strict=True)]
+    return [with_score(c, s) for c, s in zip(candidates, scores, strict=True)]
 
 
 def _relative_scores(
@@ -665,7 +687,7 @@ def calibrated_scores(
     out = []
     for c, r in zip(candidates, relative, strict=True):
         closeness = r / best if best > 0 else 1.0
-        out.append(replace(c, score=confidence * closeness**RANK_SHAPE))
+        out.append(with_score(c, confidence * closeness**RANK_SHAPE))
     return out
 
 
