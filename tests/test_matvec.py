@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from threadpoolctl import threadpool_limits
 
 from memoryd.builtin_index import _matvec
-from memoryd.builtin_index._matvec import SPLIT_MIN_ELEMENTS, matvec
-from memoryd.builtin_index._store import top_rows
+from memoryd.builtin_index._matvec import SPLIT_MIN_ELEMENTS, matvec, matvec_top, top_rows
 
 DIMS = 384
 SPLIT_ROWS = SPLIT_MIN_ELEMENTS // DIMS + 1  # the fewest rows that are split
@@ -139,3 +138,28 @@ def test_top_rows_rank_a_nan_score_last() -> None:
     assert top_rows(sims, 3).tolist() == [2, 3, 0]
     assert top_rows(sims, 4).tolist()[:3] == [2, 3, 0]
     assert top_rows(sims, 0).tolist() == []
+
+
+@pytest.mark.parametrize("split", [True, False])
+@pytest.mark.parametrize("k", [1, 24, 200])
+def test_each_half_finds_its_own_top_rows_and_together_they_are_the_whole(
+    split: bool, k: int
+) -> None:
+    # duplicate rows (equal scores, across the split and within a half) and a NaN row
+    m, v = _data(SPLIT_ROWS + 500, k)
+    m[-100:] = m[:100]
+    m[SPLIT_ROWS // 2 + 3] = m[5]
+    m[40, 0] = np.nan
+    held = None if split else _matvec._busy
+    if held is not None:
+        held.acquire()  # the helper busy with another search: the whole product here
+    try:
+        sims, top = matvec_top(m, v, k)
+    finally:
+        if held is not None:
+            held.release()
+    expected = m @ v
+    assert np.array_equal(sims, expected, equal_nan=True)
+    assert top.tolist() == top_rows(expected, k).tolist()
+    keys = np.where(np.isnan(expected), -np.inf, expected)
+    assert top.tolist() == sorted(range(len(keys)), key=lambda i: (-keys[i], i))[:k]

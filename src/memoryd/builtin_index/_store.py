@@ -58,7 +58,7 @@ from ..core.records import record
 from ..core.text import segment_for_fts
 from ..errors import IndexCorrupt, IndexError_, MemorydError, StateError, StateReadOnly
 from ..fsio import PRIVATE_FILE_MODE, SQLITE_SIDE_FILES, private_dir, private_file
-from ._matvec import matvec
+from ._matvec import matvec_top
 from ._postings import Postings, or_phrases, vocab_tables_sql
 
 log = logging.getLogger("memoryd.builtin_index")
@@ -100,23 +100,6 @@ _FTS_QUERY_ERRORS = (
     "unterminated string",
     "special query",
 )
-
-
-def top_rows(sims: np.ndarray, k: int) -> np.ndarray:
-    """The rows of the `k` highest scores, best first; equal scores by row (duplicate chunks
-    have equal vectors, and which of them makes the cut must not depend on the selection
-    algorithm's internals). One partition of the scores as they are (a negated copy first
-    cost ~0.06 ms at 10k), then the few rows at or above the k-th score sorted."""
-    n = sims.shape[0]
-    k = min(k, n)
-    if k <= 0:
-        return np.zeros(0, dtype=np.intp)
-    kth = sims[np.argpartition(sims, n - k)[n - k :]].min()
-    if np.isnan(kth):  # the partition ranks NaN highest; a vector gone bad ranks last
-        sims = np.where(np.isnan(sims), -np.inf, sims)
-        kth = sims[np.argpartition(sims, n - k)[n - k :]].min()
-    rows = np.flatnonzero(sims >= kth)
-    return rows[np.lexsort((rows, -sims[rows]))][:k]
 
 
 @dataclass
@@ -1537,8 +1520,7 @@ class Store:
         _, ids, matrix = self._matrix
         if not len(ids) or matrix.shape[1] != query.shape[0]:
             return []
-        sims = matvec(matrix, query.astype(np.float32))
-        top = top_rows(sims, k)
+        sims, top = matvec_top(matrix, query.astype(np.float32), k)
         return list(zip(ids[top].tolist(), sims[top].tolist(), strict=True))
 
     # -- embedding cache -----------------------------------------------------------------------
