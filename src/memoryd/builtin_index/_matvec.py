@@ -108,7 +108,7 @@ def _product(matrix: np.ndarray, vector: np.ndarray, k: int) -> tuple[np.ndarray
     rows = matrix.shape[0]
     if matrix.size < SPLIT_MIN_ELEMENTS or not _busy.acquire(blocking=False):
         out: np.ndarray = matrix @ vector
-        return out, (top_rows(out, k) if k else _NO_ROWS)
+        return out, top_rows(out, k)
     try:
         with _lock:
             if not _started:
@@ -130,14 +130,11 @@ def _product(matrix: np.ndarray, vector: np.ndarray, k: int) -> tuple[np.ndarray
         if job.error is not None:
             raise job.error
         if not k:
-            return result, _NO_ROWS
+            return result, np.zeros(0, dtype=np.intp)
         both = np.concatenate([mine, job.rows + half])
         return result, _best(both, np.concatenate([my_keys, job.keys]), k)
     finally:
         _busy.release()
-
-
-_NO_ROWS: np.ndarray = np.zeros(0, dtype=np.intp)
 
 
 def _after_fork_in_child() -> None:
