@@ -15,11 +15,12 @@ the keyword candidates found while it embeds (today: their rows and words too).
 `hybrid_round11` is the search as round 11 left it, interleaved: the query tokenized as one
 text, the encoder's thread left to start at the search's next blocking call, the KNN's top
 rows partitioned from all the negated scores, the background cosines computed for every
-search, the query's terms worked out on every call, candidates copied by `dataclasses.replace`. `hybrid_round10` is the search as round 10 left it
+search, the query's terms worked out on every call, candidates copied by
+`dataclasses.replace`. `hybrid_round10` is the search as round 10 left it
 (docs/performance.md), interleaved: round 11's reverts, and the 4-bit query encoder, the KNN
 product on one core, word sets split by regex and built for every text matched against the
-query, no snippets chosen while the query embeds. `background`
-measures what `memoryd serve` users feel: search
+query, no snippets chosen while the query embeds. `background` measures what
+`memoryd serve` users feel: search
 p50/p95 while the real model embeds pending chunks of another index in the same process,
 against the same searches idle.
 """
@@ -396,7 +397,8 @@ class Rounds:
         self.today = [(t, n, now) for t, n, now, _ in changed] + unchanged
         self.round11 = [(t, n, then) for t, n, _, then in changed] + unchanged
         self.round10 = [
-            *self.round11[1 : len(changed)],
+            # round 11's reverts, but its KNN product on one core
+            *(e for e in self.round11[: len(changed)] if e[1] != "matvec_top"),
             (_store, "matvec_top", _round10_knn),
             (_e5_ort._encoders, f.path, _e5_ort.OrtQueryEncoder(f, precision="4bit")),
             (index_mod, "SPECULATIVE_SNIPPETS", 0),
