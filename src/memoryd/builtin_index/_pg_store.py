@@ -27,6 +27,7 @@ import json
 import re
 import threading
 import time
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -802,8 +803,10 @@ class PgStore:
             self._bump(0, 0, 0, int(fresh or 0))
         self._ensure_index(dims)
 
-    def vector_search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def vector_search(self, query: np.ndarray | array[float], k: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity) best first."""
+        if isinstance(query, array):  # an engine's float32 buffer (the SQLite store's lean path)
+            query = np.frombuffer(query, dtype=np.float32)
         if not self.vector.available:
             return []
         if self.vec_dims is None:

@@ -43,6 +43,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -1164,11 +1165,16 @@ class Store:
         with self._reading("read the index") as conn:
             return dict(conn.execute("select key, value from meta").fetchall())
 
-    def set_meta(self, values: dict[str, str]) -> None:
-        with self.transaction(doing="save index metadata"):
+    def set_meta(self, values: dict[str, str], *, wait_ms: int | None = None) -> None:
+        with self.transaction(wait_ms=wait_ms, doing="save index metadata"):
             self._w.executemany(
                 "insert or replace into meta(key, value) values (?, ?)", list(values.items())
             )
+
+    def meta_value(self, key: str) -> str | None:
+        with self._reading("read the index") as conn:
+            row = conn.execute("select value from meta where key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
 
     def delete_meta(self, key: str) -> None:
         with self.transaction(doing="save index metadata"):
@@ -1349,16 +1355,35 @@ class Store:
 
     def vector_sample(self, limit: int) -> list[tuple[int, np.ndarray, str]]:
         """Up to `limit` stored vectors spread evenly over chunk ids: (chunk id, vector, text)."""
+        rows = self._sample("v.vector, c.text", limit)
+        return [(int(r[0]), np.frombuffer(r[1], dtype=np.float32), r[2]) for r in rows]
+
+    def sample_keys(self, limit: int) -> list[tuple[int, str]]:
+        """`vector_sample`'s chunks as (chunk id, content hash): what their vectors are of."""
+        return [(int(r[0]), str(r[1])) for r in self._sample("c.hash", limit)]
+
+    def sample_cosines(self, limit: int, query: array[float]) -> list[tuple[int, str, float, str]]:
+        """`vector_sample`'s chunks with `query`'s cosine to each, computed in SQL
+        (`cosine_sql`): (chunk id, content hash, cosine, text). A zero vector has cosine 0."""
+        rows = self._sample(
+            "c.hash, coalesce(1.0 - vec_distance_cosine(v.vector, ?), 0.0), c.text",
+            limit,
+            (query.tobytes(),),
+        )
+        return [(int(r[0]), str(r[1]), float(r[2]), r[3]) for r in rows]
+
+    def _sample(self, columns: str, limit: int, params: tuple[Any, ...] = ()) -> list[Any]:
+        # the one definition of the sample every background statistic is taken over
         with self._reading("read the vector index") as conn:
             n = int(conn.execute("select count(*) from chunk_vectors").fetchone()[0])
             step = max(1, -(-n // max(limit, 1)))
-            rows = conn.execute(
-                "select v.chunk_id, v.vector, c.text from chunk_vectors v "
+            rows: list[Any] = conn.execute(
+                f"select v.chunk_id, {columns} from chunk_vectors v "
                 "join chunks c on c.id = v.chunk_id "
                 "where v.chunk_id % ? = 0 order by v.chunk_id limit ?",
-                (step, limit),
+                (*params, step, limit),
             ).fetchall()
-        return [(int(r[0]), np.frombuffer(r[1], dtype=np.float32), r[2]) for r in rows]
+        return rows
 
     def keyword_search(
         self, match: str, limit: int, *, trigram: bool = False
@@ -1470,18 +1495,32 @@ class Store:
                         )
                 conn.execute("update chunks set has_vector = 1 where id = ?", (chunk_id,))
 
-    def vector_search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """(chunk id, cosine similarity) best first."""
+    @property
+    def cosine_sql(self) -> bool:
+        """Whether this store's connections compute cosines in SQL (sqlite-vec loaded): then a
+        query vector given as a float32 `array` is searched without numpy."""
+        return self.vector.available and self.vector.engine == "sqlite-vec"
+
+    def vector_search(self, query: np.ndarray | array[float], k: int) -> list[tuple[int, float]]:
+        """(chunk id, cosine similarity) best first.
+
+        A numpy vector is searched in memory (up to IN_MEMORY_MAX_VECTORS) or by vec0; a
+        float32 `array` (a one-off search, `cosine_sql`) by an exact scan in SQL or by vec0,
+        so that the process needs no numpy: same candidates, cosines within float32 rounding.
+        """
         dims = self.vec_dims
-        if dims is None or query.shape[0] != dims or not self.vector.available:
+        if dims is None or len(query) != dims or not self.vector.available:
             return []
         if self.vector.engine == "sqlite-vec" and self._vector_count() > IN_MEMORY_MAX_VECTORS:
+            blob = query.tobytes() if isinstance(query, array) else _blob(query)
             with self._reading("search the vector index") as conn:
                 rows = conn.execute(
                     "select rowid, distance from chunks_vec where embedding match ? and k = ?",
-                    (_blob(query), k),
+                    (blob, k),
                 ).fetchall()
             return [(int(r[0]), 1.0 - float(r[1])) for r in rows]
+        if isinstance(query, array):
+            return self._scan_search(query, k)
         # Exact search over an in-memory matrix, on two cores (`_matvec`): ~1.3 ms at 12.7k x 384
         # where vec0's scan took ~10 ms (bench/bench_builtin_index.py); vec0 takes over for
         # indexes too big to hold.
@@ -1503,6 +1542,18 @@ class Store:
         if self.vector.engine == "sqlite-vec" and self._vector_count() > IN_MEMORY_MAX_VECTORS:
             return "sqlite-vec"
         return "numpy"
+
+    def _scan_search(self, query: array[float], k: int) -> list[tuple[int, float]]:
+        # ties by chunk id and a zero vector at cosine 0, as `_numpy_search` ranks them
+        if not self.cosine_sql:
+            raise IndexError_("a vector search in SQL needs sqlite-vec")
+        with self._reading("search the vector index") as conn:
+            rows = conn.execute(
+                "select chunk_id, coalesce(1.0 - vec_distance_cosine(vector, ?), 0.0) as s "
+                "from chunk_vectors order by s desc, chunk_id limit ?",
+                (query.tobytes(), k),
+            ).fetchall()
+        return [(int(r[0]), float(r[1])) for r in rows]
 
     def _numpy_search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         version = self.version

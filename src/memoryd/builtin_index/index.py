@@ -15,10 +15,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
 import logging
 import os
 import time
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -193,6 +195,38 @@ def _reference_background(
     return out
 
 
+def _reference_fingerprint(
+    provider: tuple[str, str, str], sample: Sequence[tuple[int, str]]
+) -> str:
+    """What a reference background was computed from: the provider, the reference queries, the
+    sample's chunks (id and content hash: their vectors are that provider's of that text)."""
+    h = hashlib.sha256(json.dumps([1, provider, REFERENCE_QUERIES, SPREAD_PRIOR_CHUNKS]).encode())
+    h.update(json.dumps(sample).encode())
+    return h.hexdigest()
+
+
+def _reference_to_json(
+    fingerprint: str, reference: dict[tuple[Script, Script], tuple[float, float]]
+) -> str:
+    pairs = [[q, c, mean, sd] for (q, c), (mean, sd) in sorted(reference.items())]
+    return json.dumps({"fingerprint": fingerprint, "pairs": pairs})
+
+
+def _reference_from_json(
+    value: str | None, fingerprint: str
+) -> dict[tuple[Script, Script], tuple[float, float]] | None:
+    """The stored reference background if it was computed from `fingerprint`'s sample."""
+    if value is None:
+        return None
+    try:
+        held = json.loads(value)
+        if held["fingerprint"] != fingerprint:
+            return None
+        return {(q, c): (float(mean), float(sd)) for q, c, mean, sd in held["pairs"]}
+    except (ValueError, KeyError, TypeError):  # written by another version, or damaged
+        return None
+
+
 @dataclass
 class SyncReport:
     files_scanned: int = 0
@@ -227,6 +261,13 @@ EARLY_PREFETCH = True
 #: found too (not only its candidates): bench_builtin_index.py times it against the previous
 #: split.
 PREPARE_KEYWORD_ROWS_EARLY = True
+#: A one-off search of a SQLite index with sqlite-vec keeps the query's vector as the engine's
+#: float32 buffer and computes its cosines in SQL, so the process never imports numpy (~80 ms
+#: of a ~0.25 s cold hybrid search): see `MemoryIndex._lean`.
+LEAN_ONE_OFF_SEARCH = True
+#: Where the reference background (`_reference_background`) is kept between processes, with
+#: the fingerprint of what it was computed from (`_reference_fingerprint`).
+REFERENCE_META_KEY = "reference_background"
 #: If the query is still embedding after that, the best keyword hits' snippets are chosen
 #: while it does (at most this many, checking between each): a result among them needs no
 #: snippet work once the vector is in. 0 turns it off (bench_builtin_index.py compares).
@@ -530,6 +571,13 @@ class MemoryIndex:
             if embed:
                 await self._vector_phase(self.store, report, embed_budget_s, progress)
         report.vectors_pending = self.store.counts()["pending_vectors"] if self.provider else 0
+        if embed and (
+            report.files_changed
+            or report.files_removed
+            or report.vectors_embedded
+            or report.vectors_from_cache
+        ):
+            await self._store_reference(self.store)
         return report
 
     def _note_sync_failure(self, err: MemorydError) -> None:
@@ -956,7 +1004,12 @@ class MemoryIndex:
             else contextlib.nullcontext()
         )
         with priority:
-            return await self._search_synced(request, query, now, mode)
+            answer = await self._search_synced(request, query, now, mode)
+        if self._reference_to_save is not None:
+            store, reference = self._reference_to_save
+            self._reference_to_save = None
+            self._save_reference(store, reference)
+        return answer
 
     async def _search_synced(
         self, request: SearchRequest, query: str, now: datetime | None, mode: str | None
@@ -969,7 +1022,7 @@ class MemoryIndex:
         effective = mode or ("hybrid" if self.cfg.query.hybrid.enabled else "vector")
         notes: list[str] = []
 
-        qvec: np.ndarray | None = None
+        qvec: np.ndarray | array[float] | None = None
         vectors = effective in ("hybrid", "vector") and self._vectors_usable()
         # no chunk has a vector yet (a first search whose backlog was not started): the query's
         # would find nothing, so it is not embedded and the answer says it is by keywords
@@ -1003,7 +1056,10 @@ class MemoryIndex:
         if vectors:
             assert self.provider is not None
             try:
-                qvec = await self._embed_query(query)
+                if self._lean(self.store):
+                    qvec = await self.provider.embed_query_buffer(query)
+                if qvec is None:
+                    qvec = await self._embed_query(query)
             except Exception as err:
                 if self.selection.explicit and self.selection.fallback is None:
                     raise ProviderUnavailable(
@@ -1011,7 +1067,7 @@ class MemoryIndex:
                     ) from err
                 notes.append(f"query embedding failed ({err}); keyword results only")
                 qvec = None
-            if qvec is not None and not np.any(qvec):
+            if qvec is not None and not (any(qvec) if isinstance(qvec, array) else np.any(qvec)):
                 notes.append("query embedding was a zero vector; keyword results only")
                 qvec = None
         want_kw = effective in ("hybrid", "keyword") or (qvec is None and mode is None)
@@ -1178,6 +1234,20 @@ class MemoryIndex:
             MAX_SNIPPET_CHARS,
         )
 
+    def _lean(self, store: Store) -> bool:
+        """Whether this search keeps numpy out: a one-off command (CLI) on a SQLite index whose
+        connections compute cosines (sqlite-vec). Its query vector is then the engine's own
+        float32 buffer (`EmbeddingProvider.embed_query_buffer`, when the provider has one), the
+        KNN and the background cosines run in SQL, and the reference background is the one
+        stored with the index (`_stored_reference`). Same candidates and ranking as the numpy
+        path, cosines within float32 rounding (`tests/test_lean_search.py`)."""
+        return (
+            LEAN_ONE_OFF_SEARCH
+            and inline.one_off()
+            and isinstance(store, SqliteStore)
+            and store.cosine_sql
+        )
+
     async def _embed_query(self, query: str) -> np.ndarray:
         """Query embedding through a small LRU: agents often repeat a question within a session."""
         assert self.provider is not None
@@ -1225,9 +1295,12 @@ class MemoryIndex:
     # reference queries' vectors per provider. Class defaults rather than `__init__` fields:
     # the search path owns them and nothing else reads them.
     _stats_cache: _StatsCache | None = None
+    _reference_to_save: tuple[Store, dict[tuple[Script, Script], tuple[float, float]]] | None = None
     _reference_vectors: tuple[tuple[str, str, str], dict[Script, np.ndarray]] | None = None
 
-    async def _corpus_stats(self, store: Store, query: str, qvec: np.ndarray | None) -> CorpusStats:
+    async def _corpus_stats(
+        self, store: Store, query: str, qvec: np.ndarray | array[float] | None
+    ) -> CorpusStats:
         """Chunk count, per-term chunk counts and the cosine backgrounds that `rank` calibrates by.
 
         Document frequencies make keyword evidence comparable across queries (a hit on a rare
@@ -1238,6 +1311,14 @@ class MemoryIndex:
         cache, term_chunks = self._term_chunks(store, query)
         if qvec is None:
             return CorpusStats(cache.chunks, term_chunks)
+        if isinstance(qvec, array):
+            assert isinstance(store, SqliteStore)
+            lean = self._lean_background(store, qvec)
+            if lean is not None:
+                return CorpusStats(cache.chunks, term_chunks, *lean)
+            # no reference stored for this sample (an index last written by an older memoryd,
+            # or changed since): computed the numpy way, once, and stored for the next search
+            qvec = np.frombuffer(qvec, dtype=np.float32)
         if cache.sample is None:
             cache.ids, cache.sample, cache.scripts = self._background_sample(store)
         sample = cache.sample
@@ -1246,8 +1327,78 @@ class MemoryIndex:
         if cache.reference is None:
             refs = await self._reference_query_vectors(store)
             cache.reference = _reference_background(refs, sample, cache.scripts)
+            if refs and inline.one_off():
+                # what makes the next one-off search lean (a long-lived process stores it when
+                # a sync changes the index: `_store_reference`); written once the answer is
+                # ready, not between the search's reads
+                self._reference_to_save = (store, cache.reference)
         background = _Background(cache.ids, cache.scripts, sample, qvec)
         return CorpusStats(cache.chunks, term_chunks, cache.reference, background)
+
+    def _lean_background(
+        self, store: SqliteStore, qvec: array[float]
+    ) -> (
+        tuple[dict[tuple[Script, Script], tuple[float, float]], list[tuple[int, Script, float]]]
+        | None
+    ):
+        """`_corpus_stats`' reference and background without numpy: the sample's cosines from
+        SQL, the reference as stored for this very sample; None when none is stored for it."""
+        if store.vec_dims != len(qvec):
+            return {}, []  # as the numpy path: no background for vectors of another model
+        rows = store.sample_cosines(BACKGROUND_SAMPLE, qvec)
+        if not rows:
+            return {}, []
+        reference = self._stored_reference(store, [(cid, h) for cid, h, _, _ in rows])
+        if reference is None:
+            return None
+        return reference, [(cid, script_of(text), cos) for cid, _, cos, text in rows]
+
+    def _provider_key(self) -> tuple[str, str, str]:
+        assert self.provider is not None
+        return self.provider.id, self.provider.model, self.provider.fingerprint()
+
+    def _stored_reference(
+        self, store: SqliteStore, sample: Sequence[tuple[int, str]]
+    ) -> dict[tuple[Script, Script], tuple[float, float]] | None:
+        fingerprint = _reference_fingerprint(self._provider_key(), sample)
+        return _reference_from_json(store.meta_value(REFERENCE_META_KEY), fingerprint)
+
+    def _save_reference(
+        self, store: Store, reference: dict[tuple[Script, Script], tuple[float, float]]
+    ) -> None:
+        """Keep `reference` with the index for later processes; never waits for a lock, never
+        fails the caller (a busy or read-only index only means the next search computes it)."""
+        if not isinstance(store, SqliteStore) or store.read_only:
+            return
+        with contextlib.suppress(Exception):
+            fingerprint = _reference_fingerprint(
+                self._provider_key(), store.sample_keys(BACKGROUND_SAMPLE)
+            )
+            store.set_meta(
+                {REFERENCE_META_KEY: _reference_to_json(fingerprint, reference)}, wait_ms=0
+            )
+
+    async def _store_reference(self, store: Store) -> None:
+        """After a sync changed the index: its reference background, stored with it so that a
+        one-off search needs no numpy (`_lean`). Only where the reference queries' vectors ship
+        with memoryd (the local model): a sync embeds none of them."""
+        if (
+            self.provider is None
+            or not isinstance(store, SqliteStore)
+            or store.read_only
+            or not store.cosine_sql
+        ):
+            return
+        key = self._provider_key()
+        if not shipped_vectors(self.provider.id, key[2]):
+            return
+        keys = store.sample_keys(BACKGROUND_SAMPLE)
+        if not keys or self._stored_reference(store, keys) is not None:
+            return
+        _, sample, scripts = self._background_sample(store)
+        refs = await self._reference_query_vectors(store)
+        if refs:
+            self._save_reference(store, _reference_background(refs, sample, scripts))
 
     def _term_chunks(self, store: Store, query: str) -> tuple[_StatsCache, dict[str, int]]:
         """This index version's stats cache, and how many chunks hold each query term."""

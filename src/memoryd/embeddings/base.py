@@ -6,6 +6,7 @@ import abc
 import contextlib
 import hashlib
 import json
+from array import array
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -97,6 +98,16 @@ class EmbeddingProvider(abc.ABC):
     @abc.abstractmethod
     async def embed_query(self, text: str) -> Vector:
         """Embed one search query (asymmetric models use their query form)."""
+
+    async def embed_query_buffer(self, text: str) -> array[float] | None:
+        """`text`'s query vector as a float32 `array` (not necessarily normalized), if this
+        provider makes it without importing numpy; None otherwise (then `embed_query`).
+
+        A one-off search of a SQLite index computes every cosine in SQL and so never needs
+        numpy (~80 ms to import) when the query's vector needs none either
+        (`MemoryIndex._lean`).
+        """
+        return None
 
     @abc.abstractmethod
     async def embed_documents(self, texts: Sequence[str]) -> Matrix:

