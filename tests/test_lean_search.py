@@ -238,3 +238,30 @@ def test_a_cli_hybrid_search_never_imports_numpy(tmp_path: Path) -> None:
     out = json.loads(proc.stdout)
     assert out["mode"] == "hybrid" and out["results"][0]["path"] == "memory/2026-11-26.md"
     assert proc.stderr.strip().splitlines()[-1] == "numpy: False", proc.stderr
+
+
+def test_a_first_search_with_too_much_to_embed_loads_no_numpy(tmp_path: Path) -> None:
+    """Nothing embedded yet and a backlog beyond the search's budget: keywords and the note,
+    and nothing of the vector side loads (not even to store a reference for vectors to come)."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    for i in range(150):  # more chunks than FUTILE_BACKLOG_BUDGETS budgets would embed
+        (ws / "memory" / f"note-{i}.md").write_text(f"# Note {i}\n- postgres migration step {i}\n")
+    env = {**os.environ, "MEMORYD_STATE_DIR": str(tmp_path / "state")}
+    env.pop("MEMORYD_CONFIG", None)
+    probe = (
+        "import sys\n"
+        "from memoryd.cli import main\n"
+        f"rc = main(['search', '--json', '--workspace', {str(ws)!r}, 'postgres migration'])\n"
+        "np = sys.modules.get('numpy')\n"
+        "print('numpy:', np is not None and type(np).__name__ != '_LazyModule', file=sys.stderr)\n"
+        "sys.exit(rc)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["mode"] == "keyword" and out["results"]
+    assert "150 chunks still waiting for embeddings" in out["notes"][0]
+    assert proc.stderr.strip().splitlines()[-1] == "numpy: False", proc.stderr

@@ -69,7 +69,7 @@ from ..core.text import (
     trigram_terms,
 )
 from ..embeddings.base import EmbeddingProvider, ProviderSelection
-from ..embeddings.shipped import reference_key, shipped_vectors
+from ..embeddings.shipped import reference_key, shipped_file, shipped_vectors
 from ..errors import (
     BatchPending,
     IndexCorrupt,
@@ -1389,11 +1389,11 @@ class MemoryIndex:
             or not store.cosine_sql
         ):
             return
-        key = self._provider_key()
-        if not shipped_vectors(self.provider.id, key[2]):
-            return
+        # cheapest first: a sync that stored no vector yet (a first search's) loads nothing
         keys = store.sample_keys(BACKGROUND_SAMPLE)
         if not keys or self._stored_reference(store, keys) is not None:
+            return
+        if not shipped_file(self.provider.id, self.provider.fingerprint()).exists():
             return
         _, sample, scripts = self._background_sample(store)
         refs = await self._reference_query_vectors(store)
