@@ -322,11 +322,11 @@ async def test_vectors_answer_when_fts5_is_unavailable(
 async def test_migrations_are_numbered_and_applied_once(notes: Path) -> None:
     idx = await synced(notes)
     rows = idx.store.conn.execute("select id from migrations order by id").fetchall()
-    assert [r[0] for r in rows] == ["m001_base", "m002_fts"]
+    assert [r[0] for r in rows] == ["m001_base", "m002_fts", "m003_vector_ids"]
     assert idx.store.conn.execute("pragma journal_mode").fetchone()[0] == "wal"
     await idx.aclose()
     again = MemoryIndex(agent_for(notes).index_settings(), sel(HashingEmbedder()))
-    assert again.store.conn.execute("select count(*) from migrations").fetchone()[0] == 2
+    assert again.store.conn.execute("select count(*) from migrations").fetchone()[0] == 3
 
 
 async def test_searches_never_crash_while_another_process_syncs(notes: Path) -> None:

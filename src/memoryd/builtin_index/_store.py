@@ -327,10 +327,20 @@ def _m002_fts(conn: Any) -> None:
         )
 
 
+def _m003_vector_ids(conn: Any) -> None:
+    # The vectors' ids on their own: counting the vectors and picking the background sample
+    # (every n-th id) read this instead of every 1.5 KB vector (50k vectors: 36 -> 6.5 ms).
+    conn.execute("create index chunk_vectors_ids on chunk_vectors(chunk_id)")
+
+
 MIGRATIONS: list[tuple[str, Callable[[Any], None]]] = [
     ("m001_base", _m001_base),
     ("m002_fts", _m002_fts),
+    ("m003_vector_ids", _m003_vector_ids),
 ]
+#: Migrations that only make reads faster: an index opened read-only without them (written by
+#: an older memoryd) still answers, as it did before.
+SPEED_ONLY_MIGRATIONS = frozenset({"m003_vector_ids"})
 
 
 def migrate(conn: Any) -> list[str]:
@@ -607,7 +617,7 @@ class Store:
                     conn.close()
                 last = err
                 continue
-            missing = [m for m, _ in MIGRATIONS if m not in done]
+            missing = [m for m, _ in MIGRATIONS if m not in done and m not in SPEED_ONLY_MIGRATIONS]
             if missing:
                 for conn in conns:
                     conn.close()
