@@ -25,6 +25,7 @@ Prints p50/max wall seconds per row and the ratios to qmd (also bench/out/cold_c
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -34,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +47,7 @@ NOTES = {
     "memory/2026-11-27.md": "# 2026-11-27\n- Decided: pgbouncer timeout stays at 30s.\n- Offsite in Lisbon in March.\n",
     "memory/2026-11-28.md": "# 2026-11-28\n- Grafana alert for disk usage fires at 85%.\n- Dentist on Friday 10:00.\n",
 }
+BIG_QUERY = "postgres migration incident"
 QUERIES = [
     "when does the old webhook secret stop working",
     "postgres version",
@@ -142,6 +145,12 @@ def export_revision(rev: str, dest: Path) -> Path:
     return dest / "src"
 
 
+def qmd_search(qmd: Path, query: str, qenv: dict[str, str], root: Path) -> float:
+    wall, out = timed([str(qmd), "search", query, "--json"], qenv, root / "qmd" / "cwd")
+    json.loads(out)
+    return wall
+
+
 def summarize(walls: list[float]) -> dict[str, float]:
     return {"p50_s": round(statistics.median(walls), 3), "max_s": round(max(walls), 3)}
 
@@ -204,38 +213,74 @@ def main() -> None:
         timed([str(qmd), "collection", "add", str(ws), "--name", "notes"], qenv, home / "cwd")
     for i in range(args.runs):
         q = QUERIES[i % len(QUERIES)]
-        rows["memoryd keyword-only"].append(
-            timed([*memoryd, "search", "--json", "--config", str(kw), q], env, root)[0]
+        jobs: list[tuple[str, Callable[[], float]]] = []
+
+        def search(cmd: list[str], run_env: dict[str, str], check: str | None = None) -> float:
+            wall, out = timed(cmd, run_env, root)
+            if check == "hybrid":
+                assert json.loads(out)["mode"] == "hybrid", out
+            elif check == "results":
+                assert json.loads(out)["results"], out
+            return wall
+
+        jobs.append(
+            (
+                "memoryd keyword-only",
+                functools.partial(
+                    search, [*memoryd, "search", "--json", "--config", str(kw), q], env
+                ),
+            )
         )
-        wall, out = timed([*memoryd, "search", "--json", "--config", str(hy), q], env, root)
-        assert json.loads(out)["mode"] == "hybrid", out
-        rows["memoryd hybrid"].append(wall)
+        jobs.append(
+            (
+                "memoryd hybrid",
+                functools.partial(
+                    search, [*memoryd, "search", "--json", "--config", str(hy), q], env, "hybrid"
+                ),
+            )
+        )
         fresh = root / f"fresh-{i}"
         cfg = memoryd_config(fresh.parent, ws, f"fresh-{i}", "local")
-        fenv = {**env, "MEMORYD_STATE_DIR": str(fresh)}
-        rows["memoryd first search, never indexed"].append(
-            timed([*memoryd, "search", "--json", "--config", str(cfg), q], fenv, root)[0]
+        jobs.append(
+            (
+                "memoryd first search, never indexed",
+                functools.partial(
+                    search,
+                    [*memoryd, "search", "--json", "--config", str(cfg), q],
+                    {**env, "MEMORYD_STATE_DIR": str(fresh)},
+                ),
+            )
         )
         for label, run_env in (("memoryd", env), ("previous", prev_env)):
             if run_env is None:
                 continue
             state = root / f"big-{label}-{i}"
             cfg = memoryd_config(state.parent, big, f"big-{label}-{i}", "local")
-            wall, out = timed(
-                [*memoryd, "search", "--json", "--config", str(cfg), "postgres migration incident"],
-                {**run_env, "MEMORYD_STATE_DIR": str(state)},
-                root,
+            jobs.append(
+                (
+                    f"{label} first search, 200 notes never indexed",
+                    functools.partial(
+                        search,
+                        [*memoryd, "search", "--json", "--config", str(cfg), BIG_QUERY],
+                        {**run_env, "MEMORYD_STATE_DIR": str(state)},
+                        "results",
+                    ),
+                )
             )
-            assert json.loads(out)["results"], out
-            rows[f"{label} first search, 200 notes never indexed"].append(wall)
         if prev_env is not None:
-            for name, cfg in (("previous keyword-only", kw_prev), ("previous hybrid", hy_prev)):
-                cmd = [*memoryd, "search", "--json", "--config", str(cfg), q]
-                rows[name].append(timed(cmd, prev_env, root)[0])
+            for name, prev_cfg in (
+                ("previous keyword-only", kw_prev),
+                ("previous hybrid", hy_prev),
+            ):
+                cmd = [*memoryd, "search", "--json", "--config", str(prev_cfg), q]
+                jobs.append((name, functools.partial(search, cmd, prev_env)))
         if qenv is not None:
-            wall, out = timed([str(qmd), "search", q, "--json"], qenv, root / "qmd" / "cwd")
-            json.loads(out)
-            rows["qmd search"].append(wall)
+            jobs.append(("qmd search", functools.partial(qmd_search, qmd, q, qenv, root)))
+        # the order alternates run by run: a fixed order gave whatever ran second after its twin
+        # a warm start (the previous code's 200-note first search ran 0.87x this code's, which
+        # alternated runs put at 1.02x)
+        for name, job in jobs if i % 2 == 0 else jobs[::-1]:
+            rows[name].append(job())
     results: dict[str, object] = {
         "notes": len(NOTES),
         "runs": args.runs,
