@@ -210,6 +210,25 @@ async def test_a_long_lived_process_keeps_the_numpy_path(
     assert (paths.scans, paths.in_memory) == (0, 1)
 
 
+def _search_in_own_process(ws: Path, query: str, env: dict[str, str]) -> tuple[Any, bool]:
+    """`memoryd search --json` in a new interpreter: its answer, and whether numpy ran."""
+    probe = (
+        "import sys\n"
+        "from memoryd.cli import main\n"
+        f"rc = main(['search', '--json', '--workspace', {str(ws)!r}, {query!r}])\n"
+        "np = sys.modules.get('numpy')\n"
+        "print('numpy:', np is not None and type(np).__name__ != '_LazyModule', file=sys.stderr)\n"
+        "sys.exit(rc)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last in ("numpy: True", "numpy: False"), proc.stderr
+    return json.loads(proc.stdout), last == "numpy: True"
+
+
 def test_a_cli_hybrid_search_never_imports_numpy(tmp_path: Path) -> None:
     """From a separate process, as a user runs it: `memoryd index`, then a search."""
     ws = _workspace(tmp_path / "ws")
@@ -223,21 +242,9 @@ def test_a_cli_hybrid_search_never_imports_numpy(tmp_path: Path) -> None:
         timeout=300,
     )
     assert indexed.returncode == 0, indexed.stderr
-    probe = (
-        "import sys\n"
-        "from memoryd.cli import main\n"
-        f"rc = main(['search', '--json', '--workspace', {str(ws)!r}, 'who adopted a kitten'])\n"
-        "np = sys.modules.get('numpy')\n"
-        "print('numpy:', np is not None and type(np).__name__ != '_LazyModule', file=sys.stderr)\n"
-        "sys.exit(rc)\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out, numpy_loaded = _search_in_own_process(ws, "who adopted a kitten", env)
     assert out["mode"] == "hybrid" and out["results"][0]["path"] == "memory/2026-11-26.md"
-    assert proc.stderr.strip().splitlines()[-1] == "numpy: False", proc.stderr
+    assert not numpy_loaded
 
 
 def test_a_first_search_with_too_much_to_embed_loads_no_numpy(tmp_path: Path) -> None:
@@ -249,19 +256,7 @@ def test_a_first_search_with_too_much_to_embed_loads_no_numpy(tmp_path: Path) ->
         (ws / "memory" / f"note-{i}.md").write_text(f"# Note {i}\n- postgres migration step {i}\n")
     env = {**os.environ, "MEMORYD_STATE_DIR": str(tmp_path / "state")}
     env.pop("MEMORYD_CONFIG", None)
-    probe = (
-        "import sys\n"
-        "from memoryd.cli import main\n"
-        f"rc = main(['search', '--json', '--workspace', {str(ws)!r}, 'postgres migration'])\n"
-        "np = sys.modules.get('numpy')\n"
-        "print('numpy:', np is not None and type(np).__name__ != '_LazyModule', file=sys.stderr)\n"
-        "sys.exit(rc)\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    out, numpy_loaded = _search_in_own_process(ws, "postgres migration", env)
     assert out["mode"] == "keyword" and out["results"]
     assert "150 chunks still waiting for embeddings" in out["notes"][0]
-    assert proc.stderr.strip().splitlines()[-1] == "numpy: False", proc.stderr
+    assert not numpy_loaded
