@@ -260,3 +260,35 @@ def test_a_first_search_with_too_much_to_embed_loads_no_numpy(tmp_path: Path) ->
     assert out["mode"] == "keyword" and out["results"]
     assert "150 chunks still waiting for embeddings" in out["notes"][0]
     assert not numpy_loaded
+
+
+async def test_a_reference_is_stored_under_the_sample_it_was_computed_from(
+    idx: MemoryIndex, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process may change the index between a search's statistics and their saving:
+    what is saved must not then pass for the new sample's."""
+    store = idx.store
+    assert isinstance(store, Store)
+    store.delete_meta(index_mod.REFERENCE_META_KEY)
+    old_keys = store.sample_keys(index_mod.BACKGROUND_SAMPLE)
+    real = MemoryIndex._search_synced
+
+    async def then_a_write(self: MemoryIndex, *a: Any) -> Any:
+        out = await real(self, *a)
+        (workspace / "memory" / "2026-11-30.md").write_text("# 2026-11-30\n- New router.\n")
+        other = _default_index(workspace)  # as another process would
+        await other.sync(embed=True)
+        await other.aclose()
+        return out
+
+    monkeypatch.setattr(MemoryIndex, "_search_synced", then_a_write)
+    monkeypatch.setattr(MemoryIndex, "_store_reference", lambda *a: _nothing())
+    await _one_off(idx, "who adopted a kitten", lean=True, mp=monkeypatch)
+    new_keys = store.sample_keys(index_mod.BACKGROUND_SAMPLE)
+    assert new_keys != old_keys
+    assert idx._stored_reference(store, old_keys)  # saved, under the sample it came from
+    assert idx._stored_reference(store, new_keys) is None
+
+
+async def _nothing() -> None:
+    return None

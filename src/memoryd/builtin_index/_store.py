@@ -1365,8 +1365,12 @@ class Store:
 
     def vector_sample(self, limit: int) -> list[tuple[int, np.ndarray, str]]:
         """Up to `limit` stored vectors spread evenly over chunk ids: (chunk id, vector, text)."""
-        rows = self._sample("v.vector, c.text", limit)
-        return [(int(r[0]), np.frombuffer(r[1], dtype=np.float32), r[2]) for r in rows]
+        return [(cid, vec, text) for cid, vec, text, _ in self.vector_sample_keyed(limit)]
+
+    def vector_sample_keyed(self, limit: int) -> list[tuple[int, np.ndarray, str, str]]:
+        """`vector_sample` with each chunk's content hash, read in the same snapshot."""
+        rows = self._sample("v.vector, c.text, c.hash", limit)
+        return [(int(r[0]), np.frombuffer(r[1], dtype=np.float32), r[2], str(r[3])) for r in rows]
 
     def sample_keys(self, limit: int) -> list[tuple[int, str]]:
         """`vector_sample`'s chunks as (chunk id, content hash): what their vectors are of."""

@@ -155,6 +155,9 @@ class _StatsCache:
     ids: list[int] = field(default_factory=list)
     sample: np.ndarray | None = None
     scripts: list[Script] = field(default_factory=list)
+    #: The sample's (chunk id, content hash), read with it (SQLite): what a stored reference
+    #: background computed from it is fingerprinted by.
+    keys: list[tuple[int, str]] | None = None
     reference: dict[tuple[Script, Script], tuple[float, float]] | None = None
 
 
@@ -1006,9 +1009,9 @@ class MemoryIndex:
         with priority:
             answer = await self._search_synced(request, query, now, mode)
         if self._reference_to_save is not None:
-            store, reference = self._reference_to_save
+            store, keys, reference = self._reference_to_save
             self._reference_to_save = None
-            self._save_reference(store, reference)
+            self._save_reference(store, keys, reference)
         return answer
 
     async def _search_synced(
@@ -1295,7 +1298,9 @@ class MemoryIndex:
     # reference queries' vectors per provider. Class defaults rather than `__init__` fields:
     # the search path owns them and nothing else reads them.
     _stats_cache: _StatsCache | None = None
-    _reference_to_save: tuple[Store, dict[tuple[Script, Script], tuple[float, float]]] | None = None
+    _reference_to_save: (
+        tuple[Store, list[tuple[int, str]], dict[tuple[Script, Script], tuple[float, float]]] | None
+    ) = None
     _reference_vectors: tuple[tuple[str, str, str], dict[Script, np.ndarray]] | None = None
 
     async def _corpus_stats(
@@ -1320,18 +1325,18 @@ class MemoryIndex:
             # or changed since): computed the numpy way, once, and stored for the next search
             qvec = np.frombuffer(qvec, dtype=np.float32)
         if cache.sample is None:
-            cache.ids, cache.sample, cache.scripts = self._background_sample(store)
+            cache.ids, cache.sample, cache.scripts, cache.keys = self._background_sample(store)
         sample = cache.sample
         if not sample.shape[0] or sample.shape[1] != qvec.shape[0]:
             return CorpusStats(cache.chunks, term_chunks)
         if cache.reference is None:
             refs = await self._reference_query_vectors(store)
             cache.reference = _reference_background(refs, sample, cache.scripts)
-            if refs and inline.one_off():
+            if refs and cache.keys is not None and inline.one_off():
                 # what makes the next one-off search lean (a long-lived process stores it when
                 # a sync changes the index: `_store_reference`); written once the answer is
                 # ready, not between the search's reads
-                self._reference_to_save = (store, cache.reference)
+                self._reference_to_save = (store, cache.keys, cache.reference)
         background = _Background(cache.ids, cache.scripts, sample, qvec)
         return CorpusStats(cache.chunks, term_chunks, cache.reference, background)
 
@@ -1364,16 +1369,18 @@ class MemoryIndex:
         return _reference_from_json(store.meta_value(REFERENCE_META_KEY), fingerprint)
 
     def _save_reference(
-        self, store: Store, reference: dict[tuple[Script, Script], tuple[float, float]]
+        self,
+        store: Store,
+        keys: list[tuple[int, str]],
+        reference: dict[tuple[Script, Script], tuple[float, float]],
     ) -> None:
-        """Keep `reference` with the index for later processes; never waits for a lock, never
-        fails the caller (a busy or read-only index only means the next search computes it)."""
+        """Keep `reference`, computed from the sample `keys` names, with the index for later
+        processes; never waits for a lock, never fails the caller (a busy or read-only index
+        only means the next search computes it)."""
         if not isinstance(store, SqliteStore) or store.read_only:
             return
+        fingerprint = _reference_fingerprint(self._provider_key(), keys)
         with contextlib.suppress(Exception):
-            fingerprint = _reference_fingerprint(
-                self._provider_key(), store.sample_keys(BACKGROUND_SAMPLE)
-            )
             store.set_meta(
                 {REFERENCE_META_KEY: _reference_to_json(fingerprint, reference)}, wait_ms=0
             )
@@ -1395,10 +1402,10 @@ class MemoryIndex:
             return
         if not shipped_file(self.provider.id, self.provider.fingerprint()).exists():
             return
-        _, sample, scripts = self._background_sample(store)
+        _, sample, scripts, sampled = self._background_sample(store)
         refs = await self._reference_query_vectors(store)
-        if refs:
-            self._save_reference(store, _reference_background(refs, sample, scripts))
+        if refs and sampled:
+            self._save_reference(store, sampled, _reference_background(refs, sample, scripts))
 
     def _term_chunks(self, store: Store, query: str) -> tuple[_StatsCache, dict[str, int]]:
         """This index version's stats cache, and how many chunks hold each query term."""
@@ -1474,12 +1481,22 @@ class MemoryIndex:
         return 0 if match is None else store.count_matching(match)
 
     @staticmethod
-    def _background_sample(store: Store) -> tuple[list[int], np.ndarray, list[Script]]:
-        """Up to BACKGROUND_SAMPLE stored vectors spread evenly over chunk ids: ids, vectors, scripts."""
-        rows = store.vector_sample(BACKGROUND_SAMPLE)
+    def _background_sample(
+        store: Store,
+    ) -> tuple[list[int], np.ndarray, list[Script], list[tuple[int, str]] | None]:
+        """Up to BACKGROUND_SAMPLE stored vectors spread evenly over chunk ids: ids, vectors,
+        scripts, and (SQLite) the chunks' (id, content hash) read in the same snapshot."""
+        keys: list[tuple[int, str]] | None = None
+        if isinstance(store, SqliteStore):
+            keyed = store.vector_sample_keyed(BACKGROUND_SAMPLE)
+            rows = [(cid, vec, text) for cid, vec, text, _ in keyed]
+            keys = [(cid, h) for cid, _, _, h in keyed]
+        else:
+            rows = store.vector_sample(BACKGROUND_SAMPLE)
         if not rows:
-            return [], np.zeros((0, 0), dtype=np.float32), []
-        return [r[0] for r in rows], np.stack([r[1] for r in rows]), [script_of(r[2]) for r in rows]
+            return [], np.zeros((0, 0), dtype=np.float32), [], keys
+        ids = [r[0] for r in rows]
+        return ids, np.stack([r[1] for r in rows]), [script_of(r[2]) for r in rows], keys
 
     def _path_candidates(self, store: Store, query: str) -> list[int]:
         version = store.version
