@@ -11,7 +11,10 @@ cost with real vectors; meaning does not matter for timing), and prints:
 * hybrid and keyword search p50/p95 with vectors searched by the in-memory matrix
   (`_store.IN_MEMORY_MAX_VECTORS` raised above the size) and by sqlite-vec's vec0 (set to 0);
 * keyword search with FTS5 answering every search (the code before held postings), in the
-  same process on the same index, and the ratio of the two p50s.
+  same process on the same index, and the ratio of the two p50s;
+* a one-off search's vector side (a new process: no matrix held): the KNN and background
+  cosines in SQL against loading the matrix, searching it and reading the sample's vectors;
+  and picking the background sample with and without the index of the vectors' ids.
 
 Query embedding is not included here (it does not depend on the index size; see
 bench_embeddings.py). Figures are JSON (also bench/out/scale.json).
@@ -30,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from array import array
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -41,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_builtin_index import TOPICS, WORDS, build_workspace, make_sentences, pct
 
 from memoryd.builtin_index import MemoryIndex, _store
+from memoryd.builtin_index.index import BACKGROUND_SAMPLE
 from memoryd.config import resolve_agent, validate_config
 from memoryd.embeddings.base import EmbeddingProvider, Matrix, ProviderSelection, Vector
 
@@ -143,9 +148,56 @@ async def one_size(
         out[f"rss_mb_after_{engine}_search"] = round(rss_mb(), 1)
         out[f"search_engine_{engine}"] = idx.store.search_engine
     _store.IN_MEMORY_MAX_VECTORS = 50_000
+    out.update(one_off_vector_side(idx, queries[:20]))
     await idx.aclose()
     shutil.rmtree(ws)
     return out
+
+
+def one_off_vector_side(idx: MemoryIndex, queries: list[str]) -> dict[str, object]:
+    """What a one-off search's vector side reads, per search (default engine choice): the lean
+    path (`MemoryIndex._lean`: KNN and background cosines in SQL) against the numpy path a
+    one-off search took before (load the matrix, search it, read the sample's vectors;
+    numpy's import, ~80 ms, not included); and the sample's read before the index of the
+    vectors' ids (`m003_vector_ids`; `NOT INDEXED` reads the table as that code did)."""
+    store = idx.store
+    assert isinstance(store, _store.Store)
+    k = 24
+    lean, full, sample_new, sample_old = [], [], [], []
+    for q in queries:
+        vec = SeededVectors._one(q)
+        buf = array("f", vec.tobytes())
+        t = time.perf_counter()
+        store.vector_search(buf, k)
+        store.sample_cosines(BACKGROUND_SAMPLE, buf)
+        lean.append((time.perf_counter() - t) * 1000)
+        store._matrix = None  # a new process holds no matrix
+        t = time.perf_counter()
+        store.vector_search(vec, k)
+        store.vector_sample(BACKGROUND_SAMPLE)
+        full.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        store.sample_keys(BACKGROUND_SAMPLE)
+        sample_new.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        with store._reading("bench") as conn:
+            n = conn.execute("select count(*) from chunk_vectors not indexed").fetchone()[0]
+            conn.execute(
+                "select v.chunk_id, c.hash from chunk_vectors v not indexed "
+                "join chunks c on c.id = v.chunk_id "
+                "where v.chunk_id % ? = 0 order by v.chunk_id limit ?",
+                (max(1, -(-n // BACKGROUND_SAMPLE)), BACKGROUND_SAMPLE),
+            ).fetchall()
+        sample_old.append((time.perf_counter() - t) * 1000)
+    p50 = statistics.median
+    return {
+        "oneoff_vector_side_sql_p50_ms": round(p50(lean), 2),
+        "oneoff_vector_side_numpy_p50_ms": round(p50(full), 2),
+        "oneoff_vector_side_sql_over_numpy_p50": round(p50(lean) / max(p50(full), 1e-9), 2),
+        "sample_ids_p50_ms": round(p50(sample_new), 2),
+        "sample_ids_before_m003_p50_ms": round(p50(sample_old), 2),
+        "sample_ids_over_before_m003_p50": round(p50(sample_new) / max(p50(sample_old), 1e-9), 2),
+    }
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
