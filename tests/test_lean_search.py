@@ -210,6 +210,16 @@ async def test_a_long_lived_process_keeps_the_numpy_path(
     assert (paths.scans, paths.in_memory) == (0, 1)
 
 
+async def test_status_names_the_engine_this_processs_searches_use(
+    idx: MemoryIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert idx.status().vector.search_engine == "numpy"
+    with inline.one_off_process():
+        assert idx.status().vector.search_engine == "sqlite-vec-scan"
+        monkeypatch.setattr(index_mod, "LEAN_ONE_OFF_SEARCH", False)
+        assert idx.status().vector.search_engine == "numpy"
+
+
 def _search_in_own_process(ws: Path, query: str, env: dict[str, str]) -> tuple[Any, bool]:
     """`memoryd search --json` in a new interpreter: its answer, and whether numpy ran."""
     probe = (

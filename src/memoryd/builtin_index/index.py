@@ -1237,6 +1237,19 @@ class MemoryIndex:
             MAX_SNIPPET_CHARS,
         )
 
+    def _search_engine(self) -> str:
+        """What answers this process's KNN: the store's engine, or a one-off command's exact
+        scan in SQL (`_lean`) where the store would hold the matrix in memory."""
+        engine = self.store.search_engine
+        if (
+            engine == "numpy"
+            and self.provider is not None
+            and self.provider.query_buffer_available()
+            and self._lean(self.store)
+        ):
+            return "sqlite-vec-scan"
+        return engine
+
     def _lean(self, store: Store) -> bool:
         """Whether this search keeps numpy out: a one-off command (CLI) on a SQLite index whose
         connections compute cosines (sqlite-vec). Its query vector is then the engine's own
@@ -1582,7 +1595,7 @@ class MemoryIndex:
                 enabled=self._vector_enabled,
                 available=vec.available and self.provider is not None,
                 engine=vec.engine,
-                search_engine=self.store.search_engine,
+                search_engine=self._search_engine(),
                 binding=vec.binding,
                 dims=self.store.vec_dims,
                 load_error=vec.load_error,

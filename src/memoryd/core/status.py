@@ -35,7 +35,10 @@ class VectorInfo(StatusModel):
     available: bool
     engine: str = Field(description="sqlite-vec | numpy | disabled")
     search_engine: str = Field(
-        "none", description="Which engine answers KNN now: numpy | sqlite-vec | none"
+        "none",
+        description="Which engine answers this process's KNN: numpy (in-memory matrix) | "
+        "sqlite-vec (vec0) | sqlite-vec-scan (a one-off command's exact scan in SQL) | "
+        "pgvector-exact | pgvector-hnsw | none",
     )
     binding: str = "sqlite3"
     dims: int | None = None

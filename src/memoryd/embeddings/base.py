@@ -99,6 +99,10 @@ class EmbeddingProvider(abc.ABC):
     async def embed_query(self, text: str) -> Vector:
         """Embed one search query (asymmetric models use their query form)."""
 
+    def query_buffer_available(self) -> bool:
+        """Whether `embed_query_buffer` returns a vector in this process (not None)."""
+        return False
+
     async def embed_query_buffer(self, text: str) -> array[float] | None:
         """`text`'s query vector as a float32 `array` (not necessarily normalized), if this
         provider makes it without importing numpy; None otherwise (then `embed_query`).

