@@ -302,3 +302,81 @@ async def test_a_reference_is_stored_under_the_sample_it_was_computed_from(
 
 async def _nothing() -> None:
     return None
+
+
+_ORDER_PROBE = """
+import sys
+from memoryd.builtin_index import index
+from memoryd.cli import main
+from memoryd.embeddings import _prefetch
+seen = []
+real_start, real_init = _prefetch.start, index.MemoryIndex.__init__
+def start(key, *a, **k):
+    seen.append("prefetch")
+    return real_start(key, *a, **k)
+def init(self, *a, **k):
+    seen.append("index")
+    return real_init(self, *a, **k)
+_prefetch.start, index.MemoryIndex.__init__ = start, init
+rc = main(sys.argv[1:])
+print("order:", " ".join(seen), file=sys.stderr)
+sys.exit(rc)
+"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "query", "expected"),
+    [
+        ([], "who adopted a kitten", "prefetch index"),  # before the index's modules load
+        (["--max-results", "0"], "who adopted a kitten", ""),  # invalid: nothing embedded
+        ([], "   ", ""),
+    ],
+)
+def test_a_one_off_search_starts_its_query_before_opening_the_index(
+    tmp_path: Path, extra: list[str], query: str, expected: str
+) -> None:
+    ws = _workspace(tmp_path / "ws")
+    env = {**os.environ, "MEMORYD_STATE_DIR": str(tmp_path / "state"), "MEMORYD_NO_SERVER": "1"}
+    env.pop("MEMORYD_CONFIG", None)
+    argv = ["search", "--json", "--workspace", str(ws), *extra, query]
+    proc = subprocess.run(
+        [sys.executable, "-c", _ORDER_PROBE, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    out = json.loads(proc.stdout)
+    assert (proc.returncode == 0) == (expected != ""), proc.stderr
+    if expected:
+        assert out["results"] and not out.get("disabled")
+    else:
+        assert out["disabled"] and out["code"] == "invalid_input"
+    order = proc.stderr.strip().splitlines()[-1].removeprefix("order:").split()
+    if expected:  # the index asks again before its keyword side: it finds it under way
+        assert order[:2] == expected.split(), order
+    else:
+        assert "prefetch" not in order, order
+
+
+def test_a_qmd_agent_does_not_embed_its_query_in_memoryd(tmp_path: Path) -> None:
+    ws = _workspace(tmp_path / "ws")
+    cfg = tmp_path / "qmd.toml"
+    cfg.write_text(
+        f'[memory]\nbackend = "qmd"\n[memory.qmd]\ncommand = "/bin/false"\n'
+        f'[agents.defaults]\nworkspace = "{ws}"\n'
+    )
+    env = {**os.environ, "MEMORYD_STATE_DIR": str(tmp_path / "state"), "MEMORYD_NO_SERVER": "1"}
+    argv = ["search", "--json", "--config", str(cfg), "who adopted a kitten"]
+    proc = subprocess.run(
+        [sys.executable, "-c", _ORDER_PROBE, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 0 and out["backend"] == "builtin" and out["fallback"]
+    order = proc.stderr.strip().splitlines()[-1].removeprefix("order:").split()
+    # qmd failed, so the built-in index answered: only then was the query embedded here
+    assert order[0] == "index", order

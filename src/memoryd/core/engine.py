@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from ..errors import InvalidInput
 from .layout import MemoryRoot
 from .records import record
 from .results import FileText, SearchResult
@@ -157,3 +158,29 @@ __all__ = [
     "SearchRequest",
     "SearchResult",
 ]
+
+
+def check_search_input(query: object, max_results: object, min_score: object) -> str:
+    """The stripped query, or `InvalidInput` for an empty/overlong query or out-of-range limits."""
+    if not isinstance(query, str):
+        raise InvalidInput("query must be a string")
+    text = query.strip()
+    if not text:
+        raise InvalidInput("query must not be empty")
+    if len(text) > MAX_QUERY_CHARS:
+        raise InvalidInput(
+            f"query is {len(text)} characters; at most {MAX_QUERY_CHARS} are accepted"
+        )
+    if max_results is not None and (
+        isinstance(max_results, bool)
+        or not isinstance(max_results, int)
+        or not 1 <= max_results <= 100
+    ):
+        raise InvalidInput("maxResults must be an integer from 1 to 100")
+    if min_score is not None and (
+        isinstance(min_score, bool)
+        or not isinstance(min_score, int | float)
+        or not 0 <= min_score <= 1
+    ):
+        raise InvalidInput("minScore must be a number from 0 to 1")
+    return text

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from .. import inline, paths
 from ..config import ResolvedAgent
+from ..errors import MemorydError
 from ..fsio import private_dir
 
 if TYPE_CHECKING:  # imported where used: a builtin agent never loads the qmd adapter
@@ -37,6 +38,29 @@ def builtin_engine(agent: ResolvedAgent) -> MemoryIndex:
             inline.require(False, f"embedding provider {provider.id!r} runs on an event loop")
     migrate_legacy_state(agent)
     return MemoryIndex(agent.index_settings(), selection)
+
+
+def prefetch_search_query(agent: ResolvedAgent, text: str) -> None:
+    """Start embedding a one-off search's (validated) query before the agent's index opens.
+
+    The local model then loads and embeds on the other core (~40 ms) while this process
+    imports the service and the index and opens it (~40 ms): started once the index was open,
+    a cold hybrid search waited ~25 ms for its vector. Only for the built-in backend (a qmd
+    agent's query is qmd's to embed) and a provider that runs in this process without a loop;
+    the provider built here is dropped and the index's own collects the vector (prefetches
+    are keyed by model and text, `embeddings._prefetch`). Never raises: whatever is wrong is
+    the search's to report.
+    """
+    if agent.memory.backend != "builtin":
+        return
+    from ..embeddings.selection import select_provider
+
+    try:
+        provider = select_provider(agent).provider
+    except MemorydError:
+        return
+    if provider is not None and provider.runs_inline:
+        provider.prefetch_query(text)
 
 
 def qmd_engine(agent: ResolvedAgent) -> QmdManager:

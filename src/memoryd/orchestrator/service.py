@@ -30,7 +30,12 @@ else:  # loaded on first use: a one-off command run by `memoryd.inline` never to
 from .. import inline
 from ..config import MemorydConfig, ResolvedAgent, agent_ids, resolve_agent
 from ..core.citations import apply_citations
-from ..core.engine import MAX_QUERY_CHARS, BuiltinEngine, Corpus, SearchRequest
+from ..core.engine import (
+    BuiltinEngine,
+    Corpus,
+    SearchRequest,
+    check_search_input,
+)
 from ..core.results import SearchResult
 from ..errors import InvalidInput, MemorydError, StateError
 from ..scope_rules import evaluate_scope
@@ -81,32 +86,6 @@ class SearchOutput:
 def failure(err: MemorydError, **extra: Any) -> dict[str, Any]:
     """The tool-result shape of a failure: `{disabled: true, error, code}` plus `extra`."""
     return {**extra, "disabled": True, "error": str(err), "code": err.code}
-
-
-def check_search_input(query: object, max_results: object, min_score: object) -> str:
-    """The stripped query, or `InvalidInput` for an empty/overlong query or out-of-range limits."""
-    if not isinstance(query, str):
-        raise InvalidInput("query must be a string")
-    text = query.strip()
-    if not text:
-        raise InvalidInput("query must not be empty")
-    if len(text) > MAX_QUERY_CHARS:
-        raise InvalidInput(
-            f"query is {len(text)} characters; at most {MAX_QUERY_CHARS} are accepted"
-        )
-    if max_results is not None and (
-        isinstance(max_results, bool)
-        or not isinstance(max_results, int)
-        or not 1 <= max_results <= 100
-    ):
-        raise InvalidInput("maxResults must be an integer from 1 to 100")
-    if min_score is not None and (
-        isinstance(min_score, bool)
-        or not isinstance(min_score, int | float)
-        or not 0 <= min_score <= 1
-    ):
-        raise InvalidInput("minScore must be a number from 0 to 1")
-    return text
 
 
 class MemoryService:
