@@ -324,6 +324,22 @@ sys.exit(rc)
 """
 
 
+def _search_in_order(tmp_path: Path, argv: list[str]) -> tuple[int, Any, list[str]]:
+    """`memoryd search --json ARGV` in a new interpreter: exit status, answer, and the order in
+    which the query's prefetch started and the index was built."""
+    env = {**os.environ, "MEMORYD_STATE_DIR": str(tmp_path / "state"), "MEMORYD_NO_SERVER": "1"}
+    env.pop("MEMORYD_CONFIG", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", _ORDER_PROBE, "search", "--json", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    order = proc.stderr.strip().splitlines()[-1].removeprefix("order:").split()
+    return proc.returncode, json.loads(proc.stdout), order
+
+
 @pytest.mark.parametrize(
     ("extra", "query", "expected"),
     [
@@ -336,23 +352,12 @@ def test_a_one_off_search_starts_its_query_before_opening_the_index(
     tmp_path: Path, extra: list[str], query: str, expected: str
 ) -> None:
     ws = _workspace(tmp_path / "ws")
-    env = {**os.environ, "MEMORYD_STATE_DIR": str(tmp_path / "state"), "MEMORYD_NO_SERVER": "1"}
-    env.pop("MEMORYD_CONFIG", None)
-    argv = ["search", "--json", "--workspace", str(ws), *extra, query]
-    proc = subprocess.run(
-        [sys.executable, "-c", _ORDER_PROBE, *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    out = json.loads(proc.stdout)
-    assert (proc.returncode == 0) == (expected != ""), proc.stderr
+    rc, out, order = _search_in_order(tmp_path, ["--workspace", str(ws), *extra, query])
+    assert (rc == 0) == (expected != ""), out
     if expected:
         assert out["results"] and not out.get("disabled")
     else:
         assert out["disabled"] and out["code"] == "invalid_input"
-    order = proc.stderr.strip().splitlines()[-1].removeprefix("order:").split()
     if expected:  # the index asks again before its keyword side: it finds it under way
         assert order[:2] == expected.split(), order
     else:
@@ -366,17 +371,7 @@ def test_a_qmd_agent_does_not_embed_its_query_in_memoryd(tmp_path: Path) -> None
         f'[memory]\nbackend = "qmd"\n[memory.qmd]\ncommand = "/bin/false"\n'
         f'[agents.defaults]\nworkspace = "{ws}"\n'
     )
-    env = {**os.environ, "MEMORYD_STATE_DIR": str(tmp_path / "state"), "MEMORYD_NO_SERVER": "1"}
-    argv = ["search", "--json", "--config", str(cfg), "who adopted a kitten"]
-    proc = subprocess.run(
-        [sys.executable, "-c", _ORDER_PROBE, *argv],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
-    out = json.loads(proc.stdout)
-    assert proc.returncode == 0 and out["backend"] == "builtin" and out["fallback"]
-    order = proc.stderr.strip().splitlines()[-1].removeprefix("order:").split()
+    rc, out, order = _search_in_order(tmp_path, ["--config", str(cfg), "who adopted a kitten"])
+    assert rc == 0 and out["backend"] == "builtin" and out["fallback"]
     # qmd failed, so the built-in index answered: only then was the query embedded here
     assert order[0] == "index", order
