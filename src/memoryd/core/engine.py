@@ -145,21 +145,6 @@ class QmdEngine(MemoryEngine, Protocol):
         """Whether qmd starts and answers `qmd X.Y.Z` (never raises)."""
 
 
-__all__ = [
-    "BuiltinEngine",
-    "Corpus",
-    "EngineAnswer",
-    "EngineName",
-    "FileText",
-    "IndexCheck",
-    "MemoryEngine",
-    "ProgressFn",
-    "QmdEngine",
-    "SearchRequest",
-    "SearchResult",
-]
-
-
 def check_search_input(query: object, max_results: object, min_score: object) -> str:
     """The stripped query, or `InvalidInput` for an empty/overlong query or out-of-range limits."""
     if not isinstance(query, str):
@@ -184,3 +169,19 @@ def check_search_input(query: object, max_results: object, min_score: object) ->
     ):
         raise InvalidInput("minScore must be a number from 0 to 1")
     return text
+
+
+__all__ = [
+    "BuiltinEngine",
+    "Corpus",
+    "EngineAnswer",
+    "EngineName",
+    "FileText",
+    "IndexCheck",
+    "MemoryEngine",
+    "ProgressFn",
+    "QmdEngine",
+    "SearchRequest",
+    "SearchResult",
+    "check_search_input",
+]
