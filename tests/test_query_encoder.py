@@ -40,7 +40,7 @@ QUERIES = [
     "東京の会議の予算は誰が担当していますか",
     "x",
     "Ünïcödé  naïve   café and emoji 🎉",
-    "what did Caroline research about adoption agencies " * 60,  # > 512 tokens: two windows
+    "what did Caroline research about adoption agencies " * 70,  # > 512 tokens: two windows
 ]
 
 
@@ -124,6 +124,30 @@ def test_the_ffn_outputs_8bit_blocks_hold_the_files_4bit_weights(model_file: Mod
     )
     with pytest.raises(ValueError):
         _e5_ort.requantize(w[:, :100], 8, 256)
+
+
+def test_the_query_input_is_the_batch_input_before_its_layernorm(
+    model_file: ModelFile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`input_sums` (what a search runs before its encoder starts: word rows memoized, the
+    LayerNorm left to the graph) normalizes to `input_rows` (the BLAS engine's input), for
+    one window and two, with the memo filling, full, or holding rows already."""
+    from memoryd.embeddings import _e5_blas
+
+    one = [w for _, w in model_file.windows(["who adopted the grey kitten"], query=True)]
+    two = [w for _, w in model_file.windows([QUERIES[-1]], query=True)]
+    assert len(one) == 1 and len(two) == 2
+
+    def normalized(x: np.ndarray) -> np.ndarray:
+        return _e5_blas.layernorm(x.copy(), model_file.eln_w, model_file.eln_b, model_file.eps)
+
+    model_file._word_rows.clear()
+    monkeypatch.setattr(_e5_blas, "WORD_ROW_MEMO_SIZE", len(set(one[0])))
+    for windows in (one, one, two, two):  # fills the memo, hits it, then overflows it
+        got = model_file.input_sums(windows)
+        assert got.shape == (sum(map(len, windows)), model_file.dim)
+        assert np.allclose(normalized(got), model_file.input_rows(windows), atol=1e-5)
+    assert set(model_file._word_rows) == set(one[0])  # the overflow was not kept
 
 
 def test_a_model_the_statistics_are_not_for_runs_4bit_and_says_why(

