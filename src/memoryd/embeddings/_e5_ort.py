@@ -24,7 +24,7 @@ the weight rows scaled by `s`: exact in float, it moves the few huge activation 
 BERT-like model into the per-channel weights, where int8 holds them). The FFN output product,
 the one most sensitive to per-tensor activation quantization, stays a `MatMulNBits` (int8
 activations per block) on 8-bit weights in blocks of 256, re-quantized at load from the
-file's 4-bit blocks of 32: `MatMulNBits`' time goes with its blocks, not its bits. ~0.65× the
+file's 4-bit blocks of 32: `MatMulNBits`' time goes with its blocks, not its bits. ~0.7× the
 4-bit encoder's time; retrieval within noise of it on every evaluation set
 (`docs/performance.md`, rounds 11 and 14). A model file the statistics were not made for (its layers'
 digest differs) gets the 4-bit graph.
