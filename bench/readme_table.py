@@ -49,7 +49,7 @@ def _hybrid_rows(run: dict[str, Any], source: str) -> list[str]:
         chunks = f"{r['chunks']:,}"
         p50, p95 = r["hybrid_p50_ms"], r["hybrid_p95_ms"]
         earlier = [
-            f"{r[f'hybrid_p50_over_round{n}']}× round {n}'s code "
+            f"{r[f'hybrid_p50_over_round{n}']}× round {n}'s {'encoder' if n == 13 else 'code'} "
             f"({r[f'hybrid_round{n}_p50_ms']} ms, same run)"
             for n in (13, 11, 10)
             if f"hybrid_round{n}_p50_ms" in r
