@@ -355,15 +355,15 @@ class ModelFile:
         """
         memo = self._word_rows
         missing = {t for w in windows for t in w if t not in memo}
-        rows = memo
+        fresh: dict[int, F32] = {}
         if missing:
             ids = sorted(missing)
-            fresh = _dequant_rows(self.word[np.array(ids)])
-            if len(memo) + len(ids) <= WORD_ROW_MEMO_SIZE:
-                memo.update(zip(ids, fresh, strict=True))  # one store per row: thread-safe
-            else:
-                rows = {**memo, **dict(zip(ids, fresh, strict=True))}
-        x: F32 = np.array([rows[t] for w in windows for t in w], dtype=np.float32)
+            fresh = dict(zip(ids, _dequant_rows(self.word[np.array(ids)]), strict=True))
+            if len(memo) + len(fresh) <= WORD_ROW_MEMO_SIZE:
+                memo.update(fresh)  # one store per row: safe beside other threads' reads
+        x: F32 = np.array(
+            [fresh[t] if t in fresh else memo[t] for w in windows for t in w], dtype=np.float32
+        )
         if len(windows) == 1:
             x += self._pos_type[: len(windows[0])]
         else:
