@@ -37,6 +37,7 @@ import dataclasses
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -485,9 +486,8 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
-async def run(args: argparse.Namespace) -> dict[str, object]:
+async def run(args: argparse.Namespace, root: Path) -> dict[str, object]:
     rng = random.Random(7)
-    root = Path(tempfile.mkdtemp(prefix="memoryd-bench-"))
     os.environ["MEMORYD_STATE_DIR"] = str(root / "state")
     sentences = make_sentences(rng, 400)
     real = LocalE5Provider()
@@ -710,8 +710,19 @@ def main() -> None:
     ap.add_argument(
         "--search-interval", type=float, default=0.5, help="s between searches in background"
     )
+    ap.add_argument(
+        "--keep", action="store_true", help="keep the scratch folder (indexes, workspaces)"
+    )
     args = ap.parse_args()
-    results = anyio.run(run, args)
+    # the scratch folder holds its indexes and workspaces (hundreds of MB at 10k chunks)
+    root = Path(tempfile.mkdtemp(prefix="memoryd-bench-"))
+    try:
+        results = anyio.run(run, args, root)
+    finally:
+        if args.keep:
+            print(f"scratch folder kept: {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))

@@ -14,8 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import stat
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +27,7 @@ import anyio
 
 from memoryd.config import resolve_agent, validate_config
 from memoryd.orchestrator import MemoryService
+from memoryd.orchestrator.failover import FailoverState
 from memoryd.qmd_adapter import QmdManager
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,8 +54,7 @@ def corpus(ws: Path, n: int = 200) -> None:
     (ws / "MEMORY.md").write_text("# Memory\nThe deploy target is fly.io.\n")
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    root = Path(tempfile.mkdtemp(prefix="memoryd-orch-"))
+async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     os.environ["MEMORYD_STATE_DIR"] = str(root / "state")
     ws = root / "ws"
     corpus(ws)
@@ -111,8 +113,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     for fault in ("die", "hang"):
         lat = []
         for _ in range(args.fault_runs):
-            b.state.active = "qmd"  # back on qmd for the next measured failure
-            b.state.failures = 0
+            b.failover.state = FailoverState()  # back on qmd for the next measured failure
             mode.write_text(fault)
             t = time.perf_counter()
             out = await svc.memory_search("project 3 build")
@@ -138,8 +139,19 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=15)
     ap.add_argument("--fault-runs", type=int, default=5)
     ap.add_argument("--out", default=str(REPO / "bench" / "out" / "orchestrator.json"))
+    ap.add_argument(
+        "--keep", action="store_true", help="keep the scratch folder (indexes, workspaces)"
+    )
     args = ap.parse_args()
-    results = anyio.run(run, args)
+    # the scratch folder holds the workspace, the state folder and qmd's home
+    root = Path(tempfile.mkdtemp(prefix="memoryd-orch-"))
+    try:
+        results = anyio.run(run, args, root)
+    finally:
+        if args.keep:
+            print(f"scratch folder kept: {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
