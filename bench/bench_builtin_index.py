@@ -1,6 +1,6 @@
 """Built-in index benchmark: ~10k chunks, index time, search latency, background embedding.
 
-Run:  .venv/bin/python bench/bench_builtin_index.py [--chunks 10000] [--queries 200] [--no-cli]
+Run:  .venv/bin/python bench/bench_builtin_index.py [--chunks 10000] [--queries 200] [--no-cli] [--keep]
 
 Embedding 10k chunks with the real local model on 2 CPU cores takes tens of minutes, so document
 vectors come from the real model applied to a pool of sentences (each chunk gets the normalized

@@ -1,6 +1,6 @@
 """Supervisor benchmark against the real qmd: failover latency and supervisor overhead.
 
-Run:  .venv/bin/python bench/bench_orchestrator.py [--qmd PATH] [--runs 15]
+Run:  .venv/bin/python bench/bench_orchestrator.py [--qmd PATH] [--runs 15] [--keep]
 
 Prints (and writes bench/out/orchestrator.json):
 - failover latency: wall time of the memory_search call that meets a dead or hung qmd, minus the
