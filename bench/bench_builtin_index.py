@@ -37,7 +37,6 @@ import dataclasses
 import json
 import os
 import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -56,6 +55,10 @@ from memoryd.config import resolve_agent, validate_config
 from memoryd.embeddings import local
 from memoryd.embeddings.base import Matrix, ProviderSelection, l2_normalize
 from memoryd.embeddings.local import LocalE5Provider
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _scratch import scratch_folder
 
 TOPICS = [
     "postgres migration",
@@ -714,15 +717,8 @@ def main() -> None:
         "--keep", action="store_true", help="keep the scratch folder (indexes, workspaces)"
     )
     args = ap.parse_args()
-    # the scratch folder holds its indexes and workspaces (hundreds of MB at 10k chunks)
-    root = Path(tempfile.mkdtemp(prefix="memoryd-bench-"))
-    try:
+    with scratch_folder("memoryd-bench-", args.keep) as root:
         results = anyio.run(run, args, root)
-    finally:
-        if args.keep:
-            print(f"scratch folder kept: {root}", file=sys.stderr)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))

@@ -14,11 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import stat
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,10 @@ from memoryd.config import resolve_agent, validate_config
 from memoryd.orchestrator import MemoryService
 from memoryd.orchestrator.failover import FailoverState
 from memoryd.qmd_adapter import QmdManager
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _scratch import scratch_folder
 
 REPO = Path(__file__).resolve().parents[1]
 WRAPPER = """#!/bin/sh
@@ -143,15 +145,8 @@ def main() -> None:
         "--keep", action="store_true", help="keep the scratch folder (indexes, workspaces)"
     )
     args = ap.parse_args()
-    # the scratch folder holds the workspace, the state folder and qmd's home
-    root = Path(tempfile.mkdtemp(prefix="memoryd-orch-"))
-    try:
+    with scratch_folder("memoryd-orch-", args.keep) as root:
         results = anyio.run(run, args, root)
-    finally:
-        if args.keep:
-            print(f"scratch folder kept: {root}", file=sys.stderr)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
