@@ -469,7 +469,7 @@ class MemoryIndex:
         provider = self.provider
         if provider is None or self.unavailable or not query:
             return
-        if (provider.id, provider.model, provider.fingerprint(), query) in self._query_cache:
+        if (*self._provider_key(), query) in self._query_cache:
             return
         provider.prefetch_query(query)
 
@@ -805,7 +805,7 @@ class MemoryIndex:
         deadline = None if budget_s is None else time.monotonic() + budget_s
         total = store.counts()["pending_vectors"]
         done = 0
-        key = (self.provider.id, self.provider.model, self.provider.fingerprint())
+        key = self._provider_key()
         max_entries = self.cfg.cache.max_entries
         use_cache = self.cfg.cache.enabled
         skip: set[int] = set()
@@ -1267,7 +1267,7 @@ class MemoryIndex:
     async def _embed_query(self, query: str) -> np.ndarray:
         """Query embedding through a small LRU: agents often repeat a question within a session."""
         assert self.provider is not None
-        key = (self.provider.id, self.provider.model, self.provider.fingerprint(), query)
+        key = (*self._provider_key(), query)
         hit = self._query_cache.get(key)
         if hit is not None:
             self._query_cache.move_to_end(key)
@@ -1372,6 +1372,8 @@ class MemoryIndex:
         return reference, [(cid, script_of(text), cos) for cid, _, cos, text in rows]
 
     def _provider_key(self) -> tuple[str, str, str]:
+        """What vectors are keyed by (embedding cache, query cache, reference vectors and
+        background): the provider's id, model and fingerprint."""
         assert self.provider is not None
         return self.provider.id, self.provider.model, self.provider.fingerprint()
 
@@ -1446,7 +1448,7 @@ class MemoryIndex:
         provider that cannot embed them leaves the query's own background as the reference.
         """
         assert self.provider is not None
-        key = (self.provider.id, self.provider.model, self.provider.fingerprint())
+        key = self._provider_key()
         held = self._reference_vectors
         if held is not None and held[0] == key:
             return held[1]
