@@ -75,7 +75,8 @@ ALLOWED: dict[str, set[str]] = {
         "lazy",
     },
     "progress": set(),
-    "__init__": {"errors"},
+    # the public API, re-exported (loaded on first use)
+    "__init__": {"errors", "config", "core", "orchestrator"},
     "__main__": {"cli"},
 }
 

@@ -120,6 +120,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="set a module constant for this run (a tuning variant not in the config), e.g. "
         "memoryd.core.ranking.VEC_FLOOR_SAME_SCRIPT=2.0; repeatable",
     )
+    p.add_argument(
+        "--embedded",
+        type=float,
+        metavar="SHARE",
+        help="search a copy of each index in which only this share (0-1) of the chunks has a "
+        "vector, as a fresh workspace has while its first chunks embed; default 1",
+    )
+    p.add_argument(
+        "--embedded-order",
+        choices=["first", "spread"],
+        default="first",
+        help="which chunks keep their vector: the first by id, as the indexer embeds them "
+        "(default), or spread over the whole index",
+    )
     p.add_argument("--model", help="local embedding model name (default: memoryd's default)")
     p.add_argument("--provider", default="local", help="embedding provider for the builtin index")
     return p.parse_args(argv)
@@ -290,6 +304,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "search_config": args.search_config,
         "constants": getattr(args, "constants", {}),
         "model": args.model,
+        "embedded": [args.embedded, args.embedded_order] if args.embedded is not None else None,
         "datasets": {},
     }
     datasets = load_datasets(args)
@@ -401,19 +416,28 @@ def search_config(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 async def open_workspace_index(args: argparse.Namespace, ws: Any) -> Any:
-    """The cached index of one eval workspace, for the model and chunking `args` name."""
-    from .builtin import open_index
+    """The cached index of one eval workspace, for the model and chunking `args` name; with
+    `--embedded`, a copy of it in which only that share of the chunks keeps its vector."""
+    from .builtin import open_index, partial_copy
 
-    return await open_index(
-        ws.root,
-        args.out / "index" / f"{ws.name}-{index_suffix(args)}.sqlite",
-        provider=args.provider,
-        model=args.model,
-        tokens=args.chunk_tokens,
-        overlap=args.chunk_overlap,
-        daily=args.daily_notes,
-        extra=search_config(args),
-    )
+    full = args.out / "index" / f"{ws.name}-{index_suffix(args)}.sqlite"
+    options: dict[str, Any] = {
+        "provider": args.provider,
+        "model": args.model,
+        "tokens": args.chunk_tokens,
+        "overlap": args.chunk_overlap,
+        "daily": args.daily_notes,
+        "extra": search_config(args),
+    }
+    idx = await open_index(ws.root, full, **options)
+    if args.embedded is None:
+        return idx
+    await idx.aclose()
+    share = f"{round(args.embedded * 100)}{args.embedded_order}"
+    partial = args.out / "partial" / f"{ws.name}-{index_suffix(args)}-e{share}.sqlite"
+    kept, total = partial_copy(full, partial, args.embedded, args.embedded_order)
+    print(f"  [{ws.name}] {kept} of {total} chunks keep their vector", file=sys.stderr)
+    return await open_index(ws.root, partial, embed=False, **options)
 
 
 def score(args: argparse.Namespace) -> dict[str, Any]:

@@ -135,8 +135,10 @@ async def open_index(
     overlap: int | None = None,
     daily: tuple[int, int] | None = None,
     extra: dict[str, Any] | None = None,
+    embed: bool = True,
 ) -> EvalIndex:
-    """Open (and bring up to date, embedding what is missing) the index of one workspace."""
+    """Open (and bring up to date, embedding what is missing unless `embed` is False) the
+    index of one workspace."""
     index_path.parent.mkdir(parents=True, exist_ok=True)
     agent = agent_config(
         workspace,
@@ -175,7 +177,7 @@ async def open_index(
                 flush=True,
             )
 
-    report = await idx.sync(progress=progress)
+    report = await idx.sync(progress=progress, embed=embed)
     if report.chunks_written or report.vectors_embedded:
         print(
             f"  [{workspace.name}] synced: {report.chunks_written} chunks, {report.vectors_embedded} embedded, "
@@ -238,3 +240,40 @@ def chunk_suffix(
     base = f"t{plan.files.tokens}o{plan.files.overlap}"
     d = plan.daily_notes
     return base if d is None else f"{base}d{d.tokens}o{d.overlap}"
+
+
+def partial_copy(src: Path, dst: Path, share: float, order: str) -> tuple[int, int]:
+    """Copy the index `src` to `dst`, keeping the vectors of only `share` of its chunks: the
+    first by id (`first`, the order the indexer embeds them in) or every chunk whose id hashes
+    below the share (`spread`). Returns (chunks with a vector, chunks)."""
+    import sqlite3
+
+    from memoryd.builtin_index._store import Store
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{dst}{suffix}").unlink(missing_ok=True)
+    with sqlite3.connect(src) as a, sqlite3.connect(dst) as b:
+        a.backup(b)
+    store = Store(dst, vector_enabled=True)
+    try:
+        with store.transaction(doing="drop vectors for a partial-embedding run"):
+            conn = store._w
+            ids = [r[0] for r in conn.execute("select id from chunks order by id")]
+            if order == "first":
+                keep = set(ids[: round(len(ids) * share)])
+            else:
+                keep = {
+                    i
+                    for i in ids
+                    if int(hashlib.sha256(str(i).encode()).hexdigest()[:8], 16) / 16**8 < share
+                }
+            drop = [(i,) for i in ids if i not in keep]
+            conn.executemany("delete from chunk_vectors where chunk_id = ?", drop)
+            if store.vector.engine == "sqlite-vec":
+                conn.executemany("delete from chunks_vec where rowid = ?", drop)
+            conn.executemany("update chunks set has_vector = 0 where id = ?", drop)
+            conn.execute("delete from meta where key = 'reference_background'")
+    finally:
+        store.close()
+    return len(keep), len(ids)

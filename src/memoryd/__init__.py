@@ -1,6 +1,20 @@
-"""memoryd: durable, searchable memory for AI agents."""
+"""memoryd: durable, searchable memory for AI agents.
+
+The public API::
+
+    from memoryd import MemoryService, load_config
+
+    async with MemoryService(load_config(), workspace="~/agent") as memory:
+        answer = await memory.search("when does the old webhook secret stop working?")
+
+`MemoryService` answers searches (`SearchOutput`, a list of `SearchResult`), reads, appends and
+status for every configured agent; `load_config` reads the TOML or OpenClaw config. Every
+error memoryd raises on purpose is a `MemorydError`.
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     ConfigError,
@@ -11,14 +25,41 @@ from .errors import (
     QmdUnavailable,
 )
 
+if TYPE_CHECKING:
+    from .config import load_config
+    from .core.results import SearchResult
+    from .orchestrator.service import MemoryService, SearchOutput
+
 __version__ = "0.1.0"
 
 __all__ = [
     "ConfigError",
+    "MemoryService",
     "MemorydError",
     "PathNotAllowed",
     "QmdBadOutput",
     "QmdTimeout",
     "QmdUnavailable",
+    "SearchOutput",
+    "SearchResult",
     "__version__",
+    "load_config",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # loaded on first use: the `memoryd` command imports this package for its version, and a
+    # search it forwards to `memoryd serve` never loads the config or the service
+    if name == "load_config":
+        from .config import load_config
+
+        return load_config
+    if name == "SearchResult":
+        from .core.results import SearchResult
+
+        return SearchResult
+    if name in ("MemoryService", "SearchOutput"):
+        from .orchestrator import service
+
+        return getattr(service, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

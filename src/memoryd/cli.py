@@ -25,7 +25,8 @@ else:  # loaded on first use: a one-off command run by `memoryd.inline` never to
 
 
 from . import __version__, inline
-from .errors import MemorydError, error_from_code
+from .core.text import visible_controls
+from .errors import MemorydError, UnknownAgent, error_from_code
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -45,7 +46,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: `memoryd search: error: …` and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        # one prefix for every error line, as `main` prints the others
+        self.exit(EXIT_USAGE, f"memoryd: error: {message} (see {self.prog} --help)\n")
 
 
 class _Help(argparse.RawDescriptionHelpFormatter):
@@ -56,7 +58,9 @@ def _cmd(sub: Any, name: str, summary: str, examples: str, **kw: Any) -> argpars
     parser: argparse.ArgumentParser = sub.add_parser(
         name,
         help=summary,
-        description=kw.pop("description", summary[0].upper() + summary[1:] + "."),
+        description=kw.pop(
+            "description", summary[0].upper() + summary[1:] + ("" if summary[-1] in ".?!" else ".")
+        ),
         epilog="examples:\n" + examples,
         formatter_class=kw.pop("formatter_class", _Help),
         **kw,
@@ -77,6 +81,11 @@ def _parser() -> argparse.ArgumentParser:
         help="agent workspace (holds MEMORY.md and memory/); default: $MEMORYD_WORKSPACE or config",
     )
     common.add_argument("--agent", metavar="ID", help="agent id (default: main)")
+    common.add_argument(
+        "--create",
+        action="store_true",
+        help="with --agent: start a new agent's index (an id neither configured nor used before)",
+    )
     common.add_argument("--json", action="store_true", help="print JSON only on stdout")
     common.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
 
@@ -103,7 +112,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Search the agent's memory: BM25 + vector recall over ~400-token chunks;\n"
         "prints score, path:lines and the snippet of each hit. " + _FORWARDS,
     )
-    s.add_argument("query", help="what to look for, in words (at most 2,000 characters)")
+    s.add_argument(
+        "query", help="what to look for, in words (at most 2,000 characters; '-' reads stdin)"
+    )
     s.add_argument(
         "--max-results",
         type=int,
@@ -374,7 +385,7 @@ def _emit_json(out: dict[str, Any]) -> int:
     """`--json` answer: the JSON on stdout; a failure also as one line on stderr."""
     _print_json(out)
     if out.get("disabled"):
-        print(f"memoryd: error: {out.get('error')}", file=sys.stderr)
+        print(f"memoryd: error: {visible_controls(str(out.get('error')))}", file=sys.stderr)
     return _exit_status(out)
 
 
@@ -408,7 +419,8 @@ def _service(args: argparse.Namespace, prefetch: str | None = None, **kw: Any) -
         _prefetch_search(config, args, prefetch)
     from .orchestrator import MemoryService
 
-    svc = MemoryService(config, workspace=args.workspace, **kw)
+    # a one-off command: each search catches the index up itself (`serve` starts its own work)
+    svc = MemoryService(config, workspace=args.workspace, background=False, **kw)
     if inline.active():
         inline.require(*_loop_free(svc, args.agent, args.command))
     return svc
@@ -455,6 +467,8 @@ def _loop_free(svc: Any, agent_id: str | None, command: str) -> tuple[bool, str]
 
 
 async def _cmd_search(args: argparse.Namespace) -> int:
+    if args.query == "-":  # as `append -`: the query from stdin
+        args.query = sys.stdin.read().strip()
     out = _forward(
         args,
         {
@@ -467,10 +481,7 @@ async def _cmd_search(args: argparse.Namespace) -> int:
         },
     )
     if out is None:  # the service validates with the same bounds as the tool contract
-        svc = _service(args, search_embed_budget_s=None, prefetch=args.query)
-        async with svc:
-            agent = svc.agent(args.agent)
-            svc.search_embed_budget_s = agent.memory_search.sync.search_wait_ms / 1000
+        async with _service(args, prefetch=args.query) as svc:
             out = await svc.memory_search(
                 args.query,
                 agent_id=args.agent,
@@ -484,11 +495,12 @@ async def _cmd_search(args: argparse.Namespace) -> int:
     if out.get("disabled"):
         _raise(out)
     if out.get("scopeDenied"):
-        print(f"Denied: {out['reason']}")
+        print(f"Denied: {visible_controls(out['reason'])}")
         return 0
     fallback = out.get("fallback")
     if fallback and fallback.get("from") == "qmd":
-        print(f"note: answered by the built-in index: {fallback.get('reason')}", file=sys.stderr)
+        reason = visible_controls(str(fallback.get("reason")))
+        print(f"note: answered by the built-in index: {reason}", file=sys.stderr)
     if out.get("stale"):
         print(
             f"note: the qmd index is {out.get('staleSeconds')}s behind the memory files "
@@ -496,7 +508,7 @@ async def _cmd_search(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     for note in out.get("notes", []):
-        print(f"note: {note}", file=sys.stderr)
+        print(f"note: {visible_controls(note)}", file=sys.stderr)
     n = len(out["results"])
     embedder = out.get("provider") or "no embeddings"
     if out.get("model"):
@@ -514,9 +526,10 @@ async def _cmd_search(args: argparse.Namespace) -> int:
         return 0
     print()
     for r in out["results"]:
-        print(f"{r['score']:.3f} {r['path']}:{r['startLine']}-{r['endLine']}")
-        for line in r["snippet"].splitlines():
-            print(f"    {line}")
+        print(f"{r['score']:.3f} {visible_controls(r['path'])}:{r['startLine']}-{r['endLine']}")
+        # split on newlines only: a CR, FF or U+2028 inside a line is shown, not obeyed
+        for line in r["snippet"].split("\n"):
+            print(f"    {visible_controls(line)}")
         print()
     return 0
 
@@ -534,11 +547,12 @@ async def _cmd_get(args: argparse.Namespace) -> int:
         return _emit_json(out)
     if out.get("disabled"):
         _raise(out)
-    sys.stdout.write(out["text"])
+    sys.stdout.write(visible_controls(out["text"]))
+    shown = visible_controls(out["path"])
     if out.get("missing"):
-        print(f"memoryd: {out['path']} does not exist yet (nothing to show)", file=sys.stderr)
+        print(f"memoryd: {shown} does not exist yet (nothing to show)", file=sys.stderr)
     elif out.get("pastEnd"):
-        print(f"memoryd: line {args.from_line} is past the end of {out['path']}", file=sys.stderr)
+        print(f"memoryd: line {args.from_line} is past the end of {shown}", file=sys.stderr)
     elif out.get("truncated"):
         print(f"memoryd: output capped; continue with --from {out['nextFrom']}", file=sys.stderr)
     return 0
@@ -571,6 +585,7 @@ def _when(ts: float | None) -> str:
 
 def _print_status(st: dict[str, Any]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(show_header=False, box=None, pad_edge=False)
@@ -600,6 +615,9 @@ def _print_status(st: dict[str, Any]) -> None:
         rows.append(
             ("up to date", "no (files changed since the last sync)" if b["dirty"] else "yes")
         )
+        rows.append(("last sync", _when(b.get("lastSyncAt"))))
+        for f in b.get("skippedFiles", []):
+            rows.append(("skipped", _skipped_line(f["path"], f["reason"], f["detail"])))
         fts_engine = b["fts"].get("engine", "fts5")
         on_pg = fts_engine == "tsvector"
         rows.append(("index (PostgreSQL)" if on_pg else "index file", b["dbPath"]))
@@ -647,14 +665,31 @@ def _print_status(st: dict[str, Any]) -> None:
                 rows.append(("last probe", rec["lastProbeError"]))
         if st.get("healthUpdatedAt"):
             rows.append(("health recorded", _when(st["healthUpdatedAt"])))
+    check = st.get("check")
+    if check is not None:
+        rows.append(("index check", _check_line(check)))
     if st.get("servedBy"):
         rows.append(("answered by", st["servedBy"]))
     for key, value in rows:
-        table.add_row(f"[bold]{key}[/bold]", value)
+        # values are data (paths, reasons): never rich markup, never terminal controls
+        table.add_row(f"[bold]{key}[/bold]", escape(visible_controls(str(value))))
     console = Console()
     console.print(table)
     for issue in st.get("issues", []):
-        console.print(f"[yellow]issue:[/yellow] {issue}")
+        console.print(f"[yellow]issue:[/yellow] {escape(visible_controls(issue))}")
+
+
+def _check_line(check: dict[str, Any]) -> str:
+    """`status --deep`: what the index file check found and did."""
+    took = f" in {check.get('seconds', 0):.2f}s"
+    if check.get("ok"):
+        return "ok (integrity and counts verified" + took + ")"
+    line = f"damaged: {check.get('problem')}"
+    if check.get("movedTo"):
+        line += f"; moved to {check['movedTo']}"
+    if check.get("rebuilt"):
+        line += "; rebuilt from the memory files"
+    return line + took
 
 
 async def _cmd_index(args: argparse.Namespace) -> int:
@@ -693,6 +728,7 @@ async def _cmd_index(args: argparse.Namespace) -> int:
                 "provider": st.provider,
                 "model": st.model,
                 "vectorEngine": st.vector.engine,
+                "skipped": [f.to_dict() for f in st.skipped_files],
             }
         )
     if qmd_done is not None:
@@ -714,7 +750,22 @@ async def _cmd_index(args: argparse.Namespace) -> int:
             + (f"; rebuilt: {report.reindex_reason}" if report.reindexed else "")
             + f") in {report.seconds:.2f}s → {st.db_path}"
         )
+        for f in st.skipped_files:
+            print(f"not indexed: {_skipped_line(f.path, f.reason, f.detail)}")
     return 0
+
+
+#: What each reason a file was not indexed means, in the words status and index print.
+_SKIP_REASONS = {
+    "read_failed": "cannot be read",
+    "binary": "not text",
+    "too_large": "too large",
+    "refused": "refused",
+}
+
+
+def _skipped_line(path: str, reason: str, detail: str) -> str:
+    return visible_controls(f"{path} ({_SKIP_REASONS.get(reason, reason)}: {detail})")
 
 
 async def _cmd_context(args: argparse.Namespace) -> int:
@@ -725,9 +776,9 @@ async def _cmd_context(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(out)
         return 0
-    sys.stdout.write(out["text"])
+    sys.stdout.write(visible_controls(out["text"]))
     if out.get("hint"):
-        print(f"hint: {out['hint']}", file=sys.stderr)
+        print(f"hint: {visible_controls(out['hint'])}", file=sys.stderr)
     return 0
 
 
@@ -743,7 +794,7 @@ async def _cmd_append(args: argparse.Namespace) -> int:
         _print_json(out)
     else:
         print(
-            f"appended {out['bytesWritten']} bytes to {out['path']}"
+            f"appended {out['bytesWritten']} bytes to {visible_controls(out['path'])}"
             + (" (created)" if out.get("created") else "")
         )
     return 0
@@ -788,9 +839,9 @@ async def _cmd_warm(args: argparse.Namespace) -> int:
 
     def say(step: str, ok: bool, detail: str = "") -> None:
         steps.append({"step": step, "ok": ok, "detail": detail})
-        if not args.json:
+        if not args.json:  # the command's answer: stdout, as every other command's
             mark = "ok " if ok else "FAIL"
-            print(f"[{mark}] {step}" + (f": {detail}" if detail else ""), file=sys.stderr)
+            print(visible_controls(f"[{mark}] {step}" + (f": {detail}" if detail else "")))
 
     async with _service(args) as svc:
         ok = await warm(svc, args.agent, say)
@@ -875,7 +926,27 @@ WRITING_COMMANDS = frozenset({"append"})
 LONG_LIVED_COMMANDS = frozenset({"serve", "mcp"})
 
 
+def _check_new_agent(args: argparse.Namespace) -> None:
+    """`--agent ID` that no config lists and no earlier run used: refused without `--create`,
+    so that a mistyped id does not silently build (and embed) a whole new index."""
+    if args.agent is None or args.create:
+        return
+    from . import paths
+    from .config import load_config
+
+    agent_id = paths.validate_agent_id(args.agent)
+    if agent_id == paths.DEFAULT_AGENT_ID or paths.agent_root(agent_id).exists():
+        return
+    if load_config(args.config).agents.entries:
+        return  # a configured list: the service refuses the ids it does not hold
+    raise UnknownAgent(
+        f"agent {agent_id!r} has no state yet and no config lists it: pass --create to start "
+        "its index, or add it to agents.list in the config"
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
+    _check_new_agent(args)
     if args.command in LONG_LIVED_COMMANDS:
         return anyio.run(COMMANDS[args.command], args)
     with inline.one_off_process():
@@ -915,7 +986,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(args)
     except MemorydError as err:
-        print(f"memoryd: error: {err}", file=sys.stderr)
+        print(f"memoryd: error: {visible_controls(str(err))}", file=sys.stderr)
         if getattr(args, "json", False):
             _print_json({"disabled": True, "error": str(err), "code": err.code})
         return EXIT_USAGE if err.code in USAGE_CODES else EXIT_ERROR

@@ -352,8 +352,11 @@ class SyncConfig:
     watch_debounce_ms: Annotated[int, Bounds(ge=0)] = 1500
     #: Periodic full sync; 0 disables.
     interval_minutes: Annotated[float, Bounds(ge=0)] = 0
-    #: Longest a search waits for a dirty index to sync.
+    #: Longest a search waits for a dirty index to sync and its pending chunks to embed.
     search_wait_ms: Annotated[int, Bounds(ge=0)] = 2000
+    #: A memory file larger than this is not indexed (status lists it; `memory_get` still
+    #: pages it): one huge note must not become thousands of chunks to embed.
+    max_file_bytes: Annotated[int, Bounds(ge=1)] = 4 * 1024 * 1024
     sessions: SessionSyncConfig = field(default_factory=SessionSyncConfig)
 
 

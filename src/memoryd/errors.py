@@ -132,6 +132,11 @@ class MemoryReadFailed(MemorydError):
 
     code = "read_failed"
 
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        #: the operating system's reason alone ("Permission denied"), when there is one
+        self.reason = reason or message
+
 
 class InvalidMemoryWrite(InvalidInput):
     """Raised when `memory_append` gets an unknown target, empty text, NUL bytes or more than 64 KiB."""

@@ -14,6 +14,8 @@ The rules (docs/security.md explains each one):
   folder) is trusted down to its parent; only its last component must not be a symlink;
 - only regular files with exactly one hard link, on the root's device, are served or written;
   FIFOs, sockets and devices are refused, and discovery never opens them;
+- discovery never enters a mount point below a root: another file system, or a bind mount of
+  the same one (seen in the mount table);
 - `SKIP_DIRS` folders and virtualenvs (a folder holding `pyvenv.cfg`) are never walked or read;
 - discovery is iterative and bounded by `MAX_DEPTH`; deeper folders are reported, not walked;
 - an append is all-or-nothing: a short write or an error is cut back and fsynced before
@@ -33,6 +35,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import secrets
 import stat
 import time
@@ -100,6 +103,7 @@ Reason = Literal[
     "folder",
     "not_a_folder",
     "other_device",
+    "mount_point",
     "too_deep",
     "skipped_folder",
     "changed",
@@ -130,6 +134,8 @@ class Found:
     ino: int
     size: int
     mtime_ns: int
+    #: changes with the content and with the mode or owner (a file made readable again)
+    ctime_ns: int = 0
 
 
 @record
@@ -148,7 +154,7 @@ class Walk:
 
     Skipped folders by design (`SKIP_DIRS`, virtualenvs) and files the root's pattern does not
     select are not reported; refusals (symlinks, hard links, special files, other devices,
-    folders deeper than `MAX_DEPTH`, unreadable folders) are.
+    mount points, folders deeper than `MAX_DEPTH`, unreadable folders) are.
     """
 
     files: tuple[Found, ...]
@@ -522,6 +528,37 @@ class _Frame:
     pending: Iterator[tuple[str, _States]]
 
 
+_MOUNTINFO: Final = "/proc/self/mountinfo"
+_MOUNTED_HERE: Final = "something is mounted here (a bind mount or another file system)"
+_MOUNT_ESCAPE: Final = re.compile(rb"\\([0-7]{3})")
+
+
+def _mount_points_below(folder_fd: int) -> frozenset[str]:
+    """The mount points strictly below the folder `folder_fd` holds, relative to it.
+
+    A bind mount of a folder of the same file system keeps its `st_dev`, so only the mount
+    table tells it apart (Linux: /proc/self/mountinfo; elsewhere nothing is found this way and
+    the device check still refuses other file systems).
+    """
+    try:
+        base = os.readlink(f"/proc/self/fd/{folder_fd}")
+        with open(_MOUNTINFO, "rb") as fh:
+            table = fh.read()
+    except OSError:
+        return frozenset()
+    prefix = base.rstrip("/") + "/"
+    found = set()
+    for line in table.splitlines():
+        fields = line.split(b" ")
+        if len(fields) < 5:
+            continue
+        # the mount point, with space, tab, newline and backslash written as octal escapes
+        point = os.fsdecode(_MOUNT_ESCAPE.sub(lambda m: bytes([int(m[1], 8)]), fields[4]))
+        if point.startswith(prefix):
+            found.add(point[len(prefix) :])
+    return frozenset(found)
+
+
 def walk(root: MemoryRoot, *, anchor: str | os.PathLike[str] | None = None) -> Walk:
     """Every memory file under `root` that memoryd may serve, by the rules of this module.
 
@@ -547,8 +584,11 @@ def walk(root: MemoryRoot, *, anchor: str | os.PathLike[str] | None = None) -> W
     frames = [_Frame(root_fd, (), iter(()))]
     try:
         root_dev = os.fstat(root_fd).st_dev
+        mounts = _mount_points_below(root_fd)
         start = _closure(pats, {0})
-        frames[0].pending = iter(_scan(root, frames[0], start, pats, root_dev, found, skipped))
+        frames[0].pending = iter(
+            _scan(root, frames[0], start, pats, root_dev, mounts, found, skipped)
+        )
         while frames:
             top = frames[-1]
             nxt = next(top.pending, None)
@@ -563,6 +603,9 @@ def walk(root: MemoryRoot, *, anchor: str | os.PathLike[str] | None = None) -> W
                 skipped.append(
                     Skipped(rel, "too_deep", f"deeper than {MAX_DEPTH} folders below the root")
                 )
+                continue
+            if rel.as_posix() in mounts:
+                skipped.append(Skipped(rel, "mount_point", _MOUNTED_HERE))
                 continue
             try:
                 fd = os.open(name, _DIR_FLAGS, dir_fd=top.fd)
@@ -587,7 +630,9 @@ def walk(root: MemoryRoot, *, anchor: str | os.PathLike[str] | None = None) -> W
                     continue  # the frame's empty iterator closes it on the next turn
                 if _has_venv_marker(fd):
                     continue
-                frame.pending = iter(_scan(root, frame, states, pats, root_dev, found, skipped))
+                frame.pending = iter(
+                    _scan(root, frame, states, pats, root_dev, mounts, found, skipped)
+                )
             except OSError as err:
                 skipped.append(Skipped(rel, "unreadable", _strerror(err)))
     except OSError as err:
@@ -606,6 +651,7 @@ def _scan(
     states: _States,
     pats: tuple[str, ...],
     root_dev: int,
+    mounts: frozenset[str],
     found: list[Found],
     skipped: list[Skipped],
 ) -> list[tuple[str, _States]]:
@@ -642,10 +688,14 @@ def _scan(
                 skipped.append(Skipped(PurePosixPath(*parts), "unreadable", _strerror(err)))
                 continue
             problem = _file_problem(st, root_dev)
+            if problem is None and rel.as_posix() in mounts:
+                problem = _Refused("mount_point", _MOUNTED_HERE)
             if problem is not None:
                 skipped.append(Skipped(rel, problem.reason, problem.detail))
                 continue
-            found.append(Found(rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+            found.append(
+                Found(rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            )
     folders.sort()
     return folders
 
@@ -781,7 +831,7 @@ def _read_error(shown: str, err: OSError) -> MemorydError:
     refusal = _REFUSING_ERRNOS.get(err.errno or 0)
     if refusal is not None:
         return PathNotAllowed(f"{shown} {refusal}")
-    return MemoryReadFailed(f"cannot read {shown}: {_strerror(err)}")
+    return MemoryReadFailed(f"cannot read {shown}: {_strerror(err)}", reason=_strerror(err))
 
 
 # --------------------------------------------------------------------------- append

@@ -142,13 +142,14 @@ async def _dispatch(handle: _ServiceHandle, args: ToolInput) -> dict[str, Any]:
     return await call_tool(await handle.ready(), args, agent_id=handle.agent_id)
 
 
-def _result(data: dict[str, Any], *, is_error: bool = False) -> types.CallToolResult:
-    # structuredContent for hosts that read it; the same JSON as text for those that do not
+def _result(data: dict[str, Any]) -> types.CallToolResult:
+    # structuredContent for hosts that read it; the same JSON as text for those that do not;
+    # a failure (`disabled: true`) is flagged as a tool error, so a host can tell it apart
     text = json.dumps(data, ensure_ascii=False, default=str)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)],
         structured_content=data,
-        is_error=is_error,
+        is_error=data.get("disabled") is True,
     )
 
 
@@ -199,8 +200,7 @@ def _build(handle: _ServiceHandle) -> Server[Any]:
                     "disabled": True,
                     "error": f"internal error in {params.name} (see the memoryd log)",
                     "code": "internal_error",
-                },
-                is_error=True,
+                }
             )
 
     async def warm_after_handshake(ctx: ServerRequestContext[Any], call_next: CallNext) -> Any:
@@ -570,8 +570,8 @@ async def serve_http(
 ) -> None:
     """Serve MCP over Streamable HTTP at `http://host:port/mcp` (plus `GET /health`).
 
-    Raises `ConfigError` before serving when the bind is not loopback and `allow_remote` is
-    false, or when the address cannot be bound.
+    Raises `InvalidInput` before serving when the bind is not loopback and `allow_remote` is
+    false, and `ConfigError` when the address cannot be bound.
     """
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
@@ -580,7 +580,7 @@ async def serve_http(
     from starlette.routing import Route
 
     if not allow_remote and not is_loopback_hostname(host):
-        raise ConfigError(
+        raise InvalidInput(
             f"refusing to serve MCP on non-loopback address {host!r}: anyone who can reach it "
             "could read this agent's memory; pass --allow-remote to do it anyway"
         )

@@ -42,6 +42,7 @@ class MemoryFile:
     size: int = 0
     mtime_ns: int = 0
     source: str = "memory"
+    ctime_ns: int = 0
 
 
 @dataclass
@@ -75,6 +76,7 @@ def discover_all(roots: Sequence[MemoryRoot], workspace: Path) -> Discovery:
                     f.rel,
                     f.size,
                     f.mtime_ns,
+                    ctime_ns=f.ctime_ns,
                 )
             )
     return out

@@ -62,6 +62,7 @@ from ..core.records import record
 from ..core.results import MAX_SNIPPET_CHARS, FileText, SearchResult
 from ..core.text import (
     Script,
+    binary_reason,
     fts_match_expression,
     query_terms,
     script_of,
@@ -75,11 +76,12 @@ from ..errors import (
     IndexCorrupt,
     InvalidInput,
     MemorydError,
+    MemoryReadFailed,
     ProviderUnavailable,
     StateError,
     WorkspaceMismatch,
 )
-from ..fsio import private_dir
+from ..fsio import FileRead, private_dir
 from ..memfiles import (
     MemoryFile,
     discover,
@@ -245,6 +247,66 @@ class SyncReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    def wrote(self) -> bool:
+        """Whether this sync changed the index (files, chunks or vectors)."""
+        return bool(
+            self.files_changed
+            or self.files_removed
+            or self.vectors_embedded
+            or self.vectors_from_cache
+            or self.reindexed
+        )
+
+
+#: Where the files a sync left out are recorded (see `LeftOut`).
+LEFT_OUT_META_KEY: Final = "left_out"
+#: When the last sync that changed the index finished (for other processes' status).
+LAST_SYNC_META_KEY: Final = "last_sync_at"
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A memory file a sync did not index, why, and the file as it was then (size, mtime)."""
+
+    path: str
+    #: `read_failed` (with the OS reason), `binary`, `too_large`, or `refused`
+    reason: str
+    detail: str
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, mf: MemoryFile, reason: str, detail: str, size: int | None = None) -> LeftOut:
+        size = mf.size if size is None else size
+        return cls(mf.rel_path, reason, detail, size, mf.mtime_ns, mf.ctime_ns)
+
+    def same_file(self, mf: MemoryFile) -> bool:
+        """Whether `mf` is still the file that was left out (the next sync skips it again):
+        the same size and times, the change time included (a chmod makes it readable)."""
+        return (self.size, self.mtime_ns, self.ctime_ns) == (mf.size, mf.mtime_ns, mf.ctime_ns)
+
+
+def _left_out_to_json(left_out: dict[str, LeftOut]) -> str:
+    return json.dumps(
+        {
+            p: [e.reason, e.detail, e.size, e.mtime_ns, e.ctime_ns]
+            for p, e in sorted(left_out.items())
+        }
+    )
+
+
+def _left_out_from_meta(meta: dict[str, str]) -> dict[str, LeftOut]:
+    """The files the last sync left out (none for an index written before they were kept)."""
+    try:
+        raw = json.loads(meta.get(LEFT_OUT_META_KEY) or "{}")
+        return {
+            p: LeftOut(p, str(r), str(d), int(size), int(mtime), int(ctime))
+            for p, (r, d, size, mtime, ctime) in raw.items()
+        }
+    except (ValueError, TypeError, AttributeError):
+        return {}
 
 
 #: How many of the best hits also return the lines after their window (see `search`).
@@ -528,7 +590,43 @@ class MemoryIndex:
             self._note_sync_success()
             report.seconds = time.perf_counter() - started
             self._last_sync_at = time.time()
+            if report.wrote():
+                # for the status of other processes; a sync that wrote nothing writes no time
+                with contextlib.suppress(MemorydError):
+                    if self.store.read_only is None:
+                        self.store.set_meta({LAST_SYNC_META_KEY: str(self._last_sync_at)})
             return report
+
+    async def catch_up(self, budget_s: float) -> None:
+        """What a search does first: sync, embedding pending chunks for at most `budget_s`.
+
+        While another task's sync holds the index (the background work of `serve`, MCP or an
+        open `MemoryService`), the search waits for it only when the chunks it is embedding
+        could be done within FUTILE_BACKLOG_BUDGETS budgets; behind a long backlog it answers
+        at once from what is embedded. Failures are the sync's (a `StateError` raises).
+        """
+        vectors = self.provider is not None and self.store.vector.available
+        if not self.dirty and not (vectors and self.store.pending_count()):
+            return  # nothing changed, nothing waits: the search needs no write
+        if self._sync_lock.locked():
+            if not self._backlog_fits(budget_s):
+                return
+            started = time.monotonic()
+            with inline.move_on_after(budget_s) as scope:
+                async with self._sync_lock.held():
+                    pass
+            if scope.cancelled_caught:
+                return
+            budget_s = max(0.0, budget_s - (time.monotonic() - started))
+        await self.sync(embed_budget_s=budget_s)
+
+    def _backlog_fits(self, budget_s: float) -> bool:
+        """Whether the pending chunks could be embedded within FUTILE_BACKLOG_BUDGETS budgets
+        at the measured rate (the vector phase does not start a larger backlog under a budget)."""
+        if self.provider is None or not self.store.vector.available:
+            return True  # a text-only sync: quick
+        rate = self._embed_rates.get(self._provider_key(), ASSUMED_SECONDS_PER_CHUNK)
+        return self.store.pending_count() * rate <= FUTILE_BACKLOG_BUDGETS * budget_s
 
     async def _sync_locked(
         self,
@@ -647,7 +745,11 @@ class MemoryIndex:
         wait_ms: int | None = None,
     ) -> None:
         """Index new and changed memory files, drop removed ones: one transaction, so a failure
-        (a full disk, a kill) leaves the index exactly as it was and readers never see half."""
+        (a full disk, a kill) leaves the index exactly as it was and readers never see half.
+
+        A file that cannot be indexed (unreadable, binary, larger than `sync.maxFileBytes`) is
+        left out and recorded with its reason (`left_out`), so status names it and it counts
+        as changed again only when its size or modification time does."""
         found = discover_all(self.settings.roots, self.settings.workspace)
         files = found.files
         report.files_scanned = len(files)
@@ -661,20 +763,27 @@ class MemoryIndex:
                 return
             known = store.files()
             undecodable: set[str] = set(json.loads(meta.get("undecodable") or "[]"))
+            was_left_out = _left_out_from_meta(meta)
+            left_out: dict[str, LeftOut] = {}
             seen: set[str] = set()
             plan = self.chunking
             for i, mf in enumerate(files, 1):
-                seen.add(mf.rel_path)
                 prev = known.get(mf.rel_path)
                 if prev is not None and prev[1] == mf.mtime_ns / 1e9 and prev[2] == mf.size:
+                    seen.add(mf.rel_path)
                     continue
-                try:
-                    got = read_memory(mf, self.settings.workspace)
-                except MemorydError as err:  # refused or unreadable now: leave it out
-                    log.warning("skipping %s: %s", mf.rel_path, err)
+                before = was_left_out.get(mf.rel_path)
+                if before is not None and before.same_file(mf):
+                    left_out[mf.rel_path] = before
+                    continue
+                got, why = self._read_for_index(mf)
+                if why is not None:
+                    log.warning("not indexing %s: %s (%s)", mf.rel_path, why.reason, why.detail)
+                    left_out[mf.rel_path] = why
                     continue
                 if got is None:  # removed since discovery
                     continue
+                seen.add(mf.rel_path)
                 try:
                     text = got.data.decode("utf-8")
                     undecodable.discard(mf.rel_path)
@@ -702,7 +811,11 @@ class MemoryIndex:
                 if progress:
                     progress("files", i, len(files))
             undecodable &= seen
-            wanted = {"undecodable": json.dumps(sorted(undecodable)), "skipped": skipped}
+            wanted = {
+                "undecodable": json.dumps(sorted(undecodable)),
+                "skipped": skipped,
+                LEFT_OUT_META_KEY: _left_out_to_json(left_out),
+            }
             if meta.get("signature") is None:
                 wanted["signature"] = json.dumps(self.signature())
             if changed := {k: v for k, v in wanted.items() if meta.get(k) != v}:
@@ -712,18 +825,56 @@ class MemoryIndex:
                     store.remove_file(gone)
                     report.files_removed += 1
 
+    def _read_for_index(self, mf: MemoryFile) -> tuple[FileRead | None, LeftOut | None]:
+        """The file's bytes to index, or why it is left out (None, None: it vanished)."""
+        limit = self.cfg.sync.max_file_bytes
+
+        def too_large(size: int) -> LeftOut:
+            return LeftOut.of(
+                mf, "too_large", f"{size:,} bytes, over sync.maxFileBytes ({limit:,})", size
+            )
+
+        if mf.size > limit:
+            return None, too_large(mf.size)
+        try:
+            got = read_memory(mf, self.settings.workspace, max_bytes=limit)
+        except MemoryReadFailed as err:
+            return None, LeftOut.of(mf, "read_failed", err.reason)
+        except MemorydError as err:  # refused now (replaced by a symlink since discovery)
+            return None, LeftOut.of(mf, "refused", str(err))
+        if got is None:
+            return None, None
+        if got.truncated:  # grew past the limit since discovery
+            return None, too_large(max(got.size, limit + 1))
+        binary = binary_reason(got.data)
+        if binary is not None:
+            return None, LeftOut.of(mf, "binary", binary)
+        return got, None
+
+    def _changed_files(self, store: Store, files: Sequence[MemoryFile]) -> int:
+        """How many memory files were added, changed or removed since the last sync (a stat
+        pass): a file left out counts only when it changed since it was left out."""
+        known = {p: v for p, v in store.files().items() if v[3] == "memory"}
+        left_out = _left_out_from_meta(store.meta())
+        current = {mf.rel_path for mf in files}
+        changed = 0
+        for mf in files:
+            prev = known.get(mf.rel_path)
+            if prev is not None and prev[1] == mf.mtime_ns / 1e9 and prev[2] == mf.size:
+                continue
+            was = left_out.get(mf.rel_path)
+            if prev is None and was is not None and was.same_file(mf):
+                continue
+            changed += 1
+        changed += sum(1 for rel in known if rel not in current)
+        return changed + sum(1 for rel in left_out if rel not in current)
+
     def _text_changed(self, store: Store, files: Sequence[MemoryFile], skipped: str) -> bool:
         """Whether the text phase has anything to write (a stat pass over the discovered files)."""
         meta = store.meta()
         if meta.get("signature") is None or meta.get("skipped") != skipped:
             return True
-        known = store.files()
-        current = {mf.rel_path for mf in files}
-        for mf in files:
-            prev = known.get(mf.rel_path)
-            if prev is None or prev[1] != mf.mtime_ns / 1e9 or prev[2] != mf.size:
-                return True
-        return any(v[3] == "memory" and p not in current for p, v in known.items())
+        return self._changed_files(store, files) > 0
 
     def _sessions_phase(
         self, store: Store, report: SyncReport, force: bool, *, wait_ms: int | None = None
@@ -1031,6 +1182,11 @@ class MemoryIndex:
         # would find nothing, so it is not embedded and the answer says it is by keywords
         no_vectors_yet = vectors and self.store.vec_dims is None
         vectors = vectors and not no_vectors_yet
+        if not query_terms(query):
+            # lone letters: every chunk holding an "x" would match it in full, and a model
+            # places a one-letter query near any short chunk; only a file named so can answer
+            notes.append("nothing to search for: the query has no word of two or more letters")
+            vectors = no_vectors_yet = False
         early: tuple[dict[int, Candidate], list[int]] | None = None
         early_version: tuple[int, int] | None = None
         early_rows: dict[int, tuple[ChunkRow, frozenset[str]]] = {}  # row, query terms it holds
@@ -1118,6 +1274,7 @@ class MemoryIndex:
             )
             filled.append(c)
         stats = await self._corpus_stats(store, query if want_kw else "", qvec)
+        pending = store.pending_count() if self.provider else 0
         # a few spare hits: a result whose lines earlier results already show gives its slot on
         ranked = rank(
             filled,
@@ -1125,6 +1282,7 @@ class MemoryIndex:
             dataclasses.replace(params, max_results=params.max_results + SPARE_RESULTS),
             now=now or datetime.now(UTC),
             stats=stats,
+            partial_vectors=qvec is not None and pending > 0,
         )
         results: list[SearchResult] = []
         shown: dict[str, list[tuple[int, int]]] = {}
@@ -1160,11 +1318,11 @@ class MemoryIndex:
             if qvec is not None and kw_used
             else ("vector" if qvec is not None else "keyword")
         )
-        pending = store.pending_count() if self.provider else 0
         if pending and (qvec is not None or no_vectors_yet):
+            of = f" of {stats.chunks}" if stats.chunks >= pending else ""
             notes.append(
-                f"{pending} chunk{'' if pending == 1 else 's'} still waiting for embeddings "
-                "(ranked by keywords until then): "
+                f"{pending}{of} chunk{'' if pending == 1 else 's'} still waiting for embeddings "
+                "(ranked by their keywords until then): "
                 "`memoryd index` embeds them now; a running `memoryd serve` does it in the background"
             )
         degraded = None
@@ -1564,6 +1722,7 @@ class MemoryIndex:
             DegradedInfo,
             FtsInfo,
             IndexRecovery,
+            SkippedFile,
             VectorInfo,
         )
 
@@ -1575,6 +1734,10 @@ class MemoryIndex:
         meta = self.store.meta()
         vec = self.store.vector
         sel = self.selection
+        skipped: dict[str, int] = json.loads(meta.get("skipped") or "{}")
+        left_out = _left_out_from_meta(meta)
+        for e in left_out.values():
+            skipped[e.reason] = skipped.get(e.reason, 0) + 1
         return BuiltinStatus(
             provider=self.provider.id if self.provider else "none",
             model=self.provider.model if self.provider else None,
@@ -1615,10 +1778,14 @@ class MemoryIndex:
                 entries=counts["cache_entries"],
                 max_entries=self.cfg.cache.max_entries,
             ),
-            last_sync_at=self._last_sync_at,
+            last_sync_at=self._last_sync_at or _recorded_float(meta, LAST_SYNC_META_KEY),
             # another process's failed sync counts too: it is recorded in the index
             last_error=self.last_error or _recorded_error(meta),
-            skipped=json.loads(meta.get("skipped") or "{}"),
+            skipped=skipped,
+            skipped_files=[
+                SkippedFile(path=e.path, reason=e.reason, detail=e.detail, size=e.size)
+                for e in left_out.values()
+            ],
             undecodable=json.loads(meta.get("undecodable") or "[]"),
             read_only=self.store.read_only,
             recoveries=[
@@ -1717,16 +1884,7 @@ class MemoryIndex:
 
     def pending_changes(self) -> int:
         """Memory files added, changed or removed since the last sync (a stat pass, no reads)."""
-        known = {p: v for p, v in self.store.files().items() if v[3] == "memory"}
-        current = {mf.rel_path: mf for mf in self._discover()}
-        changed = sum(
-            1
-            for rel, mf in current.items()
-            if (prev := known.get(rel)) is None
-            or prev[1] != mf.mtime_ns / 1e9
-            or prev[2] != mf.size
-        )
-        return changed + sum(1 for rel in known if rel not in current)
+        return self._changed_files(self.store, self._discover())
 
     def notify_changed(self) -> None:
         """A memory file was written through memoryd: the next search syncs first."""
@@ -1780,6 +1938,12 @@ class _Background(Sequence[tuple[int, Script, float]]):
 
     def __iter__(self) -> Iterator[tuple[int, Script, float]]:
         return zip(self._ids, self._scripts, self._sims.tolist(), strict=True)
+
+
+def _recorded_float(meta: dict[str, str], key: str) -> float | None:
+    with contextlib.suppress(KeyError, ValueError, TypeError):
+        return float(meta[key])
+    return None
 
 
 def _recorded_error(meta: dict[str, str]) -> str | None:

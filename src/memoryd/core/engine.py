@@ -115,6 +115,9 @@ class BuiltinEngine(MemoryEngine, Protocol):
     ) -> Any:
         """Bring the index up to date with the files now (vectors within `embed_budget_s`)."""
 
+    async def catch_up(self, budget_s: float) -> None:
+        """Before a search: sync, and embed pending chunks for at most `budget_s`."""
+
     def status(self) -> BuiltinStatus: ...
 
     def pending_changes(self) -> int:

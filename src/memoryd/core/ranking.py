@@ -631,6 +631,21 @@ def calibrated_scores(
     """
     if not candidates:
         return []
+    evidence, relative = _calibrated_parts(candidates, query, stats)
+    confidence = max(evidence)
+    best = max(relative)
+    out = []
+    for c, r in zip(candidates, relative, strict=True):
+        closeness = r / best if best > 0 else 1.0
+        out.append(with_score(c, confidence * closeness**RANK_SHAPE))
+    return out
+
+
+def _calibrated_parts(
+    candidates: Sequence[Candidate], query: str, stats: CorpusStats | None
+) -> tuple[list[float], list[float]]:
+    """Each candidate's own evidence (0..1) and its relative fusion score (see
+    `calibrated_scores`)."""
     terms = query_terms(query)
     qscript = script_of(query)
     use_keywords = bool(stats.term_chunks) if stats is not None else False
@@ -670,7 +685,6 @@ def calibrated_scores(
             vec = _ramp(z, floor, VEC_FULL)
         evidence.append(1.0 - (1.0 - lex) * (1.0 - vec))
         vec_evidence.append(vec)
-    confidence = max(evidence)
     # calibrated z orders the vector side across scripts; raw cosines where there is none
     vectors = [z if z is not None else c.vector_score for c, z in zip(candidates, zs, strict=True)]
     relative = _relative_scores(
@@ -683,11 +697,35 @@ def calibrated_scores(
             for m, script, vec in zip(matched, scripts, vec_evidence, strict=True)
         ],
     )
-    best = max(relative)
+    return evidence, relative
+
+
+def partial_vector_scores(
+    candidates: Sequence[Candidate], query: str, stats: CorpusStats | None
+) -> list[Candidate]:
+    """`calibrated_scores` for an index whose chunks are only partly embedded.
+
+    The vector side then ranks only the embedded part: its best cosine is the best of
+    whatever was embedded first, often unrelated, and the relative fusion would score that
+    chunk next to the keyword hits (an English question's best "vector hit" on a fresh demo
+    workspace was its Japanese note). A chunk without a vector gets only its keyword share,
+    as in every fusion. A chunk that only the vector side found is scored at most by its own
+    calibrated evidence (its cosine above the reference background), never by its place
+    among the few chunks embedded so far; a chunk the keywords found too keeps its fused score.
+    """
+    if not candidates:
+        return []
+    evidence, relative = _calibrated_parts(candidates, query, stats)
+    confidence, best = max(evidence), max(relative)
     out = []
-    for c, r in zip(candidates, relative, strict=True):
-        closeness = r / best if best > 0 else 1.0
-        out.append(with_score(c, confidence * closeness**RANK_SHAPE))
+    for c, ev, r in zip(candidates, evidence, relative, strict=True):
+        score = confidence * (r / best if best > 0 else 1.0) ** RANK_SHAPE
+        found_by_vector_only = (
+            c.vector_score is not None
+            and c.text_rank is None
+            and path_match_level(query, c.path) == 0
+        )
+        out.append(with_score(c, min(score, ev) if found_by_vector_only else score))
     return out
 
 
@@ -728,10 +766,18 @@ def rank(
     *,
     now: datetime | None = None,
     stats: CorpusStats | None = None,
+    partial_vectors: bool = False,
 ) -> list[Candidate]:
-    """Fuse → decay → path boost → sort → MMR → minScore (keyword hits survive / fill) → top-K."""
+    """Fuse → decay → path boost → sort → MMR → minScore (keyword hits survive / fill) → top-K.
+
+    `partial_vectors`: some chunks still wait for their vectors; the default fusion then scores
+    by `partial_vector_scores`.
+    """
     now = now or datetime.now(UTC)
-    fused = fuse(list(candidates), query, params, stats)
+    if partial_vectors and params.fusion == "auto":
+        fused = partial_vector_scores(list(candidates), query, stats)
+    else:
+        fused = fuse(list(candidates), query, params, stats)
     if params.decay_enabled:
         for c in fused:
             age = age_in_days(c.path, c.source, c.mtime, now)

@@ -80,6 +80,18 @@ class IndexRecovery(StatusModel):
     reason: str | None = Field(None, description="What was wrong with it.")
 
 
+class SkippedFile(StatusModel):
+    """A memory file the built-in index left out, and why."""
+
+    path: str
+    reason: str = Field(
+        description="read_failed (unreadable), binary, too_large (over sync.maxFileBytes) or "
+        "refused (changed into something memoryd does not read)."
+    )
+    detail: str = Field(description="The OS reason, or what made the file binary or too large.")
+    size: int = Field(description="The file's size in bytes when it was left out.")
+
+
 class BuiltinStatus(StatusModel):
     """The built-in index of one (agent, workspace)."""
 
@@ -104,7 +116,13 @@ class BuiltinStatus(StatusModel):
     last_sync_at: float | None = None
     last_error: str | None = None
     skipped: dict[str, int] = Field(
-        default_factory=dict, description="Files left out by kind (deep, special, hard links…)."
+        default_factory=dict,
+        description="Files left out by kind (deep, special, hard links, mount points, "
+        "unreadable, binary, too large…).",
+    )
+    skipped_files: list[SkippedFile] = Field(
+        default_factory=list,
+        description="Each memory file that was found but not indexed, with the reason.",
     )
     undecodable: list[str] = Field(
         default_factory=list, description="Files that are not valid UTF-8 (indexed with U+FFFD)."

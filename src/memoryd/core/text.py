@@ -324,9 +324,10 @@ def _query_terms(query: str) -> tuple[str, ...]:
             continue
         for term in _split_scripts(raw):
             seen.setdefault(term, None)
-    if not seen:  # a query of only stopwords still searches for them
+    if not seen:  # a query of only stopwords still searches for them (not a lone letter)
         for raw in _words(query.lower()):
-            seen.setdefault(raw, None)
+            if len(raw) > 1 or has_cjk(raw) or raw.isdigit():
+                seen.setdefault(raw, None)
     return tuple(seen)
 
 
@@ -494,3 +495,36 @@ _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 def plain_text(text: str) -> str:
     """`text` without terminal escapes and control characters (newlines and tabs kept)."""
     return _CONTROLS.sub("", _ESCAPES.sub("", text))
+
+
+def visible_controls(text: str) -> str:
+    """`text` safe to print on a terminal: every C0/C1 control character but newline and tab
+    (ESC, BEL, CR, DEL, CSI, …) shown as a visible `\\xNN` escape, so no escape sequence in a
+    note can clear the screen, retitle the window or rewrite the lines before it."""
+    if text.isprintable():
+        return text
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
+
+
+#: How much of a file `binary_reason` looks at, as git and grep do.
+BINARY_SNIFF_BYTES = 8192
+#: Below this share of printable characters (of that much), a file is not text.
+MIN_PRINTABLE_SHARE = 0.7
+# what does not print: C0/C1 controls but the whitespace ones, and undecodable bytes
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f\ufffd]")
+
+
+def binary_reason(data: bytes) -> str | None:
+    """Why `data` (a memory file's bytes) is not text, or None: a NUL byte in the first
+    BINARY_SNIFF_BYTES, or less than MIN_PRINTABLE_SHARE of them printable."""
+    head = data[:BINARY_SNIFF_BYTES]
+    if b"\0" in head:
+        return "holds a NUL byte"
+    # a multi-byte character cut at the end of the sample counts as one undecodable character
+    sample = head.decode("utf-8", errors="replace")
+    if not sample:
+        return None
+    printable = 1.0 - len(_UNPRINTABLE.findall(sample)) / len(sample)
+    if printable < MIN_PRINTABLE_SHARE:
+        return f"only {printable:.0%} of its first {len(head):,} bytes are printable text"
+    return None

@@ -83,13 +83,39 @@ class SearchOutput:
         return out
 
 
+def _sessions_off(agent: ResolvedAgent, backend: str) -> list[str]:
+    """Why a search of the transcripts alone finds nothing, when transcripts are not indexed."""
+    if backend == "qmd":
+        if agent.memory.qmd.sessions.enabled:
+            return []
+        how = "set memory.qmd.sessions.enabled = true"
+    else:
+        if agent.sessions_enabled:
+            return []
+        how = (
+            'set memorySearch.experimental.sessionMemory = true and add "sessions" to '
+            "memorySearch.sources"
+        )
+    return [f"session transcripts are not indexed for agent {agent.agent_id}: {how}"]
+
+
 def failure(err: MemorydError, **extra: Any) -> dict[str, Any]:
     """The tool-result shape of a failure: `{disabled: true, error, code}` plus `extra`."""
     return {**extra, "disabled": True, "error": str(err), "code": err.code}
 
 
 class MemoryService:
-    """Memory for every configured agent; `async with` it (or `await start(tg)`) to run timers."""
+    """Memory for every configured agent.
+
+    Open it with `async with`: each agent's background work then starts when the agent is
+    first used, as `memoryd serve` runs it (the index embeds pending chunks, watches the files
+    and keeps qmd updated), and stops when the block ends. `background=False` runs none: each
+    search then brings the index up to date itself, within the wait below. `serve` and MCP
+    call `start(tg)` with their own task group instead.
+
+    Every search first waits at most `sync.searchWaitMs` (or `search_embed_budget_s`) for the
+    index to sync and its pending chunks to embed, when they can be done in about that time.
+    """
 
     def __init__(
         self,
@@ -97,6 +123,7 @@ class MemoryService:
         *,
         workspace: str | os.PathLike[str] | None = None,
         cwd: Path | None = None,
+        background: bool = True,
         search_embed_budget_s: float | None = None,
         qmd_factory: QmdFactory | None = None,
         index_factory: IndexFactory | None = None,
@@ -108,10 +135,11 @@ class MemoryService:
         self._backends: dict[str, AgentBackend] = {}
         self._qmd_factory = qmd_factory
         self._index_factory = index_factory
+        self._background = background
+        self._own_tg: TaskGroup | None = None
         self._tg: TaskGroup | None = None
         self._started: set[str] = set()
-        #: one-shot callers (the CLI without a server) embed pending chunks for this long first
-        self.search_embed_budget_s = search_embed_budget_s
+        self._search_embed_budget_s = search_embed_budget_s
 
     # ------------------------------------------------------------------ agents and backends
 
@@ -162,10 +190,28 @@ class MemoryService:
         self._started.clear()
 
     async def __aenter__(self) -> MemoryService:
+        if self._background and self._tg is None:
+            tg = anyio.create_task_group()
+            self._tg = await tg.__aenter__()
+            self._own_tg = tg
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+        tg, self._own_tg = self._own_tg, None
+        try:
+            if tg is not None:
+                # the background work ends (its threads finish) before the engines close
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)
+        finally:
+            self._tg = None
+            await self.aclose()
+
+    def search_wait_s(self, agent: ResolvedAgent) -> float:
+        """How long a search of `agent` waits for its index to catch up (`sync.searchWaitMs`)."""
+        if self._search_embed_budget_s is not None:
+            return self._search_embed_budget_s
+        return agent.memory_search.sync.search_wait_ms / 1000
 
     # ------------------------------------------------------------------ raising API
 
@@ -190,11 +236,13 @@ class MemoryService:
         if b.index is not None and b.active == "builtin":
             b.index.prefetch_query(text)
         notes: list[str] = []
-        if self.search_embed_budget_s is not None and b.index is not None and b.active == "builtin":
+        if b.index is not None and b.active == "builtin":
             try:
-                await b.index.sync(embed_budget_s=self.search_embed_budget_s)
+                await b.index.catch_up(self.search_wait_s(agent))
             except StateError as err:  # full disk, read-only state: answer from the index as it is
                 notes.append(f"index not updated ({err}); answering from it as it was")
+        if corpus == "sessions":
+            notes.extend(_sessions_off(agent, b.active))
         answer = await b.search(SearchRequest(text, max_results, min_score, corpus))
         results = apply_citations(
             answer.results,
