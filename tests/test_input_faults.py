@@ -122,6 +122,10 @@ def check_hostile_tree(ws: Path, env: dict[str, str]) -> None:
 def test_a_5_mb_single_line_note_and_a_query_at_the_cap_answer_without_blocking(
     ws: Path, env: dict[str, str]
 ) -> None:
+    cfg = Path(env["MEMORYD_CONFIG"])  # the note is over the default sync.maxFileBytes
+    cfg.write_text(
+        cfg.read_text() + "[agents.defaults.memorySearch.sync]\nmaxFileBytes = 8000000\n"
+    )
     words = ["alpha", "beta", "gamma", "delta", "webhook", "secret", "rotated", "kitten", "grafana"]
     line = " ".join(words[i % len(words)] for i in range(600_000))  # ~4.6 MB, one line
     (ws / "memory" / "2026-11-20.md").write_text(f"# Big\n{line}\n")

@@ -121,7 +121,7 @@ async def test_bad_input_on_every_tool_is_a_structured_invalid_input_result(
     async with Client(build_server(svc)) as client:
         result = await client.call_tool(tool, args)
     await svc.aclose()
-    assert result.is_error is False
+    assert result.is_error is True  # a failed call is a tool error, whatever the host reads
     data = structured(result)
     assert set(data) == {"disabled", "error", "code"}
     assert data["disabled"] is True and data["code"] == "invalid_input"
@@ -353,7 +353,7 @@ def test_http_refuses_a_non_loopback_bind_unless_asked(tmp_path: Path, ws: Path)
         text=True,
         timeout=60,
     )
-    assert out.returncode == 1 and out.stderr.count("\n") == 1
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert out.stderr.startswith(
         "memoryd: error: refusing to serve MCP on non-loopback address '0.0.0.0'"
     )

@@ -177,13 +177,20 @@ def check_listing(inspector: str, setup: dict[str, Any], target: list[str]) -> N
 
 
 def check_refusal(inspector: str, setup: dict[str, Any], target: list[str]) -> None:
-    bad = call(
+    # a refused call is a tool error (isError): the Inspector's CLI prints it and fails
+    rc, called, _err = run_inspector(
         inspector,
         setup,
         target,
+        "--method",
+        "tools/call",
+        "--tool-name",
         "memory_search",
-        {"query": "webhook", "maxResults": 0, "dryRun": True},
-    )["structuredContent"]
+        "--tool-args-json",
+        json.dumps({"query": "webhook", "maxResults": 0, "dryRun": True}),
+    )
+    assert rc != 0 and called["result"]["isError"] is True, called
+    bad = called["result"]["structuredContent"]
     assert bad["disabled"] is True and bad["code"] == "invalid_input"
     assert "maxResults must be ≥ 1" in bad["error"] and "'dryRun'" in bad["error"]
 

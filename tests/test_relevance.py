@@ -376,6 +376,65 @@ async def test_the_demo_workspace_answers_real_questions(
     assert await default_top_path(demo, query) == expected
 
 
+def drop_vectors(idx: MemoryIndex, keep: set[str]) -> None:
+    """The index as a fresh workspace has it while its first chunks embed: only the chunks of
+    the files in `keep` have a vector (the others wait)."""
+    store = idx.store
+    with store.transaction(doing="drop vectors"):
+        conn = store._w  # the writer: what a sync's vector phase writes, undone
+        drop = [
+            (cid,) for cid, path in conn.execute("select id, path from chunks") if path not in keep
+        ]
+        conn.executemany("delete from chunk_vectors where chunk_id = ?", drop)
+        if store.vector.engine == "sqlite-vec":
+            conn.executemany("delete from chunks_vec where rowid = ?", drop)
+        conn.executemany("update chunks set has_vector = 0 where id = ?", drop)
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_while_vectors_are_partial_a_vector_only_hit_scores_by_its_own_evidence(
+    demo: Path,
+) -> None:
+    # the first search on a fresh demo workspace: its first two files embedded, the webhook
+    # note not yet; the embedded Japanese note was the best "vector hit" of the few there are
+    idx = default_index(demo)
+    await idx.sync()
+    drop_vectors(idx, {"MEMORY.md", "memory/2026-11-20-tokyo.md"})
+    out = await idx.search("when does the old webhook secret stop working?")
+    await idx.aclose()
+    paths = [r.path for r in out.results]
+    assert out.mode == "hybrid" and paths[0] == "memory/2026-11-29.md", paths
+    assert "memory/2026-11-20-tokyo.md" not in paths
+    assert any("3 of 5 chunks still waiting for embeddings" in n for n in out.notes)
+
+
+def test_partial_vectors_cap_only_the_hits_the_vector_side_alone_found() -> None:
+    stats = CorpusStats(
+        chunks=50, term_chunks={"webhook": 2, "secret": 3, "rotated": 4}, reference=E5_LIKE
+    )
+    keyword_hit = chunk(0, "Rotated the webhook secret today.", bm25=8.0)  # not embedded yet
+    both = chunk(1, "The webhook secret lives in the vault.", cos=0.80, bm25=5.0)
+    vector_only = chunk(2, "Lunch with Rod about the roadmap.", cos=0.83)  # best cosine there is
+    query = "webhook secret rotated"
+    full = {
+        c.chunk_id: c.score
+        for c in calibrated_scores([keyword_hit, both, vector_only], query, stats)
+    }
+    ranked = rank(
+        [keyword_hit, both, vector_only],
+        query,
+        RankParams(min_score=0.0),
+        stats=stats,
+        partial_vectors=True,
+    )
+    partial = {c.chunk_id: c.score for c in ranked}
+    assert partial[0] == pytest.approx(full[0]) and partial[1] == pytest.approx(full[1])
+    # its evidence: a cosine 2.3 deviations above unrelated text, barely past the floor
+    assert partial[2] < 0.35 < full[2]
+    assert [c.chunk_id for c in ranked][:2] == [0, 1]
+
+
 @pytest.fixture
 def languages(workspace: Path) -> Path:
     write(

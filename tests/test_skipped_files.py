@@ -95,6 +95,7 @@ def test_an_unreadable_note_is_named_with_the_os_reason_and_leaves_the_index_cle
             assert entry["path"] == "memory/locked.md" and entry["reason"] == "read_failed"
             assert entry["detail"] == "Permission denied"
             assert not any("changed since the last sync" in i for i in st["issues"])
+            assert "1 memory file(s) not indexed: memory/locked.md (read_failed)" in st["issues"]
             assert cli(ws, env, "index", unprivileged=True).returncode == 0
         human = cli(ws, env, "status", unprivileged=True)
         assert "memory/locked.md (cannot be read: Permission denied)" in human.stdout

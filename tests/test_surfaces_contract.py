@@ -135,7 +135,7 @@ async def _mcp_calls(client_arg: Any) -> list[dict[str, Any]]:
     async with Client(client_arg) as client:
         for tool, args, _cli, _code in CASES:
             result = await client.call_tool(tool, args)
-            assert not result.is_error, result
+            assert result.is_error is True, result  # every case is a failure: a tool error
             out.append(result.structured_content)
     return out
 

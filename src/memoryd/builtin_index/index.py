@@ -267,7 +267,7 @@ LAST_SYNC_META_KEY: Final = "last_sync_at"
 
 @dataclass(frozen=True)
 class LeftOut:
-    """A memory file a sync did not index, why, and the file as it was then (size, mtime)."""
+    """A memory file a sync did not index, why, and the file as it was then (size, times)."""
 
     path: str
     #: `read_failed` (with the OS reason), `binary`, `too_large`, or `refused`
@@ -748,8 +748,8 @@ class MemoryIndex:
         (a full disk, a kill) leaves the index exactly as it was and readers never see half.
 
         A file that cannot be indexed (unreadable, binary, larger than `sync.maxFileBytes`) is
-        left out and recorded with its reason (`left_out`), so status names it and it counts
-        as changed again only when its size or modification time does."""
+        left out and recorded with its reason (`LeftOut`), so status names it and it counts
+        as changed again only when its size, modification or change time does."""
         found = discover_all(self.settings.roots, self.settings.workspace)
         files = found.files
         report.files_scanned = len(files)
@@ -851,11 +851,13 @@ class MemoryIndex:
             return None, LeftOut.of(mf, "binary", binary)
         return got, None
 
-    def _changed_files(self, store: Store, files: Sequence[MemoryFile]) -> int:
+    def _changed_files(
+        self, store: Store, files: Sequence[MemoryFile], meta: dict[str, str]
+    ) -> int:
         """How many memory files were added, changed or removed since the last sync (a stat
         pass): a file left out counts only when it changed since it was left out."""
         known = {p: v for p, v in store.files().items() if v[3] == "memory"}
-        left_out = _left_out_from_meta(store.meta())
+        left_out = _left_out_from_meta(meta)
         current = {mf.rel_path for mf in files}
         changed = 0
         for mf in files:
@@ -874,7 +876,7 @@ class MemoryIndex:
         meta = store.meta()
         if meta.get("signature") is None or meta.get("skipped") != skipped:
             return True
-        return self._changed_files(store, files) > 0
+        return self._changed_files(store, files, meta) > 0
 
     def _sessions_phase(
         self, store: Store, report: SyncReport, force: bool, *, wait_ms: int | None = None
@@ -1884,7 +1886,7 @@ class MemoryIndex:
 
     def pending_changes(self) -> int:
         """Memory files added, changed or removed since the last sync (a stat pass, no reads)."""
-        return self._changed_files(self.store, self._discover())
+        return self._changed_files(self.store, self._discover(), self.store.meta())
 
     def notify_changed(self) -> None:
         """A memory file was written through memoryd: the next search syncs first."""

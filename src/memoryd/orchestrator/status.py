@@ -114,6 +114,13 @@ def compute_issues(st: MemoryStatus) -> list[str]:
                 + (f" ({r.reason})" if r.reason else "")
                 + "; delete it when no longer needed"
             )
+        if b.skipped_files:
+            named = ", ".join(f"{f.path} ({f.reason})" for f in b.skipped_files[:5])
+            more = len(b.skipped_files) - 5
+            found.append(
+                f"{len(b.skipped_files)} memory file(s) not indexed: {named}"
+                + (f" and {more} more" if more > 0 else "")
+            )
         if b.undecodable:
             found.append(
                 f"{len(b.undecodable)} file(s) are not valid UTF-8 and were read with "
