@@ -1321,9 +1321,10 @@ class MemoryIndex:
             else ("vector" if qvec is not None else "keyword")
         )
         if pending and (qvec is not None or no_vectors_yet):
-            of = f" of {stats.chunks}" if stats.chunks >= pending else ""
+            counted = f"{pending} of {stats.chunks} chunks" if stats.chunks >= pending else None
+            counted = counted or f"{pending} chunk{'' if pending == 1 else 's'}"
             notes.append(
-                f"{pending}{of} chunk{'' if pending == 1 else 's'} still waiting for embeddings "
+                f"{counted} still waiting for embeddings "
                 "(ranked by their keywords until then): "
                 "`memoryd index` embeds them now; a running `memoryd serve` does it in the background"
             )
