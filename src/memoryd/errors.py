@@ -112,6 +112,12 @@ class SessionExportError(StateError):
     code = "session_export_error"
 
 
+class LocalPostgresError(MemorydError):
+    """Raised when `memoryd pg-local` cannot start its throwaway PostgreSQL or write its config."""
+
+    code = "pg_local_error"
+
+
 # --------------------------------------------------------------------------- memory writes
 
 
