@@ -57,6 +57,7 @@ def workspace(tmp_path: Path) -> Path:
 #: leaves the slow, few-test qmd and PostgreSQL files for last, one worker running them alone
 #: while the others idle): the longest jobs first keeps every worker busy to the end.
 LONGEST_FIRST = (
+    "test_pg_local.py",  # most of it is pip installing memoryd into a fresh venv
     "test_qmd_manager.py",
     "test_index_faults.py",
     "test_qmd_faults.py",

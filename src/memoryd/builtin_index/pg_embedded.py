@@ -65,7 +65,7 @@ class EmbeddedPostgres:
         import psycopg
 
         with psycopg.connect(self.url(dbname), autocommit=True) as conn:
-            cur = conn.execute(sql.encode())
+            cur = conn.execute(sql.encode())  # psycopg types a str query as a literal
             return cur.fetchall() if cur.description else []
 
     def stop(self) -> None:
