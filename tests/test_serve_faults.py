@@ -327,3 +327,72 @@ def test_sigterm_with_a_slow_search_in_flight_stops_serve_within_a_second(
     # the target is 1 s; 2 s leaves room for a loaded 2-core machine
     assert elapsed < 2.0, f"serve took {elapsed:.2f}s to stop with a search in flight"
     print(f"serve stopped {elapsed:.3f}s after SIGTERM with a search in flight")
+
+
+def wrong_shapes(identity: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Requests of the right syntax and the wrong shape (each once crashed `dispatch`)."""
+    base = {"op": "search", "query": "deploy"}
+    return [
+        ("op a list", {**base, "op": ["search"], "identity": identity}),
+        ("op a dict", {**base, "op": {"search": 1}, "identity": identity}),
+        ("identity.cwd a number", {**base, "identity": {**identity, "cwd": 5}}),
+        ("identity.cwd a list", {**base, "identity": {**identity, "cwd": ["/"]}}),
+        ("identity.workspace a list", {**base, "identity": {**identity, "workspace": ["a"]}}),
+        ("identity.workspace a number", {**base, "identity": {**identity, "workspace": 7}}),
+        (
+            "identity.workspace 100 KB",
+            {**base, "identity": {**identity, "workspace": "/tmp/" + "w" * 100_000}},
+        ),
+        ("identity.cwd 100 KB", {**base, "identity": {**identity, "cwd": "/" + "c" * 100_000}}),
+        (
+            "identity.workspace a 300-character name",
+            {**base, "identity": {**identity, "workspace": "/tmp/" + "n" * 300}},
+        ),
+        (
+            "identity.workspace with NUL",
+            {**base, "identity": {**identity, "workspace": "/tmp/a\x00b"}},
+        ),
+        ("identity.config a string", {**base, "identity": {**identity, "config": "x"}}),
+    ]
+
+
+def test_requests_of_the_wrong_shape_get_invalid_input_in_one_line(
+    served: dict[str, Any],
+) -> None:
+    identity = served["identity"]
+    for name, payload in wrong_shapes(identity):
+        reply = json.loads(raw(json.dumps(payload).encode() + b"\n"))
+        assert reply.get("disabled") is True, (name, reply)
+        assert reply["code"] in ("invalid_input", "not_served"), (name, reply)
+        assert "\n" not in reply["error"] and len(reply["error"]) <= 500, (name, reply)
+        answer = good(identity)
+        assert answer is not None and answer["results"], name
+    for name in ("op a list", "identity.workspace a list", "identity.workspace 100 KB"):
+        payload = dict(wrong_shapes(identity))[name]
+        reply = json.loads(raw(json.dumps(payload).encode() + b"\n"))
+        assert reply["code"] == "invalid_input", (name, reply)
+    log = served["log"].read_text()
+    assert "Traceback" not in log and "internal" not in log, log
+    assert all(len(line) <= 1024 for line in log.splitlines()), max(map(len, log.splitlines()))
+
+
+def test_no_log_line_is_longer_than_a_kilobyte() -> None:
+    import logging
+
+    from memoryd.cli import MAX_LOG_LINE, BoundedFormatter
+
+    path = "/tmp/" + "é" * 60_000
+    record = logging.LogRecord(
+        "memoryd", logging.ERROR, __file__, 1, "cannot use %s", (path,), None
+    )
+    try:
+        raise OSError(36, "File name too long", path)
+    except OSError:
+        import sys
+
+        record.exc_info = sys.exc_info()
+    text = BoundedFormatter("memoryd: %(levelname)s: %(message)s").format(record)
+    lines = text.split("\n")
+    assert len(lines) > 3 and lines[0].startswith("memoryd: ERROR: cannot use /tmp/ééé")
+    assert max(len(line.encode()) for line in lines) <= MAX_LOG_LINE
+    assert "more bytes]" in lines[0]

@@ -42,6 +42,26 @@ _FORWARDS = (
 )
 
 
+#: Longest log line written, in bytes: a message may quote a request, a path or a qmd output.
+MAX_LOG_LINE = 1024
+
+
+class BoundedFormatter(logging.Formatter):
+    """Log lines cut to `MAX_LOG_LINE` bytes each, so no request can flood the log."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        lines = super().format(record).split("\n")
+        return "\n".join(_clip_line(line) for line in lines)
+
+
+def _clip_line(line: str) -> str:
+    data = line.encode("utf-8", "replace")
+    if len(data) <= MAX_LOG_LINE:
+        return line
+    tail = f"… [{len(data) - (MAX_LOG_LINE - 40)} more bytes]"
+    return data[: MAX_LOG_LINE - 40].decode("utf-8", "ignore") + tail
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: `memoryd search: error: …` and exit status 2."""
 
@@ -1041,11 +1061,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.ERROR,
-        stream=sys.stderr,
-        format="memoryd: %(levelname)s: %(message)s",
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(BoundedFormatter("memoryd: %(levelname)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR, handlers=[handler])
     try:
         return _run(args)
     except MemorydError as err:

@@ -93,8 +93,49 @@ def limits_from_env(environ: Mapping[str, str] | None = None) -> tuple[float, in
     return idle, cap
 
 
+#: Longest error message sent back (a reason may quote what the caller sent).
+MAX_ERROR_CHARS: Final = 500
+#: Longest path accepted in a request's identity (Linux's PATH_MAX).
+MAX_IDENTITY_PATH: Final = 4096
+
+
 def _error(message: str, code: str) -> dict[str, Any]:
+    if len(message) > MAX_ERROR_CHARS:
+        message = message[: MAX_ERROR_CHARS - 1] + "…"
     return {"disabled": True, "error": message, "code": code}
+
+
+def _shape_error(req: dict[str, Any]) -> str | None:
+    """Why the envelope (`op`, `agent`, `identity`) has the wrong shape, in one line, or None.
+
+    Checked before anything uses it: a list where a string belongs must be an `invalid_input`
+    answer, not a TypeError deep in config resolution.
+    """
+    op = req.get("op")
+    if not isinstance(op, str):
+        return f"op must be a string (search, get, status, ping), not {type(op).__name__}"
+    identity = req.get("identity")
+    if identity is None:
+        return None  # answered not_served: the caller runs the call itself
+    if not isinstance(identity, dict):
+        return f"identity must be an object, not {type(identity).__name__}"
+    for key in ("workspace", "cwd"):
+        value = identity.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            return f"identity.{key} must be a path string, not {type(value).__name__}"
+        if len(value) > MAX_IDENTITY_PATH:
+            return f"identity.{key} is longer than {MAX_IDENTITY_PATH} characters"
+        if "\x00" in value:
+            return f"identity.{key} contains a NUL character"
+    config = identity.get("config")
+    if config is not None and not (
+        isinstance(config, dict)
+        and all(isinstance(config.get(k), str | None) for k in ("path", "sha256"))
+    ):
+        return "identity.config must be an object with a path and a sha256"
+    return None
 
 
 async def _handle(
@@ -158,6 +199,8 @@ def _served(service: MemoryService, req: dict[str, Any], ident: dict[str, Any]) 
         )
     except MemorydError as err:
         return str(err)
+    except (OSError, ValueError) as err:  # e.g. a path component longer than the file system allows
+        return f"cannot resolve the caller's workspace: {getattr(err, 'strerror', None) or err}"
     try:
         mine = service.agent(resolved.agent_id)
     except MemorydError as err:
@@ -180,6 +223,9 @@ async def dispatch(
     from .paths import validate_agent_id
     from .tools import MemoryStatusInput, call_tool, validate_tool_input
 
+    shape = _shape_error(req)
+    if shape is not None:
+        return _error(shape, "invalid_input")
     op = req.get("op")
     if op == "ping":
         return {"ok": True, "pid": os.getpid()}
