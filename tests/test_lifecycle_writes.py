@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import subprocess
 import sys
 import threading
@@ -43,6 +45,40 @@ def test_daily_append_creates_the_memory_folder_when_missing(tmp_path: Path) -> 
     (ws / "MEMORY.md").write_text("# Memory\n")
     append_memory(agent_for(ws), "daily", "first note", now=NOW)
     assert (ws / "memory" / "2026-11-29.md").is_file()
+
+
+def test_folders_an_append_creates_are_never_group_or_world_writable(tmp_path: Path) -> None:
+    """`memoryd append --target daily` under umask 000 once created `memory/` 0777."""
+    from cli_support import run_memoryd
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "MEMORY.md").write_text("# Memory\n")
+    old = os.umask(0)
+    try:
+        out = run_memoryd(["append", "--workspace", str(ws), "--target", "daily", "a note"])
+    finally:
+        os.umask(old)
+    assert out.returncode == 0, out.stderr
+    assert stat.S_IMODE((ws / "memory").stat().st_mode) == 0o755
+    note = next((ws / "memory").glob("*.md"))
+    assert stat.S_IMODE(note.stat().st_mode) & 0o022 == 0
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o002, 0o022, 0o077])
+def test_nested_folders_created_by_an_append_are_at_most_0755(tmp_path: Path, umask: int) -> None:
+    from memoryd.core.layout import MemoryRoot
+    from memoryd.fsio import append_file
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    old = os.umask(umask)
+    try:
+        append_file(MemoryRoot(str(ws / "memory"), "**/*.md"), "a/b/note.md", b"x\n", anchor=ws)
+    finally:
+        os.umask(old)
+    for folder in (ws / "memory", ws / "memory" / "a", ws / "memory" / "a" / "b"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o755 & ~umask, folder
 
 
 def test_second_append_adds_below_without_another_heading(workspace: Path) -> None:

@@ -81,6 +81,8 @@ PRIVATE_DIR_MODE: Final = 0o700
 PRIVATE_FILE_MODE: Final = 0o600
 #: Mode of a memory file `append_file` creates (the umask still applies, as for any editor).
 NEW_MEMORY_FILE_MODE: Final = 0o644
+#: Mode of a folder `append_file` creates in the workspace (the umask may take more bits off).
+NEW_MEMORY_DIR_MODE: Final = 0o755
 
 _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
@@ -299,7 +301,9 @@ def _child_dir(parent: int, name: str, *, create: bool) -> int:
             raise _folder_problem(parent, name) from None
         raise
     try:
-        os.mkdir(name, 0o777, dir_fd=parent)  # the umask decides, as for any new folder
+        # never group/world-writable, whatever the umask: a writable memory folder would let
+        # another user plant notes (or links) the agent then reads as its own
+        os.mkdir(name, NEW_MEMORY_DIR_MODE, dir_fd=parent)
         _fsync_fd(parent)
     except FileExistsError:
         pass  # a concurrent writer made it; it is opened and checked like any other folder
