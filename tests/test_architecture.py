@@ -19,7 +19,7 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "core": {"errors"},
     "paths": {"errors"},
-    "fsio": {"core", "errors"},
+    "fsio": {"core", "errors", "paths"},
     "config_cache": {"errors", "paths", "fsio"},
     # config imports config_validation only inside the functions that validate (pydantic)
     "config": {"core", "errors", "paths", "config_cache", "config_validation"},

@@ -29,7 +29,7 @@ import pytest
 from cli_support import run_memoryd
 from helpers import agent_for, index_for
 from memoryd.builtin_index import MemoryIndex
-from memoryd.errors import IndexCorrupt
+from memoryd.errors import IndexCorrupt, StateError
 from race_support import race_seconds
 
 pytestmark = pytest.mark.anyio
@@ -178,7 +178,6 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], bool | None]] = {
     "a folder in its place": (folder_in_place, True),
     "wrong file type": (wrong_file_type, True),
     "a FIFO in its place": (fifo_in_place, True),
-    "a dangling symlink in its place": (dangling_symlink, True),
     "stale -wal/-shm from another database": (stale_wal_from_another_db, None),
     "garbage -wal and -shm": (garbage_wal_and_shm, None),
     # root reads a mode-000 file anyway (and fsio sets it back to 0600); others cannot
@@ -210,6 +209,16 @@ async def test_a_damaged_index_is_moved_aside_and_rebuilt_from_the_markdown(
         assert os.path.lexists(rec.moved_to) and Path(rec.moved_to).name in aside
         assert rec.reason and rec.at
     await idx.aclose()
+
+
+async def test_a_link_in_place_of_the_index_is_refused_not_healed(ws: Path) -> None:
+    """A link is planted, not damage: healing it would mean writing where it points."""
+    path = await built(ws)
+    dangling_symlink(path)
+    with pytest.raises(StateError, match="is a symlink"):
+        index_for(agent_for(ws))
+    assert path.is_symlink() and not (path.parent / "nowhere.sqlite").exists()
+    assert side_files(path, ".corrupt-") == []
 
 
 async def test_damage_queries_cannot_see_is_found_by_check_and_repaired(ws: Path) -> None:

@@ -113,23 +113,25 @@ def load(
     config_path: Path, raw: bytes, fingerprint: str, models: Mapping[str, type[Any]]
 ) -> Any | None:
     """The validated config cached for exactly these bytes at this path, or None."""
+    from .fsio import open_private
+
     try:
-        fd = os.open(_cache_file(config_path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except (OSError, ValueError):
+        # no link followed below the state root, every folder on the way checked: a cache
+        # planted by someone else would choose this process's config
+        f = open_private(_cache_file(config_path))
+    except (OSError, ValueError, StateError):
         return None
-    try:
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or st.st_size > _MAX_BYTES:
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
+    with f:
+        try:
+            st = os.fstat(f.fileno())
+            if st.st_uid != os.geteuid() or st.st_size > _MAX_BYTES:
+                return None
             record = json.loads(f.read())
-        if record.get("key") != _key(config_path, raw, fingerprint):
+            if record.get("key") != _key(config_path, raw, fingerprint):
+                return None
+            model = thaw(record["config"], models)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
-        model = thaw(record["config"], models)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    finally:
-        os.close(fd)
     return model if dataclasses.is_dataclass(model) else None
 
 

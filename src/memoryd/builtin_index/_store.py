@@ -58,7 +58,13 @@ else:
 from ..core.records import record
 from ..core.text import segment_for_fts
 from ..errors import IndexCorrupt, IndexError_, MemorydError, StateError, StateReadOnly
-from ..fsio import PRIVATE_FILE_MODE, SQLITE_SIDE_FILES, private_dir, private_file
+from ..fsio import (
+    PRIVATE_FILE_MODE,
+    SQLITE_SIDE_FILES,
+    check_state_path,
+    private_dir,
+    private_file,
+)
 from ._matvec import matvec_top
 from ._postings import Postings, or_phrases, vocab_tables_sql
 
@@ -246,6 +252,10 @@ def _make_private(path: Path, *, own_folder: bool = True) -> None:
     """
     if own_folder or not os.path.lexists(path.parent):
         private_dir(path.parent)
+    if own_folder:
+        # SQLite opens these by name: in memoryd's folder no link may stand in for them
+        for name in (path, *(Path(f"{path}{s}") for s in SQLITE_SIDE_FILES)):
+            check_state_path(name)
     if not os.path.lexists(path):
         private_file(path)
     for name in (path, *(Path(f"{path}{s}") for s in SQLITE_SIDE_FILES)):
@@ -525,6 +535,9 @@ class Store:
             self._after_recovery(moved, refill_now=False)
 
     def _open_live(self) -> None:
+        if self._own_folder:
+            # a link in place of the index is planted, not damage to heal: refuse it
+            check_state_path(self.path)
         damage = _inspect(self.path)
         if damage is not None:
             raise _Damaged(damage)
@@ -540,7 +553,7 @@ class Store:
             self._open_read_only(str(err))
             return
         except StateError as err:
-            raise IndexError_(f"cannot create index {self.path}: {err}") from None
+            raise StateError(f"cannot create index {self.path}: {err}") from None
         except OSError as err:
             if _state_refusal(err) and os.path.isfile(self.path):
                 self._open_read_only(f"its mode cannot be changed: {_strerror(err)}")

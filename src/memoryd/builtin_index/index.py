@@ -81,7 +81,7 @@ from ..errors import (
     StateError,
     WorkspaceMismatch,
 )
-from ..fsio import FileRead, private_dir
+from ..fsio import FileRead, open_private, private_dir
 from ..memfiles import (
     MemoryFile,
     discover,
@@ -105,13 +105,13 @@ Store: TypeAlias = "SqliteStore | PgStore"
 
 
 def _newlines_in_prefix(path: Path, size: int) -> int:
-    with open(path, "rb") as fh:
+    with open_private(path) as fh:  # transcripts are state: never read through a link
         return fh.read(size).count(b"\n")
 
 
 def _count_newlines(path: Path) -> int:
     n = 0
-    with open(path, "rb") as fh:
+    with open_private(path) as fh:
         while block := fh.read(1 << 16):
             n += block.count(b"\n")
     return n
@@ -121,7 +121,7 @@ def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[Transcript
     # loaded here: a memory-only index never parses a transcript (its regexes cost ~15 ms)
     from ..core.transcripts import chunk_transcript, parse_transcript_text
 
-    with open(path, "rb") as fh:
+    with open_private(path) as fh:
         data = fh.read()
     messages, _malformed, _lines = parse_transcript_text(
         data.decode("utf-8", errors="replace"), sanitize=True
@@ -898,7 +898,11 @@ class MemoryIndex:
             prev = known.get(rel)
             if prev is not None and prev[1] == st.st_mtime and prev[2] == st.st_size:
                 continue
-            lines = _count_newlines(path)
+            try:
+                lines = _count_newlines(path)
+            except OSError as err:  # gone, or a link swapped in after the listing
+                log.warning("cannot read transcript %s: %s", path, err)
+                continue
             if prev is not None and not force:
                 if rel not in self._session_baselines:
                     self._session_baselines.add(rel)
@@ -917,7 +921,8 @@ class MemoryIndex:
             for path, rel, st, lines in due:
                 try:
                     chunks = _transcript_chunks(path, chunking.tokens, chunking.overlap)
-                    data = path.read_bytes()
+                    with open_private(path) as fh:
+                        data = fh.read()
                 except OSError as err:
                     log.warning("cannot read transcript %s: %s", path, err)
                     continue

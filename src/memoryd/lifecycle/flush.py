@@ -36,7 +36,7 @@ from ..core.records import record
 from ..core.replies import SILENT_REPLY_TOKEN, is_no_reply
 from ..core.session_keys import normalize_session_key
 from ..errors import FlushStateError, InvalidInput, StateError
-from ..fsio import private_dir, write_private_atomic
+from ..fsio import private_dir, private_file, read_private, write_private_atomic
 
 __all__ = [
     "SILENT_REPLY_TOKEN",
@@ -114,6 +114,7 @@ class FlushState:
     def _locked(self) -> Iterator[None]:
         try:
             private_dir(self.path.parent)
+            private_file(self._lock.lock_file)  # filelock opens it by name: no link there
             with self._lock:
                 yield
         except StateError as err:
@@ -124,12 +125,11 @@ class FlushState:
             raise FlushStateError(f"cannot use {self.path}: {err.strerror or err}") from None
 
     def _read_unlocked(self) -> dict[str, Any]:
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        raw = read_private(self.path)
+        if raw is None:
             return {"version": _STATE_VERSION, "sessions": {}}
         try:
-            data = json.loads(text)
+            data = json.loads(raw)
             if not isinstance(data, dict) or not isinstance(data.get("sessions"), dict):
                 raise ValueError("unexpected shape")
         except ValueError as err:

@@ -34,7 +34,7 @@ import filelock
 
 from ..config import ResolvedAgent
 from ..errors import SessionExportError, StateError
-from ..fsio import private_dir, write_private_atomic
+from ..fsio import private_dir, read_private, write_private_atomic
 from .transcripts import list_transcripts, parse_transcript, render_transcript, session_id
 
 __all__ = [
@@ -95,8 +95,9 @@ def render_session_markdown(sid: str, lines: str) -> str:
 
 def _read_manifest(path: Path) -> dict[str, dict[str, Any]]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        raw = read_private(path)
+        data = json.loads(raw) if raw is not None else None
+    except ValueError:
         return {}
     if not isinstance(data, dict) or data.get("version") != _FORMAT_VERSION:
         return {}
@@ -191,10 +192,7 @@ def _export_locked(
             report.skipped[sid] = "empty"
             continue
         doc = render_session_markdown(sid, render_transcript(parsed.messages)).encode("utf-8")
-        try:
-            current = target.read_bytes()
-        except OSError:
-            current = None
+        current = read_private(target)
         if current == doc:
             report.unchanged.append(sid)
         else:

@@ -46,6 +46,7 @@ from ..core.transcripts import (
     render_transcript,
     sanitize_text,
 )
+from ..fsio import open_private
 from ..memfiles import list_transcripts as _list_transcripts
 from ..memfiles import transcript_display_path
 
@@ -109,7 +110,7 @@ def list_transcripts(agent: ResolvedAgent) -> list[Path]:
 
 def parse_transcript(path: Path, *, sanitize: bool = False) -> ParsedTranscript:
     """Read and parse one transcript; raises `OSError` only when the file cannot be read."""
-    with open(path, "rb") as fh:
+    with open_private(path) as fh:  # never through a link planted among the transcripts
         st = os.fstat(fh.fileno())
         data = fh.read()
     messages, malformed, lines = parse_transcript_text(
@@ -129,7 +130,7 @@ def transcript_chunks(
 def count_newlines(path: Path, start: int = 0, *, block: int = 1 << 16) -> int:
     """Newlines in `path` from byte `start` on: the new JSONL lines since an offset."""
     n = 0
-    with open(path, "rb") as fh:
+    with open_private(path) as fh:
         fh.seek(start)
         while chunk := fh.read(block):
             n += chunk.count(b"\n")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from .. import inline, paths
 from ..config import ResolvedAgent
 from ..errors import MemorydError
-from ..fsio import private_dir
+from ..fsio import private_dir, read_private
 
 if TYPE_CHECKING:  # imported where used: a builtin agent never loads the qmd adapter
     from ..builtin_index import MemoryIndex
@@ -132,8 +132,8 @@ def _qmd_home_belongs_to(home: Path, agent: ResolvedAgent) -> bool:
     """The old home's collections point at this workspace (its index.yml names our folder)."""
     index_yml = home / "xdg-config" / "qmd" / "index.yml"
     try:
-        text = index_yml.read_text(encoding="utf-8")
-    except OSError:
+        text = (read_private(index_yml) or b"").decode("utf-8", "replace")
+    except MemorydError:
         return False
     ws = str(agent.workspace)
     return json.dumps(ws) in text or f"path: {ws}\n" in text or f"{ws}/memory" in text

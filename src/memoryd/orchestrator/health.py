@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StateError
-from ..fsio import private_dir, write_private_atomic
+from ..fsio import private_dir, read_private, write_private_atomic
 from .failover import FailoverState
 
 VERSION = 1
@@ -91,9 +91,10 @@ class HealthFile:
         self.write_error: str | None = None
 
     def load(self) -> Health | None:
+        data = read_private(self.path)  # a link planted here is refused (StateError)
         try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            raw = json.loads(data) if data is not None else None
+        except ValueError:
             return None
         return Health.from_json(raw)
 

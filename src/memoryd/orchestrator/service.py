@@ -38,6 +38,7 @@ from ..core.engine import (
 )
 from ..core.results import SearchResult
 from ..errors import InvalidInput, MemorydError, StateError
+from ..fsio import check_state_tree
 from ..scope_rules import evaluate_scope
 from ._supervisor import AgentBackend, IndexFactory, QmdFactory
 
@@ -147,6 +148,7 @@ class MemoryService:
         key = "main" if agent_id is None else agent_id
         if key not in self._agents:
             resolved = resolve_agent(self.config, key, workspace=self._workspace, cwd=self._cwd)
+            check_state_tree(resolved.state.root)  # refuse an untrusted state tree up front
             self._agents[key] = resolved
             self._agents.setdefault(resolved.agent_id, resolved)
         return self._agents[key]

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..core.records import record
-from ..fsio import private_dir, write_private_atomic
+from ..fsio import check_state_path, private_dir, read_private, write_private_atomic
 
 __all__ = ["QmdHome", "default_shared_models_dir", "with_models_block"]
 
@@ -109,10 +109,13 @@ class QmdHome:
             self.neutral_cwd,
         ):
             private_dir(folder)
+        # qmd opens these by name: no link may stand in for them (their folders are checked)
+        check_state_path(self.index_yml)
+        check_state_path(self.index_db)
         if shared_models_dir is not None:
             self._link_models(shared_models_dir)
         if models:
-            current = self.index_yml.read_text(encoding="utf-8") if self.index_yml.exists() else ""
+            current = (read_private(self.index_yml) or b"").decode("utf-8", "replace")
             updated = with_models_block(current, models)
             if updated != current:
                 write_private_atomic(self.index_yml, updated.encode("utf-8"))

@@ -27,8 +27,8 @@ from ..core.engine import EngineAnswer, ProgressFn, SearchRequest
 from ..core.layout import MemoryRoot
 from ..core.results import FileText, SearchResult, Source
 from ..core.status import CollectionStatus, QmdStatus
-from ..errors import QmdBadOutput, QmdError, QmdExitError, QmdLocked, QmdTimeout
-from ..fsio import private_dir, write_private_atomic
+from ..errors import QmdBadOutput, QmdError, QmdExitError, QmdLocked, QmdTimeout, StateError
+from ..fsio import private_dir, private_file, read_private, write_private_atomic
 from ..memfiles import read_memory_file
 from ._collections import CollectionSpec, desired_collections, plan_collections
 from ._home import QmdHome, default_shared_models_dir
@@ -390,7 +390,7 @@ class QmdManager:
         async with self._collections_lock:
             self._specs = self._desired_now()
             if self.config.sessions.enabled:
-                self._sessions_dir().mkdir(parents=True, exist_ok=True)
+                private_dir(self._sessions_dir())
             present = [s for s in self._specs if Path(s.path).is_dir()]
             self._waiting_for_dir = [s for s in self._specs if s not in present]
             fingerprint = self._verified(present)
@@ -428,9 +428,8 @@ class QmdManager:
 
     def _verified(self, present: Sequence[CollectionSpec]) -> str | None:
         """A fingerprint of qmd's registry (index.yml) and the collections memoryd wants."""
-        try:
-            registry = self.home.index_yml.read_bytes()
-        except OSError:
+        registry = read_private(self.home.index_yml)
+        if registry is None:
             return None
         digest = hashlib.sha256(registry)
         for spec in present:
@@ -439,15 +438,16 @@ class QmdManager:
 
     def _verified_record(self) -> str | None:
         try:
-            return self.home.verified_path.read_text(encoding="ascii").strip() or None
-        except (OSError, UnicodeDecodeError):
+            data = read_private(self.home.verified_path)
+            return (data or b"").decode("ascii").strip() or None
+        except (StateError, UnicodeDecodeError):
             return None
 
     def _record_verified(self, present: Sequence[CollectionSpec]) -> None:
         fingerprint = self._verified(present)
         if fingerprint is None:
             return
-        with suppress(OSError):  # only a cache: the next start checks with qmd again
+        with suppress(StateError):  # only a cache: the next start checks with qmd again
             write_private_atomic(self.home.verified_path, fingerprint.encode("ascii"))
 
     def forget_verified(self) -> None:
@@ -506,7 +506,8 @@ class QmdManager:
 
     async def _acquire_file_lock(self) -> None:
         # Polled so that waiting stays cancellable; another process may hold it for a whole embed.
-        self.home.root.mkdir(parents=True, exist_ok=True)
+        private_dir(self.home.root)
+        private_file(self.home.lock_path)  # filelock opens it by name: no link there
         while True:
             try:
                 self._file_lock.acquire(timeout=0)
