@@ -39,6 +39,14 @@ def isolated_env(
 
 
 @pytest.fixture
+def shared_base() -> Iterator[Path]:
+    """A folder every local user may traverse, for tests that act as a second user."""
+    from second_user import make_shared_base
+
+    yield from make_shared_base()
+
+
+@pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
 

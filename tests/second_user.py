@@ -25,9 +25,9 @@ def nobody() -> pwd.struct_passwd:
     return pwd.getpwnam("nobody")
 
 
-@pytest.fixture
-def shared_base() -> Iterator[Path]:
-    """A folder every local user may traverse (pytest's own tmp folder is 0700)."""
+def make_shared_base() -> Iterator[Path]:
+    """A folder every local user may traverse (pytest's own tmp folder is 0700): the body of
+    conftest's `shared_base` fixture."""
     base = Path(tempfile.mkdtemp(prefix="memoryd-2nd-user-"))
     os.chmod(base, 0o755)
     try:
@@ -37,8 +37,11 @@ def shared_base() -> Iterator[Path]:
 
 
 def as_nobody(call: Callable[[], object]) -> str:
-    """Run `call` in a forked child that dropped to `nobody`: "ok", or the exception's
-    `Type:code` (`code` is a MemorydError's, else the errno)."""
+    """Run `call` in a forked child that dropped to `nobody`: what it returned when that is a
+    string, else "ok"; or the exception's `Type:code` (a MemorydError's code, else the errno).
+
+    The child forks from the test process, so it needs nothing that `nobody` cannot reach
+    (pytest's interpreter may live in a private home)."""
     user = nobody()
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -48,8 +51,8 @@ def as_nobody(call: Callable[[], object]) -> str:
             os.setgroups([])
             os.setgid(user.pw_gid)
             os.setuid(user.pw_uid)
-            call()
-            answer = "ok"
+            result = call()
+            answer = result if isinstance(result, str) else "ok"
         except BaseException as err:
             answer = (
                 f"{type(err).__name__}:{getattr(err, 'code', None) or getattr(err, 'errno', '')}"

@@ -58,7 +58,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     "tools": {"core", "errors", "paths"},
     "server": {"core", "errors", "config", "paths", "fsio", "orchestrator", "tools", "lazy"},
-    "mcp_server": {"__init__", "core", "errors", "orchestrator", "tools"},
+    "mcp_server": {"__init__", "core", "errors", "paths", "fsio", "orchestrator", "tools"},
     "cli": {
         "__init__",
         "core",

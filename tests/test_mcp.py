@@ -3,15 +3,17 @@ that never waits for memory, Streamable HTTP with qmd's Origin/Host screen, and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -33,6 +35,7 @@ from memoryd.mcp_server import (
 )
 from memoryd.orchestrator import MemoryService
 from memoryd.tools import TOOLS, input_schema
+from second_user import as_nobody, needs_root
 
 SIX_TOOLS = [
     "memory_search",
@@ -552,8 +555,27 @@ def http_server(spawn: Any, tmp_path: Path, ws: Path) -> Iterator[tuple[Running,
     yield r, url
 
 
+def authed(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@contextlib.asynccontextmanager
+async def http_client(url: str, token: str) -> AsyncIterator[Client]:
+    """An MCP SDK client for `url` that sends the bearer token."""
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    http = create_mcp_http_client(authed(token))  # ours to close, not the SDK's
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
+        yield client
+
+
+def the_token(state: Path) -> str:
+    return (state / "mcp-token").read_text().strip()
+
+
 @pytest.fixture(scope="module")
-def shared_http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def shared_http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """One server for the many header checks (each process start costs seconds here)."""
     root = tmp_path_factory.mktemp("shared_http")
     ws = root / "workspace"
@@ -571,7 +593,8 @@ def shared_http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )
     try:
         r = Running(proc, err)  # type: ignore[arg-type]
-        yield r.wait_for_stderr(r"listening on (http://127\.0\.0\.1:\d+/mcp)").group(1)
+        url = r.wait_for_stderr(r"listening on (http://127\.0\.0\.1:\d+/mcp)").group(1)
+        yield url, the_token(root / "state")
     finally:
         proc.terminate()
         proc.wait(30)
@@ -583,7 +606,7 @@ def test_http_serves_the_tools_to_the_sdk_client(http_server: tuple[Running, str
     r, url = http_server
 
     async def session() -> tuple[list[str], dict[str, Any], dict[str, Any]]:
-        async with Client(url) as client:
+        async with http_client(url, the_token(Path(os.environ["MEMORYD_STATE_DIR"]))) as client:
             names = [t.name for t in (await client.list_tools()).tools]
             bad = structured(await client.call_tool("memory_search", {"query": "x", "bogus": 1}))
             hits = structured(await client.call_tool("memory_search", {"query": "webhook"}))
@@ -597,8 +620,8 @@ def test_http_serves_the_tools_to_the_sdk_client(http_server: tuple[Running, str
     assert rc == 0 and "Traceback" not in r.err()
 
 
-def test_http_health(shared_http: str) -> None:
-    url = shared_http
+def test_http_health(shared_http: tuple[str, str]) -> None:
+    url, _token = shared_http
     got = httpx.get(url.removesuffix("/mcp") + "/health", timeout=30)
     assert got.status_code == 200
     assert got.json()["status"] == "ok" and got.json()["version"]
@@ -620,9 +643,9 @@ HEADER_CASES: list[tuple[dict[str, str], int, str]] = [
 @pytest.mark.parametrize(("headers", "status", "message"), HEADER_CASES)
 @pytest.mark.parametrize("path", ["/health", "/mcp"])
 def test_http_rejects_foreign_origin_and_host_headers(
-    shared_http: str, headers: dict[str, str], status: int, message: str, path: str
+    shared_http: tuple[str, str], headers: dict[str, str], status: int, message: str, path: str
 ) -> None:
-    url = shared_http
+    url, token = shared_http
     base = url.removesuffix("/mcp")
     if path == "/health":
         got = httpx.get(base + path, headers=headers, timeout=30)
@@ -631,6 +654,7 @@ def test_http_rejects_foreign_origin_and_host_headers(
             base + path,
             headers={
                 **headers,
+                **authed(token),
                 "Content-Type": "application/json",
                 "Accept": "application/json, text/event-stream",
             },
@@ -648,9 +672,31 @@ def test_http_rejects_foreign_origin_and_host_headers(
         assert got.status_code == 200, got.text
 
 
-def test_http_on_a_wildcard_bind_when_asked_with_extra_origins_and_hosts(
+def self_signed_cert(folder: Path) -> tuple[Path, Path]:
+    """A throwaway certificate and key for 127.0.0.1 (openssl's CLI; CI must have it)."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    try:
+        subprocess.run(
+            [
+                *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+                *("-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"),
+                *("-keyout", str(key), "-out", str(cert)),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+    except FileNotFoundError:
+        if os.environ.get("CI"):
+            pytest.fail("CI needs openssl to make a test certificate", pytrace=False)
+        pytest.skip("openssl is not installed")
+    return cert, key
+
+
+def test_http_on_a_wildcard_bind_when_asked_with_tls_extra_origins_and_hosts(
     spawn: Any, tmp_path: Path, ws: Path
 ) -> None:
+    cert, key = self_signed_cert(tmp_path)
     r = spawn(
         "mcp",
         "--config",
@@ -658,17 +704,32 @@ def test_http_on_a_wildcard_bind_when_asked_with_extra_origins_and_hosts(
         "--http",
         "0.0.0.0:0",
         "--allow-remote",
+        "--tls-cert",
+        str(cert),
+        "--tls-key",
+        str(key),
         "--allow-origin",
         "https://app.example",
         "--allow-host",
         "box.lan",
         stdin=subprocess.DEVNULL,
     )
-    port = r.wait_for_stderr(r"listening on http://0\.0\.0\.0:(\d+)/mcp").group(1)
-    health = f"http://127.0.0.1:{port}/health"
+    port = r.wait_for_stderr(r"listening on https://0\.0\.0\.0:(\d+)/mcp").group(1)
+    health = f"https://127.0.0.1:{port}/health"
+
+    trust = ssl.create_default_context(cafile=str(cert))
 
     def status(**headers: str) -> int:
-        return httpx.get(health, headers=headers, timeout=30).status_code
+        return httpx.get(health, headers=headers, timeout=30, verify=trust).status_code
+
+    with pytest.raises(httpx.RemoteProtocolError):  # plain HTTP gets nothing on a TLS port
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=30)
+    token = the_token(Path(os.environ["MEMORYD_STATE_DIR"]))
+    mcp_url = f"https://127.0.0.1:{port}/mcp"
+    post = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    assert httpx.post(mcp_url, headers=post, json=INITIALIZE, verify=trust).status_code == 401
+    ok = httpx.post(mcp_url, headers={**post, **authed(token)}, json=INITIALIZE, verify=trust)
+    assert ok.status_code == 200, ok.text
 
     assert status() == 200
     assert status(Host=f"box.lan:{port}") == 200
@@ -677,6 +738,238 @@ def test_http_on_a_wildcard_bind_when_asked_with_extra_origins_and_hosts(
     assert status(Origin="https://evil.example") == 403
     rc, _ = r.stop()
     assert rc == 0
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--allow-remote"], "--allow-remote needs TLS (--tls-cert FILE --tls-key FILE)"),
+        (["--allow-remote", "--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
+        (
+            ["--allow-remote", "--tls-cert", "nowhere.pem", "--tls-key", "nowhere.key"],
+            "--tls-cert nowhere.pem: no such file",
+        ),
+    ],
+)
+def test_http_allow_remote_without_tls_is_refused_in_one_line(
+    tmp_path: Path, ws: Path, extra: list[str], message: str
+) -> None:
+    out = subprocess.run(
+        memoryd("mcp", "--config", str(write_config(tmp_path, ws)), "--http", "0.0.0.0:0", *extra),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(f"memoryd: error: {message}"), out.stderr
+
+
+POST = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+
+
+def test_http_requires_the_bearer_token_and_never_logs_a_wrong_one(
+    spawn: Any, tmp_path: Path, ws: Path
+) -> None:
+    r = spawn(
+        "mcp",
+        "--config",
+        str(write_config(tmp_path, ws)),
+        "--http",
+        "0",
+        "-v",
+        stdin=subprocess.DEVNULL,
+    )
+    url = r.wait_for_stderr(r"listening on (http://127\.0\.0\.1:\d+/mcp)").group(1)
+    state = Path(os.environ["MEMORYD_STATE_DIR"])
+    token = the_token(state)
+    assert (state / "mcp-token").stat().st_mode & 0o777 == 0o600
+    # said once, on stderr, where the token is; the token itself is never printed
+    assert r.err().count(f"the token is in {state / 'mcp-token'}") == 1
+    wrong = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+    refused = [
+        {},
+        {"Authorization": ""},
+        {"Authorization": "Bearer"},
+        {"Authorization": f"Bearer {wrong}"},
+        {"Authorization": f"Bearer {token}x"},
+        {"Authorization": f"Basic {token}"},
+        {"Authorization": f"bearer  {wrong}"},
+        {"X-Api-Key": token},
+    ]
+    for headers in refused:
+        got = httpx.post(url, headers={**POST, **headers}, json=INITIALIZE, timeout=30)
+        assert got.status_code == 401, (headers, got.text)
+        assert got.headers["www-authenticate"] == 'Bearer realm="memoryd"'
+        assert got.json()["error"]["code"] == -32001 and token not in got.text
+    for method in ("get", "delete"):
+        assert getattr(httpx, method)(url, timeout=30).status_code == 401
+    health = httpx.get(url.removesuffix("/mcp") + "/health", timeout=30)
+    assert health.status_code == 200 and token not in health.text
+    for scheme in ("Bearer", "bearer", "BEARER"):
+        ok = httpx.post(
+            url, headers={**POST, "Authorization": f"{scheme} {token}"}, json=INITIALIZE
+        )
+        assert ok.status_code == 200, ok.text
+    rc, _ = r.stop()
+    log = r.err()
+    assert rc == 0 and wrong not in log and token not in log and "401" not in log, log
+
+
+def test_print_token_prints_the_token_the_server_requires(tmp_path: Path) -> None:
+    state = Path(os.environ["MEMORYD_STATE_DIR"])
+    first = subprocess.run(memoryd("mcp", "--print-token"), capture_output=True, text=True)
+    again = subprocess.run(memoryd("mcp", "--print-token"), capture_output=True, text=True)
+    assert first.returncode == again.returncode == 0 and first.stderr == ""
+    assert first.stdout == again.stdout == the_token(state) + "\n"
+    assert len(first.stdout.strip()) >= 43  # 32 random bytes, base64url
+
+
+def test_concurrent_first_uses_agree_on_one_token(tmp_path: Path) -> None:
+    import multiprocessing
+
+    from memoryd.mcp_server import load_token
+
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(6) as pool:
+        tokens = pool.starmap(load_token, [()] * 12)
+    assert len({t for t, _ in tokens}) == 1
+    assert tokens[0][0] == the_token(Path(os.environ["MEMORYD_STATE_DIR"]))
+    assert sorted(os.listdir(os.environ["MEMORYD_STATE_DIR"])) == ["mcp-token"]  # no temp left
+
+
+@pytest.mark.parametrize(
+    ("header", "ok"),
+    [
+        ("Bearer TOKEN", True),
+        ("bearer TOKEN", True),
+        ("  Bearer   TOKEN  ", True),
+        ("Bearer TOKEN2", False),
+        ("Bearer TOKE", False),
+        ("Bearer", False),
+        ("", False),
+        (None, False),
+        ("Basic TOKEN", False),
+        ("TOKEN", False),
+        ("Bearer TOKEN TOKEN", False),
+    ],
+)
+def test_token_matches(header: str | None, ok: bool) -> None:
+    from memoryd.mcp_server import token_matches
+
+    token = "A" * 10 + "TOKEN"
+    header = header.replace("TOKEN", token) if header is not None else None
+    assert token_matches(header, token) is ok
+
+
+@needs_root
+def test_another_local_user_cannot_use_the_loopback_server(
+    shared_base: Path, tmp_path: Path, ws: Path
+) -> None:
+    """The trial: as `nobody`, a plain HTTP client on 127.0.0.1 read MEMORY.md and appended to
+    it. Now the call needs the token, and the token file is the owner's alone."""
+    state = shared_base / "state"
+    env = {**os.environ, "MEMORYD_STATE_DIR": str(state)}
+    err = tmp_path / "stderr.txt"
+    with err.open("w") as err_file:
+        proc = subprocess.Popen(
+            memoryd("mcp", "--config", str(write_config(tmp_path, ws)), "--http", "0"),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err_file,
+            env=env,
+        )
+    try:
+        running = Running(proc, err)  # type: ignore[arg-type]
+        url = running.wait_for_stderr(r"listening on (http://127\.0\.0\.1:\d+/mcp)").group(1)
+        before = (ws / "MEMORY.md").read_bytes()
+
+        # imported here, before the fork: `nobody` may not read the interpreter's own files
+        import encodings.idna  # noqa: F401
+        import urllib.error
+        import urllib.request
+
+        def client() -> str:
+            seen = []
+            token = ""
+            try:
+                token = (state / "mcp-token").read_text().strip()
+            except OSError as err:
+                seen.append(f"token: {type(err).__name__}")
+            call = {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {
+                    "name": "memory_append",
+                    "arguments": {"target": "longterm", "text": "pwned"},
+                },
+            }
+            for name, body in (("initialize", INITIALIZE), ("append", call)):
+                req = urllib.request.Request(
+                    url,
+                    data=json.dumps(body).encode(),
+                    headers={**POST, "Authorization": f"Bearer {token}"},
+                )
+                try:
+                    with urllib.request.urlopen(req, timeout=30) as got:
+                        seen.append(f"{name}: {got.status}")
+                except urllib.error.HTTPError as err:
+                    seen.append(f"{name}: {err.code}")
+            return "\n".join(seen)
+
+        assert as_nobody(client).splitlines() == [
+            "token: PermissionError",
+            "initialize: 401",
+            "append: 401",
+        ]
+        assert (ws / "MEMORY.md").read_bytes() == before
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_http_sessions_are_capped_and_expire_when_idle(
+    spawn: Any, tmp_path: Path, ws: Path
+) -> None:
+    r = spawn(
+        "mcp",
+        "--config",
+        str(write_config(tmp_path, ws)),
+        "--http",
+        "0",
+        "--max-sessions",
+        "3",
+        "--session-idle",
+        "3",
+        stdin=subprocess.DEVNULL,
+    )
+    url = r.wait_for_stderr(r"listening on (http://127\.0\.0\.1:\d+/mcp)").group(1)
+    headers = {**POST, **authed(the_token(Path(os.environ["MEMORYD_STATE_DIR"])))}
+
+    def open_session() -> httpx.Response:
+        return httpx.post(url, headers=headers, json=INITIALIZE, timeout=30)
+
+    opened = [open_session() for _ in range(3)]
+    assert [o.status_code for o in opened] == [200, 200, 200]
+    full = open_session()
+    assert full.status_code == 503 and full.headers["retry-after"] == "30", full.text
+    # a session that is used stays; idle ones are closed and make room again
+    deadline = time.monotonic() + 60
+    while open_session().status_code != 200:
+        assert time.monotonic() < deadline, "idle sessions never expired"
+        time.sleep(0.2)
+    sid = opened[0].headers["mcp-session-id"]
+    gone = httpx.post(
+        url,
+        headers={**headers, "mcp-session-id": sid, "mcp-protocol-version": "2025-06-18"},
+        json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"},
+        timeout=30,
+    )
+    assert gone.status_code == 404  # expired: the client has to initialize again
+    rc, _ = r.stop()
+    assert rc == 0 and "Traceback" not in r.err()
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -1,6 +1,7 @@
 """`memoryd mcp` driven by a client nobody here wrote: the official MCP Inspector CLI (npm
 `@modelcontextprotocol/inspector`, installed by scripts/install-inspector), over stdio and
-Streamable HTTP.
+Streamable HTTP with the bearer token (given as `--header`, and in an Inspector config file as
+the README shows it); without the token the server answers 401.
 
 Without the Inspector these tests skip with the reason; under CI (`CI` set) they fail instead.
 """
@@ -97,8 +98,12 @@ def stdio_target(setup: dict[str, Any]) -> list[str]:
     return [*env, "--", *launcher_argv(["mcp", "--config", str(setup["config"])])]
 
 
+def the_token() -> str:
+    return (Path(os.environ["MEMORYD_STATE_DIR"]) / "mcp-token").read_text().strip()
+
+
 @pytest.fixture
-def http_target(setup: dict[str, Any], tmp_path: Path) -> Iterator[list[str]]:
+def http_url(setup: dict[str, Any], tmp_path: Path) -> Iterator[str]:
     err = tmp_path / "http-stderr.txt"
     with err.open("w") as err_file:
         proc = subprocess.Popen(
@@ -122,7 +127,7 @@ def http_target(setup: dict[str, Any], tmp_path: Path) -> Iterator[list[str]]:
             assert proc.poll() is None, err.read_text()
             assert time.monotonic() < deadline, err.read_text()
             time.sleep(0.05)
-        yield [found.group(1)]
+        yield found.group(1)
     finally:
         proc.terminate()
         assert proc.wait(30) == 0, err.read_text()
@@ -206,6 +211,12 @@ def test_inspector_over_stdio(inspector: str, setup: dict[str, Any]) -> None:
     assert hits["structuredContent"]["results"][0]["path"] == wrote["path"]
 
 
+@pytest.fixture
+def http_target(http_url: str) -> list[str]:
+    """The server's URL and the header with its token, as the Inspector takes them."""
+    return ["--header", f"Authorization: Bearer {the_token()}", "--", http_url]
+
+
 def test_inspector_over_http(inspector: str, setup: dict[str, Any], http_target: list[str]) -> None:
     check_listing(inspector, setup, http_target)
     check_refusal(inspector, setup, http_target)
@@ -213,6 +224,50 @@ def test_inspector_over_http(inspector: str, setup: dict[str, Any], http_target:
         data = call(inspector, setup, http_target, name, args)["structuredContent"]
         assert keys <= set(data), (name, data)
         assert "disabled" not in data, (name, data)
+
+
+def test_inspector_with_the_readme_config_file(
+    inspector: str, setup: dict[str, Any], http_url: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "inspector.json"
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "memoryd": {
+                        "type": "streamable-http",
+                        "url": http_url,
+                        "headers": {"Authorization": f"Bearer {the_token()}"},
+                    }
+                }
+            }
+        )
+    )
+    target = ["--config", str(config), "--server", "memoryd"]
+    data = call(inspector, setup, target, "memory_get", {"path": "MEMORY.md", "lines": 1})
+    assert data["structuredContent"] == {"path": "MEMORY.md", "text": "# Memory\n"}
+
+
+def test_inspector_without_the_token_is_refused(
+    inspector: str, setup: dict[str, Any], http_url: str
+) -> None:
+    import httpx
+
+    # the server's answer itself: 401, and the Inspector gets no tool list
+    got = httpx.post(
+        http_url,
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        timeout=30,
+    )
+    assert got.status_code == 401 and got.headers["www-authenticate"].startswith("Bearer")
+    for target in (
+        ["--", http_url],
+        ["--header", "Authorization: Bearer not-the-token", "--", http_url],
+    ):
+        rc, data, _err = run_inspector(inspector, setup, target, "--method", "tools/list")
+        assert rc != 0 and "result" not in data, data
+        assert "error" in data
 
 
 def test_inspector_reports_its_version(inspector: str) -> None:

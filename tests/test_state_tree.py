@@ -26,9 +26,7 @@ from memoryd.fsio import (
     read_private,
     write_private_atomic,
 )
-from second_user import as_nobody, needs_root, shared_base
-
-__all__ = ["shared_base"]  # a fixture
+from second_user import as_nobody, needs_root
 
 
 def mode(path: Path) -> int:

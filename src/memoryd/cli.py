@@ -26,7 +26,7 @@ else:  # loaded on first use: a one-off command run by `memoryd.inline` never to
 
 from . import __version__, inline
 from .core.text import visible_controls
-from .errors import MemorydError, UnknownAgent, error_from_code
+from .errors import InvalidInput, MemorydError, UnknownAgent, error_from_code
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -309,8 +309,9 @@ def _parser() -> argparse.ArgumentParser:
         help="serve the six memory tools over MCP (stdio, or Streamable HTTP with --http)",
         description="Serve the agent's memory tools over MCP: on stdin/stdout for a host that\n"
         "spawns memoryd, or over Streamable HTTP at http://HOST:PORT/mcp with --http\n"
-        "(loopback only unless --allow-remote; GET /health answers too). A bad argument\n"
-        'is a result {"disabled": true, "error": "...", "code": "invalid_input"}.',
+        "(loopback only unless --allow-remote, which needs TLS; GET /health answers too).\n"
+        "HTTP clients must send 'Authorization: Bearer <token>' (see --print-token). A bad\n"
+        'argument is a result {"disabled": true, "error": "...", "code": "invalid_input"}.',
         epilog=_MCP_EPILOG,
         formatter_class=_McpHelpFormatter,
     )
@@ -323,7 +324,28 @@ def _parser() -> argparse.ArgumentParser:
     mc.add_argument(
         "--allow-remote",
         action="store_true",
-        help="allow --http on a non-loopback address (anyone who can reach it reads the memory)",
+        help="allow --http on a non-loopback address (needs --tls-cert and --tls-key)",
+    )
+    mc.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
+    mc.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
+    mc.add_argument(
+        "--print-token",
+        action="store_true",
+        help="print the bearer token HTTP clients must send (made on first use) and exit",
+    )
+    mc.add_argument(
+        "--session-idle",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="close an HTTP session idle this long (default 600)",
+    )
+    mc.add_argument(
+        "--max-sessions",
+        type=int,
+        default=64,
+        metavar="N",
+        help="HTTP sessions open at once; beyond it a new one gets 503 (default 64)",
     )
     mc.add_argument(
         "--allow-origin",
@@ -345,7 +367,8 @@ def _parser() -> argparse.ArgumentParser:
 _MCP_EPILOG = "\0tools"  # replaced by the tool list when help is printed (see _McpHelpFormatter)
 _MCP_EXAMPLES = """examples:
   memoryd mcp --workspace ~/agent      stdio, for a host that spawns memoryd
-  memoryd mcp --http 8181              http://127.0.0.1:8181/mcp for hosts that connect by URL"""
+  memoryd mcp --http 8181              http://127.0.0.1:8181/mcp for hosts that connect by URL
+  memoryd mcp --print-token            the token those hosts send (Authorization: Bearer …)"""
 
 
 class _McpHelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -920,6 +943,14 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
 async def _cmd_mcp(args: argparse.Namespace) -> int:
     from .config import load_config, resolve_agent
 
+    if args.print_token:
+        from .mcp_server import load_token
+
+        print(load_token()[0])
+        return 0
+    if args.session_idle <= 0 or args.max_sessions < 1:
+        raise InvalidInput("--session-idle must be > 0 and --max-sessions ≥ 1")
+
     # config, workspace and agent are checked before serving, so a mistake is one line + exit 1
     # (and before the MCP SDK loads: its import alone takes most of a second)
     cfg = load_config(args.config)
@@ -944,6 +975,10 @@ async def _cmd_mcp(args: argparse.Namespace) -> int:
             allow_remote=args.allow_remote,
             allowed_origins=args.allow_origin,
             allowed_hosts=args.allow_host,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            session_idle_s=args.session_idle,
+            max_sessions=args.max_sessions,
         )
     return 0
 

@@ -11,19 +11,25 @@ transports. It does not decide anything about memory: every answer comes from `M
   imported and started in the background once the handshake is done, and a tool call that
   arrives first waits for that start.
 - HTTP applies qmd 2.8.3's DNS-rebinding rules (`resolve_origin_guard`, `check_request_origin`)
-  to every request and refuses non-loopback binds unless asked. Both transports stop on
-  SIGTERM/SIGINT without waiting for the host to send anything.
+  to every request, and requires `Authorization: Bearer <token>` on everything but `/health`
+  (the token is made on first use and kept 0600 in the state dir, `load_token`). It refuses
+  non-loopback binds unless asked, and then only with TLS. Sessions expire when idle and are
+  capped (503 with `Retry-After` beyond the cap). Both transports stop on SIGTERM/SIGINT
+  without waiting for the host to send anything.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
+import hmac
 import io
 import json
 import logging
 import os
 import re
+import secrets
 import signal
 import socket
 import sys
@@ -32,6 +38,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
@@ -44,8 +51,9 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
-from . import __version__
-from .errors import ConfigError, InvalidInput, MemorydError, error_code
+from . import __version__, paths
+from .errors import ConfigError, InvalidInput, MemorydError, StateError, error_code
+from .fsio import create_private_once, private_dir, read_private
 from .tools import (
     TOOLS,
     ToolInput,
@@ -514,26 +522,108 @@ class _GuardMiddleware:
             reason = check_request_origin(headers.get("origin"), headers.get("host"), self.guard)
             if reason is not None:
                 log.warning("%s %s refused: %s", scope.get("method"), scope.get("path"), reason)
-                body = json.dumps(
-                    {
-                        "jsonrpc": "2.0",
-                        "error": {"code": -32003, "message": f"Forbidden: {reason}"},
-                        "id": None,
-                    }
-                ).encode()
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 403,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
+                await _json_error(send, 403, -32003, f"Forbidden: {reason}")
                 return
         await self.app(scope, receive, send)
+
+
+# ----------------------------------------------------------------------------- HTTP auth
+
+#: How long an HTTP session may sit idle before it is closed (seconds).
+SESSION_IDLE_S = 600.0
+#: Sessions open at once; one more is answered 503 with `Retry-After`.
+MAX_SESSIONS = 64
+#: What a client refused for the session cap is told to wait (seconds).
+RETRY_AFTER_S = 30
+_TOKEN_RE = re.compile(r"[A-Za-z0-9_\-]{32,256}")
+
+
+def load_token() -> tuple[str, Path]:
+    """(the bearer token, its file): made on first use, 0600 in the state dir.
+
+    Concurrent first uses agree on one token (`create_private_once`). Raises `StateError` when
+    the file cannot be made or read, or does not hold a token.
+    """
+    path = paths.mcp_token_path()
+    private_dir(path.parent)
+    create_private_once(path, (secrets.token_urlsafe(32) + "\n").encode("ascii"))
+    raw = read_private(path) or b""
+    token = raw.decode("ascii", "replace").strip()
+    if not _TOKEN_RE.fullmatch(token):
+        raise StateError(f"{path} does not hold a memoryd token: remove it and start again")
+    return token, path
+
+
+def _digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode("utf-8", "surrogateescape")).digest()
+
+
+def token_matches(authorization: str | None, token: str) -> bool:
+    """True when an `Authorization` header carries `token` as a Bearer credential.
+
+    Both sides are hashed first, so the comparison (`hmac.compare_digest`) takes the same time
+    for every wrong token, whatever its length or how much of it is right.
+    """
+    scheme, _, given = (authorization or "").strip().partition(" ")
+    ok_scheme = scheme.lower() == "bearer"
+    return hmac.compare_digest(_digest(given.strip()), _digest(token)) and ok_scheme
+
+
+class _AuthMiddleware:
+    """ASGI middleware: every request but `GET /health` needs `Authorization: Bearer <token>`.
+
+    A refusal is a 401 with `WWW-Authenticate`, and nothing is logged: a wrong token never
+    reaches a log, and a flood of refused requests cannot fill one. The session cap's 503 gets
+    a `Retry-After` here too.
+    """
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope.get("path") != "/health":
+            auth = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+            if not token_matches(auth.decode("latin-1"), self.token):
+                await _json_error(
+                    send,
+                    401,
+                    -32001,
+                    "Unauthorized: send 'Authorization: Bearer <token>' "
+                    "(memoryd mcp --print-token prints it)",
+                    [(b"www-authenticate", b'Bearer realm="memoryd"')],
+                )
+                return
+
+        async def send_with_retry_after(message: Any) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 503:
+                headers = list(message.get("headers", []))
+                headers.append((b"retry-after", str(RETRY_AFTER_S).encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_retry_after)
+
+
+async def _json_error(
+    send: Any, status: int, code: int, message: str, extra: Iterable[tuple[bytes, bytes]] = ()
+) -> None:
+    body = json.dumps({"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": None})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *extra,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body.encode()})
 
 
 # ----------------------------------------------------------------------------- HTTP
@@ -567,11 +657,18 @@ async def serve_http(
     allow_remote: bool = False,
     allowed_origins: Iterable[str] = (),
     allowed_hosts: Iterable[str] = (),
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    session_idle_s: float = SESSION_IDLE_S,
+    max_sessions: int = MAX_SESSIONS,
 ) -> None:
-    """Serve MCP over Streamable HTTP at `http://host:port/mcp` (plus `GET /health`).
+    """Serve MCP over Streamable HTTP at `http(s)://host:port/mcp` (plus `GET /health`).
 
-    Raises `InvalidInput` before serving when the bind is not loopback and `allow_remote` is
-    false, and `ConfigError` when the address cannot be bound.
+    Every request but `/health` must carry the token of `load_token()`. Raises `InvalidInput`
+    before serving when the bind is not loopback and `allow_remote` is false, or when
+    `allow_remote` comes without TLS (`tls_cert` and `tls_key`); `ConfigError` when the TLS
+    files cannot be used or the address cannot be bound; `StateError` when the token cannot be
+    made or read.
     """
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
@@ -584,6 +681,17 @@ async def serve_http(
             f"refusing to serve MCP on non-loopback address {host!r}: anyone who can reach it "
             "could read this agent's memory; pass --allow-remote to do it anyway"
         )
+    if bool(tls_cert) != bool(tls_key):
+        raise InvalidInput("--tls-cert and --tls-key go together: pass both or neither")
+    if allow_remote and not tls_cert:
+        raise InvalidInput(
+            "--allow-remote needs TLS (--tls-cert FILE --tls-key FILE): without it the bearer "
+            "token and every memory would cross the network in clear text"
+        )
+    for label, file in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+        if file and not os.path.isfile(file):
+            raise ConfigError(f"{label} {file}: no such file")
+    token, token_path = load_token()
     guard = resolve_origin_guard(host, allowed_origins=allowed_origins, allowed_hosts=allowed_hosts)
     sock = _listen(host, port)
     bound_port = sock.getsockname()[1]
@@ -604,6 +712,8 @@ async def serve_http(
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         host=host,
         custom_starlette_routes=[Route("/health", health, methods=["GET"])],
+        session_idle_timeout=session_idle_s,
+        max_sessions=max_sessions,
     )
 
     class _QuietUvicorn(uvicorn.Server):
@@ -614,7 +724,9 @@ async def serve_http(
             yield
 
     config = uvicorn.Config(
-        _GuardMiddleware(app, guard),
+        _GuardMiddleware(_AuthMiddleware(app, token), guard),
+        ssl_certfile=tls_cert,
+        ssl_keyfile=tls_key,
         log_config=None,
         access_log=False,
         lifespan="on",
@@ -622,10 +734,21 @@ async def serve_http(
         # (typed int, but uvicorn only hands it to asyncio.wait_for, which takes a float)
         timeout_graceful_shutdown=cast(int, 0.3),
     )
+    try:
+        config.load()  # reads the certificate and key now: a bad one is one line, not a trace
+    except (OSError, ValueError) as err:
+        sock.close()
+        raise ConfigError(f"cannot use the TLS certificate or key: {err}") from None
     uv = _QuietUvicorn(config)
     shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{bound_port}/mcp"
+    url = f"{'https' if tls_cert else 'http'}://{shown}:{bound_port}/mcp"
     print(f"memoryd mcp: listening on {url}", file=sys.stderr, flush=True)
+    print(
+        "memoryd mcp: clients must send 'Authorization: Bearer <token>'; the token is in "
+        f"{token_path} (memoryd mcp --print-token prints it)",
+        file=sys.stderr,
+        flush=True,
+    )
     if guard.disabled:
         print(
             "memoryd mcp: warning: --allow-origin '*' turns DNS-rebinding protection off",

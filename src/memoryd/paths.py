@@ -6,6 +6,7 @@ path leave the state dir. Layout (README, "State layout"):
 
     <state>/
       memoryd.sock                                  the `serve` socket
+      mcp-token                                     the bearer token of `memoryd mcp --http`
       locks/                                        append locks, keyed by the target file
       agents/<agentId>/sessions/*.jsonl             the host's session transcripts (input)
       agents/<agentId>/workspaces/<workspaceKey>/   everything derived from one workspace:
@@ -81,6 +82,11 @@ def config_file(explicit: str | os.PathLike[str] | None = None) -> Path | None:
 def socket_path() -> Path:
     """The Unix socket `memoryd serve` listens on."""
     return state_dir() / "memoryd.sock"
+
+
+def mcp_token_path() -> Path:
+    """The bearer token `memoryd mcp --http` requires of its clients (0600)."""
+    return state_dir() / "mcp-token"
 
 
 def locks_dir() -> Path:
