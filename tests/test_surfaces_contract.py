@@ -14,6 +14,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -149,7 +150,17 @@ def test_mcp_stdio(world: dict[str, Any]) -> None:
 
 
 def test_mcp_http(world: dict[str, Any]) -> None:
-    got = anyio.run(_mcp_calls, world["url"])
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    token = (Path(world["env"]["MEMORYD_STATE_DIR"]) / "mcp-token").read_text().strip()
+
+    async def calls() -> list[dict[str, Any]]:
+        http = create_mcp_http_client({"Authorization": f"Bearer {token}"})
+        async with http:
+            return await _mcp_calls(streamable_http_client(world["url"], http_client=http))
+
+    got = anyio.run(calls)
     assert [g["code"] for g in got] == [c[3] for c in CASES]
 
 
