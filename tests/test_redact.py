@@ -21,11 +21,17 @@ from memoryd.core.redact import REDACTED, secret_spans
 from memoryd.lifecycle import redact_secrets
 from redaction_corpus import (
     DEVELOPER_NOTES,
+    EVERYDAY_LOOKALIKES,
+    LATER_CASES,
     SECRET_CASES,
     TRIAL_MISSES,
+    TYPED_CASES,
     SecretCase,
+    TypedCase,
+    cisi_abstracts,
     cranfield_abstracts,
     demo_notes,
+    innocent_corpus,
     leaked_fragments,
     locomo_turns,
 )
@@ -271,7 +277,9 @@ def test_developer_look_alikes_are_left_alone(text: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "load", [locomo_turns, cranfield_abstracts, demo_notes], ids=["locomo", "cranfield", "demo"]
+    "load",
+    [locomo_turns, cranfield_abstracts, cisi_abstracts, demo_notes],
+    ids=["locomo", "cranfield", "cisi", "demo"],
 )
 def test_real_prose_has_no_false_positives(load: object) -> None:
     assert callable(load)
@@ -280,6 +288,150 @@ def test_real_prose_has_no_false_positives(load: object) -> None:
         pytest.skip("shared eval data is not on this machine")
     changed = [t for t in texts if redact_secrets(t) != t]
     assert changed == []
+
+
+@pytest.mark.parametrize("text", EVERYDAY_LOOKALIKES)
+def test_everyday_look_alikes_of_typed_secrets_are_left_alone(text: str) -> None:
+    assert [(text[a:b], rule) for a, b, rule in secret_spans(text)] == []
+
+
+# --- what people type -------------------------------------------------------------------------
+
+# The trial's misses, word for word (each one was returned verbatim by search).
+TYPED_BY_THE_TRIAL = [
+    (j("redis://:", "R3disP4ss", "@cache"), f"redis://:{REDACTED}@cache"),
+    (
+        j("the password for the staging db is ", "s3cr3t!Pass"),
+        f"the password for the staging db is {REDACTED}",
+    ),
+    (j("the pass is ", "Zebra#2291q"), f"the pass is {REDACTED}"),
+    (j("use ", "Qwerty!7788", " as the admin password"), f"use {REDACTED} as the admin password"),
+    (j("mein Passwort ist ", "Geheim123!x"), f"mein Passwort ist {REDACTED}"),
+    (
+        j("sshpass -p '", "Zx9kLm2pQ", "' ssh root@10.0.0.5"),
+        f"sshpass -p '{REDACTED}' ssh root@10.0.0.5",
+    ),
+    (
+        j("the passphrase is ", "velvet orbit cactus meadow"),
+        f"the passphrase is {REDACTED}",
+    ),
+    (j("my PIN is ", "4821"), f"my PIN is {REDACTED}"),
+    (j("card ", "4945 8073 0215 7365", " exp 09/27"), f"card {REDACTED} exp 09/27"),
+    (
+        j("aws secret for the sandbox: ", "wJalrXUtnFEMI/K7MDENG/bPxRfiCY3xAmPlEkEy"),
+        f"aws secret for the sandbox: {REDACTED}",
+    ),
+    (j("the root token is ", "hvs.", "CAESIJaB3dE5fG7hJ9kL1mN2"), f"the root token is {REDACTED}"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), TYPED_BY_THE_TRIAL)
+def test_what_the_trial_typed_is_redacted(text: str, expected: str) -> None:
+    assert redact_secrets(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("previous", "reply", "expected"),
+    [
+        ("what's the root password?", j("Tr0ub4dor", "&3"), REDACTED),
+        ("What's the wifi password?", j("it's ", "Zebra#2291q"), f"it's {REDACTED}"),
+        ("password?", j("sunflower", "meadow"), REDACTED),  # a lone word answers it
+        ("Wie lautet das Passwort?", j("Geheim", "123!x"), REDACTED),
+        ("密码是多少？", j("Zebra#", "2291q"), REDACTED),
+        ("and the passphrase?", "velvet orbit cactus meadow", REDACTED),
+        ("what's the PIN for the garage?", "4821", REDACTED),
+        # not an answer to a password question, or not a password
+        ("what's the plan for today?", j("Zebra#", "2291q"), REDACTED),  # its shape alone
+        ("what's the root password?", "I don't know, ask Bob", "I don't know, ask Bob"),
+        ("what's the root password?", "sorry", "sorry"),
+        ("what's the root password?", "it's on the fridge", "it's on the fridge"),
+        ("Password reset done.", "great, thanks", "great, thanks"),
+    ],
+)
+def test_a_reply_to_a_password_question_is_redacted(
+    previous: str, reply: str, expected: str
+) -> None:
+    assert redact_secrets(reply, previous=previous) == expected
+
+
+def test_a_reply_to_a_password_question_is_redacted_in_a_transcript() -> None:
+    from memoryd.core.transcripts import parse_transcript_text
+
+    secret = j("Tr0ub4", "dor&3x")
+    lines = [
+        {
+            "type": "message",
+            "message": {"role": "assistant", "content": "What's the root password?"},
+        },
+        {"type": "message", "message": {"role": "user", "content": secret}},
+        {"type": "message", "message": {"role": "assistant", "content": "Thanks, logging in."}},
+    ]
+    text = "\n".join(__import__("json").dumps(line) for line in lines) + "\n"
+    messages, _malformed, _count = parse_transcript_text(text, sanitize=True)
+    assert [m.text for m in messages] == [
+        "What's the root password?",
+        REDACTED,
+        "Thanks, logging in.",
+    ]
+    raw, _, _ = parse_transcript_text(text, sanitize=False)
+    assert raw[1].text == secret
+
+
+@pytest.mark.parametrize(
+    ("number", "card"),
+    [
+        ("4945 8073 0215 7365", True),  # Visa, Luhn right
+        ("4945 8073 0215 7366", False),  # one digit off
+        ("4945807302157365", True),
+        ("4945-8073-0215-7365", True),
+        ("4945 8073-0215 7365", False),  # mixed separators: not how cards are printed
+        ("3714 496353 98431", True),  # Amex 4-6-5
+        ("1701 2345 6789 0128", False),  # no card network starts with 1
+        ("49 4580 7302 1573 65", False),  # grouped otherwise
+    ],
+)
+def test_card_numbers_need_a_network_prefix_their_grouping_and_the_luhn_digit(
+    number: str, card: bool
+) -> None:
+    assert (redact_secrets(f"pay with {number} today") != f"pay with {number} today") is card
+
+
+def test_the_corpus_of_typed_secrets_is_large_and_varied() -> None:
+    names = [c.name for c in TYPED_CASES]
+    assert len(set(names)) == len(names) and len(TYPED_CASES) + len(LATER_CASES) >= 150
+    languages = {n.split("-")[0] for n in names}
+    assert {"en", "de", "fr", "es", "zh", "ja", "url", "cli", "qa", "card", "vault"} <= languages
+
+
+@pytest.mark.parametrize("case", TYPED_CASES, ids=[c.name for c in TYPED_CASES])
+def test_every_typed_secret_is_redacted_and_its_sentence_kept(case: TypedCase) -> None:
+    out = redact_secrets(case.text, previous=case.previous)
+    for secret in case.secrets:
+        assert leaked_fragments(out, secret) == [], out
+    for context in case.keep:
+        assert context in out, out
+    assert redact_secrets(out, previous=case.previous) == out
+
+
+def test_at_least_98_percent_of_all_typed_secrets_are_caught() -> None:
+    """Over every typed case, the later ones included (docs/redaction.md has the figure)."""
+    cases = TYPED_CASES + LATER_CASES
+    missed = [
+        c.name
+        for c in cases
+        if any(leaked_fragments(redact_secrets(c.text, previous=c.previous), s) for s in c.secrets)
+    ]
+    assert 1 - len(missed) / len(cases) >= 0.98, missed
+
+
+def test_at_most_half_a_percent_of_ordinary_messages_change() -> None:
+    corpus = innocent_corpus()
+    texts = [t for texts in corpus.values() for t in texts]
+    if not corpus["locomo-turns"]:
+        pytest.skip("shared eval data is not on this machine")
+    assert len(texts) >= 4000
+    changed = [t for t in texts if redact_secrets(t) != t]
+    assert len(changed) / len(texts) <= 0.005, changed[:10]
 
 
 # --- robustness ---------------------------------------------------------------------------------
@@ -312,6 +464,16 @@ ADVERSARIAL = {
     "password-is-repeat": "the password is " * (MB // 16),
     "prefixes-without-bodies": "sk-ant- ghp_ AKIA xoxb- eyJ hf_ gsk_ whsec_ " * (MB // 42),
     "unicode-with-secrets": ("東京 api_key=abcdef123456 " * (MB // 26)),
+    # the rules for what people type: tools named without their flag, password words without
+    # a value, digit runs, token runs, user/password pairs that never close
+    "tools-without-flags": "mysql curl sshpass docker login redis-cli sqlcmd zip " * (MB // 54),
+    "password-for-the": "password for the " * (MB // 17),
+    "digit-run": "4" * MB,
+    "grouped-digits": "4111 " * (MB // 5),
+    "token-run": ("aB3" * (MB // 3)),
+    "slashed-token-run": "Ab1/" * (MB // 4),
+    "pairs-without-values": "root / login: admin / " * (MB // 22),
+    "symbols-and-digits": "Ab1!" * (MB // 4),
 }
 
 

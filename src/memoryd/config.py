@@ -361,6 +361,13 @@ class SyncConfig:
 
 
 @model
+class RedactConfig:
+    #: Also redact secrets in chunks of memory notes before the built-in index stores them
+    #: (transcripts are always redacted). The notes on disk, and `memory_get`, stay as written.
+    notes: bool = False
+
+
+@model
 class ExperimentalConfig:
     session_memory: bool = False
 
@@ -397,6 +404,7 @@ class MemorySearchConfig:
     extra_paths: list[str | ExtraPathEntry] = field(default_factory=list)
     sources: list[SourceName] = field(default_factory=lambda: list[SourceName](["memory"]))
     experimental: ExperimentalConfig = field(default_factory=ExperimentalConfig)
+    redact: RedactConfig = field(default_factory=RedactConfig)
 
 
 # --------------------------------------------------------------------------- compaction
@@ -727,6 +735,7 @@ class ResolvedAgent:
             vector=ms.store.vector,
             store_driver=store.driver,
             store_url=url,
+            redact_notes=ms.redact.notes,
         )
 
     def qmd_settings(self) -> QmdSettings:
@@ -778,6 +787,8 @@ class IndexSettings:
     #: driver = postgres: the libpq URL with its `${NAME}` references filled (it may carry a
     #: password from the environment: kept out of repr, never logged or shown in status).
     store_url: str | None = dataclasses.field(default=None, repr=False)
+    #: `memorySearch.redact.notes`: secrets in note chunks are redacted before they are stored.
+    redact_notes: bool = False
 
 
 @record

@@ -59,6 +59,7 @@ from ..core.ranking import (
     uncovered_window,
 )
 from ..core.records import record
+from ..core.redact import redact_secrets
 from ..core.results import MAX_SNIPPET_CHARS, FileText, SearchResult
 from ..core.text import (
     Script,
@@ -502,6 +503,8 @@ class MemoryIndex:
         # only when daily notes are chunked apart: other indexes keep the signature they had
         if (daily := self.chunking.fingerprint()) is not None:
             sig["chunkDailyNotes"] = daily
+        if self.settings.redact_notes:  # likewise: only indexes that redact notes carry it
+            sig["redactNotes"] = True
         return sig
 
     def _stored_signature(self) -> dict[str, Any] | None:
@@ -515,6 +518,9 @@ class MemoryIndex:
             return None
         current = self.signature()
         changed = [k for k in current if stored.get(k) != current[k]]
+        if stored.get("redactNotes") and "redactNotes" not in current:
+            current = {**current, "redactNotes": False}  # turned off: store the notes as written
+            changed.append("redactNotes")
         if not changed:
             return None
         return "changed " + ", ".join(f"{k} ({stored.get(k)!r} → {current[k]!r})" for k in changed)
@@ -797,6 +803,8 @@ class MemoryIndex:
                     continue
                 size = plan.for_file(mf.rel_path)
                 chunks = chunk_lines(text, tokens=size.tokens, overlap=size.overlap)
+                if self.settings.redact_notes:
+                    chunks = [dataclasses.replace(c, text=redact_secrets(c.text)) for c in chunks]
                 store.replace_file(
                     mf.rel_path,
                     str(mf.abs_path),

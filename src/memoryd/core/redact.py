@@ -30,6 +30,7 @@ process), so importing this module stays as cheap as it was.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections import Counter
@@ -95,6 +96,67 @@ _SECRET_WORDS: Final = (
     r"|client[_\-]?secret|private[_\-]?key|password|passwd|passphrase|token"
 )
 
+# Words for a password in the languages people write to agents in (Latin script: matched as
+# words; CJK: anywhere). Short ones (`pass`, `pw`, `clave`) need a stronger-looking value.
+_PASSWORD_WORDS: Final = (
+    r"(?:wpa[23]?|wep|wi-?fi|wlan|network|wireless)[ \t-]+key"
+    r"|(?:wi-?fi|wlan|network|access|entry|unlock|door|gate|alarm|garage|safe|lock|keypad)"
+    r"[ \t-]+code"
+    r"|passwords?|passwd|passphrase|passcode|pass|pwd|pw|passwort|kennwort|zugangscode"
+    r"|mot[ \t]+de[ \t]+passe|mdp|contrase[ñn]a|clave|senha|wachtwoord|has[łl]o|пароль"
+)
+_PASSWORD_WORDS_CJK: Final = r"密码|密碼|口令|パスワード|暗証番号|비밀번호"
+_PASSWORD_KEYWORDS: Final = (
+    "pass",
+    "key",
+    "pwd",
+    "pw",
+    "kennwort",
+    "zugangscode",
+    "mot de passe",
+    "mdp",
+    "contraseña",
+    "contrasena",
+    "clave",
+    "senha",
+    "wachtwoord",
+    "hasło",
+    "haslo",
+    "пароль",
+    "密码",
+    "密碼",
+    "口令",
+    "パスワード",
+    "暗証番号",
+    "비밀번호",
+)
+# Words after the password word that say which one: "la contraseña nueva", "das neue"
+_AFTER_WORD: Final = (
+    r"nueva|nuevo|actual|temporal|nouveau|nouvelle|actuel|temporaire|provisoire|neu|neue"
+    r"|aktuelle|new|old|current|temporary|default|initial|itself"
+)
+# "the password FOR the staging db", "Kennwort FÜR den Router", "mot de passe DU wifi"
+_OF: Final = r"for|of|on|to|at|in|from|with|für|fuer|vom|von|zum|zur|des|du|de|del|pour|para"
+# "is", in the same languages (and "is now", "will be", "c'est")
+_IS: Final = (
+    # longest first: the first that fits wins, even when the value after it then fails
+    r"(?:(?:is|was|has[ \t]+been|got|been)[ \t]+)?(?:re)?set[ \t]+to"
+    r"|(?:(?:is|was|has[ \t]+been|got|been)[ \t]+)?changed[ \t]+to"
+    r"|is(?:[ \t]+(?:now|still|just|literally|simply))?|was|will[ \t]+be|are|ist|lautet|war"
+    r"|est|c'est|c’est|était|es|era|sera|é|wordt|to"
+)
+# One character of a password typed in prose: printable ASCII but quotes, and accented letters.
+_VALUE_CHAR: Final = r"[!#-&(-_a-~\u00a1-\u024f]"
+# A quoted value, or an unquoted run (trimmed and checked by `_password_value`).
+_VALUE: Final = (
+    r"(?:\"([^\"\n]{4,128})\"|'([^'\n]{4,128})'|`([^`\n]{4,128})`|「([^」\n]{4,128})」"
+    r"|“([^”\n]{4,128})”|(?!\[REDACTED\])(" + _VALUE_CHAR + r"{4,128}))"
+)
+# A value on a command line: quoted, or up to the next blank or shell operator.
+_CLI_VALUE: Final = (
+    r"(?:'([^'\n]{1,256})'|\"([^\"\n]{1,256})\"|(?!\[REDACTED\])([^\s'\"|;&]{1,256}))"
+)
+
 SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
     SecretPattern(
         # An unterminated block (a paste cut short) is redacted to the end of the text.
@@ -108,8 +170,9 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
     SecretPattern(
         # The password runs to the LAST `@` of the authority, since passwords may contain `@`
         # (`mongodb+srv://app:p@ss@cluster0…`); the greedy class stops at `/` or whitespace.
+        # The user may be empty (`redis://:pw@cache`).
         "url_password",
-        _Source(r"\b[a-z][a-z0-9+.\-]{0,31}://[^\s/:@]+:([^\s/]+)@", re.IGNORECASE),
+        _Source(r"\b[a-z][a-z0-9+.\-]{0,31}://[^\s/:@]*:([^\s/]+)@", re.IGNORECASE),
         ("://",),
     ),
     SecretPattern(
@@ -178,6 +241,8 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         "sb_secret_",
     ),
     _token("doppler_token", r"dp\.(?:st|sa|ct|scim|audit)\.[A-Za-z0-9_.\-]{40,}", "dp."),
+    # Vault 1.10+ service, batch and recovery tokens (`hvs.` + 24 characters, or longer)
+    _token("vault_token", r"hv[sbr]\.[A-Za-z0-9_\-]{20,}", "hvs.", "hvb.", "hvr."),
     _token("jwt", r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*", "eyj"),
     SecretPattern(
         # Azure Storage / Service Bus connection strings.
@@ -208,18 +273,204 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         ("key", "secret", "token", "passw", "passphrase"),
     ),
     SecretPattern(
-        # "the root password is …", "password for the NAS was …". Unquoted, the value needs a
-        # digit or a symbol: "the password is correct" is not a password.
+        # "the root password is …", "das Passwort lautet …", "密码是…", "パスワードは…です",
+        # "Password for jenkins: …", "Passwort …". The value's check (`_password_value`) wants
+        # a digit, a symbol or a capital inside it: "the password is correct" stays.
         "prose_password",
         _Source(
-            r"(?<![A-Za-z0-9])(?:password|passwd|passphrase|passcode)"
-            r"(?:\s+(?:for|of|on|to)\s+(?:the\s+|my\s+|our\s+)?[\w.@\-]{1,64})?"
-            r"\s+(?:is|was|:|=)\s+"
-            r"(?:\"([^\"\n]{4,128})\"|'([^'\n]{4,128})'|`([^`\n]{4,128})`"
-            r"|((?=\S{0,127}[0-9!#$%&*+=?@^~])[^\s\"'`\[]{5,127}[^\s\"'`.,;:?)\]]))",
+            r"(?:(?<![A-Za-z0-9])(?P<word>" + _PASSWORD_WORDS + r")(?![A-Za-z])"
+            r"|" + _PASSWORD_WORDS_CJK + r")"
+            # "la contraseña nueva", "the password itself"
+            r"(?:[ \t]+(?:" + _AFTER_WORD + r"))?"
+            # what it is the password of: "for the staging db", "du wifi", ", if you need it,"
+            r"(?:[ \t]+(?:" + _OF + r")[ \t]+(?:[^\s:=,.]{1,40}[ \t]+){0,3}?[^\s:=,.]{1,40}"
+            r"|,[^,\n]{1,40},)?"
+            r"(?:[ \t]*(?:[:=＝：?]|->|=>|→)[ \t]*"
+            r"|[ \t]*,?[ \t]+(?:" + _IS + r")(?:[ \t]*:)?[ \t]+"
+            r"|[ \t]*(?:是|为|為|は|が)[ \t]*)" + _VALUE,
             re.IGNORECASE,
         ),
-        ("passw", "passphrase", "passcode"),
+        _PASSWORD_KEYWORDS,
+    ),
+    SecretPattern(
+        # "Passwort Geheim123!x", "ssh in with password Zebra#2291q": no verb, so the value
+        # must look made up (a letter and a digit, or a letter and a symbol)
+        "password_then_value",
+        _Source(
+            r"(?<![A-Za-z0-9])(?P<word>passwor[dt]|kennwort|passphrase|contrase[ñn]a"
+            r"|mot[ \t]+de[ \t]+passe)(?![A-Za-z])[ \t]+(?P<verb>)" + _VALUE,
+            re.IGNORECASE,
+        ),
+        ("passw", "kennwort", "passphrase", "contraseña", "contrasena", "mot de passe"),
+    ),
+    SecretPattern(
+        # "use Qwerty!7788 as the admin password", "Zebra#2291q is the password for the guest
+        # network": the value comes first.
+        "password_first",
+        _Source(
+            r"(?<!\S)(?!\[REDACTED\])(" + _VALUE_CHAR + r"{4,128}?)[ \t]+(?:is|as|for|was)[ \t]+"
+            r"(?:the|my|our|your|his|her|their|an?)[ \t]+(?:[\w-]{1,24}[ \t]+){0,3}?"
+            r"(?:password|passphrase|passcode|passwort|kennwort|pin)(?![A-Za-z])",
+            re.IGNORECASE,
+        ),
+        ("passw", "passphrase", "passcode", "kennwort", "pin"),
+    ),
+    SecretPattern(
+        # "the passphrase is purple monkey lantern orbit": words alone, no digit to tell it by
+        "passphrase_words",
+        _Source(
+            r"(?<![A-Za-z])(?:passphrase|pass[ -]phrase|seed[ -]phrase|recovery[ -]phrase"
+            r"|mnemonic)(?:[ \t]+(?:" + _OF + r")[ \t]+(?:[^\s:=,.]{1,40}[ \t]+){0,2}?"
+            r"[^\s:=,.]{1,40})?(?:[ \t]*:[ \t]*|[ \t]+(?:is|was|ist|est|es)[ \t]+)"
+            r"((?:[a-z]{2,12}[ \t]){2,23}[a-z]{2,12})(?![A-Za-z0-9])",
+            re.IGNORECASE,
+        ),
+        ("passphrase", "pass phrase", "pass-phrase", "seed", "recovery", "mnemonic"),
+    ),
+    SecretPattern(
+        # "my PIN is 4821", "SIM PIN: 123456", "the door code is 2580", "暗証番号は1234です"
+        "pin_code",
+        _Source(
+            r"(?:(?<![A-Za-z0-9])(?:pin(?:[ -]?(?:code|number|no\.?|nr\.?))?|pincode|geheimzahl"
+            r"|code[ \t]+(?:pin|secret|secreto)|(?:door|gate|alarm|garage|safe|lock|entry|access"
+            r"|keypad|building|house|padlock|locker|unlock)[ \t]+code)(?![A-Za-z])"
+            r"|PIN[码碼]|暗証番号|密码锁)"
+            r"(?:[ \t]+(?:for|of|to|on|at|für|de|du|del|para)[ \t]+(?:the[ \t]+|my[ \t]+)?"
+            r"[\w-]{1,24}(?:[ \t]+[\w-]{1,24}){0,2})?"
+            r"(?:[ \t]*[:=＝：][ \t]*|[ \t]+(?:is|was|ist|lautet|est|es|c'est)[ \t]+(?::[ \t]*)?"
+            r"|[ \t]*(?:是|为|は)[ \t]*|[ \t]+)(\d{4,8})(?![\d.,/:-]?\d)",
+            re.IGNORECASE,
+        ),
+        (
+            "pin",
+            "geheimzahl",
+            "code",
+            "暗証番号",
+            "密码锁",
+        ),
+    ),
+    SecretPattern(
+        # a card's verification value next to its name: "cvv 417", "CVC: 123"
+        "card_cvv",
+        _Source(
+            r"(?<![A-Za-z0-9])(?:cvv2?|cvc2?|csc|cid)(?![A-Za-z])[ \t]*(?:[:=][ \t]*|is[ \t]+)?"
+            r"(\d{3,4})(?!\d)",
+            re.IGNORECASE,
+        ),
+        ("cvv", "cvc", "csc", "cid"),
+    ),
+    SecretPattern(
+        # "creds are admin:hunter2x", "Netflix login is me@example.com / Zebra#2291q",
+        # "wifi: MyNetwork / Copper2007#", "login for the CMS → admin / …"
+        "credentials_pair",
+        _Source(
+            r"(?<![A-Za-z0-9])(?:creds|credentials|login|logins|account|identifiants?|usuario"
+            r"|benutzer(?:name)?|username|user|wi-?fi|wlan|ssid)(?:[ \t]+[^\s:/]{1,24}){0,3}?"
+            r"(?:[ \t]+(?:are|is)|[ \t]*(?::|→|->))?[ \t]+"
+            r"[\w.@+-]{1,64}(?::(?!//)|[ \t]*/[ \t]*)" + _VALUE,
+            re.IGNORECASE,
+        ),
+        (
+            "cred",
+            "login",
+            "account",
+            "identifiant",
+            "usuario",
+            "benutzer",
+            "user",
+            "wifi",
+            "wi-fi",
+            "wlan",
+            "ssid",
+        ),
+    ),
+    SecretPattern(
+        # "root / cKZ1&Dw!0gBEHu", "admin/Monkey2014!": an account every server has, then a
+        # password
+        "default_user_pair",
+        _Source(
+            r"(?<![\w/.-])(?:root|admin|administrator|pi|ubuntu|deploy|postgres|sa|guest"
+            r"|ec2-user|oracle|sysadmin|superuser)[ \t]*/[ \t]*" + _VALUE,
+            re.IGNORECASE,
+        ),
+        (
+            "root",
+            "admin",
+            "pi",
+            "ubuntu",
+            "deploy",
+            "postgres",
+            "sa",
+            "guest",
+            "ec2-user",
+            "oracle",
+            "superuser",
+        ),
+    ),
+    SecretPattern(
+        # `--password X`, `--admin-password=X`, `-storepass X`, `--token X`, `--api-key X`
+        "cli_secret_flag",
+        _Source(
+            r"(?<![\w-])--?(?:[a-z0-9]+-)*(?:password|passwd|pwd|passphrase|storepass|keypass"
+            r"|srcstorepass|deststorepass|secret|token|api-key|apikey|auth-token|access-token)"
+            r"(?:=|[ \t]+)" + _CLI_VALUE,
+            re.IGNORECASE,
+        ),
+        ("-pass", "-pwd", "-secret", "-token", "-api", "-auth", "-access", "storepass", "keypass"),
+    ),
+    SecretPattern(
+        # tools whose short flag takes a password: `sshpass -p X`, `mysql -pX`, `docker login -p X`,
+        # `redis-cli -a X`, `sqlcmd -P X`, `ldapsearch -w X`, `zip -P X`, `7z -pX`
+        "cli_password_option",
+        _Source(
+            r"(?:\bsshpass(?:[ \t]+-[a-oq-zA-Z]\S*)*[ \t]+-p[ \t]*"
+            r"|\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck|mariadb"
+            r"|mariadb-dump)\b[^\n|;&]{0,300}?[ \t]-p(?=\S)"
+            r"|\bdocker[ \t]+login\b[^\n|;&]{0,300}?[ \t]-p[ \t]+"
+            r"|\bredis-cli\b[^\n|;&]{0,300}?[ \t]-a[ \t]+"
+            r"|\b(?:sqlcmd|bcp|osql|isql)\b[^\n|;&]{0,300}?[ \t]-P[ \t]*"
+            r"|\bldap[a-z]*\b[^\n|;&]{0,300}?[ \t]-w[ \t]+"
+            r"|\bzip\b[^\n|;&]{0,300}?[ \t]-P[ \t]+"
+            r"|\b7za?\b[^\n|;&]{0,300}?[ \t]-p(?=\S)"
+            r"|\bmongo(?:sh)?\b[^\n|;&]{0,300}?[ \t]-p[ \t]+"
+            r"|-pass(?:in|out)?[ \t]+pass:"
+            r"|\bsmbclient\b[^\n|;&]{0,300}?[ \t](?:-U[ \t]*|--user[= ])[^\s%]{1,64}%"
+            r"|\bnet[ \t]+use\b[^\n|;&]{0,300}?/user:\S+[ \t]+"
+            r"|\bhtpasswd[ \t]+-[a-zA-Z]*b[a-zA-Z]*[ \t]+(?:-\S+[ \t]+)*\S+[ \t]+\S+[ \t]+"
+            r"|\b(?:MYSQL_PWD|SSHPASS|REDISCLI_AUTH)="
+            r"|\becho[ \t]+(?=\S+[ \t]*\|[ \t]*sudo[ \t]+(?:-\w+[ \t]+)*-S\b))" + _CLI_VALUE
+        ),
+        (
+            "sshpass",
+            "mysql",
+            "mariadb",
+            "docker",
+            "redis-cli",
+            "sqlcmd",
+            "bcp",
+            "osql",
+            "isql",
+            "ldap",
+            "zip",
+            "7z",
+            "mongo",
+            "pass:",
+            "smbclient",
+            "net",
+            "htpasswd",
+            "mysql_pwd",
+            "rediscli_auth",
+            "sudo",
+        ),
+    ),
+    SecretPattern(
+        # `curl -u user:password`, `curl --user :token`
+        "curl_user",
+        _Source(
+            r"\bcurl\b[^\n|;&]{0,300}?[ \t](?:-u|--user|--proxy-user|-U)(?:[ \t]+|=)?[\"']?"
+            r"[^\s:\"']{0,64}:([^\s\"']{1,256})"
+        ),
+        ("curl",),
     ),
     SecretPattern(
         # "my Mistral key is …", "the AWS secret access key is …". The value must look
@@ -233,12 +484,40 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         ),
         ("key", "token", "secret", "credential", "pat"),
     ),
+    SecretPattern(
+        # "I use c0pp3r=Winter everywhere": no word says it, but a word with a capital, a small
+        # letter, a digit and a symbol inside it is what password rules make people type
+        "password_shape",
+        _Source(
+            r"(?<![^\s\"'`(\[{<「“])(?=[!#-&+-~]{0,39}[!#$%&+=?@^~])(?=[!#-&+-~]{0,39}\d)"
+            r"[!#-&+-~]{8,40}(?=[\s\"'`)\]}>」”]|$)"
+        ),
+        (),
+    ),
+    SecretPattern(
+        # 13-19 digits, bare or in groups of 4 (Amex 4-6-5); `_card_number` wants a card
+        # network's prefix, the grouping cards are printed with, and a right Luhn check digit
+        "card_number",
+        _Source(r"(?<![\w.\-/+])\d(?:[ \-]?\d){12,18}(?![\w\-/]|[.,]\d)"),
+        (),
+    ),
+    SecretPattern(
+        # A generated token with no word near it ("here you go: 9fK2…", a bare AWS secret key):
+        # detect-secrets' idea, a long run of token characters whose Shannon entropy is that of
+        # random text (`_high_entropy`). URLs, file paths and data blobs are left alone.
+        "high_entropy_token",
+        _Source(
+            r"(?<![A-Za-z0-9+/=_\-.~%@:#$&?\\])[A-Za-z0-9][A-Za-z0-9+/_\-]{18,}[A-Za-z0-9]"
+            r"(?:={1,2})?(?![A-Za-z0-9+/=_\-~%@\\]|\.\w)"
+        ),
+        (),
+    ),
 )
 
 # A value that names or elides a secret rather than being one.
 _PLACEHOLDER: Final = _Source(
     r"""\$\{?[A-Za-z_][A-Za-z0-9_]*\}?        # $VAR, ${VAR}
-      | \{\{.*\}\} | %\(?[A-Za-z_]\w*\)?s?%?  # {{ template }}, %(var)s, %VAR%
+      | \{\{.*\}\} | %\([A-Za-z_]\w*\)s | %[A-Za-z_]\w*%  # {{ template }}, %(var)s, %VAR%
       | <[^<>]*>                              # <your-api-key>
       | [A-Za-z_.]+[(\[].*                    # code: os.getenv(…), os.environ[…], Optional[str]
       | .*(?:\.\.\.|…)                        # sk-... (elided)
@@ -260,12 +539,449 @@ def _looks_generated(value: str) -> bool:
     return has_digit and has_alpha and (mixed or len(value) >= 32) and _not_placeholder(value)
 
 
-# The rules whose value is free-form; a match whose value fails its check is not a secret.
-_VALUE_CHECKS: Final[dict[str, Callable[[str], bool]]] = {
-    "key_value": _not_placeholder,
-    "prose_password": _not_placeholder,
-    "prose_key": _looks_generated,
+# Trailing characters that end a sentence rather than a password typed in it.
+_TRAILING: Final = ".,;:)]}>…"
+_URL_OR_MAIL: Final = _Source(r"(?:[a-z][a-z0-9+.\-]*://|www\.)|^[\w.+-]+@[\w-]+\.[\w.]+$", re.I)
+# "2,000m", "12.5%", "3x": a quantity, not a password
+_QUANTITY: Final = _Source(r"\d[\d,.]*(?:[a-z%]{1,3})?", re.IGNORECASE)
+_PATH: Final = _Source(r"(?:~|\.{1,2})?/[\w.\-/]*|[\w\-]+(?:/[\w\-.]+)+|[\w\-]+\.[a-z]{2,4}")
+
+
+def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    while end > start and text[end - 1] in _TRAILING:
+        end -= 1
+    return start, end
+
+
+def _strength(value: str) -> tuple[bool, bool, bool, bool]:
+    """(digit, letter, symbol other than an apostrophe, capital after a small letter)."""
+    digit = any(c.isdigit() for c in value)
+    letter = any(c.isalpha() for c in value)
+    symbol = any(not c.isalnum() and c not in "'’" for c in value)
+    inner_cap = any(a.islower() and b.isupper() for a, b in itertools.pairwise(value))
+    return digit, letter, symbol, inner_cap
+
+
+def _plausible_password(value: str, *, strict: bool) -> bool:
+    """A value typed after "password is" that is one: not a word, a URL, a path or a quantity.
+
+    `strict` (no verb in between, or a short key word such as "pass"): it needs a letter and a
+    digit, or a letter and a symbol in 6 characters or more.
+    """
+    if len(value) < 4 or not _not_placeholder(value):
+        return False
+    if re.compile(*_URL_OR_MAIL).search(value) or re.compile(*_PATH).fullmatch(value):
+        return False
+    if value.startswith("//") or "REDACTED" in value:
+        return False
+    core = value.rstrip("!?")
+    digit, letter, symbol, inner_cap = _strength(core)
+    if not letter and digit:  # a number: a PIN-like password, unless it is a quantity
+        return not strict and core.isdigit() and 4 <= len(core) <= 16
+    if strict:
+        if re.compile(*_QUANTITY).fullmatch(core):
+            return False
+        return letter and (digit or (symbol and len(core) >= 6))
+    return digit or (symbol and len(core.strip("-")) >= 5) or inner_cap
+
+
+_SHORT_WORDS: Final = frozenset({"pass", "pw", "pwd", "clave", "mdp"})
+
+
+def _password_value(match: re.Match[str], group: int) -> tuple[int, int] | None:
+    text = match.string
+    start, end = match.span(group)
+    if group != match.re.groups:  # quoted: whatever is between the quotes
+        value = text[start:end]
+        return (start, end) if _not_placeholder(value) and len(value.strip()) >= 4 else None
+    start, end = _trimmed(text, start, end)
+    word = (match.groupdict().get("word") or "").lower()
+    strict = word in _SHORT_WORDS or "verb" in match.re.groupindex
+    return (start, end) if _plausible_password(text[start:end], strict=strict) else None
+
+
+def _value_first(match: re.Match[str], group: int) -> tuple[int, int] | None:
+    start, end = _trimmed(match.string, *match.span(group))
+    value = match.string[start:end]
+    digit, _letter, symbol, _cap = _strength(value)
+    # "Wi-Fi is the password …": a hyphen or a dot alone does not make a word a password
+    symbol = any(not c.isalnum() and c not in "'’-." for c in value)
+    ok = _plausible_password(value, strict=False) and (digit or symbol)
+    return (start, end) if ok else None
+
+
+def _pair_value(match: re.Match[str], group: int) -> tuple[int, int] | None:
+    start, end = _trimmed(match.string, *match.span(group))
+    ok = _plausible_password(match.string[start:end], strict=True)
+    return (start, end) if ok else None
+
+
+# Words that start a sentence about a passphrase rather than the passphrase itself; and the
+# small words of every English sentence, which a generated passphrase does not use.
+_NOT_A_PHRASE: Final = frozenset(
+    [
+        "stored",
+        "saved",
+        "kept",
+        "written",
+        "set",
+        "changed",
+        "required",
+        "needed",
+        "missing",
+        "wrong",
+        "incorrect",
+        "same",
+        "different",
+        "also",
+        "still",
+        "now",
+        "just",
+        "only",
+        "long",
+        "short",
+        "weak",
+        "strong",
+        "hidden",
+        "encrypted",
+        "used",
+        "given",
+        "shared",
+        "sent",
+        "printed",
+        "somewhere",
+        "case",
+        "very",
+        "really",
+        "being",
+        "been",
+        "never",
+        "always",
+        "easy",
+        "hard",
+        "what",
+        "which",
+        "where",
+        "how",
+        "why",
+        "who",
+        "when",
+    ]
+)
+_FUNCTION_WORDS: Final = frozenset(
+    [
+        "the",
+        "a",
+        "an",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "to",
+        "of",
+        "in",
+        "on",
+        "at",
+        "for",
+        "with",
+        "by",
+        "from",
+        "that",
+        "this",
+        "these",
+        "those",
+        "it",
+        "its",
+        "and",
+        "or",
+        "but",
+        "not",
+        "no",
+        "we",
+        "you",
+        "i",
+        "me",
+        "my",
+        "your",
+        "our",
+        "their",
+        "he",
+        "she",
+        "they",
+        "them",
+        "his",
+        "her",
+        "as",
+        "if",
+        "so",
+        "than",
+        "then",
+        "there",
+        "here",
+        "do",
+        "does",
+        "did",
+        "has",
+        "have",
+        "had",
+        "will",
+        "would",
+        "can",
+        "could",
+        "should",
+    ]
+)
+
+
+def _phrase_value(match: re.Match[str], group: int) -> tuple[int, int] | None:
+    words = match.group(group).lower().split()
+    if words[0] in _NOT_A_PHRASE or any(w in _FUNCTION_WORDS for w in words):
+        return None
+    return match.span(group)
+
+
+def _cli_value(match: re.Match[str], group: int) -> tuple[int, int] | None:
+    start, end = match.span(group)
+    value = match.string[start:end]
+    if value.startswith(("$(", "`", "-", "<")) or not _not_placeholder(value) or len(value) < 3:
+        return None
+    return start, end
+
+
+# Issuer prefixes of the card networks (Visa, Mastercard, Amex, Discover, JCB, Diners, UnionPay,
+# Maestro): a run of digits that starts otherwise is an order number, a timestamp, an ISBN.
+_CARD_PREFIX: Final = _Source(r"4|5[0-9]|2[2-7]|3[0-9]|6[0-9]")
+
+
+def _luhn_ok(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = ord(ch) - 48
+        if i % 2 == 1:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def _card_number(match: re.Match[str], group: int) -> tuple[int, int] | None:
+    raw = match.group(group)
+    digits = raw.replace(" ", "").replace("-", "")
+    if not 13 <= len(digits) <= 19 or not re.compile(*_CARD_PREFIX).match(digits):
+        return None
+    seps = {c for c in raw if c in " -"}
+    if len(seps) > 1:
+        return None
+    if seps:
+        groups = tuple(len(g) for g in re.split(r"[ -]", raw))
+        if groups not in ((4, 4, 4, 4), (4, 6, 5), (4, 6, 4), (4, 4, 4, 4, 3), (4, 4, 4, 1)):
+            return None
+    if len(set(digits)) < 2 or not _luhn_ok(digits):
+        return None
+    return match.span(group)
+
+
+# Base64 that is data, not a secret: PNG, JPEG, GIF, WebP, PDF, gzip, zip, XML/SVG, an SSH
+# public key's body (`AAAA…`), a Windows executable.
+_DATA_PREFIXES: Final = (
+    "iVBORw0KGgo",
+    "R0lGOD",
+    "UklGR",
+    "JVBERi0",
+    "H4sI",
+    "UEsDB",
+    "PD94bWwg",
+    "PHN2Zy",
+    "AAAA",
+    "TVqQ",
+    "Qk0",
+    "SUkq",
+    "/9j/",
+)
+
+
+def _entropy_floor(n: int) -> float:
+    """The Shannon entropy below which `n` token characters are not random enough to be a key.
+
+    A random string over the 62 alphanumerics reaches about log2(n) - 0.3 bits per character
+    while n is well below 62 (few repeats), and about 5.4 bits past it; identifiers, words and
+    paths of the same length stay a bit or more below (tuned on the ordinary-text corpus, with
+    a margin: tests/test_redact.py).
+    """
+    return min(math.log2(n) - 0.75, 4.6)
+
+
+def _high_entropy(match: re.Match[str], group: int) -> tuple[int, int] | None:
+    token = match.group(group)
+    core = token.rstrip("=")
+    if len(core) < 20 or core.startswith(_DATA_PREFIXES):
+        return None
+    if re.match(r"(?:sha(?:1|224|256|384|512)|md5)-", core):  # a digest (npm integrity)
+        return None
+    if not (
+        any(c.isupper() for c in core)
+        and any(c.islower() for c in core)
+        and any(c.isdigit() for c in core)
+    ):
+        return None
+    if "/" in core:
+        parts = core.split("/")
+        # a path or a URL-ish run: its parts are words, each short and mostly letters
+        if any(len(p) < 2 for p in parts) or all(p.isalpha() or len(p) < 6 for p in parts):
+            return None
+    # identifiers (`getElementsByTagName2`): long runs of small letters that random text lacks
+    longest = max((len(r) for r in re.findall(r"[a-z]+", core)), default=0)
+    if longest >= 7:
+        return None
+    if _entropy(core) < _entropy_floor(len(core)):
+        return None
+    return match.span(group)
+
+
+# The rules whose value is free-form; a match whose value fails its check is not a secret. A
+# check gets the match and the secret's group, and returns the secret's span (maybe trimmed).
+_Check = Callable[[re.Match[str], int], "tuple[int, int] | None"]
+
+
+def _plain(check: Callable[[str], bool]) -> _Check:
+    def run(match: re.Match[str], group: int) -> tuple[int, int] | None:
+        return match.span(group) if check(match.group(group)) else None
+
+    return run
+
+
+_SHAPE_SYMBOLS: Final = frozenset("!#$%&+=?@^~")
+
+
+def _password_shape(match: re.Match[str], group: int) -> tuple[int, int] | None:
+    text = match.string
+    start, end = match.span(group)
+    while end > start and text[end - 1] in _TRAILING + "!?":
+        end -= 1
+    value = text[start:end]
+    inner = value[1:-1]
+    if not (
+        8 <= len(value) <= 40
+        and any(c in _SHAPE_SYMBOLS for c in inner)
+        and any(c.isupper() for c in value)
+        and any(c.islower() for c in value)
+        and any(c.isdigit() for c in value)
+    ):
+        return None
+    if any(c in "/\\()[]{}<>|*`" for c in value) or not _plausible_password(value, strict=True):
+        return None
+    name, eq, _rest = value.partition("=")
+    if eq and re.fullmatch(r"[A-Z][A-Z0-9_]*|[a-z][a-z_.\-]*", name):
+        return None  # an assignment (`OPENAI_API_KEY=…`): `key_value` and gitleaks judge those
+    return start, match.end(group) if match.string[end : match.end(group)].strip(
+        "!?"
+    ) == "" else end
+
+
+_VALUE_CHECKS: Final[dict[str, _Check]] = {
+    "password_shape": _password_shape,
+    "key_value": _plain(_not_placeholder),
+    "prose_password": _password_value,
+    "password_then_value": _password_value,
+    "password_first": _value_first,
+    "passphrase_words": _phrase_value,
+    "credentials_pair": _pair_value,
+    "default_user_pair": _pair_value,
+    "cli_secret_flag": _cli_value,
+    "cli_password_option": _cli_value,
+    "curl_user": _cli_value,
+    "prose_key": _plain(_looks_generated),
+    "card_number": _card_number,
+    "high_entropy_token": _high_entropy,
 }
+
+
+# --- answers to a question about a password ---------------------------------------------------
+
+_ASKS_FOR_SECRET: Final = _Source(
+    r"(?:password|passwd|passphrase|passcode|\bpin\b|passwort|kennwort|mot de passe|\bmdp\b"
+    r"|contrase[ñn]a|\bclave\b|senha|密码|密碼|口令|パスワード|暗証番号|비밀번호"
+    r"|(?:door|gate|alarm|garage|safe|lock)\s+code)",
+    re.IGNORECASE,
+)
+_QUESTION: Final = _Source(
+    r"[?？]|^\s*(?:what|whats|what's|which|tell|send|give|remind|share|need|do you|can you"
+    r"|could you|wie|was|welche|quel|quelle|c'est quoi|dis|cuál|cual|dime|qual)\b"
+    r"|多少|什么|是什么|何|教えて",
+    re.IGNORECASE,
+)
+_ANSWER_TOKEN: Final = _Source(r"[!#-&(-~\u00a1-\u024f]+")
+_NOT_AN_ANSWER: Final = frozenset(
+    [
+        "yes",
+        "no",
+        "nope",
+        "sure",
+        "idk",
+        "dunno",
+        "why",
+        "what",
+        "later",
+        "sorry",
+        "okay",
+        "thanks",
+        "same",
+        "nothing",
+        "none",
+        "secret",
+        "forgot",
+        "unknown",
+        "maybe",
+        "hmm",
+        "wait",
+        "ask",
+        "check",
+        "later",
+    ]
+)
+
+
+def _answer_spans(text: str, previous: str) -> list[SecretSpan]:
+    """The password in `text` when it answers `previous`, a question about one.
+
+    A short reply only (at most 12 words): its words that look like a password, its only
+    word when it is nothing else, or the whole reply when a passphrase was asked for.
+    """
+    if not (
+        re.compile(*_ASKS_FOR_SECRET).search(previous) and re.compile(*_QUESTION).search(previous)
+    ):
+        return []
+    stripped = text.strip()
+    if not stripped or len(stripped) > 200 or len(stripped.split()) > 12:
+        return []
+    spans = []
+    tokens = [m for m in re.compile(*_ANSWER_TOKEN).finditer(text)]
+    for m in tokens:
+        start, end = _trimmed(text, *m.span())
+        while start < end and text[start] in "([{<":
+            start += 1
+        value = text[start:end]
+        if not value or value.lower() in _NOT_AN_ANSWER or "REDACTED" in value:
+            continue
+        digit, letter, symbol, inner_cap = _strength(value)
+        if value.isdigit():
+            ok = 4 <= len(value) <= 12
+        else:
+            ok = _plausible_password(value, strict=False) and (digit or symbol or inner_cap)
+        alone = len(tokens) == 1 and text[: m.start()].strip() == "" and letter and len(value) >= 4
+        if ok or (alone and _not_placeholder(value)):
+            spans.append(SecretSpan(start, end, "answer_to_password_question"))
+    words = stripped.lower().split()
+    if (
+        not spans
+        and "phrase" in previous.lower()
+        and 3 <= len(words) <= 12
+        and all(w.isalpha() for w in words)
+        and not any(w in _FUNCTION_WORDS for w in words)
+    ):
+        offset = text.index(stripped)
+        spans.append(SecretSpan(offset, offset + len(stripped), "answer_to_password_question"))
+    return spans
 
 
 # --- keywords: one scan of the text decides which rules run -------------------------------------
@@ -514,26 +1230,38 @@ def _local_spans(text: str, present: set[str]) -> list[SecretSpan]:
     for index in sorted(candidates):
         name, pattern = SECRET_PATTERNS[index].name, compiled[index]
         check = _VALUE_CHECKS.get(name)
+        helpers = set(pattern.groupindex.values())  # named groups are context, never the secret
         for match in pattern.finditer(text):
             group = 0
-            if pattern.groups:
-                group = next(g for g in range(1, pattern.groups + 1) if match.start(g) >= 0)
-            if check is not None and not check(match.group(group)):
-                continue
-            spans.append(SecretSpan(match.start(group), match.end(group), name))
+            if pattern.groups > len(helpers):
+                group = next(
+                    g
+                    for g in range(1, pattern.groups + 1)
+                    if g not in helpers and match.start(g) >= 0
+                )
+            span = match.span(group) if check is None else check(match, group)
+            if span is not None and span[1] > span[0]:
+                spans.append(SecretSpan(span[0], span[1], name))
     return spans
 
 
 # --- the public surface -------------------------------------------------------------------------
 
 
-def secret_spans(text: str) -> list[SecretSpan]:
-    """Every secret found in `text` by either rule set, sorted, possibly overlapping."""
+def secret_spans(text: str, *, previous: str | None = None) -> list[SecretSpan]:
+    """Every secret found in `text` by either rule set, sorted, possibly overlapping.
+
+    `previous` is the message `text` replies to: when it asks for a password, a short reply's
+    password-like words are secrets too ("what's the root password?" → "hunter2x").
+    """
     if not text:
         return []
     ruleset = _ruleset()
     present = ruleset.keywords.present(text.lower())
-    return sorted(_local_spans(text, present) + _gitleaks_spans(ruleset, text, present))
+    spans = _local_spans(text, present) + _gitleaks_spans(ruleset, text, present)
+    if previous:
+        spans += _answer_spans(text, previous)
+    return sorted(spans)
 
 
 def _merge(spans: Sequence[SecretSpan]) -> list[tuple[int, int]]:
@@ -546,9 +1274,10 @@ def _merge(spans: Sequence[SecretSpan]) -> list[tuple[int, int]]:
     return merged
 
 
-def redact_secrets(text: str) -> str:
-    """`text` with every recognised secret replaced by `[REDACTED]` (see the module docstring)."""
-    spans = secret_spans(text)
+def redact_secrets(text: str, *, previous: str | None = None) -> str:
+    """`text` with every recognised secret replaced by `[REDACTED]` (see the module docstring);
+    `previous`, the message it replies to, as in `secret_spans`."""
+    spans = secret_spans(text, previous=previous)
     if not spans:
         return text
     out = []

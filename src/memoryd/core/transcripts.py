@@ -93,15 +93,19 @@ class TranscriptChunk:
 # --------------------------------------------------------------------------- text
 
 
-def sanitize_text(text: str) -> str:
-    """Strip metadata, directives and thinking blocks and redact secrets (see module docstring)."""
+def sanitize_text(text: str, *, previous: str | None = None) -> str:
+    """Strip metadata, directives and thinking blocks and redact secrets (see module docstring).
+
+    `previous` is the message before this one: a password given in reply to a question about
+    one is redacted too (`redact_secrets`).
+    """
     text = _BLOCK_RE.sub(" ", text)
     text = _UNTRUSTED_BLOCK_RE.sub(" ", text)
     text = _ENVELOPE_RE.sub("", text)
     text = _MESSAGE_ID_RE.sub(" ", text)
     text = _DIRECTIVE_RE.sub(" ", text)
     text = _WRAPPER_RE.sub(" ", text)
-    return redact_secrets(text)
+    return redact_secrets(text, previous=previous)
 
 
 def _collapse(text: str) -> str:
@@ -156,12 +160,14 @@ def parse_transcript_text(text: str, *, sanitize: bool = False) -> tuple[list[Me
     tail = raw_lines[-1]
     messages: list[Message] = []
     malformed = 0
+    previous: str | None = None  # the raw text of the message before, for answers to questions
     for number, line in enumerate(complete, start=1):
         got = _parse_line(line)
         if got is _MALFORMED:
             malformed += 1
         elif isinstance(got, tuple):
-            msg = _to_message(got, number, sanitize=sanitize)
+            msg = _to_message(got, number, sanitize=sanitize, previous=previous)
+            previous = got[1]
             if msg is not None:
                 messages.append(msg)
     if tail.strip():
@@ -169,7 +175,7 @@ def parse_transcript_text(text: str, *, sanitize: bool = False) -> tuple[list[Me
         # with a newline); a half-written one is left for the next read.
         got = _parse_line(tail)
         if isinstance(got, tuple):
-            msg = _to_message(got, len(raw_lines), sanitize=sanitize)
+            msg = _to_message(got, len(raw_lines), sanitize=sanitize, previous=previous)
             if msg is not None:
                 messages.append(msg)
             return messages, malformed, len(raw_lines)
@@ -191,10 +197,12 @@ def _parse_line(line: str) -> object:
     return _message_of(record)
 
 
-def _to_message(got: tuple[Role, str], line_no: int, *, sanitize: bool) -> Message | None:
+def _to_message(
+    got: tuple[Role, str], line_no: int, *, sanitize: bool, previous: str | None = None
+) -> Message | None:
     role, text = got
     if sanitize:
-        text = sanitize_text(text)
+        text = sanitize_text(text, previous=previous)
     text = _collapse(text)
     if not text:
         return None
