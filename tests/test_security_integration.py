@@ -21,7 +21,7 @@ from memoryd.core.engine import SearchRequest
 from memoryd.errors import PathNotAllowed
 from memoryd.orchestrator import MemoryService
 from race_support import Swapper, exchange_unsupported, hammer, race_seconds
-from redaction_corpus import SECRET_CASES, leaked_fragments
+from redaction_corpus import LATER_CASES, SECRET_CASES, TYPED_CASES, leaked_fragments
 
 NOTE = "# Note\n\nThe note inside memory.\n"
 SECRET = "TOP-SECRET-OUTSIDE-CONTENT 7d1f0c2e\n"
@@ -190,6 +190,113 @@ def test_every_corpus_secret_is_redacted_in_the_index_exports_and_results(
             assert secret not in db_bytes, (case.name, "index file")
     assert not leaks, leaks
     assert len(SECRET_CASES) >= 40
+
+
+def test_typed_secrets_are_redacted_in_the_index_exports_and_results(
+    tmp_path: Path, isolated_env: Path
+) -> None:
+    """The trial found search returning what people typed verbatim; each typed case is a user
+    message here, after the question it answers when it has one."""
+    ws = tmp_path / "ws"
+    write(ws / "MEMORY.md", "# Memory\n")
+    agent = agent_for(
+        ws,
+        {
+            "provider": "none",
+            "sources": ["memory", "sessions"],
+            "experimental": {"sessionMemory": True},
+        },
+        memory={"qmd": {"sessions": {"enabled": True}}},
+    )
+    agent.sessions_dir.mkdir(parents=True)
+    lines = []
+    from memoryd.core.redact import redact_secrets
+
+    # what redaction itself misses (at most 2 %, tests/test_redact.py) is not this test's news
+    cases = [
+        c
+        for c in TYPED_CASES + LATER_CASES
+        if not any(
+            leaked_fragments(redact_secrets(c.text, previous=c.previous), v) for v in c.secrets
+        )
+    ]
+    assert len(cases) >= 0.98 * len(TYPED_CASES + LATER_CASES)
+    for case in cases:
+        # every case its own exchange: an unrelated assistant line, or the question it answers
+        ask = case.previous or "Noted."
+        lines.append({"type": "message", "message": {"role": "assistant", "content": ask}})
+        lines.append({"type": "message", "message": {"role": "user", "content": case.text}})
+    (agent.sessions_dir / "s1.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
+    idx = index_for(agent, None)
+    anyio.run(idx.sync)
+    stored = "\n".join(r[0] for r in idx.store.conn.execute("select text from chunks"))
+    hits = []
+    for case in cases:
+        answer = anyio.run(idx.search, SearchRequest(case.text[:120], corpus="sessions"))
+        hits.extend(r.snippet for r in answer.results)
+    idx.store.close()
+
+    from datetime import UTC, datetime
+
+    from memoryd.lifecycle import export_sessions
+
+    exported = (export_sessions(agent, now=datetime.now(UTC)).export_dir / "s1.md").read_text()
+    leaks = {}
+    for case in cases:
+        for secret in case.secrets:
+            for where, text in (
+                ("chunks", stored),
+                ("exports", exported),
+                ("results", "\n".join(hits)),
+            ):
+                found = leaked_fragments(text, secret, width=8)
+                if found:
+                    leaks[(case.name, where)] = found[:2]
+    assert not leaks, leaks
+    assert hits, "searches found the messages"
+
+
+@pytest.mark.parametrize("redact_notes", [False, True])
+def test_note_chunks_are_redacted_before_they_are_stored_when_asked(
+    tmp_path: Path, redact_notes: bool
+) -> None:
+    secret = "Zebra" + "#2291q"
+    ws = tmp_path / "ws"
+    note = f"# Memory\n\nThe staging db password is {secret} until Friday.\n"
+    write(ws / "MEMORY.md", note)
+    search: dict[str, object] = {"provider": "none"}
+    if redact_notes:
+        search["redact"] = {"notes": True}
+    agent = agent_for(ws, search)
+    idx = index_for(agent, None)
+    anyio.run(idx.sync)
+    stored = "\n".join(r[0] for r in idx.store.conn.execute("select text from chunks"))
+    hit = anyio.run(idx.search, SearchRequest("staging db password")).results[0].snippet
+    got = anyio.run(idx.get, "MEMORY.md")
+    idx.store.close()
+    assert got.text == note  # the note itself is the user's, as written
+    if redact_notes:
+        assert secret not in stored and secret not in hit
+        assert "The staging db password is [REDACTED] until Friday." in stored
+    else:
+        assert secret in stored and secret in hit  # off by default: notes are stored as written
+
+
+def test_turning_note_redaction_on_and_off_rebuilds_the_index(tmp_path: Path) -> None:
+    secret = "Zebra" + "#2291q"
+    ws = tmp_path / "ws"
+    write(ws / "MEMORY.md", f"# Memory\n\nThe wifi password is {secret}.\n")
+
+    def stored_with(search: dict[str, object]) -> str:
+        idx = index_for(agent_for(ws, search), None)
+        anyio.run(idx.sync)
+        text = "\n".join(r[0] for r in idx.store.conn.execute("select text from chunks"))
+        idx.store.close()
+        return text
+
+    assert secret in stored_with({"provider": "none"})
+    assert secret not in stored_with({"provider": "none", "redact": {"notes": True}})
+    assert secret in stored_with({"provider": "none"})
 
 
 def test_get_never_reads_transcripts_or_their_exports(tmp_path: Path) -> None:

@@ -78,6 +78,8 @@ class SecretPattern(NamedTuple):
     name: str
     source: _Source
     keywords: tuple[str, ...]
+    #: For a rule without keywords: a cheap regex that must find something before it runs.
+    prefilter: _Source | None = None
 
 
 # A token-shaped secret must not sit inside a longer identifier: `task-ant-...` is not a key.
@@ -134,6 +136,22 @@ _PASSWORD_KEYWORDS: Final = (
 _AFTER_WORD: Final = (
     r"nueva|nuevo|actual|temporal|nouveau|nouvelle|actuel|temporaire|provisoire|neu|neue"
     r"|aktuelle|new|old|current|temporary|default|initial|itself"
+)
+# Accounts every server has, so "root / …" is a login and its password.
+_DEFAULT_USERS: Final = (
+    "root",
+    "admin",
+    "administrator",
+    "pi",
+    "ubuntu",
+    "deploy",
+    "postgres",
+    "sa",
+    "guest",
+    "ec2-user",
+    "oracle",
+    "sysadmin",
+    "superuser",
 )
 # "the password FOR the staging db", "Kennwort FÜR den Router", "mot de passe DU wifi"
 _OF: Final = r"for|of|on|to|at|in|from|with|für|fuer|vom|von|zum|zur|des|du|de|del|pour|para"
@@ -389,23 +407,10 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         # password
         "default_user_pair",
         _Source(
-            r"(?<![\w/.-])(?:root|admin|administrator|pi|ubuntu|deploy|postgres|sa|guest"
-            r"|ec2-user|oracle|sysadmin|superuser)[ \t]*/[ \t]*" + _VALUE,
+            r"(?<![\w/.-])(?:" + "|".join(_DEFAULT_USERS) + r")[ \t]*/[ \t]*" + _VALUE,
             re.IGNORECASE,
         ),
-        (
-            "root",
-            "admin",
-            "pi",
-            "ubuntu",
-            "deploy",
-            "postgres",
-            "sa",
-            "guest",
-            "ec2-user",
-            "oracle",
-            "superuser",
-        ),
+        tuple(f"{user}{sep}/" for user in _DEFAULT_USERS for sep in ("", " ")),
     ),
     SecretPattern(
         # `--password X`, `--admin-password=X`, `-storepass X`, `--token X`, `--api-key X`
@@ -493,6 +498,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
             r"[!#-&+-~]{8,40}(?=[\s\"'`)\]}>」”]|$)"
         ),
         (),
+        _Source(r"[!#$%&+=?@^~]"),
     ),
     SecretPattern(
         # 13-19 digits, bare or in groups of 4 (Amex 4-6-5); `_card_number` wants a card
@@ -500,6 +506,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         "card_number",
         _Source(r"(?<![\w.\-/+])\d(?:[ \-]?\d){12,18}(?![\w\-/]|[.,]\d)"),
         (),
+        _Source(r"\d\d\d\d[ \-]?\d\d\d\d"),
     ),
     SecretPattern(
         # A generated token with no word near it ("here you go: 9fK2…", a bare AWS secret key):
@@ -511,6 +518,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
             r"(?:={1,2})?(?![A-Za-z0-9+/=_\-~%@\\]|\.\w)"
         ),
         (),
+        _Source(r"[A-Za-z0-9+/_\-]{20}"),
     ),
 )
 
@@ -1009,21 +1017,31 @@ def _trie_regex(words: Iterable[str]) -> str:
     return build(trie)
 
 
+def _re2() -> Any:
+    """Google's RE2 binding, imported on first use (it ships no type information)."""
+    import re2  # type: ignore[import-untyped]
+
+    return re2
+
+
 class _Keywords:
-    """Which of a fixed set of keywords occur in a lowercased text, found in one regex pass."""
+    """Which of a fixed set of keywords occur in a lowercased text, found in one pass.
+
+    An RE2 set of the literal keywords: one automaton over the text, however many keywords
+    there are (a regex alternation tried at every position grew slower with every short one).
+    """
 
     def __init__(self, words: Iterable[str]) -> None:
-        vocabulary = sorted(set(words))
-        # A lookahead finds a keyword at every position, overlaps included; only the longest at
-        # each position is reported, so each one brings the keywords that are its prefixes.
-        self._regex = re.compile("(?=(" + _trie_regex(vocabulary) + "))")
-        self._prefixes = {w: tuple(p for p in vocabulary if w.startswith(p)) for w in vocabulary}
+        re2 = _re2()
+        self._vocabulary = sorted(set(words))
+        self._set = re2.Set.SearchSet()
+        for word in self._vocabulary:
+            self._set.Add(re.escape(word))
+        self._set.Compile()
 
     def present(self, lowered: str) -> set[str]:
-        found: set[str] = set()
-        for word in set(self._regex.findall(lowered)):
-            found.update(self._prefixes[word])
-        return found
+        hits = self._set.Match(lowered)
+        return {self._vocabulary[i] for i in hits} if hits else set()
 
 
 # --- gitleaks' ruleset on RE2 --------------------------------------------------------------------
@@ -1065,7 +1083,7 @@ def _ruleset() -> _Ruleset:
     import importlib.resources
     import tomllib
 
-    import re2  # type: ignore[import-untyped]
+    re2 = _re2()
 
     raw = importlib.resources.files(__package__).joinpath("gitleaks.toml").read_text("utf-8")
     config = tomllib.loads(raw)
@@ -1213,6 +1231,9 @@ def _local_rules() -> tuple[
 ]:
     """SECRET_PATTERNS compiled; keyword → indexes into it; the indexes that always run."""
     compiled = tuple(re.compile(*rule.source) for rule in SECRET_PATTERNS)
+    for rule in SECRET_PATTERNS:
+        if rule.prefilter is not None:
+            re.compile(*rule.prefilter)  # cached by `re` for `_local_spans`
     by_keyword: dict[str, list[int]] = {}
     for index, rule in enumerate(SECRET_PATTERNS):
         for keyword in rule.keywords:
@@ -1228,7 +1249,10 @@ def _local_spans(text: str, present: set[str]) -> list[SecretSpan]:
         candidates.update(by_keyword.get(keyword, ()))
     spans = []
     for index in sorted(candidates):
-        name, pattern = SECRET_PATTERNS[index].name, compiled[index]
+        rule, pattern = SECRET_PATTERNS[index], compiled[index]
+        if rule.prefilter is not None and not re.compile(*rule.prefilter).search(text):
+            continue
+        name = rule.name
         check = _VALUE_CHECKS.get(name)
         helpers = set(pattern.groupindex.values())  # named groups are context, never the secret
         for match in pattern.finditer(text):
