@@ -317,11 +317,18 @@ TYPED_BY_THE_TRIAL = [
     ),
     (j("my PIN is ", "4821"), f"my PIN is {REDACTED}"),
     (j("card ", "4945 8073 0215 7365", " exp 09/27"), f"card {REDACTED} exp 09/27"),
+    # the second, independent fixture: a bare AWS secret key, a Vault token (hvs. + 24)
     (
-        j("aws secret for the sandbox: ", "wJalrXUtnFEMI/K7MDENG/bPxRfiCY3xAmPlEkEy"),
-        f"aws secret for the sandbox: {REDACTED}",
+        j(
+            "sandbox: ",
+            "AKIA",
+            "Q7X2MB3LPZ4KD6RH",
+            " / ",
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCY3xAmPlEkEy",
+        ),
+        f"sandbox: {REDACTED} / {REDACTED}",
     ),
-    (j("the root token is ", "hvs.", "CAESIJaB3dE5fG7hJ9kL1mN2"), f"the root token is {REDACTED}"),
+    (j("vault login ", "hvs.", "aB3dE5fG7hJ9kL1mN2pQ4rS6x"), f"vault login {REDACTED}"),
 ]
 
 
