@@ -749,11 +749,17 @@ def test_http_on_a_wildcard_bind_when_asked_with_tls_extra_origins_and_hosts(
             ["--allow-remote", "--tls-cert", "nowhere.pem", "--tls-key", "nowhere.key"],
             "--tls-cert nowhere.pem: no such file",
         ),
+        (
+            ["--allow-remote", "--tls-cert", "garbage.pem", "--tls-key", "garbage.key"],
+            "cannot use --tls-cert garbage.pem with --tls-key garbage.key",
+        ),
     ],
 )
 def test_http_allow_remote_without_tls_is_refused_in_one_line(
     tmp_path: Path, ws: Path, extra: list[str], message: str
 ) -> None:
+    (tmp_path / "garbage.pem").write_text("not a certificate\n")
+    (tmp_path / "garbage.key").write_text("not a key\n")
     out = subprocess.run(
         memoryd("mcp", "--config", str(write_config(tmp_path, ws)), "--http", "0.0.0.0:0", *extra),
         stdin=subprocess.DEVNULL,

@@ -738,7 +738,10 @@ async def serve_http(
         config.load()  # reads the certificate and key now: a bad one is one line, not a trace
     except (OSError, ValueError) as err:
         sock.close()
-        raise ConfigError(f"cannot use the TLS certificate or key: {err}") from None
+        raise ConfigError(
+            f"cannot use --tls-cert {tls_cert} with --tls-key {tls_key} (PEM files that belong "
+            f"together?): {err}"
+        ) from None
     uv = _QuietUvicorn(config)
     shown = f"[{host}]" if ":" in host else host
     url = f"{'https' if tls_cert else 'http'}://{shown}:{bound_port}/mcp"

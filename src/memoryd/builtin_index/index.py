@@ -59,7 +59,6 @@ from ..core.ranking import (
     uncovered_window,
 )
 from ..core.records import record
-from ..core.redact import redact_secrets
 from ..core.results import MAX_SNIPPET_CHARS, FileText, SearchResult
 from ..core.text import (
     Script,
@@ -804,6 +803,9 @@ class MemoryIndex:
                 size = plan.for_file(mf.rel_path)
                 chunks = chunk_lines(text, tokens=size.tokens, overlap=size.overlap)
                 if self.settings.redact_notes:
+                    # imported here: a search that redacts nothing never loads the rules
+                    from ..core.redact import redact_secrets
+
                     chunks = [dataclasses.replace(c, text=redact_secrets(c.text)) for c in chunks]
                 store.replace_file(
                     mf.rel_path,
