@@ -1,16 +1,14 @@
 """Acting as a second local user (`nobody`) beside the one running the tests.
 
-CI runs as root, so a test can drop to `nobody` in a forked child (`as_nobody`) or run a command
-as `nobody` (`run_as_nobody`). Without root neither is possible and such tests skip, saying so.
+CI runs as root, so a test can drop to `nobody` in a forked child (`as_nobody`). Without root
+that is not possible and such tests skip, saying so.
 """
 
 from __future__ import annotations
 
-import grp
 import os
 import pwd
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -64,17 +62,3 @@ def as_nobody(call: Callable[[], object]) -> str:
         answer_bytes = fh.read()
     os.waitpid(pid, 0)
     return answer_bytes.decode()
-
-
-def run_as_nobody(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
-    """`argv` run as `nobody` (its own group, no others)."""
-    return subprocess.run(  # type: ignore[call-overload, no-any-return]
-        argv,
-        user="nobody",
-        group=grp.getgrgid(nobody().pw_gid).gr_name,
-        extra_groups=[],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        **kw,
-    )
