@@ -197,6 +197,7 @@ def main() -> None:
             timed([*memoryd, "index", "--config", str(cfg), "--json"], prev_env, root)
         rows["previous keyword-only"] = []
         rows["previous hybrid"] = []
+        rows["previous first search, never indexed"] = []
         rows["previous first search, 200 notes never indexed"] = []
     qmd = Path(args.qmd)
     qenv: dict[str, str] | None = None
@@ -239,21 +240,21 @@ def main() -> None:
                 ),
             )
         )
-        fresh = root / f"fresh-{i}"
-        cfg = memoryd_config(fresh.parent, ws, f"fresh-{i}", "local")
-        jobs.append(
-            (
-                "memoryd first search, never indexed",
-                functools.partial(
-                    search,
-                    [*memoryd, "search", "--json", "--config", str(cfg), q],
-                    {**env, "MEMORYD_STATE_DIR": str(fresh)},
-                ),
-            )
-        )
         for label, run_env in (("memoryd", env), ("previous", prev_env)):
             if run_env is None:
                 continue
+            fresh = root / f"fresh-{label}-{i}"
+            cfg = memoryd_config(fresh.parent, ws, f"fresh-{label}-{i}", "local")
+            jobs.append(
+                (
+                    f"{label} first search, never indexed",
+                    functools.partial(
+                        search,
+                        [*memoryd, "search", "--json", "--config", str(cfg), q],
+                        {**run_env, "MEMORYD_STATE_DIR": str(fresh)},
+                    ),
+                )
+            )
             state = root / f"big-{label}-{i}"
             cfg = memoryd_config(state.parent, big, f"big-{label}-{i}", "local")
             jobs.append(
@@ -298,7 +299,12 @@ def main() -> None:
         results["qmd search"] = f"skipped: no qmd at {qmd}"
     if prev_env is not None:
         results["baseline"] = args.baseline
-        for name in ("keyword-only", "hybrid", "first search, 200 notes never indexed"):
+        for name in (
+            "keyword-only",
+            "hybrid",
+            "first search, never indexed",
+            "first search, 200 notes never indexed",
+        ):
             new, old = rows[f"memoryd {name}"], rows[f"previous {name}"]
             results[f"memoryd {name} / previous (p50)"] = round(
                 statistics.median(new) / statistics.median(old), 2

@@ -77,7 +77,7 @@ LONGEST_FIRST = (
     "test_mcp_inspector.py",
     "test_pg_workers.py",
     "test_engine_contract.py",
-    "test_embeddings_local_blas.py",
+    "test_e5_engine.py",
     "test_redact.py",
     "test_pg_store.py",
     "test_lifecycle_qmd_sessions.py",

