@@ -80,14 +80,11 @@ def _hybrid_rows(run: dict[str, Any], source: str) -> list[str]:
                     source,
                 )
             )
-            qe, q4 = r["query_embedding_p50_ms"], r["query_embedding_4bit_p50_ms"]
-            q13 = r.get("query_embedding_round13_p50_ms")
             rows.append(
                 _row(
-                    "query embedding alone, long-lived process (int8 graph / 4-bit graph)",
-                    f"{qe} / {q4} ms",
-                    (f"{qe / q13:.2f}× round 13's int8 graph ({q13} ms); " if q13 else "")
-                    + f"{qe / q4:.2f}× the 4-bit graph",
+                    "query embedding alone, long-lived process",
+                    f"{r['query_embedding_p50_ms']} ms",
+                    "—",
                     "",
                     None,
                     source,

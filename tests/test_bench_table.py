@@ -34,7 +34,6 @@ def _run(chunks: int, hybrid: float) -> dict[str, Any]:
         "hybrid_p50_over_round11": round(hybrid / 11.0, 2),
         "keyword_p50_ms": 2.5,
         "query_embedding_p50_ms": 5.0,
-        "query_embedding_4bit_p50_ms": 7.0,
     }
     return {
         "numpy": engine,

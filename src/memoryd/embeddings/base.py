@@ -108,7 +108,8 @@ class EmbeddingProvider(abc.ABC):
         provider makes it without importing numpy; None otherwise (then `embed_query`).
 
         A one-off search of a SQLite index computes every cosine in SQL and so never needs
-        numpy (~80 ms to import) when the query's vector needs none either
+        numpy (a large share of a one-off command's time to import) when the query's vector
+        needs none either
         (`MemoryIndex._lean`).
         """
         return None
