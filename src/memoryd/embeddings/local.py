@@ -48,8 +48,9 @@ DEFAULT_LOCAL_MODEL = "multilingual-e5-small-q4"
 MAX_DEFAULT_THREADS = 8
 #: nice increment of embedding worker threads (Linux: per thread); 0 leaves them alone.
 WORKER_NICE = 0
-#: Part of the fingerprint: vectors of another engine differ in their last digits.
-ENGINE = "onnx"
+#: Part of the fingerprint: vectors of another engine, or of this one quantized otherwise
+#: (`_e5_ort.BITS`, `_e5_ort.BLOCK`), differ in their last digits.
+ENGINE = "onnx-8bit-128"
 
 
 @dataclass(frozen=True)
@@ -270,11 +271,13 @@ class LocalE5Provider(EmbeddingProvider):
 
     @property
     def documents_ready(self) -> bool:
-        from . import _e5_ort
-
         with _files_lock:
             f = _files.get(self._weights())
-        return f is not None and _e5_ort.loaded(f) is not None
+        if f is None:  # nothing loaded: and no numpy import just to say so
+            return False
+        from . import _e5_ort
+
+        return _e5_ort.loaded(f) is not None
 
     def load(self) -> None:
         """Load the model now (otherwise on first use)."""
