@@ -23,6 +23,7 @@ from ..errors import EmbeddingError
 from ._http import ApiClient, RetryPolicy, merge_headers
 from ._limits import estimate_tokens, pack, split_to_tokens, truncate_to_tokens
 from .base import EmbeddingProvider, Matrix, Vector, endpoint_fingerprint, l2_normalize
+from .batch import BatchMode, run_batch
 
 Kind = Literal["query", "document"]
 
@@ -65,7 +66,7 @@ class RemoteProvider(EmbeddingProvider):
             None if self.custom_endpoint else self.known_dims.get(self.model)
         )
         # Set by batch-capable providers when remote.batch.enabled (see batch.py).
-        self.batch: Any = None
+        self.batch: BatchMode | None = None
 
     # ------------------------------------------------------------------ provider-specific hooks
 
@@ -114,7 +115,7 @@ class RemoteProvider(EmbeddingProvider):
         self.dims = matrix.shape[1]
         return l2_normalize(matrix)
 
-    async def _embed_online(self, texts: list[str], kind: Kind) -> Matrix:
+    async def embed_online(self, texts: list[str], kind: Kind) -> Matrix:
         parts: list[Matrix] = []
         for start, stop in pack(
             texts, max_items=self.max_batch_items, max_tokens=self.max_batch_tokens
@@ -126,9 +127,7 @@ class RemoteProvider(EmbeddingProvider):
         return np.concatenate(parts).astype(np.float32, copy=False)
 
     async def embed_query(self, text: str) -> Vector:
-        matrix = await self._embed_online(
-            [truncate_to_tokens(text, self.max_input_tokens)], "query"
-        )
+        matrix = await self.embed_online([truncate_to_tokens(text, self.max_input_tokens)], "query")
         vector: Vector = matrix[0]
         return vector
 
@@ -151,10 +150,8 @@ class RemoteProvider(EmbeddingProvider):
 
     async def _embed_pieces(self, pieces: list[str]) -> Matrix:
         if self.batch is not None and self.batch.active:
-            from .batch import run_batch
-
-            return await run_batch(self, pieces)
-        return await self._embed_online(pieces, "document")
+            return await run_batch(self, self.batch, pieces)
+        return await self.embed_online(pieces, "document")
 
     def status(self) -> dict[str, object]:
         """What status() shows for this provider: endpoint, model, dims, batch state."""

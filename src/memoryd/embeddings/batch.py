@@ -21,7 +21,7 @@ import contextlib
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol
 
 import anyio
 import numpy as np
@@ -31,10 +31,20 @@ from ..errors import BatchPending, EmbeddingError
 from ._limits import pack
 from .base import Matrix
 
-if TYPE_CHECKING:
-    from ._remote import RemoteProvider
-
 MAX_FAILURES = 2
+
+
+class BatchProvider(Protocol):
+    """What batch mode uses of its provider (`_remote.RemoteProvider`)."""
+
+    @property
+    def id(self) -> str: ...
+
+    def fingerprint(self) -> str: ...
+
+    def to_matrix(self, raw: Sequence[Any], expected: int) -> Matrix: ...
+
+    async def embed_online(self, texts: list[str], kind: Literal["document"]) -> Matrix: ...
 
 
 class BatchJobFailed(EmbeddingError):
@@ -114,7 +124,7 @@ class BatchMode:
         }
 
 
-def _digest(provider: RemoteProvider, texts: Sequence[str]) -> str:
+def _digest(provider: BatchProvider, texts: Sequence[str]) -> str:
     h = hashlib.sha256(provider.fingerprint().encode())
     for text in texts:
         h.update(len(text).to_bytes(8, "little"))
@@ -122,7 +132,7 @@ def _digest(provider: RemoteProvider, texts: Sequence[str]) -> str:
     return h.hexdigest()
 
 
-async def _finish(provider: RemoteProvider, mode: BatchMode, job_id: str, count: int) -> Matrix:
+async def _finish(provider: BatchProvider, mode: BatchMode, job_id: str, count: int) -> Matrix:
     """Poll a job to completion (or timeout) and return its normalized vectors."""
     deadline = anyio.current_time() + mode.config.timeout_minutes * 60
     while True:
@@ -150,7 +160,7 @@ async def _cancel_quietly(runner: BatchRunner, job_id: str) -> None:
         await runner.cancel(job_id)
 
 
-async def _one_job(provider: RemoteProvider, mode: BatchMode, texts: list[str]) -> Matrix:
+async def _one_job(provider: BatchProvider, mode: BatchMode, texts: list[str]) -> Matrix:
     key = _digest(provider, texts)
     async with mode.limiter():
         job_id = mode._pending.get(key)
@@ -169,12 +179,11 @@ async def _one_job(provider: RemoteProvider, mode: BatchMode, texts: list[str]) 
         return matrix
 
 
-async def run_batch(provider: RemoteProvider, texts: list[str]) -> Matrix:
+async def run_batch(provider: BatchProvider, mode: BatchMode, texts: list[str]) -> Matrix:
     """Embed `texts` as documents through batch jobs; ranges whose job failed are embedded online.
 
     Raises `BatchPending` when `wait` is false and a job is still running.
     """
-    mode: BatchMode = provider.batch
     ranges = pack(texts, max_items=mode.runner.max_job_inputs, max_tokens=None)
     results: list[Matrix | None] = [None] * len(ranges)
     failures: list[EmbeddingError] = []
@@ -201,5 +210,5 @@ async def run_batch(provider: RemoteProvider, texts: list[str]) -> Matrix:
         )
     for slot, (start, stop) in enumerate(ranges):
         if results[slot] is None:
-            results[slot] = await provider._embed_online(texts[start:stop], "document")
+            results[slot] = await provider.embed_online(texts[start:stop], "document")
     return np.concatenate([r for r in results if r is not None])
