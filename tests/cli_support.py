@@ -49,7 +49,7 @@ from typing import IO, Any
 PRELOAD = (
     "memoryd.cli",
     "memoryd.config",
-    "memoryd.config_cache",
+    "memoryd.config_files",
     "memoryd.orchestrator",
     "memoryd.orchestrator.service",
     "memoryd.builtin_index",

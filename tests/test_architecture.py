@@ -20,15 +20,14 @@ ALLOWED: dict[str, set[str]] = {
     "core": {"errors"},
     "paths": {"errors"},
     "fsio": {"core", "errors", "paths"},
-    "config_cache": {"errors", "paths", "fsio"},
-    # config imports config_validation only inside the functions that validate (pydantic)
-    "config": {"core", "errors", "paths", "config_cache", "config_validation"},
-    "config_validation": {"config", "errors"},
+    "config_validation": {"errors"},
+    "config": {"core", "errors", "paths", "config_validation"},
+    "config_files": {"errors", "paths", "fsio", "config", "config_validation"},
     "memfiles": {"core", "errors", "fsio"},
     "lazy": set(),
     "inline": {"lazy"},
     "embeddings": {"core", "errors", "config", "lazy", "inline"},
-    "scope_rules": {"core", "errors", "config"},
+    "scope_rules": {"core", "errors", "config", "config_validation"},
     "builtin_index": {
         "core",
         "errors",
@@ -64,6 +63,7 @@ ALLOWED: dict[str, set[str]] = {
         "core",
         "errors",
         "config",
+        "config_files",
         "paths",
         "builtin_index",  # pg-local's throwaway PostgreSQL (builtin_index.pg_embedded)
         "server",
@@ -77,7 +77,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     "progress": set(),
     # the public API, re-exported (loaded on first use)
-    "__init__": {"errors", "config", "core", "orchestrator"},
+    "__init__": {"errors", "config", "config_files", "core", "orchestrator"},
     "__main__": {"cli"},
 }
 

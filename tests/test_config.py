@@ -11,12 +11,11 @@ from memoryd.config import (
     AgentsConfig,
     ChunkingConfig,
     MemorydConfig,
-    load_config,
     parse_duration_ms,
-    read_config_file,
     resolve_agent,
     validate_config,
 )
+from memoryd.config_files import load_config, read_config_file
 from memoryd.errors import ConfigError, WorkspaceNotFound
 
 
@@ -152,7 +151,7 @@ def test_an_override_valid_alone_but_not_merged_fails_at_load_naming_the_agent(
 def test_a_config_built_in_code_still_merges_its_overrides(tmp_path: Path) -> None:
     cfg = MemorydConfig(
         agents=AgentsConfig(
-            entries=[AgentEntry(id="ops", memory_search={"query": {"maxResults": 2}})]
+            list_=[AgentEntry(id="ops", memory_search={"query": {"maxResults": 2}})]
         )
     )
     agent = resolve_agent(cfg, "ops", workspace=tmp_path)
@@ -312,9 +311,9 @@ def test_unknown_keys_name_their_path_and_the_closest_known_key(
 
 
 def test_every_model_built_in_code_equals_the_validated_one() -> None:
-    """The models' one shared `__init__` (config.py's `model`) gives what pydantic's validation
-    of the same input gives: defaults, factories (a fresh list per instance), `__post_init__`."""
-    from memoryd.config import MODELS, validate
+    """A model built in code (its dataclass `__init__`) is what pydantic's validation of the same
+    input gives: defaults, factories (a fresh list per instance), `__post_init__`."""
+    from memoryd.config_validation import MODELS, validate
 
     required = {"DailyNoteChunkingConfig": {"tokens": 160, "overlap": 16}}
     required |= {"ExtraPathEntry": {"path": "notes"}, "QmdPathConfig": {"path": "/srv"}}

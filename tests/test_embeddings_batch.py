@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from embedding_servers import FakeGemini, FakeOpenAI, fake_vector, fast_retry, serve
-from memoryd.config import BatchConfig, validate
+from memoryd.config import BatchConfig
+from memoryd.config_validation import validate
 from memoryd.embeddings.batch import BatchPending
 from memoryd.embeddings.gemini import GeminiProvider
 from memoryd.embeddings.openai import OpenAIProvider

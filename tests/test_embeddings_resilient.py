@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from embedding_servers import FakeGemini, FakeOpenAI, fast_retry, serve
-from memoryd.config import MemorySearchConfig, ModelsConfig, validate
+from memoryd.config import MemorySearchConfig, ModelsConfig
+from memoryd.config_validation import validate
 from memoryd.embeddings.resilient import ResilientEmbedder
 from memoryd.embeddings.selection import select_from_config
 from memoryd.errors import ProviderUnavailable

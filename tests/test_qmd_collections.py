@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from memoryd.config import QmdConfig, validate
+from memoryd.config import QmdConfig
+from memoryd.config_validation import validate
 from memoryd.qmd_adapter import (
     Action,
     CollectionInfo,

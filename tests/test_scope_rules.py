@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memoryd.config import ScopeConfig, ScopeMatch, ScopeRule, validate, validate_config
+from memoryd.config import ScopeConfig, ScopeMatch, ScopeRule, validate_config
+from memoryd.config_validation import validate
 from memoryd.errors import ConfigError
 from memoryd.scope_rules import (
     DEFAULT_SCOPE,

@@ -26,7 +26,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .config import load_config
+    from .config_files import load_config
     from .core.results import SearchResult
     from .orchestrator.service import MemoryService, SearchOutput
 
@@ -51,7 +51,7 @@ def __getattr__(name: str) -> Any:
     # loaded on first use: the `memoryd` command imports this package for its version, and a
     # search it forwards to `memoryd serve` never loads the config or the service
     if name == "load_config":
-        from .config import load_config
+        from .config_files import load_config
 
         return load_config
     if name == "SearchResult":

@@ -482,7 +482,7 @@ def _service(args: argparse.Namespace, prefetch: str | None = None, **kw: Any) -
     """The service for this command; `prefetch`: a search's query, whose embedding starts
     before the service's and the index's modules load (`engines.prefetch_search_query`)."""
     # imported here: a search forwarded to `memoryd serve` never pays for config, numpy or SQLite
-    from .config import load_config
+    from .config_files import load_config
 
     config = load_config(args.config)
     if prefetch is not None and EARLY_QUERY_PREFETCH:
@@ -941,7 +941,8 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 async def _cmd_mcp(args: argparse.Namespace) -> int:
-    from .config import load_config, resolve_agent
+    from .config import resolve_agent
+    from .config_files import load_config
 
     if args.print_token:
         from .mcp_server import load_token
@@ -1048,12 +1049,12 @@ def _check_new_agent(args: argparse.Namespace) -> None:
     if args.agent is None or args.create:
         return
     from . import paths
-    from .config import load_config
+    from .config_files import load_config
 
     agent_id = paths.validate_agent_id(args.agent)
     if agent_id == paths.DEFAULT_AGENT_ID or paths.agent_root(agent_id).exists():
         return
-    if load_config(args.config).agents.entries:
+    if load_config(args.config).agents.list_:
         return  # a configured list: the service refuses the ids it does not hold
     raise UnknownAgent(
         f"agent {agent_id!r} has no state yet and no config lists it: pass --create to start "

@@ -1,14 +1,9 @@
-"""Configuration: models shaped like OpenClaw's keys, and the loader that finds and reads them.
+"""Configuration: the settings, shaped like OpenClaw's keys, and one agent's view of them.
 
 Keys are written camelCase as in OpenClaw's config; snake_case field names are accepted too.
-Every model forbids unknown keys so a misspelled option fails loudly with its key path.
-
-The models are plain dataclasses, and this module does not import pydantic: a process whose
-config comes from the validated-config cache (`memoryd.config_cache`), or that has no config
-file, never loads it (pydantic's import alone was ~0.2 s of every one-off `memoryd search`).
-pydantic still does every validation, in `memoryd.config_validation`: it validates stdlib
-dataclasses directly, reading each class's `__pydantic_config__` and the `Bounds`/`Check`
-markers in the field annotations. One declaration per setting, one validator.
+The models are plain dataclasses (`config_validation.model`); `validate_config` checks a whole
+config with pydantic, every unknown key refused with its path, and merges each agent's
+overrides. Config files are found and read by `config_files`.
 """
 
 from __future__ import annotations
@@ -16,93 +11,18 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar, dataclass_transform
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 from urllib.parse import parse_qsl, quote, urlsplit
 
-from . import config_cache, paths
+from . import paths
+from .config_validation import Bounds, Check, as_written, model, validate
 from .core.layout import LONG_TERM_NAMES, MEMORY_DIR, MemoryRoot, default_roots, extra_root
-from .core.records import dataclass_init, record, value_eq, value_repr
 from .errors import ConfigError, InvalidAgentId, UnknownAgent, WorkspaceNotFound
 
-if TYPE_CHECKING:
-    from pydantic import GetCoreSchemaHandler
-    from pydantic_core import CoreSchema
-
 _T = TypeVar("_T")
-
-#: Field names whose key is not their camelCase form.
-_ALIASES: Final = {"entries": "list"}
-
-
-def config_key(name: str) -> str:
-    """The key a field is written as: `max_results` → `maxResults`, `lambda_` → `lambda`."""
-    if name in _ALIASES:
-        return _ALIASES[name]
-    head, *rest = name.rstrip("_").split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
-
-
-class Bounds:
-    """Annotation marker: numeric bounds pydantic checks (`Annotated[int, Bounds(ge=1)]`)."""
-
-    def __init__(
-        self, *, ge: float | None = None, gt: float | None = None, le: float | None = None
-    ) -> None:
-        self.limits = {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le)) if v is not None}
-
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> CoreSchema:
-        schema = handler(source)
-        if schema.get("type") not in ("int", "float"):
-            raise TypeError(f"Bounds applies to int and float fields, not {source!r}")
-        return {**schema, **self.limits}
-
-
-class Check:
-    """Annotation marker: a function pydantic runs on the validated value (ValueError = invalid)."""
-
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
-        self.fn = fn
-
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> CoreSchema:
-        from pydantic_core import core_schema
-
-        return core_schema.no_info_after_validator_function(self.fn, handler(source))
-
-
-#: Every config model by class name (what `config_cache` rebuilds, what errors look up).
-MODELS: Final[dict[str, type[Any]]] = {}
-_PYDANTIC_CONFIG: Final = {
-    "extra": "forbid",
-    "alias_generator": config_key,
-    "populate_by_name": True,
-}
-
-
-@dataclass_transform(field_specifiers=(dataclasses.field, field))
-def model(cls: type[_T]) -> type[_T]:
-    """A config model: a dataclass that pydantic validates (unknown keys forbidden).
-
-    `__init__`, `__eq__` and `__repr__` are `core.records`' shared ones, not generated per class:
-    `dataclasses` compiles each generated method with `exec`, and generating three per class
-    was ~120 functions at import, ~20 ms of every one-off command. (pydantic builds validated
-    instances without calling `__init__`.)
-    """
-    cls.__init__ = dataclass_init  # type: ignore[method-assign]
-    cls.__eq__ = value_eq  # type: ignore[method-assign]
-    cls.__repr__ = value_repr  # type: ignore[method-assign]
-    cls.__hash__ = None  # type: ignore[assignment]  # mutable and compared by value, as eq=True
-    out = dataclass(init=False, eq=False, repr=False)(cls)
-    out.__pydantic_config__ = _PYDANTIC_CONFIG  # type: ignore[attr-defined]
-    MODELS[out.__name__] = out
-    return out
-
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
@@ -159,21 +79,20 @@ class RemoteConfig:
     output_dimensionality: int | None = None
 
 
-#: Keys OpenClaw has that memoryd refuses with a sentence of its own, by the model holding them.
-REMOVED_KEYS: Final = {
-    ("LocalConfig", "modelCacheDir"): "modelCacheDir is not supported: memoryd's local model "
-    "ships inside its Python package and downloads nothing (remove the key)",
-}
-
-
 @model
 class LocalConfig:
     #: Path to a local embedding model file.
     model_path: str | None = None
     #: CPU threads of the local model; default min(2, cores). OMP_NUM_THREADS wins when set.
     #: Threads wait passively (OMP_WAIT_POLICY=PASSIVE) unless set otherwise: spinning threads
-    #: turned ~20 ms queries into 150 ms-1.3 s tails whenever another process held a core.
+    #: stall every query whenever another process holds a core.
     threads: Annotated[int, Bounds(ge=1, le=64)] | None = None
+
+    #: OpenClaw's keys refused with a reason of their own.
+    removed_keys: ClassVar = {
+        "modelCacheDir": "modelCacheDir is not supported: memoryd's local model ships inside "
+        "its Python package and downloads nothing (remove the key)"
+    }
 
 
 @model
@@ -188,7 +107,7 @@ StoreDriver = Literal["sqlite", "postgres"]
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def check_store_url(url: str) -> None:
+def check_store_url(url: str) -> str:
     """Refuse what `store.url` must not be: anything but a libpq URL, or one with a password.
 
     A password written into the config would sit in a file that is copied, shared and shown;
@@ -197,7 +116,7 @@ def check_store_url(url: str) -> None:
     repeat the URL.
     """
     if _ENV_REF.fullmatch(url):
-        return
+        return url
     if not url.startswith(("postgresql://", "postgres://")):
         raise ValueError(
             "must be a libpq URL, postgresql://user@host:port/dbname (key=value strings are "
@@ -217,6 +136,7 @@ def check_store_url(url: str) -> None:
             "must not contain a password: set PGPASSWORD or ~/.pgpass for memoryd, or write "
             "it as a reference to an environment variable, postgresql://user:${PGPASS_VAR}@host/db"
         )
+    return url
 
 
 def expand_store_url(url: str, environ: Mapping[str, str]) -> str:
@@ -241,12 +161,6 @@ def expand_store_url(url: str, environ: Mapping[str, str]) -> str:
     return filled
 
 
-def _url_without_password(value: str | None) -> str | None:
-    if value is not None:
-        check_store_url(value)
-    return value
-
-
 @model
 class StoreConfig:
     #: Where the built-in index lives: 'sqlite' (one file per agent and workspace) or
@@ -257,7 +171,7 @@ class StoreConfig:
     #: driver = postgres: a libpq URL, postgresql://user@host:port/dbname. No inline password:
     #: libpq reads PGPASSWORD, ~/.pgpass or PGSERVICE, and ${NAME} references are filled from
     #: the environment.
-    url: Annotated[str | None, Check(_url_without_password)] = None
+    url: Annotated[str, Check(check_store_url)] | None = None
     vector: VectorStoreConfig = field(default_factory=VectorStoreConfig)
 
 
@@ -310,10 +224,9 @@ class HybridConfig:
     vector_weight: Annotated[float, Bounds(ge=0)] = 0.7
     text_weight: Annotated[float, Bounds(ge=0)] = 0.3
     candidate_multiplier: Annotated[int, Bounds(ge=1, le=50)] = 4
-    #: How BM25 and vector lists merge: 'auto' is memoryd's default (calibrated scores that mean
-    #: the same across queries, so minScore drops what is unrelated; see README); 'relative' is
-    #: the previous default (scores relative to the query's best hit, never abstains);
-    #: 'weighted' is the seed's linear merge.
+    #: How BM25 and vector lists merge: 'auto' (calibrated scores that mean the same across
+    #: queries, so minScore drops what is unrelated), 'relative' (scores relative to the
+    #: query's best hit, never abstains), 'weighted' (a linear merge), 'rrf', 'minmax', 'zscore'.
     fusion: Fusion = "auto"
     mmr: MmrConfig = field(default_factory=MmrConfig)
     temporal_decay: TemporalDecayConfig = field(default_factory=TemporalDecayConfig)
@@ -593,8 +506,8 @@ class AgentEntry:
     memory_search: dict[str, Any] | None = None
     #: Overrides merged over agents.defaults.compaction (as written).
     compaction: dict[str, Any] | None = None
-    #: This agent's memorySearch with its overrides merged and validated, filled in by
-    #: validation (`memoryd.config_validation`), so resolving an agent needs no validator.
+    #: This agent's memorySearch and compaction with its overrides merged and validated, filled
+    #: in by `validate_config`, so that resolving an agent needs no validator.
     effective_memory_search: MemorySearchConfig | None = field(default=None, init=False)
     effective_compaction: CompactionConfig | None = field(default=None, init=False)
 
@@ -611,8 +524,7 @@ def _unique_ids(entries: list[AgentEntry]) -> list[AgentEntry]:
 @model
 class AgentsConfig:
     defaults: AgentDefaults = field(default_factory=AgentDefaults)
-    #: Written `list`.
-    entries: Annotated[list[AgentEntry], Check(_unique_ids)] = field(default_factory=list)
+    list_: Annotated[list[AgentEntry], Check(_unique_ids)] = field(default_factory=list)
 
 
 @model
@@ -636,16 +548,6 @@ class MemorydConfig:
     models: ModelsConfig = field(default_factory=ModelsConfig)
 
 
-def validate(cls: type[_T], data: Any, *, root: str = "", what: str = "config") -> _T:
-    """`data` validated as the config model `cls`; a ConfigError naming each bad key's path.
-
-    Imports pydantic (`memoryd.config_validation`): only what must validate pays for it.
-    """
-    from .config_validation import validate_model
-
-    return validate_model(cls, data, root=root, what=what)
-
-
 # --------------------------------------------------------------------------- resolved agent view
 
 
@@ -653,9 +555,7 @@ def validate(cls: type[_T], data: Any, *, root: str = "", what: str = "config") 
 class ResolvedAgent:
     """One agent's effective settings after defaults, per-agent overrides and CLI overrides.
 
-    A plain frozen dataclass, not a model: it is assembled from parts the config models have
-    already validated, so it needs no validator of its own (building one cost every process
-    tens of milliseconds at import).
+    Not a model: it is assembled from parts that have already validated.
     """
 
     agent_id: str
@@ -762,7 +662,7 @@ def _absolute(raw: str, workspace: Path) -> Path:
     return Path(os.path.normpath(p if p.is_absolute() else workspace / p))
 
 
-@record
+@dataclass(frozen=True)
 class IndexSettings:
     """What the built-in index needs to know, and nothing more (built by `ResolvedAgent`)."""
 
@@ -791,7 +691,7 @@ class IndexSettings:
     redact_notes: bool = False
 
 
-@record
+@dataclass(frozen=True)
 class QmdSettings:
     """What the qmd sidecar needs to know (built by `ResolvedAgent`)."""
 
@@ -816,117 +716,61 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 
 
 def validate_config(data: Mapping[str, Any], *, source: str = "config") -> MemorydConfig:
-    """A whole config (a parsed TOML/JSON mapping) validated; ConfigError names each bad key."""
-    from .config_validation import validate_whole
+    """A whole config (a parsed TOML/JSON mapping) validated; ConfigError names each bad key.
 
-    return validate_whole(data, source=source)
-
-
-# OpenClaw configs carry many unrelated keys (gateway, channels, …); take only the memory ones.
-_OPENCLAW_AGENT_KEYS = ("id", "workspace", "workspaceAccess", "memorySearch", "compaction")
-_OPENCLAW_DEFAULT_KEYS = (
-    "workspace",
-    "workspaceAccess",
-    "memorySearch",
-    "compaction",
-    "bootstrapMaxChars",
-    "bootstrapTotalMaxChars",
-)
-
-
-def _openclaw_subset(raw: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if "memory" in raw:
-        out["memory"] = raw["memory"]
-    agents = raw.get("agents")
-    if isinstance(agents, Mapping):
-        sub: dict[str, Any] = {}
-        defaults = agents.get("defaults")
-        if isinstance(defaults, Mapping):
-            sub["defaults"] = {k: defaults[k] for k in _OPENCLAW_DEFAULT_KEYS if k in defaults}
-        entries = agents.get("list")
-        if isinstance(entries, list):
-            sub["list"] = [
-                {k: e[k] for k in _OPENCLAW_AGENT_KEYS if k in e}
-                for e in entries
-                if isinstance(e, Mapping)
-            ]
-        out["agents"] = sub
-    models = raw.get("models")
-    if isinstance(models, Mapping) and isinstance(models.get("providers"), Mapping):
-        out["models"] = {
-            "providers": {
-                name: {k: v for k, v in entry.items() if k in ("apiKey", "baseUrl", "headers")}
-                for name, entry in models["providers"].items()
-                if isinstance(entry, Mapping)
-            }
-        }
-    return out
-
-
-def read_config_file(path: Path) -> MemorydConfig:
-    """Read a memoryd TOML file, or an OpenClaw JSON/JSON5 file (memory keys only).
-
-    A file whose exact bytes validated before comes from the validated-config cache instead
-    (`memoryd.config_cache`): same models, no second validation.
+    Each `agents.list` entry's overrides are merged over `agents.defaults` and validated too.
     """
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except OSError as err:
-        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
-    try:
-        fingerprint = config_cache.code_fingerprint(__file__, _VALIDATION_SOURCE)
-    except OSError:  # no source to fingerprint (a frozen build): validate every time
-        return _parse_config_file(path, raw)
-    where = path.absolute()
-    cached = config_cache.load(where, raw, fingerprint, MODELS)
-    if isinstance(cached, MemorydConfig):
-        return cached
-    config = _parse_config_file(path, raw)
-    config_cache.store(where, raw, fingerprint, config, _CREDENTIAL_FIELDS)
+    config = validate(MemorydConfig, _memory_search_as_defaults(data, source), what=source)
+    _merge_overrides(config, source)
     return config
 
 
-#: The module that validates these models: its code is part of what a cached config depends on.
-_VALIDATION_SOURCE: Final = str(Path(__file__).with_name("config_validation.py"))
-#: Fields that may hold credentials: a config with any of them set is never cached.
-_CREDENTIAL_FIELDS = frozenset({"api_key", "headers"})
+def _memory_search_as_defaults(data: Mapping[str, Any], what: str) -> Mapping[str, Any]:
+    """OpenClaw 2026.8+ keeps memory settings under `memory.search`: read them as
+    `agents.defaults.memorySearch` (merged over it; `memory.search` wins), reporting problems at
+    their own path (`memory.search.query.maxResult: unknown key (did you mean 'maxResults'?)`)."""
+    memory = data.get("memory")
+    if not isinstance(memory, Mapping) or "search" not in memory:
+        return data
+    search = memory["search"]
+    if not isinstance(search, Mapping):
+        raise ConfigError(f"invalid {what}: memory.search: must be a table/object")
+    validate(MemorySearchConfig, search, root="memory.search", what=what)
+    out = {**data, "memory": {k: v for k, v in memory.items() if k != "search"}}
+    agents = data.get("agents", {})
+    defaults = agents.get("defaults", {}) if isinstance(agents, Mapping) else None
+    if not isinstance(agents, Mapping) or not isinstance(defaults, Mapping):
+        return out  # validation reports the bad key where it is
+    merged: dict[str, Any] = {}
+    for key in ("memory_search", "memorySearch", None):
+        value = search if key is None else defaults.get(key)
+        if isinstance(value, Mapping):
+            merged = deep_merge(merged, as_written(MemorySearchConfig, value))
+    rest = {k: v for k, v in defaults.items() if k not in ("memory_search", "memorySearch")}
+    out["agents"] = {**agents, "defaults": {**rest, "memorySearch": merged}}
+    return out
 
 
-def _parse_config_file(path: Path, raw: bytes) -> MemorydConfig:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"cannot read config file {path}: not UTF-8 ({err.reason})") from None
-    if path.suffix.lower() in (".json", ".json5"):
-        import json5
+def _merge_overrides(config: MemorydConfig, what: str = "config") -> None:
+    """Fill each `agents.list` entry's effective memorySearch and compaction: its overrides
+    merged over agents.defaults and validated, an error naming the entry
+    (`agents.list.1.memorySearch.chunking: …`)."""
+    defaults = config.agents.defaults
 
-        try:
-            raw = json5.loads(text)
-        except ValueError as err:
-            raise ConfigError(f"cannot parse {path}: {err}") from None
-        if not isinstance(raw, Mapping):
-            raise ConfigError(f"{path}: top level must be an object")
-        return validate_config(_openclaw_subset(raw), source=str(path))
-    import tomllib  # here: a config from the cache is never parsed
+    def merged(base: _T, override: Mapping[str, Any], root: str) -> _T:
+        cls = type(base)
+        written = as_written(cls, dataclasses.asdict(base))  # type: ignore[call-overload]
+        return validate(cls, deep_merge(written, as_written(cls, override)), root=root, what=what)
 
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"cannot parse {path}: {err}") from None
-    return validate_config(data, source=str(path))
-
-
-def find_config_file(explicit: str | os.PathLike[str] | None = None) -> Path | None:
-    """`--config`, then `MEMORYD_CONFIG`, then `<config dir>/config.toml` if present."""
-    return paths.config_file(explicit)
-
-
-def load_config(explicit: str | os.PathLike[str] | None = None) -> MemorydConfig:
-    found = find_config_file(explicit)
-    return read_config_file(found) if found else MemorydConfig()
+    for idx, entry in enumerate(config.agents.list_):
+        if entry.memory_search is not None:
+            entry.effective_memory_search = merged(
+                defaults.memory_search, entry.memory_search, f"agents.list.{idx}.memorySearch"
+            )
+        if entry.compaction is not None:
+            entry.effective_compaction = merged(
+                defaults.compaction, entry.compaction, f"agents.list.{idx}.compaction"
+            )
 
 
 def _looks_like_workspace(path: Path) -> bool:
@@ -947,19 +791,18 @@ def resolve_agent(
     `serve` resolves a caller's identity with `{}`, since the caller sent its own).
     """
     agent_id = paths.validate_agent_id(paths.DEFAULT_AGENT_ID if agent_id is None else agent_id)
-    entry = next((e for e in config.agents.entries if e.id == agent_id), None)
-    if entry is None and config.agents.entries and agent_id != paths.DEFAULT_AGENT_ID:
-        known = ", ".join(e.id for e in config.agents.entries)
+    entry = next((e for e in config.agents.list_ if e.id == agent_id), None)
+    if entry is None and config.agents.list_ and agent_id != paths.DEFAULT_AGENT_ID:
+        known = ", ".join(e.id for e in config.agents.list_)
         raise UnknownAgent(f"unknown agent {agent_id!r} (configured: {known})")
     defaults = config.agents.defaults
 
     search, compaction = defaults.memory_search, defaults.compaction
-    if entry is not None and (entry.memory_search or entry.compaction):
-        if entry.effective_memory_search is None and entry.effective_compaction is None:
-            # a config built in code rather than validated: merge and validate its overrides now
-            from .config_validation import fill_effective
-
-            fill_effective(config)
+    if entry is not None:
+        if (entry.memory_search is not None and entry.effective_memory_search is None) or (
+            entry.compaction is not None and entry.effective_compaction is None
+        ):
+            _merge_overrides(config)  # a config built in code, not validated: merge it now
         search = entry.effective_memory_search or search
         compaction = entry.effective_compaction or compaction
 
@@ -999,4 +842,4 @@ def resolve_agent(
 
 def agent_ids(config: MemorydConfig) -> list[str]:
     """Configured agent ids (`main` when none are listed)."""
-    return [e.id for e in config.agents.entries] or ["main"]
+    return [e.id for e in config.agents.list_] or ["main"]

@@ -1,59 +1,149 @@
-"""Validating a config: pydantic over the config dataclasses, and errors that name the key path.
+"""How config models are declared and checked: dataclasses that pydantic validates on demand.
 
-`memoryd.config` declares the models as plain dataclasses and never imports pydantic; this
-module is the only one that does, and it is imported only by what must validate: a config file
-that is new or changed (not in `memoryd.config_cache`), a scope or model built from a mapping
-in code, the tests. pydantic validates stdlib dataclasses directly (each class's
-`__pydantic_config__`: unknown keys forbidden, camelCase keys; the `Bounds`/`Check` markers in
-the annotations; `__post_init__` for the checks across fields).
+A config model (`model`) is a plain dataclass whose keys are written camelCase (`config_key`;
+snake_case field names are accepted too), with `Bounds` and `Check` markers in its annotations
+and `__post_init__` for the checks across fields. Building one in code runs no validator;
+`validate` checks a mapping with pydantic, imported on first use so that a process that
+validates nothing never loads it. Unknown keys are refused, and every error names its key's path.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import typing
-from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, TypeVar, dataclass_transform
 
-from pydantic import TypeAdapter, ValidationError
-
-from . import config as cfg
 from .errors import ConfigError
+
+if TYPE_CHECKING:
+    from pydantic import GetCoreSchemaHandler, TypeAdapter, ValidationError
+    from pydantic_core import CoreSchema
 
 _T = TypeVar("_T")
 
-#: pydantic's error types for a key the model does not have (models, dataclasses).
-_UNKNOWN_KEY = frozenset({"extra_forbidden", "unexpected_keyword_argument"})
-#: … and for a required key that is missing.
-_MISSING = frozenset({"missing", "missing_argument", "missing_keyword_only_argument"})
+
+def config_key(name: str) -> str:
+    """The key a field is written as: `max_results` → `maxResults`, `lambda_` → `lambda`."""
+    head, *rest = name.rstrip("_").split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-_ADAPTERS: dict[type[Any], TypeAdapter[Any]] = {}
+#: Every config model by class name (what the config cache rebuilds).
+MODELS: Final[dict[str, type[Any]]] = {}
+_PYDANTIC_CONFIG: Final = {
+    "extra": "forbid",
+    "alias_generator": config_key,
+    "populate_by_name": True,
+}
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field,))
+def model(cls: type[_T]) -> type[_T]:
+    """A config model: a dataclass that pydantic validates with unknown keys forbidden.
+
+    A class attribute `removed_keys` ({key: reason}) names keys refused with a sentence of their own.
+    """
+    cls.__pydantic_config__ = _PYDANTIC_CONFIG  # type: ignore[attr-defined]
+    out = dataclasses.dataclass(cls)
+    MODELS[out.__name__] = out
+    return out
+
+
+class Bounds:
+    """Annotation marker: numeric bounds pydantic checks (`Annotated[int, Bounds(ge=1)]`)."""
+
+    def __init__(
+        self, *, ge: float | None = None, gt: float | None = None, le: float | None = None
+    ) -> None:
+        self.limits = {k: v for k, v in (("ge", ge), ("gt", gt), ("le", le)) if v is not None}
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        schema = handler(source)
+        if schema.get("type") not in ("int", "float"):
+            raise TypeError(f"Bounds applies to int and float fields, not {source!r}")
+        return {**schema, **self.limits}
+
+
+class Check:
+    """Annotation marker: a function pydantic runs on the validated value (ValueError = invalid)."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_after_validator_function(self.fn, handler(source))
+
+
+_ADAPTERS: Final[dict[type[Any], TypeAdapter[Any]]] = {}
 
 
 def _adapter(cls: type[Any]) -> TypeAdapter[Any]:
     if cls not in _ADAPTERS:
+        from pydantic import TypeAdapter
+
         _ADAPTERS[cls] = TypeAdapter(cls)
     return _ADAPTERS[cls]
 
 
-def validate_model(cls: type[_T], data: Any, *, root: str = "", what: str = "config") -> _T:
-    """`data` validated as `cls`; ConfigError("invalid <what>: <path>: <problem>; …")."""
+def validate(cls: type[_T], data: Any, *, root: str = "", what: str = "config") -> _T:
+    """`data` validated as the model `cls`; ConfigError("invalid <what>: <path>: <problem>; …")."""
+    from pydantic import ValidationError
+
     try:
-        adapter = _adapter(cls)
-        return typing.cast(_T, adapter.validate_python(data))
+        return typing.cast(_T, _adapter(cls).validate_python(data))
     except ValidationError as err:
-        raise ConfigError(
-            f"invalid {what}: {format_validation_error(err, root=root, model=cls)}"
-        ) from None
+        raise ConfigError(f"invalid {what}: {_describe(err, cls, root)}") from None
 
 
-_FIELD_TYPES: dict[type[Any], dict[str, Any]] = {}
+#: pydantic's error types for a key the model does not have, and for a required key missing.
+_UNKNOWN_KEY: Final = frozenset({"extra_forbidden", "unexpected_keyword_argument"})
+_MISSING: Final = frozenset({"missing", "missing_argument", "missing_keyword_only_argument"})
+
+
+def _describe(err: ValidationError, cls: type[Any], root: str) -> str:
+    """One problem after another, each naming its key path (`agents.defaults.memorySearch…`)."""
+    lines = []
+    for item in err.errors():
+        loc = [p for p in item["loc"] if p != "__root__"]
+        msg = item["msg"]
+        if item["type"] in _UNKNOWN_KEY and loc:
+            msg = _unknown_key(_model_at(cls, loc[:-1]), str(loc[-1]))
+        elif item["type"] in _MISSING:
+            msg = "Field required"
+        elif item["type"] == "value_error":
+            # our validators' own sentences, without pydantic's "Value error, " in front
+            msg = str(item.get("ctx", {}).get("error", msg.removeprefix("Value error, ")))
+        path = ".".join([root] * bool(root) + [str(part) for part in loc])
+        lines.append(f"{path or '<root>'}: {msg}")
+    return "; ".join(lines)
+
+
+def _unknown_key(holder: type[Any] | None, key: str) -> str:
+    """`unknown key`, with the closest known key of the model that holds it, or the sentence
+    the model has for a key it refuses on purpose (`removed_keys`)."""
+    if holder is None:
+        return "unknown key"
+    removed: Mapping[str, str] = getattr(holder, "removed_keys", {})
+    if key in removed:
+        return removed[key]
+    import difflib
+
+    known = [config_key(f.name) for f in dataclasses.fields(holder) if f.init]
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return "unknown key" + (f" (did you mean {close[0]!r}?)" if close else "")
+
+
+_FIELD_TYPES: Final[dict[type[Any], dict[str, Any]]] = {}
 
 
 def _field_types(cls: type[Any]) -> dict[str, Any]:
-    """A model's field annotations, resolved once (in its module, as `get_type_hints` does)."""
     if cls not in _FIELD_TYPES:
         _FIELD_TYPES[cls] = typing.get_type_hints(cls)
     return _FIELD_TYPES[cls]
@@ -73,155 +163,41 @@ def _inner_model(annotation: Any) -> type[Any] | None:
 def _field_named(cls: type[Any], key: str) -> dataclasses.Field[Any] | None:
     """The field of `cls` written `key` (its camelCase key, or its own name)."""
     return next(
-        (f for f in dataclasses.fields(cls) if f.init and key in (f.name, cfg.config_key(f.name))),
+        (f for f in dataclasses.fields(cls) if f.init and key in (f.name, config_key(f.name))),
         None,
     )
 
 
-def _model_at(model: type[Any], loc: Sequence[str | int]) -> type[Any] | None:
+def _model_at(cls: type[Any] | None, loc: Sequence[str | int]) -> type[Any] | None:
     """The config model that holds the key at `loc` (None when the path leaves the models)."""
-    current: type[Any] | None = model
     for part in loc:
         if isinstance(part, int):
             continue
-        if current is None:
+        if cls is None or (f := _field_named(cls, part)) is None:
             return None
-        f = _field_named(current, part)
-        if f is None:
-            return None
-        current = _inner_model(_field_types(current)[f.name])
-    return current
-
-
-def _unknown_key(model: type[Any] | None, loc: Sequence[str | int], key: str) -> str:
-    """`unknown key`, with the closest known key of the model that holds it, or the sentence
-    memoryd has for a key it refuses on purpose (`cfg.REMOVED_KEYS`)."""
-    holder = _model_at(model, loc) if model is not None else None
-    if holder is None:
-        return "unknown key"
-    removed = cfg.REMOVED_KEYS.get((holder.__name__, key))
-    if removed:
-        return removed
-    known = [cfg.config_key(f.name) for f in dataclasses.fields(holder) if f.init]
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    return "unknown key" + (f" (did you mean {close[0]!r}?)" if close else "")
-
-
-def format_validation_error(
-    err: ValidationError, *, root: str = "", model: type[Any] | None = None
-) -> str:
-    """One line per problem, each naming the offending key path (`agents.defaults.memorySearch…`).
-
-    With `model`, an unknown key also suggests the closest known one (`maxResult` → `maxResults`).
-    """
-    lines = []
-    for item in err.errors():
-        parts = [p for p in item["loc"] if p != "__root__"]
-        msg = item["msg"]
-        if item["type"] in _UNKNOWN_KEY and parts:
-            msg = _unknown_key(model, parts[:-1], str(parts[-1]))
-        elif item["type"] in _MISSING:
-            msg = "Field required"
-        elif item["type"] == "value_error":
-            # our validators' own sentences, without pydantic's "Value error, " in front
-            msg = str(item.get("ctx", {}).get("error", msg.removeprefix("Value error, ")))
-        loc = ".".join(str(part) for part in parts)
-        path = ".".join(p for p in (root, loc) if p)
-        lines.append(f"{path or '<root>'}: {msg}")
-    return "; ".join(lines)
+        cls = _inner_model(_field_types(cls)[f.name])
+    return cls
 
 
 def as_written(cls: type[Any], data: Mapping[str, Any]) -> dict[str, Any]:
-    """`data` (keys camelCase or snake_case, as accepted) with every key in its camelCase form,
-    nested models too: two such mappings merge key by key (`deep_merge`)."""
-    types = _field_types(cls)
+    """`data` (keys camelCase or snake_case) with every key of `cls` and its nested models in
+    its camelCase form: two such mappings merge key by key (`config.deep_merge`)."""
     out: dict[str, Any] = {}
     for key, value in data.items():
         f = _field_named(cls, key) if isinstance(key, str) else None
         if f is None:
             out[key] = value
             continue
-        inner = _inner_model(types[f.name])
-        if inner is not None and isinstance(value, Mapping) and not _is_mapping_of(types[f.name]):
+        annotation = _field_types(cls)[f.name]
+        inner = _inner_model(annotation)
+        if inner is not None and isinstance(value, Mapping) and not _is_mapping_of(annotation):
             value = as_written(inner, value)
-        out[cfg.config_key(f.name)] = value
+        out[config_key(f.name)] = value
     return out
 
 
 def _is_mapping_of(annotation: Any) -> bool:
     """`dict[str, X]` (and `… | None`): its keys are names, not fields."""
-    origin = typing.get_origin(annotation)
-    if origin in (dict, Mapping):
+    if typing.get_origin(annotation) in (dict, Mapping):
         return True
     return any(_is_mapping_of(arg) for arg in typing.get_args(annotation) if arg is not type(None))
-
-
-def _map_memory_search(data: Mapping[str, Any], what: str = "config") -> Mapping[str, Any]:
-    """OpenClaw 2026.8+ keeps memory settings under `memory.search`: read them as
-    `agents.defaults.memorySearch` (merged over it; `memory.search` wins), reporting problems at
-    their own path (`memory.search.query.maxResult: unknown key (did you mean 'maxResults'?)`)."""
-    memory = data.get("memory")
-    if not isinstance(memory, Mapping) or "search" not in memory:
-        return data
-    search = memory["search"]
-    if not isinstance(search, Mapping):
-        raise ConfigError(f"invalid {what}: memory.search: must be a table/object")
-    validate_model(cfg.MemorySearchConfig, search, root="memory.search", what=what)
-    out = dict(data)
-    out["memory"] = {k: v for k, v in memory.items() if k != "search"}
-    agents = dict(out.get("agents") or {})
-    defaults = dict(agents.get("defaults") or {})
-    written = _defaults_search(defaults)
-    defaults["memorySearch"] = cfg.deep_merge(written, as_written(cfg.MemorySearchConfig, search))
-    agents["defaults"] = defaults
-    out["agents"] = agents
-    return out
-
-
-def _defaults_search(defaults: dict[str, Any]) -> dict[str, Any]:
-    """Take `agents.defaults.memorySearch` (or `memory_search`) out of `defaults`, as written."""
-    raw: dict[str, Any] = {}
-    for key in ("memory_search", "memorySearch"):
-        value = defaults.pop(key, None)
-        if isinstance(value, Mapping):
-            raw = cfg.deep_merge(raw, as_written(cfg.MemorySearchConfig, value))
-    return raw
-
-
-def validate_whole(data: Mapping[str, Any], *, source: str = "config") -> cfg.MemorydConfig:
-    """A whole config validated, each agent's overrides merged and validated too."""
-    data = _map_memory_search(data, source)
-    config = validate_model(cfg.MemorydConfig, data, what=source)
-    fill_effective(config, data, what=source)
-    return config
-
-
-def fill_effective(
-    config: cfg.MemorydConfig, data: Mapping[str, Any] | None = None, *, what: str = "config"
-) -> None:
-    """Set each `agents.list` entry's effective memorySearch and compaction: its overrides merged
-    over what `agents.defaults` wrote (in `data`, the validated mapping; without it, every value
-    of the defaults), then validated, an error naming the entry (`agents.list.1.memorySearch…`)."""
-    if data is None:
-        written = as_written(cfg.AgentDefaults, dataclasses.asdict(config.agents.defaults))
-    else:
-        agents = data.get("agents")
-        found = agents.get("defaults") if isinstance(agents, Mapping) else None
-        written = as_written(cfg.AgentDefaults, found) if isinstance(found, Mapping) else {}
-
-    def merged(cls: type[_T], key: str, override: Mapping[str, Any], idx: int) -> _T:
-        base = written.get(key)
-        combined = cfg.deep_merge(
-            base if isinstance(base, Mapping) else {}, as_written(cls, override)
-        )
-        return validate_model(cls, combined, root=f"agents.list.{idx}.{key}", what=what)
-
-    for idx, entry in enumerate(config.agents.entries):
-        if entry.memory_search is not None:
-            entry.effective_memory_search = merged(
-                cfg.MemorySearchConfig, "memorySearch", entry.memory_search, idx
-            )
-        if entry.compaction is not None:
-            entry.effective_compaction = merged(
-                cfg.CompactionConfig, "compaction", entry.compaction, idx
-            )

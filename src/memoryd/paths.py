@@ -95,7 +95,7 @@ def locks_dir() -> Path:
 
 
 def config_cache_dir() -> Path:
-    """Validated config files, so an unchanged config is not validated again (`config_cache`)."""
+    """Validated config files, so an unchanged config is not validated again (`config_files`)."""
     return state_dir() / "config-cache"
 
 

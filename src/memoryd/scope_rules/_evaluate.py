@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from ..config import ScopeConfig, ScopeMatch, ScopeRule, validate
+from ..config import ScopeConfig, ScopeMatch, ScopeRule
+from ..config_validation import validate
 from ..core.records import record
 from ..core.session_keys import ChatType, SessionKeyInfo, parse_session_key, raw_session_key
 

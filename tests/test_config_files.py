@@ -1,4 +1,4 @@
-"""The validated-config cache: same bytes, same models, no second validation; anything else misses."""
+"""Config files and their cache: same bytes, same models, no second validation; anything else misses."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-import memoryd.config as config_module
-from memoryd.config import MemorydConfig, load_config, resolve_agent
+import memoryd.config_validation
+from memoryd.config import MemorydConfig, resolve_agent
+from memoryd.config_files import load_config
 from memoryd.errors import ConfigError
 
 RICH_TOML = """
@@ -100,7 +101,7 @@ def validation_forbidden(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_a: Any, **_k: Any) -> None:
         raise AssertionError("validated again")
 
-    monkeypatch.setattr(config_module, "validate_config", refuse)
+    monkeypatch.setattr(memoryd.config_validation, "_adapter", refuse)
 
 
 @pytest.mark.parametrize(
@@ -163,10 +164,10 @@ def test_a_damaged_or_foreign_cache_file_is_ignored(
         record["key"] = "0" * 64
         cache.write_text(json.dumps(record))
     elif damage == "a field missing":
-        del record["config"]["v"]["memory"]["v"]["citations"]
+        del record["config"]["memory"]["citations"]
         cache.write_text(json.dumps(record))
     elif damage == "an unknown model":
-        record["config"]["v"]["memory"]["m"] = "Popen"
+        record["config"]["memory"]["__model__"] = "Popen"
         cache.write_text(json.dumps(record))
     else:
         elsewhere = tmp_path / "elsewhere.json"
@@ -253,7 +254,7 @@ def test_a_search_whose_config_is_cached_never_imports_pydantic(
     tmp_path: Path, isolated_env: Path
 ) -> None:
     """What the cache is for: a one-off search on an unchanged config does not load the
-    validator at all (pydantic's import was ~0.2 s of every such process)."""
+    validator at all."""
     path = write(tmp_path, "c.toml", RICH_TOML.replace('backend = "qmd"', 'backend = "builtin"'))
     (tmp_path / "ws" / "MEMORY.md").write_text("# Memory\n- The webhook secret rotates on Dec 2.\n")
     first = run_cli("search", "--json", "--config", str(path), "webhook secret")

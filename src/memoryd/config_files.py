@@ -1,0 +1,223 @@
+"""Config files: finding and reading them, and the validated configs kept by their exact bytes.
+
+memoryd reads its own TOML file, or an OpenClaw JSON/JSON5 file (its memory keys only). A file
+that validated is kept in `<state>/config-cache/` (one private JSON file per config path) as its
+models. The next process that reads the *same bytes* at the same path with the *same code* (the
+modules that define, validate and read the models) rebuilds them by their constructors, each
+agent's merged overrides included, without pydantic: importing it and building its validators
+costs a one-off command more than its search (docs/performance.md).
+
+A config that carries credentials (an API key or HTTP headers anywhere) is never cached: memoryd
+does not copy secrets out of the file the user keeps them in. A cache file that does not parse,
+does not match, or is not ours (owner, link) is ignored; a state folder that cannot be written
+means no cache. Only what validated is ever written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from . import config, config_validation, paths
+from .config import MemorydConfig, validate_config
+from .config_validation import MODELS
+from .errors import ConfigError, StateError
+
+
+def load_config(explicit: str | os.PathLike[str] | None = None) -> MemorydConfig:
+    """The config file: `explicit` (`--config`), `MEMORYD_CONFIG`, `<config dir>/config.toml`;
+    the defaults when there is none."""
+    found = paths.config_file(explicit)
+    return read_config_file(found) if found else MemorydConfig()
+
+
+def read_config_file(path: Path) -> MemorydConfig:
+    """Read a memoryd TOML file, or an OpenClaw JSON/JSON5 file (memory keys only)."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
+    where = path.absolute()
+    try:
+        key = _key(where, raw, _code_fingerprint())
+    except OSError:  # no source to fingerprint (a frozen build): validate every time
+        return _parse_config_file(path, raw)
+    target = _cache_file(where)
+    cached = _load(target, key)
+    if cached is not None:
+        return cached
+    validated = _parse_config_file(path, raw)
+    _store(target, key, validated)
+    return validated
+
+
+# OpenClaw configs carry many unrelated keys (gateway, channels, …); take only the memory ones.
+_OPENCLAW_AGENT_KEYS = ("id", "workspace", "workspaceAccess", "memorySearch", "compaction")
+_OPENCLAW_DEFAULT_KEYS = (
+    "workspace",
+    "workspaceAccess",
+    "memorySearch",
+    "compaction",
+    "bootstrapMaxChars",
+    "bootstrapTotalMaxChars",
+)
+
+
+def _openclaw_subset(raw: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "memory" in raw:
+        out["memory"] = raw["memory"]
+    agents = raw.get("agents")
+    if isinstance(agents, Mapping):
+        sub: dict[str, Any] = {}
+        defaults = agents.get("defaults")
+        if isinstance(defaults, Mapping):
+            sub["defaults"] = {k: defaults[k] for k in _OPENCLAW_DEFAULT_KEYS if k in defaults}
+        entries = agents.get("list")
+        if isinstance(entries, list):
+            sub["list"] = [
+                {k: e[k] for k in _OPENCLAW_AGENT_KEYS if k in e}
+                for e in entries
+                if isinstance(e, Mapping)
+            ]
+        out["agents"] = sub
+    models = raw.get("models")
+    if isinstance(models, Mapping) and isinstance(models.get("providers"), Mapping):
+        out["models"] = {
+            "providers": {
+                name: {k: v for k, v in entry.items() if k in ("apiKey", "baseUrl", "headers")}
+                for name, entry in models["providers"].items()
+                if isinstance(entry, Mapping)
+            }
+        }
+    return out
+
+
+def _parse_config_file(path: Path, raw: bytes) -> MemorydConfig:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"cannot read config file {path}: not UTF-8 ({err.reason})") from None
+    if path.suffix.lower() in (".json", ".json5"):
+        import json5
+
+        try:
+            data = json5.loads(text)
+        except ValueError as err:
+            raise ConfigError(f"cannot parse {path}: {err}") from None
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{path}: top level must be an object")
+        return validate_config(_openclaw_subset(data), source=str(path))
+    import tomllib  # here: a config from the cache is never parsed
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"cannot parse {path}: {err}") from None
+    return validate_config(data, source=str(path))
+
+
+# --------------------------------------------------------------------------- the cache
+
+#: Largest cache file read back (a config of this size would be absurd).
+_MAX_BYTES: Final = 4 << 20
+#: The key that marks a model in the JSON (no model has a field of that name).
+_MODEL: Final = "__model__"
+#: Fields that may hold credentials: a config with any of them set is never cached.
+_CREDENTIAL_FIELDS: Final = frozenset({"api_key", "headers"})
+
+
+@functools.cache
+def _code_fingerprint() -> str:
+    digest = hashlib.sha256()
+    for module in (config, config_validation):
+        digest.update(Path(module.__file__ or "").read_bytes())
+    digest.update(Path(__file__).read_bytes())
+    return digest.hexdigest()
+
+
+def _key(config_path: Path, raw: bytes, fingerprint: str) -> str:
+    digest = hashlib.sha256()
+    for part in (fingerprint.encode(), os.fsencode(config_path), raw):
+        digest.update(len(part).to_bytes(8, "big") + part)
+    return digest.hexdigest()
+
+
+def _cache_file(config_path: Path) -> Path:
+    name = hashlib.sha256(os.fsencode(config_path)).hexdigest()[:24]
+    return paths.config_cache_dir() / f"{name}.json"
+
+
+def _rebuild(obj: dict[str, Any]) -> Any:
+    """A JSON object read back: a model by its constructor, or the mapping it is."""
+    if _MODEL not in obj:
+        return obj
+    cls = MODELS[obj.pop(_MODEL)]
+    fields = dataclasses.fields(cls)
+    if set(obj) != {f.name for f in fields}:
+        raise ValueError(f"{cls.__name__}: fields differ from this memoryd's")
+    out = cls(**{f.name: obj[f.name] for f in fields if f.init})
+    for f in fields:
+        if not f.init:  # filled in by validation (an agent's merged overrides)
+            setattr(out, f.name, obj[f.name])
+    return out
+
+
+def _load(target: Path, key: str) -> MemorydConfig | None:
+    """The validated config cached under `key`, or None."""
+    from .fsio import open_private
+
+    try:
+        # no link followed below the state root, every folder on the way checked: a cache
+        # planted by someone else would choose this process's config
+        f = open_private(target)
+    except (OSError, ValueError, StateError):
+        return None
+    with f:
+        try:
+            st = os.fstat(f.fileno())
+            if st.st_uid != os.geteuid() or st.st_size > _MAX_BYTES:
+                return None
+            record = json.loads(f.read(), object_hook=_rebuild)
+            found = record["config"] if record.get("key") == key else None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+    return found if isinstance(found, MemorydConfig) else None
+
+
+class _Secret(Exception):
+    """A config that holds a credential: it is not cached."""
+
+
+def _fields(value: Any) -> dict[str, Any]:
+    """A model as a JSON object (`json.dumps`' hook for what JSON has no type for)."""
+    if not dataclasses.is_dataclass(value) or isinstance(value, type):
+        raise TypeError(f"a value of type {type(value).__name__}")
+    out: dict[str, Any] = {_MODEL: type(value).__name__}
+    for f in dataclasses.fields(value):
+        out[f.name] = getattr(value, f.name)
+        if f.name in _CREDENTIAL_FIELDS and out[f.name]:
+            raise _Secret
+    return out
+
+
+def _store(target: Path, key: str, validated: MemorydConfig) -> None:
+    """Cache a config that has just validated (best effort: never fails the caller)."""
+    from .fsio import private_dir, write_private_atomic
+
+    try:
+        data = json.dumps({"key": key, "config": validated}, default=_fields)
+    except (_Secret, TypeError, ValueError):
+        return
+    with contextlib.suppress(StateError, OSError):
+        private_dir(target.parent)
+        write_private_atomic(target, data.encode())
