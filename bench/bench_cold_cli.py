@@ -7,6 +7,8 @@ user runs it (imports, config, SQLite open, model load when hybrid, search, JSON
 index already exists, as for a user who ran `memoryd index` once. Rows:
 
 * `memoryd keyword-only` — `provider = "none"`;
+* `memoryd keyword-only, config validated` — the same with no config cache (its folder cannot be
+  made), so every run validates the config with pydantic: what the cache saves;
 * `memoryd hybrid` — the default local model (loads it, embeds the query);
 * `memoryd first search, never indexed` — a new state dir each run: the search syncs the text
   phase and embeds vectors for at most `searchWaitMs` (default 2000 ms) before answering;
@@ -180,8 +182,13 @@ def main() -> None:
     for cfg in (kw, hy):
         timed([*memoryd, "index", "--config", str(cfg), "--json"], env, root)
     big = big_workspace(root)
+    # a file where the config cache's folder would be: no cache, the config validates every run
+    uncached_env = {**env, "MEMORYD_STATE_DIR": str(root / "state-uncached")}
+    (root / "state-uncached").mkdir()
+    (root / "state-uncached" / "config-cache").write_text("not a folder")
     rows: dict[str, list[float]] = {
         "memoryd keyword-only": [],
+        "memoryd keyword-only, config validated": [],
         "memoryd hybrid": [],
         "memoryd first search, never indexed": [],
         "memoryd first search, 200 notes never indexed": [],
@@ -229,6 +236,14 @@ def main() -> None:
                 "memoryd keyword-only",
                 functools.partial(
                     search, [*memoryd, "search", "--json", "--config", str(kw), q], env
+                ),
+            )
+        )
+        jobs.append(
+            (
+                "memoryd keyword-only, config validated",
+                functools.partial(
+                    search, [*memoryd, "search", "--json", "--config", str(kw), q], uncached_env
                 ),
             )
         )
@@ -291,6 +306,11 @@ def main() -> None:
     for name, walls in rows.items():
         if walls:
             results[name] = summarize(walls)
+    results["config validated / cached, keyword-only (p50)"] = round(
+        statistics.median(rows["memoryd keyword-only, config validated"])
+        / statistics.median(rows["memoryd keyword-only"]),
+        2,
+    )
     if rows["qmd search"]:
         base = statistics.median(rows["qmd search"])
         for name in ("memoryd keyword-only", "memoryd hybrid"):

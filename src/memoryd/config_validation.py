@@ -120,7 +120,7 @@ def _describe(err: ValidationError, cls: type[Any], root: str) -> str:
         elif item["type"] == "value_error":
             # our validators' own sentences, without pydantic's "Value error, " in front
             msg = str(item.get("ctx", {}).get("error", msg.removeprefix("Value error, ")))
-        path = ".".join([root] * bool(root) + [str(part) for part in loc])
+        path = ".".join(p for p in (root, ".".join(str(part) for part in loc)) if p)
         lines.append(f"{path or '<root>'}: {msg}")
     return "; ".join(lines)
 
