@@ -142,6 +142,29 @@ def test_imports_follow_the_layers(path: Path) -> None:
     assert not bad, f"{me} may import only {sorted(ALLOWED[me])}: {bad}"
 
 
+def test_no_module_imports_itself_back() -> None:
+    """No import circle between modules, direct or through others; imports inside functions
+    count too (they are how a circle hides)."""
+    graph = {
+        _module_name(p): {t for _, t in _imports(p) if _is_module(t)} - {_module_name(p)}
+        for p in SOURCES
+    }
+    circles: list[str] = []
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            circles.append(" -> ".join([*path[path.index(module) :], module]))
+        elif module not in done:
+            for target in sorted(graph.get(module, ())):
+                visit(target, [*path, module])
+            done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+    assert not circles, circles
+
+
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(PKG)))
 def test_no_package_imports_another_packages_private_module(path: Path) -> None:
     me = _unit(_module_name(path))
