@@ -1,4 +1,4 @@
-"""Result mapping, limits, interleaving, index.yml models block, path policy, embed backoff."""
+"""Paths, limits, interleaving, index.yml models block, embed backoff."""
 
 from __future__ import annotations
 
@@ -6,11 +6,9 @@ import pytest
 
 from memoryd.core.results import SearchResult
 from memoryd.qmd_adapter import (
-    QmdHit,
     apply_limits,
     display_path,
     embed_backoff_s,
-    hit_to_result,
     interleave,
     split_qmd_path,
     split_qmd_uri,
@@ -58,66 +56,22 @@ def test_display_path_round_trips_through_split_qmd_path() -> None:
     assert split_qmd_path("memory/x.md") is None
 
 
-def hit(**kw: object) -> QmdHit:
-    base: dict[str, object] = {"score": 0.5, "file": "qmd://memory-dir-main/a.md"}
-    return QmdHit.model_validate(base | kw)
-
-
-@pytest.mark.parametrize(
-    ("fields", "lines", "snippet"),
-    [
-        (
-            {"snippet": "@@ -2,4 @@ (1 before, 1 after)\n\nAlice likes tea.\n", "line": 3},
-            (3, 3),
-            "Alice likes tea.",
-        ),
-        ({"snippet": "@@ -2,4 @@\n\nAlice\n\nBob\nCarol", "line": 3}, (3, 5), "Alice\n\nBob"),
-        ({"snippet": "@@ -5,2 @@\n\n\n", "line": 5}, (6, 6), ""),
-        ({"snippet": "plain text\nmore", "line": 9}, (9, 9), "plain text\nmore"),
-        ({"snippet": "a\nb\nc"}, (1, 3), "a\nb\nc"),
-        ({"body": "# Whole\n\nbody", "line": 1}, (1, 1), "# Whole\n\nbody"),
-        ({"snippet": "@@ -1,1 @@\n" + "x" * 900}, (1, 1), "x" * 700),
-    ],
-    ids=[
-        "header",
-        "blank-edges-trimmed",
-        "blank-only",
-        "no-header-line",
-        "no-header-no-line",
-        "full-body",
-        "capped",
-    ],
-)
-def test_hits_map_to_results(
-    fields: dict[str, object], lines: tuple[int, int], snippet: str
-) -> None:
-    result = hit_to_result(
-        hit(**fields),
-        collection="memory-dir-main",
-        rel="a.md",
-        roots=ROOTS,
-        workspace="/ws",
-        source="memory",
-        max_snippet_chars=700,
-    )
-    assert (result.path, (result.start_line, result.end_line), result.snippet, result.score) == (
-        "memory/a.md",
-        lines,
-        snippet,
-        0.5,
-    )
-
-
 def res(path: str, score: float, snippet: str = "s", source: str = "memory") -> SearchResult:
     return SearchResult(path, 1, 1, score, snippet, source)  # type: ignore[arg-type]
 
 
 def test_interleave_alternates_sources_leading_with_the_best() -> None:
-    mem = [res("m1", 0.9), res("m2", 0.8), res("m3", 0.7)]
-    ses = [res("s1", 0.95, source="sessions"), res("s2", 0.2, source="sessions")]
+    mem = [[res("m1", 0.9)], [res("m2", 0.8)], [res("m3", 0.7)]]
+    ses = [[res("s1", 0.95, source="sessions")], [res("s2", 0.2, source="sessions")]]
     assert [r.path for r in interleave(mem, ses)] == ["s1", "m1", "s2", "m2", "m3"]
     assert [r.path for r in interleave(mem, [])] == ["m1", "m2", "m3"]
     assert interleave() == []
+
+
+def test_interleave_keeps_a_hit_and_its_continuation_together() -> None:
+    mem = [[res("m1", 0.9), res("m1+", 0.9)], [res("m2", 0.8)]]
+    ses = [[res("s1", 0.5, source="sessions")]]
+    assert [r.path for r in interleave(mem, ses)] == ["m1", "m1+", "s1", "m2"]
 
 
 @pytest.mark.parametrize(

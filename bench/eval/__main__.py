@@ -39,7 +39,9 @@ BUILTIN = {
     "hybrid": (None, {}),
 }
 QMD = {"qmd-search": "search", "qmd-query": "query"}
-DEFAULT_SYSTEMS = "hybrid,hybrid-relative,keyword,vector,keyword-relative,vector-relative"
+DEFAULT_SYSTEMS = (
+    "hybrid,hybrid-relative,keyword,vector,keyword-relative,vector-relative,qmd-search"
+)
 
 
 def system_spec(name: str) -> tuple[str | None, dict[str, Any]]:
@@ -87,7 +89,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--samples", help="comma-separated LoCoMo sample ids")
     p.add_argument("--systems", default=DEFAULT_SYSTEMS, help=f"default {DEFAULT_SYSTEMS}")
     p.add_argument(
-        "--qmd-datasets", default="locomo", help="datasets qmd runs on (qmd embedding is slow)"
+        "--qmd-datasets",
+        default="locomo,cranfield,cisi",
+        help="datasets the qmd systems run on (qmd-query embeds them first: slow on big sets)",
     )
     p.add_argument("--runs-out", type=Path, help="LoCoMo: JSONL of returned results per question")
     p.add_argument("--runs", type=Path, help="score: a runs JSONL to score")
@@ -210,33 +214,23 @@ async def run_workspace(
         finally:
             await idx.aclose()
     if qmd_systems:
-        from .qmd import QmdSystem, embed_model
-
-        home = args.out / "qmd" / ws.name
-        agent_q = QmdSystem(ws.root, home, embed_model(args.data))
-        rank_q = (
-            QmdSystem(ws.root, home, embed_model(args.data), max_results=100, max_chars=10**8)
-            if ds.kind == "collection"
-            else None
-        )
-        try:
-            for system in qmd_systems:
-                mode = QMD[system]
+        for system in qmd_systems:
+            qmd_ws = qmd_system(args, ws, system)
+            try:
                 for q in queries:
                     t0 = time.perf_counter()
-                    agent = await agent_q.search(mode, q.text)
+                    agent = await qmd_ws.search(q.text)
                     timing[system].append(time.perf_counter() - t0)
                     record(ds, ws, q, system, agent, sink, runs)
-                    if rank_q is not None:
-                        rank_q.embedded = agent_q.embedded
-                        ranking = await rank_q.search(mode, q.text, max_results=100)
+                    if ds.kind == "collection":
+                        ranking = await qmd_ws.ranking(q.text)
                         sink[system].setdefault("ranking", []).append(
                             M.collection_ranking_metrics(q, ranking)
                         )
-        finally:
-            await agent_q.aclose()
-            if rank_q is not None:
-                await rank_q.aclose()
+                answered = sink[system].setdefault("answers", [])
+                answered.append({"qmd": float(qmd_ws.from_qmd), "all": float(qmd_ws.answers)})
+            finally:
+                await qmd_ws.aclose()
 
 
 def record(
@@ -282,6 +276,10 @@ def summarize(
             entry["ranking"] = M.summarize_mean(
                 parts.get("ranking", []), ["ndcg@10", "recall@10", "recall@100"]
             )
+        answers = parts.get("answers")
+        if answers:
+            total = sum(a["all"] for a in answers)
+            entry["answered_by_qmd"] = sum(a["qmd"] for a in answers) / total if total else 0.0
         t = sorted(timing.get(system, []))
         if t:
             entry["latency_ms"] = {
@@ -330,60 +328,89 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     encoding="utf-8",
                 )
                 print(f"  runs → {path}", file=sys.stderr)
-    builtin = [s for s in systems if s not in QMD]
     wanted = {d.strip() for d in args.datasets.split(",")}
-    if "offtopic" in wanted and builtin:
-        report["offtopic"] = await run_offtopic(args, datasets, builtin)
-    if "crosslingual" in wanted and builtin:
-        report["crosslingual"] = await run_crosslingual(args, builtin)
+    if "offtopic" in wanted:
+        report["offtopic"] = await run_offtopic(args, datasets, systems)
+    if "crosslingual" in wanted:
+        report["crosslingual"] = await run_crosslingual(args, systems)
     return report
 
 
 async def run_offtopic(
     args: argparse.Namespace, datasets: list[Dataset], systems: list[str]
 ) -> dict[str, Any]:
-    """Every off-topic set through every built-in system: share answered, characters injected."""
+    """Every off-topic set through every system: share answered, characters injected."""
     from .builtin import search
 
     wanted = set(args.offtopic_sets.split(",")) if args.offtopic_sets else None
     out: dict[str, Any] = {}
     xl_ws = XL.load_crosslingual(args.out / "workspaces")[0].workspaces[0]
+    builtin = [s for s in systems if s not in QMD]
     for ot in OT.build_sets(datasets, wanted, xl_ws):
         print(f"{ot.name}: {ot.queries} off-topic queries", file=sys.stderr, flush=True)
         rows: dict[str, list[dict[str, float]]] = defaultdict(list)
         for ws, queries in ot.pairs:
             queries = queries[: args.limit] if args.limit else queries
-            idx = await open_workspace_index(args, ws)
-            try:
-                for q in queries:
-                    for system in systems:
-                        mode, overrides = system_spec(system)
-                        got = await search(idx, q.text, mode=mode, overrides=overrides)
-                        rows[system].append(OT.offtopic_row(got))
-            finally:
-                await idx.aclose()
+            if builtin:
+                idx = await open_workspace_index(args, ws)
+                try:
+                    for q in queries:
+                        for system in builtin:
+                            mode, overrides = system_spec(system)
+                            got = await search(idx, q.text, mode=mode, overrides=overrides)
+                            rows[system].append(OT.offtopic_row(got))
+                finally:
+                    await idx.aclose()
+            for system in (s for s in systems if s in QMD):
+                qmd_ws = qmd_system(args, ws, system)
+                try:
+                    for q in queries:
+                        rows[system].append(OT.offtopic_row(await qmd_ws.search(q.text)))
+                finally:
+                    await qmd_ws.aclose()
         out[ot.name] = {system: OT.summarize(r) for system, r in rows.items()}
     return out
 
 
+def qmd_system(args: argparse.Namespace, ws: Workspace, system: str) -> Any:
+    """memoryd over the real qmd for one workspace, in the mode `system` names."""
+    from .qmd import QmdSystem, embed_model
+
+    mode = QMD[system]
+    home = args.out / "qmd" / (ws.name if mode == "search" else f"{ws.name}-{mode}")
+    return QmdSystem(ws.root, home, args.out / "qmd-state", mode, embed_model(args.data))
+
+
 async def run_crosslingual(args: argparse.Namespace, systems: list[str]) -> dict[str, Any]:
-    """The judged cross-lingual set (crosslingual.py) through every built-in system."""
+    """The judged cross-lingual set (crosslingual.py) through every system."""
     from .builtin import search
 
     ds, judged = XL.load_crosslingual(args.out / "workspaces")
     ws = ds.workspaces[0]
-    idx = await open_workspace_index(args, ws)
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    try:
-        for q in ws.queries:
-            for system in systems:
-                mode, overrides = system_spec(system)
-                got = await search(idx, q.text, mode=mode, overrides=overrides)
+    builtin = [s for s in systems if s not in QMD]
+    if builtin:
+        idx = await open_workspace_index(args, ws)
+        try:
+            for q in ws.queries:
+                for system in builtin:
+                    mode, overrides = system_spec(system)
+                    got = await search(idx, q.text, mode=mode, overrides=overrides)
+                    rows[system].append(
+                        {"direction": q.category, **XL.crosslingual_row(judged[q.qid], got)}
+                    )
+        finally:
+            await idx.aclose()
+    for system in (s for s in systems if s in QMD):
+        qmd_ws = qmd_system(args, ws, system)
+        try:
+            for q in ws.queries:
+                got = await qmd_ws.search(q.text)
                 rows[system].append(
                     {"direction": q.category, **XL.crosslingual_row(judged[q.qid], got)}
                 )
-    finally:
-        await idx.aclose()
+        finally:
+            await qmd_ws.aclose()
     out: dict[str, Any] = {}
     for system, items in rows.items():
         entry = M.summarize_mean(items, ["hit", "rr", "n_results", "chars"])

@@ -1,8 +1,12 @@
-"""Run the same questions through real qmd via memoryd's qmd adapter (`QmdManager`).
+"""Run the same questions through memoryd on the real qmd: `memory_search` with `backend = "qmd"`.
 
-`qmd-search` is qmd's BM25 `search`; `qmd-query` is a structured `lex:`+`vec:` query with
-`--no-rerank`, embedding with the shared all-MiniLM GGUF (the only model available offline).
-Each workspace gets its own isolated qmd home under `<out>/qmd/`, reused across runs.
+`qmd-search` is memoryd's default qmd settings (`searchMode = "search"`: the planned keyword
+`qmd query`, no model); `qmd-query` is `searchMode = "query"` with the shared all-MiniLM GGUF as
+qmd's embed model (the only one available offline), which adds a `vec:` line once qmd has
+embedded the collections. Questions go through `MemoryService.memory_search`, failover included,
+so the share of answers that came from qmd (`backend: "qmd"`) is measured too. Each workspace
+gets its own isolated qmd home under `<out>/qmd/`, reused across runs, and memoryd's state (the
+fallback index, health) under `<out>/qmd-state/`.
 """
 
 from __future__ import annotations
@@ -13,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memoryd.config import resolve_agent, validate_config
-from memoryd.core.citations import trim_to_budget
-from memoryd.errors import QmdError
+from memoryd.config import ResolvedAgent, validate_config
+from memoryd.core.engine import MAX_QUERY_CHARS
+from memoryd.orchestrator import MemoryService
 from memoryd.qmd_adapter import QmdManager
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,104 +40,104 @@ def embed_model(data_dir: Path) -> Path:
 
 
 class QmdSystem:
-    """One workspace's qmd home; `search` (BM25) and `query` (lex+vec, no rerank) over it."""
+    """One workspace's memoryd over qmd in `mode`; `search` asks it as an agent would."""
 
-    def __init__(
-        self,
-        workspace: Path,
-        home: Path,
-        model: Path,
-        *,
-        max_results: int = 6,
-        max_chars: int = 4000,
-    ) -> None:
-        self.workspace, self.home, self.model = workspace, home, model
-        self.max_results, self.max_chars = max_results, max_chars
-        self.managers: dict[str, QmdManager] = {}
-        self.embedded = False
-        self.errors: list[str] = []
-
-    def _manager(self, mode: str) -> QmdManager:
-        if mode not in self.managers:
-            qmd = {
-                "command": qmd_command(),
-                "searchMode": mode,
-                "models": {"embed": str(self.model)},
-                "limits": {
-                    "maxResults": self.max_results,
-                    "maxInjectedChars": self.max_chars,
-                    "timeoutMs": 120_000,
-                },
-                "update": {
-                    "onBoot": False,
-                    "updateTimeoutMs": 600_000,
-                    "embedTimeoutMs": 7_200_000,
-                    "interval": 0,
-                },
-            }
-            cfg = validate_config({"memory": {"backend": "qmd", "qmd": qmd}})
-            agent = resolve_agent(cfg, workspace=self.workspace)
-            self.managers[mode] = QmdManager(
-                agent.qmd_settings(),
-                home=self.home,
-                shared_models_dir=None,
-                env_overrides={"CI": None},
-                rerank=False,
-            )
-        return self.managers[mode]
-
-    async def prepare(self, mode: str) -> None:
-        m = self._manager(mode)
-        if not getattr(m, "_started", False):
-            await m.start()
-            await m.update(force=True)
-        if mode == "query" and not self.embedded:
-            started = time.perf_counter()
-            print(
-                f"  [qmd {self.workspace.name}] embedding (MiniLM GGUF)…",
-                file=sys.stderr,
-                flush=True,
-            )
-            await m.embed(force=True)
-            print(
-                f"  [qmd {self.workspace.name}] embedded in {time.perf_counter() - started:.0f}s",
-                file=sys.stderr,
-                flush=True,
-            )
-            self.embedded = True
-
-    async def search(
-        self, mode: str, query: str, *, max_results: int | None = None
-    ) -> list[dict[str, Any]]:
-        await self.prepare(mode)
-        text = query
-        if mode == "query":
-            flat = " ".join(query.split())
-            # qmd's lex syntax reads double quotes as phrase markers and rejects unmatched ones
-            lex = " ".join(query.replace('"', " ").split())
-            text = f"lex: {lex}\nvec: {flat}"
-        try:
-            hits = await self._manager(mode).search_hits(text, max_results=max_results)
-            results = trim_to_budget(hits, self.max_chars)  # memory_search's one budget trim
-        except QmdError as err:  # a failed question scores as no results, and is counted
-            self.errors.append(f"{mode}: {err}")
-            return []
-        return [
+    def __init__(self, workspace: Path, home: Path, state: Path, mode: str, model: Path) -> None:
+        self.workspace, self.home, self.mode = workspace, home, mode
+        qmd: dict[str, Any] = {
+            "command": qmd_command(),
+            "searchMode": mode,
+            # timers off: the bench updates (and embeds) once, before the questions
+            "update": {"onBoot": False, "interval": 0, "embedTimeoutMs": 7_200_000},
+        }
+        if mode != "search":
+            qmd["models"] = {"embed": str(model)}
+        config = validate_config(
             {
-                "path": r.path,
-                "startLine": r.start_line,
-                "endLine": r.end_line,
-                "snippet": r.snippet,
-                "score": round(float(r.score), 4),
+                "memory": {"backend": "qmd", "citations": "off", "qmd": qmd},
+                "agents": {
+                    "defaults": {
+                        "workspace": str(workspace),
+                        # the fallback index: keyword-only, so a failover costs no embedding
+                        "memorySearch": {
+                            "provider": "none",
+                            "store": {"path": str(state / f"{workspace.name}-fallback.sqlite")},
+                            "sync": {"watch": False},
+                        },
+                    }
+                },
             }
-            for r in results
-        ]
+        )
+        os.environ.setdefault("MEMORYD_STATE_DIR", str(state))
+        self.service = MemoryService(config, qmd_factory=self._manager)
+        self.prepared = False
+        self.answers = 0
+        self.from_qmd = 0
+        self.failures: list[str] = []
+
+    def _manager(self, agent: ResolvedAgent) -> QmdManager:
+        return QmdManager(
+            agent.qmd_settings(),
+            home=self.home,
+            shared_models_dir=None,
+            env_overrides={"CI": None},  # qmd refuses model calls when CI is set
+        )
+
+    @property
+    def qmd(self) -> QmdManager:
+        mgr = self.service.backend().qmd
+        assert isinstance(mgr, QmdManager)
+        return mgr
+
+    async def prepare(self) -> None:
+        if self.prepared:
+            return
+        await self.service.backend().ensure_qmd_started()
+        await self.qmd.update(force=True)
+        if self.mode != "search" and not self.qmd.has_vectors(list(self.qmd.collections)):
+            started = time.perf_counter()
+            print(f"  [qmd {self.workspace.name}] embedding (MiniLM GGUF)…", file=sys.stderr)
+            await self.qmd.embed(force=True)
+            took = time.perf_counter() - started
+            print(f"  [qmd {self.workspace.name}] embedded in {took:.0f}s", file=sys.stderr)
+        self.prepared = True
+
+    async def search(self, query: str) -> list[dict[str, Any]]:
+        """One `memory_search` as the agent makes it (top 6, ≤ 4000 characters)."""
+        await self.prepare()
+        # the tools accept at most MAX_QUERY_CHARS (one CISI query is longer)
+        out = await self.service.memory_search(query[:MAX_QUERY_CHARS])
+        self.answers += 1
+        if out.get("backend") == "qmd":
+            self.from_qmd += 1
+        elif out.get("fallback") or out.get("disabled"):
+            reason = (out.get("fallback") or {}).get("reason") or out.get("error")
+            self.failures.append(str(reason))
+        return [_row(r) for r in out.get("results", [])]
+
+    async def ranking(self, query: str, max_results: int = 100) -> list[dict[str, Any]]:
+        """qmd's ranking without the agent's budget (collections: nDCG, recall@100)."""
+        await self.prepare()
+        hits = await self.qmd.search_hits(
+            query[:MAX_QUERY_CHARS], max_results=max_results, min_score=0.0
+        )
+        return [_row(r.to_dict()) for r in hits]
 
     async def aclose(self) -> None:
-        if self.errors:
+        if self.failures:
             print(
-                f"  [qmd {self.workspace.name}] {len(self.errors)} failed queries (scored as no results); first: {self.errors[0]}",
+                f"  [qmd {self.workspace.name}] {len(self.failures)} answers from the fallback; "
+                f"first: {self.failures[0]}",
                 file=sys.stderr,
             )
-        for m in self.managers.values():
-            await m.aclose()
+        await self.service.aclose()
+
+
+def _row(r: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "path": r["path"],
+        "startLine": r["startLine"],
+        "endLine": r["endLine"],
+        "snippet": r["snippet"],
+        "score": round(float(r["score"]), 4),
+    }

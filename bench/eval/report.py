@@ -138,6 +138,13 @@ def print_tables(report: dict[str, Any]) -> None:
             if "by_category" in first
             else collection_table(name, systems)
         )
+        shares = [
+            f"{system} {100 * e['answered_by_qmd']:.1f} %"
+            for system, e in systems.items()
+            if "answered_by_qmd" in e
+        ]
+        if shares:  # failover is for failures: a qmd system's answers should be qmd's own
+            lines.append(f"\nanswered by qmd (`backend: qmd`): {', '.join(shares)}")
         print("\n".join(lines) + "\n")
     if report.get("offtopic"):
         print("\n".join(offtopic_table(report["offtopic"])) + "\n")

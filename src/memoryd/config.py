@@ -442,6 +442,9 @@ class QmdConfig:
     #: The qmd executable (path or name on PATH).
     command: str = "qmd"
     search_mode: Literal["search", "vsearch", "query"] = "search"
+    #: Rerank `query` hits with qmd's reranker model (`models.rerank`); off, qmd needs no model
+    #: for a keyword search and answers by its fused ranks (`--no-rerank`).
+    rerank: bool = False
     include_default_memory: bool = True
     paths: list[QmdPathConfig] = field(default_factory=list)
     sessions: QmdSessionsConfig = field(default_factory=QmdSessionsConfig)

@@ -160,6 +160,11 @@ class QmdStatus(StatusModel):
     embed_failures: int = 0
     embed_retry_in_s: float | None = None
     last_error: str | None = None
+    dropped_hits: dict[str, int] = Field(
+        default_factory=dict,
+        description="qmd hits memoryd did not serve, by reason (refused, stale, unknown_collection…).",
+    )
+    last_dropped: str | None = Field(None, description="The last dropped hit and why.")
 
 
 __all__ = [

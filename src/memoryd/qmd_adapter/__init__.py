@@ -1,7 +1,8 @@
 """qmd_adapter: everything that talks to the `qmd` sidecar (npm `@tobilu/qmd`).
 
 `QmdManager` is the entry point the orchestrator uses; `run_qmd` is the process runner; the
-pure helpers (parsing, collection planning, result mapping) are exported for tests and tools.
+pure helpers (parsing, query planning, snippet windows, collection planning, result mapping) are
+exported for tests and tools.
 """
 
 from __future__ import annotations
@@ -14,17 +15,12 @@ from ._collections import (
     sanitize_name,
 )
 from ._home import QmdHome, default_shared_models_dir, with_models_block
-from ._manager import QmdManager, SearchMode, busy_timeout_ms, embed_backoff_s
-from ._mapping import (
-    apply_limits,
-    display_path,
-    hit_to_result,
-    interleave,
-    split_qmd_path,
-    split_qmd_uri,
-)
+from ._manager import QmdManager, busy_timeout_ms, embed_backoff_s
+from ._mapping import apply_limits, display_path, interleave, split_qmd_path, split_qmd_uri
 from ._parse import CollectionInfo, QmdHit, parse_search_output, parse_snippet
+from ._plan import QueryPlan, SearchMode, content_words, is_qmd_syntax, plan_query
 from ._runner import DEFAULT_MAX_OUTPUT_CHARS, QmdOutput, resolve_command, run_qmd
+from ._snippets import content_docid, hit_windows, refind_line
 
 __all__ = [
     "DEFAULT_MAX_OUTPUT_CHARS",
@@ -35,18 +31,24 @@ __all__ = [
     "QmdHome",
     "QmdManager",
     "QmdOutput",
+    "QueryPlan",
     "SearchMode",
     "apply_limits",
     "busy_timeout_ms",
+    "content_docid",
+    "content_words",
     "default_shared_models_dir",
     "desired_collections",
     "display_path",
     "embed_backoff_s",
-    "hit_to_result",
+    "hit_windows",
     "interleave",
+    "is_qmd_syntax",
     "parse_search_output",
     "parse_snippet",
     "plan_collections",
+    "plan_query",
+    "refind_line",
     "resolve_command",
     "run_qmd",
     "sanitize_name",

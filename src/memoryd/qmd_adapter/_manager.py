@@ -27,31 +27,58 @@ from ..core.engine import EngineAnswer, ProgressFn, SearchRequest
 from ..core.layout import MemoryRoot
 from ..core.results import FileText, SearchResult, Source
 from ..core.status import CollectionStatus, QmdStatus
-from ..errors import QmdBadOutput, QmdError, QmdExitError, QmdLocked, QmdTimeout, StateError
-from ..fsio import private_dir, private_file, read_private, write_private_atomic
+from ..errors import (
+    MemorydError,
+    PathNotAllowed,
+    QmdBadOutput,
+    QmdError,
+    QmdExitError,
+    QmdLocked,
+    QmdTimeout,
+    StateError,
+)
+from ..fsio import private_dir, private_file, read_file, read_private, write_private_atomic
 from ..memfiles import read_memory_file
 from ._collections import CollectionSpec, desired_collections, plan_collections
 from ._home import QmdHome, default_shared_models_dir
-from ._mapping import apply_limits, hit_to_result, interleave, split_qmd_uri
+from ._mapping import apply_limits, display_path, interleave, split_qmd_uri
 from ._parse import (
     CollectionInfo,
     QmdHit,
     is_busy_error,
     is_collection_exists_error,
     is_missing_collection_error,
-    is_unsupported_flag_error,
     parse_collection_list,
     parse_collection_show,
     parse_search_output,
 )
+from ._plan import SearchMode, plan_query
 from ._runner import DEFAULT_MAX_OUTPUT_CHARS, QmdOutput, resolve_command, run_qmd
+from ._snippets import content_docid, file_lines, hit_windows, holds_enough, refind_line
 
-__all__ = ["QmdManager", "SearchMode", "embed_backoff_s"]
+__all__ = ["MAX_HIT_FILE_BYTES", "QmdManager", "SearchMode", "embed_backoff_s"]
 
 log = logging.getLogger("memoryd.qmd")
 
-SearchMode = Literal["search", "vsearch", "query"]
 _Unset = Literal["unset"]
+
+#: Hits asked of qmd beyond `maxResults`, so a dropped hit (see `_read_hit`) leaves no gap.
+SPARE_HITS: Final = 2
+#: A hit's file is read whole to cut its window; a larger one is dropped (and counted).
+MAX_HIT_FILE_BYTES: Final = 8 << 20
+
+
+@dataclasses.dataclass
+class _Found:
+    results: list[SearchResult]
+    vector: bool = False
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+class _Dropped(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
 
 
 def embed_backoff_s(failures: int, *, base_s: float = 60.0, cap_s: float = 3600.0) -> float:
@@ -99,8 +126,8 @@ class QmdManager:
 
     `command` overrides `memory.qmd.command`; `home` overrides `<state>/agents/<id>/qmd`;
     `env_overrides` adjusts qmd's environment (a `None` value removes the variable — tests drop
-    `CI`, which disables qmd's model calls); `rerank=False` adds `--no-rerank` in query mode;
-    `shared_models_dir=None` disables the shared models link.
+    `CI`, which disables qmd's model calls); `rerank` overrides `memory.qmd.rerank` (off: every
+    query carries `--no-rerank`); `shared_models_dir=None` disables the shared models link.
     """
 
     name: Final = "qmd"
@@ -113,7 +140,7 @@ class QmdManager:
         home: Path | None = None,
         shared_models_dir: Path | _Unset | None = "unset",
         env_overrides: Mapping[str, str | None] | None = None,
-        rerank: bool = True,
+        rerank: bool | None = None,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         embed_backoff: tuple[float, float] = (60.0, 3600.0),
         clock: Callable[[], float] = time.monotonic,
@@ -126,13 +153,12 @@ class QmdManager:
             default_shared_models_dir() if shared_models_dir == "unset" else shared_models_dir
         )
         self._env_overrides = dict(env_overrides or {})
-        self._rerank = rerank
+        self._rerank = self.config.rerank if rerank is None else rerank
         self._max_output = max_output_chars
         self._backoff_base, self._backoff_cap = embed_backoff
         self._clock = clock
 
         self._mode: SearchMode = self.config.search_mode
-        self._flag_fallback_until: float | None = None
         self._specs: list[CollectionSpec] = []
         self._active: dict[str, CollectionSpec] = {}
         self._waiting_for_dir: list[CollectionSpec] = []
@@ -159,17 +185,16 @@ class QmdManager:
         self._embed_failures = 0
         self._embed_retry_at: float | None = None
         self.last_error: str | None = None
+        self.last_probe_error: QmdError | None = None
+        self._dropped: dict[str, int] = {}
+        self.last_dropped: str | None = None
         self._event_hook: Callable[[str, bool, str | None], None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     @property
     def search_mode(self) -> SearchMode:
-        """The mode searches use now (`query` for a while after qmd rejected a flag)."""
-        if self._flag_fallback_until is not None:
-            if self._clock() < self._flag_fallback_until:
-                return "query"
-            self._flag_fallback_until = None
+        """The configured search mode (`memory.qmd.searchMode`)."""
         return self._mode
 
     async def start(self, task_group: TaskGroup | None = None) -> None:
@@ -243,14 +268,20 @@ class QmdManager:
         return self._version
 
     async def probe(self) -> bool:
-        """True when qmd starts and answers `qmd X.Y.Z`; never raises a `QmdError`."""
+        """True when qmd starts and answers `qmd X.Y.Z`; never raises a `QmdError`.
+
+        The failure is kept in `last_probe_error`; either way the outcome is reported to the
+        event hook (`version`), which the orchestrator persists as the last validation.
+        """
         try:
             self._version = None
             version = await self.version()
         except QmdError as err:
             self.last_error = str(err)
-            self._emit("version", False, str(err))
+            self.last_probe_error = err
+            self._emit("version", False, f"{type(err).__name__}: {err}")
             return False
+        self.last_probe_error = None
         self._emit("version", True, version)
         return True
 
@@ -264,14 +295,23 @@ class QmdManager:
         if self._event_hook is not None:
             self._event_hook(kind, ok, detail)
 
-    def seed_from_health(self, last_update_at: float | None, last_embed_at: float | None) -> None:
-        """Start from what another process recorded (status and the embed timer see it)."""
+    def seed_from_health(
+        self,
+        last_update_at: float | None,
+        last_embed_at: float | None,
+        version: str | None = None,
+        version_error: str | None = None,
+    ) -> None:
+        """Start from what another process recorded (status and the embed timer see it): the
+        last update and embed, and the last validation of `qmd --version`."""
         now_wall, now_mono = time.time(), self._clock()
         if last_update_at is not None and self.last_update_at is None:
             self.last_update_at = last_update_at
         if last_embed_at is not None and self.last_embed_at is None:
             self.last_embed_at = last_embed_at
             self._last_embed_mono = now_mono - max(0.0, now_wall - last_embed_at)
+        if self._version is None and self._version_error is None:
+            self._version, self._version_error = version, version_error
 
     def status(self) -> QmdStatus:
         """What this process knows of the sidecar (persisted health is the orchestrator's)."""
@@ -286,7 +326,7 @@ class QmdManager:
             search_mode=self.search_mode,
             collections=[
                 CollectionStatus(name=s.name, path=s.path, pattern=s.pattern, source=s.source)
-                for s in self._active.values()
+                for s in self.known_collections()
             ],
             waiting_for_folder=[s.path for s in self._waiting_for_dir],
             last_update_at=self.last_update_at,
@@ -294,7 +334,20 @@ class QmdManager:
             embed_failures=self._embed_failures,
             embed_retry_in_s=retry_in,
             last_error=self.last_error,
+            dropped_hits=dict(self._dropped),
+            last_dropped=self.last_dropped,
         )
+
+    def known_collections(self) -> list[CollectionSpec]:
+        """The collections qmd has for this agent: this process's, or before it started, the
+        ones the home last verified, while qmd's registry is unchanged since (no qmd call)."""
+        if self._active or self._started:
+            return list(self._active.values())
+        present = [s for s in self._desired_now() if Path(s.path).is_dir()]
+        fingerprint = self._verified(present)
+        if fingerprint is not None and fingerprint == self._verified_record():
+            return present
+        return []
 
     # ------------------------------------------------------------------ running qmd
 
@@ -668,7 +721,7 @@ class QmdManager:
         """The engine contract's search: ranked hits with their provenance (see `search_hits`)."""
         if isinstance(request, str):
             request = SearchRequest(request, max_results, min_score)
-        results = await self.search_hits(
+        found = await self._search(
             request.query,
             max_results=request.max_results,
             min_score=request.min_score,
@@ -676,12 +729,13 @@ class QmdManager:
             corpus=request.corpus,
         )
         return EngineAnswer(
-            results=results,
+            results=found.results,
             engine="qmd",
             provider="qmd",
-            model=self.config.models.embed,
+            model=self.config.models.embed if found.vector else None,
             mode=mode or self.search_mode,
             max_injected_chars=self.config.limits.max_injected_chars,
+            notes=found.notes,
         )
 
     async def search_hits(
@@ -695,88 +749,88 @@ class QmdManager:
         mode: SearchMode | None = None,
         corpus: str = "all",
     ) -> list[SearchResult]:
-        """Search this agent's collections; memory and session hits are interleaved.
+        """Search this agent's collections in one `qmd query` call (see `plan_query`).
 
-        `mode` overrides the configured search mode for this call (warm-up uses it). Applies
-        `limits.maxResults`, `minScore` and `maxSnippetChars`; the injected-characters budget is
-        the orchestrator's. Raises a `QmdError` subclass on failure (never silently returns nothing).
+        Each hit becomes the snippet window memoryd cuts from the file itself, read by the same
+        rules as `memory_get` (see `_snippets`); a hit that fails them is dropped and counted
+        (`status().dropped_hits`). Memory and session hits are interleaved. `mode` overrides the
+        configured search mode for this call (warm-up uses it). Applies `limits.maxResults`,
+        `minScore` and `maxSnippetChars`; the injected-characters budget is the orchestrator's.
+        Raises a `QmdError` subclass on failure (never silently returns nothing).
         """
+        found = await self._search(
+            query,
+            max_results=max_results,
+            min_score=min_score,
+            timeout_ms=timeout_ms,
+            rerank=rerank,
+            mode=mode,
+            corpus=corpus,
+        )
+        return found.results
+
+    async def _search(
+        self,
+        query: str,
+        *,
+        max_results: int | None = None,
+        min_score: float | None = None,
+        timeout_ms: int | None = None,
+        rerank: bool | None = None,
+        mode: SearchMode | None = None,
+        corpus: str = "all",
+    ) -> _Found:
         limits = self.config.limits
         n = max_results or limits.max_results
-        groups: dict[Source, list[str]] = {}
-        for spec in self._active.values():
-            if corpus in ("all", spec.source):
-                groups.setdefault(spec.source, []).append(spec.name)
-        if not groups:
-            return []
-        timeout = timeout_ms or limits.timeout_ms
+        names = [s.name for s in self._active.values() if corpus in ("all", s.source)]
+        if not names:
+            return _Found([])
+        mode = mode or self.search_mode
+        vectors = mode != "search" and await anyio.to_thread.run_sync(self.has_vectors, names)
+        plan = plan_query(query, mode=mode, vectors=vectors)
+        if plan is None:
+            return _Found([])
+        notes = []
+        if mode != "search" and not vectors and not plan.verbatim:
+            notes.append(
+                "qmd has no embeddings for these collections yet: answered by keywords "
+                "(`memoryd index` embeds them)"
+            )
         use_rerank = self._rerank if rerank is None else rerank
-        per_source: dict[Source, list[SearchResult]] = {}
-        errors: list[QmdError] = []
-
-        async def one(source: Source, names: list[str]) -> None:
-            try:
-                hits = await self._search_collections(query, names, n, timeout, use_rerank, mode)
-                per_source[source] = await self._map_hits(hits)
-            except QmdError as err:  # raised bare below, not wrapped in an ExceptionGroup
-                errors.append(err)
-
-        async with anyio.create_task_group() as tg:
-            for source, names in groups.items():
-                tg.start_soon(one, source, names)
-        if errors:
-            raise errors[0]
-        merged = interleave(*(per_source[s] for s in groups))
-        return apply_limits(
-            merged,
+        hits = await self._query(
+            plan.document, names, n + SPARE_HITS, timeout_ms or limits.timeout_ms, use_rerank
+        )
+        results = await anyio.to_thread.run_sync(
+            self._results_from_hits, hits, plan.snippet_query, plan.words
+        )
+        kept = apply_limits(
+            results,
             max_results=n,
             min_score=limits.min_score if min_score is None else min_score,
         )
+        return _Found(kept, plan.vector, notes)
 
     def search_argv(
-        self,
-        query: str,
-        names: Sequence[str],
-        n: int,
-        *,
-        rerank: bool = True,
-        mode: SearchMode | None = None,
+        self, document: str, names: Sequence[str], n: int, *, rerank: bool = False
     ) -> list[str]:
-        """`[mode, query, --json, -n, N, (--no-rerank), -c, coll…]` for `mode` (default: current)."""
-        mode = mode or self.search_mode
-        args = [mode, query, "--json", "-n", str(n)]
-        if mode == "query" and not rerank:
+        """`[query, document, --json, -n, N, (--no-rerank), -c, coll…]`: one call for every collection."""
+        args = ["query", document, "--json", "-n", str(n)]
+        if not rerank:
             args.append("--no-rerank")
         for name in names:
             args += ["-c", name]
         return args
 
-    async def _search_collections(
-        self,
-        query: str,
-        names: list[str],
-        n: int,
-        timeout_ms: int,
-        rerank: bool,
-        mode: SearchMode | None = None,
+    async def _query(
+        self, document: str, names: list[str], n: int, timeout_ms: int, rerank: bool
     ) -> list[QmdHit]:
         recreated = False
-        mode = mode or self.search_mode
         while True:
             try:
-                argv = self.search_argv(query, names, n, rerank=rerank, mode=mode)
-                out = await self._run(argv, timeout_ms)
+                out = await self._run(
+                    self.search_argv(document, names, n, rerank=rerank), timeout_ms
+                )
             except QmdExitError as err:
-                if mode != "query" and is_unsupported_flag_error(err.stderr):
-                    # temporary: after `failover.probeMaxIntervalMs` the configured mode is
-                    # tried again (a qmd upgrade or a one-off stderr line must not pin `query`)
-                    hold = self.config.failover.probe_max_interval_ms / 1000
-                    log.warning(
-                        "qmd rejected `%s` flags; using `qmd query` for the next %.0fs", mode, hold
-                    )
-                    self._flag_fallback_until = self._clock() + hold
-                    mode = "query"
-                    continue
                 if not recreated and is_missing_collection_error(err.stderr):
                     recreated = True
                     log.warning("qmd lost a collection; re-creating collections and retrying")
@@ -789,30 +843,126 @@ class QmdManager:
                 raise
             return parse_search_output(out.stdout)
 
-    async def _map_hits(self, hits: list[QmdHit]) -> list[SearchResult]:
-        roots = {s.name: s.path for s in self._specs}
-        results = []
+    def has_vectors(self, names: Sequence[str]) -> bool:
+        """Whether qmd's index holds embeddings for a document of these collections (read-only)."""
+        db = self.home.index_db
+        if not names or not db.exists():
+            return False
+        try:
+            conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
+        except sqlite3.Error:
+            return False
+        try:
+            table = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vectors_vec'"
+            ).fetchone()
+            if table is None:
+                return False
+            marks = ",".join("?" * len(names))
+            row = conn.execute(
+                "SELECT 1 FROM documents d JOIN content_vectors v ON v.hash = d.hash "
+                f"WHERE d.active = 1 AND d.collection IN ({marks}) LIMIT 1",
+                tuple(names),
+            ).fetchone()
+        except sqlite3.Error as err:
+            log.warning("cannot read qmd's vectors: %s", err)
+            return False
+        finally:
+            conn.close()
+        return row is not None
+
+    # ------------------------------------------------------------------ hits → results
+
+    def _results_from_hits(
+        self, hits: list[QmdHit], query: str, words: Sequence[str]
+    ) -> list[SearchResult]:
+        """qmd's hits, in its order, as windows memoryd cut from the files (interleaved by
+        source); a hit holding too few of `words` is left out (`holds_enough`)."""
+        groups: dict[Source, list[list[SearchResult]]] = {}
         for hit in hits:
-            located = split_qmd_uri(hit.file) if hit.file else None
-            if located is None and hit.docid:
-                located = await anyio.to_thread.run_sync(self._lookup_docid, hit.docid)
-            if located is None:
-                log.warning("qmd hit without a resolvable file: %r", hit.file or hit.docid)
-                continue
-            collection, rel = located
-            spec = self._active.get(collection)
-            results.append(
-                hit_to_result(
-                    hit,
-                    collection=collection,
-                    rel=rel,
-                    roots=roots,
-                    workspace=str(self.settings.workspace),
-                    source=spec.source if spec else "memory",
-                    max_snippet_chars=self.config.limits.max_snippet_chars,
-                )
+            windows = self._hit_windows(hit, query, words, continuation=not groups)
+            if windows:
+                groups.setdefault(windows[0].source, []).append(windows)
+        return interleave(*groups.values())
+
+    def _hit_windows(
+        self, hit: QmdHit, query: str, words: Sequence[str], *, continuation: bool
+    ) -> list[SearchResult]:
+        located = split_qmd_uri(hit.file) if hit.file else None
+        if located is None and hit.docid:
+            located = self._lookup_docid(hit.docid)
+        if located is None:
+            self._drop("unresolvable", hit.file or hit.docid or "?", "qmd named no file")
+            return []
+        collection, rel = located
+        shown = f"qmd/{collection}/{rel}"
+        spec = self._active.get(collection)
+        if spec is None:
+            self._drop("unknown_collection", shown, f"{collection!r} is not one of this agent's")
+            return []
+        try:
+            read = self._read_hit(spec, rel)
+        except _Dropped as dropped:
+            self._drop(dropped.reason, shown, dropped.detail)
+            return []
+        if read is None:
+            self._drop("missing", shown, "the file is gone")
+            return []
+        data, lines = read
+        if words and not holds_enough(words, "\n".join(lines)):
+            return []  # about something else (not a refusal: nothing is counted)
+        line = hit.line or 1
+        docid = (hit.docid or "").lstrip("#").lower()
+        if (docid and content_docid(data) != docid[:6]) or line > len(lines):
+            # edited since qmd indexed it: qmd's line is the old file's
+            moved = refind_line(lines, line, hit.snippet)
+            if moved is None:
+                self._drop("stale", shown, "changed since qmd indexed it; its text is gone")
+                return []
+            line = moved
+        roots = {s.name: s.path for s in self._specs}
+        path = display_path(collection, rel, roots=roots, workspace=str(self.settings.workspace))
+        return [
+            SearchResult(path, first, last, hit.score, text, source=spec.source)
+            for text, first, last in hit_windows(
+                lines,
+                line,
+                query,
+                self.config.limits.max_snippet_chars,
+                continuation=continuation,
             )
-        return results
+        ]
+
+    def _read_hit(self, spec: CollectionSpec, rel: str) -> tuple[bytes, list[str]] | None:
+        """The hit's file by memoryd's own rules: its collection's root and pattern, the skip
+        list, and `fsio`'s descriptor checks (no symlink, one hard link, a regular file)."""
+        if rel.startswith("/"):
+            raise _Dropped("absolute_path", "qmd named an absolute path")
+        parts = PurePosixPath(rel).parts
+        if any(p in ("", ".", "..") for p in parts):
+            raise _Dropped("traversal", "the path leaves its collection")
+        root = MemoryRoot(spec.path, spec.pattern, spec.source, spec.name)
+        if not root.accepts(PurePosixPath(rel)):
+            raise _Dropped(
+                "not_memory", f"not selected by {spec.pattern!r} (or in a skipped folder)"
+            )
+        try:
+            got = read_file(root, rel, anchor=self.settings.workspace, max_bytes=MAX_HIT_FILE_BYTES)
+        except PathNotAllowed as err:
+            raise _Dropped("refused", str(err)) from None
+        except MemorydError as err:
+            raise _Dropped("unreadable", str(err)) from None
+        if got is None:
+            return None
+        if got.truncated:
+            raise _Dropped("too_large", f"larger than {MAX_HIT_FILE_BYTES} bytes")
+        return got.data, file_lines(got.data.decode("utf-8", errors="replace"))
+
+    def _drop(self, reason: str, path: str, detail: str) -> None:
+        self._dropped[reason] = self._dropped.get(reason, 0) + 1
+        self.last_dropped = f"{path}: {reason} ({detail})"
+        log.warning("qmd hit dropped: %s", self.last_dropped)
+        self._emit("dropped", False, f"{reason}\t{self.last_dropped}")
 
     def _lookup_docid(self, docid: str) -> tuple[str, str] | None:
         """Resolve `#abc123` through qmd's `documents` table (read-only, with a busy timeout)."""

@@ -1,4 +1,4 @@
-"""Pure mapping from qmd hits to memoryd results: paths, line ranges, limits, interleaving.
+"""Pure mapping from qmd hits to memoryd results: paths, limits, interleaving.
 
 No file system: roots are strings, the workspace is a path compared lexically.
 """
@@ -9,14 +9,12 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePosixPath
 
-from ..core.results import SearchResult, Source
-from ._parse import QmdHit, parse_snippet
+from ..core.results import SearchResult
 
 __all__ = [
     "QMD_PATH_PREFIX",
     "apply_limits",
     "display_path",
-    "hit_to_result",
     "interleave",
     "split_qmd_path",
     "split_qmd_uri",
@@ -56,55 +54,18 @@ def display_path(collection: str, rel: str, *, roots: Mapping[str, str], workspa
     return f"{QMD_PATH_PREFIX}{collection}/{rel}"
 
 
-def hit_to_result(
-    hit: QmdHit,
-    *,
-    collection: str,
-    rel: str,
-    roots: Mapping[str, str],
-    workspace: str,
-    source: Source,
-    max_snippet_chars: int,
-) -> SearchResult:
-    """One qmd hit as a memoryd result; lines come from the snippet's `@@ -S,C` header."""
-    raw = hit.snippet if hit.snippet is not None else (hit.body or "")
-    parsed = parse_snippet(raw)
-    lines = parsed.text.split("\n")
-    if parsed.start_line is not None and parsed.end_line is not None:
-        start, end = parsed.start_line, parsed.end_line
-        # Blank edge lines are trimmed and the range with them, so lines start..end are the text.
-        lines = lines[: end - start + 1]
-        while len(lines) > 1 and not lines[0].strip():
-            lines.pop(0)
-            start += 1
-        while len(lines) > 1 and not lines[-1].strip():
-            lines.pop()
-        end = start + len(lines) - 1
-    else:
-        while len(lines) > 1 and not lines[-1].strip():
-            lines.pop()
-        start = max(1, hit.line or 1)
-        end = start + len(lines) - 1 if hit.line is None else start
-    text = "\n".join(lines)
-    return SearchResult(
-        path=display_path(collection, rel, roots=roots, workspace=workspace),
-        start_line=start,
-        end_line=end,
-        score=hit.score,
-        snippet=text[:max_snippet_chars],
-        source=source,
-    )
+def interleave(*lists: Sequence[Sequence[SearchResult]]) -> list[SearchResult]:
+    """Round-robin over per-source lists of hits (each best-first), so no source starves another.
 
-
-def interleave(*lists: Sequence[SearchResult]) -> list[SearchResult]:
-    """Round-robin over per-source lists (each best-first) so no source starves another.
-
-    The list whose best hit scores highest leads each round.
+    A hit is a group of results (its window, and the best hit's continuation): groups stay
+    whole. The list whose best hit scores highest leads each round.
     """
-    ordered = sorted((lst for lst in lists if lst), key=lambda lst: -lst[0].score)
+    ordered = sorted((lst for lst in lists if lst), key=lambda lst: -lst[0][0].score)
     out: list[SearchResult] = []
     for i in range(max((len(lst) for lst in ordered), default=0)):
-        out.extend(lst[i] for lst in ordered if i < len(lst))
+        for lst in ordered:
+            if i < len(lst):
+                out.extend(lst[i])
     return out
 
 

@@ -1,0 +1,176 @@
+"""Pure query planning: an agent's question as the `qmd query` document that finds the most for it.
+
+`qmd search` ANDs every word of its input (`buildFTS5Query` in qmd's `src/store.ts`), so a natural
+question ("What did Andrew and his girlfriend do on the weekend?") matches almost nothing. `qmd
+query` takes a structured document instead: each `lex:` line is one BM25 search (its words ANDed,
+prefix-matched), each `vec:` line one vector search, and qmd fuses the lines' rankings by
+reciprocal rank. A plan of content words therefore acts as an OR that rewards documents holding
+more of them: one line of all the words, one per pair of words, one per word. It needs no model
+(`--no-rerank`, no `vec:` line) and answers in ~0.1–0.3 s. docs/qmd-facts.md records what qmd does
+with such documents; docs/retrieval-quality.md the variants measured and why this one is the default.
+
+No process, no file system, no clock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Final, Literal
+
+from ..core.records import record
+from ..core.text import STOPWORDS, cjk_bigrams, has_cjk
+
+__all__ = [
+    "MAX_PLAN_WORDS",
+    "QueryPlan",
+    "SearchMode",
+    "content_words",
+    "is_qmd_syntax",
+    "plan_query",
+]
+
+SearchMode = Literal["search", "vsearch", "query"]
+
+#: Content words a plan is built from (the first ones of the question). Pairs grow as n²/2: 12
+#: words make 79 lines, a fraction of a second for qmd; longer questions gain little from more
+#: (Cranfield/CISI, docs/retrieval-quality.md).
+MAX_PLAN_WORDS: Final = 12
+#: Whether a plan has a line per pair of words (a document holding both ranks in one more list).
+PLAN_PAIRS: Final = True
+
+#: Words that ask rather than tell, beside the stopwords: they never name what the notes hold.
+QUESTION_WORDS: Final = frozenset({"whose", "might", "may", "must", "shall"})
+
+# A line of a query document qmd reads as typed (`lex:`, `vec:`, `hyde:`, `intent:`, `expand:`).
+_TYPED_LINE = re.compile(r"^\s*(?:lex|vec|hyde|intent|expand)\s*:", re.IGNORECASE | re.MULTILINE)
+# `-term` / `-"phrase"` at a word boundary: qmd's lex negation (`e-mail`, `-5` are not).
+_NEGATION = re.compile(r"(?:^|\s)-(?:[^\W\d_]|\")")
+# An identifier kept whole: word characters joined by `_`, `.` or `-` (ERR_CART_TTL_EXPIRED,
+# v1.2.3, gpt-4). qmd's lex reads such a token as a phrase (or its dotted parts ANDed).
+_IDENTIFIER = re.compile(r"^[^\W_]+(?:[._-]+[^\W_]+)+$|^\w*_\w*$")
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
+_POSSESSIVE = re.compile(r"['’]s$")
+_EDGE_PUNCT = "\"'’`.,;:!?()[]{}<>«»“”‘*#~^|/\\"
+
+
+@record
+class QueryPlan:
+    """What one search sends to `qmd query`, and what memoryd cuts its snippets by."""
+
+    #: The `qmd query` argument: a structured document of typed lines.
+    document: str
+    #: The words snippet windows are chosen by (the question's, or the lines' of a verbatim query).
+    snippet_query: str
+    #: The caller's own qmd syntax, passed as it was written.
+    verbatim: bool = False
+    #: A `vec:` line is part of the document (qmd embeds the query: it needs its embed model).
+    vector: bool = False
+    #: The content words a hit must hold a share of (`MIN_WORD_SHARE`); empty: no such rule.
+    words: tuple[str, ...] = ()
+
+
+def is_qmd_syntax(query: str) -> bool:
+    """The query is already written for qmd: typed lines, a quoted phrase or a `-term`."""
+    if _TYPED_LINE.search(query):
+        return True
+    quotes = query.count('"')
+    return (quotes >= 2 and quotes % 2 == 0) or bool(_NEGATION.search(query))
+
+
+def content_words(query: str, limit: int | None = None) -> list[str]:
+    """The question's content words, in order, lowercased and deduplicated, at most `limit`.
+
+    Stopwords and question words are dropped, a possessive names its owner (`Caroline's` →
+    `caroline`), identifiers stay whole and CJK runs become character pairs (each a phrase for
+    qmd). A question of only stopwords keeps its words, so it still searches for something.
+    """
+    seen: dict[str, None] = {}
+    fallback: dict[str, None] = {}
+    for token in query.split():
+        token = token.strip(_EDGE_PUNCT)
+        if not token:
+            continue
+        if _IDENTIFIER.match(token) and not has_cjk(token):
+            seen.setdefault(token.lower(), None)
+            continue
+        for raw in _WORD.findall(token.lower()):
+            raw = _POSSESSIVE.sub("", raw)
+            fallback.setdefault(raw, None)
+            if raw in STOPWORDS or raw in QUESTION_WORDS:
+                continue
+            if len(raw) == 1 and not raw.isdigit() and not has_cjk(raw):
+                continue
+            for term in _split_scripts(raw):
+                seen.setdefault(term, None)
+    words = list(seen or fallback)
+    return words[: limit or MAX_PLAN_WORDS]
+
+
+def _split_scripts(word: str) -> list[str]:
+    """A word's CJK runs as character pairs, the rest (`q4` in `q4会议`) as it is."""
+    if not has_cjk(word):
+        return [word]
+    out: list[str] = []
+    for cjk, chars in itertools.groupby(word, key=has_cjk):
+        run = "".join(chars)
+        out.extend(cjk_bigrams(run) if cjk else [run])
+    return out
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _vec_text(query: str) -> str:
+    """The question for a `vec:` line: one line, no `-term` (qmd refuses negation there)."""
+    return _one_line(re.sub(r"(^|\s)-+(?=[\w\"])", r"\1", query)).replace('"', "")
+
+
+def lex_lines(words: list[str]) -> list[str]:
+    """All the words, then every pair, then each word: an OR ranking by how many are held."""
+    if not words:
+        return []
+    lines = [" ".join(words)]
+    if PLAN_PAIRS and len(words) > 2:
+        lines += [f"{a} {b}" for a, b in itertools.combinations(words, 2)]
+    if len(words) > 1:
+        lines += words
+    return [f"lex: {line}" for line in lines]
+
+
+def plan_query(query: str, *, mode: SearchMode, vectors: bool) -> QueryPlan | None:
+    """The `qmd query` document for `query` in `mode`; None when nothing in it can be searched.
+
+    `vectors` says whether qmd's index holds embeddings for the collections searched: only then
+    does a `vec:` line go in (`query`: with the lex lines; `vsearch`: alone). `search` is
+    keyword-only and needs no model. A query already in qmd's syntax is kept as written: typed
+    lines go to qmd as they are, a quoted phrase or a `-term` becomes one `lex:` line.
+    """
+    text = query.strip()
+    if not text:
+        return None
+    if is_qmd_syntax(text):
+        if _TYPED_LINE.search(text):
+            body = re.sub(r"^\s*(?:lex|vec|hyde|intent|expand)\s*:", " ", text, flags=re.I | re.M)
+            vector = bool(re.search(r"^\s*(?:vec|hyde)\s*:", text, re.I | re.M))
+            return QueryPlan(text, _positive(body), verbatim=True, vector=vector)
+        return QueryPlan(f"lex: {_one_line(text)}", _positive(text), verbatim=True)
+    words = content_words(text)
+    if not words:
+        return None
+    use_vec = vectors and mode != "search"
+    vec = [f"vec: {_vec_text(text)}"] if use_vec else []
+    if mode == "vsearch" and use_vec:
+        return QueryPlan("\n".join(vec), text, vector=True)
+    # the vector line first: qmd weighs the first ranked list twice, and the lex lines are many
+    # a hit must hold a share of the words; not of a stopword-only question's (every note has
+    # them), nor with a vector line, which finds what shares no word with the question
+    held = () if use_vec else tuple(w for w in words if w not in STOPWORDS)
+    return QueryPlan("\n".join(vec + lex_lines(words)), text, vector=use_vec, words=held)
+
+
+def _positive(text: str) -> str:
+    """The words of a qmd-syntax query without its negated terms (what snippets should show)."""
+    kept = [t for t in _one_line(text).split() if not t.startswith("-")]
+    return " ".join(kept).replace('"', " ")

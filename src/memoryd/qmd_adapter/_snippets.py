@@ -1,0 +1,149 @@
+"""Pure snippet building for qmd's hits: the window the built-in index would cut, from the file itself.
+
+qmd names a document and the line its best chunk matched; its own snippet is ~300 characters and
+3–4 lines. memoryd reads the file (through `fsio`, by the same rules as `memory_get`) and cuts
+the window of whole lines the built-in index cuts for a chunk (`core.ranking.select_snippet`,
+≤ 700 characters, exact 1-based lines) from the region qmd's chunk covers around that line; the
+best hit also gets the lines right after its window (`continue_snippet`), as the built-in
+index's best hit does. When the file changed after qmd indexed it, the line is found again by
+the text qmd showed, or the hit is dropped.
+
+No process, no file system.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from typing import Final
+
+from ..core.ranking import continue_snippet, select_snippet
+from ..core.text import text_terms
+from ._parse import parse_snippet
+
+__all__ = [
+    "MIN_WORD_SHARE",
+    "QMD_CHUNK_CHARS",
+    "content_docid",
+    "file_lines",
+    "hit_windows",
+    "holds_enough",
+    "refind_line",
+    "word_share",
+]
+
+#: The region around qmd's line a window is chosen from: qmd's chunk (900 tokens, ~4 characters
+#: each), the text its line was picked in, on either side.
+QMD_CHUNK_CHARS: Final = 3600
+#: The share of a question's content words a keyword hit must hold. qmd ranks by the lines a
+#: document matched, not by how much of the question it holds, and its `--no-rerank` scores are
+#: ranks (1, 1/2, 1/3 …): without this, any note sharing one word with an unrelated question
+#: would answer it. Half keeps 0.98 of the LoCoMo dev evidence and cuts another conversation's
+#: questions answered from 93 % to 29 % (docs/retrieval-quality.md).
+MIN_WORD_SHARE: Final = 0.5
+#: Snippet lines shorter than this say too little to find a moved line by.
+_MIN_ANCHOR_CHARS: Final = 12
+
+
+def content_docid(data: bytes) -> str:
+    """qmd's docid of a file's content: the first 6 hex digits of its SHA-256."""
+    return hashlib.sha256(data).hexdigest()[:6]
+
+
+def word_share(words: Sequence[str], text: str) -> float:
+    """The share of `words` the text holds (as memoryd's keyword ranking matches a term: a whole
+    word or a word it starts; an identifier by all its parts; CJK as a substring)."""
+    if not words:
+        return 1.0
+    held = 0
+    for word in words:
+        parts = [p for p in re.split(r"[._-]+", word) if p] or [word]
+        if len(text_terms(parts, text)) == len(set(parts)):
+            held += 1
+    return held / len(words)
+
+
+def holds_enough(words: Sequence[str], text: str) -> bool:
+    """Whether the text holds at least `MIN_WORD_SHARE` of the question's content words."""
+    return word_share(words, text) >= MIN_WORD_SHARE
+
+
+def file_lines(text: str) -> list[str]:
+    """The file's lines (1-based line n is item n-1); a final newline ends a line, adds none."""
+    lines = text.split("\n")
+    if len(lines) > 1 and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def refind_line(lines: Sequence[str], line: int, snippet: str | None) -> int | None:
+    """Where qmd's `line` is now in an edited file, by the text qmd's snippet showed around it.
+
+    The snippet's lines (its `@@ -S,C @@` header says where they were) are looked for in `lines`,
+    the one at `line` first, then its neighbours; the occurrence nearest the old place wins.
+    None when none of them is in the file any more (the hit is then dropped).
+    """
+    if not snippet:
+        return None
+    parsed = parse_snippet(snippet)
+    start = parsed.start_line
+    if start is None:
+        return None
+    shown = parsed.text.split("\n")
+    for i in sorted(range(len(shown)), key=lambda i: abs(start + i - line)):
+        anchor = shown[i].strip()
+        prefix = anchor.endswith("...") and i == len(shown) - 1  # qmd cut the snippet here
+        if prefix:
+            anchor = anchor[:-3].rstrip()
+        if len(anchor) < _MIN_ANCHOR_CHARS:
+            continue
+        was = start + i
+        found = [
+            n
+            for n, text in enumerate(lines, 1)
+            if (text.strip().startswith(anchor) if prefix else text.strip() == anchor)
+        ]
+        if found:
+            best = min(found, key=lambda n: abs(n - was))
+            return min(max(1, best + line - was), len(lines))
+    return None
+
+
+def _region(lines: Sequence[str], line: int, chars: int) -> tuple[int, int]:
+    """0-based [lo, hi] of the lines within `chars` characters before and after `line`."""
+    lo = hi = line - 1
+    size = 0
+    while lo > 0 and size + len(lines[lo - 1]) + 1 <= chars:
+        lo -= 1
+        size += len(lines[lo]) + 1
+    size = 0
+    while hi + 1 < len(lines) and size + len(lines[hi + 1]) + 1 <= chars:
+        hi += 1
+        size += len(lines[hi]) + 1
+    return lo, hi
+
+
+def hit_windows(
+    lines: Sequence[str],
+    line: int,
+    query: str,
+    max_chars: int,
+    *,
+    continuation: bool = False,
+) -> list[tuple[str, int, int]]:
+    """The window (text, first line, last line) for a hit at `line`, and with `continuation` the
+    lines right after it as a second window when there are any."""
+    if not lines:
+        return []
+    line = min(max(1, line), len(lines))
+    lo, hi = _region(lines, line, QMD_CHUNK_CHARS)
+    text, first, last = select_snippet(
+        "\n".join(lines[lo : hi + 1]), lo + 1, hi + 1, query, max_chars
+    )
+    out = [(text, first, last)]
+    if continuation:
+        more = continue_snippet("\n".join(lines), 1, len(lines), last, max_chars)
+        if more is not None:
+            out.append(more)
+    return out
