@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
+from anyio.abc import TaskGroup
 
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
 from memoryd.orchestrator import MemoryService
@@ -178,6 +179,13 @@ def top_path(out: dict[str, Any]) -> str:
     """The path of a search answer's first result (there must be one)."""
     assert out["results"], out
     return str(out["results"][0]["path"])
+
+
+async def start_service(svc: MemoryService, tg: TaskGroup) -> None:
+    """`svc.start(tg)`, then wait for qmd's start-up, which runs in the background (a search
+    would wait for it only up to its own timeout)."""
+    await svc.start(tg)
+    await svc.backend().ensure_qmd_started()
 
 
 async def wait_for_backend(svc: MemoryService, backend: str, timeout: float = 20) -> dict[str, Any]:

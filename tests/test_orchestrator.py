@@ -17,7 +17,14 @@ import pytest
 from cli_support import spawn_memoryd
 from memoryd.config import resolve_agent, validate_config
 from memoryd.orchestrator import MemoryService
-from qmd_support import QmdRig, require_qmd, seed_workspace, top_path, wait_for_backend
+from qmd_support import (
+    QmdRig,
+    require_qmd,
+    seed_workspace,
+    start_service,
+    top_path,
+    wait_for_backend,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.qmd]
 
@@ -79,7 +86,7 @@ async def test_failover_answers_the_same_call_and_recovers(
     rig = Rig(tmp_path, require_qmd(), **(slow_probe if fault == "hang" else {}))
     svc = rig.service()
     async with anyio.create_task_group() as tg:
-        await svc.start(tg)
+        await start_service(svc, tg)
         healthy = await svc.memory_search("zeppelin budget")
         assert healthy["backend"] == "qmd" and top_path(healthy) == "memory/2026-01-03.md"
 
@@ -109,7 +116,7 @@ async def test_failover_answers_the_same_call_and_recovers(
 async def test_missing_binary_fails_over_and_recovers_when_restored(rig: Rig) -> None:
     svc = rig.service()
     async with anyio.create_task_group() as tg:
-        await svc.start(tg)
+        await start_service(svc, tg)
         assert (await svc.memory_search("espresso"))["backend"] == "qmd"
         hidden = rig.bin_dir / "qmd.hidden"
         os.rename(rig.wrapper, hidden)

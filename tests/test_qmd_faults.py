@@ -24,7 +24,15 @@ import pytest
 from memoryd.errors import QmdExitError, QmdLocked
 from memoryd.orchestrator import MemoryService
 from memoryd.qmd_adapter import QmdManager, busy_timeout_ms, run_qmd
-from qmd_support import MISSING_MODEL, QmdRig, require_qmd, top_path, wait_for_backend, write
+from qmd_support import (
+    MISSING_MODEL,
+    QmdRig,
+    require_qmd,
+    start_service,
+    top_path,
+    wait_for_backend,
+    write,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -114,7 +122,7 @@ async def test_a_lock_that_blocks_readers_fails_over_as_qmd_locked_and_qmd_serve
     rig = Rig(tmp_path, colouring_wrapper(tmp_path, qmd) if coloured else qmd)
     svc = rig.service()
     async with anyio.create_task_group() as tg:
-        await svc.start(tg)
+        await start_service(svc, tg)
         healthy = await svc.memory_search("zeppelin budget")
         assert healthy["backend"] == "qmd" and top_path(healthy) == "memory/2026-01-03.md"
 
@@ -153,7 +161,7 @@ async def test_a_write_lock_fails_qmd_update_as_locked_while_qmd_search_still_an
     rig = Rig(tmp_path, require_qmd())
     svc = rig.service()
     async with anyio.create_task_group() as tg:
-        await svc.start(tg)
+        await start_service(svc, tg)
         mgr = qmd_of(svc)
         assert (await svc.memory_search("zeppelin budget"))["backend"] == "qmd"
         with exclusive_lock(mgr.home.index_db, "writers"):
@@ -197,7 +205,7 @@ async def test_a_qmd_error_with_escapes_reaches_last_error_as_plain_text(
     rig = Rig(tmp_path, command, searchMode="query", models={"embed": MISSING_MODEL})
     svc = rig.service()
     async with anyio.create_task_group() as tg:
-        await svc.start(tg)
+        await start_service(svc, tg)
         mgr = qmd_of(svc)
         with pytest.raises(QmdExitError) as caught:
             await mgr.embed(force=True)

@@ -586,7 +586,7 @@ async def _cmd_search(args: argparse.Namespace) -> int:
     header = [
         f"{n} result{'s' if n != 1 else ''}" if n else "no matches",
         f"{out.get('backend')} backend" + (" (qmd failed over)" if fallback else ""),
-        f"{out.get('mode')} search",
+        _mode_label(out),
         embedder,
     ]
     if out.get("stale"):
@@ -602,6 +602,12 @@ async def _cmd_search(args: argparse.Namespace) -> int:
             print(f"    {visible_controls(line)}")
         print()
     return 0
+
+
+def _mode_label(out: dict[str, Any]) -> str:
+    """`hybrid search` for the built-in index; qmd's modes are searches already (`search mode`)."""
+    mode = out.get("mode")
+    return f"{mode} mode" if out.get("backend") == "qmd" else f"{mode} search"
 
 
 async def _cmd_get(args: argparse.Namespace) -> int:
@@ -643,13 +649,13 @@ async def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _when(ts: float | None) -> str:
+    """`12s ago`, `in 13s`, `5 min ago`, or the date for anything further away."""
     if not ts:
         return "never"
     age = time.time() - ts
-    if age < 90:
-        return f"{age:.0f}s ago"
-    if age < 5400:
-        return f"{age / 60:.0f} min ago"
+    if abs(age) < 5400:
+        span = f"{abs(age):.0f}s" if abs(age) < 90 else f"{abs(age) / 60:.0f} min"
+        return f"{span} ago" if age >= 0 else f"in {span}"
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
 
@@ -728,9 +734,9 @@ def _print_status(st: dict[str, Any]) -> None:
         rows.append(("qmd last embed", _when(st.get("lastEmbedAt"))))
         rec = st.get("recovery") or {}
         if st.get("fallback"):
-            rows.append(
-                ("next qmd probe", _when(rec.get("nextProbeAt")).replace(" ago", " ago (due)"))
-            )
+            due = rec.get("nextProbeAt")
+            late = due is not None and due <= time.time()
+            rows.append(("next qmd probe", f"due ({_when(due)})" if late else _when(due)))
             if rec.get("lastProbeError"):
                 rows.append(("last probe", rec["lastProbeError"]))
         if st.get("healthUpdatedAt"):

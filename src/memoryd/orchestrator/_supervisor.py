@@ -33,7 +33,7 @@ from ..config import ResolvedAgent
 from ..core.engine import BuiltinEngine, EngineAnswer, QmdEngine, SearchRequest
 from ..core.layout import MemoryRoot
 from ..core.results import FileText, SearchResult
-from ..errors import MemorydError, QmdError, ServiceUnavailable
+from ..errors import MemorydError, QmdBadOutput, QmdError, QmdTimeout, ServiceUnavailable
 from ..memfiles import discover, read_memory_file
 from .failover import Active, Failover, FailoverSettings, clean_reason
 from .health import Health, HealthFile
@@ -109,6 +109,10 @@ class AgentBackend:
         self._tg: TaskGroup | None = None
         self._probing = False
         self._qmd_started = False
+        self._start_lock: anyio.Lock | None = None
+        #: set when the background start-up in flight ends (either way); None when none runs
+        self._start_done: anyio.Event | None = None
+        self._start_error: QmdError | None = None
         self._warned = False
 
     # ------------------------------------------------------------------ engines
@@ -129,7 +133,8 @@ class AgentBackend:
             hook(self._on_qmd_event)
         seed = getattr(self.qmd, "seed_from_health", None)
         if seed is not None:
-            seed(self.health.qmd.last_update_at, self.health.qmd.last_embed_at)
+            q = self.health.qmd
+            seed(q.last_update_at, q.last_embed_at, q.version, q.version_error)
 
     def _on_qmd_event(self, kind: str, ok: bool, detail: str | None) -> None:
         """qmd reported a maintenance outcome (`update`, `embed`) or its version: persist it."""
@@ -144,9 +149,18 @@ class AgentBackend:
             if ok:
                 q.last_embed_at = now
         elif kind == "version":
-            q.version, q.version_error = (
-                (detail, None) if ok else (None, clean_reason(detail or ""))
-            )
+            reason = clean_reason(detail or "")
+            bad = reason.startswith(QmdBadOutput.__name__)
+            error = reason.removeprefix(f"{QmdBadOutput.__name__}: ") if bad else None
+            q.version, q.version_error = (detail, None) if ok else (None, error)
+            if not ok and self.failover.active == "qmd":
+                # a qmd that does not validate does not serve: status and searches agree
+                self._record_failure(reason)
+                return
+        elif kind == "dropped":
+            why, _, what = (detail or "").partition("\t")
+            q.dropped_hits[why] = q.dropped_hits.get(why, 0) + 1
+            q.last_dropped = clean_reason(what)
         self._save()
 
     def _save(self) -> None:
@@ -156,14 +170,20 @@ class AgentBackend:
         self.health_file.save(self.health)
 
     async def start(self, tg: TaskGroup | None = None) -> None:
-        """Start qmd (collections, timers) and keep the built-in index fresh in the background."""
+        """Start qmd (collections, timers) and keep the built-in index fresh in the background.
+
+        qmd's start-up never holds anything up: with a task group it runs there, in the
+        background; without one (a one-off command) the first search runs it under its own
+        deadline (`_qmd_ready`).
+        """
         self._tg = tg
         if self.qmd is not None:
             if self.agent.memory.qmd.sessions.enabled:
                 await self.export_sessions()
                 if tg is not None:
                     tg.start_soon(self._export_loop)
-            await self._start_qmd(tg)
+            if tg is not None:
+                self._start_in_background()
         idx = self.index
         if idx is not None:
             await idx.start(tg)
@@ -188,19 +208,63 @@ class AgentBackend:
             if await self.export_sessions() and self._qmd_started and self.qmd is not None:
                 self.qmd.notify_changed()
 
-    async def _start_qmd(self, tg: TaskGroup | None) -> None:
-        assert self.qmd is not None
+    def _start_in_background(self) -> None:
+        """Run qmd's start-up in the task group, unless it runs already or is done."""
+        if self._qmd_started or self._start_done is not None or self._tg is None:
+            return
+        self._start_done = done = anyio.Event()
+        self._tg.start_soon(self._start_qmd, done)
+
+    async def _start_qmd(self, done: anyio.Event) -> None:
         try:
-            await self.qmd.start(tg)
-            self._qmd_started = True
+            await self.ensure_qmd_started()
+            self._start_error = None
         except QmdError as err:
+            self._start_error = err
             self._record_failure(f"{type(err).__name__}: qmd failed to start: {err}")
+        finally:
+            self._start_done = None
+            done.set()
 
     async def ensure_qmd_started(self) -> None:
         """Start qmd (home, collections) if it has not started yet; raises a QmdError on failure."""
-        if self.qmd is not None and not self._qmd_started:
-            await self.qmd.start(self._tg)
-            self._qmd_started = True
+        if self.qmd is None or self._qmd_started:
+            return
+        if self._start_lock is None:
+            self._start_lock = anyio.Lock()
+        async with self._start_lock:
+            if not self._qmd_started:
+                await self.qmd.start(self._tg)
+                self._qmd_started = True
+
+    async def _qmd_ready(self, timeout_s: float) -> None:
+        """qmd has started (home, collections), waited for at most `timeout_s`; else `QmdTimeout`.
+
+        With a task group the start-up runs there and goes on after a search gave up on it; a
+        one-off process runs it under the deadline, and its qmd processes are killed when the
+        deadline passes (the next search starts over; `memoryd warm` runs it to the end).
+        """
+        if self.qmd is None or self._qmd_started:
+            return
+        if self._tg is not None:
+            self._start_in_background()
+            done = self._start_done
+            if done is not None:
+                with anyio.move_on_after(timeout_s):
+                    await done.wait()
+            if self._qmd_started:
+                return
+            if self._start_error is not None and self._start_done is None:
+                raise self._start_error
+        else:
+            with anyio.move_on_after(timeout_s):
+                await self.ensure_qmd_started()
+            if self._qmd_started:
+                return
+        raise QmdTimeout(
+            f"qmd is still starting after {timeout_s:g}s (its home and collections are not "
+            "ready); `memoryd warm` finishes the start-up"
+        )
 
     def notify_changed(self) -> None:
         """A memory file was written through memoryd: refresh every engine soon."""
@@ -245,12 +309,20 @@ class AgentBackend:
             self._save()
 
     async def probe(self) -> bool:
-        """One recovery probe: a real qmd search (so hangs and garbage output are caught too)."""
+        """One recovery probe: `qmd --version` validated, then a real qmd search (so hangs and
+        garbage output are caught too). Inline in a one-off process, it gets a search's deadline
+        (`limits.timeoutMs`) for all of it, start-up included."""
         assert self.qmd is not None
         now = self._clock()
         try:
-            await self.ensure_qmd_started()
-            await self.qmd.search(SearchRequest(PROBE_QUERY, max_results=1))
+            if self._tg is None:
+                timeout_s = self._search_timeout_s()
+                with anyio.move_on_after(timeout_s) as scope:
+                    await self._probe_steps()
+                if scope.cancelled_caught:
+                    raise QmdTimeout(f"the recovery probe did not finish within {timeout_s:g}s")
+            else:
+                await self._probe_steps()
         except QmdError as err:
             scale = self.failover.settings.cooldown_s
             self.failover.record_probe_failure(
@@ -262,6 +334,18 @@ class AgentBackend:
         log.warning("qmd recovered for agent %s; routing searches back to qmd", self.agent.agent_id)
         self._save()
         return True
+
+    async def _probe_steps(self) -> None:
+        assert self.qmd is not None
+        await self.ensure_qmd_started()
+        if not await self.qmd.probe():
+            raise getattr(self.qmd, "last_probe_error", None) or QmdBadOutput(
+                "qmd --version did not answer as qmd"
+            )
+        await self.qmd.search(SearchRequest(PROBE_QUERY, max_results=1))
+
+    def _search_timeout_s(self) -> float:
+        return self.agent.memory.qmd.limits.timeout_ms / 1000
 
     async def _probe_loop(self) -> None:
         """Background recovery: sleep until the next probe is due, probe, repeat until qmd is back."""
@@ -286,12 +370,13 @@ class AgentBackend:
             await self.probe()
         if self.failover.active == "qmd":
             try:
-                await self.ensure_qmd_started()
+                await self._qmd_ready(self._search_timeout_s())
                 stale = await self._refresh_if_stale()
                 answer = await self.qmd.search(request)
             except QmdError as err:
                 reason = f"{type(err).__name__}: {err}"
-                self._record_failure(reason)
+                if err is not self._start_error:  # a failed start-up recorded itself
+                    self._record_failure(reason)
                 if self.fail_closed:
                     raise ServiceUnavailable(
                         f"qmd unavailable and memory.qmd.fallback = none ({clean_reason(reason)})"

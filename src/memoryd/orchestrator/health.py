@@ -33,6 +33,9 @@ class QmdHealth:
     last_embed_at: float | None = None
     last_embed_ok: bool | None = None
     last_embed_error: str | None = None
+    #: qmd hits memoryd refused to serve, by reason, and the last one (see `QmdStatus`)
+    dropped_hits: dict[str, int] = field(default_factory=dict)
+    last_dropped: str | None = None
 
     @classmethod
     def from_json(cls, raw: Any) -> QmdHealth:
@@ -40,9 +43,15 @@ class QmdHealth:
             return cls()
         known = {f.name for f in fields(cls)}
         try:
-            return cls(**{k: v for k, v in raw.items() if k in known})
+            health = cls(**{k: v for k, v in raw.items() if k in known})
         except TypeError:
             return cls()
+        dropped = health.dropped_hits
+        if not isinstance(dropped, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) for k, v in dropped.items()
+        ):
+            health.dropped_hits = {}
+        return health
 
 
 @dataclass(slots=True)

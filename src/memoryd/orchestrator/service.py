@@ -43,6 +43,7 @@ from ..scope_rules import evaluate_scope
 from ._supervisor import AgentBackend, IndexFactory, QmdFactory
 
 if TYPE_CHECKING:
+    from ..core.status import QmdStatus
     from .status import FreshnessInfo, MemoryStatus
 
 log = logging.getLogger("memoryd")
@@ -446,6 +447,8 @@ class MemoryService:
             pending = await anyio.to_thread.run_sync(idx.pending_changes)
             builtin = builtin.model_copy(update={"dirty": pending > 0})
         qstat = b.qmd.status() if b.qmd is not None else None
+        if qstat is not None:
+            qstat = _with_health(qstat, health)
         now = time.time()
         freshness = None
         if qstat is not None:
@@ -484,7 +487,7 @@ class MemoryService:
             dirty=builtin.dirty if builtin else False,
             db_path=builtin.db_path if builtin else None,
             sources=list(agent.memory_search.sources),
-            qmd_version=(qstat.version or health.qmd.version) if qstat else None,
+            qmd_version=qstat.version if qstat else None,
             search_mode=qstat.search_mode if qstat else None,
             last_update_at=(qstat.last_update_at or health.qmd.last_update_at) if qstat else None,
             last_embed_at=(qstat.last_embed_at or health.qmd.last_embed_at) if qstat else None,
@@ -517,3 +520,15 @@ class MemoryService:
     async def status(self, agent_id: str | None = None, *, deep: bool = False) -> dict[str, Any]:
         """`status_model()` as JSON-ready camelCase dict."""
         return (await self.status_model(agent_id, deep=deep)).to_dict()
+
+
+def _with_health(q: QmdStatus, health: Any) -> QmdStatus:
+    """The engine's status with what every process recorded: the last validation of `qmd
+    --version` (this process may not have run it) and the hits memoryd refused to serve."""
+    h = health.qmd
+    update: dict[str, Any] = {}
+    if h.version is not None or h.version_error is not None:
+        update.update(version=h.version, version_error=h.version_error)
+    if h.dropped_hits:
+        update.update(dropped_hits=dict(h.dropped_hits), last_dropped=h.last_dropped)
+    return q.model_copy(update=update) if update else q

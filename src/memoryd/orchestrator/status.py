@@ -78,6 +78,13 @@ class MemoryStatus(StatusModel):
         return self.model_copy(update={"issues": compute_issues(self)})
 
 
+#: Dropped qmd hits worth a user's attention: qmd indexed what memoryd's rules refuse (a stale
+#: or vanished hit is only an edit qmd has not seen yet).
+REFUSALS = frozenset(
+    {"unknown_collection", "absolute_path", "traversal", "not_memory", "refused", "unresolvable"}
+)
+
+
 def compute_issues(st: MemoryStatus) -> list[str]:
     """Problems worth a user's attention, each true right now."""
     found: list[str] = []
@@ -133,8 +140,16 @@ def compute_issues(st: MemoryStatus) -> list[str]:
             reason = st.fallback.reason if st.fallback else "unknown"
             found.append(f"qmd is not serving (answering from the built-in index): {reason}")
         q = st.qmd
-        if q is not None and q.version_error:
+        reason = st.fallback.reason if st.fallback else None
+        if q is not None and q.version_error and q.version_error not in (reason or ""):
             found.append(f"qmd answered but not as qmd: {q.version_error}")
+        refused = {k: v for k, v in (q.dropped_hits if q else {}).items() if k in REFUSALS}
+        if q is not None and refused:
+            counts = ", ".join(f"{k} {v}" for k, v in sorted(refused.items()))
+            found.append(
+                f"qmd returned {sum(refused.values())} hit(s) memoryd would not serve ({counts}); "
+                f"last: {q.last_dropped}"
+            )
         # qmd's lag matters only while qmd answers: failed over, the built-in index serves
         # (and a search on qmd's return refreshes it first)
         if st.backend == "qmd" and st.freshness is not None and st.freshness.stale:
