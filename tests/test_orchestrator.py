@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,39 @@ async def test_failover_answers_the_same_call_and_recovers(
         assert back["backend"] == "qmd" and back["fallback"] is None
         tg.cancel_scope.cancel()
     await svc.aclose()
+
+
+HANGING_QMD = "#!/bin/sh\nsleep 60\n"
+
+
+@pytest.mark.parametrize("under_serve", [False, True], ids=["one-off", "serve"])
+async def test_a_qmd_that_hangs_at_start_up_is_answered_within_its_timeout(
+    tmp_path: Path, under_serve: bool
+) -> None:
+    hang = tmp_path / "bin" / "qmd"
+    hang.parent.mkdir()
+    hang.write_text(HANGING_QMD)
+    hang.chmod(0o755)
+    rig = QmdRig(tmp_path, str(hang), limits={"timeoutMs": 1500})
+    svc = rig.service()
+    async with anyio.create_task_group() as tg:
+        started = time.monotonic()
+        if under_serve:
+            await svc.start(tg)  # qmd's start-up runs in the background: nothing waits on it
+        out = await svc.memory_search("zeppelin budget")
+        took = time.monotonic() - started
+        assert out["backend"] == "builtin" and top_path(out) == "memory/2026-01-03.md"
+        assert "still starting after 1.5s" in out["fallback"]["reason"], out["fallback"]
+        assert took < 1.5 + 1.0, f"answered after {took:.2f}s"
+        # failed over: the next search does not wait again
+        with anyio.fail_after(1.0):
+            again = await svc.memory_search("green tea")
+        assert again["backend"] == "builtin"
+        st = await svc.status()
+        assert st["backend"] == "builtin" and "still starting" in st["fallback"]["reason"]
+        tg.cancel_scope.cancel()
+    await svc.aclose()
+    print(f"hanging start-up answered in {took:.2f}s (timeout 1.5 s)")
 
 
 async def test_missing_binary_fails_over_and_recovers_when_restored(rig: Rig) -> None:

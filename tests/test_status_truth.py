@@ -2,14 +2,17 @@
 
 Each case runs the CLI as a user would: one process searches, a *separate* `memoryd status
 --json` reports. With a garbage, missing, hanging or killed qmd the status says `builtin` and
-why; once the fault is gone and a probe succeeds it says `qmd` again. A note appended to a qmd
-agent is found right away by a one-off search, after `memoryd index`, and under `serve`.
+why; once the fault is gone and a probe succeeds it says `qmd` again. After `warm`, every surface
+(human, `--json`, `--deep`, through `serve`) names the same qmd version and collections; a qmd
+whose `--version` does not validate is not serving. A note appended to a qmd agent is found right
+away by a one-off search, after `memoryd index`, and under `serve`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -30,6 +33,8 @@ REAL="{real}"
 MODE=$(cat "{mode}" 2>/dev/null || echo ok)
 case "$MODE" in
   garbage) echo "this is not json {{"; exit 0 ;;
+  badversion) if [ "$1" = --version ]; then echo "definitely not a version"; exit 0; fi ;;
+  hangall) sleep 60; exit 0 ;;
 esac
 case "$1" in
   search|vsearch|query)
@@ -52,6 +57,7 @@ class Setup:
         self.wrapper.write_text(WRAPPER.format(real=require_qmd(), mode=self.mode))
         self.wrapper.chmod(self.wrapper.stat().st_mode | stat.S_IXUSR)
         update = qmd.pop("update", {"onBoot": False, "interval": 0})
+        cooldown_ms = qmd.pop("cooldown_ms", 200)
         lines = [
             "[memory]",
             'backend = "qmd"',
@@ -60,7 +66,7 @@ class Setup:
             "[memory.qmd.limits]",
             "timeoutMs = 2000",
             "[memory.qmd.failover]",
-            "cooldownMs = 200",
+            f"cooldownMs = {cooldown_ms}",
             "probeMaxIntervalMs = 1000",
             "[memory.qmd.update]",
             *(f"{k} = {json.dumps(v)}" for k, v in update.items()),
@@ -210,3 +216,95 @@ def test_qmd_state_is_private_too(tmp_path: Path, isolated_env: Path) -> None:
         assert mode & 0o077 == 0, (path, oct(mode))
         checked += 1
     assert checked >= 4  # index.yml, index.sqlite, the folders
+
+
+def serve(s: Setup, tmp_path: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    log = tmp_path / "serve.log"
+    with log.open("w") as err:
+        proc = spawn_memoryd(["serve", "--config", str(s.config)], env=env, stderr=err)
+    deadline = time.monotonic() + 30
+    while ping(socket_path()) is None:
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+    return proc
+
+
+COLLECTIONS = ["memory-alt-main", "memory-dir-main", "memory-root-main"]
+
+
+def test_after_warm_every_surface_names_the_qmd_version_and_collections(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    assert s.cli("warm").returncode == 0
+    one_off = s.json("status")
+    version = one_off["qmdVersion"]
+    assert version.startswith("qmd 2.") and one_off["qmd"]["version"] == version, one_off["qmd"]
+    assert sorted(c["name"] for c in one_off["qmd"]["collections"]) == COLLECTIONS
+    assert one_off["backend"] == "qmd" and one_off["issues"] == [], one_off["issues"]
+
+    human = s.cli("status").stdout
+    assert version in human and "version unknown" not in human
+    assert all(name in human for name in COLLECTIONS) and "none yet" not in human
+
+    deep = s.json("status", "--deep")
+    assert deep["qmd"]["version"] == version and deep["qmdVersion"] == version
+    assert sorted(c["name"] for c in deep["qmd"]["collections"]) == COLLECTIONS
+
+    proc = serve(s, tmp_path)
+    try:
+        served = s.json("status")
+        assert served["servedBy"], served
+        assert served["qmd"]["version"] == version and served["qmdVersion"] == version
+        assert sorted(c["name"] for c in served["qmd"]["collections"]) == COLLECTIONS
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+
+
+def test_a_qmd_whose_version_does_not_validate_is_not_serving(tmp_path: Path) -> None:
+    s = Setup(tmp_path, cooldown_ms=60_000)
+    s.fault("badversion")
+    warm = s.cli("warm")
+    assert warm.returncode != 0 and "not 'qmd X.Y.Z'" in warm.stdout + warm.stderr
+    for st in (s.json("status"), s.json("status", "--deep")):
+        assert st["backend"] == "builtin", st
+        assert "not 'qmd X.Y.Z'" in st["fallback"]["reason"]
+        assert st["qmdVersion"] is None and st["qmd"]["version"] is None
+        assert "not 'qmd X.Y.Z'" in st["qmd"]["versionError"]
+        # one issue says it, once
+        assert sum("not 'qmd X.Y.Z'" in i for i in st["issues"]) == 1, st["issues"]
+    human = s.cli("status").stdout
+    assert "failed over" in human and "not 'qmd X.Y.Z'" in human
+    # searches meanwhile come from the built-in index, saying why
+    answered = s.json("search", "zeppelin")
+    assert answered["backend"] == "builtin" and "not 'qmd X.Y.Z'" in answered["fallback"]["reason"]
+
+
+def test_a_probe_due_later_reads_in_so_many_seconds(tmp_path: Path) -> None:
+    s = Setup(tmp_path, cooldown_ms=60_000)
+    s.fault("garbage")
+    assert s.json("search", "zeppelin")["backend"] == "builtin"
+    lines = s.cli("status").stdout.splitlines()
+    line = next(line for line in lines if line.startswith("next qmd probe"))
+    assert re.fullmatch(r"next qmd probe\s+in \d+s\s*", line), line
+
+
+def test_the_qmd_search_header_names_the_mode_once(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    header = s.cli("search", "Who owns the zeppelin budget?").stdout.splitlines()[0]
+    assert " · qmd backend · search mode · " in header, header
+    assert "search search" not in header
+
+
+def test_a_one_off_search_never_waits_for_a_hanging_start_up(tmp_path: Path) -> None:
+    s = Setup(tmp_path)
+    s.fault("hangall")  # every qmd call hangs: --version, collection list, query
+    started = time.monotonic()
+    answered = s.json("search", "zeppelin")
+    took = time.monotonic() - started
+    assert answered["backend"] == "builtin", answered
+    assert "still starting after 2s" in answered["fallback"]["reason"]
+    assert answered["results"][0]["path"] == "memory/2026-01-03.md"
+    # a whole process, start to exit: nowhere near qmd's 30 s command timeout
+    assert took < 10, f"took {took:.1f}s"

@@ -416,7 +416,7 @@ class AgentBackend:
         assert idx is not None
         answer = await idx.search(request)
         hits = [r.with_(engine="builtin") for r in answer.results]
-        note = "qmd found nothing (its search needs every word); completed by the built-in index"
+        note = "qmd found nothing; completed by the built-in index"
         return SearchAnswer(
             hits,
             "qmd",

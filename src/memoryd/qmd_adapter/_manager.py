@@ -24,7 +24,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from ..config import QmdSettings
 from ..core.engine import EngineAnswer, ProgressFn, SearchRequest
-from ..core.layout import MemoryRoot
+from ..core.layout import SKIP_DIRS, MemoryRoot
 from ..core.results import FileText, SearchResult, Source
 from ..core.status import CollectionStatus, QmdStatus
 from ..errors import (
@@ -909,8 +909,6 @@ class QmdManager:
             self._drop("missing", shown, "the file is gone")
             return []
         data, lines = read
-        if words and not holds_enough(words, "\n".join(lines)):
-            return []  # about something else (not a refusal: nothing is counted)
         line = hit.line or 1
         docid = (hit.docid or "").lstrip("#").lower()
         if (docid and content_docid(data) != docid[:6]) or line > len(lines):
@@ -920,6 +918,8 @@ class QmdManager:
                 self._drop("stale", shown, "changed since qmd indexed it; its text is gone")
                 return []
             line = moved
+        if words and not holds_enough(words, "\n".join(lines)):
+            return []  # about something else (not a refusal: nothing is counted)
         roots = {s.name: s.path for s in self._specs}
         path = display_path(collection, rel, roots=roots, workspace=str(self.settings.workspace))
         return [
@@ -941,11 +941,12 @@ class QmdManager:
         parts = PurePosixPath(rel).parts
         if any(p in ("", ".", "..") for p in parts):
             raise _Dropped("traversal", "the path leaves its collection")
+        skipped = next((p for p in parts[:-1] if p in SKIP_DIRS), None)
+        if skipped is not None:
+            raise _Dropped("not_memory", f"in {skipped}/, a folder memoryd never reads")
         root = MemoryRoot(spec.path, spec.pattern, spec.source, spec.name)
         if not root.accepts(PurePosixPath(rel)):
-            raise _Dropped(
-                "not_memory", f"not selected by {spec.pattern!r} (or in a skipped folder)"
-            )
+            raise _Dropped("not_memory", f"not a Markdown file {spec.pattern!r} selects")
         try:
             got = read_file(root, rel, anchor=self.settings.workspace, max_bytes=MAX_HIT_FILE_BYTES)
         except PathNotAllowed as err:
