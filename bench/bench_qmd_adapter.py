@@ -1,4 +1,7 @@
-"""Adapter overhead: raw `qmd search` wall time vs `QmdManager.search` on the same corpus.
+"""Adapter overhead: the raw `qmd query` memoryd sends vs `QmdManager.search` on the same corpus.
+
+The adapter plans the query (`plan_query`), runs that one `qmd query`, reads each hit's file and
+cuts its snippet window: the overhead is everything but qmd itself.
 
 Usage: .venv/bin/python bench/bench_qmd_adapter.py [--qmd PATH] [--docs 200] [--runs 20]
 Prints one JSON object on stdout (progress on stderr). Target: overhead ≤ 5 %.
@@ -19,7 +22,7 @@ from pathlib import Path
 import anyio
 
 from memoryd.config import resolve_agent, validate_config
-from memoryd.qmd_adapter import QmdManager
+from memoryd.qmd_adapter import QmdManager, plan_query
 
 WORDS = [
     "alpha",
@@ -75,7 +78,10 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
         print(f"indexing {args.docs} docs…", file=sys.stderr)
         await mgr.start()
         names = list(mgr.collections)
-        argv = [args.qmd, *mgr.search_argv(args.query, names, agent.memory.qmd.limits.max_results)]
+        plan = plan_query(args.query, mode="search", vectors=False)
+        assert plan is not None
+        n = agent.memory.qmd.limits.max_results
+        argv = [args.qmd, *mgr.search_argv(plan.document, names, n + 2)]
         env, cwd = mgr.env(), str(mgr.home.neutral_cwd)
 
         def raw() -> float:

@@ -620,3 +620,17 @@ async def test_memory_and_session_hits_are_interleaved(qmd_bin: str, tmp_path: P
     assert sorted(h.source for h in hits) == ["memory", "memory", "sessions", "sessions"]
     assert hits[0].source != hits[1].source
     assert all(h.path.startswith("qmd/sessions-main/") for h in hits if h.source == "sessions")
+
+
+@pytest.mark.parametrize(("setting", "no_rerank"), [(None, True), (False, True), (True, False)])
+def test_queries_skip_qmds_reranker_unless_rerank_is_configured(
+    tmp_path: Path, setting: bool | None, no_rerank: bool
+) -> None:
+    extra = {} if setting is None else {"rerank": setting}
+    mgr = make_manager(make_agent(tmp_path, **extra), "qmd", tmp_path / "home")
+    argv = mgr.search_argv("lex: zeppelin", ["memory-root-main"], 8)
+    assert argv[:2] == ["query", "lex: zeppelin"]
+    assert ("--no-rerank" in argv) == no_rerank
+    # asked for more than qmd fuses by default, it is told to keep that many candidates
+    assert "-C" not in argv
+    assert mgr.search_argv("lex: zeppelin", ["memory-root-main"], 60)[5:7] == ["-C", "60"]

@@ -13,7 +13,6 @@ from memoryd.qmd_adapter._parse import (
     is_busy_error,
     is_collection_exists_error,
     is_missing_collection_error,
-    is_unsupported_flag_error,
     parse_collection_list,
     parse_collection_show,
 )
@@ -149,10 +148,6 @@ def test_collection_show_gives_path_and_pattern() -> None:
 @pytest.mark.parametrize(
     ("check", "stderr", "expected"),
     [
-        (is_unsupported_flag_error, "error: unknown option '--json'", True),
-        (is_unsupported_flag_error, "Unknown command: vsearch\nRun 'qmd --help'", True),
-        (is_unsupported_flag_error, "Unrecognized argument: -c", True),
-        (is_unsupported_flag_error, "Collection not found: x", False),
         (is_missing_collection_error, "Collection not found: memory-root-main", True),
         (is_missing_collection_error, 'Error: No model file found at "/x.gguf"', False),
         (is_collection_exists_error, "Collection 'memory-dir-a' already exists.", True),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memoryd.qmd_adapter import content_words, is_qmd_syntax, plan_query
-from memoryd.qmd_adapter._plan import MAX_PLAN_WORDS
+from memoryd.qmd_adapter._plan import MAX_PLAN_WORDS, is_query_document
 
 
 @pytest.mark.parametrize(
@@ -130,6 +130,7 @@ def test_natural_text_is_not_mistaken_for_qmd_syntax(question: str) -> None:
     assert not is_qmd_syntax(question)
     plan = plan_query(question, mode="query", vectors=True)
     assert plan is not None and not plan.verbatim
+    assert is_query_document(plan.document)
     for line in plan.document.split("\n"):
         kind, _, text = line.partition(": ")
         assert kind in ("lex", "vec") and text.strip()
@@ -140,3 +141,33 @@ def test_natural_text_is_not_mistaken_for_qmd_syntax(question: str) -> None:
 def test_nothing_to_search_plans_nothing() -> None:
     assert plan_query("   ", mode="search", vectors=False) is None
     assert plan_query("?!", mode="search", vectors=False) is None
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        "lex: support\nplain words",  # a line without a type
+        'lex: "support group',  # an unmatched quote
+        "lex: x\nvec: support -group",  # negation on a vector line
+        "expand: a\nlex: b",  # expand must be alone
+        "intent: only an intent",
+        "lex:   ",
+    ],
+)
+def test_a_query_document_qmd_would_refuse_is_read_as_a_question(document: str) -> None:
+    # an agent's typo must not make qmd fail (and the agent fail over)
+    assert not is_query_document(document)
+    plan = plan_query(document, mode="search", vectors=False)
+    assert plan is None or is_query_document(plan.document)
+    if plan is not None:
+        assert all(line.startswith("lex: ") for line in plan.document.split("\n"))
+
+
+@pytest.mark.parametrize(
+    "document",
+    ["lex: a\nvec: b", "intent: cars\nlex: engine", "expand: faster cars", "hyde: a note about x"],
+)
+def test_a_query_document_qmd_accepts_is_kept(document: str) -> None:
+    assert is_query_document(document)
+    plan = plan_query(document, mode="search", vectors=False)
+    assert plan is not None and plan.verbatim and plan.document == document

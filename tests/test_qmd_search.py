@@ -242,6 +242,12 @@ async def test_hits_outside_memorys_rules_never_reach_the_agent(
         st = await svc.status()
     assert out["backend"] == "qmd"
     assert [r["path"] for r in out["results"]] == ["memory/zeppelin.md"]
+    # memoryd's window of the file, with the citation footer the built-in index's results get
+    (hit,) = out["results"]
+    assert (hit["startLine"], hit["endLine"], hit["citation"]) == (1, 3, "memory/zeppelin.md#L1-L3")
+    assert hit["snippet"] == (
+        "# Zeppelin\n\nThe zeppelin budget belongs to Carol.\n\nSource: memory/zeppelin.md#L1-L3"
+    )
     assert "SECRET" not in json.dumps(out) and "root:x" not in json.dumps(out)
     assert st["qmd"]["droppedHits"] == {
         "traversal": 1,

@@ -455,9 +455,9 @@ class QmdConfig:
     scope: ScopeConfig | None = None
     fallback: Literal["builtin", "none"] = "builtin"
     failover: FailoverConfig = field(default_factory=FailoverConfig)
-    #: When qmd answers a multi-word question with nothing (its `search` ANDs every term):
-    #: 'empty' (OpenClaw's behaviour) or 'builtin' to complete the answer from the built-in
-    #: index; such hits carry backend 'builtin'.
+    #: When qmd answers a question of two or more content words with nothing: 'empty'
+    #: (OpenClaw's behaviour) or 'builtin' to complete the answer from the built-in index; such
+    #: hits carry backend 'builtin'.
     empty_results: Literal["empty", "builtin"] = "empty"
 
 

@@ -64,6 +64,8 @@ _Unset = Literal["unset"]
 
 #: Hits asked of qmd beyond `maxResults`, so a dropped hit (see `_read_hit`) leaves no gap.
 SPARE_HITS: Final = 2
+#: Candidates qmd keeps after fusing its lines' rankings unless `-C` says otherwise.
+QMD_CANDIDATE_LIMIT: Final = 40
 #: A hit's file is read whole to cut its window; a larger one is dropped (and counted).
 MAX_HIT_FILE_BYTES: Final = 8 << 20
 
@@ -811,11 +813,14 @@ class QmdManager:
         return _Found(kept, plan.vector, notes)
 
     def search_argv(
-        self, document: str, names: Sequence[str], n: int, *, rerank: bool = False
+        self, document: str, names: Sequence[str], n: int, *, rerank: bool | None = None
     ) -> list[str]:
-        """`[query, document, --json, -n, N, (--no-rerank), -c, coll…]`: one call for every collection."""
+        """`[query, document, --json, -n, N, (-C N), (--no-rerank), -c, coll…]`: one call for
+        every collection."""
         args = ["query", document, "--json", "-n", str(n)]
-        if not rerank:
+        if n > QMD_CANDIDATE_LIMIT:  # qmd fuses only this many candidates unless told more
+            args += ["-C", str(n)]
+        if not (self._rerank if rerank is None else rerank):
             args.append("--no-rerank")
         for name in names:
             args += ["-c", name]

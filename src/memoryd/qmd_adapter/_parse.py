@@ -21,7 +21,6 @@ __all__ = [
     "is_busy_error",
     "is_collection_exists_error",
     "is_missing_collection_error",
-    "is_unsupported_flag_error",
     "parse_collection_list",
     "parse_collection_show",
     "parse_search_output",
@@ -179,19 +178,9 @@ def parse_collection_show(text: str) -> CollectionInfo | None:
 
 # --------------------------------------------------------------------------- error kinds
 
-_UNSUPPORTED_RE = re.compile(
-    r"unknown (?:option|flag|argument|command)|unrecognized (?:option|argument|flag)|"
-    r"invalid option|unexpected argument",
-    re.IGNORECASE,
-)
 _MISSING_COLLECTION_RE = re.compile(r"collection (?:not found|does not exist)", re.IGNORECASE)
 _EXISTS_RE = re.compile(r"already exists", re.IGNORECASE)
 _BUSY_RE = re.compile(r"SQLITE_BUSY|database is locked", re.IGNORECASE)
-
-
-def is_unsupported_flag_error(stderr: str) -> bool:
-    """qmd rejected the subcommand or one of its flags (older/other builds)."""
-    return bool(_UNSUPPORTED_RE.search(stderr))
 
 
 def is_missing_collection_error(stderr: str) -> bool:

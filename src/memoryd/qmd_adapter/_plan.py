@@ -7,7 +7,7 @@ prefix-matched), each `vec:` line one vector search, and qmd fuses the lines' ra
 reciprocal rank. A plan of content words therefore acts as an OR that rewards documents holding
 more of them: one line of all the words, one per pair of words, one per word. It needs no model
 (`--no-rerank`, no `vec:` line) and answers in ~0.1–0.3 s. docs/qmd-facts.md records what qmd does
-with such documents; docs/retrieval-quality.md the variants measured and why this one is the default.
+with such documents; docs/qmd.md the variants measured and why this one is the default.
 
 No process, no file system, no clock.
 """
@@ -27,6 +27,7 @@ __all__ = [
     "SearchMode",
     "content_words",
     "is_qmd_syntax",
+    "is_query_document",
     "plan_query",
 ]
 
@@ -34,10 +35,13 @@ SearchMode = Literal["search", "vsearch", "query"]
 
 #: Content words a plan is built from (the first ones of the question). Pairs grow as n²/2: 12
 #: words make 79 lines, a fraction of a second for qmd; longer questions gain little from more
-#: (Cranfield/CISI, docs/retrieval-quality.md).
+#: (Cranfield/CISI, docs/qmd.md).
 MAX_PLAN_WORDS: Final = 12
 #: Whether a plan has a line per pair of words (a document holding both ranks in one more list).
 PLAN_PAIRS: Final = True
+
+#: Where a `vec:` line goes: first, qmd weighs its ranking twice (the first list it fuses).
+VEC_LINE_FIRST: Final = True
 
 #: Words that ask rather than tell, beside the stopwords: they never name what the notes hold.
 QUESTION_WORDS: Final = frozenset({"whose", "might", "may", "must", "shall"})
@@ -71,11 +75,39 @@ class QueryPlan:
 
 
 def is_qmd_syntax(query: str) -> bool:
-    """The query is already written for qmd: typed lines, a quoted phrase or a `-term`."""
+    """The query is already written for qmd: a query document qmd accepts (typed lines), a
+    quoted phrase or a `-term`."""
     if _TYPED_LINE.search(query):
-        return True
+        return is_query_document(query)
     quotes = query.count('"')
     return (quotes >= 2 and quotes % 2 == 0) or bool(_NEGATION.search(query))
+
+
+_LINE = re.compile(r"^(lex|vec|hyde|intent|expand)\s*:\s*(.*)$", re.IGNORECASE)
+_SEMANTIC_NEGATION = re.compile(r"(^|\s)-[\w\"]")
+
+
+def is_query_document(text: str) -> bool:
+    """Whether qmd would accept `text` as a query document (its `parseStructuredQuery` and
+    line checks): typed lines only, each with text; `expand:` alone; one `intent:`, not alone;
+    balanced quotes on `lex:` lines; no `-term` on `vec:`/`hyde:` lines. What it would refuse
+    is read as a question instead: an agent's typo must not look like a failing qmd."""
+    lines = [line.strip() for line in text.split("\n") if line.strip()]
+    kinds: list[str] = []
+    for line in lines:
+        match = _LINE.match(line)
+        if match is None or not match.group(2).strip():
+            return False
+        kind, body = match.group(1).lower(), match.group(2)
+        if kind == "lex" and body.count('"') % 2:
+            return False
+        if kind in ("vec", "hyde") and _SEMANTIC_NEGATION.search(body):
+            return False
+        kinds.append(kind)
+    if "expand" in kinds and len(kinds) > 1:
+        return False
+    searches = [k for k in kinds if k != "intent"]
+    return bool(searches) and kinds.count("intent") <= 1
 
 
 def content_words(query: str, limit: int | None = None) -> list[str]:
@@ -150,6 +182,8 @@ def plan_query(query: str, *, mode: SearchMode, vectors: bool) -> QueryPlan | No
     text = query.strip()
     if not text:
         return None
+    if _TYPED_LINE.search(text) and not is_query_document(text):
+        text = _one_line(_TYPED_LINE.sub(" ", text))  # read as the question it holds
     if is_qmd_syntax(text):
         if _TYPED_LINE.search(text):
             body = re.sub(r"^\s*(?:lex|vec|hyde|intent|expand)\s*:", " ", text, flags=re.I | re.M)
@@ -163,11 +197,11 @@ def plan_query(query: str, *, mode: SearchMode, vectors: bool) -> QueryPlan | No
     vec = [f"vec: {_vec_text(text)}"] if use_vec else []
     if mode == "vsearch" and use_vec:
         return QueryPlan("\n".join(vec), text, vector=True)
-    # the vector line first: qmd weighs the first ranked list twice, and the lex lines are many
+    lines = vec + lex_lines(words) if VEC_LINE_FIRST else lex_lines(words) + vec
     # a hit must hold a share of the words; not of a stopword-only question's (every note has
     # them), nor with a vector line, which finds what shares no word with the question
     held = () if use_vec else tuple(w for w in words if w not in STOPWORDS)
-    return QueryPlan("\n".join(vec + lex_lines(words)), text, vector=use_vec, words=held)
+    return QueryPlan("\n".join(lines), text, vector=use_vec, words=held)
 
 
 def _positive(text: str) -> str:

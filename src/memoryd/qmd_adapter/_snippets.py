@@ -39,8 +39,8 @@ QMD_CHUNK_CHARS: Final = 3600
 #: The share of a question's content words a keyword hit must hold. qmd ranks by the lines a
 #: document matched, not by how much of the question it holds, and its `--no-rerank` scores are
 #: ranks (1, 1/2, 1/3 …): without this, any note sharing one word with an unrelated question
-#: would answer it. Half keeps 0.98 of the LoCoMo dev evidence and cuts another conversation's
-#: questions answered from 93 % to 29 % (docs/retrieval-quality.md).
+#: would answer it. Half keeps nearly all the evidence of real questions and most unrelated
+#: ones out (docs/qmd.md).
 MIN_WORD_SHARE: Final = 0.5
 #: Snippet lines shorter than this say too little to find a moved line by.
 _MIN_ANCHOR_CHARS: Final = 12
