@@ -318,6 +318,6 @@ async def test_warm_prepares_qmd_and_the_builtin_index(rig: Rig) -> None:
     assert await warm(svc, None, lambda s, ok, d: steps.append((s, ok, d)))
     names = [s for s, ok, _ in steps if ok]
     assert names[:3] == ["qmd home and collections", "qmd version", "qmd update"]
-    assert "qmd search (loads its models)" in names and "built-in index" in names
+    assert "qmd keyword search" in names and "built-in index" in names
     assert (await svc.memory_search("zeppelin"))["backend"] == "qmd"
     await svc.aclose()

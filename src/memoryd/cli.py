@@ -724,7 +724,8 @@ def _print_status(st: dict[str, Any]) -> None:
         rows.append(
             (
                 "qmd",
-                f"{q.get('version') or 'version unknown'} ({q['command']}), mode {q['searchMode']}",
+                f"{q.get('version') or ('not a qmd version' if q.get('versionError') else 'version unknown')}"
+                f" ({q['command']}), mode {q['searchMode']}",
             )
         )
         rows.append(

@@ -36,7 +36,11 @@ async def warm(service: MemoryService, agent_id: str | None, say: Say) -> bool:
             modes = ["search"] + ([qmd.search_mode] if qmd.search_mode != "search" else [])
             for mode in modes:
                 await qmd.search_hits("memoryd warm-up query", max_results=1, mode=mode)  # type: ignore[arg-type]
-                say(f"qmd {mode} (loads its models)", True, "")
+                say(
+                    "qmd keyword search" if mode == "search" else f"qmd {mode} (loads its models)",
+                    True,
+                    "",
+                )
         except MemorydError as err:
             say("qmd", False, f"{type(err).__name__}: {err}")
             ok = False
