@@ -238,6 +238,7 @@ async def test_hits_outside_memorys_rules_never_reach_the_agent(
         ),
     )
     async with svc:
+        await svc.backend().ensure_qmd_started()  # under a task group it starts in the background
         out = await svc.memory_search("zeppelin budget")
         st = await svc.status()
     assert out["backend"] == "qmd"
