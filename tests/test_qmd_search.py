@@ -241,6 +241,15 @@ async def test_hits_outside_memorys_rules_never_reach_the_agent(
         await svc.backend().ensure_qmd_started()  # under a task group it starts in the background
         out = await svc.memory_search("zeppelin budget")
         st = await svc.status()
+        # the issue holds while qmd has not updated since; the counts stay
+        qmd = svc.backend().qmd
+        assert isinstance(qmd, QmdManager)
+        await qmd.update(force=True)
+        updated = await svc.status()
+        assert not any("would not serve" in i for i in updated["issues"]), updated["issues"]
+        assert updated["qmd"]["droppedHits"] == st["qmd"]["droppedHits"]
+        await svc.memory_search("zeppelin budget")  # qmd still names them: true again
+        assert any("would not serve" in i for i in (await svc.status())["issues"])
     assert out["backend"] == "qmd"
     assert [r["path"] for r in out["results"]] == ["memory/zeppelin.md"]
     # memoryd's window of the file, with the citation footer the built-in index's results get

@@ -165,6 +165,9 @@ class QmdStatus(StatusModel):
         description="qmd hits memoryd did not serve, by reason (refused, stale, unknown_collection…).",
     )
     last_dropped: str | None = Field(None, description="The last dropped hit and why.")
+    last_refused_at: float | None = Field(
+        None, description="When qmd last returned a hit memoryd's file rules refuse."
+    )
 
 
 __all__ = [

@@ -36,7 +36,7 @@ from ..core.results import FileText, SearchResult
 from ..errors import MemorydError, QmdBadOutput, QmdError, QmdTimeout, ServiceUnavailable
 from ..memfiles import discover, read_memory_file
 from .failover import Active, Failover, FailoverSettings, clean_reason
-from .health import Health, HealthFile
+from .health import REFUSED_HITS, Health, HealthFile
 
 log = logging.getLogger("memoryd.supervisor")
 
@@ -161,6 +161,8 @@ class AgentBackend:
             why, _, what = (detail or "").partition("\t")
             q.dropped_hits[why] = q.dropped_hits.get(why, 0) + 1
             q.last_dropped = clean_reason(what)
+            if why in REFUSED_HITS:
+                q.last_refused_at = now
         self._save()
 
     def _save(self) -> None:

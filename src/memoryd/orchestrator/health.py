@@ -22,6 +22,12 @@ from .failover import FailoverState
 
 VERSION = 1
 
+#: Reasons a qmd hit was dropped that mean qmd indexed what memoryd's rules refuse (a stale or
+#: vanished hit is only an edit qmd has not indexed yet).
+REFUSED_HITS = frozenset(
+    {"unknown_collection", "absolute_path", "traversal", "not_memory", "refused", "unresolvable"}
+)
+
 
 @dataclass(slots=True)
 class QmdHealth:
@@ -36,6 +42,8 @@ class QmdHealth:
     #: qmd hits memoryd refused to serve, by reason, and the last one (see `QmdStatus`)
     dropped_hits: dict[str, int] = field(default_factory=dict)
     last_dropped: str | None = None
+    #: when qmd last returned a hit memoryd's rules refuse (`REFUSED_HITS`)
+    last_refused_at: float | None = None
 
     @classmethod
     def from_json(cls, raw: Any) -> QmdHealth:

@@ -530,5 +530,9 @@ def _with_health(q: QmdStatus, health: Any) -> QmdStatus:
     if h.version is not None or h.version_error is not None:
         update.update(version=h.version, version_error=h.version_error)
     if h.dropped_hits:
-        update.update(dropped_hits=dict(h.dropped_hits), last_dropped=h.last_dropped)
+        update.update(
+            dropped_hits=dict(h.dropped_hits),
+            last_dropped=h.last_dropped,
+            last_refused_at=h.last_refused_at,
+        )
     return q.model_copy(update=update) if update else q

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ..core.status import BuiltinStatus, QmdStatus, StatusModel
+from .health import REFUSED_HITS
 
 
 class FallbackInfo(StatusModel):
@@ -78,13 +79,6 @@ class MemoryStatus(StatusModel):
         return self.model_copy(update={"issues": compute_issues(self)})
 
 
-#: Dropped qmd hits worth a user's attention: qmd indexed what memoryd's rules refuse (a stale
-#: or vanished hit is only an edit qmd has not seen yet).
-REFUSALS = frozenset(
-    {"unknown_collection", "absolute_path", "traversal", "not_memory", "refused", "unresolvable"}
-)
-
-
 def compute_issues(st: MemoryStatus) -> list[str]:
     """Problems worth a user's attention, each true right now."""
     found: list[str] = []
@@ -143,8 +137,14 @@ def compute_issues(st: MemoryStatus) -> list[str]:
         reason = st.fallback.reason if st.fallback else None
         if q is not None and q.version_error and q.version_error not in (reason or ""):
             found.append(f"qmd answered but not as qmd: {q.version_error}")
-        refused = {k: v for k, v in (q.dropped_hits if q else {}).items() if k in REFUSALS}
-        if q is not None and refused:
+        refused = {k: v for k, v in (q.dropped_hits if q else {}).items() if k in REFUSED_HITS}
+        # true while qmd has not updated since: an update after the file was fixed drops it
+        recent = (
+            q is not None
+            and q.last_refused_at is not None
+            and (st.last_update_at is None or q.last_refused_at >= st.last_update_at)
+        )
+        if q is not None and refused and recent:
             counts = ", ".join(f"{k} {v}" for k, v in sorted(refused.items()))
             found.append(
                 f"qmd returned {sum(refused.values())} hit(s) memoryd would not serve ({counts}); "
