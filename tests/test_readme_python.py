@@ -1,11 +1,10 @@
-"""The README's Python examples run as written, on an empty state dir (the fixture's), with the
-default local model: the service example finds the demo's webhook note first and says so when
-it finds nothing; the lifecycle example writes its note."""
+"""The README's Python example runs as written, on an empty state dir (the fixture's), with the
+default local model: it finds the demo's webhook note first and says so when it finds nothing.
+(docs/lifecycle.md's example is run by test_lifecycle_docs.py.)"""
 
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -49,10 +48,3 @@ def test_the_service_example_says_when_it_finds_nothing(
     run(code, "readme_service")
     out = capsys.readouterr().out
     assert out.startswith("nothing found"), out
-
-
-def test_the_lifecycle_example_runs(workspace: Path) -> None:
-    (code,) = [b for b in python_blocks() if "append_memory" in b]
-    run(code.replace('"~/agent-workspace"', repr(str(workspace))), "readme_lifecycle")
-    today = datetime.now().date().isoformat()
-    assert "Decided: deploys move to Fridays." in (workspace / "memory" / f"{today}.md").read_text()
