@@ -7,8 +7,6 @@ Embedding 10k chunks with the real local model on 2 CPU cores takes tens of minu
 vectors come from the real model applied to a pool of sentences (each chunk gets the normalized
 mean of the vectors of the sentences it is made of). Query embedding, search, SQLite and the CLI
 are all real. The real model's document throughput is measured on 400-token chunks.
-`hybrid_sequential` is a hybrid search in the older order (keyword side after the query
-embedding), interleaved with today's (keyword side while the query embeds on another thread).
 `background` measures what `memoryd serve` users feel: search p50/p95 while the real model
 embeds pending chunks of another index in the same process, against the same searches idle.
 
@@ -375,7 +373,6 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, object]:
     queries = [f"{rng.choice(TOPICS)} {rng.choice(WORDS)}" for _ in range(args.queries)]
 
     from memoryd.builtin_index import _store
-    from memoryd.builtin_index import index as index_mod
 
     for engine in ("sqlite-vec", "numpy"):
         # force vec0 KNN in its run (by default small indexes search an in-memory matrix)
@@ -397,24 +394,16 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, object]:
         assert st["vector"]["engine"] == engine, st["vector"]
         for q in queries[:10]:  # warm caches
             await idx.search(q)
-        lat: dict[str, list[float]] = {
-            "hybrid": [],
-            "hybrid_sequential": [],
-            "keyword": [],
-            "vector": [],
-        }
+        lat: dict[str, list[float]] = {"hybrid": [], "keyword": [], "vector": []}
         names = list(lat)
         for i, q in enumerate(queries):
-            # each variant takes each place in the order equally often: a search that runs
+            # each mode takes each place in the order equally often: a search that runs
             # after another of the same query finds its caches warm
             for name in names[i % len(names) :] + names[: i % len(names)]:
-                # `hybrid_sequential`: the older order, keyword side after the query embedding
-                index_mod.OVERLAP_QUERY_EMBEDDING = name != "hybrid_sequential"
                 idx._query_cache.clear()  # every timed search pays its query embedding
                 t = time.perf_counter()
-                await idx.search(q, mode=name.split("_")[0])
+                await idx.search(q, mode=name)
                 lat[name].append((time.perf_counter() - t) * 1000)
-        index_mod.OVERLAP_QUERY_EMBEDDING = True
         qe: list[float] = []
         for q in queries[:50]:
             t = time.perf_counter()
@@ -434,9 +423,6 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, object]:
             **{f"{m}_p50_ms": round(statistics.median(v), 2) for m, v in lat.items()},
             **{f"{m}_p95_ms": round(pct(v, 95), 2) for m, v in lat.items()},
             "query_embedding_p50_ms": round(statistics.median(qe), 2),
-            "hybrid_p50_overlapped_over_sequential": round(
-                statistics.median(lat["hybrid"]) / statistics.median(lat["hybrid_sequential"]), 2
-            ),
         }
         await idx.aclose()
 

