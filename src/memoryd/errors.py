@@ -1,13 +1,13 @@
 """memoryd's one error tree: every failure a user or an agent can see is a `MemorydError`.
 
-Each class carries a stable, machine-readable `code` (snake_case). Tool results put it next to
-the message (`{disabled: true, error, code}`), the CLI maps it to an exit status, and the README
-lists every code. Codes never change once published; a new failure kind gets a new class.
+Each class carries a stable `code`, which tool results, the CLI's exit status and the README's
+table use; codes never change once published, so a new failure kind gets a new class.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 
 class MemorydError(Exception):
@@ -15,191 +15,151 @@ class MemorydError(Exception):
 
     code: ClassVar[str] = "error"
 
+    def __init_subclass__(cls, *, code: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code = code
+
+    def to_result(self, **extra: Any) -> dict[str, Any]:
+        """This failure as a tool result, `{disabled: true, error, code}` plus `extra`."""
+        return {**extra, "disabled": True, "error": str(self), "code": self.code}
+
+    @staticmethod
+    def from_result(result: Mapping[str, Any]) -> MemorydError:
+        """The error a failed tool result carries (a socket answer read back), by its code."""
+        return error_from_code(result.get("code"), str(result.get("error")))
+
 
 # --------------------------------------------------------------------------- input and config
 
 
-class ConfigError(MemorydError):
+class ConfigError(MemorydError, code="config_error"):
     """Raised when a config file or option is missing, unreadable or invalid (names the key path)."""
 
-    code = "config_error"
 
-
-class WorkspaceNotFound(ConfigError):
+class WorkspaceNotFound(ConfigError, code="workspace_not_found"):
     """Raised when no agent workspace can be located from config, flags or the current directory."""
 
-    code = "workspace_not_found"
 
-
-class InvalidAgentId(ConfigError):
+class InvalidAgentId(ConfigError, code="invalid_agent_id"):
     """Raised when an agent id (flag, config, MCP or socket request) does not have the allowed shape."""
 
-    code = "invalid_agent_id"
 
-
-class UnknownAgent(ConfigError):
+class UnknownAgent(ConfigError, code="unknown_agent"):
     """Raised when an agent id is well formed but not configured."""
 
-    code = "unknown_agent"
 
-
-class InvalidInput(MemorydError):
+class InvalidInput(MemorydError, code="invalid_input"):
     """Raised when a tool, API or CLI argument is malformed or out of range (empty query, from < 1)."""
 
-    code = "invalid_input"
 
-
-class PathNotAllowed(MemorydError):
+class PathNotAllowed(MemorydError, code="path_not_allowed"):
     """Raised when `memory_get` is asked for a path outside the memory files (traversal, symlink, non-.md)."""
 
-    code = "path_not_allowed"
 
-
-class ScopeDenied(MemorydError):
+class ScopeDenied(MemorydError, code="scope_denied"):
     """Raised when scope rules deny a session; agents see a visible denial result instead."""
-
-    code = "scope_denied"
 
 
 # --------------------------------------------------------------------------- state and index
 
 
-class StateError(MemorydError):
+class StateError(MemorydError, code="state_error"):
     """Raised when memoryd's own state (index, sessions.json, exports, locks) cannot be used."""
 
-    code = "state_error"
 
-
-class StateReadOnly(StateError):
+class StateReadOnly(StateError, code="state_read_only"):
     """Raised when a write to memoryd's state dir is refused by the file system (read-only mount, permissions)."""
 
-    code = "state_read_only"
 
-
-class IndexError_(StateError):
+class IndexError_(StateError, code="index_error"):
     """Raised when the built-in index cannot be opened, migrated or written."""
 
-    code = "index_error"
 
-
-class IndexCorrupt(IndexError_):
+class IndexCorrupt(IndexError_, code="index_corrupt"):
     """Raised when the built-in index file is damaged and could not be rebuilt automatically."""
 
-    code = "index_corrupt"
 
-
-class StoreUnavailable(IndexError_):
+class StoreUnavailable(IndexError_, code="store_unavailable"):
     """Raised when the built-in index's PostgreSQL store (`store.driver = "postgres"`) cannot be reached."""
 
-    code = "store_unavailable"
 
-
-class WorkspaceMismatch(IndexError_):
+class WorkspaceMismatch(IndexError_, code="workspace_mismatch"):
     """Raised when an index file was built for another workspace (it is never re-synced to a new one)."""
 
-    code = "workspace_mismatch"
 
-
-class FlushStateError(StateError):
+class FlushStateError(StateError, code="flush_state_error"):
     """Raised when the agent's `sessions.json` cannot be read or written (permissions, disk)."""
 
-    code = "flush_state_error"
 
-
-class SessionExportError(StateError):
+class SessionExportError(StateError, code="session_export_error"):
     """Raised when the session export folder cannot be created, locked or written."""
 
-    code = "session_export_error"
 
-
-class LocalPostgresError(MemorydError):
+class LocalPostgresError(MemorydError, code="pg_local_error"):
     """Raised when `memoryd pg-local` cannot start its throwaway PostgreSQL or write its config."""
-
-    code = "pg_local_error"
 
 
 # --------------------------------------------------------------------------- memory writes
 
 
-class WorkspaceReadOnly(MemorydError):
+class WorkspaceReadOnly(MemorydError, code="workspace_read_only"):
     """Raised when a memory write is asked of an agent whose `workspaceAccess` is `ro` or `none`."""
 
-    code = "workspace_read_only"
 
-
-class MemoryWriteFailed(MemorydError):
+class MemoryWriteFailed(MemorydError, code="write_failed"):
     """Raised when a memory file cannot be created, locked or written (permissions, disk full)."""
 
-    code = "write_failed"
 
-
-class MemoryReadFailed(MemorydError):
+class MemoryReadFailed(MemorydError, code="read_failed"):
     """Raised when a memory file that memoryd may serve cannot be read (permissions, I/O error)."""
-
-    code = "read_failed"
 
     def __init__(self, message: str, *, reason: str | None = None) -> None:
         super().__init__(message)
-        #: the operating system's reason alone ("Permission denied"), when there is one
+        #: The operating system's reason alone ("Permission denied"), when there is one.
         self.reason = reason or message
 
 
 class InvalidMemoryWrite(InvalidInput):
     """Raised when `memory_append` gets an unknown target, empty text, NUL bytes or more than 64 KiB."""
 
-    code = "invalid_input"
-
 
 # --------------------------------------------------------------------------- embeddings
 
 
-class EmbeddingError(MemorydError):
+class EmbeddingError(MemorydError, code="embedding_error"):
     """Raised when an embedding provider fails to load or to embed."""
 
-    code = "embedding_error"
 
-
-class BatchPending(EmbeddingError):
+class BatchPending(EmbeddingError, code="batch_pending"):
     """Raised when `remote.batch.wait` is false and submitted batch jobs have not finished yet."""
-
-    code = "batch_pending"
 
     def __init__(self, message: str, job_ids: list[str] | tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.job_ids = list(job_ids)
 
 
-class ProviderUnavailable(EmbeddingError):
+class ProviderUnavailable(EmbeddingError, code="provider_unavailable"):
     """Raised when an explicitly configured embedding provider cannot serve (memory is unavailable)."""
-
-    code = "provider_unavailable"
 
 
 # --------------------------------------------------------------------------- qmd
 
 
-class QmdError(MemorydError):
+class QmdError(MemorydError, code="qmd_error"):
     """Root of every failure that comes from driving the qmd sidecar."""
 
-    code = "qmd_error"
 
-
-class QmdUnavailable(QmdError):
+class QmdUnavailable(QmdError, code="qmd_unavailable"):
     """Raised when the qmd binary is missing or cannot be started."""
 
-    code = "qmd_unavailable"
 
-
-class QmdTimeout(QmdError):
+class QmdTimeout(QmdError, code="qmd_timeout"):
     """Raised when a qmd call exceeds its hard timeout (its process group has been killed)."""
 
-    code = "qmd_timeout"
 
-
-class QmdExitError(QmdError):
+class QmdExitError(QmdError, code="qmd_exit"):
     """Raised when qmd exits non-zero; carries the exit code and stderr."""
-
-    code = "qmd_exit"
 
     def __init__(self, message: str, *, returncode: int | None = None, stderr: str = "") -> None:
         super().__init__(message)
@@ -207,43 +167,31 @@ class QmdExitError(QmdError):
         self.stderr = stderr
 
 
-class QmdLocked(QmdExitError):
+class QmdLocked(QmdExitError, code="qmd_locked"):
     """Raised when qmd's index stays locked by another process after the retries."""
 
-    code = "qmd_locked"
 
-
-class QmdOutputTooLarge(QmdError):
+class QmdOutputTooLarge(QmdError, code="qmd_output_too_large"):
     """Raised when qmd prints more than the output cap."""
 
-    code = "qmd_output_too_large"
 
-
-class QmdBadOutput(QmdError):
+class QmdBadOutput(QmdError, code="qmd_bad_output"):
     """Raised when qmd's stdout is empty or cannot be parsed as the expected JSON."""
-
-    code = "qmd_bad_output"
 
 
 # --------------------------------------------------------------------------- service
 
 
-class ServiceUnavailable(MemorydError):
+class ServiceUnavailable(MemorydError, code="service_unavailable"):
     """Raised when memory cannot be served at all (fail-closed qmd, explicit provider failure)."""
 
-    code = "service_unavailable"
 
-
-class NotServed(MemorydError):
+class NotServed(MemorydError, code="not_served"):
     """Answered by `memoryd serve` when a forwarded request is for a config/agent/workspace it does not serve."""
 
-    code = "not_served"
 
-
-class ServerBusy(MemorydError):
+class ServerBusy(MemorydError, code="server_busy"):
     """Answered by `memoryd serve` when it already handles its maximum number of connections."""
-
-    code = "server_busy"
 
 
 def error_code(err: BaseException) -> str:
@@ -259,7 +207,7 @@ def _subclasses(cls: type[MemorydError]) -> list[type[MemorydError]]:
 
 
 def error_from_code(code: str | None, message: str) -> MemorydError:
-    """Rebuild an error received over a wire (socket answer) from its code and message."""
+    """The error of class `code` (`MemorydError` for an unknown code) with `message`."""
     for cls in _subclasses(MemorydError):
         if cls.code == code:
             return cls(message)
