@@ -1,26 +1,23 @@
 """Scope rules: which sessions may search memory (OpenClaw's `session.sendPolicy` schema).
 
-Pure functions over session-key strings and the validated `ScopeConfig`; the orchestrator
-calls `evaluate_scope` before every `memory_search` and logs `decision.log_message()` on a
-denial.
+Pure functions over session-key strings and the validated `ScopeConfig`: the orchestrator calls
+`evaluate_scope` before every `memory_search`; the first matching rule wins, else the default.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Final, Literal
+
+from ..config import ScopeConfig, ScopeMatch, ScopeRule
+from ..config_validation import validate
 from ..core.session_keys import (
     ChatType,
     SessionKeyInfo,
     normalize_session_key,
     parse_session_key,
     raw_session_key,
-)
-from ._evaluate import (
-    DEFAULT_SCOPE,
-    DecisionReason,
-    ScopeDecision,
-    default_scope,
-    evaluate_scope,
-    parse_scope,
 )
 
 __all__ = [
@@ -36,3 +33,120 @@ __all__ = [
     "parse_session_key",
     "raw_session_key",
 ]
+
+DecisionReason = Literal["no-channel", "rule", "default"]
+
+# Session keys are caller input; cap what one can put in a log line.
+_MAX_LOGGED_KEY_CHARS: Final = 200
+
+
+def default_scope() -> ScopeConfig:
+    """The scope used when none is configured: deny everything except direct chats (built, not
+    validated, so that a search never imports pydantic for it)."""
+    return ScopeConfig(
+        default="deny", rules=[ScopeRule(action="allow", match=ScopeMatch(chat_type="direct"))]
+    )
+
+
+DEFAULT_SCOPE: Final = default_scope()
+
+
+def parse_scope(
+    data: Mapping[str, Any] | ScopeConfig | None, *, path: str = "memory.scope"
+) -> ScopeConfig:
+    """Validate a scope config (`None` → the shipped default); errors name the key path."""
+    if data is None:
+        return default_scope()
+    if isinstance(data, ScopeConfig):
+        return data
+    return validate(ScopeConfig, data, root=path, what="scope")
+
+
+def _printable(text: str) -> str:
+    """Keeps a hostile key from forging log lines (newlines) or flooding them (length)."""
+    shown = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    if len(shown) > _MAX_LOGGED_KEY_CHARS:
+        return shown[:_MAX_LOGGED_KEY_CHARS] + "…"
+    return shown
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScopeDecision:
+    """The outcome of `evaluate_scope`: `reason` is `no-channel` (not a chat: always allowed),
+    `rule` (rule `rule_index` matched) or `default`; `key` is `session_key` normalized."""
+
+    allowed: bool
+    reason: DecisionReason
+    rule_index: int | None
+    channel: str | None
+    chat_type: ChatType | None
+    key: str
+    session_key: str | None
+
+    def log_message(self) -> str:
+        """`memory search denied by scope (channel=…, chatType=…, session=…)` (or `allowed`)."""
+        verdict = "allowed" if self.allowed else "denied"
+        session = _printable((self.session_key or "").strip()) or "<none>"
+        return (
+            f"memory search {verdict} by scope (channel={self.channel or 'unknown'}, "
+            f"chatType={self.chat_type or 'unknown'}, session={session})"
+        )
+
+
+def _clean(value: str | None) -> str | None:
+    """Config strings compare trimmed and case-insensitively; blank means "not set"."""
+    cleaned = (value or "").strip().lower()
+    return cleaned or None
+
+
+def _matches(match: ScopeMatch | None, info: SessionKeyInfo, raw_key: str) -> bool:
+    if match is None:
+        return True
+    channel = _clean(match.channel)
+    if channel is not None and channel != info.channel:
+        return False
+    if match.chat_type is not None and match.chat_type != info.chat_type:
+        return False
+    raw_prefix = _clean(match.raw_key_prefix)
+    if raw_prefix is not None and not raw_key.startswith(raw_prefix):
+        return False
+    key_prefix = _clean(match.key_prefix)
+    if key_prefix is not None:
+        # Older configs wrote keyPrefix as `agent:<id>:…`, meaning the raw key.
+        target = raw_key if key_prefix.startswith("agent:") else info.normalized
+        if not target.startswith(key_prefix):
+            return False
+    return True
+
+
+def evaluate_scope(scope: ScopeConfig | None, session_key: str | None) -> ScopeDecision:
+    """May this session search memory? `scope=None` applies the shipped default (DMs only).
+
+    Keys that name no chat (missing, CLI, `agent:main:main`, cron, sub-agents) are always
+    allowed. Otherwise the first rule whose every `match` field fits wins; with no match the
+    scope's `default` applies, and a scope without `default` allows.
+    """
+    # a fresh default each time: a caller changing DEFAULT_SCOPE's rules widens nothing
+    effective = default_scope() if scope is None else scope
+    info = parse_session_key(session_key)
+
+    def decide(
+        allowed: bool, reason: DecisionReason, rule_index: int | None = None
+    ) -> ScopeDecision:
+        return ScopeDecision(
+            allowed=allowed,
+            reason=reason,
+            rule_index=rule_index,
+            channel=info.channel,
+            chat_type=info.chat_type,
+            key=info.normalized,
+            session_key=session_key,
+        )
+
+    if not info.is_chat:
+        return decide(True, "no-channel")
+    raw_key = raw_session_key(session_key)
+    for index, rule in enumerate(effective.rules or []):
+        if _matches(rule.match, info, raw_key):
+            return decide(rule.action == "allow", "rule", index)
+    return decide((effective.default or "allow") == "allow", "default")
