@@ -1,23 +1,8 @@
 """Where memoryd keeps its state, built in one place from validated ids.
 
-Every state path memoryd writes is built here, and only from an agent id that passed
-`validate_agent_id` and a workspace turned into a `workspace_key`, so no user input can make a
-path leave the state dir. Layout (README, "State layout"):
-
-    <state>/
-      memoryd.sock                                  the `serve` socket
-      mcp-token                                     the bearer token of `memoryd mcp --http`
-      locks/                                        append locks, keyed by the target file
-      agents/<agentId>/sessions/*.jsonl             the host's session transcripts (input)
-      agents/<agentId>/workspaces/<workspaceKey>/   everything derived from one workspace:
-        workspace.json                              which real path this folder belongs to
-        index.sqlite (+ -wal, -shm)                 the built-in index and its embedding cache
-        health.json                                 which backend answers, failures, qmd freshness
-        sessions.json (+ .lock)                     pre-compaction flush records
-        qmd/{xdg-config,xdg-cache,run,sessions}     the qmd home and the transcript exports
-
-`<state>` is `$MEMORYD_STATE_DIR` or the platform state dir. Two workspaces of one agent never
-share a file: the workspace key is a readable slug of the folder name plus a hash of its real path.
+Every state path is built here from an agent id that passed `validate_agent_id` and a
+`workspace_key`, so no input can make a path leave the state dir (the layout is in
+docs/configuration.md, "Where state lives").
 """
 
 from __future__ import annotations
@@ -35,18 +20,14 @@ from .errors import InvalidAgentId, MemorydError
 
 APP_NAME = "memoryd"
 
-#: Agent ids: 1–64 of letters, digits, `-` and `_`, starting with a letter or digit.
 AGENT_ID_SHAPE: Final = "1–64 letters, digits, '-' or '_', starting with a letter or digit"
 _AGENT_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 DEFAULT_AGENT_ID: Final = "main"
 
 
 def validate_agent_id(raw: object) -> str:
-    """The agent id, lower-cased, or `InvalidAgentId` naming the allowed shape.
-
-    Ids are case-insensitive (as in OpenClaw, which lower-cases them), so `Ops` and `ops` are one
-    agent on every file system.
-    """
+    """The agent id lower-cased (as OpenClaw does, so `Ops` and `ops` are one agent on every
+    file system), or `InvalidAgentId` naming the allowed shape."""
     if not isinstance(raw, str) or not _AGENT_ID_RE.fullmatch(raw):
         shown = raw if isinstance(raw, str) else type(raw).__name__
         if isinstance(shown, str) and len(shown) > 80:
@@ -89,11 +70,6 @@ def mcp_token_path() -> Path:
     return state_dir() / "mcp-token"
 
 
-def locks_dir() -> Path:
-    """Locks shared by every memoryd process using this state dir (append locks)."""
-    return state_dir() / "locks"
-
-
 def config_cache_dir() -> Path:
     """Validated config files, so an unchanged config is not validated again (`config_files`)."""
     return state_dir() / "config-cache"
@@ -103,7 +79,7 @@ _SLUG_RE: Final = re.compile(r"[^a-z0-9]+")
 
 
 def workspace_key(workspace: Path) -> str:
-    """`<slug>-<hash>`: the folder name made safe, and 12 hex of the real path's SHA-256."""
+    """`<slug>-<hash>`: the folder's name made safe, and 12 hex of its real path's SHA-256."""
     real = os.path.realpath(workspace)
     digest = hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:12]
     slug = _SLUG_RE.sub("-", os.path.basename(real.rstrip(os.sep)).lower()).strip("-")[:32]
@@ -128,10 +104,6 @@ class AgentState:
     workspace: Path
     key: str
     root: Path
-
-    @property
-    def workspace_record(self) -> Path:
-        return self.root / "workspace.json"
 
     @property
     def index_db(self) -> Path:
@@ -185,7 +157,7 @@ def legacy_agent_dir(agent_id: str) -> Path:
 
 
 def _inside(base: Path, *parts: str) -> Path:
-    """`base/parts…`, refusing any part that could leave `base` (defence in depth: ids are validated)."""
+    """`base/parts…`, refusing any part that could leave `base` (ids are validated already)."""
     for part in parts:
         if not part or part in (".", "..") or "/" in part or "\\" in part or "\x00" in part:
             raise MemorydError(f"refusing to build a state path from {part!r}")
