@@ -11,6 +11,8 @@ from memoryd.config import (
     AgentsConfig,
     ChunkingConfig,
     MemorydConfig,
+    MemorySearchConfig,
+    QueryConfig,
     parse_duration_ms,
     resolve_agent,
     validate_config,
@@ -148,14 +150,14 @@ def test_an_override_valid_alone_but_not_merged_fails_at_load_naming_the_agent(
         read_config_file(path)
 
 
-def test_a_config_built_in_code_still_merges_its_overrides(tmp_path: Path) -> None:
-    cfg = MemorydConfig(
-        agents=AgentsConfig(
-            list_=[AgentEntry(id="ops", memory_search={"query": {"maxResults": 2}})]
-        )
-    )
+def test_a_config_built_in_code_resolves_like_a_validated_one(tmp_path: Path) -> None:
+    ops = MemorySearchConfig(query=QueryConfig(max_results=2))
+    cfg = MemorydConfig(agents=AgentsConfig(list_=[AgentEntry(id="ops", memory_search=ops)]))
     agent = resolve_agent(cfg, "ops", workspace=tmp_path)
-    assert agent.memory_search.query.max_results == 2
+    validated = validate_config(
+        {"agents": {"list": [{"id": "ops", "memorySearch": {"query": {"maxResults": 2}}}]}}
+    )
+    assert agent == resolve_agent(validated, "ops", workspace=tmp_path)
     assert agent.memory_search.query.min_score == 0.35  # the default's, untouched
     with pytest.raises(ValueError, match="overlap must be smaller"):
         ChunkingConfig(tokens=100, overlap=100)  # the checks across fields hold in code too

@@ -1,9 +1,7 @@
 """Configuration: the settings, shaped like OpenClaw's keys, and one agent's view of them.
 
-Keys are written camelCase as in OpenClaw's config; snake_case field names are accepted too.
-The models are plain dataclasses (`config_validation.model`); `validate_config` checks a whole
-config with pydantic, every unknown key refused with its path, and merges each agent's
-overrides. Config files are found and read by `config_files`.
+The models are dataclasses (`config_validation.model`) that `validate_config` checks with
+pydantic; config files are found and read by `config_files`.
 """
 
 from __future__ import annotations
@@ -14,15 +12,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import parse_qsl, quote, urlsplit
 
 from . import paths
-from .config_validation import Bounds, Check, as_written, model, validate
+from .config_validation import Bounds, Check, as_written, deep_merge, model, validate
 from .core.layout import LONG_TERM_NAMES, MEMORY_DIR, MemoryRoot, default_roots, extra_root
 from .errors import ConfigError, InvalidAgentId, UnknownAgent, WorkspaceNotFound
-
-_T = TypeVar("_T")
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
@@ -52,43 +48,31 @@ def _duration(value: str | int) -> str | int:
 
 @model
 class BatchConfig:
-    #: Use the provider's async batch API for indexing.
     enabled: bool = False
-    #: Wait for batch jobs to finish during a sync.
     wait: bool = True
-    #: Batch jobs in flight at once.
     concurrency: Annotated[int, Bounds(ge=1)] = 2
-    #: How often to poll a batch job.
     poll_interval_ms: Annotated[int, Bounds(ge=1)] = 2000
-    #: Give up on a batch job after this long.
     timeout_minutes: Annotated[float, Bounds(gt=0)] = 60
 
 
 @model
 class RemoteConfig:
-    #: Endpoint for OpenAI-compatible or self-hosted APIs.
     base_url: str | None = None
-    #: API key; falls back to provider config and env vars.
+    #: Unset: the provider's entry in `models.providers`, then its environment variable.
     api_key: str | None = None
-    #: Extra HTTP headers (win over defaults).
     headers: dict[str, str] = field(default_factory=dict)
     batch: BatchConfig = field(default_factory=BatchConfig)
     #: Asymmetric input types for OpenAI-compatible endpoints: {query, document}.
     input_type: dict[str, str] | None = None
-    #: Requested embedding dimensions.
     output_dimensionality: int | None = None
 
 
 @model
 class LocalConfig:
-    #: Path to a local embedding model file.
     model_path: str | None = None
-    #: CPU threads of the local model; default min(2, cores). OMP_NUM_THREADS wins when set.
-    #: Threads wait passively (OMP_WAIT_POLICY=PASSIVE) unless set otherwise: spinning threads
-    #: stall every query whenever another process holds a core.
+    #: Threads that embed documents; unset: every core this process may use, at most 8.
     threads: Annotated[int, Bounds(ge=1, le=64)] | None = None
 
-    #: OpenClaw's keys refused with a reason of their own.
     removed_keys: ClassVar = {
         "modelCacheDir": "modelCacheDir is not supported: memoryd's local model ships inside "
         "its Python package and downloads nothing (remove the key)"
@@ -97,9 +81,8 @@ class LocalConfig:
 
 @model
 class VectorStoreConfig:
-    #: Store vectors in sqlite-vec (numpy fallback when it cannot load).
+    #: False: keyword search only.
     enabled: bool = True
-    #: Explicit path to the sqlite-vec loadable extension.
     extension_path: str | None = None
 
 
@@ -110,10 +93,9 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 def check_store_url(url: str) -> str:
     """Refuse what `store.url` must not be: anything but a libpq URL, or one with a password.
 
-    A password written into the config would sit in a file that is copied, shared and shown;
-    it comes from the environment instead (`PGPASSWORD`, `~/.pgpass`, `PGSERVICE`, or a
-    `${NAME}` reference; the whole URL may be one, checked when it is filled). The messages never
-    repeat the URL.
+    A password in a config file gets copied, shared and shown, so it comes from the environment
+    (`PGPASSWORD`, `~/.pgpass`, `PGSERVICE` or a `${NAME}` reference); messages never repeat
+    the URL.
     """
     if _ENV_REF.fullmatch(url):
         return url
@@ -140,11 +122,8 @@ def check_store_url(url: str) -> str:
 
 
 def expand_store_url(url: str, environ: Mapping[str, str]) -> str:
-    """`store.url` with its `${NAME}` references filled from the environment.
-
-    Each value is inserted percent-encoded (libpq decodes every part), so a password with `@`
-    or `/` stays one field; a reference that is the whole URL is inserted as it is.
-    """
+    """`store.url` with its `${NAME}` references filled from the environment, percent-encoded
+    (libpq decodes every part) unless the reference is the whole URL."""
     whole = _ENV_REF.fullmatch(url)
 
     def value(m: re.Match[str]) -> str:
@@ -163,23 +142,16 @@ def expand_store_url(url: str, environ: Mapping[str, str]) -> str:
 
 @model
 class StoreConfig:
-    #: Where the built-in index lives: 'sqlite' (one file per agent and workspace) or
-    #: 'postgres' (a shared PostgreSQL database with pgvector, see store.url).
     driver: StoreDriver = "sqlite"
-    #: Index file; supports {agentId}. Default <state>/memory/<agentId>.sqlite.
+    #: The SQLite file ({agentId} and {workspaceKey} filled in); unset: in the agent's state.
     path: str | None = None
-    #: driver = postgres: a libpq URL, postgresql://user@host:port/dbname. No inline password:
-    #: libpq reads PGPASSWORD, ~/.pgpass or PGSERVICE, and ${NAME} references are filled from
-    #: the environment.
     url: Annotated[str, Check(check_store_url)] | None = None
     vector: VectorStoreConfig = field(default_factory=VectorStoreConfig)
 
 
 @model
 class DailyNoteChunkingConfig:
-    #: Chunk size of daily notes in estimated tokens.
     tokens: Annotated[int, Bounds(ge=16, le=8192)]
-    #: Overlap between a daily note's chunks in tokens.
     overlap: Annotated[int, Bounds(ge=0)]
 
     def __post_init__(self) -> None:
@@ -189,12 +161,9 @@ class DailyNoteChunkingConfig:
 
 @model
 class ChunkingConfig:
-    #: Target chunk size in estimated tokens.
     tokens: Annotated[int, Bounds(ge=16, le=8192)] = 400
-    #: Overlap between consecutive chunks in tokens.
     overlap: Annotated[int, Bounds(ge=0)] = 80
-    #: A size of their own for daily notes (memory/YYYY-MM-DD*.md), e.g. {tokens = 160,
-    #: overlap = 16} for conversational logs; unset: tokens/overlap for all.
+    #: Unset: daily notes (memory/YYYY-MM-DD*.md) are chunked like every other note.
     daily_notes: DailyNoteChunkingConfig | None = None
 
     def __post_init__(self) -> None:
@@ -205,7 +174,7 @@ class ChunkingConfig:
 @model
 class MmrConfig:
     enabled: bool = False
-    #: Relevance vs diversity trade-off (written `lambda`).
+    #: Written `lambda` (a Python keyword).
     lambda_: Annotated[float, Bounds(ge=0, le=1)] = 0.7
 
 
@@ -224,9 +193,6 @@ class HybridConfig:
     vector_weight: Annotated[float, Bounds(ge=0)] = 0.7
     text_weight: Annotated[float, Bounds(ge=0)] = 0.3
     candidate_multiplier: Annotated[int, Bounds(ge=1, le=50)] = 4
-    #: How BM25 and vector lists merge: 'auto' (calibrated scores that mean the same across
-    #: queries, so minScore drops what is unrelated), 'relative' (scores relative to the
-    #: query's best hit, never abstains), 'weighted' (a linear merge), 'rrf', 'minmax', 'zscore'.
     fusion: Fusion = "auto"
     mmr: MmrConfig = field(default_factory=MmrConfig)
     temporal_decay: TemporalDecayConfig = field(default_factory=TemporalDecayConfig)
@@ -240,7 +206,6 @@ class HybridConfig:
 class QueryConfig:
     max_results: Annotated[int, Bounds(ge=1, le=100)] = 6
     min_score: Annotated[float, Bounds(ge=0, le=1)] = 0.35
-    #: Budget of snippet characters returned.
     max_injected_chars: Annotated[int, Bounds(ge=100)] = 4000
     hybrid: HybridConfig = field(default_factory=HybridConfig)
 
@@ -263,20 +228,16 @@ class SyncConfig:
     on_search: bool = True
     watch: bool = True
     watch_debounce_ms: Annotated[int, Bounds(ge=0)] = 1500
-    #: Periodic full sync; 0 disables.
     interval_minutes: Annotated[float, Bounds(ge=0)] = 0
-    #: Longest a search waits for a dirty index to sync and its pending chunks to embed.
     search_wait_ms: Annotated[int, Bounds(ge=0)] = 2000
-    #: A memory file larger than this is not indexed (status lists it; `memory_get` still
-    #: pages it): one huge note must not become thousands of chunks to embed.
+    #: One huge note must not become thousands of chunks to embed.
     max_file_bytes: Annotated[int, Bounds(ge=1)] = 4 * 1024 * 1024
     sessions: SessionSyncConfig = field(default_factory=SessionSyncConfig)
 
 
 @model
 class RedactConfig:
-    #: Also redact secrets in chunks of memory notes before the built-in index stores them
-    #: (transcripts are always redacted). The notes on disk, and `memory_get`, stay as written.
+    #: Transcripts are always redacted; notes only when asked, since users write them on purpose.
     notes: bool = False
 
 
@@ -289,9 +250,7 @@ class ExperimentalConfig:
 class ExtraPathEntry:
     """An extra memory folder with its own glob (OpenClaw 2026.8's `{path, pattern}` entries)."""
 
-    #: Folder (absolute, workspace-relative or ~).
     path: str
-    #: qmd-style glob of the files to index under it.
     pattern: str = "**/*.md"
 
 
@@ -313,7 +272,6 @@ class MemorySearchConfig:
     query: QueryConfig = field(default_factory=QueryConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     sync: SyncConfig = field(default_factory=SyncConfig)
-    #: More memory: folders (every **/*.md), single .md files, or {path, pattern}.
     extra_paths: list[str | ExtraPathEntry] = field(default_factory=list)
     sources: list[SourceName] = field(default_factory=lambda: list[SourceName](["memory"]))
     experimental: ExperimentalConfig = field(default_factory=ExperimentalConfig)
@@ -429,21 +387,16 @@ class QmdModelsConfig:
 class FailoverConfig:
     """When qmd's failures flip an agent to the built-in index and how it comes back."""
 
-    #: Consecutive qmd failures before failing over.
     failure_threshold: Annotated[int, Bounds(ge=1)] = 1
-    #: Minimum time on the built-in index before probing.
     cooldown_ms: Annotated[int, Bounds(ge=0)] = 15_000
-    #: Backoff cap between recovery probes.
     probe_max_interval_ms: Annotated[int, Bounds(ge=1)] = 300_000
 
 
 @model
 class QmdConfig:
-    #: The qmd executable (path or name on PATH).
     command: str = "qmd"
     search_mode: Literal["search", "vsearch", "query"] = "search"
-    #: Rerank `query` hits with qmd's reranker model (`models.rerank`); off, qmd needs no model
-    #: for a keyword search and answers by its fused ranks (`--no-rerank`).
+    #: Off by default: without the reranker model a keyword search needs no model at all.
     rerank: bool = False
     include_default_memory: bool = True
     paths: list[QmdPathConfig] = field(default_factory=list)
@@ -451,13 +404,10 @@ class QmdConfig:
     update: QmdUpdateConfig = field(default_factory=QmdUpdateConfig)
     limits: QmdLimitsConfig = field(default_factory=QmdLimitsConfig)
     models: QmdModelsConfig = field(default_factory=QmdModelsConfig)
-    #: OpenClaw location of the scope rules.
+    #: Where OpenClaw keeps the scope rules (`memory.scope` wins).
     scope: ScopeConfig | None = None
     fallback: Literal["builtin", "none"] = "builtin"
     failover: FailoverConfig = field(default_factory=FailoverConfig)
-    #: When qmd answers a question of two or more content words with nothing: 'empty'
-    #: (OpenClaw's behaviour) or 'builtin' to complete the answer from the built-in index; such
-    #: hits carry backend 'builtin'.
     empty_results: Literal["empty", "builtin"] = "empty"
 
 
@@ -484,9 +434,7 @@ WorkspaceAccess = Literal["rw", "ro", "none"]
 class AgentDefaults:
     workspace: str | None = None
     workspace_access: WorkspaceAccess = "rw"
-    #: Most characters of one memory file injected at session start.
     bootstrap_max_chars: Annotated[int, Bounds(ge=1)] = 20_000
-    #: Most characters of all memory files injected at session start.
     bootstrap_total_max_chars: Annotated[int, Bounds(ge=1)] = 150_000
     memory_search: MemorySearchConfig = field(default_factory=MemorySearchConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
@@ -501,18 +449,12 @@ def _valid_agent_id(value: str) -> str:
 
 @model
 class AgentEntry:
-    #: Agent id: a short name (see `memoryd.paths.AGENT_ID_SHAPE`), case-insensitive.
     id: Annotated[str, Check(_valid_agent_id)]
     workspace: str | None = None
     workspace_access: WorkspaceAccess | None = None
-    #: Overrides merged over agents.defaults.memorySearch (as written).
-    memory_search: dict[str, Any] | None = None
-    #: Overrides merged over agents.defaults.compaction (as written).
-    compaction: dict[str, Any] | None = None
-    #: This agent's memorySearch and compaction with its overrides merged and validated, filled
-    #: in by `validate_config`, so that resolving an agent needs no validator.
-    effective_memory_search: MemorySearchConfig | None = field(default=None, init=False)
-    effective_compaction: CompactionConfig | None = field(default=None, init=False)
+    #: This agent's settings: what the file wrote merged over `agents.defaults` (`validate_config`).
+    memory_search: MemorySearchConfig | None = None
+    compaction: CompactionConfig | None = None
 
 
 def _unique_ids(entries: list[AgentEntry]) -> list[AgentEntry]:
@@ -556,10 +498,7 @@ class MemorydConfig:
 
 @dataclass(frozen=True)
 class ResolvedAgent:
-    """One agent's effective settings after defaults, per-agent overrides and CLI overrides.
-
-    Not a model: it is assembled from parts that have already validated.
-    """
+    """One agent's effective settings after defaults, per-agent overrides and CLI overrides."""
 
     agent_id: str
     workspace: Path
@@ -573,7 +512,6 @@ class ResolvedAgent:
 
     @property
     def state(self) -> paths.AgentState:
-        """Every state path of this (agent, workspace) pair (see `memoryd.paths`)."""
         return paths.agent_state(self.agent_id, self.workspace)
 
     @property
@@ -585,7 +523,6 @@ class ResolvedAgent:
 
     @property
     def state_dir(self) -> Path:
-        """`<state>/agents/<agentId>/workspaces/<workspaceKey>`."""
         return self.state.root
 
     @property
@@ -594,7 +531,7 @@ class ResolvedAgent:
 
     @property
     def sessions_enabled(self) -> bool:
-        """Transcripts are a search source: `experimental.sessionMemory` and `"sessions"` in sources."""
+        """Transcripts are searched only with `experimental.sessionMemory` and "sessions" in sources."""
         ms = self.memory_search
         return bool(ms.experimental.session_memory) and "sessions" in ms.sources
 
@@ -628,14 +565,14 @@ class ResolvedAgent:
             workspace_key=paths.workspace_key(self.workspace),
             roots=tuple(self.memory_roots()),
             db_path=self.index_path,
-            own_db_folder=not self.memory_search.store.path,
+            own_db_folder=not store.path,
             sources=tuple(ms.sources),
             sessions_dir=self.sessions_dir if self.sessions_enabled else None,
             chunking=ms.chunking,
             query=ms.query,
             sync=ms.sync,
             cache=ms.cache,
-            vector=ms.store.vector,
+            vector=store.vector,
             store_driver=store.driver,
             store_url=url,
             redact_notes=ms.redact.notes,
@@ -645,17 +582,16 @@ class ResolvedAgent:
         """The qmd sidecar's settings for this agent."""
         q = self.memory.qmd
         export = q.sessions.export_dir
-        exports = (
-            paths.expand_store_path(export, self.agent_id, self.workspace)
-            if export
-            else self.state.qmd_exports
-        )
         return QmdSettings(
             agent_id=self.agent_id,
             workspace=self.workspace,
             qmd=q,
             home=self.state.qmd_home,
-            exports_dir=exports,
+            exports_dir=(
+                paths.expand_store_path(export, self.agent_id, self.workspace)
+                if export
+                else self.state.qmd_exports
+            ),
             extra_roots=tuple(self.extra_roots()),
         )
 
@@ -671,15 +607,14 @@ class IndexSettings:
 
     agent_id: str
     workspace: Path
-    #: `memoryd.paths.workspace_key(workspace)`: with the agent id, the PostgreSQL store's tenant.
+    #: With the agent id, the PostgreSQL store's tenant.
     workspace_key: str
     roots: tuple[MemoryRoot, ...]
     db_path: Path
-    #: False when `store.path` put the index in a folder of the user's choosing: memoryd then
-    #: never changes that folder's mode (it would make a home or /tmp 0700).
+    #: False for a folder the user chose (`store.path`): making a home or /tmp 0700 would hurt.
     own_db_folder: bool
     sources: tuple[str, ...]
-    #: The agent's transcripts folder when transcripts are a search source, else None.
+    #: None unless transcripts are a search source.
     sessions_dir: Path | None
     chunking: ChunkingConfig
     query: QueryConfig
@@ -687,10 +622,8 @@ class IndexSettings:
     cache: CacheConfig
     vector: VectorStoreConfig
     store_driver: StoreDriver = "sqlite"
-    #: driver = postgres: the libpq URL with its `${NAME}` references filled (it may carry a
-    #: password from the environment: kept out of repr, never logged or shown in status).
+    #: Out of repr: a `${NAME}` reference may have filled in a password.
     store_url: str | None = dataclasses.field(default=None, repr=False)
-    #: `memorySearch.redact.notes`: secrets in note chunks are redacted before they are stored.
     redact_notes: bool = False
 
 
@@ -703,35 +636,23 @@ class QmdSettings:
     qmd: QmdConfig
     home: Path
     exports_dir: Path
-    #: `memorySearch.extraPaths`, which become qmd collections too.
+    #: `memorySearch.extraPaths` become qmd collections too.
     extra_roots: tuple[MemoryRoot, ...] = ()
-
-
-def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """Recursively merge `override` over `base` (dicts merge, everything else replaces)."""
-    out: dict[str, Any] = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def validate_config(data: Mapping[str, Any], *, source: str = "config") -> MemorydConfig:
     """A whole config (a parsed TOML/JSON mapping) validated; ConfigError names each bad key.
 
-    Each `agents.list` entry's overrides are merged over `agents.defaults` and validated too.
+    Each `agents.list` entry's memorySearch and compaction are merged over `agents.defaults`
+    first, so an entry's problems are reported at its own path (`agents.list.1.memorySearch…`).
     """
-    config = validate(MemorydConfig, _memory_search_as_defaults(data, source), what=source)
-    _merge_overrides(config, source)
-    return config
+    data = _merge_overrides(_memory_search_as_defaults(data, source))
+    return validate(MemorydConfig, data, what=source)
 
 
 def _memory_search_as_defaults(data: Mapping[str, Any], what: str) -> Mapping[str, Any]:
     """OpenClaw 2026.8+ keeps memory settings under `memory.search`: read them as
-    `agents.defaults.memorySearch` (merged over it; `memory.search` wins), reporting problems at
-    their own path (`memory.search.query.maxResult: unknown key (did you mean 'maxResults'?)`)."""
+    `agents.defaults.memorySearch` (`memory.search` wins), problems reported at their own path."""
     memory = data.get("memory")
     if not isinstance(memory, Mapping) or "search" not in memory:
         return data
@@ -744,36 +665,34 @@ def _memory_search_as_defaults(data: Mapping[str, Any], what: str) -> Mapping[st
     defaults = agents.get("defaults", {}) if isinstance(agents, Mapping) else None
     if not isinstance(agents, Mapping) or not isinstance(defaults, Mapping):
         return out  # validation reports the bad key where it is
-    merged: dict[str, Any] = {}
-    for key in ("memory_search", "memorySearch", None):
-        value = search if key is None else defaults.get(key)
-        if isinstance(value, Mapping):
-            merged = deep_merge(merged, as_written(MemorySearchConfig, value))
-    rest = {k: v for k, v in defaults.items() if k not in ("memory_search", "memorySearch")}
-    out["agents"] = {**agents, "defaults": {**rest, "memorySearch": merged}}
+    written = as_written(AgentDefaults, defaults)
+    base = written.get("memorySearch")
+    search = as_written(MemorySearchConfig, search)
+    written["memorySearch"] = deep_merge(base, search) if isinstance(base, Mapping) else search
+    out["agents"] = {**agents, "defaults": written}
     return out
 
 
-def _merge_overrides(config: MemorydConfig, what: str = "config") -> None:
-    """Fill each `agents.list` entry's effective memorySearch and compaction: its overrides
-    merged over agents.defaults and validated, an error naming the entry
-    (`agents.list.1.memorySearch.chunking: …`)."""
-    defaults = config.agents.defaults
-
-    def merged(base: _T, override: Mapping[str, Any], root: str) -> _T:
-        cls = type(base)
-        written = as_written(cls, dataclasses.asdict(base))  # type: ignore[call-overload]
-        return validate(cls, deep_merge(written, as_written(cls, override)), root=root, what=what)
-
-    for idx, entry in enumerate(config.agents.list_):
-        if entry.memory_search is not None:
-            entry.effective_memory_search = merged(
-                defaults.memory_search, entry.memory_search, f"agents.list.{idx}.memorySearch"
-            )
-        if entry.compaction is not None:
-            entry.effective_compaction = merged(
-                defaults.compaction, entry.compaction, f"agents.list.{idx}.compaction"
-            )
+def _merge_overrides(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Each `agents.list` entry's memorySearch and compaction merged over the defaults' (keys in
+    either form: a snake_case override replaces a camelCase default)."""
+    agents = data.get("agents")
+    if not isinstance(agents, Mapping) or not isinstance(agents.get("list"), list):
+        return data
+    defaults = agents.get("defaults", {})
+    if not isinstance(defaults, Mapping):
+        return data  # validation reports it
+    defaults = as_written(AgentDefaults, defaults)
+    entries = []
+    for entry in agents["list"]:
+        if isinstance(entry, Mapping):
+            entry = as_written(AgentEntry, entry)
+            for key in ("memorySearch", "compaction"):
+                base = defaults.get(key)
+                if isinstance(entry.get(key), Mapping) and isinstance(base, Mapping):
+                    entry[key] = deep_merge(base, entry[key])
+        entries.append(entry)
+    return {**data, "agents": {**agents, "list": entries}}
 
 
 def _looks_like_workspace(path: Path) -> bool:
@@ -799,48 +718,38 @@ def resolve_agent(
         known = ", ".join(e.id for e in config.agents.list_)
         raise UnknownAgent(f"unknown agent {agent_id!r} (configured: {known})")
     defaults = config.agents.defaults
-
-    search, compaction = defaults.memory_search, defaults.compaction
-    if entry is not None:
-        if (entry.memory_search is not None and entry.effective_memory_search is None) or (
-            entry.compaction is not None and entry.effective_compaction is None
-        ):
-            _merge_overrides(config)  # a config built in code, not validated: merge it now
-        search = entry.effective_memory_search or search
-        compaction = entry.effective_compaction or compaction
-
     environ = os.environ if env is None else env
-    raw_ws: str | os.PathLike[str] | None = workspace or environ.get("MEMORYD_WORKSPACE")
+    raw_ws = workspace or environ.get("MEMORYD_WORKSPACE")
     if not raw_ws:
-        raw_ws = (entry.workspace if entry and entry.workspace else None) or defaults.workspace
-    if raw_ws:
-        ws = Path(raw_ws).expanduser()
-        if not ws.is_absolute():
-            ws = (cwd or Path.cwd()) / ws
-        if not ws.is_dir():
-            raise WorkspaceNotFound(f"workspace {ws} does not exist or is not a directory")
-    else:
-        here = cwd or Path.cwd()
-        if not _looks_like_workspace(here):
-            raise WorkspaceNotFound(
-                f"no workspace: {here} has no MEMORY.md or memory/ folder. Pass --workspace DIR, set "
-                "MEMORYD_WORKSPACE, or set agents.defaults.workspace in a config file (--config)."
-            )
-        ws = here
-    access = (
-        entry.workspace_access if entry and entry.workspace_access else None
-    ) or defaults.workspace_access
+        raw_ws = (entry.workspace if entry else None) or defaults.workspace
     return ResolvedAgent(
         agent_id=agent_id,
-        workspace=ws.resolve(),
-        workspace_access=access,
-        memory_search=search,
-        compaction=compaction,
+        workspace=_workspace(raw_ws, cwd or Path.cwd()),
+        workspace_access=(entry.workspace_access if entry else None) or defaults.workspace_access,
+        memory_search=(entry.memory_search if entry else None) or defaults.memory_search,
+        compaction=(entry.compaction if entry else None) or defaults.compaction,
         memory=config.memory,
         models=config.models,
         bootstrap_max_chars=defaults.bootstrap_max_chars,
         bootstrap_total_max_chars=defaults.bootstrap_total_max_chars,
     )
+
+
+def _workspace(raw: str | os.PathLike[str] | None, cwd: Path) -> Path:
+    """The workspace named by flag, environment or config, else `cwd` if it looks like one."""
+    if not raw:
+        if not _looks_like_workspace(cwd):
+            raise WorkspaceNotFound(
+                f"no workspace: {cwd} has no MEMORY.md or memory/ folder. Pass --workspace DIR, set "
+                "MEMORYD_WORKSPACE, or set agents.defaults.workspace in a config file (--config)."
+            )
+        return cwd.resolve()
+    ws = Path(raw).expanduser()
+    if not ws.is_absolute():
+        ws = cwd / ws
+    if not ws.is_dir():
+        raise WorkspaceNotFound(f"workspace {ws} does not exist or is not a directory")
+    return ws.resolve()
 
 
 def agent_ids(config: MemorydConfig) -> list[str]:

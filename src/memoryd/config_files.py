@@ -1,16 +1,10 @@
 """Config files: finding and reading them, and the validated configs kept by their exact bytes.
 
-memoryd reads its own TOML file, or an OpenClaw JSON/JSON5 file (its memory keys only). A file
-that validated is kept in `<state>/config-cache/` (one private JSON file per config path) as its
-models. The next process that reads the *same bytes* at the same path with the *same code* (the
-modules that define, validate and read the models) rebuilds them by their constructors, each
-agent's merged overrides included, without pydantic: importing it and building its validators
-costs a one-off command more than its search (docs/performance.md).
-
-A config that carries credentials (an API key or HTTP headers anywhere) is never cached: memoryd
-does not copy secrets out of the file the user keeps them in. A cache file that does not parse,
-does not match, or is not ours (owner, link) is ignored; a state folder that cannot be written
-means no cache. Only what validated is ever written.
+memoryd reads its own TOML file, or an OpenClaw JSON/JSON5 file (its memory keys only). A config
+that validated is kept in `<state>/config-cache/` as its models, and a later process that reads
+the same bytes at the same path with the same code rebuilds them without pydantic, whose import
+would cost a one-off search more than the search (docs/performance.md). A config that carries
+credentials is never cached, and a cache file that does not match or is not ours is ignored.
 """
 
 from __future__ import annotations
@@ -126,8 +120,6 @@ def _parse_config_file(path: Path, raw: bytes) -> MemorydConfig:
     return validate_config(data, source=str(path))
 
 
-# --------------------------------------------------------------------------- the cache
-
 #: Largest cache file read back (a config of this size would be absurd).
 _MAX_BYTES: Final = 4 << 20
 #: The key that marks a model in the JSON (no model has a field of that name).
@@ -162,14 +154,9 @@ def _rebuild(obj: dict[str, Any]) -> Any:
     if _MODEL not in obj:
         return obj
     cls = MODELS[obj.pop(_MODEL)]
-    fields = dataclasses.fields(cls)
-    if set(obj) != {f.name for f in fields}:
+    if set(obj) != {f.name for f in dataclasses.fields(cls)}:
         raise ValueError(f"{cls.__name__}: fields differ from this memoryd's")
-    out = cls(**{f.name: obj[f.name] for f in fields if f.init})
-    for f in fields:
-        if not f.init:  # filled in by validation (an agent's merged overrides)
-            setattr(out, f.name, obj[f.name])
-    return out
+    return cls(**obj)
 
 
 def _load(target: Path, key: str) -> MemorydConfig | None:
@@ -177,8 +164,7 @@ def _load(target: Path, key: str) -> MemorydConfig | None:
     from .fsio import open_private
 
     try:
-        # no link followed below the state root, every folder on the way checked: a cache
-        # planted by someone else would choose this process's config
+        # a cache file planted by someone else would choose this process's config
         f = open_private(target)
     except (OSError, ValueError, StateError):
         return None

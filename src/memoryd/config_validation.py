@@ -2,9 +2,9 @@
 
 A config model (`model`) is a plain dataclass whose keys are written camelCase (`config_key`;
 snake_case field names are accepted too), with `Bounds` and `Check` markers in its annotations
-and `__post_init__` for the checks across fields. Building one in code runs no validator;
-`validate` checks a mapping with pydantic, imported on first use so that a process that
-validates nothing never loads it. Unknown keys are refused, and every error names its key's path.
+and `__post_init__` for the checks across fields. Building one in code runs no validator, so a
+process that validates nothing never imports pydantic. Unknown keys are refused, and every error
+names its key's path.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ _PYDANTIC_CONFIG: Final = {
 def model(cls: type[_T]) -> type[_T]:
     """A config model: a dataclass that pydantic validates with unknown keys forbidden.
 
-    A class attribute `removed_keys` ({key: reason}) names keys refused with a sentence of their own.
+    Not frozen: the generated guards would add to every one-off command's import time. A class
+    attribute `removed_keys` ({key: reason}) names keys refused with a sentence of their own.
     """
     cls.__pydantic_config__ = _PYDANTIC_CONFIG  # type: ignore[attr-defined]
     out = dataclasses.dataclass(cls)
@@ -135,18 +136,9 @@ def _unknown_key(holder: type[Any] | None, key: str) -> str:
         return removed[key]
     import difflib
 
-    known = [config_key(f.name) for f in dataclasses.fields(holder) if f.init]
+    known = [config_key(f.name) for f in dataclasses.fields(holder)]
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     return "unknown key" + (f" (did you mean {close[0]!r}?)" if close else "")
-
-
-_FIELD_TYPES: Final[dict[type[Any], dict[str, Any]]] = {}
-
-
-def _field_types(cls: type[Any]) -> dict[str, Any]:
-    if cls not in _FIELD_TYPES:
-        _FIELD_TYPES[cls] = typing.get_type_hints(cls)
-    return _FIELD_TYPES[cls]
 
 
 def _inner_model(annotation: Any) -> type[Any] | None:
@@ -162,10 +154,7 @@ def _inner_model(annotation: Any) -> type[Any] | None:
 
 def _field_named(cls: type[Any], key: str) -> dataclasses.Field[Any] | None:
     """The field of `cls` written `key` (its camelCase key, or its own name)."""
-    return next(
-        (f for f in dataclasses.fields(cls) if f.init and key in (f.name, config_key(f.name))),
-        None,
-    )
+    return next((f for f in dataclasses.fields(cls) if key in (f.name, config_key(f.name))), None)
 
 
 def _model_at(cls: type[Any] | None, loc: Sequence[str | int]) -> type[Any] | None:
@@ -175,24 +164,26 @@ def _model_at(cls: type[Any] | None, loc: Sequence[str | int]) -> type[Any] | No
             continue
         if cls is None or (f := _field_named(cls, part)) is None:
             return None
-        cls = _inner_model(_field_types(cls)[f.name])
+        cls = _inner_model(typing.get_type_hints(cls)[f.name])
     return cls
 
 
 def as_written(cls: type[Any], data: Mapping[str, Any]) -> dict[str, Any]:
-    """`data` (keys camelCase or snake_case) with every key of `cls` and its nested models in
-    its camelCase form: two such mappings merge key by key (`config.deep_merge`)."""
+    """`data` with every key of `cls` and its nested models in its camelCase form (a key
+    written both ways merges), so that two such mappings merge key by key (`deep_merge`)."""
     out: dict[str, Any] = {}
     for key, value in data.items():
         f = _field_named(cls, key) if isinstance(key, str) else None
         if f is None:
             out[key] = value
             continue
-        annotation = _field_types(cls)[f.name]
+        annotation = typing.get_type_hints(cls)[f.name]
         inner = _inner_model(annotation)
         if inner is not None and isinstance(value, Mapping) and not _is_mapping_of(annotation):
             value = as_written(inner, value)
-        out[config_key(f.name)] = value
+        key = config_key(f.name)
+        both = isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+        out[key] = deep_merge(out[key], value) if both else value
     return out
 
 
@@ -201,3 +192,14 @@ def _is_mapping_of(annotation: Any) -> bool:
     if typing.get_origin(annotation) in (dict, Mapping):
         return True
     return any(_is_mapping_of(arg) for arg in typing.get_args(annotation) if arg is not type(None))
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Recursively merge `override` over `base` (dicts merge, everything else replaces)."""
+    out: dict[str, Any] = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
