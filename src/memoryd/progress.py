@@ -1,12 +1,8 @@
-"""Progress of long work (`memoryd index`): what the user sees while chunks are embedded.
+"""Progress of long work (`memoryd index`) on stderr, so that `--json` output stays clean.
 
-A sync reports `(phase, done, total)` through `ProgressFn`; this module turns those calls into
-something a person can wait on. On a terminal it is a bar with the rate and the ETA, both
-computed from the phase's own start, so they are shown from the first finished batch (rich's
-built-in ETA column needs half a minute of samples). Anywhere else (a pipe, a log file, CI) it
-is one plain line to stderr every `interval_s` seconds and one when a phase ends, so a piped
-`memoryd index` is never silent for minutes. Stdout is never touched: `--json` output stays
-clean.
+On a terminal: a bar whose rate and ETA count from the phase's own start, so they show from the
+first batch. Anywhere else: a plain line every few seconds and one when a phase ends, so a piped
+`memoryd index` is never silent for minutes.
 """
 
 from __future__ import annotations
@@ -17,16 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-__all__ = ["PHASES", "ProgressReporter", "describe", "format_duration"]
-
 #: What each phase counts, as the user reads it: (label, unit).
 PHASES: dict[str, tuple[str, str]] = {
     "files": ("scanning", "files"),
     "vectors": ("embedding", "chunks"),
 }
-
-#: Seconds between two plain progress lines when stderr is not a terminal.
-PLAIN_INTERVAL_S = 5.0
 
 
 def format_duration(seconds: float) -> str:
@@ -76,7 +67,8 @@ class ProgressReporter:
 
     stream: IO[str] | None = None
     tty: bool | None = None
-    interval_s: float = PLAIN_INTERVAL_S
+    #: Seconds between two plain lines.
+    interval_s: float = 5.0
     prefix: str = "memoryd index: "
     clock: Callable[[], float] = time.monotonic
     _phases: dict[str, _Phase] = field(default_factory=dict)
