@@ -43,9 +43,6 @@ def _duration(value: str | int) -> str | int:
     return value
 
 
-# --------------------------------------------------------------------------- memorySearch
-
-
 @model
 class BatchConfig:
     enabled: bool = False
@@ -278,8 +275,6 @@ class MemorySearchConfig:
     redact: RedactConfig = field(default_factory=RedactConfig)
 
 
-# --------------------------------------------------------------------------- compaction
-
 DEFAULT_FLUSH_SYSTEM_PROMPT = (
     "Pre-compaction memory flush turn. The session is near auto-compaction; capture durable memories "
     "to disk. You may reply, but usually NO_REPLY is correct."
@@ -305,9 +300,6 @@ class CompactionConfig:
     memory_flush: MemoryFlushConfig = field(default_factory=MemoryFlushConfig)
 
 
-# --------------------------------------------------------------------------- scope
-
-
 @model
 class ScopeMatch:
     channel: str | None = None
@@ -328,9 +320,6 @@ class ScopeConfig:
 
     default: Literal["allow", "deny"] | None = None
     rules: list[ScopeRule] | None = None
-
-
-# --------------------------------------------------------------------------- qmd
 
 
 @model
@@ -424,9 +413,6 @@ class MemoryConfig:
         return self.scope if self.scope is not None else self.qmd.scope
 
 
-# --------------------------------------------------------------------------- agents
-
-
 WorkspaceAccess = Literal["rw", "ro", "none"]
 
 
@@ -491,9 +477,6 @@ class MemorydConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     agents: AgentsConfig = field(default_factory=AgentsConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
-
-
-# --------------------------------------------------------------------------- resolved agent view
 
 
 @dataclass(frozen=True)

@@ -56,14 +56,7 @@ def read_config_file(path: Path) -> MemorydConfig:
 
 # OpenClaw configs carry many unrelated keys (gateway, channels, …); take only the memory ones.
 _OPENCLAW_AGENT_KEYS = ("id", "workspace", "workspaceAccess", "memorySearch", "compaction")
-_OPENCLAW_DEFAULT_KEYS = (
-    "workspace",
-    "workspaceAccess",
-    "memorySearch",
-    "compaction",
-    "bootstrapMaxChars",
-    "bootstrapTotalMaxChars",
-)
+_OPENCLAW_DEFAULT_KEYS = (*_OPENCLAW_AGENT_KEYS[1:], "bootstrapMaxChars", "bootstrapTotalMaxChars")
 
 
 def _openclaw_subset(raw: Mapping[str, Any]) -> dict[str, Any]:

@@ -40,11 +40,9 @@ _PYDANTIC_CONFIG: Final = {
 
 @dataclass_transform(field_specifiers=(dataclasses.field,))
 def model(cls: type[_T]) -> type[_T]:
-    """A config model: a dataclass that pydantic validates with unknown keys forbidden.
-
-    Not frozen: the generated guards would add to every one-off command's import time. A class
-    attribute `removed_keys` ({key: reason}) names keys refused with a sentence of their own.
-    """
+    """A config model: a dataclass pydantic validates with unknown keys forbidden (not frozen:
+    the generated guards would add to every command's import time); a class attribute
+    `removed_keys` ({key: reason}) refuses keys with a sentence of their own."""
     cls.__pydantic_config__ = _PYDANTIC_CONFIG  # type: ignore[attr-defined]
     out = dataclasses.dataclass(cls)
     MODELS[out.__name__] = out
@@ -103,7 +101,6 @@ def validate(cls: type[_T], data: Any, *, root: str = "", what: str = "config") 
         raise ConfigError(f"invalid {what}: {_describe(err, cls, root)}") from None
 
 
-#: pydantic's error types for a key the model does not have, and for a required key missing.
 _UNKNOWN_KEY: Final = frozenset({"extra_forbidden", "unexpected_keyword_argument"})
 _MISSING: Final = frozenset({"missing", "missing_argument", "missing_keyword_only_argument"})
 
@@ -127,8 +124,7 @@ def _describe(err: ValidationError, cls: type[Any], root: str) -> str:
 
 
 def _unknown_key(holder: type[Any] | None, key: str) -> str:
-    """`unknown key`, with the closest known key of the model that holds it, or the sentence
-    the model has for a key it refuses on purpose (`removed_keys`)."""
+    """`unknown key` with the closest known key, or the model's reason for refusing it."""
     if holder is None:
         return "unknown key"
     removed: Mapping[str, str] = getattr(holder, "removed_keys", {})

@@ -30,9 +30,6 @@ class MemorydError(Exception):
         return error_from_code(result.get("code"), str(result.get("error")))
 
 
-# --------------------------------------------------------------------------- input and config
-
-
 class ConfigError(MemorydError, code="config_error"):
     """Raised when a config file or option is missing, unreadable or invalid (names the key path)."""
 
@@ -59,9 +56,6 @@ class PathNotAllowed(MemorydError, code="path_not_allowed"):
 
 class ScopeDenied(MemorydError, code="scope_denied"):
     """Raised when scope rules deny a session; agents see a visible denial result instead."""
-
-
-# --------------------------------------------------------------------------- state and index
 
 
 class StateError(MemorydError, code="state_error"):
@@ -100,9 +94,6 @@ class LocalPostgresError(MemorydError, code="pg_local_error"):
     """Raised when `memoryd pg-local` cannot start its throwaway PostgreSQL or write its config."""
 
 
-# --------------------------------------------------------------------------- memory writes
-
-
 class WorkspaceReadOnly(MemorydError, code="workspace_read_only"):
     """Raised when a memory write is asked of an agent whose `workspaceAccess` is `ro` or `none`."""
 
@@ -124,9 +115,6 @@ class InvalidMemoryWrite(InvalidInput):
     """Raised when `memory_append` gets an unknown target, empty text, NUL bytes or more than 64 KiB."""
 
 
-# --------------------------------------------------------------------------- embeddings
-
-
 class EmbeddingError(MemorydError, code="embedding_error"):
     """Raised when an embedding provider fails to load or to embed."""
 
@@ -141,9 +129,6 @@ class BatchPending(EmbeddingError, code="batch_pending"):
 
 class ProviderUnavailable(EmbeddingError, code="provider_unavailable"):
     """Raised when an explicitly configured embedding provider cannot serve (memory is unavailable)."""
-
-
-# --------------------------------------------------------------------------- qmd
 
 
 class QmdError(MemorydError, code="qmd_error"):
@@ -177,9 +162,6 @@ class QmdOutputTooLarge(QmdError, code="qmd_output_too_large"):
 
 class QmdBadOutput(QmdError, code="qmd_bad_output"):
     """Raised when qmd's stdout is empty or cannot be parsed as the expected JSON."""
-
-
-# --------------------------------------------------------------------------- service
 
 
 class ServiceUnavailable(MemorydError, code="service_unavailable"):

@@ -129,24 +129,15 @@ def evaluate_scope(scope: ScopeConfig | None, session_key: str | None) -> ScopeD
     # a fresh default each time: a caller changing DEFAULT_SCOPE's rules widens nothing
     effective = default_scope() if scope is None else scope
     info = parse_session_key(session_key)
-
-    def decide(
-        allowed: bool, reason: DecisionReason, rule_index: int | None = None
-    ) -> ScopeDecision:
-        return ScopeDecision(
-            allowed=allowed,
-            reason=reason,
-            rule_index=rule_index,
-            channel=info.channel,
-            chat_type=info.chat_type,
-            key=info.normalized,
-            session_key=session_key,
-        )
-
-    if not info.is_chat:
-        return decide(True, "no-channel")
-    raw_key = raw_session_key(session_key)
-    for index, rule in enumerate(effective.rules or []):
-        if _matches(rule.match, info, raw_key):
-            return decide(rule.action == "allow", "rule", index)
-    return decide((effective.default or "allow") == "allow", "default")
+    allowed, index = True, None
+    reason: DecisionReason = "no-channel"
+    if info.is_chat:
+        allowed, reason = (effective.default or "allow") == "allow", "default"
+        raw_key = raw_session_key(session_key)
+        for i, rule in enumerate(effective.rules or []):
+            if _matches(rule.match, info, raw_key):
+                allowed, reason, index = rule.action == "allow", "rule", i
+                break
+    return ScopeDecision(
+        allowed, reason, index, info.channel, info.chat_type, info.normalized, session_key
+    )
