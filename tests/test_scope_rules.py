@@ -13,18 +13,18 @@ from memoryd.config import ScopeConfig, ScopeMatch, ScopeRule, validate_config
 from memoryd.config_validation import validate
 from memoryd.errors import ConfigError
 from memoryd.scope_rules import (
-    DEFAULT_SCOPE,
     ChatType,
     default_scope,
     evaluate_scope,
     normalize_session_key,
-    parse_scope,
     parse_session_key,
 )
 
 
 def scope(data: dict[str, Any]) -> ScopeConfig:
-    return parse_scope(data)
+    out = validate_config({"memory": {"scope": data}}).memory.scope
+    assert out is not None
+    return out
 
 
 def allow(**match: str) -> dict[str, Any]:
@@ -291,36 +291,28 @@ def test_shipped_default_is_dms_only() -> None:
         ScopeConfig(
             default="deny", rules=[ScopeRule(action="allow", match=ScopeMatch(chat_type="direct"))]
         )
-        == DEFAULT_SCOPE
+        == default_scope()
     )
-    assert parse_scope(None) == DEFAULT_SCOPE
     validated = validate(
         ScopeConfig,
         {"default": "deny", "rules": [{"action": "allow", "match": {"chatType": "direct"}}]},
     )
-    assert validated == DEFAULT_SCOPE
-    assert repr(validated) == repr(DEFAULT_SCOPE)  # same types all the way down
+    assert validated == default_scope()
+    assert repr(validated) == repr(default_scope())  # same types all the way down
 
 
-def test_mutating_the_exported_default_does_not_widen_the_policy(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(DEFAULT_SCOPE, "default", "allow")
-    monkeypatch.setattr(DEFAULT_SCOPE, "rules", None)
+def test_changing_a_default_scope_widens_nothing() -> None:
+    first = default_scope()
+    first.default = "allow"
+    first.rules = None
+    assert default_scope().default == "deny"
     assert evaluate_scope(None, "slack:group:x").allowed is False
 
 
-def test_default_scope_returns_a_fresh_copy_each_time() -> None:
-    first = default_scope()
-    first.default = "allow"
-    assert default_scope().default == "deny"
-
-
-def test_parse_scope_accepts_snake_case_and_an_existing_model() -> None:
-    snake = parse_scope({"rules": [{"action": "deny", "match": {"raw_key_prefix": "agent:main:"}}]})
+def test_scope_accepts_snake_case_keys() -> None:
+    snake = scope({"rules": [{"action": "deny", "match": {"raw_key_prefix": "agent:main:"}}]})
     assert snake.rules is not None and snake.rules[0].match is not None
     assert snake.rules[0].match.raw_key_prefix == "agent:main:"
-    assert parse_scope(snake) is snake
 
 
 @pytest.mark.parametrize(
@@ -351,18 +343,18 @@ def test_parse_scope_accepts_snake_case_and_an_existing_model() -> None:
 )
 def test_bad_scope_is_a_config_error_naming_the_path(data: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as err:
-        parse_scope(data)
+        scope(data)
     assert message in str(err.value)
 
 
-def test_parse_scope_path_can_name_the_openclaw_location() -> None:
+def test_a_bad_scope_at_the_openclaw_location_is_named_there() -> None:
     with pytest.raises(ConfigError, match=r"memory\.qmd\.scope\.rules\.0\.action"):
-        parse_scope({"rules": [{"action": "nope"}]}, path="memory.qmd.scope")
+        validate_config({"memory": {"qmd": {"scope": {"rules": [{"action": "nope"}]}}}})
 
 
-def test_parse_scope_rejects_a_non_mapping() -> None:
+def test_a_scope_that_is_not_a_table_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"memory\.scope:"):
-        parse_scope(["allow"])  # type: ignore[arg-type]
+        scope(["allow"])  # type: ignore[arg-type]
 
 
 def test_scope_from_the_whole_config_file_feeds_evaluate() -> None:

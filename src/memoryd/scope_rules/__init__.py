@@ -7,11 +7,9 @@ Pure functions over session-key strings and the validated `ScopeConfig`: the orc
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from ..config import ScopeConfig, ScopeMatch, ScopeRule
-from ..config_validation import validate
 from ..core.session_keys import (
     ChatType,
     SessionKeyInfo,
@@ -21,7 +19,6 @@ from ..core.session_keys import (
 )
 
 __all__ = [
-    "DEFAULT_SCOPE",
     "ChatType",
     "DecisionReason",
     "ScopeDecision",
@@ -29,7 +26,6 @@ __all__ = [
     "default_scope",
     "evaluate_scope",
     "normalize_session_key",
-    "parse_scope",
     "parse_session_key",
     "raw_session_key",
 ]
@@ -46,20 +42,6 @@ def default_scope() -> ScopeConfig:
     return ScopeConfig(
         default="deny", rules=[ScopeRule(action="allow", match=ScopeMatch(chat_type="direct"))]
     )
-
-
-DEFAULT_SCOPE: Final = default_scope()
-
-
-def parse_scope(
-    data: Mapping[str, Any] | ScopeConfig | None, *, path: str = "memory.scope"
-) -> ScopeConfig:
-    """Validate a scope config (`None` → the shipped default); errors name the key path."""
-    if data is None:
-        return default_scope()
-    if isinstance(data, ScopeConfig):
-        return data
-    return validate(ScopeConfig, data, root=path, what="scope")
 
 
 def _printable(text: str) -> str:
@@ -126,7 +108,7 @@ def evaluate_scope(scope: ScopeConfig | None, session_key: str | None) -> ScopeD
     allowed. Otherwise the first rule whose every `match` field fits wins; with no match the
     scope's `default` applies, and a scope without `default` allows.
     """
-    # a fresh default each time: a caller changing DEFAULT_SCOPE's rules widens nothing
+    # a fresh default each time: a caller changing one it was given widens nothing
     effective = default_scope() if scope is None else scope
     info = parse_session_key(session_key)
     allowed, index = True, None
