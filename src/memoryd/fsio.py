@@ -47,7 +47,6 @@ from typing import BinaryIO, Final, Literal, TypeVar
 
 from . import paths
 from .core.layout import MAX_DEPTH, SKIP_DIRS, MemoryRoot
-from .core.records import record
 from .errors import (
     MemorydError,
     MemoryReadFailed,
@@ -133,7 +132,7 @@ _REFUSING_ERRNOS: Final = {
 # --------------------------------------------------------------------------- results
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Found:
     """A memory file discovery saw (from `lstat`; `read_file` re-checks everything it opens)."""
 
@@ -146,7 +145,7 @@ class Found:
     ctime_ns: int = 0
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Skipped:
     """Something under a root that would have been memory but was refused (`rel` "." = the root)."""
 
@@ -155,7 +154,7 @@ class Skipped:
     detail: str
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Walk:
     """What `walk` found under one root: the memory files and what it refused (both sorted by
     their posix path string).
@@ -182,7 +181,7 @@ class Walk:
         return out
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class FileRead:
     """The bytes of a memory file read through a checked descriptor, and that descriptor's `fstat`.
 
@@ -203,7 +202,7 @@ class FileRead:
         return self.data.decode("utf-8", errors="replace")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class AppendOutcome:
     """What `append_file` wrote: all of it, durably (`offset` is where the record starts)."""
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from .core.layout import MemoryRoot, check_line_range, display_path, locate, page_blocks
-from .core.records import record
 from .core.results import FileText
 from .fsio import FileRead, read_file, read_file_with, walk
 
@@ -30,7 +29,7 @@ __all__ = [
 ]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class MemoryFile:
     """One memory file discovery found: where it is and how to read it again safely."""
 

@@ -8,15 +8,15 @@ in that line's `TokenPrefix`, and over-long lines are cut by index, never by cop
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Final
 
 from ..errors import InvalidInput
 from .layout import is_daily_note_path
-from .records import record
 from .text import TokenPrefix, estimate_tokens
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ChunkSize:
     tokens: int
     overlap: int
@@ -29,7 +29,7 @@ class ChunkSize:
 CONVERSATIONAL_DAILY_NOTES: Final = ChunkSize(160, 16)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ChunkingPlan:
     """How each memory file is chunked: `files` for curated prose (`MEMORY.md`, topic notes,
     extra folders), `daily_notes` for the dated notes (`None`: every file at `files`).
@@ -62,7 +62,7 @@ def chunking_plan(
     return ChunkingPlan(ChunkSize(tokens, overlap), daily)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Chunk:
     start_line: int  # 1-based, inclusive
     end_line: int  # 1-based, inclusive

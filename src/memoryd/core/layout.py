@@ -19,13 +19,13 @@ import itertools
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import date
 from fnmatch import fnmatchcase
 from pathlib import PurePosixPath
 from typing import Final
 
 from ..errors import InvalidInput, PathNotAllowed
-from .records import record
 from .results import Source
 
 __all__ = [
@@ -107,7 +107,7 @@ def _match(parts: tuple[str, ...], pats: tuple[str, ...]) -> bool:
 # --------------------------------------------------------------------------- roots
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class MemoryRoot:
     """A folder memory files live under (`path`, absolute) and the glob that selects them.
 
@@ -261,7 +261,7 @@ MAX_GET_CHARS: Final = 20_000
 MAX_GET_LINES: Final = 2_000
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Page:
     """A page of a file: its text, and where the next page starts when it was cut."""
 

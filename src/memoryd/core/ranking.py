@@ -15,7 +15,6 @@ from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Literal
 
-from .records import record
 from .text import (
     Script,
     estimate_tokens,
@@ -78,7 +77,7 @@ def with_score(c: Candidate, score: float) -> Candidate:
     )
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class CorpusStats:
     """What the index knows beyond one query's candidates, so that a score means the same thing
     in every query (see `calibrated_scores`).
@@ -97,7 +96,7 @@ class CorpusStats:
     background: Sequence[tuple[int, Script, float]] = ()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class RankParams:
     max_results: int = 6
     min_score: float = 0.35

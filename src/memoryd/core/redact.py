@@ -35,10 +35,9 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final, NamedTuple
-
-from .records import record
 
 __all__ = [
     "REDACTED",
@@ -1052,7 +1051,7 @@ def _entropy(value: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in Counter(value).values()) if n else 0.0
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class _Rule:
     id: str
     regex: Any  # a compiled re2 bytes pattern (google-re2 ships no type information)
@@ -1068,7 +1067,7 @@ class _Rule:
     stopwords: re.Pattern[str] | None
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class _Ruleset:
     rules: tuple[_Rule, ...]
     by_keyword: dict[str, tuple[int, ...]]  # lowercased keyword → indexes into rules

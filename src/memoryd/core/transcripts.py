@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from .records import record
 from .redact import redact_secrets
 from .replies import is_no_reply
 
@@ -63,7 +62,7 @@ _UNTRUSTED_BLOCK_RE: Final = re.compile(
 _WS_RE: Final = re.compile(r"\s+")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Message:
     """One user or assistant message: its cleaned one-line text and 1-based JSONL line."""
 
@@ -76,7 +75,7 @@ class Message:
         return f"{_LABEL[self.role]}: {self.text}"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class TranscriptChunk:
     """A chunk of rendered messages; lines are 1-based inclusive JSONL line numbers."""
 
@@ -239,7 +238,7 @@ def chunk_transcript(
     ]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class SessionDelta:
     """Unindexed growth of one transcript and whether it crossed a threshold."""
 
