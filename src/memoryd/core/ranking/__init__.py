@@ -125,10 +125,8 @@ def age_in_days(path: str, source: str, mtime: float | None, now: datetime) -> f
     return max(0.0, (now.date() - day).days)
 
 
-# Unrelated questions of each script, embedded once per provider by the index: their cosines
-# against the index's own chunks are what "unrelated" scores with this model and this memory.
-# Trivia about the world, not about anyone's notes; a few accidental matches in a large sample
-# move the mean little.
+# Trivia questions of each script: their cosines against the index's own chunks are what
+# "unrelated" scores with this model and this memory.
 REFERENCE_QUERIES: Mapping[Script, tuple[str, ...]] = {
     "latin": (
         "What is the boiling point of water at high altitude?",
@@ -172,24 +170,18 @@ REFERENCE_QUERIES: Mapping[Script, tuple[str, ...]] = {
     ),
 }
 
-# Tuned on bench/eval (LoCoMo dev, Cranfield, CISI and the off-topic sets): see
-# docs/retrieval-quality.md. Evidence counts linearly between a floor and a full mark.
+# Tuned on bench/eval's judged and off-topic sets (docs/retrieval-quality.md). Evidence counts
+# linearly between a floor and a full mark.
 LEX_FLOOR = 0.17  # IDF-weighted share of the query's terms a chunk holds: below, no evidence
 LEX_FULL = 1.0
 VEC_FLOOR = 1.5  # cosine in reference deviations above unrelated text: below, no evidence
 VEC_FULL = 5.0
-# The floor for a chunk in the query's own script, where keywords can vouch too. Equal to
-# VEC_FLOOR with 400-token chunks; shorter chunks reach higher cosines with unrelated questions
-# (more, narrower chunks: the best of them stands further out), measured in
-# docs/retrieval-quality.md (round 4).
+# The floor for a chunk in the query's own script, where keywords can vouch too.
 VEC_FLOOR_SAME_SCRIPT = 1.5
-# The same-script floor also grows with the index, for short chunks: the best of N unrelated
-# chunks lies about sqrt(2 ln N) deviations out, and the best of many narrow chunks (daily notes
-# at 160 tokens) further out than the best of fewer, longer ones (measured: an unrelated chat's
-# questions found evidence in 18 % of the LoCoMo conversations at 160/16 tokens and a fixed
-# floor of 1.5, in 9.6 % at 400/80). A chunk of SHORT_CHUNK_TOKENS or fewer needs
-# max(VEC_FLOOR_SAME_SCRIPT, VEC_FLOOR_GROWTH · sqrt(2 ln N)), one of LONG_CHUNK_TOKENS or
-# more VEC_FLOOR_SAME_SCRIPT, linear between (docs/retrieval-quality.md, round 5).
+# The best of N unrelated chunks lies about sqrt(2 ln N) deviations out, and narrow chunks stand
+# further out than long ones: so a chunk of SHORT_CHUNK_TOKENS or fewer needs
+# max(VEC_FLOOR_SAME_SCRIPT, VEC_FLOOR_GROWTH · sqrt(2 ln N)), one of LONG_CHUNK_TOKENS or more
+# VEC_FLOOR_SAME_SCRIPT, linear between.
 VEC_FLOOR_GROWTH = 0.68
 SHORT_CHUNK_TOKENS = 160
 LONG_CHUNK_TOKENS = 400
@@ -232,9 +224,8 @@ def vector_z(
 ) -> float | None:
     """The candidate's cosine in standard deviations above what unrelated queries score.
 
-    The reference is per (query script, chunk script): e5 scores any Chinese note ~0.1 higher
-    for a Chinese question than any English one, and comparing each cosine with the baseline
-    of its own script pair is what lets an English note answer a Chinese question.
+    The reference is per (query script, chunk script), since a model scores any note of the
+    query's own script higher: that is what lets an English note answer a Chinese question.
     """
     if c.vector_score is None or stats is None:
         return None
@@ -252,9 +243,8 @@ def vector_z(
 def query_offset(query_script: Script, stats: CorpusStats | None) -> float:
     """How far above the reference the query sits on memory at large: its median z there.
 
-    A query close to *everything* (a nonsense word such as `xyzzy`, which e5 places near any
-    foreign-language text) sits high; a real question sits near 0 except on what it is about,
-    which the median ignores.
+    A query close to everything (a nonsense word such as `xyzzy`) sits high; a real question
+    sits near 0 except on what it is about, which the median ignores.
     """
     if stats is None:
         return 0.0
@@ -300,22 +290,11 @@ def calibrated_scores(
     is its best chunk's evidence: how sure we are that this memory holds anything about it.
 
     Each result scores `confidence × closeness^RANK_SHAPE`, where closeness is the chunk's
-    share of the best hit's relative fusion score (`_relative_scores`, the order tuned on
-    judged data). So every result of an off-topic query scores below its low confidence,
-    and minScore drops them all, while a real question keeps its top results in the order
-    that finds the most evidence: evidence alone ranks worse than the relative fusion
-    (measured: docs/retrieval-quality.md).
+    share of the best hit's relative fusion score (`_relative_scores`, which orders results
+    better than evidence alone). So an off-topic query's results all score below its low
+    confidence and minScore drops them, while a real question keeps the relative order.
     """
-    if not candidates:
-        return []
-    evidence, relative = _calibrated_parts(candidates, query, stats)
-    confidence = max(evidence)
-    best = max(relative)
-    out = []
-    for c, r in zip(candidates, relative, strict=True):
-        closeness = r / best if best > 0 else 1.0
-        out.append(with_score(c, confidence * closeness**RANK_SHAPE))
-    return out
+    return _calibrated(candidates, query, stats, partial_vectors=False)
 
 
 def _calibrated_parts(
@@ -382,14 +361,17 @@ def partial_vector_scores(
 ) -> list[Candidate]:
     """`calibrated_scores` for an index whose chunks are only partly embedded.
 
-    The vector side then ranks only the embedded part: its best cosine is the best of
-    whatever was embedded first, often unrelated, and the relative fusion would score that
-    chunk next to the keyword hits (an English question's best "vector hit" on a fresh demo
-    workspace was its Japanese note). A chunk without a vector gets only its keyword share,
-    as in every fusion. A chunk that only the vector side found is scored at most by its own
-    calibrated evidence (its cosine above the reference background), never by its place
-    among the few chunks embedded so far; a chunk the keywords found too keeps its fused score.
+    The best cosine is then the best of whatever was embedded first, often unrelated, and the
+    relative fusion would score that chunk next to the keyword hits. So a chunk only the vector
+    side found scores at most its own calibrated evidence, never by its place among the few
+    chunks embedded so far; a chunk the keywords found too keeps its fused score.
     """
+    return _calibrated(candidates, query, stats, partial_vectors=True)
+
+
+def _calibrated(
+    candidates: Sequence[Candidate], query: str, stats: CorpusStats | None, *, partial_vectors: bool
+) -> list[Candidate]:
     if not candidates:
         return []
     evidence, relative = _calibrated_parts(candidates, query, stats)
@@ -398,7 +380,8 @@ def partial_vector_scores(
     for c, ev, r in zip(candidates, evidence, relative, strict=True):
         score = confidence * (r / best if best > 0 else 1.0) ** RANK_SHAPE
         found_by_vector_only = (
-            c.vector_score is not None
+            partial_vectors
+            and c.vector_score is not None
             and c.text_rank is None
             and path_match_level(query, c.path) == 0
         )
@@ -416,9 +399,8 @@ def fuse(
 
     `auto` (the default) scores calibrated evidence that means the same in every query (see
     `calibrated_scores`); the others rescale per query, so their best hit is always near 1:
-    `weighted` is the seed's `w·cos + w·1/(1+rank)`, `rrf` weighted reciprocal-rank fusion,
-    `minmax` / `zscore` rescale each list before the weighted sum, and `relative` is the
-    previous default (see `_fuse_relative`).
+    `weighted` and `rrf` fuse ranks, `minmax` / `zscore` rescale each list before a weighted
+    sum, and `relative` is `auto`'s order without its calibration (see `_fuse_relative`).
     """
     if params.fusion == "auto":
         return calibrated_scores(candidates, query, stats)
@@ -492,9 +474,8 @@ def rank(
 
     passing = [c for c in ordered if c.score >= params.min_score or c.path_level > 0]
     picked = passing[: params.max_results]
-    # The per-query fusions put every query's best hit near 1, so minScore cannot tell an
-    # off-topic query from a real one there; they keep the seed's rule that keyword hits fill
-    # empty slots. Calibrated scores abstain instead: a keyword hit under minScore is noise.
+    # Per-query fusions put every best hit near 1, so minScore cannot tell an off-topic query
+    # there and keyword hits fill empty slots; calibrated scores abstain instead.
     if params.fusion != "auto" and len(picked) < params.max_results:
         chosen = {c.chunk_id for c in picked}
         for c in ordered:

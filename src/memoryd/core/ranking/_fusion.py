@@ -1,5 +1,5 @@
 """The per-query fusions: each list rescaled within the query's own candidates, so the best
-hit of every query scores near 1 (`auto`, in `_calibration`, is the one that abstains)."""
+hit of every query scores near 1 (the default, `auto`, calibrates this order instead)."""
 
 from __future__ import annotations
 
@@ -150,13 +150,10 @@ def auto_text_weight(query: str) -> float:
 def _fuse_relative(
     candidates: Sequence[Candidate], query: str, params: RankParams
 ) -> list[Candidate]:
-    """The previous default: per-query min-max on both lists, query-dependent weights, coverage.
+    """Per-query min-max on both lists, weights by the query's shape, keyword term coverage.
 
-    Each list is rescaled within the query's candidates (`normalized_sides`), so the narrow
-    cosine band of e5-style models no longer drowns keyword evidence. The keyword side is
-    scaled by how many query terms the chunk contains, and weighs more when the query carries
-    exact tokens (IDs, numbers, code). The configured vector/text weights belong to the other
-    fusions; `relative` and `auto` pick their weights per query.
+    Rescaling within the query keeps a model's narrow cosine band from drowning keyword
+    evidence; like `auto`, it picks its weights per query (the configured ones are unused).
     """
     terms = query_terms(query)
     matched = [_matched_terms(c, terms) for c in candidates]
