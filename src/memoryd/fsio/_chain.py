@@ -100,13 +100,16 @@ def _file_problem(st: os.stat_result, root_dev: int) -> _Refused | None:
     if kind is not None:
         return kind
     if st.st_nlink > 1:
-        return _Refused(
-            "hard_link",
-            f"has {st.st_nlink} hard links (memoryd serves only files with a single name)",
-        )
+        return _hard_link(st)
     if st.st_dev != root_dev:
         return _Refused("other_device", "lies on another file system than its memory folder")
     return None
+
+
+def _hard_link(st: os.stat_result) -> _Refused:
+    return _Refused(
+        "hard_link", f"has {st.st_nlink} hard links (memoryd serves only files with a single name)"
+    )
 
 
 def _folder_problem(parent: int, name: str) -> _Refused | _Missing:
@@ -301,15 +304,10 @@ _SETTLE_NS: Final = 2 * _coarse_tick_ns()
 def _settled(parent: int, name: str, fd: int, st: os.stat_result) -> None:
     """The name is, after every namespace operation in flight has finished, this file's only one.
 
-    `_same_entry` alone leaves a window the kernel opens on every `unlink`: the link count has
-    dropped to 1 while the dying name still resolves, so an outside file hard-linked into memory
-    and unlinked again in a loop passes both checks now and then (measured: 11 in 34k reads).
-    Two facts close it. Listing the folder takes its lock, so it waits for any link or unlink
-    of a name in it to complete (a barrier); and POSIX makes every link and unlink update the
-    file's ctime. So: wait until the ctime's clock tick has passed (at most two ticks, and only
-    for a file changed that recently), pass the barrier, and require the same ctime, one link and
-    the same name, twice over. A file renamed or relinked in a loop is therefore refused while
-    the loop runs (`_Changed` after the caller's retries), never served from outside.
+    `_same_entry` alone leaves the window every `unlink` opens: the link count is 1 again while
+    the dying name still resolves. Listing the folder waits for any link or unlink in it (a
+    barrier), and each of those updates the file's ctime; so wait out the ctime's clock tick,
+    pass the barrier, and require the same ctime, one link and the same name, twice over.
     Raises `_Changed` (the caller retries), `_Refused` or `_Missing`.
     """
     age = time.time_ns() - st.st_ctime_ns
@@ -323,10 +321,7 @@ def _settled(parent: int, name: str, fd: int, st: os.stat_result) -> None:
         if now.st_ctime_ns != st.st_ctime_ns:
             raise _Changed()
         if now.st_nlink != 1:
-            raise _Refused(
-                "hard_link",
-                f"has {now.st_nlink} hard links (memoryd serves only files with a single name)",
-            )
+            raise _hard_link(now)
         _same_entry(parent, name, now)
 
 

@@ -72,8 +72,8 @@ def _unsafe_folder(shown: str, st: os.stat_result) -> StateError | None:
 
 
 def _trusted_folder(fd: int, shown: str) -> None:
-    """`fd` is a state folder only its owner (this user) can change; read bits for others are
-    taken off (an older memoryd created 0755 folders). Never changes an untrusted folder."""
+    """`fd` is a state folder only this user can change; read bits for others are taken off, an
+    untrusted folder is never changed."""
     st = os.fstat(fd)
     if not stat.S_ISDIR(st.st_mode):
         raise StateError(f"{shown} should be memoryd's state folder but is not a folder")
@@ -153,8 +153,7 @@ def _state_folder(path: str | os.PathLike[str], *, create: bool) -> Iterator[int
     root = _state_root()
     below = _components_below(folder, root)
     if below is None:
-        # a folder of the user's choosing (`store.path`): trusted as configured; `private_dir`
-        # makes it private, a file's folder is used as it is
+        # a folder of the user's choosing (`store.path`): trusted as configured
         if create:
             _make_missing(folder)
         fd = _open_configured_folder(folder)
@@ -199,14 +198,11 @@ def _split(path: str | os.PathLike[str]) -> tuple[str, str]:
 def private_dir(path: str | os.PathLike[str]) -> Path:
     """`path` as a folder only its owner can use, missing folders created 0700 whatever the umask.
 
-    Below the state root (`paths.state_dir()`), every folder from the root down must belong to
-    this user and not be writable by anyone else: otherwise `StateError` names the folder and the
-    fix, and nothing is changed or written. Each folder is opened relative to the one above with
-    `O_NOFOLLOW`, so a symlink anywhere below the root is refused (the root itself may be a link).
-    Folders of ours that others may only read are set to 0700. A folder outside the state root (a
-    `store.path` of the user's choosing) is trusted as configured: created 0700 when missing, set
-    to 0700 when ours, refused when it belongs to another user and is open to others.
-    Raises `StateError` (`StateReadOnly` for permissions or a read-only mount).
+    Below the state root (`paths.state_dir()`) every folder must belong to this user and be
+    writable by nobody else, and no link is followed (the root itself may be one); otherwise
+    `StateError` names the folder and the fix, and nothing changes. A folder outside the root (a
+    `store.path` of the user's choosing) is trusted as configured. Raises `StateError`
+    (`StateReadOnly` for permissions or a read-only mount).
     """
     folder = Path(path)
     try:
@@ -218,10 +214,8 @@ def private_dir(path: str | os.PathLike[str]) -> Path:
 
 
 def check_state_tree(path: str | os.PathLike[str]) -> None:
-    """The folders from the state root down to `path` that exist pass `private_dir`'s checks
-    (nothing is created): run at start, so an untrusted state tree is refused before anything
-    is read from it or written into it. Raises `StateError`.
-    """
+    """The folders from the state root down to `path` that exist pass `private_dir`'s checks,
+    nothing created: run at start, so an untrusted tree is refused before it is used."""
     try:
         with _state_folder(path, create=False):
             pass
@@ -254,8 +248,7 @@ def check_state_path(path: str | os.PathLike[str]) -> Path:
 
 def private_file(path: str | os.PathLike[str]) -> Path:
     """`path` as a regular file only its owner can read: created empty 0600 when missing, an
-    existing one of ours set to 0600. Its folder must exist and pass `private_dir`'s checks; a
-    symlink is never followed. Raises `StateError`.
+    existing one of ours set to 0600, a symlink refused. Raises `StateError`.
     """
     file = Path(path)
     parent, name = _split(file)
@@ -269,17 +262,19 @@ def private_file(path: str | os.PathLike[str]) -> Path:
                     raise _symlink_in_state(str(file)) from None
                 raise
             try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    raise StateError(
-                        f"{file} should be a memoryd state file but is not a regular file"
-                    )
-                _make_private(file, st, PRIVATE_FILE_MODE, fd)
+                _make_private(file, _regular(fd, file), PRIVATE_FILE_MODE, fd)
             finally:
                 _close(fd)
     except OSError as err:
         raise _state_error(file, err) from None
     return file
+
+
+def _regular(fd: int, file: Path) -> os.stat_result:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise StateError(f"{file} should be a memoryd state file but is not a regular file")
+    return st
 
 
 def _make_private(path: Path, st: os.stat_result, wanted: int, fd: int) -> None:
@@ -297,19 +292,17 @@ def _make_private(path: Path, st: os.stat_result, wanted: int, fd: int) -> None:
 
 
 def open_private(path: str | os.PathLike[str]) -> BinaryIO:
-    """The state file `path` open for reading (binary), reached like `private_file`: no link
-    followed anywhere below the state root, every folder on the way checked.
+    """The state file `path` open for reading (binary), reached like `private_file`.
 
-    Raises `OSError` as `open` would (`ELOOP` for a link at `path`, `FileNotFoundError`), and
-    `StateError` when a folder on the way cannot be trusted or `path` is not a regular file.
+    Raises `OSError` as `open` would (`ELOOP` for a link at `path`), and `StateError` when a
+    folder on the way cannot be trusted or `path` is not a regular file.
     """
     file = Path(path)
     parent, name = _split(file)
     with _state_folder(parent, create=False) as dir_fd:
         fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise StateError(f"{file} should be a memoryd state file but is not a regular file")
+        _regular(fd, file)
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -340,7 +333,7 @@ def create_private_once(path: str | os.PathLike[str], data: bytes) -> bool:
     """
     target = Path(path)
     parent, name = _split(target)
-    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    tmp = _temp_name(name)
     try:
         with _state_folder(parent, create=False) as dir_fd:
             _write_temp(dir_fd, tmp, data)
@@ -356,6 +349,10 @@ def create_private_once(path: str | os.PathLike[str], data: bytes) -> bool:
             return created
     except OSError as err:
         raise _state_error(target, err) from None
+
+
+def _temp_name(name: str) -> str:
+    return f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
 
 
 def _write_temp(dir_fd: int, name: str, data: bytes) -> None:
@@ -381,15 +378,10 @@ SQLITE_SIDE_FILES: Final = ("-wal", "-shm", "-journal")
 
 
 def private_database(path: str | os.PathLike[str]) -> Path:
-    """Prepare an SQLite database path *before any connection to it exists in this process*.
+    """An SQLite database path made private: its folder 0700, the file and any side files 0600.
 
-    Opening and closing a descriptor on a database SQLite has open drops every POSIX lock SQLite
-    holds on it in this process (a WAL reader's lock included), so never call this on a live
-    index: the built-in store checks access and fixes modes by path instead.
-
-    Its folder 0700, the file 0600 (created empty if
-    missing, which SQLite accepts as a new database) and any `-wal`/`-shm`/`-journal` left from
-    an older run set to 0600. SQLite gives the side files it creates the database's mode.
+    Call it before any connection to it exists in this process: closing a descriptor on a
+    database SQLite has open drops every POSIX lock SQLite holds on it in this process.
     """
     db = Path(path)
     private_dir(db.parent)
@@ -402,15 +394,13 @@ def private_database(path: str | os.PathLike[str]) -> Path:
 
 
 def write_private_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace `path` with `data` atomically: a 0600 temp file in the same folder, fsynced,
-    renamed over `path`, then the folder fsynced. The temp name does not end in `.md`, so no
-    indexer ever picks up a half-written export. The folder must exist and pass `private_dir`'s
-    checks; all of it happens through a descriptor on that folder, so a link planted on the way
-    or at `path` is refused. Raises `StateError`/`StateReadOnly`.
+    """Replace `path` with `data` atomically: a 0600 temp file in its folder, fsynced and renamed
+    over it. The temp name does not end in `.md`, so no indexer picks up a half-written export;
+    a link planted on the way or at `path` is refused. Raises `StateError`/`StateReadOnly`.
     """
     target = Path(path)
     parent, name = _split(target)
-    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    tmp = _temp_name(name)
     try:
         with _state_folder(parent, create=False) as dir_fd:
             with contextlib.suppress(FileNotFoundError):
