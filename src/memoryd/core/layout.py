@@ -1,15 +1,11 @@
 """Which files are memory: the one rule the indexer, `memory_get`, the watcher, qmd, lifecycle and config share.
 
-A workspace's memory is a list of `MemoryRoot`s: a folder plus a qmd-style glob. By default
-`MEMORY.md` and `memory.md` at the workspace root and `memory/**/*.md`; `extraPaths` add a root each
-(a folder → `**/*.md`, a `.md` file → that file, `{path, pattern}` → the pattern); with qmd every
-collection is a root with a name. A file is memory when some root's glob matches its path under the
-root, it ends in `.md`, and no folder on the way is a skipped one (`.git`, `node_modules`, …).
-Transcripts (`source = "sessions"`) are searchable but never readable through `memory_get`.
-
-Everything here is lexical: no file system, no environment (callers pass absolute paths; `~` is
-expanded where the config is read). The file-system side — walking without following symlinks,
-opening by descriptor — lives in `memoryd.fsio` and asks this module what to accept.
+A workspace's memory is a list of `MemoryRoot`s, a folder plus a qmd-style glob: `MEMORY.md`,
+`memory.md` and `memory/**/*.md` by default, one root per `extraPaths` entry, and with qmd one
+per collection. A file is memory when some root's glob matches it, it ends in `.md`, and no
+folder on the way is a skipped one (`.git`, `node_modules`, …). Transcripts (`source =
+"sessions"`) are searchable but never readable through `memory_get`. Everything here is lexical;
+`memoryd.fsio` applies it on the file system.
 """
 
 from __future__ import annotations
@@ -51,8 +47,6 @@ __all__ = [
     "normalize_request",
     "note_date",
     "page_lines",
-    "roots_for_paths",
-    "slice_lines",
 ]
 
 #: Long-term memory file names at the workspace root, in order of preference.
@@ -95,7 +89,6 @@ def glob_match(path: PurePosixPath, pattern: str) -> bool:
 
 
 def _match(parts: tuple[str, ...], pats: tuple[str, ...]) -> bool:
-    # iterative over `**` positions would be faster, but patterns are short and paths are bounded
     if not pats:
         return not parts
     head, rest = pats[0], pats[1:]
@@ -298,12 +291,8 @@ def page_blocks(
     max_chars: int = MAX_GET_CHARS,
     max_lines: int = MAX_GET_LINES,
 ) -> Page:
-    """`page_lines` over a file read block by block (UTF-8, undecodable bytes replaced).
-
-    The same answer as `page_lines` on the whole decoded text, but it stops pulling blocks once
-    the page is full and never holds more than a block plus the page: a 50 MB note costs a
-    scan, not 50 MB of memory.
-    """
+    """`page_lines` over a file read block by block (UTF-8, undecodable bytes replaced): it
+    stops once the page is full and holds no more than a block plus the page."""
     start = max(1, from_line or 1)
     cap = max_chars + 1  # one character past the cap tells an over-long line
     after, skip = _skip_plain_lines(iter(blocks), start - 1)
@@ -372,9 +361,8 @@ _OTHER_BREAKS: Final = (
 
 
 def _skip_plain_lines(blocks: Iterator[bytes], skip: int) -> tuple[Iterator[bytes], int]:
-    """Drop up to `skip` whole lines by counting b"\n" — no decoding, no string per line — in the
-    leading blocks that break lines only at "\n" or "\r\n"; the rest of the bytes and how many
-    lines are still to skip. A page deep into a big note costs a scan of it, at memchr speed."""
+    """Drop up to `skip` whole lines by counting b"\n", without decoding, in the leading blocks
+    that break lines only at "\n" or "\r\n"; the rest of the bytes and the lines still to skip."""
     for block in blocks:
         if not skip or not _plain(block):
             return itertools.chain([block], blocks), skip
@@ -422,16 +410,6 @@ def _capped_lines(pieces: Iterable[str], cap: int, *, skip: int = 0) -> Iterator
         yield (pending + carry)[:cap] if len(pending) < cap else pending
 
 
-def slice_lines(text: str, from_line: int | None, lines: int | None) -> str:
-    """Lines `from_line` (1-based) onwards, at most `lines` of them; past the end → ""."""
-    if from_line is None and lines is None:
-        return text
-    all_lines = text.splitlines(keepends=True)
-    start = max(1, from_line or 1) - 1
-    end = len(all_lines) if lines is None else start + max(0, lines)
-    return "".join(all_lines[start:end])
-
-
 # --------------------------------------------------------------------------- daily notes
 
 
@@ -473,12 +451,3 @@ def note_date(path: str) -> date | None:
         return date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
     except ValueError:
         return None
-
-
-def roots_for_paths(
-    workspace: str, extra: Iterable[tuple[str, str | None]], *, include_default: bool = True
-) -> list[MemoryRoot]:
-    """Default roots (optionally) plus one per `(absolute path, pattern or None)` extra entry."""
-    roots = default_roots(workspace) if include_default else []
-    roots.extend(extra_root(p, pat) for p, pat in extra)
-    return roots

@@ -21,12 +21,8 @@ _CJK_CLASS = (
 
 
 class _Lazy:
-    """A regex compiled the first time it is used.
-
-    A class of CJK ranges costs milliseconds to compile (the compiler visits every BMP code
-    point in it), paid by every process at import for patterns most text never reaches: ASCII
-    text, which cannot hold CJK, is answered without them.
-    """
+    """A regex compiled the first time it is used: a class of CJK ranges is slow to compile, and
+    ASCII text, which cannot hold CJK, never needs it."""
 
     __slots__ = ("_compiled", "_source")
 
@@ -229,20 +225,15 @@ def script_of(text: str) -> Script:
 
 def estimate_tokens(text: str) -> int:
     """Cheap token estimate that does not under-count CJK: one token per CJK character, ~4 chars otherwise."""
-    # CJK characters are all non-ASCII, and `isascii` is a C scan: most text skips the regex. The
-    # count comes from deleting CJK runs, which builds no per-character objects.
     cjk = 0 if text.isascii() else len(text) - len(_CJK_RUN.re.sub("", text))
     rest = len(text) - cjk
     return cjk + (rest + 3) // 4
 
 
 class TokenPrefix:
-    """`estimate_tokens` of any slice of one text in O(log n), after one pass over it.
-
-    `TokenPrefix(text).tokens(a, b) == estimate_tokens(text[a:b])`. The text's CJK runs are kept
-    with running counts, so the CJK characters before any offset are a binary search away: cutting
-    a long line needs no re-scan of its prefixes.
-    """
+    """`estimate_tokens` of any slice of one text in O(log n), after one pass over it, so cutting
+    a long line needs no re-scan of its prefixes: `TokenPrefix(text).tokens(a, b) ==
+    estimate_tokens(text[a:b])`."""
 
     __slots__ = ("_before", "_ends", "_starts")
 
@@ -313,8 +304,7 @@ def query_terms(query: str) -> list[str]:
 
 @lru_cache(maxsize=256)
 def _query_terms(query: str) -> tuple[str, ...]:
-    # a search asks for its query's terms ~10 times (keyword side, statistics, ranking, each
-    # snippet): worked out once
+    # cached: every part of a search asks for its query's terms
     seen: dict[str, None] = {}
     for raw in _words(query.lower()):
         # a possessive names its owner: "Caroline's" is about `caroline`, and notes say
@@ -353,35 +343,14 @@ def trigram_terms(query: str) -> list[str]:
     return list(out)
 
 
-#: ASCII bytes → what `word_set` splits them into: a word character (`_SPLIT_WORD` on ASCII:
-#: letters, digits, `_`, `'`) lowercased, anything else a space
-_ASCII_WORD_BYTES = bytes(
-    (c | 0x20 if 65 <= c <= 90 else c) if (chr(c).isalnum() and c < 128) or c in b"_'" else 32
-    for c in range(256)
-)
-
-
-def _ascii_flat(text: str) -> str:
-    """ASCII `text` as `word_set` splits it: word characters lowercased, the rest spaces."""
-    return text.encode("ascii").translate(_ASCII_WORD_BYTES).decode("ascii")
-
-
 def word_set(text: str) -> frozenset[str]:
     """Lowercased words (CJK split per character) for Jaccard similarity and term coverage.
 
     A snake_case identifier also contributes its parts, as FTS5's tokenizer splits it there:
     `server_idle_timeout` holds `idle`, or coverage would miss what BM25 matched.
-
-    ASCII text (most notes) is split by one byte translation and `split` instead of the regex:
-    the same words (a test holds it) in a third of the time; a search splits ~40 chunks.
     """
-    if text.isascii():
-        lowered = text
-        words = set(_ascii_flat(text).split())
-    else:
-        lowered = segment_for_fts(text.lower())
-        words = set(_SPLIT_WORD.findall(lowered))
-    words -= STOPWORDS
+    lowered = segment_for_fts(text.lower())
+    words = set(_SPLIT_WORD.findall(lowered)) - STOPWORDS
     if "_" in lowered:
         for w in [w for w in words if "_" in w]:
             words.update(p for p in w.split("_") if p and p not in STOPWORDS)
@@ -390,11 +359,7 @@ def word_set(text: str) -> frozenset[str]:
 
 def matched_terms(terms: Sequence[str], text: str, words: frozenset[str]) -> set[str]:
     """The query terms `text` holds (`words` is its `word_set`): as a whole word (or its
-    plural/stem-ish prefix), or as a substring for a CJK term.
-
-    Runs once per candidate chunk and query, so each term's shape is worked out once per term
-    (`_term_shape`) and the text is lowercased, and its words sorted, only when a term needs it.
-    """
+    plural/stem-ish prefix), or as a substring for a CJK term."""
     found: set[str] = set()
     lowered: str | None = None
     ordered: tuple[str, ...] | None = None
@@ -418,51 +383,18 @@ def matched_terms(terms: Sequence[str], text: str, words: frozenset[str]) -> set
 
 
 def text_terms(terms: Sequence[str], text: str) -> set[str]:
-    """`matched_terms(terms, text, word_set(text))`, without the word set where it can.
-
-    Ranking asks this of each vector-side candidate and snippets of each line, ~40 chunks'
-    worth of text a search, and need nothing else of the words. ASCII text (most notes) is
-    translated once as `word_set` splits it (word characters lowercased, the rest spaces) and
-    each term looked up as ` term ` (whole word) or ` stem` (a word it starts), the word found
-    checked against the stopwords `word_set` drops; snake_case parts are the same text with
-    `_` as a space. A test holds it equal to `matched_terms` on arbitrary texts and queries.
-    """
-    if not text.isascii():
-        if not may_match(terms, text.lower()):
-            return set()
-        return matched_terms(terms, text, word_set(text))
-    flat = f" {_ascii_flat(text)} "
-    views = (flat, flat.replace("_", " ")) if "_" in flat else (flat,)
-    found: set[str] = set()
-    for term in terms:
-        cjk, stem = _term_shape(term)
-        if cjk:
-            continue  # a CJK term is never in ASCII text
-        if _holds_word(views, f" {term} ") or (stem is not None and _holds_word(views, f" {stem}")):
-            found.add(term)
-    return found
-
-
-def _holds_word(views: tuple[str, ...], needle: str) -> bool:
-    """Whether a word of `views` (space-separated, space-padded) matches `needle` (` word ` or
-    ` prefix`) and is no stopword."""
-    for view in views:
-        at = view.find(needle)
-        while at >= 0:
-            if view[at + 1 : view.index(" ", at + 1)] not in STOPWORDS:
-                return True
-            at = view.find(needle, at + 1)
-    return False
+    """`matched_terms(terms, text, word_set(text))`, without the word set for a text that holds
+    none of the terms (most lines a snippet looks at)."""
+    if not may_match(terms, text.lower()):
+        return set()
+    return matched_terms(terms, text, word_set(text))
 
 
 def may_match(terms: Sequence[str], lowered: str) -> bool:
     """Whether `matched_terms` can find any of `terms` in a text (`lowered`: the text lowercased).
 
-    Every match needs its term's key, the term itself or its stem (`_term_shape`), as a
-    substring of the lowered text: a word of `word_set` is a run of the lowered text (CJK
-    segmentation only adds spaces). So a text without any key holds no term, and its word set,
-    a regex pass over the text, need not be built: most lines of a chunk, and many chunks the
-    vector side found, hold none of the query's terms.
+    Every match needs its term or stem (`_term_shape`) as a substring of the lowered text, so a
+    text holding none needs no word set.
     """
     for term in terms:
         cjk, stem = _term_shape(term)
