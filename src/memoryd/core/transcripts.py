@@ -6,13 +6,13 @@ No file system here (the readers live in `lifecycle.transcripts` and the index);
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from .chunking import chunk_lines, content_hash
 from .redact import redact_secrets
 from .replies import is_no_reply
 
@@ -86,7 +86,7 @@ class TranscriptChunk:
 
     @property
     def hash(self) -> str:
-        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+        return content_hash(self.text)
 
 
 # --------------------------------------------------------------------------- text
@@ -222,10 +222,6 @@ def chunk_transcript(
     messages: Iterable[Message], *, tokens: int, overlap: int
 ) -> list[TranscriptChunk]:
     """Chunk rendered messages; chunk line numbers are the messages' JSONL lines. Pure."""
-    # Imported here: the package __init__ loads the whole index (numpy, sqlite, httpx), which
-    # writers and exporters never need.
-    from ..core.chunking import chunk_lines
-
     msgs = list(messages)
     if not msgs:
         return []

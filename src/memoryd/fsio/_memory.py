@@ -127,7 +127,8 @@ def _read_checked(
     except _Refused as refusal:
         raise PathNotAllowed(f"{shown} {refusal.detail}") from None
     except OSError as err:
-        raise _read_error(shown, err) from None
+        failure = MemoryReadFailed(f"cannot read {shown}: {_strerror(err)}", reason=_strerror(err))
+        raise _refusal_or(shown, err, failure) from None
 
 
 def _blocks(fd: int) -> Iterator[bytes]:
@@ -192,11 +193,10 @@ def _read_fd(fd: int, size: int, max_bytes: int | None) -> tuple[bytes, bool]:
     return data, False
 
 
-def _read_error(shown: str, err: OSError) -> MemorydError:
+def _refusal_or(shown: str, err: OSError, failure: MemorydError) -> MemorydError:
+    """`PathNotAllowed` when `err` means the path is not one memoryd serves, else `failure`."""
     refusal = _REFUSING_ERRNOS.get(err.errno or 0)
-    if refusal is not None:
-        return PathNotAllowed(f"{shown} {refusal}")
-    return MemoryReadFailed(f"cannot read {shown}: {_strerror(err)}", reason=_strerror(err))
+    return failure if refusal is None else PathNotAllowed(f"{shown} {refusal}")
 
 
 def append_file(
@@ -211,13 +211,11 @@ def append_file(
 ) -> AppendOutcome:
     """Append `payload` to the memory file `rel` under `root`: all of it, durably, or nothing.
 
-    Missing folders are created (below the anchor, never through a symlink) when `create_dirs`.
-    The file is opened `O_APPEND|O_CREAT|O_NOFOLLOW` and checked like a read; the record starts
-    on a new line when the file does not end with one, and `new_file_prefix` comes first when
-    the file is new or empty. An exclusive `flock` on the file serialises memoryd writers, so
-    concurrent calls from many processes never interleave (the caller's own lock is not needed
-    for that). On a short write or any error the file is cut back to where the record started
-    and fsynced, then `MemoryWriteFailed` is raised. Refusals raise `PathNotAllowed`.
+    Missing folders are created (never through a symlink) when `create_dirs`; the file is checked
+    like a read. The record starts on a new line, after `new_file_prefix` when the file is new or
+    empty. An exclusive `flock` keeps writers of many processes from interleaving. On a short
+    write or any error the file is cut back to where the record started, then
+    `MemoryWriteFailed` is raised; refusals raise `PathNotAllowed`.
     """
     parts = _checked_rel(root, rel)
     shown = _shown(root, parts)
@@ -231,10 +229,8 @@ def append_file(
     except _Refused as refusal:
         raise PathNotAllowed(f"{shown} {refusal.detail}") from None
     except OSError as err:
-        refusal_text = _REFUSING_ERRNOS.get(err.errno or 0)
-        if refusal_text is not None:
-            raise PathNotAllowed(f"{shown} {refusal_text}") from None
-        raise MemoryWriteFailed(f"cannot append to {shown}: {_strerror(err)}") from None
+        failure = MemoryWriteFailed(f"cannot append to {shown}: {_strerror(err)}")
+        raise _refusal_or(shown, err, failure) from None
 
 
 def _open_for_append(parent: int, name: str) -> tuple[int, bool]:

@@ -17,7 +17,7 @@ from typing import Final
 
 from ._checks import _VALUE_CHECKS, _answer_spans
 from ._gitleaks import _gitleaks_spans, _ruleset
-from ._rules import SECRET_PATTERNS, SecretPattern, SecretSpan
+from ._rules import SECRET_PATTERNS, SecretPattern, SecretSpan, keyword_index, rules_for
 
 __all__ = [
     "REDACTED",
@@ -40,21 +40,13 @@ def _local_rules() -> tuple[
     for rule in SECRET_PATTERNS:
         if rule.prefilter is not None:
             re.compile(*rule.prefilter)  # cached by `re` for `_local_spans`
-    by_keyword: dict[str, list[int]] = {}
-    for index, rule in enumerate(SECRET_PATTERNS):
-        for keyword in rule.keywords:
-            by_keyword.setdefault(keyword, []).append(index)
-    always = tuple(i for i, rule in enumerate(SECRET_PATTERNS) if not rule.keywords)
-    return compiled, {k: tuple(v) for k, v in by_keyword.items()}, always
+    return compiled, *keyword_index([rule.keywords for rule in SECRET_PATTERNS])
 
 
 def _local_spans(text: str, present: set[str]) -> list[SecretSpan]:
     compiled, by_keyword, always = _local_rules()
-    candidates = set(always)
-    for keyword in present:
-        candidates.update(by_keyword.get(keyword, ()))
     spans = []
-    for index in sorted(candidates):
+    for index in rules_for(by_keyword, always, present):
         rule, pattern = SECRET_PATTERNS[index], compiled[index]
         if rule.prefilter is not None and not re.compile(*rule.prefilter).search(text):
             continue

@@ -15,7 +15,7 @@ from functools import cache
 from typing import Any, Final
 
 from ._checks import _entropy
-from ._rules import SECRET_PATTERNS, SecretSpan
+from ._rules import SECRET_PATTERNS, SecretSpan, keyword_index, rules_for
 
 
 def _trie_regex(words: Iterable[str]) -> str:
@@ -112,8 +112,7 @@ def _ruleset() -> _Ruleset:
     glob_secret = any_of(glob_regexes)
     glob_stop = re.compile(_trie_regex(glob_stopwords)) if glob_stopwords else None
     rules: list[_Rule] = []
-    by_keyword: dict[str, list[int]] = {}
-    always: list[int] = []
+    keywords: list[set[str]] = []
     for spec in config["rules"]:
         if "regex" not in spec or "path" in spec:
             continue
@@ -125,7 +124,6 @@ def _ruleset() -> _Ruleset:
             allow[allowlist.get("regexTarget", "secret")].extend(allowlist.get("regexes", ()))
             stopwords.extend(w.lower() for w in allowlist.get("stopwords", ()))
         regex = re2.compile(spec["regex"].encode("utf-8"))
-        index = len(rules)
         rules.append(
             _Rule(
                 id=spec["id"],
@@ -143,18 +141,10 @@ def _ruleset() -> _Ruleset:
                 else glob_stop,
             )
         )
-        keywords = {k.lower() for k in spec.get("keywords", ())}
-        for keyword in keywords:
-            by_keyword.setdefault(keyword, []).append(index)
-        if not keywords:
-            always.append(index)
+        keywords.append({k.lower() for k in spec.get("keywords", ())})
+    by_keyword, always = keyword_index(keywords)
     local_keywords = (k for p in SECRET_PATTERNS for k in p.keywords)
-    return _Ruleset(
-        rules=tuple(rules),
-        by_keyword={k: tuple(v) for k, v in by_keyword.items()},
-        always=tuple(always),
-        keywords=_Keywords([*by_keyword, *local_keywords]),
-    )
+    return _Ruleset(tuple(rules), by_keyword, always, _Keywords([*by_keyword, *local_keywords]))
 
 
 # gitleaks tests a line allowlist against the secret's whole line; here the line is clipped to
@@ -197,7 +187,7 @@ class _CharOffsets:
     sweep converts all of them in time linear in the text (ASCII text needs no conversion).
     """
 
-    def __init__(self, text: str, data: bytes) -> None:
+    def __init__(self, data: bytes) -> None:
         self._data = data
         self._byte = 0
         self._char = 0
@@ -211,18 +201,16 @@ class _CharOffsets:
 
 
 def _gitleaks_spans(ruleset: _Ruleset, text: str, present: set[str]) -> list[SecretSpan]:
-    candidates = set(ruleset.always)
-    for keyword in present:
-        candidates.update(ruleset.by_keyword.get(keyword, ()))
+    candidates = rules_for(ruleset.by_keyword, ruleset.always, present)
     if not candidates:
         return []
     # One encoding for every rule (google-re2 re-encodes a str on each call).
     data = text.encode("utf-8")
     ascii_only = len(data) == len(text)
     spans = []
-    for index in sorted(candidates):
+    for index in candidates:
         rule = ruleset.rules[index]
-        offset = _CharOffsets(text, data) if not ascii_only else None
+        offset = _CharOffsets(data) if not ascii_only else None
         for match in rule.regex.finditer(data):
             group = rule.secret_group
             if group == 0 and rule.groups:
