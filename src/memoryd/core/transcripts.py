@@ -1,7 +1,7 @@
 """Pure transcript rules: parse JSONL text into messages, sanitise, chunk, track growth.
 
-No file system here (the readers live in `lifecycle.transcripts` and the index); see
-`lifecycle.transcripts` for the record shapes, and the README for what sanitising strips.
+The readers live in `lifecycle.transcripts` (with the record shapes) and the index;
+docs/redaction.md says what sanitising strips.
 """
 
 from __future__ import annotations

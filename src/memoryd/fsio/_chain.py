@@ -267,10 +267,8 @@ def _shown(root: MemoryRoot, parts: tuple[str, ...]) -> str:
 
 
 def _same_entry(parent: int, name: str, st: os.stat_result) -> None:
-    """After fstat: the name still refers to the inode we hold, and it still has one link.
-
-    Closes the hard-link window: link an outside file in, let memoryd open it, unlink the memory
-    name before the fstat (the count is 1 again). The name check catches that.
+    """After fstat: the name still refers to the inode we hold, and it still has one link (an
+    outside file linked in and its memory name unlinked before the fstat is caught here).
     """
     try:
         now = _lstat_at(parent, name)

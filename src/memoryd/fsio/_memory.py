@@ -41,10 +41,8 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True, slots=True)
 class FileRead:
-    """The bytes of a memory file read through a checked descriptor, and that descriptor's `fstat`.
-
-    `size` and `mtime_ns` are from before the read: if the file grew meanwhile, `data` may be
-    longer than `size`, and a later sync sees the new size and reads it again.
+    """The bytes of a memory file read through a checked descriptor, and that descriptor's `fstat`
+    from before the read (a file that grew meanwhile is read again by the next sync).
     """
 
     data: bytes
@@ -81,10 +79,9 @@ def read_file(
 ) -> FileRead | None:
     """The memory file `rel` under `root`, read through a descriptor that passed every rule.
 
-    None when the file (or a folder on the way) does not exist. At most `max_bytes` bytes
-    (`truncated` says whether the file held more). Raises `PathNotAllowed` when a rule refuses
-    the path (symlink, hard link, special file, skipped folder, pattern, name too long, …) and
-    `MemoryReadFailed` for any other file-system failure.
+    None when it (or a folder on the way) does not exist; at most `max_bytes` (`truncated` says
+    there was more). Raises `PathNotAllowed` when a rule refuses the path, `MemoryReadFailed`
+    for any other failure.
     """
     if max_bytes is not None and max_bytes < 0:
         raise ValueError("max_bytes must be ≥ 0")
@@ -322,10 +319,8 @@ def _lock(fd: int, timeout: float, shown: str) -> None:
 
 
 def _write_all_or_nothing(fd: int, data: bytes, shown: str) -> int:
-    """Write and fsync all of `data` at the end of `fd`; returns where it starts.
-
-    Anything else cuts the file back to where this record started (known from the first write,
-    so bytes appended before ours by another writer are never cut) and fsyncs that.
+    """Write and fsync all of `data` at the end of `fd`; returns where it starts. On any failure
+    the file is cut back to where this record started, never into another writer's bytes.
     """
     start: int | None = None
     view = memoryview(data)

@@ -227,9 +227,7 @@ def check_state_tree(path: str | os.PathLike[str]) -> None:
 
 def check_state_path(path: str | os.PathLike[str]) -> Path:
     """`path` before something opens it by name (SQLite, qmd): its folders pass `private_dir`'s
-    checks (created when missing) and `path` itself is not a symlink. Raises `StateError`.
-
-    Nothing but this user can change the folders afterwards, so the name stays what was checked.
+    checks (created when missing) and `path` is not a symlink. Raises `StateError`.
     """
     file = Path(path)
     parent, name = _split(file)
@@ -327,9 +325,7 @@ def read_private(path: str | os.PathLike[str]) -> bytes | None:
 
 def create_private_once(path: str | os.PathLike[str], data: bytes) -> bool:
     """Write `data` to the state file `path` unless it exists: True when this call created it.
-
-    The file appears whole or not at all (a temp file linked into place), so concurrent callers
-    agree on one content. Its folder must exist. Raises `StateError`.
+    The file appears whole or not at all (a temp file linked into place). Raises `StateError`.
     """
     target = Path(path)
     parent, name = _split(target)

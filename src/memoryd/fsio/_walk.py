@@ -50,12 +50,10 @@ class Skipped:
 
 @dataclass(frozen=True, slots=True)
 class Walk:
-    """What `walk` found under one root: the memory files and what it refused (both sorted by
-    their posix path string).
+    """What `walk` found under one root: the memory files and what it refused, both sorted.
 
-    Skipped folders by design (`SKIP_DIRS`, virtualenvs) and files the root's pattern does not
-    select are not reported; refusals (symlinks, hard links, special files, other devices,
-    mount points, folders deeper than `MAX_DEPTH`, unreadable folders) are.
+    Folders skipped by design (`SKIP_DIRS`, virtualenvs) and files the pattern does not select
+    are not reported as refused.
     """
 
     files: tuple[Found, ...]
@@ -120,11 +118,8 @@ _MOUNT_ESCAPE: Final = re.compile(rb"\\([0-7]{3})")
 
 
 def _mount_points_below(folder_fd: int) -> frozenset[str]:
-    """The mount points strictly below the folder `folder_fd` holds, relative to it.
-
-    A bind mount of a folder of the same file system keeps its `st_dev`, so only the mount
-    table tells it apart (Linux: /proc/self/mountinfo; elsewhere nothing is found this way and
-    the device check still refuses other file systems).
+    """The mount points strictly below the folder `folder_fd` holds, relative to it: a bind mount
+    keeps its `st_dev`, so only the mount table (Linux) tells it apart.
     """
     try:
         base = os.readlink(f"/proc/self/fd/{folder_fd}")

@@ -107,10 +107,8 @@ def extend_chunk(
     """A chunk's text with the lines of the next chunks of its file that come after it.
 
     `following` holds (text, start line, end line) of later chunks of the same file, in order;
-    overlapping lines are taken once, and the first gap in line numbers stops it. At most
-    `max_chars` are added (whole lines), enough for `continue_snippet` to go on past the chunk's
-    end: with chunks shorter than a snippet, the best window *is* the whole chunk, and the reply
-    after it lies in the next one. Returns (text, last line).
+    overlapping lines are taken once and the first gap stops it. At most `max_chars` are added,
+    so `continue_snippet` can go on past a short chunk's end. Returns (text, last line).
     """
     out = text.split("\n")
     last = end_line
@@ -135,9 +133,7 @@ def uncovered_window(
     """A result's window without the lines at its edges that earlier results of the same file
     already show (`shown`: their line ranges); None when nothing new is left.
 
-    Overlapping chunks, and the best hit's continuation, often return the same lines twice: an
-    agent reads them once, and the budget they took can carry another result. Only the edges
-    are cut, so the window stays one run of lines; a window with a shown run inside it keeps it.
+    Only the edges are cut, so the window stays one run of lines.
     """
     lines = snippet.split("\n")
     if len(lines) != last - first + 1:

@@ -310,10 +310,8 @@ def _entropy(value: str) -> float:
 def _entropy_floor(n: int) -> float:
     """The Shannon entropy below which `n` token characters are not random enough to be a key.
 
-    A random string over the 62 alphanumerics reaches about log2(n) - 0.3 bits per character
-    while n is well below 62 (few repeats), and about 5.4 bits past it; identifiers, words and
-    paths of the same length stay a bit or more below (tuned on the ordinary-text corpus, with
-    a margin: tests/test_redact.py).
+    Random alphanumerics reach about log2(n) - 0.3 bits per character for short runs and 5.4
+    for long ones; identifiers, words and paths stay a bit or more below.
     """
     return min(math.log2(n) - 0.75, 4.6)
 
