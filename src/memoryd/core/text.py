@@ -20,28 +20,9 @@ _CJK_CLASS = (
 )
 
 
-class _Lazy:
-    """A regex compiled the first time it is used: a class of CJK ranges is slow to compile, and
-    ASCII text, which cannot hold CJK, never needs it."""
-
-    __slots__ = ("_compiled", "_source")
-
-    def __init__(self, source: str) -> None:
-        self._source = source
-        self._compiled: re.Pattern[str] | None = None
-
-    @property
-    def re(self) -> re.Pattern[str]:
-        if self._compiled is None:
-            self._compiled = re.compile(self._source)
-        return self._compiled
-
-
-_CJK_CHAR = _Lazy(f"[{_CJK_CLASS}]")
-_CJK_RUN = _Lazy(f"[{_CJK_CLASS}]+")
-_WORD = _Lazy(rf"[^\W_]+(?:['’][^\W_]+)?|[{_CJK_CLASS}]+")
-#: `_WORD` without its CJK branch, which can never match ASCII text
-_ASCII_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
+_CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
+_CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
+_WORD = re.compile(rf"[^\W_]+(?:['’][^\W_]+)?|[{_CJK_CLASS}]+")
 _SPLIT_WORD = re.compile(r"[\w'’]+", re.UNICODE)
 _POSSESSIVE = re.compile(r"['’]s$")
 
@@ -193,11 +174,11 @@ STOPWORDS = frozenset(
 
 
 def has_cjk(text: str) -> bool:
-    return not text.isascii() and _CJK_CHAR.re.search(text) is not None
+    return not text.isascii() and _CJK_CHAR.search(text) is not None
 
 
-_KANA = _Lazy("[\u3040-\u30ff]")
-_HANGUL = _Lazy("[\uac00-\ud7af]")
+_KANA = re.compile("[\u3040-\u30ff]")
+_HANGUL = re.compile("[\uac00-\ud7af]")
 _LATIN_WORD = re.compile(r"[^\W\d_]+")
 Script = Literal["latin", "zh", "ja", "ko"]
 
@@ -212,20 +193,20 @@ def script_of(text: str) -> Script:
     """
     if not has_cjk(text):
         return "latin"
-    cjk = len(_CJK_CHAR.re.findall(text))
-    words = len(_LATIN_WORD.findall(_CJK_RUN.re.sub(" ", text)))
+    cjk = len(_CJK_CHAR.findall(text))
+    words = len(_LATIN_WORD.findall(_CJK_RUN.sub(" ", text)))
     if cjk < words:
         return "latin"
-    if _KANA.re.search(text):
+    if _KANA.search(text):
         return "ja"
-    if len(_HANGUL.re.findall(text)) * 2 >= cjk:
+    if len(_HANGUL.findall(text)) * 2 >= cjk:
         return "ko"
     return "zh"
 
 
 def estimate_tokens(text: str) -> int:
     """Cheap token estimate that does not under-count CJK: one token per CJK character, ~4 chars otherwise."""
-    cjk = 0 if text.isascii() else len(text) - len(_CJK_RUN.re.sub("", text))
+    cjk = 0 if text.isascii() else len(text) - len(_CJK_RUN.sub("", text))
     rest = len(text) - cjk
     return cjk + (rest + 3) // 4
 
@@ -238,7 +219,7 @@ class TokenPrefix:
     __slots__ = ("_before", "_ends", "_starts")
 
     def __init__(self, text: str) -> None:
-        runs = [] if text.isascii() else [m.span() for m in _CJK_RUN.re.finditer(text)]
+        runs = [] if text.isascii() else [m.span() for m in _CJK_RUN.finditer(text)]
         self._starts = [a for a, _ in runs]
         self._ends = [b for _, b in runs]
         self._before = list(accumulate((b - a for a, b in runs), initial=0))  # CJK before run i
@@ -262,7 +243,7 @@ def segment_for_fts(text: str) -> str:
     """
     if text.isascii():
         return text
-    return _CJK_RUN.re.sub(lambda m: " " + " ".join(m.group(0)) + " ", text)
+    return _CJK_RUN.sub(lambda m: " " + " ".join(m.group(0)) + " ", text)
 
 
 def cjk_bigrams(run: str) -> list[str]:
@@ -283,7 +264,7 @@ def _split_scripts(word: str) -> list[str]:
         return [word]
     out: list[str] = []
     pos = 0
-    for m in _CJK_RUN.re.finditer(word):
+    for m in _CJK_RUN.finditer(word):
         if m.start() > pos:
             out.append(word[pos : m.start()])
         out.extend(cjk_bigrams(m.group(0)))
@@ -291,10 +272,6 @@ def _split_scripts(word: str) -> list[str]:
     if pos < len(word):
         out.append(word[pos:])
     return out
-
-
-def _words(text: str) -> list[str]:
-    return (_ASCII_WORD if text.isascii() else _WORD.re).findall(text)
 
 
 def query_terms(query: str) -> list[str]:
@@ -306,7 +283,7 @@ def query_terms(query: str) -> list[str]:
 def _query_terms(query: str) -> tuple[str, ...]:
     # cached: every part of a search asks for its query's terms
     seen: dict[str, None] = {}
-    for raw in _words(query.lower()):
+    for raw in _WORD.findall(query.lower()):
         # a possessive names its owner: "Caroline's" is about `caroline`, and notes say
         # "Caroline:" far more often than "Caroline's" (an unmatched term weighs the most)
         raw = _POSSESSIVE.sub("", raw)
@@ -315,7 +292,7 @@ def _query_terms(query: str) -> tuple[str, ...]:
         for term in _split_scripts(raw):
             seen.setdefault(term, None)
     if not seen:  # a query of only stopwords still searches for them (not a lone letter)
-        for raw in _words(query.lower()):
+        for raw in _WORD.findall(query.lower()):
             if len(raw) > 1 or has_cjk(raw) or raw.isdigit():
                 seen.setdefault(raw, None)
     return tuple(seen)
