@@ -11,7 +11,6 @@ folder on the way is a skipped one (`.git`, `node_modules`, …). Transcripts (`
 from __future__ import annotations
 
 import codecs
-import itertools
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -295,8 +294,7 @@ def page_blocks(
     stops once the page is full and holds no more than a block plus the page."""
     start = max(1, from_line or 1)
     cap = max_chars + 1  # one character past the cap tells an over-long line
-    after, skip = _skip_plain_lines(iter(blocks), start - 1)
-    rest = _capped_lines(_decoded(after), cap, skip=skip)
+    rest = _capped_lines(_decoded(blocks), cap, skip=start - 1)
     return _page(rest, start, lines, max_chars, max_lines)
 
 
@@ -344,44 +342,6 @@ def _decoded(blocks: Iterable[bytes]) -> Iterator[str]:
 
 def _terminated(part: str) -> bool:
     return bool(part) and len(part.splitlines()[0]) < len(part)
-
-
-#: UTF-8 of the line breaks `str.splitlines` knows besides "\n" and "\r\n".
-_OTHER_BREAKS: Final = (
-    b"\r",
-    b"\x0b",
-    b"\x0c",
-    b"\x1c",
-    b"\x1d",
-    b"\x1e",
-    b"\xc2\x85",
-    b"\xe2\x80\xa8",
-    b"\xe2\x80\xa9",
-)
-
-
-def _skip_plain_lines(blocks: Iterator[bytes], skip: int) -> tuple[Iterator[bytes], int]:
-    """Drop up to `skip` whole lines by counting b"\n", without decoding, in the leading blocks
-    that break lines only at "\n" or "\r\n"; the rest of the bytes and the lines still to skip."""
-    for block in blocks:
-        if not skip or not _plain(block):
-            return itertools.chain([block], blocks), skip
-        ends = block.count(b"\n")
-        if ends < skip:  # the open line at the end is one of those still to skip: drop it too
-            skip -= ends
-            continue
-        return itertools.chain([block.split(b"\n", skip)[-1]], blocks), 0
-    return iter(()), skip
-
-
-def _plain(block: bytes) -> bool:
-    # "\r" only inside "\r\n", no other break, and no break's lead byte near the end that the
-    # next block could complete ("\xc2" of U+0085, "\xe2" of U+2028/U+2029)
-    if block.count(b"\r") != block.count(b"\r\n"):
-        return False
-    if b"\xc2" in block[-2:] or b"\xe2" in block[-2:]:
-        return False
-    return not any(brk in block for brk in _OTHER_BREAKS[1:])
 
 
 def _capped_lines(pieces: Iterable[str], cap: int, *, skip: int = 0) -> Iterator[str]:
