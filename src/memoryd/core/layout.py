@@ -128,11 +128,6 @@ class MemoryRoot:
             rel = rel.with_name(parts[-1][: -len(MARKDOWN_SUFFIX)] + MARKDOWN_SUFFIX)
         return glob_match(rel, self.pattern)
 
-    @property
-    def is_single_file(self) -> bool:
-        """True when the pattern names one file at the root (no wildcard, no folder)."""
-        return "/" not in self.pattern and not any(c in self.pattern for c in "*?[")
-
 
 def _norm(path: str) -> str:
     return os.path.normpath(path)
