@@ -28,19 +28,14 @@ from ._candidates import (
     with_score,
 )
 from ._fusion import (
-    AUTO_EXACT_TEXT_WEIGHT,
-    AUTO_TEXT_WEIGHT,
-    RRF_K,
     _fuse_normalized,
     _fuse_ranks,
     _fuse_relative,
     _relative_scores,
     auto_text_weight,
     exact_token_share,
-    normalized_sides,
 )
 from ._snippets import (
-    SNIPPET_MATCH_AT,
     continue_snippet,
     extend_chunk,
     select_snippet,
@@ -48,12 +43,8 @@ from ._snippets import (
 )
 
 __all__ = [
-    "AUTO_EXACT_TEXT_WEIGHT",
-    "AUTO_TEXT_WEIGHT",
     "PATH_TOKEN",
     "REFERENCE_QUERIES",
-    "RRF_K",
-    "SNIPPET_MATCH_AT",
     "Candidate",
     "CorpusStats",
     "Fusion",
@@ -72,7 +63,6 @@ __all__ = [
     "is_evergreen",
     "lexical_evidence",
     "mmr",
-    "normalized_sides",
     "partial_vector_scores",
     "path_match_level",
     "rank",

@@ -1,5 +1,5 @@
-"""What ranking works on: a candidate chunk, the ranking settings, the index's statistics,
-and the query terms a chunk or its file name holds."""
+"""What ranking works on: a candidate chunk, the ranking settings, the index's statistics, and
+what a chunk's path and text hold of the query (path matches, matched terms)."""
 
 from __future__ import annotations
 
