@@ -154,13 +154,15 @@ def _relayed(*records: dict[str, Any]) -> bool:
 
 def parse_transcript_text(text: str, *, sanitize: bool = False) -> tuple[list[Message], int, int]:
     """(messages, malformed line count, complete line count) of JSONL `text`. Pure."""
-    raw_lines = text.split("\n")
-    complete = raw_lines[:-1]  # the part after the last newline is still being written
-    tail = raw_lines[-1]
+    lines = text.split("\n")
+    # The part after the last newline is still being written, unless it parses as a message
+    # (writers that never end the file with a newline); a half-written one waits for the next read.
+    if not isinstance(_parse_line(lines[-1]), tuple):
+        lines.pop()
     messages: list[Message] = []
     malformed = 0
     previous: str | None = None  # the raw text of the message before, for answers to questions
-    for number, line in enumerate(complete, start=1):
+    for number, line in enumerate(lines, start=1):
         got = _parse_line(line)
         if got is _MALFORMED:
             malformed += 1
@@ -169,16 +171,7 @@ def parse_transcript_text(text: str, *, sanitize: bool = False) -> tuple[list[Me
             previous = got[1]
             if msg is not None:
                 messages.append(msg)
-    if tail.strip():
-        # A final line without a newline counts once it parses (writers that never end the file
-        # with a newline); a half-written one is left for the next read.
-        got = _parse_line(tail)
-        if isinstance(got, tuple):
-            msg = _to_message(got, len(raw_lines), sanitize=sanitize, previous=previous)
-            if msg is not None:
-                messages.append(msg)
-            return messages, malformed, len(raw_lines)
-    return messages, malformed, len(complete)
+    return messages, malformed, len(lines)
 
 
 _MALFORMED: Final = object()
