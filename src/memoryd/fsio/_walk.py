@@ -6,7 +6,7 @@ import errno
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import PurePosixPath
 from typing import Final
@@ -157,129 +157,130 @@ def walk(root: MemoryRoot, *, anchor: str | os.PathLike[str] | None = None) -> W
         return Walk((), (Skipped(here, refusal.reason, refusal.detail),))
     except OSError as err:
         return Walk((), (Skipped(here, "unreadable", _strerror(err)),))
-    found: list[Found] = []
-    skipped: list[Skipped] = []
+    walker = _Walker(root, tuple(p for p in root.pattern.split("/") if p))
     try:
-        _walk_from(root, root_fd, found, skipped)
+        walker.run(root_fd)
     except OSError as err:
-        skipped.append(Skipped(here, "unreadable", _strerror(err)))
-    found.sort(key=lambda f: f.rel.as_posix())
-    skipped.sort(key=lambda s: s.rel.as_posix())
+        walker.skip(here, "unreadable", _strerror(err))
+    found = sorted(walker.found, key=lambda f: f.rel.as_posix())
+    skipped = sorted(walker.skipped, key=lambda s: s.rel.as_posix())
     return Walk(tuple(found), tuple(skipped))
 
 
-def _walk_from(root: MemoryRoot, root_fd: int, found: list[Found], skipped: list[Skipped]) -> None:
-    """The depth-first walk below the open root `root_fd` (consumed: every descriptor is closed)."""
-    pats = tuple(p for p in root.pattern.split("/") if p)
-    frames = [_Frame(root_fd, (), iter(()))]
-    try:
-        root_dev = os.fstat(root_fd).st_dev
-        mounts = _mount_points_below(root_fd)
-        start = _closure(pats, {0})
-        frames[0].pending = iter(
-            _scan(root, frames[0], start, pats, root_dev, mounts, found, skipped)
-        )
-        while frames:
-            top = frames[-1]
-            nxt = next(top.pending, None)
-            if nxt is None:
-                frames.pop()
-                _close(top.fd)
-                continue
-            name, states = nxt
-            parts = (*top.parts, name)
-            rel = PurePosixPath(*parts)
-            if len(parts) > MAX_DEPTH:
-                skipped.append(
-                    Skipped(rel, "too_deep", f"deeper than {MAX_DEPTH} folders below the root")
-                )
-                continue
-            if rel.as_posix() in mounts:
-                skipped.append(Skipped(rel, "mount_point", _MOUNTED_HERE))
-                continue
-            try:
-                fd = os.open(name, _DIR_FLAGS, dir_fd=top.fd)
-            except FileNotFoundError:
-                continue
-            except OSError as err:
-                problem = (
-                    _folder_problem(top.fd, name)
-                    if err.errno in (errno.ENOTDIR, errno.ELOOP)
-                    else _Refused("unreadable", _strerror(err))
-                )
-                if isinstance(problem, _Refused):
-                    skipped.append(Skipped(rel, problem.reason, problem.detail))
-                continue
-            frame = _Frame(fd, parts, iter(()))
-            frames.append(frame)
-            try:
-                if os.fstat(fd).st_dev != root_dev:
-                    skipped.append(
-                        Skipped(rel, "other_device", "another file system is mounted here")
-                    )
-                    continue  # the frame's empty iterator closes it on the next turn
-                if _has_venv_marker(fd):
-                    continue
-                frame.pending = iter(
-                    _scan(root, frame, states, pats, root_dev, mounts, found, skipped)
-                )
-            except OSError as err:
-                skipped.append(Skipped(rel, "unreadable", _strerror(err)))
-    finally:
-        for frame in frames:
-            _close(frame.fd)
+@dataclass(slots=True)
+class _Walker:
+    """One walk: the root, its glob as segments, its device and mount points, and the results."""
 
+    root: MemoryRoot
+    pats: tuple[str, ...]
+    root_dev: int = 0
+    mounts: frozenset[str] = frozenset()
+    found: list[Found] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
 
-def _scan(
-    root: MemoryRoot,
-    frame: _Frame,
-    states: _States,
-    pats: tuple[str, ...],
-    root_dev: int,
-    mounts: frozenset[str],
-    found: list[Found],
-    skipped: list[Skipped],
-) -> list[tuple[str, _States]]:
-    """One folder: its memory files into `found`, its folders worth entering returned (sorted)."""
-    folders: list[tuple[str, _States]] = []
-    with os.scandir(frame.fd) as entries:
-        for entry in entries:
-            name = entry.name
-            parts = (*frame.parts, name)
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    if name in SKIP_DIRS:
-                        continue
-                    inner = _advance(pats, states, name)
-                    if _may_hold_matches(pats, inner):
-                        folders.append((name, inner))
+    def skip(self, rel: PurePosixPath, reason: Reason, detail: str) -> None:
+        self.skipped.append(Skipped(rel, reason, detail))
+
+    def run(self, root_fd: int) -> None:
+        """Depth-first below the open root `root_fd` (consumed: every descriptor is closed)."""
+        frames = [_Frame(root_fd, (), iter(()))]
+        try:
+            self.root_dev = os.fstat(root_fd).st_dev
+            self.mounts = _mount_points_below(root_fd)
+            frames[0].pending = iter(self.scan(frames[0], _closure(self.pats, {0})))
+            while frames:
+                top = frames[-1]
+                nxt = next(top.pending, None)
+                if nxt is None:
+                    frames.pop()
+                    _close(top.fd)
                     continue
-                rel = PurePosixPath(*parts)
-                if entry.is_symlink():
-                    # report only links that stand where memory would be (a file or a folder)
-                    wanted = root.accepts(rel) or (
-                        name not in SKIP_DIRS
-                        and _may_hold_matches(pats, _advance(pats, states, name))
-                    )
-                    if wanted:
-                        skipped.append(Skipped(rel, "symlink", "is a symlink"))
-                    continue
-                if not root.accepts(rel):
-                    continue
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            except OSError as err:
-                skipped.append(Skipped(PurePosixPath(*parts), "unreadable", _strerror(err)))
-                continue
-            problem = _file_problem(st, root_dev)
-            if problem is None and rel.as_posix() in mounts:
-                problem = _Refused("mount_point", _MOUNTED_HERE)
-            if problem is not None:
-                skipped.append(Skipped(rel, problem.reason, problem.detail))
-                continue
-            found.append(
-                Found(rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                name, states = nxt
+                frame = self.open_folder(top, name)
+                if frame is not None:
+                    frames.append(frame)  # closed on a later turn, whatever happens next
+                    self.enter(frame, states)
+        finally:
+            for frame in frames:
+                _close(frame.fd)
+
+    def open_folder(self, top: _Frame, name: str) -> _Frame | None:
+        """The folder `name` in `top`, opened without following a link; None when refused."""
+        parts = (*top.parts, name)
+        rel = PurePosixPath(*parts)
+        if len(parts) > MAX_DEPTH:
+            self.skip(rel, "too_deep", f"deeper than {MAX_DEPTH} folders below the root")
+            return None
+        if rel.as_posix() in self.mounts:
+            self.skip(rel, "mount_point", _MOUNTED_HERE)
+            return None
+        try:
+            return _Frame(os.open(name, _DIR_FLAGS, dir_fd=top.fd), parts, iter(()))
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            problem = (
+                _folder_problem(top.fd, name)
+                if err.errno in (errno.ENOTDIR, errno.ELOOP)
+                else _Refused("unreadable", _strerror(err))
             )
-    folders.sort()
-    return folders
+            if isinstance(problem, _Refused):
+                self.skip(rel, problem.reason, problem.detail)
+            return None
+
+    def enter(self, frame: _Frame, states: _States) -> None:
+        """Give `frame` its folders to walk, unless it is another device or a virtualenv."""
+        rel = PurePosixPath(*frame.parts)
+        try:
+            if os.fstat(frame.fd).st_dev != self.root_dev:
+                self.skip(rel, "other_device", "another file system is mounted here")
+            elif not _has_venv_marker(frame.fd):
+                frame.pending = iter(self.scan(frame, states))
+        except OSError as err:
+            self.skip(rel, "unreadable", _strerror(err))
+
+    def scan(self, frame: _Frame, states: _States) -> list[tuple[str, _States]]:
+        """One folder: its memory files into `found`, its folders worth entering returned (sorted)."""
+        pats, root = self.pats, self.root
+        folders: list[tuple[str, _States]] = []
+        with os.scandir(frame.fd) as entries:
+            for entry in entries:
+                name = entry.name
+                parts = (*frame.parts, name)
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if name in SKIP_DIRS:
+                            continue
+                        inner = _advance(pats, states, name)
+                        if _may_hold_matches(pats, inner):
+                            folders.append((name, inner))
+                        continue
+                    rel = PurePosixPath(*parts)
+                    if entry.is_symlink():
+                        # report only links that stand where memory would be (a file or a folder)
+                        wanted = root.accepts(rel) or (
+                            name not in SKIP_DIRS
+                            and _may_hold_matches(pats, _advance(pats, states, name))
+                        )
+                        if wanted:
+                            self.skip(rel, "symlink", "is a symlink")
+                        continue
+                    if not root.accepts(rel):
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                except OSError as err:
+                    self.skip(PurePosixPath(*parts), "unreadable", _strerror(err))
+                    continue
+                problem = _file_problem(st, self.root_dev)
+                if problem is None and rel.as_posix() in self.mounts:
+                    problem = _Refused("mount_point", _MOUNTED_HERE)
+                if problem is not None:
+                    self.skip(rel, problem.reason, problem.detail)
+                    continue
+                self.found.append(
+                    Found(rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                )
+        folders.sort()
+        return folders
