@@ -18,7 +18,6 @@ from memoryd.core.layout import (
     is_daily_note_of,
     locate,
     note_date,
-    slice_lines,
 )
 from memoryd.errors import InvalidInput, PathNotAllowed
 
@@ -124,20 +123,6 @@ def test_line_ranges_are_one_based(frm: int | None, lines: int | None, ok: bool)
     else:
         with pytest.raises(InvalidInput):
             check_line_range(frm, lines)
-
-
-@pytest.mark.parametrize(
-    ("start", "count", "out"),
-    [
-        (None, None, "1\n2\n3\n"),
-        (2, None, "2\n3\n"),
-        (2, 1, "2\n"),
-        (5, 2, ""),
-        (None, 2, "1\n2\n"),
-    ],
-)
-def test_slice_lines(start: int | None, count: int | None, out: str) -> None:
-    assert slice_lines("1\n2\n3\n", start, count) == out
 
 
 def test_daily_note_names() -> None:

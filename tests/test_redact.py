@@ -251,7 +251,7 @@ def test_gitleaks_rules_do_the_provider_formats() -> None:
 
 def test_the_vendored_ruleset_is_gitleaks_byte_for_byte() -> None:
     """Below its provenance header, gitleaks.toml is the upstream file the header names."""
-    raw = files("memoryd.core").joinpath("gitleaks.toml").read_text("utf-8")
+    raw = files("memoryd.core.redact").joinpath("gitleaks.toml").read_text("utf-8")
     header, _, upstream = raw.partition("# " + "-" * 96 + "\n")
     assert upstream.startswith("# This file has been auto-generated.")
     assert hashlib.sha256(upstream.encode("utf-8")).hexdigest() in header

@@ -1,9 +1,8 @@
 """Memory files on disk for both engines: discovery and `memory_get` reads by `core.layout`'s rule.
 
-The rule of what is memory is `core.layout` (roots + globs + skipped folders); the file system is
-walked and read through `fsio`, by descriptor, never re-opening a checked path by name — so a
-symlink swapped in mid-call, a hard link, a FIFO or a folder a thousand levels deep can neither
-leak outside content nor hang or crash a search.
+The file system is walked and read through `fsio`, by descriptor, so a symlink swapped in
+mid-call, a hard link, a FIFO or a very deep folder can neither leak outside content nor hang
+a search.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from .core.layout import MemoryRoot, check_line_range, display_path, locate, page_blocks
-from .core.records import record
 from .core.results import FileText
 from .fsio import FileRead, read_file, read_file_with, walk
 
@@ -30,7 +28,7 @@ __all__ = [
 ]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class MemoryFile:
     """One memory file discovery found: where it is and how to read it again safely."""
 

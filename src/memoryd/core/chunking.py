@@ -1,35 +1,32 @@
 """Pure chunking: Markdown text → ~N-token chunks split on lines, with exact 1-based line ranges,
 and the rule that decides each memory file's chunk size (`ChunkingPlan`).
 
-Linear in the input: every token estimate is either one pass over a line or an O(log n) lookup
-in that line's `TokenPrefix`, and over-long lines are cut by index, never by copying the rest.
+Linear in the input: over-long lines are cut by index, with O(log n) token estimates.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Final
 
 from ..errors import InvalidInput
 from .layout import is_daily_note_path
-from .records import record
 from .text import TokenPrefix, estimate_tokens
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ChunkSize:
     tokens: int
     overlap: int
 
 
-#: A measured size for conversational daily notes (append-only logs of short turns): a
-#: 160-token chunk (about 500 characters) fits inside one 700-character snippet, and a turn still
-#: carries across a boundary with 16 tokens of overlap (docs/retrieval-quality.md, rounds 4-5).
-#: Opt-in (`chunking.dailyNotes`): the default keeps OpenClaw's one size for every file.
+#: A size for conversational daily notes (logs of short turns): a 160-token chunk fits inside
+#: one 700-character snippet. Opt-in (`chunking.dailyNotes`); the default is OpenClaw's one size.
 CONVERSATIONAL_DAILY_NOTES: Final = ChunkSize(160, 16)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ChunkingPlan:
     """How each memory file is chunked: `files` for curated prose (`MEMORY.md`, topic notes,
     extra folders), `daily_notes` for the dated notes (`None`: every file at `files`).
@@ -62,7 +59,7 @@ def chunking_plan(
     return ChunkingPlan(ChunkSize(tokens, overlap), daily)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Chunk:
     start_line: int  # 1-based, inclusive
     end_line: int  # 1-based, inclusive
@@ -79,11 +76,10 @@ def content_hash(text: str) -> str:
 
 
 def _cut_long_line(line: str, max_tokens: int) -> list[tuple[str, int]]:
-    """Split one over-long line into pieces of at most ~max_tokens each (on spaces when possible).
+    """Split one over-long line into pieces of at most ~max_tokens each, as (piece, tokens).
 
-    Returns (piece, estimated tokens). Each cut is the longest prefix of the rest within budget
-    (binary search over O(log n) slice estimates), moved back to just after a space when one lies
-    in the prefix's second half.
+    Each cut is the longest prefix within budget (a binary search), moved back to just after a
+    space when one lies in its second half.
     """
     prefix = TokenPrefix(line)
     pieces: list[tuple[str, int]] = []

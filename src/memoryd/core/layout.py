@@ -1,31 +1,26 @@
 """Which files are memory: the one rule the indexer, `memory_get`, the watcher, qmd, lifecycle and config share.
 
-A workspace's memory is a list of `MemoryRoot`s: a folder plus a qmd-style glob. By default
-`MEMORY.md` and `memory.md` at the workspace root and `memory/**/*.md`; `extraPaths` add a root each
-(a folder → `**/*.md`, a `.md` file → that file, `{path, pattern}` → the pattern); with qmd every
-collection is a root with a name. A file is memory when some root's glob matches its path under the
-root, it ends in `.md`, and no folder on the way is a skipped one (`.git`, `node_modules`, …).
-Transcripts (`source = "sessions"`) are searchable but never readable through `memory_get`.
-
-Everything here is lexical: no file system, no environment (callers pass absolute paths; `~` is
-expanded where the config is read). The file-system side — walking without following symlinks,
-opening by descriptor — lives in `memoryd.fsio` and asks this module what to accept.
+A workspace's memory is a list of `MemoryRoot`s, a folder plus a qmd-style glob: `MEMORY.md`,
+`memory.md` and `memory/**/*.md` by default, one root per `extraPaths` entry, and with qmd one
+per collection. A file is memory when some root's glob matches it, it ends in `.md`, and no
+folder on the way is a skipped one (`.git`, `node_modules`, …). Transcripts (`source =
+"sessions"`) are searchable but never readable through `memory_get`. Everything here is lexical;
+`memoryd.fsio` applies it on the file system.
 """
 
 from __future__ import annotations
 
 import codecs
-import itertools
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import date
 from fnmatch import fnmatchcase
 from pathlib import PurePosixPath
 from typing import Final
 
 from ..errors import InvalidInput, PathNotAllowed
-from .records import record
 from .results import Source
 
 __all__ = [
@@ -51,8 +46,6 @@ __all__ = [
     "normalize_request",
     "note_date",
     "page_lines",
-    "roots_for_paths",
-    "slice_lines",
 ]
 
 #: Long-term memory file names at the workspace root, in order of preference.
@@ -95,7 +88,6 @@ def glob_match(path: PurePosixPath, pattern: str) -> bool:
 
 
 def _match(parts: tuple[str, ...], pats: tuple[str, ...]) -> bool:
-    # iterative over `**` positions would be faster, but patterns are short and paths are bounded
     if not pats:
         return not parts
     head, rest = pats[0], pats[1:]
@@ -107,7 +99,7 @@ def _match(parts: tuple[str, ...], pats: tuple[str, ...]) -> bool:
 # --------------------------------------------------------------------------- roots
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class MemoryRoot:
     """A folder memory files live under (`path`, absolute) and the glob that selects them.
 
@@ -135,11 +127,6 @@ class MemoryRoot:
             # `Notes.MD` is Markdown too: wildcard masks match it as `Notes.md`
             rel = rel.with_name(parts[-1][: -len(MARKDOWN_SUFFIX)] + MARKDOWN_SUFFIX)
         return glob_match(rel, self.pattern)
-
-    @property
-    def is_single_file(self) -> bool:
-        """True when the pattern names one file at the root (no wildcard, no folder)."""
-        return "/" not in self.pattern and not any(c in self.pattern for c in "*?[")
 
 
 def _norm(path: str) -> str:
@@ -261,7 +248,7 @@ MAX_GET_CHARS: Final = 20_000
 MAX_GET_LINES: Final = 2_000
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Page:
     """A page of a file: its text, and where the next page starts when it was cut."""
 
@@ -298,16 +285,11 @@ def page_blocks(
     max_chars: int = MAX_GET_CHARS,
     max_lines: int = MAX_GET_LINES,
 ) -> Page:
-    """`page_lines` over a file read block by block (UTF-8, undecodable bytes replaced).
-
-    The same answer as `page_lines` on the whole decoded text, but it stops pulling blocks once
-    the page is full and never holds more than a block plus the page: a 50 MB note costs a
-    scan, not 50 MB of memory.
-    """
+    """`page_lines` over a file read block by block (UTF-8, undecodable bytes replaced): it
+    stops once the page is full and holds no more than a block plus the page."""
     start = max(1, from_line or 1)
     cap = max_chars + 1  # one character past the cap tells an over-long line
-    after, skip = _skip_plain_lines(iter(blocks), start - 1)
-    rest = _capped_lines(_decoded(after), cap, skip=skip)
+    rest = _capped_lines(_decoded(blocks), cap, skip=start - 1)
     return _page(rest, start, lines, max_chars, max_lines)
 
 
@@ -357,45 +339,6 @@ def _terminated(part: str) -> bool:
     return bool(part) and len(part.splitlines()[0]) < len(part)
 
 
-#: UTF-8 of the line breaks `str.splitlines` knows besides "\n" and "\r\n".
-_OTHER_BREAKS: Final = (
-    b"\r",
-    b"\x0b",
-    b"\x0c",
-    b"\x1c",
-    b"\x1d",
-    b"\x1e",
-    b"\xc2\x85",
-    b"\xe2\x80\xa8",
-    b"\xe2\x80\xa9",
-)
-
-
-def _skip_plain_lines(blocks: Iterator[bytes], skip: int) -> tuple[Iterator[bytes], int]:
-    """Drop up to `skip` whole lines by counting b"\n" — no decoding, no string per line — in the
-    leading blocks that break lines only at "\n" or "\r\n"; the rest of the bytes and how many
-    lines are still to skip. A page deep into a big note costs a scan of it, at memchr speed."""
-    for block in blocks:
-        if not skip or not _plain(block):
-            return itertools.chain([block], blocks), skip
-        ends = block.count(b"\n")
-        if ends < skip:  # the open line at the end is one of those still to skip: drop it too
-            skip -= ends
-            continue
-        return itertools.chain([block.split(b"\n", skip)[-1]], blocks), 0
-    return iter(()), skip
-
-
-def _plain(block: bytes) -> bool:
-    # "\r" only inside "\r\n", no other break, and no break's lead byte near the end that the
-    # next block could complete ("\xc2" of U+0085, "\xe2" of U+2028/U+2029)
-    if block.count(b"\r") != block.count(b"\r\n"):
-        return False
-    if b"\xc2" in block[-2:] or b"\xe2" in block[-2:]:
-        return False
-    return not any(brk in block for brk in _OTHER_BREAKS[1:])
-
-
 def _capped_lines(pieces: Iterable[str], cap: int, *, skip: int = 0) -> Iterator[str]:
     """The lines of the concatenated `pieces` as `str.splitlines(keepends=True)` cuts them, after
     the first `skip`, each kept to its first `cap` characters (a longer line has exactly `cap`)."""
@@ -420,16 +363,6 @@ def _capped_lines(pieces: Iterable[str], cap: int, *, skip: int = 0) -> Iterator
                 yield line
     if (carry or pending) and not skip:
         yield (pending + carry)[:cap] if len(pending) < cap else pending
-
-
-def slice_lines(text: str, from_line: int | None, lines: int | None) -> str:
-    """Lines `from_line` (1-based) onwards, at most `lines` of them; past the end → ""."""
-    if from_line is None and lines is None:
-        return text
-    all_lines = text.splitlines(keepends=True)
-    start = max(1, from_line or 1) - 1
-    end = len(all_lines) if lines is None else start + max(0, lines)
-    return "".join(all_lines[start:end])
 
 
 # --------------------------------------------------------------------------- daily notes
@@ -473,12 +406,3 @@ def note_date(path: str) -> date | None:
         return date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
     except ValueError:
         return None
-
-
-def roots_for_paths(
-    workspace: str, extra: Iterable[tuple[str, str | None]], *, include_default: bool = True
-) -> list[MemoryRoot]:
-    """Default roots (optionally) plus one per `(absolute path, pattern or None)` extra entry."""
-    roots = default_roots(workspace) if include_default else []
-    roots.extend(extra_root(p, pat) for p, pat in extra)
-    return roots

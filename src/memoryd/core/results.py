@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
-
-from .records import record
 
 Source = Literal["memory", "sessions"]
 
 MAX_SNIPPET_CHARS = 700
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class SearchResult:
     """One recalled chunk: where it is (workspace-relative path, 1-based inclusive lines) and what it says."""
 
@@ -46,7 +44,7 @@ class SearchResult:
         return out
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class FileText:
     """What `memory_get` returns: the (sliced, capped) text of one memory file.
 

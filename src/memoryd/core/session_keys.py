@@ -7,9 +7,8 @@ here is a pure string function; nothing is looked up anywhere.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Final, Literal
-
-from .records import record
 
 ChatType = Literal["direct", "group", "channel"]
 
@@ -21,7 +20,7 @@ _KIND_TOKENS: Final = frozenset({"group", "channel", "direct", "dm"})
 _AGENT_PREFIX_RE: Final = re.compile(r"agent:([^:]*):(.*)", re.DOTALL)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class SessionKeyInfo:
     """What a session key says about the conversation it belongs to.
 

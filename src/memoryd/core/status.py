@@ -1,8 +1,7 @@
 """The typed status an engine reports: `BuiltinStatus` (the built-in index) and `QmdStatus`.
 
-Output models: camelCase in JSON, every field declared (nothing passes through untyped). They
-live apart from the engine contract (`core.engine`) so that a search, which reports no status,
-never defines them: pydantic model classes cost every process time at import.
+CamelCase in JSON, every field declared. They live apart from the engine contract so that a
+search, which reports no status, never pays for defining pydantic models.
 """
 
 from __future__ import annotations

@@ -20,32 +20,9 @@ _CJK_CLASS = (
 )
 
 
-class _Lazy:
-    """A regex compiled the first time it is used.
-
-    A class of CJK ranges costs milliseconds to compile (the compiler visits every BMP code
-    point in it), paid by every process at import for patterns most text never reaches: ASCII
-    text, which cannot hold CJK, is answered without them.
-    """
-
-    __slots__ = ("_compiled", "_source")
-
-    def __init__(self, source: str) -> None:
-        self._source = source
-        self._compiled: re.Pattern[str] | None = None
-
-    @property
-    def re(self) -> re.Pattern[str]:
-        if self._compiled is None:
-            self._compiled = re.compile(self._source)
-        return self._compiled
-
-
-_CJK_CHAR = _Lazy(f"[{_CJK_CLASS}]")
-_CJK_RUN = _Lazy(f"[{_CJK_CLASS}]+")
-_WORD = _Lazy(rf"[^\W_]+(?:['’][^\W_]+)?|[{_CJK_CLASS}]+")
-#: `_WORD` without its CJK branch, which can never match ASCII text
-_ASCII_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
+_CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
+_CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
+_WORD = re.compile(rf"[^\W_]+(?:['’][^\W_]+)?|[{_CJK_CLASS}]+")
 _SPLIT_WORD = re.compile(r"[\w'’]+", re.UNICODE)
 _POSSESSIVE = re.compile(r"['’]s$")
 
@@ -197,11 +174,11 @@ STOPWORDS = frozenset(
 
 
 def has_cjk(text: str) -> bool:
-    return not text.isascii() and _CJK_CHAR.re.search(text) is not None
+    return not text.isascii() and _CJK_CHAR.search(text) is not None
 
 
-_KANA = _Lazy("[\u3040-\u30ff]")
-_HANGUL = _Lazy("[\uac00-\ud7af]")
+_KANA = re.compile("[\u3040-\u30ff]")
+_HANGUL = re.compile("[\uac00-\ud7af]")
 _LATIN_WORD = re.compile(r"[^\W\d_]+")
 Script = Literal["latin", "zh", "ja", "ko"]
 
@@ -216,38 +193,33 @@ def script_of(text: str) -> Script:
     """
     if not has_cjk(text):
         return "latin"
-    cjk = len(_CJK_CHAR.re.findall(text))
-    words = len(_LATIN_WORD.findall(_CJK_RUN.re.sub(" ", text)))
+    cjk = len(_CJK_CHAR.findall(text))
+    words = len(_LATIN_WORD.findall(_CJK_RUN.sub(" ", text)))
     if cjk < words:
         return "latin"
-    if _KANA.re.search(text):
+    if _KANA.search(text):
         return "ja"
-    if len(_HANGUL.re.findall(text)) * 2 >= cjk:
+    if len(_HANGUL.findall(text)) * 2 >= cjk:
         return "ko"
     return "zh"
 
 
 def estimate_tokens(text: str) -> int:
     """Cheap token estimate that does not under-count CJK: one token per CJK character, ~4 chars otherwise."""
-    # CJK characters are all non-ASCII, and `isascii` is a C scan: most text skips the regex. The
-    # count comes from deleting CJK runs, which builds no per-character objects.
-    cjk = 0 if text.isascii() else len(text) - len(_CJK_RUN.re.sub("", text))
+    cjk = 0 if text.isascii() else len(text) - len(_CJK_RUN.sub("", text))
     rest = len(text) - cjk
     return cjk + (rest + 3) // 4
 
 
 class TokenPrefix:
-    """`estimate_tokens` of any slice of one text in O(log n), after one pass over it.
-
-    `TokenPrefix(text).tokens(a, b) == estimate_tokens(text[a:b])`. The text's CJK runs are kept
-    with running counts, so the CJK characters before any offset are a binary search away: cutting
-    a long line needs no re-scan of its prefixes.
-    """
+    """`estimate_tokens` of any slice of one text in O(log n), after one pass over it, so cutting
+    a long line needs no re-scan of its prefixes: `TokenPrefix(text).tokens(a, b) ==
+    estimate_tokens(text[a:b])`."""
 
     __slots__ = ("_before", "_ends", "_starts")
 
     def __init__(self, text: str) -> None:
-        runs = [] if text.isascii() else [m.span() for m in _CJK_RUN.re.finditer(text)]
+        runs = [] if text.isascii() else [m.span() for m in _CJK_RUN.finditer(text)]
         self._starts = [a for a, _ in runs]
         self._ends = [b for _, b in runs]
         self._before = list(accumulate((b - a for a, b in runs), initial=0))  # CJK before run i
@@ -271,7 +243,7 @@ def segment_for_fts(text: str) -> str:
     """
     if text.isascii():
         return text
-    return _CJK_RUN.re.sub(lambda m: " " + " ".join(m.group(0)) + " ", text)
+    return _CJK_RUN.sub(lambda m: " " + " ".join(m.group(0)) + " ", text)
 
 
 def cjk_bigrams(run: str) -> list[str]:
@@ -292,7 +264,7 @@ def _split_scripts(word: str) -> list[str]:
         return [word]
     out: list[str] = []
     pos = 0
-    for m in _CJK_RUN.re.finditer(word):
+    for m in _CJK_RUN.finditer(word):
         if m.start() > pos:
             out.append(word[pos : m.start()])
         out.extend(cjk_bigrams(m.group(0)))
@@ -302,10 +274,6 @@ def _split_scripts(word: str) -> list[str]:
     return out
 
 
-def _words(text: str) -> list[str]:
-    return (_ASCII_WORD if text.isascii() else _WORD.re).findall(text)
-
-
 def query_terms(query: str) -> list[str]:
     """Lowercased content terms of a query, in order, deduplicated; CJK runs become bigrams."""
     return list(_query_terms(query))
@@ -313,10 +281,9 @@ def query_terms(query: str) -> list[str]:
 
 @lru_cache(maxsize=256)
 def _query_terms(query: str) -> tuple[str, ...]:
-    # a search asks for its query's terms ~10 times (keyword side, statistics, ranking, each
-    # snippet): worked out once
+    # cached: every part of a search asks for its query's terms
     seen: dict[str, None] = {}
-    for raw in _words(query.lower()):
+    for raw in _WORD.findall(query.lower()):
         # a possessive names its owner: "Caroline's" is about `caroline`, and notes say
         # "Caroline:" far more often than "Caroline's" (an unmatched term weighs the most)
         raw = _POSSESSIVE.sub("", raw)
@@ -325,7 +292,7 @@ def _query_terms(query: str) -> tuple[str, ...]:
         for term in _split_scripts(raw):
             seen.setdefault(term, None)
     if not seen:  # a query of only stopwords still searches for them (not a lone letter)
-        for raw in _words(query.lower()):
+        for raw in _WORD.findall(query.lower()):
             if len(raw) > 1 or has_cjk(raw) or raw.isdigit():
                 seen.setdefault(raw, None)
     return tuple(seen)
@@ -353,35 +320,14 @@ def trigram_terms(query: str) -> list[str]:
     return list(out)
 
 
-#: ASCII bytes → what `word_set` splits them into: a word character (`_SPLIT_WORD` on ASCII:
-#: letters, digits, `_`, `'`) lowercased, anything else a space
-_ASCII_WORD_BYTES = bytes(
-    (c | 0x20 if 65 <= c <= 90 else c) if (chr(c).isalnum() and c < 128) or c in b"_'" else 32
-    for c in range(256)
-)
-
-
-def _ascii_flat(text: str) -> str:
-    """ASCII `text` as `word_set` splits it: word characters lowercased, the rest spaces."""
-    return text.encode("ascii").translate(_ASCII_WORD_BYTES).decode("ascii")
-
-
 def word_set(text: str) -> frozenset[str]:
     """Lowercased words (CJK split per character) for Jaccard similarity and term coverage.
 
     A snake_case identifier also contributes its parts, as FTS5's tokenizer splits it there:
     `server_idle_timeout` holds `idle`, or coverage would miss what BM25 matched.
-
-    ASCII text (most notes) is split by one byte translation and `split` instead of the regex:
-    the same words (a test holds it) in a third of the time; a search splits ~40 chunks.
     """
-    if text.isascii():
-        lowered = text
-        words = set(_ascii_flat(text).split())
-    else:
-        lowered = segment_for_fts(text.lower())
-        words = set(_SPLIT_WORD.findall(lowered))
-    words -= STOPWORDS
+    lowered = segment_for_fts(text.lower())
+    words = set(_SPLIT_WORD.findall(lowered)) - STOPWORDS
     if "_" in lowered:
         for w in [w for w in words if "_" in w]:
             words.update(p for p in w.split("_") if p and p not in STOPWORDS)
@@ -390,11 +336,7 @@ def word_set(text: str) -> frozenset[str]:
 
 def matched_terms(terms: Sequence[str], text: str, words: frozenset[str]) -> set[str]:
     """The query terms `text` holds (`words` is its `word_set`): as a whole word (or its
-    plural/stem-ish prefix), or as a substring for a CJK term.
-
-    Runs once per candidate chunk and query, so each term's shape is worked out once per term
-    (`_term_shape`) and the text is lowercased, and its words sorted, only when a term needs it.
-    """
+    plural/stem-ish prefix), or as a substring for a CJK term."""
     found: set[str] = set()
     lowered: str | None = None
     ordered: tuple[str, ...] | None = None
@@ -418,51 +360,18 @@ def matched_terms(terms: Sequence[str], text: str, words: frozenset[str]) -> set
 
 
 def text_terms(terms: Sequence[str], text: str) -> set[str]:
-    """`matched_terms(terms, text, word_set(text))`, without the word set where it can.
-
-    Ranking asks this of each vector-side candidate and snippets of each line, ~40 chunks'
-    worth of text a search, and need nothing else of the words. ASCII text (most notes) is
-    translated once as `word_set` splits it (word characters lowercased, the rest spaces) and
-    each term looked up as ` term ` (whole word) or ` stem` (a word it starts), the word found
-    checked against the stopwords `word_set` drops; snake_case parts are the same text with
-    `_` as a space. A test holds it equal to `matched_terms` on arbitrary texts and queries.
-    """
-    if not text.isascii():
-        if not may_match(terms, text.lower()):
-            return set()
-        return matched_terms(terms, text, word_set(text))
-    flat = f" {_ascii_flat(text)} "
-    views = (flat, flat.replace("_", " ")) if "_" in flat else (flat,)
-    found: set[str] = set()
-    for term in terms:
-        cjk, stem = _term_shape(term)
-        if cjk:
-            continue  # a CJK term is never in ASCII text
-        if _holds_word(views, f" {term} ") or (stem is not None and _holds_word(views, f" {stem}")):
-            found.add(term)
-    return found
-
-
-def _holds_word(views: tuple[str, ...], needle: str) -> bool:
-    """Whether a word of `views` (space-separated, space-padded) matches `needle` (` word ` or
-    ` prefix`) and is no stopword."""
-    for view in views:
-        at = view.find(needle)
-        while at >= 0:
-            if view[at + 1 : view.index(" ", at + 1)] not in STOPWORDS:
-                return True
-            at = view.find(needle, at + 1)
-    return False
+    """`matched_terms(terms, text, word_set(text))`, without the word set for a text that holds
+    none of the terms (most lines a snippet looks at)."""
+    if not may_match(terms, text.lower()):
+        return set()
+    return matched_terms(terms, text, word_set(text))
 
 
 def may_match(terms: Sequence[str], lowered: str) -> bool:
     """Whether `matched_terms` can find any of `terms` in a text (`lowered`: the text lowercased).
 
-    Every match needs its term's key, the term itself or its stem (`_term_shape`), as a
-    substring of the lowered text: a word of `word_set` is a run of the lowered text (CJK
-    segmentation only adds spaces). So a text without any key holds no term, and its word set,
-    a regex pass over the text, need not be built: most lines of a chunk, and many chunks the
-    vector side found, hold none of the query's terms.
+    Every match needs its term or stem (`_term_shape`) as a substring of the lowered text, so a
+    text holding none needs no word set.
     """
     for term in terms:
         cjk, stem = _term_shape(term)

@@ -1,19 +1,18 @@
 """Pure transcript rules: parse JSONL text into messages, sanitise, chunk, track growth.
 
-No file system here (the readers live in `lifecycle.transcripts` and the index); see
-`lifecycle.transcripts` for the record shapes, and the README for what sanitising strips.
+The readers live in `lifecycle.transcripts` (with the record shapes) and the index;
+docs/redaction.md says what sanitising strips.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from .records import record
+from .chunking import chunk_lines, content_hash
 from .redact import redact_secrets
 from .replies import is_no_reply
 
@@ -63,7 +62,7 @@ _UNTRUSTED_BLOCK_RE: Final = re.compile(
 _WS_RE: Final = re.compile(r"\s+")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Message:
     """One user or assistant message: its cleaned one-line text and 1-based JSONL line."""
 
@@ -76,7 +75,7 @@ class Message:
         return f"{_LABEL[self.role]}: {self.text}"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class TranscriptChunk:
     """A chunk of rendered messages; lines are 1-based inclusive JSONL line numbers."""
 
@@ -87,7 +86,7 @@ class TranscriptChunk:
 
     @property
     def hash(self) -> str:
-        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+        return content_hash(self.text)
 
 
 # --------------------------------------------------------------------------- text
@@ -155,13 +154,15 @@ def _relayed(*records: dict[str, Any]) -> bool:
 
 def parse_transcript_text(text: str, *, sanitize: bool = False) -> tuple[list[Message], int, int]:
     """(messages, malformed line count, complete line count) of JSONL `text`. Pure."""
-    raw_lines = text.split("\n")
-    complete = raw_lines[:-1]  # the part after the last newline is still being written
-    tail = raw_lines[-1]
+    lines = text.split("\n")
+    # The part after the last newline is still being written, unless it parses as a message
+    # (writers that never end the file with a newline); a half-written one waits for the next read.
+    if not isinstance(_parse_line(lines[-1]), tuple):
+        lines.pop()
     messages: list[Message] = []
     malformed = 0
     previous: str | None = None  # the raw text of the message before, for answers to questions
-    for number, line in enumerate(complete, start=1):
+    for number, line in enumerate(lines, start=1):
         got = _parse_line(line)
         if got is _MALFORMED:
             malformed += 1
@@ -170,16 +171,7 @@ def parse_transcript_text(text: str, *, sanitize: bool = False) -> tuple[list[Me
             previous = got[1]
             if msg is not None:
                 messages.append(msg)
-    if tail.strip():
-        # A final line without a newline counts once it parses (writers that never end the file
-        # with a newline); a half-written one is left for the next read.
-        got = _parse_line(tail)
-        if isinstance(got, tuple):
-            msg = _to_message(got, len(raw_lines), sanitize=sanitize, previous=previous)
-            if msg is not None:
-                messages.append(msg)
-            return messages, malformed, len(raw_lines)
-    return messages, malformed, len(complete)
+    return messages, malformed, len(lines)
 
 
 _MALFORMED: Final = object()
@@ -223,10 +215,6 @@ def chunk_transcript(
     messages: Iterable[Message], *, tokens: int, overlap: int
 ) -> list[TranscriptChunk]:
     """Chunk rendered messages; chunk line numbers are the messages' JSONL lines. Pure."""
-    # Imported here: the package __init__ loads the whole index (numpy, sqlite, httpx), which
-    # writers and exporters never need.
-    from ..core.chunking import chunk_lines
-
     msgs = list(messages)
     if not msgs:
         return []
@@ -239,7 +227,7 @@ def chunk_transcript(
     ]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class SessionDelta:
     """Unindexed growth of one transcript and whether it crossed a threshold."""
 

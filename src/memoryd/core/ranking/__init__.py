@@ -1,0 +1,480 @@
+"""Pure ranking: hybrid fusion, temporal decay, path matches, MMR, minScore, snippet windows.
+
+Everything works on plain data (no SQLite, no clock: `now` is passed in), so each rule has
+table-driven tests of its own. This module holds the pipeline (`rank`) and the default fusion,
+`auto`: scores calibrated against what unrelated text scores in this index, so that one
+minScore means the same in every query. The per-query fusions, the candidate type and the
+snippet windows live in the private modules beside it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, date, datetime
+from pathlib import PurePosixPath
+
+from ..text import Script, estimate_tokens, query_terms, script_of, word_set
+from ._candidates import (
+    PATH_TOKEN,
+    Candidate,
+    CorpusStats,
+    Fusion,
+    RankParams,
+    _matched_terms,
+    _named,
+    path_match_level,
+    with_score,
+)
+from ._fusion import (
+    _fuse_normalized,
+    _fuse_ranks,
+    _fuse_relative,
+    _relative_scores,
+    auto_text_weight,
+    exact_token_share,
+)
+from ._snippets import (
+    continue_snippet,
+    extend_chunk,
+    select_snippet,
+    uncovered_window,
+)
+
+__all__ = [
+    "PATH_TOKEN",
+    "REFERENCE_QUERIES",
+    "Candidate",
+    "CorpusStats",
+    "Fusion",
+    "RankParams",
+    "_matched_terms",
+    "age_in_days",
+    "auto_text_weight",
+    "calibrated_scores",
+    "continue_snippet",
+    "decay_multiplier",
+    "exact_token_share",
+    "extend_chunk",
+    "file_date",
+    "fuse",
+    "idf",
+    "is_evergreen",
+    "lexical_evidence",
+    "mmr",
+    "partial_vector_scores",
+    "path_match_level",
+    "rank",
+    "select_snippet",
+    "uncovered_window",
+    "vector_z",
+    "with_score",
+]
+
+_DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_.][^/]*)?\.md$")
+EVERGREEN_NAMES = frozenset({"memory.md"})
+
+
+def file_date(path: str) -> date | None:
+    """The date in a daily-note file name (`memory/2026-01-15.md`, `…-slug.md`), else None."""
+    match = _DATED.search(path)
+    if not match:
+        return None
+    try:
+        return date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
+    except ValueError:
+        return None
+
+
+def is_evergreen(path: str, source: str) -> bool:
+    """MEMORY.md/memory.md and undated memory files never decay; only dated notes and sessions do."""
+    if source == "sessions":
+        return False
+    name = PurePosixPath(path).name.lower()
+    return name in EVERGREEN_NAMES or file_date(path) is None
+
+
+def decay_multiplier(age_days: float, half_life_days: float) -> float:
+    """`e^(−ln2/H · age)`: 0.5 at one half-life, 1.0 for age ≤ 0."""
+    if age_days <= 0:
+        return 1.0
+    return math.exp(-math.log(2) / half_life_days * age_days)
+
+
+def age_in_days(path: str, source: str, mtime: float | None, now: datetime) -> float | None:
+    """Age used for decay: from the file name's date for notes, from mtime for sessions; None = evergreen."""
+    if is_evergreen(path, source):
+        return None
+    if source == "sessions":
+        if mtime is None:
+            return None
+        return max(0.0, (now.timestamp() - mtime) / 86400.0)
+    day = file_date(path)
+    assert day is not None
+    return max(0.0, (now.date() - day).days)
+
+
+# Trivia questions of each script: their cosines against the index's own chunks are what
+# "unrelated" scores with this model and this memory.
+REFERENCE_QUERIES: Mapping[Script, tuple[str, ...]] = {
+    "latin": (
+        "What is the boiling point of water at high altitude?",
+        "How many players are on a cricket team?",
+        "Who painted the ceiling of the Sistine Chapel?",
+        "What is the tallest mountain in Africa?",
+        "How do bees make honey?",
+        "Which planet has the most moons?",
+        "What is the plot of Moby Dick?",
+        "Why do leaves change colour in autumn?",
+    ),
+    "zh": (
+        "珠穆朗玛峰有多高？",
+        "熊猫主要吃什么？",
+        "长城是哪个朝代修建的？",
+        "如何做红烧肉？",
+        "地球到月亮有多远？",
+        "唐诗三百首的作者有哪些？",
+        "为什么天空是蓝色的？",
+        "围棋的规则是什么？",
+    ),
+    "ja": (
+        "富士山の高さはどのくらいですか？",
+        "寿司の作り方を教えてください",
+        "江戸時代はいつ始まりましたか？",
+        "日本で一番長い川はどれですか？",
+        "桜はいつ咲きますか？",
+        "将棋のルールは何ですか？",
+        "なぜ空は青いのですか？",
+        "カブトムシは何を食べますか？",
+    ),
+    "ko": (
+        "한라산의 높이는 얼마입니까?",
+        "김치는 어떻게 만드나요?",
+        "조선 왕조는 언제 시작되었나요?",
+        "한국에서 가장 긴 강은 무엇입니까?",
+        "벚꽃은 언제 피나요?",
+        "바둑의 규칙은 무엇인가요?",
+        "하늘은 왜 파란가요?",
+        "고래는 무엇을 먹나요?",
+    ),
+}
+
+# Tuned on bench/eval's judged and off-topic sets (docs/retrieval-quality.md). Evidence counts
+# linearly between a floor and a full mark.
+LEX_FLOOR = 0.17  # IDF-weighted share of the query's terms a chunk holds: below, no evidence
+LEX_FULL = 1.0
+VEC_FLOOR = 1.5  # cosine in reference deviations above unrelated text: below, no evidence
+VEC_FULL = 5.0
+# The floor for a chunk in the query's own script, where keywords can vouch too.
+VEC_FLOOR_SAME_SCRIPT = 1.5
+# The best of N unrelated chunks lies about sqrt(2 ln N) deviations out, and narrow chunks stand
+# further out than long ones: so a chunk of SHORT_CHUNK_TOKENS or fewer needs
+# max(VEC_FLOOR_SAME_SCRIPT, VEC_FLOOR_GROWTH · sqrt(2 ln N)), one of LONG_CHUNK_TOKENS or more
+# VEC_FLOOR_SAME_SCRIPT, linear between.
+VEC_FLOOR_GROWTH = 0.68
+SHORT_CHUNK_TOKENS = 160
+LONG_CHUNK_TOKENS = 400
+RANK_SHAPE = 0.25  # exponent on a result's closeness to the query's best hit (see below)
+APART_OFFSET = 0.5  # share of the query's median z over memory taken off a cross-script chunk's
+
+
+def idf(chunks: int, holding: int) -> float:
+    """BM25's inverse document frequency, kept positive: a term in every chunk weighs ~0."""
+    return math.log(1.0 + (chunks - holding + 0.5) / (holding + 0.5))
+
+
+def term_weights(
+    terms: Sequence[str], stats: CorpusStats | None, pool: Sequence[Candidate]
+) -> dict[str, float]:
+    """Each query term's IDF in the index; without index statistics, within the candidates."""
+    if stats is not None and stats.chunks > 0:
+        return {t: idf(stats.chunks, stats.term_chunks.get(t, 0)) for t in terms}
+    matched = [_matched_terms(c, terms) for c in pool]
+    return {t: idf(len(pool), sum(1 for m in matched if t in m)) for t in terms}
+
+
+def lexical_evidence(matched: set[str], weights: Mapping[str, float]) -> float:
+    """The IDF-weighted share of the query's terms that a chunk holds (0..1).
+
+    A term absent from the whole index weighs the most of all, so a question about someone
+    this memory never mentions cannot look answered by its common words.
+    """
+    total = sum(weights.values())
+    if total <= 0:
+        return 0.0
+    return sum(w for t, w in weights.items() if t in matched) / total
+
+
+def vector_z(
+    c: Candidate,
+    query_script: Script,
+    stats: CorpusStats | None,
+    chunk_script: Script | None = None,
+) -> float | None:
+    """The candidate's cosine in standard deviations above what unrelated queries score.
+
+    The reference is per (query script, chunk script), since a model scores any note of the
+    query's own script higher: that is what lets an English note answer a Chinese question.
+    """
+    if c.vector_score is None or stats is None:
+        return None
+    ref = stats.reference.get((query_script, chunk_script or script_of(c.text)))
+    if ref is None and stats.background:
+        values = [cos for _, _, cos in stats.background]
+        mu = sum(values) / len(values)
+        ref = (mu, math.sqrt(sum((x - mu) ** 2 for x in values) / len(values)))
+    if ref is None:
+        return None
+    mu, sd = ref
+    return (c.vector_score - mu) / max(sd, 1e-3)
+
+
+def query_offset(query_script: Script, stats: CorpusStats | None) -> float:
+    """How far above the reference the query sits on memory at large: its median z there.
+
+    A query close to everything (a nonsense word such as `xyzzy`) sits high; a real question
+    sits near 0 except on what it is about, which the median ignores.
+    """
+    if stats is None:
+        return 0.0
+    zs = []
+    for _, script, cos in stats.background:
+        ref = stats.reference.get((query_script, script))
+        if ref is not None:
+            zs.append((cos - ref[0]) / max(ref[1], 1e-3))
+    if not zs:
+        return 0.0
+    zs.sort()
+    mid = len(zs) // 2
+    return zs[mid] if len(zs) % 2 else (zs[mid - 1] + zs[mid]) / 2
+
+
+def vector_floor(same_script: bool, chunks: int, chunk_tokens: int) -> float:
+    """The deviations above the reference a chunk's cosine needs to count as evidence: for a
+    chunk of `chunk_tokens` in an index of `chunks` chunks (see VEC_FLOOR_GROWTH)."""
+    if not same_script:
+        return VEC_FLOOR
+    floor = VEC_FLOOR_SAME_SCRIPT
+    if VEC_FLOOR_GROWTH <= 0 or chunks < 2:
+        return floor
+    grown = max(floor, VEC_FLOOR_GROWTH * math.sqrt(2.0 * math.log(chunks)))
+    short = _ramp(LONG_CHUNK_TOKENS - chunk_tokens, 0, LONG_CHUNK_TOKENS - SHORT_CHUNK_TOKENS)
+    return floor + short * (grown - floor)
+
+
+def _ramp(x: float, lo: float, hi: float) -> float:
+    return min(1.0, max(0.0, (x - lo) / (hi - lo)))
+
+
+def calibrated_scores(
+    candidates: Sequence[Candidate], query: str, stats: CorpusStats | None
+) -> list[Candidate]:
+    """memoryd's default: scores that mean the same in every query, so minScore can abstain.
+
+    A chunk's *evidence* is `1 − (1 − lexical)(1 − vector)`: keyword evidence is the
+    IDF-weighted share of the query's terms it holds (`lexical_evidence`, counted from
+    LEX_FLOOR to LEX_FULL), vector evidence its cosine above the reference background
+    (`vector_z`, from VEC_FLOOR to VEC_FULL deviations). Either kind alone can carry a chunk:
+    a paraphrase shares no words, a note in another language cannot. The query's *confidence*
+    is its best chunk's evidence: how sure we are that this memory holds anything about it.
+
+    Each result scores `confidence × closeness^RANK_SHAPE`, where closeness is the chunk's
+    share of the best hit's relative fusion score (`_relative_scores`, which orders results
+    better than evidence alone). So an off-topic query's results all score below its low
+    confidence and minScore drops them, while a real question keeps the relative order.
+    """
+    return _calibrated(candidates, query, stats, partial_vectors=False)
+
+
+def _calibrated_parts(
+    candidates: Sequence[Candidate], query: str, stats: CorpusStats | None
+) -> tuple[list[float], list[float]]:
+    """Each candidate's own evidence (0..1) and its relative fusion score (see
+    `calibrated_scores`)."""
+    terms = query_terms(query)
+    qscript = script_of(query)
+    use_keywords = bool(stats.term_chunks) if stats is not None else False
+    use_keywords = use_keywords or any(c.text_rank is not None for c in candidates)
+    matched = [_matched_terms(c, terms) for c in candidates]
+    weights = term_weights(terms, stats, candidates)
+    scripts = [script_of(c.text) for c in candidates]
+    zs = [vector_z(c, qscript, stats, s) for c, s in zip(candidates, scripts, strict=True)]
+    offset: float | None = None
+    evidence = []
+    vec_evidence = []
+    named_by_path: dict[str, frozenset[str]] = {}  # a file's chunks share their name's terms
+    key = tuple(terms)
+    for c, m, z, script in zip(candidates, matched, zs, scripts, strict=True):
+        named = named_by_path.get(c.path)
+        if named is None:
+            named = named_by_path[c.path] = _named(key, c.path) if terms else frozenset()
+        lex = (
+            _ramp(lexical_evidence(m | named, weights), LEX_FLOOR, LEX_FULL)
+            if use_keywords
+            else 0.0
+        )
+        if z is not None and not m and script != qscript:
+            # only the cosine vouches for a chunk in another script: it must also stand out
+            # from how close this query comes to memory at large, not just from unrelated
+            # queries (keywords are that check for chunks in the query's own script)
+            if offset is None:
+                offset = max(0.0, query_offset(qscript, stats))
+            z -= APART_OFFSET * offset
+        vec = 0.0
+        if z is not None:  # keyword-only: no cosine, so no floor to work out
+            floor = vector_floor(
+                script == qscript,
+                stats.chunks if stats is not None else 0,
+                estimate_tokens(c.text),
+            )
+            vec = _ramp(z, floor, VEC_FULL)
+        evidence.append(1.0 - (1.0 - lex) * (1.0 - vec))
+        vec_evidence.append(vec)
+    # calibrated z orders the vector side across scripts; raw cosines where there is none
+    vectors = [z if z is not None else c.vector_score for c, z in zip(candidates, zs, strict=True)]
+    relative = _relative_scores(
+        candidates,
+        query,
+        vectors,
+        [len(m) / len(terms) if terms else 0.0 for m in matched],
+        [
+            None if m or script == qscript else vec
+            for m, script, vec in zip(matched, scripts, vec_evidence, strict=True)
+        ],
+    )
+    return evidence, relative
+
+
+def partial_vector_scores(
+    candidates: Sequence[Candidate], query: str, stats: CorpusStats | None
+) -> list[Candidate]:
+    """`calibrated_scores` for an index whose chunks are only partly embedded.
+
+    The best cosine is then the best of whatever was embedded first, often unrelated, and the
+    relative fusion would score that chunk next to the keyword hits. So a chunk only the vector
+    side found scores at most its own calibrated evidence, never by its place among the few
+    chunks embedded so far; a chunk the keywords found too keeps its fused score.
+    """
+    return _calibrated(candidates, query, stats, partial_vectors=True)
+
+
+def _calibrated(
+    candidates: Sequence[Candidate], query: str, stats: CorpusStats | None, *, partial_vectors: bool
+) -> list[Candidate]:
+    if not candidates:
+        return []
+    evidence, relative = _calibrated_parts(candidates, query, stats)
+    confidence, best = max(evidence), max(relative)
+    out = []
+    for c, ev, r in zip(candidates, evidence, relative, strict=True):
+        score = confidence * (r / best if best > 0 else 1.0) ** RANK_SHAPE
+        found_by_vector_only = (
+            partial_vectors
+            and c.vector_score is not None
+            and c.text_rank is None
+            and path_match_level(query, c.path) == 0
+        )
+        out.append(with_score(c, min(score, ev) if found_by_vector_only else score))
+    return out
+
+
+def fuse(
+    candidates: Sequence[Candidate],
+    query: str,
+    params: RankParams,
+    stats: CorpusStats | None = None,
+) -> list[Candidate]:
+    """Give every candidate a 0..1 `score` from its vector and keyword evidence.
+
+    `auto` (the default) scores calibrated evidence that means the same in every query (see
+    `calibrated_scores`); the others rescale per query, so their best hit is always near 1:
+    `weighted` and `rrf` fuse ranks, `minmax` / `zscore` rescale each list before a weighted
+    sum, and `relative` is `auto`'s order without its calibration (see `_fuse_relative`).
+    """
+    if params.fusion == "auto":
+        return calibrated_scores(candidates, query, stats)
+    if params.fusion == "relative":
+        return _fuse_relative(candidates, query, params)
+    if params.fusion in ("minmax", "zscore"):
+        return _fuse_normalized(candidates, params, params.fusion)
+    return _fuse_ranks(candidates, params)
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a and not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def mmr(candidates: Sequence[Candidate], k: int, lam: float) -> list[Candidate]:
+    """Maximal marginal relevance: pick λ·score − (1−λ)·max Jaccard to already-picked chunks."""
+    pool = list(candidates)
+    for c in pool:
+        if not c.words:
+            c.words = word_set(c.text)
+    chosen: list[Candidate] = []
+    while pool and len(chosen) < k:
+        best_i, best_val = 0, -math.inf
+        for i, c in enumerate(pool):
+            sim = max((jaccard(c.words, s.words) for s in chosen), default=0.0)
+            val = lam * c.score - (1 - lam) * sim
+            if val > best_val:
+                best_i, best_val = i, val
+        chosen.append(pool.pop(best_i))
+    return chosen
+
+
+def rank(
+    candidates: Iterable[Candidate],
+    query: str,
+    params: RankParams,
+    *,
+    now: datetime | None = None,
+    stats: CorpusStats | None = None,
+    partial_vectors: bool = False,
+) -> list[Candidate]:
+    """Fuse → decay → path boost → sort → MMR → minScore (keyword hits survive / fill) → top-K.
+
+    `partial_vectors`: some chunks still wait for their vectors; the default fusion then scores
+    by `partial_vector_scores`.
+    """
+    now = now or datetime.now(UTC)
+    if partial_vectors and params.fusion == "auto":
+        fused = partial_vector_scores(list(candidates), query, stats)
+    else:
+        fused = fuse(list(candidates), query, params, stats)
+    if params.decay_enabled:
+        for c in fused:
+            age = age_in_days(c.path, c.source, c.mtime, now)
+            if age is not None:
+                c.score *= decay_multiplier(age, params.half_life_days)
+    for c in fused:
+        c.path_level = path_match_level(query, c.path)
+    fused.sort(key=lambda c: (c.path_level > 0, c.path_level, c.score), reverse=True)
+
+    pool_size = max(params.max_results * 4, params.max_results)
+    pool = fused[:pool_size]
+    if params.mmr_enabled and len(pool) > 1:
+        boosted = [c for c in pool if c.path_level > 0]
+        rest = [c for c in pool if c.path_level == 0]
+        ordered = boosted + mmr(rest, len(rest), params.mmr_lambda)
+    else:
+        ordered = pool
+
+    passing = [c for c in ordered if c.score >= params.min_score or c.path_level > 0]
+    picked = passing[: params.max_results]
+    # Per-query fusions put every best hit near 1, so minScore cannot tell an off-topic query
+    # there and keyword hits fill empty slots; calibrated scores abstain instead.
+    if params.fusion != "auto" and len(picked) < params.max_results:
+        chosen = {c.chunk_id for c in picked}
+        for c in ordered:
+            if len(picked) >= params.max_results:
+                break
+            if c.chunk_id not in chosen and c.text_rank is not None:
+                picked.append(c)
+                chosen.add(c.chunk_id)
+    # keep the ranking order among survivors
+    order = {c.chunk_id: i for i, c in enumerate(ordered)}
+    picked.sort(key=lambda c: order[c.chunk_id])
+    return picked

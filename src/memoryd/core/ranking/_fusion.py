@@ -1,0 +1,205 @@
+"""The per-query fusions: each list rescaled within the query's own candidates, so the best
+hit of every query scores near 1 (the default, `auto`, calibrates this order instead)."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+from ..text import query_terms
+from ._candidates import Candidate, RankParams, _matched_terms, with_score
+
+RRF_K = 60
+
+
+def _fuse_ranks(candidates: Sequence[Candidate], params: RankParams) -> list[Candidate]:
+    """`weighted` (`w·cos + w·1/(1+rank)`) and `rrf` (weighted reciprocal-rank fusion)."""
+    vw, tw = params.vector_weight, params.text_weight
+    total = vw + tw
+    vw, tw = vw / total, tw / total
+    have_vectors = any(c.vector_score is not None for c in candidates)
+    out = []
+    for c in candidates:
+        v = max(0.0, c.vector_score or 0.0)
+        if params.fusion == "weighted":
+            t = 1.0 / (1.0 + c.text_rank) if c.text_rank is not None else 0.0
+            score = vw * v + tw * t if have_vectors else t
+        else:  # rrf
+            rrf = 0.0
+            if c.vector_rank is not None:
+                rrf += vw / (RRF_K + 1 + c.vector_rank)
+            if c.text_rank is not None:
+                rrf += tw / (RRF_K + 1 + c.text_rank)
+            # scale so a chunk ranked first by both lists scores 1.0
+            score = (
+                rrf * (RRF_K + 1)
+                if have_vectors
+                else (1.0 / (1.0 + c.text_rank) if c.text_rank is not None else 0.0)
+            )
+        out.append(with_score(c, score))
+    return out
+
+
+def _minmax(values: Sequence[float]) -> tuple[float, float]:
+    lo, hi = min(values), max(values)
+    return lo, (hi - lo) or 1.0
+
+
+def normalized_sides(
+    candidates: Sequence[Candidate], how: str = "minmax"
+) -> tuple[list[float | None], list[float | None]]:
+    """Each list rescaled per query to 0..1 (None where the list did not return the chunk).
+
+    Cosine similarities of one embedding model crowd into a narrow band (e5: unrelated text
+    ≈ 0.75–0.85) and BM25 strengths are unbounded, so neither is comparable to the other raw;
+    rescaled within the query's own candidates, "best of this list" means 1 on both sides.
+    """
+    vs = [c.vector_score for c in candidates if c.vector_score is not None]
+    ts = [c.text_score for c in candidates if c.text_score is not None]
+    vnorm: list[float | None] = []
+    tnorm: list[float | None] = []
+    if how == "zscore":
+
+        def z(values: list[float]) -> tuple[float, float]:
+            mu = sum(values) / len(values)
+            sd = math.sqrt(sum((x - mu) ** 2 for x in values) / len(values)) or 1.0
+            return mu, sd
+
+        vmu, vsd = z(vs) if vs else (0.0, 1.0)
+        tmu, tsd = z(ts) if ts else (0.0, 1.0)
+        for c in candidates:
+            # ±3 standard deviations span the unit range
+            vnorm.append(
+                None
+                if c.vector_score is None
+                else min(1.0, max(0.0, 0.5 + (c.vector_score - vmu) / (6 * vsd)))
+            )
+            tnorm.append(
+                None
+                if c.text_score is None
+                else min(1.0, max(0.0, 0.5 + (c.text_score - tmu) / (6 * tsd)))
+            )
+        return vnorm, tnorm
+    vlo, vspan = _minmax(vs) if vs else (0.0, 1.0)
+    tbest = max(ts) if ts else 1.0
+    for c in candidates:
+        vnorm.append(
+            None
+            if c.vector_score is None
+            else (c.vector_score - vlo) / vspan
+            if len(vs) > 1
+            else 1.0
+        )
+        # BM25 is scaled by the best hit only: a list's weakest keyword hit still matched a term
+        tnorm.append(None if c.text_score is None else (c.text_score / tbest if tbest > 0 else 0.0))
+    return vnorm, tnorm
+
+
+def _fuse_normalized(
+    candidates: Sequence[Candidate], params: RankParams, how: str
+) -> list[Candidate]:
+    total = params.vector_weight + params.text_weight
+    vw, tw = params.vector_weight / total, params.text_weight / total
+    vnorm, tnorm = normalized_sides(candidates, how)
+    have_vectors = any(v is not None for v in vnorm)
+    have_text = any(t is not None for t in tnorm)
+    out = []
+    for c, v, t in zip(candidates, vnorm, tnorm, strict=True):
+        if have_vectors and have_text:
+            score = vw * (v or 0.0) + tw * (t or 0.0)
+        else:
+            score = (v if have_vectors else t) or 0.0
+        out.append(with_score(c, score))
+    return out
+
+
+# Tuned on bench/eval's judged sets (docs/retrieval-quality.md).
+AUTO_TEXT_WEIGHT = 0.7  # share of the keyword side for ordinary questions
+AUTO_EXACT_TEXT_WEIGHT = 0.85  # share when the query carries exact tokens (IDs, numbers, code)
+
+_EXACT_TOKEN = re.compile(
+    r"""(?x)
+    "[^"]+"                              # a quoted phrase
+    | `[^`]+`                            # inline code
+    | \b\w*\d\w*\b                        # anything with a digit: IDs, versions, dates, codes
+    | \b\w+[_./:\\-]\w[\w./:\\-]*           # paths, dotted names, snake_case, key:value
+    | \b[a-z]+[A-Z]\w*                    # camelCase
+    | \b[A-Z]{2,}\b                        # ACRONYMS, ERROR_CODES
+    """
+)
+
+
+def exact_token_share(query: str) -> float:
+    """Share of the query's content terms that look like exact tokens rather than prose."""
+    terms = query_terms(query)
+    if not terms:
+        return 0.0
+    exact = {t.lower().strip('"`') for m in _EXACT_TOKEN.finditer(query) for t in [m.group(0)]}
+    exact_terms = {t for e in exact for t in query_terms(e)}
+    return min(1.0, len(exact_terms & set(terms)) / len(terms))
+
+
+def auto_text_weight(query: str) -> float:
+    """The keyword side's share in `relative`: lexical for exact tokens, balanced for prose."""
+    share = exact_token_share(query)
+    tw = AUTO_TEXT_WEIGHT + (AUTO_EXACT_TEXT_WEIGHT - AUTO_TEXT_WEIGHT) * min(1.0, 2 * share)
+    return tw
+
+
+def _fuse_relative(
+    candidates: Sequence[Candidate], query: str, params: RankParams
+) -> list[Candidate]:
+    """Per-query min-max on both lists, weights by the query's shape, keyword term coverage.
+
+    Rescaling within the query keeps a model's narrow cosine band from drowning keyword
+    evidence; like `auto`, it picks its weights per query (the configured ones are unused).
+    """
+    terms = query_terms(query)
+    matched = [_matched_terms(c, terms) for c in candidates]
+    scores = _relative_scores(
+        candidates,
+        query,
+        [c.vector_score for c in candidates],
+        [len(m) / len(terms) if terms else 0.0 for m in matched],
+        [None] * len(candidates),
+    )
+    return [with_score(c, s) for c, s in zip(candidates, scores, strict=True)]
+
+
+def _relative_scores(
+    candidates: Sequence[Candidate],
+    query: str,
+    vectors: Sequence[float | None],
+    coverage: Sequence[float],
+    apart: Sequence[float | None],
+) -> list[float]:
+    """How each candidate compares with the query's best on both lists (the order of `auto`).
+
+    `vectors` are min-max rescaled over the candidates, BM25 is divided by the best keyword
+    hit and multiplied by term coverage; the keyword side weighs `auto_text_weight`.
+
+    `apart` is None for a chunk that can share the query's words and, for one that cannot
+    (another script, no term in common), its calibrated vector evidence (0..1): such a chunk
+    would otherwise lose the whole keyword share to chunks matching one common word, so its
+    vector side also takes that share, in proportion to how strong its own evidence is.
+    """
+    tw = auto_text_weight(query)
+    vw = 1.0 - tw
+    vs = [v for v in vectors if v is not None]
+    ts = [c.text_score for c in candidates if c.text_score is not None]
+    vlo, vspan = _minmax(vs) if vs else (0.0, 1.0)
+    tbest = max(ts) if ts else 1.0
+    out = []
+    for c, v, cov, strength in zip(candidates, vectors, coverage, apart, strict=True):
+        vn = 0.0 if v is None else ((v - vlo) / vspan if len(vs) > 1 else 1.0)
+        # BM25 is scaled by the best hit only: a list's weakest keyword hit still matched a term
+        t = c.text_score / tbest if c.text_score is not None and tbest > 0 else 0.0
+        lexical = t * (0.5 + 0.5 * cov) if c.text_score is not None else 0.0
+        if vs and ts:
+            out.append(vw * vn + tw * lexical if strength is None else vn * (vw + tw * strength))
+        elif vs:
+            out.append(vn)
+        else:
+            out.append(lexical)
+    return out

@@ -1,0 +1,109 @@
+"""Secret redaction for text that leaves a transcript (session exports, transcript chunks).
+
+`redact_secrets(text)` replaces every recognised secret with `[REDACTED]`. Two rule sets run over
+the same text and their spans are merged, so a secret found by both is redacted once: gitleaks'
+default ruleset on RE2 (`_gitleaks`) and memoryd's own rules (`SECRET_PATTERNS`, `_rules`), whose
+free-form values pass the checks in `_checks`. Both are gated by keywords found in one pass over
+the lowercased text, so ordinary prose costs one scan. Nothing is compiled at import: RE2 and the
+rules load on the first call. docs/redaction.md describes the rules and their limits.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import cache
+from typing import Final
+
+from ._checks import _VALUE_CHECKS, _answer_spans
+from ._gitleaks import _gitleaks_spans, _ruleset
+from ._rules import SECRET_PATTERNS, SecretPattern, SecretSpan, keyword_index, rules_for
+
+__all__ = [
+    "REDACTED",
+    "SECRET_PATTERNS",
+    "SecretPattern",
+    "SecretSpan",
+    "redact_secrets",
+    "secret_spans",
+]
+
+REDACTED: Final = "[REDACTED]"
+
+
+@cache
+def _local_rules() -> tuple[
+    tuple[re.Pattern[str], ...], dict[str, tuple[int, ...]], tuple[int, ...]
+]:
+    """SECRET_PATTERNS compiled; keyword → indexes into it; the indexes that always run."""
+    compiled = tuple(re.compile(*rule.source) for rule in SECRET_PATTERNS)
+    for rule in SECRET_PATTERNS:
+        if rule.prefilter is not None:
+            re.compile(*rule.prefilter)  # cached by `re` for `_local_spans`
+    return compiled, *keyword_index([rule.keywords for rule in SECRET_PATTERNS])
+
+
+def _local_spans(text: str, present: set[str]) -> list[SecretSpan]:
+    compiled, by_keyword, always = _local_rules()
+    spans = []
+    for index in rules_for(by_keyword, always, present):
+        rule, pattern = SECRET_PATTERNS[index], compiled[index]
+        if rule.prefilter is not None and not re.compile(*rule.prefilter).search(text):
+            continue
+        name = rule.name
+        check = _VALUE_CHECKS.get(name)
+        helpers = set(pattern.groupindex.values())  # named groups are context, never the secret
+        for match in pattern.finditer(text):
+            group = 0
+            if pattern.groups > len(helpers):
+                group = next(
+                    g
+                    for g in range(1, pattern.groups + 1)
+                    if g not in helpers and match.start(g) >= 0
+                )
+            span = match.span(group) if check is None else check(match, group)
+            if span is not None and span[1] > span[0]:
+                spans.append(SecretSpan(span[0], span[1], name))
+    return spans
+
+
+def secret_spans(text: str, *, previous: str | None = None) -> list[SecretSpan]:
+    """Every secret found in `text` by either rule set, sorted, possibly overlapping.
+
+    `previous` is the message `text` replies to: when it asks for a password, a short reply's
+    password-like words are secrets too ("what's the root password?" → "hunter2x").
+    """
+    if not text:
+        return []
+    ruleset = _ruleset()
+    present = ruleset.keywords.present(text.lower())
+    spans = _local_spans(text, present) + _gitleaks_spans(ruleset, text, present)
+    if previous:
+        spans += _answer_spans(text, previous)
+    return sorted(spans)
+
+
+def _merge(spans: Sequence[SecretSpan]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end, _rule in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def redact_secrets(text: str, *, previous: str | None = None) -> str:
+    """`text` with every recognised secret replaced by `[REDACTED]` (see the module docstring);
+    `previous`, the message it replies to, as in `secret_spans`."""
+    spans = secret_spans(text, previous=previous)
+    if not spans:
+        return text
+    out = []
+    last = 0
+    for start, end in _merge(spans):
+        out.append(text[last:start])
+        out.append(REDACTED)
+        last = end
+    out.append(text[last:])
+    return "".join(out)

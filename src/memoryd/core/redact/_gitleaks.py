@@ -1,0 +1,224 @@
+"""gitleaks' default ruleset (`gitleaks.toml`, vendored verbatim) applied as gitleaks does.
+
+Its regexes are written for Go's RE2, so they run on RE2 (`google-re2`): gitleaks' semantics, and
+matching linear in the input. A rule runs only when one of its keywords occurs in the text; its
+capture group (if any) is the secret; its entropy floor and allowlists (global and its own)
+apply. Rules that only apply to file paths are skipped: a transcript has no path.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Final
+
+from ._checks import _entropy
+from ._rules import SECRET_PATTERNS, SecretSpan, keyword_index, rules_for
+
+
+def _trie_regex(words: Iterable[str]) -> str:
+    """An alternation matching the longest of `words` that starts at a position."""
+    trie: dict[str, Any] = {}
+    for word in words:
+        node = trie
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict[str, Any]) -> str:
+        ends = "" in node
+        branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        if ends:  # a shorter word ends here: the longer ones are tried first (greedy `?`)
+            body = "(?:" + body + ")?"
+        return body
+
+    return build(trie)
+
+
+def _re2() -> Any:
+    """Google's RE2 binding, imported on first use (it ships no type information)."""
+    import re2  # type: ignore[import-untyped]
+
+    return re2
+
+
+class _Keywords:
+    """Which of a fixed set of keywords occur in a lowercased text, found in one pass.
+
+    An RE2 set is one automaton over the text, however many keywords there are.
+    """
+
+    def __init__(self, words: Iterable[str]) -> None:
+        re2 = _re2()
+        self._vocabulary = sorted(set(words))
+        self._set = re2.Set.SearchSet()
+        for word in self._vocabulary:
+            self._set.Add(re.escape(word))
+        self._set.Compile()
+
+    def present(self, lowered: str) -> set[str]:
+        hits = self._set.Match(lowered)
+        return {self._vocabulary[i] for i in hits} if hits else set()
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    id: str
+    regex: Any  # a compiled re2 bytes pattern (google-re2 ships no type information)
+    groups: int
+    secret_group: int
+    entropy: float | None
+    # Allowlists, each folded into one re2 str pattern (or None): searched in the secret (the
+    # global allowlist included), the whole match, the secret's line; and lowercase stopwords,
+    # any of which in the secret clears it (global ones included).
+    allow_secret: Any
+    allow_match: Any
+    allow_line: Any
+    stopwords: re.Pattern[str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Ruleset:
+    rules: tuple[_Rule, ...]
+    by_keyword: dict[str, tuple[int, ...]]  # lowercased keyword → indexes into rules
+    always: tuple[int, ...]  # rules without keywords
+    keywords: _Keywords  # gitleaks' and the local rules' keywords together
+
+
+@cache
+def _ruleset() -> _Ruleset:
+    """Load and compile the vendored gitleaks ruleset (once, on first use)."""
+    # Imported here: loading the module must stay cheap (indexing imports it, CLI start pays).
+    import importlib.resources
+    import tomllib
+
+    re2 = _re2()
+
+    raw = importlib.resources.files(__package__).joinpath("gitleaks.toml").read_text("utf-8")
+    config = tomllib.loads(raw)
+    glob = config.get("allowlist", {})
+    glob_regexes: list[str] = list(glob.get("regexes", ()))
+    glob_stopwords: list[str] = [w.lower() for w in glob.get("stopwords", ())]
+
+    def any_of(patterns: list[str]) -> Any:
+        # RE2 scopes inline flags to their group, so `(?:a)|(?:b)` means what a and b meant.
+        return re2.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+
+    glob_secret = any_of(glob_regexes)
+    glob_stop = re.compile(_trie_regex(glob_stopwords)) if glob_stopwords else None
+    rules: list[_Rule] = []
+    keywords: list[set[str]] = []
+    for spec in config["rules"]:
+        if "regex" not in spec or "path" in spec:
+            continue
+        allow: dict[str, list[str]] = {"secret": [], "match": [], "line": []}
+        stopwords: list[str] = []
+        for allowlist in spec.get("allowlists", ()):
+            if allowlist.get("condition") == "AND" and "paths" in allowlist:
+                continue  # holds only together with a path, and a transcript has none
+            allow[allowlist.get("regexTarget", "secret")].extend(allowlist.get("regexes", ()))
+            stopwords.extend(w.lower() for w in allowlist.get("stopwords", ()))
+        regex = re2.compile(spec["regex"].encode("utf-8"))
+        rules.append(
+            _Rule(
+                id=spec["id"],
+                regex=regex,
+                groups=regex.groups,
+                secret_group=int(spec.get("secretGroup", 0)),
+                entropy=spec.get("entropy"),
+                allow_secret=any_of(glob_regexes + allow["secret"])
+                if allow["secret"]
+                else glob_secret,
+                allow_match=any_of(allow["match"]),
+                allow_line=any_of(allow["line"]),
+                stopwords=re.compile(_trie_regex(glob_stopwords + stopwords))
+                if stopwords
+                else glob_stop,
+            )
+        )
+        keywords.append({k.lower() for k in spec.get("keywords", ())})
+    by_keyword, always = keyword_index(keywords)
+    local_keywords = (k for p in SECRET_PATTERNS for k in p.keywords)
+    return _Ruleset(tuple(rules), by_keyword, always, _Keywords([*by_keyword, *local_keywords]))
+
+
+# gitleaks tests a line allowlist against the secret's whole line; here the line is clipped to
+# this many characters either side, so a megabyte-long line costs no more per finding.
+_LINE_WINDOW: Final = 1000
+
+
+def _line_around(text: str, start: int, end: int) -> str:
+    lo, hi = max(0, start - _LINE_WINDOW), min(len(text), end + _LINE_WINDOW)
+    line_start = text.rfind("\n", lo, start)
+    line_end = text.find("\n", end, hi)
+    return text[lo if line_start < 0 else line_start + 1 : hi if line_end < 0 else line_end]
+
+
+def _is_allowed(rule: _Rule, text: str, start: int, end: int, whole: str) -> bool:
+    """gitleaks' filters on the secret `text[start:end]` (of match `whole`): the entropy floor,
+    then the allowlists (global and the rule's own)."""
+    secret = text[start:end]
+    if rule.entropy is not None:
+        if _entropy(secret) <= rule.entropy:
+            return True
+        # gitleaks' own extra condition: a generic secret must contain a digit.
+        if rule.id.startswith("generic") and not any(c.isdigit() for c in secret):
+            return True
+    return (
+        (rule.allow_secret is not None and rule.allow_secret.search(secret) is not None)
+        or (rule.allow_match is not None and rule.allow_match.search(whole) is not None)
+        or (
+            rule.allow_line is not None
+            and rule.allow_line.search(_line_around(text, start, end)) is not None
+        )
+        or (rule.stopwords is not None and rule.stopwords.search(secret.lower()) is not None)
+    )
+
+
+class _CharOffsets:
+    """Byte offsets into UTF-8 `data` → offsets into `text`, for offsets that never decrease.
+
+    RE2 spans fall on character boundaries, and one rule's matches come in order, so a forward
+    sweep converts all of them in time linear in the text (ASCII text needs no conversion).
+    """
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._byte = 0
+        self._char = 0
+
+    def __call__(self, byte_offset: int) -> int:
+        if byte_offset < self._byte:  # not expected; stay correct anyway
+            self._byte = self._char = 0
+        self._char += len(self._data[self._byte : byte_offset].decode("utf-8"))
+        self._byte = byte_offset
+        return self._char
+
+
+def _gitleaks_spans(ruleset: _Ruleset, text: str, present: set[str]) -> list[SecretSpan]:
+    candidates = rules_for(ruleset.by_keyword, ruleset.always, present)
+    if not candidates:
+        return []
+    # One encoding for every rule (google-re2 re-encodes a str on each call).
+    data = text.encode("utf-8")
+    ascii_only = len(data) == len(text)
+    spans = []
+    for index in candidates:
+        rule = ruleset.rules[index]
+        offset = _CharOffsets(data) if not ascii_only else None
+        for match in rule.regex.finditer(data):
+            group = rule.secret_group
+            if group == 0 and rule.groups:
+                group = next((g for g in range(1, rule.groups + 1) if match.group(g)), 0)
+            if group > rule.groups or not match.group(group):
+                continue
+            bounds = (match.start(), match.start(group), match.end(group), match.end())
+            first, start, end, last = bounds if offset is None else map(offset, bounds)
+            if not _is_allowed(rule, text, start, end, text[first:last]):
+                spans.append(SecretSpan(start, end, rule.id))
+    return spans

@@ -1,0 +1,414 @@
+"""memoryd's private state: folders 0700 and files 0600 that only their owner can change.
+
+Below the state root every folder is reached by descriptor without following a link and must
+belong to this user and be writable by nobody else; files are written atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO, Final
+
+from .. import paths
+from ..errors import StateError, StateReadOnly
+from ._chain import (
+    _CLOEXEC,
+    _DIR_FLAGS,
+    _OPEN_ATTEMPTS,
+    _READ_FLAGS,
+    _close,
+    _components_below,
+    _fsync_fd,
+    _lstat_at,
+    _strerror,
+)
+
+PRIVATE_DIR_MODE: Final = 0o700
+PRIVATE_FILE_MODE: Final = 0o600
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a rename or a new file in folder `path` durable (best effort where unsupported)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    except OSError:
+        return
+    try:
+        _fsync_fd(fd)
+    finally:
+        _close(fd)
+
+
+def _state_error(path: Path | str, err: OSError) -> StateError:
+    if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return StateReadOnly(f"cannot write memoryd state at {path}: {_strerror(err)}")
+    return StateError(f"cannot use memoryd state at {path}: {_strerror(err)}")
+
+
+def _state_root() -> str:
+    return os.path.normpath(os.fspath(paths.state_dir()))
+
+
+def _unsafe_folder(shown: str, st: os.stat_result) -> StateError | None:
+    """Why a folder of the state tree cannot be trusted (another owner, writable by others)."""
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid != os.geteuid():
+        return StateError(
+            f"memoryd state folder {shown} belongs to uid {st.st_uid}, not to you "
+            f"(uid {os.geteuid()}): remove it or point MEMORYD_STATE_DIR at a folder of your own"
+        )
+    if mode & 0o022:
+        return StateError(
+            f"memoryd state folder {shown} is writable by other users (mode {mode:o}), so "
+            f"anyone could plant files in it: check what it holds, then run: chmod 700 {shown}"
+        )
+    return None
+
+
+def _trusted_folder(fd: int, shown: str) -> None:
+    """`fd` is a state folder only this user can change; read bits for others are taken off, an
+    untrusted folder is never changed."""
+    st = os.fstat(fd)
+    if not stat.S_ISDIR(st.st_mode):
+        raise StateError(f"{shown} should be memoryd's state folder but is not a folder")
+    problem = _unsafe_folder(shown, st)
+    if problem is not None:
+        raise problem
+    if stat.S_IMODE(st.st_mode) != PRIVATE_DIR_MODE:
+        os.fchmod(fd, PRIVATE_DIR_MODE)
+
+
+def _symlink_in_state(shown: str) -> StateError:
+    return StateError(
+        f"{shown} is a symlink; memoryd's state holds no links (something planted it): "
+        f"check it, remove it (rm {shown}) and run again"
+    )
+
+
+def _make_missing(folder: str) -> None:
+    """Create `folder` and its missing parents 0700, whatever the umask."""
+    missing: list[str] = []
+    probe = folder
+    while not os.path.lexists(probe) and probe != os.path.dirname(probe):
+        missing.append(probe)
+        probe = os.path.dirname(probe)
+    for new in reversed(missing):
+        try:
+            os.mkdir(new, PRIVATE_DIR_MODE)
+        except FileExistsError:
+            continue  # made concurrently; checked when it is opened
+        os.chmod(new, PRIVATE_DIR_MODE)  # the umask may have taken owner bits off
+
+
+def _state_child(parent: int, name: str, shown: str, *, create: bool) -> int:
+    """Folder `name` in state folder `parent`, opened without following a link, checked."""
+    for _ in range(_OPEN_ATTEMPTS):
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            if not create:
+                raise
+            try:
+                os.mkdir(name, PRIVATE_DIR_MODE, dir_fd=parent)
+                # the umask may have taken owner bits off; `parent` is ours alone, so the
+                # name is still the folder just made
+                os.chmod(name, PRIVATE_DIR_MODE, dir_fd=parent)
+            except FileExistsError:
+                pass  # made concurrently; opened and checked like any other
+            continue
+        except OSError as err:
+            if err.errno not in (errno.ENOTDIR, errno.ELOOP):
+                raise
+            try:
+                st = _lstat_at(parent, name)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                raise _symlink_in_state(shown) from None
+            raise StateError(
+                f"{shown} should be memoryd's state folder but is not a folder"
+            ) from None
+        try:
+            _trusted_folder(fd, shown)
+        except BaseException:
+            _close(fd)
+            raise
+        return fd
+    raise StateError(f"{shown} kept appearing and disappearing while being opened")
+
+
+@contextlib.contextmanager
+def _state_folder(path: str | os.PathLike[str], *, create: bool) -> Iterator[int]:
+    """A descriptor on the folder `path`, reached the state tree's way (see `private_dir`).
+
+    Raises FileNotFoundError when it (or a folder above it) is missing and `create` is false.
+    """
+    folder = os.path.normpath(os.path.abspath(os.fspath(path)))
+    root = _state_root()
+    below = _components_below(folder, root)
+    if below is None:
+        # a folder of the user's choosing (`store.path`): trusted as configured
+        if create:
+            _make_missing(folder)
+        fd = _open_configured_folder(folder)
+        try:
+            if create:
+                st = os.fstat(fd)
+                _make_private(Path(folder), st, PRIVATE_DIR_MODE, fd)
+            yield fd
+        finally:
+            _close(fd)
+        return
+    if create:
+        _make_missing(root)
+    # The root itself may be a link (people move state with one); nothing below it may be.
+    fd = _open_configured_folder(root)
+    try:
+        _trusted_folder(fd, root)
+        shown = root
+        for name in below:
+            shown = os.path.join(shown, name)
+            child = _state_child(fd, name, shown, create=create)
+            _close(fd)
+            fd = child
+        yield fd
+    finally:
+        _close(fd)
+
+
+def _open_configured_folder(folder: str) -> int:
+    """A folder named by configuration (the state root, a `store.path` folder), links followed."""
+    try:
+        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    except NotADirectoryError:
+        raise StateError(f"{folder} should be memoryd's state folder but is not a folder") from None
+
+
+def _split(path: str | os.PathLike[str]) -> tuple[str, str]:
+    full = os.path.normpath(os.path.abspath(os.fspath(path)))
+    return os.path.dirname(full), os.path.basename(full)
+
+
+def private_dir(path: str | os.PathLike[str]) -> Path:
+    """`path` as a folder only its owner can use, missing folders created 0700 whatever the umask.
+
+    Below the state root (`paths.state_dir()`) every folder must belong to this user and be
+    writable by nobody else, and no link is followed (the root itself may be one); otherwise
+    `StateError` names the folder and the fix, and nothing changes. A folder outside the root (a
+    `store.path` of the user's choosing) is trusted as configured. Raises `StateError`
+    (`StateReadOnly` for permissions or a read-only mount).
+    """
+    folder = Path(path)
+    try:
+        with _state_folder(folder, create=True):
+            pass
+    except OSError as err:
+        raise _state_error(folder, err) from None
+    return folder
+
+
+def check_state_tree(path: str | os.PathLike[str]) -> None:
+    """The folders from the state root down to `path` that exist pass `private_dir`'s checks,
+    nothing created: run at start, so an untrusted tree is refused before it is used."""
+    try:
+        with _state_folder(path, create=False):
+            pass
+    except FileNotFoundError:
+        pass  # not made yet: what exists was checked on the way down
+    except OSError as err:
+        raise _state_error(Path(path), err) from None
+
+
+def check_state_path(path: str | os.PathLike[str]) -> Path:
+    """`path` before something opens it by name (SQLite, qmd): its folders pass `private_dir`'s
+    checks (created when missing) and `path` is not a symlink. Raises `StateError`.
+    """
+    file = Path(path)
+    parent, name = _split(file)
+    try:
+        with _state_folder(parent, create=True) as fd:
+            try:
+                st = _lstat_at(fd, name)
+            except FileNotFoundError:
+                return file
+            if stat.S_ISLNK(st.st_mode):
+                raise _symlink_in_state(str(file))
+    except OSError as err:
+        raise _state_error(file, err) from None
+    return file
+
+
+def private_file(path: str | os.PathLike[str]) -> Path:
+    """`path` as a regular file only its owner can read: created empty 0600 when missing, an
+    existing one of ours set to 0600, a symlink refused. Raises `StateError`.
+    """
+    file = Path(path)
+    parent, name = _split(file)
+    flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | _CLOEXEC
+    try:
+        with _state_folder(parent, create=False) as dir_fd:
+            try:
+                fd = os.open(name, flags, PRIVATE_FILE_MODE, dir_fd=dir_fd)
+            except OSError as err:
+                if err.errno == errno.ELOOP:
+                    raise _symlink_in_state(str(file)) from None
+                raise
+            try:
+                _make_private(file, _regular(fd, file), PRIVATE_FILE_MODE, fd)
+            finally:
+                _close(fd)
+    except OSError as err:
+        raise _state_error(file, err) from None
+    return file
+
+
+def _regular(fd: int, file: Path) -> os.stat_result:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise StateError(f"{file} should be a memoryd state file but is not a regular file")
+    return st
+
+
+def _make_private(path: Path, st: os.stat_result, wanted: int, fd: int) -> None:
+    mode = stat.S_IMODE(st.st_mode)
+    if mode == wanted:
+        return
+    if st.st_uid != os.geteuid():
+        if mode & 0o077:
+            raise StateError(
+                f"{path} belongs to uid {st.st_uid} and is open to other users "
+                f"(mode {mode:o}); memoryd will not keep its state there"
+            )
+        return  # private already, just not ours to change
+    os.fchmod(fd, wanted)
+
+
+def open_private(path: str | os.PathLike[str]) -> BinaryIO:
+    """The state file `path` open for reading (binary), reached like `private_file`.
+
+    Raises `OSError` as `open` would (`ELOOP` for a link at `path`), and `StateError` when a
+    folder on the way cannot be trusted or `path` is not a regular file.
+    """
+    file = Path(path)
+    parent, name = _split(file)
+    with _state_folder(parent, create=False) as dir_fd:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    try:
+        _regular(fd, file)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        _close(fd)
+        raise
+
+
+def read_private(path: str | os.PathLike[str]) -> bytes | None:
+    """The bytes of the state file `path` (see `open_private`), or None when it or its folder
+    does not exist. A link is refused. Raises `StateError`/`StateReadOnly`.
+    """
+    try:
+        with open_private(path) as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise _symlink_in_state(str(path)) from None
+        raise _state_error(Path(path), err) from None
+
+
+def create_private_once(path: str | os.PathLike[str], data: bytes) -> bool:
+    """Write `data` to the state file `path` unless it exists: True when this call created it.
+    The file appears whole or not at all (a temp file linked into place). Raises `StateError`.
+    """
+    target = Path(path)
+    parent, name = _split(target)
+    tmp = _temp_name(name)
+    try:
+        with _state_folder(parent, create=False) as dir_fd:
+            _write_temp(dir_fd, tmp, data)
+            try:
+                os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+                created = True
+            except FileExistsError:
+                created = False
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dir_fd)
+            _fsync_fd(dir_fd)
+            return created
+    except OSError as err:
+        raise _state_error(target, err) from None
+
+
+def _temp_name(name: str) -> str:
+    return f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
+def _write_temp(dir_fd: int, name: str, data: bytes) -> None:
+    """A new 0600 file `name` in `dir_fd` holding `data`, fsynced (removed again on failure)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+    fd = os.open(name, flags, PRIVATE_FILE_MODE, dir_fd=dir_fd)
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)  # the umask may have taken owner bits off
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        _close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+        raise
+    _close(fd)
+
+
+#: Files SQLite puts next to a database; each is created with the database file's mode.
+SQLITE_SIDE_FILES: Final = ("-wal", "-shm", "-journal")
+
+
+def private_database(path: str | os.PathLike[str]) -> Path:
+    """An SQLite database path made private: its folder 0700, the file and any side files 0600.
+
+    Call it before any connection to it exists in this process: closing a descriptor on a
+    database SQLite has open drops every POSIX lock SQLite holds on it in this process.
+    """
+    db = Path(path)
+    private_dir(db.parent)
+    private_file(db)
+    for suffix in SQLITE_SIDE_FILES:
+        side = db.with_name(db.name + suffix)
+        if os.path.lexists(side):
+            private_file(side)
+    return db
+
+
+def write_private_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace `path` with `data` atomically: a 0600 temp file in its folder, fsynced and renamed
+    over it. The temp name does not end in `.md`, so no indexer picks up a half-written export;
+    a link planted on the way or at `path` is refused. Raises `StateError`/`StateReadOnly`.
+    """
+    target = Path(path)
+    parent, name = _split(target)
+    tmp = _temp_name(name)
+    try:
+        with _state_folder(parent, create=False) as dir_fd:
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISLNK(_lstat_at(dir_fd, name).st_mode):
+                    raise _symlink_in_state(str(target))
+            _write_temp(dir_fd, tmp, data)
+            try:
+                os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dir_fd)
+                raise
+            _fsync_fd(dir_fd)
+    except OSError as err:
+        raise _state_error(target, err) from None

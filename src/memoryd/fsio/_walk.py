@@ -1,0 +1,286 @@
+"""Discovery: every memory file under a root, found without following a link or opening a file."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import PurePosixPath
+from typing import Final
+
+from ..core.layout import MAX_DEPTH, SKIP_DIRS, MemoryRoot
+from ._chain import (
+    _DIR_FLAGS,
+    Reason,
+    _close,
+    _file_problem,
+    _folder_problem,
+    _has_venv_marker,
+    _Missing,
+    _open_root,
+    _Refused,
+    _strerror,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A memory file discovery saw (from `lstat`; `read_file` re-checks everything it opens)."""
+
+    rel: PurePosixPath
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    #: changes with the content and with the mode or owner (a file made readable again)
+    ctime_ns: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """Something under a root that would have been memory but was refused (`rel` "." = the root)."""
+
+    rel: PurePosixPath
+    reason: Reason
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Walk:
+    """What `walk` found under one root: the memory files and what it refused, both sorted.
+
+    Folders skipped by design (`SKIP_DIRS`, virtualenvs) and files the pattern does not select
+    are not reported as refused.
+    """
+
+    files: tuple[Found, ...]
+    skipped: tuple[Skipped, ...] = ()
+
+    def __iter__(self) -> Iterator[Found]:
+        return iter(self.files)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def counts(self) -> dict[Reason, int]:
+        """How many entries were refused, by reason."""
+        out: dict[Reason, int] = {}
+        for s in self.skipped:
+            out[s.reason] = out.get(s.reason, 0) + 1
+        return out
+
+
+_States = frozenset[int]
+
+
+def _closure(pats: tuple[str, ...], states: set[int]) -> _States:
+    # `**` matches zero segments too: a state on `**` also stands on the segment after it
+    todo = list(states)
+    while todo:
+        i = todo.pop()
+        if i < len(pats) and pats[i] == "**" and i + 1 not in states:
+            states.add(i + 1)
+            todo.append(i + 1)
+    return frozenset(states)
+
+
+def _advance(pats: tuple[str, ...], states: _States, name: str) -> _States:
+    """Pattern positions still possible after one more folder segment (a glob as an NFA)."""
+    nxt: set[int] = set()
+    for i in states:
+        if i >= len(pats):
+            continue
+        if pats[i] == "**":
+            nxt.add(i)
+        elif fnmatchcase(name, pats[i]):
+            nxt.add(i + 1)
+    return _closure(pats, nxt)
+
+
+def _may_hold_matches(pats: tuple[str, ...], states: _States) -> bool:
+    # only prunes folders no file below could match; `root.accepts` stays the rule for files
+    return any(i < len(pats) for i in states)
+
+
+@dataclass(slots=True)
+class _Frame:
+    fd: int
+    parts: tuple[str, ...]
+    pending: Iterator[tuple[str, _States]]
+
+
+_MOUNTINFO: Final = "/proc/self/mountinfo"
+_MOUNTED_HERE: Final = "something is mounted here (a bind mount or another file system)"
+_MOUNT_ESCAPE: Final = re.compile(rb"\\([0-7]{3})")
+
+
+def _mount_points_below(folder_fd: int) -> frozenset[str]:
+    """The mount points strictly below the folder `folder_fd` holds, relative to it: a bind mount
+    keeps its `st_dev`, so only the mount table (Linux) tells it apart.
+    """
+    try:
+        base = os.readlink(f"/proc/self/fd/{folder_fd}")
+        with open(_MOUNTINFO, "rb") as fh:
+            table = fh.read()
+    except OSError:
+        return frozenset()
+    prefix = base.rstrip("/") + "/"
+    found = set()
+    for line in table.splitlines():
+        fields = line.split(b" ")
+        if len(fields) < 5:
+            continue
+        # the mount point, with space, tab, newline and backslash written as octal escapes
+        point = os.fsdecode(_MOUNT_ESCAPE.sub(lambda m: bytes([int(m[1], 8)]), fields[4]))
+        if point.startswith(prefix):
+            found.add(point[len(prefix) :])
+    return frozenset(found)
+
+
+def walk(root: MemoryRoot, *, anchor: str | os.PathLike[str] | None = None) -> Walk:
+    """Every memory file under `root` that memoryd may serve, by the rules of this package.
+
+    Iterative and bounded by `MAX_DEPTH` (deeper folders are reported); never follows a symlink
+    below `anchor` and never opens a file, so FIFOs and devices cannot hang it. A missing root
+    gives an empty walk, a refused or unreadable one an empty walk that says why; it never raises
+    for a file-system problem.
+    """
+    here = PurePosixPath(".")
+    try:
+        root_fd = _open_root(root.path, anchor, create=False)
+    except _Missing:
+        return Walk(())
+    except _Refused as refusal:
+        return Walk((), (Skipped(here, refusal.reason, refusal.detail),))
+    except OSError as err:
+        return Walk((), (Skipped(here, "unreadable", _strerror(err)),))
+    walker = _Walker(root, tuple(p for p in root.pattern.split("/") if p))
+    try:
+        walker.run(root_fd)
+    except OSError as err:
+        walker.skip(here, "unreadable", _strerror(err))
+    found = sorted(walker.found, key=lambda f: f.rel.as_posix())
+    skipped = sorted(walker.skipped, key=lambda s: s.rel.as_posix())
+    return Walk(tuple(found), tuple(skipped))
+
+
+@dataclass(slots=True)
+class _Walker:
+    """One walk: the root, its glob as segments, its device and mount points, and the results."""
+
+    root: MemoryRoot
+    pats: tuple[str, ...]
+    root_dev: int = 0
+    mounts: frozenset[str] = frozenset()
+    found: list[Found] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+    def skip(self, rel: PurePosixPath, reason: Reason, detail: str) -> None:
+        self.skipped.append(Skipped(rel, reason, detail))
+
+    def run(self, root_fd: int) -> None:
+        """Depth-first below the open root `root_fd` (consumed: every descriptor is closed)."""
+        frames = [_Frame(root_fd, (), iter(()))]
+        try:
+            self.root_dev = os.fstat(root_fd).st_dev
+            self.mounts = _mount_points_below(root_fd)
+            frames[0].pending = iter(self.scan(frames[0], _closure(self.pats, {0})))
+            while frames:
+                top = frames[-1]
+                nxt = next(top.pending, None)
+                if nxt is None:
+                    frames.pop()
+                    _close(top.fd)
+                    continue
+                name, states = nxt
+                frame = self.open_folder(top, name)
+                if frame is not None:
+                    frames.append(frame)  # closed on a later turn, whatever happens next
+                    self.enter(frame, states)
+        finally:
+            for frame in frames:
+                _close(frame.fd)
+
+    def open_folder(self, top: _Frame, name: str) -> _Frame | None:
+        """The folder `name` in `top`, opened without following a link; None when refused."""
+        parts = (*top.parts, name)
+        rel = PurePosixPath(*parts)
+        if len(parts) > MAX_DEPTH:
+            self.skip(rel, "too_deep", f"deeper than {MAX_DEPTH} folders below the root")
+            return None
+        if rel.as_posix() in self.mounts:
+            self.skip(rel, "mount_point", _MOUNTED_HERE)
+            return None
+        try:
+            return _Frame(os.open(name, _DIR_FLAGS, dir_fd=top.fd), parts, iter(()))
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            problem = (
+                _folder_problem(top.fd, name)
+                if err.errno in (errno.ENOTDIR, errno.ELOOP)
+                else _Refused("unreadable", _strerror(err))
+            )
+            if isinstance(problem, _Refused):
+                self.skip(rel, problem.reason, problem.detail)
+            return None
+
+    def enter(self, frame: _Frame, states: _States) -> None:
+        """Give `frame` its folders to walk, unless it is another device or a virtualenv."""
+        rel = PurePosixPath(*frame.parts)
+        try:
+            if os.fstat(frame.fd).st_dev != self.root_dev:
+                self.skip(rel, "other_device", "another file system is mounted here")
+            elif not _has_venv_marker(frame.fd):
+                frame.pending = iter(self.scan(frame, states))
+        except OSError as err:
+            self.skip(rel, "unreadable", _strerror(err))
+
+    def scan(self, frame: _Frame, states: _States) -> list[tuple[str, _States]]:
+        """One folder: its memory files into `found`, its folders worth entering returned (sorted)."""
+        pats, root = self.pats, self.root
+        folders: list[tuple[str, _States]] = []
+        with os.scandir(frame.fd) as entries:
+            for entry in entries:
+                name = entry.name
+                parts = (*frame.parts, name)
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if name in SKIP_DIRS:
+                            continue
+                        inner = _advance(pats, states, name)
+                        if _may_hold_matches(pats, inner):
+                            folders.append((name, inner))
+                        continue
+                    rel = PurePosixPath(*parts)
+                    if entry.is_symlink():
+                        # report only links that stand where memory would be (a file or a folder)
+                        wanted = root.accepts(rel) or (
+                            name not in SKIP_DIRS
+                            and _may_hold_matches(pats, _advance(pats, states, name))
+                        )
+                        if wanted:
+                            self.skip(rel, "symlink", "is a symlink")
+                        continue
+                    if not root.accepts(rel):
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                except OSError as err:
+                    self.skip(PurePosixPath(*parts), "unreadable", _strerror(err))
+                    continue
+                problem = _file_problem(st, self.root_dev)
+                if problem is None and rel.as_posix() in self.mounts:
+                    problem = _Refused("mount_point", _MOUNTED_HERE)
+                if problem is not None:
+                    self.skip(rel, problem.reason, problem.detail)
+                    continue
+                self.found.append(
+                    Found(rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                )
+        folders.sort()
+        return folders
