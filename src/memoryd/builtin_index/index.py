@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 import time
 from array import array
 from collections import OrderedDict
@@ -28,19 +29,13 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, overload
 
-from .. import inline
-
-if TYPE_CHECKING:
-    import anyio
+if TYPE_CHECKING:  # numpy is imported where used: a keyword-only search never loads it
     import numpy as np
-    from anyio.abc import TaskGroup
 
     from ..core.status import BuiltinStatus
     from ..core.transcripts import SessionDeltaTracker, TranscriptChunk
-else:  # loaded on first use: a keyword-only search never imports numpy, an inline one anyio
-    from ..lazy import anyio
-    from ..lazy import numpy as np
 
+from ..background import Background
 from ..config import IndexSettings
 from ..core.chunking import ChunkingPlan, chunk_lines, chunking_plan, content_hash
 from ..core.engine import EngineAnswer, IndexCheck, ProgressFn, SearchRequest
@@ -58,7 +53,6 @@ from ..core.ranking import (
     select_snippet,
     uncovered_window,
 )
-from ..core.records import record
 from ..core.results import MAX_SNIPPET_CHARS, FileText, SearchResult
 from ..core.text import (
     Script,
@@ -69,7 +63,7 @@ from ..core.text import (
     text_terms,
     trigram_terms,
 )
-from ..embeddings.base import EmbeddingProvider, ProviderSelection
+from ..embeddings.base import DeadlineReached, EmbeddingProvider, ProviderSelection
 from ..embeddings.shipped import reference_key, shipped_file, shipped_vectors
 from ..errors import (
     BatchPending,
@@ -179,6 +173,8 @@ def _reference_background(
     Chinese chunk its eight reference cosines gave sd 0.021, so that note stood 3.7 sd out for an
     unrelated English question and outranked the note that answered it.
     """
+    import numpy as np
+
     out: dict[tuple[Script, Script], tuple[float, float]] = {}
     script_arr = np.array(scripts)
     for query_script, vectors in refs.items():
@@ -316,20 +312,6 @@ CONTINUE_BEST_HIT = 1
 FOLLOWING_CHUNKS = 2
 #: Hits ranked past maxResults, to take the place of results whose lines are already shown.
 SPARE_RESULTS = 4
-#: A hybrid search runs its keyword side while the provider embeds the query on another thread
-#: (`prefetch_query`), then merges both as if run one after the other (bench_builtin_index.py
-#: times it against the sequential order).
-OVERLAP_QUERY_EMBEDDING = True
-#: `search` starts the query's embedding first thing (see there).
-EARLY_PREFETCH = True
-#: While the query embeds, the keyword side's rows are read and the query terms each holds
-#: found too (not only its candidates): bench_builtin_index.py times it against the previous
-#: split.
-PREPARE_KEYWORD_ROWS_EARLY = True
-#: A one-off search of a SQLite index with sqlite-vec keeps the query's vector as the engine's
-#: float32 buffer and computes its cosines in SQL, so the process never imports numpy (~80 ms
-#: of a ~0.25 s cold hybrid search): see `MemoryIndex._lean`.
-LEAN_ONE_OFF_SEARCH = True
 #: Where the reference background (`_reference_background`) is kept between processes, with
 #: the fingerprint of what it was computed from (`_reference_fingerprint`).
 REFERENCE_META_KEY = "reference_background"
@@ -339,7 +321,7 @@ REFERENCE_META_KEY = "reference_background"
 SPECULATIVE_SNIPPETS = 8
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class _PathLookup:
     """The indexed paths (in store order) by lowercased file name and stem."""
 
@@ -350,7 +332,11 @@ class _PathLookup:
 
 
 class MemoryIndex:
-    """The built-in index of one (agent, workspace): a `MemoryEngine`."""
+    """The built-in index of one (agent, workspace): a `MemoryEngine`.
+
+    `one_off`: this process runs one command and exits; a search of a SQLite index then keeps
+    numpy out (`_lean`) and stores the reference background it computed for the next one.
+    """
 
     name: Final = "builtin"
 
@@ -360,6 +346,7 @@ class MemoryIndex:
         selection: ProviderSelection,
         *,
         path: Path | None = None,
+        one_off: bool = False,
     ) -> None:
         self.settings = settings
         self.cfg = settings
@@ -372,11 +359,12 @@ class MemoryIndex:
         vec = self.cfg.vector
         self._vector_enabled = vec.enabled
         self._extension_path = vec.extension_path
+        self.one_off = one_off
         self.dirty = True
-        self._sync_lock = inline.Lock()
+        self._sync_lock = threading.Lock()
         self._last_sync_at: float | None = None
         self.last_error: str | None = None
-        self._tg: TaskGroup | None = None
+        self._background: Background | None = None
         self._session_tracker: SessionDeltaTracker | None = None
         # seconds per embedded chunk, per provider, kept across syncs (sizes budgeted batches)
         self._embed_rates: dict[tuple[str, str, str], float] = {}
@@ -527,10 +515,10 @@ class MemoryIndex:
     def prefetch_query(self, query: str) -> None:
         """Let the provider start embedding `query` while the caller syncs and searches keywords.
 
-        A one-off search calls this first (`MemoryService.search`, before its sync): the local
-        model then loads and embeds on another core while numpy imports and the index opens;
-        `search` calls it too, before its keyword side. Nothing happens without a usable
-        provider or when the query's vector is cached; an unused prefetch is simply dropped.
+        The search path calls this first (`AgentBackend.search`): the local model then embeds
+        on another core while the index catches up and `search` runs its keyword side.
+        Nothing happens without a usable provider or when the query's vector is cached; an
+        unused prefetch is simply dropped.
         """
         query = query.strip()
         provider = self.provider
@@ -549,7 +537,7 @@ class MemoryIndex:
 
     # ------------------------------------------------------------------ sync
 
-    async def sync(
+    def sync(
         self,
         *,
         force: bool = False,
@@ -558,6 +546,7 @@ class MemoryIndex:
         progress: ProgressFn | None = None,
         allow_reindex: bool = True,
         sessions: bool = True,
+        lock_wait_s: float | None = None,
     ) -> SyncReport:
         """Bring the index up to date with the files; see the module docstring for the phases.
 
@@ -565,27 +554,34 @@ class MemoryIndex:
         waits at most `sync.searchWaitMs` for another process's write lock, and never raises
         for the state: a read-only, full or busy index is recorded in `last_error` and the
         search answers from what is committed. A damaged file found on the way is moved aside
-        and the index rebuilt from the Markdown files within this call.
+        and the index rebuilt from the Markdown files within this call. With `lock_wait_s`, a
+        sync of another thread is waited for that long at most (then nothing is done), and
+        the wait counts against `embed_budget_s`.
         """
         kw: dict[str, Any] = {
             "embed": embed,
-            "embed_budget_s": embed_budget_s,
             "progress": progress,
             "allow_reindex": allow_reindex,
             "sessions": sessions,
         }
-        async with self._sync_lock.held():
+        asked = time.monotonic()
+        if not self._sync_lock.acquire(timeout=-1 if lock_wait_s is None else lock_wait_s):
+            return SyncReport()  # the other sync's answer will do: searches read what it commits
+        try:
+            if embed_budget_s is not None:
+                embed_budget_s = max(0.0, embed_budget_s - (time.monotonic() - asked))
+            kw["embed_budget_s"] = embed_budget_s
             started = time.perf_counter()
             seen_recoveries = len(self.store.recovered)
             try:
                 try:
-                    report = await self._sync_locked(force=force, **kw)
+                    report = self._sync_locked(force=force, **kw)
                 except IndexCorrupt:
                     if len(self.store.recovered) == seen_recoveries:
                         raise
                     # the damaged file is aside and a fresh one in place: fill it now
                     self._bind_workspace(self.store)
-                    report = await self._sync_locked(force=False, **kw)
+                    report = self._sync_locked(force=False, **kw)
             except StateError as err:
                 self._note_sync_failure(err)
                 if not allow_reindex:
@@ -601,11 +597,13 @@ class MemoryIndex:
                     if self.store.read_only is None:
                         self.store.set_meta({LAST_SYNC_META_KEY: str(self._last_sync_at)})
             return report
+        finally:
+            self._sync_lock.release()
 
-    async def catch_up(self, budget_s: float) -> None:
+    def catch_up(self, budget_s: float) -> None:
         """What a search does first: sync, embedding pending chunks for at most `budget_s`.
 
-        While another task's sync holds the index (the background work of `serve`, MCP or an
+        While another thread's sync holds the index (the background work of `serve`, MCP or an
         open `MemoryService`), the search waits for it only when the chunks it is embedding
         could be done within FUTILE_BACKLOG_BUDGETS budgets; behind a long backlog it answers
         at once from what is embedded. Failures are the sync's (a `StateError` raises).
@@ -613,17 +611,9 @@ class MemoryIndex:
         vectors = self.provider is not None and self.store.vector.available
         if not self.dirty and not (vectors and self.store.pending_count()):
             return  # nothing changed, nothing waits: the search needs no write
-        if self._sync_lock.locked():
-            if not self._backlog_fits(budget_s):
-                return
-            started = time.monotonic()
-            with inline.move_on_after(budget_s) as scope:
-                async with self._sync_lock.held():
-                    pass
-            if scope.cancelled_caught:
-                return
-            budget_s = max(0.0, budget_s - (time.monotonic() - started))
-        await self.sync(embed_budget_s=budget_s)
+        if self._sync_lock.locked() and not self._backlog_fits(budget_s):
+            return
+        self.sync(embed_budget_s=budget_s, lock_wait_s=budget_s)
 
     def _backlog_fits(self, budget_s: float) -> bool:
         """Whether the pending chunks could be embedded within FUTILE_BACKLOG_BUDGETS budgets
@@ -633,7 +623,7 @@ class MemoryIndex:
         rate = self._embed_rates.get(self._provider_key(), ASSUMED_SECONDS_PER_CHUNK)
         return self.store.pending_count() * rate <= FUTILE_BACKLOG_BUDGETS * budget_s
 
-    async def _sync_locked(
+    def _sync_locked(
         self,
         *,
         force: bool,
@@ -645,37 +635,27 @@ class MemoryIndex:
     ) -> SyncReport:
         if force:
             # a rebuild replaces every page anyway; a structurally damaged file is kept aside
-            problem = await inline.run_sync(self.store.verify)
+            problem = self.store.verify()
             if problem is not None:
-                await inline.run_sync(self.store.recover, problem)
+                self.store.recover(problem)
                 self._bind_workspace(self.store)
         reason = "forced" if force else self.reindex_reason()
         if reason is not None and not allow_reindex:
             return SyncReport(reindex_reason=reason)
         if reason is not None:
-            report = await self._reindex(
+            report = self._reindex(
                 reason, embed=embed, embed_budget_s=embed_budget_s, progress=progress
             )
         else:
             report = SyncReport()
             wait_ms = None if allow_reindex else self.cfg.sync.search_wait_ms
             self.store.guard_signature = self.signature()
-            await inline.run_sync(
-                functools.partial(self._text_phase, wait_ms=wait_ms),
-                self.store,
-                report,
-                progress,
-            )
+            self._text_phase(self.store, report, progress, wait_ms=wait_ms)
             self.dirty = False
             if sessions:
-                await inline.run_sync(
-                    functools.partial(self._sessions_phase, wait_ms=wait_ms),
-                    self.store,
-                    report,
-                    False,
-                )
+                self._sessions_phase(self.store, report, False, wait_ms=wait_ms)
             if embed:
-                await self._vector_phase(self.store, report, embed_budget_s, progress)
+                self._vector_phase(self.store, report, embed_budget_s, progress)
         report.vectors_pending = self.store.counts()["pending_vectors"] if self.provider else 0
         if embed and (
             report.files_changed
@@ -683,7 +663,7 @@ class MemoryIndex:
             or report.vectors_embedded
             or report.vectors_from_cache
         ):
-            await self._store_reference(self.store)
+            self._store_reference(self.store)
         return report
 
     def _note_sync_failure(self, err: MemorydError) -> None:
@@ -702,7 +682,7 @@ class MemoryIndex:
             if self.store.read_only is None and "last_sync_error" in self.store.meta():
                 self.store.delete_meta("last_sync_error")
 
-    async def check(self) -> IndexCheck:
+    def check(self) -> IndexCheck:
         """Verify the index file (`PRAGMA quick_check`, the FTS5 integrity checks, chunk counts).
 
         A damaged file is moved aside (`<name>.corrupt-<time>`, never deleted) and the index
@@ -710,9 +690,9 @@ class MemoryIndex:
         `status --deep` calls this. Raises `IndexCorrupt` when a damaged index is read-only.
         """
         started = time.perf_counter()
-        async with self._sync_lock.held():
+        with self._sync_lock:
             store = self.store
-            problem = await inline.run_sync(functools.partial(store.verify, deep=True))
+            problem = store.verify(deep=True)
             if problem is None:
                 return IndexCheck(ok=True, seconds=time.perf_counter() - started)
             if store.read_only is not None:
@@ -720,9 +700,9 @@ class MemoryIndex:
                     f"index {self.path} is damaged ({problem}) and cannot be replaced: it is "
                     f"read-only ({store.read_only})"
                 )
-            rec, _ = await inline.run_sync(store.recover, problem)
+            rec, _ = store.recover(problem)
             self._bind_workspace(store)
-            await self._sync_locked(
+            self._sync_locked(
                 force=False,
                 embed=False,
                 embed_budget_s=None,
@@ -958,7 +938,7 @@ class MemoryIndex:
         for rel in gone:
             self._sessions().forget(rel)
 
-    async def _vector_phase(
+    def _vector_phase(
         self, store: Store, report: SyncReport, budget_s: float | None, progress: ProgressFn | None
     ) -> None:
         """Embed pending chunks in batches; with `budget_s`, stop before the deadline.
@@ -1008,25 +988,26 @@ class MemoryIndex:
             vectors: dict[int, np.ndarray] = {cid: cached[h] for cid, h, _ in batch if h in cached}
             report.vectors_from_cache += len(vectors)
             if todo:
-                # a first call that loads the model (~0.5 s for the local one) would make the
-                # rate look 5-10x slower and stop a search's budget after one chunk
+                # a first call that loads the model would make the rate look several times
+                # slower and stop a search's budget after one chunk
                 measures = self.provider.documents_ready
                 started = time.monotonic()
-                # a hard stop at the deadline too: the rate is an estimate, and the first
-                # chunk's cost is unknown (providers stop their work when cancelled)
-                limit = float("inf") if deadline is None else max(deadline - started, 0.0)
-                with inline.move_on_after(limit) as scope:
-                    try:
-                        matrix = await self.provider.embed_documents([t for _, _, t in todo])
-                    except BatchPending:
-                        # remote.batch.wait = false: the job keeps running; the next sync collects it
-                        return
-                    except Exception as err:
-                        await self._on_embed_failure(err)
-                        return
-                if scope.cancelled_caught:
-                    rates[key] = max(rates.get(key, 0.0), limit / len(todo))
+                try:
+                    # a hard stop at the deadline too: the rate is an estimate, and the first
+                    # chunk's cost is unknown
+                    matrix = self.provider.embed_documents(
+                        [t for _, _, t in todo], deadline=deadline
+                    )
+                except DeadlineReached:
+                    spent = max((deadline or started) - started, 0.0)
+                    rates[key] = max(rates.get(key, 0.0), spent / len(todo))
                     break
+                except BatchPending:
+                    # remote.batch.wait = false: the job keeps running; the next sync collects it
+                    return
+                except Exception as err:
+                    self._on_embed_failure(err)
+                    return
                 per_chunk = (time.monotonic() - started) / len(todo)
                 prev = rates.get(key)
                 # the slower of the last batch and the running mean: the budget must not be
@@ -1048,7 +1029,7 @@ class MemoryIndex:
             if progress:
                 progress("vectors", done, total)
 
-    async def _on_embed_failure(self, err: Exception) -> None:
+    def _on_embed_failure(self, err: Exception) -> None:
         """Fallback provider, else unavailable (explicit) or keyword-only (auto). Never silent."""
         assert self.provider is not None
         failed = f"{self.provider.id} embedding failed: {err}"
@@ -1069,7 +1050,7 @@ class MemoryIndex:
         self.fallback_reason = reason
         self.fallback_since = time.time()
 
-    async def _reindex(
+    def _reindex(
         self, reason: str, *, embed: bool, embed_budget_s: float | None, progress: ProgressFn | None
     ) -> SyncReport:
         """Build a fresh index in a scratch file and publish it into the live one.
@@ -1082,7 +1063,7 @@ class MemoryIndex:
         log.info("reindexing %s: %s", self.path, reason)
         report = SyncReport(reindexed=True, reindex_reason=reason)
         signature = self.signature()
-        scratch = await inline.run_sync(self._open_scratch)
+        scratch = self._open_scratch()
         try:
             scratch.guard_signature = signature
             scratch.set_meta(
@@ -1092,11 +1073,11 @@ class MemoryIndex:
                     "agentId": self.settings.agent_id,
                 }
             )
-            await inline.run_sync(self._text_phase, scratch, report, progress)
-            await inline.run_sync(self._sessions_phase, scratch, report, True)
+            self._text_phase(scratch, report, progress)
+            self._sessions_phase(scratch, report, True)
             if embed:
-                await self._vector_phase(scratch, report, embed_budget_s, progress)
-            await inline.run_sync(self._publish, scratch)
+                self._vector_phase(scratch, report, embed_budget_s, progress)
+            self._publish(scratch)
         finally:
             scratch.discard()
         self.store.guard_signature = signature
@@ -1186,6 +1167,8 @@ class MemoryIndex:
         self, request: SearchRequest, query: str, now: datetime | None, mode: str | None
     ) -> EngineAnswer:
         """`search` once the index is synced: both sides, the merge, ranking and snippets."""
+        import numpy as np
+
         max_results, min_score = request.max_results, request.min_score
         params = self._rank_params(max_results, min_score)
         k = params.max_results * self.cfg.query.hybrid.candidate_multiplier
@@ -1502,6 +1485,8 @@ class MemoryIndex:
         cosine comparable (e5 scores unrelated text 0.72–0.82 depending on the languages, other
         models near 0). Everything but the query's own cosines is cached per index version.
         """
+        import numpy as np
+
         cache, term_chunks = self._term_chunks(store, query)
         if qvec is None:
             return CorpusStats(cache.chunks, term_chunks)
@@ -1623,6 +1608,8 @@ class MemoryIndex:
         local model they ship with memoryd (`embeddings.shipped`), so a new index embeds none. A
         provider that cannot embed them leaves the query's own background as the reference.
         """
+        import numpy as np
+
         assert self.provider is not None
         key = self._provider_key()
         held = self._reference_vectors
@@ -1677,6 +1664,8 @@ class MemoryIndex:
     ) -> tuple[list[int], np.ndarray, list[Script], list[tuple[int, str]] | None]:
         """Up to BACKGROUND_SAMPLE stored vectors spread evenly over chunk ids: ids, vectors,
         scripts, and (SQLite) the chunks' (id, content hash) read in the same snapshot."""
+        import numpy as np
+
         keys: list[tuple[int, str]] | None = None
         if isinstance(store, SqliteStore):
             keyed = store.vector_sample_keyed(BACKGROUND_SAMPLE)
@@ -1936,6 +1925,8 @@ class _Background(Sequence[tuple[int, Script, float]]):
 
     @property
     def _sims(self) -> np.ndarray:
+        import numpy as np
+
         if self._cosines is None:
             self._cosines = self._sample @ self._query.astype(np.float32)
         return self._cosines
