@@ -38,7 +38,6 @@ import os
 import secrets
 import sqlite3
 import stat
-import sys
 import threading
 import time
 import urllib.parse
@@ -113,7 +112,7 @@ class VectorEngine:
     binding: str = "sqlite3"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Recovery:
     """A damaged index file moved aside (`moved_to` is None when another process already had)."""
 
@@ -369,7 +368,7 @@ def _blob(vec: np.ndarray) -> bytes:
     return np.asarray(vec, dtype=np.float32).tobytes()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ChunkRow:
     id: int
     path: str
