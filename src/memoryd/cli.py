@@ -809,8 +809,7 @@ def _cmd_context(args: argparse.Namespace) -> int:
 
 def _cmd_append(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
-    # argparse holds `--target` to the contract's choices and `append_memory` checks the text
-    # (empty, NUL, 64 KiB) with the contract's messages: no tool-input model (pydantic, ~0.2 s)
+    # argparse and `append_memory` check what the tool-input model would, without loading it
     with _service(args) as svc:
         out = svc.append(args.target, text, agent_id=args.agent)
     if out.get("disabled"):
@@ -1020,9 +1019,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # pydantic looks for plugins (observability hooks) by scanning every installed package's
-    # entry points the first time a model validates: ~40 ms of every command, for plugins the
-    # memoryd command never uses. A caller who sets the variable keeps their choice.
+    # pydantic otherwise scans every installed package for plugins memoryd never uses; a
+    # caller who sets the variable keeps their choice
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     parser = _parser()
     args = parser.parse_args(argv)

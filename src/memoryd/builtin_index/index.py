@@ -111,7 +111,7 @@ def _count_newlines(path: Path) -> int:
 
 
 def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[TranscriptChunk]:
-    # loaded here: a memory-only index never parses a transcript (its regexes cost ~15 ms)
+    # loaded here: a memory-only index never parses a transcript
     from ..core.transcripts import chunk_transcript, parse_transcript_text
 
     with open_private(path) as fh:
@@ -128,8 +128,7 @@ FIRST_SHOWN_BATCH = 2
 #: A search's embedding budget is spent only on a backlog it can make a real dent in: when the
 #: pending chunks would take more than this many budgets (at the measured rate, else at
 #: ASSUMED_SECONDS_PER_CHUNK), the search embeds none of them and answers at once by keywords;
-#: its note says `memoryd index` or `serve` finishes them. A first search on a large workspace
-#: used to spend its whole budget (model load included) embedding a few chunks of hundreds.
+#: its note says `memoryd index` or `serve` finishes them.
 FUTILE_BACKLOG_BUDGETS = 4
 #: The rate assumed before any chunk was embedded in this process (a local model on 2 cores
 #: does 400-token chunks at 0.1–0.3 s; remote APIs faster per chunk).
@@ -314,9 +313,8 @@ SPARE_RESULTS = 4
 #: Where the reference background (`_reference_background`) is kept between processes, with
 #: the fingerprint of what it was computed from (`_reference_fingerprint`).
 REFERENCE_META_KEY = "reference_background"
-#: If the query is still embedding after that, the best keyword hits' snippets are chosen
-#: while it does (at most this many, checking between each): a result among them needs no
-#: snippet work once the vector is in. 0 turns it off (bench_builtin_index.py compares).
+#: While the query still embeds, the best keyword hits' snippets are chosen (at most this
+#: many, checking between each): a result among them needs no snippet work once it is in.
 SPECULATIVE_SNIPPETS = 8
 
 
@@ -1398,12 +1396,8 @@ class MemoryIndex:
         rows: dict[int, tuple[ChunkRow, frozenset[str]]],
     ) -> dict[int, tuple[str, int, int]]:
         """The best keyword hits' snippets, chosen while the query still embeds on another
-        thread: time the search would otherwise spend waiting for the vector. Stops once the
-        vector is in (checked between snippets, ~0.06 ms each). The prefetch thread needs the
-        GIL to hand the vector over, which this holds between checks, so the vector may wait
-        for the last snippets: at most SPECULATIVE_SNIPPETS of them (~0.5 ms; letting go of
-        the GIL between them measured no better, docs/performance.md round 11). What it did
-        not reach is chosen after ranking, as before."""
+        thread (time the search would otherwise spend waiting), until the vector is in or
+        SPECULATIVE_SNIPPETS are done; the rest are chosen after ranking."""
         out: dict[int, tuple[str, int, int]] = {}
         provider = self.provider
         if provider is None or SPECULATIVE_SNIPPETS <= 0:
@@ -1945,9 +1939,8 @@ class _Background(Sequence[tuple[int, Script, float]]):
     """`CorpusStats.background` as the sample's arrays, its cosines computed and made into
     tuples only if read.
 
-    Ranking reads it for few queries (a chunk in another script that no keyword matched):
-    building 1,024 tuples for every search cost ~0.3 ms of it, and the product itself (1.5 MB,
-    cold after the KNN) ~0.1 ms.
+    Ranking reads it for few queries (a chunk in another script that no keyword matched), so
+    most searches never pay for the product or the tuples.
     """
 
     def __init__(
