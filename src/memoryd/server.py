@@ -9,11 +9,8 @@ bytes), the `--workspace`/`$MEMORYD_WORKSPACE` value, the current directory and 
 and `serve` answers only when resolving that identity with its own config gives an agent and
 workspace it serves; otherwise it answers `not_served` and the CLI runs the call in-process.
 Every request is handled on its own: a bad one gets an error line, never stops the listener.
-
-The idle timeout and the connection cap are keyword arguments of `serve()`; a process started
-as `memoryd serve` takes them from `MEMORYD_SERVE_LIMITS` (`idle=SECONDS,connections=N`, read
-in `limits_from_env` only). That variable is for tests that must see the limits act in about a
-second; it is deliberately not a config key or a documented option.
+The idle timeout and connection cap come from `serve()`'s arguments, or (for tests only, not a
+documented option) `MEMORYD_SERVE_LIMITS`.
 """
 
 from __future__ import annotations

@@ -114,17 +114,11 @@ def _limit_blas_threads() -> None:
 class QueryPriority:
     """Searches first: document embedding pauses while a search runs, and briefly after.
 
-    A search is one query embedding with keyword work beside it, then KNN and ranking, much of
-    it Python; with every core embedding documents in the background (`memoryd serve`), that
-    search would share the cores and queue for the GIL behind the workers
-    (bench/bench_builtin_index.py measures it). A search holds this from its keyword side to its
-    last snippet (`EmbeddingProvider.search_priority`), a query embedding too; document workers
-    call `wait()` before each text and sleep while either is in flight or ended less than
-    `QUIET_AFTER_QUERY_S` (or twice its own time) ago. Searches are rare next to embedding
-    work, so throughput barely changes; a stream of back-to-back searches would hold embedding
-    back until it pauses. A pause never lasts more than `max_pause_s` (nor does a quiet
-    window): a long or stuck search, or one that itself waits on document embedding, cannot
-    stall indexing for good. `clock` is the time source (tests pass their own).
+    A search (much of it Python) would otherwise queue for the GIL and the cores behind the
+    document workers of `memoryd serve`. A search or query embedding holds this; document
+    workers call `wait()` before each text and sleep while one is in flight or ended less than
+    `QUIET_AFTER_QUERY_S` ago, never more than `max_pause_s`, so a stuck search cannot stall
+    indexing. `clock` is the time source (tests pass their own).
     """
 
     def __init__(
