@@ -125,6 +125,8 @@ def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[Transcript
 EMBED_BATCH = 16
 #: The first batch when progress is shown: small, so the rate and ETA appear within seconds.
 FIRST_SHOWN_BATCH = 2
+#: The share of the time left that a batch under a deadline is sized to take.
+BUDGET_FILL = 0.7
 #: A search's embedding budget is spent only on a backlog it can make a real dent in: when the
 #: pending chunks would take more than this many budgets (at the measured rate, else at
 #: ASSUMED_SECONDS_PER_CHUNK), the search embeds none of them and answers at once by keywords;
@@ -760,7 +762,6 @@ class MemoryIndex:
             was_left_out = _left_out_from_meta(meta)
             left_out: dict[str, LeftOut] = {}
             seen: set[str] = set()
-            plan = self.chunking
             for i, mf in enumerate(files, 1):
                 prev = known.get(mf.rel_path)
                 if prev is not None and prev[1] == mf.mtime_ns / 1e9 and prev[2] == mf.size:
@@ -778,35 +779,11 @@ class MemoryIndex:
                 if got is None:  # removed since discovery
                     continue
                 seen.add(mf.rel_path)
-                try:
-                    text = got.data.decode("utf-8")
-                    undecodable.discard(mf.rel_path)
-                except UnicodeDecodeError:
-                    text = got.data.decode("utf-8", errors="replace")
-                    undecodable.add(mf.rel_path)
-                mtime = got.mtime_ns / 1e9
-                file_hash = content_hash(text)
-                if prev is not None and prev[0] == file_hash:
-                    store.touch_file(mf.rel_path, mtime, got.size)
+                written = self._write_file(store, mf, got, prev, undecodable)
+                if written is None:
                     continue
-                size = plan.for_file(mf.rel_path)
-                chunks = chunk_lines(text, tokens=size.tokens, overlap=size.overlap)
-                if self.settings.redact_notes:
-                    # imported here: a search that redacts nothing never loads the rules
-                    from ..core.redact import redact_secrets
-
-                    chunks = [dataclasses.replace(c, text=redact_secrets(c.text)) for c in chunks]
-                store.replace_file(
-                    mf.rel_path,
-                    str(mf.abs_path),
-                    mf.source,
-                    file_hash,
-                    mtime,
-                    got.size,
-                    [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
-                )
                 report.files_changed += 1
-                report.chunks_written += len(chunks)
+                report.chunks_written += written
                 if progress:
                     progress("files", i, len(files))
             undecodable &= seen
@@ -823,6 +800,44 @@ class MemoryIndex:
                 if known[gone][3] == "memory":
                     store.remove_file(gone)
                     report.files_removed += 1
+
+    def _write_file(
+        self,
+        store: Store,
+        mf: MemoryFile,
+        got: FileRead,
+        prev: tuple[Any, ...] | None,
+        undecodable: set[str],
+    ) -> int | None:
+        """Store a read file's chunks (how many); None when its text is unchanged."""
+        try:
+            text = got.data.decode("utf-8")
+            undecodable.discard(mf.rel_path)
+        except UnicodeDecodeError:
+            text = got.data.decode("utf-8", errors="replace")
+            undecodable.add(mf.rel_path)
+        mtime = got.mtime_ns / 1e9
+        file_hash = content_hash(text)
+        if prev is not None and prev[0] == file_hash:
+            store.touch_file(mf.rel_path, mtime, got.size)
+            return None
+        size = self.chunking.for_file(mf.rel_path)
+        chunks = chunk_lines(text, tokens=size.tokens, overlap=size.overlap)
+        if self.settings.redact_notes:
+            # imported here: a search that redacts nothing never loads the rules
+            from ..core.redact import redact_secrets
+
+            chunks = [dataclasses.replace(c, text=redact_secrets(c.text)) for c in chunks]
+        store.replace_file(
+            mf.rel_path,
+            str(mf.abs_path),
+            mf.source,
+            file_hash,
+            mtime,
+            got.size,
+            [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
+        )
+        return len(chunks)
 
     def _read_for_index(self, mf: MemoryFile) -> tuple[FileRead | None, LeftOut | None]:
         """The file's bytes to index, or why it is left out (None, None: it vanished)."""
@@ -950,13 +965,9 @@ class MemoryIndex:
     def _vector_phase(
         self, store: Store, report: SyncReport, budget_s: float | None, progress: ProgressFn | None
     ) -> None:
-        """Embed pending chunks in batches; with `budget_s`, stop before the deadline.
-
-        The deadline holds *within* a batch too: under a budget a batch only takes as many
-        chunks as the measured embedding rate says fit in the time left (the first batch is
-        one chunk, to measure it), so a search pays at most `searchWaitMs`, not a whole batch.
-        A backlog beyond FUTILE_BACKLOG_BUDGETS budgets is not started at all.
-        """
+        """Embed pending chunks in batches; with `budget_s`, stop before the deadline, which
+        holds within a batch too (`_batch_size`), so a search pays at most `searchWaitMs`. A
+        backlog beyond FUTILE_BACKLOG_BUDGETS budgets is not started at all."""
         if self.provider is None or not store.vector.available:
             return
         deadline = None if budget_s is None else time.monotonic() + budget_s
@@ -967,7 +978,6 @@ class MemoryIndex:
         use_cache = self.cfg.cache.enabled
         skip: set[int] = set()
         rates = self._embed_rates
-        fill = 0.7  # share of the time left a budgeted batch is sized to take
         if budget_s is not None:
             per_chunk = rates.get(key, ASSUMED_SECONDS_PER_CHUNK)
             if total * per_chunk > FUTILE_BACKLOG_BUDGETS * budget_s:
@@ -976,17 +986,9 @@ class MemoryIndex:
             progress("vectors", 0, total)
         stopping = self._background.stopping if self._background is not None else None
         while not (stopping is not None and stopping.is_set()):  # closing: the rest can wait
-            # shown progress gets a rate (and an ETA) from a first small batch, not after 16
-            size = EMBED_BATCH if done or not progress else FIRST_SHOWN_BATCH
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                rate = rates.get(key)
-                if rate is None:
-                    size = 1 if left > 0 else 0
-                else:
-                    size = min(EMBED_BATCH, int(left * fill / rate))
-                if size <= 0:
-                    break
+            size = self._batch_size(deadline, key, first=bool(progress) and not done)
+            if size <= 0:
+                break
             batch = [row for row in store.pending_chunks(size + len(skip)) if row[0] not in skip][
                 :size
             ]
@@ -1038,6 +1040,19 @@ class MemoryIndex:
             done += len(batch)
             if progress:
                 progress("vectors", done, total)
+
+    def _batch_size(self, deadline: float | None, key: tuple[str, str, str], first: bool) -> int:
+        """The next batch's size: a small first one when progress is shown (its rate and ETA
+        appear soon); under a deadline what the measured rate says fits in BUDGET_FILL of the
+        time left, and one chunk (to measure it) before any rate is known."""
+        size = FIRST_SHOWN_BATCH if first else EMBED_BATCH
+        if deadline is None:
+            return size
+        left = deadline - time.monotonic()
+        rate = self._embed_rates.get(key)
+        if rate is None:
+            return 1 if left > 0 else 0
+        return min(EMBED_BATCH, int(left * BUDGET_FILL / rate))
 
     def _on_embed_failure(self, err: Exception) -> None:
         """Fallback provider, else unavailable (explicit) or keyword-only (auto). Never silent."""

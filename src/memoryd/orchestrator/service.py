@@ -408,17 +408,9 @@ class MemoryService:
         b = self.backend(agent_id)
         agent = b.agent
         if b.qmd is not None:
-            if deep:
-                if b.active == "builtin":
-                    b.probe()
-                else:
-                    b.search(SearchRequest("memoryd status probe", max_results=1))
-            q = b.qmd.status()
-            if q.version is None and q.version_error is None and b.health.qmd.version is None:
-                with b.qmd.bounded(time.monotonic() + 5):
-                    b.qmd.probe()
+            self._probe_qmd(b, deep)
         health = b.health_snapshot()
-        # one reading of the failover state: a probe may finish during the awaits below, and the
+        # one reading of the failover state: a probe may finish during the calls below, and the
         # answer must not pair its outcome (backend) with the state before it (recovery)
         st = b.failover.state if b.qmd is not None else None
         backend = b.active
@@ -481,6 +473,21 @@ class MemoryService:
             check=check.to_dict() if check is not None else None,
         )
         return model.with_issues()
+
+    @staticmethod
+    def _probe_qmd(b: AgentBackend, deep: bool) -> None:
+        """`deep`: probe qmd for real (a search when it serves), recording the outcome; a qmd
+        never validated is asked its version, within 5 s."""
+        assert b.qmd is not None
+        if deep:
+            if b.active == "builtin":
+                b.probe()
+            else:
+                b.search(SearchRequest("memoryd status probe", max_results=1))
+        q = b.qmd.status()
+        if q.version is None and q.version_error is None and b.health.qmd.version is None:
+            with b.qmd.bounded(time.monotonic() + 5):
+                b.qmd.probe()
 
     @staticmethod
     def _qmd_freshness(b: AgentBackend, health: Any) -> FreshnessInfo:

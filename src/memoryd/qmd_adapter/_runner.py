@@ -103,20 +103,7 @@ def run_qmd(
     argv = [exe, *args]
     label = f"qmd {args[0]}" if args else "qmd"
     started = time.monotonic()
-    try:
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=dict(env),
-            start_new_session=True,
-            # qmd writes its index and config into the agent's private state: keep them 0600
-            umask=0o077,
-        )
-    except OSError as err:
-        raise QmdUnavailable(f"cannot start qmd ({exe}): {err.strerror or err}") from None
+    process = _spawn(exe, argv, env, cwd)
     if running is not None:
         running.add(process)
     assert process.stdout is not None and process.stderr is not None
@@ -160,6 +147,24 @@ def run_qmd(
             stderr=output.stderr,
         )
     return output
+
+
+def _spawn(exe: str, argv: list[str], env: Mapping[str, str], cwd: str) -> subprocess.Popen[bytes]:
+    """qmd started in a session of its own (so its whole group can be killed)."""
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+            # qmd writes its index and config into the agent's private state: keep them 0600
+            umask=0o077,
+        )
+    except OSError as err:
+        raise QmdUnavailable(f"cannot start qmd ({exe}): {err.strerror or err}") from None
 
 
 class _Readers:
