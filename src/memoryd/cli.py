@@ -627,6 +627,27 @@ def _print_status(st: dict[str, Any]) -> None:
     ]
     b = st.get("builtin")
     if b:
+        rows += _builtin_rows(b)
+    q = st.get("qmd")
+    if q:
+        rows += _qmd_rows(st, q)
+    check = st.get("check")
+    if check is not None:
+        rows.append(("index check", _check_line(check)))
+    if st.get("servedBy"):
+        rows.append(("answered by", st["servedBy"]))
+    for key, value in rows:
+        # values are data (paths, reasons): never rich markup, never terminal controls
+        table.add_row(f"[bold]{key}[/bold]", escape(visible_controls(str(value))))
+    console = Console()
+    console.print(table)
+    for issue in st.get("issues", []):
+        console.print(f"[yellow]issue:[/yellow] {escape(visible_controls(issue))}")
+
+
+def _builtin_rows(b: dict[str, Any]) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    if b:
         rows.append(
             (
                 "indexed",
@@ -667,7 +688,11 @@ def _print_status(st: dict[str, Any]) -> None:
         rows.append(
             ("embedding cache", f"{b['cache']['entries']:,} of {b['cache']['maxEntries']:,}")
         )
-    q = st.get("qmd")
+    return rows
+
+
+def _qmd_rows(st: dict[str, Any], q: dict[str, Any]) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
     if q:
         rows.append(
             (
@@ -690,18 +715,7 @@ def _print_status(st: dict[str, Any]) -> None:
                 rows.append(("last probe", rec["lastProbeError"]))
         if st.get("healthUpdatedAt"):
             rows.append(("health recorded", _when(st["healthUpdatedAt"])))
-    check = st.get("check")
-    if check is not None:
-        rows.append(("index check", _check_line(check)))
-    if st.get("servedBy"):
-        rows.append(("answered by", st["servedBy"]))
-    for key, value in rows:
-        # values are data (paths, reasons): never rich markup, never terminal controls
-        table.add_row(f"[bold]{key}[/bold]", escape(visible_controls(str(value))))
-    console = Console()
-    console.print(table)
-    for issue in st.get("issues", []):
-        console.print(f"[yellow]issue:[/yellow] {escape(visible_controls(issue))}")
+    return rows
 
 
 def _check_line(check: dict[str, Any]) -> str:

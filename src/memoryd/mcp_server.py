@@ -657,6 +657,81 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _check_http_bind(
+    host: str, allow_remote: bool, tls_cert: str | None, tls_key: str | None
+) -> None:
+    """Refuse, before anything listens, a bind that would expose memory (see `serve_http`)."""
+    if not allow_remote and not is_loopback_hostname(host):
+        raise InvalidInput(
+            f"refusing to serve MCP on non-loopback address {host!r}: anyone who can reach it "
+            "could read this agent's memory; pass --allow-remote to do it anyway"
+        )
+    if bool(tls_cert) != bool(tls_key):
+        raise InvalidInput("--tls-cert and --tls-key go together: pass both or neither")
+    if allow_remote and not tls_cert:
+        raise InvalidInput(
+            "--allow-remote needs TLS (--tls-cert FILE --tls-key FILE): without it the bearer "
+            "token and every memory would cross the network in clear text"
+        )
+    for label, file in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+        if file and not os.path.isfile(file):
+            raise ConfigError(f"{label} {file}: no such file")
+
+
+def _say_listening(url: str, token_path: Path, guard: OriginGuard, host: str) -> None:
+    print(f"memoryd mcp: listening on {url}", file=sys.stderr, flush=True)
+    print(
+        "memoryd mcp: clients must send 'Authorization: Bearer <token>'; the token is in "
+        f"{token_path} (memoryd mcp --print-token prints it)",
+        file=sys.stderr,
+        flush=True,
+    )
+    if guard.disabled:
+        print(
+            "memoryd mcp: warning: --allow-origin '*' turns DNS-rebinding protection off",
+            file=sys.stderr,
+        )
+    elif not guard.enforce_host:
+        print(
+            f"memoryd mcp: warning: bound to {host} with no --allow-host: Host validation is "
+            "off and memory is readable by anyone who can reach this port",
+            file=sys.stderr,
+        )
+
+
+def _uvicorn(app: Any, tls_cert: str | None, tls_key: str | None, sock: socket.socket) -> Any:
+    """uvicorn for `app`, its TLS files read now: a bad one is one line, not a trace."""
+    import uvicorn
+
+    class _QuietUvicorn(uvicorn.Server):
+        """uvicorn without its own signal handlers: `_on_signal` owns SIGTERM/SIGINT."""
+
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    config = uvicorn.Config(
+        app,
+        ssl_certfile=tls_cert,
+        ssl_keyfile=tls_key,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        # open SSE streams would otherwise hold shutdown; the 1 s SIGTERM budget comes first
+        # (typed int, but uvicorn only hands it to asyncio.wait_for, which takes a float)
+        timeout_graceful_shutdown=cast(int, 0.3),
+    )
+    try:
+        config.load()
+    except (OSError, ValueError) as err:
+        sock.close()
+        raise ConfigError(
+            f"cannot use --tls-cert {tls_cert} with --tls-key {tls_key} (PEM files that belong "
+            f"together?): {err}"
+        ) from None
+    return _QuietUvicorn(config)
+
+
 async def serve_http(
     service: MemoryService | Callable[[], MemoryService],
     *,
@@ -679,27 +754,12 @@ async def serve_http(
     files cannot be used or the address cannot be bound; `StateError` when the token cannot be
     made or read.
     """
-    import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
     from starlette.requests import Request
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    if not allow_remote and not is_loopback_hostname(host):
-        raise InvalidInput(
-            f"refusing to serve MCP on non-loopback address {host!r}: anyone who can reach it "
-            "could read this agent's memory; pass --allow-remote to do it anyway"
-        )
-    if bool(tls_cert) != bool(tls_key):
-        raise InvalidInput("--tls-cert and --tls-key go together: pass both or neither")
-    if allow_remote and not tls_cert:
-        raise InvalidInput(
-            "--allow-remote needs TLS (--tls-cert FILE --tls-key FILE): without it the bearer "
-            "token and every memory would cross the network in clear text"
-        )
-    for label, file in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
-        if file and not os.path.isfile(file):
-            raise ConfigError(f"{label} {file}: no such file")
+    _check_http_bind(host, allow_remote, tls_cert, tls_key)
     token, token_path = load_token()
     guard = resolve_origin_guard(host, allowed_origins=allowed_origins, allowed_hosts=allowed_hosts)
     sock = _listen(host, port)
@@ -725,53 +785,10 @@ async def serve_http(
         max_sessions=max_sessions,
     )
 
-    class _QuietUvicorn(uvicorn.Server):
-        """uvicorn without its own signal handlers: `_on_signal` owns SIGTERM/SIGINT."""
-
-        @contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield
-
-    config = uvicorn.Config(
-        _GuardMiddleware(_AuthMiddleware(app, token), guard),
-        ssl_certfile=tls_cert,
-        ssl_keyfile=tls_key,
-        log_config=None,
-        access_log=False,
-        lifespan="on",
-        # open SSE streams would otherwise hold shutdown; the 1 s SIGTERM budget comes first
-        # (typed int, but uvicorn only hands it to asyncio.wait_for, which takes a float)
-        timeout_graceful_shutdown=cast(int, 0.3),
-    )
-    try:
-        config.load()  # reads the certificate and key now: a bad one is one line, not a trace
-    except (OSError, ValueError) as err:
-        sock.close()
-        raise ConfigError(
-            f"cannot use --tls-cert {tls_cert} with --tls-key {tls_key} (PEM files that belong "
-            f"together?): {err}"
-        ) from None
-    uv = _QuietUvicorn(config)
+    uv = _uvicorn(_GuardMiddleware(_AuthMiddleware(app, token), guard), tls_cert, tls_key, sock)
     shown = f"[{host}]" if ":" in host else host
     url = f"{'https' if tls_cert else 'http'}://{shown}:{bound_port}/mcp"
-    print(f"memoryd mcp: listening on {url}", file=sys.stderr, flush=True)
-    print(
-        "memoryd mcp: clients must send 'Authorization: Bearer <token>'; the token is in "
-        f"{token_path} (memoryd mcp --print-token prints it)",
-        file=sys.stderr,
-        flush=True,
-    )
-    if guard.disabled:
-        print(
-            "memoryd mcp: warning: --allow-origin '*' turns DNS-rebinding protection off",
-            file=sys.stderr,
-        )
-    elif not guard.enforce_host:
-        print(
-            f"memoryd mcp: warning: bound to {host} with no --allow-host: Host validation is "
-            "off and memory is readable by anyone who can reach this port",
-            file=sys.stderr,
-        )
+    _say_listening(url, token_path, guard, host)
 
     def stop() -> None:
         uv.should_exit = True
