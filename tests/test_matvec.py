@@ -53,7 +53,7 @@ def test_the_helper_is_kept_and_large_products_are_split(monkeypatch: pytest.Mon
         seen.append((a.shape[0], threading.current_thread().name))
         return real(a, b, out=out)
 
-    monkeypatch.setattr(_matvec.np, "matmul", spy)
+    monkeypatch.setattr(np, "matmul", spy)  # numpy is imported where _matvec uses it
     m, v = _data(12_685)
     for _ in range(5):
         matvec(m, v)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import hashlib
 import hmac
 import io
@@ -52,6 +53,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from . import __version__, paths
+from .background import Background, run_blocking
 from .errors import ConfigError, InvalidInput, MemorydError, StateError, error_code
 from .fsio import create_private_once, private_dir, read_private
 from .tools import (
@@ -68,6 +70,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memoryd.mcp")
 
+#: Tool calls answered at once: each holds a worker thread while the service blocks.
+WORKERS = 16
+
 INSTRUCTIONS = (
     "Long-term memory for this agent. Call memory_search before answering questions about prior "
     "work, decisions, people, preferences or dates; then memory_get to read more lines of a hit."
@@ -81,7 +86,8 @@ class _ServiceHandle:
 
     Given a factory, the service is built in a worker thread on first need (its imports pull
     numpy and SQLite). Once `attach`ed to a task group, `warm_soon` starts it (qmd, timers, the
-    first index sync) in the background, and tool calls wait for that start to finish.
+    first index sync) in the background, and tool calls wait for that start to finish. The
+    service blocks: every call into it runs on a worker thread, at most `WORKERS` at once.
     """
 
     def __init__(
@@ -94,6 +100,7 @@ class _ServiceHandle:
         else:
             self._factory, self._service = None, service
         self._lock = anyio.Lock()
+        self.workers = anyio.CapacityLimiter(WORKERS)
         self._tg: TaskGroup | None = None
         self._warm_started = False
         self._warmed = anyio.Event()
@@ -103,7 +110,7 @@ class _ServiceHandle:
             async with self._lock:
                 if self._service is None:
                     assert self._factory is not None
-                    self._service = await anyio.to_thread.run_sync(self._factory)
+                    self._service = await run_blocking(self._factory, self.workers)
         return self._service
 
     def attach(self, tg: TaskGroup) -> None:
@@ -122,7 +129,8 @@ class _ServiceHandle:
         try:
             svc = await self.service()
             assert self._tg is not None
-            await svc.start(self._tg, [svc.agent(self.agent_id).agent_id])
+            agents = [svc.agent(self.agent_id).agent_id]
+            await run_blocking(lambda: svc.start(Background(), agents), self.workers)
             log.info("memory service started in %.2fs", time.perf_counter() - started)
         except Exception:
             # a tool call then reports the failure as its result; the server keeps serving
@@ -139,15 +147,16 @@ class _ServiceHandle:
 
     async def aclose(self) -> None:
         if self._service is not None:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await self._service.aclose()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await run_blocking(self._service.close, anyio.CapacityLimiter(1))
 
 
 # ----------------------------------------------------------------------------- tools
 
 
 async def _dispatch(handle: _ServiceHandle, args: ToolInput) -> dict[str, Any]:
-    return await call_tool(await handle.ready(), args, agent_id=handle.agent_id)
+    call = functools.partial(call_tool, await handle.ready(), args, agent_id=handle.agent_id)
+    return await run_blocking(call, handle.workers)
 
 
 def _result(data: dict[str, Any]) -> types.CallToolResult:
@@ -648,6 +657,81 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _check_http_bind(
+    host: str, allow_remote: bool, tls_cert: str | None, tls_key: str | None
+) -> None:
+    """Refuse, before anything listens, a bind that would expose memory (see `serve_http`)."""
+    if not allow_remote and not is_loopback_hostname(host):
+        raise InvalidInput(
+            f"refusing to serve MCP on non-loopback address {host!r}: anyone who can reach it "
+            "could read this agent's memory; pass --allow-remote to do it anyway"
+        )
+    if bool(tls_cert) != bool(tls_key):
+        raise InvalidInput("--tls-cert and --tls-key go together: pass both or neither")
+    if allow_remote and not tls_cert:
+        raise InvalidInput(
+            "--allow-remote needs TLS (--tls-cert FILE --tls-key FILE): without it the bearer "
+            "token and every memory would cross the network in clear text"
+        )
+    for label, file in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+        if file and not os.path.isfile(file):
+            raise ConfigError(f"{label} {file}: no such file")
+
+
+def _say_listening(url: str, token_path: Path, guard: OriginGuard, host: str) -> None:
+    print(f"memoryd mcp: listening on {url}", file=sys.stderr, flush=True)
+    print(
+        "memoryd mcp: clients must send 'Authorization: Bearer <token>'; the token is in "
+        f"{token_path} (memoryd mcp --print-token prints it)",
+        file=sys.stderr,
+        flush=True,
+    )
+    if guard.disabled:
+        print(
+            "memoryd mcp: warning: --allow-origin '*' turns DNS-rebinding protection off",
+            file=sys.stderr,
+        )
+    elif not guard.enforce_host:
+        print(
+            f"memoryd mcp: warning: bound to {host} with no --allow-host: Host validation is "
+            "off and memory is readable by anyone who can reach this port",
+            file=sys.stderr,
+        )
+
+
+def _uvicorn(app: Any, tls_cert: str | None, tls_key: str | None, sock: socket.socket) -> Any:
+    """uvicorn for `app`, its TLS files read now: a bad one is one line, not a trace."""
+    import uvicorn
+
+    class _QuietUvicorn(uvicorn.Server):
+        """uvicorn without its own signal handlers: `_on_signal` owns SIGTERM/SIGINT."""
+
+        @contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    config = uvicorn.Config(
+        app,
+        ssl_certfile=tls_cert,
+        ssl_keyfile=tls_key,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        # open SSE streams would otherwise hold shutdown; the 1 s SIGTERM budget comes first
+        # (typed int, but uvicorn only hands it to asyncio.wait_for, which takes a float)
+        timeout_graceful_shutdown=cast(int, 0.3),
+    )
+    try:
+        config.load()
+    except (OSError, ValueError) as err:
+        sock.close()
+        raise ConfigError(
+            f"cannot use --tls-cert {tls_cert} with --tls-key {tls_key} (PEM files that belong "
+            f"together?): {err}"
+        ) from None
+    return _QuietUvicorn(config)
+
+
 async def serve_http(
     service: MemoryService | Callable[[], MemoryService],
     *,
@@ -670,27 +754,12 @@ async def serve_http(
     files cannot be used or the address cannot be bound; `StateError` when the token cannot be
     made or read.
     """
-    import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
     from starlette.requests import Request
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    if not allow_remote and not is_loopback_hostname(host):
-        raise InvalidInput(
-            f"refusing to serve MCP on non-loopback address {host!r}: anyone who can reach it "
-            "could read this agent's memory; pass --allow-remote to do it anyway"
-        )
-    if bool(tls_cert) != bool(tls_key):
-        raise InvalidInput("--tls-cert and --tls-key go together: pass both or neither")
-    if allow_remote and not tls_cert:
-        raise InvalidInput(
-            "--allow-remote needs TLS (--tls-cert FILE --tls-key FILE): without it the bearer "
-            "token and every memory would cross the network in clear text"
-        )
-    for label, file in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
-        if file and not os.path.isfile(file):
-            raise ConfigError(f"{label} {file}: no such file")
+    _check_http_bind(host, allow_remote, tls_cert, tls_key)
     token, token_path = load_token()
     guard = resolve_origin_guard(host, allowed_origins=allowed_origins, allowed_hosts=allowed_hosts)
     sock = _listen(host, port)
@@ -716,53 +785,10 @@ async def serve_http(
         max_sessions=max_sessions,
     )
 
-    class _QuietUvicorn(uvicorn.Server):
-        """uvicorn without its own signal handlers: `_on_signal` owns SIGTERM/SIGINT."""
-
-        @contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield
-
-    config = uvicorn.Config(
-        _GuardMiddleware(_AuthMiddleware(app, token), guard),
-        ssl_certfile=tls_cert,
-        ssl_keyfile=tls_key,
-        log_config=None,
-        access_log=False,
-        lifespan="on",
-        # open SSE streams would otherwise hold shutdown; the 1 s SIGTERM budget comes first
-        # (typed int, but uvicorn only hands it to asyncio.wait_for, which takes a float)
-        timeout_graceful_shutdown=cast(int, 0.3),
-    )
-    try:
-        config.load()  # reads the certificate and key now: a bad one is one line, not a trace
-    except (OSError, ValueError) as err:
-        sock.close()
-        raise ConfigError(
-            f"cannot use --tls-cert {tls_cert} with --tls-key {tls_key} (PEM files that belong "
-            f"together?): {err}"
-        ) from None
-    uv = _QuietUvicorn(config)
+    uv = _uvicorn(_GuardMiddleware(_AuthMiddleware(app, token), guard), tls_cert, tls_key, sock)
     shown = f"[{host}]" if ":" in host else host
     url = f"{'https' if tls_cert else 'http'}://{shown}:{bound_port}/mcp"
-    print(f"memoryd mcp: listening on {url}", file=sys.stderr, flush=True)
-    print(
-        "memoryd mcp: clients must send 'Authorization: Bearer <token>'; the token is in "
-        f"{token_path} (memoryd mcp --print-token prints it)",
-        file=sys.stderr,
-        flush=True,
-    )
-    if guard.disabled:
-        print(
-            "memoryd mcp: warning: --allow-origin '*' turns DNS-rebinding protection off",
-            file=sys.stderr,
-        )
-    elif not guard.enforce_host:
-        print(
-            f"memoryd mcp: warning: bound to {host} with no --allow-host: Host validation is "
-            "off and memory is readable by anyone who can reach this port",
-            file=sys.stderr,
-        )
+    _say_listening(url, token_path, guard, host)
 
     def stop() -> None:
         uv.should_exit = True

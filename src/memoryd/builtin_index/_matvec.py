@@ -22,8 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
-else:
-    from ..lazy import numpy as np
 
 #: Below this many matrix elements (~1M: ~2,700 vectors of 384 dimensions, 0.2 ms on one
 #: core) the product is computed whole: the helper's wake-up would be a visible share of it.
@@ -51,6 +49,8 @@ _started = False
 
 
 def _work(jobs: queue.SimpleQueue[_Job]) -> None:
+    import numpy as np
+
     while True:
         job = jobs.get()
         try:
@@ -65,6 +65,8 @@ def _work(jobs: queue.SimpleQueue[_Job]) -> None:
 def _at_or_above_kth(sims: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The rows whose score is at least the k-th highest, and those scores with NaN as -inf
     (one partition; numpy lets go of the GIL for it, so both halves' run at once)."""
+    import numpy as np
+
     n = sims.shape[0]
     k = min(k, n)
     if k <= 0:
@@ -78,6 +80,8 @@ def _at_or_above_kth(sims: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _best(rows: np.ndarray, keys: np.ndarray, k: int) -> np.ndarray:
+    import numpy as np
+
     order: np.ndarray = rows[np.lexsort((rows, -keys))][:k]
     return order
 
@@ -104,6 +108,8 @@ def matvec(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
 
 
 def _product(matrix: np.ndarray, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    import numpy as np
+
     global _started
     rows = matrix.shape[0]
     if matrix.size < SPLIT_MIN_ELEMENTS or not _busy.acquire(blocking=False):

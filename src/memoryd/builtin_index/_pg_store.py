@@ -31,11 +31,9 @@ from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy and the driver are imported where used
     import numpy as np
     import psycopg
-else:  # imported on first use: the SQLite driver's cold keyword-only search never needs it
-    from ..lazy import numpy as np
 
 from ..core.text import segment_for_fts
 from ..errors import IndexError_, StoreUnavailable
@@ -81,6 +79,8 @@ def describe_url(url: str) -> str:
 
 def _vector_literal(vec: np.ndarray) -> str | None:
     """pgvector's text form; None for a zero vector (cosine distance to it is undefined)."""
+    import numpy as np
+
     values = np.asarray(vec, dtype=np.float32)
     if not np.any(values):
         return None
@@ -702,6 +702,8 @@ class PgStore:
 
     def vector_sample(self, limit: int) -> list[tuple[int, np.ndarray, str]]:
         """Up to `limit` stored vectors spread evenly over chunk ids: (chunk id, vector, text)."""
+        import numpy as np
+
         if not self.vector.available:
             return []
         n = self._vector_count()
@@ -805,6 +807,8 @@ class PgStore:
 
     def vector_search(self, query: np.ndarray | array[float], k: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity) best first."""
+        import numpy as np
+
         if isinstance(query, array):  # an engine's float32 buffer (the SQLite store's lean path)
             query = np.frombuffer(query, dtype=np.float32)
         if not self.vector.available:
@@ -857,6 +861,8 @@ class PgStore:
     # -- embedding cache -----------------------------------------------------------------------
 
     def cache_get(self, key: tuple[str, str, str], hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        import numpy as np
+
         if not hashes:
             return {}
         # one statement reads the hits and marks them used (the LRU clock)
@@ -872,6 +878,8 @@ class PgStore:
     def cache_put(
         self, key: tuple[str, str, str], items: Sequence[tuple[str, np.ndarray]], max_entries: int
     ) -> None:
+        import numpy as np
+
         if not items:
             return
         now = time.time()

@@ -48,8 +48,6 @@ if TYPE_CHECKING:
     F64 = npt.NDArray[np.float64]
     I32 = npt.NDArray[np.int32]
     I64 = npt.NDArray[np.int64]
-else:  # the keyword-only path never imports numpy until this module holds postings
-    from ..lazy import numpy as np
 
 #: FTS5's bm25() constants (fts5_aux.c).
 K1 = 1.2
@@ -189,6 +187,8 @@ class Postings:
     # ------------------------------------------------------------------ index state
 
     def _load_state(self, conn: Any, averages: bytes) -> _State:
+        import numpy as np
+
         ids: list[int] = []
         lengths: list[int] = []
         for rowid, size in conn.execute("select id, sz from chunks_fts_docsize order by id"):
@@ -201,6 +201,8 @@ class Postings:
         )
 
     def _postings(self, conn: Any, state: _State, token: str) -> tuple[I32, F32]:
+        import numpy as np
+
         held = self._lists.get(token)
         if held is not None:
             self._lists.move_to_end(token)
@@ -260,6 +262,8 @@ class Postings:
     def _score(
         self, conn: Any, state: _State, tokens: list[str], limit: int
     ) -> list[tuple[int, float]]:
+        import numpy as np
+
         n = state.rows
         if n == 0 or len(state.ids) == 0:
             return []

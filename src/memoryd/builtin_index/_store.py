@@ -7,11 +7,10 @@ when it can load extensions, and a numpy brute-force search stands in when no ve
 
 A live index has two connections in WAL mode. The writer runs every change inside one
 `BEGIN IMMEDIATE` transaction (`Store.transaction`; a sync's whole text phase is one), so a full
-disk or a kill leaves the last committed index, never half of one. The reader serves searches: on
-a thread running an event loop it pins one WAL snapshot until the loop's next turn, so all the
-reads a search makes between two awaits see the same index whatever another process commits
-meanwhile. Threads without a loop (the sync phases) read through the writer, which sees their
-own transaction.
+disk or a kill leaves the last committed index, never half of one. The reader serves searches:
+inside `Store.snapshot()` a thread pins one WAL snapshot, so all the reads a search makes see
+the same index whatever another process commits meanwhile. Other reads (the sync phases') go
+through the writer, which sees their own transaction.
 
 A rebuild fills a scratch database beside the index (`<name>.reindex-<pid>-<hex>.tmp`, `flock`ed
 while in use, swept once its owner is gone) and `publish` copies it into the live file with
@@ -39,7 +38,6 @@ import os
 import secrets
 import sqlite3
 import stat
-import sys
 import threading
 import time
 import urllib.parse
@@ -50,12 +48,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy is imported where used: a keyword-only search never loads it
     import numpy as np
-else:
-    from ..lazy import numpy as np
 
-from ..core.records import record
 from ..core.text import segment_for_fts
 from ..errors import IndexCorrupt, IndexError_, MemorydError, StateError, StateReadOnly
 from ..fsio import (
@@ -117,7 +112,7 @@ class VectorEngine:
     binding: str = "sqlite3"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Recovery:
     """A damaged index file moved aside (`moved_to` is None when another process already had)."""
 
@@ -192,29 +187,6 @@ def _load_vec(conn: Any, extension_path: str | None) -> str | None:
         conn.execute("select vec_version()").fetchone()
     except Exception as err:  # the binding raises its own OperationalError/AttributeError types
         return f"sqlite-vec failed to load: {err}"
-    return None
-
-
-def _running_loop() -> tuple[object, Callable[[Callable[[], None]], object]] | None:
-    """The event loop running on this thread (asyncio or trio) and its call-soon, if any.
-
-    Looked up in `sys.modules`: no loop of a library that was never imported can be running,
-    and importing asyncio just to ask costs a one-off command ~15 ms."""
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is not None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            return loop, loop.call_soon
-    trio = sys.modules.get("trio")
-    if trio is not None:
-        try:
-            token = trio.lowlevel.current_trio_token()
-        except RuntimeError:
-            return None
-        return token, token.run_sync_soon
     return None
 
 
@@ -391,10 +363,12 @@ def migrate(conn: Any) -> list[str]:
 
 
 def _blob(vec: np.ndarray) -> bytes:
+    import numpy as np
+
     return np.asarray(vec, dtype=np.float32).tobytes()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ChunkRow:
     id: int
     path: str
@@ -415,7 +389,7 @@ class Store:
     """One SQLite index file (or, with `scratch_for`, a rebuild's private scratch copy).
 
     Thread-safe: the writer connection is used under `lock` (a transaction holds it throughout),
-    the reader under its own lock, so searches on the event loop never wait for a sync's writes.
+    the reader under its own lock, so a search in a `snapshot()` never waits for a sync's writes.
     """
 
     def __init__(
@@ -442,7 +416,7 @@ class Store:
         self._flock_fd: int | None = None
         self._ident: tuple[int, int] | None = None
         self._w_owner: int | None = None
-        self._pin: tuple[int, object] | None = None  # (thread, loop) holding the reader snapshot
+        self._pin: int | None = None  # the thread holding the reader's snapshot
         self._closed = False
         self.read_only: str | None = None
         self.vector = VectorEngine("disabled", False, None)
@@ -1074,28 +1048,32 @@ class Store:
                 self._r.execute("commit")
 
     @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Within: every read of this thread sees one index, whatever is committed meanwhile,
+        so a search's ids and rows agree. Snapshots of other threads take turns with it; a
+        write of this thread ends it (what a thread writes, it reads back)."""
+        me = threading.get_ident()
+        if self._scratch or self._w_owner == me or self._pin == me:
+            yield
+            return
+        self._check_open()
+        self._ensure_current()
+        with self._r_lock:
+            self._r.execute("begin")
+            self._pin = me
+            try:
+                yield
+            finally:
+                self._end_pin()
+
+    @contextlib.contextmanager
     def _read_conn(self) -> Iterator[Any]:
         self._check_open()
         me = threading.get_ident()
-        loop = None if self._scratch or self._w_owner == me else _running_loop()
-        if loop is not None:
-            if self._pin is None:
-                self._ensure_current()
-            with self._r_lock:
-                pin = self._pin
-                if pin is not None and pin[0] == me and pin[1] is not loop[0]:
-                    self._end_pin()  # left over from a loop that has stopped
-                    pin = None
-                if pin is None:
-                    self._r.execute("begin")
-                    pin = self._pin = (me, loop[0])
-                    # the snapshot lasts until the loop's next turn: a search's reads between
-                    # two awaits all see one index
-                    loop[1](self._unpin)
-                if pin[0] == me:
-                    yield self._r
-                    return
-            # another thread's event loop holds the reader's snapshot: read through the writer
+        if self._pin == me and self._w_owner != me:
+            with self._r_lock:  # held by this thread already (its snapshot)
+                yield self._r
+                return
         with self.lock:
             conn = self._w
             if self._w_owner == me or conn.in_transaction:
@@ -1137,7 +1115,7 @@ class Store:
             yield
             return
         self._check_writable(doing)
-        if self._pin is not None and self._pin[0] == me:
+        if self._pin == me:
             self._unpin()  # what this thread writes, it reads back
         failure: BaseException | None = None
         with self.lock:
@@ -1382,6 +1360,8 @@ class Store:
 
     def vector_sample_keyed(self, limit: int) -> list[tuple[int, np.ndarray, str, str]]:
         """`vector_sample` with each chunk's content hash, read in the same snapshot."""
+        import numpy as np
+
         rows = self._sample("v.vector, c.text, c.hash", limit)
         return [(int(r[0]), np.frombuffer(r[1], dtype=np.float32), r[2], str(r[3])) for r in rows]
 
@@ -1494,6 +1474,8 @@ class Store:
         )
 
     def write_vectors(self, rows: Sequence[tuple[int, np.ndarray]]) -> None:
+        import numpy as np
+
         if not rows:
             return
         dims = int(rows[0][1].shape[0])
@@ -1583,6 +1565,8 @@ class Store:
         return [(int(r[0]), float(r[1])) for r in rows]
 
     def _numpy_search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        import numpy as np
+
         version = self.version
         if self._matrix is None or self._matrix[0] != version:
             with self._reading("search the vector index") as conn:
@@ -1604,6 +1588,8 @@ class Store:
     # -- embedding cache -----------------------------------------------------------------------
 
     def cache_get(self, key: tuple[str, str, str], hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        import numpy as np
+
         if self._cache_store is not None:
             # a rebuild reads and fills the live index's cache: a killed rebuild loses nothing
             return self._cache_store.cache_get(key, hashes)

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import hashlib
 import json
 import logging
 import os
+import threading
 import time
 from array import array
 from collections import OrderedDict
@@ -28,19 +28,13 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, overload
 
-from .. import inline
-
-if TYPE_CHECKING:
-    import anyio
+if TYPE_CHECKING:  # numpy is imported where used: a keyword-only search never loads it
     import numpy as np
-    from anyio.abc import TaskGroup
 
     from ..core.status import BuiltinStatus
     from ..core.transcripts import SessionDeltaTracker, TranscriptChunk
-else:  # loaded on first use: a keyword-only search never imports numpy, an inline one anyio
-    from ..lazy import anyio
-    from ..lazy import numpy as np
 
+from ..background import Background
 from ..config import IndexSettings
 from ..core.chunking import ChunkingPlan, chunk_lines, chunking_plan, content_hash
 from ..core.engine import EngineAnswer, IndexCheck, ProgressFn, SearchRequest
@@ -58,7 +52,6 @@ from ..core.ranking import (
     select_snippet,
     uncovered_window,
 )
-from ..core.records import record
 from ..core.results import MAX_SNIPPET_CHARS, FileText, SearchResult
 from ..core.text import (
     Script,
@@ -69,7 +62,7 @@ from ..core.text import (
     text_terms,
     trigram_terms,
 )
-from ..embeddings.base import EmbeddingProvider, ProviderSelection
+from ..embeddings.base import DeadlineReached, EmbeddingProvider, ProviderSelection
 from ..embeddings.shipped import reference_key, shipped_file, shipped_vectors
 from ..errors import (
     BatchPending,
@@ -118,7 +111,7 @@ def _count_newlines(path: Path) -> int:
 
 
 def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[TranscriptChunk]:
-    # loaded here: a memory-only index never parses a transcript (its regexes cost ~15 ms)
+    # loaded here: a memory-only index never parses a transcript
     from ..core.transcripts import chunk_transcript, parse_transcript_text
 
     with open_private(path) as fh:
@@ -132,11 +125,12 @@ def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[Transcript
 EMBED_BATCH = 16
 #: The first batch when progress is shown: small, so the rate and ETA appear within seconds.
 FIRST_SHOWN_BATCH = 2
+#: The share of the time left that a batch under a deadline is sized to take.
+BUDGET_FILL = 0.7
 #: A search's embedding budget is spent only on a backlog it can make a real dent in: when the
 #: pending chunks would take more than this many budgets (at the measured rate, else at
 #: ASSUMED_SECONDS_PER_CHUNK), the search embeds none of them and answers at once by keywords;
-#: its note says `memoryd index` or `serve` finishes them. A first search on a large workspace
-#: used to spend its whole budget (model load included) embedding a few chunks of hundreds.
+#: its note says `memoryd index` or `serve` finishes them.
 FUTILE_BACKLOG_BUDGETS = 4
 #: The rate assumed before any chunk was embedded in this process (a local model on 2 cores
 #: does 400-token chunks at 0.1–0.3 s; remote APIs faster per chunk).
@@ -179,6 +173,8 @@ def _reference_background(
     Chinese chunk its eight reference cosines gave sd 0.021, so that note stood 3.7 sd out for an
     unrelated English question and outranked the note that answered it.
     """
+    import numpy as np
+
     out: dict[tuple[Script, Script], tuple[float, float]] = {}
     script_arr = np.array(scripts)
     for query_script, vectors in refs.items():
@@ -316,30 +312,15 @@ CONTINUE_BEST_HIT = 1
 FOLLOWING_CHUNKS = 2
 #: Hits ranked past maxResults, to take the place of results whose lines are already shown.
 SPARE_RESULTS = 4
-#: A hybrid search runs its keyword side while the provider embeds the query on another thread
-#: (`prefetch_query`), then merges both as if run one after the other (bench_builtin_index.py
-#: times it against the sequential order).
-OVERLAP_QUERY_EMBEDDING = True
-#: `search` starts the query's embedding first thing (see there).
-EARLY_PREFETCH = True
-#: While the query embeds, the keyword side's rows are read and the query terms each holds
-#: found too (not only its candidates): bench_builtin_index.py times it against the previous
-#: split.
-PREPARE_KEYWORD_ROWS_EARLY = True
-#: A one-off search of a SQLite index with sqlite-vec keeps the query's vector as the engine's
-#: float32 buffer and computes its cosines in SQL, so the process never imports numpy (~80 ms
-#: of a ~0.25 s cold hybrid search): see `MemoryIndex._lean`.
-LEAN_ONE_OFF_SEARCH = True
 #: Where the reference background (`_reference_background`) is kept between processes, with
 #: the fingerprint of what it was computed from (`_reference_fingerprint`).
 REFERENCE_META_KEY = "reference_background"
-#: If the query is still embedding after that, the best keyword hits' snippets are chosen
-#: while it does (at most this many, checking between each): a result among them needs no
-#: snippet work once the vector is in. 0 turns it off (bench_builtin_index.py compares).
+#: While the query still embeds, the best keyword hits' snippets are chosen (at most this
+#: many, checking between each): a result among them needs no snippet work once it is in.
 SPECULATIVE_SNIPPETS = 8
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class _PathLookup:
     """The indexed paths (in store order) by lowercased file name and stem."""
 
@@ -349,8 +330,24 @@ class _PathLookup:
     longest: int  # the longest name: no token prefix beyond it can name a file
 
 
+@dataclass(slots=True)
+class _KeywordSide:
+    """The keyword side of a hybrid search, found while its query embedded."""
+
+    version: tuple[int, int]
+    hits: dict[int, Candidate]
+    path_hits: list[int]
+    terms: tuple[str, ...]
+    rows: dict[int, tuple[ChunkRow, frozenset[str]]]  # row, the query terms it holds
+    snippets: dict[int, tuple[str, int, int]]
+
+
 class MemoryIndex:
-    """The built-in index of one (agent, workspace): a `MemoryEngine`."""
+    """The built-in index of one (agent, workspace): a `MemoryEngine`.
+
+    `one_off`: this process runs one command and exits; a search of a SQLite index then keeps
+    numpy out (`_lean`) and stores the reference background it computed for the next one.
+    """
 
     name: Final = "builtin"
 
@@ -360,6 +357,7 @@ class MemoryIndex:
         selection: ProviderSelection,
         *,
         path: Path | None = None,
+        one_off: bool = False,
     ) -> None:
         self.settings = settings
         self.cfg = settings
@@ -372,11 +370,12 @@ class MemoryIndex:
         vec = self.cfg.vector
         self._vector_enabled = vec.enabled
         self._extension_path = vec.extension_path
+        self.one_off = one_off
         self.dirty = True
-        self._sync_lock = inline.Lock()
+        self._sync_lock = threading.Lock()
         self._last_sync_at: float | None = None
         self.last_error: str | None = None
-        self._tg: TaskGroup | None = None
+        self._background: Background | None = None
         self._session_tracker: SessionDeltaTracker | None = None
         # seconds per embedded chunk, per provider, kept across syncs (sizes budgeted batches)
         self._embed_rates: dict[tuple[str, str, str], float] = {}
@@ -527,10 +526,10 @@ class MemoryIndex:
     def prefetch_query(self, query: str) -> None:
         """Let the provider start embedding `query` while the caller syncs and searches keywords.
 
-        A one-off search calls this first (`MemoryService.search`, before its sync): the local
-        model then loads and embeds on another core while numpy imports and the index opens;
-        `search` calls it too, before its keyword side. Nothing happens without a usable
-        provider or when the query's vector is cached; an unused prefetch is simply dropped.
+        The search path calls this first (`AgentBackend.search`): the local model then embeds
+        on another core while the index catches up and `search` runs its keyword side.
+        Nothing happens without a usable provider or when the query's vector is cached; an
+        unused prefetch is simply dropped.
         """
         query = query.strip()
         provider = self.provider
@@ -549,7 +548,7 @@ class MemoryIndex:
 
     # ------------------------------------------------------------------ sync
 
-    async def sync(
+    def sync(
         self,
         *,
         force: bool = False,
@@ -558,6 +557,7 @@ class MemoryIndex:
         progress: ProgressFn | None = None,
         allow_reindex: bool = True,
         sessions: bool = True,
+        lock_wait_s: float | None = None,
     ) -> SyncReport:
         """Bring the index up to date with the files; see the module docstring for the phases.
 
@@ -565,27 +565,34 @@ class MemoryIndex:
         waits at most `sync.searchWaitMs` for another process's write lock, and never raises
         for the state: a read-only, full or busy index is recorded in `last_error` and the
         search answers from what is committed. A damaged file found on the way is moved aside
-        and the index rebuilt from the Markdown files within this call.
+        and the index rebuilt from the Markdown files within this call. With `lock_wait_s`, a
+        sync of another thread is waited for that long at most (then nothing is done), and
+        the wait counts against `embed_budget_s`.
         """
         kw: dict[str, Any] = {
             "embed": embed,
-            "embed_budget_s": embed_budget_s,
             "progress": progress,
             "allow_reindex": allow_reindex,
             "sessions": sessions,
         }
-        async with self._sync_lock.held():
+        asked = time.monotonic()
+        if not self._sync_lock.acquire(timeout=-1 if lock_wait_s is None else lock_wait_s):
+            return SyncReport()  # the other sync's answer will do: searches read what it commits
+        try:
+            if embed_budget_s is not None:
+                embed_budget_s = max(0.0, embed_budget_s - (time.monotonic() - asked))
+            kw["embed_budget_s"] = embed_budget_s
             started = time.perf_counter()
             seen_recoveries = len(self.store.recovered)
             try:
                 try:
-                    report = await self._sync_locked(force=force, **kw)
+                    report = self._sync_locked(force=force, **kw)
                 except IndexCorrupt:
                     if len(self.store.recovered) == seen_recoveries:
                         raise
                     # the damaged file is aside and a fresh one in place: fill it now
                     self._bind_workspace(self.store)
-                    report = await self._sync_locked(force=False, **kw)
+                    report = self._sync_locked(force=False, **kw)
             except StateError as err:
                 self._note_sync_failure(err)
                 if not allow_reindex:
@@ -601,11 +608,13 @@ class MemoryIndex:
                     if self.store.read_only is None:
                         self.store.set_meta({LAST_SYNC_META_KEY: str(self._last_sync_at)})
             return report
+        finally:
+            self._sync_lock.release()
 
-    async def catch_up(self, budget_s: float) -> None:
+    def catch_up(self, budget_s: float) -> None:
         """What a search does first: sync, embedding pending chunks for at most `budget_s`.
 
-        While another task's sync holds the index (the background work of `serve`, MCP or an
+        While another thread's sync holds the index (the background work of `serve`, MCP or an
         open `MemoryService`), the search waits for it only when the chunks it is embedding
         could be done within FUTILE_BACKLOG_BUDGETS budgets; behind a long backlog it answers
         at once from what is embedded. Failures are the sync's (a `StateError` raises).
@@ -613,17 +622,9 @@ class MemoryIndex:
         vectors = self.provider is not None and self.store.vector.available
         if not self.dirty and not (vectors and self.store.pending_count()):
             return  # nothing changed, nothing waits: the search needs no write
-        if self._sync_lock.locked():
-            if not self._backlog_fits(budget_s):
-                return
-            started = time.monotonic()
-            with inline.move_on_after(budget_s) as scope:
-                async with self._sync_lock.held():
-                    pass
-            if scope.cancelled_caught:
-                return
-            budget_s = max(0.0, budget_s - (time.monotonic() - started))
-        await self.sync(embed_budget_s=budget_s)
+        if self._sync_lock.locked() and not self._backlog_fits(budget_s):
+            return
+        self.sync(embed_budget_s=budget_s, lock_wait_s=budget_s)
 
     def _backlog_fits(self, budget_s: float) -> bool:
         """Whether the pending chunks could be embedded within FUTILE_BACKLOG_BUDGETS budgets
@@ -633,7 +634,7 @@ class MemoryIndex:
         rate = self._embed_rates.get(self._provider_key(), ASSUMED_SECONDS_PER_CHUNK)
         return self.store.pending_count() * rate <= FUTILE_BACKLOG_BUDGETS * budget_s
 
-    async def _sync_locked(
+    def _sync_locked(
         self,
         *,
         force: bool,
@@ -645,37 +646,27 @@ class MemoryIndex:
     ) -> SyncReport:
         if force:
             # a rebuild replaces every page anyway; a structurally damaged file is kept aside
-            problem = await inline.run_sync(self.store.verify)
+            problem = self.store.verify()
             if problem is not None:
-                await inline.run_sync(self.store.recover, problem)
+                self.store.recover(problem)
                 self._bind_workspace(self.store)
         reason = "forced" if force else self.reindex_reason()
         if reason is not None and not allow_reindex:
             return SyncReport(reindex_reason=reason)
         if reason is not None:
-            report = await self._reindex(
+            report = self._reindex(
                 reason, embed=embed, embed_budget_s=embed_budget_s, progress=progress
             )
         else:
             report = SyncReport()
             wait_ms = None if allow_reindex else self.cfg.sync.search_wait_ms
             self.store.guard_signature = self.signature()
-            await inline.run_sync(
-                functools.partial(self._text_phase, wait_ms=wait_ms),
-                self.store,
-                report,
-                progress,
-            )
+            self._text_phase(self.store, report, progress, wait_ms=wait_ms)
             self.dirty = False
             if sessions:
-                await inline.run_sync(
-                    functools.partial(self._sessions_phase, wait_ms=wait_ms),
-                    self.store,
-                    report,
-                    False,
-                )
+                self._sessions_phase(self.store, report, False, wait_ms=wait_ms)
             if embed:
-                await self._vector_phase(self.store, report, embed_budget_s, progress)
+                self._vector_phase(self.store, report, embed_budget_s, progress)
         report.vectors_pending = self.store.counts()["pending_vectors"] if self.provider else 0
         if embed and (
             report.files_changed
@@ -683,7 +674,7 @@ class MemoryIndex:
             or report.vectors_embedded
             or report.vectors_from_cache
         ):
-            await self._store_reference(self.store)
+            self._store_reference(self.store)
         return report
 
     def _note_sync_failure(self, err: MemorydError) -> None:
@@ -702,7 +693,7 @@ class MemoryIndex:
             if self.store.read_only is None and "last_sync_error" in self.store.meta():
                 self.store.delete_meta("last_sync_error")
 
-    async def check(self) -> IndexCheck:
+    def check(self) -> IndexCheck:
         """Verify the index file (`PRAGMA quick_check`, the FTS5 integrity checks, chunk counts).
 
         A damaged file is moved aside (`<name>.corrupt-<time>`, never deleted) and the index
@@ -710,9 +701,9 @@ class MemoryIndex:
         `status --deep` calls this. Raises `IndexCorrupt` when a damaged index is read-only.
         """
         started = time.perf_counter()
-        async with self._sync_lock.held():
+        with self._sync_lock:
             store = self.store
-            problem = await inline.run_sync(functools.partial(store.verify, deep=True))
+            problem = store.verify(deep=True)
             if problem is None:
                 return IndexCheck(ok=True, seconds=time.perf_counter() - started)
             if store.read_only is not None:
@@ -720,9 +711,9 @@ class MemoryIndex:
                     f"index {self.path} is damaged ({problem}) and cannot be replaced: it is "
                     f"read-only ({store.read_only})"
                 )
-            rec, _ = await inline.run_sync(store.recover, problem)
+            rec, _ = store.recover(problem)
             self._bind_workspace(store)
-            await self._sync_locked(
+            self._sync_locked(
                 force=False,
                 embed=False,
                 embed_budget_s=None,
@@ -771,7 +762,6 @@ class MemoryIndex:
             was_left_out = _left_out_from_meta(meta)
             left_out: dict[str, LeftOut] = {}
             seen: set[str] = set()
-            plan = self.chunking
             for i, mf in enumerate(files, 1):
                 prev = known.get(mf.rel_path)
                 if prev is not None and prev[1] == mf.mtime_ns / 1e9 and prev[2] == mf.size:
@@ -789,35 +779,11 @@ class MemoryIndex:
                 if got is None:  # removed since discovery
                     continue
                 seen.add(mf.rel_path)
-                try:
-                    text = got.data.decode("utf-8")
-                    undecodable.discard(mf.rel_path)
-                except UnicodeDecodeError:
-                    text = got.data.decode("utf-8", errors="replace")
-                    undecodable.add(mf.rel_path)
-                mtime = got.mtime_ns / 1e9
-                file_hash = content_hash(text)
-                if prev is not None and prev[0] == file_hash:
-                    store.touch_file(mf.rel_path, mtime, got.size)
+                written = self._write_file(store, mf, got, prev, undecodable)
+                if written is None:
                     continue
-                size = plan.for_file(mf.rel_path)
-                chunks = chunk_lines(text, tokens=size.tokens, overlap=size.overlap)
-                if self.settings.redact_notes:
-                    # imported here: a search that redacts nothing never loads the rules
-                    from ..core.redact import redact_secrets
-
-                    chunks = [dataclasses.replace(c, text=redact_secrets(c.text)) for c in chunks]
-                store.replace_file(
-                    mf.rel_path,
-                    str(mf.abs_path),
-                    mf.source,
-                    file_hash,
-                    mtime,
-                    got.size,
-                    [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
-                )
                 report.files_changed += 1
-                report.chunks_written += len(chunks)
+                report.chunks_written += written
                 if progress:
                     progress("files", i, len(files))
             undecodable &= seen
@@ -834,6 +800,44 @@ class MemoryIndex:
                 if known[gone][3] == "memory":
                     store.remove_file(gone)
                     report.files_removed += 1
+
+    def _write_file(
+        self,
+        store: Store,
+        mf: MemoryFile,
+        got: FileRead,
+        prev: tuple[Any, ...] | None,
+        undecodable: set[str],
+    ) -> int | None:
+        """Store a read file's chunks (how many); None when its text is unchanged."""
+        try:
+            text = got.data.decode("utf-8")
+            undecodable.discard(mf.rel_path)
+        except UnicodeDecodeError:
+            text = got.data.decode("utf-8", errors="replace")
+            undecodable.add(mf.rel_path)
+        mtime = got.mtime_ns / 1e9
+        file_hash = content_hash(text)
+        if prev is not None and prev[0] == file_hash:
+            store.touch_file(mf.rel_path, mtime, got.size)
+            return None
+        size = self.chunking.for_file(mf.rel_path)
+        chunks = chunk_lines(text, tokens=size.tokens, overlap=size.overlap)
+        if self.settings.redact_notes:
+            # imported here: a search that redacts nothing never loads the rules
+            from ..core.redact import redact_secrets
+
+            chunks = [dataclasses.replace(c, text=redact_secrets(c.text)) for c in chunks]
+        store.replace_file(
+            mf.rel_path,
+            str(mf.abs_path),
+            mf.source,
+            file_hash,
+            mtime,
+            got.size,
+            [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
+        )
+        return len(chunks)
 
     def _read_for_index(self, mf: MemoryFile) -> tuple[FileRead | None, LeftOut | None]:
         """The file's bytes to index, or why it is left out (None, None: it vanished)."""
@@ -958,16 +962,12 @@ class MemoryIndex:
         for rel in gone:
             self._sessions().forget(rel)
 
-    async def _vector_phase(
+    def _vector_phase(
         self, store: Store, report: SyncReport, budget_s: float | None, progress: ProgressFn | None
     ) -> None:
-        """Embed pending chunks in batches; with `budget_s`, stop before the deadline.
-
-        The deadline holds *within* a batch too: under a budget a batch only takes as many
-        chunks as the measured embedding rate says fit in the time left (the first batch is
-        one chunk, to measure it), so a search pays at most `searchWaitMs`, not a whole batch.
-        A backlog beyond FUTILE_BACKLOG_BUDGETS budgets is not started at all.
-        """
+        """Embed pending chunks in batches; with `budget_s`, stop before the deadline, which
+        holds within a batch too (`_batch_size`), so a search pays at most `searchWaitMs`. A
+        backlog beyond FUTILE_BACKLOG_BUDGETS budgets is not started at all."""
         if self.provider is None or not store.vector.available:
             return
         deadline = None if budget_s is None else time.monotonic() + budget_s
@@ -978,25 +978,17 @@ class MemoryIndex:
         use_cache = self.cfg.cache.enabled
         skip: set[int] = set()
         rates = self._embed_rates
-        fill = 0.7  # share of the time left a budgeted batch is sized to take
         if budget_s is not None:
             per_chunk = rates.get(key, ASSUMED_SECONDS_PER_CHUNK)
             if total * per_chunk > FUTILE_BACKLOG_BUDGETS * budget_s:
                 return
         if progress and total:
             progress("vectors", 0, total)
-        while True:
-            # shown progress gets a rate (and an ETA) from a first small batch, not after 16
-            size = EMBED_BATCH if done or not progress else FIRST_SHOWN_BATCH
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                rate = rates.get(key)
-                if rate is None:
-                    size = 1 if left > 0 else 0
-                else:
-                    size = min(EMBED_BATCH, int(left * fill / rate))
-                if size <= 0:
-                    break
+        stopping = self._background.stopping if self._background is not None else None
+        while not (stopping is not None and stopping.is_set()):  # closing: the rest can wait
+            size = self._batch_size(deadline, key, first=bool(progress) and not done)
+            if size <= 0:
+                break
             batch = [row for row in store.pending_chunks(size + len(skip)) if row[0] not in skip][
                 :size
             ]
@@ -1008,25 +1000,26 @@ class MemoryIndex:
             vectors: dict[int, np.ndarray] = {cid: cached[h] for cid, h, _ in batch if h in cached}
             report.vectors_from_cache += len(vectors)
             if todo:
-                # a first call that loads the model (~0.5 s for the local one) would make the
-                # rate look 5-10x slower and stop a search's budget after one chunk
+                # a first call that loads the model would make the rate look several times
+                # slower and stop a search's budget after one chunk
                 measures = self.provider.documents_ready
                 started = time.monotonic()
-                # a hard stop at the deadline too: the rate is an estimate, and the first
-                # chunk's cost is unknown (providers stop their work when cancelled)
-                limit = float("inf") if deadline is None else max(deadline - started, 0.0)
-                with inline.move_on_after(limit) as scope:
-                    try:
-                        matrix = await self.provider.embed_documents([t for _, _, t in todo])
-                    except BatchPending:
-                        # remote.batch.wait = false: the job keeps running; the next sync collects it
-                        return
-                    except Exception as err:
-                        await self._on_embed_failure(err)
-                        return
-                if scope.cancelled_caught:
-                    rates[key] = max(rates.get(key, 0.0), limit / len(todo))
+                try:
+                    # a hard stop at the deadline too: the rate is an estimate, and the first
+                    # chunk's cost is unknown
+                    matrix = self.provider.embed_documents(
+                        [t for _, _, t in todo], deadline=deadline
+                    )
+                except DeadlineReached:
+                    spent = max((deadline or started) - started, 0.0)
+                    rates[key] = max(rates.get(key, 0.0), spent / len(todo))
                     break
+                except BatchPending:
+                    # remote.batch.wait = false: the job keeps running; the next sync collects it
+                    return
+                except Exception as err:
+                    self._on_embed_failure(err)
+                    return
                 per_chunk = (time.monotonic() - started) / len(todo)
                 prev = rates.get(key)
                 # the slower of the last batch and the running mean: the budget must not be
@@ -1048,7 +1041,20 @@ class MemoryIndex:
             if progress:
                 progress("vectors", done, total)
 
-    async def _on_embed_failure(self, err: Exception) -> None:
+    def _batch_size(self, deadline: float | None, key: tuple[str, str, str], first: bool) -> int:
+        """The next batch's size: a small first one when progress is shown (its rate and ETA
+        appear soon); under a deadline what the measured rate says fits in BUDGET_FILL of the
+        time left, and one chunk (to measure it) before any rate is known."""
+        size = FIRST_SHOWN_BATCH if first else EMBED_BATCH
+        if deadline is None:
+            return size
+        left = deadline - time.monotonic()
+        rate = self._embed_rates.get(key)
+        if rate is None:
+            return 1 if left > 0 else 0
+        return min(EMBED_BATCH, int(left * BUDGET_FILL / rate))
+
+    def _on_embed_failure(self, err: Exception) -> None:
         """Fallback provider, else unavailable (explicit) or keyword-only (auto). Never silent."""
         assert self.provider is not None
         failed = f"{self.provider.id} embedding failed: {err}"
@@ -1069,7 +1075,7 @@ class MemoryIndex:
         self.fallback_reason = reason
         self.fallback_since = time.time()
 
-    async def _reindex(
+    def _reindex(
         self, reason: str, *, embed: bool, embed_budget_s: float | None, progress: ProgressFn | None
     ) -> SyncReport:
         """Build a fresh index in a scratch file and publish it into the live one.
@@ -1082,7 +1088,7 @@ class MemoryIndex:
         log.info("reindexing %s: %s", self.path, reason)
         report = SyncReport(reindexed=True, reindex_reason=reason)
         signature = self.signature()
-        scratch = await inline.run_sync(self._open_scratch)
+        scratch = self._open_scratch()
         try:
             scratch.guard_signature = signature
             scratch.set_meta(
@@ -1092,11 +1098,11 @@ class MemoryIndex:
                     "agentId": self.settings.agent_id,
                 }
             )
-            await inline.run_sync(self._text_phase, scratch, report, progress)
-            await inline.run_sync(self._sessions_phase, scratch, report, True)
+            self._text_phase(scratch, report, progress)
+            self._sessions_phase(scratch, report, True)
             if embed:
-                await self._vector_phase(scratch, report, embed_budget_s, progress)
-            await inline.run_sync(self._publish, scratch)
+                self._vector_phase(scratch, report, embed_budget_s, progress)
+            self._publish(scratch)
         finally:
             scratch.discard()
         self.store.guard_signature = signature
@@ -1137,7 +1143,7 @@ class MemoryIndex:
             half_life_days=h.temporal_decay.half_life_days,
         )
 
-    async def search(
+    def search(
         self,
         request: SearchRequest | str,
         *,
@@ -1157,15 +1163,24 @@ class MemoryIndex:
             raise InvalidInput("query must not be empty")
         if self.unavailable:
             raise ProviderUnavailable(self.unavailable)
-        if EARLY_PREFETCH and (mode or "hybrid") != "keyword":
-            # the query's embedding starts before anything else (the sync check, the search's
-            # own setup), as `MemoryService.search` starts it before its sync: what runs before
-            # the prefetch runs before the encoder. A vector not used after all (vectors not
-            # usable in this index, or a keyword-only config) is dropped.
+        if (mode or "hybrid") != "keyword":
+            # the one place the query's embedding starts: on the provider's worker, while this
+            # thread catches the index up and runs the keyword side; a vector not used after
+            # all (vectors not usable in this index, a keyword-only config) is dropped
             self.prefetch_query(query)
-        if self.dirty and self.cfg.sync.on_search:
-            with inline.move_on_after(self.cfg.sync.search_wait_ms / 1000):
-                await self.sync(embed=False, allow_reindex=False, sessions=False)
+        notes: list[str] = []
+        if request.wait_s is not None:
+            try:
+                self.catch_up(request.wait_s)
+            except StateError as err:  # full disk, read-only state: answer from the index as it is
+                notes.append(f"index not updated ({err}); answering from it as it was")
+        elif self.dirty and self.cfg.sync.on_search:
+            self.sync(
+                embed=False,
+                allow_reindex=False,
+                sessions=False,
+                lock_wait_s=self.cfg.sync.search_wait_ms / 1000,
+            )
         # from here on the search has the cores: background document embedding (serve) pauses
         # at its next yield point, not only while the query embeds, so the keyword side's and
         # the ranking's Python work does not queue for the GIL behind the embedding workers'
@@ -1175,25 +1190,28 @@ class MemoryIndex:
             else contextlib.nullcontext()
         )
         with priority:
-            answer = await self._search_synced(request, query, now, mode)
+            answer = self._search_synced(request, query, now, mode)
+        answer.notes[:0] = notes
         if self._reference_to_save is not None:
             store, keys, reference = self._reference_to_save
             self._reference_to_save = None
             self._save_reference(store, keys, reference)
         return answer
 
-    async def _search_synced(
+    def _search_synced(
         self, request: SearchRequest, query: str, now: datetime | None, mode: str | None
     ) -> EngineAnswer:
-        """`search` once the index is synced: both sides, the merge, ranking and snippets."""
-        max_results, min_score = request.max_results, request.min_score
-        params = self._rank_params(max_results, min_score)
+        """`search` once the index is synced: both sides, the merge, ranking and snippets.
+
+        The keyword side runs while the query embeds on the provider's worker; each side reads
+        one snapshot of the index, and keyword hits of an index that changed in between are
+        searched again. No snapshot is held while the query embeds (a remote API may take long).
+        """
+        params = self._rank_params(request.max_results, request.min_score)
         k = params.max_results * self.cfg.query.hybrid.candidate_multiplier
         # config: hybrid, or vector-first when hybrid is off; `mode` pins one side for evaluation
         effective = mode or ("hybrid" if self.cfg.query.hybrid.enabled else "vector")
         notes: list[str] = []
-
-        qvec: np.ndarray | array[float] | None = None
         vectors = effective in ("hybrid", "vector") and self._vectors_usable()
         # no chunk has a vector yet (a first search whose backlog was not started): the query's
         # would find nothing, so it is not embedded and the answer says it is by keywords
@@ -1204,131 +1222,29 @@ class MemoryIndex:
             # places a one-letter query near any short chunk; only a file named so can answer
             notes.append("nothing to search for: the query has no word of two or more letters")
             vectors = no_vectors_yet = False
-        early: tuple[dict[int, Candidate], list[int]] | None = None
-        early_version: tuple[int, int] | None = None
-        early_rows: dict[int, tuple[ChunkRow, frozenset[str]]] = {}  # row, query terms it holds
-        early_terms: tuple[str, ...] = ()
-        speculative: dict[int, tuple[str, int, int]] = {}
-        if vectors and effective == "hybrid" and OVERLAP_QUERY_EMBEDDING:
-            # Nothing of the keyword side needs the vector: while the query embeds on another
-            # thread, find its candidates, read their rows, find the query terms each holds
-            # (what ranking weighs) and count the query terms' chunks, so that only the vector
-            # side's own candidates are left for after.
-            self.prefetch_query(query)
-            store = self.store
-            early_version = store.version
-            early_kw: dict[int, Candidate] = {}
-            self._keyword_candidates(store, query, k, early_kw)
-            early = early_kw, self._path_candidates(store, query)
-            if PREPARE_KEYWORD_ROWS_EARLY:
-                rows_now = store.chunk_rows([*early_kw, *early[1]])
-                early_terms = tuple(query_terms(query))
-                early_rows = {
-                    cid: (row, frozenset(text_terms(early_terms, row.text)))
-                    for cid, row in rows_now.items()
-                }
-                self._term_chunks(store, query)
-                speculative = self._snippets_while_embedding(query, early_kw, early_rows)
-        if vectors:
-            assert self.provider is not None
-            try:
-                if self._lean(self.store):
-                    qvec = await self.provider.embed_query_buffer(query)
-                if qvec is None:
-                    qvec = await self._embed_query(query)
-            except Exception as err:
-                if self.selection.explicit and self.selection.fallback is None:
-                    raise ProviderUnavailable(
-                        f"{self.provider.id} query embedding failed: {err}"
-                    ) from err
-                notes.append(f"query embedding failed ({err}); keyword results only")
-                qvec = None
-            if qvec is not None and not (any(qvec) if isinstance(qvec, array) else np.any(qvec)):
-                notes.append("query embedding was a zero vector; keyword results only")
-                qvec = None
-        want_kw = effective in ("hybrid", "keyword") or (qvec is None and mode is None)
-
         store = self.store
-        if early is not None and store.version != early_version:
-            early = None  # the index changed while the query embedded: its ids may have too
-        cands: dict[int, Candidate] = {}
-        if qvec is not None:
-            for rank_i, (cid, sim) in enumerate(store.vector_search(qvec, k)):
-                cands[cid] = Candidate(cid, "", "", 0, 0, "", vector_score=sim, vector_rank=rank_i)
-        if want_kw:
-            if early is None:
-                self._keyword_candidates(store, query, k, cands)
-                path_hits = self._path_candidates(store, query)
-            else:  # merged in the order the sequential search inserts them
-                early_kw, path_hits = early
-                for cid, kc in early_kw.items():
-                    c = cands.setdefault(cid, kc)
-                    c.text_rank, c.text_score = kc.text_rank, kc.text_score
-            for cid in path_hits:
-                cands.setdefault(cid, Candidate(cid, "", "", 0, 0, ""))
-
-        if early is None:
-            early_rows, speculative = {}, {}
-        rows = store.chunk_rows(cid for cid in cands if cid not in early_rows)
-        allowed_sources = set(self.cfg.sources)
-        if request.corpus != "all":
-            allowed_sources &= {request.corpus}
-        filled = []
-        for cid, c in cands.items():
-            row = rows.get(cid)
-            if row is None and cid in early_rows:
-                row, matched = early_rows[cid]
-                c.matched = (early_terms, matched)
-            if row is None or row.source not in allowed_sources:
-                continue
-            c.path, c.source, c.start_line, c.end_line, c.text, c.mtime = (
-                row.path,
-                row.source,
-                row.start_line,
-                row.end_line,
-                row.text,
-                row.mtime,
+        early = None
+        if vectors and effective == "hybrid":
+            with self._snapshot(store):
+                early = self._keyword_side(store, query, k)
+        qvec = self._query_vector(query, notes) if vectors else None
+        want_kw = effective in ("hybrid", "keyword") or (qvec is None and mode is None)
+        with self._snapshot(store):
+            if early is not None and store.version != early.version:
+                early = None  # the index changed while the query embedded: its ids may have too
+            filled = self._candidates(store, request, query, k, qvec, want_kw, early)
+            stats = self._corpus_stats(store, query if want_kw else "", qvec)
+            pending = store.pending_count() if self.provider else 0
+            # a few spare hits: a result whose lines earlier results already show gives its slot on
+            ranked = rank(
+                filled,
+                query,
+                dataclasses.replace(params, max_results=params.max_results + SPARE_RESULTS),
+                now=now or datetime.now(UTC),
+                stats=stats,
+                partial_vectors=qvec is not None and pending > 0,
             )
-            filled.append(c)
-        stats = await self._corpus_stats(store, query if want_kw else "", qvec)
-        pending = store.pending_count() if self.provider else 0
-        # a few spare hits: a result whose lines earlier results already show gives its slot on
-        ranked = rank(
-            filled,
-            query,
-            dataclasses.replace(params, max_results=params.max_results + SPARE_RESULTS),
-            now=now or datetime.now(UTC),
-            stats=stats,
-            partial_vectors=qvec is not None and pending > 0,
-        )
-        results: list[SearchResult] = []
-        shown: dict[str, list[tuple[int, int]]] = {}
-
-        def add(c: Candidate, snippet: str, first: int, last: int) -> None:
-            kept = uncovered_window(snippet, first, last, shown.get(c.path, []))
-            if kept is not None and len(results) < params.max_results:
-                text, first, last = kept
-                results.append(SearchResult(c.path, first, last, c.score, text, source=c.source))  # type: ignore[arg-type]
-                shown.setdefault(c.path, []).append((first, last))
-
-        continued = 0
-        for c in ranked:
-            if len(results) >= params.max_results:
-                break
-            snippet, first, last = speculative.get(c.chunk_id) or select_snippet(
-                c.text, c.start_line, c.end_line, query, MAX_SNIPPET_CHARS
-            )
-            add(c, snippet, first, last)
-            if continued < CONTINUE_BEST_HIT and params.max_results > 1:
-                # the lines right after the best window, as a result of their own (each snippet
-                # stays within the 700-character contract): the answer to a question often
-                # comes a few lines after the line that names its topic
-                text, end = self._with_following_lines(store, c, last)
-                more = continue_snippet(text, c.start_line, end, last, MAX_SNIPPET_CHARS)
-                continued += 1
-                if more is not None:
-                    add(c, *more)
-
+            results = self._results(store, ranked, query, params, early.snippets if early else {})
         kw_used = want_kw and store.fts_available
         used_mode = (
             "hybrid"
@@ -1358,6 +1274,136 @@ class MemoryIndex:
             pending_vectors=pending,
         )
 
+    @staticmethod
+    def _snapshot(store: Store) -> contextlib.AbstractContextManager[None]:
+        """Reads within see one index, whatever another process publishes meanwhile."""
+        return store.snapshot() if isinstance(store, SqliteStore) else contextlib.nullcontext()
+
+    def _keyword_side(self, store: Store, query: str, k: int) -> _KeywordSide:
+        """Everything of the keyword side that needs no vector, done while the query embeds:
+        its candidates, their rows, the query terms each holds (what ranking weighs), the
+        query terms' chunk counts, and the best hits' snippets."""
+        version = store.version
+        hits: dict[int, Candidate] = {}
+        self._keyword_candidates(store, query, k, hits)
+        path_hits = self._path_candidates(store, query)
+        rows_now = store.chunk_rows([*hits, *path_hits])
+        terms = tuple(query_terms(query))
+        rows = {cid: (row, frozenset(text_terms(terms, row.text))) for cid, row in rows_now.items()}
+        self._term_chunks(store, query)
+        snippets = self._snippets_while_embedding(query, hits, rows)
+        return _KeywordSide(version, hits, path_hits, terms, rows, snippets)
+
+    def _query_vector(self, query: str, notes: list[str]) -> np.ndarray | array[float] | None:
+        """The query's vector (the prefetch's, when it started one), or None with a note why."""
+        assert self.provider is not None
+        qvec: np.ndarray | array[float] | None = None
+        try:
+            if self._lean(self.store):
+                qvec = self.provider.embed_query_buffer(query)
+            if qvec is None:
+                qvec = self._embed_query(query)
+        except Exception as err:
+            if self.selection.explicit and self.selection.fallback is None:
+                raise ProviderUnavailable(
+                    f"{self.provider.id} query embedding failed: {err}"
+                ) from err
+            notes.append(f"query embedding failed ({err}); keyword results only")
+            return None
+        if not (any(qvec) if isinstance(qvec, array) else qvec.any()):
+            notes.append("query embedding was a zero vector; keyword results only")
+            return None
+        return qvec
+
+    def _candidates(
+        self,
+        store: Store,
+        request: SearchRequest,
+        query: str,
+        k: int,
+        qvec: np.ndarray | array[float] | None,
+        want_kw: bool,
+        early: _KeywordSide | None,
+    ) -> list[Candidate]:
+        """Both sides' candidates, merged, with their rows, from the sources asked for."""
+        cands: dict[int, Candidate] = {}
+        if qvec is not None:
+            for rank_i, (cid, sim) in enumerate(store.vector_search(qvec, k)):
+                cands[cid] = Candidate(cid, "", "", 0, 0, "", vector_score=sim, vector_rank=rank_i)
+        if want_kw:
+            if early is None:
+                self._keyword_candidates(store, query, k, cands)
+                path_hits = self._path_candidates(store, query)
+            else:  # merged in the order the sequential search inserts them
+                path_hits = early.path_hits
+                for cid, kc in early.hits.items():
+                    c = cands.setdefault(cid, kc)
+                    c.text_rank, c.text_score = kc.text_rank, kc.text_score
+            for cid in path_hits:
+                cands.setdefault(cid, Candidate(cid, "", "", 0, 0, ""))
+        early_rows = early.rows if early is not None else {}
+        rows = store.chunk_rows(cid for cid in cands if cid not in early_rows)
+        allowed_sources = set(self.cfg.sources)
+        if request.corpus != "all":
+            allowed_sources &= {request.corpus}
+        filled = []
+        for cid, c in cands.items():
+            row = rows.get(cid)
+            if row is None and early is not None and cid in early_rows:
+                row, matched = early_rows[cid]
+                c.matched = (early.terms, matched)
+            if row is None or row.source not in allowed_sources:
+                continue
+            c.path, c.source, c.start_line, c.end_line, c.text, c.mtime = (
+                row.path,
+                row.source,
+                row.start_line,
+                row.end_line,
+                row.text,
+                row.mtime,
+            )
+            filled.append(c)
+        return filled
+
+    def _results(
+        self,
+        store: Store,
+        ranked: Sequence[Candidate],
+        query: str,
+        params: RankParams,
+        snippets: dict[int, tuple[str, int, int]],
+    ) -> list[SearchResult]:
+        """The ranked hits as results: a snippet each (`snippets` has those chosen already),
+        the best hit's following lines as one more, no lines shown twice."""
+        results: list[SearchResult] = []
+        shown: dict[str, list[tuple[int, int]]] = {}
+
+        def add(c: Candidate, snippet: str, first: int, last: int) -> None:
+            kept = uncovered_window(snippet, first, last, shown.get(c.path, []))
+            if kept is not None and len(results) < params.max_results:
+                text, first, last = kept
+                results.append(SearchResult(c.path, first, last, c.score, text, source=c.source))  # type: ignore[arg-type]
+                shown.setdefault(c.path, []).append((first, last))
+
+        continued = 0
+        for c in ranked:
+            if len(results) >= params.max_results:
+                break
+            snippet, first, last = snippets.get(c.chunk_id) or select_snippet(
+                c.text, c.start_line, c.end_line, query, MAX_SNIPPET_CHARS
+            )
+            add(c, snippet, first, last)
+            if continued < CONTINUE_BEST_HIT and params.max_results > 1:
+                # the lines right after the best window, as a result of their own (each snippet
+                # stays within the 700-character contract): the answer to a question often
+                # comes a few lines after the line that names its topic
+                text, end = self._with_following_lines(store, c, last)
+                more = continue_snippet(text, c.start_line, end, last, MAX_SNIPPET_CHARS)
+                continued += 1
+                if more is not None:
+                    add(c, *more)
+        return results
+
     def _snippets_while_embedding(
         self,
         query: str,
@@ -1365,12 +1411,8 @@ class MemoryIndex:
         rows: dict[int, tuple[ChunkRow, frozenset[str]]],
     ) -> dict[int, tuple[str, int, int]]:
         """The best keyword hits' snippets, chosen while the query still embeds on another
-        thread: time the search would otherwise spend waiting for the vector. Stops once the
-        vector is in (checked between snippets, ~0.06 ms each). The prefetch thread needs the
-        GIL to hand the vector over, which this holds between checks, so the vector may wait
-        for the last snippets: at most SPECULATIVE_SNIPPETS of them (~0.5 ms; letting go of
-        the GIL between them measured no better, docs/performance.md round 11). What it did
-        not reach is chosen after ranking, as before."""
+        thread (time the search would otherwise spend waiting), until the vector is in or
+        SPECULATIVE_SNIPPETS are done; the rest are chosen after ranking."""
         out: dict[int, tuple[str, int, int]] = {}
         provider = self.provider
         if provider is None or SPECULATIVE_SNIPPETS <= 0:
@@ -1433,14 +1475,9 @@ class MemoryIndex:
         KNN and the background cosines run in SQL, and the reference background is the one
         stored with the index (`_stored_reference`). Same candidates and ranking as the numpy
         path, cosines within float32 rounding (`tests/test_lean_search.py`)."""
-        return (
-            LEAN_ONE_OFF_SEARCH
-            and inline.one_off()
-            and isinstance(store, SqliteStore)
-            and store.cosine_sql
-        )
+        return self.one_off and isinstance(store, SqliteStore) and store.cosine_sql
 
-    async def _embed_query(self, query: str) -> np.ndarray:
+    def _embed_query(self, query: str) -> np.ndarray:
         """Query embedding through a small LRU: agents often repeat a question within a session."""
         assert self.provider is not None
         key = (*self._provider_key(), query)
@@ -1448,7 +1485,7 @@ class MemoryIndex:
         if hit is not None:
             self._query_cache.move_to_end(key)
             return hit
-        vec = await self.provider.embed_query(query)
+        vec = self.provider.embed_query(query)
         self._query_cache[key] = vec
         if len(self._query_cache) > QUERY_CACHE_SIZE:
             self._query_cache.popitem(last=False)
@@ -1492,7 +1529,7 @@ class MemoryIndex:
     ) = None
     _reference_vectors: tuple[tuple[str, str, str], dict[Script, np.ndarray]] | None = None
 
-    async def _corpus_stats(
+    def _corpus_stats(
         self, store: Store, query: str, qvec: np.ndarray | array[float] | None
     ) -> CorpusStats:
         """Chunk count, per-term chunk counts and the cosine backgrounds that `rank` calibrates by.
@@ -1512,6 +1549,8 @@ class MemoryIndex:
                 return CorpusStats(cache.chunks, term_chunks, *lean)
             # no reference stored for this sample (an index last written by an older memoryd,
             # or changed since): computed the numpy way, once, and stored for the next search
+            import numpy as np
+
             qvec = np.frombuffer(qvec, dtype=np.float32)
         if cache.sample is None:
             cache.ids, cache.sample, cache.scripts, cache.keys = self._background_sample(store)
@@ -1519,9 +1558,9 @@ class MemoryIndex:
         if not sample.shape[0] or sample.shape[1] != qvec.shape[0]:
             return CorpusStats(cache.chunks, term_chunks)
         if cache.reference is None:
-            refs = await self._reference_query_vectors(store)
+            refs = self._reference_query_vectors(store)
             cache.reference = _reference_background(refs, sample, cache.scripts)
-            if refs and cache.keys is not None and inline.one_off():
+            if refs and cache.keys is not None and self.one_off:
                 # what makes the next one-off search lean (a long-lived process stores it when
                 # a sync changes the index: `_store_reference`); written once the answer is
                 # ready, not between the search's reads
@@ -1576,7 +1615,7 @@ class MemoryIndex:
                 {REFERENCE_META_KEY: _reference_to_json(fingerprint, reference)}, wait_ms=0
             )
 
-    async def _store_reference(self, store: Store) -> None:
+    def _store_reference(self, store: Store) -> None:
         """After a sync changed the index: its reference background, stored with it so that a
         one-off search needs no numpy (`_lean`). Only where the reference queries' vectors ship
         with memoryd (the local model): a sync embeds none of them."""
@@ -1594,7 +1633,7 @@ class MemoryIndex:
         if not shipped_file(self.provider.id, self.provider.fingerprint()).exists():
             return
         _, sample, scripts, sampled = self._background_sample(store)
-        refs = await self._reference_query_vectors(store)
+        refs = self._reference_query_vectors(store)
         if refs and sampled:
             self._save_reference(store, sampled, _reference_background(refs, sample, scripts))
 
@@ -1615,7 +1654,7 @@ class MemoryIndex:
                 term_chunks[term] = cache.df[term]
         return cache, term_chunks
 
-    async def _reference_query_vectors(self, store: Store) -> dict[Script, np.ndarray]:
+    def _reference_query_vectors(self, store: Store) -> dict[Script, np.ndarray]:
         """REFERENCE_QUERIES embedded with the current provider: once, then from the cache table.
 
         Stored in the embedding cache under a tagged hash no chunk can have, so a later process
@@ -1623,6 +1662,8 @@ class MemoryIndex:
         local model they ship with memoryd (`embeddings.shipped`), so a new index embeds none. A
         provider that cannot embed them leaves the query's own background as the reference.
         """
+        import numpy as np
+
         assert self.provider is not None
         key = self._provider_key()
         held = self._reference_vectors
@@ -1643,7 +1684,7 @@ class MemoryIndex:
         try:
             for h, (_, text) in wanted.items():
                 if h not in found:
-                    found[h] = await self.provider.embed_query(text)
+                    found[h] = self.provider.embed_query(text)
                     fresh.append((h, found[h]))
         except Exception as err:
             log.warning(
@@ -1677,6 +1718,8 @@ class MemoryIndex:
     ) -> tuple[list[int], np.ndarray, list[Script], list[tuple[int, str]] | None]:
         """Up to BACKGROUND_SAMPLE stored vectors spread evenly over chunk ids: ids, vectors,
         scripts, and (SQLite) the chunks' (id, content hash) read in the same snapshot."""
+        import numpy as np
+
         keys: list[tuple[int, str]] | None = None
         if isinstance(store, SqliteStore):
             keyed = store.vector_sample_keyed(BACKGROUND_SAMPLE)
@@ -1722,12 +1765,10 @@ class MemoryIndex:
 
     # ------------------------------------------------------------------ get
 
-    async def get(
-        self, path: str, from_line: int | None = None, lines: int | None = None
-    ) -> FileText:
+    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
         """Read a memory file or a line range of it (the policy is `core.layout.locate`)."""
-        return await inline.run_sync(
-            read_memory_file, self.settings.roots, self.settings.workspace, path, from_line, lines
+        return read_memory_file(
+            self.settings.roots, self.settings.workspace, path, from_line, lines
         )
 
     # ------------------------------------------------------------------ status
@@ -1828,14 +1869,15 @@ class MemoryIndex:
             roots.append(sessions)
         return roots
 
-    async def watch(
+    def watch(
         self,
         *,
-        stop_event: anyio.Event | None = None,
+        stop_event: threading.Event | None = None,
         on_synced: Callable[[SyncReport], None] | None = None,
     ) -> None:
-        """Watch memory files; mark dirty on change and sync in the background after the debounce."""
-        from watchfiles import awatch
+        """Watch memory files; mark dirty on change and sync after the debounce, until
+        `stop_event` is set."""
+        from watchfiles import watch
 
         sessions_dir = self.settings.sessions_dir
         roots = self.settings.roots
@@ -1849,56 +1891,48 @@ class MemoryIndex:
             # a folder event (no suffix) under a root may hide new files: let it through
             return _inside_any(str(p), roots) or any(Path(r.path).is_relative_to(p) for r in roots)
 
-        async for _changes in awatch(
+        for _changes in watch(
             *self.watch_roots(),
             watch_filter=relevant,
             debounce=self.cfg.sync.watch_debounce_ms,
             step=50,
             stop_event=stop_event,
             recursive=True,
-            # the watcher thread checks for cancellation this often: shutdown within ~0.2 s
+            # how often the watcher checks `stop_event`: a close is seen within this
             rust_timeout=200,
         ):
             self.dirty = True
-            try:
-                report = await self.sync()
-            except MemorydError as err:
-                self.last_error = str(err)
-                log.warning("background sync failed: %s", err)
-                continue
-            if on_synced:
+            report = self._sync_logged("background")
+            if on_synced and report is not None:
                 on_synced(report)
 
     # ------------------------------------------------------------------ engine lifecycle
 
-    async def start(self, task_group: TaskGroup | None = None) -> None:
-        """With a task group: sync now, then keep fresh (watcher, `sync.intervalMinutes`)."""
-        self._tg = task_group
-        if task_group is not None:
-            task_group.start_soon(self._keep_fresh)
+    def start(self, background: Background | None = None) -> None:
+        """With `background`: sync now, then keep fresh (watcher, `sync.intervalMinutes`)."""
+        self._background = background
+        if background is not None:
+            background.spawn("index-sync", lambda: self._keep_fresh(background))
 
-    async def _keep_fresh(self) -> None:
+    def _keep_fresh(self, background: Background) -> None:
+        self._sync_logged("built-in index")
+        if self.cfg.sync.watch:
+            background.spawn("index-watch", lambda: self.watch(stop_event=background.stopping))
+        minutes = self.cfg.sync.interval_minutes
+        if minutes > 0:
+            background.every("index-periodic", minutes * 60, self._periodic_sync)
+
+    def _periodic_sync(self) -> None:
+        self.dirty = True
+        self._sync_logged("periodic")
+
+    def _sync_logged(self, what: str) -> SyncReport | None:
         try:
-            await self.sync()
+            return self.sync()
         except MemorydError as err:
             self.last_error = str(err)
-            log.warning("built-in index sync failed for %s: %s", self.settings.agent_id, err)
-        async with anyio.create_task_group() as tg:
-            if self.cfg.sync.watch:
-                tg.start_soon(self.watch)
-            minutes = self.cfg.sync.interval_minutes
-            if minutes > 0:
-                tg.start_soon(self._periodic, minutes * 60)
-
-    async def _periodic(self, every_s: float) -> None:
-        while True:
-            await anyio.sleep(every_s)
-            self.dirty = True
-            try:
-                await self.sync()
-            except MemorydError as err:
-                self.last_error = str(err)
-                log.warning("periodic sync failed: %s", err)
+            log.warning("%s sync failed for %s: %s", what, self.settings.agent_id, err)
+            return None
 
     def pending_changes(self) -> int:
         """Memory files added, changed or removed since the last sync (a stat pass, no reads)."""
@@ -1908,21 +1942,20 @@ class MemoryIndex:
         """A memory file was written through memoryd: the next search syncs first."""
         self.dirty = True
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         self.store.close()
         for p in {
             id(x): x for x in (self.selection.provider, self.selection.fallback) if x
         }.values():
-            await p.aclose()
+            p.close()
 
 
 class _Background(Sequence[tuple[int, Script, float]]):
     """`CorpusStats.background` as the sample's arrays, its cosines computed and made into
     tuples only if read.
 
-    Ranking reads it for few queries (a chunk in another script that no keyword matched):
-    building 1,024 tuples for every search cost ~0.3 ms of it, and the product itself (1.5 MB,
-    cold after the KNN) ~0.1 ms.
+    Ranking reads it for few queries (a chunk in another script that no keyword matched), so
+    most searches never pay for the product or the tuples.
     """
 
     def __init__(
@@ -1936,6 +1969,8 @@ class _Background(Sequence[tuple[int, Script, float]]):
 
     @property
     def _sims(self) -> np.ndarray:
+        import numpy as np
+
         if self._cosines is None:
             self._cosines = self._sample @ self._query.astype(np.float32)
         return self._cosines

@@ -172,8 +172,7 @@ def _session(ort: Any, graph: Path, weights: dict[str, Any], threads: int) -> An
     # passive waiting: a spinning worker stalls when another process holds the core
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     opts.log_severity_level = 3  # its warnings are for model authors, not memoryd's users
-    # no arena: one grown by documents' long windows left a query's buffers scattered through
-    # it, and a search after indexing slower than before (bench_builtin_index.py --baseline)
+    # no arena: one grown by documents' long windows scatters a later query's buffers
     opts.enable_cpu_mem_arena = False
     opts.add_external_initializers(
         list(weights), [ort.OrtValue.ortvalue_from_numpy(a) for a in weights.values()]

@@ -12,15 +12,15 @@ import email.utils
 import json
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
 import httpx
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from ..errors import EmbeddingError
+from .base import DeadlineReached
 
 USER_AGENT = "memoryd/0.1 (+embeddings)"
 _RATE_LIMIT_WORDS = (
@@ -62,7 +62,7 @@ class RetryPolicy:
     #: Longest `Retry-After` we obey; a server asking for more gets this instead.
     retry_after_cap: float = 30.0
     timeout: float = 60.0
-    sleep: Callable[[float], Awaitable[None]] = field(default=anyio.sleep, compare=False)
+    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -131,7 +131,9 @@ def _retryable(exc: BaseException) -> bool:
 
 
 class ApiClient:
-    """One provider's endpoint: base URL, merged headers, a lazily opened `httpx.AsyncClient`."""
+    """One provider's endpoint: base URL, merged headers, a lazily opened `httpx.Client`.
+
+    Thread-safe (httpx's client is): batch jobs and concurrent searches share it."""
 
     def __init__(
         self, provider: str, base_url: str, headers: Mapping[str, str], retry: RetryPolicy
@@ -140,13 +142,13 @@ class ApiClient:
         self.base_url = base_url.rstrip("/")
         self.headers = dict(headers)
         self.retry = retry
-        self._client: httpx.AsyncClient | None = None
+        self._client: httpx.Client | None = None
         #: Requests sent, including retries; status and tests read it.
         self.requests = 0
 
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self) -> httpx.Client:
         if self._client is None:
-            self._client = httpx.AsyncClient(
+            self._client = httpx.Client(
                 headers={"user-agent": USER_AGENT, **self.headers},
                 timeout=httpx.Timeout(self.retry.timeout, connect=min(10.0, self.retry.timeout)),
                 follow_redirects=True,
@@ -160,9 +162,17 @@ class ApiClient:
             else f"{self.base_url}/{path.lstrip('/')}"
         )
 
-    async def _send_once(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _send_once(
+        self, method: str, path: str, deadline: float | None, **kwargs: Any
+    ) -> httpx.Response:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DeadlineReached
+            # the deadline bounds the whole wait, connecting included
+            kwargs["timeout"] = min(self.retry.timeout, left)
         self.requests += 1
-        response = await self._http().request(method, self.url(path), **kwargs)
+        response = self._http().request(method, self.url(path), **kwargs)
         if response.is_success:
             return response
         message = error_message(response)
@@ -180,20 +190,31 @@ class ApiClient:
         retry_after = exc.retry_after if isinstance(exc, EmbeddingHTTPError) else None
         return backoff_seconds(state.attempt_number, self.retry, retry_after)
 
-    async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """Send with retries; raises `EmbeddingHTTPError` (API said no) or `EmbeddingError` (network)."""
-        retrying = AsyncRetrying(
+    def request(
+        self, method: str, path: str, *, deadline: float | None = None, **kwargs: Any
+    ) -> httpx.Response:
+        """Send with retries; raises `EmbeddingHTTPError` (API said no) or `EmbeddingError`
+        (network), and `DeadlineReached` once `deadline` (`time.monotonic()`) has passed."""
+
+        def sleep(seconds: float) -> None:
+            if deadline is not None and time.monotonic() + seconds >= deadline:
+                raise DeadlineReached  # no retry could answer in time
+            self.retry.sleep(seconds)
+
+        retrying = Retrying(
             stop=stop_after_attempt(self.retry.attempts),
             wait=self._wait,
             retry=retry_if_exception(_retryable),
-            sleep=self.retry.sleep,
+            sleep=sleep,
             reraise=True,
         )
         try:
-            async for attempt in retrying:
+            for attempt in retrying:
                 with attempt:
-                    return await self._send_once(method, path, **kwargs)
+                    return self._send_once(method, path, deadline, **kwargs)
         except httpx.TransportError as err:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise DeadlineReached from err
             raise EmbeddingError(
                 f"{self.provider}: cannot reach {self.url(path)}: {err or type(err).__name__}"
             ) from err
@@ -205,16 +226,16 @@ class ApiClient:
             "unreachable: tenacity either returns or re-raises"
         )  # pragma: no cover
 
-    async def post_json(self, path: str, body: Mapping[str, Any]) -> Any:
-        return _json(await self.request("POST", path, json=body), self.provider)
+    def post_json(self, path: str, body: Mapping[str, Any], deadline: float | None = None) -> Any:
+        return _json(self.request("POST", path, json=body, deadline=deadline), self.provider)
 
-    async def get_json(self, path: str) -> Any:
-        return _json(await self.request("GET", path), self.provider)
+    def get_json(self, path: str, deadline: float | None = None) -> Any:
+        return _json(self.request("GET", path, deadline=deadline), self.provider)
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None
-            await client.aclose()
+            client.close()
 
 
 def _json(response: httpx.Response, provider: str) -> Any:

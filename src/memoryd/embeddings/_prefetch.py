@@ -50,10 +50,8 @@ def start(key: Hashable, embed: Callable[[], Any], wait_started: float = 0.0) ->
     its own query when it needs it. A failure is left for the taker, who embeds again and
     reports the real error.
 
-    `wait_started`: wait (at most this many seconds) for the thread to call `embed`. For an
-    `embed` that lets go of the GIL at once (onnxruntime's run): a caller that goes on with
-    Python work holds the GIL, and the thread would wait for it until the caller's next
-    blocking call; waiting lets it start at once.
+    `wait_started`: wait (at most this many seconds) for the thread to call `embed`, so that an
+    `embed` that lets go of the GIL at once starts before the caller's Python work holds it.
     """
     global _idle
     with _lock:

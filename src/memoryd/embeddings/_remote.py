@@ -76,8 +76,9 @@ class RemoteProvider(EmbeddingProvider):
     def fingerprint_extra(self) -> dict[str, object]:
         return {}
 
-    async def _embed_batch(self, texts: list[str], kind: Kind) -> list[Any]:
-        """Send one request (within limits) and return one raw vector per text, in order."""
+    def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
+        """Send one request (within limits, and `deadline`) and return one raw vector per
+        text, in order."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ shared behaviour
@@ -115,23 +116,23 @@ class RemoteProvider(EmbeddingProvider):
         self.dims = matrix.shape[1]
         return l2_normalize(matrix)
 
-    async def embed_online(self, texts: list[str], kind: Kind) -> Matrix:
+    def embed_online(self, texts: list[str], kind: Kind, deadline: float | None = None) -> Matrix:
         parts: list[Matrix] = []
         for start, stop in pack(
             texts, max_items=self.max_batch_items, max_tokens=self.max_batch_tokens
         ):
             chunk = texts[start:stop]
-            parts.append(self.to_matrix(await self._embed_batch(chunk, kind), len(chunk)))
+            parts.append(self.to_matrix(self._embed_batch(chunk, kind, deadline), len(chunk)))
         if not parts:
             return np.zeros((0, self.dims or 0), dtype=np.float32)
         return np.concatenate(parts).astype(np.float32, copy=False)
 
-    async def embed_query(self, text: str) -> Vector:
-        matrix = await self.embed_online([truncate_to_tokens(text, self.max_input_tokens)], "query")
+    def embed_query(self, text: str) -> Vector:
+        matrix = self.embed_online([truncate_to_tokens(text, self.max_input_tokens)], "query")
         vector: Vector = matrix[0]
         return vector
 
-    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+    def embed_documents(self, texts: Sequence[str], *, deadline: float | None = None) -> Matrix:
         if not texts:
             return np.zeros((0, self.dims or 0), dtype=np.float32)
         pieces: list[str] = []
@@ -140,7 +141,7 @@ class RemoteProvider(EmbeddingProvider):
             for piece in split_to_tokens(text, self.max_input_tokens):
                 pieces.append(piece)
                 owner.append(i)
-        vectors = await self._embed_pieces(pieces)
+        vectors = self._embed_pieces(pieces, deadline)
         if len(pieces) == len(texts):
             return vectors
         weights = np.asarray([max(estimate_tokens(p), 1) for p in pieces], dtype=np.float32)
@@ -148,10 +149,10 @@ class RemoteProvider(EmbeddingProvider):
         np.add.at(out, np.asarray(owner), vectors * weights[:, None])
         return l2_normalize(out)
 
-    async def _embed_pieces(self, pieces: list[str]) -> Matrix:
+    def _embed_pieces(self, pieces: list[str], deadline: float | None) -> Matrix:
         if self.batch is not None and self.batch.active:
-            return await run_batch(self, self.batch, pieces)
-        return await self.embed_online(pieces, "document")
+            return run_batch(self, self.batch, pieces, deadline)
+        return self.embed_online(pieces, "document", deadline)
 
     def status(self) -> dict[str, object]:
         """What status() shows for this provider: endpoint, model, dims, batch state."""
@@ -166,8 +167,8 @@ class RemoteProvider(EmbeddingProvider):
             info["batch"] = self.batch.describe()
         return info
 
-    async def aclose(self) -> None:
-        await self.client.aclose()
+    def close(self) -> None:
+        self.client.close()
 
 
 def _decode_vector(value: Any, provider: str) -> list[float]:

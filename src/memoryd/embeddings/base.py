@@ -6,6 +6,7 @@ import abc
 import contextlib
 import hashlib
 import json
+import time
 from array import array
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -18,9 +19,7 @@ if TYPE_CHECKING:
 
     Vector = npt.NDArray[np.float32]
     Matrix = npt.NDArray[np.float32]
-else:  # numpy loads on first use (memoryd.lazy); the aliases only serve annotations
-    from ..lazy import numpy as np
-
+else:  # the aliases only serve annotations: a keyword-only search never imports numpy
     Vector = Matrix = Any
 
 # Header names that carry credentials; never part of the endpoint fingerprint.
@@ -42,10 +41,20 @@ def endpoint_fingerprint(
 
 def l2_normalize(matrix: Matrix) -> Matrix:
     """Row-normalize; zero rows stay zero (callers treat them as 'no vector')."""
+    import numpy as np
+
     norms = np.linalg.norm(matrix, axis=-1, keepdims=True)
     norms[norms == 0] = 1.0
     out: Matrix = (matrix / norms).astype(np.float32, copy=False)
     return out
+
+
+class DeadlineReached(Exception):
+    """Raised by `embed_documents` when its `deadline` passed before it finished."""
+
+
+def deadline_passed(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
 
 
 class EmbeddingProvider(abc.ABC):
@@ -61,9 +70,6 @@ class EmbeddingProvider(abc.ABC):
     dims: int | None = None
     #: Longest input (in model tokens) the model accepts; longer texts are truncated by the provider.
     max_input_tokens: int = 512
-    #: Whether its embed calls go through `memoryd.inline` (thread offloads and deadlines), so a
-    #: one-off command can use it without an event loop. Remote clients need a loop.
-    runs_inline: bool = False
 
     @property
     def documents_ready(self) -> bool:
@@ -96,14 +102,14 @@ class EmbeddingProvider(abc.ABC):
         return contextlib.nullcontext()
 
     @abc.abstractmethod
-    async def embed_query(self, text: str) -> Vector:
+    def embed_query(self, text: str) -> Vector:
         """Embed one search query (asymmetric models use their query form)."""
 
     def query_buffer_available(self) -> bool:
         """Whether `embed_query_buffer` returns a vector in this process (not None)."""
         return False
 
-    async def embed_query_buffer(self, text: str) -> array[float] | None:
+    def embed_query_buffer(self, text: str) -> array[float] | None:
         """`text`'s query vector as a float32 `array` (not necessarily normalized), if this
         provider makes it without importing numpy; None otherwise (then `embed_query`).
 
@@ -115,10 +121,14 @@ class EmbeddingProvider(abc.ABC):
         return None
 
     @abc.abstractmethod
-    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
-        """Embed document chunks; returns shape (len(texts), dims)."""
+    def embed_documents(self, texts: Sequence[str], *, deadline: float | None = None) -> Matrix:
+        """Embed document chunks; returns shape (len(texts), dims).
 
-    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        `deadline` (a `time.monotonic()` value): a provider that can stop early raises
+        `DeadlineReached` once it has passed, so a search's embedding budget holds.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients or models."""
 
 

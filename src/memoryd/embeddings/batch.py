@@ -19,17 +19,19 @@ from __future__ import annotations
 import abc
 import contextlib
 import hashlib
+import threading
+import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-import anyio
 import numpy as np
 
 from ..config import BatchConfig
 from ..errors import BatchPending, EmbeddingError
 from ._limits import pack
-from .base import Matrix
+from .base import DeadlineReached, Matrix
 
 MAX_FAILURES = 2
 
@@ -44,7 +46,9 @@ class BatchProvider(Protocol):
 
     def to_matrix(self, raw: Sequence[Any], expected: int) -> Matrix: ...
 
-    async def embed_online(self, texts: list[str], kind: Literal["document"]) -> Matrix: ...
+    def embed_online(
+        self, texts: list[str], kind: Literal["document"], deadline: float | None = None
+    ) -> Matrix: ...
 
 
 class BatchJobFailed(EmbeddingError):
@@ -67,18 +71,18 @@ class BatchRunner(abc.ABC):
     max_job_inputs: int = 50_000
 
     @abc.abstractmethod
-    async def submit(self, texts: list[str]) -> str:
+    def submit(self, texts: list[str]) -> str:
         """Create a job embedding `texts` as documents; returns its id."""
 
     @abc.abstractmethod
-    async def poll(self, job_id: str) -> JobStatus:
+    def poll(self, job_id: str) -> JobStatus:
         """Current state of a job; `done` with `error` set means it failed."""
 
     @abc.abstractmethod
-    async def results(self, status: JobStatus, count: int) -> list[Any]:
+    def results(self, status: JobStatus, count: int) -> list[Any]:
         """The raw vectors of a finished job, in input order."""
 
-    async def cancel(self, job_id: str) -> None:  # noqa: B027 - optional
+    def cancel(self, job_id: str) -> None:  # noqa: B027 - optional
         """Best-effort cancellation of a job we gave up on."""
 
 
@@ -94,22 +98,22 @@ class BatchMode:
         self.jobs_submitted = 0
         self.jobs_completed = 0
         self._pending: dict[str, str] = {}
-        self._limiter: anyio.CapacityLimiter | None = None
+        #: jobs in flight for this provider, across every caller
+        self._slots = threading.BoundedSemaphore(config.concurrency)
+        self._lock = threading.Lock()
 
     @property
     def active(self) -> bool:
         return self.config.enabled and self.disabled_reason is None
 
-    def limiter(self) -> anyio.CapacityLimiter:
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(self.config.concurrency)
-        return self._limiter
-
     def record_failure(self, reason: str) -> None:
-        self.failures += 1
-        self.last_error = reason
-        if self.failures >= MAX_FAILURES and self.disabled_reason is None:
-            self.disabled_reason = f"batch mode off after {self.failures} failures; last: {reason}"
+        with self._lock:
+            self.failures += 1
+            self.last_error = reason
+            if self.failures >= MAX_FAILURES and self.disabled_reason is None:
+                self.disabled_reason = (
+                    f"batch mode off after {self.failures} failures; last: {reason}"
+                )
 
     def describe(self) -> dict[str, object]:
         return {
@@ -132,45 +136,57 @@ def _digest(provider: BatchProvider, texts: Sequence[str]) -> str:
     return h.hexdigest()
 
 
-async def _finish(provider: BatchProvider, mode: BatchMode, job_id: str, count: int) -> Matrix:
-    """Poll a job to completion (or timeout) and return its normalized vectors."""
-    deadline = anyio.current_time() + mode.config.timeout_minutes * 60
+def _finish(
+    provider: BatchProvider, mode: BatchMode, job_id: str, count: int, deadline: float | None
+) -> Matrix:
+    """Poll a job to completion (or timeout) and return its normalized vectors.
+
+    Past the caller's `deadline` it raises `DeadlineReached` and the job stays pending: the
+    next call with the same texts collects it."""
+    timeout_at = time.monotonic() + mode.config.timeout_minutes * 60
+    pause = mode.config.poll_interval_ms / 1000
     while True:
-        status = await mode.runner.poll(job_id)
+        status = mode.runner.poll(job_id)
         if status.done:
             break
-        if anyio.current_time() >= deadline:
-            await _cancel_quietly(mode.runner, job_id)
+        if time.monotonic() >= timeout_at:
+            _cancel_quietly(mode.runner, job_id)
             raise BatchJobFailed(
                 f"{provider.id} batch job {job_id} timed out after {mode.config.timeout_minutes:g} min (state {status.state})"
             )
         if not mode.config.wait:
             raise BatchPending(f"{provider.id} batch job {job_id} is {status.state}", [job_id])
-        await anyio.sleep(mode.config.poll_interval_ms / 1000)
+        if deadline is not None and time.monotonic() + pause >= deadline:
+            raise DeadlineReached
+        time.sleep(pause)
     if status.error:
         raise BatchJobFailed(f"{provider.id} batch job {job_id} {status.state}: {status.error}")
-    matrix = provider.to_matrix(await mode.runner.results(status, count), count)
-    mode.jobs_completed += 1
+    matrix = provider.to_matrix(mode.runner.results(status, count), count)
+    with mode._lock:
+        mode.jobs_completed += 1
     return matrix
 
 
-async def _cancel_quietly(runner: BatchRunner, job_id: str) -> None:
+def _cancel_quietly(runner: BatchRunner, job_id: str) -> None:
     # The job is abandoned either way; cancelling only saves the provider work.
     with contextlib.suppress(EmbeddingError):
-        await runner.cancel(job_id)
+        runner.cancel(job_id)
 
 
-async def _one_job(provider: BatchProvider, mode: BatchMode, texts: list[str]) -> Matrix:
+def _one_job(
+    provider: BatchProvider, mode: BatchMode, texts: list[str], deadline: float | None
+) -> Matrix:
     key = _digest(provider, texts)
-    async with mode.limiter():
+    with mode._slots:
         job_id = mode._pending.get(key)
         if job_id is None:
-            job_id = await mode.runner.submit(texts)
-            mode.jobs_submitted += 1
+            job_id = mode.runner.submit(texts)
+            with mode._lock:
+                mode.jobs_submitted += 1
             mode._pending[key] = job_id
         try:
-            matrix = await _finish(provider, mode, job_id, len(texts))
-        except BatchPending:
+            matrix = _finish(provider, mode, job_id, len(texts), deadline)
+        except (BatchPending, DeadlineReached):
             raise
         except BaseException:
             mode._pending.pop(key, None)
@@ -179,27 +195,36 @@ async def _one_job(provider: BatchProvider, mode: BatchMode, texts: list[str]) -
         return matrix
 
 
-async def run_batch(provider: BatchProvider, mode: BatchMode, texts: list[str]) -> Matrix:
+def run_batch(
+    provider: BatchProvider, mode: BatchMode, texts: list[str], deadline: float | None = None
+) -> Matrix:
     """Embed `texts` as documents through batch jobs; ranges whose job failed are embedded online.
 
-    Raises `BatchPending` when `wait` is false and a job is still running.
+    Raises `BatchPending` when `wait` is false and a job is still running, `DeadlineReached`
+    when `deadline` passed while one was.
     """
     ranges = pack(texts, max_items=mode.runner.max_job_inputs, max_tokens=None)
     results: list[Matrix | None] = [None] * len(ranges)
     failures: list[EmbeddingError] = []
     pending: list[BatchPending] = []
+    late: list[DeadlineReached] = []
 
-    async def run(slot: int, start: int, stop: int) -> None:
+    def run(slot: int) -> None:
+        start, stop = ranges[slot]
         try:
-            results[slot] = await _one_job(provider, mode, texts[start:stop])
+            results[slot] = _one_job(provider, mode, texts[start:stop], deadline)
         except BatchPending as err:
             pending.append(err)
+        except DeadlineReached as err:
+            late.append(err)
         except EmbeddingError as err:
             failures.append(err)
 
-    async with anyio.create_task_group() as tg:
-        for slot, (start, stop) in enumerate(ranges):
-            tg.start_soon(run, slot, start, stop)
+    if len(ranges) == 1:
+        run(0)
+    else:  # the jobs wait on the provider side at once (`concurrency` bounds them)
+        with ThreadPoolExecutor(len(ranges), thread_name_prefix="memoryd-batch") as pool:
+            list(pool.map(run, range(len(ranges))))
 
     if failures:
         mode.record_failure(str(failures[0]))
@@ -208,7 +233,9 @@ async def run_batch(provider: BatchProvider, mode: BatchMode, texts: list[str]) 
         raise BatchPending(
             f"{provider.id}: {len(job_ids)} batch job(s) still running; sync again later", job_ids
         )
+    if late:
+        raise late[0]
     for slot, (start, stop) in enumerate(ranges):
         if results[slot] is None:
-            results[slot] = await provider.embed_online(texts[start:stop], "document")
+            results[slot] = provider.embed_online(texts[start:stop], "document", deadline)
     return np.concatenate([r for r in results if r is not None])

@@ -93,18 +93,20 @@ class GeminiProvider(RemoteProvider):
     def fingerprint_extra(self) -> dict[str, object]:
         return {"task": [self.task_type("query"), self.task_type("document")]}
 
-    async def _embed_batch(self, texts: list[str], kind: Kind) -> list[Any]:
+    def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
         path = f"models/{self.model}"
         if kind == "query" and len(texts) == 1:
-            body = await self.client.post_json(
-                f"{path}:embedContent", self.content_request(texts[0], kind, with_model=False)
+            body = self.client.post_json(
+                f"{path}:embedContent",
+                self.content_request(texts[0], kind, with_model=False),
+                deadline,
             )
             try:
                 return [body["embedding"]["values"]]
             except (KeyError, TypeError) as err:
                 raise EmbeddingError("gemini: unexpected embedContent response shape") from err
         requests = [self.content_request(t, kind, with_model=True) for t in texts]
-        body = await self.client.post_json(f"{path}:batchEmbedContents", {"requests": requests})
+        body = self.client.post_json(f"{path}:batchEmbedContents", {"requests": requests}, deadline)
         try:
             return [item["values"] for item in body["embeddings"]]
         except (KeyError, TypeError) as err:
@@ -119,7 +121,7 @@ class GeminiBatchRunner(BatchRunner):
     def __init__(self, provider: GeminiProvider) -> None:
         self.provider = provider
 
-    async def submit(self, texts: list[str]) -> str:
+    def submit(self, texts: list[str]) -> str:
         p = self.provider
         body = {
             "batch": {
@@ -137,14 +139,14 @@ class GeminiBatchRunner(BatchRunner):
                 },
             }
         }
-        op = await p.client.post_json(f"models/{p.model}:asyncBatchEmbedContent", body)
+        op = p.client.post_json(f"models/{p.model}:asyncBatchEmbedContent", body)
         name = op.get("name") if isinstance(op, dict) else None
         if not name:
             raise EmbeddingError("gemini: asyncBatchEmbedContent returned no operation name")
         return str(name)
 
-    async def poll(self, job_id: str) -> JobStatus:
-        op = await self.provider.client.get_json(job_id)
+    def poll(self, job_id: str) -> JobStatus:
+        op = self.provider.client.get_json(job_id)
         if not isinstance(op, dict):
             raise EmbeddingError(f"gemini: unexpected batch operation for {job_id}")
         meta = op.get("metadata") or {}
@@ -160,7 +162,7 @@ class GeminiBatchRunner(BatchRunner):
         done = bool(op.get("done")) or error is not None
         return JobStatus(job_id, state, done, error, op)
 
-    async def results(self, status: JobStatus, count: int) -> list[Any]:
+    def results(self, status: JobStatus, count: int) -> list[Any]:
         response = status.raw.get("response") or {}
         output = response.get("output", response)
         inlined = output.get("inlinedResponses") or {}
@@ -192,5 +194,5 @@ class GeminiBatchRunner(BatchRunner):
             raise EmbeddingError(f"gemini batch {status.id}: output is missing embeddings")
         return vectors
 
-    async def cancel(self, job_id: str) -> None:
-        await self.provider.client.request("POST", f"{job_id}:cancel")
+    def cancel(self, job_id: str) -> None:
+        self.provider.client.request("POST", f"{job_id}:cancel")

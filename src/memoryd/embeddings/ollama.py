@@ -46,12 +46,12 @@ class OllamaProvider(RemoteProvider):
         prefix = (self.input_type or {}).get(kind, "")
         return [prefix + t for t in texts] if prefix else texts
 
-    async def _embed_batch(self, texts: list[str], kind: Kind) -> list[Any]:
+    def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
         texts = self._prefixed(texts, kind)
         if self.api != "embeddings":
             try:
-                body = await self.client.post_json(
-                    "api/embed", {"model": self.model, "input": texts}
+                body = self.client.post_json(
+                    "api/embed", {"model": self.model, "input": texts}, deadline
                 )
             except EmbeddingHTTPError as err:
                 if (
@@ -69,8 +69,8 @@ class OllamaProvider(RemoteProvider):
                 return list(body["embeddings"])
         out: list[Any] = []
         for text in texts:
-            body = await self.client.post_json(
-                "api/embeddings", {"model": self.model, "prompt": text}
+            body = self.client.post_json(
+                "api/embeddings", {"model": self.model, "prompt": text}, deadline
             )
             if not isinstance(body, dict) or "embedding" not in body:
                 raise EmbeddingError("ollama: unexpected /api/embeddings response shape")

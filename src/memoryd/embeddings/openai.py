@@ -58,9 +58,9 @@ class OpenAIProvider(RemoteProvider):
             body["input_type"] = self.input_type[kind]
         return body
 
-    async def _embed_batch(self, texts: list[str], kind: Kind) -> list[Any]:
+    def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
         return parse_embeddings_response(
-            await self.client.post_json("embeddings", self.request_body(texts, kind)), self.id
+            self.client.post_json("embeddings", self.request_body(texts, kind), deadline), self.id
         )
 
 
@@ -81,7 +81,7 @@ class OpenAIBatchRunner(BatchRunner):
     def __init__(self, provider: OpenAIProvider) -> None:
         self.provider = provider
 
-    async def submit(self, texts: list[str]) -> str:
+    def submit(self, texts: list[str]) -> str:
         p = self.provider
         lines = [
             json.dumps(
@@ -97,7 +97,7 @@ class OpenAIBatchRunner(BatchRunner):
             )
         ]
         client = self.provider.client
-        upload = await client.request(
+        upload = client.request(
             "POST",
             "files",
             data={"purpose": "batch"},
@@ -110,7 +110,7 @@ class OpenAIBatchRunner(BatchRunner):
             },
         )
         file_id = _field(_json_body(upload.text), "id")
-        job = await client.post_json(
+        job = client.post_json(
             "batches",
             {
                 "input_file_id": file_id,
@@ -121,8 +121,8 @@ class OpenAIBatchRunner(BatchRunner):
         )
         return str(_field(job, "id"))
 
-    async def poll(self, job_id: str) -> JobStatus:
-        job = await self.provider.client.get_json(f"batches/{job_id}")
+    def poll(self, job_id: str) -> JobStatus:
+        job = self.provider.client.get_json(f"batches/{job_id}")
         if not isinstance(job, dict):
             raise EmbeddingError(f"openai: unexpected batch response for {job_id}")
         state = str(job.get("status", "unknown"))
@@ -136,13 +136,13 @@ class OpenAIBatchRunner(BatchRunner):
             error = "; ".join(m for m in messages if m) or state
         return JobStatus(job_id, state, state == "completed" or state in _BATCH_FAILED, error, job)
 
-    async def results(self, status: JobStatus, count: int) -> list[Any]:
+    def results(self, status: JobStatus, count: int) -> list[Any]:
         output = status.raw.get("output_file_id")
         if not output:
             raise EmbeddingError(
                 f"openai batch {status.id} completed without an output file (all requests failed?)"
             )
-        response = await self.provider.client.request("GET", f"files/{output}/content")
+        response = self.provider.client.request("GET", f"files/{output}/content")
         vectors: list[Any] = [None] * count
         for line in response.text.splitlines():
             if not line.strip():
@@ -177,8 +177,8 @@ class OpenAIBatchRunner(BatchRunner):
             raise EmbeddingError(f"openai batch {status.id}: output is missing embeddings")
         return vectors
 
-    async def cancel(self, job_id: str) -> None:
-        await self.provider.client.request("POST", f"batches/{job_id}/cancel")
+    def cancel(self, job_id: str) -> None:
+        self.provider.client.request("POST", f"batches/{job_id}/cancel")
 
 
 def _json_body(text: str) -> Any:

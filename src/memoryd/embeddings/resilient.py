@@ -16,7 +16,7 @@ retries; the caller decides when to try the primary again (e.g. on the next full
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, TypeVar
 
 from ..errors import EmbeddingError, ProviderUnavailable
@@ -61,11 +61,11 @@ class ResilientEmbedder:
             self.reason = f"{what}; keyword-only search until reset"
         self.events.append(self.reason)
 
-    async def _call(self, fn: Callable[[EmbeddingProvider], Awaitable[T]]) -> T | None:
+    def _call(self, fn: Callable[[EmbeddingProvider], T]) -> T | None:
         while self.active is not None:
             provider = self.active
             try:
-                return await fn(provider)
+                return fn(provider)
             except EmbeddingError as err:
                 if provider is self.active:  # a concurrent call may already have switched
                     self._failed(provider, err)
@@ -73,13 +73,13 @@ class ResilientEmbedder:
             raise ProviderUnavailable(self.reason)
         return None
 
-    async def embed_query(self, text: str) -> Vector | None:
+    def embed_query(self, text: str) -> Vector | None:
         """The query vector, or None when search is keyword-only."""
-        return await self._call(lambda p: p.embed_query(text))
+        return self._call(lambda p: p.embed_query(text))
 
-    async def embed_documents(self, texts: Sequence[str]) -> Matrix | None:
+    def embed_documents(self, texts: Sequence[str]) -> Matrix | None:
         """Document vectors from `active` (check `generation` before storing), or None."""
-        return await self._call(lambda p: p.embed_documents(texts))
+        return self._call(lambda p: p.embed_documents(texts))
 
     def status(self) -> dict[str, object]:
         active = self.active
@@ -93,7 +93,7 @@ class ResilientEmbedder:
             "events": list(self.events),
         }
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         for provider in (self.selection.provider, self.selection.fallback):
             if provider is not None:
-                await provider.aclose()
+                provider.close()

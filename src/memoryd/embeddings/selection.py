@@ -72,8 +72,10 @@ def build_provider(
     primary: bool,
     retry: RetryPolicy | None = None,
     notes: list[str] | None = None,
+    one_off: bool = False,
 ) -> EmbeddingProvider:
-    """Construct provider `name`; `primary` applies `model` and `remote.*`. Raises `EmbeddingError`."""
+    """Construct provider `name`; `primary` applies `model` and `remote.*`; `one_off`: for a
+    process that runs one command (see `LocalE5Provider`). Raises `EmbeddingError`."""
     notes = notes if notes is not None else []
     if name == "local":
         from .local import LocalE5Provider
@@ -86,6 +88,7 @@ def build_provider(
             local_model,
             model_path=str(Path(model_path).expanduser()) if model_path else None,
             threads=cfg.local.threads,
+            one_off=one_off,
         )
     cls = remote_provider_class(name)
     if cls is None:
@@ -159,6 +162,7 @@ def _fallback(
     env: Mapping[str, str],
     retry: RetryPolicy | None,
     notes: list[str],
+    one_off: bool,
 ) -> EmbeddingProvider | None:
     name = cfg.fallback
     if name == "none":
@@ -168,7 +172,7 @@ def _fallback(
         return None
     try:
         provider = build_provider(
-            name, cfg, models, env=env, primary=False, retry=retry, notes=notes
+            name, cfg, models, env=env, primary=False, retry=retry, notes=notes, one_off=one_off
         )
     except EmbeddingError as err:
         notes.append(f"fallback {name} unavailable: {err}")
@@ -182,9 +186,12 @@ def select_provider(
     *,
     env: Mapping[str, str] | None = None,
     retry: RetryPolicy | None = None,
+    one_off: bool = False,
 ) -> ProviderSelection:
     """The provider and fallback for `agent`. `env` defaults to `os.environ` (tests pass a dict)."""
-    return select_from_config(agent.memory_search, agent.models, env=env, retry=retry)
+    return select_from_config(
+        agent.memory_search, agent.models, env=env, retry=retry, one_off=one_off
+    )
 
 
 def select_from_config(
@@ -193,6 +200,7 @@ def select_from_config(
     *,
     env: Mapping[str, str] | None = None,
     retry: RetryPolicy | None = None,
+    one_off: bool = False,
 ) -> ProviderSelection:
     """`select_provider` on bare config objects."""
     env = os.environ if env is None else env
@@ -210,17 +218,17 @@ def select_from_config(
         name, why, notes = _auto_primary(cfg, models, env)
     try:
         provider = build_provider(
-            name, cfg, models, env=env, primary=True, retry=retry, notes=notes
+            name, cfg, models, env=env, primary=True, retry=retry, notes=notes, one_off=one_off
         )
     except EmbeddingError as err:
         failure = f"{name} unavailable: {err}"
     else:
-        fallback = _fallback(cfg, models, provider.id, env, retry, notes)
+        fallback = _fallback(cfg, models, provider.id, env, retry, notes, one_off)
         return ProviderSelection(
             requested, provider, f"{why} → {_describe(provider)}", fallback, explicit, notes
         )
 
-    fallback = _fallback(cfg, models, name, env, retry, notes)
+    fallback = _fallback(cfg, models, name, env, retry, notes, one_off)
     if fallback is not None:
         reason = f"{why}: {failure}; using fallback {_describe(fallback)}"
         return ProviderSelection(requested, fallback, reason, None, explicit, notes)
@@ -228,7 +236,9 @@ def select_from_config(
         raise ProviderUnavailable(f"memory search unavailable: {failure}")
     if name != "local":  # auto picked a remote that cannot be built: the offline default still can
         try:
-            provider = build_provider("local", cfg, models, env=env, primary=False, notes=notes)
+            provider = build_provider(
+                "local", cfg, models, env=env, primary=False, notes=notes, one_off=one_off
+            )
         except EmbeddingError as err:
             failure = f"{failure}; local unavailable: {err}"
         else:

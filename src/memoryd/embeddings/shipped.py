@@ -20,8 +20,6 @@ from ..core.chunking import content_hash
 
 if TYPE_CHECKING:
     import numpy as np
-else:
-    from ..lazy import numpy as np
 
 #: Where the shipped vectors live (package data).
 DATA_DIR = Path(__file__).with_name("shipped")
@@ -39,6 +37,8 @@ def shipped_file(provider_id: str, fingerprint: str) -> Path:
 @functools.cache
 def shipped_vectors(provider_id: str, fingerprint: str) -> dict[str, np.ndarray]:
     """hash → vector for this provider, or {} when nothing ships for it (or the file is bad)."""
+    import numpy as np
+
     path = shipped_file(provider_id, fingerprint)
     try:
         with np.load(path, allow_pickle=False) as data:
@@ -55,6 +55,8 @@ def write_shipped(
     provider_id: str, fingerprint: str, vectors: dict[str, np.ndarray], data_dir: Path = DATA_DIR
 ) -> Path:
     """Write the shipped vectors of one provider (used by `scripts/ship-reference-vectors`)."""
+    import numpy as np
+
     data_dir.mkdir(parents=True, exist_ok=True)
     path = data_dir / f"{provider_id}-{fingerprint}.npz"
     hashes = sorted(vectors)

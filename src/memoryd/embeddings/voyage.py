@@ -44,7 +44,7 @@ class VoyageProvider(RemoteProvider):
     def voyage_input_type(self, kind: Kind) -> str:
         return (self.input_type or {}).get(kind) or kind
 
-    async def _embed_batch(self, texts: list[str], kind: Kind) -> list[Any]:
+    def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
         body: dict[str, Any] = {
             "input": texts,
             "model": self.model,
@@ -52,4 +52,6 @@ class VoyageProvider(RemoteProvider):
         }
         if self.output_dimensionality:
             body["output_dimension"] = self.output_dimensionality
-        return parse_embeddings_response(await self.client.post_json("embeddings", body), self.id)
+        return parse_embeddings_response(
+            self.client.post_json("embeddings", body, deadline), self.id
+        )

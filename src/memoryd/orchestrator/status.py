@@ -87,78 +87,89 @@ def compute_issues(st: MemoryStatus) -> list[str]:
         # the built-in index is only qmd's fallback here: its state is not the user's problem
         b = None
     if b is not None:
-        if b.files == 0 and not b.dirty:
-            found.append(f"no memory files in {st.workspace_dir} (write MEMORY.md or memory/*.md)")
-        elif b.files == 0:
-            found.append("memory files not indexed yet (run `memoryd index`)")
-        elif b.dirty:
-            found.append("memory files changed since the last sync (the next search syncs)")
-        if b.pending_vectors and b.provider != "none":
-            found.append(
-                f"{b.pending_vectors} chunk{'' if b.pending_vectors == 1 else 's'} waiting for "
-                "embeddings (run `memoryd index`, or keep `memoryd serve` running)"
-            )
-        if b.needs_reindex:
-            found.append(f"index must be rebuilt: {b.needs_reindex}")
-        if b.unavailable:
-            found.append(f"memory unavailable: {b.unavailable}")
-        if b.last_error:
-            found.append(f"last index sync failed: {b.last_error}")
-        if b.read_only:
-            found.append(
-                f"index is read-only ({b.read_only}): searches answer from it, syncs cannot "
-                "update it"
-            )
-        for r in b.recoveries:
-            found.append(
-                f"a damaged index was moved to {r.moved_to} and rebuilt"
-                + (f" ({r.reason})" if r.reason else "")
-                + "; delete it when no longer needed"
-            )
-        if b.skipped_files:
-            named = ", ".join(f"{f.path} ({f.reason})" for f in b.skipped_files[:5])
-            more = len(b.skipped_files) - 5
-            found.append(
-                f"{len(b.skipped_files)} memory file(s) not indexed: {named}"
-                + (f" and {more} more" if more > 0 else "")
-            )
-        if b.undecodable:
-            found.append(
-                f"{len(b.undecodable)} file(s) are not valid UTF-8 and were read with "
-                f"replacement characters: {', '.join(b.undecodable[:5])}"
-            )
+        found += _builtin_issues(b, st.workspace_dir)
     if st.check is not None and not st.check.get("ok"):
         found.append(f"index check: {st.check.get('problem')}")
     if st.requested_backend == "qmd":
-        if st.backend != "qmd":
-            reason = st.fallback.reason if st.fallback else "unknown"
-            found.append(f"qmd is not serving (answering from the built-in index): {reason}")
-        q = st.qmd
-        reason = st.fallback.reason if st.fallback else None
-        if q is not None and q.version_error and q.version_error not in (reason or ""):
-            found.append(f"qmd answered but not as qmd: {q.version_error}")
-        refused = {k: v for k, v in (q.dropped_hits if q else {}).items() if k in REFUSED_HITS}
-        # true while qmd has not updated since: an update after the file was fixed drops it
-        recent = (
-            q is not None
-            and q.last_refused_at is not None
-            and (st.last_update_at is None or q.last_refused_at >= st.last_update_at)
+        found += _qmd_issues(st)
+    return found
+
+
+def _builtin_issues(b: BuiltinStatus, workspace_dir: str) -> list[str]:
+    found: list[str] = []
+    if b.files == 0 and not b.dirty:
+        found.append(f"no memory files in {workspace_dir} (write MEMORY.md or memory/*.md)")
+    elif b.files == 0:
+        found.append("memory files not indexed yet (run `memoryd index`)")
+    elif b.dirty:
+        found.append("memory files changed since the last sync (the next search syncs)")
+    if b.pending_vectors and b.provider != "none":
+        found.append(
+            f"{b.pending_vectors} chunk{'' if b.pending_vectors == 1 else 's'} waiting for "
+            "embeddings (run `memoryd index`, or keep `memoryd serve` running)"
         )
-        if q is not None and refused and recent:
-            counts = ", ".join(f"{k} {v}" for k, v in sorted(refused.items()))
-            found.append(
-                f"qmd returned {sum(refused.values())} hit(s) memoryd would not serve ({counts}); "
-                f"last: {q.last_dropped}"
-            )
-        # qmd's lag matters only while qmd answers: failed over, the built-in index serves
-        # (and a search on qmd's return refreshes it first)
-        if st.backend == "qmd" and st.freshness is not None and st.freshness.stale:
-            age = st.freshness.stale_seconds
-            found.append(
-                "qmd index is behind the memory files"
-                + (f" by {age:.0f}s" if age is not None else "")
-                + " (run `memoryd index`, or keep `memoryd serve` running)"
-            )
+    if b.needs_reindex:
+        found.append(f"index must be rebuilt: {b.needs_reindex}")
+    if b.unavailable:
+        found.append(f"memory unavailable: {b.unavailable}")
+    if b.last_error:
+        found.append(f"last index sync failed: {b.last_error}")
+    if b.read_only:
+        found.append(
+            f"index is read-only ({b.read_only}): searches answer from it, syncs cannot update it"
+        )
+    for r in b.recoveries:
+        found.append(
+            f"a damaged index was moved to {r.moved_to} and rebuilt"
+            + (f" ({r.reason})" if r.reason else "")
+            + "; delete it when no longer needed"
+        )
+    if b.skipped_files:
+        named = ", ".join(f"{f.path} ({f.reason})" for f in b.skipped_files[:5])
+        more = len(b.skipped_files) - 5
+        found.append(
+            f"{len(b.skipped_files)} memory file(s) not indexed: {named}"
+            + (f" and {more} more" if more > 0 else "")
+        )
+    if b.undecodable:
+        found.append(
+            f"{len(b.undecodable)} file(s) are not valid UTF-8 and were read with "
+            f"replacement characters: {', '.join(b.undecodable[:5])}"
+        )
+    return found
+
+
+def _qmd_issues(st: MemoryStatus) -> list[str]:
+    found: list[str] = []
+    if st.backend != "qmd":
+        reason = st.fallback.reason if st.fallback else "unknown"
+        found.append(f"qmd is not serving (answering from the built-in index): {reason}")
+    q = st.qmd
+    reason = st.fallback.reason if st.fallback else None
+    if q is not None and q.version_error and q.version_error not in (reason or ""):
+        found.append(f"qmd answered but not as qmd: {q.version_error}")
+    refused = {k: v for k, v in (q.dropped_hits if q else {}).items() if k in REFUSED_HITS}
+    # true while qmd has not updated since: an update after the file was fixed drops it
+    recent = (
+        q is not None
+        and q.last_refused_at is not None
+        and (st.last_update_at is None or q.last_refused_at >= st.last_update_at)
+    )
+    if q is not None and refused and recent:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(refused.items()))
+        found.append(
+            f"qmd returned {sum(refused.values())} hit(s) memoryd would not serve ({counts}); "
+            f"last: {q.last_dropped}"
+        )
+    # qmd's lag matters only while qmd answers: failed over, the built-in index serves
+    # (and a search on qmd's return refreshes it first)
+    if st.backend == "qmd" and st.freshness is not None and st.freshness.stale:
+        age = st.freshness.stale_seconds
+        found.append(
+            "qmd index is behind the memory files"
+            + (f" by {age:.0f}s" if age is not None else "")
+            + " (run `memoryd index`, or keep `memoryd serve` running)"
+        )
     return found
 
 

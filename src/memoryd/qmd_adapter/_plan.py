@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import itertools
 import re
+from dataclasses import dataclass
 from typing import Final, Literal
 
-from ..core.records import record
 from ..core.text import STOPWORDS, cjk_bigrams, has_cjk
 
 __all__ = [
@@ -37,12 +37,6 @@ SearchMode = Literal["search", "vsearch", "query"]
 #: words make 79 lines, a fraction of a second for qmd; longer questions gain little from more
 #: (Cranfield/CISI, docs/qmd.md).
 MAX_PLAN_WORDS: Final = 12
-#: Whether a plan has a line per pair of words (a document holding both ranks in one more list).
-PLAN_PAIRS: Final = True
-
-#: Where a `vec:` line goes: first, qmd weighs its ranking twice (the first list it fuses).
-VEC_LINE_FIRST: Final = True
-
 #: Words that ask rather than tell, beside the stopwords: they never name what the notes hold.
 QUESTION_WORDS: Final = frozenset({"whose", "might", "may", "must", "shall"})
 
@@ -58,7 +52,7 @@ _POSSESSIVE = re.compile(r"['’]s$")
 _EDGE_PUNCT = "\"'’`.,;:!?()[]{}<>«»“”‘*#~^|/\\"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class QueryPlan:
     """What one search sends to `qmd query`, and what memoryd cuts its snippets by."""
 
@@ -160,11 +154,12 @@ def _vec_text(query: str) -> str:
 
 
 def lex_lines(words: list[str]) -> list[str]:
-    """All the words, then every pair, then each word: an OR ranking by how many are held."""
+    """All the words, then every pair (a document holding both ranks in one more list), then
+    each word: an OR ranking by how many are held."""
     if not words:
         return []
     lines = [" ".join(words)]
-    if PLAN_PAIRS and len(words) > 2:
+    if len(words) > 2:
         lines += [f"{a} {b}" for a, b in itertools.combinations(words, 2)]
     if len(words) > 1:
         lines += words
@@ -197,7 +192,8 @@ def plan_query(query: str, *, mode: SearchMode, vectors: bool) -> QueryPlan | No
     vec = [f"vec: {_vec_text(text)}"] if use_vec else []
     if mode == "vsearch" and use_vec:
         return QueryPlan("\n".join(vec), text, vector=True)
-    lines = vec + lex_lines(words) if VEC_LINE_FIRST else lex_lines(words) + vec
+    # the `vec:` line first: qmd weighs the first list it fuses twice
+    lines = vec + lex_lines(words)
     # a hit must hold a share of the words; not of a stopword-only question's (every note has
     # them), nor with a vector line, which finds what shares no word with the question
     held = () if use_vec else tuple(w for w in words if w not in STOPWORDS)
