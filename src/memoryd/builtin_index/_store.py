@@ -38,7 +38,6 @@ import os
 import secrets
 import sqlite3
 import stat
-import sys
 import threading
 import time
 import urllib.parse
@@ -61,7 +60,6 @@ from ..fsio import (
     private_dir,
     private_file,
 )
-from ._matvec import matvec_top
 from ._postings import Postings, or_phrases, vocab_tables_sql
 
 log = logging.getLogger("memoryd.builtin_index")
@@ -113,7 +111,7 @@ class VectorEngine:
     binding: str = "sqlite3"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Recovery:
     """A damaged index file moved aside (`moved_to` is None when another process already had)."""
 
@@ -369,7 +367,7 @@ def _blob(vec: np.ndarray) -> bytes:
     return np.asarray(vec, dtype=np.float32).tobytes()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ChunkRow:
     id: int
     path: str
@@ -1531,9 +1529,8 @@ class Store:
             return [(int(r[0]), 1.0 - float(r[1])) for r in rows]
         if isinstance(query, array):
             return self._scan_search(query, k)
-        # Exact search over an in-memory matrix, on two cores (`_matvec`): ~1.3 ms at 12.7k x 384
-        # where vec0's scan took ~10 ms (bench/bench_builtin_index.py); vec0 takes over for
-        # indexes too big to hold.
+        # an exact product over a matrix held in memory beats vec0's scan; vec0 takes over for
+        # indexes too big to hold
         return self._numpy_search(query, k)
 
     def _vector_count(self) -> int:
@@ -1583,7 +1580,8 @@ class Store:
         _, ids, matrix = self._matrix
         if not len(ids) or matrix.shape[1] != query.shape[0]:
             return []
-        sims, top = matvec_top(matrix, query.astype(np.float32), k)
+        sims = matrix @ query.astype(np.float32)
+        top = top_rows(sims, k)
         return list(zip(ids[top].tolist(), sims[top].tolist(), strict=True))
 
     # -- embedding cache -----------------------------------------------------------------------
@@ -1644,6 +1642,22 @@ class Store:
                     "(select rowid from embedding_cache order by used_at asc limit ?)",
                     (total - max_entries,),
                 )
+
+
+def top_rows(sims: np.ndarray, k: int) -> np.ndarray:
+    """The rows of the `k` highest scores, best first, equal scores by row and NaN last: which
+    of several duplicate chunks makes the cut must not depend on the selection algorithm."""
+    import numpy as np
+
+    n = sims.shape[0]
+    k = min(k, n)
+    if k <= 0:
+        return np.zeros(0, dtype=np.intp)
+    keys = np.where(np.isnan(sims), -np.inf, sims)
+    kth = keys[np.argpartition(keys, n - k)[n - k :]].min()
+    rows = np.flatnonzero(keys >= kth)
+    best: np.ndarray = rows[np.lexsort((rows, -keys[rows]))][:k]
+    return best
 
 
 def _rollback(conn: Any) -> None:
