@@ -606,7 +606,7 @@ def migrate(conn: Any) -> list[str]:
             if current_version(cur) >= LATEST:
                 return []
         except psycopg.Error as err:
-            raise IndexError_(f"cannot read memoryd's schema version: {_first_line(err)}") from None
+            raise IndexError_(f"cannot read memoryd's schema version: {first_line(err)}") from None
         applied: list[str] = []
         _run(cur, "select pg_advisory_lock(%s)", (MIGRATION_LOCK,))
         try:
@@ -642,7 +642,7 @@ def migrate(conn: Any) -> list[str]:
             except psycopg.Error as err:
                 raise IndexError_(
                     f"cannot {step} (schema at version {current_version(cur)}, memoryd needs "
-                    f"{LATEST}): {_first_line(err)}; run the migrations once as the database "
+                    f"{LATEST}): {first_line(err)}; run the migrations once as the database "
                     "owner (a superuser must create the vector extension)"
                 ) from None
         finally:
@@ -650,6 +650,6 @@ def migrate(conn: Any) -> list[str]:
     return applied
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
