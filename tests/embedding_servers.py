@@ -760,7 +760,7 @@ def fast_retry(sleeps: list[float] | None = None, *, attempts: int = 3) -> Any:
     """A RetryPolicy that records requested waits instead of sleeping them (tests stay fast)."""
     from memoryd.embeddings._http import RetryPolicy
 
-    async def sleep(seconds: float) -> None:
+    def sleep(seconds: float) -> None:
         if sleeps is not None:
             sleeps.append(seconds)
 

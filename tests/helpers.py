@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from memoryd.background import Background
 from memoryd.builtin_index import MemoryIndex
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
 from memoryd.embeddings import HashingEmbedder
@@ -71,6 +76,56 @@ class CountingQueries(HashingEmbedder):
         super().__init__()
         self.texts: list[str] = []
 
-    async def embed_query(self, text: str) -> Vector:
+    def embed_query(self, text: str) -> Vector:
         self.texts.append(text)
-        return await super().embed_query(text)
+        return super().embed_query(text)
+
+
+class Threads:
+    """`start_soon(fn, *args)` runs `fn` on a thread of its own (see `concurrently`)."""
+
+    def __init__(self) -> None:
+        self.threads: list[threading.Thread] = []
+        self.errors: list[BaseException] = []
+
+    def start_soon(self, fn: Callable[..., object], *args: Any) -> None:
+        def run() -> None:
+            try:
+                fn(*args)
+            except BaseException as err:  # re-raised when the block ends
+                self.errors.append(err)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+
+@contextlib.contextmanager
+def concurrently() -> Iterator[Threads]:
+    """Work started in the block runs on threads; leaving it joins them and re-raises the
+    first failure, as a task group does."""
+    threads = Threads()
+    yield threads
+    for thread in threads.threads:
+        thread.join()
+    if threads.errors:
+        raise threads.errors[0]
+
+
+@contextlib.contextmanager
+def background() -> Iterator[Background]:
+    """A `Background` for engines and services started in the block, stopped when it ends."""
+    bg = Background()
+    try:
+        yield bg
+    finally:
+        bg.stop()
+
+
+@contextlib.contextmanager
+def within(seconds: float) -> Iterator[None]:
+    """The block must finish within `seconds` (a generous backstop, never a speed target)."""
+    started = time.monotonic()
+    yield
+    took = time.monotonic() - started
+    assert took < seconds, f"took {took:.2f}s, more than {seconds:g}s"

@@ -11,15 +11,15 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
-from anyio.abc import TaskGroup
 
+from memoryd.background import Background
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
 from memoryd.orchestrator import MemoryService
 from memoryd.qmd_adapter import QmdManager
@@ -181,18 +181,19 @@ def top_path(out: dict[str, Any]) -> str:
     return str(out["results"][0]["path"])
 
 
-async def start_service(svc: MemoryService, tg: TaskGroup) -> None:
-    """`svc.start(tg)`, then wait for qmd's start-up, which runs in the background (a search
+def start_service(svc: MemoryService, bg: Background) -> None:
+    """`svc.start(bg)`, then wait for qmd's start-up, which runs in the background (a search
     would wait for it only up to its own timeout)."""
-    await svc.start(tg)
-    await svc.backend().ensure_qmd_started()
+    svc.start(bg)
+    svc.backend().ensure_qmd_started()
 
 
-async def wait_for_backend(svc: MemoryService, backend: str, timeout: float = 20) -> dict[str, Any]:
+def wait_for_backend(svc: MemoryService, backend: str, timeout: float = 20) -> dict[str, Any]:
     """Poll `status()` until `backend` serves; its status then."""
-    with anyio.fail_after(timeout):
-        while True:
-            st = await svc.status()
-            if st["backend"] == backend:
-                return st
-            await anyio.sleep(0.1)
+    until = time.monotonic() + timeout
+    while True:
+        st = svc.status()
+        if st["backend"] == backend:
+            return st
+        assert time.monotonic() < until, f"{backend} did not serve within {timeout:g}s: {st}"
+        time.sleep(0.1)

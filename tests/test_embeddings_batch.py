@@ -15,8 +15,6 @@ from memoryd.embeddings.batch import BatchPending
 from memoryd.embeddings.gemini import GeminiProvider
 from memoryd.embeddings.openai import OpenAIProvider
 
-pytestmark = pytest.mark.anyio
-
 
 def batch(**kwargs: Any) -> BatchConfig:
     return validate(BatchConfig, {"enabled": True, "pollIntervalMs": 1, **kwargs})
@@ -27,7 +25,7 @@ def unit(values: list[float]) -> np.ndarray[Any, np.dtype[np.float32]]:
     return v / np.linalg.norm(v)
 
 
-async def test_openai_batch_job_lifecycle() -> None:
+def test_openai_batch_job_lifecycle() -> None:
     api = FakeOpenAI(key="sk", polls_to_finish=3)
     texts = [f"doc {i}" for i in range(5)]
     with serve(api) as root:
@@ -36,10 +34,10 @@ async def test_openai_batch_job_lifecycle() -> None:
         )
         provider.max_batch_items = 2  # three JSONL lines
         try:
-            matrix = await provider.embed_documents(texts)
-            query = await provider.embed_query("q")  # queries stay online
+            matrix = provider.embed_documents(texts)
+            query = provider.embed_query("q")  # queries stay online
         finally:
-            await provider.aclose()
+            provider.close()
     paths = [(r.method, r.path) for r in api.requests]
     assert paths == [
         ("POST", "/v1/files"),
@@ -64,7 +62,7 @@ async def test_openai_batch_job_lifecycle() -> None:
     assert state["jobsSubmitted"] == 1 and state["jobsCompleted"] == 1 and state["active"]
 
 
-async def test_gemini_async_batch_lifecycle() -> None:
+def test_gemini_async_batch_lifecycle() -> None:
     api = FakeGemini(key="g")
     texts = ["alpha", "beta", "gamma"]
     with serve(api) as root:
@@ -72,9 +70,9 @@ async def test_gemini_async_batch_lifecycle() -> None:
             api_key="g", base_url=f"{root}/v1beta", batch=batch(), retry=fast_retry()
         )
         try:
-            matrix = await provider.embed_documents(texts)
+            matrix = provider.embed_documents(texts)
         finally:
-            await provider.aclose()
+            provider.close()
     create, *polls = api.requests
     assert create.path == "/v1beta/models/gemini-embedding-001:asyncBatchEmbedContent"
     assert create.headers["x-goog-api-key"] == "g"
@@ -95,34 +93,34 @@ async def test_gemini_async_batch_lifecycle() -> None:
 
 
 @pytest.mark.parametrize("outcome", ["failed", "expired"])
-async def test_failed_job_falls_back_to_online_and_is_counted(outcome: str) -> None:
+def test_failed_job_falls_back_to_online_and_is_counted(outcome: str) -> None:
     api = FakeOpenAI(key="sk", batch_outcome=outcome)
     with serve(api) as root:
         provider = OpenAIProvider(
             api_key="sk", base_url=f"{root}/v1", batch=batch(), retry=fast_retry()
         )
         try:
-            matrix = await provider.embed_documents(["a", "b"])
+            matrix = provider.embed_documents(["a", "b"])
         finally:
-            await provider.aclose()
+            provider.close()
     assert matrix.shape == (2, 8)
     assert api.requests[-1].path == "/v1/embeddings"  # the texts were embedded online instead
     assert provider.batch.failures == 1 and provider.batch.active
 
 
-async def test_batch_mode_switches_off_after_two_failures_with_reason() -> None:
+def test_batch_mode_switches_off_after_two_failures_with_reason() -> None:
     api = FakeGemini(key="g", batch_outcome="failed")
     with serve(api) as root:
         provider = GeminiProvider(
             api_key="g", base_url=f"{root}/v1beta", batch=batch(), retry=fast_retry()
         )
         try:
-            await provider.embed_documents(["a"])
-            await provider.embed_documents(["b"])
+            provider.embed_documents(["a"])
+            provider.embed_documents(["b"])
             before = len(api.calls(":asyncBatchEmbedContent"))
-            await provider.embed_documents(["c"])
+            provider.embed_documents(["c"])
         finally:
-            await provider.aclose()
+            provider.close()
     assert before == 2 and len(api.calls(":asyncBatchEmbedContent")) == 2  # no third job
     state = provider.status()["batch"]
     assert isinstance(state, dict) and not state["active"]
@@ -130,7 +128,7 @@ async def test_batch_mode_switches_off_after_two_failures_with_reason() -> None:
     assert "scripted batch failed" in str(state["disabledReason"])
 
 
-async def test_job_that_never_finishes_times_out_and_is_cancelled() -> None:
+def test_job_that_never_finishes_times_out_and_is_cancelled() -> None:
     api = FakeOpenAI(key="sk", batch_outcome="never")
     with serve(api) as root:
         provider = OpenAIProvider(
@@ -140,15 +138,15 @@ async def test_job_that_never_finishes_times_out_and_is_cancelled() -> None:
             retry=fast_retry(),
         )
         try:
-            matrix = await provider.embed_documents(["a"])
+            matrix = provider.embed_documents(["a"])
         finally:
-            await provider.aclose()
+            provider.close()
     assert matrix.shape == (1, 8)
     assert api.calls("/cancel") and api.batches["batch_1"]["status"] == "cancelling"
     assert "timed out" in str(provider.batch.last_error)
 
 
-async def test_upload_error_counts_as_a_batch_failure() -> None:
+def test_upload_error_counts_as_a_batch_failure() -> None:
     api = FakeOpenAI(key="sk")
     api.fail_next(
         400,
@@ -160,13 +158,13 @@ async def test_upload_error_counts_as_a_batch_failure() -> None:
             api_key="sk", base_url=f"{root}/v1", batch=batch(), retry=fast_retry()
         )
         try:
-            await provider.embed_documents(["a"])
+            provider.embed_documents(["a"])
         finally:
-            await provider.aclose()
+            provider.close()
     assert provider.batch.failures == 1 and "not enabled" in str(provider.batch.last_error)
 
 
-async def test_no_wait_raises_pending_then_collects_the_same_job() -> None:
+def test_no_wait_raises_pending_then_collects_the_same_job() -> None:
     api = FakeOpenAI(key="sk", polls_to_finish=2)
     with serve(api) as root:
         provider = OpenAIProvider(
@@ -174,16 +172,16 @@ async def test_no_wait_raises_pending_then_collects_the_same_job() -> None:
         )
         try:
             with pytest.raises(BatchPending) as info:
-                await provider.embed_documents(["a", "b"])
+                provider.embed_documents(["a", "b"])
             assert info.value.job_ids == ["batch_1"]
-            matrix = await provider.embed_documents(["a", "b"])
+            matrix = provider.embed_documents(["a", "b"])
         finally:
-            await provider.aclose()
+            provider.close()
     assert len(api.batches) == 1  # the second call reused the pending job
     assert matrix.shape == (2, 8) and not api.calls("/v1/embeddings")
 
 
-async def test_concurrency_caps_jobs_in_flight() -> None:
+def test_concurrency_caps_jobs_in_flight() -> None:
     api = FakeGemini(key="g", polls_to_finish=2)
     with serve(api) as root:
         provider = GeminiProvider(
@@ -191,9 +189,9 @@ async def test_concurrency_caps_jobs_in_flight() -> None:
         )
         provider.batch.runner.max_job_inputs = 2
         try:
-            matrix = await provider.embed_documents([f"t{i}" for i in range(5)])
+            matrix = provider.embed_documents([f"t{i}" for i in range(5)])
         finally:
-            await provider.aclose()
+            provider.close()
     assert matrix.shape == (5, 8)
     # With one job in flight, each job is created only after the previous one finished.
     kinds = ["create" if ":async" in r.path else "poll" for r in api.requests]

@@ -98,8 +98,7 @@ def test_merge_headers_later_layers_win_case_insensitively() -> None:
     assert merged == {"authorization": "Bearer b", "X-A": "1"}
 
 
-@pytest.mark.anyio
-async def test_rate_limit_message_on_a_400_is_retried() -> None:
+def test_rate_limit_message_on_a_400_is_retried() -> None:
     api = FakeMistral(key="k")
     api.fail_next(
         400, {"object": "error", "message": "Requests rate limit exceeded", "type": "rate_limited"}
@@ -107,23 +106,22 @@ async def test_rate_limit_message_on_a_400_is_retried() -> None:
     with serve(api) as root:
         provider = MistralProvider(api_key="k", base_url=f"{root}/v1", retry=fast_retry())
         try:
-            await provider.embed_query("x")
+            provider.embed_query("x")
         finally:
-            await provider.aclose()
+            provider.close()
     assert len(api.requests) == 2
 
 
-@pytest.mark.anyio
-async def test_retry_after_beyond_the_cap_is_bounded() -> None:
+def test_retry_after_beyond_the_cap_is_bounded() -> None:
     sleeps: list[float] = []
     api = FakeMistral(key="k")
     api.fail_next(429, headers={"Retry-After": "3600"})
     with serve(api) as root:
         provider = MistralProvider(api_key="k", base_url=f"{root}/v1", retry=fast_retry(sleeps))
         try:
-            await provider.embed_query("x")
+            provider.embed_query("x")
         finally:
-            await provider.aclose()
+            provider.close()
     assert sleeps == [30.0]
 
 
@@ -160,11 +158,10 @@ def test_pack_respects_item_and_token_limits() -> None:
     assert pack([], max_items=3, max_tokens=None) == []
 
 
-@pytest.mark.anyio
-async def test_a_malformed_base_url_is_an_embedding_error() -> None:
+def test_a_malformed_base_url_is_an_embedding_error() -> None:
     provider = MistralProvider(api_key="k", base_url="http://[::1", retry=fast_retry())
     try:
         with pytest.raises(EmbeddingError, match="mistral: request to"):
-            await provider.embed_query("x")
+            provider.embed_query("x")
     finally:
-        await provider.aclose()
+        provider.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -28,8 +28,6 @@ from memoryd.embeddings.openai import OpenAIProvider
 from memoryd.embeddings.voyage import VoyageProvider
 from memoryd.errors import EmbeddingError
 
-pytestmark = pytest.mark.anyio
-
 
 def unit(values: list[float]) -> np.ndarray[Any, np.dtype[np.float32]]:
     v = np.asarray(values, dtype=np.float32)
@@ -44,21 +42,21 @@ def openai_api() -> Iterator[tuple[FakeOpenAI, str]]:
 
 
 @pytest.fixture
-async def openai(openai_api: tuple[FakeOpenAI, str]) -> AsyncIterator[OpenAIProvider]:
+def openai(openai_api: tuple[FakeOpenAI, str]) -> Iterator[OpenAIProvider]:
     _, base = openai_api
     provider = OpenAIProvider(api_key="sk-test", base_url=base, retry=fast_retry())
     yield provider
-    await provider.aclose()
+    provider.close()
 
 
 # --------------------------------------------------------------------------- OpenAI
 
 
-async def test_openai_posts_model_and_input_with_bearer_key(
+def test_openai_posts_model_and_input_with_bearer_key(
     openai: OpenAIProvider, openai_api: tuple[FakeOpenAI, str]
 ) -> None:
     api, _ = openai_api
-    matrix = await openai.embed_documents(["alpha", "beta", "gamma"])
+    matrix = openai.embed_documents(["alpha", "beta", "gamma"])
     (call,) = api.calls("/v1/embeddings")
     assert call.method == "POST"
     assert call.headers["authorization"] == "Bearer sk-test"
@@ -70,7 +68,7 @@ async def test_openai_posts_model_and_input_with_bearer_key(
     assert openai.dims == 8
 
 
-async def test_openai_dimensions_are_sent_and_shape_the_vectors(
+def test_openai_dimensions_are_sent_and_shape_the_vectors(
     openai_api: tuple[FakeOpenAI, str],
 ) -> None:
     api, base = openai_api
@@ -82,14 +80,14 @@ async def test_openai_dimensions_are_sent_and_shape_the_vectors(
         retry=fast_retry(),
     )
     try:
-        vec = await provider.embed_query("hello")
+        vec = provider.embed_query("hello")
     finally:
-        await provider.aclose()
+        provider.close()
     assert api.requests[-1].body["dimensions"] == 16
     assert vec.shape == (16,) and provider.dims == 16
 
 
-async def test_openai_compatible_input_types_go_in_the_body(
+def test_openai_compatible_input_types_go_in_the_body(
     openai_api: tuple[FakeOpenAI, str],
 ) -> None:
     api, base = openai_api
@@ -101,14 +99,14 @@ async def test_openai_compatible_input_types_go_in_the_body(
         retry=fast_retry(),
     )
     try:
-        await provider.embed_query("q")
-        await provider.embed_documents(["d"])
+        provider.embed_query("q")
+        provider.embed_documents(["d"])
     finally:
-        await provider.aclose()
+        provider.close()
     assert [r.body["input_type"] for r in api.requests] == ["query", "passage"]
 
 
-async def test_openai_batches_inputs_to_the_request_limit(
+def test_openai_batches_inputs_to_the_request_limit(
     openai_api: tuple[FakeOpenAI, str],
 ) -> None:
     api, base = openai_api
@@ -116,14 +114,14 @@ async def test_openai_batches_inputs_to_the_request_limit(
     provider = OpenAIProvider(api_key="sk-test", base_url=base, retry=fast_retry())
     provider.max_batch_items = 5
     try:
-        matrix = await provider.embed_documents([f"text {i}" for i in range(12)])
+        matrix = provider.embed_documents([f"text {i}" for i in range(12)])
     finally:
-        await provider.aclose()
+        provider.close()
     assert [len(r.body["input"]) for r in api.requests] == [5, 5, 2]
     np.testing.assert_allclose(matrix[11], unit(fake_vector("text 11", 8)), rtol=1e-5)
 
 
-async def test_long_documents_are_split_and_averaged_not_rejected(
+def test_long_documents_are_split_and_averaged_not_rejected(
     openai_api: tuple[FakeOpenAI, str],
 ) -> None:
     api, base = openai_api
@@ -132,10 +130,10 @@ async def test_long_documents_are_split_and_averaged_not_rejected(
     provider.max_input_tokens = 100  # ~300 ASCII characters
     long_text = " ".join(f"word{i}" for i in range(200))
     try:
-        matrix = await provider.embed_documents(["short", long_text])
-        query = await provider.embed_query(long_text)
+        matrix = provider.embed_documents(["short", long_text])
+        query = provider.embed_query(long_text)
     finally:
-        await provider.aclose()
+        provider.close()
     sent = api.requests[0].body["input"]
     assert sent[0] == "short" and len(sent) > 2
     assert "".join(sent[1:]) == long_text  # every character embedded, none dropped
@@ -146,21 +144,21 @@ async def test_long_documents_are_split_and_averaged_not_rejected(
     assert query.shape == (8,)
 
 
-async def test_bad_key_fails_at_once_with_the_apis_message(
+def test_bad_key_fails_at_once_with_the_apis_message(
     openai_api: tuple[FakeOpenAI, str],
 ) -> None:
     api, base = openai_api
     provider = OpenAIProvider(api_key="sk-wrong", base_url=base, retry=fast_retry())
     try:
         with pytest.raises(EmbeddingHTTPError, match="Incorrect API key") as info:
-            await provider.embed_query("hi")
+            provider.embed_query("hi")
     finally:
-        await provider.aclose()
+        provider.close()
     assert info.value.status_code == 401 and not info.value.retryable
     assert len(api.requests) == 1  # not retried
 
 
-async def test_429_with_retry_after_is_retried_then_succeeds(
+def test_429_with_retry_after_is_retried_then_succeeds(
     openai_api: tuple[FakeOpenAI, str],
 ) -> None:
     api, base = openai_api
@@ -172,15 +170,15 @@ async def test_429_with_retry_after_is_retried_then_succeeds(
     )
     provider = OpenAIProvider(api_key="sk-test", base_url=base, retry=fast_retry(sleeps))
     try:
-        vec = await provider.embed_query("hi")
+        vec = provider.embed_query("hi")
     finally:
-        await provider.aclose()
+        provider.close()
     assert vec.shape == (8,)
     assert len(api.requests) == 2
     assert sleeps == [3.0]  # the server's Retry-After, not our backoff
 
 
-async def test_5xx_retries_use_jittered_backoff_within_bounds(
+def test_5xx_retries_use_jittered_backoff_within_bounds(
     openai_api: tuple[FakeOpenAI, str],
 ) -> None:
     api, base = openai_api
@@ -188,59 +186,59 @@ async def test_5xx_retries_use_jittered_backoff_within_bounds(
     api.fail_next(500, times=2)
     provider = OpenAIProvider(api_key="sk-test", base_url=base, retry=fast_retry(sleeps))
     try:
-        await provider.embed_documents(["x"])
+        provider.embed_documents(["x"])
     finally:
-        await provider.aclose()
+        provider.close()
     assert len(api.requests) == 3 and len(sleeps) == 2
     assert 0.5 <= sleeps[0] <= 1.0 and 1.0 <= sleeps[1] <= 1.5
 
 
-async def test_retries_stop_after_three_tries(openai_api: tuple[FakeOpenAI, str]) -> None:
+def test_retries_stop_after_three_tries(openai_api: tuple[FakeOpenAI, str]) -> None:
     api, base = openai_api
     api.fail_next(503, times=5)
     provider = OpenAIProvider(api_key="sk-test", base_url=base, retry=fast_retry())
     try:
         with pytest.raises(EmbeddingHTTPError, match="HTTP 503"):
-            await provider.embed_query("x")
+            provider.embed_query("x")
     finally:
-        await provider.aclose()
+        provider.close()
     assert len(api.requests) == 3
 
 
-async def test_unreachable_endpoint_is_an_embedding_error() -> None:
+def test_unreachable_endpoint_is_an_embedding_error() -> None:
     with serve(FakeOpenAI()) as root:
         pass  # the port is free again: nothing listens there
     provider = OpenAIProvider(api_key="k", base_url=f"{root}/v1", retry=fast_retry())
     try:
         with pytest.raises(EmbeddingError, match="cannot reach"):
-            await provider.embed_query("x")
+            provider.embed_query("x")
     finally:
-        await provider.aclose()
+        provider.close()
 
 
-async def test_malformed_response_is_rejected(openai_api: tuple[FakeOpenAI, str]) -> None:
+def test_malformed_response_is_rejected(openai_api: tuple[FakeOpenAI, str]) -> None:
     api, base = openai_api
     api.fail_next(200, {"object": "list", "data": [{"index": 0, "embedding": ["nope"]}]})
     provider = OpenAIProvider(api_key="sk-test", base_url=base, retry=fast_retry())
     try:
         with pytest.raises(EmbeddingError, match="malformed"):
-            await provider.embed_query("x")
+            provider.embed_query("x")
     finally:
-        await provider.aclose()
+        provider.close()
 
 
 # --------------------------------------------------------------------------- Gemini
 
 
-async def test_gemini_uses_native_endpoints_key_header_and_task_types() -> None:
+def test_gemini_uses_native_endpoints_key_header_and_task_types() -> None:
     api = FakeGemini(key="g-key")
     with serve(api) as root:
         provider = GeminiProvider(api_key="g-key", base_url=f"{root}/v1beta", retry=fast_retry())
         try:
-            query = await provider.embed_query("where is it")
-            docs = await provider.embed_documents(["one", "two"])
+            query = provider.embed_query("where is it")
+            docs = provider.embed_documents(["one", "two"])
         finally:
-            await provider.aclose()
+            provider.close()
     q, d = api.requests
     assert q.path == "/v1beta/models/gemini-embedding-001:embedContent"
     assert q.headers["x-goog-api-key"] == "g-key" and "authorization" not in q.headers
@@ -260,19 +258,19 @@ async def test_gemini_uses_native_endpoints_key_header_and_task_types() -> None:
     np.testing.assert_allclose(docs[1], unit(fake_vector("RETRIEVAL_DOCUMENT|two", 8)), rtol=1e-5)
 
 
-async def test_gemini_batches_at_most_100_requests() -> None:
+def test_gemini_batches_at_most_100_requests() -> None:
     api = FakeGemini(key="g")
     with serve(api) as root:
         provider = GeminiProvider(api_key="g", base_url=f"{root}/v1beta", retry=fast_retry())
         try:
-            matrix = await provider.embed_documents([f"t{i}" for i in range(230)])
+            matrix = provider.embed_documents([f"t{i}" for i in range(230)])
         finally:
-            await provider.aclose()
+            provider.close()
     assert [len(r.body["requests"]) for r in api.requests] == [100, 100, 30]
     assert matrix.shape == (230, 8)
 
 
-async def test_gemini_output_dimensionality_is_sent_and_validated() -> None:
+def test_gemini_output_dimensionality_is_sent_and_validated() -> None:
     api = FakeGemini(key="g")
     with serve(api) as root:
         provider = GeminiProvider(
@@ -283,48 +281,48 @@ async def test_gemini_output_dimensionality_is_sent_and_validated() -> None:
             retry=fast_retry(),
         )
         try:
-            vec = await provider.embed_query("x")
+            vec = provider.embed_query("x")
         finally:
-            await provider.aclose()
+            provider.close()
     assert api.requests[0].body["outputDimensionality"] == 768 and vec.shape == (768,)
     with pytest.raises(EmbeddingError, match="768, 1536 or 3072"):
         GeminiProvider("gemini-embedding-2-preview", api_key="g", output_dimensionality=1000)
 
 
-async def test_gemini_invalid_key_reports_googles_message() -> None:
+def test_gemini_invalid_key_reports_googles_message() -> None:
     with serve(FakeGemini(key="right")) as root:
         provider = GeminiProvider(api_key="wrong", base_url=f"{root}/v1beta", retry=fast_retry())
         try:
             with pytest.raises(EmbeddingHTTPError, match="API key not valid"):
-                await provider.embed_query("x")
+                provider.embed_query("x")
         finally:
-            await provider.aclose()
+            provider.close()
 
 
-async def test_gemini_resource_exhausted_is_retried() -> None:
+def test_gemini_resource_exhausted_is_retried() -> None:
     api = FakeGemini(key="g")
     api.fail_next(429)
     with serve(api) as root:
         provider = GeminiProvider(api_key="g", base_url=f"{root}/v1beta", retry=fast_retry())
         try:
-            await provider.embed_query("x")
+            provider.embed_query("x")
         finally:
-            await provider.aclose()
+            provider.close()
     assert len(api.requests) == 2
 
 
 # --------------------------------------------------------------------------- Voyage, Mistral, Ollama
 
 
-async def test_voyage_sends_input_type_query_and_document() -> None:
+def test_voyage_sends_input_type_query_and_document() -> None:
     api = FakeVoyage(key="pa-key")
     with serve(api) as root:
         provider = VoyageProvider(api_key="pa-key", base_url=f"{root}/v1", retry=fast_retry())
         try:
-            query = await provider.embed_query("q")
-            await provider.embed_documents(["d1", "d2"])
+            query = provider.embed_query("q")
+            provider.embed_documents(["d1", "d2"])
         finally:
-            await provider.aclose()
+            provider.close()
     q, d = api.requests
     assert q.path == d.path == "/v1/embeddings"
     assert q.headers["authorization"] == "Bearer pa-key"
@@ -333,48 +331,48 @@ async def test_voyage_sends_input_type_query_and_document() -> None:
     np.testing.assert_allclose(query, unit(fake_vector("query|q", 8)), rtol=1e-5)
 
 
-async def test_voyage_error_detail_surfaces() -> None:
+def test_voyage_error_detail_surfaces() -> None:
     with serve(FakeVoyage(key="right")) as root:
         provider = VoyageProvider(api_key="wrong", base_url=f"{root}/v1", retry=fast_retry())
         try:
             with pytest.raises(EmbeddingHTTPError, match="Provided API key is invalid"):
-                await provider.embed_documents(["x"])
+                provider.embed_documents(["x"])
         finally:
-            await provider.aclose()
+            provider.close()
 
 
-async def test_mistral_packs_requests_by_token_budget() -> None:
+def test_mistral_packs_requests_by_token_budget() -> None:
     api = FakeMistral(key="m-key", max_batch_chars=3000)
     with serve(api) as root:
         provider = MistralProvider(api_key="m-key", base_url=f"{root}/v1", retry=fast_retry())
         provider.max_batch_tokens = 1000  # ~3000 ASCII characters by our conservative estimate
         try:
-            matrix = await provider.embed_documents(["x" * 900] * 10)
+            matrix = provider.embed_documents(["x" * 900] * 10)
         finally:
-            await provider.aclose()
+            provider.close()
     assert all(r.body["model"] == "mistral-embed" for r in api.requests)
     assert len(api.requests) == 4  # 3 + 3 + 3 + 1 texts of ~300 tokens each
     assert matrix.shape == (10, 8)
 
 
-async def test_mistral_unauthorized_message() -> None:
+def test_mistral_unauthorized_message() -> None:
     with serve(FakeMistral(key="right")) as root:
         provider = MistralProvider(api_key="wrong", base_url=f"{root}/v1", retry=fast_retry())
         try:
             with pytest.raises(EmbeddingHTTPError, match="Unauthorized"):
-                await provider.embed_query("x")
+                provider.embed_query("x")
         finally:
-            await provider.aclose()
+            provider.close()
 
 
-async def test_ollama_api_embed_without_key() -> None:
+def test_ollama_api_embed_without_key() -> None:
     api = FakeOllama()
     with serve(api) as root:
         provider = OllamaProvider(base_url=root, retry=fast_retry())
         try:
-            matrix = await provider.embed_documents(["a", "b"])
+            matrix = provider.embed_documents(["a", "b"])
         finally:
-            await provider.aclose()
+            provider.close()
     (call,) = api.requests
     assert call.path == "/api/embed" and call.body == {
         "model": "nomic-embed-text",
@@ -384,15 +382,15 @@ async def test_ollama_api_embed_without_key() -> None:
     np.testing.assert_allclose(matrix[1], unit(fake_vector("b", 8)), rtol=1e-5)
 
 
-async def test_ollama_falls_back_to_legacy_embeddings_endpoint() -> None:
+def test_ollama_falls_back_to_legacy_embeddings_endpoint() -> None:
     api = FakeOllama(legacy_only=True)
     with serve(api) as root:
         provider = OllamaProvider(base_url=root, retry=fast_retry())
         try:
-            await provider.embed_documents(["a", "b"])
-            await provider.embed_query("c")
+            provider.embed_documents(["a", "b"])
+            provider.embed_query("c")
         finally:
-            await provider.aclose()
+            provider.close()
     assert [r.path for r in api.requests] == [
         "/api/embed",
         "/api/embeddings",
@@ -403,19 +401,19 @@ async def test_ollama_falls_back_to_legacy_embeddings_endpoint() -> None:
     assert provider.api == "embeddings"
 
 
-async def test_ollama_unknown_model_is_not_mistaken_for_an_old_server() -> None:
+def test_ollama_unknown_model_is_not_mistaken_for_an_old_server() -> None:
     api = FakeOllama()
     with serve(api) as root:
         provider = OllamaProvider("missing-model", base_url=root, retry=fast_retry())
         try:
             with pytest.raises(EmbeddingHTTPError, match="try pulling it first"):
-                await provider.embed_query("x")
+                provider.embed_query("x")
         finally:
-            await provider.aclose()
+            provider.close()
     assert [r.path for r in api.requests] == ["/api/embed"]
 
 
-async def test_ollama_input_type_prefixes() -> None:
+def test_ollama_input_type_prefixes() -> None:
     api = FakeOllama()
     with serve(api) as root:
         provider = OllamaProvider(
@@ -424,9 +422,9 @@ async def test_ollama_input_type_prefixes() -> None:
             retry=fast_retry(),
         )
         try:
-            await provider.embed_query("q")
+            provider.embed_query("q")
         finally:
-            await provider.aclose()
+            provider.close()
     assert api.requests[0].body["input"] == ["search_query: q"]
 
 
@@ -445,7 +443,7 @@ PROVIDERS: list[tuple[type[RemoteProvider], type[FakeAPI], str]] = [
 @pytest.mark.parametrize(
     ("cls", "fake", "prefix"), PROVIDERS, ids=[p[0].__name__ for p in PROVIDERS]
 )
-async def test_every_provider_returns_normalized_float32_in_input_order(
+def test_every_provider_returns_normalized_float32_in_input_order(
     cls: type[RemoteProvider], fake: type[FakeAPI], prefix: str
 ) -> None:
     api = fake(key="k") if fake is not FakeOllama else fake()
@@ -453,10 +451,10 @@ async def test_every_provider_returns_normalized_float32_in_input_order(
     with serve(api) as root:
         provider = cls(api_key=api.key, base_url=root + prefix, retry=fast_retry())
         try:
-            matrix = await provider.embed_documents(texts)
-            empty = await provider.embed_documents([])
+            matrix = provider.embed_documents(texts)
+            empty = provider.embed_documents([])
         finally:
-            await provider.aclose()
+            provider.close()
     assert matrix.dtype == np.float32 and matrix.shape == (7, 8)
     np.testing.assert_allclose(np.linalg.norm(matrix, axis=1), 1.0, rtol=1e-5)
     assert len({row.tobytes() for row in matrix}) == 7
@@ -466,7 +464,7 @@ async def test_every_provider_returns_normalized_float32_in_input_order(
 @pytest.mark.parametrize(
     ("cls", "fake", "prefix"), PROVIDERS, ids=[p[0].__name__ for p in PROVIDERS]
 )
-async def test_every_provider_retries_a_503_then_succeeds(
+def test_every_provider_retries_a_503_then_succeeds(
     cls: type[RemoteProvider], fake: type[FakeAPI], prefix: str
 ) -> None:
     api = fake(key="k") if fake is not FakeOllama else fake()
@@ -474,7 +472,7 @@ async def test_every_provider_retries_a_503_then_succeeds(
     with serve(api) as root:
         provider = cls(api_key=api.key, base_url=root + prefix, retry=fast_retry())
         try:
-            vec = await provider.embed_query("x")
+            vec = provider.embed_query("x")
         finally:
-            await provider.aclose()
+            provider.close()
     assert vec.shape == (8,) and len(api.requests) == 2

@@ -11,8 +11,6 @@ from memoryd.embeddings.resilient import ResilientEmbedder
 from memoryd.embeddings.selection import select_from_config
 from memoryd.errors import ProviderUnavailable
 
-pytestmark = pytest.mark.anyio
-
 
 def selection_for(search: dict[str, object], providers: dict[str, object]) -> ResilientEmbedder:
     cfg = validate(MemorySearchConfig, search)
@@ -20,7 +18,7 @@ def selection_for(search: dict[str, object], providers: dict[str, object]) -> Re
     return ResilientEmbedder(select_from_config(cfg, models, env={}, retry=fast_retry()))
 
 
-async def test_primary_failure_switches_to_fallback_and_records_why() -> None:
+def test_primary_failure_switches_to_fallback_and_records_why() -> None:
     openai, gemini = FakeOpenAI(key="sk"), FakeGemini(key="g")
     openai.fail_next(500, times=3)  # every retry of the first call fails
     with serve(openai) as o_root, serve(gemini) as g_root:
@@ -32,10 +30,10 @@ async def test_primary_failure_switches_to_fallback_and_records_why() -> None:
             },
         )
         try:
-            vec = await embedder.embed_query("hello")
-            docs = await embedder.embed_documents(["a", "b"])
+            vec = embedder.embed_query("hello")
+            docs = embedder.embed_documents(["a", "b"])
         finally:
-            await embedder.aclose()
+            embedder.close()
     assert vec is not None and vec.shape == (8,) and docs is not None and docs.shape == (2, 8)
     assert (
         embedder.state == "fallback"
@@ -51,7 +49,7 @@ async def test_primary_failure_switches_to_fallback_and_records_why() -> None:
     assert embedder.status()["events"] == [embedder.reason]
 
 
-async def test_explicit_provider_failure_makes_memory_unavailable() -> None:
+def test_explicit_provider_failure_makes_memory_unavailable() -> None:
     openai = FakeOpenAI(key="sk")
     with serve(openai) as root:
         embedder = selection_for(
@@ -61,16 +59,16 @@ async def test_explicit_provider_failure_makes_memory_unavailable() -> None:
             with pytest.raises(
                 ProviderUnavailable, match=r"memory search unavailable: openai .* Incorrect API key"
             ):
-                await embedder.embed_query("hello")
+                embedder.embed_query("hello")
             with pytest.raises(ProviderUnavailable):  # stays unavailable, no silent degradation
-                await embedder.embed_documents(["a"])
+                embedder.embed_documents(["a"])
         finally:
-            await embedder.aclose()
+            embedder.close()
     assert embedder.state == "unavailable" and embedder.active is None
     assert len(openai.requests) == 1
 
 
-async def test_explicit_provider_whose_fallback_also_fails_is_unavailable() -> None:
+def test_explicit_provider_whose_fallback_also_fails_is_unavailable() -> None:
     openai, gemini = FakeOpenAI(key="sk"), FakeGemini(key="g")
     with serve(openai) as o_root, serve(gemini) as g_root:
         embedder = selection_for(
@@ -82,43 +80,43 @@ async def test_explicit_provider_whose_fallback_also_fails_is_unavailable() -> N
         )
         try:
             with pytest.raises(ProviderUnavailable, match="gemini gemini-embedding-001 failed"):
-                await embedder.embed_query("x")
+                embedder.embed_query("x")
         finally:
-            await embedder.aclose()
+            embedder.close()
     assert len(embedder.events) == 2
 
 
-async def test_auto_degrades_to_keyword_only_and_says_so() -> None:
+def test_auto_degrades_to_keyword_only_and_says_so() -> None:
     openai = FakeOpenAI(key="sk")
     openai.fail_next(503, times=3)
     with serve(openai) as root:
         embedder = selection_for({}, {"openai": {"apiKey": "sk", "baseUrl": f"{root}/v1"}})
         assert embedder.selection.reason.startswith("auto: models.providers.openai.apiKey set")
         try:
-            assert await embedder.embed_query("x") is None
-            assert await embedder.embed_documents(["y"]) is None
+            assert embedder.embed_query("x") is None
+            assert embedder.embed_documents(["y"]) is None
         finally:
-            await embedder.aclose()
+            embedder.close()
     assert embedder.state == "keyword-only"
     assert "keyword-only search until reset" in embedder.reason
     assert len(openai.requests) == 3  # the second call did not hammer the failing provider
 
 
-async def test_reset_tries_the_primary_again() -> None:
+def test_reset_tries_the_primary_again() -> None:
     openai = FakeOpenAI(key="sk")
     openai.fail_next(503, times=3)
     with serve(openai) as root:
         embedder = selection_for({}, {"openai": {"apiKey": "sk", "baseUrl": f"{root}/v1"}})
         try:
-            assert await embedder.embed_query("x") is None
+            assert embedder.embed_query("x") is None
             embedder.reset()
-            assert await embedder.embed_query("x") is not None
+            assert embedder.embed_query("x") is not None
         finally:
-            await embedder.aclose()
+            embedder.close()
     assert embedder.state == "primary" and embedder.generation == 2
 
 
-async def test_provider_none_is_keyword_only_from_the_start() -> None:
+def test_provider_none_is_keyword_only_from_the_start() -> None:
     embedder = selection_for({"provider": "none"}, {})
-    assert await embedder.embed_query("x") is None
+    assert embedder.embed_query("x") is None
     assert embedder.status()["state"] == "keyword-only"

@@ -342,8 +342,7 @@ def test_fingerprint_distinguishes_providers_and_task_types() -> None:
     assert GeminiProvider(api_key="g", output_dimensionality=768).fingerprint() != gemini
 
 
-@pytest.mark.anyio
-async def test_merged_headers_reach_the_wire() -> None:
+def test_merged_headers_reach_the_wire() -> None:
     from embedding_servers import FakeOpenAI, fast_retry, serve
 
     api = FakeOpenAI(key="sk-config")
@@ -362,9 +361,9 @@ async def test_merged_headers_reach_the_wire() -> None:
         )
         provider = remote(selection.provider)
         try:
-            await provider.embed_query("x")
+            provider.embed_query("x")
         finally:
-            await provider.aclose()
+            provider.close()
     sent = api.requests[0].headers
     assert sent["authorization"] == "Bearer sk-config"  # config key beats the env var
     assert (sent["x-team"], sent["x-region"], sent["x-org"]) == ("memory", "us", "acme")

@@ -11,7 +11,7 @@ the same memory_get rule (what is refused, what is empty), typed status, and cha
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +23,6 @@ from memoryd.core.results import MAX_SNIPPET_CHARS
 from memoryd.core.status import BuiltinStatus, QmdStatus
 from memoryd.errors import InvalidInput, PathNotAllowed
 from qmd_support import make_manager, require_qmd, seed_workspace
-
-pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +44,7 @@ def contract_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(params=["builtin", "builtin-postgres", pytest.param("qmd", marks=pytest.mark.qmd)])
-async def engine(request: pytest.FixtureRequest, contract_ws: Path) -> AsyncIterator[Any]:
+def engine(request: pytest.FixtureRequest, contract_ws: Path) -> Iterator[Any]:
     ws = contract_ws
     if request.param == "builtin":
         eng: Any = index_for(agent_for(ws, {"provider": "none"}), None)
@@ -56,14 +54,14 @@ async def engine(request: pytest.FixtureRequest, contract_ws: Path) -> AsyncIter
     else:
         agent = agent_for(ws, memory={"backend": "qmd"})
         eng = make_manager(agent, require_qmd(), ws.parent / "qmd-home")
-    await eng.start()
-    await eng.sync(force=True)
+    eng.start()
+    eng.sync(force=True)
     yield eng
-    await eng.aclose()
+    eng.close()
 
 
-async def test_search_answers_are_ranked_and_readable_back(engine: Any) -> None:
-    answer = await engine.search(SearchRequest("zeppelin budget"))
+def test_search_answers_are_ranked_and_readable_back(engine: Any) -> None:
+    answer = engine.search(SearchRequest("zeppelin budget"))
     assert isinstance(answer, EngineAnswer) and answer.engine == engine.name
     assert answer.results, answer
     assert answer.results[0].path == "memory/2026-01-03.md"
@@ -71,35 +69,33 @@ async def test_search_answers_are_ranked_and_readable_back(engine: Any) -> None:
     assert scores == sorted(scores, reverse=True)
     for r in answer.results:
         assert 1 <= r.start_line <= r.end_line and len(r.snippet) <= MAX_SNIPPET_CHARS
-        got = await engine.get(r.path, r.start_line, r.end_line - r.start_line + 1)
+        got = engine.get(r.path, r.start_line, r.end_line - r.start_line + 1)
         first = next(line for line in r.snippet.splitlines() if line.strip())
         assert first in got.text
 
 
 @pytest.mark.parametrize("min_score", [0.0, 0.35, 0.6])
-async def test_no_result_scores_below_the_requested_min_score(
-    engine: Any, min_score: float
-) -> None:
-    answer = await engine.search(SearchRequest("zeppelin budget", min_score=min_score))
+def test_no_result_scores_below_the_requested_min_score(engine: Any, min_score: float) -> None:
+    answer = engine.search(SearchRequest("zeppelin budget", min_score=min_score))
     assert all(r.score >= min_score for r in answer.results)
 
 
-async def test_a_query_about_nothing_in_memory_returns_no_results(engine: Any) -> None:
+def test_a_query_about_nothing_in_memory_returns_no_results(engine: Any) -> None:
     # scores mean the same in every query: the default minScore drops what is unrelated,
     # even when one common word of the query (a name every other note holds) matches
-    assert (await engine.search(SearchRequest("Alice's banana bread recipe"))).results == []
-    assert (await engine.search(SearchRequest("zeppelin budget"))).results
+    assert (engine.search(SearchRequest("Alice's banana bread recipe"))).results == []
+    assert (engine.search(SearchRequest("zeppelin budget"))).results
 
 
-async def test_engines_do_not_apply_the_injected_budget(engine: Any) -> None:
-    answer = await engine.search(SearchRequest("quokkas", max_results=6))
+def test_engines_do_not_apply_the_injected_budget(engine: Any) -> None:
+    answer = engine.search(SearchRequest("quokkas", max_results=6))
     assert answer.max_injected_chars == 4000
     # snippets are capped one by one; the sum may exceed the budget (the orchestrator trims once)
     assert all(len(r.snippet) <= MAX_SNIPPET_CHARS for r in answer.results)
 
 
-async def test_max_results_is_honoured(engine: Any) -> None:
-    assert len((await engine.search(SearchRequest("the", max_results=1))).results) <= 1
+def test_max_results_is_honoured(engine: Any) -> None:
+    assert len((engine.search(SearchRequest("the", max_results=1))).results) <= 1
 
 
 @pytest.mark.parametrize(
@@ -114,34 +110,34 @@ async def test_max_results_is_honoured(engine: Any) -> None:
         "/etc/passwd.md",
     ],
 )
-async def test_memory_get_refuses_the_same_paths(engine: Any, path: str) -> None:
+def test_memory_get_refuses_the_same_paths(engine: Any, path: str) -> None:
     with pytest.raises(PathNotAllowed):
-        await engine.get(path, None, None)
+        engine.get(path, None, None)
 
 
-async def test_memory_get_reads_slices_and_empties(engine: Any) -> None:
-    assert (await engine.get("MEMORY.md", None, None)).text.startswith("# Memory")
-    assert (await engine.get("MEMORY.md", 3, 1)).text == "Alice likes green tea.\n"
-    assert (await engine.get("MEMORY.md", 99, None)).text == ""
-    assert (await engine.get("memory/2099-01-01.md", None, None)).text == ""
+def test_memory_get_reads_slices_and_empties(engine: Any) -> None:
+    assert (engine.get("MEMORY.md", None, None)).text.startswith("# Memory")
+    assert (engine.get("MEMORY.md", 3, 1)).text == "Alice likes green tea.\n"
+    assert (engine.get("MEMORY.md", 99, None)).text == ""
+    assert (engine.get("memory/2099-01-01.md", None, None)).text == ""
     with pytest.raises(InvalidInput):
-        await engine.get("MEMORY.md", 0, None)
+        engine.get("MEMORY.md", 0, None)
     with pytest.raises(InvalidInput):
-        await engine.get("MEMORY.md", 1, 0)
+        engine.get("MEMORY.md", 1, 0)
 
 
-async def test_status_is_the_engines_typed_model(engine: Any) -> None:
+def test_status_is_the_engines_typed_model(engine: Any) -> None:
     st = engine.status()
     assert isinstance(st, BuiltinStatus if engine.name == "builtin" else QmdStatus)
     assert st.to_dict()  # JSON-ready, camelCase
 
 
-async def test_a_new_note_is_found_after_a_sync(engine: Any, contract_ws: Path) -> None:
+def test_a_new_note_is_found_after_a_sync(engine: Any, contract_ws: Path) -> None:
     note = write(contract_ws / "memory" / "2026-02-01.md", "# 2026-02-01\n\nThe okapi arrived.\n")
     try:
         engine.notify_changed()
-        await engine.sync(force=True)
-        answer = await engine.search(SearchRequest("okapi"))
+        engine.sync(force=True)
+        answer = engine.search(SearchRequest("okapi"))
         assert [r.path for r in answer.results][:1] == ["memory/2026-02-01.md"]
     finally:
         note.unlink()

@@ -7,14 +7,15 @@ back is pinned here, on asyncio and trio.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
-from helpers import agent_for, index_for, write
+from helpers import agent_for, background, index_for, within, write
 from memoryd.config import ResolvedAgent
 from memoryd.core.engine import EngineAnswer, SearchRequest
 from memoryd.core.layout import MemoryRoot, default_roots
@@ -30,13 +31,6 @@ from memoryd.orchestrator.failover import (
     clean_reason,
     probe_delay,
 )
-
-pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 class Clock:
@@ -69,10 +63,10 @@ class FakeQmd:
     def search_mode(self) -> str:
         return "search"
 
-    async def start(self, task_group: Any = None) -> None:
+    def start(self, task_group: Any = None) -> None:
         self.started += 1
 
-    async def search(self, request: SearchRequest) -> EngineAnswer:
+    def search(self, request: SearchRequest) -> EngineAnswer:
         self.searches += 1
         if self.fault is not None:
             raise self.fault
@@ -81,10 +75,10 @@ class FakeQmd:
         hit = SearchResult("MEMORY.md", 1, 1, 0.9, "from qmd")
         return EngineAnswer([hit], "qmd", "qmd", None, "search", 4000)
 
-    async def get(self, path: str, from_line: int | None, lines: int | None) -> FileText:
+    def get(self, path: str, from_line: int | None, lines: int | None) -> FileText:
         return FileText(path, "")
 
-    async def sync(self, *, force: bool = False, progress: Any = None) -> bool:
+    def sync(self, *, force: bool = False, progress: Any = None) -> bool:
         return True
 
     def notify_changed(self) -> None:
@@ -109,10 +103,13 @@ class FakeQmd:
     def roots(self) -> list[MemoryRoot]:
         return default_roots(str(self.workspace))
 
-    async def probe(self) -> bool:
+    def probe(self) -> bool:
         return self.fault is None
 
-    async def aclose(self) -> None:
+    def bounded(self, deadline: float | None) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def close(self) -> None:
         pass
 
 
@@ -192,115 +189,114 @@ def test_success_brings_the_agent_back_and_resets_failures() -> None:
     [QmdTimeout("search timed out after 4s"), QmdBadOutput("not json"), QmdUnavailable("gone")],
     ids=["timeout", "garbage", "missing"],
 )
-async def test_a_failure_is_answered_by_the_builtin_index_in_the_same_call(
+def test_a_failure_is_answered_by_the_builtin_index_in_the_same_call(
     ws: Path, fault: QmdError
 ) -> None:
     clock, qmd = Clock(), FakeQmd(ws)
     b = backend(qmd_agent(ws), qmd, clock)
-    assert (await b.search(SearchRequest("green tea"))).backend == "qmd"
+    assert (b.search(SearchRequest("green tea"))).backend == "qmd"
     qmd.fault = fault
-    answer = await b.search(SearchRequest("green tea"))
+    answer = b.search(SearchRequest("green tea"))
     assert answer.backend == "builtin" and answer.results[0].path == "MEMORY.md"
     assert answer.fallback is not None and type(fault).__name__ in answer.fallback["reason"]
     # failed over: the next searches do not touch qmd at all during the cool-down
     calls = qmd.searches
     for _ in range(5):
-        assert (await b.search(SearchRequest("green tea"))).backend == "builtin"
+        assert (b.search(SearchRequest("green tea"))).backend == "builtin"
     assert qmd.searches == calls
-    await b.aclose()
+    b.close()
 
 
-async def test_one_shot_processes_probe_inline_once_due_and_come_back(ws: Path) -> None:
+def test_one_shot_processes_probe_inline_once_due_and_come_back(ws: Path) -> None:
     clock, qmd = Clock(), FakeQmd(ws)
     b = backend(qmd_agent(ws, cooldownMs=15_000), qmd, clock)
     qmd.fault = QmdTimeout("hung")
-    await b.search(SearchRequest("tea"))
+    b.search(SearchRequest("tea"))
     clock.advance(10)
-    assert (await b.search(SearchRequest("tea"))).backend == "builtin"  # not due yet
+    assert (b.search(SearchRequest("tea"))).backend == "builtin"  # not due yet
     clock.advance(5)
-    await b.search(SearchRequest("tea"))  # due: probes inline, still failing
+    b.search(SearchRequest("tea"))  # due: probes inline, still failing
     assert b.failover.state.probe_attempts == 1 and b.failover.state.next_probe_at == clock.now + 30
     qmd.fault = None
     clock.advance(30)
-    assert (await b.search(SearchRequest("tea"))).backend == "qmd"
+    assert (b.search(SearchRequest("tea"))).backend == "qmd"
     assert b.failover.state.recovered_at == clock.now
-    await b.aclose()
+    b.close()
 
 
-async def test_the_probe_loop_recovers_in_the_background(ws: Path) -> None:
+def test_the_probe_loop_recovers_in_the_background(ws: Path) -> None:
     qmd = FakeQmd(ws)
     b = AgentBackend(
         qmd_agent(ws, cooldownMs=20, probeMaxIntervalMs=40),
         qmd_factory=lambda _a: qmd,
         index_factory=lambda a: index_for(a, None),
     )
-    async with anyio.create_task_group() as tg:
-        await b.start(tg)
+    with background() as tg:
+        b.start(tg)
         qmd.fault = QmdBadOutput("garbage")
-        assert (await b.search(SearchRequest("tea"))).backend == "builtin"
+        assert (b.search(SearchRequest("tea"))).backend == "builtin"
         qmd.fault = None
-        with anyio.fail_after(5):
+        with within(5):
             while b.active != "qmd":
-                await anyio.sleep(0.01)
+                time.sleep(0.01)
         assert b.failover.state.probe_attempts >= 1
-        tg.cancel_scope.cancel()
-    await b.aclose()
+    b.close()
 
 
-async def test_a_second_process_starts_from_the_persisted_state(ws: Path) -> None:
+def test_a_second_process_starts_from_the_persisted_state(ws: Path) -> None:
     clock = Clock()
     first_qmd = FakeQmd(ws)
     first = backend(qmd_agent(ws), first_qmd, clock)
     first_qmd.fault = QmdTimeout("hung")
-    await first.search(SearchRequest("tea"))
+    first.search(SearchRequest("tea"))
     # a new process (a one-off CLI call): same state dir, its own engines
     second_qmd = FakeQmd(ws)
     second = backend(qmd_agent(ws), second_qmd, clock)
     assert second.active == "builtin"
-    answer = await second.search(SearchRequest("tea"))
+    answer = second.search(SearchRequest("tea"))
     assert answer.backend == "builtin" and "QmdTimeout" in (answer.fallback or {})["reason"]
     assert second_qmd.searches == 0  # it did not pay qmd's timeout again
-    await first.aclose()
-    await second.aclose()
+    first.close()
+    second.close()
 
 
-async def test_status_from_another_process_tells_the_truth(ws: Path) -> None:
+def test_status_from_another_process_tells_the_truth(ws: Path) -> None:
     qmd = FakeQmd(ws)
     qmd.fault = QmdBadOutput("this is not json {")
     svc = MemoryService(agent_config(ws), qmd_factory=lambda _a: qmd)
-    out = await svc.memory_search("tea")
+    out = svc.memory_search("tea")
     assert out["backend"] == "builtin"
     other = MemoryService(agent_config(ws), qmd_factory=lambda _a: FakeQmd(ws))
-    st = await other.status()
+    st = other.status()
     assert st["backend"] == "builtin" and "QmdBadOutput" in st["fallback"]["reason"]
     assert st["healthAgeS"] is not None and st["healthAgeS"] < 60
     assert any("qmd is not serving" in i for i in st["issues"])
     # while the built-in index answers, how far qmd's own index lags is not the user's problem
     assert not any("behind" in i for i in st["issues"]), st["issues"]
-    await svc.aclose()
-    await other.aclose()
+    svc.close()
+    other.close()
 
 
-async def test_status_takes_backend_and_recovery_from_one_reading(ws: Path) -> None:
+def test_status_takes_backend_and_recovery_from_one_reading(ws: Path) -> None:
     """A probe can finish while status() is assembled (it awaits the index and qmd in between):
     the answer pairs the backend with the recovery counters of the same moment, never "qmd"
     with the attempts of the failed-over state before the probe (seen as attempts == 0)."""
     qmd = FakeQmd(ws)
     svc = MemoryService(agent_config(ws), qmd_factory=lambda _a: qmd)
     qmd.fault = QmdBadOutput("garbage")
-    assert (await svc.memory_search("tea"))["backend"] == "builtin"
+    assert (svc.memory_search("tea"))["backend"] == "builtin"
     qmd.fault = None
     b = svc.backend()
     # status() asks qmd for its status twice: once before reading the state, once after
     qmd.on_second_status = lambda: b.failover.record_probe_success(b.failover.state.since or 0)
-    during = await svc.status()
+    during = svc.status()
     assert (during["backend"], during["recovery"]["attempts"]) == ("builtin", 0)
-    after = await svc.status()
+    after = svc.status()
     assert (after["backend"], after["recovery"]["attempts"]) == ("qmd", 1)
-    await svc.aclose()
+    svc.close()
 
 
-async def test_fail_closed_raises_instead_of_falling_back(ws: Path) -> None:
+def test_fail_closed_raises_instead_of_falling_back(ws: Path) -> None:
     clock, qmd = Clock(), FakeQmd(ws)
     agent = agent_for(
         ws, {"provider": "none"}, memory={"backend": "qmd", "qmd": {"fallback": "none"}}
@@ -308,9 +304,9 @@ async def test_fail_closed_raises_instead_of_falling_back(ws: Path) -> None:
     b = backend(agent, qmd, clock)
     qmd.fault = QmdTimeout("hung")
     with pytest.raises(ServiceUnavailable, match="fallback = none"):
-        await b.search(SearchRequest("tea"))
+        b.search(SearchRequest("tea"))
     assert b.index is None
-    await b.aclose()
+    b.close()
 
 
 def agent_config(ws: Path) -> Any:
@@ -325,9 +321,7 @@ def agent_config(ws: Path) -> Any:
 
 
 @pytest.mark.parametrize("setting", ["empty", "builtin"])
-async def test_an_empty_qmd_answer_is_completed_only_when_configured(
-    ws: Path, setting: str
-) -> None:
+def test_an_empty_qmd_answer_is_completed_only_when_configured(ws: Path, setting: str) -> None:
     # memory.qmd.emptyResults: qmd's `search` ANDs every term, so natural questions often match
     # nothing; "builtin" completes them from the built-in index, marking each hit
     agent = agent_for(
@@ -336,7 +330,7 @@ async def test_an_empty_qmd_answer_is_completed_only_when_configured(
     qmd = FakeQmd(ws)
     qmd.empty = True
     b = backend(agent, qmd, Clock())
-    answer = await b.search(SearchRequest("what tea does Alice like"))
+    answer = b.search(SearchRequest("what tea does Alice like"))
     assert answer.backend == "qmd" and answer.fallback is None
     if setting == "empty":
         assert answer.results == []
@@ -344,6 +338,6 @@ async def test_an_empty_qmd_answer_is_completed_only_when_configured(
         assert answer.results and answer.results[0].path == "MEMORY.md"
         assert all(r.to_dict()["backend"] == "builtin" for r in answer.results)
         assert any("completed by the built-in index" in n for n in answer.notes)
-        one_word = await b.search(SearchRequest("tea"))
+        one_word = b.search(SearchRequest("tea"))
         assert one_word.results == []  # a single word is qmd's own answer
-    await b.aclose()
+    b.close()

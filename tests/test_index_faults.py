@@ -19,11 +19,11 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from cli_support import run_memoryd
@@ -31,8 +31,6 @@ from helpers import agent_for, index_for
 from memoryd.builtin_index import MemoryIndex
 from memoryd.errors import IndexCorrupt, StateError
 from race_support import race_seconds
-
-pytestmark = pytest.mark.anyio
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 TESTS = Path(__file__).parent
@@ -62,17 +60,17 @@ def ws(workspace: Path) -> Path:
     return workspace
 
 
-async def built(ws: Path, **search: Any) -> Path:
+def built(ws: Path, **search: Any) -> Path:
     """Index `ws` and close it; returns the index file."""
     idx = index_for(agent_for(ws, search or None))
-    await idx.sync()
+    idx.sync()
     path = idx.path
-    await idx.aclose()
+    idx.close()
     return path
 
 
-async def top_path(idx: MemoryIndex, query: str) -> str | None:
-    out = await idx.search(query, mode="keyword", min_score=0)
+def top_path(idx: MemoryIndex, query: str) -> str | None:
+    out = idx.search(query, mode="keyword", min_score=0)
     return out.results[0].path if out.results else None
 
 
@@ -187,16 +185,16 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], bool | None]] = {
 
 @pytest.mark.parametrize("how", ["sync", "index --force"])
 @pytest.mark.parametrize("case", list(DAMAGE))
-async def test_a_damaged_index_is_moved_aside_and_rebuilt_from_the_markdown(
+def test_a_damaged_index_is_moved_aside_and_rebuilt_from_the_markdown(
     ws: Path, case: str, how: str
 ) -> None:
     damage, moved = DAMAGE[case]
-    path = await built(ws)
+    path = built(ws)
     damage(path)
     idx = index_for(agent_for(ws))
-    await idx.sync(force=how == "index --force")
-    assert await top_path(idx, "marker-7") == "memory/n07.md"
-    assert await top_path(idx, "marker-29") == "memory/n29.md"
+    idx.sync(force=how == "index --force")
+    assert top_path(idx, "marker-7") == "memory/n07.md"
+    assert top_path(idx, "marker-29") == "memory/n29.md"
     st = idx.status()
     assert (st.files, st.last_error) == (NOTES, None)
     assert idx.store.verify(deep=True) is None
@@ -208,12 +206,12 @@ async def test_a_damaged_index_is_moved_aside_and_rebuilt_from_the_markdown(
         rec = st.recoveries[0]
         assert os.path.lexists(rec.moved_to) and Path(rec.moved_to).name in aside
         assert rec.reason and rec.at
-    await idx.aclose()
+    idx.close()
 
 
-async def test_a_link_in_place_of_the_index_is_refused_not_healed(ws: Path) -> None:
+def test_a_link_in_place_of_the_index_is_refused_not_healed(ws: Path) -> None:
     """A link is planted, not damage: healing it would mean writing where it points."""
-    path = await built(ws)
+    path = built(ws)
     dangling_symlink(path)
     with pytest.raises(StateError, match="is a symlink"):
         index_for(agent_for(ws))
@@ -221,8 +219,8 @@ async def test_a_link_in_place_of_the_index_is_refused_not_healed(ws: Path) -> N
     assert side_files(path, ".corrupt-") == []
 
 
-async def test_damage_queries_cannot_see_is_found_by_check_and_repaired(ws: Path) -> None:
-    path = await built(ws)
+def test_damage_queries_cannot_see_is_found_by_check_and_repaired(ws: Path) -> None:
+    path = built(ws)
     conn = sqlite3.connect(path)
     ids = [r[0] for r in conn.execute("select id from chunks where path = 'memory/n07.md'")]
     conn.close()
@@ -235,24 +233,24 @@ async def test_damage_queries_cannot_see_is_found_by_check_and_repaired(ws: Path
     raw.commit()
     raw.close()
     idx = index_for(agent_for(ws))
-    await idx.sync()
-    assert await top_path(idx, "marker-7") != "memory/n07.md"  # silently wrong before the check
+    idx.sync()
+    assert top_path(idx, "marker-7") != "memory/n07.md"  # silently wrong before the check
     healthy_check = idx.store.verify()  # quick_check alone sees nothing wrong
     assert healthy_check is None
-    found = await idx.check()
+    found = idx.check()
     assert not found.ok and found.rebuilt and "chunks_fts" in (found.problem or "")
     assert found.moved_to is not None and Path(found.moved_to).exists()
-    assert await top_path(idx, "marker-7") == "memory/n07.md"
-    assert (await idx.check()).ok
+    assert top_path(idx, "marker-7") == "memory/n07.md"
+    assert (idx.check()).ok
     assert [r.moved_to for r in idx.status().recoveries] == [found.moved_to]
-    await idx.aclose()
+    idx.close()
 
 
-async def test_check_leaves_a_sound_index_alone(ws: Path) -> None:
-    path = await built(ws)
+def test_check_leaves_a_sound_index_alone(ws: Path) -> None:
+    path = built(ws)
     before = path.stat().st_ino
     idx = index_for(agent_for(ws))
-    found = await idx.check()
+    found = idx.check()
     assert found.to_dict() | {"seconds": 0} == {
         "ok": True,
         "problem": None,
@@ -261,11 +259,11 @@ async def test_check_leaves_a_sound_index_alone(ws: Path) -> None:
         "seconds": 0,
     }
     assert path.stat().st_ino == before and side_files(path, ".corrupt-") == []
-    await idx.aclose()
+    idx.close()
 
 
-async def test_force_repairs_damage_that_quick_check_cannot_see(ws: Path) -> None:
-    path = await built(ws)
+def test_force_repairs_damage_that_quick_check_cannot_see(ws: Path) -> None:
+    path = built(ws)
     import sqlean
 
     raw = sqlean.connect(str(path))
@@ -274,18 +272,18 @@ async def test_force_repairs_damage_that_quick_check_cannot_see(ws: Path) -> Non
     raw.commit()
     raw.close()
     idx = index_for(agent_for(ws))
-    assert await top_path(idx, "marker-7") != "memory/n07.md"
-    await idx.sync(force=True)
-    assert await top_path(idx, "marker-7") == "memory/n07.md"
+    assert top_path(idx, "marker-7") != "memory/n07.md"
+    idx.sync(force=True)
+    assert top_path(idx, "marker-7") == "memory/n07.md"
     assert idx.store.verify(deep=True) is None
-    await idx.aclose()
+    idx.close()
 
 
-async def test_damage_found_by_a_search_is_rebuilt_and_reported_once(ws: Path) -> None:
+def test_damage_found_by_a_search_is_rebuilt_and_reported_once(ws: Path) -> None:
     idx = index_for(agent_for(ws))
-    await idx.sync()
-    assert await top_path(idx, "marker-3") == "memory/n03.md"
-    await anyio.sleep(0)  # the search's snapshot ends with this turn of the loop
+    idx.sync()
+    assert top_path(idx, "marker-3") == "memory/n03.md"
+    time.sleep(0)  # the search's snapshot ends with this turn of the loop
     busy, _, _ = idx.store.conn.execute("pragma wal_checkpoint(truncate)").fetchone()
     assert busy == 0  # every page is in the main file now
     pages = idx.path.stat().st_size // 4096
@@ -310,24 +308,23 @@ async def test_damage_found_by_a_search_is_rebuilt_and_reported_once(ws: Path) -
     outcomes: list[str] = []
     for i in range(4, 9):
         try:
-            outcomes.append(str(await top_path(idx, f"marker-{i}")))
+            outcomes.append(str(top_path(idx, f"marker-{i}")))
         except IndexCorrupt as err:
             assert "\n" not in str(err) and "moved to" in str(err) and "rebuilt" in str(err)
             outcomes.append("IndexCorrupt")
     # the page cache may answer a little longer; once noticed it is reported once, then fixed
     assert outcomes.count("IndexCorrupt") <= 1
     assert outcomes[-1] == "memory/n08.md"
-    assert "IndexCorrupt" in outcomes or (await idx.check()).rebuilt
+    assert "IndexCorrupt" in outcomes or (idx.check()).rebuilt
     st = idx.status()
     assert st.files == NOTES and len(st.recoveries) == 1
-    await idx.aclose()
+    idx.close()
 
 
 _NO_DAC_CHILD = textwrap.dedent(
     """
     import json, os, sys
     from pathlib import Path
-    import anyio
     from helpers import agent_for, index_for
     ws = Path(sys.argv[1])
     try:
@@ -336,32 +333,32 @@ _NO_DAC_CHILD = textwrap.dedent(
         raise SystemExit(0)
     except PermissionError:
         pass
-    async def main():
+    def main():
         idx = index_for(agent_for(ws))
-        report = await idx.sync(force=sys.argv[3] == "force")
-        out = await idx.search("marker-7", mode="keyword", min_score=0)
+        report = idx.sync(force=sys.argv[3] == "force")
+        out = idx.search("marker-7", mode="keyword", min_score=0)
         st = idx.status()
-        await idx.aclose()
+        idx.close()
         print(json.dumps({
             "readable": False,
             "top": out.results[0].path,
             "files": st.files,
             "recoveries": [r.reason for r in st.recoveries],
         }))
-    anyio.run(main)
+    main()
     """
 )
 
 
 @pytest.mark.parametrize("how", ["sync", "force"])
 @pytest.mark.skipif(not IS_ROOT, reason="dropping CAP_DAC_OVERRIDE needs root to begin with")
-async def test_an_unreadable_index_is_moved_aside_when_permissions_really_apply(
+def test_an_unreadable_index_is_moved_aside_when_permissions_really_apply(
     ws: Path, how: str
 ) -> None:
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         pytest.skip("util-linux setpriv is not installed")
-    path = await built(ws)
+    path = built(ws)
     path.chmod(0)
     proc = subprocess.run(
         [
@@ -395,7 +392,6 @@ _FULL_DISK_CHILD = textwrap.dedent(
     """
     import json, os, resource, subprocess, sys
     from pathlib import Path
-    import anyio
     from helpers import agent_for, index_for
     from memoryd.errors import MemorydError
     ws, limit = Path(sys.argv[1]), sys.argv[2]
@@ -407,26 +403,26 @@ _FULL_DISK_CHILD = textwrap.dedent(
 
     def attempt(out, what, call):
         try:
-            anyio.run(call)
+            call()
             out[what] = "ok"
         except MemorydError as err:
             out[what] = type(err).__name__ + ": " + str(err)
         except BaseException as err:
             out[what] = "RAW " + type(err).__name__ + ": " + str(err)
 
-    async def sync(force=False):
+    def sync(force=False):
         idx = index_for(agent_for(ws, cfg), None)
         try:
-            await idx.sync(force=force)
+            idx.sync(force=force)
         finally:
-            await idx.aclose()
+            idx.close()
 
-    async def look(out, what):
+    def look(out, what):
         idx = index_for(agent_for(ws, cfg), None)
         st = idx.status()
-        res = await idx.search("marker-7", mode="keyword", min_score=0)
+        res = idx.search("marker-7", mode="keyword", min_score=0)
         idx.dirty = True  # a search's own pre-sync meets the full disk too
-        pre = await idx.search("marker-3", mode="keyword", min_score=0)
+        pre = idx.search("marker-3", mode="keyword", min_score=0)
         out[what] = {
             "files": st.files,
             "last_error": st.last_error,
@@ -435,7 +431,7 @@ _FULL_DISK_CHILD = textwrap.dedent(
             "left": sorted(p.name for p in idx.path.parent.iterdir()),
             "sound": idx.store.verify(deep=True) is None,
         }
-        await idx.aclose()
+        idx.close()
 
     out = {}
     attempt(out, "first", sync)
@@ -448,9 +444,9 @@ _FULL_DISK_CHILD = textwrap.dedent(
     for i in range(300):
         note(i, 60)
     attempt(out, "sync", sync)
-    anyio.run(look, out, "after_sync")
+    look(out, "after_sync")
     attempt(out, "force", lambda: sync(force=True))
-    anyio.run(look, out, "after_force")
+    look(out, "after_force")
     cli = subprocess.run(
         [sys.executable, "-m", "memoryd", "index", "--workspace", str(ws)],
         capture_output=True, text=True, timeout=120,
@@ -461,7 +457,7 @@ _FULL_DISK_CHILD = textwrap.dedent(
     if limit != "tmpfs":
         resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
     attempt(out, "after_room", sync)
-    anyio.run(look, out, "final")
+    look(out, "final")
     print(json.dumps(out))
     """
 )
@@ -525,13 +521,12 @@ _REBUILDER = textwrap.dedent(
     import json, sys, time
     from collections import Counter
     from pathlib import Path
-    import anyio
     from helpers import agent_for, index_for
     ws, seconds, enough = Path(sys.argv[1]), float(sys.argv[2]), Path(sys.argv[3])
     coarse = {"chunking": {"tokens": 400, "overlap": 0}}
     fine = {"chunking": {"tokens": 40, "overlap": 0}}
 
-    async def main():
+    def main():
         out = {"rebuilds": 0, "errors": Counter()}
         sides = [index_for(agent_for(ws, coarse)), index_for(agent_for(ws, fine))]
         print("ready", flush=True)
@@ -546,19 +541,19 @@ _REBUILDER = textwrap.dedent(
             idx = sides[i % 2]
             try:
                 # every turn changes the chunking (a rebuild); every third is `index --force`
-                report = await idx.sync(force=i % 3 == 2)
+                report = idx.sync(force=i % 3 == 2)
                 out["rebuilds"] += report.reindexed
             except BaseException as err:
                 out["errors"][f"{type(err).__name__}: {err}"[:300]] += 1
             i += 1
         print("done", flush=True)
         sys.stdin.readline()  # the parent added a note: publish it
-        await sides[0].sync(force=True)
+        sides[0].sync(force=True)
         for idx in sides:
-            await idx.aclose()
+            idx.close()
         print(json.dumps(out), flush=True)
 
-    anyio.run(main)
+    main()
     """
 )
 
@@ -567,7 +562,6 @@ _SEARCHER = textwrap.dedent(
     import json, sys, time
     from collections import Counter
     from pathlib import Path
-    import anyio
     from helpers import agent_for, index_for
     ws, stop, enough, notes = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
 
@@ -590,7 +584,7 @@ _SEARCHER = textwrap.dedent(
                 bad.append(f"{r.path}:{r.start_line}-{r.end_line} lacks its zebrafish line")
         return bad
 
-    async def main():
+    def main():
         out = {"searches": 0, "syncs": 0, "opens": 0, "errors": Counter(), "bad": [], "bad_count": 0}
         search_cfg = {"chunking": {"tokens": 400, "overlap": 0}, "sync": {"onSearch": False, "watch": False}}
         idx = index_for(agent_for(ws, search_cfg))
@@ -600,17 +594,17 @@ _SEARCHER = textwrap.dedent(
         while not stop.exists():  # until the rebuilder is done
             try:
                 if i % 10 == 9:
-                    await idx.sync(embed=i % 20 == 19)
+                    idx.sync(embed=i % 20 == 19)
                     out["syncs"] += 1
                     continue
                 # a long-lived process (serve), or a one-off command opening the index anew
                 fresh = i % 3 == 1
                 target = index_for(agent_for(ws, search_cfg)) if fresh else idx
                 try:
-                    got = await target.search("zebrafish", max_results=100, min_score=0, mode="keyword")
+                    got = target.search("zebrafish", max_results=100, min_score=0, mode="keyword")
                 finally:
                     if fresh:
-                        await target.aclose()
+                        target.close()
                 out["searches"] += 1
                 out["opens"] += fresh
                 bad = problems(got.results)
@@ -628,16 +622,16 @@ _SEARCHER = textwrap.dedent(
         found = None
         until = time.monotonic() + 30
         while time.monotonic() < until:
-            got = await idx.search(f"marker-{notes}", mode="keyword", min_score=0)
+            got = idx.search(f"marker-{notes}", mode="keyword", min_score=0)
             if got.results and got.results[0].path == f"memory/n{notes:02d}.md":
                 found = idx.status().files
                 break
-            await anyio.sleep(0.05)
+            time.sleep(0.05)
         out["new_note_files"] = found
-        await idx.aclose()
+        idx.close()
         print(json.dumps(out), flush=True)
 
-    anyio.run(main)
+    main()
     """
 )
 
@@ -658,8 +652,8 @@ def _start(script: str, *args: str) -> subprocess.Popen[str]:
 
 
 @pytest.mark.timeout(240)
-async def test_rebuilds_never_pull_the_index_from_under_another_process(ws: Path) -> None:
-    await built(ws, chunking={"tokens": 400, "overlap": 0})
+def test_rebuilds_never_pull_the_index_from_under_another_process(ws: Path) -> None:
+    built(ws, chunking={"tokens": 400, "overlap": 0})
     stop, enough = ws.parent / "stop-searching", ws.parent / "searched-enough"
     rebuilder = _start(_REBUILDER, str(ws), str(race_seconds()), str(enough))
     searcher = _start(_SEARCHER, str(ws), str(stop), str(enough), str(NOTES))
@@ -693,47 +687,49 @@ async def test_rebuilds_never_pull_the_index_from_under_another_process(ws: Path
     assert searched["new_note_files"] == NOTES + 1
     idx = index_for(agent_for(ws))
     assert side_files(idx.path, ".reindex-") == [] and idx.store.verify(deep=True) is None
-    await idx.aclose()
+    idx.close()
 
 
 _REBUILD_ONCE = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    import anyio
     from helpers import agent_for, index_for
-    async def main():
+    def main():
         idx = index_for(agent_for(Path(sys.argv[1]), {"chunking": {"tokens": 40, "overlap": 0}}))
-        assert (await idx.sync()).reindexed
-        await idx.aclose()
-    anyio.run(main)
+        assert (idx.sync()).reindexed
+        idx.close()
+    main()
     """
 )
 
 
-async def test_reads_in_one_turn_of_the_loop_see_one_index_whatever_is_published_meanwhile(
+def test_reads_in_one_snapshot_see_one_index_whatever_is_published_meanwhile(
     ws: Path,
 ) -> None:
     coarse = {"chunking": {"tokens": 400, "overlap": 0}}
-    await built(ws, **coarse)
+    built(ws, **coarse)
     idx = index_for(agent_for(ws, coarse))
     store = idx.store
-    hits = store.keyword_search('"zebrafish"', 100)  # a search's first read pins the snapshot
-    # meanwhile another process publishes a rebuild with other chunking (other chunk ids);
-    # this coroutine does not await, as a search does not between its reads
-    subprocess.run(
-        [sys.executable, "-c", _REBUILD_ONCE, str(ws)], check=True, timeout=120, env=child_env()
-    )
-    rows = store.chunk_rows(cid for cid, _ in hits)
-    assert len(rows) == len(hits) == NOTES
-    assert all("zebrafish" in r.text for r in rows.values())  # ids and rows from one index
+    with store.snapshot():  # as a search's reads are
+        hits = store.keyword_search('"zebrafish"', 100)
+        # meanwhile another process publishes a rebuild with other chunking (other chunk ids)
+        subprocess.run(
+            [sys.executable, "-c", _REBUILD_ONCE, str(ws)],
+            check=True,
+            timeout=120,
+            env=child_env(),
+        )
+        rows = store.chunk_rows(cid for cid, _ in hits)
+        assert len(rows) == len(hits) == NOTES
+        assert all("zebrafish" in r.text for r in rows.values())  # ids and rows from one index
     old_span = max(r.end_line - r.start_line for r in rows.values())
-    await anyio.sleep(0)  # the next turn reads the published index
+    # the next snapshot reads the published index
     hits = store.keyword_search('"zebrafish"', 100)
     rows = store.chunk_rows(cid for cid, _ in hits)
     assert len(rows) == NOTES and all("zebrafish" in r.text for r in rows.values())
     assert max(r.end_line - r.start_line for r in rows.values()) < old_span
-    await idx.aclose()
+    idx.close()
 
 
 _CHECKPOINT = (
@@ -744,10 +740,10 @@ _CHECKPOINT = (
 )
 
 
-async def test_opening_the_index_again_in_this_process_keeps_the_readers_locks(ws: Path) -> None:
+def test_opening_the_index_again_in_this_process_keeps_the_readers_locks(ws: Path) -> None:
     import sqlean
 
-    path = await built(ws)
+    path = built(ws)
     reader = sqlean.connect(str(path), isolation_level=None)
     reader.execute("begin")
     reader.execute("select count(*) from chunks").fetchone()  # a snapshot, held
@@ -757,7 +753,7 @@ async def test_opening_the_index_again_in_this_process_keeps_the_readers_locks(w
     )
     reader.execute("commit")
     reader.close()
-    await again.aclose()
+    again.close()
     # another process cannot checkpoint past the held snapshot: its read lock survived. (A
     # descriptor opened and closed on the -shm, as fsio.private_database does, drops it: 0.)
     assert proc.stdout.strip() == "1", proc.stderr
@@ -767,29 +763,28 @@ _KILLED_REBUILD = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    import anyio
     from helpers import agent_for, selection
     from memoryd.builtin_index import MemoryIndex
     from memoryd.embeddings import HashingEmbedder
     ws = Path(sys.argv[1])
 
     class DiesOnTheThirdBatch(HashingEmbedder):
-        async def embed_documents(self, texts):
+        def embed_documents(self, texts, *, deadline=None):
             if self.calls == 2:
                 os.kill(os.getpid(), signal.SIGKILL)
-            return await super().embed_documents(texts)
+            return super().embed_documents(texts)
 
-    async def main():
+    def main():
         idx = MemoryIndex(agent_for(ws).index_settings(), selection(DiesOnTheThirdBatch(model="m-new")))
-        await idx.sync()  # the model changed: a rebuild, killed in its vector phase
+        idx.sync()  # the model changed: a rebuild, killed in its vector phase
 
-    anyio.run(main)
+    main()
     """
 )
 
 
-async def test_a_killed_rebuild_leaves_no_files_and_keeps_its_embeddings(ws: Path) -> None:
-    path = await built(ws)
+def test_a_killed_rebuild_leaves_no_files_and_keeps_its_embeddings(ws: Path) -> None:
+    path = built(ws)
     proc = subprocess.run(
         [sys.executable, "-c", _KILLED_REBUILD, str(ws)],
         capture_output=True,
@@ -807,23 +802,23 @@ async def test_a_killed_rebuild_leaves_no_files_and_keeps_its_embeddings(ws: Pat
     assert side_files(path, ".reindex-") == []  # swept on open: nobody holds its lock
     st = idx.status()
     assert st.files == NOTES and st.needs_reindex  # the old index, whole
-    report = await idx.sync()
+    report = idx.sync()
     # the two batches embedded before the kill were in the live cache already
     assert report.reindexed and report.vectors_from_cache == 32
     assert emb.embedded_texts == st.chunks - 32
-    await idx.aclose()
+    idx.close()
 
 
-async def test_a_rebuild_in_progress_is_not_swept_by_another_process(ws: Path) -> None:
-    path = await built(ws)
+def test_a_rebuild_in_progress_is_not_swept_by_another_process(ws: Path) -> None:
+    path = built(ws)
     idx = index_for(agent_for(ws))
     scratch = idx.store.open_scratch()
     other = index_for(agent_for(ws))  # opening sweeps abandoned rebuilds only
     assert scratch.path.exists()
     scratch.discard()
     assert side_files(path, ".reindex-") == []
-    await other.aclose()
-    await idx.aclose()
+    other.close()
+    idx.close()
 
 
 # --------------------------------------------------------------------------- read-only state
@@ -832,34 +827,33 @@ _READ_ONLY_CHILD = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    import anyio
     from helpers import agent_for, index_for
     from memoryd.errors import MemorydError
     ws = Path(sys.argv[1])
 
-    async def outcome(call):
+    def outcome(call):
         try:
-            await call()
+            call()
             return "ok"
         except MemorydError as err:
             return type(err).__name__ + ": " + str(err)
 
-    async def main():
+    def main():
         idx = index_for(agent_for(ws))
         out = {"read_only": idx.status().read_only, "files": idx.status().files}
-        out["keyword"] = (await idx.search("marker-7", mode="keyword")).results[0].path
-        out["hybrid"] = (await idx.search("zebrafish marker-9")).results[0].path
-        out["unchanged_sync"] = await outcome(idx.sync)
+        out["keyword"] = (idx.search("marker-7", mode="keyword")).results[0].path
+        out["hybrid"] = (idx.search("zebrafish marker-9")).results[0].path
+        out["unchanged_sync"] = outcome(idx.sync)
         (ws / "memory" / "new.md").write_text("# new\\nquokka sighting\\n")
-        out["changed_sync"] = await outcome(idx.sync)
-        out["force"] = await outcome(lambda: idx.sync(force=True))
+        out["changed_sync"] = outcome(idx.sync)
+        out["force"] = outcome(lambda: idx.sync(force=True))
         idx.dirty = True  # the pre-sync of this search cannot write either
-        out["after"] = (await idx.search("marker-3", mode="keyword")).results[0].path
+        out["after"] = (idx.search("marker-3", mode="keyword")).results[0].path
         out["last_error"] = idx.status().last_error
-        await idx.aclose()
+        idx.close()
         print(json.dumps(out))
 
-    anyio.run(main)
+    main()
     """
 )
 
@@ -867,13 +861,12 @@ _KILLED_WRITER = textwrap.dedent(
     """
     import os, sys
     from pathlib import Path
-    import anyio
     from helpers import agent_for, index_for
-    async def main():
+    def main():
         idx = index_for(agent_for(Path(sys.argv[1])))
-        await idx.sync()
+        idx.sync()
         os._exit(0)  # -wal and -shm stay behind
-    anyio.run(main)
+    main()
     """
 )
 
@@ -881,13 +874,13 @@ _KILLED_WRITER = textwrap.dedent(
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("left", ["closed cleanly", "writer killed", "by an older memoryd"])
 @pytest.mark.parametrize("how", ["read-only mount", "no write permission"])
-async def test_a_read_only_state_folder_keeps_search_working(
+def test_a_read_only_state_folder_keeps_search_working(
     ws: Path, isolated_env: Path, how: str, left: str
 ) -> None:
     if left == "closed cleanly":
-        path = await built(ws)
+        path = built(ws)
     elif left == "by an older memoryd":  # without the speed-only migrations it cannot add now
-        path = await built(ws)
+        path = built(ws)
         with contextlib.closing(sqlite3.connect(path)) as conn, conn:
             conn.execute("drop index chunk_vectors_ids")
             conn.execute("delete from migrations where id = 'm003_vector_ids'")
@@ -940,7 +933,7 @@ async def test_a_read_only_state_folder_keeps_search_working(
     # nothing was written: the parent, with write access, sees the index as it was
     idx = index_for(agent_for(ws))
     assert idx.status().files == NOTES and side_files(path, ".corrupt-") == []
-    await idx.aclose()
+    idx.close()
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,6 @@ from embedding_servers import FakeOpenAI, serve
 from memoryd.config import resolve_agent, validate_config
 from memoryd.orchestrator.engines import builtin_engine
 
-pytestmark = pytest.mark.anyio
-
 
 @pytest.fixture
 def openai_base() -> Iterator[str]:
@@ -43,26 +41,24 @@ def agent(ws: Path, base: str, dims: int) -> object:
     return resolve_agent(cfg)
 
 
-async def test_dimension_change_triggers_an_atomic_reindex(
-    workspace: Path, openai_base: str
-) -> None:
+def test_dimension_change_triggers_an_atomic_reindex(workspace: Path, openai_base: str) -> None:
     (workspace / "MEMORY.md").write_text("# Memory\nThe deploy target is fly.io.\n")
     (workspace / "memory" / "a.md").write_text("Alice adopted a cat named Miso.\n")
     first = builtin_engine(agent(workspace, openai_base, 16))  # type: ignore[arg-type]
-    await first.sync()
+    first.sync()
     assert (
         first.status().to_dict()["provider"] == "openai"
         and first.status().to_dict()["vector"]["dims"] == 16
     )
-    assert (await first.search("deploy target")).mode == "hybrid"
-    await first.aclose()
+    assert (first.search("deploy target")).mode == "hybrid"
+    first.close()
 
     second = builtin_engine(agent(workspace, openai_base, 32))  # type: ignore[arg-type]
     assert "fingerprint" in (second.reindex_reason() or "")
-    report = await second.sync()
+    report = second.sync()
     assert report.reindexed and report.vectors_embedded == 2
     assert second.status().to_dict()["vector"]["dims"] == 32
-    out = await second.search("deploy target")
+    out = second.search("deploy target")
     assert out.mode == "hybrid" and out.results[0].path == "MEMORY.md"
     assert [p.name for p in second.path.parent.iterdir() if ".reindex-" in p.name] == []
-    await second.aclose()
+    second.close()

@@ -13,8 +13,6 @@ from memoryd.config import ResolvedAgent, resolve_agent, validate_config
 from memoryd.embeddings import HashingEmbedder, ProviderSelection
 from memoryd.errors import PathNotAllowed
 
-pytestmark = pytest.mark.anyio
-
 
 def agent(ws: Path, agent_id: str = "main", *, enabled: bool = True, **sync: Any) -> ResolvedAgent:
     search: dict[str, Any] = {
@@ -57,7 +55,7 @@ def ws(workspace: Path) -> Path:
     return workspace
 
 
-async def test_transcripts_are_searchable_with_jsonl_line_numbers(ws: Path) -> None:
+def test_transcripts_are_searchable_with_jsonl_line_numbers(ws: Path) -> None:
     a = agent(ws)
     write_transcript(
         a,
@@ -71,71 +69,63 @@ async def test_transcripts_are_searchable_with_jsonl_line_numbers(ws: Path) -> N
         ],
     )
     idx = index(a)
-    await idx.sync()
-    out = await idx.search("sailboat moored pier")
+    idx.sync()
+    out = idx.search("sailboat moored pier")
     hit = next(r for r in out.results if r.source == "sessions")
     assert hit.path == "sessions/s1.jsonl"
     assert (hit.start_line, hit.end_line) == (2, 4)
     assert "Assistant: The sailboat is moored at pier 39" in hit.snippet and "User:" in hit.snippet
     assert idx.status().to_dict()["sourceCounts"] == {"memory": 1, "sessions": 1}
     with pytest.raises(PathNotAllowed):
-        await idx.get("sessions/s1.jsonl")
+        idx.get("sessions/s1.jsonl")
 
 
-async def test_sessions_need_both_opt_ins(ws: Path) -> None:
+def test_sessions_need_both_opt_ins(ws: Path) -> None:
     a = agent(ws, enabled=False)
     write_transcript(a, "s1.jsonl", [msg("user", "the sailboat question")])
     idx = index(a)
-    await idx.sync()
-    assert all(r.source == "memory" for r in (await idx.search("sailboat", min_score=0)).results)
+    idx.sync()
+    assert all(r.source == "memory" for r in (idx.search("sailboat", min_score=0)).results)
     assert idx.status().to_dict()["sourceCounts"] == {"memory": 1}
 
 
-async def test_growth_below_the_delta_waits_and_searches_never_sync_sessions(ws: Path) -> None:
+def test_growth_below_the_delta_waits_and_searches_never_sync_sessions(ws: Path) -> None:
     a = agent(ws, deltaBytes=0, deltaMessages=3)
     p = write_transcript(a, "s1.jsonl", [msg("user", "first message about kayaks")])
     idx = index(a)
-    await idx.sync()
+    idx.sync()
     with p.open("a") as fh:
         fh.write(msg("assistant", "the canoe arrives tuesday") + "\n")
-    await idx.sync()  # 1 new line < 3: not yet
-    assert not any(
-        "canoe" in r.snippet for r in (await idx.search("canoe tuesday", min_score=0)).results
-    )
+    idx.sync()  # 1 new line < 3: not yet
+    assert not any("canoe" in r.snippet for r in (idx.search("canoe tuesday", min_score=0)).results)
     with p.open("a") as fh:
         fh.write(
             msg("user", "and the paddles?") + "\n" + msg("assistant", "paddles come with it") + "\n"
         )
     idx.dirty = True
     # a search's pre-sync never waits for transcripts
-    assert not any(
-        "canoe" in r.snippet for r in (await idx.search("canoe tuesday", min_score=0)).results
-    )
-    await idx.sync()  # 3 new lines: due
-    assert any(
-        "canoe" in r.snippet for r in (await idx.search("canoe tuesday", min_score=0)).results
-    )
+    assert not any("canoe" in r.snippet for r in (idx.search("canoe tuesday", min_score=0)).results)
+    idx.sync()  # 3 new lines: due
+    assert any("canoe" in r.snippet for r in (idx.search("canoe tuesday", min_score=0)).results)
 
 
-async def test_deleted_transcripts_vanish(ws: Path) -> None:
+def test_deleted_transcripts_vanish(ws: Path) -> None:
     a = agent(ws)
     p = write_transcript(a, "s1.jsonl", [msg("user", "zeppelin hangar plans")])
     idx = index(a)
-    await idx.sync()
-    assert (await idx.search("zeppelin hangar")).results[0].source == "sessions"
+    idx.sync()
+    assert (idx.search("zeppelin hangar")).results[0].source == "sessions"
     p.unlink()
-    await idx.sync()
-    assert all(
-        r.source == "memory" for r in (await idx.search("zeppelin hangar", min_score=0)).results
-    )
+    idx.sync()
+    assert all(r.source == "memory" for r in (idx.search("zeppelin hangar", min_score=0)).results)
 
 
-async def test_agents_never_see_each_others_transcripts(ws: Path) -> None:
+def test_agents_never_see_each_others_transcripts(ws: Path) -> None:
     main, other = agent(ws, "main"), agent(ws, "other")
     write_transcript(other, "o1.jsonl", [msg("user", "the secret gondola route")])
     write_transcript(main, "m1.jsonl", [msg("user", "ordinary bicycle route")])
     idx = index(main)
-    await idx.sync()
-    results = (await idx.search("gondola route", min_score=0)).results
+    idx.sync()
+    results = (idx.search("gondola route", min_score=0)).results
     assert not any("gondola" in r.snippet for r in results)
     assert any(r.path == "sessions/m1.jsonl" for r in results)

@@ -25,8 +25,6 @@ from memoryd.orchestrator import MemoryService
 from memoryd.paths import agent_state, validate_agent_id, workspace_key
 from memoryd.server import ping, socket_path
 
-pytestmark = pytest.mark.anyio
-
 
 @pytest.fixture
 def two(tmp_path: Path) -> tuple[Path, Path]:
@@ -114,9 +112,7 @@ def test_a_legacy_index_moves_to_its_workspace_and_stays_put_for_another(
     legacy = isolated_env / "memory" / "main.sqlite"
     legacy_agent = agent_for(a, {"provider": "none", "store": {"path": str(legacy)}})
     idx = index_for(legacy_agent, None)
-    import anyio
-
-    anyio.run(idx.sync)
+    idx.sync()
     idx.store.close()
     from memoryd.orchestrator.engines import migrate_legacy_state
 
@@ -229,20 +225,23 @@ def test_the_cli_refuses_a_path_like_agent_id_and_writes_nothing(
     assert not (isolated_env.parent / "x").exists() and not (tmp_path.parent / "x").exists()
 
 
+@pytest.mark.anyio
 async def test_python_api_and_socket_refuse_bad_ids(workspace: Path) -> None:
+    import anyio
+
     from memoryd.server import dispatch
 
     write(workspace / "MEMORY.md", "# M\n\ntea\n")
     svc = MemoryService(validate_config({}), workspace=workspace)
-    out = await svc.memory_search("tea", agent_id="../../etc")
+    out = svc.memory_search("tea", agent_id="../../etc")
     assert out["disabled"] and out["code"] == "invalid_agent_id"
-    got = await svc.memory_get("MEMORY.md", agent_id="../x")
+    got = svc.memory_get("MEMORY.md", agent_id="../x")
     assert got["disabled"] and got["code"] == "invalid_agent_id"
     reply: dict[str, Any] = await dispatch(
-        svc, {"op": "search", "query": "tea", "agent": "../x"}, {}
+        svc, {"op": "search", "query": "tea", "agent": "../x"}, {}, anyio.CapacityLimiter(1)
     )
     assert reply["code"] == "invalid_agent_id"
-    await svc.aclose()
+    svc.close()
 
 
 def test_agent_ids_are_case_insensitive(workspace: Path) -> None:

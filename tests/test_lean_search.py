@@ -15,22 +15,19 @@ import os
 import subprocess
 import sys
 from array import array
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from memoryd import inline
 from memoryd.builtin_index import MemoryIndex
 from memoryd.builtin_index import index as index_mod
 from memoryd.builtin_index._store import Store
 from memoryd.config import resolve_agent, validate_config
 from memoryd.core.engine import EngineAnswer
 from memoryd.embeddings.selection import select_provider
-
-pytestmark = pytest.mark.anyio
 
 NOTES = {
     "MEMORY.md": "# Memory\n- Production deploys go to fly.io, region ams.\n- Postgres is 16.4.\n",
@@ -66,13 +63,13 @@ def _default_index(ws: Path) -> MemoryIndex:
 
 
 @pytest.fixture
-async def idx(workspace: Path) -> AsyncIterator[MemoryIndex]:
+def idx(workspace: Path) -> Iterator[MemoryIndex]:
     index = _default_index(_workspace(workspace))
-    await index.sync()
+    index.sync()
     try:
         yield index
     finally:
-        await index.aclose()
+        index.close()
 
 
 def _answer(out: EngineAnswer) -> list[tuple[str, int, int, str]]:
@@ -104,23 +101,24 @@ class _Paths:
         monkeypatch.setattr(MemoryIndex, "_background_sample", staticmethod(sample))
 
 
-async def _one_off(idx: MemoryIndex, query: str, *, lean: bool, mp: pytest.MonkeyPatch) -> Any:
-    mp.setattr(index_mod, "LEAN_ONE_OFF_SEARCH", lean)
+def _one_off(idx: MemoryIndex, query: str, *, lean: bool, mp: pytest.MonkeyPatch) -> Any:
+    """A search as a one-off process runs it (`lean`) or as a long-lived one does."""
+    mp.setattr(idx, "one_off", lean)
+    mp.setattr(idx.provider, "one_off", True)  # a one-off process's query engine either way
     idx._stats_cache = None  # as in a new process: nothing computed yet
     idx._query_cache.clear()
-    with inline.one_off_process():
-        return await idx.search(query)
+    return idx.search(query)
 
 
-async def test_a_one_off_search_answers_as_the_numpy_path_does(
+def test_a_one_off_search_answers_as_the_numpy_path_does(
     idx: MemoryIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     paths = _Paths(monkeypatch)
     answered = 0
     for query in QUERIES:
-        lean = await _one_off(idx, query, lean=True, mp=monkeypatch)
+        lean = _one_off(idx, query, lean=True, mp=monkeypatch)
         assert (paths.scans, paths.in_memory, paths.numpy_backgrounds) == (1, 0, 0), query
-        full = await _one_off(idx, query, lean=False, mp=monkeypatch)
+        full = _one_off(idx, query, lean=False, mp=monkeypatch)
         assert (paths.scans, paths.in_memory, paths.numpy_backgrounds) == (1, 1, 1), query
         paths.scans = paths.in_memory = paths.numpy_backgrounds = 0
         assert lean.mode == full.mode == "hybrid"
@@ -132,7 +130,7 @@ async def test_a_one_off_search_answers_as_the_numpy_path_does(
     assert 4 <= answered < len(QUERIES)  # real answers and real abstentions both compared
 
 
-async def test_the_sql_knn_ranks_as_the_in_memory_one_ties_and_zero_vectors_included(
+def test_the_sql_knn_ranks_as_the_in_memory_one_ties_and_zero_vectors_included(
     tmp_path: Path,
 ) -> None:
     store = Store(tmp_path / "index.sqlite")
@@ -157,7 +155,7 @@ async def test_the_sql_knn_ranks_as_the_in_memory_one_ties_and_zero_vectors_incl
         store.close()
 
 
-async def test_a_sync_stores_the_reference_background_a_lean_search_reads(
+def test_a_sync_stores_the_reference_background_a_lean_search_reads(
     idx: MemoryIndex, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = idx.store
@@ -166,14 +164,14 @@ async def test_a_sync_stores_the_reference_background_a_lean_search_reads(
     stored = idx._stored_reference(store, keys)
     assert stored  # written by the sync, for this very sample
     # the numpy path computes the same statistics
-    await _one_off(idx, "postgres version", lean=False, mp=monkeypatch)
+    _one_off(idx, "postgres version", lean=False, mp=monkeypatch)
     assert idx._stats_cache is not None and idx._stats_cache.reference is not None
     assert stored.keys() == idx._stats_cache.reference.keys()
     for pair, (mean, sd) in idx._stats_cache.reference.items():
         assert stored[pair] == pytest.approx((mean, sd), abs=1e-9)
     # a new note changes the sample: the next sync stores the reference of the new one
     (workspace / "memory" / "2026-11-29.md").write_text("# 2026-11-29\n- Grafana alert at 85%.\n")
-    await idx.sync()
+    idx.sync()
     new_keys = store.sample_keys(index_mod.BACKGROUND_SAMPLE)
     assert new_keys != keys
     assert idx._stored_reference(store, keys) is None
@@ -181,43 +179,42 @@ async def test_a_sync_stores_the_reference_background_a_lean_search_reads(
 
 
 @pytest.mark.parametrize("held", [None, "{not json", '{"fingerprint": "stale", "pairs": []}'])
-async def test_without_a_usable_stored_reference_a_one_off_search_computes_and_stores_it(
+def test_without_a_usable_stored_reference_a_one_off_search_computes_and_stores_it(
     idx: MemoryIndex, monkeypatch: pytest.MonkeyPatch, held: str | None
 ) -> None:
     store = idx.store
     assert isinstance(store, Store)
-    full = await _one_off(idx, "who adopted a kitten", lean=False, mp=monkeypatch)
+    full = _one_off(idx, "who adopted a kitten", lean=False, mp=monkeypatch)
     if held is None:
         store.delete_meta(index_mod.REFERENCE_META_KEY)
     else:
         store.set_meta({index_mod.REFERENCE_META_KEY: held})
     paths = _Paths(monkeypatch)
-    first = await _one_off(idx, "who adopted a kitten", lean=True, mp=monkeypatch)
+    first = _one_off(idx, "who adopted a kitten", lean=True, mp=monkeypatch)
     assert paths.numpy_backgrounds == 1  # computed the numpy way, once
     assert _answer(first) == _answer(full) and first.results
     assert idx._stored_reference(store, store.sample_keys(index_mod.BACKGROUND_SAMPLE))
-    again = await _one_off(idx, "who adopted a kitten", lean=True, mp=monkeypatch)
+    again = _one_off(idx, "who adopted a kitten", lean=True, mp=monkeypatch)
     assert paths.numpy_backgrounds == 1 and paths.scans == 2  # the next one is lean throughout
     assert _answer(again) == _answer(full)
 
 
-async def test_a_long_lived_process_keeps_the_numpy_path(
+def test_a_long_lived_process_keeps_the_numpy_path(
     idx: MemoryIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     paths = _Paths(monkeypatch)
-    out = await idx.search("postgres version")  # serve, MCP, the Python API: not one-off
+    out = idx.search("postgres version")  # serve, MCP, the Python API: not one-off
     assert out.mode == "hybrid" and out.results
     assert (paths.scans, paths.in_memory) == (0, 1)
 
 
-async def test_status_names_the_engine_this_processs_searches_use(
+def test_status_names_the_engine_this_processs_searches_use(
     idx: MemoryIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert idx.status().vector.search_engine == "numpy"
-    with inline.one_off_process():
-        assert idx.status().vector.search_engine == "sqlite-vec-scan"
-        monkeypatch.setattr(index_mod, "LEAN_ONE_OFF_SEARCH", False)
-        assert idx.status().vector.search_engine == "numpy"
+    monkeypatch.setattr(idx, "one_off", True)
+    monkeypatch.setattr(idx.provider, "one_off", True)
+    assert idx.status().vector.search_engine == "sqlite-vec-scan"
 
 
 def _search_in_own_process(ws: Path, query: str, env: dict[str, str]) -> tuple[Any, bool]:
@@ -272,7 +269,7 @@ def test_a_first_search_with_too_much_to_embed_loads_no_numpy(tmp_path: Path) ->
     assert not numpy_loaded
 
 
-async def test_a_reference_is_stored_under_the_sample_it_was_computed_from(
+def test_a_reference_is_stored_under_the_sample_it_was_computed_from(
     idx: MemoryIndex, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another process may change the index between a search's statistics and their saving:
@@ -283,24 +280,24 @@ async def test_a_reference_is_stored_under_the_sample_it_was_computed_from(
     old_keys = store.sample_keys(index_mod.BACKGROUND_SAMPLE)
     real = MemoryIndex._search_synced
 
-    async def then_a_write(self: MemoryIndex, *a: Any) -> Any:
-        out = await real(self, *a)
+    def then_a_write(self: MemoryIndex, *a: Any) -> Any:
+        out = real(self, *a)
         (workspace / "memory" / "2026-11-30.md").write_text("# 2026-11-30\n- New router.\n")
         other = _default_index(workspace)  # as another process would
-        await other.sync(embed=True)
-        await other.aclose()
+        other.sync(embed=True)
+        other.close()
         return out
 
     monkeypatch.setattr(MemoryIndex, "_search_synced", then_a_write)
     monkeypatch.setattr(MemoryIndex, "_store_reference", lambda *a: _nothing())
-    await _one_off(idx, "who adopted a kitten", lean=True, mp=monkeypatch)
+    _one_off(idx, "who adopted a kitten", lean=True, mp=monkeypatch)
     new_keys = store.sample_keys(index_mod.BACKGROUND_SAMPLE)
     assert new_keys != old_keys
     assert idx._stored_reference(store, old_keys)  # saved, under the sample it came from
     assert idx._stored_reference(store, new_keys) is None
 
 
-async def _nothing() -> None:
+def _nothing() -> None:
     return None
 
 
@@ -343,12 +340,12 @@ def _search_in_order(tmp_path: Path, argv: list[str]) -> tuple[int, Any, list[st
 @pytest.mark.parametrize(
     ("extra", "query", "expected"),
     [
-        ([], "who adopted a kitten", "prefetch index"),  # before the index's modules load
+        ([], "who adopted a kitten", "index prefetch"),  # once, by the index's search
         (["--max-results", "0"], "who adopted a kitten", ""),  # invalid: nothing embedded
         ([], "   ", ""),
     ],
 )
-def test_a_one_off_search_starts_its_query_before_opening_the_index(
+def test_a_one_off_search_starts_its_query_once_from_the_index(
     tmp_path: Path, extra: list[str], query: str, expected: str
 ) -> None:
     ws = _workspace(tmp_path / "ws")
@@ -358,8 +355,8 @@ def test_a_one_off_search_starts_its_query_before_opening_the_index(
         assert out["results"] and not out.get("disabled")
     else:
         assert out["disabled"] and out["code"] == "invalid_input"
-    if expected:  # the index asks again before its keyword side: it finds it under way
-        assert order[:2] == expected.split(), order
+    if expected:  # from one place only: the search of the index that answers
+        assert order == expected.split(), order
     else:
         assert "prefetch" not in order, order
 

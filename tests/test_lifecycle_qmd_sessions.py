@@ -18,7 +18,7 @@ from memoryd.lifecycle import export_sessions, session_export_dir
 from memoryd.qmd_adapter import QmdManager
 from qmd_support import make_manager, require_qmd, write
 
-pytestmark = [pytest.mark.anyio, pytest.mark.qmd, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.qmd, pytest.mark.timeout(240)]
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 FAKE_KEY = "sk-" + "ant-" + "api03-" + "Ab3De5Fg7Hj9Kl1Mn2Pq4Rs6Tu8Vw0Xy"
@@ -53,14 +53,14 @@ def transcript(agent: ResolvedAgent, sid: str, *lines: str) -> Path:
     return path
 
 
-async def manager(agent: ResolvedAgent, qmd: str) -> QmdManager:
+def manager(agent: ResolvedAgent, qmd: str) -> QmdManager:
     # the agent's default qmd home, whose sessions folder is the default export dir
     mgr = make_manager(agent, qmd, agent.state_dir / "qmd")
-    await mgr.start()
+    mgr.start()
     return mgr
 
 
-async def test_exported_sessions_are_searchable_per_agent_and_follow_changes(
+def test_exported_sessions_are_searchable_per_agent_and_follow_changes(
     tmp_path: Path, qmd_bin: str
 ) -> None:
     ws_a = tmp_path / "ws-alpha"
@@ -80,25 +80,25 @@ async def test_exported_sessions_are_searchable_per_agent_and_follow_changes(
 
     assert export_sessions(alpha, now=NOW).written == ["a1"]
     assert export_sessions(beta, now=NOW).written == ["b1"]
-    mgr_a, mgr_b = await manager(alpha, qmd_bin), await manager(beta, qmd_bin)
+    mgr_a, mgr_b = manager(alpha, qmd_bin), manager(beta, qmd_bin)
     try:
         assert "sessions-alpha" in mgr_a.collections
         assert mgr_a.collections["sessions-alpha"].path == str(session_export_dir(alpha))
-        await mgr_a.update(force=True)
-        await mgr_b.update(force=True)
+        mgr_a.update(force=True)
+        mgr_b.update(force=True)
 
-        hits = await mgr_a.search_hits("zeppelin hangar", min_score=0)
+        hits = mgr_a.search_hits("zeppelin hangar", min_score=0)
         session_hits = [h for h in hits if h.source == "sessions"]
         assert session_hits, hits
         assert "zeppelin" in session_hits[0].snippet.lower()
         assert all("system-reminder" not in h.snippet and "reply_to" not in h.snippet for h in hits)
 
-        assert await mgr_a.search_hits("Ab3De5Fg7Hj9Kl1Mn2Pq4Rs6Tu8Vw0Xy", min_score=0) == []
+        assert mgr_a.search_hits("Ab3De5Fg7Hj9Kl1Mn2Pq4Rs6Tu8Vw0Xy", min_score=0) == []
 
         # isolation: neither agent sees the other's transcripts
-        assert [h for h in await mgr_b.search_hits("zeppelin", min_score=0)] == []
-        assert [h for h in await mgr_a.search_hits("submarine periscope", min_score=0)] == []
-        assert [h.source for h in await mgr_b.search_hits("submarine periscope", min_score=0)] == [
+        assert [h for h in mgr_b.search_hits("zeppelin", min_score=0)] == []
+        assert [h for h in mgr_a.search_hits("submarine periscope", min_score=0)] == []
+        assert [h.source for h in mgr_b.search_hits("submarine periscope", min_score=0)] == [
             "sessions"
         ]
 
@@ -106,19 +106,15 @@ async def test_exported_sessions_are_searchable_per_agent_and_follow_changes(
         with open(src, "a", encoding="utf-8") as fh:
             fh.write(msg("assistant", "Also the quokka mascot lives there.") + "\n")
         assert export_sessions(alpha, now=NOW).written == ["a1"]
-        await mgr_a.update(force=True)
-        assert [h.source for h in await mgr_a.search_hits("quokka mascot", min_score=0)] == [
-            "sessions"
-        ]
+        mgr_a.update(force=True)
+        assert [h.source for h in mgr_a.search_hits("quokka mascot", min_score=0)] == ["sessions"]
 
         # a deleted transcript's export goes, and so do its search hits
         src.unlink()
         assert export_sessions(alpha, now=NOW).deleted == ["a1"]
-        await mgr_a.update(force=True)
-        assert [h for h in await mgr_a.search_hits("quokka", min_score=0)] == []
-        assert [h.source for h in await mgr_a.search_hits("Alpha likes tea", min_score=0)] == [
-            "memory"
-        ]
+        mgr_a.update(force=True)
+        assert [h for h in mgr_a.search_hits("quokka", min_score=0)] == []
+        assert [h.source for h in mgr_a.search_hits("Alpha likes tea", min_score=0)] == ["memory"]
     finally:
-        await mgr_a.aclose()
-        await mgr_b.aclose()
+        mgr_a.close()
+        mgr_b.close()

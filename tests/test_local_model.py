@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import anyio
 import numpy as np
 import pytest
 
@@ -12,22 +11,20 @@ from memoryd.config import resolve_agent, validate_config
 from memoryd.embeddings.local import LocalE5Provider
 from memoryd.orchestrator.engines import builtin_engine
 
-pytestmark = [pytest.mark.slow, pytest.mark.anyio]
+pytestmark = [pytest.mark.slow]
 
 
 def test_local_model_embeds_deterministically_and_normalized() -> None:
     p = LocalE5Provider()
-    a = anyio.run(p.embed_query, "where do we deploy production?")
-    b = anyio.run(p.embed_query, "where do we deploy production?")
+    a = p.embed_query("where do we deploy production?")
+    b = p.embed_query("where do we deploy production?")
     assert a.shape == (384,) and np.allclose(a, b) and abs(float(np.linalg.norm(a)) - 1) < 1e-4
-    docs = anyio.run(
-        p.embed_documents, ["Production deploys go to fly.io.", "Alice adopted a cat."]
-    )
+    docs = p.embed_documents(["Production deploys go to fly.io.", "Alice adopted a cat."])
     assert docs.shape == (2, 384)
     assert float(docs[0] @ a) > float(docs[1] @ a)
 
 
-async def test_default_provider_finds_paraphrases_and_cjk(workspace: Path) -> None:
+def test_default_provider_finds_paraphrases_and_cjk(workspace: Path) -> None:
     (workspace / "MEMORY.md").write_text("# Memory\nProduction deploys go to fly.io, region ams.\n")
     (workspace / "memory" / "pets.md").write_text(
         "# Pets\nAlice adopted a grey kitten named Miso last spring.\n"
@@ -36,19 +33,19 @@ async def test_default_provider_finds_paraphrases_and_cjk(workspace: Path) -> No
     cfg = validate_config({"agents": {"defaults": {"workspace": str(workspace)}}})
     idx = builtin_engine(resolve_agent(cfg))
     assert idx.selection.provider is not None and idx.selection.provider.id == "local"
-    await idx.sync()
+    idx.sync()
     assert idx.status().to_dict()["pendingVectors"] == 0
-    out = await idx.search("which animal does Alice own?", mode="vector")
+    out = idx.search("which animal does Alice own?", mode="vector")
     assert out.results[0].path == "memory/pets.md"
     # paraphrases, no shared words: a Chinese one clears the default score floor; a Japanese one
     # (another script) ranks the note first, but its calibrated score in a three-note index sits
     # on the floor (0.34-0.36 across engines whose vectors agree to 0.999), so the ranking is
     # what is checked (the cross-lingual evaluation set measures the floor's effect)
-    out = await idx.search("数据中心要搬到哪里？", mode="vector")
+    out = idx.search("数据中心要搬到哪里？", mode="vector")
     assert out.results[0].path == "memory/trip.md"
-    out = await idx.search("データセンターはどこに移転しますか", mode="vector", min_score=0.0)
+    out = idx.search("データセンターはどこに移転しますか", mode="vector", min_score=0.0)
     assert out.results[0].path == "memory/trip.md"
-    out = await idx.search("where do we ship the app to?")
+    out = idx.search("where do we ship the app to?")
     assert (
         out.mode == "hybrid" and out.provider == "local" and out.model == "multilingual-e5-small-q4"
     )

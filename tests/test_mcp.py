@@ -78,7 +78,7 @@ async def test_tools_list_advertises_six_tools_with_the_contract_schemas(ws: Pat
     svc = keyword_service(ws)
     async with Client(build_server(svc)) as client:
         tools = (await client.list_tools()).tools
-    await svc.aclose()
+    svc.close()
     assert [t.name for t in tools] == SIX_TOOLS
     for tool in tools:
         assert tool.input_schema == input_schema(tool.name)
@@ -123,7 +123,7 @@ async def test_bad_input_on_every_tool_is_a_structured_invalid_input_result(
     svc = keyword_service(ws)
     async with Client(build_server(svc)) as client:
         result = await client.call_tool(tool, args)
-    await svc.aclose()
+    svc.close()
     assert result.is_error is True  # a failed call is a tool error, whatever the host reads
     data = structured(result)
     assert set(data) == {"disabled", "error", "code"}
@@ -137,7 +137,7 @@ async def test_nothing_is_written_when_an_append_is_rejected(ws: Path) -> None:
     svc = keyword_service(ws)
     async with Client(build_server(svc)) as client:
         await client.call_tool("memory_append", {"target": "daily", "text": "x", "dryRun": 1})
-    await svc.aclose()
+    svc.close()
     assert sorted(p.name for p in (ws / "memory").iterdir()) == before
 
 
@@ -157,7 +157,7 @@ async def test_valid_bounds_reach_the_service(ws: Path) -> None:
         got = structured(
             await client.call_tool("memory_get", {"path": "MEMORY.md", "from": 2, "lines": 1})
         )
-    await svc.aclose()
+    svc.close()
     assert len(one["results"]) == 1 and len(two["results"]) == 2
     assert {r["path"] for r in mem["results"]} == {"MEMORY.md", "memory/2026-11-29.md"}
     assert got == {"path": "MEMORY.md", "text": "The deploy target is fly.io.\n"}
@@ -176,7 +176,7 @@ async def test_corpus_selects_what_is_searched_and_get_never_reads_transcripts(w
         get = structured(
             await client.call_tool("memory_get", {"path": "MEMORY.md", "corpus": "sessions"})
         )
-    await svc.aclose()
+    svc.close()
     assert sessions["results"] == []  # transcripts are not a source of this agent
     assert {r["path"] for r in everything["results"]} == {"MEMORY.md", "memory/2026-11-29.md"}
     assert get["code"] == "invalid_input" and "never readable" in get["error"]
@@ -188,7 +188,7 @@ async def test_an_unknown_tool_is_a_protocol_error(ws: Path) -> None:
     async with Client(build_server(svc)) as client:
         with pytest.raises(MCPError, match="Unknown tool: memory_delete"):
             await client.call_tool("memory_delete", {})
-    await svc.aclose()
+    svc.close()
 
 
 @pytest.mark.anyio
@@ -206,7 +206,7 @@ async def test_a_service_factory_runs_on_the_first_tool_call_not_on_listing(ws: 
         st = structured(await client.call_tool("memory_status", {}))
         await client.call_tool("memory_status", {})
     assert len(built) == 1 and st["backend"] == "builtin"
-    await built[0].aclose()
+    built[0].close()
 
 
 # ----------------------------------------------------------------------------- processes

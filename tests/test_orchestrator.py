@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from cli_support import spawn_memoryd
+from helpers import background, within
 from memoryd.config import resolve_agent, validate_config
 from memoryd.orchestrator import MemoryService
 from qmd_support import (
@@ -27,7 +27,7 @@ from qmd_support import (
     wait_for_backend,
 )
 
-pytestmark = [pytest.mark.anyio, pytest.mark.qmd]
+pytestmark = [pytest.mark.qmd]
 
 WRAPPER = """#!/bin/sh
 REAL="{real}"
@@ -77,7 +77,7 @@ def rig(tmp_path: Path) -> Rig:
         ("locked", "QmdLocked"),
     ],
 )
-async def test_failover_answers_the_same_call_and_recovers(
+def test_failover_answers_the_same_call_and_recovers(
     tmp_path: Path, fault: str, reason: str
 ) -> None:
     # a hung probe waits out the whole timeout: the first probe is due after the fault is gone
@@ -86,39 +86,38 @@ async def test_failover_answers_the_same_call_and_recovers(
     }
     rig = Rig(tmp_path, require_qmd(), **(slow_probe if fault == "hang" else {}))
     svc = rig.service()
-    async with anyio.create_task_group() as tg:
-        await start_service(svc, tg)
-        healthy = await svc.memory_search("zeppelin budget")
+    with background() as tg:
+        start_service(svc, tg)
+        healthy = svc.memory_search("zeppelin budget")
         assert healthy["backend"] == "qmd" and top_path(healthy) == "memory/2026-01-03.md"
 
         rig.fault(fault)
-        failed = await svc.memory_search("zeppelin budget")
+        failed = svc.memory_search("zeppelin budget")
         assert failed["backend"] == "builtin", failed
         assert top_path(failed) == "memory/2026-01-03.md"
         assert reason in failed["fallback"]["reason"] and failed["fallback"]["from"] == "qmd"
-        st = await svc.status()
+        st = svc.status()
         assert st["backend"] == "builtin" and reason in st["fallback"]["reason"]
         assert st["requestedBackend"] == "qmd"
 
         # while failed over, searches do not pay qmd's timeout
-        with anyio.fail_after(1.5):
-            again = await svc.memory_search("green tea")
+        with within(1.5):
+            again = svc.memory_search("green tea")
         assert again["backend"] == "builtin" and top_path(again) == "MEMORY.md"
 
         rig.fault("ok")
-        st = await wait_for_backend(svc, "qmd")
+        st = wait_for_backend(svc, "qmd")
         assert st["recovery"]["attempts"] >= 1
-        back = await svc.memory_search("zeppelin budget")
+        back = svc.memory_search("zeppelin budget")
         assert back["backend"] == "qmd" and back["fallback"] is None
-        tg.cancel_scope.cancel()
-    await svc.aclose()
+    svc.close()
 
 
 HANGING_QMD = "#!/bin/sh\nsleep 60\n"
 
 
 @pytest.mark.parametrize("under_serve", [False, True], ids=["one-off", "serve"])
-async def test_a_qmd_that_hangs_at_start_up_is_answered_within_its_timeout(
+def test_a_qmd_that_hangs_at_start_up_is_answered_within_its_timeout(
     tmp_path: Path, under_serve: bool
 ) -> None:
     hang = tmp_path / "bin" / "qmd"
@@ -127,115 +126,113 @@ async def test_a_qmd_that_hangs_at_start_up_is_answered_within_its_timeout(
     hang.chmod(0o755)
     rig = QmdRig(tmp_path, str(hang), limits={"timeoutMs": 1500})
     svc = rig.service()
-    async with anyio.create_task_group() as tg:
+    with background() as tg:
         started = time.monotonic()
         if under_serve:
-            await svc.start(tg)  # qmd's start-up runs in the background: nothing waits on it
-        out = await svc.memory_search("zeppelin budget")
+            svc.start(tg)  # qmd's start-up runs in the background: nothing waits on it
+        out = svc.memory_search("zeppelin budget")
         took = time.monotonic() - started
         assert out["backend"] == "builtin" and top_path(out) == "memory/2026-01-03.md"
         assert "still starting after 1.5s" in out["fallback"]["reason"], out["fallback"]
         assert took < 1.5 + 1.0, f"answered after {took:.2f}s"
         # failed over: the next search does not wait again
-        with anyio.fail_after(1.0):
-            again = await svc.memory_search("green tea")
+        with within(1.0):
+            again = svc.memory_search("green tea")
         assert again["backend"] == "builtin"
-        st = await svc.status()
+        st = svc.status()
         assert st["backend"] == "builtin" and "still starting" in st["fallback"]["reason"]
-        tg.cancel_scope.cancel()
-    await svc.aclose()
+    svc.close()
     print(f"hanging start-up answered in {took:.2f}s (timeout 1.5 s)")
 
 
-async def test_missing_binary_fails_over_and_recovers_when_restored(rig: Rig) -> None:
+def test_missing_binary_fails_over_and_recovers_when_restored(rig: Rig) -> None:
     svc = rig.service()
-    async with anyio.create_task_group() as tg:
-        await start_service(svc, tg)
-        assert (await svc.memory_search("espresso"))["backend"] == "qmd"
+    with background() as tg:
+        start_service(svc, tg)
+        assert (svc.memory_search("espresso"))["backend"] == "qmd"
         hidden = rig.bin_dir / "qmd.hidden"
         os.rename(rig.wrapper, hidden)
-        out = await svc.memory_search("espresso")
+        out = svc.memory_search("espresso")
         assert out["backend"] == "builtin" and top_path(out) == "MEMORY.md"
         assert "QmdUnavailable" in out["fallback"]["reason"]
         os.rename(hidden, rig.wrapper)
-        await wait_for_backend(svc, "qmd")
-        assert (await svc.memory_search("espresso"))["backend"] == "qmd"
-        tg.cancel_scope.cancel()
-    await svc.aclose()
+        wait_for_backend(svc, "qmd")
+        assert (svc.memory_search("espresso"))["backend"] == "qmd"
+    svc.close()
 
 
-async def test_qmd_missing_at_start_serves_builtin(tmp_path: Path) -> None:
+def test_qmd_missing_at_start_serves_builtin(tmp_path: Path) -> None:
     rig = Rig(tmp_path, require_qmd())
     os.unlink(rig.wrapper)
     svc = rig.service()
-    out = await svc.memory_search("green tea")
+    out = svc.memory_search("green tea")
     assert out["backend"] == "builtin" and top_path(out) == "MEMORY.md"
     assert (
         "QmdUnavailable" in out["fallback"]["reason"]
         or "failed to start" in out["fallback"]["reason"]
     )
-    await svc.aclose()
+    svc.close()
 
 
-async def test_fail_closed_surfaces_unavailable_and_builds_no_index(tmp_path: Path) -> None:
+def test_fail_closed_surfaces_unavailable_and_builds_no_index(tmp_path: Path) -> None:
     rig = Rig(tmp_path, require_qmd(), fallback="none")
     svc = rig.service()
-    assert (await svc.memory_search("green tea"))["backend"] == "qmd"
+    assert (svc.memory_search("green tea"))["backend"] == "qmd"
     rig.fault("garbage")
-    out = await svc.memory_search("green tea")
+    out = svc.memory_search("green tea")
     assert out["results"] == [] and out["disabled"] is True
     assert "fallback = none" in out["error"] and "QmdBadOutput" in out["error"]
     assert svc.backend().index is None
     assert not any(p.suffix == ".sqlite" for p in (tmp_path / "_state").rglob("*.sqlite"))
-    await svc.aclose()
+    svc.close()
 
 
-async def test_scope_denial_is_visible_not_a_failover(rig: Rig) -> None:
+def test_scope_denial_is_visible_not_a_failover(rig: Rig) -> None:
     svc = rig.service()
     rig.fault("garbage")
-    out = await svc.memory_search("green tea", session_key="agent:main:discord:group:c1")
+    out = svc.memory_search("green tea", session_key="agent:main:discord:group:c1")
     assert out == {"results": [], "scopeDenied": True, "reason": out["reason"]}
     assert "chatType=group" in out["reason"]
     # the denial never touched qmd, so nothing failed over
-    assert (await svc.status())["backend"] == "qmd"
-    await svc.aclose()
+    assert (svc.status())["backend"] == "qmd"
+    svc.close()
 
 
-async def test_status_reports_qmd_details(rig: Rig) -> None:
+def test_status_reports_qmd_details(rig: Rig) -> None:
     svc = rig.service()
-    await svc.memory_search("green tea")
-    st = await svc.status()
+    svc.memory_search("green tea")
+    st = svc.status()
     assert st["backend"] == "qmd" and st["searchMode"] == "search"
     assert st["qmdVersion"] and "2.8" in st["qmdVersion"]
     assert {c["name"] for c in st["qmd"]["collections"]} >= {"memory-root-main", "memory-dir-main"}
     assert st["builtin"]["vector"]["engine"] in ("sqlite-vec", "numpy")  # the failover index too
-    await svc.aclose()
+    svc.close()
 
 
-async def test_memory_get_through_the_service(rig: Rig) -> None:
+def test_memory_get_through_the_service(rig: Rig) -> None:
     svc = rig.service()
-    out = await svc.memory_get("MEMORY.md", from_line=3, lines=1)
+    out = svc.memory_get("MEMORY.md", from_line=3, lines=1)
     assert out == {"path": "MEMORY.md", "text": "Alice likes green tea.\n"}
-    bad = await svc.memory_get("../etc/passwd.md")
+    bad = svc.memory_get("../etc/passwd.md")
     assert bad["disabled"] is True and "escapes" in bad["error"] and bad["text"] == ""
-    await svc.aclose()
+    svc.close()
 
 
-async def test_builtin_backend_never_starts_qmd(tmp_path: Path) -> None:
+def test_builtin_backend_never_starts_qmd(tmp_path: Path) -> None:
     ws = seed_workspace(tmp_path / "ws")
     cfg = validate_config(
         {"agents": {"defaults": {"workspace": str(ws), "memorySearch": {"provider": "none"}}}}
     )
     svc = MemoryService(cfg, qmd_factory=lambda a: pytest.fail("qmd must not be created"))
-    out = await svc.memory_search("zeppelin")
+    out = svc.memory_search("zeppelin")
     assert out["backend"] == "builtin" and top_path(out) == "memory/2026-01-03.md"
-    st = await svc.status()
+    st = svc.status()
     assert st["requestedBackend"] == "builtin" and st["fallback"] is None
     assert resolve_agent(cfg).memory.backend == "builtin"
-    await svc.aclose()
+    svc.close()
 
 
-async def test_qmd_sessions_are_exported_and_searchable_through_the_service(tmp_path: Path) -> None:
+def test_qmd_sessions_are_exported_and_searchable_through_the_service(tmp_path: Path) -> None:
     import json
 
     rig = Rig(tmp_path, require_qmd(), sessions={"enabled": True})
@@ -257,12 +254,12 @@ async def test_qmd_sessions_are_exported_and_searchable_through_the_service(tmp_
         + "\n"
     )
     svc = rig.service()
-    out = await svc.memory_search("hovercraft ferry")
+    out = svc.memory_search("hovercraft ferry")
     assert out["backend"] == "qmd"
     hit = next(r for r in out["results"] if r["source"] == "sessions")
     assert "hovercraft" in hit["snippet"] and "sk-abcdef" not in hit["snippet"]
-    assert any(c["name"] == "sessions-main" for c in (await svc.status())["qmd"]["collections"])
-    await svc.aclose()
+    assert any(c["name"] == "sessions-main" for c in (svc.status())["qmd"]["collections"])
+    svc.close()
 
 
 def test_serve_sigterm_leaves_no_qmd_processes(tmp_path: Path) -> None:
@@ -310,14 +307,14 @@ def test_serve_sigterm_leaves_no_qmd_processes(tmp_path: Path) -> None:
     assert left.stdout.strip() == "", f"orphaned qmd children: {left.stdout}"
 
 
-async def test_warm_prepares_qmd_and_the_builtin_index(rig: Rig) -> None:
+def test_warm_prepares_qmd_and_the_builtin_index(rig: Rig) -> None:
     from memoryd.orchestrator.warm import warm
 
     steps: list[tuple[str, bool, str]] = []
     svc = rig.service()
-    assert await warm(svc, None, lambda s, ok, d: steps.append((s, ok, d)))
+    assert warm(svc, None, lambda s, ok, d: steps.append((s, ok, d)))
     names = [s for s, ok, _ in steps if ok]
     assert names[:3] == ["qmd home and collections", "qmd version", "qmd update"]
     assert "qmd keyword search" in names and "built-in index" in names
-    assert (await svc.memory_search("zeppelin"))["backend"] == "qmd"
-    await svc.aclose()
+    assert (svc.memory_search("zeppelin"))["backend"] == "qmd"
+    svc.close()

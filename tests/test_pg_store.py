@@ -281,43 +281,39 @@ def pg_agent(workspace: Path, url: str, **search: Any) -> Any:
     return agent_for(workspace, {"store": {"driver": "postgres", "url": url}, **search})
 
 
-@pytest.mark.anyio
-async def test_memory_index_syncs_and_searches_on_the_pg_store(
-    pg_url: str, workspace: Path
-) -> None:
+def test_memory_index_syncs_and_searches_on_the_pg_store(pg_url: str, workspace: Path) -> None:
     write(workspace / "MEMORY.md", "# Long-term\nThe deploy target is fly.io in region ams.\n")
     write(workspace / "memory" / "pets.md", "# Pets\nAlice adopted a grey cat named Miso.\n")
     write(workspace / "memory" / "trip.md", "# Trip\n我们明天去北京开会。\n")
     idx = MemoryIndex(pg_agent(workspace, pg_url).index_settings(), selection(HashingEmbedder()))
     assert isinstance(idx.store, PgStore)
     assert idx.store.workspace == workspace_key(workspace)
-    report = await idx.sync()
+    report = idx.sync()
     assert (report.files_changed, report.vectors_pending) == (3, 0)
-    out = await idx.search("what is the deploy target?")
+    out = idx.search("what is the deploy target?")
     assert out.mode == "hybrid" and out.results[0].path == "MEMORY.md"
-    assert (await idx.search("北京", mode="keyword")).results[0].path == "memory/trip.md"
+    assert (idx.search("北京", mode="keyword")).results[0].path == "memory/trip.md"
     status = idx.status()
     assert (status.files, status.chunks, status.vector.search_engine) == (3, 3, "pgvector-exact")
     assert (status.vector.engine, status.vector.binding) == ("pgvector", "psycopg")
     assert status.db_path.startswith("postgres host=") and "agent=main" in status.db_path
     assert status.fts.engine == "tsvector"
-    assert (await idx.check()).ok
+    assert (idx.check()).ok
     (workspace / "memory" / "pets.md").unlink()
     write(workspace / "memory" / "trip.md", "# Trip\nThe trip moved to Lisbon.\n")
-    report = await idx.sync()
+    report = idx.sync()
     assert (report.files_changed, report.files_removed) == (1, 1)
-    assert [r.path for r in (await idx.search("Lisbon")).results] == ["memory/trip.md"]
-    assert (await idx.search("Miso cat", mode="keyword")).results == []
-    await idx.aclose()
+    assert [r.path for r in (idx.search("Lisbon")).results] == ["memory/trip.md"]
+    assert (idx.search("Miso cat", mode="keyword")).results == []
+    idx.close()
 
 
-@pytest.mark.anyio
-async def test_deep_check_finds_and_recounts_wrong_tenant_totals(
+def test_deep_check_finds_and_recounts_wrong_tenant_totals(
     pg_server: PgServer, pg_db: str, pg_url: str, workspace: Path
 ) -> None:
     write(workspace / "MEMORY.md", "# Long-term\nThe deploy target is fly.io.\n")
     idx = MemoryIndex(pg_agent(workspace, pg_url).index_settings(), selection(HashingEmbedder()))
-    await idx.sync()
+    idx.sync()
     assert isinstance(idx.store, PgStore)
     tenant = idx.store.tenant_id
     # BM25's average length and the exact/HNSW choice read these totals: make them lie
@@ -327,15 +323,14 @@ async def test_deep_check_finds_and_recounts_wrong_tenant_totals(
     )
     problem = idx.store.verify(deep=True)
     assert problem is not None and "records 7 chunks" in problem
-    check = await idx.check()
+    check = idx.check()
     assert (check.ok, check.problem, check.moved_to) == (False, problem, None)
     assert idx.store.verify(deep=True) is None
-    assert (await idx.search("deploy target", mode="keyword")).results[0].path == "MEMORY.md"
-    await idx.aclose()
+    assert (idx.search("deploy target", mode="keyword")).results[0].path == "MEMORY.md"
+    idx.close()
 
 
-@pytest.mark.anyio
-async def test_a_changed_chunking_rebuilds_the_tenant_through_memory_index(
+def test_a_changed_chunking_rebuilds_the_tenant_through_memory_index(
     pg_server: PgServer, pg_db: str, pg_url: str, workspace: Path
 ) -> None:
     write(
@@ -343,21 +338,21 @@ async def test_a_changed_chunking_rebuilds_the_tenant_through_memory_index(
         "# Long-term\n" + "\n".join(f"fact {i} about otters" for i in range(60)),
     )
     first = MemoryIndex(pg_agent(workspace, pg_url).index_settings(), selection(HashingEmbedder()))
-    await first.sync()
+    first.sync()
     assert isinstance(first.store, PgStore)
     old_tenant, old_chunks = first.store.tenant_id, first.status().chunks
-    await first.aclose()
+    first.close()
     agent = pg_agent(workspace, pg_url, chunking={"tokens": 64, "overlap": 8})
     idx = MemoryIndex(agent.index_settings(), selection(HashingEmbedder()))
     assert idx.reindex_reason() is not None
-    report = await idx.sync()
+    report = idx.sync()
     assert report.reindexed and report.vectors_pending == 0
     assert isinstance(idx.store, PgStore) and idx.store.tenant_id != old_tenant
     assert idx.status().chunks > old_chunks and idx.reindex_reason() is None
-    assert (await idx.search("otters")).results
+    assert (idx.search("otters")).results
     states = dict(pg_server.execute("select id, state from memoryd.tenants", pg_db))
     assert states[idx.store.tenant_id] == "active" and old_tenant not in states
-    await idx.aclose()
+    idx.close()
 
 
 @pytest.mark.parametrize(
@@ -406,8 +401,7 @@ def test_env_references_fill_the_url_and_the_password_stays_out_of_sight(
     assert whole.store_url == "postgresql://u@h:6543/db"
 
 
-@pytest.mark.anyio
-async def test_an_unreachable_server_answers_store_unavailable_through_the_service(
+def test_an_unreachable_server_answers_store_unavailable_through_the_service(
     workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write(workspace / "MEMORY.md", "# M\n\ntea\n")
@@ -417,13 +411,13 @@ async def test_an_unreachable_server_answers_store_unavailable_through_the_servi
         {"agents": {"defaults": {"memorySearch": {"store": {"driver": "postgres", "url": url}}}}}
     )
     svc = MemoryService(cfg, workspace=workspace)
-    out = await svc.memory_search("tea")
+    out = svc.memory_search("tea")
     assert out["disabled"] and out["code"] == "store_unavailable", out
     assert "PostgreSQL store unreachable" in out["error"] and "s3cret" not in out["error"]
     # reading a memory file opens no index: the files are the source of truth, still readable
-    got = await svc.memory_get("MEMORY.md")
+    got = svc.memory_get("MEMORY.md")
     assert got == {"path": "MEMORY.md", "text": "# M\n\ntea\n"}
-    await svc.aclose()
+    svc.close()
 
 
 def test_tenants_are_separate_by_agent_and_workspace(pg_url: str) -> None:

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -234,14 +233,14 @@ def test_the_index_answers_the_same_from_held_postings_and_follows_edits(
     queries = ["pelican harbour budget", "running ferry", "vorticity of a blunt body", "café"]
 
     def answers() -> list[list[tuple[str, int, float]]]:
-        async def run() -> list[list[tuple[str, int, float]]]:
+        def run() -> list[list[tuple[str, int, float]]]:
             out = []
             for q in queries:
-                found = await idx.search(q)
+                found = idx.search(q)
                 out.append([(r.path, r.start_line, r.score) for r in found.results])
             return out
 
-        return anyio.run(run)
+        return run()
 
     first = answers()  # FTS5: the first search at this state, then held postings
     again = answers()
@@ -254,7 +253,7 @@ def test_the_index_answers_the_same_from_held_postings_and_follows_edits(
     # and the same as FTS5 alone
     monkeypatch.setattr(idx.store, "_postings", None)
     assert answers() == edited
-    anyio.run(idx.aclose)
+    idx.close()
 
 
 def test_fts5_itself_ties_by_rowid(tmp_path: Path) -> None:
@@ -275,24 +274,24 @@ def test_a_rebuilt_index_is_not_answered_from_the_old_ones_postings(workspace: P
     store = idx.store
     assert isinstance(store, Store)
 
-    async def hits() -> list[tuple[int, float]]:
+    def hits() -> list[tuple[int, float]]:
         return store.keyword_search('"pelican" OR "ferry"', 10)
 
-    async def run() -> None:
-        await idx.sync()
-        await hits()
-        before = await hits()  # held postings now
+    def run() -> None:
+        idx.sync()
+        hits()
+        before = hits()  # held postings now
         assert store._postings is not None and store._postings._state is not None
         held_ids = {rowid for rowid, _ in before}
         for p in sorted((workspace / "memory").iterdir())[:5]:  # renumber: drop, rebuild
             p.unlink()
-        await idx.sync(force=True)
-        await hits()
-        after = await hits()
+        idx.sync(force=True)
+        hits()
+        after = hits()
         postings, store._postings = store._postings, None
-        assert after == await hits()  # FTS5 alone agrees
+        assert after == hits()  # FTS5 alone agrees
         store._postings = postings
         assert {rowid for rowid, _ in after} != held_ids
-        await idx.aclose()
+        idx.close()
 
-    anyio.run(run)
+    run()

@@ -18,9 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-import anyio
 import pytest
 
+from helpers import background, within
 from memoryd.errors import QmdExitError, QmdLocked
 from memoryd.orchestrator import MemoryService
 from memoryd.qmd_adapter import QmdManager, busy_timeout_ms, run_qmd
@@ -33,8 +33,6 @@ from qmd_support import (
     wait_for_backend,
     write,
 )
-
-pytestmark = pytest.mark.anyio
 
 SEARCH_TIMEOUT_MS = 4000
 UPDATE_TIMEOUT_MS = 6000
@@ -115,20 +113,20 @@ def qmd_of(svc: MemoryService) -> QmdManager:
 
 @pytest.mark.qmd
 @pytest.mark.parametrize("coloured", [False, True], ids=["plain stderr", "coloured stderr"])
-async def test_a_lock_that_blocks_readers_fails_over_as_qmd_locked_and_qmd_serves_once_released(
+def test_a_lock_that_blocks_readers_fails_over_as_qmd_locked_and_qmd_serves_once_released(
     tmp_path: Path, coloured: bool
 ) -> None:
     qmd = require_qmd()
     rig = Rig(tmp_path, colouring_wrapper(tmp_path, qmd) if coloured else qmd)
     svc = rig.service()
-    async with anyio.create_task_group() as tg:
-        await start_service(svc, tg)
-        healthy = await svc.memory_search("zeppelin budget")
+    with background() as tg:
+        start_service(svc, tg)
+        healthy = svc.memory_search("zeppelin budget")
         assert healthy["backend"] == "qmd" and top_path(healthy) == "memory/2026-01-03.md"
 
         with exclusive_lock(qmd_of(svc).home.index_db, "readers"):
             t = time.monotonic()
-            failed = await svc.memory_search("zeppelin budget")
+            failed = svc.memory_search("zeppelin budget")
             took = time.monotonic() - t
             # qmd itself said "database is locked" (its busy timeout is bounded by ours):
             # not a QmdTimeout after the whole search budget
@@ -138,64 +136,62 @@ async def test_a_lock_that_blocks_readers_fails_over_as_qmd_locked_and_qmd_serve
             assert "\x1b" not in reason
             assert top_path(failed) == "memory/2026-01-03.md"
             assert took < SEARCH_TIMEOUT_MS / 1000 * 1.5, f"failover took {took:.2f}s"
-            st = await svc.status()
+            st = svc.status()
             assert st["backend"] == "builtin" and st["fallback"]["reason"] == reason
             # the built-in index answers meanwhile, without paying for qmd again
-            with anyio.fail_after(1.5):
-                again = await svc.memory_search("green tea")
+            with within(1.5):
+                again = svc.memory_search("green tea")
             assert again["backend"] == "builtin" and top_path(again) == "MEMORY.md"
 
-        await wait_for_backend(svc, "qmd")
-        back = await svc.memory_search("zeppelin budget")
+        wait_for_backend(svc, "qmd")
+        back = svc.memory_search("zeppelin budget")
         assert back["backend"] == "qmd" and back["fallback"] is None
         assert top_path(back) == "memory/2026-01-03.md"
         print(f"locked search failed over in {took:.2f}s (timeout {SEARCH_TIMEOUT_MS} ms)")
-        tg.cancel_scope.cancel()
-    await svc.aclose()
+    svc.close()
 
 
 @pytest.mark.qmd
-async def test_a_write_lock_fails_qmd_update_as_locked_while_qmd_search_still_answers(
+def test_a_write_lock_fails_qmd_update_as_locked_while_qmd_search_still_answers(
     tmp_path: Path,
 ) -> None:
     rig = Rig(tmp_path, require_qmd())
     svc = rig.service()
-    async with anyio.create_task_group() as tg:
-        await start_service(svc, tg)
+    with background() as tg:
+        start_service(svc, tg)
         mgr = qmd_of(svc)
-        assert (await svc.memory_search("zeppelin budget"))["backend"] == "qmd"
+        assert (svc.memory_search("zeppelin budget"))["backend"] == "qmd"
         with exclusive_lock(mgr.home.index_db, "writers"):
             # WAL: readers are not blocked, so qmd keeps serving searches
-            during = await svc.memory_search("zeppelin budget")
+            during = svc.memory_search("zeppelin budget")
             assert during["backend"] == "qmd" and during["fallback"] is None
             write(rig.ws / "memory" / "2026-01-04.md", "# 2026-01-04\n\nThe walrus left.\n")
             t = time.monotonic()
             with pytest.raises(QmdLocked) as caught:
-                await mgr.update(force=True)
+                mgr.update(force=True)
             took = time.monotonic() - t
             assert caught.value.code == "qmd_locked"
             assert "database is locked" in str(caught.value)
             assert took < UPDATE_TIMEOUT_MS / 1000, f"update gave up after {took:.2f}s"
             # the maintenance loop's own update (what a watched change triggers) records it
             svc.backend().notify_changed()
-            with anyio.fail_after(UPDATE_TIMEOUT_MS / 1000 * 2):
+            with within(UPDATE_TIMEOUT_MS / 1000 * 2):
                 while not (mgr.status().last_error or "").startswith("update failed"):
-                    await anyio.sleep(0.1)
-            st = await svc.status()
+                    time.sleep(0.1)
+            st = svc.status()
             assert "its index is locked" in st["qmd"]["lastError"], st["qmd"]
-            assert (await svc.memory_search("walrus"))["results"] == []  # not indexed yet
+            assert (svc.memory_search("walrus"))["results"] == []  # not indexed yet
 
-        assert await mgr.update(force=True)
-        found = await svc.memory_search("walrus")
+        assert mgr.update(force=True)
+        found = svc.memory_search("walrus")
         assert found["backend"] == "qmd" and top_path(found) == "memory/2026-01-04.md"
         print(f"locked update raised QmdLocked after {took:.2f}s (timeout {UPDATE_TIMEOUT_MS} ms)")
-        tg.cancel_scope.cancel()
-    await svc.aclose()
+    svc.close()
 
 
 @pytest.mark.qmd
 @pytest.mark.parametrize("coloured", [False, True], ids=["real qmd", "coloured stderr"])
-async def test_a_qmd_error_with_escapes_reaches_last_error_as_plain_text(
+def test_a_qmd_error_with_escapes_reaches_last_error_as_plain_text(
     tmp_path: Path, coloured: bool
 ) -> None:
     # even through a pipe, the real qmd starts embed's stderr with a cursor-hiding escape
@@ -204,19 +200,18 @@ async def test_a_qmd_error_with_escapes_reaches_last_error_as_plain_text(
     # the embed model is a file that does not exist: qmd fails in seconds with its own message
     rig = Rig(tmp_path, command, searchMode="query", models={"embed": MISSING_MODEL})
     svc = rig.service()
-    async with anyio.create_task_group() as tg:
-        await start_service(svc, tg)
+    with background() as tg:
+        start_service(svc, tg)
         mgr = qmd_of(svc)
         with pytest.raises(QmdExitError) as caught:
-            await mgr.embed(force=True)
+            mgr.embed(force=True)
         assert "\x1b" in caught.value.stderr, caught.value.stderr
-        st = await svc.status()
+        st = svc.status()
         last = st["qmd"]["lastError"]
         assert last == (
             f'embed failed: qmd embed exited with code 1: No model file found at "{MISSING_MODEL}"'
         ), repr(last)
-        tg.cancel_scope.cancel()
-    await svc.aclose()
+    svc.close()
 
 
 @pytest.mark.parametrize(
@@ -262,12 +257,12 @@ def test_qmd_is_told_to_give_up_on_a_lock_well_before_our_timeout(
         ("\x1b]0;qmd\x07Segmentation fault\r\n", "Segmentation fault"),
     ],
 )
-async def test_a_failed_qmd_call_is_named_by_its_meaningful_stderr_line_in_plain_text(
+def test_a_failed_qmd_call_is_named_by_its_meaningful_stderr_line_in_plain_text(
     tmp_path: Path, stderr: str, message: str
 ) -> None:
     fake = tmp_path / "qmd"
     write(fake, f"#!{sys.executable}\nimport sys\nsys.stderr.write({stderr!r})\nsys.exit(1)\n")
     fake.chmod(0o755)
     with pytest.raises(QmdExitError) as caught:
-        await run_qmd(str(fake), ["embed"], env={"PATH": "/usr/bin:/bin"}, cwd="/", timeout_s=30)
+        run_qmd(str(fake), ["embed"], env={"PATH": "/usr/bin:/bin"}, cwd="/", timeout_s=30)
     assert str(caught.value) == f"qmd embed exited with code 1: {message}"

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import filelock
 import pytest
 
+from helpers import background, concurrently, within
 from memoryd.config import ResolvedAgent
 from memoryd.errors import PathNotAllowed, QmdBadOutput, QmdExitError, QmdTimeout, QmdUnavailable
 from memoryd.paths import agent_state
@@ -30,7 +32,7 @@ from qmd_support import (
     write,
 )
 
-pytestmark = [pytest.mark.anyio, pytest.mark.qmd]
+pytestmark = [pytest.mark.qmd]
 
 
 @pytest.fixture(scope="module")
@@ -51,40 +53,40 @@ class Shared:
     def agent(self) -> ResolvedAgent:
         return make_agent(self.ws, "main", **self.settings)
 
-    async def manager(self, **kw: Any) -> QmdManager:
+    def manager(self, **kw: Any) -> QmdManager:
         mgr = make_manager(self.agent(), self.qmd, self.home, **kw)
-        await mgr.start()
+        mgr.start()
         return mgr
 
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory, qmd_bin: str) -> Iterator[Shared]:
     s = Shared(tmp_path_factory.mktemp("qmd-shared"), qmd_bin)
-    anyio.run(s.manager)
+    s.manager()
     yield s
 
 
-async def started(agent: ResolvedAgent, qmd: str, home: Path, **kw: Any) -> QmdManager:
+def started(agent: ResolvedAgent, qmd: str, home: Path, **kw: Any) -> QmdManager:
     mgr = make_manager(agent, qmd, home, **kw)
-    await mgr.start()
+    mgr.start()
     return mgr
 
 
 # ---------------------------------------------------------------- home and collections
 
 
-async def test_start_creates_scoped_collections_in_the_agent_home(
+def test_start_creates_scoped_collections_in_the_agent_home(
     shared: Shared, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("NODE_COMPILE_CACHE")  # the suite shares one; a user's default is checked
-    mgr = await shared.manager()
+    mgr = shared.manager()
     assert sorted(mgr.collections) == [
         "memory-alt-main",
         "memory-dir-main",
         "memory-root-main",
         "notes-main",
     ]
-    existing = await mgr.list_collections()
+    existing = mgr.list_collections()
     assert existing["memory-dir-main"].path == str(shared.ws / "memory")
     assert existing["memory-dir-main"].pattern == "**/*.md"
     assert existing["memory-root-main"].pattern == "MEMORY.md"
@@ -98,7 +100,7 @@ async def test_start_creates_scoped_collections_in_the_agent_home(
     assert env["XDG_CACHE_HOME"] == str(shared.home / "xdg-cache")
     assert env["NO_COLOR"] == "1"
     assert "CI" not in env
-    assert (await mgr.version()).startswith("qmd 2.")
+    assert (mgr.version()).startswith("qmd 2.")
     # Node's compiled copy of qmd lives in the agent's own cache, private like the rest
     cache = shared.home / "xdg-cache" / "node-compile-cache"
     assert env["NODE_COMPILE_CACHE"] == str(cache)
@@ -114,14 +116,14 @@ def test_a_compile_cache_the_caller_set_is_kept(tmp_path: Path) -> None:
     assert "NODE_COMPILE_CACHE" not in home.env(base={}, overrides={"NODE_COMPILE_CACHE": None})
 
 
-async def test_default_home_is_under_the_agent_state_dir(
+def test_default_home_is_under_the_agent_state_dir(
     qmd_bin: str, tmp_path: Path, isolated_env: Path
 ) -> None:
     ws = seed_workspace(tmp_path / "ws")
     mgr = QmdManager(
         make_agent(ws, "ops_bot").qmd_settings(), command=qmd_bin, env_overrides={"CI": None}
     )
-    await mgr.start()
+    mgr.start()
     root = (
         isolated_env / "agents" / "ops_bot" / "workspaces" / agent_state("ops_bot", ws).key / "qmd"
     )
@@ -135,107 +137,103 @@ async def test_default_home_is_under_the_agent_state_dir(
     assert "memory-root-ops-bot" in mgr.collections
 
 
-async def test_pinned_models_are_written_before_the_first_run(qmd_bin: str, tmp_path: Path) -> None:
+def test_pinned_models_are_written_before_the_first_run(qmd_bin: str, tmp_path: Path) -> None:
     ws = seed_workspace(tmp_path / "ws")
     models = {"embed": "/models/e.gguf", "generate": MISSING_MODEL, "rerank": MISSING_MODEL}
-    mgr = await started(make_agent(ws, models=models), qmd_bin, tmp_path / "home")
+    mgr = started(make_agent(ws, models=models), qmd_bin, tmp_path / "home")
     text = (tmp_path / "home" / "xdg-config" / "qmd" / "index.yml").read_text()
     assert "/models/e.gguf" in text
     assert "memory-root-main" in text  # qmd kept our models block and added its collections
     # A changed pin is written over what qmd resolved.
     models["embed"] = "/models/other.gguf"
-    await started(make_agent(ws, models=models), qmd_bin, tmp_path / "home")
+    started(make_agent(ws, models=models), qmd_bin, tmp_path / "home")
     text = (tmp_path / "home" / "xdg-config" / "qmd" / "index.yml").read_text()
     assert "/models/other.gguf" in text and "/models/e.gguf" not in text
     assert mgr.collections
 
 
-async def test_changed_path_or_pattern_rebinds_the_collection(qmd_bin: str, tmp_path: Path) -> None:
+def test_changed_path_or_pattern_rebinds_the_collection(qmd_bin: str, tmp_path: Path) -> None:
     ws = seed_workspace(tmp_path / "ws")
     other = write(tmp_path / "other" / "x.md", "# X\n\nquokka sighting\n").parent
     home = tmp_path / "home"
-    first = await started(
+    first = started(
         make_agent(ws, paths=[{"path": str(ws / "memory"), "name": "extra", "pattern": "*.md"}]),
         qmd_bin,
         home,
     )
-    assert (await first.list_collections())["extra-main"].pattern == "*.md"
-    second = await started(
-        make_agent(ws, paths=[{"path": str(other), "name": "extra"}]), qmd_bin, home
-    )
-    info = (await second.list_collections())["extra-main"]
+    assert (first.list_collections())["extra-main"].pattern == "*.md"
+    second = started(make_agent(ws, paths=[{"path": str(other), "name": "extra"}]), qmd_bin, home)
+    info = (second.list_collections())["extra-main"]
     assert (info.path, info.pattern) == (str(other), "**/*.md")
-    hits = await second.search_hits("quokka")
+    hits = second.search_hits("quokka")
     assert [h.path for h in hits] == ["qmd/extra-main/x.md"]
 
 
-async def test_include_default_memory_false_drops_the_default_collections(
+def test_include_default_memory_false_drops_the_default_collections(
     qmd_bin: str, tmp_path: Path
 ) -> None:
     ws = seed_workspace(tmp_path / "ws")
-    mgr = await started(
+    mgr = started(
         make_agent(ws, includeDefaultMemory=False, paths=[{"path": "memory", "name": "m"}]),
         qmd_bin,
         tmp_path / "h",
     )
     assert list(mgr.collections) == ["m-main"]
-    assert [r.path for r in await mgr.search_hits("zeppelin")] == ["memory/2026-01-03.md"]
+    assert [r.path for r in mgr.search_hits("zeppelin")] == ["memory/2026-01-03.md"]
 
 
-async def test_legacy_unscoped_collections_are_removed_only_when_they_match(
+def test_legacy_unscoped_collections_are_removed_only_when_they_match(
     qmd_bin: str, tmp_path: Path
 ) -> None:
     ws = seed_workspace(tmp_path / "ws")
     elsewhere = write(tmp_path / "elsewhere" / "a.md", "# a\n").parent
     home = tmp_path / "home"
     bare = make_manager(make_agent(ws, includeDefaultMemory=False), qmd_bin, home)
-    await bare.start()
-    await bare._run(
+    bare.start()
+    bare._run(
         ["collection", "add", str(ws), "--name", "memory-root", "--mask", "MEMORY.md"], 30_000
     )
-    await bare._run(
+    bare._run(
         ["collection", "add", str(elsewhere), "--name", "memory-dir", "--mask", "**/*.md"], 30_000
     )
-    mgr = await started(make_agent(ws), qmd_bin, home)
-    names = set(await mgr.list_collections())
+    mgr = started(make_agent(ws), qmd_bin, home)
+    names = set(mgr.list_collections())
     assert "memory-root" not in names  # same path and pattern: replaced by memory-root-main
     assert "memory-dir" in names  # different path: not ours to remove
     assert {"memory-root-main", "memory-alt-main", "memory-dir-main"} <= names
 
 
-async def test_a_leftover_on_the_same_path_and_mask_is_recovered_from(
+def test_a_leftover_on_the_same_path_and_mask_is_recovered_from(
     qmd_bin: str, tmp_path: Path
 ) -> None:
     ws = seed_workspace(tmp_path / "ws")
     home = tmp_path / "home"
     bare = make_manager(make_agent(ws, includeDefaultMemory=False), qmd_bin, home)
-    await bare.start()
-    await bare._run(
+    bare.start()
+    bare._run(
         ["collection", "add", str(ws / "memory"), "--name", "stray", "--mask", "**/*.md"], 30_000
     )
-    mgr = await started(make_agent(ws), qmd_bin, home)
-    names = set(await mgr.list_collections())
+    mgr = started(make_agent(ws), qmd_bin, home)
+    names = set(mgr.list_collections())
     assert "memory-dir-main" in names and "stray" not in names
 
 
-async def test_a_missing_memory_folder_is_picked_up_on_a_later_sync(
-    qmd_bin: str, tmp_path: Path
-) -> None:
+def test_a_missing_memory_folder_is_picked_up_on_a_later_sync(qmd_bin: str, tmp_path: Path) -> None:
     ws = write(tmp_path / "ws" / "MEMORY.md", "# M\n\nwombat\n").parent
-    mgr = await started(make_agent(ws), qmd_bin, tmp_path / "home")
+    mgr = started(make_agent(ws), qmd_bin, tmp_path / "home")
     assert "memory-dir-main" not in mgr.collections
     write(ws / "memory" / "n.md", "# n\n\nplatypus notes\n")
-    await mgr.update(force=True)
+    mgr.update(force=True)
     assert "memory-dir-main" in mgr.collections
-    assert [r.path for r in await mgr.search_hits("platypus")] == ["memory/n.md"]
+    assert [r.path for r in mgr.search_hits("platypus")] == ["memory/n.md"]
 
 
 # ---------------------------------------------------------------- search
 
 
-async def test_search_maps_qmd_json_to_results(shared: Shared) -> None:
-    mgr = await shared.manager()
-    (hit,) = await mgr.search_hits("zeppelin budget")
+def test_search_maps_qmd_json_to_results(shared: Shared) -> None:
+    mgr = shared.manager()
+    (hit,) = mgr.search_hits("zeppelin budget")
     assert hit.path == "memory/2026-01-03.md"
     assert hit.source == "memory"
     lines = (shared.ws / hit.path).read_text().splitlines()
@@ -247,24 +245,24 @@ async def test_search_maps_qmd_json_to_results(shared: Shared) -> None:
     assert 0 <= hit.score <= 1
 
 
-async def test_search_covers_every_collection_and_maps_outside_paths(shared: Shared) -> None:
-    mgr = await shared.manager()
-    assert [r.path for r in await mgr.search_hits("Alice")] == [
+def test_search_covers_every_collection_and_maps_outside_paths(shared: Shared) -> None:
+    mgr = shared.manager()
+    assert [r.path for r in mgr.search_hits("Alice")] == [
         "MEMORY.md",
         "memory/2026-01-02.md",
-    ] or sorted(r.path for r in await mgr.search_hits("Alice")) == [
+    ] or sorted(r.path for r in mgr.search_hits("Alice")) == [
         "MEMORY.md",
         "memory/2026-01-02.md",
     ]
-    assert [r.path for r in await mgr.search_hits("kerosene")] == ["qmd/notes-main/ideas/rocket.md"]
-    assert [r.path for r in await mgr.search_hits("tomatoes")] == ["memory/projects/garden.md"]
-    assert await mgr.search_hits("xylophone") == []
+    assert [r.path for r in mgr.search_hits("kerosene")] == ["qmd/notes-main/ideas/rocket.md"]
+    assert [r.path for r in mgr.search_hits("tomatoes")] == ["memory/projects/garden.md"]
+    assert mgr.search_hits("xylophone") == []
 
 
-async def test_search_limits_apply(shared: Shared) -> None:
-    mgr = await shared.manager()
-    assert len(await mgr.search_hits("the", max_results=1)) == 1
-    assert await mgr.search_hits("zeppelin", min_score=1.01) == []
+def test_search_limits_apply(shared: Shared) -> None:
+    mgr = shared.manager()
+    assert len(mgr.search_hits("the", max_results=1)) == 1
+    assert mgr.search_hits("zeppelin", min_score=1.01) == []
     short = make_manager(
         make_agent(
             shared.ws,
@@ -274,45 +272,44 @@ async def test_search_limits_apply(shared: Shared) -> None:
         shared.qmd,
         shared.home,
     )
-    await short.start()
-    hits = await short.search_hits("Alice")
+    short.start()
+    hits = short.search_hits("Alice")
     assert [len(h.snippet) for h in hits] == [12, 12]  # snippets capped here …
-    answer = await short.search("Alice")
+    answer = short.search("Alice")
     assert answer.max_injected_chars == 20  # … the budget is applied once, by the orchestrator
 
 
-async def test_garbage_stdout_raises_bad_output(shared: Shared, tmp_path: Path) -> None:
+def test_garbage_stdout_raises_bad_output(shared: Shared, tmp_path: Path) -> None:
     wrapper = fault_wrapper(
         tmp_path / "qmd",
         shared.qmd,
         'if [ "$1" = query ]; then "$REAL" "$@" > /dev/null; echo "Segmentation fault (core dumped)"; exit 0; fi\nexec "$REAL" "$@"',
     )
     mgr = make_manager(shared.agent(), wrapper, shared.home)
-    await mgr.start()
+    mgr.start()
     with pytest.raises(QmdBadOutput):
-        await mgr.search_hits("zeppelin")
+        mgr.search_hits("zeppelin")
 
 
-async def test_missing_binary_raises_unavailable(shared: Shared, tmp_path: Path) -> None:
+def test_missing_binary_raises_unavailable(shared: Shared, tmp_path: Path) -> None:
     mgr = make_manager(shared.agent(), str(tmp_path / "nope" / "qmd"), shared.home)
     with pytest.raises(QmdUnavailable):
-        await mgr.start()
-    assert await mgr.probe() is False
+        mgr.start()
+    assert mgr.probe() is False
     assert "not found" in (mgr.last_error or "")
 
 
-async def test_search_timeout_kills_and_raises(shared: Shared, tmp_path: Path) -> None:
+def test_search_timeout_kills_and_raises(shared: Shared, tmp_path: Path) -> None:
     wrapper = fault_wrapper(
         tmp_path / "qmd", shared.qmd, 'if [ "$1" = query ]; then sleep 30; fi\nexec "$REAL" "$@"'
     )
     mgr = make_manager(shared.agent(), wrapper, shared.home)
-    await mgr.start()
-    with anyio.fail_after(10):
-        with pytest.raises(QmdTimeout):
-            await mgr.search_hits("zeppelin", timeout_ms=800)
+    mgr.start()
+    with within(10), pytest.raises(QmdTimeout):
+        mgr.search_hits("zeppelin", timeout_ms=800)
 
 
-async def test_one_planned_query_call_searches_every_collection_without_models(
+def test_one_planned_query_call_searches_every_collection_without_models(
     shared: Shared, tmp_path: Path
 ) -> None:
     calls = tmp_path / "calls"
@@ -323,10 +320,10 @@ async def test_one_planned_query_call_searches_every_collection_without_models(
         'exec "$REAL" "$@"',
     )
     mgr = make_manager(shared.agent(), wrapper, shared.home, env={"CI": "true"})
-    await mgr.start()
+    mgr.start()
     calls.write_text("")
     # CI makes qmd refuse every model call: a keyword search must need none
-    hits = await mgr.search_hits("Who owns the zeppelin budget?")
+    hits = mgr.search_hits("Who owns the zeppelin budget?")
     assert [h.path for h in hits] == ["memory/2026-01-03.md"]
     (argv,) = [call.split("\0")[:-1] for call in calls.read_text().split("\x01")[:-1]]
     assert argv[0] == "query" and "--no-rerank" in argv and "--json" in argv
@@ -335,18 +332,16 @@ async def test_one_planned_query_call_searches_every_collection_without_models(
     assert sorted(named) == sorted(mgr.collections)
 
 
-async def test_a_collection_lost_behind_our_back_is_recreated_once(
-    qmd_bin: str, tmp_path: Path
-) -> None:
+def test_a_collection_lost_behind_our_back_is_recreated_once(qmd_bin: str, tmp_path: Path) -> None:
     ws = seed_workspace(tmp_path / "ws")
-    mgr = await started(make_agent(ws), qmd_bin, tmp_path / "home")
-    await mgr._run(["collection", "remove", "memory-dir-main"], 30_000)
-    hits = await mgr.search_hits("zeppelin")
+    mgr = started(make_agent(ws), qmd_bin, tmp_path / "home")
+    mgr._run(["collection", "remove", "memory-dir-main"], 30_000)
+    hits = mgr.search_hits("zeppelin")
     assert [h.path for h in hits] == ["memory/2026-01-03.md"]
-    assert "memory-dir-main" in await mgr.list_collections()
+    assert "memory-dir-main" in mgr.list_collections()
 
 
-async def test_a_restart_trusts_an_unchanged_registry_and_rechecks_a_changed_one(
+def test_a_restart_trusts_an_unchanged_registry_and_rechecks_a_changed_one(
     qmd_bin: str, tmp_path: Path
 ) -> None:
     # A one-off CLI call starts a manager each time: `collection list` + a `show` per
@@ -357,41 +352,41 @@ async def test_a_restart_trusts_an_unchanged_registry_and_rechecks_a_changed_one
         tmp_path / "qmd", qmd_bin, f'echo "$1 $2" >> "{calls}"\nexec "$REAL" "$@"'
     )
     home = tmp_path / "home"
-    await started(make_agent(ws), wrapper, home)
+    started(make_agent(ws), wrapper, home)
     assert "collection list" in calls.read_text()
     calls.write_text("")
-    again = await started(make_agent(ws), wrapper, home)
+    again = started(make_agent(ws), wrapper, home)
     assert calls.read_text() == ""  # nothing asked of qmd
     assert sorted(again.collections) == ["memory-alt-main", "memory-dir-main", "memory-root-main"]
     # someone removes a collection behind memoryd's back: the registry changed, so the next
     # start asks qmd and re-creates it
-    await again._run(["collection", "remove", "memory-dir-main"], 30_000)
+    again._run(["collection", "remove", "memory-dir-main"], 30_000)
     calls.write_text("")
-    third = await started(make_agent(ws), wrapper, home)
+    third = started(make_agent(ws), wrapper, home)
     assert "collection list" in calls.read_text()
     assert "collection add" in calls.read_text()
-    assert "memory-dir-main" in await third.list_collections()
+    assert "memory-dir-main" in third.list_collections()
     # and a different wish (another extra path) is checked too
     calls.write_text("")
     extra = write(tmp_path / "extra" / "e.md", "# E\n").parent
-    await started(make_agent(ws, paths=[{"path": str(extra), "name": "x"}]), wrapper, home)
+    started(make_agent(ws, paths=[{"path": str(extra), "name": "x"}]), wrapper, home)
     assert "collection add" in calls.read_text()
 
 
-async def test_other_qmd_failures_surface_as_exit_errors(shared: Shared, tmp_path: Path) -> None:
+def test_other_qmd_failures_surface_as_exit_errors(shared: Shared, tmp_path: Path) -> None:
     wrapper = fault_wrapper(
         tmp_path / "qmd",
         shared.qmd,
         'if [ "$1" = query ]; then echo "boom: disk on fire" >&2; exit 3; fi\nexec "$REAL" "$@"',
     )
     mgr = make_manager(shared.agent(), wrapper, shared.home)
-    await mgr.start()
+    mgr.start()
     with pytest.raises(QmdExitError) as info:
-        await mgr.search_hits("zeppelin")
+        mgr.search_hits("zeppelin")
     assert info.value.returncode == 3 and "disk on fire" in info.value.stderr
 
 
-async def test_busy_database_is_retried(shared: Shared, tmp_path: Path) -> None:
+def test_busy_database_is_retried(shared: Shared, tmp_path: Path) -> None:
     marker = tmp_path / "failed-once"
     wrapper = fault_wrapper(
         tmp_path / "qmd",
@@ -399,145 +394,137 @@ async def test_busy_database_is_retried(shared: Shared, tmp_path: Path) -> None:
         f'if [ "$1" = query ] && [ ! -e "{marker}" ]; then touch "{marker}"; echo "SqliteError: database is locked" >&2; exit 1; fi\nexec "$REAL" "$@"',
     )
     mgr = make_manager(shared.agent(), wrapper, shared.home)
-    await mgr.start()
-    assert [h.path for h in await mgr.search_hits("zeppelin")] == ["memory/2026-01-03.md"]
+    mgr.start()
+    assert [h.path for h in mgr.search_hits("zeppelin")] == ["memory/2026-01-03.md"]
     assert marker.exists()
 
 
 # ---------------------------------------------------------------- update and maintenance
 
 
-async def test_update_after_an_edit_shows_the_new_text(qmd_bin: str, tmp_path: Path) -> None:
+def test_update_after_an_edit_shows_the_new_text(qmd_bin: str, tmp_path: Path) -> None:
     ws = seed_workspace(tmp_path / "ws")
-    mgr = await started(make_agent(ws), qmd_bin, tmp_path / "home")
-    assert await mgr.search_hits("narwhal") == []
+    mgr = started(make_agent(ws), qmd_bin, tmp_path / "home")
+    assert mgr.search_hits("narwhal") == []
     write(ws / "memory" / "2026-01-03.md", "# 2026-01-03\n\nA narwhal visited the office.\n")
-    assert await mgr.update(force=True) is True
-    (hit,) = await mgr.search_hits("narwhal")
+    assert mgr.update(force=True) is True
+    (hit,) = mgr.search_hits("narwhal")
     assert hit.path == "memory/2026-01-03.md" and "narwhal visited" in hit.snippet
-    assert await mgr.search_hits("zeppelin budget") == []
+    assert mgr.search_hits("zeppelin budget") == []
     assert mgr.status().to_dict()["lastUpdateAt"] is not None
 
 
-async def test_updates_are_debounced_and_joined_but_forced_ones_queue(
+def test_updates_are_debounced_and_joined_but_forced_ones_queue(
     qmd_bin: str, tmp_path: Path
 ) -> None:
     ws = seed_workspace(tmp_path / "ws")
-    mgr = await started(make_agent(ws, update={"debounceMs": 60_000}), qmd_bin, tmp_path / "home")
-    assert await mgr.update() is True
-    assert await mgr.update() is False  # within debounceMs
+    mgr = started(make_agent(ws, update={"debounceMs": 60_000}), qmd_bin, tmp_path / "home")
+    assert mgr.update() is True
+    assert mgr.update() is False  # within debounceMs
     ran: list[bool] = []
 
-    async def forced() -> None:
-        ran.append(await mgr.update(force=True))
+    def forced() -> None:
+        ran.append(mgr.update(force=True))
 
-    async def joined() -> None:
-        await anyio.sleep(0.05)
-        ran.append(await mgr.update(force=False))
+    def joined() -> None:
+        time.sleep(0.05)
+        ran.append(mgr.update(force=False))
 
-    async with anyio.create_task_group() as tg:
+    with concurrently() as tg:
         tg.start_soon(forced)
         tg.start_soon(forced)
         tg.start_soon(joined)
     assert sorted(ran) == [False, True, True]
 
 
-async def test_maintenance_waits_for_the_lock_held_by_another_process(
+def test_maintenance_waits_for_the_lock_held_by_another_process(
     qmd_bin: str, tmp_path: Path
 ) -> None:
     ws = seed_workspace(tmp_path / "ws")
     home = tmp_path / "home"
-    mgr = await started(make_agent(ws), qmd_bin, home)
+    mgr = started(make_agent(ws), qmd_bin, home)
     other = filelock.FileLock(str(mgr.home.lock_path), thread_local=False)
     other.acquire()
-    done = anyio.Event()
+    done = threading.Event()
 
-    async def update() -> None:
-        await mgr.update(force=True)
+    def update() -> None:
+        mgr.update(force=True)
         done.set()
 
-    async with anyio.create_task_group() as tg:
+    with concurrently() as tg:
         tg.start_soon(update)
-        await anyio.sleep(1.0)
+        time.sleep(1.0)
         assert not done.is_set()
         other.release()
-        with anyio.fail_after(30):
-            await done.wait()
+        with within(30):
+            done.wait()
 
 
-async def test_embed_is_skipped_in_search_mode(shared: Shared) -> None:
-    mgr = await shared.manager()
+def test_embed_is_skipped_in_search_mode(shared: Shared) -> None:
+    mgr = shared.manager()
     assert mgr.embed_blocked_reason() is not None
-    assert await mgr.embed() is False
+    assert mgr.embed() is False
 
 
-async def test_update_while_searching_raises_nothing(shared: Shared) -> None:
-    mgr = await shared.manager()
-    other = await shared.manager()
+def test_update_while_searching_raises_nothing(shared: Shared) -> None:
+    mgr = shared.manager()
+    other = shared.manager()
     errors: list[BaseException] = []
 
-    async def searches() -> None:
+    def searches() -> None:
         for _ in range(8):
             try:
-                assert [h.path for h in await mgr.search_hits("zeppelin")] == [
-                    "memory/2026-01-03.md"
-                ]
+                assert [h.path for h in mgr.search_hits("zeppelin")] == ["memory/2026-01-03.md"]
             except BaseException as err:  # collect, so every failure is reported
                 errors.append(err)
 
-    async def updates() -> None:
+    def updates() -> None:
         for _ in range(4):
-            await other.update(force=True)
+            other.update(force=True)
 
-    async with anyio.create_task_group() as tg:
+    with concurrently() as tg:
         tg.start_soon(searches)
         tg.start_soon(searches)
         tg.start_soon(updates)
     assert errors == []
 
 
-async def test_timers_run_boot_refresh_periodic_update_and_requests(
-    qmd_bin: str, tmp_path: Path
-) -> None:
+def test_timers_run_boot_refresh_periodic_update_and_requests(qmd_bin: str, tmp_path: Path) -> None:
     ws = seed_workspace(tmp_path / "ws")
     agent = make_agent(ws, update={"interval": "1s", "debounceMs": 200, "onBoot": True})
     mgr = make_manager(agent, qmd_bin, tmp_path / "home")
-    async with anyio.create_task_group() as tg:
-        await mgr.start(tg)
-        with anyio.fail_after(20):
+    with background() as tg:
+        mgr.start(tg)
+        with within(20):
             while mgr.last_update_at is None:  # boot refresh ran in the background
-                await anyio.sleep(0.05)
+                time.sleep(0.05)
             first = mgr.last_update_at
             while mgr.last_update_at == first:  # then the 1 s timer
-                await anyio.sleep(0.05)
+                time.sleep(0.05)
             write(ws / "memory" / "new.md", "# new\n\nokapi\n")
             mgr.request_update()
-            while not await mgr.search_hits("okapi"):
-                await anyio.sleep(0.1)
-        await mgr.aclose()
+            while not mgr.search_hits("okapi"):
+                time.sleep(0.1)
+        mgr.close()
 
 
-async def test_wait_for_boot_sync_updates_before_start_returns(
-    qmd_bin: str, tmp_path: Path
-) -> None:
+def test_wait_for_boot_sync_updates_before_start_returns(qmd_bin: str, tmp_path: Path) -> None:
     ws = seed_workspace(tmp_path / "ws")
-    mgr = await started(
-        make_agent(ws, update={"waitForBootSync": True}), qmd_bin, tmp_path / "home"
-    )
+    mgr = started(make_agent(ws, update={"waitForBootSync": True}), qmd_bin, tmp_path / "home")
     assert mgr.last_update_at is not None
 
 
 # ---------------------------------------------------------------- memory_get
 
 
-async def test_read_file_serves_qmd_and_workspace_paths(shared: Shared) -> None:
-    mgr = await shared.manager()
-    rocket = await mgr.read_file("qmd/notes-main/ideas/rocket.md")
+def test_read_file_serves_qmd_and_workspace_paths(shared: Shared) -> None:
+    mgr = shared.manager()
+    rocket = mgr.read_file("qmd/notes-main/ideas/rocket.md")
     assert "kerosene" in rocket.text
-    sliced = await mgr.read_file("memory/2026-01-03.md", from_line=3, lines=1)
+    sliced = mgr.read_file("memory/2026-01-03.md", from_line=3, lines=1)
     assert sliced.text == "The zeppelin launch slipped to April.\n"
-    assert (await mgr.read_file("MEMORY.md")).text.startswith("# Memory")
-    assert (await mgr.read_file("qmd/notes-main/ideas/missing.md")).to_dict() == {
+    assert (mgr.read_file("MEMORY.md")).text.startswith("# Memory")
+    assert (mgr.read_file("qmd/notes-main/ideas/missing.md")).to_dict() == {
         "path": "qmd/notes-main/ideas/missing.md",
         "text": "",
         "missing": True,
@@ -558,22 +545,22 @@ async def test_read_file_serves_qmd_and_workspace_paths(shared: Shared) -> None:
         ("memory/escape.md", "symlink"),
     ],
 )
-async def test_read_file_refuses_unsafe_paths(
+def test_read_file_refuses_unsafe_paths(
     shared: Shared, tmp_path: Path, path: str, message: str
 ) -> None:
     secret = write(tmp_path / "secret.md", "top secret\n")
     link = shared.ws / "memory" / "escape.md"
     if not link.is_symlink():
         os.symlink(secret, link)
-    mgr = await shared.manager()
+    mgr = shared.manager()
     with pytest.raises(PathNotAllowed, match=message):
-        await mgr.read_file(path)
+        mgr.read_file(path)
 
 
 # ---------------------------------------------------------------- isolation and sessions
 
 
-async def test_two_agents_never_see_each_others_documents(
+def test_two_agents_never_see_each_others_documents(
     qmd_bin: str, tmp_path: Path, isolated_env: Path
 ) -> None:
     ws_a = write(tmp_path / "a" / "MEMORY.md", "# A\n\nThe aardvark password is apricot.\n").parent
@@ -590,33 +577,33 @@ async def test_two_agents_never_see_each_others_documents(
         env_overrides={"CI": None},
         shared_models_dir=None,
     )
-    await a.start()
-    await b.start()
+    a.start()
+    b.start()
     assert a.home.root != b.home.root
-    assert [r.path for r in await a.search_hits("aardvark")] == ["MEMORY.md"]
-    assert await a.search_hits("badger") == []
-    assert await b.search_hits("aardvark") == []
-    assert await b.search_hits("password") != [] and all(
-        "badger" in r.snippet for r in await b.search_hits("password")
+    assert [r.path for r in a.search_hits("aardvark")] == ["MEMORY.md"]
+    assert a.search_hits("badger") == []
+    assert b.search_hits("aardvark") == []
+    assert b.search_hits("password") != [] and all(
+        "badger" in r.snippet for r in b.search_hits("password")
     )
     with pytest.raises(PathNotAllowed):
-        await a.read_file("qmd/memory-root-beta/MEMORY.md")
+        a.read_file("qmd/memory-root-beta/MEMORY.md")
 
 
-async def test_memory_and_session_hits_are_interleaved(qmd_bin: str, tmp_path: Path) -> None:
+def test_memory_and_session_hits_are_interleaved(qmd_bin: str, tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     for i in range(4):
         write(ws / "memory" / f"m{i}.md", f"# m{i}\n\nllama llama notes {i}\n")
     export = tmp_path / "sessions"
     for i in range(4):
         write(export / f"s{i}.md", f"# session {i}\n\nuser: llama llama llama llama llama {i}\n")
-    mgr = await started(
+    mgr = started(
         make_agent(ws, sessions={"enabled": True, "exportDir": str(export)}),
         qmd_bin,
         tmp_path / "h",
     )
     assert mgr.collections["sessions-main"].source == "sessions"
-    hits = await mgr.search_hits("llama", max_results=4)
+    hits = mgr.search_hits("llama", max_results=4)
     assert sorted(h.source for h in hits) == ["memory", "memory", "sessions", "sessions"]
     assert hits[0].source != hits[1].source
     assert all(h.path.startswith("qmd/sessions-main/") for h in hits if h.source == "sessions")

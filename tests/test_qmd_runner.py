@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
 import time
 from pathlib import Path
 
-import anyio
 import pytest
 
-from memoryd.errors import QmdExitError, QmdOutputTooLarge, QmdTimeout, QmdUnavailable
+from memoryd.errors import QmdError, QmdExitError, QmdOutputTooLarge, QmdTimeout, QmdUnavailable
 from memoryd.qmd_adapter import run_qmd
+from memoryd.qmd_adapter._runner import kill_group
 from qmd_support import fault_wrapper, require_qmd
 
-pytestmark = [pytest.mark.anyio, pytest.mark.qmd]
+pytestmark = [pytest.mark.qmd]
 
 
 @pytest.fixture(scope="module")
@@ -56,40 +58,38 @@ def live_group_members(pgid: int) -> list[int]:
     return live
 
 
-async def test_missing_binary_raises_unavailable(env: dict[str, str], tmp_path: Path) -> None:
+def test_missing_binary_raises_unavailable(env: dict[str, str], tmp_path: Path) -> None:
     with pytest.raises(QmdUnavailable, match="not found"):
-        await run_qmd(str(tmp_path / "no-such-qmd"), ["--version"], env=env, cwd="/", timeout_s=5)
+        run_qmd(str(tmp_path / "no-such-qmd"), ["--version"], env=env, cwd="/", timeout_s=5)
     with pytest.raises(QmdUnavailable):
-        await run_qmd("memoryd-no-such-qmd-on-path", ["--version"], env=env, cwd="/", timeout_s=5)
+        run_qmd("memoryd-no-such-qmd-on-path", ["--version"], env=env, cwd="/", timeout_s=5)
 
 
-async def test_version_runs_from_a_neutral_cwd(
-    qmd_bin: str, env: dict[str, str], tmp_path: Path
-) -> None:
-    out = await run_qmd(qmd_bin, ["--version"], env=env, cwd=str(tmp_path), timeout_s=30)
+def test_version_runs_from_a_neutral_cwd(qmd_bin: str, env: dict[str, str], tmp_path: Path) -> None:
+    out = run_qmd(qmd_bin, ["--version"], env=env, cwd=str(tmp_path), timeout_s=30)
     assert out.returncode == 0
     assert out.stdout.startswith("qmd ")
 
 
-async def test_nonzero_exit_carries_code_and_stderr(qmd_bin: str, env: dict[str, str]) -> None:
+def test_nonzero_exit_carries_code_and_stderr(qmd_bin: str, env: dict[str, str]) -> None:
     with pytest.raises(QmdExitError) as info:
-        await run_qmd(qmd_bin, ["collection", "show", "nope"], env=env, cwd="/", timeout_s=30)
+        run_qmd(qmd_bin, ["collection", "show", "nope"], env=env, cwd="/", timeout_s=30)
     assert info.value.returncode == 1
     assert "not found" in info.value.stderr.lower()
-    out = await run_qmd(
+    out = run_qmd(
         qmd_bin, ["collection", "show", "nope"], env=env, cwd="/", timeout_s=30, check=False
     )
     assert out.returncode == 1
 
 
-async def test_output_over_the_cap_raises_too_large(qmd_bin: str, env: dict[str, str]) -> None:
+def test_output_over_the_cap_raises_too_large(qmd_bin: str, env: dict[str, str]) -> None:
     with pytest.raises(QmdOutputTooLarge):
-        await run_qmd(qmd_bin, ["--help"], env=env, cwd="/", timeout_s=30, max_output_chars=200)
-    out = await run_qmd(qmd_bin, ["--help"], env=env, cwd="/", timeout_s=30)
+        run_qmd(qmd_bin, ["--help"], env=env, cwd="/", timeout_s=30, max_output_chars=200)
+    out = run_qmd(qmd_bin, ["--help"], env=env, cwd="/", timeout_s=30)
     assert "qmd" in out.stdout
 
 
-async def test_timeout_kills_the_whole_process_group(
+def test_timeout_kills_the_whole_process_group(
     qmd_bin: str, env: dict[str, str], tmp_path: Path
 ) -> None:
     # The wrapper leaves a real qmd worker (MCP server fed by a sleeping pipe) and a sleep behind,
@@ -102,34 +102,50 @@ async def test_timeout_kills_the_whole_process_group(
     )
     started = time.monotonic()
     with pytest.raises(QmdTimeout, match="timed out"):
-        await run_qmd(wrapper, ["search", "x"], env=env, cwd="/", timeout_s=2.5)
+        run_qmd(wrapper, ["search", "x"], env=env, cwd="/", timeout_s=2.5)
     assert time.monotonic() - started < 10
     pgid = int(pidfile.read_text())
     for _ in range(50):
         if not live_group_members(pgid):
             break
-        await anyio.sleep(0.1)
+        time.sleep(0.1)
     assert live_group_members(pgid) == []
 
 
-async def test_cancellation_kills_the_process_group(
-    qmd_bin: str, env: dict[str, str], tmp_path: Path
-) -> None:
+def test_closing_kills_the_process_group(qmd_bin: str, env: dict[str, str], tmp_path: Path) -> None:
+    """What `QmdManager.close` does to a call in flight: its whole group is killed, and the
+    call ends with an error at once instead of waiting out its timeout."""
     pidfile = tmp_path / "pids"
     wrapper = fault_wrapper(
         tmp_path / "qmd-hang", qmd_bin, f'echo $$ > "{pidfile}"\nsleep 300 | "$REAL" mcp\n'
     )
-    with anyio.move_on_after(2):
-        await run_qmd(wrapper, ["mcp"], env=env, cwd="/", timeout_s=60)
+    running: set[subprocess.Popen[bytes]] = set()
+    failed: list[QmdError] = []
+
+    def call() -> None:
+        try:
+            run_qmd(wrapper, ["mcp"], env=env, cwd="/", timeout_s=60, running=running)
+        except QmdError as err:
+            failed.append(err)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    while not (running and pidfile.exists()):
+        time.sleep(0.05)
+    time.sleep(0.5)
+    for process in list(running):
+        kill_group(process)
+    caller.join(10)
+    assert not caller.is_alive() and len(failed) == 1
     pgid = int(pidfile.read_text())
     for _ in range(50):
         if not live_group_members(pgid):
             break
-        await anyio.sleep(0.1)
+        time.sleep(0.1)
     assert live_group_members(pgid) == []
 
 
-async def test_stderr_keeps_its_tail_without_failing(
+def test_stderr_keeps_its_tail_without_failing(
     qmd_bin: str, env: dict[str, str], tmp_path: Path
 ) -> None:
     wrapper = fault_wrapper(
@@ -137,9 +153,7 @@ async def test_stderr_keeps_its_tail_without_failing(
         qmd_bin,
         'i=0; while [ $i -lt 3000 ]; do echo "progress line $i" >&2; i=$((i+1)); done\nexec "$REAL" "$@"',
     )
-    out = await run_qmd(
-        wrapper, ["--version"], env=env, cwd="/", timeout_s=30, max_output_chars=1000
-    )
+    out = run_qmd(wrapper, ["--version"], env=env, cwd="/", timeout_s=30, max_output_chars=1000)
     assert out.stdout.startswith("qmd ")
     assert len(out.stderr) <= 1000
     assert "progress line 2999" in out.stderr

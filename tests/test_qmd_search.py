@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from memoryd.config import ResolvedAgent
@@ -23,7 +22,7 @@ from memoryd.orchestrator import MemoryService
 from memoryd.qmd_adapter import QmdManager
 from qmd_support import NO_CI, fault_wrapper, make_agent, make_manager, require_qmd, write
 
-pytestmark = [pytest.mark.anyio, pytest.mark.qmd]
+pytestmark = [pytest.mark.qmd]
 
 
 def chat(speakers: tuple[str, str], n: int, topic: str) -> list[str]:
@@ -70,16 +69,16 @@ class Shared:
     def agent(self, **settings: Any) -> ResolvedAgent:
         return make_agent(self.ws, **settings)
 
-    async def manager(self, **settings: Any) -> QmdManager:
+    def manager(self, **settings: Any) -> QmdManager:
         mgr = make_manager(self.agent(**settings), self.qmd, self.home)
-        await mgr.start()
+        mgr.start()
         return mgr
 
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Shared:
     s = Shared(tmp_path_factory.mktemp("qmd-search"), require_qmd())
-    anyio.run(s.manager)
+    s.manager()
     return s
 
 
@@ -102,45 +101,45 @@ def paths(results: list[Any]) -> list[str]:
         ("Who owns the zeppelin budget?", "memory/zeppelin.md"),
     ],
 )
-async def test_a_natural_question_finds_its_note(shared: Shared, question: str, first: str) -> None:
-    mgr = await shared.manager()
-    hits = await mgr.search_hits(question)
+def test_a_natural_question_finds_its_note(shared: Shared, question: str, first: str) -> None:
+    mgr = shared.manager()
+    hits = mgr.search_hits(question)
     assert hits and hits[0].path == first, [(h.path, h.snippet[:40]) for h in hits]
 
 
-async def test_a_quoted_phrase_is_searched_as_written(shared: Shared) -> None:
-    mgr = await shared.manager()
+def test_a_quoted_phrase_is_searched_as_written(shared: Shared) -> None:
+    mgr = shared.manager()
     # "green tea" as a phrase: MEMORY.md holds it; "tea that is green" alone would not do
-    hits = await mgr.search_hits('"green tea"')
+    hits = mgr.search_hits('"green tea"')
     assert paths(hits) == ["MEMORY.md"]
-    assert await mgr.search_hits('"tea green"') == []
+    assert mgr.search_hits('"tea green"') == []
 
 
-async def test_a_negated_term_excludes_its_notes(shared: Shared) -> None:
-    mgr = await shared.manager()
-    with_it = paths(await mgr.search_hits("budget"))
+def test_a_negated_term_excludes_its_notes(shared: Shared) -> None:
+    mgr = shared.manager()
+    with_it = paths(mgr.search_hits("budget"))
     assert "memory/zeppelin.md" in with_it and "memory/2026-03-03.md" in with_it
-    without = paths(await mgr.search_hits("budget -zeppelin"))
+    without = paths(mgr.search_hits("budget -zeppelin"))
     assert without == ["memory/2026-03-03.md"]
 
 
-async def test_typed_lines_reach_qmd_as_written(shared: Shared) -> None:
-    mgr = await shared.manager()
-    hits = await mgr.search_hits("lex: girlfriend hiking")
+def test_typed_lines_reach_qmd_as_written(shared: Shared) -> None:
+    mgr = shared.manager()
+    hits = mgr.search_hits("lex: girlfriend hiking")
     assert paths(hits) == ["memory/2026-03-01.md"]
 
 
-async def test_a_question_about_nothing_here_gets_nothing(shared: Shared) -> None:
-    mgr = await shared.manager()
+def test_a_question_about_nothing_here_gets_nothing(shared: Shared) -> None:
+    mgr = shared.manager()
     # one common word (a name every note holds) is not enough to answer
-    assert await mgr.search_hits("Andrew's banana bread recipe with walnuts") == []
+    assert mgr.search_hits("Andrew's banana bread recipe with walnuts") == []
 
 
-async def test_query_mode_without_embeddings_answers_by_keywords_and_says_so(
+def test_query_mode_without_embeddings_answers_by_keywords_and_says_so(
     shared: Shared,
 ) -> None:
-    mgr = await shared.manager(searchMode="query")
-    answer = await mgr.search(SearchRequest("Who owns the zeppelin budget?"))
+    mgr = shared.manager(searchMode="query")
+    answer = mgr.search(SearchRequest("Who owns the zeppelin budget?"))
     assert answer.results[0].path == "memory/zeppelin.md"
     assert answer.model is None and answer.mode == "query"
     assert any("no embeddings" in n for n in answer.notes)
@@ -149,9 +148,9 @@ async def test_query_mode_without_embeddings_answers_by_keywords_and_says_so(
 # ---------------------------------------------------------------- snippets memoryd cuts
 
 
-async def test_windows_are_the_files_lines_exactly(shared: Shared) -> None:
-    mgr = await shared.manager()
-    hits = await mgr.search_hits("What did Andrew and his girlfriend do on the weekend?")
+def test_windows_are_the_files_lines_exactly(shared: Shared) -> None:
+    mgr = shared.manager()
+    hits = mgr.search_hits("What did Andrew and his girlfriend do on the weekend?")
     best, more = hits[0], hits[1]
     lines = (shared.ws / best.path).read_text().splitlines()
     assert len(best.snippet) <= 700
@@ -166,9 +165,7 @@ async def test_windows_are_the_files_lines_exactly(shared: Shared) -> None:
         assert h.snippet.split("\n") == got[h.start_line - 1 : h.end_line], h
 
 
-async def test_an_edit_qmd_has_not_seen_is_found_again_or_dropped(
-    shared: Shared, tmp_path: Path
-) -> None:
+def test_an_edit_qmd_has_not_seen_is_found_again_or_dropped(shared: Shared, tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     note = write(
         ws / "memory" / "2026-04-01.md",
@@ -178,13 +175,13 @@ async def test_an_edit_qmd_has_not_seen_is_found_again_or_dropped(
     text[25] = "Ann: The zebra migration finished on Friday, right on schedule."
     note.write_text("\n".join(text) + "\n")
     mgr = make_manager(make_agent(ws), shared.qmd, tmp_path / "home")
-    await mgr.start()
-    (hit, *_) = await mgr.search_hits("When did the zebra migration finish?")
+    mgr.start()
+    (hit, *_) = mgr.search_hits("When did the zebra migration finish?")
     assert hit.start_line <= 26 <= hit.end_line
 
     # five lines added above it, qmd not told: memoryd finds the line by qmd's text
     note.write_text("\n".join(["# moved", "", "a", "b", "c", *text]) + "\n")
-    (moved, *_) = await mgr.search_hits("When did the zebra migration finish?")
+    (moved, *_) = mgr.search_hits("When did the zebra migration finish?")
     now = note.read_text().splitlines()
     assert moved.start_line <= 31 <= moved.end_line
     assert moved.snippet.split("\n") == now[moved.start_line - 1 : moved.end_line]
@@ -192,11 +189,11 @@ async def test_an_edit_qmd_has_not_seen_is_found_again_or_dropped(
 
     # the line qmd matched is gone: the hit is dropped, not shown from the old numbering
     note.write_text("# 2026-04-01\n\nAnn: Zebra notes moved to another file. Migration later.\n")
-    assert await mgr.search_hits("When did the zebra migration finish?") == []
+    assert mgr.search_hits("When did the zebra migration finish?") == []
     assert mgr.status().dropped_hits == {"stale": 1}
     # once qmd updates, the new text is served as it is
-    await mgr.update(force=True)
-    (fresh,) = await mgr.search_hits("zebra migration")
+    mgr.update(force=True)
+    (fresh,) = mgr.search_hits("zebra migration")
     assert fresh.snippet.endswith("Migration later.") and fresh.start_line == 1
 
 
@@ -215,9 +212,7 @@ FAKE_HITS = [
 ]  # fmt: skip
 
 
-async def test_hits_outside_memorys_rules_never_reach_the_agent(
-    shared: Shared, tmp_path: Path
-) -> None:
+def test_hits_outside_memorys_rules_never_reach_the_agent(shared: Shared, tmp_path: Path) -> None:
     # the traversal names a real file outside the workspace
     write(shared.ws.parent / "outside_secret.md", "TOP SECRET outside zeppelin budget\n")
     canned = tmp_path / "hits.json"
@@ -237,19 +232,19 @@ async def test_hits_outside_memorys_rules_never_reach_the_agent(
             env_overrides=NO_CI,
         ),
     )
-    async with svc:
-        await svc.backend().ensure_qmd_started()  # under a task group it starts in the background
-        out = await svc.memory_search("zeppelin budget")
-        st = await svc.status()
+    with svc:
+        svc.backend().ensure_qmd_started()  # under a task group it starts in the background
+        out = svc.memory_search("zeppelin budget")
+        st = svc.status()
         # the issue holds while qmd has not updated since; the counts stay
         qmd = svc.backend().qmd
         assert isinstance(qmd, QmdManager)
-        await qmd.update(force=True)
-        updated = await svc.status()
+        qmd.update(force=True)
+        updated = svc.status()
         assert not any("would not serve" in i for i in updated["issues"]), updated["issues"]
         assert updated["qmd"]["droppedHits"] == st["qmd"]["droppedHits"]
-        await svc.memory_search("zeppelin budget")  # qmd still names them: true again
-        assert any("would not serve" in i for i in (await svc.status())["issues"])
+        svc.memory_search("zeppelin budget")  # qmd still names them: true again
+        assert any("would not serve" in i for i in (svc.status())["issues"])
     assert out["backend"] == "qmd"
     assert [r["path"] for r in out["results"]] == ["memory/zeppelin.md"]
     # memoryd's window of the file, with the citation footer the built-in index's results get
@@ -267,7 +262,7 @@ async def test_hits_outside_memorys_rules_never_reach_the_agent(
     assert any("would not serve" in i for i in st["issues"]), st["issues"]
 
 
-async def test_a_hard_link_and_a_venv_folder_qmd_indexed_are_not_served(
+def test_a_hard_link_and_a_venv_folder_qmd_indexed_are_not_served(
     shared: Shared, tmp_path: Path
 ) -> None:
     ws = tmp_path / "ws"
@@ -278,9 +273,9 @@ async def test_a_hard_link_and_a_venv_folder_qmd_indexed_are_not_served(
     write(ws / "memory" / "tools" / "pyvenv.cfg", "home = /usr\n")
     write(ws / "memory" / "tools" / "t.md", "narwhal secret inside an unnamed virtualenv\n")
     mgr = make_manager(make_agent(ws), shared.qmd, tmp_path / "home")
-    await mgr.start()
+    mgr.start()
     # the real qmd indexed them all: it follows neither memoryd's skip list nor its link rule
-    raw = await mgr._run(
+    raw = mgr._run(
         ["query", "lex: narwhal", "--json", "-n", "10", "--no-rerank", "-c", "memory-dir-main"],
         30_000,
     )
@@ -289,7 +284,7 @@ async def test_a_hard_link_and_a_venv_folder_qmd_indexed_are_not_served(
         "qmd://memory-dir-main/venv/v.md",
         "qmd://memory-dir-main/tools/t.md",
     }
-    hits = await mgr.search_hits("narwhal")
+    hits = mgr.search_hits("narwhal")
     assert paths(hits) == ["memory/ok.md"]
     assert all("secret" not in h.snippet for h in hits)
     dropped = mgr.status().dropped_hits

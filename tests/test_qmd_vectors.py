@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from memoryd.config import ResolvedAgent
@@ -25,7 +24,7 @@ from qmd_support import (
     seed_workspace,
 )
 
-pytestmark = [pytest.mark.anyio, pytest.mark.qmd]
+pytestmark = [pytest.mark.qmd]
 
 
 class Embedded:
@@ -37,14 +36,14 @@ class Embedded:
     def agent(self, **settings: Any) -> ResolvedAgent:
         return make_agent(self.ws, **({"searchMode": "query", "models": OFFLINE_MODELS} | settings))
 
-    async def manager(self, **kw: Any) -> QmdManager:
+    def manager(self, **kw: Any) -> QmdManager:
         mgr = make_manager(self.agent(**kw.pop("settings", {})), self.qmd, self.home, **kw)
-        await mgr.start()
+        mgr.start()
         return mgr
 
-    async def prepare(self) -> dict[str, Any]:
-        mgr = await self.manager()
-        await mgr.sync(force=True)
+    def prepare(self) -> dict[str, Any]:
+        mgr = self.manager()
+        mgr.sync(force=True)
         return mgr.status().to_dict()
 
 
@@ -53,11 +52,11 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Embedded]:
     qmd = require_qmd()
     require_gguf()
     e = Embedded(tmp_path_factory.mktemp("qmd-vectors"), qmd)
-    e.boot_status = anyio.run(e.prepare)  # type: ignore[attr-defined]
+    e.boot_status = e.prepare()  # type: ignore[attr-defined]
     yield e
 
 
-async def test_sync_embeds_with_the_pinned_offline_model(embedded: Embedded) -> None:
+def test_sync_embeds_with_the_pinned_offline_model(embedded: Embedded) -> None:
     status = embedded.boot_status  # type: ignore[attr-defined]
     assert status["lastUpdateAt"] is not None
     assert status["lastEmbedAt"] is not None, status["lastError"]
@@ -68,15 +67,13 @@ async def test_sync_embeds_with_the_pinned_offline_model(embedded: Embedded) -> 
     )
 
 
-async def test_structured_query_uses_vectors(embedded: Embedded) -> None:
-    mgr = await embedded.manager(rerank=False)
-    hits = await mgr.search_hits(
-        "lex: zeppelin\nvec: when will the airship launch", timeout_ms=60_000
-    )
+def test_structured_query_uses_vectors(embedded: Embedded) -> None:
+    mgr = embedded.manager(rerank=False)
+    hits = mgr.search_hits("lex: zeppelin\nvec: when will the airship launch", timeout_ms=60_000)
     assert hits and hits[0].path == "memory/2026-01-03.md"
     assert "zeppelin" in hits[0].snippet
     # A vector-only query finds documents without any shared keyword.
-    vec_hits = await mgr.search_hits("vec: hot drinks people enjoy", timeout_ms=60_000)
+    vec_hits = mgr.search_hits("vec: hot drinks people enjoy", timeout_ms=60_000)
     assert vec_hits, "vector search returned nothing"
     assert all(0 <= h.score <= 1 for h in vec_hits)
     assert {h.path for h in vec_hits} <= {
@@ -87,33 +84,33 @@ async def test_structured_query_uses_vectors(embedded: Embedded) -> None:
     }
 
 
-async def test_a_question_in_query_mode_needs_only_the_embed_model(embedded: Embedded) -> None:
+def test_a_question_in_query_mode_needs_only_the_embed_model(embedded: Embedded) -> None:
     # memoryd plans the question (a vec: line beside the lex lines): qmd expands nothing, so the
     # generation model it cannot have offline is never asked for
-    mgr = await embedded.manager()
-    answer = await mgr.search("when does the zeppelin launch", max_results=3)
+    mgr = embedded.manager()
+    answer = mgr.search("when does the zeppelin launch", max_results=3)
     assert answer.results and answer.results[0].path == "memory/2026-01-03.md"
     assert answer.model == str(OFFLINE_MODELS["embed"])  # the vector side was used
     assert answer.notes == []
 
 
-async def test_reranking_needs_the_rerank_model_and_fails_cleanly(embedded: Embedded) -> None:
-    mgr = await embedded.manager(rerank=True)
+def test_reranking_needs_the_rerank_model_and_fails_cleanly(embedded: Embedded) -> None:
+    mgr = embedded.manager(rerank=True)
     with pytest.raises(QmdExitError) as info:
-        await mgr.search_hits("lex: zeppelin\nvec: airship launch", timeout_ms=60_000)
+        mgr.search_hits("lex: zeppelin\nvec: airship launch", timeout_ms=60_000)
     assert "No model file found" in info.value.stderr
 
 
-async def test_vsearch_mode_answers_by_vectors_alone(embedded: Embedded) -> None:
-    mgr = await embedded.manager(settings={"searchMode": "vsearch"})
-    answer = await mgr.search("hot drinks people enjoy")
+def test_vsearch_mode_answers_by_vectors_alone(embedded: Embedded) -> None:
+    mgr = embedded.manager(settings={"searchMode": "vsearch"})
+    answer = mgr.search("hot drinks people enjoy")
     # no note shares a word with the question: only the vector line can find these
     assert answer.results, "vector search returned nothing"
     assert answer.model == str(OFFLINE_MODELS["embed"])
     assert mgr.search_mode == "vsearch"
 
 
-async def test_embed_failure_backs_off_without_failing_the_update(tmp_path: Path) -> None:
+def test_embed_failure_backs_off_without_failing_the_update(tmp_path: Path) -> None:
     qmd = require_qmd()
     ws = seed_workspace(tmp_path / "ws")
     clock = [1000.0]
@@ -125,23 +122,23 @@ async def test_embed_failure_backs_off_without_failing_the_update(tmp_path: Path
         tmp_path / "home",
         clock=lambda: clock[0],
     )
-    await mgr.start()
-    assert await mgr.sync(force=True) is True
+    mgr.start()
+    assert mgr.sync(force=True) is True
     status = mgr.status().to_dict()
     assert status["lastUpdateAt"] is not None and status["lastEmbedAt"] is None
     assert status["embedFailures"] == 1 and status["embedRetryInS"] == 60
     assert "embed failed" in (status["lastError"] or "")
-    assert await mgr.embed() is False  # backing off
-    assert await mgr.sync(force=True) is True
+    assert mgr.embed() is False  # backing off
+    assert mgr.sync(force=True) is True
     assert mgr.status().to_dict()["embedFailures"] == 1  # not retried during the backoff
     clock[0] += 61
-    await mgr.sync(force=True)
+    mgr.sync(force=True)
     assert (
         mgr.status().to_dict()["embedFailures"] == 2
         and mgr.status().to_dict()["embedRetryInS"] == 120
     )
     with pytest.raises(QmdExitError):
-        await mgr.embed(force=True)
+        mgr.embed(force=True)
     assert (
         mgr.status().to_dict()["embedFailures"] == 3
         and mgr.status().to_dict()["embedRetryInS"] == 240

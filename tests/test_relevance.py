@@ -245,14 +245,14 @@ def default_index(ws: Path) -> MemoryIndex:
     return MemoryIndex(resolved.index_settings(), select_provider(resolved))
 
 
-async def default_top_path(ws: Path, query: str) -> str | None:
+def default_top_path(ws: Path, query: str) -> str | None:
     """The top result's path for `query` from a freshly synced default index of `ws`."""
     idx = default_index(ws)
     try:
-        await idx.sync()
-        results = (await idx.search(query)).results
+        idx.sync()
+        results = (idx.search(query)).results
     finally:
-        await idx.aclose()
+        idx.close()
     return results[0].path if results else None
 
 
@@ -294,13 +294,12 @@ def index(ws: Path, provider: EmbeddingProvider | None) -> MemoryIndex:
         ("zebras adoption", None),
     ],
 )
-@pytest.mark.anyio
-async def test_off_topic_queries_return_nothing_and_on_topic_ones_the_note(
+def test_off_topic_queries_return_nothing_and_on_topic_ones_the_note(
     notes: Path, provider: EmbeddingProvider | None, query: str, expected: str | None
 ) -> None:
     idx = index(notes, provider)
-    await idx.sync()
-    results = (await idx.search(query)).results
+    idx.sync()
+    results = (idx.search(query)).results
     if expected is None:
         assert results == []
     else:
@@ -308,32 +307,30 @@ async def test_off_topic_queries_return_nothing_and_on_topic_ones_the_note(
         assert results[0].score >= DEFAULT.min_score
 
 
-@pytest.mark.anyio
-async def test_reference_queries_are_embedded_once_and_kept_in_the_index_file(notes: Path) -> None:
+def test_reference_queries_are_embedded_once_and_kept_in_the_index_file(notes: Path) -> None:
     first = CountingQueries()
     idx = index(notes, first)
-    await idx.sync()
-    await idx.search("PgBouncer idle timeout")
-    await idx.search("Miso the cat")
+    idx.sync()
+    idx.search("PgBouncer idle timeout")
+    idx.search("Miso the cat")
     references = sum(len(t) for t in REFERENCE_QUERIES.values())
     assert len(first.texts) == references + 2
-    await idx.aclose()
+    idx.close()
     # a later process (a one-shot CLI search) reads them from the embedding cache
     second = CountingQueries()
     again = index(notes, second)
-    await again.search("PgBouncer idle timeout")
+    again.search("PgBouncer idle timeout")
     assert second.texts == ["PgBouncer idle timeout"]
-    await again.aclose()
+    again.close()
 
 
-@pytest.mark.anyio
-async def test_the_corpus_statistics_follow_writes(notes: Path) -> None:
+def test_the_corpus_statistics_follow_writes(notes: Path) -> None:
     idx = index(notes, HashingEmbedder())
-    await idx.sync()
-    assert (await idx.search("walrus colony")).results == []
+    idx.sync()
+    assert (idx.search("walrus colony")).results == []
     write(notes / "memory" / "walrus.md", "The walrus colony count was 412 this spring.\n")
-    await idx.sync()
-    out = (await idx.search("walrus colony")).results
+    idx.sync()
+    out = (idx.search("walrus colony")).results
     assert out and out[0].path == "memory/walrus.md"
 
 
@@ -351,13 +348,12 @@ def demo(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     "query", ["xyzzy", "banana bread recipe", "quantum chromodynamics lecture notes"]
 )
-@pytest.mark.anyio
-async def test_the_demo_workspace_abstains_on_unrelated_queries(demo: Path, query: str) -> None:
+def test_the_demo_workspace_abstains_on_unrelated_queries(demo: Path, query: str) -> None:
     idx = default_index(demo)
-    await idx.sync()
-    out = await idx.search(query)
+    idx.sync()
+    out = idx.search(query)
     assert out.mode == "hybrid" and out.results == []
-    await idx.aclose()
+    idx.close()
 
 
 @pytest.mark.slow
@@ -369,11 +365,8 @@ async def test_the_demo_workspace_abstains_on_unrelated_queries(demo: Path, quer
         ("which DNS resolver do the VLANs use?", "memory/network.md"),
     ],
 )
-@pytest.mark.anyio
-async def test_the_demo_workspace_answers_real_questions(
-    demo: Path, query: str, expected: str
-) -> None:
-    assert await default_top_path(demo, query) == expected
+def test_the_demo_workspace_answers_real_questions(demo: Path, query: str, expected: str) -> None:
+    assert default_top_path(demo, query) == expected
 
 
 def drop_vectors(idx: MemoryIndex, keep: set[str]) -> None:
@@ -392,17 +385,16 @@ def drop_vectors(idx: MemoryIndex, keep: set[str]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.anyio
-async def test_while_vectors_are_partial_a_vector_only_hit_scores_by_its_own_evidence(
+def test_while_vectors_are_partial_a_vector_only_hit_scores_by_its_own_evidence(
     demo: Path,
 ) -> None:
     # the first search on a fresh demo workspace: its first two files embedded, the webhook
     # note not yet; the embedded Japanese note was the best "vector hit" of the few there are
     idx = default_index(demo)
-    await idx.sync()
+    idx.sync()
     drop_vectors(idx, {"MEMORY.md", "memory/2026-11-20-tokyo.md"})
-    out = await idx.search("when does the old webhook secret stop working?")
-    await idx.aclose()
+    out = idx.search("when does the old webhook secret stop working?")
+    idx.close()
     paths = [r.path for r in out.results]
     assert out.mode == "hybrid" and paths[0] == "memory/2026-11-29.md", paths
     assert "memory/2026-11-20-tokyo.md" not in paths
@@ -469,15 +461,13 @@ def languages(workspace: Path) -> Path:
         ("去新加坡的航班几点起飞？", "memory/2026-05-26.md"),
     ],
 )
-@pytest.mark.anyio
-async def test_a_paraphrase_in_another_language_reaches_the_note(
+def test_a_paraphrase_in_another_language_reaches_the_note(
     languages: Path, query: str, expected: str
 ) -> None:
-    assert await default_top_path(languages, query) == expected
+    assert default_top_path(languages, query) == expected
 
 
-@pytest.mark.anyio
-async def test_the_best_hit_also_brings_the_lines_after_its_window_as_the_next_result(
+def test_the_best_hit_also_brings_the_lines_after_its_window_as_the_next_result(
     workspace: Path,
 ) -> None:
     # A conversation: the turn that names the topic, then the reply a few turns later — past
@@ -498,8 +488,8 @@ async def test_the_best_hit_also_brings_the_lines_after_its_window_as_the_next_r
         workspace, {"provider": "none", "chunking": {"tokens": 400, "overlap": 80}}
     )
     idx = MemoryIndex(keyword_only.index_settings(), select_provider(keyword_only))
-    await idx.sync()
-    results = (await idx.search("what did Caroline think of the LGBTQ support group")).results
+    idx.sync()
+    results = (idx.search("what did Caroline think of the LGBTQ support group")).results
     assert len(results) >= 2
     best, after = results[0], results[1]
     assert (best.path, after.path) == ("memory/2023-05-08.md", "memory/2023-05-08.md")
@@ -507,8 +497,8 @@ async def test_the_best_hit_also_brings_the_lines_after_its_window_as_the_next_r
     assert "counseling" in after.snippet and "counseling" not in best.snippet
     assert all(len(r.snippet) <= MAX_SNIPPET_CHARS for r in results)
     # a caller asking for one result gets one
-    assert len((await idx.search("LGBTQ support group", max_results=1)).results) == 1
-    await idx.aclose()
+    assert len((idx.search("LGBTQ support group", max_results=1)).results) == 1
+    idx.close()
 
 
 def conversation(topic_turn: str, filler: int, reply_turn: str) -> str:
@@ -521,8 +511,7 @@ def conversation(topic_turn: str, filler: int, reply_turn: str) -> str:
     return "\n".join(turns) + "\n"
 
 
-@pytest.mark.anyio
-async def test_the_continuation_goes_on_into_the_next_chunk_when_chunks_are_short(
+def test_the_continuation_goes_on_into_the_next_chunk_when_chunks_are_short(
     workspace: Path,
 ) -> None:
     # 48-token chunks are shorter than a snippet: the best window is its whole chunk, and the
@@ -537,9 +526,9 @@ async def test_the_continuation_goes_on_into_the_next_chunk_when_chunks_are_shor
     )
     short = agent(workspace, {"provider": "none", "chunking": {"tokens": 48, "overlap": 8}})
     idx = MemoryIndex(short.index_settings(), select_provider(short))
-    await idx.sync()
-    results = (await idx.search("what did Caroline think of the LGBTQ support group")).results
-    await idx.aclose()
+    idx.sync()
+    results = (idx.search("what did Caroline think of the LGBTQ support group")).results
+    idx.close()
     best, after = results[0], results[1]
     assert "LGBTQ" in best.snippet and "counseling" not in best.snippet
     assert after.path == best.path and after.start_line == best.end_line + 1
@@ -547,8 +536,7 @@ async def test_the_continuation_goes_on_into_the_next_chunk_when_chunks_are_shor
     assert all(len(r.snippet) <= MAX_SNIPPET_CHARS for r in results)
 
 
-@pytest.mark.anyio
-async def test_no_line_of_a_file_comes_back_twice(workspace: Path) -> None:
+def test_no_line_of_a_file_comes_back_twice(workspace: Path) -> None:
     # overlapping chunks that all match: each line reaches the agent once, under one result
     write(
         workspace / "memory" / "garden.md",
@@ -556,9 +544,9 @@ async def test_no_line_of_a_file_comes_back_twice(workspace: Path) -> None:
     )
     overlapping = agent(workspace, {"provider": "none", "chunking": {"tokens": 64, "overlap": 32}})
     idx = MemoryIndex(overlapping.index_settings(), select_provider(overlapping))
-    await idx.sync()
-    results = (await idx.search("tomato garden water", max_results=8)).results
-    await idx.aclose()
+    idx.sync()
+    results = (idx.search("tomato garden water", max_results=8)).results
+    idx.close()
     assert len(results) >= 4
     lines = [n for r in results for n in range(r.start_line, r.end_line + 1)]
     assert len(lines) == len(set(lines))

@@ -12,7 +12,6 @@ import stat
 import subprocess
 from pathlib import Path
 
-import anyio
 import pytest
 
 from cli_support import run_memoryd
@@ -53,23 +52,20 @@ def test_memory_get_through_the_service_never_serves_a_swapped_in_file(
         )
     )
 
-    async def one() -> str:
-        got = await svc.memory_get("memory/note.md")
+    def one() -> str:
+        got = svc.memory_get("memory/note.md")
         if got.get("disabled"):
             assert got["code"] == "path_not_allowed", got
             return "refused"
         assert "TOP-SECRET" not in got["text"], got
         return "served" if got["text"] == NOTE else "other"
 
-    def call() -> str:
-        return anyio.run(one)
-
     with Swapper("exchange", [(ws / "memory" / "note.md", decoy)]) as swapper:
-        tally = hammer(race_seconds(), call, ())
+        tally = hammer(race_seconds(), one, ())
     assert not tally.unexpected, tally.unexpected[:3]
     assert tally["refused"] > 0 and tally["other"] == 0 and swapper.rounds > 100
-    assert call() == "served"  # refused while the note is renamed in a loop, served after
-    anyio.run(svc.aclose)
+    assert one() == "served"  # refused while the note is renamed in a loop, served after
+    svc.close()
 
 
 def test_sync_never_indexes_a_swapped_in_file(scene: tuple[Path, Path]) -> None:
@@ -78,21 +74,18 @@ def test_sync_never_indexes_a_swapped_in_file(scene: tuple[Path, Path]) -> None:
     decoy.symlink_to(outside)
     idx = index_for(agent_for(ws, {"provider": "none"}), None)
 
-    async def one() -> str:
+    def one() -> str:
         write(ws / "memory" / "churn.md", f"# churn\n\n{os.urandom(4).hex()}\n")
         idx.notify_changed()
-        await idx.sync()
+        idx.sync()
         rows = idx.store.conn.execute("select text from chunks").fetchall()
         assert not any("TOP-SECRET" in r[0] for r in rows)
-        hits = await idx.search(SearchRequest("TOP-SECRET-OUTSIDE-CONTENT"))
+        hits = idx.search(SearchRequest("TOP-SECRET-OUTSIDE-CONTENT"))
         assert not any("TOP-SECRET" in h.snippet for h in hits.results)
         return "synced"
 
-    def call() -> str:
-        return anyio.run(one)
-
     with Swapper("exchange", [(ws / "memory" / "note.md", decoy)]) as swapper:
-        tally = hammer(min(race_seconds(), 3.0), call, ())
+        tally = hammer(min(race_seconds(), 3.0), one, ())
     assert not tally.unexpected, tally.unexpected[:3]
     assert tally["synced"] > 3 and swapper.rounds > 100
     idx.store.close()
@@ -160,11 +153,11 @@ def test_every_corpus_secret_is_redacted_in_the_index_exports_and_results(
     (folder / "s1.jsonl").write_text("\n".join(lines) + "\n")
 
     idx = index_for(qmd_agent, None)
-    anyio.run(idx.sync)
+    idx.sync()
     stored = "\n".join(r[0] for r in idx.store.conn.execute("select text from chunks"))
     hits = []
     for case in SECRET_CASES:
-        answer = anyio.run(idx.search, SearchRequest(case.text[:200], corpus="sessions"))
+        answer = idx.search(SearchRequest(case.text[:200], corpus="sessions"))
         hits.extend(r.snippet for r in answer.results)
     idx.store.close()
     db_bytes = qmd_agent.index_path.read_bytes().decode("utf-8", errors="replace")
@@ -228,11 +221,11 @@ def test_typed_secrets_are_redacted_in_the_index_exports_and_results(
         lines.append({"type": "message", "message": {"role": "user", "content": case.text}})
     (agent.sessions_dir / "s1.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
     idx = index_for(agent, None)
-    anyio.run(idx.sync)
+    idx.sync()
     stored = "\n".join(r[0] for r in idx.store.conn.execute("select text from chunks"))
     hits = []
     for case in cases:
-        answer = anyio.run(idx.search, SearchRequest(case.text[:120], corpus="sessions"))
+        answer = idx.search(SearchRequest(case.text[:120], corpus="sessions"))
         hits.extend(r.snippet for r in answer.results)
     idx.store.close()
 
@@ -269,10 +262,10 @@ def test_note_chunks_are_redacted_before_they_are_stored_when_asked(
         search["redact"] = {"notes": True}
     agent = agent_for(ws, search)
     idx = index_for(agent, None)
-    anyio.run(idx.sync)
+    idx.sync()
     stored = "\n".join(r[0] for r in idx.store.conn.execute("select text from chunks"))
-    hit = anyio.run(idx.search, SearchRequest("staging db password")).results[0].snippet
-    got = anyio.run(idx.get, "MEMORY.md")
+    hit = idx.search(SearchRequest("staging db password")).results[0].snippet
+    got = idx.get("MEMORY.md")
     idx.store.close()
     assert got.text == note  # the note itself is the user's, as written
     if redact_notes:
@@ -289,7 +282,7 @@ def test_turning_note_redaction_on_and_off_rebuilds_the_index(tmp_path: Path) ->
 
     def stored_with(search: dict[str, object]) -> str:
         idx = index_for(agent_for(ws, search), None)
-        anyio.run(idx.sync)
+        idx.sync()
         text = "\n".join(r[0] for r in idx.store.conn.execute("select text from chunks"))
         idx.store.close()
         return text
@@ -305,12 +298,11 @@ def test_get_never_reads_transcripts_or_their_exports(tmp_path: Path) -> None:
     idx = index_for(agent_for(ws, {"provider": "none"}), None)
     for path in ("sessions/s1.jsonl", "qmd/sessions-main/s1.md", "../state/sessions.json"):
         with pytest.raises(PathNotAllowed):
-            anyio.run(idx.get, path, None, None)
+            idx.get(path, None, None)
     idx.store.close()
 
 
-@pytest.mark.anyio
-async def test_a_store_path_in_a_folder_of_the_users_choosing_leaves_that_folder_alone(
+def test_a_store_path_in_a_folder_of_the_users_choosing_leaves_that_folder_alone(
     tmp_path: Path, workspace: Path
 ) -> None:
     # `store.path = "/tmp/memory.sqlite"` (or one in the home folder) once made /tmp 0700:
@@ -323,13 +315,13 @@ async def test_a_store_path_in_a_folder_of_the_users_choosing_leaves_that_folder
     idx = index_for(
         agent_for(workspace, {"provider": "none", "store": {"path": str(shared / "m.sqlite")}})
     )
-    await idx.sync()
-    assert (await idx.search(SearchRequest("deploy"))).results
-    await idx.aclose()
+    idx.sync()
+    assert (idx.search(SearchRequest("deploy"))).results
+    idx.close()
     assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
     assert stat.S_IMODE((shared / "m.sqlite").stat().st_mode) == 0o600
     made = tmp_path / "made" / "for" / "it" / "m.sqlite"
     idx = index_for(agent_for(workspace, {"provider": "none", "store": {"path": str(made)}}))
-    await idx.sync()
-    await idx.aclose()
+    idx.sync()
+    idx.close()
     assert stat.S_IMODE(made.parent.stat().st_mode) == 0o700

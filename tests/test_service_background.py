@@ -4,20 +4,16 @@ chunks in the background, each search waits up to `sync.searchWaitMs` for a shor
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import anyio
-import pytest
-
-from helpers import index_for, write
+from helpers import index_for, within, write
 from memoryd.config import validate_config
 from memoryd.embeddings import HashingEmbedder
 from memoryd.embeddings.base import Matrix
 from memoryd.orchestrator import MemoryService
-
-pytestmark = pytest.mark.anyio
 
 
 class SlowHashing(HashingEmbedder):
@@ -27,9 +23,9 @@ class SlowHashing(HashingEmbedder):
         super().__init__()
         self.seconds_per_chunk = seconds_per_chunk
 
-    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
-        await anyio.sleep(self.seconds_per_chunk * len(texts))
-        return await super().embed_documents(texts)
+    def embed_documents(self, texts: Sequence[str], *, deadline: float | None = None) -> Matrix:
+        time.sleep(self.seconds_per_chunk * len(texts))
+        return super().embed_documents(texts)
 
 
 def notes(ws: Path, n: int) -> None:
@@ -52,51 +48,51 @@ def service(ws: Path, wait_ms: int, **kw: Any) -> tuple[MemoryService, SlowHashi
     return MemoryService(cfg, index_factory=lambda a: index_for(a, provider), **kw), provider
 
 
-async def pending(svc: MemoryService) -> int:
-    return (await svc.status_model()).pending_vectors
+def pending(svc: MemoryService) -> int:
+    return (svc.status_model()).pending_vectors
 
 
-async def test_an_open_service_embeds_pending_chunks_in_the_background(workspace: Path) -> None:
+def test_an_open_service_embeds_pending_chunks_in_the_background(workspace: Path) -> None:
     notes(workspace, 20)
     svc, provider = service(workspace, wait_ms=0)
-    async with svc:
-        first = await svc.search("pelican sighting")
-        assert first.mode == "keyword" and await pending(svc) == 20
-        with anyio.fail_after(30):
-            while await pending(svc):
-                await anyio.sleep(0.05)
-        second = await svc.search("pelican sighting")
+    with svc:
+        first = svc.search("pelican sighting")
+        assert first.mode == "keyword" and pending(svc) == 20
+        with within(30):
+            while pending(svc):
+                time.sleep(0.05)
+        second = svc.search("pelican sighting")
     assert second.mode == "hybrid" and not second.notes
     assert provider.embedded_texts == 20
 
 
-async def test_a_search_waits_up_to_search_wait_ms_for_a_short_backlog(workspace: Path) -> None:
+def test_a_search_waits_up_to_search_wait_ms_for_a_short_backlog(workspace: Path) -> None:
     notes(workspace, 5)
     svc, _ = service(workspace, wait_ms=10_000, background=False)
-    async with svc:
-        answer = await svc.search("pelican sighting")
-        assert await pending(svc) == 0
+    with svc:
+        answer = svc.search("pelican sighting")
+        assert pending(svc) == 0
     assert answer.mode == "hybrid" and not answer.notes
 
 
-async def test_background_false_leaves_the_backlog_to_the_searches(workspace: Path) -> None:
+def test_background_false_leaves_the_backlog_to_the_searches(workspace: Path) -> None:
     notes(workspace, 5)
     svc, provider = service(workspace, wait_ms=0, background=False)
-    async with svc:
-        answer = await svc.search("pelican sighting")
-        await anyio.sleep(1.0)  # time enough for 5 chunks at 0.05 s, had anything started
-        assert await pending(svc) == 5
+    with svc:
+        answer = svc.search("pelican sighting")
+        time.sleep(1.0)  # time enough for 5 chunks at 0.05 s, had anything started
+        assert pending(svc) == 5
     assert answer.mode == "keyword" and provider.embedded_texts == 0
 
 
-async def test_closing_the_service_stops_its_background_work(workspace: Path) -> None:
+def test_closing_the_service_stops_its_background_work(workspace: Path) -> None:
     notes(workspace, 40)
     svc, provider = service(workspace, wait_ms=0)
-    async with svc:
-        await svc.search("pelican sighting")
-        with anyio.fail_after(30):
+    with svc:
+        svc.search("pelican sighting")
+        with within(30):
             while provider.embedded_texts == 0:
-                await anyio.sleep(0.02)
+                time.sleep(0.02)
     done = provider.embedded_texts
-    await anyio.sleep(0.5)
+    time.sleep(0.5)
     assert done == provider.embedded_texts < 40  # nothing embeds once the block has ended

@@ -13,14 +13,14 @@ from memoryd.core.ranking import REFERENCE_QUERIES
 from memoryd.embeddings import shipped
 from memoryd.embeddings.local import LocalE5Provider
 
-pytestmark = [pytest.mark.slow, pytest.mark.anyio]
+pytestmark = [pytest.mark.slow]
 
 
 def reference_texts() -> list[str]:
     return [text for texts in REFERENCE_QUERIES.values() for text in texts]
 
 
-async def test_the_shipped_vectors_are_what_the_default_model_computes_now() -> None:
+def test_the_shipped_vectors_are_what_the_default_model_computes_now() -> None:
     provider = LocalE5Provider()
     ship = shipped.shipped_vectors(provider.id, provider.fingerprint())
     texts = reference_texts()
@@ -28,7 +28,7 @@ async def test_the_shipped_vectors_are_what_the_default_model_computes_now() -> 
         "REFERENCE_QUERIES or the default model changed: run scripts/ship-reference-vectors"
     )
     for text in texts:
-        fresh = np.asarray(await provider.embed_query(text), dtype=np.float32)
+        fresh = np.asarray(provider.embed_query(text), dtype=np.float32)
         cosine = float(fresh @ ship[shipped.reference_key(text)])
         # the engine that computed them computes them again; a stale vector, of another text
         # or model, is nowhere near (another query: < 0.95)
@@ -51,18 +51,18 @@ class CountingProvider(LocalE5Provider):
         super().__init__()
         self.queries: list[str] = []
 
-    async def embed_query(self, text: str) -> Any:
+    def embed_query(self, text: str) -> Any:
         self.queries.append(text)
-        return await super().embed_query(text)
+        return super().embed_query(text)
 
 
-async def test_a_new_index_embeds_only_the_query_on_its_first_search(tmp_path: Path) -> None:
+def test_a_new_index_embeds_only_the_query_on_its_first_search(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     write(ws / "MEMORY.md", "# Memory\n- The pgbouncer timeout stays at 30 seconds.\n")
     provider = CountingProvider()
     idx = index_for(agent_for(ws), provider)
-    await idx.sync()
-    out = await idx.search("what is the pgbouncer timeout")
-    await idx.aclose()
+    idx.sync()
+    out = idx.search("what is the pgbouncer timeout")
+    idx.close()
     assert out.results and out.results[0].path == "MEMORY.md"
     assert provider.queries == ["what is the pgbouncer timeout"]

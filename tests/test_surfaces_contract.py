@@ -188,9 +188,8 @@ def test_cli(world: dict[str, Any], tool: str, args: dict[str, Any], cli: Any, c
         assert json.loads(out.stdout)["code"] == code, (forwarded, out.stdout)
 
 
-@pytest.mark.anyio
 @pytest.mark.parametrize(("tool", "args", "cli", "code"), CASES, ids=IDS)
-async def test_python_api(
+def test_python_api(
     world: dict[str, Any], tool: str, args: dict[str, Any], cli: Any, code: str
 ) -> None:
     from memoryd.errors import InvalidInput
@@ -215,11 +214,11 @@ async def test_python_api(
             assert code == err.code
             return
         if tool == "memory_search":
-            got = await svc.memory_search(
+            got = svc.memory_search(
                 parsed.query, max_results=parsed.max_results, min_score=parsed.min_score
             )  # type: ignore[attr-defined]
         else:
-            got = await svc.memory_get(parsed.path, from_line=parsed.from_line, lines=parsed.lines)  # type: ignore[attr-defined]
+            got = svc.memory_get(parsed.path, from_line=parsed.from_line, lines=parsed.lines)  # type: ignore[attr-defined]
         assert got["code"] == code
     finally:
-        await svc.aclose()
+        svc.close()

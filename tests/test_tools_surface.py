@@ -20,8 +20,6 @@ from memoryd.mcp_server import build_server
 from memoryd.orchestrator import MemoryService
 from memoryd.server import ping, request, socket_path
 
-pytestmark = pytest.mark.anyio
-
 
 @pytest.fixture
 def ws(workspace: Path) -> Path:
@@ -48,6 +46,7 @@ def structured(result: Any) -> dict[str, Any]:
     return data  # type: ignore[no-any-return]
 
 
+@pytest.mark.anyio
 async def test_mcp_tools_in_a_real_client_session(ws: Path) -> None:
     svc = service(ws)
     async with Client(build_server(svc)) as client:
@@ -84,9 +83,10 @@ async def test_mcp_tools_in_a_real_client_session(ws: Path) -> None:
         }
         st = structured(await client.call_tool("memory_status", {}))
         assert st["backend"] == "builtin" and st["files"] == 2
-    await svc.aclose()
+    svc.close()
 
 
+@pytest.mark.anyio
 async def test_serve_answers_on_the_socket_and_stops_cleanly(ws: Path) -> None:
     from memoryd.server import serve
 
@@ -144,14 +144,14 @@ def test_cli_forwards_to_a_running_server_and_sigterm_shuts_it_down(
     assert not socket_path().exists()
 
 
-async def test_warm_builtin(ws: Path) -> None:
+def test_warm_builtin(ws: Path) -> None:
     from memoryd.orchestrator.warm import warm
 
     steps: list[tuple[str, bool, str]] = []
     svc = service(ws)
-    assert await warm(svc, None, lambda s, ok, d: steps.append((s, ok, d)))
+    assert warm(svc, None, lambda s, ok, d: steps.append((s, ok, d)))
     assert [s for s, ok, _ in steps if ok] == ["built-in index", "embedding model loaded"]
-    await svc.aclose()
+    svc.close()
 
 
 def test_warm_cli_fails_with_a_clear_message_when_qmd_is_missing(ws: Path, tmp_path: Path) -> None:
@@ -166,6 +166,7 @@ def test_warm_cli_fails_with_a_clear_message_when_qmd_is_missing(ws: Path, tmp_p
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.anyio
 async def test_lifecycle_tools_over_mcp(ws: Path) -> None:
     svc = service(ws)
     async with Client(build_server(svc)) as client:
@@ -209,7 +210,7 @@ async def test_lifecycle_tools_over_mcp(ws: Path) -> None:
         )
         assert first["run"] is True and "NO_REPLY" in first["prompt"]
         assert again["run"] is False and again["reason"] == "already_flushed"
-    await svc.aclose()
+    svc.close()
 
 
 def test_lifecycle_cli(ws: Path, tmp_path: Path) -> None:
@@ -229,16 +230,16 @@ def test_lifecycle_cli(ws: Path, tmp_path: Path) -> None:
     assert empty.returncode == 2 and empty.stderr.startswith("memoryd: error:")
 
 
-async def test_status_is_a_typed_model(ws: Path) -> None:
+def test_status_is_a_typed_model(ws: Path) -> None:
     from memoryd.orchestrator import MemoryStatus
 
     svc = service(ws)
-    await svc.memory_search("deploy")
-    st = await svc.status_model()
+    svc.memory_search("deploy")
+    st = svc.status_model()
     assert isinstance(st, MemoryStatus)
     assert st.backend == "builtin" and st.requested_backend == "builtin" and st.fallback is None
     assert st.builtin is not None and st.builtin.vector.engine in ("sqlite-vec", "numpy")
     assert st.builtin.fts.available and st.files == 2
     as_json = st.to_dict()
     assert as_json["requestedBackend"] == "builtin" and as_json["workspaceDir"] == str(ws.resolve())
-    await svc.aclose()
+    svc.close()

@@ -4,8 +4,8 @@ The public API::
 
     from memoryd import MemoryService, load_config
 
-    async with MemoryService(load_config(), workspace="~/agent") as memory:
-        answer = await memory.search("when does the old webhook secret stop working?")
+    with MemoryService(load_config(), workspace="~/agent") as memory:
+        answer = memory.search("when does the old webhook secret stop working?")
 
 `MemoryService` answers searches (`SearchOutput`, a list of `SearchResult`), reads, appends and
 status for every configured agent; `load_config` reads the TOML or OpenClaw config. Every

@@ -8,10 +8,17 @@ something slow takes the stop event along, so a close never waits for it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:  # the event loop's side is loaded by `serve` and MCP only
+    import anyio
+
+T = TypeVar("T")
 
 log = logging.getLogger("memoryd")
 
@@ -59,3 +66,36 @@ class Background:
         for thread in threads:
             if thread is not threading.current_thread():
                 thread.join(max(0.0, until - time.monotonic()))
+
+
+async def run_blocking(fn: Callable[[], T], limiter: anyio.CapacityLimiter) -> T:
+    """`fn()` on a daemon thread of its own, awaited from the event loop of `serve` or MCP,
+    at most `limiter`'s number at once.
+
+    Cancelling the caller stops the wait, not `fn`: a shutdown never waits for a request in
+    flight, and the thread, a daemon, does not hold the process's exit either (anyio's own
+    worker threads would).
+    """
+    import anyio
+    import anyio.from_thread
+    import anyio.lowlevel
+
+    async with limiter:
+        done = anyio.Event()
+        token = anyio.lowlevel.current_token()
+        outcome: list[Any] = []
+
+        def run() -> None:
+            try:
+                outcome.append((True, fn()))
+            except BaseException as err:  # handed to the awaiting task
+                outcome.append((False, err))
+            with contextlib.suppress(anyio.RunFinishedError):
+                anyio.from_thread.run_sync(done.set, token=token)
+
+        threading.Thread(target=run, name="memoryd-request", daemon=True).start()
+        await done.wait()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]

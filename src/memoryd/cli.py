@@ -10,21 +10,16 @@ input (a bad flag, an out-of-range value, a bad agent id — codes `invalid_inpu
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
-if TYPE_CHECKING:
-    import anyio
-else:  # loaded on first use: a one-off command run by `memoryd.inline` never touches it
-    from .lazy import anyio
-
-
-from . import __version__, inline
+from . import __version__
 from .core.text import visible_controls
 from .errors import InvalidInput, MemorydError, UnknownAgent, error_from_code
 
@@ -32,9 +27,6 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 #: failures caused by what the caller typed, not by memory: exit status 2, like argparse's
 USAGE_CODES = frozenset({"invalid_input", "invalid_agent_id", "path_not_allowed"})
-#: A one-off search starts its query's embedding as soon as its config is read
-#: (`_prefetch_search`); bench_cold_cli.py times it against the code before.
-EARLY_QUERY_PREFETCH = True
 
 _FORWARDS = (
     "While `memoryd serve` runs for the same config, agent and workspace, this command is "
@@ -478,65 +470,21 @@ def _raise(out: dict[str, Any]) -> None:
     raise error_from_code(out.get("code"), str(out.get("error")))
 
 
-def _service(args: argparse.Namespace, prefetch: str | None = None, **kw: Any) -> Any:
-    """The service for this command; `prefetch`: a search's query, whose embedding starts
-    before the service's and the index's modules load (`engines.prefetch_search_query`)."""
+def _service(args: argparse.Namespace, *, one_off: bool = True) -> Any:
+    """The service for this command (`one_off`: it answers once and the process exits)."""
     # imported here: a search forwarded to `memoryd serve` never pays for config, numpy or SQLite
     from .config_files import load_config
-
-    config = load_config(args.config)
-    if prefetch is not None and EARLY_QUERY_PREFETCH:
-        _prefetch_search(config, args, prefetch)
     from .orchestrator import MemoryService
 
+    config = load_config(args.config)
     # a one-off command: each search catches the index up itself (`serve` starts its own work)
-    svc = MemoryService(config, workspace=args.workspace, background=False, **kw)
-    if inline.active():
-        inline.require(*_loop_free(svc, args.agent, args.command))
-    return svc
-
-
-def _prefetch_search(config: Any, args: argparse.Namespace, query: str) -> None:
-    """Start the search's query embedding now, for the agent the service will resolve: only
-    for valid input (the service rejects the rest, and nothing is embedded for it)."""
-    from .config import resolve_agent
-    from .core.engine import check_search_input
-    from .orchestrator.engines import prefetch_search_query
-
-    try:
-        text = check_search_input(query, args.max_results, args.min_score)
-        agent = resolve_agent(config, args.agent, workspace=args.workspace)
-    except MemorydError:
-        return  # the service reports it, as without this
-    prefetch_search_query(agent, text)
-
-
-def _loop_free(svc: Any, agent_id: str | None, command: str) -> tuple[bool, str]:
-    """Whether this agent's command is one `memoryd.inline` has been proven to run
-    (`tests/test_inline.py`): `context` reads files only, `append` writes one; `get` reads
-    files by the built-in index's roots; `search` needs the built-in index on SQLite (and,
-    checked when the index is built, an embedding provider that `runs_inline`: none, or the
-    local model)."""
-    try:
-        agent = svc.agent(agent_id)
-    except MemorydError:
-        return True, ""  # the command reports it, the same way in either mode
-    if command in ("context", "append"):
-        return True, ""  # files only: no engine is started
-    ms = agent.memory_search
-    if agent.memory.backend != "builtin":
-        return False, "the qmd backend runs on an event loop"
-    if command == "get":
-        return True, ""
-    if ms.store.driver != "sqlite":
-        return False, "the PostgreSQL store runs on an event loop"
-    return True, ""
+    return MemoryService(config, workspace=args.workspace, background=False, one_off=one_off)
 
 
 # ----------------------------------------------------------------------------- commands
 
 
-async def _cmd_search(args: argparse.Namespace) -> int:
+def _cmd_search(args: argparse.Namespace) -> int:
     if args.query == "-":  # as `append -`: the query from stdin
         args.query = sys.stdin.read().strip()
     out = _forward(
@@ -551,8 +499,8 @@ async def _cmd_search(args: argparse.Namespace) -> int:
         },
     )
     if out is None:  # the service validates with the same bounds as the tool contract
-        async with _service(args, prefetch=args.query) as svc:
-            out = await svc.memory_search(
+        with _service(args) as svc:
+            out = svc.memory_search(
                 args.query,
                 agent_id=args.agent,
                 session_key=args.session_key,
@@ -610,13 +558,13 @@ def _mode_label(out: dict[str, Any]) -> str:
     return f"{mode} mode" if out.get("backend") == "qmd" else f"{mode} search"
 
 
-async def _cmd_get(args: argparse.Namespace) -> int:
+def _cmd_get(args: argparse.Namespace) -> int:
     out = _forward(
         args, {"op": "get", "path": args.path, "from": args.from_line, "lines": args.lines}
     )
     if out is None:
-        async with _service(args) as svc:
-            out = await svc.memory_get(
+        with _service(args) as svc:
+            out = svc.memory_get(
                 args.path, from_line=args.from_line, lines=args.lines, agent_id=args.agent
             )
     if args.json:
@@ -634,13 +582,13 @@ async def _cmd_get(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _cmd_status(args: argparse.Namespace) -> int:
+def _cmd_status(args: argparse.Namespace) -> int:
     st = None if args.deep else _forward(args, {"op": "status"})
     if st is not None and st.get("disabled"):
         _raise(st)
     if st is None:
-        async with _service(args) as svc:
-            st = await svc.status(args.agent, deep=args.deep)
+        with _service(args) as svc:
+            st = svc.status(args.agent, deep=args.deep)
     if args.json:
         _print_json(st)
         return 0
@@ -769,21 +717,21 @@ def _check_line(check: dict[str, Any]) -> str:
     return line + took
 
 
-async def _cmd_index(args: argparse.Namespace) -> int:
+def _cmd_index(args: argparse.Namespace) -> int:
     from .progress import ProgressReporter
 
-    async with _service(args) as svc:
+    with _service(args) as svc:
         b = svc.backend(args.agent)
         qmd_done = None
         if b.qmd is not None:
-            await b.ensure_qmd_started()
-            await b.qmd.sync(force=True)
+            b.ensure_qmd_started()
+            b.qmd.sync(force=True)
             qmd_done = b.qmd.status()
         idx = b.index
         report = None
         if idx is not None:
             with ProgressReporter() as progress:
-                report = await idx.sync(force=args.force, progress=progress)
+                report = idx.sync(force=args.force, progress=progress)
             st = idx.status()
     out: dict[str, Any] = {}
     if report is not None:
@@ -845,9 +793,9 @@ def _skipped_line(path: str, reason: str, detail: str) -> str:
     return visible_controls(f"{path} ({_SKIP_REASONS.get(reason, reason)}: {detail})")
 
 
-async def _cmd_context(args: argparse.Namespace) -> int:
-    async with _service(args) as svc:
-        out = await svc.context(agent_id=args.agent, session_key=args.session_key)
+def _cmd_context(args: argparse.Namespace) -> int:
+    with _service(args) as svc:
+        out = svc.context(agent_id=args.agent, session_key=args.session_key)
     if out.get("disabled"):
         _raise(out)
     if args.json:
@@ -859,12 +807,12 @@ async def _cmd_context(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _cmd_append(args: argparse.Namespace) -> int:
+def _cmd_append(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
     # argparse holds `--target` to the contract's choices and `append_memory` checks the text
     # (empty, NUL, 64 KiB) with the contract's messages: no tool-input model (pydantic, ~0.2 s)
-    async with _service(args) as svc:
-        out = await svc.append(args.target, text, agent_id=args.agent)
+    with _service(args) as svc:
+        out = svc.append(args.target, text, agent_id=args.agent)
     if out.get("disabled"):
         _raise(out)
     if args.json:
@@ -877,7 +825,7 @@ async def _cmd_append(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _cmd_flush_check(args: argparse.Namespace) -> int:
+def _cmd_flush_check(args: argparse.Namespace) -> int:
     _validate(
         "memory_flush_check",
         tokenEstimate=args.tokens,
@@ -886,8 +834,8 @@ async def _cmd_flush_check(args: argparse.Namespace) -> int:
         sessionKey=args.session_key,
         sessionId=args.session_id,
     )
-    async with _service(args) as svc:
-        out = await svc.flush_check(
+    with _service(args) as svc:
+        out = svc.flush_check(
             session_key=args.session_key,
             token_estimate=args.tokens,
             context_window=args.context_window,
@@ -909,7 +857,7 @@ async def _cmd_flush_check(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _cmd_warm(args: argparse.Namespace) -> int:
+def _cmd_warm(args: argparse.Namespace) -> int:
     from .orchestrator.warm import warm
 
     steps: list[dict[str, Any]] = []
@@ -920,8 +868,8 @@ async def _cmd_warm(args: argparse.Namespace) -> int:
             mark = "ok " if ok else "FAIL"
             print(visible_controls(f"[{mark}] {step}" + (f": {detail}" if detail else "")))
 
-    async with _service(args) as svc:
-        ok = await warm(svc, args.agent, say)
+    with _service(args) as svc:
+        ok = warm(svc, args.agent, say)
     if args.json:
         _print_json({"ok": ok, "steps": steps})
     if not ok:
@@ -932,22 +880,24 @@ async def _cmd_warm(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _cmd_serve(args: argparse.Namespace) -> int:
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import anyio
+
     from .paths import config_file
     from .server import serve, socket_path
 
-    svc = _service(args)
+    svc = _service(args, one_off=False)
     ids = svc.agent_ids()
     # resolve now: a bad workspace or agent id fails before listening
     served = [svc.agent(aid) for aid in ids]
     agents = "; ".join(f"{a.agent_id} ({a.memory.backend}, {a.workspace})" for a in served)
     print(f"memoryd serve: socket {socket_path()}; agents: {agents}", file=sys.stderr)
-    await serve(svc, config_path=config_file(args.config))
+    anyio.run(functools.partial(serve, svc, config_path=config_file(args.config)))
     print("memoryd serve: stopped", file=sys.stderr)
     return 0
 
 
-async def _cmd_mcp(args: argparse.Namespace) -> int:
+def _cmd_mcp(args: argparse.Namespace) -> int:
     from .config import resolve_agent
     from .config_files import load_config
 
@@ -963,6 +913,8 @@ async def _cmd_mcp(args: argparse.Namespace) -> int:
     # (and before the MCP SDK loads: its import alone takes most of a second)
     cfg = load_config(args.config)
     agent = resolve_agent(cfg, args.agent, workspace=args.workspace)
+    import anyio
+
     from . import mcp_server
 
     def service() -> Any:
@@ -972,10 +924,11 @@ async def _cmd_mcp(args: argparse.Namespace) -> int:
         return MemoryService(cfg, workspace=args.workspace)
 
     if args.http is None:
-        await mcp_server.serve_stdio(service, agent_id=agent.agent_id)
+        anyio.run(functools.partial(mcp_server.serve_stdio, service, agent_id=agent.agent_id))
     else:
         host, port = args.http
-        await mcp_server.serve_http(
+        serve_http = functools.partial(
+            mcp_server.serve_http,
             service,
             host=host,
             port=port,
@@ -988,6 +941,7 @@ async def _cmd_mcp(args: argparse.Namespace) -> int:
             session_idle_s=args.session_idle,
             max_sessions=args.max_sessions,
         )
+        anyio.run(serve_http)
     return 0
 
 
@@ -1039,17 +993,6 @@ COMMANDS = {
 }
 
 
-#: Commands that run without an event loop when the configuration allows (`memoryd.inline`):
-#: a one-off search, read or session context of the built-in index, and an append.
-INLINE_COMMANDS = frozenset({"search", "get", "context", "append"})
-#: Of those, the ones that write: never run a second time on a loop once they have started.
-WRITING_COMMANDS = frozenset({"append"})
-
-
-#: Commands whose process lives on after the first answer; every other one is a one-off.
-LONG_LIVED_COMMANDS = frozenset({"serve", "mcp"})
-
-
 def _check_new_agent(args: argparse.Namespace) -> None:
     """`--agent ID` that no config lists and no earlier run used: refused without `--create`,
     so that a mistyped id does not silently build (and embed) a whole new index."""
@@ -1070,28 +1013,9 @@ def _check_new_agent(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.command == "pg-local":  # no service and no event loop: it waits for a signal
-        return _cmd_pg_local(args)
-    _check_new_agent(args)
-    if args.command in LONG_LIVED_COMMANDS:
-        return anyio.run(COMMANDS[args.command], args)
-    with inline.one_off_process():
-        return _run_one_off(args)
-
-
-def _run_one_off(args: argparse.Namespace) -> int:
-    command = COMMANDS[args.command]
-    if args.command in INLINE_COMMANDS and not os.environ.get("MEMORYD_NO_INLINE"):
-        try:
-            return inline.run(command, args)
-        except inline.NeedsEventLoop as why:
-            if why.midway and args.command in WRITING_COMMANDS:
-                raise MemorydError(
-                    f"{args.command} stopped part-way ({why}): check the memory file before "
-                    "running it again, or set MEMORYD_NO_INLINE=1"
-                ) from None
-            logging.getLogger("memoryd").info("%s; running on an event loop", why)
-    return anyio.run(command, args)
+    if args.command != "pg-local":  # pg-local needs no service: it waits for a signal
+        _check_new_agent(args)
+    return COMMANDS[args.command](args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import hashlib
 import hmac
 import io
@@ -52,6 +53,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from . import __version__, paths
+from .background import Background, run_blocking
 from .errors import ConfigError, InvalidInput, MemorydError, StateError, error_code
 from .fsio import create_private_once, private_dir, read_private
 from .tools import (
@@ -68,6 +70,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memoryd.mcp")
 
+#: Tool calls answered at once: each holds a worker thread while the service blocks.
+WORKERS = 16
+
 INSTRUCTIONS = (
     "Long-term memory for this agent. Call memory_search before answering questions about prior "
     "work, decisions, people, preferences or dates; then memory_get to read more lines of a hit."
@@ -81,7 +86,8 @@ class _ServiceHandle:
 
     Given a factory, the service is built in a worker thread on first need (its imports pull
     numpy and SQLite). Once `attach`ed to a task group, `warm_soon` starts it (qmd, timers, the
-    first index sync) in the background, and tool calls wait for that start to finish.
+    first index sync) in the background, and tool calls wait for that start to finish. The
+    service blocks: every call into it runs on a worker thread, at most `WORKERS` at once.
     """
 
     def __init__(
@@ -94,6 +100,7 @@ class _ServiceHandle:
         else:
             self._factory, self._service = None, service
         self._lock = anyio.Lock()
+        self.workers = anyio.CapacityLimiter(WORKERS)
         self._tg: TaskGroup | None = None
         self._warm_started = False
         self._warmed = anyio.Event()
@@ -122,7 +129,8 @@ class _ServiceHandle:
         try:
             svc = await self.service()
             assert self._tg is not None
-            await svc.start(self._tg, [svc.agent(self.agent_id).agent_id])
+            agents = [svc.agent(self.agent_id).agent_id]
+            await anyio.to_thread.run_sync(svc.start, Background(), agents, limiter=self.workers)
             log.info("memory service started in %.2fs", time.perf_counter() - started)
         except Exception:
             # a tool call then reports the failure as its result; the server keeps serving
@@ -139,15 +147,16 @@ class _ServiceHandle:
 
     async def aclose(self) -> None:
         if self._service is not None:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await self._service.aclose()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await anyio.to_thread.run_sync(self._service.close)
 
 
 # ----------------------------------------------------------------------------- tools
 
 
 async def _dispatch(handle: _ServiceHandle, args: ToolInput) -> dict[str, Any]:
-    return await call_tool(await handle.ready(), args, agent_id=handle.agent_id)
+    call = functools.partial(call_tool, await handle.ready(), args, agent_id=handle.agent_id)
+    return await run_blocking(call, handle.workers)
 
 
 def _result(data: dict[str, Any]) -> types.CallToolResult:

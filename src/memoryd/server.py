@@ -29,15 +29,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-if TYPE_CHECKING:
-    import anyio
-else:  # loaded on first use: a one-off command run by `memoryd.inline` never touches it
-    from .lazy import anyio
-
-
 from . import paths
 
 if TYPE_CHECKING:  # the CLI imports this module to forward requests: keep it light
+    import anyio
     from anyio.abc import SocketStream
 
     from .orchestrator import MemoryService
@@ -139,11 +134,17 @@ def _shape_error(req: dict[str, Any]) -> str | None:
 
 
 async def _handle(
-    service: MemoryService, stream: SocketStream, ident: dict[str, Any], idle_s: float
+    service: MemoryService,
+    stream: SocketStream,
+    ident: dict[str, Any],
+    idle_s: float,
+    workers: anyio.CapacityLimiter,
 ) -> None:
+    import anyio
+
     async with stream:
         try:
-            resp = await _answer(service, stream, ident, idle_s)
+            resp = await _answer(service, stream, ident, idle_s, workers)
         except Exception as err:  # one request must never take the listener down
             log.exception("serve: request failed")
             resp = _error(f"internal error: {type(err).__name__}", "internal_error")
@@ -154,8 +155,14 @@ async def _handle(
 
 
 async def _answer(
-    service: MemoryService, stream: SocketStream, ident: dict[str, Any], idle_s: float
+    service: MemoryService,
+    stream: SocketStream,
+    ident: dict[str, Any],
+    idle_s: float,
+    workers: anyio.CapacityLimiter,
 ) -> dict[str, Any] | None:
+    import anyio
+
     buf = b""
     with anyio.move_on_after(idle_s) as scope:
         while b"\n" not in buf and len(buf) <= MAX_REQUEST:
@@ -175,7 +182,7 @@ async def _answer(
         return _error("request is not one line of JSON", "invalid_input")
     if not isinstance(req, dict):
         return _error("request must be a JSON object", "invalid_input")
-    return await dispatch(service, req, ident)
+    return await dispatch(service, req, ident, workers)
 
 
 def _served(service: MemoryService, req: dict[str, Any], ident: dict[str, Any]) -> str | None:
@@ -216,9 +223,17 @@ _ENVELOPE = ("op", "agent", "identity")
 
 
 async def dispatch(
-    service: MemoryService, req: dict[str, Any], ident: dict[str, Any]
+    service: MemoryService,
+    req: dict[str, Any],
+    ident: dict[str, Any],
+    limiter: anyio.CapacityLimiter,
 ) -> dict[str, Any]:
-    """Answer one request: `{op, agent?, identity, …tool arguments}` (see `memoryd.tools`)."""
+    """Answer one request: `{op, agent?, identity, …tool arguments}` (see `memoryd.tools`).
+
+    The service blocks (SQLite, files, the model, qmd): it runs on a worker thread, at most
+    `limiter`'s number at once.
+    """
+    from .background import run_blocking
     from .errors import InvalidAgentId, InvalidInput, MemorydError, error_code
     from .paths import validate_agent_id
     from .tools import MemoryStatusInput, call_tool, validate_tool_input
@@ -244,12 +259,16 @@ async def dispatch(
     why = _served(service, req, ident)
     if why is not None:
         return _error(f"not served here: {why}", NOT_SERVED)
-    try:
+
+    def answer() -> dict[str, Any]:
         if isinstance(args, MemoryStatusInput):
-            st = await service.status(agent)
+            st = service.status(agent)
             st["servedBy"] = f"serve (pid {os.getpid()})"
             return st
-        return await call_tool(service, args, agent_id=agent)
+        return call_tool(service, args, agent_id=agent)
+
+    try:
+        return await run_blocking(answer, limiter)
     except MemorydError as err:
         return _error(str(err), error_code(err))
 
@@ -265,9 +284,11 @@ async def serve(
 ) -> None:
     """Run until SIGINT/SIGTERM (or cancellation); then stop timers and kill qmd children.
 
-    `idle_timeout_s` bounds how long a connection may take to send its request line (then it
-    gets an error line and is closed); beyond `max_connections` at once, a connection is answered
-    `server_busy` and closed. Unset, both come from `limits_from_env()`.
+    The event loop accepts connections; each request runs on a worker thread (`dispatch`).
+
+        `idle_timeout_s` bounds how long a connection may take to send its request line (then it
+        gets an error line and is closed); beyond `max_connections` at once, a connection is answered
+        `server_busy` and closed. Unset, both come from `limits_from_env()`.
     """
     env_idle, env_cap = limits_from_env()
     idle_s = env_idle if idle_timeout_s is None else idle_timeout_s
@@ -282,10 +303,15 @@ async def serve(
 
             raise MemorydError(f"another memoryd serve is already running on {sock}")
         sock.unlink()
+    import anyio
+
+    from .background import Background
+
     ident = {"config": config_identity(config_path)}
     listener = await anyio.create_unix_listener(sock)
     os.chmod(sock, 0o600)
     limiter = anyio.CapacityLimiter(cap)
+    workers = anyio.CapacityLimiter(cap)
 
     async def handle(stream: SocketStream) -> None:
         try:
@@ -298,7 +324,7 @@ async def serve(
             await stream.aclose()
             return
         try:
-            await _handle(service, stream, ident, idle_s)
+            await _handle(service, stream, ident, idle_s, workers)
         finally:
             limiter.release()
 
@@ -319,12 +345,12 @@ async def serve(
                     await listener.serve(handle)
 
             tg.start_soon(accept)
-            await service.start(tg)
+            await anyio.to_thread.run_sync(service.start, Background())
             if ready is not None:
                 ready.set()
     finally:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            await service.aclose()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            await anyio.to_thread.run_sync(service.close)
         with contextlib.suppress(FileNotFoundError):
             sock.unlink()
 

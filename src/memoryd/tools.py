@@ -398,7 +398,7 @@ def tools_help() -> str:
 class ToolService(Protocol):
     """What `call_tool` needs of the service (`orchestrator.MemoryService` is one)."""
 
-    async def memory_search(
+    def memory_search(
         self,
         query: str,
         *,
@@ -409,7 +409,7 @@ class ToolService(Protocol):
         corpus: Corpus = ...,
     ) -> dict[str, Any]: ...
 
-    async def memory_get(
+    def memory_get(
         self,
         path: str,
         *,
@@ -418,15 +418,13 @@ class ToolService(Protocol):
         agent_id: str | None = ...,
     ) -> dict[str, Any]: ...
 
-    async def append(
-        self, target: str, text: str, *, agent_id: str | None = ...
-    ) -> dict[str, Any]: ...
+    def append(self, target: str, text: str, *, agent_id: str | None = ...) -> dict[str, Any]: ...
 
-    async def context(
+    def context(
         self, *, agent_id: str | None = ..., session_key: str | None = ...
     ) -> dict[str, Any]: ...
 
-    async def flush_check(
+    def flush_check(
         self,
         *,
         session_key: str | None,
@@ -437,15 +435,13 @@ class ToolService(Protocol):
         agent_id: str | None = ...,
     ) -> dict[str, Any]: ...
 
-    async def status(self, agent_id: str | None = ...) -> dict[str, Any]: ...
+    def status(self, agent_id: str | None = ...) -> dict[str, Any]: ...
 
 
-async def call_tool(
-    service: ToolService, args: ToolInput, *, agent_id: str | None
-) -> dict[str, Any]:
+def call_tool(service: ToolService, args: ToolInput, *, agent_id: str | None) -> dict[str, Any]:
     """Run a validated tool call against the service (MCP and the serve socket both use this)."""
     if isinstance(args, MemorySearchInput):
-        return await service.memory_search(
+        return service.memory_search(
             args.query,
             agent_id=agent_id,
             session_key=args.session_key,
@@ -461,15 +457,15 @@ async def call_tool(
                     "(corpus 'sessions') but never readable"
                 )
             )
-        return await service.memory_get(
+        return service.memory_get(
             args.path, from_line=args.from_line, lines=args.lines, agent_id=agent_id
         )
     if isinstance(args, MemoryAppendInput):
-        return await service.append(args.target, args.text, agent_id=agent_id)
+        return service.append(args.target, args.text, agent_id=agent_id)
     if isinstance(args, MemoryContextInput):
-        return await service.context(agent_id=agent_id, session_key=args.session_key)
+        return service.context(agent_id=agent_id, session_key=args.session_key)
     if isinstance(args, MemoryFlushCheckInput):
-        return await service.flush_check(
+        return service.flush_check(
             session_key=args.session_key,
             token_estimate=args.token_estimate,
             context_window=args.context_window,
@@ -477,4 +473,4 @@ async def call_tool(
             session_id=args.session_id,
             agent_id=agent_id,
         )
-    return await service.status(agent_id)
+    return service.status(agent_id)

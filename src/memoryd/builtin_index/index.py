@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import hashlib
 import json
 import logging
@@ -965,7 +964,8 @@ class MemoryIndex:
                 return
         if progress and total:
             progress("vectors", 0, total)
-        while True:
+        stopping = self._background.stopping if self._background is not None else None
+        while not (stopping is not None and stopping.is_set()):  # closing: the rest can wait
             # shown progress gets a rate (and an ETA) from a first small batch, not after 16
             size = EMBED_BATCH if done or not progress else FIRST_SHOWN_BATCH
             if deadline is not None:
@@ -1118,7 +1118,7 @@ class MemoryIndex:
             half_life_days=h.temporal_decay.half_life_days,
         )
 
-    async def search(
+    def search(
         self,
         request: SearchRequest | str,
         *,
@@ -1138,15 +1138,24 @@ class MemoryIndex:
             raise InvalidInput("query must not be empty")
         if self.unavailable:
             raise ProviderUnavailable(self.unavailable)
-        if EARLY_PREFETCH and (mode or "hybrid") != "keyword":
-            # the query's embedding starts before anything else (the sync check, the search's
-            # own setup), as `MemoryService.search` starts it before its sync: what runs before
-            # the prefetch runs before the encoder. A vector not used after all (vectors not
-            # usable in this index, or a keyword-only config) is dropped.
+        if (mode or "hybrid") != "keyword":
+            # the one place the query's embedding starts: on the provider's worker, while this
+            # thread catches the index up and runs the keyword side; a vector not used after
+            # all (vectors not usable in this index, a keyword-only config) is dropped
             self.prefetch_query(query)
-        if self.dirty and self.cfg.sync.on_search:
-            with inline.move_on_after(self.cfg.sync.search_wait_ms / 1000):
-                await self.sync(embed=False, allow_reindex=False, sessions=False)
+        notes: list[str] = []
+        if request.wait_s is not None:
+            try:
+                self.catch_up(request.wait_s)
+            except StateError as err:  # full disk, read-only state: answer from the index as it is
+                notes.append(f"index not updated ({err}); answering from it as it was")
+        elif self.dirty and self.cfg.sync.on_search:
+            self.sync(
+                embed=False,
+                allow_reindex=False,
+                sessions=False,
+                lock_wait_s=self.cfg.sync.search_wait_ms / 1000,
+            )
         # from here on the search has the cores: background document embedding (serve) pauses
         # at its next yield point, not only while the query embeds, so the keyword side's and
         # the ranking's Python work does not queue for the GIL behind the embedding workers'
@@ -1155,20 +1164,22 @@ class MemoryIndex:
             if self.provider is not None
             else contextlib.nullcontext()
         )
-        with priority:
-            answer = await self._search_synced(request, query, now, mode)
+        store = self.store
+        # every read of the search sees one index, whatever another process publishes meanwhile
+        pinned = store.snapshot() if isinstance(store, SqliteStore) else contextlib.nullcontext()
+        with priority, pinned:
+            answer = self._search_synced(request, query, now, mode)
+        answer.notes[:0] = notes
         if self._reference_to_save is not None:
             store, keys, reference = self._reference_to_save
             self._reference_to_save = None
             self._save_reference(store, keys, reference)
         return answer
 
-    async def _search_synced(
+    def _search_synced(
         self, request: SearchRequest, query: str, now: datetime | None, mode: str | None
     ) -> EngineAnswer:
         """`search` once the index is synced: both sides, the merge, ranking and snippets."""
-        import numpy as np
-
         max_results, min_score = request.max_results, request.min_score
         params = self._rank_params(max_results, min_score)
         k = params.max_results * self.cfg.query.hybrid.candidate_multiplier
@@ -1192,33 +1203,31 @@ class MemoryIndex:
         early_rows: dict[int, tuple[ChunkRow, frozenset[str]]] = {}  # row, query terms it holds
         early_terms: tuple[str, ...] = ()
         speculative: dict[int, tuple[str, int, int]] = {}
-        if vectors and effective == "hybrid" and OVERLAP_QUERY_EMBEDDING:
+        if vectors and effective == "hybrid":
             # Nothing of the keyword side needs the vector: while the query embeds on another
             # thread, find its candidates, read their rows, find the query terms each holds
             # (what ranking weighs) and count the query terms' chunks, so that only the vector
             # side's own candidates are left for after.
-            self.prefetch_query(query)
             store = self.store
             early_version = store.version
             early_kw: dict[int, Candidate] = {}
             self._keyword_candidates(store, query, k, early_kw)
             early = early_kw, self._path_candidates(store, query)
-            if PREPARE_KEYWORD_ROWS_EARLY:
-                rows_now = store.chunk_rows([*early_kw, *early[1]])
-                early_terms = tuple(query_terms(query))
-                early_rows = {
-                    cid: (row, frozenset(text_terms(early_terms, row.text)))
-                    for cid, row in rows_now.items()
-                }
-                self._term_chunks(store, query)
-                speculative = self._snippets_while_embedding(query, early_kw, early_rows)
+            rows_now = store.chunk_rows([*early_kw, *early[1]])
+            early_terms = tuple(query_terms(query))
+            early_rows = {
+                cid: (row, frozenset(text_terms(early_terms, row.text)))
+                for cid, row in rows_now.items()
+            }
+            self._term_chunks(store, query)
+            speculative = self._snippets_while_embedding(query, early_kw, early_rows)
         if vectors:
             assert self.provider is not None
             try:
                 if self._lean(self.store):
-                    qvec = await self.provider.embed_query_buffer(query)
+                    qvec = self.provider.embed_query_buffer(query)
                 if qvec is None:
-                    qvec = await self._embed_query(query)
+                    qvec = self._embed_query(query)
             except Exception as err:
                 if self.selection.explicit and self.selection.fallback is None:
                     raise ProviderUnavailable(
@@ -1226,7 +1235,7 @@ class MemoryIndex:
                     ) from err
                 notes.append(f"query embedding failed ({err}); keyword results only")
                 qvec = None
-            if qvec is not None and not (any(qvec) if isinstance(qvec, array) else np.any(qvec)):
+            if qvec is not None and not (any(qvec) if isinstance(qvec, array) else qvec.any()):
                 notes.append("query embedding was a zero vector; keyword results only")
                 qvec = None
         want_kw = effective in ("hybrid", "keyword") or (qvec is None and mode is None)
@@ -1273,7 +1282,7 @@ class MemoryIndex:
                 row.mtime,
             )
             filled.append(c)
-        stats = await self._corpus_stats(store, query if want_kw else "", qvec)
+        stats = self._corpus_stats(store, query if want_kw else "", qvec)
         pending = store.pending_count() if self.provider else 0
         # a few spare hits: a result whose lines earlier results already show gives its slot on
         ranked = rank(
@@ -1416,14 +1425,9 @@ class MemoryIndex:
         KNN and the background cosines run in SQL, and the reference background is the one
         stored with the index (`_stored_reference`). Same candidates and ranking as the numpy
         path, cosines within float32 rounding (`tests/test_lean_search.py`)."""
-        return (
-            LEAN_ONE_OFF_SEARCH
-            and inline.one_off()
-            and isinstance(store, SqliteStore)
-            and store.cosine_sql
-        )
+        return self.one_off and isinstance(store, SqliteStore) and store.cosine_sql
 
-    async def _embed_query(self, query: str) -> np.ndarray:
+    def _embed_query(self, query: str) -> np.ndarray:
         """Query embedding through a small LRU: agents often repeat a question within a session."""
         assert self.provider is not None
         key = (*self._provider_key(), query)
@@ -1431,7 +1435,7 @@ class MemoryIndex:
         if hit is not None:
             self._query_cache.move_to_end(key)
             return hit
-        vec = await self.provider.embed_query(query)
+        vec = self.provider.embed_query(query)
         self._query_cache[key] = vec
         if len(self._query_cache) > QUERY_CACHE_SIZE:
             self._query_cache.popitem(last=False)
@@ -1475,7 +1479,7 @@ class MemoryIndex:
     ) = None
     _reference_vectors: tuple[tuple[str, str, str], dict[Script, np.ndarray]] | None = None
 
-    async def _corpus_stats(
+    def _corpus_stats(
         self, store: Store, query: str, qvec: np.ndarray | array[float] | None
     ) -> CorpusStats:
         """Chunk count, per-term chunk counts and the cosine backgrounds that `rank` calibrates by.
@@ -1485,8 +1489,6 @@ class MemoryIndex:
         cosine comparable (e5 scores unrelated text 0.72–0.82 depending on the languages, other
         models near 0). Everything but the query's own cosines is cached per index version.
         """
-        import numpy as np
-
         cache, term_chunks = self._term_chunks(store, query)
         if qvec is None:
             return CorpusStats(cache.chunks, term_chunks)
@@ -1497,6 +1499,8 @@ class MemoryIndex:
                 return CorpusStats(cache.chunks, term_chunks, *lean)
             # no reference stored for this sample (an index last written by an older memoryd,
             # or changed since): computed the numpy way, once, and stored for the next search
+            import numpy as np
+
             qvec = np.frombuffer(qvec, dtype=np.float32)
         if cache.sample is None:
             cache.ids, cache.sample, cache.scripts, cache.keys = self._background_sample(store)
@@ -1504,9 +1508,9 @@ class MemoryIndex:
         if not sample.shape[0] or sample.shape[1] != qvec.shape[0]:
             return CorpusStats(cache.chunks, term_chunks)
         if cache.reference is None:
-            refs = await self._reference_query_vectors(store)
+            refs = self._reference_query_vectors(store)
             cache.reference = _reference_background(refs, sample, cache.scripts)
-            if refs and cache.keys is not None and inline.one_off():
+            if refs and cache.keys is not None and self.one_off:
                 # what makes the next one-off search lean (a long-lived process stores it when
                 # a sync changes the index: `_store_reference`); written once the answer is
                 # ready, not between the search's reads
@@ -1561,7 +1565,7 @@ class MemoryIndex:
                 {REFERENCE_META_KEY: _reference_to_json(fingerprint, reference)}, wait_ms=0
             )
 
-    async def _store_reference(self, store: Store) -> None:
+    def _store_reference(self, store: Store) -> None:
         """After a sync changed the index: its reference background, stored with it so that a
         one-off search needs no numpy (`_lean`). Only where the reference queries' vectors ship
         with memoryd (the local model): a sync embeds none of them."""
@@ -1579,7 +1583,7 @@ class MemoryIndex:
         if not shipped_file(self.provider.id, self.provider.fingerprint()).exists():
             return
         _, sample, scripts, sampled = self._background_sample(store)
-        refs = await self._reference_query_vectors(store)
+        refs = self._reference_query_vectors(store)
         if refs and sampled:
             self._save_reference(store, sampled, _reference_background(refs, sample, scripts))
 
@@ -1600,7 +1604,7 @@ class MemoryIndex:
                 term_chunks[term] = cache.df[term]
         return cache, term_chunks
 
-    async def _reference_query_vectors(self, store: Store) -> dict[Script, np.ndarray]:
+    def _reference_query_vectors(self, store: Store) -> dict[Script, np.ndarray]:
         """REFERENCE_QUERIES embedded with the current provider: once, then from the cache table.
 
         Stored in the embedding cache under a tagged hash no chunk can have, so a later process
@@ -1630,7 +1634,7 @@ class MemoryIndex:
         try:
             for h, (_, text) in wanted.items():
                 if h not in found:
-                    found[h] = await self.provider.embed_query(text)
+                    found[h] = self.provider.embed_query(text)
                     fresh.append((h, found[h]))
         except Exception as err:
             log.warning(
@@ -1711,12 +1715,10 @@ class MemoryIndex:
 
     # ------------------------------------------------------------------ get
 
-    async def get(
-        self, path: str, from_line: int | None = None, lines: int | None = None
-    ) -> FileText:
+    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
         """Read a memory file or a line range of it (the policy is `core.layout.locate`)."""
-        return await inline.run_sync(
-            read_memory_file, self.settings.roots, self.settings.workspace, path, from_line, lines
+        return read_memory_file(
+            self.settings.roots, self.settings.workspace, path, from_line, lines
         )
 
     # ------------------------------------------------------------------ status
@@ -1817,14 +1819,15 @@ class MemoryIndex:
             roots.append(sessions)
         return roots
 
-    async def watch(
+    def watch(
         self,
         *,
-        stop_event: anyio.Event | None = None,
+        stop_event: threading.Event | None = None,
         on_synced: Callable[[SyncReport], None] | None = None,
     ) -> None:
-        """Watch memory files; mark dirty on change and sync in the background after the debounce."""
-        from watchfiles import awatch
+        """Watch memory files; mark dirty on change and sync after the debounce, until
+        `stop_event` is set."""
+        from watchfiles import watch
 
         sessions_dir = self.settings.sessions_dir
         roots = self.settings.roots
@@ -1838,56 +1841,48 @@ class MemoryIndex:
             # a folder event (no suffix) under a root may hide new files: let it through
             return _inside_any(str(p), roots) or any(Path(r.path).is_relative_to(p) for r in roots)
 
-        async for _changes in awatch(
+        for _changes in watch(
             *self.watch_roots(),
             watch_filter=relevant,
             debounce=self.cfg.sync.watch_debounce_ms,
             step=50,
             stop_event=stop_event,
             recursive=True,
-            # the watcher thread checks for cancellation this often: shutdown within ~0.2 s
+            # how often the watcher checks `stop_event`: a close is seen within this
             rust_timeout=200,
         ):
             self.dirty = True
-            try:
-                report = await self.sync()
-            except MemorydError as err:
-                self.last_error = str(err)
-                log.warning("background sync failed: %s", err)
-                continue
-            if on_synced:
+            report = self._sync_logged("background")
+            if on_synced and report is not None:
                 on_synced(report)
 
     # ------------------------------------------------------------------ engine lifecycle
 
-    async def start(self, task_group: TaskGroup | None = None) -> None:
-        """With a task group: sync now, then keep fresh (watcher, `sync.intervalMinutes`)."""
-        self._tg = task_group
-        if task_group is not None:
-            task_group.start_soon(self._keep_fresh)
+    def start(self, background: Background | None = None) -> None:
+        """With `background`: sync now, then keep fresh (watcher, `sync.intervalMinutes`)."""
+        self._background = background
+        if background is not None:
+            background.spawn("index-sync", lambda: self._keep_fresh(background))
 
-    async def _keep_fresh(self) -> None:
+    def _keep_fresh(self, background: Background) -> None:
+        self._sync_logged("built-in index")
+        if self.cfg.sync.watch:
+            background.spawn("index-watch", lambda: self.watch(stop_event=background.stopping))
+        minutes = self.cfg.sync.interval_minutes
+        if minutes > 0:
+            background.every("index-periodic", minutes * 60, self._periodic_sync)
+
+    def _periodic_sync(self) -> None:
+        self.dirty = True
+        self._sync_logged("periodic")
+
+    def _sync_logged(self, what: str) -> SyncReport | None:
         try:
-            await self.sync()
+            return self.sync()
         except MemorydError as err:
             self.last_error = str(err)
-            log.warning("built-in index sync failed for %s: %s", self.settings.agent_id, err)
-        async with anyio.create_task_group() as tg:
-            if self.cfg.sync.watch:
-                tg.start_soon(self.watch)
-            minutes = self.cfg.sync.interval_minutes
-            if minutes > 0:
-                tg.start_soon(self._periodic, minutes * 60)
-
-    async def _periodic(self, every_s: float) -> None:
-        while True:
-            await anyio.sleep(every_s)
-            self.dirty = True
-            try:
-                await self.sync()
-            except MemorydError as err:
-                self.last_error = str(err)
-                log.warning("periodic sync failed: %s", err)
+            log.warning("%s sync failed for %s: %s", what, self.settings.agent_id, err)
+            return None
 
     def pending_changes(self) -> int:
         """Memory files added, changed or removed since the last sync (a stat pass, no reads)."""
@@ -1897,12 +1892,12 @@ class MemoryIndex:
         """A memory file was written through memoryd: the next search syncs first."""
         self.dirty = True
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         self.store.close()
         for p in {
             id(x): x for x in (self.selection.provider, self.selection.fallback) if x
         }.values():
-            await p.aclose()
+            p.close()
 
 
 class _Background(Sequence[tuple[int, Script, float]]):

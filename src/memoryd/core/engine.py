@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..errors import InvalidInput
 from .layout import MemoryRoot
-from .records import record
 from .results import FileText, SearchResult
 
 if TYPE_CHECKING:
-    from anyio.abc import TaskGroup
+    from contextlib import AbstractContextManager
 
+    from ..background import Background
     from .status import BuiltinStatus, QmdStatus
 
 EngineName = Literal["builtin", "qmd"]
@@ -29,14 +29,19 @@ Corpus = Literal["memory", "sessions", "all"]
 ProgressFn = Callable[[str, int, int], None]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class SearchRequest:
-    """One search: the query and the caller's limits (None = the engine's configured default)."""
+    """One search: the query and the caller's limits (None = the engine's configured default).
+
+    `wait_s`: how long the built-in index may first spend catching up with the files and
+    embedding pending chunks (`MemoryIndex.catch_up`); None leaves it to the index's config.
+    """
 
     query: str
     max_results: int | None = None
     min_score: float | None = None
     corpus: Corpus = "all"
+    wait_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -58,7 +63,7 @@ class EngineAnswer:
     stale_seconds: float | None = None
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class IndexCheck:
     """What `MemoryIndex.check` found, and what it did about it."""
 
@@ -87,26 +92,26 @@ class MemoryEngine(Protocol):
     @property
     def name(self) -> EngineName: ...
 
-    async def start(self, task_group: TaskGroup | None = None) -> None:
-        """Prepare (open, create collections); with a task group, run timers/watchers in it."""
+    def start(self, background: Background | None = None) -> None:
+        """Prepare (open, create collections); with `background`, run timers/watchers on it."""
 
-    async def search(self, request: SearchRequest) -> EngineAnswer:
+    def search(self, request: SearchRequest) -> EngineAnswer:
         """Ranked results; raises a `MemorydError` subclass on failure, never returns garbage."""
 
-    async def get(self, path: str, from_line: int | None, lines: int | None) -> FileText:
+    def get(self, path: str, from_line: int | None, lines: int | None) -> FileText:
         """A memory file or a line range of it; `PathNotAllowed` for anything else."""
 
     def notify_changed(self) -> None:
         """A memory file changed through memoryd: refresh soon (debounced)."""
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         """Stop timers and release files and processes."""
 
 
 class BuiltinEngine(MemoryEngine, Protocol):
     """The built-in index's side of the contract."""
 
-    async def sync(
+    def sync(
         self,
         *,
         force: bool = False,
@@ -115,7 +120,7 @@ class BuiltinEngine(MemoryEngine, Protocol):
     ) -> Any:
         """Bring the index up to date with the files now (vectors within `embed_budget_s`)."""
 
-    async def catch_up(self, budget_s: float) -> None:
+    def catch_up(self, budget_s: float) -> None:
         """Before a search: sync, and embed pending chunks for at most `budget_s`."""
 
     def status(self) -> BuiltinStatus: ...
@@ -123,11 +128,8 @@ class BuiltinEngine(MemoryEngine, Protocol):
     def pending_changes(self) -> int:
         """Memory files added, changed or removed since the last sync."""
 
-    async def check(self) -> IndexCheck:
+    def check(self) -> IndexCheck:
         """Verify the index file; a damaged one is moved aside and rebuilt."""
-
-    def prefetch_query(self, query: str) -> None:
-        """A search for `query` follows: start its embedding in the background if that helps."""
 
 
 class QmdEngine(MemoryEngine, Protocol):
@@ -136,7 +138,7 @@ class QmdEngine(MemoryEngine, Protocol):
     @property
     def search_mode(self) -> str: ...
 
-    async def sync(self, *, force: bool = False, progress: ProgressFn | None = None) -> Any:
+    def sync(self, *, force: bool = False, progress: ProgressFn | None = None) -> Any:
         """`qmd update`, then `qmd embed` when due."""
 
     def status(self) -> QmdStatus: ...
@@ -144,8 +146,11 @@ class QmdEngine(MemoryEngine, Protocol):
     def roots(self) -> list[MemoryRoot]:
         """Every collection as a memory root (what `memory_get` serves)."""
 
-    async def probe(self) -> bool:
+    def probe(self) -> bool:
         """Whether qmd starts and answers `qmd X.Y.Z` (never raises)."""
+
+    def bounded(self, deadline: float | None) -> AbstractContextManager[None]:
+        """Within, every qmd call of this thread ends by `deadline` (`time.monotonic()`)."""
 
 
 def check_search_input(query: object, max_results: object, min_score: object) -> str:

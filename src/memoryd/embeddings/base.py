@@ -70,6 +70,7 @@ class EmbeddingProvider(abc.ABC):
     dims: int | None = None
     #: Longest input (in model tokens) the model accepts; longer texts are truncated by the provider.
     max_input_tokens: int = 512
+
     @property
     def documents_ready(self) -> bool:
         """False while the next `embed_documents` would first load a model: that call's time

@@ -106,9 +106,7 @@ class GeminiProvider(RemoteProvider):
             except (KeyError, TypeError) as err:
                 raise EmbeddingError("gemini: unexpected embedContent response shape") from err
         requests = [self.content_request(t, kind, with_model=True) for t in texts]
-        body = self.client.post_json(
-            f"{path}:batchEmbedContents", {"requests": requests}, deadline
-        )
+        body = self.client.post_json(f"{path}:batchEmbedContents", {"requests": requests}, deadline)
         try:
             return [item["values"] for item in body["embeddings"]]
         except (KeyError, TypeError) as err:

@@ -353,7 +353,6 @@ class LocalE5Provider(EmbeddingProvider):
         with _priority:
             return enc.run(prepared)
 
-
     def _query_output(self, text: str, engine: str) -> Any:
         """`text`'s query vector as an engine returned it: the prefetch's if one was started
         (waiting for it), else computed now on `engine`."""
@@ -362,7 +361,9 @@ class LocalE5Provider(EmbeddingProvider):
             buf = self._embed_query_now(text, engine)
         return buf
 
-    def _docs(self, texts: Sequence[str], cancel: threading.Event, deadline: float | None) -> Matrix:
+    def _docs(
+        self, texts: Sequence[str], cancel: threading.Event, deadline: float | None
+    ) -> Matrix:
         import numpy as np
 
         model = self._engine()

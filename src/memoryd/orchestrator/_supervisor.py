@@ -2,7 +2,7 @@
 
 The rules are `failover.Failover`'s (README "Failover and recovery"): every qmd failure on the
 search path is answered by the built-in index in the same call and recorded; once failed over,
-searches go to the built-in index straight away while a background task (or, in a one-shot
+searches go to the built-in index straight away while a background thread (or, in a one-shot
 process, the next search once due) probes qmd; the first good probe routes searches back. With
 `memory.qmd.fallback = "none"` no built-in index exists and failures surface as errors.
 
@@ -15,20 +15,14 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import anyio
-    from anyio.abc import TaskGroup
-else:  # loaded on first use: a one-off command run by `memoryd.inline` never touches it
-    from ..lazy import anyio
-
-
-from .. import inline
+from ..background import Background
 from ..config import ResolvedAgent
 from ..core.engine import BuiltinEngine, EngineAnswer, QmdEngine, SearchRequest
 from ..core.layout import MemoryRoot
@@ -106,12 +100,12 @@ class AgentBackend:
             index_factory = builtin_engine
         self._index_factory = index_factory
         self._index: BuiltinEngine | None = None
-        self._tg: TaskGroup | None = None
+        self._background: Background | None = None
         self._probing = False
         self._qmd_started = False
-        self._start_lock: anyio.Lock | None = None
+        self._start_lock = threading.Lock()
         #: set when the background start-up in flight ends (either way); None when none runs
-        self._start_done: anyio.Event | None = None
+        self._start_done: threading.Event | None = None
         self._start_error: QmdError | None = None
         self._warned = False
 
@@ -171,55 +165,53 @@ class AgentBackend:
         self.health.failover = self.failover.state
         self.health_file.save(self.health)
 
-    async def start(self, tg: TaskGroup | None = None) -> None:
+    def start(self, background: Background | None = None) -> None:
         """Start qmd (collections, timers) and keep the built-in index fresh in the background.
 
-        qmd's start-up never holds anything up: with a task group it runs there, in the
-        background; without one (a one-off command) the first search runs it under its own
-        deadline (`_qmd_ready`).
+        qmd's start-up never holds anything up: with `background` it runs on a thread of its
+        own; without (a one-off command) the first search runs it under its own deadline
+        (`_qmd_ready`).
         """
-        self._tg = tg
+        self._background = background
         if self.qmd is not None:
             if self.agent.memory.qmd.sessions.enabled:
-                await self.export_sessions()
-                if tg is not None:
-                    tg.start_soon(self._export_loop)
-            if tg is not None:
+                self.export_sessions()
+                if background is not None:
+                    background.spawn("session-export", self._export_loop)
+            if background is not None:
                 self._start_in_background()
         idx = self.index
         if idx is not None:
-            await idx.start(tg)
+            idx.start(background)
 
-    async def export_sessions(self) -> bool:
+    def export_sessions(self) -> bool:
         """Export sanitised transcripts for qmd's sessions collection; True when files changed."""
         from ..lifecycle import export_sessions
 
         try:
-            report = await anyio.to_thread.run_sync(
-                lambda: export_sessions(self.agent, now=datetime.now(UTC))
-            )
+            report = export_sessions(self.agent, now=datetime.now(UTC))
         except (MemorydError, OSError) as err:
             log.warning("session export failed for %s: %s", self.agent.agent_id, err)
             return False
         return bool(report.changed)
 
-    async def _export_loop(self) -> None:
+    def _export_loop(self) -> None:
+        assert self._background is not None
         interval = min(60.0, max(1.0, self.agent.memory.qmd.update.interval_ms / 1000 or 60.0))
-        while True:
-            await anyio.sleep(interval)
-            if await self.export_sessions() and self._qmd_started and self.qmd is not None:
+        while not self._background.stopping.wait(interval):
+            if self.export_sessions() and self._qmd_started and self.qmd is not None:
                 self.qmd.notify_changed()
 
     def _start_in_background(self) -> None:
-        """Run qmd's start-up in the task group, unless it runs already or is done."""
-        if self._qmd_started or self._start_done is not None or self._tg is None:
+        """Run qmd's start-up on a background thread, unless it runs already or is done."""
+        if self._qmd_started or self._start_done is not None or self._background is None:
             return
-        self._start_done = done = anyio.Event()
-        self._tg.start_soon(self._start_qmd, done)
+        self._start_done = done = threading.Event()
+        self._background.spawn("qmd-start", lambda: self._start_qmd(done))
 
-    async def _start_qmd(self, done: anyio.Event) -> None:
+    def _start_qmd(self, done: threading.Event) -> None:
         try:
-            await self.ensure_qmd_started()
+            self.ensure_qmd_started()
             self._start_error = None
         except QmdError as err:
             self._start_error = err
@@ -228,39 +220,40 @@ class AgentBackend:
             self._start_done = None
             done.set()
 
-    async def ensure_qmd_started(self) -> None:
+    def ensure_qmd_started(self) -> None:
         """Start qmd (home, collections) if it has not started yet; raises a QmdError on failure."""
         if self.qmd is None or self._qmd_started:
             return
-        if self._start_lock is None:
-            self._start_lock = anyio.Lock()
-        async with self._start_lock:
+        with self._start_lock:
             if not self._qmd_started:
-                await self.qmd.start(self._tg)
+                self.qmd.start(self._background)
                 self._qmd_started = True
 
-    async def _qmd_ready(self, timeout_s: float) -> None:
+    def _qmd_ready(self, timeout_s: float) -> None:
         """qmd has started (home, collections), waited for at most `timeout_s`; else `QmdTimeout`.
 
-        With a task group the start-up runs there and goes on after a search gave up on it; a
-        one-off process runs it under the deadline, and its qmd processes are killed when the
-        deadline passes (the next search starts over; `memoryd warm` runs it to the end).
+        In the background the start-up runs on its own thread and goes on after a search gave
+        up on it; a one-off process runs it under the deadline, and its qmd processes are
+        killed when the deadline passes (the next search starts over; `memoryd warm` runs it to
+        the end).
         """
         if self.qmd is None or self._qmd_started:
             return
-        if self._tg is not None:
+        if self._background is not None:
             self._start_in_background()
             done = self._start_done
             if done is not None:
-                with anyio.move_on_after(timeout_s):
-                    await done.wait()
+                done.wait(timeout_s)
             if self._qmd_started:
                 return
             if self._start_error is not None and self._start_done is None:
                 raise self._start_error
         else:
-            with anyio.move_on_after(timeout_s):
-                await self.ensure_qmd_started()
+            try:
+                with self.qmd.bounded(time.monotonic() + timeout_s):
+                    self.ensure_qmd_started()
+            except QmdTimeout:
+                pass  # said below, as a start-up that did not finish in time
             if self._qmd_started:
                 return
         raise QmdTimeout(
@@ -272,14 +265,14 @@ class AgentBackend:
         """A memory file was written through memoryd: refresh every engine soon."""
         if self._index is not None:
             self._index.notify_changed()
-        if self.qmd is not None and self._qmd_started and self._tg is not None:
+        if self.qmd is not None and self._qmd_started and self._background is not None:
             self.qmd.notify_changed()
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         if self.qmd is not None:
-            await self.qmd.aclose()
+            self.qmd.close()
         if self._index is not None:
-            await self._index.aclose()
+            self._index.close()
 
     # ------------------------------------------------------------------ failover
 
@@ -296,8 +289,9 @@ class AgentBackend:
                 self.agent.agent_id,
                 self.failover.state.reason,
             )
-            if self._tg is not None and not self._probing:
-                self._tg.start_soon(self._probe_loop)
+            if self._background is not None and not self._probing:
+                self._probing = True
+                self._background.spawn("qmd-probe", self._probe_loop)
         elif not self._warned:
             log.warning("qmd search failed for agent %s: %s", self.agent.agent_id, reason)
         self._warned = True
@@ -310,21 +304,27 @@ class AgentBackend:
             )
             self._save()
 
-    async def probe(self) -> bool:
+    def probe(self) -> bool:
         """One recovery probe: `qmd --version` validated, then a real qmd search (so hangs and
         garbage output are caught too). Inline in a one-off process, it gets a search's deadline
         (`limits.timeoutMs`) for all of it, start-up included."""
         assert self.qmd is not None
         now = self._clock()
         try:
-            if self._tg is None:
+            if self._background is None:
                 timeout_s = self._search_timeout_s()
-                with anyio.move_on_after(timeout_s) as scope:
-                    await self._probe_steps()
-                if scope.cancelled_caught:
-                    raise QmdTimeout(f"the recovery probe did not finish within {timeout_s:g}s")
+                deadline = time.monotonic() + timeout_s
+                try:
+                    with self.qmd.bounded(deadline):
+                        self._probe_steps()
+                except QmdTimeout:
+                    if time.monotonic() < deadline:
+                        raise
+                    raise QmdTimeout(
+                        f"the recovery probe did not finish within {timeout_s:g}s"
+                    ) from None
             else:
-                await self._probe_steps()
+                self._probe_steps()
         except QmdError as err:
             scale = self.failover.settings.cooldown_s
             self.failover.record_probe_failure(
@@ -337,44 +337,47 @@ class AgentBackend:
         self._save()
         return True
 
-    async def _probe_steps(self) -> None:
+    def _probe_steps(self) -> None:
         assert self.qmd is not None
-        await self.ensure_qmd_started()
-        if not await self.qmd.probe():
+        self.ensure_qmd_started()
+        if not self.qmd.probe():
             raise getattr(self.qmd, "last_probe_error", None) or QmdBadOutput(
                 "qmd --version did not answer as qmd"
             )
-        await self.qmd.search(SearchRequest(PROBE_QUERY, max_results=1))
+        self.qmd.search(SearchRequest(PROBE_QUERY, max_results=1))
 
     def _search_timeout_s(self) -> float:
         return self.agent.memory.qmd.limits.timeout_ms / 1000
 
-    async def _probe_loop(self) -> None:
+    def _probe_loop(self) -> None:
         """Background recovery: sleep until the next probe is due, probe, repeat until qmd is back."""
+        assert self._background is not None
+        stopping = self._background.stopping
         self._probing = True
         try:
             while self.failover.active == "builtin":
                 due = self.failover.state.next_probe_at or self._clock()
-                await anyio.sleep(max(0.0, due - self._clock()))
+                if stopping.wait(max(0.0, due - self._clock())):
+                    return
                 if self.failover.active != "builtin":
                     break
-                await self.probe()
+                self.probe()
         finally:
             self._probing = False
 
     # ------------------------------------------------------------------ tools
 
-    async def search(self, request: SearchRequest) -> SearchAnswer:
+    def search(self, request: SearchRequest) -> SearchAnswer:
         if self.qmd is None:
-            return await self._builtin(request, fallback=None)
-        # no background task group (one-shot use): probe inline once the cool-down is over
-        if self._tg is None and self.failover.probe_due(self._clock()):
-            await self.probe()
+            return self._builtin(request, fallback=None)
+        # no background threads (one-shot use): probe in this call once the cool-down is over
+        if self._background is None and self.failover.probe_due(self._clock()):
+            self.probe()
         if self.failover.active == "qmd":
             try:
-                await self._qmd_ready(self._search_timeout_s())
-                stale = await self._refresh_if_stale()
-                answer = await self.qmd.search(request)
+                self._qmd_ready(self._search_timeout_s())
+                stale = self._refresh_if_stale()
+                answer = self.qmd.search(request)
             except QmdError as err:
                 reason = f"{type(err).__name__}: {err}"
                 if err is not self._start_error:  # a failed start-up recorded itself
@@ -383,11 +386,11 @@ class AgentBackend:
                     raise ServiceUnavailable(
                         f"qmd unavailable and memory.qmd.fallback = none ({clean_reason(reason)})"
                     ) from err
-                return await self._builtin(request, fallback=self._fallback_info())
+                return self._builtin(request, fallback=self._fallback_info())
             if self.failover.state.failures:
                 self._record_success()
             if not answer.results and self._complete_empty(request):
-                return await self._completed(request, answer, stale)
+                return self._completed(request, answer, stale)
             return SearchAnswer(
                 answer.results,
                 "qmd",
@@ -398,7 +401,7 @@ class AgentBackend:
                 notes=answer.notes,
                 stale_seconds=stale,
             )
-        return await self._builtin(request, fallback=self._fallback_info())
+        return self._builtin(request, fallback=self._fallback_info())
 
     def _complete_empty(self, request: SearchRequest) -> bool:
         """`memory.qmd.emptyResults = "builtin"` and a question of two or more content words."""
@@ -410,13 +413,13 @@ class AgentBackend:
             and len(query_terms(request.query)) >= 2
         )
 
-    async def _completed(
+    def _completed(
         self, request: SearchRequest, empty: EngineAnswer, stale: float | None
     ) -> SearchAnswer:
         """qmd found nothing: the built-in index's hits, each marked `backend: builtin`."""
         idx = self.index
         assert idx is not None
-        answer = await idx.search(request)
+        answer = idx.search(request)
         hits = [r.with_(engine="builtin") for r in answer.results]
         note = "qmd found nothing; completed by the built-in index"
         return SearchAnswer(
@@ -430,30 +433,33 @@ class AgentBackend:
             stale_seconds=stale,
         )
 
-    async def _refresh_if_stale(self) -> float | None:
+    def _refresh_if_stale(self) -> float | None:
         """One-shot processes (no timers): bring qmd up to date first when a file is newer.
 
         Bounded by `sync.searchWaitMs`; returns how stale the index still is (None = fresh).
         """
         assert self.qmd is not None
-        stale = await anyio.to_thread.run_sync(self.qmd_stale_seconds)
-        if stale is None or self._tg is not None:
+        stale = self.qmd_stale_seconds()
+        if stale is None or self._background is not None:
             return stale
-        with anyio.move_on_after(self.agent.memory_search.sync.search_wait_ms / 1000):
-            await self.qmd.sync(force=True)
-        return await anyio.to_thread.run_sync(self.qmd_stale_seconds)
+        deadline = time.monotonic() + self.agent.memory_search.sync.search_wait_ms / 1000
+        try:
+            with self.qmd.bounded(deadline):
+                self.qmd.sync(force=True)
+        except QmdTimeout:
+            if time.monotonic() < deadline:
+                raise  # qmd's own timeout, not this wait's
+        return self.qmd_stale_seconds()
 
     def _fallback_info(self) -> dict[str, Any]:
         st = self.failover.state
         return {"from": "qmd", "reason": st.reason, "since": st.since or st.last_error_at}
 
-    async def _builtin(
-        self, request: SearchRequest, *, fallback: dict[str, Any] | None
-    ) -> SearchAnswer:
+    def _builtin(self, request: SearchRequest, *, fallback: dict[str, Any] | None) -> SearchAnswer:
         idx = self.index
         if idx is None:
             raise ServiceUnavailable("qmd is failed over and memory.qmd.fallback = none")
-        answer: EngineAnswer = await idx.search(request)
+        answer: EngineAnswer = idx.search(request)
         merged = fallback or answer.degraded
         if fallback and answer.degraded:
             merged = {**fallback, "embedding": answer.degraded}
@@ -468,17 +474,13 @@ class AgentBackend:
             answer.notes,
         )
 
-    async def get(
-        self, path: str, from_line: int | None = None, lines: int | None = None
-    ) -> FileText:
+    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
         """`memory_get` by the rule of the engine that indexes the files (qmd's collections or the
         built-in index's roots), as each engine's own `get` reads them.
 
         Reading needs no running process and no engine: the built-in index is not built for it
         (nor its embedding provider loaded, ~0.15 s of numpy for a one-off `memoryd get`)."""
-        return await inline.run_sync(
-            read_memory_file, self.memory_roots(), self.agent.workspace, path, from_line, lines
-        )
+        return read_memory_file(self.memory_roots(), self.agent.workspace, path, from_line, lines)
 
     # ------------------------------------------------------------------ status
 

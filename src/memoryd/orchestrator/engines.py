@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import inline, paths
+from .. import paths
 from ..config import ResolvedAgent
 from ..errors import MemorydError
 from ..fsio import private_dir, read_private
@@ -27,40 +27,17 @@ if TYPE_CHECKING:  # imported where used: a builtin agent never loads the qmd ad
 log = logging.getLogger("memoryd")
 
 
-def builtin_engine(agent: ResolvedAgent) -> MemoryIndex:
-    """The agent's built-in index (migrating a pre-0.2 index of this workspace first)."""
+def builtin_engine(agent: ResolvedAgent, *, one_off: bool = False) -> MemoryIndex:
+    """The agent's built-in index (migrating a pre-0.2 index of this workspace first).
+
+    `one_off`: the process answers one command and exits (the index and the local model then
+    load what is fastest to load)."""
     from ..builtin_index import MemoryIndex
     from ..embeddings.selection import select_provider
 
-    selection = select_provider(agent)  # cheap: builds no client and loads no model
-    for provider in (selection.provider, selection.fallback):
-        if provider is not None and not provider.runs_inline:
-            inline.require(False, f"embedding provider {provider.id!r} runs on an event loop")
+    selection = select_provider(agent, one_off=one_off)  # cheap: builds no client, loads no model
     migrate_legacy_state(agent)
-    return MemoryIndex(agent.index_settings(), selection)
-
-
-def prefetch_search_query(agent: ResolvedAgent, text: str) -> None:
-    """Start embedding a one-off search's (validated) query before the agent's index opens.
-
-    The local model then loads and embeds on the other core (~40 ms) while this process
-    imports the service and the index and opens it (~40 ms): started once the index was open,
-    a cold hybrid search waited ~25 ms for its vector. Only for the built-in backend (a qmd
-    agent's query is qmd's to embed) and a provider that runs in this process without a loop;
-    the provider built here is dropped and the index's own collects the vector (prefetches
-    are keyed by model and text, `embeddings._prefetch`). Never raises: whatever is wrong is
-    the search's to report.
-    """
-    if agent.memory.backend != "builtin":
-        return
-    from ..embeddings.selection import select_provider
-
-    try:
-        provider = select_provider(agent).provider
-    except MemorydError:
-        return
-    if provider is not None and provider.runs_inline:
-        provider.prefetch_query(text)
+    return MemoryIndex(agent.index_settings(), selection, one_off=one_off)
 
 
 def qmd_engine(agent: ResolvedAgent) -> QmdManager:

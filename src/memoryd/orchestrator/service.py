@@ -11,23 +11,18 @@ answered. Two faces:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-if TYPE_CHECKING:
-    import anyio
-    from anyio.abc import TaskGroup
-else:  # loaded on first use: a one-off command run by `memoryd.inline` never touches it
-    from ..lazy import anyio
-
-
-from .. import inline
+from ..background import Background
 from ..config import MemorydConfig, ResolvedAgent, agent_ids, resolve_agent
 from ..core.citations import apply_citations
 from ..core.engine import (
@@ -37,7 +32,7 @@ from ..core.engine import (
     check_search_input,
 )
 from ..core.results import SearchResult
-from ..errors import InvalidInput, MemorydError, StateError
+from ..errors import InvalidInput, MemorydError
 from ..fsio import check_state_tree
 from ..scope_rules import evaluate_scope
 from ._supervisor import AgentBackend, IndexFactory, QmdFactory
@@ -109,11 +104,12 @@ def failure(err: MemorydError, **extra: Any) -> dict[str, Any]:
 class MemoryService:
     """Memory for every configured agent.
 
-    Open it with `async with`: each agent's background work then starts when the agent is
-    first used, as `memoryd serve` runs it (the index embeds pending chunks, watches the files
-    and keeps qmd updated), and stops when the block ends. `background=False` runs none: each
+    Open it with `with`: each agent's background work then starts when the agent is first
+    used, as `memoryd serve` runs it (the index embeds pending chunks, watches the files and
+    keeps qmd updated), and stops when the block ends. `background=False` runs none: each
     search then brings the index up to date itself, within the wait below. `serve` and MCP
-    call `start(tg)` with their own task group instead.
+    call `start(background)` with their own `Background` instead. `one_off`: this process
+    answers one command and exits (the CLI), so the engines load what is fastest to load.
 
     Every search first waits at most `sync.searchWaitMs` (or `search_embed_budget_s`) for the
     index to sync and its pending chunks to embed, when they can be done in about that time.
@@ -126,6 +122,7 @@ class MemoryService:
         workspace: str | os.PathLike[str] | None = None,
         cwd: Path | None = None,
         background: bool = True,
+        one_off: bool = False,
         search_embed_budget_s: float | None = None,
         qmd_factory: QmdFactory | None = None,
         index_factory: IndexFactory | None = None,
@@ -138,8 +135,10 @@ class MemoryService:
         self._qmd_factory = qmd_factory
         self._index_factory = index_factory
         self._background = background
-        self._own_tg: TaskGroup | None = None
-        self._tg: TaskGroup | None = None
+        self._one_off = one_off
+        self._own_bg: Background | None = None
+        self._bg: Background | None = None
+        self._lock = threading.RLock()  # `serve` answers on several threads at once
         self._started: set[str] = set()
         self._search_embed_budget_s = search_embed_budget_s
 
@@ -160,8 +159,13 @@ class MemoryService:
     def backend(self, agent_id: str | None = None) -> AgentBackend:
         agent = self.agent(agent_id)
         if agent.agent_id not in self._backends:
+            index_factory = self._index_factory
+            if index_factory is None and self._one_off:
+                from .engines import builtin_engine
+
+                index_factory = functools.partial(builtin_engine, one_off=True)
             self._backends[agent.agent_id] = AgentBackend(
-                agent, qmd_factory=self._qmd_factory, index_factory=self._index_factory
+                agent, qmd_factory=self._qmd_factory, index_factory=index_factory
             )
         return self._backends[agent.agent_id]
 
@@ -172,43 +176,39 @@ class MemoryService:
             raise MemorydError("no built-in index: memory.qmd.fallback = none (fail closed)")
         return idx
 
-    async def start(self, tg: TaskGroup, agent_ids: list[str] | None = None) -> None:
-        """Start every agent's timers (qmd update/embed, watcher, recovery) in `tg`."""
-        self._tg = tg
+    def start(self, background: Background, agent_ids: list[str] | None = None) -> None:
+        """Start every agent's timers (qmd update/embed, watcher, recovery) on `background`."""
+        self._bg = background
         for aid in agent_ids or self.agent_ids():
-            await self._ensure_started(aid)
+            self._ensure_started(aid)
 
-    async def _ensure_started(self, agent_id: str | None) -> AgentBackend:
-        b = self.backend(agent_id)
-        if b.agent.agent_id not in self._started:
-            self._started.add(b.agent.agent_id)
-            await b.start(self._tg)
-        return b
+    def _ensure_started(self, agent_id: str | None) -> AgentBackend:
+        with self._lock:
+            b = self.backend(agent_id)
+            if b.agent.agent_id not in self._started:
+                self._started.add(b.agent.agent_id)
+                b.start(self._bg)
+            return b
 
-    async def aclose(self) -> None:
-        for b in self._backends.values():
-            with inline.shielded():
-                await b.aclose()
-        self._backends.clear()
-        self._started.clear()
+    def close(self) -> None:
+        """Stop the background work this service started, then close every engine."""
+        bg, self._own_bg = self._own_bg, None
+        if bg is not None:
+            bg.stop()  # the background work ends before the engines close
+        self._bg = None
+        with self._lock:
+            for b in self._backends.values():
+                b.close()
+            self._backends.clear()
+            self._started.clear()
 
-    async def __aenter__(self) -> MemoryService:
-        if self._background and self._tg is None:
-            tg = anyio.create_task_group()
-            self._tg = await tg.__aenter__()
-            self._own_tg = tg
+    def __enter__(self) -> MemoryService:
+        if self._background and self._bg is None:
+            self._bg = self._own_bg = Background()
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        tg, self._own_tg = self._own_tg, None
-        try:
-            if tg is not None:
-                # the background work ends (its threads finish) before the engines close
-                tg.cancel_scope.cancel()
-                await tg.__aexit__(None, None, None)
-        finally:
-            self._tg = None
-            await self.aclose()
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def search_wait_s(self, agent: ResolvedAgent) -> float:
         """How long a search of `agent` waits for its index to catch up (`sync.searchWaitMs`)."""
@@ -218,7 +218,7 @@ class MemoryService:
 
     # ------------------------------------------------------------------ raising API
 
-    async def search(
+    def search(
         self,
         query: str,
         *,
@@ -235,18 +235,12 @@ class MemoryService:
         if not decision.allowed:
             log.warning(decision.log_message())
             return SearchOutput([], scope_denied=decision.log_message())
-        b = await self._ensure_started(agent.agent_id)
-        if b.index is not None and b.active == "builtin":
-            b.index.prefetch_query(text)
+        b = self._ensure_started(agent.agent_id)
         notes: list[str] = []
-        if b.index is not None and b.active == "builtin":
-            try:
-                await b.index.catch_up(self.search_wait_s(agent))
-            except StateError as err:  # full disk, read-only state: answer from the index as it is
-                notes.append(f"index not updated ({err}); answering from it as it was")
         if corpus == "sessions":
             notes.extend(_sessions_off(agent, b.active))
-        answer = await b.search(SearchRequest(text, max_results, min_score, corpus))
+        wait_s = self.search_wait_s(agent) if b.active == "builtin" else None
+        answer = b.search(SearchRequest(text, max_results, min_score, corpus, wait_s))
         results = apply_citations(
             answer.results,
             agent.memory.citations,
@@ -264,7 +258,7 @@ class MemoryService:
             stale_seconds=answer.stale_seconds,
         )
 
-    async def get(
+    def get(
         self,
         path: str,
         *,
@@ -275,17 +269,17 @@ class MemoryService:
         """`{path, text}` of a memory file or line range; raises `PathNotAllowed`/`InvalidInput`."""
         if not isinstance(path, str):
             raise InvalidInput("path must be a string")
-        return (await self.backend(agent_id).get(path, from_line, lines)).to_dict()
+        return (self.backend(agent_id).get(path, from_line, lines)).to_dict()
 
     # ------------------------------------------------------------------ tools (never raise)
 
-    async def _tool(self, call: Callable[[], Awaitable[T]], **extra: Any) -> T | dict[str, Any]:
+    def _tool(self, call: Callable[[], T], **extra: Any) -> T | dict[str, Any]:
         try:
-            return await call()
+            return call()
         except MemorydError as err:
             return failure(err, **extra)
 
-    async def memory_search(
+    def memory_search(
         self,
         query: str,
         *,
@@ -297,8 +291,8 @@ class MemoryService:
     ) -> dict[str, Any]:
         """The `memory_search` tool: results or a visible denial/error, never an exception."""
 
-        async def call() -> dict[str, Any]:
-            out = await self.search(
+        def call() -> dict[str, Any]:
+            out = self.search(
                 query,
                 agent_id=agent_id,
                 session_key=session_key,
@@ -308,9 +302,9 @@ class MemoryService:
             )
             return out.to_dict()
 
-        return await self._tool(call, results=[])
+        return self._tool(call, results=[])
 
-    async def memory_get(
+    def memory_get(
         self,
         path: str,
         *,
@@ -319,7 +313,7 @@ class MemoryService:
         agent_id: str | None = None,
     ) -> dict[str, Any]:
         """The `memory_get` tool: `{path, text}` or `{path, text: "", disabled, error, code}`."""
-        return await self._tool(
+        return self._tool(
             lambda: self.get(path, from_line=from_line, lines=lines, agent_id=agent_id),
             path=path,
             text="",
@@ -327,7 +321,7 @@ class MemoryService:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def context(
+    def context(
         self,
         *,
         agent_id: str | None = None,
@@ -336,18 +330,16 @@ class MemoryService:
     ) -> dict[str, Any]:
         """The `memory_context` tool: what the agent loads at session start, or a failure dict."""
 
-        async def call() -> dict[str, Any]:
+        def call() -> dict[str, Any]:
             from ..lifecycle import build_session_context
 
             agent = self.agent(agent_id)
-            ctx = await inline.run_sync(
-                lambda: build_session_context(
-                    agent,
-                    session_key,
-                    today=today or datetime.now().astimezone().date(),
-                    budget_chars=agent.bootstrap_max_chars,
-                    total_budget_chars=agent.bootstrap_total_max_chars,
-                )
+            ctx = build_session_context(
+                agent,
+                session_key,
+                today=today or datetime.now().astimezone().date(),
+                budget_chars=agent.bootstrap_max_chars,
+                total_budget_chars=agent.bootstrap_total_max_chars,
             )
             if agent.memory_search.sync.on_session_start:
                 b = self._backends.get(agent.agent_id)
@@ -355,28 +347,24 @@ class MemoryService:
                     b.notify_changed()
             return ctx.to_dict()
 
-        return await self._tool(call)
+        return self._tool(call)
 
-    async def append(
-        self, target: str, text: str, *, agent_id: str | None = None
-    ) -> dict[str, Any]:
+    def append(self, target: str, text: str, *, agent_id: str | None = None) -> dict[str, Any]:
         """The `memory_append` tool: `{path, bytesWritten, created}` or `{disabled, error, code}`."""
 
-        async def call() -> dict[str, Any]:
+        def call() -> dict[str, Any]:
             from ..lifecycle import append_memory
 
             agent = self.agent(agent_id)
-            result = await inline.run_sync(
-                lambda: append_memory(agent, target, text, now=datetime.now().astimezone())
-            )
+            result = append_memory(agent, target, text, now=datetime.now().astimezone())
             b = self._backends.get(agent.agent_id)
             if b is not None:
                 b.notify_changed()
             return result.to_dict()
 
-        return await self._tool(call)
+        return self._tool(call)
 
-    async def flush_check(
+    def flush_check(
         self,
         *,
         session_key: str | None,
@@ -389,30 +377,26 @@ class MemoryService:
     ) -> dict[str, Any]:
         """The `memory_flush_check` tool: the decision, or `{disabled, error, code}`."""
 
-        async def call() -> dict[str, Any]:
+        def call() -> dict[str, Any]:
             from ..lifecycle import check_flush
 
             agent = self.agent(agent_id)
-            decision = await anyio.to_thread.run_sync(
-                lambda: check_flush(
-                    agent,
-                    session_key,
-                    token_estimate=token_estimate,
-                    context_window=context_window,
-                    compaction_count=compaction_count,
-                    session_id=session_id,
-                    record=record,
-                )
+            decision = check_flush(
+                agent,
+                session_key,
+                token_estimate=token_estimate,
+                context_window=context_window,
+                compaction_count=compaction_count,
+                session_id=session_id,
+                record=record,
             )
             return decision.to_dict()
 
-        return await self._tool(call)
+        return self._tool(call)
 
     # ------------------------------------------------------------------ status
 
-    async def status_model(
-        self, agent_id: str | None = None, *, deep: bool = False
-    ) -> MemoryStatus:
+    def status_model(self, agent_id: str | None = None, *, deep: bool = False) -> MemoryStatus:
         """The typed status of one agent (see `orchestrator.status.MemoryStatus`).
 
         Reads the persisted health, so the answer is the same from every process. `deep` probes
@@ -426,13 +410,13 @@ class MemoryService:
         if b.qmd is not None:
             if deep:
                 if b.active == "builtin":
-                    await b.probe()
+                    b.probe()
                 else:
-                    await b.search(SearchRequest("memoryd status probe", max_results=1))
+                    b.search(SearchRequest("memoryd status probe", max_results=1))
             q = b.qmd.status()
             if q.version is None and q.version_error is None and b.health.qmd.version is None:
-                with anyio.move_on_after(5):
-                    await b.qmd.probe()
+                with b.qmd.bounded(time.monotonic() + 5):
+                    b.qmd.probe()
         health = b.health_snapshot()
         # one reading of the failover state: a probe may finish during the awaits below, and the
         # answer must not pair its outcome (backend) with the state before it (recovery)
@@ -441,10 +425,10 @@ class MemoryService:
         idx = b.index
         check = None
         if deep and idx is not None:
-            check = await idx.check()
+            check = idx.check()
         builtin = idx.status() if idx is not None else None
         if idx is not None and builtin is not None:
-            pending = await anyio.to_thread.run_sync(idx.pending_changes)
+            pending = idx.pending_changes()
             builtin = builtin.model_copy(update={"dirty": pending > 0})
         qstat = b.qmd.status() if b.qmd is not None else None
         if qstat is not None:
@@ -452,7 +436,7 @@ class MemoryService:
         now = time.time()
         freshness = None
         if qstat is not None:
-            freshness = await anyio.to_thread.run_sync(self._qmd_freshness, b, health)
+            freshness = self._qmd_freshness(b, health)
         serving_builtin = backend == "builtin"
         model = MemoryStatus(
             agent_id=agent.agent_id,
@@ -517,9 +501,9 @@ class MemoryService:
             )
         return FreshnessInfo(stale=False, newest_file_at=newest, indexed_at=indexed)
 
-    async def status(self, agent_id: str | None = None, *, deep: bool = False) -> dict[str, Any]:
+    def status(self, agent_id: str | None = None, *, deep: bool = False) -> dict[str, Any]:
         """`status_model()` as JSON-ready camelCase dict."""
-        return (await self.status_model(agent_id, deep=deep)).to_dict()
+        return (self.status_model(agent_id, deep=deep)).to_dict()
 
 
 def _with_health(q: QmdStatus, health: Any) -> QmdStatus:

@@ -12,30 +12,30 @@ from .service import MemoryService
 Say = Callable[[str, bool, str], None]
 
 
-async def warm(service: MemoryService, agent_id: str | None, say: Say) -> bool:
+def warm(service: MemoryService, agent_id: str | None, say: Say) -> bool:
     """qmd home + shared models + collections, update + embed, one query per mode; built-in index."""
     ok = True
     b = service.backend(agent_id)
     qmd = b.qmd
     if isinstance(qmd, QmdManager):
         try:
-            await b.ensure_qmd_started()
+            b.ensure_qmd_started()
             say(
                 "qmd home and collections",
                 True,
                 ", ".join(c.name for c in qmd.status().collections),
             )
-            if not await qmd.probe():
+            if not qmd.probe():
                 raise MemorydError(qmd.status().version_error or qmd.last_error or "no answer")
             say("qmd version", True, qmd.status().version or "")
-            await qmd.update(force=True)
+            qmd.update(force=True)
             say("qmd update", True, "")
             if qmd.search_mode != "search":
-                await qmd.embed(force=True)
+                qmd.embed(force=True)
                 say("qmd embed", True, "")
             modes = ["search"] + ([qmd.search_mode] if qmd.search_mode != "search" else [])
             for mode in modes:
-                await qmd.search_hits("memoryd warm-up query", max_results=1, mode=mode)  # type: ignore[arg-type]
+                qmd.search_hits("memoryd warm-up query", max_results=1, mode=mode)  # type: ignore[arg-type]
                 say(
                     "qmd keyword search" if mode == "search" else f"qmd {mode} (loads its models)",
                     True,
@@ -47,7 +47,7 @@ async def warm(service: MemoryService, agent_id: str | None, say: Say) -> bool:
     idx = b.index
     if idx is not None:
         try:
-            report = await idx.sync()
+            report = idx.sync()
             st = idx.status()
             say(
                 "built-in index",
@@ -55,7 +55,7 @@ async def warm(service: MemoryService, agent_id: str | None, say: Say) -> bool:
                 f"{st.files} files, {st.chunks} chunks, "
                 f"{report.vectors_embedded} embedded, {report.vectors_from_cache} cached",
             )
-            await idx.search(SearchRequest("memoryd warm-up query"))
+            idx.search(SearchRequest("memoryd warm-up query"))
             say("embedding model loaded", True, idx.status().model or "keyword-only")
         except MemorydError as err:
             say("built-in index", False, str(err))

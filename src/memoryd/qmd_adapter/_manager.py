@@ -12,16 +12,18 @@ import hashlib
 import logging
 import re
 import sqlite3
+import subprocess
+import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from pathlib import Path, PurePosixPath
 from typing import Any, Final, Literal
 
-import anyio
 import filelock
-from anyio.abc import TaskGroup, TaskStatus
 
+from ..background import Background
 from ..config import QmdSettings
 from ..core.engine import EngineAnswer, ProgressFn, SearchRequest
 from ..core.layout import SKIP_DIRS, MemoryRoot
@@ -53,7 +55,7 @@ from ._parse import (
     parse_search_output,
 )
 from ._plan import SearchMode, plan_query
-from ._runner import DEFAULT_MAX_OUTPUT_CHARS, QmdOutput, resolve_command, run_qmd
+from ._runner import DEFAULT_MAX_OUTPUT_CHARS, QmdOutput, kill_group, resolve_command, run_qmd
 from ._snippets import content_docid, file_lines, hit_windows, holds_enough, refind_line
 
 __all__ = ["MAX_HIT_FILE_BYTES", "QmdManager", "SearchMode", "embed_backoff_s"]
@@ -124,7 +126,7 @@ def parse_version(text: str) -> str:
 
 
 class QmdManager:
-    """Drives qmd for one agent. Create, `await start()`, use, `await aclose()`.
+    """Drives qmd for one agent. Create, `start()`, use, `close()`.
 
     `command` overrides `memory.qmd.command`; `home` overrides `<state>/agents/<id>/qmd`;
     `env_overrides` adjusts qmd's environment (a `None` value removes the variable — tests drop
@@ -164,9 +166,9 @@ class QmdManager:
         self._specs: list[CollectionSpec] = []
         self._active: dict[str, CollectionSpec] = {}
         self._waiting_for_dir: list[CollectionSpec] = []
-        self._collections_lock = anyio.Lock()
-        self._maint_lock = anyio.Lock()
-        self._maint_idle = anyio.Event()
+        self._collections_lock = threading.RLock()
+        self._maint_lock = threading.Lock()
+        self._maint_idle = threading.Event()
         self._maint_idle.set()
         self._file_lock = filelock.FileLock(
             str(self.home.lock_path), thread_local=False, mode=0o600
@@ -175,9 +177,10 @@ class QmdManager:
         self._version_error: str | None = None
         self._started = False
         self._closed = False
-        self._maint_scope: anyio.CancelScope | None = None
-        self._watch_scope: anyio.CancelScope | None = None
-        self._wake = anyio.Event()
+        self._background: Background | None = None
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._bound = threading.local()  # this thread's deadline for every qmd call (`bounded`)
+        self._wake = threading.Event()
         self._update_requested_at: float | None = None
 
         self.last_update_at: float | None = None  # wall clock (time.time())
@@ -199,26 +202,28 @@ class QmdManager:
         """The configured search mode (`memory.qmd.searchMode`)."""
         return self._mode
 
-    async def start(self, task_group: TaskGroup | None = None) -> None:
+    def start(self, background: Background | None = None) -> None:
         """Prepare the agent's qmd home and collections; boot-sync and timers per config.
 
-        With `task_group`, the maintenance loop (boot refresh unless it was awaited, periodic
-        update/embed, debounced requests) runs in it until `aclose()`.
+        With `background`, the maintenance loop (boot refresh unless it was waited for,
+        periodic update/embed, debounced requests) and the file watcher run on its threads
+        until `close()`.
         """
         models = {k: v for k, v in dataclasses.asdict(self.config.models).items() if v}
         self.home.ensure(models=models, shared_models_dir=self._shared_models)
-        await self.ensure_collections()
+        self.ensure_collections()
         self._started = True
         update = self.config.update
         if update.on_boot and update.wait_for_boot_sync:
-            await self.sync(force=True)
-        if task_group is not None:
-            await task_group.start(self.run_maintenance)
-            task_group.start_soon(self._watch_files)
+            self.sync(force=True)
+        if background is not None:
+            self._background = background
+            background.spawn("qmd-maintenance", lambda: self.run_maintenance(background.stopping))
+            background.spawn("qmd-watch", lambda: self._watch_files(background.stopping))
 
-    async def _watch_files(self) -> None:
+    def _watch_files(self, stop: threading.Event) -> None:
         """Changes under any memory collection ask for a debounced update (`update.debounceMs`)."""
-        from watchfiles import awatch
+        from watchfiles import watch
 
         roots = [r for r in self.roots() if r.source == "memory"]
         folders = sorted({r.path for r in roots if Path(r.path).is_dir()})
@@ -228,39 +233,48 @@ class QmdManager:
         def relevant(_change: Any, raw: str) -> bool:
             return raw.lower().endswith(".md") or not PurePosixPath(raw).suffix
 
-        with anyio.CancelScope() as scope:
-            self._watch_scope = scope
-            if self._closed:
-                return
-            async for _changes in awatch(
-                *folders,
-                watch_filter=relevant,
-                debounce=200,
-                step=50,
-                recursive=True,
-                rust_timeout=200,
-            ):
-                self.request_update()
+        for _changes in watch(
+            *folders,
+            watch_filter=relevant,
+            debounce=200,
+            step=50,
+            recursive=True,
+            rust_timeout=200,
+            stop_event=stop,
+        ):
+            self.request_update()
 
-    async def aclose(self) -> None:
-        """Stop timers; an in-flight maintenance call is cancelled and its process group killed."""
+    def close(self) -> None:
+        """Stop timers; an in-flight qmd call is killed with its process group."""
         self._closed = True
-        if self._maint_scope is not None:
-            self._maint_scope.cancel()
-        if self._watch_scope is not None:
-            self._watch_scope.cancel()
+        self._wake.set()
+        for process in list(self._running):
+            kill_group(process)
 
-    async def __aenter__(self) -> QmdManager:
-        await self.start()
+    def __enter__(self) -> QmdManager:
+        self.start()
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
-    async def version(self) -> str:
+    @contextmanager
+    def bounded(self, deadline: float | None) -> Iterator[None]:
+        """Within, every qmd call of this thread ends by `deadline` (`time.monotonic()`) at the
+        latest: a one-off search gives its start-up and refresh no more than its own limit."""
+        before = getattr(self._bound, "deadline", None)
+        if deadline is not None and before is not None:
+            deadline = min(deadline, before)
+        self._bound.deadline = deadline if deadline is not None else before
+        try:
+            yield
+        finally:
+            self._bound.deadline = before
+
+    def version(self) -> str:
         """`qmd --version` (cached), validated: e.g. `qmd 2.8.3 (facd35e)`; else `QmdBadOutput`."""
         if self._version is None:
-            out = await self._run(["--version"], self.config.update.command_timeout_ms)
+            out = self._run(["--version"], self.config.update.command_timeout_ms)
             try:
                 self._version = parse_version(out.stdout or out.stderr)
             except QmdBadOutput as err:
@@ -269,7 +283,7 @@ class QmdManager:
             self._version_error = None
         return self._version
 
-    async def probe(self) -> bool:
+    def probe(self) -> bool:
         """True when qmd starts and answers `qmd X.Y.Z`; never raises a `QmdError`.
 
         The failure is kept in `last_probe_error`; either way the outcome is reported to the
@@ -277,7 +291,7 @@ class QmdManager:
         """
         try:
             self._version = None
-            version = await self.version()
+            version = self.version()
         except QmdError as err:
             self.last_error = str(err)
             self.last_probe_error = err
@@ -357,7 +371,7 @@ class QmdManager:
         """The environment every qmd call of this agent gets."""
         return self.home.env(overrides=self._env_overrides)
 
-    async def _run(self, args: Sequence[str], timeout_ms: int, *, check: bool = True) -> QmdOutput:
+    def _run(self, args: Sequence[str], timeout_ms: int, *, check: bool = True) -> QmdOutput:
         """One qmd call within `timeout_ms` in all, retries on a locked index included.
 
         qmd waits `QMD_SQLITE_BUSY_TIMEOUT` (120 s by default) for a lock before it says
@@ -371,15 +385,18 @@ class QmdManager:
             private_dir(self.home.neutral_cwd)
         configured = env.get(BUSY_TIMEOUT_ENV)  # the user's own setting, if smaller, wins
         budget_s = timeout_ms / 1000
-        deadline = anyio.current_time() + budget_s
+        deadline = time.monotonic() + budget_s
+        bound = getattr(self._bound, "deadline", None)
+        if bound is not None and bound < deadline:
+            deadline, budget_s = bound, max(bound - time.monotonic(), 0.0)
         label = f"qmd {args[0]}" if args else "qmd"
         locked: QmdExitError | None = None
         tries = 0
         while True:
-            left_s = deadline - anyio.current_time()
+            left_s = deadline - time.monotonic()
             env[BUSY_TIMEOUT_ENV] = str(busy_timeout_ms(left_s, configured))
             try:
-                return await run_qmd(
+                return run_qmd(
                     self.command,
                     args,
                     env=env,
@@ -387,6 +404,7 @@ class QmdManager:
                     timeout_s=max(left_s, 0.001),
                     max_output_chars=self._max_output,
                     check=check,
+                    running=self._running,
                 )
             except QmdTimeout:
                 if locked is None:
@@ -398,11 +416,8 @@ class QmdManager:
                 pause_s = min(2.0, 0.25 * 2 ** (tries - 1))
                 # retry a lock that was reported quickly; one that took qmd its whole busy
                 # timeout would most likely just run into our timeout the second time
-                if (
-                    tries < _BUSY_TRIES
-                    and deadline - anyio.current_time() - pause_s >= budget_s / 2
-                ):
-                    await anyio.sleep(pause_s)
+                if tries < _BUSY_TRIES and deadline - time.monotonic() - pause_s >= budget_s / 2:
+                    time.sleep(pause_s)
                     continue
             assert locked is not None
             raise QmdLocked(
@@ -419,30 +434,34 @@ class QmdManager:
         """Collections present in qmd for this agent, by name."""
         return dict(self._active)
 
-    async def list_collections(self) -> dict[str, CollectionInfo]:
+    def list_collections(self) -> dict[str, CollectionInfo]:
         """What qmd has now (`collection list`, then `show` for each)."""
         timeout = self.config.update.command_timeout_ms
-        out = await self._run(["collection", "list"], timeout)
+        out = self._run(["collection", "list"], timeout)
         names = parse_collection_list(out.stdout)
         found: dict[str, CollectionInfo] = {}
 
-        async def show(name: str) -> None:
-            shown = await self._run(["collection", "show", name], timeout)
+        bound = getattr(self._bound, "deadline", None)
+
+        def show(name: str) -> None:
+            with self.bounded(bound):  # the caller's deadline holds on the pool's threads too
+                shown = self._run(["collection", "show", name], timeout)
             info = parse_collection_show(shown.stdout)
             if info is not None:
                 found[name] = info
 
-        async with anyio.create_task_group() as tg:
-            for name in names:
-                tg.start_soon(show, name)
+        if names:
+            with ThreadPoolExecutor(min(len(names), 4), "qmd-show") as pool:
+                for done in [pool.submit(show, name) for name in names]:
+                    done.result()
         return found
 
-    async def ensure_collections(self) -> None:
+    def ensure_collections(self) -> None:
         """Add missing collections, re-bind changed ones, drop matching legacy names.
 
         Collections whose folder does not exist yet are skipped and retried on the next sync.
         """
-        async with self._collections_lock:
+        with self._collections_lock:
             self._specs = self._desired_now()
             if self.config.sessions.enabled:
                 private_dir(self._sessions_dir())
@@ -461,10 +480,10 @@ class QmdManager:
                 # a collection lost otherwise is re-created on the search's "not found".
                 self._active = {s.name: s for s in present}
                 return
-            existing = await self.list_collections()
+            existing = self.list_collections()
             for action in plan_collections(present, existing):
                 if action.kind == "remove":
-                    await self._remove_collection(action.name)
+                    self._remove_collection(action.name)
                 elif action.kind == "rebind":
                     assert action.spec is not None
                     log.info(
@@ -473,11 +492,11 @@ class QmdManager:
                         action.spec.path,
                         action.spec.pattern,
                     )
-                    await self._remove_collection(action.name)
-                    await self._add_collection(action.spec)
+                    self._remove_collection(action.name)
+                    self._add_collection(action.spec)
                 else:
                     assert action.spec is not None
-                    await self._add_collection(action.spec)
+                    self._add_collection(action.spec)
             self._active = {s.name: s for s in present}
             self._record_verified(present)
 
@@ -518,40 +537,40 @@ class QmdManager:
     def _sessions_dir(self) -> Path:
         return self.sessions_dir
 
-    async def _remove_collection(self, name: str) -> None:
+    def _remove_collection(self, name: str) -> None:
         try:
-            await self._run(["collection", "remove", name], self.config.update.command_timeout_ms)
+            self._run(["collection", "remove", name], self.config.update.command_timeout_ms)
         except QmdExitError as err:
             if not is_missing_collection_error(err.stderr):
                 raise
 
-    async def _add_collection(self, spec: CollectionSpec) -> None:
+    def _add_collection(self, spec: CollectionSpec) -> None:
         args = ["collection", "add", spec.path, "--name", spec.name, "--mask", spec.pattern]
         timeout = self.config.update.update_timeout_ms  # add indexes the folder at once
         try:
-            await self._run(args, timeout)
+            self._run(args, timeout)
             return
         except QmdExitError as err:
             if not is_collection_exists_error(err.stderr):
                 raise
         # Lost a race with another process, or a leftover holds the name or the path+mask.
-        existing = await self.list_collections()
+        existing = self.list_collections()
         current = existing.get(spec.name)
         if current is not None and spec.matches(current):
             return
         for info in existing.values():
             if info.name == spec.name or spec.matches(info):
-                await self._remove_collection(info.name)
-        await self._run(args, timeout)
+                self._remove_collection(info.name)
+        self._run(args, timeout)
 
     # ------------------------------------------------------------------ update / embed
 
-    @asynccontextmanager
-    async def _maintenance(self) -> AsyncIterator[None]:
-        async with self._maint_lock:
-            self._maint_idle = anyio.Event()
+    @contextmanager
+    def _maintenance(self) -> Iterator[None]:
+        with self._maint_lock:
+            self._maint_idle.clear()
             try:
-                await self._acquire_file_lock()
+                self._acquire_file_lock()
                 try:
                     yield
                 finally:
@@ -559,8 +578,8 @@ class QmdManager:
             finally:
                 self._maint_idle.set()
 
-    async def _acquire_file_lock(self) -> None:
-        # Polled so that waiting stays cancellable; another process may hold it for a whole embed.
+    def _acquire_file_lock(self) -> None:
+        # Polled so that a close ends the wait; another process may hold it for a whole embed.
         private_dir(self.home.root)
         private_file(self.home.lock_path)  # filelock opens it by name: no link there
         while True:
@@ -568,34 +587,36 @@ class QmdManager:
                 self._file_lock.acquire(timeout=0)
                 return
             except filelock.Timeout:
-                await anyio.sleep(0.1)
+                if self._closed:
+                    raise QmdTimeout("qmd is closing: its maintenance lock was not taken") from None
+                time.sleep(0.1)
 
-    async def _join_or_lock(self, force: bool) -> bool:
+    def _join_or_lock(self, force: bool) -> bool:
         """False when a non-forced call should just wait for the in-flight job instead."""
         if not force and self._maint_lock.locked():
-            await self._maint_idle.wait()
+            self._maint_idle.wait()
             return False
         return True
 
-    async def update(self, *, force: bool = False) -> bool:
+    def update(self, *, force: bool = False) -> bool:
         """Run `qmd update`. Returns whether it ran.
 
         A non-forced call joins an in-flight maintenance job, and is skipped within
         `update.debounceMs` of the last update; a forced one queues behind the in-flight job.
         """
-        if not await self._join_or_lock(force):
+        if not self._join_or_lock(force):
             return False
         if not force and self._debounced():
             return False
-        async with self._maintenance():
-            await self._update_locked()
+        with self._maintenance():
+            self._update_locked()
         return True
 
-    async def _update_locked(self) -> None:
+    def _update_locked(self) -> None:
         if self._waiting_for_dir and any(Path(s.path).is_dir() for s in self._waiting_for_dir):
-            await self.ensure_collections()
+            self.ensure_collections()
         try:
-            await self._run(["update"], self.config.update.update_timeout_ms)
+            self._run(["update"], self.config.update.update_timeout_ms)
         except QmdError as err:
             self._emit("update", False, str(err))
             raise
@@ -622,20 +643,20 @@ class QmdManager:
             return f"backing off after {self._embed_failures} failed embed(s)"
         return None
 
-    async def embed(self, *, force: bool = False) -> bool:
+    def embed(self, *, force: bool = False) -> bool:
         """Run `qmd embed`. Returns whether it ran; failures raise and start/extend the backoff.
 
         Without `force`, skipped in `search` mode and while backing off.
         """
         if not force and self.embed_blocked_reason() is not None:
             return False
-        async with self._maintenance():
-            await self._embed_locked()
+        with self._maintenance():
+            self._embed_locked()
         return True
 
-    async def _embed_locked(self) -> None:
+    def _embed_locked(self) -> None:
         try:
-            await self._run(["embed"], self.config.update.embed_timeout_ms)
+            self._run(["embed"], self.config.update.embed_timeout_ms)
         except QmdError as err:
             self._embed_failures += 1
             delay = embed_backoff_s(
@@ -652,20 +673,20 @@ class QmdManager:
         self._last_embed_mono = self._clock()
         self._emit("embed", True)
 
-    async def sync(self, *, force: bool = False, progress: ProgressFn | None = None) -> bool:
+    def sync(self, *, force: bool = False, progress: ProgressFn | None = None) -> bool:
         """Update, then embed when due. An embed failure is backed off, never raised.
 
         Returns whether an update ran (False when joined or debounced).
         """
-        if not await self._join_or_lock(force):
+        if not self._join_or_lock(force):
             return False
         if not force and self._debounced():
             return False
-        async with self._maintenance():
-            await self._update_locked()
+        with self._maintenance():
+            self._update_locked()
             if self.embed_blocked_reason() is None and self.embed_due():
                 with suppress(QmdError):
-                    await self._embed_locked()
+                    self._embed_locked()
         return True
 
     def request_update(self) -> None:
@@ -674,45 +695,40 @@ class QmdManager:
             self._update_requested_at = self._clock()
         self._wake.set()
 
-    async def run_maintenance(
-        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Timers until `aclose()`: boot refresh, `update.interval`, debounced `request_update`."""
+    def run_maintenance(self, stop: threading.Event) -> None:
+        """Timers until `stop` is set or `close()`: boot refresh, `update.interval`, debounced
+        `request_update`."""
         update = self.config.update
-        with anyio.CancelScope() as scope:
-            self._maint_scope = scope
-            task_status.started()
-            if self._closed:
+        if update.on_boot and not update.wait_for_boot_sync:
+            self._sync_logged()
+        interval_s = update.interval_ms / 1000
+        next_periodic = self._clock() + interval_s if interval_s > 0 else None
+        while not (stop.is_set() or self._closed):
+            now = self._clock()
+            due = [t for t in (next_periodic,) if t is not None]
+            if self._update_requested_at is not None:
+                due.append(self._update_requested_at + update.debounce_ms / 1000)
+            wait_s = max(0.0, min(due) - now) if due else None
+            if self._wake.wait(wait_s):
+                self._wake.clear()
+                continue
+            if stop.is_set() or self._closed:
                 return
-            if update.on_boot and not update.wait_for_boot_sync:
-                await self._sync_logged()
-            interval_s = update.interval_ms / 1000
-            next_periodic = self._clock() + interval_s if interval_s > 0 else None
-            while True:
-                now = self._clock()
-                due = [t for t in (next_periodic,) if t is not None]
-                if self._update_requested_at is not None:
-                    due.append(self._update_requested_at + update.debounce_ms / 1000)
-                wait_s = max(0.0, min(due) - now) if due else float("inf")
-                self._wake = anyio.Event()
-                with anyio.move_on_after(wait_s):
-                    await self._wake.wait()
-                    continue
-                self._update_requested_at = None
-                await self._sync_logged()
-                if interval_s > 0:
-                    next_periodic = self._clock() + interval_s
+            self._update_requested_at = None
+            self._sync_logged()
+            if interval_s > 0:
+                next_periodic = self._clock() + interval_s
 
-    async def _sync_logged(self) -> None:
+    def _sync_logged(self) -> None:
         try:
-            await self.sync(force=True)
+            self.sync(force=True)
         except QmdError as err:
             self.last_error = f"update failed: {err}"
             log.warning("qmd update failed: %s", err)
 
     # ------------------------------------------------------------------ search
 
-    async def search(
+    def search(
         self,
         request: SearchRequest | str,
         *,
@@ -723,7 +739,7 @@ class QmdManager:
         """The engine contract's search: ranked hits with their provenance (see `search_hits`)."""
         if isinstance(request, str):
             request = SearchRequest(request, max_results, min_score)
-        found = await self._search(
+        found = self._search(
             request.query,
             max_results=request.max_results,
             min_score=request.min_score,
@@ -740,7 +756,7 @@ class QmdManager:
             notes=found.notes,
         )
 
-    async def search_hits(
+    def search_hits(
         self,
         query: str,
         *,
@@ -760,7 +776,7 @@ class QmdManager:
         `minScore` and `maxSnippetChars`; the injected-characters budget is the orchestrator's.
         Raises a `QmdError` subclass on failure (never silently returns nothing).
         """
-        found = await self._search(
+        found = self._search(
             query,
             max_results=max_results,
             min_score=min_score,
@@ -771,7 +787,7 @@ class QmdManager:
         )
         return found.results
 
-    async def _search(
+    def _search(
         self,
         query: str,
         *,
@@ -788,7 +804,7 @@ class QmdManager:
         if not names:
             return _Found([])
         mode = mode or self.search_mode
-        vectors = mode != "search" and await anyio.to_thread.run_sync(self.has_vectors, names)
+        vectors = mode != "search" and self.has_vectors(names)
         plan = plan_query(query, mode=mode, vectors=vectors)
         if plan is None:
             return _Found([])
@@ -799,12 +815,10 @@ class QmdManager:
                 "(`memoryd index` embeds them)"
             )
         use_rerank = self._rerank if rerank is None else rerank
-        hits = await self._query(
+        hits = self._query(
             plan.document, names, n + SPARE_HITS, timeout_ms or limits.timeout_ms, use_rerank
         )
-        results = await anyio.to_thread.run_sync(
-            self._results_from_hits, hits, plan.snippet_query, plan.words
-        )
+        results = self._results_from_hits(hits, plan.snippet_query, plan.words)
         kept = apply_limits(
             results,
             max_results=n,
@@ -826,21 +840,19 @@ class QmdManager:
             args += ["-c", name]
         return args
 
-    async def _query(
+    def _query(
         self, document: str, names: list[str], n: int, timeout_ms: int, rerank: bool
     ) -> list[QmdHit]:
         recreated = False
         while True:
             try:
-                out = await self._run(
-                    self.search_argv(document, names, n, rerank=rerank), timeout_ms
-                )
+                out = self._run(self.search_argv(document, names, n, rerank=rerank), timeout_ms)
             except QmdExitError as err:
                 if not recreated and is_missing_collection_error(err.stderr):
                     recreated = True
                     log.warning("qmd lost a collection; re-creating collections and retrying")
                     self.forget_verified()
-                    await self.ensure_collections()
+                    self.ensure_collections()
                     names = [nm for nm in names if nm in self._active]
                     if not names:
                         return []
@@ -999,9 +1011,7 @@ class QmdManager:
         specs = self._specs or self._desired_now()
         return [MemoryRoot(s.path, s.pattern, s.source, s.name) for s in specs]
 
-    async def get(
-        self, path: str, from_line: int | None = None, lines: int | None = None
-    ) -> FileText:
+    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
         """Read a memory file by a path search returned; missing files give empty text.
 
         `qmd/<collection>/<rel>` reads from that collection's root; other paths are
@@ -1009,9 +1019,7 @@ class QmdManager:
         is `core.layout.locate`, the same as the built-in index's); exported transcripts are
         never served.
         """
-        got = await anyio.to_thread.run_sync(
-            read_memory_file, self.roots(), self.settings.workspace, path, from_line, lines
-        )
+        got = read_memory_file(self.roots(), self.settings.workspace, path, from_line, lines)
         return got if not path.startswith("qmd/") else dataclasses.replace(got, path=path)
 
     read_file = get

@@ -1,7 +1,7 @@
 """Run one qmd command: hard timeout, whole-process-group kill, capped output, typed errors.
 
 qmd's npm launcher spawns node and does not forward signals, so every call starts in a new
-session and a timeout (or cancellation) SIGKILLs the whole group: nothing qmd started survives.
+session and a timeout (or its owner closing) SIGKILLs the whole group: nothing qmd started survives.
 """
 
 from __future__ import annotations
@@ -12,14 +12,13 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
+from dataclasses import dataclass
+from typing import IO
 
-import anyio
-from anyio.abc import ByteReceiveStream, Process
-
-from ..core.records import record
 from ..core.text import plain_text
 from ..errors import QmdExitError, QmdOutputTooLarge, QmdTimeout, QmdUnavailable
 
@@ -29,7 +28,7 @@ DEFAULT_MAX_OUTPUT_CHARS = 200_000
 _READ_CHUNK = 65_536
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class QmdOutput:
     """What a finished qmd call produced."""
 
@@ -77,7 +76,7 @@ def resolve_command(command: str, env: Mapping[str, str] | None = None) -> str |
     return shutil.which(os.path.expanduser(command), path=path)
 
 
-async def run_qmd(
+def run_qmd(
     command: str,
     args: Sequence[str],
     *,
@@ -86,12 +85,14 @@ async def run_qmd(
     timeout_s: float,
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
     check: bool = True,
+    running: set[subprocess.Popen[bytes]] | None = None,
 ) -> QmdOutput:
     """Run `command args…` and return its output.
 
     Raises `QmdUnavailable` (binary missing / not executable), `QmdTimeout` (group killed),
     `QmdOutputTooLarge` (stdout over `max_output_chars`, group killed), and with `check`,
-    `QmdExitError` on a non-zero exit.
+    `QmdExitError` on a non-zero exit. The process is in `running` while it runs, so that its
+    owner can kill it on close (`kill_group`).
     """
     exe = resolve_command(command, env)
     if exe is None:
@@ -103,7 +104,7 @@ async def run_qmd(
     label = f"qmd {args[0]}" if args else "qmd"
     started = time.monotonic()
     try:
-        process = await anyio.open_process(
+        process = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -116,29 +117,39 @@ async def run_qmd(
         )
     except OSError as err:
         raise QmdUnavailable(f"cannot start qmd ({exe}): {err.strerror or err}") from None
-
+    if running is not None:
+        running.add(process)
+    assert process.stdout is not None and process.stderr is not None
     stdout = _Capture(max_output_chars, keep_tail=False)
     stderr = _Capture(max_output_chars, keep_tail=True)
+    # both pipes are read to their end (a grandchild may hold them after qmd exits), on threads
+    # so that neither can fill up and stall qmd while the other is read
+    readers = _Readers((process.stdout, stdout), (process.stderr, stderr))
     try:
-        with anyio.fail_after(timeout_s):
-            async with anyio.create_task_group() as tg:
-                assert process.stdout is not None and process.stderr is not None
-                tg.start_soon(_drain, process.stdout, stdout)
-                tg.start_soon(_drain, process.stderr, stderr)
-            returncode = await process.wait()
-    except TimeoutError:
-        await _kill_group(process)
-        raise QmdTimeout(f"{label} timed out after {timeout_s:g}s (process group killed)") from None
-    except BaseException as err:
-        await _kill_group(process)
-        if _is_too_much(err):
+        finished = readers.done.wait(timeout_s)
+        if readers.too_much.is_set():
+            kill_group(process)
             raise QmdOutputTooLarge(
                 f"{label} printed more than {max_output_chars} characters (process group killed)"
+            )
+        try:
+            if not finished:
+                raise subprocess.TimeoutExpired(argv, timeout_s)
+            returncode = process.wait(max(0.001, started + timeout_s - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            kill_group(process)
+            raise QmdTimeout(
+                f"{label} timed out after {timeout_s:g}s (process group killed)"
             ) from None
+        # a clean exit can still leave helpers of the group behind: leave nothing running
+        _signal_group(process.pid)
+    except BaseException:
+        kill_group(process)
         raise
-    # A clean exit can still leave helpers of the group behind: leave nothing running.
-    _signal_group(process.pid)
-    await process.aclose()
+    finally:
+        readers.close()
+        if running is not None:
+            running.discard(process)
     output = QmdOutput(
         tuple(args), returncode, stdout.text, stderr.text, time.monotonic() - started
     )
@@ -151,22 +162,45 @@ async def run_qmd(
     return output
 
 
-def _is_too_much(err: BaseException) -> bool:
-    if isinstance(err, _TooMuchOutput):
-        return True
-    if isinstance(err, BaseExceptionGroup):
-        return any(_is_too_much(e) for e in err.exceptions)
-    return False
+class _Readers:
+    """One thread per pipe feeding its `_Capture`; `done` once every pipe ended or stdout went
+    over its cap (`too_much`)."""
 
+    def __init__(self, *pipes: tuple[IO[bytes], _Capture]) -> None:
+        self.done = threading.Event()
+        self.too_much = threading.Event()
+        self._left = len(pipes)
+        self._lock = threading.Lock()
+        self._pipes = [pipe for pipe, _ in pipes]
+        self._threads = [
+            threading.Thread(target=self._drain, args=pipe, daemon=True) for pipe in pipes
+        ]
+        for thread in self._threads:
+            thread.start()
 
-async def _drain(stream: ByteReceiveStream, sink: _Capture) -> None:
-    while True:
+    def _drain(self, stream: IO[bytes], sink: _Capture) -> None:
         try:
-            data = await stream.receive(_READ_CHUNK)
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            while data := stream.read1(_READ_CHUNK):  # type: ignore[attr-defined]
+                sink.feed(data)
             sink.feed(b"", final=True)
-            return
-        sink.feed(data)
+        except _TooMuchOutput:
+            self.too_much.set()
+            self.done.set()
+        except (OSError, ValueError):  # the pipe was closed under us: the process is gone
+            pass
+        finally:
+            with self._lock:
+                self._left -= 1
+                if not self._left:
+                    self.done.set()
+
+    def close(self) -> None:
+        """Wait briefly for the readers (the group is dead or done by now), close the pipes."""
+        for thread in self._threads:
+            thread.join(1.0)
+        for pipe in self._pipes:
+            with suppress(OSError):
+                pipe.close()
 
 
 def _signal_group(pgid: int) -> None:
@@ -174,14 +208,14 @@ def _signal_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-async def _kill_group(process: Process) -> None:
-    # The group leader's pid is the pgid (start_new_session); kill before reaping so the
-    # pgid cannot have been reused.
-    _signal_group(process.pid)
-    with anyio.CancelScope(shield=True):
-        with anyio.move_on_after(5):
-            await process.wait()
-        await process.aclose()
+def kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the process's whole group and reap it."""
+    # the group leader's pid is the pgid (start_new_session); kill before reaping so the pgid
+    # cannot have been reused
+    if process.returncode is None:
+        _signal_group(process.pid)
+    with suppress(subprocess.TimeoutExpired):
+        process.wait(5)
 
 
 _ERROR_LINE = re.compile(r"^[A-Za-z]*Error:")
