@@ -589,10 +589,6 @@ def current_version(cur: Any) -> int:
     return int(cur.fetchone()[0])
 
 
-def _run(cur: Any, sql: str, params: tuple[Any, ...] = ()) -> None:
-    cur.execute(sql, params)
-
-
 def migrate(conn: Any) -> list[str]:
     """Apply the pending migrations of `conn`'s database in order; returns the names applied.
 
@@ -608,14 +604,13 @@ def migrate(conn: Any) -> list[str]:
         except psycopg.Error as err:
             raise IndexError_(f"cannot read memoryd's schema version: {first_line(err)}") from None
         applied: list[str] = []
-        _run(cur, "select pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+        cur.execute("select pg_advisory_lock(%s)", (MIGRATION_LOCK,))
         try:
             step = "create the memoryd schema"
             try:
                 with conn.transaction():
-                    _run(cur, "create schema if not exists memoryd")
-                    _run(
-                        cur,
+                    cur.execute("create schema if not exists memoryd")
+                    cur.execute(
                         "create table if not exists memoryd.schema_version ("
                         "version integer primary key, name text not null, "
                         "applied_at timestamptz not null default now())",
@@ -624,7 +619,7 @@ def migrate(conn: Any) -> list[str]:
                     # superuser (or a hosted service's admin role) to create it once
                     for name in ("vector", "pg_trgm", "unaccent"):
                         step = f"create extension {name}"
-                        _run(cur, f"create extension if not exists {name}")
+                        cur.execute(f"create extension if not exists {name}")
                 ext = extension_schemas(cur)
                 done = current_version(cur)
                 for mig in MIGRATIONS:
@@ -633,8 +628,7 @@ def migrate(conn: Any) -> list[str]:
                     step = f"apply migration {mig.name}"
                     with conn.transaction():
                         mig.apply(cur, ext)
-                        _run(
-                            cur,
+                        cur.execute(
                             "insert into memoryd.schema_version (version, name) values (%s, %s)",
                             (mig.version, mig.name),
                         )
@@ -646,7 +640,7 @@ def migrate(conn: Any) -> list[str]:
                     "owner (a superuser must create the vector extension)"
                 ) from None
         finally:
-            _run(cur, "select pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+            cur.execute("select pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
     return applied
 
 

@@ -25,6 +25,7 @@ import fcntl
 import json
 import os
 import secrets
+import sqlite3
 import threading
 import time
 import urllib.parse
@@ -133,13 +134,13 @@ class SqliteFile(StoreChecks):
 
     def _classify_open(self, err: BaseException) -> Exception:
         code = u.code(err)
-        if code in (u.CORRUPT, u.NOTADB):
+        if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
             return u.Damaged(str(err))
-        if code in (u.READONLY, u.CANTOPEN) and os.path.isfile(self.path):
+        if code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN) and os.path.isfile(self.path):
             return u.ReadOnly(str(err))
-        if code in (u.BUSY, u.LOCKED):
+        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
             return IndexError_(f"cannot open index {self.path}: it is locked by another process")
-        if code == u.FULL:
+        if code == sqlite3.SQLITE_FULL:
             return IndexError_(f"cannot open index {self.path}: the disk is full")
         return IndexError_(f"cannot open index {self.path}: {err}")
 
@@ -367,9 +368,9 @@ class SqliteFile(StoreChecks):
                     if rows_in != chunks:
                         return f"{table} holds {rows_in} rows for {chunks} chunks"
             except u.db_errors() as err:
-                if u.code(err) in (u.CORRUPT, u.NOTADB):
+                if u.code(err) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
                     return str(err)
-                if u.code(err) in (u.BUSY, u.LOCKED):
+                if u.code(err) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                     raise IndexError_(
                         f"cannot check index {self.path}: it is locked by another process"
                     ) from None
@@ -408,22 +409,26 @@ class SqliteFile(StoreChecks):
         code = u.code(err)
         where = f"index {self.path}"
         unchanged = "; the index was left as it was" if writing else ""
-        if code in (u.BUSY, u.LOCKED):
+        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
             return IndexError_(f"cannot {doing}: {where} is locked by another process")
-        if code == u.FULL:
+        if code == sqlite3.SQLITE_FULL:
             self._free_wal()
             return IndexError_(
                 f"cannot {doing}: the disk holding {self.path.parent} is full{unchanged}"
             )
-        if code == u.READONLY:
+        if code == sqlite3.SQLITE_READONLY:
             self.read_only = self.read_only or f"writes are refused: {err}"
             return StateReadOnly(f"cannot {doing}: {where} is read-only ({err})")
-        if code == u.IOERR:
+        if code == sqlite3.SQLITE_IOERR:
             self._free_wal()
             return IndexError_(f"cannot {doing}: disk I/O error on {where}{unchanged}")
         if self._scratch or self._closed:
             return IndexError_(f"cannot {doing}: {err}")
-        problem = str(err) if code in (u.CORRUPT, u.NOTADB) else self._problem_or_none()
+        problem = (
+            str(err)
+            if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+            else self._problem_or_none()
+        )
         if problem is None:
             return IndexError_(f"cannot {doing}: {err}")
         rec, rebuilt = self.recover(problem)

@@ -36,18 +36,6 @@ SCRATCH_INFIX: Final = ".reindex-"
 CORRUPT_INFIX: Final = ".corrupt-"
 _STAMP: Final = "%Y%m%dT%H%M%SZ"
 
-# SQLite primary result codes (the low byte of an extended code)
-ERROR, BUSY, LOCKED, READONLY, IOERR, CORRUPT, FULL, CANTOPEN, NOTADB = (
-    1,
-    5,
-    6,
-    8,
-    10,
-    11,
-    13,
-    14,
-    26,
-)
 #: Scratch files this process is filling: a sweep in this process must not open them.
 ACTIVE_SCRATCH: set[str] = set()
 ACTIVE_LOCK = threading.Lock()
@@ -76,6 +64,7 @@ def db_errors() -> tuple[type[BaseException], ...]:
 
 
 def code(err: BaseException) -> int:
+    """The primary result code (`sqlite3.SQLITE_*`): the low byte of an extended one."""
     return int(getattr(err, "sqlite_errorcode", 0) or 0) & 0xFF
 
 

@@ -10,6 +10,7 @@ when it can load extensions, and a numpy brute-force search stands in when no ve
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from array import array
@@ -27,7 +28,7 @@ from ._common import Recovery as Recovery
 from ._common import RecoveryHook
 from ._postings import Postings, or_phrases
 from ._sqlite_file import SqliteFile
-from ._sqlite_util import ERROR, _binding, code, db_errors, rollback
+from ._sqlite_util import _binding, code, db_errors, rollback
 
 log = logging.getLogger("memoryd.builtin_index")
 
@@ -428,7 +429,9 @@ class Store(SqliteFile):
             except db_errors() as err:
                 # a MATCH expression odd input made invalid: no keyword hits. Anything else
                 # (a damaged index) goes to the checks in _reading.
-                if code(err) == ERROR and any(s in str(err) for s in _FTS_QUERY_ERRORS):
+                if code(err) == sqlite3.SQLITE_ERROR and any(
+                    s in str(err) for s in _FTS_QUERY_ERRORS
+                ):
                     return []
                 raise
         return [(int(r[0]), -float(r[1])) for r in rows]
