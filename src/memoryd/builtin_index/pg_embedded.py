@@ -208,14 +208,12 @@ def run_until_signalled(
     on_ready: Callable[[EmbeddedPostgres, str], None],
     database: str = "memoryd",
 ) -> int:
-    """Start a server with an empty `database`, write a memoryd config that points at it to
-    `config_path`, call `on_ready(server, url)` and wait for SIGINT, SIGTERM or SIGHUP; then stop
-    the server, delete its folder and the config, and return the signal's number.
+    """Start a server with an empty `database`, write a memoryd config for it to `config_path`,
+    call `on_ready(server, url)` and wait for SIGINT, SIGTERM or SIGHUP; then stop the server,
+    delete its folder and the config, and return the signal's number. Call from the main thread.
 
-    SIGINT stops it even when the process started with SIGINT ignored, as a shell starts a
-    background job (`memoryd pg-local &`): `kill -INT` is a request to stop, and a throwaway
-    server should not outlive its script's Ctrl-C. A signal during start-up stops the server as
-    soon as it is up. Call from the main thread (signal handlers).
+    SIGINT stops it even in a background job started with SIGINT ignored (`memoryd pg-local &`):
+    a throwaway server should not outlive its script's Ctrl-C.
     """
     missing = [
         name
