@@ -81,6 +81,8 @@ def pair(baseline: str, root: Path) -> list[Child]:
 
 
 def serve() -> None:  # the child's side
+    import inspect
+
     import anyio
     import numpy as np
 
@@ -89,6 +91,20 @@ def serve() -> None:  # the child's side
     from memoryd.embeddings.base import ProviderSelection, l2_normalize
     from memoryd.embeddings.local import LocalE5Provider
 
+    async def done(value: Any) -> Any:
+        """A revision's answer: awaited where its API is async (older ones), as it is."""
+        return await value if inspect.isawaitable(value) else value
+
+    async def close(obj: Any) -> None:
+        await done(obj.aclose() if hasattr(obj, "aclose") else obj.close())
+
+    def pooled(vecs: dict[str, Any], texts: Any) -> Any:
+        rows = []
+        for text in texts:
+            parts = [vecs[ln] for ln in text.splitlines() if ln in vecs]
+            rows.append(np.mean(parts, axis=0) if parts else np.zeros(384, np.float32))
+        return l2_normalize(np.asarray(rows, dtype=np.float32))
+
     class PooledE5(LocalE5Provider):
         """The real provider, except documents get pooled sentence vectors."""
 
@@ -96,12 +112,15 @@ def serve() -> None:  # the child's side
             super().__init__()
             self._vecs = vecs
 
-        async def embed_documents(self, texts: Any) -> Any:
-            rows = []
-            for text in texts:
-                parts = [self._vecs[ln] for ln in text.splitlines() if ln in self._vecs]
-                rows.append(np.mean(parts, axis=0) if parts else np.zeros(384, np.float32))
-            return l2_normalize(np.asarray(rows, dtype=np.float32))
+        if inspect.iscoroutinefunction(LocalE5Provider.embed_documents):
+
+            async def embed_documents(self, texts: Any, **_: Any) -> Any:  # type: ignore[misc]
+                return pooled(self._vecs, texts)
+
+        else:
+
+            def embed_documents(self, texts: Any, **_: Any) -> Any:
+                return pooled(self._vecs, texts)
 
     provider = LocalE5Provider()
     index: Any = None
@@ -113,9 +132,9 @@ def serve() -> None:  # the child's side
         if op == "load":
             provider.load()
         elif op == "docs":
-            await provider.embed_documents(req["texts"])
+            await done(provider.embed_documents(req["texts"]))
         elif op == "query":
-            await provider.embed_query(req["text"])
+            await done(provider.embed_query(req["text"]))
         elif op == "index":
             data = np.load(req["vectors"], allow_pickle=False)
             vecs = dict(zip(data["sentences"].tolist(), data["vectors"], strict=True))
@@ -134,14 +153,14 @@ def serve() -> None:  # the child's side
                 resolve_agent(cfg).index_settings(),
                 ProviderSelection("local", PooledE5(vecs), "bench"),
             )
-            await index.sync()
+            await done(index.sync())
             for q in req["warm"]:
-                await index.search(q)
+                await done(index.search(q))
             return {"s": time.perf_counter() - t, "chunks": index.status().to_dict()["chunks"]}
         elif op == "search":
             index._query_cache.clear()  # every timed search pays its query embedding
             t = time.perf_counter()
-            await index.search(req["q"], mode=req["mode"])
+            await done(index.search(req["q"], mode=req["mode"]))
         else:
             return {"error": f"unknown op {op!r}"}
         return {"s": time.perf_counter() - t}
@@ -154,8 +173,8 @@ def serve() -> None:  # the child's side
                 answer = {"error": f"{type(err).__name__}: {err}"}
             print(json.dumps(answer), flush=True)
         if index is not None:
-            await index.aclose()
-        await provider.aclose()
+            await close(index)
+        await close(provider)
 
     anyio.run(main)
 

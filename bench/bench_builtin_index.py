@@ -30,9 +30,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import anyio
 import numpy as np
 
+from memoryd.background import Background
 from memoryd.builtin_index import MemoryIndex
 from memoryd.builtin_index.index import EMBED_BATCH
 from memoryd.config import resolve_agent, validate_config
@@ -173,7 +173,7 @@ class PooledE5(LocalE5Provider):
         super().__init__()
         self._vecs = sentence_vecs
 
-    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+    def embed_documents(self, texts: Sequence[str], *, deadline: float | None = None) -> Matrix:
         rows = []
         for text in texts:
             parts = [self._vecs[line] for line in text.splitlines() if line in self._vecs]
@@ -200,17 +200,17 @@ def build_workspace(
     return ws
 
 
-async def _search_latencies(idx: MemoryIndex, queries: list[str]) -> list[float]:
+def _search_latencies(idx: MemoryIndex, queries: list[str]) -> list[float]:
     lat = []
     for q in queries:
         idx._query_cache.clear()
         t = time.perf_counter()
-        await idx.search(q)
+        idx.search(q)
         lat.append((time.perf_counter() - t) * 1000)
     return lat
 
 
-async def background_embedding(
+def background_embedding(
     idx: MemoryIndex,
     queries: list[str],
     root: Path,
@@ -238,34 +238,28 @@ async def background_embedding(
     bg = MemoryIndex(
         resolve_agent(cfg).index_settings(), ProviderSelection("local", provider, "bench")
     )
-    await bg.sync(embed=False)
+    bg.sync(embed=False)
     sample = queries[:60]
-    idle_before = await _search_latencies(idx, sample)
+    idle_before = _search_latencies(idx, sample)
     busy: list[float] = []
     embedded = 0
-    async with anyio.create_task_group() as tg:
-
-        async def embed_all() -> None:
-            await bg.sync()
-
-        tg.start_soon(embed_all)
-        await anyio.sleep(1.0)  # let the workers get going
-        total = bg.store.pending_count()
-        started = time.perf_counter()
-        # an agent's pace, one search every `interval` s, until five batches went through (two
-        # gave 15-18 searches, whose p95 is their second-slowest: 1.26-1.95x idle in four runs
-        # of the same code)
-        i = 0
-        while total - bg.store.pending_count() < 5 * EMBED_BATCH and len(busy) < 2000:
-            busy += await _search_latencies(idx, [sample[i % len(sample)]])
-            i += 1
-            await anyio.sleep(interval)
-        embedded = total - bg.store.pending_count()
-        elapsed = time.perf_counter() - started
-        tg.cancel_scope.cancel()
-    idle_after = await _search_latencies(idx, sample)
+    background = Background()
+    bg.start(background)  # embeds the pending chunks on its threads, as `serve` does
+    time.sleep(1.0)  # let the workers get going
+    total = bg.store.pending_count()
+    started = time.perf_counter()
+    # an agent's pace, one search every `interval` s, until five batches went through
+    i = 0
+    while total - bg.store.pending_count() < 5 * EMBED_BATCH and len(busy) < 2000:
+        busy += _search_latencies(idx, [sample[i % len(sample)]])
+        i += 1
+        time.sleep(interval)
+    embedded = total - bg.store.pending_count()
+    elapsed = time.perf_counter() - started
+    background.stop()
+    idle_after = _search_latencies(idx, sample)
     idle = idle_before + idle_after
-    await bg.aclose()
+    bg.close()
     return {
         "chunks_embedded_meanwhile": embedded,
         "embedding_chunks_per_s_meanwhile": round(embedded / elapsed, 2),
@@ -284,15 +278,15 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
-async def side_by_side(args: argparse.Namespace, root: Path) -> dict[str, object]:
+def side_by_side(args: argparse.Namespace, root: Path) -> dict[str, object]:
     """This checkout and `args.baseline`, each in its own process, measured in turns."""
     from _side_by_side import pair
 
     rng = random.Random(7)
     sentences = make_sentences(rng, 400)
     real = LocalE5Provider()
-    vecs = await real.embed_documents(sentences)
-    await real.aclose()
+    vecs = real.embed_documents(sentences)
+    real.close()
     vectors = root / "sentences.npz"
     np.savez(vectors, sentences=np.array(sentences), vectors=vecs)
     chunk_sample = ["\n".join(rng.sample(sentences, 12)) for _ in range(16 * args.doc_batches)]
@@ -344,9 +338,9 @@ async def side_by_side(args: argparse.Namespace, root: Path) -> dict[str, object
     return out
 
 
-async def run(args: argparse.Namespace, root: Path) -> dict[str, object]:
+def run(args: argparse.Namespace, root: Path) -> dict[str, object]:
     if args.baseline:
-        return await side_by_side(args, root)
+        return side_by_side(args, root)
     rng = random.Random(7)
     os.environ["MEMORYD_STATE_DIR"] = str(root / "state")
     sentences = make_sentences(rng, 400)
@@ -359,15 +353,15 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, object]:
     sample = sentences[:64]
     chunk_sample = ["\n".join(rng.sample(sentences, 12)) for _ in range(32)]
     t = time.perf_counter()
-    await real.embed_documents(sample)
+    real.embed_documents(sample)
     results["real_model_sentences_per_s"] = round(len(sample) / (time.perf_counter() - t), 1)
     t = time.perf_counter()
     for part in range(2):
-        await real.embed_documents(chunk_sample[part * 16 : (part + 1) * 16])
+        real.embed_documents(chunk_sample[part * 16 : (part + 1) * 16])
     chunks_per_s = len(chunk_sample) / (time.perf_counter() - t)
     results["real_model_400tok_chunks_per_s"] = round(chunks_per_s, 2)
 
-    vecs = await real.embed_documents(sentences)
+    vecs = real.embed_documents(sentences)
     pool = {s: vecs[i] for i, s in enumerate(sentences)}
     ws = build_workspace(root, sentences, args.chunks, rng)
     queries = [f"{rng.choice(TOPICS)} {rng.choice(WORDS)}" for _ in range(args.queries)]
@@ -388,12 +382,12 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, object]:
             agent.index_settings(), ProviderSelection("local", PooledE5(pool), "bench")
         )
         t = time.perf_counter()
-        report = await idx.sync()
+        report = idx.sync()
         index_s = time.perf_counter() - t
         st = idx.status().to_dict()
         assert st["vector"]["engine"] == engine, st["vector"]
         for q in queries[:10]:  # warm caches
-            await idx.search(q)
+            idx.search(q)
         lat: dict[str, list[float]] = {"hybrid": [], "keyword": [], "vector": []}
         names = list(lat)
         for i, q in enumerate(queries):
@@ -402,17 +396,17 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, object]:
             for name in names[i % len(names) :] + names[: i % len(names)]:
                 idx._query_cache.clear()  # every timed search pays its query embedding
                 t = time.perf_counter()
-                await idx.search(q, mode=name)
+                idx.search(q, mode=name)
                 lat[name].append((time.perf_counter() - t) * 1000)
         qe: list[float] = []
         for q in queries[:50]:
             t = time.perf_counter()
-            await real.embed_query(q)
+            real.embed_query(q)
             qe.append((time.perf_counter() - t) * 1000)
         if engine == "sqlite-vec" and args.background:
             for nice in args.worker_nice:
                 local.WORKER_NICE = nice
-                results[f"background_nice{nice}"] = await background_embedding(
+                results[f"background_nice{nice}"] = background_embedding(
                     idx, queries, root / f"bg-nice{nice}", rng, sentences, args.search_interval
                 )
         results[engine] = {
@@ -424,7 +418,7 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, object]:
             **{f"{m}_p95_ms": round(pct(v, 95), 2) for m, v in lat.items()},
             "query_embedding_p50_ms": round(statistics.median(qe), 2),
         }
-        await idx.aclose()
+        idx.close()
 
     if not args.cli:
         return results
@@ -499,7 +493,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     with scratch_folder("memoryd-bench-", args.keep) as root:
-        results = anyio.run(run, args, root)
+        results = run(args, root)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))

@@ -21,8 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from memoryd.config import resolve_agent, validate_config
 from memoryd.orchestrator import MemoryService
 from memoryd.orchestrator.failover import FailoverState
@@ -56,7 +54,7 @@ def corpus(ws: Path, n: int = 200) -> None:
     (ws / "MEMORY.md").write_text("# Memory\nThe deploy target is fly.io.\n")
 
 
-async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     os.environ["MEMORYD_STATE_DIR"] = str(root / "state")
     ws = root / "ws"
     corpus(ws)
@@ -87,20 +85,20 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     raw = QmdManager(
         resolve_agent(cfg).qmd_settings(), command=args.qmd, home=home, shared_models_dir=None
     )
-    await raw.start()
+    raw.start()
     queries = [f"project {i} build" for i in range(args.runs)]
-    await svc.memory_search("warm up")
+    svc.memory_search("warm up")
     b = svc.backend()
     assert b.index is not None
-    await b.index.sync()
+    b.index.sync()
 
     raw_t, svc_t = [], []
     for q in queries:
         t = time.perf_counter()
-        await raw.search_hits(q)
+        raw.search_hits(q)
         raw_t.append(time.perf_counter() - t)
         t = time.perf_counter()
-        out = await svc.memory_search(q)
+        out = svc.memory_search(q)
         svc_t.append(time.perf_counter() - t)
         assert out["backend"] == "qmd", out
 
@@ -118,7 +116,7 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             b.failover.state = FailoverState()  # back on qmd for the next measured failure
             mode.write_text(fault)
             t = time.perf_counter()
-            out = await svc.memory_search("project 3 build")
+            out = svc.memory_search("project 3 build")
             lat.append(time.perf_counter() - t)
             assert out["backend"] == "builtin" and out["results"], out
             mode.write_text("ok")
@@ -127,8 +125,8 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         results[f"{key}_median_ms"] = round(med, 1)
         if fault == "hang":
             results[f"{key}_beyond_timeout_ms"] = round(med - timeout_ms, 1)
-    await raw.aclose()
-    await svc.aclose()
+    raw.close()
+    svc.close()
     return results
 
 
@@ -146,7 +144,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     with scratch_folder("memoryd-orch-", args.keep) as root:
-        results = anyio.run(run, args, root)
+        results = run(args, root)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))

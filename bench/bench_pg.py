@@ -264,12 +264,11 @@ def print_engine(name: str, r: dict[str, Any]) -> None:
 
 
 def quality(args: argparse.Namespace) -> None:
-    import anyio
 
-    anyio.run(_quality, args)
+    _quality(args)
 
 
-async def _quality(args: argparse.Namespace) -> None:
+def _quality(args: argparse.Namespace) -> None:
     from collections import defaultdict
 
     from bench.eval import __main__ as ev
@@ -311,15 +310,15 @@ async def _quality(args: argparse.Namespace) -> None:
                         settings,
                         ProviderSelection("hashing", HashingEmbedder(), "bench", None, True, []),
                     )
-                    await idx.sync()
+                    idx.sync()
                     for q in ws.queries:
                         for system, mode in systems.items():
                             t0 = time.perf_counter()
-                            agent_res = await search(idx, q.text, mode=mode)
+                            agent_res = search(idx, q.text, mode=mode)
                             timing[system].append(time.perf_counter() - t0)
                             ev.record(ds, ws, q, system, agent_res, sink, runs)
                             if ds.kind == "collection":
-                                ranking = await search(
+                                ranking = search(
                                     idx,
                                     q.text,
                                     mode=mode,
@@ -330,7 +329,7 @@ async def _quality(args: argparse.Namespace) -> None:
                                 sink[system].setdefault("ranking", []).append(
                                     ev.M.collection_ranking_metrics(q, ranking)
                                 )
-                    await idx.aclose()
+                    idx.close()
                 table[engine] = ev.summarize(ds, sink, timing)
             print_quality(ds.name, ds.kind, table)
     finally:

@@ -19,8 +19,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import anyio
-
 from memoryd.config import resolve_agent, validate_config
 from memoryd.qmd_adapter import QmdManager, plan_query
 
@@ -63,7 +61,7 @@ def make_corpus(ws: Path, docs: int) -> None:
         (ws / "memory" / f"2026-01-{i:04d}.md").write_text(f"# Day {i}\n\n{body}\n")
 
 
-async def main(args: argparse.Namespace) -> dict[str, object]:
+def main(args: argparse.Namespace) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="memoryd-bench-") as tmp:
         root = Path(tmp)
         ws = root / "ws"
@@ -76,7 +74,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
             agent.qmd_settings(), command=args.qmd, home=root / "home", shared_models_dir=None
         )
         print(f"indexing {args.docs} docs…", file=sys.stderr)
-        await mgr.start()
+        mgr.start()
         names = list(mgr.collections)
         plan = plan_query(args.query, mode="search", vectors=False)
         assert plan is not None
@@ -89,30 +87,30 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
             subprocess.run(argv, env=env, cwd=cwd, capture_output=True, check=True)
             return time.perf_counter() - t
 
-        async def adapter() -> float:
+        def adapter() -> float:
             t = time.perf_counter()
-            await mgr.search_hits(args.query)
+            mgr.search_hits(args.query)
             return time.perf_counter() - t
 
         raw()
-        await adapter()  # warm the page cache for both
+        adapter()  # warm the page cache for both
         raw_s: list[float] = []
         adapter_s: list[float] = []
         for i in range(args.runs):  # interleaved so drift hits both equally
             raw_s.append(raw())
-            adapter_s.append(await adapter())
+            adapter_s.append(adapter())
             print(f"run {i + 1}/{args.runs}", file=sys.stderr)
         raw_med, ad_med = statistics.median(raw_s), statistics.median(adapter_s)
         return {
             "docs": args.docs,
             "runs": args.runs,
             "query": args.query,
-            "qmdVersion": await mgr.version(),
+            "qmdVersion": mgr.version(),
             "rawSearchMedianMs": round(raw_med * 1000, 1),
             "adapterSearchMedianMs": round(ad_med * 1000, 1),
             "overheadPct": round((ad_med - raw_med) / raw_med * 100, 2),
             "targetPct": 5.0,
-            "hits": len(await mgr.search_hits(args.query)),
+            "hits": len(mgr.search_hits(args.query)),
         }
 
 
@@ -122,4 +120,4 @@ if __name__ == "__main__":
     parser.add_argument("--docs", type=int, default=200)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--query", default="zeppelin")
-    print(json.dumps(anyio.run(main, parser.parse_args()), indent=2))
+    print(json.dumps(main(parser.parse_args()), indent=2))

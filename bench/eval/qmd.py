@@ -89,24 +89,24 @@ class QmdSystem:
         assert isinstance(mgr, QmdManager)
         return mgr
 
-    async def prepare(self) -> None:
+    def prepare(self) -> None:
         if self.prepared:
             return
-        await self.service.backend().ensure_qmd_started()
-        await self.qmd.update(force=True)
+        self.service.backend().ensure_qmd_started()
+        self.qmd.update(force=True)
         if self.mode != "search" and not self.qmd.has_vectors(list(self.qmd.collections)):
             started = time.perf_counter()
             print(f"  [qmd {self.workspace.name}] embedding (MiniLM GGUF)…", file=sys.stderr)
-            await self.qmd.embed(force=True)
+            self.qmd.embed(force=True)
             took = time.perf_counter() - started
             print(f"  [qmd {self.workspace.name}] embedded in {took:.0f}s", file=sys.stderr)
         self.prepared = True
 
-    async def search(self, query: str) -> list[dict[str, Any]]:
+    def search(self, query: str) -> list[dict[str, Any]]:
         """One `memory_search` as the agent makes it (top 6, ≤ 4000 characters)."""
-        await self.prepare()
+        self.prepare()
         # the tools accept at most MAX_QUERY_CHARS (one CISI query is longer)
-        out = await self.service.memory_search(query[:MAX_QUERY_CHARS])
+        out = self.service.memory_search(query[:MAX_QUERY_CHARS])
         self.answers += 1
         if out.get("backend") == "qmd":
             self.from_qmd += 1
@@ -115,22 +115,20 @@ class QmdSystem:
             self.failures.append(str(reason))
         return [_row(r) for r in out.get("results", [])]
 
-    async def ranking(self, query: str, max_results: int = 100) -> list[dict[str, Any]]:
+    def ranking(self, query: str, max_results: int = 100) -> list[dict[str, Any]]:
         """qmd's ranking without the agent's budget (collections: nDCG, recall@100)."""
-        await self.prepare()
-        hits = await self.qmd.search_hits(
-            query[:MAX_QUERY_CHARS], max_results=max_results, min_score=0.0
-        )
+        self.prepare()
+        hits = self.qmd.search_hits(query[:MAX_QUERY_CHARS], max_results=max_results, min_score=0.0)
         return [_row(r.to_dict()) for r in hits]
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         if self.failures:
             print(
                 f"  [qmd {self.workspace.name}] {len(self.failures)} answers from the fallback; "
                 f"first: {self.failures[0]}",
                 file=sys.stderr,
             )
-        await self.service.aclose()
+        self.service.close()
 
 
 def _row(r: dict[str, Any]) -> dict[str, Any]:

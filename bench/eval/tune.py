@@ -17,8 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 import memoryd.builtin_index.index as index_mod
 from memoryd.core.citations import trim_to_budget
 from memoryd.core.ranking import Candidate, CorpusStats, RankParams, rank, select_snippet
@@ -38,7 +36,7 @@ class Captured:
     stats: CorpusStats | None = None
 
 
-async def capture(
+def capture(
     ds: Dataset,
     out: Path,
     *,
@@ -48,7 +46,7 @@ async def capture(
     model: str | None = None,
 ) -> dict[str, list[Captured]]:
     """Per workspace, the candidates of every query (k = max_results × candidateMultiplier)."""
-    return await capture_pairs(
+    return capture_pairs(
         [(ws.name, ws, ws.queries) for ws in ds.workspaces],
         out,
         max_results=max_results,
@@ -58,7 +56,7 @@ async def capture(
     )
 
 
-async def capture_pairs(
+def capture_pairs(
     pairs: list[tuple[str, Workspace, list[Query]]],
     out: Path,
     *,
@@ -87,7 +85,7 @@ async def capture_pairs(
     index_mod.rank = recording  # type: ignore[assignment]
     try:
         for label, ws, queries in pairs:
-            idx = await open_index(
+            idx = open_index(
                 ws.root,
                 out / "index" / f"{ws.name}-{suffix}.sqlite",
                 tokens=tokens,
@@ -97,7 +95,7 @@ async def capture_pairs(
             rows = []
             for q in queries:
                 holder.clear()
-                await search(
+                search(
                     idx, q.text, mode=None, max_results=max_results, min_score=0.0, max_chars=10**9
                 )
                 cands, stats = holder[0]
@@ -111,7 +109,7 @@ async def capture_pairs(
                     )
                 )
             got.setdefault(label, []).extend(rows)
-            await idx.aclose()
+            idx.close()
             print(f"  captured {label}: {len(rows)} queries", file=sys.stderr, flush=True)
     finally:
         index_mod.rank = real_rank  # type: ignore[assignment]
@@ -223,13 +221,13 @@ def load(path: Path) -> Any:
         return _Unpickler(fh).load()
 
 
-async def _main(argv: list[str]) -> None:
+def _main(argv: list[str]) -> None:
     from .__main__ import load_datasets, parse_args
 
     args = parse_args(argv)
     for ds in load_datasets(args):
         mr = 6 if ds.kind == "conversation" else 100
-        caps = await capture(
+        caps = capture(
             ds,
             args.out,
             max_results=mr,
@@ -244,4 +242,4 @@ async def _main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(_main, sys.argv[1:])
+    _main(sys.argv[1:])
