@@ -1,17 +1,11 @@
 """The PostgreSQL schema of the built-in index: numbered migrations recorded in `schema_version`.
 
-Everything lives in the `memoryd` schema. Each (agent, workspace) is a tenant (`tenants`); every
-other table carries `tenant_id`, and row-level security limits a non-owner role to the tenants of
-the agents it was granted in `tenant_access` (`memoryd.allow_host(role, agent)`). The identity
-checked is `session_user`, the role a host logged in as: a session can reach no agent it could not
-already reach by `SET ROLE`.
-
-Index-driven searches (GIN full text, pg_trgm substrings, HNSW) run in SECURITY DEFINER functions
-that check the tenant first: under RLS the planner may not use an index for a non-leakproof
-operator such as `@@`, so a plain query from a host role would scan every row of its tenant.
-
-Migrations run in order, each in its own transaction under a cluster-wide advisory lock, so two
-processes that start on an old schema apply each step once. No DDL runs on an up-to-date schema.
+Everything lives in the `memoryd` schema. Each (agent, workspace) is a tenant; every other table
+carries `tenant_id`, and row-level security limits a non-owner role to the tenants of the agents
+it was granted (`memoryd.allow_host(role, agent)`), checked against `session_user`. Index-driven
+searches run in SECURITY DEFINER functions that check the tenant first: under RLS the planner may
+not use an index for a non-leakproof operator such as `@@`. Migrations run in order, each in its
+own transaction under a cluster-wide advisory lock; no DDL runs on an up-to-date schema.
 """
 
 from __future__ import annotations

