@@ -27,7 +27,7 @@ def tenant_lock_key(tenant_id: int) -> int:
     return LOCK_SPACE | (tenant_id & 0x7FFFFFFF)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Migration:
     version: int
     name: str
