@@ -990,6 +990,7 @@ COMMANDS = {
     "warm": _cmd_warm,
     "serve": _cmd_serve,
     "mcp": _cmd_mcp,
+    "pg-local": _cmd_pg_local,
 }
 
 

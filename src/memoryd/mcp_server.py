@@ -110,7 +110,7 @@ class _ServiceHandle:
             async with self._lock:
                 if self._service is None:
                     assert self._factory is not None
-                    self._service = await anyio.to_thread.run_sync(self._factory)
+                    self._service = await run_blocking(self._factory, self.workers)
         return self._service
 
     def attach(self, tg: TaskGroup) -> None:
@@ -130,7 +130,7 @@ class _ServiceHandle:
             svc = await self.service()
             assert self._tg is not None
             agents = [svc.agent(self.agent_id).agent_id]
-            await anyio.to_thread.run_sync(svc.start, Background(), agents, limiter=self.workers)
+            await run_blocking(lambda: svc.start(Background(), agents), self.workers)
             log.info("memory service started in %.2fs", time.perf_counter() - started)
         except Exception:
             # a tool call then reports the failure as its result; the server keeps serving
@@ -148,7 +148,7 @@ class _ServiceHandle:
     async def aclose(self) -> None:
         if self._service is not None:
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                await anyio.to_thread.run_sync(self._service.close)
+                await run_blocking(self._service.close, anyio.CapacityLimiter(1))
 
 
 # ----------------------------------------------------------------------------- tools

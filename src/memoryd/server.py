@@ -305,7 +305,7 @@ async def serve(
         sock.unlink()
     import anyio
 
-    from .background import Background
+    from .background import Background, run_blocking
 
     ident = {"config": config_identity(config_path)}
     listener = await anyio.create_unix_listener(sock)
@@ -345,12 +345,12 @@ async def serve(
                     await listener.serve(handle)
 
             tg.start_soon(accept)
-            await anyio.to_thread.run_sync(service.start, Background())
+            await run_blocking(lambda: service.start(Background()), workers)
             if ready is not None:
                 ready.set()
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-            await anyio.to_thread.run_sync(service.close)
+            await run_blocking(service.close, anyio.CapacityLimiter(1))
         with contextlib.suppress(FileNotFoundError):
             sock.unlink()
 

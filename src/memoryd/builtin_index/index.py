@@ -330,6 +330,18 @@ class _PathLookup:
     longest: int  # the longest name: no token prefix beyond it can name a file
 
 
+@dataclass(slots=True)
+class _KeywordSide:
+    """The keyword side of a hybrid search, found while its query embedded."""
+
+    version: tuple[int, int]
+    hits: dict[int, Candidate]
+    path_hits: list[int]
+    terms: tuple[str, ...]
+    rows: dict[int, tuple[ChunkRow, frozenset[str]]]  # row, the query terms it holds
+    snippets: dict[int, tuple[str, int, int]]
+
+
 class MemoryIndex:
     """The built-in index of one (agent, workspace): a `MemoryEngine`.
 
@@ -1164,10 +1176,7 @@ class MemoryIndex:
             if self.provider is not None
             else contextlib.nullcontext()
         )
-        store = self.store
-        # every read of the search sees one index, whatever another process publishes meanwhile
-        pinned = store.snapshot() if isinstance(store, SqliteStore) else contextlib.nullcontext()
-        with priority, pinned:
+        with priority:
             answer = self._search_synced(request, query, now, mode)
         answer.notes[:0] = notes
         if self._reference_to_save is not None:
@@ -1179,15 +1188,17 @@ class MemoryIndex:
     def _search_synced(
         self, request: SearchRequest, query: str, now: datetime | None, mode: str | None
     ) -> EngineAnswer:
-        """`search` once the index is synced: both sides, the merge, ranking and snippets."""
-        max_results, min_score = request.max_results, request.min_score
-        params = self._rank_params(max_results, min_score)
+        """`search` once the index is synced: both sides, the merge, ranking and snippets.
+
+        The keyword side runs while the query embeds on the provider's worker; each side reads
+        one snapshot of the index, and keyword hits of an index that changed in between are
+        searched again. No snapshot is held while the query embeds (a remote API may take long).
+        """
+        params = self._rank_params(request.max_results, request.min_score)
         k = params.max_results * self.cfg.query.hybrid.candidate_multiplier
         # config: hybrid, or vector-first when hybrid is off; `mode` pins one side for evaluation
         effective = mode or ("hybrid" if self.cfg.query.hybrid.enabled else "vector")
         notes: list[str] = []
-
-        qvec: np.ndarray | array[float] | None = None
         vectors = effective in ("hybrid", "vector") and self._vectors_usable()
         # no chunk has a vector yet (a first search whose backlog was not started): the query's
         # would find nothing, so it is not embedded and the answer says it is by keywords
@@ -1198,129 +1209,29 @@ class MemoryIndex:
             # places a one-letter query near any short chunk; only a file named so can answer
             notes.append("nothing to search for: the query has no word of two or more letters")
             vectors = no_vectors_yet = False
-        early: tuple[dict[int, Candidate], list[int]] | None = None
-        early_version: tuple[int, int] | None = None
-        early_rows: dict[int, tuple[ChunkRow, frozenset[str]]] = {}  # row, query terms it holds
-        early_terms: tuple[str, ...] = ()
-        speculative: dict[int, tuple[str, int, int]] = {}
-        if vectors and effective == "hybrid":
-            # Nothing of the keyword side needs the vector: while the query embeds on another
-            # thread, find its candidates, read their rows, find the query terms each holds
-            # (what ranking weighs) and count the query terms' chunks, so that only the vector
-            # side's own candidates are left for after.
-            store = self.store
-            early_version = store.version
-            early_kw: dict[int, Candidate] = {}
-            self._keyword_candidates(store, query, k, early_kw)
-            early = early_kw, self._path_candidates(store, query)
-            rows_now = store.chunk_rows([*early_kw, *early[1]])
-            early_terms = tuple(query_terms(query))
-            early_rows = {
-                cid: (row, frozenset(text_terms(early_terms, row.text)))
-                for cid, row in rows_now.items()
-            }
-            self._term_chunks(store, query)
-            speculative = self._snippets_while_embedding(query, early_kw, early_rows)
-        if vectors:
-            assert self.provider is not None
-            try:
-                if self._lean(self.store):
-                    qvec = self.provider.embed_query_buffer(query)
-                if qvec is None:
-                    qvec = self._embed_query(query)
-            except Exception as err:
-                if self.selection.explicit and self.selection.fallback is None:
-                    raise ProviderUnavailable(
-                        f"{self.provider.id} query embedding failed: {err}"
-                    ) from err
-                notes.append(f"query embedding failed ({err}); keyword results only")
-                qvec = None
-            if qvec is not None and not (any(qvec) if isinstance(qvec, array) else qvec.any()):
-                notes.append("query embedding was a zero vector; keyword results only")
-                qvec = None
-        want_kw = effective in ("hybrid", "keyword") or (qvec is None and mode is None)
-
         store = self.store
-        if early is not None and store.version != early_version:
-            early = None  # the index changed while the query embedded: its ids may have too
-        cands: dict[int, Candidate] = {}
-        if qvec is not None:
-            for rank_i, (cid, sim) in enumerate(store.vector_search(qvec, k)):
-                cands[cid] = Candidate(cid, "", "", 0, 0, "", vector_score=sim, vector_rank=rank_i)
-        if want_kw:
-            if early is None:
-                self._keyword_candidates(store, query, k, cands)
-                path_hits = self._path_candidates(store, query)
-            else:  # merged in the order the sequential search inserts them
-                early_kw, path_hits = early
-                for cid, kc in early_kw.items():
-                    c = cands.setdefault(cid, kc)
-                    c.text_rank, c.text_score = kc.text_rank, kc.text_score
-            for cid in path_hits:
-                cands.setdefault(cid, Candidate(cid, "", "", 0, 0, ""))
-
-        if early is None:
-            early_rows, speculative = {}, {}
-        rows = store.chunk_rows(cid for cid in cands if cid not in early_rows)
-        allowed_sources = set(self.cfg.sources)
-        if request.corpus != "all":
-            allowed_sources &= {request.corpus}
-        filled = []
-        for cid, c in cands.items():
-            row = rows.get(cid)
-            if row is None and cid in early_rows:
-                row, matched = early_rows[cid]
-                c.matched = (early_terms, matched)
-            if row is None or row.source not in allowed_sources:
-                continue
-            c.path, c.source, c.start_line, c.end_line, c.text, c.mtime = (
-                row.path,
-                row.source,
-                row.start_line,
-                row.end_line,
-                row.text,
-                row.mtime,
+        early = None
+        if vectors and effective == "hybrid":
+            with self._snapshot(store):
+                early = self._keyword_side(store, query, k)
+        qvec = self._query_vector(query, notes) if vectors else None
+        want_kw = effective in ("hybrid", "keyword") or (qvec is None and mode is None)
+        with self._snapshot(store):
+            if early is not None and store.version != early.version:
+                early = None  # the index changed while the query embedded: its ids may have too
+            filled = self._candidates(store, request, query, k, qvec, want_kw, early)
+            stats = self._corpus_stats(store, query if want_kw else "", qvec)
+            pending = store.pending_count() if self.provider else 0
+            # a few spare hits: a result whose lines earlier results already show gives its slot on
+            ranked = rank(
+                filled,
+                query,
+                dataclasses.replace(params, max_results=params.max_results + SPARE_RESULTS),
+                now=now or datetime.now(UTC),
+                stats=stats,
+                partial_vectors=qvec is not None and pending > 0,
             )
-            filled.append(c)
-        stats = self._corpus_stats(store, query if want_kw else "", qvec)
-        pending = store.pending_count() if self.provider else 0
-        # a few spare hits: a result whose lines earlier results already show gives its slot on
-        ranked = rank(
-            filled,
-            query,
-            dataclasses.replace(params, max_results=params.max_results + SPARE_RESULTS),
-            now=now or datetime.now(UTC),
-            stats=stats,
-            partial_vectors=qvec is not None and pending > 0,
-        )
-        results: list[SearchResult] = []
-        shown: dict[str, list[tuple[int, int]]] = {}
-
-        def add(c: Candidate, snippet: str, first: int, last: int) -> None:
-            kept = uncovered_window(snippet, first, last, shown.get(c.path, []))
-            if kept is not None and len(results) < params.max_results:
-                text, first, last = kept
-                results.append(SearchResult(c.path, first, last, c.score, text, source=c.source))  # type: ignore[arg-type]
-                shown.setdefault(c.path, []).append((first, last))
-
-        continued = 0
-        for c in ranked:
-            if len(results) >= params.max_results:
-                break
-            snippet, first, last = speculative.get(c.chunk_id) or select_snippet(
-                c.text, c.start_line, c.end_line, query, MAX_SNIPPET_CHARS
-            )
-            add(c, snippet, first, last)
-            if continued < CONTINUE_BEST_HIT and params.max_results > 1:
-                # the lines right after the best window, as a result of their own (each snippet
-                # stays within the 700-character contract): the answer to a question often
-                # comes a few lines after the line that names its topic
-                text, end = self._with_following_lines(store, c, last)
-                more = continue_snippet(text, c.start_line, end, last, MAX_SNIPPET_CHARS)
-                continued += 1
-                if more is not None:
-                    add(c, *more)
-
+            results = self._results(store, ranked, query, params, early.snippets if early else {})
         kw_used = want_kw and store.fts_available
         used_mode = (
             "hybrid"
@@ -1349,6 +1260,136 @@ class MemoryIndex:
             degraded=degraded,
             pending_vectors=pending,
         )
+
+    @staticmethod
+    def _snapshot(store: Store) -> contextlib.AbstractContextManager[None]:
+        """Reads within see one index, whatever another process publishes meanwhile."""
+        return store.snapshot() if isinstance(store, SqliteStore) else contextlib.nullcontext()
+
+    def _keyword_side(self, store: Store, query: str, k: int) -> _KeywordSide:
+        """Everything of the keyword side that needs no vector, done while the query embeds:
+        its candidates, their rows, the query terms each holds (what ranking weighs), the
+        query terms' chunk counts, and the best hits' snippets."""
+        version = store.version
+        hits: dict[int, Candidate] = {}
+        self._keyword_candidates(store, query, k, hits)
+        path_hits = self._path_candidates(store, query)
+        rows_now = store.chunk_rows([*hits, *path_hits])
+        terms = tuple(query_terms(query))
+        rows = {cid: (row, frozenset(text_terms(terms, row.text))) for cid, row in rows_now.items()}
+        self._term_chunks(store, query)
+        snippets = self._snippets_while_embedding(query, hits, rows)
+        return _KeywordSide(version, hits, path_hits, terms, rows, snippets)
+
+    def _query_vector(self, query: str, notes: list[str]) -> np.ndarray | array[float] | None:
+        """The query's vector (the prefetch's, when it started one), or None with a note why."""
+        assert self.provider is not None
+        qvec: np.ndarray | array[float] | None = None
+        try:
+            if self._lean(self.store):
+                qvec = self.provider.embed_query_buffer(query)
+            if qvec is None:
+                qvec = self._embed_query(query)
+        except Exception as err:
+            if self.selection.explicit and self.selection.fallback is None:
+                raise ProviderUnavailable(
+                    f"{self.provider.id} query embedding failed: {err}"
+                ) from err
+            notes.append(f"query embedding failed ({err}); keyword results only")
+            return None
+        if not (any(qvec) if isinstance(qvec, array) else qvec.any()):
+            notes.append("query embedding was a zero vector; keyword results only")
+            return None
+        return qvec
+
+    def _candidates(
+        self,
+        store: Store,
+        request: SearchRequest,
+        query: str,
+        k: int,
+        qvec: np.ndarray | array[float] | None,
+        want_kw: bool,
+        early: _KeywordSide | None,
+    ) -> list[Candidate]:
+        """Both sides' candidates, merged, with their rows, from the sources asked for."""
+        cands: dict[int, Candidate] = {}
+        if qvec is not None:
+            for rank_i, (cid, sim) in enumerate(store.vector_search(qvec, k)):
+                cands[cid] = Candidate(cid, "", "", 0, 0, "", vector_score=sim, vector_rank=rank_i)
+        if want_kw:
+            if early is None:
+                self._keyword_candidates(store, query, k, cands)
+                path_hits = self._path_candidates(store, query)
+            else:  # merged in the order the sequential search inserts them
+                path_hits = early.path_hits
+                for cid, kc in early.hits.items():
+                    c = cands.setdefault(cid, kc)
+                    c.text_rank, c.text_score = kc.text_rank, kc.text_score
+            for cid in path_hits:
+                cands.setdefault(cid, Candidate(cid, "", "", 0, 0, ""))
+        early_rows = early.rows if early is not None else {}
+        rows = store.chunk_rows(cid for cid in cands if cid not in early_rows)
+        allowed_sources = set(self.cfg.sources)
+        if request.corpus != "all":
+            allowed_sources &= {request.corpus}
+        filled = []
+        for cid, c in cands.items():
+            row = rows.get(cid)
+            if row is None and early is not None and cid in early_rows:
+                row, matched = early_rows[cid]
+                c.matched = (early.terms, matched)
+            if row is None or row.source not in allowed_sources:
+                continue
+            c.path, c.source, c.start_line, c.end_line, c.text, c.mtime = (
+                row.path,
+                row.source,
+                row.start_line,
+                row.end_line,
+                row.text,
+                row.mtime,
+            )
+            filled.append(c)
+        return filled
+
+    def _results(
+        self,
+        store: Store,
+        ranked: Sequence[Candidate],
+        query: str,
+        params: RankParams,
+        snippets: dict[int, tuple[str, int, int]],
+    ) -> list[SearchResult]:
+        """The ranked hits as results: a snippet each (`snippets` has those chosen already),
+        the best hit's following lines as one more, no lines shown twice."""
+        results: list[SearchResult] = []
+        shown: dict[str, list[tuple[int, int]]] = {}
+
+        def add(c: Candidate, snippet: str, first: int, last: int) -> None:
+            kept = uncovered_window(snippet, first, last, shown.get(c.path, []))
+            if kept is not None and len(results) < params.max_results:
+                text, first, last = kept
+                results.append(SearchResult(c.path, first, last, c.score, text, source=c.source))  # type: ignore[arg-type]
+                shown.setdefault(c.path, []).append((first, last))
+
+        continued = 0
+        for c in ranked:
+            if len(results) >= params.max_results:
+                break
+            snippet, first, last = snippets.get(c.chunk_id) or select_snippet(
+                c.text, c.start_line, c.end_line, query, MAX_SNIPPET_CHARS
+            )
+            add(c, snippet, first, last)
+            if continued < CONTINUE_BEST_HIT and params.max_results > 1:
+                # the lines right after the best window, as a result of their own (each snippet
+                # stays within the 700-character contract): the answer to a question often
+                # comes a few lines after the line that names its topic
+                text, end = self._with_following_lines(store, c, last)
+                more = continue_snippet(text, c.start_line, end, last, MAX_SNIPPET_CHARS)
+                continued += 1
+                if more is not None:
+                    add(c, *more)
+        return results
 
     def _snippets_while_embedding(
         self,

@@ -24,6 +24,7 @@ was cut, a hint to move detail into `memory/*.md` (the seed's `/context list`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any, Final, Literal
@@ -36,7 +37,6 @@ from ..core.layout import (
     daily_note_name,
     is_daily_note_of,
 )
-from ..core.records import record
 from ..core.session_keys import parse_session_key
 from ..errors import InvalidInput, MemorydError
 from ..fsio import read_file, walk
@@ -62,7 +62,7 @@ _MIN_FILE_BUDGET: Final = 64
 FileKind = Literal["long-term", "daily"]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ContextFile:
     """One loaded file: workspace-relative path, sizes on disk and injected, and the injected text."""
 
@@ -83,7 +83,7 @@ class ContextFile:
         }
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class SessionContext:
     """What to load at session start: the files, the assembled text, and a hint when cut."""
 

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -32,7 +33,6 @@ from typing import Any, Final, Literal
 import filelock
 
 from ..config import ResolvedAgent
-from ..core.records import record
 from ..core.replies import SILENT_REPLY_TOKEN, is_no_reply
 from ..core.session_keys import normalize_session_key
 from ..errors import FlushStateError, InvalidInput, StateError
@@ -59,7 +59,7 @@ _STATE_VERSION: Final = 1
 # --------------------------------------------------------------------------- state file
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class FlushRecord:
     """The last flush of one session: which compaction cycle, when, and the host's session id."""
 
@@ -192,7 +192,7 @@ FlushReason = Literal[
 ]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class FlushDecision:
     """Whether to run the flush turn now, why, and what to send the model if so."""
 

@@ -30,10 +30,10 @@ accumulated" (`memorySearch.sync.sessions.{deltaBytes, deltaMessages}`).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import ResolvedAgent
-from ..core.records import record
 from ..core.transcripts import (
     Message,
     Role,
@@ -72,7 +72,7 @@ __all__ = [
 ]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ParsedTranscript:
     """What a transcript holds: its messages, how many lines were malformed, and its size.
 

@@ -17,13 +17,13 @@ interleave lines. Writes are refused unless the agent's
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Final, Literal
 
 from ..config import ResolvedAgent
 from ..core.layout import LONG_TERM_NAMES, MEMORY_DIR, MemoryRoot, daily_note_rel
-from ..core.records import record
 from ..errors import InvalidMemoryWrite, MemoryWriteFailed, WorkspaceReadOnly
 from ..fsio import append_file
 
@@ -43,7 +43,7 @@ MAX_APPEND_BYTES: Final = 64 * 1024
 LOCK_TIMEOUT_S: Final = 30.0
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class AppendResult:
     """Where the text went (absolute and workspace-relative), bytes appended, and whether the file is new."""
 

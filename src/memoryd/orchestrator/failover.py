@@ -15,10 +15,9 @@ the failover is kept, and the latest probe error is kept beside it (never append
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Final, Literal
 
-from ..core.records import record
 from ..core.text import plain_text
 
 Active = Literal["qmd", "builtin"]
@@ -35,14 +34,14 @@ def clean_reason(text: str) -> str:
     return text
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class FailoverSettings:
     failure_threshold: int = 1
     cooldown_s: float = 15.0
     probe_max_interval_s: float = 300.0
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class FailoverState:
     """Where an agent's searches go and why; persisted in `health.json` (see `health`)."""
 

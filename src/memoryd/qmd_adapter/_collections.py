@@ -10,12 +10,12 @@ import hashlib
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from ..config import QmdConfig
 from ..core.layout import MemoryRoot
-from ..core.records import record
 from ..core.results import Source
 from ._parse import CollectionInfo
 
@@ -35,7 +35,7 @@ def sanitize_name(raw: str) -> str:
     return _BAD_CHARS.sub("-", raw.lower())
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class CollectionSpec:
     """A collection memoryd wants: name, absolute root, glob mask, and which source it feeds."""
 
@@ -129,7 +129,7 @@ def _derived_name(root: str, salt: str = "") -> str:
     return f"custom-{base}-{digest}"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Action:
     """One step towards the desired collections; `rebind` is remove then add."""
 

@@ -10,9 +10,9 @@ import json
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.records import record
 from ..fsio import check_state_path, private_dir, read_private, write_private_atomic
 
 __all__ = ["QmdHome", "default_shared_models_dir", "with_models_block"]
@@ -26,7 +26,7 @@ def default_shared_models_dir() -> Path:
     return Path(cache).expanduser() / "qmd" / "models"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class QmdHome:
     """Folders and environment of one agent's qmd."""
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..core.records import record
 from ..errors import QmdBadOutput
 
 __all__ = [
@@ -119,7 +119,7 @@ def _excerpt(text: str, limit: int = 120) -> str:
 _HEADER_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? @@[^\n]*(?:\n|$)")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class SnippetRange:
     """A snippet's text without its header, and the 1-based inclusive lines it covers (if known)."""
 
@@ -142,7 +142,7 @@ def parse_snippet(snippet: str) -> SnippetRange:
 # --------------------------------------------------------------------------- collections
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class CollectionInfo:
     """A collection qmd knows: its name, root folder and glob mask."""
 

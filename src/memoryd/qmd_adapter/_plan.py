@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import itertools
 import re
+from dataclasses import dataclass
 from typing import Final, Literal
 
-from ..core.records import record
 from ..core.text import STOPWORDS, cjk_bigrams, has_cjk
 
 __all__ = [
@@ -58,7 +58,7 @@ _POSSESSIVE = re.compile(r"['’]s$")
 _EDGE_PUNCT = "\"'’`.,;:!?()[]{}<>«»“”‘*#~^|/\\"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class QueryPlan:
     """What one search sends to `qmd query`, and what memoryd cuts its snippets by."""
 
