@@ -603,11 +603,11 @@ def test_rebuild_fills_a_new_tenant_and_publishes_it_atomically(
     other = open_store(migrate=False)  # another process
     s.replace_file("a.md", "/w/a.md", "memory", "h", 1.0, 1, [chunk(1, "old words")])
     s.cache_put(KEY, [("x", np.ones(4, np.float32))], 10)
-    new = s.begin_rebuild()
+    new = s.open_scratch()
     assert new.cache_get(KEY, ["x"]).keys() == {"x"}  # the embedding cache carries over
     new.replace_file("a.md", "/w/a.md", "memory", "h2", 2.0, 1, [chunk(1, "new words")])
     assert other.keyword_search(match("old"), 10) and not other.keyword_search(match("new"), 10)
-    s.publish_rebuild(new)
+    s.publish(new)
     assert len(other.keyword_search(match("new"), 10)) == 1  # follows the published tenant
     assert other.tenant_id == new.tenant_id and not other.keyword_search(match("old"), 10)
     assert other.counts()["chunks"] == 1
@@ -619,9 +619,9 @@ def test_a_dead_rebuild_is_dropped_by_the_next_one(
     open_store: Callable[..., PgStore], pg_server: PgServer, pg_db: str, pg_url: str
 ) -> None:
     s = open_store()
-    dead = s.begin_rebuild()
+    dead = s.open_scratch()
     dead.replace_file("a.md", "/w/a.md", "memory", "h", 1.0, 1, [chunk(1, "partial")])
-    live = s.begin_rebuild()  # dead's builder is alive: both builds stay
+    live = s.open_scratch()  # dead's builder is alive: both builds stay
     dead_id = dead.tenant_id
     dead.close()  # its process died: the lock is gone once the server has ended its backend
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -629,12 +629,12 @@ def test_a_dead_rebuild_is_dropped_by_the_next_one(
         while not conn.execute("select pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
             time.sleep(0.05)
         conn.execute("select pg_advisory_unlock(%s)", (key,))
-    again = s.begin_rebuild()
+    again = s.open_scratch()
     states = pg_server.execute("select id, state from memoryd.tenants order by id", pg_db)
     assert dead_id not in {r[0] for r in states}
     assert {live.tenant_id, again.tenant_id} <= {r[0] for r in states if r[1] == "building"}
-    s.discard_rebuild(live)
-    s.discard_rebuild(again)
+    live.discard()
+    again.discard()
     s.close()
 
 

@@ -1,17 +1,11 @@
 """The PostgreSQL schema of the built-in index: numbered migrations recorded in `schema_version`.
 
-Everything lives in the `memoryd` schema. Each (agent, workspace) is a tenant (`tenants`); every
-other table carries `tenant_id`, and row-level security limits a non-owner role to the tenants of
-the agents it was granted in `tenant_access` (`memoryd.allow_host(role, agent)`). The identity
-checked is `session_user`, the role a host logged in as: a session can reach no agent it could not
-already reach by `SET ROLE`.
-
-Index-driven searches (GIN full text, pg_trgm substrings, HNSW) run in SECURITY DEFINER functions
-that check the tenant first: under RLS the planner may not use an index for a non-leakproof
-operator such as `@@`, so a plain query from a host role would scan every row of its tenant.
-
-Migrations run in order, each in its own transaction under a cluster-wide advisory lock, so two
-processes that start on an old schema apply each step once. No DDL runs on an up-to-date schema.
+Everything lives in the `memoryd` schema. Each (agent, workspace) is a tenant; every other table
+carries `tenant_id`, and row-level security limits a non-owner role to the tenants of the agents
+it was granted (`memoryd.allow_host(role, agent)`), checked against `session_user`. Index-driven
+searches run in SECURITY DEFINER functions that check the tenant first: under RLS the planner may
+not use an index for a non-leakproof operator such as `@@`. Migrations run in order, each in its
+own transaction under a cluster-wide advisory lock; no DDL runs on an up-to-date schema.
 """
 
 from __future__ import annotations
@@ -33,7 +27,7 @@ def tenant_lock_key(tenant_id: int) -> int:
     return LOCK_SPACE | (tenant_id & 0x7FFFFFFF)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Migration:
     version: int
     name: str
@@ -589,10 +583,6 @@ def current_version(cur: Any) -> int:
     return int(cur.fetchone()[0])
 
 
-def _run(cur: Any, sql: str, params: tuple[Any, ...] = ()) -> None:
-    cur.execute(sql, params)
-
-
 def migrate(conn: Any) -> list[str]:
     """Apply the pending migrations of `conn`'s database in order; returns the names applied.
 
@@ -606,16 +596,15 @@ def migrate(conn: Any) -> list[str]:
             if current_version(cur) >= LATEST:
                 return []
         except psycopg.Error as err:
-            raise IndexError_(f"cannot read memoryd's schema version: {_first_line(err)}") from None
+            raise IndexError_(f"cannot read memoryd's schema version: {first_line(err)}") from None
         applied: list[str] = []
-        _run(cur, "select pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+        cur.execute("select pg_advisory_lock(%s)", (MIGRATION_LOCK,))
         try:
             step = "create the memoryd schema"
             try:
                 with conn.transaction():
-                    _run(cur, "create schema if not exists memoryd")
-                    _run(
-                        cur,
+                    cur.execute("create schema if not exists memoryd")
+                    cur.execute(
                         "create table if not exists memoryd.schema_version ("
                         "version integer primary key, name text not null, "
                         "applied_at timestamptz not null default now())",
@@ -624,7 +613,7 @@ def migrate(conn: Any) -> list[str]:
                     # superuser (or a hosted service's admin role) to create it once
                     for name in ("vector", "pg_trgm", "unaccent"):
                         step = f"create extension {name}"
-                        _run(cur, f"create extension if not exists {name}")
+                        cur.execute(f"create extension if not exists {name}")
                 ext = extension_schemas(cur)
                 done = current_version(cur)
                 for mig in MIGRATIONS:
@@ -633,8 +622,7 @@ def migrate(conn: Any) -> list[str]:
                     step = f"apply migration {mig.name}"
                     with conn.transaction():
                         mig.apply(cur, ext)
-                        _run(
-                            cur,
+                        cur.execute(
                             "insert into memoryd.schema_version (version, name) values (%s, %s)",
                             (mig.version, mig.name),
                         )
@@ -642,14 +630,14 @@ def migrate(conn: Any) -> list[str]:
             except psycopg.Error as err:
                 raise IndexError_(
                     f"cannot {step} (schema at version {current_version(cur)}, memoryd needs "
-                    f"{LATEST}): {_first_line(err)}; run the migrations once as the database "
+                    f"{LATEST}): {first_line(err)}; run the migrations once as the database "
                     "owner (a superuser must create the vector extension)"
                 ) from None
         finally:
-            _run(cur, "select pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+            cur.execute("select pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
     return applied
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__

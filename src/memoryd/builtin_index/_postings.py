@@ -1,33 +1,20 @@
 """FTS5's own `bm25()` top-k, computed from postings held in memory by a long-lived process.
 
-FTS5 answers an OR of terms by walking every term's position lists, scoring every row that
-matches any of them and sorting: ~1.1 µs per posting on the 2-core host memoryd is measured on,
-so a question of 10-15 terms over 10k chunks (3-5k postings) takes 3-5 ms, and the long tail
-(50+ terms, 20k+ postings) 25-40 ms. The same scores follow from each term's postings (row,
-term frequency), the rows' token counts and two corpus figures. This module reads those once
-through `fts5vocab` and FTS5's shadow tables, keeps them in numpy arrays, and then scores a
-query with a few vector operations.
+FTS5 answers an OR of terms by scoring every row that matches any of them; the same scores
+follow from each term's postings (row, term frequency), the rows' token counts and two corpus
+figures, read once through `fts5vocab` and FTS5's shadow tables and kept in numpy arrays.
 
-**Exact, not approximate.** The formula, the constants (k1 = 1.2, b = 0.75), the IDF clamp
-(1e-6 for a term in more than half the rows) and the floating-point operations, in the order
-FTS5's `fts5Bm25Function` does them (each phrase's term `idf * ((f * (k1 + 1)) / (f + k1 *
-(1 - b + b * D / avgdl)))`, summed in query order), with the row count and average length from
-FTS5's averages record: the scores are the doubles FTS5 returns, and ties go by rowid, as
-FTS5's rowid-ordered scan leaves them. Query terms are tokenized by FTS5 itself, with the
-index's tokenizer, in a private in-memory database. A term that is not exactly one token (a
-phrase: `wind-tunnel`, `don't`, CJK runs) is left to FTS5: `top` answers None and the caller
-runs the SQL. `tests/test_postings.py` compares the two on generated corpora and queries.
+**Exact.** The formula, constants and floating-point operations are FTS5's (`fts5Bm25Function`),
+in its order, and ties go by rowid as FTS5's scan leaves them; query terms are tokenized by FTS5
+itself. A term that is not exactly one token (a phrase: `wind-tunnel`, CJK runs) is left to FTS5:
+`top` answers None and the caller runs the SQL (`tests/test_postings.py` compares the two).
 
 **Never stale.** Everything is keyed by FTS5's structure and averages records, read in the same
-snapshot as the postings: any write to the keyword index, by this process or another, changes
-them and drops what was held.
+snapshot as the postings: any write to the keyword index, by any process, drops what was held.
 
-**Paid for only where it pays.** The first search at an index state goes to FTS5; the second
-loads the rows' token counts (~5 ms per 10k chunks) and from then on postings are loaded per
-term as queries use them (about twice what FTS5 spends on that term, once), up to
-MAX_POSTINGS, least recently used first out; a query whose new terms would take more than a
-quarter of that is left to FTS5 rather than flush what other queries use. A one-off CLI search
-therefore never builds any of it; `serve` and MCP do after their first search.
+**Paid for only where it pays.** The first search at an index state goes to FTS5, so a one-off
+CLI search never builds any of it; later ones load postings per term as queries use them, up to
+MAX_POSTINGS, least recently used first out.
 """
 
 from __future__ import annotations
@@ -62,8 +49,7 @@ MAX_TOKENIZED = 50_000
 VOCAB_TABLE = "temp.memoryd_fts_vocab"
 ROWS_TABLE = "temp.memoryd_fts_rows"
 #: A query whose terms not yet held add up to more postings than this share of MAX_POSTINGS
-#: is left to FTS5: loading them would cost about what FTS5 spends on them, then push out
-#: what other queries use (at 126k chunks, loading every query's terms thrashed to 1.02× FTS5).
+#: is left to FTS5: loading them would push out what other queries use.
 LOAD_SHARE = 4
 
 #: FTS5's averages (id 1) and structure (id 10) records, and the first and last row: a state.

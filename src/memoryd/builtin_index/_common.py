@@ -1,0 +1,82 @@
+"""What the SQLite and PostgreSQL stores share: their records and the checks that read alike."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class VectorEngine:
+    engine: str  # "sqlite-vec" | "numpy" | "pgvector" | "disabled"
+    available: bool
+    load_error: str | None = None
+    binding: str = "sqlite3"
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """A damaged index file moved aside (`moved_to` is None when another process already had)."""
+
+    moved_to: Path | None
+    reason: str | None
+    at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRow:
+    id: int
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    text: str
+    mtime: float | None
+
+
+#: `on_recovered(recovery, refill_now)`: the store now holds a fresh (or another process's) file in
+#: place of a damaged one. With `refill_now` the owner may rebuild the contents at once (it is not
+#: inside `Store()` and no other process is doing it); it returns whether it did.
+RecoveryHook = Callable[[Recovery, bool], bool]
+
+
+def describe_recovery(path: Path, rec: Recovery, *, rebuilt: bool) -> str:
+    """The one line that tells a user their index was damaged and what was done about it."""
+    moved = f"moved to {rec.moved_to}" if rec.moved_to else "replaced by another process"
+    then = (
+        "rebuilt from the Markdown files (retry)"
+        if rebuilt
+        else "it is rebuilt from the Markdown files at the next sync"
+    )
+    return f"index {path} was damaged ({rec.reason}); {moved}; {then}"
+
+
+class StoreChecks:
+    """The stores' checks that only differ by how they read their metadata."""
+
+    #: The signature (provider, model, chunking) this process writes with: text and vectors
+    #: are not written into an index another process rebuilt with other settings.
+    guard_signature: dict[str, Any] | None = None
+    fts_error: str | None = None
+
+    def meta_value(self, key: str) -> str | None:
+        raise NotImplementedError
+
+    @property
+    def fts_available(self) -> bool:
+        return self.fts_error is None
+
+    def signature_matches(self) -> bool:
+        """Whether the index was built with `guard_signature` (or records none yet)."""
+        if self.guard_signature is None:
+            return True
+        raw = self.meta_value("signature")
+        if raw is None:
+            return True
+        try:
+            return bool(json.loads(raw) == self.guard_signature)
+        except ValueError:
+            return False
