@@ -4,6 +4,7 @@ chunks in the background, each search waits up to `sync.searchWaitMs` for a shor
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,8 +23,11 @@ class SlowHashing(HashingEmbedder):
     def __init__(self, seconds_per_chunk: float) -> None:
         super().__init__()
         self.seconds_per_chunk = seconds_per_chunk
+        self.gate = threading.Event()  # cleared: embedding waits until the test sets it
+        self.gate.set()
 
     def embed_documents(self, texts: Sequence[str], *, deadline: float | None = None) -> Matrix:
+        self.gate.wait(30)
         time.sleep(self.seconds_per_chunk * len(texts))
         return super().embed_documents(texts)
 
@@ -55,9 +59,11 @@ def pending(svc: MemoryService) -> int:
 def test_an_open_service_embeds_pending_chunks_in_the_background(workspace: Path) -> None:
     notes(workspace, 20)
     svc, provider = service(workspace, wait_ms=0)
+    provider.gate.clear()  # however slow the search, the background cannot finish before it
     with svc:
         first = svc.search("pelican sighting")
         assert first.mode == "keyword" and pending(svc) == 20
+        provider.gate.set()
         with within(30):
             while pending(svc):
                 time.sleep(0.05)
