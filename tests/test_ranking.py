@@ -9,6 +9,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from memoryd.core import text as text_mod
+from memoryd.core.dates import note_date
 from memoryd.core.ranking import (
     Candidate,
     RankParams,
@@ -19,7 +20,6 @@ from memoryd.core.ranking import (
     decay_multiplier,
     exact_token_share,
     extend_chunk,
-    file_date,
     is_evergreen,
     path_match_level,
     rank,
@@ -127,7 +127,7 @@ def test_ages_come_from_file_names_and_mtime_for_sessions() -> None:
     assert age_in_days("memory/2026-11-23-standup.md", "memory", None, now) == 7
     assert age_in_days("MEMORY.md", "memory", 0.0, now) is None
     assert age_in_days("s.jsonl", "sessions", now.timestamp() - 2 * 86400, now) == pytest.approx(2)
-    assert file_date("memory/2026-02-30.md") is None  # not a real date: evergreen
+    assert note_date("memory/2026-02-30.md") is None  # not a real date: evergreen
 
 
 def test_evergreen_files_are_untouched_by_decay() -> None:

@@ -21,6 +21,7 @@ from pathlib import PurePosixPath
 from typing import Final
 
 from ..errors import InvalidInput, PathNotAllowed
+from .dates import note_date
 from .results import Source
 
 __all__ = [
@@ -70,8 +71,6 @@ SKIP_DIRS: Final = frozenset(
 )
 #: Deepest folder level below a root that discovery walks (and `memory_get` accepts).
 MAX_DEPTH: Final = 64
-
-_DATED: Final = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_.][^/]*)?\.md$")
 
 
 def is_markdown(name: str) -> bool:
@@ -395,14 +394,3 @@ def is_daily_note_path(rel_path: str) -> bool:
         return False
     day = note_date(name)
     return day is not None and is_daily_note_of(name, day)
-
-
-def note_date(path: str) -> date | None:
-    """The date in a daily-note file name (`memory/2026-01-15.md`, `…-slug.md`), else None."""
-    match = _DATED.search(path)
-    if not match:
-        return None
-    try:
-        return date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
-    except ValueError:
-        return None

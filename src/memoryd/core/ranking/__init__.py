@@ -10,11 +10,11 @@ snippet windows live in the private modules beside it.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 from pathlib import PurePosixPath
 
+from ..dates import note_date
 from ..text import Script, estimate_tokens, query_terms, script_of, word_set
 from ._candidates import (
     PATH_TOKEN,
@@ -57,7 +57,6 @@ __all__ = [
     "decay_multiplier",
     "exact_token_share",
     "extend_chunk",
-    "file_date",
     "fuse",
     "idf",
     "is_evergreen",
@@ -72,19 +71,7 @@ __all__ = [
     "with_score",
 ]
 
-_DATED = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_.][^/]*)?\.md$")
 EVERGREEN_NAMES = frozenset({"memory.md"})
-
-
-def file_date(path: str) -> date | None:
-    """The date in a daily-note file name (`memory/2026-01-15.md`, `…-slug.md`), else None."""
-    match = _DATED.search(path)
-    if not match:
-        return None
-    try:
-        return date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
-    except ValueError:
-        return None
 
 
 def is_evergreen(path: str, source: str) -> bool:
@@ -92,7 +79,7 @@ def is_evergreen(path: str, source: str) -> bool:
     if source == "sessions":
         return False
     name = PurePosixPath(path).name.lower()
-    return name in EVERGREEN_NAMES or file_date(path) is None
+    return name in EVERGREEN_NAMES or note_date(path) is None
 
 
 def decay_multiplier(age_days: float, half_life_days: float) -> float:
@@ -110,7 +97,7 @@ def age_in_days(path: str, source: str, mtime: float | None, now: datetime) -> f
         if mtime is None:
             return None
         return max(0.0, (now.timestamp() - mtime) / 86400.0)
-    day = file_date(path)
+    day = note_date(path)
     assert day is not None
     return max(0.0, (now.date() - day).days)
 
