@@ -1,7 +1,4 @@
-"""Embedding providers: the interface, the offline default, remote APIs and selection from config.
-
-Remote providers (and httpx) load on first use, so the CLI and keyword-only setups start fast.
-"""
+"""Embedding providers: the interface, the offline default, remote APIs and selection from config."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""What every HTTP embedding provider shares: limits, long-text policy, vector checks, batch hand-off.
-
-A subclass supplies its wire format (`_embed_batch`) and its limits; this class decides how texts
-reach the API:
-
-* queries longer than the model's input limit are truncated at a word boundary (a query's head
-  carries its intent);
-* documents longer than the limit are split into pieces that fit, embedded, and averaged weighted
-  by piece length, so no text of a chunk is silently dropped;
-* inputs are packed into requests within the API's per-request item and token limits;
-* with `remote.batch.enabled`, documents go through the provider's async batch API (`batch.py`).
-"""
+"""What every HTTP embedding provider shares: limits, long-text policy, vector checks, batch hand-off."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Mistral embeddings (`mistral-embed`, 1024 dimensions).
-
-Wire format: OpenAI-like `POST {base}/embeddings` with `Authorization: Bearer <key>` and
-`{model, input: [...], output_dimension?}` → `{data: [{embedding, index}], usage}`; errors are
-`{object: "error", message, type, code}`. Mistral caps a request's total tokens (about 16k for
-mistral-embed), so requests are packed by estimated tokens as well as by count. The model has no
-query/document distinction.
-"""
+"""Mistral embeddings (`mistral-embed`, 1024 dimensions)."""
 
 from __future__ import annotations
 

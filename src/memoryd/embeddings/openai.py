@@ -1,14 +1,4 @@
-"""OpenAI embeddings, and any OpenAI-compatible endpoint (OpenRouter, vLLM, LM Studio, proxies).
-
-Wire format: `POST {base}/embeddings` with `{model, input: [...], dimensions?}` and
-`Authorization: Bearer <key>`; the answer is `{data: [{index, embedding}], usage}`. Batch mode
-uses the Batch API: a JSONL file of `/v1/embeddings` requests uploaded to `/files`
-(purpose `batch`), `POST /batches`, polling `GET /batches/{id}`, and the output JSONL from
-`GET /files/{output_file_id}/content`.
-
-`remote.inputType = {query, document}` is sent as the body's `input_type` field: OpenAI itself
-has no asymmetric inputs, but several compatible servers (NVIDIA NIM, some vLLM/TEI setups) do.
-"""
+"""OpenAI embeddings, and any OpenAI-compatible endpoint (OpenRouter, vLLM, LM Studio, proxies)."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""Embedding with the failure policy of the issue, for callers that want it in one object.
-
-`ResilientEmbedder` wraps a `ProviderSelection`:
-
-* it embeds with the selected provider;
-* when that raises `EmbeddingError` (after the HTTP layer's own retries), it switches to the
-  selection's fallback and records why — the caller must then re-embed with the new provider,
-  which `generation` and `active` make visible (the index reindexes on a fingerprint change);
-* with no (working) fallback, an explicitly chosen provider makes memory unavailable:
-  `ProviderUnavailable` is raised, never a silent degradation;
-* under `auto`, it degrades to keyword-only: the embed calls return None and `state` says why.
-
-Switches are sticky until `reset()`, so a provider that is down does not cost every search three
-retries; the caller decides when to try the primary again (e.g. on the next full sync).
-"""
+"""Embedding with the failure policy of the issue, for callers that want it in one object."""
 
 from __future__ import annotations
 

@@ -1,14 +1,4 @@
-"""Voyage AI embeddings.
-
-Wire format: `POST {base}/embeddings` with `Authorization: Bearer <key>` and
-`{input: [...], model, input_type: "query"|"document", output_dimension?}` → `{data: [{embedding,
-index}], usage}`. Errors come back as `{detail: "..."}`.
-
-The default model is `voyage-4-large` (1024 dimensions by default, 32k-token inputs; 256, 512,
-1024 or 2048 via `outputDimensionality`). Per request Voyage allows 1,000 inputs and 120k tokens
-for its large models; `input_type` gives the asymmetric query/document forms, overridable with
-`remote.inputType`.
-"""
+"""Voyage AI embeddings."""
 
 from __future__ import annotations
 
