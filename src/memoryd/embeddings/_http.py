@@ -219,10 +219,10 @@ class ApiClient:
         )  # pragma: no cover
 
     def post_json(self, path: str, body: Mapping[str, Any], deadline: float | None = None) -> Any:
-        return _json(self.request("POST", path, json=body, deadline=deadline), self.provider)
+        return parse_json(self.request("POST", path, json=body, deadline=deadline), self.provider)
 
     def get_json(self, path: str, deadline: float | None = None) -> Any:
-        return _json(self.request("GET", path, deadline=deadline), self.provider)
+        return parse_json(self.request("GET", path, deadline=deadline), self.provider)
 
     def close(self) -> None:
         if self._client is not None:
@@ -230,7 +230,7 @@ class ApiClient:
             client.close()
 
 
-def _json(response: httpx.Response, provider: str) -> Any:
+def parse_json(response: httpx.Response, provider: str) -> Any:
     try:
         return response.json()
     except (json.JSONDecodeError, UnicodeDecodeError) as err:

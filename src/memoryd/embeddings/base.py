@@ -6,7 +6,6 @@ import abc
 import contextlib
 import hashlib
 import json
-import time
 from array import array
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -51,10 +50,6 @@ def l2_normalize(matrix: Matrix) -> Matrix:
 
 class DeadlineReached(Exception):
     """Raised by `embed_documents` when its `deadline` passed before it finished."""
-
-
-def deadline_passed(deadline: float | None) -> bool:
-    return deadline is not None and time.monotonic() >= deadline
 
 
 class EmbeddingProvider(abc.ABC):

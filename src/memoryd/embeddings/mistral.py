@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from ._remote import Kind, RemoteProvider
-from .openai import parse_embeddings_response
+from ._remote import RemoteProvider
 
 DEFAULT_MISTRAL_MODEL = "mistral-embed"
 MISTRAL_BASE_URL = "https://api.mistral.ai/v1"
@@ -19,11 +18,3 @@ class MistralProvider(RemoteProvider):
     max_input_tokens = 8000
     max_batch_items = 128
     max_batch_tokens = 16_000
-
-    def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
-        body: dict[str, Any] = {"model": self.model, "input": texts}
-        if self.output_dimensionality:
-            body["output_dimension"] = self.output_dimensionality
-        return parse_embeddings_response(
-            self.client.post_json("embeddings", body, deadline), self.id
-        )

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ._remote import Kind, RemoteProvider
-from .openai import parse_embeddings_response
 
 DEFAULT_VOYAGE_MODEL = "voyage-4-large"
 VOYAGE_BASE_URL = "https://api.voyageai.com/v1"
@@ -34,14 +33,7 @@ class VoyageProvider(RemoteProvider):
     def voyage_input_type(self, kind: Kind) -> str:
         return (self.input_type or {}).get(kind) or kind
 
-    def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
-        body: dict[str, Any] = {
-            "input": texts,
-            "model": self.model,
-            "input_type": self.voyage_input_type(kind),
-        }
-        if self.output_dimensionality:
-            body["output_dimension"] = self.output_dimensionality
-        return parse_embeddings_response(
-            self.client.post_json("embeddings", body, deadline), self.id
-        )
+    def request_body(self, texts: list[str], kind: Kind) -> dict[str, Any]:
+        body = super().request_body(texts, kind)
+        body["input_type"] = self.voyage_input_type(kind)
+        return body

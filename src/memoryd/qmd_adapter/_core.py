@@ -243,7 +243,7 @@ class QmdCore:
         with self._collections_lock:
             self._specs = self._desired_now()
             if self.config.sessions.enabled:
-                private_dir(self._sessions_dir())
+                private_dir(self.sessions_dir)
             present = [s for s in self._specs if Path(s.path).is_dir()]
             self._waiting_for_dir = [s for s in self._specs if s not in present]
             fingerprint = self._verified(present)
@@ -313,9 +313,6 @@ class QmdCore:
         """Where exported session Markdown lives (`sessions.exportDir`, or the qmd home's)."""
         return self.settings.exports_dir
 
-    def _sessions_dir(self) -> Path:
-        return self.sessions_dir
-
     def _remove_collection(self, name: str) -> None:
         try:
             self._run(["collection", "remove", name], self.config.update.command_timeout_ms)
@@ -352,6 +349,6 @@ class QmdCore:
             self.config,
             agent_id=self.settings.agent_id,
             workspace=self.settings.workspace,
-            sessions_dir=self._sessions_dir(),
+            sessions_dir=self.sessions_dir,
             extra_roots=self.settings.extra_roots,
         )

@@ -9,7 +9,7 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from pathlib import PurePosixPath
-from typing import Final
+from typing import Any, Final
 
 from ..background import Background
 from ..core.engine import EngineAnswer, SearchRequest
@@ -302,31 +302,37 @@ class QmdManager(QmdMaintained):
 
     def has_vectors(self, names: Sequence[str]) -> bool:
         """Whether qmd's index holds embeddings for a document of these collections (read-only)."""
-        db = self.home.index_db
-        if not names or not db.exists():
+        if (
+            not names
+            or self._index_row(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vectors_vec'", ()
+            )
+            is None
+        ):
             return False
+        marks = ",".join("?" * len(names))
+        row = self._index_row(
+            "SELECT 1 FROM documents d JOIN content_vectors v ON v.hash = d.hash "
+            f"WHERE d.active = 1 AND d.collection IN ({marks}) LIMIT 1",
+            tuple(names),
+        )
+        return row is not None
+
+    def _index_row(self, sql: str, params: tuple[str, ...]) -> tuple[Any, ...] | None:
+        """One row of qmd's own index, read-only; None when it is missing or unreadable."""
+        db = self.home.index_db
+        if not db.exists():
+            return None
         try:
             conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
-        except sqlite3.Error:
-            return False
-        try:
-            table = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vectors_vec'"
-            ).fetchone()
-            if table is None:
-                return False
-            marks = ",".join("?" * len(names))
-            row = conn.execute(
-                "SELECT 1 FROM documents d JOIN content_vectors v ON v.hash = d.hash "
-                f"WHERE d.active = 1 AND d.collection IN ({marks}) LIMIT 1",
-                tuple(names),
-            ).fetchone()
+            try:
+                row: tuple[Any, ...] | None = conn.execute(sql, params).fetchone()
+                return row
+            finally:
+                conn.close()
         except sqlite3.Error as err:
-            log.warning("cannot read qmd's vectors: %s", err)
-            return False
-        finally:
-            conn.close()
-        return row is not None
+            log.warning("cannot read qmd's index: %s", err)
+            return None
 
     # ------------------------------------------------------------------ hits → results
 
@@ -423,25 +429,15 @@ class QmdManager(QmdMaintained):
         self._emit("dropped", False, f"{reason}\t{self.last_dropped}")
 
     def _lookup_docid(self, docid: str) -> tuple[str, str] | None:
-        """Resolve `#abc123` through qmd's `documents` table (read-only, with a busy timeout)."""
+        """Resolve `#abc123` through qmd's `documents` table."""
         prefix = docid.lstrip("#").lower()
         if not prefix or not all(c in "0123456789abcdef" for c in prefix):
             return None
-        db = self.home.index_db
-        if not db.exists():
-            return None
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5.0)
-        try:
-            row = conn.execute(
-                "SELECT collection, path FROM documents WHERE hash LIKE ? AND active = 1 "
-                "ORDER BY collection, path LIMIT 1",
-                (prefix + "%",),
-            ).fetchone()
-        except sqlite3.Error as err:
-            log.warning("cannot read qmd's documents table: %s", err)
-            return None
-        finally:
-            conn.close()
+        row = self._index_row(
+            "SELECT collection, path FROM documents WHERE hash LIKE ? AND active = 1 "
+            "ORDER BY collection, path LIMIT 1",
+            (prefix + "%",),
+        )
         return (str(row[0]), str(row[1])) if row else None
 
     # ------------------------------------------------------------------ memory_get
