@@ -64,7 +64,10 @@ class Background:
 
 async def run_blocking(fn: Callable[[], T], limiter: anyio.CapacityLimiter) -> T:
     """`fn()` on a daemon thread of its own, awaited from the event loop of `serve` or MCP,
-    at most `limiter`'s number at once."""
+    at most `limiter`'s number at once.
+
+    A daemon thread rather than anyio's workers, so that a shutdown never waits for `fn`.
+    """
     import anyio
     import anyio.from_thread
     import anyio.lowlevel

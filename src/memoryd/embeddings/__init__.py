@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from .mistral import MistralProvider
     from .ollama import OllamaProvider
     from .openai import OpenAIProvider
-    from .resilient import ResilientEmbedder
     from .selection import select_from_config, select_provider
     from .voyage import VoyageProvider
 
@@ -27,7 +26,6 @@ _LAZY = {
     "MistralProvider": ".mistral",
     "OllamaProvider": ".ollama",
     "OpenAIProvider": ".openai",
-    "ResilientEmbedder": ".resilient",
     "select_from_config": ".selection",
     "select_provider": ".selection",
     "VoyageProvider": ".voyage",
@@ -51,7 +49,6 @@ __all__ = [
     "OllamaProvider",
     "OpenAIProvider",
     "ProviderSelection",
-    "ResilientEmbedder",
     "RetryPolicy",
     "VoyageProvider",
     "endpoint_fingerprint",

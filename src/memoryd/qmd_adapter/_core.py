@@ -115,8 +115,6 @@ class QmdCore:
         self.last_dropped: str | None = None
         self._event_hook: Callable[[str, bool, str | None], None] | None = None
 
-    # ------------------------------------------------------------------ lifecycle
-
     @property
     def search_mode(self) -> SearchMode:
         """The configured search mode (`memory.qmd.searchMode`)."""

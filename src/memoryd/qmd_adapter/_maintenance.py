@@ -53,8 +53,6 @@ class QmdMaintained(QmdCore):
         ):
             self.request_update()
 
-    # ------------------------------------------------------------------ update / embed
-
     @contextmanager
     def _maintenance(self) -> Iterator[None]:
         with self._maint_lock:

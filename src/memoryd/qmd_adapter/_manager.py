@@ -71,11 +71,6 @@ class QmdManager(QmdMaintained):
 
     # ------------------------------------------------------------------ lifecycle
 
-    @property
-    def search_mode(self) -> SearchMode:
-        """The configured search mode (`memory.qmd.searchMode`)."""
-        return self._mode
-
     def start(self, background: Background | None = None) -> None:
         """Prepare the agent's qmd home and collections; boot-sync and timers per config."""
         models = {k: v for k, v in dataclasses.asdict(self.config.models).items() if v}
