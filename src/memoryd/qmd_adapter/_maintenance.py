@@ -51,7 +51,7 @@ class QmdMaintained(QmdCore):
             rust_timeout=200,
             stop_event=stop,
         ):
-            self.request_update()
+            self.notify_changed()
 
     @contextmanager
     def _maintenance(self) -> Iterator[None]:
@@ -167,15 +167,15 @@ class QmdMaintained(QmdCore):
                     self._embed_locked()
         return True
 
-    def request_update(self) -> None:
-        """Ask for a debounced sync (e.g. a memory file changed); needs the maintenance loop."""
+    def notify_changed(self) -> None:
+        """A memory file changed: ask for a debounced sync (needs the maintenance loop)."""
         if self._update_requested_at is None:
             self._update_requested_at = self._clock()
         self._wake.set()
 
     def run_maintenance(self, stop: threading.Event) -> None:
         """Timers until `stop` is set or `close()`: boot refresh, `update.interval`, debounced
-        `request_update`."""
+        `notify_changed`."""
         update = self.config.update
         if update.on_boot and not update.wait_for_boot_sync:
             self._sync_logged()

@@ -441,9 +441,3 @@ class QmdManager(QmdMaintained):
         """Read a memory file by a path search returned; missing files give empty text."""
         got = read_memory_file(self.roots(), self.settings.workspace, path, from_line, lines)
         return got if not path.startswith("qmd/") else dataclasses.replace(got, path=path)
-
-    read_file = get
-
-    def notify_changed(self) -> None:
-        """A memory file changed: ask for a debounced `qmd update` (needs the maintenance loop)."""
-        self.request_update()
