@@ -502,7 +502,7 @@ def test_timers_run_boot_refresh_periodic_update_and_requests(qmd_bin: str, tmp_
             while mgr.last_update_at == first:  # then the 1 s timer
                 time.sleep(0.05)
             write(ws / "memory" / "new.md", "# new\n\nokapi\n")
-            mgr.request_update()
+            mgr.notify_changed()
             while not mgr.search_hits("okapi"):
                 time.sleep(0.1)
         mgr.close()
@@ -519,12 +519,12 @@ def test_wait_for_boot_sync_updates_before_start_returns(qmd_bin: str, tmp_path:
 
 def test_read_file_serves_qmd_and_workspace_paths(shared: Shared) -> None:
     mgr = shared.manager()
-    rocket = mgr.read_file("qmd/notes-main/ideas/rocket.md")
+    rocket = mgr.get("qmd/notes-main/ideas/rocket.md")
     assert "kerosene" in rocket.text
-    sliced = mgr.read_file("memory/2026-01-03.md", from_line=3, lines=1)
+    sliced = mgr.get("memory/2026-01-03.md", from_line=3, lines=1)
     assert sliced.text == "The zeppelin launch slipped to April.\n"
-    assert (mgr.read_file("MEMORY.md")).text.startswith("# Memory")
-    assert (mgr.read_file("qmd/notes-main/ideas/missing.md")).to_dict() == {
+    assert (mgr.get("MEMORY.md")).text.startswith("# Memory")
+    assert (mgr.get("qmd/notes-main/ideas/missing.md")).to_dict() == {
         "path": "qmd/notes-main/ideas/missing.md",
         "text": "",
         "missing": True,
@@ -554,7 +554,7 @@ def test_read_file_refuses_unsafe_paths(
         os.symlink(secret, link)
     mgr = shared.manager()
     with pytest.raises(PathNotAllowed, match=message):
-        mgr.read_file(path)
+        mgr.get(path)
 
 
 # ---------------------------------------------------------------- isolation and sessions
@@ -587,7 +587,7 @@ def test_two_agents_never_see_each_others_documents(
         "badger" in r.snippet for r in b.search_hits("password")
     )
     with pytest.raises(PathNotAllowed):
-        a.read_file("qmd/memory-root-beta/MEMORY.md")
+        a.get("qmd/memory-root-beta/MEMORY.md")
 
 
 def test_memory_and_session_hits_are_interleaved(qmd_bin: str, tmp_path: Path) -> None:

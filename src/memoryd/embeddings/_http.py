@@ -1,10 +1,4 @@
-"""The HTTP edge every remote embedding provider shares: one httpx client, retries, error bodies.
-
-Retries follow the issue's contract: 429, 5xx and "rate limit" errors (and dropped connections)
-are retried with tenacity, 3 tries with jittered exponential backoff between 0.5 s and 8 s, and a
-server's `Retry-After` is honoured up to a cap. Everything else fails at once with the API's own
-error message, so a bad key or model name reads like the provider's answer, not a stack trace.
-"""
+"""The HTTP edge every remote embedding provider shares: one httpx client, retries, error bodies."""
 
 from __future__ import annotations
 
@@ -131,9 +125,7 @@ def _retryable(exc: BaseException) -> bool:
 
 
 class ApiClient:
-    """One provider's endpoint: base URL, merged headers, a lazily opened `httpx.Client`.
-
-    Thread-safe (httpx's client is): batch jobs and concurrent searches share it."""
+    """One provider's endpoint: base URL, merged headers, a lazily opened `httpx.Client`."""
 
     def __init__(
         self, provider: str, base_url: str, headers: Mapping[str, str], retry: RetryPolicy
@@ -227,10 +219,10 @@ class ApiClient:
         )  # pragma: no cover
 
     def post_json(self, path: str, body: Mapping[str, Any], deadline: float | None = None) -> Any:
-        return _json(self.request("POST", path, json=body, deadline=deadline), self.provider)
+        return parse_json(self.request("POST", path, json=body, deadline=deadline), self.provider)
 
     def get_json(self, path: str, deadline: float | None = None) -> Any:
-        return _json(self.request("GET", path, deadline=deadline), self.provider)
+        return parse_json(self.request("GET", path, deadline=deadline), self.provider)
 
     def close(self) -> None:
         if self._client is not None:
@@ -238,7 +230,7 @@ class ApiClient:
             client.close()
 
 
-def _json(response: httpx.Response, provider: str) -> Any:
+def parse_json(response: httpx.Response, provider: str) -> Any:
     try:
         return response.json()
     except (json.JSONDecodeError, UnicodeDecodeError) as err:

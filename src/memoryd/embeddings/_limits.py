@@ -1,10 +1,4 @@
-"""Fitting texts into an embedding API's limits without a tokenizer: estimate, split, pack.
-
-Remote tokenizers differ per model and none ship offline, so token counts are *estimated*
-conservatively: ASCII runs at ~3 characters per token (real BPE averages ~4), every non-ASCII
-character as one token (CJK is often exactly that). Overestimating only costs a slightly earlier
-split; underestimating would let the API reject the request, which the issue rules out.
-"""
+"""Fitting texts into an embedding API's limits without a tokenizer: estimate, split, pack."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""Query embeddings started ahead of time, in a thread, and collected by the search that asked.
-
-A search knows its query before it needs the query's vector: a one-off search first syncs the
-index and imports numpy, a warm one runs its keyword side. `start` embeds the query meanwhile
-on a daemon thread (the local engines release the GIL while they compute), `take` collects
-the vector, waiting for it if it is still under way. Used by the local model's engines
-(`local.LocalE5Provider.prefetch_query`); nothing here imports numpy.
-
-The threads are kept (at most `MAX_PREFETCHING`, started on first use, waiting on a queue
-between searches): a caller's `Thread.start` waits for the new thread to be scheduled, which
-costs a search far more than waking a waiting thread.
-"""
+"""Query embeddings started ahead of time, in a thread, and collected by the search that asked."""
 
 from __future__ import annotations
 
@@ -44,15 +33,7 @@ class _Prefetch:
 
 def start(key: Hashable, embed: Callable[[], Any], wait_started: float = 0.0) -> None:
     """Run `embed()` (loading its engine first if need be) on a prefetch thread; `take(key)`
-    collects what it returns. (`embed` holds the provider's query priority itself.)
-
-    At most `MAX_PREFETCHING` run at once: past that this does nothing, and the search embeds
-    its own query when it needs it. A failure is left for the taker, who embeds again and
-    reports the real error.
-
-    `wait_started`: wait (at most this many seconds) for the thread to call `embed`, so that an
-    `embed` that lets go of the GIL at once starts before the caller's Python work holds it.
-    """
+    collects what it returns. (`embed` holds the provider's query priority itself.)"""
     global _idle
     with _lock:
         slots = _slots  # released by the thread that runs the job, whatever `_slots` is by then

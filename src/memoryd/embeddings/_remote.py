@@ -1,15 +1,4 @@
-"""What every HTTP embedding provider shares: limits, long-text policy, vector checks, batch hand-off.
-
-A subclass supplies its wire format (`_embed_batch`) and its limits; this class decides how texts
-reach the API:
-
-* queries longer than the model's input limit are truncated at a word boundary (a query's head
-  carries its intent);
-* documents longer than the limit are split into pieces that fit, embedded, and averaged weighted
-  by piece length, so no text of a chunk is silently dropped;
-* inputs are packed into requests within the API's per-request item and token limits;
-* with `remote.batch.enabled`, documents go through the provider's async batch API (`batch.py`).
-"""
+"""What every HTTP embedding provider shares: limits, long-text policy, vector checks, batch hand-off."""
 
 from __future__ import annotations
 
@@ -76,10 +65,17 @@ class RemoteProvider(EmbeddingProvider):
     def fingerprint_extra(self) -> dict[str, object]:
         return {}
 
+    def request_body(self, texts: list[str], kind: Kind) -> dict[str, Any]:
+        """The body of an OpenAI-shaped `POST embeddings` request (OpenAI, Voyage, Mistral)."""
+        body: dict[str, Any] = {"model": self.model, "input": texts}
+        if self.output_dimensionality:
+            body["output_dimension"] = self.output_dimensionality
+        return body
+
     def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
-        """Send one request (within limits, and `deadline`) and return one raw vector per
-        text, in order."""
-        raise NotImplementedError
+        """Send one request (within limits, and `deadline`); one raw vector per text, in order."""
+        body = self.client.post_json("embeddings", self.request_body(texts, kind), deadline)
+        return parse_embeddings_response(body, self.id)
 
     # ------------------------------------------------------------------ shared behaviour
 
@@ -169,6 +165,15 @@ class RemoteProvider(EmbeddingProvider):
 
     def close(self) -> None:
         self.client.close()
+
+
+def parse_embeddings_response(body: Any, provider: str) -> list[Any]:
+    """`{data: [{index, embedding}]}` → embeddings in input order (the OpenAI-shaped APIs)."""
+    try:
+        data = sorted(body["data"], key=lambda item: item.get("index", 0))
+        return [item["embedding"] for item in data]
+    except (KeyError, TypeError, AttributeError) as err:
+        raise EmbeddingError(f"{provider}: unexpected embeddings response shape") from err
 
 
 def _decode_vector(value: Any, provider: str) -> list[float]:

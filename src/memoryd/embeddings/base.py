@@ -6,7 +6,6 @@ import abc
 import contextlib
 import hashlib
 import json
-import time
 from array import array
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -53,16 +52,8 @@ class DeadlineReached(Exception):
     """Raised by `embed_documents` when its `deadline` passed before it finished."""
 
 
-def deadline_passed(deadline: float | None) -> bool:
-    return deadline is not None and time.monotonic() >= deadline
-
-
 class EmbeddingProvider(abc.ABC):
-    """Turns text into L2-normalized float32 vectors.
-
-    `id` and `model` are reported in results and status; `fingerprint()` plus `id`/`model`/`dims`
-    are stored in the index so a change triggers a full reindex.
-    """
+    """Turns text into L2-normalized float32 vectors."""
 
     id: str
     model: str
@@ -111,22 +102,12 @@ class EmbeddingProvider(abc.ABC):
 
     def embed_query_buffer(self, text: str) -> array[float] | None:
         """`text`'s query vector as a float32 `array` (not necessarily normalized), if this
-        provider makes it without importing numpy; None otherwise (then `embed_query`).
-
-        A one-off search of a SQLite index computes every cosine in SQL and so never needs
-        numpy (a large share of a one-off command's time to import) when the query's vector
-        needs none either
-        (`MemoryIndex._lean`).
-        """
+        provider makes it without importing numpy; None otherwise (then `embed_query`)."""
         return None
 
     @abc.abstractmethod
     def embed_documents(self, texts: Sequence[str], *, deadline: float | None = None) -> Matrix:
-        """Embed document chunks; returns shape (len(texts), dims).
-
-        `deadline` (a `time.monotonic()` value): a provider that can stop early raises
-        `DeadlineReached` once it has passed, so a search's embedding budget holds.
-        """
+        """Embed document chunks; returns shape (len(texts), dims)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release clients or models."""

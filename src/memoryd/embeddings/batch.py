@@ -1,18 +1,4 @@
-"""Optional batch mode: embed documents through a provider's asynchronous batch API.
-
-Batch APIs (OpenAI's Batch API, Gemini's async batch) cost about half as much and do not count
-against online rate limits, at the price of latency. `remote.batch` configures them:
-
-* `enabled` turns batch mode on for document embedding (queries are always online);
-* `concurrency` caps jobs in flight per provider; `pollIntervalMs` and `timeoutMinutes` shape
-  the wait;
-* `wait = false` submits and returns at once: the call raises `BatchPending`, and calling again
-  with the same texts collects the finished job instead of submitting a new one.
-
-A failed, expired or timed-out job counts as a failure and its texts are embedded online, so a
-sync still completes. After `MAX_FAILURES` failures batch mode switches itself off for the
-provider and `describe()` (shown by status) says why.
-"""
+"""Optional batch mode: embed documents through a provider's asynchronous batch API."""
 
 from __future__ import annotations
 
@@ -139,10 +125,7 @@ def _digest(provider: BatchProvider, texts: Sequence[str]) -> str:
 def _finish(
     provider: BatchProvider, mode: BatchMode, job_id: str, count: int, deadline: float | None
 ) -> Matrix:
-    """Poll a job to completion (or timeout) and return its normalized vectors.
-
-    Past the caller's `deadline` it raises `DeadlineReached` and the job stays pending: the
-    next call with the same texts collects it."""
+    """Poll a job to completion (or timeout) and return its normalized vectors."""
     timeout_at = time.monotonic() + mode.config.timeout_minutes * 60
     pause = mode.config.poll_interval_ms / 1000
     while True:
@@ -198,11 +181,7 @@ def _one_job(
 def run_batch(
     provider: BatchProvider, mode: BatchMode, texts: list[str], deadline: float | None = None
 ) -> Matrix:
-    """Embed `texts` as documents through batch jobs; ranges whose job failed are embedded online.
-
-    Raises `BatchPending` when `wait` is false and a job is still running, `DeadlineReached`
-    when `deadline` passed while one was.
-    """
+    """Embed `texts` as documents through batch jobs; ranges whose job failed are embedded online."""
     ranges = pack(texts, max_items=mode.runner.max_job_inputs, max_tokens=None)
     results: list[Matrix | None] = [None] * len(ranges)
     failures: list[EmbeddingError] = []

@@ -1,23 +1,7 @@
 """Gemini embeddings through the native Generative Language API (v1beta).
 
-Wire format, authenticated with the `x-goog-api-key` header:
-
-* query: `POST {base}/models/{model}:embedContent` with
-  `{content: {parts: [{text}]}, taskType: "RETRIEVAL_QUERY", outputDimensionality?}` →
-  `{embedding: {values: [...]}}`;
-* documents: `POST {base}/models/{model}:batchEmbedContents` with `{requests: [<embedContent
-  request + "model": "models/{model}">, ...]}` (at most 100) → `{embeddings: [{values}, ...]}`;
-* batch mode: `POST {base}/models/{model}:asyncBatchEmbedContent` with
-  `{batch: {displayName, inputConfig: {requests: {requests: [{request, metadata: {key}}]}}}}`
-  returns a long-running operation `{name: "batches/…", metadata: {state}, done}`; polling
-  `GET {base}/batches/…` returns the same operation, finished when `done` is true with either
-  `error: {code, message}` or `response.output.inlinedResponses.inlinedResponses[]`, each
-  `{response: {embedding: {values}}, metadata: {key}}` or `{error}`. Inline requests keep the
-  job self-contained (no file upload); one job is capped at 10,000 inputs.
-
-`taskType` defaults to RETRIEVAL_QUERY / RETRIEVAL_DOCUMENT; `remote.inputType` overrides it.
-`outputDimensionality` must be 768, 1536 or 3072 for `gemini-embedding-2-preview` (128–3072 for
-`gemini-embedding-001`); vectors below full size are not normalized by Gemini, so we do it.
+Documents go through `batchEmbedContents` (or an inline async batch job); vectors below full
+size are not normalized by Gemini, so we normalize them.
 """
 
 from __future__ import annotations

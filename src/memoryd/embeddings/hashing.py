@@ -1,8 +1,4 @@
-"""A deterministic, dependency-free embedder: hashed word and character-trigram features.
-
-Used by unit tests (fast, reproducible) and available as a last-resort offline embedder. It knows
-nothing of meaning, only shared words, so tests that need semantics use the real local model.
-"""
+"""A deterministic, dependency-free embedder: hashed word and character-trigram features."""
 
 from __future__ import annotations
 

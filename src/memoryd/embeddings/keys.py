@@ -1,11 +1,4 @@
-"""Where a provider's API key, endpoint and headers come from.
-
-Keys: `memorySearch.remote.apiKey` (for the provider in use), then
-`models.providers.<name>.apiKey`, then the provider's environment variable. Endpoints:
-`remote.baseUrl`, then `models.providers.<name>.baseUrl`, then the provider's public URL.
-Headers: the provider's defaults (auth), then `models.providers.<name>.headers`, then
-`remote.headers` — later wins, names compared case-insensitively.
-"""
+"""Where a provider's API key, endpoint and headers come from."""
 
 from __future__ import annotations
 

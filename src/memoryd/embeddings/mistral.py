@@ -1,18 +1,10 @@
-"""Mistral embeddings (`mistral-embed`, 1024 dimensions).
-
-Wire format: OpenAI-like `POST {base}/embeddings` with `Authorization: Bearer <key>` and
-`{model, input: [...], output_dimension?}` → `{data: [{embedding, index}], usage}`; errors are
-`{object: "error", message, type, code}`. Mistral caps a request's total tokens (about 16k for
-mistral-embed), so requests are packed by estimated tokens as well as by count. The model has no
-query/document distinction.
-"""
+"""Mistral embeddings (`mistral-embed`, 1024 dimensions)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from ._remote import Kind, RemoteProvider
-from .openai import parse_embeddings_response
+from ._remote import RemoteProvider
 
 DEFAULT_MISTRAL_MODEL = "mistral-embed"
 MISTRAL_BASE_URL = "https://api.mistral.ai/v1"
@@ -26,11 +18,3 @@ class MistralProvider(RemoteProvider):
     max_input_tokens = 8000
     max_batch_items = 128
     max_batch_tokens = 16_000
-
-    def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
-        body: dict[str, Any] = {"model": self.model, "input": texts}
-        if self.output_dimensionality:
-            body["output_dimension"] = self.output_dimensionality
-        return parse_embeddings_response(
-            self.client.post_json("embeddings", body, deadline), self.id
-        )

@@ -1,15 +1,8 @@
 """Ollama embeddings from a local (or proxied) Ollama server. Never auto-selected.
 
-Wire format: `POST {base}/api/embed` with `{model, input: [...]}` → `{embeddings: [[...], ...]}`
-(Ollama ≥ 0.3.4). Older servers only have `POST {base}/api/embeddings` with `{model, prompt}` →
-`{embedding: [...]}`, one text per call; `api="auto"` tries `/api/embed` first and switches to the
-legacy endpoint for good when the server answers 404 without naming the model (an unknown model
-is a 404 too, but its body says so). Errors are `{error: "..."}`.
-
-No key is needed; `OLLAMA_API_KEY` (any placeholder) is sent as a bearer token only when set,
-for proxies and hosted Ollama. `remote.inputType` values are *prefixes* here (e.g.
-`{"query": "search_query: ", "document": "search_document: "}` for nomic-embed-text), since
-Ollama's API has no input-type field.
+Servers older than `/api/embed` only have `/api/embeddings`, one text per call: `api="auto"`
+switches to it for good on a 404 that does not name the model. `remote.inputType` values are
+prefixes here, since Ollama's API has no input-type field.
 """
 
 from __future__ import annotations

@@ -1,14 +1,4 @@
-"""OpenAI embeddings, and any OpenAI-compatible endpoint (OpenRouter, vLLM, LM Studio, proxies).
-
-Wire format: `POST {base}/embeddings` with `{model, input: [...], dimensions?}` and
-`Authorization: Bearer <key>`; the answer is `{data: [{index, embedding}], usage}`. Batch mode
-uses the Batch API: a JSONL file of `/v1/embeddings` requests uploaded to `/files`
-(purpose `batch`), `POST /batches`, polling `GET /batches/{id}`, and the output JSONL from
-`GET /files/{output_file_id}/content`.
-
-`remote.inputType = {query, document}` is sent as the body's `input_type` field: OpenAI itself
-has no asymmetric inputs, but several compatible servers (NVIDIA NIM, some vLLM/TEI setups) do.
-"""
+"""OpenAI embeddings, and any OpenAI-compatible endpoint (OpenRouter, vLLM, LM Studio, proxies)."""
 
 from __future__ import annotations
 
@@ -17,8 +7,9 @@ from typing import Any, ClassVar
 
 from ..config import BatchConfig
 from ..errors import EmbeddingError
+from ._http import parse_json
 from ._limits import pack
-from ._remote import Kind, RemoteProvider
+from ._remote import Kind, RemoteProvider, parse_embeddings_response
 from .batch import BatchMode, BatchRunner, JobStatus
 
 DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
@@ -58,20 +49,6 @@ class OpenAIProvider(RemoteProvider):
             body["input_type"] = self.input_type[kind]
         return body
 
-    def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
-        return parse_embeddings_response(
-            self.client.post_json("embeddings", self.request_body(texts, kind), deadline), self.id
-        )
-
-
-def parse_embeddings_response(body: Any, provider: str) -> list[Any]:
-    """`{data: [{index, embedding}]}` → embeddings in input order (shared by OpenAI-like APIs)."""
-    try:
-        data = sorted(body["data"], key=lambda item: item.get("index", 0))
-        return [item["embedding"] for item in data]
-    except (KeyError, TypeError, AttributeError) as err:
-        raise EmbeddingError(f"{provider}: unexpected embeddings response shape") from err
-
 
 class OpenAIBatchRunner(BatchRunner):
     """OpenAI Batch API for `/v1/embeddings`; one JSONL line per online-sized request."""
@@ -109,7 +86,7 @@ class OpenAIBatchRunner(BatchRunner):
                 )
             },
         )
-        file_id = _field(_json_body(upload.text), "id")
+        file_id = _field(parse_json(upload, "openai"), "id")
         job = client.post_json(
             "batches",
             {
@@ -179,13 +156,6 @@ class OpenAIBatchRunner(BatchRunner):
 
     def cancel(self, job_id: str) -> None:
         self.provider.client.request("POST", f"batches/{job_id}/cancel")
-
-
-def _json_body(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise EmbeddingError(f"openai: response is not JSON: {text[:200]!r}") from err
 
 
 def _field(body: Any, key: str) -> Any:

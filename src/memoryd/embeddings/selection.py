@@ -1,22 +1,4 @@
-"""Choose the embedding provider (and its fallback) for an agent from its memorySearch config.
-
-`provider = "auto"` (the default) picks, in order:
-
-1. `local`, when `local.modelPath` is configured and exists;
-2. `openai` when `remote.apiKey` or `remote.baseUrl` is set (an OpenAI-compatible endpoint);
-3. the first of openai, gemini, voyage, mistral with a key in `models.providers.<name>.apiKey`
-   or its environment variable;
-4. the offline local default — memoryd never leaves a user without semantic search.
-
-Ollama is never auto-selected. `remote.*` settings (key, endpoint, headers, input types,
-dimensions, batch) configure the provider in use; a `fallback` provider gets only its
-`models.providers` entry and environment, and its default model.
-
-An explicit provider that cannot be built (no key, bad option) is replaced by the fallback when
-one is configured, else selection raises `ProviderUnavailable`: memory is unavailable rather than
-silently degraded. `ProviderSelection.reason` and `notes` say what was chosen and why, for status.
-Nothing here touches the network or loads a model; construction is cheap.
-"""
+"""Choose the embedding provider (and its fallback) for an agent from its memorySearch config."""
 
 from __future__ import annotations
 

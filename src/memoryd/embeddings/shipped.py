@@ -1,14 +1,4 @@
-"""Query vectors that ship with memoryd, so a new index does not embed them on its first search.
-
-Score calibration compares a query with a fixed set of unrelated reference queries
-(`core.ranking.REFERENCE_QUERIES`) embedded by the index's own provider. Embedded one by one,
-those 32 queries cost the first search of every new index over a second on two cores: most of
-the time a one-off search on a never-indexed workspace may take. For the default local model
-they are computed ahead of time (`scripts/ship-reference-vectors`) and stored here, one `.npz`
-per provider fingerprint: the hashes the index's embedding cache uses, and the vectors.
-`tests/test_shipped_vectors.py` checks that they equal what the model computes now, so a model
-or text change cannot leave stale vectors behind. Any other provider embeds them as before.
-"""
+"""Query vectors that ship with memoryd, so a new index does not embed them on its first search."""
 
 from __future__ import annotations
 

@@ -1,21 +1,10 @@
-"""Voyage AI embeddings.
-
-Wire format: `POST {base}/embeddings` with `Authorization: Bearer <key>` and
-`{input: [...], model, input_type: "query"|"document", output_dimension?}` → `{data: [{embedding,
-index}], usage}`. Errors come back as `{detail: "..."}`.
-
-The default model is `voyage-4-large` (1024 dimensions by default, 32k-token inputs; 256, 512,
-1024 or 2048 via `outputDimensionality`). Per request Voyage allows 1,000 inputs and 120k tokens
-for its large models; `input_type` gives the asymmetric query/document forms, overridable with
-`remote.inputType`.
-"""
+"""Voyage AI embeddings."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
 from ._remote import Kind, RemoteProvider
-from .openai import parse_embeddings_response
 
 DEFAULT_VOYAGE_MODEL = "voyage-4-large"
 VOYAGE_BASE_URL = "https://api.voyageai.com/v1"
@@ -44,14 +33,7 @@ class VoyageProvider(RemoteProvider):
     def voyage_input_type(self, kind: Kind) -> str:
         return (self.input_type or {}).get(kind) or kind
 
-    def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
-        body: dict[str, Any] = {
-            "input": texts,
-            "model": self.model,
-            "input_type": self.voyage_input_type(kind),
-        }
-        if self.output_dimensionality:
-            body["output_dimension"] = self.output_dimensionality
-        return parse_embeddings_response(
-            self.client.post_json("embeddings", body, deadline), self.id
-        )
+    def request_body(self, texts: list[str], kind: Kind) -> dict[str, Any]:
+        body = super().request_body(texts, kind)
+        body["input_type"] = self.voyage_input_type(kind)
+        return body

@@ -1,16 +1,4 @@
-"""lifecycle: what an agent loads and writes when — policy, state and file operations.
-
-memoryd cannot run the agent's model; it owns the rules and the files around it:
-
-- `build_session_context`: the memory files to load at session start (`memoryd context`);
-- `append_memory`: append-only, locked, fsynced writes to daily notes or `MEMORY.md`
-  (`memory_append`);
-- `check_flush` / `record_flush` / `is_no_reply`: the pre-compaction memory flush policy and its
-  once-per-compaction-cycle state in `sessions.json`;
-- `parse_transcript` / `transcript_chunks` / `SessionDeltaTracker`: session transcripts as a
-  search source for the built-in index;
-- `export_sessions` / `redact_secrets`: sanitised Markdown exports for qmd's sessions collection.
-"""
+"""lifecycle: what an agent loads and writes when — policy, state and file operations."""
 
 from __future__ import annotations
 

@@ -1,25 +1,7 @@
 """Session-start context: the memory files an agent loads when a session begins.
 
-What is loaded (OpenClaw's rules):
-
-- `MEMORY.md` (or lowercase `memory.md` only when `MEMORY.md` is absent) — **only in the main,
-  private session**. Long-term memory can hold personal detail, so it never enters a group or
-  channel chat, nor a sub-agent session.
-- the daily notes of yesterday and today — in **every** session: `memory/YYYY-MM-DD.md` and its
-  slugged variants `memory/YYYY-MM-DD-<slug>.md` (e.g. `memory/2026-11-29-reset.md`), oldest day
-  first, the date-only file before its slugged siblings.
-
-A session is main/private when its key names no conversation or a direct one: no key (the CLI),
-`agent:main:main`, `main`, cron-style keys, `telegram:direct:42`, `discord:dm:7`. Group and
-channel keys (`discord:group:…`, `slack:channel:…`, `…:group:…`) and `subagent:…` keys are not.
-Key parsing is the scope rules' `parse_session_key`.
-
-Budgets work like OpenClaw's bootstrap truncation: each file's injected copy is at most
-`budget_chars` (default 20 000, OpenClaw's `bootstrapMaxChars`) and all files together at most
-`total_budget_chars` (default 150 000, `bootstrapTotalMaxChars`). An over-budget file keeps its
-first 70 % and last 20 % with a marker between them naming the file and what was kept; the file
-on disk is never touched. The result reports raw and injected sizes per file and, when anything
-was cut, a hint to move detail into `memory/*.md` (the seed's `/context list`).
+`MEMORY.md` loads only in the main, private session, because long-term memory can hold personal
+detail; the daily notes of yesterday and today load in every session (docs/lifecycle.md).
 """
 
 from __future__ import annotations
@@ -128,12 +110,7 @@ class SessionContext:
 
 
 def is_main_session(session_key: str | None) -> bool:
-    """True for the main, private session: no key, a non-chat key, or a direct chat.
-
-    Sub-agent and cron sessions (`subagent:…`, `cron:…`) are not: OpenClaw gives them only the
-    non-private files (daily notes), never `MEMORY.md`. They keep memory *search* (non-chat
-    sessions are never denied by scope rules) — that difference is deliberate and documented.
-    """
+    """True for the main, private session: no key, a non-chat key, or a direct chat."""
     info = parse_session_key(session_key)
     if not info.normalized:
         return True
@@ -143,11 +120,7 @@ def is_main_session(session_key: str | None) -> bool:
 
 
 def truncate_for_context(content: str, name: str, max_chars: int) -> tuple[str, bool]:
-    """(injected copy, truncated?) of `content` under `max_chars`: 70 % head + marker + 20 % tail.
-
-    Trailing whitespace is dropped first. The marker names the file so the agent can read it in
-    full: `[...truncated, read MEMORY.md for full content...]`.
-    """
+    """(injected copy, truncated?) of `content` under `max_chars`: 70 % head + marker + 20 % tail."""
     trimmed = content.rstrip()
     if len(trimmed) <= max_chars:
         return trimmed, False

@@ -1,22 +1,4 @@
-"""Pre-compaction memory flush: when to run the silent "write your memories down" turn.
-
-memoryd cannot run the agent's model. The host asks `check_flush` with the session's token
-estimate, its context window and how many compactions the session has had; memoryd answers
-whether to run the flush turn now, with the configured prompts. The rule (OpenClaw's):
-
-    run  ⇔  memoryFlush.enabled
-            and workspaceAccess == "rw"
-            and token_estimate ≥ context_window − reserveTokensFloor − softThresholdTokens
-            and no flush has run yet in this compaction cycle
-
-"This compaction cycle" is the session's `compaction_count`; a count at or below the last
-flushed one never flushes again. Pass the host's `session_id` so a reset session (whose count
-starts over) is told apart, or call `FlushState.forget(key)` when a session is reset. Once a flush is due, `check_flush`
-records it in `<state>/agents/<id>/sessions.json` before answering (check-and-set under a file
-lock, written atomically), so it runs at most once per cycle even with two hosts asking at once
-or across restarts. `check_flush(..., record=False)` only previews; `record_flush` records a
-flush the host ran on its own.
-"""
+"""Pre-compaction memory flush: when to run the silent "write your memories down" turn."""
 
 from __future__ import annotations
 
@@ -94,13 +76,7 @@ def _session_key(raw: str | None) -> str:
 
 
 class FlushState:
-    """The agent's `sessions.json`: per-session flush records, shared by every memoryd process.
-
-    Reads never block writers for long; every change is read-modify-write under
-    `sessions.json.lock`, written to a temp file, fsynced and renamed over the old file. A
-    corrupt file is moved aside to `sessions.json.corrupt` and treated as empty (a flush may
-    then run once more, which is harmless), so a bad file never wedges a host.
-    """
+    """The agent's `sessions.json`: per-session flush records, shared by every memoryd process."""
 
     def __init__(self, path: Path, *, lock_timeout: float = 30.0) -> None:
         self.path = path
@@ -260,10 +236,7 @@ def check_flush(
 ) -> FlushDecision:
     """Decide whether the host should run the silent pre-compaction flush turn now.
 
-    `compaction_count` is how many times this session has been compacted so far (0 before the
-    first). With `record=True` (default) a "due" answer is recorded before it is returned, so a
-    second call in the same cycle answers `already_flushed`. `session_id` (optional) tells a
-    reset session apart from the old one under the same key.
+    A "due" answer is recorded before it is returned unless `record=False` (a preview).
     """
     if token_estimate < 0 or context_window < 0 or compaction_count < 0:
         raise InvalidInput("tokenEstimate, contextWindow and compactionCount must not be negative")

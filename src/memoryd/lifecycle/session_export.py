@@ -1,26 +1,4 @@
-"""Export sanitised session transcripts as Markdown for qmd's `sessions-<agent>` collection.
-
-With `memory.qmd.sessions.enabled`, each transcript `<state>/agents/<id>/sessions/<sid>.jsonl`
-becomes `<exportDir>/<sid>.md` (default export dir `<state>/agents/<id>/qmd/sessions`, the folder
-the qmd adapter indexes):
-
-    # Session <sid>
-
-    User: …
-    Assistant: …
-
-Messages are sanitised as in `transcripts.sanitize_text` (directive/metadata/thinking tags
-stripped, whitespace collapsed, secrets redacted). A sync:
-
-- writes an export only when its content changed (an unchanged transcript is not even re-read:
-  its size and mtime are remembered in `<exportDir>/.memoryd-sessions-<agent>.json`), atomically;
-- skips transcripts older than `retentionDays` (by mtime) and deletes their exports;
-- skips transcripts with no user/assistant text, and unreadable ones;
-- deletes exports whose transcript is gone. Only files listed in the manifest are ever
-  deleted, so other files in a shared export dir are safe.
-
-Only this agent's transcripts are read, so one agent's export never holds another's sessions.
-"""
+"""Export sanitised session transcripts as Markdown for qmd's `sessions-<agent>` collection."""
 
 from __future__ import annotations
 
@@ -127,12 +105,7 @@ def export_sessions(
     export_dir: Path | None = None,
     retention_days: int | None = None,
 ) -> ExportReport:
-    """Bring the agent's session exports up to date (see the module docstring).
-
-    `export_dir` and `retention_days` default to `memory.qmd.sessions.{exportDir,
-    retentionDays}`; `now` is the clock for retention. Raises `SessionExportError` when the
-    export folder cannot be used; a bad transcript is skipped, never fatal.
-    """
+    """Bring the agent's session exports up to date (see the module docstring)."""
     out_dir = export_dir if export_dir is not None else session_export_dir(agent)
     days = (
         retention_days if retention_days is not None else agent.memory.qmd.sessions.retention_days

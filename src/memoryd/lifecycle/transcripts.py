@@ -1,31 +1,4 @@
-"""Session transcripts (`<state>/agents/<id>/sessions/*.jsonl`) as a search source.
-
-A transcript is JSON Lines. Records of `type: "message"` whose message role is `user` or
-`assistant` carry the conversation: `{"type": "message", "message": {"role": "user", "content":
-[{"type": "text", "text": "…"}]}}` (OpenClaw's wrapped form; a flat `role`/`content` on the record
-and a plain string `content` are accepted too). Only `text` blocks count; tool calls, images and
-every other record type are ignored. A line that is not a JSON object is skipped and counted in
-`malformed`; nothing here raises on bad content.
-
-Each kept message renders as one line, `User: …` or `Assistant: …`, whitespace collapsed, and
-remembers its 1-based JSONL line so a search hit can point back at the transcript.
-
-With `sanitize=True` (the default for chunks and exports) the text is also cleaned:
-
-- blocks removed with their content: `<system-reminder>`, `<thinking>`, `<think>`,
-  `<reasoning>`, `<antThinking>`, `<relevant-memories>`, `<memory-context>` (an unclosed one
-  runs to the end of the message);
-- wrapper tags removed, content kept: `<final>`, `<reply>`;
-- reply directives: `[[reply_to_current]]`, `[[reply_to: 123]]`, `[[audio_as_voice]]`,
-  `[[tts]]`/`[[tts: …]]` and any other `[[word_word…]]` / `[[word_word: …]]`;
-- channel metadata: a leading envelope such as `[Telegram Alice id:42 2026-01-05 10:00 UTC]`,
-  `[message_id: …]` tags and `… (untrusted metadata):` fenced JSON blocks;
-- secrets, via `redact_secrets`;
-- assistant messages that are only the silent token (`NO_REPLY`) or `HEARTBEAT_OK` are dropped.
-
-`SessionDeltaTracker` is the pure bookkeeping behind "sync transcripts once enough new data
-accumulated" (`memorySearch.sync.sessions.{deltaBytes, deltaMessages}`).
-"""
+"""Session transcripts (`<state>/agents/<id>/sessions/*.jsonl`) as a search source."""
 
 from __future__ import annotations
 
@@ -74,11 +47,7 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class ParsedTranscript:
-    """What a transcript holds: its messages, how many lines were malformed, and its size.
-
-    `lines` counts complete (newline-terminated) JSONL lines; a trailing line still being
-    written is neither parsed nor counted as malformed.
-    """
+    """What a transcript holds: its messages, how many lines were malformed, and its size."""
 
     path: Path
     messages: tuple[Message, ...]

@@ -1,18 +1,4 @@
-"""`memory_append`: durable, append-only writes to the agent's memory files.
-
-For agents that reach memoryd over MCP without file tools. Two targets:
-
-- `daily`: `memory/YYYY-MM-DD.md` for the date of `now` (created with a `# YYYY-MM-DD` heading);
-- `long-term`: `MEMORY.md`, or `memory.md` when only the lowercase file exists (the same
-  fallback the session context uses); created with a `# Memory` heading when neither exists.
-
-Every append goes through `fsio.append_file`: the note is opened by descriptor (never through a
-symlink), locked exclusively (`flock`, so every memoryd process serialises on the note itself and
-a read-only state dir does not matter), written all-or-nothing (cut back on a short write) and
-fsynced; a new file's directory entry is fsynced too. Concurrent writers never lose or
-interleave lines. Writes are refused unless the agent's
-`workspaceAccess` is `rw`. The index notices the change through its file watcher.
-"""
+"""`memory_append`: durable, append-only writes to the agent's memory files."""
 
 from __future__ import annotations
 
@@ -92,15 +78,7 @@ def _heading(target: str, now: datetime) -> str:
 def append_memory(
     agent: ResolvedAgent, target: AppendTarget | str, text: str, *, now: datetime
 ) -> AppendResult:
-    """Append `text` to today's daily note or to long-term memory, atomically and durably.
-
-    `now` picks the daily file (its local date). The text is written as given, minus trailing
-    whitespace, followed by one newline; a newline is put first when the file does not end with
-    one. The write goes through `fsio.append_file`: by descriptor (a symlink swapped in for the
-    note or `memory/` is refused, never followed), under an exclusive lock on the note, and
-    all-or-nothing (a short write or full disk leaves the note as it was). Raises
-    `WorkspaceReadOnly`, `InvalidMemoryWrite`, `PathNotAllowed` or `MemoryWriteFailed`.
-    """
+    """Append `text` to today's daily note or to long-term memory, atomically and durably."""
     if agent.workspace_access != "rw":
         raise WorkspaceReadOnly(
             f"agent {agent.agent_id!r} has workspaceAccess {agent.workspace_access!r}; memory writes need 'rw'"

@@ -1,9 +1,4 @@
-"""qmd_adapter: everything that talks to the `qmd` sidecar (npm `@tobilu/qmd`).
-
-`QmdManager` is the entry point the orchestrator uses; `run_qmd` is the process runner; the
-pure helpers (parsing, query planning, snippet windows, collection planning, result mapping) are
-exported for tests and tools.
-"""
+"""qmd_adapter: everything that talks to the `qmd` sidecar (npm `@tobilu/qmd`)."""
 
 from __future__ import annotations
 
@@ -14,8 +9,10 @@ from ._collections import (
     plan_collections,
     sanitize_name,
 )
+from ._core import busy_timeout_ms
 from ._home import QmdHome, default_shared_models_dir, with_models_block
-from ._manager import QmdManager, busy_timeout_ms, embed_backoff_s
+from ._maintenance import embed_backoff_s
+from ._manager import QmdManager
 from ._mapping import apply_limits, display_path, interleave, split_qmd_path, split_qmd_uri
 from ._parse import CollectionInfo, QmdHit, parse_search_output, parse_snippet
 from ._plan import QueryPlan, SearchMode, content_words, is_qmd_syntax, plan_query

@@ -1,8 +1,4 @@
-"""Pure collection planning: which qmd collections an agent needs, and how to get there.
-
-`desired_collections` turns config into specs; `plan_collections` compares them with what qmd
-already has and returns the actions (remove legacy, add, re-bind). No qmd, no file system.
-"""
+"""Pure collection planning: which qmd collections an agent needs, and how to get there."""
 
 from __future__ import annotations
 
@@ -61,14 +57,7 @@ def desired_collections(
     sessions_dir: Path,
     extra_roots: Sequence[MemoryRoot] = (),
 ) -> list[CollectionSpec]:
-    """The collections one agent needs, in search order (default memory, custom paths, sessions).
-
-    `memorySearch.extraPaths` (`extra_roots`) become collections too, after `memory.qmd.paths`:
-    OpenClaw names them `custom-<n>-<agentId>`; memoryd uses the same stable derived name as a
-    `paths` entry without a name (`custom-<folder>-<hash>-<agentId>`), so both stay searchable
-    by qmd, not only by the fallback. A root whose folder and pattern a `paths` entry already
-    covers is not added twice.
-    """
+    """The collections one agent needs, in search order (default memory, custom paths, sessions)."""
     suffix = sanitize_name(agent_id)
     specs: list[CollectionSpec] = []
     if qmd.include_default_memory:
@@ -141,12 +130,7 @@ class Action:
 def plan_collections(
     desired: Iterable[CollectionSpec], existing: Mapping[str, CollectionInfo]
 ) -> list[Action]:
-    """Actions that make qmd's collections match `desired`.
-
-    Legacy unscoped collections (`memory-root`, …) are removed only when their path and pattern
-    equal the desired one's, since qmd refuses a second collection on the same path and mask;
-    any other collection is left alone. Removals come first for the same reason.
-    """
+    """Actions that make qmd's collections match `desired`."""
     removes: list[Action] = []
     changes: list[Action] = []
     for spec in desired:

@@ -1,8 +1,4 @@
-"""Per-agent qmd home: `<state>/agents/<id>/qmd/{xdg-config,xdg-cache,sessions}`, its env and index.yml.
-
-Each agent gets its own qmd config and index, so two agents never see each other's documents.
-Models live once in a shared folder linked into every agent's cache.
-"""
+"""Per-agent qmd home: `<state>/agents/<id>/qmd/{xdg-config,xdg-cache,sessions}`, its env and index.yml."""
 
 from __future__ import annotations
 
@@ -79,11 +75,7 @@ class QmdHome:
         base: Mapping[str, str] | None = None,
         overrides: Mapping[str, str | None] | None = None,
     ) -> dict[str, str]:
-        """The caller's environment with this agent's XDG dirs and NO_COLOR; `None` overrides unset.
-
-        Node keeps its compiled copy of qmd's JavaScript in the agent's cache (`NODE_COMPILE_CACHE`,
-        unless the caller set one), so every qmd call starts cheaper; it holds compiled code only.
-        """
+        """The caller's environment with this agent's XDG dirs and NO_COLOR; `None` overrides unset."""
         env = dict(os.environ if base is None else base)
         env.setdefault("NODE_COMPILE_CACHE", str(self.node_compile_cache))
         env.update(
@@ -137,12 +129,7 @@ _ENTRY_RE = re.compile(r"^\s+([A-Za-z_]\w*)\s*:\s*(.*?)\s*$")
 
 
 def with_models_block(text: str, models: Mapping[str, str]) -> str:
-    """index.yml text with `models:` carrying the pinned `models` (other keys untouched).
-
-    qmd writes the models it resolved into index.yml on its first store open and then ignores
-    env vars, so pins must be written here, before the first run and whenever config changes.
-    Entries qmd wrote for models we do not pin are kept.
-    """
+    """index.yml text with `models:` carrying the pinned `models` (other keys untouched)."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if re.match(r"^models\s*:\s*$", line)), None)
     existing: dict[str, str] = {}

@@ -1,7 +1,4 @@
-"""Pure mapping from qmd hits to memoryd results: paths, limits, interleaving.
-
-No file system: roots are strings, the workspace is a path compared lexically.
-"""
+"""Pure mapping from qmd hits to memoryd results: paths, limits, interleaving."""
 
 from __future__ import annotations
 
@@ -55,11 +52,7 @@ def display_path(collection: str, rel: str, *, roots: Mapping[str, str], workspa
 
 
 def interleave(*lists: Sequence[Sequence[SearchResult]]) -> list[SearchResult]:
-    """Round-robin over per-source lists of hits (each best-first), so no source starves another.
-
-    A hit is a group of results (its window, and the best hit's continuation): groups stay
-    whole. The list whose best hit scores highest leads each round.
-    """
+    """Round-robin over per-source lists of hits (each best-first), so no source starves another."""
     ordered = sorted((lst for lst in lists if lst), key=lambda lst: -lst[0][0].score)
     out: list[SearchResult] = []
     for i in range(max((len(lst) for lst in ordered), default=0)):

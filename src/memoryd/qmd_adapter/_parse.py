@@ -1,8 +1,4 @@
-"""Pure parsing of what qmd prints: search JSON, snippet headers, collection listings, error kinds.
-
-No process, no file system: every function takes text and returns plain data, so the tables of
-cases in tests/test_qmd_parse.py pin qmd's observable output format.
-"""
+"""Pure parsing of what qmd prints: search JSON, snippet headers, collection listings, error kinds."""
 
 from __future__ import annotations
 
@@ -48,12 +44,7 @@ _NO_RESULTS_RE = re.compile(r"\bno (?:results|documents|matches) found\b", re.IG
 
 
 def parse_search_output(stdout: str) -> list[QmdHit]:
-    """Hits from qmd's search stdout, tolerant of noise around the JSON array.
-
-    A clean JSON array; an array embedded in noisy stdout (progress bars, escape codes, warnings);
-    "No results found" → `[]`. Empty or non-JSON output raises `QmdBadOutput`. Entries that do not
-    validate are skipped, unless none does.
-    """
+    """Hits from qmd's search stdout, tolerant of noise around the JSON array."""
     text = stdout.strip()
     if not text:
         raise QmdBadOutput("qmd printed nothing where JSON results were expected")

@@ -1,16 +1,4 @@
-"""Pure query planning: an agent's question as the `qmd query` document that finds the most for it.
-
-`qmd search` ANDs every word of its input (`buildFTS5Query` in qmd's `src/store.ts`), so a natural
-question ("What did Andrew and his girlfriend do on the weekend?") matches almost nothing. `qmd
-query` takes a structured document instead: each `lex:` line is one BM25 search (its words ANDed,
-prefix-matched), each `vec:` line one vector search, and qmd fuses the lines' rankings by
-reciprocal rank. A plan of content words therefore acts as an OR that rewards documents holding
-more of them: one line of all the words, one per pair of words, one per word. It needs no model
-(`--no-rerank`, no `vec:` line) and answers in ~0.1–0.3 s. docs/qmd-facts.md records what qmd does
-with such documents; docs/qmd.md the variants measured and why this one is the default.
-
-No process, no file system, no clock.
-"""
+"""Pure query planning: an agent's question as the `qmd query` document that finds the most for it."""
 
 from __future__ import annotations
 
@@ -105,12 +93,7 @@ def is_query_document(text: str) -> bool:
 
 
 def content_words(query: str, limit: int | None = None) -> list[str]:
-    """The question's content words, in order, lowercased and deduplicated, at most `limit`.
-
-    Stopwords and question words are dropped, a possessive names its owner (`Caroline's` →
-    `caroline`), identifiers stay whole and CJK runs become character pairs (each a phrase for
-    qmd). A question of only stopwords keeps its words, so it still searches for something.
-    """
+    """The question's content words, in order, lowercased and deduplicated, at most `limit`."""
     seen: dict[str, None] = {}
     fallback: dict[str, None] = {}
     for token in query.split():
@@ -167,13 +150,7 @@ def lex_lines(words: list[str]) -> list[str]:
 
 
 def plan_query(query: str, *, mode: SearchMode, vectors: bool) -> QueryPlan | None:
-    """The `qmd query` document for `query` in `mode`; None when nothing in it can be searched.
-
-    `vectors` says whether qmd's index holds embeddings for the collections searched: only then
-    does a `vec:` line go in (`query`: with the lex lines; `vsearch`: alone). `search` is
-    keyword-only and needs no model. A query already in qmd's syntax is kept as written: typed
-    lines go to qmd as they are, a quoted phrase or a `-term` becomes one `lex:` line.
-    """
+    """The `qmd query` document for `query` in `mode`; None when nothing in it can be searched."""
     text = query.strip()
     if not text:
         return None

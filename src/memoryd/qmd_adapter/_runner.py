@@ -1,8 +1,4 @@
-"""Run one qmd command: hard timeout, whole-process-group kill, capped output, typed errors.
-
-qmd's npm launcher spawns node and does not forward signals, so every call starts in a new
-session and a timeout (or its owner closing) SIGKILLs the whole group: nothing qmd started survives.
-"""
+"""Run one qmd command: hard timeout, whole-process-group kill, capped output, typed errors."""
 
 from __future__ import annotations
 
@@ -87,44 +83,54 @@ def run_qmd(
     check: bool = True,
     running: set[subprocess.Popen[bytes]] | None = None,
 ) -> QmdOutput:
-    """Run `command args…` and return its output.
-
-    Raises `QmdUnavailable` (binary missing / not executable), `QmdTimeout` (group killed),
-    `QmdOutputTooLarge` (stdout over `max_output_chars`, group killed), and with `check`,
-    `QmdExitError` on a non-zero exit. The process is in `running` while it runs, so that its
-    owner can kill it on close (`kill_group`).
-    """
+    """Run `command args…`; the process sits in `running` so that its owner can kill it on close."""
     exe = resolve_command(command, env)
     if exe is None:
         raise QmdUnavailable(
             f"qmd not found: {command!r} is not an executable file or on PATH "
             "(run scripts/install-qmd or set memory.qmd.command)"
         )
-    argv = [exe, *args]
     label = f"qmd {args[0]}" if args else "qmd"
     started = time.monotonic()
-    process = _spawn(exe, argv, env, cwd)
+    process = _spawn(exe, [exe, *args], env, cwd)
     if running is not None:
         running.add(process)
+    try:
+        returncode, stdout, stderr = _collect(process, label, timeout_s, max_output_chars)
+    finally:
+        if running is not None:
+            running.discard(process)
+    output = QmdOutput(tuple(args), returncode, stdout, stderr, time.monotonic() - started)
+    if check and returncode != 0:
+        raise QmdExitError(
+            f"{label} exited with code {returncode}: {_last_line(output.stderr) or 'no stderr'}",
+            returncode=returncode,
+            stderr=output.stderr,
+        )
+    return output
+
+
+def _collect(
+    process: subprocess.Popen[bytes], label: str, timeout_s: float, max_output_chars: int
+) -> tuple[int, str, str]:
+    """The process's exit code and output, its whole group killed on any failure."""
     assert process.stdout is not None and process.stderr is not None
+    started = time.monotonic()
     stdout = _Capture(max_output_chars, keep_tail=False)
     stderr = _Capture(max_output_chars, keep_tail=True)
-    # both pipes are read to their end (a grandchild may hold them after qmd exits), on threads
-    # so that neither can fill up and stall qmd while the other is read
+    # both pipes are read on threads to their end, so neither can fill up and stall qmd
     readers = _Readers((process.stdout, stdout), (process.stderr, stderr))
     try:
         finished = readers.done.wait(timeout_s)
         if readers.too_much.is_set():
-            kill_group(process)
             raise QmdOutputTooLarge(
                 f"{label} printed more than {max_output_chars} characters (process group killed)"
             )
         try:
             if not finished:
-                raise subprocess.TimeoutExpired(argv, timeout_s)
+                raise subprocess.TimeoutExpired(label, timeout_s)
             returncode = process.wait(max(0.001, started + timeout_s - time.monotonic()))
         except subprocess.TimeoutExpired:
-            kill_group(process)
             raise QmdTimeout(
                 f"{label} timed out after {timeout_s:g}s (process group killed)"
             ) from None
@@ -135,18 +141,7 @@ def run_qmd(
         raise
     finally:
         readers.close()
-        if running is not None:
-            running.discard(process)
-    output = QmdOutput(
-        tuple(args), returncode, stdout.text, stderr.text, time.monotonic() - started
-    )
-    if check and returncode != 0:
-        raise QmdExitError(
-            f"{label} exited with code {returncode}: {_last_line(output.stderr) or 'no stderr'}",
-            returncode=returncode,
-            stderr=output.stderr,
-        )
-    return output
+    return returncode, stdout.text, stderr.text
 
 
 def _spawn(exe: str, argv: list[str], env: Mapping[str, str], cwd: str) -> subprocess.Popen[bytes]:

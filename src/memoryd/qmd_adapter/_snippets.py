@@ -1,15 +1,4 @@
-"""Pure snippet building for qmd's hits: the window the built-in index would cut, from the file itself.
-
-qmd names a document and the line its best chunk matched; its own snippet is ~300 characters and
-3–4 lines. memoryd reads the file (through `fsio`, by the same rules as `memory_get`) and cuts
-the window of whole lines the built-in index cuts for a chunk (`core.ranking.select_snippet`,
-≤ 700 characters, exact 1-based lines) from the region qmd's chunk covers around that line; the
-best hit also gets the lines right after its window (`continue_snippet`), as the built-in
-index's best hit does. When the file changed after qmd indexed it, the line is found again by
-the text qmd showed, or the hit is dropped.
-
-No process, no file system.
-"""
+"""Pure snippet building for qmd's hits: the window the built-in index would cut, from the file itself."""
 
 from __future__ import annotations
 
@@ -78,12 +67,7 @@ def file_lines(text: str) -> list[str]:
 
 
 def refind_line(lines: Sequence[str], line: int, snippet: str | None) -> int | None:
-    """Where qmd's `line` is now in an edited file, by the text qmd's snippet showed around it.
-
-    The snippet's lines (its `@@ -S,C @@` header says where they were) are looked for in `lines`,
-    the one at `line` first, then its neighbours; the occurrence nearest the old place wins.
-    None when none of them is in the file any more (the hit is then dropped).
-    """
+    """Where qmd's `line` is now in an edited file, by the text qmd's snippet showed around it."""
     if not snippet:
         return None
     parsed = parse_snippet(snippet)

@@ -1,0 +1,352 @@
+"""`QmdCore`: one agent's qmd home, its environment, the qmd calls and the collections."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Final, Literal
+
+import filelock
+
+from ..config import QmdSettings
+from ..core.layout import MemoryRoot
+from ..errors import QmdError, QmdExitError, QmdLocked, QmdTimeout, StateError
+from ..fsio import private_dir, read_private, write_private_atomic
+from ._collections import CollectionSpec, desired_collections, plan_collections
+from ._home import QmdHome, default_shared_models_dir
+from ._parse import (
+    CollectionInfo,
+    is_busy_error,
+    is_collection_exists_error,
+    is_missing_collection_error,
+    parse_collection_list,
+    parse_collection_show,
+)
+from ._plan import SearchMode
+from ._runner import DEFAULT_MAX_OUTPUT_CHARS, QmdOutput, resolve_command, run_qmd
+
+log = logging.getLogger("memoryd.qmd")
+
+_Unset = Literal["unset"]
+
+
+def _busy(err: BaseException) -> bool:
+    return isinstance(err, QmdExitError) and is_busy_error(err.stderr)
+
+
+#: qmd's SQLite busy timeout (milliseconds), read once per qmd process.
+BUSY_TIMEOUT_ENV: Final = "QMD_SQLITE_BUSY_TIMEOUT"
+_BUSY_TRIES: Final = 4
+
+
+def busy_timeout_ms(left_s: float, configured: str | None = None) -> int:
+    """qmd's busy timeout for a call with `left_s` seconds left: a third, at least 50 ms."""
+    ms = max(50, int(left_s * 1000 / 3))
+    if configured is not None and configured.strip().isdigit():
+        ms = min(ms, int(configured))
+    return ms
+
+
+class QmdCore:
+    """The state and qmd calls every part of `QmdManager` shares."""
+
+    def __init__(
+        self,
+        settings: QmdSettings,
+        *,
+        command: str | None = None,
+        home: Path | None = None,
+        shared_models_dir: Path | _Unset | None = "unset",
+        env_overrides: Mapping[str, str | None] | None = None,
+        rerank: bool | None = None,
+        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        embed_backoff: tuple[float, float] = (60.0, 3600.0),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.config = settings.qmd
+        self.command = command or self.config.command
+        self.home = QmdHome(home if home is not None else settings.home)
+        self._shared_models = (
+            default_shared_models_dir() if shared_models_dir == "unset" else shared_models_dir
+        )
+        self._env_overrides = dict(env_overrides or {})
+        self._rerank = self.config.rerank if rerank is None else rerank
+        self._max_output = max_output_chars
+        self._backoff_base, self._backoff_cap = embed_backoff
+        self._clock = clock
+
+        self._mode: SearchMode = self.config.search_mode
+        self._specs: list[CollectionSpec] = []
+        self._active: dict[str, CollectionSpec] = {}
+        self._waiting_for_dir: list[CollectionSpec] = []
+        self._collections_lock = threading.RLock()
+        self._maint_lock = threading.Lock()
+        self._maint_idle = threading.Event()
+        self._maint_idle.set()
+        self._file_lock = filelock.FileLock(
+            str(self.home.lock_path), thread_local=False, mode=0o600
+        )
+        self._version: str | None = None
+        self._version_error: str | None = None
+        self._started = False
+        self._closed = False
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._bound = threading.local()  # this thread's deadline for every qmd call (`bounded`)
+        self._wake = threading.Event()
+        self._update_requested_at: float | None = None
+
+        self.last_update_at: float | None = None  # wall clock (time.time())
+        self.last_embed_at: float | None = None
+        self._last_update_mono: float | None = None
+        self._last_embed_mono: float | None = None
+        self._embed_failures = 0
+        self._embed_retry_at: float | None = None
+        self.last_error: str | None = None
+        self.last_probe_error: QmdError | None = None
+        self._dropped: dict[str, int] = {}
+        self.last_dropped: str | None = None
+        self._event_hook: Callable[[str, bool, str | None], None] | None = None
+
+    @property
+    def search_mode(self) -> SearchMode:
+        """The configured search mode (`memory.qmd.searchMode`)."""
+        return self._mode
+
+    @contextmanager
+    def bounded(self, deadline: float | None) -> Iterator[None]:
+        """Within, every qmd call of this thread ends by `deadline` (`time.monotonic()`) at the
+        latest: a one-off search gives its start-up and refresh no more than its own limit."""
+        before = getattr(self._bound, "deadline", None)
+        if deadline is not None and before is not None:
+            deadline = min(deadline, before)
+        self._bound.deadline = deadline if deadline is not None else before
+        try:
+            yield
+        finally:
+            self._bound.deadline = before
+
+    def set_event_hook(self, hook: Callable[[str, bool, str | None], None] | None) -> None:
+        """`hook(kind, ok, detail)` after every update/embed/version outcome (the orchestrator persists them)."""
+        self._event_hook = hook
+
+    def _emit(self, kind: str, ok: bool, detail: str | None = None) -> None:
+        if self._event_hook is not None:
+            self._event_hook(kind, ok, detail)
+
+    def known_collections(self) -> list[CollectionSpec]:
+        """The collections qmd has for this agent: this process's, or before it started, the
+        ones the home last verified, while qmd's registry is unchanged since (no qmd call)."""
+        if self._active or self._started:
+            return list(self._active.values())
+        present = [s for s in self._desired_now() if Path(s.path).is_dir()]
+        fingerprint = self._verified(present)
+        if fingerprint is not None and fingerprint == self._verified_record():
+            return present
+        return []
+
+    # ------------------------------------------------------------------ running qmd
+
+    def env(self) -> dict[str, str]:
+        """The environment every qmd call of this agent gets."""
+        return self.home.env(overrides=self._env_overrides)
+
+    def _run(self, args: Sequence[str], timeout_ms: int, *, check: bool = True) -> QmdOutput:
+        """One qmd call within `timeout_ms` in all, retries on a locked index included."""
+        env = self.env()
+        if not self.home.neutral_cwd.is_dir():  # `--version` may run before start()
+            private_dir(self.home.neutral_cwd)
+        configured = env.get(BUSY_TIMEOUT_ENV)  # the user's own setting, if smaller, wins
+        budget_s = timeout_ms / 1000
+        deadline = time.monotonic() + budget_s
+        bound = getattr(self._bound, "deadline", None)
+        if bound is not None and bound < deadline:
+            deadline, budget_s = bound, max(bound - time.monotonic(), 0.0)
+        label = f"qmd {args[0]}" if args else "qmd"
+        locked: QmdExitError | None = None
+        tries = 0
+        while True:
+            left_s = deadline - time.monotonic()
+            env[BUSY_TIMEOUT_ENV] = str(busy_timeout_ms(left_s, configured))
+            try:
+                return run_qmd(
+                    self.command,
+                    args,
+                    env=env,
+                    cwd=str(self.home.neutral_cwd),
+                    timeout_s=max(left_s, 0.001),
+                    max_output_chars=self._max_output,
+                    check=check,
+                    running=self._running,
+                )
+            except QmdTimeout:
+                if locked is None:
+                    raise
+            except QmdExitError as err:
+                if not _busy(err):
+                    raise
+                locked, tries = err, tries + 1
+                pause_s = min(2.0, 0.25 * 2 ** (tries - 1))
+                # retry a lock that was reported quickly; one that took qmd its whole busy
+                # timeout would most likely just run into our timeout the second time
+                if tries < _BUSY_TRIES and deadline - time.monotonic() - pause_s >= budget_s / 2:
+                    time.sleep(pause_s)
+                    continue
+            assert locked is not None
+            raise QmdLocked(
+                f"{label}: its index is locked by another process (database is locked); "
+                f"gave up after {tries} {'try' if tries == 1 else 'tries'}",
+                returncode=locked.returncode,
+                stderr=locked.stderr,
+            ) from None
+
+    # ------------------------------------------------------------------ collections
+
+    @property
+    def collections(self) -> dict[str, CollectionSpec]:
+        """Collections present in qmd for this agent, by name."""
+        return dict(self._active)
+
+    def list_collections(self) -> dict[str, CollectionInfo]:
+        """What qmd has now (`collection list`, then `show` for each)."""
+        timeout = self.config.update.command_timeout_ms
+        out = self._run(["collection", "list"], timeout)
+        names = parse_collection_list(out.stdout)
+        found: dict[str, CollectionInfo] = {}
+
+        bound = getattr(self._bound, "deadline", None)
+
+        def show(name: str) -> None:
+            with self.bounded(bound):  # the caller's deadline holds on the pool's threads too
+                shown = self._run(["collection", "show", name], timeout)
+            info = parse_collection_show(shown.stdout)
+            if info is not None:
+                found[name] = info
+
+        if names:
+            with ThreadPoolExecutor(min(len(names), 4), "qmd-show") as pool:
+                for done in [pool.submit(show, name) for name in names]:
+                    done.result()
+        return found
+
+    def ensure_collections(self) -> None:
+        """Add missing collections, re-bind changed ones, drop matching legacy names."""
+        with self._collections_lock:
+            self._specs = self._desired_now()
+            if self.config.sessions.enabled:
+                private_dir(self.sessions_dir)
+            present = [s for s in self._specs if Path(s.path).is_dir()]
+            self._waiting_for_dir = [s for s in self._specs if s not in present]
+            fingerprint = self._verified(present)
+            if (
+                fingerprint is not None
+                and fingerprint == self._verified_record()
+                and resolve_command(self.command, self.env()) is not None
+            ):
+                # index.yml (qmd's own collection registry) is byte for byte what it was when
+                # these collections were last checked: `collection list` + one `show` each
+                # would cost four node processes and find nothing to do. Anything that changes
+                # the registry (`qmd collection remove`, another agent config) changes the bytes;
+                # a collection lost otherwise is re-created on the search's "not found".
+                self._active = {s.name: s for s in present}
+                return
+            existing = self.list_collections()
+            for action in plan_collections(present, existing):
+                if action.kind == "remove":
+                    self._remove_collection(action.name)
+                elif action.kind == "rebind":
+                    assert action.spec is not None
+                    log.info(
+                        "qmd: re-binding collection %s to %s (%s)",
+                        action.name,
+                        action.spec.path,
+                        action.spec.pattern,
+                    )
+                    self._remove_collection(action.name)
+                    self._add_collection(action.spec)
+                else:
+                    assert action.spec is not None
+                    self._add_collection(action.spec)
+            self._active = {s.name: s for s in present}
+            self._record_verified(present)
+
+    def _verified(self, present: Sequence[CollectionSpec]) -> str | None:
+        """A fingerprint of qmd's registry (index.yml) and the collections memoryd wants."""
+        registry = read_private(self.home.index_yml)
+        if registry is None:
+            return None
+        digest = hashlib.sha256(registry)
+        for spec in present:
+            digest.update(f"\0{spec.name}\0{spec.path}\0{spec.pattern}".encode())
+        return digest.hexdigest()
+
+    def _verified_record(self) -> str | None:
+        try:
+            data = read_private(self.home.verified_path)
+            return (data or b"").decode("ascii").strip() or None
+        except (StateError, UnicodeDecodeError):
+            return None
+
+    def _record_verified(self, present: Sequence[CollectionSpec]) -> None:
+        fingerprint = self._verified(present)
+        if fingerprint is None:
+            return
+        with suppress(StateError):  # only a cache: the next start checks with qmd again
+            write_private_atomic(self.home.verified_path, fingerprint.encode("ascii"))
+
+    def forget_verified(self) -> None:
+        """Make the next `ensure_collections` ask qmd (a search found a collection missing)."""
+        with suppress(FileNotFoundError):
+            self.home.verified_path.unlink()
+
+    @property
+    def sessions_dir(self) -> Path:
+        """Where exported session Markdown lives (`sessions.exportDir`, or the qmd home's)."""
+        return self.settings.exports_dir
+
+    def _remove_collection(self, name: str) -> None:
+        try:
+            self._run(["collection", "remove", name], self.config.update.command_timeout_ms)
+        except QmdExitError as err:
+            if not is_missing_collection_error(err.stderr):
+                raise
+
+    def _add_collection(self, spec: CollectionSpec) -> None:
+        args = ["collection", "add", spec.path, "--name", spec.name, "--mask", spec.pattern]
+        timeout = self.config.update.update_timeout_ms  # add indexes the folder at once
+        try:
+            self._run(args, timeout)
+            return
+        except QmdExitError as err:
+            if not is_collection_exists_error(err.stderr):
+                raise
+        # Lost a race with another process, or a leftover holds the name or the path+mask.
+        existing = self.list_collections()
+        current = existing.get(spec.name)
+        if current is not None and spec.matches(current):
+            return
+        for info in existing.values():
+            if info.name == spec.name or spec.matches(info):
+                self._remove_collection(info.name)
+        self._run(args, timeout)
+
+    def roots(self) -> list[MemoryRoot]:
+        """Every collection as a memory root (what `memory_get` may serve, by the same rule)."""
+        specs = self._specs or self._desired_now()
+        return [MemoryRoot(s.path, s.pattern, s.source, s.name) for s in specs]
+
+    def _desired_now(self) -> list[CollectionSpec]:
+        return desired_collections(
+            self.config,
+            agent_id=self.settings.agent_id,
+            workspace=self.settings.workspace,
+            sessions_dir=self.sessions_dir,
+            extra_roots=self.settings.extra_roots,
+        )
