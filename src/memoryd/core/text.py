@@ -212,9 +212,12 @@ def estimate_tokens(text: str) -> int:
 
 
 class TokenPrefix:
-    """`estimate_tokens` of any slice of one text in O(log n), after one pass over it, so cutting
-    a long line needs no re-scan of its prefixes: `TokenPrefix(text).tokens(a, b) ==
-    estimate_tokens(text[a:b])`."""
+    """`estimate_tokens` of any slice of one text in O(log n), after one pass over it.
+
+    `TokenPrefix(text).tokens(a, b) == estimate_tokens(text[a:b])`. The text's CJK runs are kept
+    with running counts, so the CJK characters before any offset are a binary search away: cutting
+    a long line needs no re-scan of its prefixes.
+    """
 
     __slots__ = ("_before", "_ends", "_starts")
 
@@ -281,7 +284,8 @@ def query_terms(query: str) -> list[str]:
 
 @lru_cache(maxsize=256)
 def _query_terms(query: str) -> tuple[str, ...]:
-    # cached: every part of a search asks for its query's terms
+    # a search asks for its query's terms ~10 times (keyword side, statistics, ranking, each
+    # snippet): worked out once
     seen: dict[str, None] = {}
     for raw in _WORD.findall(query.lower()):
         # a possessive names its owner: "Caroline's" is about `caroline`, and notes say
@@ -320,14 +324,34 @@ def trigram_terms(query: str) -> list[str]:
     return list(out)
 
 
+#: ASCII bytes → what `word_set` splits them into: a word character (`_SPLIT_WORD` on ASCII:
+#: letters, digits, `_`, `'`) lowercased, anything else a space
+_ASCII_WORD_BYTES = bytes(
+    (c | 0x20 if 65 <= c <= 90 else c) if (chr(c).isalnum() and c < 128) or c in b"_'" else 32
+    for c in range(256)
+)
+
+
+def _ascii_flat(text: str) -> str:
+    """ASCII `text` as `word_set` splits it: word characters lowercased, the rest spaces."""
+    return text.encode("ascii").translate(_ASCII_WORD_BYTES).decode("ascii")
+
+
 def word_set(text: str) -> frozenset[str]:
     """Lowercased words (CJK split per character) for Jaccard similarity and term coverage.
 
     A snake_case identifier also contributes its parts, as FTS5's tokenizer splits it there:
-    `server_idle_timeout` holds `idle`, or coverage would miss what BM25 matched.
+    `server_idle_timeout` holds `idle`, or coverage would miss what BM25 matched. ASCII text is
+    split by a byte translation instead of the regex (the same words, a test holds it), a second
+    path kept for speed (docs/performance.md).
     """
-    lowered = segment_for_fts(text.lower())
-    words = set(_SPLIT_WORD.findall(lowered)) - STOPWORDS
+    if text.isascii():
+        lowered = text
+        words = set(_ascii_flat(text).split())
+    else:
+        lowered = segment_for_fts(text.lower())
+        words = set(_SPLIT_WORD.findall(lowered))
+    words -= STOPWORDS
     if "_" in lowered:
         for w in [w for w in words if "_" in w]:
             words.update(p for p in w.split("_") if p and p not in STOPWORDS)
@@ -360,18 +384,48 @@ def matched_terms(terms: Sequence[str], text: str, words: frozenset[str]) -> set
 
 
 def text_terms(terms: Sequence[str], text: str) -> set[str]:
-    """`matched_terms(terms, text, word_set(text))`, without the word set for a text that holds
-    none of the terms (most lines a snippet looks at)."""
-    if not may_match(terms, text.lower()):
-        return set()
-    return matched_terms(terms, text, word_set(text))
+    """`matched_terms(terms, text, word_set(text))`, without the word set where it can.
+
+    ASCII text is translated once as `word_set` splits it and each term looked up as ` term `
+    or ` stem` in it, a second path kept for speed (docs/performance.md) that a test holds
+    equal to `matched_terms`.
+    """
+    if not text.isascii():
+        if not may_match(terms, text.lower()):
+            return set()
+        return matched_terms(terms, text, word_set(text))
+    flat = f" {_ascii_flat(text)} "
+    views = (flat, flat.replace("_", " ")) if "_" in flat else (flat,)
+    found: set[str] = set()
+    for term in terms:
+        cjk, stem = _term_shape(term)
+        if cjk:
+            continue  # a CJK term is never in ASCII text
+        if _holds_word(views, f" {term} ") or (stem is not None and _holds_word(views, f" {stem}")):
+            found.add(term)
+    return found
+
+
+def _holds_word(views: tuple[str, ...], needle: str) -> bool:
+    """Whether a word of `views` (space-separated, space-padded) matches `needle` (` word ` or
+    ` prefix`) and is no stopword."""
+    for view in views:
+        at = view.find(needle)
+        while at >= 0:
+            if view[at + 1 : view.index(" ", at + 1)] not in STOPWORDS:
+                return True
+            at = view.find(needle, at + 1)
+    return False
 
 
 def may_match(terms: Sequence[str], lowered: str) -> bool:
     """Whether `matched_terms` can find any of `terms` in a text (`lowered`: the text lowercased).
 
-    Every match needs its term or stem (`_term_shape`) as a substring of the lowered text, so a
-    text holding none needs no word set.
+    Every match needs its term's key, the term itself or its stem (`_term_shape`), as a
+    substring of the lowered text: a word of `word_set` is a run of the lowered text (CJK
+    segmentation only adds spaces). So a text without any key holds no term, and its word set,
+    a regex pass over the text, need not be built: most lines of a chunk, and many chunks the
+    vector side found, hold none of the query's terms.
     """
     for term in terms:
         cjk, stem = _term_shape(term)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Literal
@@ -38,8 +38,25 @@ class Candidate:
 
 
 def with_score(c: Candidate, score: float) -> Candidate:
-    """A copy of `c` with `score` (fusion never changes the candidates it was given)."""
-    return replace(c, score=score)
+    """A copy of `c` with `score`, built directly: `dataclasses.replace` looks its fields up on
+    every call, and every candidate of every search is copied (a test holds the two equal)."""
+    return Candidate(
+        c.chunk_id,
+        c.path,
+        c.source,
+        c.start_line,
+        c.end_line,
+        c.text,
+        c.mtime,
+        c.vector_score,
+        c.vector_rank,
+        c.text_rank,
+        c.text_score,
+        c.path_level,
+        score,
+        c.words,
+        c.matched,
+    )
 
 
 @dataclass(frozen=True, slots=True)
