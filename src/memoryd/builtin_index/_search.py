@@ -1,8 +1,5 @@
-"""The searcher: the keyword side, the vector side, their merge, ranking and snippets.
-
-The keyword side runs while the query embeds on the provider's worker; each side reads one
-snapshot of the index, and no snapshot is held while the query embeds.
-"""
+"""The searcher: keyword side, vector side, merge, ranking and snippets. The keyword side runs
+while the query embeds; no snapshot of the index is held meanwhile (a remote API may be slow)."""
 
 from __future__ import annotations
 
@@ -52,8 +49,6 @@ SPECULATIVE_SNIPPETS = 8
 
 @dataclass(frozen=True, slots=True)
 class _PathLookup:
-    """The indexed paths (in store order) by lowercased file name and stem."""
-
     paths: list[str]
     by_name: dict[str, list[int]]
     by_stem: dict[str, list[int]]
@@ -62,8 +57,6 @@ class _PathLookup:
 
 @dataclass(slots=True)
 class _KeywordSide:
-    """The keyword side of a hybrid search, found while its query embedded."""
-
     version: tuple[int, int]
     hits: dict[int, Candidate]
     path_hits: list[int]
@@ -78,7 +71,7 @@ def snapshot(store: Store) -> contextlib.AbstractContextManager[None]:
 
 
 class Searcher:
-    """Answers a query from the index as it is (the engine syncs first)."""
+    """Answers a query from the index as it is: the engine syncs first."""
 
     def __init__(self, engine: MemoryIndex) -> None:
         self.engine = engine
@@ -89,8 +82,7 @@ class Searcher:
         self._paths_cache = None
 
     def prefetch(self, query: str) -> None:
-        """Let the provider start embedding `query` while the engine syncs and searches keywords;
-        nothing happens without a usable provider or when the query's vector is cached."""
+        """Start embedding `query` on the provider's worker while the keyword side runs."""
         eng = self.engine
         provider = eng.provider
         if provider is None or eng.unavailable or not query:
@@ -155,11 +147,7 @@ class Searcher:
             )
             results = self._results(store, ranked, query, params, early.snippets if early else {})
         kw_used = want_kw and store.fts_available
-        used_mode = (
-            "hybrid"
-            if qvec is not None and kw_used
-            else ("vector" if qvec is not None else "keyword")
-        )
+        used_mode = "keyword" if qvec is None else ("hybrid" if kw_used else "vector")
         if pending and (qvec is not None or no_vectors_yet):
             notes.append(_pending_note(pending, stats.chunks))
         degraded = None
@@ -178,7 +166,6 @@ class Searcher:
         )
 
     def _keyword_side(self, store: Store, query: str, k: int) -> _KeywordSide:
-        """Everything of the keyword side that needs no vector, done while the query embeds."""
         version = store.version
         hits: dict[int, Candidate] = {}
         self._keyword_candidates(store, query, k, hits)
@@ -285,8 +272,7 @@ class Searcher:
         params: RankParams,
         snippets: dict[int, tuple[str, int, int]],
     ) -> list[SearchResult]:
-        """The ranked hits as results: a snippet each, the best hit's following lines as one
-        more, no lines shown twice."""
+        """A snippet each, the best hit's following lines as one more, no lines shown twice."""
         results: list[SearchResult] = []
         shown: dict[str, list[tuple[int, int]]] = {}
 
@@ -320,8 +306,7 @@ class Searcher:
         keyword_hits: dict[int, Candidate],
         rows: dict[int, tuple[ChunkRow, frozenset[str]]],
     ) -> dict[int, tuple[str, int, int]]:
-        """The best keyword hits' snippets, chosen in time the search would spend waiting for
-        the query's vector; the rest are chosen after ranking."""
+        """The best keyword hits' snippets, chosen in time spent waiting for the query's vector."""
         out: dict[int, tuple[str, int, int]] = {}
         provider = self.engine.provider
         if provider is None or SPECULATIVE_SNIPPETS <= 0:
@@ -407,12 +392,8 @@ def _pending_note(pending: int, chunks: int) -> str:
 
 
 def _with_following_lines(store: Store, c: Candidate, after_line: int) -> tuple[str, int]:
-    """The chunk's text and last line, extended into the next chunks of its file when fewer
-    than a snippet's worth of lines follow `after_line` in it.
-
-    A file's chunks are written in order in one transaction, so its next chunks have the next
-    ids; `extend_chunk` keeps only rows of the same path that continue these lines.
-    """
+    """The chunk extended into its file's next chunks (the next ids: a file is written in one
+    transaction) when less than a snippet follows `after_line` in it."""
     lines = c.text.split("\n")
     rest = lines[max(0, after_line - c.start_line + 1) :]
     if sum(len(line) + 1 for line in rest) > MAX_SNIPPET_CHARS:

@@ -1,8 +1,5 @@
-"""The corpus statistics `rank` calibrates by, cached per index version.
-
-Document frequencies make keyword evidence comparable across queries; the reference background
-makes a cosine comparable across models and languages. Both are kept between searches.
-"""
+"""The corpus statistics `rank` calibrates by (document frequencies make keyword evidence, the
+reference background a cosine, comparable across queries), cached per index version."""
 
 from __future__ import annotations
 
@@ -40,8 +37,6 @@ Reference = dict[tuple[Script, Script], tuple[float, float]]
 
 @dataclass
 class StatsCache:
-    """What is kept for one version of one index file."""
-
     store: Store
     version: tuple[int, int]
     chunks: int
@@ -57,12 +52,8 @@ class StatsCache:
 def reference_background(
     refs: dict[Script, np.ndarray], sample: np.ndarray, scripts: list[Script]
 ) -> Reference:
-    """Mean and deviation of reference-query cosines per (query script, chunk script).
-
-    For a chunk in another script than the query (where no keyword can vouch for it) the
-    deviation is shrunk toward the pooled within-pair spread when the pair rests on few chunks,
-    so one lone note in another language cannot stand far out by chance.
-    """
+    """Mean and deviation of reference-query cosines per (query script, chunk script); a pair
+    of two scripts resting on few chunks gets the pooled spread, so no lone note stands out."""
     import numpy as np
 
     out: Reference = {}
@@ -86,7 +77,6 @@ def reference_background(
 
 
 def _fingerprint(provider: tuple[str, str, str], sample: Sequence[tuple[int, str]]) -> str:
-    """What a reference background was computed from: provider, reference queries, sample."""
     h = hashlib.sha256(json.dumps([1, provider, REFERENCE_QUERIES, SPREAD_PRIOR_CHUNKS]).encode())
     h.update(json.dumps(sample).encode())
     return h.hexdigest()
@@ -98,7 +88,6 @@ def _reference_to_json(fingerprint: str, reference: Reference) -> str:
 
 
 def _reference_from_json(value: str | None, fingerprint: str) -> Reference | None:
-    """The stored reference background if it was computed from `fingerprint`'s sample."""
     if value is None:
         return None
     try:
@@ -122,7 +111,6 @@ class CorpusStatistics:
     def for_query(
         self, store: Store, query: str, qvec: np.ndarray | array[float] | None
     ) -> CorpusStats:
-        """Everything `rank` calibrates by; all but the query's own cosines come from the cache."""
         cache, term_chunks = self.term_chunks(store, query)
         if qvec is None:
             return CorpusStats(cache.chunks, term_chunks)
@@ -150,7 +138,6 @@ class CorpusStatistics:
         return CorpusStats(cache.chunks, term_chunks, cache.reference, background)
 
     def term_chunks(self, store: Store, query: str) -> tuple[StatsCache, dict[str, int]]:
-        """This index version's cache, and how many chunks hold each query term."""
         version = store.version
         cache = self.cache
         if cache is None or cache.store is not store or cache.version != version:
@@ -170,8 +157,7 @@ class CorpusStatistics:
     def _lean_background(
         self, store: SqliteStore, qvec: array[float]
     ) -> tuple[Reference, list[tuple[int, Script, float]]] | None:
-        """The reference and background without numpy (cosines from SQL, the stored reference);
-        None when none is stored for this sample."""
+        """Without numpy: cosines from SQL, the stored reference (None when none is stored)."""
         if store.vec_dims != len(qvec):
             return {}, []  # as the numpy path: no background for vectors of another model
         rows = store.sample_cosines(BACKGROUND_SAMPLE, qvec)
@@ -198,8 +184,7 @@ class CorpusStatistics:
     def _save_reference(
         self, store: Store, keys: list[tuple[int, str]], reference: Reference
     ) -> None:
-        """Never waits for a lock, never fails: a busy index only means the next search
-        computes it again."""
+        """Never waits, never fails: a busy index means the next search computes it again."""
         if not isinstance(store, SqliteStore) or store.read_only:
             return
         fingerprint = _fingerprint(self.engine.provider_key(), keys)
@@ -209,8 +194,7 @@ class CorpusStatistics:
             )
 
     def store_reference(self, store: Store) -> None:
-        """After a sync changed the index, store its reference so a one-off search needs no
-        numpy; only where the reference queries' vectors ship (a sync embeds none of them)."""
+        """After a sync: so a one-off search needs no numpy (only where the queries' vectors ship)."""
         provider = self.engine.provider
         if (
             provider is None
@@ -231,8 +215,7 @@ class CorpusStatistics:
             self._save_reference(store, sampled, reference_background(refs, sample, scripts))
 
     def _reference_query_vectors(self, store: Store) -> dict[Script, np.ndarray]:
-        """REFERENCE_QUERIES embedded with the current provider: shipped, cached, else embedded
-        once into the embedding cache; {} when the provider cannot embed them."""
+        """REFERENCE_QUERIES' vectors: shipped, cached, else embedded once; {} when they cannot be."""
         import numpy as np
 
         provider = self.engine.provider
@@ -277,8 +260,7 @@ class CorpusStatistics:
     def background_sample(
         store: Store,
     ) -> tuple[list[int], np.ndarray, list[Script], list[tuple[int, str]] | None]:
-        """Up to BACKGROUND_SAMPLE stored vectors spread over chunk ids: ids, vectors, scripts,
-        and (SQLite) their (id, content hash) read in the same snapshot."""
+        """Up to BACKGROUND_SAMPLE vectors: ids, vectors, scripts, (SQLite) (id, content hash)."""
         import numpy as np
 
         keys: list[tuple[int, str]] | None = None
@@ -295,8 +277,7 @@ class CorpusStatistics:
 
 
 class _Background(Sequence[tuple[int, Script, float]]):
-    """`CorpusStats.background` whose cosines are computed only if ranking reads them (few
-    queries do: a chunk in another script that no keyword matched)."""
+    """`CorpusStats.background`, its cosines computed only if ranking reads them (few do)."""
 
     def __init__(
         self, ids: Sequence[int], scripts: Sequence[Script], sample: np.ndarray, query: np.ndarray

@@ -1,10 +1,5 @@
-"""The indexer: brings the index up to date with the files, phase by phase.
-
-The text phase (files → chunks → FTS5) is fast and runs before a search on a dirty index; the
-sessions phase indexes transcripts that grew enough; the vector phase embeds pending chunks in
-batches and never blocks searches. A change of provider, model or chunking rebuilds the index in
-a scratch store published into the live one in one transaction.
-"""
+"""The indexer: the text phase (fast, before a search), the sessions phase, the vector phase
+(in batches, never blocking searches), and rebuilds published in one transaction."""
 
 from __future__ import annotations
 
@@ -72,9 +67,6 @@ class SyncReport:
     reindex_reason: str | None = None
     seconds: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
     def wrote(self) -> bool:
         """Whether this sync changed the index (files, chunks or vectors)."""
         return bool(
@@ -104,22 +96,15 @@ class LeftOut:
         return cls(mf.rel_path, reason, detail, size, mf.mtime_ns, mf.ctime_ns)
 
     def same_file(self, mf: MemoryFile) -> bool:
-        """Whether `mf` is unchanged since it was left out (the change time too: a chmod
-        makes it readable)."""
+        """Unchanged since left out (the change time too: a chmod makes it readable)."""
         return (self.size, self.mtime_ns, self.ctime_ns) == (mf.size, mf.mtime_ns, mf.ctime_ns)
 
 
 def _left_out_to_json(left_out: dict[str, LeftOut]) -> str:
-    return json.dumps(
-        {
-            p: [e.reason, e.detail, e.size, e.mtime_ns, e.ctime_ns]
-            for p, e in sorted(left_out.items())
-        }
-    )
+    return json.dumps({p: dataclasses.astuple(e)[1:] for p, e in sorted(left_out.items())})
 
 
 def left_out_from_meta(meta: dict[str, str]) -> dict[str, LeftOut]:
-    """The files the last sync left out (none for an index written before they were kept)."""
     try:
         raw = json.loads(meta.get(LEFT_OUT_META_KEY) or "{}")
         return {
@@ -144,7 +129,6 @@ def _count_newlines(path: Path) -> int:
 
 
 def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[TranscriptChunk]:
-    # loaded here: a memory-only index never parses a transcript
     from ..core.transcripts import chunk_transcript, parse_transcript_text
 
     with open_private(path) as fh:
@@ -179,7 +163,9 @@ class Indexer:
         sessions: bool = True,
         lock_wait_s: float | None = None,
     ) -> SyncReport:
-        """See `MemoryIndex.sync`."""
+        """`allow_reindex=False` (a search's pre-sync) skips a due rebuild, waits at most
+        `sync.searchWaitMs` for a write lock and never raises for the state; another thread's
+        sync is waited for `lock_wait_s` at most, counted against `embed_budget_s`."""
         kw: dict[str, Any] = {
             "embed": embed,
             "progress": progress,
@@ -224,7 +210,6 @@ class Indexer:
             self.lock.release()
 
     def backlog_fits(self, budget_s: float) -> bool:
-        """Whether the pending chunks could be embedded within FUTILE_BACKLOG_BUDGETS budgets."""
         eng = self.engine
         if eng.provider is None or not eng.store.vector.available:
             return True  # a text-only sync: quick
@@ -265,18 +250,12 @@ class Indexer:
             if embed:
                 self._vector_phase(store, report, embed_budget_s, progress)
         report.vectors_pending = store.counts()["pending_vectors"] if eng.provider else 0
-        if embed and (
-            report.files_changed
-            or report.files_removed
-            or report.vectors_embedded
-            or report.vectors_from_cache
-        ):
+        if embed and report.wrote():
             eng.stats.store_reference(store)
         return report
 
     def _note_failure(self, err: MemorydError) -> None:
-        """Remember why the last sync failed, here and in the index (every process's status
-        shows it), best effort: on a full disk even that small write may be refused."""
+        """Recorded in the index too (every process's status shows it), as far as it can be."""
         self.last_error = str(err)
         store = self.engine.store
         with contextlib.suppress(MemorydError):
@@ -293,7 +272,6 @@ class Indexer:
                 store.delete_meta("last_sync_error")
 
     def check(self) -> IndexCheck:
-        """See `MemoryIndex.check`."""
         eng = self.engine
         started = time.perf_counter()
         with self.lock:
@@ -327,8 +305,7 @@ class Indexer:
         *,
         wait_ms: int | None = None,
     ) -> None:
-        """Index new and changed memory files, drop removed ones, in one transaction: a failure
-        leaves the index as it was. A file that cannot be indexed is recorded as `LeftOut`."""
+        """Index changed memory files in one transaction: a failure leaves the index as it was."""
         cfg = self.engine.cfg
         found = discover_all(cfg.roots, cfg.workspace)
         files = found.files
@@ -452,8 +429,7 @@ class Indexer:
 
     @staticmethod
     def changed_files(store: Store, files: Sequence[MemoryFile], meta: dict[str, str]) -> int:
-        """How many memory files were added, changed or removed since the last sync (a stat
-        pass): a file left out counts only when it changed since."""
+        """Memory files added, changed or removed since the last sync (a stat pass, no reads)."""
         known = {p: v for p, v in store.files().items() if v[3] == "memory"}
         left_out = left_out_from_meta(meta)
         current = {mf.rel_path for mf in files}
@@ -478,7 +454,6 @@ class Indexer:
     # ------------------------------------------------------------------ sessions phase
 
     def _sessions(self) -> SessionDeltaTracker:
-        """How much each transcript grew since its last sync (made on the first one seen)."""
         if self._session_tracker is None:
             from ..core.transcripts import SessionDeltaTracker
 
@@ -491,8 +466,7 @@ class Indexer:
     def _due_transcripts(
         self, sessions_dir: Path, known: dict[str, tuple[Any, ...]], force: bool
     ) -> tuple[list[tuple[Path, str, os.stat_result, int]], set[str]]:
-        """The transcripts that grew by the sync.sessions deltas (all changed ones when
-        `force`), and every transcript's path."""
+        """The transcripts that grew by the sync.sessions deltas, and every transcript's path."""
         seen: set[str] = set()
         due: list[tuple[Path, str, os.stat_result, int]] = []
         for path in list_transcripts(sessions_dir):
@@ -522,7 +496,6 @@ class Indexer:
     def sessions_phase(
         self, store: Store, report: SyncReport, force: bool, *, wait_ms: int | None = None
     ) -> None:
-        """Index the agent's transcripts once enough new data accumulated, in one transaction."""
         cfg = self.engine.cfg
         if cfg.sessions_dir is None:
             return
@@ -570,8 +543,7 @@ class Indexer:
     def _vector_phase(
         self, store: Store, report: SyncReport, budget_s: float | None, progress: ProgressFn | None
     ) -> None:
-        """Embed pending chunks in batches; with `budget_s`, stop before the deadline (within a
-        batch too), and start no backlog beyond FUTILE_BACKLOG_BUDGETS budgets."""
+        """Embed pending chunks; with `budget_s`, stop by the deadline (a search pays no more)."""
         eng = self.engine
         if eng.provider is None or not store.vector.available:
             return
@@ -613,8 +585,7 @@ class Indexer:
         key: tuple[str, str, str],
         deadline: float | None,
     ) -> dict[int, np.ndarray] | None:
-        """One batch's vectors, from the embedding cache or the provider; None when the phase
-        stops here (the deadline, a pending batch job, a failed provider)."""
+        """One batch's vectors (cache, then provider); None: the phase stops here."""
         provider = self.engine.provider
         assert provider is not None
         cache = self.engine.cfg.cache
@@ -655,8 +626,7 @@ class Indexer:
         return vectors
 
     def _batch_size(self, deadline: float | None, key: tuple[str, str, str], first: bool) -> int:
-        """A small first batch when progress is shown; under a deadline what the measured rate
-        fits in BUDGET_FILL of the time left, and one chunk (to measure) before any rate."""
+        """Under a deadline, what the measured rate fits (one chunk, to measure, before any)."""
         size = FIRST_SHOWN_BATCH if first else EMBED_BATCH
         if deadline is None:
             return size
@@ -671,8 +641,7 @@ class Indexer:
     def _reindex(
         self, reason: str, embed: bool, embed_budget_s: float | None, progress: ProgressFn | None
     ) -> SyncReport:
-        """Build a fresh index in a scratch store and publish it into the live one in one write
-        transaction; on any failure the old index stays, whole."""
+        """Build a scratch index and publish it whole; on any failure the old one stays."""
         eng = self.engine
         log.info("reindexing %s: %s", eng.path, reason)
         report = SyncReport(reindexed=True, reindex_reason=reason)
@@ -700,7 +669,6 @@ class Indexer:
 
 
 def _publish(live: Store, scratch: Store) -> None:
-    """Make a filled scratch store the live index (each driver publishes its own kind)."""
     # two branches, not one `or`: each narrows both stores to one driver for the type check
     if isinstance(live, SqliteStore) and isinstance(scratch, SqliteStore):
         live.publish(scratch)

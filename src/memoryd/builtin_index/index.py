@@ -1,11 +1,5 @@
-"""`MemoryIndex`: the built-in hybrid index of one agent, as the orchestrator uses it.
-
-It owns the store, the provider choice and the lifecycle (start, watch, close), and is composed
-of an `Indexer` (`_sync`), a `Searcher` (`_search`) and the cached `CorpusStatistics`
-(`_stats`). The index is derived data: whatever happens to its file, the Markdown files
-rebuild it; a damaged file is moved aside and refilled, a failed sync leaves the last complete
-index answering (and says why in `status`).
-"""
+"""`MemoryIndex`: one agent's built-in index (store, provider, lifecycle), composed of an
+`Indexer` (`_sync`), a `Searcher` (`_search`) and the cached `CorpusStatistics` (`_stats`)."""
 
 from __future__ import annotations
 
@@ -56,11 +50,7 @@ __all__ = ["MemoryIndex", "Store", "SyncReport"]
 
 
 class MemoryIndex:
-    """The built-in index of one (agent, workspace): a `BuiltinEngine`.
-
-    `one_off`: this process runs one command and exits; a search of a SQLite index then keeps
-    numpy out (`lean`) and stores the reference background it computed for the next one.
-    """
+    """The built-in index of one (agent, workspace); `one_off`: this process runs one command."""
 
     name: Final = "builtin"
 
@@ -90,8 +80,7 @@ class MemoryIndex:
         self.bind_workspace(self.store)
 
     def _open_store(self) -> Store:
-        """The store `store.driver` names: a SQLite file at `self.path`, or this agent's tenant
-        of the PostgreSQL database (keyed as the state folders are)."""
+        """A SQLite file at `self.path`, or this agent's tenant of a PostgreSQL database."""
         s = self.cfg
         if s.store_driver == "postgres":
             assert s.store_url is not None  # ResolvedAgent.index_settings() requires it
@@ -123,8 +112,7 @@ class MemoryIndex:
     # ------------------------------------------------------------------ identity of the index
 
     def bind_workspace(self, store: Store) -> None:
-        """Record which workspace this index belongs to; refuse one built for another (that
-        silently mixed two users' memory). A read-only index is checked but not written."""
+        """Refuse an index built for another workspace: that would mix two users' memory."""
         mine = str(self.cfg.workspace)
         meta = store.meta()
         recorded = meta.get("workspace")
@@ -143,8 +131,7 @@ class MemoryIndex:
             )
 
     def _store_recovered(self, rec: Recovery, refill_now: bool) -> bool:
-        """The store holds a fresh file in place of a damaged one: refill it from the Markdown,
-        here unless a sync (or the store's opening) will, so a search's retry finds the text."""
+        """Refill a fresh file that replaced a damaged one, so a search's retry finds the text."""
         self.dirty = True
         self.searcher.forget_paths()
         self.indexer.session_baselines.clear()
@@ -162,7 +149,6 @@ class MemoryIndex:
 
     @property
     def chunking(self) -> ChunkingPlan:
-        """Each memory file's chunk size (`chunking.dailyNotes` for daily notes when set)."""
         c = self.cfg.chunking
         d = c.daily_notes
         return chunking_plan(c.tokens, c.overlap, (d.tokens, d.overlap) if d else None)
@@ -176,7 +162,7 @@ class MemoryIndex:
             "chunkTokens": self.cfg.chunking.tokens,
             "chunkOverlap": self.cfg.chunking.overlap,
         }
-        # only when set: other indexes keep the signature they had
+        # only when set: other indexes keep the signature they had (no rebuild)
         if (daily := self.chunking.fingerprint()) is not None:
             sig["chunkDailyNotes"] = daily
         if self.cfg.redact_notes:
@@ -201,20 +187,15 @@ class MemoryIndex:
     # ------------------------------------------------------------------ the provider
 
     def provider_key(self) -> tuple[str, str, str]:
-        """What vectors are keyed by: the provider's id, model and fingerprint."""
         assert self.provider is not None
         return self.provider.id, self.provider.model, self.provider.fingerprint()
 
     def vectors_usable(self) -> bool:
-        return (
-            self.provider is not None
-            and self.store.vector.available
-            and self.reindex_reason() is None
-        )
+        usable = self.provider is not None and self.store.vector.available
+        return usable and self.reindex_reason() is None
 
     def lean(self, store: Store) -> bool:
-        """Whether a search keeps numpy out: a one-off command on a SQLite index whose
-        connections compute cosines; KNN and background cosines then run in SQL."""
+        """Whether a search keeps numpy out (KNN and background cosines in SQL): a one-off."""
         return self.one_off and isinstance(store, SqliteStore) and store.cosine_sql
 
     def provider_failed(self, err: Exception) -> None:
@@ -251,13 +232,7 @@ class MemoryIndex:
         sessions: bool = True,
         lock_wait_s: float | None = None,
     ) -> SyncReport:
-        """Bring the index up to date with the files (text, sessions, then vectors).
-
-        `allow_reindex=False` (a search's pre-sync) skips a due rebuild, waits at most
-        `sync.searchWaitMs` for another process's write lock and never raises for the state:
-        the search answers from what is committed. With `lock_wait_s`, another thread's sync is
-        waited for that long at most, and the wait counts against `embed_budget_s`.
-        """
+        """Bring the index up to date with the files (see `Indexer.sync`)."""
         return self.indexer.sync(
             force=force,
             embed=embed,
@@ -269,8 +244,7 @@ class MemoryIndex:
         )
 
     def catch_up(self, budget_s: float) -> None:
-        """What a search does first: sync, embedding pending chunks for at most `budget_s`;
-        behind another thread's sync of a long backlog it answers at once instead."""
+        """Sync before a search, embedding for at most `budget_s` (not behind a long backlog)."""
         vectors = self.provider is not None and self.store.vector.available
         if not self.dirty and not (vectors and self.store.pending_count()):
             return  # nothing changed, nothing waits: the search needs no write
@@ -279,17 +253,14 @@ class MemoryIndex:
         self.sync(embed_budget_s=budget_s, lock_wait_s=budget_s)
 
     def check(self) -> IndexCheck:
-        """Verify the index file; a damaged one is moved aside (never deleted) and rebuilt from
-        the Markdown files before this returns. `IndexCorrupt` when it is read-only."""
+        """Verify the index; a damaged one is moved aside and rebuilt before this returns."""
         return self.indexer.check()
 
     def pending_changes(self) -> int:
-        """Memory files added, changed or removed since the last sync (a stat pass, no reads)."""
         files = discover(self.cfg.roots, self.cfg.workspace)
         return self.indexer.changed_files(self.store, files, self.store.meta())
 
     def notify_changed(self) -> None:
-        """A memory file was written through memoryd: the next search syncs first."""
         self.dirty = True
 
     # ------------------------------------------------------------------ search and get
@@ -303,8 +274,7 @@ class MemoryIndex:
         now: datetime | None = None,
         mode: str | None = None,
     ) -> EngineAnswer:
-        """Hybrid recall. `mode` ("hybrid"|"keyword"|"vector") overrides config, for evaluation;
-        a plain string is a request with the keyword arguments as its limits."""
+        """Hybrid recall; `mode` ("hybrid"|"keyword"|"vector") overrides config, for evaluation."""
         if isinstance(request, str):
             request = SearchRequest(request, max_results, min_score)
         query = (request.query or "").strip()
@@ -330,26 +300,20 @@ class MemoryIndex:
                 lock_wait_s=self.cfg.sync.search_wait_ms / 1000,
             )
         # background document embedding pauses while a search has the cores
-        priority = (
-            self.provider.search_priority()
-            if self.provider is not None
-            else contextlib.nullcontext()
-        )
-        with priority:
+        provider = self.provider
+        with provider.search_priority() if provider else contextlib.nullcontext():
             answer = self.searcher.search(request, query, now, mode)
         answer.notes[:0] = notes
         self.stats.save_pending()
         return answer
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
-        """Read a memory file or a line range of it (the policy is `core.layout.locate`)."""
         return read_memory_file(self.cfg.roots, self.cfg.workspace, path, from_line, lines)
 
     # ------------------------------------------------------------------ status
 
     def _search_engine(self) -> str:
-        """What answers this process's KNN: the store's engine, or a one-off command's exact
-        scan in SQL where the store would hold the matrix in memory."""
+        """What answers this process's KNN (a one-off command scans in SQL)."""
         engine = self.store.search_engine
         if (
             engine == "numpy"
@@ -411,7 +375,6 @@ class MemoryIndex:
         )
 
     def _store_status(self, counts: dict[str, Any]) -> dict[str, Any]:
-        """The status of the store's vector, full-text and cache parts."""
         from ..core.status import CacheInfo, FtsInfo, VectorInfo
 
         vec = self.store.vector
@@ -444,7 +407,6 @@ class MemoryIndex:
     # ------------------------------------------------------------------ watch and lifecycle
 
     def watch_roots(self) -> list[Path]:
-        """Folders to watch: the workspace, extra roots outside it, and the transcripts folder."""
         ws = self.cfg.workspace
         roots = [ws]
         for root in self.cfg.roots:
@@ -463,7 +425,6 @@ class MemoryIndex:
         stop_event: threading.Event | None = None,
         on_synced: Callable[[SyncReport], None] | None = None,
     ) -> None:
-        """Sync after the debounce whenever a memory file changes, until `stop_event` is set."""
         from watchfiles import watch
 
         sessions_dir = self.cfg.sessions_dir
@@ -542,5 +503,4 @@ def _recorded_error(meta: dict[str, str]) -> str | None:
 
 
 def _inside_any(path: str, roots: Sequence[MemoryRoot]) -> bool:
-    """Whether `path` lies under one of the roots (lexically)."""
     return any(path == r.path or path.startswith(r.path.rstrip(os.sep) + os.sep) for r in roots)
