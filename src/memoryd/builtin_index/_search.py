@@ -34,7 +34,8 @@ from ._store import Store as SqliteStore
 if TYPE_CHECKING:
     import numpy as np
 
-    from .index import MemoryIndex, Store
+    from ._engine import Engine, Store
+    from ._stats import CorpusStatistics
 
 QUERY_CACHE_SIZE = 256
 #: How many of the best hits also return the lines after their window.
@@ -73,8 +74,9 @@ def snapshot(store: Store) -> contextlib.AbstractContextManager[None]:
 class Searcher:
     """Answers a query from the index as it is: the engine syncs first."""
 
-    def __init__(self, engine: MemoryIndex) -> None:
+    def __init__(self, engine: Engine, stats: CorpusStatistics) -> None:
         self.engine = engine
+        self.stats = stats
         self._query_cache: OrderedDict[tuple[str, str, str, str], np.ndarray] = OrderedDict()
         self._paths_cache: tuple[Store, tuple[int, int], _PathLookup] | None = None
 
@@ -134,7 +136,7 @@ class Searcher:
             if early is not None and store.version != early.version:
                 early = None  # the index changed while the query embedded: its ids may have too
             filled = self._candidates(store, request, query, k, qvec, want_kw, early)
-            stats = eng.stats.for_query(store, query if want_kw else "", qvec)
+            stats = self.stats.for_query(store, query if want_kw else "", qvec)
             pending = store.pending_count() if eng.provider else 0
             # a few spare hits: a result whose lines earlier results already show gives its slot on
             ranked = rank(
@@ -173,7 +175,7 @@ class Searcher:
         rows_now = store.chunk_rows([*hits, *path_hits])
         terms = tuple(query_terms(query))
         rows = {cid: (row, frozenset(text_terms(terms, row.text))) for cid, row in rows_now.items()}
-        self.engine.stats.term_chunks(store, query)
+        self.stats.term_chunks(store, query)
         snippets = self._snippets_while_embedding(query, hits, rows)
         return _KeywordSide(version, hits, path_hits, terms, rows, snippets)
 

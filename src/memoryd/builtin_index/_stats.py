@@ -20,7 +20,7 @@ from ._store import Store as SqliteStore
 if TYPE_CHECKING:  # numpy is imported where used: a keyword-only search never loads it
     import numpy as np
 
-    from .index import MemoryIndex, Store
+    from ._engine import Engine, Store
 
 log = logging.getLogger("memoryd.builtin_index")
 
@@ -102,7 +102,7 @@ def _reference_from_json(value: str | None, fingerprint: str) -> Reference | Non
 class CorpusStatistics:
     """Chunk counts, per-term chunk counts and cosine backgrounds, cached per index version."""
 
-    def __init__(self, engine: MemoryIndex) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.cache: StatsCache | None = None
         self._to_save: tuple[Store, list[tuple[int, str]], Reference] | None = None

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..core.transcripts import SessionDeltaTracker, TranscriptChunk
-    from .index import MemoryIndex, Store
+    from ._engine import Engine, Store
+    from ._stats import CorpusStatistics
 
 log = logging.getLogger("memoryd.builtin_index")
 
@@ -142,8 +143,9 @@ def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[Transcript
 class Indexer:
     """Syncs one engine's store with its memory files and transcripts, one sync at a time."""
 
-    def __init__(self, engine: MemoryIndex) -> None:
+    def __init__(self, engine: Engine, stats: CorpusStatistics) -> None:
         self.engine = engine
+        self.stats = stats
         self.lock = threading.Lock()
         self.last_sync_at: float | None = None
         self.last_error: str | None = None
@@ -251,7 +253,7 @@ class Indexer:
                 self._vector_phase(store, report, embed_budget_s, progress)
         report.vectors_pending = store.counts()["pending_vectors"] if eng.provider else 0
         if embed and report.wrote():
-            eng.stats.store_reference(store)
+            self.stats.store_reference(store)
         return report
 
     def _note_failure(self, err: MemorydError) -> None:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final
 
 from ..background import Background
 from ..config import IndexSettings
@@ -31,6 +31,7 @@ from ..errors import (
 )
 from ..fsio import private_dir
 from ..memfiles import discover, read_memory_file
+from ._engine import Store
 from ._search import Searcher
 from ._stats import CorpusStatistics
 from ._store import Recovery
@@ -39,12 +40,8 @@ from ._sync import LAST_SYNC_META_KEY, Indexer, SyncReport, left_out_from_meta
 
 if TYPE_CHECKING:
     from ..core.status import BuiltinStatus
-    from ._pg_store import PgStore  # the PostgreSQL driver loads only when a config names it
 
 log = logging.getLogger("memoryd.builtin_index")
-
-#: The store of one (agent, workspace): a SQLite file or a tenant of a PostgreSQL database.
-Store: TypeAlias = "SqliteStore | PgStore"
 
 __all__ = ["MemoryIndex", "Store", "SyncReport"]
 
@@ -72,9 +69,9 @@ class MemoryIndex:
         self.one_off = one_off
         self.dirty = True
         self.background: Background | None = None
-        self.indexer = Indexer(self)
-        self.searcher = Searcher(self)
         self.stats = CorpusStatistics(self)
+        self.indexer = Indexer(self, self.stats)
+        self.searcher = Searcher(self, self.stats)
         # set before the store opens: opening may already replace a damaged file
         self.store: Store = self._open_store()
         self.bind_workspace(self.store)
