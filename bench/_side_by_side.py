@@ -158,7 +158,7 @@ def serve() -> None:  # the child's side
                 await done(index.search(q))
             return {"s": time.perf_counter() - t, "chunks": index.status().to_dict()["chunks"]}
         elif op == "search":
-            index._query_cache.clear()  # every timed search pays its query embedding
+            getattr(index, "searcher", index)._query_cache.clear()  # every search embeds its query
             t = time.perf_counter()
             await done(index.search(req["q"], mode=req["mode"]))
         else:

@@ -34,7 +34,7 @@ import numpy as np
 
 from memoryd.background import Background
 from memoryd.builtin_index import MemoryIndex
-from memoryd.builtin_index.index import EMBED_BATCH
+from memoryd.builtin_index._sync import EMBED_BATCH
 from memoryd.config import resolve_agent, validate_config
 from memoryd.embeddings import local
 from memoryd.embeddings.base import Matrix, ProviderSelection, l2_normalize
@@ -203,7 +203,7 @@ def build_workspace(
 def _search_latencies(idx: MemoryIndex, queries: list[str]) -> list[float]:
     lat = []
     for q in queries:
-        idx._query_cache.clear()
+        idx.searcher._query_cache.clear()
         t = time.perf_counter()
         idx.search(q)
         lat.append((time.perf_counter() - t) * 1000)
@@ -394,7 +394,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, object]:
             # each mode takes each place in the order equally often: a search that runs
             # after another of the same query finds its caches warm
             for name in names[i % len(names) :] + names[: i % len(names)]:
-                idx._query_cache.clear()  # every timed search pays its query embedding
+                idx.searcher._query_cache.clear()  # every timed search pays its query embedding
                 t = time.perf_counter()
                 idx.search(q, mode=name)
                 lat[name].append((time.perf_counter() - t) * 1000)

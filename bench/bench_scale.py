@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_builtin_index import TOPICS, WORDS, build_workspace, make_sentences, pct
 
 from memoryd.builtin_index import MemoryIndex, _store
-from memoryd.builtin_index.index import BACKGROUND_SAMPLE
+from memoryd.builtin_index._stats import BACKGROUND_SAMPLE
 from memoryd.config import resolve_agent, validate_config
 from memoryd.embeddings.base import EmbeddingProvider, Matrix, ProviderSelection, Vector
 
@@ -153,7 +153,7 @@ def one_size(n: int, root: Path, queries: list[str], sentences: list[str]) -> di
 
 def one_off_vector_side(idx: MemoryIndex, queries: list[str]) -> dict[str, object]:
     """What a one-off search's vector side reads, per search (default engine choice): the lean
-    path (`MemoryIndex._lean`: KNN and background cosines in SQL) against the numpy path a
+    path (`MemoryIndex.lean`: KNN and background cosines in SQL) against the numpy path a
     one-off search took before (load the matrix, search it, read the sample's vectors;
     numpy's import, ~80 ms, not included); and the sample's read before the index of the
     vectors' ids (`m003_vector_ids`; `NOT INDEXED` reads the table as that code did)."""

@@ -565,7 +565,7 @@ def test_path_candidates_find_exactly_the_files_the_path_rule_accepts(
     store = idx.store
     paths = store.paths()
     for query in PATH_QUERIES:
-        ids = idx._path_candidates(store, query)
+        ids = idx.searcher._path_candidates(store, query)
         found = {row.path for row in store.chunk_rows(ids).values()}
         want = {p for p in paths if path_match_level(query, p) > 0}
         assert found == want, query
@@ -589,7 +589,7 @@ def test_before_any_chunk_has_a_vector_no_query_is_embedded(notes: Path) -> None
 
 
 def test_the_query_background_is_computed_only_when_read() -> None:
-    from memoryd.builtin_index.index import _Background
+    from memoryd.builtin_index._stats import _Background
 
     rng = np.random.default_rng(3)
     sample = rng.standard_normal((50, 16)).astype(np.float32)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from helpers import agent_for, index_for, write
-from memoryd.builtin_index import index as index_mod
+from memoryd.builtin_index import _sync as index_mod
 from memoryd.embeddings import HashingEmbedder
 from memoryd.embeddings.base import DeadlineReached, Matrix
 

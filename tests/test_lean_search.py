@@ -1,4 +1,4 @@
-"""A one-off search without numpy (`MemoryIndex._lean`): same answers as the numpy path.
+"""A one-off search without numpy (`MemoryIndex.lean`): same answers as the numpy path.
 
 A one-off command (the CLI) on a SQLite index with sqlite-vec keeps the query's vector as the
 engine's float32 buffer, runs the KNN and the background cosines in SQL and reads the reference
@@ -23,7 +23,9 @@ import numpy as np
 import pytest
 
 from memoryd.builtin_index import MemoryIndex
-from memoryd.builtin_index import index as index_mod
+from memoryd.builtin_index import _stats as index_mod
+from memoryd.builtin_index._search import Searcher
+from memoryd.builtin_index._stats import CorpusStatistics
 from memoryd.builtin_index._store import Store
 from memoryd.config import resolve_agent, validate_config
 from memoryd.core.engine import EngineAnswer
@@ -92,21 +94,21 @@ class _Paths:
                 return _real(store, *a)
 
             monkeypatch.setattr(Store, name, spy)
-        real_sample = MemoryIndex._background_sample
+        real_sample = CorpusStatistics.background_sample
 
         def sample(store: Store) -> Any:
             self.numpy_backgrounds += 1
             return real_sample(store)
 
-        monkeypatch.setattr(MemoryIndex, "_background_sample", staticmethod(sample))
+        monkeypatch.setattr(CorpusStatistics, "background_sample", staticmethod(sample))
 
 
 def _one_off(idx: MemoryIndex, query: str, *, lean: bool, mp: pytest.MonkeyPatch) -> Any:
     """A search as a one-off process runs it (`lean`) or as a long-lived one does."""
     mp.setattr(idx, "one_off", lean)
     mp.setattr(idx.provider, "one_off", True)  # a one-off process's query engine either way
-    idx._stats_cache = None  # as in a new process: nothing computed yet
-    idx._query_cache.clear()
+    idx.stats.cache = None  # as in a new process: nothing computed yet
+    idx.searcher._query_cache.clear()
     return idx.search(query)
 
 
@@ -161,21 +163,21 @@ def test_a_sync_stores_the_reference_background_a_lean_search_reads(
     store = idx.store
     assert isinstance(store, Store)
     keys = store.sample_keys(index_mod.BACKGROUND_SAMPLE)
-    stored = idx._stored_reference(store, keys)
+    stored = idx.stats.stored_reference(store, keys)
     assert stored  # written by the sync, for this very sample
     # the numpy path computes the same statistics
     _one_off(idx, "postgres version", lean=False, mp=monkeypatch)
-    assert idx._stats_cache is not None and idx._stats_cache.reference is not None
-    assert stored.keys() == idx._stats_cache.reference.keys()
-    for pair, (mean, sd) in idx._stats_cache.reference.items():
+    assert idx.stats.cache is not None and idx.stats.cache.reference is not None
+    assert stored.keys() == idx.stats.cache.reference.keys()
+    for pair, (mean, sd) in idx.stats.cache.reference.items():
         assert stored[pair] == pytest.approx((mean, sd), abs=1e-9)
     # a new note changes the sample: the next sync stores the reference of the new one
     (workspace / "memory" / "2026-11-29.md").write_text("# 2026-11-29\n- Grafana alert at 85%.\n")
     idx.sync()
     new_keys = store.sample_keys(index_mod.BACKGROUND_SAMPLE)
     assert new_keys != keys
-    assert idx._stored_reference(store, keys) is None
-    assert idx._stored_reference(store, new_keys)
+    assert idx.stats.stored_reference(store, keys) is None
+    assert idx.stats.stored_reference(store, new_keys)
 
 
 @pytest.mark.parametrize("held", [None, "{not json", '{"fingerprint": "stale", "pairs": []}'])
@@ -193,7 +195,7 @@ def test_without_a_usable_stored_reference_a_one_off_search_computes_and_stores_
     first = _one_off(idx, "who adopted a kitten", lean=True, mp=monkeypatch)
     assert paths.numpy_backgrounds == 1  # computed the numpy way, once
     assert _answer(first) == _answer(full) and first.results
-    assert idx._stored_reference(store, store.sample_keys(index_mod.BACKGROUND_SAMPLE))
+    assert idx.stats.stored_reference(store, store.sample_keys(index_mod.BACKGROUND_SAMPLE))
     again = _one_off(idx, "who adopted a kitten", lean=True, mp=monkeypatch)
     assert paths.numpy_backgrounds == 1 and paths.scans == 2  # the next one is lean throughout
     assert _answer(again) == _answer(full)
@@ -278,9 +280,9 @@ def test_a_reference_is_stored_under_the_sample_it_was_computed_from(
     assert isinstance(store, Store)
     store.delete_meta(index_mod.REFERENCE_META_KEY)
     old_keys = store.sample_keys(index_mod.BACKGROUND_SAMPLE)
-    real = MemoryIndex._search_synced
+    real = Searcher.search
 
-    def then_a_write(self: MemoryIndex, *a: Any) -> Any:
+    def then_a_write(self: Searcher, *a: Any) -> Any:
         out = real(self, *a)
         (workspace / "memory" / "2026-11-30.md").write_text("# 2026-11-30\n- New router.\n")
         other = _default_index(workspace)  # as another process would
@@ -288,13 +290,13 @@ def test_a_reference_is_stored_under_the_sample_it_was_computed_from(
         other.close()
         return out
 
-    monkeypatch.setattr(MemoryIndex, "_search_synced", then_a_write)
-    monkeypatch.setattr(MemoryIndex, "_store_reference", lambda *a: _nothing())
+    monkeypatch.setattr(Searcher, "search", then_a_write)
+    monkeypatch.setattr(CorpusStatistics, "store_reference", lambda *a: _nothing())
     _one_off(idx, "who adopted a kitten", lean=True, mp=monkeypatch)
     new_keys = store.sample_keys(index_mod.BACKGROUND_SAMPLE)
     assert new_keys != old_keys
-    assert idx._stored_reference(store, old_keys)  # saved, under the sample it came from
-    assert idx._stored_reference(store, new_keys) is None
+    assert idx.stats.stored_reference(store, old_keys)  # saved, under the sample it came from
+    assert idx.stats.stored_reference(store, new_keys) is None
 
 
 def _nothing() -> None:

@@ -253,8 +253,8 @@ def test_keywords_are_searched_again_if_the_index_changed_meanwhile(
 ) -> None:
     idx = index
     calls: list[str] = []
-    real_kw = idx._keyword_candidates  # type: ignore[attr-defined]
-    real_embed = idx._embed_query  # type: ignore[attr-defined]
+    real_kw = idx.searcher._keyword_candidates  # type: ignore[attr-defined]
+    real_embed = idx.searcher._embed_query  # type: ignore[attr-defined]
 
     def keyword(store: object, query: str, k: int, cands: dict) -> None:  # type: ignore[type-arg]
         calls.append(query)
@@ -265,10 +265,10 @@ def test_keywords_are_searched_again_if_the_index_changed_meanwhile(
         idx.sync()  # type: ignore[attr-defined]
         return real_embed(query)
 
-    monkeypatch.setattr(idx, "_keyword_candidates", keyword)
+    monkeypatch.setattr(idx.searcher, "_keyword_candidates", keyword)  # type: ignore[attr-defined]
     out = idx.search("kitten")  # type: ignore[attr-defined]
     assert calls == ["kitten"]  # nothing changed: the early keyword side was used
-    monkeypatch.setattr(idx, "_embed_query", embed_while_a_note_lands)
+    monkeypatch.setattr(idx.searcher, "_embed_query", embed_while_a_note_lands)  # type: ignore[attr-defined]
     out = idx.search("zebra clinic")  # type: ignore[attr-defined]
     assert calls == ["kitten", "zebra clinic", "zebra clinic"]
     assert out.results and out.results[0].path == "memory/vet.md"
@@ -309,7 +309,7 @@ def test_an_index_search_starts_its_query_embedding_before_its_sync(
     assert order[:2] == ["prefetch zebra clinic", "sync"]
     assert order.count("prefetch zebra clinic") == 1 and prepared.count("zebra clinic") == 1
     order.clear()
-    idx._query_cache.clear()  # type: ignore[attr-defined]
+    idx.searcher._query_cache.clear()  # type: ignore[attr-defined]
     idx.search("zebra clinic", mode="keyword")  # type: ignore[attr-defined]
     assert "prefetch zebra clinic" not in order
 
@@ -329,10 +329,10 @@ def test_snippets_chosen_while_the_query_embeds_are_the_ones_used(
     """With the query still embedding after the keyword side, the best keyword hits' snippets
     are chosen meanwhile; the search uses them instead of choosing them again, and answers as
     a search that speculates nothing."""
-    from memoryd.builtin_index import index as index_mod
+    from memoryd.builtin_index import _search as index_mod
 
     idx = index
-    real_start, real_embed = _prefetch.start, idx._embed_query  # type: ignore[attr-defined]
+    real_start, real_embed = _prefetch.start, idx.searcher._embed_query  # type: ignore[attr-defined]
     calls: list[tuple[str, int, bool]] = []  # (text, first line, after the vector was in)
     vector_in = [False]
 
@@ -352,7 +352,7 @@ def test_snippets_chosen_while_the_query_embeds_are_the_ones_used(
         return real_select(text, start, *rest)  # type: ignore[arg-type]
 
     monkeypatch.setattr(_prefetch, "start", slow_start)
-    monkeypatch.setattr(idx, "_embed_query", embed)
+    monkeypatch.setattr(idx.searcher, "_embed_query", embed)  # type: ignore[attr-defined]
     monkeypatch.setattr(index_mod, "select_snippet", select)
     for q in ("Miso the kitten", "webhook secret", "pgbouncer timeout"):
         answers = []
@@ -360,7 +360,7 @@ def test_snippets_chosen_while_the_query_embeds_are_the_ones_used(
             monkeypatch.setattr(index_mod, "SPECULATIVE_SNIPPETS", speculate)
             calls.clear()
             vector_in[0] = False
-            idx._query_cache.clear()  # type: ignore[attr-defined]
+            idx.searcher._query_cache.clear()  # type: ignore[attr-defined]
             out = idx.search(q)  # type: ignore[attr-defined]
             assert out.mode == "hybrid" and out.results, q
             answers.append([r.to_dict() for r in out.results])

@@ -87,10 +87,13 @@ class EvalIndex(MemoryIndex):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.overrides: dict[str, Any] = {}
+        configured = self.searcher.rank_params
 
-    def _rank_params(self, max_results: int | None, min_score: float | None) -> RankParams:
-        params = super()._rank_params(max_results, min_score)
-        return dataclasses.replace(params, **self.overrides) if self.overrides else params
+        def rank_params(max_results: int | None, min_score: float | None) -> RankParams:
+            params = configured(max_results, min_score)
+            return dataclasses.replace(params, **self.overrides) if self.overrides else params
+
+        self.searcher.rank_params = rank_params  # type: ignore[method-assign]
 
 
 def agent_config(

@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
         variant.sync()  # the same file and chunking: nothing to write
     chunks = idx.status().chunks
     print(f"index: {chunks} chunks ({time.perf_counter() - t0:.1f}s to sync)", file=sys.stderr)
-    configured = idx._rank_params
+    configured = idx.searcher.rank_params
     fusions = [None, *(args.compare.split(",") if args.compare else [])]
 
     def use(fusion: str | None) -> None:
@@ -101,7 +101,7 @@ def main(argv: list[str]) -> int:
                 configured(max_results, min_score), fusion=cast(Fusion, fusion)
             )
 
-        idx._rank_params = configured if fusion is None else params  # type: ignore[method-assign]
+        idx.searcher.rank_params = configured if fusion is None else params  # type: ignore[method-assign]
 
     for fusion in fusions:  # warm the query-vector cache, SQLite pages, corpus statistics
         use(fusion)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import memoryd.builtin_index.index as index_mod
+import memoryd.builtin_index._search as index_mod
 from memoryd.core.citations import trim_to_budget
 from memoryd.core.ranking import Candidate, CorpusStats, RankParams, rank, select_snippet
 from memoryd.core.results import MAX_SNIPPET_CHARS, SearchResult

@@ -1,0 +1,415 @@
+"""The searcher: keyword side, vector side, merge, ranking and snippets. The keyword side runs
+while the query embeds; no snapshot of the index is held meanwhile (a remote API may be slow)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
+
+from ..core.engine import EngineAnswer, SearchRequest
+from ..core.ranking import (
+    PATH_TOKEN,
+    Candidate,
+    RankParams,
+    continue_snippet,
+    extend_chunk,
+    path_match_level,
+    rank,
+    select_snippet,
+    uncovered_window,
+)
+from ..core.results import MAX_SNIPPET_CHARS, SearchResult
+from ..core.text import fts_match_expression, query_terms, text_terms, trigram_terms
+from ..errors import ProviderUnavailable
+from ._store import ChunkRow
+from ._store import Store as SqliteStore
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ._engine import Engine, Store
+    from ._stats import CorpusStatistics
+
+QUERY_CACHE_SIZE = 256
+#: How many of the best hits also return the lines after their window.
+CONTINUE_BEST_HIT = 1
+#: How many next chunks of its file a continuation may reach into (chunks shorter than a snippet).
+FOLLOWING_CHUNKS = 2
+#: Hits ranked past maxResults, to take the place of results whose lines are already shown.
+SPARE_RESULTS = 4
+#: At most this many of the best keyword hits' snippets are chosen while the query embeds.
+SPECULATIVE_SNIPPETS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class _PathLookup:
+    paths: list[str]
+    by_name: dict[str, list[int]]
+    by_stem: dict[str, list[int]]
+    longest: int  # the longest name: no token prefix beyond it can name a file
+
+
+@dataclass(slots=True)
+class _KeywordSide:
+    version: tuple[int, int]
+    hits: dict[int, Candidate]
+    path_hits: list[int]
+    terms: tuple[str, ...]
+    rows: dict[int, tuple[ChunkRow, frozenset[str]]]  # row, the query terms it holds
+    snippets: dict[int, tuple[str, int, int]]
+
+
+def snapshot(store: Store) -> contextlib.AbstractContextManager[None]:
+    """Reads within see one index, whatever another process publishes meanwhile."""
+    return store.snapshot() if isinstance(store, SqliteStore) else contextlib.nullcontext()
+
+
+class Searcher:
+    """Answers a query from the index as it is: the engine syncs first."""
+
+    def __init__(self, engine: Engine, stats: CorpusStatistics) -> None:
+        self.engine = engine
+        self.stats = stats
+        self._query_cache: OrderedDict[tuple[str, str, str, str], np.ndarray] = OrderedDict()
+        self._paths_cache: tuple[Store, tuple[int, int], _PathLookup] | None = None
+
+    def forget_paths(self) -> None:
+        self._paths_cache = None
+
+    def prefetch(self, query: str) -> None:
+        """Start embedding `query` on the provider's worker while the keyword side runs."""
+        eng = self.engine
+        provider = eng.provider
+        if provider is None or eng.unavailable or not query:
+            return
+        if (*eng.provider_key(), query) in self._query_cache:
+            return
+        provider.prefetch_query(query)
+
+    def rank_params(self, max_results: int | None, min_score: float | None) -> RankParams:
+        q = self.engine.cfg.query
+        h = q.hybrid
+        return RankParams(
+            max_results=max_results or q.max_results,
+            min_score=q.min_score if min_score is None else min_score,
+            vector_weight=h.vector_weight,
+            text_weight=h.text_weight,
+            fusion=h.fusion,
+            mmr_enabled=h.mmr.enabled,
+            mmr_lambda=h.mmr.lambda_,
+            decay_enabled=h.temporal_decay.enabled,
+            half_life_days=h.temporal_decay.half_life_days,
+        )
+
+    def search(
+        self, request: SearchRequest, query: str, now: datetime | None, mode: str | None
+    ) -> EngineAnswer:
+        """Both sides, the merge, ranking and snippets; `mode` pins one side for evaluation."""
+        eng = self.engine
+        params = self.rank_params(request.max_results, request.min_score)
+        k = params.max_results * eng.cfg.query.hybrid.candidate_multiplier
+        effective = mode or ("hybrid" if eng.cfg.query.hybrid.enabled else "vector")
+        notes: list[str] = []
+        vectors = effective in ("hybrid", "vector") and eng.vectors_usable()
+        # no chunk has a vector yet: the query's would find nothing, so it is not embedded
+        no_vectors_yet = vectors and eng.store.vec_dims is None
+        vectors = vectors and not no_vectors_yet
+        if not query_terms(query):
+            # lone letters match every chunk holding one; only a file named so can answer
+            notes.append("nothing to search for: the query has no word of two or more letters")
+            vectors = no_vectors_yet = False
+        store = eng.store
+        early = None
+        if vectors and effective == "hybrid":
+            with snapshot(store):
+                early = self._keyword_side(store, query, k)
+        qvec = self._query_vector(query, notes) if vectors else None
+        want_kw = effective in ("hybrid", "keyword") or (qvec is None and mode is None)
+        with snapshot(store):
+            if early is not None and store.version != early.version:
+                early = None  # the index changed while the query embedded: its ids may have too
+            filled = self._candidates(store, request, query, k, qvec, want_kw, early)
+            stats = self.stats.for_query(store, query if want_kw else "", qvec)
+            pending = store.pending_count() if eng.provider else 0
+            # a few spare hits: a result whose lines earlier results already show gives its slot on
+            ranked = rank(
+                filled,
+                query,
+                dataclasses.replace(params, max_results=params.max_results + SPARE_RESULTS),
+                now=now or datetime.now(UTC),
+                stats=stats,
+                partial_vectors=qvec is not None and pending > 0,
+            )
+            results = self._results(store, ranked, query, params, early.snippets if early else {})
+        kw_used = want_kw and store.fts_available
+        used_mode = "keyword" if qvec is None else ("hybrid" if kw_used else "vector")
+        if pending and (qvec is not None or no_vectors_yet):
+            notes.append(_pending_note(pending, stats.chunks))
+        degraded = None
+        if eng.fallback_reason:
+            degraded = {"reason": eng.fallback_reason, "since": eng.fallback_since}
+        return EngineAnswer(
+            results=results,
+            engine="builtin",
+            provider=eng.provider.id if eng.provider else None,
+            model=eng.provider.model if eng.provider else None,
+            mode=used_mode,
+            max_injected_chars=eng.cfg.query.max_injected_chars,
+            notes=notes,
+            degraded=degraded,
+            pending_vectors=pending,
+        )
+
+    def _keyword_side(self, store: Store, query: str, k: int) -> _KeywordSide:
+        version = store.version
+        hits: dict[int, Candidate] = {}
+        self._keyword_candidates(store, query, k, hits)
+        path_hits = self._path_candidates(store, query)
+        rows_now = store.chunk_rows([*hits, *path_hits])
+        terms = tuple(query_terms(query))
+        rows = {cid: (row, frozenset(text_terms(terms, row.text))) for cid, row in rows_now.items()}
+        self.stats.term_chunks(store, query)
+        snippets = self._snippets_while_embedding(query, hits, rows)
+        return _KeywordSide(version, hits, path_hits, terms, rows, snippets)
+
+    def _query_vector(self, query: str, notes: list[str]) -> np.ndarray | array[float] | None:
+        """The query's vector (the prefetch's, when it started one), or None with a note why."""
+        eng = self.engine
+        assert eng.provider is not None
+        qvec: np.ndarray | array[float] | None = None
+        try:
+            if eng.lean(eng.store):
+                qvec = eng.provider.embed_query_buffer(query)
+            if qvec is None:
+                qvec = self._embed_query(query)
+        except Exception as err:
+            if eng.selection.explicit and eng.selection.fallback is None:
+                raise ProviderUnavailable(
+                    f"{eng.provider.id} query embedding failed: {err}"
+                ) from err
+            notes.append(f"query embedding failed ({err}); keyword results only")
+            return None
+        if not (any(qvec) if isinstance(qvec, array) else qvec.any()):
+            notes.append("query embedding was a zero vector; keyword results only")
+            return None
+        return qvec
+
+    def _embed_query(self, query: str) -> np.ndarray:
+        """Through a small LRU: agents often repeat a question within a session."""
+        provider = self.engine.provider
+        assert provider is not None
+        key = (*self.engine.provider_key(), query)
+        hit = self._query_cache.get(key)
+        if hit is not None:
+            self._query_cache.move_to_end(key)
+            return hit
+        vec = provider.embed_query(query)
+        self._query_cache[key] = vec
+        if len(self._query_cache) > QUERY_CACHE_SIZE:
+            self._query_cache.popitem(last=False)
+        return vec
+
+    def _candidates(
+        self,
+        store: Store,
+        request: SearchRequest,
+        query: str,
+        k: int,
+        qvec: np.ndarray | array[float] | None,
+        want_kw: bool,
+        early: _KeywordSide | None,
+    ) -> list[Candidate]:
+        """Both sides' candidates, merged, with their rows, from the sources asked for."""
+        cands: dict[int, Candidate] = {}
+        if qvec is not None:
+            for rank_i, (cid, sim) in enumerate(store.vector_search(qvec, k)):
+                cands[cid] = Candidate(cid, "", "", 0, 0, "", vector_score=sim, vector_rank=rank_i)
+        if want_kw:
+            if early is None:
+                self._keyword_candidates(store, query, k, cands)
+                path_hits = self._path_candidates(store, query)
+            else:  # merged in the order the sequential search inserts them
+                path_hits = early.path_hits
+                for cid, kc in early.hits.items():
+                    c = cands.setdefault(cid, kc)
+                    c.text_rank, c.text_score = kc.text_rank, kc.text_score
+            for cid in path_hits:
+                cands.setdefault(cid, Candidate(cid, "", "", 0, 0, ""))
+        early_rows = early.rows if early is not None else {}
+        rows = store.chunk_rows(cid for cid in cands if cid not in early_rows)
+        allowed_sources = set(self.engine.cfg.sources)
+        if request.corpus != "all":
+            allowed_sources &= {request.corpus}
+        filled = []
+        for cid, c in cands.items():
+            row = rows.get(cid)
+            if row is None and early is not None and cid in early_rows:
+                row, matched = early_rows[cid]
+                c.matched = (early.terms, matched)
+            if row is None or row.source not in allowed_sources:
+                continue
+            c.path, c.source, c.start_line, c.end_line, c.text, c.mtime = (
+                row.path,
+                row.source,
+                row.start_line,
+                row.end_line,
+                row.text,
+                row.mtime,
+            )
+            filled.append(c)
+        return filled
+
+    def _results(
+        self,
+        store: Store,
+        ranked: Sequence[Candidate],
+        query: str,
+        params: RankParams,
+        snippets: dict[int, tuple[str, int, int]],
+    ) -> list[SearchResult]:
+        """A snippet each, the best hit's following lines as one more, no lines shown twice."""
+        results: list[SearchResult] = []
+        shown: dict[str, list[tuple[int, int]]] = {}
+
+        def add(c: Candidate, snippet: str, first: int, last: int) -> None:
+            kept = uncovered_window(snippet, first, last, shown.get(c.path, []))
+            if kept is not None and len(results) < params.max_results:
+                text, first, last = kept
+                results.append(SearchResult(c.path, first, last, c.score, text, source=c.source))  # type: ignore[arg-type]
+                shown.setdefault(c.path, []).append((first, last))
+
+        continued = 0
+        for c in ranked:
+            if len(results) >= params.max_results:
+                break
+            snippet, first, last = snippets.get(c.chunk_id) or select_snippet(
+                c.text, c.start_line, c.end_line, query, MAX_SNIPPET_CHARS
+            )
+            add(c, snippet, first, last)
+            if continued < CONTINUE_BEST_HIT and params.max_results > 1:
+                # the answer to a question often comes a few lines after the line naming its topic
+                text, end = _with_following_lines(store, c, last)
+                more = continue_snippet(text, c.start_line, end, last, MAX_SNIPPET_CHARS)
+                continued += 1
+                if more is not None:
+                    add(c, *more)
+        return results
+
+    def _snippets_while_embedding(
+        self,
+        query: str,
+        keyword_hits: dict[int, Candidate],
+        rows: dict[int, tuple[ChunkRow, frozenset[str]]],
+    ) -> dict[int, tuple[str, int, int]]:
+        """The best keyword hits' snippets, chosen in time spent waiting for the query's vector."""
+        out: dict[int, tuple[str, int, int]] = {}
+        provider = self.engine.provider
+        if provider is None or SPECULATIVE_SNIPPETS <= 0:
+            return out
+        for cid in keyword_hits:  # best first
+            if len(out) >= SPECULATIVE_SNIPPETS or not provider.query_in_flight(query):
+                break
+            got = rows.get(cid)
+            if got is not None:
+                row = got[0]
+                out[cid] = select_snippet(
+                    row.text, row.start_line, row.end_line, query, MAX_SNIPPET_CHARS
+                )
+        return out
+
+    def _keyword_candidates(
+        self, store: Store, query: str, k: int, cands: dict[int, Candidate]
+    ) -> None:
+        terms = query_terms(query)
+        match = fts_match_expression(terms)
+        primary = store.keyword_search(match, k) if match else []
+        for rank_i, (cid, strength) in enumerate(primary):
+            c = cands.setdefault(cid, Candidate(cid, "", "", 0, 0, ""))
+            c.text_rank, c.text_score = rank_i, strength
+        tri = trigram_terms(query)
+        if not tri or len(primary) >= k:
+            # substring-only hits would rank after k whole-word hits anyway: skip the scan
+            return
+        tri_match = " OR ".join('"' + t.replace('"', '""') + '"' for t in tri)
+        extra = [
+            (cid, s)
+            for cid, s in store.keyword_search(tri_match, k, trigram=True)
+            if cid not in {p[0] for p in primary}
+        ]
+        if not extra:
+            return
+        # substring-only hits rank after whole-word hits, scaled below the weakest of those
+        ceiling = 0.5 * min((s for _, s in primary), default=2.0)
+        top = max(s for _, s in extra) or 1.0
+        for j, (cid, strength) in enumerate(extra):
+            c = cands.setdefault(cid, Candidate(cid, "", "", 0, 0, ""))
+            c.text_rank = len(primary) + j
+            c.text_score = ceiling * (strength / top)
+
+    def _path_candidates(self, store: Store, query: str) -> list[int]:
+        version = store.version
+        cached = self._paths_cache
+        if cached is None or cached[0] is not store or cached[1] != version:
+            cached = (store, version, _path_lookup(store.paths()))
+            self._paths_cache = cached
+        look = cached[2]
+        ql = query.strip().lower()
+        # screened by dictionary, not a scan of every path: path_match_level only accepts a
+        # file whose name begins a token of the query or whose stem is the whole query
+        hits = set(look.by_stem.get(ql.strip("`'\" "), ()))
+        for token in PATH_TOKEN.findall(ql.replace("`", " ")):
+            for end in range(1, min(len(token), look.longest) + 1):
+                hits.update(look.by_name.get(token[:end], ()))
+        matched = [
+            look.paths[i] for i in sorted(hits) if path_match_level(query, look.paths[i]) > 0
+        ]
+        return store.chunk_ids_for_paths(matched, limit_per_path=8) if matched else []
+
+
+def _path_lookup(paths: list[str]) -> _PathLookup:
+    by_name: dict[str, list[int]] = {}
+    by_stem: dict[str, list[int]] = {}
+    for i, p in enumerate(paths):
+        pp = PurePosixPath(p.lower())
+        by_name.setdefault(pp.name, []).append(i)
+        by_stem.setdefault(pp.stem, []).append(i)
+    return _PathLookup(paths, by_name, by_stem, max(map(len, by_name), default=0))
+
+
+def _pending_note(pending: int, chunks: int) -> str:
+    counted = f"{pending} of {chunks} chunks" if chunks >= pending else None
+    counted = counted or f"{pending} chunk{'' if pending == 1 else 's'}"
+    return (
+        f"{counted} still waiting for embeddings "
+        "(ranked by their keywords until then): "
+        "`memoryd index` embeds them now; a running `memoryd serve` does it in the background"
+    )
+
+
+def _with_following_lines(store: Store, c: Candidate, after_line: int) -> tuple[str, int]:
+    """The chunk extended into its file's next chunks (the next ids: a file is written in one
+    transaction) when less than a snippet follows `after_line` in it."""
+    lines = c.text.split("\n")
+    rest = lines[max(0, after_line - c.start_line + 1) :]
+    if sum(len(line) + 1 for line in rest) > MAX_SNIPPET_CHARS:
+        return c.text, c.end_line
+    rows = store.chunk_rows(range(c.chunk_id + 1, c.chunk_id + 1 + FOLLOWING_CHUNKS))
+    following = sorted(
+        (r.start_line, r.end_line, r.text)
+        for r in rows.values()
+        if r.path == c.path and r.start_line > c.start_line
+    )
+    return extend_chunk(
+        c.text,
+        c.start_line,
+        c.end_line,
+        [(text, start, end) for start, end, text in following],
+        MAX_SNIPPET_CHARS,
+    )

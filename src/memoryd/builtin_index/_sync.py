@@ -1,0 +1,680 @@
+"""The indexer: the text phase (fast, before a search), the sessions phase, the vector phase
+(in batches, never blocking searches), and rebuilds published in one transaction."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from ..core.chunking import chunk_lines, content_hash
+from ..core.engine import IndexCheck, ProgressFn
+from ..core.text import binary_reason
+from ..embeddings.base import DeadlineReached
+from ..errors import BatchPending, IndexCorrupt, MemorydError, MemoryReadFailed, StateError
+from ..fsio import FileRead, open_private
+from ..memfiles import (
+    MemoryFile,
+    discover_all,
+    list_transcripts,
+    read_memory,
+    transcript_display_path,
+)
+from ._store import Store as SqliteStore
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..core.transcripts import SessionDeltaTracker, TranscriptChunk
+    from ._engine import Engine, Store
+    from ._stats import CorpusStatistics
+
+log = logging.getLogger("memoryd.builtin_index")
+
+EMBED_BATCH = 16
+#: The first batch when progress is shown: small, so the rate and ETA appear within seconds.
+FIRST_SHOWN_BATCH = 2
+#: The share of the time left that a batch under a deadline is sized to take.
+BUDGET_FILL = 0.7
+#: A search embeds a backlog only when it would take at most this many of its budgets; behind a
+#: longer one it answers by keywords at once and `memoryd index` or `serve` finishes it.
+FUTILE_BACKLOG_BUDGETS = 4
+#: The rate assumed before any chunk was embedded in this process.
+ASSUMED_SECONDS_PER_CHUNK = 0.1
+#: Where the files a sync left out are recorded (see `LeftOut`).
+LEFT_OUT_META_KEY: Final = "left_out"
+#: When the last sync that changed the index finished (for other processes' status).
+LAST_SYNC_META_KEY: Final = "last_sync_at"
+
+
+@dataclass
+class SyncReport:
+    files_scanned: int = 0
+    files_changed: int = 0
+    files_removed: int = 0
+    chunks_written: int = 0
+    vectors_embedded: int = 0
+    vectors_from_cache: int = 0
+    vectors_pending: int = 0
+    reindexed: bool = False
+    reindex_reason: str | None = None
+    seconds: float = 0.0
+
+    def wrote(self) -> bool:
+        """Whether this sync changed the index (files, chunks or vectors)."""
+        return bool(
+            self.files_changed
+            or self.files_removed
+            or self.vectors_embedded
+            or self.vectors_from_cache
+            or self.reindexed
+        )
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A memory file a sync did not index, why, and the file as it was then (size, times)."""
+
+    path: str
+    #: `read_failed` (with the OS reason), `binary`, `too_large`, or `refused`
+    reason: str
+    detail: str
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, mf: MemoryFile, reason: str, detail: str, size: int | None = None) -> LeftOut:
+        size = mf.size if size is None else size
+        return cls(mf.rel_path, reason, detail, size, mf.mtime_ns, mf.ctime_ns)
+
+    def same_file(self, mf: MemoryFile) -> bool:
+        """Unchanged since left out (the change time too: a chmod makes it readable)."""
+        return (self.size, self.mtime_ns, self.ctime_ns) == (mf.size, mf.mtime_ns, mf.ctime_ns)
+
+
+def _left_out_to_json(left_out: dict[str, LeftOut]) -> str:
+    return json.dumps({p: dataclasses.astuple(e)[1:] for p, e in sorted(left_out.items())})
+
+
+def left_out_from_meta(meta: dict[str, str]) -> dict[str, LeftOut]:
+    try:
+        raw = json.loads(meta.get(LEFT_OUT_META_KEY) or "{}")
+        return {
+            p: LeftOut(p, str(r), str(d), int(size), int(mtime), int(ctime))
+            for p, (r, d, size, mtime, ctime) in raw.items()
+        }
+    except (ValueError, TypeError, AttributeError):
+        return {}
+
+
+def _newlines_in_prefix(path: Path, size: int) -> int:
+    with open_private(path) as fh:  # transcripts are state: never read through a link
+        return fh.read(size).count(b"\n")
+
+
+def _count_newlines(path: Path) -> int:
+    n = 0
+    with open_private(path) as fh:
+        while block := fh.read(1 << 16):
+            n += block.count(b"\n")
+    return n
+
+
+def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[TranscriptChunk]:
+    from ..core.transcripts import chunk_transcript, parse_transcript_text
+
+    with open_private(path) as fh:
+        data = fh.read()
+    messages, _malformed, _lines = parse_transcript_text(
+        data.decode("utf-8", errors="replace"), sanitize=True
+    )
+    return chunk_transcript(messages, tokens=tokens, overlap=overlap)
+
+
+class Indexer:
+    """Syncs one engine's store with its memory files and transcripts, one sync at a time."""
+
+    def __init__(self, engine: Engine, stats: CorpusStatistics) -> None:
+        self.engine = engine
+        self.stats = stats
+        self.lock = threading.Lock()
+        self.last_sync_at: float | None = None
+        self.last_error: str | None = None
+        # seconds per embedded chunk, per provider, kept across syncs (sizes budgeted batches)
+        self._embed_rates: dict[tuple[str, str, str], float] = {}
+        self._session_tracker: SessionDeltaTracker | None = None
+        self.session_baselines: set[str] = set()
+
+    def sync(
+        self,
+        *,
+        force: bool = False,
+        embed: bool = True,
+        embed_budget_s: float | None = None,
+        progress: ProgressFn | None = None,
+        allow_reindex: bool = True,
+        sessions: bool = True,
+        lock_wait_s: float | None = None,
+    ) -> SyncReport:
+        """`allow_reindex=False` (a search's pre-sync) skips a due rebuild, waits at most
+        `sync.searchWaitMs` for a write lock and never raises for the state; another thread's
+        sync is waited for `lock_wait_s` at most, counted against `embed_budget_s`."""
+        kw: dict[str, Any] = {
+            "embed": embed,
+            "progress": progress,
+            "allow_reindex": allow_reindex,
+            "sessions": sessions,
+        }
+        asked = time.monotonic()
+        if not self.lock.acquire(timeout=-1 if lock_wait_s is None else lock_wait_s):
+            return SyncReport()  # the other sync's answer will do: searches read what it commits
+        store = self.engine.store
+        try:
+            if embed_budget_s is not None:
+                embed_budget_s = max(0.0, embed_budget_s - (time.monotonic() - asked))
+            kw["embed_budget_s"] = embed_budget_s
+            started = time.perf_counter()
+            seen_recoveries = len(store.recovered)
+            try:
+                try:
+                    report = self.sync_locked(force=force, **kw)
+                except IndexCorrupt:
+                    if len(store.recovered) == seen_recoveries:
+                        raise
+                    # the damaged file is aside and a fresh one in place: fill it now
+                    self.engine.bind_workspace(store)
+                    report = self.sync_locked(force=False, **kw)
+            except StateError as err:
+                self._note_failure(err)
+                if not allow_reindex:
+                    log.warning("searching without syncing first: %s", err)
+                    return SyncReport()
+                raise
+            self._note_success()
+            report.seconds = time.perf_counter() - started
+            self.last_sync_at = time.time()
+            if report.wrote():
+                # for the status of other processes; a sync that wrote nothing writes no time
+                with contextlib.suppress(MemorydError):
+                    if store.read_only is None:
+                        store.set_meta({LAST_SYNC_META_KEY: str(self.last_sync_at)})
+            return report
+        finally:
+            self.lock.release()
+
+    def backlog_fits(self, budget_s: float) -> bool:
+        eng = self.engine
+        if eng.provider is None or not eng.store.vector.available:
+            return True  # a text-only sync: quick
+        rate = self._embed_rates.get(eng.provider_key(), ASSUMED_SECONDS_PER_CHUNK)
+        return eng.store.pending_count() * rate <= FUTILE_BACKLOG_BUDGETS * budget_s
+
+    def sync_locked(
+        self,
+        *,
+        force: bool,
+        embed: bool = False,
+        embed_budget_s: float | None = None,
+        progress: ProgressFn | None = None,
+        allow_reindex: bool = True,
+        sessions: bool = True,
+    ) -> SyncReport:
+        eng = self.engine
+        store = eng.store
+        if force:
+            # a rebuild replaces every page anyway; a structurally damaged file is kept aside
+            problem = store.verify()
+            if problem is not None:
+                store.recover(problem)
+                eng.bind_workspace(store)
+        reason = "forced" if force else eng.reindex_reason()
+        if reason is not None and not allow_reindex:
+            return SyncReport(reindex_reason=reason)
+        if reason is not None:
+            report = self._reindex(reason, embed, embed_budget_s, progress)
+        else:
+            report = SyncReport()
+            wait_ms = None if allow_reindex else eng.cfg.sync.search_wait_ms
+            store.guard_signature = eng.signature()
+            self.text_phase(store, report, progress, wait_ms=wait_ms)
+            eng.dirty = False
+            if sessions:
+                self.sessions_phase(store, report, False, wait_ms=wait_ms)
+            if embed:
+                self._vector_phase(store, report, embed_budget_s, progress)
+        report.vectors_pending = store.counts()["pending_vectors"] if eng.provider else 0
+        if embed and report.wrote():
+            self.stats.store_reference(store)
+        return report
+
+    def _note_failure(self, err: MemorydError) -> None:
+        """Recorded in the index too (every process's status shows it), as far as it can be."""
+        self.last_error = str(err)
+        store = self.engine.store
+        with contextlib.suppress(MemorydError):
+            if store.read_only is None:
+                store.set_meta(
+                    {"last_sync_error": json.dumps({"message": str(err), "at": time.time()})}
+                )
+
+    def _note_success(self) -> None:
+        self.last_error = None
+        store = self.engine.store
+        with contextlib.suppress(MemorydError):
+            if store.read_only is None and "last_sync_error" in store.meta():
+                store.delete_meta("last_sync_error")
+
+    def check(self) -> IndexCheck:
+        eng = self.engine
+        started = time.perf_counter()
+        with self.lock:
+            store = eng.store
+            problem = store.verify(deep=True)
+            if problem is None:
+                return IndexCheck(ok=True, seconds=time.perf_counter() - started)
+            if store.read_only is not None:
+                raise IndexCorrupt(
+                    f"index {eng.path} is damaged ({problem}) and cannot be replaced: it is "
+                    f"read-only ({store.read_only})"
+                )
+            rec, _ = store.recover(problem)
+            eng.bind_workspace(store)
+            self.sync_locked(force=False)
+        return IndexCheck(
+            ok=False,
+            problem=problem,
+            moved_to=str(rec.moved_to) if rec.moved_to else None,
+            rebuilt=True,
+            seconds=time.perf_counter() - started,
+        )
+
+    # ------------------------------------------------------------------ text phase
+
+    def text_phase(
+        self,
+        store: Store,
+        report: SyncReport,
+        progress: ProgressFn | None,
+        *,
+        wait_ms: int | None = None,
+    ) -> None:
+        """Index changed memory files in one transaction: a failure leaves the index as it was."""
+        cfg = self.engine.cfg
+        found = discover_all(cfg.roots, cfg.workspace)
+        files = found.files
+        report.files_scanned = len(files)
+        skipped = json.dumps(found.skipped, sort_keys=True)
+        if not self._text_changed(store, files, skipped):
+            return  # nothing to write: a read-only index syncs fine
+        with store.transaction(wait_ms=wait_ms, doing="index the memory files"):
+            meta = store.meta()
+            if not store.signature_matches():
+                log.info("index %s was rebuilt elsewhere with other settings", self.engine.path)
+                return
+            known = store.files()
+            undecodable: set[str] = set(json.loads(meta.get("undecodable") or "[]"))
+            was_left_out = left_out_from_meta(meta)
+            left_out: dict[str, LeftOut] = {}
+            seen: set[str] = set()
+            for i, mf in enumerate(files, 1):
+                prev = known.get(mf.rel_path)
+                if prev is not None and prev[1] == mf.mtime_ns / 1e9 and prev[2] == mf.size:
+                    seen.add(mf.rel_path)
+                    continue
+                before = was_left_out.get(mf.rel_path)
+                if before is not None and before.same_file(mf):
+                    left_out[mf.rel_path] = before
+                    continue
+                got, why = self._read_for_index(mf)
+                if why is not None:
+                    log.warning("not indexing %s: %s (%s)", mf.rel_path, why.reason, why.detail)
+                    left_out[mf.rel_path] = why
+                    continue
+                if got is None:  # removed since discovery
+                    continue
+                seen.add(mf.rel_path)
+                written = self._write_file(store, mf, got, prev, undecodable)
+                if written is None:
+                    continue
+                report.files_changed += 1
+                report.chunks_written += written
+                if progress:
+                    progress("files", i, len(files))
+            undecodable &= seen
+            wanted = {
+                "undecodable": json.dumps(sorted(undecodable)),
+                "skipped": skipped,
+                LEFT_OUT_META_KEY: _left_out_to_json(left_out),
+            }
+            if meta.get("signature") is None:
+                wanted["signature"] = json.dumps(self.engine.signature())
+            if changed := {k: v for k, v in wanted.items() if meta.get(k) != v}:
+                store.set_meta(changed)
+            for gone in set(known) - seen:
+                if known[gone][3] == "memory":
+                    store.remove_file(gone)
+                    report.files_removed += 1
+
+    def _write_file(
+        self,
+        store: Store,
+        mf: MemoryFile,
+        got: FileRead,
+        prev: tuple[Any, ...] | None,
+        undecodable: set[str],
+    ) -> int | None:
+        """Store a read file's chunks (how many); None when its text is unchanged."""
+        try:
+            text = got.data.decode("utf-8")
+            undecodable.discard(mf.rel_path)
+        except UnicodeDecodeError:
+            text = got.data.decode("utf-8", errors="replace")
+            undecodable.add(mf.rel_path)
+        mtime = got.mtime_ns / 1e9
+        file_hash = content_hash(text)
+        if prev is not None and prev[0] == file_hash:
+            store.touch_file(mf.rel_path, mtime, got.size)
+            return None
+        size = self.engine.chunking.for_file(mf.rel_path)
+        chunks = chunk_lines(text, tokens=size.tokens, overlap=size.overlap)
+        if self.engine.cfg.redact_notes:
+            # imported here: a search that redacts nothing never loads the rules
+            from ..core.redact import redact_secrets
+
+            chunks = [dataclasses.replace(c, text=redact_secrets(c.text)) for c in chunks]
+        store.replace_file(
+            mf.rel_path,
+            str(mf.abs_path),
+            mf.source,
+            file_hash,
+            mtime,
+            got.size,
+            [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
+        )
+        return len(chunks)
+
+    def _read_for_index(self, mf: MemoryFile) -> tuple[FileRead | None, LeftOut | None]:
+        """The file's bytes to index, or why it is left out (None, None: it vanished)."""
+        cfg = self.engine.cfg
+        limit = cfg.sync.max_file_bytes
+
+        def too_large(size: int) -> LeftOut:
+            return LeftOut.of(
+                mf, "too_large", f"{size:,} bytes, over sync.maxFileBytes ({limit:,})", size
+            )
+
+        if mf.size > limit:
+            return None, too_large(mf.size)
+        try:
+            got = read_memory(mf, cfg.workspace, max_bytes=limit)
+        except MemoryReadFailed as err:
+            return None, LeftOut.of(mf, "read_failed", err.reason)
+        except MemorydError as err:  # refused now (replaced by a symlink since discovery)
+            return None, LeftOut.of(mf, "refused", str(err))
+        if got is None:
+            return None, None
+        if got.truncated:  # grew past the limit since discovery
+            return None, too_large(max(got.size, limit + 1))
+        binary = binary_reason(got.data)
+        if binary is not None:
+            return None, LeftOut.of(mf, "binary", binary)
+        return got, None
+
+    @staticmethod
+    def changed_files(store: Store, files: Sequence[MemoryFile], meta: dict[str, str]) -> int:
+        """Memory files added, changed or removed since the last sync (a stat pass, no reads)."""
+        known = {p: v for p, v in store.files().items() if v[3] == "memory"}
+        left_out = left_out_from_meta(meta)
+        current = {mf.rel_path for mf in files}
+        changed = 0
+        for mf in files:
+            prev = known.get(mf.rel_path)
+            if prev is not None and prev[1] == mf.mtime_ns / 1e9 and prev[2] == mf.size:
+                continue
+            was = left_out.get(mf.rel_path)
+            if prev is None and was is not None and was.same_file(mf):
+                continue
+            changed += 1
+        changed += sum(1 for rel in known if rel not in current)
+        return changed + sum(1 for rel in left_out if rel not in current)
+
+    def _text_changed(self, store: Store, files: Sequence[MemoryFile], skipped: str) -> bool:
+        meta = store.meta()
+        if meta.get("signature") is None or meta.get("skipped") != skipped:
+            return True
+        return self.changed_files(store, files, meta) > 0
+
+    # ------------------------------------------------------------------ sessions phase
+
+    def _sessions(self) -> SessionDeltaTracker:
+        if self._session_tracker is None:
+            from ..core.transcripts import SessionDeltaTracker
+
+            sessions = self.engine.cfg.sync.sessions
+            self._session_tracker = SessionDeltaTracker(
+                delta_bytes=sessions.delta_bytes, delta_messages=sessions.delta_messages
+            )
+        return self._session_tracker
+
+    def _due_transcripts(
+        self, sessions_dir: Path, known: dict[str, tuple[Any, ...]], force: bool
+    ) -> tuple[list[tuple[Path, str, os.stat_result, int]], set[str]]:
+        """The transcripts that grew by the sync.sessions deltas, and every transcript's path."""
+        seen: set[str] = set()
+        due: list[tuple[Path, str, os.stat_result, int]] = []
+        for path in list_transcripts(sessions_dir):
+            rel = transcript_display_path(path)
+            seen.add(rel)
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            prev = known.get(rel)
+            if prev is not None and prev[1] == st.st_mtime and prev[2] == st.st_size:
+                continue
+            try:
+                lines = _count_newlines(path)
+            except OSError as err:  # gone, or a link swapped in after the listing
+                log.warning("cannot read transcript %s: %s", path, err)
+                continue
+            if prev is not None and not force:
+                if rel not in self.session_baselines:
+                    self.session_baselines.add(rel)
+                    self._sessions().mark_synced(rel, prev[2], _newlines_in_prefix(path, prev[2]))
+                if not self._sessions().observe(rel, st.st_size, lines).due:
+                    continue
+            due.append((path, rel, st, lines))
+        return due, seen
+
+    def sessions_phase(
+        self, store: Store, report: SyncReport, force: bool, *, wait_ms: int | None = None
+    ) -> None:
+        cfg = self.engine.cfg
+        if cfg.sessions_dir is None:
+            return
+        known = {p: v for p, v in store.files().items() if v[3] == "sessions"}
+        due, seen = self._due_transcripts(cfg.sessions_dir, known, force)
+        gone = set(known) - seen
+        if not due and not gone:
+            return
+        synced: list[tuple[str, int, int]] = []
+        with store.transaction(wait_ms=wait_ms, doing="index the session transcripts"):
+            if not store.signature_matches():
+                return
+            for path, rel, st, lines in due:
+                try:
+                    chunks = _transcript_chunks(path, cfg.chunking.tokens, cfg.chunking.overlap)
+                    with open_private(path) as fh:
+                        data = fh.read()
+                except OSError as err:
+                    log.warning("cannot read transcript %s: %s", path, err)
+                    continue
+                store.replace_file(
+                    rel,
+                    str(path),
+                    "sessions",
+                    content_hash(data.decode("utf-8", errors="replace")),
+                    st.st_mtime,
+                    st.st_size,
+                    [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
+                )
+                synced.append((rel, st.st_size, lines))
+                report.files_changed += 1
+                report.chunks_written += len(chunks)
+            for rel in gone:
+                store.remove_file(rel)
+                report.files_removed += 1
+        # only what was committed counts as synced
+        for rel, size, lines in synced:
+            self._sessions().mark_synced(rel, size, lines)
+            self.session_baselines.add(rel)
+        for rel in gone:
+            self._sessions().forget(rel)
+
+    # ------------------------------------------------------------------ vector phase
+
+    def _vector_phase(
+        self, store: Store, report: SyncReport, budget_s: float | None, progress: ProgressFn | None
+    ) -> None:
+        """Embed pending chunks; with `budget_s`, stop by the deadline (a search pays no more)."""
+        eng = self.engine
+        if eng.provider is None or not store.vector.available:
+            return
+        deadline = None if budget_s is None else time.monotonic() + budget_s
+        total = store.counts()["pending_vectors"]
+        done = 0
+        key = eng.provider_key()
+        skip: set[int] = set()
+        if budget_s is not None:
+            per_chunk = self._embed_rates.get(key, ASSUMED_SECONDS_PER_CHUNK)
+            if total * per_chunk > FUTILE_BACKLOG_BUDGETS * budget_s:
+                return
+        if progress and total:
+            progress("vectors", 0, total)
+        stopping = eng.background.stopping if eng.background is not None else None
+        while not (stopping is not None and stopping.is_set()):  # closing: the rest can wait
+            size = self._batch_size(deadline, key, first=bool(progress) and not done)
+            if size <= 0:
+                break
+            batch = [row for row in store.pending_chunks(size + len(skip)) if row[0] not in skip][
+                :size
+            ]
+            if not batch:
+                break
+            vectors = self._embed_batch(store, report, batch, key, deadline)
+            if vectors is None:
+                return
+            store.write_vectors(list(vectors.items()))
+            skip.update(cid for cid, _, _ in batch if cid not in vectors)
+            done += len(batch)
+            if progress:
+                progress("vectors", done, total)
+
+    def _embed_batch(
+        self,
+        store: Store,
+        report: SyncReport,
+        batch: list[tuple[int, str, str]],
+        key: tuple[str, str, str],
+        deadline: float | None,
+    ) -> dict[int, np.ndarray] | None:
+        """One batch's vectors (cache, then provider); None: the phase stops here."""
+        provider = self.engine.provider
+        assert provider is not None
+        cache = self.engine.cfg.cache
+        cached = store.cache_get(key, [h for _, h, _ in batch]) if cache.enabled else {}
+        todo = [(cid, h, text) for cid, h, text in batch if h not in cached]
+        vectors: dict[int, np.ndarray] = {cid: cached[h] for cid, h, _ in batch if h in cached}
+        report.vectors_from_cache += len(vectors)
+        if not todo:
+            return vectors
+        # a first call that loads the model would make the rate look slower than it is
+        measures = provider.documents_ready
+        started = time.monotonic()
+        rates = self._embed_rates
+        try:
+            # a hard stop at the deadline too: the rate is an estimate
+            matrix = provider.embed_documents([t for _, _, t in todo], deadline=deadline)
+        except DeadlineReached:
+            spent = max((deadline or started) - started, 0.0)
+            rates[key] = max(rates.get(key, 0.0), spent / len(todo))
+            return None
+        except BatchPending:  # remote.batch.wait = false: the next sync collects the job
+            return None
+        except Exception as err:
+            self.engine.provider_failed(err)
+            return None
+        per_chunk = (time.monotonic() - started) / len(todo)
+        prev = rates.get(key)
+        # the slower of the last batch and the running mean: one fast batch must not overrun
+        if measures:
+            rates[key] = per_chunk if prev is None else max(per_chunk, 0.5 * (prev + per_chunk))
+        new_items = []
+        for (cid, h, _), vec in zip(todo, matrix, strict=True):
+            vectors[cid] = vec
+            new_items.append((h, vec))
+        if cache.enabled:
+            store.cache_put(key, new_items, cache.max_entries)
+        report.vectors_embedded += len(todo)
+        return vectors
+
+    def _batch_size(self, deadline: float | None, key: tuple[str, str, str], first: bool) -> int:
+        """Under a deadline, what the measured rate fits (one chunk, to measure, before any)."""
+        size = FIRST_SHOWN_BATCH if first else EMBED_BATCH
+        if deadline is None:
+            return size
+        left = deadline - time.monotonic()
+        rate = self._embed_rates.get(key)
+        if rate is None:
+            return 1 if left > 0 else 0
+        return min(EMBED_BATCH, int(left * BUDGET_FILL / rate))
+
+    # ------------------------------------------------------------------ rebuild
+
+    def _reindex(
+        self, reason: str, embed: bool, embed_budget_s: float | None, progress: ProgressFn | None
+    ) -> SyncReport:
+        """Build a scratch index and publish it whole; on any failure the old one stays."""
+        eng = self.engine
+        log.info("reindexing %s: %s", eng.path, reason)
+        report = SyncReport(reindexed=True, reindex_reason=reason)
+        signature = eng.signature()
+        scratch = eng.store.open_scratch()
+        try:
+            scratch.guard_signature = signature
+            scratch.set_meta(
+                {
+                    "signature": json.dumps(signature),
+                    "workspace": str(eng.cfg.workspace),
+                    "agentId": eng.cfg.agent_id,
+                }
+            )
+            self.text_phase(scratch, report, progress)
+            self.sessions_phase(scratch, report, True)
+            if embed:
+                self._vector_phase(scratch, report, embed_budget_s, progress)
+            _publish(eng.store, scratch)
+        finally:
+            scratch.discard()
+        eng.store.guard_signature = signature
+        eng.dirty = False
+        return report
+
+
+def _publish(live: Store, scratch: Store) -> None:
+    # two branches, not one `or`: each narrows both stores to one driver for the type check
+    if isinstance(live, SqliteStore) and isinstance(scratch, SqliteStore):
+        live.publish(scratch)
+    elif not isinstance(live, SqliteStore) and not isinstance(scratch, SqliteStore):
+        live.publish(scratch)  # both PostgreSQL tenants
+    else:
+        raise TypeError(f"cannot publish a {type(scratch).__name__} into a {type(live).__name__}")
