@@ -54,14 +54,13 @@ from mcp.shared.exceptions import MCPError
 
 from . import __version__, paths
 from .background import Background, run_blocking
-from .errors import ConfigError, InvalidInput, MemorydError, StateError, error_code
+from .errors import ConfigError, InvalidInput, MemorydError, StateError
 from .fsio import create_private_once, private_dir, read_private
 from .tools import (
     TOOLS,
     ToolInput,
     call_tool,
     input_schema,
-    invalid_input_result,
     validate_tool_input,
 )
 
@@ -203,22 +202,15 @@ def _build(handle: _ServiceHandle) -> Server[Any]:
         try:
             args = validate_tool_input(params.name, params.arguments)
         except InvalidInput as err:
-            return _result(invalid_input_result(err))
+            return _result(err.to_result())
         try:
             return _result(await _dispatch(handle, args))
-        except MemorydError as err:
-            # e.g. the service factory failing; the service itself answers with failure dicts
-            return _result({"disabled": True, "error": str(err), "code": error_code(err)})
-        except Exception:
-            # the service returns failure dicts by contract; reaching here is a memoryd bug
+        except MemorydError as err:  # e.g. the service factory failing
+            return _result(err.to_result())
+        except Exception:  # a memoryd bug: the agent gets one line, the log the traceback
             log.exception("tool %s failed", params.name)
-            return _result(
-                {
-                    "disabled": True,
-                    "error": f"internal error in {params.name} (see the memoryd log)",
-                    "code": "internal_error",
-                }
-            )
+            bug = MemorydError(f"internal error in {params.name} (see the memoryd log)")
+            return _result({**bug.to_result(), "code": "internal_error"})
 
     async def warm_after_handshake(ctx: ServerRequestContext[Any], call_next: CallNext) -> Any:
         result: HandlerResult = await call_next(ctx)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from . import paths
+from .errors import InvalidInput, MemorydError, NotServed, ServerBusy
 
 if TYPE_CHECKING:  # the CLI imports this module to forward requests: keep it light
     import anyio
@@ -44,8 +45,8 @@ IDLE_TIMEOUT_S: Final = 10.0
 MAX_CONNECTIONS: Final = 64
 #: Test-only override of the two limits above (see the module docstring).
 LIMITS_ENV: Final = "MEMORYD_SERVE_LIMITS"
-NOT_SERVED: Final = "not_served"  # errors.NotServed.code
-SERVER_BUSY: Final = "server_busy"  # errors.ServerBusy.code
+NOT_SERVED: Final = NotServed.code
+SERVER_BUSY: Final = ServerBusy.code
 
 
 def socket_path() -> Path:
@@ -91,10 +92,12 @@ MAX_ERROR_CHARS: Final = 500
 MAX_IDENTITY_PATH: Final = 4096
 
 
-def _error(message: str, code: str) -> dict[str, Any]:
-    if len(message) > MAX_ERROR_CHARS:
-        message = message[: MAX_ERROR_CHARS - 1] + "…"
-    return {"disabled": True, "error": message, "code": code}
+def _error(err: MemorydError, code: str | None = None) -> dict[str, Any]:
+    """`err` as a result, its message capped; `code` overrides (`internal_error`)."""
+    out = err.to_result()
+    if len(out["error"]) > MAX_ERROR_CHARS:
+        out["error"] = out["error"][: MAX_ERROR_CHARS - 1] + "…"
+    return out if code is None else {**out, "code": code}
 
 
 def _shape_error(req: dict[str, Any]) -> str | None:
@@ -144,7 +147,7 @@ async def _handle(
             resp = await _answer(service, stream, ident, idle_s, workers)
         except Exception as err:  # one request must never take the listener down
             log.exception("serve: request failed")
-            resp = _error(f"internal error: {type(err).__name__}", "internal_error")
+            resp = _error(MemorydError(f"internal error: {type(err).__name__}"), "internal_error")
         if resp is None:
             return
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -169,16 +172,16 @@ async def _answer(
                 return None
             buf += chunk
     if scope.cancelled_caught:
-        return _error(f"no request line within {idle_s:g}s", "invalid_input")
+        return _error(InvalidInput(f"no request line within {idle_s:g}s"))
     line = buf.split(b"\n", 1)[0]
     if len(line) > MAX_REQUEST:
-        return _error(f"request longer than {MAX_REQUEST} bytes", "invalid_input")
+        return _error(InvalidInput(f"request longer than {MAX_REQUEST} bytes"))
     try:
         req = json.loads(line)
     except (ValueError, RecursionError):
-        return _error("request is not one line of JSON", "invalid_input")
+        return _error(InvalidInput("request is not one line of JSON"))
     if not isinstance(req, dict):
-        return _error("request must be a JSON object", "invalid_input")
+        return _error(InvalidInput("request must be a JSON object"))
     return await dispatch(service, req, ident, workers)
 
 
@@ -191,7 +194,6 @@ def _served(service: MemoryService, req: dict[str, Any], ident: dict[str, Any]) 
         return "the caller uses another config file"
     agent = req.get("agent")
     from .config import resolve_agent
-    from .errors import MemorydError
 
     try:
         resolved = resolve_agent(
@@ -231,31 +233,31 @@ async def dispatch(
     `limiter`'s number at once.
     """
     from .background import run_blocking
-    from .errors import InvalidAgentId, InvalidInput, MemorydError, error_code
+    from .errors import InvalidAgentId
     from .paths import validate_agent_id
     from .tools import MemoryStatusInput, call_tool, validate_tool_input
 
     shape = _shape_error(req)
     if shape is not None:
-        return _error(shape, "invalid_input")
+        return _error(InvalidInput(shape))
     op = req.get("op")
     if op == "ping":
         return {"ok": True, "pid": os.getpid()}
     if op not in OPS:
-        return _error(f"unknown op {op!r} (search, get, status, ping)", "invalid_input")
+        return _error(InvalidInput(f"unknown op {op!r} (search, get, status, ping)"))
     agent = req.get("agent")
     try:
         if agent is not None:
             agent = validate_agent_id(agent)
     except InvalidAgentId as err:
-        return _error(str(err), err.code)
+        return _error(err)
     try:
         args = validate_tool_input(OPS[op], {k: v for k, v in req.items() if k not in _ENVELOPE})
     except InvalidInput as err:
-        return _error(str(err), err.code)
+        return _error(err)
     why = _served(service, req, ident)
     if why is not None:
-        return _error(f"not served here: {why}", NOT_SERVED)
+        return _error(NotServed(f"not served here: {why}"))
 
     def answer() -> dict[str, Any]:
         if isinstance(args, MemoryStatusInput):
@@ -267,7 +269,7 @@ async def dispatch(
     try:
         return await run_blocking(answer, limiter)
     except MemorydError as err:
-        return _error(str(err), error_code(err))
+        return _error(err)
 
 
 async def serve(
@@ -316,7 +318,7 @@ async def serve(
         except anyio.WouldBlock:
             # full: answer at once instead of holding the connection (and its descriptor)
             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                busy = _error(f"busy: {cap} requests in flight", SERVER_BUSY)
+                busy = _error(ServerBusy(f"busy: {cap} requests in flight"))
                 await stream.send(json.dumps(busy).encode() + b"\n")
             await stream.aclose()
             return

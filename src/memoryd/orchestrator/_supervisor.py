@@ -18,15 +18,15 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from ..background import Background
 from ..config import ResolvedAgent
-from ..core.engine import BuiltinEngine, EngineAnswer, QmdEngine, SearchRequest
+from ..core.engine import BuiltinEngine, QmdEngine, SearchOutput, SearchRequest
 from ..core.layout import MemoryRoot
-from ..core.results import FileText, SearchResult
+from ..core.results import FileText
 from ..errors import MemorydError, QmdBadOutput, QmdError, QmdTimeout, ServiceUnavailable
 from ..memfiles import discover, read_memory_file
 from .failover import Active, Failover, FailoverSettings, clean_reason
@@ -37,21 +37,6 @@ log = logging.getLogger("memoryd.supervisor")
 PROBE_QUERY = "memoryd recovery probe"
 QmdFactory = Callable[[ResolvedAgent], QmdEngine]
 IndexFactory = Callable[[ResolvedAgent], BuiltinEngine]
-
-
-@dataclass
-class SearchAnswer:
-    """An engine's answer plus which backend served it and, after a failover, why."""
-
-    results: list[SearchResult]
-    backend: str
-    provider: str | None
-    model: str | None
-    mode: str
-    max_injected_chars: int
-    fallback: dict[str, Any] | None = None
-    notes: list[str] = field(default_factory=list)
-    stale_seconds: float | None = None
 
 
 class AgentBackend:
@@ -367,7 +352,7 @@ class AgentBackend:
 
     # ------------------------------------------------------------------ tools
 
-    def search(self, request: SearchRequest) -> SearchAnswer:
+    def search(self, request: SearchRequest) -> SearchOutput:
         if self.qmd is None:
             return self._builtin(request, fallback=None)
         # no background threads (one-shot use): probe in this call once the cool-down is over
@@ -391,16 +376,7 @@ class AgentBackend:
                 self._record_success()
             if not answer.results and self._complete_empty(request):
                 return self._completed(request, answer, stale)
-            return SearchAnswer(
-                answer.results,
-                "qmd",
-                answer.provider,
-                answer.model,
-                answer.mode,
-                answer.max_injected_chars,
-                notes=answer.notes,
-                stale_seconds=stale,
-            )
+            return replace(answer, engine="qmd", stale_seconds=stale)
         return self._builtin(request, fallback=self._fallback_info())
 
     def _complete_empty(self, request: SearchRequest) -> bool:
@@ -414,24 +390,16 @@ class AgentBackend:
         )
 
     def _completed(
-        self, request: SearchRequest, empty: EngineAnswer, stale: float | None
-    ) -> SearchAnswer:
+        self, request: SearchRequest, empty: SearchOutput, stale: float | None
+    ) -> SearchOutput:
         """qmd found nothing: the built-in index's hits, each marked `backend: builtin`."""
         idx = self.index
         assert idx is not None
         answer = idx.search(request)
         hits = [r.with_(engine="builtin") for r in answer.results]
         note = "qmd found nothing; completed by the built-in index"
-        return SearchAnswer(
-            hits,
-            "qmd",
-            empty.provider,
-            empty.model,
-            empty.mode,
-            empty.max_injected_chars,
-            notes=[*empty.notes, note] if hits else empty.notes,
-            stale_seconds=stale,
-        )
+        notes = [*empty.notes, note] if hits else empty.notes
+        return replace(empty, results=hits, engine="qmd", notes=notes, stale_seconds=stale)
 
     def _refresh_if_stale(self) -> float | None:
         """One-shot processes (no timers): bring qmd up to date first when a file is newer.
@@ -455,24 +423,15 @@ class AgentBackend:
         st = self.failover.state
         return {"from": "qmd", "reason": st.reason, "since": st.since or st.last_error_at}
 
-    def _builtin(self, request: SearchRequest, *, fallback: dict[str, Any] | None) -> SearchAnswer:
+    def _builtin(self, request: SearchRequest, *, fallback: dict[str, Any] | None) -> SearchOutput:
         idx = self.index
         if idx is None:
             raise ServiceUnavailable("qmd is failed over and memory.qmd.fallback = none")
-        answer: EngineAnswer = idx.search(request)
+        answer = idx.search(request)
         merged = fallback or answer.degraded
         if fallback and answer.degraded:
             merged = {**fallback, "embedding": answer.degraded}
-        return SearchAnswer(
-            answer.results,
-            "builtin",
-            answer.provider,
-            answer.model,
-            answer.mode,
-            answer.max_injected_chars,
-            merged,
-            answer.notes,
-        )
+        return replace(answer, engine="builtin", fallback=merged, stale_seconds=None)
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
         """`memory_get` by the rule of the engine that indexes the files (qmd's collections or the

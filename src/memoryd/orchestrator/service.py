@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import replace
 from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -28,10 +28,10 @@ from ..core.citations import apply_citations
 from ..core.engine import (
     BuiltinEngine,
     Corpus,
+    SearchOutput,
     SearchRequest,
     check_search_input,
 )
-from ..core.results import SearchResult
 from ..errors import InvalidInput, MemorydError
 from ..fsio import check_state_tree
 from ..scope_rules import evaluate_scope
@@ -45,39 +45,6 @@ log = logging.getLogger("memoryd")
 
 
 T = TypeVar("T")
-
-
-@dataclass
-class SearchOutput:
-    """A search's answer as the tools return it (see `to_dict` for the JSON shape)."""
-
-    results: list[SearchResult]
-    backend: str | None = None
-    provider: str | None = None
-    model: str | None = None
-    mode: str | None = None
-    fallback: dict[str, Any] | None = None
-    notes: list[str] = field(default_factory=list)
-    scope_denied: str | None = None
-    stale_seconds: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.scope_denied is not None:
-            return {"results": [], "scopeDenied": True, "reason": self.scope_denied}
-        out: dict[str, Any] = {
-            "results": [r.to_dict() for r in self.results],
-            "backend": self.backend,
-            "provider": self.provider,
-            "model": self.model,
-            "mode": self.mode,
-            "fallback": self.fallback,
-            "citations": any(r.citation for r in self.results),
-            "notes": self.notes,
-        }
-        if self.stale_seconds is not None:
-            out["stale"] = True
-            out["staleSeconds"] = round(self.stale_seconds, 1)
-        return out
 
 
 def _sessions_off(agent: ResolvedAgent, backend: str) -> list[str]:
@@ -94,11 +61,6 @@ def _sessions_off(agent: ResolvedAgent, backend: str) -> list[str]:
             "memorySearch.sources"
         )
     return [f"session transcripts are not indexed for agent {agent.agent_id}: {how}"]
-
-
-def failure(err: MemorydError, **extra: Any) -> dict[str, Any]:
-    """The tool-result shape of a failure: `{disabled: true, error, code}` plus `extra`."""
-    return {**extra, "disabled": True, "error": str(err), "code": err.code}
 
 
 class MemoryService:
@@ -247,16 +209,7 @@ class MemoryService:
             session_key=session_key,
             max_injected_chars=answer.max_injected_chars,
         )
-        return SearchOutput(
-            results,
-            answer.backend,
-            answer.provider,
-            answer.model,
-            answer.mode,
-            answer.fallback,
-            [*notes, *answer.notes],
-            stale_seconds=answer.stale_seconds,
-        )
+        return replace(answer, results=results, notes=[*notes, *answer.notes])
 
     def get(
         self,
@@ -277,7 +230,7 @@ class MemoryService:
         try:
             return call()
         except MemorydError as err:
-            return failure(err, **extra)
+            return err.to_result(**extra)
 
     def memory_search(
         self,
@@ -328,41 +281,34 @@ class MemoryService:
         session_key: str | None = None,
         today: date | None = None,
     ) -> dict[str, Any]:
-        """The `memory_context` tool: what the agent loads at session start, or a failure dict."""
+        """What the agent loads at session start (the `memory_context` tool)."""
+        from ..lifecycle import build_session_context
 
-        def call() -> dict[str, Any]:
-            from ..lifecycle import build_session_context
+        agent = self.agent(agent_id)
+        ctx = build_session_context(
+            agent,
+            session_key,
+            today=today or datetime.now().astimezone().date(),
+            budget_chars=agent.bootstrap_max_chars,
+            total_budget_chars=agent.bootstrap_total_max_chars,
+        )
+        if agent.memory_search.sync.on_session_start:
+            self._notify_changed(agent.agent_id)
+        return ctx.to_dict()
 
-            agent = self.agent(agent_id)
-            ctx = build_session_context(
-                agent,
-                session_key,
-                today=today or datetime.now().astimezone().date(),
-                budget_chars=agent.bootstrap_max_chars,
-                total_budget_chars=agent.bootstrap_total_max_chars,
-            )
-            if agent.memory_search.sync.on_session_start:
-                b = self._backends.get(agent.agent_id)
-                if b is not None:
-                    b.notify_changed()
-            return ctx.to_dict()
-
-        return self._tool(call)
+    def _notify_changed(self, agent_id: str) -> None:
+        b = self._backends.get(agent_id)
+        if b is not None:
+            b.notify_changed()
 
     def append(self, target: str, text: str, *, agent_id: str | None = None) -> dict[str, Any]:
-        """The `memory_append` tool: `{path, bytesWritten, created}` or `{disabled, error, code}`."""
+        """Append to a memory file (the `memory_append` tool): `{path, bytesWritten, created}`."""
+        from ..lifecycle import append_memory
 
-        def call() -> dict[str, Any]:
-            from ..lifecycle import append_memory
-
-            agent = self.agent(agent_id)
-            result = append_memory(agent, target, text, now=datetime.now().astimezone())
-            b = self._backends.get(agent.agent_id)
-            if b is not None:
-                b.notify_changed()
-            return result.to_dict()
-
-        return self._tool(call)
+        agent = self.agent(agent_id)
+        result = append_memory(agent, target, text, now=datetime.now().astimezone())
+        self._notify_changed(agent.agent_id)
+        return result.to_dict()
 
     def flush_check(
         self,
@@ -375,24 +321,19 @@ class MemoryService:
         record: bool = True,
         agent_id: str | None = None,
     ) -> dict[str, Any]:
-        """The `memory_flush_check` tool: the decision, or `{disabled, error, code}`."""
+        """Whether to run the memory flush now (the `memory_flush_check` tool)."""
+        from ..lifecycle import check_flush
 
-        def call() -> dict[str, Any]:
-            from ..lifecycle import check_flush
-
-            agent = self.agent(agent_id)
-            decision = check_flush(
-                agent,
-                session_key,
-                token_estimate=token_estimate,
-                context_window=context_window,
-                compaction_count=compaction_count,
-                session_id=session_id,
-                record=record,
-            )
-            return decision.to_dict()
-
-        return self._tool(call)
+        decision = check_flush(
+            self.agent(agent_id),
+            session_key,
+            token_estimate=token_estimate,
+            context_window=context_window,
+            compaction_count=compaction_count,
+            session_id=session_id,
+            record=record,
+        )
+        return decision.to_dict()
 
     # ------------------------------------------------------------------ status
 
