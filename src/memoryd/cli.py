@@ -531,63 +531,23 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_index(args: argparse.Namespace) -> int:
     from .progress import ProgressReporter
 
-    with _service(args) as svc:
-        b = svc.backend(args.agent)
-        qmd_done = None
-        if b.qmd is not None:
-            b.ensure_qmd_started()
-            b.qmd.sync(force=True)
-            qmd_done = b.qmd.status()
-        idx = b.index
-        report = None
-        if idx is not None:
-            with ProgressReporter() as progress:
-                report = idx.sync(force=args.force, progress=progress)
-            st = idx.status()
-    out: dict[str, Any] = {}
-    if report is not None:
-        out.update(
-            {
-                "filesScanned": report.files_scanned,
-                "filesChanged": report.files_changed,
-                "filesRemoved": report.files_removed,
-                "chunksWritten": report.chunks_written,
-                "vectorsEmbedded": report.vectors_embedded,
-                "vectorsFromCache": report.vectors_from_cache,
-                "vectorsPending": report.vectors_pending,
-                "reindexed": report.reindexed,
-                "reindexReason": report.reindex_reason,
-                "seconds": round(report.seconds, 3),
-                "files": st.files,
-                "chunks": st.chunks,
-                "dbPath": st.db_path,
-                "provider": st.provider,
-                "model": st.model,
-                "vectorEngine": st.vector.engine,
-                "skipped": [f.to_dict() for f in st.skipped_files],
-            }
-        )
-    if qmd_done is not None:
-        out["qmd"] = {
-            "lastUpdateAt": qmd_done.last_update_at,
-            "lastEmbedAt": qmd_done.last_embed_at,
-            "collections": [c.name for c in qmd_done.collections],
-        }
+    with _service(args) as svc, ProgressReporter() as progress:
+        out = svc.index(args.agent, force=args.force, progress=progress)
     if args.json:
         _print_json(out)
         return 0
-    if qmd_done is not None:
-        print(f"qmd updated ({len(qmd_done.collections)} collections)")
-    if report is not None:
+    if "qmd" in out:
+        print(f"qmd updated ({len(out['qmd']['collections'])} collections)")
+    if "files" in out:
         print(
-            f"indexed {st.files} files, {st.chunks} chunks "
-            f"({report.files_changed} changed, {report.files_removed} removed; "
-            f"{report.vectors_embedded} embedded, {report.vectors_from_cache} from cache"
-            + (f"; rebuilt: {report.reindex_reason}" if report.reindexed else "")
-            + f") in {report.seconds:.2f}s → {st.db_path}"
+            f"indexed {out['files']} files, {out['chunks']} chunks "
+            f"({out['filesChanged']} changed, {out['filesRemoved']} removed; "
+            f"{out['vectorsEmbedded']} embedded, {out['vectorsFromCache']} from cache"
+            + (f"; rebuilt: {out['reindexReason']}" if out["reindexed"] else "")
+            + f") in {out['seconds']:.2f}s → {out['dbPath']}"
         )
-        for f in st.skipped_files:
-            print(f"not indexed: {skipped_line(f.path, f.reason, f.detail)}")
+        for f in out["skipped"]:
+            print(f"not indexed: {skipped_line(f['path'], f['reason'], f['detail'])}")
     return 0
 
 

@@ -26,8 +26,8 @@ from ..background import Background
 from ..config import MemorydConfig, ResolvedAgent, agent_ids, resolve_agent
 from ..core.citations import apply_citations
 from ..core.engine import (
-    BuiltinEngine,
     Corpus,
+    ProgressFn,
     SearchOutput,
     SearchRequest,
     check_search_input,
@@ -131,12 +131,49 @@ class MemoryService:
             )
         return self._backends[agent.agent_id]
 
-    def index(self, agent_id: str | None = None) -> BuiltinEngine:
-        """The agent's built-in index (`MemoryIndex`), or `MemorydError` in fail-closed qmd mode."""
-        idx = self.backend(agent_id).index
-        if idx is None:
-            raise MemorydError("no built-in index: memory.qmd.fallback = none (fail closed)")
-        return idx
+    def index(
+        self,
+        agent_id: str | None = None,
+        *,
+        force: bool = False,
+        progress: ProgressFn | None = None,
+    ) -> dict[str, Any]:
+        """`memoryd index`: bring qmd and the built-in index up to date now; what was done."""
+        b = self.backend(agent_id)
+        out: dict[str, Any] = {}
+        idx = b.index
+        if b.qmd is not None:
+            b.ensure_qmd_started()
+            b.qmd.sync(force=True)
+            q = b.qmd.status()
+            out["qmd"] = {
+                "lastUpdateAt": q.last_update_at,
+                "lastEmbedAt": q.last_embed_at,
+                "collections": [c.name for c in q.collections],
+            }
+        if idx is not None:
+            report = idx.sync(force=force, progress=progress)
+            st = idx.status()
+            out.update(
+                filesScanned=report.files_scanned,
+                filesChanged=report.files_changed,
+                filesRemoved=report.files_removed,
+                chunksWritten=report.chunks_written,
+                vectorsEmbedded=report.vectors_embedded,
+                vectorsFromCache=report.vectors_from_cache,
+                vectorsPending=report.vectors_pending,
+                reindexed=report.reindexed,
+                reindexReason=report.reindex_reason,
+                seconds=round(report.seconds, 3),
+                files=st.files,
+                chunks=st.chunks,
+                dbPath=st.db_path,
+                provider=st.provider,
+                model=st.model,
+                vectorEngine=st.vector.engine,
+                skipped=[f.to_dict() for f in st.skipped_files],
+            )
+        return out
 
     def start(self, background: Background, agent_ids: list[str] | None = None) -> None:
         """Start every agent's timers (qmd update/embed, watcher, recovery) on `background`."""
