@@ -32,7 +32,7 @@ from ..core.engine import (
     SearchRequest,
     check_search_input,
 )
-from ..errors import InvalidInput, MemorydError
+from ..errors import InvalidInput, MemorydError, SearchDisabled
 from ..fsio import check_state_tree
 from ..scope_rules import evaluate_scope
 from ._supervisor import AgentBackend, IndexFactory, QmdFactory
@@ -179,7 +179,8 @@ class MemoryService:
         """Start every agent's timers (qmd update/embed, watcher, recovery) on `background`."""
         self._bg = background
         for aid in agent_ids or self.agent_ids():
-            self._ensure_started(aid)
+            if self.agent(aid).memory_search.enabled:  # no index and no watcher otherwise
+                self._ensure_started(aid)
 
     def _ensure_started(self, agent_id: str | None) -> AgentBackend:
         with self._lock:
@@ -229,7 +230,7 @@ class MemoryService:
     ) -> SearchOutput:
         """Search memory; a scope denial is an answer (`scope_denied`), every failure raises."""
         text = check_search_input(query, max_results, min_score)
-        agent = self.agent(agent_id)
+        agent = self._searchable(agent_id)
         decision = evaluate_scope(agent.memory.effective_scope, session_key)
         if not decision.allowed:
             log.warning(decision.log_message())
@@ -259,7 +260,17 @@ class MemoryService:
         """`{path, text}` of a memory file or line range; raises `PathNotAllowed`/`InvalidInput`."""
         if not isinstance(path, str):
             raise InvalidInput("path must be a string")
-        return (self.backend(agent_id).get(path, from_line, lines)).to_dict()
+        agent = self._searchable(agent_id)
+        return self.backend(agent.agent_id).get(path, from_line, lines).to_dict()
+
+    def _searchable(self, agent_id: str | None) -> ResolvedAgent:
+        """The agent, unless OpenClaw's `memorySearch.enabled = false` takes its memory tools away."""
+        agent = self.agent(agent_id)
+        if not agent.memory_search.enabled:
+            raise SearchDisabled(
+                f"memory search is disabled for agent {agent.agent_id} (memorySearch.enabled = false)"
+            )
+        return agent
 
     # ------------------------------------------------------------------ tools (never raise)
 
