@@ -7,9 +7,7 @@ The public API::
     with MemoryService(load_config(), workspace="~/agent") as memory:
         answer = memory.search("when does the old webhook secret stop working?")
 
-`MemoryService` answers searches (`SearchOutput`, a list of `SearchResult`), reads, appends and
-status for every configured agent; `load_config` reads the TOML or OpenClaw config. Every
-error memoryd raises on purpose is a `MemorydError`.
+Every error memoryd raises on purpose is a `MemorydError`.
 """
 
 from __future__ import annotations

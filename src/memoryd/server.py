@@ -1,16 +1,8 @@
-"""`memoryd serve`: the long-running supervisor, and the local socket the CLI forwards to.
+"""`memoryd serve`: every agent's background work, and the Unix socket the CLI forwards to.
 
-While `serve` runs, every configured agent's timers, watchers and recovery probes run, models
-stay loaded, and `memoryd search/get/status` send one JSON line over a Unix socket in the state
-dir and print the answer (no model load, no index open in the CLI process).
-
-A forwarded request carries the caller's identity — the config file (path and a hash of its
-bytes), the `--workspace`/`$MEMORYD_WORKSPACE` value, the current directory and the agent id —
-and `serve` answers only when resolving that identity with its own config gives an agent and
-workspace it serves; otherwise it answers `not_served` and the CLI runs the call in-process.
-Every request is handled on its own: a bad one gets an error line, never stops the listener.
-The idle timeout and connection cap come from `serve()`'s arguments, or (for tests only, not a
-documented option) `MEMORYD_SERVE_LIMITS`.
+A request carries the caller's identity (config file and its hash, workspace, cwd, agent); it is
+answered only when that identity resolves to an agent and workspace this serve serves, else
+`not_served` and the CLI runs the call itself.
 """
 
 from __future__ import annotations
@@ -65,10 +57,7 @@ def config_identity(config_path: Path | None) -> dict[str, str | None]:
 
 
 def limits_from_env(environ: Mapping[str, str] | None = None) -> tuple[float, int]:
-    """(idle timeout in seconds, connection cap) from `MEMORYD_SERVE_LIMITS`, else the defaults.
-
-    A malformed value is ignored with a warning: a stray variable must not stop `serve`.
-    """
+    """(idle timeout, connection cap) from `MEMORYD_SERVE_LIMITS` (tests only); bad items are ignored."""
     raw = (os.environ if environ is None else environ).get(LIMITS_ENV, "")
     idle, cap = IDLE_TIMEOUT_S, MAX_CONNECTIONS
     for item in filter(None, (part.strip() for part in raw.split(","))):
@@ -101,11 +90,7 @@ def _error(err: MemorydError, code: str | None = None) -> dict[str, Any]:
 
 
 def _shape_error(req: dict[str, Any]) -> str | None:
-    """Why the envelope (`op`, `agent`, `identity`) has the wrong shape, in one line, or None.
-
-    Checked before anything uses it: a list where a string belongs must be an `invalid_input`
-    answer, not a TypeError deep in config resolution.
-    """
+    """Why the envelope (`op`, `agent`, `identity`) has the wrong shape, or None: checked before use."""
     op = req.get("op")
     if not isinstance(op, str):
         return f"op must be a string (search, get, status, ping), not {type(op).__name__}"
@@ -227,11 +212,7 @@ async def dispatch(
     ident: dict[str, Any],
     limiter: anyio.CapacityLimiter,
 ) -> dict[str, Any]:
-    """Answer one request: `{op, agent?, identity, …tool arguments}` (see `memoryd.tools`).
-
-    The service blocks (SQLite, files, the model, qmd): it runs on a worker thread, at most
-    `limiter`'s number at once.
-    """
+    """Answer one request, `{op, agent?, identity, …tool arguments}`, on a worker thread."""
     from .background import run_blocking
     from .errors import InvalidAgentId
     from .paths import validate_agent_id
@@ -281,14 +262,7 @@ async def serve(
     idle_timeout_s: float | None = None,
     max_connections: int | None = None,
 ) -> None:
-    """Run until SIGINT/SIGTERM (or cancellation); then stop timers and kill qmd children.
-
-    The event loop accepts connections; each request runs on a worker thread (`dispatch`).
-
-        `idle_timeout_s` bounds how long a connection may take to send its request line (then it
-        gets an error line and is closed); beyond `max_connections` at once, a connection is answered
-        `server_busy` and closed. Unset, both come from `limits_from_env()`.
-    """
+    """Serve until SIGINT/SIGTERM or cancellation, then stop the background work and qmd."""
     env_idle, env_cap = limits_from_env()
     idle_s = env_idle if idle_timeout_s is None else idle_timeout_s
     cap = env_cap if max_connections is None else max_connections
@@ -298,8 +272,6 @@ async def serve(
     private_dir(sock.parent)  # the socket is bound before chmod: its folder must be private
     if sock.exists():
         if ping(sock) is not None:
-            from .errors import MemorydError
-
             raise MemorydError(f"another memoryd serve is already running on {sock}")
         sock.unlink()
     import anyio

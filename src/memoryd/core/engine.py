@@ -1,9 +1,7 @@
 """The engine contract: what the orchestrator asks of the built-in index and of the qmd sidecar.
 
-Both engines implement `MemoryEngine`. They return results in ranking order with snippets already
-within the per-snippet cap; the orchestrator applies scope rules before, and citations and the
-injected-characters budget after, exactly once, whichever engine answered. Status is typed:
-`core.status.BuiltinStatus` and `QmdStatus` are the only shapes an engine reports.
+Engines return results in ranking order, snippets within the per-snippet cap; scope rules,
+citations and the injected-characters budget are the orchestrator's, applied once.
 """
 
 from __future__ import annotations
@@ -33,8 +31,7 @@ ProgressFn = Callable[[str, int, int], None]
 class SearchRequest:
     """One search: the query and the caller's limits (None = the engine's configured default).
 
-    `wait_s`: how long the built-in index may first spend catching up with the files and
-    embedding pending chunks (`MemoryIndex.catch_up`); None leaves it to the index's config.
+    `wait_s`: how long the built-in index may first spend catching up (None: its config's).
     """
 
     query: str

@@ -1,14 +1,7 @@
-"""One agent's engines: qmd as a supervised sidecar with the built-in index as failover.
+"""One agent's engines: qmd as a supervised sidecar, the built-in index as its failover.
 
-The rules are `failover.Failover`'s (README "Failover and recovery"): every qmd failure on the
-search path is answered by the built-in index in the same call and recorded; once failed over,
-searches go to the built-in index straight away while a background thread (or, in a one-shot
-process, the next search once due) probes qmd; the first good probe routes searches back. With
-`memory.qmd.fallback = "none"` no built-in index exists and failures surface as errors.
-
-The state lives in `health.json` (see `health`), loaded when the backend is created and written on
-every change, so a second process — `memoryd status`, a one-off CLI search — starts from the
-truth instead of from "qmd is fine" and does not pay qmd's timeout again during the cool-down.
+The rules are `failover.Failover`'s (docs/qmd.md); the state is persisted in `health.json`, so a
+second process starts from the truth and does not pay qmd's timeout again during the cool-down.
 """
 
 from __future__ import annotations
@@ -151,12 +144,7 @@ class AgentBackend:
         self.health_file.save(self.health)
 
     def start(self, background: Background | None = None) -> None:
-        """Start qmd (collections, timers) and keep the built-in index fresh in the background.
-
-        qmd's start-up never holds anything up: with `background` it runs on a thread of its
-        own; without (a one-off command) the first search runs it under its own deadline
-        (`_qmd_ready`).
-        """
+        """Start qmd (on a thread of its own; a one-off command's first search runs it) and the index."""
         self._background = background
         if self.qmd is not None:
             if self.agent.memory.qmd.sessions.enabled:
@@ -215,13 +203,7 @@ class AgentBackend:
                 self._qmd_started = True
 
     def _qmd_ready(self, timeout_s: float) -> None:
-        """qmd has started (home, collections), waited for at most `timeout_s`; else `QmdTimeout`.
-
-        In the background the start-up runs on its own thread and goes on after a search gave
-        up on it; a one-off process runs it under the deadline, and its qmd processes are
-        killed when the deadline passes (the next search starts over; `memoryd warm` runs it to
-        the end).
-        """
+        """qmd has started (home, collections), waited for at most `timeout_s`; else `QmdTimeout`."""
         if self.qmd is None or self._qmd_started:
             return
         if self._background is not None:
@@ -290,9 +272,7 @@ class AgentBackend:
             self._save()
 
     def probe(self) -> bool:
-        """One recovery probe: `qmd --version` validated, then a real qmd search (so hangs and
-        garbage output are caught too). Inline in a one-off process, it gets a search's deadline
-        (`limits.timeoutMs`) for all of it, start-up included."""
+        """One recovery probe: `qmd --version`, then a real search (catching hangs and garbage)."""
         assert self.qmd is not None
         now = self._clock()
         try:
@@ -402,10 +382,7 @@ class AgentBackend:
         return replace(empty, results=hits, engine="qmd", notes=notes, stale_seconds=stale)
 
     def _refresh_if_stale(self) -> float | None:
-        """One-shot processes (no timers): bring qmd up to date first when a file is newer.
-
-        Bounded by `sync.searchWaitMs`; returns how stale the index still is (None = fresh).
-        """
+        """Without timers, update qmd first (within `sync.searchWaitMs`); how stale it still is."""
         assert self.qmd is not None
         stale = self.qmd_stale_seconds()
         if stale is None or self._background is not None:
@@ -434,11 +411,7 @@ class AgentBackend:
         return replace(answer, engine="builtin", fallback=merged, stale_seconds=None)
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
-        """`memory_get` by the rule of the engine that indexes the files (qmd's collections or the
-        built-in index's roots), as each engine's own `get` reads them.
-
-        Reading needs no running process and no engine: the built-in index is not built for it
-        (nor its embedding provider loaded, ~0.15 s of numpy for a one-off `memoryd get`)."""
+        """`memory_get` by the roots of the engine that indexes the files; no engine is built for it."""
         return read_memory_file(self.memory_roots(), self.agent.workspace, path, from_line, lines)
 
     # ------------------------------------------------------------------ status

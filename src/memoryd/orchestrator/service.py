@@ -1,12 +1,8 @@
 """`MemoryService`: the one object agents, the CLI, MCP and `serve` talk to.
 
-It owns one `AgentBackend` per agent (created lazily, cached), applies scope rules before and
-citations plus the injected-characters budget after every search — exactly once, whichever engine
-answered. Two faces:
-
-- `search()`, `get()`, … raise `MemorydError` subclasses (library callers, the CLI in-process);
-- `memory_search()`, `memory_get()`, … are the agent tools: they never raise for a domain error
-  and return `{disabled: true, error, code}` instead (`code` is the error class's stable code).
+Scope rules apply before, citations and the injected-characters budget after every search, once,
+whichever engine answered. Its methods raise `MemorydError`; `memory_search`/`memory_get` (and
+`tools.call_tool`) answer failures as `{disabled: true, error, code}` instead.
 """
 
 from __future__ import annotations
@@ -66,15 +62,10 @@ def _sessions_off(agent: ResolvedAgent, backend: str) -> list[str]:
 class MemoryService:
     """Memory for every configured agent.
 
-    Open it with `with`: each agent's background work then starts when the agent is first
-    used, as `memoryd serve` runs it (the index embeds pending chunks, watches the files and
-    keeps qmd updated), and stops when the block ends. `background=False` runs none: each
-    search then brings the index up to date itself, within the wait below. `serve` and MCP
-    call `start(background)` with their own `Background` instead. `one_off`: this process
-    answers one command and exits (the CLI), so the engines load what is fastest to load.
-
-    Every search first waits at most `sync.searchWaitMs` (or `search_embed_budget_s`) for the
-    index to sync and its pending chunks to embed, when they can be done in about that time.
+    With `with`, each agent's background work starts on first use and stops at the end;
+    `background=False` runs none (each search catches the index up within `sync.searchWaitMs`,
+    or `search_embed_budget_s`). `one_off`: the process answers one command, so engines load
+    what is fastest to load.
     """
 
     def __init__(
@@ -386,12 +377,8 @@ class MemoryService:
     # ------------------------------------------------------------------ status
 
     def status_model(self, agent_id: str | None = None, *, deep: bool = False) -> MemoryStatus:
-        """The typed status of one agent (see `orchestrator.status.MemoryStatus`).
-
-        Reads the persisted health, so the answer is the same from every process. `deep` probes
-        qmd for real (a search with the configured timeout) and records the outcome.
-        """
-        # imported here: the status models are defined only by processes that report status
+        """The typed status of one agent, the same from every process; `deep` probes qmd for real."""
+        # imported here: only processes that report status define the status models
         from .status import FallbackInfo, MemoryStatus, RecoveryInfo
 
         b = self.backend(agent_id)
@@ -399,8 +386,7 @@ class MemoryService:
         if b.qmd is not None:
             self._probe_qmd(b, deep)
         health = b.health_snapshot()
-        # one reading of the failover state: a probe may finish during the calls below, and the
-        # answer must not pair its outcome (backend) with the state before it (recovery)
+        # one reading: a probe finishing meanwhile must not pair its backend with older recovery
         st = b.failover.state if b.qmd is not None else None
         backend = b.active
         idx = b.index
@@ -465,8 +451,7 @@ class MemoryService:
 
     @staticmethod
     def _probe_qmd(b: AgentBackend, deep: bool) -> None:
-        """`deep`: probe qmd for real (a search when it serves), recording the outcome; a qmd
-        never validated is asked its version, within 5 s."""
+        """`deep`: probe qmd for real; a qmd never validated is asked its version, within 5 s."""
         assert b.qmd is not None
         if deep:
             if b.active == "builtin":
@@ -503,8 +488,7 @@ class MemoryService:
 
 
 def _with_health(q: QmdStatus, health: Any) -> QmdStatus:
-    """The engine's status with what every process recorded: the last validation of `qmd
-    --version` (this process may not have run it) and the hits memoryd refused to serve."""
+    """The engine's status with what every process recorded (version check, refused hits)."""
     h = health.qmd
     update: dict[str, Any] = {}
     if h.version is not None or h.version_error is not None:
