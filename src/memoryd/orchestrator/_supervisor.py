@@ -453,6 +453,3 @@ class AgentBackend:
             self.health = on_disk
             self.failover.state = on_disk.failover
         return self.health
-
-    def now_iso(self) -> str:
-        return datetime.fromtimestamp(self._clock(), UTC).isoformat()
