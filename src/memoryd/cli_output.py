@@ -106,75 +106,54 @@ def print_status(st: dict[str, Any]) -> None:
 
 
 def _builtin_rows(b: dict[str, Any]) -> list[tuple[str, str]]:
-    rows: list[tuple[str, str]] = []
-    if b:
-        rows.append(
-            (
-                "indexed",
-                f"{b['files']} files, {b['chunks']} chunks"
-                + (
-                    f", {b['pendingVectors']} waiting for embeddings" if b["pendingVectors"] else ""
-                ),
-            )
-        )
-        rows.append(
-            ("up to date", "no (files changed since the last sync)" if b["dirty"] else "yes")
-        )
-        rows.append(("last sync", _when(b.get("lastSyncAt"))))
-        for f in b.get("skippedFiles", []):
-            rows.append(("skipped", skipped_line(f["path"], f["reason"], f["detail"])))
-        fts_engine = b["fts"].get("engine", "fts5")
-        on_pg = fts_engine == "tsvector"
-        rows.append(("index (PostgreSQL)" if on_pg else "index file", b["dbPath"]))
-        vec = b["vector"]
-        rows.append(
-            (
-                "vectors",
-                f"{vec['engine']}, searched with {vec['searchEngine']}"
-                + (f" ({vec['dims']} dims)" if vec.get("dims") else "")
-                + (f", queries embedded by {vec['queryEngine']}" if vec.get("queryEngine") else "")
-                + (f" ({vec['queryEngineProblem']})" if vec.get("queryEngineProblem") else "")
-                + (f" — {vec['loadError']}" if vec.get("loadError") else ""),
-            )
-        )
-        rows.append(
-            (
-                "keyword search",
-                ("PostgreSQL tsvector" if on_pg else "FTS5")
-                if b["fts"]["available"]
-                else f"unavailable: {b['fts']['error']}",
-            )
-        )
-        rows.append(
-            ("embedding cache", f"{b['cache']['entries']:,} of {b['cache']['maxEntries']:,}")
-        )
-    return rows
+    pending = f", {b['pendingVectors']} waiting for embeddings" if b["pendingVectors"] else ""
+    on_pg = b["fts"].get("engine", "fts5") == "tsvector"
+    vec = b["vector"]
+    vectors = (
+        f"{vec['engine']}, searched with {vec['searchEngine']}"
+        + (f" ({vec['dims']} dims)" if vec.get("dims") else "")
+        + (f", queries embedded by {vec['queryEngine']}" if vec.get("queryEngine") else "")
+        + (f" ({vec['queryEngineProblem']})" if vec.get("queryEngineProblem") else "")
+        + (f" — {vec['loadError']}" if vec.get("loadError") else "")
+    )
+    keyword = "PostgreSQL tsvector" if on_pg else "FTS5"
+    return [
+        ("indexed", f"{b['files']} files, {b['chunks']} chunks{pending}"),
+        ("up to date", "no (files changed since the last sync)" if b["dirty"] else "yes"),
+        ("last sync", _when(b.get("lastSyncAt"))),
+        *[
+            ("skipped", skipped_line(f["path"], f["reason"], f["detail"]))
+            for f in b.get("skippedFiles", [])
+        ],
+        ("index (PostgreSQL)" if on_pg else "index file", b["dbPath"]),
+        ("vectors", vectors),
+        (
+            "keyword search",
+            keyword if b["fts"]["available"] else f"unavailable: {b['fts']['error']}",
+        ),
+        ("embedding cache", f"{b['cache']['entries']:,} of {b['cache']['maxEntries']:,}"),
+    ]
 
 
 def _qmd_rows(st: dict[str, Any], q: dict[str, Any]) -> list[tuple[str, str]]:
-    rows: list[tuple[str, str]] = []
-    if q:
-        rows.append(
-            (
-                "qmd",
-                f"{q.get('version') or ('not a qmd version' if q.get('versionError') else 'version unknown')}"
-                f" ({q['command']}), mode {q['searchMode']}",
-            )
-        )
-        rows.append(
-            ("qmd collections", ", ".join(c["name"] for c in q["collections"]) or "none yet")
-        )
-        rows.append(("qmd last update", _when(st.get("lastUpdateAt"))))
-        rows.append(("qmd last embed", _when(st.get("lastEmbedAt"))))
-        rec = st.get("recovery") or {}
-        if st.get("fallback"):
-            due = rec.get("nextProbeAt")
-            late = due is not None and due <= time.time()
-            rows.append(("next qmd probe", f"due ({_when(due)})" if late else _when(due)))
-            if rec.get("lastProbeError"):
-                rows.append(("last probe", rec["lastProbeError"]))
-        if st.get("healthUpdatedAt"):
-            rows.append(("health recorded", _when(st["healthUpdatedAt"])))
+    version = q.get("version") or (
+        "not a qmd version" if q.get("versionError") else "version unknown"
+    )
+    rows = [
+        ("qmd", f"{version} ({q['command']}), mode {q['searchMode']}"),
+        ("qmd collections", ", ".join(c["name"] for c in q["collections"]) or "none yet"),
+        ("qmd last update", _when(st.get("lastUpdateAt"))),
+        ("qmd last embed", _when(st.get("lastEmbedAt"))),
+    ]
+    rec = st.get("recovery") or {}
+    if st.get("fallback"):
+        due = rec.get("nextProbeAt")
+        late = due is not None and due <= time.time()
+        rows.append(("next qmd probe", f"due ({_when(due)})" if late else _when(due)))
+        if rec.get("lastProbeError"):
+            rows.append(("last probe", rec["lastProbeError"]))
+    if st.get("healthUpdatedAt"):
+        rows.append(("health recorded", _when(st["healthUpdatedAt"])))
     return rows
 
 

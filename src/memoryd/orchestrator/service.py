@@ -12,11 +12,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import date, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ..background import Background
 from ..config import MemorydConfig, ResolvedAgent, agent_ids, resolve_agent
@@ -38,9 +37,6 @@ if TYPE_CHECKING:
     from .status import FreshnessInfo, MemoryStatus
 
 log = logging.getLogger("memoryd")
-
-
-T = TypeVar("T")
 
 
 def _sessions_off(agent: ResolvedAgent, backend: str) -> list[str]:
@@ -265,12 +261,6 @@ class MemoryService:
 
     # ------------------------------------------------------------------ tools (never raise)
 
-    def _tool(self, call: Callable[[], T], **extra: Any) -> T | dict[str, Any]:
-        try:
-            return call()
-        except MemorydError as err:
-            return err.to_result(**extra)
-
     def memory_search(
         self,
         query: str,
@@ -282,19 +272,17 @@ class MemoryService:
         corpus: Corpus = "all",
     ) -> dict[str, Any]:
         """The `memory_search` tool: results or a visible denial/error, never an exception."""
-
-        def call() -> dict[str, Any]:
-            out = self.search(
+        try:
+            return self.search(
                 query,
                 agent_id=agent_id,
                 session_key=session_key,
                 max_results=max_results,
                 min_score=min_score,
                 corpus=corpus,
-            )
-            return out.to_dict()
-
-        return self._tool(call, results=[])
+            ).to_dict()
+        except MemorydError as err:
+            return err.to_result(results=[])
 
     def memory_get(
         self,
@@ -305,11 +293,10 @@ class MemoryService:
         agent_id: str | None = None,
     ) -> dict[str, Any]:
         """The `memory_get` tool: `{path, text}` or `{path, text: "", disabled, error, code}`."""
-        return self._tool(
-            lambda: self.get(path, from_line=from_line, lines=lines, agent_id=agent_id),
-            path=path,
-            text="",
-        )
+        try:
+            return self.get(path, from_line=from_line, lines=lines, agent_id=agent_id)
+        except MemorydError as err:
+            return err.to_result(path=path, text="")
 
     # ------------------------------------------------------------------ lifecycle
 
