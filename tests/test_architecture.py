@@ -87,7 +87,9 @@ ALLOWED: dict[str, set[str]] = {
         "qmd_adapter",
         "tools",
         "progress",
+        "cli_output",
     },
+    "cli_output": {"core"},
     "progress": set(),
     # the public API, re-exported (loaded on first use)
     "__init__": {"errors", "config", "config_files", "core", "orchestrator"},

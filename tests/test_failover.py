@@ -194,15 +194,15 @@ def test_a_failure_is_answered_by_the_builtin_index_in_the_same_call(
 ) -> None:
     clock, qmd = Clock(), FakeQmd(ws)
     b = backend(qmd_agent(ws), qmd, clock)
-    assert (b.search(SearchRequest("green tea"))).backend == "qmd"
+    assert (b.search(SearchRequest("green tea"))).engine == "qmd"
     qmd.fault = fault
     answer = b.search(SearchRequest("green tea"))
-    assert answer.backend == "builtin" and answer.results[0].path == "MEMORY.md"
+    assert answer.engine == "builtin" and answer.results[0].path == "MEMORY.md"
     assert answer.fallback is not None and type(fault).__name__ in answer.fallback["reason"]
     # failed over: the next searches do not touch qmd at all during the cool-down
     calls = qmd.searches
     for _ in range(5):
-        assert (b.search(SearchRequest("green tea"))).backend == "builtin"
+        assert (b.search(SearchRequest("green tea"))).engine == "builtin"
     assert qmd.searches == calls
     b.close()
 
@@ -213,13 +213,13 @@ def test_one_shot_processes_probe_inline_once_due_and_come_back(ws: Path) -> Non
     qmd.fault = QmdTimeout("hung")
     b.search(SearchRequest("tea"))
     clock.advance(10)
-    assert (b.search(SearchRequest("tea"))).backend == "builtin"  # not due yet
+    assert (b.search(SearchRequest("tea"))).engine == "builtin"  # not due yet
     clock.advance(5)
     b.search(SearchRequest("tea"))  # due: probes inline, still failing
     assert b.failover.state.probe_attempts == 1 and b.failover.state.next_probe_at == clock.now + 30
     qmd.fault = None
     clock.advance(30)
-    assert (b.search(SearchRequest("tea"))).backend == "qmd"
+    assert (b.search(SearchRequest("tea"))).engine == "qmd"
     assert b.failover.state.recovered_at == clock.now
     b.close()
 
@@ -234,7 +234,7 @@ def test_the_probe_loop_recovers_in_the_background(ws: Path) -> None:
     with background() as tg:
         b.start(tg)
         qmd.fault = QmdBadOutput("garbage")
-        assert (b.search(SearchRequest("tea"))).backend == "builtin"
+        assert (b.search(SearchRequest("tea"))).engine == "builtin"
         qmd.fault = None
         with within(5):
             while b.active != "qmd":
@@ -254,7 +254,7 @@ def test_a_second_process_starts_from_the_persisted_state(ws: Path) -> None:
     second = backend(qmd_agent(ws), second_qmd, clock)
     assert second.active == "builtin"
     answer = second.search(SearchRequest("tea"))
-    assert answer.backend == "builtin" and "QmdTimeout" in (answer.fallback or {})["reason"]
+    assert answer.engine == "builtin" and "QmdTimeout" in (answer.fallback or {})["reason"]
     assert second_qmd.searches == 0  # it did not pay qmd's timeout again
     first.close()
     second.close()
@@ -331,7 +331,7 @@ def test_an_empty_qmd_answer_is_completed_only_when_configured(ws: Path, setting
     qmd.empty = True
     b = backend(agent, qmd, Clock())
     answer = b.search(SearchRequest("what tea does Alice like"))
-    assert answer.backend == "qmd" and answer.fallback is None
+    assert answer.engine == "qmd" and answer.fallback is None
     if setting == "empty":
         assert answer.results == []
     else:

@@ -17,7 +17,6 @@ from memoryd.tools import (
     MemoryGetInput,
     MemorySearchInput,
     input_schema,
-    invalid_input_result,
     tools_help,
     validate_tool_input,
 )
@@ -230,7 +229,7 @@ def test_unknown_tool_and_non_object_arguments() -> None:
 def test_invalid_input_result_is_the_documented_failure_shape() -> None:
     with pytest.raises(InvalidInput) as caught:
         validate_tool_input("memory_search", {"query": "q", "maxResults": 0})
-    assert invalid_input_result(caught.value) == {
+    assert caught.value.to_result() == {
         "disabled": True,
         "error": "maxResults must be ≥ 1 (got 0)",
         "code": "invalid_input",

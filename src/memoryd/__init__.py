@@ -7,9 +7,7 @@ The public API::
     with MemoryService(load_config(), workspace="~/agent") as memory:
         answer = memory.search("when does the old webhook secret stop working?")
 
-`MemoryService` answers searches (`SearchOutput`, a list of `SearchResult`), reads, appends and
-status for every configured agent; `load_config` reads the TOML or OpenClaw config. Every
-error memoryd raises on purpose is a `MemorydError`.
+Every error memoryd raises on purpose is a `MemorydError`.
 """
 
 from __future__ import annotations
@@ -27,8 +25,9 @@ from .errors import (
 
 if TYPE_CHECKING:
     from .config_files import load_config
+    from .core.engine import SearchOutput
     from .core.results import SearchResult
-    from .orchestrator.service import MemoryService, SearchOutput
+    from .orchestrator.service import MemoryService
 
 __version__ = "0.1.0"
 
@@ -58,8 +57,12 @@ def __getattr__(name: str) -> Any:
         from .core.results import SearchResult
 
         return SearchResult
-    if name in ("MemoryService", "SearchOutput"):
-        from .orchestrator import service
+    if name == "SearchOutput":
+        from .core.engine import SearchOutput
 
-        return getattr(service, name)
+        return SearchOutput
+    if name == "MemoryService":
+        from .orchestrator.service import MemoryService
+
+        return MemoryService
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,13 +15,13 @@ import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from . import __version__
+from .cli_output import print_search, print_status, skipped_line
 from .core.text import visible_controls
-from .errors import InvalidInput, MemorydError, UnknownAgent, error_from_code
+from .errors import InvalidInput, MemorydError, NotServed, ServerBusy, UnknownAgent
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -422,11 +422,7 @@ def _identity(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _forward(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any] | None:
-    """Send the request to a running `memoryd serve` that serves this caller; else None.
-
-    `serve` compares the caller's config, agent and workspace with what it serves and answers
-    `not_served` when they differ; the command then runs in this process.
-    """
+    """The answer of a running `memoryd serve` that serves this caller (its failure raised); else None."""
     if os.environ.get("MEMORYD_NO_SERVER"):
         return None
     from . import paths
@@ -434,28 +430,15 @@ def _forward(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any
     sock = paths.socket_path()
     if not sock.exists():  # no server: skip its module (socket) and the config hash
         return None
-    from .server import NOT_SERVED, SERVER_BUSY, request
+    from .server import request
 
     out = request(sock, {**payload, "agent": args.agent, "identity": _identity(args)})
-    if out is not None and out.get("code") in (NOT_SERVED, SERVER_BUSY):
+    if out is not None and out.get("code") in (NotServed.code, ServerBusy.code):
         logging.getLogger("memoryd").info("%s; running in this process", out.get("error"))
         return None
+    if out is not None and out.get("disabled"):
+        raise MemorydError.from_result(out)
     return out
-
-
-def _emit_json(out: dict[str, Any]) -> int:
-    """`--json` answer: the JSON on stdout; a failure also as one line on stderr."""
-    _print_json(out)
-    if out.get("disabled"):
-        print(f"memoryd: error: {visible_controls(str(out.get('error')))}", file=sys.stderr)
-    return _exit_status(out)
-
-
-def _exit_status(out: dict[str, Any]) -> int:
-    """0, or the exit status of the failure a tool-shaped answer carries."""
-    if not out.get("disabled"):
-        return 0
-    return EXIT_USAGE if out.get("code") in USAGE_CODES else EXIT_ERROR
 
 
 def _validate(tool: str, **arguments: Any) -> None:
@@ -463,11 +446,6 @@ def _validate(tool: str, **arguments: Any) -> None:
     from .tools import validate_tool_input
 
     validate_tool_input(tool, {k: v for k, v in arguments.items() if v is not None})
-
-
-def _raise(out: dict[str, Any]) -> None:
-    """Turn a tool-shaped failure back into the error it was (its class from its code)."""
-    raise error_from_code(out.get("code"), str(out.get("error")))
 
 
 def _service(args: argparse.Namespace, *, one_off: bool = True) -> Any:
@@ -500,62 +478,19 @@ def _cmd_search(args: argparse.Namespace) -> int:
     )
     if out is None:  # the service validates with the same bounds as the tool contract
         with _service(args) as svc:
-            out = svc.memory_search(
+            out = svc.search(
                 args.query,
                 agent_id=args.agent,
                 session_key=args.session_key,
                 max_results=args.max_results,
                 min_score=args.min_score,
                 corpus=args.corpus,
-            )
+            ).to_dict()
     if args.json:
-        return _emit_json(out)
-    if out.get("disabled"):
-        _raise(out)
-    if out.get("scopeDenied"):
-        print(f"Denied: {visible_controls(out['reason'])}")
-        return 0
-    fallback = out.get("fallback")
-    if fallback and fallback.get("from") == "qmd":
-        reason = visible_controls(str(fallback.get("reason")))
-        print(f"note: answered by the built-in index: {reason}", file=sys.stderr)
-    if out.get("stale"):
-        print(
-            f"note: the qmd index is {out.get('staleSeconds')}s behind the memory files "
-            "(run `memoryd index`, or keep `memoryd serve` running)",
-            file=sys.stderr,
-        )
-    for note in out.get("notes", []):
-        print(f"note: {visible_controls(note)}", file=sys.stderr)
-    n = len(out["results"])
-    embedder = out.get("provider") or "no embeddings"
-    if out.get("model"):
-        embedder += f" ({out['model']})"
-    header = [
-        f"{n} result{'s' if n != 1 else ''}" if n else "no matches",
-        f"{out.get('backend')} backend" + (" (qmd failed over)" if fallback else ""),
-        _mode_label(out),
-        embedder,
-    ]
-    if out.get("stale"):
-        header.append(f"qmd {out.get('staleSeconds')}s behind")
-    print(" · ".join(header))
-    if not n:
-        return 0
-    print()
-    for r in out["results"]:
-        print(f"{r['score']:.3f} {visible_controls(r['path'])}:{r['startLine']}-{r['endLine']}")
-        # split on newlines only: a CR, FF or U+2028 inside a line is shown, not obeyed
-        for line in r["snippet"].split("\n"):
-            print(f"    {visible_controls(line)}")
-        print()
+        _print_json(out)
+    else:
+        print_search(out)
     return 0
-
-
-def _mode_label(out: dict[str, Any]) -> str:
-    """`hybrid search` for the built-in index; qmd's modes are searches already (`search mode`)."""
-    mode = out.get("mode")
-    return f"{mode} mode" if out.get("backend") == "qmd" else f"{mode} search"
 
 
 def _cmd_get(args: argparse.Namespace) -> int:
@@ -564,13 +499,12 @@ def _cmd_get(args: argparse.Namespace) -> int:
     )
     if out is None:
         with _service(args) as svc:
-            out = svc.memory_get(
+            out = svc.get(
                 args.path, from_line=args.from_line, lines=args.lines, agent_id=args.agent
             )
     if args.json:
-        return _emit_json(out)
-    if out.get("disabled"):
-        _raise(out)
+        _print_json(out)
+        return 0
     sys.stdout.write(visible_controls(out["text"]))
     shown = visible_controls(out["path"])
     if out.get("missing"):
@@ -584,234 +518,42 @@ def _cmd_get(args: argparse.Namespace) -> int:
 
 def _cmd_status(args: argparse.Namespace) -> int:
     st = None if args.deep else _forward(args, {"op": "status"})
-    if st is not None and st.get("disabled"):
-        _raise(st)
     if st is None:
         with _service(args) as svc:
             st = svc.status(args.agent, deep=args.deep)
     if args.json:
         _print_json(st)
         return 0
-    _print_status(st)
+    print_status(st)
     return 0
-
-
-def _when(ts: float | None) -> str:
-    """`12s ago`, `in 13s`, `5 min ago`, or the date for anything further away."""
-    if not ts:
-        return "never"
-    age = time.time() - ts
-    if abs(age) < 5400:
-        span = f"{abs(age):.0f}s" if abs(age) < 90 else f"{abs(age) / 60:.0f} min"
-        return f"{span} ago" if age >= 0 else f"in {span}"
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
-
-
-def _print_status(st: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(show_header=False, box=None, pad_edge=False)
-    backend = st["backend"]
-    if st["requestedBackend"] != backend:
-        backend += f" (qmd requested; failed over: {(st.get('fallback') or {}).get('reason')})"
-    rows: list[tuple[str, str]] = [
-        ("agent", st["agentId"]),
-        ("workspace", st["workspaceDir"]),
-        ("backend", backend),
-        (
-            "embeddings",
-            f"{st.get('provider') or 'none'}" + (f" ({st['model']})" if st.get("model") else ""),
-        ),
-    ]
-    b = st.get("builtin")
-    if b:
-        rows += _builtin_rows(b)
-    q = st.get("qmd")
-    if q:
-        rows += _qmd_rows(st, q)
-    check = st.get("check")
-    if check is not None:
-        rows.append(("index check", _check_line(check)))
-    if st.get("servedBy"):
-        rows.append(("answered by", st["servedBy"]))
-    for key, value in rows:
-        # values are data (paths, reasons): never rich markup, never terminal controls
-        table.add_row(f"[bold]{key}[/bold]", escape(visible_controls(str(value))))
-    console = Console()
-    console.print(table)
-    for issue in st.get("issues", []):
-        console.print(f"[yellow]issue:[/yellow] {escape(visible_controls(issue))}")
-
-
-def _builtin_rows(b: dict[str, Any]) -> list[tuple[str, str]]:
-    rows: list[tuple[str, str]] = []
-    if b:
-        rows.append(
-            (
-                "indexed",
-                f"{b['files']} files, {b['chunks']} chunks"
-                + (
-                    f", {b['pendingVectors']} waiting for embeddings" if b["pendingVectors"] else ""
-                ),
-            )
-        )
-        rows.append(
-            ("up to date", "no (files changed since the last sync)" if b["dirty"] else "yes")
-        )
-        rows.append(("last sync", _when(b.get("lastSyncAt"))))
-        for f in b.get("skippedFiles", []):
-            rows.append(("skipped", _skipped_line(f["path"], f["reason"], f["detail"])))
-        fts_engine = b["fts"].get("engine", "fts5")
-        on_pg = fts_engine == "tsvector"
-        rows.append(("index (PostgreSQL)" if on_pg else "index file", b["dbPath"]))
-        vec = b["vector"]
-        rows.append(
-            (
-                "vectors",
-                f"{vec['engine']}, searched with {vec['searchEngine']}"
-                + (f" ({vec['dims']} dims)" if vec.get("dims") else "")
-                + (f", queries embedded by {vec['queryEngine']}" if vec.get("queryEngine") else "")
-                + (f" ({vec['queryEngineProblem']})" if vec.get("queryEngineProblem") else "")
-                + (f" — {vec['loadError']}" if vec.get("loadError") else ""),
-            )
-        )
-        rows.append(
-            (
-                "keyword search",
-                ("PostgreSQL tsvector" if on_pg else "FTS5")
-                if b["fts"]["available"]
-                else f"unavailable: {b['fts']['error']}",
-            )
-        )
-        rows.append(
-            ("embedding cache", f"{b['cache']['entries']:,} of {b['cache']['maxEntries']:,}")
-        )
-    return rows
-
-
-def _qmd_rows(st: dict[str, Any], q: dict[str, Any]) -> list[tuple[str, str]]:
-    rows: list[tuple[str, str]] = []
-    if q:
-        rows.append(
-            (
-                "qmd",
-                f"{q.get('version') or ('not a qmd version' if q.get('versionError') else 'version unknown')}"
-                f" ({q['command']}), mode {q['searchMode']}",
-            )
-        )
-        rows.append(
-            ("qmd collections", ", ".join(c["name"] for c in q["collections"]) or "none yet")
-        )
-        rows.append(("qmd last update", _when(st.get("lastUpdateAt"))))
-        rows.append(("qmd last embed", _when(st.get("lastEmbedAt"))))
-        rec = st.get("recovery") or {}
-        if st.get("fallback"):
-            due = rec.get("nextProbeAt")
-            late = due is not None and due <= time.time()
-            rows.append(("next qmd probe", f"due ({_when(due)})" if late else _when(due)))
-            if rec.get("lastProbeError"):
-                rows.append(("last probe", rec["lastProbeError"]))
-        if st.get("healthUpdatedAt"):
-            rows.append(("health recorded", _when(st["healthUpdatedAt"])))
-    return rows
-
-
-def _check_line(check: dict[str, Any]) -> str:
-    """`status --deep`: what the index file check found and did."""
-    took = f" in {check.get('seconds', 0):.2f}s"
-    if check.get("ok"):
-        return "ok (integrity and counts verified" + took + ")"
-    line = f"damaged: {check.get('problem')}"
-    if check.get("movedTo"):
-        line += f"; moved to {check['movedTo']}"
-    if check.get("rebuilt"):
-        line += "; rebuilt from the memory files"
-    return line + took
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
     from .progress import ProgressReporter
 
-    with _service(args) as svc:
-        b = svc.backend(args.agent)
-        qmd_done = None
-        if b.qmd is not None:
-            b.ensure_qmd_started()
-            b.qmd.sync(force=True)
-            qmd_done = b.qmd.status()
-        idx = b.index
-        report = None
-        if idx is not None:
-            with ProgressReporter() as progress:
-                report = idx.sync(force=args.force, progress=progress)
-            st = idx.status()
-    out: dict[str, Any] = {}
-    if report is not None:
-        out.update(
-            {
-                "filesScanned": report.files_scanned,
-                "filesChanged": report.files_changed,
-                "filesRemoved": report.files_removed,
-                "chunksWritten": report.chunks_written,
-                "vectorsEmbedded": report.vectors_embedded,
-                "vectorsFromCache": report.vectors_from_cache,
-                "vectorsPending": report.vectors_pending,
-                "reindexed": report.reindexed,
-                "reindexReason": report.reindex_reason,
-                "seconds": round(report.seconds, 3),
-                "files": st.files,
-                "chunks": st.chunks,
-                "dbPath": st.db_path,
-                "provider": st.provider,
-                "model": st.model,
-                "vectorEngine": st.vector.engine,
-                "skipped": [f.to_dict() for f in st.skipped_files],
-            }
-        )
-    if qmd_done is not None:
-        out["qmd"] = {
-            "lastUpdateAt": qmd_done.last_update_at,
-            "lastEmbedAt": qmd_done.last_embed_at,
-            "collections": [c.name for c in qmd_done.collections],
-        }
+    with _service(args) as svc, ProgressReporter() as progress:
+        out = svc.index(args.agent, force=args.force, progress=progress)
     if args.json:
         _print_json(out)
         return 0
-    if qmd_done is not None:
-        print(f"qmd updated ({len(qmd_done.collections)} collections)")
-    if report is not None:
+    if "qmd" in out:
+        print(f"qmd updated ({len(out['qmd']['collections'])} collections)")
+    if "files" in out:
         print(
-            f"indexed {st.files} files, {st.chunks} chunks "
-            f"({report.files_changed} changed, {report.files_removed} removed; "
-            f"{report.vectors_embedded} embedded, {report.vectors_from_cache} from cache"
-            + (f"; rebuilt: {report.reindex_reason}" if report.reindexed else "")
-            + f") in {report.seconds:.2f}s → {st.db_path}"
+            f"indexed {out['files']} files, {out['chunks']} chunks "
+            f"({out['filesChanged']} changed, {out['filesRemoved']} removed; "
+            f"{out['vectorsEmbedded']} embedded, {out['vectorsFromCache']} from cache"
+            + (f"; rebuilt: {out['reindexReason']}" if out["reindexed"] else "")
+            + f") in {out['seconds']:.2f}s → {out['dbPath']}"
         )
-        for f in st.skipped_files:
-            print(f"not indexed: {_skipped_line(f.path, f.reason, f.detail)}")
+        for f in out["skipped"]:
+            print(f"not indexed: {skipped_line(f['path'], f['reason'], f['detail'])}")
     return 0
-
-
-#: What each reason a file was not indexed means, in the words status and index print.
-_SKIP_REASONS = {
-    "read_failed": "cannot be read",
-    "binary": "not text",
-    "too_large": "too large",
-    "refused": "refused",
-}
-
-
-def _skipped_line(path: str, reason: str, detail: str) -> str:
-    return visible_controls(f"{path} ({_SKIP_REASONS.get(reason, reason)}: {detail})")
 
 
 def _cmd_context(args: argparse.Namespace) -> int:
     with _service(args) as svc:
         out = svc.context(agent_id=args.agent, session_key=args.session_key)
-    if out.get("disabled"):
-        _raise(out)
     if args.json:
         _print_json(out)
         return 0
@@ -826,8 +568,6 @@ def _cmd_append(args: argparse.Namespace) -> int:
     # argparse and `append_memory` check what the tool-input model would, without loading it
     with _service(args) as svc:
         out = svc.append(args.target, text, agent_id=args.agent)
-    if out.get("disabled"):
-        _raise(out)
     if args.json:
         _print_json(out)
     else:
@@ -857,8 +597,6 @@ def _cmd_flush_check(args: argparse.Namespace) -> int:
             record=not args.dry_run,
             agent_id=args.agent,
         )
-    if out.get("disabled"):
-        _raise(out)
     if args.json:
         _print_json(out)
     else:
@@ -1049,7 +787,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemorydError as err:
         print(f"memoryd: error: {visible_controls(str(err))}", file=sys.stderr)
         if getattr(args, "json", False):
-            _print_json({"disabled": True, "error": str(err), "code": err.code})
+            _print_json(err.to_result())
         return EXIT_USAGE if err.code in USAGE_CODES else EXIT_ERROR
     except KeyboardInterrupt:
         print("memoryd: interrupted", file=sys.stderr)

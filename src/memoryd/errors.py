@@ -168,6 +168,10 @@ class ServiceUnavailable(MemorydError, code="service_unavailable"):
     """Raised when memory cannot be served at all (fail-closed qmd, explicit provider failure)."""
 
 
+class SearchDisabled(ServiceUnavailable, code="search_disabled"):
+    """Raised by `memory_search`/`memory_get` for an agent whose `memorySearch.enabled` is false."""
+
+
 class NotServed(MemorydError, code="not_served"):
     """Answered by `memoryd serve` when a forwarded request is for a config/agent/workspace it does not serve."""
 

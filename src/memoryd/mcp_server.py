@@ -1,21 +1,8 @@
-"""`memoryd mcp`: the six agent tools over MCP, on stdio or Streamable HTTP (official SDK).
+"""`memoryd mcp`: the six agent tools over MCP, on stdio or Streamable HTTP (docs/mcp.md).
 
-This module owns the MCP surface: tool listing (schemas from `memoryd.tools`), argument
-validation, turning service dicts into tool results, the lazy start of the service, and the two
-transports. It does not decide anything about memory: every answer comes from `MemoryService`.
-
-- Every tool call is validated with `tools.validate_tool_input`; a bad argument is an ordinary
-  result `{disabled: true, error, code: "invalid_input"}` in `structuredContent`, never a
-  protocol error or pydantic's raw text. Service failures arrive the same way, from the service.
-- `initialize` never waits for memory: the service (numpy, SQLite, embedding models, qmd) is
-  imported and started in the background once the handshake is done, and a tool call that
-  arrives first waits for that start.
-- HTTP applies qmd 2.8.3's DNS-rebinding rules (`resolve_origin_guard`, `check_request_origin`)
-  to every request, and requires `Authorization: Bearer <token>` on everything but `/health`
-  (the token is made on first use and kept 0600 in the state dir, `load_token`). It refuses
-  non-loopback binds unless asked, and then only with TLS. Sessions expire when idle and are
-  capped (503 with `Retry-After` beyond the cap). Both transports stop on SIGTERM/SIGINT
-  without waiting for the host to send anything.
+Failures are tool results (`{disabled, error, code}`), never protocol errors; `initialize` never
+waits for memory, which loads once the handshake is done; HTTP screens Origin/Host as qmd does
+and needs a bearer token everywhere but `/health`.
 """
 
 from __future__ import annotations
@@ -54,14 +41,13 @@ from mcp.shared.exceptions import MCPError
 
 from . import __version__, paths
 from .background import Background, run_blocking
-from .errors import ConfigError, InvalidInput, MemorydError, StateError, error_code
+from .errors import ConfigError, InvalidInput, MemorydError, StateError
 from .fsio import create_private_once, private_dir, read_private
 from .tools import (
     TOOLS,
     ToolInput,
     call_tool,
     input_schema,
-    invalid_input_result,
     validate_tool_input,
 )
 
@@ -82,13 +68,7 @@ INSTRUCTIONS = (
 
 
 class _ServiceHandle:
-    """The `MemoryService` behind the tools, created and started lazily.
-
-    Given a factory, the service is built in a worker thread on first need (its imports pull
-    numpy and SQLite). Once `attach`ed to a task group, `warm_soon` starts it (qmd, timers, the
-    first index sync) in the background, and tool calls wait for that start to finish. The
-    service blocks: every call into it runs on a worker thread, at most `WORKERS` at once.
-    """
+    """The `MemoryService` behind the tools, built and started off the event loop on first need."""
 
     def __init__(
         self, service: MemoryService | Callable[[], MemoryService], agent_id: str | None
@@ -160,8 +140,7 @@ async def _dispatch(handle: _ServiceHandle, args: ToolInput) -> dict[str, Any]:
 
 
 def _result(data: dict[str, Any]) -> types.CallToolResult:
-    # structuredContent for hosts that read it; the same JSON as text for those that do not;
-    # a failure (`disabled: true`) is flagged as a tool error, so a host can tell it apart
+    # the same JSON as text for hosts that do not read structuredContent
     text = json.dumps(data, ensure_ascii=False, default=str)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)],
@@ -203,27 +182,19 @@ def _build(handle: _ServiceHandle) -> Server[Any]:
         try:
             args = validate_tool_input(params.name, params.arguments)
         except InvalidInput as err:
-            return _result(invalid_input_result(err))
+            return _result(err.to_result())
         try:
             return _result(await _dispatch(handle, args))
-        except MemorydError as err:
-            # e.g. the service factory failing; the service itself answers with failure dicts
-            return _result({"disabled": True, "error": str(err), "code": error_code(err)})
-        except Exception:
-            # the service returns failure dicts by contract; reaching here is a memoryd bug
+        except MemorydError as err:  # e.g. the service factory failing
+            return _result(err.to_result())
+        except Exception:  # a memoryd bug: the agent gets one line, the log the traceback
             log.exception("tool %s failed", params.name)
-            return _result(
-                {
-                    "disabled": True,
-                    "error": f"internal error in {params.name} (see the memoryd log)",
-                    "code": "internal_error",
-                }
-            )
+            bug = MemorydError(f"internal error in {params.name} (see the memoryd log)")
+            return _result({**bug.to_result(), "code": "internal_error"})
 
     async def warm_after_handshake(ctx: ServerRequestContext[Any], call_next: CallNext) -> Any:
         result: HandlerResult = await call_next(ctx)
-        # any message after `initialize` (its `initialized` notification, or a first request
-        # of a handshake-free client) means the answer is out: now pay for loading memory
+        # any message after `initialize` means its answer is out: now pay for loading memory
         if ctx.method != "initialize":
             handle.warm_soon()
         return result
@@ -236,8 +207,7 @@ def _build(handle: _ServiceHandle) -> Server[Any]:
         on_call_tool=call_tool,
         get_tool_input_schema=lambda name: input_schema(name) if name in TOOLS else None,
     )
-    # Server.middleware is marked provisional in mcp 2.x; it is the one hook that sees the
-    # handshake finish, which is when the background start may begin.
+    # provisional in mcp 2.x, but the one hook that sees the handshake finish
     server.middleware.append(warm_after_handshake)
     return server
 
@@ -245,10 +215,7 @@ def _build(handle: _ServiceHandle) -> Server[Any]:
 def build_server(
     service: MemoryService | Callable[[], MemoryService], *, agent_id: str | None = None
 ) -> Server[Any]:
-    """The MCP server for one agent's tools (connect with `mcp.Client(server)` in-process).
-
-    `service` may be a factory, called in a worker thread on the first tool call.
-    """
+    """The MCP server for one agent's tools; `service` may be a factory, called on first need."""
     return _build(_ServiceHandle(service, agent_id))
 
 
@@ -275,12 +242,9 @@ EOF_GRACE_S = 5.0
 
 
 class _StdinLines:
-    """Lines of the MCP wire on stdin, read by a daemon thread.
+    """Lines of the MCP wire on stdin, read by a daemon thread, so SIGTERM never waits for input.
 
-    The SDK reads stdin in an AnyIO worker thread, which neither a cancel nor interpreter exit
-    can interrupt while the host sends nothing, so SIGTERM would wait for the next input line. A
-    daemon thread blocked in `read` does not hold up exit. As the SDK does, fd 0 is pointed at
-    /dev/null while serving so child processes (qmd) cannot read the wire.
+    fd 0 points at /dev/null while serving, so child processes (qmd) cannot read the wire.
     """
 
     def __init__(self) -> None:
@@ -305,8 +269,7 @@ class _StdinLines:
             anyio.BrokenResourceError,
             anyio.ClosedResourceError,
             anyio.RunFinishedError,
-            # shutdown cancelled the send of a line the server had not taken yet (which of
-            # the two depends on where in the hand-over the loop stopped)
+            # shutdown cancelled the hand-over of a line (either kind, by where it stopped)
             concurrent.futures.CancelledError,
             asyncio.CancelledError,
         ):
@@ -318,13 +281,7 @@ class _StdinLines:
         return self._lines()
 
     async def _lines(self) -> AsyncIterator[str]:
-        """The wire's lines; at EOF, only once every request read has been answered.
-
-        A host that writes its requests and closes stdin (a script, `printf … | memoryd mcp`)
-        gets their answers: the SDK ends the session at EOF and would answer the requests
-        still running with "Connection closed". Closing stdin is also the MCP way to shut a
-        stdio server down, so the wait is bounded (EOF_GRACE_S); SIGTERM/SIGINT stop at once.
-        """
+        """The wire's lines; EOF waits (at most `EOF_GRACE_S`) for the requests read to be answered."""
         async for line in self._recv:
             self._note_request(line)
             yield line
@@ -411,11 +368,7 @@ _LOOPBACK_V4 = re.compile(r"^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$")
 
 
 def is_loopback_hostname(hostname: str) -> bool:
-    """True for names of this machine's loopback interface (localhost, *.localhost, 127/8, ::1).
-
-    `0.0.0.0` is not loopback here: browsers route it to local servers, so treating an
-    `Origin: http://0.0.0.0:…` as trusted would reopen DNS rebinding (qmd makes the same call).
-    """
+    """localhost, *.localhost, 127/8 or ::1; never 0.0.0.0, which browsers route to local servers."""
     h = hostname.strip().lower().removeprefix("[").removesuffix("]")
     if h == "localhost" or h.endswith(".localhost"):
         return True
@@ -471,12 +424,7 @@ def _host_header_hostname(host: str) -> str | None:
 def resolve_origin_guard(
     bind_host: str, *, allowed_origins: Iterable[str] = (), allowed_hosts: Iterable[str] = ()
 ) -> OriginGuard:
-    """The request screen for a server bound to `bind_host` (qmd 2.8.3's rules).
-
-    `Origin` is always checked: loopback origins and `allowed_origins` pass (`*` turns the
-    screen off). `Host` is checked whenever the bind address names one interface, whose own
-    address is then also a legitimate `Host`; on a wildcard bind only when `allowed_hosts` is set.
-    """
+    """The request screen for a server bound to `bind_host` (qmd 2.8.3's rules, docs/mcp.md)."""
     origins = list(allowed_origins)
     if "*" in origins:
         return OriginGuard(frozenset(), frozenset(), enforce_host=False, disabled=True)
@@ -490,11 +438,7 @@ def resolve_origin_guard(
 
 
 def check_request_origin(origin: str | None, host: str | None, guard: OriginGuard) -> str | None:
-    """Why a request must be refused (`Origin not allowed: …`), or None when it may pass.
-
-    A missing `Origin` passes: non-browser clients omit it and browsers always send it, so only
-    a foreign value is a sign of page JavaScript reaching a local server.
-    """
+    """Why a request must be refused, or None; a missing Origin passes (browsers always send one)."""
     if guard.disabled:
         return None
     origin = (origin or "").strip()
@@ -548,11 +492,7 @@ _TOKEN_RE = re.compile(r"[A-Za-z0-9_\-]{32,256}")
 
 
 def load_token() -> tuple[str, Path]:
-    """(the bearer token, its file): made on first use, 0600 in the state dir.
-
-    Concurrent first uses agree on one token (`create_private_once`). Raises `StateError` when
-    the file cannot be made or read, or does not hold a token.
-    """
+    """(the bearer token, its file): made once, 0600 in the state dir; `StateError` if unusable."""
     path = paths.mcp_token_path()
     private_dir(path.parent)
     create_private_once(path, (secrets.token_urlsafe(32) + "\n").encode("ascii"))
@@ -568,23 +508,14 @@ def _digest(value: str) -> bytes:
 
 
 def token_matches(authorization: str | None, token: str) -> bool:
-    """True when an `Authorization` header carries `token` as a Bearer credential.
-
-    Both sides are hashed first, so the comparison (`hmac.compare_digest`) takes the same time
-    for every wrong token, whatever its length or how much of it is right.
-    """
+    """Whether `authorization` is `Bearer <token>`; hashed first, so timing tells nothing."""
     scheme, _, given = (authorization or "").strip().partition(" ")
     ok_scheme = scheme.lower() == "bearer"
     return hmac.compare_digest(_digest(given.strip()), _digest(token)) and ok_scheme
 
 
 class _AuthMiddleware:
-    """ASGI middleware: every request but `GET /health` needs `Authorization: Bearer <token>`.
-
-    A refusal is a 401 with `WWW-Authenticate`, and nothing is logged: a wrong token never
-    reaches a log, and a flood of refused requests cannot fill one. The session cap's 503 gets
-    a `Retry-After` here too.
-    """
+    """Every request but `GET /health` needs the bearer token; a refusal (401) is never logged."""
 
     def __init__(self, app: Any, token: str) -> None:
         self.app = app
@@ -717,8 +648,7 @@ def _uvicorn(app: Any, tls_cert: str | None, tls_key: str | None, sock: socket.s
         log_config=None,
         access_log=False,
         lifespan="on",
-        # open SSE streams would otherwise hold shutdown; the 1 s SIGTERM budget comes first
-        # (typed int, but uvicorn only hands it to asyncio.wait_for, which takes a float)
+        # open SSE streams would otherwise hold shutdown (uvicorn passes it to wait_for)
         timeout_graceful_shutdown=cast(int, 0.3),
     )
     try:
@@ -746,14 +676,7 @@ async def serve_http(
     session_idle_s: float = SESSION_IDLE_S,
     max_sessions: int = MAX_SESSIONS,
 ) -> None:
-    """Serve MCP over Streamable HTTP at `http(s)://host:port/mcp` (plus `GET /health`).
-
-    Every request but `/health` must carry the token of `load_token()`. Raises `InvalidInput`
-    before serving when the bind is not loopback and `allow_remote` is false, or when
-    `allow_remote` comes without TLS (`tls_cert` and `tls_key`); `ConfigError` when the TLS
-    files cannot be used or the address cannot be bound; `StateError` when the token cannot be
-    made or read.
-    """
+    """Serve MCP over Streamable HTTP at `http(s)://host:port/mcp` (plus `GET /health`)."""
     from mcp.server.transport_security import TransportSecuritySettings
     from starlette.requests import Request
     from starlette.responses import JSONResponse

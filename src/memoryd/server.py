@@ -1,16 +1,8 @@
-"""`memoryd serve`: the long-running supervisor, and the local socket the CLI forwards to.
+"""`memoryd serve`: every agent's background work, and the Unix socket the CLI forwards to.
 
-While `serve` runs, every configured agent's timers, watchers and recovery probes run, models
-stay loaded, and `memoryd search/get/status` send one JSON line over a Unix socket in the state
-dir and print the answer (no model load, no index open in the CLI process).
-
-A forwarded request carries the caller's identity — the config file (path and a hash of its
-bytes), the `--workspace`/`$MEMORYD_WORKSPACE` value, the current directory and the agent id —
-and `serve` answers only when resolving that identity with its own config gives an agent and
-workspace it serves; otherwise it answers `not_served` and the CLI runs the call in-process.
-Every request is handled on its own: a bad one gets an error line, never stops the listener.
-The idle timeout and connection cap come from `serve()`'s arguments, or (for tests only, not a
-documented option) `MEMORYD_SERVE_LIMITS`.
+A request carries the caller's identity (config file and its hash, workspace, cwd, agent); it is
+answered only when that identity resolves to an agent and workspace this serve serves, else
+`not_served` and the CLI runs the call itself.
 """
 
 from __future__ import annotations
@@ -27,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from . import paths
+from .errors import InvalidInput, MemorydError, NotServed, ServerBusy
 
 if TYPE_CHECKING:  # the CLI imports this module to forward requests: keep it light
     import anyio
@@ -44,8 +37,8 @@ IDLE_TIMEOUT_S: Final = 10.0
 MAX_CONNECTIONS: Final = 64
 #: Test-only override of the two limits above (see the module docstring).
 LIMITS_ENV: Final = "MEMORYD_SERVE_LIMITS"
-NOT_SERVED: Final = "not_served"  # errors.NotServed.code
-SERVER_BUSY: Final = "server_busy"  # errors.ServerBusy.code
+NOT_SERVED: Final = NotServed.code
+SERVER_BUSY: Final = ServerBusy.code
 
 
 def socket_path() -> Path:
@@ -64,10 +57,7 @@ def config_identity(config_path: Path | None) -> dict[str, str | None]:
 
 
 def limits_from_env(environ: Mapping[str, str] | None = None) -> tuple[float, int]:
-    """(idle timeout in seconds, connection cap) from `MEMORYD_SERVE_LIMITS`, else the defaults.
-
-    A malformed value is ignored with a warning: a stray variable must not stop `serve`.
-    """
+    """(idle timeout, connection cap) from `MEMORYD_SERVE_LIMITS` (tests only); bad items are ignored."""
     raw = (os.environ if environ is None else environ).get(LIMITS_ENV, "")
     idle, cap = IDLE_TIMEOUT_S, MAX_CONNECTIONS
     for item in filter(None, (part.strip() for part in raw.split(","))):
@@ -91,18 +81,16 @@ MAX_ERROR_CHARS: Final = 500
 MAX_IDENTITY_PATH: Final = 4096
 
 
-def _error(message: str, code: str) -> dict[str, Any]:
-    if len(message) > MAX_ERROR_CHARS:
-        message = message[: MAX_ERROR_CHARS - 1] + "…"
-    return {"disabled": True, "error": message, "code": code}
+def _error(err: MemorydError, code: str | None = None) -> dict[str, Any]:
+    """`err` as a result, its message capped; `code` overrides (`internal_error`)."""
+    out = err.to_result()
+    if len(out["error"]) > MAX_ERROR_CHARS:
+        out["error"] = out["error"][: MAX_ERROR_CHARS - 1] + "…"
+    return out if code is None else {**out, "code": code}
 
 
 def _shape_error(req: dict[str, Any]) -> str | None:
-    """Why the envelope (`op`, `agent`, `identity`) has the wrong shape, in one line, or None.
-
-    Checked before anything uses it: a list where a string belongs must be an `invalid_input`
-    answer, not a TypeError deep in config resolution.
-    """
+    """Why the envelope (`op`, `agent`, `identity`) has the wrong shape, or None: checked before use."""
     op = req.get("op")
     if not isinstance(op, str):
         return f"op must be a string (search, get, status, ping), not {type(op).__name__}"
@@ -144,7 +132,7 @@ async def _handle(
             resp = await _answer(service, stream, ident, idle_s, workers)
         except Exception as err:  # one request must never take the listener down
             log.exception("serve: request failed")
-            resp = _error(f"internal error: {type(err).__name__}", "internal_error")
+            resp = _error(MemorydError(f"internal error: {type(err).__name__}"), "internal_error")
         if resp is None:
             return
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -169,16 +157,16 @@ async def _answer(
                 return None
             buf += chunk
     if scope.cancelled_caught:
-        return _error(f"no request line within {idle_s:g}s", "invalid_input")
+        return _error(InvalidInput(f"no request line within {idle_s:g}s"))
     line = buf.split(b"\n", 1)[0]
     if len(line) > MAX_REQUEST:
-        return _error(f"request longer than {MAX_REQUEST} bytes", "invalid_input")
+        return _error(InvalidInput(f"request longer than {MAX_REQUEST} bytes"))
     try:
         req = json.loads(line)
     except (ValueError, RecursionError):
-        return _error("request is not one line of JSON", "invalid_input")
+        return _error(InvalidInput("request is not one line of JSON"))
     if not isinstance(req, dict):
-        return _error("request must be a JSON object", "invalid_input")
+        return _error(InvalidInput("request must be a JSON object"))
     return await dispatch(service, req, ident, workers)
 
 
@@ -191,7 +179,6 @@ def _served(service: MemoryService, req: dict[str, Any], ident: dict[str, Any]) 
         return "the caller uses another config file"
     agent = req.get("agent")
     from .config import resolve_agent
-    from .errors import MemorydError
 
     try:
         resolved = resolve_agent(
@@ -225,37 +212,33 @@ async def dispatch(
     ident: dict[str, Any],
     limiter: anyio.CapacityLimiter,
 ) -> dict[str, Any]:
-    """Answer one request: `{op, agent?, identity, …tool arguments}` (see `memoryd.tools`).
-
-    The service blocks (SQLite, files, the model, qmd): it runs on a worker thread, at most
-    `limiter`'s number at once.
-    """
+    """Answer one request, `{op, agent?, identity, …tool arguments}`, on a worker thread."""
     from .background import run_blocking
-    from .errors import InvalidAgentId, InvalidInput, MemorydError, error_code
+    from .errors import InvalidAgentId
     from .paths import validate_agent_id
     from .tools import MemoryStatusInput, call_tool, validate_tool_input
 
     shape = _shape_error(req)
     if shape is not None:
-        return _error(shape, "invalid_input")
+        return _error(InvalidInput(shape))
     op = req.get("op")
     if op == "ping":
         return {"ok": True, "pid": os.getpid()}
     if op not in OPS:
-        return _error(f"unknown op {op!r} (search, get, status, ping)", "invalid_input")
+        return _error(InvalidInput(f"unknown op {op!r} (search, get, status, ping)"))
     agent = req.get("agent")
     try:
         if agent is not None:
             agent = validate_agent_id(agent)
     except InvalidAgentId as err:
-        return _error(str(err), err.code)
+        return _error(err)
     try:
         args = validate_tool_input(OPS[op], {k: v for k, v in req.items() if k not in _ENVELOPE})
     except InvalidInput as err:
-        return _error(str(err), err.code)
+        return _error(err)
     why = _served(service, req, ident)
     if why is not None:
-        return _error(f"not served here: {why}", NOT_SERVED)
+        return _error(NotServed(f"not served here: {why}"))
 
     def answer() -> dict[str, Any]:
         if isinstance(args, MemoryStatusInput):
@@ -267,7 +250,7 @@ async def dispatch(
     try:
         return await run_blocking(answer, limiter)
     except MemorydError as err:
-        return _error(str(err), error_code(err))
+        return _error(err)
 
 
 async def serve(
@@ -279,14 +262,7 @@ async def serve(
     idle_timeout_s: float | None = None,
     max_connections: int | None = None,
 ) -> None:
-    """Run until SIGINT/SIGTERM (or cancellation); then stop timers and kill qmd children.
-
-    The event loop accepts connections; each request runs on a worker thread (`dispatch`).
-
-        `idle_timeout_s` bounds how long a connection may take to send its request line (then it
-        gets an error line and is closed); beyond `max_connections` at once, a connection is answered
-        `server_busy` and closed. Unset, both come from `limits_from_env()`.
-    """
+    """Serve until SIGINT/SIGTERM or cancellation, then stop the background work and qmd."""
     env_idle, env_cap = limits_from_env()
     idle_s = env_idle if idle_timeout_s is None else idle_timeout_s
     cap = env_cap if max_connections is None else max_connections
@@ -296,8 +272,6 @@ async def serve(
     private_dir(sock.parent)  # the socket is bound before chmod: its folder must be private
     if sock.exists():
         if ping(sock) is not None:
-            from .errors import MemorydError
-
             raise MemorydError(f"another memoryd serve is already running on {sock}")
         sock.unlink()
     import anyio
@@ -316,7 +290,7 @@ async def serve(
         except anyio.WouldBlock:
             # full: answer at once instead of holding the connection (and its descriptor)
             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                busy = _error(f"busy: {cap} requests in flight", SERVER_BUSY)
+                busy = _error(ServerBusy(f"busy: {cap} requests in flight"))
                 await stream.send(json.dumps(busy).encode() + b"\n")
             await stream.aclose()
             return

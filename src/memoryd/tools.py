@@ -1,20 +1,14 @@
-"""The agent tools' input contract: one pydantic model per tool, shared by every surface.
+"""The agent tools' input contract (OpenClaw's argument names): one pydantic model per tool.
 
-MCP (`mcp_server`), the socket server and the CLI validate tool arguments with these models, so a
-call that one surface rejects is rejected by all of them with the same one-line message. The
-argument names follow OpenClaw's memory tool contract (`query`, `maxResults`, `minScore`, `path`,
-`from`, `lines`, `sessionKey`), so prompts written for OpenClaw work unchanged; Python code may use
-the snake_case field names. The advertised JSON schemas (`input_schema`) come from the same
-models, so what a client is told and what the server enforces cannot drift apart.
-
-Nothing here imports MCP, SQLite or numpy: it is cheap to import before a server is up.
+Every surface validates with these models and advertises their schemas, so what a client is told
+and what is enforced cannot drift apart; nothing here imports MCP, SQLite or numpy.
 """
 
 from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Annotated, Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Protocol
 
 from pydantic import (
     BaseModel,
@@ -27,7 +21,10 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import ErrorDetails, core_schema
 
 from .core import engine as core_limits
-from .errors import InvalidInput
+from .errors import InvalidInput, MemorydError
+
+if TYPE_CHECKING:
+    from .core.engine import SearchOutput
 
 __all__ = [
     "MAX_QUERY_CHARS",
@@ -43,17 +40,13 @@ __all__ = [
     "ToolInput",
     "ToolSpec",
     "input_schema",
-    "invalid_input_result",
     "validate_tool_input",
 ]
 
-#: Longest `memory_search` query accepted. Queries are embedded and tokenised for BM25; past a
-#: couple of paragraphs recall gets worse, not better, and a runaway prompt pasted as a query
-#: would only cost embedding time. 2,000 characters is ~400 words.
+#: Longest `memory_search` query accepted: past a couple of paragraphs recall only gets worse.
 MAX_QUERY_CHARS: Final = core_limits.MAX_QUERY_CHARS
 
-#: Largest `maxResults`: results are injected into the agent's context, and more than 100
-#: snippets would blow any injected-characters budget anyway.
+#: Largest `maxResults`: more snippets would blow any injected-characters budget anyway.
 MAX_RESULTS_LIMIT: Final = 100
 
 Corpus = core_limits.Corpus
@@ -319,11 +312,6 @@ def validate_tool_input(tool_name: str, arguments: dict[str, Any] | None) -> Too
     raise InvalidInput("; ".join(dict.fromkeys(problems)))
 
 
-def invalid_input_result(err: InvalidInput) -> dict[str, Any]:
-    """A validation failure as the tools' documented failure result."""
-    return {"disabled": True, "error": str(err), "code": err.code}
-
-
 def _unknown_arguments(spec: ToolSpec, unknown: list[str]) -> str:
     names = [f.alias or name for name, f in spec.model.model_fields.items()]
     if len(unknown) == 1:
@@ -398,7 +386,7 @@ def tools_help() -> str:
 class ToolService(Protocol):
     """What `call_tool` needs of the service (`orchestrator.MemoryService` is one)."""
 
-    def memory_search(
+    def search(
         self,
         query: str,
         *,
@@ -407,9 +395,9 @@ class ToolService(Protocol):
         max_results: int | None = ...,
         min_score: float | None = ...,
         corpus: Corpus = ...,
-    ) -> dict[str, Any]: ...
+    ) -> SearchOutput: ...
 
-    def memory_get(
+    def get(
         self,
         path: str,
         *,
@@ -439,27 +427,34 @@ class ToolService(Protocol):
 
 
 def call_tool(service: ToolService, args: ToolInput, *, agent_id: str | None) -> dict[str, Any]:
-    """Run a validated tool call against the service (MCP and the serve socket both use this)."""
+    """Run a validated tool call (MCP and the serve socket): a failure is a result, never raised."""
+    try:
+        return _call(service, args, agent_id)
+    except MemorydError as err:
+        if isinstance(args, MemorySearchInput):
+            return err.to_result(results=[])
+        if isinstance(args, MemoryGetInput):
+            return err.to_result(path=args.path, text="")
+        return err.to_result()
+
+
+def _call(service: ToolService, args: ToolInput, agent_id: str | None) -> dict[str, Any]:
     if isinstance(args, MemorySearchInput):
-        return service.memory_search(
+        return service.search(
             args.query,
             agent_id=agent_id,
             session_key=args.session_key,
             max_results=args.max_results,
             min_score=args.min_score,
             corpus=args.corpus,
-        )
+        ).to_dict()
     if isinstance(args, MemoryGetInput):
         if args.corpus == "sessions":
-            return invalid_input_result(
-                InvalidInput(
-                    "memory_get reads memory files only: session transcripts are searchable "
-                    "(corpus 'sessions') but never readable"
-                )
+            raise InvalidInput(
+                "memory_get reads memory files only: session transcripts are searchable "
+                "(corpus 'sessions') but never readable"
             )
-        return service.memory_get(
-            args.path, from_line=args.from_line, lines=args.lines, agent_id=agent_id
-        )
+        return service.get(args.path, from_line=args.from_line, lines=args.lines, agent_id=agent_id)
     if isinstance(args, MemoryAppendInput):
         return service.append(args.target, args.text, agent_id=agent_id)
     if isinstance(args, MemoryContextInput):

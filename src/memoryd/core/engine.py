@@ -1,9 +1,7 @@
 """The engine contract: what the orchestrator asks of the built-in index and of the qmd sidecar.
 
-Both engines implement `MemoryEngine`. They return results in ranking order with snippets already
-within the per-snippet cap; the orchestrator applies scope rules before, and citations and the
-injected-characters budget after, exactly once, whichever engine answered. Status is typed:
-`core.status.BuiltinStatus` and `QmdStatus` are the only shapes an engine reports.
+Engines return results in ranking order, snippets within the per-snippet cap; scope rules,
+citations and the injected-characters budget are the orchestrator's, applied once.
 """
 
 from __future__ import annotations
@@ -33,8 +31,7 @@ ProgressFn = Callable[[str, int, int], None]
 class SearchRequest:
     """One search: the query and the caller's limits (None = the engine's configured default).
 
-    `wait_s`: how long the built-in index may first spend catching up with the files and
-    embedding pending chunks (`MemoryIndex.catch_up`); None leaves it to the index's config.
+    `wait_s`: how long the built-in index may first spend catching up (None: its config's).
     """
 
     query: str
@@ -44,23 +41,50 @@ class SearchRequest:
     wait_s: float | None = None
 
 
-@dataclass(slots=True)
-class EngineAnswer:
-    """What an engine found, and how: which provider/model, which mode, notes for the caller."""
+@dataclass(frozen=True, slots=True)
+class SearchOutput:
+    """A search's answer: engines fill the first fields, each layer above adds its own with `replace`."""
 
     results: list[SearchResult]
-    engine: EngineName
-    provider: str | None
-    model: str | None
-    mode: str
+    engine: EngineName | None = None
+    provider: str | None = None
+    model: str | None = None
+    mode: str | None = None
     #: The engine's `maxInjectedChars`: the orchestrator trims the decorated results to it.
-    max_injected_chars: int
+    max_injected_chars: int | None = None
     notes: list[str] = field(default_factory=list)
     #: Why the engine answered in a degraded way (e.g. embeddings failed → keyword only).
     degraded: dict[str, Any] | None = None
     pending_vectors: int = 0
-    #: Set when the engine's index is older than the newest memory file (seconds behind).
+    #: How far the engine's index lags the newest memory file (seconds), when it does.
     stale_seconds: float | None = None
+    #: Set by the supervisor when the built-in index answered for a failed qmd.
+    fallback: dict[str, Any] | None = None
+    #: Set by the service when scope rules deny the session (the reason).
+    scope_denied: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `memory_search` tool's JSON shape."""
+        if self.scope_denied is not None:
+            return {"results": [], "scopeDenied": True, "reason": self.scope_denied}
+        out: dict[str, Any] = {
+            "results": [r.to_dict() for r in self.results],
+            "backend": self.engine,
+            "provider": self.provider,
+            "model": self.model,
+            "mode": self.mode,
+            "fallback": self.fallback,
+            "citations": any(r.citation for r in self.results),
+            "notes": self.notes,
+        }
+        if self.stale_seconds is not None:
+            out["stale"] = True
+            out["staleSeconds"] = round(self.stale_seconds, 1)
+        return out
+
+
+# the built-in index and qmd adapter still construct `EngineAnswer`: it goes once they are renamed
+EngineAnswer = SearchOutput
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +119,7 @@ class MemoryEngine(Protocol):
     def start(self, background: Background | None = None) -> None:
         """Prepare (open, create collections); with `background`, run timers/watchers on it."""
 
-    def search(self, request: SearchRequest) -> EngineAnswer:
+    def search(self, request: SearchRequest) -> SearchOutput:
         """Ranked results; raises a `MemorydError` subclass on failure, never returns garbage."""
 
     def get(self, path: str, from_line: int | None, lines: int | None) -> FileText:
@@ -189,6 +213,7 @@ __all__ = [
     "MemoryEngine",
     "ProgressFn",
     "QmdEngine",
+    "SearchOutput",
     "SearchRequest",
     "SearchResult",
     "check_search_input",

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .service import MemoryService
+
 if TYPE_CHECKING:
-    from .service import MemoryService
     from .status import MemoryStatus
 
 __all__ = ["MemoryService", "MemoryStatus"]
 
 
 def __getattr__(name: str) -> Any:
-    # on first use: a one-off search imports `engines` first, to start its query's embedding
-    # before the service's modules load (`engines.prefetch_search_query`); a process that
-    # reports no status never defines the status models
-    if name == "MemoryService":
-        from .service import MemoryService
-
-        return MemoryService
+    # only a process that reports status defines the status models
     if name == "MemoryStatus":
         from .status import MemoryStatus
 

@@ -1,14 +1,7 @@
-"""One agent's engines: qmd as a supervised sidecar with the built-in index as failover.
+"""One agent's engines: qmd as a supervised sidecar, the built-in index as its failover.
 
-The rules are `failover.Failover`'s (README "Failover and recovery"): every qmd failure on the
-search path is answered by the built-in index in the same call and recorded; once failed over,
-searches go to the built-in index straight away while a background thread (or, in a one-shot
-process, the next search once due) probes qmd; the first good probe routes searches back. With
-`memory.qmd.fallback = "none"` no built-in index exists and failures surface as errors.
-
-The state lives in `health.json` (see `health`), loaded when the backend is created and written on
-every change, so a second process — `memoryd status`, a one-off CLI search — starts from the
-truth instead of from "qmd is fine" and does not pay qmd's timeout again during the cool-down.
+The rules are `failover.Failover`'s (docs/qmd.md); the state is persisted in `health.json`, so a
+second process starts from the truth and does not pay qmd's timeout again during the cool-down.
 """
 
 from __future__ import annotations
@@ -18,15 +11,15 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from ..background import Background
 from ..config import ResolvedAgent
-from ..core.engine import BuiltinEngine, EngineAnswer, QmdEngine, SearchRequest
+from ..core.engine import BuiltinEngine, QmdEngine, SearchOutput, SearchRequest
 from ..core.layout import MemoryRoot
-from ..core.results import FileText, SearchResult
+from ..core.results import FileText
 from ..errors import MemorydError, QmdBadOutput, QmdError, QmdTimeout, ServiceUnavailable
 from ..memfiles import discover, read_memory_file
 from .failover import Active, Failover, FailoverSettings, clean_reason
@@ -37,21 +30,6 @@ log = logging.getLogger("memoryd.supervisor")
 PROBE_QUERY = "memoryd recovery probe"
 QmdFactory = Callable[[ResolvedAgent], QmdEngine]
 IndexFactory = Callable[[ResolvedAgent], BuiltinEngine]
-
-
-@dataclass
-class SearchAnswer:
-    """An engine's answer plus which backend served it and, after a failover, why."""
-
-    results: list[SearchResult]
-    backend: str
-    provider: str | None
-    model: str | None
-    mode: str
-    max_injected_chars: int
-    fallback: dict[str, Any] | None = None
-    notes: list[str] = field(default_factory=list)
-    stale_seconds: float | None = None
 
 
 class AgentBackend:
@@ -166,12 +144,7 @@ class AgentBackend:
         self.health_file.save(self.health)
 
     def start(self, background: Background | None = None) -> None:
-        """Start qmd (collections, timers) and keep the built-in index fresh in the background.
-
-        qmd's start-up never holds anything up: with `background` it runs on a thread of its
-        own; without (a one-off command) the first search runs it under its own deadline
-        (`_qmd_ready`).
-        """
+        """Start qmd (on a thread of its own; a one-off command's first search runs it) and the index."""
         self._background = background
         if self.qmd is not None:
             if self.agent.memory.qmd.sessions.enabled:
@@ -230,13 +203,7 @@ class AgentBackend:
                 self._qmd_started = True
 
     def _qmd_ready(self, timeout_s: float) -> None:
-        """qmd has started (home, collections), waited for at most `timeout_s`; else `QmdTimeout`.
-
-        In the background the start-up runs on its own thread and goes on after a search gave
-        up on it; a one-off process runs it under the deadline, and its qmd processes are
-        killed when the deadline passes (the next search starts over; `memoryd warm` runs it to
-        the end).
-        """
+        """qmd has started (home, collections), waited for at most `timeout_s`; else `QmdTimeout`."""
         if self.qmd is None or self._qmd_started:
             return
         if self._background is not None:
@@ -305,9 +272,7 @@ class AgentBackend:
             self._save()
 
     def probe(self) -> bool:
-        """One recovery probe: `qmd --version` validated, then a real qmd search (so hangs and
-        garbage output are caught too). Inline in a one-off process, it gets a search's deadline
-        (`limits.timeoutMs`) for all of it, start-up included."""
+        """One recovery probe: `qmd --version`, then a real search (catching hangs and garbage)."""
         assert self.qmd is not None
         now = self._clock()
         try:
@@ -367,7 +332,7 @@ class AgentBackend:
 
     # ------------------------------------------------------------------ tools
 
-    def search(self, request: SearchRequest) -> SearchAnswer:
+    def search(self, request: SearchRequest) -> SearchOutput:
         if self.qmd is None:
             return self._builtin(request, fallback=None)
         # no background threads (one-shot use): probe in this call once the cool-down is over
@@ -391,16 +356,7 @@ class AgentBackend:
                 self._record_success()
             if not answer.results and self._complete_empty(request):
                 return self._completed(request, answer, stale)
-            return SearchAnswer(
-                answer.results,
-                "qmd",
-                answer.provider,
-                answer.model,
-                answer.mode,
-                answer.max_injected_chars,
-                notes=answer.notes,
-                stale_seconds=stale,
-            )
+            return replace(answer, engine="qmd", stale_seconds=stale)
         return self._builtin(request, fallback=self._fallback_info())
 
     def _complete_empty(self, request: SearchRequest) -> bool:
@@ -414,30 +370,19 @@ class AgentBackend:
         )
 
     def _completed(
-        self, request: SearchRequest, empty: EngineAnswer, stale: float | None
-    ) -> SearchAnswer:
+        self, request: SearchRequest, empty: SearchOutput, stale: float | None
+    ) -> SearchOutput:
         """qmd found nothing: the built-in index's hits, each marked `backend: builtin`."""
         idx = self.index
         assert idx is not None
         answer = idx.search(request)
         hits = [r.with_(engine="builtin") for r in answer.results]
         note = "qmd found nothing; completed by the built-in index"
-        return SearchAnswer(
-            hits,
-            "qmd",
-            empty.provider,
-            empty.model,
-            empty.mode,
-            empty.max_injected_chars,
-            notes=[*empty.notes, note] if hits else empty.notes,
-            stale_seconds=stale,
-        )
+        notes = [*empty.notes, note] if hits else empty.notes
+        return replace(empty, results=hits, engine="qmd", notes=notes, stale_seconds=stale)
 
     def _refresh_if_stale(self) -> float | None:
-        """One-shot processes (no timers): bring qmd up to date first when a file is newer.
-
-        Bounded by `sync.searchWaitMs`; returns how stale the index still is (None = fresh).
-        """
+        """Without timers, update qmd first (within `sync.searchWaitMs`); how stale it still is."""
         assert self.qmd is not None
         stale = self.qmd_stale_seconds()
         if stale is None or self._background is not None:
@@ -455,31 +400,18 @@ class AgentBackend:
         st = self.failover.state
         return {"from": "qmd", "reason": st.reason, "since": st.since or st.last_error_at}
 
-    def _builtin(self, request: SearchRequest, *, fallback: dict[str, Any] | None) -> SearchAnswer:
+    def _builtin(self, request: SearchRequest, *, fallback: dict[str, Any] | None) -> SearchOutput:
         idx = self.index
         if idx is None:
             raise ServiceUnavailable("qmd is failed over and memory.qmd.fallback = none")
-        answer: EngineAnswer = idx.search(request)
+        answer = idx.search(request)
         merged = fallback or answer.degraded
         if fallback and answer.degraded:
             merged = {**fallback, "embedding": answer.degraded}
-        return SearchAnswer(
-            answer.results,
-            "builtin",
-            answer.provider,
-            answer.model,
-            answer.mode,
-            answer.max_injected_chars,
-            merged,
-            answer.notes,
-        )
+        return replace(answer, engine="builtin", fallback=merged, stale_seconds=None)
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
-        """`memory_get` by the rule of the engine that indexes the files (qmd's collections or the
-        built-in index's roots), as each engine's own `get` reads them.
-
-        Reading needs no running process and no engine: the built-in index is not built for it
-        (nor its embedding provider loaded, ~0.15 s of numpy for a one-off `memoryd get`)."""
+        """`memory_get` by the roots of the engine that indexes the files; no engine is built for it."""
         return read_memory_file(self.memory_roots(), self.agent.workspace, path, from_line, lines)
 
     # ------------------------------------------------------------------ status
@@ -521,6 +453,3 @@ class AgentBackend:
             self.health = on_disk
             self.failover.state = on_disk.failover
         return self.health
-
-    def now_iso(self) -> str:
-        return datetime.fromtimestamp(self._clock(), UTC).isoformat()

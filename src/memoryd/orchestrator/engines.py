@@ -1,8 +1,4 @@
-"""Building engines from a resolved agent: settings, embedding selection, legacy state migration.
-
-The engines take narrow settings (`ResolvedAgent.index_settings()` / `.qmd_settings()`); this is
-the one place that knows both the config and the engine classes.
-"""
+"""Building engines from a resolved agent: the one place that knows both config and engine classes."""
 
 from __future__ import annotations
 
@@ -28,10 +24,8 @@ log = logging.getLogger("memoryd")
 
 
 def builtin_engine(agent: ResolvedAgent, *, one_off: bool = False) -> MemoryIndex:
-    """The agent's built-in index (migrating a pre-0.2 index of this workspace first).
-
-    `one_off`: the process answers one command and exits (the index and the local model then
-    load what is fastest to load)."""
+    """The agent's built-in index (a pre-0.2 one of this workspace migrated first); see `one_off`
+    in `MemoryService`."""
     from ..builtin_index import MemoryIndex
     from ..embeddings.selection import select_provider
 
@@ -52,13 +46,9 @@ def qmd_engine(agent: ResolvedAgent) -> QmdManager:
 
 
 def migrate_legacy_state(agent: ResolvedAgent) -> list[str]:
-    """Move state from memoryd ≤ 0.1's layout into this (agent, workspace)'s folder, if it is ours.
+    """Move memoryd ≤ 0.1's per-agent state here when all of it is this workspace's; what was done.
 
-    0.1 kept one index per agent (`<state>/memory/<id>.sqlite`), the qmd home and sessions.json in
-    `<state>/agents/<id>/`, whatever the workspace. A legacy index or qmd home is moved here only
-    when everything in it belongs to this workspace; otherwise it is left where it is (another
-    workspace may claim it) and the new state is built from the Markdown files. sessions.json is
-    copied. Nothing is ever deleted. Returns what was done, for the log.
+    Anything another workspace may claim is left in place; nothing is ever deleted.
     """
     done: list[str] = []
     state = agent.state

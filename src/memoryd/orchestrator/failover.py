@@ -1,16 +1,5 @@
-"""The failover state machine, pure: when qmd's failures flip an agent to the built-in index and back.
-
-No I/O and no clock of its own (every method takes `now`), so the whole policy is unit-tested with
-a fake clock. The rules (README, "Failover and recovery"):
-
-- every qmd failure on the search path is recorded; after `failure_threshold` consecutive failures
-  the agent is *failed over*: searches go to the built-in index straight away;
-- the first recovery probe is due `cooldown` after the failover, then probes back off
-  exponentially (doubling, capped at `probe_max_interval`), with jitter supplied by the caller;
-- the first good probe (or a good qmd search) routes searches back to qmd.
-
-Reasons are kept short and plain: ANSI escapes stripped, one line, bounded length; the reason of
-the failover is kept, and the latest probe error is kept beside it (never appended to it).
+"""The failover state machine, pure (every method takes `now`): when qmd's failures flip an agent
+to the built-in index and back (the rules: docs/qmd.md, "Failover and recovery").
 """
 
 from __future__ import annotations
@@ -78,7 +67,7 @@ def probe_delay(settings: FailoverSettings, attempts: int) -> float:
 
 
 class Failover:
-    """The mutable holder of a `FailoverState`, applying the rules above."""
+    """The mutable holder of a `FailoverState`, applying the rules."""
 
     def __init__(self, settings: FailoverSettings, state: FailoverState | None = None) -> None:
         self.settings = settings

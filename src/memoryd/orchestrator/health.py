@@ -1,10 +1,6 @@
-"""Per-(agent, workspace) health, persisted so every process tells the same truth.
+"""Per-(agent, workspace) health in `health.json`, so every process tells the same truth.
 
-`health.json` in the agent's state folder holds the failover state (which backend answers now,
-the failure that caused it, recovery probes) and what is known of qmd (its validated version,
-the last `update`/`embed` with their outcomes). Every process that searches, probes, updates or
-embeds writes it (atomically, 0600); `memoryd status` in any other process reads it and says how
-old it is. It is small, and a damaged file is treated as absent, never as an error.
+A damaged file is treated as absent, never as an error.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """`MemoryService`: the one object agents, the CLI, MCP and `serve` talk to.
 
-It owns one `AgentBackend` per agent (created lazily, cached), applies scope rules before and
-citations plus the injected-characters budget after every search — exactly once, whichever engine
-answered. Two faces:
-
-- `search()`, `get()`, … raise `MemorydError` subclasses (library callers, the CLI in-process);
-- `memory_search()`, `memory_get()`, … are the agent tools: they never raise for a domain error
-  and return `{disabled: true, error, code}` instead (`code` is the error class's stable code).
+Scope rules apply before, citations and the injected-characters budget after every search, once,
+whichever engine answered. Its methods raise `MemorydError`; `memory_search`/`memory_get` (and
+`tools.call_tool`) answer failures as `{disabled: true, error, code}` instead.
 """
 
 from __future__ import annotations
@@ -16,23 +12,22 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import replace
 from datetime import date, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ..background import Background
 from ..config import MemorydConfig, ResolvedAgent, agent_ids, resolve_agent
 from ..core.citations import apply_citations
 from ..core.engine import (
-    BuiltinEngine,
     Corpus,
+    ProgressFn,
+    SearchOutput,
     SearchRequest,
     check_search_input,
 )
-from ..core.results import SearchResult
-from ..errors import InvalidInput, MemorydError
+from ..errors import InvalidInput, MemorydError, SearchDisabled
 from ..fsio import check_state_tree
 from ..scope_rules import evaluate_scope
 from ._supervisor import AgentBackend, IndexFactory, QmdFactory
@@ -42,42 +37,6 @@ if TYPE_CHECKING:
     from .status import FreshnessInfo, MemoryStatus
 
 log = logging.getLogger("memoryd")
-
-
-T = TypeVar("T")
-
-
-@dataclass
-class SearchOutput:
-    """A search's answer as the tools return it (see `to_dict` for the JSON shape)."""
-
-    results: list[SearchResult]
-    backend: str | None = None
-    provider: str | None = None
-    model: str | None = None
-    mode: str | None = None
-    fallback: dict[str, Any] | None = None
-    notes: list[str] = field(default_factory=list)
-    scope_denied: str | None = None
-    stale_seconds: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.scope_denied is not None:
-            return {"results": [], "scopeDenied": True, "reason": self.scope_denied}
-        out: dict[str, Any] = {
-            "results": [r.to_dict() for r in self.results],
-            "backend": self.backend,
-            "provider": self.provider,
-            "model": self.model,
-            "mode": self.mode,
-            "fallback": self.fallback,
-            "citations": any(r.citation for r in self.results),
-            "notes": self.notes,
-        }
-        if self.stale_seconds is not None:
-            out["stale"] = True
-            out["staleSeconds"] = round(self.stale_seconds, 1)
-        return out
 
 
 def _sessions_off(agent: ResolvedAgent, backend: str) -> list[str]:
@@ -96,23 +55,13 @@ def _sessions_off(agent: ResolvedAgent, backend: str) -> list[str]:
     return [f"session transcripts are not indexed for agent {agent.agent_id}: {how}"]
 
 
-def failure(err: MemorydError, **extra: Any) -> dict[str, Any]:
-    """The tool-result shape of a failure: `{disabled: true, error, code}` plus `extra`."""
-    return {**extra, "disabled": True, "error": str(err), "code": err.code}
-
-
 class MemoryService:
     """Memory for every configured agent.
 
-    Open it with `with`: each agent's background work then starts when the agent is first
-    used, as `memoryd serve` runs it (the index embeds pending chunks, watches the files and
-    keeps qmd updated), and stops when the block ends. `background=False` runs none: each
-    search then brings the index up to date itself, within the wait below. `serve` and MCP
-    call `start(background)` with their own `Background` instead. `one_off`: this process
-    answers one command and exits (the CLI), so the engines load what is fastest to load.
-
-    Every search first waits at most `sync.searchWaitMs` (or `search_embed_budget_s`) for the
-    index to sync and its pending chunks to embed, when they can be done in about that time.
+    With `with`, each agent's background work starts on first use and stops at the end;
+    `background=False` runs none (each search catches the index up within `sync.searchWaitMs`,
+    or `search_embed_budget_s`). `one_off`: the process answers one command, so engines load
+    what is fastest to load.
     """
 
     def __init__(
@@ -169,18 +118,56 @@ class MemoryService:
             )
         return self._backends[agent.agent_id]
 
-    def index(self, agent_id: str | None = None) -> BuiltinEngine:
-        """The agent's built-in index (`MemoryIndex`), or `MemorydError` in fail-closed qmd mode."""
-        idx = self.backend(agent_id).index
-        if idx is None:
-            raise MemorydError("no built-in index: memory.qmd.fallback = none (fail closed)")
-        return idx
+    def index(
+        self,
+        agent_id: str | None = None,
+        *,
+        force: bool = False,
+        progress: ProgressFn | None = None,
+    ) -> dict[str, Any]:
+        """`memoryd index`: bring qmd and the built-in index up to date now; what was done."""
+        b = self.backend(agent_id)
+        out: dict[str, Any] = {}
+        idx = b.index
+        if b.qmd is not None:
+            b.ensure_qmd_started()
+            b.qmd.sync(force=True)
+            q = b.qmd.status()
+            out["qmd"] = {
+                "lastUpdateAt": q.last_update_at,
+                "lastEmbedAt": q.last_embed_at,
+                "collections": [c.name for c in q.collections],
+            }
+        if idx is not None:
+            report = idx.sync(force=force, progress=progress)
+            st = idx.status()
+            out.update(
+                filesScanned=report.files_scanned,
+                filesChanged=report.files_changed,
+                filesRemoved=report.files_removed,
+                chunksWritten=report.chunks_written,
+                vectorsEmbedded=report.vectors_embedded,
+                vectorsFromCache=report.vectors_from_cache,
+                vectorsPending=report.vectors_pending,
+                reindexed=report.reindexed,
+                reindexReason=report.reindex_reason,
+                seconds=round(report.seconds, 3),
+                files=st.files,
+                chunks=st.chunks,
+                dbPath=st.db_path,
+                provider=st.provider,
+                model=st.model,
+                vectorEngine=st.vector.engine,
+                skipped=[f.to_dict() for f in st.skipped_files],
+            )
+        return out
 
     def start(self, background: Background, agent_ids: list[str] | None = None) -> None:
         """Start every agent's timers (qmd update/embed, watcher, recovery) on `background`."""
         self._bg = background
         for aid in agent_ids or self.agent_ids():
-            self._ensure_started(aid)
+            if self.agent(aid).memory_search.enabled:  # no index and no watcher otherwise
+                self._ensure_started(aid)
 
     def _ensure_started(self, agent_id: str | None) -> AgentBackend:
         with self._lock:
@@ -230,7 +217,7 @@ class MemoryService:
     ) -> SearchOutput:
         """Search memory; a scope denial is an answer (`scope_denied`), every failure raises."""
         text = check_search_input(query, max_results, min_score)
-        agent = self.agent(agent_id)
+        agent = self._searchable(agent_id)
         decision = evaluate_scope(agent.memory.effective_scope, session_key)
         if not decision.allowed:
             log.warning(decision.log_message())
@@ -247,16 +234,7 @@ class MemoryService:
             session_key=session_key,
             max_injected_chars=answer.max_injected_chars,
         )
-        return SearchOutput(
-            results,
-            answer.backend,
-            answer.provider,
-            answer.model,
-            answer.mode,
-            answer.fallback,
-            [*notes, *answer.notes],
-            stale_seconds=answer.stale_seconds,
-        )
+        return replace(answer, results=results, notes=[*notes, *answer.notes])
 
     def get(
         self,
@@ -269,15 +247,19 @@ class MemoryService:
         """`{path, text}` of a memory file or line range; raises `PathNotAllowed`/`InvalidInput`."""
         if not isinstance(path, str):
             raise InvalidInput("path must be a string")
-        return (self.backend(agent_id).get(path, from_line, lines)).to_dict()
+        agent = self._searchable(agent_id)
+        return self.backend(agent.agent_id).get(path, from_line, lines).to_dict()
+
+    def _searchable(self, agent_id: str | None) -> ResolvedAgent:
+        """The agent, unless OpenClaw's `memorySearch.enabled = false` takes its memory tools away."""
+        agent = self.agent(agent_id)
+        if not agent.memory_search.enabled:
+            raise SearchDisabled(
+                f"memory search is disabled for agent {agent.agent_id} (memorySearch.enabled = false)"
+            )
+        return agent
 
     # ------------------------------------------------------------------ tools (never raise)
-
-    def _tool(self, call: Callable[[], T], **extra: Any) -> T | dict[str, Any]:
-        try:
-            return call()
-        except MemorydError as err:
-            return failure(err, **extra)
 
     def memory_search(
         self,
@@ -290,19 +272,17 @@ class MemoryService:
         corpus: Corpus = "all",
     ) -> dict[str, Any]:
         """The `memory_search` tool: results or a visible denial/error, never an exception."""
-
-        def call() -> dict[str, Any]:
-            out = self.search(
+        try:
+            return self.search(
                 query,
                 agent_id=agent_id,
                 session_key=session_key,
                 max_results=max_results,
                 min_score=min_score,
                 corpus=corpus,
-            )
-            return out.to_dict()
-
-        return self._tool(call, results=[])
+            ).to_dict()
+        except MemorydError as err:
+            return err.to_result(results=[])
 
     def memory_get(
         self,
@@ -313,11 +293,10 @@ class MemoryService:
         agent_id: str | None = None,
     ) -> dict[str, Any]:
         """The `memory_get` tool: `{path, text}` or `{path, text: "", disabled, error, code}`."""
-        return self._tool(
-            lambda: self.get(path, from_line=from_line, lines=lines, agent_id=agent_id),
-            path=path,
-            text="",
-        )
+        try:
+            return self.get(path, from_line=from_line, lines=lines, agent_id=agent_id)
+        except MemorydError as err:
+            return err.to_result(path=path, text="")
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -328,41 +307,34 @@ class MemoryService:
         session_key: str | None = None,
         today: date | None = None,
     ) -> dict[str, Any]:
-        """The `memory_context` tool: what the agent loads at session start, or a failure dict."""
+        """What the agent loads at session start (the `memory_context` tool)."""
+        from ..lifecycle import build_session_context
 
-        def call() -> dict[str, Any]:
-            from ..lifecycle import build_session_context
+        agent = self.agent(agent_id)
+        ctx = build_session_context(
+            agent,
+            session_key,
+            today=today or datetime.now().astimezone().date(),
+            budget_chars=agent.bootstrap_max_chars,
+            total_budget_chars=agent.bootstrap_total_max_chars,
+        )
+        if agent.memory_search.sync.on_session_start:
+            self._notify_changed(agent.agent_id)
+        return ctx.to_dict()
 
-            agent = self.agent(agent_id)
-            ctx = build_session_context(
-                agent,
-                session_key,
-                today=today or datetime.now().astimezone().date(),
-                budget_chars=agent.bootstrap_max_chars,
-                total_budget_chars=agent.bootstrap_total_max_chars,
-            )
-            if agent.memory_search.sync.on_session_start:
-                b = self._backends.get(agent.agent_id)
-                if b is not None:
-                    b.notify_changed()
-            return ctx.to_dict()
-
-        return self._tool(call)
+    def _notify_changed(self, agent_id: str) -> None:
+        b = self._backends.get(agent_id)
+        if b is not None:
+            b.notify_changed()
 
     def append(self, target: str, text: str, *, agent_id: str | None = None) -> dict[str, Any]:
-        """The `memory_append` tool: `{path, bytesWritten, created}` or `{disabled, error, code}`."""
+        """Append to a memory file (the `memory_append` tool): `{path, bytesWritten, created}`."""
+        from ..lifecycle import append_memory
 
-        def call() -> dict[str, Any]:
-            from ..lifecycle import append_memory
-
-            agent = self.agent(agent_id)
-            result = append_memory(agent, target, text, now=datetime.now().astimezone())
-            b = self._backends.get(agent.agent_id)
-            if b is not None:
-                b.notify_changed()
-            return result.to_dict()
-
-        return self._tool(call)
+        agent = self.agent(agent_id)
+        result = append_memory(agent, target, text, now=datetime.now().astimezone())
+        self._notify_changed(agent.agent_id)
+        return result.to_dict()
 
     def flush_check(
         self,
@@ -375,34 +347,25 @@ class MemoryService:
         record: bool = True,
         agent_id: str | None = None,
     ) -> dict[str, Any]:
-        """The `memory_flush_check` tool: the decision, or `{disabled, error, code}`."""
+        """Whether to run the memory flush now (the `memory_flush_check` tool)."""
+        from ..lifecycle import check_flush
 
-        def call() -> dict[str, Any]:
-            from ..lifecycle import check_flush
-
-            agent = self.agent(agent_id)
-            decision = check_flush(
-                agent,
-                session_key,
-                token_estimate=token_estimate,
-                context_window=context_window,
-                compaction_count=compaction_count,
-                session_id=session_id,
-                record=record,
-            )
-            return decision.to_dict()
-
-        return self._tool(call)
+        decision = check_flush(
+            self.agent(agent_id),
+            session_key,
+            token_estimate=token_estimate,
+            context_window=context_window,
+            compaction_count=compaction_count,
+            session_id=session_id,
+            record=record,
+        )
+        return decision.to_dict()
 
     # ------------------------------------------------------------------ status
 
     def status_model(self, agent_id: str | None = None, *, deep: bool = False) -> MemoryStatus:
-        """The typed status of one agent (see `orchestrator.status.MemoryStatus`).
-
-        Reads the persisted health, so the answer is the same from every process. `deep` probes
-        qmd for real (a search with the configured timeout) and records the outcome.
-        """
-        # imported here: the status models are defined only by processes that report status
+        """The typed status of one agent, the same from every process; `deep` probes qmd for real."""
+        # imported here: only processes that report status define the status models
         from .status import FallbackInfo, MemoryStatus, RecoveryInfo
 
         b = self.backend(agent_id)
@@ -410,8 +373,7 @@ class MemoryService:
         if b.qmd is not None:
             self._probe_qmd(b, deep)
         health = b.health_snapshot()
-        # one reading of the failover state: a probe may finish during the calls below, and the
-        # answer must not pair its outcome (backend) with the state before it (recovery)
+        # one reading: a probe finishing meanwhile must not pair its backend with older recovery
         st = b.failover.state if b.qmd is not None else None
         backend = b.active
         idx = b.index
@@ -476,8 +438,7 @@ class MemoryService:
 
     @staticmethod
     def _probe_qmd(b: AgentBackend, deep: bool) -> None:
-        """`deep`: probe qmd for real (a search when it serves), recording the outcome; a qmd
-        never validated is asked its version, within 5 s."""
+        """`deep`: probe qmd for real; a qmd never validated is asked its version, within 5 s."""
         assert b.qmd is not None
         if deep:
             if b.active == "builtin":
@@ -514,8 +475,7 @@ class MemoryService:
 
 
 def _with_health(q: QmdStatus, health: Any) -> QmdStatus:
-    """The engine's status with what every process recorded: the last validation of `qmd
-    --version` (this process may not have run it) and the hits memoryd refused to serve."""
+    """The engine's status with what every process recorded (version check, refused hits)."""
     h = health.qmd
     update: dict[str, Any] = {}
     if h.version is not None or h.version_error is not None:

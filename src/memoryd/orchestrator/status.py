@@ -171,7 +171,3 @@ def _qmd_issues(st: MemoryStatus) -> list[str]:
             + " (run `memoryd index`, or keep `memoryd serve` running)"
         )
     return found
-
-
-def status_dict(st: MemoryStatus) -> dict[str, Any]:
-    return st.to_dict()

@@ -1,0 +1,183 @@
+"""What the `memoryd` command prints for people (without `--json`): searches and status."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from .core.text import visible_controls
+
+
+def print_search(out: dict[str, Any]) -> None:
+    """A `memory_search` answer: notes on stderr, a header line, then each hit and its snippet."""
+    if out.get("scopeDenied"):
+        print(f"Denied: {visible_controls(out['reason'])}")
+        return
+    fallback = out.get("fallback")
+    if fallback and fallback.get("from") == "qmd":
+        reason = visible_controls(str(fallback.get("reason")))
+        print(f"note: answered by the built-in index: {reason}", file=sys.stderr)
+    if out.get("stale"):
+        print(
+            f"note: the qmd index is {out.get('staleSeconds')}s behind the memory files "
+            "(run `memoryd index`, or keep `memoryd serve` running)",
+            file=sys.stderr,
+        )
+    for note in out.get("notes", []):
+        print(f"note: {visible_controls(note)}", file=sys.stderr)
+    n = len(out["results"])
+    embedder = out.get("provider") or "no embeddings"
+    if out.get("model"):
+        embedder += f" ({out['model']})"
+    header = [
+        f"{n} result{'s' if n != 1 else ''}" if n else "no matches",
+        f"{out.get('backend')} backend" + (" (qmd failed over)" if fallback else ""),
+        _mode_label(out),
+        embedder,
+    ]
+    if out.get("stale"):
+        header.append(f"qmd {out.get('staleSeconds')}s behind")
+    print(" · ".join(header))
+    if not n:
+        return
+    print()
+    for r in out["results"]:
+        print(f"{r['score']:.3f} {visible_controls(r['path'])}:{r['startLine']}-{r['endLine']}")
+        # split on newlines only: a CR, FF or U+2028 inside a line is shown, not obeyed
+        for line in r["snippet"].split("\n"):
+            print(f"    {visible_controls(line)}")
+        print()
+
+
+def _mode_label(out: dict[str, Any]) -> str:
+    """`hybrid search` for the built-in index; qmd's modes are searches already (`search mode`)."""
+    mode = out.get("mode")
+    return f"{mode} mode" if out.get("backend") == "qmd" else f"{mode} search"
+
+
+def _when(ts: float | None) -> str:
+    """`12s ago`, `in 13s`, `5 min ago`, or the date for anything further away."""
+    if not ts:
+        return "never"
+    age = time.time() - ts
+    if abs(age) < 5400:
+        span = f"{abs(age):.0f}s" if abs(age) < 90 else f"{abs(age) / 60:.0f} min"
+        return f"{span} ago" if age >= 0 else f"in {span}"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+def print_status(st: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None, pad_edge=False)
+    backend = st["backend"]
+    if st["requestedBackend"] != backend:
+        backend += f" (qmd requested; failed over: {(st.get('fallback') or {}).get('reason')})"
+    rows: list[tuple[str, str]] = [
+        ("agent", st["agentId"]),
+        ("workspace", st["workspaceDir"]),
+        ("backend", backend),
+        (
+            "embeddings",
+            f"{st.get('provider') or 'none'}" + (f" ({st['model']})" if st.get("model") else ""),
+        ),
+    ]
+    b = st.get("builtin")
+    if b:
+        rows += _builtin_rows(b)
+    q = st.get("qmd")
+    if q:
+        rows += _qmd_rows(st, q)
+    check = st.get("check")
+    if check is not None:
+        rows.append(("index check", _check_line(check)))
+    if st.get("servedBy"):
+        rows.append(("answered by", st["servedBy"]))
+    for key, value in rows:
+        # values are data (paths, reasons): never rich markup, never terminal controls
+        table.add_row(f"[bold]{key}[/bold]", escape(visible_controls(str(value))))
+    console = Console()
+    console.print(table)
+    for issue in st.get("issues", []):
+        console.print(f"[yellow]issue:[/yellow] {escape(visible_controls(issue))}")
+
+
+def _builtin_rows(b: dict[str, Any]) -> list[tuple[str, str]]:
+    pending = f", {b['pendingVectors']} waiting for embeddings" if b["pendingVectors"] else ""
+    on_pg = b["fts"].get("engine", "fts5") == "tsvector"
+    vec = b["vector"]
+    vectors = (
+        f"{vec['engine']}, searched with {vec['searchEngine']}"
+        + (f" ({vec['dims']} dims)" if vec.get("dims") else "")
+        + (f", queries embedded by {vec['queryEngine']}" if vec.get("queryEngine") else "")
+        + (f" ({vec['queryEngineProblem']})" if vec.get("queryEngineProblem") else "")
+        + (f" — {vec['loadError']}" if vec.get("loadError") else "")
+    )
+    keyword = "PostgreSQL tsvector" if on_pg else "FTS5"
+    return [
+        ("indexed", f"{b['files']} files, {b['chunks']} chunks{pending}"),
+        ("up to date", "no (files changed since the last sync)" if b["dirty"] else "yes"),
+        ("last sync", _when(b.get("lastSyncAt"))),
+        *[
+            ("skipped", skipped_line(f["path"], f["reason"], f["detail"]))
+            for f in b.get("skippedFiles", [])
+        ],
+        ("index (PostgreSQL)" if on_pg else "index file", b["dbPath"]),
+        ("vectors", vectors),
+        (
+            "keyword search",
+            keyword if b["fts"]["available"] else f"unavailable: {b['fts']['error']}",
+        ),
+        ("embedding cache", f"{b['cache']['entries']:,} of {b['cache']['maxEntries']:,}"),
+    ]
+
+
+def _qmd_rows(st: dict[str, Any], q: dict[str, Any]) -> list[tuple[str, str]]:
+    version = q.get("version") or (
+        "not a qmd version" if q.get("versionError") else "version unknown"
+    )
+    rows = [
+        ("qmd", f"{version} ({q['command']}), mode {q['searchMode']}"),
+        ("qmd collections", ", ".join(c["name"] for c in q["collections"]) or "none yet"),
+        ("qmd last update", _when(st.get("lastUpdateAt"))),
+        ("qmd last embed", _when(st.get("lastEmbedAt"))),
+    ]
+    rec = st.get("recovery") or {}
+    if st.get("fallback"):
+        due = rec.get("nextProbeAt")
+        late = due is not None and due <= time.time()
+        rows.append(("next qmd probe", f"due ({_when(due)})" if late else _when(due)))
+        if rec.get("lastProbeError"):
+            rows.append(("last probe", rec["lastProbeError"]))
+    if st.get("healthUpdatedAt"):
+        rows.append(("health recorded", _when(st["healthUpdatedAt"])))
+    return rows
+
+
+def _check_line(check: dict[str, Any]) -> str:
+    """`status --deep`: what the index file check found and did."""
+    took = f" in {check.get('seconds', 0):.2f}s"
+    if check.get("ok"):
+        return "ok (integrity and counts verified" + took + ")"
+    line = f"damaged: {check.get('problem')}"
+    if check.get("movedTo"):
+        line += f"; moved to {check['movedTo']}"
+    if check.get("rebuilt"):
+        line += "; rebuilt from the memory files"
+    return line + took
+
+
+#: What each reason a file was not indexed means, in the words status and index print.
+_SKIP_REASONS = {
+    "read_failed": "cannot be read",
+    "binary": "not text",
+    "too_large": "too large",
+    "refused": "refused",
+}
+
+
+def skipped_line(path: str, reason: str, detail: str) -> str:
+    return visible_controls(f"{path} ({_SKIP_REASONS.get(reason, reason)}: {detail})")
