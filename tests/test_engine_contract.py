@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from helpers import agent_for, index_for, write
-from memoryd.core.engine import EngineAnswer, SearchRequest
+from memoryd.core.engine import SearchOutput, SearchRequest
 from memoryd.core.results import MAX_SNIPPET_CHARS
 from memoryd.core.status import BuiltinStatus, QmdStatus
 from memoryd.errors import InvalidInput, PathNotAllowed
@@ -62,7 +62,7 @@ def engine(request: pytest.FixtureRequest, contract_ws: Path) -> Iterator[Any]:
 
 def test_search_answers_are_ranked_and_readable_back(engine: Any) -> None:
     answer = engine.search(SearchRequest("zeppelin budget"))
-    assert isinstance(answer, EngineAnswer) and answer.engine == engine.name
+    assert isinstance(answer, SearchOutput) and answer.engine == engine.name
     assert answer.results, answer
     assert answer.results[0].path == "memory/2026-01-03.md"
     scores = [r.score for r in answer.results]

@@ -17,7 +17,7 @@ import pytest
 
 from helpers import agent_for, background, index_for, within, write
 from memoryd.config import ResolvedAgent
-from memoryd.core.engine import EngineAnswer, SearchRequest
+from memoryd.core.engine import SearchOutput, SearchRequest
 from memoryd.core.layout import MemoryRoot, default_roots
 from memoryd.core.results import FileText, SearchResult
 from memoryd.core.status import CollectionStatus, QmdStatus
@@ -66,14 +66,14 @@ class FakeQmd:
     def start(self, task_group: Any = None) -> None:
         self.started += 1
 
-    def search(self, request: SearchRequest) -> EngineAnswer:
+    def search(self, request: SearchRequest) -> SearchOutput:
         self.searches += 1
         if self.fault is not None:
             raise self.fault
         if self.empty:
-            return EngineAnswer([], "qmd", "qmd", None, "search", 4000)
+            return SearchOutput([], "qmd", "qmd", None, "search", 4000)
         hit = SearchResult("MEMORY.md", 1, 1, 0.9, "from qmd")
-        return EngineAnswer([hit], "qmd", "qmd", None, "search", 4000)
+        return SearchOutput([hit], "qmd", "qmd", None, "search", 4000)
 
     def get(self, path: str, from_line: int | None, lines: int | None) -> FileText:
         return FileText(path, "")

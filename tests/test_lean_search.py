@@ -28,7 +28,7 @@ from memoryd.builtin_index._search import Searcher
 from memoryd.builtin_index._stats import CorpusStatistics
 from memoryd.builtin_index._store import Store
 from memoryd.config import resolve_agent, validate_config
-from memoryd.core.engine import EngineAnswer
+from memoryd.core.engine import SearchOutput
 from memoryd.embeddings.selection import select_provider
 
 NOTES = {
@@ -74,7 +74,7 @@ def idx(workspace: Path) -> Iterator[MemoryIndex]:
         index.close()
 
 
-def _answer(out: EngineAnswer) -> list[tuple[str, int, int, str]]:
+def _answer(out: SearchOutput) -> list[tuple[str, int, int, str]]:
     return [(r.path, r.start_line, r.end_line, r.snippet) for r in out.results]
 
 

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
-from ..core.engine import EngineAnswer, SearchRequest
+from ..core.engine import SearchOutput, SearchRequest
 from ..core.ranking import (
     PATH_TOKEN,
     Candidate,
@@ -110,7 +110,7 @@ class Searcher:
 
     def search(
         self, request: SearchRequest, query: str, now: datetime | None, mode: str | None
-    ) -> EngineAnswer:
+    ) -> SearchOutput:
         """Both sides, the merge, ranking and snippets; `mode` pins one side for evaluation."""
         eng = self.engine
         params = self.rank_params(request.max_results, request.min_score)
@@ -155,7 +155,7 @@ class Searcher:
         degraded = None
         if eng.fallback_reason:
             degraded = {"reason": eng.fallback_reason, "since": eng.fallback_since}
-        return EngineAnswer(
+        return SearchOutput(
             results=results,
             engine="builtin",
             provider=eng.provider.id if eng.provider else None,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..background import Background
 from ..config import IndexSettings
 from ..core.chunking import ChunkingPlan, chunking_plan
-from ..core.engine import EngineAnswer, IndexCheck, ProgressFn, SearchRequest
+from ..core.engine import IndexCheck, ProgressFn, SearchOutput, SearchRequest
 from ..core.layout import MemoryRoot, is_markdown
 from ..core.results import FileText
 from ..embeddings.base import EmbeddingProvider, ProviderSelection
@@ -270,7 +270,7 @@ class MemoryIndex:
         min_score: float | None = None,
         now: datetime | None = None,
         mode: str | None = None,
-    ) -> EngineAnswer:
+    ) -> SearchOutput:
         """Hybrid recall; `mode` ("hybrid"|"keyword"|"vector") overrides config, for evaluation."""
         if isinstance(request, str):
             request = SearchRequest(request, max_results, min_score)

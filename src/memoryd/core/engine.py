@@ -83,10 +83,6 @@ class SearchOutput:
         return out
 
 
-# the built-in index and qmd adapter still construct `EngineAnswer`: it goes once they are renamed
-EngineAnswer = SearchOutput
-
-
 @dataclass(frozen=True, slots=True)
 class IndexCheck:
     """What `MemoryIndex.check` found, and what it did about it."""
@@ -206,7 +202,6 @@ def check_search_input(query: object, max_results: object, min_score: object) ->
 __all__ = [
     "BuiltinEngine",
     "Corpus",
-    "EngineAnswer",
     "EngineName",
     "FileText",
     "IndexCheck",

@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 from typing import Any, Final
 
 from ..background import Background
-from ..core.engine import EngineAnswer, SearchRequest
+from ..core.engine import SearchOutput, SearchRequest
 from ..core.layout import SKIP_DIRS, MemoryRoot
 from ..core.results import FileText, SearchResult, Source
 from ..core.status import CollectionStatus, QmdStatus
@@ -178,7 +178,7 @@ class QmdManager(QmdMaintained):
         max_results: int | None = None,
         min_score: float | None = None,
         mode: SearchMode | None = None,
-    ) -> EngineAnswer:
+    ) -> SearchOutput:
         """The engine contract's search: ranked hits with their provenance (see `search_hits`)."""
         if isinstance(request, str):
             request = SearchRequest(request, max_results, min_score)
@@ -189,7 +189,7 @@ class QmdManager(QmdMaintained):
             mode=mode,
             corpus=request.corpus,
         )
-        return EngineAnswer(
+        return SearchOutput(
             results=found.results,
             engine="qmd",
             provider="qmd",
