@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -289,9 +290,11 @@ def test_a_hard_link_and_a_venv_folder_qmd_indexed_are_not_served(
     assert all("secret" not in h.snippet for h in hits)
     dropped = mgr.status().dropped_hits
     assert dropped == {"refused": 2, "not_memory": 1}, dropped
-    assert mgr.status().last_dropped == (
+    # the last hit dropped, in qmd's order (which ties between these three do not fix)
+    last = mgr.status().last_dropped or ""
+    assert last == (
         "qmd/memory-dir-main/venv/v.md: not_memory (in venv/, a folder memoryd never reads)"
-    )
+    ) or re.fullmatch(r"qmd/memory-dir-main/(hard|tools/t)\.md: refused \(.+\)", last), last
 
 
 def _config(shared: Shared, command: str) -> Any:
