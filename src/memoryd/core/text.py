@@ -20,9 +20,28 @@ _CJK_CLASS = (
 )
 
 
-_CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
-_CJK_RUN = re.compile(f"[{_CJK_CLASS}]+")
-_WORD = re.compile(rf"[^\W_]+(?:['’][^\W_]+)?|[{_CJK_CLASS}]+")
+class _Lazy:
+    """A regex compiled on first use: a class of CJK ranges takes milliseconds to compile, and
+    ASCII text, which cannot hold CJK, never needs it (a second path kept for speed)."""
+
+    __slots__ = ("_compiled", "_source")
+
+    def __init__(self, source: str) -> None:
+        self._source = source
+        self._compiled: re.Pattern[str] | None = None
+
+    @property
+    def re(self) -> re.Pattern[str]:
+        if self._compiled is None:
+            self._compiled = re.compile(self._source)
+        return self._compiled
+
+
+_CJK_CHAR = _Lazy(f"[{_CJK_CLASS}]")
+_CJK_RUN = _Lazy(f"[{_CJK_CLASS}]+")
+_WORD = _Lazy(rf"[^\W_]+(?:['’][^\W_]+)?|[{_CJK_CLASS}]+")
+#: `_WORD` without its CJK branch, which can never match ASCII text
+_ASCII_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
 _SPLIT_WORD = re.compile(r"[\w'’]+", re.UNICODE)
 _POSSESSIVE = re.compile(r"['’]s$")
 
@@ -174,7 +193,7 @@ STOPWORDS = frozenset(
 
 
 def has_cjk(text: str) -> bool:
-    return not text.isascii() and _CJK_CHAR.search(text) is not None
+    return not text.isascii() and _CJK_CHAR.re.search(text) is not None
 
 
 _KANA = re.compile("[\u3040-\u30ff]")
@@ -193,8 +212,8 @@ def script_of(text: str) -> Script:
     """
     if not has_cjk(text):
         return "latin"
-    cjk = len(_CJK_CHAR.findall(text))
-    words = len(_LATIN_WORD.findall(_CJK_RUN.sub(" ", text)))
+    cjk = len(_CJK_CHAR.re.findall(text))
+    words = len(_LATIN_WORD.findall(_CJK_RUN.re.sub(" ", text)))
     if cjk < words:
         return "latin"
     if _KANA.search(text):
@@ -206,7 +225,7 @@ def script_of(text: str) -> Script:
 
 def estimate_tokens(text: str) -> int:
     """Cheap token estimate that does not under-count CJK: one token per CJK character, ~4 chars otherwise."""
-    cjk = 0 if text.isascii() else len(text) - len(_CJK_RUN.sub("", text))
+    cjk = 0 if text.isascii() else len(text) - len(_CJK_RUN.re.sub("", text))
     rest = len(text) - cjk
     return cjk + (rest + 3) // 4
 
@@ -222,7 +241,7 @@ class TokenPrefix:
     __slots__ = ("_before", "_ends", "_starts")
 
     def __init__(self, text: str) -> None:
-        runs = [] if text.isascii() else [m.span() for m in _CJK_RUN.finditer(text)]
+        runs = [] if text.isascii() else [m.span() for m in _CJK_RUN.re.finditer(text)]
         self._starts = [a for a, _ in runs]
         self._ends = [b for _, b in runs]
         self._before = list(accumulate((b - a for a, b in runs), initial=0))  # CJK before run i
@@ -246,7 +265,7 @@ def segment_for_fts(text: str) -> str:
     """
     if text.isascii():
         return text
-    return _CJK_RUN.sub(lambda m: " " + " ".join(m.group(0)) + " ", text)
+    return _CJK_RUN.re.sub(lambda m: " " + " ".join(m.group(0)) + " ", text)
 
 
 def cjk_bigrams(run: str) -> list[str]:
@@ -267,7 +286,7 @@ def _split_scripts(word: str) -> list[str]:
         return [word]
     out: list[str] = []
     pos = 0
-    for m in _CJK_RUN.finditer(word):
+    for m in _CJK_RUN.re.finditer(word):
         if m.start() > pos:
             out.append(word[pos : m.start()])
         out.extend(cjk_bigrams(m.group(0)))
@@ -275,6 +294,10 @@ def _split_scripts(word: str) -> list[str]:
     if pos < len(word):
         out.append(word[pos:])
     return out
+
+
+def _words(text: str) -> list[str]:
+    return (_ASCII_WORD if text.isascii() else _WORD.re).findall(text)
 
 
 def query_terms(query: str) -> list[str]:
@@ -287,7 +310,7 @@ def _query_terms(query: str) -> tuple[str, ...]:
     # a search asks for its query's terms ~10 times (keyword side, statistics, ranking, each
     # snippet): worked out once
     seen: dict[str, None] = {}
-    for raw in _WORD.findall(query.lower()):
+    for raw in _words(query.lower()):
         # a possessive names its owner: "Caroline's" is about `caroline`, and notes say
         # "Caroline:" far more often than "Caroline's" (an unmatched term weighs the most)
         raw = _POSSESSIVE.sub("", raw)
@@ -296,7 +319,7 @@ def _query_terms(query: str) -> tuple[str, ...]:
         for term in _split_scripts(raw):
             seen.setdefault(term, None)
     if not seen:  # a query of only stopwords still searches for them (not a lone letter)
-        for raw in _WORD.findall(query.lower()):
+        for raw in _words(query.lower()):
             if len(raw) > 1 or has_cjk(raw) or raw.isdigit():
                 seen.setdefault(raw, None)
     return tuple(seen)
