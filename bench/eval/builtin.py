@@ -211,7 +211,6 @@ def search(
         idx.overrides = {}
     # what memory_search injects: the orchestrator's one budget trim (citations are off here)
     budget = outcome.max_injected_chars if max_chars is None else max_chars
-    outcome.results = trim_to_budget(outcome.results, budget)
     return [
         {
             "path": r.path,
@@ -220,7 +219,7 @@ def search(
             "snippet": r.snippet,
             "score": round(float(r.score), 4),
         }
-        for r in outcome.results
+        for r in trim_to_budget(outcome.results, budget)
     ]
 
 
