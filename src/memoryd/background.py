@@ -72,21 +72,32 @@ async def run_blocking(fn: Callable[[], T], limiter: anyio.CapacityLimiter) -> T
     import anyio.from_thread
     import anyio.lowlevel
 
-    async with limiter:
-        done = anyio.Event()
-        token = anyio.lowlevel.current_token()
-        outcome: list[Any] = []
+    # The thread gives its slot back when it ends, not when the awaiting task does: a request
+    # cancelled mid-call must not let another thread start beside the one still running.
+    borrower = object()
+    await limiter.acquire_on_behalf_of(borrower)
+    done = anyio.Event()
+    token = anyio.lowlevel.current_token()
+    outcome: list[Any] = []
 
-        def run() -> None:
-            try:
-                outcome.append((True, fn()))
-            except BaseException as err:  # handed to the awaiting task
-                outcome.append((False, err))
-            with contextlib.suppress(anyio.RunFinishedError):
-                anyio.from_thread.run_sync(done.set, token=token)
+    def finished() -> None:
+        limiter.release_on_behalf_of(borrower)
+        done.set()
 
+    def run() -> None:
+        try:
+            outcome.append((True, fn()))
+        except BaseException as err:  # handed to the awaiting task
+            outcome.append((False, err))
+        with contextlib.suppress(anyio.RunFinishedError):
+            anyio.from_thread.run_sync(finished, token=token)
+
+    try:
         threading.Thread(target=run, name="memoryd-request", daemon=True).start()
-        await done.wait()
+    except BaseException:
+        limiter.release_on_behalf_of(borrower)
+        raise
+    await done.wait()
     ok, value = outcome[0]
     if not ok:
         raise value
