@@ -38,6 +38,7 @@ from memoryd.fsio import (
     walk,
     write_private_atomic,
 )
+from second_user import as_nobody, needs_root
 
 SECRET = b"OUTSIDE-SECRET\n"
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -573,56 +574,19 @@ def test_running_out_of_descriptors_is_a_memoryd_error_not_an_oserror(workspace:
     assert out["walk"] == ["ok", "['unreadable']"]
 
 
-@pytest.fixture
-def shared_base() -> Iterator[Path]:
-    """A folder every local user may traverse (pytest's own tmp folder is 0700)."""
-    base = Path(__import__("tempfile").mkdtemp(prefix="memoryd-fsio-"))
-    os.chmod(base, 0o755)
-    try:
-        yield base
-    finally:
-        shutil.rmtree(base)
-
-
-def _as_nobody(call: Callable[[], object]) -> str:
-    """Run `call` in a forked child that dropped to `nobody`; returns its outcome's name."""
-    import pwd
-
-    nobody = pwd.getpwnam("nobody")
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through the pipe
-        os.close(read_end)
-        try:
-            os.setgroups([])
-            os.setgid(nobody.pw_gid)
-            os.setuid(nobody.pw_uid)
-            call()
-            answer = "ok"
-        except BaseException as err:
-            answer = f"{type(err).__name__}:{getattr(err, 'code', '')}"
-        os.write(write_end, answer.encode())
-        os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as fh:
-        answer_bytes = fh.read()
-    os.waitpid(pid, 0)
-    return answer_bytes.decode()
-
-
-@pytest.mark.skipif(not IS_ROOT, reason="needs root to read as another user (nobody)")
+@needs_root
 def test_permission_denied_is_a_memoryd_error(shared_base: Path) -> None:
     ws = shared_base / "ws"
     write(ws / "memory" / "private.md")
     os.chmod(ws / "memory" / "private.md", 0o600)
     root = memory_root(ws)
-    assert _as_nobody(lambda: read_file(root, "private.md", anchor=ws)) == (
+    assert as_nobody(lambda: read_file(root, "private.md", anchor=ws)) == (
         "MemoryReadFailed:read_failed"
     )
-    assert _as_nobody(lambda: append_file(root, "private.md", b"x\n", anchor=ws)) == (
+    assert as_nobody(lambda: append_file(root, "private.md", b"x\n", anchor=ws)) == (
         "MemoryWriteFailed:write_failed"
     )
-    assert _as_nobody(lambda: append_file(root, "new.md", b"x\n", anchor=ws)) == (
+    assert as_nobody(lambda: append_file(root, "new.md", b"x\n", anchor=ws)) == (
         "MemoryWriteFailed:write_failed"
     )
 
