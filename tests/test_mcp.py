@@ -574,6 +574,25 @@ def the_token(state: Path) -> str:
     return (state / "mcp-token").read_text().strip()
 
 
+@contextlib.contextmanager
+def serving_http(config: Path, env: dict[str, str], err: Path) -> Iterator[str]:
+    """`memoryd mcp --http 0` in a process with `env`, stderr to `err`: its URL, until exit."""
+    with err.open("w") as err_file:
+        proc = subprocess.Popen(
+            memoryd("mcp", "--config", str(config), "--http", "0"),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err_file,
+            env=env,
+        )
+    try:
+        r = Running(proc, err)  # type: ignore[arg-type]
+        yield r.wait_for_stderr(r"listening on (http://127\.0\.0\.1:\d+/mcp)").group(1)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
 @pytest.fixture(scope="module")
 def shared_http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """One server for the many header checks (each process start costs seconds here)."""
@@ -582,22 +601,8 @@ def shared_http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str,
     (ws / "memory").mkdir(parents=True)
     (ws / "MEMORY.md").write_text("# Memory\n")
     env = {**os.environ, "MEMORYD_STATE_DIR": str(root / "state"), "XDG_CONFIG_HOME": str(root)}
-    err = root / "stderr.txt"
-    with err.open("w") as err_file:
-        proc = subprocess.Popen(
-            memoryd("mcp", "--config", str(write_config(root, ws)), "--http", "0"),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err_file,
-            env=env,
-        )
-    try:
-        r = Running(proc, err)  # type: ignore[arg-type]
-        url = r.wait_for_stderr(r"listening on (http://127\.0\.0\.1:\d+/mcp)").group(1)
+    with serving_http(write_config(root, ws), env, root / "stderr.txt") as url:
         yield url, the_token(root / "state")
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def test_http_serves_the_tools_to_the_sdk_client(http_server: tuple[Running, str]) -> None:
@@ -882,18 +887,7 @@ def test_another_local_user_cannot_use_the_loopback_server(
     it. Now the call needs the token, and the token file is the owner's alone."""
     state = shared_base / "state"
     env = {**os.environ, "MEMORYD_STATE_DIR": str(state)}
-    err = tmp_path / "stderr.txt"
-    with err.open("w") as err_file:
-        proc = subprocess.Popen(
-            memoryd("mcp", "--config", str(write_config(tmp_path, ws)), "--http", "0"),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err_file,
-            env=env,
-        )
-    try:
-        running = Running(proc, err)  # type: ignore[arg-type]
-        url = running.wait_for_stderr(r"listening on (http://127\.0\.0\.1:\d+/mcp)").group(1)
+    with serving_http(write_config(tmp_path, ws), env, tmp_path / "stderr.txt") as url:
         before = (ws / "MEMORY.md").read_bytes()
 
         # imported here, before the fork: `nobody` may not read the interpreter's own files
@@ -936,9 +930,6 @@ def test_another_local_user_cannot_use_the_loopback_server(
             "append: 401",
         ]
         assert (ws / "MEMORY.md").read_bytes() == before
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def test_http_sessions_are_capped_and_expire_when_idle(
