@@ -104,6 +104,11 @@ class MemorySearchInput(ToolInput):
         "'sessions' (past session transcripts, when enabled) or 'all' (every configured "
         "source, the default).",
     )
+    explain: bool = Field(
+        False,
+        description="Give each result an `explain` object: how its score and place were "
+        "computed (keyword and vector evidence, fusion, calibration, boosts, rerank).",
+    )
     session_key: str | None = Field(
         None,
         alias="sessionKey",
@@ -395,6 +400,7 @@ class ToolService(Protocol):
         max_results: int | None = ...,
         min_score: float | None = ...,
         corpus: Corpus = ...,
+        explain: bool = ...,
     ) -> SearchOutput: ...
 
     def get(
@@ -447,6 +453,7 @@ def _call(service: ToolService, args: ToolInput, agent_id: str | None) -> dict[s
             max_results=args.max_results,
             min_score=args.min_score,
             corpus=args.corpus,
+            **({"explain": True} if args.explain else {}),
         ).to_dict()
     if isinstance(args, MemoryGetInput):
         if args.corpus == "sessions":

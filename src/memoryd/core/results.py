@@ -23,6 +23,9 @@ class SearchResult:
     citation: str | None = None
     #: Set on hits another engine added to an answer (`memory.qmd.emptyResults = "builtin"`).
     engine: str | None = None
+    #: How the score and the place were computed, when the search was asked to explain
+    #: (docs/retrieval-quality.md, "Explaining a search").
+    explain: dict[str, Any] | None = None
 
     def with_(self, **changes: Any) -> SearchResult:
         return replace(self, **changes)
@@ -41,6 +44,8 @@ class SearchResult:
             out["citation"] = self.citation
         if self.engine is not None:
             out["backend"] = self.engine
+        if self.explain is not None:
+            out["explain"] = self.explain
         return out
 
 
