@@ -178,6 +178,12 @@ class RerankStage:
         self._written: str | bool | None = False  # False: not read from the file yet
         self._lock = threading.Lock()
 
+    def close(self) -> None:
+        """Release the remote reranker's connections."""
+        close = getattr(self.scorer, "close", None)
+        if close is not None:
+            close()
+
     @property
     def provider(self) -> str:
         return self.cfg.provider

@@ -87,6 +87,10 @@ class Searcher:
     def forget_paths(self) -> None:
         self._paths_cache = None
 
+    def close(self) -> None:
+        if self._rerank is not None:
+            self._rerank.close()
+
     def prefetch(self, query: str) -> None:
         """Start embedding `query` on the provider's worker while the keyword side runs."""
         eng = self.engine

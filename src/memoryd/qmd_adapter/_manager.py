@@ -91,6 +91,8 @@ class QmdManager(QmdMaintained):
         self._wake.set()
         for process in list(self._running):
             kill_group(process)
+        if self.rerank_stage is not None:
+            self.rerank_stage.close()
 
     def __enter__(self) -> QmdManager:
         self.start()
