@@ -15,6 +15,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     ValidationError,
 )
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
@@ -104,16 +105,16 @@ class MemorySearchInput(ToolInput):
         "'sessions' (past session transcripts, when enabled) or 'all' (every configured "
         "source, the default).",
     )
-    explain: bool = Field(
-        False,
-        description="Give each result an `explain` object: how its score and place were "
-        "computed (keyword and vector evidence, fusion, calibration, boosts, rerank).",
-    )
     session_key: str | None = Field(
         None,
         alias="sessionKey",
         description="The calling session's key (e.g. agent:main:main); scope rules and "
         "citations follow it.",
+    )
+    explain: StrictBool = Field(
+        False,
+        description="Give each result an `explain` object: how its score and place were "
+        "computed (keyword and vector evidence, fusion, calibration, boosts, rerank).",
     )
 
 
