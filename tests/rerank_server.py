@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from embedding_servers import FakeAPI, Reply
@@ -76,3 +77,43 @@ class FakeRerank(FakeAPI):
 
 def _reply(status: int, body: Any) -> Reply:
     return status, {"Content-Type": "application/json"}, json.dumps(body).encode()
+
+
+TOPICS = [
+    "the deploy pipeline and its canary stage",
+    "postgres vacuum settings and the connection pooler",
+    "the garden: tomatoes, basil and the frost dates",
+    "the payments webhook and its retry policy",
+    "the team offsite in Lisbon and the travel budget",
+]
+QUERIES = [
+    "what did we decide about the deploy pipeline?",
+    "postgres connection pooler settings",
+    "when should the tomatoes go in the garden?",
+    "webhook retry policy for payments",
+    "travel budget for the Lisbon offsite",
+]
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def seed(ws: Path) -> Path:
+    """Thirty daily notes over five topics, each note mixing two of them: every query matches
+    far more chunks than maxResults, so a pool that grew with maxResults would rank others."""
+    for day in range(1, 31):
+        a, b = TOPICS[day % 5], TOPICS[(day * 2 + 1) % 5]
+        animal = "zebra" if day % 7 == 0 else "otter"
+        lines = [
+            f"# 2026-03-{day:02d}",
+            "",
+            f"- Talked about {a}; note {day} says the {animal} plan holds.",
+            f"- Later, {b} came up again (follow-up {day}).",
+            f"- Owner for {a.split()[1]}: person {day % 4}.",
+        ]
+        write(ws / "memory" / f"2026-03-{day:02d}.md", "\n".join(lines) + "\n")
+    write(ws / "MEMORY.md", "# Memory\n\n- " + "\n- ".join(TOPICS) + "\n")
+    return ws

@@ -23,41 +23,9 @@ from memoryd.core.engine import SearchRequest
 from memoryd.errors import ConfigError
 from memoryd.orchestrator import MemoryService
 from memoryd.rerank import RerankStage, parse_scores, read_degraded
-from rerank_server import FakeRerank, favourite_score
+from rerank_server import QUERIES, FakeRerank, favourite_score, seed
 
 SECRET = "sk-rerank-secret-4242"
-TOPICS = [
-    "the deploy pipeline and its canary stage",
-    "postgres vacuum settings and the connection pooler",
-    "the garden: tomatoes, basil and the frost dates",
-    "the payments webhook and its retry policy",
-    "the team offsite in Lisbon and the travel budget",
-]
-QUERIES = [
-    "what did we decide about the deploy pipeline?",
-    "postgres connection pooler settings",
-    "when should the tomatoes go in the garden?",
-    "webhook retry policy for payments",
-    "travel budget for the Lisbon offsite",
-]
-
-
-def seed(ws: Path) -> Path:
-    """Thirty daily notes over five topics, each note mixing two of them: every query matches
-    far more chunks than maxResults, so a pool that grew with maxResults would rank others."""
-    for day in range(1, 31):
-        a, b = TOPICS[day % 5], TOPICS[(day * 2 + 1) % 5]
-        animal = "zebra" if day % 7 == 0 else "otter"
-        lines = [
-            f"# 2026-03-{day:02d}",
-            "",
-            f"- Talked about {a}; note {day} says the {animal} plan holds.",
-            f"- Later, {b} came up again (follow-up {day}).",
-            f"- Owner for {a.split()[1]}: person {day % 4}.",
-        ]
-        write(ws / "memory" / f"2026-03-{day:02d}.md", "\n".join(lines) + "\n")
-    write(ws / "MEMORY.md", "# Memory\n\n- " + "\n- ".join(TOPICS) + "\n")
-    return ws
 
 
 def remote(url: str, **kw: Any) -> dict[str, Any]:
