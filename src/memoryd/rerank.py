@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .config import RerankConfig, RerankRemoteConfig
-from .errors import MemorydError, QmdTimeout, StateError
+from .errors import QmdTimeout, StateError
 from .fsio import read_private, write_private_atomic
 
 log = logging.getLogger("memoryd.rerank")
@@ -51,8 +51,9 @@ STATE_FILE: Final = "rerank.json"
 Scorer = Callable[[str, Sequence[str], float], list[float]]
 
 
-class RerankFailed(MemorydError, code="rerank_failed"):
-    """Raised inside the stage when a reranker's answer cannot be used (never reaches a user)."""
+class RerankFailed(Exception):
+    """Raised inside the stage when a reranker's answer cannot be used; the stage fails open,
+    so it never reaches a user (and is no `MemorydError`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,7 @@ class RemoteReranker:
     """
 
     def __init__(self, cfg: RerankRemoteConfig, environ: Mapping[str, str] | None = None) -> None:
-        from .embeddings._http import ApiClient, RetryPolicy, merge_headers
+        from .embeddings import ApiClient, RetryPolicy, merge_headers
 
         assert cfg.base_url is not None
         env = os.environ if environ is None else environ
@@ -155,7 +156,7 @@ class RemoteReranker:
         return parse_scores(self._post(request, deadline), len(documents))
 
     def _post(self, body: Mapping[str, Any], deadline: float) -> Any:
-        from .embeddings._http import parse_json
+        from .embeddings import parse_json
 
         response = self._client.request("POST", self._path, json=body, deadline=deadline)
         if "json" not in response.headers.get("content-type", "json"):

@@ -10,7 +10,7 @@ from .hashing import HashingEmbedder
 
 if TYPE_CHECKING:
     from ..errors import BatchPending
-    from ._http import EmbeddingHTTPError, RetryPolicy
+    from ._http import ApiClient, EmbeddingHTTPError, RetryPolicy, merge_headers, parse_json
     from .gemini import GeminiProvider
     from .mistral import MistralProvider
     from .ollama import OllamaProvider
@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from .voyage import VoyageProvider
 
 _LAZY = {
+    "ApiClient": "._http",
+    "merge_headers": "._http",
+    "parse_json": "._http",
     "EmbeddingHTTPError": "._http",
     "RetryPolicy": "._http",
     "BatchPending": "..errors",
@@ -40,6 +43,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ApiClient",
     "BatchPending",
     "EmbeddingHTTPError",
     "EmbeddingProvider",
@@ -53,6 +57,8 @@ __all__ = [
     "VoyageProvider",
     "endpoint_fingerprint",
     "l2_normalize",
+    "merge_headers",
+    "parse_json",
     "select_from_config",
     "select_provider",
 ]
