@@ -171,7 +171,7 @@ def test_status_says_degraded_until_a_rerank_succeeds(ws: Path) -> None:
         with MemoryService(config, background=False) as svc:
             svc.search("deploy pipeline")
             st = svc.status()
-            assert "rerank: degraded, rerank: HTTP 500" in " ".join(st["issues"]), st["issues"]
+            assert "rerank: degraded, HTTP 500" in " ".join(st["issues"]), st["issues"]
             assert st["rerank"].startswith("degraded, ")
             assert SECRET not in json.dumps(st)
             api.misbehave = "none"
@@ -308,7 +308,7 @@ def test_the_first_k_results_of_n_are_the_results_of_k(
 @pytest.mark.parametrize(
     ("rerank", "message"),
     [
-        ({"provider": "remote"}, "rerank.remote.baseUrl is not set"),
+        ({"provider": "remote"}, "remote.baseUrl is not set"),
         ({"provider": "cohere"}, "provider"),
         ({"candidates": 0}, "candidates"),
         ({"timeoutMs": 0}, "timeoutMs"),

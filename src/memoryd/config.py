@@ -233,8 +233,8 @@ class RerankConfig:
     def __post_init__(self) -> None:
         if self.provider == "remote" and not self.remote.base_url:
             raise ValueError(
-                'rerank.provider is "remote" but rerank.remote.baseUrl is not set '
-                "(e.g. http://127.0.0.1:8012)"
+                'provider is "remote" but remote.baseUrl is not set '
+                "(the rerank API, e.g. http://127.0.0.1:8012)"
             )
 
 

@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from .config import RerankConfig, RerankRemoteConfig
 from .errors import QmdTimeout, StateError
-from .fsio import read_private, write_private_atomic
+from .fsio import private_dir, read_private, write_private_atomic
 
 log = logging.getLogger("memoryd.rerank")
 
@@ -251,6 +251,7 @@ class RerankStage:
                 return
             data = {"degraded": reason, "at": time.time()}
             try:
+                private_dir(path.parent)
                 write_private_atomic(path, json.dumps(data).encode())
             except (StateError, OSError) as err:
                 log.warning("cannot record the rerank state in %s: %s", path, err)
@@ -278,7 +279,7 @@ def _timed_out(err: BaseException) -> bool:
 def _reason(err: BaseException) -> str:
     """One line, without a traceback; the error messages name URLs, never headers."""
     text = " ".join(str(err).split()) or type(err).__name__
-    return text[:300]
+    return text.removeprefix("rerank: ")[:300]
 
 
 def remote_stage(cfg: RerankConfig, state_dir: Path | None) -> RerankStage:
