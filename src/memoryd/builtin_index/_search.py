@@ -162,13 +162,23 @@ class Searcher:
                 partial_vectors=qvec is not None and pending > 0,
                 trace=trace,
             )
-            ranked = self._reranked(query, ranked, notes, trace)
             if trace is not None:
                 for c in ranked:
                     trace[c.chunk_id]["minScore"] = params.min_score
-            results = self._results(
-                store, ranked, query, params, early.snippets if early else {}, trace
-            )
+            stage = self._rerank_stage()
+            if stage is None:
+                self._reranked(query, ranked, notes, trace)
+                results = self._results(
+                    store, ranked, query, params, early.snippets if early else {}, trace
+                )
+        if stage is not None:
+            # no snapshot is held while the reranker answers (a remote API may be slow); a
+            # result's following lines are read again after, by path and line
+            ranked = self._reranked(query, ranked, notes, trace)
+            with snapshot(store):
+                results = self._results(
+                    store, ranked, query, params, early.snippets if early else {}, trace
+                )
         kw_used = want_kw and store.fts_available
         used_mode = "keyword" if qvec is None else ("hybrid" if kw_used else "vector")
         if pending and (qvec is not None or no_vectors_yet):
