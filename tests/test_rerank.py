@@ -141,7 +141,10 @@ def test_a_failing_reranker_leaves_the_order_and_says_why(
     api = FakeRerank(key=SECRET, misbehave=misbehave, slow_s=3.0)  # type: ignore[arg-type]
     caplog.set_level(logging.DEBUG)
     with serve(api) as url:
-        idx = index(ws, remote(url, timeout_ms=300), minScore=0.0)
+        # the slow server is cut at 300 ms; the others answer at once, given all the time a
+        # loaded machine may need
+        timeout_ms = 300 if misbehave == "slow" else 20_000
+        idx = index(ws, remote(url, timeout_ms=timeout_ms), minScore=0.0)
         out = idx.search(SearchRequest(query, explain=True))
     assert shown(out) == shown(plain)  # the unreranked order, the same results
     notes = [n for n in out.notes if n.startswith("rerank degraded")]
@@ -149,7 +152,7 @@ def test_a_failing_reranker_leaves_the_order_and_says_why(
     rr = out.results[0].explain["rerank"]  # type: ignore[index]
     assert reason in rr["degraded"]
     # the stage's own time, measured by the stage: bounded by timeoutMs + 0.2 s
-    assert rr["seconds"] <= 0.3 + 0.2
+    assert rr["seconds"] <= timeout_ms / 1000 + 0.2
     degraded = read_degraded(idx.cfg.state_dir)  # type: ignore[arg-type]
     assert degraded is not None and reason in degraded
     assert SECRET not in caplog.text and SECRET not in json.dumps(out.to_dict())
