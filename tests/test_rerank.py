@@ -349,3 +349,24 @@ def test_favourite_score_is_what_the_tests_assume() -> None:
     assert favourite_score("q", "a zebra and a zebra", "zebra") > favourite_score(
         "q", "otter", "zebra"
     )
+
+
+def test_a_config_holding_the_rerank_key_is_never_cached(tmp_path: Path) -> None:
+    from memoryd import paths
+    from memoryd.config_files import load_config
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(
+        '[agents.defaults.memorySearch.query.rerank]\nprovider = "remote"\n'
+        f'[agents.defaults.memorySearch.query.rerank.remote]\nbaseUrl = "http://x"\napiKey = "{SECRET}"\n'
+    )
+    for _ in range(2):
+        loaded = load_config(cfg)
+    assert loaded.agents.defaults.memory_search.query.rerank.remote.api_key == SECRET
+    cache = paths.config_cache_dir()
+    cached = [p.read_text() for p in cache.glob("*")] if cache.is_dir() else []
+    assert not any(SECRET in text for text in cached)
+    plain = tmp_path / "plain.toml"
+    plain.write_text('[agents.defaults.memorySearch.query.rerank]\nprovider = "none"\n')
+    load_config(plain)
+    assert cache.is_dir() and list(cache.glob("*")), "the cache works for a config without a key"
