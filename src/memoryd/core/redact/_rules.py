@@ -1,8 +1,4 @@
-"""memoryd's own secret rules: formats gitleaks lacks, `key=value` forms and prose.
-
-Each pattern starts at a literal or a short word list and repeats only bounded or
-non-overlapping classes, so matching stays linear; docs/redaction.md lists what each one finds.
-"""
+"""memoryd's own secret rules: formats gitleaks lacks, `key=value` forms and prose."""
 
 from __future__ import annotations
 
@@ -27,12 +23,7 @@ class _Source(NamedTuple):
 
 
 class SecretPattern(NamedTuple):
-    """One of memoryd's own rules (a Python `re` pattern, compiled on first use).
-
-    With no capture group the whole match is the secret; otherwise the first group that took part
-    in the match is, and the rest of the match is context that stays. The pattern only runs when
-    one of `keywords` (lowercase) occurs in the lowercased text; no keywords means always.
-    """
+    """One of memoryd's own rules (a Python `re` pattern, compiled on first use)."""
 
     name: str
     source: _Source
@@ -90,29 +81,10 @@ _PASSWORD_WORDS: Final = (
 _PASSWORD_WORDS_CJK: Final = r"密码|密碼|口令|パスワード|暗証番号|비밀번호"
 _PASSWORD_KEYWORDS: Final = (
     "mot de passe",
-    *[
-        "pass",
-        "key",
-        "pwd",
-        "pw",
-        "kennwort",
-        "zugangscode",
-        "mdp",
-        "contraseña",
-        "contrasena",
-        "clave",
-        "senha",
-        "wachtwoord",
-        "hasło",
-        "haslo",
-        "пароль",
-        "密码",
-        "密碼",
-        "口令",
-        "パスワード",
-        "暗証番号",
-        "비밀번호",
-    ],
+    *(
+        "pass key pwd pw kennwort zugangscode mdp contraseña contrasena clave senha wachtwoord"
+        " hasło haslo пароль 密码 密碼 口令 パスワード 暗証番号 비밀번호"
+    ).split(),
 )
 # Words after the password word that say which one: "la contraseña nueva", "das neue"
 _AFTER_WORD: Final = (
@@ -121,21 +93,10 @@ _AFTER_WORD: Final = (
 )
 # Accounts every server has, so "root / …" is a login and its password.
 _DEFAULT_USERS: Final = tuple(
-    [
-        "root",
-        "admin",
-        "administrator",
-        "pi",
-        "ubuntu",
-        "deploy",
-        "postgres",
-        "sa",
-        "guest",
-        "ec2-user",
-        "oracle",
-        "sysadmin",
-        "superuser",
-    ]
+    (
+        "root admin administrator pi ubuntu deploy postgres sa guest ec2-user oracle sysadmin"
+        " superuser"
+    ).split()
 )
 # "the password FOR the staging db", "Kennwort FÜR den Router", "mot de passe DU wifi"
 _OF: Final = r"for|of|on|to|at|in|from|with|für|fuer|vom|von|zum|zur|des|du|de|del|pour|para"
@@ -366,21 +327,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
             r"[\w.@+-]{1,64}(?::(?!//)|[ \t]*/[ \t]*)" + _VALUE,
             re.IGNORECASE,
         ),
-        tuple(
-            [
-                "cred",
-                "login",
-                "account",
-                "identifiant",
-                "usuario",
-                "benutzer",
-                "user",
-                "wifi",
-                "wi-fi",
-                "wlan",
-                "ssid",
-            ]
-        ),
+        tuple("cred login account identifiant usuario benutzer user wifi wi-fi wlan ssid".split()),
     ),
     SecretPattern(
         # "root / cKZ1&Dw!0gBEHu", "admin/Monkey2014!": an account every server has, then a
@@ -426,28 +373,10 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
             r"|\becho[ \t]+(?=\S+[ \t]*\|[ \t]*sudo[ \t]+(?:-\w+[ \t]+)*-S\b))" + _CLI_VALUE
         ),
         tuple(
-            [
-                "sshpass",
-                "mysql",
-                "mariadb",
-                "docker",
-                "redis-cli",
-                "sqlcmd",
-                "bcp",
-                "osql",
-                "isql",
-                "ldap",
-                "zip",
-                "7z",
-                "mongo",
-                "pass:",
-                "smbclient",
-                "net",
-                "htpasswd",
-                "mysql_pwd",
-                "rediscli_auth",
-                "sudo",
-            ]
+            (
+                "sshpass mysql mariadb docker redis-cli sqlcmd bcp osql isql ldap zip 7z mongo"
+                " pass: smbclient net htpasswd mysql_pwd rediscli_auth sudo"
+            ).split()
         ),
     ),
     SecretPattern(
