@@ -1,9 +1,4 @@
-"""Memory files on disk for both engines: discovery and `memory_get` reads by `core.layout`'s rule.
-
-The file system is walked and read through `fsio`, by descriptor, so a symlink swapped in
-mid-call, a hard link, a FIFO or a very deep folder can neither leak outside content nor hang
-a search.
-"""
+"""Memory files on disk for both engines: discovery and `memory_get` reads by `core.layout`'s rule."""
 
 from __future__ import annotations
 

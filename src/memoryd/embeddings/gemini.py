@@ -1,8 +1,4 @@
-"""Gemini embeddings through the native Generative Language API (v1beta).
-
-Documents go through `batchEmbedContents` (or an inline async batch job); vectors below full
-size are not normalized by Gemini, so we normalize them.
-"""
+"""Gemini embeddings through the native Generative Language API (v1beta)."""
 
 from __future__ import annotations
 

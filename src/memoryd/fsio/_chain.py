@@ -1,8 +1,4 @@
-"""The descriptor chain every memory read and write goes through, and the rules it checks.
-
-A path is opened from its root one component at a time (`openat` with `O_NOFOLLOW`), and a
-file is judged by the `fstat` of the descriptor held, so no path string is trusted twice.
-"""
+"""The descriptor chain every memory read and write goes through, and the rules it checks."""
 
 from __future__ import annotations
 
@@ -302,11 +298,8 @@ _SETTLE_NS: Final = 2 * _coarse_tick_ns()
 def _settled(parent: int, name: str, fd: int, st: os.stat_result) -> None:
     """The name is, after every namespace operation in flight has finished, this file's only one.
 
-    `_same_entry` alone leaves the window every `unlink` opens: the link count is 1 again while
-    the dying name still resolves. Listing the folder waits for any link or unlink in it (a
-    barrier), and each of those updates the file's ctime; so wait out the ctime's clock tick,
-    pass the barrier, and require the same ctime, one link and the same name, twice over.
-    Raises `_Changed` (the caller retries), `_Refused` or `_Missing`.
+    An `unlink` leaves a window where the link count is 1 while the dying name still resolves, so
+    wait out a ctime tick, list the folder (a barrier for link/unlink) and check twice.
     """
     age = time.time_ns() - st.st_ctime_ns
     if age < _SETTLE_NS:

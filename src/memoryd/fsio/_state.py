@@ -1,8 +1,4 @@
-"""memoryd's private state: folders 0700 and files 0600 that only their owner can change.
-
-Below the state root every folder is reached by descriptor without following a link and must
-belong to this user and be writable by nobody else; files are written atomically.
-"""
+"""memoryd's private state: folders 0700 and files 0600 that only their owner can change."""
 
 from __future__ import annotations
 
@@ -145,10 +141,7 @@ def _state_child(parent: int, name: str, shown: str, *, create: bool) -> int:
 
 @contextlib.contextmanager
 def _state_folder(path: str | os.PathLike[str], *, create: bool) -> Iterator[int]:
-    """A descriptor on the folder `path`, reached the state tree's way (see `private_dir`).
-
-    Raises FileNotFoundError when it (or a folder above it) is missing and `create` is false.
-    """
+    """A descriptor on the folder `path`, reached the state tree's way (see `private_dir`)."""
     folder = os.path.normpath(os.path.abspath(os.fspath(path)))
     root = _state_root()
     below = _components_below(folder, root)
@@ -196,14 +189,7 @@ def _split(path: str | os.PathLike[str]) -> tuple[str, str]:
 
 
 def private_dir(path: str | os.PathLike[str]) -> Path:
-    """`path` as a folder only its owner can use, missing folders created 0700 whatever the umask.
-
-    Below the state root (`paths.state_dir()`) every folder must belong to this user and be
-    writable by nobody else, and no link is followed (the root itself may be one); otherwise
-    `StateError` names the folder and the fix, and nothing changes. A folder outside the root (a
-    `store.path` of the user's choosing) is trusted as configured. Raises `StateError`
-    (`StateReadOnly` for permissions or a read-only mount).
-    """
+    """`path` as a folder only its owner can use, missing folders created 0700 whatever the umask."""
     folder = Path(path)
     try:
         with _state_folder(folder, create=True):
@@ -290,11 +276,7 @@ def _make_private(path: Path, st: os.stat_result, wanted: int, fd: int) -> None:
 
 
 def open_private(path: str | os.PathLike[str]) -> BinaryIO:
-    """The state file `path` open for reading (binary), reached like `private_file`.
-
-    Raises `OSError` as `open` would (`ELOOP` for a link at `path`), and `StateError` when a
-    folder on the way cannot be trusted or `path` is not a regular file.
-    """
+    """The state file `path` open for reading (binary), reached like `private_file`."""
     file = Path(path)
     parent, name = _split(file)
     with _state_folder(parent, create=False) as dir_fd:
@@ -376,8 +358,7 @@ SQLITE_SIDE_FILES: Final = ("-wal", "-shm", "-journal")
 def private_database(path: str | os.PathLike[str]) -> Path:
     """An SQLite database path made private: its folder 0700, the file and any side files 0600.
 
-    Call it before any connection to it exists in this process: closing a descriptor on a
-    database SQLite has open drops every POSIX lock SQLite holds on it in this process.
+    Call it before any connection exists: closing a descriptor on an open database drops its locks.
     """
     db = Path(path)
     private_dir(db.parent)

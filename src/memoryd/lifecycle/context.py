@@ -1,8 +1,4 @@
-"""Session-start context: the memory files an agent loads when a session begins.
-
-`MEMORY.md` loads only in the main, private session, because long-term memory can hold personal
-detail; the daily notes of yesterday and today load in every session (docs/lifecycle.md).
-"""
+"""Session-start context: the memory files an agent loads when a session begins."""
 
 from __future__ import annotations
 

@@ -234,10 +234,7 @@ def check_flush(
     record: bool = True,
     now: datetime | None = None,
 ) -> FlushDecision:
-    """Decide whether the host should run the silent pre-compaction flush turn now.
-
-    A "due" answer is recorded before it is returned unless `record=False` (a preview).
-    """
+    """Decide whether the host should run the silent pre-compaction flush turn now."""
     if token_estimate < 0 or context_window < 0 or compaction_count < 0:
         raise InvalidInput("tokenEstimate, contextWindow and compactionCount must not be negative")
     cfg = agent.compaction.memory_flush
