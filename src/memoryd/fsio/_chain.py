@@ -136,30 +136,26 @@ def _fsync_fd(fd: int) -> None:
 
 def _child_dir(parent: int, name: str, *, create: bool) -> int:
     """Open folder `name` inside `parent` without following a symlink (creating it if asked)."""
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent)
-    except FileNotFoundError:
-        if not create:
-            raise _Missing() from None
-    except OSError as err:
-        if err.errno in (errno.ENOTDIR, errno.ELOOP):
-            raise _folder_problem(parent, name) from None
-        raise
-    try:
-        # never group/world-writable, whatever the umask: a writable memory folder would let
-        # another user plant notes (or links) the agent then reads as its own
-        os.mkdir(name, NEW_MEMORY_DIR_MODE, dir_fd=parent)
-        _fsync_fd(parent)
-    except FileExistsError:
-        pass  # a concurrent writer made it; it is opened and checked like any other folder
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent)
-    except FileNotFoundError:
-        raise _Refused("changed", f"{name} disappeared while being created") from None
-    except OSError as err:
-        if err.errno in (errno.ENOTDIR, errno.ELOOP):
-            raise _folder_problem(parent, name) from None
-        raise
+    for made in (False, True):
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            if made:
+                raise _Refused("changed", f"{name} disappeared while being created") from None
+            if not create:
+                raise _Missing() from None
+        except OSError as err:
+            if err.errno in (errno.ENOTDIR, errno.ELOOP):
+                raise _folder_problem(parent, name) from None
+            raise
+        try:
+            # never group/world-writable, whatever the umask: a writable memory folder would let
+            # another user plant notes (or links) the agent then reads as its own
+            os.mkdir(name, NEW_MEMORY_DIR_MODE, dir_fd=parent)
+            _fsync_fd(parent)
+        except FileExistsError:
+            pass  # a concurrent writer made it; it is opened and checked like any other folder
+    raise AssertionError("unreachable: the second open returns or raises")
 
 
 def _descend(fd: int, names: tuple[str, ...], *, create: bool, below_root: bool) -> int:

@@ -18,8 +18,6 @@ from typing import IO
 from ..core.text import plain_text
 from ..errors import QmdExitError, QmdOutputTooLarge, QmdTimeout, QmdUnavailable
 
-__all__ = ["DEFAULT_MAX_OUTPUT_CHARS", "QmdOutput", "resolve_command", "run_qmd"]
-
 DEFAULT_MAX_OUTPUT_CHARS = 200_000
 _READ_CHUNK = 65_536
 
