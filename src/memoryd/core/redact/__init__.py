@@ -60,7 +60,7 @@ def _local_spans(text: str, present: set[str]) -> list[SecretSpan]:
 
 
 def secret_spans(text: str, *, previous: str | None = None) -> list[SecretSpan]:
-    """Every secret in `text`, sorted, possibly overlapping; `previous` is the message it answers."""
+    """Every secret in `text`, sorted, maybe overlapping; `previous` is the message it answers."""
     if not text:
         return []
     ruleset = _ruleset()
