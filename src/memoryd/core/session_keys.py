@@ -56,20 +56,16 @@ def parse_session_key(raw: str | None) -> SessionKeyInfo:
     if not normalized or normalized.startswith("subagent:"):
         return SessionKeyInfo(raw, normalized, channel=None, chat_type=None, is_chat=False)
     parts = [part for part in normalized.split(":") if part]
-    chat_type: ChatType
-    if len(parts) >= 2 and parts[1] in _KIND_TOKENS:
-        if "group" in parts:
-            chat_type = "group"
-        elif "channel" in parts:
-            chat_type = "channel"
-        else:
-            chat_type = "direct"
-        return SessionKeyInfo(raw, normalized, channel=parts[0], chat_type=chat_type, is_chat=True)
-    if ":group:" in normalized:
-        chat_type = "group"
-    elif ":channel:" in normalized:
-        chat_type = "channel"
-    else:
-        chat_type = "direct"
-    is_chat = not _KIND_TOKENS.isdisjoint(parts)
-    return SessionKeyInfo(raw, normalized, channel=None, chat_type=chat_type, is_chat=is_chat)
+    kind_second = len(parts) >= 2 and parts[1] in _KIND_TOKENS
+    # a `<channel>:<kind>:…` key's kind may be any part; another key's only a `:group:` inside it
+    marks = parts if kind_second else normalized.split(":")[1:-1]
+    chat_type: ChatType = (
+        "group" if "group" in marks else "channel" if "channel" in marks else "direct"
+    )
+    return SessionKeyInfo(
+        raw,
+        normalized,
+        channel=parts[0] if kind_second else None,
+        chat_type=chat_type,
+        is_chat=not _KIND_TOKENS.isdisjoint(parts),
+    )
