@@ -23,8 +23,7 @@ from .errors import ConfigError, StateError
 
 
 def load_config(explicit: str | os.PathLike[str] | None = None) -> MemorydConfig:
-    """The config file: `explicit` (`--config`), `MEMORYD_CONFIG`, `<config dir>/config.toml`;
-    the defaults when there is none."""
+    """`explicit` (`--config`), `MEMORYD_CONFIG` or `<config dir>/config.toml`; else defaults."""
     found = paths.config_file(explicit)
     return read_config_file(found) if found else MemorydConfig()
 

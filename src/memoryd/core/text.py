@@ -268,8 +268,7 @@ def text_terms(terms: Sequence[str], text: str) -> set[str]:
 
 
 def _holds_word(views: tuple[str, ...], needle: str) -> bool:
-    """Whether a word of `views` (space-separated, space-padded) matches `needle` (` word ` or
-    ` prefix`) and is no stopword."""
+    """Whether a non-stopword of space-padded `views` matches `needle` (` word ` or ` prefix`)."""
     for view in views:
         at = view.find(needle)
         while at >= 0:

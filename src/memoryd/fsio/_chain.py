@@ -260,8 +260,7 @@ def _shown(root: MemoryRoot, parts: tuple[str, ...]) -> str:
 
 def _same_entry(parent: int, name: str, st: os.stat_result) -> None:
     """After fstat: the name still refers to the inode we hold, and it still has one link (an
-    outside file linked in and its memory name unlinked before the fstat is caught here).
-    """
+    outside file linked in and its memory name unlinked before the fstat is caught here)."""
     try:
         now = _lstat_at(parent, name)
     except FileNotFoundError:

@@ -213,8 +213,7 @@ def check_state_tree(path: str | os.PathLike[str]) -> None:
 
 def check_state_path(path: str | os.PathLike[str]) -> Path:
     """`path` before something opens it by name (SQLite, qmd): its folders pass `private_dir`'s
-    checks (created when missing) and `path` is not a symlink. Raises `StateError`.
-    """
+    checks (created when missing) and `path` is not a symlink. Raises `StateError`."""
     file = Path(path)
     parent, name = _split(file)
     try:
@@ -232,8 +231,7 @@ def check_state_path(path: str | os.PathLike[str]) -> Path:
 
 def private_file(path: str | os.PathLike[str]) -> Path:
     """`path` as a regular file only its owner can read: created empty 0600 when missing, an
-    existing one of ours set to 0600, a symlink refused. Raises `StateError`.
-    """
+    existing one of ours set to 0600, a symlink refused. Raises `StateError`."""
     file = Path(path)
     parent, name = _split(file)
     flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | _CLOEXEC
@@ -292,8 +290,7 @@ def open_private(path: str | os.PathLike[str]) -> BinaryIO:
 
 def read_private(path: str | os.PathLike[str]) -> bytes | None:
     """The bytes of the state file `path` (see `open_private`), or None when it or its folder
-    does not exist. A link is refused. Raises `StateError`/`StateReadOnly`.
-    """
+    does not exist. A link is refused. Raises `StateError`/`StateReadOnly`."""
     try:
         with open_private(path) as fh:
             return fh.read()
@@ -307,8 +304,7 @@ def read_private(path: str | os.PathLike[str]) -> bytes | None:
 
 def create_private_once(path: str | os.PathLike[str], data: bytes) -> bool:
     """Write `data` to the state file `path` unless it exists: True when this call created it.
-    The file appears whole or not at all (a temp file linked into place). Raises `StateError`.
-    """
+    The file appears whole or not at all (a temp file linked into place). Raises `StateError`."""
     target = Path(path)
     parent, name = _split(target)
     tmp = _temp_name(name)
@@ -373,8 +369,7 @@ def private_database(path: str | os.PathLike[str]) -> Path:
 def write_private_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """Replace `path` with `data` atomically: a 0600 temp file in its folder, fsynced and renamed
     over it. The temp name does not end in `.md`, so no indexer picks up a half-written export;
-    a link planted on the way or at `path` is refused. Raises `StateError`/`StateReadOnly`.
-    """
+    a link planted on the way or at `path` is refused. Raises `StateError`/`StateReadOnly`."""
     target = Path(path)
     parent, name = _split(target)
     tmp = _temp_name(name)

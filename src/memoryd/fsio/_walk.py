@@ -115,8 +115,7 @@ _MOUNT_ESCAPE: Final = re.compile(rb"\\([0-7]{3})")
 
 def _mount_points_below(folder_fd: int) -> frozenset[str]:
     """The mount points strictly below the folder `folder_fd` holds, relative to it: a bind mount
-    keeps its `st_dev`, so only the mount table (Linux) tells it apart.
-    """
+    keeps its `st_dev`, so only the mount table (Linux) tells it apart."""
     try:
         base = os.readlink(f"/proc/self/fd/{folder_fd}")
         with open(_MOUNTINFO, "rb") as fh:

@@ -161,8 +161,7 @@ def _spawn(exe: str, argv: list[str], env: Mapping[str, str], cwd: str) -> subpr
 
 
 class _Readers:
-    """One thread per pipe feeding its `_Capture`; `done` once every pipe ended or stdout went
-    over its cap (`too_much`)."""
+    """One thread per pipe feeding its `_Capture`; `done` when all ended or stdout overflowed."""
 
     def __init__(self, *pipes: tuple[IO[bytes], _Capture]) -> None:
         self.done = threading.Event()

@@ -82,8 +82,7 @@ def _merge(spans: Sequence[SecretSpan]) -> list[tuple[int, int]]:
 
 
 def redact_secrets(text: str, *, previous: str | None = None) -> str:
-    """`text` with every recognised secret replaced by `[REDACTED]` (see the module docstring);
-    `previous`, the message it replies to, as in `secret_spans`."""
+    """`text` with every secret `secret_spans` finds replaced by `[REDACTED]`."""
     spans = secret_spans(text, previous=previous)
     if not spans:
         return text

@@ -151,8 +151,7 @@ def _line_around(text: str, start: int, end: int) -> str:
 
 
 def _is_allowed(rule: _Rule, text: str, start: int, end: int, whole: str) -> bool:
-    """gitleaks' filters on the secret `text[start:end]` (of match `whole`): the entropy floor,
-    then the allowlists (global and the rule's own)."""
+    """gitleaks' filters on the secret `text[start:end]`: its entropy floor, then the allowlists."""
     secret = text[start:end]
     if rule.entropy is not None:
         if _entropy(secret) <= rule.entropy:
