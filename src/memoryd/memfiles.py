@@ -11,17 +11,6 @@ from .core.layout import MemoryRoot, check_line_range, display_path, locate, pag
 from .core.results import FileText
 from .fsio import FileRead, read_file, read_file_with, walk
 
-__all__ = [
-    "Discovery",
-    "MemoryFile",
-    "discover",
-    "discover_all",
-    "list_transcripts",
-    "read_memory",
-    "read_memory_file",
-    "transcript_display_path",
-]
-
 
 @dataclass(frozen=True, slots=True)
 class MemoryFile:

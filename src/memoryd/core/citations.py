@@ -79,13 +79,3 @@ def apply_citations(
         chat_type = parse_session_key(session_key).chat_type
     decorated = decorate(results, citations_enabled(mode, chat_type))
     return trim_to_budget(decorated, max_injected_chars)
-
-
-__all__ = [
-    "CitationsMode",
-    "apply_citations",
-    "citations_enabled",
-    "decorate",
-    "format_citation",
-    "trim_to_budget",
-]

@@ -163,16 +163,3 @@ class QmdStatus(StatusModel):
     last_refused_at: float | None = Field(
         None, description="When qmd last returned a hit memoryd's file rules refuse."
     )
-
-
-__all__ = [
-    "BuiltinStatus",
-    "CacheInfo",
-    "CollectionStatus",
-    "DegradedInfo",
-    "FtsInfo",
-    "IndexRecovery",
-    "QmdStatus",
-    "StatusModel",
-    "VectorInfo",
-]

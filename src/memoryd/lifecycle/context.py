@@ -19,17 +19,6 @@ from ..core.session_keys import parse_session_key
 from ..errors import InvalidInput, MemorydError
 from ..fsio import read_file, walk
 
-__all__ = [
-    "DEFAULT_BOOTSTRAP_MAX_CHARS",
-    "DEFAULT_BOOTSTRAP_TOTAL_MAX_CHARS",
-    "ContextFile",
-    "SessionContext",
-    "build_session_context",
-    "daily_note_paths",
-    "is_main_session",
-    "truncate_for_context",
-]
-
 DEFAULT_BOOTSTRAP_MAX_CHARS: Final = 20_000
 DEFAULT_BOOTSTRAP_TOTAL_MAX_CHARS: Final = 150_000
 _HEAD_RATIO: Final = 0.7
