@@ -302,6 +302,12 @@ def _sorted_words(words: frozenset[str]) -> tuple[str, ...]:
     return tuple(sorted(words))
 
 
+def camel_case(name: str) -> str:
+    """`token_estimate` → `tokenEstimate`: a field's key in the JSON of the CLI and MCP."""
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
 # CSI/OSC-style escapes and other C0/C1 controls: qmd colours its output on a TTY (and a wrapper
 # may force colour); an error message, and so status's lastError, must be plain text.
 _ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import date, timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any, Final, Literal
@@ -16,6 +16,7 @@ from ..core.layout import (
     is_daily_note_of,
 )
 from ..core.session_keys import parse_session_key
+from ..core.text import camel_case
 from ..errors import InvalidInput, MemorydError
 from ..fsio import read_file, walk
 
@@ -42,11 +43,7 @@ class ContextFile:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "path": self.path,
-            "kind": self.kind,
-            "rawChars": self.raw_chars,
-            "injectedChars": self.injected_chars,
-            "truncated": self.truncated,
+            camel_case(f.name): getattr(self, f.name) for f in fields(self) if f.name != "content"
         }
 
 
