@@ -188,6 +188,17 @@ def _split(path: str | os.PathLike[str]) -> tuple[str, str]:
     return os.path.dirname(full), os.path.basename(full)
 
 
+@contextlib.contextmanager
+def _entry(path: str | os.PathLike[str], *, create: bool = False) -> Iterator[tuple[int, str]]:
+    """(its folder, reached the state tree's way; its name) for `path`; OS errors as StateError."""
+    parent, name = _split(path)
+    try:
+        with _state_folder(parent, create=create) as dir_fd:
+            yield dir_fd, name
+    except OSError as err:
+        raise _state_error(Path(path), err) from None
+
+
 def private_dir(path: str | os.PathLike[str]) -> Path:
     """`path` as a folder only its owner can use, missing folders created 0700 whatever the umask."""
     folder = Path(path)
@@ -215,17 +226,13 @@ def check_state_path(path: str | os.PathLike[str]) -> Path:
     """`path` before something opens it by name (SQLite, qmd): its folders pass `private_dir`'s
     checks (created when missing) and `path` is not a symlink. Raises `StateError`."""
     file = Path(path)
-    parent, name = _split(file)
-    try:
-        with _state_folder(parent, create=True) as fd:
-            try:
-                st = _lstat_at(fd, name)
-            except FileNotFoundError:
-                return file
-            if stat.S_ISLNK(st.st_mode):
-                raise _symlink_in_state(str(file))
-    except OSError as err:
-        raise _state_error(file, err) from None
+    with _entry(file, create=True) as (fd, name):
+        try:
+            st = _lstat_at(fd, name)
+        except FileNotFoundError:
+            return file
+        if stat.S_ISLNK(st.st_mode):
+            raise _symlink_in_state(str(file))
     return file
 
 
@@ -233,22 +240,18 @@ def private_file(path: str | os.PathLike[str]) -> Path:
     """`path` as a regular file only its owner can read: created empty 0600 when missing, an
     existing one of ours set to 0600, a symlink refused. Raises `StateError`."""
     file = Path(path)
-    parent, name = _split(file)
     flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | _CLOEXEC
-    try:
-        with _state_folder(parent, create=False) as dir_fd:
-            try:
-                fd = os.open(name, flags, PRIVATE_FILE_MODE, dir_fd=dir_fd)
-            except OSError as err:
-                if err.errno == errno.ELOOP:
-                    raise _symlink_in_state(str(file)) from None
-                raise
-            try:
-                _make_private(file, _regular(fd, file), PRIVATE_FILE_MODE, fd)
-            finally:
-                _close(fd)
-    except OSError as err:
-        raise _state_error(file, err) from None
+    with _entry(file) as (dir_fd, name):
+        try:
+            fd = os.open(name, flags, PRIVATE_FILE_MODE, dir_fd=dir_fd)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise _symlink_in_state(str(file)) from None
+            raise
+        try:
+            _make_private(file, _regular(fd, file), PRIVATE_FILE_MODE, fd)
+        finally:
+            _close(fd)
     return file
 
 
@@ -305,24 +308,19 @@ def read_private(path: str | os.PathLike[str]) -> bytes | None:
 def create_private_once(path: str | os.PathLike[str], data: bytes) -> bool:
     """Write `data` to the state file `path` unless it exists: True when this call created it.
     The file appears whole or not at all (a temp file linked into place). Raises `StateError`."""
-    target = Path(path)
-    parent, name = _split(target)
-    tmp = _temp_name(name)
-    try:
-        with _state_folder(parent, create=False) as dir_fd:
-            _write_temp(dir_fd, tmp, data)
-            try:
-                os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-                created = True
-            except FileExistsError:
-                created = False
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp, dir_fd=dir_fd)
-            _fsync_fd(dir_fd)
-            return created
-    except OSError as err:
-        raise _state_error(target, err) from None
+    with _entry(path) as (dir_fd, name):
+        tmp = _temp_name(name)
+        _write_temp(dir_fd, tmp, data)
+        try:
+            os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+            created = True
+        except FileExistsError:
+            created = False
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+        _fsync_fd(dir_fd)
+    return created
 
 
 def _temp_name(name: str) -> str:
@@ -370,21 +368,16 @@ def write_private_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """Replace `path` with `data` atomically: a 0600 temp file in its folder, fsynced and renamed
     over it. The temp name does not end in `.md`, so no indexer picks up a half-written export;
     a link planted on the way or at `path` is refused. Raises `StateError`/`StateReadOnly`."""
-    target = Path(path)
-    parent, name = _split(target)
-    tmp = _temp_name(name)
-    try:
-        with _state_folder(parent, create=False) as dir_fd:
-            with contextlib.suppress(FileNotFoundError):
-                if stat.S_ISLNK(_lstat_at(dir_fd, name).st_mode):
-                    raise _symlink_in_state(str(target))
-            _write_temp(dir_fd, tmp, data)
-            try:
-                os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp, dir_fd=dir_fd)
-                raise
-            _fsync_fd(dir_fd)
-    except OSError as err:
-        raise _state_error(target, err) from None
+    with _entry(path) as (dir_fd, name):
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISLNK(_lstat_at(dir_fd, name).st_mode):
+                raise _symlink_in_state(str(Path(path)))
+        tmp = _temp_name(name)
+        _write_temp(dir_fd, tmp, data)
+        try:
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        _fsync_fd(dir_fd)
