@@ -12,12 +12,9 @@ DEFAULT_GEMINI_MODEL = "gemini-embedding-001"
 GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 _TASK_TYPES = {"query": "RETRIEVAL_QUERY", "document": "RETRIEVAL_DOCUMENT"}
 _PREVIEW_DIMS = (768, 1536, 3072)
-_FAILED_STATES = {
-    "BATCH_STATE_FAILED",
-    "BATCH_STATE_CANCELLED",
-    "BATCH_STATE_EXPIRED",
-    "JOB_STATE_FAILED",
-}
+_FAILED_STATES = frozenset(
+    "BATCH_STATE_FAILED BATCH_STATE_CANCELLED BATCH_STATE_EXPIRED JOB_STATE_FAILED".split()
+)
 
 
 class GeminiBatchRunner(BatchRunner):
