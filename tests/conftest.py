@@ -33,6 +33,7 @@ def isolated_env(
         "VOYAGE_API_KEY",
         "MISTRAL_API_KEY",
         "OLLAMA_API_KEY",
+        "MEMORYD_RERANK_API_KEY",
     ):
         monkeypatch.delenv(key, raising=False)
     yield state

@@ -26,6 +26,7 @@ ALLOWED: dict[str, set[str]] = {
     "config_files": {"errors", "paths", "fsio", "config", "config_validation"},
     "memfiles": {"core", "errors", "fsio"},
     "embeddings": {"core", "errors", "config"},
+    "rerank": {"core", "errors", "config", "fsio", "embeddings"},
     "scope_rules": {"core", "errors", "config", "config_validation"},
     "builtin_index": {
         "core",
@@ -35,8 +36,9 @@ ALLOWED: dict[str, set[str]] = {
         "memfiles",
         "embeddings",
         "background",
+        "rerank",
     },
-    "qmd_adapter": {"core", "errors", "config", "fsio", "memfiles", "background"},
+    "qmd_adapter": {"core", "errors", "config", "fsio", "memfiles", "background", "rerank"},
     "lifecycle": {"core", "errors", "config", "paths", "fsio", "memfiles", "scope_rules"},
     "orchestrator": {
         "core",
@@ -51,6 +53,7 @@ ALLOWED: dict[str, set[str]] = {
         "qmd_adapter",
         "lifecycle",
         "background",
+        "rerank",
     },
     "tools": {"core", "errors", "paths"},
     "server": {

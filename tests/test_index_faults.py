@@ -586,7 +586,9 @@ _SEARCHER = textwrap.dedent(
 
     def main():
         out = {"searches": 0, "syncs": 0, "opens": 0, "errors": Counter(), "bad": [], "bad_count": 0}
-        search_cfg = {"chunking": {"tokens": 400, "overlap": 0}, "sync": {"onSearch": False, "watch": False}}
+        # maxResults 100 in the config: a search ranks the pool the configuration sizes
+        search_cfg = {"chunking": {"tokens": 400, "overlap": 0}, "query": {"maxResults": 100},
+                      "sync": {"onSearch": False, "watch": False}}
         idx = index_for(agent_for(ws, search_cfg))
         print("ready", flush=True)
         sys.stdin.readline()

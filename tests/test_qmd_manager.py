@@ -609,15 +609,19 @@ def test_memory_and_session_hits_are_interleaved(qmd_bin: str, tmp_path: Path) -
     assert all(h.path.startswith("qmd/sessions-main/") for h in hits if h.source == "sessions")
 
 
-@pytest.mark.parametrize(("setting", "no_rerank"), [(None, True), (False, True), (True, False)])
-def test_queries_skip_qmds_reranker_unless_rerank_is_configured(
-    tmp_path: Path, setting: bool | None, no_rerank: bool
+@pytest.mark.parametrize(("setting", "stage"), [(None, None), (False, None), (True, "qmd")])
+def test_the_search_skips_qmds_reranker_and_qmd_rerank_turns_on_the_stage(
+    tmp_path: Path, setting: bool | None, stage: str | None
 ) -> None:
+    # `memory.qmd.rerank` is read as `memorySearch.query.rerank.provider = "qmd"`: the search
+    # that chooses (and scores) the hits stays `--no-rerank`, the stage's own call reranks
     extra = {} if setting is None else {"rerank": setting}
     mgr = make_manager(make_agent(tmp_path, **extra), "qmd", tmp_path / "home")
     argv = mgr.search_argv("lex: zeppelin", ["memory-root-main"], 8)
     assert argv[:2] == ["query", "lex: zeppelin"]
-    assert ("--no-rerank" in argv) == no_rerank
+    assert "--no-rerank" in argv
+    assert "--no-rerank" not in mgr.search_argv("lex: zeppelin", ["m"], 8, rerank=True)
+    assert (mgr.rerank_stage.provider if mgr.rerank_stage else None) == stage
     # asked for more than qmd fuses by default, it is told to keep that many candidates
     assert "-C" not in argv
     assert mgr.search_argv("lex: zeppelin", ["memory-root-main"], 60)[5:7] == ["-C", "60"]

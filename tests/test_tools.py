@@ -240,4 +240,4 @@ def test_help_lists_every_tool_with_its_arguments() -> None:
     text = tools_help()
     for spec in TOOLS.values():
         assert spec.name in text and spec.summary in text
-    assert "{query, maxResults?, minScore?, corpus?, sessionKey?}" in text
+    assert "{query, maxResults?, minScore?, corpus?, sessionKey?, explain?}" in text

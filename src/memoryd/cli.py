@@ -119,7 +119,8 @@ def _parser() -> argparse.ArgumentParser:
         "search",
         "hybrid search (keywords + vectors) over the agent's memory",
         '  memoryd search "what did we decide about CI?"\n'
-        "  memoryd search --json --max-results 3 --session-key agent:main:main postgres",
+        "  memoryd search --json --max-results 3 --session-key agent:main:main postgres\n"
+        "  memoryd search --explain postgres",
         parents=[common],
         description="Search the agent's memory: BM25 + vector recall over ~400-token chunks;\n"
         "prints score, path:lines and the snippet of each hit. " + _FORWARDS,
@@ -147,6 +148,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--session-key", metavar="KEY", help="evaluate scope and citations as this session would"
+    )
+    s.add_argument(
+        "--explain",
+        action="store_true",
+        help="show how each result's score and place were computed (with --json: an "
+        "`explain` object per result)",
     )
 
     g = _cmd(
@@ -465,17 +472,17 @@ def _service(args: argparse.Namespace, *, one_off: bool = True) -> Any:
 def _cmd_search(args: argparse.Namespace) -> int:
     if args.query == "-":  # as `append -`: the query from stdin
         args.query = sys.stdin.read().strip()
-    out = _forward(
-        args,
-        {
-            "op": "search",
-            "query": args.query,
-            "sessionKey": args.session_key,
-            "maxResults": args.max_results,
-            "minScore": args.min_score,
-            "corpus": args.corpus,
-        },
-    )
+    payload = {
+        "op": "search",
+        "query": args.query,
+        "sessionKey": args.session_key,
+        "maxResults": args.max_results,
+        "minScore": args.min_score,
+        "corpus": args.corpus,
+    }
+    if args.explain:
+        payload["explain"] = True
+    out = _forward(args, payload)
     if out is None:  # the service validates with the same bounds as the tool contract
         with _service(args) as svc:
             out = svc.search(
@@ -485,6 +492,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
                 max_results=args.max_results,
                 min_score=args.min_score,
                 corpus=args.corpus,
+                explain=args.explain,
             ).to_dict()
     if args.json:
         _print_json(out)

@@ -47,7 +47,91 @@ def print_search(out: dict[str, Any]) -> None:
         # split on newlines only: a CR, FF or U+2028 inside a line is shown, not obeyed
         for line in r["snippet"].split("\n"):
             print(f"    {visible_controls(line)}")
+        if r.get("explain") is not None:
+            for line in explain_lines(r["explain"]):
+                print(f"    {visible_controls(line)}")
         print()
+
+
+def explain_lines(e: dict[str, Any]) -> list[str]:
+    """`--explain`'s compact block for one result (docs/retrieval-quality.md has the formula)."""
+    if e.get("engine") == "qmd":
+        q = e.get("qmd") or {}
+        return [
+            f"explain: qmd score {_f(q.get('score'))} (minScore {_f(e.get('minScore'))})"
+            f" · rerank {_rerank(e.get('rerank'))}",
+            "  qmd query  " + " | ".join(q.get("query") or []),
+        ]
+    cal, fused = e.get("calibration"), e.get("fused") or {}
+    decay = e.get("decay")
+    mult = decay["multiplier"] if decay else 1.0
+    if cal is not None:
+        head = (
+            f"explain: score {_f(e.get('score'))} = confidence {_f(cal['confidence'])}"
+            f" × closeness {_f(fused.get('closeness'))}^{cal['rankShape']}"
+            + (
+                f" (capped at evidence {_f(cal['evidence'])})"
+                if cal.get("cappedAtEvidence")
+                else ""
+            )
+            + f" × decay {_f(mult)}"
+        )
+    else:
+        head = f"explain: score {_f(e.get('score'))} = {fused.get('fusion')} {_f(fused.get('score'))} × decay {_f(mult)}"
+    lines = [head]
+    kw = e.get("keyword") or {}
+    terms = ", ".join(kw.get("matchedTerms") or []) or "none"
+    named = ", ".join(kw.get("fileNameTerms") or [])
+    kw_line = f"  keyword   bm25 {_f(kw.get('bm25'))}{_place(kw.get('rank'))} · terms {terms}"
+    if named:
+        kw_line += f" · file name {named}"
+    if "evidence" in kw:
+        kw_line += f" · share {_f(kw.get('share'))} → evidence {_f(kw['evidence'])}"
+    lines.append(kw_line)
+    vec = e.get("vector")
+    if vec is None:
+        lines.append("  vector    not searched, or not among its candidates")
+    else:
+        v_line = f"  vector    cosine {_f(vec.get('cosine'))}{_place(vec.get('rank'))}"
+        bg = vec.get("background")
+        if vec.get("z") is not None:
+            v_line += f" · z {_f(vec['z'])}"
+            if bg:
+                v_line += f" vs background {_f(bg['mean'])}±{_f(bg['sd'])}"
+            v_line += f" (floor {_f(vec.get('floor'))}) → evidence {_f(vec.get('evidence'))}"
+        lines.append(v_line)
+    if cal is not None:
+        lines.append(
+            f"  fused     relative {_f(fused.get('relative'))} of best {_f(fused.get('best'))}"
+            f" (auto) · evidence {_f(cal['evidence'])} · minScore {_f(e.get('minScore'))}"
+        )
+    path = (e.get("path") or {}).get("match")
+    mmr = e.get("mmr")
+    lines.append(
+        f"  boosts    path {path or 'none'}"
+        + (f" · decay age {decay['ageDays']:.0f}d" if decay else " · decay none")
+        + (f" · mmr #{mmr['before']} → #{mmr['after']}" if mmr else " · mmr off")
+        + f" · rerank {_rerank(e.get('rerank'))}"
+    )
+    if e.get("continuation"):
+        lines.append("  (the lines after the best hit, from the same chunk)")
+    return lines
+
+
+def _f(x: Any) -> str:
+    return "–" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
+
+
+def _place(rank: Any) -> str:
+    return f" (#{rank + 1})" if isinstance(rank, int) else ""
+
+
+def _rerank(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return "off"
+    if r.get("degraded"):
+        return f"degraded ({r['degraded']})"
+    return f"{r.get('provider')} {_f(r.get('score'))} (#{r.get('before')} → #{r.get('after')})"
 
 
 def _mode_label(out: dict[str, Any]) -> str:

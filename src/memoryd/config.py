@@ -199,12 +199,52 @@ class HybridConfig:
             raise ValueError("vectorWeight and textWeight cannot both be 0")
 
 
+RerankFormat = Literal["auto", "cohere", "voyage", "tei"]
+
+
+def _http_url(url: str) -> str:
+    if not url.startswith(("http://", "https://")):
+        raise ValueError("must be an http:// or https:// URL")
+    return url
+
+
+@model
+class RerankRemoteConfig:
+    """A `POST /v1/rerank` endpoint (Cohere, Jina, llama.cpp, Voyage, Hugging Face TEI)."""
+
+    base_url: Annotated[str, Check(_http_url)] | None = None
+    #: Unset: `MEMORYD_RERANK_API_KEY` from the environment (never logged, shown or cached).
+    api_key: str | None = field(default=None, repr=False)
+    model: str | None = None
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    #: The wire shape; `auto` reads whichever of the shapes the server answers in.
+    format: RerankFormat = "auto"
+
+
+@model
+class RerankConfig:
+    """The optional stage that reorders what passed minScore (docs/configuration.md)."""
+
+    provider: Literal["none", "remote", "qmd"] = "none"
+    candidates: Annotated[int, Bounds(ge=1, le=100)] = 24
+    timeout_ms: Annotated[int, Bounds(ge=1, le=60_000)] = 1500
+    remote: RerankRemoteConfig = field(default_factory=RerankRemoteConfig)
+
+    def __post_init__(self) -> None:
+        if self.provider == "remote" and not self.remote.base_url:
+            raise ValueError(
+                'provider is "remote" but remote.baseUrl is not set '
+                "(the rerank API, e.g. http://127.0.0.1:8012)"
+            )
+
+
 @model
 class QueryConfig:
     max_results: Annotated[int, Bounds(ge=1, le=100)] = 6
     min_score: Annotated[float, Bounds(ge=0, le=1)] = 0.35
     max_injected_chars: Annotated[int, Bounds(ge=100)] = 4000
     hybrid: HybridConfig = field(default_factory=HybridConfig)
+    rerank: RerankConfig = field(default_factory=RerankConfig)
 
 
 @model
@@ -559,6 +599,7 @@ class ResolvedAgent:
             store_driver=store.driver,
             store_url=url,
             redact_notes=ms.redact.notes,
+            state_dir=self.state_dir,
         )
 
     def qmd_settings(self) -> QmdSettings:
@@ -576,7 +617,17 @@ class ResolvedAgent:
                 else self.state.qmd_exports
             ),
             extra_roots=tuple(self.extra_roots()),
+            rerank=self.qmd_rerank(),
+            state_dir=self.state_dir,
         )
+
+    def qmd_rerank(self) -> RerankConfig:
+        """The rerank stage on the qmd backend: `memory.qmd.rerank = true` is read as
+        `memorySearch.query.rerank.provider = "qmd"` (one way: the stage's own keys win)."""
+        rerank = self.memory_search.query.rerank
+        if self.memory.qmd.rerank and rerank.provider == "none":
+            return dataclasses.replace(rerank, provider="qmd")
+        return rerank
 
 
 def _absolute(raw: str, workspace: Path) -> Path:
@@ -608,6 +659,8 @@ class IndexSettings:
     #: Out of repr: a `${NAME}` reference may have filled in a password.
     store_url: str | None = dataclasses.field(default=None, repr=False)
     redact_notes: bool = False
+    #: Where the rerank stage records whether it degraded (None: nowhere).
+    state_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -621,6 +674,9 @@ class QmdSettings:
     exports_dir: Path
     #: `memorySearch.extraPaths` become qmd collections too.
     extra_roots: tuple[MemoryRoot, ...] = ()
+    rerank: RerankConfig = field(default_factory=lambda: RerankConfig())
+    #: Where the rerank stage records whether it degraded (None: nowhere).
+    state_dir: Path | None = None
 
 
 def validate_config(data: Mapping[str, Any], *, source: str = "config") -> MemorydConfig:

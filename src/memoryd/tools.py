@@ -15,6 +15,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
     ValidationError,
 )
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
@@ -109,6 +110,11 @@ class MemorySearchInput(ToolInput):
         alias="sessionKey",
         description="The calling session's key (e.g. agent:main:main); scope rules and "
         "citations follow it.",
+    )
+    explain: StrictBool = Field(
+        False,
+        description="Give each result an `explain` object: how its score and place were "
+        "computed (keyword and vector evidence, fusion, calibration, boosts, rerank).",
     )
 
 
@@ -395,6 +401,7 @@ class ToolService(Protocol):
         max_results: int | None = ...,
         min_score: float | None = ...,
         corpus: Corpus = ...,
+        explain: bool = ...,
     ) -> SearchOutput: ...
 
     def get(
@@ -447,6 +454,7 @@ def _call(service: ToolService, args: ToolInput, agent_id: str | None) -> dict[s
             max_results=args.max_results,
             min_score=args.min_score,
             corpus=args.corpus,
+            **({"explain": True} if args.explain else {}),
         ).to_dict()
     if isinstance(args, MemoryGetInput):
         if args.corpus == "sessions":

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from ..core.engine import SearchOutput, SearchRequest
 from ..core.ranking import (
@@ -25,7 +25,7 @@ from ..core.ranking import (
     select_snippet,
     uncovered_window,
 )
-from ..core.results import MAX_SNIPPET_CHARS, SearchResult
+from ..core.results import MAX_SNIPPET_CHARS, SearchResult, Source
 from ..core.text import fts_match_expression, query_terms, text_terms, trigram_terms
 from ..errors import ProviderUnavailable
 from ._store import ChunkRow
@@ -34,6 +34,7 @@ from ._store import Store as SqliteStore
 if TYPE_CHECKING:
     import numpy as np
 
+    from ..rerank import RerankStage
     from ._engine import Engine, Store
     from ._stats import CorpusStatistics
 
@@ -46,6 +47,8 @@ FOLLOWING_CHUNKS = 2
 SPARE_RESULTS = 4
 #: At most this many of the best keyword hits' snippets are chosen while the query embeds.
 SPECULATIVE_SNIPPETS = 8
+#: The ranked pool is this many times the configured maxResults (plus spares).
+RANK_POOL_FACTOR = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +82,14 @@ class Searcher:
         self.stats = stats
         self._query_cache: OrderedDict[tuple[str, str, str, str], np.ndarray] = OrderedDict()
         self._paths_cache: tuple[Store, tuple[int, int], _PathLookup] | None = None
+        self._rerank: RerankStage | None = None
 
     def forget_paths(self) -> None:
         self._paths_cache = None
+
+    def close(self) -> None:
+        if self._rerank is not None:
+            self._rerank.close()
 
     def prefetch(self, query: str) -> None:
         """Start embedding `query` on the provider's worker while the keyword side runs."""
@@ -114,7 +122,11 @@ class Searcher:
         """Both sides, the merge, ranking and snippets; `mode` pins one side for evaluation."""
         eng = self.engine
         params = self.rank_params(request.max_results, request.min_score)
-        k = params.max_results * eng.cfg.query.hybrid.candidate_multiplier
+        # One pool whatever maxResults asks: the first k results of maxResults = N are then the
+        # results of maxResults = k (a wider pool recalibrates, and may reorder, the top hits).
+        configured = eng.cfg.query.max_results
+        k = configured * eng.cfg.query.hybrid.candidate_multiplier
+        pool = (configured + SPARE_RESULTS) * RANK_POOL_FACTOR
         effective = mode or ("hybrid" if eng.cfg.query.hybrid.enabled else "vector")
         notes: list[str] = []
         vectors = effective in ("hybrid", "vector") and eng.vectors_usable()
@@ -138,16 +150,35 @@ class Searcher:
             filled = self._candidates(store, request, query, k, qvec, want_kw, early)
             stats = self.stats.for_query(store, query if want_kw else "", qvec)
             pending = store.pending_count() if eng.provider else 0
-            # a few spare hits: a result whose lines earlier results already show gives its slot on
+            trace: dict[int, dict[str, Any]] | None = {} if request.explain else None
+            # the whole pool that passed: a result whose lines earlier results already show
+            # gives its slot on to the next
             ranked = rank(
                 filled,
                 query,
-                dataclasses.replace(params, max_results=params.max_results + SPARE_RESULTS),
+                dataclasses.replace(params, max_results=pool, pool_size=pool),
                 now=now or datetime.now(UTC),
                 stats=stats,
                 partial_vectors=qvec is not None and pending > 0,
+                trace=trace,
             )
-            results = self._results(store, ranked, query, params, early.snippets if early else {})
+            if trace is not None:
+                for c in ranked:
+                    trace[c.chunk_id]["minScore"] = params.min_score
+            stage = self._rerank_stage()
+            if stage is None:
+                self._reranked(query, ranked, notes, trace)
+                results = self._results(
+                    store, ranked, query, params, early.snippets if early else {}, trace
+                )
+        if stage is not None:
+            # no snapshot is held while the reranker answers (a remote API may be slow); a
+            # result's following lines are read again after, by path and line
+            ranked = self._reranked(query, ranked, notes, trace)
+            with snapshot(store):
+                results = self._results(
+                    store, ranked, query, params, early.snippets if early else {}, trace
+                )
         kw_used = want_kw and store.fts_available
         used_mode = "keyword" if qvec is None else ("hybrid" if kw_used else "vector")
         if pending and (qvec is not None or no_vectors_yet):
@@ -166,6 +197,53 @@ class Searcher:
             degraded=degraded,
             pending_vectors=pending,
         )
+
+    def _rerank_stage(self) -> RerankStage | None:
+        cfg = self.engine.cfg.query.rerank
+        if cfg.provider != "remote":  # `qmd` is qmd's own reranker, on the qmd backend
+            return None
+        if self._rerank is None:
+            from ..rerank import remote_stage
+
+            self._rerank = remote_stage(cfg, self.engine.cfg.state_dir)
+        return self._rerank
+
+    def _reranked(
+        self,
+        query: str,
+        ranked: list[Candidate],
+        notes: list[str],
+        trace: dict[int, dict[str, Any]] | None,
+    ) -> list[Candidate]:
+        """The configured reranker's order of the best `candidates` that passed minScore (a
+        file the query names stays first); the order as it was when it fails."""
+        stage = self._rerank_stage()
+        if stage is None or not ranked:
+            if trace is not None:
+                for c in ranked:
+                    trace[c.chunk_id]["rerank"] = None
+            return ranked
+        head = ranked[: stage.candidates]
+        named = [c for c in head if c.path_level > 0]
+        movable = [c for c in head if c.path_level == 0]
+        outcome = stage.apply(query, [c.text for c in movable])
+        if outcome.note:
+            notes.append(outcome.note)
+        reordered = named + [movable[i] for i in outcome.order] + ranked[len(head) :]
+        if trace is not None:
+            after = {c.chunk_id: i + 1 for i, c in enumerate(reordered)}
+            before = {c.chunk_id: i + 1 for i, c in enumerate(ranked)}
+            scored = {c.chunk_id: s for c, s in zip(movable, outcome.scores, strict=True)}
+            for c in ranked:
+                trace[c.chunk_id]["rerank"] = {
+                    "provider": "remote",
+                    "score": scored.get(c.chunk_id),
+                    "before": before[c.chunk_id],
+                    "after": after[c.chunk_id],
+                    "degraded": outcome.degraded,
+                    "seconds": round(outcome.seconds, 4),
+                }
+        return reordered
 
     def _keyword_side(self, store: Store, query: str, k: int) -> _KeywordSide:
         version = store.version
@@ -273,16 +351,23 @@ class Searcher:
         query: str,
         params: RankParams,
         snippets: dict[int, tuple[str, int, int]],
+        trace: dict[int, dict[str, Any]] | None = None,
     ) -> list[SearchResult]:
         """A snippet each, the best hit's following lines as one more, no lines shown twice."""
         results: list[SearchResult] = []
         shown: dict[str, list[tuple[int, int]]] = {}
 
-        def add(c: Candidate, snippet: str, first: int, last: int) -> None:
+        def add(c: Candidate, snippet: str, first: int, last: int, more: bool = False) -> None:
             kept = uncovered_window(snippet, first, last, shown.get(c.path, []))
             if kept is not None and len(results) < params.max_results:
                 text, first, last = kept
-                results.append(SearchResult(c.path, first, last, c.score, text, source=c.source))  # type: ignore[arg-type]
+                explain = None
+                if trace is not None:
+                    explain = _explained(c, trace[c.chunk_id], continuation=more)
+                source = cast("Source", c.source)
+                results.append(
+                    SearchResult(c.path, first, last, c.score, text, source, explain=explain)
+                )
                 shown.setdefault(c.path, []).append((first, last))
 
         continued = 0
@@ -299,7 +384,7 @@ class Searcher:
                 more = continue_snippet(text, c.start_line, end, last, MAX_SNIPPET_CHARS)
                 continued += 1
                 if more is not None:
-                    add(c, *more)
+                    add(c, *more, more=True)
         return results
 
     def _snippets_while_embedding(
@@ -381,6 +466,22 @@ def _path_lookup(paths: list[str]) -> _PathLookup:
         by_name.setdefault(pp.name, []).append(i)
         by_stem.setdefault(pp.stem, []).append(i)
     return _PathLookup(paths, by_name, by_stem, max(map(len, by_name), default=0))
+
+
+def _explained(c: Candidate, parts: dict[str, Any], *, continuation: bool) -> dict[str, Any]:
+    """A result's `explain` object: the built-in engine's parts in the order they were
+    applied (docs/retrieval-quality.md gives the formula that recomputes `score`)."""
+    out: dict[str, Any] = {
+        "engine": "builtin",
+        "chunk": {"id": c.chunk_id, "startLine": c.start_line, "endLine": c.end_line},
+    }
+    for key in ("keyword", "vector", "fused", "calibration", "decay", "path", "mmr", "rerank"):
+        out[key] = parts.get(key)
+    out["minScore"] = parts.get("minScore")
+    out["score"] = parts.get("score", c.score)
+    if continuation:
+        out["continuation"] = True
+    return out
 
 
 def _pending_note(pending: int, chunks: int) -> str:

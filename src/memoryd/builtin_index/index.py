@@ -478,6 +478,7 @@ class MemoryIndex:
 
     def close(self) -> None:
         self.store.close()
+        self.searcher.close()
         for p in {
             id(x): x for x in (self.selection.provider, self.selection.fallback) if x
         }.values():

@@ -32,6 +32,7 @@ class SearchRequest:
     """One search: the query and the caller's limits (None = the engine's configured default).
 
     `wait_s`: how long the built-in index may first spend catching up (None: its config's).
+    With `explain`, engines collect what each score was computed from; without, nothing.
     """
 
     query: str
@@ -39,6 +40,8 @@ class SearchRequest:
     min_score: float | None = None
     corpus: Corpus = "all"
     wait_s: float | None = None
+    #: Each result carries how its score and place were computed (`SearchResult.explain`).
+    explain: bool = False
 
 
 @dataclass(frozen=True, slots=True)

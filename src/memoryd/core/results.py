@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 Source = Literal["memory", "sessions"]
@@ -23,6 +23,10 @@ class SearchResult:
     citation: str | None = None
     #: Set on hits another engine added to an answer (`memory.qmd.emptyResults = "builtin"`).
     engine: str | None = None
+    #: How the score and the place were computed, when the search was asked to explain
+    #: (docs/retrieval-quality.md, "Explaining a search"); not compared, so a result stays
+    #: hashable and equal to the same result unexplained.
+    explain: dict[str, Any] | None = field(default=None, compare=False)
 
     def with_(self, **changes: Any) -> SearchResult:
         return replace(self, **changes)
@@ -41,6 +45,8 @@ class SearchResult:
             out["citation"] = self.citation
         if self.engine is not None:
             out["backend"] = self.engine
+        if self.explain is not None:
+            out["explain"] = self.explain
         return out
 
 

@@ -214,8 +214,10 @@ class MemoryService:
         max_results: int | None = None,
         min_score: float | None = None,
         corpus: Corpus = "all",
+        explain: bool = False,
     ) -> SearchOutput:
-        """Search memory; a scope denial is an answer (`scope_denied`), every failure raises."""
+        """Search memory; a scope denial is an answer (`scope_denied`), every failure raises.
+        With `explain`, each result says how it was ranked (`SearchResult.explain`)."""
         text = check_search_input(query, max_results, min_score)
         agent = self._searchable(agent_id)
         decision = evaluate_scope(agent.memory.effective_scope, session_key)
@@ -227,7 +229,7 @@ class MemoryService:
         if corpus == "sessions":
             notes.extend(_sessions_off(agent, b.active))
         wait_s = self.search_wait_s(agent) if b.active == "builtin" else None
-        answer = b.search(SearchRequest(text, max_results, min_score, corpus, wait_s))
+        answer = b.search(SearchRequest(text, max_results, min_score, corpus, wait_s, explain))
         results = apply_citations(
             answer.results,
             agent.memory.citations,

@@ -6,6 +6,7 @@ moment status is taken: it is computed from the persisted health and the engines
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
@@ -74,9 +75,19 @@ class MemoryStatus(StatusModel):
     served_by: str | None = Field(
         None, description="'serve (pid N)' when a running `memoryd serve` answered."
     )
+    rerank: str | None = Field(
+        None,
+        description="'degraded, <reason>' when the last rerank failed open (results kept their "
+        "unreranked order); None when it reranked or is off.",
+    )
 
     def with_issues(self) -> MemoryStatus:
-        return self.model_copy(update={"issues": compute_issues(self)})
+        from ..rerank import read_degraded
+
+        degraded = read_degraded(Path(self.state_dir))
+        rerank = f"degraded, {degraded}" if degraded else None
+        st = self.model_copy(update={"rerank": rerank})
+        return st.model_copy(update={"issues": compute_issues(st)})
 
 
 def compute_issues(st: MemoryStatus) -> list[str]:
@@ -92,6 +103,8 @@ def compute_issues(st: MemoryStatus) -> list[str]:
         found.append(f"index check: {st.check.get('problem')}")
     if st.requested_backend == "qmd":
         found += _qmd_issues(st)
+    if st.rerank is not None:
+        found.append(f"rerank: {st.rerank}")
     return found
 
 

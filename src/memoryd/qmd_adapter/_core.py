@@ -30,6 +30,7 @@ from ._parse import (
     parse_collection_show,
 )
 from ._plan import SearchMode
+from ._rerank import rerank_stage
 from ._runner import DEFAULT_MAX_OUTPUT_CHARS, QmdOutput, resolve_command, run_qmd
 
 log = logging.getLogger("memoryd.qmd")
@@ -78,7 +79,10 @@ class QmdCore:
             default_shared_models_dir() if shared_models_dir == "unset" else shared_models_dir
         )
         self._env_overrides = dict(env_overrides or {})
-        self._rerank = self.config.rerank if rerank is None else rerank
+        # the search itself never reranks unless told to here: `memory.qmd.rerank` is the
+        # rerank stage's (`rerank_stage`), which reorders only what passed minScore
+        self._rerank = bool(rerank)
+        self.rerank_stage = rerank_stage(settings)
         self._max_output = max_output_chars
         self._backoff_base, self._backoff_cap = embed_backoff
         self._clock = clock

@@ -23,7 +23,8 @@ from ._collections import CollectionSpec
 from ._maintenance import QmdMaintained, embed_backoff_s
 from ._mapping import apply_limits, display_path, interleave, split_qmd_uri
 from ._parse import QmdHit, is_missing_collection_error, parse_search_output
-from ._plan import SearchMode, plan_query
+from ._plan import QueryPlan, SearchMode, plan_query
+from ._rerank import explained, qmd_scorer, reranked
 from ._runner import kill_group
 from ._snippets import content_docid, file_lines, hit_windows, holds_enough, refind_line
 
@@ -90,6 +91,8 @@ class QmdManager(QmdMaintained):
         self._wake.set()
         for process in list(self._running):
             kill_group(process)
+        if self.rerank_stage is not None:
+            self.rerank_stage.close()
 
     def __enter__(self) -> QmdManager:
         self.start()
@@ -188,6 +191,7 @@ class QmdManager(QmdMaintained):
             min_score=request.min_score,
             mode=mode,
             corpus=request.corpus,
+            explain=request.explain,
         )
         return SearchOutput(
             results=found.results,
@@ -232,6 +236,7 @@ class QmdManager(QmdMaintained):
         rerank: bool | None = None,
         mode: SearchMode | None = None,
         corpus: str = "all",
+        explain: bool = False,
     ) -> _Found:
         limits = self.config.limits
         n = max_results or limits.max_results
@@ -250,16 +255,41 @@ class QmdManager(QmdMaintained):
                 "(`memoryd index` embeds them)"
             )
         use_rerank = self._rerank if rerank is None else rerank
-        hits = self._query(
-            plan.document, names, n + SPARE_HITS, timeout_ms or limits.timeout_ms, use_rerank
-        )
+        # as many hits whatever maxResults asks: a larger one then only adds results
+        pool = limits.max_results + SPARE_HITS
+        hits = self._query(plan.document, names, pool, timeout_ms or limits.timeout_ms, use_rerank)
         results = self._results_from_hits(hits, plan.snippet_query, plan.words)
-        kept = apply_limits(
-            results,
-            max_results=n,
-            min_score=limits.min_score if min_score is None else min_score,
-        )
-        return _Found(kept, plan.vector, notes)
+        floor = limits.min_score if min_score is None else min_score
+        passed = apply_limits(results, max_results=len(results), min_score=floor)
+        passed = self.rerank_passed(query, plan, names, pool, passed, notes, floor, explain)
+        return _Found(passed[:n], plan.vector, notes)
+
+    def rerank_passed(
+        self,
+        query: str,
+        plan: QueryPlan,
+        names: list[str],
+        pool: int,
+        passed: list[SearchResult],
+        notes: list[str],
+        floor: float,
+        explain: bool,
+    ) -> list[SearchResult]:
+        """The rerank stage over what passed minScore (`_rerank`); with `explain`, each
+        result says what qmd was sent and scored."""
+        sent = {"query": plan.document.split("\n"), "minScore": floor} if explain else None
+        stage = self.rerank_stage
+        if stage is None or not passed:
+            if sent is None:
+                return passed
+            return [r.with_(explain=explained(r, sent, None)) for r in passed]
+        scorer = None
+        if stage.provider == "qmd":
+            argv = self.search_argv(plan.document, names, pool, rerank=True)
+            roots = {s.name: s.path for s in self._specs}
+            paths = [r.path for r in passed[: stage.candidates]]
+            scorer = qmd_scorer(self._run, argv, paths, self.settings, roots)
+        return reranked(stage, query, passed, notes, scorer, sent)
 
     def search_argv(
         self, document: str, names: Sequence[str], n: int, *, rerank: bool | None = None

@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
+from typing import Any
 
 from ..dates import note_date
 from ..text import Script, estimate_tokens, query_terms, script_of, word_set
@@ -275,10 +276,13 @@ def calibrated_scores(
 
 
 def _calibrated_parts(
-    candidates: Sequence[Candidate], query: str, stats: CorpusStats | None
+    candidates: Sequence[Candidate],
+    query: str,
+    stats: CorpusStats | None,
+    detail: list[dict[str, Any]] | None = None,
 ) -> tuple[list[float], list[float]]:
     """Each candidate's own evidence (0..1) and its relative fusion score (see
-    `calibrated_scores`)."""
+    `calibrated_scores`); with `detail`, what each was computed from is appended to it."""
     terms = query_terms(query)
     qscript = script_of(query)
     use_keywords = bool(stats.term_chunks) if stats is not None else False
@@ -318,6 +322,10 @@ def _calibrated_parts(
             vec = _ramp(z, floor, VEC_FULL)
         evidence.append(1.0 - (1.0 - lex) * (1.0 - vec))
         vec_evidence.append(vec)
+        if detail is not None:
+            detail.append(
+                _evidence_detail(c, query, m, named, weights, lex, use_keywords, z, vec, stats)
+            )
     # calibrated z orders the vector side across scripts; raw cosines where there is none
     vectors = [z if z is not None else c.vector_score for c, z in zip(candidates, zs, strict=True)]
     relative = _relative_scores(
@@ -330,7 +338,53 @@ def _calibrated_parts(
             for m, script, vec in zip(matched, scripts, vec_evidence, strict=True)
         ],
     )
+    if detail is not None:
+        for d, r in zip(detail, relative, strict=True):
+            d["fused"] = {"fusion": "auto", "relative": r}
     return evidence, relative
+
+
+def _evidence_detail(
+    c: Candidate,
+    query: str,
+    matched: set[str],
+    named: frozenset[str],
+    weights: Mapping[str, float],
+    lex: float,
+    use_keywords: bool,
+    z: float | None,
+    vec: float,
+    stats: CorpusStats | None,
+) -> dict[str, Any]:
+    """`--explain`'s keyword and vector parts of one candidate's evidence."""
+    keyword = {
+        "bm25": c.text_score,
+        "rank": c.text_rank,
+        "matchedTerms": sorted(matched),
+        "fileNameTerms": sorted(named - matched),
+        "termWeights": {t: round(w, 4) for t, w in weights.items()},
+        "share": lexical_evidence(matched | named, weights) if use_keywords else 0.0,
+        "evidence": lex,
+    }
+    vector: dict[str, Any] | None = None
+    if c.vector_score is not None:
+        qscript, script = script_of(query), script_of(c.text)
+        ref = stats.reference.get((qscript, script)) if stats is not None else None
+        vector = {
+            "cosine": c.vector_score,
+            "rank": c.vector_rank,
+            "z": z,
+            "background": {"mean": ref[0], "sd": ref[1]} if ref is not None else None,
+            "floor": vector_floor(
+                script == qscript,
+                stats.chunks if stats is not None else 0,
+                estimate_tokens(c.text),
+            )
+            if z is not None
+            else None,
+            "evidence": vec,
+        }
+    return {"keyword": keyword, "vector": vector}
 
 
 def partial_vector_scores(
@@ -347,15 +401,22 @@ def partial_vector_scores(
 
 
 def _calibrated(
-    candidates: Sequence[Candidate], query: str, stats: CorpusStats | None, *, partial_vectors: bool
+    candidates: Sequence[Candidate],
+    query: str,
+    stats: CorpusStats | None,
+    *,
+    partial_vectors: bool,
+    trace: dict[int, dict[str, Any]] | None = None,
 ) -> list[Candidate]:
     if not candidates:
         return []
-    evidence, relative = _calibrated_parts(candidates, query, stats)
+    detail: list[dict[str, Any]] | None = [] if trace is not None else None
+    evidence, relative = _calibrated_parts(candidates, query, stats, detail)
     confidence, best = max(evidence), max(relative)
     out = []
-    for c, ev, r in zip(candidates, evidence, relative, strict=True):
-        score = confidence * (r / best if best > 0 else 1.0) ** RANK_SHAPE
+    for i, (c, ev, r) in enumerate(zip(candidates, evidence, relative, strict=True)):
+        closeness = r / best if best > 0 else 1.0
+        score = confidence * closeness**RANK_SHAPE
         found_by_vector_only = (
             partial_vectors
             and c.vector_score is not None
@@ -363,7 +424,33 @@ def _calibrated(
             and path_match_level(query, c.path) == 0
         )
         out.append(with_score(c, min(score, ev) if found_by_vector_only else score))
+        if trace is not None and detail is not None:
+            d = detail[i]
+            d["fused"].update(best=best, closeness=closeness)
+            d["calibration"] = {
+                "evidence": ev,
+                "confidence": confidence,
+                "rankShape": RANK_SHAPE,
+                "cappedAtEvidence": found_by_vector_only,
+                "score": out[-1].score,
+                "background": _background(stats),
+            }
+            trace[c.chunk_id] = d
     return out
+
+
+def _background(stats: CorpusStats | None) -> dict[str, Any] | None:
+    """What the calibration compared cosines with: the index's reference per script pair."""
+    if stats is None:
+        return None
+    return {
+        "chunks": stats.chunks,
+        "reference": {
+            f"{q}->{c}": {"mean": round(mu, 6), "sd": round(sd, 6)}
+            for (q, c), (mu, sd) in stats.reference.items()
+        },
+        "sampled": len(stats.background),
+    }
 
 
 def fuse(
@@ -371,6 +458,7 @@ def fuse(
     query: str,
     params: RankParams,
     stats: CorpusStats | None = None,
+    trace: dict[int, dict[str, Any]] | None = None,
 ) -> list[Candidate]:
     """Give every candidate a 0..1 `score` from its vector and keyword evidence.
 
@@ -380,12 +468,29 @@ def fuse(
     sum, and `relative` is `auto`'s order without its calibration (see `_fuse_relative`).
     """
     if params.fusion == "auto":
-        return calibrated_scores(candidates, query, stats)
+        return _calibrated(candidates, query, stats, partial_vectors=False, trace=trace)
     if params.fusion == "relative":
-        return _fuse_relative(candidates, query, params)
-    if params.fusion in ("minmax", "zscore"):
-        return _fuse_normalized(candidates, params, params.fusion)
-    return _fuse_ranks(candidates, params)
+        out = _fuse_relative(candidates, query, params)
+    elif params.fusion in ("minmax", "zscore"):
+        out = _fuse_normalized(candidates, params, params.fusion)
+    else:
+        out = _fuse_ranks(candidates, params)
+    if trace is not None:
+        terms = query_terms(query)
+        for c in out:
+            trace[c.chunk_id] = {
+                "keyword": {
+                    "bm25": c.text_score,
+                    "rank": c.text_rank,
+                    "matchedTerms": sorted(_matched_terms(c, terms)),
+                },
+                "vector": None
+                if c.vector_score is None
+                else {"cosine": c.vector_score, "rank": c.vector_rank},
+                "fused": {"fusion": params.fusion, "score": c.score},
+                "calibration": None,
+            }
+    return out
 
 
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
@@ -420,27 +525,32 @@ def rank(
     now: datetime | None = None,
     stats: CorpusStats | None = None,
     partial_vectors: bool = False,
+    trace: dict[int, dict[str, Any]] | None = None,
 ) -> list[Candidate]:
     """Fuse → decay → path boost → sort → MMR → minScore (keyword hits survive / fill) → top-K.
 
     `partial_vectors`: some chunks still wait for their vectors; the default fusion then scores
-    by `partial_vector_scores`.
+    by `partial_vector_scores`. `trace` (for `--explain`): filled per chunk id with how each
+    score was computed; None costs nothing.
     """
     now = now or datetime.now(UTC)
     if partial_vectors and params.fusion == "auto":
-        fused = partial_vector_scores(list(candidates), query, stats)
+        fused = _calibrated(list(candidates), query, stats, partial_vectors=True, trace=trace)
     else:
-        fused = fuse(list(candidates), query, params, stats)
+        fused = fuse(list(candidates), query, params, stats, trace)
     if params.decay_enabled:
         for c in fused:
             age = age_in_days(c.path, c.source, c.mtime, now)
             if age is not None:
-                c.score *= decay_multiplier(age, params.half_life_days)
+                m = decay_multiplier(age, params.half_life_days)
+                c.score *= m
+                if trace is not None:
+                    trace[c.chunk_id]["decay"] = {"ageDays": age, "multiplier": m}
     for c in fused:
         c.path_level = path_match_level(query, c.path)
     fused.sort(key=lambda c: (c.path_level > 0, c.path_level, c.score), reverse=True)
 
-    pool_size = max(params.max_results * 4, params.max_results)
+    pool_size = params.pool_size or max(params.max_results * 4, params.max_results)
     pool = fused[:pool_size]
     if params.mmr_enabled and len(pool) > 1:
         boosted = [c for c in pool if c.path_level > 0]
@@ -448,20 +558,27 @@ def rank(
         ordered = boosted + mmr(rest, len(rest), params.mmr_lambda)
     else:
         ordered = pool
+    if trace is not None:
+        before = {c.chunk_id: i for i, c in enumerate(pool)}
+        for i, c in enumerate(ordered):
+            d = trace[c.chunk_id]
+            d.setdefault("decay", None)
+            d["path"] = {"level": c.path_level, "match": _PATH_LEVELS[c.path_level]}
+            d["mmr"] = (
+                {"lambda": params.mmr_lambda, "before": before[c.chunk_id] + 1, "after": i + 1}
+                if params.mmr_enabled
+                else None
+            )
+            d["score"] = c.score
 
-    passing = [c for c in ordered if c.score >= params.min_score or c.path_level > 0]
-    picked = passing[: params.max_results]
+    picked = [c for c in ordered if c.score >= params.min_score or c.path_level > 0]
     # Per-query fusions put every best hit near 1, so minScore cannot tell an off-topic query
-    # there and keyword hits fill empty slots; calibrated scores abstain instead.
+    # there and keyword hits fill empty slots, after the ones that passed (so that a larger
+    # maxResults only adds results); calibrated scores abstain instead.
     if params.fusion != "auto" and len(picked) < params.max_results:
         chosen = {c.chunk_id for c in picked}
-        for c in ordered:
-            if len(picked) >= params.max_results:
-                break
-            if c.chunk_id not in chosen and c.text_rank is not None:
-                picked.append(c)
-                chosen.add(c.chunk_id)
-    # keep the ranking order among survivors
-    order = {c.chunk_id: i for i, c in enumerate(ordered)}
-    picked.sort(key=lambda c: order[c.chunk_id])
-    return picked
+        picked += [c for c in ordered if c.chunk_id not in chosen and c.text_rank is not None]
+    return picked[: params.max_results]
+
+
+_PATH_LEVELS = {0: None, 1: "stem", 2: "file name", 3: "path"}

@@ -89,6 +89,10 @@ class RankParams:
     mmr_lambda: float = 0.7
     decay_enabled: bool = False
     half_life_days: float = 30.0
+    #: How many of the best fused candidates MMR and minScore look at. A search sets it from
+    #: the configuration, never from the request's maxResults, so that the first k results of
+    #: maxResults = N are the results of maxResults = k. None: 4 × max_results.
+    pool_size: int | None = None
 
 
 #: A query token that can name a file (`path_match_level` level 2 compares file names to these).

@@ -1,0 +1,110 @@
+"""The rerank stage on the qmd backend: qmd's own reranker (`qmd query` without `--no-rerank`)
+or the remote one, over the hits that already passed minScore.
+
+qmd's reranked scores blend its reranker with retrieval and stay high for an off-topic query,
+so they only reorder: every result keeps the score of the `--no-rerank` call that chose it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..config import QmdSettings
+from ..core.results import SearchResult
+from ..rerank import RemoteReranker, RerankStage, Scorer
+from ._mapping import display_path, split_qmd_uri
+from ._parse import parse_search_output
+from ._runner import QmdOutput
+
+#: `run(argv, timeout_ms)`: one qmd call (`QmdCore._run`).
+Run = Callable[[Sequence[str], int], QmdOutput]
+
+
+def rerank_stage(settings: QmdSettings) -> RerankStage | None:
+    """The agent's stage on qmd, or None when `rerank.provider` is "none"."""
+    cfg = settings.rerank
+    if cfg.provider == "none":
+        return None
+    scorer = RemoteReranker(cfg.remote) if cfg.provider == "remote" else None
+    return RerankStage(cfg, scorer, settings.state_dir)
+
+
+def qmd_scorer(
+    run: Run,
+    argv: list[str],
+    paths: Sequence[str],
+    settings: QmdSettings,
+    roots: dict[str, str],
+) -> Scorer:
+    """A scorer asking qmd to rerank its own hits (`argv`, without `--no-rerank`): each result
+    scores what qmd's reranked list gives its file; a file qmd no longer lists scores below
+    every one it does."""
+
+    def score(query: str, documents: Sequence[str], deadline: float) -> list[float]:
+        import time
+
+        left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+        hits = parse_search_output(run(argv, left_ms).stdout)
+        by_path: dict[str, float] = {}
+        for hit in hits:
+            located = split_qmd_uri(hit.file) if hit.file else None
+            if located is None:
+                continue
+            path = display_path(*located, roots=roots, workspace=str(settings.workspace))
+            by_path.setdefault(path, hit.score)
+        return [by_path.get(p, -1.0) for p in paths]
+
+    return score
+
+
+def reranked(
+    stage: RerankStage,
+    query: str,
+    results: list[SearchResult],
+    notes: list[str],
+    scorer: Scorer | None,
+    explain: dict[str, Any] | None,
+) -> list[SearchResult]:
+    """The first `candidates` results in the stage's order (the rest after them); with
+    `explain` (the qmd part), each result says how it was ranked."""
+    head = results[: stage.candidates]
+    outcome = stage.apply(query, [r.snippet for r in head], scorer)
+    if outcome.note:
+        notes.append(outcome.note)
+    order = outcome.order + list(range(len(head), len(results)))
+    out = [results[i] for i in order]
+    if explain is None:
+        return out
+    scores = outcome.scores + [None] * (len(results) - len(head))
+    return [
+        r.with_(
+            explain=explained(
+                r,
+                explain,
+                {
+                    "provider": stage.provider,
+                    "score": scores[i],
+                    "before": i + 1,
+                    "after": after + 1,
+                    "degraded": outcome.degraded,
+                    "seconds": round(outcome.seconds, 4),
+                },
+            )
+        )
+        for after, i in enumerate(order)
+        for r in [results[i]]
+    ]
+
+
+def explained(
+    r: SearchResult, qmd: dict[str, Any], rerank: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A qmd result's `explain` object: the query document qmd was sent, its own score."""
+    return {
+        "engine": "qmd",
+        "qmd": {**qmd, "score": r.score},
+        "rerank": rerank,
+        "minScore": qmd.get("minScore"),
+        "score": r.score,
+    }

@@ -1,0 +1,288 @@
+"""The optional reranking stage (`memorySearch.query.rerank`): a second opinion on the order of
+what already passed minScore, from a remote `/v1/rerank` endpoint or qmd's own reranker.
+
+Reranker scores only reorder: they are not calibrated (qmd's blend scores 0.75 and more even for
+an off-topic query), so abstention stays the calibrated scores' job and each result keeps its
+own score. The stage fails open: a reranker that times out, errors or answers garbage leaves the
+order as it was, with the reason in the search's notes and in `memoryd status`. Its own time is
+bounded by `timeoutMs` (the call runs on a thread the stage stops waiting for).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from .config import RerankConfig, RerankRemoteConfig
+from .errors import QmdTimeout, StateError
+from .fsio import private_dir, read_private, write_private_atomic
+
+log = logging.getLogger("memoryd.rerank")
+
+__all__ = [
+    "API_KEY_ENV",
+    "RemoteReranker",
+    "RerankOutcome",
+    "RerankStage",
+    "Scorer",
+    "parse_scores",
+    "read_degraded",
+]
+
+#: Where the remote reranker's key comes from when `rerank.remote.apiKey` is unset.
+API_KEY_ENV: Final = "MEMORYD_RERANK_API_KEY"
+#: Hugging Face TEI's default `--max-client-batch-size`: a longer list is sent in parts.
+TEI_BATCH: Final = 32
+#: Characters of each document sent: rerankers truncate at ~512 tokens anyway.
+MAX_DOCUMENT_CHARS: Final = 2000
+#: The file in the agent's state folder that says whether the last rerank degraded.
+STATE_FILE: Final = "rerank.json"
+
+#: `scorer(query, documents, deadline)` → one score per document (higher = more relevant);
+#: raises on failure. `deadline` is `time.monotonic()`.
+Scorer = Callable[[str, Sequence[str], float], list[float]]
+
+
+class RerankFailed(Exception):
+    """Raised inside the stage when a reranker's answer cannot be used; the stage fails open,
+    so it never reaches a user (and is no `MemorydError`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RerankOutcome:
+    """What the stage did to one list."""
+
+    #: The input's indices in their new order (the input order when degraded).
+    order: list[int]
+    #: The reranker's score of each input (None everywhere when degraded).
+    scores: list[float | None]
+    #: The stage's own time, the reranker call included.
+    seconds: float
+    #: Why the order was left as it was (None: reranked).
+    degraded: str | None = None
+
+    @property
+    def note(self) -> str | None:
+        if self.degraded is None:
+            return None
+        return f"rerank degraded ({self.degraded}): results are in their unreranked order"
+
+
+def parse_scores(body: Any, count: int) -> list[float]:
+    """One score per document from any of the shapes rerank APIs answer in: Cohere/Jina/
+    llama.cpp `{"results": [{index, relevance_score}]}`, Voyage `{"data": [...]}`, TEI's bare
+    `[{index, score}]`. Anything else, or a list that does not score each document once, is
+    `RerankFailed`."""
+    items: Any = body
+    if isinstance(body, dict):
+        items = body.get("results", body.get("data"))
+    if not isinstance(items, list):
+        raise RerankFailed("the answer holds no list of results")
+    scores: list[float | None] = [None] * count
+    for item in items:
+        if not isinstance(item, dict):
+            raise RerankFailed("a result is not an object")
+        index = item.get("index")
+        score = item.get("relevance_score", item.get("score"))
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+            raise RerankFailed(f"a result's index {index!r} is not one of the {count} documents")
+        if (
+            isinstance(score, bool)
+            or not isinstance(score, int | float)
+            or not math.isfinite(score)
+        ):
+            raise RerankFailed(f"a result's score {score!r} is not a number")
+        if scores[index] is not None:
+            raise RerankFailed(f"document {index} is scored twice")
+        scores[index] = float(score)
+    if any(s is None for s in scores):
+        raise RerankFailed(f"{len(items)} scores for {count} documents")
+    return [s for s in scores if s is not None]
+
+
+class RemoteReranker:
+    """A `POST {baseUrl}/v1/rerank` endpoint through the embedding providers' HTTP client.
+
+    `baseUrl` ending in `/rerank` is used as it is, one ending in `/v1` gets `/rerank`, any
+    other gets `/v1/rerank`. The key (`apiKey`, else `MEMORYD_RERANK_API_KEY`) is only ever a
+    request header: never logged, shown in status, written or cached.
+    """
+
+    def __init__(self, cfg: RerankRemoteConfig, environ: Mapping[str, str] | None = None) -> None:
+        from .embeddings import ApiClient, RetryPolicy, merge_headers
+
+        assert cfg.base_url is not None
+        env = os.environ if environ is None else environ
+        key = cfg.api_key or env.get(API_KEY_ENV)
+        auth = {"Authorization": f"Bearer {key}"} if key else {}
+        base = cfg.base_url.rstrip("/")
+        if base.endswith("/rerank"):
+            self._path = base
+        elif base.endswith("/v1"):
+            self._path = "rerank"
+        else:
+            self._path = "v1/rerank"
+        self.cfg = cfg
+        # one try: a retry would not fit in a rerank's time, and the stage fails open anyway
+        self._client = ApiClient(
+            "rerank", base, merge_headers(auth, cfg.headers), RetryPolicy(attempts=1)
+        )
+
+    @property
+    def requests(self) -> int:
+        return self._client.requests
+
+    def __call__(self, query: str, documents: Sequence[str], deadline: float) -> list[float]:
+        fmt = self.cfg.format
+        if fmt == "tei":
+            scores: list[float] = []
+            for start in range(0, len(documents), TEI_BATCH):
+                part = documents[start : start + TEI_BATCH]
+                body = self._post({"query": query, "texts": list(part)}, deadline)
+                scores += parse_scores(body, len(part))
+            return scores
+        request: dict[str, Any] = {"query": query, "documents": list(documents)}
+        if self.cfg.model:
+            request["model"] = self.cfg.model
+        request["top_k" if fmt == "voyage" else "top_n"] = len(documents)
+        return parse_scores(self._post(request, deadline), len(documents))
+
+    def _post(self, body: Mapping[str, Any], deadline: float) -> Any:
+        from .embeddings import parse_json
+
+        response = self._client.request("POST", self._path, json=body, deadline=deadline)
+        if "json" not in response.headers.get("content-type", "json"):
+            raise RerankFailed(f"the answer is {response.headers.get('content-type')}, not JSON")
+        return parse_json(response, "rerank")
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class RerankStage:
+    """One agent's reranking stage: its settings, its scorer and where its state is kept."""
+
+    def __init__(
+        self, cfg: RerankConfig, scorer: Scorer | None, state_dir: Path | None = None
+    ) -> None:
+        self.cfg = cfg
+        self.scorer = scorer
+        self._state_file = state_dir / STATE_FILE if state_dir is not None else None
+        self._written: str | bool | None = False  # False: not read from the file yet
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Release the remote reranker's connections."""
+        close = getattr(self.scorer, "close", None)
+        if close is not None:
+            close()
+
+    @property
+    def provider(self) -> str:
+        return self.cfg.provider
+
+    @property
+    def candidates(self) -> int:
+        return self.cfg.candidates
+
+    def apply(
+        self, query: str, documents: Sequence[str], scorer: Scorer | None = None
+    ) -> RerankOutcome:
+        """The documents' new order (see `RerankOutcome`) by `scorer` (else the stage's own);
+        never raises."""
+        start = time.monotonic()
+        n = len(documents)
+        scorer = scorer or self.scorer
+        if scorer is None or n == 0:
+            return RerankOutcome(list(range(n)), [None] * n, 0.0)
+        timeout_s = self.cfg.timeout_ms / 1000
+        deadline = start + timeout_s
+        docs = [d[:MAX_DOCUMENT_CHARS] for d in documents]
+        box: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                box["scores"] = scorer(query, docs, deadline)
+            except BaseException as err:  # the stage fails open on anything
+                box["error"] = err
+
+        worker = threading.Thread(target=call, name="memoryd-rerank", daemon=True)
+        worker.start()
+        worker.join(max(0.0, deadline - time.monotonic()))
+        reason: str | None = None
+        scores: list[float] | None = None
+        if worker.is_alive() or ("error" in box and _timed_out(box["error"])):
+            reason = f"no answer within {self.cfg.timeout_ms} ms"
+        elif "error" in box:
+            reason = _reason(box["error"])
+        else:
+            got = box.get("scores")
+            if not isinstance(got, list) or len(got) != n:
+                reason = "the reranker did not score each result once"
+            else:
+                scores = got
+        seconds = time.monotonic() - start
+        self._record(reason)
+        if scores is None:
+            log.warning("rerank degraded: %s", reason)
+            return RerankOutcome(list(range(n)), [None] * n, seconds, reason)
+        # ties keep the order the calibrated scores gave
+        order = sorted(range(n), key=lambda i: (-scores[i], i))
+        return RerankOutcome(order, list(scores), seconds)
+
+    def _record(self, reason: str | None) -> None:
+        """Keep `memoryd status` truthful across processes: the file changes only when the
+        outcome does."""
+        path = self._state_file
+        if path is None:
+            return
+        with self._lock:
+            if self._written is False:
+                self._written = read_degraded(path.parent)
+            if self._written == reason:
+                return
+            data = {"degraded": reason, "at": time.time()}
+            try:
+                private_dir(path.parent)
+                write_private_atomic(path, json.dumps(data).encode())
+            except (StateError, OSError) as err:
+                log.warning("cannot record the rerank state in %s: %s", path, err)
+                return
+            self._written = reason
+
+
+def read_degraded(state_dir: Path) -> str | None:
+    """Why the last rerank in this agent's state folder degraded (None: it did not)."""
+    try:
+        raw = read_private(state_dir / STATE_FILE)
+        data = json.loads(raw) if raw else None
+    except (StateError, OSError, ValueError):
+        return None
+    reason = data.get("degraded") if isinstance(data, dict) else None
+    return reason if isinstance(reason, str) else None
+
+
+def _timed_out(err: BaseException) -> bool:
+    from .embeddings.base import DeadlineReached
+
+    return isinstance(err, DeadlineReached | QmdTimeout | TimeoutError)
+
+
+def _reason(err: BaseException) -> str:
+    """One line, without a traceback; the error messages name URLs, never headers."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text.removeprefix("rerank: ")[:300]
+
+
+def remote_stage(cfg: RerankConfig, state_dir: Path | None) -> RerankStage:
+    """The stage a built-in index runs: the remote reranker, or none (`qmd` is qmd's own)."""
+    scorer = RemoteReranker(cfg.remote) if cfg.provider == "remote" else None
+    return RerankStage(cfg, scorer, state_dir)
