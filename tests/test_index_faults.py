@@ -442,7 +442,7 @@ _FULL_DISK_CHILD = textwrap.dedent(
         # only the soft limit, so it can be lifted again; Python ignores SIGXFSZ
         resource.setrlimit(resource.RLIMIT_FSIZE, (biggest + 64 * 1024, hard))
     for i in range(300):
-        note(i, 60)
+        note(i, 150)
     attempt(out, "sync", sync)
     look(out, "after_sync")
     attempt(out, "force", lambda: sync(force=True))
