@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from helpers import agent_for, selection
 from memoryd.builtin_index import MemoryIndex, _store
+from memoryd.builtin_index._postings import _varints
 from memoryd.builtin_index._store import FTS_TOKENIZER, reclaim, trigram_body
 from memoryd.core.text import segment_for_fts, trigram_terms
 from memoryd.embeddings import HashingEmbedder
@@ -228,3 +229,22 @@ def test_a_query_term_is_inside_the_text_exactly_when_inside_its_trigram_body(
     query = data.draw(st.text(alphabet="abcXYZ.-/:_é北京", min_size=3, max_size=8))
     for term in trigram_terms(query):
         assert (term in text.lower()) == (term in trigram_body(text))
+
+
+def test_edits_leave_bm25s_counts_those_of_the_live_chunks(ws: Path) -> None:
+    # FTS5's averages record (rows, tokens) is what bm25 weighs terms by: a deleted row must
+    # leave it, or every edit of a note would skew the ranking a little more
+    idx = open_index(ws)
+    idx.sync()
+    note = ws / "memory" / "2026-10-01.md"
+    for n in range(5):
+        write(note, f"# edit {n}\n" + "Another line about the deploy pipeline.\n" * (10 + n))
+        idx.sync()
+    with raw(idx.store.path) as conn:
+        chunks = conn.execute("select count(*) from chunks").fetchone()[0]
+        for table in ("chunks_fts", "chunks_tri"):
+            block = conn.execute(f"select block from {table}_data where id = 1").fetchone()[0]
+            assert _varints(bytes(block))[0] == chunks
+            conn.execute(f"insert into {table}({table}) values ('integrity-check')")
+    assert idx.store.verify(deep=True) is None
+    idx.close()

@@ -43,8 +43,9 @@ FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 #: Up to this many vectors, KNN runs over an in-memory numpy matrix (~1.5 KB per 384-d vector);
 #: above, sqlite-vec scans the stored vectors in SQL for each query.
 IN_MEMORY_MAX_VECTORS = 50_000
-#: FTS5 tables that store no copy of the text and still delete rows (SQLite 3.43+).
-CONTENTLESS = "content = '', contentless_delete = 1"
+#: FTS5 tables that store no copy of the text. Rows go by FTS5's `delete` command with the text
+#: they were indexed with (`contentless_delete` would keep counting deleted rows in bm25).
+CONTENTLESS = "content = ''"
 #: What the trigram index holds of a chunk: its runs of word characters (and the `.-/:` that
 #: `core.text.trigram_terms` keeps inside a query term), each once. A query term is one such
 #: run, so it matches inside a chunk's text exactly when it matches inside one of these.
@@ -143,12 +144,8 @@ def _m004_store_once(conn: Any) -> None:
     vec0's second copy of every vector dropped (the scan in SQL it served is as fast)."""
     has = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
     if "chunks_fts" in has:
-        _rebuild_fts(
-            conn,
-            "chunks_fts",
-            FTS_TOKENIZER,
-            "select rowid, body from chunks_fts",
-        )
+        _rebuild_fts(conn, "chunks_fts", FTS_TOKENIZER, "select rowid, body from chunks_fts")
+        conn.execute("insert or replace into meta(key, value) values ('fts_contentless', '1')")
     if "chunks_tri" in has:
         rows = conn.execute("select id, text from chunks")
         _rebuild_fts(conn, "chunks_tri", "trigram", ((i, trigram_body(t)) for i, t in rows))
@@ -364,13 +361,25 @@ class Store(SqliteFile):
 
     def _delete_chunks_of(self, path: str) -> None:
         conn = self._w
-        ids = [r[0] for r in conn.execute("select id from chunks where path = ?", (path,))]
-        if not ids:
+        rows = conn.execute("select id, text from chunks where path = ?", (path,)).fetchall()
+        if not rows:
             return
+        if self.fts_available and self.fts_contentless:
+            # a contentless table is told what each row held, to take it out of its postings
+            conn.executemany(
+                "insert into chunks_fts(chunks_fts, rowid, body) values ('delete', ?, ?)",
+                [(cid, segment_for_fts(text)) for cid, text in rows],
+            )
+            if self.trigram_error is None:
+                conn.executemany(
+                    "insert into chunks_tri(chunks_tri, rowid, body) values ('delete', ?, ?)",
+                    [(cid, trigram_body(text)) for cid, text in rows],
+                )
+        ids = [cid for cid, _ in rows]
         for start in range(0, len(ids), 500):
             part = ids[start : start + 500]
             marks = ",".join("?" * len(part))
-            if self.fts_available:
+            if self.fts_available and not self.fts_contentless:
                 conn.execute(f"delete from chunks_fts where rowid in ({marks})", part)
                 if self.trigram_error is None:
                     conn.execute(f"delete from chunks_tri where rowid in ({marks})", part)
