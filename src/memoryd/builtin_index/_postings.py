@@ -17,12 +17,13 @@ snapshot as the postings: any write to the keyword index, by any process, drops 
 CLI search never builds any of it; later ones load postings per term as queries use them, up to
 MAX_POSTINGS, least recently used first out.
 
-**Bounded as the index grows.** A term in more than 1/COMMON_SHARE of the rows (its postings
-grow with the index; its bm25 weight shrinks) is not loaded: the other terms pick the
-candidates, FTS5 adds the common terms' exact share to the few candidates that could still
+**Bounded as the index grows.** A query whose terms are too many postings to load is not
+handed to FTS5 whole (which scores every row matching any term) when it has rarer terms: a
+term in more than 1/COMMON_SHARE of the rows (its postings grow with the index; its bm25 weight
+shrinks) is not loaded, the other terms pick the candidates, FTS5 adds the common terms' exact share to the few candidates that could still
 reach the top (`rowid IN`), and the answer stands only when no row outside them could beat the
 last one kept, even holding every common term at its highest possible score (MaxScore). Else
-the whole query is scored as before. Either way the rows and scores are bm25's own.
+FTS5 answers. Either way the rows and scores are bm25's own.
 """
 
 from __future__ import annotations
@@ -237,17 +238,16 @@ class Postings:
                 averages = next((block for i, block in key if i == 1), b"")
                 state = self._state = self._load_state(conn, averages)
             rows = self._row_counts(conn, words)
+            if not self._too_much_to_load(rows, words):
+                return self._score(conn, state, terms, words, limit)
+            # too much to load: the rarer terms may still vouch for the answer
             common = {
                 w for w in words if w not in self._lists and rows[w] * COMMON_SHARE > state.rows
             }
             rare = [w for w in words if w not in common]
             if common and rare and not self._too_much_to_load(rows, rare):
-                pruned = self._score_pruned(conn, state, terms, words, rows, common, limit)
-                if pruned is not None:
-                    return pruned
-            if self._too_much_to_load(rows, words):
-                return None
-            return self._score(conn, state, terms, words, limit)
+                return self._score_pruned(conn, state, terms, words, rows, common, limit)
+            return None
 
     def _row_counts(self, conn: Any, tokens: list[str]) -> dict[str, int]:
         """How many rows hold each token (held ones from their postings)."""
