@@ -171,7 +171,7 @@ def test_search_on_a_dirty_index_syncs_first(notes: Path) -> None:
 
 
 def test_numpy_engine_gives_the_same_answers(notes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_store, "IN_MEMORY_MAX_VECTORS", 0)  # force the scan in SQL here
+    monkeypatch.setattr(_store, "IN_MEMORY_MAX_BYTES", 0)  # force the scan in SQL here
     vec_idx = synced(notes)
     assert vec_idx.store.search_engine == "sqlite-vec-scan"
     np_idx = MemoryIndex(

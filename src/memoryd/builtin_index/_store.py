@@ -40,9 +40,12 @@ log = logging.getLogger("memoryd.builtin_index")
 
 #: The keyword index's tokenizer (`chunks_fts`; `_postings` tokenizes query terms with it too).
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
-#: Up to this many vectors, KNN runs over an in-memory numpy matrix (~1.5 KB per 384-d vector);
-#: above, sqlite-vec scans the stored vectors in SQL for each query.
+#: The PostgreSQL store's exact-scan limit (`_pg_tenant`).
 IN_MEMORY_MAX_VECTORS = 50_000
+#: Up to this many bytes of vectors (174k 384-d ones), a long-lived process's KNN runs over a
+#: numpy matrix held in memory; above, sqlite-vec scans the stored vectors in SQL for each
+#: query, which reads them all from the file each time.
+IN_MEMORY_MAX_BYTES = 256 * 2**20
 #: FTS5 tables that store no copy of the text. Rows go by FTS5's `delete` command with the text
 #: they were indexed with (`contentless_delete` would keep counting deleted rows in bm25).
 CONTENTLESS = "content = ''"
@@ -606,7 +609,7 @@ class Store(SqliteFile):
     def vector_search(self, query: np.ndarray | array[float], k: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity) best first.
 
-        A numpy vector is searched in memory (up to IN_MEMORY_MAX_VECTORS); a float32 `array`
+        A numpy vector is searched in memory (up to IN_MEMORY_MAX_BYTES); a float32 `array`
         (a one-off search, `cosine_sql`) and any query on an index too big to hold by an exact
         scan in SQL, so that a one-off process needs no numpy: same candidates, cosines within
         float32 rounding.
@@ -633,7 +636,8 @@ class Store(SqliteFile):
         """Which engine answers a numpy query's KNN now (see vector_search)."""
         if not self.vector.available:
             return "none"
-        if self.vector.engine == "sqlite-vec" and self._vector_count() > IN_MEMORY_MAX_VECTORS:
+        too_big = self._vector_count() * 4 * (self.vec_dims or 0) > IN_MEMORY_MAX_BYTES
+        if self.vector.engine == "sqlite-vec" and too_big:
             return "sqlite-vec-scan"
         return "numpy"
 
@@ -654,15 +658,21 @@ class Store(SqliteFile):
 
         version = self.version
         if self._matrix is None or self._matrix[0] != version:
+            self._matrix = None  # the old one goes before the new one is built
             with self._reading("search the vector index") as conn:
-                rows = conn.execute("select chunk_id, vector from chunk_vectors").fetchall()
-            if rows:
-                ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-                matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(
-                    len(rows), -1
-                )
-            else:
-                ids, matrix = np.zeros(0, np.int64), np.zeros((0, query.shape[0]), np.float32)
+                n = int(conn.execute("select count(*) from chunk_vectors").fetchone()[0])
+                ids = np.zeros(n, np.int64)
+                matrix = np.zeros((n, query.shape[0]), np.float32)
+                i = -1
+                # row by row into the matrix: no second copy of every vector on the way
+                for i, (cid, blob) in enumerate(
+                    conn.execute("select chunk_id, vector from chunk_vectors")
+                ):
+                    if i >= n or len(blob) != 4 * matrix.shape[1]:
+                        break
+                    ids[i] = cid
+                    matrix[i] = np.frombuffer(blob, dtype=np.float32)
+                ids, matrix = ids[: i + 1], matrix[: i + 1]
             self._matrix = (version, ids, matrix)
         _, ids, matrix = self._matrix
         if not len(ids) or matrix.shape[1] != query.shape[0]:
