@@ -64,9 +64,12 @@ LOAD_SHARE = 4
 COMMON_SHARE = 10
 
 #: FTS5's averages (id 1) and structure (id 10) records, and the first and last row: a state.
+#: min() and max() each alone in its own query: SQLite then reads one end of the table, where
+#: `min(id) || max(id)` in one query reads every row.
 _STATE_SQL = (
     "select id, block from chunks_fts_data where id in (1, 10) "
-    "union all select -1, (select min(id) || ' ' || max(id) from chunks_fts_docsize) "
+    "union all select -1, (select min(id) from chunks_fts_docsize) || ' ' || "
+    "(select max(id) from chunks_fts_docsize) "
     "order by id"
 )
 
