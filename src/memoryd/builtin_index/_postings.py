@@ -17,13 +17,13 @@ snapshot as the postings: any write to the keyword index, by any process, drops 
 CLI search never builds any of it; later ones load postings per term as queries use them, up to
 MAX_POSTINGS, least recently used first out.
 
-**Bounded as the index grows.** A query whose terms are too many postings to load is not
-handed to FTS5 whole (which scores every row matching any term) when it has rarer terms: a
-term in more than 1/COMMON_SHARE of the rows (its postings grow with the index; its bm25 weight
-shrinks) is not loaded, the other terms pick the candidates, FTS5 adds the common terms' exact share to the few candidates that could still
-reach the top (`rowid IN`), and the answer stands only when no row outside them could beat the
-last one kept, even holding every common term at its highest possible score (MaxScore). Else
-FTS5 answers. Either way the rows and scores are bm25's own.
+**Bounded as the index grows.** A term in more than 1/COMMON_SHARE of the rows (its postings
+grow with the index; its bm25 weight shrinks) is not scored on every row it holds when the query
+has rarer terms: those pick the candidates, the common terms' exact shares are added to the few
+candidates that could still reach the top (from the held postings, or from FTS5 when they are
+too many to load), and the answer stands only when no row outside them could beat the last one
+kept, even holding every common term at its highest possible score (MaxScore). Else every row
+is scored, or FTS5 answers. Either way the rows and scores are bm25's own.
 """
 
 from __future__ import annotations
@@ -241,14 +241,17 @@ class Postings:
                 averages = next((block for i, block in key if i == 1), b"")
                 state = self._state = self._load_state(conn, averages)
             rows = self._row_counts(conn, words)
+            common = {w for w in words if rows[w] * COMMON_SHARE > state.rows}
+            rare = [w for w in words if w not in common]
+            bounded = bool(common and rare) and not self._too_much_to_load(rows, rare)
+            if bounded and all(w in self._lists for w in common):
+                pruned = self._score_pruned(conn, state, terms, words, rows, common, limit)
+                if pruned is not None:
+                    return pruned
             if not self._too_much_to_load(rows, words):
                 return self._score(conn, state, terms, words, limit)
             # too much to load: the rarer terms may still vouch for the answer
-            common = {
-                w for w in words if w not in self._lists and rows[w] * COMMON_SHARE > state.rows
-            }
-            rare = [w for w in words if w not in common]
-            if common and rare and not self._too_much_to_load(rows, rare):
+            if bounded:
                 return self._score_pruned(conn, state, terms, words, rows, common, limit)
             return None
 
@@ -321,7 +324,10 @@ class Postings:
             return None  # a row the rarer tokens did not pick could still make the cut
         contenders = picked[rare[picked] + ceiling >= kth]
         parts = {
-            t: self._fts_parts(conn, state, terms[tokens.index(t)], contenders) for t in common
+            t: self._held_parts(t, contenders)
+            if t in self._lists
+            else self._fts_parts(conn, state, terms[tokens.index(t)], contenders)
+            for t in common
         }
         # summed in the query's term order, as FTS5 does: the same floating-point result
         scores = np.zeros(len(contenders), dtype=np.float64)
@@ -336,6 +342,18 @@ class Postings:
             has = pos[at] == contenders
             scores[has] += shares[at[has]]
         return _best(state, contenders, scores, limit)
+
+    def _held_parts(self, token: str, rows: I64) -> F64:
+        """A held token's share of bm25 on each of `rows` (0 where absent)."""
+        import numpy as np
+
+        pos, shares = self._lists[token]
+        out = np.zeros(len(rows), dtype=np.float64)
+        if len(pos):
+            at = np.minimum(np.searchsorted(pos, rows), len(pos) - 1)
+            has = pos[at] == rows
+            out[has] = shares[at[has]]
+        return out
 
     @staticmethod
     def _fts_parts(conn: Any, state: _State, term: str, rows: I64) -> F64:
