@@ -225,7 +225,7 @@ class SqliteFile(StoreChecks):
         self.read_only = read_only
         self.fts_error = meta.get("fts_error")
         self.trigram_error = meta.get("trigram_error")
-        self.fts_contentless = meta.get("fts_contentless") == "1"
+        self.fts_contentless = u.fts_contentless(writer)
 
     def _not_writable(self) -> str | None:
         """Why the state folder or index file cannot be written (None: it looks writable)."""
@@ -493,7 +493,7 @@ class SqliteFile(StoreChecks):
             raise
         self.fts_error = meta.get("fts_error")
         self.trigram_error = meta.get("trigram_error")
-        self.fts_contentless = meta.get("fts_contentless") == "1"
+        self.fts_contentless = u.fts_contentless(conn)
 
     def discard(self) -> None:
         """Close and delete a scratch database."""

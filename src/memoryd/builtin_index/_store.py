@@ -148,7 +148,6 @@ def _m004_store_once(conn: Any) -> None:
     has = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
     if "chunks_fts" in has:
         _rebuild_fts(conn, "chunks_fts", FTS_TOKENIZER, "select rowid, body from chunks_fts")
-        conn.execute("insert or replace into meta(key, value) values ('fts_contentless', '1')")
     if "chunks_tri" in has:
         rows = conn.execute("select id, text from chunks")
         _rebuild_fts(conn, "chunks_tri", "trigram", ((i, trigram_body(t)) for i, t in rows))
