@@ -171,9 +171,9 @@ def test_search_on_a_dirty_index_syncs_first(notes: Path) -> None:
 
 
 def test_numpy_engine_gives_the_same_answers(notes: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_store, "IN_MEMORY_MAX_VECTORS", 0)  # force vec0 KNN on this small index
+    monkeypatch.setattr(_store, "IN_MEMORY_MAX_BYTES", 0)  # force the scan in SQL here
     vec_idx = synced(notes)
-    assert vec_idx.store.search_engine == "sqlite-vec"
+    assert vec_idx.store.search_engine == "sqlite-vec-scan"
     np_idx = MemoryIndex(
         agent_for(
             notes,
@@ -316,11 +316,11 @@ def test_vectors_answer_when_fts5_is_unavailable(
 def test_migrations_are_numbered_and_applied_once(notes: Path) -> None:
     idx = synced(notes)
     rows = idx.store.conn.execute("select id from migrations order by id").fetchall()
-    assert [r[0] for r in rows] == ["m001_base", "m002_fts", "m003_vector_ids"]
+    assert [r[0] for r in rows] == ["m001_base", "m002_fts", "m003_vector_ids", "m004_store_once"]
     assert idx.store.conn.execute("pragma journal_mode").fetchone()[0] == "wal"
     idx.close()
     again = MemoryIndex(agent_for(notes).index_settings(), sel(HashingEmbedder()))
-    assert again.store.conn.execute("select count(*) from migrations").fetchone()[0] == 3
+    assert again.store.conn.execute("select count(*) from migrations").fetchone()[0] == 4
 
 
 def test_searches_never_crash_while_another_process_syncs(notes: Path) -> None:

@@ -29,6 +29,8 @@ import pytest
 from cli_support import run_memoryd
 from helpers import agent_for, index_for
 from memoryd.builtin_index import MemoryIndex
+from memoryd.builtin_index._store import trigram_body
+from memoryd.core.text import segment_for_fts
 from memoryd.errors import IndexCorrupt, StateError
 from race_support import race_seconds
 
@@ -222,14 +224,17 @@ def test_a_link_in_place_of_the_index_is_refused_not_healed(ws: Path) -> None:
 def test_damage_queries_cannot_see_is_found_by_check_and_repaired(ws: Path) -> None:
     path = built(ws)
     conn = sqlite3.connect(path)
-    ids = [r[0] for r in conn.execute("select id from chunks where path = 'memory/n07.md'")]
+    rows = conn.execute("select id, text from chunks where path = 'memory/n07.md'").fetchall()
     conn.close()
     # the keyword rows of one note vanish: every query still works, none finds the note
     import sqlean
 
     raw = sqlean.connect(str(path))
-    for table in ("chunks_fts", "chunks_tri"):
-        raw.executemany(f"delete from {table} where rowid = ?", [(i,) for i in ids])
+    for table, body in (("chunks_fts", segment_for_fts), ("chunks_tri", trigram_body)):
+        raw.executemany(
+            f"insert into {table}({table}, rowid, body) values ('delete', ?, ?)",
+            [(i, body(text)) for i, text in rows],
+        )
     raw.commit()
     raw.close()
     idx = index_for(agent_for(ws))
@@ -267,8 +272,8 @@ def test_force_repairs_damage_that_quick_check_cannot_see(ws: Path) -> None:
     import sqlean
 
     raw = sqlean.connect(str(path))
-    raw.execute("delete from chunks_fts")
-    raw.execute("delete from chunks_tri")
+    raw.execute("insert into chunks_fts(chunks_fts) values ('delete-all')")
+    raw.execute("insert into chunks_tri(chunks_tri) values ('delete-all')")
     raw.commit()
     raw.close()
     idx = index_for(agent_for(ws))
@@ -442,7 +447,7 @@ _FULL_DISK_CHILD = textwrap.dedent(
         # only the soft limit, so it can be lifted again; Python ignores SIGXFSZ
         resource.setrlimit(resource.RLIMIT_FSIZE, (biggest + 64 * 1024, hard))
     for i in range(300):
-        note(i, 60)
+        note(i, 150)
     attempt(out, "sync", sync)
     look(out, "after_sync")
     attempt(out, "force", lambda: sync(force=True))

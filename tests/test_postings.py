@@ -295,3 +295,48 @@ def test_a_rebuilt_index_is_not_answered_from_the_old_ones_postings(workspace: P
         idx.close()
 
     run()
+
+
+@pytest.mark.parametrize("held", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_common_terms_scored_only_on_the_rarer_terms_rows_give_fts5s_answer(
+    tmp_path: Path, seed: int, held: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(seed)
+    module, _ = _binding()
+    conn = module.connect(str(tmp_path / "c.sqlite"), isolation_level=None)
+    conn.execute(f"create virtual table chunks_fts using fts5(body, tokenize = '{FTS_TOKENIZER}')")
+    for statement in vocab_tables_sql("chunks_fts"):
+        conn.execute(statement)
+    rare = [f"w{i}x" for i in range(300)]
+    conn.execute("begin")
+    for rowid in rng.sample(range(1, 20_000), 2000):
+        words = rng.choices(rare, k=rng.randint(1, 25)) + ["common"] * rng.randint(1, 3)
+        words += ["half"] * (rowid % 2) + ["tenth"] * (rowid % 10 == 0) + ["pelican"] * (rowid % 3)
+        rng.shuffle(words)
+        conn.execute("insert into chunks_fts(rowid, body) values (?, ?)", (rowid, " ".join(words)))
+    conn.execute("commit")
+    if not held:  # the common words are too many postings to load; the rarer ones are not
+        monkeypatch.setattr(_postings, "MAX_POSTINGS", 4000)
+    postings = Postings(FTS_TOKENIZER, _memory_db)
+    postings.top(conn, ["common"], 10)
+    pruned = 0
+    score_pruned = Postings._score_pruned
+
+    def counted(self: Postings, *args: Any) -> Any:
+        nonlocal pruned
+        out = score_pruned(self, *args)
+        pruned += out is not None
+        return out
+
+    monkeypatch.setattr(Postings, "_score_pruned", counted)
+    for _ in range(40):
+        terms = [*rng.sample(rare, rng.randint(1, 4)), "common", "half", "pelican", "tenth"]
+        terms = rng.sample(terms, rng.randint(2, len(terms)))
+        terms += rng.sample(["common", "half"], 1)  # a common term twice: two phrases
+        for limit in (1, 6, 24, 5000):
+            got = postings.top(conn, terms, limit)
+            if got is not None:
+                assert got == _sql(conn, terms, limit), (terms, limit)  # == on the floats
+    assert pruned > 40
+    assert held == ("common" in postings._lists)

@@ -379,8 +379,6 @@ def drop_vectors(idx: MemoryIndex, keep: set[str]) -> None:
             (cid,) for cid, path in conn.execute("select id, path from chunks") if path not in keep
         ]
         conn.executemany("delete from chunk_vectors where chunk_id = ?", drop)
-        if store.vector.engine == "sqlite-vec":
-            conn.executemany("delete from chunks_vec where rowid = ?", drop)
         conn.executemany("update chunks set has_vector = 0 where id = ?", drop)
 
 

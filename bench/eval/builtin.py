@@ -272,8 +272,6 @@ def partial_copy(src: Path, dst: Path, share: float, order: str) -> tuple[int, i
                 }
             drop = [(i,) for i in ids if i not in keep]
             conn.executemany("delete from chunk_vectors where chunk_id = ?", drop)
-            if store.vector.engine == "sqlite-vec":
-                conn.executemany("delete from chunks_vec where rowid = ?", drop)
             conn.executemany("update chunks set has_vector = 0 where id = ?", drop)
             conn.execute("delete from meta where key = 'reference_background'")
     finally:

@@ -69,6 +69,9 @@ class SqliteFile(StoreChecks):
         self.vector = VectorEngine("disabled", False, None)
         self.fts_error: str | None = None
         self.trigram_error: str | None = None
+        #: Whether the FTS5 tables hold no copy of the text (`m004_store_once`): rows are then
+        #: deleted by FTS5's `delete` command.
+        self.fts_contentless = False
         self.recovered: list[Recovery] = []  # this process's recoveries, oldest first
         self._local_version = 0
         if scratch_for is not None:
@@ -222,6 +225,7 @@ class SqliteFile(StoreChecks):
         self.read_only = read_only
         self.fts_error = meta.get("fts_error")
         self.trigram_error = meta.get("trigram_error")
+        self.fts_contentless = u.fts_contentless(writer)
 
     def _not_writable(self) -> str | None:
         """Why the state folder or index file cannot be written (None: it looks writable)."""
@@ -489,6 +493,7 @@ class SqliteFile(StoreChecks):
             raise
         self.fts_error = meta.get("fts_error")
         self.trigram_error = meta.get("trigram_error")
+        self.fts_contentless = u.fts_contentless(conn)
 
     def discard(self) -> None:
         """Close and delete a scratch database."""

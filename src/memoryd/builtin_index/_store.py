@@ -1,15 +1,21 @@
 """The SQLite built-in index's contents: schema migrations, files and chunks, FTS5 keyword
-search, vectors (sqlite-vec, or a numpy matrix held in memory) and the embedding cache.
+search, vectors (a numpy matrix held in memory, or scanned in SQL by sqlite-vec) and the
+embedding cache.
+
+Each thing is stored once: the chunks' text in `chunks`, FTS5's two indexes contentless (they
+hold postings, never a copy of the text), the trigram index over each chunk's distinct words
+only, and each vector in `chunk_vectors`.
 
 The file itself (opening, transactions, snapshots, recovery, rebuilds) is `SqliteFile`'s.
 Connections come from `sqlean` (a DB-API sqlite3 twin that bundles a modern SQLite able to load
-extensions) so sqlite-vec's `vec0` works in the default install; the stdlib `sqlite3` is used
-when it can load extensions, and a numpy brute-force search stands in when no vec0 can load.
+extensions) so sqlite-vec's functions work in the default install; the stdlib `sqlite3` is used
+when it can load extensions, and numpy searches alone when sqlite-vec cannot load.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
 import threading
 import time
@@ -34,8 +40,19 @@ log = logging.getLogger("memoryd.builtin_index")
 
 #: The keyword index's tokenizer (`chunks_fts`; `_postings` tokenizes query terms with it too).
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
-#: Up to this many vectors, KNN runs over an in-memory numpy matrix (~1.5 KB per 384-d vector).
+#: The PostgreSQL store's exact-scan limit (`_pg_tenant`).
 IN_MEMORY_MAX_VECTORS = 50_000
+#: Up to this many bytes of vectors (174k 384-d ones), a long-lived process's KNN runs over a
+#: numpy matrix held in memory; above, sqlite-vec scans the stored vectors in SQL for each
+#: query, which reads them all from the file each time.
+IN_MEMORY_MAX_BYTES = 256 * 2**20
+#: FTS5 tables that store no copy of the text. Rows go by FTS5's `delete` command with the text
+#: they were indexed with (`contentless_delete` would keep counting deleted rows in bm25).
+CONTENTLESS = "content = ''"
+#: What the trigram index holds of a chunk: its runs of word characters (and the `.-/:` that
+#: `core.text.trigram_terms` keeps inside a query term), each once. A query term is one such
+#: run, so it matches inside a chunk's text exactly when it matches inside one of these.
+_TRIGRAM_RUN = re.compile(r"[\w.\-/:]{3,}")
 
 _FTS_QUERY_ERRORS = (
     "fts5:",
@@ -44,6 +61,11 @@ _FTS_QUERY_ERRORS = (
     "unterminated string",
     "special query",
 )
+
+
+def trigram_body(text: str) -> str:
+    """The trigram index's row for a chunk's text: its distinct runs (`_TRIGRAM_RUN`)."""
+    return " ".join(dict.fromkeys(run.lower() for run in _TRIGRAM_RUN.findall(text)))
 
 
 # ----------------------------------------------------------------------------- migrations
@@ -120,14 +142,50 @@ def _m003_vector_ids(conn: Any) -> None:
     conn.execute("create index chunk_vectors_ids on chunk_vectors(chunk_id)")
 
 
+def _m004_store_once(conn: Any) -> None:
+    """FTS5's tables without their copies of the text, the trigram index over distinct words,
+    vec0's second copy of every vector dropped (the scan in SQL it served is as fast)."""
+    has = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
+    if "chunks_fts" in has:
+        _rebuild_fts(conn, "chunks_fts", FTS_TOKENIZER, "select rowid, body from chunks_fts")
+    if "chunks_tri" in has:
+        rows = conn.execute("select id, text from chunks")
+        _rebuild_fts(conn, "chunks_tri", "trigram", ((i, trigram_body(t)) for i, t in rows))
+    if "chunks_vec" in has:
+        conn.execute("savepoint drop_vec0")
+        try:
+            conn.execute("drop table chunks_vec")
+        except db_errors() as err:  # vec0 is not loaded here: its table stays, unused
+            conn.execute("rollback to drop_vec0")
+            log.info("kept the unused vec0 table of an older index: %s", err)
+        conn.execute("release drop_vec0")
+
+
+def _rebuild_fts(
+    conn: Any, table: str, tokenizer: str, rows: str | Iterable[tuple[int, str]]
+) -> None:
+    conn.execute(
+        f"create virtual table {table}_new using fts5(body, tokenize = '{tokenizer}', {CONTENTLESS})"
+    )
+    insert = f"insert into {table}_new(rowid, body) "
+    if isinstance(rows, str):
+        conn.execute(insert + rows)
+    else:
+        conn.executemany(insert + "values (?, ?)", rows)
+    conn.execute(f"drop table {table}")
+    conn.execute(f"alter table {table}_new rename to {table}")
+
+
 MIGRATIONS: list[tuple[str, Callable[[Any], None]]] = [
     ("m001_base", _m001_base),
     ("m002_fts", _m002_fts),
     ("m003_vector_ids", _m003_vector_ids),
+    ("m004_store_once", _m004_store_once),
 ]
-#: Migrations that only make reads faster: an index opened read-only without them (written by
-#: an older memoryd) still answers, as it did before.
-SPEED_ONLY_MIGRATIONS = frozenset({"m003_vector_ids"})
+#: Migrations the code reads and writes alike without: an index opened read-only without them
+#: (written by an older memoryd) still answers, and one that fails (a full disk) leaves the index
+#: as it was, serving, to be tried again at the next open.
+OPTIONAL_MIGRATIONS = frozenset({"m003_vector_ids", "m004_store_once"})
 
 
 def migrate(conn: Any) -> list[str]:
@@ -155,11 +213,32 @@ def migrate(conn: Any) -> list[str]:
                 "insert into migrations(id, applied_at) values (?, ?)", (mig_id, time.time())
             )
             conn.execute("commit")
+        except db_errors() as err:
+            rollback(conn)
+            if mig_id not in OPTIONAL_MIGRATIONS:
+                raise
+            log.warning(
+                "index migration %s not applied (%s): the index serves as it was", mig_id, err
+            )
+            break
         except BaseException:
             rollback(conn)
             raise
         applied.append(mig_id)
     return applied
+
+
+def reclaim(conn: Any) -> None:
+    """Give the pages a migration freed back to the disk (`VACUUM`), when they are a large
+    share of the file; never fails (a full disk leaves them free inside the file)."""
+    free = int(conn.execute("pragma freelist_count").fetchone()[0])
+    total = int(conn.execute("pragma page_count").fetchone()[0])
+    if free < 1024 or free * 4 < total:
+        return
+    try:
+        conn.execute("vacuum")
+    except db_errors() as err:
+        log.warning("index space freed by a migration stays inside the file: %s", err)
 
 
 def _blob(vec: np.ndarray) -> bytes:
@@ -202,10 +281,11 @@ class Store(SqliteFile):
             self._postings = Postings(FTS_TOKENIZER, self._private_memory_db)
 
     def _migrate(self, conn: Any) -> None:
-        migrate(conn)
+        if "m004_store_once" in migrate(conn):
+            reclaim(conn)
 
     def _missing_migrations(self, done: set[str]) -> list[str]:
-        return [m for m, _ in MIGRATIONS if m not in done and m not in SPEED_ONLY_MIGRATIONS]
+        return [m for m, _ in MIGRATIONS if m not in done and m not in OPTIONAL_MIGRATIONS]
 
     def _reset_caches(self) -> None:
         super()._reset_caches()
@@ -262,7 +342,8 @@ class Store(SqliteFile):
                     conn.execute("insert into chunks_fts(rowid, body) values (?, ?)", (rowid, seg))
                     if self.trigram_error is None:
                         conn.execute(
-                            "insert into chunks_tri(rowid, body) values (?, ?)", (rowid, text)
+                            "insert into chunks_tri(rowid, body) values (?, ?)",
+                            (rowid, trigram_body(text)),
                         )
             conn.execute(
                 "insert or replace into files(path, abs_path, source, hash, mtime, size) values (?,?,?,?,?,?)",
@@ -282,19 +363,28 @@ class Store(SqliteFile):
 
     def _delete_chunks_of(self, path: str) -> None:
         conn = self._w
-        ids = [r[0] for r in conn.execute("select id from chunks where path = ?", (path,))]
-        if not ids:
+        rows = conn.execute("select id, text from chunks where path = ?", (path,)).fetchall()
+        if not rows:
             return
-        vec_table = self.vector.engine == "sqlite-vec" and self._txn_vec_dims() is not None
+        if self.fts_available and self.fts_contentless:
+            # a contentless table is told what each row held, to take it out of its postings
+            conn.executemany(
+                "insert into chunks_fts(chunks_fts, rowid, body) values ('delete', ?, ?)",
+                [(cid, segment_for_fts(text)) for cid, text in rows],
+            )
+            if self.trigram_error is None:
+                conn.executemany(
+                    "insert into chunks_tri(chunks_tri, rowid, body) values ('delete', ?, ?)",
+                    [(cid, trigram_body(text)) for cid, text in rows],
+                )
+        ids = [cid for cid, _ in rows]
         for start in range(0, len(ids), 500):
             part = ids[start : start + 500]
             marks = ",".join("?" * len(part))
-            if self.fts_available:
+            if self.fts_available and not self.fts_contentless:
                 conn.execute(f"delete from chunks_fts where rowid in ({marks})", part)
                 if self.trigram_error is None:
                     conn.execute(f"delete from chunks_tri where rowid in ({marks})", part)
-            if vec_table:
-                conn.execute(f"delete from chunks_vec where rowid in ({marks})", part)
             conn.execute(f"delete from chunk_vectors where chunk_id in ({marks})", part)
             conn.execute(f"delete from chunks where id in ({marks})", part)
 
@@ -484,17 +574,11 @@ class Store(SqliteFile):
             return
         if stored is not None:
             raise IndexError_(f"vector dims changed from {stored} to {dims}; a reindex is required")
-        if self.vector.engine == "sqlite-vec":
-            self._w.execute(
-                f"create virtual table if not exists chunks_vec using vec0(embedding float[{dims}] distance_metric=cosine)"
-            )
         self._w.execute(
             "insert or replace into meta(key, value) values ('vec_dims', ?)", (str(dims),)
         )
 
     def write_vectors(self, rows: Sequence[tuple[int, np.ndarray]]) -> None:
-        import numpy as np
-
         if not rows:
             return
         dims = int(rows[0][1].shape[0])
@@ -509,18 +593,10 @@ class Store(SqliteFile):
                 row = conn.execute("select hash from chunks where id = ?", (chunk_id,)).fetchone()
                 if row is None or (expected is not None and row[0] != expected):
                     continue
-                blob = _blob(vec)
                 conn.execute(
                     "insert or replace into chunk_vectors(chunk_id, vector) values (?, ?)",
-                    (chunk_id, blob),
+                    (chunk_id, _blob(vec)),
                 )
-                if self.vector.engine == "sqlite-vec":
-                    conn.execute("delete from chunks_vec where rowid = ?", (chunk_id,))
-                    if np.any(vec):
-                        conn.execute(
-                            "insert into chunks_vec(rowid, embedding) values (?, ?)",
-                            (chunk_id, blob),
-                        )
                 conn.execute("update chunks set has_vector = 1 where id = ?", (chunk_id,))
 
     @property
@@ -532,25 +608,18 @@ class Store(SqliteFile):
     def vector_search(self, query: np.ndarray | array[float], k: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity) best first.
 
-        A numpy vector is searched in memory (up to IN_MEMORY_MAX_VECTORS) or by vec0; a
-        float32 `array` (a one-off search, `cosine_sql`) by an exact scan in SQL or by vec0,
-        so that the process needs no numpy: same candidates, cosines within float32 rounding.
+        A numpy vector is searched in memory (up to IN_MEMORY_MAX_BYTES); a float32 `array`
+        (a one-off search, `cosine_sql`) and any query on an index too big to hold by an exact
+        scan in SQL, so that a one-off process needs no numpy: same candidates, cosines within
+        float32 rounding.
         """
         dims = self.vec_dims
         if dims is None or len(query) != dims or not self.vector.available:
             return []
-        if self.vector.engine == "sqlite-vec" and self._vector_count() > IN_MEMORY_MAX_VECTORS:
-            blob = query.tobytes() if isinstance(query, array) else _blob(query)
-            with self._reading("search the vector index") as conn:
-                rows = conn.execute(
-                    "select rowid, distance from chunks_vec where embedding match ? and k = ?",
-                    (blob, k),
-                ).fetchall()
-            return [(int(r[0]), 1.0 - float(r[1])) for r in rows]
         if isinstance(query, array):
             return self._scan_search(query, k)
-        # an exact product over a matrix held in memory beats vec0's scan; vec0 takes over for
-        # indexes too big to hold
+        if self.search_engine == "sqlite-vec-scan":
+            return self._scan_search(array("f", _blob(query)), k)
         return self._numpy_search(query, k)
 
     def _vector_count(self) -> int:
@@ -563,11 +632,12 @@ class Store(SqliteFile):
 
     @property
     def search_engine(self) -> str:
-        """Which engine answers KNN queries now (see vector_search)."""
+        """Which engine answers a numpy query's KNN now (see vector_search)."""
         if not self.vector.available:
             return "none"
-        if self.vector.engine == "sqlite-vec" and self._vector_count() > IN_MEMORY_MAX_VECTORS:
-            return "sqlite-vec"
+        too_big = self._vector_count() * 4 * (self.vec_dims or 0) > IN_MEMORY_MAX_BYTES
+        if self.vector.engine == "sqlite-vec" and too_big:
+            return "sqlite-vec-scan"
         return "numpy"
 
     def _scan_search(self, query: array[float], k: int) -> list[tuple[int, float]]:
@@ -587,15 +657,21 @@ class Store(SqliteFile):
 
         version = self.version
         if self._matrix is None or self._matrix[0] != version:
+            self._matrix = None  # the old one goes before the new one is built
             with self._reading("search the vector index") as conn:
-                rows = conn.execute("select chunk_id, vector from chunk_vectors").fetchall()
-            if rows:
-                ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-                matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(
-                    len(rows), -1
-                )
-            else:
-                ids, matrix = np.zeros(0, np.int64), np.zeros((0, query.shape[0]), np.float32)
+                n = int(conn.execute("select count(*) from chunk_vectors").fetchone()[0])
+                ids = np.zeros(n, np.int64)
+                matrix = np.zeros((n, query.shape[0]), np.float32)
+                i = -1
+                # row by row into the matrix: no second copy of every vector on the way
+                for i, (cid, blob) in enumerate(
+                    conn.execute("select chunk_id, vector from chunk_vectors")
+                ):
+                    if i >= n or len(blob) != 4 * matrix.shape[1]:
+                        break
+                    ids[i] = cid
+                    matrix[i] = np.frombuffer(blob, dtype=np.float32)
+                ids, matrix = ids[: i + 1], matrix[: i + 1]
             self._matrix = (version, ids, matrix)
         _, ids, matrix = self._matrix
         if not len(ids) or matrix.shape[1] != query.shape[0]:

@@ -1,0 +1,250 @@
+"""The SQLite index stores each thing once, and an index in the older layout (FTS5 tables with
+their own copies of the text, the trigram index over the whole text, vectors also in vec0)
+migrates to it, answering the same; a migration that fails leaves the old index serving."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlean
+import sqlite_vec
+from hypothesis import given
+from hypothesis import strategies as st
+
+from helpers import agent_for, selection
+from memoryd.builtin_index import MemoryIndex, _store
+from memoryd.builtin_index._postings import _varints
+from memoryd.builtin_index._store import FTS_TOKENIZER, reclaim, trigram_body
+from memoryd.core.text import segment_for_fts, trigram_terms
+from memoryd.embeddings import HashingEmbedder
+
+QUERIES = ["deploy target region", "adguard", "grey cat Miso", "北京", "home-assistant", "zebra"]
+
+
+def write(p: Path, text: str) -> None:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8")
+
+
+@pytest.fixture
+def ws(workspace: Path) -> Path:
+    write(
+        workspace / "MEMORY.md",
+        "# Long-term\nThe deploy target is fly.io in region ams.\n"
+        "AdGuardHome runs on the raspberry pi next to home-assistant.local.\n",
+    )
+    write(workspace / "memory" / "trip.md", "# Trip\n我们明天去北京开会，讨论新的项目计划。\n")
+    write(workspace / "memory" / "pets.md", "# Pets\nAlice adopted a grey cat named Miso.\n")
+    for n in range(12):
+        write(
+            workspace / "memory" / f"2026-10-{n + 1:02d}.md",
+            f"# day {n}\n" + f"Meeting {n} about the deploy pipeline and region failover.\n" * 30,
+        )
+    return workspace
+
+
+def open_index(ws: Path) -> MemoryIndex:
+    return MemoryIndex(agent_for(ws).index_settings(), selection(HashingEmbedder()))
+
+
+def answers(idx: MemoryIndex) -> list[Any]:
+    out = []
+    for q in QUERIES:
+        for mode in ("keyword", "hybrid", "vector"):
+            found = idx.search(q, mode=mode, min_score=0)
+            out.append(
+                [(r.path, r.start_line, r.end_line, r.score, r.snippet) for r in found.results]
+            )
+    return out
+
+
+@contextlib.contextmanager
+def raw(path: Path) -> Iterator[Any]:
+    conn = sqlean.connect(str(path), isolation_level=None)
+    conn.enable_load_extension(True)
+    conn.load_extension(sqlite_vec.loadable_path())
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def to_older_layout(path: Path) -> None:
+    """Rewrite an index as the memoryd before `m004_store_once` wrote it."""
+    with raw(path) as conn:
+        conn.execute("begin")
+        conn.execute("drop table chunks_fts")
+        conn.execute("drop table chunks_tri")
+        conn.execute(
+            f"create virtual table chunks_fts using fts5(body, tokenize = '{FTS_TOKENIZER}')"
+        )
+        conn.execute("create virtual table chunks_tri using fts5(body, tokenize = 'trigram')")
+        dims = int(conn.execute("select value from meta where key = 'vec_dims'").fetchone()[0])
+        conn.execute(
+            f"create virtual table chunks_vec using vec0(embedding float[{dims}] distance_metric=cosine)"
+        )
+        for cid, text in conn.execute("select id, text from chunks").fetchall():
+            conn.execute(
+                "insert into chunks_fts(rowid, body) values (?, ?)", (cid, segment_for_fts(text))
+            )
+            conn.execute("insert into chunks_tri(rowid, body) values (?, ?)", (cid, text))
+        conn.execute(
+            "insert into chunks_vec(rowid, embedding) select chunk_id, vector from chunk_vectors"
+        )
+        conn.execute("delete from migrations where id = 'm004_store_once'")
+        conn.execute("commit")
+
+
+def tables(path: Path) -> set[str]:
+    with raw(path) as conn:
+        return {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
+
+
+def older_index(ws: Path) -> tuple[Path, list[Any]]:
+    idx = open_index(ws)
+    idx.sync()
+    before = answers(idx)
+    path = idx.store.path
+    idx.close()
+    to_older_layout(path)
+    assert {"chunks_fts_content", "chunks_tri_content", "chunks_vec"} <= tables(path)
+    return path, before
+
+
+def test_an_index_in_the_older_layout_migrates_and_answers_the_same(ws: Path) -> None:
+    path, before = older_index(ws)
+    idx = open_index(ws)
+    assert idx.store.conn.execute(
+        "select 1 from migrations where id = 'm004_store_once'"
+    ).fetchone()
+    assert not {"chunks_fts_content", "chunks_tri_content", "chunks_vec"} & tables(path)
+    assert answers(idx) == before
+    assert idx.store.verify(deep=True) is None
+    # and it goes on indexing in the new layout
+    write(ws / "memory" / "new.md", "The zebrafish tank needs cleaning.\n")
+    idx.sync()
+    assert idx.search("zebra", mode="keyword").results[0].path == "memory/new.md"
+    idx.close()
+
+
+def test_a_migration_that_fails_leaves_the_old_index_serving(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, before = older_index(ws)
+    migrate = _store.Store._migrate
+
+    def on_a_full_disk(self: _store.Store, conn: Any) -> None:
+        # SQLite itself refuses the migration's writes, as on a full disk
+        pages = int(conn.execute("pragma page_count").fetchone()[0])
+        conn.execute(f"pragma max_page_count = {pages + 2}")
+        try:
+            migrate(self, conn)
+        finally:
+            conn.execute("pragma max_page_count = 4294967294")
+
+    monkeypatch.setattr(_store.Store, "_migrate", on_a_full_disk)
+    idx = open_index(ws)
+    assert not idx.store.conn.execute(
+        "select 1 from migrations where id = 'm004_store_once'"
+    ).fetchone()
+    assert {"chunks_fts_content", "chunks_tri_content", "chunks_vec"} <= tables(path)
+    assert answers(idx) == before
+    write(ws / "memory" / "new.md", "The zebrafish tank needs cleaning.\n")
+    idx.sync()  # the older layout is still written correctly
+    assert idx.search("zebrafish", mode="keyword").results[0].path == "memory/new.md"
+    assert idx.search("ebrafis", mode="keyword", min_score=0).results[0].path == "memory/new.md"
+    assert idx.store.verify(deep=True) is None
+    idx.close()
+    monkeypatch.setattr(_store.Store, "_migrate", migrate)
+    again = open_index(ws)  # the next open migrates
+    assert not {"chunks_fts_content", "chunks_tri_content", "chunks_vec"} & tables(path)
+    assert again.search("ebrafis", mode="keyword", min_score=0).results[0].path == "memory/new.md"
+    again.close()
+
+
+def test_a_required_migration_that_fails_still_fails_the_open(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(conn: Any) -> None:
+        raise sqlite3.OperationalError("injected")
+
+    monkeypatch.setattr(_store, "MIGRATIONS", [("m001_base", broken)])
+    with pytest.raises(Exception, match="injected"):
+        open_index(ws)
+
+
+def test_the_space_a_migration_frees_goes_back_to_the_disk(tmp_path: Path) -> None:
+    path = tmp_path / "x.sqlite"
+    with contextlib.closing(sqlean.connect(str(path), isolation_level=None)) as conn:
+        conn.execute("pragma journal_mode = wal")
+        conn.execute("create table big (b blob)")
+        conn.executemany("insert into big values (zeroblob(4000))", [()] * 3000)
+        conn.execute("create table kept (b blob)")
+        conn.execute("insert into kept values ('still here')")
+        conn.execute("drop table big")
+        free = int(conn.execute("pragma freelist_count").fetchone()[0])
+        assert free > 2000
+        reclaim(conn)
+        assert int(conn.execute("pragma freelist_count").fetchone()[0]) == 0
+        assert conn.execute("select b from kept").fetchone()[0] == "still here"
+
+
+def test_a_fresh_index_holds_no_copy_of_the_text_beyond_chunks(ws: Path) -> None:
+    idx = open_index(ws)
+    idx.sync()
+    names = tables(idx.store.path)
+    assert "chunks_fts_data" in names and "chunks_tri_data" in names
+    assert not {"chunks_fts_content", "chunks_tri_content", "chunks_vec"} & names
+    idx.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "term", "found"),
+    [
+        ("AdGuardHome runs", "adguard", True),
+        ("see home-assistant.local now", "assistant.local", True),
+        ("ip 10.0.0.12/24 here", "0.0.12/2", True),
+        ("Ünïcode Straße", "straße", True),
+    ],
+)
+def test_the_trigram_body_keeps_every_substring_a_query_term_can_find(
+    text: str, term: str, found: bool
+) -> None:
+    assert (term in trigram_body(text)) is found
+
+
+def test_the_trigram_body_holds_each_run_once() -> None:
+    assert trigram_body("Deploy deploy DEPLOY to fly.io, fly.io!") == "deploy fly.io"
+
+
+@given(st.text(alphabet="abcXYZ.-/: _é北京\n", max_size=60), st.data())
+def test_a_query_term_is_inside_the_text_exactly_when_inside_its_trigram_body(
+    text: str, data: st.DataObject
+) -> None:
+    query = data.draw(st.text(alphabet="abcXYZ.-/:_é北京", min_size=3, max_size=8))
+    for term in trigram_terms(query):
+        assert (term in text.lower()) == (term in trigram_body(text))
+
+
+def test_edits_leave_bm25s_counts_those_of_the_live_chunks(ws: Path) -> None:
+    # FTS5's averages record (rows, tokens) is what bm25 weighs terms by: a deleted row must
+    # leave it, or every edit of a note would skew the ranking a little more
+    idx = open_index(ws)
+    idx.sync()
+    note = ws / "memory" / "2026-10-01.md"
+    for n in range(5):
+        write(note, f"# edit {n}\n" + "Another line about the deploy pipeline.\n" * (10 + n))
+        idx.sync()
+    with raw(idx.store.path) as conn:
+        chunks = conn.execute("select count(*) from chunks").fetchone()[0]
+        for table in ("chunks_fts", "chunks_tri"):
+            block = conn.execute(f"select block from {table}_data where id = 1").fetchone()[0]
+            assert _varints(bytes(block))[0] == chunks
+            conn.execute(f"insert into {table}({table}) values ('integrity-check')")
+    assert idx.store.verify(deep=True) is None
+    idx.close()
