@@ -559,6 +559,7 @@ class ResolvedAgent:
             store_driver=store.driver,
             store_url=url,
             redact_notes=ms.redact.notes,
+            session_retention_days=self.memory.qmd.sessions.retention_days,
         )
 
     def qmd_settings(self) -> QmdSettings:
@@ -608,6 +609,9 @@ class IndexSettings:
     #: Out of repr: a `${NAME}` reference may have filled in a password.
     store_url: str | None = dataclasses.field(default=None, repr=False)
     redact_notes: bool = False
+    #: `memory.qmd.sessions.retentionDays`: one rule for both engines, so a failover to the
+    #: built-in index never brings back sessions that qmd's exports dropped.
+    session_retention_days: int | None = None
 
 
 @dataclass(frozen=True)

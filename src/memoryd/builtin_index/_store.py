@@ -246,12 +246,37 @@ class Store(SqliteFile):
         mtime: float,
         size: int,
         chunks: Sequence[tuple[int, int, str, str, int]],
-    ) -> None:
-        """Swap a file's chunks in one transaction. chunks = (start, end, hash, text, tokens)."""
+    ) -> int:
+        """Swap a file's chunks in one transaction (chunks = (start, end, hash, text, tokens));
+        how many rows were written. A chunk whose text the file already had keeps its row, its
+        keyword entries and its vector (its lines updated if they moved): a transcript that grew
+        writes only its new chunks."""
         with self.transaction(doing=f"index {path}"):
             conn = self._w
-            self._delete_chunks_of(path)
+            kept: dict[str, list[tuple[int, int, int]]] = {}
+            stale: list[int] = []
+            for cid, start, end, chash, was_source in conn.execute(
+                "select id, start_line, end_line, hash, source from chunks where path = ?", (path,)
+            ):
+                if was_source == source:
+                    kept.setdefault(chash, []).append((cid, start, end))
+                else:
+                    stale.append(cid)
+            fresh = []
             for start, end, chash, text, tokens in chunks:
+                same = kept.get(chash)
+                if not same:
+                    fresh.append((start, end, chash, text, tokens))
+                    continue
+                cid, was_start, was_end = same.pop()
+                if (was_start, was_end) != (start, end):
+                    conn.execute(
+                        "update chunks set start_line = ?, end_line = ? where id = ?",
+                        (start, end, cid),
+                    )
+            stale += [cid for rows in kept.values() for cid, _, _ in rows]
+            self._delete_chunk_ids(stale)
+            for start, end, chash, text, tokens in fresh:
                 cur = conn.execute(
                     "insert into chunks(path, source, start_line, end_line, hash, text, tokens) values (?,?,?,?,?,?,?)",
                     (path, source, start, end, chash, text, tokens),
@@ -268,6 +293,7 @@ class Store(SqliteFile):
                 "insert or replace into files(path, abs_path, source, hash, mtime, size) values (?,?,?,?,?,?)",
                 (path, abs_path, source, file_hash, mtime, size),
             )
+        return len(fresh)
 
     def touch_file(self, path: str, mtime: float, size: int) -> None:
         with self.transaction(doing=f"index {path}"):
@@ -281,8 +307,11 @@ class Store(SqliteFile):
             self._w.execute("delete from files where path = ?", (path,))
 
     def _delete_chunks_of(self, path: str) -> None:
+        ids = [r[0] for r in self._w.execute("select id from chunks where path = ?", (path,))]
+        self._delete_chunk_ids(ids)
+
+    def _delete_chunk_ids(self, ids: list[int]) -> None:
         conn = self._w
-        ids = [r[0] for r in conn.execute("select id from chunks where path = ?", (path,))]
         if not ids:
             return
         vec_table = self.vector.engine == "sqlite-vec" and self._txn_vec_dims() is not None
