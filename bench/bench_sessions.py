@@ -19,6 +19,12 @@ so the time is the index's own, not a model's):
 * `memory.qmd.sessions.retentionDays = --retention-days` applied on the next sync: time,
   chunks left, and whether anything was rebuilt or embedded.
 
+With `--baseline REV` it measures instead the ordinary sync, notes without transcripts, this
+checkout beside a git revision, each in its own process and taking turns (`_side_by_side.py`):
+bench_builtin_index.py's workspace of `--chunks` chunks indexed from scratch `--rounds` times per
+side (the text phase and vector writes; document vectors are seeded per sentence, so no model
+runs), the median chunks/s of each and their ratio.
+
 Figures are JSON (stdout and bench/out/sessions.json); progress goes to stderr.
 """
 
@@ -39,7 +45,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_builtin_index import make_sentences
+import numpy as np
+from bench_builtin_index import build_workspace, make_sentences
 from bench_scale import SeededVectors, db_mb
 
 from memoryd.builtin_index import MemoryIndex
@@ -260,6 +267,45 @@ def one_mode(
     return out
 
 
+def ordinary_sync_side_by_side(args: argparse.Namespace, root: Path) -> dict[str, object]:
+    """Notes-only first syncs, this checkout and `args.baseline` in turns: chunks/s each."""
+    import statistics
+
+    from _side_by_side import pair
+
+    rng = random.Random(7)
+    sentences = make_sentences(rng, 400)
+    vectors = root / "sentences.npz"
+    np.savez(
+        vectors, sentences=np.array(sentences), vectors=SeededVectors().embed_documents(sentences)
+    )
+    ws = build_workspace(root, sentences, args.chunks, rng)
+    children = pair(args.baseline, root)
+    rates: dict[str, list[float]] = {c.name: [] for c in children}
+    chunks = 0
+    try:
+        for i in range(args.rounds):
+            for child in children if i % 2 == 0 else children[::-1]:
+                got = child.ask(op="index", workspace=str(ws), vectors=str(vectors), warm=[])
+                chunks = int(got["chunks"])
+                rates[child.name].append(chunks / float(got["s"]))
+                print(f"{child.name}: {rates[child.name][-1]:.0f} chunks/s", file=sys.stderr)
+    finally:
+        for child in children:
+            child.close()
+    this, base = statistics.median(rates["this"]), statistics.median(rates["baseline"])
+    return {
+        "baseline": args.baseline,
+        "chunks": chunks,
+        "rounds": args.rounds,
+        "this_sync_chunks_per_s": round(this),
+        "baseline_sync_chunks_per_s": round(base),
+        "sync_chunks_per_s_this_over_baseline": round(this / base, 3),
+        "this_all": [round(r) for r in rates["this"]],
+        "baseline_all": [round(r) for r in rates["baseline"]],
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--days", type=int, default=365)
@@ -267,8 +313,20 @@ def main() -> None:
     ap.add_argument("--append", type=int, default=60, help="messages appended to one session")
     ap.add_argument("--retention-days", type=int, default=90)
     ap.add_argument("--out", default="bench/out/sessions.json")
+    ap.add_argument("--baseline", help="a git revision: compare the ordinary sync with it instead")
+    ap.add_argument("--chunks", type=int, default=7900, help="notes' chunks (--baseline)")
+    ap.add_argument("--rounds", type=int, default=4, help="first syncs per side (--baseline)")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="memoryd-sessions-"))
+    if args.baseline:
+        try:
+            side = ordinary_sync_side_by_side(args, root)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(side, indent=2))
+        print(json.dumps(side, indent=2))
+        return
     try:
         results = {
             "text_only": one_mode("text", root, args, None),
