@@ -156,6 +156,31 @@ def test_incremental_sync_edits_and_deletes(notes: Path) -> None:
     assert not any("Miso" in r.snippet for r in (idx.search("Miso cat", min_score=0)).results)
 
 
+def test_an_edited_note_keeps_the_rows_and_vectors_of_its_unchanged_chunks(workspace: Path) -> None:
+    paras = [
+        f"Paragraph {i}: the {['otter', 'heron', 'badger'][i % 3]} count was {i}."
+        for i in range(60)
+    ]
+    note = write(workspace / "memory" / "survey.md", "\n".join(paras) + "\n")
+    agent = agent_for(
+        workspace, {"chunking": {"tokens": 48, "overlap": 0}, "cache": {"enabled": False}}
+    )
+    embedder = HashingEmbedder()
+    idx = MemoryIndex(agent.index_settings(), sel(embedder))
+    first = idx.sync()
+    before = idx.store.counts()["chunks"]
+    assert before >= 6 and first.vectors_embedded == before
+    write(note, "\n".join([*paras[:-1], "Paragraph 59: the heron count was revised."]) + "\n")
+
+    report = idx.sync()
+
+    # only the last chunk changed: one row written and embedded, the rest kept with their vectors
+    assert report.files_changed == 1
+    assert report.chunks_written == report.vectors_embedded == 1
+    assert idx.store.counts()["chunks"] == before and idx.store.pending_count() == 0
+    assert "revised" in idx.search("heron count revised").results[0].snippet
+
+
 def test_touch_without_change_does_not_rechunk(notes: Path) -> None:
     idx = synced(notes)
     p = notes / "MEMORY.md"

@@ -284,6 +284,16 @@ def test_a_shrunk_transcript_was_rewritten_and_is_due_at_once() -> None:
     assert not t.observe("a", 150, 2).due
 
 
+def test_an_edited_transcript_is_due_at_once_even_if_it_grew_by_little() -> None:
+    t = SessionDeltaTracker(delta_bytes=1000, delta_messages=50)
+    t.mark_synced("a", 5000, 40)
+    assert not t.observe("a", 5010, 40).due
+    d = t.observe("a", 5010, 40, rewritten=True)
+    assert d.due and d.rewritten
+    t.mark_synced("a", 5010, 40)
+    assert not t.observe("a", 5020, 40).due
+
+
 def test_forget_drops_a_deleted_transcript() -> None:
     t = SessionDeltaTracker(delta_bytes=1, delta_messages=0)
     t.observe("a", 10, 1)

@@ -600,6 +600,7 @@ class ResolvedAgent:
             store_url=url,
             redact_notes=ms.redact.notes,
             state_dir=self.state_dir,
+            session_retention_days=self.memory.qmd.sessions.retention_days,
         )
 
     def qmd_settings(self) -> QmdSettings:
@@ -661,6 +662,9 @@ class IndexSettings:
     redact_notes: bool = False
     #: Where the rerank stage records whether it degraded (None: nowhere).
     state_dir: Path | None = None
+    #: `memory.qmd.sessions.retentionDays`: one rule for both engines, so a failover to the
+    #: built-in index never brings back sessions that qmd's exports dropped.
+    session_retention_days: int | None = None
 
 
 @dataclass(frozen=True)

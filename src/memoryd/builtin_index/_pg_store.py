@@ -74,8 +74,9 @@ class PgStore(PgTenant):
         mtime: float,
         size: int,
         chunks: Sequence[tuple[int, int, str, str, int]],
-    ) -> None:
-        """Swap a file's chunks in one transaction. chunks = (start, end, hash, text, tokens)."""
+    ) -> int:
+        """Swap a file's chunks in one transaction (chunks = (start, end, hash, text, tokens));
+        how many rows were written: all of them (their vectors come back from the cache)."""
         texts = [clean(c[3]) for c in chunks]
         docs = [fts_document(t) for t in texts]
         t = self.tenant_id
@@ -120,6 +121,7 @@ class PgStore(PgTenant):
                 sum(len(x) for x in texts) - removed[2],
                 -removed[3],
             )
+        return len(chunks)
 
     def _delete_chunks(self, path: str) -> tuple[int, int, int, int]:
         """Delete a file's chunks and their vectors; (chunks, tokens, characters, vectors)."""

@@ -326,12 +326,37 @@ class Store(SqliteFile):
         mtime: float,
         size: int,
         chunks: Sequence[tuple[int, int, str, str, int]],
-    ) -> None:
-        """Swap a file's chunks in one transaction. chunks = (start, end, hash, text, tokens)."""
+    ) -> int:
+        """Swap a file's chunks in one transaction (chunks = (start, end, hash, text, tokens));
+        how many rows were written. A chunk whose text the file already had keeps its row, its
+        keyword entries and its vector (its lines updated if they moved): a transcript that grew
+        writes only its new chunks."""
         with self.transaction(doing=f"index {path}"):
             conn = self._w
-            self._delete_chunks_of(path)
+            kept: dict[str, list[tuple[int, int, int]]] = {}
+            stale: list[int] = []
+            for cid, start, end, chash, was_source in conn.execute(
+                "select id, start_line, end_line, hash, source from chunks where path = ?", (path,)
+            ):
+                if was_source == source:
+                    kept.setdefault(chash, []).append((cid, start, end))
+                else:
+                    stale.append(cid)
+            fresh = []
             for start, end, chash, text, tokens in chunks:
+                same = kept.get(chash)
+                if not same:
+                    fresh.append((start, end, chash, text, tokens))
+                    continue
+                cid, was_start, was_end = same.pop()
+                if (was_start, was_end) != (start, end):
+                    conn.execute(
+                        "update chunks set start_line = ?, end_line = ? where id = ?",
+                        (start, end, cid),
+                    )
+            stale += [cid for rows in kept.values() for cid, _, _ in rows]
+            self._delete_chunk_ids(stale)
+            for start, end, chash, text, tokens in fresh:
                 cur = conn.execute(
                     "insert into chunks(path, source, start_line, end_line, hash, text, tokens) values (?,?,?,?,?,?,?)",
                     (path, source, start, end, chash, text, tokens),
@@ -349,6 +374,7 @@ class Store(SqliteFile):
                 "insert or replace into files(path, abs_path, source, hash, mtime, size) values (?,?,?,?,?,?)",
                 (path, abs_path, source, file_hash, mtime, size),
             )
+        return len(fresh)
 
     def touch_file(self, path: str, mtime: float, size: int) -> None:
         with self.transaction(doing=f"index {path}"):
@@ -362,26 +388,29 @@ class Store(SqliteFile):
             self._w.execute("delete from files where path = ?", (path,))
 
     def _delete_chunks_of(self, path: str) -> None:
+        ids = [r[0] for r in self._w.execute("select id from chunks where path = ?", (path,))]
+        self._delete_chunk_ids(ids)
+
+    def _delete_chunk_ids(self, ids: list[int]) -> None:
         conn = self._w
-        rows = conn.execute("select id, text from chunks where path = ?", (path,)).fetchall()
-        if not rows:
-            return
-        if self.fts_available and self.fts_contentless:
-            # a contentless table is told what each row held, to take it out of its postings
-            conn.executemany(
-                "insert into chunks_fts(chunks_fts, rowid, body) values ('delete', ?, ?)",
-                [(cid, segment_for_fts(text)) for cid, text in rows],
-            )
-            if self.trigram_error is None:
-                conn.executemany(
-                    "insert into chunks_tri(chunks_tri, rowid, body) values ('delete', ?, ?)",
-                    [(cid, trigram_body(text)) for cid, text in rows],
-                )
-        ids = [cid for cid, _ in rows]
         for start in range(0, len(ids), 500):
             part = ids[start : start + 500]
             marks = ",".join("?" * len(part))
-            if self.fts_available and not self.fts_contentless:
+            if self.fts_available and self.fts_contentless:
+                # a contentless table is told what each row held, to take it out of its postings
+                rows = conn.execute(
+                    f"select id, text from chunks where id in ({marks})", part
+                ).fetchall()
+                conn.executemany(
+                    "insert into chunks_fts(chunks_fts, rowid, body) values ('delete', ?, ?)",
+                    [(cid, segment_for_fts(text)) for cid, text in rows],
+                )
+                if self.trigram_error is None:
+                    conn.executemany(
+                        "insert into chunks_tri(chunks_tri, rowid, body) values ('delete', ?, ?)",
+                        [(cid, trigram_body(text)) for cid, text in rows],
+                    )
+            elif self.fts_available:
                 conn.execute(f"delete from chunks_fts where rowid in ({marks})", part)
                 if self.trigram_error is None:
                     conn.execute(f"delete from chunks_tri where rowid in ({marks})", part)

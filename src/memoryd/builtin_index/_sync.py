@@ -116,28 +116,24 @@ def left_out_from_meta(meta: dict[str, str]) -> dict[str, LeftOut]:
         return {}
 
 
-def _newlines_in_prefix(path: Path, size: int) -> int:
+def _read_transcript(path: Path) -> tuple[bytes, float]:
+    """A transcript's bytes and its mtime from before the read (a later append shows as a change)."""
     with open_private(path) as fh:  # transcripts are state: never read through a link
-        return fh.read(size).count(b"\n")
+        mtime = os.fstat(fh.fileno()).st_mtime
+        return fh.read(), mtime
 
 
-def _count_newlines(path: Path) -> int:
-    n = 0
-    with open_private(path) as fh:
-        while block := fh.read(1 << 16):
-            n += block.count(b"\n")
-    return n
-
-
-def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[TranscriptChunk]:
+def _transcript_chunks(data: bytes, tokens: int, overlap: int) -> list[TranscriptChunk]:
     from ..core.transcripts import chunk_transcript, parse_transcript_text
 
-    with open_private(path) as fh:
-        data = fh.read()
     messages, _malformed, _lines = parse_transcript_text(
         data.decode("utf-8", errors="replace"), sanitize=True
     )
     return chunk_transcript(messages, tokens=tokens, overlap=overlap)
+
+
+def _bytes_hash(data: bytes) -> str:
+    return content_hash(data.decode("utf-8", errors="replace"))
 
 
 class Indexer:
@@ -372,7 +368,7 @@ class Indexer:
         prev: tuple[Any, ...] | None,
         undecodable: set[str],
     ) -> int | None:
-        """Store a read file's chunks (how many); None when its text is unchanged."""
+        """Store a read file's chunks (how many rows it wrote); None when its text is unchanged."""
         try:
             text = got.data.decode("utf-8")
             undecodable.discard(mf.rel_path)
@@ -391,7 +387,7 @@ class Indexer:
             from ..core.redact import redact_secrets
 
             chunks = [dataclasses.replace(c, text=redact_secrets(c.text)) for c in chunks]
-        store.replace_file(
+        return store.replace_file(
             mf.rel_path,
             str(mf.abs_path),
             mf.source,
@@ -400,7 +396,6 @@ class Indexer:
             got.size,
             [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
         )
-        return len(chunks)
 
     def _read_for_index(self, mf: MemoryFile) -> tuple[FileRead | None, LeftOut | None]:
         """The file's bytes to index, or why it is left out (None, None: it vanished)."""
@@ -466,43 +461,62 @@ class Indexer:
         return self._session_tracker
 
     def _due_transcripts(
-        self, sessions_dir: Path, known: dict[str, tuple[Any, ...]], force: bool
-    ) -> tuple[list[tuple[Path, str, os.stat_result, int]], set[str]]:
-        """The transcripts that grew by the sync.sessions deltas, and every transcript's path."""
+        self,
+        sessions_dir: Path,
+        known: dict[str, tuple[Any, ...]],
+        force: bool,
+        cutoff: float | None,
+    ) -> tuple[list[tuple[Path, str]], set[str]]:
+        """The transcripts to index (new, edited, or grown by the sync.sessions deltas) and the
+        ones the index keeps; one idle since before `cutoff` is in neither, so it leaves."""
         seen: set[str] = set()
-        due: list[tuple[Path, str, os.stat_result, int]] = []
+        due: list[tuple[Path, str]] = []
         for path in list_transcripts(sessions_dir):
             rel = transcript_display_path(path)
-            seen.add(rel)
             try:
                 st = path.stat()
             except OSError:
+                seen.add(rel)  # a passing failure does not drop it from the index
                 continue
+            if cutoff is not None and st.st_mtime < cutoff:
+                continue
+            seen.add(rel)
             prev = known.get(rel)
             if prev is not None and prev[1] == st.st_mtime and prev[2] == st.st_size:
                 continue
-            try:
-                lines = _count_newlines(path)
-            except OSError as err:  # gone, or a link swapped in after the listing
-                log.warning("cannot read transcript %s: %s", path, err)
+            if prev is not None and not force and not self._grown_enough(path, rel, prev):
                 continue
-            if prev is not None and not force:
-                if rel not in self.session_baselines:
-                    self.session_baselines.add(rel)
-                    self._sessions().mark_synced(rel, prev[2], _newlines_in_prefix(path, prev[2]))
-                if not self._sessions().observe(rel, st.st_size, lines).due:
-                    continue
-            due.append((path, rel, st, lines))
+            due.append((path, rel))
         return due, seen
+
+    def _grown_enough(self, path: Path, rel: str, prev: tuple[Any, ...]) -> bool:
+        """Whether an indexed transcript that changed is due: edited, or grown past a delta."""
+        try:
+            data, _ = _read_transcript(path)
+        except OSError as err:  # gone, or a link swapped in after the listing
+            log.warning("cannot read transcript %s: %s", path, err)
+            return False
+        size = int(prev[2])
+        indexed = data[:size]
+        tracker = self._sessions()
+        if rel not in self.session_baselines:
+            self.session_baselines.add(rel)
+            tracker.mark_synced(rel, size, indexed.count(b"\n"))
+        edited = len(data) < size or _bytes_hash(indexed) != prev[0]
+        return tracker.observe(rel, len(data), data.count(b"\n"), rewritten=edited).due
 
     def sessions_phase(
         self, store: Store, report: SyncReport, force: bool, *, wait_ms: int | None = None
     ) -> None:
+        """Index new and changed transcripts (a changed one writes only the chunks it did not
+        have) and drop deleted ones and those past `memory.qmd.sessions.retentionDays`."""
         cfg = self.engine.cfg
         if cfg.sessions_dir is None:
             return
+        days = cfg.session_retention_days
+        cutoff = None if days is None else time.time() - days * 86_400
         known = {p: v for p, v in store.files().items() if v[3] == "sessions"}
-        due, seen = self._due_transcripts(cfg.sessions_dir, known, force)
+        due, seen = self._due_transcripts(cfg.sessions_dir, known, force, cutoff)
         gone = set(known) - seen
         if not due and not gone:
             return
@@ -510,26 +524,24 @@ class Indexer:
         with store.transaction(wait_ms=wait_ms, doing="index the session transcripts"):
             if not store.signature_matches():
                 return
-            for path, rel, st, lines in due:
+            for path, rel in due:
                 try:
-                    chunks = _transcript_chunks(path, cfg.chunking.tokens, cfg.chunking.overlap)
-                    with open_private(path) as fh:
-                        data = fh.read()
+                    data, mtime = _read_transcript(path)
                 except OSError as err:
                     log.warning("cannot read transcript %s: %s", path, err)
                     continue
-                store.replace_file(
+                chunks = _transcript_chunks(data, cfg.chunking.tokens, cfg.chunking.overlap)
+                report.chunks_written += store.replace_file(
                     rel,
                     str(path),
                     "sessions",
-                    content_hash(data.decode("utf-8", errors="replace")),
-                    st.st_mtime,
-                    st.st_size,
+                    _bytes_hash(data),
+                    mtime,
+                    len(data),
                     [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
                 )
-                synced.append((rel, st.st_size, lines))
+                synced.append((rel, len(data), data.count(b"\n")))
                 report.files_changed += 1
-                report.chunks_written += len(chunks)
             for rel in gone:
                 store.remove_file(rel)
                 report.files_removed += 1

@@ -253,7 +253,8 @@ class SessionDeltaTracker:
 
     A transcript is *due* once `pending bytes >= delta_bytes` or `pending lines >=
     delta_messages` (each threshold off when 0; both 0 means any growth is due). A file that
-    shrank was rewritten and is due at once. Unknown files start from an empty baseline, so a
+    shrank, or whose indexed part changed (the caller compares it), was rewritten and is due at
+    once: only growth waits for a threshold. Unknown files start from an empty baseline, so a
     new transcript counts all of its data. Debouncing and the background sync itself belong to
     the caller: `observe` on every watcher event, sync `due_paths()` after the debounce, then
     `mark_synced`.
@@ -285,10 +286,11 @@ class SessionDeltaTracker:
             rewritten=seen.rewritten,
         )
 
-    def observe(self, path: str, size: int, lines: int) -> SessionDelta:
-        """Record a transcript's current size and complete-line count."""
+    def observe(self, path: str, size: int, lines: int, *, rewritten: bool = False) -> SessionDelta:
+        """Record a transcript's current size and complete-line count; `rewritten`: the part
+        already indexed is not what it was."""
         seen = self._files.setdefault(path, _Seen())
-        if size < seen.synced_size or lines < seen.synced_lines:
+        if rewritten or size < seen.synced_size or lines < seen.synced_lines:
             seen.rewritten = True
         seen.size, seen.lines = size, lines
         return self._delta(path, seen)
