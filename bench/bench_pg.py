@@ -528,7 +528,7 @@ def hnsw(args: argparse.Namespace) -> None:
         print_engine("postgres", r)
         builds = [a["vector_batch_s"] for a in r["per_agent"]]
         print(
-            "  the vector batch that built the HNSW index (at the crossing): "
+            "  the vector batch that built the HNSW index: "
             + ", ".join(
                 f"{b['max']:.1f}s (median batch {b['median'] * 1000:.0f} ms)" for b in builds
             ),
