@@ -280,17 +280,18 @@ def run_engine(
         if ev["event"] == "agent":
             synced += ev["chunks"]
             agents_done += 1
-            left = elapsed * (total - synced) / synced
             progress.update(chunks_synced=synced, agents_synced=agents_done, elapsed_s=elapsed)
             progress.setdefault("per_agent", []).append(
                 {k: ev[k] for k in ("agent", "chunks", "s", "vector_batch_s")}
             )
-            print(
-                f"  {engine}: {agents_done}/{args.agents} agents, {synced:,}/{total:,} chunks "
-                f"synced, {elapsed:.0f}s, ~{left:.0f}s of sync left",
-                file=sys.stderr,
-                flush=True,
-            )
+            if agents_done % max(1, args.agents // 20) == 0:  # every 5 %
+                left = elapsed * (total - synced) / synced
+                print(
+                    f"  {engine}: {agents_done}/{args.agents} agents, {synced:,}/{total:,} "
+                    f"chunks synced, {elapsed:.0f}s, ~{left:.0f}s of sync left",
+                    file=sys.stderr,
+                    flush=True,
+                )
         elif ev["event"] == "step":
             print(
                 f"  {engine}: agent {ev['agent']} {ev['step']}, {elapsed:.0f}s",
@@ -511,7 +512,6 @@ def hnsw(args: argparse.Namespace) -> None:
     from memoryd.builtin_index._pg_store import PgStore
     from memoryd.builtin_index._pg_tenant import EXACT_MAX_VECTORS
 
-    args.workers = min(args.workers, args.agents)
     per_agent = args.chunks // args.agents // CHUNKS_PER_FILE * CHUNKS_PER_FILE
     print(
         f"scale: {args.agents} agents of {per_agent:,} chunks (exact scan up to "
@@ -762,8 +762,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--datasets", default="locomo,cranfield,cisi", help="quality: which sets")
     args = p.parse_args(argv)
     big = args.command == "hnsw"
-    args.chunks = args.chunks or (200_000 if big else 100_000)
-    args.agents = args.agents or (2 if big else 100)
+    if args.chunks is None:
+        args.chunks = 200_000 if big else 100_000
+    if args.agents is None:
+        args.agents = 2 if big else 100
+    if min(args.chunks, args.agents, args.workers, args.queries) < 1:
+        p.error("--chunks, --agents, --workers and --queries must be at least 1")
+    if args.chunks // args.agents < CHUNKS_PER_FILE:
+        p.error(f"at least {CHUNKS_PER_FILE} chunks an agent (one file)")
+    if big and not args.full:
+        from memoryd.builtin_index._pg_tenant import EXACT_MAX_VECTORS
+
+        if args.chunks // args.agents <= EXACT_MAX_VECTORS:
+            p.error(f"hnsw: more than {EXACT_MAX_VECTORS:,} chunks an agent (the exact-scan limit)")
+    args.workers = min(args.workers, args.agents)  # a worker without agents has nothing to do
     if args.command == "quality":
         quality(args)
     elif args.command == "hnsw":
