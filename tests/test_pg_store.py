@@ -22,7 +22,13 @@ import pytest
 from helpers import agent_for, selection, write
 from memoryd.builtin_index import MemoryIndex
 from memoryd.builtin_index._pg_migrations import LATEST, MIGRATIONS, migrate, tenant_lock_key
-from memoryd.builtin_index._pg_store import PgStore, describe_url, fts_document, match_phrases
+from memoryd.builtin_index._pg_store import (
+    HNSW_BUILD_MAX_PENDING,
+    PgStore,
+    describe_url,
+    fts_document,
+    match_phrases,
+)
 from memoryd.builtin_index._store import Store
 from memoryd.config import validate_config
 from memoryd.core.text import fts_match_expression, query_terms
@@ -659,6 +665,31 @@ def test_hnsw_answers_above_the_exact_threshold(open_store: Callable[..., PgStor
         recall.append(len({c for c, _ in approx} & set(exact)) / 5)
     assert np.mean(recall) >= 0.8
     s.close()
+
+
+def test_hnsw_is_built_once_the_pending_backlog_is_short(
+    open_store: Callable[..., PgStore],
+) -> None:
+    """A sync that takes a tenant past the limit keeps the exact scan while most of its vectors
+    are still to come, and builds the index over all of them at the end."""
+    s = open_store(exact_max_vectors=20)
+    n = HNSW_BUILD_MAX_PENDING + 200
+    s.replace_file(
+        "a.md", "/w/a.md", "memory", "h", 1.0, 1, [chunk(i, f"t{i}") for i in range(1, n + 1)]
+    )
+    rng = np.random.default_rng(5)
+    vecs = {cid: rng.standard_normal(8).astype(np.float32) for cid, _, _ in s.pending_chunks(n)}
+    items = list(vecs.items())
+    s.write_vectors(items[:100])  # past the limit, with more than the backlog still pending
+    assert s.search_engine == "pgvector-exact"
+    target = items[7][0]
+    assert s.vector_search(vecs[target], 3)[0][0] == target
+    s.write_vectors(items[100:300])  # the backlog is now short: the index is built
+    assert s.pending_count() <= HNSW_BUILD_MAX_PENDING
+    assert s.search_engine == "pgvector-hnsw"
+    s.write_vectors(items[300:])
+    assert s.search_engine == "pgvector-hnsw"
+    assert s.vector_search(vecs[target], 3)[0][0] == target
 
 
 def test_zero_vectors_and_nul_characters_are_stored_safely(

@@ -24,6 +24,9 @@ from ._common import ChunkRow
 from ._pg_tenant import PgTenant, clean
 from ._pg_tenant import describe_url as describe_url  # re-exported for index.py
 
+#: A tenant past the exact-scan limit gets its HNSW index once at most this many vectors are
+#: pending (a few chunks that cannot be embedded must not keep it on the exact scan forever).
+HNSW_BUILD_MAX_PENDING = 1_000
 _PHRASE = re.compile(r'"((?:[^"]|"")*)"')
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 
@@ -319,12 +322,16 @@ class PgStore(PgTenant):
         self._stats = (self._stats[0], dims)
 
     def _ensure_index(self, dims: int) -> None:
-        """Build the tenant's HNSW index once it outgrows exact search (if it can now)."""
+        """Build the tenant's HNSW index once it outgrows exact search and its backlog of
+        pending vectors is short (if it can now)."""
         if (
             not self.vector.available
             or self._owns_tx()  # the build would wait for this transaction's own locks
             or self._vector_count() <= self.exact_max_vectors
             or self._has_index(dims)
+            # one build over every vector costs a fraction of inserting the rest one by one
+            # into the graph: a sync that crosses the limit builds after its last batches
+            or self.pending_count() > HNSW_BUILD_MAX_PENDING
         ):
             return
         with contextlib.suppress(IndexError_):
