@@ -84,6 +84,7 @@ def test_start_creates_scoped_collections_in_the_agent_home(
         "memory-alt-main",
         "memory-dir-main",
         "memory-root-main",
+        "memory-user-main",
         "notes-main",
     ]
     existing = mgr.list_collections()

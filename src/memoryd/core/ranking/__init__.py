@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import PurePosixPath
 
+from ..annotations import apply_importance
 from ..dates import note_date
 from ..text import Script, estimate_tokens, query_terms, script_of, word_set
 from ._candidates import (
@@ -421,7 +422,8 @@ def rank(
     stats: CorpusStats | None = None,
     partial_vectors: bool = False,
 ) -> list[Candidate]:
-    """Fuse → decay → path boost → sort → MMR → minScore (keyword hits survive / fill) → top-K.
+    """Fuse → decay → importance → path boost → sort → MMR → minScore (keyword hits survive /
+    fill) → top-K.
 
     `partial_vectors`: some chunks still wait for their vectors; the default fusion then scores
     by `partial_vector_scores`.
@@ -436,6 +438,7 @@ def rank(
             age = age_in_days(c.path, c.source, c.mtime, now)
             if age is not None:
                 c.score *= decay_multiplier(age, params.half_life_days)
+    apply_importance(fused, query, params.min_score)
     for c in fused:
         c.path_level = path_match_level(query, c.path)
     fused.sort(key=lambda c: (c.path_level > 0, c.path_level, c.score), reverse=True)
