@@ -136,3 +136,9 @@ def test_importance_scales_scores_but_never_lifts_one_past_min_score() -> None:
     ]
     apply_importance(cs, "quarterly budget", min_score=0.35)
     assert [c.score for c in cs] == pytest.approx([0.75, 0.30, 0.40, 0.24, 0.60, 0.60])
+
+
+def test_triggers_and_projects_do_not_rank() -> None:
+    # they drive OpenClaw's prompt injection, which memoryd does not do
+    text = "- deploys go to fly.io <!-- trigger: deploy --> <!-- project: github.com/acme/app -->"
+    assert chunk_multiplier("MEMORY.md", text, ["deploy"]) == 1.0
