@@ -138,6 +138,21 @@ def test_importance_scales_scores_but_never_lifts_one_past_min_score() -> None:
     assert [c.score for c in cs] == pytest.approx([0.75, 0.30, 0.40, 0.24, 0.60, 0.60])
 
 
+@pytest.mark.parametrize(
+    ("query", "multiplier"),
+    [("北京开会", 1.20), ("预算", 0.85), ("deploy rotating", 0.80)],  # CJK bigrams, stems
+)
+def test_the_query_entry_is_found_in_any_script_and_by_stem(query: str, multiplier: float) -> None:
+    from memoryd.core.text import query_terms
+
+    text = (
+        "- 我们下周在北京开会 <!-- importance: 9 -->\n"
+        "- 预算讨论 <!-- importance: 2 -->\n"
+        "- Deploys rotated <!-- importance: 1 -->"
+    )
+    assert chunk_multiplier("USER.md", text, query_terms(query)) == pytest.approx(multiplier)
+
+
 def test_triggers_and_projects_do_not_rank() -> None:
     # they drive OpenClaw's prompt injection, which memoryd does not do
     text = "- deploys go to fly.io <!-- trigger: deploy --> <!-- project: github.com/acme/app -->"

@@ -16,12 +16,13 @@ chunk text is all it reads, so the index needs no column for it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Final, Protocol
 
 from .layout import CURATED_ROOT_NAMES
-from .text import query_terms, text_terms
+from .text import query_terms, text_terms, word_set
 
 __all__ = [
     "EntryAnnotations",
@@ -126,13 +127,40 @@ def chunk_multiplier(path: str, text: str, terms: Sequence[str]) -> float:
     query's `terms` (the highest among entries that tie), 1.0 outside the curated root files."""
     if not is_curated_root(path) or "<!--" not in text:
         return 1.0
-    best: tuple[int, float] | None = None
-    for lines in entries(text):
-        held = len(text_terms(terms, "\n".join(lines))) if terms else 0
-        m = importance_multiplier(entry_annotations(lines, path=path).importance)
-        if best is None or (held, m) > best:
-            best = (held, m)
-    return 1.0 if best is None else best[1]
+    chunk = _parsed(path, text)
+    if len(set(chunk.multipliers)) <= 1:  # one value for every entry: no need to find the query
+        return chunk.multipliers[0] if chunk.multipliers else 1.0
+    counts = [0] * len(chunk.multipliers)
+    for term in text_terms(terms, text) if terms else ():
+        holders = chunk.holders.get(term)
+        if holders is None:  # held as a stem or a CJK substring: ask each entry
+            holders = tuple(i for i, body in enumerate(chunk.bodies) if text_terms([term], body))
+        for i in holders:
+            counts[i] += 1
+    return max(zip(counts, chunk.multipliers, strict=True))[1]
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """A chunk's entries: their text, their multipliers, and which entries hold each word."""
+
+    bodies: tuple[str, ...]
+    multipliers: tuple[float, ...]
+    holders: Mapping[str, tuple[int, ...]]
+
+
+@lru_cache(maxsize=1024)
+def _parsed(path: str, text: str) -> _Chunk:
+    # worked out once per chunk text: searches see the same chunks again and again
+    bodies, multipliers = [], []
+    holders: dict[str, list[int]] = {}
+    for i, lines in enumerate(entries(text)):
+        body = "\n".join(lines)
+        bodies.append(body)
+        multipliers.append(importance_multiplier(entry_annotations(lines, path=path).importance))
+        for word in word_set(body):
+            holders.setdefault(word, []).append(i)
+    return _Chunk(tuple(bodies), tuple(multipliers), {w: tuple(h) for w, h in holders.items()})
 
 
 class Scored(Protocol):
