@@ -38,7 +38,8 @@ QUERIES = [
 def seed(ws: Path) -> Path:
     write(
         ws / "MEMORY.md",
-        "# Memory\n\n- Rod runs the platform team.\n- Postgres 16 on Neon, PgBouncer in front.\n",
+        "# Memory\n\n- Rod runs the platform team.\n- Postgres 16 on Neon, PgBouncer in front."
+        " <!-- importance: 9 -->\n",
     )
     write(
         ws / "memory" / "2026-11-29.md",
@@ -59,6 +60,7 @@ def recompute(r: SearchResult) -> float:
     e = r.explain
     assert e is not None
     decay = e["decay"]["multiplier"] if e["decay"] else 1.0
+    decay *= e["importance"]["multiplier"] if e["importance"] else 1.0
     cal = e["calibration"]
     if cal is None:  # a per-query fusion: its fused score, decayed
         return float(e["fused"]["score"]) * decay
@@ -76,7 +78,7 @@ def test_the_explain_block_recomputes_each_score(tmp_path: Path, fusion: str, de
     idx = index_for(agent_for(ws, {"query": {"hybrid": hybrid, "minScore": 0.0}}))
     try:
         idx.sync()
-        checked = 0
+        checked = weighted = 0
         for query in QUERIES:
             out = idx.search(SearchRequest(query, explain=True))
             for r in out.results:
@@ -95,8 +97,10 @@ def test_the_explain_block_recomputes_each_score(tmp_path: Path, fusion: str, de
                     assert -1.0 <= e["vector"]["cosine"] <= 1.0
                 if decay and "2026-" in r.path:
                     assert e["decay"]["multiplier"] < 1.0
+                if e["importance"] is not None:
+                    weighted += 1
                 checked += 1
-        assert checked >= 8
+        assert checked >= 8 and weighted >= 1
         named = idx.search(SearchRequest("network.md", explain=True)).results[0]
         assert named.explain is not None and named.explain["path"]["match"] == "file name"
     finally:

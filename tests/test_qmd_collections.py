@@ -42,10 +42,11 @@ def names(qmd: QmdConfig, agent: str = "main") -> list[tuple[str, str, str, str]
     ]
 
 
-def test_default_memory_gives_three_scoped_collections() -> None:
+def test_default_memory_gives_four_scoped_collections() -> None:
     assert names(QmdConfig(), "Ops_Bot") == [
         ("memory-root-ops-bot", "/ws", "MEMORY.md", "memory"),
         ("memory-alt-ops-bot", "/ws", "memory.md", "memory"),
+        ("memory-user-ops-bot", "/ws", "USER.md", "memory"),
         ("memory-dir-ops-bot", "/ws/memory", "**/*.md", "memory"),
     ]
 
@@ -168,11 +169,11 @@ def test_extra_paths_become_qmd_collections_searched_by_qmd() -> None:
             extra_root("/srv/notes"),  # already a `paths` collection: not added twice
         ],
     )
-    extra = [(s.path, s.pattern) for s in specs[4:]]
+    extra = [(s.path, s.pattern) for s in specs[5:]]
     assert extra == [
         ("/srv/handbook", "**/*.md"),
         ("/srv/handbook", "policies/*.md"),
         ("/srv", "one.md"),
     ]
-    assert all(s.name.startswith("custom-") and s.name.endswith("-main") for s in specs[4:])
+    assert all(s.name.startswith("custom-") and s.name.endswith("-main") for s in specs[5:])
     assert len({s.name for s in specs}) == len(specs)

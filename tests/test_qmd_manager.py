@@ -84,6 +84,7 @@ def test_start_creates_scoped_collections_in_the_agent_home(
         "memory-alt-main",
         "memory-dir-main",
         "memory-root-main",
+        "memory-user-main",
         "notes-main",
     ]
     existing = mgr.list_collections()
@@ -357,7 +358,12 @@ def test_a_restart_trusts_an_unchanged_registry_and_rechecks_a_changed_one(
     calls.write_text("")
     again = started(make_agent(ws), wrapper, home)
     assert calls.read_text() == ""  # nothing asked of qmd
-    assert sorted(again.collections) == ["memory-alt-main", "memory-dir-main", "memory-root-main"]
+    assert sorted(again.collections) == [
+        "memory-alt-main",
+        "memory-dir-main",
+        "memory-root-main",
+        "memory-user-main",
+    ]
     # someone removes a collection behind memoryd's back: the registry changed, so the next
     # start asks qmd and re-creates it
     again._run(["collection", "remove", "memory-dir-main"], 30_000)

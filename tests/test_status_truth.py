@@ -231,7 +231,7 @@ def serve(s: Setup, tmp_path: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
-COLLECTIONS = ["memory-alt-main", "memory-dir-main", "memory-root-main"]
+COLLECTIONS = ["memory-alt-main", "memory-dir-main", "memory-root-main", "memory-user-main"]
 
 
 def test_after_warm_every_surface_names_the_qmd_version_and_collections(tmp_path: Path) -> None:

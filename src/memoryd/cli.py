@@ -162,8 +162,8 @@ def _parser() -> argparse.ArgumentParser:
         "read a memory file, or a line range of it",
         "  memoryd get MEMORY.md\n  memoryd get memory/2026-11-29.md --from 3 --lines 10",
         parents=[common],
-        description="Print a memory file (MEMORY.md, memory.md, memory/**/*.md, extraPaths) or\n"
-        "a line range of it; at most 2,000 lines / 20,000 characters per call. " + _FORWARDS,
+        description="Print a memory file (MEMORY.md, memory.md, USER.md, memory/**/*.md, extraPaths)\n"
+        "or a line range of it; at most 2,000 lines / 20,000 characters per call. " + _FORWARDS,
     )
     g.add_argument(
         "path", help="a path as search prints it (workspace-relative, or qmd/<collection>/…)"

@@ -65,6 +65,8 @@ def explain_lines(e: dict[str, Any]) -> list[str]:
     cal, fused = e.get("calibration"), e.get("fused") or {}
     decay = e.get("decay")
     mult = decay["multiplier"] if decay else 1.0
+    importance = (e.get("importance") or {}).get("multiplier")
+    weight = f" × importance {_f(importance)}" if importance is not None else ""
     if cal is not None:
         head = (
             f"explain: score {_f(e.get('score'))} = confidence {_f(cal['confidence'])}"
@@ -74,10 +76,10 @@ def explain_lines(e: dict[str, Any]) -> list[str]:
                 if cal.get("cappedAtEvidence")
                 else ""
             )
-            + f" × decay {_f(mult)}"
+            + f" × decay {_f(mult)}{weight}"
         )
     else:
-        head = f"explain: score {_f(e.get('score'))} = {fused.get('fusion')} {_f(fused.get('score'))} × decay {_f(mult)}"
+        head = f"explain: score {_f(e.get('score'))} = {fused.get('fusion')} {_f(fused.get('score'))} × decay {_f(mult)}{weight}"
     lines = [head]
     kw = e.get("keyword") or {}
     terms = ", ".join(kw.get("matchedTerms") or []) or "none"

@@ -17,7 +17,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 
 from . import paths
 from .config_validation import Bounds, Check, as_written, deep_merge, model, validate
-from .core.layout import LONG_TERM_NAMES, MEMORY_DIR, MemoryRoot, default_roots, extra_root
+from .core.layout import CURATED_ROOT_NAMES, MEMORY_DIR, MemoryRoot, default_roots, extra_root
 from .errors import ConfigError, InvalidAgentId, UnknownAgent, WorkspaceNotFound
 
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -72,7 +72,9 @@ class LocalConfig:
 
     removed_keys: ClassVar = {
         "modelCacheDir": "modelCacheDir is not supported: memoryd's local model ships inside "
-        "its Python package and downloads nothing (remove the key)"
+        "its Python package and downloads nothing (remove the key)",
+        "contextSize": "contextSize is not supported: memoryd's local model reads at most 512 "
+        "tokens of a chunk, a limit of the model (remove the key)",
     }
 
 
@@ -144,6 +146,11 @@ class StoreConfig:
     path: str | None = None
     url: Annotated[str, Check(check_store_url)] | None = None
     vector: VectorStoreConfig = field(default_factory=VectorStoreConfig)
+
+    removed_keys: ClassVar = {
+        "fts": "store.fts.tokenizer is not supported: memoryd's keyword index always has both "
+        "porter+unicode61 words and a trigram table for substrings (remove the key)"
+    }
 
 
 @model
@@ -314,6 +321,24 @@ class MemorySearchConfig:
     experimental: ExperimentalConfig = field(default_factory=ExperimentalConfig)
     redact: RedactConfig = field(default_factory=RedactConfig)
 
+    #: OpenClaw 2026.9 keys memoryd refuses, each with its reason (docs/openclaw.md).
+    removed_keys: ClassVar = {
+        "rememberAcrossConversations": "rememberAcrossConversations is not supported: "
+        "transcripts are searched with sources = ['memory', 'sessions'] and "
+        "experimental.sessionMemory = true (remove the key)",
+        "multimodal": "multimodal is not supported: memoryd indexes Markdown text only "
+        "(remove the key)",
+        "inputType": "inputType is written remote.inputType = {query, document} in memoryd",
+        "queryInputType": "queryInputType is written remote.inputType.query in memoryd",
+        "documentInputType": "documentInputType is written remote.inputType.document in memoryd",
+        "outputDimensionality": "outputDimensionality is written remote.outputDimensionality "
+        "in memoryd",
+        "embeddingTimeoutSeconds": "embeddingTimeoutSeconds is not supported: a search spends "
+        "at most sync.searchWaitMs syncing and embedding (remove the key)",
+        "qmd": "memory.search.qmd is not a memoryd key (OpenClaw 2026.8 retired it too): qmd "
+        "collections are memory.qmd.paths",
+    }
+
 
 DEFAULT_FLUSH_SYSTEM_PROMPT = (
     "Pre-compaction memory flush turn. The session is near auto-compaction; capture durable memories "
@@ -481,6 +506,28 @@ class AgentEntry:
     #: This agent's settings: what the file wrote merged over `agents.defaults` (`validate_config`).
     memory_search: MemorySearchConfig | None = None
     compaction: CompactionConfig | None = None
+
+
+@model
+class AgentMemoryConfig:
+    """An `agents.entries.<id>.memory` table: OpenClaw 2026.8+ keeps only `search` there."""
+
+    search: MemorySearchConfig | None = None
+
+
+@model
+class KeyedAgentEntry:
+    """An `agents.entries.<id>` table (OpenClaw 2026.8+), read as the `agents.list` entry `id`."""
+
+    workspace: str | None = None
+    workspace_access: WorkspaceAccess | None = None
+    memory: AgentMemoryConfig | None = None
+    compaction: CompactionConfig | None = None
+
+    removed_keys: ClassVar = {
+        "memorySearch": "memorySearch is OpenClaw's pre-2026.8 per-agent key: write it as "
+        "agents.entries.<id>.memory.search"
+    }
 
 
 def _unique_ids(entries: list[AgentEntry]) -> list[AgentEntry]:
@@ -689,8 +736,39 @@ def validate_config(data: Mapping[str, Any], *, source: str = "config") -> Memor
     Each `agents.list` entry's memorySearch and compaction are merged over `agents.defaults`
     first, so an entry's problems are reported at its own path (`agents.list.1.memorySearch…`).
     """
-    data = _merge_overrides(_memory_search_as_defaults(data, source))
+    data = _merge_overrides(_entries_as_list(_memory_search_as_defaults(data, source), source))
     return validate(MemorydConfig, data, what=source)
+
+
+def _entries_as_list(data: Mapping[str, Any], what: str) -> Mapping[str, Any]:
+    """OpenClaw 2026.8+'s keyed `agents.entries.<id>` read as `agents.list` entries (after those
+    of `agents.list`), each checked at its own path first."""
+    agents = data.get("agents")
+    if not isinstance(agents, Mapping) or "entries" not in agents:
+        return data
+    keyed = agents["entries"]
+    if not isinstance(keyed, Mapping):
+        raise ConfigError(f"invalid {what}: agents.entries: must be a table/object")
+    listed = agents.get("list", [])
+    if not isinstance(listed, list):
+        return data  # validation reports agents.list where it is
+    added = []
+    for agent_id, item in keyed.items():
+        where = f"agents.entries.{agent_id}"
+        try:
+            paths.validate_agent_id(str(agent_id))
+        except InvalidAgentId as err:
+            raise ConfigError(f"invalid {what}: {where}: {err}") from None
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"invalid {what}: {where}: must be a table/object")
+        validate(KeyedAgentEntry, item, root=where, what=what)
+        entry = as_written(KeyedAgentEntry, item)
+        memory = entry.pop("memory", None) or {}
+        if memory.get("search") is not None:
+            entry["memorySearch"] = memory["search"]
+        added.append({"id": agent_id, **entry})
+    rest = {k: v for k, v in agents.items() if k != "entries"}
+    return {**data, "agents": {**rest, "list": [*listed, *added]}}
 
 
 def _memory_search_as_defaults(data: Mapping[str, Any], what: str) -> Mapping[str, Any]:
@@ -718,7 +796,8 @@ def _memory_search_as_defaults(data: Mapping[str, Any], what: str) -> Mapping[st
 
 def _merge_overrides(data: Mapping[str, Any]) -> Mapping[str, Any]:
     """Each `agents.list` entry's memorySearch and compaction merged over the defaults' (keys in
-    either form: a snake_case override replaces a camelCase default)."""
+    either form: a snake_case override replaces a camelCase default). `extraPaths` are combined,
+    as OpenClaw does: an agent's own list adds to the global roots, an empty one keeps them."""
     agents = data.get("agents")
     if not isinstance(agents, Mapping) or not isinstance(agents.get("list"), list):
         return data
@@ -733,13 +812,28 @@ def _merge_overrides(data: Mapping[str, Any]) -> Mapping[str, Any]:
             for key in ("memorySearch", "compaction"):
                 base = defaults.get(key)
                 if isinstance(entry.get(key), Mapping) and isinstance(base, Mapping):
-                    entry[key] = deep_merge(base, entry[key])
+                    merged = deep_merge(base, entry[key])
+                    if key == "memorySearch":
+                        _combine_extra_paths(merged, base, entry[key])
+                    entry[key] = merged
         entries.append(entry)
     return {**data, "agents": {**agents, "list": entries}}
 
 
+def _combine_extra_paths(
+    merged: dict[str, Any], base: Mapping[str, Any], override: Mapping[str, Any]
+) -> None:
+    """`merged["extraPaths"]`: the global entries, then the agent's own that are not among them
+    (lists of anything else are left for validation to report)."""
+    ours, theirs = base.get("extraPaths"), override.get("extraPaths")
+    if isinstance(ours, list) and isinstance(theirs, list):
+        merged["extraPaths"] = [*ours, *(e for e in theirs if e not in ours)]
+
+
 def _looks_like_workspace(path: Path) -> bool:
-    return any((path / name).is_file() for name in LONG_TERM_NAMES) or (path / MEMORY_DIR).is_dir()
+    return (
+        any((path / name).is_file() for name in CURATED_ROOT_NAMES) or (path / MEMORY_DIR).is_dir()
+    )
 
 
 def resolve_agent(

@@ -53,6 +53,8 @@ def read_config_file(path: Path) -> MemorydConfig:
 # OpenClaw configs carry many unrelated keys (gateway, channels, …); take only the memory ones.
 _OPENCLAW_AGENT_KEYS = ("id", "workspace", "workspaceAccess", "memorySearch", "compaction")
 _OPENCLAW_DEFAULT_KEYS = (*_OPENCLAW_AGENT_KEYS[1:], "bootstrapMaxChars", "bootstrapTotalMaxChars")
+#: OpenClaw 2026.8+'s keyed `agents.entries.<id>` (a retired `memorySearch` is refused with its reason).
+_OPENCLAW_KEYED_KEYS = (*_OPENCLAW_AGENT_KEYS[1:], "memory")
 
 
 def _openclaw_subset(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -72,6 +74,14 @@ def _openclaw_subset(raw: Mapping[str, Any]) -> dict[str, Any]:
                 for e in entries
                 if isinstance(e, Mapping)
             ]
+        keyed = agents.get("entries")
+        if isinstance(keyed, Mapping):
+            sub["entries"] = {
+                agent_id: {k: e[k] for k in _OPENCLAW_KEYED_KEYS if k in e}
+                if isinstance(e, Mapping)
+                else e
+                for agent_id, e in keyed.items()
+            }
         out["agents"] = sub
     models = raw.get("models")
     if isinstance(models, Mapping) and isinstance(models.get("providers"), Mapping):

@@ -475,7 +475,17 @@ def _explained(c: Candidate, parts: dict[str, Any], *, continuation: bool) -> di
         "engine": "builtin",
         "chunk": {"id": c.chunk_id, "startLine": c.start_line, "endLine": c.end_line},
     }
-    for key in ("keyword", "vector", "fused", "calibration", "decay", "path", "mmr", "rerank"):
+    for key in (
+        "keyword",
+        "vector",
+        "fused",
+        "calibration",
+        "decay",
+        "importance",
+        "path",
+        "mmr",
+        "rerank",
+    ):
         out[key] = parts.get(key)
     out["minScore"] = parts.get("minScore")
     out["score"] = parts.get("score", c.score)

@@ -1,7 +1,7 @@
 """Which files are memory: the one rule the indexer, `memory_get`, the watcher, qmd, lifecycle and config share.
 
 A workspace's memory is a list of `MemoryRoot`s, a folder plus a qmd-style glob: `MEMORY.md`,
-`memory.md` and `memory/**/*.md` by default, one root per `extraPaths` entry, and with qmd one
+`memory.md`, `USER.md` and `memory/**/*.md` by default, one root per `extraPaths` entry, and with qmd one
 per collection. A file is memory when some root's glob matches it, it ends in `.md`, and no
 folder on the way is a skipped one (`.git`, `node_modules`, …). Transcripts (`source =
 "sessions"`) are searchable but never readable through `memory_get`. Everything here is lexical;
@@ -25,12 +25,14 @@ from .dates import note_date
 from .results import Source
 
 __all__ = [
+    "CURATED_ROOT_NAMES",
     "LONG_TERM_NAMES",
     "MAX_DEPTH",
     "MAX_GET_CHARS",
     "MAX_GET_LINES",
     "MEMORY_DIR",
     "SKIP_DIRS",
+    "USER_NAME",
     "MemoryRoot",
     "Page",
     "check_line_range",
@@ -51,6 +53,10 @@ __all__ = [
 
 #: Long-term memory file names at the workspace root, in order of preference.
 LONG_TERM_NAMES: Final = ("MEMORY.md", "memory.md")
+#: OpenClaw's user model at the workspace root: stable preferences, indexed as long-term memory.
+USER_NAME: Final = "USER.md"
+#: The curated root files: long-term memory that never decays and may carry annotations.
+CURATED_ROOT_NAMES: Final = (*LONG_TERM_NAMES, USER_NAME)
 MEMORY_DIR: Final = "memory"
 MARKDOWN_SUFFIX: Final = ".md"
 #: Folders never walked into nor read from (version control, dependencies, caches, virtualenvs).
@@ -133,11 +139,10 @@ def _norm(path: str) -> str:
 
 
 def default_roots(workspace: str) -> list[MemoryRoot]:
-    """`MEMORY.md`, `memory.md` and `memory/**/*.md` of the workspace (an absolute path)."""
+    """`MEMORY.md`, `memory.md`, `USER.md` and `memory/**/*.md` of the workspace (an absolute path)."""
     ws = _norm(workspace)
     return [
-        MemoryRoot(ws, LONG_TERM_NAMES[0]),
-        MemoryRoot(ws, LONG_TERM_NAMES[1]),
+        *(MemoryRoot(ws, name) for name in CURATED_ROOT_NAMES),
         MemoryRoot(os.path.join(ws, MEMORY_DIR), "**/*.md"),
     ]
 
@@ -218,7 +223,7 @@ def locate(
         if other.source != "memory" and _under(absolute, _norm(other.path)) is not None:
             raise PathNotAllowed(f"{raw!r}: session transcripts cannot be read with memory_get")
     raise PathNotAllowed(
-        f"path {raw!r} is not a memory file (allowed: MEMORY.md, memory.md, memory/**/*.md, "
+        f"path {raw!r} is not a memory file (allowed: MEMORY.md, memory.md, USER.md, memory/**/*.md, "
         "extraPaths and qmd collections, outside .git/node_modules)"
     )
 

@@ -57,6 +57,7 @@ def desired_collections(
         specs += [
             CollectionSpec(f"memory-root-{suffix}", ws, "MEMORY.md", legacy_name="memory-root"),
             CollectionSpec(f"memory-alt-{suffix}", ws, "memory.md", legacy_name="memory-alt"),
+            CollectionSpec(f"memory-user-{suffix}", ws, "USER.md"),
             CollectionSpec(
                 f"memory-dir-{suffix}",
                 str(workspace / "memory"),

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
 
+from ..annotations import apply_importance
 from ..dates import note_date
 from ..text import Script, estimate_tokens, query_terms, script_of, word_set
 from ._candidates import (
@@ -527,7 +528,8 @@ def rank(
     partial_vectors: bool = False,
     trace: dict[int, dict[str, Any]] | None = None,
 ) -> list[Candidate]:
-    """Fuse → decay → path boost → sort → MMR → minScore (keyword hits survive / fill) → top-K.
+    """Fuse → decay → importance → path boost → sort → MMR → minScore (keyword hits survive /
+    fill) → top-K.
 
     `partial_vectors`: some chunks still wait for their vectors; the default fusion then scores
     by `partial_vector_scores`. `trace` (for `--explain`): filled per chunk id with how each
@@ -546,6 +548,7 @@ def rank(
                 c.score *= m
                 if trace is not None:
                     trace[c.chunk_id]["decay"] = {"ageDays": age, "multiplier": m}
+    apply_importance(fused, query, params.min_score, trace)
     for c in fused:
         c.path_level = path_match_level(query, c.path)
     fused.sort(key=lambda c: (c.path_level > 0, c.path_level, c.score), reverse=True)

@@ -1,0 +1,201 @@
+"""OpenClaw's curated-memory annotations: `<!-- importance: N -->`, `<!-- trigger: … -->` and
+`<!-- project: … -->` comments in the root `MEMORY.md`, `memory.md` and `USER.md`.
+
+Read as OpenClaw 2026.9 reads them: an opener `<!--` + kind + `:` in any letter case, the value
+up to the next `-->`, and only on lines that end with `-->`. Importance is an integer 1..10
+(the highest in an entry wins) and multiplies a result's score by `0.75 + 0.05·N` before MMR;
+triggers and projects drive OpenClaw's prompt injection, not search ranking, so memoryd parses
+them (for `entry_annotations`' callers) and ranks by importance alone.
+
+An *entry* is a top-level list item with its indented continuation lines, a heading, or a
+paragraph: how OpenClaw's dreaming writes curated memory, one bullet per fact. A chunk holding
+several entries takes the multiplier of the entry that holds the most query terms. Pure: the
+chunk text is all it reads, so the index needs no column for it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Final, Protocol
+
+from .layout import CURATED_ROOT_NAMES
+from .text import query_terms, text_terms, word_set
+
+__all__ = [
+    "EntryAnnotations",
+    "apply_importance",
+    "chunk_multiplier",
+    "entries",
+    "entry_annotations",
+    "importance_multiplier",
+    "is_curated_root",
+]
+
+_OPENER: Final = re.compile(r"<!--\s*(trigger|importance|project)\s*:", re.IGNORECASE)
+_CLOSER: Final = "-->"
+_DIGITS: Final = re.compile(r"\d+", re.ASCII)
+_LIST_ITEM: Final = re.compile(r" ?(?:[-*+]|\d{1,9}[.)])(?:\s|$)")
+_HEADING: Final = re.compile(r" {0,3}#{1,6}(?:\s|$)")
+_CURATED: Final = frozenset(CURATED_ROOT_NAMES)
+IMPORTANCE_MIN: Final = 1
+IMPORTANCE_MAX: Final = 10
+
+
+@dataclass(frozen=True, slots=True)
+class EntryAnnotations:
+    """What one entry's annotations say: importance (None = neutral), trigger phrases in order,
+    and project keys (`project` is read in MEMORY.md/memory.md only, as OpenClaw does)."""
+
+    importance: int | None = None
+    triggers: tuple[str, ...] = ()
+    projects: tuple[str, ...] = ()
+
+
+def is_curated_root(path: str) -> bool:
+    """Whether a workspace-relative result path is a curated root file, the only files whose
+    annotations count (a `memory/` note or an extra path carrying one is plain text)."""
+    return path in _CURATED
+
+
+def _scan(line: str) -> Iterator[tuple[str, str]]:
+    """(kind, trimmed value) of each annotation in `line`, in order."""
+    pos = 0
+    while (m := _OPENER.search(line, pos)) is not None:
+        close = line.find(_CLOSER, m.end())
+        if close < 0:
+            return
+        yield m.group(1).lower(), line[m.end() : close].strip()
+        pos = close + len(_CLOSER)
+
+
+def _split(value: str, separators: str) -> list[str]:
+    return [p.strip() for p in re.split(f"[{separators}]", value) if p.strip()]
+
+
+def entry_annotations(lines: Sequence[str], *, path: str) -> EntryAnnotations:
+    """The annotations of one entry (its lines) of the file at workspace-relative `path`."""
+    if not is_curated_root(path):
+        return EntryAnnotations()
+    importance: int | None = None
+    triggers: dict[str, None] = {}
+    projects: dict[str, None] = {}
+    for line in lines:
+        if not line.rstrip().endswith(_CLOSER):
+            continue  # a marker followed by text is prose, not an annotation
+        for kind, value in _scan(line):
+            if kind == "importance":
+                if _DIGITS.fullmatch(value) and IMPORTANCE_MIN <= int(value) <= IMPORTANCE_MAX:
+                    importance = max(importance or 0, int(value))
+            elif kind == "trigger":
+                triggers.update(dict.fromkeys(_split(value, ",;")))
+            elif path != "USER.md":
+                projects.update(dict.fromkeys(_split(value, ";")))
+    return EntryAnnotations(importance, tuple(triggers), tuple(projects))
+
+
+def entries(text: str) -> list[list[str]]:
+    """`text` cut into entries: a top-level list item with its indented lines, a heading, or a
+    paragraph; blank lines separate them and belong to none."""
+    out: list[list[str]] = []
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if not line.strip():
+            current = None
+            continue
+        if current is None or _LIST_ITEM.match(line) or _HEADING.match(line):
+            current = [line]
+            out.append(current)
+            if _HEADING.match(line):
+                current = None  # a heading is an entry of one line
+        else:
+            current.append(line)
+    return out
+
+
+def importance_multiplier(importance: int | None) -> float:
+    """OpenClaw's multiplier: `0.75 + 0.05·N` for N in 1..10 (5 is neutral), 1.0 without one."""
+    if importance is None:
+        return 1.0
+    return 0.75 + 0.05 * min(IMPORTANCE_MAX, max(IMPORTANCE_MIN, importance))
+
+
+def chunk_multiplier(path: str, text: str, terms: Sequence[str]) -> float:
+    """The importance multiplier of a chunk of `path`: that of its entry holding the most of the
+    query's `terms` (the highest among entries that tie), 1.0 outside the curated root files."""
+    if not is_curated_root(path) or "<!--" not in text:
+        return 1.0
+    chunk = _parsed(path, text)
+    if len(set(chunk.multipliers)) <= 1:  # one value for every entry: no need to find the query
+        return chunk.multipliers[0] if chunk.multipliers else 1.0
+    counts = [0] * len(chunk.multipliers)
+    for term in text_terms(terms, text) if terms else ():
+        holders = chunk.holders.get(term)
+        if holders is None:  # held as a stem or a CJK substring: ask each entry
+            holders = tuple(i for i, body in enumerate(chunk.bodies) if text_terms([term], body))
+        for i in holders:
+            counts[i] += 1
+    return max(zip(counts, chunk.multipliers, strict=True))[1]
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """A chunk's entries: their text, their multipliers, and which entries hold each word."""
+
+    bodies: tuple[str, ...]
+    multipliers: tuple[float, ...]
+    holders: Mapping[str, tuple[int, ...]]
+
+
+@lru_cache(maxsize=1024)
+def _parsed(path: str, text: str) -> _Chunk:
+    # worked out once per chunk text: searches see the same chunks again and again
+    bodies, multipliers = [], []
+    holders: dict[str, list[int]] = {}
+    for i, lines in enumerate(entries(text)):
+        body = "\n".join(lines)
+        bodies.append(body)
+        multipliers.append(importance_multiplier(entry_annotations(lines, path=path).importance))
+        for word in word_set(body):
+            holders.setdefault(word, []).append(i)
+    return _Chunk(tuple(bodies), tuple(multipliers), {w: tuple(h) for w, h in holders.items()})
+
+
+class Scored(Protocol):
+    """What `apply_importance` needs of a ranked candidate."""
+
+    chunk_id: int
+    path: str
+    source: str
+    text: str
+    score: float
+
+
+def apply_importance(
+    candidates: Sequence[Scored],
+    query: str,
+    min_score: float,
+    trace: dict[int, dict[str, Any]] | None = None,
+) -> None:
+    """Multiply each curated-root candidate's score by its importance multiplier (in place).
+
+    A boost never carries a score from below `min_score` to above it, so a query memoryd
+    abstains on still returns nothing however important the file says it is. As in OpenClaw,
+    an important entry's score may exceed 1 (at most 1.25).
+    """
+    terms: list[str] | None = None
+    for c in candidates:
+        if c.source != "memory" or not is_curated_root(c.path):
+            continue
+        if terms is None:
+            terms = query_terms(query)
+        m = chunk_multiplier(c.path, c.text, terms)
+        if m == 1.0:
+            continue
+        if c.score < min_score and m > 1.0:
+            m = 1.0  # a boost never lifts a score over minScore
+        c.score *= m
+        if trace is not None:
+            trace[c.chunk_id]["importance"] = {"multiplier": m}
