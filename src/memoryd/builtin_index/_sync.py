@@ -20,7 +20,7 @@ from ..core.engine import IndexCheck, ProgressFn
 from ..core.text import binary_reason
 from ..embeddings.base import DeadlineReached
 from ..errors import BatchPending, IndexCorrupt, MemorydError, MemoryReadFailed, StateError
-from ..fsio import FileRead, open_private
+from ..fsio import FileRead, open_private, read_private
 from ..memfiles import (
     MemoryFile,
     discover_all,
@@ -130,6 +130,7 @@ def _count_newlines(path: Path) -> int:
 
 
 def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[TranscriptChunk]:
+    from ..core.forgotten import forgotten_path, scrub_forgotten
     from ..core.transcripts import chunk_transcript, parse_transcript_text
 
     with open_private(path) as fh:
@@ -137,6 +138,7 @@ def _transcript_chunks(path: Path, tokens: int, overlap: int) -> list[Transcript
     messages, _malformed, _lines = parse_transcript_text(
         data.decode("utf-8", errors="replace"), sanitize=True
     )
+    messages = scrub_forgotten(messages, read_private(forgotten_path(path.parent)))
     return chunk_transcript(messages, tokens=tokens, overlap=overlap)
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from ..errors import MemoryReadFailed
 from ._chain import Reason
 from ._memory import AppendOutcome, FileRead, append_file, read_file, read_file_with
+from ._rewrite import RewriteOutcome, rewrite_file
 from ._state import (
     PRIVATE_DIR_MODE,
     PRIVATE_FILE_MODE,
@@ -51,6 +52,7 @@ __all__ = [
     "Found",
     "MemoryReadFailed",
     "Reason",
+    "RewriteOutcome",
     "Skipped",
     "Walk",
     "append_file",
@@ -65,6 +67,7 @@ __all__ = [
     "read_file",
     "read_file_with",
     "read_private",
+    "rewrite_file",
     "walk",
     "write_private_atomic",
 ]

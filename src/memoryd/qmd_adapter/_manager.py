@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+import shutil
 import sqlite3
 import time
 from collections.abc import Sequence
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any, Final
 
 from ..background import Background
@@ -90,6 +91,21 @@ class QmdManager(QmdMaintained):
         self._wake.set()
         for process in list(self._running):
             kill_group(process)
+
+    def reset(self) -> list[str]:
+        """Drop this agent's qmd index, registry and exports (`memoryd reset`): everything in
+        its home but the maintenance lock (held meanwhile) and a models folder; then the home
+        and collections are made again. The caller exports sessions and syncs after."""
+        with self._maintenance():
+            keep = {self.home.lock_path, self.home.cache_home / "qmd" / "models"}
+            removed = [str(e) for e in _wipe(self.home.root, keep)]
+            self._active, self._specs = {}, []
+            self.last_update_at = self.last_embed_at = None
+            self._last_update_mono = self._last_embed_mono = None
+            models = {k: v for k, v in dataclasses.asdict(self.config.models).items() if v}
+            self.home.ensure(models=models, shared_models_dir=self._shared_models)
+            self.ensure_collections()
+        return removed
 
     def __enter__(self) -> QmdManager:
         self.start()
@@ -441,3 +457,25 @@ class QmdManager(QmdMaintained):
         """Read a memory file by a path search returned; missing files give empty text."""
         got = read_memory_file(self.roots(), self.settings.workspace, path, from_line, lines)
         return got if not path.startswith("qmd/") else dataclasses.replace(got, path=path)
+
+
+def _wipe(folder: Path, keep: set[Path]) -> list[Path]:
+    """Delete everything in `folder` except the paths in `keep` (and the folders holding them);
+    what was deleted. Symlinks are removed, never followed."""
+    try:
+        found = sorted(folder.iterdir())
+    except FileNotFoundError:
+        return []
+    gone: list[Path] = []
+    for entry in found:
+        if entry in keep:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            if any(k.is_relative_to(entry) for k in keep):
+                gone += _wipe(entry, keep)
+                continue
+            shutil.rmtree(entry)
+        else:
+            entry.unlink(missing_ok=True)
+        gone.append(entry)
+    return gone
