@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -257,6 +258,18 @@ def test_read_only_agents_may_neither_forget_nor_reset(ws: Path) -> None:
     assert FACT in (ws / "MEMORY.md").read_text()
 
 
+def mark(db: Path) -> None:
+    """A table no rebuild would make: gone after a reset only if the file itself was dropped."""
+    with sqlite3.connect(db) as conn:
+        conn.execute("create table reset_marker(x)")
+
+
+def marked(db: Path) -> bool:
+    with sqlite3.connect(db) as conn:
+        q = "select count(*) from sqlite_master where name = 'reset_marker'"
+        return bool(conn.execute(q).fetchone()[0])
+
+
 QUERIES = ["webhook secret", "deploy fridays", "staging database region", "kettle tea shop"]
 
 
@@ -275,12 +288,12 @@ def test_reset_rebuilds_to_the_same_answers_and_keeps_what_is_not_derived(ws: Pa
         assert any(before)
         agent = svc.agent()
         db = agent.index_path
-        inode = db.stat().st_ino
+        mark(db)
         tombstones = load_tombstones(agent)
         markdown = {p: p.read_bytes() for p in ws.rglob("*.md")}
         out = svc.reset()
         assert str(db) in out["removed"]
-        assert db.stat().st_ino != inode  # a new file, not the old one emptied
+        assert not marked(db)  # a new file, not the old one emptied
         assert answers(svc) == before
         assert load_tombstones(agent) == tombstones
         assert {p: p.read_bytes() for p in ws.rglob("*.md")} == markdown
@@ -350,3 +363,66 @@ def test_cli_reset_needs_yes_and_rebuilds(ws: Path) -> None:
     assert json.loads(out.stdout)["builtin"]["files"] == 2
     after = cli(ws, "search", "webhook secret", "--json")
     assert json.loads(after.stdout)["results"] == json.loads(before.stdout)["results"]
+
+
+def test_forget_and_reset_go_through_a_running_serve_which_then_serves_no_stale_index(
+    ws: Path, tmp_path: Path
+) -> None:
+    import signal
+    import time
+
+    from cli_support import spawn_memoryd
+    from memoryd.server import ping, socket_path
+
+    cfg = ws.parent / "memoryd.toml"
+    cfg.write_text(
+        f'[agents.defaults]\nworkspace = "{ws}"\n[agents.defaults.memorySearch]\nprovider = "none"\n'
+    )
+    log = tmp_path / "serve.log"
+    with log.open("w") as err:
+        proc = spawn_memoryd(["serve", "--config", str(cfg)], stderr=err)
+    try:
+        deadline = time.monotonic() + 30
+        while ping(socket_path()) is None:
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "serve did not come up"
+            time.sleep(0.1)
+
+        def run(*argv: str) -> Any:
+            got = run_memoryd([argv[0], "--config", str(cfg), "--json", *argv[1:]])
+            assert got.returncode == 0, got.stderr
+            return got
+
+        assert "kettle" in run("search", "kettle crumb tea shop").stdout.lower()
+        before = json.loads(run("search", "webhook secret").stdout)["results"]
+        forgot = run("forget", "MEMORY.md#L3")
+        assert "done by memoryd serve" in forgot.stderr
+        assert json.loads(forgot.stdout)["removed"][0]["ranges"] == [[3, 3]]
+        # serve answers at once from its purged index, with no wait for a watcher
+        assert "kettle" not in run("search", "kettle crumb tea shop").stdout.lower()
+        reset = run("reset", "--yes")
+        assert "done by memoryd serve" in reset.stderr
+        assert json.loads(run("search", "webhook secret").stdout)["results"] == before
+        assert "kettle" not in run("search", "kettle crumb tea shop").stdout.lower()
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+    assert "Traceback" not in log.read_text()
+
+
+def test_a_memory_file_that_is_a_symlink_is_neither_read_nor_rewritten(ws: Path) -> None:
+    outside = ws.parent / "elsewhere.md"
+    outside.write_text(MEMORY)
+    (ws / "MEMORY.md").unlink()
+    (ws / "MEMORY.md").symlink_to(outside)
+    with MemoryService(config(ws), workspace=ws, background=False) as svc:
+        with pytest.raises(PathNotAllowed, match="symlink"):
+            svc.forget_plan("MEMORY.md#L3")
+        a = svc.agent()
+        sel = select_lines(a, list(a.memory_roots()), "memory/2026-11-29.md", [3])
+        (ws / "memory" / "2026-11-29.md").unlink()
+        (ws / "memory" / "2026-11-29.md").symlink_to(outside)
+        with pytest.raises(PathNotAllowed):
+            forget_lines(a, sel, sel.sha256, now=datetime.now())
+    assert outside.read_text() == MEMORY

@@ -658,10 +658,17 @@ def _confirm(question: str, refusal: str) -> None:
         raise MemorydError("not confirmed: nothing was changed")
 
 
-def _print_forget_plan(plan: dict[str, Any], out: Any) -> None:
+def _lines_named(ranges: list[list[int]]) -> str:
+    """`line 3`, `lines 3-5, 9`."""
+    parts = [f"{a}-{b}" if a != b else str(a) for a, b in ranges]
+    one = len(ranges) == 1 and ranges[0][0] == ranges[0][1]
+    return ("line " if one else "lines ") + ", ".join(parts)
+
+
+def _print_forget_plan(plan: dict[str, Any], out: Any, *, dry_run: bool) -> None:
+    print("would remove:" if dry_run else "to remove:", file=out)
     for sel in plan["selections"]:
-        ranges = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in sel["ranges"])
-        print(f"{visible_controls(sel['path'])} (lines {ranges}):", file=out)
+        print(f"{visible_controls(sel['path'])} ({_lines_named(sel['ranges'])}):", file=out)
         for line in sel["lines"]:
             print(f"  {line['line']:>5}  {visible_controls(line['text'])}", file=out)
 
@@ -682,9 +689,9 @@ def _cmd_forget(args: argparse.Namespace) -> int:
             if args.json:
                 _print_json({**plan, "dryRun": True})
             else:
-                _print_forget_plan(plan, None)
+                _print_forget_plan(plan, None, dry_run=True)
             return 0
-        _print_forget_plan(plan, sys.stderr if args.json else sys.stdout)
+        _print_forget_plan(plan, sys.stderr if args.json else sys.stdout, dry_run=False)
         if plan["confirm"] and not args.yes:
             n = sum(len(s["lines"]) for s in plan["selections"])
             _confirm(
@@ -705,11 +712,12 @@ def _cmd_forget(args: argparse.Namespace) -> int:
         _print_json(out)
         return 0
     for r in out["removed"]:
-        ranges = ", ".join(f"{a}-{b}" for a, b in r["ranges"])
-        print(f"removed lines {ranges} of {visible_controls(r['path'])}; backup: {r['backup']}")
-    engines = " and ".join(k for k in ("builtin", "qmd") if k in out["engines"])
+        what = f"{_lines_named(r['ranges'])} of {visible_controls(r['path'])}"
+        print(f"removed {what}; backup (delete it when sure): {r['backup']}")
+    names = {"builtin": "the built-in index", "qmd": "qmd"}
+    engines = " and ".join(v for k, v in names.items() if k in out["engines"])
     purged = f"; transcripts re-indexed without it: {len(out['transcriptsPurged'])}"
-    print(f"purged from the {engines} index{purged if out['transcriptsPurged'] else ''}")
+    print(f"purged from {engines}{purged if out['transcriptsPurged'] else ''}")
     return 0
 
 

@@ -131,6 +131,8 @@ class MemoryService:
         idx = b.index
         if b.qmd is not None:
             b.ensure_qmd_started()
+            if b.agent.memory.qmd.sessions.enabled:
+                b.export_sessions()  # what qmd's update then indexes is the transcripts as now
             b.qmd.sync(force=True)
             q = b.qmd.status()
             out["qmd"] = {
@@ -437,10 +439,15 @@ class MemoryService:
         b = self.backend(agent.agent_id)
         roots = b.memory_roots()
         now = datetime.now().astimezone()
-        removed = []
-        for path, numbers, digest in wanted:
-            sel = select_lines(agent, roots, path, numbers)
-            removed.append(forget_lines(agent, sel, digest, now=now))
+        removed: list[dict[str, Any]] = []
+        try:
+            for path, numbers, digest in wanted:
+                sel = select_lines(agent, roots, path, numbers)
+                removed.append(forget_lines(agent, sel, digest, now=now))
+        except MemorydError:
+            if removed:  # what is gone from its file must go from the engines too
+                b.purge([r["path"] for r in removed])
+            raise
         tombstones = load_tombstones(agent)
         scrubbed = []
         if tombstones is not None and agent.sessions_enabled:
