@@ -426,3 +426,43 @@ def test_a_memory_file_that_is_a_symlink_is_neither_read_nor_rewritten(ws: Path)
         with pytest.raises(PathNotAllowed):
             forget_lines(a, sel, sel.sha256, now=datetime.now())
     assert outside.read_text() == MEMORY
+
+
+@pytest.mark.parametrize(("answer", "code"), [("y\n", 0), ("n\n", 1)])
+def test_on_a_terminal_forget_asks_and_removes_only_on_yes(
+    ws: Path, answer: str, code: int
+) -> None:
+    import pty
+    import subprocess
+    import sys
+
+    cli(ws, "status")  # writes the config file
+    primary, secondary = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "memoryd",
+                "forget",
+                "--config",
+                str(ws.parent / "memoryd.toml"),
+                "kettle crumb tea shop",
+            ],
+            stdin=secondary,
+            stdout=subprocess.PIPE,
+            stderr=secondary,
+            env={**os.environ, "MEMORYD_NO_SERVER": "1"},
+            text=True,
+        )
+        os.close(secondary)
+        seen = b""
+        while b"[y/N]" not in seen:
+            seen += os.read(primary, 1024)
+        os.write(primary, answer.encode())
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        os.close(primary)
+    assert proc.returncode == code, out
+    assert f"3  - {FACT}" in out
+    assert (FACT in (ws / "MEMORY.md").read_text()) is (code != 0)

@@ -633,9 +633,15 @@ def _forward_long(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str
     from .server import ping, request
 
     sock = paths.socket_path()
-    if not sock.exists() or ping(sock) is None:
+    alive = ping(sock) if sock.exists() else None
+    if alive is None:
         return None
     full = {**payload, "agent": args.agent, "identity": _identity(args)}
+    if payload["op"] != "forget-plan":
+        print(
+            f"memoryd: {payload['op']}: asking memoryd serve (pid {alive.get('pid')})",
+            file=sys.stderr,
+        )
     out = request(sock, full, timeout=_LONG_TIMEOUT_S)
     if out is None:
         raise MemorydError(f"memoryd serve did not answer {payload['op']}; see `memoryd status`")
