@@ -466,3 +466,32 @@ def test_on_a_terminal_forget_asks_and_removes_only_on_yes(
     assert proc.returncode == code, out
     assert f"3  - {FACT}" in out
     assert (FACT in (ws / "MEMORY.md").read_text()) is (code != 0)
+
+
+def test_appends_from_other_processes_during_a_forget_are_all_kept(ws: Path) -> None:
+    cli(ws, "index")
+    lines = [f"- appended by process {i} while forgetting" for i in range(8)]
+    results: dict[str, Any] = {}
+
+    def append(line: str) -> None:
+        results[line] = cli(ws, "append", "--target", "long-term", line)
+
+    def forget() -> None:
+        results["forget"] = cli(ws, "forget", "MEMORY.md#L3-L4")
+
+    threads = [threading.Thread(target=append, args=(line,)) for line in lines]
+    threads.insert(4, threading.Thread(target=forget))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    text = (ws / "MEMORY.md").read_text()
+    for line in lines:
+        assert results[line].returncode == 0, results[line].stderr
+        assert line in text
+    gone = results["forget"]
+    if gone.returncode == 0:
+        assert FACT not in text and "Deploys go out on Fridays" not in text
+    else:  # refused cleanly: the lines were moved by an append before they were removed
+        assert gone.stderr.count("\n") == 1 and FACT in text
+    assert "The staging database lives in eu-west-3." in text

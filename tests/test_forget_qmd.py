@@ -143,3 +143,29 @@ def test_reset_rebuilds_qmd_to_the_same_answers(tmp_path: Path, qmd_bin: str) ->
         assert after == before
         assert load_tombstones(agent) == tombstones
         assert src.is_file() and FACT not in (ws / "MEMORY.md").read_text()
+
+
+def test_a_qmd_that_cannot_update_makes_forget_fail_saying_what_was_removed(
+    tmp_path: Path, qmd_bin: str
+) -> None:
+    from memoryd.errors import MemorydError
+    from qmd_support import fault_wrapper
+
+    ws = tmp_path / "ws"
+    seed(ws)
+    flaky = tmp_path / "flaky"
+    command = fault_wrapper(
+        tmp_path / "qmd",
+        qmd_bin,
+        f'[ -e "{flaky}" ] && [ "$1" = update ] && exit 3\nexec "$REAL" "$@"',
+    )
+    with service(ws, command) as svc:
+        svc.index()
+        plan = svc.forget_plan("MEMORY.md#L3")
+        flaky.touch()
+        with pytest.raises(MemorydError, match=r"removed MEMORY.md \[\[3, 3\]\].*memoryd index"):
+            svc.forget(plan["selections"])
+        assert FACT not in (ws / "MEMORY.md").read_text()
+        flaky.unlink()
+        svc.index()
+        assert qmd_itself(svc, qmd_bin, "kettle") == []

@@ -650,7 +650,8 @@ def _forward_long(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str
         return None
     if out.get("disabled"):
         raise MemorydError.from_result(out)
-    print(f"memoryd: {payload['op']} done by memoryd serve", file=sys.stderr)
+    if payload["op"] != "forget-plan":
+        print(f"memoryd: {payload['op']} done by memoryd serve", file=sys.stderr)
     return out
 
 

@@ -452,7 +452,14 @@ class MemoryService:
         scrubbed = []
         if tombstones is not None and agent.sessions_enabled:
             scrubbed = transcripts_with_forgotten(agent, tombstones)
-        engines = b.purge([r["path"] for r in removed] + scrubbed, progress=progress)
+        try:
+            engines = b.purge([r["path"] for r in removed] + scrubbed, progress=progress)
+        except MemorydError as err:
+            gone = "; ".join(f"{r['path']} {r['ranges']} (backup {r['backup']})" for r in removed)
+            raise MemorydError(
+                f"removed {gone}, but an engine may still return it: {err}; "
+                "run `memoryd index` (or `memoryd reset --yes`) once that is fixed"
+            ) from None
         return {"removed": removed, "transcriptsPurged": scrubbed, "engines": engines}
 
     def reset(
