@@ -495,3 +495,23 @@ def test_appends_from_other_processes_during_a_forget_are_all_kept(ws: Path) -> 
     else:  # refused cleanly: the lines were moved by an append before they were removed
         assert gone.stderr.count("\n") == 1 and FACT in text
     assert "The staging database lives in eu-west-3." in text
+
+
+def test_reset_drops_a_leftover_qmd_home_but_keeps_downloaded_models(ws: Path) -> None:
+    with MemoryService(config(ws), workspace=ws, background=False) as svc:
+        home = svc.agent().state.qmd_home
+        models = home / "xdg-cache" / "qmd" / "models"
+        models.mkdir(parents=True)
+        (models / "embed.gguf").write_bytes(b"GGUF")
+        (home / "xdg-cache" / "qmd" / "index.sqlite").write_bytes(b"x")
+        (home / "xdg-config").mkdir()
+        out = svc.reset()
+        assert str(home / "xdg-cache" / "qmd" / "index.sqlite") in out["removed"]
+        assert str(home / "xdg-config") in out["removed"]
+        assert (models / "embed.gguf").read_bytes() == b"GGUF"
+        assert sorted(p.name for p in home.rglob("*")) == [
+            "embed.gguf",
+            "models",
+            "qmd",
+            "xdg-cache",
+        ]

@@ -42,6 +42,7 @@ from ._state import (
     write_private_atomic,
 )
 from ._walk import Found, Skipped, Walk, walk
+from ._wipe import wipe_folder
 
 __all__ = [
     "PRIVATE_DIR_MODE",
@@ -69,5 +70,6 @@ __all__ = [
     "read_private",
     "rewrite_file",
     "walk",
+    "wipe_folder",
     "write_private_atomic",
 ]

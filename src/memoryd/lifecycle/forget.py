@@ -12,8 +12,8 @@ agent's tombstone file, which `reset` keeps. The engines are purged by the calle
 from __future__ import annotations
 
 import hashlib
+import json
 import re
-import shutil
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path, PurePosixPath
@@ -31,6 +31,7 @@ from ..fsio import (
     read_file,
     read_private,
     rewrite_file,
+    wipe_folder,
     write_private_atomic,
 )
 from .session_export import manifest_name, session_export_dir
@@ -278,19 +279,13 @@ def remove_derived(agent: ResolvedAgent, *, index_file: bool, qmd_home: bool) ->
         return gone
     if st.qmd_home.is_symlink():
         raise StateError(f"refusing to reset through a symlink at {st.qmd_home}")
-    if st.qmd_home.exists():
-        try:
-            shutil.rmtree(st.qmd_home)
-        except OSError as err:
-            raise StateError(f"cannot remove {st.qmd_home}: {err.strerror or err}") from None
-        gone.append(str(st.qmd_home))
-    return gone
+    # the models qmd downloaded are not derived from memory: they stay
+    models = st.qmd_home / "xdg-cache" / "qmd" / "models"
+    return gone + [str(p) for p in wipe_folder(st.qmd_home, {models})]
 
 
 def _exports_of(folder: Path, agent_id: str) -> list[Path]:
     """This agent's exports in a shared `exportDir` (its manifest names them) and the manifest."""
-    import json
-
     manifest = folder / manifest_name(agent_id)
     try:
         data = json.loads(read_private(manifest) or b"{}")

@@ -5,11 +5,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-import shutil
 import sqlite3
 import time
 from collections.abc import Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any, Final
 
 from ..background import Background
@@ -18,7 +17,7 @@ from ..core.layout import SKIP_DIRS, MemoryRoot
 from ..core.results import FileText, SearchResult, Source
 from ..core.status import CollectionStatus, QmdStatus
 from ..errors import MemorydError, PathNotAllowed, QmdBadOutput, QmdError, QmdExitError
-from ..fsio import read_file
+from ..fsio import read_file, wipe_folder
 from ..memfiles import read_memory_file
 from ._collections import CollectionSpec
 from ._maintenance import QmdMaintained, embed_backoff_s
@@ -98,7 +97,7 @@ class QmdManager(QmdMaintained):
         and collections are made again. The caller exports sessions and syncs after."""
         with self._maintenance():
             keep = {self.home.lock_path, self.home.cache_home / "qmd" / "models"}
-            removed = [str(e) for e in _wipe(self.home.root, keep)]
+            removed = [str(e) for e in wipe_folder(self.home.root, keep)]
             self._active, self._specs = {}, []
             self.last_update_at = self.last_embed_at = None
             self._last_update_mono = self._last_embed_mono = None
@@ -457,25 +456,3 @@ class QmdManager(QmdMaintained):
         """Read a memory file by a path search returned; missing files give empty text."""
         got = read_memory_file(self.roots(), self.settings.workspace, path, from_line, lines)
         return got if not path.startswith("qmd/") else dataclasses.replace(got, path=path)
-
-
-def _wipe(folder: Path, keep: set[Path]) -> list[Path]:
-    """Delete everything in `folder` except the paths in `keep` (and the folders holding them);
-    what was deleted. Symlinks are removed, never followed."""
-    try:
-        found = sorted(folder.iterdir())
-    except FileNotFoundError:
-        return []
-    gone: list[Path] = []
-    for entry in found:
-        if entry in keep:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            if any(k.is_relative_to(entry) for k in keep):
-                gone += _wipe(entry, keep)
-                continue
-            shutil.rmtree(entry)
-        else:
-            entry.unlink(missing_ok=True)
-        gone.append(entry)
-    return gone
