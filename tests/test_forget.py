@@ -515,3 +515,22 @@ def test_reset_drops_a_leftover_qmd_home_but_keeps_downloaded_models(ws: Path) -
             "qmd",
             "xdg-cache",
         ]
+
+
+def test_reset_and_purge_on_a_postgresql_store(pg_url: str, ws: Path) -> None:
+    from helpers import agent_for, index_for
+    from memoryd.builtin_index import MemoryIndex
+
+    agent = agent_for(ws, {"store": {"driver": "postgres", "url": pg_url}})
+    idx = index_for(agent)
+    assert isinstance(idx, MemoryIndex)
+    idx.sync()
+    before = [r.path for r in idx.search("webhook secret").results]
+    assert before and idx.status().files == 2
+    (ws / "MEMORY.md").write_text("# Memory\n")
+    idx.purge(["MEMORY.md"])
+    assert idx.search("kettle crumb", mode="keyword").results == []
+    assert idx.reset() and idx.status().files == 0
+    idx.sync()
+    assert [r.path for r in idx.search("webhook secret").results] == before
+    idx.close()
