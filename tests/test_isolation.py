@@ -209,6 +209,8 @@ def test_bad_agent_ids_are_refused_everywhere_they_enter(bad: str, workspace: Pa
         ("append", "hello"),
         ("context",),
         ("flush-check", "--tokens", "190000", "--context-window", "200000"),
+        ("forget", "MEMORY.md#L3"),
+        ("reset", "--yes"),
     ],
 )
 def test_the_cli_refuses_a_path_like_agent_id_and_writes_nothing(

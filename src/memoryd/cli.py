@@ -10,6 +10,7 @@ input (a bad flag, an out-of-range value, a bad agent id — codes `invalid_inpu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import logging
@@ -226,6 +227,47 @@ def _parser() -> argparse.ArgumentParser:
         help="daily: memory/YYYY-MM-DD.md (default); long-term: MEMORY.md",
     )
     ap.add_argument("text", help="the text to append ('-' reads stdin; at most 64 KiB)")
+
+    fg = _cmd(
+        sub,
+        "forget",
+        "remove lines from memory for good: from the Markdown, both engines and transcripts",
+        "  memoryd forget MEMORY.md#L12-L14\n"
+        '  memoryd forget "alice door code" --dry-run\n'
+        '  memoryd forget "alice door code" --yes --json',
+        parents=[common],
+        description="Remove whole lines from a memory file (locked and all-or-nothing, like\n"
+        "append), purge them from the built-in index and qmd, and record a tombstone (hashes,\n"
+        "never the text) so session transcripts cannot bring the text back into search. The\n"
+        "removed lines are listed first and copied to a backup file in the state dir (its path\n"
+        "is printed). TARGET is PATH#Lx-Ly (PATH#Lx: one line; PATH alone: the whole file) or a\n"
+        "query: the lines of its best memory hits that hold at least half of its words. A query\n"
+        "or a whole file removes only after confirmation (--yes, or y on a terminal). " + _FORWARDS,
+    )
+    fg.add_argument("target", help="PATH#Lx-Ly as search prints it, or words to look for")
+    fg.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
+    fg.add_argument("--yes", action="store_true", help="remove without asking")
+    fg.add_argument(
+        "--max-results",
+        type=int,
+        default=3,
+        choices=range(1, 21),
+        metavar="N",
+        help="a query looks at its best N memory hits (1-20; default 3)",
+    )
+
+    rs = _cmd(
+        sub,
+        "reset",
+        "drop everything memoryd derived (index, qmd home, health, exports) and rebuild it",
+        "  memoryd reset --yes\n  memoryd reset --yes --json --agent ops",
+        parents=[common],
+        description="Delete the agent's built-in index, qmd home (index, collections, session\n"
+        "exports) and health for this workspace, then rebuild them from the Markdown. The\n"
+        "Markdown, the transcripts, the flush state, forget's tombstones and backups are kept.\n"
+        "Asks first on a terminal; elsewhere it needs --yes. " + _FORWARDS,
+    )
+    rs.add_argument("--yes", action="store_true", help="reset without asking")
 
     fc = _cmd(
         sub,
@@ -586,6 +628,139 @@ def _cmd_append(args: argparse.Namespace) -> int:
     return 0
 
 
+#: forget and reset may rebuild an index: a forwarded one waits this long for serve's answer
+_LONG_TIMEOUT_S = 3600.0
+
+
+def _forward_long(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any] | None:
+    """`_forward` for forget and reset: a serve that stops answering is an error, never a
+    reason to run the same work in this process beside it."""
+    if os.environ.get("MEMORYD_NO_SERVER"):
+        return None
+    from . import paths
+    from .server import ping, request
+
+    sock = paths.socket_path()
+    alive = ping(sock) if sock.exists() else None
+    if alive is None:
+        return None
+    full = {**payload, "agent": args.agent, "identity": _identity(args)}
+    if payload["op"] != "forget-plan":
+        print(
+            f"memoryd: {payload['op']}: asking memoryd serve (pid {alive.get('pid')})",
+            file=sys.stderr,
+        )
+    out = request(sock, full, timeout=_LONG_TIMEOUT_S)
+    if out is None:
+        raise MemorydError(f"memoryd serve did not answer {payload['op']}; see `memoryd status`")
+    if out.get("code") == NotServed.code:
+        logging.getLogger("memoryd").info("%s; running in this process", out.get("error"))
+        return None
+    if out.get("disabled"):
+        raise MemorydError.from_result(out)
+    if payload["op"] != "forget-plan":
+        print(f"memoryd: {payload['op']} done by memoryd serve", file=sys.stderr)
+    return out
+
+
+def _confirm(question: str, refusal: str) -> None:
+    """Ask on the terminal; without one, refuse with `refusal` (pass --yes)."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise InvalidInput(refusal)
+    sys.stderr.write(question + " [y/N] ")
+    sys.stderr.flush()
+    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+        raise MemorydError("not confirmed: nothing was changed")
+
+
+def _lines_named(ranges: list[list[int]]) -> str:
+    """`line 3`, `lines 3-5, 9`."""
+    parts = [f"{a}-{b}" if a != b else str(a) for a, b in ranges]
+    one = len(ranges) == 1 and ranges[0][0] == ranges[0][1]
+    return ("line " if one else "lines ") + ", ".join(parts)
+
+
+def _print_forget_plan(plan: dict[str, Any], out: Any, *, dry_run: bool) -> None:
+    print("would remove:" if dry_run else "to remove:", file=out)
+    for sel in plan["selections"]:
+        print(f"{visible_controls(sel['path'])} ({_lines_named(sel['ranges'])}):", file=out)
+        for line in sel["lines"]:
+            print(f"  {line['line']:>5}  {visible_controls(line['text'])}", file=out)
+
+
+def _cmd_forget(args: argparse.Namespace) -> int:
+    from .progress import ProgressReporter
+
+    asked = {"target": args.target, "maxResults": args.max_results}
+    with contextlib.ExitStack() as stack:
+        svc = None
+        plan = _forward_long(args, {"op": "forget-plan", **asked})
+        if plan is None:
+            svc = stack.enter_context(_service(args))
+            plan = svc.forget_plan(args.target, agent_id=args.agent, max_results=args.max_results)
+        if not plan["selections"]:
+            raise MemorydError(f"nothing to forget: no memory line matches {args.target!r}")
+        if args.dry_run:
+            if args.json:
+                _print_json({**plan, "dryRun": True})
+            else:
+                _print_forget_plan(plan, None, dry_run=True)
+            return 0
+        _print_forget_plan(plan, sys.stderr if args.json else sys.stdout, dry_run=False)
+        if plan["confirm"] and not args.yes:
+            n = sum(len(s["lines"]) for s in plan["selections"])
+            _confirm(
+                f"remove these {n} lines from memory for good?",
+                "forget by query or of a whole file removes only what you confirmed: check "
+                "the list with --dry-run, then pass --yes (or name PATH#Lx-Ly)",
+            )
+        keys = ("path", "ranges", "sha256")
+        chosen = [{k: s[k] for k in keys} for s in plan["selections"]]
+        if svc is None:
+            out = _forward_long(args, {"op": "forget", "selections": chosen})
+            if out is None:
+                raise MemorydError("memoryd serve stopped between listing and removing: run again")
+        else:
+            with ProgressReporter() as progress:
+                out = svc.forget(chosen, agent_id=args.agent, progress=progress)
+    if args.json:
+        _print_json(out)
+        return 0
+    for r in out["removed"]:
+        what = f"{_lines_named(r['ranges'])} of {visible_controls(r['path'])}"
+        print(f"removed {what}; backup (delete it when sure): {r['backup']}")
+    names = {"builtin": "the built-in index", "qmd": "qmd"}
+    engines = " and ".join(v for k, v in names.items() if k in out["engines"])
+    purged = f"; transcripts re-indexed without it: {len(out['transcriptsPurged'])}"
+    print(f"purged from {engines}{purged if out['transcriptsPurged'] else ''}")
+    return 0
+
+
+def _cmd_reset(args: argparse.Namespace) -> int:
+    from .progress import ProgressReporter
+
+    if not args.yes:
+        _confirm(
+            "drop this agent's index, qmd home, health and exports for this workspace and "
+            "rebuild them from the Markdown?",
+            "reset drops the derived index and rebuilds it: pass --yes to confirm",
+        )
+    out = _forward_long(args, {"op": "reset"})
+    if out is None:
+        with _service(args) as svc, ProgressReporter() as progress:
+            out = svc.reset(args.agent, progress=progress)
+    if args.json:
+        _print_json(out)
+        return 0
+    print(f"removed {len(out['removed'])} derived files and folders")
+    if "builtin" in out:
+        b = out["builtin"]
+        print(f"rebuilt the built-in index: {b['files']} files, {b['chunks']} chunks")
+    if "qmd" in out:
+        print(f"rebuilt qmd: {len(out['qmd']['collections'])} collections")
+    return 0
+
+
 def _cmd_flush_check(args: argparse.Namespace) -> int:
     _validate(
         "memory_flush_check",
@@ -745,6 +920,8 @@ COMMANDS = {
     "index": _cmd_index,
     "context": _cmd_context,
     "append": _cmd_append,
+    "forget": _cmd_forget,
+    "reset": _cmd_reset,
     "flush-check": _cmd_flush_check,
     "warm": _cmd_warm,
     "serve": _cmd_serve,

@@ -203,6 +203,22 @@ def _served(service: MemoryService, req: dict[str, Any], ident: dict[str, Any]) 
 
 #: socket op → the tool whose input model validates it (the same contract as MCP)
 OPS = {"search": "memory_search", "get": "memory_get", "status": "memory_status"}
+#: `memoryd forget`/`reset`, answered by the serve that holds the engines, so that it never
+#: keeps serving what they removed (not agent tools: only the CLI sends them)
+LIFECYCLE_OPS = ("forget-plan", "forget", "reset")
+
+
+def _lifecycle(service: MemoryService, op: str, req: dict[str, Any], agent: str | None) -> Any:
+    if op == "forget-plan":
+        n = req.get("maxResults", 3)
+        if type(n) is not int or not 1 <= n <= 20:
+            raise InvalidInput("maxResults must be an integer from 1 to 20")
+        return service.forget_plan(req.get("target", ""), agent_id=agent, max_results=n)
+    if op == "forget":
+        return service.forget(req.get("selections", []), agent_id=agent)
+    return service.reset(agent)
+
+
 _ENVELOPE = ("op", "agent", "identity")
 
 
@@ -224,14 +240,24 @@ async def dispatch(
     op = req.get("op")
     if op == "ping":
         return {"ok": True, "pid": os.getpid()}
-    if op not in OPS:
-        return _error(InvalidInput(f"unknown op {op!r} (search, get, status, ping)"))
+    if op not in OPS and op not in LIFECYCLE_OPS:
+        return _error(
+            InvalidInput(f"unknown op {op!r} ({', '.join([*OPS, *LIFECYCLE_OPS])}, ping)")
+        )
     agent = req.get("agent")
     try:
         if agent is not None:
             agent = validate_agent_id(agent)
     except InvalidAgentId as err:
         return _error(err)
+    if op in LIFECYCLE_OPS:
+        why = _served(service, req, ident)
+        if why is not None:
+            return _error(NotServed(f"not served here: {why}"))
+        try:
+            return await run_blocking(lambda: _lifecycle(service, op, req, agent), limiter)
+        except MemorydError as err:
+            return _error(err)
     try:
         args = validate_tool_input(OPS[op], {k: v for k, v in req.items() if k not in _ENVELOPE})
     except InvalidInput as err:

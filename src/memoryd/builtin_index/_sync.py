@@ -20,7 +20,7 @@ from ..core.engine import IndexCheck, ProgressFn
 from ..core.text import binary_reason
 from ..embeddings.base import DeadlineReached
 from ..errors import BatchPending, IndexCorrupt, MemorydError, MemoryReadFailed, StateError
-from ..fsio import FileRead, open_private
+from ..fsio import FileRead, open_private, read_private
 from ..memfiles import (
     MemoryFile,
     discover_all,
@@ -123,12 +123,14 @@ def _read_transcript(path: Path) -> tuple[bytes, float]:
         return fh.read(), mtime
 
 
-def _transcript_chunks(data: bytes, tokens: int, overlap: int) -> list[TranscriptChunk]:
+def _transcript_chunks(path: Path, data: bytes, tokens: int, overlap: int) -> list[TranscriptChunk]:
+    from ..core.forgotten import forgotten_path, scrub_forgotten
     from ..core.transcripts import chunk_transcript, parse_transcript_text
 
     messages, _malformed, _lines = parse_transcript_text(
         data.decode("utf-8", errors="replace"), sanitize=True
     )
+    messages = scrub_forgotten(messages, read_private(forgotten_path(path.parent)))
     return chunk_transcript(messages, tokens=tokens, overlap=overlap)
 
 
@@ -530,7 +532,7 @@ class Indexer:
                 except OSError as err:
                     log.warning("cannot read transcript %s: %s", path, err)
                     continue
-                chunks = _transcript_chunks(data, cfg.chunking.tokens, cfg.chunking.overlap)
+                chunks = _transcript_chunks(path, data, cfg.chunking.tokens, cfg.chunking.overlap)
                 report.chunks_written += store.replace_file(
                     rel,
                     str(path),

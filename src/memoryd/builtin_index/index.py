@@ -29,7 +29,7 @@ from ..errors import (
     StateError,
     WorkspaceMismatch,
 )
-from ..fsio import private_dir
+from ..fsio import SQLITE_SIDE_FILES, private_dir
 from ..memfiles import discover, read_memory_file
 from ._engine import Store
 from ._search import Searcher
@@ -239,6 +239,48 @@ class MemoryIndex:
             sessions=sessions,
             lock_wait_s=lock_wait_s,
         )
+
+    def purge(self, paths: Sequence[str], *, progress: ProgressFn | None = None) -> SyncReport:
+        """Drop `paths` (memory files as search shows them, `sessions/<file>.jsonl`) from the
+        index, chunks and vectors, then sync: what is still on disk is indexed afresh (a
+        transcript through the forget tombstones). Used by `memoryd forget`."""
+        with self.indexer.lock:
+            store = self.store
+            known = store.files()
+            with store.transaction(doing="purge forgotten text"):
+                for rel in paths:
+                    if rel in known:
+                        store.remove_file(rel)
+            self.searcher.forget_paths()
+            self.indexer.session_baselines.difference_update(paths)
+            self.dirty = True
+        return self.sync(progress=progress)
+
+    def reset(self) -> list[str]:
+        """Drop the whole index (`memoryd reset`): the SQLite file and its side files are
+        deleted and a new empty one opened in their place (a PostgreSQL tenant is emptied);
+        the next sync rebuilds it from the files. Returns what was removed."""
+        with self.indexer.lock:
+            if self.cfg.store_driver == "postgres":
+                store = self.store
+                with store.transaction(doing="reset the index"):
+                    for rel in store.files():
+                        store.remove_file(rel)
+                removed = [self.location]
+            else:
+                self.store.close()
+                removed = []
+                for f in (self.path, *(Path(f"{self.path}{s}") for s in SQLITE_SIDE_FILES)):
+                    with contextlib.suppress(FileNotFoundError):
+                        f.unlink()
+                        removed.append(str(f))
+                self.store = self._open_store()
+                self.bind_workspace(self.store)
+            self.stats = self.indexer.stats = CorpusStatistics(self)
+            self.searcher = Searcher(self, self.stats)
+            self.indexer.session_baselines.clear()
+            self.dirty = True
+        return removed
 
     def catch_up(self, budget_s: float) -> None:
         """Sync before a search, embedding for at most `budget_s` (not behind a long backlog)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..errors import MemoryReadFailed
 from ._chain import Reason
 from ._memory import AppendOutcome, FileRead, append_file, read_file, read_file_with
+from ._rewrite import RewriteOutcome, rewrite_file
 from ._state import (
     PRIVATE_DIR_MODE,
     PRIVATE_FILE_MODE,
@@ -25,6 +26,7 @@ from ._state import (
     write_private_atomic,
 )
 from ._walk import Found, Skipped, Walk, walk
+from ._wipe import wipe_folder
 
 __all__ = [
     "PRIVATE_DIR_MODE",
@@ -35,6 +37,7 @@ __all__ = [
     "Found",
     "MemoryReadFailed",
     "Reason",
+    "RewriteOutcome",
     "Skipped",
     "Walk",
     "append_file",
@@ -49,6 +52,8 @@ __all__ = [
     "read_file",
     "read_file_with",
     "read_private",
+    "rewrite_file",
     "walk",
+    "wipe_folder",
     "write_private_atomic",
 ]

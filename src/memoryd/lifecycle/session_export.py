@@ -11,6 +11,7 @@ from typing import Any, Final
 import filelock
 
 from ..config import ResolvedAgent
+from ..core.forgotten import Tombstones, forgotten_path, scrub_messages
 from ..errors import SessionExportError, StateError
 from ..fsio import private_dir, read_private, write_private_atomic
 from .transcripts import list_transcripts, parse_transcript, render_transcript, session_id
@@ -128,6 +129,9 @@ def _export_locked(
 ) -> None:
     manifest_path = out_dir / manifest_name(agent.agent_id)
     old = _read_manifest(manifest_path)
+    # forgotten text never reaches an export; a new tombstone makes every export be made again
+    tombstones = Tombstones.from_json(read_private(forgotten_path(agent.sessions_dir)))
+    forgotten = tombstones.digest if tombstones is not None else None
     new: dict[str, dict[str, Any]] = {}
     for src in list_transcripts(agent):
         sid = session_id(src)
@@ -148,6 +152,7 @@ def _export_locked(
             seen is not None
             and seen.get("size") == st.st_size
             and seen.get("mtimeNs") == st.st_mtime_ns
+            and seen.get("forgotten") == forgotten
             and target.is_file()
         ):
             new[name] = seen
@@ -161,10 +166,11 @@ def _export_locked(
                 new[name] = seen  # keep the last good export through a transient error
             continue
         report.malformed_lines += parsed.malformed
-        if not parsed.messages:
+        messages = scrub_messages(parsed.messages, tombstones)
+        if not messages:
             report.skipped[sid] = "empty"
             continue
-        doc = render_session_markdown(sid, render_transcript(parsed.messages)).encode("utf-8")
+        doc = render_session_markdown(sid, render_transcript(messages)).encode("utf-8")
         current = read_private(target)
         if current == doc:
             report.unchanged.append(sid)
@@ -174,6 +180,8 @@ def _export_locked(
         # The stat from before the read: if the transcript grew meanwhile, the next pass sees a
         # new size and re-exports.
         new[name] = {"source": src.name, "size": st.st_size, "mtimeNs": st.st_mtime_ns}
+        if forgotten is not None:
+            new[name]["forgotten"] = forgotten
 
     # Anything we exported before that is not current any more goes: transcript deleted,
     # expired, or now empty.

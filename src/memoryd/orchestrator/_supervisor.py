@@ -17,7 +17,7 @@ from typing import Any
 
 from ..background import Background
 from ..config import ResolvedAgent
-from ..core.engine import BuiltinEngine, QmdEngine, SearchOutput, SearchRequest
+from ..core.engine import BuiltinEngine, ProgressFn, QmdEngine, SearchOutput, SearchRequest
 from ..core.layout import MemoryRoot
 from ..core.results import FileText
 from ..errors import MemorydError, QmdBadOutput, QmdError, QmdTimeout, ServiceUnavailable
@@ -234,6 +234,63 @@ class AgentBackend:
             self._index.notify_changed()
         if self.qmd is not None and self._qmd_started and self._background is not None:
             self.qmd.notify_changed()
+
+    def purge(self, paths: list[str], *, progress: ProgressFn | None = None) -> dict[str, Any]:
+        """After `memoryd forget`: drop `paths` from the built-in index and re-sync it; re-export
+        the sessions (through the tombstones) and update qmd. A failure raises: the caller must
+        not report text as gone from an engine that may still return it."""
+        from ..lifecycle import export_sessions
+
+        out: dict[str, Any] = {}
+        idx = self.index
+        if idx is not None:
+            purge = getattr(idx, "purge", None)
+            report = purge(paths, progress=progress) if purge else idx.sync(progress=progress)
+            out["builtin"] = {"filesChanged": report.files_changed}
+        if self.qmd is not None:
+            if self.agent.memory.qmd.sessions.enabled:
+                export = export_sessions(self.agent, now=datetime.now(UTC))
+                out["exports"] = {"written": export.written, "deleted": export.deleted}
+            self.ensure_qmd_started()
+            self.qmd.sync(force=True, progress=progress)
+            out["qmd"] = {"updated": True}
+        return out
+
+    def reset(self, *, progress: ProgressFn | None = None) -> dict[str, Any]:
+        """`memoryd reset`: drop every derived thing (index, qmd home and exports, health) in
+        place, so a running `serve` keeps serving the same objects, then rebuild from the files:
+        the built-in index first, then qmd (whose failure raises after the index is rebuilt)."""
+        from ..lifecycle import export_sessions, remove_derived
+
+        removed = remove_derived(self.agent, index_file=self.fail_closed, qmd_home=self.qmd is None)
+        self.health = Health(requested=self.requested)
+        self.failover.state = self.failover.state.__class__(
+            active="qmd" if self.qmd is not None else "builtin"
+        )
+        out: dict[str, Any] = {"removed": removed}
+        idx = self.index
+        if idx is not None:
+            reset_index = getattr(idx, "reset", None)
+            if reset_index is not None:
+                removed += reset_index()
+            report = idx.sync(force=reset_index is None, progress=progress)
+            st = idx.status()
+            out["builtin"] = {
+                "files": st.files,
+                "chunks": st.chunks,
+                "vectorsPending": report.vectors_pending,
+            }
+        if self.qmd is not None:
+            reset_qmd = getattr(self.qmd, "reset", None)
+            if reset_qmd is not None:
+                removed += reset_qmd()
+            if self.agent.memory.qmd.sessions.enabled:
+                export_sessions(self.agent, now=datetime.now(UTC))
+            self.ensure_qmd_started()
+            self.qmd.sync(force=True, progress=progress)
+            out["qmd"] = {"collections": [c.name for c in self.qmd.status().collections]}
+        self._save()
+        return out
 
     def close(self) -> None:
         if self.qmd is not None:

@@ -131,6 +131,8 @@ class MemoryService:
         idx = b.index
         if b.qmd is not None:
             b.ensure_qmd_started()
+            if b.agent.memory.qmd.sessions.enabled:
+                b.export_sessions()  # what qmd's update then indexes is the transcripts as now
             b.qmd.sync(force=True)
             q = b.qmd.status()
             out["qmd"] = {
@@ -363,6 +365,117 @@ class MemoryService:
         )
         return decision.to_dict()
 
+    # ------------------------------------------------------------------ forget and reset
+
+    def forget_plan(
+        self, target: str, *, agent_id: str | None = None, max_results: int = 3
+    ) -> dict[str, Any]:
+        """What `forget target` would remove, nothing written: `{mode, selections, confirm}`.
+
+        `PATH#Lx-Ly` names lines; a bare `PATH` is the whole file and anything else a query:
+        the lines of its best `max_results` memory hits that hold at least half of the query's
+        words. `confirm` says the caller must have the user confirm the list first."""
+        from ..lifecycle import check_writable, parse_target, select_lines
+
+        if not isinstance(target, str) or not target.strip():
+            raise InvalidInput("forget needs a PATH#Lx-Ly or a query")
+        agent = self.agent(agent_id)
+        check_writable(agent, "forget")
+        roots = self.backend(agent.agent_id).memory_roots()
+        spec = parse_target(target)
+        if spec is not None:
+            numbers = None if spec.start is None else list(range(spec.start, (spec.end or 0) + 1))
+            sel = select_lines(agent, roots, spec.path, numbers)
+            return {"mode": "path", "selections": [sel.to_dict()], "confirm": spec.start is None}
+        selections = self._query_selections(agent, roots, target, max_results)
+        return {"mode": "query", "query": target, "selections": selections, "confirm": True}
+
+    def _query_selections(
+        self, agent: ResolvedAgent, roots: list[Any], query: str, max_results: int
+    ) -> list[dict[str, Any]]:
+        from ..core.forgotten import words
+        from ..lifecycle import select_lines
+
+        found = self.search(
+            query, agent_id=agent.agent_id, max_results=max_results, corpus="memory"
+        )
+        asked = {w for w, _s, _e in words(query)}
+        wanted = {w for w in asked if len(w) >= 3} or asked
+        need = max(1, (len(wanted) + 1) // 2)
+        by_path: dict[str, set[int]] = {}
+        for r in found.results:
+            if r.source == "memory":
+                by_path.setdefault(r.path, set()).update(range(r.start_line, r.end_line + 1))
+        out = []
+        for path, numbers in by_path.items():
+            sel = select_lines(agent, roots, path, sorted(numbers), clip=True)
+            keep = {
+                n: text
+                for n, text in sel.lines.items()
+                if len(wanted & {w for w, _s, _e in words(text)}) >= need
+            }
+            if keep:
+                out.append(replace(sel, lines=keep).to_dict())
+        return out
+
+    def forget(
+        self,
+        selections: list[dict[str, Any]],
+        *,
+        agent_id: str | None = None,
+        progress: ProgressFn | None = None,
+    ) -> dict[str, Any]:
+        """Remove the lines a `forget_plan` showed (each `{path, ranges, sha256}`, refused if
+        they changed since), then purge them from both engines and any transcript's index."""
+        from ..lifecycle import (
+            check_writable,
+            forget_lines,
+            load_tombstones,
+            select_lines,
+            transcripts_with_forgotten,
+        )
+
+        agent = self.agent(agent_id)
+        check_writable(agent, "forget")
+        wanted = _checked_selections(selections)
+        b = self.backend(agent.agent_id)
+        roots = b.memory_roots()
+        now = datetime.now().astimezone()
+        removed: list[dict[str, Any]] = []
+        try:
+            for path, numbers, digest in wanted:
+                sel = select_lines(agent, roots, path, numbers)
+                removed.append(forget_lines(agent, sel, digest, now=now))
+        except MemorydError:
+            if removed:  # what is gone from its file must go from the engines too
+                b.purge([r["path"] for r in removed])
+            raise
+        tombstones = load_tombstones(agent)
+        scrubbed = []
+        if tombstones is not None and agent.sessions_enabled:
+            scrubbed = transcripts_with_forgotten(agent, tombstones)
+        try:
+            engines = b.purge([r["path"] for r in removed] + scrubbed, progress=progress)
+        except MemorydError as err:
+            gone = "; ".join(f"{r['path']} {r['ranges']} (backup {r['backup']})" for r in removed)
+            raise MemorydError(
+                f"removed {gone}, but an engine may still return it: {err}; "
+                "run `memoryd index` (or `memoryd reset --yes`) once that is fixed"
+            ) from None
+        return {"removed": removed, "transcriptsPurged": scrubbed, "engines": engines}
+
+    def reset(
+        self, agent_id: str | None = None, *, progress: ProgressFn | None = None
+    ) -> dict[str, Any]:
+        """Drop everything derived for the agent and workspace and rebuild it from the files."""
+        from ..lifecycle import check_writable
+
+        agent = self.agent(agent_id)
+        check_writable(agent, "reset")
+        with self._lock:
+            out = self.backend(agent.agent_id).reset(progress=progress)
+        return {"agentId": agent.agent_id, "workspace": str(agent.workspace), **out}
+
     # ------------------------------------------------------------------ status
 
     def status_model(self, agent_id: str | None = None, *, deep: bool = False) -> MemoryStatus:
@@ -474,6 +587,26 @@ class MemoryService:
     def status(self, agent_id: str | None = None, *, deep: bool = False) -> dict[str, Any]:
         """`status_model()` as JSON-ready camelCase dict."""
         return (self.status_model(agent_id, deep=deep)).to_dict()
+
+
+def _checked_selections(raw: object) -> list[tuple[str, list[int], str]]:
+    """`forget`'s selections as (path, line numbers, sha256), or `InvalidInput`."""
+    if not isinstance(raw, list) or not raw:
+        raise InvalidInput("selections must be a non-empty list of {path, ranges, sha256}")
+    out = []
+    for item in raw:
+        path = item.get("path") if isinstance(item, dict) else None
+        ranges = item.get("ranges") if isinstance(item, dict) else None
+        digest = item.get("sha256") if isinstance(item, dict) else None
+        ok = isinstance(ranges, list) and all(
+            isinstance(r, list) and len(r) == 2 and all(type(n) is int and n >= 1 for n in r)
+            for r in ranges
+        )
+        if not isinstance(path, str) or not isinstance(digest, str) or not ok or not ranges:
+            raise InvalidInput("each selection needs a path, ranges [[first, last], …] and sha256")
+        numbers = [n for first, last in ranges for n in range(first, last + 1)]
+        out.append((path, numbers, digest))
+    return out
 
 
 def _with_health(q: QmdStatus, health: Any) -> QmdStatus:

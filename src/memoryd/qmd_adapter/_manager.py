@@ -17,7 +17,7 @@ from ..core.layout import SKIP_DIRS, MemoryRoot
 from ..core.results import FileText, SearchResult, Source
 from ..core.status import CollectionStatus, QmdStatus
 from ..errors import MemorydError, PathNotAllowed, QmdBadOutput, QmdError, QmdExitError
-from ..fsio import read_file
+from ..fsio import read_file, wipe_folder
 from ..memfiles import read_memory_file
 from ._collections import CollectionSpec
 from ._maintenance import QmdMaintained, embed_backoff_s
@@ -93,6 +93,21 @@ class QmdManager(QmdMaintained):
             kill_group(process)
         if self.rerank_stage is not None:
             self.rerank_stage.close()
+
+    def reset(self) -> list[str]:
+        """Drop this agent's qmd index, registry and exports (`memoryd reset`): everything in
+        its home but the maintenance lock (held meanwhile) and a models folder; then the home
+        and collections are made again. The caller exports sessions and syncs after."""
+        with self._maintenance():
+            keep = {self.home.lock_path, self.home.cache_home / "qmd" / "models"}
+            removed = [str(e) for e in wipe_folder(self.home.root, keep)]
+            self._active, self._specs = {}, []
+            self.last_update_at = self.last_embed_at = None
+            self._last_update_mono = self._last_embed_mono = None
+            models = {k: v for k, v in dataclasses.asdict(self.config.models).items() if v}
+            self.home.ensure(models=models, shared_models_dir=self._shared_models)
+            self.ensure_collections()
+        return removed
 
     def __enter__(self) -> QmdManager:
         self.start()

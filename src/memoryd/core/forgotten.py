@@ -1,0 +1,199 @@
+"""Tombstones of forgotten text: keyed hashes that keep transcripts from bringing it back.
+
+`memoryd forget` removes lines from a memory file and records, for the removed text, keyed
+hashes of its word shingles (every run of `SHINGLE` consecutive words) and of each whole short
+line (at least `MIN_WORDS` words). Never the text itself. Before a transcript message is indexed
+(the built-in index's sessions phase, qmd's session exports) `scrub_messages` cuts out every
+sentence holding words that hash to a tombstone, so the same text inside a longer message is caught
+too. Words are Unicode `\\w+` runs, NFKC-normalized and case-folded, so punctuation, Markdown
+markers and spacing do not matter. Pure: the file is read and written by `lifecycle.forget`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final
+
+from .transcripts import Message
+
+__all__ = [
+    "FORGOTTEN_FILE",
+    "MIN_WORDS",
+    "SHINGLE",
+    "Tombstones",
+    "forgotten_path",
+    "scrub_forgotten",
+    "scrub_messages",
+    "words",
+]
+
+#: The tombstone file, next to the agent's `sessions/` folder: kept by `reset`, per agent.
+FORGOTTEN_FILE: Final = "forgotten.json"
+#: Words per shingle: long enough not to match ordinary phrases, short enough to catch a quote.
+SHINGLE: Final = 6
+#: A line shorter than this many words is too generic to tombstone on its own.
+MIN_WORDS: Final = 3
+_FORMAT: Final = 1
+_WORD_RE: Final = re.compile(r"\w+")
+_DIGEST_BYTES: Final = 12
+#: Where a sentence ends: `.`, `!`, `?` or `;` followed by a space, or a line break.
+_SENTENCE_END_RE: Final = re.compile(r"[.!?;](?=\s)\s*|\n\s*")
+
+
+def forgotten_path(sessions_dir: Path) -> Path:
+    """The tombstone file of the agent whose transcripts live in `sessions_dir`."""
+    return sessions_dir.parent / FORGOTTEN_FILE
+
+
+def words(text: str) -> list[tuple[str, int, int]]:
+    """(normalized word, start, end) for each word of `text`, offsets into `text` itself."""
+    out = []
+    for m in _WORD_RE.finditer(text):
+        out.append((unicodedata.normalize("NFKC", m.group()).casefold(), m.start(), m.end()))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstones:
+    """The keyed hashes of everything forgotten: `n:hex` for a run of n words."""
+
+    key: str = field(default_factory=lambda: secrets.token_hex(16))
+    hashes: frozenset[str] = frozenset()
+    removals: int = 0
+
+    def _hash(self, run: Sequence[str]) -> str:
+        h = hashlib.blake2b(
+            "\x1f".join(run).encode("utf-8"),
+            key=bytes.fromhex(self.key),
+            digest_size=_DIGEST_BYTES,
+        )
+        return f"{len(run)}:{h.hexdigest()}"
+
+    def hashes_of(self, lines: Iterable[str]) -> set[str]:
+        """The tombstones for removed `lines`: shingles across them, and each short line whole."""
+        stream: list[str] = []
+        out: set[str] = set()
+        for line in lines:
+            ws = [w for w, _s, _e in words(line)]
+            if MIN_WORDS <= len(ws) < SHINGLE:
+                out.add(self._hash(ws))
+            stream.extend(ws)
+        for i in range(len(stream) - SHINGLE + 1):
+            out.add(self._hash(stream[i : i + SHINGLE]))
+        return out
+
+    def with_lines(self, lines: Iterable[str]) -> Tombstones:
+        """These tombstones plus those of `lines` (one more removal counted)."""
+        added = self.hashes_of(lines)
+        return replace(self, hashes=self.hashes | added, removals=self.removals + 1)
+
+    @property
+    def digest(self) -> str:
+        """Changes whenever a tombstone is added: an export made before must be made again."""
+        return hashlib.sha256("\n".join(sorted(self.hashes)).encode()).hexdigest()[:16]
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Character spans of `text` whose words match a tombstone, merged."""
+        if not self.hashes:
+            return []
+        ws = words(text)
+        lengths = sorted({int(h.split(":", 1)[0]) for h in self.hashes})
+        hit = [False] * len(ws)
+        norm = [w for w, _s, _e in ws]
+        for n in lengths:
+            for i in range(len(ws) - n + 1):
+                if self._hash(norm[i : i + n]) in self.hashes:
+                    hit[i : i + n] = [True] * n
+        spans: list[tuple[int, int]] = []
+        for i, flag in enumerate(hit):
+            if not flag:
+                continue
+            start, end = ws[i][1], ws[i][2]
+            if spans and i > 0 and hit[i - 1]:
+                spans[-1] = (spans[-1][0], end)
+            else:
+                spans.append((start, end))
+        return spans
+
+    def scrub(self, text: str) -> str:
+        """`text` without every sentence that holds a span matching a tombstone (a sentence, so
+        that what is left of a partly quoted or partly redacted line goes too)."""
+        spans = self.spans(text)
+        if not spans:
+            return text
+        cuts: list[tuple[int, int]] = []
+        for start, end in spans:
+            a = max((m.end() for m in _SENTENCE_END_RE.finditer(text, 0, start)), default=0)
+            b = _SENTENCE_END_RE.search(text, end)
+            cut = (a, b.end() if b else len(text))
+            if cuts and cut[0] <= cuts[-1][1]:
+                cuts[-1] = (cuts[-1][0], max(cuts[-1][1], cut[1]))
+            else:
+                cuts.append(cut)
+        pieces, at = [], 0
+        for start, end in cuts:
+            pieces.append(text[at:start])
+            at = end
+        pieces.append(text[at:])
+        return re.sub(r"\s+", " ", " ".join(p.strip() for p in pieces)).strip()
+
+    def to_json(self) -> bytes:
+        payload = {
+            "version": _FORMAT,
+            "key": self.key,
+            "removals": self.removals,
+            "hashes": sorted(self.hashes),
+        }
+        return (json.dumps(payload, indent=1) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | None) -> Tombstones | None:
+        """The tombstones in `raw` (a tombstone file's bytes); None when absent or unreadable."""
+        if not raw:
+            return None
+        try:
+            data: Any = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or data.get("version") != _FORMAT:
+            return None
+        key, hashes = data.get("key"), data.get("hashes")
+        if not isinstance(key, str) or not isinstance(hashes, list):
+            return None
+        try:
+            bytes.fromhex(key)
+        except ValueError:
+            return None
+        removals = data.get("removals")
+        return cls(
+            key=key,
+            hashes=frozenset(h for h in hashes if isinstance(h, str) and ":" in h),
+            removals=removals if isinstance(removals, int) else 0,
+        )
+
+
+def scrub_messages(messages: Iterable[Message], tombstones: Tombstones | None) -> list[Message]:
+    """`messages` with forgotten text cut out; a message left with no word is dropped."""
+    msgs = list(messages)
+    if tombstones is None or not tombstones.hashes:
+        return msgs
+    out = []
+    for m in msgs:
+        text = tombstones.scrub(m.text)
+        if text is m.text:
+            out.append(m)
+        elif words(text):
+            out.append(replace(m, text=text))
+    return out
+
+
+def scrub_forgotten(messages: Iterable[Message], raw: bytes | None) -> list[Message]:
+    """`scrub_messages` with the tombstone file's bytes (`raw`; None: nothing forgotten)."""
+    return scrub_messages(messages, Tombstones.from_json(raw))

@@ -1,0 +1,142 @@
+"""Rewriting one memory file through a checked descriptor, under the appenders' lock."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from ..core.layout import MemoryRoot
+from ..errors import MemoryWriteFailed, PathNotAllowed
+from ._chain import (
+    _APPEND_FLAGS,
+    _CLOEXEC,
+    _OPEN_ATTEMPTS,
+    _checked_rel,
+    _close,
+    _file_problem,
+    _fsync_fd,
+    _kind_problem,
+    _lstat_at,
+    _Missing,
+    _parent_of,
+    _Refused,
+    _same_entry,
+    _settled,
+    _shown,
+    _strerror,
+)
+from ._memory import _lock, _read_fd, _refusal_or
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteOutcome:
+    """The file's bytes before and after the rewrite."""
+
+    before: bytes
+    after: bytes
+
+
+def rewrite_file(
+    root: MemoryRoot,
+    rel: PurePosixPath | str,
+    edit: Callable[[bytes], bytes],
+    *,
+    anchor: str | os.PathLike[str] | None = None,
+    lock_timeout: float = 30.0,
+) -> RewriteOutcome:
+    """Replace the memory file `rel` under `root` with `edit(its bytes)`: all of it or nothing.
+
+    The file is opened and checked as `append_file` opens it, and held under the same exclusive
+    `flock`, so no append is lost: one that waited for the lock finds the file replaced and
+    appends to the new one. The new content goes to a temp file in the same folder (a name not
+    ending in `.md`), is fsynced, then renamed over the file. `edit` may raise to refuse (e.g.
+    the lines to remove changed); nothing is written then. A missing file raises
+    `MemoryWriteFailed`, refusals `PathNotAllowed`.
+    """
+    parts = _checked_rel(root, rel)
+    shown = _shown(root, parts)
+    try:
+        with _parent_of(root, parts, anchor, create=False) as (parent, root_dev):
+            return _rewrite_in(parent, parts[-1], root_dev, edit, lock_timeout, shown)
+    except _Missing:
+        raise MemoryWriteFailed(f"cannot rewrite {shown}: it does not exist") from None
+    except _Refused as refusal:
+        raise PathNotAllowed(f"{shown} {refusal.detail}") from None
+    except OSError as err:
+        failure = MemoryWriteFailed(f"cannot rewrite {shown}: {_strerror(err)}")
+        raise _refusal_or(shown, err, failure) from None
+
+
+def _rewrite_in(
+    parent: int,
+    name: str,
+    root_dev: int,
+    edit: Callable[[bytes], bytes],
+    lock_timeout: float,
+    shown: str,
+) -> RewriteOutcome:
+    for attempt in range(_OPEN_ATTEMPTS):
+        try:
+            before = _lstat_at(parent, name)
+        except FileNotFoundError:
+            raise _Missing() from None
+        problem = _kind_problem(before)
+        if problem is not None:
+            raise problem
+        fd = os.open(name, _APPEND_FLAGS, dir_fd=parent)
+        try:
+            st = os.fstat(fd)
+            problem = _file_problem(st, root_dev)
+            if problem is not None:
+                raise problem
+            _lock(fd, lock_timeout, shown)
+            try:
+                _same_entry(parent, name, st)  # an appender or editor may have replaced it
+                _settled(parent, name, fd, os.fstat(fd))
+            except (_Refused, _Missing):
+                if attempt + 1 < _OPEN_ATTEMPTS:
+                    continue
+                raise _Refused("changed", "was replaced while being opened") from None
+            held = os.fstat(fd)
+            old, _cut = _read_fd_at_start(fd, held.st_size)
+            new = edit(old)
+            _replace(parent, name, new, stat.S_IMODE(held.st_mode), shown)
+            return RewriteOutcome(old, new)
+        finally:
+            _close(fd)  # after the rename: a waiting appender then finds the new file
+    raise _Refused("changed", "was replaced while being opened")  # pragma: no cover
+
+
+def _read_fd_at_start(fd: int, size: int) -> tuple[bytes, bool]:
+    os.lseek(fd, 0, os.SEEK_SET)
+    return _read_fd(fd, size, None)
+
+
+def _replace(parent: int, name: str, data: bytes, mode: int, shown: str) -> None:
+    tmp = f".{name}.memoryd-{secrets.token_hex(4)}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+    fd = os.open(tmp, flags, mode, dir_fd=parent)
+    try:
+        try:
+            os.fchmod(fd, mode)  # the umask must not change the file's mode
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            _close(fd)
+        os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=parent)
+        if isinstance(err, OSError):
+            raise MemoryWriteFailed(
+                f"cannot rewrite {shown}: {_strerror(err)}; the file is unchanged"
+            ) from None
+        raise
+    _fsync_fd(parent)
