@@ -529,6 +529,39 @@ def one_size(
         f"({m['vector_engine']}), worker RSS {m['worker_rss_mb_after_searches']} MB"
     )
 
+    for f in db.parent.glob(db.name + "*"):
+        f.unlink()  # the keyword-only processes below need an index of their own (next)
+
+    # the one-off CLI and `memoryd mcp` run keyword-only (`provider = "none"`); on the index
+    # synced with the stand-in they would find it due for a rebuild (another provider), so
+    # they get one built by `memoryd index`, as a keyword-only user's would be: like qmd's, no
+    # vectors, so its time and size compare with qmd's directly
+    kw_db = base / "keyword.sqlite"
+    cfg = memoryd_config(base, ws, kw_db)
+    env = {**os.environ, "MEMORYD_STATE_DIR": str(state)}
+    env.pop("MEMORYD_CONFIG", None)
+    script = Path(sys.executable).with_name("memoryd")
+    memoryd_cmd = [str(script)] if script.exists() else [sys.executable, "-m", "memoryd"]
+    progress(f"{n:,}: memoryd index, keyword-only (provider none)")
+    t = time.perf_counter()
+    proc = subprocess.run(
+        [*memoryd_cmd, "index", "--json", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=base,
+    )
+    kw_s = time.perf_counter() - t
+    if proc.returncode != 0:
+        raise SystemExit(
+            f"bench_scale: memoryd index failed ({proc.returncode}): {proc.stderr.strip()[-300:]}"
+        )
+    kwb = files_bytes(kw_db)
+    m["keyword_only_index_s"] = round(kw_s, 1)
+    m["keyword_only_db_mb"] = round(kwb / 2**20, 1)
+    m["keyword_only_db_bytes_per_chunk"] = round(kwb / max(chunks, 1))
+    progress(f"{n:,}: memoryd keyword-only index in {kw_s:.1f} s, {kwb / 2**20:.1f} MB")
+
     qmd: Qmd | None = None
     if qmd_launcher is not None:
         qmd = Qmd(qmd_launcher, base / "qmd")
@@ -552,11 +585,6 @@ def one_size(
             )
 
     # long-lived against long-lived: both MCP servers over stdio, the same queries in turns
-    cfg = memoryd_config(base, ws, db)
-    env = {**os.environ, "MEMORYD_STATE_DIR": str(state)}
-    env.pop("MEMORYD_CONFIG", None)
-    script = Path(sys.executable).with_name("memoryd")
-    memoryd_cmd = [str(script)] if script.exists() else [sys.executable, "-m", "memoryd"]
     progress(f"{n:,}: long-lived over MCP stdio, memoryd mcp" + (" and qmd mcp" if qmd else ""))
     servers: list[StdioMcp] = []
     try:
@@ -644,7 +672,8 @@ def one_size(
             "cli_p50": ratio(m["cli_p50_ms"], q_.get("cli_p50_ms")),
             "mcp_p50": ratio(m.get("mcp_p50_ms"), q_.get("mcp_p50_ms")),
             "long_lived_keyword_over_qmd_mcp_p50": ratio(m["keyword_p50_ms"], q_.get("mcp_p50_ms")),
-            "db_size": ratio(m["db_mb"], q_["db_mb"]),
+            "keyword_only_index_time": ratio(m["keyword_only_index_s"], q_["index_s"]),
+            "keyword_only_db_size": ratio(m["keyword_only_db_mb"], q_["db_mb"]),
         }
     progress(f"{n:,}: done; removing its files")
     shutil.rmtree(base, ignore_errors=True)
@@ -673,14 +702,19 @@ def table(results: dict[str, Any], sizes: list[int]) -> str:
 
     rows = [
         ("chunks (memoryd)", lambda m, q: f"{m['chunks']:,}"),
-        ("DB MB: memoryd / qmd", lambda m, q: f"{m['db_mb']:,} / {cell(q, 'db_mb', '{:,}')}"),
-        ("memoryd DB bytes per chunk", lambda m, q: f"{m['db_bytes_per_chunk']:,}"),
+        ("memoryd DB MB, with vectors", lambda m, q: f"{m['db_mb']:,}"),
+        ("memoryd DB bytes per chunk, with vectors", lambda m, q: f"{m['db_bytes_per_chunk']:,}"),
         (
-            "index time s: memoryd (text+vectors) / qmd",
-            lambda m, q: (
-                f"{m['sync_s']} ({m['sync_text_phase_s']}+{m['sync_vector_phase_s']}) / "
-                + cell(q, "index_s")
-            ),
+            "memoryd sync s, with vectors (text + vectors)",
+            lambda m, q: f"{m['sync_s']} ({m['sync_text_phase_s']} + {m['sync_vector_phase_s']})",
+        ),
+        (
+            "no vectors: DB MB, memoryd / qmd",
+            lambda m, q: f"{m['keyword_only_db_mb']:,} / {cell(q, 'db_mb', '{:,}')}",
+        ),
+        (
+            "no vectors: index s, `memoryd index` / `qmd collection add`",
+            lambda m, q: f"{m['keyword_only_index_s']} / {cell(q, 'index_s')}",
         ),
         (
             "long-lived keyword p50 / p95 ms",
@@ -746,32 +780,52 @@ def plot(results: dict[str, Any], sizes: list[int], path: Path) -> str | None:
     x = [r["memoryd"]["chunks"] for r in rows]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     series = [
-        ("memoryd keyword, long-lived", [r["memoryd"]["keyword_p50_ms"] for r in rows], "o-"),
-        ("memoryd hybrid, long-lived", [r["memoryd"]["hybrid_p50_ms"] for r in rows], "s-"),
-        ("memoryd MCP stdio (keyword)", [r["memoryd"].get("mcp_p50_ms") for r in rows], "o--"),
-        ("memoryd search CLI (keyword)", [r["memoryd"]["cli_p50_ms"] for r in rows], "o:"),
+        ("memoryd keyword, in-process", [r["memoryd"]["keyword_p50_ms"] for r in rows], "o-", "C0"),
+        ("memoryd hybrid, in-process", [r["memoryd"]["hybrid_p50_ms"] for r in rows], "s-", "C2"),
+        (
+            "memoryd mcp (keyword), stdio",
+            [r["memoryd"].get("mcp_p50_ms") for r in rows],
+            "o--",
+            "C0",
+        ),
+        (
+            "memoryd search CLI (keyword)",
+            [r["memoryd"].get("cli_p50_ms") for r in rows],
+            "o:",
+            "C0",
+        ),
     ]
     if all("qmd" in r for r in rows):
         series += [
-            ("qmd MCP stdio (lex)", [r["qmd"].get("mcp_p50_ms") for r in rows], "^--"),
-            ("qmd search CLI", [r["qmd"]["cli_p50_ms"] for r in rows], "^:"),
+            ("qmd mcp (lex), stdio", [r["qmd"].get("mcp_p50_ms") for r in rows], "^--", "C3"),
+            ("qmd search CLI", [r["qmd"].get("cli_p50_ms") for r in rows], "^:", "C3"),
         ]
-    for label, ys, style in series:
+    for label, ys, style, color in series:
         if all(y is not None for y in ys):
-            ax1.plot(x, ys, style, label=label)
+            ax1.plot(x, ys, style, color=color, label=label)
     ax1.set_yscale("log")
     ax1.set_xlabel("chunks")
     ax1.set_ylabel("search p50, ms (log)")
     ax1.set_title("Search p50 as the index grows")
-    ax1.legend(fontsize=8)
+    ax1.legend(fontsize=7, loc="center right")
     ax1.grid(True, which="both", alpha=0.3)
-    ax2.plot(x, [r["memoryd"]["db_bytes_per_chunk"] for r in rows], "o-", label="memoryd")
+    ax2.plot(
+        x, [r["memoryd"]["db_bytes_per_chunk"] for r in rows], "o-", color="C0", label="memoryd"
+    )
+    ax2.plot(
+        x,
+        [r["memoryd"]["keyword_only_db_bytes_per_chunk"] for r in rows],
+        "o--",
+        color="C0",
+        label="memoryd, no vectors",
+    )
     if all("qmd" in r for r in rows):
         ax2.plot(
             x,
             [r["qmd"]["db_bytes_per_memoryd_chunk"] for r in rows],
-            "^-",
-            label="qmd (no vectors)",
+            "^--",
+            color="C3",
+            label="qmd, no vectors",
         )
     ax2.axhline(6144, color="grey", linestyle=":", label="6 KB target")
     ax2.set_xlabel("chunks")
