@@ -861,6 +861,11 @@ def main() -> None:
     if any(n < 100 for n in args.sizes) or args.queries < 10 or args.cold_runs < 1:
         raise SystemExit("bench_scale: sizes must be >= 100, --queries >= 10, --cold-runs >= 1")
     sizes = sorted(set(args.sizes))
+    # bytecode for the code under test, as an install has it: with PYTHONDONTWRITEBYTECODE set
+    # (some sandboxes set it) every one-off `memoryd search` would compile its modules again
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(ROOT / "src" / "memoryd")], check=True
+    )
     qmd_launcher, qmd_note = qmd_available(None if args.no_qmd else args.qmd)
     if qmd_launcher is None:
         bar = "!" * 72
