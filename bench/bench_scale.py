@@ -2,10 +2,12 @@
 
 Run:  .venv/bin/python bench/bench_scale.py [--sizes 10000 50000 100000] [--queries 100]
           [--cold-runs 15] [--qmd PATH | --no-qmd] [--plot docs/img/scale.png | --no-plot] [--json]
+      .venv/bin/python bench/bench_scale.py --from-json bench/out/scale.json   (table and plot again)
 
-Per size it writes a workspace of synthetic notes (Zipf-distributed pseudo-words and real topic
-phrases, ~400-token chunks, as bench_builtin_index.py; the number of notes is set so that the
-chunker gives about the size asked for) and measures, every size in the same run:
+The default run takes ~15 minutes on 2 loaded cores (it prints its total). Per size it writes a
+workspace of synthetic notes (Zipf-distributed pseudo-words and real topic phrases, ~400-token
+chunks, as bench_builtin_index.py; the number of notes is set so that the chunker gives about
+the size asked for) and measures, every size in the same run:
 
 * memoryd, long-lived: a separate worker process (`--worker`) holds a MemoryIndex, as `serve`
   does, syncs the workspace with a fast stand-in embedder (a 384-d unit vector seeded by each
@@ -13,15 +15,17 @@ chunker gives about the size asked for) and measures, every size in the same run
   queries keyword-only and hybrid in turns. Latencies are taken inside the worker. The query
   vector is the stand-in's (~0.05 ms), so query embedding is EXCLUDED from every hybrid figure:
   a real model adds the same few ms at every size (bench_embeddings.py). KNN runs on whichever
-  engine the default settings pick at that size (reported). Its RSS (and peak) after the sync
-  and after the searches is read from /proc.
+  engine the default settings pick at that size (reported), with one BLAS thread, as the local
+  provider sets. The worker's RSS (and peak) after the sync and after the searches is read
+  from /proc.
 * DB size on disk (the index file with its -wal/-shm) and bytes per chunk; sync time split into
   the text phase and the vector phase.
-* qmd 2.8.3, the peer, on the same notes: an isolated XDG home, `qmd collection add` (which
-  indexes) and a `qmd update`, its DB size (no vectors: `search` needs none, so no `qmd embed`).
-* One-off CLI against one-off CLI, interleaved: `memoryd search --json` (keyword only,
-  `provider = "none"` on the index built above) and `qmd search --json -n 6`, each a new
-  process as a user runs it.
+* No vectors on either side: `memoryd index` with `provider = "none"` (the index the one-off
+  and MCP rows below search) against qmd 2.8.3 in an isolated XDG home, `qmd collection add`
+  (which indexes) and a `qmd update`; both DB sizes (`qmd search` needs no `qmd embed`).
+* One-off CLI against one-off CLI, interleaved: `memoryd search --json` (keyword only) and
+  `qmd search --json -n 6`, each a new process as a user runs it (memoryd byte-compiled first,
+  as an install is).
 * Long-lived against long-lived, over MCP stdio, interleaved: `memoryd mcp` (keyword only) and
   `qmd mcp` (its `query` tool with one `lex` sub-query and `rerank: false`: qmd's BM25 search
   in a long-lived process, the only one it offers offline; it also chunks its candidates to
@@ -31,7 +35,8 @@ chunker gives about the size asked for) and measures, every size in the same run
 The figures that count are ratios within the run: the largest size over the smallest for
 memoryd's keyword and hybrid p50, and memoryd over qmd at each size. Progress goes to stderr;
 the table (or JSON with `--json`) to stdout; JSON also to bench/out/scale.json, and the curves
-to a PNG (needs matplotlib: `pip install -e '.[bench]'`; without it the plot is skipped).
+to a PNG (needs matplotlib: `pip install -e '.[bench]'`; without it the plot is skipped). A
+missing or failing qmd skips the peer with a note; the run goes on.
 """
 
 from __future__ import annotations
@@ -778,7 +783,7 @@ def plot(results: dict[str, Any], sizes: list[int], path: Path) -> str | None:
         return "matplotlib is not installed (pip install -e '.[bench]'): no plot"
     rows = [results[str(n)] for n in sizes]
     x = [r["memoryd"]["chunks"] for r in rows]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 5.4))
     series = [
         ("memoryd keyword, in-process", [r["memoryd"]["keyword_p50_ms"] for r in rows], "o-", "C0"),
         ("memoryd hybrid, in-process", [r["memoryd"]["hybrid_p50_ms"] for r in rows], "s-", "C2"),
@@ -807,7 +812,7 @@ def plot(results: dict[str, Any], sizes: list[int], path: Path) -> str | None:
     ax1.set_xlabel("chunks")
     ax1.set_ylabel("search p50, ms (log)")
     ax1.set_title("Search p50 as the index grows")
-    ax1.legend(fontsize=7, loc="center right")
+    ax1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     ax1.grid(True, which="both", alpha=0.3)
     ax2.plot(
         x, [r["memoryd"]["db_bytes_per_chunk"] for r in rows], "o-", color="C0", label="memoryd"
@@ -832,7 +837,7 @@ def plot(results: dict[str, Any], sizes: list[int], path: Path) -> str | None:
     ax2.set_ylabel("DB bytes per chunk")
     ax2.set_ylim(bottom=0)
     ax2.set_title("Index size per chunk")
-    ax2.legend(fontsize=8)
+    ax2.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     ax2.grid(True, alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -853,10 +858,18 @@ def main() -> None:
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--json", action="store_true", help="print JSON only on stdout")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    ap.add_argument("--from-json", metavar="PATH", help="print and plot a run's JSON again")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker()
+        return
+    if args.from_json:
+        try:
+            results = json.loads(Path(args.from_json).read_text())
+        except (OSError, ValueError) as err:
+            raise SystemExit(f"bench_scale: cannot read {args.from_json}: {err}") from None
+        report(results, args, qmd_missing=None)
         return
     if any(n < 100 for n in args.sizes) or args.queries < 10 or args.cold_runs < 1:
         raise SystemExit("bench_scale: sizes must be >= 100, --queries >= 10, --cold-runs >= 1")
@@ -898,14 +911,19 @@ def main() -> None:
     if len(sizes) > 1:
         results["growth_largest_over_smallest"] = growth(results, sizes)
     results["total_s"] = round(time.perf_counter() - STARTED, 1)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=2))
+    report(results, args, qmd_missing=qmd_note if qmd_launcher is None else None)
+
+
+def report(results: dict[str, Any], args: argparse.Namespace, qmd_missing: str | None) -> None:
+    sizes = results["sizes"]
     if not args.no_plot:
         note = plot(results, sizes, Path(args.plot))
         if note:
             print(f"bench_scale: {note}", file=sys.stderr)
         else:
             progress(f"plot written to {args.plot}")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2))
     if args.json:
         print(json.dumps(results, indent=2))
         return
@@ -917,9 +935,9 @@ def main() -> None:
             f"keyword p50 {g['keyword_p50']}x, hybrid p50 {g['hybrid_p50']}x, "
             f"one-off CLI p50 {g['cli_p50']}x"
         )
-    if qmd_launcher is None:
-        print(f"\nNO qmd peer in this run: {qmd_note}")
-    print(f"total {results['total_s']:.0f} s; JSON in {args.out}")
+    if qmd_missing:
+        print(f"\nNO qmd peer in this run: {qmd_missing}")
+    print(f"total {results['total_s']:.0f} s; JSON in {args.from_json or args.out}")
 
 
 if __name__ == "__main__":
