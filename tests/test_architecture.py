@@ -231,12 +231,14 @@ def test_wire_codes_are_error_codes() -> None:
     assert {server.NOT_SERVED, server.SERVER_BUSY} <= codes
 
 
-def test_the_readme_lists_every_error_code() -> None:
+def test_the_docs_list_every_error_code() -> None:
     from memoryd import errors
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    missing = [c for c in errors.all_codes() if f"| `{c}` |" not in readme]
-    assert not missing, f"README's error table lacks {missing}"
+    root = Path(__file__).resolve().parents[1]
+    table = (root / "docs" / "errors.md").read_text(encoding="utf-8")
+    missing = [c for c in errors.all_codes() if f"| `{c}` |" not in table]
+    assert not missing, f"docs/errors.md's table lacks {missing}"
+    assert "(docs/errors.md)" in (root / "README.md").read_text(encoding="utf-8")
 
 
 def test_every_file_the_suite_schedules_first_exists() -> None:
