@@ -63,11 +63,7 @@ class Background:
 
 
 async def run_blocking(fn: Callable[[], T], limiter: anyio.CapacityLimiter) -> T:
-    """`fn()` on a daemon thread of its own, awaited from the event loop of `serve` or MCP,
-    at most `limiter`'s number at once.
-
-    A daemon thread rather than anyio's workers, so that a shutdown never waits for `fn`.
-    """
+    """`fn()` on a daemon thread (so shutdown never waits for it), at most `limiter`'s number at once."""
     import anyio
     import anyio.from_thread
     import anyio.lowlevel

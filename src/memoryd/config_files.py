@@ -1,10 +1,7 @@
 """Config files: finding and reading them, and the validated configs kept by their exact bytes.
 
-memoryd reads its own TOML file, or an OpenClaw JSON/JSON5 file (its memory keys only). A config
-that validated is kept in `<state>/config-cache/` as its models, and a later process that reads
-the same bytes at the same path with the same code rebuilds them without pydantic, whose import
-would cost a one-off search more than the search (docs/performance.md). A config that carries
-credentials is never cached, and a cache file that does not match or is not ours is ignored.
+A config cached by its bytes is rebuilt without pydantic, whose import costs a one-off search more
+than the search; a config carrying credentials is never cached.
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ from .errors import ConfigError, StateError
 
 
 def load_config(explicit: str | os.PathLike[str] | None = None) -> MemorydConfig:
-    """The config file: `explicit` (`--config`), `MEMORYD_CONFIG`, `<config dir>/config.toml`;
-    the defaults when there is none."""
+    """`explicit` (`--config`), `MEMORYD_CONFIG` or `<config dir>/config.toml`; else defaults."""
     found = paths.config_file(explicit)
     return read_config_file(found) if found else MemorydConfig()
 

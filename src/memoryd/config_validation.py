@@ -1,11 +1,5 @@
-"""How config models are declared and checked: dataclasses that pydantic validates on demand.
-
-A config model (`model`) is a plain dataclass whose keys are written camelCase (`config_key`;
-snake_case field names are accepted too), with `Bounds` and `Check` markers in its annotations
-and `__post_init__` for the checks across fields. Building one in code runs no validator, so a
-process that validates nothing never imports pydantic. Unknown keys are refused, and every error
-names its key's path.
-"""
+"""Config models are dataclasses that pydantic validates on demand, so building one in code
+imports no pydantic; unknown keys are refused and every error names its key's path."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""Memory files on disk for both engines: discovery and `memory_get` reads by `core.layout`'s rule.
-
-The file system is walked and read through `fsio`, by descriptor, so a symlink swapped in
-mid-call, a hard link, a FIFO or a very deep folder can neither leak outside content nor hang
-a search.
-"""
+"""Memory files on disk for both engines: discovery and `memory_get` reads by `core.layout`'s rule."""
 
 from __future__ import annotations
 
@@ -15,17 +10,6 @@ from pathlib import Path, PurePosixPath
 from .core.layout import MemoryRoot, check_line_range, display_path, locate, page_blocks
 from .core.results import FileText
 from .fsio import FileRead, read_file, read_file_with, walk
-
-__all__ = [
-    "Discovery",
-    "MemoryFile",
-    "discover",
-    "discover_all",
-    "list_transcripts",
-    "read_memory",
-    "read_memory_file",
-    "transcript_display_path",
-]
 
 
 @dataclass(frozen=True, slots=True)

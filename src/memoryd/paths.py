@@ -1,9 +1,4 @@
-"""Where memoryd keeps its state, built in one place from validated ids.
-
-Every state path is built here from an agent id that passed `validate_agent_id` and a
-`workspace_key`, so no input can make a path leave the state dir (the layout is in
-docs/configuration.md, "Where state lives").
-"""
+"""Where memoryd keeps its state, built in one place from validated ids."""
 
 from __future__ import annotations
 

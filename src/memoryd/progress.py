@@ -1,9 +1,4 @@
-"""Progress of long work (`memoryd index`) on stderr, so that `--json` output stays clean.
-
-On a terminal: a bar whose rate and ETA count from the phase's own start, so they show from the
-first batch. Anywhere else: a plain line every few seconds and one when a phase ends, so a piped
-`memoryd index` is never silent for minutes.
-"""
+"""Progress of long work (`memoryd index`) on stderr, so that `--json` output stays clean."""
 
 from __future__ import annotations
 
@@ -59,11 +54,7 @@ class _Phase:
 
 @dataclass
 class ProgressReporter:
-    """A `ProgressFn` for the CLI: a rich bar on a terminal, plain lines otherwise.
-
-    Use as a context manager; call it as `progress(phase, done, total)`. `stream` defaults to
-    stderr and `tty` to whether it is a terminal; `clock` is injectable for tests.
-    """
+    """A `ProgressFn` for the CLI: a rich bar on a terminal, plain lines otherwise."""
 
     stream: IO[str] | None = None
     tty: bool | None = None

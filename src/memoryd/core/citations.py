@@ -1,8 +1,4 @@
-"""Citations on search results (`memory.citations`) and the snippet budget (`maxInjectedChars`).
-
-Pure functions over `SearchResult` lists. `trim_to_budget` is standalone because both backends
-clamp their raw results with it before the orchestrator decorates them.
-"""
+"""Citations on search results (`memory.citations`) and the snippet budget (`maxInjectedChars`)."""
 
 from __future__ import annotations
 
@@ -19,20 +15,14 @@ _MODES = frozenset(get_args(CitationsMode))
 
 
 def format_citation(path: str, start_line: int, end_line: int) -> str:
-    """`path#L5` for one line, `path#L5-L7` for a range.
-
-    An end before the start is treated as a single line rather than printing a backwards range.
-    """
+    """`path#L5` for one line, `path#L5-L7` for a range."""
     if end_line <= start_line:
         return f"{path}#L{start_line}"
     return f"{path}#L{start_line}-L{end_line}"
 
 
 def citations_enabled(mode: CitationsMode, chat_type: ChatType | None) -> bool:
-    """`on`/`off` as written; `auto` cites everywhere except group and channel chats.
-
-    `chat_type=None` (no session key, CLI, sub-agents) counts as direct under `auto`.
-    """
+    """`on`/`off` as written; `auto` cites everywhere except group and channel chats."""
     if mode not in _MODES:
         raise InvalidInput(f"unknown citations mode {mode!r} (expected auto, on or off)")
     if mode == "on":
@@ -43,11 +33,7 @@ def citations_enabled(mode: CitationsMode, chat_type: ChatType | None) -> bool:
 
 
 def trim_to_budget(results: Sequence[SearchResult], max_chars: int | None) -> list[SearchResult]:
-    """Keep results in order until their snippets reach `max_chars` characters in total.
-
-    The snippet that overflows is cut to the remaining budget and everything after it dropped.
-    `None` means no budget. Characters are code points, so a cut never splits a surrogate pair.
-    """
+    """Keep results in order until their snippets reach `max_chars` (None: no budget); cut the last."""
     if max_chars is None:
         return list(results)
     if max_chars <= 0:
@@ -86,24 +72,10 @@ def apply_citations(
     chat_type: ChatType | None = None,
     max_injected_chars: int | None,
 ) -> list[SearchResult]:
-    """Decorate results per `memory.citations`, then trim them to `max_injected_chars` again.
-
-    Pass the caller's `session_key` (its chat type is derived) or an already derived
-    `chat_type`, not both; with neither, the caller counts as a direct chat.
-    """
+    """Decorate results per `memory.citations`, then trim them to `max_injected_chars` again."""
     if session_key is not None and chat_type is not None:
         raise InvalidInput("pass session_key or chat_type, not both")
     if session_key is not None:
         chat_type = parse_session_key(session_key).chat_type
     decorated = decorate(results, citations_enabled(mode, chat_type))
     return trim_to_budget(decorated, max_injected_chars)
-
-
-__all__ = [
-    "CitationsMode",
-    "apply_citations",
-    "citations_enabled",
-    "decorate",
-    "format_citation",
-    "trim_to_budget",
-]

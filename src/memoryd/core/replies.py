@@ -22,14 +22,7 @@ _THINK_PREFIX_RE: Final = re.compile(
 
 
 def is_no_reply(text: str | None) -> bool:
-    """True when a model answer is only the silent token `NO_REPLY`, so the host suppresses it.
-
-    Accepted: `NO_REPLY`, surrounding whitespace/newlines, any letter case, the token repeated
-    (`NO_REPLY NO_REPLY`), wrapped in `**`/`_`/`` ` ``/quotes, one trailing `.` or `!`, a
-    leading `<think>…</think>` block, the JSON string `"NO_REPLY"` and the envelope
-    `{"action": "NO_REPLY"}`. Not accepted: text before or after the token
-    (`Saved notes. NO_REPLY`), the token inside a word (`NO_REPLYING`), empty text.
-    """
+    """True when a model answer is only the silent token `NO_REPLY`, so the host suppresses it."""
     if not text or not text.strip():
         return False
     think = _THINK_PREFIX_RE.match(text)

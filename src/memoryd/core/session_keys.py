@@ -1,8 +1,4 @@
-"""Session keys: normalization and the channel / chat type they imply.
-
-Raw keys look like `agent:<id>:<channel>:<kind>:<peer>` (OpenClaw's routing keys). Everything
-here is a pure string function; nothing is looked up anywhere.
-"""
+"""Session keys: normalization and the channel / chat type they imply."""
 
 from __future__ import annotations
 
@@ -22,13 +18,7 @@ _AGENT_PREFIX_RE: Final = re.compile(r"agent:([^:]*):(.*)", re.DOTALL)
 
 @dataclass(frozen=True, slots=True)
 class SessionKeyInfo:
-    """What a session key says about the conversation it belongs to.
-
-    `channel` is set only for `<channel>:<group|channel|direct|dm>:…` keys. `chat_type` is None
-    for keys that name no conversation at all (missing/blank keys and sub-agent keys).
-    `is_chat` is False for keys with no channel and no chat marker (CLI, dashboard,
-    `agent:main:main`, cron, sub-agents): scope rules never deny those.
-    """
+    """What a session key says about the conversation it belongs to."""
 
     raw: str | None
     normalized: str
@@ -48,11 +38,7 @@ def _strip_agent_prefix(key: str) -> str | None:
 
 
 def normalize_session_key(raw: str | None) -> str:
-    """Trim, lowercase and strip leading `agent:<id>:` prefixes; `""` for a missing key.
-
-    Nested prefixes (`agent:a:agent:b:x`) are all stripped so that normalizing twice changes
-    nothing.
-    """
+    """Trim, lowercase and strip leading `agent:<id>:` prefixes; `""` for a missing key."""
     key = (raw or "").strip().lower()
     while (rest := _strip_agent_prefix(key)) is not None:
         key = rest
@@ -65,31 +51,21 @@ def raw_session_key(raw: str | None) -> str:
 
 
 def parse_session_key(raw: str | None) -> SessionKeyInfo:
-    """Derive channel and chat type from a session key, the way OpenClaw's scope check does.
-
-    If the second part is `group|channel|direct|dm`, the first part is the channel and the chat
-    type is `group` if any part is `group`, else `channel` if any part is `channel`, else
-    `direct`. Other keys get no channel; their chat type comes from a `:group:` / `:channel:`
-    marker, else `direct`.
-    """
+    """Derive channel and chat type from a session key, the way OpenClaw's scope check does."""
     normalized = normalize_session_key(raw)
     if not normalized or normalized.startswith("subagent:"):
         return SessionKeyInfo(raw, normalized, channel=None, chat_type=None, is_chat=False)
     parts = [part for part in normalized.split(":") if part]
-    chat_type: ChatType
-    if len(parts) >= 2 and parts[1] in _KIND_TOKENS:
-        if "group" in parts:
-            chat_type = "group"
-        elif "channel" in parts:
-            chat_type = "channel"
-        else:
-            chat_type = "direct"
-        return SessionKeyInfo(raw, normalized, channel=parts[0], chat_type=chat_type, is_chat=True)
-    if ":group:" in normalized:
-        chat_type = "group"
-    elif ":channel:" in normalized:
-        chat_type = "channel"
-    else:
-        chat_type = "direct"
-    is_chat = not _KIND_TOKENS.isdisjoint(parts)
-    return SessionKeyInfo(raw, normalized, channel=None, chat_type=chat_type, is_chat=is_chat)
+    kind_second = len(parts) >= 2 and parts[1] in _KIND_TOKENS
+    # a `<channel>:<kind>:…` key's kind may be any part; another key's only a `:group:` inside it
+    marks = parts if kind_second else normalized.split(":")[1:-1]
+    chat_type: ChatType = (
+        "group" if "group" in marks else "channel" if "channel" in marks else "direct"
+    )
+    return SessionKeyInfo(
+        raw,
+        normalized,
+        channel=parts[0] if kind_second else None,
+        chat_type=chat_type,
+        is_chat=not _KIND_TOKENS.isdisjoint(parts),
+    )

@@ -1,8 +1,4 @@
-"""The typed status an engine reports: `BuiltinStatus` (the built-in index) and `QmdStatus`.
-
-CamelCase in JSON, every field declared. They live apart from the engine contract so that a
-search, which reports no status, never pays for defining pydantic models.
-"""
+"""The typed status an engine reports: `BuiltinStatus` (the built-in index) and `QmdStatus`."""
 
 from __future__ import annotations
 
@@ -167,16 +163,3 @@ class QmdStatus(StatusModel):
     last_refused_at: float | None = Field(
         None, description="When qmd last returned a hit memoryd's file rules refuse."
     )
-
-
-__all__ = [
-    "BuiltinStatus",
-    "CacheInfo",
-    "CollectionStatus",
-    "DegradedInfo",
-    "FtsInfo",
-    "IndexRecovery",
-    "QmdStatus",
-    "StatusModel",
-    "VectorInfo",
-]

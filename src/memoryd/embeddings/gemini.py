@@ -1,109 +1,27 @@
-"""Gemini embeddings through the native Generative Language API (v1beta).
-
-Documents go through `batchEmbedContents` (or an inline async batch job); vectors below full
-size are not normalized by Gemini, so we normalize them.
-"""
+"""Gemini embeddings through the native Generative Language API (v1beta)."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ..config import BatchConfig
 from ..errors import EmbeddingError
 from ._remote import Kind, RemoteProvider
-from .batch import BatchMode, BatchRunner, JobStatus
+from .batch import BatchRunner, JobStatus
 
 DEFAULT_GEMINI_MODEL = "gemini-embedding-001"
 GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 _TASK_TYPES = {"query": "RETRIEVAL_QUERY", "document": "RETRIEVAL_DOCUMENT"}
 _PREVIEW_DIMS = (768, 1536, 3072)
-_FAILED_STATES = {
-    "BATCH_STATE_FAILED",
-    "BATCH_STATE_CANCELLED",
-    "BATCH_STATE_EXPIRED",
-    "JOB_STATE_FAILED",
-}
-
-
-class GeminiProvider(RemoteProvider):
-    id = "gemini"
-    default_base_url = GEMINI_BASE_URL
-    default_model = DEFAULT_GEMINI_MODEL
-    known_dims: ClassVar[dict[str, int]] = {
-        "gemini-embedding-001": 3072,
-        "gemini-embedding-2-preview": 3072,
-    }
-    max_input_tokens = 2048
-    max_batch_items = 100
-
-    def __init__(
-        self, model: str | None = None, *, batch: BatchConfig | None = None, **kwargs: Any
-    ) -> None:
-        if model:
-            model = model.removeprefix("models/")
-        super().__init__(model, **kwargs)
-        dims = self.output_dimensionality
-        if dims is not None:
-            if self.model == "gemini-embedding-2-preview" and dims not in _PREVIEW_DIMS:
-                raise EmbeddingError(
-                    f"gemini: outputDimensionality for {self.model} must be 768, 1536 or 3072 (got {dims})"
-                )
-            if not 1 <= dims <= 3072:
-                raise EmbeddingError(
-                    f"gemini: outputDimensionality must be at most 3072 (got {dims})"
-                )
-        if self.model == "gemini-embedding-2-preview":
-            self.max_input_tokens = 8192
-        if batch is not None and batch.enabled:
-            self.batch = BatchMode(GeminiBatchRunner(self), batch)
-
-    def default_headers(self, api_key: str | None) -> dict[str, str]:
-        return {"x-goog-api-key": api_key} if api_key else {}
-
-    def task_type(self, kind: Kind) -> str:
-        return (self.input_type or {}).get(kind) or _TASK_TYPES[kind]
-
-    def content_request(self, text: str, kind: Kind, *, with_model: bool) -> dict[str, Any]:
-        req: dict[str, Any] = {
-            "content": {"parts": [{"text": text}]},
-            "taskType": self.task_type(kind),
-        }
-        if with_model:
-            req["model"] = f"models/{self.model}"
-        if self.output_dimensionality:
-            req["outputDimensionality"] = self.output_dimensionality
-        return req
-
-    def fingerprint_extra(self) -> dict[str, object]:
-        return {"task": [self.task_type("query"), self.task_type("document")]}
-
-    def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
-        path = f"models/{self.model}"
-        if kind == "query" and len(texts) == 1:
-            body = self.client.post_json(
-                f"{path}:embedContent",
-                self.content_request(texts[0], kind, with_model=False),
-                deadline,
-            )
-            try:
-                return [body["embedding"]["values"]]
-            except (KeyError, TypeError) as err:
-                raise EmbeddingError("gemini: unexpected embedContent response shape") from err
-        requests = [self.content_request(t, kind, with_model=True) for t in texts]
-        body = self.client.post_json(f"{path}:batchEmbedContents", {"requests": requests}, deadline)
-        try:
-            return [item["values"] for item in body["embeddings"]]
-        except (KeyError, TypeError) as err:
-            raise EmbeddingError("gemini: unexpected batchEmbedContents response shape") from err
+_FAILED_STATES = frozenset(
+    "BATCH_STATE_FAILED BATCH_STATE_CANCELLED BATCH_STATE_EXPIRED JOB_STATE_FAILED".split()
+)
 
 
 class GeminiBatchRunner(BatchRunner):
     """Gemini's async batch embedding (`asyncBatchEmbedContent`) with inline requests."""
 
     max_job_inputs = 10_000
-
-    def __init__(self, provider: GeminiProvider) -> None:
-        self.provider = provider
+    provider: GeminiProvider
 
     def submit(self, texts: list[str]) -> str:
         p = self.provider
@@ -180,3 +98,72 @@ class GeminiBatchRunner(BatchRunner):
 
     def cancel(self, job_id: str) -> None:
         self.provider.client.request("POST", f"{job_id}:cancel")
+
+
+class GeminiProvider(RemoteProvider):
+    id = "gemini"
+    batch_runner = GeminiBatchRunner
+    default_base_url = GEMINI_BASE_URL
+    default_model = DEFAULT_GEMINI_MODEL
+    known_dims: ClassVar[dict[str, int]] = {
+        "gemini-embedding-001": 3072,
+        "gemini-embedding-2-preview": 3072,
+    }
+    max_input_tokens = 2048
+    max_batch_items = 100
+
+    def __init__(self, model: str | None = None, **kwargs: Any) -> None:
+        if model:
+            model = model.removeprefix("models/")
+        super().__init__(model, **kwargs)
+        dims = self.output_dimensionality
+        if dims is not None:
+            if self.model == "gemini-embedding-2-preview" and dims not in _PREVIEW_DIMS:
+                raise EmbeddingError(
+                    f"gemini: outputDimensionality for {self.model} must be 768, 1536 or 3072 (got {dims})"
+                )
+            if not 1 <= dims <= 3072:
+                raise EmbeddingError(
+                    f"gemini: outputDimensionality must be at most 3072 (got {dims})"
+                )
+        if self.model == "gemini-embedding-2-preview":
+            self.max_input_tokens = 8192
+
+    def default_headers(self, api_key: str | None) -> dict[str, str]:
+        return {"x-goog-api-key": api_key} if api_key else {}
+
+    def task_type(self, kind: Kind) -> str:
+        return (self.input_type or {}).get(kind) or _TASK_TYPES[kind]
+
+    def content_request(self, text: str, kind: Kind, *, with_model: bool) -> dict[str, Any]:
+        req: dict[str, Any] = {
+            "content": {"parts": [{"text": text}]},
+            "taskType": self.task_type(kind),
+        }
+        if with_model:
+            req["model"] = f"models/{self.model}"
+        if self.output_dimensionality:
+            req["outputDimensionality"] = self.output_dimensionality
+        return req
+
+    def fingerprint_extra(self) -> dict[str, object]:
+        return {"task": [self.task_type("query"), self.task_type("document")]}
+
+    def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
+        path = f"models/{self.model}"
+        if kind == "query" and len(texts) == 1:
+            body = self.client.post_json(
+                f"{path}:embedContent",
+                self.content_request(texts[0], kind, with_model=False),
+                deadline,
+            )
+            try:
+                return [body["embedding"]["values"]]
+            except (KeyError, TypeError) as err:
+                raise EmbeddingError("gemini: unexpected embedContent response shape") from err
+        requests = [self.content_request(t, kind, with_model=True) for t in texts]
+        body = self.client.post_json(f"{path}:batchEmbedContents", {"requests": requests}, deadline)
+        try:
+            return [item["values"] for item in body["embeddings"]]
+        except (KeyError, TypeError) as err:
+            raise EmbeddingError("gemini: unexpected batchEmbedContents response shape") from err

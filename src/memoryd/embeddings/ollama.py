@@ -1,9 +1,4 @@
-"""Ollama embeddings from a local (or proxied) Ollama server. Never auto-selected.
-
-Servers older than `/api/embed` only have `/api/embeddings`, one text per call: `api="auto"`
-switches to it for good on a 404 that does not name the model. `remote.inputType` values are
-prefixes here, since Ollama's API has no input-type field.
-"""
+"""Ollama embeddings from a local (or proxied) Ollama server; `inputType` values are prefixes."""
 
 from __future__ import annotations
 

@@ -5,58 +5,22 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from ..config import BatchConfig
 from ..errors import EmbeddingError
 from ._http import parse_json
 from ._limits import pack
 from ._remote import Kind, RemoteProvider, parse_embeddings_response
-from .batch import BatchMode, BatchRunner, JobStatus
+from .batch import BatchRunner, JobStatus
 
 DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 _BATCH_FAILED = {"failed", "expired", "cancelling", "cancelled"}
 
 
-class OpenAIProvider(RemoteProvider):
-    id = "openai"
-    default_base_url = OPENAI_BASE_URL
-    default_model = DEFAULT_OPENAI_MODEL
-    known_dims: ClassVar[dict[str, int]] = {
-        "text-embedding-3-small": 1536,
-        "text-embedding-3-large": 3072,
-        "text-embedding-ada-002": 1536,
-    }
-    max_input_tokens = 8191
-    max_batch_items = 2048
-    max_batch_tokens = 300_000
-
-    def __init__(
-        self, model: str | None = None, *, batch: BatchConfig | None = None, **kwargs: Any
-    ) -> None:
-        super().__init__(model, **kwargs)
-        if self.custom_endpoint:
-            # Unknown servers: smaller requests are the safe side of an undocumented limit.
-            self.max_batch_items = 256
-            self.max_batch_tokens = 100_000
-        if batch is not None and batch.enabled:
-            self.batch = BatchMode(OpenAIBatchRunner(self), batch)
-
-    def request_body(self, texts: list[str], kind: Kind) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model, "input": texts}
-        if self.output_dimensionality:
-            body["dimensions"] = self.output_dimensionality
-        if self.input_type and self.input_type.get(kind):
-            body["input_type"] = self.input_type[kind]
-        return body
-
-
 class OpenAIBatchRunner(BatchRunner):
     """OpenAI Batch API for `/v1/embeddings`; one JSONL line per online-sized request."""
 
     max_job_inputs = 50_000
-
-    def __init__(self, provider: OpenAIProvider) -> None:
-        self.provider = provider
+    provider: OpenAIProvider
 
     def submit(self, texts: list[str]) -> str:
         p = self.provider
@@ -156,6 +120,36 @@ class OpenAIBatchRunner(BatchRunner):
 
     def cancel(self, job_id: str) -> None:
         self.provider.client.request("POST", f"batches/{job_id}/cancel")
+
+
+class OpenAIProvider(RemoteProvider):
+    id = "openai"
+    batch_runner = OpenAIBatchRunner
+    default_base_url = OPENAI_BASE_URL
+    default_model = DEFAULT_OPENAI_MODEL
+    known_dims: ClassVar[dict[str, int]] = {
+        "text-embedding-3-small": 1536,
+        "text-embedding-3-large": 3072,
+        "text-embedding-ada-002": 1536,
+    }
+    max_input_tokens = 8191
+    max_batch_items = 2048
+    max_batch_tokens = 300_000
+
+    def __init__(self, model: str | None = None, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        if self.custom_endpoint:
+            # Unknown servers: smaller requests are the safe side of an undocumented limit.
+            self.max_batch_items = 256
+            self.max_batch_tokens = 100_000
+
+    def request_body(self, texts: list[str], kind: Kind) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "input": texts}
+        if self.output_dimensionality:
+            body["dimensions"] = self.output_dimensionality
+        if self.input_type and self.input_type.get(kind):
+            body["input_type"] = self.input_type[kind]
+        return body
 
 
 def _field(body: Any, key: str) -> Any:

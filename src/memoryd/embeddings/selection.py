@@ -38,7 +38,6 @@ def remote_provider_class(name: str) -> type[RemoteProvider] | None:
 
 #: Remote providers `auto` considers, in order of preference.
 AUTO_ORDER = ("openai", "gemini", "voyage", "mistral")
-_BATCH_CAPABLE = ("openai", "gemini")
 
 
 def _key_hint(name: str) -> str:
@@ -94,7 +93,7 @@ def build_provider(
     if remote is not None:
         kwargs["input_type"] = remote.input_type
         kwargs["output_dimensionality"] = remote.output_dimensionality
-        if name in _BATCH_CAPABLE:
+        if cls.batch_runner is not None:
             kwargs["batch"] = remote.batch
             if remote.batch.enabled:
                 notes.append(f"{name}: batch mode on (concurrency {remote.batch.concurrency})")

@@ -14,15 +14,11 @@ class VoyageProvider(RemoteProvider):
     id = "voyage"
     default_base_url = VOYAGE_BASE_URL
     default_model = DEFAULT_VOYAGE_MODEL
-    known_dims: ClassVar[dict[str, int]] = {
-        "voyage-4-large": 1024,
-        "voyage-4": 1024,
-        "voyage-4-lite": 1024,
-        "voyage-3-large": 1024,
-        "voyage-3.5": 1024,
-        "voyage-3.5-lite": 1024,
-        "voyage-code-3": 1024,
-    }
+    known_dims: ClassVar[dict[str, int]] = dict.fromkeys(
+        "voyage-4-large voyage-4 voyage-4-lite voyage-3-large voyage-3.5 voyage-3.5-lite"
+        " voyage-code-3".split(),
+        1024,
+    )
     max_input_tokens = 32_000
     max_batch_items = 1000
     max_batch_tokens = 120_000

@@ -1,8 +1,4 @@
-"""The descriptor chain every memory read and write goes through, and the rules it checks.
-
-A path is opened from its root one component at a time (`openat` with `O_NOFOLLOW`), and a
-file is judged by the `fstat` of the descriptor held, so no path string is trusted twice.
-"""
+"""The descriptor chain every memory read and write goes through, and the rules it checks."""
 
 from __future__ import annotations
 
@@ -140,30 +136,26 @@ def _fsync_fd(fd: int) -> None:
 
 def _child_dir(parent: int, name: str, *, create: bool) -> int:
     """Open folder `name` inside `parent` without following a symlink (creating it if asked)."""
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent)
-    except FileNotFoundError:
-        if not create:
-            raise _Missing() from None
-    except OSError as err:
-        if err.errno in (errno.ENOTDIR, errno.ELOOP):
-            raise _folder_problem(parent, name) from None
-        raise
-    try:
-        # never group/world-writable, whatever the umask: a writable memory folder would let
-        # another user plant notes (or links) the agent then reads as its own
-        os.mkdir(name, NEW_MEMORY_DIR_MODE, dir_fd=parent)
-        _fsync_fd(parent)
-    except FileExistsError:
-        pass  # a concurrent writer made it; it is opened and checked like any other folder
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=parent)
-    except FileNotFoundError:
-        raise _Refused("changed", f"{name} disappeared while being created") from None
-    except OSError as err:
-        if err.errno in (errno.ENOTDIR, errno.ELOOP):
-            raise _folder_problem(parent, name) from None
-        raise
+    for made in (False, True):
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            if made:
+                raise _Refused("changed", f"{name} disappeared while being created") from None
+            if not create:
+                raise _Missing() from None
+        except OSError as err:
+            if err.errno in (errno.ENOTDIR, errno.ELOOP):
+                raise _folder_problem(parent, name) from None
+            raise
+        try:
+            # never group/world-writable, whatever the umask: a writable memory folder would let
+            # another user plant notes (or links) the agent then reads as its own
+            os.mkdir(name, NEW_MEMORY_DIR_MODE, dir_fd=parent)
+            _fsync_fd(parent)
+        except FileExistsError:
+            pass  # a concurrent writer made it; it is opened and checked like any other folder
+    raise AssertionError("unreachable: the second open returns or raises")
 
 
 def _descend(fd: int, names: tuple[str, ...], *, create: bool, below_root: bool) -> int:
@@ -268,8 +260,7 @@ def _shown(root: MemoryRoot, parts: tuple[str, ...]) -> str:
 
 def _same_entry(parent: int, name: str, st: os.stat_result) -> None:
     """After fstat: the name still refers to the inode we hold, and it still has one link (an
-    outside file linked in and its memory name unlinked before the fstat is caught here).
-    """
+    outside file linked in and its memory name unlinked before the fstat is caught here)."""
     try:
         now = _lstat_at(parent, name)
     except FileNotFoundError:
@@ -302,11 +293,8 @@ _SETTLE_NS: Final = 2 * _coarse_tick_ns()
 def _settled(parent: int, name: str, fd: int, st: os.stat_result) -> None:
     """The name is, after every namespace operation in flight has finished, this file's only one.
 
-    `_same_entry` alone leaves the window every `unlink` opens: the link count is 1 again while
-    the dying name still resolves. Listing the folder waits for any link or unlink in it (a
-    barrier), and each of those updates the file's ctime; so wait out the ctime's clock tick,
-    pass the barrier, and require the same ctime, one link and the same name, twice over.
-    Raises `_Changed` (the caller retries), `_Refused` or `_Missing`.
+    An `unlink` leaves a window where the link count is 1 while the dying name still resolves, so
+    wait out a ctime tick, list the folder (a barrier for link/unlink) and check twice.
     """
     age = time.time_ns() - st.st_ctime_ns
     if age < _SETTLE_NS:

@@ -1,8 +1,4 @@
-"""memoryd's private state: folders 0700 and files 0600 that only their owner can change.
-
-Below the state root every folder is reached by descriptor without following a link and must
-belong to this user and be writable by nobody else; files are written atomically.
-"""
+"""memoryd's private state: folders 0700 and files 0600 that only their owner can change."""
 
 from __future__ import annotations
 
@@ -145,10 +141,7 @@ def _state_child(parent: int, name: str, shown: str, *, create: bool) -> int:
 
 @contextlib.contextmanager
 def _state_folder(path: str | os.PathLike[str], *, create: bool) -> Iterator[int]:
-    """A descriptor on the folder `path`, reached the state tree's way (see `private_dir`).
-
-    Raises FileNotFoundError when it (or a folder above it) is missing and `create` is false.
-    """
+    """A descriptor on the folder `path`, reached the state tree's way (see `private_dir`)."""
     folder = os.path.normpath(os.path.abspath(os.fspath(path)))
     root = _state_root()
     below = _components_below(folder, root)
@@ -195,15 +188,19 @@ def _split(path: str | os.PathLike[str]) -> tuple[str, str]:
     return os.path.dirname(full), os.path.basename(full)
 
 
-def private_dir(path: str | os.PathLike[str]) -> Path:
-    """`path` as a folder only its owner can use, missing folders created 0700 whatever the umask.
+@contextlib.contextmanager
+def _entry(path: str | os.PathLike[str], *, create: bool = False) -> Iterator[tuple[int, str]]:
+    """(its folder, reached the state tree's way; its name) for `path`; OS errors as StateError."""
+    parent, name = _split(path)
+    try:
+        with _state_folder(parent, create=create) as dir_fd:
+            yield dir_fd, name
+    except OSError as err:
+        raise _state_error(Path(path), err) from None
 
-    Below the state root (`paths.state_dir()`) every folder must belong to this user and be
-    writable by nobody else, and no link is followed (the root itself may be one); otherwise
-    `StateError` names the folder and the fix, and nothing changes. A folder outside the root (a
-    `store.path` of the user's choosing) is trusted as configured. Raises `StateError`
-    (`StateReadOnly` for permissions or a read-only mount).
-    """
+
+def private_dir(path: str | os.PathLike[str]) -> Path:
+    """`path` as a folder only its owner can use, missing folders created 0700 whatever the umask."""
     folder = Path(path)
     try:
         with _state_folder(folder, create=True):
@@ -227,44 +224,34 @@ def check_state_tree(path: str | os.PathLike[str]) -> None:
 
 def check_state_path(path: str | os.PathLike[str]) -> Path:
     """`path` before something opens it by name (SQLite, qmd): its folders pass `private_dir`'s
-    checks (created when missing) and `path` is not a symlink. Raises `StateError`.
-    """
+    checks (created when missing) and `path` is not a symlink. Raises `StateError`."""
     file = Path(path)
-    parent, name = _split(file)
-    try:
-        with _state_folder(parent, create=True) as fd:
-            try:
-                st = _lstat_at(fd, name)
-            except FileNotFoundError:
-                return file
-            if stat.S_ISLNK(st.st_mode):
-                raise _symlink_in_state(str(file))
-    except OSError as err:
-        raise _state_error(file, err) from None
+    with _entry(file, create=True) as (fd, name):
+        try:
+            st = _lstat_at(fd, name)
+        except FileNotFoundError:
+            return file
+        if stat.S_ISLNK(st.st_mode):
+            raise _symlink_in_state(str(file))
     return file
 
 
 def private_file(path: str | os.PathLike[str]) -> Path:
     """`path` as a regular file only its owner can read: created empty 0600 when missing, an
-    existing one of ours set to 0600, a symlink refused. Raises `StateError`.
-    """
+    existing one of ours set to 0600, a symlink refused. Raises `StateError`."""
     file = Path(path)
-    parent, name = _split(file)
     flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | _CLOEXEC
-    try:
-        with _state_folder(parent, create=False) as dir_fd:
-            try:
-                fd = os.open(name, flags, PRIVATE_FILE_MODE, dir_fd=dir_fd)
-            except OSError as err:
-                if err.errno == errno.ELOOP:
-                    raise _symlink_in_state(str(file)) from None
-                raise
-            try:
-                _make_private(file, _regular(fd, file), PRIVATE_FILE_MODE, fd)
-            finally:
-                _close(fd)
-    except OSError as err:
-        raise _state_error(file, err) from None
+    with _entry(file) as (dir_fd, name):
+        try:
+            fd = os.open(name, flags, PRIVATE_FILE_MODE, dir_fd=dir_fd)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise _symlink_in_state(str(file)) from None
+            raise
+        try:
+            _make_private(file, _regular(fd, file), PRIVATE_FILE_MODE, fd)
+        finally:
+            _close(fd)
     return file
 
 
@@ -290,11 +277,7 @@ def _make_private(path: Path, st: os.stat_result, wanted: int, fd: int) -> None:
 
 
 def open_private(path: str | os.PathLike[str]) -> BinaryIO:
-    """The state file `path` open for reading (binary), reached like `private_file`.
-
-    Raises `OSError` as `open` would (`ELOOP` for a link at `path`), and `StateError` when a
-    folder on the way cannot be trusted or `path` is not a regular file.
-    """
+    """The state file `path` open for reading (binary), reached like `private_file`."""
     file = Path(path)
     parent, name = _split(file)
     with _state_folder(parent, create=False) as dir_fd:
@@ -310,8 +293,7 @@ def open_private(path: str | os.PathLike[str]) -> BinaryIO:
 
 def read_private(path: str | os.PathLike[str]) -> bytes | None:
     """The bytes of the state file `path` (see `open_private`), or None when it or its folder
-    does not exist. A link is refused. Raises `StateError`/`StateReadOnly`.
-    """
+    does not exist. A link is refused. Raises `StateError`/`StateReadOnly`."""
     try:
         with open_private(path) as fh:
             return fh.read()
@@ -325,26 +307,20 @@ def read_private(path: str | os.PathLike[str]) -> bytes | None:
 
 def create_private_once(path: str | os.PathLike[str], data: bytes) -> bool:
     """Write `data` to the state file `path` unless it exists: True when this call created it.
-    The file appears whole or not at all (a temp file linked into place). Raises `StateError`.
-    """
-    target = Path(path)
-    parent, name = _split(target)
-    tmp = _temp_name(name)
-    try:
-        with _state_folder(parent, create=False) as dir_fd:
-            _write_temp(dir_fd, tmp, data)
-            try:
-                os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-                created = True
-            except FileExistsError:
-                created = False
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp, dir_fd=dir_fd)
-            _fsync_fd(dir_fd)
-            return created
-    except OSError as err:
-        raise _state_error(target, err) from None
+    The file appears whole or not at all (a temp file linked into place). Raises `StateError`."""
+    with _entry(path) as (dir_fd, name):
+        tmp = _temp_name(name)
+        _write_temp(dir_fd, tmp, data)
+        try:
+            os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+            created = True
+        except FileExistsError:
+            created = False
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+        _fsync_fd(dir_fd)
+    return created
 
 
 def _temp_name(name: str) -> str:
@@ -376,8 +352,7 @@ SQLITE_SIDE_FILES: Final = ("-wal", "-shm", "-journal")
 def private_database(path: str | os.PathLike[str]) -> Path:
     """An SQLite database path made private: its folder 0700, the file and any side files 0600.
 
-    Call it before any connection to it exists in this process: closing a descriptor on a
-    database SQLite has open drops every POSIX lock SQLite holds on it in this process.
+    Call it before any connection exists: closing a descriptor on an open database drops its locks.
     """
     db = Path(path)
     private_dir(db.parent)
@@ -392,23 +367,17 @@ def private_database(path: str | os.PathLike[str]) -> Path:
 def write_private_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """Replace `path` with `data` atomically: a 0600 temp file in its folder, fsynced and renamed
     over it. The temp name does not end in `.md`, so no indexer picks up a half-written export;
-    a link planted on the way or at `path` is refused. Raises `StateError`/`StateReadOnly`.
-    """
-    target = Path(path)
-    parent, name = _split(target)
-    tmp = _temp_name(name)
-    try:
-        with _state_folder(parent, create=False) as dir_fd:
-            with contextlib.suppress(FileNotFoundError):
-                if stat.S_ISLNK(_lstat_at(dir_fd, name).st_mode):
-                    raise _symlink_in_state(str(target))
-            _write_temp(dir_fd, tmp, data)
-            try:
-                os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp, dir_fd=dir_fd)
-                raise
-            _fsync_fd(dir_fd)
-    except OSError as err:
-        raise _state_error(target, err) from None
+    a link planted on the way or at `path` is refused. Raises `StateError`/`StateReadOnly`."""
+    with _entry(path) as (dir_fd, name):
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISLNK(_lstat_at(dir_fd, name).st_mode):
+                raise _symlink_in_state(str(Path(path)))
+        tmp = _temp_name(name)
+        _write_temp(dir_fd, tmp, data)
+        try:
+            os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        _fsync_fd(dir_fd)

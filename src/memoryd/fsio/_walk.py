@@ -50,11 +50,7 @@ class Skipped:
 
 @dataclass(frozen=True, slots=True)
 class Walk:
-    """What `walk` found under one root: the memory files and what it refused, both sorted.
-
-    Folders skipped by design (`SKIP_DIRS`, virtualenvs) and files the pattern does not select
-    are not reported as refused.
-    """
+    """What `walk` found under one root: the memory files and what it refused, both sorted."""
 
     files: tuple[Found, ...]
     skipped: tuple[Skipped, ...] = ()
@@ -119,8 +115,7 @@ _MOUNT_ESCAPE: Final = re.compile(rb"\\([0-7]{3})")
 
 def _mount_points_below(folder_fd: int) -> frozenset[str]:
     """The mount points strictly below the folder `folder_fd` holds, relative to it: a bind mount
-    keeps its `st_dev`, so only the mount table (Linux) tells it apart.
-    """
+    keeps its `st_dev`, so only the mount table (Linux) tells it apart."""
     try:
         base = os.readlink(f"/proc/self/fd/{folder_fd}")
         with open(_MOUNTINFO, "rb") as fh:
@@ -141,13 +136,7 @@ def _mount_points_below(folder_fd: int) -> frozenset[str]:
 
 
 def walk(root: MemoryRoot, *, anchor: str | os.PathLike[str] | None = None) -> Walk:
-    """Every memory file under `root` that memoryd may serve, by the rules of this package.
-
-    Iterative and bounded by `MAX_DEPTH` (deeper folders are reported); never follows a symlink
-    below `anchor` and never opens a file, so FIFOs and devices cannot hang it. A missing root
-    gives an empty walk, a refused or unreadable one an empty walk that says why; it never raises
-    for a file-system problem.
-    """
+    """Every memory file under `root` that memoryd may serve, by the rules of this package."""
     here = PurePosixPath(".")
     try:
         root_fd = _open_root(root.path, anchor, create=False)

@@ -1,12 +1,8 @@
-"""Session-start context: the memory files an agent loads when a session begins.
-
-`MEMORY.md` loads only in the main, private session, because long-term memory can hold personal
-detail; the daily notes of yesterday and today load in every session (docs/lifecycle.md).
-"""
+"""Session-start context: the memory files an agent loads when a session begins."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import date, timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any, Final, Literal
@@ -20,19 +16,9 @@ from ..core.layout import (
     is_daily_note_of,
 )
 from ..core.session_keys import parse_session_key
+from ..core.text import camel_case
 from ..errors import InvalidInput, MemorydError
 from ..fsio import read_file, walk
-
-__all__ = [
-    "DEFAULT_BOOTSTRAP_MAX_CHARS",
-    "DEFAULT_BOOTSTRAP_TOTAL_MAX_CHARS",
-    "ContextFile",
-    "SessionContext",
-    "build_session_context",
-    "daily_note_paths",
-    "is_main_session",
-    "truncate_for_context",
-]
 
 DEFAULT_BOOTSTRAP_MAX_CHARS: Final = 20_000
 DEFAULT_BOOTSTRAP_TOTAL_MAX_CHARS: Final = 150_000
@@ -57,11 +43,7 @@ class ContextFile:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "path": self.path,
-            "kind": self.kind,
-            "rawChars": self.raw_chars,
-            "injectedChars": self.injected_chars,
-            "truncated": self.truncated,
+            camel_case(f.name): getattr(self, f.name) for f in fields(self) if f.name != "content"
         }
 
 

@@ -7,7 +7,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -17,6 +17,7 @@ import filelock
 from ..config import ResolvedAgent
 from ..core.replies import SILENT_REPLY_TOKEN, is_no_reply
 from ..core.session_keys import normalize_session_key
+from ..core.text import camel_case
 from ..errors import FlushStateError, InvalidInput, StateError
 from ..fsio import private_dir, private_file, read_private, write_private_atomic
 
@@ -36,9 +37,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _STATE_VERSION: Final = 1
-
-
-# --------------------------------------------------------------------------- state file
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +153,6 @@ class FlushState:
         self.update(session_key, lambda _old: None)
 
 
-# --------------------------------------------------------------------------- decision
-
 FlushReason = Literal[
     "due",
     "disabled",
@@ -185,18 +181,7 @@ class FlushDecision:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON shape for the CLI and MCP (camelCase)."""
-        return {
-            "run": self.run,
-            "reason": self.reason,
-            "threshold": self.threshold,
-            "tokenEstimate": self.token_estimate,
-            "contextWindow": self.context_window,
-            "compactionCount": self.compaction_count,
-            "systemPrompt": self.system_prompt,
-            "prompt": self.prompt,
-            "model": self.model,
-            "recorded": self.recorded,
-        }
+        return {camel_case(f.name): getattr(self, f.name) for f in fields(self)}
 
 
 def flush_threshold(agent: ResolvedAgent, context_window: int) -> int:
@@ -234,10 +219,7 @@ def check_flush(
     record: bool = True,
     now: datetime | None = None,
 ) -> FlushDecision:
-    """Decide whether the host should run the silent pre-compaction flush turn now.
-
-    A "due" answer is recorded before it is returned unless `record=False` (a preview).
-    """
+    """Decide whether the host should run the silent pre-compaction flush turn now."""
     if token_estimate < 0 or context_window < 0 or compaction_count < 0:
         raise InvalidInput("tokenEstimate, contextWindow and compactionCount must not be negative")
     cfg = agent.compaction.memory_flush

@@ -15,14 +15,6 @@ from ..core.layout import MemoryRoot
 from ..core.results import Source
 from ._parse import CollectionInfo
 
-__all__ = [
-    "Action",
-    "CollectionSpec",
-    "desired_collections",
-    "plan_collections",
-    "sanitize_name",
-]
-
 _BAD_CHARS = re.compile(r"[^a-z0-9-]")
 
 

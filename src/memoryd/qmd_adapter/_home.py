@@ -11,8 +11,6 @@ from pathlib import Path
 
 from ..fsio import check_state_path, private_dir, read_private, write_private_atomic
 
-__all__ = ["QmdHome", "default_shared_models_dir", "with_models_block"]
-
 MODEL_KEYS = ("embed", "generate", "rerank")
 
 

@@ -8,34 +8,22 @@ from pathlib import PurePosixPath
 
 from ..core.results import SearchResult
 
-__all__ = [
-    "QMD_PATH_PREFIX",
-    "apply_limits",
-    "display_path",
-    "interleave",
-    "split_qmd_path",
-    "split_qmd_uri",
-]
-
 QMD_PATH_PREFIX = "qmd/"
 
 
 def split_qmd_uri(uri: str) -> tuple[str, str] | None:
     """`qmd://<collection>/<rel>` → (collection, rel); None for anything else."""
-    if not uri.startswith("qmd://"):
-        return None
-    collection, sep, rel = uri[len("qmd://") :].partition("/")
-    if not collection or not sep or not rel:
-        return None
-    return collection, rel
+    return _split_after("qmd://", uri)
 
 
 def split_qmd_path(path: str) -> tuple[str, str] | None:
     """memoryd's `qmd/<collection>/<rel>` display path → (collection, rel); None otherwise."""
-    if not path.startswith(QMD_PATH_PREFIX):
-        return None
-    collection, sep, rel = path[len(QMD_PATH_PREFIX) :].partition("/")
-    if not collection or not sep or not rel:
+    return _split_after(QMD_PATH_PREFIX, path)
+
+
+def _split_after(prefix: str, text: str) -> tuple[str, str] | None:
+    collection, sep, rel = text.removeprefix(prefix).partition("/")
+    if not text.startswith(prefix) or not collection or not sep or not rel:
         return None
     return collection, rel
 

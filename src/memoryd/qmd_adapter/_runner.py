@@ -18,8 +18,6 @@ from typing import IO
 from ..core.text import plain_text
 from ..errors import QmdExitError, QmdOutputTooLarge, QmdTimeout, QmdUnavailable
 
-__all__ = ["DEFAULT_MAX_OUTPUT_CHARS", "QmdOutput", "resolve_command", "run_qmd"]
-
 DEFAULT_MAX_OUTPUT_CHARS = 200_000
 _READ_CHUNK = 65_536
 
@@ -163,8 +161,7 @@ def _spawn(exe: str, argv: list[str], env: Mapping[str, str], cwd: str) -> subpr
 
 
 class _Readers:
-    """One thread per pipe feeding its `_Capture`; `done` once every pipe ended or stdout went
-    over its cap (`too_much`)."""
+    """One thread per pipe feeding its `_Capture`; `done` when all ended or stdout overflowed."""
 
     def __init__(self, *pipes: tuple[IO[bytes], _Capture]) -> None:
         self.done = threading.Event()

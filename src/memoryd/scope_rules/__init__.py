@@ -1,8 +1,4 @@
-"""Scope rules: which sessions may search memory (OpenClaw's `session.sendPolicy` schema).
-
-Pure functions over session-key strings and the validated `ScopeConfig`: the orchestrator calls
-`evaluate_scope` before every `memory_search`; the first matching rule wins, else the default.
-"""
+"""Scope rules: which sessions may search memory (OpenClaw's `session.sendPolicy` schema)."""
 
 from __future__ import annotations
 
@@ -102,12 +98,7 @@ def _matches(match: ScopeMatch | None, info: SessionKeyInfo, raw_key: str) -> bo
 
 
 def evaluate_scope(scope: ScopeConfig | None, session_key: str | None) -> ScopeDecision:
-    """May this session search memory? `scope=None` applies the shipped default (DMs only).
-
-    Keys that name no chat (missing, CLI, `agent:main:main`, cron, sub-agents) are always
-    allowed. Otherwise the first rule whose every `match` field fits wins; with no match the
-    scope's `default` applies, and a scope without `default` allows.
-    """
+    """May this session search memory? `scope=None` applies the shipped default (DMs only)."""
     # a fresh default each time: a caller changing one it was given widens nothing
     effective = default_scope() if scope is None else scope
     info = parse_session_key(session_key)

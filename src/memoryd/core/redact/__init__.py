@@ -1,12 +1,4 @@
-"""Secret redaction for text that leaves a transcript (session exports, transcript chunks).
-
-`redact_secrets(text)` replaces every recognised secret with `[REDACTED]`. Two rule sets run over
-the same text and their spans are merged, so a secret found by both is redacted once: gitleaks'
-default ruleset on RE2 (`_gitleaks`) and memoryd's own rules (`SECRET_PATTERNS`, `_rules`), whose
-free-form values pass the checks in `_checks`. Both are gated by keywords found in one pass over
-the lowercased text, so ordinary prose costs one scan. Nothing is compiled at import: RE2 and the
-rules load on the first call. docs/redaction.md describes the rules and their limits.
-"""
+"""Secret redaction for text that leaves a transcript (session exports, transcript chunks)."""
 
 from __future__ import annotations
 
@@ -68,11 +60,7 @@ def _local_spans(text: str, present: set[str]) -> list[SecretSpan]:
 
 
 def secret_spans(text: str, *, previous: str | None = None) -> list[SecretSpan]:
-    """Every secret found in `text` by either rule set, sorted, possibly overlapping.
-
-    `previous` is the message `text` replies to: when it asks for a password, a short reply's
-    password-like words are secrets too ("what's the root password?" → "hunter2x").
-    """
+    """Every secret in `text`, sorted, maybe overlapping; `previous` is the message it answers."""
     if not text:
         return []
     ruleset = _ruleset()
@@ -94,8 +82,7 @@ def _merge(spans: Sequence[SecretSpan]) -> list[tuple[int, int]]:
 
 
 def redact_secrets(text: str, *, previous: str | None = None) -> str:
-    """`text` with every recognised secret replaced by `[REDACTED]` (see the module docstring);
-    `previous`, the message it replies to, as in `secret_spans`."""
+    """`text` with every secret `secret_spans` finds replaced by `[REDACTED]`."""
     spans = secret_spans(text, previous=previous)
     if not spans:
         return text

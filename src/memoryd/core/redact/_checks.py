@@ -1,7 +1,4 @@
-"""Checks on the value a rule matched: a placeholder, a word, a path or a quantity is no secret.
-
-Also the one rule that needs the message before: a short answer to a question about a password.
-"""
+"""Checks on the value a rule matched: a placeholder, a word, a path or a quantity is no secret."""
 
 from __future__ import annotations
 
@@ -63,11 +60,7 @@ def _strength(value: str) -> tuple[bool, bool, bool, bool]:
 
 
 def _plausible_password(value: str, *, strict: bool) -> bool:
-    """A value typed after "password is" that is one: not a word, a URL, a path or a quantity.
-
-    `strict` (no verb in between, or a short key word such as "pass"): it needs a letter and a
-    digit, or a letter and a symbol in 6 characters or more.
-    """
+    """A value typed after "password is" that is one: not a word, a URL, a path or a quantity."""
     if len(value) < 4 or not _not_placeholder(value):
         return False
     if re.compile(*_URL_OR_MAIL).search(value) or re.compile(*_PATH).fullmatch(value):
@@ -119,118 +112,19 @@ def _pair_value(match: re.Match[str], group: int) -> tuple[int, int] | None:
 # Words that start a sentence about a passphrase rather than the passphrase itself; and the
 # small words of every English sentence, which a generated passphrase does not use.
 _NOT_A_PHRASE: Final = frozenset(
-    [
-        "stored",
-        "saved",
-        "kept",
-        "written",
-        "set",
-        "changed",
-        "required",
-        "needed",
-        "missing",
-        "wrong",
-        "incorrect",
-        "same",
-        "different",
-        "also",
-        "still",
-        "now",
-        "just",
-        "only",
-        "long",
-        "short",
-        "weak",
-        "strong",
-        "hidden",
-        "encrypted",
-        "used",
-        "given",
-        "shared",
-        "sent",
-        "printed",
-        "somewhere",
-        "case",
-        "very",
-        "really",
-        "being",
-        "been",
-        "never",
-        "always",
-        "easy",
-        "hard",
-        "what",
-        "which",
-        "where",
-        "how",
-        "why",
-        "who",
-        "when",
-    ]
+    (
+        "stored saved kept written set changed required needed missing wrong incorrect same"
+        " different also still now just only long short weak strong hidden encrypted used given"
+        " shared sent printed somewhere case very really being been never always easy hard what"
+        " which where how why who when"
+    ).split()
 )
 _FUNCTION_WORDS: Final = frozenset(
-    [
-        "the",
-        "a",
-        "an",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "to",
-        "of",
-        "in",
-        "on",
-        "at",
-        "for",
-        "with",
-        "by",
-        "from",
-        "that",
-        "this",
-        "these",
-        "those",
-        "it",
-        "its",
-        "and",
-        "or",
-        "but",
-        "not",
-        "no",
-        "we",
-        "you",
-        "i",
-        "me",
-        "my",
-        "your",
-        "our",
-        "their",
-        "he",
-        "she",
-        "they",
-        "them",
-        "his",
-        "her",
-        "as",
-        "if",
-        "so",
-        "than",
-        "then",
-        "there",
-        "here",
-        "do",
-        "does",
-        "did",
-        "has",
-        "have",
-        "had",
-        "will",
-        "would",
-        "can",
-        "could",
-        "should",
-    ]
+    (
+        "the a an is are was were be to of in on at for with by from that this these those it its"
+        " and or but not no we you i me my your our their he she they them his her as if so than"
+        " then there here do does did has have had will would can could should"
+    ).split()
 )
 
 
@@ -284,21 +178,7 @@ def _card_number(match: re.Match[str], group: int) -> tuple[int, int] | None:
 # Base64 that is data, not a secret: PNG, JPEG, GIF, WebP, PDF, gzip, zip, XML/SVG, an SSH
 # public key's body (`AAAA…`), a Windows executable.
 _DATA_PREFIXES: Final = tuple(
-    [
-        "iVBORw0KGgo",
-        "R0lGOD",
-        "UklGR",
-        "JVBERi0",
-        "H4sI",
-        "UEsDB",
-        "PD94bWwg",
-        "PHN2Zy",
-        "AAAA",
-        "TVqQ",
-        "Qk0",
-        "SUkq",
-        "/9j/",
-    ]
+    "iVBORw0KGgo R0lGOD UklGR JVBERi0 H4sI UEsDB PD94bWwg PHN2Zy AAAA TVqQ Qk0 SUkq /9j/".split()
 )
 
 
@@ -308,11 +188,7 @@ def _entropy(value: str) -> float:
 
 
 def _entropy_floor(n: int) -> float:
-    """The Shannon entropy below which `n` token characters are not random enough to be a key.
-
-    Random alphanumerics reach about log2(n) - 0.3 bits per character for short runs and 5.4
-    for long ones; identifiers, words and paths stay a bit or more below.
-    """
+    """The Shannon entropy below which `n` token characters are not random enough to be a key."""
     return min(math.log2(n) - 0.75, 4.6)
 
 
@@ -417,41 +293,15 @@ _QUESTION: Final = _Source(
 )
 _ANSWER_TOKEN: Final = _Source(r"[!#-&(-~\u00a1-\u024f]+")
 _NOT_AN_ANSWER: Final = frozenset(
-    [
-        "yes",
-        "no",
-        "nope",
-        "sure",
-        "idk",
-        "dunno",
-        "why",
-        "what",
-        "later",
-        "sorry",
-        "okay",
-        "thanks",
-        "same",
-        "nothing",
-        "none",
-        "secret",
-        "forgot",
-        "unknown",
-        "maybe",
-        "hmm",
-        "wait",
-        "ask",
-        "check",
-        "later",
-    ]
+    (
+        "yes no nope sure idk dunno why what later sorry okay thanks same nothing none secret"
+        " forgot unknown maybe hmm wait ask check later"
+    ).split()
 )
 
 
 def _answer_spans(text: str, previous: str) -> list[SecretSpan]:
-    """The password in `text` when it answers `previous`, a question about one.
-
-    A short reply only (at most 12 words): its words that look like a password, its only
-    word when it is nothing else, or the whole reply when a passphrase was asked for.
-    """
+    """The password in `text` when it answers `previous`, a question about one."""
     if not (
         re.compile(*_ASKS_FOR_SECRET).search(previous) and re.compile(*_QUESTION).search(previous)
     ):

@@ -1,10 +1,4 @@
-"""gitleaks' default ruleset (`gitleaks.toml`, vendored verbatim) applied as gitleaks does.
-
-Its regexes are written for Go's RE2, so they run on RE2 (`google-re2`): gitleaks' semantics, and
-matching linear in the input. A rule runs only when one of its keywords occurs in the text; its
-capture group (if any) is the secret; its entropy floor and allowlists (global and its own)
-apply. Rules that only apply to file paths are skipped: a transcript has no path.
-"""
+"""gitleaks' default ruleset (`gitleaks.toml`, vendored verbatim) applied as gitleaks does."""
 
 from __future__ import annotations
 
@@ -48,10 +42,7 @@ def _re2() -> Any:
 
 
 class _Keywords:
-    """Which of a fixed set of keywords occur in a lowercased text, found in one pass.
-
-    An RE2 set is one automaton over the text, however many keywords there are.
-    """
+    """Which of a fixed set of keywords occur in a lowercased text, found in one pass."""
 
     def __init__(self, words: Iterable[str]) -> None:
         re2 = _re2()
@@ -160,8 +151,7 @@ def _line_around(text: str, start: int, end: int) -> str:
 
 
 def _is_allowed(rule: _Rule, text: str, start: int, end: int, whole: str) -> bool:
-    """gitleaks' filters on the secret `text[start:end]` (of match `whole`): the entropy floor,
-    then the allowlists (global and the rule's own)."""
+    """gitleaks' filters on the secret `text[start:end]`: its entropy floor, then the allowlists."""
     secret = text[start:end]
     if rule.entropy is not None:
         if _entropy(secret) <= rule.entropy:
@@ -181,11 +171,7 @@ def _is_allowed(rule: _Rule, text: str, start: int, end: int, whole: str) -> boo
 
 
 class _CharOffsets:
-    """Byte offsets into UTF-8 `data` → offsets into `text`, for offsets that never decrease.
-
-    RE2 spans fall on character boundaries, and one rule's matches come in order, so a forward
-    sweep converts all of them in time linear in the text (ASCII text needs no conversion).
-    """
+    """Byte offsets into UTF-8 `data` → offsets into `text`, for offsets that never decrease."""
 
     def __init__(self, data: bytes) -> None:
         self._data = data

@@ -1,8 +1,4 @@
-"""memoryd's own secret rules: formats gitleaks lacks, `key=value` forms and prose.
-
-Each pattern starts at a literal or a short word list and repeats only bounded or
-non-overlapping classes, so matching stays linear; docs/redaction.md lists what each one finds.
-"""
+"""memoryd's own secret rules: formats gitleaks lacks, `key=value` forms and prose."""
 
 from __future__ import annotations
 
@@ -27,12 +23,7 @@ class _Source(NamedTuple):
 
 
 class SecretPattern(NamedTuple):
-    """One of memoryd's own rules (a Python `re` pattern, compiled on first use).
-
-    With no capture group the whole match is the secret; otherwise the first group that took part
-    in the match is, and the rest of the match is context that stays. The pattern only runs when
-    one of `keywords` (lowercase) occurs in the lowercased text; no keywords means always.
-    """
+    """One of memoryd's own rules (a Python `re` pattern, compiled on first use)."""
 
     name: str
     source: _Source
@@ -67,8 +58,22 @@ _L: Final = r"(?<![A-Za-z0-9_\-])"
 _R: Final = r"(?![A-Za-z0-9_\-])"
 
 
-def _token(name: str, body: str, *keywords: str) -> SecretPattern:
-    return SecretPattern(name, _Source(_L + body + _R), keywords)
+_I: Final = re.IGNORECASE
+
+
+def _rule(
+    name: str, pattern: str, keywords: str | tuple[str, ...], flags: int = 0, prefilter: str = ""
+) -> SecretPattern:
+    """A rule from its regex; `keywords` a space-separated string unless one holds a space."""
+    words = tuple(keywords.split()) if isinstance(keywords, str) else keywords
+    return SecretPattern(
+        name, _Source(pattern, flags), words, _Source(prefilter) if prefilter else None
+    )
+
+
+def _token(name: str, body: str, keywords: str) -> SecretPattern:
+    """A token with a fixed prefix, standing alone between non-token characters."""
+    return _rule(name, _L + body + _R, keywords)
 
 
 # Words that name a secret at the end of a key: `api_key=`, `OPENAI_API_KEY:`, `"clientSecret":`.
@@ -90,29 +95,10 @@ _PASSWORD_WORDS: Final = (
 _PASSWORD_WORDS_CJK: Final = r"密码|密碼|口令|パスワード|暗証番号|비밀번호"
 _PASSWORD_KEYWORDS: Final = (
     "mot de passe",
-    *[
-        "pass",
-        "key",
-        "pwd",
-        "pw",
-        "kennwort",
-        "zugangscode",
-        "mdp",
-        "contraseña",
-        "contrasena",
-        "clave",
-        "senha",
-        "wachtwoord",
-        "hasło",
-        "haslo",
-        "пароль",
-        "密码",
-        "密碼",
-        "口令",
-        "パスワード",
-        "暗証番号",
-        "비밀번호",
-    ],
+    *(
+        "pass key pwd pw kennwort zugangscode mdp contraseña contrasena clave senha wachtwoord"
+        " hasło haslo пароль 密码 密碼 口令 パスワード 暗証番号 비밀번호"
+    ).split(),
 )
 # Words after the password word that say which one: "la contraseña nueva", "das neue"
 _AFTER_WORD: Final = (
@@ -121,21 +107,8 @@ _AFTER_WORD: Final = (
 )
 # Accounts every server has, so "root / …" is a login and its password.
 _DEFAULT_USERS: Final = tuple(
-    [
-        "root",
-        "admin",
-        "administrator",
-        "pi",
-        "ubuntu",
-        "deploy",
-        "postgres",
-        "sa",
-        "guest",
-        "ec2-user",
-        "oracle",
-        "sysadmin",
-        "superuser",
-    ]
+    "root admin administrator pi ubuntu deploy postgres sa guest ec2-user oracle sysadmin"
+    " superuser".split()
 )
 # "the password FOR the staging db", "Kennwort FÜR den Router", "mot de passe DU wifi"
 _OF: Final = r"for|of|on|to|at|in|from|with|für|fuer|vom|von|zum|zur|des|du|de|del|pour|para"
@@ -160,36 +133,24 @@ _CLI_VALUE: Final = (
 )
 
 SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
-    SecretPattern(
-        # An unterminated block (a paste cut short) is redacted to the end of the text.
+    # An unterminated block (a paste cut short) is redacted to the end of the text.
+    _rule(
         "private_key_block",
-        _Source(
-            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-            r"[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)"
-        ),
-        ("-----begin",),
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
+        r"[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+        "-----begin",
     ),
-    SecretPattern(
-        # The password runs to the LAST `@` of the authority, since passwords may contain `@`
-        # (`mongodb+srv://app:p@ss@cluster0…`); the greedy class stops at `/` or whitespace.
-        # The user may be empty (`redis://:pw@cache`).
-        "url_password",
-        _Source(r"\b[a-z][a-z0-9+.\-]{0,31}://[^\s/:@]*:([^\s/]+)@", re.IGNORECASE),
-        ("://",),
-    ),
-    SecretPattern(
-        "bearer_token",
-        _Source(r"\bBearer\s+([A-Za-z0-9\-._~+/]{16,}=*)", re.IGNORECASE),
-        ("bearer",),
-    ),
-    SecretPattern(
-        # `Basic`/`Token` are ordinary words, so their credential must contain a digit.
+    # The password runs to the LAST `@` of the authority, since passwords may contain `@`
+    # (`mongodb+srv://app:p@ss@cluster0…`); the greedy class stops at `/` or whitespace.
+    # The user may be empty (`redis://:pw@cache`).
+    _rule("url_password", r"\b[a-z][a-z0-9+.\-]{0,31}://[^\s/:@]*:([^\s/]+)@", "://", _I),
+    _rule("bearer_token", r"\bBearer\s+([A-Za-z0-9\-._~+/]{16,}=*)", "bearer", _I),
+    # `Basic`/`Token` are ordinary words, so their credential must contain a digit.
+    _rule(
         "auth_header",
-        _Source(
-            r"\b(?:Basic|Token)\s+((?=[A-Za-z\-._~+/]*[0-9])[A-Za-z0-9\-._~+/]{16,}=*)",
-            re.IGNORECASE,
-        ),
-        ("basic", "token"),
+        r"\b(?:Basic|Token)\s+((?=[A-Za-z\-._~+/]*[0-9])[A-Za-z0-9\-._~+/]{16,}=*)",
+        "basic token",
+        _I,
     ),
     _token("anthropic_key", r"sk-ant-[A-Za-z0-9_\-]{16,}", "sk-ant-"),
     # Also OpenAI-compatible providers' `sk-…` keys (DeepSeek, OpenRouter's `sk-or-v1-…`).
@@ -197,38 +158,32 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
     _token(
         "stripe_key",
         r"(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}",
-        *("sk_live_", "sk_test_", "rk_live_", "rk_test_"),
+        "sk_live_ sk_test_ rk_live_ rk_test_",
     ),
     _token("stripe_webhook_secret", r"whsec_[A-Za-z0-9+/=]{24,}", "whsec_"),
     _token(
         "github_token",
         r"(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})",
-        *("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+        "ghp_ gho_ ghu_ ghs_ ghr_ github_pat_",
     ),
     _token(
-        "aws_access_key_id",
-        r"(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}",
-        *("akia", "asia", "agpa", "aida", "aroa"),
+        "aws_access_key_id", r"(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}", "akia asia agpa aida aroa"
     ),
     _token("slack_token", r"xox[bpars]-[A-Za-z0-9\-]{10,}", "xox"),
-    SecretPattern(
-        "slack_webhook",
-        _Source(r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+"),
-        ("hooks.slack.com",),
+    _rule(
+        "slack_webhook", r"https://hooks\.slack\.com/services/[A-Za-z0-9/_\-]+", "hooks.slack.com"
     ),
     _token("google_api_key", r"AIza[0-9A-Za-z_\-]{35}", "aiza"),
     _token("google_oauth_client_secret", r"GOCSPX-[A-Za-z0-9_\-]{20,}", "gocspx-"),
     _token("google_oauth_access_token", r"ya29\.[A-Za-z0-9_\-]{20,}", "ya29."),
     _token("telegram_bot_token", r"\d{8,10}:AA[A-Za-z0-9_\-]{33}", ":aa"),
-    SecretPattern(
-        # user id (base64 of a snowflake) . timestamp . HMAC. No literal to gate on, so the
-        # boundary check sits after the first character: the scan can then skip to [MNO].
+    # user id (base64 of a snowflake) . timestamp . HMAC. No literal to gate on, so the
+    # boundary check sits after the first character: the scan can then skip to [MNO].
+    _rule(
         "discord_bot_token",
-        _Source(
-            r"[MNO](?<![A-Za-z0-9_\-][MNO])[A-Za-z0-9_\-]{23,27}"
-            r"\.[A-Za-z0-9_\-]{6,7}\.[A-Za-z0-9_\-]{27,40}" + _R
-        ),
-        (),
+        r"[MNO](?<![A-Za-z0-9_\-][MNO])[A-Za-z0-9_\-]{23,27}"
+        r"\.[A-Za-z0-9_\-]{6,7}\.[A-Za-z0-9_\-]{27,40}" + _R,
+        "",
     ),
     _token("groq_key", r"gsk_[A-Za-z0-9]{40,}", "gsk_"),
     _token("xai_key", r"xai-[A-Za-z0-9]{40,}", "xai-"),
@@ -237,269 +192,205 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
     _token("pinecone_key", r"pcsk_[A-Za-z0-9]{4,8}_[A-Za-z0-9]{40,}", "pcsk_"),
     _token("tavily_key", r"tvly-(?:dev-|prod-)?[A-Za-z0-9]{24,}", "tvly-"),
     _token(
-        "supabase_token",
-        r"(?:sbp_[a-f0-9]{40}|sb_secret_[A-Za-z0-9_\-]{20,})",
-        "sbp_",
-        "sb_secret_",
+        "supabase_token", r"(?:sbp_[a-f0-9]{40}|sb_secret_[A-Za-z0-9_\-]{20,})", "sbp_ sb_secret_"
     ),
     _token("doppler_token", r"dp\.(?:st|sa|ct|scim|audit)\.[A-Za-z0-9_.\-]{40,}", "dp."),
     # Vault 1.10+ service, batch and recovery tokens (`hvs.` + 24 characters, or longer)
-    _token("vault_token", r"hv[sbr]\.[A-Za-z0-9_\-]{20,}", "hvs.", "hvb.", "hvr."),
+    _token("vault_token", r"hv[sbr]\.[A-Za-z0-9_\-]{20,}", "hvs. hvb. hvr."),
     _token("jwt", r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*", "eyj"),
-    SecretPattern(
-        # Azure Storage / Service Bus connection strings.
+    # Azure Storage / Service Bus connection strings.
+    _rule(
         "azure_connection_key",
-        _Source(r"(?:AccountKey|SharedAccessKey)\s*=\s*([A-Za-z0-9+/]{20,}={0,2})"),
-        ("accountkey", "sharedaccesskey"),
+        r"(?:AccountKey|SharedAccessKey)\s*=\s*([A-Za-z0-9+/]{20,}={0,2})",
+        "accountkey sharedaccesskey",
     ),
-    SecretPattern(
-        # A GCP service-account JSON: the key id is as sensitive as the key.
+    # A GCP service-account JSON: the key id is as sensitive as the key.
+    _rule(
         "private_key_id",
-        _Source(
-            r"private[_\-]?key[_\-]?id[\"']?\s*[:=]\s*[\"']?([a-f0-9]{32,64})(?![a-f0-9])",
-            re.IGNORECASE,
-        ),
-        ("key_id", "keyid", "key-id"),
+        r"private[_\-]?key[_\-]?id[\"']?\s*[:=]\s*[\"']?([a-f0-9]{32,64})(?![a-f0-9])",
+        "key_id keyid key-id",
+        _I,
     ),
-    SecretPattern(
-        # `api_key=…`, `OPENAI_API_KEY: …`, `"apiKey": "…"`, `password = '…'`. The key must END
-        # with a secret word (`max_tokens=4000`, `token_count: 12` stay); where it starts does not
-        # matter, so the pattern starts at the word and stays linear.
+    # `api_key=…`, `OPENAI_API_KEY: …`, `"apiKey": "…"`, `password = '…'`. The key must END
+    # with a secret word (`max_tokens=4000`, `token_count: 12` stay); where it starts does not
+    # matter, so the pattern starts at the word and stays linear.
+    _rule(
         "key_value",
-        _Source(
-            r"(?:" + _SECRET_WORDS + r")[\"']?\s*[:=]\s*"
-            r"(?:\"((?!\[REDACTED)[^\"\n]{4,})\"|'((?!\[REDACTED)[^'\n]{4,})'"
-            r"|(?![\"'\[])([^\s\"',;}]{5,}[^\s\"',;}.]))",
-            re.IGNORECASE,
-        ),
-        ("key", "secret", "token", "passw", "passphrase"),
+        r"(?:" + _SECRET_WORDS + r")[\"']?\s*[:=]\s*"
+        r"(?:\"((?!\[REDACTED)[^\"\n]{4,})\"|'((?!\[REDACTED)[^'\n]{4,})'"
+        r"|(?![\"'\[])([^\s\"',;}]{5,}[^\s\"',;}.]))",
+        "key secret token passw passphrase",
+        _I,
     ),
-    SecretPattern(
-        # "the root password is …", "das Passwort lautet …", "密码是…", "パスワードは…です",
-        # "Password for jenkins: …", "Passwort …". The value's check (`_password_value`) wants
-        # a digit, a symbol or a capital inside it: "the password is correct" stays.
+    # "the root password is …", "das Passwort lautet …", "密码是…", "パスワードは…です",
+    # "Password for jenkins: …", "Passwort …". The value's check (`_password_value`) wants
+    # a digit, a symbol or a capital inside it: "the password is correct" stays.
+    # "la contraseña nueva", "the password itself"
+    # what it is the password of: "for the staging db", "du wifi", ", if you need it,"
+    _rule(
         "prose_password",
-        _Source(
-            r"(?:(?<![A-Za-z0-9])(?P<word>" + _PASSWORD_WORDS + r")(?![A-Za-z])"
-            r"|" + _PASSWORD_WORDS_CJK + r")"
-            # "la contraseña nueva", "the password itself"
-            r"(?:[ \t]+(?:" + _AFTER_WORD + r"))?"
-            # what it is the password of: "for the staging db", "du wifi", ", if you need it,"
-            r"(?:[ \t]+(?:" + _OF + r")[ \t]+(?:[^\s:=,.]{1,40}[ \t]+){0,3}?[^\s:=,.]{1,40}"
-            r"|,[^,\n]{1,40},)?"
-            r"(?:[ \t]*(?:[:=＝：?]|->|=>|→)[ \t]*"
-            r"|[ \t]*,?[ \t]+(?:" + _IS + r")(?:[ \t]*:)?[ \t]+"
-            r"|[ \t]*(?:是|为|為|は|が)[ \t]*)" + _VALUE,
-            re.IGNORECASE,
-        ),
+        r"(?:(?<![A-Za-z0-9])(?P<word>" + _PASSWORD_WORDS + r")(?![A-Za-z])"
+        r"|" + _PASSWORD_WORDS_CJK + r")"
+        # "la contraseña nueva", "the password itself"
+        r"(?:[ \t]+(?:" + _AFTER_WORD + r"))?"
+        # what it is the password of: "for the staging db", "du wifi", ", if you need it,"
+        r"(?:[ \t]+(?:" + _OF + r")[ \t]+(?:[^\s:=,.]{1,40}[ \t]+){0,3}?[^\s:=,.]{1,40}"
+        r"|,[^,\n]{1,40},)?"
+        r"(?:[ \t]*(?:[:=＝：?]|->|=>|→)[ \t]*"
+        r"|[ \t]*,?[ \t]+(?:" + _IS + r")(?:[ \t]*:)?[ \t]+"
+        r"|[ \t]*(?:是|为|為|は|が)[ \t]*)" + _VALUE,
         _PASSWORD_KEYWORDS,
+        _I,
     ),
-    SecretPattern(
-        # "Passwort Geheim123!x", "ssh in with password Zebra#2291q": no verb, so the value
-        # must look made up (a letter and a digit, or a letter and a symbol)
+    # "Passwort Geheim123!x", "ssh in with password Zebra#2291q": no verb, so the value
+    # must look made up (a letter and a digit, or a letter and a symbol)
+    _rule(
         "password_then_value",
-        _Source(
-            r"(?<![A-Za-z0-9])(?P<word>passwor[dt]|kennwort|passphrase|contrase[ñn]a"
-            r"|mot[ \t]+de[ \t]+passe)(?![A-Za-z])[ \t]+(?P<verb>)" + _VALUE,
-            re.IGNORECASE,
-        ),
+        r"(?<![A-Za-z0-9])(?P<word>passwor[dt]|kennwort|passphrase|contrase[ñn]a"
+        r"|mot[ \t]+de[ \t]+passe)(?![A-Za-z])[ \t]+(?P<verb>)" + _VALUE,
         ("passw", "kennwort", "passphrase", "contraseña", "contrasena", "mot de passe"),
+        _I,
     ),
-    SecretPattern(
-        # "use Qwerty!7788 as the admin password", "Zebra#2291q is the password for the guest
-        # network": the value comes first.
+    # "use Qwerty!7788 as the admin password", "Zebra#2291q is the password for the guest
+    # network": the value comes first.
+    _rule(
         "password_first",
-        _Source(
-            r"(?<!\S)(?!\[REDACTED\])(" + _VALUE_CHAR + r"{4,128}?)[ \t]+(?:is|as|for|was)[ \t]+"
-            r"(?:the|my|our|your|his|her|their|an?)[ \t]+(?:[\w-]{1,24}[ \t]+){0,3}?"
-            r"(?:password|passphrase|passcode|passwort|kennwort|pin)(?![A-Za-z])",
-            re.IGNORECASE,
-        ),
-        ("passw", "passphrase", "passcode", "kennwort", "pin"),
+        r"(?<!\S)(?!\[REDACTED\])(" + _VALUE_CHAR + r"{4,128}?)[ \t]+(?:is|as|for|was)[ \t]+"
+        r"(?:the|my|our|your|his|her|their|an?)[ \t]+(?:[\w-]{1,24}[ \t]+){0,3}?"
+        r"(?:password|passphrase|passcode|passwort|kennwort|pin)(?![A-Za-z])",
+        "passw passphrase passcode kennwort pin",
+        _I,
     ),
-    SecretPattern(
-        # "the passphrase is purple monkey lantern orbit": words alone, no digit to tell it by
+    # "the passphrase is purple monkey lantern orbit": words alone, no digit to tell it by
+    _rule(
         "passphrase_words",
-        _Source(
-            r"(?<![A-Za-z])(?:passphrase|pass[ -]phrase|seed[ -]phrase|recovery[ -]phrase"
-            r"|mnemonic)(?:[ \t]+(?:" + _OF + r")[ \t]+(?:[^\s:=,.]{1,40}[ \t]+){0,2}?"
-            r"[^\s:=,.]{1,40})?(?:[ \t]*:[ \t]*|[ \t]+(?:is|was|ist|est|es)[ \t]+)"
-            r"((?:[a-z]{2,12}[ \t]){2,23}[a-z]{2,12})(?![A-Za-z0-9])",
-            re.IGNORECASE,
-        ),
+        r"(?<![A-Za-z])(?:passphrase|pass[ -]phrase|seed[ -]phrase|recovery[ -]phrase"
+        r"|mnemonic)(?:[ \t]+(?:" + _OF + r")[ \t]+(?:[^\s:=,.]{1,40}[ \t]+){0,2}?"
+        r"[^\s:=,.]{1,40})?(?:[ \t]*:[ \t]*|[ \t]+(?:is|was|ist|est|es)[ \t]+)"
+        r"((?:[a-z]{2,12}[ \t]){2,23}[a-z]{2,12})(?![A-Za-z0-9])",
         ("passphrase", "pass phrase", "pass-phrase", "seed", "recovery", "mnemonic"),
+        _I,
     ),
-    SecretPattern(
-        # "my PIN is 4821", "SIM PIN: 123456", "the door code is 2580", "暗証番号は1234です"
+    # "my PIN is 4821", "SIM PIN: 123456", "the door code is 2580", "暗証番号は1234です"
+    _rule(
         "pin_code",
-        _Source(
-            r"(?:(?<![A-Za-z0-9])(?:pin(?:[ -]?(?:code|number|no\.?|nr\.?))?|pincode|geheimzahl"
-            r"|code[ \t]+(?:pin|secret|secreto)|(?:door|gate|alarm|garage|safe|lock|entry|access"
-            r"|keypad|building|house|padlock|locker|unlock)[ \t]+code)(?![A-Za-z])"
-            r"|PIN[码碼]|暗証番号|密码锁)"
-            r"(?:[ \t]+(?:for|of|to|on|at|für|de|du|del|para)[ \t]+(?:the[ \t]+|my[ \t]+)?"
-            r"[\w-]{1,24}(?:[ \t]+[\w-]{1,24}){0,2})?"
-            r"(?:[ \t]*[:=＝：][ \t]*|[ \t]+(?:is|was|ist|lautet|est|es|c'est)[ \t]+(?::[ \t]*)?"
-            r"|[ \t]*(?:是|为|は)[ \t]*|[ \t]+)(\d{4,8})(?![\d.,/:-]?\d)",
-            re.IGNORECASE,
-        ),
-        ("pin", "geheimzahl", "code", "暗証番号", "密码锁"),
+        r"(?:(?<![A-Za-z0-9])(?:pin(?:[ -]?(?:code|number|no\.?|nr\.?))?|pincode|geheimzahl"
+        r"|code[ \t]+(?:pin|secret|secreto)|(?:door|gate|alarm|garage|safe|lock|entry|access"
+        r"|keypad|building|house|padlock|locker|unlock)[ \t]+code)(?![A-Za-z])"
+        r"|PIN[码碼]|暗証番号|密码锁)"
+        r"(?:[ \t]+(?:for|of|to|on|at|für|de|du|del|para)[ \t]+(?:the[ \t]+|my[ \t]+)?"
+        r"[\w-]{1,24}(?:[ \t]+[\w-]{1,24}){0,2})?"
+        r"(?:[ \t]*[:=＝：][ \t]*|[ \t]+(?:is|was|ist|lautet|est|es|c'est)[ \t]+(?::[ \t]*)?"
+        r"|[ \t]*(?:是|为|は)[ \t]*|[ \t]+)(\d{4,8})(?![\d.,/:-]?\d)",
+        "pin geheimzahl code 暗証番号 密码锁",
+        _I,
     ),
-    SecretPattern(
-        # a card's verification value next to its name: "cvv 417", "CVC: 123"
+    # a card's verification value next to its name: "cvv 417", "CVC: 123"
+    _rule(
         "card_cvv",
-        _Source(
-            r"(?<![A-Za-z0-9])(?:cvv2?|cvc2?|csc|cid)(?![A-Za-z])[ \t]*(?:[:=][ \t]*|is[ \t]+)?"
-            r"(\d{3,4})(?!\d)",
-            re.IGNORECASE,
-        ),
-        ("cvv", "cvc", "csc", "cid"),
+        r"(?<![A-Za-z0-9])(?:cvv2?|cvc2?|csc|cid)(?![A-Za-z])[ \t]*(?:[:=][ \t]*|is[ \t]+)?"
+        r"(\d{3,4})(?!\d)",
+        "cvv cvc csc cid",
+        _I,
     ),
-    SecretPattern(
-        # "creds are admin:hunter2x", "Netflix login is me@example.com / Zebra#2291q",
-        # "wifi: MyNetwork / Copper2007#", "login for the CMS → admin / …"
+    # "creds are admin:hunter2x", "Netflix login is me@example.com / Zebra#2291q",
+    # "wifi: MyNetwork / Copper2007#", "login for the CMS → admin / …"
+    _rule(
         "credentials_pair",
-        _Source(
-            r"(?<![A-Za-z0-9])(?:creds|credentials|login|logins|account|identifiants?|usuario"
-            r"|benutzer(?:name)?|username|user|wi-?fi|wlan|ssid)(?:[ \t]+[^\s:/]{1,24}){0,3}?"
-            r"(?:[ \t]+(?:are|is)|[ \t]*(?::|→|->))?[ \t]+"
-            r"[\w.@+-]{1,64}(?::(?!//)|[ \t]*/[ \t]*)" + _VALUE,
-            re.IGNORECASE,
-        ),
-        tuple(
-            [
-                "cred",
-                "login",
-                "account",
-                "identifiant",
-                "usuario",
-                "benutzer",
-                "user",
-                "wifi",
-                "wi-fi",
-                "wlan",
-                "ssid",
-            ]
-        ),
+        r"(?<![A-Za-z0-9])(?:creds|credentials|login|logins|account|identifiants?|usuario"
+        r"|benutzer(?:name)?|username|user|wi-?fi|wlan|ssid)(?:[ \t]+[^\s:/]{1,24}){0,3}?"
+        r"(?:[ \t]+(?:are|is)|[ \t]*(?::|→|->))?[ \t]+"
+        r"[\w.@+-]{1,64}(?::(?!//)|[ \t]*/[ \t]*)" + _VALUE,
+        "cred login account identifiant usuario benutzer user wifi wi-fi wlan ssid",
+        _I,
     ),
-    SecretPattern(
-        # "root / cKZ1&Dw!0gBEHu", "admin/Monkey2014!": an account every server has, then a
-        # password
+    # "root / cKZ1&Dw!0gBEHu", "admin/Monkey2014!": an account every server has, then a
+    # password
+    _rule(
         "default_user_pair",
-        _Source(
-            r"(?<![\w/.-])(?:" + "|".join(_DEFAULT_USERS) + r")[ \t]*/[ \t]*" + _VALUE,
-            re.IGNORECASE,
-        ),
+        r"(?<![\w/.-])(?:" + "|".join(_DEFAULT_USERS) + r")[ \t]*/[ \t]*" + _VALUE,
         tuple(f"{user}{sep}/" for user in _DEFAULT_USERS for sep in ("", " ")),
+        _I,
     ),
-    SecretPattern(
-        # `--password X`, `--admin-password=X`, `-storepass X`, `--token X`, `--api-key X`
+    # `--password X`, `--admin-password=X`, `-storepass X`, `--token X`, `--api-key X`
+    _rule(
         "cli_secret_flag",
-        _Source(
-            r"(?<![\w-])--?(?:[a-z0-9]+-)*(?:password|passwd|pwd|passphrase|storepass|keypass"
-            r"|srcstorepass|deststorepass|secret|token|api-key|apikey|auth-token|access-token)"
-            r"(?:=|[ \t]+)" + _CLI_VALUE,
-            re.IGNORECASE,
-        ),
-        ("-pass", "-pwd", "-secret", "-token", "-api", "-auth", "-access", "storepass", "keypass"),
+        r"(?<![\w-])--?(?:[a-z0-9]+-)*(?:password|passwd|pwd|passphrase|storepass|keypass"
+        r"|srcstorepass|deststorepass|secret|token|api-key|apikey|auth-token|access-token)"
+        r"(?:=|[ \t]+)" + _CLI_VALUE,
+        "-pass -pwd -secret -token -api -auth -access storepass keypass",
+        _I,
     ),
-    SecretPattern(
-        # tools whose short flag takes a password: `sshpass -p X`, `mysql -pX`, `docker login -p X`,
-        # `redis-cli -a X`, `sqlcmd -P X`, `ldapsearch -w X`, `zip -P X`, `7z -pX`
+    # tools whose short flag takes a password: `sshpass -p X`, `mysql -pX`, `docker login -p X`,
+    # `redis-cli -a X`, `sqlcmd -P X`, `ldapsearch -w X`, `zip -P X`, `7z -pX`
+    _rule(
         "cli_password_option",
-        _Source(
-            r"(?:\bsshpass(?:[ \t]+-[a-oq-zA-Z]\S*)*[ \t]+-p[ \t]*"
-            r"|\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck|mariadb"
-            r"|mariadb-dump)\b[^\n|;&]{0,300}?[ \t]-p(?=\S)"
-            r"|\bdocker[ \t]+login\b[^\n|;&]{0,300}?[ \t]-p[ \t]+"
-            r"|\bredis-cli\b[^\n|;&]{0,300}?[ \t]-a[ \t]+"
-            r"|\b(?:sqlcmd|bcp|osql|isql)\b[^\n|;&]{0,300}?[ \t]-P[ \t]*"
-            r"|\bldap[a-z]*\b[^\n|;&]{0,300}?[ \t]-w[ \t]+"
-            r"|\bzip\b[^\n|;&]{0,300}?[ \t]-P[ \t]+"
-            r"|\b7za?\b[^\n|;&]{0,300}?[ \t]-p(?=\S)"
-            r"|\bmongo(?:sh)?\b[^\n|;&]{0,300}?[ \t]-p[ \t]+"
-            r"|-pass(?:in|out)?[ \t]+pass:"
-            r"|\bsmbclient\b[^\n|;&]{0,300}?[ \t](?:-U[ \t]*|--user[= ])[^\s%]{1,64}%"
-            r"|\bnet[ \t]+use\b[^\n|;&]{0,300}?/user:\S+[ \t]+"
-            r"|\bhtpasswd[ \t]+-[a-zA-Z]*b[a-zA-Z]*[ \t]+(?:-\S+[ \t]+)*\S+[ \t]+\S+[ \t]+"
-            r"|\b(?:MYSQL_PWD|SSHPASS|REDISCLI_AUTH)="
-            r"|\becho[ \t]+(?=\S+[ \t]*\|[ \t]*sudo[ \t]+(?:-\w+[ \t]+)*-S\b))" + _CLI_VALUE
-        ),
-        tuple(
-            [
-                "sshpass",
-                "mysql",
-                "mariadb",
-                "docker",
-                "redis-cli",
-                "sqlcmd",
-                "bcp",
-                "osql",
-                "isql",
-                "ldap",
-                "zip",
-                "7z",
-                "mongo",
-                "pass:",
-                "smbclient",
-                "net",
-                "htpasswd",
-                "mysql_pwd",
-                "rediscli_auth",
-                "sudo",
-            ]
+        r"(?:\bsshpass(?:[ \t]+-[a-oq-zA-Z]\S*)*[ \t]+-p[ \t]*"
+        r"|\b(?:mysql|mysqldump|mysqladmin|mysqlimport|mysqlshow|mysqlcheck|mariadb"
+        r"|mariadb-dump)\b[^\n|;&]{0,300}?[ \t]-p(?=\S)"
+        r"|\bdocker[ \t]+login\b[^\n|;&]{0,300}?[ \t]-p[ \t]+"
+        r"|\bredis-cli\b[^\n|;&]{0,300}?[ \t]-a[ \t]+"
+        r"|\b(?:sqlcmd|bcp|osql|isql)\b[^\n|;&]{0,300}?[ \t]-P[ \t]*"
+        r"|\bldap[a-z]*\b[^\n|;&]{0,300}?[ \t]-w[ \t]+"
+        r"|\bzip\b[^\n|;&]{0,300}?[ \t]-P[ \t]+"
+        r"|\b7za?\b[^\n|;&]{0,300}?[ \t]-p(?=\S)"
+        r"|\bmongo(?:sh)?\b[^\n|;&]{0,300}?[ \t]-p[ \t]+"
+        r"|-pass(?:in|out)?[ \t]+pass:"
+        r"|\bsmbclient\b[^\n|;&]{0,300}?[ \t](?:-U[ \t]*|--user[= ])[^\s%]{1,64}%"
+        r"|\bnet[ \t]+use\b[^\n|;&]{0,300}?/user:\S+[ \t]+"
+        r"|\bhtpasswd[ \t]+-[a-zA-Z]*b[a-zA-Z]*[ \t]+(?:-\S+[ \t]+)*\S+[ \t]+\S+[ \t]+"
+        r"|\b(?:MYSQL_PWD|SSHPASS|REDISCLI_AUTH)="
+        r"|\becho[ \t]+(?=\S+[ \t]*\|[ \t]*sudo[ \t]+(?:-\w+[ \t]+)*-S\b))" + _CLI_VALUE,
+        (
+            "sshpass mysql mariadb docker redis-cli sqlcmd bcp osql isql ldap zip 7z mongo"
+            " pass: smbclient net htpasswd mysql_pwd rediscli_auth sudo"
         ),
     ),
-    SecretPattern(
-        # `curl -u user:password`, `curl --user :token`
+    # `curl -u user:password`, `curl --user :token`
+    _rule(
         "curl_user",
-        _Source(
-            r"\bcurl\b[^\n|;&]{0,300}?[ \t](?:-u|--user|--proxy-user|-U)(?:[ \t]+|=)?[\"']?"
-            r"[^\s:\"']{0,64}:([^\s\"']{1,256})"
-        ),
-        ("curl",),
+        r"\bcurl\b[^\n|;&]{0,300}?[ \t](?:-u|--user|--proxy-user|-U)(?:[ \t]+|=)?[\"']?"
+        r"[^\s:\"']{0,64}:([^\s\"']{1,256})",
+        "curl",
     ),
-    SecretPattern(
-        # "my Mistral key is …", "the AWS secret access key is …". The value must look
-        # machine-made (`_looks_generated`): "the key is to keep it simple" stays.
+    # "my Mistral key is …", "the AWS secret access key is …". The value must look
+    # machine-made (`_looks_generated`): "the key is to keep it simple" stays.
+    _rule(
         "prose_key",
-        _Source(
-            r"(?<![A-Za-z0-9])(?:key|token|secret|credential|pat)s?\s+(?:is|was|:|=)\s+"
-            r"(?:\"([^\"\n]{16,256})\"|'([^'\n]{16,256})'|`([^`\n]{16,256})`"
-            r"|([A-Za-z0-9_\-+/=.~]{15,511}[A-Za-z0-9_\-+/=~]))",
-            re.IGNORECASE,
-        ),
-        ("key", "token", "secret", "credential", "pat"),
+        r"(?<![A-Za-z0-9])(?:key|token|secret|credential|pat)s?\s+(?:is|was|:|=)\s+"
+        r"(?:\"([^\"\n]{16,256})\"|'([^'\n]{16,256})'|`([^`\n]{16,256})`"
+        r"|([A-Za-z0-9_\-+/=.~]{15,511}[A-Za-z0-9_\-+/=~]))",
+        "key token secret credential pat",
+        _I,
     ),
-    SecretPattern(
-        # "I use c0pp3r=Winter everywhere": no word says it, but a word with a capital, a small
-        # letter, a digit and a symbol inside it is what password rules make people type
+    # "I use c0pp3r=Winter everywhere": no word says it, but a word with a capital, a small
+    # letter, a digit and a symbol inside it is what password rules make people type
+    _rule(
         "password_shape",
-        _Source(
-            r"(?<![^\s\"'`(\[{<「“])(?=[!#-&+-~]{0,39}[!#$%&+=?@^~])(?=[!#-&+-~]{0,39}\d)"
-            r"[!#-&+-~]{8,40}(?=[\s\"'`)\]}>」”]|$)"
-        ),
-        (),
-        _Source(r"[!#$%&+=?@^~]"),
+        r"(?<![^\s\"'`(\[{<「“])(?=[!#-&+-~]{0,39}[!#$%&+=?@^~])(?=[!#-&+-~]{0,39}\d)"
+        r"[!#-&+-~]{8,40}(?=[\s\"'`)\]}>」”]|$)",
+        "",
+        0,
+        r"[!#$%&+=?@^~]",
     ),
-    SecretPattern(
-        # 13-19 digits, bare or in groups of 4 (Amex 4-6-5); `_card_number` wants a card
-        # network's prefix, the grouping cards are printed with, and a right Luhn check digit
+    # 13-19 digits, bare or in groups of 4 (Amex 4-6-5); `_card_number` wants a card
+    # network's prefix, the grouping cards are printed with, and a right Luhn check digit
+    _rule(
         "card_number",
-        _Source(r"(?<![\w.\-/+])\d(?:[ \-]?\d){12,18}(?![\w\-/]|[.,]\d)"),
-        (),
-        _Source(r"\d\d\d\d[ \-]?\d\d\d\d"),
+        r"(?<![\w.\-/+])\d(?:[ \-]?\d){12,18}(?![\w\-/]|[.,]\d)",
+        "",
+        0,
+        r"\d\d\d\d[ \-]?\d\d\d\d",
     ),
-    SecretPattern(
-        # A generated token with no word near it ("here you go: 9fK2…", a bare AWS secret key):
-        # detect-secrets' idea, a long run of token characters whose Shannon entropy is that of
-        # random text (`_high_entropy`). URLs, file paths and data blobs are left alone.
+    # A generated token with no word near it ("here you go: 9fK2…", a bare AWS secret key):
+    # detect-secrets' idea, a long run of token characters whose Shannon entropy is that of
+    # random text (`_high_entropy`). URLs, file paths and data blobs are left alone.
+    _rule(
         "high_entropy_token",
-        _Source(
-            r"(?<![A-Za-z0-9+/=_\-.~%@:#$&?\\])[A-Za-z0-9][A-Za-z0-9+/_\-]{18,}[A-Za-z0-9]"
-            r"(?:={1,2})?(?![A-Za-z0-9+/=_\-~%@\\]|\.\w)"
-        ),
-        (),
-        _Source(r"[A-Za-z0-9+/_\-]{20}"),
+        r"(?<![A-Za-z0-9+/=_\-.~%@:#$&?\\])[A-Za-z0-9][A-Za-z0-9+/_\-]{18,}[A-Za-z0-9]"
+        r"(?:={1,2})?(?![A-Za-z0-9+/=_\-~%@\\]|\.\w)",
+        "",
+        0,
+        r"[A-Za-z0-9+/_\-]{20}",
     ),
 )
