@@ -203,12 +203,19 @@ def search(
 ) -> list[dict[str, Any]]:
     """One `memory_search` call; results as the JSON the agent would see."""
     idx.overrides = overrides or {}
+    configured = idx.cfg
+    if max_results is not None and max_results > configured.query.max_results:
+        # a deeper list than the configured one: searched as an index configured that deep, since a
+        # call's maxResults only trims the configured pool
+        query_cfg = dataclasses.replace(configured.query, max_results=max_results)
+        idx.cfg = dataclasses.replace(configured, query=query_cfg)
     try:
         outcome = idx.search(
             query, max_results=max_results, min_score=min_score, mode=mode, now=NOW
         )
     finally:
         idx.overrides = {}
+        idx.cfg = configured
     # what memory_search injects: the orchestrator's one budget trim (citations are off here)
     budget = outcome.max_injected_chars if max_chars is None else max_chars
     return [
