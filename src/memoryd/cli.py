@@ -10,7 +10,6 @@ input (a bad flag, an out-of-range value, a bad agent id — codes `invalid_inpu
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import json
 import logging
@@ -20,9 +19,13 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from . import __version__
+from .cli_common import forward as _forward
+from .cli_common import print_json as _print_json
+from .cli_common import service as _service
+from .cli_forget import cmd_forget, cmd_reset
 from .cli_output import print_search, print_status, skipped_line
 from .core.text import visible_controls
-from .errors import InvalidInput, MemorydError, NotServed, ServerBusy, UnknownAgent
+from .errors import InvalidInput, MemorydError, UnknownAgent
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -453,59 +456,11 @@ def _http_address(raw: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
-
-
-def _identity(args: argparse.Namespace) -> dict[str, Any]:
-    """Who is asking, as `serve` compares it: config file, workspace flag/env, cwd."""
-    from .paths import config_file
-    from .server import config_identity
-
-    raw_ws = args.workspace or os.environ.get("MEMORYD_WORKSPACE")
-    return {
-        "config": config_identity(config_file(args.config)),
-        "workspace": os.path.abspath(os.path.expanduser(raw_ws)) if raw_ws else None,
-        "cwd": os.getcwd(),
-    }
-
-
-def _forward(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any] | None:
-    """The answer of a running `memoryd serve` that serves this caller (its failure raised); else None."""
-    if os.environ.get("MEMORYD_NO_SERVER"):
-        return None
-    from . import paths
-
-    sock = paths.socket_path()
-    if not sock.exists():  # no server: skip its module (socket) and the config hash
-        return None
-    from .server import request
-
-    out = request(sock, {**payload, "agent": args.agent, "identity": _identity(args)})
-    if out is not None and out.get("code") in (NotServed.code, ServerBusy.code):
-        logging.getLogger("memoryd").info("%s; running in this process", out.get("error"))
-        return None
-    if out is not None and out.get("disabled"):
-        raise MemorydError.from_result(out)
-    return out
-
-
 def _validate(tool: str, **arguments: Any) -> None:
     """The tool input contract (`memoryd.tools`), for what this process answers itself."""
     from .tools import validate_tool_input
 
     validate_tool_input(tool, {k: v for k, v in arguments.items() if v is not None})
-
-
-def _service(args: argparse.Namespace, *, one_off: bool = True) -> Any:
-    """The service for this command (`one_off`: it answers once and the process exits)."""
-    # imported here: a search forwarded to `memoryd serve` never pays for config, numpy or SQLite
-    from .config_files import load_config
-    from .orchestrator import MemoryService
-
-    config = load_config(args.config)
-    # a one-off command: each search catches the index up itself (`serve` starts its own work)
-    return MemoryService(config, workspace=args.workspace, background=False, one_off=one_off)
 
 
 # ----------------------------------------------------------------------------- commands
@@ -625,139 +580,6 @@ def _cmd_append(args: argparse.Namespace) -> int:
             f"appended {out['bytesWritten']} bytes to {visible_controls(out['path'])}"
             + (" (created)" if out.get("created") else "")
         )
-    return 0
-
-
-#: forget and reset may rebuild an index: a forwarded one waits this long for serve's answer
-_LONG_TIMEOUT_S = 3600.0
-
-
-def _forward_long(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any] | None:
-    """`_forward` for forget and reset: a serve that stops answering is an error, never a
-    reason to run the same work in this process beside it."""
-    if os.environ.get("MEMORYD_NO_SERVER"):
-        return None
-    from . import paths
-    from .server import ping, request
-
-    sock = paths.socket_path()
-    alive = ping(sock) if sock.exists() else None
-    if alive is None:
-        return None
-    full = {**payload, "agent": args.agent, "identity": _identity(args)}
-    if payload["op"] != "forget-plan":
-        print(
-            f"memoryd: {payload['op']}: asking memoryd serve (pid {alive.get('pid')})",
-            file=sys.stderr,
-        )
-    out = request(sock, full, timeout=_LONG_TIMEOUT_S)
-    if out is None:
-        raise MemorydError(f"memoryd serve did not answer {payload['op']}; see `memoryd status`")
-    if out.get("code") == NotServed.code:
-        logging.getLogger("memoryd").info("%s; running in this process", out.get("error"))
-        return None
-    if out.get("disabled"):
-        raise MemorydError.from_result(out)
-    if payload["op"] != "forget-plan":
-        print(f"memoryd: {payload['op']} done by memoryd serve", file=sys.stderr)
-    return out
-
-
-def _confirm(question: str, refusal: str) -> None:
-    """Ask on the terminal; without one, refuse with `refusal` (pass --yes)."""
-    if not (sys.stdin.isatty() and sys.stderr.isatty()):
-        raise InvalidInput(refusal)
-    sys.stderr.write(question + " [y/N] ")
-    sys.stderr.flush()
-    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
-        raise MemorydError("not confirmed: nothing was changed")
-
-
-def _lines_named(ranges: list[list[int]]) -> str:
-    """`line 3`, `lines 3-5, 9`."""
-    parts = [f"{a}-{b}" if a != b else str(a) for a, b in ranges]
-    one = len(ranges) == 1 and ranges[0][0] == ranges[0][1]
-    return ("line " if one else "lines ") + ", ".join(parts)
-
-
-def _print_forget_plan(plan: dict[str, Any], out: Any, *, dry_run: bool) -> None:
-    print("would remove:" if dry_run else "to remove:", file=out)
-    for sel in plan["selections"]:
-        print(f"{visible_controls(sel['path'])} ({_lines_named(sel['ranges'])}):", file=out)
-        for line in sel["lines"]:
-            print(f"  {line['line']:>5}  {visible_controls(line['text'])}", file=out)
-
-
-def _cmd_forget(args: argparse.Namespace) -> int:
-    from .progress import ProgressReporter
-
-    asked = {"target": args.target, "maxResults": args.max_results}
-    with contextlib.ExitStack() as stack:
-        svc = None
-        plan = _forward_long(args, {"op": "forget-plan", **asked})
-        if plan is None:
-            svc = stack.enter_context(_service(args))
-            plan = svc.forget_plan(args.target, agent_id=args.agent, max_results=args.max_results)
-        if not plan["selections"]:
-            raise MemorydError(f"nothing to forget: no memory line matches {args.target!r}")
-        if args.dry_run:
-            if args.json:
-                _print_json({**plan, "dryRun": True})
-            else:
-                _print_forget_plan(plan, None, dry_run=True)
-            return 0
-        _print_forget_plan(plan, sys.stderr if args.json else sys.stdout, dry_run=False)
-        if plan["confirm"] and not args.yes:
-            n = sum(len(s["lines"]) for s in plan["selections"])
-            _confirm(
-                f"remove these {n} lines from memory for good?",
-                "forget by query or of a whole file removes only what you confirmed: check "
-                "the list with --dry-run, then pass --yes (or name PATH#Lx-Ly)",
-            )
-        keys = ("path", "ranges", "sha256")
-        chosen = [{k: s[k] for k in keys} for s in plan["selections"]]
-        if svc is None:
-            out = _forward_long(args, {"op": "forget", "selections": chosen})
-            if out is None:
-                raise MemorydError("memoryd serve stopped between listing and removing: run again")
-        else:
-            with ProgressReporter() as progress:
-                out = svc.forget(chosen, agent_id=args.agent, progress=progress)
-    if args.json:
-        _print_json(out)
-        return 0
-    for r in out["removed"]:
-        what = f"{_lines_named(r['ranges'])} of {visible_controls(r['path'])}"
-        print(f"removed {what}; backup (delete it when sure): {r['backup']}")
-    names = {"builtin": "the built-in index", "qmd": "qmd"}
-    engines = " and ".join(v for k, v in names.items() if k in out["engines"])
-    purged = f"; transcripts re-indexed without it: {len(out['transcriptsPurged'])}"
-    print(f"purged from {engines}{purged if out['transcriptsPurged'] else ''}")
-    return 0
-
-
-def _cmd_reset(args: argparse.Namespace) -> int:
-    from .progress import ProgressReporter
-
-    if not args.yes:
-        _confirm(
-            "drop this agent's index, qmd home, health and exports for this workspace and "
-            "rebuild them from the Markdown?",
-            "reset drops the derived index and rebuilds it: pass --yes to confirm",
-        )
-    out = _forward_long(args, {"op": "reset"})
-    if out is None:
-        with _service(args) as svc, ProgressReporter() as progress:
-            out = svc.reset(args.agent, progress=progress)
-    if args.json:
-        _print_json(out)
-        return 0
-    print(f"removed {len(out['removed'])} derived files and folders")
-    if "builtin" in out:
-        b = out["builtin"]
-        print(f"rebuilt the built-in index: {b['files']} files, {b['chunks']} chunks")
-    if "qmd" in out:
-        print(f"rebuilt qmd: {len(out['qmd']['collections'])} collections")
     return 0
 
 
@@ -920,8 +742,8 @@ COMMANDS = {
     "index": _cmd_index,
     "context": _cmd_context,
     "append": _cmd_append,
-    "forget": _cmd_forget,
-    "reset": _cmd_reset,
+    "forget": cmd_forget,
+    "reset": cmd_reset,
     "flush-check": _cmd_flush_check,
     "warm": _cmd_warm,
     "serve": _cmd_serve,

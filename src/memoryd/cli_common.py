@@ -1,0 +1,60 @@
+"""What the CLI's commands share: JSON output, who is asking, forwarding to `serve`, the service."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from .errors import MemorydError, NotServed, ServerBusy
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
+
+
+def identity(args: argparse.Namespace) -> dict[str, Any]:
+    """Who is asking, as `serve` compares it: config file, workspace flag/env, cwd."""
+    from .paths import config_file
+    from .server import config_identity
+
+    raw_ws = args.workspace or os.environ.get("MEMORYD_WORKSPACE")
+    return {
+        "config": config_identity(config_file(args.config)),
+        "workspace": os.path.abspath(os.path.expanduser(raw_ws)) if raw_ws else None,
+        "cwd": os.getcwd(),
+    }
+
+
+def forward(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The answer of a running `memoryd serve` that serves this caller (its failure raised); else None."""
+    if os.environ.get("MEMORYD_NO_SERVER"):
+        return None
+    from . import paths
+
+    sock = paths.socket_path()
+    if not sock.exists():  # no server: skip its module (socket) and the config hash
+        return None
+    from .server import request
+
+    out = request(sock, {**payload, "agent": args.agent, "identity": identity(args)})
+    if out is not None and out.get("code") in (NotServed.code, ServerBusy.code):
+        logging.getLogger("memoryd").info("%s; running in this process", out.get("error"))
+        return None
+    if out is not None and out.get("disabled"):
+        raise MemorydError.from_result(out)
+    return out
+
+
+def service(args: argparse.Namespace, *, one_off: bool = True) -> Any:
+    """The service for this command (`one_off`: it answers once and the process exits)."""
+    # imported here: a search forwarded to `memoryd serve` never pays for config, numpy or SQLite
+    from .config_files import load_config
+    from .orchestrator import MemoryService
+
+    config = load_config(args.config)
+    # a one-off command: each search catches the index up itself (`serve` starts its own work)
+    return MemoryService(config, workspace=args.workspace, background=False, one_off=one_off)
