@@ -179,10 +179,19 @@ class Searcher:
                 results = self._results(
                     store, ranked, query, params, early.snippets if early else {}, trace
                 )
-        kw_used = want_kw and store.fts_available
-        used_mode = "keyword" if qvec is None else ("hybrid" if kw_used else "vector")
+        used_mode = (
+            "keyword"
+            if qvec is None
+            else ("hybrid" if want_kw and store.fts_available else "vector")
+        )
         if pending and (qvec is not None or no_vectors_yet):
             notes.append(_pending_note(pending, stats.chunks))
+        return self._output(results, used_mode, notes, pending)
+
+    def _output(
+        self, results: list[SearchResult], mode: str, notes: list[str], pending: int
+    ) -> SearchOutput:
+        eng = self.engine
         degraded = None
         if eng.fallback_reason:
             degraded = {"reason": eng.fallback_reason, "since": eng.fallback_since}
@@ -191,7 +200,7 @@ class Searcher:
             engine="builtin",
             provider=eng.provider.id if eng.provider else None,
             model=eng.provider.model if eng.provider else None,
-            mode=used_mode,
+            mode=mode,
             max_injected_chars=eng.cfg.query.max_injected_chars,
             notes=notes,
             degraded=degraded,
