@@ -62,7 +62,12 @@ def test_an_open_service_embeds_pending_chunks_in_the_background(workspace: Path
     provider.gate.clear()  # however slow the search, the background cannot finish before it
     with svc:
         first = svc.search("pelican sighting")
-        assert first.mode == "keyword" and pending(svc) == 20
+        assert first.mode == "keyword"
+        # with searchWaitMs = 0 the search does not wait for a background text phase under way
+        deadline = time.monotonic() + 30
+        while pending(svc) != 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pending(svc) == 20
         provider.gate.set()
         with within(30):
             while pending(svc):
