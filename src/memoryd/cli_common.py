@@ -29,8 +29,16 @@ def identity(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def forward(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any] | None:
-    """The answer of a running `memoryd serve` that serves this caller (its failure raised); else None."""
+def forward(
+    args: argparse.Namespace,
+    payload: dict[str, Any],
+    *,
+    wait_s: float | None = None,
+    announce: bool = False,
+) -> dict[str, Any] | None:
+    """The answer of a running `memoryd serve` that serves this caller (its failure raised); else
+    None. With `wait_s` (work that may rebuild an index) a serve that stops answering is an error,
+    never a reason to run the same work in this process beside it."""
     if os.environ.get("MEMORYD_NO_SERVER"):
         return None
     from . import paths
@@ -38,14 +46,32 @@ def forward(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any]
     sock = paths.socket_path()
     if not sock.exists():  # no server: skip its module (socket) and the config hash
         return None
-    from .server import request
+    from .server import ping, request
 
-    out = request(sock, {**payload, "agent": args.agent, "identity": identity(args)})
-    if out is not None and out.get("code") in (NotServed.code, ServerBusy.code):
+    full = {**payload, "agent": args.agent, "identity": identity(args)}
+    op = payload["op"]
+    if wait_s is None:
+        out = request(sock, full)
+        if out is None:
+            return None
+        run_here: tuple[str, ...] = (NotServed.code, ServerBusy.code)
+    else:
+        alive = ping(sock)
+        if alive is None:
+            return None
+        if announce:
+            print(f"memoryd: {op}: asking memoryd serve (pid {alive.get('pid')})", file=sys.stderr)
+        out = request(sock, full, timeout=wait_s)
+        if out is None:
+            raise MemorydError(f"memoryd serve did not answer {op}; see `memoryd status`")
+        run_here = (NotServed.code,)
+    if out.get("code") in run_here:
         logging.getLogger("memoryd").info("%s; running in this process", out.get("error"))
         return None
-    if out is not None and out.get("disabled"):
+    if out.get("disabled"):
         raise MemorydError.from_result(out)
+    if announce:
+        print(f"memoryd: {op} done by memoryd serve", file=sys.stderr)
     return out
 
 

@@ -4,50 +4,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
-import os
 import sys
 from typing import Any
 
-from .cli_common import identity as _identity
+from .cli_common import forward
 from .cli_common import print_json as _print_json
 from .cli_common import service as _service
 from .core.text import visible_controls
-from .errors import InvalidInput, MemorydError, NotServed
+from .errors import InvalidInput, MemorydError
 
 #: forget and reset may rebuild an index: a forwarded one waits this long for serve's answer
 _LONG_TIMEOUT_S = 3600.0
 
 
 def _forward_long(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any] | None:
-    """`_forward` for forget and reset: a serve that stops answering is an error, never a
-    reason to run the same work in this process beside it."""
-    if os.environ.get("MEMORYD_NO_SERVER"):
-        return None
-    from . import paths
-    from .server import ping, request
-
-    sock = paths.socket_path()
-    alive = ping(sock) if sock.exists() else None
-    if alive is None:
-        return None
-    full = {**payload, "agent": args.agent, "identity": _identity(args)}
-    if payload["op"] != "forget-plan":
-        print(
-            f"memoryd: {payload['op']}: asking memoryd serve (pid {alive.get('pid')})",
-            file=sys.stderr,
-        )
-    out = request(sock, full, timeout=_LONG_TIMEOUT_S)
-    if out is None:
-        raise MemorydError(f"memoryd serve did not answer {payload['op']}; see `memoryd status`")
-    if out.get("code") == NotServed.code:
-        logging.getLogger("memoryd").info("%s; running in this process", out.get("error"))
-        return None
-    if out.get("disabled"):
-        raise MemorydError.from_result(out)
-    if payload["op"] != "forget-plan":
-        print(f"memoryd: {payload['op']} done by memoryd serve", file=sys.stderr)
-    return out
+    return forward(args, payload, wait_s=_LONG_TIMEOUT_S, announce=payload["op"] != "forget-plan")
 
 
 def _confirm(question: str, refusal: str) -> None:
