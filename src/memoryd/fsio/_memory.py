@@ -268,20 +268,10 @@ def _append_in(
     for attempt in range(_OPEN_ATTEMPTS):
         fd, created = _open_for_append(parent, name)
         try:
-            st = os.fstat(fd)
-            problem = _file_problem(st, root_dev)
-            if problem is not None:
-                raise problem
-            _lock(fd, lock_timeout, shown)
-            try:
-                # checked under the lock: a writer we waited for may have replaced the file
-                _same_entry(parent, name, st)
-                if not created:
-                    _settled(parent, name, fd, os.fstat(fd))
-            except (_Refused, _Missing):
-                if attempt + 1 < _OPEN_ATTEMPTS:
-                    continue
-                raise _Refused("changed", "was replaced while being opened") from None
+            last = attempt + 1 == _OPEN_ATTEMPTS
+            st = _lock_checked(parent, name, fd, root_dev, lock_timeout, shown, not created, last)
+            if st is None:
+                continue
             size = os.fstat(fd).st_size
             if size == 0:
                 data = prefix + payload
@@ -297,6 +287,34 @@ def _append_in(
             _fsync_fd(parent)
         return AppendOutcome(created, len(data), offset, end, st.st_dev, st.st_ino)
     raise _Refused("changed", "was replaced while being opened")  # pragma: no cover - loop exits
+
+
+def _lock_checked(
+    parent: int,
+    name: str,
+    fd: int,
+    root_dev: int,
+    lock_timeout: float,
+    shown: str,
+    settle: bool,
+    last: bool,
+) -> os.stat_result | None:
+    """`fd` checked, then held under the writers' lock; None when the name no longer holds it (a
+    writer we waited for replaced the file): open again, unless this was the `last` attempt."""
+    st = os.fstat(fd)
+    problem = _file_problem(st, root_dev)
+    if problem is not None:
+        raise problem
+    _lock(fd, lock_timeout, shown)
+    try:
+        _same_entry(parent, name, st)
+        if settle:
+            _settled(parent, name, fd, os.fstat(fd))
+    except (_Refused, _Missing):
+        if not last:
+            return None
+        raise _Refused("changed", "was replaced while being opened") from None
+    return st
 
 
 def _lock(fd: int, timeout: float, shown: str) -> None:

@@ -18,19 +18,16 @@ from ._chain import (
     _OPEN_ATTEMPTS,
     _checked_rel,
     _close,
-    _file_problem,
     _fsync_fd,
     _kind_problem,
     _lstat_at,
     _Missing,
     _parent_of,
     _Refused,
-    _same_entry,
-    _settled,
     _shown,
     _strerror,
 )
-from ._memory import _lock, _read_fd, _refusal_or
+from ._memory import _lock_checked, _read_fd, _refusal_or
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,18 +87,9 @@ def _rewrite_in(
             raise problem
         fd = os.open(name, _APPEND_FLAGS, dir_fd=parent)
         try:
-            st = os.fstat(fd)
-            problem = _file_problem(st, root_dev)
-            if problem is not None:
-                raise problem
-            _lock(fd, lock_timeout, shown)
-            try:
-                _same_entry(parent, name, st)  # an appender or editor may have replaced it
-                _settled(parent, name, fd, os.fstat(fd))
-            except (_Refused, _Missing):
-                if attempt + 1 < _OPEN_ATTEMPTS:
-                    continue
-                raise _Refused("changed", "was replaced while being opened") from None
+            last = attempt + 1 == _OPEN_ATTEMPTS
+            if _lock_checked(parent, name, fd, root_dev, lock_timeout, shown, True, last) is None:
+                continue
             held = os.fstat(fd)
             old, _cut = _read_fd_at_start(fd, held.st_size)
             new = edit(old)
