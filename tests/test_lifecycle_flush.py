@@ -19,14 +19,9 @@ from memoryd.config import (
     resolve_agent,
     validate_config,
 )
+from memoryd.core.replies import is_no_reply
 from memoryd.errors import InvalidInput
-from memoryd.lifecycle import (
-    FlushState,
-    check_flush,
-    flush_threshold,
-    is_no_reply,
-    record_flush,
-)
+from memoryd.lifecycle.flush import FlushState, check_flush, flush_threshold, record_flush
 
 WINDOW = 200_000
 # default reserveTokensFloor 20000 + softThresholdTokens 4000

@@ -15,24 +15,10 @@ from typing import Any, Final, Literal
 import filelock
 
 from ..config import ResolvedAgent
-from ..core.replies import SILENT_REPLY_TOKEN, is_no_reply
 from ..core.session_keys import normalize_session_key
 from ..core.text import camel_case
 from ..errors import FlushStateError, InvalidInput, StateError
 from ..fsio import private_dir, private_file, read_private, write_private_atomic
-
-__all__ = [
-    "SILENT_REPLY_TOKEN",
-    "FlushDecision",
-    "FlushReason",
-    "FlushRecord",
-    "FlushState",
-    "FlushStateError",
-    "check_flush",
-    "flush_threshold",
-    "is_no_reply",
-    "record_flush",
-]
 
 log = logging.getLogger(__name__)
 

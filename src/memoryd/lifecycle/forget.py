@@ -34,21 +34,9 @@ from ..fsio import (
     wipe_folder,
     write_private_atomic,
 )
+from ..memfiles import transcript_display_path
 from .session_export import manifest_name, session_export_dir
-from .transcripts import list_transcripts, parse_transcript, transcript_display_path
-
-__all__ = [
-    "ForgetTarget",
-    "Selection",
-    "backup_dir",
-    "check_writable",
-    "forget_lines",
-    "load_tombstones",
-    "parse_target",
-    "remove_derived",
-    "select_lines",
-    "transcripts_with_forgotten",
-]
+from .transcripts import list_transcripts, parse_transcript
 
 #: `PATH#L3`, `PATH#L3-L7` or `PATH#L3-7`; a bare PATH is the whole file.
 _TARGET_RE: Final = re.compile(r"^(?P<path>\S+?)(?:#L(?P<start>\d+)(?:-L?(?P<end>\d+))?)?$", re.I)
@@ -245,10 +233,10 @@ def transcripts_with_forgotten(agent: ResolvedAgent, tombstones: Tombstones) -> 
     out = []
     for path in list_transcripts(agent):
         try:
-            parsed = parse_transcript(path, sanitize=True)
+            messages = parse_transcript(path, sanitize=True)[0]
         except OSError:
             continue
-        if any(tombstones.spans(m.text) for m in parsed.messages):
+        if any(tombstones.spans(m.text) for m in messages):
             out.append(transcript_display_path(path))
     return out
 

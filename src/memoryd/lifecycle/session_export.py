@@ -12,18 +12,10 @@ import filelock
 
 from ..config import ResolvedAgent
 from ..core.forgotten import Tombstones, forgotten_path, scrub_messages
+from ..core.transcripts import render_transcript
 from ..errors import SessionExportError, StateError
 from ..fsio import private_dir, read_private, write_private_atomic
-from .transcripts import list_transcripts, parse_transcript, render_transcript, session_id
-
-__all__ = [
-    "ExportReport",
-    "SessionExportError",
-    "export_sessions",
-    "manifest_name",
-    "render_session_markdown",
-    "session_export_dir",
-]
+from .transcripts import list_transcripts, parse_transcript, session_id
 
 
 def manifest_name(agent_id: str) -> str:
@@ -159,14 +151,14 @@ def _export_locked(
             report.unchanged.append(sid)
             continue
         try:
-            parsed = parse_transcript(src, sanitize=True)
+            parsed, malformed, _lines = parse_transcript(src, sanitize=True)
         except OSError:
             report.skipped[sid] = "unreadable"
             if seen is not None:
                 new[name] = seen  # keep the last good export through a transient error
             continue
-        report.malformed_lines += parsed.malformed
-        messages = scrub_messages(parsed.messages, tombstones)
+        report.malformed_lines += malformed
+        messages = scrub_messages(parsed, tombstones)
         if not messages:
             report.skipped[sid] = "empty"
             continue

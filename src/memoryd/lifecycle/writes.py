@@ -10,19 +10,8 @@ from typing import Any, Final, Literal
 
 from ..config import ResolvedAgent
 from ..core.layout import LONG_TERM_NAMES, MEMORY_DIR, MemoryRoot, daily_note_rel
-from ..errors import InvalidMemoryWrite, MemoryWriteFailed, WorkspaceReadOnly
+from ..errors import InvalidMemoryWrite, WorkspaceReadOnly
 from ..fsio import append_file
-
-__all__ = [
-    "MAX_APPEND_BYTES",
-    "AppendResult",
-    "AppendTarget",
-    "InvalidMemoryWrite",
-    "MemoryWriteFailed",
-    "WorkspaceReadOnly",
-    "append_memory",
-    "append_target_path",
-]
 
 AppendTarget = Literal["daily", "long-term"]
 MAX_APPEND_BYTES: Final = 64 * 1024
