@@ -139,7 +139,7 @@ def daily_note_paths(workspace: Path, day: date) -> list[Path]:
     return [workspace / MEMORY_DIR / n for n in names]
 
 
-def _root_of(workspace: Path, path: Path) -> tuple[MemoryRoot, PurePosixPath]:
+def root_of(workspace: Path, path: Path) -> tuple[MemoryRoot, PurePosixPath]:
     rel = path.relative_to(workspace)
     if rel.parts[0] == MEMORY_DIR:
         return MemoryRoot(str(workspace / MEMORY_DIR), "*.md"), PurePosixPath(*rel.parts[1:])
@@ -155,7 +155,7 @@ def _long_term_path(workspace: Path) -> Path | None:
 
 def _read(workspace: Path, path: Path) -> str | None:
     """The file's text, read by descriptor (never through a symlink); None if absent or refused."""
-    root, rel = _root_of(workspace, path)
+    root, rel = root_of(workspace, path)
     try:
         got = read_file(root, rel, anchor=workspace)
     except MemorydError:
