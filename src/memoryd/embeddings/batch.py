@@ -76,7 +76,7 @@ class BatchRunner(abc.ABC):
 
 
 class BatchMode:
-    """Per-provider batch state: config, failures, pending jobs; `describe()` feeds status."""
+    """Per-provider batch state: config, failures, pending jobs."""
 
     def __init__(self, runner: BatchRunner, config: BatchConfig) -> None:
         self.runner = runner
@@ -103,18 +103,6 @@ class BatchMode:
                 self.disabled_reason = (
                     f"batch mode off after {self.failures} failures; last: {reason}"
                 )
-
-    def describe(self) -> dict[str, object]:
-        return {
-            "enabled": self.config.enabled,
-            "active": self.active,
-            "failures": self.failures,
-            "jobsSubmitted": self.jobs_submitted,
-            "jobsCompleted": self.jobs_completed,
-            "pending": len(self._pending),
-            "lastError": self.last_error,
-            "disabledReason": self.disabled_reason,
-        }
 
 
 def _digest(provider: BatchProvider, texts: Sequence[str]) -> str:
