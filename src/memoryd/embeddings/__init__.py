@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BatchPending
-from .base import EmbeddingProvider, ProviderSelection, endpoint_fingerprint, l2_normalize
+from .base import ProviderSelection
 from .hashing import HashingEmbedder
 
 if TYPE_CHECKING:
@@ -30,12 +30,9 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ApiClient",
     "BatchPending",
-    "EmbeddingProvider",
     "HashingEmbedder",
     "ProviderSelection",
     "RetryPolicy",
-    "endpoint_fingerprint",
-    "l2_normalize",
     "merge_headers",
     "parse_json",
 ]

@@ -313,5 +313,24 @@ def _barrier(parent: int) -> None:
         next(entries, None)
 
 
+def write_new(dir_fd: int, name: str, data: bytes, mode: int) -> None:
+    """A new file `name` in `dir_fd` holding `data` with `mode` whatever the umask, fsynced (or
+    removed again)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+    fd = os.open(name, flags, mode, dir_fd=dir_fd)
+    try:
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        _close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+        raise
+    _close(fd)
+
+
 def _strerror(err: OSError) -> str:
     return err.strerror or str(err)

@@ -13,7 +13,6 @@ from ..core.layout import MemoryRoot
 from ..errors import MemoryWriteFailed, PathNotAllowed
 from ._chain import (
     _APPEND_FLAGS,
-    _CLOEXEC,
     _OPEN_ATTEMPTS,
     _checked_rel,
     _close,
@@ -25,6 +24,7 @@ from ._chain import (
     _Refused,
     _shown,
     _strerror,
+    write_new,
 )
 from ._memory import _lock_checked, _read_fd, _refusal_or
 
@@ -86,17 +86,8 @@ def _rewrite_in(
 
 def _replace(parent: int, name: str, data: bytes, mode: int, shown: str) -> None:
     tmp = f".{name}.memoryd-{secrets.token_hex(4)}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
-    fd = os.open(tmp, flags, mode, dir_fd=parent)
     try:
-        try:
-            os.fchmod(fd, mode)  # the umask must not change the file's mode
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            _close(fd)
+        write_new(parent, tmp, data, mode)
         os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
     except BaseException as err:
         with contextlib.suppress(OSError):

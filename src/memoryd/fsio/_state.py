@@ -23,6 +23,7 @@ from ._chain import (
     _fsync_fd,
     _lstat_at,
     _strerror,
+    write_new,
 )
 
 PRIVATE_DIR_MODE: Final = 0o700
@@ -304,7 +305,7 @@ def create_private_once(path: str | os.PathLike[str], data: bytes) -> bool:
     """Write `data` to `path` whole (a temp file linked into place) unless it exists: True if it did."""
     with _entry(path) as (dir_fd, name):
         tmp = _temp_name(name)
-        _write_temp(dir_fd, tmp, data)
+        write_new(dir_fd, tmp, data, PRIVATE_FILE_MODE)
         try:
             os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
             created = True
@@ -319,24 +320,6 @@ def create_private_once(path: str | os.PathLike[str], data: bytes) -> bool:
 
 def _temp_name(name: str) -> str:
     return f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-
-
-def _write_temp(dir_fd: int, name: str, data: bytes) -> None:
-    """A new 0600 file `name` in `dir_fd` holding `data`, fsynced (removed again on failure)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
-    fd = os.open(name, flags, PRIVATE_FILE_MODE, dir_fd=dir_fd)
-    try:
-        os.fchmod(fd, PRIVATE_FILE_MODE)  # the umask may have taken owner bits off
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except BaseException:
-        _close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=dir_fd)
-        raise
-    _close(fd)
 
 
 #: Files SQLite puts next to a database; each is created with the database file's mode.
@@ -363,7 +346,7 @@ def write_private_atomic(path: str | os.PathLike[str], data: bytes) -> None:
             if stat.S_ISLNK(_lstat_at(dir_fd, name).st_mode):
                 raise _symlink_in_state(str(Path(path)))
         tmp = _temp_name(name)
-        _write_temp(dir_fd, tmp, data)
+        write_new(dir_fd, tmp, data, PRIVATE_FILE_MODE)
         try:
             os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
