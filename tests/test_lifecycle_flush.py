@@ -188,7 +188,7 @@ def test_an_older_cycle_than_the_last_flushed_one_never_flushes(workspace: Path)
 def test_forget_lets_a_reset_session_flush_again(workspace: Path) -> None:
     agent = agent_for(workspace)
     assert check(agent, WINDOW, cycle=4).run
-    FlushState.for_agent(agent).forget("agent:main:main")
+    FlushState.for_agent(agent).update("agent:main:main", lambda _old: None)  # a deleted session
     assert check(agent, WINDOW, cycle=0).run
 
 

@@ -134,10 +134,6 @@ class FlushState:
                 self._write_unlocked(data)
             return new
 
-    def forget(self, session_key: str | None) -> None:
-        """Drop a session's record (e.g. the session was deleted)."""
-        self.update(session_key, lambda _old: None)
-
 
 FlushReason = Literal[
     "due",
@@ -186,7 +182,7 @@ def _already(record: FlushRecord | None, compaction_count: int, session_id: str 
     if session_id is not None and record.session_id is not None and record.session_id != session_id:
         return False  # a new session under the same key: its cycles start over
     # `>=`: a host still reporting an older cycle (a stale or racing caller) must not flush a
-    # cycle that is already past. A reset session is told apart by `session_id` (or `forget`).
+    # cycle that is already past. A reset session is told apart by `session_id`.
     return record.compaction_count >= compaction_count
 
 
