@@ -1,8 +1,5 @@
-"""Embedding providers: the interface, the offline default, remote APIs and selection from config.
-
-Providers live in their own modules (`local`, `openai`, …), imported when selected, so that a
-keyword-only search never loads httpx or numpy.
-"""
+"""Embedding providers, each in its own module imported when selected (a keyword-only search
+never loads httpx or numpy)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Every read and write of memory by file descriptor, and memoryd's private state files.
-
-Paths are opened one component at a time without following links, so a symlink swapped in
-between a check and an open cannot redirect I/O; docs/security.md gives the rules.
-"""
+"""Memory and private state read and written by descriptors opened one component at a time
+without following links, so a swapped-in symlink cannot redirect I/O (docs/security.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""`memoryd forget` and `memoryd reset`: the file operations, the backup and the tombstones.
-
-Forgetting rewrites one memory file (`fsio.rewrite_file`) only if the chosen lines still hash as
-shown, so nothing unseen is removed; removed lines go to a 0600 backup and to the tombstones.
-"""
+"""`memoryd forget` and `reset`: lines go only if they still hash as shown, into a 0600 backup
+and the tombstones."""
 
 from __future__ import annotations
 
