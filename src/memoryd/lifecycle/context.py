@@ -146,13 +146,6 @@ def root_of(workspace: Path, path: Path) -> tuple[MemoryRoot, PurePosixPath]:
     return MemoryRoot(str(workspace), rel.name), PurePosixPath(rel.name)
 
 
-def _long_term_path(workspace: Path) -> Path | None:
-    for name in LONG_TERM_NAMES:
-        if _read(workspace, workspace / name) is not None:
-            return workspace / name
-    return None
-
-
 def _read(workspace: Path, path: Path) -> str | None:
     """The file's text, read by descriptor (never through a symlink); None if absent or refused."""
     root, rel = root_of(workspace, path)
@@ -189,7 +182,7 @@ def build_session_context(
     main = is_main_session(session_key)
     candidates: list[tuple[Path, FileKind]] = []
     if main:
-        long_term = _long_term_path(ws)
+        long_term = next((ws / n for n in LONG_TERM_NAMES if _read(ws, ws / n) is not None), None)
         if long_term is not None:
             candidates.append((long_term, "long-term"))
     for day in (today - timedelta(days=1), today):

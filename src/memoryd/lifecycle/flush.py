@@ -102,10 +102,6 @@ class FlushState:
             return {"version": _STATE_VERSION, "sessions": {}}
         return data
 
-    def _write_unlocked(self, data: dict[str, Any]) -> None:
-        payload = json.dumps(data, indent=2, sort_keys=True).encode("utf-8") + b"\n"
-        write_private_atomic(self.path, payload)
-
     def get(self, session_key: str | None) -> FlushRecord | None:
         """The session's last flush record, if any."""
         with self._locked():
@@ -131,7 +127,8 @@ class FlushState:
                     entry.update(new.to_json())
                     sessions[key] = entry
                 data["version"] = _STATE_VERSION
-                self._write_unlocked(data)
+                payload = json.dumps(data, indent=2, sort_keys=True).encode("utf-8") + b"\n"
+                write_private_atomic(self.path, payload)
             return new
 
 

@@ -19,7 +19,7 @@ from ..core.layout import MemoryRoot
 from ..core.results import FileText
 from ..errors import MemorydError, QmdBadOutput, QmdError, QmdTimeout, ServiceUnavailable
 from ..memfiles import discover, read_memory_file
-from .failover import Active, Failover, FailoverSettings, clean_reason
+from .failover import Active, Failover, FailoverSettings, FailoverState, clean_reason
 from .health import REFUSED_HITS, Health, HealthFile
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class AgentBackend:
             self.qmd = qmd_factory(agent)
             self._bind_qmd_events()
         else:
-            self.failover.state = self.failover.state.__class__(active="builtin")
+            self.failover.state = FailoverState(active="builtin")
         if index_factory is None:
             from .engines import builtin_engine
 
@@ -270,9 +270,7 @@ class AgentBackend:
 
         removed = remove_derived(self.agent, index_file=self.fail_closed, qmd_home=self.qmd is None)
         self.health = Health(requested=self.requested)
-        self.failover.state = self.failover.state.__class__(
-            active="qmd" if self.qmd is not None else "builtin"
-        )
+        self.failover.state = FailoverState(active="qmd" if self.qmd is not None else "builtin")
         out: dict[str, Any] = {"removed": removed}
         idx = self.index
         if idx is not None:
