@@ -15,6 +15,7 @@ when it can load extensions, and numpy searches alone when sqlite-vec cannot loa
 from __future__ import annotations
 
 import logging
+import math
 import re
 import sqlite3
 import threading
@@ -142,6 +143,34 @@ def _m003_vector_ids(conn: Any) -> None:
     conn.execute("create index chunk_vectors_ids on chunk_vectors(chunk_id)")
 
 
+def _m005_int8_vectors(conn: Any) -> None:
+    """Vectors and cached embeddings as int8 codes (`_codes`): a quarter of the bytes."""
+    row = conn.execute("select value from meta where key = 'vec_dims'").fetchone()
+    if row is not None:
+        _requantize(conn, "chunk_vectors", "chunk_id", 4 * int(row[0]))
+    _requantize(conn, "embedding_cache", "rowid", None)
+    conn.execute("insert or replace into meta(key, value) values ('vec_format', 'int8')")
+
+
+def _requantize(conn: Any, table: str, key: str, size: int | None) -> None:
+    # in batches by key: a statement must not read the rows it is rewriting
+    length = str(size) if size is not None else "4 * dims"
+    last = -(2**63)
+    while True:
+        rows = conn.execute(
+            f"select {key}, vector from {table} where {key} > ? and length(vector) = {length} "
+            f"order by {key} limit 1000",
+            (last,),
+        ).fetchall()
+        if not rows:
+            return
+        conn.executemany(
+            f"update {table} set vector = ? where {key} = ?",
+            [(_codes(array("f", blob)), k) for k, blob in rows],
+        )
+        last = rows[-1][0]
+
+
 def _m004_store_once(conn: Any) -> None:
     """FTS5's tables without their copies of the text, the trigram index over distinct words,
     vec0's second copy of every vector dropped (the scan in SQL it served is as fast)."""
@@ -181,11 +210,12 @@ MIGRATIONS: list[tuple[str, Callable[[Any], None]]] = [
     ("m002_fts", _m002_fts),
     ("m003_vector_ids", _m003_vector_ids),
     ("m004_store_once", _m004_store_once),
+    ("m005_int8_vectors", _m005_int8_vectors),
 ]
 #: Migrations the code reads and writes alike without: an index opened read-only without them
 #: (written by an older memoryd) still answers, and one that fails (a full disk) leaves the index
 #: as it was, serving, to be tried again at the next open.
-OPTIONAL_MIGRATIONS = frozenset({"m003_vector_ids", "m004_store_once"})
+OPTIONAL_MIGRATIONS = frozenset({"m003_vector_ids", "m004_store_once", "m005_int8_vectors"})
 
 
 def migrate(conn: Any) -> list[str]:
@@ -247,6 +277,52 @@ def _blob(vec: np.ndarray) -> bytes:
     return np.asarray(vec, dtype=np.float32).tobytes()
 
 
+def _codes(vec: np.ndarray | array[float]) -> bytes:
+    """A vector as stored: int8 codes scaled to its largest component. Every provider's vectors
+    are unit length and every search ranks by cosine, so the scale is not kept (`_vector`)."""
+    import numpy as np
+
+    v = np.nan_to_num(np.asarray(vec, dtype=np.float32), nan=0.0, posinf=0.0, neginf=0.0)
+    peak = float(np.abs(v).max()) if v.size else 0.0
+    codes: bytes = np.rint(v * (127 / peak if peak > 0 else 0.0)).astype(np.int8).tobytes()
+    return codes
+
+
+def _stored(blob: bytes, dims: int) -> np.ndarray | None:
+    """A stored vector's components: int8 codes, or float32 as indexes before `m005` hold them."""
+    import numpy as np
+
+    if len(blob) == dims:
+        return np.frombuffer(blob, dtype=np.int8)
+    return np.frombuffer(blob, dtype=np.float32) if len(blob) == 4 * dims else None
+
+
+def unit_rows(matrix: np.ndarray) -> np.ndarray:
+    """`matrix` (float32) with each nonzero row scaled to unit length, in place."""
+    import numpy as np
+
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    np.divide(matrix, norms, out=matrix, where=norms > 0)
+    return matrix
+
+
+def _vector(blob: bytes, dims: int) -> np.ndarray:
+    """A stored vector as a float32 unit vector (zero stays zero; the wrong length reads as zero)."""
+    import numpy as np
+
+    found = _stored(blob, dims)
+    row = np.zeros((1, dims), np.float32) if found is None else found.astype(np.float32)[None, :]
+    out: np.ndarray = unit_rows(row)[0]
+    return out
+
+
+def _query_codes(query: array[float]) -> bytes:
+    """`_codes` of a query without numpy (a one-off search loads none)."""
+    peak = max((abs(x) for x in query if math.isfinite(x)), default=0.0)
+    scale = 127 / peak if peak > 0 else 0.0
+    return array("b", (round(x * scale) if math.isfinite(x) else 0 for x in query)).tobytes()
+
+
 class Store(SqliteFile):
     """One SQLite index file's contents (or, with `scratch_for`, a rebuild's scratch copy's)."""
 
@@ -264,7 +340,7 @@ class Store(SqliteFile):
         self._cache_store = scratch_for
         self._matrix: tuple[tuple[int, int], np.ndarray, np.ndarray] | None = None
         self._count_cache: tuple[tuple[int, int], int] | None = None
-        self._dims_cache: tuple[tuple[int, int], int | None] | None = None
+        self._vec_meta: tuple[tuple[int, int], int | None, bool] | None = None
         # hashes of the chunks handed out for embedding: a vector is only stored on the same text
         self._pending_hashes: dict[int, str] = {}
         #: Keyword search from postings held in memory, after the first search at a state.
@@ -281,7 +357,7 @@ class Store(SqliteFile):
             self._postings = Postings(FTS_TOKENIZER, self._private_memory_db)
 
     def _migrate(self, conn: Any) -> None:
-        if "m004_store_once" in migrate(conn):
+        if {"m004_store_once", "m005_int8_vectors"} & set(migrate(conn)):
             reclaim(conn)
 
     def _missing_migrations(self, done: set[str]) -> list[str]:
@@ -293,18 +369,54 @@ class Store(SqliteFile):
             self._postings = Postings(FTS_TOKENIZER, self._private_memory_db)
         self._matrix = None
         self._count_cache = None
-        self._dims_cache = None
+        self._vec_meta = None
         self._pending_hashes.clear()
 
     @property
     def vec_dims(self) -> int | None:
         """Dimensions of the stored vectors (None until the first vector is written)."""
+        return self._vector_meta()[0]
+
+    def _vector_meta(self) -> tuple[int | None, bool]:
+        """The stored vectors' dimensions, and whether they are int8 codes (`m005`)."""
         version = self.version
-        if self._dims_cache is None or self._dims_cache[0] != version:
+        if self._vec_meta is None or self._vec_meta[0] != version:
             with self._reading("read the index") as conn:
-                row = conn.execute("select value from meta where key = 'vec_dims'").fetchone()
-            self._dims_cache = (version, int(row[0]) if row else None)
-        return self._dims_cache[1]
+                meta = dict(
+                    conn.execute(
+                        "select key, value from meta where key in ('vec_dims', 'vec_format')"
+                    ).fetchall()
+                )
+            dims = meta.get("vec_dims")
+            self._vec_meta = (
+                version,
+                int(dims) if dims else None,
+                meta.get("vec_format") == "int8",
+            )
+        return self._vec_meta[1], self._vec_meta[2]
+
+    def query_as_stored(self, query: np.ndarray | array[float]) -> np.ndarray | array[float]:
+        """`query` at the stored vectors' precision (int8 codes as a unit vector): the KNN and
+        background cosines in SQL and in numpy then agree to float32 rounding."""
+        if not self._vector_meta()[1]:
+            return query
+        if not isinstance(query, array):
+            return _vector(_codes(query), len(query))
+        codes = array("b", _query_codes(query))
+        norm = math.sqrt(sum(c * c for c in codes)) or 1.0
+        return array("f", (c / norm for c in codes))
+
+    def _cosine_sql(self, column: str, query: array[float]) -> tuple[str, bytes]:
+        """SQL for the cosine of the stored vector in `column` to `query` (sqlite-vec; a zero
+        vector at 0), and the query's parameter for it, in the stored vectors' format."""
+        if self._vector_meta()[1]:
+            expr, param = (
+                f"vec_distance_cosine(vec_int8({column}), vec_int8(?))",
+                _query_codes(query),
+            )
+        else:
+            expr, param = f"vec_distance_cosine({column}, ?)", query.tobytes()
+        return f"coalesce(1.0 - {expr}, 0.0)", param
 
     def _txn_vec_dims(self) -> int | None:
         row = self._w.execute("select value from meta where key = 'vec_dims'").fetchone()
@@ -496,10 +608,9 @@ class Store(SqliteFile):
 
     def vector_sample_keyed(self, limit: int) -> list[tuple[int, np.ndarray, str, str]]:
         """`vector_sample` with each chunk's content hash, read in the same snapshot."""
-        import numpy as np
-
         rows = self._sample("v.vector, c.text, c.hash", limit)
-        return [(int(r[0]), np.frombuffer(r[1], dtype=np.float32), r[2], str(r[3])) for r in rows]
+        dims = self.vec_dims or 0
+        return [(int(r[0]), _vector(r[1], dims), r[2], str(r[3])) for r in rows]
 
     def sample_keys(self, limit: int) -> list[tuple[int, str]]:
         """`vector_sample`'s chunks as (chunk id, content hash): what their vectors are of."""
@@ -508,11 +619,8 @@ class Store(SqliteFile):
     def sample_cosines(self, limit: int, query: array[float]) -> list[tuple[int, str, float, str]]:
         """`vector_sample`'s chunks with `query`'s cosine to each, computed in SQL
         (`cosine_sql`): (chunk id, content hash, cosine, text). A zero vector has cosine 0."""
-        rows = self._sample(
-            "c.hash, coalesce(1.0 - vec_distance_cosine(v.vector, ?), 0.0), c.text",
-            limit,
-            (query.tobytes(),),
-        )
+        cosine, param = self._cosine_sql("v.vector", query)
+        rows = self._sample(f"c.hash, {cosine}, c.text", limit, (param,))
         return [(int(r[0]), str(r[1]), float(r[2]), r[3]) for r in rows]
 
     def _sample(self, columns: str, limit: int, params: tuple[Any, ...] = ()) -> list[Any]:
@@ -616,6 +724,8 @@ class Store(SqliteFile):
             if not self.signature_matches():
                 return  # rebuilt meanwhile by a process with other settings: not our vectors
             self._ensure_vec_table(dims)
+            # float32 still in an index `m005` has not converted: one format per table
+            blob = _codes if self._vector_meta()[1] else _blob
             for chunk_id, vec in rows:
                 expected = self._pending_hashes.pop(chunk_id, None)
                 # the chunk may have been deleted, or its id reused by a new build
@@ -624,7 +734,7 @@ class Store(SqliteFile):
                     continue
                 conn.execute(
                     "insert or replace into chunk_vectors(chunk_id, vector) values (?, ?)",
-                    (chunk_id, _blob(vec)),
+                    (chunk_id, blob(vec)),
                 )
                 conn.execute("update chunks set has_vector = 1 where id = ?", (chunk_id,))
 
@@ -673,11 +783,12 @@ class Store(SqliteFile):
         # ties by chunk id and a zero vector at cosine 0, as `_numpy_search` ranks them
         if not self.cosine_sql:
             raise IndexError_("a vector search in SQL needs sqlite-vec")
+        cosine, param = self._cosine_sql("vector", query)
         with self._reading("search the vector index") as conn:
             rows = conn.execute(
-                "select chunk_id, coalesce(1.0 - vec_distance_cosine(vector, ?), 0.0) as s "
+                f"select chunk_id, {cosine} as s "
                 "from chunk_vectors order by s desc, chunk_id limit ?",
-                (query.tobytes(), k),
+                (param, k),
             ).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
 
@@ -696,11 +807,12 @@ class Store(SqliteFile):
                 for i, (cid, blob) in enumerate(
                     conn.execute("select chunk_id, vector from chunk_vectors")
                 ):
-                    if i >= n or len(blob) != 4 * matrix.shape[1]:
+                    row = _stored(blob, matrix.shape[1])
+                    if i >= n or row is None:
                         break
                     ids[i] = cid
-                    matrix[i] = np.frombuffer(blob, dtype=np.float32)
-                ids, matrix = ids[: i + 1], matrix[: i + 1]
+                    matrix[i] = row
+                ids, matrix = ids[: i + 1], unit_rows(matrix[: i + 1])
             self._matrix = (version, ids, matrix)
         _, ids, matrix = self._matrix
         if not len(ids) or matrix.shape[1] != query.shape[0]:
@@ -712,8 +824,6 @@ class Store(SqliteFile):
     # -- embedding cache -----------------------------------------------------------------------
 
     def cache_get(self, key: tuple[str, str, str], hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        import numpy as np
-
         if self._cache_store is not None:
             # a rebuild reads and fills the live index's cache: a killed rebuild loses nothing
             return self._cache_store.cache_get(key, hashes)
@@ -725,12 +835,12 @@ class Store(SqliteFile):
                 part = list(hashes[start : start + 500])
                 marks = ",".join("?" * len(part))
                 rows = conn.execute(
-                    f"select hash, vector from embedding_cache where provider = ? and model = ? and fingerprint = ? "
+                    f"select hash, dims, vector from embedding_cache where provider = ? and model = ? and fingerprint = ? "
                     f"and hash in ({marks})",
                     (*key, *part),
                 ).fetchall()
-                for h, blob in rows:
-                    out[h] = np.frombuffer(blob, dtype=np.float32).copy()
+                for h, dims, blob in rows:
+                    out[h] = _vector(blob, dims)
         if out and not self.read_only:
             hits = list(out)
             with self.transaction(doing="update the embedding cache"):
@@ -753,12 +863,13 @@ class Store(SqliteFile):
         if not items:
             return
         now = time.time()
+        blob = _codes if self._vector_meta()[1] else _blob  # as `write_vectors`
         with self.transaction(doing="update the embedding cache"):
             conn = self._w
             conn.executemany(
                 "insert or replace into embedding_cache(provider, model, fingerprint, hash, dims, vector, used_at) "
                 "values (?,?,?,?,?,?,?)",
-                [(*key, h, int(v.shape[0]), _blob(v), now) for h, v in items],
+                [(*key, h, int(v.shape[0]), blob(v), now) for h, v in items],
             )
             total = conn.execute("select count(*) from embedding_cache").fetchone()[0]
             if total > max_entries:
