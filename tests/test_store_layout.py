@@ -360,3 +360,26 @@ def test_edits_leave_bm25s_counts_those_of_the_live_chunks(ws: Path) -> None:
             conn.execute(f"insert into {table}({table}) values ('integrity-check')")
     assert idx.store.verify(deep=True) is None
     idx.close()
+
+
+def test_a_new_index_has_8k_pages_and_an_older_one_keeps_its_own(ws: Path, tmp_path: Path) -> None:
+    idx = open_index(ws)
+    idx.sync()
+    assert idx.store.conn.execute("pragma page_size").fetchone()[0] == 8192
+    idx.close()
+    old = tmp_path / "old.sqlite"
+    with contextlib.closing(sqlean.connect(str(old), isolation_level=None)) as conn:
+        conn.execute("pragma page_size = 4096")
+        conn.execute("pragma journal_mode = wal")
+        conn.execute("create table t (x)")  # fixes the page size
+    store = _store.Store(old)
+    try:
+        assert store.conn.execute("pragma page_size").fetchone()[0] == 4096
+        scratch = store.open_scratch()  # a rebuild's copy must match to be published
+        scratch.replace_file("a.md", "/w/a.md", "memory", "f", 1.0, 10, [(1, 1, "h", "text", 1)])
+        store.publish(scratch)
+        scratch.discard()
+        assert store.conn.execute("pragma page_size").fetchone()[0] == 4096
+        assert store.paths() == ["a.md"]
+    finally:
+        store.close()

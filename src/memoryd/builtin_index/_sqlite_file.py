@@ -174,6 +174,7 @@ class SqliteFile(StoreChecks):
             writer, vec = self._connect()
             conns.append(writer)
             try:
+                writer.execute(f"pragma page_size = {u.PAGE_SIZE}")  # before WAL fixes it
                 writer.execute("pragma journal_mode = wal")
                 writer.execute("pragma synchronous = normal")
                 writer.execute(f"pragma journal_size_limit = {u.JOURNAL_SIZE_LIMIT}")

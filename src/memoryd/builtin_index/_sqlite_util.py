@@ -31,6 +31,9 @@ BUSY_TIMEOUT_MS = 5000
 WRITE_WAIT_MS = 60_000
 #: After a checkpoint the WAL is cut back to this size (a publish writes the whole index once).
 JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
+#: A new index's page size: 4 KiB pages hold only two ~1.6 KB chunks each, leaving a fifth of
+#: the `chunks` table empty; an existing index keeps the size it has.
+PAGE_SIZE = 8192
 
 SCRATCH_INFIX: Final = ".reindex-"
 CORRUPT_INFIX: Final = ".corrupt-"
