@@ -258,12 +258,13 @@ def migrate(conn: Any) -> list[str]:
     return applied
 
 
-def reclaim(conn: Any) -> None:
-    """Give the pages a migration freed back to the disk (`VACUUM`), when they are a large
-    share of the file; never fails (a full disk leaves them free inside the file)."""
+def reclaim(conn: Any, *, repack: bool = False) -> None:
+    """Give the space a migration freed back to the disk (`VACUUM`): free pages when they are
+    a large share of the file, or, with `repack`, the room that shrunken rows left inside
+    their pages. Never fails (a full disk leaves the space inside the file)."""
     free = int(conn.execute("pragma freelist_count").fetchone()[0])
     total = int(conn.execute("pragma page_count").fetchone()[0])
-    if free < 1024 or free * 4 < total:
+    if total < 1024 or not repack and (free < 1024 or free * 4 < total):
         return
     try:
         conn.execute("vacuum")
@@ -357,8 +358,9 @@ class Store(SqliteFile):
             self._postings = Postings(FTS_TOKENIZER, self._private_memory_db)
 
     def _migrate(self, conn: Any) -> None:
-        if {"m004_store_once", "m005_int8_vectors"} & set(migrate(conn)):
-            reclaim(conn)
+        applied = set(migrate(conn))
+        if {"m004_store_once", "m005_int8_vectors"} & applied:
+            reclaim(conn, repack="m005_int8_vectors" in applied)
 
     def _missing_migrations(self, done: set[str]) -> list[str]:
         return [m for m, _ in MIGRATIONS if m not in done and m not in OPTIONAL_MIGRATIONS]
