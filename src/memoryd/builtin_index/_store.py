@@ -264,7 +264,7 @@ def reclaim(conn: Any, *, repack: bool = False) -> None:
     their pages. Never fails (a full disk leaves the space inside the file)."""
     free = int(conn.execute("pragma freelist_count").fetchone()[0])
     total = int(conn.execute("pragma page_count").fetchone()[0])
-    if total < 1024 or not repack and (free < 1024 or free * 4 < total):
+    if total < 1024 or (not repack and (free < 1024 or free * 4 < total)):
         return
     try:
         conn.execute("vacuum")
