@@ -1,16 +1,5 @@
-"""The SQLite built-in index's contents: schema migrations, files and chunks, FTS5 keyword
-search, vectors (a numpy matrix held in memory, or scanned in SQL by sqlite-vec) and the
-embedding cache.
-
-Each thing is stored once: the chunks' text in `chunks`, FTS5's two indexes contentless (they
-hold postings, never a copy of the text), the trigram index over each chunk's distinct words
-only, and each vector in `chunk_vectors`.
-
-The file itself (opening, transactions, snapshots, recovery, rebuilds) is `SqliteFile`'s.
-Connections come from `sqlean` (a DB-API sqlite3 twin that bundles a modern SQLite able to load
-extensions) so sqlite-vec's functions work in the default install; the stdlib `sqlite3` is used
-when it can load extensions, and numpy searches alone when sqlite-vec cannot load.
-"""
+"""The SQLite index's contents, each stored once: migrations, files, chunks (the text), FTS5
+postings (contentless), the trigram index (distinct words), int8 vectors, the embedding cache."""
 
 from __future__ import annotations
 
@@ -21,7 +10,7 @@ import sqlite3
 import threading
 import time
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,9 +58,6 @@ def trigram_body(text: str) -> str:
     return " ".join(dict.fromkeys(run.lower() for run in _TRIGRAM_RUN.findall(text)))
 
 
-# ----------------------------------------------------------------------------- migrations
-
-
 def _run_script(conn: Any, script: str) -> None:
     # executescript() would commit the migration's transaction; run statements one by one
     for statement in script.split(";"):
@@ -84,38 +70,18 @@ def _m001_base(conn: Any) -> None:
         conn,
         """
         create table meta (key text primary key, value text not null);
-        create table files (
-            path text primary key,
-            abs_path text not null,
-            source text not null,
-            hash text not null,
-            mtime real not null,
-            size integer not null
-        );
-        create table chunks (
-            id integer primary key,
-            path text not null,
-            source text not null,
-            start_line integer not null,
-            end_line integer not null,
-            hash text not null,
-            text text not null,
-            tokens integer not null,
-            has_vector integer not null default 0
-        );
+        create table files (path text primary key, abs_path text not null, source text not null,
+            hash text not null, mtime real not null, size integer not null);
+        create table chunks (id integer primary key, path text not null, source text not null,
+            start_line integer not null, end_line integer not null, hash text not null,
+            text text not null, tokens integer not null, has_vector integer not null default 0);
         create index chunks_by_path on chunks(path);
         create index chunks_pending on chunks(has_vector) where has_vector = 0;
         create table chunk_vectors (chunk_id integer primary key, vector blob not null);
-        create table embedding_cache (
-            provider text not null,
-            model text not null,
-            fingerprint text not null,
-            hash text not null,
-            dims integer not null,
-            vector blob not null,
-            used_at real not null,
-            primary key (provider, model, fingerprint, hash)
-        );
+        create table embedding_cache (provider text not null, model text not null,
+            fingerprint text not null, hash text not null, dims integer not null,
+            vector blob not null, used_at real not null,
+            primary key (provider, model, fingerprint, hash));
         create index embedding_cache_lru on embedding_cache(used_at);
         """,
     )
@@ -143,37 +109,8 @@ def _m003_vector_ids(conn: Any) -> None:
     conn.execute("create index chunk_vectors_ids on chunk_vectors(chunk_id)")
 
 
-def _m005_int8_vectors(conn: Any) -> None:
-    """Vectors and cached embeddings as int8 codes (`_codes`): a quarter of the bytes."""
-    row = conn.execute("select value from meta where key = 'vec_dims'").fetchone()
-    if row is not None:
-        _requantize(conn, "chunk_vectors", "chunk_id", 4 * int(row[0]))
-    _requantize(conn, "embedding_cache", "rowid", None)
-    conn.execute("insert or replace into meta(key, value) values ('vec_format', 'int8')")
-
-
-def _requantize(conn: Any, table: str, key: str, size: int | None) -> None:
-    # in batches by key: a statement must not read the rows it is rewriting
-    length = str(size) if size is not None else "4 * dims"
-    last = -(2**63)
-    while True:
-        rows = conn.execute(
-            f"select {key}, vector from {table} where {key} > ? and length(vector) = {length} "
-            f"order by {key} limit 1000",
-            (last,),
-        ).fetchall()
-        if not rows:
-            return
-        conn.executemany(
-            f"update {table} set vector = ? where {key} = ?",
-            [(_codes(array("f", blob)), k) for k, blob in rows],
-        )
-        last = rows[-1][0]
-
-
 def _m004_store_once(conn: Any) -> None:
-    """FTS5's tables without their copies of the text, the trigram index over distinct words,
-    vec0's second copy of every vector dropped (the scan in SQL it served is as fast)."""
+    """FTS5 contentless, the trigram index over distinct words, vec0's copy of the vectors gone."""
     has = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
     if "chunks_fts" in has:
         _rebuild_fts(conn, "chunks_fts", FTS_TOKENIZER, "select rowid, body from chunks_fts")
@@ -205,6 +142,34 @@ def _rebuild_fts(
     conn.execute(f"alter table {table}_new rename to {table}")
 
 
+def _m005_int8_vectors(conn: Any) -> None:
+    """Vectors and cached embeddings as int8 codes (`_codes`): a quarter of the bytes."""
+    row = conn.execute("select value from meta where key = 'vec_dims'").fetchone()
+    if row is not None:
+        _requantize(conn, "chunk_vectors", "chunk_id", 4 * int(row[0]))
+    _requantize(conn, "embedding_cache", "rowid", None)
+    conn.execute("insert or replace into meta(key, value) values ('vec_format', 'int8')")
+
+
+def _requantize(conn: Any, table: str, key: str, size: int | None) -> None:
+    # in batches by key: a statement must not read the rows it is rewriting
+    length = str(size) if size is not None else "4 * dims"
+    last = -(2**63)
+    while True:
+        rows = conn.execute(
+            f"select {key}, vector from {table} where {key} > ? and length(vector) = {length} "
+            f"order by {key} limit 1000",
+            (last,),
+        ).fetchall()
+        if not rows:
+            return
+        conn.executemany(
+            f"update {table} set vector = ? where {key} = ?",
+            [(_codes(array("f", blob)), k) for k, blob in rows],
+        )
+        last = rows[-1][0]
+
+
 MIGRATIONS: list[tuple[str, Callable[[Any], None]]] = [
     ("m001_base", _m001_base),
     ("m002_fts", _m002_fts),
@@ -219,11 +184,7 @@ OPTIONAL_MIGRATIONS = frozenset({"m003_vector_ids", "m004_store_once", "m005_int
 
 
 def migrate(conn: Any) -> list[str]:
-    """Apply pending numbered migrations in order; each runs in its own transaction.
-
-    SQLite errors pass through unchanged: the store tells a damaged file from a busy or
-    read-only one by their codes.
-    """
+    """Apply pending migrations in order, each in its own transaction (SQLite errors unchanged)."""
     conn.execute(
         "create table if not exists migrations (id text primary key, applied_at real not null)"
     )
@@ -259,9 +220,7 @@ def migrate(conn: Any) -> list[str]:
 
 
 def reclaim(conn: Any, *, repack: bool = False) -> None:
-    """Give the space a migration freed back to the disk (`VACUUM`): free pages when they are
-    a large share of the file, or, with `repack`, the room that shrunken rows left inside
-    their pages. Never fails (a full disk leaves the space inside the file)."""
+    """VACUUM when free pages are a large share of the file, or (`repack`) rows shrank in place."""
     free = int(conn.execute("pragma freelist_count").fetchone()[0])
     total = int(conn.execute("pragma page_count").fetchone()[0])
     if total < 1024 or (not repack and (free < 1024 or free * 4 < total)):
@@ -279,8 +238,7 @@ def _blob(vec: np.ndarray) -> bytes:
 
 
 def _codes(vec: np.ndarray | array[float]) -> bytes:
-    """A vector as stored: int8 codes scaled to its largest component. Every provider's vectors
-    are unit length and every search ranks by cosine, so the scale is not kept (`_vector`)."""
+    """int8 codes scaled to the largest component; vectors are unit length, so no scale is kept."""
     import numpy as np
 
     v = np.nan_to_num(np.asarray(vec, dtype=np.float32), nan=0.0, posinf=0.0, neginf=0.0)
@@ -322,6 +280,13 @@ def _query_codes(query: array[float]) -> bytes:
     peak = max((abs(x) for x in query if math.isfinite(x)), default=0.0)
     scale = 127 / peak if peak > 0 else 0.0
     return array("b", (round(x * scale) if math.isfinite(x) else 0 for x in query)).tobytes()
+
+
+def _batches(items: Sequence[Any]) -> Iterator[tuple[list[Any], str]]:
+    """`items` 500 at a time, each with its `?` placeholders (SQLite's bound-parameter limit)."""
+    for start in range(0, len(items), 500):
+        part = list(items[start : start + 500])
+        yield part, ",".join("?" * len(part))
 
 
 class Store(SqliteFile):
@@ -398,8 +363,7 @@ class Store(SqliteFile):
         return self._vec_meta[1], self._vec_meta[2]
 
     def query_as_stored(self, query: np.ndarray | array[float]) -> np.ndarray | array[float]:
-        """`query` at the stored vectors' precision (int8 codes as a unit vector): the KNN and
-        background cosines in SQL and in numpy then agree to float32 rounding."""
+        """`query` at the stored precision, so cosines in SQL and in numpy agree to rounding."""
         if not self._vector_meta()[1]:
             return query
         if not isinstance(query, array):
@@ -409,8 +373,7 @@ class Store(SqliteFile):
         return array("f", (c / norm for c in codes))
 
     def _cosine_sql(self, column: str, query: array[float]) -> tuple[str, bytes]:
-        """SQL for the cosine of the stored vector in `column` to `query` (sqlite-vec; a zero
-        vector at 0), and the query's parameter for it, in the stored vectors' format."""
+        """SQL for `column`'s cosine to `query` (0 for a zero vector) and the query's parameter."""
         if self._vector_meta()[1]:
             expr, param = (
                 f"vec_distance_cosine(vec_int8({column}), vec_int8(?))",
@@ -423,8 +386,6 @@ class Store(SqliteFile):
     def _txn_vec_dims(self) -> int | None:
         row = self._w.execute("select value from meta where key = 'vec_dims'").fetchone()
         return int(row[0]) if row else None
-
-    # -- files and chunks ------------------------------------------------------------------------
 
     def files(self) -> dict[str, tuple[str, float, int, str]]:
         with self._reading("read the index") as conn:
@@ -441,10 +402,7 @@ class Store(SqliteFile):
         size: int,
         chunks: Sequence[tuple[int, int, str, str, int]],
     ) -> int:
-        """Swap a file's chunks in one transaction (chunks = (start, end, hash, text, tokens));
-        how many rows were written. A chunk whose text the file already had keeps its row, its
-        keyword entries and its vector (its lines updated if they moved): a transcript that grew
-        writes only its new chunks."""
+        """Swap a file's chunks (start, end, hash, text, tokens), keeping unchanged ones; rows written."""
         with self.transaction(doing=f"index {path}"):
             conn = self._w
             kept: dict[str, list[tuple[int, int, int]]] = {}
@@ -507,9 +465,7 @@ class Store(SqliteFile):
 
     def _delete_chunk_ids(self, ids: list[int]) -> None:
         conn = self._w
-        for start in range(0, len(ids), 500):
-            part = ids[start : start + 500]
-            marks = ",".join("?" * len(part))
+        for part, marks in _batches(ids):
             if self.fts_available and self.fts_contentless:
                 # a contentless table is told what each row held, to take it out of its postings
                 rows = conn.execute(
@@ -591,8 +547,6 @@ class Store(SqliteFile):
         with self._reading("read the index") as conn:
             return [r[0] for r in conn.execute("select path from files")]
 
-    # -- keyword search --------------------------------------------------------------------------
-
     def count_matching(self, match: str) -> int:
         """How many chunks the FTS5 MATCH string matches (0 when FTS5 cannot parse it)."""
         with self._reading("read the keyword index") as conn:
@@ -619,8 +573,7 @@ class Store(SqliteFile):
         return [(int(r[0]), str(r[1])) for r in self._sample("c.hash", limit)]
 
     def sample_cosines(self, limit: int, query: array[float]) -> list[tuple[int, str, float, str]]:
-        """`vector_sample`'s chunks with `query`'s cosine to each, computed in SQL
-        (`cosine_sql`): (chunk id, content hash, cosine, text). A zero vector has cosine 0."""
+        """`vector_sample`'s (chunk id, content hash, cosine to `query` in SQL, text)."""
         cosine, param = self._cosine_sql("v.vector", query)
         rows = self._sample(f"c.hash, {cosine}, c.text", limit, (param,))
         return [(int(r[0]), str(r[1]), float(r[2]), r[3]) for r in rows]
@@ -668,9 +621,7 @@ class Store(SqliteFile):
     def _held_keyword_search(
         self, conn: Any, match: str, limit: int
     ) -> list[tuple[int, float]] | None:
-        """`_postings`' answer (the same rows and scores as FTS5's), or None for FTS5 to answer:
-        a phrase among the terms, the first search at this state, or inside this thread's own
-        write transaction (FTS5 may hold the transaction's terms in memory, unflushed)."""
+        """`_postings`' answer (FTS5's rows and scores), or None: a phrase, or in a write txn."""
         postings = self._postings
         if postings is None or self._w_owner == threading.get_ident():
             return None
@@ -823,37 +774,23 @@ class Store(SqliteFile):
         top = top_rows(sims, k)
         return list(zip(ids[top].tolist(), sims[top].tolist(), strict=True))
 
-    # -- embedding cache -----------------------------------------------------------------------
-
     def cache_get(self, key: tuple[str, str, str], hashes: Sequence[str]) -> dict[str, np.ndarray]:
         if self._cache_store is not None:
-            # a rebuild reads and fills the live index's cache: a killed rebuild loses nothing
             return self._cache_store.cache_get(key, hashes)
         if not hashes:
             return {}
         out: dict[str, np.ndarray] = {}
+        where = "provider = ? and model = ? and fingerprint = ? and hash in"
         with self._reading("read the embedding cache") as conn:
-            for start in range(0, len(hashes), 500):
-                part = list(hashes[start : start + 500])
-                marks = ",".join("?" * len(part))
-                rows = conn.execute(
-                    f"select hash, dims, vector from embedding_cache where provider = ? and model = ? and fingerprint = ? "
-                    f"and hash in ({marks})",
-                    (*key, *part),
-                ).fetchall()
-                for h, dims, blob in rows:
+            for part, marks in _batches(hashes):
+                sql = f"select hash, dims, vector from embedding_cache where {where} ({marks})"
+                for h, dims, blob in conn.execute(sql, (*key, *part)).fetchall():
                     out[h] = _vector(blob, dims)
         if out and not self.read_only:
-            hits = list(out)
             with self.transaction(doing="update the embedding cache"):
-                for start in range(0, len(hits), 500):
-                    part = hits[start : start + 500]
-                    marks = ",".join("?" * len(part))
-                    self._w.execute(
-                        f"update embedding_cache set used_at = ? where provider = ? and model = ? and fingerprint = ? "
-                        f"and hash in ({marks})",
-                        (time.time(), *key, *part),
-                    )
+                for part, marks in _batches(list(out)):
+                    sql = f"update embedding_cache set used_at = ? where {where} ({marks})"
+                    self._w.execute(sql, (time.time(), *key, *part))
         return out
 
     def cache_put(
