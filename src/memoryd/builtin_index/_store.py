@@ -260,7 +260,8 @@ def unit_rows(matrix: np.ndarray) -> np.ndarray:
     """`matrix` (float32) with each nonzero row scaled to unit length, in place."""
     import numpy as np
 
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    # einsum: no squared copy of the whole matrix (np.linalg.norm makes one)
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))[:, None]
     np.divide(matrix, norms, out=matrix, where=norms > 0)
     return matrix
 
