@@ -84,7 +84,6 @@ def to_float32_vectors(conn: Any) -> None:
         for k, blob in conn.execute(f"select {key}, vector from {table}").fetchall():
             vec = _store._vector(blob, dims if table == "chunk_vectors" else len(blob))
             conn.execute(f"update {table} set vector = ? where {key} = ?", (vec.tobytes(), k))
-    conn.execute("delete from meta where key = 'vec_format'")
     conn.execute("delete from migrations where id = 'm005_int8_vectors'")
 
 
@@ -219,7 +218,6 @@ def test_an_index_with_float32_vectors_migrates_to_int8_and_answers_the_same(ws:
     path, before = float32_index(ws)
     idx = open_index(ws)
     assert vector_lengths(path) == {("chunk_vectors", 256), ("embedding_cache", 1)}
-    assert idx.store.meta()["vec_format"] == "int8"
     # the float32 vectors were the codes': the same codes again (the reference queries'
     # vectors now come from the cache, to float64 rounding)
     assert_same_ranking(answers(idx), before, abs=1e-9)
@@ -242,7 +240,6 @@ def test_an_int8_migration_that_fails_leaves_the_float32_index_serving(
     idx = open_index(ws)
     # nothing of the migration stays: every vector still float32, the query unrounded
     assert vector_lengths(path) == {("chunk_vectors", 4 * 256), ("embedding_cache", 4)}
-    assert "vec_format" not in idx.store.meta()
     assert_same_ranking(answers(idx), before)
     store = idx.store
     assert isinstance(store, _store.Store)

@@ -148,7 +148,6 @@ def _m005_int8_vectors(conn: Any) -> None:
     if row is not None:
         _requantize(conn, "chunk_vectors", "chunk_id", 4 * int(row[0]))
     _requantize(conn, "embedding_cache", "rowid", None)
-    conn.execute("insert or replace into meta(key, value) values ('vec_format', 'int8')")
 
 
 def _requantize(conn: Any, table: str, key: str, size: int | None) -> None:
@@ -283,6 +282,12 @@ def _query_codes(query: array[float]) -> bytes:
     return array("b", (round(x * scale) if math.isfinite(x) else 0 for x in query)).tobytes()
 
 
+_VECTOR_META = (
+    "select (select value from meta where key = 'vec_dims'), "
+    "exists (select 1 from migrations where id = 'm005_int8_vectors')"
+)
+
+
 def _batches(items: Sequence[Any]) -> Iterator[tuple[list[Any], str]]:
     """`items` 500 at a time, each with its `?` placeholders (SQLite's bound-parameter limit)."""
     for start in range(0, len(items), 500):
@@ -350,17 +355,8 @@ class Store(SqliteFile):
         version = self.version
         if self._vec_meta is None or self._vec_meta[0] != version:
             with self._reading("read the index") as conn:
-                meta = dict(
-                    conn.execute(
-                        "select key, value from meta where key in ('vec_dims', 'vec_format')"
-                    ).fetchall()
-                )
-            dims = meta.get("vec_dims")
-            self._vec_meta = (
-                version,
-                int(dims) if dims else None,
-                meta.get("vec_format") == "int8",
-            )
+                dims, int8 = conn.execute(_VECTOR_META).fetchone()
+            self._vec_meta = (version, int(dims) if dims else None, bool(int8))
         return self._vec_meta[1], self._vec_meta[2]
 
     def query_as_stored(self, query: np.ndarray | array[float]) -> np.ndarray | array[float]:
