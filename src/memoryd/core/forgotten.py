@@ -70,9 +70,7 @@ class Tombstones:
 
     def _hash(self, run: Sequence[str]) -> str:
         h = hashlib.blake2b(
-            "\x1f".join(run).encode("utf-8"),
-            key=bytes.fromhex(self.key),
-            digest_size=_DIGEST_BYTES,
+            "\x1f".join(run).encode("utf-8"), key=bytes.fromhex(self.key), digest_size=_DIGEST_BYTES
         )
         return f"{len(run)}:{h.hexdigest()}"
 

@@ -428,11 +428,7 @@ class QmdManager(QmdMaintained):
         return [
             SearchResult(path, first, last, hit.score, text, source=spec.source)
             for text, first, last in hit_windows(
-                lines,
-                line,
-                query,
-                self.config.limits.max_snippet_chars,
-                continuation=continuation,
+                lines, line, query, self.config.limits.max_snippet_chars, continuation=continuation
             )
         ]
 

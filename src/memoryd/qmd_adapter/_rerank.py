@@ -31,11 +31,7 @@ def rerank_stage(settings: QmdSettings) -> RerankStage | None:
 
 
 def qmd_scorer(
-    run: Run,
-    argv: list[str],
-    paths: Sequence[str],
-    settings: QmdSettings,
-    roots: dict[str, str],
+    run: Run, argv: list[str], paths: Sequence[str], settings: QmdSettings, roots: dict[str, str]
 ) -> Scorer:
     """A scorer asking qmd to rerank its own hits (`argv`, without `--no-rerank`): each result
     scores what qmd's reranked list gives its file; a file qmd no longer lists scores below

@@ -109,12 +109,7 @@ def _region(lines: Sequence[str], line: int, chars: int) -> tuple[int, int]:
 
 
 def hit_windows(
-    lines: Sequence[str],
-    line: int,
-    query: str,
-    max_chars: int,
-    *,
-    continuation: bool = False,
+    lines: Sequence[str], line: int, query: str, max_chars: int, *, continuation: bool = False
 ) -> list[tuple[str, int, int]]:
     """The window (text, first line, last line) for a hit at `line`, and with `continuation` the
     lines right after it as a second window when there are any."""

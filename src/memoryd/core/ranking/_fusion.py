@@ -1,5 +1,4 @@
-"""The per-query fusions: each list rescaled within the query's own candidates, so the best
-hit of every query scores near 1 (the default, `auto`, calibrates this order instead)."""
+"""The per-query fusions: each list rescaled within the query's candidates, best hit near 1."""
 
 from __future__ import annotations
 
@@ -49,12 +48,8 @@ def _minmax(values: Sequence[float]) -> tuple[float, float]:
 def normalized_sides(
     candidates: Sequence[Candidate], how: str = "minmax"
 ) -> tuple[list[float | None], list[float | None]]:
-    """Each list rescaled per query to 0..1 (None where the list did not return the chunk).
-
-    Cosine similarities of one embedding model crowd into a narrow band (e5: unrelated text
-    ≈ 0.75–0.85) and BM25 strengths are unbounded, so neither is comparable to the other raw;
-    rescaled within the query's own candidates, "best of this list" means 1 on both sides.
-    """
+    """Each list rescaled per query to 0..1 (None where it lacks the chunk), as raw cosines and
+    BM25 are not comparable."""
     vs = [c.vector_score for c in candidates if c.vector_score is not None]
     ts = [c.text_score for c in candidates if c.text_score is not None]
     vnorm: list[float | None] = []
@@ -68,19 +63,13 @@ def normalized_sides(
 
         vmu, vsd = z(vs) if vs else (0.0, 1.0)
         tmu, tsd = z(ts) if ts else (0.0, 1.0)
-        for c in candidates:
+
+        def unit(x: float | None, mu: float, sd: float) -> float | None:
             # ±3 standard deviations span the unit range
-            vnorm.append(
-                None
-                if c.vector_score is None
-                else min(1.0, max(0.0, 0.5 + (c.vector_score - vmu) / (6 * vsd)))
-            )
-            tnorm.append(
-                None
-                if c.text_score is None
-                else min(1.0, max(0.0, 0.5 + (c.text_score - tmu) / (6 * tsd)))
-            )
-        return vnorm, tnorm
+            return None if x is None else min(1.0, max(0.0, 0.5 + (x - mu) / (6 * sd)))
+
+        vnorm = [unit(c.vector_score, vmu, vsd) for c in candidates]
+        return vnorm, [unit(c.text_score, tmu, tsd) for c in candidates]
     vlo, vspan = _minmax(vs) if vs else (0.0, 1.0)
     tbest = max(ts) if ts else 1.0
     for c in candidates:
@@ -143,18 +132,13 @@ def exact_token_share(query: str) -> float:
 def auto_text_weight(query: str) -> float:
     """The keyword side's share in `relative`: lexical for exact tokens, balanced for prose."""
     share = exact_token_share(query)
-    tw = AUTO_TEXT_WEIGHT + (AUTO_EXACT_TEXT_WEIGHT - AUTO_TEXT_WEIGHT) * min(1.0, 2 * share)
-    return tw
+    return AUTO_TEXT_WEIGHT + (AUTO_EXACT_TEXT_WEIGHT - AUTO_TEXT_WEIGHT) * min(1.0, 2 * share)
 
 
 def _fuse_relative(
     candidates: Sequence[Candidate], query: str, params: RankParams
 ) -> list[Candidate]:
-    """Per-query min-max on both lists, weights by the query's shape, keyword term coverage.
-
-    Rescaling within the query keeps a model's narrow cosine band from drowning keyword
-    evidence; like `auto`, it picks its weights per query (the configured ones are unused).
-    """
+    """`auto`'s order without its calibration; weights come from the query, not the config."""
     terms = query_terms(query)
     matched = [_matched_terms(c, terms) for c in candidates]
     scores = _relative_scores(
@@ -174,16 +158,9 @@ def _relative_scores(
     coverage: Sequence[float],
     apart: Sequence[float | None],
 ) -> list[float]:
-    """How each candidate compares with the query's best on both lists (the order of `auto`).
-
-    `vectors` are min-max rescaled over the candidates, BM25 is divided by the best keyword
-    hit and multiplied by term coverage; the keyword side weighs `auto_text_weight`.
-
-    `apart` is None for a chunk that can share the query's words and, for one that cannot
-    (another script, no term in common), its calibrated vector evidence (0..1): such a chunk
-    would otherwise lose the whole keyword share to chunks matching one common word, so its
-    vector side also takes that share, in proportion to how strong its own evidence is.
-    """
+    """Each candidate against the query's best on both lists: min-max vectors, BM25 over the best
+    times term coverage; `apart` (vector evidence of a chunk sharing no words) lets such a chunk's
+    vector side take the keyword share too, in proportion."""
     tw = auto_text_weight(query)
     vw = 1.0 - tw
     vs = [v for v in vectors if v is not None]
