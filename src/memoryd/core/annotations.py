@@ -24,16 +24,6 @@ from typing import Any, Final, Protocol
 from .layout import CURATED_ROOT_NAMES
 from .text import query_terms, text_terms, word_set
 
-__all__ = [
-    "EntryAnnotations",
-    "apply_importance",
-    "chunk_multiplier",
-    "entries",
-    "entry_annotations",
-    "importance_multiplier",
-    "is_curated_root",
-]
-
 _OPENER: Final = re.compile(r"<!--\s*(trigger|importance|project)\s*:", re.IGNORECASE)
 _CLOSER: Final = "-->"
 _DIGITS: Final = re.compile(r"\d+", re.ASCII)

@@ -200,19 +200,3 @@ def check_search_input(query: object, max_results: object, min_score: object) ->
     ):
         raise InvalidInput("minScore must be a number from 0 to 1")
     return text
-
-
-__all__ = [
-    "BuiltinEngine",
-    "Corpus",
-    "EngineName",
-    "FileText",
-    "IndexCheck",
-    "MemoryEngine",
-    "ProgressFn",
-    "QmdEngine",
-    "SearchOutput",
-    "SearchRequest",
-    "SearchResult",
-    "check_search_input",
-]

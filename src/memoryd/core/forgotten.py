@@ -23,17 +23,6 @@ from typing import Any, Final
 
 from .transcripts import Message
 
-__all__ = [
-    "FORGOTTEN_FILE",
-    "MIN_WORDS",
-    "SHINGLE",
-    "Tombstones",
-    "forgotten_path",
-    "scrub_forgotten",
-    "scrub_messages",
-    "words",
-]
-
 #: The tombstone file, next to the agent's `sessions/` folder: kept by `reset`, per agent.
 FORGOTTEN_FILE: Final = "forgotten.json"
 #: Words per shingle: long enough not to match ordinary phrases, short enough to catch a quote.

@@ -6,8 +6,6 @@ import json
 import re
 from typing import Final
 
-__all__ = ["SILENT_REPLY_TOKEN", "is_no_reply"]
-
 SILENT_REPLY_TOKEN: Final = "NO_REPLY"
 
 # The whole reply is the token (repeats allowed), give or take whitespace, Markdown emphasis or

@@ -16,19 +16,6 @@ from .chunking import chunk_lines, content_hash
 from .redact import redact_secrets
 from .replies import is_no_reply
 
-__all__ = [
-    "Message",
-    "Role",
-    "SessionDelta",
-    "SessionDeltaTracker",
-    "TranscriptChunk",
-    "chunk_transcript",
-    "extract_text",
-    "parse_transcript_text",
-    "render_transcript",
-    "sanitize_text",
-]
-
 Role = Literal["user", "assistant"]
 _LABEL: Final[dict[str, str]] = {"user": "User", "assistant": "Assistant"}
 
@@ -87,9 +74,6 @@ class TranscriptChunk:
     @property
     def hash(self) -> str:
         return content_hash(self.text)
-
-
-# --------------------------------------------------------------------------- text
 
 
 def sanitize_text(text: str, *, previous: str | None = None) -> str:
@@ -201,9 +185,6 @@ def _to_message(
     if sanitize and role == "assistant" and (is_no_reply(text) or text == "HEARTBEAT_OK"):
         return None
     return Message(role, text, line_no)
-
-
-# --------------------------------------------------------------------------- files
 
 
 def render_transcript(messages: Iterable[Message]) -> str:

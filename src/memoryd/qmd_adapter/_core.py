@@ -156,8 +156,6 @@ class QmdCore:
             return present
         return []
 
-    # ------------------------------------------------------------------ running qmd
-
     def env(self) -> dict[str, str]:
         """The environment every qmd call of this agent gets."""
         return self.home.env(overrides=self._env_overrides)
@@ -210,8 +208,6 @@ class QmdCore:
                 returncode=locked.returncode,
                 stderr=locked.stderr,
             ) from None
-
-    # ------------------------------------------------------------------ collections
 
     @property
     def collections(self) -> dict[str, CollectionSpec]:

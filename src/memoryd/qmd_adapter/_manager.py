@@ -20,15 +20,13 @@ from ..errors import MemorydError, PathNotAllowed, QmdBadOutput, QmdError, QmdEx
 from ..fsio import read_file, wipe_folder
 from ..memfiles import read_memory_file
 from ._collections import CollectionSpec
-from ._maintenance import QmdMaintained, embed_backoff_s
+from ._maintenance import QmdMaintained
 from ._mapping import apply_limits, display_path, interleave, split_qmd_uri
 from ._parse import QmdHit, is_missing_collection_error, parse_search_output
 from ._plan import QueryPlan, SearchMode, plan_query
 from ._rerank import explained, qmd_scorer, reranked
 from ._runner import kill_group
 from ._snippets import content_docid, file_lines, hit_windows, holds_enough, refind_line
-
-__all__ = ["MAX_HIT_FILE_BYTES", "QmdManager", "SearchMode", "embed_backoff_s"]
 
 log = logging.getLogger("memoryd.qmd")
 
@@ -69,8 +67,6 @@ class QmdManager(QmdMaintained):
     """Drives qmd for one agent. Create, `start()`, use, `close()`."""
 
     name: Final = "qmd"
-
-    # ------------------------------------------------------------------ lifecycle
 
     def start(self, background: Background | None = None) -> None:
         """Prepare the agent's qmd home and collections; boot-sync and timers per config."""
@@ -142,8 +138,6 @@ class QmdManager(QmdMaintained):
         self._emit("version", True, version)
         return True
 
-    # ------------------------------------------------------------------ health events
-
     def seed_from_health(
         self,
         last_update_at: float | None,
@@ -186,8 +180,6 @@ class QmdManager(QmdMaintained):
             dropped_hits=dict(self._dropped),
             last_dropped=self.last_dropped,
         )
-
-    # ------------------------------------------------------------------ search
 
     def search(
         self,
@@ -374,8 +366,6 @@ class QmdManager(QmdMaintained):
             log.warning("cannot read qmd's index: %s", err)
             return None
 
-    # ------------------------------------------------------------------ hits → results
-
     def _results_from_hits(
         self, hits: list[QmdHit], query: str, words: Sequence[str]
     ) -> list[SearchResult]:
@@ -475,8 +465,6 @@ class QmdManager(QmdMaintained):
             (prefix + "%",),
         )
         return (str(row[0]), str(row[1])) if row else None
-
-    # ------------------------------------------------------------------ memory_get
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
         """Read a memory file by a path search returned; missing files give empty text."""

@@ -10,19 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import QmdBadOutput
 
-__all__ = [
-    "CollectionInfo",
-    "QmdHit",
-    "SnippetRange",
-    "is_busy_error",
-    "is_collection_exists_error",
-    "is_missing_collection_error",
-    "parse_collection_list",
-    "parse_collection_show",
-    "parse_search_output",
-    "parse_snippet",
-]
-
 
 class QmdHit(BaseModel):
     """One entry of `qmd search|vsearch|query --json`."""
@@ -105,8 +92,6 @@ def _excerpt(text: str, limit: int = 120) -> str:
     return repr(flat if len(flat) <= limit else flat[:limit] + "…")
 
 
-# --------------------------------------------------------------------------- snippets
-
 _HEADER_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? @@[^\n]*(?:\n|$)")
 
 
@@ -128,9 +113,6 @@ def parse_snippet(snippet: str) -> SnippetRange:
     count = int(match.group(2)) if match.group(2) is not None else 1
     end = start + max(count, 1) - 1
     return SnippetRange(snippet[match.end() :], start, end)
-
-
-# --------------------------------------------------------------------------- collections
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,8 +148,6 @@ def parse_collection_show(text: str) -> CollectionInfo | None:
         return None
     return CollectionInfo(fields["Collection"], fields["Path"], fields["Pattern"])
 
-
-# --------------------------------------------------------------------------- error kinds
 
 _MISSING_COLLECTION_RE = re.compile(r"collection (?:not found|does not exist)", re.IGNORECASE)
 _EXISTS_RE = re.compile(r"already exists", re.IGNORECASE)

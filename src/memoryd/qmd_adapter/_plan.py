@@ -9,16 +9,6 @@ from typing import Final, Literal
 
 from ..core.text import STOPWORDS, cjk_bigrams, has_cjk
 
-__all__ = [
-    "MAX_PLAN_WORDS",
-    "QueryPlan",
-    "SearchMode",
-    "content_words",
-    "is_qmd_syntax",
-    "is_query_document",
-    "plan_query",
-]
-
 SearchMode = Literal["search", "vsearch", "query"]
 
 #: Content words a plan is built from (the first ones of the question). Pairs grow as n²/2: 12

@@ -11,17 +11,6 @@ from ..core.ranking import continue_snippet, select_snippet
 from ..core.text import text_terms
 from ._parse import parse_snippet
 
-__all__ = [
-    "MIN_WORD_SHARE",
-    "QMD_CHUNK_CHARS",
-    "content_docid",
-    "file_lines",
-    "hit_windows",
-    "holds_enough",
-    "refind_line",
-    "word_share",
-]
-
 #: The region around qmd's line a window is chosen from: qmd's chunk (900 tokens, ~4 characters
 #: each), the text its line was picked in, on either side.
 QMD_CHUNK_CHARS: Final = 3600
