@@ -1,8 +1,4 @@
-"""Pure transcript rules: parse JSONL text into messages, sanitise, chunk, track growth.
-
-The readers live in `lifecycle.transcripts` (with the record shapes) and the index;
-docs/redaction.md says what sanitising strips.
-"""
+"""Pure transcript rules: parse JSONL into messages, sanitise (docs/redaction.md), chunk, track growth."""
 
 from __future__ import annotations
 
@@ -19,17 +15,9 @@ from .replies import is_no_reply
 Role = Literal["user", "assistant"]
 _LABEL: Final[dict[str, str]] = {"user": "User", "assistant": "Assistant"}
 
-_DROP_BLOCKS: Final = (
-    "system-reminder",
-    "thinking",
-    "think",
-    "reasoning",
-    "antThinking",
-    "relevant-memories",
-    "memory-context",
-)
 _BLOCK_RE: Final = re.compile(
-    r"<(?P<tag>" + "|".join(_DROP_BLOCKS) + r")\b[^>]*>.*?(?:</(?P=tag)\s*>|\Z)",
+    r"<(?P<tag>system-reminder|thinking|think|reasoning|antThinking|relevant-memories|memory-context)"
+    r"\b[^>]*>.*?(?:</(?P=tag)\s*>|\Z)",
     re.DOTALL | re.IGNORECASE,
 )
 _WRAPPER_RE: Final = re.compile(r"</?(?:final|reply)\b[^>]*>", re.IGNORECASE)
@@ -77,11 +65,8 @@ class TranscriptChunk:
 
 
 def sanitize_text(text: str, *, previous: str | None = None) -> str:
-    """Strip metadata, directives and thinking blocks and redact secrets (see module docstring).
-
-    `previous` is the message before this one: a password given in reply to a question about
-    one is redacted too (`redact_secrets`).
-    """
+    """Strip metadata, directives and thinking blocks and redact secrets, also a password given
+    in reply to `previous` asking for one."""
     text = _BLOCK_RE.sub(" ", text)
     text = _UNTRUSTED_BLOCK_RE.sub(" ", text)
     text = _ENVELOPE_RE.sub("", text)
@@ -96,7 +81,7 @@ def _collapse(text: str) -> str:
 
 
 def extract_text(content: Any) -> str | None:
-    """The raw text of a message `content`: a string, or the `text` blocks of a list joined by newlines."""
+    """A message `content`'s text: a string, or a list's `text` blocks joined by newlines."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -139,8 +124,7 @@ def _relayed(*records: dict[str, Any]) -> bool:
 def parse_transcript_text(text: str, *, sanitize: bool = False) -> tuple[list[Message], int, int]:
     """(messages, malformed line count, complete line count) of JSONL `text`. Pure."""
     lines = text.split("\n")
-    # The part after the last newline is still being written, unless it parses as a message
-    # (writers that never end the file with a newline); a half-written one waits for the next read.
+    # the part after the last newline is still being written unless it parses as a message
     if not isinstance(_parse_line(lines[-1]), tuple):
         lines.pop()
     messages: list[Message] = []
@@ -230,16 +214,8 @@ class _Seen:
 
 @dataclass
 class SessionDeltaTracker:
-    """Decides when transcripts have grown enough to re-index (pure; the caller stats files).
-
-    A transcript is *due* once `pending bytes >= delta_bytes` or `pending lines >=
-    delta_messages` (each threshold off when 0; both 0 means any growth is due). A file that
-    shrank, or whose indexed part changed (the caller compares it), was rewritten and is due at
-    once: only growth waits for a threshold. Unknown files start from an empty baseline, so a
-    new transcript counts all of its data. Debouncing and the background sync itself belong to
-    the caller: `observe` on every watcher event, sync `due_paths()` after the debounce, then
-    `mark_synced`.
-    """
+    """When transcripts have grown past `delta_bytes` or `delta_messages` (0: off; both 0: any
+    growth) to re-index; a rewritten file is due at once. The caller stats files and debounces."""
 
     delta_bytes: int = 100_000
     delta_messages: int = 50
@@ -268,8 +244,7 @@ class SessionDeltaTracker:
         )
 
     def observe(self, path: str, size: int, lines: int, *, rewritten: bool = False) -> SessionDelta:
-        """Record a transcript's current size and complete-line count; `rewritten`: the part
-        already indexed is not what it was."""
+        """Record a transcript's size and complete lines; `rewritten`: its indexed part changed."""
         seen = self._files.setdefault(path, _Seen())
         if rewritten or size < seen.synced_size or lines < seen.synced_lines:
             seen.rewritten = True
