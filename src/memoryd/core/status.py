@@ -11,8 +11,7 @@ from pydantic.alias_generators import to_camel
 class StatusModel(BaseModel):
     """Output models: camelCase in JSON, every field declared (nothing passes through untyped)."""
 
-    # defer_build: a validator is built the first time a status is made, not at import (a
-    # search that reports no status never pays for it)
+    # defer_build: a search that reports no status never pays for building the validator
     model_config = ConfigDict(
         extra="forbid",
         populate_by_name=True,
