@@ -79,8 +79,7 @@ class QmdCore:
             default_shared_models_dir() if shared_models_dir == "unset" else shared_models_dir
         )
         self._env_overrides = dict(env_overrides or {})
-        # the search itself never reranks unless told to here: `memory.qmd.rerank` is the
-        # rerank stage's (`rerank_stage`), which reorders only what passed minScore
+        # the search reranks only if told here: `memory.qmd.rerank` is the rerank stage's
         self._rerank = bool(rerank)
         self.rerank_stage = rerank_stage(settings)
         self._max_output = max_output_chars
@@ -126,8 +125,7 @@ class QmdCore:
 
     @contextmanager
     def bounded(self, deadline: float | None) -> Iterator[None]:
-        """Within, every qmd call of this thread ends by `deadline` (`time.monotonic()`) at the
-        latest: a one-off search gives its start-up and refresh no more than its own limit."""
+        """Within, every qmd call of this thread ends by `deadline` (`time.monotonic()`)."""
         before = getattr(self._bound, "deadline", None)
         if deadline is not None and before is not None:
             deadline = min(deadline, before)
@@ -146,8 +144,8 @@ class QmdCore:
             self._event_hook(kind, ok, detail)
 
     def known_collections(self) -> list[CollectionSpec]:
-        """The collections qmd has for this agent: this process's, or before it started, the
-        ones the home last verified, while qmd's registry is unchanged since (no qmd call)."""
+        """This process's collections, or before start those last verified if qmd's registry is
+        unchanged."""
         if self._active or self._started:
             return list(self._active.values())
         present = [s for s in self._desired_now() if Path(s.path).is_dir()]
@@ -250,11 +248,8 @@ class QmdCore:
                 and fingerprint == self._verified_record()
                 and resolve_command(self.command, self.env()) is not None
             ):
-                # index.yml (qmd's own collection registry) is byte for byte what it was when
-                # these collections were last checked: `collection list` + one `show` each
-                # would cost four node processes and find nothing to do. Anything that changes
-                # the registry (`qmd collection remove`, another agent config) changes the bytes;
-                # a collection lost otherwise is re-created on the search's "not found".
+                # qmd's registry is byte for byte as last checked: asking qmd would find nothing
+                # to do; a collection lost otherwise is re-created on a search's "not found"
                 self._active = {s.name: s for s in present}
                 return
             existing = self.list_collections()
@@ -263,12 +258,8 @@ class QmdCore:
                     self._remove_collection(action.name)
                 elif action.kind == "rebind":
                     assert action.spec is not None
-                    log.info(
-                        "qmd: re-binding collection %s to %s (%s)",
-                        action.name,
-                        action.spec.path,
-                        action.spec.pattern,
-                    )
+                    spec = action.spec
+                    log.info("qmd: re-binding %s to %s (%s)", action.name, spec.path, spec.pattern)
                     self._remove_collection(action.name)
                     self._add_collection(action.spec)
                 else:

@@ -91,9 +91,7 @@ class QmdManager(QmdMaintained):
             self.rerank_stage.close()
 
     def reset(self) -> list[str]:
-        """Drop this agent's qmd index, registry and exports (`memoryd reset`): everything in
-        its home but the maintenance lock (held meanwhile) and a models folder; then the home
-        and collections are made again. The caller exports sessions and syncs after."""
+        """`memoryd reset`: wipe the home but the held lock and models, then make it again."""
         with self._maintenance():
             keep = {self.home.lock_path, self.home.cache_home / "qmd" / "models"}
             removed = [str(e) for e in wipe_folder(self.home.root, keep)]
@@ -145,8 +143,7 @@ class QmdManager(QmdMaintained):
         version: str | None = None,
         version_error: str | None = None,
     ) -> None:
-        """Start from what another process recorded (status and the embed timer see it): the
-        last update and embed, and the last validation of `qmd --version`."""
+        """Start from another process's recorded update, embed and `qmd --version` validation."""
         now_wall, now_mono = time.time(), self._clock()
         if last_update_at is not None and self.last_update_at is None:
             self.last_update_at = last_update_at
@@ -282,8 +279,7 @@ class QmdManager(QmdMaintained):
         floor: float,
         explain: bool,
     ) -> list[SearchResult]:
-        """The rerank stage over what passed minScore (`_rerank`); with `explain`, each
-        result says what qmd was sent and scored."""
+        """The rerank stage over what passed minScore; `explain` says what qmd was sent."""
         sent = {"query": plan.document.split("\n"), "minScore": floor} if explain else None
         stage = self.rerank_stage
         if stage is None or not passed:
@@ -301,8 +297,7 @@ class QmdManager(QmdMaintained):
     def search_argv(
         self, document: str, names: Sequence[str], n: int, *, rerank: bool | None = None
     ) -> list[str]:
-        """`[query, document, --json, -n, N, (-C N), (--no-rerank), -c, coll…]`: one call for
-        every collection."""
+        """`qmd query` argv for every collection in one call."""
         args = ["query", document, "--json", "-n", str(n)]
         if n > QMD_CANDIDATE_LIMIT:  # qmd fuses only this many candidates unless told more
             args += ["-C", str(n)]
@@ -369,8 +364,8 @@ class QmdManager(QmdMaintained):
     def _results_from_hits(
         self, hits: list[QmdHit], query: str, words: Sequence[str]
     ) -> list[SearchResult]:
-        """qmd's hits, in its order, as windows memoryd cut from the files (interleaved by
-        source); a hit holding too few of `words` is left out (`holds_enough`)."""
+        """qmd's hits as windows cut from the files, interleaved by source, without those too
+        few of `words` hold."""
         groups: dict[Source, list[list[SearchResult]]] = {}
         for hit in hits:
             windows = self._hit_windows(hit, query, words, continuation=not groups)
@@ -423,8 +418,7 @@ class QmdManager(QmdMaintained):
         ]
 
     def _read_hit(self, spec: CollectionSpec, rel: str) -> tuple[bytes, list[str]] | None:
-        """The hit's file by memoryd's own rules: its collection's root and pattern, the skip
-        list, and `fsio`'s descriptor checks (no symlink, one hard link, a regular file)."""
+        """The hit's file, read only if memoryd's own rules and `fsio`'s checks allow it."""
         if rel.startswith("/"):
             raise _Dropped("absolute_path", "qmd named an absolute path")
         parts = PurePosixPath(rel).parts

@@ -14,8 +14,7 @@ from ..errors import QmdBadOutput
 class QmdHit(BaseModel):
     """One entry of `qmd search|vsearch|query --json`."""
 
-    # qmd grows optional fields between releases (context, explain, body, …); an unknown key from
-    # the sidecar must not break recall, so extras are ignored here rather than forbidden.
+    # qmd grows optional fields between releases: an unknown key must not break recall
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     score: float = Field(description="Relevance in [0, 1], rounded by qmd to 2 decimals.")
