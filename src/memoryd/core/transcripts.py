@@ -76,10 +76,6 @@ def sanitize_text(text: str, *, previous: str | None = None) -> str:
     return redact_secrets(text, previous=previous)
 
 
-def _collapse(text: str) -> str:
-    return _WS_RE.sub(" ", text).strip()
-
-
 def extract_text(content: Any) -> str | None:
     """A message `content`'s text: a string, or a list's `text` blocks joined by newlines."""
     if isinstance(content, str):
@@ -163,7 +159,7 @@ def _to_message(
     role, text = got
     if sanitize:
         text = sanitize_text(text, previous=previous)
-    text = _collapse(text)
+    text = _WS_RE.sub(" ", text).strip()
     if not text:
         return None
     if sanitize and role == "assistant" and (is_no_reply(text) or text == "HEARTBEAT_OK"):

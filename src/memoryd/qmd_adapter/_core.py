@@ -38,10 +38,6 @@ log = logging.getLogger("memoryd.qmd")
 _Unset = Literal["unset"]
 
 
-def _busy(err: BaseException) -> bool:
-    return isinstance(err, QmdExitError) and is_busy_error(err.stderr)
-
-
 #: qmd's SQLite busy timeout (milliseconds), read once per qmd process.
 BUSY_TIMEOUT_ENV: Final = "QMD_SQLITE_BUSY_TIMEOUT"
 _BUSY_TRIES: Final = 4
@@ -190,7 +186,7 @@ class QmdCore:
                 if locked is None:
                     raise
             except QmdExitError as err:
-                if not _busy(err):
+                if not is_busy_error(err.stderr):
                     raise
                 locked, tries = err, tries + 1
                 pause_s = min(2.0, 0.25 * 2 ** (tries - 1))

@@ -56,10 +56,6 @@ class QmdHome:
         return self.cache_home / "qmd" / "index.sqlite"
 
     @property
-    def node_compile_cache(self) -> Path:
-        return self.cache_home / "node-compile-cache"
-
-    @property
     def lock_path(self) -> Path:
         return self.root / "maintenance.lock"
 
@@ -75,7 +71,7 @@ class QmdHome:
     ) -> dict[str, str]:
         """The caller's environment with this agent's XDG dirs and NO_COLOR; `None` overrides unset."""
         env = dict(os.environ if base is None else base)
-        env.setdefault("NODE_COMPILE_CACHE", str(self.node_compile_cache))
+        env.setdefault("NODE_COMPILE_CACHE", str(self.cache_home / "node-compile-cache"))
         env.update(
             XDG_CONFIG_HOME=str(self.config_home),
             QMD_CONFIG_DIR=str(self.config_dir),

@@ -53,7 +53,6 @@ __all__ = [
     "is_evergreen",
     "lexical_evidence",
     "mmr",
-    "partial_vector_scores",
     "path_match_level",
     "rank",
     "select_snippet",
@@ -345,14 +344,6 @@ def _evidence_detail(
     return {"keyword": keyword, "vector": vector}
 
 
-def partial_vector_scores(
-    candidates: Sequence[Candidate], query: str, stats: CorpusStats | None
-) -> list[Candidate]:
-    """`calibrated_scores` while chunks are partly embedded: a chunk only the vector side found
-    scores at most its own evidence, as the best of the few embedded so far may be unrelated."""
-    return _calibrated(candidates, query, stats, partial_vectors=True)
-
-
 def _calibrated(
     candidates: Sequence[Candidate],
     query: str,
@@ -361,6 +352,8 @@ def _calibrated(
     partial_vectors: bool,
     trace: dict[int, dict[str, Any]] | None = None,
 ) -> list[Candidate]:
+    """`partial_vectors`: a chunk only the vector side found scores at most its own evidence, as
+    the best of the few chunks embedded so far may be unrelated."""
     if not candidates:
         return []
     detail: list[dict[str, Any]] | None = [] if trace is not None else None
@@ -440,12 +433,6 @@ def fuse(
     return out
 
 
-def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    if not a and not b:
-        return 0.0
-    return len(a & b) / len(a | b)
-
-
 def mmr(candidates: Sequence[Candidate], k: int, lam: float) -> list[Candidate]:
     """Maximal marginal relevance: pick λ·score − (1−λ)·max Jaccard to already-picked chunks."""
     pool = list(candidates)
@@ -456,7 +443,10 @@ def mmr(candidates: Sequence[Candidate], k: int, lam: float) -> list[Candidate]:
     while pool and len(chosen) < k:
         best_i, best_val = 0, -math.inf
         for i, c in enumerate(pool):
-            sim = max((jaccard(c.words, s.words) for s in chosen), default=0.0)
+            sim = max(
+                (len(c.words & s.words) / max(1, len(c.words | s.words)) for s in chosen),
+                default=0.0,
+            )
             val = lam * c.score - (1 - lam) * sim
             if val > best_val:
                 best_i, best_val = i, val
