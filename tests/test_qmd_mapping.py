@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from memoryd.core.results import SearchResult
-from memoryd.qmd_adapter import (
+from memoryd.qmd_adapter._home import with_models_block
+from memoryd.qmd_adapter._maintenance import embed_backoff_s
+from memoryd.qmd_adapter._mapping import (
     apply_limits,
     display_path,
-    embed_backoff_s,
     interleave,
     split_qmd_path,
     split_qmd_uri,
-    with_models_block,
 )
 
 ROOTS = {"memory-dir-main": "/ws/memory", "memory-root-main": "/ws", "notes-main": "/srv/notes"}
