@@ -197,20 +197,6 @@ class Page:
     past_end: bool
 
 
-def page_lines(
-    text: str,
-    from_line: int | None,
-    lines: int | None,
-    *,
-    max_chars: int = MAX_GET_CHARS,
-    max_lines: int = MAX_GET_LINES,
-) -> Page:
-    """Whole lines `from_line`… (at most `lines`) within the caps; one longer line is cut."""
-    start = max(1, from_line or 1)
-    rest = iter(text.splitlines(keepends=True)[start - 1 :])
-    return _page(rest, start, lines, max_chars, max_lines)
-
-
 def page_blocks(
     blocks: Iterable[bytes],
     from_line: int | None,
@@ -219,7 +205,8 @@ def page_blocks(
     max_chars: int = MAX_GET_CHARS,
     max_lines: int = MAX_GET_LINES,
 ) -> Page:
-    """`page_lines` over UTF-8 blocks, holding no more than a block plus the page."""
+    """Whole lines `from_line`… (at most `lines`) of UTF-8 blocks within the caps, one longer line
+    cut, holding no more than a block plus the page."""
     start = max(1, from_line or 1)
     cap = max_chars + 1  # one character past the cap tells an over-long line
     rest = _capped_lines(_decoded(blocks), cap, skip=start - 1)
