@@ -109,8 +109,7 @@ def _pair_value(match: re.Match[str], group: int) -> tuple[int, int] | None:
     return (start, end) if ok else None
 
 
-# Words that start a sentence about a passphrase rather than the passphrase itself; and the
-# small words of every English sentence, which a generated passphrase does not use.
+# Words opening a sentence about a passphrase, and function words no generated one uses.
 _NOT_A_PHRASE: Final = frozenset(
     (
         "stored saved kept written set changed required needed missing wrong incorrect same"
@@ -143,8 +142,7 @@ def _cli_value(match: re.Match[str], group: int) -> tuple[int, int] | None:
     return start, end
 
 
-# Issuer prefixes of the card networks (Visa, Mastercard, Amex, Discover, JCB, Diners, UnionPay,
-# Maestro): a run of digits that starts otherwise is an order number, a timestamp, an ISBN.
+# Card networks' issuer prefixes: other digit runs are order numbers, timestamps, ISBNs.
 _CARD_PREFIX: Final = _Source(r"4|5[0-9]|2[2-7]|3[0-9]|6[0-9]")
 
 
@@ -175,8 +173,7 @@ def _card_number(match: re.Match[str], group: int) -> tuple[int, int] | None:
     return match.span(group)
 
 
-# Base64 that is data, not a secret: PNG, JPEG, GIF, WebP, PDF, gzip, zip, XML/SVG, an SSH
-# public key's body (`AAAA…`), a Windows executable.
+# Base64 that is data, not a secret (images, PDF, archives, XML, SSH public keys, executables).
 _DATA_PREFIXES: Final = tuple(
     "iVBORw0KGgo R0lGOD UklGR JVBERi0 H4sI UEsDB PD94bWwg PHN2Zy AAAA TVqQ Qk0 SUkq /9j/".split()
 )
@@ -219,8 +216,7 @@ def _high_entropy(match: re.Match[str], group: int) -> tuple[int, int] | None:
     return match.span(group)
 
 
-# The rules whose value is free-form; a match whose value fails its check is not a secret. A
-# check gets the match and the secret's group, and returns the secret's span (maybe trimmed).
+# Checks of free-form values: (match, secret group) → the secret's span, or None if it is none.
 _Check = Callable[[re.Match[str], int], "tuple[int, int] | None"]
 
 
@@ -276,8 +272,6 @@ _VALUE_CHECKS: Final[dict[str, _Check]] = {
     "high_entropy_token": _high_entropy,
 }
 
-
-# --- answers to a question about a password
 
 _ASKS_FOR_SECRET: Final = _Source(
     r"(?:password|passwd|passphrase|passcode|\bpin\b|passwort|kennwort|mot de passe|\bmdp\b"
