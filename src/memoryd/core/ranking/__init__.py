@@ -263,28 +263,23 @@ def _calibrated_parts(
         named = named_by_path.get(c.path)
         if named is None:
             named = named_by_path[c.path] = _named(key, c.path) if terms else frozenset()
-        lex = (
-            _ramp(lexical_evidence(m | named, weights), LEX_FLOOR, LEX_FULL)
-            if use_keywords
-            else 0.0
-        )
+        share = lexical_evidence(m | named, weights) if use_keywords else 0.0
+        lex = _ramp(share, LEX_FLOOR, LEX_FULL)
         if z is not None and not m and script != qscript:
             # no keyword can vouch for another script: it must also stand out from the query's offset
             if offset is None:
                 offset = max(0.0, query_offset(qscript, stats))
             z -= APART_OFFSET * offset
-        vec = 0.0
+        vec, floor = 0.0, None
         if z is not None:  # keyword-only: no cosine, so no floor to work out
-            floor = vector_floor(
-                script == qscript, stats.chunks if stats is not None else 0, estimate_tokens(c.text)
-            )
+            chunks = stats.chunks if stats is not None else 0
+            floor = vector_floor(script == qscript, chunks, estimate_tokens(c.text))
             vec = _ramp(z, floor, VEC_FULL)
         evidence.append(1.0 - (1.0 - lex) * (1.0 - vec))
         vec_evidence.append(vec)
         if detail is not None:
-            detail.append(
-                _evidence_detail(c, query, m, named, weights, lex, use_keywords, z, vec, stats)
-            )
+            ref = stats.reference.get((qscript, script)) if stats is not None else None
+            detail.append(_evidence_detail(c, m, named, weights, share, lex, z, floor, vec, ref))
     # calibrated z orders the vector side across scripts; raw cosines where there is none
     vectors = [z if z is not None else c.vector_score for c, z in zip(candidates, zs, strict=True)]
     relative = _relative_scores(
@@ -305,15 +300,15 @@ def _calibrated_parts(
 
 def _evidence_detail(
     c: Candidate,
-    query: str,
     matched: set[str],
     named: frozenset[str],
     weights: Mapping[str, float],
+    share: float,
     lex: float,
-    use_keywords: bool,
     z: float | None,
+    floor: float | None,
     vec: float,
-    stats: CorpusStats | None,
+    ref: tuple[float, float] | None,
 ) -> dict[str, Any]:
     """`--explain`'s keyword and vector parts of one candidate's evidence."""
     keyword = {
@@ -322,23 +317,17 @@ def _evidence_detail(
         "matchedTerms": sorted(matched),
         "fileNameTerms": sorted(named - matched),
         "termWeights": {t: round(w, 4) for t, w in weights.items()},
-        "share": lexical_evidence(matched | named, weights) if use_keywords else 0.0,
+        "share": share,
         "evidence": lex,
     }
     vector: dict[str, Any] | None = None
     if c.vector_score is not None:
-        qscript, script = script_of(query), script_of(c.text)
-        ref = stats.reference.get((qscript, script)) if stats is not None else None
         vector = {
             "cosine": c.vector_score,
             "rank": c.vector_rank,
             "z": z,
             "background": {"mean": ref[0], "sd": ref[1]} if ref is not None else None,
-            "floor": vector_floor(
-                script == qscript, stats.chunks if stats is not None else 0, estimate_tokens(c.text)
-            )
-            if z is not None
-            else None,
+            "floor": floor,
             "evidence": vec,
         }
     return {"keyword": keyword, "vector": vector}
