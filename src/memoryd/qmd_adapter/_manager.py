@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 from typing import Any, Final
 
 from ..background import Background
-from ..core.engine import SearchOutput, SearchRequest
+from ..core.engine import Corpus, SearchOutput, SearchRequest
 from ..core.layout import SKIP_DIRS, MemoryRoot
 from ..core.results import FileText, SearchResult, Source
 from ..core.status import CollectionStatus, QmdStatus
@@ -70,9 +70,7 @@ class QmdManager(QmdMaintained):
 
     def start(self, background: Background | None = None) -> None:
         """Prepare the agent's qmd home and collections; boot-sync and timers per config."""
-        models = {k: v for k, v in dataclasses.asdict(self.config.models).items() if v}
-        self.home.ensure(models=models, shared_models_dir=self._shared_models)
-        self.ensure_collections()
+        self._prepare()
         self._started = True
         update = self.config.update
         if update.on_boot and update.wait_for_boot_sync:
@@ -98,17 +96,13 @@ class QmdManager(QmdMaintained):
             self._active, self._specs = {}, []
             self.last_update_at = self.last_embed_at = None
             self._last_update_mono = self._last_embed_mono = None
-            models = {k: v for k, v in dataclasses.asdict(self.config.models).items() if v}
-            self.home.ensure(models=models, shared_models_dir=self._shared_models)
-            self.ensure_collections()
+            self._prepare()
         return removed
 
-    def __enter__(self) -> QmdManager:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _prepare(self) -> None:
+        models = {k: v for k, v in dataclasses.asdict(self.config.models).items() if v}
+        self.home.ensure(models=models, shared_models_dir=self._shared_models)
+        self.ensure_collections()
 
     def version(self) -> str:
         """`qmd --version` (cached), validated: e.g. `qmd 2.8.3 (facd35e)`; else `QmdBadOutput`."""
@@ -189,14 +183,7 @@ class QmdManager(QmdMaintained):
         """The engine contract's search: ranked hits with their provenance (see `search_hits`)."""
         if isinstance(request, str):
             request = SearchRequest(request, max_results, min_score)
-        found = self._search(
-            request.query,
-            max_results=request.max_results,
-            min_score=request.min_score,
-            mode=mode,
-            corpus=request.corpus,
-            explain=request.explain,
-        )
+        found = self._search(request, mode=mode)
         return SearchOutput(
             results=found.results,
             engine="qmd",
@@ -216,35 +203,23 @@ class QmdManager(QmdMaintained):
         timeout_ms: int | None = None,
         rerank: bool | None = None,
         mode: SearchMode | None = None,
-        corpus: str = "all",
+        corpus: Corpus = "all",
     ) -> list[SearchResult]:
         """Search this agent's collections in one `qmd query` call (see `plan_query`)."""
-        found = self._search(
-            query,
-            max_results=max_results,
-            min_score=min_score,
-            timeout_ms=timeout_ms,
-            rerank=rerank,
-            mode=mode,
-            corpus=corpus,
-        )
-        return found.results
+        request = SearchRequest(query, max_results, min_score, corpus)
+        return self._search(request, timeout_ms=timeout_ms, rerank=rerank, mode=mode).results
 
     def _search(
         self,
-        query: str,
+        request: SearchRequest,
         *,
-        max_results: int | None = None,
-        min_score: float | None = None,
         timeout_ms: int | None = None,
         rerank: bool | None = None,
         mode: SearchMode | None = None,
-        corpus: str = "all",
-        explain: bool = False,
     ) -> _Found:
-        limits = self.config.limits
-        n = max_results or limits.max_results
-        names = [s.name for s in self._active.values() if corpus in ("all", s.source)]
+        limits, query, min_score = self.config.limits, request.query, request.min_score
+        n = request.max_results or limits.max_results
+        names = [s.name for s in self._active.values() if request.corpus in ("all", s.source)]
         if not names:
             return _Found([])
         mode = mode or self.search_mode
@@ -265,7 +240,7 @@ class QmdManager(QmdMaintained):
         results = self._results_from_hits(hits, plan.snippet_query, plan.words)
         floor = limits.min_score if min_score is None else min_score
         passed = apply_limits(results, max_results=len(results), min_score=floor)
-        passed = self.rerank_passed(query, plan, names, pool, passed, notes, floor, explain)
+        passed = self.rerank_passed(query, plan, names, pool, passed, notes, floor, request.explain)
         return _Found(passed[:n], plan.vector, notes)
 
     def rerank_passed(
