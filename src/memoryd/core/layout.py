@@ -14,7 +14,6 @@ from pathlib import PurePosixPath
 from typing import Final
 
 from ..errors import InvalidInput, PathNotAllowed
-from .dates import note_date
 from .results import Source
 
 #: Long-term memory file names at the workspace root, in order of preference.
@@ -290,6 +289,20 @@ def daily_note_name(day: date) -> str:
 def daily_note_rel(day: date) -> str:
     """`memory/2026-11-29.md`: where appends to the daily note go."""
     return f"{MEMORY_DIR}/{daily_note_name(day)}"
+
+
+_DATED: Final = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_.][^/]*)?\.md$")
+
+
+def note_date(path: str) -> date | None:
+    """The date in a daily-note file name (`memory/2026-01-15.md`, `…-slug.md`), else None."""
+    match = _DATED.search(path)
+    if not match:
+        return None
+    try:
+        return date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
+    except ValueError:
+        return None
 
 
 def is_daily_note_of(name: str, day: date) -> bool:

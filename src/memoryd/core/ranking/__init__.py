@@ -10,7 +10,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ..annotations import apply_importance
-from ..dates import note_date
+from ..layout import note_date
 from ..text import Script, estimate_tokens, query_terms, script_of, word_set
 from ._candidates import (
     PATH_TOKEN,
