@@ -82,7 +82,10 @@ class QmdCore:
         self._backoff_base, self._backoff_cap = embed_backoff
         self._clock = clock
 
-        self._mode: SearchMode = self.config.search_mode
+        #: The configured search mode (`memory.qmd.searchMode`).
+        self.search_mode: SearchMode = self.config.search_mode
+        #: Where exported session Markdown lives (`sessions.exportDir`, or the qmd home's).
+        self.sessions_dir = settings.exports_dir
         self._specs: list[CollectionSpec] = []
         self._active: dict[str, CollectionSpec] = {}
         self._waiting_for_dir: list[CollectionSpec] = []
@@ -113,11 +116,6 @@ class QmdCore:
         self._dropped: dict[str, int] = {}
         self.last_dropped: str | None = None
         self._event_hook: Callable[[str, bool, str | None], None] | None = None
-
-    @property
-    def search_mode(self) -> SearchMode:
-        """The configured search mode (`memory.qmd.searchMode`)."""
-        return self._mode
 
     @contextmanager
     def bounded(self, deadline: float | None) -> Iterator[None]:
@@ -292,11 +290,6 @@ class QmdCore:
         """Make the next `ensure_collections` ask qmd (a search found a collection missing)."""
         with suppress(FileNotFoundError):
             self.home.verified_path.unlink()
-
-    @property
-    def sessions_dir(self) -> Path:
-        """Where exported session Markdown lives (`sessions.exportDir`, or the qmd home's)."""
-        return self.settings.exports_dir
 
     def _remove_collection(self, name: str) -> None:
         try:
