@@ -11,7 +11,6 @@ from memoryd.qmd_adapter._mapping import (
     apply_limits,
     display_path,
     interleave,
-    split_qmd_path,
     split_qmd_uri,
 )
 
@@ -46,14 +45,6 @@ def test_paths_inside_the_workspace_become_workspace_relative(
     collection: str, rel: str, shown: str
 ) -> None:
     assert display_path(collection, rel, roots=ROOTS, workspace="/ws") == shown
-
-
-def test_display_path_round_trips_through_split_qmd_path() -> None:
-    assert split_qmd_path(display_path("notes-main", "a/b.md", roots=ROOTS, workspace="/ws")) == (
-        "notes-main",
-        "a/b.md",
-    )
-    assert split_qmd_path("memory/x.md") is None
 
 
 def res(path: str, score: float, snippet: str = "s", source: str = "memory") -> SearchResult:
