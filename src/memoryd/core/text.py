@@ -114,7 +114,7 @@ def cjk_bigrams(run: str) -> list[str]:
     return [run[i : i + 2] for i in range(len(run) - 1)]
 
 
-def _split_scripts(word: str) -> list[str]:
+def split_scripts(word: str) -> list[str]:
     """A word as query terms: CJK runs as bigrams, the rest (`q4` in `q4会议`) as itself."""
     if not has_cjk(word):
         return [word]
@@ -147,7 +147,7 @@ def _query_terms(query: str) -> tuple[str, ...]:
         raw = _POSSESSIVE.sub("", raw)
         if raw in STOPWORDS or (len(raw) == 1 and not has_cjk(raw) and not raw.isdigit()):
             continue
-        for term in _split_scripts(raw):
+        for term in split_scripts(raw):
             seen.setdefault(term, None)
     if not seen:  # a query of only stopwords still searches for them (not a lone letter)
         for raw in _words(query.lower()):

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from ..core.text import STOPWORDS, cjk_bigrams, has_cjk
+from ..core.text import STOPWORDS, has_cjk, split_scripts
 
 SearchMode = Literal["search", "vsearch", "query"]
 
@@ -90,21 +90,10 @@ def content_words(query: str, limit: int | None = None) -> list[str]:
                 continue
             if len(raw) == 1 and not raw.isdigit() and not has_cjk(raw):
                 continue
-            for term in _split_scripts(raw):
+            for term in split_scripts(raw):
                 seen.setdefault(term, None)
     words = list(seen or fallback)
     return words[: limit or MAX_PLAN_WORDS]
-
-
-def _split_scripts(word: str) -> list[str]:
-    """A word's CJK runs as character pairs, the rest (`q4` in `q4会议`) as it is."""
-    if not has_cjk(word):
-        return [word]
-    out: list[str] = []
-    for cjk, chars in itertools.groupby(word, key=has_cjk):
-        run = "".join(chars)
-        out.extend(cjk_bigrams(run) if cjk else [run])
-    return out
 
 
 def _one_line(text: str) -> str:
