@@ -34,8 +34,9 @@ def parse_search_output(stdout: str) -> list[QmdHit]:
     text = stdout.strip()
     if not text:
         raise QmdBadOutput("qmd printed nothing where JSON results were expected")
-    payload = _whole_json(text)
-    if payload is None:
+    try:
+        payload: object = json.loads(text)
+    except ValueError:
         payload = _embedded_array(text)
     if payload is None:
         if _NO_RESULTS_RE.search(text):
@@ -58,14 +59,6 @@ def parse_search_output(stdout: str) -> list[QmdHit]:
     if payload and not hits:
         raise QmdBadOutput(f"no usable entry in qmd's JSON results ({problems[0]})")
     return hits
-
-
-def _whole_json(text: str) -> object | None:
-    try:
-        value: object = json.loads(text)
-    except ValueError:
-        return None
-    return value
 
 
 def _embedded_array(text: str) -> list[object] | None:
