@@ -20,22 +20,18 @@ def _fuse_ranks(candidates: Sequence[Candidate], params: RankParams) -> list[Can
     have_vectors = any(c.vector_score is not None for c in candidates)
     out = []
     for c in candidates:
-        v = max(0.0, c.vector_score or 0.0)
-        if params.fusion == "weighted":
-            t = 1.0 / (1.0 + c.text_rank) if c.text_rank is not None else 0.0
-            score = vw * v + tw * t if have_vectors else t
-        else:  # rrf
+        t = 1.0 / (1.0 + c.text_rank) if c.text_rank is not None else 0.0
+        if not have_vectors:
+            score = t
+        elif params.fusion == "weighted":
+            score = vw * max(0.0, c.vector_score or 0.0) + tw * t
+        else:  # rrf, scaled so a chunk ranked first by both lists scores 1.0
             rrf = 0.0
             if c.vector_rank is not None:
                 rrf += vw / (RRF_K + 1 + c.vector_rank)
             if c.text_rank is not None:
                 rrf += tw / (RRF_K + 1 + c.text_rank)
-            # scale so a chunk ranked first by both lists scores 1.0
-            score = (
-                rrf * (RRF_K + 1)
-                if have_vectors
-                else (1.0 / (1.0 + c.text_rank) if c.text_rank is not None else 0.0)
-            )
+            score = rrf * (RRF_K + 1)
         out.append(with_score(c, score))
     return out
 
