@@ -211,22 +211,19 @@ class QmdCore:
         timeout = self.config.update.command_timeout_ms
         out = self._run(["collection", "list"], timeout)
         names = parse_collection_list(out.stdout)
-        found: dict[str, CollectionInfo] = {}
-
+        if not names:
+            return {}
         bound = getattr(self._bound, "deadline", None)
 
-        def show(name: str) -> None:
+        def show(name: str) -> CollectionInfo | None:
             with self.bounded(bound):  # the caller's deadline holds on the pool's threads too
-                shown = self._run(["collection", "show", name], timeout)
-            info = parse_collection_show(shown.stdout)
-            if info is not None:
-                found[name] = info
+                return parse_collection_show(
+                    self._run(["collection", "show", name], timeout).stdout
+                )
 
-        if names:
-            with ThreadPoolExecutor(min(len(names), 4), "qmd-show") as pool:
-                for done in [pool.submit(show, name) for name in names]:
-                    done.result()
-        return found
+        with ThreadPoolExecutor(min(len(names), 4), "qmd-show") as pool:
+            shown = list(pool.map(show, names))
+        return {name: info for name, info in zip(names, shown, strict=True) if info is not None}
 
     def ensure_collections(self) -> None:
         """Add missing collections, re-bind changed ones, drop matching legacy names."""
