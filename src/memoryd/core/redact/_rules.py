@@ -15,21 +15,15 @@ class SecretSpan(NamedTuple):
     rule: str
 
 
-class _Source(NamedTuple):
-    """A regex not compiled yet: the table is compiled on first use, so importing is cheap."""
-
-    pattern: str
-    flags: int = 0
-
-
 class SecretPattern(NamedTuple):
-    """One of memoryd's own rules (a Python `re` pattern, compiled on first use)."""
+    """One of memoryd's own rules: a `re` pattern, compiled on first use so importing is cheap."""
 
     name: str
-    source: _Source
+    pattern: str
+    flags: int
     keywords: tuple[str, ...]
     #: For a rule without keywords: a cheap regex that must find something before it runs.
-    prefilter: _Source | None = None
+    prefilter: str | None = None
 
 
 def keyword_index(
@@ -64,9 +58,7 @@ def _rule(
 ) -> SecretPattern:
     """A rule from its regex; `keywords` a space-separated string unless one holds a space."""
     words = tuple(keywords.split()) if isinstance(keywords, str) else keywords
-    return SecretPattern(
-        name, _Source(pattern, flags), words, _Source(prefilter) if prefilter else None
-    )
+    return SecretPattern(name, pattern, flags, words, prefilter or None)
 
 
 def _token(name: str, body: str, keywords: str) -> SecretPattern:
