@@ -100,21 +100,15 @@ def _message_of(record: dict[str, Any]) -> tuple[Role, str] | None:
     role = body.get("role")
     if role not in ("user", "assistant"):
         return None
-    if role == "user" and _relayed(record, body):
-        # OpenClaw: text relayed between sessions/sub-agents is not the user's own words
-        return None
+    relayed = (r.get("provenance") for r in (record, body))
+    if role == "user" and any(
+        isinstance(p, dict) and p.get("kind") == "inter_session" for p in relayed
+    ):
+        return None  # OpenClaw: text relayed between sessions/sub-agents is not the user's own
     text = extract_text(body.get("content"))
     if text is None:
         return None
     return role, text
-
-
-def _relayed(*records: dict[str, Any]) -> bool:
-    for rec in records:
-        prov = rec.get("provenance")
-        if isinstance(prov, dict) and prov.get("kind") == "inter_session":
-            return True
-    return False
 
 
 def parse_transcript_text(text: str, *, sanitize: bool = False) -> tuple[list[Message], int, int]:
