@@ -25,21 +25,16 @@ def content_docid(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:6]
 
 
-def word_share(words: Sequence[str], text: str) -> float:
-    """The share of `words` the text holds as keyword ranking matches them."""
+def holds_enough(words: Sequence[str], text: str) -> bool:
+    """Whether the text holds `MIN_WORD_SHARE` of the question's content words, as keyword ranking
+    matches them (an identifier by all its parts)."""
     if not words:
-        return 1.0
+        return True
     held = 0
     for word in words:
         parts = [p for p in re.split(r"[._-]+", word) if p] or [word]
-        if len(text_terms(parts, text)) == len(set(parts)):
-            held += 1
-    return held / len(words)
-
-
-def holds_enough(words: Sequence[str], text: str) -> bool:
-    """Whether the text holds at least `MIN_WORD_SHARE` of the question's content words."""
-    return word_share(words, text) >= MIN_WORD_SHARE
+        held += len(text_terms(parts, text)) == len(set(parts))
+    return held / len(words) >= MIN_WORD_SHARE
 
 
 def file_lines(text: str) -> list[str]:
