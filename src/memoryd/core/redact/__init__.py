@@ -9,16 +9,7 @@ from typing import Final
 
 from ._checks import _VALUE_CHECKS, _answer_spans
 from ._gitleaks import _gitleaks_spans, _ruleset
-from ._rules import SECRET_PATTERNS, SecretPattern, SecretSpan, keyword_index, rules_for
-
-__all__ = [
-    "REDACTED",
-    "SECRET_PATTERNS",
-    "SecretPattern",
-    "SecretSpan",
-    "redact_secrets",
-    "secret_spans",
-]
+from ._rules import SECRET_PATTERNS, SecretSpan, keyword_index, rules_for
 
 REDACTED: Final = "[REDACTED]"
 
