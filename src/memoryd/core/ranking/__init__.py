@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from pathlib import PurePosixPath
 from typing import Any
 
 from ..annotations import apply_importance
@@ -61,15 +60,10 @@ __all__ = [
     "with_score",
 ]
 
-EVERGREEN_NAMES = frozenset({"memory.md"})
-
 
 def is_evergreen(path: str, source: str) -> bool:
-    """MEMORY.md/memory.md and undated memory files never decay; only dated notes and sessions do."""
-    if source == "sessions":
-        return False
-    name = PurePosixPath(path).name.lower()
-    return name in EVERGREEN_NAMES or note_date(path) is None
+    """Undated memory files (MEMORY.md among them) never decay; only dated notes and sessions do."""
+    return source != "sessions" and note_date(path) is None
 
 
 def decay_multiplier(age_days: float, half_life_days: float) -> float:
