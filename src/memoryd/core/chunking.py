@@ -18,8 +18,7 @@ class ChunkSize:
     overlap: int
 
 
-#: A size for conversational daily notes (logs of short turns): a 160-token chunk fits inside
-#: one 700-character snippet. Opt-in (`chunking.dailyNotes`); the default is OpenClaw's one size.
+#: Opt-in size for conversational daily notes: a 160-token chunk fits one 700-character snippet.
 CONVERSATIONAL_DAILY_NOTES: Final = ChunkSize(160, 16)
 
 

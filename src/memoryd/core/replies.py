@@ -8,8 +8,7 @@ from typing import Final
 
 SILENT_REPLY_TOKEN: Final = "NO_REPLY"
 
-# Only the whole reply (give or take emphasis, quotes and a `.`/`!`): one merely ending with it
-# is shown (OpenClaw #19537).
+# Only the whole reply: one merely ending with the token is shown (OpenClaw #19537).
 _SILENT_RE: Final = re.compile(
     r"\A\s*([*_`\"']{0,3})\s*NO_REPLY(?:\s+NO_REPLY)*\s*\1\s*[.!]?\s*\Z", re.IGNORECASE
 )

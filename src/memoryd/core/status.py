@@ -37,7 +37,6 @@ class VectorInfo(StatusModel):
     load_error: str | None = None
     #: Which engine embeds this process's queries where the provider has several.
     query_engine: str | None = None
-    #: Why the faster query engine could not be used, if it could not
     query_engine_problem: str | None = None
 
 
@@ -66,7 +65,6 @@ class IndexRecovery(StatusModel):
     #: Where the damaged file is now (kept until you delete it).
     moved_to: str
     at: float | None = None
-    #: What was wrong with it.
     reason: str | None = None
 
 
@@ -78,19 +76,17 @@ class SkippedFile(StatusModel):
     reason: str
     #: The OS reason, or what made the file binary or too large.
     detail: str
-    #: The file's size in bytes when it was left out.
     size: int
 
 
 class BuiltinStatus(StatusModel):
     """The built-in index of one (agent, workspace)."""
 
-    #: Embedding provider serving, or 'none' (keyword only).
+    #: 'none': keyword only.
     provider: str
     model: str | None = None
     requested_provider: str
     provider_reason: str
-    #: Set when embeddings degraded.
     fallback: DegradedInfo | None = None
     unavailable: str | None = None
     files: int
@@ -144,7 +140,6 @@ class QmdStatus(StatusModel):
     last_error: str | None = None
     #: qmd hits memoryd did not serve, by reason (refused, stale, unknown_collection…).
     dropped_hits: dict[str, int] = {}
-    #: The last dropped hit and why.
     last_dropped: str | None = None
     #: When qmd last returned a hit memoryd's file rules refuse.
     last_refused_at: float | None = None

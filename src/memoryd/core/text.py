@@ -30,8 +30,7 @@ _ASCII_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
 _SPLIT_WORD = re.compile(r"[\w'’]+", re.UNICODE)
 _POSSESSIVE = re.compile(r"['’]s$")
 
-# Function words that carry no topic: dropping them from the OR-query makes BM25 rank by the
-# words that matter and keeps natural-language questions from matching every chunk.
+# Function words that carry no topic, so BM25 ranks by the words that matter.
 STOPWORDS = frozenset(
     (
         "a about above after again against all am an and any are as at be because been before"
@@ -178,8 +177,7 @@ def trigram_terms(query: str) -> list[str]:
     return list(out)
 
 
-#: ASCII bytes → what `word_set` splits them into: a word character (`_SPLIT_WORD` on ASCII:
-#: letters, digits, `_`, `'`) lowercased, anything else a space
+#: ASCII bytes → `word_set`'s split: word characters (`_SPLIT_WORD`) lowercased, others a space
 _ASCII_WORD_BYTES = bytes(
     (c | 0x20 if 65 <= c <= 90 else c) if (chr(c).isalnum() and c < 128) or c in b"_'" else 32
     for c in range(256)

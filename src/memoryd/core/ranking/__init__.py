@@ -137,8 +137,7 @@ VEC_FLOOR = 1.5  # cosine in reference deviations above unrelated text: below, n
 VEC_FULL = 5.0
 # The floor for a chunk in the query's own script, where keywords can vouch too.
 VEC_FLOOR_SAME_SCRIPT = 1.5
-# The best of N unrelated chunks lies ~sqrt(2 ln N) deviations out, short chunks further: see
-# `vector_floor`.
+# The best of N unrelated chunks lies ~sqrt(2 ln N) deviations out (`vector_floor`).
 VEC_FLOOR_GROWTH = 0.68
 SHORT_CHUNK_TOKENS = 160
 LONG_CHUNK_TOKENS = 400
@@ -489,8 +488,7 @@ def rank(
             d["score"] = c.score
 
     picked = [c for c in ordered if c.score >= params.min_score or c.path_level > 0]
-    # per-query fusions put every best hit near 1, so keyword hits fill empty slots after those
-    # that passed; calibrated scores abstain instead
+    # per-query fusions put every best hit near 1: keyword hits fill empty slots (auto abstains)
     if params.fusion != "auto" and len(picked) < params.max_results:
         chosen = {c.chunk_id for c in picked}
         picked += [c for c in ordered if c.chunk_id not in chosen and c.text_rank is not None]
