@@ -46,39 +46,28 @@ def normalized_sides(
 ) -> tuple[list[float | None], list[float | None]]:
     """Each list rescaled per query to 0..1 (None where it lacks the chunk), as raw cosines and
     BM25 are not comparable."""
-    vs = [c.vector_score for c in candidates if c.vector_score is not None]
-    ts = [c.text_score for c in candidates if c.text_score is not None]
-    vnorm: list[float | None] = []
-    tnorm: list[float | None] = []
+    vectors = [c.vector_score for c in candidates]
+    texts = [c.text_score for c in candidates]
     if how == "zscore":
-
-        def z(values: list[float]) -> tuple[float, float]:
-            mu = sum(values) / len(values)
-            sd = math.sqrt(sum((x - mu) ** 2 for x in values) / len(values)) or 1.0
-            return mu, sd
-
-        vmu, vsd = z(vs) if vs else (0.0, 1.0)
-        tmu, tsd = z(ts) if ts else (0.0, 1.0)
-
-        def unit(x: float | None, mu: float, sd: float) -> float | None:
-            # ±3 standard deviations span the unit range
-            return None if x is None else min(1.0, max(0.0, 0.5 + (x - mu) / (6 * sd)))
-
-        vnorm = [unit(c.vector_score, vmu, vsd) for c in candidates]
-        return vnorm, [unit(c.text_score, tmu, tsd) for c in candidates]
+        return _zscored(vectors), _zscored(texts)
+    vs = [v for v in vectors if v is not None]
     vlo, vspan = _minmax(vs) if vs else (0.0, 1.0)
-    tbest = max(ts) if ts else 1.0
-    for c in candidates:
-        vnorm.append(
-            None
-            if c.vector_score is None
-            else (c.vector_score - vlo) / vspan
-            if len(vs) > 1
-            else 1.0
-        )
-        # BM25 is scaled by the best hit only: a list's weakest keyword hit still matched a term
-        tnorm.append(None if c.text_score is None else (c.text_score / tbest if tbest > 0 else 0.0))
-    return vnorm, tnorm
+    tbest = max((t for t in texts if t is not None), default=1.0)
+    # BM25 is scaled by the best hit only: a list's weakest keyword hit still matched a term
+    return (
+        [None if v is None else (v - vlo) / vspan if len(vs) > 1 else 1.0 for v in vectors],
+        [None if t is None else (t / tbest if tbest > 0 else 0.0) for t in texts],
+    )
+
+
+def _zscored(values: list[float | None]) -> list[float | None]:
+    """±3 standard deviations of the present values span the unit range."""
+    xs = [x for x in values if x is not None]
+    if not xs:
+        return [None] * len(values)
+    mu = sum(xs) / len(xs)
+    sd = math.sqrt(sum((x - mu) ** 2 for x in xs) / len(xs)) or 1.0
+    return [None if x is None else min(1.0, max(0.0, 0.5 + (x - mu) / (6 * sd))) for x in values]
 
 
 def _fuse_normalized(
