@@ -387,10 +387,11 @@ def fuse(
     params: RankParams,
     stats: CorpusStats | None = None,
     trace: dict[int, dict[str, Any]] | None = None,
+    partial_vectors: bool = False,
 ) -> list[Candidate]:
     """A 0..1 `score` per candidate: `auto` calibrated, the others rescaled per query."""
     if params.fusion == "auto":
-        return _calibrated(candidates, query, stats, partial_vectors=False, trace=trace)
+        return _calibrated(candidates, query, stats, partial_vectors=partial_vectors, trace=trace)
     if params.fusion == "relative":
         out = _fuse_relative(candidates, query, params)
     elif params.fusion in ("minmax", "zscore"):
@@ -449,10 +450,7 @@ def rank(
     """Fuse → decay → importance → path boost → sort → MMR → minScore → top-K; `trace` (for
     `--explain`) gets how each chunk id's score was computed."""
     now = now or datetime.now(UTC)
-    if partial_vectors and params.fusion == "auto":
-        fused = _calibrated(list(candidates), query, stats, partial_vectors=True, trace=trace)
-    else:
-        fused = fuse(list(candidates), query, params, stats, trace)
+    fused = fuse(list(candidates), query, params, stats, trace, partial_vectors)
     if params.decay_enabled:
         for c in fused:
             age = age_in_days(c.path, c.source, c.mtime, now)
