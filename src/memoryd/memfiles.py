@@ -83,7 +83,7 @@ def read_memory_file(
     from_line: int | None = None,
     lines: int | None = None,
 ) -> FileText:
-    """`memory_get`: a page of the file (see `core.layout.page_lines`); a missing file gives ""
+    """`memory_get`: a page of the file (see `core.layout.page_blocks`); a missing file gives ""
     (a daily note not written yet). Refusals raise `PathNotAllowed`, read failures
     `MemoryReadFailed`, a `from`/`lines` below 1 `InvalidInput` (before the path is looked at)."""
     check_line_range(from_line, lines)
