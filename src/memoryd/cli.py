@@ -639,8 +639,8 @@ def _cmd_warm(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     import anyio
 
-    from .paths import config_file
-    from .server import serve, socket_path
+    from .paths import config_file, socket_path
+    from .server import serve
 
     svc = _service(args, one_off=False)
     ids = svc.agent_ids()
