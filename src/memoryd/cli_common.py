@@ -16,6 +16,13 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
 
 
+def as_json(args: argparse.Namespace, data: Any) -> bool:
+    """Print `data` as JSON if `--json` was given; whether it was."""
+    if args.json:
+        print_json(data)
+    return bool(args.json)
+
+
 def identity(args: argparse.Namespace) -> dict[str, Any]:
     """Who is asking, as `serve` compares it: config file, workspace flag/env, cwd."""
     from .paths import config_file
