@@ -1,9 +1,9 @@
 """memoryd: durable, searchable memory for AI agents.
 
-    from memoryd import MemoryService, load_config
+from memoryd import MemoryService, load_config
 
-    with MemoryService(load_config(), workspace="~/agent") as memory:
-        answer = memory.search("when does the old webhook secret stop working?")
+with MemoryService(load_config(), workspace="~/agent") as memory:
+    answer = memory.search("when does the old webhook secret stop working?")
 """
 
 from __future__ import annotations
