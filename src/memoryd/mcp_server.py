@@ -1,8 +1,6 @@
 """`memoryd mcp`: the six agent tools over MCP, on stdio or Streamable HTTP (docs/mcp.md).
 
-Failures are tool results (`{disabled, error, code}`), never protocol errors; `initialize` never
-waits for memory, which loads once the handshake is done; HTTP screens Origin/Host as qmd does
-and needs a bearer token everywhere but `/health`.
+Failures are tool results, never protocol errors; memory loads once the handshake is done.
 """
 
 from __future__ import annotations
@@ -86,7 +84,7 @@ class _ServiceHandle:
         return self._service
 
     def warm_soon(self) -> None:
-        """Start the service in the background (once); a no-op until `attach`."""
+        """Start the service in the background (once); a no-op until `tg` is set."""
         if self.tg is None or self._warm_started:
             return
         self._warm_started = True
@@ -215,10 +213,8 @@ EOF_GRACE_S = 5.0
 
 
 class _StdinLines:
-    """Lines of the MCP wire on stdin, read by a daemon thread, so SIGTERM never waits for input.
-
-    fd 0 points at /dev/null while serving, so child processes (qmd) cannot read the wire.
-    """
+    """The MCP wire's lines, read by a daemon thread so SIGTERM never waits for input; fd 0 is
+    /dev/null meanwhile, so that child processes (qmd) cannot read the wire."""
 
     def __init__(self) -> None:
         self._wire_fd = os.dup(0)
