@@ -330,7 +330,7 @@ def _parser() -> argparse.ArgumentParser:
     mc.add_argument(
         "--http",
         metavar="[HOST:]PORT",
-        type=_http_address,
+        type=parse_http_address,
         help="serve Streamable HTTP instead of stdio (a bare PORT binds 127.0.0.1; 0 picks one)",
     )
     mc.add_argument(
@@ -396,7 +396,8 @@ class _McpHelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def parse_http_address(value: str) -> tuple[str, int]:
-    """`PORT`, `HOST:PORT` or `[V6]:PORT` → (host, port); a bare port binds 127.0.0.1."""
+    """`PORT`, `HOST:PORT` or `[V6]:PORT` → (host, port); a bare port binds 127.0.0.1 (parsed
+    here, not in mcp_server: a mistyped address is refused without loading the MCP SDK)."""
     raw = value.strip()
     host, sep, port_text = raw.rpartition(":")
     if not sep:
@@ -404,21 +405,14 @@ def parse_http_address(value: str) -> tuple[str, int]:
     elif host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
-        raise ValueError(f"put an IPv6 address in brackets: [{host}]:{port_text}")
+        raise argparse.ArgumentTypeError(f"put an IPv6 address in brackets: [{host}]:{port_text}")
     if not host:
-        raise ValueError(f"missing host before ':' in {value!r}")
+        raise argparse.ArgumentTypeError(f"missing host before ':' in {value!r}")
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(f"port must be a number from 0 to 65535, not {port_text!r}")
+        raise argparse.ArgumentTypeError(
+            f"port must be a number from 0 to 65535, not {port_text!r}"
+        )
     return host, int(port_text)
-
-
-def _http_address(raw: str) -> tuple[str, int]:
-    # parsed here, not in mcp_server: a mistyped address is refused without loading the MCP
-    # SDK (most of a second)
-    try:
-        return parse_http_address(raw)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _validate(tool: str, **arguments: Any) -> None:
@@ -426,9 +420,6 @@ def _validate(tool: str, **arguments: Any) -> None:
     from .tools import validate_tool_input
 
     validate_tool_input(tool, {k: v for k, v in arguments.items() if v is not None})
-
-
-# ----------------------------------------------------------------------------- commands
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
