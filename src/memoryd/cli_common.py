@@ -43,9 +43,8 @@ def forward(
     wait_s: float | None = None,
     announce: bool = False,
 ) -> dict[str, Any] | None:
-    """The answer of a running `memoryd serve` that serves this caller (its failure raised); else
-    None. With `wait_s` (work that may rebuild an index) a serve that stops answering is an error,
-    never a reason to run the same work in this process beside it."""
+    """The answer of a `memoryd serve` that serves this caller (its failure raised), else None;
+    with `wait_s`, a serve that stops answering is an error, never a reason to run it here too."""
     if os.environ.get("MEMORYD_NO_SERVER"):
         return None
     from . import paths
