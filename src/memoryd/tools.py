@@ -135,9 +135,7 @@ class MemoryAppendInput(ToolInput):
         description="'daily' appends to today's memory/YYYY-MM-DD.md; 'long-term' to MEMORY.md."
     )
     text: str = Field(
-        description="Markdown to append (at most 64 KiB per call).",
-        min_length=1,
-        pattern=r"\S",
+        description="Markdown to append (at most 64 KiB per call).", min_length=1, pattern=r"\S"
     )
 
 
