@@ -590,9 +590,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from .server import serve
 
     svc = _service(args, one_off=False)
-    ids = svc.agent_ids()
     # resolve now: a bad workspace or agent id fails before listening
-    served = [svc.agent(aid) for aid in ids]
+    served = [svc.agent(aid) for aid in svc.agent_ids()]
     agents = "; ".join(f"{a.agent_id} ({a.memory.backend}, {a.workspace})" for a in served)
     print(f"memoryd serve: socket {socket_path()}; agents: {agents}", file=sys.stderr)
     anyio.run(functools.partial(serve, svc, config_path=config_file(args.config)))

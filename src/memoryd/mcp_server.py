@@ -127,8 +127,8 @@ def _result(data: dict[str, Any]) -> types.CallToolResult:
     )
 
 
-def _tool_list() -> list[types.Tool]:
-    return [
+def _build(handle: _ServiceHandle) -> Server[Any]:
+    tools = [
         types.Tool(
             name=spec.name,
             description=spec.description,
@@ -143,10 +143,6 @@ def _tool_list() -> list[types.Tool]:
         for spec in TOOLS.values()
     ]
 
-
-def _build(handle: _ServiceHandle) -> Server[Any]:
-    tools = _tool_list()
-
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
@@ -157,15 +153,12 @@ def _build(handle: _ServiceHandle) -> Server[Any]:
     ) -> types.CallToolResult:
         if params.name not in TOOLS:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
-        try:
+        try:  # bad arguments and a failing service factory are results too
             args = validate_tool_input(params.name, params.arguments)
-        except InvalidInput as err:
-            return _result(err.to_result())
-        try:
             svc = await handle.ready()
             call = functools.partial(call_tool, svc, args, agent_id=handle.agent_id)
             return _result(await run_blocking(call, handle.workers))
-        except MemorydError as err:  # e.g. the service factory failing
+        except MemorydError as err:
             return _result(err.to_result())
         except Exception:  # a memoryd bug: the agent gets one line, the log the traceback
             log.exception("tool %s failed", params.name)
