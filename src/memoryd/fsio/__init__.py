@@ -25,7 +25,7 @@ from ._state import (
     read_private,
     write_private_atomic,
 )
-from ._walk import Found, Skipped, Walk, walk
+from ._walk import Found, Skipped, Walk, unchanged, walk
 from ._wipe import wipe_folder
 
 __all__ = [
@@ -53,6 +53,7 @@ __all__ = [
     "read_file_with",
     "read_private",
     "rewrite_file",
+    "unchanged",
     "walk",
     "wipe_folder",
     "write_private_atomic",
