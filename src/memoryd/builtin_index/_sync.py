@@ -272,7 +272,7 @@ class Indexer:
         self.last_error = None
         store = self.engine.store
         with contextlib.suppress(MemorydError):
-            if store.read_only is None and "last_sync_error" in store.meta():
+            if store.read_only is None and store.meta_value("last_sync_error") is not None:
                 store.delete_meta("last_sync_error")
 
     def check(self) -> IndexCheck:

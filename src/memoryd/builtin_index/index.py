@@ -240,9 +240,8 @@ class MemoryIndex:
         )
 
     def purge(self, paths: Sequence[str], *, progress: ProgressFn | None = None) -> SyncReport:
-        """Drop `paths` (memory files as search shows them, `sessions/<file>.jsonl`) from the
-        index, chunks and vectors, then sync: what is still on disk is indexed afresh (a
-        transcript through the forget tombstones). Used by `memoryd forget`."""
+        """Drop `paths` (as search shows them) from the index, then sync: what is still on disk
+        is indexed afresh (a transcript through the forget tombstones)."""
         with self.indexer.lock:
             store = self.store
             known = store.files()
@@ -257,9 +256,8 @@ class MemoryIndex:
         return self.sync(progress=progress)
 
     def reset(self) -> list[str]:
-        """Drop the whole index (`memoryd reset`): the SQLite file and its side files are
-        deleted and a new empty one opened in their place (a PostgreSQL tenant is emptied);
-        the next sync rebuilds it from the files. Returns what was removed."""
+        """Delete the index file and its side files (empty a PostgreSQL tenant) for the next sync
+        to rebuild; what was removed."""
         with self.indexer.lock:
             if self.cfg.store_driver == "postgres":
                 store = self.store

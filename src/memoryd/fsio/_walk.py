@@ -8,7 +8,7 @@ import hashlib
 import operator
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from itertools import compress
@@ -64,9 +64,6 @@ class Walk:
 
     def __iter__(self) -> Iterator[Found]:
         return iter(self.files)
-
-    def __len__(self) -> int:
-        return len(self.files)
 
     def counts(self) -> dict[Reason, int]:
         """How many entries were refused, by reason."""
@@ -175,30 +172,22 @@ def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
 
 
-def _listing(kinds: dict[str, str]) -> tuple[list[str], str]:
-    """A folder's entry names, sorted, and the digest of their kinds and names."""
+def _folder_record(
+    kinds: dict[str, str], checked: Container[str], stat: Callable[[str], os.stat_result]
+) -> list[str]:
+    """What `unchanged` compares of a folder: the digest of its entries' kinds and names, which
+    of them (a mask over the sorted names) were files checked, and the digest of their stats."""
     names = sorted(kinds)
-    return names, _digest("\0".join([kinds[n] + n for n in names]))
-
-
-def _folder_record(kinds: dict[str, str], checked: dict[str, os.stat_result]) -> list[str]:
-    """What `unchanged` compares of a folder scanned: its listing's digest, which entries were
-    checked files (a mask over the sorted names), and the digest of their stats."""
-    names, listing = _listing(kinds)
-    stats = [checked[n] for n in names if n in checked]
-    return [listing, "".join("1" if n in checked else "0" for n in names), _stats(stats)]
-
-
-def _stats(stats: list[os.stat_result]) -> str:
-    return _digest(repr(list(map(_STAT_KEY, stats))))
+    mask = "".join("1" if n in checked else "0" for n in names)
+    stats = [_STAT_KEY(stat(n)) for n in compress(names, map(int, mask))]
+    return [_digest("\0".join([kinds[n] + n for n in names])), mask, _digest(repr(stats))]
 
 
 def unchanged(
     root: MemoryRoot, stamp: Any, *, anchor: str | os.PathLike[str] | None = None
 ) -> bool:
-    """Whether `walk(root)` would find what it found when it made `stamp`: every folder it opened
-    is the same folder with the same entries (a create, delete or rename shows there), every file
-    it checked has the same stat, and the same mounts lie below. No name is judged again."""
+    """Whether `walk(root)` would find what it found when it made `stamp`: the same folders with
+    the same entries, the files it checked with the same stats, the same mounts below."""
     try:
         root_fd = _open_root(root.path, anchor, create=False)
     except _Missing:
@@ -238,18 +227,19 @@ def unchanged(
             _close(fd)
 
 
-def _same_entries(fd: int, listing: str, mask: str, stats: str) -> bool:
+def _same_entries(fd: int, *record: str) -> bool:
     """The folder holds the same entries, and the files checked among them the same stats."""
     with os.scandir(fd) as entries:
         kinds = {
             e.name: "d" if e.is_dir(follow_symlinks=False) else "l" if e.is_symlink() else "f"
             for e in entries
         }
-    names, now = _listing(kinds)
-    if now != listing or len(mask) != len(names):
+    names, mask = sorted(kinds), record[1]
+    if len(mask) != len(names):
         return False
-    checked = compress(names, map(int, mask))
-    return _stats([os.stat(n, dir_fd=fd, follow_symlinks=False) for n in checked]) == stats
+    checked = set(compress(names, map(int, mask)))
+    now = _folder_record(kinds, checked, lambda n: os.stat(n, dir_fd=fd, follow_symlinks=False))
+    return now == list(record)
 
 
 @dataclass(slots=True)
@@ -390,6 +380,7 @@ class _Walker:
                 self.found.append(
                     Found(rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
                 )
-        self.dirs.append([frame.parts, here.st_dev, here.st_ino, *_folder_record(kinds, checked)])
+        record = _folder_record(kinds, checked, checked.__getitem__)
+        self.dirs.append([frame.parts, here.st_dev, here.st_ino, *record])
         folders.sort()
         return folders
