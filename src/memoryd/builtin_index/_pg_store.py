@@ -1,9 +1,5 @@
-"""The PostgreSQL built-in index's contents: one tenant's files, chunks, FTS, vectors and
-embedding cache, in a shared database (schema: `_pg_migrations`; the tenant: `_pg_tenant`).
-
-`PgStore` is a drop-in for the SQLite `Store` (the methods and attributes `MemoryIndex` uses),
-bound to one (agent, workspace) tenant; many memoryd processes may use one database at once.
-"""
+"""One tenant's files, chunks, FTS, vectors and embedding cache in a shared PostgreSQL database:
+a drop-in for the SQLite `Store` that many memoryd processes may use at once."""
 
 from __future__ import annotations
 
@@ -23,28 +19,24 @@ from ..errors import IndexError_
 from ._common import ChunkRow
 from ._pg_tenant import PgTenant, clean
 from ._pg_tenant import describe_url as describe_url  # re-exported for index.py
+from ._postings import or_phrases
 
 #: A tenant past the exact-scan limit gets its HNSW index once at most this many vectors are
 #: pending (a few chunks that cannot be embedded must not keep it on the exact scan forever).
 HNSW_BUILD_MAX_PENDING = 1_000
-_PHRASE = re.compile(r'"((?:[^"]|"")*)"')
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 
 
 def fts_document(text: str) -> tuple[str, int]:
-    """The text as FTS5's unicode61 tokenizer sees it (words split on every non-alphanumeric,
-    CJK per character), joined by spaces for `to_tsvector`, and its token count (bm25's length).
-
-    PostgreSQL's own parser keeps `foo.bar`, `a-b` and paths whole, so `foo` would not match
-    `foo.bar`; splitting first gives both engines the same terms.
-    """
+    """The text split as FTS5's unicode61 splits it, joined by spaces for `to_tsvector`, and its
+    token count: PostgreSQL's parser keeps `foo.bar` whole, so `foo` would not match it."""
     tokens = _TOKEN.findall(segment_for_fts(text))
     return " ".join(tokens), len(tokens)
 
 
-def match_phrases(match: str) -> list[str]:
-    """The quoted phrases of an FTS5 MATCH string `"a" OR "b c"` (the only form memoryd builds)."""
-    return [m.group(1).replace('""', '"') for m in _PHRASE.finditer(match)]
+def _word_terms(match: str) -> list[str]:
+    """The FTS5 MATCH string's phrases as `fts_document`s (those with any word)."""
+    return [doc for doc, n in map(fts_document, or_phrases(match) or []) if n]
 
 
 def _vector_literal(vec: np.ndarray) -> str | None:
@@ -78,10 +70,12 @@ class PgStore(PgTenant):
         size: int,
         chunks: Sequence[tuple[int, int, str, str, int]],
     ) -> int:
-        """Swap a file's chunks in one transaction (chunks = (start, end, hash, text, tokens));
-        how many rows were written: all of them (their vectors come back from the cache)."""
+        """Swap a file's chunks (start, end, hash, text, tokens) in one transaction; returns how
+        many rows were written: all of them (their vectors come back from the cache)."""
         texts = [clean(c[3]) for c in chunks]
         docs = [fts_document(t) for t in texts]
+        columns = [[c[i] for c in chunks] for i in (0, 1, 2)] + [texts, [c[4] for c in chunks]]
+        columns += [[d[1] for d in docs], [d[0] for d in docs]]
         t = self.tenant_id
         with self._write():
             removed = self._delete_chunks(path)
@@ -96,18 +90,7 @@ class PgStore(PgTenant):
                     "order by u.o returning id, tenant_id) "
                     "insert into memoryd.pending_vectors (chunk_id, tenant_id) "
                     "select id, tenant_id from ins",
-                    (
-                        t,
-                        path,
-                        source,
-                        [c[0] for c in chunks],
-                        [c[1] for c in chunks],
-                        [c[2] for c in chunks],
-                        texts,
-                        [c[4] for c in chunks],
-                        [d[1] for d in docs],
-                        [d[0] for d in docs],
-                    ),
+                    (t, path, source, *columns),
                     write=True,
                 )
             self._rows(
@@ -118,12 +101,8 @@ class PgStore(PgTenant):
                 (t, path, clean(abs_path), source, file_hash, mtime, size),
                 write=True,
             )
-            self._bump(
-                len(chunks) - removed[0],
-                sum(d[1] for d in docs) - removed[1],
-                sum(len(x) for x in texts) - removed[2],
-                -removed[3],
-            )
+            added = (len(chunks), sum(d[1] for d in docs), sum(map(len, texts)), 0)
+            self._bump(*(a - r for a, r in zip(added, removed, strict=True)))
         return len(chunks)
 
     def _delete_chunks(self, path: str) -> tuple[int, int, int, int]:
@@ -143,7 +122,7 @@ class PgStore(PgTenant):
         )[0]
         return int(row[0]), int(row[1]), int(row[2]), int(row[3])
 
-    def _bump(self, chunks: int, tokens: int, chars: int, vectors: int = 0) -> None:
+    def _bump(self, chunks: int, tokens: int, chars: int, vectors: int) -> None:
         self._rows(
             "update memoryd.tenant_stats set version = version + 1, "
             "chunk_count = chunk_count + %s, token_total = token_total + %s, "
@@ -169,7 +148,7 @@ class PgStore(PgTenant):
                 (self.tenant_id, path),
                 write=True,
             )
-            self._bump(-removed[0], -removed[1], -removed[2], -removed[3])
+            self._bump(*(-r for r in removed))
 
     def counts(self) -> dict[str, Any]:
         row = self._rows(
@@ -190,12 +169,8 @@ class PgStore(PgTenant):
         }
 
     def pending_count(self) -> int:
-        return int(
-            self._scalar(
-                "select count(*) from memoryd.pending_vectors where tenant_id = %s",
-                (self.tenant_id,),
-            )
-        )
+        sql = "select count(*) from memoryd.pending_vectors where tenant_id = %s"
+        return int(self._scalar(sql, (self.tenant_id,)))
 
     def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
         ids = list(ids)
@@ -223,35 +198,22 @@ class PgStore(PgTenant):
 
     def abs_paths(self, source: str) -> list[str]:
         """Absolute paths of the indexed files of one source."""
-        return [
-            r[0]
-            for r in self._rows(
-                "select abs_path from memoryd.files where tenant_id = %s and source = %s",
-                (self.tenant_id, source),
-            )
-        ]
+        sql = "select abs_path from memoryd.files where tenant_id = %s and source = %s"
+        return [r[0] for r in self._rows(sql, (self.tenant_id, source))]
 
     def paths(self) -> list[str]:
-        return [
-            r[0]
-            for r in self._rows(
-                "select path from memoryd.files where tenant_id = %s", (self.tenant_id,)
-            )
-        ]
-
-    # -- keyword search --------------------------------------------------------------------------
+        sql = "select path from memoryd.files where tenant_id = %s"
+        return [r[0] for r in self._rows(sql, (self.tenant_id,))]
 
     def keyword_search(
         self, match: str, limit: int, *, trigram: bool = False
     ) -> list[tuple[int, float]]:
         """(chunk id, positive BM25 strength) best first, for the MATCH string SQLite takes."""
-        phrases = match_phrases(match)
         if trigram:
-            terms = [p.lower() for p in phrases if len(p) >= 3]
+            terms = [p.lower() for p in or_phrases(match) or [] if len(p) >= 3]
             function = "memoryd.substring_hits"
         else:
-            terms = [doc for doc, n in map(fts_document, phrases) if n]
-            function = "memoryd.keyword_hits"
+            terms, function = _word_terms(match), "memoryd.keyword_hits"
         if not terms:
             return []
         rows = self._search(f"select chunk_id, score from {function}(%s, %s, %s)", (terms, limit))
@@ -259,7 +221,7 @@ class PgStore(PgTenant):
 
     def count_matching(self, match: str) -> int:
         """How many of the tenant's chunks the MATCH string matches (as `keyword_search` reads it)."""
-        terms = [doc for doc, n in map(fts_document, match_phrases(match)) if n]
+        terms = _word_terms(match)
         if not terms:
             return 0
         rows = self._search(
@@ -284,8 +246,8 @@ class PgStore(PgTenant):
         return [(int(r[0]), np.array(json.loads(r[1]), dtype=np.float32), r[2]) for r in rows]
 
     def _search(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        """A tenant-scoped search; after another process published a rebuild, the old tenant
-        is gone: look up the active one and ask again."""
+        """A tenant-scoped search, asked again of the active tenant if another process published
+        a rebuild meanwhile."""
         try:
             return self._rows(sql, (self.tenant_id, *params))
         except IndexError_:
@@ -295,19 +257,14 @@ class PgStore(PgTenant):
                 raise
             return self._rows(sql, (self.tenant_id, *params))
 
-    # -- vectors -------------------------------------------------------------------------------
-
     def pending_chunks(self, limit: int) -> list[tuple[int, str, str]]:
-        return [
-            (int(r[0]), r[1], r[2])
-            for r in self._rows(
-                "select c.id, c.hash, c.text from memoryd.pending_vectors p "
-                "join memoryd.chunks c on c.tenant_id = p.tenant_id and c.id = p.chunk_id "
-                "where p.tenant_id = %s "
-                "order by p.chunk_id limit %s",
-                (self.tenant_id, limit),
-            )
-        ]
+        rows = self._rows(
+            "select c.id, c.hash, c.text from memoryd.pending_vectors p "
+            "join memoryd.chunks c on c.tenant_id = p.tenant_id and c.id = p.chunk_id "
+            "where p.tenant_id = %s order by p.chunk_id limit %s",
+            (self.tenant_id, limit),
+        )
+        return [(int(r[0]), r[1], r[2]) for r in rows]
 
     def _ensure_dims(self, dims: int) -> None:
         """Record the tenant's vector dims on first write; refuse a change (reindex instead)."""
@@ -322,8 +279,7 @@ class PgStore(PgTenant):
         self._stats = (self._stats[0], dims)
 
     def _ensure_index(self, dims: int) -> None:
-        """Build the tenant's HNSW index once it outgrows exact search and its backlog of
-        pending vectors is short (if it can now)."""
+        """Build the tenant's HNSW index once it outgrows exact search and its backlog is short."""
         if (
             not self.vector.available
             or self._owns_tx()  # the build would wait for this transaction's own locks
@@ -399,13 +355,8 @@ class PgStore(PgTenant):
         return sorted(((int(r[0]), float(r[1])) for r in rows), key=lambda h: -h[1])
 
     def _vector_count(self) -> int:
-        return int(
-            self._scalar(
-                "select vector_count from memoryd.tenant_stats where tenant_id = %s",
-                (self.tenant_id,),
-            )
-            or 0
-        )
+        sql = "select vector_count from memoryd.tenant_stats where tenant_id = %s"
+        return int(self._scalar(sql, (self.tenant_id,)) or 0)
 
     def _has_index(self, dims: int) -> bool:
         if dims not in self._indexed_dims and self._scalar(
@@ -429,8 +380,6 @@ class PgStore(PgTenant):
             )
         )
 
-    # -- embedding cache -----------------------------------------------------------------------
-
     def cache_get(self, key: tuple[str, str, str], hashes: Sequence[str]) -> dict[str, np.ndarray]:
         import numpy as np
 
@@ -453,22 +402,16 @@ class PgStore(PgTenant):
 
         if not items:
             return
-        now = time.time()
-        t = self.tenant_id
+        now, t = time.time(), self.tenant_id
+        hashes, dims = [h for h, _ in items], [int(v.shape[0]) for _, v in items]
+        blobs = [np.asarray(v, dtype=np.float32).tobytes() for _, v in items]
         self._rows(
             "insert into memoryd.embedding_cache (tenant_id, provider, model, fingerprint, hash, "
             "dims, vector, used_at) select %s, %s, %s, %s, u.h, u.d, u.v, %s "
             "from unnest(%s::text[], %s::int[], %s::bytea[]) as u (h, d, v) "
             "on conflict (tenant_id, provider, model, fingerprint, hash) do update set "
             "dims = excluded.dims, vector = excluded.vector, used_at = excluded.used_at",
-            (
-                t,
-                *key,
-                now,
-                [h for h, _ in items],
-                [int(v.shape[0]) for _, v in items],
-                [np.asarray(v, dtype=np.float32).tobytes() for _, v in items],
-            ),
+            (t, *key, now, hashes, dims, blobs),
             write=True,
         )
         self._rows(
