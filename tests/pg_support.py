@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 
 from memoryd.builtin_index import pg_embedded
-from memoryd.errors import LocalPostgresError
+from memoryd.errors import IndexError_, LocalPostgresError
 
 TEMPLATE_DB = "memoryd_template"
 
@@ -263,8 +263,8 @@ def _emit(**event: Any) -> None:
 def worker_main(argv: list[str]) -> int:
     """A memoryd worker on one PostgreSQL store, driven by the tests.
 
-    sync:   index every `*.md` of --workspace under the writer lock (text phase in one
-            transaction), writing hashing vectors; `--pause-after N` stops after N files and
+    sync:   index every `*.md` of --workspace (text phase in one transaction, which waits for
+            the tenant's lock with --wait), writing hashing vectors; `--pause-after N` stops after N files and
             waits (for a SIGKILL) with the transaction open; prints {"event": "synced", ...}.
     search: run --queries keyword searches --rounds times, printing each result set.
     """
@@ -279,7 +279,7 @@ def worker_main(argv: list[str]) -> int:
     p.add_argument("--pause-after", type=int)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--queries", default="")
-    p.add_argument("--wait", action="store_true", help="sync: wait for the writer lock")
+    p.add_argument("--wait", action="store_true", help="sync: wait for the tenant's lock")
     args = p.parse_args(argv)
 
     import numpy as np
@@ -300,15 +300,12 @@ def worker_main(argv: list[str]) -> int:
         return 0
 
     root = Path(args.workspace)
-    with store.writer(wait=args.wait) as held:
-        if not held:
-            _emit(event="busy")
-            store.close()
-            return 0
-        _emit(event="locked")
-        known = store.files()
-        written = 0
-        with store.transaction():
+    written = 0
+    try:
+        # as a search's sync does: the text phase is one transaction holding the tenant's lock
+        with store.transaction(wait_ms=None if args.wait else 0):
+            _emit(event="locked")
+            known = store.files()
             for path in sorted(root.rglob("*.md")):
                 rel = str(path.relative_to(root))
                 text = path.read_text(encoding="utf-8")
@@ -317,14 +314,9 @@ def worker_main(argv: list[str]) -> int:
                 if rel in known and known[rel][0] == file_hash:
                     continue
                 chunks = chunk_lines(text, tokens=64, overlap=0)
+                rows = [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks]
                 store.replace_file(
-                    rel,
-                    str(path),
-                    "memory",
-                    file_hash,
-                    st.st_mtime,
-                    st.st_size,
-                    [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
+                    rel, str(path), "memory", file_hash, st.st_mtime, st.st_size, rows
                 )
                 written += 1
                 if args.pause_after is not None and written >= args.pause_after:
@@ -332,13 +324,19 @@ def worker_main(argv: list[str]) -> int:
                     time.sleep(3600)  # killed here, with the transaction open
             for gone in set(known) - {str(p.relative_to(root)) for p in root.rglob("*.md")}:
                 store.remove_file(gone)
-        # vectors after the text phase, in their own transactions (as MemoryIndex does)
-        while batch := store.pending_chunks(64):
-            vecs = []
-            for cid, chash, _text in batch:
-                rng = np.random.default_rng(int(chash[:8], 16))
-                vecs.append((cid, rng.standard_normal(16).astype(np.float32)))
-            store.write_vectors(vecs)
+    except IndexError_ as err:
+        if "being written by another memoryd process" not in str(err):
+            raise
+        _emit(event="busy")
+        store.close()
+        return 0
+    # vectors after the text phase, in their own transactions (as MemoryIndex does)
+    while batch := store.pending_chunks(64):
+        vecs = []
+        for cid, chash, _text in batch:
+            rng = np.random.default_rng(int(chash[:8], 16))
+            vecs.append((cid, rng.standard_normal(16).astype(np.float32)))
+        store.write_vectors(vecs)
     _emit(event="synced", written=written, counts=store.counts())
     store.close()
     return 0

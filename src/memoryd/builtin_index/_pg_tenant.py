@@ -1,11 +1,8 @@
-"""One tenant of a PostgreSQL index: its connections, write transactions under the tenant's
-advisory lock, metadata, checks, and rebuilds into a fresh tenant published in one transaction.
+"""One tenant of a PostgreSQL index: its connections, metadata, checks and rebuilds.
 
-Every write transaction takes the tenant's advisory lock, so one process writes a tenant at a
-time; `writer()` holds it across a whole sync and `transaction()` makes a sync's text phase one
-transaction, so a process that dies mid-sync leaves the previous complete state and its lock
-(released with the dead connection) lets another process take over. Searches read on their own
-connection and see only committed state.
+Every write transaction holds the tenant's advisory lock, so one process writes a tenant at a time
+and one that dies mid-sync leaves the previous state (its lock goes with its connection); searches
+read committed state on a connection of their own.
 """
 
 from __future__ import annotations
@@ -49,10 +46,8 @@ def clean(text: str) -> str:
 
 
 class PgTenant(StoreChecks):
-    """One tenant of a PostgreSQL index. Thread-safe: each connection has its own lock.
+    """One tenant of a PostgreSQL index; thread-safe (each connection has its own lock).
 
-    There is no file to damage or move aside: `verify` checks the tenant's bookkeeping,
-    `recover` recounts it, and `read_only` is always None (a refused write is an `IndexError_`).
     The password comes from libpq's environment (`PGPASSWORD`, `PGPASSFILE`, `PGSERVICE`).
     """
 
@@ -65,8 +60,6 @@ class PgTenant(StoreChecks):
         vector_enabled: bool = True,
         migrate: bool = True,
         exact_max_vectors: int = EXACT_MAX_VECTORS,
-        lock_timeout_s: float = LOCK_TIMEOUT_S,
-        connect_timeout_s: int = CONNECT_TIMEOUT_S,
         _tenant_id: int | None = None,
     ) -> None:
         try:
@@ -81,8 +74,6 @@ class PgTenant(StoreChecks):
         self.agent_id = agent_id
         self.workspace = workspace
         self.exact_max_vectors = exact_max_vectors
-        self.lock_timeout_s = lock_timeout_s
-        self._connect_timeout_s = connect_timeout_s
         self._ro_lock = threading.RLock()
         self._rw_lock = threading.RLock()
         self._tx_owner: int | None = None
@@ -90,7 +81,7 @@ class PgTenant(StoreChecks):
         self.tenant_id = 0
         self.read_only: str | None = None
         self.recovered: list[Recovery] = []
-        self._lock_wait_s = lock_timeout_s
+        self._lock_wait_s = LOCK_TIMEOUT_S
         self._indexed_dims: set[int] = set()
         self._ro = self._connect()
         try:
@@ -128,16 +119,12 @@ class PgTenant(StoreChecks):
         if self.building:
             # the builder's mark of life: a build whose lock is free is a dead one
             self._scalar("select pg_advisory_lock(%s)", (self._lock_key,), write=True)
-        if vector_enabled:
-            self.vector = VectorEngine("pgvector", True, None, "psycopg")
-        else:
-            self.vector = VectorEngine("disabled", False, "store.vector.enabled = false", "psycopg")
+        off = None if vector_enabled else "store.vector.enabled = false"
+        self.vector = VectorEngine("disabled" if off else "pgvector", not off, off, "psycopg")
         self.fts_error: str | None = None
         self.trigram_error: str | None = None
         self._stats: tuple[int, int | None] = (0, None)  # (tenant version, vec_dims)
         self._refresh()
-
-    # -- connections ---------------------------------------------------------------------------
 
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         try:
@@ -147,13 +134,14 @@ class PgTenant(StoreChecks):
                 self.url,
                 autocommit=True,
                 prepare_threshold=None,
-                connect_timeout=self._connect_timeout_s,
+                connect_timeout=CONNECT_TIMEOUT_S,
                 application_name="memoryd",
             )
         except self._psycopg.Error as err:
-            raise StoreUnavailable(
-                f"PostgreSQL store unreachable ({self.where}): {first_line(err)}"
-            ) from None
+            raise self._unreachable(err) from None
+
+    def _unreachable(self, err: Exception) -> StoreUnavailable:
+        return StoreUnavailable(f"PostgreSQL store unreachable ({self.where}): {first_line(err)}")
 
     def _set_search_path(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
         # unqualified `vector` casts resolve in whichever schema the extension was created in
@@ -185,24 +173,22 @@ class PgTenant(StoreChecks):
                 try:
                     cur = conn.execute(sql, params)
                     return cur.fetchall() if cur.description else []
+                except psycopg.errors.LockNotAvailable:  # an OperationalError: caught first
+                    raise IndexError_(
+                        f"agent {self.agent_id} is being written by another memoryd process "
+                        f"(waited {self._lock_wait_s:g}s for its lock)"
+                    ) from None
                 except psycopg.OperationalError as err:
                     # a dropped connection is reopened once, outside a transaction only
                     if attempt == 0 and conn.broken and not self._owns_tx():
                         with contextlib.suppress(IndexError_):
                             self._reconnect("rw" if use_rw else "ro")
                             continue
-                    raise StoreUnavailable(
-                        f"PostgreSQL store unreachable ({self.where}): {first_line(err)}"
-                    ) from None
+                    raise self._unreachable(err) from None
                 except psycopg.errors.InsufficientPrivilege as err:
                     raise IndexError_(
                         f"PostgreSQL store refused agent {self.agent_id} ({self.where}): "
                         f"{first_line(err)}"
-                    ) from None
-                except psycopg.errors.LockNotAvailable:
-                    raise IndexError_(
-                        f"agent {self.agent_id} is being written by another memoryd process "
-                        f"(waited {self._lock_wait_s:g}s for its lock)"
                     ) from None
                 except psycopg.Error as err:
                     raise IndexError_(
@@ -225,7 +211,7 @@ class PgTenant(StoreChecks):
         """One write transaction holding the tenant's lock (waits up to `wait_s`, by default
         `lock_timeout_s`); nested inside `transaction()` it is a savepoint of that one."""
         psycopg = self._psycopg
-        wait = self.lock_timeout_s if wait_s is None else wait_s
+        wait = LOCK_TIMEOUT_S if wait_s is None else wait_s
         with self._rw_lock, contextlib.ExitStack() as stack:
             owner = self._tx_owner
             stack.callback(setattr, self, "_tx_owner", owner)
@@ -262,13 +248,8 @@ class PgTenant(StoreChecks):
     def transaction(
         self, *, wait_ms: int | None = None, doing: str = "update the index"
     ) -> Iterator[None]:
-        """Make every write inside one transaction (a sync's text phase): all or nothing.
-
-        `wait_ms` bounds the wait for another process's hold on the tenant (default
-        `lock_timeout_s`). Enter it in the thread that runs the writes; other threads keep
-        reading the last committed state on the read connection, and their writes wait until
-        it ends. Failures are `IndexError_`s saying what could not be done.
-        """
+        """Make every write inside one transaction (a sync's text phase) of the entering thread,
+        waiting up to `wait_ms` for another process's; other threads read the committed state."""
         try:
             with self._write(None if wait_ms is None else wait_ms / 1000):
                 yield
@@ -277,35 +258,10 @@ class PgTenant(StoreChecks):
                 raise
             raise type(err)(f"cannot {doing}: {err}") from None
 
-    @contextlib.contextmanager
-    def writer(self, *, wait: bool = True) -> Iterator[bool]:
-        """Hold this tenant's writer lock for a whole sync; yields False if `wait` is False and
-        another process holds it (that process is syncing: search what it committed)."""
-        if wait:
-            got = self._scalar(
-                "select set_config('lock_timeout', %s, false), pg_advisory_lock(%s)",
-                (f"{int(self.lock_timeout_s * 1000)}ms", self._lock_key),
-                write=True,
-            )
-            self._rows("select set_config('lock_timeout', '0', false)", write=True)
-            held = got is not None
-        else:
-            held = bool(
-                self._scalar("select pg_try_advisory_lock(%s)", (self._lock_key,), write=True)
-            )
-        try:
-            yield held
-        finally:
-            if held:
-                with contextlib.suppress(IndexError_):
-                    self._rows("select pg_advisory_unlock(%s)", (self._lock_key,), write=True)
-
     def close(self) -> None:
         for lock, conn in ((self._ro_lock, self._ro), (self._rw_lock, self._rw)):
             with lock, contextlib.suppress(Exception):
                 conn.close()
-
-    # -- the tenant ------------------------------------------------------------------------------
 
     def _refresh(self) -> None:
         """Re-read the tenant's version and dims; follow a rebuild another process published."""
@@ -332,8 +288,7 @@ class PgTenant(StoreChecks):
 
     @property
     def version(self) -> tuple[int, int]:
-        """(tenant, its write count): changes whenever any process commits a write to the tenant
-        or publishes a rebuild of it."""
+        """(tenant, its write count): changes with any process's commit or published rebuild."""
         self._refresh()
         return self.tenant_id, self._stats[0]
 
@@ -376,8 +331,8 @@ class PgTenant(StoreChecks):
             )
 
     def verify(self, *, deep: bool = False) -> str | None:
-        """What is wrong with the tenant, or None. PostgreSQL checks its own pages; `deep`
-        compares the tenant's recorded totals (which BM25 and the KNN choice use) with its rows."""
+        """What is wrong with the tenant, or None: `deep` compares the totals BM25 and the KNN
+        choice use with its rows (PostgreSQL checks its own pages)."""
         if not deep:
             self._refresh()  # reachable, and the tenant exists
             return None
@@ -421,11 +376,9 @@ class PgTenant(StoreChecks):
         """Damaged files moved aside: none, ever (there is no index file)."""
         return []
 
-    # -- rebuilds ------------------------------------------------------------------------------
-
     def open_scratch(self) -> Self:
-        """A store on a fresh tenant for this (agent, workspace), seeded with this embedding
-        cache; searches keep reading this one until `publish`."""
+        """A store on a fresh tenant for this (agent, workspace), seeded with this embedding cache;
+        searches read this one until `publish`."""
         new_id = int(
             self._scalar("select memoryd.begin_rebuild(%s)", (self.tenant_id,), write=True)
         )
@@ -437,8 +390,6 @@ class PgTenant(StoreChecks):
                 vector_enabled=self.vector.available,
                 migrate=False,
                 exact_max_vectors=self.exact_max_vectors,
-                lock_timeout_s=self.lock_timeout_s,
-                connect_timeout_s=self._connect_timeout_s,
                 _tenant_id=new_id,
             )
         except BaseException:
@@ -460,8 +411,7 @@ class PgTenant(StoreChecks):
         self.tenant_id = new.tenant_id
 
     def discard(self) -> None:
-        """Close a rebuild's store; one that was not published is dropped first (a crashed
-        one is dropped by the next rebuild)."""
+        """Close a rebuild's store, dropping it first if it was not published."""
         if self.building:
             with contextlib.suppress(IndexError_):
                 self._rows("select memoryd.discard_rebuild(%s)", (self.tenant_id,), write=True)
