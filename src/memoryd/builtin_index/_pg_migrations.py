@@ -37,60 +37,40 @@ def _m001_base(cur: Any, ext: str) -> None:
         f"""
         create table memoryd.tenants (
             id bigint generated always as identity primary key,
-            agent_id text not null,
-            workspace text not null,
+            agent_id text not null, workspace text not null,
             state text not null default 'active' check (state in ('active', 'building')),
             created_at timestamptz not null default now()
         );
         create unique index tenants_active on memoryd.tenants (agent_id, workspace)
             where state = 'active';
         create table memoryd.tenant_access (
-            role_name name not null,
-            agent_id text not null,
-            primary key (role_name, agent_id)
+            role_name name not null, agent_id text not null, primary key (role_name, agent_id)
         );
         create table memoryd.tenant_stats (
             tenant_id bigint primary key references memoryd.tenants (id) on delete cascade,
-            version bigint not null default 0,
-            chunk_count bigint not null default 0,
-            token_total bigint not null default 0,
-            char_total bigint not null default 0,
-            vector_count bigint not null default 0,
-            vec_dims integer
+            version bigint not null default 0, chunk_count bigint not null default 0,
+            token_total bigint not null default 0, char_total bigint not null default 0,
+            vector_count bigint not null default 0, vec_dims integer
         );
         create table memoryd.meta (
             tenant_id bigint not null references memoryd.tenants (id) on delete cascade,
-            key text not null,
-            value text not null,
-            primary key (tenant_id, key)
+            key text not null, value text not null, primary key (tenant_id, key)
         );
         create table memoryd.files (
             tenant_id bigint not null references memoryd.tenants (id) on delete cascade,
-            path text not null,
-            abs_path text not null,
-            source text not null,
-            hash text not null,
-            mtime double precision not null,
-            size bigint not null,
-            primary key (tenant_id, path)
+            path text not null, abs_path text not null, source text not null, hash text not null,
+            mtime double precision not null, size bigint not null, primary key (tenant_id, path)
         );
         -- one partition per tenant (memoryd.attach_tenant), so a search costs what the tenant's own
         -- indexes cost and an HNSW build locks only its partition; no foreign keys (a cascade
         -- would probe every partition): the store deletes a chunk's vector and pending mark.
         create sequence memoryd.chunks_id_seq;
         create table memoryd.chunks (
-            id bigint not null default nextval('memoryd.chunks_id_seq'),
-            tenant_id bigint not null,
-            path text not null,
-            source text not null,
-            start_line integer not null,
-            end_line integer not null,
-            hash text not null,
-            text text not null,
-            tokens integer not null,
-            doc_len integer not null,
-            tsv tsvector not null,
-            tf jsonb not null,
+            id bigint not null default nextval('memoryd.chunks_id_seq'), tenant_id bigint not null,
+            path text not null, source text not null,
+            start_line integer not null, end_line integer not null,
+            hash text not null, text text not null, tokens integer not null,
+            doc_len integer not null, tsv tsvector not null, tf jsonb not null,
             primary key (tenant_id, id)
         ) partition by list (tenant_id);
         alter sequence memoryd.chunks_id_seq owned by memoryd.chunks.id;
@@ -106,24 +86,16 @@ def _m001_base(cur: Any, ext: str) -> None:
         -- `chunks` would re-insert the row into both GIN indexes
         create table memoryd.pending_vectors (
             tenant_id bigint not null references memoryd.tenants (id) on delete cascade,
-            chunk_id bigint not null,
-            primary key (tenant_id, chunk_id)
+            chunk_id bigint not null, primary key (tenant_id, chunk_id)
         );
         create table memoryd.chunk_vectors (
-            tenant_id bigint not null,
-            chunk_id bigint not null,
-            dims integer not null,
-            embedding vector,
-            primary key (tenant_id, chunk_id)
+            tenant_id bigint not null, chunk_id bigint not null, dims integer not null,
+            embedding vector, primary key (tenant_id, chunk_id)
         ) partition by list (tenant_id);
         create table memoryd.embedding_cache (
             tenant_id bigint not null references memoryd.tenants (id) on delete cascade,
-            provider text not null,
-            model text not null,
-            fingerprint text not null,
-            hash text not null,
-            dims integer not null,
-            vector bytea not null,
+            provider text not null, model text not null, fingerprint text not null,
+            hash text not null, dims integer not null, vector bytea not null,
             used_at double precision not null,
             primary key (tenant_id, provider, model, fingerprint, hash)
         );
@@ -583,7 +555,7 @@ def migrate(conn: Any) -> list[str]:
                     cur.execute(
                         "create table if not exists memoryd.schema_version ("
                         "version integer primary key, name text not null, "
-                        "applied_at timestamptz not null default now())",
+                        "applied_at timestamptz not null default now())"
                     )
                     # pg_trgm and unaccent are trusted contrib extensions; pgvector needs a
                     # superuser (or a hosted service's admin role) to create it once

@@ -357,8 +357,7 @@ class PgStore(StoreChecks):
     def delete_meta(self, key: str) -> None:
         with self._write():
             self._rows(
-                "delete from memoryd.meta where tenant_id = %s and key = %s",
-                (self.tenant_id, key),
+                "delete from memoryd.meta where tenant_id = %s and key = %s", (self.tenant_id, key)
             )
 
     def verify(self, *, deep: bool = False) -> str | None:
@@ -430,10 +429,7 @@ class PgStore(StoreChecks):
     def publish(self, new: PgStore) -> None:
         """Make `new` the active tenant and drop this one's rows, in one transaction."""
         with self._write():
-            self._rows(
-                "select memoryd.publish_rebuild(%s, %s)",
-                (self.tenant_id, new.tenant_id),
-            )
+            self._rows("select memoryd.publish_rebuild(%s, %s)", (self.tenant_id, new.tenant_id))
         new.building = False
         with contextlib.suppress(IndexError_):
             new._rows("select pg_advisory_unlock(%s)", (new._lock_key,), write=True)

@@ -121,8 +121,7 @@ class Postings:
                 conn.execute("create virtual table qv using fts5vocab(q, instance)")
             conn.execute("delete from q")
             conn.executemany(
-                "insert into q(rowid, x) values (?, ?)",
-                [(i + 1, t) for i, t in enumerate(missing)],
+                "insert into q(rowid, x) values (?, ?)", [(i + 1, t) for i, t in enumerate(missing)]
             )
             found: dict[int, list[str]] = {}
             for doc, term in conn.execute("select doc, term from qv order by doc, offset"):

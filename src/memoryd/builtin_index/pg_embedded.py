@@ -193,9 +193,7 @@ def _copy_install(bin_dir: Path, dest: Path) -> Path:
 
 
 def run_until_signalled(
-    config_path: Path,
-    on_ready: Callable[[EmbeddedPostgres, str], None],
-    database: str = "memoryd",
+    config_path: Path, on_ready: Callable[[EmbeddedPostgres, str], None], database: str = "memoryd"
 ) -> int:
     """Start a server with an empty `database`, write its memoryd config to `config_path`, call
     `on_ready(server, url)`, wait for a stop signal (even SIGINT in a background job: a throwaway
