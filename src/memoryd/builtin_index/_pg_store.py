@@ -145,19 +145,18 @@ class PgStore(StoreChecks):
             self._set_search_path(conn)
         self.building = tenant_id is not None
         if tenant_id is None:
-            opened = self._scalar(
-                "select memoryd.open_tenant(%s, %s)", (self.agent_id, self.workspace)
-            )
-            tenant_id = int(opened)
+            sql = "select memoryd.open_tenant(%s, %s)"
+            tenant_id = int(self._scalar(sql, (self.agent_id, self.workspace)))
         self.tenant_id = tenant_id
         if self.building:
             # the builder's mark of life: a build whose lock is free is a dead one
             self._scalar("select pg_advisory_lock(%s)", (self._lock_key,), write=True)
         off = None if vector_enabled else "store.vector.enabled = false"
         self.vector = VectorEngine("disabled" if off else "pgvector", not off, off, "psycopg")
-        self.fts_error: str | None = None
         self.trigram_error: str | None = None
-        self._stats: tuple[int, int | None] = (0, None)  # (tenant version, vec_dims)
+        self._version = 0  # the tenant's write count
+        #: Dimensions of the stored vectors (None until the first vector is written).
+        self.vec_dims: int | None = None
         self._refresh()
 
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
@@ -317,18 +316,13 @@ class PgStore(StoreChecks):
         if int(tenant) != self.tenant_id:  # a rebuild was published: its indexes are its own
             self._indexed_dims = set()
         self.tenant_id = int(tenant)
-        self._stats = (int(version or 0), None if dims is None else int(dims))
+        self._version, self.vec_dims = int(version or 0), None if dims is None else int(dims)
 
     @property
     def version(self) -> tuple[int, int]:
         """(tenant, its write count): changes with any process's commit or published rebuild."""
         self._refresh()
-        return self.tenant_id, self._stats[0]
-
-    @property
-    def vec_dims(self) -> int | None:
-        """Dimensions of the stored vectors (None until the first vector is written)."""
-        return self._stats[1]
+        return self.tenant_id, self._version
 
     def meta(self) -> dict[str, str]:
         rows = self._rows(
@@ -543,13 +537,8 @@ class PgStore(StoreChecks):
             "(select count(*) from memoryd.embedding_cache where tenant_id = %(t)s)",
             {"t": self.tenant_id},
         )[0]
-        return {
-            "files": int(row[0]),
-            "chunks": int(row[1]),
-            "pending_vectors": int(row[2]),
-            "source_counts": {k: int(v) for k, v in row[3].items()},
-            "cache_entries": int(row[4]),
-        }
+        keys = ("files", "chunks", "pending_vectors", "source_counts", "cache_entries")
+        return dict(zip(keys, row, strict=True))  # bigints and JSON numbers arrive as ints
 
     def pending_count(self) -> int:
         sql = "select count(*) from memoryd.pending_vectors where tenant_id = %s"
@@ -658,7 +647,7 @@ class PgStore(StoreChecks):
         )
         if stored is not None and int(stored) != dims:
             raise IndexError_(f"vector dims changed from {stored} to {dims}; a reindex is required")
-        self._stats = (self._stats[0], dims)
+        self.vec_dims = dims
 
     def _ensure_index(self, dims: int) -> None:
         """Build the tenant's HNSW index once it outgrows exact search and its backlog is short."""
