@@ -261,8 +261,8 @@ class PgStore(StoreChecks):
                     )
                     break
                 except (IndexError_, psycopg.Error):
-                    # a connection the server dropped is found dead here, before any write:
-                    # reopen it and start again, unless this is a caller's open transaction
+                    # a dropped connection shows here, before any write: reopen it, once, if no
+                    # caller's transaction is open
                     if attempt == 1 or owner is not None or not self._rw.broken:
                         raise
                     stack.pop_all()
@@ -355,8 +355,7 @@ class PgStore(StoreChecks):
             )
 
     def verify(self, *, deep: bool = False) -> str | None:
-        """What is wrong with the tenant, or None: `deep` compares the totals BM25 and the KNN
-        choice use with its rows (PostgreSQL checks its own pages)."""
+        """What is wrong with the tenant, or None; `deep` recounts the totals BM25 and KNN use."""
         if not deep:
             self._refresh()  # reachable, and the tenant exists
             return None
@@ -400,8 +399,7 @@ class PgStore(StoreChecks):
         return []
 
     def open_scratch(self) -> Self:
-        """A store on a fresh tenant for this (agent, workspace), seeded with this embedding cache;
-        searches read this one until `publish`."""
+        """A store on a fresh tenant seeded with this embedding cache (searched after `publish`)."""
         new_id = int(
             self._scalar("select memoryd.begin_rebuild(%s)", (self.tenant_id,), write=True)
         )
@@ -618,8 +616,7 @@ class PgStore(StoreChecks):
         return [(int(r[0]), np.array(json.loads(r[1]), dtype=np.float32), r[2]) for r in rows]
 
     def _search(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        """A tenant-scoped search, asked again of the active tenant if another process published
-        a rebuild meanwhile."""
+        """A tenant-scoped search, asked again of the active tenant after another's rebuild."""
         try:
             return self._rows(sql, (self.tenant_id, *params))
         except IndexError_:
@@ -656,8 +653,7 @@ class PgStore(StoreChecks):
             or self._owns_tx()  # the build would wait for this transaction's own locks
             or self._vector_count() <= self.exact_max_vectors
             or self._has_index(dims)
-            # one build over every vector costs a fraction of inserting the rest one by one
-            # into the graph: a sync that crosses the limit builds after its last batches
+            # one build over every vector costs a fraction of inserting them one by one
             or self.pending_count() > HNSW_BUILD_MAX_PENDING
         ):
             return

@@ -206,11 +206,8 @@ class Postings:
         missing = [t for t in dict.fromkeys(tokens) if t not in out]
         if missing:
             marks = ",".join("?" * len(missing))
-            found = dict(
-                conn.execute(
-                    f"select term, doc from {ROWS_TABLE} where term in ({marks})", missing
-                ).fetchall()
-            )
+            sql = f"select term, doc from {ROWS_TABLE} where term in ({marks})"
+            found = dict(conn.execute(sql, missing).fetchall())
             out.update((t, int(found.get(t, 0))) for t in missing)
         return out
 
