@@ -159,8 +159,6 @@ class Postings:
     def top(self, conn: Any, terms: Sequence[str], limit: int) -> list[tuple[int, float]] | None:
         """(rowid, bm25 strength) best first, as `bm25()` over the OR of `terms` ranks them; None
         when FTS5 should answer (a phrase among the terms, or the first search at this state)."""
-        import numpy as np
-
         if not terms or limit <= 0 or any(has_cjk(t) for t in terms):
             return None
         with self._lock:
@@ -179,6 +177,8 @@ class Postings:
             words = [t[0] for t in tokens]
             state = self._state
             if state is None:
+                import numpy as np  # only here: a one-off search never loads it
+
                 averages = next((block for i, block in key if i == 1), b"")
                 cur = conn.execute("select id from chunks_fts_docsize order by id")
                 ids = np.fromiter((r[0] for r in cur), dtype=np.int64)
