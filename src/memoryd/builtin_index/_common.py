@@ -70,9 +70,7 @@ class StoreChecks:
 
     def signature_matches(self) -> bool:
         """Whether the index was built with `guard_signature` (or records none yet)."""
-        if self.guard_signature is None:
-            return True
-        raw = self.meta_value("signature")
+        raw = None if self.guard_signature is None else self.meta_value("signature")
         if raw is None:
             return True
         try:
