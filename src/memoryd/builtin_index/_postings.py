@@ -16,7 +16,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from ..core.text import has_cjk
 
@@ -50,16 +50,17 @@ _STATE_SQL = (
     "(select max(id) from chunks_fts_docsize) "
     "order by id"
 )
-_PHRASE = re.compile(r'"((?:[^"]|"")*)"')
-_OR_PHRASES = re.compile(r'"(?:[^"]|"")*"(?: OR "(?:[^"]|"")*")*')
+#: Patterns, not compiled here: `re` compiles them on first use, off a one-off CLI's import path.
+_PHRASE = r'"((?:[^"]|"")*)"'
+_OR_PHRASES = r'"(?:[^"]|"")*"(?: OR "(?:[^"]|"")*")*'
 
 
 def or_phrases(match: str) -> list[str] | None:
     """The phrases of a MATCH string that is exactly `"a" OR "b" …` (what the index builds for
     word terms), else None (any other form is FTS5's to answer)."""
-    if not _OR_PHRASES.fullmatch(match):
+    if not re.fullmatch(_OR_PHRASES, match):
         return None
-    return [p.replace('""', '"') for p in _PHRASE.findall(match)]
+    return [p.replace('""', '"') for p in re.findall(_PHRASE, match)]
 
 
 def vocab_tables_sql(fts_table: str) -> list[str]:
@@ -88,11 +89,14 @@ def _varints(blob: bytes) -> list[int]:
     return out
 
 
-class _State(NamedTuple):
+class _State:
     """The rows' ids and the row count bm25 weighs terms by, of one index state."""
 
-    ids: I64
-    rows: int
+    __slots__ = ("ids", "rows")
+
+    def __init__(self, ids: I64, rows: int) -> None:
+        self.ids = ids
+        self.rows = rows
 
 
 class Postings:
