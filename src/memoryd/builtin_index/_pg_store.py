@@ -207,10 +207,8 @@ class PgStore(StoreChecks):
                     cur = conn.execute(sql, params)
                     return cur.fetchall() if cur.description else []
                 except psycopg.errors.LockNotAvailable:  # an OperationalError: caught first
-                    raise IndexError_(
-                        f"agent {self.agent_id} is being written by another memoryd process "
-                        f"(waited {self._lock_wait_s:g}s for its lock)"
-                    ) from None
+                    why = f"agent {self.agent_id} is being written by another memoryd process "
+                    why += f"(waited {self._lock_wait_s:g}s for its lock)"
                 except psycopg.OperationalError as err:
                     # a dropped connection is reopened once, outside a transaction only
                     if attempt == 0 and conn.broken and not self._owns_tx():
@@ -219,14 +217,11 @@ class PgStore(StoreChecks):
                             continue
                     raise self._unreachable(err) from None
                 except psycopg.errors.InsufficientPrivilege as err:
-                    raise IndexError_(
-                        f"PostgreSQL store refused agent {self.agent_id} ({self.where}): "
-                        f"{first_line(err)}"
-                    ) from None
+                    why = f"PostgreSQL store refused agent {self.agent_id} ({self.where}): "
+                    why += first_line(err)
                 except psycopg.Error as err:
-                    raise IndexError_(
-                        f"PostgreSQL store error ({self.where}): {first_line(err)}"
-                    ) from None
+                    why = f"PostgreSQL store error ({self.where}): {first_line(err)}"
+                raise IndexError_(why) from None
         raise AssertionError("unreachable")
 
     def _scalar(
