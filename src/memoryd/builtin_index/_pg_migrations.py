@@ -1,11 +1,9 @@
 """The PostgreSQL schema of the built-in index: numbered migrations recorded in `schema_version`.
 
-Everything lives in the `memoryd` schema. Each (agent, workspace) is a tenant; every other table
-carries `tenant_id`, and row-level security limits a non-owner role to the tenants of the agents
-it was granted (`memoryd.allow_host(role, agent)`), checked against `session_user`. Index-driven
-searches run in SECURITY DEFINER functions that check the tenant first: under RLS the planner may
-not use an index for a non-leakproof operator such as `@@`. Migrations run in order, each in its
-own transaction under a cluster-wide advisory lock; no DDL runs on an up-to-date schema.
+Each (agent, workspace) is a tenant of the `memoryd` schema; row-level security limits a role to
+the tenants of the agents it was granted (`memoryd.allow_host`). Searches run in SECURITY DEFINER
+functions that check the tenant first, because under RLS the planner may not use an index for a
+non-leakproof operator such as `@@`.
 """
 
 from __future__ import annotations
@@ -39,63 +37,40 @@ def _m001_base(cur: Any, ext: str) -> None:
         f"""
         create table memoryd.tenants (
             id bigint generated always as identity primary key,
-            agent_id text not null,
-            workspace text not null,
+            agent_id text not null, workspace text not null,
             state text not null default 'active' check (state in ('active', 'building')),
             created_at timestamptz not null default now()
         );
         create unique index tenants_active on memoryd.tenants (agent_id, workspace)
             where state = 'active';
         create table memoryd.tenant_access (
-            role_name name not null,
-            agent_id text not null,
-            primary key (role_name, agent_id)
+            role_name name not null, agent_id text not null, primary key (role_name, agent_id)
         );
         create table memoryd.tenant_stats (
             tenant_id bigint primary key references memoryd.tenants (id) on delete cascade,
-            version bigint not null default 0,
-            chunk_count bigint not null default 0,
-            token_total bigint not null default 0,
-            char_total bigint not null default 0,
-            vector_count bigint not null default 0,
-            vec_dims integer
+            version bigint not null default 0, chunk_count bigint not null default 0,
+            token_total bigint not null default 0, char_total bigint not null default 0,
+            vector_count bigint not null default 0, vec_dims integer
         );
         create table memoryd.meta (
             tenant_id bigint not null references memoryd.tenants (id) on delete cascade,
-            key text not null,
-            value text not null,
-            primary key (tenant_id, key)
+            key text not null, value text not null, primary key (tenant_id, key)
         );
         create table memoryd.files (
             tenant_id bigint not null references memoryd.tenants (id) on delete cascade,
-            path text not null,
-            abs_path text not null,
-            source text not null,
-            hash text not null,
-            mtime double precision not null,
-            size bigint not null,
-            primary key (tenant_id, path)
+            path text not null, abs_path text not null, source text not null, hash text not null,
+            mtime double precision not null, size bigint not null, primary key (tenant_id, path)
         );
-        -- chunks and vectors have one partition per tenant (memoryd.attach_tenant): a tenant's
-        -- GIN, trigram and vector indexes hold only its rows, so a search costs what its own
-        -- index costs, whatever the other tenants hold; a tenant's HNSW index, built when it
-        -- outgrows exact search, locks only its partition while it builds. No foreign keys on
-        -- or to them: a cascade would probe every partition, and a retired tenant's partitions
-        -- are truncated; the store deletes a chunk's vector and pending mark itself.
+        -- one partition per tenant (memoryd.attach_tenant), so a search costs what the tenant's own
+        -- indexes cost and an HNSW build locks only its partition; no foreign keys (a cascade
+        -- would probe every partition): the store deletes a chunk's vector and pending mark.
         create sequence memoryd.chunks_id_seq;
         create table memoryd.chunks (
-            id bigint not null default nextval('memoryd.chunks_id_seq'),
-            tenant_id bigint not null,
-            path text not null,
-            source text not null,
-            start_line integer not null,
-            end_line integer not null,
-            hash text not null,
-            text text not null,
-            tokens integer not null,
-            doc_len integer not null,
-            tsv tsvector not null,
-            tf jsonb not null,
+            id bigint not null default nextval('memoryd.chunks_id_seq'), tenant_id bigint not null,
+            path text not null, source text not null,
+            start_line integer not null, end_line integer not null,
+            hash text not null, text text not null, tokens integer not null,
+            doc_len integer not null, tsv tsvector not null, tf jsonb not null,
             primary key (tenant_id, id)
         ) partition by list (tenant_id);
         alter sequence memoryd.chunks_id_seq owned by memoryd.chunks.id;
@@ -111,31 +86,22 @@ def _m001_base(cur: Any, ext: str) -> None:
         -- `chunks` would re-insert the row into both GIN indexes
         create table memoryd.pending_vectors (
             tenant_id bigint not null references memoryd.tenants (id) on delete cascade,
-            chunk_id bigint not null,
-            primary key (tenant_id, chunk_id)
+            chunk_id bigint not null, primary key (tenant_id, chunk_id)
         );
         create table memoryd.chunk_vectors (
-            tenant_id bigint not null,
-            chunk_id bigint not null,
-            dims integer not null,
-            embedding vector,
-            primary key (tenant_id, chunk_id)
+            tenant_id bigint not null, chunk_id bigint not null, dims integer not null,
+            embedding vector, primary key (tenant_id, chunk_id)
         ) partition by list (tenant_id);
         create table memoryd.embedding_cache (
             tenant_id bigint not null references memoryd.tenants (id) on delete cascade,
-            provider text not null,
-            model text not null,
-            fingerprint text not null,
-            hash text not null,
-            dims integer not null,
-            vector bytea not null,
+            provider text not null, model text not null, fingerprint text not null,
+            hash text not null, dims integer not null, vector bytea not null,
             used_at double precision not null,
             primary key (tenant_id, provider, model, fingerprint, hash)
         );
         create index embedding_cache_lru on memoryd.embedding_cache (tenant_id, used_at);
 
         -- FTS5's `porter unicode61 remove_diacritics 2`: fold accents, stem, keep every word
-        -- (query_terms already drops function words, and FTS5 indexes them too)
         create text search dictionary memoryd.english_stem (template = snowball, language = english);
         create text search configuration memoryd.fts (copy = pg_catalog.simple);
         alter text search configuration memoryd.fts
@@ -271,9 +237,8 @@ def _m002_access(cur: Any, ext: str) -> None:
                     where t.agent_id = p_agent and t.workspace = p_workspace
                       and t.state = 'active' and memoryd.can_reach_agent(p_agent));
 
-        -- A rebuild fills a 'building' tenant beside the active one; its builder holds the
-        -- building tenant's advisory lock for the whole build, so a build whose lock is free
-        -- belongs to a dead process and is dropped here.
+        -- A rebuild fills a 'building' tenant whose advisory lock its builder holds throughout:
+        -- a build whose lock is free belongs to a dead process and is dropped here.
         create function memoryd.begin_rebuild(p_tenant bigint) returns bigint
             language plpgsql security definer set search_path = pg_catalog, pg_temp as $$
         declare a text; w text; v bigint; stale bigint;
@@ -321,8 +286,7 @@ def _m002_access(cur: Any, ext: str) -> None:
             end if;
         end $$;
 
-        -- The HNSW index of one tenant's partition, built when it outgrows exact search: the
-        -- build locks out that tenant's vector writes only (its writer is the caller).
+        -- The HNSW index of one tenant's partition: its build locks out that tenant's writes only.
         create function memoryd.ensure_tenant_vector_index(p_tenant bigint, p_dims integer)
             returns boolean
             language plpgsql security definer set search_path = memoryd, {ext}, pg_catalog, pg_temp
@@ -347,9 +311,8 @@ def _m002_access(cur: Any, ext: str) -> None:
 def _m003_search(cur: Any, ext: str) -> None:
     cur.execute(
         f"""
-        -- FTS5's bm25() over the tenant's chunks: idf = ln((N - n + 0.5) / (n + 0.5)) (at least
-        -- 1e-6), k1 = 1.2, b = 0.75, document length in tokens. A phrase term (CJK run,
-        -- "don't") matches as a phrase; its frequency is that of its rarest word.
+        -- FTS5's bm25() (idf at least 1e-6, k1 = 1.2, b = 0.75, length in tokens); a phrase
+        -- term (CJK run, "don't") counts as often as its rarest word.
         create function memoryd.keyword_hits(p_tenant bigint, p_terms text[], p_limit integer)
             returns table (chunk_id bigint, score double precision)
             language plpgsql stable security definer set plan_cache_mode = force_custom_plan
@@ -445,9 +408,8 @@ def _m003_search(cur: Any, ext: str) -> None:
             limit p_limit;
         end $$;
 
-        -- Cosine KNN within one tenant's partition: exact (a scan of its vectors) or through its
-        -- HNSW index; the tenant id is written into the approximate query so that the planner
-        -- picks the partition, and so its index, when it plans.
+        -- Cosine KNN in one tenant's partition, exact or by its HNSW index (the tenant id is
+        -- written into that query so that the planner picks the partition and its index).
         create function memoryd.vector_engine(p_tenant bigint, p_dims integer,
                                               p_exact_max bigint) returns text
             language sql stable security definer set search_path = pg_catalog, pg_temp
@@ -489,36 +451,27 @@ def _m003_search(cur: Any, ext: str) -> None:
 
 
 _TENANT_TABLES = (
-    "tenant_stats",
-    "meta",
-    "files",
-    "chunks",
-    "pending_vectors",
-    "chunk_vectors",
-    "embedding_cache",
+    "tenant_stats meta files chunks pending_vectors chunk_vectors embedding_cache".split()
 )
+_SCOPE = "tenant_id = any ((select memoryd.visible_tenants())::bigint[])"
 
 
 def _m004_row_security(cur: Any, _ext: str) -> None:
     statements = [
-        "alter table memoryd.tenants enable row level security",
-        "alter table memoryd.tenant_access enable row level security",
+        f"alter table memoryd.{t} enable row level security" for t in ("tenants", "tenant_access")
     ]
-    for table in _TENANT_TABLES:
-        statements += [
-            f"alter table memoryd.{table} enable row level security",
-            f"create policy tenant_scope on memoryd.{table} "
-            "using (tenant_id = any ((select memoryd.visible_tenants())::bigint[])) "
-            "with check (tenant_id = any ((select memoryd.visible_tenants())::bigint[]))",
-        ]
+    for t in _TENANT_TABLES:
+        statements.append(f"alter table memoryd.{t} enable row level security")
+        statements.append(
+            f"create policy tenant_scope on memoryd.{t} using ({_SCOPE}) with check ({_SCOPE})"
+        )
     statements += [
         "revoke all on schema memoryd from public",
         "revoke execute on all functions in schema memoryd from public",
     ]
     # the owner grants a host role its agents; RLS keeps every other tenant out of its reach
     tables = ", ".join(f"memoryd.{t}" for t in _TENANT_TABLES)
-    statements.append(
-        f"""
+    allow = f"""
         create function memoryd.allow_host(p_role name, p_agent text) returns void
             language plpgsql set search_path = pg_catalog, pg_temp as $$
         begin
@@ -535,16 +488,14 @@ def _m004_row_security(cur: Any, _ext: str) -> None:
                 on conflict do nothing;
         end $$
         """
-    )
-    statements.append(
-        """
+    deny = """
         create function memoryd.deny_host(p_role name, p_agent text) returns void
             language sql set search_path = pg_catalog, pg_temp
             begin atomic
                 delete from memoryd.tenant_access where role_name = p_role and agent_id = p_agent;
             end
         """
-    )
+    statements += [allow, deny]
     statements.append(
         "revoke execute on function memoryd.allow_host(name, text), "
         "memoryd.deny_host(name, text), memoryd.drop_retired_partitions() from public"
@@ -584,11 +535,8 @@ def current_version(cur: Any) -> int:
 
 
 def migrate(conn: Any) -> list[str]:
-    """Apply the pending migrations of `conn`'s database in order; returns the names applied.
-
-    `conn` is a psycopg connection in autocommit mode. Raises `IndexError_` (naming what is
-    missing) when the role may not create the schema or an extension.
-    """
+    """Apply the pending migrations through `conn` (autocommit) in order; the names applied, or
+    an `IndexError_` naming what the role may not create."""
     import psycopg
 
     with conn.cursor() as cur:
@@ -607,7 +555,7 @@ def migrate(conn: Any) -> list[str]:
                     cur.execute(
                         "create table if not exists memoryd.schema_version ("
                         "version integer primary key, name text not null, "
-                        "applied_at timestamptz not null default now())",
+                        "applied_at timestamptz not null default now())"
                     )
                     # pg_trgm and unaccent are trusted contrib extensions; pgvector needs a
                     # superuser (or a hosted service's admin role) to create it once
@@ -615,10 +563,7 @@ def migrate(conn: Any) -> list[str]:
                         step = f"create extension {name}"
                         cur.execute(f"create extension if not exists {name}")
                 ext = extension_schemas(cur)
-                done = current_version(cur)
-                for mig in MIGRATIONS:
-                    if mig.version <= done:
-                        continue
+                for mig in MIGRATIONS[current_version(cur) :]:  # numbered 1, 2, … in order
                     step = f"apply migration {mig.name}"
                     with conn.transaction():
                         mig.apply(cur, ext)

@@ -1,8 +1,9 @@
-"""The PostgreSQL built-in index's contents: one tenant's files, chunks, FTS, vectors and
-embedding cache, in a shared database (schema: `_pg_migrations`; the tenant: `_pg_tenant`).
+"""One (agent, workspace) tenant's files, chunks, FTS, vectors and embedding cache in a shared
+PostgreSQL database: a drop-in for the SQLite `Store` that many memoryd processes may use at once.
 
-`PgStore` is a drop-in for the SQLite `Store` (the methods and attributes `MemoryIndex` uses),
-bound to one (agent, workspace) tenant; many memoryd processes may use one database at once.
+Every write transaction holds the tenant's advisory lock, so one process writes a tenant at a time
+and one that dies mid-sync leaves the previous state (its lock goes with its connection); searches
+read committed state on a connection of their own.
 """
 
 from __future__ import annotations
@@ -10,41 +11,61 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import threading
 import time
 from array import array
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Self
 
-if TYPE_CHECKING:  # numpy is imported where used
+if TYPE_CHECKING:  # numpy and the driver are imported where used
     import numpy as np
+    import psycopg
 
 from ..core.text import segment_for_fts
-from ..errors import IndexError_
-from ._common import ChunkRow
-from ._pg_tenant import PgTenant, clean
-from ._pg_tenant import describe_url as describe_url  # re-exported for index.py
+from ..errors import IndexError_, StoreUnavailable
+from . import _pg_migrations as migrations
+from ._common import ChunkRow, Recovery, StoreChecks, VectorEngine
+from ._pg_migrations import first_line
+from ._postings import or_phrases
+from ._store import IN_MEMORY_MAX_VECTORS
 
+#: Up to this many vectors per tenant, KNN is an exact scan; above it, the HNSW index answers.
+EXACT_MAX_VECTORS = IN_MEMORY_MAX_VECTORS
+LOCK_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 10
 #: A tenant past the exact-scan limit gets its HNSW index once at most this many vectors are
 #: pending (a few chunks that cannot be embedded must not keep it on the exact scan forever).
 HNSW_BUILD_MAX_PENDING = 1_000
-_PHRASE = re.compile(r'"((?:[^"]|"")*)"')
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 
 
-def fts_document(text: str) -> tuple[str, int]:
-    """The text as FTS5's unicode61 tokenizer sees it (words split on every non-alphanumeric,
-    CJK per character), joined by spaces for `to_tsvector`, and its token count (bm25's length).
+def describe_url(url: str) -> str:
+    """`host=… port=… dbname=… user=…` of a libpq URL or DSN: never the password."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
 
-    PostgreSQL's own parser keeps `foo.bar`, `a-b` and paths whole, so `foo` would not match
-    `foo.bar`; splitting first gives both engines the same terms.
-    """
+        parts = conninfo_to_dict(url)
+    except Exception:
+        return "the configured PostgreSQL server"
+    shown = [f"{k}={parts[k]}" for k in ("host", "port", "dbname", "user") if parts.get(k)]
+    return " ".join(shown) or "the default PostgreSQL server"
+
+
+def clean(text: str) -> str:
+    # PostgreSQL text cannot hold NUL; SQLite can, so the same file indexes on both
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
+def fts_document(text: str) -> tuple[str, int]:
+    """The text split as FTS5's unicode61 splits it, joined by spaces for `to_tsvector`, and its
+    token count: PostgreSQL's parser keeps `foo.bar` whole, so `foo` would not match it."""
     tokens = _TOKEN.findall(segment_for_fts(text))
     return " ".join(tokens), len(tokens)
 
 
-def match_phrases(match: str) -> list[str]:
-    """The quoted phrases of an FTS5 MATCH string `"a" OR "b c"` (the only form memoryd builds)."""
-    return [m.group(1).replace('""', '"') for m in _PHRASE.finditer(match)]
+def _word_terms(match: str) -> list[str]:
+    """The FTS5 MATCH string's phrases as `fts_document`s (those with any word)."""
+    return [doc for doc, n in map(fts_document, or_phrases(match) or []) if n]
 
 
 def _vector_literal(vec: np.ndarray) -> str | None:
@@ -58,8 +79,355 @@ def _vector_literal(vec: np.ndarray) -> str | None:
     return "[" + ",".join(map(repr, values.tolist())) + "]"
 
 
-class PgStore(PgTenant):
-    """One tenant's contents in a PostgreSQL index."""
+class PgStore(StoreChecks):
+    """One tenant's contents in a PostgreSQL index; thread-safe (a lock per connection).
+
+    The password comes from libpq's environment (`PGPASSWORD`, `PGPASSFILE`, `PGSERVICE`).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        agent_id: str,
+        workspace: str,
+        vector_enabled: bool = True,
+        migrate: bool = True,
+        exact_max_vectors: int = EXACT_MAX_VECTORS,
+        _tenant_id: int | None = None,
+    ) -> None:
+        try:
+            import psycopg
+        except ImportError:
+            raise IndexError_(
+                "store.driver = postgres needs psycopg: pip install 'memoryd[postgres]'"
+            ) from None
+        self._psycopg = psycopg
+        self.url = url
+        self.where = describe_url(url)
+        self.agent_id = agent_id
+        self.workspace = workspace
+        self.exact_max_vectors = exact_max_vectors
+        self._ro_lock = threading.RLock()
+        self._rw_lock = threading.RLock()
+        self._tx_owner: int | None = None
+        self.building = False
+        self.tenant_id = 0
+        self.read_only: str | None = None
+        self.recovered: list[Recovery] = []
+        self._lock_wait_s = LOCK_TIMEOUT_S
+        self._indexed_dims: set[int] = set()
+        self._ro = self._connect()
+        try:
+            self._rw = self._connect()
+        except BaseException:
+            self._ro.close()
+            raise
+        try:
+            self._open(migrate, vector_enabled, _tenant_id)
+        except BaseException:
+            self.close()
+            raise
+
+    def _open(self, migrate: bool, vector_enabled: bool, tenant_id: int | None) -> None:
+        if migrate:
+            with self._rw_lock:
+                migrations.migrate(self._rw)
+        with self._ro_lock, self._ro.cursor() as cur:
+            version = migrations.current_version(cur)
+            if version < migrations.LATEST:
+                raise IndexError_(
+                    f"memoryd's schema in {self.where} is at version {version}, this memoryd "
+                    f"needs {migrations.LATEST}: run the migrations once as the database owner"
+                )
+            self._ext = migrations.extension_schemas(cur)
+        for conn in (self._ro, self._rw):
+            self._set_search_path(conn)
+        self.building = tenant_id is not None
+        if tenant_id is None:
+            sql = "select memoryd.open_tenant(%s, %s)"
+            tenant_id = int(self._scalar(sql, (self.agent_id, self.workspace)))
+        self.tenant_id = tenant_id
+        if self.building:
+            # the builder's mark of life: a build whose lock is free is a dead one
+            self._scalar("select pg_advisory_lock(%s)", (self._lock_key,), write=True)
+        off = None if vector_enabled else "store.vector.enabled = false"
+        self.vector = VectorEngine("disabled" if off else "pgvector", not off, off, "psycopg")
+        self.trigram_error: str | None = None
+        self._version = 0  # the tenant's write count
+        #: Dimensions of the stored vectors (None until the first vector is written).
+        self.vec_dims: int | None = None
+        self._refresh()
+
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        try:
+            # prepare_threshold=None: every statement is planned with its parameters, so the
+            # planner keeps only this tenant's partitions (a generic plan would lock them all)
+            return self._psycopg.connect(
+                self.url,
+                autocommit=True,
+                prepare_threshold=None,
+                connect_timeout=CONNECT_TIMEOUT_S,
+                application_name="memoryd",
+            )
+        except self._psycopg.Error as err:
+            raise self._unreachable(err) from None
+
+    def _unreachable(self, err: Exception) -> StoreUnavailable:
+        return StoreUnavailable(f"PostgreSQL store unreachable ({self.where}): {first_line(err)}")
+
+    def _set_search_path(self, conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        # unqualified `vector` casts resolve in whichever schema the extension was created in
+        conn.execute(f"set search_path = memoryd, {self._ext}, pg_catalog")
+
+    def _reconnect(self, which: str) -> None:
+        conn = self._connect()
+        self._set_search_path(conn)
+        if which == "ro":
+            self._ro = conn
+        else:
+            self._rw = conn
+            if self.building:
+                conn.execute("select pg_advisory_lock(%s)", (self._lock_key,))
+
+    def _owns_tx(self) -> bool:
+        return self._tx_owner == threading.get_ident()
+
+    def _rows(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, write: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """Run one statement: on the read connection, or the write one (writes, and reads by
+        the thread inside `transaction()`, which must see its own uncommitted writes)."""
+        use_rw = write or self._owns_tx()
+        psycopg = self._psycopg
+        with self._rw_lock if use_rw else self._ro_lock:
+            for attempt in (0, 1):
+                conn = self._rw if use_rw else self._ro
+                try:
+                    cur = conn.execute(sql, params)
+                    return cur.fetchall() if cur.description else []
+                except psycopg.errors.LockNotAvailable:  # an OperationalError: caught first
+                    why = f"agent {self.agent_id} is being written by another memoryd process "
+                    why += f"(waited {self._lock_wait_s:g}s for its lock)"
+                except psycopg.OperationalError as err:
+                    # a dropped connection is reopened once, outside a transaction only
+                    if attempt == 0 and conn.broken and not self._owns_tx():
+                        with contextlib.suppress(IndexError_):
+                            self._reconnect("rw" if use_rw else "ro")
+                            continue
+                    raise self._unreachable(err) from None
+                except psycopg.errors.InsufficientPrivilege as err:
+                    why = f"PostgreSQL store refused agent {self.agent_id} ({self.where}): "
+                    why += first_line(err)
+                except psycopg.Error as err:
+                    why = f"PostgreSQL store error ({self.where}): {first_line(err)}"
+                raise IndexError_(why) from None
+        raise AssertionError("unreachable")
+
+    def _scalar(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, write: bool = False
+    ) -> Any:
+        rows = self._rows(sql, params, write=write)
+        return rows[0][0] if rows else None
+
+    @property
+    def _lock_key(self) -> int:
+        return migrations.tenant_lock_key(self.tenant_id)
+
+    @contextlib.contextmanager
+    def _write(self, wait_s: float | None = None) -> Iterator[None]:
+        """One write transaction holding the tenant's lock (waiting up to `wait_s`), whose statements
+        all run on the write connection; inside `transaction()` it is a savepoint of that one."""
+        psycopg = self._psycopg
+        wait = LOCK_TIMEOUT_S if wait_s is None else wait_s
+        with self._rw_lock, contextlib.ExitStack() as stack:
+            owner = self._tx_owner
+            stack.callback(setattr, self, "_tx_owner", owner)
+            for attempt in (0, 1):
+                tx = self._rw.transaction()
+                try:
+                    stack.enter_context(tx)
+                    self._tx_owner = threading.get_ident()
+                    self._lock_wait_s = wait
+                    self._rows(
+                        # lock_timeout 0 would mean "wait forever": 1 ms is "do not wait"
+                        "select set_config('lock_timeout', %s, true), pg_advisory_xact_lock(%s)",
+                        (f"{max(1, int(wait * 1000))}ms", self._lock_key),
+                    )
+                    break
+                except (IndexError_, psycopg.Error):
+                    # a dropped connection shows here, before any write: reopen it, once, if no
+                    # caller's transaction is open
+                    if attempt == 1 or owner is not None or not self._rw.broken:
+                        raise
+                    stack.pop_all()
+                    self._tx_owner = owner
+                    self._reconnect("rw")
+                    stack.callback(setattr, self, "_tx_owner", owner)
+            try:
+                yield
+            except psycopg.Error as err:
+                raise IndexError_(
+                    f"PostgreSQL store write failed ({self.where}): {first_line(err)}"
+                ) from None
+
+    @contextlib.contextmanager
+    def transaction(
+        self, *, wait_ms: int | None = None, doing: str = "update the index"
+    ) -> Iterator[None]:
+        """Make every write inside one transaction (a sync's text phase) of the entering thread,
+        waiting up to `wait_ms` for another process's; other threads read the committed state."""
+        try:
+            with self._write(None if wait_ms is None else wait_ms / 1000):
+                yield
+        except IndexError_ as err:
+            if str(err).startswith("cannot "):
+                raise
+            raise type(err)(f"cannot {doing}: {err}") from None
+
+    def close(self) -> None:
+        for lock, conn in ((self._ro_lock, self._ro), (self._rw_lock, self._rw)):
+            with lock, contextlib.suppress(Exception):
+                conn.close()
+
+    def _refresh(self) -> None:
+        """Re-read the tenant's version and dims; follow a rebuild another process published."""
+        if self.building:
+            rows = self._rows(
+                "select %s::bigint, s.version, s.vec_dims from memoryd.tenant_stats s "
+                "where s.tenant_id = %s",
+                (self.tenant_id, self.tenant_id),
+            )
+        else:
+            rows = self._rows(
+                "select t.id, s.version, s.vec_dims "
+                "from (select memoryd.active_tenant(%s, %s) as id) t "
+                "left join memoryd.tenant_stats s on s.tenant_id = t.id",
+                (self.agent_id, self.workspace),
+            )
+        if not rows or rows[0][0] is None:
+            raise IndexError_(f"agent {self.agent_id} has no index in {self.where}")
+        tenant, version, dims = rows[0]
+        if int(tenant) != self.tenant_id:  # a rebuild was published: its indexes are its own
+            self._indexed_dims = set()
+        self.tenant_id = int(tenant)
+        self._version, self.vec_dims = int(version or 0), None if dims is None else int(dims)
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """(tenant, its write count): changes with any process's commit or published rebuild."""
+        self._refresh()
+        return self.tenant_id, self._version
+
+    def meta(self) -> dict[str, str]:
+        rows = self._rows(
+            "select key, value from memoryd.meta where tenant_id = %s", (self.tenant_id,)
+        )
+        return {r[0]: r[1] for r in rows}
+
+    def meta_value(self, key: str) -> str | None:
+        value = self._scalar(
+            "select value from memoryd.meta where tenant_id = %s and key = %s",
+            (self.tenant_id, key),
+        )
+        return None if value is None else str(value)
+
+    def set_meta(self, values: dict[str, str]) -> None:
+        if not values:
+            return
+        with self._write():
+            self._rows(
+                "insert into memoryd.meta (tenant_id, key, value) "
+                "select %s, k, v from unnest(%s::text[], %s::text[]) as u (k, v) "
+                "on conflict (tenant_id, key) do update set value = excluded.value",
+                (self.tenant_id, list(values), [clean(v) for v in values.values()]),
+            )
+
+    def delete_meta(self, key: str) -> None:
+        with self._write():
+            self._rows(
+                "delete from memoryd.meta where tenant_id = %s and key = %s", (self.tenant_id, key)
+            )
+
+    def verify(self, *, deep: bool = False) -> str | None:
+        """What is wrong with the tenant, or None; `deep` recounts the totals BM25 and KNN use."""
+        if not deep:
+            self._refresh()  # reachable, and the tenant exists
+            return None
+        row = self._rows(
+            "select s.chunk_count, s.token_total, s.vector_count, "
+            "(select count(*) from memoryd.chunks where tenant_id = %(t)s), "
+            "(select coalesce(sum(doc_len), 0) from memoryd.chunks where tenant_id = %(t)s), "
+            "(select count(*) from memoryd.chunk_vectors where tenant_id = %(t)s) "
+            "from memoryd.tenant_stats s where s.tenant_id = %(t)s",
+            {"t": self.tenant_id},
+        )
+        if not row:
+            return f"tenant {self.tenant_id} has no totals"
+        chunks, tokens, vectors, real_chunks, real_tokens, real_vectors = map(int, row[0])
+        if (chunks, tokens, vectors) != (real_chunks, real_tokens, real_vectors):
+            return (
+                f"tenant {self.tenant_id} records {chunks} chunks, {tokens} tokens, {vectors} "
+                f"vectors for {real_chunks}, {real_tokens}, {real_vectors}"
+            )
+        return None
+
+    def recover(self, reason: str) -> tuple[Recovery, bool]:
+        """Recount the tenant's totals from its rows (nothing is moved: there is no file)."""
+        with self._write():
+            self._rows(
+                "update memoryd.tenant_stats s set version = s.version + 1, "
+                "chunk_count = c.n, token_total = c.tokens, char_total = c.chars, "
+                "vector_count = (select count(*) from memoryd.chunk_vectors "
+                "where tenant_id = %(t)s) "
+                "from (select count(*) n, coalesce(sum(doc_len), 0) tokens, "
+                "coalesce(sum(char_length(text)), 0) chars from memoryd.chunks "
+                "where tenant_id = %(t)s) c where s.tenant_id = %(t)s",
+                {"t": self.tenant_id},
+            )
+        rec = Recovery(None, reason, time.time())
+        self.recovered.append(rec)
+        return rec, False
+
+    def recoveries(self) -> list[Recovery]:
+        """Damaged files moved aside: none, ever (there is no index file)."""
+        return []
+
+    def open_scratch(self) -> Self:
+        """A store on a fresh tenant seeded with this embedding cache (searched after `publish`)."""
+        new_id = int(
+            self._scalar("select memoryd.begin_rebuild(%s)", (self.tenant_id,), write=True)
+        )
+        try:
+            return type(self)(
+                self.url,
+                agent_id=self.agent_id,
+                workspace=self.workspace,
+                vector_enabled=self.vector.available,
+                migrate=False,
+                exact_max_vectors=self.exact_max_vectors,
+                _tenant_id=new_id,
+            )
+        except BaseException:
+            with contextlib.suppress(IndexError_):
+                self._rows("select memoryd.discard_rebuild(%s)", (new_id,), write=True)
+            raise
+
+    def publish(self, new: PgStore) -> None:
+        """Make `new` the active tenant and drop this one's rows, in one transaction."""
+        with self._write():
+            self._rows("select memoryd.publish_rebuild(%s, %s)", (self.tenant_id, new.tenant_id))
+        new.building = False
+        with contextlib.suppress(IndexError_):
+            new._rows("select pg_advisory_unlock(%s)", (new._lock_key,), write=True)
+        self.tenant_id = new.tenant_id
+
+    def discard(self) -> None:
+        """Close a rebuild's store, dropping it first if it was not published."""
+        if self.building:
+            with contextlib.suppress(IndexError_):
+                self._rows("select memoryd.discard_rebuild(%s)", (self.tenant_id,), write=True)
+        self.close()
 
     def files(self) -> dict[str, tuple[str, float, int, str]]:
         rows = self._rows(
@@ -78,10 +446,12 @@ class PgStore(PgTenant):
         size: int,
         chunks: Sequence[tuple[int, int, str, str, int]],
     ) -> int:
-        """Swap a file's chunks in one transaction (chunks = (start, end, hash, text, tokens));
-        how many rows were written: all of them (their vectors come back from the cache)."""
+        """Swap a file's chunks (start, end, hash, text, tokens) in one transaction; returns how
+        many rows were written: all of them (their vectors come back from the cache)."""
         texts = [clean(c[3]) for c in chunks]
         docs = [fts_document(t) for t in texts]
+        columns = [[c[i] for c in chunks] for i in (0, 1, 2)] + [texts, [c[4] for c in chunks]]
+        columns += [[d[1] for d in docs], [d[0] for d in docs]]
         t = self.tenant_id
         with self._write():
             removed = self._delete_chunks(path)
@@ -96,19 +466,7 @@ class PgStore(PgTenant):
                     "order by u.o returning id, tenant_id) "
                     "insert into memoryd.pending_vectors (chunk_id, tenant_id) "
                     "select id, tenant_id from ins",
-                    (
-                        t,
-                        path,
-                        source,
-                        [c[0] for c in chunks],
-                        [c[1] for c in chunks],
-                        [c[2] for c in chunks],
-                        texts,
-                        [c[4] for c in chunks],
-                        [d[1] for d in docs],
-                        [d[0] for d in docs],
-                    ),
-                    write=True,
+                    (t, path, source, *columns),
                 )
             self._rows(
                 "insert into memoryd.files (tenant_id, path, abs_path, source, hash, mtime, size) "
@@ -116,14 +474,9 @@ class PgStore(PgTenant):
                 "abs_path = excluded.abs_path, source = excluded.source, hash = excluded.hash, "
                 "mtime = excluded.mtime, size = excluded.size",
                 (t, path, clean(abs_path), source, file_hash, mtime, size),
-                write=True,
             )
-            self._bump(
-                len(chunks) - removed[0],
-                sum(d[1] for d in docs) - removed[1],
-                sum(len(x) for x in texts) - removed[2],
-                -removed[3],
-            )
+            added = (len(chunks), sum(d[1] for d in docs), sum(map(len, texts)), 0)
+            self._bump(*(a - r for a, r in zip(added, removed, strict=True)))
         return len(chunks)
 
     def _delete_chunks(self, path: str) -> tuple[int, int, int, int]:
@@ -139,18 +492,16 @@ class PgStore(PgTenant):
             "select count(*), coalesce(sum(doc_len), 0), coalesce(sum(cl), 0), "
             "(select count(*) from v) from d",
             {"t": self.tenant_id, "p": path},
-            write=True,
         )[0]
         return int(row[0]), int(row[1]), int(row[2]), int(row[3])
 
-    def _bump(self, chunks: int, tokens: int, chars: int, vectors: int = 0) -> None:
+    def _bump(self, chunks: int, tokens: int, chars: int, vectors: int) -> None:
         self._rows(
             "update memoryd.tenant_stats set version = version + 1, "
             "chunk_count = chunk_count + %s, token_total = token_total + %s, "
             "char_total = char_total + %s, vector_count = vector_count + %s "
             "where tenant_id = %s",
             (chunks, tokens, chars, vectors, self.tenant_id),
-            write=True,
         )
 
     def touch_file(self, path: str, mtime: float, size: int) -> None:
@@ -158,7 +509,6 @@ class PgStore(PgTenant):
             self._rows(
                 "update memoryd.files set mtime = %s, size = %s where tenant_id = %s and path = %s",
                 (mtime, size, self.tenant_id, path),
-                write=True,
             )
 
     def remove_file(self, path: str) -> None:
@@ -167,9 +517,8 @@ class PgStore(PgTenant):
             self._rows(
                 "delete from memoryd.files where tenant_id = %s and path = %s",
                 (self.tenant_id, path),
-                write=True,
             )
-            self._bump(-removed[0], -removed[1], -removed[2], -removed[3])
+            self._bump(*(-r for r in removed))
 
     def counts(self) -> dict[str, Any]:
         row = self._rows(
@@ -181,21 +530,12 @@ class PgStore(PgTenant):
             "(select count(*) from memoryd.embedding_cache where tenant_id = %(t)s)",
             {"t": self.tenant_id},
         )[0]
-        return {
-            "files": int(row[0]),
-            "chunks": int(row[1]),
-            "pending_vectors": int(row[2]),
-            "source_counts": {k: int(v) for k, v in row[3].items()},
-            "cache_entries": int(row[4]),
-        }
+        keys = ("files", "chunks", "pending_vectors", "source_counts", "cache_entries")
+        return dict(zip(keys, row, strict=True))  # bigints and JSON numbers arrive as ints
 
     def pending_count(self) -> int:
-        return int(
-            self._scalar(
-                "select count(*) from memoryd.pending_vectors where tenant_id = %s",
-                (self.tenant_id,),
-            )
-        )
+        sql = "select count(*) from memoryd.pending_vectors where tenant_id = %s"
+        return int(self._scalar(sql, (self.tenant_id,)))
 
     def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
         ids = list(ids)
@@ -223,35 +563,22 @@ class PgStore(PgTenant):
 
     def abs_paths(self, source: str) -> list[str]:
         """Absolute paths of the indexed files of one source."""
-        return [
-            r[0]
-            for r in self._rows(
-                "select abs_path from memoryd.files where tenant_id = %s and source = %s",
-                (self.tenant_id, source),
-            )
-        ]
+        sql = "select abs_path from memoryd.files where tenant_id = %s and source = %s"
+        return [r[0] for r in self._rows(sql, (self.tenant_id, source))]
 
     def paths(self) -> list[str]:
-        return [
-            r[0]
-            for r in self._rows(
-                "select path from memoryd.files where tenant_id = %s", (self.tenant_id,)
-            )
-        ]
-
-    # -- keyword search --------------------------------------------------------------------------
+        sql = "select path from memoryd.files where tenant_id = %s"
+        return [r[0] for r in self._rows(sql, (self.tenant_id,))]
 
     def keyword_search(
         self, match: str, limit: int, *, trigram: bool = False
     ) -> list[tuple[int, float]]:
         """(chunk id, positive BM25 strength) best first, for the MATCH string SQLite takes."""
-        phrases = match_phrases(match)
         if trigram:
-            terms = [p.lower() for p in phrases if len(p) >= 3]
+            terms = [p.lower() for p in or_phrases(match) or [] if len(p) >= 3]
             function = "memoryd.substring_hits"
         else:
-            terms = [doc for doc, n in map(fts_document, phrases) if n]
-            function = "memoryd.keyword_hits"
+            terms, function = _word_terms(match), "memoryd.keyword_hits"
         if not terms:
             return []
         rows = self._search(f"select chunk_id, score from {function}(%s, %s, %s)", (terms, limit))
@@ -259,7 +586,7 @@ class PgStore(PgTenant):
 
     def count_matching(self, match: str) -> int:
         """How many of the tenant's chunks the MATCH string matches (as `keyword_search` reads it)."""
-        terms = [doc for doc, n in map(fts_document, match_phrases(match)) if n]
+        terms = _word_terms(match)
         if not terms:
             return 0
         rows = self._search(
@@ -284,8 +611,7 @@ class PgStore(PgTenant):
         return [(int(r[0]), np.array(json.loads(r[1]), dtype=np.float32), r[2]) for r in rows]
 
     def _search(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        """A tenant-scoped search; after another process published a rebuild, the old tenant
-        is gone: look up the active one and ask again."""
+        """A tenant-scoped search, asked again of the active tenant after another's rebuild."""
         try:
             return self._rows(sql, (self.tenant_id, *params))
         except IndexError_:
@@ -295,19 +621,14 @@ class PgStore(PgTenant):
                 raise
             return self._rows(sql, (self.tenant_id, *params))
 
-    # -- vectors -------------------------------------------------------------------------------
-
     def pending_chunks(self, limit: int) -> list[tuple[int, str, str]]:
-        return [
-            (int(r[0]), r[1], r[2])
-            for r in self._rows(
-                "select c.id, c.hash, c.text from memoryd.pending_vectors p "
-                "join memoryd.chunks c on c.tenant_id = p.tenant_id and c.id = p.chunk_id "
-                "where p.tenant_id = %s "
-                "order by p.chunk_id limit %s",
-                (self.tenant_id, limit),
-            )
-        ]
+        rows = self._rows(
+            "select c.id, c.hash, c.text from memoryd.pending_vectors p "
+            "join memoryd.chunks c on c.tenant_id = p.tenant_id and c.id = p.chunk_id "
+            "where p.tenant_id = %s order by p.chunk_id limit %s",
+            (self.tenant_id, limit),
+        )
+        return [(int(r[0]), r[1], r[2]) for r in rows]
 
     def _ensure_dims(self, dims: int) -> None:
         """Record the tenant's vector dims on first write; refuse a change (reindex instead)."""
@@ -315,22 +636,19 @@ class PgStore(PgTenant):
             "update memoryd.tenant_stats set vec_dims = coalesce(vec_dims, %s) "
             "where tenant_id = %s returning vec_dims",
             (dims, self.tenant_id),
-            write=True,
         )
         if stored is not None and int(stored) != dims:
             raise IndexError_(f"vector dims changed from {stored} to {dims}; a reindex is required")
-        self._stats = (self._stats[0], dims)
+        self.vec_dims = dims
 
     def _ensure_index(self, dims: int) -> None:
-        """Build the tenant's HNSW index once it outgrows exact search and its backlog of
-        pending vectors is short (if it can now)."""
+        """Build the tenant's HNSW index once it outgrows exact search and its backlog is short."""
         if (
             not self.vector.available
             or self._owns_tx()  # the build would wait for this transaction's own locks
             or self._vector_count() <= self.exact_max_vectors
             or self._has_index(dims)
-            # one build over every vector costs a fraction of inserting the rest one by one
-            # into the graph: a sync that crosses the limit builds after its last batches
+            # one build over every vector costs a fraction of inserting them one by one
             or self.pending_count() > HNSW_BUILD_MAX_PENDING
         ):
             return
@@ -371,7 +689,6 @@ class PgStore(PgTenant):
                 "embedding = excluded.embedding returning 1) "
                 "select (select count(*) from w) - (select count(*) from had)",
                 {"ids": ids, "vecs": literals, "t": self.tenant_id, "d": dims},
-                write=True,
             )
             self._bump(0, 0, 0, int(fresh or 0))
         self._ensure_index(dims)
@@ -399,13 +716,8 @@ class PgStore(PgTenant):
         return sorted(((int(r[0]), float(r[1])) for r in rows), key=lambda h: -h[1])
 
     def _vector_count(self) -> int:
-        return int(
-            self._scalar(
-                "select vector_count from memoryd.tenant_stats where tenant_id = %s",
-                (self.tenant_id,),
-            )
-            or 0
-        )
+        sql = "select vector_count from memoryd.tenant_stats where tenant_id = %s"
+        return int(self._scalar(sql, (self.tenant_id,)) or 0)
 
     def _has_index(self, dims: int) -> bool:
         if dims not in self._indexed_dims and self._scalar(
@@ -429,8 +741,6 @@ class PgStore(PgTenant):
             )
         )
 
-    # -- embedding cache -----------------------------------------------------------------------
-
     def cache_get(self, key: tuple[str, str, str], hashes: Sequence[str]) -> dict[str, np.ndarray]:
         import numpy as np
 
@@ -453,22 +763,16 @@ class PgStore(PgTenant):
 
         if not items:
             return
-        now = time.time()
-        t = self.tenant_id
+        now, t = time.time(), self.tenant_id
+        hashes, dims = [h for h, _ in items], [int(v.shape[0]) for _, v in items]
+        blobs = [np.asarray(v, dtype=np.float32).tobytes() for _, v in items]
         self._rows(
             "insert into memoryd.embedding_cache (tenant_id, provider, model, fingerprint, hash, "
             "dims, vector, used_at) select %s, %s, %s, %s, u.h, u.d, u.v, %s "
             "from unnest(%s::text[], %s::int[], %s::bytea[]) as u (h, d, v) "
             "on conflict (tenant_id, provider, model, fingerprint, hash) do update set "
             "dims = excluded.dims, vector = excluded.vector, used_at = excluded.used_at",
-            (
-                t,
-                *key,
-                now,
-                [h for h, _ in items],
-                [int(v.shape[0]) for _, v in items],
-                [np.asarray(v, dtype=np.float32).tobytes() for _, v in items],
-            ),
+            (t, *key, now, hashes, dims, blobs),
             write=True,
         )
         self._rows(

