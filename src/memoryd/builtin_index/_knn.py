@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-#: Up to this many vectors a query scans them all; above, a query's exact scan would cost ~3 ms
-#: at 100k (memory-bound), so sign bits pick the candidates that are then scored exactly.
+#: Up to this many vectors a query scans them all; above, that scan (memory-bound: it reads
+#: every vector) is most of a hybrid search, so sign bits pick candidates scored exactly.
 EXACT_MAX_VECTORS = 20_000
 #: The sign bits pass on at least this many candidates and 1/CANDIDATE_SHARE of all, with all
 #: ties: a share, since the exact top k lies deeper in a larger index (`bench/bench_knn.py`).

@@ -179,14 +179,10 @@ class Searcher:
                 results = self._results(
                     store, ranked, query, params, early.snippets if early else {}, trace
                 )
-        used_mode = (
-            "keyword"
-            if qvec is None
-            else ("hybrid" if want_kw and store.fts_available else "vector")
-        )
+        used_mode = "hybrid" if want_kw and store.fts_available else "vector"
         if pending and (qvec is not None or no_vectors_yet):
             notes.append(_pending_note(pending, stats.chunks))
-        return self._output(results, used_mode, notes, pending)
+        return self._output(results, "keyword" if qvec is None else used_mode, notes, pending)
 
     def _output(
         self, results: list[SearchResult], mode: str, notes: list[str], pending: int
