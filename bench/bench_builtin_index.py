@@ -36,7 +36,6 @@ from memoryd.background import Background
 from memoryd.builtin_index import MemoryIndex
 from memoryd.builtin_index._sync import EMBED_BATCH
 from memoryd.config import resolve_agent, validate_config
-from memoryd.embeddings import local
 from memoryd.embeddings.base import Matrix, ProviderSelection, l2_normalize
 from memoryd.embeddings.local import LocalE5Provider
 
@@ -404,11 +403,9 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, object]:
             real.embed_query(q)
             qe.append((time.perf_counter() - t) * 1000)
         if engine == "sqlite-vec" and args.background:
-            for nice in args.worker_nice:
-                local.WORKER_NICE = nice
-                results[f"background_nice{nice}"] = background_embedding(
-                    idx, queries, root / f"bg-nice{nice}", rng, sentences, args.search_interval
-                )
+            results["background"] = background_embedding(
+                idx, queries, root / "bg", rng, sentences, args.search_interval
+            )
         results[engine] = {
             "chunks": st["chunks"],
             "files": st["files"],
@@ -477,9 +474,6 @@ def main() -> None:
     ap.add_argument("--no-cli", dest="cli", action="store_false", help="skip the cold CLI runs")
     ap.add_argument(
         "--no-background", dest="background", action="store_false", help="skip serve-like run"
-    )
-    ap.add_argument(
-        "--worker-nice", type=int, nargs="+", default=[0], help="embedding threads' nice"
     )
     ap.add_argument(
         "--search-interval", type=float, default=0.5, help="s between searches in background"

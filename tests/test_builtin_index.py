@@ -341,11 +341,17 @@ def test_vectors_answer_when_fts5_is_unavailable(
 def test_migrations_are_numbered_and_applied_once(notes: Path) -> None:
     idx = synced(notes)
     rows = idx.store.conn.execute("select id from migrations order by id").fetchall()
-    assert [r[0] for r in rows] == ["m001_base", "m002_fts", "m003_vector_ids", "m004_store_once"]
+    assert [r[0] for r in rows] == [
+        "m001_base",
+        "m002_fts",
+        "m003_vector_ids",
+        "m004_store_once",
+        "m005_int8_vectors",
+    ]
     assert idx.store.conn.execute("pragma journal_mode").fetchone()[0] == "wal"
     idx.close()
     again = MemoryIndex(agent_for(notes).index_settings(), sel(HashingEmbedder()))
-    assert again.store.conn.execute("select count(*) from migrations").fetchone()[0] == 4
+    assert again.store.conn.execute("select count(*) from migrations").fetchone()[0] == 5
 
 
 def test_searches_never_crash_while_another_process_syncs(notes: Path) -> None:

@@ -459,7 +459,7 @@ def test_load_readies_the_engine_and_its_tokenizer(monkeypatch: pytest.MonkeyPat
     p = LocalE5Provider()
     assert not p.documents_ready
     p.load()
-    f = local._files[p._weights()]
+    f = local._files[p._weight_path]
     assert f._tokenizer is not None and f.path in _e5_ort._engines and p.documents_ready
 
 

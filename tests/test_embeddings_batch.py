@@ -57,9 +57,9 @@ def test_openai_batch_job_lifecycle() -> None:
     for row, text in zip(matrix, texts, strict=True):  # output lines came back reversed
         np.testing.assert_allclose(row, unit(fake_vector(text, 8)), rtol=1e-5)
     assert query.shape == (8,)
-    state = provider.status()["batch"]
-    assert isinstance(state, dict)
-    assert state["jobsSubmitted"] == 1 and state["jobsCompleted"] == 1 and state["active"]
+    state = provider.batch
+    assert state is not None
+    assert state.jobs_submitted == 1 and state.jobs_completed == 1 and state.active
 
 
 def test_gemini_async_batch_lifecycle() -> None:
@@ -122,10 +122,10 @@ def test_batch_mode_switches_off_after_two_failures_with_reason() -> None:
         finally:
             provider.close()
     assert before == 2 and len(api.calls(":asyncBatchEmbedContent")) == 2  # no third job
-    state = provider.status()["batch"]
-    assert isinstance(state, dict) and not state["active"]
-    assert "batch mode off after 2 failures" in str(state["disabledReason"])
-    assert "scripted batch failed" in str(state["disabledReason"])
+    state = provider.batch
+    assert state is not None and not state.active
+    assert "batch mode off after 2 failures" in str(state.disabled_reason)
+    assert "scripted batch failed" in str(state.disabled_reason)
 
 
 def test_job_that_never_finishes_times_out_and_is_cancelled() -> None:

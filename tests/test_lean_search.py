@@ -147,7 +147,9 @@ def test_the_sql_knn_ranks_as_the_in_memory_one_ties_and_zero_vectors_included(
         ids = [cid for cid, *_ in store.pending_chunks(100)]
         store.write_vectors(list(zip(ids, vectors, strict=True)))
         other = rng.standard_normal(16).astype(np.float32)
-        for query in (base[2], other / np.linalg.norm(other)):  # queries come normalized
+        for raw in (base[2], other / np.linalg.norm(other)):  # queries come normalized
+            query = store.query_as_stored(raw)  # as the Searcher hands them over
+            assert isinstance(query, np.ndarray)
             buf = array("f", query.tobytes())
             for k in (3, 8, 20):
                 lean, full = store._scan_search(buf, k), store._numpy_search(query, k)

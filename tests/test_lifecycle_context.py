@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers import agent_for, write
-from memoryd.lifecycle import (
+from memoryd.lifecycle.context import (
     build_session_context,
     daily_note_paths,
     is_main_session,

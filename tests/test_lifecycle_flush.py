@@ -19,14 +19,9 @@ from memoryd.config import (
     resolve_agent,
     validate_config,
 )
+from memoryd.core.replies import is_no_reply
 from memoryd.errors import InvalidInput
-from memoryd.lifecycle import (
-    FlushState,
-    check_flush,
-    flush_threshold,
-    is_no_reply,
-    record_flush,
-)
+from memoryd.lifecycle.flush import FlushState, check_flush, flush_threshold, record_flush
 
 WINDOW = 200_000
 # default reserveTokensFloor 20000 + softThresholdTokens 4000
@@ -193,7 +188,7 @@ def test_an_older_cycle_than_the_last_flushed_one_never_flushes(workspace: Path)
 def test_forget_lets_a_reset_session_flush_again(workspace: Path) -> None:
     agent = agent_for(workspace)
     assert check(agent, WINDOW, cycle=4).run
-    FlushState.for_agent(agent).forget("agent:main:main")
+    FlushState.for_agent(agent).update("agent:main:main", lambda _old: None)  # a deleted session
     assert check(agent, WINDOW, cycle=0).run
 
 

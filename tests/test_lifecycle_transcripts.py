@@ -12,18 +12,15 @@ import pytest
 
 import helpers
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
-from memoryd.lifecycle import (
+from memoryd.core.transcripts import (
     SessionDeltaTracker,
-    count_newlines,
-    list_transcripts,
-    parse_transcript,
+    TranscriptChunk,
+    chunk_transcript,
     parse_transcript_text,
     sanitize_text,
-    session_id,
-    sessions_enabled,
-    transcript_chunks,
-    transcript_display_path,
 )
+from memoryd.lifecycle.transcripts import list_transcripts, parse_transcript, session_id
+from memoryd.memfiles import transcript_display_path
 
 FAKE_KEY = "sk-" + "proj-" + "Ab3De5Fg7Hj9Kl1Mn2Pq4Rs6Tu8Vw0Xy"
 
@@ -31,6 +28,16 @@ FAKE_KEY = "sk-" + "proj-" + "Ab3De5Fg7Hj9Kl1Mn2Pq4Rs6Tu8Vw0Xy"
 def msg(role: str, *texts: str, **extra: Any) -> str:
     content = [{"type": "text", "text": t} for t in texts]
     return json.dumps({"type": "message", "message": {"role": role, "content": content}, **extra})
+
+
+def transcript_chunks(path: Path, tokens: int, overlap: int) -> list[TranscriptChunk]:
+    return chunk_transcript(
+        parse_transcript(path, sanitize=True)[0], tokens=tokens, overlap=overlap
+    )
+
+
+def count_newlines(path: Path, start: int = 0) -> int:
+    return path.read_bytes()[start:].count(b"\n")
 
 
 def agent_for(ws: Path, agent_id: str = "main") -> ResolvedAgent:
@@ -75,15 +82,15 @@ SAMPLE = [
 def test_parses_user_and_assistant_text_with_jsonl_line_numbers(workspace: Path) -> None:
     agent = agent_for(workspace)
     path = write_transcript(agent, "s1.jsonl", SAMPLE)
-    parsed = parse_transcript(path)
-    assert [(m.role, m.text, m.line_no) for m in parsed.messages] == [
+    messages, malformed, lines = parse_transcript(path)
+    assert [(m.role, m.text, m.line_no) for m in messages] == [
         ("user", "How do I deploy the zeppelin?", 2),
         ("assistant", "Use the blue button. Then wait.", 4),
         ("user", "flat record form", 9),
     ]
-    assert parsed.malformed == 2  # the broken line and the JSON array
-    assert parsed.lines == len(SAMPLE)
-    assert parsed.session_id == "s1"
+    assert malformed == 2  # the broken line and the JSON array
+    assert lines == len(SAMPLE)
+    assert session_id(path) == "s1"
 
 
 def test_a_half_written_last_line_is_neither_parsed_nor_malformed() -> None:
@@ -105,9 +112,9 @@ def test_invalid_utf8_and_garbage_never_raise(workspace: Path) -> None:
     agent.sessions_dir.mkdir(parents=True)
     path = agent.sessions_dir / "bad.jsonl"
     path.write_bytes(b"\xff\xfe garbage\n" + msg("user", "still here").encode() + b"\n\x00\x01\n")
-    parsed = parse_transcript(path)
-    assert [m.text for m in parsed.messages] == ["still here"]
-    assert parsed.malformed == 2
+    messages, malformed, _ = parse_transcript(path)
+    assert [m.text for m in messages] == ["still here"]
+    assert malformed == 2
 
 
 @pytest.mark.parametrize(
@@ -218,7 +225,7 @@ def test_session_memory_is_opt_in_on_both_keys(
         "main",
         workspace=workspace,
     )
-    assert sessions_enabled(agent) is enabled
+    assert agent.sessions_enabled is enabled
 
 
 def test_an_agent_lists_only_its_own_transcripts(workspace: Path) -> None:
@@ -229,7 +236,7 @@ def test_an_agent_lists_only_its_own_transcripts(workspace: Path) -> None:
     (main.sessions_dir / "link.jsonl").symlink_to(other.sessions_dir / "o1.jsonl")
     assert [p.name for p in list_transcripts(main)] == ["m1.jsonl"]
     assert [p.name for p in list_transcripts(other)] == ["o1.jsonl"]
-    texts = [m.text for p in list_transcripts(main) for m in parse_transcript(p).messages]
+    texts = [m.text for p in list_transcripts(main) for m in parse_transcript(p)[0]]
     assert texts == ["main secret plan"]
 
 

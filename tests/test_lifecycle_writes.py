@@ -14,13 +14,9 @@ import pytest
 
 import helpers
 from memoryd.config import ResolvedAgent
-from memoryd.errors import PathNotAllowed
-from memoryd.lifecycle import (
-    MAX_APPEND_BYTES,
-    InvalidMemoryWrite,
-    WorkspaceReadOnly,
-    append_memory,
-)
+from memoryd.errors import InvalidMemoryWrite, PathNotAllowed, WorkspaceReadOnly
+from memoryd.lifecycle import append_memory
+from memoryd.lifecycle.writes import MAX_APPEND_BYTES
 
 NOW = datetime(2026, 11, 29, 14, 5)
 

@@ -17,8 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memoryd.core.redact import REDACTED, secret_spans
-from memoryd.lifecycle import redact_secrets
+from memoryd.core.redact import REDACTED, redact_secrets, secret_spans
 from redaction_corpus import (
     DEVELOPER_NOTES,
     EVERYDAY_LOOKALIKES,

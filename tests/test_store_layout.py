@@ -1,15 +1,18 @@
-"""The SQLite index stores each thing once, and an index in the older layout (FTS5 tables with
-their own copies of the text, the trigram index over the whole text, vectors also in vec0)
-migrates to it, answering the same; a migration that fails leaves the old index serving."""
+"""The SQLite index stores each thing once, vectors as int8 codes, and an index in an older
+layout (FTS5 tables with their own copies of the text, the trigram index over the whole text,
+vectors in float32 and also in vec0) migrates to it, answering the same; a migration that fails
+leaves the old index serving."""
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import sqlean
 import sqlite_vec
@@ -74,10 +77,29 @@ def raw(path: Path) -> Iterator[Any]:
         conn.close()
 
 
+def to_float32_vectors(conn: Any) -> None:
+    """Rewrite the vectors and the embedding cache as the memoryd before `m005` stored them."""
+    dims = int(conn.execute("select value from meta where key = 'vec_dims'").fetchone()[0])
+    for table, key in (("chunk_vectors", "chunk_id"), ("embedding_cache", "rowid")):
+        for k, blob in conn.execute(f"select {key}, vector from {table}").fetchall():
+            vec = _store._vector(blob, dims if table == "chunk_vectors" else len(blob))
+            conn.execute(f"update {table} set vector = ? where {key} = ?", (vec.tobytes(), k))
+    conn.execute("delete from migrations where id = 'm005_int8_vectors'")
+
+
+def vector_lengths(path: Path) -> set[tuple[str, int]]:
+    with raw(path) as conn:
+        return {
+            *conn.execute("select 'chunk_vectors', length(vector) from chunk_vectors"),
+            *conn.execute("select 'embedding_cache', length(vector) / dims from embedding_cache"),
+        }
+
+
 def to_older_layout(path: Path) -> None:
     """Rewrite an index as the memoryd before `m004_store_once` wrote it."""
     with raw(path) as conn:
         conn.execute("begin")
+        to_float32_vectors(conn)
         conn.execute("drop table chunks_fts")
         conn.execute("drop table chunks_tri")
         conn.execute(
@@ -123,7 +145,7 @@ def test_an_index_in_the_older_layout_migrates_and_answers_the_same(ws: Path) ->
         "select 1 from migrations where id = 'm004_store_once'"
     ).fetchone()
     assert not {"chunks_fts_content", "chunks_tri_content", "chunks_vec"} & tables(path)
-    assert answers(idx) == before
+    assert_same_ranking(answers(idx), before, abs=1e-9)
     assert idx.store.verify(deep=True) is None
     # and it goes on indexing in the new layout
     write(ws / "memory" / "new.md", "The zebrafish tank needs cleaning.\n")
@@ -153,7 +175,7 @@ def test_a_migration_that_fails_leaves_the_old_index_serving(
         "select 1 from migrations where id = 'm004_store_once'"
     ).fetchone()
     assert {"chunks_fts_content", "chunks_tri_content", "chunks_vec"} <= tables(path)
-    assert answers(idx) == before
+    assert_same_ranking(answers(idx), before)
     write(ws / "memory" / "new.md", "The zebrafish tank needs cleaning.\n")
     idx.sync()  # the older layout is still written correctly
     assert idx.search("zebrafish", mode="keyword").results[0].path == "memory/new.md"
@@ -165,6 +187,93 @@ def test_a_migration_that_fails_leaves_the_old_index_serving(
     assert not {"chunks_fts_content", "chunks_tri_content", "chunks_vec"} & tables(path)
     assert again.search("ebrafis", mode="keyword", min_score=0).results[0].path == "memory/new.md"
     again.close()
+
+
+def assert_same_ranking(got: list[Any], want: list[Any], abs: float = 5e-3) -> None:
+    """The same results in the same order, scores within `abs`: the int8 codes' rounding (an
+    index before `m005` searches float32 vectors with an unrounded query) by default."""
+    assert [[r[:3] + r[4:] for r in res] for res in got] == [
+        [r[:3] + r[4:] for r in res] for res in want
+    ]
+    assert [[r[3] for r in res] for res in got] == [
+        pytest.approx([r[3] for r in res], abs=abs) for res in want
+    ]
+
+
+def float32_index(ws: Path) -> tuple[Path, list[Any]]:
+    idx = open_index(ws)
+    idx.sync()
+    before = answers(idx)
+    path = idx.store.path
+    idx.close()
+    with raw(path) as conn:
+        conn.execute("begin")
+        to_float32_vectors(conn)
+        conn.execute("commit")
+    assert vector_lengths(path) == {("chunk_vectors", 4 * 256), ("embedding_cache", 4)}
+    return path, before
+
+
+def test_an_index_with_float32_vectors_migrates_to_int8_and_answers_the_same(ws: Path) -> None:
+    path, before = float32_index(ws)
+    idx = open_index(ws)
+    assert vector_lengths(path) == {("chunk_vectors", 256), ("embedding_cache", 1)}
+    # the float32 vectors were the codes': the same codes again (the reference queries'
+    # vectors now come from the cache, to float64 rounding)
+    assert_same_ranking(answers(idx), before, abs=1e-9)
+    assert idx.store.verify(deep=True) is None
+    idx.close()
+
+
+def test_an_int8_migration_that_fails_leaves_the_float32_index_serving(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, before = float32_index(ws)
+    requantize = _store._requantize
+
+    def full_after_the_vectors(conn: Any, table: str, key: str, size: int | None) -> None:
+        requantize(conn, table, key, size)
+        if table == "embedding_cache":
+            raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(_store, "_requantize", full_after_the_vectors)
+    idx = open_index(ws)
+    # nothing of the migration stays: every vector still float32, the query unrounded
+    assert vector_lengths(path) == {("chunk_vectors", 4 * 256), ("embedding_cache", 4)}
+    assert_same_ranking(answers(idx), before)
+    store = idx.store
+    assert isinstance(store, _store.Store)
+    query = np.asarray(HashingEmbedder().embed_query("deploy region"), dtype=np.float32)
+    assert store.query_as_stored(query) is query
+    lean = store._scan_search(array("f", query.tobytes()), 5)
+    assert [c for c, _ in lean] == [c for c, _ in store._numpy_search(query, 5)]
+    write(ws / "memory" / "new.md", "The zebrafish tank needs cleaning.\n")
+    idx.sync()  # new vectors go in as float32 too: one format in each table
+    assert vector_lengths(path) == {("chunk_vectors", 4 * 256), ("embedding_cache", 4)}
+    assert idx.search("zebrafish tank", mode="vector").results[0].path == "memory/new.md"
+    idx.close()
+    monkeypatch.setattr(_store, "_requantize", requantize)
+    again = open_index(ws)  # the next open migrates
+    assert vector_lengths(path) == {("chunk_vectors", 256), ("embedding_cache", 1)}
+    assert again.search("zebrafish tank", mode="vector").results[0].path == "memory/new.md"
+    again.close()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_int8_codes_keep_a_unit_vectors_cosines_within_rounding(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((2, 384)).astype(np.float32)
+    a, b = a / np.linalg.norm(a), b / np.linalg.norm(b)
+    qa, qb = (_store._vector(_store._codes(v), 384) for v in (a, b))
+    assert float(np.linalg.norm(qa)) == pytest.approx(1.0, abs=1e-6)
+    assert float(qa @ qb) == pytest.approx(float(a @ b), abs=2e-3)
+    assert _store._codes(qa) == _store._codes(a)  # decoding and storing again changes nothing
+
+
+def test_a_zero_or_broken_vector_is_stored_as_zero() -> None:
+    for vec in (np.zeros(8, np.float32), np.full(8, np.nan, np.float32)):
+        assert _store._codes(vec) == bytes(8)
+        assert not _store._vector(bytes(8), 8).any()
 
 
 def test_a_required_migration_that_fails_still_fails_the_open(
@@ -192,6 +301,22 @@ def test_the_space_a_migration_frees_goes_back_to_the_disk(tmp_path: Path) -> No
         reclaim(conn)
         assert int(conn.execute("pragma freelist_count").fetchone()[0]) == 0
         assert conn.execute("select b from kept").fetchone()[0] == "still here"
+
+
+def test_rows_a_migration_shrank_are_repacked(tmp_path: Path) -> None:
+    # m005 rewrites vectors in place: the room it frees is inside pages, not on the freelist
+    path = tmp_path / "x.sqlite"
+    with contextlib.closing(sqlean.connect(str(path), isolation_level=None)) as conn:
+        conn.execute("pragma journal_mode = wal")
+        conn.execute("create table v (id integer primary key, b blob)")
+        conn.executemany("insert into v(b) values (zeroblob(1536))", [()] * 4000)
+        conn.execute("update v set b = zeroblob(384)")
+        pages = int(conn.execute("pragma page_count").fetchone()[0])
+        reclaim(conn)
+        assert int(conn.execute("pragma page_count").fetchone()[0]) == pages  # none free
+        reclaim(conn, repack=True)
+        assert int(conn.execute("pragma page_count").fetchone()[0]) < pages / 2
+        assert conn.execute("select count(*), sum(length(b)) from v").fetchone() == (4000, 1536000)
 
 
 def test_a_fresh_index_holds_no_copy_of_the_text_beyond_chunks(ws: Path) -> None:
@@ -248,3 +373,26 @@ def test_edits_leave_bm25s_counts_those_of_the_live_chunks(ws: Path) -> None:
             conn.execute(f"insert into {table}({table}) values ('integrity-check')")
     assert idx.store.verify(deep=True) is None
     idx.close()
+
+
+def test_a_new_index_has_8k_pages_and_an_older_one_keeps_its_own(ws: Path, tmp_path: Path) -> None:
+    idx = open_index(ws)
+    idx.sync()
+    assert idx.store.conn.execute("pragma page_size").fetchone()[0] == 8192
+    idx.close()
+    old = tmp_path / "old.sqlite"
+    with contextlib.closing(sqlean.connect(str(old), isolation_level=None)) as conn:
+        conn.execute("pragma page_size = 4096")
+        conn.execute("pragma journal_mode = wal")
+        conn.execute("create table t (x)")  # fixes the page size
+    store = _store.Store(old)
+    try:
+        assert store.conn.execute("pragma page_size").fetchone()[0] == 4096
+        scratch = store.open_scratch()  # a rebuild's copy must match to be published
+        scratch.replace_file("a.md", "/w/a.md", "memory", "f", 1.0, 10, [(1, 1, "h", "text", 1)])
+        store.publish(scratch)
+        scratch.discard()
+        assert store.conn.execute("pragma page_size").fetchone()[0] == 4096
+        assert store.paths() == ["a.md"]
+    finally:
+        store.close()

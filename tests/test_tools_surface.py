@@ -231,7 +231,7 @@ def test_lifecycle_cli(ws: Path, tmp_path: Path) -> None:
 
 
 def test_status_is_a_typed_model(ws: Path) -> None:
-    from memoryd.orchestrator import MemoryStatus
+    from memoryd.orchestrator.status import MemoryStatus
 
     svc = service(ws)
     svc.memory_search("deploy")

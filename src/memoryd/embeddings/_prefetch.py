@@ -10,8 +10,7 @@ from typing import Any
 
 #: Prefetched vectors nobody took yet are dropped beyond this many (oldest first).
 MAX_PENDING = 8
-#: Prefetches embedding at once; past that a search embeds its own query when it gets to it
-#: (a burst of concurrent searches under `serve` does not queue behind each other's).
+#: Prefetches embedding at once; past that a search embeds its own query (so bursts never queue).
 MAX_PREFETCHING = 2
 THREAD_NAME = "memoryd-query-prefetch"
 
@@ -32,8 +31,7 @@ class _Prefetch:
 
 
 def start(key: Hashable, embed: Callable[[], Any], wait_started: float = 0.0) -> None:
-    """Run `embed()` (loading its engine first if need be) on a prefetch thread; `take(key)`
-    collects what it returns. (`embed` holds the provider's query priority itself.)"""
+    """Run `embed()` on a prefetch thread; `take(key)` collects what it returns."""
     global _idle
     with _lock:
         slots = _slots  # released by the thread that runs the job, whatever `_slots` is by then
@@ -84,8 +82,7 @@ NOT_YET: Any = object()
 
 
 def take(key: Hashable, timeout: float | None = None) -> Any:
-    """The prefetched vector for `key` (waiting for it if under way, at most `timeout`
-    seconds), None if none was prefetched, or `NOT_YET` if the timeout passed first."""
+    """The prefetched vector for `key` (waited for), None if there is none, `NOT_YET` on timeout."""
     with _lock:
         job = _pending.get(key)
     if job is None:

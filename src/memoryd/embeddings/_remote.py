@@ -155,19 +155,6 @@ class RemoteProvider(EmbeddingProvider):
             return run_batch(self, self.batch, pieces, deadline)
         return self.embed_online(pieces, "document", deadline)
 
-    def status(self) -> dict[str, object]:
-        """What status() shows for this provider: endpoint, model, dims, batch state."""
-        info: dict[str, object] = {
-            "provider": self.id,
-            "model": self.model,
-            "dims": self.dims,
-            "endpoint": self.client.base_url,
-            "requests": self.client.requests,
-        }
-        if self.batch is not None:
-            info["batch"] = self.batch.describe()
-        return info
-
     def close(self) -> None:
         self.client.close()
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 else:  # the aliases only serve annotations: a keyword-only search never imports numpy
     Vector = Matrix = Any
 
-# Header names that carry credentials; never part of the endpoint fingerprint.
+#: Header names that carry credentials, never part of the endpoint fingerprint.
 AUTH_HEADERS = frozenset(
     {"authorization", "x-api-key", "x-goog-api-key", "api-key", "proxy-authorization"}
 )
@@ -64,16 +64,15 @@ class EmbeddingProvider(abc.ABC):
 
     @property
     def documents_ready(self) -> bool:
-        """False while the next `embed_documents` would first load a model: that call's time
-        then says nothing about the rate of the ones after it (search budgets size by it)."""
+        """False while the next `embed_documents` would first load a model (so its time says
+        nothing about the rate)."""
         return True
 
     def fingerprint(self) -> str:
         return endpoint_fingerprint(self.id, None)
 
     def prefetch_query(self, text: str) -> None:  # noqa: B027 - optional hook
-        """A hint that `embed_query(text)` comes soon: a provider that can start it in the
-        background (the local model) does; the call returns at once and never raises."""
+        """A hint that `embed_query(text)` comes soon; returns at once and never raises."""
 
     def query_in_flight(self, text: str) -> bool:
         """Whether a prefetched embedding of `text` is still being computed (False if none is)."""
@@ -87,8 +86,7 @@ class EmbeddingProvider(abc.ABC):
         return None
 
     def search_priority(self) -> AbstractContextManager[object]:
-        """Held by a search while it runs: a provider whose document embedding shares the
-        process's cores with it (the local model) pauses that work meanwhile."""
+        """Held by a search while it runs, so local document embedding pauses meanwhile."""
         return contextlib.nullcontext()
 
     @abc.abstractmethod
@@ -100,8 +98,7 @@ class EmbeddingProvider(abc.ABC):
         return False
 
     def embed_query_buffer(self, text: str) -> array[float] | None:
-        """`text`'s query vector as a float32 `array` (not necessarily normalized), if this
-        provider makes it without importing numpy; None otherwise (then `embed_query`)."""
+        """`text`'s float32 query vector made without numpy, or None (then `embed_query`)."""
         return None
 
     @abc.abstractmethod

@@ -76,7 +76,7 @@ class BatchRunner(abc.ABC):
 
 
 class BatchMode:
-    """Per-provider batch state: config, failures, pending jobs; `describe()` feeds status."""
+    """Per-provider batch state: config, failures, pending jobs."""
 
     def __init__(self, runner: BatchRunner, config: BatchConfig) -> None:
         self.runner = runner
@@ -104,18 +104,6 @@ class BatchMode:
                     f"batch mode off after {self.failures} failures; last: {reason}"
                 )
 
-    def describe(self) -> dict[str, object]:
-        return {
-            "enabled": self.config.enabled,
-            "active": self.active,
-            "failures": self.failures,
-            "jobsSubmitted": self.jobs_submitted,
-            "jobsCompleted": self.jobs_completed,
-            "pending": len(self._pending),
-            "lastError": self.last_error,
-            "disabledReason": self.disabled_reason,
-        }
-
 
 def _digest(provider: BatchProvider, texts: Sequence[str]) -> str:
     h = hashlib.sha256(provider.fingerprint().encode())
@@ -136,7 +124,8 @@ def _finish(
         if status.done:
             break
         if time.monotonic() >= timeout_at:
-            _cancel_quietly(mode.runner, job_id)
+            with contextlib.suppress(EmbeddingError):  # abandoned either way: this saves work
+                mode.runner.cancel(job_id)
             raise BatchJobFailed(
                 f"{provider.id} batch job {job_id} timed out after {mode.config.timeout_minutes:g} min (state {status.state})"
             )
@@ -151,12 +140,6 @@ def _finish(
     with mode._lock:
         mode.jobs_completed += 1
     return matrix
-
-
-def _cancel_quietly(runner: BatchRunner, job_id: str) -> None:
-    # The job is abandoned either way; cancelling only saves the provider work.
-    with contextlib.suppress(EmbeddingError):
-        runner.cancel(job_id)
 
 
 def _one_job(

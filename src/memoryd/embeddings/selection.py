@@ -40,10 +40,6 @@ def remote_provider_class(name: str) -> type[RemoteProvider] | None:
 AUTO_ORDER = ("openai", "gemini", "voyage", "mistral")
 
 
-def _key_hint(name: str) -> str:
-    return f"set memorySearch.remote.apiKey, models.providers.{name}.apiKey or {ENV_KEYS[name]}"
-
-
 def build_provider(
     name: str,
     cfg: MemorySearchConfig,
@@ -55,8 +51,7 @@ def build_provider(
     notes: list[str] | None = None,
     one_off: bool = False,
 ) -> EmbeddingProvider:
-    """Construct provider `name`; `primary` applies `model` and `remote.*`; `one_off`: for a
-    process that runs one command (see `LocalE5Provider`). Raises `EmbeddingError`."""
+    """Construct provider `name` (`primary` applies `model` and `remote.*`) or raise `EmbeddingError`."""
     notes = notes if notes is not None else []
     if name == "local":
         from .local import LocalE5Provider
@@ -79,7 +74,8 @@ def build_provider(
     base_url = resolve_base_url(name, remote=remote, models=models)
     custom = base_url is not None and base_url.rstrip("/") != cls.default_base_url
     if not key and name != "ollama" and not custom:
-        raise EmbeddingError(f"{name}: no API key ({_key_hint(name)})")
+        hint = f"memorySearch.remote.apiKey, models.providers.{name}.apiKey or {ENV_KEYS[name]}"
+        raise EmbeddingError(f"{name}: no API key (set {hint})")
     if key:
         notes.append(f"{name}: API key from {key.source}")
     elif name != "ollama":

@@ -1,17 +1,12 @@
-"""Every read and write of memory by file descriptor, and memoryd's private state files.
-
-Paths are opened one component at a time without following links, so a symlink swapped in
-between a check and an open cannot redirect I/O; docs/security.md gives the rules.
-"""
+"""Memory and private state read and written by descriptors opened one component at a time
+without following links, so a swapped-in symlink cannot redirect I/O (docs/security.md)."""
 
 from __future__ import annotations
 
-from ..errors import MemoryReadFailed
 from ._chain import Reason
-from ._memory import AppendOutcome, FileRead, append_file, read_file, read_file_with
-from ._rewrite import RewriteOutcome, rewrite_file
+from ._memory import FileRead, append_file, read_file, read_file_with
+from ._rewrite import rewrite_file
 from ._state import (
-    PRIVATE_DIR_MODE,
     PRIVATE_FILE_MODE,
     SQLITE_SIDE_FILES,
     check_state_path,
@@ -25,21 +20,14 @@ from ._state import (
     read_private,
     write_private_atomic,
 )
-from ._walk import Found, Skipped, Walk, walk
+from ._walk import walk
 from ._wipe import wipe_folder
 
 __all__ = [
-    "PRIVATE_DIR_MODE",
     "PRIVATE_FILE_MODE",
     "SQLITE_SIDE_FILES",
-    "AppendOutcome",
     "FileRead",
-    "Found",
-    "MemoryReadFailed",
     "Reason",
-    "RewriteOutcome",
-    "Skipped",
-    "Walk",
     "append_file",
     "check_state_path",
     "check_state_tree",

@@ -259,8 +259,7 @@ def _shown(root: MemoryRoot, parts: tuple[str, ...]) -> str:
 
 
 def _same_entry(parent: int, name: str, st: os.stat_result) -> None:
-    """After fstat: the name still refers to the inode we hold, and it still has one link (an
-    outside file linked in and its memory name unlinked before the fstat is caught here)."""
+    """The name still refers to the inode we hold, with one link (catches a link-and-unlink swap)."""
     try:
         now = _lstat_at(parent, name)
     except FileNotFoundError:
@@ -291,11 +290,8 @@ _SETTLE_NS: Final = 2 * _coarse_tick_ns()
 
 
 def _settled(parent: int, name: str, fd: int, st: os.stat_result) -> None:
-    """The name is, after every namespace operation in flight has finished, this file's only one.
-
-    An `unlink` leaves a window where the link count is 1 while the dying name still resolves, so
-    wait out a ctime tick, list the folder (a barrier for link/unlink) and check twice.
-    """
+    """The name is this file's only one once link/unlink in flight finished: an `unlink` leaves a
+    window where a dying name still resolves, so wait out a ctime tick and check twice."""
     age = time.time_ns() - st.st_ctime_ns
     if age < _SETTLE_NS:
         time.sleep((_SETTLE_NS - max(age, 0)) / 1e9)
@@ -315,6 +311,25 @@ def _barrier(parent: int) -> None:
     """Wait for every link, unlink and rename in flight in the folder (readdir takes its lock)."""
     with os.scandir(parent) as entries:
         next(entries, None)
+
+
+def write_new(dir_fd: int, name: str, data: bytes, mode: int) -> None:
+    """A new file `name` in `dir_fd` holding `data` with `mode` whatever the umask, fsynced (or
+    removed again)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+    fd = os.open(name, flags, mode, dir_fd=dir_fd)
+    try:
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        _close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+        raise
+    _close(fd)
 
 
 def _strerror(err: OSError) -> str:

@@ -41,9 +41,7 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True, slots=True)
 class FileRead:
-    """The bytes of a memory file read through a checked descriptor, and that descriptor's `fstat`
-    from before the read (a file that grew meanwhile is read again by the next sync).
-    """
+    """A memory file's bytes and its `fstat` from before the read (so growth meanwhile is re-read)."""
 
     data: bytes
     size: int
@@ -54,7 +52,7 @@ class FileRead:
 
     @property
     def text(self) -> str:
-        """`data` as UTF-8, undecodable bytes replaced (memory files are Markdown)."""
+        """`data` as UTF-8, undecodable bytes replaced."""
         return self.data.decode("utf-8", errors="replace")
 
 
@@ -77,12 +75,8 @@ def read_file(
     anchor: str | os.PathLike[str] | None = None,
     max_bytes: int | None = None,
 ) -> FileRead | None:
-    """The memory file `rel` under `root`, read through a descriptor that passed every rule.
-
-    None when it (or a folder on the way) does not exist; at most `max_bytes` (`truncated` says
-    there was more). Raises `PathNotAllowed` when a rule refuses the path, `MemoryReadFailed`
-    for any other failure.
-    """
+    """`rel` under `root` through a checked descriptor, None if missing; raises `PathNotAllowed`
+    when a rule refuses it, else `MemoryReadFailed`."""
     if max_bytes is not None and max_bytes < 0:
         raise ValueError("max_bytes must be ≥ 0")
     got = _read_checked(root, rel, anchor, lambda fd, size: _read_fd(fd, size, max_bytes))
@@ -99,10 +93,8 @@ def read_file_with(
     *,
     anchor: str | os.PathLike[str] | None = None,
 ) -> _T | None:
-    """`consume` applied to the memory file `rel`'s bytes, pulled block by block from a
-    descriptor checked exactly as `read_file` checks it; the file is read only as far as
-    `consume` pulls. `consume` may run again when the file changed during the read, so it
-    must be pure. None, `PathNotAllowed` and `MemoryReadFailed` as for `read_file`."""
+    """`consume(blocks of rel)` as `read_file` checks it, reading only as far as it pulls; it must
+    be pure, since a file that changed meanwhile is read again."""
     got = _read_checked(root, rel, anchor, lambda fd, _size: consume(_blocks(fd)))
     return None if got is None else got[0]
 
@@ -206,14 +198,8 @@ def append_file(
     new_file_prefix: bytes = b"",
     lock_timeout: float = 30.0,
 ) -> AppendOutcome:
-    """Append `payload` to the memory file `rel` under `root`: all of it, durably, or nothing.
-
-    Missing folders are created (never through a symlink) when `create_dirs`; the file is checked
-    like a read. The record starts on a new line, after `new_file_prefix` when the file is new or
-    empty. An exclusive `flock` keeps writers of many processes from interleaving. On a short
-    write or any error the file is cut back to where the record started, then
-    `MemoryWriteFailed` is raised; refusals raise `PathNotAllowed`.
-    """
+    """Append `payload` on a new line (after `new_file_prefix` in a new file) under an exclusive
+    `flock`, durably or not at all: a failed write is cut back (`MemoryWriteFailed`)."""
     parts = _checked_rel(root, rel)
     shown = _shown(root, parts)
     try:
@@ -337,9 +323,7 @@ def _lock(fd: int, timeout: float, shown: str) -> None:
 
 
 def _write_all_or_nothing(fd: int, data: bytes, shown: str) -> int:
-    """Write and fsync all of `data` at the end of `fd`; returns where it starts. On any failure
-    the file is cut back to where this record started, never into another writer's bytes.
-    """
+    """Write and fsync `data` at the end of `fd` and return its offset; a failure cuts back to it."""
     start: int | None = None
     view = memoryview(data)
     try:

@@ -7,14 +7,12 @@ import os
 import secrets
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from ..core.layout import MemoryRoot
 from ..errors import MemoryWriteFailed, PathNotAllowed
 from ._chain import (
     _APPEND_FLAGS,
-    _CLOEXEC,
     _OPEN_ATTEMPTS,
     _checked_rel,
     _close,
@@ -26,16 +24,9 @@ from ._chain import (
     _Refused,
     _shown,
     _strerror,
+    write_new,
 )
 from ._memory import _lock_checked, _read_fd, _refusal_or
-
-
-@dataclass(frozen=True, slots=True)
-class RewriteOutcome:
-    """The file's bytes before and after the rewrite."""
-
-    before: bytes
-    after: bytes
 
 
 def rewrite_file(
@@ -45,21 +36,14 @@ def rewrite_file(
     *,
     anchor: str | os.PathLike[str] | None = None,
     lock_timeout: float = 30.0,
-) -> RewriteOutcome:
-    """Replace the memory file `rel` under `root` with `edit(its bytes)`: all of it or nothing.
-
-    The file is opened and checked as `append_file` opens it, and held under the same exclusive
-    `flock`, so no append is lost: one that waited for the lock finds the file replaced and
-    appends to the new one. The new content goes to a temp file in the same folder (a name not
-    ending in `.md`), is fsynced, then renamed over the file. `edit` may raise to refuse (e.g.
-    the lines to remove changed); nothing is written then. A missing file raises
-    `MemoryWriteFailed`, refusals `PathNotAllowed`.
-    """
+) -> None:
+    """Replace the memory file `rel` with `edit(its bytes)` via an fsynced temp file renamed over
+    it, all or nothing, under the appenders' `flock` so no append is lost (`edit` may raise)."""
     parts = _checked_rel(root, rel)
     shown = _shown(root, parts)
     try:
         with _parent_of(root, parts, anchor, create=False) as (parent, root_dev):
-            return _rewrite_in(parent, parts[-1], root_dev, edit, lock_timeout, shown)
+            _rewrite_in(parent, parts[-1], root_dev, edit, lock_timeout, shown)
     except _Missing:
         raise MemoryWriteFailed(f"cannot rewrite {shown}: it does not exist") from None
     except _Refused as refusal:
@@ -76,7 +60,7 @@ def _rewrite_in(
     edit: Callable[[bytes], bytes],
     lock_timeout: float,
     shown: str,
-) -> RewriteOutcome:
+) -> None:
     for attempt in range(_OPEN_ATTEMPTS):
         try:
             before = _lstat_at(parent, name)
@@ -91,33 +75,19 @@ def _rewrite_in(
             if _lock_checked(parent, name, fd, root_dev, lock_timeout, shown, True, last) is None:
                 continue
             held = os.fstat(fd)
-            old, _cut = _read_fd_at_start(fd, held.st_size)
-            new = edit(old)
+            os.lseek(fd, 0, os.SEEK_SET)
+            new = edit(_read_fd(fd, held.st_size, None)[0])
             _replace(parent, name, new, stat.S_IMODE(held.st_mode), shown)
-            return RewriteOutcome(old, new)
+            return
         finally:
             _close(fd)  # after the rename: a waiting appender then finds the new file
     raise _Refused("changed", "was replaced while being opened")  # pragma: no cover
 
 
-def _read_fd_at_start(fd: int, size: int) -> tuple[bytes, bool]:
-    os.lseek(fd, 0, os.SEEK_SET)
-    return _read_fd(fd, size, None)
-
-
 def _replace(parent: int, name: str, data: bytes, mode: int, shown: str) -> None:
     tmp = f".{name}.memoryd-{secrets.token_hex(4)}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
-    fd = os.open(tmp, flags, mode, dir_fd=parent)
     try:
-        try:
-            os.fchmod(fd, mode)  # the umask must not change the file's mode
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            _close(fd)
+        write_new(parent, tmp, data, mode)
         os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
     except BaseException as err:
         with contextlib.suppress(OSError):

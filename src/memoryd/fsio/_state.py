@@ -23,6 +23,7 @@ from ._chain import (
     _fsync_fd,
     _lstat_at,
     _strerror,
+    write_new,
 )
 
 PRIVATE_DIR_MODE: Final = 0o700
@@ -68,8 +69,7 @@ def _unsafe_folder(shown: str, st: os.stat_result) -> StateError | None:
 
 
 def _trusted_folder(fd: int, shown: str) -> None:
-    """`fd` is a state folder only this user can change; read bits for others are taken off, an
-    untrusted folder is never changed."""
+    """`fd` is a state folder only this user can change (then made 0700), else `StateError`."""
     st = os.fstat(fd)
     if not stat.S_ISDIR(st.st_mode):
         raise StateError(f"{shown} should be memoryd's state folder but is not a folder")
@@ -211,8 +211,7 @@ def private_dir(path: str | os.PathLike[str]) -> Path:
 
 
 def check_state_tree(path: str | os.PathLike[str]) -> None:
-    """The folders from the state root down to `path` that exist pass `private_dir`'s checks,
-    nothing created: run at start, so an untrusted tree is refused before it is used."""
+    """The existing folders down to `path` pass `private_dir`'s checks (nothing is created)."""
     try:
         with _state_folder(path, create=False):
             pass
@@ -223,8 +222,7 @@ def check_state_tree(path: str | os.PathLike[str]) -> None:
 
 
 def check_state_path(path: str | os.PathLike[str]) -> Path:
-    """`path` before something opens it by name (SQLite, qmd): its folders pass `private_dir`'s
-    checks (created when missing) and `path` is not a symlink. Raises `StateError`."""
+    """`path`, about to be opened by name (SQLite, qmd), in checked folders and not a symlink."""
     file = Path(path)
     with _entry(file, create=True) as (fd, name):
         try:
@@ -237,8 +235,7 @@ def check_state_path(path: str | os.PathLike[str]) -> Path:
 
 
 def private_file(path: str | os.PathLike[str]) -> Path:
-    """`path` as a regular file only its owner can read: created empty 0600 when missing, an
-    existing one of ours set to 0600, a symlink refused. Raises `StateError`."""
+    """`path` as a regular 0600 file (created empty if missing); a symlink raises `StateError`."""
     file = Path(path)
     flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | _CLOEXEC
     with _entry(file) as (dir_fd, name):
@@ -292,8 +289,7 @@ def open_private(path: str | os.PathLike[str]) -> BinaryIO:
 
 
 def read_private(path: str | os.PathLike[str]) -> bytes | None:
-    """The bytes of the state file `path` (see `open_private`), or None when it or its folder
-    does not exist. A link is refused. Raises `StateError`/`StateReadOnly`."""
+    """The bytes of the state file `path` (see `open_private`), or None when it does not exist."""
     try:
         with open_private(path) as fh:
             return fh.read()
@@ -306,11 +302,10 @@ def read_private(path: str | os.PathLike[str]) -> bytes | None:
 
 
 def create_private_once(path: str | os.PathLike[str], data: bytes) -> bool:
-    """Write `data` to the state file `path` unless it exists: True when this call created it.
-    The file appears whole or not at all (a temp file linked into place). Raises `StateError`."""
+    """Write `data` to `path` whole (a temp file linked into place) unless it exists: True if it did."""
     with _entry(path) as (dir_fd, name):
         tmp = _temp_name(name)
-        _write_temp(dir_fd, tmp, data)
+        write_new(dir_fd, tmp, data, PRIVATE_FILE_MODE)
         try:
             os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
             created = True
@@ -327,33 +322,13 @@ def _temp_name(name: str) -> str:
     return f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
 
 
-def _write_temp(dir_fd: int, name: str, data: bytes) -> None:
-    """A new 0600 file `name` in `dir_fd` holding `data`, fsynced (removed again on failure)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
-    fd = os.open(name, flags, PRIVATE_FILE_MODE, dir_fd=dir_fd)
-    try:
-        os.fchmod(fd, PRIVATE_FILE_MODE)  # the umask may have taken owner bits off
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except BaseException:
-        _close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=dir_fd)
-        raise
-    _close(fd)
-
-
 #: Files SQLite puts next to a database; each is created with the database file's mode.
 SQLITE_SIDE_FILES: Final = ("-wal", "-shm", "-journal")
 
 
 def private_database(path: str | os.PathLike[str]) -> Path:
-    """An SQLite database path made private: its folder 0700, the file and any side files 0600.
-
-    Call it before any connection exists: closing a descriptor on an open database drops its locks.
-    """
+    """An SQLite database's folder 0700 and files 0600, before any connection exists (closing a
+    descriptor on an open database drops its locks)."""
     db = Path(path)
     private_dir(db.parent)
     private_file(db)
@@ -365,15 +340,13 @@ def private_database(path: str | os.PathLike[str]) -> Path:
 
 
 def write_private_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Replace `path` with `data` atomically: a 0600 temp file in its folder, fsynced and renamed
-    over it. The temp name does not end in `.md`, so no indexer picks up a half-written export;
-    a link planted on the way or at `path` is refused. Raises `StateError`/`StateReadOnly`."""
+    """Replace `path` with `data` via a fsynced 0600 temp file (not named `*.md`) renamed over it."""
     with _entry(path) as (dir_fd, name):
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISLNK(_lstat_at(dir_fd, name).st_mode):
                 raise _symlink_in_state(str(Path(path)))
         tmp = _temp_name(name)
-        _write_temp(dir_fd, tmp, data)
+        write_new(dir_fd, tmp, data, PRIVATE_FILE_MODE)
         try:
             os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:

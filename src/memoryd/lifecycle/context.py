@@ -139,23 +139,16 @@ def daily_note_paths(workspace: Path, day: date) -> list[Path]:
     return [workspace / MEMORY_DIR / n for n in names]
 
 
-def _root_of(workspace: Path, path: Path) -> tuple[MemoryRoot, PurePosixPath]:
+def root_of(workspace: Path, path: Path) -> tuple[MemoryRoot, PurePosixPath]:
     rel = path.relative_to(workspace)
     if rel.parts[0] == MEMORY_DIR:
         return MemoryRoot(str(workspace / MEMORY_DIR), "*.md"), PurePosixPath(*rel.parts[1:])
     return MemoryRoot(str(workspace), rel.name), PurePosixPath(rel.name)
 
 
-def _long_term_path(workspace: Path) -> Path | None:
-    for name in LONG_TERM_NAMES:
-        if _read(workspace, workspace / name) is not None:
-            return workspace / name
-    return None
-
-
 def _read(workspace: Path, path: Path) -> str | None:
     """The file's text, read by descriptor (never through a symlink); None if absent or refused."""
-    root, rel = _root_of(workspace, path)
+    root, rel = root_of(workspace, path)
     try:
         got = read_file(root, rel, anchor=workspace)
     except MemorydError:
@@ -189,7 +182,7 @@ def build_session_context(
     main = is_main_session(session_key)
     candidates: list[tuple[Path, FileKind]] = []
     if main:
-        long_term = _long_term_path(ws)
+        long_term = next((ws / n for n in LONG_TERM_NAMES if _read(ws, ws / n) is not None), None)
         if long_term is not None:
             candidates.append((long_term, "long-term"))
     for day in (today - timedelta(days=1), today):

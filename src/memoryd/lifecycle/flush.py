@@ -15,24 +15,10 @@ from typing import Any, Final, Literal
 import filelock
 
 from ..config import ResolvedAgent
-from ..core.replies import SILENT_REPLY_TOKEN, is_no_reply
 from ..core.session_keys import normalize_session_key
 from ..core.text import camel_case
 from ..errors import FlushStateError, InvalidInput, StateError
 from ..fsio import private_dir, private_file, read_private, write_private_atomic
-
-__all__ = [
-    "SILENT_REPLY_TOKEN",
-    "FlushDecision",
-    "FlushReason",
-    "FlushRecord",
-    "FlushState",
-    "FlushStateError",
-    "check_flush",
-    "flush_threshold",
-    "is_no_reply",
-    "record_flush",
-]
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +102,6 @@ class FlushState:
             return {"version": _STATE_VERSION, "sessions": {}}
         return data
 
-    def _write_unlocked(self, data: dict[str, Any]) -> None:
-        payload = json.dumps(data, indent=2, sort_keys=True).encode("utf-8") + b"\n"
-        write_private_atomic(self.path, payload)
-
     def get(self, session_key: str | None) -> FlushRecord | None:
         """The session's last flush record, if any."""
         with self._locked():
@@ -145,12 +127,9 @@ class FlushState:
                     entry.update(new.to_json())
                     sessions[key] = entry
                 data["version"] = _STATE_VERSION
-                self._write_unlocked(data)
+                payload = json.dumps(data, indent=2, sort_keys=True).encode("utf-8") + b"\n"
+                write_private_atomic(self.path, payload)
             return new
-
-    def forget(self, session_key: str | None) -> None:
-        """Drop a session's record (e.g. the session was deleted)."""
-        self.update(session_key, lambda _old: None)
 
 
 FlushReason = Literal[
@@ -200,7 +179,7 @@ def _already(record: FlushRecord | None, compaction_count: int, session_id: str 
     if session_id is not None and record.session_id is not None and record.session_id != session_id:
         return False  # a new session under the same key: its cycles start over
     # `>=`: a host still reporting an older cycle (a stale or racing caller) must not flush a
-    # cycle that is already past. A reset session is told apart by `session_id` (or `forget`).
+    # cycle that is already past. A reset session is told apart by `session_id`.
     return record.compaction_count >= compaction_count
 
 

@@ -1,13 +1,5 @@
-"""`memoryd forget` and `memoryd reset`: the file operations, the backup and the tombstones.
-
-Forgetting removes whole lines of one memory file through `fsio.rewrite_file` (the appenders'
-lock, a checked descriptor, a temp file renamed over the original: all or nothing). Before it
-writes, the lines at the chosen numbers must still be exactly the lines that were shown (their
-SHA-256), so nothing the user did not see is removed. The removed lines are copied to a 0600
-backup file in the agent's state dir, and their tombstones (`core.forgotten`) are added to the
-agent's tombstone file, which `reset` keeps. The engines are purged by the caller
-(`MemoryService.forget`).
-"""
+"""`memoryd forget` and `reset`: lines go only if they still hash as shown, into a 0600 backup
+and the tombstones."""
 
 from __future__ import annotations
 
@@ -34,21 +26,9 @@ from ..fsio import (
     wipe_folder,
     write_private_atomic,
 )
+from ..memfiles import transcript_display_path
 from .session_export import manifest_name, session_export_dir
-from .transcripts import list_transcripts, parse_transcript, transcript_display_path
-
-__all__ = [
-    "ForgetTarget",
-    "Selection",
-    "backup_dir",
-    "check_writable",
-    "forget_lines",
-    "load_tombstones",
-    "parse_target",
-    "remove_derived",
-    "select_lines",
-    "transcripts_with_forgotten",
-]
+from .transcripts import list_transcripts, parse_transcript
 
 #: `PATH#L3`, `PATH#L3-L7` or `PATH#L3-7`; a bare PATH is the whole file.
 _TARGET_RE: Final = re.compile(r"^(?P<path>\S+?)(?:#L(?P<start>\d+)(?:-L?(?P<end>\d+))?)?$", re.I)
@@ -58,7 +38,7 @@ MAX_LINES: Final = 2000
 
 @dataclass(frozen=True, slots=True)
 class ForgetTarget:
-    """A `PATH[#Lx-Ly]` argument: the path as typed and the 1-based inclusive range (None: all)."""
+    """A `PATH[#Lx-Ly]` argument: the path as typed and its 1-based inclusive range (None: all)."""
 
     path: str
     start: int | None
@@ -66,8 +46,8 @@ class ForgetTarget:
 
 
 def parse_target(raw: str) -> ForgetTarget | None:
-    """The PATH form of a `forget` argument, or None for a query. A PATH is one word that ends
-    in `#L<n>[-L<m>]` or `.md`, or holds a `/`; anything else is a query."""
+    """The PATH form of a `forget` argument (one word ending in `#L<n>[-L<m>]` or `.md`, or
+    holding a `/`), or None for a query."""
     m = _TARGET_RE.match(raw.strip())
     if m is None:
         return None
@@ -92,7 +72,7 @@ def check_writable(agent: ResolvedAgent, what: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """Whole lines of one memory file chosen for removal: `lines` maps line number → text."""
+    """Whole lines of one memory file chosen for removal, by line number."""
 
     path: str
     root: MemoryRoot
@@ -145,11 +125,8 @@ def select_lines(
     *,
     clip: bool = False,
 ) -> Selection:
-    """The lines `numbers` of memory file `path` (all of them when None), read through `fsio`.
-
-    `path` must be a file `memory_get` would serve (`PathNotAllowed` otherwise); a line past
-    the end is `InvalidInput`, or left out with `clip` (a search hit of an older index).
-    """
+    """The lines `numbers` (all when None) of a file `memory_get` would serve; a line past the
+    end is `InvalidInput`, or left out with `clip` (a hit from an older index)."""
     ws = str(agent.workspace)
     root, rel = locate(path, roots, workspace=ws)
     shown = display_path(root, rel, workspace=ws)
@@ -169,11 +146,6 @@ def select_lines(
     return Selection(shown, root, rel, {n: lines[n - 1] for n in wanted})
 
 
-def backup_dir(agent: ResolvedAgent) -> Path:
-    """Where removed lines are kept (0600 files; `reset` keeps them; delete them to be done)."""
-    return agent.state_dir / "forgotten-backups"
-
-
 def load_tombstones(agent: ResolvedAgent) -> Tombstones | None:
     """The agent's tombstones, or None when nothing was forgotten yet."""
     return Tombstones.from_json(read_private(forgotten_path(agent.sessions_dir)))
@@ -190,7 +162,7 @@ def _add_tombstones(agent: ResolvedAgent, lines: list[str]) -> Tombstones:
 
 
 def _write_backup(agent: ResolvedAgent, sel: Selection, now: datetime) -> Path:
-    folder = private_dir(backup_dir(agent))
+    folder = private_dir(agent.state_dir / "forgotten-backups")  # `reset` keeps it
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", sel.path).strip("_")[:80]
     target = folder / f"{now.strftime('%Y%m%dT%H%M%S%f')}-{slug}.txt"
     ranges = ", ".join(f"{a}-{b}" for a, b in sel.ranges)
@@ -245,19 +217,17 @@ def transcripts_with_forgotten(agent: ResolvedAgent, tombstones: Tombstones) -> 
     out = []
     for path in list_transcripts(agent):
         try:
-            parsed = parse_transcript(path, sanitize=True)
+            messages = parse_transcript(path, sanitize=True)[0]
         except OSError:
             continue
-        if any(tombstones.spans(m.text) for m in parsed.messages):
+        if any(tombstones.spans(m.text) for m in messages):
             out.append(transcript_display_path(path))
     return out
 
 
 def remove_derived(agent: ResolvedAgent, *, index_file: bool, qmd_home: bool) -> list[str]:
-    """Delete what memoryd derived for the agent and workspace and no open engine holds:
-    health, this agent's session exports in a shared `exportDir`, the index file
-    (`index_file`) and the qmd home (`qmd_home`); the engines reset their own in place. Never
-    the Markdown, the transcripts, the flush state, the tombstones or the backups."""
+    """Delete what memoryd derived and no open engine holds (health, this agent's exports, the
+    index file, the qmd home); never notes, transcripts, flush state, tombstones or backups."""
     st = agent.state
     gone: list[str] = []
     files = [st.health]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -12,18 +13,10 @@ import filelock
 
 from ..config import ResolvedAgent
 from ..core.forgotten import Tombstones, forgotten_path, scrub_messages
+from ..core.transcripts import render_transcript
 from ..errors import SessionExportError, StateError
 from ..fsio import private_dir, read_private, write_private_atomic
-from .transcripts import list_transcripts, parse_transcript, render_transcript, session_id
-
-__all__ = [
-    "ExportReport",
-    "SessionExportError",
-    "export_sessions",
-    "manifest_name",
-    "render_session_markdown",
-    "session_export_dir",
-]
+from .transcripts import list_transcripts, parse_transcript, session_id
 
 
 def manifest_name(agent_id: str) -> str:
@@ -51,25 +44,10 @@ class ExportReport:
         """True when qmd has something new to index."""
         return bool(self.written or self.deleted)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "exportDir": str(self.export_dir),
-            "written": self.written,
-            "unchanged": self.unchanged,
-            "deleted": self.deleted,
-            "skipped": self.skipped,
-            "malformedLines": self.malformed_lines,
-        }
-
 
 def session_export_dir(agent: ResolvedAgent) -> Path:
     """`memory.qmd.sessions.exportDir`, else `<state>/agents/<id>/qmd/sessions`."""
     return agent.qmd_settings().exports_dir
-
-
-def render_session_markdown(sid: str, lines: str) -> str:
-    """The export document for session `sid` given its rendered `User:`/`Assistant:` lines."""
-    return f"# Session {sid}\n\n{lines}\n"
 
 
 def _read_manifest(path: Path) -> dict[str, dict[str, Any]]:
@@ -86,19 +64,6 @@ def _read_manifest(path: Path) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in exports.items() if isinstance(v, dict)}
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    # 0600 like all state; the temp name does not end in .md, so qmd never indexes half a file
-    write_private_atomic(path, data)
-
-
-def _unlink(path: Path) -> bool:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        return False
-    return True
-
-
 def export_sessions(
     agent: ResolvedAgent,
     *,
@@ -106,7 +71,7 @@ def export_sessions(
     export_dir: Path | None = None,
     retention_days: int | None = None,
 ) -> ExportReport:
-    """Bring the agent's session exports up to date (see the module docstring)."""
+    """Bring the agent's session exports up to date."""
     out_dir = export_dir if export_dir is not None else session_export_dir(agent)
     days = (
         retention_days if retention_days is not None else agent.memory.qmd.sessions.retention_days
@@ -159,37 +124,35 @@ def _export_locked(
             report.unchanged.append(sid)
             continue
         try:
-            parsed = parse_transcript(src, sanitize=True)
+            parsed, malformed, _lines = parse_transcript(src, sanitize=True)
         except OSError:
             report.skipped[sid] = "unreadable"
             if seen is not None:
                 new[name] = seen  # keep the last good export through a transient error
             continue
-        report.malformed_lines += parsed.malformed
-        messages = scrub_messages(parsed.messages, tombstones)
+        report.malformed_lines += malformed
+        messages = scrub_messages(parsed, tombstones)
         if not messages:
             report.skipped[sid] = "empty"
             continue
-        doc = render_session_markdown(sid, render_transcript(messages)).encode("utf-8")
+        doc = f"# Session {sid}\n\n{render_transcript(messages)}\n".encode()
         current = read_private(target)
         if current == doc:
             report.unchanged.append(sid)
         else:
-            _atomic_write(target, doc)
+            write_private_atomic(target, doc)  # its temp file is no `*.md` for qmd to index
             report.written.append(sid)
-        # The stat from before the read: if the transcript grew meanwhile, the next pass sees a
-        # new size and re-exports.
+        # the stat from before the read: a transcript that grew meanwhile is exported again
         new[name] = {"source": src.name, "size": st.st_size, "mtimeNs": st.st_mtime_ns}
         if forgotten is not None:
             new[name]["forgotten"] = forgotten
 
-    # Anything we exported before that is not current any more goes: transcript deleted,
-    # expired, or now empty.
+    # exports of transcripts deleted, expired or now empty go
     for name in sorted(set(old) - set(new)):
-        if _unlink(out_dir / name):
+        with contextlib.suppress(FileNotFoundError):
+            (out_dir / name).unlink()
             report.deleted.append(name[: -len(".md")])
     if new != old:
         payload = {"version": _FORMAT_VERSION, "exports": new}
-        _atomic_write(
-            manifest_path, (json.dumps(payload, indent=2, sort_keys=True) + "\n").encode()
-        )
+        data = (json.dumps(payload, indent=2, sort_keys=True) + "\n").encode()
+        write_private_atomic(manifest_path, data)

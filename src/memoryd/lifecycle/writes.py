@@ -2,27 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Final, Literal
 
 from ..config import ResolvedAgent
-from ..core.layout import LONG_TERM_NAMES, MEMORY_DIR, MemoryRoot, daily_note_rel
-from ..errors import InvalidMemoryWrite, MemoryWriteFailed, WorkspaceReadOnly
+from ..core.layout import LONG_TERM_NAMES, daily_note_rel
+from ..errors import InvalidMemoryWrite, WorkspaceReadOnly
 from ..fsio import append_file
-
-__all__ = [
-    "MAX_APPEND_BYTES",
-    "AppendResult",
-    "AppendTarget",
-    "InvalidMemoryWrite",
-    "MemoryWriteFailed",
-    "WorkspaceReadOnly",
-    "append_memory",
-    "append_target_path",
-]
+from .context import root_of
 
 AppendTarget = Literal["daily", "long-term"]
 MAX_APPEND_BYTES: Final = 64 * 1024
@@ -31,7 +22,7 @@ LOCK_TIMEOUT_S: Final = 30.0
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
-    """Where the text went (absolute and workspace-relative), bytes appended, and whether the file is new."""
+    """Where the text went (absolute and workspace-relative), its size, and whether the file is new."""
 
     path: Path
     relative_path: str
@@ -53,26 +44,14 @@ def append_target_path(agent: ResolvedAgent, target: str, *, now: datetime) -> P
         return ws / daily_note_rel(now.date())
     if target == "long-term":
         upper, lower = ws / LONG_TERM_NAMES[0], ws / LONG_TERM_NAMES[1]
-        if not _exists(upper) and _exists(lower) and not _same_file(upper, lower):
-            return lower
-        return upper
+        if os.path.lexists(upper) or not os.path.lexists(lower):
+            return upper
+        # on a case-insensitive file system MEMORY.md and memory.md are one file
+        with contextlib.suppress(OSError):
+            if os.path.samefile(upper, lower):
+                return upper
+        return lower
     raise InvalidMemoryWrite(f"unknown target {target!r} (use 'daily' or 'long-term')")
-
-
-def _exists(path: Path) -> bool:
-    return os.path.lexists(path)
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    # On a case-insensitive file system MEMORY.md and memory.md are one file.
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def _heading(target: str, now: datetime) -> str:
-    return f"# {now.date().isoformat()}\n\n" if target == "daily" else "# Memory\n\n"
 
 
 def append_memory(
@@ -95,23 +74,15 @@ def append_memory(
             f"text is {len(encoded)} bytes; one append may be at most {MAX_APPEND_BYTES} bytes "
             "(split it, or keep detail in separate memory/*.md files)"
         )
-    ws = agent.workspace
-    rel = path.relative_to(ws)
-    if rel.parts[0] == MEMORY_DIR:
-        root, inside = MemoryRoot(str(ws / MEMORY_DIR)), PurePosixPath(*rel.parts[1:])
-    else:
-        root, inside = MemoryRoot(str(ws), rel.name), PurePosixPath(rel.name)
+    root, inside = root_of(agent.workspace, path)
+    heading = f"# {now.date().isoformat()}\n\n" if target == "daily" else "# Memory\n\n"
     outcome = append_file(
         root,
         inside,
         encoded,
-        anchor=ws,
-        new_file_prefix=_heading(target, now).encode("utf-8"),
+        anchor=agent.workspace,
+        new_file_prefix=heading.encode("utf-8"),
         lock_timeout=LOCK_TIMEOUT_S,
     )
-    return AppendResult(
-        path=path,
-        relative_path=rel.as_posix(),
-        bytes_written=outcome.bytes_written,
-        created=outcome.created,
-    )
+    rel = path.relative_to(agent.workspace).as_posix()
+    return AppendResult(path, rel, outcome.bytes_written, outcome.created)

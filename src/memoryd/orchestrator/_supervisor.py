@@ -1,8 +1,5 @@
-"""One agent's engines: qmd as a supervised sidecar, the built-in index as its failover.
-
-The rules are `failover.Failover`'s (docs/qmd.md); the state is persisted in `health.json`, so a
-second process starts from the truth and does not pay qmd's timeout again during the cool-down.
-"""
+"""One agent's engines: qmd as a supervised sidecar, the built-in index as its failover (state in
+`health.json`, so another process does not pay qmd's timeout again during the cool-down)."""
 
 from __future__ import annotations
 
@@ -13,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..background import Background
 from ..config import ResolvedAgent
@@ -22,8 +19,11 @@ from ..core.layout import MemoryRoot
 from ..core.results import FileText
 from ..errors import MemorydError, QmdBadOutput, QmdError, QmdTimeout, ServiceUnavailable
 from ..memfiles import discover, read_memory_file
-from .failover import Active, Failover, FailoverSettings, clean_reason
+from .failover import Active, Failover, FailoverSettings, FailoverState, clean_reason
 from .health import REFUSED_HITS, Health, HealthFile
+
+if TYPE_CHECKING:
+    from ..lifecycle.session_export import ExportReport
 
 log = logging.getLogger("memoryd.supervisor")
 
@@ -71,7 +71,7 @@ class AgentBackend:
             self.qmd = qmd_factory(agent)
             self._bind_qmd_events()
         else:
-            self.failover.state = self.failover.state.__class__(active="builtin")
+            self.failover.state = FailoverState(active="builtin")
         if index_factory is None:
             from .engines import builtin_engine
 
@@ -144,7 +144,7 @@ class AgentBackend:
         self.health_file.save(self.health)
 
     def start(self, background: Background | None = None) -> None:
-        """Start qmd (on a thread of its own; a one-off command's first search runs it) and the index."""
+        """Start qmd (on a thread, or in a one-off command's first search) and the index."""
         self._background = background
         if self.qmd is not None:
             if self.agent.memory.qmd.sessions.enabled:
@@ -236,11 +236,8 @@ class AgentBackend:
             self.qmd.notify_changed()
 
     def purge(self, paths: list[str], *, progress: ProgressFn | None = None) -> dict[str, Any]:
-        """After `memoryd forget`: drop `paths` from the built-in index and re-sync it; re-export
-        the sessions (through the tombstones) and update qmd. A failure raises: the caller must
-        not report text as gone from an engine that may still return it."""
-        from ..lifecycle import export_sessions
-
+        """After `memoryd forget`: drop `paths` from every engine; a failure raises, since text
+        must not be reported gone from an engine that may still return it."""
         out: dict[str, Any] = {}
         idx = self.index
         if idx is not None:
@@ -248,25 +245,32 @@ class AgentBackend:
             report = purge(paths, progress=progress) if purge else idx.sync(progress=progress)
             out["builtin"] = {"filesChanged": report.files_changed}
         if self.qmd is not None:
-            if self.agent.memory.qmd.sessions.enabled:
-                export = export_sessions(self.agent, now=datetime.now(UTC))
+            export = self._resync_qmd(progress)
+            if export is not None:
                 out["exports"] = {"written": export.written, "deleted": export.deleted}
-            self.ensure_qmd_started()
-            self.qmd.sync(force=True, progress=progress)
             out["qmd"] = {"updated": True}
         return out
 
+    def _resync_qmd(self, progress: ProgressFn | None) -> ExportReport | None:
+        """Re-export the sessions (through the tombstones) and update qmd now."""
+        from ..lifecycle import export_sessions
+
+        assert self.qmd is not None
+        export = None
+        if self.agent.memory.qmd.sessions.enabled:
+            export = export_sessions(self.agent, now=datetime.now(UTC))
+        self.ensure_qmd_started()
+        self.qmd.sync(force=True, progress=progress)
+        return export
+
     def reset(self, *, progress: ProgressFn | None = None) -> dict[str, Any]:
-        """`memoryd reset`: drop every derived thing (index, qmd home and exports, health) in
-        place, so a running `serve` keeps serving the same objects, then rebuild from the files:
-        the built-in index first, then qmd (whose failure raises after the index is rebuilt)."""
-        from ..lifecycle import export_sessions, remove_derived
+        """`memoryd reset`: drop everything derived in place (a running `serve` keeps its objects),
+        then rebuild the built-in index and then qmd from the files."""
+        from ..lifecycle import remove_derived
 
         removed = remove_derived(self.agent, index_file=self.fail_closed, qmd_home=self.qmd is None)
         self.health = Health(requested=self.requested)
-        self.failover.state = self.failover.state.__class__(
-            active="qmd" if self.qmd is not None else "builtin"
-        )
+        self.failover.state = FailoverState(active="qmd" if self.qmd is not None else "builtin")
         out: dict[str, Any] = {"removed": removed}
         idx = self.index
         if idx is not None:
@@ -284,10 +288,7 @@ class AgentBackend:
             reset_qmd = getattr(self.qmd, "reset", None)
             if reset_qmd is not None:
                 removed += reset_qmd()
-            if self.agent.memory.qmd.sessions.enabled:
-                export_sessions(self.agent, now=datetime.now(UTC))
-            self.ensure_qmd_started()
-            self.qmd.sync(force=True, progress=progress)
+            self._resync_qmd(progress)
             out["qmd"] = {"collections": [c.name for c in self.qmd.status().collections]}
         self._save()
         return out
@@ -320,13 +321,6 @@ class AgentBackend:
             log.warning("qmd search failed for agent %s: %s", self.agent.agent_id, reason)
         self._warned = True
         self._save()
-
-    def _record_success(self) -> None:
-        if self.failover.record_success(self._clock()):
-            log.warning(
-                "qmd recovered for agent %s; routing searches back to qmd", self.agent.agent_id
-            )
-            self._save()
 
     def probe(self) -> bool:
         """One recovery probe: `qmd --version`, then a real search (catching hangs and garbage)."""
@@ -409,8 +403,11 @@ class AgentBackend:
                         f"qmd unavailable and memory.qmd.fallback = none ({clean_reason(reason)})"
                     ) from err
                 return self._builtin(request, fallback=self._fallback_info())
-            if self.failover.state.failures:
-                self._record_success()
+            if self.failover.state.failures and self.failover.record_success(self._clock()):
+                log.warning(
+                    "qmd recovered for agent %s; routing searches back to qmd", self.agent.agent_id
+                )
+                self._save()
             if not answer.results and self._complete_empty(request):
                 return self._completed(request, answer, stale)
             return replace(answer, engine="qmd", stale_seconds=stale)

@@ -1,15 +1,14 @@
-"""The failover state machine, pure (every method takes `now`): when qmd's failures flip an agent
-to the built-in index and back (the rules: docs/qmd.md, "Failover and recovery").
-"""
+"""The pure failover state machine (every method takes `now`); rules in docs/qmd.md."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
-from typing import Any, Final, Literal
+from dataclasses import dataclass, fields, replace
+from typing import Any, Final, Literal, TypeVar
 
 from ..core.text import plain_text
 
 Active = Literal["qmd", "builtin"]
+_T = TypeVar("_T")
 MAX_REASON_CHARS: Final = 300
 
 
@@ -45,19 +44,21 @@ class FailoverState:
     last_probe_error: str | None = None
     recovered_at: float | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
     @classmethod
     def from_json(cls, raw: Any) -> FailoverState | None:
-        if not isinstance(raw, dict):
-            return None
-        fields = cls.__dataclass_fields__
-        try:
-            state = cls(**{k: v for k, v in raw.items() if k in fields})
-        except TypeError:
-            return None
-        return state if state.active in ("qmd", "builtin") else None
+        state = from_known_fields(cls, raw)
+        return state if state is not None and state.active in ("qmd", "builtin") else None
+
+
+def from_known_fields(cls: type[_T], raw: Any) -> _T | None:
+    """`cls` from the keys of `raw` it has fields for; None unless `raw` is a dict that fits."""
+    if not isinstance(raw, dict):
+        return None
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    try:
+        return cls(**{k: v for k, v in raw.items() if k in names})
+    except TypeError:
+        return None
 
 
 def probe_delay(settings: FailoverSettings, attempts: int) -> float:

@@ -1,20 +1,19 @@
-"""Per-(agent, workspace) health in `health.json`, so every process tells the same truth.
-
-A damaged file is treated as absent, never as an error.
-"""
+"""Per-(agent, workspace) health in `health.json`, so every process tells the same truth;
+a damaged file counts as absent."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import StateError
 from ..fsio import private_dir, read_private, write_private_atomic
-from .failover import FailoverState
+from .failover import FailoverState, from_known_fields
 
 VERSION = 1
 
@@ -43,13 +42,7 @@ class QmdHealth:
 
     @classmethod
     def from_json(cls, raw: Any) -> QmdHealth:
-        if not isinstance(raw, dict):
-            return cls()
-        known = {f.name for f in fields(cls)}
-        try:
-            health = cls(**{k: v for k, v in raw.items() if k in known})
-        except TypeError:
-            return cls()
+        health = from_known_fields(cls, raw) or cls()
         dropped = health.dropped_hits
         if not isinstance(dropped, dict) or not all(
             isinstance(k, str) and isinstance(v, int) for k, v in dropped.items()
@@ -72,7 +65,7 @@ class Health:
         return {
             "version": VERSION,
             "requested": self.requested,
-            "failover": self.failover.to_json(),
+            "failover": asdict(self.failover),
             "qmd": asdict(self.qmd),
             "updatedAt": self.updated_at,
             "pid": self.pid,
@@ -97,11 +90,10 @@ class Health:
 
 
 class HealthFile:
-    """Reads and writes one `health.json`; write errors (read-only state) are swallowed and kept."""
+    """Reads and writes one `health.json`; a read-only state dir only loses the write."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.write_error: str | None = None
 
     def load(self) -> Health | None:
         data = read_private(self.path)  # a link planted here is refused (StateError)
@@ -115,9 +107,6 @@ class HealthFile:
         health.updated_at = time.time()
         health.pid = os.getpid()
         data = (json.dumps(health.to_json(), indent=2, sort_keys=True) + "\n").encode()
-        try:
+        with contextlib.suppress(StateError):
             private_dir(self.path.parent)
             write_private_atomic(self.path, data)
-            self.write_error = None
-        except StateError as err:
-            self.write_error = str(err)

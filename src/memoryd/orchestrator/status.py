@@ -1,8 +1,4 @@
-"""The typed `status()` model: which backend serves an agent, why, and how healthy each side is.
-
-Every field is declared (no pass-through of untyped keys). `issues` lists only what is true at the
-moment status is taken: it is computed from the persisted health and the engines' own status.
-"""
+"""The typed `status()` model: which backend serves an agent, why, and what is wrong right now."""
 
 from __future__ import annotations
 
