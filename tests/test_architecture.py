@@ -232,10 +232,9 @@ def test_core_does_no_io() -> None:
 
 
 def test_wire_codes_are_error_codes() -> None:
-    from memoryd import errors, server
+    from memoryd import errors
 
-    codes = set(errors.all_codes())
-    assert {server.NOT_SERVED, server.SERVER_BUSY} <= codes
+    assert {errors.NotServed.code, errors.ServerBusy.code} <= set(errors.all_codes())
 
 
 def test_the_docs_list_every_error_code() -> None:

@@ -17,8 +17,8 @@ from memoryd.core.citations import (
     trim_to_budget,
 )
 from memoryd.core.results import SearchResult
+from memoryd.core.session_keys import ChatType
 from memoryd.errors import InvalidInput
-from memoryd.scope_rules import ChatType
 
 
 def result(

@@ -14,11 +14,13 @@ import pytest
 from helpers import agent_for, write
 from memoryd.core.layout import (
     MAX_GET_CHARS,
+    MAX_GET_LINES,
     MemoryRoot,
+    Page,
+    _page,
     default_roots,
     extra_root,
     page_blocks,
-    page_lines,
 )
 from memoryd.errors import PathNotAllowed
 from memoryd.memfiles import discover, read_memory_file
@@ -183,6 +185,20 @@ def test_pages_keep_whole_lines_under_the_cap(
 ) -> None:
     page = page_lines(text, frm, n, max_chars=10)
     assert (page.text, page.truncated, page.next_from) == (out, cut, nxt)
+
+
+def page_lines(
+    text: str,
+    from_line: int | None,
+    lines: int | None,
+    *,
+    max_chars: int = MAX_GET_CHARS,
+    max_lines: int = MAX_GET_LINES,
+) -> Page:
+    """The page cut from the whole text at once: what `page_blocks` must equal."""
+    start = max(1, from_line or 1)
+    rest = iter(text.splitlines(keepends=True)[start - 1 :])
+    return _page(rest, start, lines, max_chars, max_lines)
 
 
 def _split(data: bytes, cuts: list[int]) -> list[bytes]:

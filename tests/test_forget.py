@@ -372,7 +372,8 @@ def test_forget_and_reset_go_through_a_running_serve_which_then_serves_no_stale_
     import time
 
     from cli_support import spawn_memoryd
-    from memoryd.server import ping, socket_path
+    from memoryd.paths import socket_path
+    from memoryd.server import ping
 
     cfg = ws.parent / "memoryd.toml"
     cfg.write_text(

@@ -15,7 +15,7 @@ import pytest
 from memoryd.config import validate_config
 from memoryd.lifecycle import load_tombstones, session_export_dir
 from memoryd.orchestrator import MemoryService
-from memoryd.qmd_adapter import QmdHome
+from memoryd.qmd_adapter._home import QmdHome
 from qmd_support import require_qmd, write
 from test_forget import mark, marked
 

@@ -22,8 +22,8 @@ from helpers import agent_for, index_for, write
 from memoryd.config import resolve_agent, validate_config
 from memoryd.errors import ConfigError, InvalidAgentId, WorkspaceMismatch
 from memoryd.orchestrator import MemoryService
-from memoryd.paths import agent_state, validate_agent_id, workspace_key
-from memoryd.server import ping, socket_path
+from memoryd.paths import agent_state, socket_path, validate_agent_id, workspace_key
+from memoryd.server import ping
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ that never waits for memory, Streamable HTTP with qmd's Origin/Host screen, and 
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -1082,5 +1083,5 @@ def test_http_addresses(value: str, parsed: tuple[str, int]) -> None:
 
 @pytest.mark.parametrize("value", ["", "http", "host:", ":8181", "::1:8181", "1:70000", "1:-1"])
 def test_bad_http_addresses(value: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(argparse.ArgumentTypeError):
         parse_http_address(value)

@@ -268,7 +268,8 @@ def test_serve_sigterm_leaves_no_qmd_processes(tmp_path: Path) -> None:
     import subprocess
     import time
 
-    from memoryd.server import ping, socket_path
+    from memoryd.paths import socket_path
+    from memoryd.server import ping
 
     qmd = require_qmd()
     ws = seed_workspace(tmp_path / "ws")

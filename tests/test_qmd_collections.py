@@ -8,14 +8,14 @@ import pytest
 
 from memoryd.config import QmdConfig
 from memoryd.config_validation import validate
-from memoryd.qmd_adapter import (
+from memoryd.qmd_adapter._collections import (
     Action,
-    CollectionInfo,
     CollectionSpec,
     desired_collections,
     plan_collections,
     sanitize_name,
 )
+from memoryd.qmd_adapter._parse import CollectionInfo
 
 WS = Path("/ws")
 SESS = Path("/state/agents/main/qmd/sessions")

@@ -23,7 +23,9 @@ import pytest
 from helpers import background, within
 from memoryd.errors import QmdExitError, QmdLocked
 from memoryd.orchestrator import MemoryService
-from memoryd.qmd_adapter import QmdManager, busy_timeout_ms, run_qmd
+from memoryd.qmd_adapter import QmdManager
+from memoryd.qmd_adapter._core import busy_timeout_ms
+from memoryd.qmd_adapter._runner import run_qmd
 from qmd_support import (
     MISSING_MODEL,
     QmdRig,

@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 
 from memoryd.core.results import SearchResult
-from memoryd.qmd_adapter import (
+from memoryd.qmd_adapter._home import with_models_block
+from memoryd.qmd_adapter._maintenance import embed_backoff_s
+from memoryd.qmd_adapter._mapping import (
     apply_limits,
     display_path,
-    embed_backoff_s,
     interleave,
-    split_qmd_path,
     split_qmd_uri,
-    with_models_block,
 )
 
 ROOTS = {"memory-dir-main": "/ws/memory", "memory-root-main": "/ws", "notes-main": "/srv/notes"}
@@ -46,14 +45,6 @@ def test_paths_inside_the_workspace_become_workspace_relative(
     collection: str, rel: str, shown: str
 ) -> None:
     assert display_path(collection, rel, roots=ROOTS, workspace="/ws") == shown
-
-
-def test_display_path_round_trips_through_split_qmd_path() -> None:
-    assert split_qmd_path(display_path("notes-main", "a/b.md", roots=ROOTS, workspace="/ws")) == (
-        "notes-main",
-        "a/b.md",
-    )
-    assert split_qmd_path("memory/x.md") is None
 
 
 def res(path: str, score: float, snippet: str = "s", source: str = "memory") -> SearchResult:

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from memoryd.errors import QmdBadOutput
-from memoryd.qmd_adapter import parse_search_output, parse_snippet
 from memoryd.qmd_adapter._parse import (
     CollectionInfo,
     is_busy_error,
@@ -15,6 +14,8 @@ from memoryd.qmd_adapter._parse import (
     is_missing_collection_error,
     parse_collection_list,
     parse_collection_show,
+    parse_search_output,
+    parse_snippet,
 )
 
 HIT = {

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from memoryd.qmd_adapter import content_words, is_qmd_syntax, plan_query
-from memoryd.qmd_adapter._plan import MAX_PLAN_WORDS, is_query_document
+from memoryd.qmd_adapter._plan import (
+    MAX_PLAN_WORDS,
+    content_words,
+    is_qmd_syntax,
+    is_query_document,
+    plan_query,
+)
 
 
 @pytest.mark.parametrize(

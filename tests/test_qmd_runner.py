@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from memoryd.errors import QmdError, QmdExitError, QmdOutputTooLarge, QmdTimeout, QmdUnavailable
-from memoryd.qmd_adapter import run_qmd
-from memoryd.qmd_adapter._runner import kill_group
+from memoryd.qmd_adapter._runner import kill_group, run_qmd
 from qmd_support import fault_wrapper, require_qmd
 
 pytestmark = [pytest.mark.qmd]

@@ -7,8 +7,7 @@ import hashlib
 import pytest
 
 from memoryd.core.ranking import select_snippet
-from memoryd.qmd_adapter import content_docid, hit_windows, refind_line
-from memoryd.qmd_adapter._snippets import file_lines
+from memoryd.qmd_adapter._snippets import content_docid, file_lines, hit_windows, refind_line
 
 
 def conversation(n: int = 60) -> list[str]:

@@ -9,7 +9,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from memoryd.core import text as text_mod
-from memoryd.core.dates import note_date
+from memoryd.core.layout import note_date
 from memoryd.core.ranking import (
     Candidate,
     RankParams,

@@ -11,14 +11,9 @@ from hypothesis import strategies as st
 
 from memoryd.config import ScopeConfig, ScopeMatch, ScopeRule, validate_config
 from memoryd.config_validation import validate
+from memoryd.core.session_keys import ChatType, normalize_session_key, parse_session_key
 from memoryd.errors import ConfigError
-from memoryd.scope_rules import (
-    ChatType,
-    default_scope,
-    evaluate_scope,
-    normalize_session_key,
-    parse_session_key,
-)
+from memoryd.scope_rules import default_scope, evaluate_scope
 
 
 def scope(data: dict[str, Any]) -> ScopeConfig:

@@ -24,6 +24,7 @@ from cli_support import spawn_memoryd
 from embedding_servers import FakeOpenAI
 from embedding_servers import serve as serve_api
 from helpers import write
+from memoryd.paths import socket_path
 from memoryd.server import (
     IDLE_TIMEOUT_S,
     LIMITS_ENV,
@@ -32,7 +33,6 @@ from memoryd.server import (
     limits_from_env,
     ping,
     request,
-    socket_path,
 )
 
 

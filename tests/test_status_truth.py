@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from cli_support import run_memoryd, spawn_memoryd
-from memoryd.server import ping, socket_path
+from memoryd.paths import socket_path
+from memoryd.server import ping
 from qmd_support import require_qmd, seed_workspace
 
 pytestmark = pytest.mark.qmd

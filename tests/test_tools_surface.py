@@ -18,7 +18,8 @@ from cli_support import run_memoryd, spawn_memoryd
 from memoryd.config import validate_config
 from memoryd.mcp_server import build_server
 from memoryd.orchestrator import MemoryService
-from memoryd.server import ping, request, socket_path
+from memoryd.paths import socket_path
+from memoryd.server import ping, request
 
 
 @pytest.fixture

@@ -1,13 +1,9 @@
 """memoryd: durable, searchable memory for AI agents.
 
-The public API::
+from memoryd import MemoryService, load_config
 
-    from memoryd import MemoryService, load_config
-
-    with MemoryService(load_config(), workspace="~/agent") as memory:
-        answer = memory.search("when does the old webhook secret stop working?")
-
-Every error memoryd raises on purpose is a `MemorydError`.
+with MemoryService(load_config(), workspace="~/agent") as memory:
+    answer = memory.search("when does the old webhook secret stop working?")
 """
 
 from __future__ import annotations

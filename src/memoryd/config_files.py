@@ -1,8 +1,6 @@
-"""Config files: finding and reading them, and the validated configs kept by their exact bytes.
-
-A config cached by its bytes is rebuilt without pydantic, whose import costs a one-off search more
-than the search; a config carrying credentials is never cached.
-"""
+"""Config files: finding and reading them, and the validated configs cached by their exact bytes
+(rebuilt without pydantic, whose import costs a one-off search more than the search; a config
+carrying credentials is never cached)."""
 
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ import functools
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -57,41 +55,32 @@ _OPENCLAW_DEFAULT_KEYS = (*_OPENCLAW_AGENT_KEYS[1:], "bootstrapMaxChars", "boots
 _OPENCLAW_KEYED_KEYS = (*_OPENCLAW_AGENT_KEYS[1:], "memory")
 
 
+def _pick(mapping: Mapping[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    return {k: mapping[k] for k in keys if k in mapping}
+
+
 def _openclaw_subset(raw: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if "memory" in raw:
-        out["memory"] = raw["memory"]
+    out = _pick(raw, ["memory"])
     agents = raw.get("agents")
     if isinstance(agents, Mapping):
         sub: dict[str, Any] = {}
-        defaults = agents.get("defaults")
-        if isinstance(defaults, Mapping):
-            sub["defaults"] = {k: defaults[k] for k in _OPENCLAW_DEFAULT_KEYS if k in defaults}
-        entries = agents.get("list")
-        if isinstance(entries, list):
+        if isinstance(defaults := agents.get("defaults"), Mapping):
+            sub["defaults"] = _pick(defaults, _OPENCLAW_DEFAULT_KEYS)
+        if isinstance(entries := agents.get("list"), list):
             sub["list"] = [
-                {k: e[k] for k in _OPENCLAW_AGENT_KEYS if k in e}
-                for e in entries
-                if isinstance(e, Mapping)
+                _pick(e, _OPENCLAW_AGENT_KEYS) for e in entries if isinstance(e, Mapping)
             ]
-        keyed = agents.get("entries")
-        if isinstance(keyed, Mapping):
+        if isinstance(keyed := agents.get("entries"), Mapping):
             sub["entries"] = {
-                agent_id: {k: e[k] for k in _OPENCLAW_KEYED_KEYS if k in e}
-                if isinstance(e, Mapping)
-                else e
+                agent_id: _pick(e, _OPENCLAW_KEYED_KEYS) if isinstance(e, Mapping) else e
                 for agent_id, e in keyed.items()
             }
         out["agents"] = sub
     models = raw.get("models")
-    if isinstance(models, Mapping) and isinstance(models.get("providers"), Mapping):
-        out["models"] = {
-            "providers": {
-                name: {k: v for k, v in entry.items() if k in ("apiKey", "baseUrl", "headers")}
-                for name, entry in models["providers"].items()
-                if isinstance(entry, Mapping)
-            }
-        }
+    if isinstance(models, Mapping) and isinstance(providers := models.get("providers"), Mapping):
+        keep = ("apiKey", "baseUrl", "headers")
+        picked = {n: _pick(e, keep) for n, e in providers.items() if isinstance(e, Mapping)}
+        out["models"] = {"providers": picked}
     return out
 
 

@@ -1,8 +1,5 @@
-"""memoryd's one error tree: every failure a user or an agent can see is a `MemorydError`.
-
-Each class carries a stable `code`, which tool results, the CLI's exit status and the README's
-table use; codes never change once published, so a new failure kind gets a new class.
-"""
+"""memoryd's one error tree: every failure a user or an agent can see is a `MemorydError`, whose
+stable `code` never changes once published (a new kind of failure gets a new class)."""
 
 from __future__ import annotations
 
@@ -27,7 +24,9 @@ class MemorydError(Exception):
     @staticmethod
     def from_result(result: Mapping[str, Any]) -> MemorydError:
         """The error a failed tool result carries (a socket answer read back), by its code."""
-        return error_from_code(result.get("code"), str(result.get("error")))
+        code = result.get("code")
+        cls = next((c for c in _subclasses(MemorydError) if c.code == code), MemorydError)
+        return cls(str(result.get("error")))
 
 
 class ConfigError(MemorydError, code="config_error"):
@@ -180,24 +179,11 @@ class ServerBusy(MemorydError, code="server_busy"):
     """Answered by `memoryd serve` when it already handles its maximum number of connections."""
 
 
-def error_code(err: BaseException) -> str:
-    """The stable code of `err` (`internal_error` for anything that is not a `MemorydError`)."""
-    return err.code if isinstance(err, MemorydError) else "internal_error"
-
-
 def _subclasses(cls: type[MemorydError]) -> list[type[MemorydError]]:
     out = [cls]
     for sub in cls.__subclasses__():
         out.extend(_subclasses(sub))
     return out
-
-
-def error_from_code(code: str | None, message: str) -> MemorydError:
-    """The error of class `code` (`MemorydError` for an unknown code) with `message`."""
-    for cls in _subclasses(MemorydError):
-        if cls.code == code:
-            return cls(message)
-    return MemorydError(message)
 
 
 def all_codes() -> dict[str, str]:

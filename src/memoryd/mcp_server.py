@@ -1,8 +1,6 @@
 """`memoryd mcp`: the six agent tools over MCP, on stdio or Streamable HTTP (docs/mcp.md).
 
-Failures are tool results (`{disabled, error, code}`), never protocol errors; `initialize` never
-waits for memory, which loads once the handshake is done; HTTP screens Origin/Host as qmd does
-and needs a bearer token everywhere but `/health`.
+Failures are tool results, never protocol errors; memory loads once the handshake is done.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import anyio
 import anyio.from_thread
@@ -43,13 +41,7 @@ from . import __version__, paths
 from .background import Background, run_blocking
 from .errors import ConfigError, InvalidInput, MemorydError, StateError
 from .fsio import create_private_once, private_dir, read_private
-from .tools import (
-    TOOLS,
-    ToolInput,
-    call_tool,
-    input_schema,
-    validate_tool_input,
-)
+from .tools import TOOLS, call_tool, input_schema, validate_tool_input
 
 if TYPE_CHECKING:
     from .orchestrator import MemoryService
@@ -63,8 +55,6 @@ INSTRUCTIONS = (
     "Long-term memory for this agent. Call memory_search before answering questions about prior "
     "work, decisions, people, preferences or dates; then memory_get to read more lines of a hit."
 )
-
-# ----------------------------------------------------------------------------- the service
 
 
 class _ServiceHandle:
@@ -81,7 +71,7 @@ class _ServiceHandle:
             self._factory, self._service = None, service
         self._lock = anyio.Lock()
         self.workers = anyio.CapacityLimiter(WORKERS)
-        self._tg: TaskGroup | None = None
+        self.tg: TaskGroup | None = None
         self._warm_started = False
         self._warmed = anyio.Event()
 
@@ -93,22 +83,18 @@ class _ServiceHandle:
                     self._service = await run_blocking(self._factory, self.workers)
         return self._service
 
-    def attach(self, tg: TaskGroup) -> None:
-        """Run the service's timers in `tg` (the serving task group)."""
-        self._tg = tg
-
     def warm_soon(self) -> None:
-        """Start the service in the background (once); a no-op until `attach`."""
-        if self._tg is None or self._warm_started:
+        """Start the service in the background (once); a no-op until `tg` is set."""
+        if self.tg is None or self._warm_started:
             return
         self._warm_started = True
-        self._tg.start_soon(self._warm)
+        self.tg.start_soon(self._warm)
 
     async def _warm(self) -> None:
         started = time.perf_counter()
         try:
             svc = await self.service()
-            assert self._tg is not None
+            assert self.tg is not None
             agents = [svc.agent(self.agent_id).agent_id]
             await run_blocking(lambda: svc.start(Background(), agents), self.workers)
             log.info("memory service started in %.2fs", time.perf_counter() - started)
@@ -120,7 +106,7 @@ class _ServiceHandle:
 
     async def ready(self) -> MemoryService:
         """The service, started when serving (tool calls wait here, never `initialize`)."""
-        if self._tg is not None:
+        if self.tg is not None:
             self.warm_soon()
             await self._warmed.wait()
         return await self.service()
@@ -129,14 +115,6 @@ class _ServiceHandle:
         if self._service is not None:
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                 await run_blocking(self._service.close, anyio.CapacityLimiter(1))
-
-
-# ----------------------------------------------------------------------------- tools
-
-
-async def _dispatch(handle: _ServiceHandle, args: ToolInput) -> dict[str, Any]:
-    call = functools.partial(call_tool, await handle.ready(), args, agent_id=handle.agent_id)
-    return await run_blocking(call, handle.workers)
 
 
 def _result(data: dict[str, Any]) -> types.CallToolResult:
@@ -149,8 +127,8 @@ def _result(data: dict[str, Any]) -> types.CallToolResult:
     )
 
 
-def _tool_list() -> list[types.Tool]:
-    return [
+def _build(handle: _ServiceHandle) -> Server[Any]:
+    tools = [
         types.Tool(
             name=spec.name,
             description=spec.description,
@@ -165,27 +143,22 @@ def _tool_list() -> list[types.Tool]:
         for spec in TOOLS.values()
     ]
 
-
-def _build(handle: _ServiceHandle) -> Server[Any]:
-    tools = _tool_list()
-
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
-    async def call_tool(
+    async def answer_call(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         if params.name not in TOOLS:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name}")
-        try:
+        try:  # bad arguments and a failing service factory are results too
             args = validate_tool_input(params.name, params.arguments)
-        except InvalidInput as err:
-            return _result(err.to_result())
-        try:
-            return _result(await _dispatch(handle, args))
-        except MemorydError as err:  # e.g. the service factory failing
+            svc = await handle.ready()
+            call = functools.partial(call_tool, svc, args, agent_id=handle.agent_id)
+            return _result(await run_blocking(call, handle.workers))
+        except MemorydError as err:
             return _result(err.to_result())
         except Exception:  # a memoryd bug: the agent gets one line, the log the traceback
             log.exception("tool %s failed", params.name)
@@ -204,7 +177,7 @@ def _build(handle: _ServiceHandle) -> Server[Any]:
         version=__version__,
         instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
-        on_call_tool=call_tool,
+        on_call_tool=answer_call,
         get_tool_input_schema=lambda name: input_schema(name) if name in TOOLS else None,
     )
     # provisional in mcp 2.x, but the one hook that sees the handshake finish
@@ -219,22 +192,13 @@ def build_server(
     return _build(_ServiceHandle(service, agent_id))
 
 
-# ----------------------------------------------------------------------------- signals
-
-
 async def _on_signal(stop: Callable[[], None]) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async for signum in signals:
-            print(
-                f"memoryd mcp: {signal.Signals(signum).name}, shutting down",
-                file=sys.stderr,
-                flush=True,
-            )
+            name = signal.Signals(signum).name
+            print(f"memoryd mcp: {name}, shutting down", file=sys.stderr, flush=True)
             stop()
             return
-
-
-# ----------------------------------------------------------------------------- stdio
 
 
 #: How long, after the host closes stdin, requests already read may take to be answered.
@@ -242,10 +206,8 @@ EOF_GRACE_S = 5.0
 
 
 class _StdinLines:
-    """Lines of the MCP wire on stdin, read by a daemon thread, so SIGTERM never waits for input.
-
-    fd 0 points at /dev/null while serving, so child processes (qmd) cannot read the wire.
-    """
+    """The MCP wire's lines, read by a daemon thread so SIGTERM never waits for input; fd 0 is
+    /dev/null meanwhile, so that child processes (qmd) cannot read the wire."""
 
     def __init__(self) -> None:
         self._wire_fd = os.dup(0)
@@ -348,7 +310,7 @@ async def serve_stdio(
     stdin = _StdinLines()
     try:
         async with anyio.create_task_group() as tg:
-            handle.attach(tg)
+            handle.tg = tg  # the service's timers run in the serving task group
             tg.start_soon(_on_signal, tg.cancel_scope.cancel)
             async with stdio_server(stdin=cast(Any, stdin)) as (read, write):
                 watched = _AnsweredWrites(write, stdin.answered)
@@ -358,8 +320,6 @@ async def serve_stdio(
         stdin.restore()
         await handle.aclose()
 
-
-# ----------------------------------------------------------------------------- HTTP guard
 
 #: Wildcard bind addresses: the request's legitimate `Host` is unknowable.
 WILDCARD_BIND_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]", "*"})
@@ -387,38 +347,28 @@ class OriginGuard:
     disabled: bool = False
 
 
-def _normalize_origin(origin: str) -> str | None:
+def _split(url: str) -> SplitResult | None:
+    """`url` split, or None when it (or its port) is malformed."""
     try:
-        parts = urlsplit(origin.strip())
-        if not parts.scheme or not parts.hostname:
-            return None
-        port = parts.port
+        parts = urlsplit(url.strip())
+        _ = parts.port
     except ValueError:
+        return None
+    return parts
+
+
+def _normalize_origin(origin: str) -> str | None:
+    parts = _split(origin)
+    if parts is None or not parts.scheme or not parts.hostname:
         return None
     scheme = parts.scheme.lower()
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     default = {"http": 80, "https": 443}.get(scheme)
-    return f"{scheme}://{host}" + ("" if port in (None, default) else f":{port}")
+    return f"{scheme}://{host}" + ("" if parts.port in (None, default) else f":{parts.port}")
 
 
-def _origin_hostname(origin: str) -> str | None:
-    try:
-        parts = urlsplit(origin.strip())
-        _ = parts.port  # a malformed port makes the whole origin unusable
-    except ValueError:
-        return None
-    if parts.scheme.lower() not in ("http", "https"):
-        return None
-    return parts.hostname
-
-
-def _host_header_hostname(host: str) -> str | None:
-    try:
-        parts = urlsplit(f"http://{host.strip()}")
-        _ = parts.port
-    except ValueError:
-        return None
-    return parts.hostname
+def _loopback(parts: SplitResult | None) -> bool:
+    return bool(parts and parts.hostname and is_loopback_hostname(parts.hostname))
 
 
 def resolve_origin_guard(
@@ -443,44 +393,20 @@ def check_request_origin(origin: str | None, host: str | None, guard: OriginGuar
         return None
     origin = (origin or "").strip()
     if origin:
-        hostname = _origin_hostname(origin)
-        ok = (hostname is not None and is_loopback_hostname(hostname)) or (
-            _normalize_origin(origin) in guard.allowed_origins
-        )
-        if not ok:
+        parts = _split(origin)
+        web = parts is not None and parts.scheme.lower() in ("http", "https")
+        if not ((web and _loopback(parts)) or _normalize_origin(origin) in guard.allowed_origins):
             return f"Origin not allowed: {origin}"
     host = (host or "").strip()
     if guard.enforce_host and host:
-        hostname = _host_header_hostname(host)
-        ok = (
-            (hostname is not None and is_loopback_hostname(hostname))
-            or host.lower() in guard.allowed_hosts
-            or (hostname is not None and hostname.lower() in guard.allowed_hosts)
-        )
-        if not ok:
+        parts = _split(f"http://{host}")
+        allowed = guard.allowed_hosts
+        if not (
+            _loopback(parts) or host.lower() in allowed or (parts and parts.hostname) in allowed
+        ):
             return f"Host not allowed: {host}"
     return None
 
-
-class _GuardMiddleware:
-    """ASGI middleware applying `check_request_origin` to every request, before routing."""
-
-    def __init__(self, app: Any, guard: OriginGuard) -> None:
-        self.app = app
-        self.guard = guard
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-            reason = check_request_origin(headers.get("origin"), headers.get("host"), self.guard)
-            if reason is not None:
-                log.warning("%s %s refused: %s", scope.get("method"), scope.get("path"), reason)
-                await _json_error(send, 403, -32003, f"Forbidden: {reason}")
-                return
-        await self.app(scope, receive, send)
-
-
-# ----------------------------------------------------------------------------- HTTP auth
 
 #: How long an HTTP session may sit idle before it is closed (seconds).
 SESSION_IDLE_S = 600.0
@@ -514,34 +440,41 @@ def token_matches(authorization: str | None, token: str) -> bool:
     return hmac.compare_digest(_digest(given.strip()), _digest(token)) and ok_scheme
 
 
-class _AuthMiddleware:
-    """Every request but `GET /health` needs the bearer token; a refusal (401) is never logged."""
+class _Screen:
+    """ASGI middleware: `check_request_origin` (403), then the bearer token everywhere but
+    `GET /health` (401, never logged), before routing; a 503 gets `Retry-After`."""
 
-    def __init__(self, app: Any, token: str) -> None:
-        self.app = app
-        self.token = token
+    def __init__(self, app: Any, guard: OriginGuard, token: str) -> None:
+        self.app, self.guard, self.token = app, guard, token
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if scope.get("path") != "/health":
-            auth = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-            if not token_matches(auth.decode("latin-1"), self.token):
-                await _json_error(
-                    send,
-                    401,
-                    -32001,
-                    "Unauthorized: send 'Authorization: Bearer <token>' "
-                    "(memoryd mcp --print-token prints it)",
-                    [(b"www-authenticate", b'Bearer realm="memoryd"')],
-                )
-                return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        reason = check_request_origin(headers.get("origin"), headers.get("host"), self.guard)
+        if reason is not None:
+            log.warning("%s %s refused: %s", scope.get("method"), scope.get("path"), reason)
+            await _json_error(send, 403, -32003, f"Forbidden: {reason}")
+            return
+        auth = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        if scope.get("path") != "/health" and not token_matches(auth.decode("latin-1"), self.token):
+            await _json_error(
+                send,
+                401,
+                -32001,
+                "Unauthorized: send 'Authorization: Bearer <token>' "
+                "(memoryd mcp --print-token prints it)",
+                [(b"www-authenticate", b'Bearer realm="memoryd"')],
+            )
+            return
 
         async def send_with_retry_after(message: Any) -> None:
             if message["type"] == "http.response.start" and message["status"] == 503:
-                headers = list(message.get("headers", []))
-                headers.append((b"retry-after", str(RETRY_AFTER_S).encode()))
+                headers = [
+                    *message.get("headers", []),
+                    (b"retry-after", str(RETRY_AFTER_S).encode()),
+                ]
                 message = {**message, "headers": headers}
             await send(message)
 
@@ -566,23 +499,19 @@ async def _json_error(
     await send({"type": "http.response.body", "body": body.encode()})
 
 
-# ----------------------------------------------------------------------------- HTTP
-
-
 def _listen(host: str, port: int) -> socket.socket:
+    sock = None
     try:
         family, kind, proto, _, addr = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
         sock = socket.socket(family, kind, proto)
-    except OSError as err:
-        raise ConfigError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
-    try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(addr)
         sock.listen(128)
     except OSError as err:
-        sock.close()
+        if sock is not None:
+            sock.close()
         raise ConfigError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
     sock.set_inheritable(False)
     return sock
@@ -610,24 +539,20 @@ def _check_http_bind(
 
 
 def _say_listening(url: str, token_path: Path, guard: OriginGuard, host: str) -> None:
-    print(f"memoryd mcp: listening on {url}", file=sys.stderr, flush=True)
-    print(
-        "memoryd mcp: clients must send 'Authorization: Bearer <token>'; the token is in "
+    lines = [
+        f"listening on {url}",
+        "clients must send 'Authorization: Bearer <token>'; the token is in "
         f"{token_path} (memoryd mcp --print-token prints it)",
-        file=sys.stderr,
-        flush=True,
-    )
+    ]
     if guard.disabled:
-        print(
-            "memoryd mcp: warning: --allow-origin '*' turns DNS-rebinding protection off",
-            file=sys.stderr,
-        )
+        lines.append("warning: --allow-origin '*' turns DNS-rebinding protection off")
     elif not guard.enforce_host:
-        print(
-            f"memoryd mcp: warning: bound to {host} with no --allow-host: Host validation is "
-            "off and memory is readable by anyone who can reach this port",
-            file=sys.stderr,
+        lines.append(
+            f"warning: bound to {host} with no --allow-host: Host validation is off and memory "
+            "is readable by anyone who can reach this port"
         )
+    for line in lines:
+        print(f"memoryd mcp: {line}", file=sys.stderr, flush=True)
 
 
 def _uvicorn(app: Any, tls_cert: str | None, tls_key: str | None, sock: socket.socket) -> Any:
@@ -708,7 +633,7 @@ async def serve_http(
         max_sessions=max_sessions,
     )
 
-    uv = _uvicorn(_GuardMiddleware(_AuthMiddleware(app, token), guard), tls_cert, tls_key, sock)
+    uv = _uvicorn(_Screen(app, guard, token), tls_cert, tls_key, sock)
     shown = f"[{host}]" if ":" in host else host
     url = f"{'https' if tls_cert else 'http'}://{shown}:{bound_port}/mcp"
     _say_listening(url, token_path, guard, host)
@@ -718,7 +643,7 @@ async def serve_http(
 
     try:
         async with anyio.create_task_group() as tg:
-            handle.attach(tg)
+            handle.tg = tg  # the service's timers run in the serving task group
             tg.start_soon(_on_signal, stop)
             await uv.serve(sockets=[sock])
             tg.cancel_scope.cancel()

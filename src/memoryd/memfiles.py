@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -9,7 +10,7 @@ from pathlib import Path, PurePosixPath
 
 from .core.layout import MemoryRoot, check_line_range, display_path, locate, page_blocks
 from .core.results import FileText
-from .fsio import FileRead, read_file, read_file_with, walk
+from .fsio import FileRead, read_file, read_file_with, unchanged, walk
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,8 @@ class Discovery:
 
     files: list[MemoryFile] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)
+    #: for `unchanged_since` (JSON), or None when the walks could not vouch for what they found
+    stamp: str | None = None
 
 
 def discover_all(roots: Sequence[MemoryRoot], workspace: Path) -> Discovery:
@@ -40,10 +43,12 @@ def discover_all(roots: Sequence[MemoryRoot], workspace: Path) -> Discovery:
     ws = str(workspace)
     out = Discovery()
     seen: set[tuple[int, int]] = set()
+    stamps: list[tuple[str, str, str | None, object]] = []
     for root in roots:
         if root.source != "memory":
             continue
         found = walk(root, anchor=workspace)
+        stamps.append((root.path, root.pattern, root.name, found.stamp))
         for reason, n in found.counts().items():
             out.skipped[reason] = out.skipped.get(reason, 0) + n
         for f in found:
@@ -61,7 +66,29 @@ def discover_all(roots: Sequence[MemoryRoot], workspace: Path) -> Discovery:
                     ctime_ns=f.ctime_ns,
                 )
             )
+    if all(s[3] is not None for s in stamps):
+        out.stamp = json.dumps({"workspace": ws, "roots": stamps, "files": len(out.files)})
     return out
+
+
+def unchanged_since(stamp: str | None, roots: Sequence[MemoryRoot], workspace: Path) -> int | None:
+    """How many memory files `discover_all` found when it made `stamp`, if it would find just
+    the same now (a stat per file, no name judged again); else None."""
+    if stamp is None:
+        return None
+    try:
+        was = json.loads(stamp)
+        memory = [r for r in roots if r.source == "memory"]
+        if was["workspace"] != str(workspace) or len(was["roots"]) != len(memory):
+            return None
+        for root, (path, pattern, name, walked) in zip(memory, was["roots"], strict=True):
+            if (path, pattern, name) != (root.path, root.pattern, root.name):
+                return None
+            if not unchanged(root, walked, anchor=workspace):
+                return None
+        return int(was["files"])
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def discover(roots: Sequence[MemoryRoot], workspace: Path) -> list[MemoryFile]:
@@ -83,7 +110,7 @@ def read_memory_file(
     from_line: int | None = None,
     lines: int | None = None,
 ) -> FileText:
-    """`memory_get`: a page of the file (see `core.layout.page_lines`); a missing file gives ""
+    """`memory_get`: a page of the file (see `core.layout.page_blocks`); a missing file gives ""
     (a daily note not written yet). Refusals raise `PathNotAllowed`, read failures
     `MemoryReadFailed`, a `from`/`lines` below 1 `InvalidInput` (before the path is looked at)."""
     check_line_range(from_line, lines)

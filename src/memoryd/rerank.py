@@ -1,11 +1,8 @@
-"""The optional reranking stage (`memorySearch.query.rerank`): a second opinion on the order of
-what already passed minScore, from a remote `/v1/rerank` endpoint or qmd's own reranker.
+"""The optional reranking stage (`memorySearch.query.rerank`): a remote `/v1/rerank` endpoint or
+qmd's reranker reorders what passed minScore, within `timeoutMs`, failing open.
 
-Reranker scores only reorder: they are not calibrated (qmd's blend scores 0.75 and more even for
-an off-topic query), so abstention stays the calibrated scores' job and each result keeps its
-own score. The stage fails open: a reranker that times out, errors or answers garbage leaves the
-order as it was, with the reason in the search's notes and in `memoryd status`. Its own time is
-bounded by `timeoutMs` (the call runs on a thread the stage stops waiting for).
+Reranker scores are not calibrated, so they only reorder: abstention stays the calibrated
+scores' job and each result keeps its own score.
 """
 
 from __future__ import annotations
@@ -27,16 +24,6 @@ from .fsio import private_dir, read_private, write_private_atomic
 
 log = logging.getLogger("memoryd.rerank")
 
-__all__ = [
-    "API_KEY_ENV",
-    "RemoteReranker",
-    "RerankOutcome",
-    "RerankStage",
-    "Scorer",
-    "parse_scores",
-    "read_degraded",
-]
-
 #: Where the remote reranker's key comes from when `rerank.remote.apiKey` is unset.
 API_KEY_ENV: Final = "MEMORYD_RERANK_API_KEY"
 #: Hugging Face TEI's default `--max-client-batch-size`: a longer list is sent in parts.
@@ -52,8 +39,7 @@ Scorer = Callable[[str, Sequence[str], float], list[float]]
 
 
 class RerankFailed(Exception):
-    """Raised inside the stage when a reranker's answer cannot be used; the stage fails open,
-    so it never reaches a user (and is no `MemorydError`)."""
+    """Raised when a reranker's answer cannot be used; the stage fails open, so no user sees it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +63,8 @@ class RerankOutcome:
 
 
 def parse_scores(body: Any, count: int) -> list[float]:
-    """One score per document from any of the shapes rerank APIs answer in: Cohere/Jina/
-    llama.cpp `{"results": [{index, relevance_score}]}`, Voyage `{"data": [...]}`, TEI's bare
-    `[{index, score}]`. Anything else, or a list that does not score each document once, is
-    `RerankFailed`."""
+    """One score per document from Cohere/Jina/llama.cpp's `{"results": [...]}`, Voyage's
+    `{"data": [...]}` or TEI's bare list; `RerankFailed` unless each document is scored once."""
     items: Any = body
     if isinstance(body, dict):
         items = body.get("results", body.get("data"))
@@ -109,12 +93,8 @@ def parse_scores(body: Any, count: int) -> list[float]:
 
 
 class RemoteReranker:
-    """A `POST {baseUrl}/v1/rerank` endpoint through the embedding providers' HTTP client.
-
-    `baseUrl` ending in `/rerank` is used as it is, one ending in `/v1` gets `/rerank`, any
-    other gets `/v1/rerank`. The key (`apiKey`, else `MEMORYD_RERANK_API_KEY`) is only ever a
-    request header: never logged, shown in status, written or cached.
-    """
+    """`POST {baseUrl}/v1/rerank` (`/rerank` after a `/v1`, nothing after a `/rerank`) through
+    the embedding providers' HTTP client; the key is only ever a request header."""
 
     def __init__(self, cfg: RerankRemoteConfig, environ: Mapping[str, str] | None = None) -> None:
         from .embeddings import ApiClient, RetryPolicy, merge_headers
@@ -126,19 +106,13 @@ class RemoteReranker:
         base = cfg.base_url.rstrip("/")
         if base.endswith("/rerank"):
             self._path = base
-        elif base.endswith("/v1"):
-            self._path = "rerank"
         else:
-            self._path = "v1/rerank"
+            self._path = "rerank" if base.endswith("/v1") else "v1/rerank"
         self.cfg = cfg
         # one try: a retry would not fit in a rerank's time, and the stage fails open anyway
         self._client = ApiClient(
             "rerank", base, merge_headers(auth, cfg.headers), RetryPolicy(attempts=1)
         )
-
-    @property
-    def requests(self) -> int:
-        return self._client.requests
 
     def __call__(self, query: str, documents: Sequence[str], deadline: float) -> list[float]:
         fmt = self.cfg.format
@@ -196,8 +170,7 @@ class RerankStage:
     def apply(
         self, query: str, documents: Sequence[str], scorer: Scorer | None = None
     ) -> RerankOutcome:
-        """The documents' new order (see `RerankOutcome`) by `scorer` (else the stage's own);
-        never raises."""
+        """The documents' new order by `scorer` (else the stage's own); never raises."""
         start = time.monotonic()
         n = len(documents)
         scorer = scorer or self.scorer
@@ -239,8 +212,7 @@ class RerankStage:
         return RerankOutcome(order, list(scores), seconds)
 
     def _record(self, reason: str | None) -> None:
-        """Keep `memoryd status` truthful across processes: the file changes only when the
-        outcome does."""
+        """Record the outcome for `memoryd status` in other processes (written only on a change)."""
         path = self._state_file
         if path is None:
             return

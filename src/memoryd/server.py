@@ -1,13 +1,13 @@
 """`memoryd serve`: every agent's background work, and the Unix socket the CLI forwards to.
 
-A request carries the caller's identity (config file and its hash, workspace, cwd, agent); it is
-answered only when that identity resolves to an agent and workspace this serve serves, else
-`not_served` and the CLI runs the call itself.
+A request is answered only when the caller's identity (config and its hash, workspace, cwd,
+agent) resolves to what this serve serves; else `not_served`, and the CLI runs it itself.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the CLI imports this module to forward requests: keep it li
     from anyio.abc import SocketStream
 
     from .orchestrator import MemoryService
+    from .tools import ToolInput
 
 log = logging.getLogger("memoryd.server")
 
@@ -35,14 +36,8 @@ MAX_REQUEST: Final = 256 * 1024
 IDLE_TIMEOUT_S: Final = 10.0
 #: Connections handled at once; more are answered `server_busy` and closed at once.
 MAX_CONNECTIONS: Final = 64
-#: Test-only override of the two limits above (see the module docstring).
+#: Test-only override of the two limits above.
 LIMITS_ENV: Final = "MEMORYD_SERVE_LIMITS"
-NOT_SERVED: Final = NotServed.code
-SERVER_BUSY: Final = ServerBusy.code
-
-
-def socket_path() -> Path:
-    return paths.socket_path()
 
 
 def config_identity(config_path: Path | None) -> dict[str, str | None]:
@@ -208,7 +203,9 @@ OPS = {"search": "memory_search", "get": "memory_get", "status": "memory_status"
 LIFECYCLE_OPS = ("forget-plan", "forget", "reset")
 
 
-def _lifecycle(service: MemoryService, op: str, req: dict[str, Any], agent: str | None) -> Any:
+def _lifecycle(
+    service: MemoryService, op: str, req: dict[str, Any], agent: str | None
+) -> dict[str, Any]:
     if op == "forget-plan":
         n = req.get("maxResults", 3)
         if type(n) is not int or not 1 <= n <= 20:
@@ -222,6 +219,14 @@ def _lifecycle(service: MemoryService, op: str, req: dict[str, Any], agent: str 
 _ENVELOPE = ("op", "agent", "identity")
 
 
+def _tool(service: MemoryService, args: ToolInput, agent: str | None) -> dict[str, Any]:
+    from .tools import MemoryStatusInput, call_tool
+
+    if isinstance(args, MemoryStatusInput):
+        return {**service.status(agent), "servedBy": f"serve (pid {os.getpid()})"}
+    return call_tool(service, args, agent_id=agent)
+
+
 async def dispatch(
     service: MemoryService,
     req: dict[str, Any],
@@ -232,7 +237,7 @@ async def dispatch(
     from .background import run_blocking
     from .errors import InvalidAgentId
     from .paths import validate_agent_id
-    from .tools import MemoryStatusInput, call_tool, validate_tool_input
+    from .tools import validate_tool_input
 
     shape = _shape_error(req)
     if shape is not None:
@@ -244,35 +249,23 @@ async def dispatch(
         return _error(
             InvalidInput(f"unknown op {op!r} ({', '.join([*OPS, *LIFECYCLE_OPS])}, ping)")
         )
-    agent = req.get("agent")
     try:
-        if agent is not None:
-            agent = validate_agent_id(agent)
+        agent = None if req.get("agent") is None else validate_agent_id(req["agent"])
     except InvalidAgentId as err:
         return _error(err)
     if op in LIFECYCLE_OPS:
-        why = _served(service, req, ident)
-        if why is not None:
-            return _error(NotServed(f"not served here: {why}"))
+        answer = functools.partial(_lifecycle, service, op, req, agent)
+    else:
         try:
-            return await run_blocking(lambda: _lifecycle(service, op, req, agent), limiter)
-        except MemorydError as err:
+            args = validate_tool_input(
+                OPS[op], {k: v for k, v in req.items() if k not in _ENVELOPE}
+            )
+        except InvalidInput as err:
             return _error(err)
-    try:
-        args = validate_tool_input(OPS[op], {k: v for k, v in req.items() if k not in _ENVELOPE})
-    except InvalidInput as err:
-        return _error(err)
+        answer = functools.partial(_tool, service, args, agent)
     why = _served(service, req, ident)
     if why is not None:
         return _error(NotServed(f"not served here: {why}"))
-
-    def answer() -> dict[str, Any]:
-        if isinstance(args, MemoryStatusInput):
-            st = service.status(agent)
-            st["servedBy"] = f"serve (pid {os.getpid()})"
-            return st
-        return call_tool(service, args, agent_id=agent)
-
     try:
         return await run_blocking(answer, limiter)
     except MemorydError as err:
@@ -292,7 +285,7 @@ async def serve(
     env_idle, env_cap = limits_from_env()
     idle_s = env_idle if idle_timeout_s is None else idle_timeout_s
     cap = env_cap if max_connections is None else max_connections
-    sock = sock or socket_path()
+    sock = sock or paths.socket_path()
     from .fsio import private_dir
 
     private_dir(sock.parent)  # the socket is bound before chmod: its folder must be private

@@ -1,8 +1,5 @@
-"""The agent tools' input contract (OpenClaw's argument names): one pydantic model per tool.
-
-Every surface validates with these models and advertises their schemas, so what a client is told
-and what is enforced cannot drift apart; nothing here imports MCP, SQLite or numpy.
-"""
+"""The agent tools' input contract (OpenClaw's argument names): one pydantic model per tool,
+which every surface both validates with and advertises, so the two cannot drift apart."""
 
 from __future__ import annotations
 
@@ -10,14 +7,7 @@ import difflib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Protocol
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    StrictBool,
-    ValidationError,
-)
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, ValidationError
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import ErrorDetails, core_schema
 
@@ -145,9 +135,7 @@ class MemoryAppendInput(ToolInput):
         description="'daily' appends to today's memory/YYYY-MM-DD.md; 'long-term' to MEMORY.md."
     )
     text: str = Field(
-        description="Markdown to append (at most 64 KiB per call).",
-        min_length=1,
-        pattern=r"\S",
+        description="Markdown to append (at most 64 KiB per call).", min_length=1, pattern=r"\S"
     )
 
 
@@ -256,15 +244,9 @@ TOOLS: Final[dict[str, ToolSpec]] = {
 }
 
 
-# ----------------------------------------------------------------------------- JSON schema
-
-
 class _ToolSchema(GenerateJsonSchema):
-    """Schemas for agents and MCP clients: no titles, optional arguments without `null`.
-
-    The models read an explicit `null` like an omitted argument (some clients send one), but the
-    schema advertises only the real type, as OpenClaw's tool schemas do.
-    """
+    """Schemas without titles, and optional arguments without `null` (an explicit `null` is
+    read as omitted, but only the real type is advertised, as OpenClaw's schemas do)."""
 
     def field_title_should_be_set(self, schema: Any) -> bool:
         return False
@@ -292,15 +274,9 @@ def input_schema(tool_name: str) -> dict[str, Any]:
     return schema
 
 
-# ----------------------------------------------------------------------------- validation
-
-
 def validate_tool_input(tool_name: str, arguments: dict[str, Any] | None) -> ToolInput:
-    """Validate one tool call's arguments; raises `InvalidInput` with one readable line.
-
-    Only the wire names (`maxResults`, `from`, …) are accepted here: a snake_case spelling is
-    an unknown argument with a "did you mean", like any other misspelling.
-    """
+    """One tool call's arguments validated by their wire names only (`maxResults`, `from`, …);
+    `InvalidInput` with one readable line."""
     spec = TOOLS.get(tool_name)
     if spec is None:
         raise InvalidInput(f"unknown tool {tool_name!r} (tools: {', '.join(TOOLS)})")

@@ -10,7 +10,6 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, cast
 
 from ..core.engine import SearchOutput, SearchRequest
@@ -460,9 +459,11 @@ def _path_lookup(paths: list[str]) -> _PathLookup:
     by_name: dict[str, list[int]] = {}
     by_stem: dict[str, list[int]] = {}
     for i, p in enumerate(paths):
-        pp = PurePosixPath(p.lower())
-        by_name.setdefault(pp.name, []).append(i)
-        by_stem.setdefault(pp.stem, []).append(i)
+        # PurePosixPath's name and stem, by string: a one-off search builds this for every file
+        name = p.lower().rpartition("/")[2]
+        dot = name.rfind(".")
+        by_name.setdefault(name, []).append(i)
+        by_stem.setdefault(name[:dot] if 0 < dot < len(name) - 1 else name, []).append(i)
     return _PathLookup(paths, by_name, by_stem, max(map(len, by_name), default=0))
 
 

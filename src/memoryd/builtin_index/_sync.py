@@ -27,6 +27,7 @@ from ..memfiles import (
     list_transcripts,
     read_memory,
     transcript_display_path,
+    unchanged_since,
 )
 from ._store import Store as SqliteStore
 
@@ -53,6 +54,9 @@ ASSUMED_SECONDS_PER_CHUNK = 0.1
 LEFT_OUT_META_KEY: Final = "left_out"
 #: When the last sync that changed the index finished (for other processes' status).
 LAST_SYNC_META_KEY: Final = "last_sync_at"
+#: What the walk behind the memory files' rows found (`memfiles.unchanged_since`): written with
+#: those rows, in the same transaction, so it vouches for them.
+WALK_META_KEY: Final = "walk"
 
 
 @dataclass
@@ -268,7 +272,7 @@ class Indexer:
         self.last_error = None
         store = self.engine.store
         with contextlib.suppress(MemorydError):
-            if store.read_only is None and "last_sync_error" in store.meta():
+            if store.read_only is None and store.meta_value("last_sync_error") is not None:
                 store.delete_meta("last_sync_error")
 
     def check(self) -> IndexCheck:
@@ -307,11 +311,18 @@ class Indexer:
     ) -> None:
         """Index changed memory files in one transaction: a failure leaves the index as it was."""
         cfg = self.engine.cfg
+        stamp = store.meta_value(WALK_META_KEY)
+        same = unchanged_since(stamp, cfg.roots, cfg.workspace)
+        if same is not None:
+            report.files_scanned = same  # as the walk behind the rows found them: nothing to do
+            return
         found = discover_all(cfg.roots, cfg.workspace)
         files = found.files
         report.files_scanned = len(files)
         skipped = json.dumps(found.skipped, sort_keys=True)
         if not self._text_changed(store, files, skipped):
+            if found.stamp != stamp and store.read_only is None:
+                self._save_stamp(store, files, skipped, found.stamp)
             return  # nothing to write: a read-only index syncs fine
         with store.transaction(wait_ms=wait_ms, doing="index the memory files"):
             meta = store.meta()
@@ -361,6 +372,21 @@ class Indexer:
                 if known[gone][3] == "memory":
                     store.remove_file(gone)
                     report.files_removed += 1
+            _write_stamp(store, meta.get(WALK_META_KEY), found.stamp)
+
+    def _save_stamp(
+        self, store: Store, files: Sequence[MemoryFile], skipped: str, stamp: str | None
+    ) -> None:
+        """Record the walk of an unchanged index, if no other sync changed it meanwhile; never
+        waits for the write lock (the next search walks again instead)."""
+        try:
+            with store.transaction(wait_ms=0, doing="record the memory files' state"):
+                if not self._text_changed(store, files, skipped):
+                    _write_stamp(store, store.meta_value(WALK_META_KEY), stamp)
+        except IndexCorrupt:
+            raise
+        except StateError as err:
+            log.debug("memory files' state not recorded: %s", err)
 
     def _write_file(
         self,
@@ -682,6 +708,13 @@ class Indexer:
         eng.store.guard_signature = signature
         eng.dirty = False
         return report
+
+
+def _write_stamp(store: Store, old: str | None, new: str | None) -> None:
+    if new is not None and new != old:
+        store.set_meta({WALK_META_KEY: new})
+    elif new is None and old is not None:
+        store.delete_meta(WALK_META_KEY)
 
 
 def _publish(live: Store, scratch: Store) -> None:

@@ -30,13 +30,13 @@ from ..errors import (
     WorkspaceMismatch,
 )
 from ..fsio import SQLITE_SIDE_FILES, private_dir
-from ..memfiles import discover, read_memory_file
+from ..memfiles import discover, read_memory_file, unchanged_since
 from ._engine import Store
 from ._search import Searcher
 from ._stats import CorpusStatistics
 from ._store import Recovery
 from ._store import Store as SqliteStore
-from ._sync import LAST_SYNC_META_KEY, Indexer, SyncReport, left_out_from_meta
+from ._sync import LAST_SYNC_META_KEY, WALK_META_KEY, Indexer, SyncReport, left_out_from_meta
 
 if TYPE_CHECKING:
     from ..core.status import BuiltinStatus
@@ -111,8 +111,7 @@ class MemoryIndex:
     def bind_workspace(self, store: Store) -> None:
         """Refuse an index built for another workspace: that would mix two users' memory."""
         mine = str(self.cfg.workspace)
-        meta = store.meta()
-        recorded = meta.get("workspace")
+        recorded = store.meta_value("workspace")
         if recorded is None:
             foreign = [p for p in store.abs_paths("memory") if not _inside_any(p, self.cfg.roots)]
             if foreign:
@@ -168,7 +167,7 @@ class MemoryIndex:
 
     def reindex_reason(self) -> str | None:
         """Why the stored index no longer matches the configuration (None when it does)."""
-        raw = self.store.meta().get("signature")
+        raw = self.store.meta_value("signature")
         if not raw:
             return None
         stored = json.loads(raw)
@@ -241,9 +240,8 @@ class MemoryIndex:
         )
 
     def purge(self, paths: Sequence[str], *, progress: ProgressFn | None = None) -> SyncReport:
-        """Drop `paths` (memory files as search shows them, `sessions/<file>.jsonl`) from the
-        index, chunks and vectors, then sync: what is still on disk is indexed afresh (a
-        transcript through the forget tombstones). Used by `memoryd forget`."""
+        """Drop `paths` (as search shows them) from the index, then sync: what is still on disk
+        is indexed afresh (a transcript through the forget tombstones)."""
         with self.indexer.lock:
             store = self.store
             known = store.files()
@@ -251,21 +249,22 @@ class MemoryIndex:
                 for rel in paths:
                     if rel in known:
                         store.remove_file(rel)
+                store.delete_meta(WALK_META_KEY)  # the rows no longer follow that walk
             self.searcher.forget_paths()
             self.indexer.session_baselines.difference_update(paths)
             self.dirty = True
         return self.sync(progress=progress)
 
     def reset(self) -> list[str]:
-        """Drop the whole index (`memoryd reset`): the SQLite file and its side files are
-        deleted and a new empty one opened in their place (a PostgreSQL tenant is emptied);
-        the next sync rebuilds it from the files. Returns what was removed."""
+        """Delete the index file and its side files (empty a PostgreSQL tenant) for the next sync
+        to rebuild; what was removed."""
         with self.indexer.lock:
             if self.cfg.store_driver == "postgres":
                 store = self.store
                 with store.transaction(doing="reset the index"):
                     for rel in store.files():
                         store.remove_file(rel)
+                    store.delete_meta(WALK_META_KEY)
                 removed = [self.location]
             else:
                 self.store.close()
@@ -296,8 +295,11 @@ class MemoryIndex:
         return self.indexer.check()
 
     def pending_changes(self) -> int:
-        files = discover(self.cfg.roots, self.cfg.workspace)
-        return self.indexer.changed_files(self.store, files, self.store.meta())
+        cfg, store = self.cfg, self.store
+        if unchanged_since(store.meta_value(WALK_META_KEY), cfg.roots, cfg.workspace) is not None:
+            return 0
+        files = discover(cfg.roots, cfg.workspace)
+        return self.indexer.changed_files(store, files, store.meta())
 
     def notify_changed(self) -> None:
         self.dirty = True

@@ -1,17 +1,5 @@
-"""OpenClaw's curated-memory annotations: `<!-- importance: N -->`, `<!-- trigger: … -->` and
-`<!-- project: … -->` comments in the root `MEMORY.md`, `memory.md` and `USER.md`.
-
-Read as OpenClaw 2026.9 reads them: an opener `<!--` + kind + `:` in any letter case, the value
-up to the next `-->`, and only on lines that end with `-->`. Importance is an integer 1..10
-(the highest in an entry wins) and multiplies a result's score by `0.75 + 0.05·N` before MMR;
-triggers and projects drive OpenClaw's prompt injection, not search ranking, so memoryd parses
-them (for `entry_annotations`' callers) and ranks by importance alone.
-
-An *entry* is a top-level list item with its indented continuation lines, a heading, or a
-paragraph: how OpenClaw's dreaming writes curated memory, one bullet per fact. A chunk holding
-several entries takes the multiplier of the entry that holds the most query terms. Pure: the
-chunk text is all it reads, so the index needs no column for it.
-"""
+"""OpenClaw's `<!-- importance|trigger|project: … -->` annotations in the curated root files, read
+as OpenClaw reads them; only importance ranks, per entry (list item, heading or paragraph)."""
 
 from __future__ import annotations
 
@@ -23,16 +11,6 @@ from typing import Any, Final, Protocol
 
 from .layout import CURATED_ROOT_NAMES
 from .text import query_terms, text_terms, word_set
-
-__all__ = [
-    "EntryAnnotations",
-    "apply_importance",
-    "chunk_multiplier",
-    "entries",
-    "entry_annotations",
-    "importance_multiplier",
-    "is_curated_root",
-]
 
 _OPENER: Final = re.compile(r"<!--\s*(trigger|importance|project)\s*:", re.IGNORECASE)
 _CLOSER: Final = "-->"
@@ -46,8 +24,7 @@ IMPORTANCE_MAX: Final = 10
 
 @dataclass(frozen=True, slots=True)
 class EntryAnnotations:
-    """What one entry's annotations say: importance (None = neutral), trigger phrases in order,
-    and project keys (`project` is read in MEMORY.md/memory.md only, as OpenClaw does)."""
+    """One entry's importance (None: neutral), triggers and projects (not read in USER.md)."""
 
     importance: int | None = None
     triggers: tuple[str, ...] = ()
@@ -55,8 +32,7 @@ class EntryAnnotations:
 
 
 def is_curated_root(path: str) -> bool:
-    """Whether a workspace-relative result path is a curated root file, the only files whose
-    annotations count (a `memory/` note or an extra path carrying one is plain text)."""
+    """Whether a result path is a curated root file, the only files whose annotations count."""
     return path in _CURATED
 
 
@@ -97,8 +73,7 @@ def entry_annotations(lines: Sequence[str], *, path: str) -> EntryAnnotations:
 
 
 def entries(text: str) -> list[list[str]]:
-    """`text` cut into entries: a top-level list item with its indented lines, a heading, or a
-    paragraph; blank lines separate them and belong to none."""
+    """`text` cut into entries: a list item with its indented lines, a heading, or a paragraph."""
     out: list[list[str]] = []
     current: list[str] | None = None
     for line in text.splitlines():
@@ -123,8 +98,7 @@ def importance_multiplier(importance: int | None) -> float:
 
 
 def chunk_multiplier(path: str, text: str, terms: Sequence[str]) -> float:
-    """The importance multiplier of a chunk of `path`: that of its entry holding the most of the
-    query's `terms` (the highest among entries that tie), 1.0 outside the curated root files."""
+    """The multiplier of the chunk's entry holding the most query `terms` (highest on a tie)."""
     if not is_curated_root(path) or "<!--" not in text:
         return 1.0
     chunk = _parsed(path, text)
@@ -151,7 +125,6 @@ class _Chunk:
 
 @lru_cache(maxsize=1024)
 def _parsed(path: str, text: str) -> _Chunk:
-    # worked out once per chunk text: searches see the same chunks again and again
     bodies, multipliers = [], []
     holders: dict[str, list[int]] = {}
     for i, lines in enumerate(entries(text)):
@@ -179,12 +152,8 @@ def apply_importance(
     min_score: float,
     trace: dict[int, dict[str, Any]] | None = None,
 ) -> None:
-    """Multiply each curated-root candidate's score by its importance multiplier (in place).
-
-    A boost never carries a score from below `min_score` to above it, so a query memoryd
-    abstains on still returns nothing however important the file says it is. As in OpenClaw,
-    an important entry's score may exceed 1 (at most 1.25).
-    """
+    """Multiply curated-root candidates' scores by their importance in place; a boost never lifts
+    a score over `min_score`, so an abstaining query stays empty."""
     terms: list[str] | None = None
     for c in candidates:
         if c.source != "memory" or not is_curated_root(c.path):

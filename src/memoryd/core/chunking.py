@@ -1,8 +1,5 @@
-"""Pure chunking: Markdown text → ~N-token chunks split on lines, with exact 1-based line ranges,
-and the rule that decides each memory file's chunk size (`ChunkingPlan`).
-
-Linear in the input: over-long lines are cut by index, with O(log n) token estimates.
-"""
+"""Pure chunking: Markdown → ~N-token chunks on line boundaries with 1-based line ranges, linear
+in the input, and the rule for each file's chunk size (`ChunkingPlan`)."""
 
 from __future__ import annotations
 
@@ -21,19 +18,14 @@ class ChunkSize:
     overlap: int
 
 
-#: A size for conversational daily notes (logs of short turns): a 160-token chunk fits inside
-#: one 700-character snippet. Opt-in (`chunking.dailyNotes`); the default is OpenClaw's one size.
+#: Opt-in size for conversational daily notes: a 160-token chunk fits one 700-character snippet.
 CONVERSATIONAL_DAILY_NOTES: Final = ChunkSize(160, 16)
 
 
 @dataclass(frozen=True, slots=True)
 class ChunkingPlan:
-    """How each memory file is chunked: `files` for curated prose (`MEMORY.md`, topic notes,
-    extra folders), `daily_notes` for the dated notes (`None`: every file at `files`).
-
-    The one place that decides a file's chunk size; an index records `fingerprint()` so that a
-    change of the rule re-chunks (and re-indexes) everything.
-    """
+    """The one rule for a file's chunk size (`daily_notes` None: all at `files`); an index records
+    `fingerprint()` so a change re-chunks everything."""
 
     files: ChunkSize
     daily_notes: ChunkSize | None = None
@@ -53,8 +45,7 @@ class ChunkingPlan:
 def chunking_plan(
     tokens: int, overlap: int, daily_notes: tuple[int, int] | None = None
 ) -> ChunkingPlan:
-    """The plan for the configured sizes: `tokens/overlap` for every file, or for every file but
-    the daily notes when `daily_notes` (`chunking.dailyNotes`) gives them a size of their own."""
+    """The plan for the configured sizes, daily notes apart when `chunking.dailyNotes` sets one."""
     daily = ChunkSize(*daily_notes) if daily_notes is not None else None
     return ChunkingPlan(ChunkSize(tokens, overlap), daily)
 
@@ -76,17 +67,12 @@ def content_hash(text: str) -> str:
 
 
 def _cut_long_line(line: str, max_tokens: int) -> list[tuple[str, int]]:
-    """Split one over-long line into pieces of at most ~max_tokens each, as (piece, tokens).
-
-    Each cut is the longest prefix within budget (a binary search), moved back to just after a
-    space when one lies in its second half.
-    """
+    """(piece, tokens) of ≤ ~max_tokens each, cut after a space in a piece's second half if any."""
     prefix = TokenPrefix(line)
     pieces: list[tuple[str, int]] = []
     pos, n = 0, len(line)
     while prefix.tokens(pos, n) > max_tokens:
-        # Every character costs at least a quarter token, so the answer is within this window:
-        # the search needs O(log budget) steps, whatever the line's length.
+        # a character costs at least a quarter token: O(log budget) steps whatever the length
         lo, hi = 1, min(n - pos, 4 * max_tokens + 4)
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -106,11 +92,7 @@ def _cut_long_line(line: str, max_tokens: int) -> list[tuple[str, int]]:
 
 
 def chunk_lines(text: str, *, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
-    """Split `text` into chunks of about `tokens` estimated tokens with `overlap` tokens repeated.
-
-    Boundaries fall between lines; a line longer than the budget is cut into pieces that keep
-    its line number. Blank-only input yields no chunks.
-    """
+    """Chunks of ~`tokens` with `overlap` repeated, between lines; a longer line's pieces keep its number."""
     if overlap >= tokens:
         raise InvalidInput("overlap must be smaller than tokens")
     units: list[tuple[int, str, int]] = []  # (line number, text, tokens)

@@ -25,11 +25,7 @@ def citations_enabled(mode: CitationsMode, chat_type: ChatType | None) -> bool:
     """`on`/`off` as written; `auto` cites everywhere except group and channel chats."""
     if mode not in _MODES:
         raise InvalidInput(f"unknown citations mode {mode!r} (expected auto, on or off)")
-    if mode == "on":
-        return True
-    if mode == "off":
-        return False
-    return chat_type not in ("group", "channel")
+    return mode == "on" or (mode == "auto" and chat_type not in ("group", "channel"))
 
 
 def trim_to_budget(results: Sequence[SearchResult], max_chars: int | None) -> list[SearchResult]:

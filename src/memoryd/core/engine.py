@@ -1,8 +1,5 @@
-"""The engine contract: what the orchestrator asks of the built-in index and of the qmd sidecar.
-
-Engines return results in ranking order, snippets within the per-snippet cap; scope rules,
-citations and the injected-characters budget are the orchestrator's, applied once.
-"""
+"""The engine contract: ranked, snippet-capped results from the built-in index or the qmd sidecar;
+scope, citations and the injected-characters budget are the orchestrator's."""
 
 from __future__ import annotations
 
@@ -29,11 +26,8 @@ ProgressFn = Callable[[str, int, int], None]
 
 @dataclass(frozen=True, slots=True)
 class SearchRequest:
-    """One search: the query and the caller's limits (None = the engine's configured default).
-
-    `wait_s`: how long the built-in index may first spend catching up (None: its config's).
-    With `explain`, engines collect what each score was computed from; without, nothing.
-    """
+    """One search: the query and the caller's limits (None: the configured default); `wait_s` is
+    how long the built-in index may first catch up."""
 
     query: str
     max_results: int | None = None
@@ -88,14 +82,11 @@ class SearchOutput:
 
 @dataclass(frozen=True, slots=True)
 class IndexCheck:
-    """What `MemoryIndex.check` found, and what it did about it."""
+    """What `MemoryIndex.check` found (`problem`), where it moved a damaged file and whether it rebuilt."""
 
     ok: bool
-    #: What `quick_check` or the FTS5 checks reported (None when the file is sound).
     problem: str | None = None
-    #: Where the damaged file was moved (None when nothing was moved).
     moved_to: str | None = None
-    #: Whether the index was rebuilt from the Markdown files.
     rebuilt: bool = False
     seconds: float = 0.0
 
@@ -200,19 +191,3 @@ def check_search_input(query: object, max_results: object, min_score: object) ->
     ):
         raise InvalidInput("minScore must be a number from 0 to 1")
     return text
-
-
-__all__ = [
-    "BuiltinEngine",
-    "Corpus",
-    "EngineName",
-    "FileText",
-    "IndexCheck",
-    "MemoryEngine",
-    "ProgressFn",
-    "QmdEngine",
-    "SearchOutput",
-    "SearchRequest",
-    "SearchResult",
-    "check_search_input",
-]

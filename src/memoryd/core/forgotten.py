@@ -1,13 +1,5 @@
-"""Tombstones of forgotten text: keyed hashes that keep transcripts from bringing it back.
-
-`memoryd forget` removes lines from a memory file and records, for the removed text, keyed
-hashes of its word shingles (every run of `SHINGLE` consecutive words) and of each whole short
-line (at least `MIN_WORDS` words). Never the text itself. Before a transcript message is indexed
-(the built-in index's sessions phase, qmd's session exports) `scrub_messages` cuts out every
-sentence holding words that hash to a tombstone, so the same text inside a longer message is caught
-too. Words are Unicode `\\w+` runs, NFKC-normalized and case-folded, so punctuation, Markdown
-markers and spacing do not matter. Pure: the file is read and written by `lifecycle.forget`.
-"""
+"""Tombstones of forgotten text: keyed hashes of its word shingles (never the text) so that
+`scrub_messages` keeps transcripts from bringing it back."""
 
 from __future__ import annotations
 
@@ -22,17 +14,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from .transcripts import Message
-
-__all__ = [
-    "FORGOTTEN_FILE",
-    "MIN_WORDS",
-    "SHINGLE",
-    "Tombstones",
-    "forgotten_path",
-    "scrub_forgotten",
-    "scrub_messages",
-    "words",
-]
 
 #: The tombstone file, next to the agent's `sessions/` folder: kept by `reset`, per agent.
 FORGOTTEN_FILE: Final = "forgotten.json"
@@ -54,10 +35,10 @@ def forgotten_path(sessions_dir: Path) -> Path:
 
 def words(text: str) -> list[tuple[str, int, int]]:
     """(normalized word, start, end) for each word of `text`, offsets into `text` itself."""
-    out = []
-    for m in _WORD_RE.finditer(text):
-        out.append((unicodedata.normalize("NFKC", m.group()).casefold(), m.start(), m.end()))
-    return out
+    fold = unicodedata.normalize
+    return [
+        (fold("NFKC", m.group()).casefold(), m.start(), m.end()) for m in _WORD_RE.finditer(text)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +51,7 @@ class Tombstones:
 
     def _hash(self, run: Sequence[str]) -> str:
         h = hashlib.blake2b(
-            "\x1f".join(run).encode("utf-8"),
-            key=bytes.fromhex(self.key),
-            digest_size=_DIGEST_BYTES,
+            "\x1f".join(run).encode("utf-8"), key=bytes.fromhex(self.key), digest_size=_DIGEST_BYTES
         )
         return f"{len(run)}:{h.hexdigest()}"
 
@@ -123,8 +102,7 @@ class Tombstones:
         return spans
 
     def scrub(self, text: str) -> str:
-        """`text` without every sentence that holds a span matching a tombstone (a sentence, so
-        that what is left of a partly quoted or partly redacted line goes too)."""
+        """`text` without each sentence holding a tombstone, so a partly quoted line's rest goes too."""
         spans = self.spans(text)
         if not spans:
             return text

@@ -1,12 +1,5 @@
-"""Which files are memory: the one rule the indexer, `memory_get`, the watcher, qmd, lifecycle and config share.
-
-A workspace's memory is a list of `MemoryRoot`s, a folder plus a qmd-style glob: `MEMORY.md`,
-`memory.md`, `USER.md` and `memory/**/*.md` by default, one root per `extraPaths` entry, and with qmd one
-per collection. A file is memory when some root's glob matches it, it ends in `.md`, and no
-folder on the way is a skipped one (`.git`, `node_modules`, …). Transcripts (`source =
-"sessions"`) are searchable but never readable through `memory_get`. Everything here is lexical;
-`memoryd.fsio` applies it on the file system.
-"""
+"""Which files are memory (`MemoryRoot`s: a folder and a qmd-style glob), lexically: the one rule
+every part shares; `memoryd.fsio` applies it on the file system."""
 
 from __future__ import annotations
 
@@ -21,35 +14,7 @@ from pathlib import PurePosixPath
 from typing import Final
 
 from ..errors import InvalidInput, PathNotAllowed
-from .dates import note_date
 from .results import Source
-
-__all__ = [
-    "CURATED_ROOT_NAMES",
-    "LONG_TERM_NAMES",
-    "MAX_DEPTH",
-    "MAX_GET_CHARS",
-    "MAX_GET_LINES",
-    "MEMORY_DIR",
-    "SKIP_DIRS",
-    "USER_NAME",
-    "MemoryRoot",
-    "Page",
-    "check_line_range",
-    "daily_note_name",
-    "daily_note_rel",
-    "default_roots",
-    "display_path",
-    "extra_root",
-    "glob_match",
-    "is_daily_note_of",
-    "is_daily_note_path",
-    "is_markdown",
-    "locate",
-    "normalize_request",
-    "note_date",
-    "page_lines",
-]
 
 #: Long-term memory file names at the workspace root, in order of preference.
 LONG_TERM_NAMES: Final = ("MEMORY.md", "memory.md")
@@ -61,19 +26,8 @@ MEMORY_DIR: Final = "memory"
 MARKDOWN_SUFFIX: Final = ".md"
 #: Folders never walked into nor read from (version control, dependencies, caches, virtualenvs).
 SKIP_DIRS: Final = frozenset(
-    {
-        ".git",
-        ".hg",
-        ".svn",
-        "node_modules",
-        "__pycache__",
-        ".venv",
-        "venv",
-        ".tox",
-        ".mypy_cache",
-        ".pytest_cache",
-        ".ruff_cache",
-    }
+    ".git .hg .svn node_modules __pycache__ .venv venv .tox .mypy_cache .pytest_cache"
+    " .ruff_cache".split()
 )
 #: Deepest folder level below a root that discovery walks (and `memory_get` accepts).
 MAX_DEPTH: Final = 64
@@ -82,9 +36,6 @@ MAX_DEPTH: Final = 64
 def is_markdown(name: str) -> bool:
     """`.md` in any letter case (`Notes.MD` counts)."""
     return name.lower().endswith(MARKDOWN_SUFFIX)
-
-
-# --------------------------------------------------------------------------- globs
 
 
 def glob_match(path: PurePosixPath, pattern: str) -> bool:
@@ -101,16 +52,10 @@ def _match(parts: tuple[str, ...], pats: tuple[str, ...]) -> bool:
     return bool(parts) and fnmatchcase(parts[0], head) and _match(parts[1:], rest)
 
 
-# --------------------------------------------------------------------------- roots
-
-
 @dataclass(frozen=True, slots=True)
 class MemoryRoot:
-    """A folder memory files live under (`path`, absolute) and the glob that selects them.
-
-    `name` is the qmd collection serving this root, when qmd does. `source = "sessions"` marks
-    exported transcripts: searchable, never served by `memory_get`.
-    """
+    """An absolute folder, the glob selecting its memory files, and the qmd collection serving it;
+    `source = "sessions"` transcripts are searchable, never served by `memory_get`."""
 
     path: str
     pattern: str = "**/*.md"
@@ -134,13 +79,9 @@ class MemoryRoot:
         return glob_match(rel, self.pattern)
 
 
-def _norm(path: str) -> str:
-    return os.path.normpath(path)
-
-
 def default_roots(workspace: str) -> list[MemoryRoot]:
     """`MEMORY.md`, `memory.md`, `USER.md` and `memory/**/*.md` of the workspace (an absolute path)."""
-    ws = _norm(workspace)
+    ws = os.path.normpath(workspace)
     return [
         *(MemoryRoot(ws, name) for name in CURATED_ROOT_NAMES),
         MemoryRoot(os.path.join(ws, MEMORY_DIR), "**/*.md"),
@@ -149,7 +90,7 @@ def default_roots(workspace: str) -> list[MemoryRoot]:
 
 def extra_root(path: str, pattern: str | None = None, *, name: str | None = None) -> MemoryRoot:
     """One `extraPaths` entry (absolute): a `.md` file, a folder (`**/*.md`), or `{path, pattern}`."""
-    p = _norm(path)
+    p = os.path.normpath(path)
     if pattern is not None:
         return MemoryRoot(p, pattern, name=name)
     if is_markdown(p):
@@ -160,9 +101,6 @@ def extra_root(path: str, pattern: str | None = None, *, name: str | None = None
 
 def _escape_glob(name: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", name)
-
-
-# --------------------------------------------------------------------------- memory_get policy
 
 
 def normalize_request(raw: str) -> PurePosixPath:
@@ -193,12 +131,8 @@ def _under(path: str, root: str) -> PurePosixPath | None:
 def locate(
     raw: str, roots: Sequence[MemoryRoot], *, workspace: str
 ) -> tuple[MemoryRoot, PurePosixPath]:
-    """The root and root-relative path a `memory_get` request names, or `PathNotAllowed`.
-
-    Accepted forms: workspace-relative (`memory/2026-11-29.md`), absolute, and
-    `qmd/<collection>/<rel>` for a named root. Only `source = "memory"` roots are readable. The
-    file may not exist yet; this decides only whether memoryd would serve it.
-    """
+    """The root and relative path a workspace-relative, absolute or `qmd/<collection>/<rel>`
+    `memory_get` request names, or `PathNotAllowed` (the file need not exist)."""
     path = normalize_request(raw)
     readable = [r for r in roots if r.source == "memory"]
     parts = path.parts
@@ -213,14 +147,14 @@ def locate(
         if not root.accepts(rel):
             raise PathNotAllowed(f"{raw!r}: not one of this agent's memory files")
         return root, rel
-    ws = _norm(workspace)
-    absolute = _norm(str(path) if path.is_absolute() else os.path.join(ws, *parts))
+    ws = os.path.normpath(workspace)
+    absolute = os.path.normpath(str(path) if path.is_absolute() else os.path.join(ws, *parts))
     for candidate in readable:
-        inside = _under(absolute, _norm(candidate.path))
+        inside = _under(absolute, os.path.normpath(candidate.path))
         if inside is not None and candidate.accepts(inside):
             return candidate, inside
     for other in roots:
-        if other.source != "memory" and _under(absolute, _norm(other.path)) is not None:
+        if other.source != "memory" and _under(absolute, os.path.normpath(other.path)) is not None:
             raise PathNotAllowed(f"{raw!r}: session transcripts cannot be read with memory_get")
     raise PathNotAllowed(
         f"path {raw!r} is not a memory file (allowed: MEMORY.md, memory.md, USER.md, memory/**/*.md, "
@@ -230,8 +164,8 @@ def locate(
 
 def display_path(root: MemoryRoot, rel: PurePosixPath, *, workspace: str) -> str:
     """Workspace-relative inside the workspace; else `qmd/<collection>/<rel>` or the absolute path."""
-    absolute = _norm(os.path.join(root.path, *rel.parts))
-    inside = _under(absolute, _norm(workspace))
+    absolute = os.path.normpath(os.path.join(root.path, *rel.parts))
+    inside = _under(absolute, os.path.normpath(workspace))
     if inside is not None:
         return inside.as_posix()
     if root.name:
@@ -262,25 +196,6 @@ class Page:
     past_end: bool
 
 
-def page_lines(
-    text: str,
-    from_line: int | None,
-    lines: int | None,
-    *,
-    max_chars: int = MAX_GET_CHARS,
-    max_lines: int = MAX_GET_LINES,
-) -> Page:
-    """Lines `from_line`… (at most `lines`), capped at `max_lines` lines / `max_chars` characters.
-
-    Whole lines are kept while they fit; a single line longer than the cap is cut (its rest is
-    not reachable by line number, which the answer says with `truncated` and the same line as
-    `next_from` + 1). Linear in the part of the text it returns.
-    """
-    start = max(1, from_line or 1)
-    rest = iter(text.splitlines(keepends=True)[start - 1 :])
-    return _page(rest, start, lines, max_chars, max_lines)
-
-
 def page_blocks(
     blocks: Iterable[bytes],
     from_line: int | None,
@@ -289,8 +204,8 @@ def page_blocks(
     max_chars: int = MAX_GET_CHARS,
     max_lines: int = MAX_GET_LINES,
 ) -> Page:
-    """`page_lines` over a file read block by block (UTF-8, undecodable bytes replaced): it
-    stops once the page is full and holds no more than a block plus the page."""
+    """Whole lines `from_line`… (at most `lines`) of UTF-8 blocks within the caps, one longer line
+    cut, holding no more than a block plus the page."""
     start = max(1, from_line or 1)
     cap = max_chars + 1  # one character past the cap tells an over-long line
     rest = _capped_lines(_decoded(blocks), cap, skip=start - 1)
@@ -300,9 +215,7 @@ def page_blocks(
 def _page(
     rest: Iterator[str], start: int, lines: int | None, max_chars: int, max_lines: int
 ) -> Page:
-    """The page from `rest`, the file's lines from line `start` on."""
-    # Collect until the page is certainly full: one line more than it can hold (so `truncated`
-    # is known) or past the character cap.
+    """The page from `rest`, collected until one line past full so `truncated` is known."""
     room = max_lines if lines is None else min(lines, max_lines)
     collected: list[str] = []
     used = 0
@@ -344,8 +257,7 @@ def _terminated(part: str) -> bool:
 
 
 def _capped_lines(pieces: Iterable[str], cap: int, *, skip: int = 0) -> Iterator[str]:
-    """The lines of the concatenated `pieces` as `str.splitlines(keepends=True)` cuts them, after
-    the first `skip`, each kept to its first `cap` characters (a longer line has exactly `cap`)."""
+    """`splitlines(keepends=True)` of the joined `pieces` after `skip`, each cut to `cap` characters."""
     pending = ""  # the start of a line still open at the end of a piece (≤ cap characters)
     carry = ""  # a piece's final "\r", which may pair with the next piece's "\n"
     for piece in pieces:
@@ -369,9 +281,6 @@ def _capped_lines(pieces: Iterable[str], cap: int, *, skip: int = 0) -> Iterator
         yield (pending + carry)[:cap] if len(pending) < cap else pending
 
 
-# --------------------------------------------------------------------------- daily notes
-
-
 def daily_note_name(day: date) -> str:
     """`2026-11-29.md`."""
     return f"{day.isoformat()}.md"
@@ -380,6 +289,20 @@ def daily_note_name(day: date) -> str:
 def daily_note_rel(day: date) -> str:
     """`memory/2026-11-29.md`: where appends to the daily note go."""
     return f"{MEMORY_DIR}/{daily_note_name(day)}"
+
+
+_DATED: Final = re.compile(r"(?:^|/)(\d{4})-(\d{2})-(\d{2})(?:[-_.][^/]*)?\.md$")
+
+
+def note_date(path: str) -> date | None:
+    """The date in a daily-note file name (`memory/2026-01-15.md`, `…-slug.md`), else None."""
+    match = _DATED.search(path)
+    if not match:
+        return None
+    try:
+        return date(int(match.group(1)), int(match.group(2)), int(match.group(3)))
+    except ValueError:
+        return None
 
 
 def is_daily_note_of(name: str, day: date) -> bool:
@@ -391,9 +314,7 @@ def is_daily_note_of(name: str, day: date) -> bool:
 
 
 def is_daily_note_path(rel_path: str) -> bool:
-    """Whether a workspace-relative path is a daily note: `memory/YYYY-MM-DD.md` or a slugged
-    sibling (`memory/2026-11-20-tokyo.md`), directly in `memory/`. Curated files (`MEMORY.md`,
-    `memory/<topic>.md`, anything in a subfolder or an extra folder) are not."""
+    """`memory/YYYY-MM-DD.md` or a slugged sibling directly in `memory/`; curated files are not."""
     head, sep, name = rel_path.partition("/")
     if head != MEMORY_DIR or not sep or "/" in name:
         return False

@@ -6,13 +6,9 @@ import json
 import re
 from typing import Final
 
-__all__ = ["SILENT_REPLY_TOKEN", "is_no_reply"]
-
 SILENT_REPLY_TOKEN: Final = "NO_REPLY"
 
-# The whole reply is the token (repeats allowed), give or take whitespace, Markdown emphasis or
-# code ticks around it, quotes, and one closing `.`/`!`. A real reply that merely ends with the
-# token is NOT silent (OpenClaw #19537): the host must show it.
+# Only the whole reply: one merely ending with the token is shown (OpenClaw #19537).
 _SILENT_RE: Final = re.compile(
     r"\A\s*([*_`\"']{0,3})\s*NO_REPLY(?:\s+NO_REPLY)*\s*\1\s*[.!]?\s*\Z", re.IGNORECASE
 )

@@ -12,7 +12,7 @@ MAX_SNIPPET_CHARS = 700
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
-    """One recalled chunk: where it is (workspace-relative path, 1-based inclusive lines) and what it says."""
+    """One recalled chunk: workspace-relative path, 1-based inclusive lines, score and snippet."""
 
     path: str
     start_line: int
@@ -23,9 +23,7 @@ class SearchResult:
     citation: str | None = None
     #: Set on hits another engine added to an answer (`memory.qmd.emptyResults = "builtin"`).
     engine: str | None = None
-    #: How the score and the place were computed, when the search was asked to explain
-    #: (docs/retrieval-quality.md, "Explaining a search"); not compared, so a result stays
-    #: hashable and equal to the same result unexplained.
+    #: How the score and place were computed (`--explain`); not compared, so equality ignores it.
     explain: dict[str, Any] | None = field(default=None, compare=False)
 
     def with_(self, **changes: Any) -> SearchResult:
@@ -52,12 +50,7 @@ class SearchResult:
 
 @dataclass(frozen=True, slots=True)
 class FileText:
-    """What `memory_get` returns: the (sliced, capped) text of one memory file.
-
-    `truncated` with `next_from` when the cap cut it (ask again `from = next_from` to page on);
-    `missing` when the file does not exist (a daily note not written yet); `past_end` when
-    `from` lies beyond its last line.
-    """
+    """What `memory_get` returns: one file's capped text, `next_from` to page on when `truncated`."""
 
     path: str
     text: str

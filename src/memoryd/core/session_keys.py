@@ -11,8 +11,7 @@ ChatType = Literal["direct", "group", "channel"]
 # Tokens that, in second position, mark `<channel>:<kind>:…`; anywhere, they mark a chat key.
 _KIND_TOKENS: Final = frozenset({"group", "channel", "direct", "dm"})
 
-# `agent:<id>:<rest>` with a non-blank id and rest. An empty id (`agent::x`) is deliberately
-# not a prefix: stripping it would shift the parts and could turn a group key into a DM key.
+# an empty id (`agent::x`) is no prefix: stripping it could turn a group key into a DM key
 _AGENT_PREFIX_RE: Final = re.compile(r"agent:([^:]*):(.*)", re.DOTALL)
 
 

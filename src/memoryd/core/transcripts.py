@@ -1,8 +1,4 @@
-"""Pure transcript rules: parse JSONL text into messages, sanitise, chunk, track growth.
-
-The readers live in `lifecycle.transcripts` (with the record shapes) and the index;
-docs/redaction.md says what sanitising strips.
-"""
+"""Pure transcript rules: parse JSONL into messages, sanitise (docs/redaction.md), chunk, track growth."""
 
 from __future__ import annotations
 
@@ -16,33 +12,12 @@ from .chunking import chunk_lines, content_hash
 from .redact import redact_secrets
 from .replies import is_no_reply
 
-__all__ = [
-    "Message",
-    "Role",
-    "SessionDelta",
-    "SessionDeltaTracker",
-    "TranscriptChunk",
-    "chunk_transcript",
-    "extract_text",
-    "parse_transcript_text",
-    "render_transcript",
-    "sanitize_text",
-]
-
 Role = Literal["user", "assistant"]
 _LABEL: Final[dict[str, str]] = {"user": "User", "assistant": "Assistant"}
 
-_DROP_BLOCKS: Final = (
-    "system-reminder",
-    "thinking",
-    "think",
-    "reasoning",
-    "antThinking",
-    "relevant-memories",
-    "memory-context",
-)
 _BLOCK_RE: Final = re.compile(
-    r"<(?P<tag>" + "|".join(_DROP_BLOCKS) + r")\b[^>]*>.*?(?:</(?P=tag)\s*>|\Z)",
+    r"<(?P<tag>system-reminder|thinking|think|reasoning|antThinking|relevant-memories|memory-context)"
+    r"\b[^>]*>.*?(?:</(?P=tag)\s*>|\Z)",
     re.DOTALL | re.IGNORECASE,
 )
 _WRAPPER_RE: Final = re.compile(r"</?(?:final|reply)\b[^>]*>", re.IGNORECASE)
@@ -89,15 +64,9 @@ class TranscriptChunk:
         return content_hash(self.text)
 
 
-# --------------------------------------------------------------------------- text
-
-
 def sanitize_text(text: str, *, previous: str | None = None) -> str:
-    """Strip metadata, directives and thinking blocks and redact secrets (see module docstring).
-
-    `previous` is the message before this one: a password given in reply to a question about
-    one is redacted too (`redact_secrets`).
-    """
+    """Strip metadata, directives and thinking blocks and redact secrets, also a password given
+    in reply to `previous` asking for one."""
     text = _BLOCK_RE.sub(" ", text)
     text = _UNTRUSTED_BLOCK_RE.sub(" ", text)
     text = _ENVELOPE_RE.sub("", text)
@@ -107,12 +76,8 @@ def sanitize_text(text: str, *, previous: str | None = None) -> str:
     return redact_secrets(text, previous=previous)
 
 
-def _collapse(text: str) -> str:
-    return _WS_RE.sub(" ", text).strip()
-
-
 def extract_text(content: Any) -> str | None:
-    """The raw text of a message `content`: a string, or the `text` blocks of a list joined by newlines."""
+    """A message `content`'s text: a string, or a list's `text` blocks joined by newlines."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -135,28 +100,21 @@ def _message_of(record: dict[str, Any]) -> tuple[Role, str] | None:
     role = body.get("role")
     if role not in ("user", "assistant"):
         return None
-    if role == "user" and _relayed(record, body):
-        # OpenClaw: text relayed between sessions/sub-agents is not the user's own words
-        return None
+    relayed = (r.get("provenance") for r in (record, body))
+    if role == "user" and any(
+        isinstance(p, dict) and p.get("kind") == "inter_session" for p in relayed
+    ):
+        return None  # OpenClaw: text relayed between sessions/sub-agents is not the user's own
     text = extract_text(body.get("content"))
     if text is None:
         return None
     return role, text
 
 
-def _relayed(*records: dict[str, Any]) -> bool:
-    for rec in records:
-        prov = rec.get("provenance")
-        if isinstance(prov, dict) and prov.get("kind") == "inter_session":
-            return True
-    return False
-
-
 def parse_transcript_text(text: str, *, sanitize: bool = False) -> tuple[list[Message], int, int]:
     """(messages, malformed line count, complete line count) of JSONL `text`. Pure."""
     lines = text.split("\n")
-    # The part after the last newline is still being written, unless it parses as a message
-    # (writers that never end the file with a newline); a half-written one waits for the next read.
+    # the part after the last newline is still being written unless it parses as a message
     if not isinstance(_parse_line(lines[-1]), tuple):
         lines.pop()
     messages: list[Message] = []
@@ -195,15 +153,12 @@ def _to_message(
     role, text = got
     if sanitize:
         text = sanitize_text(text, previous=previous)
-    text = _collapse(text)
+    text = _WS_RE.sub(" ", text).strip()
     if not text:
         return None
     if sanitize and role == "assistant" and (is_no_reply(text) or text == "HEARTBEAT_OK"):
         return None
     return Message(role, text, line_no)
-
-
-# --------------------------------------------------------------------------- files
 
 
 def render_transcript(messages: Iterable[Message]) -> str:
@@ -249,16 +204,8 @@ class _Seen:
 
 @dataclass
 class SessionDeltaTracker:
-    """Decides when transcripts have grown enough to re-index (pure; the caller stats files).
-
-    A transcript is *due* once `pending bytes >= delta_bytes` or `pending lines >=
-    delta_messages` (each threshold off when 0; both 0 means any growth is due). A file that
-    shrank, or whose indexed part changed (the caller compares it), was rewritten and is due at
-    once: only growth waits for a threshold. Unknown files start from an empty baseline, so a
-    new transcript counts all of its data. Debouncing and the background sync itself belong to
-    the caller: `observe` on every watcher event, sync `due_paths()` after the debounce, then
-    `mark_synced`.
-    """
+    """When transcripts have grown past `delta_bytes` or `delta_messages` (0: off; both 0: any
+    growth) to re-index; a rewritten file is due at once. The caller stats files and debounces."""
 
     delta_bytes: int = 100_000
     delta_messages: int = 50
@@ -287,8 +234,7 @@ class SessionDeltaTracker:
         )
 
     def observe(self, path: str, size: int, lines: int, *, rewritten: bool = False) -> SessionDelta:
-        """Record a transcript's current size and complete-line count; `rewritten`: the part
-        already indexed is not what it was."""
+        """Record a transcript's size and complete lines; `rewritten`: its indexed part changed."""
         seen = self._files.setdefault(path, _Seen())
         if rewritten or size < seen.synced_size or lines < seen.synced_lines:
             seen.rewritten = True

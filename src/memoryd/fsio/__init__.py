@@ -20,7 +20,7 @@ from ._state import (
     read_private,
     write_private_atomic,
 )
-from ._walk import walk
+from ._walk import unchanged, walk
 from ._wipe import wipe_folder
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "read_file_with",
     "read_private",
     "rewrite_file",
+    "unchanged",
     "walk",
     "wipe_folder",
     "write_private_atomic",

@@ -1,15 +1,19 @@
-"""Discovery: every memory file under a root, found without following a link or opening a file."""
+"""Discovery: every memory file under a root, found without following a link or opening a file;
+and `unchanged`, which tells by a stat per file whether a walk would find the same again."""
 
 from __future__ import annotations
 
 import errno
+import hashlib
+import operator
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from itertools import compress
 from pathlib import PurePosixPath
-from typing import Final
+from typing import Any, Final
 
 from ..core.layout import MAX_DEPTH, SKIP_DIRS, MemoryRoot
 from ._chain import (
@@ -54,12 +58,12 @@ class Walk:
 
     files: tuple[Found, ...]
     skipped: tuple[Skipped, ...] = ()
+    #: what `unchanged` compares (JSON-ready); None when a race or an unreadable entry means a
+    #: later walk may differ on the same files
+    stamp: Any = None
 
     def __iter__(self) -> Iterator[Found]:
         return iter(self.files)
-
-    def __len__(self) -> int:
-        return len(self.files)
 
     def counts(self) -> dict[Reason, int]:
         """How many entries were refused, by reason."""
@@ -141,9 +145,10 @@ def walk(root: MemoryRoot, *, anchor: str | os.PathLike[str] | None = None) -> W
     try:
         root_fd = _open_root(root.path, anchor, create=False)
     except _Missing:
-        return Walk(())
+        return Walk((), stamp="missing")
     except _Refused as refusal:
-        return Walk((), (Skipped(here, refusal.reason, refusal.detail),))
+        refused = ["refused", refusal.reason, refusal.detail]
+        return Walk((), (Skipped(here, refusal.reason, refusal.detail),), refused)
     except OSError as err:
         return Walk((), (Skipped(here, "unreadable", _strerror(err)),))
     walker = _Walker(root, tuple(p for p in root.pattern.split("/") if p))
@@ -153,7 +158,88 @@ def walk(root: MemoryRoot, *, anchor: str | os.PathLike[str] | None = None) -> W
         walker.skip(here, "unreadable", _strerror(err))
     found = sorted(walker.found, key=lambda f: f.rel.as_posix())
     skipped = sorted(walker.skipped, key=lambda s: s.rel.as_posix())
-    return Walk(tuple(found), tuple(skipped))
+    stamp = {"dirs": walker.dirs, "mounts": sorted(walker.mounts)} if walker.exact else None
+    return Walk(tuple(found), tuple(skipped), stamp)
+
+
+#: What decides a checked file's fate (kind, links, device) and its text (inode, size, times).
+_STAT_KEY: Final = operator.attrgetter(
+    "st_mode", "st_nlink", "st_dev", "st_ino", "st_size", "st_mtime_ns", "st_ctime_ns"
+)
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
+
+
+def _folder_record(
+    kinds: dict[str, str], checked: Container[str], stat: Callable[[str], os.stat_result]
+) -> list[str]:
+    """What `unchanged` compares of a folder: the digest of its entries' kinds and names, which
+    of them (a mask over the sorted names) were files checked, and the digest of their stats."""
+    names = sorted(kinds)
+    mask = "".join("1" if n in checked else "0" for n in names)
+    stats = [_STAT_KEY(stat(n)) for n in compress(names, map(int, mask))]
+    return [_digest("\0".join([kinds[n] + n for n in names])), mask, _digest(repr(stats))]
+
+
+def unchanged(
+    root: MemoryRoot, stamp: Any, *, anchor: str | os.PathLike[str] | None = None
+) -> bool:
+    """Whether `walk(root)` would find what it found when it made `stamp`: the same folders with
+    the same entries, the files it checked with the same stats, the same mounts below."""
+    try:
+        root_fd = _open_root(root.path, anchor, create=False)
+    except _Missing:
+        return bool(stamp == "missing")
+    except _Refused as refusal:
+        return bool(stamp == ["refused", refusal.reason, refusal.detail])
+    except OSError:
+        return False
+    stack: list[tuple[tuple[str, ...], int]] = [((), root_fd)]
+    try:
+        if not isinstance(stamp, dict) or sorted(_mount_points_below(root_fd)) != stamp["mounts"]:
+            return False
+        for i, (parts, dev, ino, *seen) in enumerate(stamp["dirs"]):
+            parts = tuple(parts)
+            if (i == 0) == bool(parts):  # the root first, then each folder after its parent
+                return False
+            if parts:
+                while len(stack) > 1 and stack[-1][0] != parts[:-1]:
+                    _close(stack.pop()[1])
+                if stack[-1][0] != parts[:-1]:
+                    return False
+                stack.append((parts, os.open(parts[-1], _DIR_FLAGS, dir_fd=stack[-1][1])))
+            fd = stack[-1][1]
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != (dev, ino):
+                return False
+            if seen == ["venv"]:
+                if not _has_venv_marker(fd):
+                    return False
+            elif seen != ["other_device"] and not _same_entries(fd, *seen):
+                return False
+        return bool(stamp["dirs"])
+    except (OSError, ValueError, TypeError, KeyError, IndexError):
+        return False
+    finally:
+        for _, fd in stack:
+            _close(fd)
+
+
+def _same_entries(fd: int, *record: str) -> bool:
+    """The folder holds the same entries, and the files checked among them the same stats."""
+    with os.scandir(fd) as entries:
+        kinds = {
+            e.name: "d" if e.is_dir(follow_symlinks=False) else "l" if e.is_symlink() else "f"
+            for e in entries
+        }
+    names, mask = sorted(kinds), record[1]
+    if len(mask) != len(names):
+        return False
+    checked = set(compress(names, map(int, mask)))
+    now = _folder_record(kinds, checked, lambda n: os.stat(n, dir_fd=fd, follow_symlinks=False))
+    return now == list(record)
 
 
 @dataclass(slots=True)
@@ -166,17 +252,25 @@ class _Walker:
     mounts: frozenset[str] = frozenset()
     found: list[Found] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+    #: each folder opened, in the order opened: parts, dev, ino, then `_folder_record` of a
+    #: folder scanned, "venv" or "other_device"
+    dirs: list[list[Any]] = field(default_factory=list)
+    #: False after a race or a failure: a stamp of this walk could vouch for the wrong files
+    exact: bool = True
 
     def skip(self, rel: PurePosixPath, reason: Reason, detail: str) -> None:
+        if reason == "unreadable":
+            self.exact = False  # it may read tomorrow
         self.skipped.append(Skipped(rel, reason, detail))
 
     def run(self, root_fd: int) -> None:
         """Depth-first below the open root `root_fd` (consumed: every descriptor is closed)."""
         frames = [_Frame(root_fd, (), iter(()))]
         try:
-            self.root_dev = os.fstat(root_fd).st_dev
+            st = os.fstat(root_fd)
+            self.root_dev = st.st_dev
             self.mounts = _mount_points_below(root_fd)
-            frames[0].pending = iter(self.scan(frames[0], _closure(self.pats, {0})))
+            frames[0].pending = iter(self.scan(frames[0], st, _closure(self.pats, {0})))
             while frames:
                 top = frames[-1]
                 nxt = next(top.pending, None)
@@ -206,6 +300,7 @@ class _Walker:
         try:
             return _Frame(os.open(name, _DIR_FLAGS, dir_fd=top.fd), parts, iter(()))
         except FileNotFoundError:
+            self.exact = False
             return None
         except OSError as err:
             problem = (
@@ -213,6 +308,7 @@ class _Walker:
                 if err.errno in (errno.ENOTDIR, errno.ELOOP)
                 else _Refused("unreadable", _strerror(err))
             )
+            self.exact = False  # listed as a folder, yet it would not open as one
             if isinstance(problem, _Refused):
                 self.skip(rel, problem.reason, problem.detail)
             return None
@@ -221,23 +317,33 @@ class _Walker:
         """Give `frame` its folders to walk, unless it is another device or a virtualenv."""
         rel = PurePosixPath(*frame.parts)
         try:
-            if os.fstat(frame.fd).st_dev != self.root_dev:
+            st = os.fstat(frame.fd)
+            if st.st_dev != self.root_dev:
+                self.dirs.append([frame.parts, st.st_dev, st.st_ino, "other_device"])
                 self.skip(rel, "other_device", "another file system is mounted here")
-            elif not _has_venv_marker(frame.fd):
-                frame.pending = iter(self.scan(frame, states))
+            elif _has_venv_marker(frame.fd):
+                self.dirs.append([frame.parts, st.st_dev, st.st_ino, "venv"])
+            else:
+                frame.pending = iter(self.scan(frame, st, states))
         except OSError as err:
             self.skip(rel, "unreadable", _strerror(err))
 
-    def scan(self, frame: _Frame, states: _States) -> list[tuple[str, _States]]:
+    def scan(
+        self, frame: _Frame, here: os.stat_result, states: _States
+    ) -> list[tuple[str, _States]]:
         """One folder: its memory files into `found`, its folders worth entering returned (sorted)."""
         pats, root = self.pats, self.root
         folders: list[tuple[str, _States]] = []
+        kinds: dict[str, str] = {}
+        checked: dict[str, os.stat_result] = {}
         with os.scandir(frame.fd) as entries:
             for entry in entries:
                 name = entry.name
                 parts = (*frame.parts, name)
+                kinds[name] = "f"
                 try:
                     if entry.is_dir(follow_symlinks=False):
+                        kinds[name] = "d"
                         if name in SKIP_DIRS:
                             continue
                         inner = _advance(pats, states, name)
@@ -246,6 +352,7 @@ class _Walker:
                         continue
                     rel = PurePosixPath(*parts)
                     if entry.is_symlink():
+                        kinds[name] = "l"
                         # report only links that stand where memory would be (a file or a folder)
                         wanted = root.accepts(rel) or (
                             name not in SKIP_DIRS
@@ -258,10 +365,12 @@ class _Walker:
                         continue
                     st = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:
+                    self.exact = False
                     continue
                 except OSError as err:
                     self.skip(PurePosixPath(*parts), "unreadable", _strerror(err))
                     continue
+                checked[name] = st
                 problem = _file_problem(st, self.root_dev)
                 if problem is None and rel.as_posix() in self.mounts:
                     problem = _Refused("mount_point", _MOUNTED_HERE)
@@ -271,5 +380,7 @@ class _Walker:
                 self.found.append(
                     Found(rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
                 )
+        record = _folder_record(kinds, checked, checked.__getitem__)
+        self.dirs.append([frame.parts, here.st_dev, here.st_ino, *record])
         folders.sort()
         return folders

@@ -46,10 +46,8 @@ def qmd_engine(agent: ResolvedAgent) -> QmdManager:
 
 
 def migrate_legacy_state(agent: ResolvedAgent) -> list[str]:
-    """Move memoryd ≤ 0.1's per-agent state here when all of it is this workspace's; what was done.
-
-    Anything another workspace may claim is left in place; nothing is ever deleted.
-    """
+    """Move memoryd ≤ 0.1's per-agent state here when all of it is this workspace's (never
+    deleting anything); what was done."""
     done: list[str] = []
     state = agent.state
     if not agent.memory_search.store.path:

@@ -1,9 +1,5 @@
-"""`MemoryService`: the one object agents, the CLI, MCP and `serve` talk to.
-
-Scope rules apply before, citations and the injected-characters budget after every search, once,
-whichever engine answered. Its methods raise `MemorydError`; `memory_search`/`memory_get` (and
-`tools.call_tool`) answer failures as `{disabled: true, error, code}` instead.
-"""
+"""`MemoryService`: the one object agents, the CLI, MCP and `serve` talk to; scope rules before,
+citations and the injected-characters budget after every search, whichever engine answered."""
 
 from __future__ import annotations
 
@@ -56,13 +52,8 @@ def _sessions_off(agent: ResolvedAgent, backend: str) -> list[str]:
 
 
 class MemoryService:
-    """Memory for every configured agent.
-
-    With `with`, each agent's background work starts on first use and stops at the end;
-    `background=False` runs none (each search catches the index up within `sync.searchWaitMs`,
-    or `search_embed_budget_s`). `one_off`: the process answers one command, so engines load
-    what is fastest to load.
-    """
+    """Memory for every configured agent; `background=False` runs no background work (each search
+    catches the index up itself), `one_off`: engines load what is fastest for one command."""
 
     def __init__(
         self,

@@ -81,14 +81,9 @@ def desired_collections(
         base = _derived_name(extra_path, "" if extra.pattern == "**/*.md" else extra.pattern)
         specs.append(CollectionSpec(_unique(base, suffix, taken), extra_path, extra.pattern))
     if qmd.sessions.enabled:
+        sessions = str(sessions_dir)
         specs.append(
-            CollectionSpec(
-                f"sessions-{suffix}",
-                str(sessions_dir),
-                "**/*.md",
-                source="sessions",
-                legacy_name="sessions",
-            )
+            CollectionSpec(f"sessions-{suffix}", sessions, "**/*.md", "sessions", "sessions")
         )
     return specs
 

@@ -38,10 +38,6 @@ log = logging.getLogger("memoryd.qmd")
 _Unset = Literal["unset"]
 
 
-def _busy(err: BaseException) -> bool:
-    return isinstance(err, QmdExitError) and is_busy_error(err.stderr)
-
-
 #: qmd's SQLite busy timeout (milliseconds), read once per qmd process.
 BUSY_TIMEOUT_ENV: Final = "QMD_SQLITE_BUSY_TIMEOUT"
 _BUSY_TRIES: Final = 4
@@ -79,15 +75,17 @@ class QmdCore:
             default_shared_models_dir() if shared_models_dir == "unset" else shared_models_dir
         )
         self._env_overrides = dict(env_overrides or {})
-        # the search itself never reranks unless told to here: `memory.qmd.rerank` is the
-        # rerank stage's (`rerank_stage`), which reorders only what passed minScore
+        # the search reranks only if told here: `memory.qmd.rerank` is the rerank stage's
         self._rerank = bool(rerank)
         self.rerank_stage = rerank_stage(settings)
         self._max_output = max_output_chars
         self._backoff_base, self._backoff_cap = embed_backoff
         self._clock = clock
 
-        self._mode: SearchMode = self.config.search_mode
+        #: The configured search mode (`memory.qmd.searchMode`).
+        self.search_mode: SearchMode = self.config.search_mode
+        #: Where exported session Markdown lives (`sessions.exportDir`, or the qmd home's).
+        self.sessions_dir = settings.exports_dir
         self._specs: list[CollectionSpec] = []
         self._active: dict[str, CollectionSpec] = {}
         self._waiting_for_dir: list[CollectionSpec] = []
@@ -119,15 +117,9 @@ class QmdCore:
         self.last_dropped: str | None = None
         self._event_hook: Callable[[str, bool, str | None], None] | None = None
 
-    @property
-    def search_mode(self) -> SearchMode:
-        """The configured search mode (`memory.qmd.searchMode`)."""
-        return self._mode
-
     @contextmanager
     def bounded(self, deadline: float | None) -> Iterator[None]:
-        """Within, every qmd call of this thread ends by `deadline` (`time.monotonic()`) at the
-        latest: a one-off search gives its start-up and refresh no more than its own limit."""
+        """Within, every qmd call of this thread ends by `deadline` (`time.monotonic()`)."""
         before = getattr(self._bound, "deadline", None)
         if deadline is not None and before is not None:
             deadline = min(deadline, before)
@@ -146,8 +138,8 @@ class QmdCore:
             self._event_hook(kind, ok, detail)
 
     def known_collections(self) -> list[CollectionSpec]:
-        """The collections qmd has for this agent: this process's, or before it started, the
-        ones the home last verified, while qmd's registry is unchanged since (no qmd call)."""
+        """This process's collections, or before start those last verified if qmd's registry is
+        unchanged."""
         if self._active or self._started:
             return list(self._active.values())
         present = [s for s in self._desired_now() if Path(s.path).is_dir()]
@@ -155,8 +147,6 @@ class QmdCore:
         if fingerprint is not None and fingerprint == self._verified_record():
             return present
         return []
-
-    # ------------------------------------------------------------------ running qmd
 
     def env(self) -> dict[str, str]:
         """The environment every qmd call of this agent gets."""
@@ -194,7 +184,7 @@ class QmdCore:
                 if locked is None:
                     raise
             except QmdExitError as err:
-                if not _busy(err):
+                if not is_busy_error(err.stderr):
                     raise
                 locked, tries = err, tries + 1
                 pause_s = min(2.0, 0.25 * 2 ** (tries - 1))
@@ -211,8 +201,6 @@ class QmdCore:
                 stderr=locked.stderr,
             ) from None
 
-    # ------------------------------------------------------------------ collections
-
     @property
     def collections(self) -> dict[str, CollectionSpec]:
         """Collections present in qmd for this agent, by name."""
@@ -223,22 +211,19 @@ class QmdCore:
         timeout = self.config.update.command_timeout_ms
         out = self._run(["collection", "list"], timeout)
         names = parse_collection_list(out.stdout)
-        found: dict[str, CollectionInfo] = {}
-
+        if not names:
+            return {}
         bound = getattr(self._bound, "deadline", None)
 
-        def show(name: str) -> None:
+        def show(name: str) -> CollectionInfo | None:
             with self.bounded(bound):  # the caller's deadline holds on the pool's threads too
-                shown = self._run(["collection", "show", name], timeout)
-            info = parse_collection_show(shown.stdout)
-            if info is not None:
-                found[name] = info
+                return parse_collection_show(
+                    self._run(["collection", "show", name], timeout).stdout
+                )
 
-        if names:
-            with ThreadPoolExecutor(min(len(names), 4), "qmd-show") as pool:
-                for done in [pool.submit(show, name) for name in names]:
-                    done.result()
-        return found
+        with ThreadPoolExecutor(min(len(names), 4), "qmd-show") as pool:
+            shown = list(pool.map(show, names))
+        return {name: info for name, info in zip(names, shown, strict=True) if info is not None}
 
     def ensure_collections(self) -> None:
         """Add missing collections, re-bind changed ones, drop matching legacy names."""
@@ -254,11 +239,8 @@ class QmdCore:
                 and fingerprint == self._verified_record()
                 and resolve_command(self.command, self.env()) is not None
             ):
-                # index.yml (qmd's own collection registry) is byte for byte what it was when
-                # these collections were last checked: `collection list` + one `show` each
-                # would cost four node processes and find nothing to do. Anything that changes
-                # the registry (`qmd collection remove`, another agent config) changes the bytes;
-                # a collection lost otherwise is re-created on the search's "not found".
+                # qmd's registry is byte for byte as last checked: asking qmd would find nothing
+                # to do; a collection lost otherwise is re-created on a search's "not found"
                 self._active = {s.name: s for s in present}
                 return
             existing = self.list_collections()
@@ -267,12 +249,8 @@ class QmdCore:
                     self._remove_collection(action.name)
                 elif action.kind == "rebind":
                     assert action.spec is not None
-                    log.info(
-                        "qmd: re-binding collection %s to %s (%s)",
-                        action.name,
-                        action.spec.path,
-                        action.spec.pattern,
-                    )
+                    spec = action.spec
+                    log.info("qmd: re-binding %s to %s (%s)", action.name, spec.path, spec.pattern)
                     self._remove_collection(action.name)
                     self._add_collection(action.spec)
                 else:
@@ -309,11 +287,6 @@ class QmdCore:
         """Make the next `ensure_collections` ask qmd (a search found a collection missing)."""
         with suppress(FileNotFoundError):
             self.home.verified_path.unlink()
-
-    @property
-    def sessions_dir(self) -> Path:
-        """Where exported session Markdown lives (`sessions.exportDir`, or the qmd home's)."""
-        return self.settings.exports_dir
 
     def _remove_collection(self, name: str) -> None:
         try:

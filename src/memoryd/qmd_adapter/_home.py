@@ -6,7 +6,6 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..fsio import check_state_path, private_dir, read_private, write_private_atomic
@@ -20,53 +19,22 @@ def default_shared_models_dir() -> Path:
     return Path(cache).expanduser() / "qmd" / "models"
 
 
-@dataclass(frozen=True, slots=True)
 class QmdHome:
     """Folders and environment of one agent's qmd."""
 
-    root: Path
-
-    @property
-    def config_home(self) -> Path:
-        return self.root / "xdg-config"
-
-    @property
-    def config_dir(self) -> Path:
-        return self.config_home / "qmd"
-
-    @property
-    def cache_home(self) -> Path:
-        return self.root / "xdg-cache"
-
-    @property
-    def sessions_dir(self) -> Path:
-        return self.root / "sessions"
-
-    @property
-    def index_yml(self) -> Path:
-        return self.config_dir / "index.yml"
-
-    @property
-    def verified_path(self) -> Path:
-        """The fingerprint of index.yml + wanted collections when they were last checked."""
-        return self.root / "collections.verified"
-
-    @property
-    def index_db(self) -> Path:
-        return self.cache_home / "qmd" / "index.sqlite"
-
-    @property
-    def node_compile_cache(self) -> Path:
-        return self.cache_home / "node-compile-cache"
-
-    @property
-    def lock_path(self) -> Path:
-        return self.root / "maintenance.lock"
-
-    @property
-    def neutral_cwd(self) -> Path:
-        # No `.qmd/index.yml` can be found walking up from here except one we would never write.
-        return self.root / "run"
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.config_home = root / "xdg-config"
+        self.config_dir = self.config_home / "qmd"
+        self.cache_home = root / "xdg-cache"
+        self.sessions_dir = root / "sessions"
+        self.index_yml = self.config_dir / "index.yml"
+        #: The fingerprint of index.yml + wanted collections when they were last checked.
+        self.verified_path = root / "collections.verified"
+        self.index_db = self.cache_home / "qmd" / "index.sqlite"
+        self.lock_path = root / "maintenance.lock"
+        #: No `.qmd/index.yml` can be found walking up from here but one we would never write.
+        self.neutral_cwd = root / "run"
 
     def env(
         self,
@@ -75,7 +43,7 @@ class QmdHome:
     ) -> dict[str, str]:
         """The caller's environment with this agent's XDG dirs and NO_COLOR; `None` overrides unset."""
         env = dict(os.environ if base is None else base)
-        env.setdefault("NODE_COMPILE_CACHE", str(self.node_compile_cache))
+        env.setdefault("NODE_COMPILE_CACHE", str(self.cache_home / "node-compile-cache"))
         env.update(
             XDG_CONFIG_HOME=str(self.config_home),
             QMD_CONFIG_DIR=str(self.config_dir),

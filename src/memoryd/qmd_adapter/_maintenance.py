@@ -79,18 +79,18 @@ class QmdMaintained(QmdCore):
                     raise QmdTimeout("qmd is closing: its maintenance lock was not taken") from None
                 time.sleep(0.1)
 
-    def _join_or_lock(self, force: bool) -> bool:
-        """False when a non-forced call should just wait for the in-flight job instead."""
-        if not force and self._maint_lock.locked():
+    def _may_run(self, force: bool) -> bool:
+        """False when a non-forced call should wait for the in-flight job, or is debounced."""
+        if force:
+            return True
+        if self._maint_lock.locked():
             self._maint_idle.wait()
             return False
-        return True
+        return not self._debounced()
 
     def update(self, *, force: bool = False) -> bool:
         """Run `qmd update`. Returns whether it ran."""
-        if not self._join_or_lock(force):
-            return False
-        if not force and self._debounced():
+        if not self._may_run(force):
             return False
         with self._maintenance():
             self._update_locked()
@@ -156,9 +156,7 @@ class QmdMaintained(QmdCore):
 
     def sync(self, *, force: bool = False, progress: ProgressFn | None = None) -> bool:
         """Update, then embed when due. An embed failure is backed off, never raised."""
-        if not self._join_or_lock(force):
-            return False
-        if not force and self._debounced():
+        if not self._may_run(force):
             return False
         with self._maintenance():
             self._update_locked()

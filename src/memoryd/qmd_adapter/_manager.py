@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 from typing import Any, Final
 
 from ..background import Background
-from ..core.engine import SearchOutput, SearchRequest
+from ..core.engine import Corpus, SearchOutput, SearchRequest
 from ..core.layout import SKIP_DIRS, MemoryRoot
 from ..core.results import FileText, SearchResult, Source
 from ..core.status import CollectionStatus, QmdStatus
@@ -20,15 +20,13 @@ from ..errors import MemorydError, PathNotAllowed, QmdBadOutput, QmdError, QmdEx
 from ..fsio import read_file, wipe_folder
 from ..memfiles import read_memory_file
 from ._collections import CollectionSpec
-from ._maintenance import QmdMaintained, embed_backoff_s
+from ._maintenance import QmdMaintained
 from ._mapping import apply_limits, display_path, interleave, split_qmd_uri
 from ._parse import QmdHit, is_missing_collection_error, parse_search_output
 from ._plan import QueryPlan, SearchMode, plan_query
 from ._rerank import explained, qmd_scorer, reranked
 from ._runner import kill_group
 from ._snippets import content_docid, file_lines, hit_windows, holds_enough, refind_line
-
-__all__ = ["MAX_HIT_FILE_BYTES", "QmdManager", "SearchMode", "embed_backoff_s"]
 
 log = logging.getLogger("memoryd.qmd")
 
@@ -70,13 +68,9 @@ class QmdManager(QmdMaintained):
 
     name: Final = "qmd"
 
-    # ------------------------------------------------------------------ lifecycle
-
     def start(self, background: Background | None = None) -> None:
         """Prepare the agent's qmd home and collections; boot-sync and timers per config."""
-        models = {k: v for k, v in dataclasses.asdict(self.config.models).items() if v}
-        self.home.ensure(models=models, shared_models_dir=self._shared_models)
-        self.ensure_collections()
+        self._prepare()
         self._started = True
         update = self.config.update
         if update.on_boot and update.wait_for_boot_sync:
@@ -95,26 +89,20 @@ class QmdManager(QmdMaintained):
             self.rerank_stage.close()
 
     def reset(self) -> list[str]:
-        """Drop this agent's qmd index, registry and exports (`memoryd reset`): everything in
-        its home but the maintenance lock (held meanwhile) and a models folder; then the home
-        and collections are made again. The caller exports sessions and syncs after."""
+        """`memoryd reset`: wipe the home but the held lock and models, then make it again."""
         with self._maintenance():
             keep = {self.home.lock_path, self.home.cache_home / "qmd" / "models"}
             removed = [str(e) for e in wipe_folder(self.home.root, keep)]
             self._active, self._specs = {}, []
             self.last_update_at = self.last_embed_at = None
             self._last_update_mono = self._last_embed_mono = None
-            models = {k: v for k, v in dataclasses.asdict(self.config.models).items() if v}
-            self.home.ensure(models=models, shared_models_dir=self._shared_models)
-            self.ensure_collections()
+            self._prepare()
         return removed
 
-    def __enter__(self) -> QmdManager:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _prepare(self) -> None:
+        models = {k: v for k, v in dataclasses.asdict(self.config.models).items() if v}
+        self.home.ensure(models=models, shared_models_dir=self._shared_models)
+        self.ensure_collections()
 
     def version(self) -> str:
         """`qmd --version` (cached), validated: e.g. `qmd 2.8.3 (facd35e)`; else `QmdBadOutput`."""
@@ -142,8 +130,6 @@ class QmdManager(QmdMaintained):
         self._emit("version", True, version)
         return True
 
-    # ------------------------------------------------------------------ health events
-
     def seed_from_health(
         self,
         last_update_at: float | None,
@@ -151,8 +137,7 @@ class QmdManager(QmdMaintained):
         version: str | None = None,
         version_error: str | None = None,
     ) -> None:
-        """Start from what another process recorded (status and the embed timer see it): the
-        last update and embed, and the last validation of `qmd --version`."""
+        """Start from another process's recorded update, embed and `qmd --version` validation."""
         now_wall, now_mono = time.time(), self._clock()
         if last_update_at is not None and self.last_update_at is None:
             self.last_update_at = last_update_at
@@ -187,8 +172,6 @@ class QmdManager(QmdMaintained):
             last_dropped=self.last_dropped,
         )
 
-    # ------------------------------------------------------------------ search
-
     def search(
         self,
         request: SearchRequest | str,
@@ -200,14 +183,7 @@ class QmdManager(QmdMaintained):
         """The engine contract's search: ranked hits with their provenance (see `search_hits`)."""
         if isinstance(request, str):
             request = SearchRequest(request, max_results, min_score)
-        found = self._search(
-            request.query,
-            max_results=request.max_results,
-            min_score=request.min_score,
-            mode=mode,
-            corpus=request.corpus,
-            explain=request.explain,
-        )
+        found = self._search(request, mode=mode)
         return SearchOutput(
             results=found.results,
             engine="qmd",
@@ -227,35 +203,23 @@ class QmdManager(QmdMaintained):
         timeout_ms: int | None = None,
         rerank: bool | None = None,
         mode: SearchMode | None = None,
-        corpus: str = "all",
+        corpus: Corpus = "all",
     ) -> list[SearchResult]:
         """Search this agent's collections in one `qmd query` call (see `plan_query`)."""
-        found = self._search(
-            query,
-            max_results=max_results,
-            min_score=min_score,
-            timeout_ms=timeout_ms,
-            rerank=rerank,
-            mode=mode,
-            corpus=corpus,
-        )
-        return found.results
+        request = SearchRequest(query, max_results, min_score, corpus)
+        return self._search(request, timeout_ms=timeout_ms, rerank=rerank, mode=mode).results
 
     def _search(
         self,
-        query: str,
+        request: SearchRequest,
         *,
-        max_results: int | None = None,
-        min_score: float | None = None,
         timeout_ms: int | None = None,
         rerank: bool | None = None,
         mode: SearchMode | None = None,
-        corpus: str = "all",
-        explain: bool = False,
     ) -> _Found:
-        limits = self.config.limits
-        n = max_results or limits.max_results
-        names = [s.name for s in self._active.values() if corpus in ("all", s.source)]
+        limits, query, min_score = self.config.limits, request.query, request.min_score
+        n = request.max_results or limits.max_results
+        names = [s.name for s in self._active.values() if request.corpus in ("all", s.source)]
         if not names:
             return _Found([])
         mode = mode or self.search_mode
@@ -276,7 +240,7 @@ class QmdManager(QmdMaintained):
         results = self._results_from_hits(hits, plan.snippet_query, plan.words)
         floor = limits.min_score if min_score is None else min_score
         passed = apply_limits(results, max_results=len(results), min_score=floor)
-        passed = self.rerank_passed(query, plan, names, pool, passed, notes, floor, explain)
+        passed = self.rerank_passed(query, plan, names, pool, passed, notes, floor, request.explain)
         return _Found(passed[:n], plan.vector, notes)
 
     def rerank_passed(
@@ -290,8 +254,7 @@ class QmdManager(QmdMaintained):
         floor: float,
         explain: bool,
     ) -> list[SearchResult]:
-        """The rerank stage over what passed minScore (`_rerank`); with `explain`, each
-        result says what qmd was sent and scored."""
+        """The rerank stage over what passed minScore; `explain` says what qmd was sent."""
         sent = {"query": plan.document.split("\n"), "minScore": floor} if explain else None
         stage = self.rerank_stage
         if stage is None or not passed:
@@ -309,8 +272,7 @@ class QmdManager(QmdMaintained):
     def search_argv(
         self, document: str, names: Sequence[str], n: int, *, rerank: bool | None = None
     ) -> list[str]:
-        """`[query, document, --json, -n, N, (-C N), (--no-rerank), -c, coll…]`: one call for
-        every collection."""
+        """`qmd query` argv for every collection in one call."""
         args = ["query", document, "--json", "-n", str(n)]
         if n > QMD_CANDIDATE_LIMIT:  # qmd fuses only this many candidates unless told more
             args += ["-C", str(n)]
@@ -374,13 +336,11 @@ class QmdManager(QmdMaintained):
             log.warning("cannot read qmd's index: %s", err)
             return None
 
-    # ------------------------------------------------------------------ hits → results
-
     def _results_from_hits(
         self, hits: list[QmdHit], query: str, words: Sequence[str]
     ) -> list[SearchResult]:
-        """qmd's hits, in its order, as windows memoryd cut from the files (interleaved by
-        source); a hit holding too few of `words` is left out (`holds_enough`)."""
+        """qmd's hits as windows cut from the files, interleaved by source, without those too
+        few of `words` hold."""
         groups: dict[Source, list[list[SearchResult]]] = {}
         for hit in hits:
             windows = self._hit_windows(hit, query, words, continuation=not groups)
@@ -428,17 +388,12 @@ class QmdManager(QmdMaintained):
         return [
             SearchResult(path, first, last, hit.score, text, source=spec.source)
             for text, first, last in hit_windows(
-                lines,
-                line,
-                query,
-                self.config.limits.max_snippet_chars,
-                continuation=continuation,
+                lines, line, query, self.config.limits.max_snippet_chars, continuation=continuation
             )
         ]
 
     def _read_hit(self, spec: CollectionSpec, rel: str) -> tuple[bytes, list[str]] | None:
-        """The hit's file by memoryd's own rules: its collection's root and pattern, the skip
-        list, and `fsio`'s descriptor checks (no symlink, one hard link, a regular file)."""
+        """The hit's file, read only if memoryd's own rules and `fsio`'s checks allow it."""
         if rel.startswith("/"):
             raise _Dropped("absolute_path", "qmd named an absolute path")
         parts = PurePosixPath(rel).parts
@@ -479,8 +434,6 @@ class QmdManager(QmdMaintained):
             (prefix + "%",),
         )
         return (str(row[0]), str(row[1])) if row else None
-
-    # ------------------------------------------------------------------ memory_get
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
         """Read a memory file by a path search returned; missing files give empty text."""

@@ -8,22 +8,11 @@ from pathlib import PurePosixPath
 
 from ..core.results import SearchResult
 
-QMD_PATH_PREFIX = "qmd/"
-
 
 def split_qmd_uri(uri: str) -> tuple[str, str] | None:
     """`qmd://<collection>/<rel>` → (collection, rel); None for anything else."""
-    return _split_after("qmd://", uri)
-
-
-def split_qmd_path(path: str) -> tuple[str, str] | None:
-    """memoryd's `qmd/<collection>/<rel>` display path → (collection, rel); None otherwise."""
-    return _split_after(QMD_PATH_PREFIX, path)
-
-
-def _split_after(prefix: str, text: str) -> tuple[str, str] | None:
-    collection, sep, rel = text.removeprefix(prefix).partition("/")
-    if not text.startswith(prefix) or not collection or not sep or not rel:
+    collection, sep, rel = uri.removeprefix("qmd://").partition("/")
+    if not uri.startswith("qmd://") or not collection or not sep or not rel:
         return None
     return collection, rel
 
@@ -36,7 +25,7 @@ def display_path(collection: str, rel: str, *, roots: Mapping[str, str], workspa
         ws = os.path.normpath(workspace)
         if absolute.startswith(ws + os.sep):
             return PurePosixPath(*PurePosixPath(os.path.relpath(absolute, ws)).parts).as_posix()
-    return f"{QMD_PATH_PREFIX}{collection}/{rel}"
+    return f"qmd/{collection}/{rel}"
 
 
 def interleave(*lists: Sequence[Sequence[SearchResult]]) -> list[SearchResult]:

@@ -10,25 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import QmdBadOutput
 
-__all__ = [
-    "CollectionInfo",
-    "QmdHit",
-    "SnippetRange",
-    "is_busy_error",
-    "is_collection_exists_error",
-    "is_missing_collection_error",
-    "parse_collection_list",
-    "parse_collection_show",
-    "parse_search_output",
-    "parse_snippet",
-]
-
 
 class QmdHit(BaseModel):
     """One entry of `qmd search|vsearch|query --json`."""
 
-    # qmd grows optional fields between releases (context, explain, body, …); an unknown key from
-    # the sidecar must not break recall, so extras are ignored here rather than forbidden.
+    # qmd grows optional fields between releases: an unknown key must not break recall
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     score: float = Field(description="Relevance in [0, 1], rounded by qmd to 2 decimals.")
@@ -48,8 +34,9 @@ def parse_search_output(stdout: str) -> list[QmdHit]:
     text = stdout.strip()
     if not text:
         raise QmdBadOutput("qmd printed nothing where JSON results were expected")
-    payload = _whole_json(text)
-    if payload is None:
+    try:
+        payload: object = json.loads(text)
+    except ValueError:
         payload = _embedded_array(text)
     if payload is None:
         if _NO_RESULTS_RE.search(text):
@@ -72,14 +59,6 @@ def parse_search_output(stdout: str) -> list[QmdHit]:
     if payload and not hits:
         raise QmdBadOutput(f"no usable entry in qmd's JSON results ({problems[0]})")
     return hits
-
-
-def _whole_json(text: str) -> object | None:
-    try:
-        value: object = json.loads(text)
-    except ValueError:
-        return None
-    return value
 
 
 def _embedded_array(text: str) -> list[object] | None:
@@ -105,8 +84,6 @@ def _excerpt(text: str, limit: int = 120) -> str:
     return repr(flat if len(flat) <= limit else flat[:limit] + "…")
 
 
-# --------------------------------------------------------------------------- snippets
-
 _HEADER_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? @@[^\n]*(?:\n|$)")
 
 
@@ -128,9 +105,6 @@ def parse_snippet(snippet: str) -> SnippetRange:
     count = int(match.group(2)) if match.group(2) is not None else 1
     end = start + max(count, 1) - 1
     return SnippetRange(snippet[match.end() :], start, end)
-
-
-# --------------------------------------------------------------------------- collections
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,8 +140,6 @@ def parse_collection_show(text: str) -> CollectionInfo | None:
         return None
     return CollectionInfo(fields["Collection"], fields["Path"], fields["Pattern"])
 
-
-# --------------------------------------------------------------------------- error kinds
 
 _MISSING_COLLECTION_RE = re.compile(r"collection (?:not found|does not exist)", re.IGNORECASE)
 _EXISTS_RE = re.compile(r"already exists", re.IGNORECASE)

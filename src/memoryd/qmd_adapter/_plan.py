@@ -7,23 +7,11 @@ import re
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from ..core.text import STOPWORDS, cjk_bigrams, has_cjk
-
-__all__ = [
-    "MAX_PLAN_WORDS",
-    "QueryPlan",
-    "SearchMode",
-    "content_words",
-    "is_qmd_syntax",
-    "is_query_document",
-    "plan_query",
-]
+from ..core.text import STOPWORDS, has_cjk, split_scripts
 
 SearchMode = Literal["search", "vsearch", "query"]
 
-#: Content words a plan is built from (the first ones of the question). Pairs grow as n²/2: 12
-#: words make 79 lines, a fraction of a second for qmd; longer questions gain little from more
-#: (Cranfield/CISI, docs/qmd.md).
+#: Content words a plan is built from: pairs grow as n²/2, and more gain little (docs/qmd.md).
 MAX_PLAN_WORDS: Final = 12
 #: Words that ask rather than tell, beside the stopwords: they never name what the notes hold.
 QUESTION_WORDS: Final = frozenset({"whose", "might", "may", "must", "shall"})
@@ -32,8 +20,7 @@ QUESTION_WORDS: Final = frozenset({"whose", "might", "may", "must", "shall"})
 _TYPED_LINE = re.compile(r"^\s*(?:lex|vec|hyde|intent|expand)\s*:", re.IGNORECASE | re.MULTILINE)
 # `-term` / `-"phrase"` at a word boundary: qmd's lex negation (`e-mail`, `-5` are not).
 _NEGATION = re.compile(r"(?:^|\s)-(?:[^\W\d_]|\")")
-# An identifier kept whole: word characters joined by `_`, `.` or `-` (ERR_CART_TTL_EXPIRED,
-# v1.2.3, gpt-4). qmd's lex reads such a token as a phrase (or its dotted parts ANDed).
+# An identifier kept whole (ERR_CART_TTL_EXPIRED, v1.2.3, gpt-4): qmd's lex reads it as a phrase.
 _IDENTIFIER = re.compile(r"^[^\W_]+(?:[._-]+[^\W_]+)+$|^\w*_\w*$")
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
 _POSSESSIVE = re.compile(r"['’]s$")
@@ -42,23 +29,18 @@ _EDGE_PUNCT = "\"'’`.,;:!?()[]{}<>«»“”‘*#~^|/\\"
 
 @dataclass(frozen=True, slots=True)
 class QueryPlan:
-    """What one search sends to `qmd query`, and what memoryd cuts its snippets by."""
+    """The `qmd query` document of typed lines, the words snippets are cut by, whether it is the
+    caller's own syntax or holds a `vec:` line, and the words a hit must hold a share of."""
 
-    #: The `qmd query` argument: a structured document of typed lines.
     document: str
-    #: The words snippet windows are chosen by (the question's, or the lines' of a verbatim query).
     snippet_query: str
-    #: The caller's own qmd syntax, passed as it was written.
     verbatim: bool = False
-    #: A `vec:` line is part of the document (qmd embeds the query: it needs its embed model).
     vector: bool = False
-    #: The content words a hit must hold a share of (`MIN_WORD_SHARE`); empty: no such rule.
     words: tuple[str, ...] = ()
 
 
 def is_qmd_syntax(query: str) -> bool:
-    """The query is already written for qmd: a query document qmd accepts (typed lines), a
-    quoted phrase or a `-term`."""
+    """The query is already qmd's: a query document it accepts, a quoted phrase or a `-term`."""
     if _TYPED_LINE.search(query):
         return is_query_document(query)
     quotes = query.count('"')
@@ -70,10 +52,8 @@ _SEMANTIC_NEGATION = re.compile(r"(^|\s)-[\w\"]")
 
 
 def is_query_document(text: str) -> bool:
-    """Whether qmd would accept `text` as a query document (its `parseStructuredQuery` and
-    line checks): typed lines only, each with text; `expand:` alone; one `intent:`, not alone;
-    balanced quotes on `lex:` lines; no `-term` on `vec:`/`hyde:` lines. What it would refuse
-    is read as a question instead: an agent's typo must not look like a failing qmd."""
+    """Whether qmd's `parseStructuredQuery` would accept `text`; what it refuses is read as a
+    question, so an agent's typo does not look like a failing qmd."""
     lines = [line.strip() for line in text.split("\n") if line.strip()]
     kinds: list[str] = []
     for line in lines:
@@ -110,21 +90,10 @@ def content_words(query: str, limit: int | None = None) -> list[str]:
                 continue
             if len(raw) == 1 and not raw.isdigit() and not has_cjk(raw):
                 continue
-            for term in _split_scripts(raw):
+            for term in split_scripts(raw):
                 seen.setdefault(term, None)
     words = list(seen or fallback)
     return words[: limit or MAX_PLAN_WORDS]
-
-
-def _split_scripts(word: str) -> list[str]:
-    """A word's CJK runs as character pairs, the rest (`q4` in `q4会议`) as it is."""
-    if not has_cjk(word):
-        return [word]
-    out: list[str] = []
-    for cjk, chars in itertools.groupby(word, key=has_cjk):
-        run = "".join(chars)
-        out.extend(cjk_bigrams(run) if cjk else [run])
-    return out
 
 
 def _one_line(text: str) -> str:
@@ -137,8 +106,7 @@ def _vec_text(query: str) -> str:
 
 
 def lex_lines(words: list[str]) -> list[str]:
-    """All the words, then every pair (a document holding both ranks in one more list), then
-    each word: an OR ranking by how many are held."""
+    """All the words, every pair, then each word: an OR ranking by how many a document holds."""
     if not words:
         return []
     lines = [" ".join(words)]
@@ -171,8 +139,7 @@ def plan_query(query: str, *, mode: SearchMode, vectors: bool) -> QueryPlan | No
         return QueryPlan("\n".join(vec), text, vector=True)
     # the `vec:` line first: qmd weighs the first list it fuses twice
     lines = vec + lex_lines(words)
-    # a hit must hold a share of the words; not of a stopword-only question's (every note has
-    # them), nor with a vector line, which finds what shares no word with the question
+    # no share of a stopword-only question's words, nor with a vector line, which shares none
     held = () if use_vec else tuple(w for w in words if w not in STOPWORDS)
     return QueryPlan("\n".join(lines), text, vector=use_vec, words=held)
 

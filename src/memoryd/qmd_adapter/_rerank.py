@@ -1,9 +1,5 @@
-"""The rerank stage on the qmd backend: qmd's own reranker (`qmd query` without `--no-rerank`)
-or the remote one, over the hits that already passed minScore.
-
-qmd's reranked scores blend its reranker with retrieval and stay high for an off-topic query,
-so they only reorder: every result keeps the score of the `--no-rerank` call that chose it.
-"""
+"""The rerank stage on qmd (its own reranker or the remote one) over hits that passed minScore;
+it only reorders, as qmd's reranked scores stay high for an off-topic query."""
 
 from __future__ import annotations
 
@@ -31,15 +27,9 @@ def rerank_stage(settings: QmdSettings) -> RerankStage | None:
 
 
 def qmd_scorer(
-    run: Run,
-    argv: list[str],
-    paths: Sequence[str],
-    settings: QmdSettings,
-    roots: dict[str, str],
+    run: Run, argv: list[str], paths: Sequence[str], settings: QmdSettings, roots: dict[str, str]
 ) -> Scorer:
-    """A scorer asking qmd to rerank its own hits (`argv`, without `--no-rerank`): each result
-    scores what qmd's reranked list gives its file; a file qmd no longer lists scores below
-    every one it does."""
+    """A scorer giving each path qmd's reranked score for its file (-1 when no longer listed)."""
 
     def score(query: str, documents: Sequence[str], deadline: float) -> list[float]:
         import time
@@ -66,8 +56,7 @@ def reranked(
     scorer: Scorer | None,
     explain: dict[str, Any] | None,
 ) -> list[SearchResult]:
-    """The first `candidates` results in the stage's order (the rest after them); with
-    `explain` (the qmd part), each result says how it was ranked."""
+    """The first `candidates` results in the stage's order, the rest after; `explain` says how."""
     head = results[: stage.candidates]
     outcome = stage.apply(query, [r.snippet for r in head], scorer)
     if outcome.note:

@@ -30,7 +30,6 @@ class QmdOutput:
     returncode: int
     stdout: str
     stderr: str
-    elapsed_s: float
 
 
 class _TooMuchOutput(Exception):
@@ -89,7 +88,6 @@ def run_qmd(
             "(run scripts/install-qmd or set memory.qmd.command)"
         )
     label = f"qmd {args[0]}" if args else "qmd"
-    started = time.monotonic()
     process = _spawn(exe, [exe, *args], env, cwd)
     if running is not None:
         running.add(process)
@@ -98,7 +96,7 @@ def run_qmd(
     finally:
         if running is not None:
             running.discard(process)
-    output = QmdOutput(tuple(args), returncode, stdout, stderr, time.monotonic() - started)
+    output = QmdOutput(tuple(args), returncode, stdout, stderr)
     if check and returncode != 0:
         raise QmdExitError(
             f"{label} exited with code {returncode}: {_last_line(output.stderr) or 'no stderr'}",
@@ -207,8 +205,7 @@ def _signal_group(pgid: int) -> None:
 
 def kill_group(process: subprocess.Popen[bytes]) -> None:
     """SIGKILL the process's whole group and reap it."""
-    # the group leader's pid is the pgid (start_new_session); kill before reaping so the pgid
-    # cannot have been reused
+    # the leader's pid is the pgid: kill before reaping so the pgid cannot have been reused
     if process.returncode is None:
         _signal_group(process.pid)
     with suppress(subprocess.TimeoutExpired):
@@ -227,8 +224,7 @@ def _last_line(text: str) -> str:
     """The line of qmd's stderr that says what went wrong, as plain text (≤ 300 characters)."""
     lines = [line.strip() for line in plain_text(text).splitlines()]
     lines = [line for line in lines if line and not _NOISE_LINE.match(line)]
-    # node prints "Error: …" / "SqliteError: …" above its stack; qmd prints its own message
-    # ("No model file found at …", "Collection not found: …") above a generic hint line
+    # node's "Error: …" sits above its stack, qmd's own message above a generic hint
     for line in lines:
         if _ERROR_LINE.match(line) or _NOT_FOUND.search(line):
             return line[:300]

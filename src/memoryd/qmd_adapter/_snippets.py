@@ -1,4 +1,4 @@
-"""Pure snippet building for qmd's hits: the window the built-in index would cut, from the file itself."""
+"""Pure snippets for qmd's hits: the window the built-in index would cut, from the file itself."""
 
 from __future__ import annotations
 
@@ -11,25 +11,10 @@ from ..core.ranking import continue_snippet, select_snippet
 from ..core.text import text_terms
 from ._parse import parse_snippet
 
-__all__ = [
-    "MIN_WORD_SHARE",
-    "QMD_CHUNK_CHARS",
-    "content_docid",
-    "file_lines",
-    "hit_windows",
-    "holds_enough",
-    "refind_line",
-    "word_share",
-]
-
-#: The region around qmd's line a window is chosen from: qmd's chunk (900 tokens, ~4 characters
-#: each), the text its line was picked in, on either side.
+#: Characters around qmd's line a window is chosen from: qmd's chunk (900 tokens) either side.
 QMD_CHUNK_CHARS: Final = 3600
-#: The share of a question's content words a keyword hit must hold. qmd ranks by the lines a
-#: document matched, not by how much of the question it holds, and its `--no-rerank` scores are
-#: ranks (1, 1/2, 1/3 …): without this, any note sharing one word with an unrelated question
-#: would answer it. Half keeps nearly all the evidence of real questions and most unrelated
-#: ones out (docs/qmd.md).
+#: The share of a question's content words a keyword hit must hold, as qmd's scores are ranks and
+#: any note sharing one word would otherwise answer (docs/qmd.md).
 MIN_WORD_SHARE: Final = 0.5
 #: Snippet lines shorter than this say too little to find a moved line by.
 _MIN_ANCHOR_CHARS: Final = 12
@@ -40,22 +25,16 @@ def content_docid(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:6]
 
 
-def word_share(words: Sequence[str], text: str) -> float:
-    """The share of `words` the text holds (as memoryd's keyword ranking matches a term: a whole
-    word or a word it starts; an identifier by all its parts; CJK as a substring)."""
+def holds_enough(words: Sequence[str], text: str) -> bool:
+    """Whether the text holds `MIN_WORD_SHARE` of the question's content words, as keyword ranking
+    matches them (an identifier by all its parts)."""
     if not words:
-        return 1.0
+        return True
     held = 0
     for word in words:
         parts = [p for p in re.split(r"[._-]+", word) if p] or [word]
-        if len(text_terms(parts, text)) == len(set(parts)):
-            held += 1
-    return held / len(words)
-
-
-def holds_enough(words: Sequence[str], text: str) -> bool:
-    """Whether the text holds at least `MIN_WORD_SHARE` of the question's content words."""
-    return word_share(words, text) >= MIN_WORD_SHARE
+        held += len(text_terms(parts, text)) == len(set(parts))
+    return held / len(words) >= MIN_WORD_SHARE
 
 
 def file_lines(text: str) -> list[str]:
@@ -109,15 +88,9 @@ def _region(lines: Sequence[str], line: int, chars: int) -> tuple[int, int]:
 
 
 def hit_windows(
-    lines: Sequence[str],
-    line: int,
-    query: str,
-    max_chars: int,
-    *,
-    continuation: bool = False,
+    lines: Sequence[str], line: int, query: str, max_chars: int, *, continuation: bool = False
 ) -> list[tuple[str, int, int]]:
-    """The window (text, first line, last line) for a hit at `line`, and with `continuation` the
-    lines right after it as a second window when there are any."""
+    """The (text, first, last) window for a hit at `line`, with `continuation` the next one too."""
     if not lines:
         return []
     line = min(max(1, line), len(lines))

@@ -6,25 +6,7 @@ import dataclasses
 from typing import Final, Literal
 
 from ..config import ScopeConfig, ScopeMatch, ScopeRule
-from ..core.session_keys import (
-    ChatType,
-    SessionKeyInfo,
-    normalize_session_key,
-    parse_session_key,
-    raw_session_key,
-)
-
-__all__ = [
-    "ChatType",
-    "DecisionReason",
-    "ScopeDecision",
-    "SessionKeyInfo",
-    "default_scope",
-    "evaluate_scope",
-    "normalize_session_key",
-    "parse_session_key",
-    "raw_session_key",
-]
+from ..core.session_keys import ChatType, SessionKeyInfo, parse_session_key, raw_session_key
 
 DecisionReason = Literal["no-channel", "rule", "default"]
 
@@ -33,8 +15,7 @@ _MAX_LOGGED_KEY_CHARS: Final = 200
 
 
 def default_scope() -> ScopeConfig:
-    """The scope used when none is configured: deny everything except direct chats (built, not
-    validated, so that a search never imports pydantic for it)."""
+    """Deny all but direct chats; built unvalidated so a search never imports pydantic for it."""
     return ScopeConfig(
         default="deny", rules=[ScopeRule(action="allow", match=ScopeMatch(chat_type="direct"))]
     )
@@ -50,8 +31,7 @@ def _printable(text: str) -> str:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ScopeDecision:
-    """The outcome of `evaluate_scope`: `reason` is `no-channel` (not a chat: always allowed),
-    `rule` (rule `rule_index` matched) or `default`; `key` is `session_key` normalized."""
+    """`evaluate_scope`'s outcome: `no-channel` (not a chat), `rule` `rule_index`, or `default`."""
 
     allowed: bool
     reason: DecisionReason
@@ -62,7 +42,6 @@ class ScopeDecision:
     session_key: str | None
 
     def log_message(self) -> str:
-        """`memory search denied by scope (channel=…, chatType=…, session=…)` (or `allowed`)."""
         verdict = "allowed" if self.allowed else "denied"
         session = _printable((self.session_key or "").strip()) or "<none>"
         return (

@@ -1,22 +1,15 @@
-"""Pure ranking: hybrid fusion, temporal decay, path matches, MMR, minScore, snippet windows.
-
-Everything works on plain data (no SQLite, no clock: `now` is passed in), so each rule has
-table-driven tests of its own. This module holds the pipeline (`rank`) and the default fusion,
-`auto`: scores calibrated against what unrelated text scores in this index, so that one
-minScore means the same in every query. The per-query fusions, the candidate type and the
-snippet windows live in the private modules beside it.
-"""
+"""Pure ranking over plain data: the `rank` pipeline and the default `auto` fusion, whose
+scores are calibrated against unrelated text so that one minScore means the same in every query."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from pathlib import PurePosixPath
 from typing import Any
 
 from ..annotations import apply_importance
-from ..dates import note_date
+from ..layout import note_date
 from ..text import Script, estimate_tokens, query_terms, script_of, word_set
 from ._candidates import (
     PATH_TOKEN,
@@ -37,12 +30,7 @@ from ._fusion import (
     auto_text_weight,
     exact_token_share,
 )
-from ._snippets import (
-    continue_snippet,
-    extend_chunk,
-    select_snippet,
-    uncovered_window,
-)
+from ._snippets import continue_snippet, extend_chunk, select_snippet, uncovered_window
 
 __all__ = [
     "PATH_TOKEN",
@@ -64,7 +52,6 @@ __all__ = [
     "is_evergreen",
     "lexical_evidence",
     "mmr",
-    "partial_vector_scores",
     "path_match_level",
     "rank",
     "select_snippet",
@@ -73,15 +60,10 @@ __all__ = [
     "with_score",
 ]
 
-EVERGREEN_NAMES = frozenset({"memory.md"})
-
 
 def is_evergreen(path: str, source: str) -> bool:
-    """MEMORY.md/memory.md and undated memory files never decay; only dated notes and sessions do."""
-    if source == "sessions":
-        return False
-    name = PurePosixPath(path).name.lower()
-    return name in EVERGREEN_NAMES or note_date(path) is None
+    """Undated memory files (MEMORY.md among them) never decay; only dated notes and sessions do."""
+    return source != "sessions" and note_date(path) is None
 
 
 def decay_multiplier(age_days: float, half_life_days: float) -> float:
@@ -104,8 +86,7 @@ def age_in_days(path: str, source: str, mtime: float | None, now: datetime) -> f
     return max(0.0, (now.date() - day).days)
 
 
-# Trivia questions of each script: their cosines against the index's own chunks are what
-# "unrelated" scores with this model and this memory.
+# Trivia per script: their cosines with the index's chunks are what "unrelated" scores here.
 REFERENCE_QUERIES: Mapping[Script, tuple[str, ...]] = {
     "latin": (
         "What is the boiling point of water at high altitude?",
@@ -149,18 +130,14 @@ REFERENCE_QUERIES: Mapping[Script, tuple[str, ...]] = {
     ),
 }
 
-# Tuned on bench/eval's judged and off-topic sets (docs/retrieval-quality.md). Evidence counts
-# linearly between a floor and a full mark.
+# Tuned on bench/eval's judged and off-topic sets; evidence counts linearly from floor to full.
 LEX_FLOOR = 0.17  # IDF-weighted share of the query's terms a chunk holds: below, no evidence
 LEX_FULL = 1.0
 VEC_FLOOR = 1.5  # cosine in reference deviations above unrelated text: below, no evidence
 VEC_FULL = 5.0
 # The floor for a chunk in the query's own script, where keywords can vouch too.
 VEC_FLOOR_SAME_SCRIPT = 1.5
-# The best of N unrelated chunks lies about sqrt(2 ln N) deviations out, and narrow chunks stand
-# further out than long ones: so a chunk of SHORT_CHUNK_TOKENS or fewer needs
-# max(VEC_FLOOR_SAME_SCRIPT, VEC_FLOOR_GROWTH · sqrt(2 ln N)), one of LONG_CHUNK_TOKENS or more
-# VEC_FLOOR_SAME_SCRIPT, linear between.
+# The best of N unrelated chunks lies ~sqrt(2 ln N) deviations out (`vector_floor`).
 VEC_FLOOR_GROWTH = 0.68
 SHORT_CHUNK_TOKENS = 160
 LONG_CHUNK_TOKENS = 400
@@ -184,11 +161,8 @@ def term_weights(
 
 
 def lexical_evidence(matched: set[str], weights: Mapping[str, float]) -> float:
-    """The IDF-weighted share of the query's terms that a chunk holds (0..1).
-
-    A term absent from the whole index weighs the most of all, so a question about someone
-    this memory never mentions cannot look answered by its common words.
-    """
+    """The IDF-weighted share (0..1) of the query's terms a chunk holds; a term absent from the
+    index weighs most, so a question about someone unmentioned cannot look answered."""
     total = sum(weights.values())
     if total <= 0:
         return 0.0
@@ -201,11 +175,8 @@ def vector_z(
     stats: CorpusStats | None,
     chunk_script: Script | None = None,
 ) -> float | None:
-    """The candidate's cosine in standard deviations above what unrelated queries score.
-
-    The reference is per (query script, chunk script), since a model scores any note of the
-    query's own script higher: that is what lets an English note answer a Chinese question.
-    """
+    """The cosine in deviations above unrelated queries' of the same (query, chunk) scripts,
+    since a model scores any note in the query's own script higher."""
     if c.vector_score is None or stats is None:
         return None
     ref = stats.reference.get((query_script, chunk_script or script_of(c.text)))
@@ -220,11 +191,7 @@ def vector_z(
 
 
 def query_offset(query_script: Script, stats: CorpusStats | None) -> float:
-    """How far above the reference the query sits on memory at large: its median z there.
-
-    A query close to everything (a nonsense word such as `xyzzy`) sits high; a real question
-    sits near 0 except on what it is about, which the median ignores.
-    """
+    """The query's median z over memory at large: high for a query close to everything (`xyzzy`)."""
     if stats is None:
         return 0.0
     zs = []
@@ -240,8 +207,8 @@ def query_offset(query_script: Script, stats: CorpusStats | None) -> float:
 
 
 def vector_floor(same_script: bool, chunks: int, chunk_tokens: int) -> float:
-    """The deviations above the reference a chunk's cosine needs to count as evidence: for a
-    chunk of `chunk_tokens` in an index of `chunks` chunks (see VEC_FLOOR_GROWTH)."""
+    """The deviations a chunk's cosine needs to count as evidence: short chunks need
+    VEC_FLOOR_GROWTH · sqrt(2 ln chunks), long ones VEC_FLOOR_SAME_SCRIPT, linear between."""
     if not same_script:
         return VEC_FLOOR
     floor = VEC_FLOOR_SAME_SCRIPT
@@ -259,20 +226,9 @@ def _ramp(x: float, lo: float, hi: float) -> float:
 def calibrated_scores(
     candidates: Sequence[Candidate], query: str, stats: CorpusStats | None
 ) -> list[Candidate]:
-    """memoryd's default: scores that mean the same in every query, so minScore can abstain.
-
-    A chunk's *evidence* is `1 − (1 − lexical)(1 − vector)`: keyword evidence is the
-    IDF-weighted share of the query's terms it holds (`lexical_evidence`, counted from
-    LEX_FLOOR to LEX_FULL), vector evidence its cosine above the reference background
-    (`vector_z`, from VEC_FLOOR to VEC_FULL deviations). Either kind alone can carry a chunk:
-    a paraphrase shares no words, a note in another language cannot. The query's *confidence*
-    is its best chunk's evidence: how sure we are that this memory holds anything about it.
-
-    Each result scores `confidence × closeness^RANK_SHAPE`, where closeness is the chunk's
-    share of the best hit's relative fusion score (`_relative_scores`, which orders results
-    better than evidence alone). So an off-topic query's results all score below its low
-    confidence and minScore drops them, while a real question keeps the relative order.
-    """
+    """The default: `confidence × closeness^RANK_SHAPE`, where confidence is the best chunk's
+    evidence `1 − (1 − lexical)(1 − vector)` and closeness its share of the best relative fusion
+    score; so an off-topic query scores low throughout and minScore abstains."""
     return _calibrated(candidates, query, stats, partial_vectors=False)
 
 
@@ -282,8 +238,7 @@ def _calibrated_parts(
     stats: CorpusStats | None,
     detail: list[dict[str, Any]] | None = None,
 ) -> tuple[list[float], list[float]]:
-    """Each candidate's own evidence (0..1) and its relative fusion score (see
-    `calibrated_scores`); with `detail`, what each was computed from is appended to it."""
+    """Each candidate's evidence (0..1) and relative fusion score; `detail` gets their parts."""
     terms = query_terms(query)
     qscript = script_of(query)
     use_keywords = bool(stats.term_chunks) if stats is not None else False
@@ -301,32 +256,23 @@ def _calibrated_parts(
         named = named_by_path.get(c.path)
         if named is None:
             named = named_by_path[c.path] = _named(key, c.path) if terms else frozenset()
-        lex = (
-            _ramp(lexical_evidence(m | named, weights), LEX_FLOOR, LEX_FULL)
-            if use_keywords
-            else 0.0
-        )
+        share = lexical_evidence(m | named, weights) if use_keywords else 0.0
+        lex = _ramp(share, LEX_FLOOR, LEX_FULL)
         if z is not None and not m and script != qscript:
-            # only the cosine vouches for a chunk in another script: it must also stand out
-            # from how close this query comes to memory at large, not just from unrelated
-            # queries (keywords are that check for chunks in the query's own script)
+            # no keyword can vouch for another script: it must also stand out from the query's offset
             if offset is None:
                 offset = max(0.0, query_offset(qscript, stats))
             z -= APART_OFFSET * offset
-        vec = 0.0
+        vec, floor = 0.0, None
         if z is not None:  # keyword-only: no cosine, so no floor to work out
-            floor = vector_floor(
-                script == qscript,
-                stats.chunks if stats is not None else 0,
-                estimate_tokens(c.text),
-            )
+            chunks = stats.chunks if stats is not None else 0
+            floor = vector_floor(script == qscript, chunks, estimate_tokens(c.text))
             vec = _ramp(z, floor, VEC_FULL)
         evidence.append(1.0 - (1.0 - lex) * (1.0 - vec))
         vec_evidence.append(vec)
         if detail is not None:
-            detail.append(
-                _evidence_detail(c, query, m, named, weights, lex, use_keywords, z, vec, stats)
-            )
+            ref = stats.reference.get((qscript, script)) if stats is not None else None
+            detail.append(_evidence_detail(c, m, named, weights, share, lex, z, floor, vec, ref))
     # calibrated z orders the vector side across scripts; raw cosines where there is none
     vectors = [z if z is not None else c.vector_score for c, z in zip(candidates, zs, strict=True)]
     relative = _relative_scores(
@@ -347,15 +293,15 @@ def _calibrated_parts(
 
 def _evidence_detail(
     c: Candidate,
-    query: str,
     matched: set[str],
     named: frozenset[str],
     weights: Mapping[str, float],
+    share: float,
     lex: float,
-    use_keywords: bool,
     z: float | None,
+    floor: float | None,
     vec: float,
-    stats: CorpusStats | None,
+    ref: tuple[float, float] | None,
 ) -> dict[str, Any]:
     """`--explain`'s keyword and vector parts of one candidate's evidence."""
     keyword = {
@@ -364,41 +310,20 @@ def _evidence_detail(
         "matchedTerms": sorted(matched),
         "fileNameTerms": sorted(named - matched),
         "termWeights": {t: round(w, 4) for t, w in weights.items()},
-        "share": lexical_evidence(matched | named, weights) if use_keywords else 0.0,
+        "share": share,
         "evidence": lex,
     }
     vector: dict[str, Any] | None = None
     if c.vector_score is not None:
-        qscript, script = script_of(query), script_of(c.text)
-        ref = stats.reference.get((qscript, script)) if stats is not None else None
         vector = {
             "cosine": c.vector_score,
             "rank": c.vector_rank,
             "z": z,
             "background": {"mean": ref[0], "sd": ref[1]} if ref is not None else None,
-            "floor": vector_floor(
-                script == qscript,
-                stats.chunks if stats is not None else 0,
-                estimate_tokens(c.text),
-            )
-            if z is not None
-            else None,
+            "floor": floor,
             "evidence": vec,
         }
     return {"keyword": keyword, "vector": vector}
-
-
-def partial_vector_scores(
-    candidates: Sequence[Candidate], query: str, stats: CorpusStats | None
-) -> list[Candidate]:
-    """`calibrated_scores` for an index whose chunks are only partly embedded.
-
-    The best cosine is then the best of whatever was embedded first, often unrelated, and the
-    relative fusion would score that chunk next to the keyword hits. So a chunk only the vector
-    side found scores at most its own calibrated evidence, never by its place among the few
-    chunks embedded so far; a chunk the keywords found too keeps its fused score.
-    """
-    return _calibrated(candidates, query, stats, partial_vectors=True)
 
 
 def _calibrated(
@@ -409,6 +334,8 @@ def _calibrated(
     partial_vectors: bool,
     trace: dict[int, dict[str, Any]] | None = None,
 ) -> list[Candidate]:
+    """`partial_vectors`: a chunk only the vector side found scores at most its own evidence, as
+    the best of the few chunks embedded so far may be unrelated."""
     if not candidates:
         return []
     detail: list[dict[str, Any]] | None = [] if trace is not None else None
@@ -460,16 +387,11 @@ def fuse(
     params: RankParams,
     stats: CorpusStats | None = None,
     trace: dict[int, dict[str, Any]] | None = None,
+    partial_vectors: bool = False,
 ) -> list[Candidate]:
-    """Give every candidate a 0..1 `score` from its vector and keyword evidence.
-
-    `auto` (the default) scores calibrated evidence that means the same in every query (see
-    `calibrated_scores`); the others rescale per query, so their best hit is always near 1:
-    `weighted` and `rrf` fuse ranks, `minmax` / `zscore` rescale each list before a weighted
-    sum, and `relative` is `auto`'s order without its calibration (see `_fuse_relative`).
-    """
+    """A 0..1 `score` per candidate: `auto` calibrated, the others rescaled per query."""
     if params.fusion == "auto":
-        return _calibrated(candidates, query, stats, partial_vectors=False, trace=trace)
+        return _calibrated(candidates, query, stats, partial_vectors=partial_vectors, trace=trace)
     if params.fusion == "relative":
         out = _fuse_relative(candidates, query, params)
     elif params.fusion in ("minmax", "zscore"):
@@ -494,12 +416,6 @@ def fuse(
     return out
 
 
-def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    if not a and not b:
-        return 0.0
-    return len(a & b) / len(a | b)
-
-
 def mmr(candidates: Sequence[Candidate], k: int, lam: float) -> list[Candidate]:
     """Maximal marginal relevance: pick λ·score − (1−λ)·max Jaccard to already-picked chunks."""
     pool = list(candidates)
@@ -510,7 +426,10 @@ def mmr(candidates: Sequence[Candidate], k: int, lam: float) -> list[Candidate]:
     while pool and len(chosen) < k:
         best_i, best_val = 0, -math.inf
         for i, c in enumerate(pool):
-            sim = max((jaccard(c.words, s.words) for s in chosen), default=0.0)
+            sim = max(
+                (len(c.words & s.words) / max(1, len(c.words | s.words)) for s in chosen),
+                default=0.0,
+            )
             val = lam * c.score - (1 - lam) * sim
             if val > best_val:
                 best_i, best_val = i, val
@@ -528,18 +447,10 @@ def rank(
     partial_vectors: bool = False,
     trace: dict[int, dict[str, Any]] | None = None,
 ) -> list[Candidate]:
-    """Fuse → decay → importance → path boost → sort → MMR → minScore (keyword hits survive /
-    fill) → top-K.
-
-    `partial_vectors`: some chunks still wait for their vectors; the default fusion then scores
-    by `partial_vector_scores`. `trace` (for `--explain`): filled per chunk id with how each
-    score was computed; None costs nothing.
-    """
+    """Fuse → decay → importance → path boost → sort → MMR → minScore → top-K; `trace` (for
+    `--explain`) gets how each chunk id's score was computed."""
     now = now or datetime.now(UTC)
-    if partial_vectors and params.fusion == "auto":
-        fused = _calibrated(list(candidates), query, stats, partial_vectors=True, trace=trace)
-    else:
-        fused = fuse(list(candidates), query, params, stats, trace)
+    fused = fuse(list(candidates), query, params, stats, trace, partial_vectors)
     if params.decay_enabled:
         for c in fused:
             age = age_in_days(c.path, c.source, c.mtime, now)
@@ -575,9 +486,7 @@ def rank(
             d["score"] = c.score
 
     picked = [c for c in ordered if c.score >= params.min_score or c.path_level > 0]
-    # Per-query fusions put every best hit near 1, so minScore cannot tell an off-topic query
-    # there and keyword hits fill empty slots, after the ones that passed (so that a larger
-    # maxResults only adds results); calibrated scores abstain instead.
+    # per-query fusions put every best hit near 1: keyword hits fill empty slots (auto abstains)
     if params.fusion != "auto" and len(picked) < params.max_results:
         chosen = {c.chunk_id for c in picked}
         picked += [c for c in ordered if c.chunk_id not in chosen and c.text_rank is not None]

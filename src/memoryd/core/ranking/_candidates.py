@@ -1,5 +1,4 @@
-"""What ranking works on: a candidate chunk, the ranking settings, the index's statistics, and
-what a chunk's path and text hold of the query (path matches, matched terms)."""
+"""What ranking works on: candidates, settings, index statistics, and path/term matches."""
 
 from __future__ import annotations
 
@@ -38,8 +37,7 @@ class Candidate:
 
 
 def with_score(c: Candidate, score: float) -> Candidate:
-    """A copy of `c` with `score`, built directly: `dataclasses.replace` looks its fields up on
-    every call, and every candidate of every search is copied (a test holds the two equal)."""
+    """A copy of `c` with `score`, built directly since `dataclasses.replace` is slow per call."""
     return Candidate(
         c.chunk_id,
         c.path,
@@ -61,16 +59,9 @@ def with_score(c: Candidate, score: float) -> Candidate:
 
 @dataclass(frozen=True, slots=True)
 class CorpusStats:
-    """What the index knows beyond one query's candidates, so that a score means the same thing
-    in every query (see `calibrated_scores`).
-
-    `chunks` / `term_chunks`: how many chunks the keyword index holds, and how many hold each
-    query term. `reference`: for a (query script, chunk script) pair, the mean and standard
-    deviation of the cosine between the fixed `REFERENCE_QUERIES` of that script and a sample
-    of the index's chunks of that script — what this model scores for unrelated text here.
-    `background`: the query's own cosine with each chunk of that sample, as (chunk id, script,
-    cosine) — how close the query comes to this memory at large.
-    """
+    """Index-wide statistics so a score means the same in every query: chunk and per-term
+    counts, the (mean, sd) cosine of `REFERENCE_QUERIES` per script pair, and the query's own
+    (chunk id, script, cosine) over a sample of chunks."""
 
     chunks: int = 0
     term_chunks: Mapping[str, int] = field(default_factory=dict)
@@ -89,9 +80,8 @@ class RankParams:
     mmr_lambda: float = 0.7
     decay_enabled: bool = False
     half_life_days: float = 30.0
-    #: How many of the best fused candidates MMR and minScore look at. A search sets it from
-    #: the configuration, never from the request's maxResults, so that the first k results of
-    #: maxResults = N are the results of maxResults = k. None: 4 × max_results.
+    #: Candidates MMR and minScore see, from the config so maxResults=k is a prefix of any
+    #: larger maxResults; None: 4 × max_results.
     pool_size: int | None = None
 
 
@@ -100,11 +90,7 @@ PATH_TOKEN = re.compile(r"[\w.\-]+")
 
 
 def path_match_level(query: str, path: str) -> int:
-    """3 = the query names the path, 2 = the file name, 1 = the query is the file's stem; 0 = no match.
-
-    A stem only counts when it is the whole query (`projects`, `2026-02-10`): a stem that merely
-    appears among other words ("home network setup") is ordinary text, not a file reference.
-    """
+    """3 = the query names the path, 2 = the file name, 1 = the whole query is the stem, 0 = none."""
     q, spaced, tokens, bare = _query_path_forms(query)
     p = path.lower()
     if not q:
@@ -121,15 +107,13 @@ def path_match_level(query: str, path: str) -> int:
 
 @lru_cache(maxsize=256)
 def _query_path_forms(query: str) -> tuple[str, str, frozenset[str], str]:
-    """What `path_match_level` compares every candidate's path with, worked out once per query:
-    the lowered query, it spaced (backticks as spaces), its path tokens, it bare of quotes."""
+    """The query lowered, spaced, as path tokens and bare of quotes, once per query."""
     q = query.strip().lower()
     return q, f" {q} ".replace("`", " "), frozenset(PATH_TOKEN.findall(q)), q.strip("`'\" ")
 
 
 @lru_cache(maxsize=8192)
 def _name_and_stem(path: str) -> tuple[str, str]:
-    # every search asks this of each candidate's path; paths repeat from query to query
     pp = PurePosixPath(path)
     return pp.name, pp.stem
 
@@ -149,12 +133,7 @@ _NAME_WORD = re.compile(r"[^\W\d_]{3,}")
 
 @lru_cache(maxsize=4096)
 def _named(terms: tuple[str, ...], path: str) -> frozenset[str]:
-    """Query terms the chunk's file name holds (`legacy` in `memory/legacy.md`).
-
-    A file named after the topic is evidence about all its chunks, as a keyword in the text
-    is. Only the name's words count: every path holds `memory`, and a daily note's date is
-    already in its heading.
-    """
+    """Query terms the file name holds (`legacy` in `memory/legacy.md`): evidence for all its chunks."""
     words = _name_words(path)
     return frozenset(matched_terms(terms, " ".join(words), words)) if words else frozenset()
 

@@ -1,5 +1,4 @@
-"""The per-query fusions: each list rescaled within the query's own candidates, so the best
-hit of every query scores near 1 (the default, `auto`, calibrates this order instead)."""
+"""The per-query fusions: each list rescaled within the query's candidates, best hit near 1."""
 
 from __future__ import annotations
 
@@ -21,22 +20,18 @@ def _fuse_ranks(candidates: Sequence[Candidate], params: RankParams) -> list[Can
     have_vectors = any(c.vector_score is not None for c in candidates)
     out = []
     for c in candidates:
-        v = max(0.0, c.vector_score or 0.0)
-        if params.fusion == "weighted":
-            t = 1.0 / (1.0 + c.text_rank) if c.text_rank is not None else 0.0
-            score = vw * v + tw * t if have_vectors else t
-        else:  # rrf
+        t = 1.0 / (1.0 + c.text_rank) if c.text_rank is not None else 0.0
+        if not have_vectors:
+            score = t
+        elif params.fusion == "weighted":
+            score = vw * max(0.0, c.vector_score or 0.0) + tw * t
+        else:  # rrf, scaled so a chunk ranked first by both lists scores 1.0
             rrf = 0.0
             if c.vector_rank is not None:
                 rrf += vw / (RRF_K + 1 + c.vector_rank)
             if c.text_rank is not None:
                 rrf += tw / (RRF_K + 1 + c.text_rank)
-            # scale so a chunk ranked first by both lists scores 1.0
-            score = (
-                rrf * (RRF_K + 1)
-                if have_vectors
-                else (1.0 / (1.0 + c.text_rank) if c.text_rank is not None else 0.0)
-            )
+            score = rrf * (RRF_K + 1)
         out.append(with_score(c, score))
     return out
 
@@ -49,51 +44,30 @@ def _minmax(values: Sequence[float]) -> tuple[float, float]:
 def normalized_sides(
     candidates: Sequence[Candidate], how: str = "minmax"
 ) -> tuple[list[float | None], list[float | None]]:
-    """Each list rescaled per query to 0..1 (None where the list did not return the chunk).
-
-    Cosine similarities of one embedding model crowd into a narrow band (e5: unrelated text
-    ≈ 0.75–0.85) and BM25 strengths are unbounded, so neither is comparable to the other raw;
-    rescaled within the query's own candidates, "best of this list" means 1 on both sides.
-    """
-    vs = [c.vector_score for c in candidates if c.vector_score is not None]
-    ts = [c.text_score for c in candidates if c.text_score is not None]
-    vnorm: list[float | None] = []
-    tnorm: list[float | None] = []
+    """Each list rescaled per query to 0..1 (None where it lacks the chunk), as raw cosines and
+    BM25 are not comparable."""
+    vectors = [c.vector_score for c in candidates]
+    texts = [c.text_score for c in candidates]
     if how == "zscore":
-
-        def z(values: list[float]) -> tuple[float, float]:
-            mu = sum(values) / len(values)
-            sd = math.sqrt(sum((x - mu) ** 2 for x in values) / len(values)) or 1.0
-            return mu, sd
-
-        vmu, vsd = z(vs) if vs else (0.0, 1.0)
-        tmu, tsd = z(ts) if ts else (0.0, 1.0)
-        for c in candidates:
-            # ±3 standard deviations span the unit range
-            vnorm.append(
-                None
-                if c.vector_score is None
-                else min(1.0, max(0.0, 0.5 + (c.vector_score - vmu) / (6 * vsd)))
-            )
-            tnorm.append(
-                None
-                if c.text_score is None
-                else min(1.0, max(0.0, 0.5 + (c.text_score - tmu) / (6 * tsd)))
-            )
-        return vnorm, tnorm
+        return _zscored(vectors), _zscored(texts)
+    vs = [v for v in vectors if v is not None]
     vlo, vspan = _minmax(vs) if vs else (0.0, 1.0)
-    tbest = max(ts) if ts else 1.0
-    for c in candidates:
-        vnorm.append(
-            None
-            if c.vector_score is None
-            else (c.vector_score - vlo) / vspan
-            if len(vs) > 1
-            else 1.0
-        )
-        # BM25 is scaled by the best hit only: a list's weakest keyword hit still matched a term
-        tnorm.append(None if c.text_score is None else (c.text_score / tbest if tbest > 0 else 0.0))
-    return vnorm, tnorm
+    tbest = max((t for t in texts if t is not None), default=1.0)
+    # BM25 is scaled by the best hit only: a list's weakest keyword hit still matched a term
+    return (
+        [None if v is None else (v - vlo) / vspan if len(vs) > 1 else 1.0 for v in vectors],
+        [None if t is None else (t / tbest if tbest > 0 else 0.0) for t in texts],
+    )
+
+
+def _zscored(values: list[float | None]) -> list[float | None]:
+    """±3 standard deviations of the present values span the unit range."""
+    xs = [x for x in values if x is not None]
+    if not xs:
+        return [None] * len(values)
+    mu = sum(xs) / len(xs)
+    sd = math.sqrt(sum((x - mu) ** 2 for x in xs) / len(xs)) or 1.0
+    return [None if x is None else min(1.0, max(0.0, 0.5 + (x - mu) / (6 * sd))) for x in values]
 
 
 def _fuse_normalized(
@@ -143,18 +117,13 @@ def exact_token_share(query: str) -> float:
 def auto_text_weight(query: str) -> float:
     """The keyword side's share in `relative`: lexical for exact tokens, balanced for prose."""
     share = exact_token_share(query)
-    tw = AUTO_TEXT_WEIGHT + (AUTO_EXACT_TEXT_WEIGHT - AUTO_TEXT_WEIGHT) * min(1.0, 2 * share)
-    return tw
+    return AUTO_TEXT_WEIGHT + (AUTO_EXACT_TEXT_WEIGHT - AUTO_TEXT_WEIGHT) * min(1.0, 2 * share)
 
 
 def _fuse_relative(
     candidates: Sequence[Candidate], query: str, params: RankParams
 ) -> list[Candidate]:
-    """Per-query min-max on both lists, weights by the query's shape, keyword term coverage.
-
-    Rescaling within the query keeps a model's narrow cosine band from drowning keyword
-    evidence; like `auto`, it picks its weights per query (the configured ones are unused).
-    """
+    """`auto`'s order without its calibration; weights come from the query, not the config."""
     terms = query_terms(query)
     matched = [_matched_terms(c, terms) for c in candidates]
     scores = _relative_scores(
@@ -174,16 +143,9 @@ def _relative_scores(
     coverage: Sequence[float],
     apart: Sequence[float | None],
 ) -> list[float]:
-    """How each candidate compares with the query's best on both lists (the order of `auto`).
-
-    `vectors` are min-max rescaled over the candidates, BM25 is divided by the best keyword
-    hit and multiplied by term coverage; the keyword side weighs `auto_text_weight`.
-
-    `apart` is None for a chunk that can share the query's words and, for one that cannot
-    (another script, no term in common), its calibrated vector evidence (0..1): such a chunk
-    would otherwise lose the whole keyword share to chunks matching one common word, so its
-    vector side also takes that share, in proportion to how strong its own evidence is.
-    """
+    """Each candidate against the query's best on both lists: min-max vectors, BM25 over the best
+    times term coverage; `apart` (vector evidence of a chunk sharing no words) lets such a chunk's
+    vector side take the keyword share too, in proportion."""
     tw = auto_text_weight(query)
     vw = 1.0 - tw
     vs = [v for v in vectors if v is not None]

@@ -7,24 +7,16 @@ from collections.abc import Sequence
 
 from ..text import query_terms, text_terms
 
-# Where a snippet window's matching lines sit, as a share of the window (0.5 = centred): a little
-# before the middle, as the evidence a window misses lies after it more often than before.
+# Where a window's matches sit (0.5 = centred): before the middle, as missed evidence tends to follow.
 SNIPPET_MATCH_AT = 0.4
 
 
 def select_snippet(
     text: str, start_line: int, end_line: int, query: str, max_chars: int = 700
 ) -> tuple[str, int, int]:
-    """The window of whole lines (≤ max_chars) inside a chunk that best matches the query.
-
-    A window scores the distinct query terms it holds, each weighted by how few of the chunk's
-    lines contain it (a speaker's name on every line says nothing about where the answer is),
-    plus half the weighted hits per line. Ties go to the window whose matches sit nearest
-    SNIPPET_MATCH_AT of its length: a little before the middle, so more of the lines *after* a
-    match come with it (in a conversation the answer follows the line that names the topic).
-    Returns (snippet, first line, last line). Falls back to the chunk's head when nothing
-    matches; a single over-long line is cut around its first match.
-    """
+    """(snippet, first, last): the window of whole lines ≤ max_chars scoring the most distinct
+    query terms, each weighted by how few lines hold it, plus half the weighted hits; ties go to
+    matches nearest SNIPPET_MATCH_AT; one over-long line is cut around its first match."""
     lines = text.split("\n")
     if len(text) <= max_chars:
         return text, start_line, end_line
@@ -74,10 +66,8 @@ def select_snippet(
 def continue_snippet(
     text: str, start_line: int, end_line: int, after_line: int, max_chars: int = 700
 ) -> tuple[str, int, int] | None:
-    """The whole lines of a chunk right after `after_line`, up to `max_chars`: where the best
-    hit's window stopped, the next window of the same chunk (in a conversation the answer
-    often comes a few turns after the line that matched). None when the window reached the
-    chunk's end or nothing after it fits."""
+    """The chunk's next window after `after_line` (an answer often follows the matching line);
+    None when nothing after it fits."""
     lines = text.split("\n")
     i = after_line - start_line + 1
     if after_line >= end_line or i <= 0 or i >= len(lines):
@@ -104,12 +94,8 @@ def extend_chunk(
     following: Sequence[tuple[str, int, int]],
     max_chars: int = 700,
 ) -> tuple[str, int]:
-    """A chunk's text with the lines of the next chunks of its file that come after it.
-
-    `following` holds (text, start line, end line) of later chunks of the same file, in order;
-    overlapping lines are taken once and the first gap stops it. At most `max_chars` are added,
-    so `continue_snippet` can go on past a short chunk's end. Returns (text, last line).
-    """
+    """(text, last line): the chunk with up to `max_chars` of the lines of `following` chunks
+    of its file after it (overlaps taken once, a gap stops), for `continue_snippet`."""
     out = text.split("\n")
     last = end_line
     added = 0
@@ -130,11 +116,7 @@ def extend_chunk(
 def uncovered_window(
     snippet: str, first: int, last: int, shown: Sequence[tuple[int, int]]
 ) -> tuple[str, int, int] | None:
-    """A result's window without the lines at its edges that earlier results of the same file
-    already show (`shown`: their line ranges); None when nothing new is left.
-
-    Only the edges are cut, so the window stays one run of lines.
-    """
+    """The window without the edge lines `shown` ranges cover; None if nothing is left."""
     lines = snippet.split("\n")
     if len(lines) != last - first + 1:
         # one long line cut to the cap: whole or nothing

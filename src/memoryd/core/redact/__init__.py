@@ -9,16 +9,7 @@ from typing import Final
 
 from ._checks import _VALUE_CHECKS, _answer_spans
 from ._gitleaks import _gitleaks_spans, _ruleset
-from ._rules import SECRET_PATTERNS, SecretPattern, SecretSpan, keyword_index, rules_for
-
-__all__ = [
-    "REDACTED",
-    "SECRET_PATTERNS",
-    "SecretPattern",
-    "SecretSpan",
-    "redact_secrets",
-    "secret_spans",
-]
+from ._rules import SECRET_PATTERNS, SecretSpan, keyword_index, rules_for
 
 REDACTED: Final = "[REDACTED]"
 
@@ -28,10 +19,7 @@ def _local_rules() -> tuple[
     tuple[re.Pattern[str], ...], dict[str, tuple[int, ...]], tuple[int, ...]
 ]:
     """SECRET_PATTERNS compiled; keyword → indexes into it; the indexes that always run."""
-    compiled = tuple(re.compile(*rule.source) for rule in SECRET_PATTERNS)
-    for rule in SECRET_PATTERNS:
-        if rule.prefilter is not None:
-            re.compile(*rule.prefilter)  # cached by `re` for `_local_spans`
+    compiled = tuple(re.compile(rule.pattern, rule.flags) for rule in SECRET_PATTERNS)
     return compiled, *keyword_index([rule.keywords for rule in SECRET_PATTERNS])
 
 
@@ -40,7 +28,7 @@ def _local_spans(text: str, present: set[str]) -> list[SecretSpan]:
     spans = []
     for index in rules_for(by_keyword, always, present):
         rule, pattern = SECRET_PATTERNS[index], compiled[index]
-        if rule.prefilter is not None and not re.compile(*rule.prefilter).search(text):
+        if rule.prefilter is not None and not re.search(rule.prefilter, text):
             continue
         name = rule.name
         check = _VALUE_CHECKS.get(name)

@@ -9,23 +9,20 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Final
 
-from ._rules import SecretSpan, _Source
+from ._rules import SecretSpan
 
 # A value that names or elides a secret rather than being one.
-_PLACEHOLDER: Final = _Source(
-    r"""\$\{?[A-Za-z_][A-Za-z0-9_]*\}?        # $VAR, ${VAR}
+_PLACEHOLDER: Final = r"""(?x)\$\{?[A-Za-z_][A-Za-z0-9_]*\}?        # $VAR, ${VAR}
       | \{\{.*\}\} | %\([A-Za-z_]\w*\)s | %[A-Za-z_]\w*%  # {{ template }}, %(var)s, %VAR%
       | <[^<>]*>                              # <your-api-key>
       | [A-Za-z_.]+[(\[].*                    # code: os.getenv(…), os.environ[…], Optional[str]
       | .*(?:\.\.\.|…)                        # sk-... (elided)
       | (.)\1*                                # xxxxxx, ******
-    """,
-    re.VERBOSE,
-)
+    """
 
 
 def _not_placeholder(value: str) -> bool:
-    return re.compile(*_PLACEHOLDER).fullmatch(value) is None  # re caches the compiled form
+    return re.fullmatch(_PLACEHOLDER, value) is None
 
 
 def _looks_generated(value: str) -> bool:
@@ -38,10 +35,10 @@ def _looks_generated(value: str) -> bool:
 
 # Trailing characters that end a sentence rather than a password typed in it.
 _TRAILING: Final = ".,;:)]}>…"
-_URL_OR_MAIL: Final = _Source(r"(?:[a-z][a-z0-9+.\-]*://|www\.)|^[\w.+-]+@[\w-]+\.[\w.]+$", re.I)
+_URL_OR_MAIL: Final = r"(?i)(?:[a-z][a-z0-9+.\-]*://|www\.)|^[\w.+-]+@[\w-]+\.[\w.]+$"
 # "2,000m", "12.5%", "3x": a quantity, not a password
-_QUANTITY: Final = _Source(r"\d[\d,.]*(?:[a-z%]{1,3})?", re.IGNORECASE)
-_PATH: Final = _Source(r"(?:~|\.{1,2})?/[\w.\-/]*|[\w\-]+(?:/[\w\-.]+)+|[\w\-]+\.[a-z]{2,4}")
+_QUANTITY: Final = r"(?i)\d[\d,.]*(?:[a-z%]{1,3})?"
+_PATH: Final = r"(?:~|\.{1,2})?/[\w.\-/]*|[\w\-]+(?:/[\w\-.]+)+|[\w\-]+\.[a-z]{2,4}"
 
 
 def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
@@ -63,7 +60,7 @@ def _plausible_password(value: str, *, strict: bool) -> bool:
     """A value typed after "password is" that is one: not a word, a URL, a path or a quantity."""
     if len(value) < 4 or not _not_placeholder(value):
         return False
-    if re.compile(*_URL_OR_MAIL).search(value) or re.compile(*_PATH).fullmatch(value):
+    if re.search(_URL_OR_MAIL, value) or re.fullmatch(_PATH, value):
         return False
     if value.startswith("//") or "REDACTED" in value:
         return False
@@ -72,7 +69,7 @@ def _plausible_password(value: str, *, strict: bool) -> bool:
     if not letter and digit:  # a number: a PIN-like password, unless it is a quantity
         return not strict and core.isdigit() and 4 <= len(core) <= 16
     if strict:
-        if re.compile(*_QUANTITY).fullmatch(core):
+        if re.fullmatch(_QUANTITY, core):
             return False
         return letter and (digit or (symbol and len(core) >= 6))
     return digit or (symbol and len(core.strip("-")) >= 5) or inner_cap
@@ -109,8 +106,7 @@ def _pair_value(match: re.Match[str], group: int) -> tuple[int, int] | None:
     return (start, end) if ok else None
 
 
-# Words that start a sentence about a passphrase rather than the passphrase itself; and the
-# small words of every English sentence, which a generated passphrase does not use.
+# Words opening a sentence about a passphrase, and function words no generated one uses.
 _NOT_A_PHRASE: Final = frozenset(
     (
         "stored saved kept written set changed required needed missing wrong incorrect same"
@@ -143,9 +139,8 @@ def _cli_value(match: re.Match[str], group: int) -> tuple[int, int] | None:
     return start, end
 
 
-# Issuer prefixes of the card networks (Visa, Mastercard, Amex, Discover, JCB, Diners, UnionPay,
-# Maestro): a run of digits that starts otherwise is an order number, a timestamp, an ISBN.
-_CARD_PREFIX: Final = _Source(r"4|5[0-9]|2[2-7]|3[0-9]|6[0-9]")
+# Card networks' issuer prefixes: other digit runs are order numbers, timestamps, ISBNs.
+_CARD_PREFIX: Final = r"4|5[0-9]|2[2-7]|3[0-9]|6[0-9]"
 
 
 def _luhn_ok(digits: str) -> bool:
@@ -161,7 +156,7 @@ def _luhn_ok(digits: str) -> bool:
 def _card_number(match: re.Match[str], group: int) -> tuple[int, int] | None:
     raw = match.group(group)
     digits = raw.replace(" ", "").replace("-", "")
-    if not 13 <= len(digits) <= 19 or not re.compile(*_CARD_PREFIX).match(digits):
+    if not 13 <= len(digits) <= 19 or not re.match(_CARD_PREFIX, digits):
         return None
     seps = {c for c in raw if c in " -"}
     if len(seps) > 1:
@@ -175,8 +170,7 @@ def _card_number(match: re.Match[str], group: int) -> tuple[int, int] | None:
     return match.span(group)
 
 
-# Base64 that is data, not a secret: PNG, JPEG, GIF, WebP, PDF, gzip, zip, XML/SVG, an SSH
-# public key's body (`AAAA…`), a Windows executable.
+# Base64 that is data, not a secret (images, PDF, archives, XML, SSH public keys, executables).
 _DATA_PREFIXES: Final = tuple(
     "iVBORw0KGgo R0lGOD UklGR JVBERi0 H4sI UEsDB PD94bWwg PHN2Zy AAAA TVqQ Qk0 SUkq /9j/".split()
 )
@@ -219,8 +213,7 @@ def _high_entropy(match: re.Match[str], group: int) -> tuple[int, int] | None:
     return match.span(group)
 
 
-# The rules whose value is free-form; a match whose value fails its check is not a secret. A
-# check gets the match and the secret's group, and returns the secret's span (maybe trimmed).
+# Checks of free-form values: (match, secret group) → the secret's span, or None if it is none.
 _Check = Callable[[re.Match[str], int], "tuple[int, int] | None"]
 
 
@@ -277,21 +270,17 @@ _VALUE_CHECKS: Final[dict[str, _Check]] = {
 }
 
 
-# --- answers to a question about a password
-
-_ASKS_FOR_SECRET: Final = _Source(
-    r"(?:password|passwd|passphrase|passcode|\bpin\b|passwort|kennwort|mot de passe|\bmdp\b"
+_ASKS_FOR_SECRET: Final = (
+    r"(?i)(?:password|passwd|passphrase|passcode|\bpin\b|passwort|kennwort|mot de passe|\bmdp\b"
     r"|contrase[ñn]a|\bclave\b|senha|密码|密碼|口令|パスワード|暗証番号|비밀번호"
-    r"|(?:door|gate|alarm|garage|safe|lock)\s+code)",
-    re.IGNORECASE,
+    r"|(?:door|gate|alarm|garage|safe|lock)\s+code)"
 )
-_QUESTION: Final = _Source(
-    r"[?？]|^\s*(?:what|whats|what's|which|tell|send|give|remind|share|need|do you|can you"
+_QUESTION: Final = (
+    r"(?i)[?？]|^\s*(?:what|whats|what's|which|tell|send|give|remind|share|need|do you|can you"
     r"|could you|wie|was|welche|quel|quelle|c'est quoi|dis|cuál|cual|dime|qual)\b"
-    r"|多少|什么|是什么|何|教えて",
-    re.IGNORECASE,
+    r"|多少|什么|是什么|何|教えて"
 )
-_ANSWER_TOKEN: Final = _Source(r"[!#-&(-~\u00a1-\u024f]+")
+_ANSWER_TOKEN: Final = r"[!#-&(-~\u00a1-\u024f]+"
 _NOT_AN_ANSWER: Final = frozenset(
     (
         "yes no nope sure idk dunno why what later sorry okay thanks same nothing none secret"
@@ -302,15 +291,13 @@ _NOT_AN_ANSWER: Final = frozenset(
 
 def _answer_spans(text: str, previous: str) -> list[SecretSpan]:
     """The password in `text` when it answers `previous`, a question about one."""
-    if not (
-        re.compile(*_ASKS_FOR_SECRET).search(previous) and re.compile(*_QUESTION).search(previous)
-    ):
+    if not (re.search(_ASKS_FOR_SECRET, previous) and re.search(_QUESTION, previous)):
         return []
     stripped = text.strip()
     if not stripped or len(stripped) > 200 or len(stripped.split()) > 12:
         return []
     spans = []
-    tokens = [m for m in re.compile(*_ANSWER_TOKEN).finditer(text)]
+    tokens = [m for m in re.finditer(_ANSWER_TOKEN, text)]
     for m in tokens:
         start, end = _trimmed(text, *m.span())
         while start < end and text[start] in "([{<":

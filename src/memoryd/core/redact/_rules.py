@@ -15,21 +15,15 @@ class SecretSpan(NamedTuple):
     rule: str
 
 
-class _Source(NamedTuple):
-    """A regex not compiled yet: the table is compiled on first use, so importing is cheap."""
-
-    pattern: str
-    flags: int = 0
-
-
 class SecretPattern(NamedTuple):
-    """One of memoryd's own rules (a Python `re` pattern, compiled on first use)."""
+    """One of memoryd's own rules: a `re` pattern, compiled on first use so importing is cheap."""
 
     name: str
-    source: _Source
+    pattern: str
+    flags: int
     keywords: tuple[str, ...]
     #: For a rule without keywords: a cheap regex that must find something before it runs.
-    prefilter: _Source | None = None
+    prefilter: str | None = None
 
 
 def keyword_index(
@@ -56,8 +50,6 @@ def rules_for(
 
 _L: Final = r"(?<![A-Za-z0-9_\-])"
 _R: Final = r"(?![A-Za-z0-9_\-])"
-
-
 _I: Final = re.IGNORECASE
 
 
@@ -66,9 +58,7 @@ def _rule(
 ) -> SecretPattern:
     """A rule from its regex; `keywords` a space-separated string unless one holds a space."""
     words = tuple(keywords.split()) if isinstance(keywords, str) else keywords
-    return SecretPattern(
-        name, _Source(pattern, flags), words, _Source(prefilter) if prefilter else None
-    )
+    return SecretPattern(name, pattern, flags, words, prefilter or None)
 
 
 def _token(name: str, body: str, keywords: str) -> SecretPattern:
@@ -83,8 +73,7 @@ _SECRET_WORDS: Final = (
     r"|client[_\-]?secret|private[_\-]?key|password|passwd|passphrase|token"
 )
 
-# Words for a password in the languages people write to agents in (Latin script: matched as
-# words; CJK: anywhere). Short ones (`pass`, `pw`, `clave`) need a stronger-looking value.
+# Password words in the languages people write to agents in; short ones need a stronger value.
 _PASSWORD_WORDS: Final = (
     r"(?:wpa[23]?|wep|wi-?fi|wlan|network|wireless)[ \t-]+key"
     r"|(?:wi-?fi|wlan|network|access|entry|unlock|door|gate|alarm|garage|safe|lock|keypad)"
@@ -140,9 +129,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         r"[\s\S]*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\Z)",
         "-----begin",
     ),
-    # The password runs to the LAST `@` of the authority, since passwords may contain `@`
-    # (`mongodb+srv://app:p@ss@cluster0…`); the greedy class stops at `/` or whitespace.
-    # The user may be empty (`redis://:pw@cache`).
+    # to the LAST `@` of the authority, as passwords may hold one (`mongodb+srv://app:p@ss@c…`)
     _rule("url_password", r"\b[a-z][a-z0-9+.\-]{0,31}://[^\s/:@]*:([^\s/]+)@", "://", _I),
     _rule("bearer_token", r"\bBearer\s+([A-Za-z0-9\-._~+/]{16,}=*)", "bearer", _I),
     # `Basic`/`Token` are ordinary words, so their credential must contain a digit.
@@ -177,8 +164,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
     _token("google_oauth_client_secret", r"GOCSPX-[A-Za-z0-9_\-]{20,}", "gocspx-"),
     _token("google_oauth_access_token", r"ya29\.[A-Za-z0-9_\-]{20,}", "ya29."),
     _token("telegram_bot_token", r"\d{8,10}:AA[A-Za-z0-9_\-]{33}", ":aa"),
-    # user id (base64 of a snowflake) . timestamp . HMAC. No literal to gate on, so the
-    # boundary check sits after the first character: the scan can then skip to [MNO].
+    # id . timestamp . HMAC; the boundary check follows the first character so scans skip to [MNO]
     _rule(
         "discord_bot_token",
         r"[MNO](?<![A-Za-z0-9_\-][MNO])[A-Za-z0-9_\-]{23,27}"
@@ -211,9 +197,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         "key_id keyid key-id",
         _I,
     ),
-    # `api_key=…`, `OPENAI_API_KEY: …`, `"apiKey": "…"`, `password = '…'`. The key must END
-    # with a secret word (`max_tokens=4000`, `token_count: 12` stay); where it starts does not
-    # matter, so the pattern starts at the word and stays linear.
+    # `api_key=…`, `"apiKey": "…"`: the key must END with a secret word (not `max_tokens=4000`)
     _rule(
         "key_value",
         r"(?:" + _SECRET_WORDS + r")[\"']?\s*[:=]\s*"
@@ -222,11 +206,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         "key secret token passw passphrase",
         _I,
     ),
-    # "the root password is …", "das Passwort lautet …", "密码是…", "パスワードは…です",
-    # "Password for jenkins: …", "Passwort …". The value's check (`_password_value`) wants
-    # a digit, a symbol or a capital inside it: "the password is correct" stays.
-    # "la contraseña nueva", "the password itself"
-    # what it is the password of: "for the staging db", "du wifi", ", if you need it,"
+    # "the root password is …", "密码是…": the value needs a digit, symbol or inner capital
     _rule(
         "prose_password",
         r"(?:(?<![A-Za-z0-9])(?P<word>" + _PASSWORD_WORDS + r")(?![A-Za-z])"
@@ -242,8 +222,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         _PASSWORD_KEYWORDS,
         _I,
     ),
-    # "Passwort Geheim123!x", "ssh in with password Zebra#2291q": no verb, so the value
-    # must look made up (a letter and a digit, or a letter and a symbol)
+    # "ssh in with password Zebra#2291q": no verb, so the value must look made up
     _rule(
         "password_then_value",
         r"(?<![A-Za-z0-9])(?P<word>passwor[dt]|kennwort|passphrase|contrase[ñn]a"
@@ -251,8 +230,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         ("passw", "kennwort", "passphrase", "contraseña", "contrasena", "mot de passe"),
         _I,
     ),
-    # "use Qwerty!7788 as the admin password", "Zebra#2291q is the password for the guest
-    # network": the value comes first.
+    # "use Qwerty!7788 as the admin password": the value comes first
     _rule(
         "password_first",
         r"(?<!\S)(?!\[REDACTED\])(" + _VALUE_CHAR + r"{4,128}?)[ \t]+(?:is|as|for|was)[ \t]+"
@@ -293,8 +271,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         "cvv cvc csc cid",
         _I,
     ),
-    # "creds are admin:hunter2x", "Netflix login is me@example.com / Zebra#2291q",
-    # "wifi: MyNetwork / Copper2007#", "login for the CMS → admin / …"
+    # "creds are admin:hunter2x", "wifi: MyNetwork / Copper2007#"
     _rule(
         "credentials_pair",
         r"(?<![A-Za-z0-9])(?:creds|credentials|login|logins|account|identifiants?|usuario"
@@ -304,8 +281,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         "cred login account identifiant usuario benutzer user wifi wi-fi wlan ssid",
         _I,
     ),
-    # "root / cKZ1&Dw!0gBEHu", "admin/Monkey2014!": an account every server has, then a
-    # password
+    # "root / cKZ1&Dw!0gBEHu": an account every server has, then a password
     _rule(
         "default_user_pair",
         r"(?<![\w/.-])(?:" + "|".join(_DEFAULT_USERS) + r")[ \t]*/[ \t]*" + _VALUE,
@@ -321,8 +297,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         "-pass -pwd -secret -token -api -auth -access storepass keypass",
         _I,
     ),
-    # tools whose short flag takes a password: `sshpass -p X`, `mysql -pX`, `docker login -p X`,
-    # `redis-cli -a X`, `sqlcmd -P X`, `ldapsearch -w X`, `zip -P X`, `7z -pX`
+    # tools whose short flag takes a password: `sshpass -p X`, `mysql -pX`, `redis-cli -a X`, …
     _rule(
         "cli_password_option",
         r"(?:\bsshpass(?:[ \t]+-[a-oq-zA-Z]\S*)*[ \t]+-p[ \t]*"
@@ -353,8 +328,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         r"[^\s:\"']{0,64}:([^\s\"']{1,256})",
         "curl",
     ),
-    # "my Mistral key is …", "the AWS secret access key is …". The value must look
-    # machine-made (`_looks_generated`): "the key is to keep it simple" stays.
+    # "my Mistral key is …": the value must look machine-made ("the key is to keep it simple")
     _rule(
         "prose_key",
         r"(?<![A-Za-z0-9])(?:key|token|secret|credential|pat)s?\s+(?:is|was|:|=)\s+"
@@ -363,8 +337,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         "key token secret credential pat",
         _I,
     ),
-    # "I use c0pp3r=Winter everywhere": no word says it, but a word with a capital, a small
-    # letter, a digit and a symbol inside it is what password rules make people type
+    # "I use c0pp3r=Winter everywhere": the mixed shape password rules make people type
     _rule(
         "password_shape",
         r"(?<![^\s\"'`(\[{<「“])(?=[!#-&+-~]{0,39}[!#$%&+=?@^~])(?=[!#-&+-~]{0,39}\d)"
@@ -373,8 +346,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         0,
         r"[!#$%&+=?@^~]",
     ),
-    # 13-19 digits, bare or in groups of 4 (Amex 4-6-5); `_card_number` wants a card
-    # network's prefix, the grouping cards are printed with, and a right Luhn check digit
+    # 13-19 digits; `_card_number` wants a network's prefix, card grouping and Luhn check digit
     _rule(
         "card_number",
         r"(?<![\w.\-/+])\d(?:[ \-]?\d){12,18}(?![\w\-/]|[.,]\d)",
@@ -382,9 +354,7 @@ SECRET_PATTERNS: Final[tuple[SecretPattern, ...]] = (
         0,
         r"\d\d\d\d[ \-]?\d\d\d\d",
     ),
-    # A generated token with no word near it ("here you go: 9fK2…", a bare AWS secret key):
-    # detect-secrets' idea, a long run of token characters whose Shannon entropy is that of
-    # random text (`_high_entropy`). URLs, file paths and data blobs are left alone.
+    # a bare generated token ("here you go: 9fK2…"): random text's entropy (`_high_entropy`)
     _rule(
         "high_entropy_token",
         r"(?<![A-Za-z0-9+/=_\-.~%@:#$&?\\])[A-Za-z0-9][A-Za-z0-9+/_\-]{18,}[A-Za-z0-9]"
