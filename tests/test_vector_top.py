@@ -1,4 +1,4 @@
-"""The in-memory KNN's cut (`_store.top_rows`): the best scores, equal scores by row, NaN last."""
+"""The in-memory KNN's cut (`_knn.top_rows`): the best scores, equal scores by row, NaN last."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memoryd.builtin_index._store import top_rows
+from memoryd.builtin_index._knn import top_rows
 
 
 @settings(max_examples=300, deadline=None)

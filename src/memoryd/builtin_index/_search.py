@@ -178,14 +178,10 @@ class Searcher:
                 results = self._results(
                     store, ranked, query, params, early.snippets if early else {}, trace
                 )
-        used_mode = (
-            "keyword"
-            if qvec is None
-            else ("hybrid" if want_kw and store.fts_available else "vector")
-        )
+        used_mode = "hybrid" if want_kw and store.fts_available else "vector"
         if pending and (qvec is not None or no_vectors_yet):
             notes.append(_pending_note(pending, stats.chunks))
-        return self._output(results, used_mode, notes, pending)
+        return self._output(results, "keyword" if qvec is None else used_mode, notes, pending)
 
     def _output(
         self, results: list[SearchResult], mode: str, notes: list[str], pending: int
@@ -223,8 +219,7 @@ class Searcher:
         notes: list[str],
         trace: dict[int, dict[str, Any]] | None,
     ) -> list[Candidate]:
-        """The configured reranker's order of the best `candidates` that passed minScore (a
-        file the query names stays first); the order as it was when it fails."""
+        """The reranker's order of the best candidates (named files first), or as they were."""
         stage = self._rerank_stage()
         if stage is None or not ranked:
             if trace is not None:
@@ -341,14 +336,8 @@ class Searcher:
                 c.matched = (early.terms, matched)
             if row is None or row.source not in allowed_sources:
                 continue
-            c.path, c.source, c.start_line, c.end_line, c.text, c.mtime = (
-                row.path,
-                row.source,
-                row.start_line,
-                row.end_line,
-                row.text,
-                row.mtime,
-            )
+            c.path, c.source, c.text, c.mtime = row.path, row.source, row.text, row.mtime
+            c.start_line, c.end_line = row.start_line, row.end_line
             filled.append(c)
         return filled
 
@@ -479,23 +468,13 @@ def _path_lookup(paths: list[str]) -> _PathLookup:
 
 
 def _explained(c: Candidate, parts: dict[str, Any], *, continuation: bool) -> dict[str, Any]:
-    """A result's `explain` object: the built-in engine's parts in the order they were
-    applied (docs/retrieval-quality.md gives the formula that recomputes `score`)."""
+    """A result's `explain` object: the parts in the order applied (docs/retrieval-quality.md)."""
     out: dict[str, Any] = {
         "engine": "builtin",
         "chunk": {"id": c.chunk_id, "startLine": c.start_line, "endLine": c.end_line},
     }
-    for key in (
-        "keyword",
-        "vector",
-        "fused",
-        "calibration",
-        "decay",
-        "importance",
-        "path",
-        "mmr",
-        "rerank",
-    ):
+    keys = ("keyword", "vector", "fused", "calibration", "decay", "importance", "path", "mmr")
+    for key in (*keys, "rerank"):
         out[key] = parts.get(key)
     out["minScore"] = parts.get("minScore")
     out["score"] = parts.get("score", c.score)
@@ -515,8 +494,8 @@ def _pending_note(pending: int, chunks: int) -> str:
 
 
 def _with_following_lines(store: Store, c: Candidate, after_line: int) -> tuple[str, int]:
-    """The chunk extended into its file's next chunks (the next ids: a file is written in one
-    transaction) when less than a snippet follows `after_line` in it."""
+    """The chunk extended into its file's next chunks (the next ids) when less than a snippet
+    follows `after_line`."""
     lines = c.text.split("\n")
     rest = lines[max(0, after_line - c.start_line + 1) :]
     if sum(len(line) + 1 for line in rest) > MAX_SNIPPET_CHARS:

@@ -52,8 +52,8 @@ class StatsCache:
 def reference_background(
     refs: dict[Script, np.ndarray], sample: np.ndarray, scripts: list[Script]
 ) -> Reference:
-    """Mean and deviation of reference-query cosines per (query script, chunk script); a pair
-    of two scripts resting on few chunks gets the pooled spread, so no lone note stands out."""
+    """Mean and deviation of reference-query cosines per (query script, chunk script), a
+    cross-script pair's spread pooled toward all pairs' so no lone note stands out."""
     import numpy as np
 
     out: Reference = {}

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # numpy is imported where used: a keyword-only search never loads it
     import numpy as np
 
+    from ._knn import VectorMatrix
+
 from ..core.text import segment_for_fts
 from ..errors import IndexError_
 from ._common import ChunkRow as ChunkRow  # re-exported, as the next, for index.py
@@ -310,7 +312,7 @@ class Store(SqliteFile):
     ) -> None:
         # a rebuild reads and fills the live index's cache: a killed rebuild loses nothing
         self._cache_store = scratch_for
-        self._matrix: tuple[tuple[int, int], np.ndarray, np.ndarray] | None = None
+        self._matrix: tuple[tuple[int, int], VectorMatrix] | None = None
         self._count_cache: tuple[tuple[int, int], int] | None = None
         self._vec_meta: tuple[tuple[int, int], int | None, bool] | None = None
         # hashes of the chunks handed out for embedding: a vector is only stored on the same text
@@ -695,13 +697,8 @@ class Store(SqliteFile):
         return self.vector.available and self.vector.engine == "sqlite-vec"
 
     def vector_search(self, query: np.ndarray | array[float], k: int) -> list[tuple[int, float]]:
-        """(chunk id, cosine similarity) best first.
-
-        A numpy vector is searched in memory (up to IN_MEMORY_MAX_BYTES); a float32 `array`
-        (a one-off search, `cosine_sql`) and any query on an index too big to hold by an exact
-        scan in SQL, so that a one-off process needs no numpy: same candidates, cosines within
-        float32 rounding.
-        """
+        """(chunk id, cosine) best first: in memory (`_knn`), or scanned in SQL for a float32
+        `array` (a one-off search needs no numpy) and an index too big to hold."""
         dims = self.vec_dims
         if dims is None or len(query) != dims or not self.vector.available:
             return []
@@ -745,6 +742,8 @@ class Store(SqliteFile):
     def _numpy_search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         import numpy as np
 
+        from ._knn import VectorMatrix
+
         version = self.version
         if self._matrix is None or self._matrix[0] != version:
             self._matrix = None  # the old one goes before the new one is built
@@ -762,14 +761,11 @@ class Store(SqliteFile):
                         break
                     ids[i] = cid
                     matrix[i] = row
-                ids, matrix = ids[: i + 1], unit_rows(matrix[: i + 1])
-            self._matrix = (version, ids, matrix)
-        _, ids, matrix = self._matrix
-        if not len(ids) or matrix.shape[1] != query.shape[0]:
+            self._matrix = (version, VectorMatrix(ids[: i + 1], unit_rows(matrix[: i + 1])))
+        held = self._matrix[1]
+        if not len(held.ids) or held.rows.shape[1] != query.shape[0]:
             return []
-        sims = matrix @ query.astype(np.float32)
-        top = top_rows(sims, k)
-        return list(zip(ids[top].tolist(), sims[top].tolist(), strict=True))
+        return held.search(query, k)
 
     def cache_get(self, key: tuple[str, str, str], hashes: Sequence[str]) -> dict[str, np.ndarray]:
         if self._cache_store is not None:
@@ -814,19 +810,3 @@ class Store(SqliteFile):
                     "(select rowid from embedding_cache order by used_at asc limit ?)",
                     (total - max_entries,),
                 )
-
-
-def top_rows(sims: np.ndarray, k: int) -> np.ndarray:
-    """The rows of the `k` highest scores, best first, equal scores by row and NaN last: which
-    of several duplicate chunks makes the cut must not depend on the selection algorithm."""
-    import numpy as np
-
-    n = sims.shape[0]
-    k = min(k, n)
-    if k <= 0:
-        return np.zeros(0, dtype=np.intp)
-    keys = np.where(np.isnan(sims), -np.inf, sims)
-    kth = keys[np.argpartition(keys, n - k)[n - k :]].min()
-    rows = np.flatnonzero(keys >= kth)
-    best: np.ndarray = rows[np.lexsort((rows, -keys[rows]))][:k]
-    return best
