@@ -99,3 +99,22 @@ def test_a_store_above_the_threshold_answers_through_the_prefilter(
         assert store._matrix is not None and store._matrix[1]._signs is not None
     finally:
         store.close()
+
+
+def test_a_vector_of_other_dimensions_is_left_out_of_the_matrix(tmp_path: Path) -> None:
+    store = Store(tmp_path / "index.sqlite")
+    try:
+        chunks = [(i, i, f"h{i}", f"chunk {i}", 2) for i in range(1, 11)]
+        store.replace_file("a.md", "/w/a.md", "memory", "f", 1.0, 10, chunks)
+        ids = [cid for cid, *_ in store.pending_chunks(50)]
+        rows = unit_rows(10, dims=64, seed=4)
+        store.write_vectors(list(zip(ids, rows, strict=True)))
+        with store.transaction():
+            store._w.execute(
+                "update chunk_vectors set vector = ? where chunk_id = ?", (b"\1" * 7, ids[0])
+            )
+        got = store.vector_search(rows[3], 10)
+        assert got[0][0] == ids[3]
+        assert {cid for cid, _ in got} == set(ids[1:])  # the damaged one is missing, no stand-in
+    finally:
+        store.close()

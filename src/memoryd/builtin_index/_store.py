@@ -751,17 +751,18 @@ class Store(SqliteFile):
                 n = int(conn.execute("select count(*) from chunk_vectors").fetchone()[0])
                 ids = np.zeros(n, np.int64)
                 matrix = np.zeros((n, query.shape[0]), np.float32)
-                i = -1
+                m = 0
                 # row by row into the matrix: no second copy of every vector on the way
-                for i, (cid, blob) in enumerate(
-                    conn.execute("select chunk_id, vector from chunk_vectors")
-                ):
+                for cid, blob in conn.execute("select chunk_id, vector from chunk_vectors"):
                     row = _stored(blob, matrix.shape[1])
-                    if i >= n or row is None:
+                    if m >= n:
                         break
-                    ids[i] = cid
-                    matrix[i] = row
-            self._matrix = (version, VectorMatrix(ids[: i + 1], unit_rows(matrix[: i + 1])))
+                    if row is None:  # a vector of other dimensions cannot answer this query
+                        continue
+                    ids[m] = cid
+                    matrix[m] = row
+                    m += 1
+            self._matrix = (version, VectorMatrix(ids[:m], unit_rows(matrix[:m])))
         held = self._matrix[1]
         if not len(held.ids) or held.rows.shape[1] != query.shape[0]:
             return []
