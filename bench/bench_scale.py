@@ -689,8 +689,9 @@ def one_size(
             "keyword_only_index_time": ratio(m["keyword_only_index_s"], q_["index_s"]),
             "keyword_only_db_size": ratio(m["keyword_only_db_mb"], q_["db_mb"]),
         }
-    progress(f"{n:,}: done; removing its files")
-    shutil.rmtree(base, ignore_errors=True)
+    if not args.keep:  # --keep leaves every size's notes and indexes for a look afterwards
+        progress(f"{n:,}: done; removing its files")
+        shutil.rmtree(base, ignore_errors=True)
     return out
 
 
