@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -188,6 +189,20 @@ def _refusal_or(shown: str, err: OSError, failure: MemorydError) -> MemorydError
     return failure if refusal is None else PathNotAllowed(f"{shown} {refusal}")
 
 
+@contextlib.contextmanager
+def _write_errors(shown: str, doing: str, missing: str) -> Iterator[None]:
+    """A write's failures as one-line errors: `cannot {doing} {shown}: …`, or `PathNotAllowed`."""
+    try:
+        yield
+    except _Missing:
+        raise MemoryWriteFailed(f"cannot {doing} {shown}: {missing}") from None
+    except _Refused as refusal:
+        raise PathNotAllowed(f"{shown} {refusal.detail}") from None
+    except OSError as err:
+        failure = MemoryWriteFailed(f"cannot {doing} {shown}: {_strerror(err)}")
+        raise _refusal_or(shown, err, failure) from None
+
+
 def append_file(
     root: MemoryRoot,
     rel: PurePosixPath | str,
@@ -202,18 +217,13 @@ def append_file(
     `flock`, durably or not at all: a failed write is cut back (`MemoryWriteFailed`)."""
     parts = _checked_rel(root, rel)
     shown = _shown(root, parts)
-    try:
-        with _parent_of(root, parts, anchor, create=create_dirs) as (parent, root_dev):
-            return _append_in(
-                parent, parts[-1], root_dev, payload, new_file_prefix, lock_timeout, shown
-            )
-    except _Missing:
-        raise MemoryWriteFailed(f"cannot append to {shown}: its folder does not exist") from None
-    except _Refused as refusal:
-        raise PathNotAllowed(f"{shown} {refusal.detail}") from None
-    except OSError as err:
-        failure = MemoryWriteFailed(f"cannot append to {shown}: {_strerror(err)}")
-        raise _refusal_or(shown, err, failure) from None
+    with (
+        _write_errors(shown, "append to", "its folder does not exist"),
+        _parent_of(root, parts, anchor, create=create_dirs) as (parent, root_dev),
+    ):
+        return _append_in(
+            parent, parts[-1], root_dev, payload, new_file_prefix, lock_timeout, shown
+        )
 
 
 def _open_for_append(parent: int, name: str) -> tuple[int, bool]:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import PurePosixPath
 
 from ..core.layout import MemoryRoot
-from ..errors import MemoryWriteFailed, PathNotAllowed
+from ..errors import MemoryWriteFailed
 from ._chain import (
     _APPEND_FLAGS,
     _OPEN_ATTEMPTS,
@@ -26,7 +26,7 @@ from ._chain import (
     _strerror,
     write_new,
 )
-from ._memory import _lock_checked, _read_fd, _refusal_or
+from ._memory import _lock_checked, _read_fd, _write_errors
 
 
 def rewrite_file(
@@ -41,16 +41,11 @@ def rewrite_file(
     it, all or nothing, under the appenders' `flock` so no append is lost (`edit` may raise)."""
     parts = _checked_rel(root, rel)
     shown = _shown(root, parts)
-    try:
-        with _parent_of(root, parts, anchor, create=False) as (parent, root_dev):
-            _rewrite_in(parent, parts[-1], root_dev, edit, lock_timeout, shown)
-    except _Missing:
-        raise MemoryWriteFailed(f"cannot rewrite {shown}: it does not exist") from None
-    except _Refused as refusal:
-        raise PathNotAllowed(f"{shown} {refusal.detail}") from None
-    except OSError as err:
-        failure = MemoryWriteFailed(f"cannot rewrite {shown}: {_strerror(err)}")
-        raise _refusal_or(shown, err, failure) from None
+    with (
+        _write_errors(shown, "rewrite", "it does not exist"),
+        _parent_of(root, parts, anchor, create=False) as (parent, root_dev),
+    ):
+        _rewrite_in(parent, parts[-1], root_dev, edit, lock_timeout, shown)
 
 
 def _rewrite_in(
