@@ -20,6 +20,17 @@ def unit_rows(n: int, dims: int = 128, seed: int = 0) -> np.ndarray:
     return out
 
 
+def store_with_vectors(tmp_path: Path, n: int, seed: int) -> tuple[Store, list[int], np.ndarray]:
+    """A store of `n` chunks in one file, each with a 64-dimension unit vector."""
+    store = Store(tmp_path / "index.sqlite")
+    chunks = [(i, i, f"h{i}", f"chunk {i}", 2) for i in range(1, n + 1)]
+    store.replace_file("a.md", "/w/a.md", "memory", "f", 1.0, 10, chunks)
+    ids = [cid for cid, *_ in store.pending_chunks(n + 10)]
+    rows = unit_rows(n, dims=64, seed=seed)
+    store.write_vectors(list(zip(ids, rows, strict=True)))
+    return store, ids, rows
+
+
 def exact(rows: np.ndarray, ids: np.ndarray, q: np.ndarray, k: int) -> list[tuple[int, float]]:
     sims = rows @ q
     top = top_rows(sims, k)
@@ -82,13 +93,8 @@ def test_a_store_above_the_threshold_answers_through_the_prefilter(
 ) -> None:
     monkeypatch.setattr(_knn, "EXACT_MAX_VECTORS", 0)
     monkeypatch.setattr(_knn, "CANDIDATES", 20)
-    store = Store(tmp_path / "index.sqlite")
+    store, ids, rows = store_with_vectors(tmp_path, 200, seed=3)
     try:
-        chunks = [(i, i, f"h{i}", f"chunk {i}", 2) for i in range(1, 201)]
-        store.replace_file("a.md", "/w/a.md", "memory", "f", 1.0, 10, chunks)
-        ids = [cid for cid, *_ in store.pending_chunks(500)]
-        rows = unit_rows(200, dims=64, seed=3)
-        store.write_vectors(list(zip(ids, rows, strict=True)))
         for row in (5, 77, 190):
             got = store.vector_search(rows[row], 6)
             assert got[0][0] == ids[row] and got[0][1] == pytest.approx(1.0, abs=1e-3)
@@ -102,13 +108,8 @@ def test_a_store_above_the_threshold_answers_through_the_prefilter(
 
 
 def test_a_vector_of_other_dimensions_is_left_out_of_the_matrix(tmp_path: Path) -> None:
-    store = Store(tmp_path / "index.sqlite")
+    store, ids, rows = store_with_vectors(tmp_path, 10, seed=4)
     try:
-        chunks = [(i, i, f"h{i}", f"chunk {i}", 2) for i in range(1, 11)]
-        store.replace_file("a.md", "/w/a.md", "memory", "f", 1.0, 10, chunks)
-        ids = [cid for cid, *_ in store.pending_chunks(50)]
-        rows = unit_rows(10, dims=64, seed=4)
-        store.write_vectors(list(zip(ids, rows, strict=True)))
         with store.transaction():
             store._w.execute(
                 "update chunk_vectors set vector = ? where chunk_id = ?", (b"\1" * 7, ids[0])
