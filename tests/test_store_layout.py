@@ -270,6 +270,17 @@ def test_int8_codes_keep_a_unit_vectors_cosines_within_rounding(seed: int) -> No
     assert _store._codes(qa) == _store._codes(a)  # decoding and storing again changes nothing
 
 
+def test_a_querys_codes_without_numpy_are_the_stored_codes() -> None:
+    # the SQL scan is sent `_query_codes`, the matrix in memory holds `_codes`: equal or they rank
+    # differently; 20,000 vectors reach the rounding boundaries float32 and double disagree on
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((20_000, 384)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    odd = np.array([[0.5, -0.5, 1.5, np.nan, np.inf, 0.0, 2.5, -2.5]], np.float32)
+    for row in [*rows, *odd, np.zeros(8, np.float32)]:
+        assert _store._query_codes(array("f", row.tolist())) == _store._codes(row)
+
+
 def test_a_zero_or_broken_vector_is_stored_as_zero() -> None:
     for vec in (np.zeros(8, np.float32), np.full(8, np.nan, np.float32)):
         assert _store._codes(vec) == bytes(8)

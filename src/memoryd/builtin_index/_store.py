@@ -278,10 +278,12 @@ def _vector(blob: bytes, dims: int) -> np.ndarray:
 
 
 def _query_codes(query: array[float]) -> bytes:
-    """`_codes` of a query without numpy (a one-off search loads none)."""
+    """`_codes` of a query without numpy (a one-off search loads none), byte for byte: the scale
+    and the products rounded to float32 as numpy's float32 arithmetic rounds them."""
     peak = max((abs(x) for x in query if math.isfinite(x)), default=0.0)
-    scale = 127 / peak if peak > 0 else 0.0
-    return array("b", (round(x * scale) if math.isfinite(x) else 0 for x in query)).tobytes()
+    scale = array("f", [127 / peak if peak > 0 else 0.0])[0]
+    scaled = array("f", (x * scale if math.isfinite(x) else 0.0 for x in query))
+    return array("b", (round(x) for x in scaled)).tobytes()
 
 
 _VECTOR_META = (
