@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -66,6 +67,17 @@ def index_for(
 def write(p: Path, text: str = "x\n") -> Path:
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(text)
+    return p
+
+
+#: 2020: any write now gives a file dated then a later time
+PAST_NS = 1_600_000_000 * 10**9
+
+
+def put(p: Path, text: str) -> Path:
+    """`write`, the file dated PAST_NS, so a test's next write changes its times."""
+    write(p, text)
+    os.utime(p, ns=(PAST_NS, PAST_NS))
     return p
 
 

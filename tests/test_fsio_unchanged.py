@@ -9,17 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from helpers import put
 from memoryd.core.layout import MemoryRoot, default_roots
 from memoryd.fsio import unchanged, walk
-
-PAST_NS = 1_600_000_000 * 10**9  # 2020: any write now gives the file a later time
-
-
-def put(p: Path, text: str) -> Path:
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
-    os.utime(p, ns=(PAST_NS, PAST_NS))
-    return p
 
 
 @pytest.fixture

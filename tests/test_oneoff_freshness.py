@@ -4,27 +4,17 @@ by a stat per note (the recorded walk) instead of being walked again."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers import agent_for
+from helpers import agent_for, put
 from memoryd.builtin_index import MemoryIndex, _sync
 from memoryd.config import ResolvedAgent
 from memoryd.core.engine import SearchRequest
 from memoryd.embeddings import ProviderSelection
-
-PAST_NS = 1_600_000_000 * 10**9  # 2020: any write now gives the file a later time
-
-
-def put(p: Path, text: str) -> Path:
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
-    os.utime(p, ns=(PAST_NS, PAST_NS))
-    return p
 
 
 def one_off(agent: ResolvedAgent) -> MemoryIndex:
