@@ -19,9 +19,9 @@ from embedding_servers import (
     fast_retry,
     serve,
 )
-from memoryd.embeddings._http import EmbeddingHTTPError
 from memoryd.embeddings._remote import RemoteProvider
 from memoryd.embeddings.gemini import GeminiProvider
+from memoryd.embeddings.http import EmbeddingHTTPError
 from memoryd.embeddings.mistral import MistralProvider
 from memoryd.embeddings.ollama import OllamaProvider
 from memoryd.embeddings.openai import OpenAIProvider

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..errors import EmbeddingError
-from ._remote import Kind, RemoteProvider
-from .batch import BatchRunner, JobStatus
+from ._remote import BatchRunner, JobStatus, Kind, RemoteProvider
 
 DEFAULT_GEMINI_MODEL = "gemini-embedding-001"
 GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"

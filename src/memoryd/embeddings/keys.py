@@ -60,7 +60,7 @@ def resolve_headers(
     provider: str, *, remote: RemoteConfig | None, models: ModelsConfig
 ) -> dict[str, str]:
     """Configured extra headers (provider config, then remote); auth defaults are added by the provider."""
-    from ._http import merge_headers
+    from .http import merge_headers
 
     entry = models.providers.get(provider)
     return merge_headers(entry.headers if entry else None, remote.headers if remote else None)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 from ..errors import EmbeddingError
-from ._http import EmbeddingHTTPError
 from ._remote import Kind, RemoteProvider
+from .http import EmbeddingHTTPError
 
 DEFAULT_OLLAMA_MODEL = "nomic-embed-text"
 OLLAMA_BASE_URL = "http://127.0.0.1:11434"

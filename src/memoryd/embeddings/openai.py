@@ -6,10 +6,9 @@ import json
 from typing import Any, ClassVar
 
 from ..errors import EmbeddingError
-from ._http import parse_json
 from ._limits import pack
-from ._remote import Kind, RemoteProvider, parse_embeddings_response
-from .batch import BatchRunner, JobStatus
+from ._remote import BatchRunner, JobStatus, Kind, RemoteProvider, parse_embeddings_response
+from .http import parse_json
 
 DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
 OPENAI_BASE_URL = "https://api.openai.com/v1"

@@ -14,8 +14,8 @@ from .base import EmbeddingProvider, ProviderSelection
 from .keys import ENV_KEYS, resolve_api_key, resolve_base_url, resolve_headers
 
 if TYPE_CHECKING:
-    from ._http import RetryPolicy
     from ._remote import RemoteProvider
+    from .http import RetryPolicy
 
 _REMOTE_MODULES = {
     "openai": "OpenAIProvider",
