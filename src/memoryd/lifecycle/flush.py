@@ -66,10 +66,6 @@ class FlushState:
         self.path = path
         self._lock = filelock.FileLock(str(path) + ".lock", timeout=lock_timeout, mode=0o600)
 
-    @classmethod
-    def for_agent(cls, agent: ResolvedAgent) -> FlushState:
-        return cls(agent.state.flush_state)
-
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         try:
@@ -229,7 +225,7 @@ def check_flush(
     if token_estimate < threshold:  # OpenClaw flushes once the estimate reaches it
         return decide("below_threshold")
 
-    state = FlushState.for_agent(agent)
+    state = FlushState(agent.state.flush_state)
     if not record:
         return decide(
             "already_flushed"
@@ -248,19 +244,3 @@ def check_flush(
 
     state.update(session_key, claim)
     return decide("due", recorded=True) if claimed else decide("already_flushed")
-
-
-def record_flush(
-    agent: ResolvedAgent,
-    session_key: str | None,
-    compaction_count: int,
-    *,
-    session_id: str | None = None,
-    now: datetime | None = None,
-) -> FlushRecord:
-    """Record that a flush ran in cycle `compaction_count` (for hosts that decide on their own)."""
-    if compaction_count < 0:
-        raise InvalidInput("compactionCount must not be negative")
-    new = FlushRecord(compaction_count, _now_iso(now), session_id)
-    FlushState.for_agent(agent).update(session_key, lambda _old: new)
-    return new

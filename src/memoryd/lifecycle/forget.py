@@ -4,7 +4,6 @@ and the tombstones."""
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,7 +26,7 @@ from ..fsio import (
     write_private_atomic,
 )
 from ..memfiles import transcript_display_path
-from .session_export import manifest_name, session_export_dir
+from .session_export import manifest_name, read_manifest, session_export_dir
 from .transcripts import list_transcripts, parse_transcript
 
 #: `PATH#L3`, `PATH#L3-L7` or `PATH#L3-7`; a bare PATH is the whole file.
@@ -258,11 +257,7 @@ def _exports_of(folder: Path, agent_id: str) -> list[Path]:
     """This agent's exports in a shared `exportDir` (its manifest names them) and the manifest."""
     manifest = folder / manifest_name(agent_id)
     try:
-        data = json.loads(read_private(manifest) or b"{}")
-    except (ValueError, StateError):
-        data = {}
-    names = data.get("exports", {}) if isinstance(data, dict) else {}
-    listed = [
-        folder / n for n in names if isinstance(n, str) and n.endswith(".md") and "/" not in n
-    ]
-    return [*listed, manifest]
+        names = read_manifest(manifest)
+    except StateError:  # e.g. a link planted there: the manifest alone goes
+        names = {}
+    return [*(folder / n for n in names if n.endswith(".md") and "/" not in n), manifest]

@@ -50,7 +50,7 @@ def session_export_dir(agent: ResolvedAgent) -> Path:
     return agent.qmd_settings().exports_dir
 
 
-def _read_manifest(path: Path) -> dict[str, dict[str, Any]]:
+def read_manifest(path: Path) -> dict[str, dict[str, Any]]:
     try:
         raw = read_private(path)
         data = json.loads(raw) if raw is not None else None
@@ -93,7 +93,7 @@ def _export_locked(
     agent: ResolvedAgent, out_dir: Path, cutoff: float | None, report: ExportReport
 ) -> None:
     manifest_path = out_dir / manifest_name(agent.agent_id)
-    old = _read_manifest(manifest_path)
+    old = read_manifest(manifest_path)
     # forgotten text never reaches an export; a new tombstone makes every export be made again
     tombstones = Tombstones.from_json(read_private(forgotten_path(agent.sessions_dir)))
     forgotten = tombstones.digest if tombstones is not None else None

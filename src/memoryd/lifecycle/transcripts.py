@@ -12,8 +12,7 @@ from ..memfiles import list_transcripts as _list_transcripts
 
 def session_id(path: Path) -> str:
     """`abc.jsonl` → `abc`."""
-    name = path.name
-    return name[: -len(".jsonl")] if name.endswith(".jsonl") else path.stem
+    return path.name.removesuffix(".jsonl")
 
 
 def list_transcripts(agent: ResolvedAgent) -> list[Path]:
