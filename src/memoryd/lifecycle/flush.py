@@ -179,10 +179,6 @@ def _already(record: FlushRecord | None, compaction_count: int, session_id: str 
     return record.compaction_count >= compaction_count
 
 
-def _now_iso(now: datetime | None) -> str:
-    return (now or datetime.now(UTC)).isoformat()
-
-
 def check_flush(
     agent: ResolvedAgent,
     session_key: str | None,
@@ -240,7 +236,7 @@ def check_flush(
         if _already(old, compaction_count, session_id):
             return old
         claimed = True
-        return FlushRecord(compaction_count, _now_iso(now), session_id)
+        return FlushRecord(compaction_count, (now or datetime.now(UTC)).isoformat(), session_id)
 
     state.update(session_key, claim)
     return decide("due", recorded=True) if claimed else decide("already_flushed")

@@ -15,7 +15,7 @@ import filelock
 from ..config import ResolvedAgent
 from ..core.forgotten import Tombstones, forgotten_path
 from ..core.layout import MemoryRoot, display_path, locate
-from ..errors import InvalidInput, MemoryWriteFailed, StateError, WorkspaceReadOnly
+from ..errors import InvalidInput, MemoryWriteFailed, StateError
 from ..fsio import (
     SQLITE_SIDE_FILES,
     private_dir,
@@ -28,6 +28,7 @@ from ..fsio import (
 from ..memfiles import transcript_display_path
 from .session_export import manifest_name, read_manifest, session_export_dir
 from .transcripts import list_transcripts, parse_transcript
+from .writes import check_writable
 
 #: `PATH#L3`, `PATH#L3-L7` or `PATH#L3-7`; a bare PATH is the whole file.
 _TARGET_RE: Final = re.compile(r"^(?P<path>\S+?)(?:#L(?P<start>\d+)(?:-L?(?P<end>\d+))?)?$", re.I)
@@ -58,15 +59,6 @@ def parse_target(raw: str) -> ForgetTarget | None:
     if start is not None and (start < 1 or end is None or end < start):
         raise InvalidInput(f"bad line range in {raw!r}: use PATH#L<first>-L<last>, first ≥ 1")
     return ForgetTarget(path, start, end)
-
-
-def check_writable(agent: ResolvedAgent, what: str) -> None:
-    """`WorkspaceReadOnly` unless the agent may write its workspace."""
-    if agent.workspace_access != "rw":
-        raise WorkspaceReadOnly(
-            f"agent {agent.agent_id!r} has workspaceAccess {agent.workspace_access!r}; "
-            f"{what} needs 'rw'"
-        )
 
 
 @dataclass(frozen=True, slots=True)
