@@ -27,7 +27,7 @@ from .base import (
     endpoint_fingerprint,
     l2_normalize,
 )
-from .http import ApiClient, RetryPolicy, merge_headers
+from .http import ApiClient, EmbeddingHTTPError, RetryPolicy, merge_headers
 
 Kind = Literal["query", "document"]
 #: Failed batch runs after which a provider embeds online only.
@@ -173,6 +173,91 @@ class RemoteProvider(EmbeddingProvider):
 
     def close(self) -> None:
         self.client.close()
+
+
+# ---------------------------------------------------------------- providers without a batch API
+
+
+class VoyageProvider(RemoteProvider):
+    id = "voyage"
+    default_base_url = "https://api.voyageai.com/v1"
+    default_model = "voyage-4-large"
+    known_dims: ClassVar[dict[str, int]] = dict.fromkeys(
+        "voyage-4-large voyage-4 voyage-4-lite voyage-3-large voyage-3.5 voyage-3.5-lite"
+        " voyage-code-3".split(),
+        1024,
+    )
+    max_input_tokens = 32_000
+    max_batch_items = 1000
+    max_batch_tokens = 120_000
+
+    def fingerprint_extra(self) -> dict[str, object]:
+        return {"kinds": [self.voyage_input_type("query"), self.voyage_input_type("document")]}
+
+    def voyage_input_type(self, kind: Kind) -> str:
+        return (self.input_type or {}).get(kind) or kind
+
+    def request_body(self, texts: list[str], kind: Kind) -> dict[str, Any]:
+        body = super().request_body(texts, kind)
+        body["input_type"] = self.voyage_input_type(kind)
+        return body
+
+
+class MistralProvider(RemoteProvider):
+    id = "mistral"
+    default_base_url = "https://api.mistral.ai/v1"
+    default_model = "mistral-embed"
+    known_dims: ClassVar[dict[str, int]] = {"mistral-embed": 1024, "codestral-embed": 1536}
+    max_input_tokens = 8000
+    max_batch_items = 128
+    max_batch_tokens = 16_000
+
+
+class OllamaProvider(RemoteProvider):
+    """A local (or proxied) Ollama server; `inputType` values are prefixes of the texts."""
+
+    id = "ollama"
+    default_base_url = "http://127.0.0.1:11434"
+    default_model = "nomic-embed-text"
+    max_input_tokens = 2048
+    max_batch_items = 64
+    #: The endpoint that answers: "auto" until a server says (older ones have only "embeddings").
+    api: Literal["auto", "embed", "embeddings"] = "auto"
+
+    def _prefixed(self, texts: list[str], kind: Kind) -> list[str]:
+        prefix = (self.input_type or {}).get(kind, "")
+        return [prefix + t for t in texts] if prefix else texts
+
+    def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
+        texts = self._prefixed(texts, kind)
+        if self.api != "embeddings":
+            try:
+                body = self.client.post_json(
+                    "api/embed", {"model": self.model, "input": texts}, deadline
+                )
+            except EmbeddingHTTPError as err:
+                if (
+                    self.api == "auto"
+                    and err.status_code == 404
+                    and "model" not in err.detail.lower()
+                ):
+                    self.api = "embeddings"
+                else:
+                    raise
+            else:
+                if not isinstance(body, dict) or not isinstance(body.get("embeddings"), list):
+                    raise EmbeddingError("ollama: unexpected /api/embed response shape")
+                self.api = "embed"
+                return list(body["embeddings"])
+        out: list[Any] = []
+        for text in texts:
+            body = self.client.post_json(
+                "api/embeddings", {"model": self.model, "prompt": text}, deadline
+            )
+            if not isinstance(body, dict) or "embedding" not in body:
+                raise EmbeddingError("ollama: unexpected /api/embeddings response shape")
+            out.append(body["embedding"])
+        return out
 
 
 def parse_embeddings_response(body: Any, provider: str) -> list[Any]:

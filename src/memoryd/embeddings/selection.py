@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ._remote import RemoteProvider
     from .http import RetryPolicy
 
-#: Each remote provider's API key variable; its class is `<Name>Provider` in a module of its name.
+#: Each remote provider's API key variable (its class is `<Name>Provider`).
 ENV_KEYS: Mapping[str, str] = {
     "openai": "OPENAI_API_KEY",
     "gemini": "GEMINI_API_KEY",
@@ -63,7 +63,10 @@ def remote_provider_class(name: str) -> type[RemoteProvider] | None:
     """The remote provider class for `name`, imported on demand (httpx loads only when needed)."""
     if name not in ENV_KEYS:
         return None
-    module = importlib.import_module(f".{name}", __package__)
+    # the providers with a batch API have a module of their own
+    module = importlib.import_module(
+        f".{name if name in ('openai', 'gemini') else '_remote'}", __package__
+    )
     cls: type[RemoteProvider] = getattr(module, f"{_CLASSES.get(name, name.title())}Provider")
     return cls
 
