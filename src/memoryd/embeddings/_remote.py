@@ -158,18 +158,16 @@ class RemoteProvider(EmbeddingProvider):
             for piece in split_to_tokens(text, self.max_input_tokens):
                 pieces.append(piece)
                 owner.append(i)
-        vectors = self._embed_pieces(pieces, deadline)
+        if self.batch is not None and self.batch.active:
+            vectors = self.batch.run(pieces, deadline)
+        else:
+            vectors = self.embed_online(pieces, "document", deadline)
         if len(pieces) == len(texts):
             return vectors
         weights = np.asarray([max(estimate_tokens(p), 1) for p in pieces], dtype=np.float32)
         out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
         np.add.at(out, np.asarray(owner), vectors * weights[:, None])
         return l2_normalize(out)
-
-    def _embed_pieces(self, pieces: list[str], deadline: float | None) -> Matrix:
-        if self.batch is not None and self.batch.active:
-            return self.batch.run(pieces, deadline)
-        return self.embed_online(pieces, "document", deadline)
 
     def close(self) -> None:
         self.client.close()
@@ -224,12 +222,9 @@ class OllamaProvider(RemoteProvider):
     #: The endpoint that answers: "auto" until a server says (older ones have only "embeddings").
     api: Literal["auto", "embed", "embeddings"] = "auto"
 
-    def _prefixed(self, texts: list[str], kind: Kind) -> list[str]:
-        prefix = (self.input_type or {}).get(kind, "")
-        return [prefix + t for t in texts] if prefix else texts
-
     def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
-        texts = self._prefixed(texts, kind)
+        prefix = (self.input_type or {}).get(kind, "")
+        texts = [prefix + t for t in texts]
         if self.api != "embeddings":
             try:
                 body = self.client.post_json(

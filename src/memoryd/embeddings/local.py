@@ -262,37 +262,9 @@ class LocalE5Provider(EmbeddingProvider):
 
     def _query_output(self, text: str, engine: str) -> Any:
         """`text`'s query vector as an engine returned it: the prefetch's if one started, else now."""
-        buf = _prefetch.take((self._weight_path, text))
-        if buf is None:
+        if (buf := _prefetch.take((self._weight_path, text))) is None:
             buf = self._embed_query_now(text, engine)
         return buf
-
-    def _docs(
-        self, texts: Sequence[str], cancel: threading.Event, deadline: float | None
-    ) -> Matrix:
-        import numpy as np
-
-        model = self._engine()
-
-        def pause() -> None:
-            _priority.wait()
-            # a sibling worker failed (the caller has its error), or time is up
-            if cancel.is_set() or (deadline is not None and time.monotonic() >= deadline):
-                raise DeadlineReached
-
-        # one share per worker, balanced by characters (a proxy for tokens)
-        shares = _split_balanced(texts, min(self.threads, len(texts)))
-        if len(shares) == 1:
-            out: Matrix = model.embed(list(texts), pause)
-            return out
-        out = np.zeros((len(texts), model.dims), dtype=np.float32)
-        pool = self._workers()
-        futures = [
-            (idx, pool.submit(model.embed, [texts[i] for i in idx], pause)) for idx in shares
-        ]
-        for idx, fut in futures:
-            out[idx] = fut.result()
-        return out
 
     def embed_query(self, text: str) -> Vector:
         # numpy loads before the wait for the vector: a one-off search imports it meanwhile
@@ -315,13 +287,31 @@ class LocalE5Provider(EmbeddingProvider):
 
     def embed_documents(self, texts: Sequence[str], *, deadline: float | None = None) -> Matrix:
         """Embed in worker threads that check `deadline` and the query priority before each text."""
-        if not texts:
-            import numpy as np
+        import numpy as np
 
+        if not texts:
             return np.zeros((0, 384), dtype=np.float32)
+        model = self._engine()
         cancel = threading.Event()
+
+        def pause() -> None:
+            _priority.wait()
+            # a sibling worker failed (the caller has its error), or time is up
+            if cancel.is_set() or (deadline is not None and time.monotonic() >= deadline):
+                raise DeadlineReached
+
+        # one share per worker, balanced by characters (a proxy for tokens)
+        shares = _split_balanced(texts, min(self.threads, len(texts)))
         try:
-            return self._docs(texts, cancel, deadline)
+            if len(shares) == 1:
+                out: Matrix = model.embed(list(texts), pause)
+                return out
+            out = np.zeros((len(texts), model.dims), dtype=np.float32)
+            pool = self._workers()
+            futures = [(i, pool.submit(model.embed, [texts[j] for j in i], pause)) for i in shares]
+            for idx, fut in futures:
+                out[idx] = fut.result()
+            return out
         finally:
             cancel.set()  # one worker failing stops the others at their next text
 
