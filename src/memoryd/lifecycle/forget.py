@@ -25,9 +25,8 @@ from ..fsio import (
     wipe_folder,
     write_private_atomic,
 )
-from ..memfiles import transcript_display_path
-from .session_export import manifest_name, read_manifest, session_export_dir
-from .transcripts import list_transcripts, parse_transcript
+from ..memfiles import list_transcripts, transcript_display_path
+from .session_export import manifest_name, parse_transcript, read_manifest, session_export_dir
 from .writes import check_writable
 
 #: `PATH#L3`, `PATH#L3-L7` or `PATH#L3-7`; a bare PATH is the whole file.
@@ -206,7 +205,7 @@ def forget_lines(
 def transcripts_with_forgotten(agent: ResolvedAgent, tombstones: Tombstones) -> list[str]:
     """The transcripts (as search names them) holding text that matches a tombstone."""
     out = []
-    for path in list_transcripts(agent):
+    for path in list_transcripts(agent.sessions_dir):
         try:
             messages = parse_transcript(path, sanitize=True)[0]
         except OSError:
