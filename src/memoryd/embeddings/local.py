@@ -250,7 +250,7 @@ class LocalE5Provider(EmbeddingProvider):
             # tokenize here, run there: only the GIL-free part goes to the other thread
             embed = functools.partial(self._run_prepared, enc, enc.prepare(text))
         # keyed by model and text, not engine: both engines compute this model's vector
-        _prefetch.start((path, text), embed, PREFETCH_START_WAIT_S if enc else 0.0)
+        _prefetch.start((path, text), embed, PREFETCH_START_WAIT_S if enc is not None else 0.0)
 
     def query_in_flight(self, text: str) -> bool:
         return _prefetch.running((self._weight_path, text))
