@@ -77,18 +77,10 @@ def read_manifest(path: Path) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in exports.items() if isinstance(v, dict)}
 
 
-def export_sessions(
-    agent: ResolvedAgent,
-    *,
-    now: datetime,
-    export_dir: Path | None = None,
-    retention_days: int | None = None,
-) -> ExportReport:
+def export_sessions(agent: ResolvedAgent, *, now: datetime) -> ExportReport:
     """Bring the agent's session exports up to date."""
-    out_dir = export_dir if export_dir is not None else session_export_dir(agent)
-    days = (
-        retention_days if retention_days is not None else agent.memory.qmd.sessions.retention_days
-    )
+    out_dir = session_export_dir(agent)
+    days = agent.memory.qmd.sessions.retention_days
     cutoff = (now - timedelta(days=days)).timestamp() if days is not None else None
     report = ExportReport(export_dir=out_dir)
     try:
