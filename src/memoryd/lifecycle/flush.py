@@ -62,9 +62,9 @@ def _session_key(raw: str | None) -> str:
 class FlushState:
     """The agent's `sessions.json`: per-session flush records, shared by every memoryd process."""
 
-    def __init__(self, path: Path, *, lock_timeout: float = 30.0) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = filelock.FileLock(str(path) + ".lock", timeout=lock_timeout, mode=0o600)
+        self._lock = filelock.FileLock(str(path) + ".lock", timeout=30, mode=0o600)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
