@@ -83,11 +83,10 @@ def build_provider(
     env: Mapping[str, str],
     primary: bool,
     retry: RetryPolicy | None = None,
-    notes: list[str] | None = None,
+    notes: list[str],
     one_off: bool = False,
 ) -> EmbeddingProvider:
     """Construct provider `name` (`primary` applies `model` and `remote.*`) or raise `EmbeddingError`."""
-    notes = notes if notes is not None else []
     if name == "local":
         from .local import LocalE5Provider
 
