@@ -398,27 +398,21 @@ class SqliteFile(StoreChecks):
             return IndexError_(f"cannot {doing}: disk I/O error on {where}{unchanged}")
         if self._scratch or self._closed:
             return IndexError_(f"cannot {doing}: {err}")
-        problem = (
-            str(err)
-            if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
-            else self._problem_or_none()
-        )
+        problem = str(err) if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) else None
+        if problem is None:
+            with contextlib.suppress(MemorydError):
+                problem = self.verify()
         if problem is None:
             return IndexError_(f"cannot {doing}: {err}")
         rec, rebuilt = self.recover(problem)
         return IndexCorrupt(describe_recovery(self.path, rec, rebuilt=rebuilt))
-
-    def _problem_or_none(self) -> str | None:
-        try:
-            return self.verify()
-        except MemorydError:
-            return None
 
     def _free_wal(self) -> None:
         # a failed transaction leaves its frames in the WAL: hand that space back to the disk
         if self._w is None or self._scratch or self.read_only:
             return
         with self.lock, contextlib.suppress(Exception):
+            # a short wait: a reader in another process must not hold up a shutdown or an error
             self._w.execute("pragma busy_timeout = 100")
             try:
                 self._w.execute("pragma wal_checkpoint(truncate)")
@@ -451,8 +445,7 @@ class SqliteFile(StoreChecks):
             u.ACTIVE_SCRATCH.add(str(self.path))
         try:
             conn, vec = self._connect()
-            self._w = self._r = conn
-            self.vector = vec
+            self._w = conn  # for discard() if the setup fails
             with live.lock:
                 page_size = int(live._w.execute("pragma page_size").fetchone()[0])
             # the backup into a WAL database needs equal page sizes; the scratch is disposable,
@@ -467,9 +460,7 @@ class SqliteFile(StoreChecks):
             if isinstance(err, u.db_errors()) and not isinstance(err, MemorydError):
                 raise self._failed(err, "create the rebuild file", writing=True) from None
             raise
-        self.fts_error = meta.get("fts_error")
-        self.trigram_error = meta.get("trigram_error")
-        self.fts_contentless = u.fts_contentless(conn)
+        self._opened(conn, conn, vec, meta, read_only=None)
 
     def discard(self) -> None:
         """Close and delete a scratch database."""
@@ -551,12 +542,8 @@ class SqliteFile(StoreChecks):
             self.discard()
             return
         with self.lock:
+            self._free_wal()
             self._closed = True
-            if self._w is not None and not self.read_only:
-                with contextlib.suppress(Exception):
-                    # a short wait: a reader in another process must not hold up a shutdown
-                    self._w.execute("pragma busy_timeout = 100")
-                    self._w.execute("pragma wal_checkpoint(truncate)")
             self._close_connections()
 
     def _end_pin(self) -> None:

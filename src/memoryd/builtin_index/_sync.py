@@ -105,10 +105,6 @@ class LeftOut:
         return (self.size, self.mtime_ns, self.ctime_ns) == (mf.size, mf.mtime_ns, mf.ctime_ns)
 
 
-def _left_out_to_json(left_out: dict[str, LeftOut]) -> str:
-    return json.dumps({p: dataclasses.astuple(e)[1:] for p, e in sorted(left_out.items())})
-
-
 def left_out_from_meta(meta: dict[str, str]) -> dict[str, LeftOut]:
     try:
         raw = json.loads(meta.get(LEFT_OUT_META_KEY) or "{}")
@@ -213,12 +209,14 @@ class Indexer:
         finally:
             self.lock.release()
 
-    def backlog_fits(self, budget_s: float) -> bool:
+    def backlog_fits(self, budget_s: float, store: Store | None = None) -> bool:
+        """Whether embedding the pending chunks would take at most `FUTILE_BACKLOG_BUDGETS`."""
         eng = self.engine
-        if eng.provider is None or not eng.store.vector.available:
+        store = store or eng.store
+        if eng.provider is None or not store.vector.available:
             return True  # a text-only sync: quick
         rate = self._embed_rates.get(eng.provider_key(), ASSUMED_SECONDS_PER_CHUNK)
-        return eng.store.pending_count() * rate <= FUTILE_BACKLOG_BUDGETS * budget_s
+        return store.pending_count() * rate <= FUTILE_BACKLOG_BUDGETS * budget_s
 
     def sync_locked(
         self,
@@ -362,7 +360,9 @@ class Indexer:
             wanted = {
                 "undecodable": json.dumps(sorted(undecodable)),
                 "skipped": skipped,
-                LEFT_OUT_META_KEY: _left_out_to_json(left_out),
+                LEFT_OUT_META_KEY: json.dumps(
+                    {p: dataclasses.astuple(e)[1:] for p, e in sorted(left_out.items())}
+                ),
             }
             if meta.get("signature") is None:
                 wanted["signature"] = json.dumps(self.engine.signature())
@@ -589,15 +589,13 @@ class Indexer:
         eng = self.engine
         if eng.provider is None or not store.vector.available:
             return
+        if budget_s is not None and not self.backlog_fits(budget_s, store):
+            return
         deadline = None if budget_s is None else time.monotonic() + budget_s
-        total = store.counts()["pending_vectors"]
+        total = store.pending_count()
         done = 0
         key = eng.provider_key()
         skip: set[int] = set()
-        if budget_s is not None:
-            per_chunk = self._embed_rates.get(key, ASSUMED_SECONDS_PER_CHUNK)
-            if total * per_chunk > FUTILE_BACKLOG_BUDGETS * budget_s:
-                return
         if progress and total:
             progress("vectors", 0, total)
         stopping = eng.background.stopping if eng.background is not None else None

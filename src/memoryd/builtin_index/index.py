@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..background import Background
 from ..config import IndexSettings
 from ..core.chunking import ChunkingPlan, chunking_plan
-from ..core.engine import IndexCheck, ProgressFn, SearchOutput, SearchRequest
+from ..core.engine import ProgressFn, SearchOutput, SearchRequest
 from ..core.layout import MemoryRoot, is_markdown
 from ..core.results import FileText
 from ..embeddings.base import EmbeddingProvider, ProviderSelection
@@ -71,6 +71,8 @@ class MemoryIndex:
         self.background: Background | None = None
         self.stats = CorpusStatistics(self)
         self.indexer = Indexer(self, self.stats)
+        self.sync = self.indexer.sync
+        self.check = self.indexer.check
         self.searcher = Searcher(self, self.stats)
         # set before the store opens: opening may already replace a damaged file
         self.store: Store = self._open_store()
@@ -217,28 +219,6 @@ class MemoryIndex:
 
     # ------------------------------------------------------------------ sync
 
-    def sync(
-        self,
-        *,
-        force: bool = False,
-        embed: bool = True,
-        embed_budget_s: float | None = None,
-        progress: ProgressFn | None = None,
-        allow_reindex: bool = True,
-        sessions: bool = True,
-        lock_wait_s: float | None = None,
-    ) -> SyncReport:
-        """Bring the index up to date with the files (see `Indexer.sync`)."""
-        return self.indexer.sync(
-            force=force,
-            embed=embed,
-            embed_budget_s=embed_budget_s,
-            progress=progress,
-            allow_reindex=allow_reindex,
-            sessions=sessions,
-            lock_wait_s=lock_wait_s,
-        )
-
     def purge(self, paths: Sequence[str], *, progress: ProgressFn | None = None) -> SyncReport:
         """Drop `paths` (as search shows them) from the index, then sync: what is still on disk
         is indexed afresh (a transcript through the forget tombstones)."""
@@ -289,10 +269,6 @@ class MemoryIndex:
         if self.indexer.lock.locked() and not self.indexer.backlog_fits(budget_s):
             return
         self.sync(embed_budget_s=budget_s, lock_wait_s=budget_s)
-
-    def check(self) -> IndexCheck:
-        """Verify the index; a damaged one is moved aside and rebuilt before this returns."""
-        return self.indexer.check()
 
     def pending_changes(self) -> int:
         cfg, store = self.cfg, self.store
@@ -353,36 +329,34 @@ class MemoryIndex:
 
     # ------------------------------------------------------------------ status
 
-    def _search_engine(self) -> str:
-        """What answers this process's KNN (a one-off command scans in SQL)."""
-        engine = self.store.search_engine
-        if (
-            engine == "numpy"
-            and self.provider is not None
-            and self.provider.query_buffer_available()
-            and self.lean(self.store)
-        ):
-            return "sqlite-vec-scan"
-        return engine
-
     def status(self) -> BuiltinStatus:
         # imported here: the status models are defined only by processes that report status
-        from ..core.status import BuiltinStatus, DegradedInfo, IndexRecovery, SkippedFile
+        from ..core.status import (
+            BuiltinStatus,
+            CacheInfo,
+            DegradedInfo,
+            FtsInfo,
+            IndexRecovery,
+            SkippedFile,
+            VectorInfo,
+        )
 
         try:
             counts = self.store.counts()
         except IndexCorrupt:
             # the damaged file was just moved aside: describe the fresh one (and the recovery)
             counts = self.store.counts()
-        meta = self.store.meta()
-        sel = self.selection
+        store, p, sel = self.store, self.provider, self.selection
+        meta = store.meta()
+        # a one-off command's KNN scans in SQL
+        lean_scan = p is not None and p.query_buffer_available() and self.lean(store)
         skipped: dict[str, int] = json.loads(meta.get("skipped") or "{}")
         left_out = left_out_from_meta(meta)
         for e in left_out.values():
             skipped[e.reason] = skipped.get(e.reason, 0) + 1
         return BuiltinStatus(
-            provider=self.provider.id if self.provider else "none",
-            model=self.provider.model if self.provider else None,
+            provider=p.id if p else "none",
+            model=p.model if p else None,
             requested_provider=sel.requested,
             provider_reason=sel.reason,
             fallback=DegradedInfo(reason=self.fallback_reason, since=self.fallback_since)
@@ -391,14 +365,37 @@ class MemoryIndex:
             unavailable=self.unavailable,
             files=counts["files"],
             chunks=counts["chunks"],
-            pending_vectors=counts["pending_vectors"] if self.provider else 0,
+            pending_vectors=counts["pending_vectors"] if p else 0,
             dirty=self.dirty,
             needs_reindex=self.reindex_reason(),
             db_path=self.location,
             workspace_dir=str(self.cfg.workspace),
             sources=list(self.cfg.sources),
             source_counts=counts["source_counts"],
-            **self._store_status(counts),
+            vector=VectorInfo(
+                enabled=self.cfg.vector.enabled,
+                available=store.vector.available and p is not None,
+                engine=store.vector.engine,
+                search_engine="sqlite-vec-scan"
+                if store.search_engine == "numpy" and lean_scan
+                else store.search_engine,
+                binding=store.vector.binding,
+                dims=store.vec_dims,
+                load_error=store.vector.load_error,
+                query_engine=p.query_engine() if p else None,
+                query_engine_problem=p.query_engine_problem if p else None,
+            ),
+            fts=FtsInfo(
+                available=store.fts_available,
+                error=store.fts_error,
+                trigram=store.trigram_error is None,
+                engine="tsvector" if self.cfg.store_driver == "postgres" else "fts5",
+            ),
+            cache=CacheInfo(
+                enabled=self.cfg.cache.enabled,
+                entries=counts["cache_entries"],
+                max_entries=self.cfg.cache.max_entries,
+            ),
             last_sync_at=self.indexer.last_sync_at or _recorded_float(meta, LAST_SYNC_META_KEY),
             # another process's failed sync counts too: it is recorded in the index
             last_error=self.indexer.last_error or _recorded_error(meta),
@@ -408,42 +405,12 @@ class MemoryIndex:
                 for e in left_out.values()
             ],
             undecodable=json.loads(meta.get("undecodable") or "[]"),
-            read_only=self.store.read_only,
+            read_only=store.read_only,
             recoveries=[
                 IndexRecovery(moved_to=str(r.moved_to), at=r.at, reason=r.reason)
-                for r in self.store.recoveries()
+                for r in store.recoveries()
             ],
         )
-
-    def _store_status(self, counts: dict[str, Any]) -> dict[str, Any]:
-        from ..core.status import CacheInfo, FtsInfo, VectorInfo
-
-        vec = self.store.vector
-        p = self.provider
-        return {
-            "vector": VectorInfo(
-                enabled=self.cfg.vector.enabled,
-                available=vec.available and p is not None,
-                engine=vec.engine,
-                search_engine=self._search_engine(),
-                binding=vec.binding,
-                dims=self.store.vec_dims,
-                load_error=vec.load_error,
-                query_engine=p.query_engine() if p else None,
-                query_engine_problem=p.query_engine_problem if p else None,
-            ),
-            "fts": FtsInfo(
-                available=self.store.fts_available,
-                error=self.store.fts_error,
-                trigram=self.store.trigram_error is None,
-                engine="tsvector" if self.cfg.store_driver == "postgres" else "fts5",
-            ),
-            "cache": CacheInfo(
-                enabled=self.cfg.cache.enabled,
-                entries=counts["cache_entries"],
-                max_entries=self.cfg.cache.max_entries,
-            ),
-        }
 
     # ------------------------------------------------------------------ watch and lifecycle
 
@@ -489,7 +456,6 @@ class MemoryIndex:
             recursive=True,
             rust_timeout=200,  # how often the watcher checks `stop_event`
         ):
-            self.dirty = True
             report = self._sync_logged("background")
             if on_synced and report is not None:
                 on_synced(report)
@@ -506,13 +472,10 @@ class MemoryIndex:
             background.spawn("index-watch", lambda: self.watch(stop_event=background.stopping))
         minutes = self.cfg.sync.interval_minutes
         if minutes > 0:
-            background.every("index-periodic", minutes * 60, self._periodic_sync)
-
-    def _periodic_sync(self) -> None:
-        self.dirty = True
-        self._sync_logged("periodic")
+            background.every("index-periodic", minutes * 60, lambda: self._sync_logged("periodic"))
 
     def _sync_logged(self, what: str) -> SyncReport | None:
+        self.dirty = True
         try:
             return self.sync()
         except MemorydError as err:
