@@ -192,19 +192,20 @@ class Indexer:
                     self.engine.bind_workspace(store)
                     report = self.sync_locked(force=False, **kw)
             except StateError as err:
-                self._note_failure(err)
+                self.last_error = str(err)
+                _record(
+                    store, "last_sync_error", json.dumps({"message": str(err), "at": time.time()})
+                )
                 if not allow_reindex:
                     log.warning("searching without syncing first: %s", err)
                     return SyncReport()
                 raise
-            self._note_success()
+            self.last_error = None
+            _record(store, "last_sync_error", None)
             report.seconds = time.perf_counter() - started
             self.last_sync_at = time.time()
-            if report.wrote():
-                # for the status of other processes; a sync that wrote nothing writes no time
-                with contextlib.suppress(MemorydError):
-                    if store.read_only is None:
-                        store.set_meta({LAST_SYNC_META_KEY: str(self.last_sync_at)})
+            if report.wrote():  # a sync that wrote nothing writes no time
+                _record(store, LAST_SYNC_META_KEY, str(self.last_sync_at))
             return report
         finally:
             self.lock.release()
@@ -255,23 +256,6 @@ class Indexer:
         if embed and report.wrote():
             self.stats.store_reference(store)
         return report
-
-    def _note_failure(self, err: MemorydError) -> None:
-        """Recorded in the index too (every process's status shows it), as far as it can be."""
-        self.last_error = str(err)
-        store = self.engine.store
-        with contextlib.suppress(MemorydError):
-            if store.read_only is None:
-                store.set_meta(
-                    {"last_sync_error": json.dumps({"message": str(err), "at": time.time()})}
-                )
-
-    def _note_success(self) -> None:
-        self.last_error = None
-        store = self.engine.store
-        with contextlib.suppress(MemorydError):
-            if store.read_only is None and store.meta_value("last_sync_error") is not None:
-                store.delete_meta("last_sync_error")
 
     def check(self) -> IndexCheck:
         eng = self.engine
@@ -706,6 +690,17 @@ class Indexer:
         eng.store.guard_signature = signature
         eng.dirty = False
         return report
+
+
+def _record(store: Store, key: str, value: str | None) -> None:
+    """Record `key` (None: remove it) for other processes' status, as far as the index can be."""
+    with contextlib.suppress(MemorydError):
+        if store.read_only is not None:
+            return
+        if value is not None:
+            store.set_meta({key: value})
+        elif store.meta_value(key) is not None:
+            store.delete_meta(key)
 
 
 def _write_stamp(store: Store, old: str | None, new: str | None) -> None:
