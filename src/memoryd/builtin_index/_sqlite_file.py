@@ -20,7 +20,7 @@ from typing import Any, Self
 from ..errors import IndexCorrupt, IndexError_, MemorydError, StateError, StateReadOnly
 from ..fsio import check_state_path
 from . import _sqlite_util as u
-from ._common import Recovery, RecoveryHook, StoreChecks, VectorEngine, describe_recovery
+from ._common import Recovery, RecoveryHook, StoreChecks, VectorEngine
 from ._postings import vocab_tables_sql
 from ._sqlite_util import log
 
@@ -405,7 +405,11 @@ class SqliteFile(StoreChecks):
         if problem is None:
             return IndexError_(f"cannot {doing}: {err}")
         rec, rebuilt = self.recover(problem)
-        return IndexCorrupt(describe_recovery(self.path, rec, rebuilt=rebuilt))
+        moved = f"moved to {rec.moved_to}" if rec.moved_to else "replaced by another process"
+        then = "rebuilt from the Markdown files (retry)"
+        if not rebuilt:
+            then = "it is rebuilt from the Markdown files at the next sync"
+        return IndexCorrupt(f"index {self.path} was damaged ({rec.reason}); {moved}; {then}")
 
     def _free_wal(self) -> None:
         # a failed transaction leaves its frames in the WAL: hand that space back to the disk

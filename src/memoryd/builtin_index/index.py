@@ -451,9 +451,7 @@ class MemoryIndex:
             *self.watch_roots(),
             watch_filter=relevant,
             debounce=self.cfg.sync.watch_debounce_ms,
-            step=50,
             stop_event=stop_event,
-            recursive=True,
             rust_timeout=200,  # how often the watcher checks `stop_event`
         ):
             report = self._sync_logged("background")
