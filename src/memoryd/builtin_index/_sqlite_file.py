@@ -147,36 +147,30 @@ class SqliteFile(StoreChecks):
         damage = u.inspect(self.path)
         if damage is not None:
             raise u.Damaged(damage)
-        refusal = self._not_writable()
-        if refusal is None:
-            refusal = self._make_private()
+        refusal = self._not_writable() or self._make_private()
         if refusal is not None:
             self._open_read_only(refusal)
             return
-        conns: list[Any] = []
         try:
-            writer, vec = self._connect()
-            conns.append(writer)
-            try:
-                writer.execute(f"pragma page_size = {u.PAGE_SIZE}")  # before WAL fixes it
-                writer.execute("pragma journal_mode = wal")
-                writer.execute("pragma synchronous = normal")
-                writer.execute(f"pragma journal_size_limit = {u.JOURNAL_SIZE_LIMIT}")
-                self._migrate(writer)
-                meta = dict(writer.execute("select key, value from meta").fetchall())
-                reader, _ = self._connect()
-                conns.append(reader)
-                reader.execute("pragma query_only = 1")
-                reader.execute("select count(*) from migrations").fetchone()
-            except u.db_errors() as err:
-                raise self._classify_open(err) from None
-            writer.execute(f"pragma busy_timeout = {u.WRITE_WAIT_MS}")
-        except BaseException as err:
-            for conn in conns:
-                with contextlib.suppress(Exception):
-                    conn.close()
-            if not isinstance(err, u.ReadOnly):
-                raise
+            with contextlib.ExitStack() as opened:  # both closed unless all of it succeeds
+                writer, vec = self._connect()
+                opened.callback(writer.close)
+                try:
+                    writer.execute(f"pragma page_size = {u.PAGE_SIZE}")  # before WAL fixes it
+                    writer.execute("pragma journal_mode = wal")
+                    writer.execute("pragma synchronous = normal")
+                    writer.execute(f"pragma journal_size_limit = {u.JOURNAL_SIZE_LIMIT}")
+                    self._migrate(writer)
+                    meta = dict(writer.execute("select key, value from meta").fetchall())
+                    reader, _ = self._connect()
+                    opened.callback(reader.close)
+                    reader.execute("pragma query_only = 1")
+                    reader.execute("select count(*) from migrations").fetchone()
+                except u.db_errors() as err:
+                    raise self._classify_open(err) from None
+                writer.execute(f"pragma busy_timeout = {u.WRITE_WAIT_MS}")
+                opened.pop_all()
+        except u.ReadOnly as err:
             self._open_read_only(self._not_writable() or f"SQLite cannot write there: {err}")
             return
         self._opened(writer, reader, vec, meta, read_only=None)
@@ -227,31 +221,28 @@ class SqliteFile(StoreChecks):
         quoted = "file:" + urllib.parse.quote(str(self.path)) + "?mode=ro"
         last: BaseException | None = None
         for suffix, note in (("", ""), ("&immutable=1", "; opened immutable: no -shm can be made")):
-            conns: list[Any] = []
             try:
-                writer, vec = self._connect(uri=quoted + suffix)
-                conns.append(writer)
-                reader, _ = self._connect(uri=quoted + suffix)
-                conns.append(reader)
-                try:
-                    done = {r[0] for r in writer.execute("select id from migrations")}
-                    meta = dict(writer.execute("select key, value from meta").fetchall())
-                except u.db_errors() as err:
-                    raise self._classify_open(err) from None
-                missing = self._missing_migrations(done)
-                if missing:
-                    raise StateReadOnly(
-                        f"index {self.path} needs migrations {', '.join(missing)} but {reason}"
-                    )
-            except BaseException as err:
-                for conn in conns:
-                    conn.close()
-                if isinstance(err, u.Damaged):
-                    raise IndexCorrupt(
-                        f"index {self.path} is damaged ({err}) and cannot be replaced: {reason}"
-                    ) from None
-                if not isinstance(err, u.ReadOnly | IndexError_):
-                    raise
+                with contextlib.ExitStack() as opened:  # both closed unless all of it succeeds
+                    writer, vec = self._connect(uri=quoted + suffix)
+                    opened.callback(writer.close)
+                    reader, _ = self._connect(uri=quoted + suffix)
+                    opened.callback(reader.close)
+                    try:
+                        done = {r[0] for r in writer.execute("select id from migrations")}
+                        meta = dict(writer.execute("select key, value from meta").fetchall())
+                    except u.db_errors() as err:
+                        raise self._classify_open(err) from None
+                    missing = self._missing_migrations(done)
+                    if missing:
+                        raise StateReadOnly(
+                            f"index {self.path} needs migrations {', '.join(missing)} but {reason}"
+                        )
+                    opened.pop_all()
+            except u.Damaged as err:
+                raise IndexCorrupt(
+                    f"index {self.path} is damaged ({err}) and cannot be replaced: {reason}"
+                ) from None
+            except (u.ReadOnly, IndexError_) as err:
                 last = err
                 continue
             self._opened(writer, reader, vec, meta, read_only=reason + note)
