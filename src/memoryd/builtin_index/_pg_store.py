@@ -117,17 +117,13 @@ class PgStore(StoreChecks):
         self.recovered: list[Recovery] = []
         self._lock_wait_s = LOCK_TIMEOUT_S
         self._indexed_dims: set[int] = set()
-        self._ro = self._connect()
-        try:
+        with contextlib.ExitStack() as opened:  # both closed unless the whole open succeeds
+            self._ro = self._connect()
+            opened.callback(self._ro.close)
             self._rw = self._connect()
-        except BaseException:
-            self._ro.close()
-            raise
-        try:
+            opened.callback(self._rw.close)
             self._open(migrate, vector_enabled, _tenant_id)
-        except BaseException:
-            self.close()
-            raise
+            opened.pop_all()
 
     def _open(self, migrate: bool, vector_enabled: bool, tenant_id: int | None) -> None:
         if migrate:

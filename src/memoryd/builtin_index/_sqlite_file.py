@@ -136,7 +136,7 @@ class SqliteFile(StoreChecks):
                     raise IndexCorrupt(
                         f"index {self.path} is still damaged after moving it aside: {damage}"
                     ) from None
-                moved = Recovery(self._move_aside(str(damage)), str(damage), time.time())
+                moved = Recovery(u.move_aside(self.path, str(damage)), str(damage), time.time())
         if moved is not None:
             self._after_recovery(moved, refill_now=False)
 
@@ -250,10 +250,6 @@ class SqliteFile(StoreChecks):
             return
         raise StateReadOnly(f"cannot open index {self.path} read-only ({reason}): {last}")
 
-    def _move_aside(self, reason: str) -> Path | None:
-        self._close_connections()
-        return u.move_aside(self.path, reason)
-
     def _after_recovery(self, rec: Recovery, *, refill_now: bool) -> bool:
         """Salvage the old embedding cache, record the move, let the owner refill the index."""
         self._reset_caches()
@@ -305,8 +301,8 @@ class SqliteFile(StoreChecks):
         """Move the damaged file aside (unless another process did), reopen; (recovery, refilled)."""
         with self.lock:
             mine = self._ident is not None and u.identity(self.path) == self._ident
-            moved = self._move_aside(reason) if mine else None
             self._close_connections()
+            moved = u.move_aside(self.path, reason) if mine else None
             self._open()
             rec = Recovery(moved, reason, time.time())
         return rec, self._after_recovery(rec, refill_now=mine)

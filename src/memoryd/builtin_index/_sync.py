@@ -473,14 +473,12 @@ class Indexer:
         return self._session_tracker
 
     def _due_transcripts(
-        self,
-        sessions_dir: Path,
-        known: dict[str, tuple[Any, ...]],
-        force: bool,
-        cutoff: float | None,
+        self, sessions_dir: Path, known: dict[str, tuple[Any, ...]], force: bool
     ) -> tuple[list[tuple[Path, str]], set[str]]:
         """The transcripts to index (new, edited, or grown by the sync.sessions deltas) and the
-        ones the index keeps; one idle since before `cutoff` is in neither, so it leaves."""
+        ones the index keeps; one idle past `retentionDays` is in neither, so it leaves."""
+        days = self.engine.cfg.session_retention_days
+        cutoff = None if days is None else time.time() - days * 86_400
         seen: set[str] = set()
         due: list[tuple[Path, str]] = []
         for path in list_transcripts(sessions_dir):
@@ -525,10 +523,8 @@ class Indexer:
         cfg = self.engine.cfg
         if cfg.sessions_dir is None:
             return
-        days = cfg.session_retention_days
-        cutoff = None if days is None else time.time() - days * 86_400
         known = {p: v for p, v in store.files().items() if v[3] == "sessions"}
-        due, seen = self._due_transcripts(cfg.sessions_dir, known, force, cutoff)
+        due, seen = self._due_transcripts(cfg.sessions_dir, known, force)
         gone = set(known) - seen
         if not due and not gone:
             return

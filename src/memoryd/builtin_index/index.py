@@ -29,10 +29,11 @@ from ..errors import (
     StateError,
     WorkspaceMismatch,
 )
-from ..fsio import SQLITE_SIDE_FILES, private_dir
+from ..fsio import private_dir
 from ..memfiles import discover, read_memory_file, unchanged_since
 from ._engine import Store
 from ._search import Searcher
+from ._sqlite_util import remove_db_files
 from ._stats import CorpusStatistics
 from ._store import Recovery
 from ._store import Store as SqliteStore
@@ -248,11 +249,7 @@ class MemoryIndex:
                 removed = [self.location]
             else:
                 self.store.close()
-                removed = []
-                for f in (self.path, *(Path(f"{self.path}{s}") for s in SQLITE_SIDE_FILES)):
-                    with contextlib.suppress(FileNotFoundError):
-                        f.unlink()
-                        removed.append(str(f))
+                removed = remove_db_files(self.path)
                 self.store = self._open_store()
                 self.bind_workspace(self.store)
             self.stats = self.indexer.stats = CorpusStatistics(self)
