@@ -163,9 +163,10 @@ class Indexer:
         sessions: bool = True,
         lock_wait_s: float | None = None,
     ) -> SyncReport:
-        """`allow_reindex=False` (a search's pre-sync) skips a due rebuild, waits at most
-        `sync.searchWaitMs` for a write lock and never raises for the state; another thread's
-        sync is waited for `lock_wait_s` at most, counted against `embed_budget_s`."""
+        """Bring the index up to date with the files (`MemoryIndex.sync`). `allow_reindex=False`
+        (a search's pre-sync) skips a due rebuild, waits at most `sync.searchWaitMs` for a write
+        lock and never raises for the state; another thread's sync is waited for `lock_wait_s` at
+        most, counted against `embed_budget_s`."""
         kw: dict[str, Any] = {
             "embed": embed,
             "progress": progress,

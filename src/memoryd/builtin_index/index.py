@@ -225,11 +225,9 @@ class MemoryIndex:
         is indexed afresh (a transcript through the forget tombstones)."""
         with self.indexer.lock:
             store = self.store
-            known = store.files()
             with store.transaction(doing="purge forgotten text"):
                 for rel in paths:
-                    if rel in known:
-                        store.remove_file(rel)
+                    store.remove_file(rel)  # nothing, for a path the index does not hold
                 store.delete_meta(WALK_META_KEY)  # the rows no longer follow that walk
             self.searcher.forget_paths()
             self.indexer.session_baselines.difference_update(paths)
