@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from helpers import agent_for, selection, write
-from memoryd.builtin_index import MemoryIndex, _pg_store
+from memoryd.builtin_index import MemoryIndex
 from memoryd.builtin_index._pg_migrations import LATEST, MIGRATIONS, migrate, tenant_lock_key
 from memoryd.builtin_index._pg_store import (
     HNSW_BUILD_MAX_PENDING,
@@ -647,11 +647,8 @@ def test_a_dead_rebuild_is_dropped_by_the_next_one(
     s.close()
 
 
-def test_hnsw_answers_above_the_exact_threshold(
-    open_store: Callable[..., PgStore], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(_pg_store, "EXACT_MAX_VECTORS", 20)
-    s = open_store()
+def test_hnsw_answers_above_the_exact_threshold(open_store: Callable[..., PgStore]) -> None:
+    s = open_store(exact_max_vectors=20)
     s.replace_file(
         "a.md", "/w/a.md", "memory", "h", 1.0, 1, [chunk(i, f"t{i}") for i in range(1, 81)]
     )
@@ -674,12 +671,11 @@ def test_hnsw_answers_above_the_exact_threshold(
 
 
 def test_hnsw_is_built_once_the_pending_backlog_is_short(
-    open_store: Callable[..., PgStore], monkeypatch: pytest.MonkeyPatch
+    open_store: Callable[..., PgStore],
 ) -> None:
     """A sync that takes a tenant past the limit keeps the exact scan while most of its vectors
     are still to come, and builds the index over all of them at the end."""
-    monkeypatch.setattr(_pg_store, "EXACT_MAX_VECTORS", 20)
-    s = open_store()
+    s = open_store(exact_max_vectors=20)
     n = HNSW_BUILD_MAX_PENDING + 200
     s.replace_file(
         "a.md", "/w/a.md", "memory", "h", 1.0, 1, [chunk(i, f"t{i}") for i in range(1, n + 1)]

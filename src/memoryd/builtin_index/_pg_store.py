@@ -93,6 +93,7 @@ class PgStore(StoreChecks):
         workspace: str,
         vector_enabled: bool = True,
         migrate: bool = True,
+        exact_max_vectors: int = EXACT_MAX_VECTORS,
         _tenant_id: int | None = None,
     ) -> None:
         try:
@@ -106,6 +107,7 @@ class PgStore(StoreChecks):
         self.where = describe_url(url)
         self.agent_id = agent_id
         self.workspace = workspace
+        self.exact_max_vectors = exact_max_vectors
         self._ro_lock = threading.RLock()
         self._rw_lock = threading.RLock()
         self._tx_owner: int | None = None
@@ -385,6 +387,7 @@ class PgStore(StoreChecks):
                 workspace=self.workspace,
                 vector_enabled=self.vector.available,
                 migrate=False,
+                exact_max_vectors=self.exact_max_vectors,
                 _tenant_id=new_id,
             )
         except BaseException:
@@ -625,7 +628,7 @@ class PgStore(StoreChecks):
         if (
             not self.vector.available
             or self._owns_tx()  # the build would wait for this transaction's own locks
-            or self._vector_count() <= EXACT_MAX_VECTORS
+            or self._vector_count() <= self.exact_max_vectors
             or self._has_index(dims)
             # one build over every vector costs a fraction of inserting them one by one
             or self.pending_count() > HNSW_BUILD_MAX_PENDING
@@ -689,7 +692,7 @@ class PgStore(StoreChecks):
             return []
         rows = self._search(
             "select chunk_id, similarity from memoryd.vector_hits(%s, %s::vector, %s, %s)",
-            (literal, k, EXACT_MAX_VECTORS),
+            (literal, k, self.exact_max_vectors),
         )
         # the HNSW index ranks by its own traversal; order by the similarity shown
         return sorted(((int(r[0]), float(r[1])) for r in rows), key=lambda h: -h[1])
@@ -716,7 +719,7 @@ class PgStore(StoreChecks):
         return str(
             self._scalar(
                 "select memoryd.vector_engine(%s, %s, %s)",
-                (self.tenant_id, self.vec_dims, EXACT_MAX_VECTORS),
+                (self.tenant_id, self.vec_dims, self.exact_max_vectors),
             )
         )
 
