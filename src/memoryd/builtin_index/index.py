@@ -391,9 +391,10 @@ class MemoryIndex:
                 entries=counts["cache_entries"],
                 max_entries=self.cfg.cache.max_entries,
             ),
-            last_sync_at=self.indexer.last_sync_at or _recorded_float(meta, LAST_SYNC_META_KEY),
+            last_sync_at=self.indexer.last_sync_at or _recorded(meta, LAST_SYNC_META_KEY, float),
             # another process's failed sync counts too: it is recorded in the index
-            last_error=self.indexer.last_error or _recorded_error(meta),
+            last_error=self.indexer.last_error
+            or _recorded(meta, "last_sync_error", lambda raw: str(json.loads(raw)["message"])),
             skipped=skipped,
             skipped_files=[
                 SkippedFile(path=e.path, reason=e.reason, detail=e.detail, size=e.size)
@@ -485,18 +486,10 @@ class MemoryIndex:
             p.close()
 
 
-def _recorded_float(meta: dict[str, str], key: str) -> float | None:
+def _recorded(meta: dict[str, str], key: str, read: Callable[[str], Any]) -> Any:
+    """What `read` makes of `meta[key]`, or None when it is absent or unreadable."""
     with contextlib.suppress(KeyError, ValueError, TypeError):
-        return float(meta[key])
-    return None
-
-
-def _recorded_error(meta: dict[str, str]) -> str | None:
-    raw = meta.get("last_sync_error")
-    if not raw:
-        return None
-    with contextlib.suppress(ValueError, TypeError, AttributeError):
-        return str(json.loads(raw)["message"])
+        return read(meta[key])
     return None
 
 
