@@ -68,7 +68,7 @@ def _word_terms(match: str) -> list[str]:
     return [doc for doc, n in map(fts_document, or_phrases(match) or []) if n]
 
 
-def _vector_literal(vec: np.ndarray) -> str | None:
+def _vector_literal(vec: np.ndarray | array[float]) -> str | None:
     """pgvector's text form; None for a zero vector (cosine distance to it is undefined)."""
     import numpy as np
 
@@ -677,17 +677,11 @@ class PgStore(StoreChecks):
 
     def vector_search(self, query: np.ndarray | array[float], k: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity) best first."""
-        import numpy as np
-
-        if isinstance(query, array):  # an engine's float32 buffer (the SQLite store's lean path)
-            query = np.frombuffer(query, dtype=np.float32)
         if not self.vector.available:
             return []
         if self.vec_dims is None:
             self._refresh()  # another process may have written the first vectors
-        if self.vec_dims is None or query.shape[0] != self.vec_dims:
-            return []
-        literal = _vector_literal(query)
+        literal = _vector_literal(query) if len(query) == self.vec_dims else None
         if literal is None:
             return []
         rows = self._search(
