@@ -488,10 +488,6 @@ class SqliteFile(StoreChecks):
         conn = self._w
         try:
             conn.execute("attach database ? as live", (str(live),))
-        except u.db_errors() as err:
-            log.warning("rebuild of %s starts without the old cache: %s", live, err)
-            return
-        try:
             conn.execute(
                 "insert or replace into main.embedding_cache select * from live.embedding_cache"
             )
@@ -502,7 +498,7 @@ class SqliteFile(StoreChecks):
         except u.db_errors() as err:  # a damaged old index: its cache is only an optimization
             log.warning("could not carry the embedding cache of %s: %s", live, err)
         finally:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # fails too when the attach did
                 conn.execute("detach database live")
 
     def _close_connections(self) -> None:
