@@ -326,15 +326,7 @@ class MemoryIndex:
 
     def status(self) -> BuiltinStatus:
         # imported here: the status models are defined only by processes that report status
-        from ..core.status import (
-            BuiltinStatus,
-            CacheInfo,
-            DegradedInfo,
-            FtsInfo,
-            IndexRecovery,
-            SkippedFile,
-            VectorInfo,
-        )
+        from ..core import status as st
 
         try:
             counts = self.store.counts()
@@ -343,18 +335,19 @@ class MemoryIndex:
             counts = self.store.counts()
         store, p, sel = self.store, self.provider, self.selection
         meta = store.meta()
-        # a one-off command's KNN scans in SQL
-        lean_scan = p is not None and p.query_buffer_available() and self.lean(store)
+        search_engine = store.search_engine
+        if search_engine == "numpy" and p and p.query_buffer_available() and self.lean(store):
+            search_engine = "sqlite-vec-scan"  # a one-off command's KNN scans in SQL
         skipped: dict[str, int] = json.loads(meta.get("skipped") or "{}")
         left_out = left_out_from_meta(meta)
         for e in left_out.values():
             skipped[e.reason] = skipped.get(e.reason, 0) + 1
-        return BuiltinStatus(
+        return st.BuiltinStatus(
             provider=p.id if p else "none",
             model=p.model if p else None,
             requested_provider=sel.requested,
             provider_reason=sel.reason,
-            fallback=DegradedInfo(reason=self.fallback_reason, since=self.fallback_since)
+            fallback=st.DegradedInfo(reason=self.fallback_reason, since=self.fallback_since)
             if self.fallback_reason
             else None,
             unavailable=self.unavailable,
@@ -367,26 +360,24 @@ class MemoryIndex:
             workspace_dir=str(self.cfg.workspace),
             sources=list(self.cfg.sources),
             source_counts=counts["source_counts"],
-            vector=VectorInfo(
+            vector=st.VectorInfo(
                 enabled=self.cfg.vector.enabled,
                 available=store.vector.available and p is not None,
                 engine=store.vector.engine,
-                search_engine="sqlite-vec-scan"
-                if store.search_engine == "numpy" and lean_scan
-                else store.search_engine,
+                search_engine=search_engine,
                 binding=store.vector.binding,
                 dims=store.vec_dims,
                 load_error=store.vector.load_error,
                 query_engine=p.query_engine() if p else None,
                 query_engine_problem=p.query_engine_problem if p else None,
             ),
-            fts=FtsInfo(
+            fts=st.FtsInfo(
                 available=store.fts_available,
                 error=store.fts_error,
                 trigram=store.trigram_error is None,
                 engine="tsvector" if self.cfg.store_driver == "postgres" else "fts5",
             ),
-            cache=CacheInfo(
+            cache=st.CacheInfo(
                 enabled=self.cfg.cache.enabled,
                 entries=counts["cache_entries"],
                 max_entries=self.cfg.cache.max_entries,
@@ -397,13 +388,13 @@ class MemoryIndex:
             or _recorded(meta, "last_sync_error", lambda raw: str(json.loads(raw)["message"])),
             skipped=skipped,
             skipped_files=[
-                SkippedFile(path=e.path, reason=e.reason, detail=e.detail, size=e.size)
+                st.SkippedFile(path=e.path, reason=e.reason, detail=e.detail, size=e.size)
                 for e in left_out.values()
             ],
             undecodable=json.loads(meta.get("undecodable") or "[]"),
             read_only=store.read_only,
             recoveries=[
-                IndexRecovery(moved_to=str(r.moved_to), at=r.at, reason=r.reason)
+                st.IndexRecovery(moved_to=str(r.moved_to), at=r.at, reason=r.reason)
                 for r in store.recoveries()
             ],
         )
