@@ -203,20 +203,14 @@ class MemoryIndex:
         failed = f"{self.provider.id} embedding failed: {err}"
         sel = self.selection
         if sel.fallback is not None and self.provider is sel.provider:
-            self.provider = sel.fallback
-            self._set_fallback(f"{failed}; using fallback provider {sel.fallback.id}")
-            log.warning("%s; switching to fallback provider %s", failed, sel.fallback.id)
-            return
-        if sel.explicit:
+            self.provider, then = sel.fallback, f"using fallback provider {sel.fallback.id}"
+        elif sel.explicit:
             self.unavailable = failed
             raise ProviderUnavailable(failed) from err
-        self.provider = None
-        self._set_fallback(f"{failed}; keyword-only search")
-        log.warning("%s; degrading to keyword-only search", failed)
-
-    def _set_fallback(self, reason: str) -> None:
-        self.fallback_reason = reason
-        self.fallback_since = time.time()
+        else:
+            self.provider, then = None, "keyword-only search"
+        self.fallback_reason, self.fallback_since = f"{failed}; {then}", time.time()
+        log.warning("%s", self.fallback_reason)
 
     # ------------------------------------------------------------------ sync
 
