@@ -259,6 +259,7 @@ class Indexer:
         return report
 
     def check(self) -> IndexCheck:
+        """Verify the index (`MemoryIndex.check`); a damaged one is moved aside and rebuilt."""
         eng = self.engine
         started = time.perf_counter()
         with self.lock:
