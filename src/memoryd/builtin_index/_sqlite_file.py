@@ -13,7 +13,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Self
 
@@ -268,7 +268,6 @@ class SqliteFile(StoreChecks):
             return
         uri = "file:" + urllib.parse.quote(str(old)) + "?mode=ro"
         module, _ = u._binding()
-        kept = 0
         try:
             src = module.connect(uri, uri=True, timeout=1, isolation_level=None)
         except Exception:
@@ -278,24 +277,15 @@ class SqliteFile(StoreChecks):
                 "select provider, model, fingerprint, hash, dims, vector, used_at from embedding_cache"
             )
             with self.transaction(doing="keep the damaged index's embedding cache"):
-                while True:
-                    try:
-                        row = rows.fetchone()
-                    except Exception:
-                        break
-                    if row is None:
-                        break
-                    self._w.execute(
-                        "insert or ignore into embedding_cache values (?,?,?,?,?,?,?)", row
-                    )
-                    kept += 1
+                sql = "insert or ignore into embedding_cache values (?,?,?,?,?,?,?)"
+                kept = self._w.executemany(sql, _until_unreadable(rows)).rowcount
+            if kept > 0:
+                log.warning("kept %d cached embeddings from %s", kept, old)
         except Exception as err:
             log.info("nothing salvaged from %s's embedding cache: %s", old, err)
         finally:
             with contextlib.suppress(Exception):
                 src.close()
-        if kept:
-            log.warning("kept %d cached embeddings from %s", kept, old)
 
     def recover(self, reason: str) -> tuple[Recovery, bool]:
         """Move the damaged file aside (unless another process did), reopen; (recovery, refilled)."""
@@ -668,3 +658,9 @@ class SqliteFile(StoreChecks):
     def delete_meta(self, key: str) -> None:
         with self.transaction(doing="save index metadata"):
             self._w.execute("delete from meta where key = ?", (key,))
+
+
+def _until_unreadable(rows: Iterable[Any]) -> Iterator[Any]:
+    """`rows` up to the first that does not read: a damaged page ends a salvage, not fails it."""
+    with contextlib.suppress(Exception):
+        yield from rows
