@@ -23,7 +23,7 @@ from ._collections import CollectionSpec
 from ._maintenance import QmdMaintained
 from ._mapping import apply_limits, display_path, interleave, split_qmd_uri
 from ._parse import QmdHit, is_missing_collection_error, parse_search_output
-from ._plan import QueryPlan, SearchMode, plan_query
+from ._plan import SearchMode, plan_query
 from ._rerank import explained, qmd_scorer, reranked
 from ._runner import kill_group
 from ._snippets import content_docid, file_lines, hit_windows, holds_enough, refind_line
@@ -36,13 +36,6 @@ SPARE_HITS: Final = 2
 QMD_CANDIDATE_LIMIT: Final = 40
 #: A hit's file is read whole to cut its window; a larger one is dropped (and counted).
 MAX_HIT_FILE_BYTES: Final = 8 << 20
-
-
-@dataclasses.dataclass
-class _Found:
-    results: list[SearchResult]
-    vector: bool = False
-    notes: list[str] = dataclasses.field(default_factory=list)
 
 
 class _Dropped(Exception):
@@ -178,96 +171,50 @@ class QmdManager(QmdMaintained):
         *,
         max_results: int | None = None,
         min_score: float | None = None,
-        mode: SearchMode | None = None,
-    ) -> SearchOutput:
-        """The engine contract's search: ranked hits with their provenance (see `search_hits`)."""
-        if isinstance(request, str):
-            request = SearchRequest(request, max_results, min_score)
-        found = self._search(request, mode=mode)
-        return SearchOutput(
-            results=found.results,
-            engine="qmd",
-            provider="qmd",
-            model=self.config.models.embed if found.vector else None,
-            mode=mode or self.search_mode,
-            max_injected_chars=self.config.limits.max_injected_chars,
-            notes=found.notes,
-        )
-
-    def search_hits(
-        self,
-        query: str,
-        *,
-        max_results: int | None = None,
-        min_score: float | None = None,
-        timeout_ms: int | None = None,
-        rerank: bool | None = None,
-        mode: SearchMode | None = None,
         corpus: Corpus = "all",
-    ) -> list[SearchResult]:
-        """Search this agent's collections in one `qmd query` call (see `plan_query`)."""
-        request = SearchRequest(query, max_results, min_score, corpus)
-        return self._search(request, timeout_ms=timeout_ms, rerank=rerank, mode=mode).results
-
-    def _search(
-        self,
-        request: SearchRequest,
-        *,
+        mode: SearchMode | None = None,
         timeout_ms: int | None = None,
         rerank: bool | None = None,
-        mode: SearchMode | None = None,
-    ) -> _Found:
-        limits, query, min_score = self.config.limits, request.query, request.min_score
-        n = request.max_results or limits.max_results
+    ) -> SearchOutput:
+        """Search this agent's collections in one `qmd query` call (see `plan_query`); a str is
+        the query, with the limits given here."""
+        if isinstance(request, str):
+            request = SearchRequest(request, max_results, min_score, corpus)
+        limits, query, mode = self.config.limits, request.query, mode or self.search_mode
+        answer = SearchOutput([], "qmd", "qmd", None, mode, limits.max_injected_chars)
         names = [s.name for s in self._active.values() if request.corpus in ("all", s.source)]
-        if not names:
-            return _Found([])
-        mode = mode or self.search_mode
-        vectors = mode != "search" and self.has_vectors(names)
-        plan = plan_query(query, mode=mode, vectors=vectors)
+        vectors = bool(names) and mode != "search" and self.has_vectors(names)
+        plan = plan_query(query, mode=mode, vectors=vectors) if names else None
         if plan is None:
-            return _Found([])
-        notes = []
+            return answer
         if mode != "search" and not vectors and not plan.verbatim:
-            notes.append(
+            answer.notes.append(
                 "qmd has no embeddings for these collections yet: answered by keywords "
                 "(`memoryd index` embeds them)"
             )
-        use_rerank = self._rerank if rerank is None else rerank
+        rerank = self._rerank if rerank is None else rerank
         # as many hits whatever maxResults asks: a larger one then only adds results
         pool = limits.max_results + SPARE_HITS
-        hits = self._query(plan.document, names, pool, timeout_ms or limits.timeout_ms, use_rerank)
+        hits = self._query(plan.document, names, pool, timeout_ms or limits.timeout_ms, rerank)
         results = self._results_from_hits(hits, plan.snippet_query, plan.words)
-        floor = limits.min_score if min_score is None else min_score
+        floor = limits.min_score if request.min_score is None else request.min_score
         passed = apply_limits(results, max_results=len(results), min_score=floor)
-        passed = self.rerank_passed(query, plan, names, pool, passed, notes, floor, request.explain)
-        return _Found(passed[:n], plan.vector, notes)
-
-    def rerank_passed(
-        self,
-        query: str,
-        plan: QueryPlan,
-        names: list[str],
-        pool: int,
-        passed: list[SearchResult],
-        notes: list[str],
-        floor: float,
-        explain: bool,
-    ) -> list[SearchResult]:
-        """The rerank stage over what passed minScore; `explain` says what qmd was sent."""
-        sent = {"query": plan.document.split("\n"), "minScore": floor} if explain else None
+        # the rerank stage over what passed minScore; `explain` says what qmd was sent
+        sent = {"query": plan.document.split("\n"), "minScore": floor} if request.explain else None
         stage = self.rerank_stage
-        if stage is None or not passed:
-            if sent is None:
-                return passed
-            return [r.with_(explain=explained(r, sent, None)) for r in passed]
-        scorer = None
-        if stage.provider == "qmd":
-            argv = self.search_argv(plan.document, names, pool, rerank=True)
-            roots = {s.name: s.path for s in self._specs}
-            paths = [r.path for r in passed[: stage.candidates]]
-            scorer = qmd_scorer(self._run, argv, paths, self.settings, roots)
-        return reranked(stage, query, passed, notes, scorer, sent)
+        if stage is not None and passed:
+            scorer = None
+            if stage.provider == "qmd":
+                argv = self.search_argv(plan.document, names, pool, rerank=True)
+                roots = {s.name: s.path for s in self._specs}
+                paths = [r.path for r in passed[: stage.candidates]]
+                scorer = qmd_scorer(self._run, argv, paths, self.settings, roots)
+            passed = reranked(stage, query, passed, answer.notes, scorer, sent)
+        elif sent is not None:
+            passed = [r.with_(explain=explained(r, sent, None)) for r in passed]
+        n = request.max_results or limits.max_results
+        model = self.config.models.embed if plan.vector else None
+        return dataclasses.replace(answer, results=passed[:n], model=model)
 
     def search_argv(
         self, document: str, names: Sequence[str], n: int, *, rerank: bool | None = None
