@@ -30,7 +30,7 @@ from ._supervisor import AgentBackend, IndexFactory, QmdFactory
 
 if TYPE_CHECKING:
     from ..core.status import QmdStatus
-    from .status import FreshnessInfo, MemoryStatus
+    from .status import MemoryStatus
 
 log = logging.getLogger("memoryd")
 
@@ -472,7 +472,7 @@ class MemoryService:
     def status_model(self, agent_id: str | None = None, *, deep: bool = False) -> MemoryStatus:
         """The typed status of one agent, the same from every process; `deep` probes qmd for real."""
         # imported here: only processes that report status define the status models
-        from .status import FallbackInfo, MemoryStatus, RecoveryInfo
+        from .status import FallbackInfo, FreshnessInfo, MemoryStatus, RecoveryInfo
 
         b = self.backend(agent_id)
         agent = b.agent
@@ -496,7 +496,14 @@ class MemoryService:
         now = time.time()
         freshness = None
         if qstat is not None:
-            freshness = self._qmd_freshness(b, health)
+            newest, indexed = b.qmd_lag()
+            stale = newest is not None and (indexed is None or newest > indexed)
+            freshness = FreshnessInfo(
+                stale=stale,
+                stale_seconds=newest - indexed if stale and newest and indexed else None,
+                newest_file_at=newest,
+                indexed_at=indexed,
+            )
         serving_builtin = backend == "builtin"
         model = MemoryStatus(
             agent_id=agent.agent_id,
@@ -555,25 +562,6 @@ class MemoryService:
         if q.version is None and q.version_error is None and b.health.qmd.version is None:
             with b.qmd.bounded(time.monotonic() + 5):
                 b.qmd.probe()
-
-    @staticmethod
-    def _qmd_freshness(b: AgentBackend, health: Any) -> FreshnessInfo:
-        from .status import FreshnessInfo
-
-        newest = b.newest_memory_mtime()
-        indexed = health.qmd.last_update_at
-        if b.qmd is not None:
-            indexed = max(indexed or 0, b.qmd.status().last_update_at or 0) or None
-        if newest is None:
-            return FreshnessInfo(stale=False, indexed_at=indexed)
-        if indexed is None or newest > indexed:
-            return FreshnessInfo(
-                stale=True,
-                stale_seconds=None if indexed is None else newest - indexed,
-                newest_file_at=newest,
-                indexed_at=indexed,
-            )
-        return FreshnessInfo(stale=False, newest_file_at=newest, indexed_at=indexed)
 
     def status(self, agent_id: str | None = None, *, deep: bool = False) -> dict[str, Any]:
         """`status_model()` as JSON-ready camelCase dict."""
