@@ -31,7 +31,7 @@ from ._parse import (
 )
 from ._plan import SearchMode
 from ._rerank import rerank_stage
-from ._runner import DEFAULT_MAX_OUTPUT_CHARS, QmdOutput, resolve_command, run_qmd
+from ._runner import QmdOutput, resolve_command, run_qmd
 
 log = logging.getLogger("memoryd.qmd")
 
@@ -63,8 +63,6 @@ class QmdCore:
         shared_models_dir: Path | _Unset | None = "unset",
         env_overrides: Mapping[str, str | None] | None = None,
         rerank: bool | None = None,
-        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
-        embed_backoff: tuple[float, float] = (60.0, 3600.0),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
@@ -78,8 +76,6 @@ class QmdCore:
         # the search reranks only if told here: `memory.qmd.rerank` is the rerank stage's
         self._rerank = bool(rerank)
         self.rerank_stage = rerank_stage(settings)
-        self._max_output = max_output_chars
-        self._backoff_base, self._backoff_cap = embed_backoff
         self._clock = clock
 
         #: The configured search mode (`memory.qmd.searchMode`).
@@ -176,7 +172,6 @@ class QmdCore:
                     env=env,
                     cwd=str(self.home.neutral_cwd),
                     timeout_s=max(left_s, 0.001),
-                    max_output_chars=self._max_output,
                     check=check,
                     running=self._running,
                 )

@@ -20,11 +20,9 @@ from ._core import QmdCore
 log = logging.getLogger("memoryd.qmd")
 
 
-def embed_backoff_s(failures: int, *, base_s: float = 60.0, cap_s: float = 3600.0) -> float:
+def embed_backoff_s(failures: int) -> float:
     """Wait before the next embed after `failures` consecutive failures: 60 s doubling, ≤ 1 h."""
-    if failures <= 0:
-        return 0.0
-    return float(min(cap_s, base_s * 2 ** (failures - 1)))
+    return float(min(3600, 60 * 2 ** (failures - 1))) if failures > 0 else 0.0
 
 
 class QmdMaintained(QmdCore):
@@ -140,9 +138,7 @@ class QmdMaintained(QmdCore):
             self._run(["embed"], self.config.update.embed_timeout_ms)
         except QmdError as err:
             self._embed_failures += 1
-            delay = embed_backoff_s(
-                self._embed_failures, base_s=self._backoff_base, cap_s=self._backoff_cap
-            )
+            delay = embed_backoff_s(self._embed_failures)
             self._embed_retry_at = self._clock() + delay
             self.last_error = f"embed failed: {err}"
             log.warning("qmd embed failed (%s); next try in %.0fs", err, delay)

@@ -13,15 +13,14 @@ from typing import Any, Final
 
 from ..background import Background
 from ..core.engine import Corpus, SearchOutput, SearchRequest
-from ..core.layout import SKIP_DIRS, MemoryRoot
+from ..core.layout import SKIP_DIRS, MemoryRoot, display_path
 from ..core.results import FileText, SearchResult, Source
 from ..core.status import CollectionStatus, QmdStatus
 from ..errors import MemorydError, PathNotAllowed, QmdBadOutput, QmdError, QmdExitError
 from ..fsio import read_file, wipe_folder
 from ..memfiles import read_memory_file
-from ._collections import CollectionSpec
 from ._maintenance import QmdMaintained
-from ._mapping import apply_limits, display_path, interleave, split_qmd_uri
+from ._mapping import interleave, split_qmd_uri
 from ._parse import QmdHit, is_missing_collection_error, parse_search_output
 from ._plan import SearchMode, plan_query
 from ._rerank import explained, qmd_scorer, reranked
@@ -198,7 +197,7 @@ class QmdManager(QmdMaintained):
         hits = self._query(plan.document, names, pool, timeout_ms or limits.timeout_ms, rerank)
         results = self._results_from_hits(hits, plan.snippet_query, plan.words)
         floor = limits.min_score if request.min_score is None else request.min_score
-        passed = apply_limits(results, max_results=len(results), min_score=floor)
+        passed = [r for r in results if r.score >= floor]
         # the rerank stage over what passed minScore; `explain` says what qmd was sent
         sent = {"query": plan.document.split("\n"), "minScore": floor} if request.explain else None
         stage = self.rerank_stage
@@ -206,9 +205,8 @@ class QmdManager(QmdMaintained):
             scorer = None
             if stage.provider == "qmd":
                 argv = self.search_argv(plan.document, names, pool, rerank=True)
-                roots = {s.name: s.path for s in self._specs}
                 paths = [r.path for r in passed[: stage.candidates]]
-                scorer = qmd_scorer(self._run, argv, paths, self.settings, roots)
+                scorer = qmd_scorer(self._run, argv, paths, self.roots(), self.settings.workspace)
             passed = reranked(stage, query, passed, answer.notes, scorer, sent)
         elif sent is not None:
             passed = [r.with_(explain=explained(r, sent, None)) for r in passed]
@@ -310,8 +308,9 @@ class QmdManager(QmdMaintained):
         if spec is None:
             self._drop("unknown_collection", shown, f"{collection!r} is not one of this agent's")
             return []
+        root = MemoryRoot(spec.path, spec.pattern, spec.source, spec.name)
         try:
-            read = self._read_hit(spec, rel)
+            read = self._read_hit(root, rel)
         except _Dropped as dropped:
             self._drop(dropped.reason, shown, dropped.detail)
             return []
@@ -330,8 +329,7 @@ class QmdManager(QmdMaintained):
             line = moved
         if words and not holds_enough(words, "\n".join(lines)):
             return []  # about something else (not a refusal: nothing is counted)
-        roots = {s.name: s.path for s in self._specs}
-        path = display_path(collection, rel, roots=roots, workspace=str(self.settings.workspace))
+        path = display_path(root, PurePosixPath(rel), workspace=str(self.settings.workspace))
         return [
             SearchResult(path, first, last, hit.score, text, source=spec.source)
             for text, first, last in hit_windows(
@@ -339,7 +337,7 @@ class QmdManager(QmdMaintained):
             )
         ]
 
-    def _read_hit(self, spec: CollectionSpec, rel: str) -> tuple[bytes, list[str]] | None:
+    def _read_hit(self, root: MemoryRoot, rel: str) -> tuple[bytes, list[str]] | None:
         """The hit's file, read only if memoryd's own rules and `fsio`'s checks allow it."""
         if rel.startswith("/"):
             raise _Dropped("absolute_path", "qmd named an absolute path")
@@ -349,9 +347,8 @@ class QmdManager(QmdMaintained):
         skipped = next((p for p in parts[:-1] if p in SKIP_DIRS), None)
         if skipped is not None:
             raise _Dropped("not_memory", f"in {skipped}/, a folder memoryd never reads")
-        root = MemoryRoot(spec.path, spec.pattern, spec.source, spec.name)
         if not root.accepts(PurePosixPath(rel)):
-            raise _Dropped("not_memory", f"not a Markdown file {spec.pattern!r} selects")
+            raise _Dropped("not_memory", f"not a Markdown file {root.pattern!r} selects")
         try:
             got = read_file(root, rel, anchor=self.settings.workspace, max_bytes=MAX_HIT_FILE_BYTES)
         except PathNotAllowed as err:
