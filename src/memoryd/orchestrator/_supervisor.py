@@ -21,7 +21,7 @@ from ..core.results import FileText
 from ..errors import MemorydError, QmdBadOutput, QmdError, QmdTimeout, ServiceUnavailable
 from ..memfiles import discover, read_memory_file
 from .failover import Active, Failover, FailoverSettings, FailoverState, clean_reason
-from .health import REFUSED_HITS, Health, HealthFile
+from .health import REFUSED_HITS, Health, load_health, save_health
 
 if TYPE_CHECKING:
     from ..lifecycle.session_export import ExportReport
@@ -40,8 +40,8 @@ class AgentBackend:
         self,
         agent: ResolvedAgent,
         *,
-        qmd_factory: QmdFactory | None = None,
-        index_factory: IndexFactory | None = None,
+        qmd_factory: QmdFactory,
+        index_factory: IndexFactory,
         clock: Callable[[], float] = time.time,
         jitter: Callable[[float], float] | None = None,
     ) -> None:
@@ -57,26 +57,17 @@ class AgentBackend:
                 fo.failure_threshold, fo.cooldown_ms / 1000, fo.probe_max_interval_ms / 1000
             )
         )
-        self.health_file = HealthFile(agent.state.health)
         self.health = Health(requested=self.requested)
         self.qmd: QmdEngine | None = None
         if self.requested == "qmd":
-            loaded = self.health_file.load()
+            loaded = load_health(self.agent.state.health)
             if loaded is not None and loaded.requested == "qmd":
                 self.health = loaded
                 self.failover.state = loaded.failover
-            if qmd_factory is None:
-                from .engines import qmd_engine
-
-                qmd_factory = qmd_engine
             self.qmd = qmd_factory(agent)
             self._bind_qmd_events()
         else:
             self.failover.state = FailoverState(active="builtin")
-        if index_factory is None:
-            from .engines import builtin_engine
-
-            index_factory = builtin_engine
         self._index_factory = index_factory
         self._index: BuiltinEngine | None = None
         self._background: Background | None = None
@@ -111,18 +102,14 @@ class AgentBackend:
 
     def _on_qmd_event(self, kind: str, ok: bool, detail: str | None) -> None:
         """qmd reported a maintenance outcome (`update`, `embed`) or its version: persist it."""
-        q = self.health.qmd
-        now = self._clock()
+        q, now, reason = self.health.qmd, self._clock(), clean_reason(detail or "")
         if kind == "update":
-            q.last_update_ok, q.last_update_error = ok, None if ok else clean_reason(detail or "")
-            if ok:
-                q.last_update_at = now
+            q.last_update_ok, q.last_update_error = ok, None if ok else reason
+            q.last_update_at = now if ok else q.last_update_at
         elif kind == "embed":
-            q.last_embed_ok, q.last_embed_error = ok, None if ok else clean_reason(detail or "")
-            if ok:
-                q.last_embed_at = now
+            q.last_embed_ok, q.last_embed_error = ok, None if ok else reason
+            q.last_embed_at = now if ok else q.last_embed_at
         elif kind == "version":
-            reason = clean_reason(detail or "")
             bad = reason.startswith(QmdBadOutput.__name__)
             error = reason.removeprefix(f"{QmdBadOutput.__name__}: ") if bad else None
             q.version, q.version_error = (detail, None) if ok else (None, error)
@@ -142,7 +129,7 @@ class AgentBackend:
         if self.requested != "qmd":
             return
         self.health.failover = self.failover.state
-        self.health_file.save(self.health)
+        save_health(self.agent.state.health, self.health)
 
     def start(self, background: Background | None = None) -> None:
         """Start qmd (on a thread, or in a one-off command's first search) and the index."""
@@ -488,7 +475,7 @@ class AgentBackend:
         """The freshest health: this process's state, or the file when it is newer."""
         if self.requested != "qmd":
             return self.health
-        on_disk = self.health_file.load()
+        on_disk = load_health(self.agent.state.health)
         if on_disk is not None and (on_disk.updated_at or 0) > (self.health.updated_at or 0):
             self.health = on_disk
             self.failover.state = on_disk.failover

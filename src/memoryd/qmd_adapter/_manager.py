@@ -19,7 +19,7 @@ from ..core.status import CollectionStatus, QmdStatus
 from ..errors import MemorydError, PathNotAllowed, QmdBadOutput, QmdError, QmdExitError
 from ..fsio import read_file, wipe_folder
 from ..memfiles import read_memory_file
-from ._maintenance import QmdMaintained
+from ._core import QmdCore
 from ._mapping import interleave, split_qmd_uri
 from ._parse import QmdHit, is_missing_collection_error, parse_search_output
 from ._plan import SearchMode, plan_query
@@ -55,7 +55,7 @@ def parse_version(text: str) -> str:
     return line
 
 
-class QmdManager(QmdMaintained):
+class QmdManager(QmdCore):
     """Drives qmd for one agent. Create, `start()`, use, `close()`."""
 
     name: Final = "qmd"
@@ -96,29 +96,20 @@ class QmdManager(QmdMaintained):
         self.home.ensure(models=models, shared_models_dir=self._shared_models)
         self.ensure_collections()
 
-    def version(self) -> str:
-        """`qmd --version` (cached), validated: e.g. `qmd 2.8.3 (facd35e)`; else `QmdBadOutput`."""
-        if self._version is None:
-            out = self._run(["--version"], self.config.update.command_timeout_ms)
-            try:
-                self._version = parse_version(out.stdout or out.stderr)
-            except QmdBadOutput as err:
-                self._version_error = str(err)
-                raise
-            self._version_error = None
-        return self._version
-
     def probe(self) -> bool:
         """True when qmd starts and answers `qmd X.Y.Z`; never raises a `QmdError`."""
+        self._version = None
         try:
-            self._version = None
-            version = self.version()
+            out = self._run(["--version"], self.config.update.command_timeout_ms)
+            version = parse_version(out.stdout or out.stderr)
         except QmdError as err:
+            if isinstance(err, QmdBadOutput):
+                self._version_error = str(err)
             self.last_error = str(err)
             self.last_probe_error = err
             self._emit("version", False, f"{type(err).__name__}: {err}")
             return False
-        self.last_probe_error = None
+        self._version, self._version_error, self.last_probe_error = version, None, None
         self._emit("version", True, version)
         return True
 

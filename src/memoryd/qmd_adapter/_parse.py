@@ -121,12 +121,7 @@ _LIST_NAME_RE = re.compile(r"^(\S+) \(qmd://[^)]*\)\s*$")
 
 def parse_collection_list(text: str) -> list[str]:
     """Names from `qmd collection list` (lines like `memory-root-main (qmd://memory-root-main/)`)."""
-    names = []
-    for line in text.splitlines():
-        match = _LIST_NAME_RE.match(line.strip())
-        if match:
-            names.append(match.group(1))
-    return names
+    return [m.group(1) for line in text.splitlines() if (m := _LIST_NAME_RE.match(line.strip()))]
 
 
 def parse_collection_show(text: str) -> CollectionInfo | None:
