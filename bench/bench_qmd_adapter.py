@@ -105,7 +105,7 @@ def main(args: argparse.Namespace) -> dict[str, object]:
             "docs": args.docs,
             "runs": args.runs,
             "query": args.query,
-            "qmdVersion": mgr.version(),
+            "qmdVersion": mgr.status().version if mgr.probe() else None,
             "rawSearchMedianMs": round(raw_med * 1000, 1),
             "adapterSearchMedianMs": round(ad_med * 1000, 1),
             "overheadPct": round((ad_med - raw_med) / raw_med * 100, 2),

@@ -101,7 +101,7 @@ def test_start_creates_scoped_collections_in_the_agent_home(
     assert env["XDG_CACHE_HOME"] == str(shared.home / "xdg-cache")
     assert env["NO_COLOR"] == "1"
     assert "CI" not in env
-    assert (mgr.version()).startswith("qmd 2.")
+    assert mgr.probe() and (mgr.status().version or "").startswith("qmd 2.")
     # Node's compiled copy of qmd lives in the agent's own cache, private like the rest
     cache = shared.home / "xdg-cache" / "node-compile-cache"
     assert env["NODE_COMPILE_CACHE"] == str(cache)
@@ -109,12 +109,15 @@ def test_start_creates_scoped_collections_in_the_agent_home(
     assert all(stat.S_IMODE(p.stat().st_mode) & 0o077 == 0 for p in cache.rglob("*"))
 
 
-def test_a_compile_cache_the_caller_set_is_kept(tmp_path: Path) -> None:
+def test_a_compile_cache_the_caller_set_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from memoryd.qmd_adapter._home import QmdHome
 
     home = QmdHome(tmp_path / "qmd")
-    assert home.env(base={"NODE_COMPILE_CACHE": "/opt/cc"})["NODE_COMPILE_CACHE"] == "/opt/cc"
-    assert "NODE_COMPILE_CACHE" not in home.env(base={}, overrides={"NODE_COMPILE_CACHE": None})
+    monkeypatch.setenv("NODE_COMPILE_CACHE", "/opt/cc")
+    assert home.env()["NODE_COMPILE_CACHE"] == "/opt/cc"
+    assert "NODE_COMPILE_CACHE" not in home.env(overrides={"NODE_COMPILE_CACHE": None})
 
 
 def test_default_home_is_under_the_agent_state_dir(

@@ -554,9 +554,8 @@ def _checked_selections(raw: object) -> list[tuple[str, list[int], str]]:
         raise InvalidInput("selections must be a non-empty list of {path, ranges, sha256}")
     out = []
     for item in raw:
-        path = item.get("path") if isinstance(item, dict) else None
-        ranges = item.get("ranges") if isinstance(item, dict) else None
-        digest = item.get("sha256") if isinstance(item, dict) else None
+        fields = item if isinstance(item, dict) else {}
+        path, ranges, digest = fields.get("path"), fields.get("ranges"), fields.get("sha256")
         ok = isinstance(ranges, list) and all(
             isinstance(r, list) and len(r) == 2 and all(type(n) is int and n >= 1 for n in r)
             for r in ranges
