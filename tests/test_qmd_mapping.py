@@ -10,7 +10,8 @@ from memoryd.core.layout import MemoryRoot, display_path
 from memoryd.core.results import SearchResult
 from memoryd.qmd_adapter._core import embed_backoff_s
 from memoryd.qmd_adapter._home import with_models_block
-from memoryd.qmd_adapter._mapping import interleave, split_qmd_uri
+from memoryd.qmd_adapter._parse import split_qmd_uri
+from memoryd.qmd_adapter._snippets import interleave
 
 ROOTS = {"memory-dir-main": "/ws/memory", "memory-root-main": "/ws", "notes-main": "/srv/notes"}
 

@@ -20,12 +20,18 @@ from ..errors import MemorydError, PathNotAllowed, QmdBadOutput, QmdError, QmdEx
 from ..fsio import read_file, wipe_folder
 from ..memfiles import read_memory_file
 from ._core import QmdCore
-from ._mapping import interleave, split_qmd_uri
-from ._parse import QmdHit, is_missing_collection_error, parse_search_output
+from ._parse import QmdHit, is_missing_collection_error, parse_search_output, split_qmd_uri
 from ._plan import SearchMode, plan_query
 from ._rerank import explained, qmd_scorer, reranked
 from ._runner import kill_group
-from ._snippets import content_docid, file_lines, hit_windows, holds_enough, refind_line
+from ._snippets import (
+    content_docid,
+    file_lines,
+    hit_windows,
+    holds_enough,
+    interleave,
+    refind_line,
+)
 
 log = logging.getLogger("memoryd.qmd")
 

@@ -1,4 +1,4 @@
-"""Pure parsing of what qmd prints: search JSON, snippet headers, collection listings, error kinds."""
+"""Pure parsing of what qmd prints: search JSON, URIs, snippet headers, collection lists, errors."""
 
 from __future__ import annotations
 
@@ -24,6 +24,14 @@ class QmdHit(BaseModel):
     title: str | None = Field(None, description="Document title.")
     snippet: str | None = Field(None, description="Excerpt starting with an `@@ -S,C @@` header.")
     body: str | None = Field(None, description="Whole document (with --full) instead of a snippet.")
+
+
+def split_qmd_uri(uri: str) -> tuple[str, str] | None:
+    """`qmd://<collection>/<rel>` → (collection, rel); None for anything else."""
+    collection, sep, rel = uri.removeprefix("qmd://").partition("/")
+    if not uri.startswith("qmd://") or not collection or not sep or not rel:
+        return None
+    return collection, rel
 
 
 _NO_RESULTS_RE = re.compile(r"\bno (?:results|documents|matches) found\b", re.IGNORECASE)

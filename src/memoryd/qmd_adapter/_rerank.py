@@ -12,8 +12,7 @@ from ..config import QmdSettings
 from ..core.layout import MemoryRoot, display_path
 from ..core.results import SearchResult
 from ..rerank import RemoteReranker, RerankStage, Scorer
-from ._mapping import split_qmd_uri
-from ._parse import parse_search_output
+from ._parse import parse_search_output, split_qmd_uri
 from ._runner import QmdOutput
 
 #: `run(argv, timeout_ms)`: one qmd call (`QmdCore._run`).
