@@ -362,7 +362,6 @@ class AgentBackend:
         """Background recovery: sleep until the next probe is due, probe, repeat until qmd is back."""
         assert self._background is not None
         stopping = self._background.stopping
-        self._probing = True
         try:
             while self.failover.active == "builtin":
                 due = self.failover.state.next_probe_at or self._clock()

@@ -246,17 +246,13 @@ class QmdCore:
                 return
             existing = self.list_collections()
             for action in plan_collections(present, existing):
-                if action.kind == "remove":
-                    self._remove_collection(action.name)
-                elif action.kind == "rebind":
-                    assert action.spec is not None
-                    spec = action.spec
+                spec = action.spec
+                if action.kind == "rebind" and spec is not None:
                     log.info("qmd: re-binding %s to %s (%s)", action.name, spec.path, spec.pattern)
+                if action.kind != "add":
                     self._remove_collection(action.name)
-                    self._add_collection(action.spec)
-                else:
-                    assert action.spec is not None
-                    self._add_collection(action.spec)
+                if spec is not None:
+                    self._add_collection(spec)
             self._active = {s.name: s for s in present}
             self._record_verified(present)
 
