@@ -145,10 +145,7 @@ class QmdCore:
         if self._active or self._started:
             return list(self._active.values())
         present = [s for s in self._desired_now() if Path(s.path).is_dir()]
-        fingerprint = self._verified(present)
-        if fingerprint is not None and fingerprint == self._verified_record():
-            return present
-        return []
+        return present if self._still_verified(present) else []
 
     def env(self) -> dict[str, str]:
         """The environment every qmd call of this agent gets."""
@@ -234,12 +231,7 @@ class QmdCore:
                 private_dir(self.sessions_dir)
             present = [s for s in self._specs if Path(s.path).is_dir()]
             self._waiting_for_dir = [s for s in self._specs if s not in present]
-            fingerprint = self._verified(present)
-            if (
-                fingerprint is not None
-                and fingerprint == self._verified_record()
-                and resolve_command(self.command, self.env()) is not None
-            ):
+            if self._still_verified(present) and resolve_command(self.command, self.env()):
                 # qmd's registry is byte for byte as last checked: asking qmd would find nothing
                 # to do; a collection lost otherwise is re-created on a search's "not found"
                 self._active = {s.name: s for s in present}
@@ -266,12 +258,14 @@ class QmdCore:
             digest.update(f"\0{spec.name}\0{spec.path}\0{spec.pattern}".encode())
         return digest.hexdigest()
 
-    def _verified_record(self) -> str | None:
+    def _still_verified(self, present: Sequence[CollectionSpec]) -> bool:
+        """qmd's registry and the collections memoryd wants are as they were last checked."""
+        fingerprint = self._verified(present)
         try:
-            data = read_private(self.home.verified_path)
-            return (data or b"").decode("ascii").strip() or None
+            record = (read_private(self.home.verified_path) or b"").decode("ascii").strip()
         except (StateError, UnicodeDecodeError):
-            return None
+            return False
+        return fingerprint is not None and fingerprint == record
 
     def _record_verified(self, present: Sequence[CollectionSpec]) -> None:
         fingerprint = self._verified(present)
