@@ -249,7 +249,11 @@ def sweep_scratch(path: Path) -> None:
                 os.unlink(folder / name)
 
 
-def remove_db_files(path: Path) -> None:
+def remove_db_files(path: Path) -> list[str]:
+    """Delete a database and its side files; the ones that were there."""
+    removed = []
     for suffix in ("", *SQLITE_SIDE_FILES):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"{path}{suffix}")
+            removed.append(f"{path}{suffix}")
+    return removed
