@@ -21,7 +21,6 @@ from .cli_common import forward as _forward
 from .cli_common import print_json as _print_json
 from .cli_common import service as _service
 from .cli_forget import cmd_forget, cmd_reset
-from .cli_output import print_search, print_status, skipped_line
 from .core.text import visible_controls
 from .errors import InvalidInput, MemorydError, UnknownAgent
 
@@ -450,6 +449,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(out)
     else:
+        from .cli_output import print_search  # for people only: `--json` never loads it
+
         print_search(out)
     return 0
 
@@ -482,6 +483,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
         with _service(args) as svc:
             st = svc.status(args.agent, deep=args.deep)
     if not _as_json(args, st):
+        from .cli_output import print_status
+
         print_status(st)
     return 0
 
@@ -503,6 +506,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
             + (f"; rebuilt: {out['reindexReason']}" if out["reindexed"] else "")
             + f") in {out['seconds']:.2f}s → {out['dbPath']}"
         )
+        from .cli_output import skipped_line
+
         for f in out["skipped"]:
             print(f"not indexed: {skipped_line(f['path'], f['reason'], f['detail'])}")
     return 0
