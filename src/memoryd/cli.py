@@ -16,10 +16,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from . import __version__
-from .cli_common import as_json as _as_json
-from .cli_common import forward as _forward
-from .cli_common import print_json as _print_json
-from .cli_common import service as _service
+from .cli_common import as_json, forward, print_json, service
 from .cli_forget import cmd_forget, cmd_reset
 from .core.text import visible_controls
 from .errors import InvalidInput, MemorydError, UnknownAgent
@@ -453,9 +450,9 @@ def _cmd_search(args: argparse.Namespace) -> int:
     }
     if args.explain:
         payload["explain"] = True
-    out = _forward(args, payload)
+    out = forward(args, payload)
     if out is None:  # the service validates with the same bounds as the tool contract
-        with _service(args) as svc:
+        with service(args) as svc:
             out = svc.search(
                 args.query,
                 agent_id=args.agent,
@@ -466,7 +463,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
                 explain=args.explain,
             ).to_dict()
     if args.json:
-        _print_json(out)
+        print_json(out)
     else:
         from .cli_output import print_search  # for people only: `--json` never loads it
 
@@ -475,15 +472,15 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 
 def _cmd_get(args: argparse.Namespace) -> int:
-    out = _forward(
+    out = forward(
         args, {"op": "get", "path": args.path, "from": args.from_line, "lines": args.lines}
     )
     if out is None:
-        with _service(args) as svc:
+        with service(args) as svc:
             out = svc.get(
                 args.path, from_line=args.from_line, lines=args.lines, agent_id=args.agent
             )
-    if _as_json(args, out):
+    if as_json(args, out):
         return 0
     sys.stdout.write(visible_controls(out["text"]))
     shown = visible_controls(out["path"])
@@ -497,11 +494,11 @@ def _cmd_get(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    st = None if args.deep else _forward(args, {"op": "status"})
+    st = None if args.deep else forward(args, {"op": "status"})
     if st is None:
-        with _service(args) as svc:
+        with service(args) as svc:
             st = svc.status(args.agent, deep=args.deep)
-    if not _as_json(args, st):
+    if not as_json(args, st):
         from .cli_output import print_status
 
         print_status(st)
@@ -511,9 +508,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_index(args: argparse.Namespace) -> int:
     from .progress import ProgressReporter
 
-    with _service(args) as svc, ProgressReporter() as progress:
+    with service(args) as svc, ProgressReporter() as progress:
         out = svc.index(args.agent, force=args.force, progress=progress)
-    if _as_json(args, out):
+    if as_json(args, out):
         return 0
     if "qmd" in out:
         print(f"qmd updated ({len(out['qmd']['collections'])} collections)")
@@ -533,9 +530,9 @@ def _cmd_index(args: argparse.Namespace) -> int:
 
 
 def _cmd_context(args: argparse.Namespace) -> int:
-    with _service(args) as svc:
+    with service(args) as svc:
         out = svc.context(agent_id=args.agent, session_key=args.session_key)
-    if _as_json(args, out):
+    if as_json(args, out):
         return 0
     sys.stdout.write(visible_controls(out["text"]))
     if out.get("hint"):
@@ -546,9 +543,9 @@ def _cmd_context(args: argparse.Namespace) -> int:
 def _cmd_append(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
     # argparse and `append_memory` check what the tool-input model would, without loading it
-    with _service(args) as svc:
+    with service(args) as svc:
         out = svc.append(args.target, text, agent_id=args.agent)
-    if not _as_json(args, out):
+    if not as_json(args, out):
         print(
             f"appended {out['bytesWritten']} bytes to {visible_controls(out['path'])}"
             + (" (created)" if out.get("created") else "")
@@ -565,7 +562,7 @@ def _cmd_flush_check(args: argparse.Namespace) -> int:
         sessionKey=args.session_key,
         sessionId=args.session_id,
     )
-    with _service(args) as svc:
+    with service(args) as svc:
         out = svc.flush_check(
             session_key=args.session_key,
             token_estimate=args.tokens,
@@ -575,7 +572,7 @@ def _cmd_flush_check(args: argparse.Namespace) -> int:
             record=not args.dry_run,
             agent_id=args.agent,
         )
-    if not _as_json(args, out):
+    if not as_json(args, out):
         verdict = "run the memory flush now" if out["run"] else "no flush needed"
         print(
             f"{verdict} ({out['reason'].replace('_', ' ')}: {out['tokenEstimate']:,} tokens, "
@@ -595,10 +592,10 @@ def _cmd_warm(args: argparse.Namespace) -> int:
             mark = "ok " if ok else "FAIL"
             print(visible_controls(f"[{mark}] {step}" + (f": {detail}" if detail else "")))
 
-    with _service(args) as svc:
+    with service(args) as svc:
         ok = warm(svc, args.agent, say)
     if args.json:
-        _print_json({"ok": ok, "steps": steps})
+        print_json({"ok": ok, "steps": steps})
     if not ok:
         failed = [
             s["step"] + (f" ({s['detail']})" if s["detail"] else "") for s in steps if not s["ok"]
@@ -613,7 +610,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from .paths import config_file, socket_path
     from .server import serve
 
-    svc = _service(args, one_off=False)
+    svc = service(args, one_off=False)
     # resolve now: a bad workspace or agent id fails before listening
     served = [svc.agent(aid) for aid in svc.agent_ids()]
     agents = "; ".join(f"{a.agent_id} ({a.memory.backend}, {a.workspace})" for a in served)
@@ -765,7 +762,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemorydError as err:
         print(f"memoryd: error: {visible_controls(str(err))}", file=sys.stderr)
         if getattr(args, "json", False):
-            _print_json(err.to_result())
+            print_json(err.to_result())
         return EXIT_USAGE if err.code in USAGE_CODES else EXIT_ERROR
     except KeyboardInterrupt:
         print("memoryd: interrupted", file=sys.stderr)
