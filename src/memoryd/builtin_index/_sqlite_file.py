@@ -8,7 +8,6 @@ import contextlib
 import fcntl
 import json
 import os
-import secrets
 import sqlite3
 import threading
 import time
@@ -403,6 +402,8 @@ class SqliteFile(StoreChecks):
     def open_scratch(self) -> Self:
         """A private scratch database beside this index; fill it, `publish` it, `discard` it."""
         self._check_writable("rebuild the index")
+        import secrets  # only for a rebuild
+
         name = f"{self.path.name}{u.SCRATCH_INFIX}{os.getpid()}-{secrets.token_hex(4)}.tmp"
         return type(self)(
             self.path.with_name(name),

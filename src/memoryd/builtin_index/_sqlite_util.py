@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import calendar
 import contextlib
 import errno
 import fcntl
@@ -208,6 +207,8 @@ def moved_aside(path: Path, recorded: dict[str, Any]) -> list[Recovery]:
         info = recorded.get(name) or {}
         at = info.get("at")
         if at is None:
+            import calendar  # only for a damaged file moved aside
+
             with contextlib.suppress(ValueError):
                 stamp = name[len(prefix) :].split("-")[0]
                 at = float(calendar.timegm(time.strptime(stamp, _STAMP)))
