@@ -758,7 +758,7 @@ def serve(api: FakeAPI) -> Iterator[str]:
 
 def fast_retry(sleeps: list[float] | None = None, *, attempts: int = 3) -> Any:
     """A RetryPolicy that records requested waits instead of sleeping them (tests stay fast)."""
-    from memoryd.embeddings._http import RetryPolicy
+    from memoryd.embeddings.http import RetryPolicy
 
     def sleep(seconds: float) -> None:
         if sleeps is not None:

@@ -146,22 +146,21 @@ def test_input_rows_are_the_embeddings_sums_whether_memoized_or_not(
     model_file: ModelFile, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`input_sums` (word rows from a memo, position and type rows added) equals the sum worked
-    out afresh, for one window and two, with the memo filling, full, or holding rows already."""
-    one = [w for _, w in model_file.windows(["who adopted the grey kitten"], query=True)]
-    two = [w for _, w in model_file.windows([QUERIES[-1]], query=True)]
+    out afresh, with the memo filling, full, or holding rows already."""
+    one = model_file.windows("who adopted the grey kitten", query=True)
+    two = model_file.windows(QUERIES[-1], query=True)
     assert len(one) == 1 and len(two) == 2
 
-    def afresh(windows: list[list[int]]) -> np.ndarray:
-        ids = np.array([t for w in windows for t in w])
-        pos = np.concatenate([np.arange(len(w)) for w in windows])
+    def afresh(window: list[int]) -> np.ndarray:
+        ids, pos = np.array(window), np.arange(len(window))
         return _dequant_rows(model_file.word[ids]) + model_file.pos[pos] + model_file.type
 
     model_file._word_rows.clear()
     monkeypatch.setattr(_e5_file, "WORD_ROW_MEMO_SIZE", len(set(one[0])))
-    for windows in (one, one, two, two):  # fills the memo, hits it, then overflows it
-        got = model_file.input_sums(windows)
-        assert got.shape == (sum(map(len, windows)), model_file.dim)
-        assert np.allclose(got, afresh(windows), atol=1e-6)
+    for window in (*one, *one, *two):  # fills the memo, hits it, then overflows it
+        got = model_file.input_sums(window)
+        assert got.shape == (len(window), model_file.dim)
+        assert np.allclose(got, afresh(window), atol=1e-6)
     assert set(model_file._word_rows) == set(one[0])  # the overflow was not kept
 
 
@@ -460,7 +459,7 @@ def test_load_readies_the_engine_and_its_tokenizer(monkeypatch: pytest.MonkeyPat
     assert not p.documents_ready
     p.load()
     f = local._files[p._weight_path]
-    assert f._tokenizer is not None and f.path in _e5_ort._engines and p.documents_ready
+    assert "tokenizer" in vars(f) and f.path in _e5_ort._engines and p.documents_ready
 
 
 def test_status_says_which_engine_embeds_queries(workspace: Path) -> None:

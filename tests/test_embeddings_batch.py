@@ -11,9 +11,9 @@ import pytest
 from embedding_servers import FakeGemini, FakeOpenAI, fake_vector, fast_retry, serve
 from memoryd.config import BatchConfig
 from memoryd.config_validation import validate
-from memoryd.embeddings.batch import BatchPending
 from memoryd.embeddings.gemini import GeminiProvider
 from memoryd.embeddings.openai import OpenAIProvider
+from memoryd.errors import BatchPending
 
 
 def batch(**kwargs: Any) -> BatchConfig:

@@ -9,15 +9,15 @@ import httpx
 import pytest
 
 from embedding_servers import FakeMistral, fast_retry, serve
-from memoryd.embeddings._http import (
+from memoryd.embeddings._limits import estimate_tokens, pack, split_to_tokens, truncate_to_tokens
+from memoryd.embeddings._remote import MistralProvider
+from memoryd.embeddings.http import (
     RetryPolicy,
     backoff_seconds,
     error_message,
     merge_headers,
     parse_retry_after,
 )
-from memoryd.embeddings._limits import estimate_tokens, pack, split_to_tokens, truncate_to_tokens
-from memoryd.embeddings.mistral import MistralProvider
 from memoryd.errors import EmbeddingError
 
 

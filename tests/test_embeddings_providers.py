@@ -19,13 +19,15 @@ from embedding_servers import (
     fast_retry,
     serve,
 )
-from memoryd.embeddings._http import EmbeddingHTTPError
-from memoryd.embeddings._remote import RemoteProvider
+from memoryd.embeddings._remote import (
+    MistralProvider,
+    OllamaProvider,
+    RemoteProvider,
+    VoyageProvider,
+)
 from memoryd.embeddings.gemini import GeminiProvider
-from memoryd.embeddings.mistral import MistralProvider
-from memoryd.embeddings.ollama import OllamaProvider
+from memoryd.embeddings.http import EmbeddingHTTPError
 from memoryd.embeddings.openai import OpenAIProvider
-from memoryd.embeddings.voyage import VoyageProvider
 from memoryd.errors import EmbeddingError
 
 

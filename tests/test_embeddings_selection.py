@@ -16,10 +16,9 @@ from memoryd.config import (
 )
 from memoryd.embeddings._remote import RemoteProvider
 from memoryd.embeddings.gemini import GeminiProvider
-from memoryd.embeddings.keys import resolve_api_key
 from memoryd.embeddings.local import LocalE5Provider
 from memoryd.embeddings.openai import OpenAIProvider
-from memoryd.embeddings.selection import select_from_config, select_provider
+from memoryd.embeddings.selection import resolve_api_key, select_from_config, select_provider
 from memoryd.errors import ProviderUnavailable
 
 

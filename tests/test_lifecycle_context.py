@@ -124,7 +124,9 @@ def test_an_over_budget_file_is_cut_in_the_injected_copy_only(workspace: Path) -
     body = "".join(f"line {i:05d} " + "x" * 40 + "\n" for i in range(2000))
     path = write(workspace / "MEMORY.md", body)
     before = hashlib.sha256(path.read_bytes()).hexdigest()
-    ctx = build_session_context(agent_for(workspace), None, today=TODAY, budget_chars=5000)
+    ctx = build_session_context(
+        agent_for(workspace, defaults={"bootstrapMaxChars": 5000}), None, today=TODAY
+    )
     (f,) = ctx.files
     assert f.truncated
     assert f.raw_chars == len(body)
@@ -148,7 +150,9 @@ def test_an_over_budget_file_is_cut_in_the_injected_copy_only(workspace: Path) -
 def test_the_total_budget_caps_all_files_together(seeded: Path) -> None:
     write(seeded / "MEMORY.md", "m" * 2000)
     ctx = build_session_context(
-        agent_for(seeded), None, today=TODAY, budget_chars=2000, total_budget_chars=2050
+        agent_for(seeded, defaults={"bootstrapMaxChars": 2000, "bootstrapTotalMaxChars": 2050}),
+        None,
+        today=TODAY,
     )
     assert ctx.injected_chars <= 2050
     by_path = {f.path: f for f in ctx.files}

@@ -21,7 +21,7 @@ from memoryd.config import (
 )
 from memoryd.core.replies import is_no_reply
 from memoryd.errors import InvalidInput
-from memoryd.lifecycle.flush import FlushState, check_flush, flush_threshold, record_flush
+from memoryd.lifecycle.flush import FlushState, check_flush, flush_threshold
 
 WINDOW = 200_000
 # default reserveTokensFloor 20000 + softThresholdTokens 4000
@@ -188,7 +188,9 @@ def test_an_older_cycle_than_the_last_flushed_one_never_flushes(workspace: Path)
 def test_forget_lets_a_reset_session_flush_again(workspace: Path) -> None:
     agent = agent_for(workspace)
     assert check(agent, WINDOW, cycle=4).run
-    FlushState.for_agent(agent).update("agent:main:main", lambda _old: None)  # a deleted session
+    FlushState(agent.state.flush_state).update(
+        "agent:main:main", lambda _old: None
+    )  # a deleted session
     assert check(agent, WINDOW, cycle=0).run
 
 
@@ -199,14 +201,14 @@ def test_a_new_session_id_under_the_same_key_starts_over(workspace: Path) -> Non
     assert check(agent, WINDOW, session_id="s2").run
 
 
-def test_preview_does_not_record_and_record_flush_does(workspace: Path) -> None:
+def test_preview_does_not_record_and_a_recording_check_does(workspace: Path) -> None:
     agent = agent_for(workspace)
     preview = check(agent, WINDOW, record=False)
     assert preview.run and not preview.recorded
     assert check(agent, WINDOW, record=False).run
-    record_flush(agent, "agent:main:main", 0)
+    assert check(agent, WINDOW).recorded
     assert check(agent, WINDOW, record=False).reason == "already_flushed"
-    assert FlushState.for_agent(agent).get("main") is not None
+    assert FlushState(agent.state.flush_state).get("main") is not None
 
 
 def test_a_corrupt_sessions_json_is_set_aside_not_fatal(

@@ -147,23 +147,20 @@ def test_retention_skips_old_transcripts_and_deletes_their_exports(workspace: Pa
     assert (session_export_dir(agent) / "fresh.md").exists()
 
 
-def test_retention_argument_overrides_config(workspace: Path) -> None:
+def test_a_shorter_retention_deletes_what_a_longer_one_exported(workspace: Path) -> None:
     agent = agent_for(workspace)
     transcript(agent, "old", msg("user", "ancient"), age_days=40)
     assert export_sessions(agent, now=NOW).written == ["old"]
-    report = export_sessions(agent, now=NOW, retention_days=30)
+    report = export_sessions(agent_for(workspace, retentionDays=30), now=NOW)
     assert report.deleted == ["old"]
 
 
-def test_export_dir_from_config_and_from_the_argument(workspace: Path, tmp_path: Path) -> None:
+def test_export_dir_from_config(workspace: Path, tmp_path: Path) -> None:
     configured = tmp_path / "exports" / "{agentId}"
     agent = agent_for(workspace, exportDir=str(configured))
     transcript(agent, "s1", msg("user", "x"))
     export_sessions(agent, now=NOW)
     assert (tmp_path / "exports" / "main" / "s1.md").is_file()
-    explicit = tmp_path / "explicit"
-    export_sessions(agent, now=NOW, export_dir=explicit)
-    assert (explicit / "s1.md").is_file()
 
 
 def test_empty_transcripts_are_skipped_and_never_leave_half_files(workspace: Path) -> None:
@@ -203,11 +200,12 @@ def test_two_agents_sharing_one_export_dir_keep_each_others_exports(
     workspace: Path, tmp_path: Path
 ) -> None:
     shared = tmp_path / "shared-exports"
-    main, other = agent_for(workspace, "main"), agent_for(workspace, "other")
+    main = agent_for(workspace, "main", exportDir=str(shared))
+    other = agent_for(workspace, "other", exportDir=str(shared))
     transcript(main, "m1", msg("user", "main"))
     transcript(other, "o1", msg("user", "other"))
-    export_sessions(main, now=NOW, export_dir=shared)
-    export_sessions(other, now=NOW, export_dir=shared)
-    report = export_sessions(main, now=NOW, export_dir=shared)
+    export_sessions(main, now=NOW)
+    export_sessions(other, now=NOW)
+    report = export_sessions(main, now=NOW)
     assert report.deleted == []
     assert sorted(p.name for p in shared.glob("*.md")) == ["m1.md", "o1.md"]

@@ -19,8 +19,8 @@ from memoryd.core.transcripts import (
     parse_transcript_text,
     sanitize_text,
 )
-from memoryd.lifecycle.transcripts import list_transcripts, parse_transcript, session_id
-from memoryd.memfiles import transcript_display_path
+from memoryd.lifecycle.session_export import parse_transcript, session_id
+from memoryd.memfiles import list_transcripts, transcript_display_path
 
 FAKE_KEY = "sk-" + "proj-" + "Ab3De5Fg7Hj9Kl1Mn2Pq4Rs6Tu8Vw0Xy"
 
@@ -234,14 +234,14 @@ def test_an_agent_lists_only_its_own_transcripts(workspace: Path) -> None:
     write_transcript(other, "o1.jsonl", [msg("user", "other agent's plan")])
     write_transcript(main, "notes.txt", ["not a transcript"])
     (main.sessions_dir / "link.jsonl").symlink_to(other.sessions_dir / "o1.jsonl")
-    assert [p.name for p in list_transcripts(main)] == ["m1.jsonl"]
-    assert [p.name for p in list_transcripts(other)] == ["o1.jsonl"]
-    texts = [m.text for p in list_transcripts(main) for m in parse_transcript(p)[0]]
+    assert [p.name for p in list_transcripts(main.sessions_dir)] == ["m1.jsonl"]
+    assert [p.name for p in list_transcripts(other.sessions_dir)] == ["o1.jsonl"]
+    texts = [m.text for p in list_transcripts(main.sessions_dir) for m in parse_transcript(p)[0]]
     assert texts == ["main secret plan"]
 
 
 def test_no_sessions_folder_means_no_transcripts(workspace: Path) -> None:
-    assert list_transcripts(agent_for(workspace)) == []
+    assert list_transcripts(agent_for(workspace).sessions_dir) == []
 
 
 # ---------------------------------------------------------------- delta tracking

@@ -97,7 +97,7 @@ class RemoteReranker:
     the embedding providers' HTTP client; the key is only ever a request header."""
 
     def __init__(self, cfg: RerankRemoteConfig, environ: Mapping[str, str] | None = None) -> None:
-        from .embeddings import ApiClient, RetryPolicy, merge_headers
+        from .embeddings.http import ApiClient, RetryPolicy, merge_headers
 
         assert cfg.base_url is not None
         env = os.environ if environ is None else environ
@@ -130,7 +130,7 @@ class RemoteReranker:
         return parse_scores(self._post(request, deadline), len(documents))
 
     def _post(self, body: Mapping[str, Any], deadline: float) -> Any:
-        from .embeddings import parse_json
+        from .embeddings.http import parse_json
 
         response = self._client.request("POST", self._path, json=body, deadline=deadline)
         if "json" not in response.headers.get("content-type", "json"):

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import mmap
 import struct
-import threading
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +21,6 @@ WORD_MEMO_SIZE = 50_000
 _WORD_MEMO_CHARS = 32
 #: Token ids whose dequantized word-embedding rows are kept (1.5 KB each): words repeat.
 WORD_ROW_MEMO_SIZE = 4096
-
-
-def _no_yield() -> None:
-    pass
 
 
 class ModelFormatError(ValueError):
@@ -79,7 +74,6 @@ class Tokenizer:
         self.vocab.pop("", None)
         self.vocab.pop(pieces[self.unk], None)  # the unknown piece never matches text
         self.max_piece_chars = max(map(len, self.vocab))
-        self._norm = norm
         self._norm_table = str.maketrans(norm) if norm else {}
         # whether words segment apart: no piece has the marker past its first character
         joined = "\0" + "\0".join(self.vocab)
@@ -183,7 +177,6 @@ class ModelFile:
             norm[chr(cp)] = "".join(chr(o) for o in outs)
         self._norm = norm
         off += nm_bytes
-        self.vocab_size = voc
 
         (ndir,) = struct.unpack_from("<i", buf, off)
         off += 4
@@ -203,8 +196,6 @@ class ModelFile:
         self.eln_w, self.eln_b = self.f32("emb.ln.w", h), self.f32("emb.ln.b", h)
         self._pos_type: F32 = self.pos + self.type
         self._word_rows: dict[int, F32] = {}
-        self._tokenizer: Tokenizer | None = None
-        self._tokenizer_lock = threading.Lock()
 
     def _offset(self, name: str) -> int:
         try:
@@ -224,48 +215,27 @@ class ModelFile:
         ).reshape(rows, cols // _QK)
         return blocks
 
-    @property
+    @functools.cached_property
     def tokenizer(self) -> Tokenizer:
-        tok = self._tokenizer
-        if tok is None:
-            with self._tokenizer_lock:
-                tok = self._tokenizer
-                if tok is None:
-                    pieces = _split_pieces(self._raw, self._offs)
-                    tok = Tokenizer(pieces, self._scores.tolist(), self._special, self._norm)
-                    self._tokenizer = tok
-        return tok
+        """Built on first use (two threads racing build it twice, and keep either)."""
+        pieces = _split_pieces(self._raw, self._offs)
+        return Tokenizer(pieces, self._scores.tolist(), self._special, self._norm)
 
-    def windows(
-        self, texts: Sequence[str], query: bool, pause: Callable[[], None] = _no_yield
-    ) -> list[tuple[int, list[int]]]:
-        """(text index, window ids incl. specials): texts over the limit split without overlap."""
-        prefix = "query: " if query else "passage: "
-        size = self.max_pos - 2
+    def windows(self, text: str, query: bool) -> list[list[int]]:
+        """The text's windows of ids (specials included): over the limit it splits without overlap."""
         tok = self.tokenizer
-        out: list[tuple[int, list[int]]] = []
-        for i, text in enumerate(texts):
-            pause()
-            ids = tok.content_ids(prefix + text)
-            for a in range(0, max(len(ids), 1), size):
-                out.append((i, [tok.bos, *ids[a : a + size], tok.eos]))
-        return out
+        ids = tok.content_ids(("query: " if query else "passage: ") + text)
+        size = self.max_pos - 2
+        return [[tok.bos, *ids[a : a + size], tok.eos] for a in range(0, max(len(ids), 1), size)]
 
-    def input_sums(self, windows: Sequence[Sequence[int]]) -> F32:
-        """Word + position + type embeddings of windows laid end to end (the graph normalizes)."""
+    def input_sums(self, window: list[int]) -> F32:
+        """Word + position + type embeddings of one window (the graph normalizes them)."""
         memo = self._word_rows
-        missing = {t for w in windows for t in w if t not in memo}
         fresh: dict[int, F32] = {}
-        if missing:
-            ids = sorted(missing)
-            fresh = dict(zip(ids, _dequant_rows(self.word[np.array(ids)]), strict=True))
+        if missing := sorted({t for t in window if t not in memo}):
+            fresh = dict(zip(missing, _dequant_rows(self.word[np.array(missing)]), strict=True))
             if len(memo) + len(fresh) <= WORD_ROW_MEMO_SIZE:
                 memo.update(fresh)  # one store per row: safe beside other threads' reads
-        x: F32 = np.array(
-            [fresh[t] if t in fresh else memo[t] for w in windows for t in w], dtype=np.float32
-        )
-        if len(windows) == 1:
-            x += self._pos_type[: len(windows[0])]
-        else:
-            x += np.concatenate([self._pos_type[: len(w)] for w in windows])
+        x: F32 = np.array([fresh[t] if t in fresh else memo[t] for t in window], dtype=np.float32)
+        x += self._pos_type[: len(window)]
         return x

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._e5_file import ModelFile, _dequant_rows, _no_yield
+from ._e5_file import ModelFile, _dequant_rows
 
 F32 = npt.NDArray[np.float32]
 
@@ -111,8 +111,8 @@ class E5Onnx:
     def prepare(self, text: str, *, query: bool = True) -> list[tuple[int, F32]]:
         """The Python half of a text: tokens and input rows per window, as (tokens, rows)."""
         return [
-            (max(len(ids) - 2, 1), self.file.input_sums([ids]))
-            for _, ids in self.file.windows([text], query=query)
+            (max(len(ids) - 2, 1), self.file.input_sums(ids))
+            for ids in self.file.windows(text, query)
         ]
 
     def run(self, prepared: list[tuple[int, F32]]) -> F32:
@@ -129,11 +129,12 @@ class E5Onnx:
         """The L2-normalized `query: ` embedding of `text`."""
         return self.run(self.prepare(text))
 
-    def embed(self, texts: Sequence[str], pause: Callable[[], None] = _no_yield) -> F32:
-        """The L2-normalized `passage: ` embeddings of `texts`, one row each."""
+    def embed(self, texts: Sequence[str], pause: Callable[[], None] | None = None) -> F32:
+        """The L2-normalized `passage: ` embeddings of `texts`, one row each (`pause()` first)."""
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
         for i, text in enumerate(texts):
-            pause()
+            if pause is not None:
+                pause()
             out[i] = self.run(self.prepare(text, query=False))
         return out
 

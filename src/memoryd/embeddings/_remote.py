@@ -1,21 +1,37 @@
-"""What every HTTP embedding provider shares: limits, long-text policy, vector checks, batch hand-off."""
+"""What every HTTP embedding provider shares: limits, long-text policy, vector checks, and the
+optional batch mode (documents through a provider's asynchronous batch API)."""
 
 from __future__ import annotations
 
+import abc
 import base64
+import contextlib
+import hashlib
+import threading
+import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from ..config import BatchConfig
-from ..errors import EmbeddingError
-from ._http import ApiClient, RetryPolicy, merge_headers
+from ..errors import BatchPending, EmbeddingError
 from ._limits import estimate_tokens, pack, split_to_tokens, truncate_to_tokens
-from .base import EmbeddingProvider, Matrix, Vector, endpoint_fingerprint, l2_normalize
-from .batch import BatchMode, BatchRunner, run_batch
+from .base import (
+    DeadlineReached,
+    EmbeddingProvider,
+    Matrix,
+    Vector,
+    endpoint_fingerprint,
+    l2_normalize,
+)
+from .http import ApiClient, EmbeddingHTTPError, RetryPolicy, merge_headers
 
 Kind = Literal["query", "document"]
+#: Failed batch runs after which a provider embeds online only.
+MAX_FAILURES = 2
 
 
 class RemoteProvider(EmbeddingProvider):
@@ -142,7 +158,10 @@ class RemoteProvider(EmbeddingProvider):
             for piece in split_to_tokens(text, self.max_input_tokens):
                 pieces.append(piece)
                 owner.append(i)
-        vectors = self._embed_pieces(pieces, deadline)
+        if self.batch is not None and self.batch.active:
+            vectors = self.batch.run(pieces, deadline)
+        else:
+            vectors = self.embed_online(pieces, "document", deadline)
         if len(pieces) == len(texts):
             return vectors
         weights = np.asarray([max(estimate_tokens(p), 1) for p in pieces], dtype=np.float32)
@@ -150,13 +169,90 @@ class RemoteProvider(EmbeddingProvider):
         np.add.at(out, np.asarray(owner), vectors * weights[:, None])
         return l2_normalize(out)
 
-    def _embed_pieces(self, pieces: list[str], deadline: float | None) -> Matrix:
-        if self.batch is not None and self.batch.active:
-            return run_batch(self, self.batch, pieces, deadline)
-        return self.embed_online(pieces, "document", deadline)
-
     def close(self) -> None:
         self.client.close()
+
+
+# ---------------------------------------------------------------- providers without a batch API
+
+
+class VoyageProvider(RemoteProvider):
+    id = "voyage"
+    default_base_url = "https://api.voyageai.com/v1"
+    default_model = "voyage-4-large"
+    known_dims: ClassVar[dict[str, int]] = dict.fromkeys(
+        "voyage-4-large voyage-4 voyage-4-lite voyage-3-large voyage-3.5 voyage-3.5-lite"
+        " voyage-code-3".split(),
+        1024,
+    )
+    max_input_tokens = 32_000
+    max_batch_items = 1000
+    max_batch_tokens = 120_000
+
+    def fingerprint_extra(self) -> dict[str, object]:
+        return {"kinds": [self.voyage_input_type("query"), self.voyage_input_type("document")]}
+
+    def voyage_input_type(self, kind: Kind) -> str:
+        return (self.input_type or {}).get(kind) or kind
+
+    def request_body(self, texts: list[str], kind: Kind) -> dict[str, Any]:
+        body = super().request_body(texts, kind)
+        body["input_type"] = self.voyage_input_type(kind)
+        return body
+
+
+class MistralProvider(RemoteProvider):
+    id = "mistral"
+    default_base_url = "https://api.mistral.ai/v1"
+    default_model = "mistral-embed"
+    known_dims: ClassVar[dict[str, int]] = {"mistral-embed": 1024, "codestral-embed": 1536}
+    max_input_tokens = 8000
+    max_batch_items = 128
+    max_batch_tokens = 16_000
+
+
+class OllamaProvider(RemoteProvider):
+    """A local (or proxied) Ollama server; `inputType` values are prefixes of the texts."""
+
+    id = "ollama"
+    default_base_url = "http://127.0.0.1:11434"
+    default_model = "nomic-embed-text"
+    max_input_tokens = 2048
+    max_batch_items = 64
+    #: The endpoint that answers: "auto" until a server says (older ones have only "embeddings").
+    api: Literal["auto", "embed", "embeddings"] = "auto"
+
+    def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
+        prefix = (self.input_type or {}).get(kind, "")
+        texts = [prefix + t for t in texts]
+        if self.api != "embeddings":
+            try:
+                body = self.client.post_json(
+                    "api/embed", {"model": self.model, "input": texts}, deadline
+                )
+            except EmbeddingHTTPError as err:
+                if (
+                    self.api == "auto"
+                    and err.status_code == 404
+                    and "model" not in err.detail.lower()
+                ):
+                    self.api = "embeddings"
+                else:
+                    raise
+            else:
+                if not isinstance(body, dict) or not isinstance(body.get("embeddings"), list):
+                    raise EmbeddingError("ollama: unexpected /api/embed response shape")
+                self.api = "embed"
+                return list(body["embeddings"])
+        out: list[Any] = []
+        for text in texts:
+            body = self.client.post_json(
+                "api/embeddings", {"model": self.model, "prompt": text}, deadline
+            )
+            if not isinstance(body, dict) or "embedding" not in body:
+                raise EmbeddingError("ollama: unexpected /api/embeddings response shape")
+            out.append(body["embedding"])
+        return out
 
 
 def parse_embeddings_response(body: Any, provider: str) -> list[Any]:
@@ -182,3 +278,156 @@ def _decode_vector(value: Any, provider: str) -> list[float]:
     ):
         raise EmbeddingError(f"{provider}: malformed embedding in response")
     return [float(x) for x in value]
+
+
+@dataclass
+class JobStatus:
+    id: str
+    state: str
+    done: bool
+    error: str | None
+    raw: Any
+
+
+class BatchRunner(abc.ABC):
+    """One provider's batch wire format: submit a job, poll it, read its vectors, cancel it."""
+
+    #: Most inputs one job carries; more inputs make more jobs.
+    max_job_inputs: int = 50_000
+
+    def __init__(self, provider: Any) -> None:
+        self.provider = provider
+
+    @abc.abstractmethod
+    def submit(self, texts: list[str]) -> str:
+        """Create a job embedding `texts` as documents; returns its id."""
+
+    @abc.abstractmethod
+    def poll(self, job_id: str) -> JobStatus:
+        """Current state of a job; `done` with `error` set means it failed."""
+
+    @abc.abstractmethod
+    def results(self, status: JobStatus, count: int) -> list[Any]:
+        """The raw vectors of a finished job, in input order."""
+
+    @abc.abstractmethod
+    def cancel(self, job_id: str) -> None:
+        """Best-effort cancellation of a job we gave up on."""
+
+
+class BatchMode:
+    """One provider's batch state: settings, failures, jobs in flight."""
+
+    def __init__(self, runner: BatchRunner, config: BatchConfig) -> None:
+        self.runner = runner
+        self.provider: RemoteProvider = runner.provider
+        self.config = config
+        self.failures = 0
+        self.disabled_reason: str | None = None
+        self.last_error: str | None = None
+        self.jobs_submitted = 0
+        self.jobs_completed = 0
+        #: job id by the digest of its texts: a job still running is collected, not sent again
+        self._pending: dict[str, str] = {}
+        #: jobs in flight for this provider, across every caller
+        self._slots = threading.BoundedSemaphore(config.concurrency)
+        self._lock = threading.Lock()
+
+    @property
+    def active(self) -> bool:
+        return self.config.enabled and self.disabled_reason is None
+
+    def record_failure(self, reason: str) -> None:
+        with self._lock:
+            self.failures += 1
+            self.last_error = reason
+            if self.failures >= MAX_FAILURES and self.disabled_reason is None:
+                self.disabled_reason = (
+                    f"batch mode off after {self.failures} failures; last: {reason}"
+                )
+
+    def _finish(self, job_id: str, count: int, deadline: float | None) -> Matrix:
+        """Poll a job to completion (or timeout) and return its normalized vectors."""
+        cfg, name = self.config, self.provider.id
+        timeout_at = time.monotonic() + cfg.timeout_minutes * 60
+        pause = cfg.poll_interval_ms / 1000
+        while not (status := self.runner.poll(job_id)).done:
+            if time.monotonic() >= timeout_at:
+                with contextlib.suppress(EmbeddingError):  # abandoned either way: this saves work
+                    self.runner.cancel(job_id)
+                raise EmbeddingError(
+                    f"{name} batch job {job_id} timed out after {cfg.timeout_minutes:g} min (state {status.state})"
+                )
+            if not cfg.wait:
+                raise BatchPending(f"{name} batch job {job_id} is {status.state}", [job_id])
+            if deadline is not None and time.monotonic() + pause >= deadline:
+                raise DeadlineReached
+            time.sleep(pause)
+        if status.error:
+            raise EmbeddingError(f"{name} batch job {job_id} {status.state}: {status.error}")
+        matrix = self.provider.to_matrix(self.runner.results(status, count), count)
+        with self._lock:
+            self.jobs_completed += 1
+        return matrix
+
+    def _job(self, texts: list[str], deadline: float | None) -> Matrix:
+        h = hashlib.sha256(self.provider.fingerprint().encode())
+        for text in texts:
+            h.update(len(text).to_bytes(8, "little"))
+            h.update(text.encode())
+        key = h.hexdigest()
+        with self._slots:
+            job_id = self._pending.get(key)
+            if job_id is None:
+                job_id = self._pending[key] = self.runner.submit(texts)
+                with self._lock:
+                    self.jobs_submitted += 1
+            try:
+                matrix = self._finish(job_id, len(texts), deadline)
+            except (BatchPending, DeadlineReached):
+                raise  # the job goes on: a later call collects it
+            except BaseException:
+                self._pending.pop(key, None)
+                raise
+            self._pending.pop(key, None)
+            return matrix
+
+    def run(self, texts: list[str], deadline: float | None = None) -> Matrix:
+        """Embed `texts` as documents through batch jobs; ranges whose job failed go online."""
+        ranges = pack(texts, max_items=self.runner.max_job_inputs, max_tokens=None)
+        results: list[Matrix | None] = [None] * len(ranges)
+        failures: list[EmbeddingError] = []
+        pending: list[BatchPending] = []
+        late: list[DeadlineReached] = []
+
+        def run(slot: int) -> None:
+            start, stop = ranges[slot]
+            try:
+                results[slot] = self._job(texts[start:stop], deadline)
+            except BatchPending as err:
+                pending.append(err)
+            except DeadlineReached as err:
+                late.append(err)
+            except EmbeddingError as err:
+                failures.append(err)
+
+        if len(ranges) == 1:
+            run(0)
+        else:  # the jobs wait on the provider side at once (`concurrency` bounds them)
+            with ThreadPoolExecutor(len(ranges), thread_name_prefix="memoryd-batch") as pool:
+                list(pool.map(run, range(len(ranges))))
+
+        if failures:
+            self.record_failure(str(failures[0]))
+        if pending:
+            job_ids = [job for p in pending for job in p.job_ids]
+            raise BatchPending(
+                f"{self.provider.id}: {len(job_ids)} batch job(s) still running; sync again later",
+                job_ids,
+            )
+        if late:
+            raise late[0]
+        for slot, (start, stop) in enumerate(ranges):
+            if results[slot] is None:
+                results[slot] = self.provider.embed_online(texts[start:stop], "document", deadline)
+        return np.concatenate([r for r in results if r is not None])

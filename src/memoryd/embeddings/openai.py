@@ -6,13 +6,10 @@ import json
 from typing import Any, ClassVar
 
 from ..errors import EmbeddingError
-from ._http import parse_json
 from ._limits import pack
-from ._remote import Kind, RemoteProvider, parse_embeddings_response
-from .batch import BatchRunner, JobStatus
+from ._remote import BatchRunner, JobStatus, Kind, RemoteProvider, parse_embeddings_response
+from .http import parse_json
 
-DEFAULT_OPENAI_MODEL = "text-embedding-3-small"
-OPENAI_BASE_URL = "https://api.openai.com/v1"
 _BATCH_FAILED = {"failed", "expired", "cancelling", "cancelled"}
 
 
@@ -125,8 +122,8 @@ class OpenAIBatchRunner(BatchRunner):
 class OpenAIProvider(RemoteProvider):
     id = "openai"
     batch_runner = OpenAIBatchRunner
-    default_base_url = OPENAI_BASE_URL
-    default_model = DEFAULT_OPENAI_MODEL
+    default_base_url = "https://api.openai.com/v1"
+    default_model = "text-embedding-3-small"
     known_dims: ClassVar[dict[str, int]] = {
         "text-embedding-3-small": 1536,
         "text-embedding-3-large": 3072,

@@ -1,38 +1,73 @@
-"""Choose the embedding provider (and its fallback) for an agent from its memorySearch config."""
+"""Choose the embedding provider (and its fallback) for an agent from its memorySearch config,
+and where each provider's API key, endpoint and headers come from."""
 
 from __future__ import annotations
 
 import importlib
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import MemorySearchConfig, ModelsConfig, ResolvedAgent
+from ..config import MemorySearchConfig, ModelsConfig, RemoteConfig, ResolvedAgent
 from ..errors import EmbeddingError, ProviderUnavailable
 from .base import EmbeddingProvider, ProviderSelection
-from .keys import ENV_KEYS, resolve_api_key, resolve_base_url, resolve_headers
 
 if TYPE_CHECKING:
-    from ._http import RetryPolicy
     from ._remote import RemoteProvider
+    from .http import RetryPolicy
 
-_REMOTE_MODULES = {
-    "openai": "OpenAIProvider",
-    "gemini": "GeminiProvider",
-    "voyage": "VoyageProvider",
-    "mistral": "MistralProvider",
-    "ollama": "OllamaProvider",
+#: Each remote provider's API key variable (its class is `<Name>Provider`).
+ENV_KEYS: Mapping[str, str] = {
+    "openai": "OPENAI_API_KEY",
+    "gemini": "GEMINI_API_KEY",
+    "voyage": "VOYAGE_API_KEY",
+    "mistral": "MISTRAL_API_KEY",
+    "ollama": "OLLAMA_API_KEY",
 }
+_CLASSES = {"openai": "OpenAI"}
+
+
+@dataclass(frozen=True)
+class ResolvedKey:
+    """An API key and where it was found (`source` is shown in status; the key never is)."""
+
+    value: str | None
+    source: str | None
+
+    def __bool__(self) -> bool:
+        return self.value is not None
+
+
+def _clean(value: str | None) -> str | None:
+    return (value or "").strip() or None
+
+
+def resolve_api_key(
+    provider: str, *, remote: RemoteConfig | None, models: ModelsConfig, env: Mapping[str, str]
+) -> ResolvedKey:
+    """The first non-empty key for `provider`; `remote` is passed only for the provider in use."""
+    if remote is not None and (key := _clean(remote.api_key)):
+        return ResolvedKey(key, "memorySearch.remote.apiKey")
+    entry = models.providers.get(provider)
+    if entry is not None and (key := _clean(entry.api_key)):
+        return ResolvedKey(key, f"models.providers.{provider}.apiKey")
+    var = ENV_KEYS.get(provider)
+    if var and (key := _clean(env.get(var))):
+        return ResolvedKey(key, var)
+    return ResolvedKey(None, None)
 
 
 def remote_provider_class(name: str) -> type[RemoteProvider] | None:
     """The remote provider class for `name`, imported on demand (httpx loads only when needed)."""
-    cls_name = _REMOTE_MODULES.get(name)
-    if cls_name is None:
+    if name not in ENV_KEYS:
         return None
-    module = importlib.import_module(f".{name}", __package__)
-    cls: type[RemoteProvider] = getattr(module, cls_name)
+    # the providers with a batch API have a module of their own
+    module = importlib.import_module(
+        f".{name if name in ('openai', 'gemini') else '_remote'}", __package__
+    )
+    cls: type[RemoteProvider] = getattr(module, f"{_CLASSES.get(name, name.title())}Provider")
     return cls
 
 
@@ -48,11 +83,10 @@ def build_provider(
     env: Mapping[str, str],
     primary: bool,
     retry: RetryPolicy | None = None,
-    notes: list[str] | None = None,
+    notes: list[str],
     one_off: bool = False,
 ) -> EmbeddingProvider:
     """Construct provider `name` (`primary` applies `model` and `remote.*`) or raise `EmbeddingError`."""
-    notes = notes if notes is not None else []
     if name == "local":
         from .local import LocalE5Provider
 
@@ -66,12 +100,17 @@ def build_provider(
             threads=cfg.local.threads,
             one_off=one_off,
         )
+    from .http import merge_headers
+
     cls = remote_provider_class(name)
     if cls is None:
         raise EmbeddingError(f"unknown embedding provider {name!r}")
     remote = cfg.remote if primary else None
     key = resolve_api_key(name, remote=remote, models=models, env=env)
-    base_url = resolve_base_url(name, remote=remote, models=models)
+    entry = models.providers.get(name)
+    base_url = _clean(remote.base_url if remote else None) or _clean(
+        entry.base_url if entry else None
+    )
     custom = base_url is not None and base_url.rstrip("/") != cls.default_base_url
     if not key and name != "ollama" and not custom:
         hint = f"memorySearch.remote.apiKey, models.providers.{name}.apiKey or {ENV_KEYS[name]}"
@@ -83,7 +122,10 @@ def build_provider(
     kwargs: dict[str, Any] = {
         "api_key": key.value,
         "base_url": base_url,
-        "headers": resolve_headers(name, remote=remote, models=models),
+        # the provider's configured headers, then remote's (the class adds its auth defaults)
+        "headers": merge_headers(
+            entry.headers if entry else None, remote.headers if remote else None
+        ),
         "retry": retry,
     }
     if remote is not None:
@@ -132,32 +174,6 @@ def _auto_primary(
     return "local", "auto: no remote API key found; offline local model", notes
 
 
-def _fallback(
-    cfg: MemorySearchConfig,
-    models: ModelsConfig,
-    primary_id: str | None,
-    env: Mapping[str, str],
-    retry: RetryPolicy | None,
-    notes: list[str],
-    one_off: bool,
-) -> EmbeddingProvider | None:
-    name = cfg.fallback
-    if name == "none":
-        return None
-    if name == primary_id:
-        notes.append(f"fallback {name} is the primary provider; no fallback")
-        return None
-    try:
-        provider = build_provider(
-            name, cfg, models, env=env, primary=False, retry=retry, notes=notes, one_off=one_off
-        )
-    except EmbeddingError as err:
-        notes.append(f"fallback {name} unavailable: {err}")
-        return None
-    notes.append(f"fallback ready: {_describe(provider)} (used only if the primary fails)")
-    return provider
-
-
 def select_provider(
     agent: ResolvedAgent,
     *,
@@ -187,35 +203,49 @@ def select_from_config(
             requested, None, "provider = none: keyword-only search by configuration", explicit=True
         )
     explicit = requested != "auto"
-    notes: list[str] = []
-    name: str
-    if explicit:
-        name, why = requested, "configured"
-    else:
-        name, why, notes = _auto_primary(cfg, models, env)
-    try:
-        provider = build_provider(
-            name, cfg, models, env=env, primary=True, retry=retry, notes=notes, one_off=one_off
+    notes: list[str]
+    name, why, notes = (
+        (requested, "configured", []) if explicit else _auto_primary(cfg, models, env)
+    )
+
+    def build(name: str, primary: bool) -> EmbeddingProvider:
+        return build_provider(
+            name, cfg, models, env=env, primary=primary, retry=retry, notes=notes, one_off=one_off
         )
+
+    def fallback(primary_id: str) -> EmbeddingProvider | None:
+        if cfg.fallback == "none":
+            return None
+        if cfg.fallback == primary_id:
+            notes.append(f"fallback {primary_id} is the primary provider; no fallback")
+            return None
+        try:
+            spare = build(cfg.fallback, False)
+        except EmbeddingError as err:
+            notes.append(f"fallback {cfg.fallback} unavailable: {err}")
+            return None
+        notes.append(f"fallback ready: {_describe(spare)} (used only if the primary fails)")
+        return spare
+
+    try:
+        provider = build(name, True)
     except EmbeddingError as err:
         failure = f"{name} unavailable: {err}"
     else:
-        fallback = _fallback(cfg, models, provider.id, env, retry, notes, one_off)
+        reason = f"{why} → {_describe(provider)}"
         return ProviderSelection(
-            requested, provider, f"{why} → {_describe(provider)}", fallback, explicit, notes
+            requested, provider, reason, fallback(provider.id), explicit, notes
         )
 
-    fallback = _fallback(cfg, models, name, env, retry, notes, one_off)
-    if fallback is not None:
-        reason = f"{why}: {failure}; using fallback {_describe(fallback)}"
-        return ProviderSelection(requested, fallback, reason, None, explicit, notes)
+    spare = fallback(name)
+    if spare is not None:
+        reason = f"{why}: {failure}; using fallback {_describe(spare)}"
+        return ProviderSelection(requested, spare, reason, None, explicit, notes)
     if explicit:
         raise ProviderUnavailable(f"memory search unavailable: {failure}")
     if name != "local":  # auto picked a remote that cannot be built: the offline default still can
         try:
-            provider = build_provider(
-                "local", cfg, models, env=env, primary=False, notes=notes, one_off=one_off
-            )
+            provider = build("local", False)
         except EmbeddingError as err:
             failure = f"{failure}; local unavailable: {err}"
         else:

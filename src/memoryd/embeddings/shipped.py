@@ -41,14 +41,11 @@ def shipped_vectors(provider_id: str, fingerprint: str) -> dict[str, np.ndarray]
     return {h: vectors[i] for i, h in enumerate(hashes)}
 
 
-def write_shipped(
-    provider_id: str, fingerprint: str, vectors: dict[str, np.ndarray], data_dir: Path = DATA_DIR
-) -> Path:
+def write_shipped(provider_id: str, fingerprint: str, vectors: dict[str, np.ndarray]) -> Path:
     """Write the shipped vectors of one provider (used by `scripts/ship-reference-vectors`)."""
     import numpy as np
 
-    data_dir.mkdir(parents=True, exist_ok=True)
-    path = data_dir / f"{provider_id}-{fingerprint}.npz"
+    path = shipped_file(provider_id, fingerprint)
     hashes = sorted(vectors)
     np.savez_compressed(
         path,

@@ -6,7 +6,6 @@ from ..core.replies import is_no_reply
 from .context import build_session_context
 from .flush import check_flush
 from .forget import (
-    check_writable,
     forget_lines,
     load_tombstones,
     parse_target,
@@ -15,7 +14,7 @@ from .forget import (
     transcripts_with_forgotten,
 )
 from .session_export import export_sessions, session_export_dir
-from .writes import append_memory
+from .writes import append_memory, check_writable
 
 __all__ = [
     "append_memory",

@@ -17,11 +17,9 @@ from ..core.layout import (
 )
 from ..core.session_keys import parse_session_key
 from ..core.text import camel_case
-from ..errors import InvalidInput, MemorydError
+from ..errors import MemorydError
 from ..fsio import read_file, walk
 
-DEFAULT_BOOTSTRAP_MAX_CHARS: Final = 20_000
-DEFAULT_BOOTSTRAP_TOTAL_MAX_CHARS: Final = 150_000
 _HEAD_RATIO: Final = 0.7
 _TAIL_RATIO: Final = 0.2
 # Below this much remaining total budget a file is left out rather than cut to a stub.
@@ -168,16 +166,11 @@ def _hint(cut: list[ContextFile], budget_chars: int) -> str:
 
 
 def build_session_context(
-    agent: ResolvedAgent,
-    session_key: str | None,
-    *,
-    today: date,
-    budget_chars: int = DEFAULT_BOOTSTRAP_MAX_CHARS,
-    total_budget_chars: int = DEFAULT_BOOTSTRAP_TOTAL_MAX_CHARS,
+    agent: ResolvedAgent, session_key: str | None, *, today: date
 ) -> SessionContext:
-    """Assemble the session-start context for `session_key` on `today` (reads files, writes none)."""
-    if budget_chars < 1 or total_budget_chars < 1:
-        raise InvalidInput("budgets must be positive")
+    """Assemble the session-start context for `session_key` on `today` within the agent's
+    `bootstrapMaxChars` / `bootstrapTotalMaxChars` (reads files, writes none)."""
+    budget_chars, total_budget_chars = agent.bootstrap_max_chars, agent.bootstrap_total_max_chars
     ws = agent.workspace
     main = is_main_session(session_key)
     candidates: list[tuple[Path, FileKind]] = []

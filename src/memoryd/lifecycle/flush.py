@@ -62,13 +62,9 @@ def _session_key(raw: str | None) -> str:
 class FlushState:
     """The agent's `sessions.json`: per-session flush records, shared by every memoryd process."""
 
-    def __init__(self, path: Path, *, lock_timeout: float = 30.0) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self._lock = filelock.FileLock(str(path) + ".lock", timeout=lock_timeout, mode=0o600)
-
-    @classmethod
-    def for_agent(cls, agent: ResolvedAgent) -> FlushState:
-        return cls(agent.state.flush_state)
+        self._lock = filelock.FileLock(str(path) + ".lock", timeout=30, mode=0o600)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -183,10 +179,6 @@ def _already(record: FlushRecord | None, compaction_count: int, session_id: str 
     return record.compaction_count >= compaction_count
 
 
-def _now_iso(now: datetime | None) -> str:
-    return (now or datetime.now(UTC)).isoformat()
-
-
 def check_flush(
     agent: ResolvedAgent,
     session_key: str | None,
@@ -229,7 +221,7 @@ def check_flush(
     if token_estimate < threshold:  # OpenClaw flushes once the estimate reaches it
         return decide("below_threshold")
 
-    state = FlushState.for_agent(agent)
+    state = FlushState(agent.state.flush_state)
     if not record:
         return decide(
             "already_flushed"
@@ -244,23 +236,7 @@ def check_flush(
         if _already(old, compaction_count, session_id):
             return old
         claimed = True
-        return FlushRecord(compaction_count, _now_iso(now), session_id)
+        return FlushRecord(compaction_count, (now or datetime.now(UTC)).isoformat(), session_id)
 
     state.update(session_key, claim)
     return decide("due", recorded=True) if claimed else decide("already_flushed")
-
-
-def record_flush(
-    agent: ResolvedAgent,
-    session_key: str | None,
-    compaction_count: int,
-    *,
-    session_id: str | None = None,
-    now: datetime | None = None,
-) -> FlushRecord:
-    """Record that a flush ran in cycle `compaction_count` (for hosts that decide on their own)."""
-    if compaction_count < 0:
-        raise InvalidInput("compactionCount must not be negative")
-    new = FlushRecord(compaction_count, _now_iso(now), session_id)
-    FlushState.for_agent(agent).update(session_key, lambda _old: new)
-    return new

@@ -4,7 +4,6 @@ and the tombstones."""
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,7 +15,7 @@ import filelock
 from ..config import ResolvedAgent
 from ..core.forgotten import Tombstones, forgotten_path
 from ..core.layout import MemoryRoot, display_path, locate
-from ..errors import InvalidInput, MemoryWriteFailed, StateError, WorkspaceReadOnly
+from ..errors import InvalidInput, MemoryWriteFailed, StateError
 from ..fsio import (
     SQLITE_SIDE_FILES,
     private_dir,
@@ -26,9 +25,9 @@ from ..fsio import (
     wipe_folder,
     write_private_atomic,
 )
-from ..memfiles import transcript_display_path
-from .session_export import manifest_name, session_export_dir
-from .transcripts import list_transcripts, parse_transcript
+from ..memfiles import list_transcripts, transcript_display_path
+from .session_export import manifest_name, parse_transcript, read_manifest, session_export_dir
+from .writes import check_writable
 
 #: `PATH#L3`, `PATH#L3-L7` or `PATH#L3-7`; a bare PATH is the whole file.
 _TARGET_RE: Final = re.compile(r"^(?P<path>\S+?)(?:#L(?P<start>\d+)(?:-L?(?P<end>\d+))?)?$", re.I)
@@ -59,15 +58,6 @@ def parse_target(raw: str) -> ForgetTarget | None:
     if start is not None and (start < 1 or end is None or end < start):
         raise InvalidInput(f"bad line range in {raw!r}: use PATH#L<first>-L<last>, first ≥ 1")
     return ForgetTarget(path, start, end)
-
-
-def check_writable(agent: ResolvedAgent, what: str) -> None:
-    """`WorkspaceReadOnly` unless the agent may write its workspace."""
-    if agent.workspace_access != "rw":
-        raise WorkspaceReadOnly(
-            f"agent {agent.agent_id!r} has workspaceAccess {agent.workspace_access!r}; "
-            f"{what} needs 'rw'"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +205,7 @@ def forget_lines(
 def transcripts_with_forgotten(agent: ResolvedAgent, tombstones: Tombstones) -> list[str]:
     """The transcripts (as search names them) holding text that matches a tombstone."""
     out = []
-    for path in list_transcripts(agent):
+    for path in list_transcripts(agent.sessions_dir):
         try:
             messages = parse_transcript(path, sanitize=True)[0]
         except OSError:
@@ -258,11 +248,7 @@ def _exports_of(folder: Path, agent_id: str) -> list[Path]:
     """This agent's exports in a shared `exportDir` (its manifest names them) and the manifest."""
     manifest = folder / manifest_name(agent_id)
     try:
-        data = json.loads(read_private(manifest) or b"{}")
-    except (ValueError, StateError):
-        data = {}
-    names = data.get("exports", {}) if isinstance(data, dict) else {}
-    listed = [
-        folder / n for n in names if isinstance(n, str) and n.endswith(".md") and "/" not in n
-    ]
-    return [*listed, manifest]
+        names = read_manifest(manifest)
+    except StateError:  # e.g. a link planted there: the manifest alone goes
+        names = {}
+    return [*(folder / n for n in names if n.endswith(".md") and "/" not in n), manifest]

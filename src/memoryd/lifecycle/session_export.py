@@ -1,4 +1,5 @@
-"""Export sanitised session transcripts as Markdown for qmd's `sessions-<agent>` collection."""
+"""Session transcripts (`<state>/agents/<id>/sessions/*.jsonl`), and their sanitised exports as
+Markdown for qmd's `sessions-<agent>` collection."""
 
 from __future__ import annotations
 
@@ -13,15 +14,27 @@ import filelock
 
 from ..config import ResolvedAgent
 from ..core.forgotten import Tombstones, forgotten_path, scrub_messages
-from ..core.transcripts import render_transcript
+from ..core.transcripts import Message, parse_transcript_text, render_transcript
 from ..errors import SessionExportError, StateError
-from ..fsio import private_dir, read_private, write_private_atomic
-from .transcripts import list_transcripts, parse_transcript, session_id
+from ..fsio import open_private, private_dir, read_private, write_private_atomic
+from ..memfiles import list_transcripts
 
 
 def manifest_name(agent_id: str) -> str:
     """Per agent, so two agents sharing one `exportDir` never delete each other's exports."""
     return f".memoryd-sessions-{agent_id}.json"
+
+
+def session_id(path: Path) -> str:
+    """`abc.jsonl` → `abc`."""
+    return path.name.removesuffix(".jsonl")
+
+
+def parse_transcript(path: Path, *, sanitize: bool = False) -> tuple[list[Message], int, int]:
+    """(messages, malformed lines, lines) of one transcript; `OSError` only when it cannot be read."""
+    with open_private(path) as fh:  # never through a link planted among the transcripts
+        data = fh.read()
+    return parse_transcript_text(data.decode("utf-8", errors="replace"), sanitize=sanitize)
 
 
 # Bump when the rendering changes so every export is rewritten once.
@@ -50,7 +63,7 @@ def session_export_dir(agent: ResolvedAgent) -> Path:
     return agent.qmd_settings().exports_dir
 
 
-def _read_manifest(path: Path) -> dict[str, dict[str, Any]]:
+def read_manifest(path: Path) -> dict[str, dict[str, Any]]:
     try:
         raw = read_private(path)
         data = json.loads(raw) if raw is not None else None
@@ -64,18 +77,10 @@ def _read_manifest(path: Path) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in exports.items() if isinstance(v, dict)}
 
 
-def export_sessions(
-    agent: ResolvedAgent,
-    *,
-    now: datetime,
-    export_dir: Path | None = None,
-    retention_days: int | None = None,
-) -> ExportReport:
+def export_sessions(agent: ResolvedAgent, *, now: datetime) -> ExportReport:
     """Bring the agent's session exports up to date."""
-    out_dir = export_dir if export_dir is not None else session_export_dir(agent)
-    days = (
-        retention_days if retention_days is not None else agent.memory.qmd.sessions.retention_days
-    )
+    out_dir = session_export_dir(agent)
+    days = agent.memory.qmd.sessions.retention_days
     cutoff = (now - timedelta(days=days)).timestamp() if days is not None else None
     report = ExportReport(export_dir=out_dir)
     try:
@@ -93,12 +98,12 @@ def _export_locked(
     agent: ResolvedAgent, out_dir: Path, cutoff: float | None, report: ExportReport
 ) -> None:
     manifest_path = out_dir / manifest_name(agent.agent_id)
-    old = _read_manifest(manifest_path)
+    old = read_manifest(manifest_path)
     # forgotten text never reaches an export; a new tombstone makes every export be made again
     tombstones = Tombstones.from_json(read_private(forgotten_path(agent.sessions_dir)))
     forgotten = tombstones.digest if tombstones is not None else None
     new: dict[str, dict[str, Any]] = {}
-    for src in list_transcripts(agent):
+    for src in list_transcripts(agent.sessions_dir):
         sid = session_id(src)
         if not sid:
             continue

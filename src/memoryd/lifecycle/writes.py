@@ -54,14 +54,20 @@ def append_target_path(agent: ResolvedAgent, target: str, *, now: datetime) -> P
     raise InvalidMemoryWrite(f"unknown target {target!r} (use 'daily' or 'long-term')")
 
 
+def check_writable(agent: ResolvedAgent, what: str) -> None:
+    """`WorkspaceReadOnly` unless the agent may write its workspace."""
+    if agent.workspace_access != "rw":
+        raise WorkspaceReadOnly(
+            f"agent {agent.agent_id!r} has workspaceAccess {agent.workspace_access!r}; "
+            f"{what} needs 'rw'"
+        )
+
+
 def append_memory(
     agent: ResolvedAgent, target: AppendTarget | str, text: str, *, now: datetime
 ) -> AppendResult:
     """Append `text` to today's daily note or to long-term memory, atomically and durably."""
-    if agent.workspace_access != "rw":
-        raise WorkspaceReadOnly(
-            f"agent {agent.agent_id!r} has workspaceAccess {agent.workspace_access!r}; memory writes need 'rw'"
-        )
+    check_writable(agent, "a memory write")
     path = append_target_path(agent, target, now=now)
     if not isinstance(text, str) or not text.strip():
         raise InvalidMemoryWrite("text must not be empty")

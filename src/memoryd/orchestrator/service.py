@@ -303,8 +303,6 @@ class MemoryService:
             agent,
             session_key,
             today=today or datetime.now().astimezone().date(),
-            budget_chars=agent.bootstrap_max_chars,
-            total_budget_chars=agent.bootstrap_total_max_chars,
         )
         if agent.memory_search.sync.on_session_start:
             self._notify_changed(agent.agent_id)

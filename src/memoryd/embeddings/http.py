@@ -129,8 +129,6 @@ class ApiClient:
         self.headers = dict(headers)
         self.retry = retry
         self._client: httpx.Client | None = None
-        #: Requests sent, including retries (the reranker reports it).
-        self.requests = 0
 
     def _http(self) -> httpx.Client:
         if self._client is None:
@@ -157,7 +155,6 @@ class ApiClient:
                 raise DeadlineReached
             # the deadline bounds the whole wait, connecting included
             kwargs["timeout"] = min(self.retry.timeout, left)
-        self.requests += 1
         response = self._http().request(method, self.url(path), **kwargs)
         if response.is_success:
             return response
