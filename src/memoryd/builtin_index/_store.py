@@ -505,6 +505,10 @@ class Store(SqliteFile):
             "cache_entries": cache,
         }
 
+    def chunk_count(self) -> int:
+        with self._reading("read the index") as conn:
+            return int(conn.execute("select count(*) from chunks").fetchone()[0])
+
     def pending_count(self) -> int:
         with self._reading("read the index") as conn:
             return int(
