@@ -386,3 +386,19 @@ def test_a_first_search_the_rarer_terms_cannot_vouch_for_is_left_to_fts5(
             declined += got is None
             assert got is None or got == _sql(conn, terms, limit), (terms, limit)
     assert declined > 60  # Zipf-like words: a word in every row, few rows with no common word
+
+
+def test_row_counts_a_search_read_answer_fts5s_count_at_that_state_only(tmp_path: Path) -> None:
+    conn = _corpus(tmp_path / "c.sqlite", random.Random(9), rows=300)
+    postings = Postings(FTS_TOKENIZER, _memory_db)
+    words = ["running", "pelican", "common", "absent", "café"]
+    assert postings.count(conn, "pelican") is None  # nothing counted at this state yet
+    postings.top(conn, words, 6)
+    for word in words:
+        (fts5,) = conn.execute(
+            "select count(*) from chunks_fts where chunks_fts match ?", (f'"{word}"',)
+        ).fetchone()
+        assert postings.count(conn, word) == fts5, word
+    assert postings.count(conn, "16.4") is None  # two tokens: a phrase FTS5 counts
+    conn.execute("insert into chunks_fts(rowid, body) values (10000000, 'pelican')")
+    assert postings.count(conn, "pelican") is None  # another state

@@ -113,6 +113,8 @@ class Postings:
         self._state: _State | None = None
         self._lists: OrderedDict[str, tuple[I32, F64]] = OrderedDict()
         self._held = 0
+        #: Each token's row count at this state (`_row_counts`).
+        self._counts: dict[str, int] = {}
 
     def _tokenize(self, terms: Sequence[str]) -> list[tuple[str, ...]]:
         missing = [t for t in dict.fromkeys(terms) if t not in self._tokens]
@@ -168,10 +170,7 @@ class Postings:
         if not terms or limit <= 0 or any(has_cjk(t) for t in terms):
             return None
         with self._lock:
-            key = tuple(
-                (int(i), bytes(v) if isinstance(v, bytes | memoryview) else str(v).encode())
-                for i, v in conn.execute(_STATE_SQL).fetchall()
-            )
+            key = _state_key(conn)
             tokens = self._tokenize(terms)
             if any(len(t) != 1 for t in tokens):
                 return None
@@ -181,6 +180,7 @@ class Postings:
             if key != self._key:
                 self._key, self._state = key, None
                 self._lists.clear()
+                self._counts.clear()
                 self._held = 0
                 # a one-off search never pays for the load
                 return self._fts_pruned(conn, terms, words, total, limit)
@@ -226,16 +226,29 @@ class Postings:
             return None
         return _best_of(conn, terms, [found[i][0] for i in picked], limit)
 
+    def count(self, conn: Any, term: str) -> int | None:
+        """How many rows hold `term`, when FTS5 reads it as one token and a search at this
+        state counted it already; else None (FTS5 counts)."""
+        if has_cjk(term):
+            return None
+        with self._lock:
+            (tokens,) = self._tokenize([term])
+            if len(tokens) != 1 or tokens[0] not in self._counts or _state_key(conn) != self._key:
+                return None
+            return self._counts[tokens[0]]
+
     def _row_counts(self, conn: Any, tokens: list[str]) -> dict[str, int]:
-        """How many rows hold each token (held ones from their postings)."""
-        out = {t: len(self._lists[t][0]) for t in tokens if t in self._lists}
-        missing = [t for t in dict.fromkeys(tokens) if t not in out]
+        """How many rows hold each token (remembered for this state)."""
+        missing = [t for t in dict.fromkeys(tokens) if t not in self._counts]
         if missing:
+            if len(self._counts) + len(missing) > MAX_TOKENIZED:
+                self._counts.clear()
+                missing = list(dict.fromkeys(tokens))
             marks = ",".join("?" * len(missing))
             sql = f"select term, doc from {ROWS_TABLE} where term in ({marks})"
             found = dict(conn.execute(sql, missing).fetchall())
-            out.update((t, int(found.get(t, 0))) for t in missing)
-        return out
+            self._counts.update((t, int(found.get(t, 0))) for t in missing)
+        return {t: self._counts[t] for t in tokens}
 
     def _too_much_to_load(self, rows: dict[str, int], tokens: list[str]) -> bool:
         missing = [t for t in dict.fromkeys(tokens) if t not in self._lists]
@@ -322,6 +335,13 @@ def _best_of(
         (_or(terms), json.dumps(rowids), limit),
     )
     return [(int(r), -float(s)) for r, s in found]
+
+
+def _state_key(conn: Any) -> tuple[tuple[int, bytes], ...]:
+    return tuple(
+        (int(i), bytes(v) if isinstance(v, bytes | memoryview) else str(v).encode())
+        for i, v in conn.execute(_STATE_SQL).fetchall()
+    )
 
 
 def _parts(pos: I32, shares: F64, rows: I64) -> F64:

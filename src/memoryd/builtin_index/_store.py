@@ -12,7 +12,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # numpy is imported where used: a keyword-only search never loads it
     import numpy as np
@@ -29,6 +29,7 @@ from ._sqlite_file import SqliteFile
 from ._sqlite_util import _binding, code, db_errors, rollback
 
 log = logging.getLogger("memoryd.builtin_index")
+_T = TypeVar("_T")
 
 #: The keyword index's tokenizer (`chunks_fts`; `_postings` tokenizes query terms with it too).
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -555,6 +556,11 @@ class Store(SqliteFile):
     def count_matching(self, match: str) -> int:
         """How many chunks the FTS5 MATCH string matches (0 when FTS5 cannot parse it)."""
         with self._reading("read the keyword index") as conn:
+            phrases = or_phrases(match)
+            if phrases is not None and len(phrases) == 1:
+                counted = self._from_postings(lambda p: p.count(conn, phrases[0]))
+                if counted is not None:
+                    return counted
             try:
                 row = conn.execute(
                     "select count(*) from chunks_fts where chunks_fts match ?", (match,)
@@ -627,14 +633,17 @@ class Store(SqliteFile):
         self, conn: Any, match: str, limit: int
     ) -> list[tuple[int, float]] | None:
         """`_postings`' answer (FTS5's rows and scores), or None: a phrase, or in a write txn."""
-        postings = self._postings
-        if postings is None or self._w_owner == threading.get_ident():
-            return None
         phrases = or_phrases(match)
         if phrases is None:
             return None
+        return self._from_postings(lambda p: p.top(conn, phrases, limit))
+
+    def _from_postings(self, ask: Callable[[Postings], _T | None]) -> _T | None:
+        postings = self._postings
+        if postings is None or self._w_owner == threading.get_ident():
+            return None
         try:
-            return postings.top(conn, phrases, limit)
+            return ask(postings)
         except db_errors() as err:
             # e.g. a connection without the vocab table: FTS5 answers from now on, and a
             # damaged index fails there, through the usual checks
