@@ -17,7 +17,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..core.text import has_cjk
 
@@ -71,33 +71,24 @@ def vocab_tables_sql(fts_table: str) -> list[str]:
     ]
 
 
-def _varints(blob: bytes) -> list[int]:
-    """SQLite's varints (big-endian 7-bit groups; a 9th byte carries 8 bits), all of `blob`."""
-    out: list[int] = []
-    i, n = 0, len(blob)
-    while i < n:
-        value = 0
-        for j in range(9):
-            byte = blob[i]
-            i += 1
-            if j == 8:
-                value = (value << 8) | byte
-                break
-            value = (value << 7) | (byte & 0x7F)
-            if not byte & 0x80:
-                break
-        out.append(value)
-    return out
+def _row_count(averages: bytes) -> int:
+    """The first varint of FTS5's averages record: the row count (SQLite's varints: big-endian
+    7-bit groups, a 9th byte carrying 8 bits)."""
+    value = 0
+    for j, byte in enumerate(averages[:9]):
+        if j == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            break
+    return value
 
 
-class _State:
+class _State(NamedTuple):
     """The rows' ids and the row count bm25 weighs terms by, of one index state."""
 
-    __slots__ = ("ids", "rows")
-
-    def __init__(self, ids: I64, rows: int) -> None:
-        self.ids = ids
-        self.rows = rows
+    ids: I64
+    rows: int
 
 
 class Postings:
@@ -176,7 +167,7 @@ class Postings:
                 return None
             words = [t[0] for t in tokens]
             averages = next((block for i, block in key if i == 1), b"")
-            total = (_varints(averages) or [0])[0]
+            total = _row_count(averages)
             if key != self._key:
                 self._key, self._state = key, None
                 self._lists.clear()
