@@ -322,7 +322,8 @@ def _mixed_queries(rng: random.Random) -> list[list[str]]:
     for _ in range(40):
         terms = [*rng.sample(RARE, rng.randint(1, 4)), "common", "half", "pelican", "tenth"]
         terms = rng.sample(terms, rng.randint(2, len(terms)))
-        out.append(terms + rng.sample(["common", "half"], 1))  # a common term twice: two phrases
+        again = rng.sample(["common", "half"], 1)  # a common term twice: two phrases
+        out.append(terms + again if rng.random() < 0.5 else again + terms)
     return out
 
 

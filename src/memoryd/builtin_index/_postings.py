@@ -215,7 +215,21 @@ class Postings:
         picked = _contenders([-s for _, s in found], _ceiling(total, rows, tokens, common), limit)
         if picked is None:
             return None
-        return _best_of(conn, terms, [found[i][0] for i in picked], limit)
+        kinds = [w in common for w in tokens]
+        if kinds not in (sorted(kinds), sorted(kinds, reverse=True)):
+            return _best_of(conn, terms, [found[i][0] for i in picked], limit)
+        # the common terms all before or after the rarer ones: `(a OR b) AND (c OR d)` keeps the
+        # query's phrases in order, so FTS5 scores only the rows holding both kinds the whole
+        # query's way; a row holding only rarer terms already has that score (the rest add 0.0)
+        both = [_or(rare), _or([t for t, c in zip(terms, kinds, strict=True) if c])]
+        scores = {rowid: -s for rowid, s in found}
+        for rowid, s in conn.execute(
+            "select rowid, bm25(chunks_fts) from chunks_fts where chunks_fts match ?",
+            ("({}) AND ({})".format(*both[:: 1 if kinds[-1] else -1]),),
+        ):
+            scores[rowid] = -s
+        best = sorted(scores.items(), key=lambda x: (-x[1], x[0]))[:limit]
+        return [(int(rowid), float(s)) for rowid, s in best]
 
     def count(self, conn: Any, term: str) -> int | None:
         """How many rows hold `term`, when FTS5 reads it as one token and a search at this
