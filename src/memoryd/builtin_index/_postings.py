@@ -324,8 +324,10 @@ def _contenders(scores: list[float], ceiling: float, limit: int) -> list[int] | 
 
 
 def _ceiling(total: int, rows: dict[str, int], tokens: list[str], common: set[str]) -> float:
-    """The most the `common` tokens add to any row's bm25 (each one's tf -> infinity)."""
-    return sum(_idf(total, rows[t]) * (K1 + 1.0) for t in tokens if t in common)
+    """The most the `common` tokens add to any row's bm25 (each one's tf -> infinity), by
+    FTS5's idf (floored at 1e-6; here from above, as a bound may be)."""
+    idf = {t: math.log((total - rows[t] + 0.5) / (rows[t] + 0.5)) for t in common}
+    return sum(max(idf[t], 1e-6) * (K1 + 1.0) for t in tokens if t in common)
 
 
 def _best_of(
@@ -359,11 +361,6 @@ def _parts(pos: I32, shares: F64, rows: I64) -> F64:
         has = pos[at] == rows
         out[has] = shares[at[has]]
     return out
-
-
-def _idf(rows: int, hits: int) -> float:
-    idf = math.log((rows - hits + 0.5) / (hits + 0.5))
-    return 1e-6 if idf <= 0.0 else idf
 
 
 def _phrase(term: str) -> str:

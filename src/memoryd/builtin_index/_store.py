@@ -61,17 +61,9 @@ def trigram_body(text: str) -> str:
     return " ".join(dict.fromkeys(run.lower() for run in _TRIGRAM_RUN.findall(text)))
 
 
-def _run_script(conn: Any, script: str) -> None:
-    # executescript() would commit the migration's transaction; run statements one by one
-    for statement in script.split(";"):
-        if statement.strip():
-            conn.execute(statement)
-
-
 def _m001_base(conn: Any) -> None:
-    _run_script(
-        conn,
-        """
+    # executescript() would commit the migration's transaction; run statements one by one
+    for statement in """
         create table meta (key text primary key, value text not null);
         create table files (path text primary key, abs_path text not null, source text not null,
             hash text not null, mtime real not null, size integer not null);
@@ -86,8 +78,9 @@ def _m001_base(conn: Any) -> None:
             vector blob not null, used_at real not null,
             primary key (provider, model, fingerprint, hash));
         create index embedding_cache_lru on embedding_cache(used_at);
-        """,
-    )
+        """.split(";"):
+        if statement.strip():
+            conn.execute(statement)
 
 
 def _m002_fts(conn: Any) -> None:
@@ -393,10 +386,6 @@ class Store(SqliteFile):
             expr, param = f"vec_distance_cosine({column}, ?)", query.tobytes()
         return f"coalesce(1.0 - {expr}, 0.0)", param
 
-    def _txn_vec_dims(self) -> int | None:
-        row = self._w.execute("select value from meta where key = 'vec_dims'").fetchone()
-        return int(row[0]) if row else None
-
     def files(self) -> dict[str, tuple[str, float, int, str]]:
         with self._reading("read the index") as conn:
             rows = conn.execute("select path, hash, mtime, size, source from files").fetchall()
@@ -466,12 +455,9 @@ class Store(SqliteFile):
 
     def remove_file(self, path: str) -> None:
         with self.transaction(doing=f"remove {path} from the index"):
-            self._delete_chunks_of(path)
+            ids = [r[0] for r in self._w.execute("select id from chunks where path = ?", (path,))]
+            self._delete_chunk_ids(ids)
             self._w.execute("delete from files where path = ?", (path,))
-
-    def _delete_chunks_of(self, path: str) -> None:
-        ids = [r[0] for r in self._w.execute("select id from chunks where path = ?", (path,))]
-        self._delete_chunk_ids(ids)
 
     def _delete_chunk_ids(self, ids: list[int]) -> None:
         conn = self._w
@@ -678,7 +664,8 @@ class Store(SqliteFile):
         return rows
 
     def _ensure_vec_table(self, dims: int) -> None:
-        stored = self._txn_vec_dims()
+        row = self._w.execute("select value from meta where key = 'vec_dims'").fetchone()
+        stored = int(row[0]) if row else None
         if stored == dims:
             return
         if stored is not None:

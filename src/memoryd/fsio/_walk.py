@@ -9,6 +9,7 @@ import marshal
 import operator
 import os
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -68,10 +69,7 @@ class Walk:
 
     def counts(self) -> dict[Reason, int]:
         """How many entries were refused, by reason."""
-        out: dict[Reason, int] = {}
-        for s in self.skipped:
-            out[s.reason] = out.get(s.reason, 0) + 1
-        return out
+        return dict(Counter(s.reason for s in self.skipped))
 
 
 _States = frozenset[int]
