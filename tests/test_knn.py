@@ -98,11 +98,11 @@ def test_a_store_above_the_threshold_answers_through_the_prefilter(
         for row in (5, 77, 190):
             got = store.vector_search(rows[row], 6)
             assert got[0][0] == ids[row] and got[0][1] == pytest.approx(1.0, abs=1e-3)
-            assert store._matrix is not None
-            held = store._matrix[1]  # the stored (int8) vectors, as searched
+            assert "matrix" in store._by_version
+            held = store._by_version["matrix"][1]  # the stored (int8) vectors, as searched
             by_id = dict(zip(held.ids.tolist(), held.rows @ rows[row], strict=True))
             assert [s for _, s in got] == pytest.approx([by_id[cid] for cid, _ in got], abs=1e-6)
-        assert store._matrix is not None and store._matrix[1]._signs is not None
+        assert store._by_version["matrix"][1]._signs is not None
     finally:
         store.close()
 

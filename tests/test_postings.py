@@ -297,25 +297,43 @@ def test_a_rebuilt_index_is_not_answered_from_the_old_ones_postings(workspace: P
     run()
 
 
+def _common_and_rare_corpus(path: Path, rng: random.Random) -> Any:
+    """2,000 rows: 300 rare words, and `common`, `half`, `pelican`, `tenth` in that share of rows."""
+    module, _ = _binding()
+    conn = module.connect(str(path), isolation_level=None)
+    conn.execute(f"create virtual table chunks_fts using fts5(body, tokenize = '{FTS_TOKENIZER}')")
+    for statement in vocab_tables_sql("chunks_fts"):
+        conn.execute(statement)
+    conn.execute("begin")
+    for rowid in rng.sample(range(1, 20_000), 2000):
+        words = rng.choices(RARE, k=rng.randint(1, 25)) + ["common"] * rng.randint(1, 3)
+        words += ["half"] * (rowid % 2) + ["tenth"] * (rowid % 10 == 0) + ["pelican"] * (rowid % 3)
+        rng.shuffle(words)
+        conn.execute("insert into chunks_fts(rowid, body) values (?, ?)", (rowid, " ".join(words)))
+    conn.execute("commit")
+    return conn
+
+
+RARE = [f"w{i}x" for i in range(300)]
+
+
+def _mixed_queries(rng: random.Random) -> list[list[str]]:
+    out = []
+    for _ in range(40):
+        terms = [*rng.sample(RARE, rng.randint(1, 4)), "common", "half", "pelican", "tenth"]
+        terms = rng.sample(terms, rng.randint(2, len(terms)))
+        again = rng.sample(["common", "half"], 1)  # a common term twice: two phrases
+        out.append(terms + again if rng.random() < 0.5 else again + terms)
+    return out
+
+
 @pytest.mark.parametrize("held", [False, True])
 @pytest.mark.parametrize("seed", range(3))
 def test_common_terms_scored_only_on_the_rarer_terms_rows_give_fts5s_answer(
     tmp_path: Path, seed: int, held: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rng = random.Random(seed)
-    module, _ = _binding()
-    conn = module.connect(str(tmp_path / "c.sqlite"), isolation_level=None)
-    conn.execute(f"create virtual table chunks_fts using fts5(body, tokenize = '{FTS_TOKENIZER}')")
-    for statement in vocab_tables_sql("chunks_fts"):
-        conn.execute(statement)
-    rare = [f"w{i}x" for i in range(300)]
-    conn.execute("begin")
-    for rowid in rng.sample(range(1, 20_000), 2000):
-        words = rng.choices(rare, k=rng.randint(1, 25)) + ["common"] * rng.randint(1, 3)
-        words += ["half"] * (rowid % 2) + ["tenth"] * (rowid % 10 == 0) + ["pelican"] * (rowid % 3)
-        rng.shuffle(words)
-        conn.execute("insert into chunks_fts(rowid, body) values (?, ?)", (rowid, " ".join(words)))
-    conn.execute("commit")
+    conn = _common_and_rare_corpus(tmp_path / "c.sqlite", rng)
     if not held:  # the common words are too many postings to load; the rarer ones are not
         monkeypatch.setattr(_postings, "MAX_POSTINGS", 4000)
     postings = Postings(FTS_TOKENIZER, _memory_db)
@@ -330,13 +348,58 @@ def test_common_terms_scored_only_on_the_rarer_terms_rows_give_fts5s_answer(
         return out
 
     monkeypatch.setattr(Postings, "_score_pruned", counted)
-    for _ in range(40):
-        terms = [*rng.sample(rare, rng.randint(1, 4)), "common", "half", "pelican", "tenth"]
-        terms = rng.sample(terms, rng.randint(2, len(terms)))
-        terms += rng.sample(["common", "half"], 1)  # a common term twice: two phrases
+    for terms in _mixed_queries(rng):
         for limit in (1, 6, 24, 5000):
             got = postings.top(conn, terms, limit)
             if got is not None:
                 assert got == _sql(conn, terms, limit), (terms, limit)  # == on the floats
     assert pruned > 40
     assert held == ("common" in postings._lists)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_first_search_asks_fts5_only_about_the_rarer_terms_rows_and_gives_its_answer(
+    tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    conn = _common_and_rare_corpus(tmp_path / "c.sqlite", rng)
+    pruned = 0
+    for terms in _mixed_queries(rng):
+        for limit in (1, 6, 24, 5000):
+            got = Postings(FTS_TOKENIZER, _memory_db).top(conn, terms, limit)  # a one-off's
+            if got is not None:
+                pruned += 1
+                assert got == _sql(conn, terms, limit), (terms, limit)  # == on the floats
+    assert pruned > 40
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_first_search_the_rarer_terms_cannot_vouch_for_is_left_to_fts5(
+    tmp_path: Path, seed: int
+) -> None:
+    rng = random.Random(seed)
+    conn = _corpus(tmp_path / "c.sqlite", rng, rows=rng.choice([40, 400, 1500]))
+    declined = 0
+    for _ in range(60):
+        terms = rng.sample([*VOCAB, "common", "absent"], rng.randint(1, 8))
+        for limit in (1, 6, 24):
+            got = Postings(FTS_TOKENIZER, _memory_db).top(conn, terms, limit)
+            declined += got is None
+            assert got is None or got == _sql(conn, terms, limit), (terms, limit)
+    assert declined > 60  # Zipf-like words: a word in every row, few rows with no common word
+
+
+def test_row_counts_a_search_read_answer_fts5s_count_at_that_state_only(tmp_path: Path) -> None:
+    conn = _corpus(tmp_path / "c.sqlite", random.Random(9), rows=300)
+    postings = Postings(FTS_TOKENIZER, _memory_db)
+    words = ["running", "pelican", "common", "absent", "café"]
+    assert postings.count(conn, "pelican") is None  # nothing counted at this state yet
+    postings.top(conn, words, 6)
+    for word in words:
+        (fts5,) = conn.execute(
+            "select count(*) from chunks_fts where chunks_fts match ?", (f'"{word}"',)
+        ).fetchone()
+        assert postings.count(conn, word) == fts5, word
+    assert postings.count(conn, "16.4") is None  # two tokens: a phrase FTS5 counts
+    conn.execute("insert into chunks_fts(rowid, body) values (10000000, 'pelican')")
+    assert postings.count(conn, "pelican") is None  # another state

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from helpers import agent_for, selection
 from memoryd.builtin_index import MemoryIndex, _store
-from memoryd.builtin_index._postings import _varints
+from memoryd.builtin_index._postings import _row_count
 from memoryd.builtin_index._store import FTS_TOKENIZER, reclaim, trigram_body
 from memoryd.core.text import segment_for_fts, trigram_terms
 from memoryd.embeddings import HashingEmbedder
@@ -380,7 +380,7 @@ def test_edits_leave_bm25s_counts_those_of_the_live_chunks(ws: Path) -> None:
         chunks = conn.execute("select count(*) from chunks").fetchone()[0]
         for table in ("chunks_fts", "chunks_tri"):
             block = conn.execute(f"select block from {table}_data where id = 1").fetchone()[0]
-            assert _varints(bytes(block))[0] == chunks
+            assert _row_count(bytes(block)) == chunks
             conn.execute(f"insert into {table}({table}) values ('integrity-check')")
     assert idx.store.verify(deep=True) is None
     idx.close()

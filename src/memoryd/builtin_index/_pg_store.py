@@ -515,6 +515,10 @@ class PgStore(StoreChecks):
         keys = ("files", "chunks", "pending_vectors", "source_counts", "cache_entries")
         return dict(zip(keys, row, strict=True))  # bigints and JSON numbers arrive as ints
 
+    def chunk_count(self) -> int:
+        sql = "select count(*) from memoryd.chunks where tenant_id = %s"
+        return int(self._scalar(sql, (self.tenant_id,)))
+
     def pending_count(self) -> int:
         sql = "select count(*) from memoryd.pending_vectors where tenant_id = %s"
         return int(self._scalar(sql, (self.tenant_id,)))

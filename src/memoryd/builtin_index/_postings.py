@@ -2,10 +2,11 @@
 
 Each term's (row, share) pairs are FTS5's own `bm25()` of that term alone, summed in the query's
 term order with ties by rowid, so the answer is FTS5's (`tests/test_postings.py` compares them).
-A phrase term, CJK, or the first search at an index state (a one-off CLI search) is left to FTS5,
-and any write by any process changes the state key and drops what was held. A term in more than
-1/COMMON_SHARE of the rows is added only to the candidates the rarer terms pick, when no row
-outside them could still beat the last one kept (MaxScore).
+A phrase term or CJK is left to FTS5, and any write by any process changes the state key and
+drops what was held. A term in more than 1/COMMON_SHARE of the rows is added only to the
+candidates the rarer terms pick, when no row outside them could still beat the last one kept
+(MaxScore, `_contenders`). The first search at an index state (every one-off CLI search) loads
+nothing: FTS5 scores the rarer terms' rows, then the whole query on the rows they pick.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..core.text import has_cjk
 
@@ -70,33 +71,24 @@ def vocab_tables_sql(fts_table: str) -> list[str]:
     ]
 
 
-def _varints(blob: bytes) -> list[int]:
-    """SQLite's varints (big-endian 7-bit groups; a 9th byte carries 8 bits), all of `blob`."""
-    out: list[int] = []
-    i, n = 0, len(blob)
-    while i < n:
-        value = 0
-        for j in range(9):
-            byte = blob[i]
-            i += 1
-            if j == 8:
-                value = (value << 8) | byte
-                break
-            value = (value << 7) | (byte & 0x7F)
-            if not byte & 0x80:
-                break
-        out.append(value)
-    return out
+def _row_count(averages: bytes) -> int:
+    """The first varint of FTS5's averages record: the row count (SQLite's varints: big-endian
+    7-bit groups, a 9th byte carrying 8 bits)."""
+    value = 0
+    for j, byte in enumerate(averages[:9]):
+        if j == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            break
+    return value
 
 
-class _State:
+class _State(NamedTuple):
     """The rows' ids and the row count bm25 weighs terms by, of one index state."""
 
-    __slots__ = ("ids", "rows")
-
-    def __init__(self, ids: I64, rows: int) -> None:
-        self.ids = ids
-        self.rows = rows
+    ids: I64
+    rows: int
 
 
 class Postings:
@@ -112,6 +104,8 @@ class Postings:
         self._state: _State | None = None
         self._lists: OrderedDict[str, tuple[I32, F64]] = OrderedDict()
         self._held = 0
+        #: Each token's row count at this state (`_row_counts`).
+        self._counts: dict[str, int] = {}
 
     def _tokenize(self, terms: Sequence[str]) -> list[tuple[str, ...]]:
         missing = [t for t in dict.fromkeys(terms) if t not in self._tokens]
@@ -162,31 +156,32 @@ class Postings:
 
     def top(self, conn: Any, terms: Sequence[str], limit: int) -> list[tuple[int, float]] | None:
         """(rowid, bm25 strength) best first, as `bm25()` over the OR of `terms` ranks them; None
-        when FTS5 should answer (a phrase among the terms, or the first search at this state)."""
+        when FTS5 should answer the whole query (a phrase among the terms, or a first search at
+        this state that the rarer terms cannot vouch for)."""
         if not terms or limit <= 0 or any(has_cjk(t) for t in terms):
             return None
         with self._lock:
-            key = tuple(
-                (int(i), bytes(v) if isinstance(v, bytes | memoryview) else str(v).encode())
-                for i, v in conn.execute(_STATE_SQL).fetchall()
-            )
-            if key != self._key:
-                self._key, self._state = key, None
-                self._lists.clear()
-                self._held = 0
-                return None  # a one-off search never pays for the load
+            key = _state_key(conn)
             tokens = self._tokenize(terms)
             if any(len(t) != 1 for t in tokens):
                 return None
             words = [t[0] for t in tokens]
+            averages = next((block for i, block in key if i == 1), b"")
+            total = _row_count(averages)
+            if key != self._key:
+                self._key, self._state = key, None
+                self._lists.clear()
+                self._counts.clear()
+                self._held = 0
+                # a one-off search never pays for the load
+                return self._fts_pruned(conn, terms, words, total, limit)
             state = self._state
             if state is None:
                 import numpy as np  # only here: a one-off search never loads it
 
-                averages = next((block for i, block in key if i == 1), b"")
                 cur = conn.execute("select id from chunks_fts_docsize order by id")
                 ids = np.fromiter((r[0] for r in cur), dtype=np.int64)
-                state = self._state = _State(ids, _varints(averages)[0])
+                state = self._state = _State(ids, total)
             if state.rows == 0 or len(state.ids) == 0:
                 return []
             rows = self._row_counts(conn, words)
@@ -204,16 +199,61 @@ class Postings:
                 return self._score_pruned(conn, state, terms, words, rows, common, limit)
             return None
 
+    def _fts_pruned(
+        self, conn: Any, terms: Sequence[str], tokens: list[str], total: int, limit: int
+    ) -> list[tuple[int, float]] | None:
+        """FTS5's own answer, its bm25 of the whole query asked only on the rows the rarer terms
+        pick (`_contenders`); None when no term is common or the rarer ones cannot vouch for it."""
+        rows = self._row_counts(conn, tokens)
+        common = {w for w in tokens if rows[w] * COMMON_SHARE > total}
+        rare = [t for t, w in zip(terms, tokens, strict=True) if w not in common]
+        if not common or not rare or sum(rows[w] for w in set(tokens) - common) < limit:
+            return None
+        found = conn.execute(
+            "select rowid, bm25(chunks_fts) from chunks_fts where chunks_fts match ?", (_or(rare),)
+        ).fetchall()
+        picked = _contenders([-s for _, s in found], _ceiling(total, rows, tokens, common), limit)
+        if picked is None:
+            return None
+        kinds = [w in common for w in tokens]
+        if kinds not in (sorted(kinds), sorted(kinds, reverse=True)):
+            return _best_of(conn, terms, [found[i][0] for i in picked], limit)
+        # the common terms all before or after the rarer ones: `(a OR b) AND (c OR d)` keeps the
+        # query's phrases in order, so FTS5 scores only the rows holding both kinds the whole
+        # query's way; a row holding only rarer terms already has that score (the rest add 0.0)
+        both = [_or(rare), _or([t for t, c in zip(terms, kinds, strict=True) if c])]
+        scores = {rowid: -s for rowid, s in found}
+        for rowid, s in conn.execute(
+            "select rowid, bm25(chunks_fts) from chunks_fts where chunks_fts match ?",
+            ("({}) AND ({})".format(*both[:: 1 if kinds[-1] else -1]),),
+        ):
+            scores[rowid] = -s
+        best = sorted(scores.items(), key=lambda x: (-x[1], x[0]))[:limit]
+        return [(int(rowid), float(s)) for rowid, s in best]
+
+    def count(self, conn: Any, term: str) -> int | None:
+        """How many rows hold `term`, when FTS5 reads it as one token and a search at this
+        state counted it already; else None (FTS5 counts)."""
+        if has_cjk(term):
+            return None
+        with self._lock:
+            (tokens,) = self._tokenize([term])
+            if len(tokens) != 1 or tokens[0] not in self._counts or _state_key(conn) != self._key:
+                return None
+            return self._counts[tokens[0]]
+
     def _row_counts(self, conn: Any, tokens: list[str]) -> dict[str, int]:
-        """How many rows hold each token (held ones from their postings)."""
-        out = {t: len(self._lists[t][0]) for t in tokens if t in self._lists}
-        missing = [t for t in dict.fromkeys(tokens) if t not in out]
+        """How many rows hold each token (remembered for this state)."""
+        missing = [t for t in dict.fromkeys(tokens) if t not in self._counts]
         if missing:
+            if len(self._counts) + len(missing) > MAX_TOKENIZED:
+                self._counts.clear()
+                missing = list(dict.fromkeys(tokens))
             marks = ",".join("?" * len(missing))
             sql = f"select term, doc from {ROWS_TABLE} where term in ({marks})"
             found = dict(conn.execute(sql, missing).fetchall())
-            out.update((t, int(found.get(t, 0))) for t in missing)
-        return out
+            self._counts.update((t, int(found.get(t, 0))) for t in missing)
+        return {t: self._counts[t] for t in tokens}
 
     def _too_much_to_load(self, rows: dict[str, int], tokens: list[str]) -> bool:
         missing = [t for t in dict.fromkeys(tokens) if t not in self._lists]
@@ -256,44 +296,59 @@ class Postings:
                 pos, shares = held[token]
                 rare[pos] += shares
         picked = np.flatnonzero(rare > 0.0)
-        if len(picked) < limit:
+        ceiling = _ceiling(state.rows, rows, tokens, common)
+        chosen = _contenders(rare[picked].tolist(), ceiling, limit)
+        if chosen is None:
             return None
-        # the most the common tokens add to any row (tf -> infinity), with room for rounding
-        ceiling = sum(_idf(state.rows, rows[t]) * (K1 + 1.0) for t in tokens if t in common)
-        ceiling = ceiling * (1 + 1e-9) + 1e-12
-        kth = np.partition(rare[picked], len(picked) - limit)[len(picked) - limit]
-        if ceiling >= kth:
-            return None  # a row the rarer tokens did not pick could still make the cut
-        contenders = picked[rare[picked] + ceiling >= kth]
-        parts = {
-            t: _parts(*self._lists[t], contenders)
-            if t in self._lists
-            else self._fts_parts(conn, state, terms[tokens.index(t)], contenders)
-            for t in common
-        }
+        contenders = picked[chosen]
+        if not all(t in self._lists for t in common):
+            return _best_of(conn, terms, state.ids[contenders].tolist(), limit)
         # summed in the query's term order, as FTS5 does: the same floating-point result
         scores = np.zeros(len(contenders), dtype=np.float64)
         for token in tokens:
-            scores += parts[token] if token in common else _parts(*held[token], contenders)
+            scores += _parts(*(self._lists[token] if token in common else held[token]), contenders)
         return _best(state, contenders, scores, limit)
 
-    @staticmethod
-    def _fts_parts(conn: Any, state: _State, term: str, rows: I64) -> F64:
-        """FTS5's own bm25 of the one-term query `term` on each of `rows` (0 where absent)."""
-        import numpy as np
 
-        out = np.zeros(len(rows), dtype=np.float64)
-        ids = state.ids[rows]
-        where = {int(rowid): i for i, rowid in enumerate(ids)}
-        # `+rowid`: one scan of the term's rows; a lookup per rowid would make FTS5 count the
-        # term's rows again for each one
-        for rowid, score in conn.execute(
-            "select rowid, bm25(chunks_fts) from chunks_fts where chunks_fts match ? "
-            "and +rowid in (select value from json_each(?))",
-            (_phrase(term), json.dumps([int(x) for x in ids])),
-        ):
-            out[where[int(rowid)]] = -float(score)
-        return out
+def _contenders(scores: list[float], ceiling: float, limit: int) -> list[int] | None:
+    """MaxScore: the rows (indexes into `scores`, the rarer terms' bm25 on each row they hold)
+    that can be among the best `limit` once the common terms add at most `ceiling` to a row;
+    None when a row the rarer terms do not hold could be too."""
+    if len(scores) < limit:
+        return None
+    kth = sorted(scores, reverse=True)[limit - 1]
+    ceiling = ceiling * (1 + 1e-9) + 1e-12  # room for rounding
+    if ceiling >= kth:
+        return None
+    return [i for i, s in enumerate(scores) if s + ceiling >= kth]
+
+
+def _ceiling(total: int, rows: dict[str, int], tokens: list[str], common: set[str]) -> float:
+    """The most the `common` tokens add to any row's bm25 (each one's tf -> infinity), by
+    FTS5's idf (floored at 1e-6; here from above, as a bound may be)."""
+    idf = {t: math.log((total - rows[t] + 0.5) / (rows[t] + 0.5)) for t in common}
+    return sum(max(idf[t], 1e-6) * (K1 + 1.0) for t in tokens if t in common)
+
+
+def _best_of(
+    conn: Any, terms: Sequence[str], rowids: list[int], limit: int
+) -> list[tuple[int, float]]:
+    """FTS5's own best `limit` of `rowids` for the OR of `terms`."""
+    # `+rowid`: one scan of the query's rows; a lookup per rowid would make FTS5 count each
+    # term's rows again for each one
+    found = conn.execute(
+        "select rowid, bm25(chunks_fts) as r from chunks_fts where chunks_fts match ? "
+        "and +rowid in (select value from json_each(?)) order by r limit ?",
+        (_or(terms), json.dumps(rowids), limit),
+    )
+    return [(int(r), -float(s)) for r, s in found]
+
+
+def _state_key(conn: Any) -> tuple[tuple[int, bytes], ...]:
+    return tuple(
+        (int(i), bytes(v) if isinstance(v, bytes | memoryview) else str(v).encode())
+        for i, v in conn.execute(_STATE_SQL).fetchall()
+    )
 
 
 def _parts(pos: I32, shares: F64, rows: I64) -> F64:
@@ -308,13 +363,12 @@ def _parts(pos: I32, shares: F64, rows: I64) -> F64:
     return out
 
 
-def _idf(rows: int, hits: int) -> float:
-    idf = math.log((rows - hits + 0.5) / (hits + 0.5))
-    return 1e-6 if idf <= 0.0 else idf
-
-
 def _phrase(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
+
+
+def _or(terms: Sequence[str]) -> str:
+    return " OR ".join(map(_phrase, terms))
 
 
 def _best(state: _State, rows: I64, scores: F64, limit: int) -> list[tuple[int, float]]:

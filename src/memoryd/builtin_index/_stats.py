@@ -141,7 +141,7 @@ class CorpusStatistics:
         version = store.version
         cache = self.cache
         if cache is None or cache.store is not store or cache.version != version:
-            cache = StatsCache(store, version, int(store.counts()["chunks"]))
+            cache = StatsCache(store, version, store.chunk_count())
             self.cache = cache
         term_chunks: dict[str, int] = {}
         if store.fts_available:

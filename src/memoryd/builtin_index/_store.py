@@ -12,7 +12,7 @@ import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # numpy is imported where used: a keyword-only search never loads it
     import numpy as np
@@ -29,6 +29,7 @@ from ._sqlite_file import SqliteFile
 from ._sqlite_util import _binding, code, db_errors, rollback
 
 log = logging.getLogger("memoryd.builtin_index")
+_T = TypeVar("_T")
 
 #: The keyword index's tokenizer (`chunks_fts`; `_postings` tokenizes query terms with it too).
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -60,17 +61,9 @@ def trigram_body(text: str) -> str:
     return " ".join(dict.fromkeys(run.lower() for run in _TRIGRAM_RUN.findall(text)))
 
 
-def _run_script(conn: Any, script: str) -> None:
-    # executescript() would commit the migration's transaction; run statements one by one
-    for statement in script.split(";"):
-        if statement.strip():
-            conn.execute(statement)
-
-
 def _m001_base(conn: Any) -> None:
-    _run_script(
-        conn,
-        """
+    # executescript() would commit the migration's transaction; run statements one by one
+    for statement in """
         create table meta (key text primary key, value text not null);
         create table files (path text primary key, abs_path text not null, source text not null,
             hash text not null, mtime real not null, size integer not null);
@@ -85,8 +78,9 @@ def _m001_base(conn: Any) -> None:
             vector blob not null, used_at real not null,
             primary key (provider, model, fingerprint, hash));
         create index embedding_cache_lru on embedding_cache(used_at);
-        """,
-    )
+        """.split(";"):
+        if statement.strip():
+            conn.execute(statement)
 
 
 def _m002_fts(conn: Any) -> None:
@@ -314,9 +308,8 @@ class Store(SqliteFile):
     ) -> None:
         # a rebuild reads and fills the live index's cache: a killed rebuild loses nothing
         self._cache_store = scratch_for
-        self._matrix: tuple[tuple[int, int], VectorMatrix] | None = None
-        self._count_cache: tuple[tuple[int, int], int] | None = None
-        self._vec_meta: tuple[tuple[int, int], int | None, bool] | None = None
+        #: What `_at_version` computed, by name, with the index version it is of.
+        self._by_version: dict[str, tuple[tuple[int, int], Any]] = {}
         # hashes of the chunks handed out for embedding: a vector is only stored on the same text
         self._pending_hashes: dict[int, str] = {}
         #: Keyword search from postings held in memory, after the first search at a state.
@@ -344,10 +337,18 @@ class Store(SqliteFile):
         super()._reset_caches()
         if self._postings is not None:  # another file's content now: nothing held carries over
             self._postings = Postings(FTS_TOKENIZER, self._private_memory_db)
-        self._matrix = None
-        self._count_cache = None
-        self._vec_meta = None
+        self._by_version.clear()
         self._pending_hashes.clear()
+
+    def _at_version(self, name: str, compute: Callable[[], _T]) -> _T:
+        """`compute()`, once per index version."""
+        version = self.version
+        held = self._by_version.get(name)
+        if held is None or held[0] != version:
+            self._by_version.pop(name, None)  # the old one goes before the new one is built
+            held = self._by_version[name] = (version, compute())
+        out: _T = held[1]
+        return out
 
     @property
     def vec_dims(self) -> int | None:
@@ -356,12 +357,13 @@ class Store(SqliteFile):
 
     def _vector_meta(self) -> tuple[int | None, bool]:
         """The stored vectors' dimensions, and whether they are int8 codes (`m005`)."""
-        version = self.version
-        if self._vec_meta is None or self._vec_meta[0] != version:
+
+        def read() -> tuple[int | None, bool]:
             with self._reading("read the index") as conn:
                 dims, int8 = conn.execute(_VECTOR_META).fetchone()
-            self._vec_meta = (version, int(dims) if dims else None, bool(int8))
-        return self._vec_meta[1], self._vec_meta[2]
+            return int(dims) if dims else None, bool(int8)
+
+        return self._at_version("vector_meta", read)
 
     def query_as_stored(self, query: np.ndarray | array[float]) -> np.ndarray | array[float]:
         """`query` at the stored precision, so cosines in SQL and in numpy agree to rounding."""
@@ -383,10 +385,6 @@ class Store(SqliteFile):
         else:
             expr, param = f"vec_distance_cosine({column}, ?)", query.tobytes()
         return f"coalesce(1.0 - {expr}, 0.0)", param
-
-    def _txn_vec_dims(self) -> int | None:
-        row = self._w.execute("select value from meta where key = 'vec_dims'").fetchone()
-        return int(row[0]) if row else None
 
     def files(self) -> dict[str, tuple[str, float, int, str]]:
         with self._reading("read the index") as conn:
@@ -457,12 +455,9 @@ class Store(SqliteFile):
 
     def remove_file(self, path: str) -> None:
         with self.transaction(doing=f"remove {path} from the index"):
-            self._delete_chunks_of(path)
+            ids = [r[0] for r in self._w.execute("select id from chunks where path = ?", (path,))]
+            self._delete_chunk_ids(ids)
             self._w.execute("delete from files where path = ?", (path,))
-
-    def _delete_chunks_of(self, path: str) -> None:
-        ids = [r[0] for r in self._w.execute("select id from chunks where path = ?", (path,))]
-        self._delete_chunk_ids(ids)
 
     def _delete_chunk_ids(self, ids: list[int]) -> None:
         conn = self._w
@@ -504,6 +499,10 @@ class Store(SqliteFile):
             "source_counts": by_source,
             "cache_entries": cache,
         }
+
+    def chunk_count(self) -> int:
+        with self._reading("read the index") as conn:
+            return int(conn.execute("select count(*) from chunks").fetchone()[0])
 
     def pending_count(self) -> int:
         with self._reading("read the index") as conn:
@@ -551,6 +550,11 @@ class Store(SqliteFile):
     def count_matching(self, match: str) -> int:
         """How many chunks the FTS5 MATCH string matches (0 when FTS5 cannot parse it)."""
         with self._reading("read the keyword index") as conn:
+            phrases = or_phrases(match)
+            if phrases is not None and len(phrases) == 1:
+                counted = self._from_postings(lambda p: p.count(conn, phrases[0]))
+                if counted is not None:
+                    return counted
             try:
                 row = conn.execute(
                     "select count(*) from chunks_fts where chunks_fts match ?", (match,)
@@ -559,22 +563,19 @@ class Store(SqliteFile):
                 return 0
         return int(row[0])
 
-    def vector_sample(self, limit: int) -> list[tuple[int, np.ndarray, str]]:
-        """Up to `limit` stored vectors spread evenly over chunk ids: (chunk id, vector, text)."""
-        return [(cid, vec, text) for cid, vec, text, _ in self.vector_sample_keyed(limit)]
-
     def vector_sample_keyed(self, limit: int) -> list[tuple[int, np.ndarray, str, str]]:
-        """`vector_sample` with each chunk's content hash, read in the same snapshot."""
+        """Up to `limit` stored vectors spread evenly over chunk ids: (chunk id, vector, text,
+        content hash)."""
         rows = self._sample("v.vector, c.text, c.hash", limit)
         dims = self.vec_dims or 0
         return [(int(r[0]), _vector(r[1], dims), r[2], str(r[3])) for r in rows]
 
     def sample_keys(self, limit: int) -> list[tuple[int, str]]:
-        """`vector_sample`'s chunks as (chunk id, content hash): what their vectors are of."""
+        """`vector_sample_keyed`'s chunks as (chunk id, content hash): what their vectors are of."""
         return [(int(r[0]), str(r[1])) for r in self._sample("c.hash", limit)]
 
     def sample_cosines(self, limit: int, query: array[float]) -> list[tuple[int, str, float, str]]:
-        """`vector_sample`'s (chunk id, content hash, cosine to `query` in SQL, text)."""
+        """`vector_sample_keyed`'s (chunk id, content hash, cosine to `query` in SQL, text)."""
         cosine, param = self._cosine_sql("v.vector", query)
         rows = self._sample(f"c.hash, {cosine}, c.text", limit, (param,))
         return [(int(r[0]), str(r[1]), float(r[2]), r[3]) for r in rows]
@@ -623,14 +624,17 @@ class Store(SqliteFile):
         self, conn: Any, match: str, limit: int
     ) -> list[tuple[int, float]] | None:
         """`_postings`' answer (FTS5's rows and scores), or None: a phrase, or in a write txn."""
-        postings = self._postings
-        if postings is None or self._w_owner == threading.get_ident():
-            return None
         phrases = or_phrases(match)
         if phrases is None:
             return None
+        return self._from_postings(lambda p: p.top(conn, phrases, limit))
+
+    def _from_postings(self, ask: Callable[[Postings], _T | None]) -> _T | None:
+        postings = self._postings
+        if postings is None or self._w_owner == threading.get_ident():
+            return None
         try:
-            return postings.top(conn, phrases, limit)
+            return ask(postings)
         except db_errors() as err:
             # e.g. a connection without the vocab table: FTS5 answers from now on, and a
             # damaged index fails there, through the usual checks
@@ -660,7 +664,8 @@ class Store(SqliteFile):
         return rows
 
     def _ensure_vec_table(self, dims: int) -> None:
-        stored = self._txn_vec_dims()
+        row = self._w.execute("select value from meta where key = 'vec_dims'").fetchone()
+        stored = int(row[0]) if row else None
         if stored == dims:
             return
         if stored is not None:
@@ -711,12 +716,11 @@ class Store(SqliteFile):
         return self._numpy_search(query, k)
 
     def _vector_count(self) -> int:
-        version = self.version
-        if self._count_cache is None or self._count_cache[0] != version:
+        def read() -> int:
             with self._reading("read the index") as conn:
-                n = int(conn.execute("select count(*) from chunk_vectors").fetchone()[0])
-            self._count_cache = (version, n)
-        return self._count_cache[1]
+                return int(conn.execute("select count(*) from chunk_vectors").fetchone()[0])
+
+        return self._at_version("vector_count", read)
 
     @property
     def search_engine(self) -> str:
@@ -742,33 +746,32 @@ class Store(SqliteFile):
         return [(int(r[0]), float(r[1])) for r in rows]
 
     def _numpy_search(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        held = self._at_version("matrix", lambda: self._load_matrix(query.shape[0]))
+        if not len(held.ids) or held.rows.shape[1] != query.shape[0]:
+            return []
+        return held.search(query, k)
+
+    def _load_matrix(self, dims: int) -> VectorMatrix:
         import numpy as np
 
         from ._knn import VectorMatrix
 
-        version = self.version
-        if self._matrix is None or self._matrix[0] != version:
-            self._matrix = None  # the old one goes before the new one is built
-            with self._reading("search the vector index") as conn:
-                n = int(conn.execute("select count(*) from chunk_vectors").fetchone()[0])
-                ids = np.zeros(n, np.int64)
-                matrix = np.zeros((n, query.shape[0]), np.float32)
-                m = 0
-                # row by row into the matrix: no second copy of every vector on the way
-                for cid, blob in conn.execute("select chunk_id, vector from chunk_vectors"):
-                    row = _stored(blob, matrix.shape[1])
-                    if m >= n:
-                        break
-                    if row is None:  # a vector of other dimensions cannot answer this query
-                        continue
-                    ids[m] = cid
-                    matrix[m] = row
-                    m += 1
-            self._matrix = (version, VectorMatrix(ids[:m], unit_rows(matrix[:m])))
-        held = self._matrix[1]
-        if not len(held.ids) or held.rows.shape[1] != query.shape[0]:
-            return []
-        return held.search(query, k)
+        with self._reading("search the vector index") as conn:
+            n = int(conn.execute("select count(*) from chunk_vectors").fetchone()[0])
+            ids = np.zeros(n, np.int64)
+            matrix = np.zeros((n, dims), np.float32)
+            m = 0
+            # row by row into the matrix: no second copy of every vector on the way
+            for cid, blob in conn.execute("select chunk_id, vector from chunk_vectors"):
+                row = _stored(blob, dims)
+                if m >= n:
+                    break
+                if row is None:  # a vector of other dimensions cannot answer this query
+                    continue
+                ids[m] = cid
+                matrix[m] = row
+                m += 1
+        return VectorMatrix(ids[:m], unit_rows(matrix[:m]))
 
     def cache_get(self, key: tuple[str, str, str], hashes: Sequence[str]) -> dict[str, np.ndarray]:
         if self._cache_store is not None:

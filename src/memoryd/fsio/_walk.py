@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import marshal
 import operator
 import os
 import re
-from collections.abc import Callable, Container, Iterator
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from itertools import compress
@@ -67,10 +69,7 @@ class Walk:
 
     def counts(self) -> dict[Reason, int]:
         """How many entries were refused, by reason."""
-        out: dict[Reason, int] = {}
-        for s in self.skipped:
-            out[s.reason] = out.get(s.reason, 0) + 1
-        return out
+        return dict(Counter(s.reason for s in self.skipped))
 
 
 _States = frozenset[int]
@@ -168,19 +167,26 @@ _STAT_KEY: Final = operator.attrgetter(
 )
 
 
-def _digest(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=16).hexdigest()
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def _folder_record(
-    kinds: dict[str, str], checked: Container[str], stat: Callable[[str], os.stat_result]
-) -> list[str]:
+def _names_digest(kinds: dict[str, str], names: list[str]) -> str:
+    return _digest("\0".join([kinds[n] + n for n in names]).encode("utf-8", "surrogateescape"))
+
+
+def _stats_digest(stats: list[tuple[int, ...]]) -> str:
+    # marshal version 2 writes no back-references: the same ints give the same bytes in any process
+    return _digest(marshal.dumps(stats, 2))
+
+
+def _folder_record(kinds: dict[str, str], checked: dict[str, os.stat_result]) -> list[str]:
     """What `unchanged` compares of a folder: the digest of its entries' kinds and names, which
     of them (a mask over the sorted names) were files checked, and the digest of their stats."""
     names = sorted(kinds)
     mask = "".join("1" if n in checked else "0" for n in names)
-    stats = [_STAT_KEY(stat(n)) for n in compress(names, map(int, mask))]
-    return [_digest("\0".join([kinds[n] + n for n in names])), mask, _digest(repr(stats))]
+    stats = [_STAT_KEY(checked[n]) for n in names if n in checked]
+    return [_names_digest(kinds, names), mask, _stats_digest(stats)]
 
 
 def unchanged(
@@ -234,12 +240,13 @@ def _same_entries(fd: int, *record: str) -> bool:
             e.name: "d" if e.is_dir(follow_symlinks=False) else "l" if e.is_symlink() else "f"
             for e in entries
         }
-    names, mask = sorted(kinds), record[1]
-    if len(mask) != len(names):
+    names = sorted(kinds)
+    digest, mask, stats = record
+    if len(mask) != len(names) or _names_digest(kinds, names) != digest:
         return False
-    checked = set(compress(names, map(int, mask)))
-    now = _folder_record(kinds, checked, lambda n: os.stat(n, dir_fd=fd, follow_symlinks=False))
-    return now == list(record)
+    checked = compress(names, map(int, mask))
+    now = [_STAT_KEY(os.stat(n, dir_fd=fd, follow_symlinks=False)) for n in checked]
+    return _stats_digest(now) == stats
 
 
 @dataclass(slots=True)
@@ -380,7 +387,7 @@ class _Walker:
                 self.found.append(
                     Found(rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
                 )
-        record = _folder_record(kinds, checked, checked.__getitem__)
+        record = _folder_record(kinds, checked)
         self.dirs.append([frame.parts, here.st_dev, here.st_ino, *record])
         folders.sort()
         return folders
