@@ -208,7 +208,7 @@ def page_blocks(
     cut, holding no more than a block plus the page."""
     start = max(1, from_line or 1)
     cap = max_chars + 1  # one character past the cap tells an over-long line
-    rest = _capped_lines(_decoded(blocks), cap, skip=start - 1)
+    rest = _capped_lines(codecs.iterdecode(blocks, "utf-8", "replace"), cap, skip=start - 1)
     return _page(rest, start, lines, max_chars, max_lines)
 
 
@@ -241,15 +241,6 @@ def _page(
         n += 1
     cut = n < wanted or (n == 1 and len(taken[0]) < len(collected[0]))
     return Page("".join(taken), cut, start + n if cut else None, past_end=False)
-
-
-def _decoded(blocks: Iterable[bytes]) -> Iterator[str]:
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    for block in blocks:
-        if piece := decoder.decode(block):
-            yield piece
-    if tail := decoder.decode(b"", final=True):
-        yield tail
 
 
 def _terminated(part: str) -> bool:

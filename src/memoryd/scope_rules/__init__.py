@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Final, Literal
+from typing import Final
 
 from ..config import ScopeConfig, ScopeMatch, ScopeRule
 from ..core.session_keys import ChatType, SessionKeyInfo, parse_session_key, raw_session_key
-
-DecisionReason = Literal["no-channel", "rule", "default"]
 
 # Session keys are caller input; cap what one can put in a log line.
 _MAX_LOGGED_KEY_CHARS: Final = 200
@@ -31,14 +29,11 @@ def _printable(text: str) -> str:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ScopeDecision:
-    """`evaluate_scope`'s outcome: `no-channel` (not a chat), `rule` `rule_index`, or `default`."""
+    """`evaluate_scope`'s outcome, with what it derived from the session key for the log."""
 
     allowed: bool
-    reason: DecisionReason
-    rule_index: int | None
     channel: str | None
     chat_type: ChatType | None
-    key: str
     session_key: str | None
 
     def log_message(self) -> str:
@@ -81,15 +76,9 @@ def evaluate_scope(scope: ScopeConfig | None, session_key: str | None) -> ScopeD
     # a fresh default each time: a caller changing one it was given widens nothing
     effective = default_scope() if scope is None else scope
     info = parse_session_key(session_key)
-    allowed, index = True, None
-    reason: DecisionReason = "no-channel"
+    allowed = True  # a session that is no chat (`main`, a sub-agent) is never filtered
     if info.is_chat:
-        allowed, reason = (effective.default or "allow") == "allow", "default"
         raw_key = raw_session_key(session_key)
-        for i, rule in enumerate(effective.rules or []):
-            if _matches(rule.match, info, raw_key):
-                allowed, reason, index = rule.action == "allow", "rule", i
-                break
-    return ScopeDecision(
-        allowed, reason, index, info.channel, info.chat_type, info.normalized, session_key
-    )
+        rule = next((r for r in effective.rules or [] if _matches(r.match, info, raw_key)), None)
+        allowed = (rule.action if rule else effective.default or "allow") == "allow"
+    return ScopeDecision(allowed, info.channel, info.chat_type, session_key)

@@ -27,37 +27,21 @@ from ._fusion import (
     _fuse_ranks,
     _fuse_relative,
     _relative_scores,
-    auto_text_weight,
-    exact_token_share,
 )
 from ._snippets import continue_snippet, extend_chunk, select_snippet, uncovered_window
 
+# what is imported here for other modules (the rest is defined here)
 __all__ = [
     "PATH_TOKEN",
-    "REFERENCE_QUERIES",
     "Candidate",
     "CorpusStats",
     "Fusion",
     "RankParams",
-    "_matched_terms",
-    "age_in_days",
-    "auto_text_weight",
-    "calibrated_scores",
     "continue_snippet",
-    "decay_multiplier",
-    "exact_token_share",
     "extend_chunk",
-    "fuse",
-    "idf",
-    "is_evergreen",
-    "lexical_evidence",
-    "mmr",
     "path_match_level",
-    "rank",
     "select_snippet",
     "uncovered_window",
-    "vector_z",
-    "with_score",
 ]
 
 
@@ -223,15 +207,6 @@ def _ramp(x: float, lo: float, hi: float) -> float:
     return min(1.0, max(0.0, (x - lo) / (hi - lo)))
 
 
-def calibrated_scores(
-    candidates: Sequence[Candidate], query: str, stats: CorpusStats | None
-) -> list[Candidate]:
-    """The default: `confidence × closeness^RANK_SHAPE`, where confidence is the best chunk's
-    evidence `1 − (1 − lexical)(1 − vector)` and closeness its share of the best relative fusion
-    score; so an off-topic query scores low throughout and minScore abstains."""
-    return _calibrated(candidates, query, stats, partial_vectors=False)
-
-
 def _calibrated_parts(
     candidates: Sequence[Candidate],
     query: str,
@@ -304,25 +279,23 @@ def _evidence_detail(
     ref: tuple[float, float] | None,
 ) -> dict[str, Any]:
     """`--explain`'s keyword and vector parts of one candidate's evidence."""
-    keyword = {
-        "bm25": c.text_score,
-        "rank": c.text_rank,
-        "matchedTerms": sorted(matched),
-        "fileNameTerms": sorted(named - matched),
-        "termWeights": {t: round(w, 4) for t, w in weights.items()},
-        "share": share,
-        "evidence": lex,
-    }
-    vector: dict[str, Any] | None = None
-    if c.vector_score is not None:
-        vector = {
-            "cosine": c.vector_score,
-            "rank": c.vector_rank,
-            "z": z,
-            "background": {"mean": ref[0], "sd": ref[1]} if ref is not None else None,
-            "floor": floor,
-            "evidence": vec,
-        }
+    out = _sides(c, matched)
+    out["keyword"].update(
+        fileNameTerms=sorted(named - matched),
+        termWeights={t: round(w, 4) for t, w in weights.items()},
+        share=share,
+        evidence=lex,
+    )
+    if out["vector"] is not None:
+        background = {"mean": ref[0], "sd": ref[1]} if ref is not None else None
+        out["vector"].update(z=z, background=background, floor=floor, evidence=vec)
+    return out
+
+
+def _sides(c: Candidate, matched: set[str]) -> dict[str, Any]:
+    """What each list said of a candidate, as `--explain` shows it."""
+    keyword = {"bm25": c.text_score, "rank": c.text_rank, "matchedTerms": sorted(matched)}
+    vector = None if c.vector_score is None else {"cosine": c.vector_score, "rank": c.vector_rank}
     return {"keyword": keyword, "vector": vector}
 
 
@@ -334,8 +307,11 @@ def _calibrated(
     partial_vectors: bool,
     trace: dict[int, dict[str, Any]] | None = None,
 ) -> list[Candidate]:
-    """`partial_vectors`: a chunk only the vector side found scores at most its own evidence, as
-    the best of the few chunks embedded so far may be unrelated."""
+    """`auto`: `confidence × closeness^RANK_SHAPE`, where confidence is the best chunk's evidence
+    `1 − (1 − lexical)(1 − vector)` and closeness its share of the best relative fusion score, so
+    an off-topic query scores low throughout and minScore abstains. `partial_vectors`: a chunk
+    only the vector side found scores at most its own evidence, as the best of the few chunks
+    embedded so far may be unrelated."""
     if not candidates:
         return []
     detail: list[dict[str, Any]] | None = [] if trace is not None else None
@@ -401,18 +377,8 @@ def fuse(
     if trace is not None:
         terms = query_terms(query)
         for c in out:
-            trace[c.chunk_id] = {
-                "keyword": {
-                    "bm25": c.text_score,
-                    "rank": c.text_rank,
-                    "matchedTerms": sorted(_matched_terms(c, terms)),
-                },
-                "vector": None
-                if c.vector_score is None
-                else {"cosine": c.vector_score, "rank": c.vector_rank},
-                "fused": {"fusion": params.fusion, "score": c.score},
-                "calibration": None,
-            }
+            d = trace[c.chunk_id] = _sides(c, _matched_terms(c, terms))
+            d.update(fused={"fusion": params.fusion, "score": c.score}, calibration=None)
     return out
 
 

@@ -36,22 +36,16 @@ def _fuse_ranks(candidates: Sequence[Candidate], params: RankParams) -> list[Can
     return out
 
 
-def _minmax(values: Sequence[float]) -> tuple[float, float]:
-    lo, hi = min(values), max(values)
-    return lo, (hi - lo) or 1.0
-
-
-def normalized_sides(
-    candidates: Sequence[Candidate], how: str = "minmax"
+def _scaled(
+    vectors: Sequence[float | None], texts: Sequence[float | None], how: str = "minmax"
 ) -> tuple[list[float | None], list[float | None]]:
     """Each list rescaled per query to 0..1 (None where it lacks the chunk), as raw cosines and
     BM25 are not comparable."""
-    vectors = [c.vector_score for c in candidates]
-    texts = [c.text_score for c in candidates]
     if how == "zscore":
         return _zscored(vectors), _zscored(texts)
     vs = [v for v in vectors if v is not None]
-    vlo, vspan = _minmax(vs) if vs else (0.0, 1.0)
+    vlo, vhi = (min(vs), max(vs)) if vs else (0.0, 1.0)
+    vspan = (vhi - vlo) or 1.0
     tbest = max((t for t in texts if t is not None), default=1.0)
     # BM25 is scaled by the best hit only: a list's weakest keyword hit still matched a term
     return (
@@ -60,7 +54,7 @@ def normalized_sides(
     )
 
 
-def _zscored(values: list[float | None]) -> list[float | None]:
+def _zscored(values: Sequence[float | None]) -> list[float | None]:
     """±3 standard deviations of the present values span the unit range."""
     xs = [x for x in values if x is not None]
     if not xs:
@@ -75,7 +69,9 @@ def _fuse_normalized(
 ) -> list[Candidate]:
     total = params.vector_weight + params.text_weight
     vw, tw = params.vector_weight / total, params.text_weight / total
-    vnorm, tnorm = normalized_sides(candidates, how)
+    vnorm, tnorm = _scaled(
+        [c.vector_score for c in candidates], [c.text_score for c in candidates], how
+    )
     have_vectors = any(v is not None for v in vnorm)
     have_text = any(t is not None for t in tnorm)
     out = []
@@ -148,19 +144,16 @@ def _relative_scores(
     vector side take the keyword share too, in proportion."""
     tw = auto_text_weight(query)
     vw = 1.0 - tw
-    vs = [v for v in vectors if v is not None]
-    ts = [c.text_score for c in candidates if c.text_score is not None]
-    vlo, vspan = _minmax(vs) if vs else (0.0, 1.0)
-    tbest = max(ts) if ts else 1.0
+    vnorm, tnorm = _scaled(vectors, [c.text_score for c in candidates])
+    have_vectors = any(v is not None for v in vectors)
+    have_text = any(t is not None for t in tnorm)
     out = []
-    for c, v, cov, strength in zip(candidates, vectors, coverage, apart, strict=True):
-        vn = 0.0 if v is None else ((v - vlo) / vspan if len(vs) > 1 else 1.0)
-        # BM25 is scaled by the best hit only: a list's weakest keyword hit still matched a term
-        t = c.text_score / tbest if c.text_score is not None and tbest > 0 else 0.0
-        lexical = t * (0.5 + 0.5 * cov) if c.text_score is not None else 0.0
-        if vs and ts:
+    for v, t, cov, strength in zip(vnorm, tnorm, coverage, apart, strict=True):
+        vn = v or 0.0
+        lexical = 0.0 if t is None else t * (0.5 + 0.5 * cov)
+        if have_vectors and have_text:
             out.append(vw * vn + tw * lexical if strength is None else vn * (vw + tw * strength))
-        elif vs:
+        elif have_vectors:
             out.append(vn)
         else:
             out.append(lexical)
