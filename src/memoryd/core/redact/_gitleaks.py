@@ -12,6 +12,28 @@ from ._checks import _entropy
 from ._rules import SECRET_PATTERNS, SecretSpan, keyword_index, rules_for
 
 
+def _trie_regex(words: Iterable[str]) -> str:
+    """An alternation matching the longest of `words` that starts at a position."""
+    trie: dict[str, Any] = {}
+    for word in words:
+        node = trie
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict[str, Any]) -> str:
+        ends = "" in node
+        branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        if ends:  # a shorter word ends here: the longer ones are tried first (greedy `?`)
+            body = "(?:" + body + ")?"
+        return body
+
+    return build(trie)
+
+
 def _re2() -> Any:
     """Google's RE2 binding, imported on first use (it ships no type information)."""
     import re2  # type: ignore[import-untyped]
@@ -48,7 +70,7 @@ class _Rule:
     allow_secret: Any
     allow_match: Any
     allow_line: Any
-    stopwords: Any
+    stopwords: re.Pattern[str] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +100,8 @@ def _ruleset() -> _Ruleset:
         # RE2 scopes inline flags to their group, so `(?:a)|(?:b)` means what a and b meant.
         return re2.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
 
-    def any_word(words: list[str]) -> Any:
-        return any_of([re.escape(w) for w in words])
-
     glob_secret = any_of(glob_regexes)
-    glob_stop = any_word(glob_stopwords)
+    glob_stop = re.compile(_trie_regex(glob_stopwords)) if glob_stopwords else None
     rules: list[_Rule] = []
     keywords: list[set[str]] = []
     for spec in config["rules"]:
@@ -108,7 +127,9 @@ def _ruleset() -> _Ruleset:
                 else glob_secret,
                 allow_match=any_of(allow["match"]),
                 allow_line=any_of(allow["line"]),
-                stopwords=any_word(glob_stopwords + stopwords) if stopwords else glob_stop,
+                stopwords=re.compile(_trie_regex(glob_stopwords + stopwords))
+                if stopwords
+                else glob_stop,
             )
         )
         keywords.append({k.lower() for k in spec.get("keywords", ())})
