@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+from .text import merge_spans
 from .transcripts import Message
 
 #: The tombstone file, next to the agent's `sessions/` folder: kept by `reset`, per agent.
@@ -83,40 +84,26 @@ class Tombstones:
         if not self.hashes:
             return []
         ws = words(text)
-        lengths = sorted({int(h.split(":", 1)[0]) for h in self.hashes})
-        hit = [False] * len(ws)
         norm = [w for w, _s, _e in ws]
-        for n in lengths:
+        found = []
+        for n in {int(h.split(":", 1)[0]) for h in self.hashes}:
             for i in range(len(ws) - n + 1):
                 if self._hash(norm[i : i + n]) in self.hashes:
-                    hit[i : i + n] = [True] * n
-        spans: list[tuple[int, int]] = []
-        for i, flag in enumerate(hit):
-            if not flag:
-                continue
-            start, end = ws[i][1], ws[i][2]
-            if spans and i > 0 and hit[i - 1]:
-                spans[-1] = (spans[-1][0], end)
-            else:
-                spans.append((start, end))
-        return spans
+                    found.append((ws[i][1], ws[i + n - 1][2]))
+        return merge_spans(found)
 
     def scrub(self, text: str) -> str:
         """`text` without each sentence holding a tombstone, so a partly quoted line's rest goes too."""
         spans = self.spans(text)
         if not spans:
             return text
-        cuts: list[tuple[int, int]] = []
+        cuts = []
         for start, end in spans:
             a = max((m.end() for m in _SENTENCE_END_RE.finditer(text, 0, start)), default=0)
             b = _SENTENCE_END_RE.search(text, end)
-            cut = (a, b.end() if b else len(text))
-            if cuts and cut[0] <= cuts[-1][1]:
-                cuts[-1] = (cuts[-1][0], max(cuts[-1][1], cut[1]))
-            else:
-                cuts.append(cut)
+            cuts.append((a, b.end() if b else len(text)))
         pieces, at = [], 0
-        for start, end in cuts:
+        for start, end in merge_spans(cuts):
             pieces.append(text[at:start])
             at = end
         pieces.append(text[at:])

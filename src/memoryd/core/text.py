@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from itertools import accumulate
 from typing import Literal
@@ -278,6 +278,17 @@ def _term_shape(term: str) -> tuple[bool, str | None]:
 @lru_cache(maxsize=512)
 def _sorted_words(words: frozenset[str]) -> tuple[str, ...]:
     return tuple(sorted(words))
+
+
+def merge_spans(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(start, end) ranges sorted, overlapping or touching ones joined."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def camel_case(name: str) -> str:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from functools import cache
 from typing import Final
 
+from ..text import merge_spans
 from ._checks import _VALUE_CHECKS, _answer_spans
 from ._gitleaks import _gitleaks_spans, _ruleset
 from ._rules import SECRET_PATTERNS, SecretSpan, keyword_index, rules_for
@@ -59,16 +59,6 @@ def secret_spans(text: str, *, previous: str | None = None) -> list[SecretSpan]:
     return sorted(spans)
 
 
-def _merge(spans: Sequence[SecretSpan]) -> list[tuple[int, int]]:
-    merged: list[tuple[int, int]] = []
-    for start, end, _rule in spans:
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
-
-
 def redact_secrets(text: str, *, previous: str | None = None) -> str:
     """`text` with every secret `secret_spans` finds replaced by `[REDACTED]`."""
     spans = secret_spans(text, previous=previous)
@@ -76,7 +66,7 @@ def redact_secrets(text: str, *, previous: str | None = None) -> str:
         return text
     out = []
     last = 0
-    for start, end in _merge(spans):
+    for start, end in merge_spans(s[:2] for s in spans):
         out.append(text[last:start])
         out.append(REDACTED)
         last = end
