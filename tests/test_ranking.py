@@ -14,8 +14,10 @@ from memoryd.core.ranking import (
     Candidate,
     RankParams,
     age_in_days,
+    auto_text_weight,
     continue_snippet,
     decay_multiplier,
+    exact_token_share,
     extend_chunk,
     is_evergreen,
     path_match_level,
@@ -24,7 +26,6 @@ from memoryd.core.ranking import (
     uncovered_window,
 )
 from memoryd.core.ranking._candidates import _matched_terms, with_score
-from memoryd.core.ranking._fusion import auto_text_weight, exact_token_share
 from memoryd.core.text import matched_terms, may_match, query_terms, text_terms, word_set
 
 SCORES_ONLY = RankParams(
