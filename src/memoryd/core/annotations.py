@@ -13,7 +13,7 @@ from .layout import CURATED_ROOT_NAMES
 from .text import query_terms, text_terms, word_set
 
 if TYPE_CHECKING:
-    from .ranking import Candidate
+    from .ranking._candidates import Candidate
 
 _OPENER: Final = re.compile(r"<!--\s*(trigger|importance|project)\s*:", re.IGNORECASE)
 _CLOSER: Final = "-->"
