@@ -13,7 +13,6 @@ from .redact import redact_secrets
 from .replies import is_no_reply
 
 Role = Literal["user", "assistant"]
-_LABEL: Final[dict[str, str]] = {"user": "User", "assistant": "Assistant"}
 
 _BLOCK_RE: Final = re.compile(
     r"<(?P<tag>system-reminder|thinking|think|reasoning|antThinking|relevant-memories|memory-context)"
@@ -44,10 +43,6 @@ class Message:
     role: Role
     text: str
     line_no: int
-
-    def render(self) -> str:
-        """`User: …` / `Assistant: …`."""
-        return f"{_LABEL[self.role]}: {self.text}"
 
 
 def sanitize_text(text: str, *, previous: str | None = None) -> str:
@@ -148,8 +143,8 @@ def _to_message(
 
 
 def render_transcript(messages: Iterable[Message]) -> str:
-    """One `User:`/`Assistant:` line per message."""
-    return "\n".join(m.render() for m in messages)
+    """One `User: …`/`Assistant: …` line per message."""
+    return "\n".join(f"{m.role.capitalize()}: {m.text}" for m in messages)
 
 
 def chunk_transcript(messages: Iterable[Message], *, tokens: int, overlap: int) -> list[Chunk]:

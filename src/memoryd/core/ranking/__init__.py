@@ -221,12 +221,9 @@ def _calibrated_parts(
     offset: float | None = None
     evidence = []
     vec_evidence = []
-    named_by_path: dict[str, frozenset[str]] = {}  # a file's chunks share their name's terms
     key = tuple(terms)
     for c, m, z, script in zip(candidates, matched, zs, scripts, strict=True):
-        named = named_by_path.get(c.path)
-        if named is None:
-            named = named_by_path[c.path] = _named(key, c.path) if terms else frozenset()
+        named = _named(key, c.path) if terms else frozenset()
         share = lexical_evidence(m | named, weights) if use_keywords else 0.0
         lex = _ramp(share, LEX_FLOOR, LEX_FULL)
         if z is not None and not m and script != qscript:

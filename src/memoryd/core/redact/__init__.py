@@ -52,7 +52,7 @@ def secret_spans(text: str, *, previous: str | None = None) -> list[SecretSpan]:
     if not text:
         return []
     ruleset = _ruleset()
-    present = ruleset.keywords.present(text.lower())
+    present = ruleset.present(text.lower())
     spans = _local_spans(text, present) + _gitleaks_spans(ruleset, text, present)
     if previous:
         spans += _answer_spans(text, previous)

@@ -41,22 +41,6 @@ def _re2() -> Any:
     return re2
 
 
-class _Keywords:
-    """Which of a fixed set of keywords occur in a lowercased text, found in one pass."""
-
-    def __init__(self, words: Iterable[str]) -> None:
-        re2 = _re2()
-        self._vocabulary = sorted(set(words))
-        self._set = re2.Set.SearchSet()
-        for word in self._vocabulary:
-            self._set.Add(re.escape(word))
-        self._set.Compile()
-
-    def present(self, lowered: str) -> set[str]:
-        hits = self._set.Match(lowered)
-        return {self._vocabulary[i] for i in hits} if hits else set()
-
-
 @dataclass(frozen=True, slots=True)
 class _Rule:
     id: str
@@ -78,7 +62,12 @@ class _Ruleset:
     rules: tuple[_Rule, ...]
     by_keyword: dict[str, tuple[int, ...]]  # lowercased keyword → indexes into rules
     always: tuple[int, ...]  # rules without keywords
-    keywords: _Keywords  # gitleaks' and the local rules' keywords together
+    vocabulary: tuple[str, ...]  # gitleaks' and the local rules' keywords together
+    finder: Any  # an RE2 set of `vocabulary`, which finds them all in one pass
+
+    def present(self, lowered: str) -> set[str]:
+        """The keywords a lowercased text holds."""
+        return {self.vocabulary[i] for i in self.finder.Match(lowered) or ()}
 
 
 @cache
@@ -134,8 +123,12 @@ def _ruleset() -> _Ruleset:
         )
         keywords.append({k.lower() for k in spec.get("keywords", ())})
     by_keyword, always = keyword_index(keywords)
-    local_keywords = (k for p in SECRET_PATTERNS for k in p.keywords)
-    return _Ruleset(tuple(rules), by_keyword, always, _Keywords([*by_keyword, *local_keywords]))
+    vocabulary = tuple(sorted({*by_keyword, *(k for p in SECRET_PATTERNS for k in p.keywords)}))
+    finder = re2.Set.SearchSet()
+    for word in vocabulary:
+        finder.Add(re.escape(word))
+    finder.Compile()
+    return _Ruleset(tuple(rules), by_keyword, always, vocabulary, finder)
 
 
 # gitleaks tests a line allowlist against the secret's whole line; here the line is clipped to
