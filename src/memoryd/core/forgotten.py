@@ -121,20 +121,13 @@ class Tombstones:
     @classmethod
     def from_json(cls, raw: bytes | None) -> Tombstones | None:
         """The tombstones in `raw` (a tombstone file's bytes); None when absent or unreadable."""
-        if not raw:
-            return None
         try:
-            data: Any = json.loads(raw)
-        except ValueError:
-            return None
-        if not isinstance(data, dict) or data.get("version") != _FORMAT:
-            return None
-        key, hashes = data.get("key"), data.get("hashes")
-        if not isinstance(key, str) or not isinstance(hashes, list):
-            return None
-        try:
+            data: Any = json.loads(raw or b"")
+            key, hashes = data["key"], data["hashes"]
             bytes.fromhex(key)
-        except ValueError:
+        except (ValueError, TypeError, KeyError):
+            return None
+        if data.get("version") != _FORMAT or not isinstance(hashes, list):
             return None
         removals = data.get("removals")
         return cls(

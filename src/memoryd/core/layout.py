@@ -64,14 +64,10 @@ class MemoryRoot:
 
     def accepts(self, rel: PurePosixPath) -> bool:
         """Whether the file `rel` (relative to `path`) is memory under this root."""
-        parts = rel.parts
-        if rel.is_absolute() or not parts or len(parts) > MAX_DEPTH + 1:
+        parts = rel.parts  # never "" nor "." (PurePosixPath drops them)
+        if rel.is_absolute() or not 0 < len(parts) <= MAX_DEPTH + 1 or ".." in parts:
             return False
-        if any(p in ("", ".", "..") for p in parts):
-            return False
-        if any(p in SKIP_DIRS for p in parts[:-1]):
-            return False
-        if not is_markdown(parts[-1]):
+        if not SKIP_DIRS.isdisjoint(parts[:-1]) or not is_markdown(parts[-1]):
             return False
         if "*" in self.pattern and not parts[-1].endswith(MARKDOWN_SUFFIX):
             # `Notes.MD` is Markdown too: wildcard masks match it as `Notes.md`
