@@ -211,32 +211,21 @@ def page_blocks(
 def _page(
     rest: Iterator[str], start: int, lines: int | None, max_chars: int, max_lines: int
 ) -> Page:
-    """The page from `rest`, collected until one line past full so `truncated` is known."""
+    """The page from `rest`: whole lines within the caps, one over-long first line cut; it is
+    `truncated` when a line past them was wanted."""
     room = max_lines if lines is None else min(lines, max_lines)
-    collected: list[str] = []
-    used = 0
-    for line in rest:
-        collected.append(line)
-        used += len(line)
-        if len(collected) > room or used > max_chars:
-            break
-    if not collected:  # a non-empty file has a line 1: nothing from `start` on means past the end
-        return Page("", False, None, past_end=start > 1)
-    wanted = len(collected) if lines is None else min(lines, len(collected))
     taken: list[str] = []
     used = 0
-    n = 0
-    for line in collected[: min(wanted, max_lines)]:
-        if used + len(line) > max_chars:
-            if not taken:  # one over-long line: cut it rather than return nothing
-                taken.append(line[:max_chars])
-                n = 1
-            break
+    for line in rest:
+        if len(taken) == room or used + len(line) > max_chars:
+            if len(taken) == lines:  # every line asked for
+                break
+            taken = taken or [line[:max_chars]]
+            return Page("".join(taken), True, start + len(taken), past_end=False)
         taken.append(line)
         used += len(line)
-        n += 1
-    cut = n < wanted or (n == 1 and len(taken[0]) < len(collected[0]))
-    return Page("".join(taken), cut, start + n if cut else None, past_end=False)
+    # a non-empty file has a line 1: nothing from `start` on means past the end
+    return Page("".join(taken), False, None, past_end=not taken and start > 1)
 
 
 def _terminated(part: str) -> bool:
