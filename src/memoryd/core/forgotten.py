@@ -56,22 +56,18 @@ class Tombstones:
         )
         return f"{len(run)}:{h.hexdigest()}"
 
-    def hashes_of(self, lines: Iterable[str]) -> set[str]:
-        """The tombstones for removed `lines`: shingles across them, and each short line whole."""
+    def with_lines(self, lines: Iterable[str]) -> Tombstones:
+        """These tombstones plus those of removed `lines` (one more removal counted): shingles
+        across them, and each short line whole."""
         stream: list[str] = []
-        out: set[str] = set()
+        added: set[str] = set()
         for line in lines:
             ws = [w for w, _s, _e in words(line)]
             if MIN_WORDS <= len(ws) < SHINGLE:
-                out.add(self._hash(ws))
+                added.add(self._hash(ws))
             stream.extend(ws)
         for i in range(len(stream) - SHINGLE + 1):
-            out.add(self._hash(stream[i : i + SHINGLE]))
-        return out
-
-    def with_lines(self, lines: Iterable[str]) -> Tombstones:
-        """These tombstones plus those of `lines` (one more removal counted)."""
-        added = self.hashes_of(lines)
+            added.add(self._hash(stream[i : i + SHINGLE]))
         return replace(self, hashes=self.hashes | added, removals=self.removals + 1)
 
     @property

@@ -64,11 +64,9 @@ def redact_secrets(text: str, *, previous: str | None = None) -> str:
     spans = secret_spans(text, previous=previous)
     if not spans:
         return text
-    out = []
+    out: list[str] = []
     last = 0
     for start, end in merge_spans(s[:2] for s in spans):
-        out.append(text[last:start])
-        out.append(REDACTED)
+        out += (text[last:start], REDACTED)
         last = end
-    out.append(text[last:])
-    return "".join(out)
+    return "".join(out) + text[last:]
