@@ -45,30 +45,21 @@ class ScopeDecision:
         )
 
 
-def _clean(value: str | None) -> str | None:
-    """Config strings compare trimmed and case-insensitively; blank means "not set"."""
-    cleaned = (value or "").strip().lower()
-    return cleaned or None
-
-
 def _matches(match: ScopeMatch | None, info: SessionKeyInfo, raw_key: str) -> bool:
+    """Config strings compare trimmed and case-insensitively; blank means "not set"."""
     if match is None:
         return True
-    channel = _clean(match.channel)
-    if channel is not None and channel != info.channel:
-        return False
-    if match.chat_type is not None and match.chat_type != info.chat_type:
-        return False
-    raw_prefix = _clean(match.raw_key_prefix)
-    if raw_prefix is not None and not raw_key.startswith(raw_prefix):
-        return False
-    key_prefix = _clean(match.key_prefix)
-    if key_prefix is not None:
-        # Older configs wrote keyPrefix as `agent:<id>:…`, meaning the raw key.
-        target = raw_key if key_prefix.startswith("agent:") else info.normalized
-        if not target.startswith(key_prefix):
-            return False
-    return True
+    channel, raw_prefix, key_prefix = (
+        (v or "").strip().lower() for v in (match.channel, match.raw_key_prefix, match.key_prefix)
+    )
+    # Older configs wrote keyPrefix as `agent:<id>:…`, meaning the raw key.
+    key = raw_key if key_prefix.startswith("agent:") else info.normalized
+    return (
+        (not channel or channel == info.channel)
+        and (match.chat_type is None or match.chat_type == info.chat_type)
+        and raw_key.startswith(raw_prefix)
+        and key.startswith(key_prefix)
+    )
 
 
 def evaluate_scope(scope: ScopeConfig | None, session_key: str | None) -> ScopeDecision:
