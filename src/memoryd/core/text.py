@@ -117,16 +117,10 @@ def split_scripts(word: str) -> list[str]:
     """A word as query terms: CJK runs as bigrams, the rest (`q4` in `q4会议`) as itself."""
     if not has_cjk(word):
         return [word]
-    out: list[str] = []
-    pos = 0
-    for m in re.finditer(_CJK_RUN, word):
-        if m.start() > pos:
-            out.append(word[pos : m.start()])
-        out.extend(cjk_bigrams(m.group(0)))
-        pos = m.end()
-    if pos < len(word):
-        out.append(word[pos:])
-    return out
+    parts = re.split(f"({_CJK_RUN})", word)  # the CJK runs at odd places
+    return [
+        t for i, part in enumerate(parts) if part for t in (cjk_bigrams(part) if i % 2 else [part])
+    ]
 
 
 def _words(text: str) -> list[str]:
