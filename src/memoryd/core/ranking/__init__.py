@@ -238,9 +238,19 @@ def _calibrated_parts(
             vec = _ramp(z, floor, VEC_FULL)
         evidence.append(1.0 - (1.0 - lex) * (1.0 - vec))
         vec_evidence.append(vec)
-        if detail is not None:
-            ref = stats.reference.get((qscript, script)) if stats is not None else None
-            detail.append(_evidence_detail(c, m, named, weights, share, lex, z, floor, vec, ref))
+        if detail is not None:  # `--explain`'s keyword and vector parts of the evidence
+            d = _sides(c, m)
+            d["keyword"].update(
+                fileNameTerms=sorted(named - m),
+                termWeights={t: round(w, 4) for t, w in weights.items()},
+                share=share,
+                evidence=lex,
+            )
+            if d["vector"] is not None:
+                ref = stats.reference.get((qscript, script)) if stats is not None else None
+                background = {"mean": ref[0], "sd": ref[1]} if ref is not None else None
+                d["vector"].update(z=z, background=background, floor=floor, evidence=vec)
+            detail.append(d)
     # calibrated z orders the vector side across scripts; raw cosines where there is none
     vectors = [z if z is not None else c.vector_score for c, z in zip(candidates, zs, strict=True)]
     relative = _relative_scores(
@@ -257,32 +267,6 @@ def _calibrated_parts(
         for d, r in zip(detail, relative, strict=True):
             d["fused"] = {"fusion": "auto", "relative": r}
     return evidence, relative
-
-
-def _evidence_detail(
-    c: Candidate,
-    matched: set[str],
-    named: frozenset[str],
-    weights: Mapping[str, float],
-    share: float,
-    lex: float,
-    z: float | None,
-    floor: float | None,
-    vec: float,
-    ref: tuple[float, float] | None,
-) -> dict[str, Any]:
-    """`--explain`'s keyword and vector parts of one candidate's evidence."""
-    out = _sides(c, matched)
-    out["keyword"].update(
-        fileNameTerms=sorted(named - matched),
-        termWeights={t: round(w, 4) for t, w in weights.items()},
-        share=share,
-        evidence=lex,
-    )
-    if out["vector"] is not None:
-        background = {"mean": ref[0], "sd": ref[1]} if ref is not None else None
-        out["vector"].update(z=z, background=background, floor=floor, evidence=vec)
-    return out
 
 
 def _sides(c: Candidate, matched: set[str]) -> dict[str, Any]:
