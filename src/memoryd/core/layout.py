@@ -91,12 +91,8 @@ def extra_root(path: str, pattern: str | None = None, *, name: str | None = None
         return MemoryRoot(p, pattern, name=name)
     if is_markdown(p):
         head, tail = os.path.split(p)
-        return MemoryRoot(head, _escape_glob(tail), name=name)
+        return MemoryRoot(head, re.sub(r"([*?\[])", r"[\1]", tail), name=name)  # the name as a glob
     return MemoryRoot(p, "**/*.md", name=name)
-
-
-def _escape_glob(name: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", name)
 
 
 def normalize_request(raw: str) -> PurePosixPath:
