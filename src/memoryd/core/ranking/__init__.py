@@ -55,15 +55,10 @@ def decay_multiplier(age_days: float, half_life_days: float) -> float:
 
 def age_in_days(path: str, source: str, mtime: float | None, now: datetime) -> float | None:
     """Age used for decay: from the file name's date for notes, from mtime for sessions; None = evergreen."""
-    if is_evergreen(path, source):
-        return None
     if source == "sessions":
-        if mtime is None:
-            return None
-        return max(0.0, (now.timestamp() - mtime) / 86400.0)
+        return None if mtime is None else max(0.0, (now.timestamp() - mtime) / 86400.0)
     day = note_date(path)
-    assert day is not None
-    return max(0.0, (now.date() - day).days)
+    return None if day is None else max(0.0, (now.date() - day).days)
 
 
 # Trivia per script: their cosines with the index's chunks are what "unrelated" scores here.
@@ -339,9 +334,8 @@ RRF_K = 60
 
 def _fuse_ranks(candidates: Sequence[Candidate], params: RankParams) -> list[Candidate]:
     """`weighted` (`w·cos + w·1/(1+rank)`) and `rrf` (weighted reciprocal-rank fusion)."""
-    vw, tw = params.vector_weight, params.text_weight
-    total = vw + tw
-    vw, tw = vw / total, tw / total
+    total = params.vector_weight + params.text_weight
+    vw, tw = params.vector_weight / total, params.text_weight / total
     have_vectors = any(c.vector_score is not None for c in candidates)
     out = []
     for c in candidates:
