@@ -151,14 +151,8 @@ def _query_terms(query: str) -> tuple[str, ...]:
 
 def fts_match_expression(terms: list[str]) -> str | None:
     """An FTS5 MATCH string OR-ing every term (CJK runs become per-character phrases)."""
-    parts = []
-    for term in terms:
-        if has_cjk(term):
-            chars = " ".join(ch for ch in segment_for_fts(term).split())
-            parts.append(f'"{chars}"')
-        else:
-            parts.append('"' + term.replace('"', '""') + '"')
-    return " OR ".join(parts) if parts else None
+    parts = [" ".join(segment_for_fts(t).split()) if has_cjk(t) else t for t in terms]
+    return " OR ".join('"' + p.replace('"', '""') + '"' for p in parts) if parts else None
 
 
 def trigram_terms(query: str) -> list[str]:
