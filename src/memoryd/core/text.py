@@ -157,12 +157,8 @@ def fts_match_expression(terms: list[str]) -> str | None:
 
 def trigram_terms(query: str) -> list[str]:
     """Substring terms for the trigram index: whole tokens (incl. `-`, `.`, `_`) of ≥ 3 characters."""
-    out: dict[str, None] = {}
-    for raw in re.findall(r"[\w.\-/:]+", query.lower()):
-        raw = raw.strip(".-/:")
-        if len(raw) >= 3 and raw not in STOPWORDS:
-            out.setdefault(raw, None)
-    return list(out)
+    tokens = (raw.strip(".-/:") for raw in re.findall(r"[\w.\-/:]+", query.lower()))
+    return list(dict.fromkeys(t for t in tokens if len(t) >= 3 and t not in STOPWORDS))
 
 
 #: ASCII bytes → `word_set`'s split: word characters (`_SPLIT_WORD`) lowercased, others a space
