@@ -240,17 +240,16 @@ def _capped_lines(pieces: Iterable[str], cap: int, *, skip: int = 0) -> Iterator
         parts = piece.splitlines(keepends=True)
         for i, part in enumerate(parts):
             if i == len(parts) - 1 and not _terminated(part):
-                if len(pending) < cap:
-                    pending = (pending + part)[:cap]
+                pending = (pending + part[:cap])[:cap]
                 break
-            line = (pending + part)[:cap] if len(pending) < cap else pending
+            line = (pending + part[:cap])[:cap]
             pending = ""
             if skip:
                 skip -= 1
             else:
                 yield line
     if (carry or pending) and not skip:
-        yield (pending + carry)[:cap] if len(pending) < cap else pending
+        yield (pending + carry)[:cap]
 
 
 def daily_note_name(day: date) -> str:
