@@ -126,7 +126,6 @@ def locate(
     """The root and relative path a workspace-relative, absolute or `qmd/<collection>/<rel>`
     `memory_get` request names, or `PathNotAllowed` (the file need not exist)."""
     path = normalize_request(raw)
-    readable = [r for r in roots if r.source == "memory"]
     parts = path.parts
     if not path.is_absolute() and len(parts) >= 3 and parts[0] == "qmd":
         named = {r.name: r for r in roots if r.name}
@@ -141,7 +140,7 @@ def locate(
         return root, rel
     ws = os.path.normpath(workspace)
     absolute = os.path.normpath(str(path) if path.is_absolute() else os.path.join(ws, *parts))
-    for candidate in readable:
+    for candidate in (r for r in roots if r.source == "memory"):
         inside = _under(absolute, os.path.normpath(candidate.path))
         if inside is not None and candidate.accepts(inside):
             return candidate, inside

@@ -45,7 +45,6 @@ def _re2() -> Any:
 class _Rule:
     id: str
     regex: Any  # a compiled re2 bytes pattern (google-re2 ships no type information)
-    groups: int
     secret_group: int
     entropy: float | None
     # Allowlists, each folded into one re2 str pattern (or None): searched in the secret (the
@@ -103,12 +102,10 @@ def _ruleset() -> _Ruleset:
                 continue  # holds only together with a path, and a transcript has none
             allow[allowlist.get("regexTarget", "secret")].extend(allowlist.get("regexes", ()))
             stopwords.extend(w.lower() for w in allowlist.get("stopwords", ()))
-        regex = re2.compile(spec["regex"].encode("utf-8"))
         rules.append(
             _Rule(
                 id=spec["id"],
-                regex=regex,
-                groups=regex.groups,
+                regex=re2.compile(spec["regex"].encode("utf-8")),
                 secret_group=int(spec.get("secretGroup", 0)),
                 entropy=spec.get("entropy"),
                 allow_secret=any_of(glob_regexes + allow["secret"])
@@ -191,10 +188,10 @@ def _gitleaks_spans(ruleset: _Ruleset, text: str, present: set[str]) -> list[Sec
         rule = ruleset.rules[index]
         offset = _CharOffsets(data) if not ascii_only else None
         for match in rule.regex.finditer(data):
-            group = rule.secret_group
-            if group == 0 and rule.groups:
-                group = next((g for g in range(1, rule.groups + 1) if match.group(g)), 0)
-            if group > rule.groups or not match.group(group):
+            group, groups = rule.secret_group, rule.regex.groups
+            if group == 0 and groups:
+                group = next((g for g in range(1, groups + 1) if match.group(g)), 0)
+            if group > groups or not match.group(group):
                 continue
             bounds = (match.start(), match.start(group), match.end(group), match.end())
             first, start, end, last = bounds if offset is None else map(offset, bounds)
