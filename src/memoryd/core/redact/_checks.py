@@ -190,11 +190,6 @@ def _entropy(value: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in Counter(value).values()) if n else 0.0
 
 
-def _entropy_floor(n: int) -> float:
-    """The Shannon entropy below which `n` token characters are not random enough to be a key."""
-    return min(math.log2(n) - 0.75, 4.6)
-
-
 def _high_entropy(match: re.Match[str], group: int) -> tuple[int, int] | None:
     token = match.group(group)
     core = token.rstrip("=")
@@ -213,7 +208,8 @@ def _high_entropy(match: re.Match[str], group: int) -> tuple[int, int] | None:
     longest = max((len(r) for r in re.findall(r"[a-z]+", core)), default=0)
     if longest >= 7:
         return None
-    if _entropy(core) < _entropy_floor(len(core)):
+    # below this Shannon entropy, so many characters are not random enough to be a key
+    if _entropy(core) < min(math.log2(len(core)) - 0.75, 4.6):
         return None
     return match.span(group)
 
