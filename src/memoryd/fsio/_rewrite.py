@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import stat
 from collections.abc import Callable
 from pathlib import PurePosixPath
@@ -80,6 +79,8 @@ def _rewrite_in(
 
 
 def _replace(parent: int, name: str, data: bytes, mode: int, shown: str) -> None:
+    import secrets  # only when a file is rewritten
+
     tmp = f".{name}.memoryd-{secrets.token_hex(4)}.tmp"
     try:
         write_new(parent, tmp, data, mode)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -319,6 +318,8 @@ def create_private_once(path: str | os.PathLike[str], data: bytes) -> bool:
 
 
 def _temp_name(name: str) -> str:
+    import secrets  # only when state is written
+
     return f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
 
 
