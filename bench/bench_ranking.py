@@ -2,7 +2,7 @@
 
 Run:  .venv/bin/python bench/bench_ranking.py --baseline REV [--rounds 7]
 
-What a search does in Python after SQLite returns its candidates: `calibrated_scores` over 24
+What a search does in Python after SQLite returns its candidates: the default fusion (`fuse`) over 24
 chunks per query (term coverage, evidence, fusion) and `select_snippet` for 6 of them. The
 chunks are the latency index's (`python -m bench.eval.latency` builds it: 11k chunks of
 Cranfield, CISI and LoCoMo), the queries the first 300 of those sets. `memoryd.core` is pure,
@@ -67,7 +67,7 @@ def work(
             )
             for k, (cid, path, text, start, end) in enumerate(pool)
         ]
-        answers.append([round(c.score, 12) for c in m.calibrated_scores(cands, query, None)])
+        answers.append([round(c.score, 12) for c in m.fuse(cands, query, m.RankParams())])
         for c in cands[:6]:
             twice = f"{c.text}\n{c.text}"
             answers.append(m.select_snippet(twice, 1, twice.count("\n") + 1, query, 700))

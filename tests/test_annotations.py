@@ -6,22 +6,21 @@ from __future__ import annotations
 import pytest
 
 from memoryd.core.annotations import (
-    EntryAnnotations,
     apply_importance,
     chunk_multiplier,
     entries,
-    entry_annotations,
+    entry_importance,
     importance_multiplier,
 )
 from memoryd.core.ranking import Candidate
 
 
-def notes(*lines: str, path: str = "MEMORY.md") -> EntryAnnotations:
-    return entry_annotations(list(lines), path=path)
+def importance(*lines: str, path: str = "MEMORY.md") -> int | None:
+    return entry_importance(list(lines), path=path)
 
 
 @pytest.mark.parametrize(
-    ("line", "importance"),
+    ("line", "expected"),
     [
         ("- fact <!-- importance: 9 -->", 9),
         ("- fact <!--IMPORTANCE:7-->", 7),  # the opener ignores case and spaces
@@ -37,34 +36,26 @@ def notes(*lines: str, path: str = "MEMORY.md") -> EntryAnnotations:
         ("- fact <!-- note: 9 -->", None),  # another comment
     ],
 )
-def test_importance_is_read_as_openclaw_reads_it(line: str, importance: int | None) -> None:
-    assert notes(line).importance == importance
+def test_importance_is_read_as_openclaw_reads_it(line: str, expected: int | None) -> None:
+    assert importance(line) == expected
 
 
 def test_the_highest_importance_of_an_entry_wins() -> None:
-    got = notes("- a fact <!-- importance: 4 -->", "  more of it <!-- importance: 8 -->")
-    assert got.importance == 8
-    assert notes("- x <!-- importance: 6 --> <!-- importance: 2 -->").importance == 6
+    assert importance("- a fact <!-- importance: 4 -->", "  more of it <!-- importance: 8 -->") == 8
+    assert importance("- x <!-- importance: 6 --> <!-- importance: 2 -->") == 6
 
 
-def test_triggers_split_on_commas_and_semicolons_deduplicated_in_order() -> None:
-    got = notes("- x <!-- trigger: deploy, Fly.io; deploy ;  -->", "<!-- trigger: rollback -->")
-    assert got.triggers == ("deploy", "Fly.io", "rollback")
-
-
-def test_projects_are_read_in_memory_md_but_not_in_user_md() -> None:
-    line = "- x <!-- project: github.com/acme/app; path:/srv/app -->"
-    assert notes(line).projects == ("github.com/acme/app", "path:/srv/app")
-    assert notes(line, path="USER.md").projects == ()
-    assert notes(line, path="USER.md").importance is None
+def test_trigger_and_project_annotations_do_not_rank() -> None:
+    line = "- x <!-- trigger: importance: 9 --> <!-- project: github.com/acme/app -->"
+    assert importance(line) is None
+    assert importance("- x <!-- trigger: deploy --> <!-- importance: 7 -->", path="USER.md") == 7
 
 
 @pytest.mark.parametrize(
     "path", ["memory/2026-11-29.md", "memory/topics.md", "notes/MEMORY.md", "/srv/x/USER.md"]
 )
 def test_only_the_curated_root_files_carry_annotations(path: str) -> None:
-    got = notes("- x <!-- importance: 9 --> <!-- trigger: a -->", path=path)
-    assert got == EntryAnnotations()
+    assert importance("- x <!-- importance: 9 --> <!-- trigger: a -->", path=path) is None
 
 
 @pytest.mark.parametrize(

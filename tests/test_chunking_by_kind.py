@@ -12,7 +12,7 @@ import pytest
 
 from helpers import agent_for, selection
 from memoryd.builtin_index import MemoryIndex
-from memoryd.core.chunking import CONVERSATIONAL_DAILY_NOTES, ChunkSize, chunking_plan
+from memoryd.core.chunking import ChunkSize, chunking_plan
 from memoryd.core.layout import is_daily_note_path
 from memoryd.embeddings import HashingEmbedder
 
@@ -38,7 +38,7 @@ def test_daily_notes_are_dated_files_directly_in_memory(rel_path: str, daily: bo
     assert is_daily_note_path(rel_path) is daily
 
 
-DAILY = CONVERSATIONAL_DAILY_NOTES
+DAILY = ChunkSize(160, 16)  # a 160-token chunk fits one 700-character snippet
 CONVERSATIONAL = {"dailyNotes": {"tokens": DAILY.tokens, "overlap": DAILY.overlap}}
 
 

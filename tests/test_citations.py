@@ -133,19 +133,12 @@ def test_off_leaves_the_snippet_alone_and_has_no_citation_field() -> None:
 def test_auto_in_a_group_behaves_like_off() -> None:
     results = [result("a"), result("b", start=1, end=1)]
     assert apply_citations(
-        results, "auto", chat_type="group", max_injected_chars=None
+        results, "auto", session_key="discord:group:c1", max_injected_chars=None
     ) == apply_citations(results, "off", max_injected_chars=None)
 
 
 def test_decorating_an_empty_list_gives_an_empty_list() -> None:
     assert apply_citations([], "on", max_injected_chars=100) == []
-
-
-def test_session_key_and_chat_type_are_exclusive() -> None:
-    with pytest.raises(InvalidInput, match="not both"):
-        apply_citations(
-            [result()], "auto", session_key="a:dm:b", chat_type="direct", max_injected_chars=None
-        )
 
 
 def test_input_results_are_not_modified() -> None:

@@ -90,6 +90,24 @@ def test_the_tombstone_file_holds_keyed_hashes_never_the_text() -> None:
     assert Tombstones.from_json(b"not json") is None
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        None,
+        b"",
+        b"[]",
+        b'"key"',
+        b'{"version": 1, "hashes": []}',
+        b'{"version": 1, "key": "not hex", "hashes": []}',
+        b'{"version": 1, "key": 7, "hashes": []}',
+        b'{"version": 1, "key": "ab", "hashes": "6:ab"}',
+        b'{"version": 2, "key": "ab", "hashes": []}',
+    ],
+)
+def test_an_unreadable_tombstone_file_reads_as_none(raw: bytes | None) -> None:
+    assert Tombstones.from_json(raw) is None
+
+
 # --------------------------------------------------------------------------- service, built-in
 
 

@@ -12,9 +12,9 @@ import pytest
 
 import helpers
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
+from memoryd.core.chunking import Chunk
 from memoryd.core.transcripts import (
     SessionDeltaTracker,
-    TranscriptChunk,
     chunk_transcript,
     parse_transcript_text,
     sanitize_text,
@@ -30,7 +30,7 @@ def msg(role: str, *texts: str, **extra: Any) -> str:
     return json.dumps({"type": "message", "message": {"role": role, "content": content}, **extra})
 
 
-def transcript_chunks(path: Path, tokens: int, overlap: int) -> list[TranscriptChunk]:
+def transcript_chunks(path: Path, tokens: int, overlap: int) -> list[Chunk]:
     return chunk_transcript(
         parse_transcript(path, sanitize=True)[0], tokens=tokens, overlap=overlap
     )
@@ -249,20 +249,18 @@ def test_no_sessions_folder_means_no_transcripts(workspace: Path) -> None:
 
 def test_delta_becomes_due_at_the_byte_threshold() -> None:
     t = SessionDeltaTracker(delta_bytes=1000, delta_messages=0)
-    assert not t.observe("a", 999, 3).due
-    d = t.observe("a", 1000, 4)
-    assert d.due and d.pending_bytes == 1000
-    assert t.due_paths() == ["a"]
+    assert not t.observe("a", 999, 3)
+    assert t.observe("a", 1000, 4)
     t.mark_synced("a", 1000, 4)
-    assert t.due_paths() == []
-    assert not t.observe("a", 1500, 9).due
-    assert t.observe("a", 2000, 10).due
+    assert not t.observe("a", 1000, 4)
+    assert not t.observe("a", 1500, 9)
+    assert t.observe("a", 2000, 10)
 
 
 def test_delta_becomes_due_at_the_message_threshold() -> None:
     t = SessionDeltaTracker(delta_bytes=0, delta_messages=50)
-    assert not t.observe("a", 10, 49).due
-    assert t.observe("a", 11, 50).due
+    assert not t.observe("a", 10, 49)
+    assert t.observe("a", 11, 50)
 
 
 def test_either_threshold_is_enough_with_the_defaults() -> None:
@@ -271,41 +269,42 @@ def test_either_threshold_is_enough_with_the_defaults() -> None:
         delta_bytes=sessions.delta_bytes, delta_messages=sessions.delta_messages
     )
     assert (t.delta_bytes, t.delta_messages) == (100_000, 50)
-    assert t.observe("small-many", 5_000, 50).due
-    assert t.observe("big-few", 100_000, 2).due
-    assert not t.observe("neither", 99_999, 49).due
+    assert t.observe("small-many", 5_000, 50)
+    assert t.observe("big-few", 100_000, 2)
+    assert not t.observe("neither", 99_999, 49)
 
 
 def test_both_thresholds_off_means_any_growth_is_due() -> None:
     t = SessionDeltaTracker(delta_bytes=0, delta_messages=0)
-    assert not t.observe("a", 0, 0).due
-    assert t.observe("a", 1, 0).due
+    assert not t.observe("a", 0, 0)
+    assert t.observe("a", 1, 0)
 
 
 def test_a_shrunk_transcript_was_rewritten_and_is_due_at_once() -> None:
     t = SessionDeltaTracker(delta_bytes=1000, delta_messages=50)
     t.mark_synced("a", 5000, 40)
-    d = t.observe("a", 100, 1)
-    assert d.due and d.rewritten
+    assert t.observe("a", 100, 1)
+    assert t.observe("a", 6000, 41)  # rewritten stays due until synced, even if it grows back
     t.mark_synced("a", 100, 1)
-    assert not t.observe("a", 150, 2).due
+    assert not t.observe("a", 150, 2)
 
 
 def test_an_edited_transcript_is_due_at_once_even_if_it_grew_by_little() -> None:
     t = SessionDeltaTracker(delta_bytes=1000, delta_messages=50)
     t.mark_synced("a", 5000, 40)
-    assert not t.observe("a", 5010, 40).due
-    d = t.observe("a", 5010, 40, rewritten=True)
-    assert d.due and d.rewritten
+    assert not t.observe("a", 5010, 40)
+    assert t.observe("a", 5010, 40, rewritten=True)
+    assert t.observe("a", 5010, 40)
     t.mark_synced("a", 5010, 40)
-    assert not t.observe("a", 5020, 40).due
+    assert not t.observe("a", 5020, 40)
 
 
 def test_forget_drops_a_deleted_transcript() -> None:
     t = SessionDeltaTracker(delta_bytes=1, delta_messages=0)
-    t.observe("a", 10, 1)
+    t.mark_synced("a", 10, 1)
+    assert not t.observe("a", 10, 1)
     t.forget("a")
-    assert t.due_paths() == [] and t.pending("a") is None
+    assert t.observe("a", 10, 1)  # nothing of it counts as indexed any more
 
 
 def test_the_tracker_follows_a_real_growing_file(workspace: Path) -> None:
@@ -317,13 +316,13 @@ def test_the_tracker_follows_a_real_growing_file(workspace: Path) -> None:
     with open(path, "a", encoding="utf-8") as fh:
         for i in range(2):
             fh.write(msg("assistant", f"reply {i}") + "\n")
-    assert not t.observe(str(path), path.stat().st_size, count_newlines(path)).due
+    assert not t.observe(str(path), path.stat().st_size, count_newlines(path))
     assert count_newlines(path, size) == 2
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(msg("user", "third") + "\n")
         fh.flush()
         os.fsync(fh.fileno())
-    assert t.observe(str(path), path.stat().st_size, count_newlines(path)).due
+    assert t.observe(str(path), path.stat().st_size, count_newlines(path))
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,6 @@ from memoryd.core.layout import note_date
 from memoryd.core.ranking import (
     Candidate,
     RankParams,
-    _matched_terms,
     age_in_days,
     auto_text_weight,
     continue_snippet,
@@ -26,6 +25,7 @@ from memoryd.core.ranking import (
     select_snippet,
     uncovered_window,
 )
+from memoryd.core.ranking._candidates import _matched_terms, with_score
 from memoryd.core.text import matched_terms, may_match, query_terms, text_terms, word_set
 
 SCORES_ONLY = RankParams(
@@ -600,8 +600,6 @@ def test_terms_noted_ahead_serve_their_query_only() -> None:
 
 def test_with_score_copies_every_field_but_the_score() -> None:
     import dataclasses
-
-    from memoryd.core.ranking import with_score
 
     values: dict[str, object] = {}
     for i, f in enumerate(dataclasses.fields(Candidate)):  # a distinct value in every field

@@ -20,7 +20,7 @@ from memoryd.core.ranking import (
     Candidate,
     CorpusStats,
     RankParams,
-    calibrated_scores,
+    fuse,
     idf,
     lexical_evidence,
     rank,
@@ -34,6 +34,11 @@ from memoryd.embeddings.selection import select_provider
 
 DEMO = Path(__file__).resolve().parents[1] / "demo" / "workspace"
 DEFAULT = RankParams()  # the shipped defaults: fusion auto, minScore 0.35, top 6
+
+
+def auto(candidates: list[Candidate], query: str, stats: CorpusStats | None) -> list[Candidate]:
+    """The default fusion's calibrated scores."""
+    return fuse(candidates, query, DEFAULT, stats)
 
 
 def chunk(i: int, text: str, *, cos: float | None = None, bm25: float | None = None) -> Candidate:
@@ -152,9 +157,7 @@ def test_an_off_topic_query_scores_under_min_score_everywhere() -> None:
         chunk(i, f"note {i} about deploys and routers", cos=c)
         for i, c in enumerate([0.79, 0.78, 0.77])
     ]
-    out = calibrated_scores(
-        cands, "banana bread recipe", stats(40, {"banana": 0, "bread": 0, "recipe": 0})
-    )
+    out = auto(cands, "banana bread recipe", stats(40, {"banana": 0, "bread": 0, "recipe": 0}))
     assert max(c.score for c in out) < DEFAULT.min_score
     assert (
         rank(
@@ -172,10 +175,8 @@ def test_scores_are_comparable_across_queries() -> None:
     text = "Raised PgBouncer server_idle_timeout to 3600 s after ECONNRESET errors"
     df = {"pgbouncer": 2, "idle": 2, "timeout": 3, "postgres": 0, "vacuum": 0, "settings": 5}
     st = stats(40, df)
-    answered = calibrated_scores([chunk(0, text, cos=0.86, bm25=6.0)], "pgbouncer idle timeout", st)
-    touched = calibrated_scores(
-        [chunk(0, text, cos=0.80, bm25=0.5)], "postgres vacuum settings", st
-    )
+    answered = auto([chunk(0, text, cos=0.86, bm25=6.0)], "pgbouncer idle timeout", st)
+    touched = auto([chunk(0, text, cos=0.80, bm25=0.5)], "postgres vacuum settings", st)
     assert answered[0].score > DEFAULT.min_score > touched[0].score
 
 
@@ -407,10 +408,7 @@ def test_partial_vectors_cap_only_the_hits_the_vector_side_alone_found() -> None
     both = chunk(1, "The webhook secret lives in the vault.", cos=0.80, bm25=5.0)
     vector_only = chunk(2, "Lunch with Rod about the roadmap.", cos=0.83)  # best cosine there is
     query = "webhook secret rotated"
-    full = {
-        c.chunk_id: c.score
-        for c in calibrated_scores([keyword_hit, both, vector_only], query, stats)
-    }
+    full = {c.chunk_id: c.score for c in auto([keyword_hit, both, vector_only], query, stats)}
     ranked = rank(
         [keyword_hit, both, vector_only],
         query,
@@ -569,7 +567,7 @@ def test_the_same_script_vector_floor_leaves_other_scripts_to_their_own(
     import memoryd.core.ranking as ranking
 
     monkeypatch.setattr(ranking, "VEC_FLOOR_SAME_SCRIPT", 2.0)
-    [scored] = calibrated_scores([chunk(0, text, cos=cos)], "quarterly planning", stats(100, {}))
+    [scored] = auto([chunk(0, text, cos=cos)], "quarterly planning", stats(100, {}))
     assert (scored.score > 0) is vouched
 
 
@@ -597,8 +595,7 @@ def test_the_same_cosine_of_a_short_chunk_is_evidence_in_a_small_memory_only() -
     cos = 0.76 + 2.2 * 0.03  # 2.2 deviations above unrelated Latin text
     text = "we planned the quarter"  # a short chunk
     small, large = (
-        calibrated_scores([chunk(0, text, cos=cos)], "quarter plan", stats(n, {}))[0]
-        for n in (20, 50_000)
+        auto([chunk(0, text, cos=cos)], "quarter plan", stats(n, {}))[0] for n in (20, 50_000)
     )
     assert small.score > large.score
 

@@ -131,7 +131,6 @@ def test_channel_and_chat_type_come_from_the_key(
 ) -> None:
     info = parse_session_key(raw)
     assert (info.channel, info.chat_type, info.is_chat) == (channel, chat_type, is_chat)
-    assert info.raw == raw
 
 
 # --------------------------------------------------------------------------- decisions
@@ -235,12 +234,7 @@ def test_configured_scope_decides_case_for_case(
 def test_denial_carries_what_was_derived_and_the_exact_log_line() -> None:
     decision = evaluate_scope(None, "agent:main:discord:group:c1")
     assert not decision.allowed
-    assert (decision.reason, decision.rule_index) == ("default", None)
-    assert (decision.channel, decision.chat_type, decision.key) == (
-        "discord",
-        "group",
-        "discord:group:c1",
-    )
+    assert (decision.channel, decision.chat_type) == ("discord", "group")
     assert decision.session_key == "agent:main:discord:group:c1"
     assert decision.log_message() == (
         "memory search denied by scope (channel=discord, chatType=group, "
@@ -248,16 +242,17 @@ def test_denial_carries_what_was_derived_and_the_exact_log_line() -> None:
     )
 
 
-def test_rule_decision_names_the_rule_that_matched() -> None:
-    decision = evaluate_scope(scope(DENY_DISCORD_RAW), "agent:main:discord:dm:u1")
-    assert (decision.allowed, decision.reason, decision.rule_index) == (False, "rule", 0)
+def test_the_first_matching_rule_decides() -> None:
+    assert not evaluate_scope(scope(DENY_DISCORD_RAW), "agent:main:discord:dm:u1").allowed
+    first_allows = {"default": "deny", "rules": [{"action": "allow"}, {"action": "deny"}]}
+    assert evaluate_scope(scope(first_allows), "discord:group:c1").allowed
 
 
 def test_non_chat_sessions_are_allowed_without_consulting_rules() -> None:
     decision = evaluate_scope(
         scope({"default": "deny", "rules": [{"action": "deny"}]}), "agent:main:main"
     )
-    assert (decision.allowed, decision.reason, decision.rule_index) == (True, "no-channel", None)
+    assert decision.allowed
 
 
 def test_log_line_uses_placeholders_for_unknown_parts() -> None:

@@ -34,7 +34,8 @@ from ._store import Store as SqliteStore
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..core.transcripts import SessionDeltaTracker, TranscriptChunk
+    from ..core.chunking import Chunk
+    from ..core.transcripts import SessionDeltaTracker
     from ._engine import Engine, Store
     from ._stats import CorpusStatistics
 
@@ -123,7 +124,7 @@ def _read_transcript(path: Path) -> tuple[bytes, float]:
         return fh.read(), mtime
 
 
-def _transcript_chunks(path: Path, data: bytes, tokens: int, overlap: int) -> list[TranscriptChunk]:
+def _transcript_chunks(path: Path, data: bytes, tokens: int, overlap: int) -> list[Chunk]:
     from ..core.forgotten import forgotten_path, scrub_forgotten
     from ..core.transcripts import chunk_transcript, parse_transcript_text
 
@@ -515,7 +516,7 @@ class Indexer:
             self.session_baselines.add(rel)
             tracker.mark_synced(rel, size, indexed.count(b"\n"))
         edited = len(data) < size or _bytes_hash(indexed) != prev[0]
-        return tracker.observe(rel, len(data), data.count(b"\n"), rewritten=edited).due
+        return tracker.observe(rel, len(data), data.count(b"\n"), rewritten=edited)
 
     def sessions_phase(
         self, store: Store, report: SyncReport, force: bool, *, wait_ms: int | None = None

@@ -1,5 +1,5 @@
-"""OpenClaw's `<!-- importance|trigger|project: … -->` annotations in the curated root files, read
-as OpenClaw reads them; only importance ranks, per entry (list item, heading or paragraph)."""
+"""OpenClaw's `<!-- importance: N -->` annotations in the curated root files, read as OpenClaw
+reads them, per entry (list item, heading or paragraph)."""
 
 from __future__ import annotations
 
@@ -7,28 +7,22 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 
 from .layout import CURATED_ROOT_NAMES
 from .text import query_terms, text_terms, word_set
 
+if TYPE_CHECKING:
+    from .ranking._candidates import Candidate
+
 _OPENER: Final = re.compile(r"<!--\s*(trigger|importance|project)\s*:", re.IGNORECASE)
 _CLOSER: Final = "-->"
-_DIGITS: Final = re.compile(r"\d+", re.ASCII)
+_IMPORTANCE: Final = re.compile(r"0*(?:10|[1-9])")  # 1..10, leading zeros allowed
 _LIST_ITEM: Final = re.compile(r" ?(?:[-*+]|\d{1,9}[.)])(?:\s|$)")
 _HEADING: Final = re.compile(r" {0,3}#{1,6}(?:\s|$)")
 _CURATED: Final = frozenset(CURATED_ROOT_NAMES)
 IMPORTANCE_MIN: Final = 1
 IMPORTANCE_MAX: Final = 10
-
-
-@dataclass(frozen=True, slots=True)
-class EntryAnnotations:
-    """One entry's importance (None: neutral), triggers and projects (not read in USER.md)."""
-
-    importance: int | None = None
-    triggers: tuple[str, ...] = ()
-    projects: tuple[str, ...] = ()
 
 
 def is_curated_root(path: str) -> bool:
@@ -47,29 +41,19 @@ def _scan(line: str) -> Iterator[tuple[str, str]]:
         pos = close + len(_CLOSER)
 
 
-def _split(value: str, separators: str) -> list[str]:
-    return [p.strip() for p in re.split(f"[{separators}]", value) if p.strip()]
-
-
-def entry_annotations(lines: Sequence[str], *, path: str) -> EntryAnnotations:
-    """The annotations of one entry (its lines) of the file at workspace-relative `path`."""
+def entry_importance(lines: Sequence[str], *, path: str) -> int | None:
+    """The importance of one entry (its lines) of the file at workspace-relative `path`, or None
+    (neutral); its trigger and project annotations do not rank."""
     if not is_curated_root(path):
-        return EntryAnnotations()
+        return None
     importance: int | None = None
-    triggers: dict[str, None] = {}
-    projects: dict[str, None] = {}
     for line in lines:
         if not line.rstrip().endswith(_CLOSER):
             continue  # a marker followed by text is prose, not an annotation
         for kind, value in _scan(line):
-            if kind == "importance":
-                if _DIGITS.fullmatch(value) and IMPORTANCE_MIN <= int(value) <= IMPORTANCE_MAX:
-                    importance = max(importance or 0, int(value))
-            elif kind == "trigger":
-                triggers.update(dict.fromkeys(_split(value, ",;")))
-            elif path != "USER.md":
-                projects.update(dict.fromkeys(_split(value, ";")))
-    return EntryAnnotations(importance, tuple(triggers), tuple(projects))
+            if kind == "importance" and _IMPORTANCE.fullmatch(value):
+                importance = max(importance or 0, int(value))
+    return importance
 
 
 def entries(text: str) -> list[list[str]]:
@@ -130,24 +114,14 @@ def _parsed(path: str, text: str) -> _Chunk:
     for i, lines in enumerate(entries(text)):
         body = "\n".join(lines)
         bodies.append(body)
-        multipliers.append(importance_multiplier(entry_annotations(lines, path=path).importance))
+        multipliers.append(importance_multiplier(entry_importance(lines, path=path)))
         for word in word_set(body):
             holders.setdefault(word, []).append(i)
     return _Chunk(tuple(bodies), tuple(multipliers), {w: tuple(h) for w, h in holders.items()})
 
 
-class Scored(Protocol):
-    """What `apply_importance` needs of a ranked candidate."""
-
-    chunk_id: int
-    path: str
-    source: str
-    text: str
-    score: float
-
-
 def apply_importance(
-    candidates: Sequence[Scored],
+    candidates: Sequence[Candidate],
     query: str,
     min_score: float,
     trace: dict[int, dict[str, Any]] | None = None,

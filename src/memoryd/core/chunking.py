@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Final
 
 from ..errors import InvalidInput
 from .layout import is_daily_note_path
@@ -16,10 +15,6 @@ from .text import TokenPrefix, estimate_tokens
 class ChunkSize:
     tokens: int
     overlap: int
-
-
-#: Opt-in size for conversational daily notes: a 160-token chunk fits one 700-character snippet.
-CONVERSATIONAL_DAILY_NOTES: Final = ChunkSize(160, 16)
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,13 +65,9 @@ def apply_citations(
     mode: CitationsMode,
     *,
     session_key: str | None = None,
-    chat_type: ChatType | None = None,
     max_injected_chars: int | None,
 ) -> list[SearchResult]:
     """Decorate results per `memory.citations`, then trim them to `max_injected_chars` again."""
-    if session_key is not None and chat_type is not None:
-        raise InvalidInput("pass session_key or chat_type, not both")
-    if session_key is not None:
-        chat_type = parse_session_key(session_key).chat_type
+    chat_type = parse_session_key(session_key).chat_type
     decorated = decorate(results, citations_enabled(mode, chat_type))
     return trim_to_budget(decorated, max_injected_chars)

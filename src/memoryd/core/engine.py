@@ -178,16 +178,15 @@ def check_search_input(query: object, max_results: object, min_score: object) ->
         raise InvalidInput(
             f"query is {len(text)} characters; at most {MAX_QUERY_CHARS} are accepted"
         )
-    if max_results is not None and (
-        isinstance(max_results, bool)
-        or not isinstance(max_results, int)
-        or not 1 <= max_results <= 100
-    ):
+    if not _within(max_results, (int,), 1, 100):
         raise InvalidInput("maxResults must be an integer from 1 to 100")
-    if min_score is not None and (
-        isinstance(min_score, bool)
-        or not isinstance(min_score, int | float)
-        or not 0 <= min_score <= 1
-    ):
+    if not _within(min_score, (int, float), 0, 1):
         raise InvalidInput("minScore must be a number from 0 to 1")
     return text
+
+
+def _within(value: object, kind: tuple[type[float], ...], lo: int, hi: int) -> bool:
+    """None (the default), or a `kind` (never a bool) from `lo` to `hi`."""
+    if value is None:
+        return True
+    return isinstance(value, kind) and not isinstance(value, bool) and lo <= value <= hi

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+from .text import merge_spans
 from .transcripts import Message
 
 #: The tombstone file, next to the agent's `sessions/` folder: kept by `reset`, per agent.
@@ -55,22 +56,18 @@ class Tombstones:
         )
         return f"{len(run)}:{h.hexdigest()}"
 
-    def hashes_of(self, lines: Iterable[str]) -> set[str]:
-        """The tombstones for removed `lines`: shingles across them, and each short line whole."""
+    def with_lines(self, lines: Iterable[str]) -> Tombstones:
+        """These tombstones plus those of removed `lines` (one more removal counted): shingles
+        across them, and each short line whole."""
         stream: list[str] = []
-        out: set[str] = set()
+        added: set[str] = set()
         for line in lines:
             ws = [w for w, _s, _e in words(line)]
             if MIN_WORDS <= len(ws) < SHINGLE:
-                out.add(self._hash(ws))
+                added.add(self._hash(ws))
             stream.extend(ws)
         for i in range(len(stream) - SHINGLE + 1):
-            out.add(self._hash(stream[i : i + SHINGLE]))
-        return out
-
-    def with_lines(self, lines: Iterable[str]) -> Tombstones:
-        """These tombstones plus those of `lines` (one more removal counted)."""
-        added = self.hashes_of(lines)
+            added.add(self._hash(stream[i : i + SHINGLE]))
         return replace(self, hashes=self.hashes | added, removals=self.removals + 1)
 
     @property
@@ -83,40 +80,26 @@ class Tombstones:
         if not self.hashes:
             return []
         ws = words(text)
-        lengths = sorted({int(h.split(":", 1)[0]) for h in self.hashes})
-        hit = [False] * len(ws)
         norm = [w for w, _s, _e in ws]
-        for n in lengths:
+        found = []
+        for n in {int(h.split(":", 1)[0]) for h in self.hashes}:
             for i in range(len(ws) - n + 1):
                 if self._hash(norm[i : i + n]) in self.hashes:
-                    hit[i : i + n] = [True] * n
-        spans: list[tuple[int, int]] = []
-        for i, flag in enumerate(hit):
-            if not flag:
-                continue
-            start, end = ws[i][1], ws[i][2]
-            if spans and i > 0 and hit[i - 1]:
-                spans[-1] = (spans[-1][0], end)
-            else:
-                spans.append((start, end))
-        return spans
+                    found.append((ws[i][1], ws[i + n - 1][2]))
+        return merge_spans(found)
 
     def scrub(self, text: str) -> str:
         """`text` without each sentence holding a tombstone, so a partly quoted line's rest goes too."""
         spans = self.spans(text)
         if not spans:
             return text
-        cuts: list[tuple[int, int]] = []
+        cuts = []
         for start, end in spans:
             a = max((m.end() for m in _SENTENCE_END_RE.finditer(text, 0, start)), default=0)
             b = _SENTENCE_END_RE.search(text, end)
-            cut = (a, b.end() if b else len(text))
-            if cuts and cut[0] <= cuts[-1][1]:
-                cuts[-1] = (cuts[-1][0], max(cuts[-1][1], cut[1]))
-            else:
-                cuts.append(cut)
+            cuts.append((a, b.end() if b else len(text)))
         pieces, at = [], 0
-        for start, end in cuts:
+        for start, end in merge_spans(cuts):
             pieces.append(text[at:start])
             at = end
         pieces.append(text[at:])
@@ -134,20 +117,13 @@ class Tombstones:
     @classmethod
     def from_json(cls, raw: bytes | None) -> Tombstones | None:
         """The tombstones in `raw` (a tombstone file's bytes); None when absent or unreadable."""
-        if not raw:
-            return None
         try:
-            data: Any = json.loads(raw)
-        except ValueError:
-            return None
-        if not isinstance(data, dict) or data.get("version") != _FORMAT:
-            return None
-        key, hashes = data.get("key"), data.get("hashes")
-        if not isinstance(key, str) or not isinstance(hashes, list):
-            return None
-        try:
+            data: Any = json.loads(raw or b"")
+            key, hashes = data["key"], data["hashes"]
             bytes.fromhex(key)
-        except ValueError:
+        except (ValueError, TypeError, KeyError):
+            return None
+        if data.get("version") != _FORMAT or not isinstance(hashes, list):
             return None
         removals = data.get("removals")
         return cls(

@@ -64,14 +64,10 @@ class MemoryRoot:
 
     def accepts(self, rel: PurePosixPath) -> bool:
         """Whether the file `rel` (relative to `path`) is memory under this root."""
-        parts = rel.parts
-        if rel.is_absolute() or not parts or len(parts) > MAX_DEPTH + 1:
+        parts = rel.parts  # never "" nor "." (PurePosixPath drops them)
+        if rel.is_absolute() or not 0 < len(parts) <= MAX_DEPTH + 1 or ".." in parts:
             return False
-        if any(p in ("", ".", "..") for p in parts):
-            return False
-        if any(p in SKIP_DIRS for p in parts[:-1]):
-            return False
-        if not is_markdown(parts[-1]):
+        if not SKIP_DIRS.isdisjoint(parts[:-1]) or not is_markdown(parts[-1]):
             return False
         if "*" in self.pattern and not parts[-1].endswith(MARKDOWN_SUFFIX):
             # `Notes.MD` is Markdown too: wildcard masks match it as `Notes.md`
@@ -95,12 +91,8 @@ def extra_root(path: str, pattern: str | None = None, *, name: str | None = None
         return MemoryRoot(p, pattern, name=name)
     if is_markdown(p):
         head, tail = os.path.split(p)
-        return MemoryRoot(head, _escape_glob(tail), name=name)
+        return MemoryRoot(head, re.sub(r"([*?\[])", r"[\1]", tail), name=name)  # the name as a glob
     return MemoryRoot(p, "**/*.md", name=name)
-
-
-def _escape_glob(name: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", name)
 
 
 def normalize_request(raw: str) -> PurePosixPath:
@@ -134,7 +126,6 @@ def locate(
     """The root and relative path a workspace-relative, absolute or `qmd/<collection>/<rel>`
     `memory_get` request names, or `PathNotAllowed` (the file need not exist)."""
     path = normalize_request(raw)
-    readable = [r for r in roots if r.source == "memory"]
     parts = path.parts
     if not path.is_absolute() and len(parts) >= 3 and parts[0] == "qmd":
         named = {r.name: r for r in roots if r.name}
@@ -149,7 +140,7 @@ def locate(
         return root, rel
     ws = os.path.normpath(workspace)
     absolute = os.path.normpath(str(path) if path.is_absolute() else os.path.join(ws, *parts))
-    for candidate in readable:
+    for candidate in (r for r in roots if r.source == "memory"):
         inside = _under(absolute, os.path.normpath(candidate.path))
         if inside is not None and candidate.accepts(inside):
             return candidate, inside
@@ -208,48 +199,28 @@ def page_blocks(
     cut, holding no more than a block plus the page."""
     start = max(1, from_line or 1)
     cap = max_chars + 1  # one character past the cap tells an over-long line
-    rest = _capped_lines(_decoded(blocks), cap, skip=start - 1)
+    rest = _capped_lines(codecs.iterdecode(blocks, "utf-8", "replace"), cap, skip=start - 1)
     return _page(rest, start, lines, max_chars, max_lines)
 
 
 def _page(
     rest: Iterator[str], start: int, lines: int | None, max_chars: int, max_lines: int
 ) -> Page:
-    """The page from `rest`, collected until one line past full so `truncated` is known."""
+    """The page from `rest`: whole lines within the caps, one over-long first line cut; it is
+    `truncated` when a line past them was wanted."""
     room = max_lines if lines is None else min(lines, max_lines)
-    collected: list[str] = []
-    used = 0
-    for line in rest:
-        collected.append(line)
-        used += len(line)
-        if len(collected) > room or used > max_chars:
-            break
-    if not collected:  # a non-empty file has a line 1: nothing from `start` on means past the end
-        return Page("", False, None, past_end=start > 1)
-    wanted = len(collected) if lines is None else min(lines, len(collected))
     taken: list[str] = []
     used = 0
-    n = 0
-    for line in collected[: min(wanted, max_lines)]:
-        if used + len(line) > max_chars:
-            if not taken:  # one over-long line: cut it rather than return nothing
-                taken.append(line[:max_chars])
-                n = 1
-            break
+    for line in rest:
+        if len(taken) == room or used + len(line) > max_chars:
+            if len(taken) == lines:  # every line asked for
+                break
+            taken = taken or [line[:max_chars]]
+            return Page("".join(taken), True, start + len(taken), past_end=False)
         taken.append(line)
         used += len(line)
-        n += 1
-    cut = n < wanted or (n == 1 and len(taken[0]) < len(collected[0]))
-    return Page("".join(taken), cut, start + n if cut else None, past_end=False)
-
-
-def _decoded(blocks: Iterable[bytes]) -> Iterator[str]:
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    for block in blocks:
-        if piece := decoder.decode(block):
-            yield piece
-    if tail := decoder.decode(b"", final=True):
-        yield tail
+    # a non-empty file has a line 1: nothing from `start` on means past the end
+    return Page("".join(taken), False, None, past_end=not taken and start > 1)
 
 
 def _terminated(part: str) -> bool:
@@ -268,17 +239,16 @@ def _capped_lines(pieces: Iterable[str], cap: int, *, skip: int = 0) -> Iterator
         parts = piece.splitlines(keepends=True)
         for i, part in enumerate(parts):
             if i == len(parts) - 1 and not _terminated(part):
-                if len(pending) < cap:
-                    pending = (pending + part)[:cap]
+                pending = (pending + part[:cap])[:cap]
                 break
-            line = (pending + part)[:cap] if len(pending) < cap else pending
+            line = (pending + part[:cap])[:cap]
             pending = ""
             if skip:
                 skip -= 1
             else:
                 yield line
     if (carry or pending) and not skip:
-        yield (pending + carry)[:cap] if len(pending) < cap else pending
+        yield (pending + carry)[:cap]
 
 
 def daily_note_name(day: date) -> str:

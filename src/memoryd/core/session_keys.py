@@ -19,28 +19,17 @@ _AGENT_PREFIX_RE: Final = re.compile(r"agent:([^:]*):(.*)", re.DOTALL)
 class SessionKeyInfo:
     """What a session key says about the conversation it belongs to."""
 
-    raw: str | None
     normalized: str
-    channel: str | None
-    chat_type: ChatType | None
-    is_chat: bool
-
-
-def _strip_agent_prefix(key: str) -> str | None:
-    match = _AGENT_PREFIX_RE.fullmatch(key)
-    if match is None:
-        return None
-    agent_id, rest = match.group(1).strip(), match.group(2).strip()
-    if not agent_id or not rest:
-        return None
-    return rest
+    channel: str | None = None
+    chat_type: ChatType | None = None
+    is_chat: bool = False
 
 
 def normalize_session_key(raw: str | None) -> str:
     """Trim, lowercase and strip leading `agent:<id>:` prefixes; `""` for a missing key."""
-    key = (raw or "").strip().lower()
-    while (rest := _strip_agent_prefix(key)) is not None:
-        key = rest
+    key = raw_session_key(raw)
+    while (m := _AGENT_PREFIX_RE.fullmatch(key)) and m[1].strip() and m[2].strip():
+        key = m[2].strip()
     return key
 
 
@@ -53,7 +42,7 @@ def parse_session_key(raw: str | None) -> SessionKeyInfo:
     """Derive channel and chat type from a session key, the way OpenClaw's scope check does."""
     normalized = normalize_session_key(raw)
     if not normalized or normalized.startswith("subagent:"):
-        return SessionKeyInfo(raw, normalized, channel=None, chat_type=None, is_chat=False)
+        return SessionKeyInfo(normalized)
     parts = [part for part in normalized.split(":") if part]
     kind_second = len(parts) >= 2 and parts[1] in _KIND_TOKENS
     # a `<channel>:<kind>:…` key's kind may be any part; another key's only a `:group:` inside it
@@ -62,7 +51,6 @@ def parse_session_key(raw: str | None) -> SessionKeyInfo:
         "group" if "group" in marks else "channel" if "channel" in marks else "direct"
     )
     return SessionKeyInfo(
-        raw,
         normalized,
         channel=parts[0] if kind_second else None,
         chat_type=chat_type,

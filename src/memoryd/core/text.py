@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from itertools import accumulate
 from typing import Literal
@@ -117,16 +117,10 @@ def split_scripts(word: str) -> list[str]:
     """A word as query terms: CJK runs as bigrams, the rest (`q4` in `q4会议`) as itself."""
     if not has_cjk(word):
         return [word]
-    out: list[str] = []
-    pos = 0
-    for m in re.finditer(_CJK_RUN, word):
-        if m.start() > pos:
-            out.append(word[pos : m.start()])
-        out.extend(cjk_bigrams(m.group(0)))
-        pos = m.end()
-    if pos < len(word):
-        out.append(word[pos:])
-    return out
+    parts = re.split(f"({_CJK_RUN})", word)  # the CJK runs at odd places
+    return [
+        t for i, part in enumerate(parts) if part for t in (cjk_bigrams(part) if i % 2 else [part])
+    ]
 
 
 def _words(text: str) -> list[str]:
@@ -157,24 +151,14 @@ def _query_terms(query: str) -> tuple[str, ...]:
 
 def fts_match_expression(terms: list[str]) -> str | None:
     """An FTS5 MATCH string OR-ing every term (CJK runs become per-character phrases)."""
-    parts = []
-    for term in terms:
-        if has_cjk(term):
-            chars = " ".join(ch for ch in segment_for_fts(term).split())
-            parts.append(f'"{chars}"')
-        else:
-            parts.append('"' + term.replace('"', '""') + '"')
-    return " OR ".join(parts) if parts else None
+    parts = [" ".join(segment_for_fts(t).split()) if has_cjk(t) else t for t in terms]
+    return " OR ".join('"' + p.replace('"', '""') + '"' for p in parts) if parts else None
 
 
 def trigram_terms(query: str) -> list[str]:
     """Substring terms for the trigram index: whole tokens (incl. `-`, `.`, `_`) of ≥ 3 characters."""
-    out: dict[str, None] = {}
-    for raw in re.findall(r"[\w.\-/:]+", query.lower()):
-        raw = raw.strip(".-/:")
-        if len(raw) >= 3 and raw not in STOPWORDS:
-            out.setdefault(raw, None)
-    return list(out)
+    tokens = (raw.strip(".-/:") for raw in re.findall(r"[\w.\-/:]+", query.lower()))
+    return list(dict.fromkeys(t for t in tokens if len(t) >= 3 and t not in STOPWORDS))
 
 
 #: ASCII bytes → `word_set`'s split: word characters (`_SPLIT_WORD`) lowercased, others a space
@@ -278,6 +262,17 @@ def _term_shape(term: str) -> tuple[bool, str | None]:
 @lru_cache(maxsize=512)
 def _sorted_words(words: frozenset[str]) -> tuple[str, ...]:
     return tuple(sorted(words))
+
+
+def merge_spans(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(start, end) ranges sorted, overlapping or touching ones joined."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def camel_case(name: str) -> str:

@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
-from .chunking import chunk_lines, content_hash
+from .chunking import Chunk, chunk_lines
 from .redact import redact_secrets
 from .replies import is_no_reply
 
 Role = Literal["user", "assistant"]
-_LABEL: Final[dict[str, str]] = {"user": "User", "assistant": "Assistant"}
 
 _BLOCK_RE: Final = re.compile(
     r"<(?P<tag>system-reminder|thinking|think|reasoning|antThinking|relevant-memories|memory-context)"
@@ -44,24 +43,6 @@ class Message:
     role: Role
     text: str
     line_no: int
-
-    def render(self) -> str:
-        """`User: …` / `Assistant: …`."""
-        return f"{_LABEL[self.role]}: {self.text}"
-
-
-@dataclass(frozen=True, slots=True)
-class TranscriptChunk:
-    """A chunk of rendered messages; lines are 1-based inclusive JSONL line numbers."""
-
-    start_line: int
-    end_line: int
-    text: str
-    tokens: int
-
-    @property
-    def hash(self) -> str:
-        return content_hash(self.text)
 
 
 def sanitize_text(text: str, *, previous: str | None = None) -> str:
@@ -162,43 +143,24 @@ def _to_message(
 
 
 def render_transcript(messages: Iterable[Message]) -> str:
-    """One `User:`/`Assistant:` line per message."""
-    return "\n".join(m.render() for m in messages)
+    """One `User: …`/`Assistant: …` line per message."""
+    return "\n".join(f"{m.role.capitalize()}: {m.text}" for m in messages)
 
 
-def chunk_transcript(
-    messages: Iterable[Message], *, tokens: int, overlap: int
-) -> list[TranscriptChunk]:
+def chunk_transcript(messages: Iterable[Message], *, tokens: int, overlap: int) -> list[Chunk]:
     """Chunk rendered messages; chunk line numbers are the messages' JSONL lines. Pure."""
     msgs = list(messages)
-    if not msgs:
-        return []
     chunks = chunk_lines(render_transcript(msgs), tokens=tokens, overlap=overlap)
     return [
-        TranscriptChunk(
-            msgs[c.start_line - 1].line_no, msgs[c.end_line - 1].line_no, c.text, c.tokens
-        )
+        replace(c, start_line=msgs[c.start_line - 1].line_no, end_line=msgs[c.end_line - 1].line_no)
         for c in chunks
     ]
-
-
-@dataclass(frozen=True, slots=True)
-class SessionDelta:
-    """Unindexed growth of one transcript and whether it crossed a threshold."""
-
-    path: str
-    pending_bytes: int
-    pending_lines: int
-    due: bool
-    rewritten: bool = False
 
 
 @dataclass
 class _Seen:
     synced_size: int = 0
     synced_lines: int = 0
-    size: int = 0
-    lines: int = 0
     rewritten: bool = False
 
 
@@ -211,11 +173,15 @@ class SessionDeltaTracker:
     delta_messages: int = 50
     _files: dict[str, _Seen] = field(default_factory=dict, repr=False)
 
-    def _is_due(self, seen: _Seen) -> bool:
+    def observe(self, path: str, size: int, lines: int, *, rewritten: bool = False) -> bool:
+        """Whether a transcript of `size` bytes and `lines` complete lines is due for indexing;
+        `rewritten`: its indexed part changed."""
+        seen = self._files.setdefault(path, _Seen())
+        if rewritten or size < seen.synced_size or lines < seen.synced_lines:
+            seen.rewritten = True
         if seen.rewritten:
             return True
-        grew_bytes = seen.size - seen.synced_size
-        grew_lines = seen.lines - seen.synced_lines
+        grew_bytes, grew_lines = size - seen.synced_size, lines - seen.synced_lines
         if grew_bytes <= 0 and grew_lines <= 0:
             return False
         if self.delta_bytes <= 0 and self.delta_messages <= 0:
@@ -224,38 +190,10 @@ class SessionDeltaTracker:
             self.delta_messages > 0 and grew_lines >= self.delta_messages
         )
 
-    def _delta(self, path: str, seen: _Seen) -> SessionDelta:
-        return SessionDelta(
-            path,
-            pending_bytes=max(0, seen.size - seen.synced_size),
-            pending_lines=max(0, seen.lines - seen.synced_lines),
-            due=self._is_due(seen),
-            rewritten=seen.rewritten,
-        )
-
-    def observe(self, path: str, size: int, lines: int, *, rewritten: bool = False) -> SessionDelta:
-        """Record a transcript's size and complete lines; `rewritten`: its indexed part changed."""
-        seen = self._files.setdefault(path, _Seen())
-        if rewritten or size < seen.synced_size or lines < seen.synced_lines:
-            seen.rewritten = True
-        seen.size, seen.lines = size, lines
-        return self._delta(path, seen)
-
     def mark_synced(self, path: str, size: int, lines: int) -> None:
         """The index now holds `path` up to `size` bytes / `lines` lines."""
-        seen = self._files.setdefault(path, _Seen())
-        seen.synced_size = seen.size = size
-        seen.synced_lines = seen.lines = lines
-        seen.rewritten = False
+        self._files[path] = _Seen(size, lines)
 
     def forget(self, path: str) -> None:
         """Drop a deleted transcript."""
         self._files.pop(path, None)
-
-    def pending(self, path: str) -> SessionDelta | None:
-        seen = self._files.get(path)
-        return None if seen is None else self._delta(path, seen)
-
-    def due_paths(self) -> list[str]:
-        """Transcripts that crossed a threshold since their last sync, sorted."""
-        return sorted(p for p, seen in self._files.items() if self._is_due(seen))

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Final, Literal
+from typing import Final
 
 from ..config import ScopeConfig, ScopeMatch, ScopeRule
 from ..core.session_keys import ChatType, SessionKeyInfo, parse_session_key, raw_session_key
-
-DecisionReason = Literal["no-channel", "rule", "default"]
 
 # Session keys are caller input; cap what one can put in a log line.
 _MAX_LOGGED_KEY_CHARS: Final = 200
@@ -31,14 +29,11 @@ def _printable(text: str) -> str:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ScopeDecision:
-    """`evaluate_scope`'s outcome: `no-channel` (not a chat), `rule` `rule_index`, or `default`."""
+    """`evaluate_scope`'s outcome, with what it derived from the session key for the log."""
 
     allowed: bool
-    reason: DecisionReason
-    rule_index: int | None
     channel: str | None
     chat_type: ChatType | None
-    key: str
     session_key: str | None
 
     def log_message(self) -> str:
@@ -50,30 +45,21 @@ class ScopeDecision:
         )
 
 
-def _clean(value: str | None) -> str | None:
-    """Config strings compare trimmed and case-insensitively; blank means "not set"."""
-    cleaned = (value or "").strip().lower()
-    return cleaned or None
-
-
 def _matches(match: ScopeMatch | None, info: SessionKeyInfo, raw_key: str) -> bool:
+    """Config strings compare trimmed and case-insensitively; blank means "not set"."""
     if match is None:
         return True
-    channel = _clean(match.channel)
-    if channel is not None and channel != info.channel:
-        return False
-    if match.chat_type is not None and match.chat_type != info.chat_type:
-        return False
-    raw_prefix = _clean(match.raw_key_prefix)
-    if raw_prefix is not None and not raw_key.startswith(raw_prefix):
-        return False
-    key_prefix = _clean(match.key_prefix)
-    if key_prefix is not None:
-        # Older configs wrote keyPrefix as `agent:<id>:…`, meaning the raw key.
-        target = raw_key if key_prefix.startswith("agent:") else info.normalized
-        if not target.startswith(key_prefix):
-            return False
-    return True
+    channel, raw_prefix, key_prefix = (
+        (v or "").strip().lower() for v in (match.channel, match.raw_key_prefix, match.key_prefix)
+    )
+    # Older configs wrote keyPrefix as `agent:<id>:…`, meaning the raw key.
+    key = raw_key if key_prefix.startswith("agent:") else info.normalized
+    return (
+        (not channel or channel == info.channel)
+        and (match.chat_type is None or match.chat_type == info.chat_type)
+        and raw_key.startswith(raw_prefix)
+        and key.startswith(key_prefix)
+    )
 
 
 def evaluate_scope(scope: ScopeConfig | None, session_key: str | None) -> ScopeDecision:
@@ -81,15 +67,9 @@ def evaluate_scope(scope: ScopeConfig | None, session_key: str | None) -> ScopeD
     # a fresh default each time: a caller changing one it was given widens nothing
     effective = default_scope() if scope is None else scope
     info = parse_session_key(session_key)
-    allowed, index = True, None
-    reason: DecisionReason = "no-channel"
+    allowed = True  # a session that is no chat (`main`, a sub-agent) is never filtered
     if info.is_chat:
-        allowed, reason = (effective.default or "allow") == "allow", "default"
         raw_key = raw_session_key(session_key)
-        for i, rule in enumerate(effective.rules or []):
-            if _matches(rule.match, info, raw_key):
-                allowed, reason, index = rule.action == "allow", "rule", i
-                break
-    return ScopeDecision(
-        allowed, reason, index, info.channel, info.chat_type, info.normalized, session_key
-    )
+        rule = next((r for r in effective.rules or [] if _matches(r.match, info, raw_key)), None)
+        allowed = (rule.action if rule else effective.default or "allow") == "allow"
+    return ScopeDecision(allowed, info.channel, info.chat_type, session_key)

@@ -1,9 +1,11 @@
-"""Pure ranking over plain data: the `rank` pipeline and the default `auto` fusion, whose
-scores are calibrated against unrelated text so that one minScore means the same in every query."""
+"""Pure ranking over plain data: the `rank` pipeline and its fusions: the default `auto`, whose
+scores are calibrated against unrelated text so that one minScore means the same in every query,
+and the per-query ones, which rescale each list within the query's candidates."""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -22,42 +24,20 @@ from ._candidates import (
     path_match_level,
     with_score,
 )
-from ._fusion import (
-    _fuse_normalized,
-    _fuse_ranks,
-    _fuse_relative,
-    _relative_scores,
-    auto_text_weight,
-    exact_token_share,
-)
 from ._snippets import continue_snippet, extend_chunk, select_snippet, uncovered_window
 
+# what is imported here for other modules (the rest is defined here)
 __all__ = [
     "PATH_TOKEN",
-    "REFERENCE_QUERIES",
     "Candidate",
     "CorpusStats",
     "Fusion",
     "RankParams",
-    "_matched_terms",
-    "age_in_days",
-    "auto_text_weight",
-    "calibrated_scores",
     "continue_snippet",
-    "decay_multiplier",
-    "exact_token_share",
     "extend_chunk",
-    "fuse",
-    "idf",
-    "is_evergreen",
-    "lexical_evidence",
-    "mmr",
     "path_match_level",
-    "rank",
     "select_snippet",
     "uncovered_window",
-    "vector_z",
-    "with_score",
 ]
 
 
@@ -75,15 +55,10 @@ def decay_multiplier(age_days: float, half_life_days: float) -> float:
 
 def age_in_days(path: str, source: str, mtime: float | None, now: datetime) -> float | None:
     """Age used for decay: from the file name's date for notes, from mtime for sessions; None = evergreen."""
-    if is_evergreen(path, source):
-        return None
     if source == "sessions":
-        if mtime is None:
-            return None
-        return max(0.0, (now.timestamp() - mtime) / 86400.0)
+        return None if mtime is None else max(0.0, (now.timestamp() - mtime) / 86400.0)
     day = note_date(path)
-    assert day is not None
-    return max(0.0, (now.date() - day).days)
+    return None if day is None else max(0.0, (now.date() - day).days)
 
 
 # Trivia per script: their cosines with the index's chunks are what "unrelated" scores here.
@@ -223,15 +198,6 @@ def _ramp(x: float, lo: float, hi: float) -> float:
     return min(1.0, max(0.0, (x - lo) / (hi - lo)))
 
 
-def calibrated_scores(
-    candidates: Sequence[Candidate], query: str, stats: CorpusStats | None
-) -> list[Candidate]:
-    """The default: `confidence × closeness^RANK_SHAPE`, where confidence is the best chunk's
-    evidence `1 − (1 − lexical)(1 − vector)` and closeness its share of the best relative fusion
-    score; so an off-topic query scores low throughout and minScore abstains."""
-    return _calibrated(candidates, query, stats, partial_vectors=False)
-
-
 def _calibrated_parts(
     candidates: Sequence[Candidate],
     query: str,
@@ -250,12 +216,9 @@ def _calibrated_parts(
     offset: float | None = None
     evidence = []
     vec_evidence = []
-    named_by_path: dict[str, frozenset[str]] = {}  # a file's chunks share their name's terms
     key = tuple(terms)
     for c, m, z, script in zip(candidates, matched, zs, scripts, strict=True):
-        named = named_by_path.get(c.path)
-        if named is None:
-            named = named_by_path[c.path] = _named(key, c.path) if terms else frozenset()
+        named = _named(key, c.path) if terms else frozenset()
         share = lexical_evidence(m | named, weights) if use_keywords else 0.0
         lex = _ramp(share, LEX_FLOOR, LEX_FULL)
         if z is not None and not m and script != qscript:
@@ -270,9 +233,19 @@ def _calibrated_parts(
             vec = _ramp(z, floor, VEC_FULL)
         evidence.append(1.0 - (1.0 - lex) * (1.0 - vec))
         vec_evidence.append(vec)
-        if detail is not None:
-            ref = stats.reference.get((qscript, script)) if stats is not None else None
-            detail.append(_evidence_detail(c, m, named, weights, share, lex, z, floor, vec, ref))
+        if detail is not None:  # `--explain`'s keyword and vector parts of the evidence
+            d = _sides(c, m)
+            d["keyword"].update(
+                fileNameTerms=sorted(named - m),
+                termWeights={t: round(w, 4) for t, w in weights.items()},
+                share=share,
+                evidence=lex,
+            )
+            if d["vector"] is not None:
+                ref = stats.reference.get((qscript, script)) if stats is not None else None
+                background = {"mean": ref[0], "sd": ref[1]} if ref is not None else None
+                d["vector"].update(z=z, background=background, floor=floor, evidence=vec)
+            detail.append(d)
     # calibrated z orders the vector side across scripts; raw cosines where there is none
     vectors = [z if z is not None else c.vector_score for c, z in zip(candidates, zs, strict=True)]
     relative = _relative_scores(
@@ -291,38 +264,10 @@ def _calibrated_parts(
     return evidence, relative
 
 
-def _evidence_detail(
-    c: Candidate,
-    matched: set[str],
-    named: frozenset[str],
-    weights: Mapping[str, float],
-    share: float,
-    lex: float,
-    z: float | None,
-    floor: float | None,
-    vec: float,
-    ref: tuple[float, float] | None,
-) -> dict[str, Any]:
-    """`--explain`'s keyword and vector parts of one candidate's evidence."""
-    keyword = {
-        "bm25": c.text_score,
-        "rank": c.text_rank,
-        "matchedTerms": sorted(matched),
-        "fileNameTerms": sorted(named - matched),
-        "termWeights": {t: round(w, 4) for t, w in weights.items()},
-        "share": share,
-        "evidence": lex,
-    }
-    vector: dict[str, Any] | None = None
-    if c.vector_score is not None:
-        vector = {
-            "cosine": c.vector_score,
-            "rank": c.vector_rank,
-            "z": z,
-            "background": {"mean": ref[0], "sd": ref[1]} if ref is not None else None,
-            "floor": floor,
-            "evidence": vec,
-        }
+def _sides(c: Candidate, matched: set[str]) -> dict[str, Any]:
+    """What each list said of a candidate, as `--explain` shows it."""
+    keyword = {"bm25": c.text_score, "rank": c.text_rank, "matchedTerms": sorted(matched)}
+    vector = None if c.vector_score is None else {"cosine": c.vector_score, "rank": c.vector_rank}
     return {"keyword": keyword, "vector": vector}
 
 
@@ -334,8 +279,11 @@ def _calibrated(
     partial_vectors: bool,
     trace: dict[int, dict[str, Any]] | None = None,
 ) -> list[Candidate]:
-    """`partial_vectors`: a chunk only the vector side found scores at most its own evidence, as
-    the best of the few chunks embedded so far may be unrelated."""
+    """`auto`: `confidence × closeness^RANK_SHAPE`, where confidence is the best chunk's evidence
+    `1 − (1 − lexical)(1 − vector)` and closeness its share of the best relative fusion score, so
+    an off-topic query scores low throughout and minScore abstains. `partial_vectors`: a chunk
+    only the vector side found scores at most its own evidence, as the best of the few chunks
+    embedded so far may be unrelated."""
     if not candidates:
         return []
     detail: list[dict[str, Any]] | None = [] if trace is not None else None
@@ -381,6 +329,156 @@ def _background(stats: CorpusStats | None) -> dict[str, Any] | None:
     }
 
 
+RRF_K = 60
+
+
+def _fuse_ranks(candidates: Sequence[Candidate], params: RankParams) -> list[Candidate]:
+    """`weighted` (`w·cos + w·1/(1+rank)`) and `rrf` (weighted reciprocal-rank fusion)."""
+    total = params.vector_weight + params.text_weight
+    vw, tw = params.vector_weight / total, params.text_weight / total
+    have_vectors = any(c.vector_score is not None for c in candidates)
+    out = []
+    for c in candidates:
+        t = 1.0 / (1.0 + c.text_rank) if c.text_rank is not None else 0.0
+        if not have_vectors:
+            score = t
+        elif params.fusion == "weighted":
+            score = vw * max(0.0, c.vector_score or 0.0) + tw * t
+        else:  # rrf, scaled so a chunk ranked first by both lists scores 1.0
+            rrf = 0.0
+            if c.vector_rank is not None:
+                rrf += vw / (RRF_K + 1 + c.vector_rank)
+            if c.text_rank is not None:
+                rrf += tw / (RRF_K + 1 + c.text_rank)
+            score = rrf * (RRF_K + 1)
+        out.append(with_score(c, score))
+    return out
+
+
+def _scaled(
+    vectors: Sequence[float | None], texts: Sequence[float | None], how: str = "minmax"
+) -> tuple[list[float | None], list[float | None]]:
+    """Each list rescaled per query to 0..1 (None where it lacks the chunk), as raw cosines and
+    BM25 are not comparable."""
+    if how == "zscore":
+        return _zscored(vectors), _zscored(texts)
+    vs = [v for v in vectors if v is not None]
+    vlo, vhi = (min(vs), max(vs)) if vs else (0.0, 1.0)
+    vspan = (vhi - vlo) or 1.0
+    tbest = max((t for t in texts if t is not None), default=1.0)
+    # BM25 is scaled by the best hit only: a list's weakest keyword hit still matched a term
+    return (
+        [None if v is None else (v - vlo) / vspan if len(vs) > 1 else 1.0 for v in vectors],
+        [None if t is None else (t / tbest if tbest > 0 else 0.0) for t in texts],
+    )
+
+
+def _zscored(values: Sequence[float | None]) -> list[float | None]:
+    """±3 standard deviations of the present values span the unit range."""
+    xs = [x for x in values if x is not None]
+    if not xs:
+        return [None] * len(values)
+    mu = sum(xs) / len(xs)
+    sd = math.sqrt(sum((x - mu) ** 2 for x in xs) / len(xs)) or 1.0
+    return [None if x is None else min(1.0, max(0.0, 0.5 + (x - mu) / (6 * sd))) for x in values]
+
+
+def _fuse_normalized(
+    candidates: Sequence[Candidate], params: RankParams, how: str
+) -> list[Candidate]:
+    total = params.vector_weight + params.text_weight
+    vw, tw = params.vector_weight / total, params.text_weight / total
+    vnorm, tnorm = _scaled(
+        [c.vector_score for c in candidates], [c.text_score for c in candidates], how
+    )
+    have_vectors = any(v is not None for v in vnorm)
+    have_text = any(t is not None for t in tnorm)
+    out = []
+    for c, v, t in zip(candidates, vnorm, tnorm, strict=True):
+        if have_vectors and have_text:
+            score = vw * (v or 0.0) + tw * (t or 0.0)
+        else:
+            score = (v if have_vectors else t) or 0.0
+        out.append(with_score(c, score))
+    return out
+
+
+# Tuned on bench/eval's judged sets (docs/retrieval-quality.md).
+AUTO_TEXT_WEIGHT = 0.7  # share of the keyword side for ordinary questions
+AUTO_EXACT_TEXT_WEIGHT = 0.85  # share when the query carries exact tokens (IDs, numbers, code)
+
+_EXACT_TOKEN = re.compile(
+    r"""(?x)
+    "[^"]+"                              # a quoted phrase
+    | `[^`]+`                            # inline code
+    | \b\w*\d\w*\b                        # anything with a digit: IDs, versions, dates, codes
+    | \b\w+[_./:\\-]\w[\w./:\\-]*           # paths, dotted names, snake_case, key:value
+    | \b[a-z]+[A-Z]\w*                    # camelCase
+    | \b[A-Z]{2,}\b                        # ACRONYMS, ERROR_CODES
+    """
+)
+
+
+def exact_token_share(query: str) -> float:
+    """Share of the query's content terms that look like exact tokens rather than prose."""
+    terms = query_terms(query)
+    if not terms:
+        return 0.0
+    exact = {t.lower().strip('"`') for m in _EXACT_TOKEN.finditer(query) for t in [m.group(0)]}
+    exact_terms = {t for e in exact for t in query_terms(e)}
+    return min(1.0, len(exact_terms & set(terms)) / len(terms))
+
+
+def auto_text_weight(query: str) -> float:
+    """The keyword side's share in `relative`: lexical for exact tokens, balanced for prose."""
+    share = exact_token_share(query)
+    return AUTO_TEXT_WEIGHT + (AUTO_EXACT_TEXT_WEIGHT - AUTO_TEXT_WEIGHT) * min(1.0, 2 * share)
+
+
+def _fuse_relative(
+    candidates: Sequence[Candidate], query: str, params: RankParams
+) -> list[Candidate]:
+    """`auto`'s order without its calibration; weights come from the query, not the config."""
+    terms = query_terms(query)
+    matched = [_matched_terms(c, terms) for c in candidates]
+    scores = _relative_scores(
+        candidates,
+        query,
+        [c.vector_score for c in candidates],
+        [len(m) / len(terms) if terms else 0.0 for m in matched],
+        [None] * len(candidates),
+    )
+    return [with_score(c, s) for c, s in zip(candidates, scores, strict=True)]
+
+
+def _relative_scores(
+    candidates: Sequence[Candidate],
+    query: str,
+    vectors: Sequence[float | None],
+    coverage: Sequence[float],
+    apart: Sequence[float | None],
+) -> list[float]:
+    """Each candidate against the query's best on both lists: min-max vectors, BM25 over the best
+    times term coverage; `apart` (vector evidence of a chunk sharing no words) lets such a chunk's
+    vector side take the keyword share too, in proportion."""
+    tw = auto_text_weight(query)
+    vw = 1.0 - tw
+    vnorm, tnorm = _scaled(vectors, [c.text_score for c in candidates])
+    have_vectors = any(v is not None for v in vectors)
+    have_text = any(t is not None for t in tnorm)
+    out = []
+    for v, t, cov, strength in zip(vnorm, tnorm, coverage, apart, strict=True):
+        vn = v or 0.0
+        lexical = 0.0 if t is None else t * (0.5 + 0.5 * cov)
+        if have_vectors and have_text:
+            out.append(vw * vn + tw * lexical if strength is None else vn * (vw + tw * strength))
+        elif have_vectors:
+            out.append(vn)
+        else:
+            out.append(lexical)
+    return out
+
+
 def fuse(
     candidates: Sequence[Candidate],
     query: str,
@@ -401,18 +499,8 @@ def fuse(
     if trace is not None:
         terms = query_terms(query)
         for c in out:
-            trace[c.chunk_id] = {
-                "keyword": {
-                    "bm25": c.text_score,
-                    "rank": c.text_rank,
-                    "matchedTerms": sorted(_matched_terms(c, terms)),
-                },
-                "vector": None
-                if c.vector_score is None
-                else {"cosine": c.vector_score, "rank": c.vector_rank},
-                "fused": {"fusion": params.fusion, "score": c.score},
-                "calibration": None,
-            }
+            d = trace[c.chunk_id] = _sides(c, _matched_terms(c, terms))
+            d.update(fused={"fusion": params.fusion, "score": c.score}, calibration=None)
     return out
 
 

@@ -28,19 +28,15 @@ def select_snippet(
 
     best: tuple[tuple[float, float], int, int] | None = None  # ((score, centring), i, j)
     for i in range(n):
-        size = 0
-        j = i
+        size, j = -1, i  # -1: no newline before the first line
         present: set[str] = set()
         repeated = 0.0
-        while j < n and size + len(lines[j]) + (1 if j > i else 0) <= max_chars:
-            size += len(lines[j]) + (1 if j > i else 0)
+        # the first line always: a single line longer than the budget is cut below
+        while j < n and (j == i or size + 1 + len(lines[j]) <= max_chars):
+            size += 1 + len(lines[j])
             present |= hits[j]
             repeated += sum(weight[t] for t in hits[j])
             j += 1
-        if j == i:  # a single line longer than the budget
-            j = i + 1
-            present = hits[i]
-            repeated = sum(weight[t] for t in hits[i])
         score = sum(weight[t] for t in present) + 0.5 * repeated
         matched = [k for k in range(i, j) if any(weight[t] > 0 for t in hits[k])]
         target = i + (j - 1 - i) * SNIPPET_MATCH_AT

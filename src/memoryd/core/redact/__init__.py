@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from functools import cache
 from typing import Final
 
+from ..text import merge_spans
 from ._checks import _VALUE_CHECKS, _answer_spans
 from ._gitleaks import _gitleaks_spans, _ruleset
 from ._rules import SECRET_PATTERNS, SecretSpan, keyword_index, rules_for
@@ -52,21 +52,11 @@ def secret_spans(text: str, *, previous: str | None = None) -> list[SecretSpan]:
     if not text:
         return []
     ruleset = _ruleset()
-    present = ruleset.keywords.present(text.lower())
+    present = ruleset.present(text.lower())
     spans = _local_spans(text, present) + _gitleaks_spans(ruleset, text, present)
     if previous:
         spans += _answer_spans(text, previous)
     return sorted(spans)
-
-
-def _merge(spans: Sequence[SecretSpan]) -> list[tuple[int, int]]:
-    merged: list[tuple[int, int]] = []
-    for start, end, _rule in spans:
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return merged
 
 
 def redact_secrets(text: str, *, previous: str | None = None) -> str:
@@ -74,11 +64,9 @@ def redact_secrets(text: str, *, previous: str | None = None) -> str:
     spans = secret_spans(text, previous=previous)
     if not spans:
         return text
-    out = []
+    out: list[str] = []
     last = 0
-    for start, end in _merge(spans):
-        out.append(text[last:start])
-        out.append(REDACTED)
+    for start, end in merge_spans(s[:2] for s in spans):
+        out += (text[last:start], REDACTED)
         last = end
-    out.append(text[last:])
-    return "".join(out)
+    return "".join(out) + text[last:]

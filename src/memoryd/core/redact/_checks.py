@@ -25,6 +25,15 @@ def _not_placeholder(value: str) -> bool:
     return re.fullmatch(_PLACEHOLDER, value) is None
 
 
+def _mixed(value: str) -> bool:
+    """Capitals, small letters and digits, as a generator or a password rule makes."""
+    return (
+        any(c.isupper() for c in value)
+        and any(c.islower() for c in value)
+        and any(c.isdigit() for c in value)
+    )
+
+
 def _looks_generated(value: str) -> bool:
     """Letters and digits, and mixed case or long: what a key generator emits, not prose."""
     has_digit = any(c.isdigit() for c in value)
@@ -93,7 +102,7 @@ def _password_value(match: re.Match[str], group: int) -> tuple[int, int] | None:
 def _value_first(match: re.Match[str], group: int) -> tuple[int, int] | None:
     start, end = _trimmed(match.string, *match.span(group))
     value = match.string[start:end]
-    digit, _letter, symbol, _cap = _strength(value)
+    digit = any(c.isdigit() for c in value)
     # "Wi-Fi is the password …": a hyphen or a dot alone does not make a word a password
     symbol = any(not c.isalnum() and c not in "'’-." for c in value)
     ok = _plausible_password(value, strict=False) and (digit or symbol)
@@ -181,11 +190,6 @@ def _entropy(value: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in Counter(value).values()) if n else 0.0
 
 
-def _entropy_floor(n: int) -> float:
-    """The Shannon entropy below which `n` token characters are not random enough to be a key."""
-    return min(math.log2(n) - 0.75, 4.6)
-
-
 def _high_entropy(match: re.Match[str], group: int) -> tuple[int, int] | None:
     token = match.group(group)
     core = token.rstrip("=")
@@ -193,11 +197,7 @@ def _high_entropy(match: re.Match[str], group: int) -> tuple[int, int] | None:
         return None
     if re.match(r"(?:sha(?:1|224|256|384|512)|md5)-", core):  # a digest (npm integrity)
         return None
-    if not (
-        any(c.isupper() for c in core)
-        and any(c.islower() for c in core)
-        and any(c.isdigit() for c in core)
-    ):
+    if not _mixed(core):
         return None
     if "/" in core:
         parts = core.split("/")
@@ -208,7 +208,8 @@ def _high_entropy(match: re.Match[str], group: int) -> tuple[int, int] | None:
     longest = max((len(r) for r in re.findall(r"[a-z]+", core)), default=0)
     if longest >= 7:
         return None
-    if _entropy(core) < _entropy_floor(len(core)):
+    # below this Shannon entropy, so many characters are not random enough to be a key
+    if _entropy(core) < min(math.log2(len(core)) - 0.75, 4.6):
         return None
     return match.span(group)
 
@@ -234,13 +235,7 @@ def _password_shape(match: re.Match[str], group: int) -> tuple[int, int] | None:
         end -= 1
     value = text[start:end]
     inner = value[1:-1]
-    if not (
-        8 <= len(value) <= 40
-        and any(c in _SHAPE_SYMBOLS for c in inner)
-        and any(c.isupper() for c in value)
-        and any(c.islower() for c in value)
-        and any(c.isdigit() for c in value)
-    ):
+    if not (8 <= len(value) <= 40 and any(c in _SHAPE_SYMBOLS for c in inner) and _mixed(value)):
         return None
     if any(c in "/\\()[]{}<>|*`" for c in value) or not _plausible_password(value, strict=True):
         return None

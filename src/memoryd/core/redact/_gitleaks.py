@@ -41,27 +41,10 @@ def _re2() -> Any:
     return re2
 
 
-class _Keywords:
-    """Which of a fixed set of keywords occur in a lowercased text, found in one pass."""
-
-    def __init__(self, words: Iterable[str]) -> None:
-        re2 = _re2()
-        self._vocabulary = sorted(set(words))
-        self._set = re2.Set.SearchSet()
-        for word in self._vocabulary:
-            self._set.Add(re.escape(word))
-        self._set.Compile()
-
-    def present(self, lowered: str) -> set[str]:
-        hits = self._set.Match(lowered)
-        return {self._vocabulary[i] for i in hits} if hits else set()
-
-
 @dataclass(frozen=True, slots=True)
 class _Rule:
     id: str
     regex: Any  # a compiled re2 bytes pattern (google-re2 ships no type information)
-    groups: int
     secret_group: int
     entropy: float | None
     # Allowlists, each folded into one re2 str pattern (or None): searched in the secret (the
@@ -78,7 +61,12 @@ class _Ruleset:
     rules: tuple[_Rule, ...]
     by_keyword: dict[str, tuple[int, ...]]  # lowercased keyword → indexes into rules
     always: tuple[int, ...]  # rules without keywords
-    keywords: _Keywords  # gitleaks' and the local rules' keywords together
+    vocabulary: tuple[str, ...]  # gitleaks' and the local rules' keywords together
+    finder: Any  # an RE2 set of `vocabulary`, which finds them all in one pass
+
+    def present(self, lowered: str) -> set[str]:
+        """The keywords a lowercased text holds."""
+        return {self.vocabulary[i] for i in self.finder.Match(lowered) or ()}
 
 
 @cache
@@ -114,12 +102,10 @@ def _ruleset() -> _Ruleset:
                 continue  # holds only together with a path, and a transcript has none
             allow[allowlist.get("regexTarget", "secret")].extend(allowlist.get("regexes", ()))
             stopwords.extend(w.lower() for w in allowlist.get("stopwords", ()))
-        regex = re2.compile(spec["regex"].encode("utf-8"))
         rules.append(
             _Rule(
                 id=spec["id"],
-                regex=regex,
-                groups=regex.groups,
+                regex=re2.compile(spec["regex"].encode("utf-8")),
                 secret_group=int(spec.get("secretGroup", 0)),
                 entropy=spec.get("entropy"),
                 allow_secret=any_of(glob_regexes + allow["secret"])
@@ -134,8 +120,12 @@ def _ruleset() -> _Ruleset:
         )
         keywords.append({k.lower() for k in spec.get("keywords", ())})
     by_keyword, always = keyword_index(keywords)
-    local_keywords = (k for p in SECRET_PATTERNS for k in p.keywords)
-    return _Ruleset(tuple(rules), by_keyword, always, _Keywords([*by_keyword, *local_keywords]))
+    vocabulary = tuple(sorted({*by_keyword, *(k for p in SECRET_PATTERNS for k in p.keywords)}))
+    finder = re2.Set.SearchSet()
+    for word in vocabulary:
+        finder.Add(re.escape(word))
+    finder.Compile()
+    return _Ruleset(tuple(rules), by_keyword, always, vocabulary, finder)
 
 
 # gitleaks tests a line allowlist against the secret's whole line; here the line is clipped to
@@ -198,10 +188,10 @@ def _gitleaks_spans(ruleset: _Ruleset, text: str, present: set[str]) -> list[Sec
         rule = ruleset.rules[index]
         offset = _CharOffsets(data) if not ascii_only else None
         for match in rule.regex.finditer(data):
-            group = rule.secret_group
-            if group == 0 and rule.groups:
-                group = next((g for g in range(1, rule.groups + 1) if match.group(g)), 0)
-            if group > rule.groups or not match.group(group):
+            group, groups = rule.secret_group, rule.regex.groups
+            if group == 0 and groups:
+                group = next((g for g in range(1, groups + 1) if match.group(g)), 0)
+            if group > groups or not match.group(group):
                 continue
             bounds = (match.start(), match.start(group), match.end(group), match.end())
             first, start, end, last = bounds if offset is None else map(offset, bounds)
