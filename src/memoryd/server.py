@@ -113,56 +113,36 @@ def _shape_error(req: dict[str, Any]) -> str | None:
     return None
 
 
-async def _handle(
-    service: MemoryService,
-    stream: SocketStream,
-    ident: dict[str, Any],
-    idle_s: float,
-    workers: anyio.CapacityLimiter,
-) -> None:
+async def _send(stream: SocketStream, resp: dict[str, Any]) -> None:
     import anyio
 
-    async with stream:
-        try:
-            resp = await _answer(service, stream, ident, idle_s, workers)
-        except Exception as err:  # one request must never take the listener down
-            log.exception("serve: request failed")
-            resp = _error(MemorydError(f"internal error: {type(err).__name__}"), "internal_error")
-        if resp is None:
-            return
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await stream.send(json.dumps(resp, default=str).encode() + b"\n")
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+        await stream.send(json.dumps(resp, default=str).encode() + b"\n")
 
 
-async def _answer(
-    service: MemoryService,
-    stream: SocketStream,
-    ident: dict[str, Any],
-    idle_s: float,
-    workers: anyio.CapacityLimiter,
-) -> dict[str, Any] | None:
+async def _read_request(stream: SocketStream, idle_s: float) -> dict[str, Any] | None:
+    """The request line's JSON object (None at EOF); `InvalidInput` for a bad one."""
     import anyio
 
     buf = b""
     with anyio.move_on_after(idle_s) as scope:
         while b"\n" not in buf and len(buf) <= MAX_REQUEST:
             try:
-                chunk = await stream.receive()
+                buf += await stream.receive()
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 return None
-            buf += chunk
     if scope.cancelled_caught:
-        return _error(InvalidInput(f"no request line within {idle_s:g}s"))
+        raise InvalidInput(f"no request line within {idle_s:g}s")
     line = buf.split(b"\n", 1)[0]
     if len(line) > MAX_REQUEST:
-        return _error(InvalidInput(f"request longer than {MAX_REQUEST} bytes"))
+        raise InvalidInput(f"request longer than {MAX_REQUEST} bytes")
     try:
         req = json.loads(line)
     except (ValueError, RecursionError):
-        return _error(InvalidInput("request is not one line of JSON"))
+        raise InvalidInput("request is not one line of JSON") from None
     if not isinstance(req, dict):
-        return _error(InvalidInput("request must be a JSON object"))
-    return await dispatch(service, req, ident, workers)
+        raise InvalidInput("request must be a JSON object")
+    return req
 
 
 def _served(service: MemoryService, req: dict[str, Any], ident: dict[str, Any]) -> str | None:
@@ -272,19 +252,25 @@ async def dispatch(
         return _error(err)
 
 
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    import anyio
+
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.warning("received %s; shutting down", signal.Signals(signum).name)
+            scope.cancel()
+            return
+
+
 async def serve(
     service: MemoryService,
     *,
     sock: Path | None = None,
     ready: anyio.Event | None = None,
     config_path: Path | None = None,
-    idle_timeout_s: float | None = None,
-    max_connections: int | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM or cancellation, then stop the background work and qmd."""
-    env_idle, env_cap = limits_from_env()
-    idle_s = env_idle if idle_timeout_s is None else idle_timeout_s
-    cap = env_cap if max_connections is None else max_connections
+    idle_s, cap = limits_from_env()
     sock = sock or paths.socket_path()
     from .fsio import private_dir
 
@@ -303,38 +289,35 @@ async def serve(
     limiter = anyio.CapacityLimiter(cap)
     workers = anyio.CapacityLimiter(cap)
 
+    async def answer(stream: SocketStream) -> dict[str, Any] | None:
+        try:
+            req = await _read_request(stream, idle_s)
+            return None if req is None else await dispatch(service, req, ident, workers)
+        except InvalidInput as err:  # a bad request line
+            return _error(err)
+        except Exception as err:  # one request must never take the listener down
+            log.exception("serve: request failed")
+            return _error(MemorydError(f"internal error: {type(err).__name__}"), "internal_error")
+
     async def handle(stream: SocketStream) -> None:
-        try:
-            limiter.acquire_nowait()
-        except anyio.WouldBlock:
-            # full: answer at once instead of holding the connection (and its descriptor)
-            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                busy = _error(ServerBusy(f"busy: {cap} requests in flight"))
-                await stream.send(json.dumps(busy).encode() + b"\n")
-            await stream.aclose()
-            return
-        try:
-            await _handle(service, stream, ident, idle_s, workers)
-        finally:
-            limiter.release()
+        async with stream:
+            try:
+                limiter.acquire_nowait()
+            except anyio.WouldBlock:
+                # full: answer at once instead of holding the connection (and its descriptor)
+                await _send(stream, _error(ServerBusy(f"busy: {cap} requests in flight")))
+                return
+            try:
+                resp = await answer(stream)
+                if resp is not None:
+                    await _send(stream, resp)
+            finally:
+                limiter.release()
 
     try:
-        async with anyio.create_task_group() as tg:
-
-            async def stop_on_signal() -> None:
-                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                    async for signum in signals:
-                        log.warning("received %s; shutting down", signal.Signals(signum).name)
-                        tg.cancel_scope.cancel()
-                        return
-
-            tg.start_soon(stop_on_signal)
-
-            async def accept() -> None:
-                async with listener:
-                    await listener.serve(handle)
-
-            tg.start_soon(accept)
+        async with listener, anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signal, tg.cancel_scope)
+            tg.start_soon(listener.serve, handle)
             await run_blocking(lambda: service.start(Background()), workers)
             if ready is not None:
                 ready.set()
