@@ -30,18 +30,6 @@ PRIVATE_DIR_MODE: Final = 0o700
 PRIVATE_FILE_MODE: Final = 0o600
 
 
-def fsync_dir(path: str | os.PathLike[str]) -> None:
-    """Make a rename or a new file in folder `path` durable (best effort where unsupported)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
-    except OSError:
-        return
-    try:
-        _fsync_fd(fd)
-    finally:
-        _close(fd)
-
-
 def _state_error(path: Path | str, err: OSError) -> StateError:
     if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return StateReadOnly(f"cannot write memoryd state at {path}: {_strerror(err)}")
@@ -324,19 +312,6 @@ def _temp_name(name: str) -> str:
 
 #: Files SQLite puts next to a database; each is created with the database file's mode.
 SQLITE_SIDE_FILES: Final = ("-wal", "-shm", "-journal")
-
-
-def private_database(path: str | os.PathLike[str]) -> Path:
-    """An SQLite database's folder 0700 and files 0600, before any connection exists (closing a
-    descriptor on an open database drops its locks)."""
-    db = Path(path)
-    private_dir(db.parent)
-    private_file(db)
-    for suffix in SQLITE_SIDE_FILES:
-        side = db.with_name(db.name + suffix)
-        if os.path.lexists(side):
-            private_file(side)
-    return db
 
 
 def write_private_atomic(path: str | os.PathLike[str], data: bytes) -> None:
