@@ -1,4 +1,5 @@
-"""memoryd's private state: folders 0700 and files 0600 that only their owner can change."""
+"""memoryd's private state: folders 0700 and files 0600 that only their owner can change, and
+emptying them (`memoryd reset`)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import contextlib
 import errno
 import os
 import secrets
+import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import BinaryIO, Final
 
@@ -329,3 +331,30 @@ def write_private_atomic(path: str | os.PathLike[str], data: bytes) -> None:
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
         _fsync_fd(dir_fd)
+
+
+def wipe_folder(folder: Path, keep: Collection[Path] = ()) -> list[Path]:
+    """Delete everything in `folder` except the paths in `keep` and the folders holding them;
+    what was deleted. Symlinks are removed, never followed. Raises `StateError`."""
+    try:
+        found = sorted(folder.iterdir())
+    except FileNotFoundError:
+        return []
+    except OSError as err:
+        raise StateError(f"cannot empty {folder}: {err.strerror or err}") from None
+    gone: list[Path] = []
+    for entry in found:
+        if entry in keep:
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink():
+                if any(k.is_relative_to(entry) for k in keep):
+                    gone += wipe_folder(entry, keep)
+                    continue
+                shutil.rmtree(entry)
+            else:
+                entry.unlink(missing_ok=True)
+        except OSError as err:
+            raise StateError(f"cannot remove {entry}: {err.strerror or err}") from None
+        gone.append(entry)
+    return gone
