@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import pytest
 
+from memoryd.builtin_index._sqlite_util import make_private
 from memoryd.core.layout import MAX_DEPTH, MemoryRoot
 from memoryd.errors import MemoryWriteFailed, PathNotAllowed, StateError
 from memoryd.fsio import (
@@ -36,7 +37,6 @@ from memoryd.fsio import (
     walk,
     write_private_atomic,
 )
-from memoryd.builtin_index._sqlite_util import make_private
 from second_user import as_nobody, needs_root
 
 SECRET = b"OUTSIDE-SECRET\n"
