@@ -64,11 +64,8 @@ class _ServiceHandle:
         self, service: MemoryService | Callable[[], MemoryService], agent_id: str | None
     ) -> None:
         self.agent_id = agent_id
-        if callable(service):
-            self._factory: Callable[[], MemoryService] | None = service
-            self._service: MemoryService | None = None
-        else:
-            self._factory, self._service = None, service
+        self._factory = service if callable(service) else lambda: service
+        self._service: MemoryService | None = None
         self._lock = anyio.Lock()
         self.workers = anyio.CapacityLimiter(WORKERS)
         self.tg: TaskGroup | None = None
@@ -76,11 +73,9 @@ class _ServiceHandle:
         self._warmed = anyio.Event()
 
     async def service(self) -> MemoryService:
-        if self._service is None:
-            async with self._lock:
-                if self._service is None:
-                    assert self._factory is not None
-                    self._service = await run_blocking(self._factory, self.workers)
+        async with self._lock:
+            if self._service is None:
+                self._service = await run_blocking(self._factory, self.workers)
         return self._service
 
     def warm_soon(self) -> None:
@@ -239,10 +234,7 @@ class _StdinLines:
         with suppress(anyio.RunFinishedError):
             anyio.from_thread.run_sync(self._send.close, token=self._token)
 
-    def __aiter__(self) -> AsyncIterator[str]:
-        return self._lines()
-
-    async def _lines(self) -> AsyncIterator[str]:
+    async def __aiter__(self) -> AsyncIterator[str]:
         """The wire's lines; EOF waits (at most `EOF_GRACE_S`) for the requests read to be answered."""
         async for line in self._recv:
             self._note_request(line)
@@ -484,19 +476,11 @@ class _Screen:
 async def _json_error(
     send: Any, status: int, code: int, message: str, extra: Iterable[tuple[bytes, bytes]] = ()
 ) -> None:
-    body = json.dumps({"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": None})
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *extra,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body.encode()})
+    error = {"code": code, "message": message}
+    body = json.dumps({"jsonrpc": "2.0", "error": error, "id": None}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": status, "headers": [*headers, *extra]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -337,12 +337,8 @@ def request(sock: Path, payload: dict[str, Any], *, timeout: float = 30.0) -> di
             s.settimeout(timeout)
             s.connect(str(sock))
             s.sendall(json.dumps(payload).encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+            with s.makefile("rb") as answer:
+                data = answer.readline()
     except OSError:
         return None
     if not data:
