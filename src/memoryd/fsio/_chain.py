@@ -508,67 +508,65 @@ def append_file(
 ) -> AppendOutcome:
     """Append `payload` on a new line (after `new_file_prefix` in a new file) under an exclusive
     `flock`, durably or not at all: a failed write is cut back (`MemoryWriteFailed`)."""
-    with _file_at(
-        root,
-        rel,
-        anchor,
-        create=create_dirs,
-        doing="append to",
-        missing="its folder does not exist",
-    ) as t:
-        for attempt in range(_OPEN_ATTEMPTS):
-            fd, created = _open_for_append(t)
+    missing = "its folder does not exist"
+    with _file_at(root, rel, anchor, create=create_dirs, doing="append to", missing=missing) as t:
+        fd, created = _open_locked(t, lock_timeout, create=True)
+        try:
+            size = os.fstat(fd).st_size
+            if size == 0:
+                data = new_file_prefix + payload
+            elif os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + payload
+            else:
+                data = payload
+            offset = _write_all_or_nothing(fd, data, t.shown)
+            end = os.fstat(fd).st_size
+        finally:
+            _close(fd)  # also releases the flock
+        if created:
+            _fsync_fd(t.parent)
+        return AppendOutcome(created, len(data), offset, end)
+
+
+def _open_locked(t: _Target, lock_timeout: float, *, create: bool) -> tuple[int, bool]:
+    """(descriptor, created) on `t`, checked, then held under the writers' lock; opened again
+    when a writer we waited for replaced the file meanwhile."""
+    for attempt in range(_OPEN_ATTEMPTS):
+        fd, created = _open_for_write(t, create=create)
+        try:
+            st = os.fstat(fd)
+            problem = _file_problem(st, t.root_dev)
+            if problem is not None:
+                raise problem
+            _lock(fd, lock_timeout, t.shown)
             try:
-                last = attempt + 1 == _OPEN_ATTEMPTS
-                if not _lock_checked(t, fd, lock_timeout, settle=not created, last=last):
-                    continue
-                size = os.fstat(fd).st_size
-                if size == 0:
-                    data = new_file_prefix + payload
-                elif os.pread(fd, 1, size - 1) != b"\n":
-                    data = b"\n" + payload
-                else:
-                    data = payload
-                offset = _write_all_or_nothing(fd, data, t.shown)
-                end = os.fstat(fd).st_size
-            finally:
-                _close(fd)  # also releases the flock
-            if created:
-                _fsync_fd(t.parent)
-            return AppendOutcome(created, len(data), offset, end)
-    raise _Refused("changed", "was replaced while being opened")  # pragma: no cover - loop exits
+                _same_entry(t.parent, t.name, st)
+                if not created:
+                    _settled(t.parent, t.name, fd, os.fstat(fd))
+                return fd, created
+            except (_Refused, _Missing):
+                if attempt + 1 == _OPEN_ATTEMPTS:
+                    raise _Refused("changed", "was replaced while being opened") from None
+        except BaseException:
+            _close(fd)
+            raise
+        _close(fd)
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def _open_for_append(t: _Target) -> tuple[int, bool]:
+def _open_for_write(t: _Target, *, create: bool) -> tuple[int, bool]:
     """(descriptor, created): O_EXCL tells a new file from an existing empty one."""
     for _ in range(_OPEN_ATTEMPTS):
         with contextlib.suppress(FileNotFoundError, FileExistsError):  # it came or went meanwhile
             try:
                 _check_kind(t.parent, t.name)
             except _Missing:
+                if not create:
+                    raise
                 flags = _APPEND_FLAGS | os.O_CREAT | os.O_EXCL
                 return os.open(t.name, flags, NEW_MEMORY_FILE_MODE, dir_fd=t.parent), True
             return os.open(t.name, _APPEND_FLAGS, dir_fd=t.parent), False
     raise _Refused("changed", "kept appearing and disappearing while being opened")
-
-
-def _lock_checked(t: _Target, fd: int, lock_timeout: float, *, settle: bool, last: bool) -> bool:
-    """`fd` checked, then held under the writers' lock; False when the name no longer holds it (a
-    writer we waited for replaced the file): open again, unless this was the `last` attempt."""
-    st = os.fstat(fd)
-    problem = _file_problem(st, t.root_dev)
-    if problem is not None:
-        raise problem
-    _lock(fd, lock_timeout, t.shown)
-    try:
-        _same_entry(t.parent, t.name, st)
-        if settle:
-            _settled(t.parent, t.name, fd, os.fstat(fd))
-    except (_Refused, _Missing):
-        if not last:
-            return False
-        raise _Refused("changed", "was replaced while being opened") from None
-    return True
 
 
 def _lock(fd: int, timeout: float, shown: str) -> None:
@@ -641,21 +639,12 @@ def rewrite_file(
     with _file_at(
         root, rel, anchor, create=False, doing="rewrite", missing="it does not exist"
     ) as t:
-        for attempt in range(_OPEN_ATTEMPTS):
-            _check_kind(t.parent, t.name)
-            fd = os.open(t.name, _APPEND_FLAGS, dir_fd=t.parent)
-            try:
-                last = attempt + 1 == _OPEN_ATTEMPTS
-                if not _lock_checked(t, fd, lock_timeout, settle=True, last=last):
-                    continue
-                held = os.fstat(fd)
-                os.lseek(fd, 0, os.SEEK_SET)
-                new = edit(_read_fd(fd))
-                _replace(t, new, stat.S_IMODE(held.st_mode))
-                return
-            finally:
-                _close(fd)  # after the rename: a waiting appender then finds the new file
-    raise _Refused("changed", "was replaced while being opened")  # pragma: no cover
+        fd, _ = _open_locked(t, lock_timeout, create=False)
+        try:
+            mode = stat.S_IMODE(os.fstat(fd).st_mode)
+            _replace(t, edit(_read_fd(fd)), mode)
+        finally:
+            _close(fd)  # after the rename: a waiting appender then finds the new file
 
 
 def _replace(t: _Target, data: bytes, mode: int) -> None:
