@@ -89,7 +89,6 @@ class _ServiceHandle:
         started = time.perf_counter()
         try:
             svc = await self.service()
-            assert self.tg is not None
             agents = [svc.agent(self.agent_id).agent_id]
             await run_blocking(lambda: svc.start(Background(), agents), self.workers)
             log.info("memory service started in %.2fs", time.perf_counter() - started)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from . import paths
-from .errors import InvalidInput, MemorydError, NotServed, ServerBusy
+from .errors import InvalidAgentId, InvalidInput, MemorydError, NotServed, ServerBusy
 
 if TYPE_CHECKING:  # the CLI imports this module to forward requests: keep it light
     import anyio
@@ -163,14 +163,11 @@ def _served(service: MemoryService, req: dict[str, Any], ident: dict[str, Any]) 
             cwd=Path(caller["cwd"]) if isinstance(caller.get("cwd"), str) else None,
             env={},  # the caller's MEMORYD_WORKSPACE is in its identity, never serve's own
         )
+        mine = service.agent(resolved.agent_id)
     except MemorydError as err:
         return str(err)
     except (OSError, ValueError) as err:  # e.g. a path component longer than the file system allows
         return f"cannot resolve the caller's workspace: {getattr(err, 'strerror', None) or err}"
-    try:
-        mine = service.agent(resolved.agent_id)
-    except MemorydError as err:
-        return str(err)
     if mine.workspace != resolved.workspace:
         return f"this serve answers for {mine.workspace}, not {resolved.workspace}"
     return None
@@ -215,8 +212,6 @@ async def dispatch(
 ) -> dict[str, Any]:
     """Answer one request, `{op, agent?, identity, …tool arguments}`, on a worker thread."""
     from .background import run_blocking
-    from .errors import InvalidAgentId
-    from .paths import validate_agent_id
     from .tools import validate_tool_input
 
     shape = _shape_error(req)
@@ -230,7 +225,7 @@ async def dispatch(
             InvalidInput(f"unknown op {op!r} ({', '.join([*OPS, *LIFECYCLE_OPS])}, ping)")
         )
     try:
-        agent = None if req.get("agent") is None else validate_agent_id(req["agent"])
+        agent = None if req.get("agent") is None else paths.validate_agent_id(req["agent"])
     except InvalidAgentId as err:
         return _error(err)
     if op in LIFECYCLE_OPS:

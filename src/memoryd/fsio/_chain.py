@@ -192,11 +192,9 @@ def _components_below(path: str, base: str) -> tuple[str, ...] | None:
 def _open_root(root_path: str, anchor: str | os.PathLike[str] | None, *, create: bool) -> int:
     """A descriptor on the root folder, opened by the anchor rule (see the module docstring)."""
     root = os.path.normpath(root_path)
-    below = None
-    if anchor is not None:
-        base = os.path.normpath(os.fspath(anchor))
-        below = _components_below(root, base)
-    if anchor is not None and below is not None:
+    base = None if anchor is None else os.path.normpath(os.fspath(anchor))
+    below = None if base is None else _components_below(root, base)
+    if base is not None and below is not None:
         try:
             # The anchor itself is configuration, trusted as given (it may sit under a symlink
             # such as macOS's /var → /private/var); nothing below it is.
