@@ -10,7 +10,6 @@ import concurrent.futures
 import functools
 import hashlib
 import hmac
-import io
 import json
 import logging
 import os
@@ -216,11 +215,10 @@ class _StdinLines:
 
     def _pump(self) -> None:
         # closefd=False: fd 0 is restored from this descriptor on exit, so it must stay open
-        raw = os.fdopen(self._wire_fd, "rb", buffering=0, closefd=False)
-        wire = io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8", errors="replace")
         try:
-            for line in wire:
-                anyio.from_thread.run(self._send.send, line, token=self._token)
+            with open(self._wire_fd, encoding="utf-8", errors="replace", closefd=False) as wire:
+                for line in wire:
+                    anyio.from_thread.run(self._send.send, line, token=self._token)
         except (
             anyio.BrokenResourceError,
             anyio.ClosedResourceError,
@@ -236,20 +234,15 @@ class _StdinLines:
     async def __aiter__(self) -> AsyncIterator[str]:
         """The wire's lines; EOF waits (at most `EOF_GRACE_S`) for the requests read to be answered."""
         async for line in self._recv:
-            self._note_request(line)
+            with suppress(ValueError):  # the SDK answers a parse error itself, at once
+                message = json.loads(line)
+                if isinstance(message, dict) and "method" in message and "id" in message:
+                    self._pending.add(_wire_id(message["id"]))
             yield line
         with anyio.move_on_after(EOF_GRACE_S):  # closing stdin is also how a host shuts us down
             while self._pending:
                 self._settled = anyio.Event()
                 await self._settled.wait()
-
-    def _note_request(self, line: str) -> None:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            return  # the SDK answers a parse error itself, at once
-        if isinstance(message, dict) and "method" in message and "id" in message:
-            self._pending.add(_wire_id(message["id"]))
 
     def answered(self, message: object) -> None:
         """Called with each message the server writes: a response settles its request."""

@@ -152,13 +152,12 @@ def _child_dir(parent: int, name: str, *, create: bool) -> int:
             if err.errno in (errno.ENOTDIR, errno.ELOOP):
                 raise _folder_problem(parent, name) from None
             raise
-        try:
+        # a concurrent writer may have made it: it is opened and checked like any other folder
+        with contextlib.suppress(FileExistsError):
             # never group/world-writable, whatever the umask: a writable memory folder would let
             # another user plant notes (or links) the agent then reads as its own
             os.mkdir(name, NEW_MEMORY_DIR_MODE, dir_fd=parent)
             _fsync_fd(parent)
-        except FileExistsError:
-            pass  # a concurrent writer made it; it is opened and checked like any other folder
     raise AssertionError("unreachable: the second open returns or raises")
 
 

@@ -92,24 +92,20 @@ def _state_child(parent: int, name: str, shown: str, *, create: bool) -> int:
         except FileNotFoundError:
             if not create:
                 raise
-            try:
+            with contextlib.suppress(FileExistsError):  # made concurrently: checked like any other
                 os.mkdir(name, PRIVATE_DIR_MODE, dir_fd=parent)
                 # the umask may have taken owner bits off; `parent` is ours alone, so the
                 # name is still the folder just made
                 os.chmod(name, PRIVATE_DIR_MODE, dir_fd=parent)
-            except FileExistsError:
-                pass  # made concurrently; opened and checked like any other
             continue
         except OSError as err:
             if err.errno not in (errno.ENOTDIR, errno.ELOOP):
                 raise
-            try:
-                st = _lstat_at(parent, name)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                raise _symlink_in_state(shown) from None
-            raise _not_a_folder(shown) from None
+            with contextlib.suppress(FileNotFoundError):  # gone meanwhile: open it again
+                if stat.S_ISLNK(_lstat_at(parent, name).st_mode):
+                    raise _symlink_in_state(shown) from None
+                raise _not_a_folder(shown) from None
+            continue
         try:
             _trusted_folder(fd, shown)
         except BaseException:
