@@ -255,12 +255,10 @@ def validate_tool_input(tool_name: str, arguments: dict[str, Any] | None) -> Too
     spec = TOOLS.get(tool_name)
     if spec is None:
         raise InvalidInput(f"unknown tool {tool_name!r} (tools: {', '.join(TOOLS)})")
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, dict):
+    if not isinstance(arguments, dict | None):
         raise InvalidInput(f"{tool_name} arguments must be an object")
     try:
-        return spec.model.model_validate(arguments, by_alias=True, by_name=False)
+        return spec.model.model_validate(arguments or {}, by_alias=True, by_name=False)
     except ValidationError as err:
         errors = err.errors(include_url=False)
     unknown = [str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden"]
