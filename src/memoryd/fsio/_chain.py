@@ -600,27 +600,19 @@ def _write_all_or_nothing(fd: int, data: bytes, shown: str) -> int:
             view = view[written:]
         os.fsync(fd)
     except BaseException as err:
-        cut_back = start is None or _cut_back(fd, start)
+        tail = "nothing was left behind"
+        if start is not None:
+            try:
+                os.ftruncate(fd, start)
+                os.fsync(fd)
+            except OSError:
+                tail = "it could not be cut back and may end with a partial record"
         if not isinstance(err, OSError):
             raise
-        tail = (
-            "nothing was left behind"
-            if cut_back
-            else "it could not be cut back and may end with a partial record"
-        )
         raise MemoryWriteFailed(f"cannot append to {shown}: {_strerror(err)}; {tail}") from None
     if start is None:
         start = os.lseek(fd, 0, os.SEEK_END)
     return start
-
-
-def _cut_back(fd: int, size: int) -> bool:
-    try:
-        os.ftruncate(fd, size)
-        os.fsync(fd)
-    except OSError:
-        return False
-    return True
 
 
 def rewrite_file(
