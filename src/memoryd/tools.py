@@ -31,13 +31,7 @@ _Number = BeforeValidator(_no_bool)
 class ToolInput(BaseModel):
     """Base of the tool input models: unknown arguments are errors, never silently dropped."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        validate_by_alias=True,
-        validate_by_name=True,
-        serialize_by_alias=True,
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_by_name=True)
 
 
 class MemorySearchInput(ToolInput):
@@ -341,7 +335,7 @@ def tools_help() -> str:
 def call_tool(service: Any, args: ToolInput, *, agent_id: str | None) -> dict[str, Any]:
     """Run a validated tool call (MCP and the serve socket) as the service method the tool is
     named after, with the model's fields as its keywords: a failure is a result, never raised."""
-    fields = args.model_dump(by_alias=False)
+    fields = args.model_dump()
     try:
         if isinstance(args, MemoryGetInput) and fields.pop("corpus") == "sessions":
             raise InvalidInput(
