@@ -72,38 +72,11 @@ def workspace(root: Path) -> Path:
 def big_workspace(root: Path) -> Path:
     """200 daily notes of 6-22 lines: ~350 chunks, more than a first search embeds."""
     rng = random.Random(3)
-    words = [
-        "alpha",
-        "beta",
-        "gamma",
-        "delta",
-        "deploy",
-        "server",
-        "postgres",
-        "kitten",
-        "webhook",
-        "budget",
-        "meeting",
-        "lisbon",
-        "tokyo",
-        "release",
-        "migration",
-        "incident",
-        "review",
-        "design",
-        "roadmap",
-        "customer",
-        "invoice",
-        "latency",
-        "cache",
-        "index",
-        "vector",
-        "query",
-        "memory",
-        "agent",
-        "note",
-        "plan",
-    ]
+    words = (
+        "alpha beta gamma delta deploy server postgres kitten webhook budget meeting lisbon "
+        "tokyo release migration incident review design roadmap customer invoice latency cache "
+        "index vector query memory agent note plan"
+    ).split()
     ws = root / "big"
     (ws / "memory").mkdir(parents=True)
     for i in range(200):
@@ -223,77 +196,44 @@ def main() -> None:
         }
         (home / "cwd").mkdir(parents=True)
         timed([str(qmd), "collection", "add", str(ws), "--name", "notes"], qenv, home / "cwd")
+
+    def search(cfg: Path, run_env: dict[str, str], query: str, check: str | None = None) -> float:
+        wall, out = timed(
+            [*memoryd, "search", "--json", "--config", str(cfg), query], run_env, root
+        )
+        if check == "hybrid":
+            assert json.loads(out)["mode"] == "hybrid", out
+        elif check == "results":
+            assert json.loads(out)["results"], out
+        return wall
+
     for i in range(args.runs):
         q = QUERIES[i % len(QUERIES)]
-        jobs: list[tuple[str, Callable[[], float]]] = []
-
-        def search(cmd: list[str], run_env: dict[str, str], check: str | None = None) -> float:
-            wall, out = timed(cmd, run_env, root)
-            if check == "hybrid":
-                assert json.loads(out)["mode"] == "hybrid", out
-            elif check == "results":
-                assert json.loads(out)["results"], out
-            return wall
-
-        jobs.append(
-            (
-                "memoryd keyword-only",
-                functools.partial(
-                    search, [*memoryd, "search", "--json", "--config", str(kw), q], env
-                ),
-            )
-        )
-        jobs.append(
+        jobs: list[tuple[str, Callable[[], float]]] = [
+            ("memoryd keyword-only", functools.partial(search, kw, env, q)),
             (
                 "memoryd keyword-only, config validated",
-                functools.partial(
-                    search, [*memoryd, "search", "--json", "--config", str(kw), q], uncached_env
-                ),
-            )
-        )
-        jobs.append(
-            (
-                "memoryd hybrid",
-                functools.partial(
-                    search, [*memoryd, "search", "--json", "--config", str(hy), q], env, "hybrid"
-                ),
-            )
-        )
+                functools.partial(search, kw, uncached_env, q),
+            ),
+            ("memoryd hybrid", functools.partial(search, hy, env, q, "hybrid")),
+        ]
         for label, run_env in (("memoryd", env), ("baseline", base_env)):
             if run_env is None:
                 continue
-            fresh = root / f"fresh-{label}-{i}"
-            cfg = memoryd_config(fresh.parent, ws, f"fresh-{label}-{i}", "local")
-            jobs.append(
-                (
-                    f"{label} first search, never indexed",
-                    functools.partial(
-                        search,
-                        [*memoryd, "search", "--json", "--config", str(cfg), q],
-                        {**run_env, "MEMORYD_STATE_DIR": str(fresh)},
-                    ),
-                )
-            )
-            state = root / f"big-{label}-{i}"
-            cfg = memoryd_config(state.parent, big, f"big-{label}-{i}", "local")
-            jobs.append(
-                (
-                    f"{label} first search, 200 notes never indexed",
-                    functools.partial(
-                        search,
-                        [*memoryd, "search", "--json", "--config", str(cfg), BIG_QUERY],
-                        {**run_env, "MEMORYD_STATE_DIR": str(state)},
-                        "results",
-                    ),
-                )
-            )
-        if base_env is not None:
-            for name, base_cfg in (
-                ("baseline keyword-only", kw_base),
-                ("baseline hybrid", hy_base),
+            for key, name, ws_dir, query, check in (
+                ("fresh", "first search, never indexed", ws, q, None),
+                ("big", "first search, 200 notes never indexed", big, BIG_QUERY, "results"),
             ):
-                cmd = [*memoryd, "search", "--json", "--config", str(base_cfg), q]
-                jobs.append((name, functools.partial(search, cmd, base_env)))
+                # a new state dir and index each run: the search finds nothing indexed
+                state = root / f"{key}-{label}-{i}"
+                cfg = memoryd_config(root, ws_dir, state.name, "local")
+                fresh_env = {**run_env, "MEMORYD_STATE_DIR": str(state)}
+                jobs.append(
+                    (f"{label} {name}", functools.partial(search, cfg, fresh_env, query, check))
+                )
+        if base_env is not None:
+            jobs.append(("baseline keyword-only", functools.partial(search, kw_base, base_env, q)))
+            jobs.append(("baseline hybrid", functools.partial(search, hy_base, base_env, q)))
         if qenv is not None:
             jobs.append(("qmd search", functools.partial(qmd_search, qmd, q, qenv, root)))
         # the order alternates run by run: in a fixed order whatever runs second after its twin

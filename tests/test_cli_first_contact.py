@@ -3,6 +3,7 @@ documented, answers on stdout, and notes where a search would otherwise say noth
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from pathlib import Path
@@ -150,6 +151,26 @@ def test_help_texts_end_in_one_punctuation_mark(capsys: pytest.CaptureFixture[st
         main(["flush-check", "--help"])
     out = capsys.readouterr().out
     assert "now?" in out and "now?." not in out
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def test_a_command_parses_and_helps_alike_with_only_its_own_subparser_built() -> None:
+    """`main` builds only the command it runs: its help, defaults and errors are those of the
+    whole parser, which `memoryd --help` and an unknown command still get."""
+    from memoryd.cli import COMMANDS, _parser
+
+    whole = _commands(_parser())
+    assert set(whole) == set(COMMANDS)
+    for name in COMMANDS:
+        own = _commands(_parser(name))
+        assert list(own) == [name]
+        assert own[name].format_help() == whole[name].format_help(), name
+    args = ["search", "--json", "--max-results", "3", "postgres"]
+    assert vars(_parser("search").parse_args(args)) == vars(_parser().parse_args(args))
 
 
 def test_searching_sessions_that_are_not_indexed_says_so(

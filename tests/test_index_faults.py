@@ -221,6 +221,31 @@ def test_a_link_in_place_of_the_index_is_refused_not_healed(ws: Path) -> None:
     assert side_files(path, ".corrupt-") == []
 
 
+def test_a_damaged_index_keeps_the_cached_embeddings_that_still_read(ws: Path) -> None:
+    """Embeddings cost money or minutes of CPU: the rebuild reuses the damaged file's cache."""
+    path = built(ws)
+    conn = sqlite3.connect(path)
+    page_size = conn.execute("pragma page_size").fetchone()[0]
+    root = conn.execute("select rootpage from sqlite_master where name = 'chunks'").fetchone()[0]
+    cached = conn.execute("select count(*) from embedding_cache").fetchone()[0]
+    conn.close()
+    assert cached > 0
+    with open(path, "r+b") as fh:  # the chunks table's root page: the cache's pages still read
+        fh.seek((root - 1) * page_size)
+        fh.write(_random_bytes(page_size, 5))
+    from helpers import selection
+    from memoryd.embeddings import HashingEmbedder
+
+    emb = HashingEmbedder()
+    idx = MemoryIndex(agent_for(ws).index_settings(), selection(emb))
+    check = idx.check()
+    assert not check.ok and check.moved_to is not None
+    report = idx.sync()
+    assert report.vectors_from_cache == cached and report.vectors_embedded == 0
+    assert emb.embedded_texts == 0 and idx.status().pending_vectors == 0
+    idx.close()
+
+
 def test_damage_queries_cannot_see_is_found_by_check_and_repaired(ws: Path) -> None:
     path = built(ws)
     conn = sqlite3.connect(path)

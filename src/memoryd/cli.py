@@ -16,12 +16,8 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from . import __version__
-from .cli_common import as_json as _as_json
-from .cli_common import forward as _forward
-from .cli_common import print_json as _print_json
-from .cli_common import service as _service
+from .cli_common import as_json, forward, print_json, service
 from .cli_forget import cmd_forget, cmd_reset
-from .cli_output import print_search, print_status, skipped_line
 from .core.text import visible_controls
 from .errors import InvalidInput, MemorydError, UnknownAgent
 
@@ -67,7 +63,9 @@ class _Help(argparse.RawDescriptionHelpFormatter):
     """Descriptions and examples keep their line breaks."""
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; given `command`, with that subcommand only (setting up argparse for all of
+    them would cost a one-off search more than parsing its arguments)."""
     common = _Parser(add_help=False)
     common.add_argument(
         "--config",
@@ -101,14 +99,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"memoryd {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    def _cmd(name: str, summary: str, examples: str, **kw: Any) -> argparse.ArgumentParser:
+    def _cmd(name: str, summary: str, examples: str, **kw: Any) -> argparse.ArgumentParser | None:
+        if command not in (None, name):
+            return None
         end = "" if summary.endswith("?") else "."
         kw.setdefault("description", summary[0].upper() + summary[1:] + end)
         kw.setdefault("parents", [common])
-        epilog = "examples:\n" + examples
-        return sub.add_parser(name, help=summary, epilog=epilog, formatter_class=_Help, **kw)
+        kw.setdefault("epilog", "examples:\n" + examples)
+        kw.setdefault("formatter_class", _Help)
+        return sub.add_parser(name, help=summary, **kw)
 
-    s = _cmd(
+    if s := _cmd(
         "search",
         "hybrid search (keywords + vectors) over the agent's memory",
         '  memoryd search "what did we decide about CI?"\n'
@@ -116,100 +117,108 @@ def _parser() -> argparse.ArgumentParser:
         "  memoryd search --explain postgres",
         description="Search the agent's memory: BM25 + vector recall over ~400-token chunks;\n"
         "prints score, path:lines and the snippet of each hit. " + _FORWARDS,
-    )
-    s.add_argument(
-        "query", help="what to look for, in words (at most 2,000 characters; '-' reads stdin)"
-    )
-    s.add_argument(
-        "--max-results",
-        type=int,
-        metavar="N",
-        help="at most N results (1-100; default from config, 6)",
-    )
-    s.add_argument(
-        "--min-score",
-        type=float,
-        metavar="X",
-        help="drop results scoring below X (0-1; default 0.35)",
-    )
-    s.add_argument(
-        "--corpus",
-        choices=["memory", "sessions", "all"],
-        default="all",
-        help="memory files, session transcripts (when enabled), or all (default)",
-    )
-    s.add_argument(
-        "--session-key", metavar="KEY", help="evaluate scope and citations as this session would"
-    )
-    s.add_argument(
-        "--explain",
-        action="store_true",
-        help="show how each result's score and place were computed (with --json: an "
-        "`explain` object per result)",
-    )
+    ):
+        s.add_argument(
+            "query", help="what to look for, in words (at most 2,000 characters; '-' reads stdin)"
+        )
+        s.add_argument(
+            "--max-results",
+            type=int,
+            metavar="N",
+            help="at most N results (1-100; default from config, 6)",
+        )
+        s.add_argument(
+            "--min-score",
+            type=float,
+            metavar="X",
+            help="drop results scoring below X (0-1; default 0.35)",
+        )
+        s.add_argument(
+            "--corpus",
+            choices=["memory", "sessions", "all"],
+            default="all",
+            help="memory files, session transcripts (when enabled), or all (default)",
+        )
+        s.add_argument(
+            "--session-key",
+            metavar="KEY",
+            help="evaluate scope and citations as this session would",
+        )
+        s.add_argument(
+            "--explain",
+            action="store_true",
+            help="show how each result's score and place were computed (with --json: an "
+            "`explain` object per result)",
+        )
 
-    g = _cmd(
+    if g := _cmd(
         "get",
         "read a memory file, or a line range of it",
         "  memoryd get MEMORY.md\n  memoryd get memory/2026-11-29.md --from 3 --lines 10",
         description="Print a memory file (MEMORY.md, memory.md, USER.md, memory/**/*.md, extraPaths)\n"
         "or a line range of it; at most 2,000 lines / 20,000 characters per call. " + _FORWARDS,
-    )
-    g.add_argument(
-        "path", help="a path as search prints it (workspace-relative, or qmd/<collection>/…)"
-    )
-    g.add_argument("--from", dest="from_line", type=int, metavar="N", help="first line, 1-based")
-    g.add_argument(
-        "--lines", type=int, metavar="N", help="how many lines (≥ 1; default: to the end)"
-    )
+    ):
+        g.add_argument(
+            "path", help="a path as search prints it (workspace-relative, or qmd/<collection>/…)"
+        )
+        g.add_argument(
+            "--from", dest="from_line", type=int, metavar="N", help="first line, 1-based"
+        )
+        g.add_argument(
+            "--lines", type=int, metavar="N", help="how many lines (≥ 1; default: to the end)"
+        )
 
-    st = _cmd(
+    if st := _cmd(
         "status",
         "which backend serves, why, index health, issues",
         "  memoryd status\n  memoryd status --deep --json",
         description="Which backend answers searches now and why (also from another process: the\n"
         "health is recorded), index counts, qmd version and freshness, and any issue. " + _FORWARDS,
-    )
-    st.add_argument(
-        "--deep", action="store_true", help="probe qmd for real (a search) and record the outcome"
-    )
+    ):
+        st.add_argument(
+            "--deep",
+            action="store_true",
+            help="probe qmd for real (a search) and record the outcome",
+        )
 
-    ix = _cmd(
+    if ix := _cmd(
         "index",
         "sync the built-in index (and qmd) now, with progress",
         "  memoryd index\n  memoryd index --force --json",
-    )
-    ix.add_argument(
-        "--force", action="store_true", help="rebuild from scratch (the embedding cache is reused)"
-    )
+    ):
+        ix.add_argument(
+            "--force",
+            action="store_true",
+            help="rebuild from scratch (the embedding cache is reused)",
+        )
 
-    cx = _cmd(
+    if cx := _cmd(
         "context",
         "what the agent loads at session start (daily notes, MEMORY.md)",
         "  memoryd context --session-key agent:main:main\n"
         "  memoryd context --session-key agent:main:discord:group:42 --json",
-    )
-    cx.add_argument(
-        "--session-key",
-        metavar="KEY",
-        help="the session's key (group/channel chats, cron and sub-agents get no MEMORY.md)",
-    )
+    ):
+        cx.add_argument(
+            "--session-key",
+            metavar="KEY",
+            help="the session's key (group/channel chats, cron and sub-agents get no MEMORY.md)",
+        )
 
-    ap = _cmd(
+    if ap := _cmd(
         "append",
         "append to today's daily note or to MEMORY.md (locked, fsynced, all-or-nothing)",
         '  memoryd append "Decided: deploys move to Fridays."\n'
         '  echo "- Alice prefers green tea." | memoryd append --target long-term -',
-    )
-    ap.add_argument(
-        "--target",
-        choices=["daily", "long-term"],
-        default="daily",
-        help="daily: memory/YYYY-MM-DD.md (default); long-term: MEMORY.md",
-    )
-    ap.add_argument("text", help="the text to append ('-' reads stdin; at most 64 KiB)")
+    ):
+        ap.add_argument(
+            "--target",
+            choices=["daily", "long-term"],
+            default="daily",
+            help="daily: memory/YYYY-MM-DD.md (default); long-term: MEMORY.md",
+        )
+        ap.add_argument("text", help="the text to append ('-' reads stdin; at most 64 KiB)")
 
-    fg = _cmd(
+    if fg := _cmd(
         "forget",
         "remove lines from memory for good: from the Markdown, both engines and transcripts",
         "  memoryd forget MEMORY.md#L12-L14\n"
@@ -222,20 +231,20 @@ def _parser() -> argparse.ArgumentParser:
         "is printed). TARGET is PATH#Lx-Ly (PATH#Lx: one line; PATH alone: the whole file) or a\n"
         "query: the lines of its best memory hits that hold at least half of its words. A query\n"
         "or a whole file removes only after confirmation (--yes, or y on a terminal). " + _FORWARDS,
-    )
-    fg.add_argument("target", help="PATH#Lx-Ly as search prints it, or words to look for")
-    fg.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
-    fg.add_argument("--yes", action="store_true", help="remove without asking")
-    fg.add_argument(
-        "--max-results",
-        type=int,
-        default=3,
-        choices=range(1, 21),
-        metavar="N",
-        help="a query looks at its best N memory hits (1-20; default 3)",
-    )
+    ):
+        fg.add_argument("target", help="PATH#Lx-Ly as search prints it, or words to look for")
+        fg.add_argument("--dry-run", action="store_true", help="list what would go; remove nothing")
+        fg.add_argument("--yes", action="store_true", help="remove without asking")
+        fg.add_argument(
+            "--max-results",
+            type=int,
+            default=3,
+            choices=range(1, 21),
+            metavar="N",
+            help="a query looks at its best N memory hits (1-20; default 3)",
+        )
 
-    rs = _cmd(
+    if rs := _cmd(
         "reset",
         "drop everything memoryd derived (index, qmd home, health, exports) and rebuild it",
         "  memoryd reset --yes\n  memoryd reset --yes --json --agent ops",
@@ -243,37 +252,41 @@ def _parser() -> argparse.ArgumentParser:
         "exports) and health for this workspace, then rebuild them from the Markdown. The\n"
         "Markdown, the transcripts, the flush state, forget's tombstones and backups are kept.\n"
         "Asks first on a terminal; elsewhere it needs --yes. " + _FORWARDS,
-    )
-    rs.add_argument("--yes", action="store_true", help="reset without asking")
+    ):
+        rs.add_argument("--yes", action="store_true", help="reset without asking")
 
-    fc = _cmd(
+    if fc := _cmd(
         "flush-check",
         "should the host run the pre-compaction memory flush now?",
         "  memoryd flush-check --session-key agent:main:main --tokens 181000 --context-window 200000\n"
         "  memoryd flush-check --tokens 90000 --context-window 128000 --compactions 2 --json",
-    )
-    fc.add_argument("--session-key", metavar="KEY", help="the session's key (default: main)")
-    fc.add_argument(
-        "--tokens", type=int, required=True, metavar="N", help="the session's token estimate (≥ 0)"
-    )
-    fc.add_argument(
-        "--context-window",
-        type=int,
-        required=True,
-        metavar="N",
-        help="the model's context window (≥ 1)",
-    )
-    fc.add_argument(
-        "--compactions",
-        type=int,
-        default=0,
-        metavar="N",
-        help="how many times the session was compacted so far (≥ 0; default 0)",
-    )
-    fc.add_argument(
-        "--session-id", metavar="ID", help="the host's session id (tells a reset session apart)"
-    )
-    fc.add_argument("--dry-run", action="store_true", help="answer without recording a flush")
+    ):
+        fc.add_argument("--session-key", metavar="KEY", help="the session's key (default: main)")
+        fc.add_argument(
+            "--tokens",
+            type=int,
+            required=True,
+            metavar="N",
+            help="the session's token estimate (≥ 0)",
+        )
+        fc.add_argument(
+            "--context-window",
+            type=int,
+            required=True,
+            metavar="N",
+            help="the model's context window (≥ 1)",
+        )
+        fc.add_argument(
+            "--compactions",
+            type=int,
+            default=0,
+            metavar="N",
+            help="how many times the session was compacted so far (≥ 0; default 0)",
+        )
+        fc.add_argument(
+            "--session-id", metavar="ID", help="the host's session id (tells a reset session apart)"
+        )
+        fc.add_argument("--dry-run", action="store_true", help="answer without recording a flush")
 
     _cmd(
         "warm",
@@ -288,7 +301,7 @@ def _parser() -> argparse.ArgumentParser:
         "recovery probes) and listen on a Unix socket in the state dir (mode 0600). The CLI's\n"
         "search/get/status forward to it when they are for the same config, agent and workspace.",
     )
-    pl = _cmd(
+    if pl := _cmd(
         "pg-local",
         "run a throwaway PostgreSQL with pgvector for trying store.driver = postgres",
         "  memoryd pg-local\n"
@@ -301,24 +314,24 @@ def _parser() -> argparse.ArgumentParser:
         "and deletes its data and the config. SIGINT stops it in the background too (`memoryd\n"
         "pg-local &`, then `kill -INT`), although a shell starts background jobs ignoring it.\n"
         "For trying memoryd on PostgreSQL, not for keeping data: durability is off.",
-    )
-    pl.add_argument(
-        "--write-config",
-        metavar="FILE",
-        help="where to write the config (default: pg-local.toml in the state dir); a file there "
-        "is replaced only if an earlier pg-local wrote it",
-    )
-    pl.add_argument(
-        "--json",
-        action="store_true",
-        help='print JSON only on stdout: a line {"event": "ready", ...} once it is up, one '
-        '{"event": "stopped", ...} at the end',
-    )
-    pl.set_defaults(verbose=False)
-    mc = sub.add_parser(
+    ):
+        pl.add_argument(
+            "--write-config",
+            metavar="FILE",
+            help="where to write the config (default: pg-local.toml in the state dir); a file there "
+            "is replaced only if an earlier pg-local wrote it",
+        )
+        pl.add_argument(
+            "--json",
+            action="store_true",
+            help='print JSON only on stdout: a line {"event": "ready", ...} once it is up, one '
+            '{"event": "stopped", ...} at the end',
+        )
+        pl.set_defaults(verbose=False)
+    if mc := _cmd(
         "mcp",
-        parents=[common],
-        help="serve the six memory tools over MCP (stdio, or Streamable HTTP with --http)",
+        "serve the six memory tools over MCP (stdio, or Streamable HTTP with --http)",
+        "",
         description="Serve the agent's memory tools over MCP: on stdin/stdout for a host that\n"
         "spawns memoryd, or over Streamable HTTP at http://HOST:PORT/mcp with --http\n"
         "(loopback only unless --allow-remote, which needs TLS; GET /health answers too).\n"
@@ -326,53 +339,55 @@ def _parser() -> argparse.ArgumentParser:
         'argument is a result {"disabled": true, "error": "...", "code": "invalid_input"}.',
         epilog=_MCP_EPILOG,
         formatter_class=_McpHelpFormatter,
-    )
-    mc.add_argument(
-        "--http",
-        metavar="[HOST:]PORT",
-        type=parse_http_address,
-        help="serve Streamable HTTP instead of stdio (a bare PORT binds 127.0.0.1; 0 picks one)",
-    )
-    mc.add_argument(
-        "--allow-remote",
-        action="store_true",
-        help="allow --http on a non-loopback address (needs --tls-cert and --tls-key)",
-    )
-    mc.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
-    mc.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
-    mc.add_argument(
-        "--print-token",
-        action="store_true",
-        help="print the bearer token HTTP clients must send (made on first use) and exit",
-    )
-    mc.add_argument(
-        "--session-idle",
-        type=float,
-        default=600.0,
-        metavar="SECONDS",
-        help="close an HTTP session idle this long (default 600)",
-    )
-    mc.add_argument(
-        "--max-sessions",
-        type=int,
-        default=64,
-        metavar="N",
-        help="HTTP sessions open at once; beyond it a new one gets 503 (default 64)",
-    )
-    mc.add_argument(
-        "--allow-origin",
-        action="append",
-        default=[],
-        metavar="ORIGIN",
-        help="also accept this browser Origin (repeatable; '*' turns the check off)",
-    )
-    mc.add_argument(
-        "--allow-host",
-        action="append",
-        default=[],
-        metavar="HOST",
-        help="also accept this Host header (repeatable; needed to check Host on 0.0.0.0)",
-    )
+    ):
+        mc.add_argument(
+            "--http",
+            metavar="[HOST:]PORT",
+            type=parse_http_address,
+            help="serve Streamable HTTP instead of stdio (a bare PORT binds 127.0.0.1; 0 picks one)",
+        )
+        mc.add_argument(
+            "--allow-remote",
+            action="store_true",
+            help="allow --http on a non-loopback address (needs --tls-cert and --tls-key)",
+        )
+        mc.add_argument(
+            "--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (PEM)"
+        )
+        mc.add_argument("--tls-key", metavar="FILE", help="the private key of --tls-cert (PEM)")
+        mc.add_argument(
+            "--print-token",
+            action="store_true",
+            help="print the bearer token HTTP clients must send (made on first use) and exit",
+        )
+        mc.add_argument(
+            "--session-idle",
+            type=float,
+            default=600.0,
+            metavar="SECONDS",
+            help="close an HTTP session idle this long (default 600)",
+        )
+        mc.add_argument(
+            "--max-sessions",
+            type=int,
+            default=64,
+            metavar="N",
+            help="HTTP sessions open at once; beyond it a new one gets 503 (default 64)",
+        )
+        mc.add_argument(
+            "--allow-origin",
+            action="append",
+            default=[],
+            metavar="ORIGIN",
+            help="also accept this browser Origin (repeatable; '*' turns the check off)",
+        )
+        mc.add_argument(
+            "--allow-host",
+            action="append",
+            default=[],
+            metavar="HOST",
+            help="also accept this Host header (repeatable; needed to check Host on 0.0.0.0)",
+        )
     return p
 
 
@@ -435,9 +450,9 @@ def _cmd_search(args: argparse.Namespace) -> int:
     }
     if args.explain:
         payload["explain"] = True
-    out = _forward(args, payload)
+    out = forward(args, payload)
     if out is None:  # the service validates with the same bounds as the tool contract
-        with _service(args) as svc:
+        with service(args) as svc:
             out = svc.search(
                 args.query,
                 agent_id=args.agent,
@@ -448,22 +463,24 @@ def _cmd_search(args: argparse.Namespace) -> int:
                 explain=args.explain,
             ).to_dict()
     if args.json:
-        _print_json(out)
+        print_json(out)
     else:
+        from .cli_output import print_search  # for people only: `--json` never loads it
+
         print_search(out)
     return 0
 
 
 def _cmd_get(args: argparse.Namespace) -> int:
-    out = _forward(
+    out = forward(
         args, {"op": "get", "path": args.path, "from": args.from_line, "lines": args.lines}
     )
     if out is None:
-        with _service(args) as svc:
+        with service(args) as svc:
             out = svc.get(
                 args.path, from_line=args.from_line, lines=args.lines, agent_id=args.agent
             )
-    if _as_json(args, out):
+    if as_json(args, out):
         return 0
     sys.stdout.write(visible_controls(out["text"]))
     shown = visible_controls(out["path"])
@@ -477,11 +494,13 @@ def _cmd_get(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    st = None if args.deep else _forward(args, {"op": "status"})
+    st = None if args.deep else forward(args, {"op": "status"})
     if st is None:
-        with _service(args) as svc:
+        with service(args) as svc:
             st = svc.status(args.agent, deep=args.deep)
-    if not _as_json(args, st):
+    if not as_json(args, st):
+        from .cli_output import print_status
+
         print_status(st)
     return 0
 
@@ -489,9 +508,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _cmd_index(args: argparse.Namespace) -> int:
     from .progress import ProgressReporter
 
-    with _service(args) as svc, ProgressReporter() as progress:
+    with service(args) as svc, ProgressReporter() as progress:
         out = svc.index(args.agent, force=args.force, progress=progress)
-    if _as_json(args, out):
+    if as_json(args, out):
         return 0
     if "qmd" in out:
         print(f"qmd updated ({len(out['qmd']['collections'])} collections)")
@@ -503,15 +522,17 @@ def _cmd_index(args: argparse.Namespace) -> int:
             + (f"; rebuilt: {out['reindexReason']}" if out["reindexed"] else "")
             + f") in {out['seconds']:.2f}s → {out['dbPath']}"
         )
+        from .cli_output import skipped_line
+
         for f in out["skipped"]:
             print(f"not indexed: {skipped_line(f['path'], f['reason'], f['detail'])}")
     return 0
 
 
 def _cmd_context(args: argparse.Namespace) -> int:
-    with _service(args) as svc:
+    with service(args) as svc:
         out = svc.context(agent_id=args.agent, session_key=args.session_key)
-    if _as_json(args, out):
+    if as_json(args, out):
         return 0
     sys.stdout.write(visible_controls(out["text"]))
     if out.get("hint"):
@@ -522,9 +543,9 @@ def _cmd_context(args: argparse.Namespace) -> int:
 def _cmd_append(args: argparse.Namespace) -> int:
     text = sys.stdin.read() if args.text == "-" else args.text
     # argparse and `append_memory` check what the tool-input model would, without loading it
-    with _service(args) as svc:
+    with service(args) as svc:
         out = svc.append(args.target, text, agent_id=args.agent)
-    if not _as_json(args, out):
+    if not as_json(args, out):
         print(
             f"appended {out['bytesWritten']} bytes to {visible_controls(out['path'])}"
             + (" (created)" if out.get("created") else "")
@@ -541,7 +562,7 @@ def _cmd_flush_check(args: argparse.Namespace) -> int:
         sessionKey=args.session_key,
         sessionId=args.session_id,
     )
-    with _service(args) as svc:
+    with service(args) as svc:
         out = svc.flush_check(
             session_key=args.session_key,
             token_estimate=args.tokens,
@@ -551,7 +572,7 @@ def _cmd_flush_check(args: argparse.Namespace) -> int:
             record=not args.dry_run,
             agent_id=args.agent,
         )
-    if not _as_json(args, out):
+    if not as_json(args, out):
         verdict = "run the memory flush now" if out["run"] else "no flush needed"
         print(
             f"{verdict} ({out['reason'].replace('_', ' ')}: {out['tokenEstimate']:,} tokens, "
@@ -571,10 +592,10 @@ def _cmd_warm(args: argparse.Namespace) -> int:
             mark = "ok " if ok else "FAIL"
             print(visible_controls(f"[{mark}] {step}" + (f": {detail}" if detail else "")))
 
-    with _service(args) as svc:
+    with service(args) as svc:
         ok = warm(svc, args.agent, say)
     if args.json:
-        _print_json({"ok": ok, "steps": steps})
+        print_json({"ok": ok, "steps": steps})
     if not ok:
         failed = [
             s["step"] + (f" ({s['detail']})" if s["detail"] else "") for s in steps if not s["ok"]
@@ -589,7 +610,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from .paths import config_file, socket_path
     from .server import serve
 
-    svc = _service(args, one_off=False)
+    svc = service(args, one_off=False)
     # resolve now: a bad workspace or agent id fails before listening
     served = [svc.agent(aid) for aid in svc.agent_ids()]
     agents = "; ".join(f"{a.agent_id} ({a.memory.backend}, {a.workspace})" for a in served)
@@ -727,7 +748,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # pydantic otherwise scans every installed package for plugins memoryd never uses; a
     # caller who sets the variable keeps their choice
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help(sys.stderr)
@@ -740,7 +762,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemorydError as err:
         print(f"memoryd: error: {visible_controls(str(err))}", file=sys.stderr)
         if getattr(args, "json", False):
-            _print_json(err.to_result())
+            print_json(err.to_result())
         return EXIT_USAGE if err.code in USAGE_CODES else EXIT_ERROR
     except KeyboardInterrupt:
         print("memoryd: interrupted", file=sys.stderr)

@@ -6,13 +6,13 @@ import dataclasses
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import parse_qsl, quote, urlsplit
 
 from . import paths
-from .config_validation import Bounds, Check, as_written, deep_merge, model, validate
+from .config_validation import Bounds, Check, as_written, deep_merge, model, validate, value_class
 from .core.layout import CURATED_ROOT_NAMES, MEMORY_DIR, MemoryRoot, default_roots, extra_root
 from .errors import ConfigError, InvalidAgentId, UnknownAgent, WorkspaceNotFound
 
@@ -558,7 +558,7 @@ class MemorydConfig:
     models: ModelsConfig = field(default_factory=ModelsConfig)
 
 
-@dataclass(frozen=True)
+@value_class
 class ResolvedAgent:
     """One agent's effective settings after defaults, per-agent overrides and CLI overrides."""
 
@@ -675,7 +675,7 @@ def _absolute(raw: str, workspace: Path) -> Path:
     return Path(os.path.normpath(p if p.is_absolute() else workspace / p))
 
 
-@dataclass(frozen=True)
+@value_class
 class IndexSettings:
     """What the built-in index needs to know, and nothing more (built by `ResolvedAgent`)."""
 
@@ -706,7 +706,7 @@ class IndexSettings:
     session_retention_days: int | None = None
 
 
-@dataclass(frozen=True)
+@value_class
 class QmdSettings:
     """What the qmd sidecar needs to know (built by `ResolvedAgent`)."""
 

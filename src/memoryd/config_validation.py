@@ -4,6 +4,7 @@ imports no pydantic; unknown keys are refused and every error names its key's pa
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar, dataclass_transform
@@ -34,13 +35,67 @@ _PYDANTIC_CONFIG: Final = {
 
 @dataclass_transform(field_specifiers=(dataclasses.field,))
 def model(cls: type[_T]) -> type[_T]:
-    """A config model: a dataclass pydantic validates with unknown keys forbidden (not frozen:
-    the generated guards would add to every command's import time); a class attribute
-    `removed_keys` ({key: reason}) refuses keys with a sentence of their own."""
+    """A config model: a `value_class` pydantic validates with unknown keys forbidden; a class
+    attribute `removed_keys` ({key: reason}) refuses keys with a sentence of their own."""
     cls.__pydantic_config__ = _PYDANTIC_CONFIG  # type: ignore[attr-defined]
-    out = dataclasses.dataclass(cls)
+    out = value_class(cls)
     MODELS[out.__name__] = out
     return out
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field,))
+def value_class(cls: type[_T]) -> type[_T]:
+    """A dataclass whose `__init__`, `__eq__` and `__repr__` are shared, with the dataclass
+    behaviour: `dataclasses` compiles each generated method with `exec`, for every config class
+    at every start."""
+    cls.__doc__ = cls.__doc__ or cls.__name__  # else dataclass writes one with inspect.signature
+    out: Any = dataclasses.dataclass(cls, init=False, repr=False, eq=False)
+    out.__init__ = functools.partialmethod(_init, dataclasses.fields(out))
+    out.__eq__ = _eq
+    out.__hash__ = None  # mutable and compared by value
+    out.__repr__ = _repr
+    return typing.cast(type[_T], out)
+
+
+def _init(self: Any, fields: tuple[dataclasses.Field[Any], ...], *args: Any, **kwargs: Any) -> None:
+    name = type(self).__name__
+    if len(args) > len(fields):
+        raise TypeError(f"{name}() takes {len(fields)} positional arguments")
+    for f, value in zip(fields, args, strict=False):
+        if f.name in kwargs:
+            raise TypeError(f"{name}() got multiple values for argument {f.name!r}")
+        kwargs[f.name] = value
+    for f in fields:
+        if f.name in kwargs:
+            value = kwargs.pop(f.name)
+        elif f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        else:
+            raise TypeError(f"{name}() missing required argument: {f.name!r}")
+        setattr(self, f.name, value)
+    if kwargs:
+        raise TypeError(f"{name}() got an unexpected keyword argument {next(iter(kwargs))!r}")
+    if hasattr(self, "__post_init__"):
+        self.__post_init__()
+
+
+def _values(obj: Any) -> tuple[Any, ...]:
+    return tuple(getattr(obj, f.name) for f in dataclasses.fields(obj))
+
+
+def _eq(self: Any, other: Any) -> Any:  # bool, or NotImplemented
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return _values(self) == _values(other)
+
+
+def _repr(self: Any) -> str:
+    shown = ", ".join(
+        f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr
+    )
+    return f"{type(self).__qualname__}({shown})"
 
 
 class Bounds:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 import platformdirs
 
@@ -91,9 +90,9 @@ def agent_sessions_dir(agent_id: str) -> Path:
     return agent_root(agent_id) / "sessions"
 
 
-@dataclass(frozen=True, slots=True)
-class AgentState:
-    """Every state path of one (agent, workspace) pair."""
+class AgentState(NamedTuple):
+    """Every state path of one (agent, workspace) pair (a named tuple: every command builds
+    the class, and a frozen dataclass compiles six methods to do so)."""
 
     agent_id: str
     workspace: Path

@@ -42,17 +42,6 @@ class ChunkRow:
 RecoveryHook = Callable[[Recovery, bool], bool]
 
 
-def describe_recovery(path: Path, rec: Recovery, *, rebuilt: bool) -> str:
-    """The one line that tells a user their index was damaged and what was done about it."""
-    moved = f"moved to {rec.moved_to}" if rec.moved_to else "replaced by another process"
-    then = (
-        "rebuilt from the Markdown files (retry)"
-        if rebuilt
-        else "it is rebuilt from the Markdown files at the next sync"
-    )
-    return f"index {path} was damaged ({rec.reason}); {moved}; {then}"
-
-
 class StoreChecks:
     """The stores' checks that only differ by how they read their metadata."""
 

@@ -9,7 +9,6 @@ non-leakproof operator such as `@@`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import IndexError_
@@ -23,13 +22,6 @@ HNSW_MAX_DIMS = 2000  # pgvector cannot build an HNSW index over wider `vector` 
 def tenant_lock_key(tenant_id: int) -> int:
     """The advisory-lock key of one tenant's writer (the same formula as `memoryd.tenant_lock`)."""
     return LOCK_SPACE | (tenant_id & 0x7FFFFFFF)
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    version: int
-    name: str
-    apply: Callable[[Any, str], None]  # (cursor, quoted extension schemas for search_path)
 
 
 def _m001_base(cur: Any, ext: str) -> None:
@@ -504,13 +496,14 @@ def _m004_row_security(cur: Any, _ext: str) -> None:
         cur.execute(statement)
 
 
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "m001_base", _m001_base),
-    Migration(2, "m002_access", _m002_access),
-    Migration(3, "m003_search", _m003_search),
-    Migration(4, "m004_row_security", _m004_row_security),
+#: (name, apply(cursor, quoted extension schemas)): migration N is the Nth, applied once, in order.
+MIGRATIONS: tuple[tuple[str, Callable[[Any, str], None]], ...] = (
+    ("m001_base", _m001_base),
+    ("m002_access", _m002_access),
+    ("m003_search", _m003_search),
+    ("m004_row_security", _m004_row_security),
 )
-LATEST = MIGRATIONS[-1].version
+LATEST = len(MIGRATIONS)
 
 
 def extension_schemas(cur: Any) -> str:
@@ -563,15 +556,16 @@ def migrate(conn: Any) -> list[str]:
                         step = f"create extension {name}"
                         cur.execute(f"create extension if not exists {name}")
                 ext = extension_schemas(cur)
-                for mig in MIGRATIONS[current_version(cur) :]:  # numbered 1, 2, … in order
-                    step = f"apply migration {mig.name}"
+                done = current_version(cur)
+                for version, (name, apply) in enumerate(MIGRATIONS[done:], done + 1):
+                    step = f"apply migration {name}"
                     with conn.transaction():
-                        mig.apply(cur, ext)
+                        apply(cur, ext)
                         cur.execute(
                             "insert into memoryd.schema_version (version, name) values (%s, %s)",
-                            (mig.version, mig.name),
+                            (version, name),
                         )
-                    applied.append(mig.name)
+                    applied.append(name)
             except psycopg.Error as err:
                 raise IndexError_(
                     f"cannot {step} (schema at version {current_version(cur)}, memoryd needs "

@@ -68,7 +68,7 @@ def _word_terms(match: str) -> list[str]:
     return [doc for doc, n in map(fts_document, or_phrases(match) or []) if n]
 
 
-def _vector_literal(vec: np.ndarray) -> str | None:
+def _vector_literal(vec: np.ndarray | array[float]) -> str | None:
     """pgvector's text form; None for a zero vector (cosine distance to it is undefined)."""
     import numpy as np
 
@@ -117,17 +117,13 @@ class PgStore(StoreChecks):
         self.recovered: list[Recovery] = []
         self._lock_wait_s = LOCK_TIMEOUT_S
         self._indexed_dims: set[int] = set()
-        self._ro = self._connect()
-        try:
+        with contextlib.ExitStack() as opened:  # both closed unless the whole open succeeds
+            self._ro = self._connect()
+            opened.callback(self._ro.close)
             self._rw = self._connect()
-        except BaseException:
-            self._ro.close()
-            raise
-        try:
+            opened.callback(self._rw.close)
             self._open(migrate, vector_enabled, _tenant_id)
-        except BaseException:
-            self.close()
-            raise
+            opened.pop_all()
 
     def _open(self, migrate: bool, vector_enabled: bool, tenant_id: int | None) -> None:
         if migrate:
@@ -235,53 +231,46 @@ class PgStore(StoreChecks):
         return migrations.tenant_lock_key(self.tenant_id)
 
     @contextlib.contextmanager
-    def _write(self, wait_s: float | None = None) -> Iterator[None]:
-        """One write transaction holding the tenant's lock (waiting up to `wait_s`), whose statements
-        all run on the write connection; inside `transaction()` it is a savepoint of that one."""
-        psycopg = self._psycopg
-        wait = LOCK_TIMEOUT_S if wait_s is None else wait_s
-        with self._rw_lock, contextlib.ExitStack() as stack:
-            owner = self._tx_owner
-            stack.callback(setattr, self, "_tx_owner", owner)
-            for attempt in (0, 1):
-                tx = self._rw.transaction()
-                try:
-                    stack.enter_context(tx)
-                    self._tx_owner = threading.get_ident()
-                    self._lock_wait_s = wait
-                    self._rows(
-                        # lock_timeout 0 would mean "wait forever": 1 ms is "do not wait"
-                        "select set_config('lock_timeout', %s, true), pg_advisory_xact_lock(%s)",
-                        (f"{max(1, int(wait * 1000))}ms", self._lock_key),
-                    )
-                    break
-                except (IndexError_, psycopg.Error):
-                    # a dropped connection shows here, before any write: reopen it, once, if no
-                    # caller's transaction is open
-                    if attempt == 1 or owner is not None or not self._rw.broken:
-                        raise
-                    stack.pop_all()
-                    self._tx_owner = owner
-                    self._reconnect("rw")
-                    stack.callback(setattr, self, "_tx_owner", owner)
-            try:
-                yield
-            except psycopg.Error as err:
-                raise IndexError_(
-                    f"PostgreSQL store write failed ({self.where}): {first_line(err)}"
-                ) from None
-
-    @contextlib.contextmanager
     def transaction(
-        self, *, wait_ms: int | None = None, doing: str = "update the index"
+        self, *, wait_ms: int | None = None, doing: str | None = None
     ) -> Iterator[None]:
-        """Make every write inside one transaction (a sync's text phase) of the entering thread,
-        waiting up to `wait_ms` for another process's; other threads read the committed state."""
+        """One write transaction of the entering thread holding the tenant's lock (waiting up to
+        `wait_ms`); nested, a savepoint of the outer one; other threads read the committed state."""
+        psycopg = self._psycopg
+        wait = LOCK_TIMEOUT_S if wait_ms is None else wait_ms / 1000
         try:
-            with self._write(None if wait_ms is None else wait_ms / 1000):
-                yield
+            with self._rw_lock, contextlib.ExitStack() as stack:
+                owner = self._tx_owner
+                stack.callback(setattr, self, "_tx_owner", owner)
+                for attempt in (0, 1):
+                    tx = self._rw.transaction()
+                    try:
+                        stack.enter_context(tx)
+                        self._tx_owner = threading.get_ident()
+                        self._lock_wait_s = wait
+                        self._rows(
+                            # lock_timeout 0 would mean "wait forever": 1 ms is "do not wait"
+                            "select set_config('lock_timeout', %s, true), pg_advisory_xact_lock(%s)",
+                            (f"{max(1, int(wait * 1000))}ms", self._lock_key),
+                        )
+                        break
+                    except (IndexError_, psycopg.Error):
+                        # a dropped connection shows here, before any write: reopen it, once, if
+                        # no caller's transaction is open
+                        if attempt == 1 or owner is not None or not self._rw.broken:
+                            raise
+                        stack.pop_all()
+                        self._tx_owner = owner
+                        self._reconnect("rw")
+                        stack.callback(setattr, self, "_tx_owner", owner)
+                try:
+                    yield
+                except psycopg.Error as err:
+                    raise IndexError_(
+                        f"PostgreSQL store write failed ({self.where}): {first_line(err)}"
+                    ) from None
         except IndexError_ as err:
-            if str(err).startswith("cannot "):
+            if doing is None or str(err).startswith("cannot "):
                 raise
             raise type(err)(f"cannot {doing}: {err}") from None
 
@@ -292,19 +281,12 @@ class PgStore(StoreChecks):
 
     def _refresh(self) -> None:
         """Re-read the tenant's version and dims; follow a rebuild another process published."""
-        if self.building:
-            rows = self._rows(
-                "select %s::bigint, s.version, s.vec_dims from memoryd.tenant_stats s "
-                "where s.tenant_id = %s",
-                (self.tenant_id, self.tenant_id),
-            )
-        else:
-            rows = self._rows(
-                "select t.id, s.version, s.vec_dims "
-                "from (select memoryd.active_tenant(%s, %s) as id) t "
-                "left join memoryd.tenant_stats s on s.tenant_id = t.id",
-                (self.agent_id, self.workspace),
-            )
+        rows = self._rows(
+            "select t.id, s.version, s.vec_dims "
+            "from (select coalesce(%s::bigint, memoryd.active_tenant(%s, %s)) as id) t "
+            "left join memoryd.tenant_stats s on s.tenant_id = t.id",
+            (self.tenant_id if self.building else None, self.agent_id, self.workspace),
+        )
         if not rows or rows[0][0] is None:
             raise IndexError_(f"agent {self.agent_id} has no index in {self.where}")
         tenant, version, dims = rows[0]
@@ -335,7 +317,7 @@ class PgStore(StoreChecks):
     def set_meta(self, values: dict[str, str]) -> None:
         if not values:
             return
-        with self._write():
+        with self.transaction():
             self._rows(
                 "insert into memoryd.meta (tenant_id, key, value) "
                 "select %s, k, v from unnest(%s::text[], %s::text[]) as u (k, v) "
@@ -344,7 +326,7 @@ class PgStore(StoreChecks):
             )
 
     def delete_meta(self, key: str) -> None:
-        with self._write():
+        with self.transaction():
             self._rows(
                 "delete from memoryd.meta where tenant_id = %s and key = %s", (self.tenant_id, key)
             )
@@ -374,7 +356,7 @@ class PgStore(StoreChecks):
 
     def recover(self, reason: str) -> tuple[Recovery, bool]:
         """Recount the tenant's totals from its rows (nothing is moved: there is no file)."""
-        with self._write():
+        with self.transaction():
             self._rows(
                 "update memoryd.tenant_stats s set version = s.version + 1, "
                 "chunk_count = c.n, token_total = c.tokens, char_total = c.chars, "
@@ -415,7 +397,7 @@ class PgStore(StoreChecks):
 
     def publish(self, new: PgStore) -> None:
         """Make `new` the active tenant and drop this one's rows, in one transaction."""
-        with self._write():
+        with self.transaction():
             self._rows("select memoryd.publish_rebuild(%s, %s)", (self.tenant_id, new.tenant_id))
         new.building = False
         with contextlib.suppress(IndexError_):
@@ -453,7 +435,7 @@ class PgStore(StoreChecks):
         columns = [[c[i] for c in chunks] for i in (0, 1, 2)] + [texts, [c[4] for c in chunks]]
         columns += [[d[1] for d in docs], [d[0] for d in docs]]
         t = self.tenant_id
-        with self._write():
+        with self.transaction():
             removed = self._delete_chunks(path)
             if chunks:
                 self._rows(
@@ -505,14 +487,14 @@ class PgStore(StoreChecks):
         )
 
     def touch_file(self, path: str, mtime: float, size: int) -> None:
-        with self._write():
+        with self.transaction():
             self._rows(
                 "update memoryd.files set mtime = %s, size = %s where tenant_id = %s and path = %s",
                 (mtime, size, self.tenant_id, path),
             )
 
     def remove_file(self, path: str) -> None:
-        with self._write():
+        with self.transaction():
             removed = self._delete_chunks(path)
             self._rows(
                 "delete from memoryd.files where tenant_id = %s and path = %s",
@@ -670,7 +652,7 @@ class PgStore(StoreChecks):
             raise IndexError_("vectors of one batch must have the same dims")
         ids = [int(cid) for cid, _ in rows]
         literals = [_vector_literal(v) for _, v in rows]
-        with self._write():
+        with self.transaction():
             self._ensure_dims(dims)
             # chunks deleted by a concurrent file change are skipped (the join finds none)
             fresh = self._scalar(
@@ -695,17 +677,11 @@ class PgStore(StoreChecks):
 
     def vector_search(self, query: np.ndarray | array[float], k: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity) best first."""
-        import numpy as np
-
-        if isinstance(query, array):  # an engine's float32 buffer (the SQLite store's lean path)
-            query = np.frombuffer(query, dtype=np.float32)
         if not self.vector.available:
             return []
         if self.vec_dims is None:
             self._refresh()  # another process may have written the first vectors
-        if self.vec_dims is None or query.shape[0] != self.vec_dims:
-            return []
-        literal = _vector_literal(query)
+        literal = _vector_literal(query) if len(query) == self.vec_dims else None
         if literal is None:
             return []
         rows = self._search(

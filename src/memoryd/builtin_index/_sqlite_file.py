@@ -8,19 +8,18 @@ import contextlib
 import fcntl
 import json
 import os
-import secrets
 import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Self
 
 from ..errors import IndexCorrupt, IndexError_, MemorydError, StateError, StateReadOnly
 from ..fsio import check_state_path
 from . import _sqlite_util as u
-from ._common import Recovery, RecoveryHook, StoreChecks, VectorEngine, describe_recovery
+from ._common import Recovery, RecoveryHook, StoreChecks, VectorEngine
 from ._postings import vocab_tables_sql
 from ._sqlite_util import log
 
@@ -136,7 +135,7 @@ class SqliteFile(StoreChecks):
                     raise IndexCorrupt(
                         f"index {self.path} is still damaged after moving it aside: {damage}"
                     ) from None
-                moved = Recovery(self._move_aside(str(damage)), str(damage), time.time())
+                moved = Recovery(u.move_aside(self.path, str(damage)), str(damage), time.time())
         if moved is not None:
             self._after_recovery(moved, refill_now=False)
 
@@ -147,36 +146,30 @@ class SqliteFile(StoreChecks):
         damage = u.inspect(self.path)
         if damage is not None:
             raise u.Damaged(damage)
-        refusal = self._not_writable()
-        if refusal is None:
-            refusal = self._make_private()
+        refusal = self._not_writable() or self._make_private()
         if refusal is not None:
             self._open_read_only(refusal)
             return
-        conns: list[Any] = []
         try:
-            writer, vec = self._connect()
-            conns.append(writer)
-            try:
-                writer.execute(f"pragma page_size = {u.PAGE_SIZE}")  # before WAL fixes it
-                writer.execute("pragma journal_mode = wal")
-                writer.execute("pragma synchronous = normal")
-                writer.execute(f"pragma journal_size_limit = {u.JOURNAL_SIZE_LIMIT}")
-                self._migrate(writer)
-                meta = dict(writer.execute("select key, value from meta").fetchall())
-                reader, _ = self._connect()
-                conns.append(reader)
-                reader.execute("pragma query_only = 1")
-                reader.execute("select count(*) from migrations").fetchone()
-            except u.db_errors() as err:
-                raise self._classify_open(err) from None
-            writer.execute(f"pragma busy_timeout = {u.WRITE_WAIT_MS}")
-        except BaseException as err:
-            for conn in conns:
-                with contextlib.suppress(Exception):
-                    conn.close()
-            if not isinstance(err, u.ReadOnly):
-                raise
+            with contextlib.ExitStack() as opened:  # both closed unless all of it succeeds
+                writer, vec = self._connect()
+                opened.callback(writer.close)
+                try:
+                    writer.execute(f"pragma page_size = {u.PAGE_SIZE}")  # before WAL fixes it
+                    writer.execute("pragma journal_mode = wal")
+                    writer.execute("pragma synchronous = normal")
+                    writer.execute(f"pragma journal_size_limit = {u.JOURNAL_SIZE_LIMIT}")
+                    self._migrate(writer)
+                    meta = dict(writer.execute("select key, value from meta").fetchall())
+                    reader, _ = self._connect()
+                    opened.callback(reader.close)
+                    reader.execute("pragma query_only = 1")
+                    reader.execute("select count(*) from migrations").fetchone()
+                except u.db_errors() as err:
+                    raise self._classify_open(err) from None
+                writer.execute(f"pragma busy_timeout = {u.WRITE_WAIT_MS}")
+                opened.pop_all()
+        except u.ReadOnly as err:
             self._open_read_only(self._not_writable() or f"SQLite cannot write there: {err}")
             return
         self._opened(writer, reader, vec, meta, read_only=None)
@@ -227,41 +220,34 @@ class SqliteFile(StoreChecks):
         quoted = "file:" + urllib.parse.quote(str(self.path)) + "?mode=ro"
         last: BaseException | None = None
         for suffix, note in (("", ""), ("&immutable=1", "; opened immutable: no -shm can be made")):
-            conns: list[Any] = []
             try:
-                writer, vec = self._connect(uri=quoted + suffix)
-                conns.append(writer)
-                reader, _ = self._connect(uri=quoted + suffix)
-                conns.append(reader)
-                try:
-                    done = {r[0] for r in writer.execute("select id from migrations")}
-                    meta = dict(writer.execute("select key, value from meta").fetchall())
-                except u.db_errors() as err:
-                    raise self._classify_open(err) from None
-                missing = self._missing_migrations(done)
-                if missing:
-                    raise StateReadOnly(
-                        f"index {self.path} needs migrations {', '.join(missing)} but {reason}"
-                    )
-            except BaseException as err:
-                for conn in conns:
-                    conn.close()
-                if isinstance(err, u.Damaged):
-                    raise IndexCorrupt(
-                        f"index {self.path} is damaged ({err}) and cannot be replaced: {reason}"
-                    ) from None
-                if not isinstance(err, u.ReadOnly | IndexError_):
-                    raise
+                with contextlib.ExitStack() as opened:  # both closed unless all of it succeeds
+                    writer, vec = self._connect(uri=quoted + suffix)
+                    opened.callback(writer.close)
+                    reader, _ = self._connect(uri=quoted + suffix)
+                    opened.callback(reader.close)
+                    try:
+                        done = {r[0] for r in writer.execute("select id from migrations")}
+                        meta = dict(writer.execute("select key, value from meta").fetchall())
+                    except u.db_errors() as err:
+                        raise self._classify_open(err) from None
+                    missing = self._missing_migrations(done)
+                    if missing:
+                        raise StateReadOnly(
+                            f"index {self.path} needs migrations {', '.join(missing)} but {reason}"
+                        )
+                    opened.pop_all()
+            except u.Damaged as err:
+                raise IndexCorrupt(
+                    f"index {self.path} is damaged ({err}) and cannot be replaced: {reason}"
+                ) from None
+            except (u.ReadOnly, IndexError_) as err:
                 last = err
                 continue
             self._opened(writer, reader, vec, meta, read_only=reason + note)
             log.warning("index %s is read-only (%s): searches only", self.path, self.read_only)
             return
         raise StateReadOnly(f"cannot open index {self.path} read-only ({reason}): {last}")
-
-    def _move_aside(self, reason: str) -> Path | None:
-        self._close_connections()
-        return u.move_aside(self.path, reason)
 
     def _after_recovery(self, rec: Recovery, *, refill_now: bool) -> bool:
         """Salvage the old embedding cache, record the move, let the owner refill the index."""
@@ -281,7 +267,6 @@ class SqliteFile(StoreChecks):
             return
         uri = "file:" + urllib.parse.quote(str(old)) + "?mode=ro"
         module, _ = u._binding()
-        kept = 0
         try:
             src = module.connect(uri, uri=True, timeout=1, isolation_level=None)
         except Exception:
@@ -291,31 +276,22 @@ class SqliteFile(StoreChecks):
                 "select provider, model, fingerprint, hash, dims, vector, used_at from embedding_cache"
             )
             with self.transaction(doing="keep the damaged index's embedding cache"):
-                while True:
-                    try:
-                        row = rows.fetchone()
-                    except Exception:
-                        break
-                    if row is None:
-                        break
-                    self._w.execute(
-                        "insert or ignore into embedding_cache values (?,?,?,?,?,?,?)", row
-                    )
-                    kept += 1
+                sql = "insert or ignore into embedding_cache values (?,?,?,?,?,?,?)"
+                kept = self._w.executemany(sql, _until_unreadable(rows)).rowcount
+            if kept > 0:
+                log.warning("kept %d cached embeddings from %s", kept, old)
         except Exception as err:
             log.info("nothing salvaged from %s's embedding cache: %s", old, err)
         finally:
             with contextlib.suppress(Exception):
                 src.close()
-        if kept:
-            log.warning("kept %d cached embeddings from %s", kept, old)
 
     def recover(self, reason: str) -> tuple[Recovery, bool]:
         """Move the damaged file aside (unless another process did), reopen; (recovery, refilled)."""
         with self.lock:
             mine = self._ident is not None and u.identity(self.path) == self._ident
-            moved = self._move_aside(reason) if mine else None
             self._close_connections()
+            moved = u.move_aside(self.path, reason) if mine else None
             self._open()
             rec = Recovery(moved, reason, time.time())
         return rec, self._after_recovery(rec, refill_now=mine)
@@ -398,27 +374,25 @@ class SqliteFile(StoreChecks):
             return IndexError_(f"cannot {doing}: disk I/O error on {where}{unchanged}")
         if self._scratch or self._closed:
             return IndexError_(f"cannot {doing}: {err}")
-        problem = (
-            str(err)
-            if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
-            else self._problem_or_none()
-        )
+        problem = str(err) if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) else None
+        if problem is None:
+            with contextlib.suppress(MemorydError):
+                problem = self.verify()
         if problem is None:
             return IndexError_(f"cannot {doing}: {err}")
         rec, rebuilt = self.recover(problem)
-        return IndexCorrupt(describe_recovery(self.path, rec, rebuilt=rebuilt))
-
-    def _problem_or_none(self) -> str | None:
-        try:
-            return self.verify()
-        except MemorydError:
-            return None
+        moved = f"moved to {rec.moved_to}" if rec.moved_to else "replaced by another process"
+        then = "rebuilt from the Markdown files (retry)"
+        if not rebuilt:
+            then = "it is rebuilt from the Markdown files at the next sync"
+        return IndexCorrupt(f"index {self.path} was damaged ({rec.reason}); {moved}; {then}")
 
     def _free_wal(self) -> None:
         # a failed transaction leaves its frames in the WAL: hand that space back to the disk
         if self._w is None or self._scratch or self.read_only:
             return
         with self.lock, contextlib.suppress(Exception):
+            # a short wait: a reader in another process must not hold up a shutdown or an error
             self._w.execute("pragma busy_timeout = 100")
             try:
                 self._w.execute("pragma wal_checkpoint(truncate)")
@@ -428,6 +402,8 @@ class SqliteFile(StoreChecks):
     def open_scratch(self) -> Self:
         """A private scratch database beside this index; fill it, `publish` it, `discard` it."""
         self._check_writable("rebuild the index")
+        import secrets  # only for a rebuild
+
         name = f"{self.path.name}{u.SCRATCH_INFIX}{os.getpid()}-{secrets.token_hex(4)}.tmp"
         return type(self)(
             self.path.with_name(name),
@@ -451,8 +427,7 @@ class SqliteFile(StoreChecks):
             u.ACTIVE_SCRATCH.add(str(self.path))
         try:
             conn, vec = self._connect()
-            self._w = self._r = conn
-            self.vector = vec
+            self._w = conn  # for discard() if the setup fails
             with live.lock:
                 page_size = int(live._w.execute("pragma page_size").fetchone()[0])
             # the backup into a WAL database needs equal page sizes; the scratch is disposable,
@@ -467,9 +442,7 @@ class SqliteFile(StoreChecks):
             if isinstance(err, u.db_errors()) and not isinstance(err, MemorydError):
                 raise self._failed(err, "create the rebuild file", writing=True) from None
             raise
-        self.fts_error = meta.get("fts_error")
-        self.trigram_error = meta.get("trigram_error")
-        self.fts_contentless = u.fts_contentless(conn)
+        self._opened(conn, conn, vec, meta, read_only=None)
 
     def discard(self) -> None:
         """Close and delete a scratch database."""
@@ -506,10 +479,6 @@ class SqliteFile(StoreChecks):
         conn = self._w
         try:
             conn.execute("attach database ? as live", (str(live),))
-        except u.db_errors() as err:
-            log.warning("rebuild of %s starts without the old cache: %s", live, err)
-            return
-        try:
             conn.execute(
                 "insert or replace into main.embedding_cache select * from live.embedding_cache"
             )
@@ -520,7 +489,7 @@ class SqliteFile(StoreChecks):
         except u.db_errors() as err:  # a damaged old index: its cache is only an optimization
             log.warning("could not carry the embedding cache of %s: %s", live, err)
         finally:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # fails too when the attach did
                 conn.execute("detach database live")
 
     def _close_connections(self) -> None:
@@ -551,12 +520,8 @@ class SqliteFile(StoreChecks):
             self.discard()
             return
         with self.lock:
+            self._free_wal()
             self._closed = True
-            if self._w is not None and not self.read_only:
-                with contextlib.suppress(Exception):
-                    # a short wait: a reader in another process must not hold up a shutdown
-                    self._w.execute("pragma busy_timeout = 100")
-                    self._w.execute("pragma wal_checkpoint(truncate)")
             self._close_connections()
 
     def _end_pin(self) -> None:
@@ -694,3 +659,9 @@ class SqliteFile(StoreChecks):
     def delete_meta(self, key: str) -> None:
         with self.transaction(doing="save index metadata"):
             self._w.execute("delete from meta where key = ?", (key,))
+
+
+def _until_unreadable(rows: Iterable[Any]) -> Iterator[Any]:
+    """`rows` up to the first that does not read: a damaged page ends a salvage, not fails it."""
+    with contextlib.suppress(Exception):
+        yield from rows

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import calendar
 import contextlib
 import errno
 import fcntl
@@ -208,6 +207,8 @@ def moved_aside(path: Path, recorded: dict[str, Any]) -> list[Recovery]:
         info = recorded.get(name) or {}
         at = info.get("at")
         if at is None:
+            import calendar  # only for a damaged file moved aside
+
             with contextlib.suppress(ValueError):
                 stamp = name[len(prefix) :].split("-")[0]
                 at = float(calendar.timegm(time.strptime(stamp, _STAMP)))
@@ -249,7 +250,11 @@ def sweep_scratch(path: Path) -> None:
                 os.unlink(folder / name)
 
 
-def remove_db_files(path: Path) -> None:
+def remove_db_files(path: Path) -> list[str]:
+    """Delete a database and its side files; the ones that were there."""
+    removed = []
     for suffix in ("", *SQLITE_SIDE_FILES):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"{path}{suffix}")
+            removed.append(f"{path}{suffix}")
+    return removed

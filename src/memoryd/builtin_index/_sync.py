@@ -105,10 +105,6 @@ class LeftOut:
         return (self.size, self.mtime_ns, self.ctime_ns) == (mf.size, mf.mtime_ns, mf.ctime_ns)
 
 
-def _left_out_to_json(left_out: dict[str, LeftOut]) -> str:
-    return json.dumps({p: dataclasses.astuple(e)[1:] for p, e in sorted(left_out.items())})
-
-
 def left_out_from_meta(meta: dict[str, str]) -> dict[str, LeftOut]:
     try:
         raw = json.loads(meta.get(LEFT_OUT_META_KEY) or "{}")
@@ -167,9 +163,10 @@ class Indexer:
         sessions: bool = True,
         lock_wait_s: float | None = None,
     ) -> SyncReport:
-        """`allow_reindex=False` (a search's pre-sync) skips a due rebuild, waits at most
-        `sync.searchWaitMs` for a write lock and never raises for the state; another thread's
-        sync is waited for `lock_wait_s` at most, counted against `embed_budget_s`."""
+        """Bring the index up to date with the files (`MemoryIndex.sync`). `allow_reindex=False`
+        (a search's pre-sync) skips a due rebuild, waits at most `sync.searchWaitMs` for a write
+        lock and never raises for the state; another thread's sync is waited for `lock_wait_s` at
+        most, counted against `embed_budget_s`."""
         kw: dict[str, Any] = {
             "embed": embed,
             "progress": progress,
@@ -196,29 +193,32 @@ class Indexer:
                     self.engine.bind_workspace(store)
                     report = self.sync_locked(force=False, **kw)
             except StateError as err:
-                self._note_failure(err)
+                self.last_error = str(err)
+                _record(
+                    store, "last_sync_error", json.dumps({"message": str(err), "at": time.time()})
+                )
                 if not allow_reindex:
                     log.warning("searching without syncing first: %s", err)
                     return SyncReport()
                 raise
-            self._note_success()
+            self.last_error = None
+            _record(store, "last_sync_error", None)
             report.seconds = time.perf_counter() - started
             self.last_sync_at = time.time()
-            if report.wrote():
-                # for the status of other processes; a sync that wrote nothing writes no time
-                with contextlib.suppress(MemorydError):
-                    if store.read_only is None:
-                        store.set_meta({LAST_SYNC_META_KEY: str(self.last_sync_at)})
+            if report.wrote():  # a sync that wrote nothing writes no time
+                _record(store, LAST_SYNC_META_KEY, str(self.last_sync_at))
             return report
         finally:
             self.lock.release()
 
-    def backlog_fits(self, budget_s: float) -> bool:
+    def backlog_fits(self, budget_s: float, store: Store | None = None) -> bool:
+        """Whether embedding the pending chunks would take at most `FUTILE_BACKLOG_BUDGETS`."""
         eng = self.engine
-        if eng.provider is None or not eng.store.vector.available:
+        store = store or eng.store
+        if eng.provider is None or not store.vector.available:
             return True  # a text-only sync: quick
         rate = self._embed_rates.get(eng.provider_key(), ASSUMED_SECONDS_PER_CHUNK)
-        return eng.store.pending_count() * rate <= FUTILE_BACKLOG_BUDGETS * budget_s
+        return store.pending_count() * rate <= FUTILE_BACKLOG_BUDGETS * budget_s
 
     def sync_locked(
         self,
@@ -258,24 +258,8 @@ class Indexer:
             self.stats.store_reference(store)
         return report
 
-    def _note_failure(self, err: MemorydError) -> None:
-        """Recorded in the index too (every process's status shows it), as far as it can be."""
-        self.last_error = str(err)
-        store = self.engine.store
-        with contextlib.suppress(MemorydError):
-            if store.read_only is None:
-                store.set_meta(
-                    {"last_sync_error": json.dumps({"message": str(err), "at": time.time()})}
-                )
-
-    def _note_success(self) -> None:
-        self.last_error = None
-        store = self.engine.store
-        with contextlib.suppress(MemorydError):
-            if store.read_only is None and store.meta_value("last_sync_error") is not None:
-                store.delete_meta("last_sync_error")
-
     def check(self) -> IndexCheck:
+        """Verify the index (`MemoryIndex.check`); a damaged one is moved aside and rebuilt."""
         eng = self.engine
         started = time.perf_counter()
         with self.lock:
@@ -362,7 +346,9 @@ class Indexer:
             wanted = {
                 "undecodable": json.dumps(sorted(undecodable)),
                 "skipped": skipped,
-                LEFT_OUT_META_KEY: _left_out_to_json(left_out),
+                LEFT_OUT_META_KEY: json.dumps(
+                    {p: dataclasses.astuple(e)[1:] for p, e in sorted(left_out.items())}
+                ),
             }
             if meta.get("signature") is None:
                 wanted["signature"] = json.dumps(self.engine.signature())
@@ -489,14 +475,12 @@ class Indexer:
         return self._session_tracker
 
     def _due_transcripts(
-        self,
-        sessions_dir: Path,
-        known: dict[str, tuple[Any, ...]],
-        force: bool,
-        cutoff: float | None,
+        self, sessions_dir: Path, known: dict[str, tuple[Any, ...]], force: bool
     ) -> tuple[list[tuple[Path, str]], set[str]]:
         """The transcripts to index (new, edited, or grown by the sync.sessions deltas) and the
-        ones the index keeps; one idle since before `cutoff` is in neither, so it leaves."""
+        ones the index keeps; one idle past `retentionDays` is in neither, so it leaves."""
+        days = self.engine.cfg.session_retention_days
+        cutoff = None if days is None else time.time() - days * 86_400
         seen: set[str] = set()
         due: list[tuple[Path, str]] = []
         for path in list_transcripts(sessions_dir):
@@ -541,10 +525,8 @@ class Indexer:
         cfg = self.engine.cfg
         if cfg.sessions_dir is None:
             return
-        days = cfg.session_retention_days
-        cutoff = None if days is None else time.time() - days * 86_400
         known = {p: v for p, v in store.files().items() if v[3] == "sessions"}
-        due, seen = self._due_transcripts(cfg.sessions_dir, known, force, cutoff)
+        due, seen = self._due_transcripts(cfg.sessions_dir, known, force)
         gone = set(known) - seen
         if not due and not gone:
             return
@@ -589,15 +571,13 @@ class Indexer:
         eng = self.engine
         if eng.provider is None or not store.vector.available:
             return
+        if budget_s is not None and not self.backlog_fits(budget_s, store):
+            return
         deadline = None if budget_s is None else time.monotonic() + budget_s
-        total = store.counts()["pending_vectors"]
+        total = store.pending_count()
         done = 0
         key = eng.provider_key()
         skip: set[int] = set()
-        if budget_s is not None:
-            per_chunk = self._embed_rates.get(key, ASSUMED_SECONDS_PER_CHUNK)
-            if total * per_chunk > FUTILE_BACKLOG_BUDGETS * budget_s:
-                return
         if progress and total:
             progress("vectors", 0, total)
         stopping = eng.background.stopping if eng.background is not None else None
@@ -708,6 +688,17 @@ class Indexer:
         eng.store.guard_signature = signature
         eng.dirty = False
         return report
+
+
+def _record(store: Store, key: str, value: str | None) -> None:
+    """Record `key` (None: remove it) for other processes' status, as far as the index can be."""
+    with contextlib.suppress(MemorydError):
+        if store.read_only is not None:
+            return
+        if value is not None:
+            store.set_meta({key: value})
+        elif store.meta_value(key) is not None:
+            store.delete_meta(key)
 
 
 def _write_stamp(store: Store, old: str | None, new: str | None) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..background import Background
 from ..config import IndexSettings
 from ..core.chunking import ChunkingPlan, chunking_plan
-from ..core.engine import IndexCheck, ProgressFn, SearchOutput, SearchRequest
+from ..core.engine import ProgressFn, SearchOutput, SearchRequest
 from ..core.layout import MemoryRoot, is_markdown
 from ..core.results import FileText
 from ..embeddings.base import EmbeddingProvider, ProviderSelection
@@ -29,10 +29,11 @@ from ..errors import (
     StateError,
     WorkspaceMismatch,
 )
-from ..fsio import SQLITE_SIDE_FILES, private_dir
+from ..fsio import private_dir
 from ..memfiles import discover, read_memory_file, unchanged_since
 from ._engine import Store
 from ._search import Searcher
+from ._sqlite_util import remove_db_files
 from ._stats import CorpusStatistics
 from ._store import Recovery
 from ._store import Store as SqliteStore
@@ -71,6 +72,8 @@ class MemoryIndex:
         self.background: Background | None = None
         self.stats = CorpusStatistics(self)
         self.indexer = Indexer(self, self.stats)
+        self.sync = self.indexer.sync
+        self.check = self.indexer.check
         self.searcher = Searcher(self, self.stats)
         # set before the store opens: opening may already replace a damaged file
         self.store: Store = self._open_store()
@@ -200,55 +203,25 @@ class MemoryIndex:
         failed = f"{self.provider.id} embedding failed: {err}"
         sel = self.selection
         if sel.fallback is not None and self.provider is sel.provider:
-            self.provider = sel.fallback
-            self._set_fallback(f"{failed}; using fallback provider {sel.fallback.id}")
-            log.warning("%s; switching to fallback provider %s", failed, sel.fallback.id)
-            return
-        if sel.explicit:
+            self.provider, then = sel.fallback, f"using fallback provider {sel.fallback.id}"
+        elif sel.explicit:
             self.unavailable = failed
             raise ProviderUnavailable(failed) from err
-        self.provider = None
-        self._set_fallback(f"{failed}; keyword-only search")
-        log.warning("%s; degrading to keyword-only search", failed)
-
-    def _set_fallback(self, reason: str) -> None:
-        self.fallback_reason = reason
-        self.fallback_since = time.time()
+        else:
+            self.provider, then = None, "keyword-only search"
+        self.fallback_reason, self.fallback_since = f"{failed}; {then}", time.time()
+        log.warning("%s", self.fallback_reason)
 
     # ------------------------------------------------------------------ sync
-
-    def sync(
-        self,
-        *,
-        force: bool = False,
-        embed: bool = True,
-        embed_budget_s: float | None = None,
-        progress: ProgressFn | None = None,
-        allow_reindex: bool = True,
-        sessions: bool = True,
-        lock_wait_s: float | None = None,
-    ) -> SyncReport:
-        """Bring the index up to date with the files (see `Indexer.sync`)."""
-        return self.indexer.sync(
-            force=force,
-            embed=embed,
-            embed_budget_s=embed_budget_s,
-            progress=progress,
-            allow_reindex=allow_reindex,
-            sessions=sessions,
-            lock_wait_s=lock_wait_s,
-        )
 
     def purge(self, paths: Sequence[str], *, progress: ProgressFn | None = None) -> SyncReport:
         """Drop `paths` (as search shows them) from the index, then sync: what is still on disk
         is indexed afresh (a transcript through the forget tombstones)."""
         with self.indexer.lock:
             store = self.store
-            known = store.files()
             with store.transaction(doing="purge forgotten text"):
                 for rel in paths:
-                    if rel in known:
-                        store.remove_file(rel)
+                    store.remove_file(rel)  # nothing, for a path the index does not hold
                 store.delete_meta(WALK_META_KEY)  # the rows no longer follow that walk
             self.searcher.forget_paths()
             self.indexer.session_baselines.difference_update(paths)
@@ -268,11 +241,7 @@ class MemoryIndex:
                 removed = [self.location]
             else:
                 self.store.close()
-                removed = []
-                for f in (self.path, *(Path(f"{self.path}{s}") for s in SQLITE_SIDE_FILES)):
-                    with contextlib.suppress(FileNotFoundError):
-                        f.unlink()
-                        removed.append(str(f))
+                removed = remove_db_files(self.path)
                 self.store = self._open_store()
                 self.bind_workspace(self.store)
             self.stats = self.indexer.stats = CorpusStatistics(self)
@@ -289,10 +258,6 @@ class MemoryIndex:
         if self.indexer.lock.locked() and not self.indexer.backlog_fits(budget_s):
             return
         self.sync(embed_budget_s=budget_s, lock_wait_s=budget_s)
-
-    def check(self) -> IndexCheck:
-        """Verify the index; a damaged one is moved aside and rebuilt before this returns."""
-        return self.indexer.check()
 
     def pending_changes(self) -> int:
         cfg, store = self.cfg, self.store
@@ -353,97 +318,80 @@ class MemoryIndex:
 
     # ------------------------------------------------------------------ status
 
-    def _search_engine(self) -> str:
-        """What answers this process's KNN (a one-off command scans in SQL)."""
-        engine = self.store.search_engine
-        if (
-            engine == "numpy"
-            and self.provider is not None
-            and self.provider.query_buffer_available()
-            and self.lean(self.store)
-        ):
-            return "sqlite-vec-scan"
-        return engine
-
     def status(self) -> BuiltinStatus:
         # imported here: the status models are defined only by processes that report status
-        from ..core.status import BuiltinStatus, DegradedInfo, IndexRecovery, SkippedFile
+        from ..core import status as st
 
         try:
             counts = self.store.counts()
         except IndexCorrupt:
             # the damaged file was just moved aside: describe the fresh one (and the recovery)
             counts = self.store.counts()
-        meta = self.store.meta()
-        sel = self.selection
+        store, p, sel = self.store, self.provider, self.selection
+        meta = store.meta()
+        search_engine = store.search_engine
+        if search_engine == "numpy" and p and p.query_buffer_available() and self.lean(store):
+            search_engine = "sqlite-vec-scan"  # a one-off command's KNN scans in SQL
         skipped: dict[str, int] = json.loads(meta.get("skipped") or "{}")
         left_out = left_out_from_meta(meta)
         for e in left_out.values():
             skipped[e.reason] = skipped.get(e.reason, 0) + 1
-        return BuiltinStatus(
-            provider=self.provider.id if self.provider else "none",
-            model=self.provider.model if self.provider else None,
+        return st.BuiltinStatus(
+            provider=p.id if p else "none",
+            model=p.model if p else None,
             requested_provider=sel.requested,
             provider_reason=sel.reason,
-            fallback=DegradedInfo(reason=self.fallback_reason, since=self.fallback_since)
+            fallback=st.DegradedInfo(reason=self.fallback_reason, since=self.fallback_since)
             if self.fallback_reason
             else None,
             unavailable=self.unavailable,
             files=counts["files"],
             chunks=counts["chunks"],
-            pending_vectors=counts["pending_vectors"] if self.provider else 0,
+            pending_vectors=counts["pending_vectors"] if p else 0,
             dirty=self.dirty,
             needs_reindex=self.reindex_reason(),
             db_path=self.location,
             workspace_dir=str(self.cfg.workspace),
             sources=list(self.cfg.sources),
             source_counts=counts["source_counts"],
-            **self._store_status(counts),
-            last_sync_at=self.indexer.last_sync_at or _recorded_float(meta, LAST_SYNC_META_KEY),
-            # another process's failed sync counts too: it is recorded in the index
-            last_error=self.indexer.last_error or _recorded_error(meta),
-            skipped=skipped,
-            skipped_files=[
-                SkippedFile(path=e.path, reason=e.reason, detail=e.detail, size=e.size)
-                for e in left_out.values()
-            ],
-            undecodable=json.loads(meta.get("undecodable") or "[]"),
-            read_only=self.store.read_only,
-            recoveries=[
-                IndexRecovery(moved_to=str(r.moved_to), at=r.at, reason=r.reason)
-                for r in self.store.recoveries()
-            ],
-        )
-
-    def _store_status(self, counts: dict[str, Any]) -> dict[str, Any]:
-        from ..core.status import CacheInfo, FtsInfo, VectorInfo
-
-        vec = self.store.vector
-        p = self.provider
-        return {
-            "vector": VectorInfo(
+            vector=st.VectorInfo(
                 enabled=self.cfg.vector.enabled,
-                available=vec.available and p is not None,
-                engine=vec.engine,
-                search_engine=self._search_engine(),
-                binding=vec.binding,
-                dims=self.store.vec_dims,
-                load_error=vec.load_error,
+                available=store.vector.available and p is not None,
+                engine=store.vector.engine,
+                search_engine=search_engine,
+                binding=store.vector.binding,
+                dims=store.vec_dims,
+                load_error=store.vector.load_error,
                 query_engine=p.query_engine() if p else None,
                 query_engine_problem=p.query_engine_problem if p else None,
             ),
-            "fts": FtsInfo(
-                available=self.store.fts_available,
-                error=self.store.fts_error,
-                trigram=self.store.trigram_error is None,
+            fts=st.FtsInfo(
+                available=store.fts_available,
+                error=store.fts_error,
+                trigram=store.trigram_error is None,
                 engine="tsvector" if self.cfg.store_driver == "postgres" else "fts5",
             ),
-            "cache": CacheInfo(
+            cache=st.CacheInfo(
                 enabled=self.cfg.cache.enabled,
                 entries=counts["cache_entries"],
                 max_entries=self.cfg.cache.max_entries,
             ),
-        }
+            last_sync_at=self.indexer.last_sync_at or _recorded(meta, LAST_SYNC_META_KEY, float),
+            # another process's failed sync counts too: it is recorded in the index
+            last_error=self.indexer.last_error
+            or _recorded(meta, "last_sync_error", lambda raw: str(json.loads(raw)["message"])),
+            skipped=skipped,
+            skipped_files=[
+                st.SkippedFile(path=e.path, reason=e.reason, detail=e.detail, size=e.size)
+                for e in left_out.values()
+            ],
+            undecodable=json.loads(meta.get("undecodable") or "[]"),
+            read_only=store.read_only,
+            recoveries=[
+                st.IndexRecovery(moved_to=str(r.moved_to), at=r.at, reason=r.reason)
+                for r in store.recoveries()
+            ],
+        )
 
     # ------------------------------------------------------------------ watch and lifecycle
 
@@ -484,12 +432,9 @@ class MemoryIndex:
             *self.watch_roots(),
             watch_filter=relevant,
             debounce=self.cfg.sync.watch_debounce_ms,
-            step=50,
             stop_event=stop_event,
-            recursive=True,
             rust_timeout=200,  # how often the watcher checks `stop_event`
         ):
-            self.dirty = True
             report = self._sync_logged("background")
             if on_synced and report is not None:
                 on_synced(report)
@@ -506,13 +451,10 @@ class MemoryIndex:
             background.spawn("index-watch", lambda: self.watch(stop_event=background.stopping))
         minutes = self.cfg.sync.interval_minutes
         if minutes > 0:
-            background.every("index-periodic", minutes * 60, self._periodic_sync)
-
-    def _periodic_sync(self) -> None:
-        self.dirty = True
-        self._sync_logged("periodic")
+            background.every("index-periodic", minutes * 60, lambda: self._sync_logged("periodic"))
 
     def _sync_logged(self, what: str) -> SyncReport | None:
+        self.dirty = True
         try:
             return self.sync()
         except MemorydError as err:
@@ -529,18 +471,10 @@ class MemoryIndex:
             p.close()
 
 
-def _recorded_float(meta: dict[str, str], key: str) -> float | None:
+def _recorded(meta: dict[str, str], key: str, read: Callable[[str], Any]) -> Any:
+    """What `read` makes of `meta[key]`, or None when it is absent or unreadable."""
     with contextlib.suppress(KeyError, ValueError, TypeError):
-        return float(meta[key])
-    return None
-
-
-def _recorded_error(meta: dict[str, str]) -> str | None:
-    raw = meta.get("last_sync_error")
-    if not raw:
-        return None
-    with contextlib.suppress(ValueError, TypeError, AttributeError):
-        return str(json.loads(raw)["message"])
+        return read(meta[key])
     return None
 
 

@@ -102,28 +102,17 @@ def start(bin_dir: Path | None = None, options: str = "") -> EmbeddedPostgres:
     bin_dir = bin_dir or find_binaries()
     run_as = "nobody" if os.geteuid() == 0 else None
     # /tmp, not $TMPDIR: the socket's path must fit in 107 bytes
-    server = EmbeddedPostgres(
-        Path(tempfile.mkdtemp(prefix="memoryd-pg-", dir="/tmp")), bin_dir, run_as
-    )
+    root = Path(tempfile.mkdtemp(prefix="memoryd-pg-", dir="/tmp"))
+    server = EmbeddedPostgres(root, bin_dir, run_as)
     try:
-        _init_and_start(server, options)
-    except BaseException:
-        server.stop()
-        raise
-    return server
-
-
-def _init_and_start(server: EmbeddedPostgres, options: str) -> None:
-    root, run_as = server.root, server.run_as
-    if run_as:
-        entry = pwd.getpwnam(run_as)
-        os.chown(root, entry.pw_uid, entry.pw_gid)
-    os.chmod(root, 0o700)
-    if run_as and not _reachable_by_others(server.bin_dir / "initdb"):
-        server.bin_dir = _copy_install(server.bin_dir, root / "pkg")
-    init = [str(server.bin_dir / "initdb"), "-D", str(server.data_dir), "-U", "postgres"]
-    init += ["--auth=trust", "-E", "UTF8"]
-    try:
+        if run_as:
+            entry = pwd.getpwnam(run_as)
+            os.chown(root, entry.pw_uid, entry.pw_gid)
+        os.chmod(root, 0o700)
+        if run_as and not _reachable_by_others(bin_dir / "initdb"):
+            server.bin_dir = _copy_install(bin_dir, root / "pkg")
+        init = [str(server.bin_dir / "initdb"), "-D", str(server.data_dir), "-U", "postgres"]
+        init += ["--auth=trust", "-E", "UTF8"]
         proc = _run([*init, "--locale=C.UTF-8"], run_as, timeout=120)
         if proc.returncode != 0:  # no C.UTF-8 locale on this system
             shutil.rmtree(server.data_dir, ignore_errors=True)
@@ -143,8 +132,14 @@ def _init_and_start(server: EmbeddedPostgres, options: str) -> None:
             raise LocalPostgresError(
                 f"PostgreSQL did not start: {_one_line(proc.stderr)} {_one_line(tail)}"
             )
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise LocalPostgresError(f"PostgreSQL from {server.bin_dir} did not start: {err}") from None
+    except BaseException as err:
+        server.stop()
+        if isinstance(err, OSError | subprocess.TimeoutExpired):
+            raise LocalPostgresError(
+                f"PostgreSQL from {server.bin_dir} did not start: {err}"
+            ) from None
+        raise
+    return server
 
 
 def _one_line(text: str, limit: int = 500) -> str:

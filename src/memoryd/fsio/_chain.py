@@ -7,7 +7,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import secrets
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -637,6 +636,8 @@ def rewrite_file(
 
 
 def _replace(t: _Target, data: bytes, mode: int) -> None:
+    import secrets  # only when a file is rewritten
+
     tmp = f".{t.name}.memoryd-{secrets.token_hex(4)}.tmp"
     try:
         write_new(t.parent, tmp, data, mode)

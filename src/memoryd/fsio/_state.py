@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import shutil
 import stat
 from collections.abc import Collection, Iterator
@@ -285,6 +284,8 @@ def write_private_atomic(path: str | os.PathLike[str], data: bytes) -> None:
 def _temp_file(dir_fd: int, name: str, data: bytes) -> Iterator[str]:
     """A fsynced 0600 file next to `name` holding `data`, removed if still there afterwards; the
     folder is fsynced once the body succeeds."""
+    import secrets  # only when state is written
+
     tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     write_new(dir_fd, tmp, data, PRIVATE_FILE_MODE)
     try:
