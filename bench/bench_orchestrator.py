@@ -95,7 +95,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     raw_t, svc_t = [], []
     for q in queries:
         t = time.perf_counter()
-        raw.search_hits(q)
+        raw.search(q)
         raw_t.append(time.perf_counter() - t)
         t = time.perf_counter()
         out = svc.memory_search(q)

@@ -89,7 +89,7 @@ def main(args: argparse.Namespace) -> dict[str, object]:
 
         def adapter() -> float:
             t = time.perf_counter()
-            mgr.search_hits(args.query)
+            mgr.search(args.query)
             return time.perf_counter() - t
 
         raw()
@@ -105,12 +105,12 @@ def main(args: argparse.Namespace) -> dict[str, object]:
             "docs": args.docs,
             "runs": args.runs,
             "query": args.query,
-            "qmdVersion": mgr.version(),
+            "qmdVersion": mgr.status().version if mgr.probe() else None,
             "rawSearchMedianMs": round(raw_med * 1000, 1),
             "adapterSearchMedianMs": round(ad_med * 1000, 1),
             "overheadPct": round((ad_med - raw_med) / raw_med * 100, 2),
             "targetPct": 5.0,
-            "hits": len(mgr.search_hits(args.query)),
+            "hits": len(mgr.search(args.query).results),
         }
 
 

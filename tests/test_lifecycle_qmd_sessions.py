@@ -87,18 +87,18 @@ def test_exported_sessions_are_searchable_per_agent_and_follow_changes(
         mgr_a.update(force=True)
         mgr_b.update(force=True)
 
-        hits = mgr_a.search_hits("zeppelin hangar", min_score=0)
+        hits = mgr_a.search("zeppelin hangar", min_score=0).results
         session_hits = [h for h in hits if h.source == "sessions"]
         assert session_hits, hits
         assert "zeppelin" in session_hits[0].snippet.lower()
         assert all("system-reminder" not in h.snippet and "reply_to" not in h.snippet for h in hits)
 
-        assert mgr_a.search_hits("Ab3De5Fg7Hj9Kl1Mn2Pq4Rs6Tu8Vw0Xy", min_score=0) == []
+        assert mgr_a.search("Ab3De5Fg7Hj9Kl1Mn2Pq4Rs6Tu8Vw0Xy", min_score=0).results == []
 
         # isolation: neither agent sees the other's transcripts
-        assert [h for h in mgr_b.search_hits("zeppelin", min_score=0)] == []
-        assert [h for h in mgr_a.search_hits("submarine periscope", min_score=0)] == []
-        assert [h.source for h in mgr_b.search_hits("submarine periscope", min_score=0)] == [
+        assert [h for h in mgr_b.search("zeppelin", min_score=0).results] == []
+        assert [h for h in mgr_a.search("submarine periscope", min_score=0).results] == []
+        assert [h.source for h in mgr_b.search("submarine periscope", min_score=0).results] == [
             "sessions"
         ]
 
@@ -107,14 +107,18 @@ def test_exported_sessions_are_searchable_per_agent_and_follow_changes(
             fh.write(msg("assistant", "Also the quokka mascot lives there.") + "\n")
         assert export_sessions(alpha, now=NOW).written == ["a1"]
         mgr_a.update(force=True)
-        assert [h.source for h in mgr_a.search_hits("quokka mascot", min_score=0)] == ["sessions"]
+        assert [h.source for h in mgr_a.search("quokka mascot", min_score=0).results] == [
+            "sessions"
+        ]
 
         # a deleted transcript's export goes, and so do its search hits
         src.unlink()
         assert export_sessions(alpha, now=NOW).deleted == ["a1"]
         mgr_a.update(force=True)
-        assert [h for h in mgr_a.search_hits("quokka", min_score=0)] == []
-        assert [h.source for h in mgr_a.search_hits("Alpha likes tea", min_score=0)] == ["memory"]
+        assert [h for h in mgr_a.search("quokka", min_score=0).results] == []
+        assert [h.source for h in mgr_a.search("Alpha likes tea", min_score=0).results] == [
+            "memory"
+        ]
     finally:
         mgr_a.close()
         mgr_b.close()

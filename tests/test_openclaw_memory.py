@@ -69,7 +69,7 @@ def test_user_md_is_a_qmd_collection_searched_and_served(tmp_path: Path) -> None
     mgr = make_manager(make_agent(ws), qmd, tmp_path / "home")
     mgr.start()
     assert mgr.list_collections()["memory-user-main"].pattern == "USER.md"
-    hits = mgr.search_hits("oolong tea")
+    hits = mgr.search("oolong tea").results
     assert [h.path for h in hits] == ["USER.md"]
     assert "British English" in mgr.get("USER.md").to_dict()["text"]
 

@@ -101,7 +101,7 @@ def test_start_creates_scoped_collections_in_the_agent_home(
     assert env["XDG_CACHE_HOME"] == str(shared.home / "xdg-cache")
     assert env["NO_COLOR"] == "1"
     assert "CI" not in env
-    assert (mgr.version()).startswith("qmd 2.")
+    assert mgr.probe() and (mgr.status().version or "").startswith("qmd 2.")
     # Node's compiled copy of qmd lives in the agent's own cache, private like the rest
     cache = shared.home / "xdg-cache" / "node-compile-cache"
     assert env["NODE_COMPILE_CACHE"] == str(cache)
@@ -109,12 +109,15 @@ def test_start_creates_scoped_collections_in_the_agent_home(
     assert all(stat.S_IMODE(p.stat().st_mode) & 0o077 == 0 for p in cache.rglob("*"))
 
 
-def test_a_compile_cache_the_caller_set_is_kept(tmp_path: Path) -> None:
+def test_a_compile_cache_the_caller_set_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from memoryd.qmd_adapter._home import QmdHome
 
     home = QmdHome(tmp_path / "qmd")
-    assert home.env(base={"NODE_COMPILE_CACHE": "/opt/cc"})["NODE_COMPILE_CACHE"] == "/opt/cc"
-    assert "NODE_COMPILE_CACHE" not in home.env(base={}, overrides={"NODE_COMPILE_CACHE": None})
+    monkeypatch.setenv("NODE_COMPILE_CACHE", "/opt/cc")
+    assert home.env()["NODE_COMPILE_CACHE"] == "/opt/cc"
+    assert "NODE_COMPILE_CACHE" not in home.env(overrides={"NODE_COMPILE_CACHE": None})
 
 
 def test_default_home_is_under_the_agent_state_dir(
@@ -166,7 +169,7 @@ def test_changed_path_or_pattern_rebinds_the_collection(qmd_bin: str, tmp_path: 
     second = started(make_agent(ws, paths=[{"path": str(other), "name": "extra"}]), qmd_bin, home)
     info = (second.list_collections())["extra-main"]
     assert (info.path, info.pattern) == (str(other), "**/*.md")
-    hits = second.search_hits("quokka")
+    hits = second.search("quokka").results
     assert [h.path for h in hits] == ["qmd/extra-main/x.md"]
 
 
@@ -180,7 +183,7 @@ def test_include_default_memory_false_drops_the_default_collections(
         tmp_path / "h",
     )
     assert list(mgr.collections) == ["m-main"]
-    assert [r.path for r in mgr.search_hits("zeppelin")] == ["memory/2026-01-03.md"]
+    assert [r.path for r in mgr.search("zeppelin").results] == ["memory/2026-01-03.md"]
 
 
 def test_legacy_unscoped_collections_are_removed_only_when_they_match(
@@ -226,7 +229,7 @@ def test_a_missing_memory_folder_is_picked_up_on_a_later_sync(qmd_bin: str, tmp_
     write(ws / "memory" / "n.md", "# n\n\nplatypus notes\n")
     mgr.update(force=True)
     assert "memory-dir-main" in mgr.collections
-    assert [r.path for r in mgr.search_hits("platypus")] == ["memory/n.md"]
+    assert [r.path for r in mgr.search("platypus").results] == ["memory/n.md"]
 
 
 # ---------------------------------------------------------------- search
@@ -234,7 +237,7 @@ def test_a_missing_memory_folder_is_picked_up_on_a_later_sync(qmd_bin: str, tmp_
 
 def test_search_maps_qmd_json_to_results(shared: Shared) -> None:
     mgr = shared.manager()
-    (hit,) = mgr.search_hits("zeppelin budget")
+    (hit,) = mgr.search("zeppelin budget").results
     assert hit.path == "memory/2026-01-03.md"
     assert hit.source == "memory"
     lines = (shared.ws / hit.path).read_text().splitlines()
@@ -248,22 +251,22 @@ def test_search_maps_qmd_json_to_results(shared: Shared) -> None:
 
 def test_search_covers_every_collection_and_maps_outside_paths(shared: Shared) -> None:
     mgr = shared.manager()
-    assert [r.path for r in mgr.search_hits("Alice")] == [
+    assert [r.path for r in mgr.search("Alice").results] == [
         "MEMORY.md",
         "memory/2026-01-02.md",
-    ] or sorted(r.path for r in mgr.search_hits("Alice")) == [
+    ] or sorted(r.path for r in mgr.search("Alice").results) == [
         "MEMORY.md",
         "memory/2026-01-02.md",
     ]
-    assert [r.path for r in mgr.search_hits("kerosene")] == ["qmd/notes-main/ideas/rocket.md"]
-    assert [r.path for r in mgr.search_hits("tomatoes")] == ["memory/projects/garden.md"]
-    assert mgr.search_hits("xylophone") == []
+    assert [r.path for r in mgr.search("kerosene").results] == ["qmd/notes-main/ideas/rocket.md"]
+    assert [r.path for r in mgr.search("tomatoes").results] == ["memory/projects/garden.md"]
+    assert mgr.search("xylophone").results == []
 
 
 def test_search_limits_apply(shared: Shared) -> None:
     mgr = shared.manager()
-    assert len(mgr.search_hits("the", max_results=1)) == 1
-    assert mgr.search_hits("zeppelin", min_score=1.01) == []
+    assert len(mgr.search("the", max_results=1).results) == 1
+    assert mgr.search("zeppelin", min_score=1.01).results == []
     short = make_manager(
         make_agent(
             shared.ws,
@@ -274,7 +277,7 @@ def test_search_limits_apply(shared: Shared) -> None:
         shared.home,
     )
     short.start()
-    hits = short.search_hits("Alice")
+    hits = short.search("Alice").results
     assert [len(h.snippet) for h in hits] == [12, 12]  # snippets capped here …
     answer = short.search("Alice")
     assert answer.max_injected_chars == 20  # … the budget is applied once, by the orchestrator
@@ -289,7 +292,7 @@ def test_garbage_stdout_raises_bad_output(shared: Shared, tmp_path: Path) -> Non
     mgr = make_manager(shared.agent(), wrapper, shared.home)
     mgr.start()
     with pytest.raises(QmdBadOutput):
-        mgr.search_hits("zeppelin")
+        mgr.search("zeppelin")
 
 
 def test_missing_binary_raises_unavailable(shared: Shared, tmp_path: Path) -> None:
@@ -307,7 +310,7 @@ def test_search_timeout_kills_and_raises(shared: Shared, tmp_path: Path) -> None
     mgr = make_manager(shared.agent(), wrapper, shared.home)
     mgr.start()
     with within(10), pytest.raises(QmdTimeout):
-        mgr.search_hits("zeppelin", timeout_ms=800)
+        mgr.search("zeppelin", timeout_ms=800)
 
 
 def test_one_planned_query_call_searches_every_collection_without_models(
@@ -324,7 +327,7 @@ def test_one_planned_query_call_searches_every_collection_without_models(
     mgr.start()
     calls.write_text("")
     # CI makes qmd refuse every model call: a keyword search must need none
-    hits = mgr.search_hits("Who owns the zeppelin budget?")
+    hits = mgr.search("Who owns the zeppelin budget?").results
     assert [h.path for h in hits] == ["memory/2026-01-03.md"]
     (argv,) = [call.split("\0")[:-1] for call in calls.read_text().split("\x01")[:-1]]
     assert argv[0] == "query" and "--no-rerank" in argv and "--json" in argv
@@ -337,7 +340,7 @@ def test_a_collection_lost_behind_our_back_is_recreated_once(qmd_bin: str, tmp_p
     ws = seed_workspace(tmp_path / "ws")
     mgr = started(make_agent(ws), qmd_bin, tmp_path / "home")
     mgr._run(["collection", "remove", "memory-dir-main"], 30_000)
-    hits = mgr.search_hits("zeppelin")
+    hits = mgr.search("zeppelin").results
     assert [h.path for h in hits] == ["memory/2026-01-03.md"]
     assert "memory-dir-main" in mgr.list_collections()
 
@@ -388,7 +391,7 @@ def test_other_qmd_failures_surface_as_exit_errors(shared: Shared, tmp_path: Pat
     mgr = make_manager(shared.agent(), wrapper, shared.home)
     mgr.start()
     with pytest.raises(QmdExitError) as info:
-        mgr.search_hits("zeppelin")
+        mgr.search("zeppelin")
     assert info.value.returncode == 3 and "disk on fire" in info.value.stderr
 
 
@@ -401,7 +404,7 @@ def test_busy_database_is_retried(shared: Shared, tmp_path: Path) -> None:
     )
     mgr = make_manager(shared.agent(), wrapper, shared.home)
     mgr.start()
-    assert [h.path for h in mgr.search_hits("zeppelin")] == ["memory/2026-01-03.md"]
+    assert [h.path for h in mgr.search("zeppelin").results] == ["memory/2026-01-03.md"]
     assert marker.exists()
 
 
@@ -411,12 +414,12 @@ def test_busy_database_is_retried(shared: Shared, tmp_path: Path) -> None:
 def test_update_after_an_edit_shows_the_new_text(qmd_bin: str, tmp_path: Path) -> None:
     ws = seed_workspace(tmp_path / "ws")
     mgr = started(make_agent(ws), qmd_bin, tmp_path / "home")
-    assert mgr.search_hits("narwhal") == []
+    assert mgr.search("narwhal").results == []
     write(ws / "memory" / "2026-01-03.md", "# 2026-01-03\n\nA narwhal visited the office.\n")
     assert mgr.update(force=True) is True
-    (hit,) = mgr.search_hits("narwhal")
+    (hit,) = mgr.search("narwhal").results
     assert hit.path == "memory/2026-01-03.md" and "narwhal visited" in hit.snippet
-    assert mgr.search_hits("zeppelin budget") == []
+    assert mgr.search("zeppelin budget").results == []
     assert mgr.status().to_dict()["lastUpdateAt"] is not None
 
 
@@ -480,7 +483,7 @@ def test_update_while_searching_raises_nothing(shared: Shared) -> None:
     def searches() -> None:
         for _ in range(8):
             try:
-                assert [h.path for h in mgr.search_hits("zeppelin")] == ["memory/2026-01-03.md"]
+                assert [h.path for h in mgr.search("zeppelin").results] == ["memory/2026-01-03.md"]
             except BaseException as err:  # collect, so every failure is reported
                 errors.append(err)
 
@@ -509,7 +512,7 @@ def test_timers_run_boot_refresh_periodic_update_and_requests(qmd_bin: str, tmp_
                 time.sleep(0.05)
             write(ws / "memory" / "new.md", "# new\n\nokapi\n")
             mgr.notify_changed()
-            while not mgr.search_hits("okapi"):
+            while not mgr.search("okapi").results:
                 time.sleep(0.1)
         mgr.close()
 
@@ -586,11 +589,11 @@ def test_two_agents_never_see_each_others_documents(
     a.start()
     b.start()
     assert a.home.root != b.home.root
-    assert [r.path for r in a.search_hits("aardvark")] == ["MEMORY.md"]
-    assert a.search_hits("badger") == []
-    assert b.search_hits("aardvark") == []
-    assert b.search_hits("password") != [] and all(
-        "badger" in r.snippet for r in b.search_hits("password")
+    assert [r.path for r in a.search("aardvark").results] == ["MEMORY.md"]
+    assert a.search("badger").results == []
+    assert b.search("aardvark").results == []
+    assert b.search("password").results != [] and all(
+        "badger" in r.snippet for r in b.search("password").results
     )
     with pytest.raises(PathNotAllowed):
         a.get("qmd/memory-root-beta/MEMORY.md")
@@ -609,7 +612,7 @@ def test_memory_and_session_hits_are_interleaved(qmd_bin: str, tmp_path: Path) -
         tmp_path / "h",
     )
     assert mgr.collections["sessions-main"].source == "sessions"
-    hits = mgr.search_hits("llama", max_results=4)
+    hits = mgr.search("llama", max_results=4).results
     assert sorted(h.source for h in hits) == ["memory", "memory", "sessions", "sessions"]
     assert hits[0].source != hits[1].source
     assert all(h.path.startswith("qmd/sessions-main/") for h in hits if h.source == "sessions")

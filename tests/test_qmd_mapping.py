@@ -1,18 +1,17 @@
-"""Paths, limits, interleaving, index.yml models block, embed backoff."""
+"""Paths, interleaving, index.yml models block, embed backoff."""
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
+
 import pytest
 
+from memoryd.core.layout import MemoryRoot, display_path
 from memoryd.core.results import SearchResult
+from memoryd.qmd_adapter._core import embed_backoff_s
 from memoryd.qmd_adapter._home import with_models_block
-from memoryd.qmd_adapter._maintenance import embed_backoff_s
-from memoryd.qmd_adapter._mapping import (
-    apply_limits,
-    display_path,
-    interleave,
-    split_qmd_uri,
-)
+from memoryd.qmd_adapter._parse import split_qmd_uri
+from memoryd.qmd_adapter._snippets import interleave
 
 ROOTS = {"memory-dir-main": "/ws/memory", "memory-root-main": "/ws", "notes-main": "/srv/notes"}
 
@@ -37,14 +36,14 @@ def test_qmd_uris_split_into_collection_and_path(uri: str, parts: tuple[str, str
         ("memory-dir-main", "2026-01-02.md", "memory/2026-01-02.md"),
         ("memory-root-main", "MEMORY.md", "MEMORY.md"),
         ("notes-main", "a/b.md", "qmd/notes-main/a/b.md"),
-        ("unknown-coll", "x.md", "qmd/unknown-coll/x.md"),
         ("memory-dir-main", "../../etc/x.md", "qmd/memory-dir-main/../../etc/x.md"),
     ],
 )
 def test_paths_inside_the_workspace_become_workspace_relative(
     collection: str, rel: str, shown: str
 ) -> None:
-    assert display_path(collection, rel, roots=ROOTS, workspace="/ws") == shown
+    root = MemoryRoot(ROOTS[collection], "**/*.md", "memory", collection)
+    assert display_path(root, PurePosixPath(rel), workspace="/ws") == shown
 
 
 def res(path: str, score: float, snippet: str = "s", source: str = "memory") -> SearchResult:
@@ -63,25 +62,6 @@ def test_interleave_keeps_a_hit_and_its_continuation_together() -> None:
     mem = [[res("m1", 0.9), res("m1+", 0.9)], [res("m2", 0.8)]]
     ses = [[res("s1", 0.5, source="sessions")]]
     assert [r.path for r in interleave(mem, ses)] == ["m1", "m1+", "s1", "m2"]
-
-
-@pytest.mark.parametrize(
-    ("max_results", "min_score", "expected"),
-    [
-        (6, 0.0, ["a", "b", "c"]),
-        (2, 0.0, ["a", "b"]),
-        (6, 0.5, ["a", "b"]),
-        (1, 0.7, ["a"]),
-    ],
-    ids=["all", "max-results", "min-score", "both"],
-)
-def test_limits_apply_count_and_score(
-    max_results: int, min_score: float, expected: list[str]
-) -> None:
-    # the injected-characters budget is the orchestrator's, applied once after citations
-    results = [res("a", 0.9, "x" * 10), res("b", 0.6, "y" * 10), res("c", 0.1, "z" * 10)]
-    out = apply_limits(results, max_results=max_results, min_score=min_score)
-    assert [r.path for r in out] == expected
 
 
 QMD_WRITTEN = """models:

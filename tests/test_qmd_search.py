@@ -104,36 +104,36 @@ def paths(results: list[Any]) -> list[str]:
 )
 def test_a_natural_question_finds_its_note(shared: Shared, question: str, first: str) -> None:
     mgr = shared.manager()
-    hits = mgr.search_hits(question)
+    hits = mgr.search(question).results
     assert hits and hits[0].path == first, [(h.path, h.snippet[:40]) for h in hits]
 
 
 def test_a_quoted_phrase_is_searched_as_written(shared: Shared) -> None:
     mgr = shared.manager()
     # "green tea" as a phrase: MEMORY.md holds it; "tea that is green" alone would not do
-    hits = mgr.search_hits('"green tea"')
+    hits = mgr.search('"green tea"').results
     assert paths(hits) == ["MEMORY.md"]
-    assert mgr.search_hits('"tea green"') == []
+    assert mgr.search('"tea green"').results == []
 
 
 def test_a_negated_term_excludes_its_notes(shared: Shared) -> None:
     mgr = shared.manager()
-    with_it = paths(mgr.search_hits("budget"))
+    with_it = paths(mgr.search("budget").results)
     assert "memory/zeppelin.md" in with_it and "memory/2026-03-03.md" in with_it
-    without = paths(mgr.search_hits("budget -zeppelin"))
+    without = paths(mgr.search("budget -zeppelin").results)
     assert without == ["memory/2026-03-03.md"]
 
 
 def test_typed_lines_reach_qmd_as_written(shared: Shared) -> None:
     mgr = shared.manager()
-    hits = mgr.search_hits("lex: girlfriend hiking")
+    hits = mgr.search("lex: girlfriend hiking").results
     assert paths(hits) == ["memory/2026-03-01.md"]
 
 
 def test_a_question_about_nothing_here_gets_nothing(shared: Shared) -> None:
     mgr = shared.manager()
     # one common word (a name every note holds) is not enough to answer
-    assert mgr.search_hits("Andrew's banana bread recipe with walnuts") == []
+    assert mgr.search("Andrew's banana bread recipe with walnuts").results == []
 
 
 def test_query_mode_without_embeddings_answers_by_keywords_and_says_so(
@@ -151,7 +151,7 @@ def test_query_mode_without_embeddings_answers_by_keywords_and_says_so(
 
 def test_windows_are_the_files_lines_exactly(shared: Shared) -> None:
     mgr = shared.manager()
-    hits = mgr.search_hits("What did Andrew and his girlfriend do on the weekend?")
+    hits = mgr.search("What did Andrew and his girlfriend do on the weekend?").results
     best, more = hits[0], hits[1]
     lines = (shared.ws / best.path).read_text().splitlines()
     assert len(best.snippet) <= 700
@@ -177,12 +177,12 @@ def test_an_edit_qmd_has_not_seen_is_found_again_or_dropped(shared: Shared, tmp_
     note.write_text("\n".join(text) + "\n")
     mgr = make_manager(make_agent(ws), shared.qmd, tmp_path / "home")
     mgr.start()
-    (hit, *_) = mgr.search_hits("When did the zebra migration finish?")
+    (hit, *_) = mgr.search("When did the zebra migration finish?").results
     assert hit.start_line <= 26 <= hit.end_line
 
     # five lines added above it, qmd not told: memoryd finds the line by qmd's text
     note.write_text("\n".join(["# moved", "", "a", "b", "c", *text]) + "\n")
-    (moved, *_) = mgr.search_hits("When did the zebra migration finish?")
+    (moved, *_) = mgr.search("When did the zebra migration finish?").results
     now = note.read_text().splitlines()
     assert moved.start_line <= 31 <= moved.end_line
     assert moved.snippet.split("\n") == now[moved.start_line - 1 : moved.end_line]
@@ -190,11 +190,11 @@ def test_an_edit_qmd_has_not_seen_is_found_again_or_dropped(shared: Shared, tmp_
 
     # the line qmd matched is gone: the hit is dropped, not shown from the old numbering
     note.write_text("# 2026-04-01\n\nAnn: Zebra notes moved to another file. Migration later.\n")
-    assert mgr.search_hits("When did the zebra migration finish?") == []
+    assert mgr.search("When did the zebra migration finish?").results == []
     assert mgr.status().dropped_hits == {"stale": 1}
     # once qmd updates, the new text is served as it is
     mgr.update(force=True)
-    (fresh,) = mgr.search_hits("zebra migration")
+    (fresh,) = mgr.search("zebra migration").results
     assert fresh.snippet.endswith("Migration later.") and fresh.start_line == 1
 
 
@@ -285,7 +285,7 @@ def test_a_hard_link_and_a_venv_folder_qmd_indexed_are_not_served(
         "qmd://memory-dir-main/venv/v.md",
         "qmd://memory-dir-main/tools/t.md",
     }
-    hits = mgr.search_hits("narwhal")
+    hits = mgr.search("narwhal").results
     assert paths(hits) == ["memory/ok.md"]
     assert all("secret" not in h.snippet for h in hits)
     dropped = mgr.status().dropped_hits

@@ -69,11 +69,11 @@ def test_sync_embeds_with_the_pinned_offline_model(embedded: Embedded) -> None:
 
 def test_structured_query_uses_vectors(embedded: Embedded) -> None:
     mgr = embedded.manager(rerank=False)
-    hits = mgr.search_hits("lex: zeppelin\nvec: when will the airship launch", timeout_ms=60_000)
+    hits = mgr.search("lex: zeppelin\nvec: when will the airship launch", timeout_ms=60_000).results
     assert hits and hits[0].path == "memory/2026-01-03.md"
     assert "zeppelin" in hits[0].snippet
     # A vector-only query finds documents without any shared keyword.
-    vec_hits = mgr.search_hits("vec: hot drinks people enjoy", timeout_ms=60_000)
+    vec_hits = mgr.search("vec: hot drinks people enjoy", timeout_ms=60_000).results
     assert vec_hits, "vector search returned nothing"
     assert all(0 <= h.score <= 1 for h in vec_hits)
     assert {h.path for h in vec_hits} <= {
@@ -97,7 +97,7 @@ def test_a_question_in_query_mode_needs_only_the_embed_model(embedded: Embedded)
 def test_reranking_needs_the_rerank_model_and_fails_cleanly(embedded: Embedded) -> None:
     mgr = embedded.manager(rerank=True)
     with pytest.raises(QmdExitError) as info:
-        mgr.search_hits("lex: zeppelin\nvec: airship launch", timeout_ms=60_000)
+        mgr.search("lex: zeppelin\nvec: airship launch", timeout_ms=60_000)
     assert "No model file found" in info.value.stderr
 
 

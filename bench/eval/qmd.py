@@ -118,7 +118,9 @@ class QmdSystem:
     def ranking(self, query: str, max_results: int = 100) -> list[dict[str, Any]]:
         """qmd's ranking without the agent's budget (collections: nDCG, recall@100)."""
         self.prepare()
-        hits = self.qmd.search_hits(query[:MAX_QUERY_CHARS], max_results=max_results, min_score=0.0)
+        hits = self.qmd.search(
+            query[:MAX_QUERY_CHARS], max_results=max_results, min_score=0.0
+        ).results
         return [_row(r.to_dict()) for r in hits]
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,7 @@ from ..core.results import FileText
 from ..errors import MemorydError, QmdBadOutput, QmdError, QmdTimeout, ServiceUnavailable
 from ..memfiles import discover, read_memory_file
 from .failover import Active, Failover, FailoverSettings, FailoverState, clean_reason
-from .health import REFUSED_HITS, Health, HealthFile
+from .health import REFUSED_HITS, Health, load_health, save_health
 
 if TYPE_CHECKING:
     from ..lifecycle.session_export import ExportReport
@@ -39,8 +40,8 @@ class AgentBackend:
         self,
         agent: ResolvedAgent,
         *,
-        qmd_factory: QmdFactory | None = None,
-        index_factory: IndexFactory | None = None,
+        qmd_factory: QmdFactory,
+        index_factory: IndexFactory,
         clock: Callable[[], float] = time.time,
         jitter: Callable[[float], float] | None = None,
     ) -> None:
@@ -56,26 +57,17 @@ class AgentBackend:
                 fo.failure_threshold, fo.cooldown_ms / 1000, fo.probe_max_interval_ms / 1000
             )
         )
-        self.health_file = HealthFile(agent.state.health)
         self.health = Health(requested=self.requested)
         self.qmd: QmdEngine | None = None
         if self.requested == "qmd":
-            loaded = self.health_file.load()
+            loaded = load_health(self.agent.state.health)
             if loaded is not None and loaded.requested == "qmd":
                 self.health = loaded
                 self.failover.state = loaded.failover
-            if qmd_factory is None:
-                from .engines import qmd_engine
-
-                qmd_factory = qmd_engine
             self.qmd = qmd_factory(agent)
             self._bind_qmd_events()
         else:
             self.failover.state = FailoverState(active="builtin")
-        if index_factory is None:
-            from .engines import builtin_engine
-
-            index_factory = builtin_engine
         self._index_factory = index_factory
         self._index: BuiltinEngine | None = None
         self._background: Background | None = None
@@ -110,18 +102,14 @@ class AgentBackend:
 
     def _on_qmd_event(self, kind: str, ok: bool, detail: str | None) -> None:
         """qmd reported a maintenance outcome (`update`, `embed`) or its version: persist it."""
-        q = self.health.qmd
-        now = self._clock()
+        q, now, reason = self.health.qmd, self._clock(), clean_reason(detail or "")
         if kind == "update":
-            q.last_update_ok, q.last_update_error = ok, None if ok else clean_reason(detail or "")
-            if ok:
-                q.last_update_at = now
+            q.last_update_ok, q.last_update_error = ok, None if ok else reason
+            q.last_update_at = now if ok else q.last_update_at
         elif kind == "embed":
-            q.last_embed_ok, q.last_embed_error = ok, None if ok else clean_reason(detail or "")
-            if ok:
-                q.last_embed_at = now
+            q.last_embed_ok, q.last_embed_error = ok, None if ok else reason
+            q.last_embed_at = now if ok else q.last_embed_at
         elif kind == "version":
-            reason = clean_reason(detail or "")
             bad = reason.startswith(QmdBadOutput.__name__)
             error = reason.removeprefix(f"{QmdBadOutput.__name__}: ") if bad else None
             q.version, q.version_error = (detail, None) if ok else (None, error)
@@ -141,7 +129,7 @@ class AgentBackend:
         if self.requested != "qmd":
             return
         self.health.failover = self.failover.state
-        self.health_file.save(self.health)
+        save_health(self.agent.state.health, self.health)
 
     def start(self, background: Background | None = None) -> None:
         """Start qmd (on a thread, or in a one-off command's first search) and the index."""
@@ -216,11 +204,8 @@ class AgentBackend:
             if self._start_error is not None and self._start_done is None:
                 raise self._start_error
         else:
-            try:
-                with self.qmd.bounded(time.monotonic() + timeout_s):
-                    self.ensure_qmd_started()
-            except QmdTimeout:
-                pass  # said below, as a start-up that did not finish in time
+            with suppress(QmdTimeout):  # said below, as a start-up that did not finish in time
+                self._within(timeout_s, self.ensure_qmd_started)
             if self._qmd_started:
                 return
         raise QmdTimeout(
@@ -327,20 +312,11 @@ class AgentBackend:
         assert self.qmd is not None
         now = self._clock()
         try:
-            if self._background is None:
-                timeout_s = self._search_timeout_s()
-                deadline = time.monotonic() + timeout_s
-                try:
-                    with self.qmd.bounded(deadline):
-                        self._probe_steps()
-                except QmdTimeout:
-                    if time.monotonic() < deadline:
-                        raise
-                    raise QmdTimeout(
-                        f"the recovery probe did not finish within {timeout_s:g}s"
-                    ) from None
-            else:
+            timeout_s = self._search_timeout_s()
+            if self._background is not None:
                 self._probe_steps()
+            elif not self._within(timeout_s, self._probe_steps):
+                raise QmdTimeout(f"the recovery probe did not finish within {timeout_s:g}s")
         except QmdError as err:
             scale = self.failover.settings.cooldown_s
             self.failover.record_probe_failure(
@@ -349,8 +325,25 @@ class AgentBackend:
             self._save()
             return False
         self.failover.record_probe_success(self._clock())
+        self._recovered()
+        return True
+
+    def _recovered(self) -> None:
         log.warning("qmd recovered for agent %s; routing searches back to qmd", self.agent.agent_id)
         self._save()
+
+    def _within(self, timeout_s: float, step: Callable[[], object]) -> bool:
+        """`step()` with every qmd call bounded by `timeout_s`; False when that bound ran out
+        (qmd's own, shorter timeout raises)."""
+        assert self.qmd is not None
+        deadline = time.monotonic() + timeout_s
+        try:
+            with self.qmd.bounded(deadline):
+                step()
+        except QmdTimeout:
+            if time.monotonic() < deadline:
+                raise
+            return False
         return True
 
     def _probe_steps(self) -> None:
@@ -369,7 +362,6 @@ class AgentBackend:
         """Background recovery: sleep until the next probe is due, probe, repeat until qmd is back."""
         assert self._background is not None
         stopping = self._background.stopping
-        self._probing = True
         try:
             while self.failover.active == "builtin":
                 due = self.failover.state.next_probe_at or self._clock()
@@ -385,33 +377,34 @@ class AgentBackend:
 
     def search(self, request: SearchRequest) -> SearchOutput:
         if self.qmd is None:
-            return self._builtin(request, fallback=None)
+            return self._builtin(request)
         # no background threads (one-shot use): probe in this call once the cool-down is over
         if self._background is None and self.failover.probe_due(self._clock()):
             self.probe()
-        if self.failover.active == "qmd":
-            try:
-                self._qmd_ready(self._search_timeout_s())
-                stale = self._refresh_if_stale()
-                answer = self.qmd.search(request)
-            except QmdError as err:
-                reason = f"{type(err).__name__}: {err}"
-                if err is not self._start_error:  # a failed start-up recorded itself
-                    self._record_failure(reason)
-                if self.fail_closed:
-                    raise ServiceUnavailable(
-                        f"qmd unavailable and memory.qmd.fallback = none ({clean_reason(reason)})"
-                    ) from err
-                return self._builtin(request, fallback=self._fallback_info())
-            if self.failover.state.failures and self.failover.record_success(self._clock()):
-                log.warning(
-                    "qmd recovered for agent %s; routing searches back to qmd", self.agent.agent_id
-                )
-                self._save()
-            if not answer.results and self._complete_empty(request):
-                return self._completed(request, answer, stale)
-            return replace(answer, engine="qmd", stale_seconds=stale)
-        return self._builtin(request, fallback=self._fallback_info())
+        if self.failover.active == "builtin":
+            return self._builtin(request, failed_over=True)
+        try:
+            self._qmd_ready(self._search_timeout_s())
+            stale = self._refresh_if_stale()
+            answer = replace(self.qmd.search(request), engine="qmd", stale_seconds=stale)
+        except QmdError as err:
+            reason = f"{type(err).__name__}: {err}"
+            if err is not self._start_error:  # a failed start-up recorded itself
+                self._record_failure(reason)
+            if self.fail_closed:
+                raise ServiceUnavailable(
+                    f"qmd unavailable and memory.qmd.fallback = none ({clean_reason(reason)})"
+                ) from err
+            return self._builtin(request, failed_over=True)
+        if self.failover.state.failures and self.failover.record_success(self._clock()):
+            self._recovered()
+        if answer.results or not self._complete_empty(request):
+            return answer
+        # qmd found nothing: the built-in index's hits, each marked `backend: builtin`
+        assert self.index is not None
+        hits = [r.with_(engine="builtin") for r in self.index.search(request).results]
+        note = "qmd found nothing; completed by the built-in index"
+        return replace(answer, results=hits, notes=[*answer.notes, note] if hits else answer.notes)
 
     def _complete_empty(self, request: SearchRequest) -> bool:
         """`memory.qmd.emptyResults = "builtin"` and a question of two or more content words."""
@@ -423,46 +416,30 @@ class AgentBackend:
             and len(query_terms(request.query)) >= 2
         )
 
-    def _completed(
-        self, request: SearchRequest, empty: SearchOutput, stale: float | None
-    ) -> SearchOutput:
-        """qmd found nothing: the built-in index's hits, each marked `backend: builtin`."""
-        idx = self.index
-        assert idx is not None
-        answer = idx.search(request)
-        hits = [r.with_(engine="builtin") for r in answer.results]
-        note = "qmd found nothing; completed by the built-in index"
-        notes = [*empty.notes, note] if hits else empty.notes
-        return replace(empty, results=hits, engine="qmd", notes=notes, stale_seconds=stale)
-
     def _refresh_if_stale(self) -> float | None:
         """Without timers, update qmd first (within `sync.searchWaitMs`); how stale it still is."""
         assert self.qmd is not None
         stale = self.qmd_stale_seconds()
         if stale is None or self._background is not None:
             return stale
-        deadline = time.monotonic() + self.agent.memory_search.sync.search_wait_ms / 1000
-        try:
-            with self.qmd.bounded(deadline):
-                self.qmd.sync(force=True)
-        except QmdTimeout:
-            if time.monotonic() < deadline:
-                raise  # qmd's own timeout, not this wait's
+        qmd = self.qmd
+        self._within(
+            self.agent.memory_search.sync.search_wait_ms / 1000, lambda: qmd.sync(force=True)
+        )
         return self.qmd_stale_seconds()
 
-    def _fallback_info(self) -> dict[str, Any]:
-        st = self.failover.state
-        return {"from": "qmd", "reason": st.reason, "since": st.since or st.last_error_at}
-
-    def _builtin(self, request: SearchRequest, *, fallback: dict[str, Any] | None) -> SearchOutput:
+    def _builtin(self, request: SearchRequest, *, failed_over: bool = False) -> SearchOutput:
         idx = self.index
         if idx is None:
             raise ServiceUnavailable("qmd is failed over and memory.qmd.fallback = none")
         answer = idx.search(request)
-        merged = fallback or answer.degraded
-        if fallback and answer.degraded:
-            merged = {**fallback, "embedding": answer.degraded}
-        return replace(answer, engine="builtin", fallback=merged, stale_seconds=None)
+        fallback = answer.degraded
+        if failed_over:
+            st = self.failover.state
+            fallback = {"from": "qmd", "reason": st.reason, "since": st.since or st.last_error_at}
+            if answer.degraded:
+                fallback["embedding"] = answer.degraded
+        return replace(answer, engine="builtin", fallback=fallback, stale_seconds=None)
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
         """`memory_get` by the roots of the engine that indexes the files; no engine is built for it."""
@@ -476,33 +453,28 @@ class AgentBackend:
             return self.qmd.roots()
         return list(self.agent.memory_roots())
 
-    def newest_memory_mtime(self) -> float | None:
-        """Modification time of the newest memory file (a stat walk of the roots)."""
-        newest: float | None = None
+    def qmd_lag(self) -> tuple[float | None, float | None]:
+        """(mtime of the newest memory file, qmd's last update), each None when there is none."""
+        assert self.qmd is not None
+        mtimes = []
         for mf in discover(self.memory_roots(), self.agent.workspace):
-            try:
-                mtime = mf.abs_path.stat().st_mtime
-            except OSError:
-                continue
-            newest = mtime if newest is None else max(newest, mtime)
-        return newest
+            with suppress(OSError):
+                mtimes.append(mf.abs_path.stat().st_mtime)
+        indexed = max(self.health.qmd.last_update_at or 0, self.qmd.status().last_update_at or 0)
+        return max(mtimes, default=None), indexed or None
 
     def qmd_stale_seconds(self) -> float | None:
         """How far qmd's last update lags the newest memory file (None when it does not)."""
-        newest = self.newest_memory_mtime()
-        if newest is None or self.qmd is None:
+        newest, indexed = self.qmd_lag()
+        if newest is None or (indexed or 0) >= newest:
             return None
-        indexed = max(
-            self.health.qmd.last_update_at or 0,
-            self.qmd.status().last_update_at or 0,
-        )
-        return None if indexed >= newest else (newest - indexed if indexed else float("inf"))
+        return newest - indexed if indexed else float("inf")
 
     def health_snapshot(self) -> Health:
         """The freshest health: this process's state, or the file when it is newer."""
         if self.requested != "qmd":
             return self.health
-        on_disk = self.health_file.load()
+        on_disk = load_health(self.agent.state.health)
         if on_disk is not None and (on_disk.updated_at or 0) > (self.health.updated_at or 0):
             self.health = on_disk
             self.failover.state = on_disk.failover

@@ -44,11 +44,6 @@ class FailoverState:
     last_probe_error: str | None = None
     recovered_at: float | None = None
 
-    @classmethod
-    def from_json(cls, raw: Any) -> FailoverState | None:
-        state = from_known_fields(cls, raw)
-        return state if state is not None and state.active in ("qmd", "builtin") else None
-
 
 def from_known_fields(cls: type[_T], raw: Any) -> _T | None:
     """`cls` from the keys of `raw` it has fields for; None unless `raw` is a dict that fits."""

@@ -9,7 +9,6 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..errors import StateError
 from ..fsio import private_dir, read_private, write_private_atomic
@@ -40,16 +39,6 @@ class QmdHealth:
     #: when qmd last returned a hit memoryd's rules refuse (`REFUSED_HITS`)
     last_refused_at: float | None = None
 
-    @classmethod
-    def from_json(cls, raw: Any) -> QmdHealth:
-        health = from_known_fields(cls, raw) or cls()
-        dropped = health.dropped_hits
-        if not isinstance(dropped, dict) or not all(
-            isinstance(k, str) and isinstance(v, int) for k, v in dropped.items()
-        ):
-            health.dropped_hits = {}
-        return health
-
 
 @dataclass(slots=True)
 class Health:
@@ -61,52 +50,46 @@ class Health:
     updated_at: float | None = None
     pid: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": VERSION,
-            "requested": self.requested,
-            "failover": asdict(self.failover),
-            "qmd": asdict(self.qmd),
-            "updatedAt": self.updated_at,
-            "pid": self.pid,
-        }
 
-    @classmethod
-    def from_json(cls, raw: Any) -> Health | None:
-        if not isinstance(raw, dict) or raw.get("version") != VERSION:
-            return None
-        failover = FailoverState.from_json(raw.get("failover"))
-        if failover is None:
-            return None
-        updated = raw.get("updatedAt")
-        pid = raw.get("pid")
-        return cls(
-            requested=str(raw.get("requested") or "builtin"),
-            failover=failover,
-            qmd=QmdHealth.from_json(raw.get("qmd")),
-            updated_at=float(updated) if isinstance(updated, int | float) else None,
-            pid=pid if isinstance(pid, int) else None,
-        )
+def load_health(path: Path) -> Health | None:
+    """The health `path` holds; None when it is missing, damaged or of another version."""
+    data = read_private(path)  # a link planted here is refused (StateError)
+    try:
+        raw = json.loads(data) if data is not None else None
+    except ValueError:
+        return None
+    if not isinstance(raw, dict) or raw.get("version") != VERSION:
+        return None
+    failover = from_known_fields(FailoverState, raw.get("failover"))
+    if failover is None or failover.active not in ("qmd", "builtin"):
+        return None
+    qmd = from_known_fields(QmdHealth, raw.get("qmd")) or QmdHealth()
+    if not isinstance(qmd.dropped_hits, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) for k, v in qmd.dropped_hits.items()
+    ):
+        qmd.dropped_hits = {}
+    updated, pid = raw.get("updatedAt"), raw.get("pid")
+    return Health(
+        requested=str(raw.get("requested") or "builtin"),
+        failover=failover,
+        qmd=qmd,
+        updated_at=float(updated) if isinstance(updated, int | float) else None,
+        pid=pid if isinstance(pid, int) else None,
+    )
 
 
-class HealthFile:
-    """Reads and writes one `health.json`; a read-only state dir only loses the write."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def load(self) -> Health | None:
-        data = read_private(self.path)  # a link planted here is refused (StateError)
-        try:
-            raw = json.loads(data) if data is not None else None
-        except ValueError:
-            return None
-        return Health.from_json(raw)
-
-    def save(self, health: Health) -> None:
-        health.updated_at = time.time()
-        health.pid = os.getpid()
-        data = (json.dumps(health.to_json(), indent=2, sort_keys=True) + "\n").encode()
-        with contextlib.suppress(StateError):
-            private_dir(self.path.parent)
-            write_private_atomic(self.path, data)
+def save_health(path: Path, health: Health) -> None:
+    """Write `health` as this process's, now; a read-only state dir only loses the write."""
+    health.updated_at = time.time()
+    health.pid = os.getpid()
+    doc = {
+        "version": VERSION,
+        "requested": health.requested,
+        "failover": asdict(health.failover),
+        "qmd": asdict(health.qmd),
+        "updatedAt": health.updated_at,
+        "pid": health.pid,
+    }
+    with contextlib.suppress(StateError):
+        private_dir(path.parent)
+        write_private_atomic(path, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())

@@ -8,7 +8,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,14 +23,16 @@ from ..core.engine import (
     SearchRequest,
     check_search_input,
 )
+from ..core.text import camel_case
 from ..errors import InvalidInput, MemorydError, SearchDisabled
 from ..fsio import check_state_tree
 from ..scope_rules import evaluate_scope
 from ._supervisor import AgentBackend, IndexFactory, QmdFactory
+from .failover import Active
 
 if TYPE_CHECKING:
     from ..core.status import QmdStatus
-    from .status import FreshnessInfo, MemoryStatus
+    from .status import MemoryStatus
 
 log = logging.getLogger("memoryd")
 
@@ -99,13 +101,13 @@ class MemoryService:
     def backend(self, agent_id: str | None = None) -> AgentBackend:
         agent = self.agent(agent_id)
         if agent.agent_id not in self._backends:
-            index_factory = self._index_factory
-            if index_factory is None and self._one_off:
-                from .engines import builtin_engine
+            from .engines import builtin_engine, qmd_engine
 
-                index_factory = functools.partial(builtin_engine, one_off=True)
             self._backends[agent.agent_id] = AgentBackend(
-                agent, qmd_factory=self._qmd_factory, index_factory=index_factory
+                agent,
+                qmd_factory=self._qmd_factory or qmd_engine,
+                index_factory=self._index_factory
+                or functools.partial(builtin_engine, one_off=self._one_off),
             )
         return self._backends[agent.agent_id]
 
@@ -134,16 +136,8 @@ class MemoryService:
         if idx is not None:
             report = idx.sync(force=force, progress=progress)
             st = idx.status()
+            out.update((camel_case(k), v) for k, v in asdict(report).items())
             out.update(
-                filesScanned=report.files_scanned,
-                filesChanged=report.files_changed,
-                filesRemoved=report.files_removed,
-                chunksWritten=report.chunks_written,
-                vectorsEmbedded=report.vectors_embedded,
-                vectorsFromCache=report.vectors_from_cache,
-                vectorsPending=report.vectors_pending,
-                reindexed=report.reindexed,
-                reindexReason=report.reindex_reason,
                 seconds=round(report.seconds, 3),
                 files=st.files,
                 chunks=st.chunks,
@@ -190,12 +184,6 @@ class MemoryService:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def search_wait_s(self, agent: ResolvedAgent) -> float:
-        """How long a search of `agent` waits for its index to catch up (`sync.searchWaitMs`)."""
-        if self._search_embed_budget_s is not None:
-            return self._search_embed_budget_s
-        return agent.memory_search.sync.search_wait_ms / 1000
-
     # ------------------------------------------------------------------ raising API
 
     def search(
@@ -221,7 +209,12 @@ class MemoryService:
         notes: list[str] = []
         if corpus == "sessions":
             notes.extend(_sessions_off(agent, b.active))
-        wait_s = self.search_wait_s(agent) if b.active == "builtin" else None
+        # how long the built-in index may first catch up (`sync.searchWaitMs` unless given here)
+        wait_s = self._search_embed_budget_s
+        if wait_s is None:
+            wait_s = agent.memory_search.sync.search_wait_ms / 1000
+        if b.active != "builtin":
+            wait_s = None
         answer = b.search(SearchRequest(text, max_results, min_score, corpus, wait_s, explain))
         results = apply_citations(
             answer.results,
@@ -472,32 +465,57 @@ class MemoryService:
     def status_model(self, agent_id: str | None = None, *, deep: bool = False) -> MemoryStatus:
         """The typed status of one agent, the same from every process; `deep` probes qmd for real."""
         # imported here: only processes that report status define the status models
-        from .status import FallbackInfo, MemoryStatus, RecoveryInfo
+        from .status import FallbackInfo, FreshnessInfo, MemoryStatus, RecoveryInfo
 
         b = self.backend(agent_id)
-        agent = b.agent
+        agent, idx = b.agent, b.index
+        backend: Active = "builtin"
+        serving: dict[str, Any] = {}
         if b.qmd is not None:
             self._probe_qmd(b, deep)
-        health = b.health_snapshot()
-        # one reading: a probe finishing meanwhile must not pair its backend with older recovery
-        st = b.failover.state if b.qmd is not None else None
-        backend = b.active
-        idx = b.index
-        check = None
-        if deep and idx is not None:
-            check = idx.check()
-        builtin = idx.status() if idx is not None else None
-        if idx is not None and builtin is not None:
-            pending = idx.pending_changes()
-            builtin = builtin.model_copy(update={"dirty": pending > 0})
-        qstat = b.qmd.status() if b.qmd is not None else None
-        if qstat is not None:
-            qstat = _with_health(qstat, health)
-        now = time.time()
-        freshness = None
-        if qstat is not None:
-            freshness = self._qmd_freshness(b, health)
-        serving_builtin = backend == "builtin"
+            health = b.health_snapshot()
+            # one reading: a probe finishing meanwhile must not pair its backend with older recovery
+            st = b.failover.state
+            backend = st.active
+            qstat = _with_health(b.qmd.status(), health)
+            newest, indexed = b.qmd_lag()
+            stale = newest is not None and (indexed is None or newest > indexed)
+            updated = health.updated_at
+            serving = dict(
+                fallback=FallbackInfo(reason=st.reason, since=st.since)
+                if st.active == "builtin"
+                else None,
+                recovery=RecoveryInfo(
+                    attempts=st.probe_attempts,
+                    next_probe_at=st.next_probe_at,
+                    last_probe_at=st.last_probe_at,
+                    last_probe_error=st.last_probe_error,
+                    recovered_at=st.recovered_at,
+                ),
+                health_updated_at=updated,
+                health_age_s=round(time.time() - updated, 1) if updated else None,
+                qmd_version=qstat.version,
+                search_mode=qstat.search_mode,
+                last_update_at=qstat.last_update_at or health.qmd.last_update_at,
+                last_embed_at=qstat.last_embed_at or health.qmd.last_embed_at,
+                freshness=FreshnessInfo(
+                    stale=stale,
+                    stale_seconds=newest - indexed if stale and newest and indexed else None,
+                    newest_file_at=newest,
+                    indexed_at=indexed,
+                ),
+                qmd=qstat,
+                provider="qmd",
+                model=agent.memory.qmd.models.embed,
+            )
+        check = idx.check() if deep and idx is not None else None
+        builtin = None
+        if idx is not None:
+            builtin = idx.status().model_copy(update={"dirty": idx.pending_changes() > 0})
+            if backend == "builtin":
+                serving.update(provider=builtin.provider, model=builtin.model)
+        elif backend == "builtin":
+            serving.update(provider=None, model=None)
         model = MemoryStatus(
             agent_id=agent.agent_id,
             workspace_dir=str(agent.workspace),
@@ -505,40 +523,15 @@ class MemoryService:
             backend=backend,
             requested_backend=agent.memory.backend,
             fail_closed=b.fail_closed,
-            fallback=FallbackInfo(reason=st.reason, since=st.since)
-            if st is not None and st.active == "builtin"
-            else None,
-            recovery=RecoveryInfo(
-                attempts=st.probe_attempts,
-                next_probe_at=st.next_probe_at,
-                last_probe_at=st.last_probe_at,
-                last_probe_error=st.last_probe_error,
-                recovered_at=st.recovered_at,
-            )
-            if st is not None
-            else None,
-            health_updated_at=health.updated_at if b.qmd is not None else None,
-            health_age_s=round(now - health.updated_at, 1)
-            if b.qmd is not None and health.updated_at
-            else None,
-            provider=(builtin.provider if builtin else None) if serving_builtin else "qmd",
-            model=(builtin.model if builtin else None)
-            if serving_builtin
-            else agent.memory.qmd.models.embed,
             files=builtin.files if builtin else None,
             chunks=builtin.chunks if builtin else None,
             pending_vectors=builtin.pending_vectors if builtin else 0,
             dirty=builtin.dirty if builtin else False,
             db_path=builtin.db_path if builtin else None,
             sources=list(agent.memory_search.sources),
-            qmd_version=qstat.version if qstat else None,
-            search_mode=qstat.search_mode if qstat else None,
-            last_update_at=(qstat.last_update_at or health.qmd.last_update_at) if qstat else None,
-            last_embed_at=(qstat.last_embed_at or health.qmd.last_embed_at) if qstat else None,
-            freshness=freshness,
             builtin=builtin,
-            qmd=qstat,
             check=check.to_dict() if check is not None else None,
+            **serving,
         )
         return model.with_issues()
 
@@ -556,25 +549,6 @@ class MemoryService:
             with b.qmd.bounded(time.monotonic() + 5):
                 b.qmd.probe()
 
-    @staticmethod
-    def _qmd_freshness(b: AgentBackend, health: Any) -> FreshnessInfo:
-        from .status import FreshnessInfo
-
-        newest = b.newest_memory_mtime()
-        indexed = health.qmd.last_update_at
-        if b.qmd is not None:
-            indexed = max(indexed or 0, b.qmd.status().last_update_at or 0) or None
-        if newest is None:
-            return FreshnessInfo(stale=False, indexed_at=indexed)
-        if indexed is None or newest > indexed:
-            return FreshnessInfo(
-                stale=True,
-                stale_seconds=None if indexed is None else newest - indexed,
-                newest_file_at=newest,
-                indexed_at=indexed,
-            )
-        return FreshnessInfo(stale=False, newest_file_at=newest, indexed_at=indexed)
-
     def status(self, agent_id: str | None = None, *, deep: bool = False) -> dict[str, Any]:
         """`status_model()` as JSON-ready camelCase dict."""
         return (self.status_model(agent_id, deep=deep)).to_dict()
@@ -586,9 +560,8 @@ def _checked_selections(raw: object) -> list[tuple[str, list[int], str]]:
         raise InvalidInput("selections must be a non-empty list of {path, ranges, sha256}")
     out = []
     for item in raw:
-        path = item.get("path") if isinstance(item, dict) else None
-        ranges = item.get("ranges") if isinstance(item, dict) else None
-        digest = item.get("sha256") if isinstance(item, dict) else None
+        fields = item if isinstance(item, dict) else {}
+        path, ranges, digest = fields.get("path"), fields.get("ranges"), fields.get("sha256")
         ok = isinstance(ranges, list) and all(
             isinstance(r, list) and len(r) == 2 and all(type(n) is int and n >= 1 for n in r)
             for r in ranges

@@ -35,7 +35,7 @@ def warm(service: MemoryService, agent_id: str | None, say: Say) -> bool:
                 say("qmd embed", True, "")
             modes = ["search"] + ([qmd.search_mode] if qmd.search_mode != "search" else [])
             for mode in modes:
-                qmd.search_hits("memoryd warm-up query", max_results=1, mode=mode)  # type: ignore[arg-type]
+                qmd.search("memoryd warm-up query", max_results=1, mode=mode)  # type: ignore[arg-type]
                 say(
                     "qmd keyword search" if mode == "search" else f"qmd {mode} (loads its models)",
                     True,

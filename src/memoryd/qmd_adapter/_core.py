@@ -1,4 +1,5 @@
-"""`QmdCore`: one agent's qmd home, its environment, the qmd calls and the collections."""
+"""`QmdCore`: one agent's qmd home, its environment, the qmd calls, the collections, and timed or
+requested `qmd update`/`qmd embed` serialized across processes."""
 
 from __future__ import annotations
 
@@ -10,15 +11,16 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
-from pathlib import Path
-from typing import Final, Literal
+from pathlib import Path, PurePosixPath
+from typing import Any, Final, Literal
 
 import filelock
 
 from ..config import QmdSettings
+from ..core.engine import ProgressFn
 from ..core.layout import MemoryRoot
 from ..errors import QmdError, QmdExitError, QmdLocked, QmdTimeout, StateError
-from ..fsio import private_dir, read_private, write_private_atomic
+from ..fsio import private_dir, private_file, read_private, write_private_atomic
 from ._collections import CollectionSpec, desired_collections, plan_collections
 from ._home import QmdHome, default_shared_models_dir
 from ._parse import (
@@ -31,7 +33,7 @@ from ._parse import (
 )
 from ._plan import SearchMode
 from ._rerank import rerank_stage
-from ._runner import DEFAULT_MAX_OUTPUT_CHARS, QmdOutput, resolve_command, run_qmd
+from ._runner import QmdOutput, resolve_command, run_qmd
 
 log = logging.getLogger("memoryd.qmd")
 
@@ -43,6 +45,11 @@ BUSY_TIMEOUT_ENV: Final = "QMD_SQLITE_BUSY_TIMEOUT"
 _BUSY_TRIES: Final = 4
 
 
+def embed_backoff_s(failures: int) -> float:
+    """Wait before the next embed after `failures` consecutive failures: 60 s doubling, ≤ 1 h."""
+    return float(min(3600, 60 * 2 ** (failures - 1))) if failures > 0 else 0.0
+
+
 def busy_timeout_ms(left_s: float, configured: str | None = None) -> int:
     """qmd's busy timeout for a call with `left_s` seconds left: a third, at least 50 ms."""
     ms = max(50, int(left_s * 1000 / 3))
@@ -52,7 +59,8 @@ def busy_timeout_ms(left_s: float, configured: str | None = None) -> int:
 
 
 class QmdCore:
-    """The state and qmd calls every part of `QmdManager` shares."""
+    """The state and qmd calls `QmdManager` searches with; update, embed, their timers, backoff
+    and the file watcher."""
 
     def __init__(
         self,
@@ -63,8 +71,6 @@ class QmdCore:
         shared_models_dir: Path | _Unset | None = "unset",
         env_overrides: Mapping[str, str | None] | None = None,
         rerank: bool | None = None,
-        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
-        embed_backoff: tuple[float, float] = (60.0, 3600.0),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
@@ -78,8 +84,6 @@ class QmdCore:
         # the search reranks only if told here: `memory.qmd.rerank` is the rerank stage's
         self._rerank = bool(rerank)
         self.rerank_stage = rerank_stage(settings)
-        self._max_output = max_output_chars
-        self._backoff_base, self._backoff_cap = embed_backoff
         self._clock = clock
 
         #: The configured search mode (`memory.qmd.searchMode`).
@@ -91,8 +95,6 @@ class QmdCore:
         self._waiting_for_dir: list[CollectionSpec] = []
         self._collections_lock = threading.RLock()
         self._maint_lock = threading.Lock()
-        self._maint_idle = threading.Event()
-        self._maint_idle.set()
         self._file_lock = filelock.FileLock(
             str(self.home.lock_path), thread_local=False, mode=0o600
         )
@@ -143,10 +145,7 @@ class QmdCore:
         if self._active or self._started:
             return list(self._active.values())
         present = [s for s in self._desired_now() if Path(s.path).is_dir()]
-        fingerprint = self._verified(present)
-        if fingerprint is not None and fingerprint == self._verified_record():
-            return present
-        return []
+        return present if self._still_verified(present) else []
 
     def env(self) -> dict[str, str]:
         """The environment every qmd call of this agent gets."""
@@ -176,7 +175,6 @@ class QmdCore:
                     env=env,
                     cwd=str(self.home.neutral_cwd),
                     timeout_s=max(left_s, 0.001),
-                    max_output_chars=self._max_output,
                     check=check,
                     running=self._running,
                 )
@@ -233,29 +231,20 @@ class QmdCore:
                 private_dir(self.sessions_dir)
             present = [s for s in self._specs if Path(s.path).is_dir()]
             self._waiting_for_dir = [s for s in self._specs if s not in present]
-            fingerprint = self._verified(present)
-            if (
-                fingerprint is not None
-                and fingerprint == self._verified_record()
-                and resolve_command(self.command, self.env()) is not None
-            ):
+            if self._still_verified(present) and resolve_command(self.command, self.env()):
                 # qmd's registry is byte for byte as last checked: asking qmd would find nothing
                 # to do; a collection lost otherwise is re-created on a search's "not found"
                 self._active = {s.name: s for s in present}
                 return
             existing = self.list_collections()
             for action in plan_collections(present, existing):
-                if action.kind == "remove":
-                    self._remove_collection(action.name)
-                elif action.kind == "rebind":
-                    assert action.spec is not None
-                    spec = action.spec
+                spec = action.spec
+                if action.kind == "rebind" and spec is not None:
                     log.info("qmd: re-binding %s to %s (%s)", action.name, spec.path, spec.pattern)
+                if action.kind != "add":
                     self._remove_collection(action.name)
-                    self._add_collection(action.spec)
-                else:
-                    assert action.spec is not None
-                    self._add_collection(action.spec)
+                if spec is not None:
+                    self._add_collection(spec)
             self._active = {s.name: s for s in present}
             self._record_verified(present)
 
@@ -269,12 +258,14 @@ class QmdCore:
             digest.update(f"\0{spec.name}\0{spec.path}\0{spec.pattern}".encode())
         return digest.hexdigest()
 
-    def _verified_record(self) -> str | None:
+    def _still_verified(self, present: Sequence[CollectionSpec]) -> bool:
+        """qmd's registry and the collections memoryd wants are as they were last checked."""
+        fingerprint = self._verified(present)
         try:
-            data = read_private(self.home.verified_path)
-            return (data or b"").decode("ascii").strip() or None
+            record = (read_private(self.home.verified_path) or b"").decode("ascii").strip()
         except (StateError, UnicodeDecodeError):
-            return None
+            return False
+        return fingerprint is not None and fingerprint == record
 
     def _record_verified(self, present: Sequence[CollectionSpec]) -> None:
         fingerprint = self._verified(present)
@@ -327,3 +318,169 @@ class QmdCore:
             sessions_dir=self.sessions_dir,
             extra_roots=self.settings.extra_roots,
         )
+
+    def _watch_files(self, stop: threading.Event) -> None:
+        """Changes under any memory collection ask for a debounced update (`update.debounceMs`)."""
+        from watchfiles import watch
+
+        roots = [r for r in self.roots() if r.source == "memory"]
+        folders = sorted({r.path for r in roots if Path(r.path).is_dir()})
+        if not folders:
+            return
+
+        def relevant(_change: Any, raw: str) -> bool:
+            return raw.lower().endswith(".md") or not PurePosixPath(raw).suffix
+
+        for _changes in watch(
+            *folders,
+            watch_filter=relevant,
+            debounce=200,
+            step=50,
+            recursive=True,
+            rust_timeout=200,
+            stop_event=stop,
+        ):
+            self.notify_changed()
+
+    @contextmanager
+    def _maintenance(self) -> Iterator[None]:
+        with self._maint_lock:
+            self._acquire_file_lock()
+            try:
+                yield
+            finally:
+                self._file_lock.release()
+
+    def _acquire_file_lock(self) -> None:
+        # Polled so that a close ends the wait; another process may hold it for a whole embed.
+        private_dir(self.home.root)
+        private_file(self.home.lock_path)  # filelock opens it by name: no link there
+        while True:
+            try:
+                self._file_lock.acquire(timeout=0)
+                return
+            except filelock.Timeout:
+                if self._closed:
+                    raise QmdTimeout("qmd is closing: its maintenance lock was not taken") from None
+                time.sleep(0.1)
+
+    def _may_run(self, force: bool) -> bool:
+        """False when a non-forced call should wait for the in-flight job, or is debounced."""
+        if force:
+            return True
+        if self._maint_lock.locked():
+            with self._maint_lock:  # the job in flight does what this call would
+                return False
+        return not self._debounced()
+
+    def update(self, *, force: bool = False) -> bool:
+        """Run `qmd update`. Returns whether it ran."""
+        if not self._may_run(force):
+            return False
+        with self._maintenance():
+            self._update_locked()
+        return True
+
+    def _update_locked(self) -> None:
+        if self._waiting_for_dir and any(Path(s.path).is_dir() for s in self._waiting_for_dir):
+            self.ensure_collections()
+        try:
+            self._run(["update"], self.config.update.update_timeout_ms)
+        except QmdError as err:
+            self._emit("update", False, str(err))
+            raise
+        self.last_update_at = time.time()
+        self._last_update_mono = self._clock()
+        self._emit("update", True)
+
+    def _debounced(self) -> bool:
+        last = self._last_update_mono
+        return last is not None and self._clock() - last < self.config.update.debounce_ms / 1000
+
+    def embed_due(self) -> bool:
+        """Whether the embed timer says it is time (ignores backoff and mode)."""
+        interval_ms = self.config.update.embed_interval_ms
+        if self._last_embed_mono is None:
+            return True
+        return interval_ms > 0 and self._clock() - self._last_embed_mono >= interval_ms / 1000
+
+    def embed_blocked_reason(self) -> str | None:
+        """Why a non-forced embed would be skipped now, or None."""
+        if self.search_mode == "search":
+            return "searchMode is 'search' (BM25 only): no vectors needed"
+        if self._embed_retry_at is not None and self._clock() < self._embed_retry_at:
+            return f"backing off after {self._embed_failures} failed embed(s)"
+        return None
+
+    def embed(self, *, force: bool = False) -> bool:
+        """Run `qmd embed`. Returns whether it ran; failures raise and start/extend the backoff."""
+        if not force and self.embed_blocked_reason() is not None:
+            return False
+        with self._maintenance():
+            self._embed_locked()
+        return True
+
+    def _embed_locked(self) -> None:
+        try:
+            self._run(["embed"], self.config.update.embed_timeout_ms)
+        except QmdError as err:
+            self._embed_failures += 1
+            delay = embed_backoff_s(self._embed_failures)
+            self._embed_retry_at = self._clock() + delay
+            self.last_error = f"embed failed: {err}"
+            log.warning("qmd embed failed (%s); next try in %.0fs", err, delay)
+            self._emit("embed", False, str(err))
+            raise
+        self._embed_failures = 0
+        self._embed_retry_at = None
+        self.last_embed_at = time.time()
+        self._last_embed_mono = self._clock()
+        self._emit("embed", True)
+
+    def sync(self, *, force: bool = False, progress: ProgressFn | None = None) -> bool:
+        """Update, then embed when due. An embed failure is backed off, never raised."""
+        if not self._may_run(force):
+            return False
+        with self._maintenance():
+            self._update_locked()
+            if self.embed_blocked_reason() is None and self.embed_due():
+                with suppress(QmdError):
+                    self._embed_locked()
+        return True
+
+    def notify_changed(self) -> None:
+        """A memory file changed: ask for a debounced sync (needs the maintenance loop)."""
+        if self._update_requested_at is None:
+            self._update_requested_at = self._clock()
+        self._wake.set()
+
+    def run_maintenance(self, stop: threading.Event) -> None:
+        """Timers until `stop` is set or `close()`: boot refresh, `update.interval`, debounced
+        `notify_changed`."""
+        update = self.config.update
+        if update.on_boot and not update.wait_for_boot_sync:
+            self._sync_logged()
+        interval_s = update.interval_ms / 1000
+        next_periodic = self._clock() + interval_s if interval_s > 0 else None
+        while not (stop.is_set() or self._closed):
+            now = self._clock()
+            due = [t for t in (next_periodic,) if t is not None]
+            if self._update_requested_at is not None:
+                due.append(self._update_requested_at + update.debounce_ms / 1000)
+            wait_s = max(0.0, min(due) - now) if due else None
+            if self._wake.wait(wait_s):
+                self._wake.clear()
+                continue
+            if stop.is_set() or self._closed:
+                return
+            self._update_requested_at = None
+            self._sync_logged()
+            if interval_s > 0:
+                next_periodic = self._clock() + interval_s
+
+    def _sync_logged(self) -> None:
+        try:
+            self.sync(force=True)
+        except QmdError as err:
+            self.last_error = f"update failed: {err}"
+            log.warning("qmd update failed: %s", err)

@@ -36,13 +36,9 @@ class QmdHome:
         #: No `.qmd/index.yml` can be found walking up from here but one we would never write.
         self.neutral_cwd = root / "run"
 
-    def env(
-        self,
-        base: Mapping[str, str] | None = None,
-        overrides: Mapping[str, str | None] | None = None,
-    ) -> dict[str, str]:
+    def env(self, overrides: Mapping[str, str | None] | None = None) -> dict[str, str]:
         """The caller's environment with this agent's XDG dirs and NO_COLOR; `None` overrides unset."""
-        env = dict(os.environ if base is None else base)
+        env = dict(os.environ)
         env.setdefault("NODE_COMPILE_CACHE", str(self.cache_home / "node-compile-cache"))
         env.update(
             XDG_CONFIG_HOME=str(self.config_home),

@@ -13,20 +13,25 @@ from typing import Any, Final
 
 from ..background import Background
 from ..core.engine import Corpus, SearchOutput, SearchRequest
-from ..core.layout import SKIP_DIRS, MemoryRoot
+from ..core.layout import SKIP_DIRS, MemoryRoot, display_path
 from ..core.results import FileText, SearchResult, Source
 from ..core.status import CollectionStatus, QmdStatus
 from ..errors import MemorydError, PathNotAllowed, QmdBadOutput, QmdError, QmdExitError
 from ..fsio import read_file, wipe_folder
 from ..memfiles import read_memory_file
-from ._collections import CollectionSpec
-from ._maintenance import QmdMaintained
-from ._mapping import apply_limits, display_path, interleave, split_qmd_uri
-from ._parse import QmdHit, is_missing_collection_error, parse_search_output
-from ._plan import QueryPlan, SearchMode, plan_query
+from ._core import QmdCore
+from ._parse import QmdHit, is_missing_collection_error, parse_search_output, split_qmd_uri
+from ._plan import SearchMode, plan_query
 from ._rerank import explained, qmd_scorer, reranked
 from ._runner import kill_group
-from ._snippets import content_docid, file_lines, hit_windows, holds_enough, refind_line
+from ._snippets import (
+    content_docid,
+    file_lines,
+    hit_windows,
+    holds_enough,
+    interleave,
+    refind_line,
+)
 
 log = logging.getLogger("memoryd.qmd")
 
@@ -36,13 +41,6 @@ SPARE_HITS: Final = 2
 QMD_CANDIDATE_LIMIT: Final = 40
 #: A hit's file is read whole to cut its window; a larger one is dropped (and counted).
 MAX_HIT_FILE_BYTES: Final = 8 << 20
-
-
-@dataclasses.dataclass
-class _Found:
-    results: list[SearchResult]
-    vector: bool = False
-    notes: list[str] = dataclasses.field(default_factory=list)
 
 
 class _Dropped(Exception):
@@ -63,7 +61,7 @@ def parse_version(text: str) -> str:
     return line
 
 
-class QmdManager(QmdMaintained):
+class QmdManager(QmdCore):
     """Drives qmd for one agent. Create, `start()`, use, `close()`."""
 
     name: Final = "qmd"
@@ -104,29 +102,20 @@ class QmdManager(QmdMaintained):
         self.home.ensure(models=models, shared_models_dir=self._shared_models)
         self.ensure_collections()
 
-    def version(self) -> str:
-        """`qmd --version` (cached), validated: e.g. `qmd 2.8.3 (facd35e)`; else `QmdBadOutput`."""
-        if self._version is None:
-            out = self._run(["--version"], self.config.update.command_timeout_ms)
-            try:
-                self._version = parse_version(out.stdout or out.stderr)
-            except QmdBadOutput as err:
-                self._version_error = str(err)
-                raise
-            self._version_error = None
-        return self._version
-
     def probe(self) -> bool:
         """True when qmd starts and answers `qmd X.Y.Z`; never raises a `QmdError`."""
+        self._version = None
         try:
-            self._version = None
-            version = self.version()
+            out = self._run(["--version"], self.config.update.command_timeout_ms)
+            version = parse_version(out.stdout or out.stderr)
         except QmdError as err:
+            if isinstance(err, QmdBadOutput):
+                self._version_error = str(err)
             self.last_error = str(err)
             self.last_probe_error = err
             self._emit("version", False, f"{type(err).__name__}: {err}")
             return False
-        self.last_probe_error = None
+        self._version, self._version_error, self.last_probe_error = version, None, None
         self._emit("version", True, version)
         return True
 
@@ -178,96 +167,49 @@ class QmdManager(QmdMaintained):
         *,
         max_results: int | None = None,
         min_score: float | None = None,
-        mode: SearchMode | None = None,
-    ) -> SearchOutput:
-        """The engine contract's search: ranked hits with their provenance (see `search_hits`)."""
-        if isinstance(request, str):
-            request = SearchRequest(request, max_results, min_score)
-        found = self._search(request, mode=mode)
-        return SearchOutput(
-            results=found.results,
-            engine="qmd",
-            provider="qmd",
-            model=self.config.models.embed if found.vector else None,
-            mode=mode or self.search_mode,
-            max_injected_chars=self.config.limits.max_injected_chars,
-            notes=found.notes,
-        )
-
-    def search_hits(
-        self,
-        query: str,
-        *,
-        max_results: int | None = None,
-        min_score: float | None = None,
-        timeout_ms: int | None = None,
-        rerank: bool | None = None,
-        mode: SearchMode | None = None,
         corpus: Corpus = "all",
-    ) -> list[SearchResult]:
-        """Search this agent's collections in one `qmd query` call (see `plan_query`)."""
-        request = SearchRequest(query, max_results, min_score, corpus)
-        return self._search(request, timeout_ms=timeout_ms, rerank=rerank, mode=mode).results
-
-    def _search(
-        self,
-        request: SearchRequest,
-        *,
+        mode: SearchMode | None = None,
         timeout_ms: int | None = None,
         rerank: bool | None = None,
-        mode: SearchMode | None = None,
-    ) -> _Found:
-        limits, query, min_score = self.config.limits, request.query, request.min_score
-        n = request.max_results or limits.max_results
+    ) -> SearchOutput:
+        """Search this agent's collections in one `qmd query` call (see `plan_query`); a str is
+        the query, with the limits given here."""
+        if isinstance(request, str):
+            request = SearchRequest(request, max_results, min_score, corpus)
+        limits, query, mode = self.config.limits, request.query, mode or self.search_mode
+        answer = SearchOutput([], "qmd", "qmd", None, mode, limits.max_injected_chars)
         names = [s.name for s in self._active.values() if request.corpus in ("all", s.source)]
-        if not names:
-            return _Found([])
-        mode = mode or self.search_mode
-        vectors = mode != "search" and self.has_vectors(names)
-        plan = plan_query(query, mode=mode, vectors=vectors)
+        vectors = bool(names) and mode != "search" and self.has_vectors(names)
+        plan = plan_query(query, mode=mode, vectors=vectors) if names else None
         if plan is None:
-            return _Found([])
-        notes = []
+            return answer
         if mode != "search" and not vectors and not plan.verbatim:
-            notes.append(
+            answer.notes.append(
                 "qmd has no embeddings for these collections yet: answered by keywords "
                 "(`memoryd index` embeds them)"
             )
-        use_rerank = self._rerank if rerank is None else rerank
+        rerank = self._rerank if rerank is None else rerank
         # as many hits whatever maxResults asks: a larger one then only adds results
         pool = limits.max_results + SPARE_HITS
-        hits = self._query(plan.document, names, pool, timeout_ms or limits.timeout_ms, use_rerank)
+        hits = self._query(plan.document, names, pool, timeout_ms or limits.timeout_ms, rerank)
         results = self._results_from_hits(hits, plan.snippet_query, plan.words)
-        floor = limits.min_score if min_score is None else min_score
-        passed = apply_limits(results, max_results=len(results), min_score=floor)
-        passed = self.rerank_passed(query, plan, names, pool, passed, notes, floor, request.explain)
-        return _Found(passed[:n], plan.vector, notes)
-
-    def rerank_passed(
-        self,
-        query: str,
-        plan: QueryPlan,
-        names: list[str],
-        pool: int,
-        passed: list[SearchResult],
-        notes: list[str],
-        floor: float,
-        explain: bool,
-    ) -> list[SearchResult]:
-        """The rerank stage over what passed minScore; `explain` says what qmd was sent."""
-        sent = {"query": plan.document.split("\n"), "minScore": floor} if explain else None
+        floor = limits.min_score if request.min_score is None else request.min_score
+        passed = [r for r in results if r.score >= floor]
+        # the rerank stage over what passed minScore; `explain` says what qmd was sent
+        sent = {"query": plan.document.split("\n"), "minScore": floor} if request.explain else None
         stage = self.rerank_stage
-        if stage is None or not passed:
-            if sent is None:
-                return passed
-            return [r.with_(explain=explained(r, sent, None)) for r in passed]
-        scorer = None
-        if stage.provider == "qmd":
-            argv = self.search_argv(plan.document, names, pool, rerank=True)
-            roots = {s.name: s.path for s in self._specs}
-            paths = [r.path for r in passed[: stage.candidates]]
-            scorer = qmd_scorer(self._run, argv, paths, self.settings, roots)
-        return reranked(stage, query, passed, notes, scorer, sent)
+        if stage is not None and passed:
+            scorer = None
+            if stage.provider == "qmd":
+                argv = self.search_argv(plan.document, names, pool, rerank=True)
+                paths = [r.path for r in passed[: stage.candidates]]
+                scorer = qmd_scorer(self._run, argv, paths, self.roots(), self.settings.workspace)
+            passed = reranked(stage, query, passed, answer.notes, scorer, sent)
+        elif sent is not None:
+            passed = [r.with_(explain=explained(r, sent, None)) for r in passed]
+        n = request.max_results or limits.max_results
+        model = self.config.models.embed if plan.vector else None
+        return dataclasses.replace(answer, results=passed[:n], model=model)
 
     def search_argv(
         self, document: str, names: Sequence[str], n: int, *, rerank: bool | None = None
@@ -363,8 +305,9 @@ class QmdManager(QmdMaintained):
         if spec is None:
             self._drop("unknown_collection", shown, f"{collection!r} is not one of this agent's")
             return []
+        root = MemoryRoot(spec.path, spec.pattern, spec.source, spec.name)
         try:
-            read = self._read_hit(spec, rel)
+            read = self._read_hit(root, rel)
         except _Dropped as dropped:
             self._drop(dropped.reason, shown, dropped.detail)
             return []
@@ -383,8 +326,7 @@ class QmdManager(QmdMaintained):
             line = moved
         if words and not holds_enough(words, "\n".join(lines)):
             return []  # about something else (not a refusal: nothing is counted)
-        roots = {s.name: s.path for s in self._specs}
-        path = display_path(collection, rel, roots=roots, workspace=str(self.settings.workspace))
+        path = display_path(root, PurePosixPath(rel), workspace=str(self.settings.workspace))
         return [
             SearchResult(path, first, last, hit.score, text, source=spec.source)
             for text, first, last in hit_windows(
@@ -392,7 +334,7 @@ class QmdManager(QmdMaintained):
             )
         ]
 
-    def _read_hit(self, spec: CollectionSpec, rel: str) -> tuple[bytes, list[str]] | None:
+    def _read_hit(self, root: MemoryRoot, rel: str) -> tuple[bytes, list[str]] | None:
         """The hit's file, read only if memoryd's own rules and `fsio`'s checks allow it."""
         if rel.startswith("/"):
             raise _Dropped("absolute_path", "qmd named an absolute path")
@@ -402,9 +344,8 @@ class QmdManager(QmdMaintained):
         skipped = next((p for p in parts[:-1] if p in SKIP_DIRS), None)
         if skipped is not None:
             raise _Dropped("not_memory", f"in {skipped}/, a folder memoryd never reads")
-        root = MemoryRoot(spec.path, spec.pattern, spec.source, spec.name)
         if not root.accepts(PurePosixPath(rel)):
-            raise _Dropped("not_memory", f"not a Markdown file {spec.pattern!r} selects")
+            raise _Dropped("not_memory", f"not a Markdown file {root.pattern!r} selects")
         try:
             got = read_file(root, rel, anchor=self.settings.workspace, max_bytes=MAX_HIT_FILE_BYTES)
         except PathNotAllowed as err:

@@ -1,4 +1,4 @@
-"""Pure parsing of what qmd prints: search JSON, snippet headers, collection listings, error kinds."""
+"""Pure parsing of what qmd prints: search JSON, URIs, snippet headers, collection lists, errors."""
 
 from __future__ import annotations
 
@@ -24,6 +24,14 @@ class QmdHit(BaseModel):
     title: str | None = Field(None, description="Document title.")
     snippet: str | None = Field(None, description="Excerpt starting with an `@@ -S,C @@` header.")
     body: str | None = Field(None, description="Whole document (with --full) instead of a snippet.")
+
+
+def split_qmd_uri(uri: str) -> tuple[str, str] | None:
+    """`qmd://<collection>/<rel>` → (collection, rel); None for anything else."""
+    collection, sep, rel = uri.removeprefix("qmd://").partition("/")
+    if not uri.startswith("qmd://") or not collection or not sep or not rel:
+        return None
+    return collection, rel
 
 
 _NO_RESULTS_RE = re.compile(r"\bno (?:results|documents|matches) found\b", re.IGNORECASE)
@@ -121,12 +129,7 @@ _LIST_NAME_RE = re.compile(r"^(\S+) \(qmd://[^)]*\)\s*$")
 
 def parse_collection_list(text: str) -> list[str]:
     """Names from `qmd collection list` (lines like `memory-root-main (qmd://memory-root-main/)`)."""
-    names = []
-    for line in text.splitlines():
-        match = _LIST_NAME_RE.match(line.strip())
-        if match:
-            names.append(match.group(1))
-    return names
+    return [m.group(1) for line in text.splitlines() if (m := _LIST_NAME_RE.match(line.strip()))]
 
 
 def parse_collection_show(text: str) -> CollectionInfo | None:

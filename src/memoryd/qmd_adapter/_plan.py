@@ -126,7 +126,7 @@ def plan_query(query: str, *, mode: SearchMode, vectors: bool) -> QueryPlan | No
         text = _one_line(_TYPED_LINE.sub(" ", text))  # read as the question it holds
     if is_qmd_syntax(text):
         if _TYPED_LINE.search(text):
-            body = re.sub(r"^\s*(?:lex|vec|hyde|intent|expand)\s*:", " ", text, flags=re.I | re.M)
+            body = _TYPED_LINE.sub(" ", text)
             vector = bool(re.search(r"^\s*(?:vec|hyde)\s*:", text, re.I | re.M))
             return QueryPlan(text, _positive(body), verbatim=True, vector=vector)
         return QueryPlan(f"lex: {_one_line(text)}", _positive(text), verbatim=True)

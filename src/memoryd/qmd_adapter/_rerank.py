@@ -3,14 +3,16 @@ it only reorders, as qmd's reranked scores stay high for an off-topic query."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..config import QmdSettings
+from ..core.layout import MemoryRoot, display_path
 from ..core.results import SearchResult
 from ..rerank import RemoteReranker, RerankStage, Scorer
-from ._mapping import display_path, split_qmd_uri
-from ._parse import parse_search_output
+from ._parse import parse_search_output, split_qmd_uri
 from ._runner import QmdOutput
 
 #: `run(argv, timeout_ms)`: one qmd call (`QmdCore._run`).
@@ -27,22 +29,21 @@ def rerank_stage(settings: QmdSettings) -> RerankStage | None:
 
 
 def qmd_scorer(
-    run: Run, argv: list[str], paths: Sequence[str], settings: QmdSettings, roots: dict[str, str]
+    run: Run, argv: list[str], paths: Sequence[str], roots: list[MemoryRoot], workspace: Path
 ) -> Scorer:
     """A scorer giving each path qmd's reranked score for its file (-1 when no longer listed)."""
+    by_name = {root.name: root for root in roots}
 
     def score(query: str, documents: Sequence[str], deadline: float) -> list[float]:
-        import time
-
         left_ms = max(1, int((deadline - time.monotonic()) * 1000))
-        hits = parse_search_output(run(argv, left_ms).stdout)
         by_path: dict[str, float] = {}
-        for hit in hits:
-            located = split_qmd_uri(hit.file) if hit.file else None
-            if located is None:
-                continue
-            path = display_path(*located, roots=roots, workspace=str(settings.workspace))
-            by_path.setdefault(path, hit.score)
+        for hit in parse_search_output(run(argv, left_ms).stdout):
+            collection, rel = split_qmd_uri(hit.file or "") or ("", "")
+            if collection in by_name:
+                path = display_path(
+                    by_name[collection], PurePosixPath(rel), workspace=str(workspace)
+                )
+                by_path.setdefault(path, hit.score)
         return [by_path.get(p, -1.0) for p in paths]
 
     return score

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import codecs
 import os
 import re
+import selectors
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import IO
 
 from ..core.text import plain_text
 from ..errors import QmdExitError, QmdOutputTooLarge, QmdTimeout, QmdUnavailable
@@ -30,37 +28,6 @@ class QmdOutput:
     returncode: int
     stdout: str
     stderr: str
-
-
-class _TooMuchOutput(Exception):
-    pass
-
-
-class _Capture:
-    """Decodes a byte stream; stdout over the cap is an error, stderr keeps only its tail."""
-
-    def __init__(self, limit: int, *, keep_tail: bool) -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._parts: list[str] = []
-        self._size = 0
-        self._limit = limit
-        self._keep_tail = keep_tail
-
-    def feed(self, data: bytes, final: bool = False) -> None:
-        text = self._decoder.decode(data, final)
-        if not text:
-            return
-        self._parts.append(text)
-        self._size += len(text)
-        if self._size > self._limit:
-            if not self._keep_tail:
-                raise _TooMuchOutput
-            joined = "".join(self._parts)[-self._limit :]
-            self._parts, self._size = [joined], len(joined)
-
-    @property
-    def text(self) -> str:
-        return "".join(self._parts)
 
 
 def resolve_command(command: str, env: Mapping[str, str] | None = None) -> str | None:
@@ -111,33 +78,50 @@ def _collect(
 ) -> tuple[int, str, str]:
     """The process's exit code and output, its whole group killed on any failure."""
     assert process.stdout is not None and process.stderr is not None
-    started = time.monotonic()
-    stdout = _Capture(max_output_chars, keep_tail=False)
-    stderr = _Capture(max_output_chars, keep_tail=True)
-    # both pipes are read on threads to their end, so neither can fill up and stall qmd
-    readers = _Readers((process.stdout, stdout), (process.stderr, stderr))
+    deadline = time.monotonic() + timeout_s
+    too_large = QmdOutputTooLarge(
+        f"{label} printed more than {max_output_chars} characters (process group killed)"
+    )
+    timed_out = QmdTimeout(f"{label} timed out after {timeout_s:g}s (process group killed)")
+    cap = 4 * max_output_chars  # bytes: no UTF-8 character takes more than 4
+    out, err = bytearray(), bytearray()
+    sinks = {process.stdout.fileno(): out, process.stderr.fileno(): err}
     try:
-        finished = readers.done.wait(timeout_s)
-        if readers.too_much.is_set():
-            raise QmdOutputTooLarge(
-                f"{label} printed more than {max_output_chars} characters (process group killed)"
-            )
+        # both pipes are read to their end, so neither can fill up and stall qmd
+        with selectors.DefaultSelector() as selector:
+            for fd in sinks:
+                selector.register(fd, selectors.EVENT_READ)
+            while selector.get_map():
+                left_s = deadline - time.monotonic()
+                if left_s <= 0:
+                    raise timed_out
+                for key, _ in selector.select(left_s):
+                    data = os.read(key.fd, _READ_CHUNK)
+                    sink = sinks[key.fd]
+                    sink += data
+                    if not data:
+                        selector.unregister(key.fd)
+                    elif sink is out and len(out) > cap:
+                        raise too_large
+                    elif sink is err:
+                        del err[:-cap]  # stderr keeps only its tail
         try:
-            if not finished:
-                raise subprocess.TimeoutExpired(label, timeout_s)
-            returncode = process.wait(max(0.001, started + timeout_s - time.monotonic()))
+            returncode = process.wait(max(0.001, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            raise QmdTimeout(
-                f"{label} timed out after {timeout_s:g}s (process group killed)"
-            ) from None
+            raise timed_out from None
         # a clean exit can still leave helpers of the group behind: leave nothing running
         _signal_group(process.pid)
     except BaseException:
         kill_group(process)
         raise
     finally:
-        readers.close()
-    return returncode, stdout.text, stderr.text
+        for pipe in (process.stdout, process.stderr):
+            with suppress(OSError):
+                pipe.close()
+    stdout = out.decode("utf-8", errors="replace")
+    if len(stdout) > max_output_chars:
+        raise too_large
+    return returncode, stdout, err.decode("utf-8", errors="replace")[-max_output_chars:]
 
 
 def _spawn(exe: str, argv: list[str], env: Mapping[str, str], cwd: str) -> subprocess.Popen[bytes]:
@@ -156,46 +140,6 @@ def _spawn(exe: str, argv: list[str], env: Mapping[str, str], cwd: str) -> subpr
         )
     except OSError as err:
         raise QmdUnavailable(f"cannot start qmd ({exe}): {err.strerror or err}") from None
-
-
-class _Readers:
-    """One thread per pipe feeding its `_Capture`; `done` when all ended or stdout overflowed."""
-
-    def __init__(self, *pipes: tuple[IO[bytes], _Capture]) -> None:
-        self.done = threading.Event()
-        self.too_much = threading.Event()
-        self._left = len(pipes)
-        self._lock = threading.Lock()
-        self._pipes = [pipe for pipe, _ in pipes]
-        self._threads = [
-            threading.Thread(target=self._drain, args=pipe, daemon=True) for pipe in pipes
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def _drain(self, stream: IO[bytes], sink: _Capture) -> None:
-        try:
-            while data := stream.read1(_READ_CHUNK):  # type: ignore[attr-defined]
-                sink.feed(data)
-            sink.feed(b"", final=True)
-        except _TooMuchOutput:
-            self.too_much.set()
-            self.done.set()
-        except (OSError, ValueError):  # the pipe was closed under us: the process is gone
-            pass
-        finally:
-            with self._lock:
-                self._left -= 1
-                if not self._left:
-                    self.done.set()
-
-    def close(self) -> None:
-        """Wait briefly for the readers (the group is dead or done by now), close the pipes."""
-        for thread in self._threads:
-            thread.join(1.0)
-        for pipe in self._pipes:
-            with suppress(OSError):
-                pipe.close()
 
 
 def _signal_group(pgid: int) -> None:

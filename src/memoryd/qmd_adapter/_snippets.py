@@ -1,4 +1,4 @@
-"""Pure snippets for qmd's hits: the window the built-in index would cut, from the file itself."""
+"""Pure snippets for qmd's hits, cut from the file as the built-in index would, interleaved."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from ..core.ranking import continue_snippet, select_snippet
+from ..core.results import SearchResult
 from ..core.text import text_terms
 from ._parse import parse_snippet
 
@@ -103,4 +104,15 @@ def hit_windows(
         more = continue_snippet("\n".join(lines), 1, len(lines), last, max_chars)
         if more is not None:
             out.append(more)
+    return out
+
+
+def interleave(*lists: Sequence[Sequence[SearchResult]]) -> list[SearchResult]:
+    """Round-robin over per-source lists of hits (each best-first), so no source starves another."""
+    ordered = sorted((lst for lst in lists if lst), key=lambda lst: -lst[0][0].score)
+    out: list[SearchResult] = []
+    for i in range(max((len(lst) for lst in ordered), default=0)):
+        for lst in ordered:
+            if i < len(lst):
+                out.extend(lst[i])
     return out
