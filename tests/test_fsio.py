@@ -25,13 +25,12 @@ from typing import Any, Literal
 
 import pytest
 
+from memoryd.builtin_index._sqlite_util import make_private
 from memoryd.core.layout import MAX_DEPTH, MemoryRoot
 from memoryd.errors import MemoryWriteFailed, PathNotAllowed, StateError
 from memoryd.fsio import (
     Reason,
     append_file,
-    fsync_dir,
-    private_database,
     private_dir,
     private_file,
     read_file,
@@ -965,14 +964,15 @@ def test_sqlite_gives_its_wal_and_shm_files_the_database_files_mode(
         conn.execute("insert into t values (1)")
         return conn
 
-    prepared = private_database(tmp_path / "state" / "index.sqlite")
+    prepared = tmp_path / "state" / "index.sqlite"
+    make_private(prepared)
     unprepared = tmp_path / "plain.sqlite"
     conns = [open_and_write(prepared), open_and_write(unprepared)]
     try:
         # both connections are open, so the -wal and -shm files exist now
         assert [mode(Path(f"{prepared}{s}")) for s in ("", "-wal", "-shm")] == [0o600] * 3
         assert mode(prepared.parent) == 0o700
-        # without private_database the umask leaves the index readable by everyone
+        # without make_private the umask leaves the index readable by everyone
         assert [mode(Path(f"{unprepared}{s}")) for s in ("", "-wal", "-shm")] == [0o644] * 3
     finally:
         for conn in conns:
@@ -980,11 +980,11 @@ def test_sqlite_gives_its_wal_and_shm_files_the_database_files_mode(
 
 
 @pytest.mark.usefixtures("umask_022")
-def test_private_database_fixes_side_files_left_open_by_an_older_version(tmp_path: Path) -> None:
+def test_make_private_fixes_side_files_left_open_by_an_older_version(tmp_path: Path) -> None:
     db = tmp_path / "index.sqlite"
     for suffix in ("", "-wal", "-shm"):
         os.chmod(write(Path(f"{db}{suffix}"), b""), 0o644)
-    private_database(db)
+    make_private(db)
     assert [mode(Path(f"{db}{s}")) for s in ("", "-wal", "-shm")] == [0o600] * 3
     assert not Path(f"{db}-journal").exists()  # side files are fixed, never created
 
@@ -1008,7 +1008,8 @@ def _nobody_can(argv: list[str]) -> subprocess.CompletedProcess[str]:
 def test_another_local_user_cannot_read_private_state(shared_base: Path) -> None:
     state = private_dir(shared_base / "state")
     write_private_atomic(state / "sessions.json", b'{"secret": 1}\n')
-    db = private_database(state / "memory" / "main.sqlite")
+    db = state / "memory" / "main.sqlite"
+    make_private(db)
     conn = sqlite3.connect(str(db), isolation_level=None)
     conn.execute("pragma journal_mode = wal")
     conn.execute("create table t (x)")
@@ -1025,9 +1026,3 @@ def test_another_local_user_cannot_read_private_state(shared_base: Path) -> None
         assert listing.returncode != 0 and "Permission denied" in listing.stderr
     finally:
         conn.close()
-
-
-def test_fsync_dir_is_best_effort(tmp_path: Path) -> None:
-    fsync_dir(tmp_path)
-    fsync_dir(tmp_path / "missing")
-    fsync_dir(write(tmp_path / "a-file"))

@@ -787,7 +787,7 @@ def test_opening_the_index_again_in_this_process_keeps_the_readers_locks(ws: Pat
     reader.close()
     again.close()
     # another process cannot checkpoint past the held snapshot: its read lock survived. (A
-    # descriptor opened and closed on the -shm, as fsio.private_database does, drops it: 0.)
+    # descriptor opened and closed on the -shm, as `fsio.private_file` would, drops it: 0.)
     assert proc.stdout.strip() == "1", proc.stderr
 
 

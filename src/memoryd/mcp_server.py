@@ -10,7 +10,6 @@ import concurrent.futures
 import functools
 import hashlib
 import hmac
-import io
 import json
 import logging
 import os
@@ -64,11 +63,8 @@ class _ServiceHandle:
         self, service: MemoryService | Callable[[], MemoryService], agent_id: str | None
     ) -> None:
         self.agent_id = agent_id
-        if callable(service):
-            self._factory: Callable[[], MemoryService] | None = service
-            self._service: MemoryService | None = None
-        else:
-            self._factory, self._service = None, service
+        self._factory = service if callable(service) else lambda: service
+        self._service: MemoryService | None = None
         self._lock = anyio.Lock()
         self.workers = anyio.CapacityLimiter(WORKERS)
         self.tg: TaskGroup | None = None
@@ -76,11 +72,9 @@ class _ServiceHandle:
         self._warmed = anyio.Event()
 
     async def service(self) -> MemoryService:
-        if self._service is None:
-            async with self._lock:
-                if self._service is None:
-                    assert self._factory is not None
-                    self._service = await run_blocking(self._factory, self.workers)
+        async with self._lock:
+            if self._service is None:
+                self._service = await run_blocking(self._factory, self.workers)
         return self._service
 
     def warm_soon(self) -> None:
@@ -94,7 +88,6 @@ class _ServiceHandle:
         started = time.perf_counter()
         try:
             svc = await self.service()
-            assert self.tg is not None
             agents = [svc.agent(self.agent_id).agent_id]
             await run_blocking(lambda: svc.start(Background(), agents), self.workers)
             log.info("memory service started in %.2fs", time.perf_counter() - started)
@@ -222,11 +215,10 @@ class _StdinLines:
 
     def _pump(self) -> None:
         # closefd=False: fd 0 is restored from this descriptor on exit, so it must stay open
-        raw = os.fdopen(self._wire_fd, "rb", buffering=0, closefd=False)
-        wire = io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8", errors="replace")
         try:
-            for line in wire:
-                anyio.from_thread.run(self._send.send, line, token=self._token)
+            with open(self._wire_fd, encoding="utf-8", errors="replace", closefd=False) as wire:
+                for line in wire:
+                    anyio.from_thread.run(self._send.send, line, token=self._token)
         except (
             anyio.BrokenResourceError,
             anyio.ClosedResourceError,
@@ -239,26 +231,18 @@ class _StdinLines:
         with suppress(anyio.RunFinishedError):
             anyio.from_thread.run_sync(self._send.close, token=self._token)
 
-    def __aiter__(self) -> AsyncIterator[str]:
-        return self._lines()
-
-    async def _lines(self) -> AsyncIterator[str]:
+    async def __aiter__(self) -> AsyncIterator[str]:
         """The wire's lines; EOF waits (at most `EOF_GRACE_S`) for the requests read to be answered."""
         async for line in self._recv:
-            self._note_request(line)
+            with suppress(ValueError):  # the SDK answers a parse error itself, at once
+                message = json.loads(line)
+                if isinstance(message, dict) and "method" in message and "id" in message:
+                    self._pending.add(_wire_id(message["id"]))
             yield line
         with anyio.move_on_after(EOF_GRACE_S):  # closing stdin is also how a host shuts us down
             while self._pending:
                 self._settled = anyio.Event()
                 await self._settled.wait()
-
-    def _note_request(self, line: str) -> None:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            return  # the SDK answers a parse error itself, at once
-        if isinstance(message, dict) and "method" in message and "id" in message:
-            self._pending.add(_wire_id(message["id"]))
 
     def answered(self, message: object) -> None:
         """Called with each message the server writes: a response settles its request."""
@@ -484,19 +468,11 @@ class _Screen:
 async def _json_error(
     send: Any, status: int, code: int, message: str, extra: Iterable[tuple[bytes, bytes]] = ()
 ) -> None:
-    body = json.dumps({"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": None})
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *extra,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body.encode()})
+    error = {"code": code, "message": message}
+    body = json.dumps({"jsonrpc": "2.0", "error": error, "id": None}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": status, "headers": [*headers, *extra]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _listen(host: str, port: int) -> socket.socket:

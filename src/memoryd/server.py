@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from . import paths
-from .errors import InvalidInput, MemorydError, NotServed, ServerBusy
+from .errors import InvalidAgentId, InvalidInput, MemorydError, NotServed, ServerBusy
 
 if TYPE_CHECKING:  # the CLI imports this module to forward requests: keep it light
     import anyio
@@ -113,56 +113,36 @@ def _shape_error(req: dict[str, Any]) -> str | None:
     return None
 
 
-async def _handle(
-    service: MemoryService,
-    stream: SocketStream,
-    ident: dict[str, Any],
-    idle_s: float,
-    workers: anyio.CapacityLimiter,
-) -> None:
+async def _send(stream: SocketStream, resp: dict[str, Any]) -> None:
     import anyio
 
-    async with stream:
-        try:
-            resp = await _answer(service, stream, ident, idle_s, workers)
-        except Exception as err:  # one request must never take the listener down
-            log.exception("serve: request failed")
-            resp = _error(MemorydError(f"internal error: {type(err).__name__}"), "internal_error")
-        if resp is None:
-            return
-        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await stream.send(json.dumps(resp, default=str).encode() + b"\n")
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+        await stream.send(json.dumps(resp, default=str).encode() + b"\n")
 
 
-async def _answer(
-    service: MemoryService,
-    stream: SocketStream,
-    ident: dict[str, Any],
-    idle_s: float,
-    workers: anyio.CapacityLimiter,
-) -> dict[str, Any] | None:
+async def _read_request(stream: SocketStream, idle_s: float) -> dict[str, Any] | None:
+    """The request line's JSON object (None at EOF); `InvalidInput` for a bad one."""
     import anyio
 
     buf = b""
     with anyio.move_on_after(idle_s) as scope:
         while b"\n" not in buf and len(buf) <= MAX_REQUEST:
             try:
-                chunk = await stream.receive()
+                buf += await stream.receive()
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 return None
-            buf += chunk
     if scope.cancelled_caught:
-        return _error(InvalidInput(f"no request line within {idle_s:g}s"))
+        raise InvalidInput(f"no request line within {idle_s:g}s")
     line = buf.split(b"\n", 1)[0]
     if len(line) > MAX_REQUEST:
-        return _error(InvalidInput(f"request longer than {MAX_REQUEST} bytes"))
+        raise InvalidInput(f"request longer than {MAX_REQUEST} bytes")
     try:
         req = json.loads(line)
     except (ValueError, RecursionError):
-        return _error(InvalidInput("request is not one line of JSON"))
+        raise InvalidInput("request is not one line of JSON") from None
     if not isinstance(req, dict):
-        return _error(InvalidInput("request must be a JSON object"))
-    return await dispatch(service, req, ident, workers)
+        raise InvalidInput("request must be a JSON object")
+    return req
 
 
 def _served(service: MemoryService, req: dict[str, Any], ident: dict[str, Any]) -> str | None:
@@ -183,14 +163,11 @@ def _served(service: MemoryService, req: dict[str, Any], ident: dict[str, Any]) 
             cwd=Path(caller["cwd"]) if isinstance(caller.get("cwd"), str) else None,
             env={},  # the caller's MEMORYD_WORKSPACE is in its identity, never serve's own
         )
+        mine = service.agent(resolved.agent_id)
     except MemorydError as err:
         return str(err)
     except (OSError, ValueError) as err:  # e.g. a path component longer than the file system allows
         return f"cannot resolve the caller's workspace: {getattr(err, 'strerror', None) or err}"
-    try:
-        mine = service.agent(resolved.agent_id)
-    except MemorydError as err:
-        return str(err)
     if mine.workspace != resolved.workspace:
         return f"this serve answers for {mine.workspace}, not {resolved.workspace}"
     return None
@@ -235,8 +212,6 @@ async def dispatch(
 ) -> dict[str, Any]:
     """Answer one request, `{op, agent?, identity, …tool arguments}`, on a worker thread."""
     from .background import run_blocking
-    from .errors import InvalidAgentId
-    from .paths import validate_agent_id
     from .tools import validate_tool_input
 
     shape = _shape_error(req)
@@ -250,7 +225,7 @@ async def dispatch(
             InvalidInput(f"unknown op {op!r} ({', '.join([*OPS, *LIFECYCLE_OPS])}, ping)")
         )
     try:
-        agent = None if req.get("agent") is None else validate_agent_id(req["agent"])
+        agent = None if req.get("agent") is None else paths.validate_agent_id(req["agent"])
     except InvalidAgentId as err:
         return _error(err)
     if op in LIFECYCLE_OPS:
@@ -272,19 +247,25 @@ async def dispatch(
         return _error(err)
 
 
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    import anyio
+
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.warning("received %s; shutting down", signal.Signals(signum).name)
+            scope.cancel()
+            return
+
+
 async def serve(
     service: MemoryService,
     *,
     sock: Path | None = None,
     ready: anyio.Event | None = None,
     config_path: Path | None = None,
-    idle_timeout_s: float | None = None,
-    max_connections: int | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM or cancellation, then stop the background work and qmd."""
-    env_idle, env_cap = limits_from_env()
-    idle_s = env_idle if idle_timeout_s is None else idle_timeout_s
-    cap = env_cap if max_connections is None else max_connections
+    idle_s, cap = limits_from_env()
     sock = sock or paths.socket_path()
     from .fsio import private_dir
 
@@ -303,38 +284,35 @@ async def serve(
     limiter = anyio.CapacityLimiter(cap)
     workers = anyio.CapacityLimiter(cap)
 
+    async def answer(stream: SocketStream) -> dict[str, Any] | None:
+        try:
+            req = await _read_request(stream, idle_s)
+            return None if req is None else await dispatch(service, req, ident, workers)
+        except InvalidInput as err:  # a bad request line
+            return _error(err)
+        except Exception as err:  # one request must never take the listener down
+            log.exception("serve: request failed")
+            return _error(MemorydError(f"internal error: {type(err).__name__}"), "internal_error")
+
     async def handle(stream: SocketStream) -> None:
-        try:
-            limiter.acquire_nowait()
-        except anyio.WouldBlock:
-            # full: answer at once instead of holding the connection (and its descriptor)
-            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                busy = _error(ServerBusy(f"busy: {cap} requests in flight"))
-                await stream.send(json.dumps(busy).encode() + b"\n")
-            await stream.aclose()
-            return
-        try:
-            await _handle(service, stream, ident, idle_s, workers)
-        finally:
-            limiter.release()
+        async with stream:
+            try:
+                limiter.acquire_nowait()
+            except anyio.WouldBlock:
+                # full: answer at once instead of holding the connection (and its descriptor)
+                await _send(stream, _error(ServerBusy(f"busy: {cap} requests in flight")))
+                return
+            try:
+                resp = await answer(stream)
+                if resp is not None:
+                    await _send(stream, resp)
+            finally:
+                limiter.release()
 
     try:
-        async with anyio.create_task_group() as tg:
-
-            async def stop_on_signal() -> None:
-                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                    async for signum in signals:
-                        log.warning("received %s; shutting down", signal.Signals(signum).name)
-                        tg.cancel_scope.cancel()
-                        return
-
-            tg.start_soon(stop_on_signal)
-
-            async def accept() -> None:
-                async with listener:
-                    await listener.serve(handle)
-
-            tg.start_soon(accept)
+        async with listener, anyio.create_task_group() as tg:
+            tg.start_soon(_stop_on_signal, tg.cancel_scope)
+            tg.start_soon(listener.serve, handle)
             await run_blocking(lambda: service.start(Background()), workers)
             if ready is not None:
                 ready.set()
@@ -347,22 +325,14 @@ async def serve(
 
 def request(sock: Path, payload: dict[str, Any], *, timeout: float = 30.0) -> dict[str, Any] | None:
     """Send one request to a running server; None when no server answers (caller runs in-process)."""
-    if not sock.exists():
-        return None
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
             s.connect(str(sock))
             s.sendall(json.dumps(payload).encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+            with s.makefile("rb") as answer:
+                data = answer.readline()
     except OSError:
-        return None
-    if not data:
         return None
     try:
         out = json.loads(data)

@@ -5,42 +5,17 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Protocol
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, ValidationError
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import ErrorDetails, core_schema
 
-from .core import engine as core_limits
+from .core.engine import MAX_QUERY_CHARS, Corpus
 from .errors import InvalidInput, MemorydError
-
-if TYPE_CHECKING:
-    from .core.engine import SearchOutput
-
-__all__ = [
-    "MAX_QUERY_CHARS",
-    "MAX_RESULTS_LIMIT",
-    "TOOLS",
-    "Corpus",
-    "MemoryAppendInput",
-    "MemoryContextInput",
-    "MemoryFlushCheckInput",
-    "MemoryGetInput",
-    "MemorySearchInput",
-    "MemoryStatusInput",
-    "ToolInput",
-    "ToolSpec",
-    "input_schema",
-    "validate_tool_input",
-]
-
-#: Longest `memory_search` query accepted: past a couple of paragraphs recall only gets worse.
-MAX_QUERY_CHARS: Final = core_limits.MAX_QUERY_CHARS
 
 #: Largest `maxResults`: more snippets would blow any injected-characters budget anyway.
 MAX_RESULTS_LIMIT: Final = 100
-
-Corpus = core_limits.Corpus
 
 
 def _no_bool(value: Any) -> Any:
@@ -56,13 +31,7 @@ _Number = BeforeValidator(_no_bool)
 class ToolInput(BaseModel):
     """Base of the tool input models: unknown arguments are errors, never silently dropped."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        validate_by_alias=True,
-        validate_by_name=True,
-        serialize_by_alias=True,
-    )
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_by_name=True)
 
 
 class MemorySearchInput(ToolInput):
@@ -280,12 +249,10 @@ def validate_tool_input(tool_name: str, arguments: dict[str, Any] | None) -> Too
     spec = TOOLS.get(tool_name)
     if spec is None:
         raise InvalidInput(f"unknown tool {tool_name!r} (tools: {', '.join(TOOLS)})")
-    if arguments is None:
-        arguments = {}
-    if not isinstance(arguments, dict):
+    if not isinstance(arguments, dict | None):
         raise InvalidInput(f"{tool_name} arguments must be an object")
     try:
-        return spec.model.model_validate(arguments, by_alias=True, by_name=False)
+        return spec.model.model_validate(arguments or {}, by_alias=True, by_name=False)
     except ValidationError as err:
         errors = err.errors(include_url=False)
     unknown = [str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden"]
@@ -365,91 +332,22 @@ def tools_help() -> str:
     return "\n".join(lines)
 
 
-class ToolService(Protocol):
-    """What `call_tool` needs of the service (`orchestrator.MemoryService` is one)."""
-
-    def search(
-        self,
-        query: str,
-        *,
-        agent_id: str | None = ...,
-        session_key: str | None = ...,
-        max_results: int | None = ...,
-        min_score: float | None = ...,
-        corpus: Corpus = ...,
-        explain: bool = ...,
-    ) -> SearchOutput: ...
-
-    def get(
-        self,
-        path: str,
-        *,
-        from_line: int | None = ...,
-        lines: int | None = ...,
-        agent_id: str | None = ...,
-    ) -> dict[str, Any]: ...
-
-    def append(self, target: str, text: str, *, agent_id: str | None = ...) -> dict[str, Any]: ...
-
-    def context(
-        self, *, agent_id: str | None = ..., session_key: str | None = ...
-    ) -> dict[str, Any]: ...
-
-    def flush_check(
-        self,
-        *,
-        session_key: str | None,
-        token_estimate: int,
-        context_window: int,
-        compaction_count: int,
-        session_id: str | None = ...,
-        agent_id: str | None = ...,
-    ) -> dict[str, Any]: ...
-
-    def status(self, agent_id: str | None = ...) -> dict[str, Any]: ...
-
-
-def call_tool(service: ToolService, args: ToolInput, *, agent_id: str | None) -> dict[str, Any]:
-    """Run a validated tool call (MCP and the serve socket): a failure is a result, never raised."""
+def call_tool(service: Any, args: ToolInput, *, agent_id: str | None) -> dict[str, Any]:
+    """Run a validated tool call (MCP and the serve socket) as the service method the tool is
+    named after, with the model's fields as its keywords: a failure is a result, never raised."""
+    fields = args.model_dump()
     try:
-        return _call(service, args, agent_id)
+        if isinstance(args, MemoryGetInput) and fields.pop("corpus") == "sessions":
+            raise InvalidInput(
+                "memory_get reads memory files only: session transcripts are searchable "
+                "(corpus 'sessions') but never readable"
+            )
+        name = next(name for name, spec in TOOLS.items() if type(args) is spec.model)
+        out = getattr(service, name.removeprefix("memory_"))(**fields, agent_id=agent_id)
+        return out if isinstance(out, dict) else out.to_dict()
     except MemorydError as err:
         if isinstance(args, MemorySearchInput):
             return err.to_result(results=[])
         if isinstance(args, MemoryGetInput):
             return err.to_result(path=args.path, text="")
         return err.to_result()
-
-
-def _call(service: ToolService, args: ToolInput, agent_id: str | None) -> dict[str, Any]:
-    if isinstance(args, MemorySearchInput):
-        return service.search(
-            args.query,
-            agent_id=agent_id,
-            session_key=args.session_key,
-            max_results=args.max_results,
-            min_score=args.min_score,
-            corpus=args.corpus,
-            **({"explain": True} if args.explain else {}),
-        ).to_dict()
-    if isinstance(args, MemoryGetInput):
-        if args.corpus == "sessions":
-            raise InvalidInput(
-                "memory_get reads memory files only: session transcripts are searchable "
-                "(corpus 'sessions') but never readable"
-            )
-        return service.get(args.path, from_line=args.from_line, lines=args.lines, agent_id=agent_id)
-    if isinstance(args, MemoryAppendInput):
-        return service.append(args.target, args.text, agent_id=agent_id)
-    if isinstance(args, MemoryContextInput):
-        return service.context(agent_id=agent_id, session_key=args.session_key)
-    if isinstance(args, MemoryFlushCheckInput):
-        return service.flush_check(
-            session_key=args.session_key,
-            token_estimate=args.token_estimate,
-            context_window=args.context_window,
-            compaction_count=args.compaction_count,
-            session_id=args.session_id,
-            agent_id=agent_id,
-        )
-    return service.status(agent_id)

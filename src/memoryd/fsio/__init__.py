@@ -3,25 +3,21 @@ without following links, so a swapped-in symlink cannot redirect I/O (docs/secur
 
 from __future__ import annotations
 
-from ._chain import Reason
-from ._memory import FileRead, append_file, read_file, read_file_with
-from ._rewrite import rewrite_file
+from ._chain import FileRead, Reason, append_file, read_file, read_file_with, rewrite_file
 from ._state import (
     PRIVATE_FILE_MODE,
     SQLITE_SIDE_FILES,
     check_state_path,
     check_state_tree,
     create_private_once,
-    fsync_dir,
     open_private,
-    private_database,
     private_dir,
     private_file,
     read_private,
+    wipe_folder,
     write_private_atomic,
 )
 from ._walk import unchanged, walk
-from ._wipe import wipe_folder
 
 __all__ = [
     "PRIVATE_FILE_MODE",
@@ -32,9 +28,7 @@ __all__ = [
     "check_state_path",
     "check_state_tree",
     "create_private_once",
-    "fsync_dir",
     "open_private",
-    "private_database",
     "private_dir",
     "private_file",
     "read_file",

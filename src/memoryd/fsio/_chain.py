@@ -1,18 +1,21 @@
-"""The descriptor chain every memory read and write goes through, and the rules it checks."""
+"""Memory files read, appended and rewritten through a chain of descriptors opened one folder at
+a time, and the rules that chain checks."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 
 from ..core.layout import MAX_DEPTH, SKIP_DIRS, MemoryRoot
-from ..errors import PathNotAllowed
+from ..errors import MemoryReadFailed, MemoryWriteFailed, PathNotAllowed
 
 #: Mode of a memory file `append_file` creates (the umask still applies, as for any editor).
 NEW_MEMORY_FILE_MODE: Final = 0o644
@@ -148,13 +151,12 @@ def _child_dir(parent: int, name: str, *, create: bool) -> int:
             if err.errno in (errno.ENOTDIR, errno.ELOOP):
                 raise _folder_problem(parent, name) from None
             raise
-        try:
+        # a concurrent writer may have made it: it is opened and checked like any other folder
+        with contextlib.suppress(FileExistsError):
             # never group/world-writable, whatever the umask: a writable memory folder would let
             # another user plant notes (or links) the agent then reads as its own
             os.mkdir(name, NEW_MEMORY_DIR_MODE, dir_fd=parent)
             _fsync_fd(parent)
-        except FileExistsError:
-            pass  # a concurrent writer made it; it is opened and checked like any other folder
     raise AssertionError("unreachable: the second open returns or raises")
 
 
@@ -188,11 +190,9 @@ def _components_below(path: str, base: str) -> tuple[str, ...] | None:
 def _open_root(root_path: str, anchor: str | os.PathLike[str] | None, *, create: bool) -> int:
     """A descriptor on the root folder, opened by the anchor rule (see the module docstring)."""
     root = os.path.normpath(root_path)
-    below = None
-    if anchor is not None:
-        base = os.path.normpath(os.fspath(anchor))
-        below = _components_below(root, base)
-    if anchor is not None and below is not None:
+    base = None if anchor is None else os.path.normpath(os.fspath(anchor))
+    below = None if base is None else _components_below(root, base)
+    if base is not None and below is not None:
         try:
             # The anchor itself is configuration, trusted as given (it may sit under a symlink
             # such as macOS's /var → /private/var); nothing below it is.
@@ -218,26 +218,68 @@ def _open_root(root_path: str, anchor: str | os.PathLike[str] | None, *, create:
     raise _Refused("not_a_folder", f"its memory folder {root} is not a folder")
 
 
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """A memory file about to be opened: its folder's descriptor, its name, the memory root's
+    device, and the path its errors show."""
+
+    parent: int
+    name: str
+    root_dev: int
+    shown: str
+
+
 @contextlib.contextmanager
-def _parent_of(
+def _file_at(
     root: MemoryRoot,
-    parts: tuple[str, ...],
+    rel: PurePosixPath | str,
     anchor: str | os.PathLike[str] | None,
     *,
     create: bool,
-) -> Iterator[tuple[int, int]]:
-    """(descriptor on the file's folder, the root's device) for the root-relative `parts`."""
-    fd = _open_root(root.path, anchor, create=create)
+    doing: str,
+    missing: str | None,
+) -> Iterator[_Target]:
+    """The checked folder of `rel`, failures as one line: `PathNotAllowed` when a rule refuses,
+    else `cannot {doing} <path>: …`; a missing file or folder is `missing` (None: `_Missing`)."""
+    parts = _checked_rel(root, rel)
+    shown = _shown(root, parts)
     try:
-        root_dev = os.fstat(fd).st_dev
-    except BaseException:
-        _close(fd)
-        raise
-    fd = _descend(fd, parts[:-1], create=create, below_root=True)
+        fd = _open_root(root.path, anchor, create=create)
+        try:
+            root_dev = os.fstat(fd).st_dev
+        except BaseException:
+            _close(fd)
+            raise
+        fd = _descend(fd, parts[:-1], create=create, below_root=True)
+        try:
+            yield _Target(fd, parts[-1], root_dev, shown)
+        finally:
+            _close(fd)
+    except _Missing:
+        if missing is None:
+            raise
+        raise MemoryWriteFailed(f"cannot {doing} {shown}: {missing}") from None
+    except _Refused as refusal:
+        raise PathNotAllowed(f"{shown} {refusal.detail}") from None
+    except OSError as err:
+        why = f"cannot {doing} {shown}: {_strerror(err)}"
+        gist = _REFUSING_ERRNOS.get(err.errno or 0)
+        if gist is not None:
+            raise PathNotAllowed(f"{shown} {gist}") from None
+        if doing == "read":
+            raise MemoryReadFailed(why, reason=_strerror(err)) from None
+        raise MemoryWriteFailed(why) from None
+
+
+def _check_kind(parent: int, name: str) -> None:
+    """A link, folder, FIFO or device at `name` is refused before anything opens it."""
     try:
-        yield fd, root_dev
-    finally:
-        _close(fd)
+        before = _lstat_at(parent, name)
+    except FileNotFoundError:
+        raise _Missing() from None
+    problem = _kind_problem(before)
+    if problem is not None:
+        raise problem
 
 
 def _checked_rel(root: MemoryRoot, rel: PurePosixPath | str) -> tuple[str, ...]:
@@ -334,3 +376,278 @@ def write_new(dir_fd: int, name: str, data: bytes, mode: int) -> None:
 
 def _strerror(err: OSError) -> str:
     return err.strerror or str(err)
+
+
+_READ_CHUNK: Final = 1 << 20
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class FileRead:
+    """A memory file's bytes and its `fstat` from before the read (so growth meanwhile is re-read)."""
+
+    data: bytes
+    size: int
+    mtime_ns: int
+    dev: int
+    ino: int
+    truncated: bool = False
+
+    @property
+    def text(self) -> str:
+        """`data` as UTF-8, undecodable bytes replaced."""
+        return self.data.decode("utf-8", errors="replace")
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """What `append_file` wrote: all of it, durably (`offset` is where the record starts)."""
+
+    created: bool
+    bytes_written: int
+    offset: int
+    size: int
+
+
+def read_file(
+    root: MemoryRoot,
+    rel: PurePosixPath | str,
+    *,
+    anchor: str | os.PathLike[str] | None = None,
+    max_bytes: int | None = None,
+) -> FileRead | None:
+    """`rel` under `root` through a checked descriptor, None if missing; raises `PathNotAllowed`
+    when a rule refuses it, else `MemoryReadFailed`."""
+    if max_bytes is not None and max_bytes < 0:
+        raise ValueError("max_bytes must be ≥ 0")
+    # one byte past the limit tells whether the file held more than was asked for
+    want = -1 if max_bytes is None else max_bytes + 1
+    got = _read_checked(root, rel, anchor, lambda fd: _read_fd(fd, want))
+    if got is None:
+        return None
+    data, st = got
+    cut = max_bytes is not None and len(data) > max_bytes
+    return FileRead(data[:max_bytes], st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, cut)
+
+
+def read_file_with(
+    root: MemoryRoot,
+    rel: PurePosixPath | str,
+    consume: Callable[[Iterator[bytes]], _T],
+    *,
+    anchor: str | os.PathLike[str] | None = None,
+) -> _T | None:
+    """`consume(blocks of rel)` as `read_file` checks it, reading only as far as it pulls; it must
+    be pure, since a file that changed meanwhile is read again."""
+    got = _read_checked(root, rel, anchor, lambda fd: consume(_blocks(fd)))
+    return None if got is None else got[0]
+
+
+def _read_fd(fd: int, size: int = -1) -> bytes:
+    """`size` bytes of `fd` from where it stands (all of it if -1), however many reads it takes."""
+    with open(fd, "rb", closefd=False) as fh:
+        return fh.read(size)
+
+
+def _blocks(fd: int) -> Iterator[bytes]:
+    while block := os.read(fd, _READ_CHUNK):
+        yield block
+
+
+def _read_checked(
+    root: MemoryRoot,
+    rel: PurePosixPath | str,
+    anchor: str | os.PathLike[str] | None,
+    read: Callable[[int], _T],
+) -> tuple[_T, os.stat_result] | None:
+    """`read(fd)` on the checked descriptor of `rel`, and its `fstat`; None when missing."""
+    try:
+        with _file_at(root, rel, anchor, create=False, doing="read", missing=None) as t:
+            _check_kind(t.parent, t.name)
+            for attempt in range(_OPEN_ATTEMPTS):
+                try:
+                    fd = os.open(t.name, _READ_FLAGS, dir_fd=t.parent)
+                except FileNotFoundError:
+                    raise _Missing() from None
+                try:
+                    st = os.fstat(fd)
+                    if st.st_nlink == 0:
+                        raise _Missing()  # deleted between the open and the fstat
+                    problem = _file_problem(st, t.root_dev)
+                    if problem is not None:
+                        raise problem
+                    _same_entry(t.parent, t.name, st)
+                    value = read(fd)
+                    try:
+                        _settled(t.parent, t.name, fd, st)
+                    except _Changed:
+                        if attempt + 1 < _OPEN_ATTEMPTS:
+                            continue  # written meanwhile: read it again
+                        raise
+                finally:
+                    _close(fd)
+                return value, st
+            raise _Changed()  # pragma: no cover - the loop returns or raises
+    except _Missing:
+        return None
+
+
+def append_file(
+    root: MemoryRoot,
+    rel: PurePosixPath | str,
+    payload: bytes,
+    *,
+    anchor: str | os.PathLike[str] | None = None,
+    create_dirs: bool = True,
+    new_file_prefix: bytes = b"",
+    lock_timeout: float = 30.0,
+) -> AppendOutcome:
+    """Append `payload` on a new line (after `new_file_prefix` in a new file) under an exclusive
+    `flock`, durably or not at all: a failed write is cut back (`MemoryWriteFailed`)."""
+    missing = "its folder does not exist"
+    with _file_at(root, rel, anchor, create=create_dirs, doing="append to", missing=missing) as t:
+        fd, created = _open_locked(t, lock_timeout, create=True)
+        try:
+            size = os.fstat(fd).st_size
+            if size == 0:
+                data = new_file_prefix + payload
+            elif os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + payload
+            else:
+                data = payload
+            offset = _write_all_or_nothing(fd, data, t.shown)
+            end = os.fstat(fd).st_size
+        finally:
+            _close(fd)  # also releases the flock
+        if created:
+            _fsync_fd(t.parent)
+        return AppendOutcome(created, len(data), offset, end)
+
+
+def _open_locked(t: _Target, lock_timeout: float, *, create: bool) -> tuple[int, bool]:
+    """(descriptor, created) on `t`, checked, then held under the writers' lock; opened again
+    when a writer we waited for replaced the file meanwhile."""
+    for attempt in range(_OPEN_ATTEMPTS):
+        fd, created = _open_for_write(t, create=create)
+        try:
+            st = os.fstat(fd)
+            problem = _file_problem(st, t.root_dev)
+            if problem is not None:
+                raise problem
+            _lock(fd, lock_timeout, t.shown)
+            try:
+                _same_entry(t.parent, t.name, st)
+                if not created:
+                    _settled(t.parent, t.name, fd, os.fstat(fd))
+                return fd, created
+            except (_Refused, _Missing):
+                if attempt + 1 == _OPEN_ATTEMPTS:
+                    raise _Refused("changed", "was replaced while being opened") from None
+        except BaseException:
+            _close(fd)
+            raise
+        _close(fd)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _open_for_write(t: _Target, *, create: bool) -> tuple[int, bool]:
+    """(descriptor, created): O_EXCL tells a new file from an existing empty one."""
+    for _ in range(_OPEN_ATTEMPTS):
+        with contextlib.suppress(FileNotFoundError, FileExistsError):  # it came or went meanwhile
+            try:
+                _check_kind(t.parent, t.name)
+            except _Missing:
+                if not create:
+                    raise
+                flags = _APPEND_FLAGS | os.O_CREAT | os.O_EXCL
+                return os.open(t.name, flags, NEW_MEMORY_FILE_MODE, dir_fd=t.parent), True
+            return os.open(t.name, _APPEND_FLAGS, dir_fd=t.parent), False
+    raise _Refused("changed", "kept appearing and disappearing while being opened")
+
+
+def _lock(fd: int, timeout: float, shown: str) -> None:
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        except OSError as err:
+            if err.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP):
+                return  # no flock on this file system: the caller's state-dir lock still holds
+            raise
+        if time.monotonic() >= deadline:
+            raise MemoryWriteFailed(f"timed out waiting for another writer of {shown}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def _write_all_or_nothing(fd: int, data: bytes, shown: str) -> int:
+    """Write and fsync `data` at the end of `fd` and return its offset; a failure cuts back to it."""
+    start: int | None = None
+    view = memoryview(data)
+    try:
+        while view:
+            written = os.write(fd, view)
+            if written <= 0:
+                raise OSError(errno.EIO, "the write made no progress")
+            if start is None:
+                # O_APPEND: the first write landed at the end of the file as it then was
+                start = os.lseek(fd, 0, os.SEEK_CUR) - written
+            view = view[written:]
+        os.fsync(fd)
+    except BaseException as err:
+        tail = "nothing was left behind"
+        if start is not None:
+            try:
+                os.ftruncate(fd, start)
+                os.fsync(fd)
+            except OSError:
+                tail = "it could not be cut back and may end with a partial record"
+        if not isinstance(err, OSError):
+            raise
+        raise MemoryWriteFailed(f"cannot append to {shown}: {_strerror(err)}; {tail}") from None
+    if start is None:
+        start = os.lseek(fd, 0, os.SEEK_END)
+    return start
+
+
+def rewrite_file(
+    root: MemoryRoot,
+    rel: PurePosixPath | str,
+    edit: Callable[[bytes], bytes],
+    *,
+    anchor: str | os.PathLike[str] | None = None,
+    lock_timeout: float = 30.0,
+) -> None:
+    """Replace the memory file `rel` with `edit(its bytes)` via an fsynced temp file renamed over
+    it, all or nothing, under the appenders' `flock` so no append is lost (`edit` may raise)."""
+    with _file_at(
+        root, rel, anchor, create=False, doing="rewrite", missing="it does not exist"
+    ) as t:
+        fd, _ = _open_locked(t, lock_timeout, create=False)
+        try:
+            mode = stat.S_IMODE(os.fstat(fd).st_mode)
+            _replace(t, edit(_read_fd(fd)), mode)
+        finally:
+            _close(fd)  # after the rename: a waiting appender then finds the new file
+
+
+def _replace(t: _Target, data: bytes, mode: int) -> None:
+    import secrets  # only when a file is rewritten
+
+    tmp = f".{t.name}.memoryd-{secrets.token_hex(4)}.tmp"
+    try:
+        write_new(t.parent, tmp, data, mode)
+        os.rename(tmp, t.name, src_dir_fd=t.parent, dst_dir_fd=t.parent)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=t.parent)
+        if isinstance(err, OSError):
+            raise MemoryWriteFailed(
+                f"cannot rewrite {t.shown}: {_strerror(err)}; the file is unchanged"
+            ) from None
+        raise
+    _fsync_fd(t.parent)

@@ -1,12 +1,14 @@
-"""memoryd's private state: folders 0700 and files 0600 that only their owner can change."""
+"""memoryd's private state: folders 0700 and files 0600 that only their owner can change, and
+emptying them (`memoryd reset`)."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
+import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import BinaryIO, Final
 
@@ -29,54 +31,34 @@ PRIVATE_DIR_MODE: Final = 0o700
 PRIVATE_FILE_MODE: Final = 0o600
 
 
-def fsync_dir(path: str | os.PathLike[str]) -> None:
-    """Make a rename or a new file in folder `path` durable (best effort where unsupported)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
-    except OSError:
-        return
-    try:
-        _fsync_fd(fd)
-    finally:
-        _close(fd)
-
-
 def _state_error(path: Path | str, err: OSError) -> StateError:
     if err.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
         return StateReadOnly(f"cannot write memoryd state at {path}: {_strerror(err)}")
     return StateError(f"cannot use memoryd state at {path}: {_strerror(err)}")
 
 
-def _state_root() -> str:
-    return os.path.normpath(os.fspath(paths.state_dir()))
-
-
-def _unsafe_folder(shown: str, st: os.stat_result) -> StateError | None:
-    """Why a folder of the state tree cannot be trusted (another owner, writable by others)."""
+def _trusted_folder(fd: int, shown: str) -> None:
+    """`fd` is a state folder only this user can change (then made 0700), else `StateError`."""
+    st = os.fstat(fd)
     mode = stat.S_IMODE(st.st_mode)
+    if not stat.S_ISDIR(st.st_mode):
+        raise _not_a_folder(shown)
     if st.st_uid != os.geteuid():
-        return StateError(
+        raise StateError(
             f"memoryd state folder {shown} belongs to uid {st.st_uid}, not to you "
             f"(uid {os.geteuid()}): remove it or point MEMORYD_STATE_DIR at a folder of your own"
         )
     if mode & 0o022:
-        return StateError(
+        raise StateError(
             f"memoryd state folder {shown} is writable by other users (mode {mode:o}), so "
             f"anyone could plant files in it: check what it holds, then run: chmod 700 {shown}"
         )
-    return None
-
-
-def _trusted_folder(fd: int, shown: str) -> None:
-    """`fd` is a state folder only this user can change (then made 0700), else `StateError`."""
-    st = os.fstat(fd)
-    if not stat.S_ISDIR(st.st_mode):
-        raise StateError(f"{shown} should be memoryd's state folder but is not a folder")
-    problem = _unsafe_folder(shown, st)
-    if problem is not None:
-        raise problem
-    if stat.S_IMODE(st.st_mode) != PRIVATE_DIR_MODE:
+    if mode != PRIVATE_DIR_MODE:
         os.fchmod(fd, PRIVATE_DIR_MODE)
+
+
+def _not_a_folder(shown: str) -> StateError:
+    return StateError(f"{shown} should be memoryd's state folder but is not a folder")
 
 
 def _symlink_in_state(shown: str) -> StateError:
@@ -109,26 +91,20 @@ def _state_child(parent: int, name: str, shown: str, *, create: bool) -> int:
         except FileNotFoundError:
             if not create:
                 raise
-            try:
+            with contextlib.suppress(FileExistsError):  # made concurrently: checked like any other
                 os.mkdir(name, PRIVATE_DIR_MODE, dir_fd=parent)
                 # the umask may have taken owner bits off; `parent` is ours alone, so the
                 # name is still the folder just made
                 os.chmod(name, PRIVATE_DIR_MODE, dir_fd=parent)
-            except FileExistsError:
-                pass  # made concurrently; opened and checked like any other
             continue
         except OSError as err:
             if err.errno not in (errno.ENOTDIR, errno.ELOOP):
                 raise
-            try:
-                st = _lstat_at(parent, name)
-            except FileNotFoundError:
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                raise _symlink_in_state(shown) from None
-            raise StateError(
-                f"{shown} should be memoryd's state folder but is not a folder"
-            ) from None
+            with contextlib.suppress(FileNotFoundError):  # gone meanwhile: open it again
+                if stat.S_ISLNK(_lstat_at(parent, name).st_mode):
+                    raise _symlink_in_state(shown) from None
+                raise _not_a_folder(shown) from None
+            continue
         try:
             _trusted_folder(fd, shown)
         except BaseException:
@@ -142,82 +118,66 @@ def _state_child(parent: int, name: str, shown: str, *, create: bool) -> int:
 def _state_folder(path: str | os.PathLike[str], *, create: bool) -> Iterator[int]:
     """A descriptor on the folder `path`, reached the state tree's way (see `private_dir`)."""
     folder = os.path.normpath(os.path.abspath(os.fspath(path)))
-    root = _state_root()
+    root = os.path.normpath(os.fspath(paths.state_dir()))
     below = _components_below(folder, root)
-    if below is None:
-        # a folder of the user's choosing (`store.path`): trusted as configured
-        if create:
-            _make_missing(folder)
-        fd = _open_configured_folder(folder)
-        try:
-            if create:
-                st = os.fstat(fd)
-                _make_private(Path(folder), st, PRIVATE_DIR_MODE, fd)
-            yield fd
-        finally:
-            _close(fd)
-        return
+    # A folder outside the state tree (`store.path`) is trusted as configured; the state root
+    # itself may be a link (people move state with one), but nothing below it may be.
+    top = folder if below is None else root
     if create:
-        _make_missing(root)
-    # The root itself may be a link (people move state with one); nothing below it may be.
-    fd = _open_configured_folder(root)
+        _make_missing(top)
     try:
-        _trusted_folder(fd, root)
-        shown = root
-        for name in below:
-            shown = os.path.join(shown, name)
-            child = _state_child(fd, name, shown, create=create)
-            _close(fd)
-            fd = child
+        fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    except NotADirectoryError:
+        raise _not_a_folder(top) from None
+    try:
+        if below is None and create:
+            _make_private(Path(folder), os.fstat(fd), PRIVATE_DIR_MODE, fd)
+        elif below is not None:
+            _trusted_folder(fd, root)
+            shown = root
+            for name in below:
+                shown = os.path.join(shown, name)
+                child = _state_child(fd, name, shown, create=create)
+                _close(fd)
+                fd = child
         yield fd
     finally:
         _close(fd)
 
 
-def _open_configured_folder(folder: str) -> int:
-    """A folder named by configuration (the state root, a `store.path` folder), links followed."""
+@contextlib.contextmanager
+def _state_errors(path: str | os.PathLike[str]) -> Iterator[None]:
+    """OS errors on the way to `path` as `StateError` (`StateReadOnly` where it cannot write)."""
     try:
-        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
-    except NotADirectoryError:
-        raise StateError(f"{folder} should be memoryd's state folder but is not a folder") from None
-
-
-def _split(path: str | os.PathLike[str]) -> tuple[str, str]:
-    full = os.path.normpath(os.path.abspath(os.fspath(path)))
-    return os.path.dirname(full), os.path.basename(full)
+        yield
+    except OSError as err:
+        raise _state_error(Path(path), err) from None
 
 
 @contextlib.contextmanager
 def _entry(path: str | os.PathLike[str], *, create: bool = False) -> Iterator[tuple[int, str]]:
     """(its folder, reached the state tree's way; its name) for `path`; OS errors as StateError."""
-    parent, name = _split(path)
-    try:
-        with _state_folder(parent, create=create) as dir_fd:
-            yield dir_fd, name
-    except OSError as err:
-        raise _state_error(Path(path), err) from None
+    full = os.path.normpath(os.path.abspath(os.fspath(path)))
+    with _state_errors(path), _state_folder(os.path.dirname(full), create=create) as dir_fd:
+        yield dir_fd, os.path.basename(full)
 
 
 def private_dir(path: str | os.PathLike[str]) -> Path:
     """`path` as a folder only its owner can use, missing folders created 0700 whatever the umask."""
-    folder = Path(path)
-    try:
-        with _state_folder(folder, create=True):
-            pass
-    except OSError as err:
-        raise _state_error(folder, err) from None
-    return folder
+    with _state_errors(path), _state_folder(path, create=True):
+        pass
+    return Path(path)
 
 
 def check_state_tree(path: str | os.PathLike[str]) -> None:
     """The existing folders down to `path` pass `private_dir`'s checks (nothing is created)."""
-    try:
-        with _state_folder(path, create=False):
-            pass
-    except FileNotFoundError:
-        pass  # not made yet: what exists was checked on the way down
-    except OSError as err:
-        raise _state_error(Path(path), err) from None
+    # a folder not made yet is no error: what exists was checked on the way down
+    with (
+        _state_errors(path),
+        contextlib.suppress(FileNotFoundError),
+        _state_folder(path, create=False),
+    ):
+        pass
 
 
 def check_state_path(path: str | os.PathLike[str]) -> Path:
@@ -275,9 +235,9 @@ def _make_private(path: Path, st: os.stat_result, wanted: int, fd: int) -> None:
 def open_private(path: str | os.PathLike[str]) -> BinaryIO:
     """The state file `path` open for reading (binary), reached like `private_file`."""
     file = Path(path)
-    parent, name = _split(file)
-    with _state_folder(parent, create=False) as dir_fd:
-        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    full = os.path.normpath(os.path.abspath(file))
+    with _state_folder(os.path.dirname(full), create=False) as dir_fd:
+        fd = os.open(os.path.basename(full), _READ_FLAGS, dir_fd=dir_fd)
     try:
         _regular(fd, file)
         os.set_blocking(fd, True)
@@ -302,42 +262,12 @@ def read_private(path: str | os.PathLike[str]) -> bytes | None:
 
 def create_private_once(path: str | os.PathLike[str], data: bytes) -> bool:
     """Write `data` to `path` whole (a temp file linked into place) unless it exists: True if it did."""
-    with _entry(path) as (dir_fd, name):
-        tmp = _temp_name(name)
-        write_new(dir_fd, tmp, data, PRIVATE_FILE_MODE)
+    with _entry(path) as (dir_fd, name), _temp_file(dir_fd, name, data) as tmp:
         try:
             os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-            created = True
         except FileExistsError:
-            created = False
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dir_fd)
-        _fsync_fd(dir_fd)
-    return created
-
-
-def _temp_name(name: str) -> str:
-    import secrets  # only when state is written
-
-    return f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-
-
-#: Files SQLite puts next to a database; each is created with the database file's mode.
-SQLITE_SIDE_FILES: Final = ("-wal", "-shm", "-journal")
-
-
-def private_database(path: str | os.PathLike[str]) -> Path:
-    """An SQLite database's folder 0700 and files 0600, before any connection exists (closing a
-    descriptor on an open database drops its locks)."""
-    db = Path(path)
-    private_dir(db.parent)
-    private_file(db)
-    for suffix in SQLITE_SIDE_FILES:
-        side = db.with_name(db.name + suffix)
-        if os.path.lexists(side):
-            private_file(side)
-    return db
+            return False
+    return True
 
 
 def write_private_atomic(path: str | os.PathLike[str], data: bytes) -> None:
@@ -346,12 +276,52 @@ def write_private_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISLNK(_lstat_at(dir_fd, name).st_mode):
                 raise _symlink_in_state(str(Path(path)))
-        tmp = _temp_name(name)
-        write_new(dir_fd, tmp, data, PRIVATE_FILE_MODE)
-        try:
+        with _temp_file(dir_fd, name, data) as tmp:
             os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dir_fd)
-            raise
-        _fsync_fd(dir_fd)
+
+
+@contextlib.contextmanager
+def _temp_file(dir_fd: int, name: str, data: bytes) -> Iterator[str]:
+    """A fsynced 0600 file next to `name` holding `data`, removed if still there afterwards; the
+    folder is fsynced once the body succeeds."""
+    import secrets  # only when state is written
+
+    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    write_new(dir_fd, tmp, data, PRIVATE_FILE_MODE)
+    try:
+        yield tmp
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+    _fsync_fd(dir_fd)
+
+
+#: Files SQLite puts next to a database; each is created with the database file's mode.
+SQLITE_SIDE_FILES: Final = ("-wal", "-shm", "-journal")
+
+
+def wipe_folder(folder: Path, keep: Collection[Path] = ()) -> list[Path]:
+    """Delete everything in `folder` except the paths in `keep` and the folders holding them;
+    what was deleted. Symlinks are removed, never followed. Raises `StateError`."""
+    try:
+        found = sorted(folder.iterdir())
+    except FileNotFoundError:
+        return []
+    except OSError as err:
+        raise StateError(f"cannot empty {folder}: {err.strerror or err}") from None
+    gone: list[Path] = []
+    for entry in found:
+        if entry in keep:
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink():
+                if any(k.is_relative_to(entry) for k in keep):
+                    gone += wipe_folder(entry, keep)
+                    continue
+                shutil.rmtree(entry)
+            else:
+                entry.unlink(missing_ok=True)
+        except OSError as err:
+            raise StateError(f"cannot remove {entry}: {err.strerror or err}") from None
+        gone.append(entry)
+    return gone
