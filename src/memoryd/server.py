@@ -12,7 +12,6 @@ import hashlib
 import json
 import logging
 import os
-import signal
 import socket
 from collections.abc import Mapping
 from pathlib import Path
@@ -247,16 +246,6 @@ async def dispatch(
         return _error(err)
 
 
-async def _stop_on_signal(scope: anyio.CancelScope) -> None:
-    import anyio
-
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            log.warning("received %s; shutting down", signal.Signals(signum).name)
-            scope.cancel()
-            return
-
-
 async def serve(
     service: MemoryService,
     *,
@@ -276,7 +265,7 @@ async def serve(
         sock.unlink()
     import anyio
 
-    from .background import Background, run_blocking
+    from .background import Background, close_shielded, run_blocking, stop_on_signal
 
     ident = {"config": config_identity(config_path)}
     listener = await anyio.create_unix_listener(sock)
@@ -311,14 +300,13 @@ async def serve(
 
     try:
         async with listener, anyio.create_task_group() as tg:
-            tg.start_soon(_stop_on_signal, tg.cancel_scope)
+            tg.start_soon(stop_on_signal, tg.cancel_scope.cancel, "serve")
             tg.start_soon(listener.serve, handle)
             await run_blocking(lambda: service.start(Background()), workers)
             if ready is not None:
                 ready.set()
     finally:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-            await run_blocking(service.close, anyio.CapacityLimiter(1))
+        await close_shielded(service.close)
         with contextlib.suppress(FileNotFoundError):
             sock.unlink()
 
