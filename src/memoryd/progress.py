@@ -56,7 +56,8 @@ class _Phase:
 class ProgressReporter:
     """A `ProgressFn` for the CLI: a rich bar on a terminal, plain lines otherwise."""
 
-    stream: IO[str] | None = None
+    stream: IO[str] = field(default_factory=lambda: sys.stderr)
+    #: Unset: whether `stream` is a terminal.
     tty: bool | None = None
     #: Seconds between two plain lines.
     interval_s: float = 5.0
@@ -66,11 +67,8 @@ class ProgressReporter:
     _bar: Any = None
 
     def __enter__(self) -> ProgressReporter:
-        if self.stream is None:
-            self.stream = sys.stderr
         if self.tty is None:
-            isatty = getattr(self.stream, "isatty", None)
-            self.tty = bool(isatty and isatty())
+            self.tty = self.stream.isatty()
         if self.tty:
             self._bar = _rich_bar(self.stream)
             self._bar.__enter__()
@@ -94,7 +92,6 @@ class ProgressReporter:
             return
         state.last_line = now
         state.ended = finished
-        assert self.stream is not None
         print(self.prefix + describe(phase, done, total, now - state.started), file=self.stream)
         self.stream.flush()
 

@@ -53,20 +53,16 @@ def config_identity(config_path: Path | None) -> dict[str, str | None]:
 def limits_from_env(environ: Mapping[str, str] | None = None) -> tuple[float, int]:
     """(idle timeout, connection cap) from `MEMORYD_SERVE_LIMITS` (tests only); bad items are ignored."""
     raw = (os.environ if environ is None else environ).get(LIMITS_ENV, "")
-    idle, cap = IDLE_TIMEOUT_S, MAX_CONNECTIONS
+    limits: dict[str, float] = {"idle": IDLE_TIMEOUT_S, "connections": MAX_CONNECTIONS}
     for item in filter(None, (part.strip() for part in raw.split(","))):
         key, _, value = item.partition("=")
-        try:
-            if key == "idle" and float(value) > 0:
-                idle = float(value)
+        with contextlib.suppress(KeyError, ValueError):
+            number = type(limits[key])(value)  # float for idle, int for connections
+            if number > 0:
+                limits[key] = number
                 continue
-            if key == "connections" and int(value) > 0:
-                cap = int(value)
-                continue
-        except ValueError:
-            pass
         log.warning("serve: ignoring %s item %r", LIMITS_ENV, item)
-    return idle, cap
+    return limits["idle"], int(limits["connections"])
 
 
 #: Longest error message sent back (a reason may quote what the caller sent).
