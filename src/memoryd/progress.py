@@ -15,6 +15,10 @@ PHASES: dict[str, tuple[str, str]] = {
 }
 
 
+#: Seconds between two plain progress lines.
+LINE_INTERVAL_S = 5.0
+
+
 def format_duration(seconds: float) -> str:
     """`42s`, `3m05s`, `1h02m`: short enough for a progress line."""
     s = max(round(seconds), 0)
@@ -59,9 +63,6 @@ class ProgressReporter:
     stream: IO[str] = field(default_factory=lambda: sys.stderr)
     #: Unset: whether `stream` is a terminal.
     tty: bool | None = None
-    #: Seconds between two plain lines.
-    interval_s: float = 5.0
-    prefix: str = "memoryd index: "
     clock: Callable[[], float] = time.monotonic
     _phases: dict[str, _Phase] = field(default_factory=dict)
     _bar: Any = None
@@ -88,11 +89,13 @@ class ProgressReporter:
             self._update_bar(phase, state, done, total, now)
             return
         finished = total > 0 and done >= total
-        if state.ended or (not finished and now - state.last_line < self.interval_s):
+        if state.ended or (not finished and now - state.last_line < LINE_INTERVAL_S):
             return
         state.last_line = now
         state.ended = finished
-        print(self.prefix + describe(phase, done, total, now - state.started), file=self.stream)
+        print(
+            "memoryd index: " + describe(phase, done, total, now - state.started), file=self.stream
+        )
         self.stream.flush()
 
     def _update_bar(self, phase: str, state: _Phase, done: int, total: int, now: float) -> None:
