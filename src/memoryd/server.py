@@ -25,7 +25,6 @@ if TYPE_CHECKING:  # the CLI imports this module to forward requests: keep it li
     from anyio.abc import SocketStream
 
     from .orchestrator import MemoryService
-    from .tools import ToolInput
 
 log = logging.getLogger("memoryd.server")
 
@@ -191,14 +190,6 @@ def _lifecycle(
 _ENVELOPE = ("op", "agent", "identity")
 
 
-def _tool(service: MemoryService, args: ToolInput, agent: str | None) -> dict[str, Any]:
-    from .tools import MemoryStatusInput, call_tool
-
-    if isinstance(args, MemoryStatusInput):
-        return {**service.status(agent), "servedBy": f"serve (pid {os.getpid()})"}
-    return call_tool(service, args, agent_id=agent)
-
-
 async def dispatch(
     service: MemoryService,
     req: dict[str, Any],
@@ -207,7 +198,7 @@ async def dispatch(
 ) -> dict[str, Any]:
     """Answer one request, `{op, agent?, identity, …tool arguments}`, on a worker thread."""
     from .background import run_blocking
-    from .tools import validate_tool_input
+    from .tools import call_tool, validate_tool_input
 
     shape = _shape_error(req)
     if shape is not None:
@@ -232,26 +223,28 @@ async def dispatch(
             )
         except InvalidInput as err:
             return _error(err)
-        answer = functools.partial(_tool, service, args, agent)
+        answer = functools.partial(call_tool, service, args, agent_id=agent)
     why = _served(service, req, ident)
     if why is not None:
         return _error(NotServed(f"not served here: {why}"))
     try:
-        return await run_blocking(answer, limiter)
+        out = await run_blocking(answer, limiter)
     except MemorydError as err:
         return _error(err)
+    if op == "status" and not out.get("disabled"):
+        out["servedBy"] = f"serve (pid {os.getpid()})"
+    return out
 
 
 async def serve(
     service: MemoryService,
     *,
-    sock: Path | None = None,
     ready: anyio.Event | None = None,
     config_path: Path | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM or cancellation, then stop the background work and qmd."""
     idle_s, cap = limits_from_env()
-    sock = sock or paths.socket_path()
+    sock = paths.socket_path()
     from .fsio import private_dir
 
     private_dir(sock.parent)  # the socket is bound before chmod: its folder must be private
