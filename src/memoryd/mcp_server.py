@@ -473,8 +473,7 @@ def _listen(host: str, port: int) -> socket.socket:
         if sock is not None:
             sock.close()
         raise ConfigError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
-    sock.set_inheritable(False)
-    return sock
+    return sock  # not inherited by qmd: Python's sockets are non-inheritable (PEP 446)
 
 
 def _check_http_bind(
