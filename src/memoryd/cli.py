@@ -436,9 +436,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
         "maxResults": args.max_results,
         "minScore": args.min_score,
         "corpus": args.corpus,
+        "explain": args.explain,
     }
-    if args.explain:
-        payload["explain"] = True
     out = forward(args, payload)
     if out is None:  # the service validates with the same bounds as the tool contract
         with service(args) as svc:

@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -31,11 +30,9 @@ log = logging.getLogger("memoryd.server")
 #: Longest request line accepted (bytes); queries are capped far below this.
 MAX_REQUEST: Final = 256 * 1024
 #: How long a connection may take to send its request line.
-IDLE_TIMEOUT_S: Final = 10.0
+IDLE_TIMEOUT_S = 10.0
 #: Connections handled at once; more are answered `server_busy` and closed at once.
-MAX_CONNECTIONS: Final = 64
-#: Test-only override of the two limits above.
-LIMITS_ENV: Final = "MEMORYD_SERVE_LIMITS"
+MAX_CONNECTIONS = 64
 
 
 def config_identity(config_path: Path | None) -> dict[str, str | None]:
@@ -47,21 +44,6 @@ def config_identity(config_path: Path | None) -> dict[str, str | None]:
     except OSError:
         digest = None
     return {"path": str(config_path.absolute()), "sha256": digest}
-
-
-def limits_from_env(environ: Mapping[str, str] | None = None) -> tuple[float, int]:
-    """(idle timeout, connection cap) from `MEMORYD_SERVE_LIMITS` (tests only); bad items are ignored."""
-    raw = (os.environ if environ is None else environ).get(LIMITS_ENV, "")
-    limits: dict[str, float] = {"idle": IDLE_TIMEOUT_S, "connections": MAX_CONNECTIONS}
-    for item in filter(None, (part.strip() for part in raw.split(","))):
-        key, _, value = item.partition("=")
-        with contextlib.suppress(KeyError, ValueError):
-            number = type(limits[key])(value)  # float for idle, int for connections
-            if number > 0:
-                limits[key] = number
-                continue
-        log.warning("serve: ignoring %s item %r", LIMITS_ENV, item)
-    return limits["idle"], int(limits["connections"])
 
 
 #: Longest error message sent back (a reason may quote what the caller sent).
@@ -243,7 +225,7 @@ async def serve(
     config_path: Path | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM or cancellation, then stop the background work and qmd."""
-    idle_s, cap = limits_from_env()
+    idle_s, cap = IDLE_TIMEOUT_S, MAX_CONNECTIONS  # read now: a test sets smaller ones
     sock = paths.socket_path()
     from .fsio import private_dir
 
