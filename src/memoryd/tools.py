@@ -265,44 +265,47 @@ def _unknown_arguments(tool: type[ToolInput], unknown: list[str]) -> str:
     return f"{what}: {tool.name} takes {', '.join(names)}"
 
 
-def _bound(value: Any) -> Any:
-    return int(value) if isinstance(value, float) and value.is_integer() else value
+_INTEGER = "{arg} must be an integer (got {got!r})"
+_NUMBER = "{arg} must be a number (got {got!r})"
+# every pattern here is r"\S": the only way to miss it is an empty or blank string
+_EMPTY = "{arg} must not be empty"
+#: One line per pydantic error type, filled in from the error's context (`ge`, `max_length`, …).
+_MESSAGES: Final = {
+    "missing": "{arg} is required",
+    "greater_than_equal": "{arg} must be ≥ {ge} (got {got!r})",
+    "greater_than": "{arg} must be > {gt} (got {got!r})",
+    "less_than_equal": "{arg} must be ≤ {le} (got {got!r})",
+    "less_than": "{arg} must be < {lt} (got {got!r})",
+    "string_too_short": _EMPTY,
+    "string_pattern_mismatch": _EMPTY,
+    "string_too_long": "{arg} must be at most {max_length} characters (got {size})",
+    "int_type": _INTEGER,
+    "int_parsing": _INTEGER,
+    "int_from_float": _INTEGER,
+    "float_type": _NUMBER,
+    "float_parsing": _NUMBER,
+    "finite_number": _NUMBER,
+    "string_type": "{arg} must be a string (got {kind})",
+    "literal_error": "{arg} must be one of {expected} (got {got!r})",
+    "value_error": "{arg} {error}",
+}
 
 
 def _describe(e: ErrorDetails) -> str:
-    arg = ".".join(str(p) for p in e["loc"]) or "arguments"
-    kind = e["type"]
-    ctx = e.get("ctx") or {}
     got = e.get("input")
-    if kind == "missing":
-        return f"{arg} is required"
-    if kind in _COMPARISONS:
-        op, key = _COMPARISONS[kind]
-        return f"{arg} must be {op} {_bound(ctx.get(key))} (got {got!r})"
-    if kind in ("string_too_short", "string_pattern_mismatch"):
-        # every pattern here is r"\S": the only way to miss it is an empty or blank string
-        return f"{arg} must not be empty"
-    if kind == "string_too_long":
-        return f"{arg} must be at most {ctx.get('max_length')} characters (got {len(got)})"
-    if kind in ("int_type", "int_parsing", "int_from_float"):
-        return f"{arg} must be an integer (got {got!r})"
-    if kind in ("float_type", "float_parsing", "finite_number"):
-        return f"{arg} must be a number (got {got!r})"
-    if kind == "string_type":
-        return f"{arg} must be a string (got {type(got).__name__})"
-    if kind == "literal_error":
-        return f"{arg} must be one of {ctx.get('expected')} (got {got!r})"
-    if kind == "value_error":
-        return f"{arg} {ctx.get('error')}"
-    return f"{arg}: {e['msg']}"
-
-
-_COMPARISONS: Final = {
-    "greater_than_equal": ("≥", "ge"),
-    "greater_than": (">", "gt"),
-    "less_than_equal": ("≤", "le"),
-    "less_than": ("<", "lt"),
-}
+    # a bound of 1.0 reads 1: the bounds are written as integers
+    ctx = {
+        k: int(v) if isinstance(v, float) and v.is_integer() else v
+        for k, v in e.get("ctx", {}).items()
+    }
+    return _MESSAGES.get(e["type"], "{arg}: {msg}").format(
+        **ctx,
+        arg=".".join(str(p) for p in e["loc"]) or "arguments",
+        got=got,
+        size=len(got) if isinstance(got, str) else None,
+        kind=type(got).__name__,
+        msg=e["msg"],
+    )
 
 
 def tools_help() -> str:
