@@ -747,7 +747,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except MemorydError as err:
         print(f"memoryd: error: {visible_controls(str(err))}", file=sys.stderr)
-        if getattr(args, "json", False):
+        if args.json:
             print_json(err.to_result())
         return EXIT_USAGE if err.code in USAGE_CODES else EXIT_ERROR
     except KeyboardInterrupt:
@@ -758,7 +758,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
-
-
-if __name__ == "__main__":
-    sys.exit(main())
