@@ -376,10 +376,6 @@ def check_request_origin(origin: str | None, host: str | None, guard: OriginGuar
     return None
 
 
-#: How long an HTTP session may sit idle before it is closed (seconds).
-SESSION_IDLE_S = 600.0
-#: Sessions open at once; one more is answered 503 with `Retry-After`.
-MAX_SESSIONS = 64
 #: What a client refused for the session cap is told to wait (seconds).
 RETRY_AFTER_S = 30
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_\-]{32,256}")
@@ -557,10 +553,11 @@ async def serve_http(
     allowed_hosts: Iterable[str] = (),
     tls_cert: str | None = None,
     tls_key: str | None = None,
-    session_idle_s: float = SESSION_IDLE_S,
-    max_sessions: int = MAX_SESSIONS,
+    session_idle_s: float,
+    max_sessions: int,
 ) -> None:
-    """Serve MCP over Streamable HTTP at `http(s)://host:port/mcp` (plus `GET /health`)."""
+    """Serve MCP over Streamable HTTP at `http(s)://host:port/mcp` (plus `GET /health`), with
+    the limits `memoryd mcp --http` was given (--session-idle, --max-sessions)."""
     from mcp.server.transport_security import TransportSecuritySettings
     from starlette.requests import Request
     from starlette.responses import JSONResponse
