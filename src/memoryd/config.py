@@ -873,4 +873,4 @@ def _workspace(raw: str | os.PathLike[str] | None, cwd: Path) -> Path:
 
 def agent_ids(config: MemorydConfig) -> list[str]:
     """Configured agent ids (`main` when none are listed)."""
-    return [e.id for e in config.agents.list_] or ["main"]
+    return [e.id for e in config.agents.list_] or [paths.DEFAULT_AGENT_ID]
