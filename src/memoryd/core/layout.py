@@ -14,7 +14,7 @@ from pathlib import PurePosixPath
 from typing import Final
 
 from ..errors import InvalidInput, PathNotAllowed
-from .results import Source
+from .results import FileText, Source
 
 #: Long-term memory file names at the workspace root, in order of preference.
 LONG_TERM_NAMES: Final = ("MEMORY.md", "memory.md")
@@ -177,35 +177,26 @@ MAX_GET_CHARS: Final = 20_000
 MAX_GET_LINES: Final = 2_000
 
 
-@dataclass(frozen=True, slots=True)
-class Page:
-    """A page of a file: its text, and where the next page starts when it was cut."""
-
-    text: str
-    truncated: bool
-    next_from: int | None
-    past_end: bool
-
-
 def page_blocks(
+    path: str,
     blocks: Iterable[bytes],
     from_line: int | None,
     lines: int | None,
     *,
     max_chars: int = MAX_GET_CHARS,
     max_lines: int = MAX_GET_LINES,
-) -> Page:
-    """Whole lines `from_line`… (at most `lines`) of UTF-8 blocks within the caps, one longer line
-    cut, holding no more than a block plus the page."""
+) -> FileText:
+    """`path`'s whole lines `from_line`… (at most `lines`) of UTF-8 blocks within the caps, one
+    longer line cut, holding no more than a block plus the page."""
     start = max(1, from_line or 1)
     cap = max_chars + 1  # one character past the cap tells an over-long line
     rest = _capped_lines(codecs.iterdecode(blocks, "utf-8", "replace"), cap, skip=start - 1)
-    return _page(rest, start, lines, max_chars, max_lines)
+    return _page(path, rest, start, lines, max_chars, max_lines)
 
 
 def _page(
-    rest: Iterator[str], start: int, lines: int | None, max_chars: int, max_lines: int
-) -> Page:
+    path: str, rest: Iterator[str], start: int, lines: int | None, max_chars: int, max_lines: int
+) -> FileText:
     """The page from `rest`: whole lines within the caps, one over-long first line cut; it is
     `truncated` when a line past them was wanted."""
     room = max_lines if lines is None else min(lines, max_lines)
@@ -216,11 +207,11 @@ def _page(
             if len(taken) == lines:  # every line asked for
                 break
             taken = taken or [line[:max_chars]]
-            return Page("".join(taken), True, start + len(taken), past_end=False)
+            return FileText(path, "".join(taken), True, start + len(taken))
         taken.append(line)
         used += len(line)
     # a non-empty file has a line 1: nothing from `start` on means past the end
-    return Page("".join(taken), False, None, past_end=not taken and start > 1)
+    return FileText(path, "".join(taken), past_end=not taken and start > 1)
 
 
 def _terminated(part: str) -> bool:
