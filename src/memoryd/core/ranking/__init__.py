@@ -41,11 +41,6 @@ __all__ = [
 ]
 
 
-def is_evergreen(path: str, source: str) -> bool:
-    """Undated memory files (MEMORY.md among them) never decay; only dated notes and sessions do."""
-    return source != "sessions" and note_date(path) is None
-
-
 def decay_multiplier(age_days: float, half_life_days: float) -> float:
     """`e^(−ln2/H · age)`: 0.5 at one half-life, 1.0 for age ≤ 0."""
     if age_days <= 0:
@@ -187,7 +182,7 @@ def vector_floor(same_script: bool, chunks: int, chunk_tokens: int) -> float:
     if not same_script:
         return VEC_FLOOR
     floor = VEC_FLOOR_SAME_SCRIPT
-    if VEC_FLOOR_GROWTH <= 0 or chunks < 2:
+    if chunks < 2:
         return floor
     grown = max(floor, VEC_FLOOR_GROWTH * math.sqrt(2.0 * math.log(chunks)))
     short = _ramp(LONG_CHUNK_TOKENS - chunk_tokens, 0, LONG_CHUNK_TOKENS - SHORT_CHUNK_TOKENS)
