@@ -125,13 +125,14 @@ def _read_transcript(path: Path) -> tuple[bytes, float]:
 
 
 def _transcript_chunks(path: Path, data: bytes, tokens: int, overlap: int) -> list[Chunk]:
-    from ..core.forgotten import forgotten_path, scrub_forgotten
+    from ..core.forgotten import Tombstones, forgotten_path, scrub_messages
     from ..core.transcripts import chunk_transcript, parse_transcript_text
 
     messages, _malformed, _lines = parse_transcript_text(
         data.decode("utf-8", errors="replace"), sanitize=True
     )
-    messages = scrub_forgotten(messages, read_private(forgotten_path(path.parent)))
+    tombstones = Tombstones.from_json(read_private(forgotten_path(path.parent)))
+    messages = scrub_messages(messages, tombstones)
     return chunk_transcript(messages, tokens=tokens, overlap=overlap)
 
 
@@ -395,8 +396,8 @@ class Indexer:
         if prev is not None and prev[0] == file_hash:
             store.touch_file(mf.rel_path, mtime, got.size)
             return None
-        size = self.engine.chunking.for_file(mf.rel_path)
-        chunks = chunk_lines(text, tokens=size.tokens, overlap=size.overlap)
+        tokens, overlap = self.engine.chunking.for_file(mf.rel_path)
+        chunks = chunk_lines(text, tokens=tokens, overlap=overlap)
         if self.engine.cfg.redact_notes:
             # imported here: a search that redacts nothing never loads the rules
             from ..core.redact import redact_secrets

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..background import Background
 from ..config import IndexSettings
-from ..core.chunking import ChunkingPlan, chunking_plan
+from ..core.chunking import ChunkingPlan
 from ..core.engine import ProgressFn, SearchOutput, SearchRequest
 from ..core.layout import MemoryRoot, is_markdown
 from ..core.results import FileText
@@ -150,7 +150,7 @@ class MemoryIndex:
     def chunking(self) -> ChunkingPlan:
         c = self.cfg.chunking
         d = c.daily_notes
-        return chunking_plan(c.tokens, c.overlap, (d.tokens, d.overlap) if d else None)
+        return ChunkingPlan(c.tokens, c.overlap, (d.tokens, d.overlap) if d else None)
 
     def signature(self) -> dict[str, Any]:
         p = self.provider

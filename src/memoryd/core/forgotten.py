@@ -147,7 +147,3 @@ def scrub_messages(messages: Iterable[Message], tombstones: Tombstones | None) -
             out.append(replace(m, text=text))
     return out
 
-
-def scrub_forgotten(messages: Iterable[Message], raw: bytes | None) -> list[Message]:
-    """`scrub_messages` with the tombstone file's bytes (`raw`; None: nothing forgotten)."""
-    return scrub_messages(messages, Tombstones.from_json(raw))
