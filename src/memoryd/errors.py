@@ -25,7 +25,7 @@ class MemorydError(Exception):
     @staticmethod
     def from_result(result: Mapping[str, Any]) -> MemorydError:
         """The error a failed tool result carries (a socket answer read back), by its code."""
-        return CODES.get(result.get("code"), MemorydError)(str(result.get("error")))
+        return CODES.get(str(result.get("code")), MemorydError)(str(result.get("error")))
 
 
 #: Every error class by its code (the table of docs/errors.md).

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..errors import InvalidInput
 from .layout import MemoryRoot
-from .results import FileText, SearchResult
+from .results import SearchResult
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -103,17 +103,11 @@ class IndexCheck:
 class MemoryEngine(Protocol):
     """The built-in index and the qmd manager, as the orchestrator sees them."""
 
-    @property
-    def name(self) -> EngineName: ...
-
     def start(self, background: Background | None = None) -> None:
         """Prepare (open, create collections); with `background`, run timers/watchers on it."""
 
     def search(self, request: SearchRequest) -> SearchOutput:
         """Ranked results; raises a `MemorydError` subclass on failure, never returns garbage."""
-
-    def get(self, path: str, from_line: int | None, lines: int | None) -> FileText:
-        """A memory file or a line range of it; `PathNotAllowed` for anything else."""
 
     def notify_changed(self) -> None:
         """A memory file changed through memoryd: refresh soon (debounced)."""
@@ -125,17 +119,8 @@ class MemoryEngine(Protocol):
 class BuiltinEngine(MemoryEngine, Protocol):
     """The built-in index's side of the contract."""
 
-    def sync(
-        self,
-        *,
-        force: bool = False,
-        progress: ProgressFn | None = None,
-        embed_budget_s: float | None = None,
-    ) -> Any:
-        """Bring the index up to date with the files now (vectors within `embed_budget_s`)."""
-
-    def catch_up(self, budget_s: float) -> None:
-        """Before a search: sync, and embed pending chunks for at most `budget_s`."""
+    def sync(self, *, force: bool = False, progress: ProgressFn | None = None) -> Any:
+        """Bring the index up to date with the files now."""
 
     def status(self) -> BuiltinStatus: ...
 
@@ -148,9 +133,6 @@ class BuiltinEngine(MemoryEngine, Protocol):
 
 class QmdEngine(MemoryEngine, Protocol):
     """The qmd sidecar's side of the contract."""
-
-    @property
-    def search_mode(self) -> str: ...
 
     def sync(self, *, force: bool = False, progress: ProgressFn | None = None) -> Any:
         """`qmd update`, then `qmd embed` when due."""
