@@ -3,35 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final
 
 from ._checks import _entropy
 from ._rules import SECRET_PATTERNS, SecretSpan, keyword_index, rules_for
-
-
-def _trie_regex(words: Iterable[str]) -> str:
-    """An alternation matching the longest of `words` that starts at a position."""
-    trie: dict[str, Any] = {}
-    for word in words:
-        node = trie
-        for ch in word:
-            node = node.setdefault(ch, {})
-        node[""] = {}
-
-    def build(node: dict[str, Any]) -> str:
-        ends = "" in node
-        branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
-        if not branches:
-            return ""
-        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
-        if ends:  # a shorter word ends here: the longer ones are tried first (greedy `?`)
-            body = "(?:" + body + ")?"
-        return body
-
-    return build(trie)
 
 
 def _re2() -> Any:
@@ -53,7 +30,7 @@ class _Rule:
     allow_secret: Any
     allow_match: Any
     allow_line: Any
-    stopwords: re.Pattern[str] | None
+    stopwords: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,14 +59,14 @@ def _ruleset() -> _Ruleset:
     config = tomllib.loads(raw)
     glob = config.get("allowlist", {})
     glob_regexes: list[str] = list(glob.get("regexes", ()))
-    glob_stopwords: list[str] = [w.lower() for w in glob.get("stopwords", ())]
+    glob_stopwords: list[str] = [re.escape(w.lower()) for w in glob.get("stopwords", ())]
 
     def any_of(patterns: list[str]) -> Any:
         # RE2 scopes inline flags to their group, so `(?:a)|(?:b)` means what a and b meant.
         return re2.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
 
     glob_secret = any_of(glob_regexes)
-    glob_stop = re.compile(_trie_regex(glob_stopwords)) if glob_stopwords else None
+    glob_stop = any_of(glob_stopwords)
     rules: list[_Rule] = []
     keywords: list[set[str]] = []
     for spec in config["rules"]:
@@ -101,7 +78,7 @@ def _ruleset() -> _Ruleset:
             if allowlist.get("condition") == "AND" and "paths" in allowlist:
                 continue  # holds only together with a path, and a transcript has none
             allow[allowlist.get("regexTarget", "secret")].extend(allowlist.get("regexes", ()))
-            stopwords.extend(w.lower() for w in allowlist.get("stopwords", ()))
+            stopwords.extend(re.escape(w.lower()) for w in allowlist.get("stopwords", ()))
         rules.append(
             _Rule(
                 id=spec["id"],
@@ -113,9 +90,7 @@ def _ruleset() -> _Ruleset:
                 else glob_secret,
                 allow_match=any_of(allow["match"]),
                 allow_line=any_of(allow["line"]),
-                stopwords=re.compile(_trie_regex(glob_stopwords + stopwords))
-                if stopwords
-                else glob_stop,
+                stopwords=any_of(glob_stopwords + stopwords) if stopwords else glob_stop,
             )
         )
         keywords.append({k.lower() for k in spec.get("keywords", ())})
