@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 from .chunking import Chunk, chunk_lines
@@ -142,41 +142,9 @@ def chunk_transcript(messages: Iterable[Message], *, tokens: int, overlap: int) 
     ]
 
 
-@dataclass
-class SessionDeltaTracker:
-    """When transcripts have grown past `delta_bytes` or `delta_messages` (0: off; both 0: any
-    growth) to re-index; a rewritten file is due at once. The caller stats files and debounces."""
-
-    delta_bytes: int = 100_000
-    delta_messages: int = 50
-    #: path → (bytes, lines) the index holds
-    _synced: dict[str, tuple[int, int]] = field(default_factory=dict, repr=False)
-    #: rewritten since synced: due until synced again, even if it grows back
-    _rewritten: set[str] = field(default_factory=set, repr=False)
-
-    def observe(self, path: str, size: int, lines: int, *, rewritten: bool = False) -> bool:
-        """Whether a transcript of `size` bytes and `lines` complete lines is due for indexing;
-        `rewritten`: its indexed part changed."""
-        synced_size, synced_lines = self._synced.get(path, (0, 0))
-        if rewritten or size < synced_size or lines < synced_lines:
-            self._rewritten.add(path)
-        if path in self._rewritten:
-            return True
-        grew_bytes, grew_lines = size - synced_size, lines - synced_lines
-        if grew_bytes <= 0 and grew_lines <= 0:
-            return False
-        if self.delta_bytes <= 0 and self.delta_messages <= 0:
-            return True
-        return (self.delta_bytes > 0 and grew_bytes >= self.delta_bytes) or (
-            self.delta_messages > 0 and grew_lines >= self.delta_messages
-        )
-
-    def mark_synced(self, path: str, size: int, lines: int) -> None:
-        """The index now holds `path` up to `size` bytes / `lines` lines."""
-        self._synced[path] = (size, lines)
-        self._rewritten.discard(path)
-
-    def forget(self, path: str) -> None:
-        """Drop a deleted transcript."""
-        self._synced.pop(path, None)
-        self._rewritten.discard(path)
+def transcript_due(grew_bytes: int, grew_lines: int, delta_bytes: int, delta_messages: int) -> bool:
+    """Whether a transcript grown by `grew_bytes` and `grew_lines` complete lines since it was
+    indexed is due: past either delta (0: off; both 0: any growth)."""
+    if delta_bytes <= 0 and delta_messages <= 0:
+        return grew_bytes > 0 or grew_lines > 0
+    return 0 < delta_bytes <= grew_bytes or 0 < delta_messages <= grew_lines
