@@ -4,18 +4,11 @@ from __future__ import annotations
 
 from typing import Final
 
-from ..config import ScopeConfig, ScopeMatch, ScopeRule
+from ..config import ScopeConfig, ScopeMatch
 from ..core.session_keys import SessionKeyInfo, parse_session_key, raw_session_key
 
 # Session keys are caller input; cap what one can put in a log line.
 _MAX_LOGGED_KEY_CHARS: Final = 200
-
-
-def default_scope() -> ScopeConfig:
-    """Deny all but direct chats; built unvalidated so a search never imports pydantic for it."""
-    return ScopeConfig(
-        default="deny", rules=[ScopeRule(action="allow", match=ScopeMatch(chat_type="direct"))]
-    )
 
 
 def _printable(text: str) -> str:
@@ -44,16 +37,18 @@ def _matches(match: ScopeMatch | None, info: SessionKeyInfo, raw_key: str) -> bo
 
 
 def scope_denial(scope: ScopeConfig | None, session_key: str | None) -> str | None:
-    """Why this session may not search memory (the log line), or None; `scope=None` applies the
-    shipped default (DMs only)."""
+    """Why this session may not search memory (the log line), or None; `scope=None` is the
+    shipped default, direct chats only."""
     info = parse_session_key(session_key)
     if not info.is_chat:  # a session that is no chat (`main`, a sub-agent) is never filtered
         return None
-    # a fresh default each time: a caller changing one it was given widens nothing
-    effective = default_scope() if scope is None else scope
-    raw_key = raw_session_key(session_key)
-    rule = next((r for r in effective.rules or [] if _matches(r.match, info, raw_key)), None)
-    if (rule.action if rule else effective.default or "allow") == "allow":
+    if scope is None:
+        allowed = info.chat_type == "direct"
+    else:
+        raw_key = raw_session_key(session_key)
+        rule = next((r for r in scope.rules or [] if _matches(r.match, info, raw_key)), None)
+        allowed = (rule.action if rule else scope.default or "allow") == "allow"
+    if allowed:
         return None
     return (
         f"memory search denied by scope (channel={info.channel or 'unknown'}, "
