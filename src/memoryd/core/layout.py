@@ -214,10 +214,6 @@ def _page(
     return FileText(path, "".join(taken), past_end=not taken and start > 1)
 
 
-def _terminated(part: str) -> bool:
-    return bool(part) and len(part.splitlines()[0]) < len(part)
-
-
 def _capped_lines(pieces: Iterable[str], cap: int, *, skip: int = 0) -> Iterator[str]:
     """`splitlines(keepends=True)` of the joined `pieces` after `skip`, each cut to `cap` characters."""
     pending = ""  # the start of a line still open at the end of a piece (≤ cap characters)
@@ -229,7 +225,8 @@ def _capped_lines(pieces: Iterable[str], cap: int, *, skip: int = 0) -> Iterator
             carry, piece = "\r", piece[:-1]
         parts = piece.splitlines(keepends=True)
         for i, part in enumerate(parts):
-            if i == len(parts) - 1 and not _terminated(part):
+            # the last part is a line still open unless it ends with a line break
+            if i == len(parts) - 1 and len(part.splitlines()[0]) == len(part):
                 pending = (pending + part[:cap])[:cap]
                 break
             line = (pending + part[:cap])[:cap]
@@ -269,15 +266,12 @@ def note_date(path: str) -> date | None:
 def is_daily_note_of(name: str, day: date) -> bool:
     """`2026-11-29.md` or a slugged sibling `2026-11-29-<slug>.md` (a file name, not a path)."""
     stem = day.isoformat()
-    if name == f"{stem}.md":
-        return True
-    return name.startswith(f"{stem}-") and name.endswith(".md") and len(name) > len(stem) + 4
+    slugged = name.startswith(f"{stem}-") and name.endswith(".md") and len(name) > len(stem) + 4
+    return slugged or name == f"{stem}.md"
 
 
 def is_daily_note_path(rel_path: str) -> bool:
     """`memory/YYYY-MM-DD.md` or a slugged sibling directly in `memory/`; curated files are not."""
     head, sep, name = rel_path.partition("/")
-    if head != MEMORY_DIR or not sep or "/" in name:
-        return False
-    day = note_date(name)
+    day = note_date(name) if head == MEMORY_DIR and sep and "/" not in name else None
     return day is not None and is_daily_note_of(name, day)
