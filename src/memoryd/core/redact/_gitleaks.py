@@ -11,13 +11,6 @@ from ._checks import _entropy
 from ._rules import SECRET_PATTERNS, SecretSpan, keyword_index, rules_for
 
 
-def _re2() -> Any:
-    """Google's RE2 binding, imported on first use (it ships no type information)."""
-    import re2  # type: ignore[import-untyped]
-
-    return re2
-
-
 @dataclass(frozen=True, slots=True)
 class _Rule:
     id: str
@@ -25,12 +18,10 @@ class _Rule:
     secret_group: int
     entropy: float | None
     # Allowlists, each folded into one re2 str pattern (or None): searched in the secret (the
-    # global allowlist included), the whole match, the secret's line; and lowercase stopwords,
-    # any of which in the secret clears it (global ones included).
+    # global allowlist and stopwords included), the whole match, the secret's line.
     allow_secret: Any
     allow_match: Any
     allow_line: Any
-    stopwords: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,20 +44,22 @@ def _ruleset() -> _Ruleset:
     import importlib.resources
     import tomllib
 
-    re2 = _re2()
+    import re2  # type: ignore[import-untyped]
 
     raw = importlib.resources.files(__package__).joinpath("gitleaks.toml").read_text("utf-8")
     config = tomllib.loads(raw)
     glob = config.get("allowlist", {})
-    glob_regexes: list[str] = list(glob.get("regexes", ()))
-    glob_stopwords: list[str] = [re.escape(w.lower()) for w in glob.get("stopwords", ())]
 
     def any_of(patterns: list[str]) -> Any:
         # RE2 scopes inline flags to their group, so `(?:a)|(?:b)` means what a and b meant.
         return re2.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
 
-    glob_secret = any_of(glob_regexes)
-    glob_stop = any_of(glob_stopwords)
+    def stop(words: list[str]) -> list[str]:
+        # a secret holding a stopword, in any letter case, is cleared
+        return ["(?i)" + "|".join(re.escape(w) for w in words)] if words else []
+
+    glob_secret = list(glob.get("regexes", ())) + stop(glob.get("stopwords", []))
+    shared_secret = any_of(glob_secret)
     rules: list[_Rule] = []
     keywords: list[set[str]] = []
     for spec in config["rules"]:
@@ -78,19 +71,17 @@ def _ruleset() -> _Ruleset:
             if allowlist.get("condition") == "AND" and "paths" in allowlist:
                 continue  # holds only together with a path, and a transcript has none
             allow[allowlist.get("regexTarget", "secret")].extend(allowlist.get("regexes", ()))
-            stopwords.extend(re.escape(w.lower()) for w in allowlist.get("stopwords", ()))
+            stopwords.extend(allowlist.get("stopwords", ()))
+        own_secret = allow["secret"] + stop(stopwords)
         rules.append(
             _Rule(
                 id=spec["id"],
                 regex=re2.compile(spec["regex"].encode("utf-8")),
                 secret_group=int(spec.get("secretGroup", 0)),
                 entropy=spec.get("entropy"),
-                allow_secret=any_of(glob_regexes + allow["secret"])
-                if allow["secret"]
-                else glob_secret,
+                allow_secret=any_of(glob_secret + own_secret) if own_secret else shared_secret,
                 allow_match=any_of(allow["match"]),
                 allow_line=any_of(allow["line"]),
-                stopwords=any_of(glob_stopwords + stopwords) if stopwords else glob_stop,
             )
         )
         keywords.append({k.lower() for k in spec.get("keywords", ())})
@@ -131,7 +122,6 @@ def _is_allowed(rule: _Rule, text: str, start: int, end: int, whole: str) -> boo
             rule.allow_line is not None
             and rule.allow_line.search(_line_around(text, start, end)) is not None
         )
-        or (rule.stopwords is not None and rule.stopwords.search(secret.lower()) is not None)
     )
 
 
