@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final
@@ -125,20 +126,19 @@ def _is_allowed(rule: _Rule, text: str, start: int, end: int, whole: str) -> boo
     )
 
 
-class _CharOffsets:
-    """Byte offsets into UTF-8 `data` → offsets into `text`, for offsets that never decrease."""
+def _char_offsets(data: bytes) -> Callable[[int], int]:
+    """Byte offsets into UTF-8 `data` → offsets into its text, for offsets that never decrease."""
+    last_byte = last_char = 0  # where the next decode starts
 
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-        self._byte = 0
-        self._char = 0
+    def to_char(byte: int) -> int:
+        nonlocal last_byte, last_char
+        if byte < last_byte:  # not expected; stay correct anyway
+            last_byte = last_char = 0
+        last_char += len(data[last_byte:byte].decode("utf-8"))
+        last_byte = byte
+        return last_char
 
-    def __call__(self, byte_offset: int) -> int:
-        if byte_offset < self._byte:  # not expected; stay correct anyway
-            self._byte = self._char = 0
-        self._char += len(self._data[self._byte : byte_offset].decode("utf-8"))
-        self._byte = byte_offset
-        return self._char
+    return to_char
 
 
 def _gitleaks_spans(ruleset: _Ruleset, text: str, present: set[str]) -> list[SecretSpan]:
@@ -151,7 +151,7 @@ def _gitleaks_spans(ruleset: _Ruleset, text: str, present: set[str]) -> list[Sec
     spans = []
     for index in candidates:
         rule = ruleset.rules[index]
-        offset = _CharOffsets(data) if not ascii_only else None
+        offset = _char_offsets(data) if not ascii_only else None
         for match in rule.regex.finditer(data):
             group, groups = rule.secret_group, rule.regex.groups
             if group == 0 and groups:
