@@ -67,20 +67,20 @@ def _ruleset() -> _Ruleset:
         if "regex" not in spec or "path" in spec:
             continue
         allow: dict[str, list[str]] = {"secret": [], "match": [], "line": []}
-        stopwords: list[str] = []
         for allowlist in spec.get("allowlists", ()):
             if allowlist.get("condition") == "AND" and "paths" in allowlist:
                 continue  # holds only together with a path, and a transcript has none
             allow[allowlist.get("regexTarget", "secret")].extend(allowlist.get("regexes", ()))
-            stopwords.extend(allowlist.get("stopwords", ()))
-        own_secret = allow["secret"] + stop(stopwords)
+            allow["secret"] += stop(allowlist.get("stopwords", []))
         rules.append(
             _Rule(
                 id=spec["id"],
                 regex=re2.compile(spec["regex"].encode("utf-8")),
                 secret_group=int(spec.get("secretGroup", 0)),
                 entropy=spec.get("entropy"),
-                allow_secret=any_of(glob_secret + own_secret) if own_secret else shared_secret,
+                allow_secret=any_of(glob_secret + allow["secret"])
+                if allow["secret"]
+                else shared_secret,
                 allow_match=any_of(allow["match"]),
                 allow_line=any_of(allow["line"]),
             )
