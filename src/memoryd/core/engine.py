@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from ..errors import InvalidInput
 from .layout import MemoryRoot
 from .results import SearchResult
+from .text import camel_case
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -91,13 +92,8 @@ class IndexCheck:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "problem": self.problem,
-            "movedTo": self.moved_to,
-            "rebuilt": self.rebuilt,
-            "seconds": round(self.seconds, 3),
-        }
+        out = {camel_case(name): getattr(self, name) for name in self.__slots__}
+        return {**out, "seconds": round(self.seconds, 3)}
 
 
 class MemoryEngine(Protocol):
