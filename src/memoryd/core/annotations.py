@@ -92,7 +92,9 @@ def chunk_multiplier(path: str, text: str, terms: Sequence[str]) -> float:
 
 
 @lru_cache(maxsize=1024)
-def _parsed(path: str, text: str) -> tuple[list[str], list[float], Mapping[str, tuple[int, ...]]]:
+def _parsed(
+    path: str, text: str
+) -> tuple[tuple[str, ...], tuple[float, ...], Mapping[str, tuple[int, ...]]]:
     """A chunk's entries: their text, their multipliers, and which entries hold each word."""
     bodies, multipliers = [], []
     holders: dict[str, list[int]] = {}
@@ -102,7 +104,7 @@ def _parsed(path: str, text: str) -> tuple[list[str], list[float], Mapping[str, 
         multipliers.append(importance_multiplier(entry_importance(lines, path=path)))
         for word in word_set(body):
             holders.setdefault(word, []).append(i)
-    return bodies, multipliers, {w: tuple(h) for w, h in holders.items()}
+    return tuple(bodies), tuple(multipliers), {w: tuple(h) for w, h in holders.items()}
 
 
 def apply_importance(
