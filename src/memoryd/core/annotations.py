@@ -115,7 +115,7 @@ def apply_importance(
 ) -> None:
     """Multiply curated-root candidates' scores by their importance in place; a boost never lifts
     a score over `min_score`, so an abstaining query stays empty."""
-    terms: list[str] | None = None
+    terms: Sequence[str] | None = None
     for c in candidates:
         if c.source != "memory" or c.path not in _CURATED:
             continue

@@ -124,13 +124,9 @@ def _words(text: str) -> list[str]:
     return _ASCII_WORD.findall(text) if text.isascii() else re.findall(_WORD, text)
 
 
-def query_terms(query: str) -> list[str]:
-    """Lowercased content terms of a query, in order, deduplicated; CJK runs become bigrams."""
-    return list(_query_terms(query))
-
-
 @lru_cache(maxsize=256)
-def _query_terms(query: str) -> tuple[str, ...]:
+def query_terms(query: str) -> tuple[str, ...]:
+    """Lowercased content terms of a query, in order, deduplicated; CJK runs become bigrams."""
     seen: dict[str, None] = {}
     for raw in _words(query.lower()):
         # "Caroline's" is about `caroline`: notes say "Caroline:" far more often
@@ -146,7 +142,7 @@ def _query_terms(query: str) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def fts_match_expression(terms: list[str]) -> str | None:
+def fts_match_expression(terms: Sequence[str]) -> str | None:
     """An FTS5 MATCH string OR-ing every term (CJK runs become per-character phrases)."""
     parts = [" ".join(segment_for_fts(t).split()) if has_cjk(t) else t for t in terms]
     return " OR ".join('"' + p.replace('"', '""') + '"' for p in parts) if parts else None
