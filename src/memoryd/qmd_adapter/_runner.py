@@ -44,10 +44,10 @@ def run_qmd(
     cwd: str,
     timeout_s: float,
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
-    check: bool = True,
     running: set[subprocess.Popen[bytes]] | None = None,
 ) -> QmdOutput:
-    """Run `command args…`; the process sits in `running` so that its owner can kill it on close."""
+    """Run `command args…`, a non-zero exit being `QmdExitError`; the process sits in `running`
+    so that its owner can kill it on close."""
     exe = resolve_command(command, env)
     if exe is None:
         raise QmdUnavailable(
@@ -64,7 +64,7 @@ def run_qmd(
         if running is not None:
             running.discard(process)
     output = QmdOutput(tuple(args), returncode, stdout, stderr)
-    if check and returncode != 0:
+    if returncode != 0:
         raise QmdExitError(
             f"{label} exited with code {returncode}: {_last_line(output.stderr) or 'no stderr'}",
             returncode=returncode,
