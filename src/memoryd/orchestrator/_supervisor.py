@@ -243,7 +243,7 @@ class AgentBackend:
 
     @property
     def active(self) -> Active:
-        return self.failover.active if self.qmd is not None else "builtin"
+        return self.failover.active
 
     def _record_failure(self, reason: str) -> None:
         now = self._clock()

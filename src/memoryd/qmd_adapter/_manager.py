@@ -388,15 +388,11 @@ class QmdManager:
                 # to do; a collection lost otherwise is re-created on a search's "not found"
                 self._active = {s.name: s for s in present}
                 return
-            existing = self.list_collections()
-            for action in plan_collections(present, existing):
-                spec = action.spec
-                if action.kind == "rebind" and spec is not None:
-                    log.info("qmd: re-binding %s to %s (%s)", action.name, spec.path, spec.pattern)
-                if action.kind != "add":
-                    self._remove_collection(action.name)
-                if spec is not None:
-                    self._add_collection(spec)
+            removes, adds = plan_collections(present, self.list_collections())
+            for name in removes:
+                self._remove_collection(name)
+            for spec in adds:
+                self._add_collection(spec)
             self._active = {s.name: s for s in present}
             self._record_verified(present)
 
