@@ -384,8 +384,7 @@ class AgentBackend:
         stale = self.qmd_stale_seconds()
         if stale is None or self._background is not None:
             return stale
-        qmd = self.qmd
-        self._within(self.agent.memory_search.sync.search_wait_ms / 1000, qmd.sync)
+        self._within(self.agent.memory_search.sync.search_wait_ms / 1000, self.qmd.sync)
         return self.qmd_stale_seconds()
 
     def _builtin(self, request: SearchRequest, *, failed_over: bool = False) -> SearchOutput:
