@@ -66,7 +66,6 @@ def test_missing_binary_raises_unavailable(env: dict[str, str], tmp_path: Path) 
 
 def test_version_runs_from_a_neutral_cwd(qmd_bin: str, env: dict[str, str], tmp_path: Path) -> None:
     out = run_qmd(qmd_bin, ["--version"], env=env, cwd=str(tmp_path), timeout_s=30)
-    assert out.returncode == 0
     assert out.stdout.startswith("qmd ")
 
 

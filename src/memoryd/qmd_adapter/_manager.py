@@ -165,9 +165,14 @@ class QmdManager:
 
         #: The configured search mode (`memory.qmd.searchMode`).
         self.search_mode: SearchMode = self.config.search_mode
-        #: Where exported session Markdown lives (`sessions.exportDir`, or the qmd home's).
-        self.sessions_dir = settings.exports_dir
-        self._specs: list[CollectionSpec] = []
+        #: The collections this agent wants, in search order.
+        self._specs = desired_collections(
+            self.config,
+            agent_id=settings.agent_id,
+            workspace=settings.workspace,
+            sessions_dir=settings.exports_dir,
+            extra_roots=settings.extra_roots,
+        )
         self._active: dict[str, CollectionSpec] = {}
         self._waiting_for_dir: list[CollectionSpec] = []
         self._collections_lock = threading.RLock()
@@ -229,7 +234,7 @@ class QmdManager:
         with self._maintenance():
             keep = {self.home.lock_path, self.home.cache_home / "qmd" / "models"}
             removed = [str(e) for e in wipe_folder(self.home.root, keep)]
-            self._active, self._specs = {}, []
+            self._active = {}
             self._state = QmdState()
             self._prepare()
         return removed
@@ -353,7 +358,7 @@ class QmdManager:
         unchanged."""
         if self._active or self._started:
             return list(self._active.values())
-        present = [s for s in self._desired_now() if Path(s.path).is_dir()]
+        present = [s for s in self._specs if Path(s.path).is_dir()]
         return present if self._still_verified(present) else []
 
     def list_collections(self) -> dict[str, CollectionInfo]:
@@ -378,9 +383,8 @@ class QmdManager:
     def ensure_collections(self) -> None:
         """Add missing collections, re-bind changed ones, drop matching legacy names."""
         with self._collections_lock:
-            self._specs = self._desired_now()
             if self.config.sessions.enabled:
-                private_dir(self.sessions_dir)
+                private_dir(self.settings.exports_dir)
             present = [s for s in self._specs if Path(s.path).is_dir()]
             self._waiting_for_dir = [s for s in self._specs if s not in present]
             if self._still_verified(present) and resolve_command(self.command, self.env()):
@@ -450,17 +454,7 @@ class QmdManager:
 
     def roots(self) -> list[MemoryRoot]:
         """Every collection as a memory root (what `memory_get` may serve, by the same rule)."""
-        specs = self._specs or self._desired_now()
-        return [MemoryRoot(s.path, s.pattern, s.source, s.name) for s in specs]
-
-    def _desired_now(self) -> list[CollectionSpec]:
-        return desired_collections(
-            self.config,
-            agent_id=self.settings.agent_id,
-            workspace=self.settings.workspace,
-            sessions_dir=self.sessions_dir,
-            extra_roots=self.settings.extra_roots,
-        )
+        return [MemoryRoot(s.path, s.pattern, s.source, s.name) for s in self._specs]
 
     # ------------------------------------------------------------------ update and embed
 
