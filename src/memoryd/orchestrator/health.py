@@ -1,5 +1,5 @@
 """Per-(agent, workspace) failover state in `health.json`, so every process tells the same truth;
-a damaged file counts as absent (qmd's own state is in its home: `qmd_adapter.QmdState`)."""
+a damaged file counts as absent (qmd keeps its own state in its home)."""
 
 from __future__ import annotations
 
