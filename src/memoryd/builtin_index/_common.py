@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,15 +43,31 @@ class ChunkRow:
 RecoveryHook = Callable[[Recovery, bool], bool]
 
 
-class StoreChecks:
-    """The stores' checks that only differ by how they read their metadata."""
+class StoreBase:
+    """What both stores do alike: the checks, and the reads and writes whose SQL differs only by
+    the tenant's rows (`_mine`); `?` marks a parameter in both."""
 
     #: The signature (provider, model, chunking) this process writes with, so that it writes
     #: nothing into an index another process rebuilt with other settings.
     guard_signature: dict[str, Any] | None = None
     fts_error: str | None = None
+    #: The chunks waiting for a vector, as SQL (`{}`: `_mine()`).
+    _PENDING: str
 
-    def meta_value(self, key: str) -> str | None:
+    def _mine(self, alias: str = "") -> str:
+        """SQL true of this store's rows (a tenant's, in PostgreSQL)."""
+        raise NotImplementedError
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        raise NotImplementedError
+
+    def _write(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """One statement inside `transaction()`."""
+        raise NotImplementedError
+
+    def transaction(
+        self, *, wait_ms: int | None = None, doing: str = "update the index"
+    ) -> AbstractContextManager[None]:
         raise NotImplementedError
 
     @property
@@ -66,3 +83,65 @@ class StoreChecks:
             return bool(json.loads(raw) == self.guard_signature)
         except ValueError:
             return False
+
+    def meta(self) -> dict[str, str]:
+        return dict(self._read(f"select key, value from meta where {self._mine()}"))
+
+    def meta_value(self, key: str) -> str | None:
+        rows = self._read(f"select value from meta where {self._mine()} and key = ?", (key,))
+        return str(rows[0][0]) if rows else None
+
+    def delete_meta(self, key: str) -> None:
+        with self.transaction(doing="save index metadata"):
+            self._write(f"delete from meta where {self._mine()} and key = ?", (key,))
+
+    def files(self) -> dict[str, tuple[str, float, int, str]]:
+        sql = f"select path, hash, mtime, size, source from files where {self._mine()}"
+        return {r[0]: (r[1], r[2], r[3], r[4]) for r in self._read(sql)}
+
+    def paths(self) -> list[str]:
+        return [r[0] for r in self._read(f"select path from files where {self._mine()}")]
+
+    def abs_paths(self, source: str) -> list[str]:
+        """Absolute paths of the indexed files of one source."""
+        sql = f"select abs_path from files where {self._mine()} and source = ?"
+        return [r[0] for r in self._read(sql, (source,))]
+
+    def touch_file(self, path: str, mtime: float, size: int) -> None:
+        with self.transaction(doing=f"index {path}"):
+            sql = f"update files set mtime = ?, size = ? where {self._mine()} and path = ?"
+            self._write(sql, (mtime, size, path))
+
+    def chunk_count(self) -> int:
+        return int(self._read(f"select count(*) from chunks where {self._mine()}")[0][0])
+
+    def pending_count(self) -> int:
+        return int(self._read(f"select count(*) from {self._PENDING.format(self._mine())}")[0][0])
+
+    def counts(self) -> dict[str, Any]:
+        mine = self._mine()
+        files, chunks, pending, cache = self._read(
+            f"select (select count(*) from files where {mine}), "
+            f"(select count(*) from chunks where {mine}), (select count(*) from {self._PENDING.format(mine)}), "
+            f"(select count(*) from embedding_cache where {mine})"
+        )[0]
+        by_source = f"select source, count(*) from files where {mine} group by source"
+        return {
+            "files": files,
+            "chunks": chunks,
+            "pending_vectors": pending,
+            "source_counts": dict(self._read(by_source)),
+            "cache_entries": cache,
+        }
+
+    def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
+        ids = list(ids)
+        if not ids:
+            return {}
+        rows = self._read(
+            "select c.id, c.path, c.source, c.start_line, c.end_line, c.text, f.mtime "
+            f"from chunks c left join files f on f.path = c.path and {self._mine('f')} "
+            f"where {self._mine('c')} and c.id in ({','.join('?' * len(ids))})",
+            ids,
+        )
+        return {int(r[0]): ChunkRow(*r) for r in rows}

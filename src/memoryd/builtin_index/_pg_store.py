@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:  # numpy and the driver are imported where used
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # numpy and the driver are imported where used
 from ..core.text import segment_for_fts
 from ..errors import IndexError_, StoreUnavailable
 from . import _pg_migrations as migrations
-from ._common import ChunkRow, Recovery, StoreChecks, VectorEngine
+from ._common import Recovery, StoreBase, VectorEngine
 from ._pg_migrations import first_line
 from ._postings import or_phrases
 from ._store import IN_MEMORY_MAX_VECTORS
@@ -79,7 +79,7 @@ def _vector_literal(vec: np.ndarray | array[float]) -> str | None:
     return "[" + ",".join(map(repr, values.tolist())) + "]"
 
 
-class PgStore(StoreChecks):
+class PgStore(StoreBase):
     """One tenant's contents in a PostgreSQL index; thread-safe (a lock per connection).
 
     The password comes from libpq's environment (`PGPASSWORD`, `PGPASSFILE`, `PGSERVICE`).
@@ -220,6 +220,18 @@ class PgStore(StoreChecks):
                 raise IndexError_(why) from None
         raise AssertionError("unreachable")
 
+    _PENDING = "pending_vectors where {}"
+
+    def _mine(self, alias: str = "") -> str:
+        # a literal, not a parameter: the planner prunes to the tenant's partition
+        return f"{alias}{'.' if alias else ''}tenant_id = {self.tenant_id:d}"
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self._rows(sql.replace("?", "%s"), params)
+
+    def _write(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._rows(sql.replace("?", "%s"), params, write=True)
+
     def _scalar(
         self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, write: bool = False
     ) -> Any:
@@ -301,19 +313,6 @@ class PgStore(StoreChecks):
         self._refresh()
         return self.tenant_id, self._version
 
-    def meta(self) -> dict[str, str]:
-        rows = self._rows(
-            "select key, value from memoryd.meta where tenant_id = %s", (self.tenant_id,)
-        )
-        return {r[0]: r[1] for r in rows}
-
-    def meta_value(self, key: str) -> str | None:
-        value = self._scalar(
-            "select value from memoryd.meta where tenant_id = %s and key = %s",
-            (self.tenant_id, key),
-        )
-        return None if value is None else str(value)
-
     def set_meta(self, values: dict[str, str]) -> None:
         if not values:
             return
@@ -323,12 +322,6 @@ class PgStore(StoreChecks):
                 "select %s, k, v from unnest(%s::text[], %s::text[]) as u (k, v) "
                 "on conflict (tenant_id, key) do update set value = excluded.value",
                 (self.tenant_id, list(values), [clean(v) for v in values.values()]),
-            )
-
-    def delete_meta(self, key: str) -> None:
-        with self.transaction():
-            self._rows(
-                "delete from memoryd.meta where tenant_id = %s and key = %s", (self.tenant_id, key)
             )
 
     def verify(self, *, deep: bool = False) -> str | None:
@@ -411,13 +404,6 @@ class PgStore(StoreChecks):
                 self._rows("select memoryd.discard_rebuild(%s)", (self.tenant_id,), write=True)
         self.close()
 
-    def files(self) -> dict[str, tuple[str, float, int, str]]:
-        rows = self._rows(
-            "select path, hash, mtime, size, source from memoryd.files where tenant_id = %s",
-            (self.tenant_id,),
-        )
-        return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
-
     def replace_file(
         self,
         path: str,
@@ -486,13 +472,6 @@ class PgStore(StoreChecks):
             (chunks, tokens, chars, vectors, self.tenant_id),
         )
 
-    def touch_file(self, path: str, mtime: float, size: int) -> None:
-        with self.transaction():
-            self._rows(
-                "update memoryd.files set mtime = %s, size = %s where tenant_id = %s and path = %s",
-                (mtime, size, self.tenant_id, path),
-            )
-
     def remove_file(self, path: str) -> None:
         with self.transaction():
             removed = self._delete_chunks(path)
@@ -501,40 +480,6 @@ class PgStore(StoreChecks):
                 (self.tenant_id, path),
             )
             self._bump(*(-r for r in removed))
-
-    def counts(self) -> dict[str, Any]:
-        row = self._rows(
-            "select (select count(*) from memoryd.files where tenant_id = %(t)s), "
-            "(select count(*) from memoryd.chunks where tenant_id = %(t)s), "
-            "(select count(*) from memoryd.pending_vectors where tenant_id = %(t)s), "
-            "(select coalesce(jsonb_object_agg(source, n), '{}') from (select source, count(*) n "
-            " from memoryd.files where tenant_id = %(t)s group by source) x), "
-            "(select count(*) from memoryd.embedding_cache where tenant_id = %(t)s)",
-            {"t": self.tenant_id},
-        )[0]
-        keys = ("files", "chunks", "pending_vectors", "source_counts", "cache_entries")
-        return dict(zip(keys, row, strict=True))  # bigints and JSON numbers arrive as ints
-
-    def chunk_count(self) -> int:
-        sql = "select count(*) from memoryd.chunks where tenant_id = %s"
-        return int(self._scalar(sql, (self.tenant_id,)))
-
-    def pending_count(self) -> int:
-        sql = "select count(*) from memoryd.pending_vectors where tenant_id = %s"
-        return int(self._scalar(sql, (self.tenant_id,)))
-
-    def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
-        ids = list(ids)
-        if not ids:
-            return {}
-        rows = self._rows(
-            "select c.id, c.path, c.source, c.start_line, c.end_line, c.text, f.mtime "
-            "from memoryd.chunks c left join memoryd.files f "
-            "on f.tenant_id = c.tenant_id and f.path = c.path "
-            "where c.tenant_id = %s and c.id = any(%s::bigint[])",
-            (self.tenant_id, ids),
-        )
-        return {int(r[0]): ChunkRow(*r) for r in rows}
 
     def chunk_ids_for_paths(self, paths: Sequence[str], limit_per_path: int) -> list[int]:
         if not paths:
@@ -546,15 +491,6 @@ class PgStore(StoreChecks):
             (list(paths), self.tenant_id, limit_per_path),
         )
         return [int(r[0]) for r in rows]
-
-    def abs_paths(self, source: str) -> list[str]:
-        """Absolute paths of the indexed files of one source."""
-        sql = "select abs_path from memoryd.files where tenant_id = %s and source = %s"
-        return [r[0] for r in self._rows(sql, (self.tenant_id, source))]
-
-    def paths(self) -> list[str]:
-        sql = "select path from memoryd.files where tenant_id = %s"
-        return [r[0] for r in self._rows(sql, (self.tenant_id,))]
 
     def keyword_search(
         self, match: str, limit: int, *, trigram: bool = False

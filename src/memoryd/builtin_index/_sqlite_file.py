@@ -12,19 +12,19 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
 from ..errors import IndexCorrupt, IndexError_, MemorydError, StateError, StateReadOnly
 from ..fsio import check_state_path
 from . import _sqlite_util as u
-from ._common import Recovery, RecoveryHook, StoreChecks, VectorEngine
+from ._common import Recovery, RecoveryHook, StoreBase, VectorEngine
 from ._postings import vocab_tables_sql
 from ._sqlite_util import log
 
 
-class SqliteFile(StoreChecks):
+class SqliteFile(StoreBase):
     """One index file (or a rebuild's scratch copy); the writer and the reader each have a lock."""
 
     def __init__(
@@ -641,24 +641,22 @@ class SqliteFile(StoreChecks):
             other = int(conn.execute("pragma data_version").fetchone()[0])
         return self._local_version, other
 
-    def meta(self) -> dict[str, str]:
+    def _mine(self, alias: str = "") -> str:
+        return "1"  # one index a file
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._reading("read the index") as conn:
-            return dict(conn.execute("select key, value from meta").fetchall())
+            rows: list[Any] = conn.execute(sql, params).fetchall()
+        return rows
+
+    def _write(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._w.execute(sql, params)
 
     def set_meta(self, values: dict[str, str], *, wait_ms: int | None = None) -> None:
         with self.transaction(wait_ms=wait_ms, doing="save index metadata"):
             self._w.executemany(
                 "insert or replace into meta(key, value) values (?, ?)", list(values.items())
             )
-
-    def meta_value(self, key: str) -> str | None:
-        with self._reading("read the index") as conn:
-            row = conn.execute("select value from meta where key = ?", (key,)).fetchone()
-        return None if row is None else str(row[0])
-
-    def delete_meta(self, key: str) -> None:
-        with self.transaction(doing="save index metadata"):
-            self._w.execute("delete from meta where key = ?", (key,))
 
 
 def _until_unreadable(rows: Iterable[Any]) -> Iterator[Any]:

@@ -296,6 +296,8 @@ def _batches(items: Sequence[Any]) -> Iterator[tuple[list[Any], str]]:
 class Store(SqliteFile):
     """One SQLite index file's contents (or, with `scratch_for`, a rebuild's scratch copy's)."""
 
+    _PENDING = "chunks where has_vector = 0 and {}"
+
     def __init__(
         self,
         path: Path,
@@ -386,11 +388,6 @@ class Store(SqliteFile):
             expr, param = f"vec_distance_cosine({column}, ?)", query.tobytes()
         return f"coalesce(1.0 - {expr}, 0.0)", param
 
-    def files(self) -> dict[str, tuple[str, float, int, str]]:
-        with self._reading("read the index") as conn:
-            rows = conn.execute("select path, hash, mtime, size, source from files").fetchall()
-        return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
-
     def replace_file(
         self,
         path: str,
@@ -447,12 +444,6 @@ class Store(SqliteFile):
             )
         return len(fresh)
 
-    def touch_file(self, path: str, mtime: float, size: int) -> None:
-        with self.transaction(doing=f"index {path}"):
-            self._w.execute(
-                "update files set mtime = ?, size = ? where path = ?", (mtime, size, path)
-            )
-
     def remove_file(self, path: str) -> None:
         with self.transaction(doing=f"remove {path} from the index"):
             ids = [r[0] for r in self._w.execute("select id from chunks where path = ?", (path,))]
@@ -483,46 +474,6 @@ class Store(SqliteFile):
             conn.execute(f"delete from chunk_vectors where chunk_id in ({marks})", part)
             conn.execute(f"delete from chunks where id in ({marks})", part)
 
-    def counts(self) -> dict[str, Any]:
-        with self._reading("read the index") as conn:
-            files = conn.execute("select count(*) from files").fetchone()[0]
-            chunks = conn.execute("select count(*) from chunks").fetchone()[0]
-            pending = conn.execute("select count(*) from chunks where has_vector = 0").fetchone()[0]
-            by_source = dict(
-                conn.execute("select source, count(*) from files group by source").fetchall()
-            )
-            cache = conn.execute("select count(*) from embedding_cache").fetchone()[0]
-        return {
-            "files": files,
-            "chunks": chunks,
-            "pending_vectors": pending,
-            "source_counts": by_source,
-            "cache_entries": cache,
-        }
-
-    def chunk_count(self) -> int:
-        with self._reading("read the index") as conn:
-            return int(conn.execute("select count(*) from chunks").fetchone()[0])
-
-    def pending_count(self) -> int:
-        with self._reading("read the index") as conn:
-            return int(
-                conn.execute("select count(*) from chunks where has_vector = 0").fetchone()[0]
-            )
-
-    def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
-        ids = list(ids)
-        if not ids:
-            return {}
-        marks = ",".join("?" * len(ids))
-        with self._reading("read the index") as conn:
-            rows = conn.execute(
-                f"select c.id, c.path, c.source, c.start_line, c.end_line, c.text, f.mtime "
-                f"from chunks c left join files f on f.path = c.path where c.id in ({marks})",
-                ids,
-            ).fetchall()
-        return {r[0]: ChunkRow(*r) for r in rows}
-
     def chunk_ids_for_paths(self, paths: Sequence[str], limit_per_path: int) -> list[int]:
         out: list[int] = []
         with self._reading("read the index") as conn:
@@ -535,17 +486,6 @@ class Store(SqliteFile):
                     )
                 )
         return out
-
-    def abs_paths(self, source: str) -> list[str]:
-        """Absolute paths of the indexed files of one source."""
-        with self._reading("read the index") as conn:
-            return [
-                r[0] for r in conn.execute("select abs_path from files where source = ?", (source,))
-            ]
-
-    def paths(self) -> list[str]:
-        with self._reading("read the index") as conn:
-            return [r[0] for r in conn.execute("select path from files")]
 
     def count_matching(self, match: str) -> int:
         """How many chunks the FTS5 MATCH string matches (0 when FTS5 cannot parse it)."""
