@@ -7,7 +7,10 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,11 @@ class StoreBase:
     fts_error: str | None = None
     #: The chunks waiting for a vector, as SQL (`{}`: `_mine()`).
     _PENDING: str
+    #: The column of `chunk_vectors v` that `_decoded` reads a vector from.
+    _VECTOR: str
+
+    def _decoded(self, stored: Any) -> np.ndarray:
+        raise NotImplementedError
 
     def _mine(self, alias: str = "") -> str:
         """SQL true of this store's rows (a tenant's, in PostgreSQL)."""
@@ -133,6 +141,25 @@ class StoreBase:
             "source_counts": dict(self._read(by_source)),
             "cache_entries": cache,
         }
+
+    def _vector_count(self) -> int:
+        raise NotImplementedError
+
+    def _sample(self, columns: str, limit: int, params: Sequence[Any] = ()) -> list[Any]:
+        """(chunk id, *columns) of up to `limit` vectors spread evenly over chunk ids: the one
+        sample every background statistic is taken over."""
+        step = max(1, -(-self._vector_count() // max(limit, 1)))
+        return self._read(
+            f"select v.chunk_id, {columns} from chunk_vectors v join chunks c "
+            f"on c.id = v.chunk_id and {self._mine('c')} where {self._mine('v')} "
+            "and v.chunk_id % ? = 0 order by v.chunk_id limit ?",
+            (*params, step, limit),
+        )
+
+    def vector_sample(self, limit: int) -> list[tuple[int, np.ndarray, str, str]]:
+        """`_sample`'s (chunk id, vector, text, content hash)."""
+        rows = self._sample(f"{self._VECTOR}, c.text, c.hash", limit)
+        return [(int(r[0]), self._decoded(r[1]), r[2], str(r[3])) for r in rows]
 
     def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
         ids = list(ids)

@@ -221,16 +221,22 @@ class PgStore(StoreBase):
         raise AssertionError("unreachable")
 
     _PENDING = "pending_vectors where {}"
+    _VECTOR = "v.embedding::text"
+
+    def _decoded(self, stored: Any) -> np.ndarray:
+        import numpy as np
+
+        return np.array(json.loads(stored), dtype=np.float32)
 
     def _mine(self, alias: str = "") -> str:
         # a literal, not a parameter: the planner prunes to the tenant's partition
         return f"{alias}{'.' if alias else ''}tenant_id = {self.tenant_id:d}"
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        return self._rows(sql.replace("?", "%s"), params)
+        return self._rows(sql.replace("%", "%%").replace("?", "%s"), params)
 
     def _write(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self._rows(sql.replace("?", "%s"), params, write=True)
+        self._rows(sql.replace("%", "%%").replace("?", "%s"), params, write=True)
 
     def _scalar(
         self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, write: bool = False
@@ -515,22 +521,6 @@ class PgStore(StoreBase):
             "select count(*) from memoryd.keyword_hits(%s, %s, %s)", (terms, 2**31 - 1)
         )
         return int(rows[0][0]) if rows else 0
-
-    def vector_sample(self, limit: int) -> list[tuple[int, np.ndarray, str]]:
-        """Up to `limit` stored vectors spread evenly over chunk ids: (chunk id, vector, text)."""
-        import numpy as np
-
-        if not self.vector.available:
-            return []
-        n = self._vector_count()
-        step = max(1, -(-n // max(limit, 1)))
-        rows = self._rows(
-            "select v.chunk_id, v.embedding::text, c.text from memoryd.chunk_vectors v "
-            "join memoryd.chunks c on c.tenant_id = v.tenant_id and c.id = v.chunk_id "
-            "where v.tenant_id = %s and v.chunk_id %% %s = 0 order by v.chunk_id limit %s",
-            (self.tenant_id, step, limit),
-        )
-        return [(int(r[0]), np.array(json.loads(r[1]), dtype=np.float32), r[2]) for r in rows]
 
     def _search(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         """A tenant-scoped search, asked again of the active tenant after another's rebuild."""

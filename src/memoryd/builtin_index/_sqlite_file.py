@@ -34,7 +34,7 @@ class SqliteFile(StoreBase):
         vector_enabled: bool = True,
         extension_path: str | None = None,
         on_recovered: RecoveryHook | None = None,
-        scratch_for: SqliteFile | None = None,
+        scratch_for: Self | None = None,
         own_folder: bool = True,
     ) -> None:
         self.path = path
@@ -42,6 +42,7 @@ class SqliteFile(StoreBase):
         self._vector_enabled = vector_enabled
         self._extension_path = extension_path
         self.on_recovered = on_recovered
+        self._live = scratch_for  # this is its rebuild's scratch file
         self._scratch = scratch_for is not None
         self.lock = threading.RLock()  # the writer's
         self._r_lock = threading.RLock()
@@ -61,6 +62,7 @@ class SqliteFile(StoreBase):
         self.fts_contentless = False
         self.recovered: list[Recovery] = []  # this process's recoveries, oldest first
         self._local_version = 0
+        self._reset_caches()
         if scratch_for is not None:
             self._open_scratch(scratch_for)
         else:

@@ -11,7 +11,6 @@ import threading
 import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # numpy is imported where used: a keyword-only search never loads it
@@ -23,7 +22,6 @@ from ..core.text import segment_for_fts
 from ..errors import IndexError_
 from ._common import ChunkRow as ChunkRow  # re-exported, as the next, for index.py
 from ._common import Recovery as Recovery
-from ._common import RecoveryHook
 from ._postings import Postings, or_phrases
 from ._sqlite_file import SqliteFile
 from ._sqlite_util import _binding, code, db_errors, rollback
@@ -297,35 +295,10 @@ class Store(SqliteFile):
     """One SQLite index file's contents (or, with `scratch_for`, a rebuild's scratch copy's)."""
 
     _PENDING = "chunks where has_vector = 0 and {}"
+    _VECTOR = "v.vector"
 
-    def __init__(
-        self,
-        path: Path,
-        *,
-        vector_enabled: bool = True,
-        extension_path: str | None = None,
-        on_recovered: RecoveryHook | None = None,
-        scratch_for: Store | None = None,
-        own_folder: bool = True,
-    ) -> None:
-        # a rebuild reads and fills the live index's cache: a killed rebuild loses nothing
-        self._cache_store = scratch_for
-        #: What `_at_version` computed, by name, with the index version it is of.
-        self._by_version: dict[str, tuple[tuple[int, int], Any]] = {}
-        # hashes of the chunks handed out for embedding: a vector is only stored on the same text
-        self._pending_hashes: dict[int, str] = {}
-        #: Keyword search from postings held in memory, after the first search at a state.
-        self._postings: Postings | None = None
-        super().__init__(
-            path,
-            vector_enabled=vector_enabled,
-            extension_path=extension_path,
-            on_recovered=on_recovered,
-            scratch_for=scratch_for,
-            own_folder=own_folder,
-        )
-        if scratch_for is None:
-            self._postings = Postings(FTS_TOKENIZER, self._private_memory_db)
+    def _decoded(self, stored: Any) -> np.ndarray:
+        return _vector(stored, self.vec_dims or 0)
 
     def _migrate(self, conn: Any) -> None:
         applied = set(migrate(conn))
@@ -337,10 +310,14 @@ class Store(SqliteFile):
 
     def _reset_caches(self) -> None:
         super()._reset_caches()
-        if self._postings is not None:  # another file's content now: nothing held carries over
+        #: What `_at_version` computed, by name, with the index version it is of.
+        self._by_version: dict[str, tuple[tuple[int, int], Any]] = {}
+        # hashes of the chunks handed out for embedding: a vector is only stored on the same text
+        self._pending_hashes: dict[int, str] = {}
+        #: Keyword search from postings held in memory, after the first search at a state.
+        self._postings: Postings | None = None
+        if not self._scratch:
             self._postings = Postings(FTS_TOKENIZER, self._private_memory_db)
-        self._by_version.clear()
-        self._pending_hashes.clear()
 
     def _at_version(self, name: str, compute: Callable[[], _T]) -> _T:
         """`compute()`, once per index version."""
@@ -503,35 +480,15 @@ class Store(SqliteFile):
                 return 0
         return int(row[0])
 
-    def vector_sample_keyed(self, limit: int) -> list[tuple[int, np.ndarray, str, str]]:
-        """Up to `limit` stored vectors spread evenly over chunk ids: (chunk id, vector, text,
-        content hash)."""
-        rows = self._sample("v.vector, c.text, c.hash", limit)
-        dims = self.vec_dims or 0
-        return [(int(r[0]), _vector(r[1], dims), r[2], str(r[3])) for r in rows]
-
     def sample_keys(self, limit: int) -> list[tuple[int, str]]:
-        """`vector_sample_keyed`'s chunks as (chunk id, content hash): what their vectors are of."""
+        """`vector_sample`'s chunks as (chunk id, content hash): what their vectors are of."""
         return [(int(r[0]), str(r[1])) for r in self._sample("c.hash", limit)]
 
     def sample_cosines(self, limit: int, query: array[float]) -> list[tuple[int, str, float, str]]:
-        """`vector_sample_keyed`'s (chunk id, content hash, cosine to `query` in SQL, text)."""
+        """`vector_sample`'s (chunk id, content hash, cosine to `query` in SQL, text)."""
         cosine, param = self._cosine_sql("v.vector", query)
         rows = self._sample(f"c.hash, {cosine}, c.text", limit, (param,))
         return [(int(r[0]), str(r[1]), float(r[2]), r[3]) for r in rows]
-
-    def _sample(self, columns: str, limit: int, params: tuple[Any, ...] = ()) -> list[Any]:
-        # the one definition of the sample every background statistic is taken over
-        with self._reading("read the vector index") as conn:
-            n = int(conn.execute("select count(*) from chunk_vectors").fetchone()[0])
-            step = max(1, -(-n // max(limit, 1)))
-            rows: list[Any] = conn.execute(
-                f"select v.chunk_id, {columns} from chunk_vectors v "
-                "join chunks c on c.id = v.chunk_id "
-                "where v.chunk_id % ? = 0 order by v.chunk_id limit ?",
-                (*params, step, limit),
-            ).fetchall()
-        return rows
 
     def keyword_search(
         self, match: str, limit: int, *, trigram: bool = False
@@ -714,8 +671,8 @@ class Store(SqliteFile):
         return VectorMatrix(ids[:m], unit_rows(matrix[:m]))
 
     def cache_get(self, key: tuple[str, str, str], hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        if self._cache_store is not None:
-            return self._cache_store.cache_get(key, hashes)
+        if self._live is not None:  # a rebuild fills the live cache: a killed one loses nothing
+            return self._live.cache_get(key, hashes)
         if not hashes:
             return {}
         out: dict[str, np.ndarray] = {}
@@ -735,8 +692,8 @@ class Store(SqliteFile):
     def cache_put(
         self, key: tuple[str, str, str], items: Sequence[tuple[str, np.ndarray]], max_entries: int
     ) -> None:
-        if self._cache_store is not None:
-            self._cache_store.cache_put(key, items, max_entries)
+        if self._live is not None:
+            self._live.cache_put(key, items, max_entries)
             return
         if not items:
             return
