@@ -142,6 +142,20 @@ class StoreBase:
             "cache_entries": cache,
         }
 
+    def chunk_ids_for_paths(self, paths: Sequence[str], limit_per_path: int) -> list[int]:
+        """The first `limit_per_path` chunks of each of `paths`, path by path."""
+        if not paths:
+            return []
+        rows = self._read(
+            "select path, id from (select path, id, start_line, row_number() over "
+            "(partition by path order by start_line) as n from chunks "
+            f"where {self._mine()} and path in ({','.join('?' * len(paths))})) as c "
+            "where n <= ? order by start_line",
+            (*paths, limit_per_path),
+        )
+        order = {p: i for i, p in enumerate(paths)}
+        return [int(r[1]) for r in sorted(rows, key=lambda r: order[r[0]])]
+
     def _vector_count(self) -> int:
         raise NotImplementedError
 

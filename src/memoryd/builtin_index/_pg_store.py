@@ -487,17 +487,6 @@ class PgStore(StoreBase):
             )
             self._bump(*(-r for r in removed))
 
-    def chunk_ids_for_paths(self, paths: Sequence[str], limit_per_path: int) -> list[int]:
-        if not paths:
-            return []
-        rows = self._rows(
-            "select c.id from unnest(%s::text[]) with ordinality as p (path, o) "
-            "cross join lateral (select id from memoryd.chunks where tenant_id = %s "
-            "and path = p.path order by start_line limit %s) c order by p.o",
-            (list(paths), self.tenant_id, limit_per_path),
-        )
-        return [int(r[0]) for r in rows]
-
     def keyword_search(
         self, match: str, limit: int, *, trigram: bool = False
     ) -> list[tuple[int, float]]:

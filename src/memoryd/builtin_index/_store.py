@@ -451,19 +451,6 @@ class Store(SqliteFile):
             conn.execute(f"delete from chunk_vectors where chunk_id in ({marks})", part)
             conn.execute(f"delete from chunks where id in ({marks})", part)
 
-    def chunk_ids_for_paths(self, paths: Sequence[str], limit_per_path: int) -> list[int]:
-        out: list[int] = []
-        with self._reading("read the index") as conn:
-            for p in paths:
-                out.extend(
-                    r[0]
-                    for r in conn.execute(
-                        "select id from chunks where path = ? order by start_line limit ?",
-                        (p, limit_per_path),
-                    )
-                )
-        return out
-
     def count_matching(self, match: str) -> int:
         """How many chunks the FTS5 MATCH string matches (0 when FTS5 cannot parse it)."""
         with self._reading("read the keyword index") as conn:
@@ -498,8 +485,9 @@ class Store(SqliteFile):
             return []
         table = "chunks_tri" if trigram else "chunks_fts"
         with self._reading("search the keyword index") as conn:
-            if not trigram:
-                held = self._held_keyword_search(conn, match, limit)
+            phrases = None if trigram else or_phrases(match)
+            if phrases is not None:
+                held = self._from_postings(lambda p: p.top(conn, phrases, limit))
                 if held is not None:
                     return held
             try:
@@ -516,15 +504,6 @@ class Store(SqliteFile):
                     return []
                 raise
         return [(int(r[0]), -float(r[1])) for r in rows]
-
-    def _held_keyword_search(
-        self, conn: Any, match: str, limit: int
-    ) -> list[tuple[int, float]] | None:
-        """`_postings`' answer (FTS5's rows and scores), or None: a phrase, or in a write txn."""
-        phrases = or_phrases(match)
-        if phrases is None:
-            return None
-        return self._from_postings(lambda p: p.top(conn, phrases, limit))
 
     def _from_postings(self, ask: Callable[[Postings], _T | None]) -> _T | None:
         postings = self._postings
