@@ -335,17 +335,13 @@ class PgStore(StoreBase):
         if not deep:
             self._refresh()  # reachable, and the tenant exists
             return None
-        row = self._rows(
-            "select s.chunk_count, s.token_total, s.vector_count, "
-            "(select count(*) from memoryd.chunks where tenant_id = %(t)s), "
-            "(select coalesce(sum(doc_len), 0) from memoryd.chunks where tenant_id = %(t)s), "
-            "(select count(*) from memoryd.chunk_vectors where tenant_id = %(t)s) "
-            "from memoryd.tenant_stats s where s.tenant_id = %(t)s",
-            {"t": self.tenant_id},
+        rows = self._read(
+            "select chunk_count, token_total, vector_count, r.n, r.tokens, r.vectors "
+            f"from tenant_stats, ({self._recount()}) r where {self._mine()}"
         )
-        if not row:
+        if not rows:
             return f"tenant {self.tenant_id} has no totals"
-        chunks, tokens, vectors, real_chunks, real_tokens, real_vectors = map(int, row[0])
+        chunks, tokens, vectors, real_chunks, real_tokens, real_vectors = map(int, rows[0])
         if (chunks, tokens, vectors) != (real_chunks, real_tokens, real_vectors):
             return (
                 f"tenant {self.tenant_id} records {chunks} chunks, {tokens} tokens, {vectors} "
@@ -353,18 +349,22 @@ class PgStore(StoreBase):
             )
         return None
 
+    def _recount(self) -> str:
+        """SQL counting the tenant's totals from its rows."""
+        mine = self._mine()
+        return (
+            "select count(*) n, coalesce(sum(doc_len), 0) tokens, coalesce(sum(char_length(text)), "
+            f"0) chars, (select count(*) from chunk_vectors where {mine}) vectors from chunks "
+            f"where {mine}"
+        )
+
     def recover(self, reason: str) -> tuple[Recovery, bool]:
         """Recount the tenant's totals from its rows (nothing is moved: there is no file)."""
         with self.transaction():
-            self._rows(
-                "update memoryd.tenant_stats s set version = s.version + 1, "
-                "chunk_count = c.n, token_total = c.tokens, char_total = c.chars, "
-                "vector_count = (select count(*) from memoryd.chunk_vectors "
-                "where tenant_id = %(t)s) "
-                "from (select count(*) n, coalesce(sum(doc_len), 0) tokens, "
-                "coalesce(sum(char_length(text)), 0) chars from memoryd.chunks "
-                "where tenant_id = %(t)s) c where s.tenant_id = %(t)s",
-                {"t": self.tenant_id},
+            self._write(
+                "update tenant_stats set version = version + 1, "
+                "(chunk_count, token_total, char_total, vector_count) = "
+                f"({self._recount()}) where {self._mine()}"
             )
         rec = Recovery(None, reason, time.time())
         self.recovered.append(rec)
