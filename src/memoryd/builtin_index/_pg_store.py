@@ -27,10 +27,9 @@ from . import _pg_migrations as migrations
 from ._common import Recovery, StoreBase, VectorEngine
 from ._pg_migrations import first_line
 from ._postings import or_phrases
-from ._store import IN_MEMORY_MAX_VECTORS
 
 #: Up to this many vectors per tenant, KNN is an exact scan; above it, the HNSW index answers.
-EXACT_MAX_VECTORS = IN_MEMORY_MAX_VECTORS
+EXACT_MAX_VECTORS = 50_000
 LOCK_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 10
 #: A tenant past the exact-scan limit gets its HNSW index once at most this many vectors are

@@ -31,8 +31,6 @@ _T = TypeVar("_T")
 
 #: The keyword index's tokenizer (`chunks_fts`; `_postings` tokenizes query terms with it too).
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
-#: The PostgreSQL store's exact-scan limit (`_pg_store`).
-IN_MEMORY_MAX_VECTORS = 50_000
 #: Up to this many bytes of vectors (174k 384-d ones), a long-lived process's KNN runs over a
 #: numpy matrix held in memory; above, sqlite-vec scans the stored vectors in SQL for each
 #: query, which reads them all from the file each time.

@@ -53,13 +53,6 @@ class EmbeddedPostgres:
         """A libpq URL over the Unix socket (the cluster trusts local connections)."""
         return f"postgresql://{user}@/{dbname}?host={self.root}"
 
-    def execute(self, sql: str, dbname: str = "postgres") -> list[tuple[Any, ...]]:
-        import psycopg
-
-        with psycopg.connect(self.url(dbname), autocommit=True) as conn:
-            cur = conn.execute(sql.encode())  # psycopg types a str query as a literal
-            return cur.fetchall() if cur.description else []
-
     def stop(self) -> None:
         """Stop the server at once (nothing of it is kept) and delete its folder; idempotent."""
         pid = _postmaster_pid(self.data_dir)
@@ -206,7 +199,10 @@ def run_until_signalled(
     try:
         server = start(bin_dir)
         if not received:
-            server.execute(f'create database "{database}"')
+            import psycopg
+
+            with psycopg.connect(server.url(), autocommit=True) as conn:
+                conn.execute(f'create database "{database}"'.encode())  # bytes: no literal type
             url = server.url(database)
             written = _write_config(config_path, url)
             on_ready(server, url)
