@@ -54,8 +54,6 @@ class StoreBase:
     #: nothing into an index another process rebuilt with other settings.
     guard_signature: dict[str, Any] | None = None
     fts_error: str | None = None
-    #: The chunks waiting for a vector, as SQL (`{}`: `_mine()`).
-    _PENDING: str
     #: The column of `chunk_vectors v` that `_decoded` reads a vector from.
     _VECTOR: str
 
@@ -64,6 +62,10 @@ class StoreBase:
 
     def _mine(self, alias: str = "") -> str:
         """SQL true of this store's rows (a tenant's, in PostgreSQL)."""
+        raise NotImplementedError
+
+    def _pending(self) -> str:
+        """The chunks waiting for a vector, as rows `c` of a FROM clause."""
         raise NotImplementedError
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -124,13 +126,19 @@ class StoreBase:
         return int(self._read(f"select count(*) from chunks where {self._mine()}")[0][0])
 
     def pending_count(self) -> int:
-        return int(self._read(f"select count(*) from {self._PENDING.format(self._mine())}")[0][0])
+        return int(self._read(f"select count(*) from {self._pending()}")[0][0])
+
+    def pending_chunks(self, limit: int) -> list[tuple[int, str, str]]:
+        """(chunk id, content hash, text) of up to `limit` chunks waiting for a vector."""
+        sql = f"select c.id, c.hash, c.text from {self._pending()} order by c.id limit ?"
+        return [(int(r[0]), str(r[1]), str(r[2])) for r in self._read(sql, (limit,))]
 
     def counts(self) -> dict[str, Any]:
         mine = self._mine()
         files, chunks, pending, cache = self._read(
             f"select (select count(*) from files where {mine}), "
-            f"(select count(*) from chunks where {mine}), (select count(*) from {self._PENDING.format(mine)}), "
+            f"(select count(*) from chunks where {mine}), "
+            f"(select count(*) from {self._pending()}), "
             f"(select count(*) from embedding_cache where {mine})"
         )[0]
         by_source = f"select source, count(*) from files where {mine} group by source"

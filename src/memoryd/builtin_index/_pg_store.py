@@ -219,7 +219,6 @@ class PgStore(StoreBase):
                 raise IndexError_(why) from None
         raise AssertionError("unreachable")
 
-    _PENDING = "pending_vectors where {}"
     _VECTOR = "v.embedding::text"
 
     def _decoded(self, stored: Any) -> np.ndarray:
@@ -230,6 +229,12 @@ class PgStore(StoreBase):
     def _mine(self, alias: str = "") -> str:
         # a literal, not a parameter: the planner prunes to the tenant's partition
         return f"{alias}{'.' if alias else ''}tenant_id = {self.tenant_id:d}"
+
+    def _pending(self) -> str:
+        return (
+            f"pending_vectors p join chunks c on c.id = p.chunk_id and {self._mine('c')} "
+            f"where {self._mine('p')}"
+        )
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return self._rows(sql.replace("%", "%%").replace("?", "%s"), params)
@@ -520,15 +525,6 @@ class PgStore(StoreBase):
             if self.tenant_id == before:
                 raise
             return self._rows(sql, (self.tenant_id, *params))
-
-    def pending_chunks(self, limit: int) -> list[tuple[int, str, str]]:
-        rows = self._rows(
-            "select c.id, c.hash, c.text from memoryd.pending_vectors p "
-            "join memoryd.chunks c on c.tenant_id = p.tenant_id and c.id = p.chunk_id "
-            "where p.tenant_id = %s order by p.chunk_id limit %s",
-            (self.tenant_id, limit),
-        )
-        return [(int(r[0]), r[1], r[2]) for r in rows]
 
     def _ensure_dims(self, dims: int) -> None:
         """Record the tenant's vector dims on first write; refuse a change (reindex instead)."""

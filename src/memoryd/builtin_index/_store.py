@@ -292,11 +292,13 @@ def _batches(items: Sequence[Any]) -> Iterator[tuple[list[Any], str]]:
 class Store(SqliteFile):
     """One SQLite index file's contents (or, with `scratch_for`, a rebuild's scratch copy's)."""
 
-    _PENDING = "chunks where has_vector = 0 and {}"
     _VECTOR = "v.vector"
 
     def _decoded(self, stored: Any) -> np.ndarray:
         return _vector(stored, self.vec_dims or 0)
+
+    def _pending(self) -> str:
+        return "chunks c where c.has_vector = 0"
 
     def _migrate(self, conn: Any) -> None:
         applied = set(migrate(conn))
@@ -524,14 +526,7 @@ class Store(SqliteFile):
     # -- vectors -------------------------------------------------------------------------------
 
     def pending_chunks(self, limit: int) -> list[tuple[int, str, str]]:
-        with self._reading("read the index") as conn:
-            rows = [
-                (int(r[0]), str(r[1]), str(r[2]))
-                for r in conn.execute(
-                    "select id, hash, text from chunks where has_vector = 0 order by id limit ?",
-                    (limit,),
-                )
-            ]
+        rows = super().pending_chunks(limit)
         if len(self._pending_hashes) > 100_000:
             self._pending_hashes.clear()
         self._pending_hashes.update((cid, h) for cid, h, _ in rows)
