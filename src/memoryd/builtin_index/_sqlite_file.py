@@ -97,11 +97,6 @@ class SqliteFile(StoreBase):
             )
         except u.db_errors() as err:
             raise self._classify_open(err) from None
-        try:
-            conn.execute(f"pragma busy_timeout = {u.BUSY_TIMEOUT_MS}")
-        except u.db_errors() as err:
-            conn.close()
-            raise self._classify_open(err) from None
         with contextlib.suppress(*u.db_errors()):  # without FTS5, keyword search is off anyway
             for statement in vocab_tables_sql("chunks_fts"):
                 conn.execute(statement)
