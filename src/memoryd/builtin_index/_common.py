@@ -54,6 +54,9 @@ class StoreBase:
     #: nothing into an index another process rebuilt with other settings.
     guard_signature: dict[str, Any] | None = None
     fts_error: str | None = None
+    trigram_error: str | None = None
+    #: Why the index only answers searches here (None: it is written too).
+    read_only: str | None = None
     #: The column of `chunk_vectors v` that `_decoded` reads a vector from.
     _VECTOR: str
 

@@ -110,9 +110,6 @@ class PgStore(StoreBase):
         self._ro_lock = threading.RLock()
         self._rw_lock = threading.RLock()
         self._tx_owner: int | None = None
-        self.building = False
-        self.tenant_id = 0
-        self.read_only: str | None = None
         self.recovered: list[Recovery] = []
         self._lock_wait_s = LOCK_TIMEOUT_S
         self._indexed_dims: set[int] = set()
@@ -121,38 +118,33 @@ class PgStore(StoreBase):
             opened.callback(self._ro.close)
             self._rw = self._connect()
             opened.callback(self._rw.close)
-            self._open(migrate, vector_enabled, _tenant_id)
-            opened.pop_all()
-
-    def _open(self, migrate: bool, vector_enabled: bool, tenant_id: int | None) -> None:
-        if migrate:
-            with self._rw_lock:
+            if migrate:
                 migrations.migrate(self._rw)
-        with self._ro_lock, self._ro.cursor() as cur:
-            version = migrations.current_version(cur)
-            if version < migrations.LATEST:
-                raise IndexError_(
-                    f"memoryd's schema in {self.where} is at version {version}, this memoryd "
-                    f"needs {migrations.LATEST}: run the migrations once as the database owner"
-                )
-            self._ext = migrations.extension_schemas(cur)
-        for conn in (self._ro, self._rw):
-            self._set_search_path(conn)
-        self.building = tenant_id is not None
-        if tenant_id is None:
-            sql = "select memoryd.open_tenant(%s, %s)"
-            tenant_id = int(self._scalar(sql, (self.agent_id, self.workspace)))
-        self.tenant_id = tenant_id
-        if self.building:
-            # the builder's mark of life: a build whose lock is free is a dead one
-            self._scalar("select pg_advisory_lock(%s)", (self._lock_key,), write=True)
-        off = None if vector_enabled else "store.vector.enabled = false"
-        self.vector = VectorEngine("disabled" if off else "pgvector", not off, off, "psycopg")
-        self.trigram_error: str | None = None
-        self._version = 0  # the tenant's write count
-        #: Dimensions of the stored vectors (None until the first vector is written).
-        self.vec_dims: int | None = None
-        self._refresh()
+            with self._ro.cursor() as cur:
+                version = migrations.current_version(cur)
+                if version < migrations.LATEST:
+                    raise IndexError_(
+                        f"memoryd's schema in {self.where} is at version {version}, this memoryd "
+                        f"needs {migrations.LATEST}: run the migrations once as the database owner"
+                    )
+                self._ext = migrations.extension_schemas(cur)
+            for conn in (self._ro, self._rw):
+                self._set_search_path(conn)
+            self.building = _tenant_id is not None
+            if _tenant_id is None:
+                sql = "select memoryd.open_tenant(%s, %s)"
+                _tenant_id = int(self._scalar(sql, (self.agent_id, self.workspace)))
+            self.tenant_id = _tenant_id
+            if self.building:
+                # the builder's mark of life: a build whose lock is free is a dead one
+                self._scalar("select pg_advisory_lock(%s)", (self._lock_key,), write=True)
+            off = None if vector_enabled else "store.vector.enabled = false"
+            self.vector = VectorEngine("disabled" if off else "pgvector", not off, off, "psycopg")
+            self._version = 0  # the tenant's write count
+            #: Dimensions of the stored vectors (None until the first vector is written).
+            self.vec_dims: int | None = None
+            self._refresh()
+            opened.pop_all()
 
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         try:

@@ -53,10 +53,7 @@ class SqliteFile(StoreBase):
         self._w_owner: int | None = None
         self._pin: int | None = None  # the thread holding the reader's snapshot
         self._closed = False
-        self.read_only: str | None = None
         self.vector = VectorEngine("disabled", False, None)
-        self.fts_error: str | None = None
-        self.trigram_error: str | None = None
         #: Whether the FTS5 tables hold no copy of the text (`m004_store_once`): rows are then
         #: deleted by FTS5's `delete` command.
         self.fts_contentless = False
@@ -200,7 +197,8 @@ class SqliteFile(StoreBase):
         self.read_only = read_only
         self.fts_error = meta.get("fts_error")
         self.trigram_error = meta.get("trigram_error")
-        self.fts_contentless = u.fts_contentless(writer)
+        row = writer.execute("select sql from sqlite_master where name = 'chunks_fts'").fetchone()
+        self.fts_contentless = row is not None and "content = ''" in str(row[0])
 
     def _not_writable(self) -> str | None:
         """Why the state folder or index file cannot be written (None: it looks writable)."""
