@@ -368,8 +368,8 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, object]:
     from memoryd.builtin_index import _store
 
     for engine in ("sqlite-vec", "numpy"):
-        # force vec0 KNN in its run (by default small indexes search an in-memory matrix)
-        _store.IN_MEMORY_MAX_VECTORS = 0 if engine == "sqlite-vec" else 50_000
+        # force the scan in SQL in its run (by default small indexes search an in-memory matrix)
+        _store.IN_MEMORY_MAX_BYTES = 0 if engine == "sqlite-vec" else 256 * 2**20
         store: dict[str, object] = {"path": str(root / f"{engine}.sqlite")}
         if engine == "numpy":
             store["vector"] = {"extensionPath": str(root / "no-such-extension.so")}

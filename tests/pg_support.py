@@ -73,8 +73,12 @@ class PgServer:
 @cache
 def find_pg_bin() -> tuple[Path | None, str]:
     """(folder with initdb/pg_ctl/postgres, or None; what was tried)."""
+    override = os.environ.get("MEMORYD_TEST_PG_BIN")  # an installation with pgvector
+    if override:
+        found = (Path(override) / "initdb").is_file()
+        return (Path(override), "") if found else (None, f"{override} has no initdb")
     try:
-        return pg_embedded.find_binaries(os.environ.get("MEMORYD_TEST_PG_BIN")), ""
+        return pg_embedded.find_binaries(), ""
     except LocalPostgresError as err:
         return None, str(err)
 

@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:  # numpy and the driver are imported where used
@@ -24,13 +24,12 @@ if TYPE_CHECKING:  # numpy and the driver are imported where used
 from ..core.text import segment_for_fts
 from ..errors import IndexError_, StoreUnavailable
 from . import _pg_migrations as migrations
-from ._common import ChunkRow, Recovery, StoreChecks, VectorEngine
+from ._common import Recovery, StoreBase, VectorEngine
 from ._pg_migrations import first_line
 from ._postings import or_phrases
-from ._store import IN_MEMORY_MAX_VECTORS
 
 #: Up to this many vectors per tenant, KNN is an exact scan; above it, the HNSW index answers.
-EXACT_MAX_VECTORS = IN_MEMORY_MAX_VECTORS
+EXACT_MAX_VECTORS = 50_000
 LOCK_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 10
 #: A tenant past the exact-scan limit gets its HNSW index once at most this many vectors are
@@ -79,7 +78,7 @@ def _vector_literal(vec: np.ndarray | array[float]) -> str | None:
     return "[" + ",".join(map(repr, values.tolist())) + "]"
 
 
-class PgStore(StoreChecks):
+class PgStore(StoreBase):
     """One tenant's contents in a PostgreSQL index; thread-safe (a lock per connection).
 
     The password comes from libpq's environment (`PGPASSWORD`, `PGPASSFILE`, `PGSERVICE`).
@@ -111,9 +110,6 @@ class PgStore(StoreChecks):
         self._ro_lock = threading.RLock()
         self._rw_lock = threading.RLock()
         self._tx_owner: int | None = None
-        self.building = False
-        self.tenant_id = 0
-        self.read_only: str | None = None
         self.recovered: list[Recovery] = []
         self._lock_wait_s = LOCK_TIMEOUT_S
         self._indexed_dims: set[int] = set()
@@ -122,38 +118,33 @@ class PgStore(StoreChecks):
             opened.callback(self._ro.close)
             self._rw = self._connect()
             opened.callback(self._rw.close)
-            self._open(migrate, vector_enabled, _tenant_id)
-            opened.pop_all()
-
-    def _open(self, migrate: bool, vector_enabled: bool, tenant_id: int | None) -> None:
-        if migrate:
-            with self._rw_lock:
+            if migrate:
                 migrations.migrate(self._rw)
-        with self._ro_lock, self._ro.cursor() as cur:
-            version = migrations.current_version(cur)
-            if version < migrations.LATEST:
-                raise IndexError_(
-                    f"memoryd's schema in {self.where} is at version {version}, this memoryd "
-                    f"needs {migrations.LATEST}: run the migrations once as the database owner"
-                )
-            self._ext = migrations.extension_schemas(cur)
-        for conn in (self._ro, self._rw):
-            self._set_search_path(conn)
-        self.building = tenant_id is not None
-        if tenant_id is None:
-            sql = "select memoryd.open_tenant(%s, %s)"
-            tenant_id = int(self._scalar(sql, (self.agent_id, self.workspace)))
-        self.tenant_id = tenant_id
-        if self.building:
-            # the builder's mark of life: a build whose lock is free is a dead one
-            self._scalar("select pg_advisory_lock(%s)", (self._lock_key,), write=True)
-        off = None if vector_enabled else "store.vector.enabled = false"
-        self.vector = VectorEngine("disabled" if off else "pgvector", not off, off, "psycopg")
-        self.trigram_error: str | None = None
-        self._version = 0  # the tenant's write count
-        #: Dimensions of the stored vectors (None until the first vector is written).
-        self.vec_dims: int | None = None
-        self._refresh()
+            with self._ro.cursor() as cur:
+                version = migrations.current_version(cur)
+                if version < migrations.LATEST:
+                    raise IndexError_(
+                        f"memoryd's schema in {self.where} is at version {version}, this memoryd "
+                        f"needs {migrations.LATEST}: run the migrations once as the database owner"
+                    )
+                self._ext = migrations.extension_schemas(cur)
+            for conn in (self._ro, self._rw):
+                self._set_search_path(conn)
+            self.building = _tenant_id is not None
+            if _tenant_id is None:
+                sql = "select memoryd.open_tenant(%s, %s)"
+                _tenant_id = int(self._scalar(sql, (self.agent_id, self.workspace)))
+            self.tenant_id = _tenant_id
+            if self.building:
+                # the builder's mark of life: a build whose lock is free is a dead one
+                self._scalar("select pg_advisory_lock(%s)", (self._lock_key,), write=True)
+            off = None if vector_enabled else "store.vector.enabled = false"
+            self.vector = VectorEngine("disabled" if off else "pgvector", not off, off, "psycopg")
+            self._version = 0  # the tenant's write count
+            #: Dimensions of the stored vectors (None until the first vector is written).
+            self.vec_dims: int | None = None
+            self._refresh()
+            opened.pop_all()
 
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         try:
@@ -219,6 +210,29 @@ class PgStore(StoreChecks):
                     why = f"PostgreSQL store error ({self.where}): {first_line(err)}"
                 raise IndexError_(why) from None
         raise AssertionError("unreachable")
+
+    _VECTOR = "v.embedding::text"
+
+    def _decoded(self, stored: Any) -> np.ndarray:
+        import numpy as np
+
+        return np.array(json.loads(stored), dtype=np.float32)
+
+    def _mine(self, alias: str = "") -> str:
+        # a literal, not a parameter: the planner prunes to the tenant's partition
+        return f"{alias}{'.' if alias else ''}tenant_id = {self.tenant_id:d}"
+
+    def _pending(self) -> str:
+        return (
+            f"pending_vectors p join chunks c on c.id = p.chunk_id and {self._mine('c')} "
+            f"where {self._mine('p')}"
+        )
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self._rows(sql.replace("%", "%%").replace("?", "%s"), params)
+
+    def _write(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._rows(sql.replace("%", "%%").replace("?", "%s"), params, write=True)
 
     def _scalar(
         self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, write: bool = False
@@ -301,19 +315,6 @@ class PgStore(StoreChecks):
         self._refresh()
         return self.tenant_id, self._version
 
-    def meta(self) -> dict[str, str]:
-        rows = self._rows(
-            "select key, value from memoryd.meta where tenant_id = %s", (self.tenant_id,)
-        )
-        return {r[0]: r[1] for r in rows}
-
-    def meta_value(self, key: str) -> str | None:
-        value = self._scalar(
-            "select value from memoryd.meta where tenant_id = %s and key = %s",
-            (self.tenant_id, key),
-        )
-        return None if value is None else str(value)
-
     def set_meta(self, values: dict[str, str]) -> None:
         if not values:
             return
@@ -325,28 +326,18 @@ class PgStore(StoreChecks):
                 (self.tenant_id, list(values), [clean(v) for v in values.values()]),
             )
 
-    def delete_meta(self, key: str) -> None:
-        with self.transaction():
-            self._rows(
-                "delete from memoryd.meta where tenant_id = %s and key = %s", (self.tenant_id, key)
-            )
-
     def verify(self, *, deep: bool = False) -> str | None:
         """What is wrong with the tenant, or None; `deep` recounts the totals BM25 and KNN use."""
         if not deep:
             self._refresh()  # reachable, and the tenant exists
             return None
-        row = self._rows(
-            "select s.chunk_count, s.token_total, s.vector_count, "
-            "(select count(*) from memoryd.chunks where tenant_id = %(t)s), "
-            "(select coalesce(sum(doc_len), 0) from memoryd.chunks where tenant_id = %(t)s), "
-            "(select count(*) from memoryd.chunk_vectors where tenant_id = %(t)s) "
-            "from memoryd.tenant_stats s where s.tenant_id = %(t)s",
-            {"t": self.tenant_id},
+        rows = self._read(
+            "select chunk_count, token_total, vector_count, r.n, r.tokens, r.vectors "
+            f"from tenant_stats, ({self._recount()}) r where {self._mine()}"
         )
-        if not row:
+        if not rows:
             return f"tenant {self.tenant_id} has no totals"
-        chunks, tokens, vectors, real_chunks, real_tokens, real_vectors = map(int, row[0])
+        chunks, tokens, vectors, real_chunks, real_tokens, real_vectors = map(int, rows[0])
         if (chunks, tokens, vectors) != (real_chunks, real_tokens, real_vectors):
             return (
                 f"tenant {self.tenant_id} records {chunks} chunks, {tokens} tokens, {vectors} "
@@ -354,18 +345,22 @@ class PgStore(StoreChecks):
             )
         return None
 
+    def _recount(self) -> str:
+        """SQL counting the tenant's totals from its rows."""
+        mine = self._mine()
+        return (
+            "select count(*) n, coalesce(sum(doc_len), 0) tokens, coalesce(sum(char_length(text)), "
+            f"0) chars, (select count(*) from chunk_vectors where {mine}) vectors from chunks "
+            f"where {mine}"
+        )
+
     def recover(self, reason: str) -> tuple[Recovery, bool]:
         """Recount the tenant's totals from its rows (nothing is moved: there is no file)."""
         with self.transaction():
-            self._rows(
-                "update memoryd.tenant_stats s set version = s.version + 1, "
-                "chunk_count = c.n, token_total = c.tokens, char_total = c.chars, "
-                "vector_count = (select count(*) from memoryd.chunk_vectors "
-                "where tenant_id = %(t)s) "
-                "from (select count(*) n, coalesce(sum(doc_len), 0) tokens, "
-                "coalesce(sum(char_length(text)), 0) chars from memoryd.chunks "
-                "where tenant_id = %(t)s) c where s.tenant_id = %(t)s",
-                {"t": self.tenant_id},
+            self._write(
+                "update tenant_stats set version = version + 1, "
+                "(chunk_count, token_total, char_total, vector_count) = "
+                f"({self._recount()}) where {self._mine()}"
             )
         rec = Recovery(None, reason, time.time())
         self.recovered.append(rec)
@@ -410,13 +405,6 @@ class PgStore(StoreChecks):
             with contextlib.suppress(IndexError_):
                 self._rows("select memoryd.discard_rebuild(%s)", (self.tenant_id,), write=True)
         self.close()
-
-    def files(self) -> dict[str, tuple[str, float, int, str]]:
-        rows = self._rows(
-            "select path, hash, mtime, size, source from memoryd.files where tenant_id = %s",
-            (self.tenant_id,),
-        )
-        return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
 
     def replace_file(
         self,
@@ -486,13 +474,6 @@ class PgStore(StoreChecks):
             (chunks, tokens, chars, vectors, self.tenant_id),
         )
 
-    def touch_file(self, path: str, mtime: float, size: int) -> None:
-        with self.transaction():
-            self._rows(
-                "update memoryd.files set mtime = %s, size = %s where tenant_id = %s and path = %s",
-                (mtime, size, self.tenant_id, path),
-            )
-
     def remove_file(self, path: str) -> None:
         with self.transaction():
             removed = self._delete_chunks(path)
@@ -501,60 +482,6 @@ class PgStore(StoreChecks):
                 (self.tenant_id, path),
             )
             self._bump(*(-r for r in removed))
-
-    def counts(self) -> dict[str, Any]:
-        row = self._rows(
-            "select (select count(*) from memoryd.files where tenant_id = %(t)s), "
-            "(select count(*) from memoryd.chunks where tenant_id = %(t)s), "
-            "(select count(*) from memoryd.pending_vectors where tenant_id = %(t)s), "
-            "(select coalesce(jsonb_object_agg(source, n), '{}') from (select source, count(*) n "
-            " from memoryd.files where tenant_id = %(t)s group by source) x), "
-            "(select count(*) from memoryd.embedding_cache where tenant_id = %(t)s)",
-            {"t": self.tenant_id},
-        )[0]
-        keys = ("files", "chunks", "pending_vectors", "source_counts", "cache_entries")
-        return dict(zip(keys, row, strict=True))  # bigints and JSON numbers arrive as ints
-
-    def chunk_count(self) -> int:
-        sql = "select count(*) from memoryd.chunks where tenant_id = %s"
-        return int(self._scalar(sql, (self.tenant_id,)))
-
-    def pending_count(self) -> int:
-        sql = "select count(*) from memoryd.pending_vectors where tenant_id = %s"
-        return int(self._scalar(sql, (self.tenant_id,)))
-
-    def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
-        ids = list(ids)
-        if not ids:
-            return {}
-        rows = self._rows(
-            "select c.id, c.path, c.source, c.start_line, c.end_line, c.text, f.mtime "
-            "from memoryd.chunks c left join memoryd.files f "
-            "on f.tenant_id = c.tenant_id and f.path = c.path "
-            "where c.tenant_id = %s and c.id = any(%s::bigint[])",
-            (self.tenant_id, ids),
-        )
-        return {int(r[0]): ChunkRow(*r) for r in rows}
-
-    def chunk_ids_for_paths(self, paths: Sequence[str], limit_per_path: int) -> list[int]:
-        if not paths:
-            return []
-        rows = self._rows(
-            "select c.id from unnest(%s::text[]) with ordinality as p (path, o) "
-            "cross join lateral (select id from memoryd.chunks where tenant_id = %s "
-            "and path = p.path order by start_line limit %s) c order by p.o",
-            (list(paths), self.tenant_id, limit_per_path),
-        )
-        return [int(r[0]) for r in rows]
-
-    def abs_paths(self, source: str) -> list[str]:
-        """Absolute paths of the indexed files of one source."""
-        sql = "select abs_path from memoryd.files where tenant_id = %s and source = %s"
-        return [r[0] for r in self._rows(sql, (self.tenant_id, source))]
-
-    def paths(self) -> list[str]:
-        sql = "select path from memoryd.files where tenant_id = %s"
-        return [r[0] for r in self._rows(sql, (self.tenant_id,))]
 
     def keyword_search(
         self, match: str, limit: int, *, trigram: bool = False
@@ -580,22 +507,6 @@ class PgStore(StoreChecks):
         )
         return int(rows[0][0]) if rows else 0
 
-    def vector_sample(self, limit: int) -> list[tuple[int, np.ndarray, str]]:
-        """Up to `limit` stored vectors spread evenly over chunk ids: (chunk id, vector, text)."""
-        import numpy as np
-
-        if not self.vector.available:
-            return []
-        n = self._vector_count()
-        step = max(1, -(-n // max(limit, 1)))
-        rows = self._rows(
-            "select v.chunk_id, v.embedding::text, c.text from memoryd.chunk_vectors v "
-            "join memoryd.chunks c on c.tenant_id = v.tenant_id and c.id = v.chunk_id "
-            "where v.tenant_id = %s and v.chunk_id %% %s = 0 order by v.chunk_id limit %s",
-            (self.tenant_id, step, limit),
-        )
-        return [(int(r[0]), np.array(json.loads(r[1]), dtype=np.float32), r[2]) for r in rows]
-
     def _search(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         """A tenant-scoped search, asked again of the active tenant after another's rebuild."""
         try:
@@ -606,15 +517,6 @@ class PgStore(StoreChecks):
             if self.tenant_id == before:
                 raise
             return self._rows(sql, (self.tenant_id, *params))
-
-    def pending_chunks(self, limit: int) -> list[tuple[int, str, str]]:
-        rows = self._rows(
-            "select c.id, c.hash, c.text from memoryd.pending_vectors p "
-            "join memoryd.chunks c on c.tenant_id = p.tenant_id and c.id = p.chunk_id "
-            "where p.tenant_id = %s order by p.chunk_id limit %s",
-            (self.tenant_id, limit),
-        )
-        return [(int(r[0]), r[1], r[2]) for r in rows]
 
     def _ensure_dims(self, dims: int) -> None:
         """Record the tenant's vector dims on first write; refuse a change (reindex instead)."""

@@ -12,19 +12,19 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self
 
 from ..errors import IndexCorrupt, IndexError_, MemorydError, StateError, StateReadOnly
 from ..fsio import check_state_path
 from . import _sqlite_util as u
-from ._common import Recovery, RecoveryHook, StoreChecks, VectorEngine
+from ._common import Recovery, RecoveryHook, StoreBase, VectorEngine
 from ._postings import vocab_tables_sql
 from ._sqlite_util import log
 
 
-class SqliteFile(StoreChecks):
+class SqliteFile(StoreBase):
     """One index file (or a rebuild's scratch copy); the writer and the reader each have a lock."""
 
     def __init__(
@@ -34,7 +34,7 @@ class SqliteFile(StoreChecks):
         vector_enabled: bool = True,
         extension_path: str | None = None,
         on_recovered: RecoveryHook | None = None,
-        scratch_for: SqliteFile | None = None,
+        scratch_for: Self | None = None,
         own_folder: bool = True,
     ) -> None:
         self.path = path
@@ -42,6 +42,7 @@ class SqliteFile(StoreChecks):
         self._vector_enabled = vector_enabled
         self._extension_path = extension_path
         self.on_recovered = on_recovered
+        self._live = scratch_for  # this is its rebuild's scratch file
         self._scratch = scratch_for is not None
         self.lock = threading.RLock()  # the writer's
         self._r_lock = threading.RLock()
@@ -52,15 +53,13 @@ class SqliteFile(StoreChecks):
         self._w_owner: int | None = None
         self._pin: int | None = None  # the thread holding the reader's snapshot
         self._closed = False
-        self.read_only: str | None = None
         self.vector = VectorEngine("disabled", False, None)
-        self.fts_error: str | None = None
-        self.trigram_error: str | None = None
         #: Whether the FTS5 tables hold no copy of the text (`m004_store_once`): rows are then
         #: deleted by FTS5's `delete` command.
         self.fts_contentless = False
         self.recovered: list[Recovery] = []  # this process's recoveries, oldest first
         self._local_version = 0
+        self._reset_caches()
         if scratch_for is not None:
             self._open_scratch(scratch_for)
         else:
@@ -94,11 +93,6 @@ class SqliteFile(StoreChecks):
                 isolation_level=None,
             )
         except u.db_errors() as err:
-            raise self._classify_open(err) from None
-        try:
-            conn.execute(f"pragma busy_timeout = {u.BUSY_TIMEOUT_MS}")
-        except u.db_errors() as err:
-            conn.close()
             raise self._classify_open(err) from None
         with contextlib.suppress(*u.db_errors()):  # without FTS5, keyword search is off anyway
             for statement in vocab_tables_sql("chunks_fts"):
@@ -203,7 +197,8 @@ class SqliteFile(StoreChecks):
         self.read_only = read_only
         self.fts_error = meta.get("fts_error")
         self.trigram_error = meta.get("trigram_error")
-        self.fts_contentless = u.fts_contentless(writer)
+        row = writer.execute("select sql from sqlite_master where name = 'chunks_fts'").fetchone()
+        self.fts_contentless = row is not None and "content = ''" in str(row[0])
 
     def _not_writable(self) -> str | None:
         """Why the state folder or index file cannot be written (None: it looks writable)."""
@@ -641,24 +636,22 @@ class SqliteFile(StoreChecks):
             other = int(conn.execute("pragma data_version").fetchone()[0])
         return self._local_version, other
 
-    def meta(self) -> dict[str, str]:
+    def _mine(self, alias: str = "") -> str:
+        return "1"  # one index a file
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._reading("read the index") as conn:
-            return dict(conn.execute("select key, value from meta").fetchall())
+            rows: list[Any] = conn.execute(sql, params).fetchall()
+        return rows
+
+    def _write(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self._w.execute(sql, params)
 
     def set_meta(self, values: dict[str, str], *, wait_ms: int | None = None) -> None:
         with self.transaction(wait_ms=wait_ms, doing="save index metadata"):
             self._w.executemany(
                 "insert or replace into meta(key, value) values (?, ?)", list(values.items())
             )
-
-    def meta_value(self, key: str) -> str | None:
-        with self._reading("read the index") as conn:
-            row = conn.execute("select value from meta where key = ?", (key,)).fetchone()
-        return None if row is None else str(row[0])
-
-    def delete_meta(self, key: str) -> None:
-        with self.transaction(doing="save index metadata"):
-            self._w.execute("delete from meta where key = ?", (key,))
 
 
 def _until_unreadable(rows: Iterable[Any]) -> Iterator[Any]:

@@ -69,12 +69,6 @@ def code(err: BaseException) -> int:
     return int(getattr(err, "sqlite_errorcode", 0) or 0) & 0xFF
 
 
-def fts_contentless(conn: Any) -> bool:
-    """Whether the index's FTS5 table holds no copy of the text (`m004_store_once`)."""
-    row = conn.execute("select sql from sqlite_master where name = 'chunks_fts'").fetchone()
-    return row is not None and "content = ''" in str(row[0])
-
-
 def identity(path: Path) -> tuple[int, int] | None:
     try:
         st = os.stat(path)

@@ -262,16 +262,11 @@ class CorpusStatistics:
     def background_sample(
         store: Store,
     ) -> tuple[list[int], np.ndarray, list[Script], list[tuple[int, str]] | None]:
-        """Up to BACKGROUND_SAMPLE vectors: ids, vectors, scripts, (SQLite) (id, content hash)."""
+        """Up to BACKGROUND_SAMPLE vectors: ids, vectors, scripts, (id, content hash)."""
         import numpy as np
 
-        keys: list[tuple[int, str]] | None = None
-        if isinstance(store, SqliteStore):
-            keyed = store.vector_sample_keyed(BACKGROUND_SAMPLE)
-            rows = [(cid, vec, text) for cid, vec, text, _ in keyed]
-            keys = [(cid, h) for cid, _, _, h in keyed]
-        else:
-            rows = store.vector_sample(BACKGROUND_SAMPLE)
+        rows = store.vector_sample(BACKGROUND_SAMPLE)
+        keys = [(cid, h) for cid, _, _, h in rows]
         if not rows:
             return [], np.zeros((0, 0), dtype=np.float32), [], keys
         ids = [r[0] for r in rows]

