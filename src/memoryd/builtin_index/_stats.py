@@ -161,7 +161,7 @@ class CorpusStatistics:
             if held["fingerprint"] != fingerprint:
                 return None
             return {(q, c): (float(mean), float(sd)) for q, c, mean, sd in held["pairs"]}
-        except (ValueError, KeyError, TypeError):  # none, or written by another version, or damaged
+        except (ValueError, KeyError, TypeError):  # none, damaged, or of another version
             return None
 
     def save_pending(self) -> None:

@@ -13,19 +13,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from ..core.chunking import chunk_lines, content_hash
 from ..core.engine import IndexCheck, ProgressFn
 from ..core.text import binary_reason
 from ..embeddings.base import DeadlineReached
 from ..errors import BatchPending, IndexCorrupt, MemorydError, MemoryReadFailed, StateError
-from ..fsio import FileRead, open_private, read_private
+from ..fsio import FileRead, open_private, read_file, read_private
 from ..memfiles import (
     MemoryFile,
-    discover_all,
+    discover,
     list_transcripts,
-    read_memory,
     transcript_display_path,
     unchanged_since,
 )
@@ -84,8 +83,7 @@ class SyncReport:
         )
 
 
-@dataclass(frozen=True)
-class LeftOut:
+class LeftOut(NamedTuple):
     """A memory file a sync did not index, why, and the file as it was then (size, times)."""
 
     path: str
@@ -301,7 +299,7 @@ class Indexer:
         if same is not None:
             report.files_scanned = same  # as the walk behind the rows found them: nothing to do
             return
-        found = discover_all(cfg.roots, cfg.workspace)
+        found = discover(cfg.roots, cfg.workspace)
         files = found.files
         report.files_scanned = len(files)
         skipped = json.dumps(found.skipped, sort_keys=True)
@@ -347,9 +345,7 @@ class Indexer:
             wanted = {
                 "undecodable": json.dumps(sorted(undecodable)),
                 "skipped": skipped,
-                LEFT_OUT_META_KEY: json.dumps(
-                    {p: dataclasses.astuple(e)[1:] for p, e in sorted(left_out.items())}
-                ),
+                LEFT_OUT_META_KEY: json.dumps({p: e[1:] for p, e in sorted(left_out.items())}),
             }
             if meta.get("signature") is None:
                 wanted["signature"] = json.dumps(self.engine.signature())
@@ -405,7 +401,7 @@ class Indexer:
         return store.replace_file(
             mf.rel_path,
             str(mf.abs_path),
-            mf.source,
+            "memory",
             file_hash,
             mtime,
             got.size,
@@ -425,7 +421,7 @@ class Indexer:
         if mf.size > limit:
             return None, too_large(mf.size)
         try:
-            got = read_memory(mf, cfg.workspace, max_bytes=limit)
+            got = read_file(mf.root, mf.rel, anchor=cfg.workspace, max_bytes=limit)
         except MemoryReadFailed as err:
             return None, LeftOut.of(mf, "read_failed", err.reason)
         except MemorydError as err:  # refused now (replaced by a symlink since discovery)

@@ -263,7 +263,7 @@ class MemoryIndex:
         cfg, store = self.cfg, self.store
         if unchanged_since(store.meta_value(WALK_META_KEY), cfg.roots, cfg.workspace) is not None:
             return 0
-        files = discover(cfg.roots, cfg.workspace)
+        files = discover(cfg.roots, cfg.workspace).files
         return self.indexer.changed_files(store, files, store.meta())
 
     def notify_changed(self) -> None:

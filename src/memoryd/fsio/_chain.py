@@ -10,9 +10,8 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Final, Literal, TypeVar
+from typing import Final, Literal, NamedTuple, TypeVar
 
 from ..core.layout import MAX_DEPTH, SKIP_DIRS, MemoryRoot
 from ..errors import MemoryReadFailed, MemoryWriteFailed, PathNotAllowed
@@ -218,8 +217,7 @@ def _open_root(root_path: str, anchor: str | os.PathLike[str] | None, *, create:
     raise _Refused("not_a_folder", f"its memory folder {root} is not a folder")
 
 
-@dataclass(frozen=True, slots=True)
-class _Target:
+class _Target(NamedTuple):
     """A memory file about to be opened: its folder's descriptor, its name, the memory root's
     device, and the path its errors show."""
 
@@ -382,16 +380,13 @@ _READ_CHUNK: Final = 1 << 20
 _T = TypeVar("_T")
 
 
-@dataclass(frozen=True, slots=True)
-class FileRead:
+class FileRead(NamedTuple):
     """A memory file's bytes and its `fstat` from before the read (so growth meanwhile is re-read)."""
 
     data: bytes
     size: int
     mtime_ns: int
-    dev: int
-    ino: int
-    truncated: bool = False
+    truncated: bool
 
     @property
     def text(self) -> str:
@@ -399,8 +394,7 @@ class FileRead:
         return self.data.decode("utf-8", errors="replace")
 
 
-@dataclass(frozen=True, slots=True)
-class AppendOutcome:
+class AppendOutcome(NamedTuple):
     """What `append_file` wrote: all of it, durably (`offset` is where the record starts)."""
 
     created: bool
@@ -427,7 +421,7 @@ def read_file(
         return None
     data, st = got
     cut = max_bytes is not None and len(data) > max_bytes
-    return FileRead(data[:max_bytes], st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, cut)
+    return FileRead(data[:max_bytes], st.st_size, st.st_mtime_ns, cut)
 
 
 def read_file_with(
