@@ -4,13 +4,11 @@ while the query embeds; no snapshot of the index is held meanwhile (a remote API
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from ..core.engine import SearchOutput, SearchRequest
 from ..core.ranking import (
@@ -38,8 +36,6 @@ if TYPE_CHECKING:
     from ._stats import CorpusStatistics
 
 QUERY_CACHE_SIZE = 256
-#: How many of the best hits also return the lines after their window.
-CONTINUE_BEST_HIT = 1
 #: How many next chunks of its file a continuation may reach into (chunks shorter than a snippet).
 FOLLOWING_CHUNKS = 2
 #: Hits ranked past maxResults, to take the place of results whose lines are already shown.
@@ -50,16 +46,14 @@ SPECULATIVE_SNIPPETS = 8
 RANK_POOL_FACTOR = 4
 
 
-@dataclass(frozen=True, slots=True)
-class _PathLookup:
+class _PathLookup(NamedTuple):
     paths: list[str]
     by_name: dict[str, list[int]]
     by_stem: dict[str, list[int]]
     longest: int  # the longest name: no token prefix beyond it can name a file
 
 
-@dataclass(slots=True)
-class _KeywordSide:
+class _KeywordSide(NamedTuple):
     version: tuple[int, int]
     hits: dict[int, Candidate]
     path_hits: list[int]
@@ -100,12 +94,12 @@ class Searcher:
             return
         provider.prefetch_query(query)
 
-    def rank_params(self, max_results: int | None, min_score: float | None) -> RankParams:
-        q = self.engine.cfg.query
-        h = q.hybrid
+    def rank_params(self, min_score: float, pool: int) -> RankParams:
+        h = self.engine.cfg.query.hybrid
         return RankParams(
-            max_results=max_results or q.max_results,
-            min_score=q.min_score if min_score is None else min_score,
+            max_results=pool,
+            pool_size=pool,
+            min_score=min_score,
             vector_weight=h.vector_weight,
             text_weight=h.text_weight,
             fusion=h.fusion,
@@ -120,13 +114,14 @@ class Searcher:
     ) -> SearchOutput:
         """Both sides, the merge, ranking and snippets; `mode` pins one side for evaluation."""
         eng = self.engine
-        params = self.rank_params(request.max_results, request.min_score)
+        q = eng.cfg.query
+        max_results = request.max_results or q.max_results
+        min_score = q.min_score if request.min_score is None else request.min_score
         # One pool whatever maxResults asks: the first k results of maxResults = N are then the
         # results of maxResults = k (a wider pool recalibrates, and may reorder, the top hits).
-        configured = eng.cfg.query.max_results
-        k = configured * eng.cfg.query.hybrid.candidate_multiplier
-        pool = (configured + SPARE_RESULTS) * RANK_POOL_FACTOR
-        effective = mode or ("hybrid" if eng.cfg.query.hybrid.enabled else "vector")
+        k = q.max_results * q.hybrid.candidate_multiplier
+        pool = (q.max_results + SPARE_RESULTS) * RANK_POOL_FACTOR
+        effective = mode or ("hybrid" if q.hybrid.enabled else "vector")
         notes: list[str] = []
         vectors = effective in ("hybrid", "vector") and eng.vectors_usable()
         # no chunk has a vector yet: the query's would find nothing, so it is not embedded
@@ -143,6 +138,7 @@ class Searcher:
                 early = self._keyword_side(store, query, k)
         qvec = self._query_vector(query, notes) if vectors else None
         want_kw = effective in ("hybrid", "keyword") or (qvec is None and mode is None)
+        stage = self._rerank_stage()
         with snapshot(store):
             if early is not None and store.version != early.version:
                 early = None  # the index changed while the query embedded: its ids may have too
@@ -155,7 +151,7 @@ class Searcher:
             ranked = rank(
                 filled,
                 query,
-                dataclasses.replace(params, max_results=pool, pool_size=pool),
+                self.rank_params(min_score, pool),
                 now=now or datetime.now(UTC),
                 stats=stats,
                 partial_vectors=qvec is not None and pending > 0,
@@ -163,21 +159,17 @@ class Searcher:
             )
             if trace is not None:
                 for c in ranked:
-                    trace[c.chunk_id]["minScore"] = params.min_score
-            stage = self._rerank_stage()
+                    trace[c.chunk_id]["minScore"] = min_score
+            snippets = early.snippets if early else {}
             if stage is None:
-                self._reranked(query, ranked, notes, trace)
-                results = self._results(
-                    store, ranked, query, params, early.snippets if early else {}, trace
-                )
+                ranked = self._reranked(None, query, ranked, notes, trace)
+                results = self._results(store, ranked, query, max_results, snippets, trace)
         if stage is not None:
             # no snapshot is held while the reranker answers (a remote API may be slow); a
             # result's following lines are read again after, by path and line
-            ranked = self._reranked(query, ranked, notes, trace)
+            ranked = self._reranked(stage, query, ranked, notes, trace)
             with snapshot(store):
-                results = self._results(
-                    store, ranked, query, params, early.snippets if early else {}, trace
-                )
+                results = self._results(store, ranked, query, max_results, snippets, trace)
         used_mode = "hybrid" if want_kw and store.fts_available else "vector"
         if pending and (qvec is not None or no_vectors_yet):
             notes.append(_pending_note(pending, stats.chunks))
@@ -214,13 +206,13 @@ class Searcher:
 
     def _reranked(
         self,
+        stage: RerankStage | None,
         query: str,
         ranked: list[Candidate],
         notes: list[str],
         trace: dict[int, dict[str, Any]] | None,
     ) -> list[Candidate]:
         """The reranker's order of the best candidates (named files first), or as they were."""
-        stage = self._rerank_stage()
         if stage is None or not ranked:
             if trace is not None:
                 for c in ranked:
@@ -346,7 +338,7 @@ class Searcher:
         store: Store,
         ranked: Sequence[Candidate],
         query: str,
-        params: RankParams,
+        max_results: int,
         snippets: dict[int, tuple[str, int, int]],
         trace: dict[int, dict[str, Any]] | None = None,
     ) -> list[SearchResult]:
@@ -356,7 +348,7 @@ class Searcher:
 
         def add(c: Candidate, snippet: str, first: int, last: int, more: bool = False) -> None:
             kept = uncovered_window(snippet, first, last, shown.get(c.path, []))
-            if kept is not None and len(results) < params.max_results:
+            if kept is not None and len(results) < max_results:
                 text, first, last = kept
                 explain = None
                 if trace is not None:
@@ -367,19 +359,17 @@ class Searcher:
                 )
                 shown.setdefault(c.path, []).append((first, last))
 
-        continued = 0
-        for c in ranked:
-            if len(results) >= params.max_results:
+        for i, c in enumerate(ranked):
+            if len(results) >= max_results:
                 break
             snippet, first, last = snippets.get(c.chunk_id) or select_snippet(
                 c.text, c.start_line, c.end_line, query, MAX_SNIPPET_CHARS
             )
             add(c, snippet, first, last)
-            if continued < CONTINUE_BEST_HIT and params.max_results > 1:
-                # the answer to a question often comes a few lines after the line naming its topic
+            if i == 0 and max_results > 1:
+                # the best hit's answer often comes a few lines after the line naming its topic
                 text, end = _with_following_lines(store, c, last)
                 more = continue_snippet(text, c.start_line, end, last, MAX_SNIPPET_CHARS)
-                continued += 1
                 if more is not None:
                     add(c, *more, more=True)
         return results
@@ -393,7 +383,7 @@ class Searcher:
         """The best keyword hits' snippets, chosen in time spent waiting for the query's vector."""
         out: dict[int, tuple[str, int, int]] = {}
         provider = self.engine.provider
-        if provider is None or SPECULATIVE_SNIPPETS <= 0:
+        if provider is None:
             return out
         for cid in keyword_hits:  # best first
             if len(out) >= SPECULATIVE_SNIPPETS or not provider.query_in_flight(query):
@@ -473,10 +463,9 @@ def _explained(c: Candidate, parts: dict[str, Any], *, continuation: bool) -> di
         "engine": "builtin",
         "chunk": {"id": c.chunk_id, "startLine": c.start_line, "endLine": c.end_line},
     }
-    keys = ("keyword", "vector", "fused", "calibration", "decay", "importance", "path", "mmr")
-    for key in (*keys, "rerank"):
+    for key in ("keyword", "vector", "fused", "calibration", "decay", "importance", "path", "mmr"):
         out[key] = parts.get(key)
-    out["minScore"] = parts.get("minScore")
+    out["rerank"], out["minScore"] = parts.get("rerank"), parts.get("minScore")
     out["score"] = parts.get("score", c.score)
     if continuation:
         out["continuation"] = True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -166,12 +167,6 @@ class Indexer:
         (a search's pre-sync) skips a due rebuild, waits at most `sync.searchWaitMs` for a write
         lock and never raises for the state; another thread's sync is waited for `lock_wait_s` at
         most, counted against `embed_budget_s`."""
-        kw: dict[str, Any] = {
-            "embed": embed,
-            "progress": progress,
-            "allow_reindex": allow_reindex,
-            "sessions": sessions,
-        }
         asked = time.monotonic()
         if not self.lock.acquire(timeout=-1 if lock_wait_s is None else lock_wait_s):
             return SyncReport()  # the other sync's answer will do: searches read what it commits
@@ -179,18 +174,25 @@ class Indexer:
         try:
             if embed_budget_s is not None:
                 embed_budget_s = max(0.0, embed_budget_s - (time.monotonic() - asked))
-            kw["embed_budget_s"] = embed_budget_s
+            run = functools.partial(
+                self.sync_locked,
+                embed=embed,
+                embed_budget_s=embed_budget_s,
+                progress=progress,
+                allow_reindex=allow_reindex,
+                sessions=sessions,
+            )
             started = time.perf_counter()
             seen_recoveries = len(store.recovered)
             try:
                 try:
-                    report = self.sync_locked(force=force, **kw)
+                    report = run(force=force)
                 except IndexCorrupt:
                     if len(store.recovered) == seen_recoveries:
                         raise
                     # the damaged file is aside and a fresh one in place: fill it now
                     self.engine.bind_workspace(store)
-                    report = self.sync_locked(force=False, **kw)
+                    report = run(force=False)
             except StateError as err:
                 self.last_error = str(err)
                 _record(

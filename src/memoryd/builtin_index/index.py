@@ -44,8 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memoryd.builtin_index")
 
-__all__ = ["MemoryIndex", "Store", "SyncReport"]
-
 
 class MemoryIndex:
     """The built-in index of one (agent, workspace); `one_off`: this process runs one command."""
@@ -244,8 +242,6 @@ class MemoryIndex:
                 removed = remove_db_files(self.path)
                 self.store = self._open_store()
                 self.bind_workspace(self.store)
-            self.stats = self.indexer.stats = CorpusStatistics(self)
-            self.searcher = Searcher(self, self.stats)
             self.indexer.session_baselines.clear()
             self.dirty = True
         return removed
