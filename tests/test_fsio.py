@@ -29,7 +29,6 @@ from memoryd.builtin_index._sqlite_util import make_private
 from memoryd.core.layout import MAX_DEPTH, MemoryRoot
 from memoryd.errors import MemoryWriteFailed, PathNotAllowed, StateError
 from memoryd.fsio import (
-    Reason,
     append_file,
     private_dir,
     private_file,
@@ -37,6 +36,7 @@ from memoryd.fsio import (
     walk,
     write_private_atomic,
 )
+from memoryd.fsio._chain import Reason
 from second_user import as_nobody, needs_root
 
 SECRET = b"OUTSIDE-SECRET\n"

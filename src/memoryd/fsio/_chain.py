@@ -353,23 +353,29 @@ def _barrier(parent: int) -> None:
         next(entries, None)
 
 
-def write_new(dir_fd: int, name: str, data: bytes, mode: int) -> None:
-    """A new file `name` in `dir_fd` holding `data` with `mode` whatever the umask, fsynced (or
-    removed again)."""
+@contextlib.contextmanager
+def temp_file(dir_fd: int, name: str, data: bytes, mode: int) -> Iterator[str]:
+    """A new fsynced file next to `name` (not named `*.md`) holding `data` with `mode` whatever
+    the umask, removed if still there afterwards; the folder is fsynced once the body succeeds."""
+    import secrets  # only when a file is written
+
+    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
-    fd = os.open(name, flags, mode, dir_fd=dir_fd)
+    fd = os.open(tmp, flags, mode, dir_fd=dir_fd)
     try:
-        os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except BaseException:
-        _close(fd)
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            _close(fd)
+        yield tmp
+    finally:
         with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=dir_fd)
-        raise
-    _close(fd)
+            os.unlink(tmp, dir_fd=dir_fd)
+    _fsync_fd(dir_fd)
 
 
 def _strerror(err: OSError) -> str:
@@ -624,24 +630,13 @@ def rewrite_file(
         fd, _ = _open_locked(t, lock_timeout, create=False)
         try:
             mode = stat.S_IMODE(os.fstat(fd).st_mode)
-            _replace(t, edit(_read_fd(fd)), mode)
+            data = edit(_read_fd(fd))
+            try:
+                with temp_file(t.parent, t.name, data, mode) as tmp:
+                    os.rename(tmp, t.name, src_dir_fd=t.parent, dst_dir_fd=t.parent)
+            except OSError as err:
+                raise MemoryWriteFailed(
+                    f"cannot rewrite {t.shown}: {_strerror(err)}; the file is unchanged"
+                ) from None
         finally:
             _close(fd)  # after the rename: a waiting appender then finds the new file
-
-
-def _replace(t: _Target, data: bytes, mode: int) -> None:
-    import secrets  # only when a file is rewritten
-
-    tmp = f".{t.name}.memoryd-{secrets.token_hex(4)}.tmp"
-    try:
-        write_new(t.parent, tmp, data, mode)
-        os.rename(tmp, t.name, src_dir_fd=t.parent, dst_dir_fd=t.parent)
-    except BaseException as err:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=t.parent)
-        if isinstance(err, OSError):
-            raise MemoryWriteFailed(
-                f"cannot rewrite {t.shown}: {_strerror(err)}; the file is unchanged"
-            ) from None
-        raise
-    _fsync_fd(t.parent)
