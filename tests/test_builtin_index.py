@@ -462,9 +462,14 @@ def test_watcher_picks_up_a_new_note(notes: Path) -> None:
     idx = synced(notes, search={"sync": {"watchDebounceMs": 100}})
     synced_event = threading.Event()
     stop = threading.Event()
-    watcher = threading.Thread(
-        target=lambda: idx.watch(stop_event=stop, on_synced=lambda _r: synced_event.set())
-    )
+    sync_logged = idx._sync_logged
+
+    def logged(what: str) -> None:
+        sync_logged(what)
+        synced_event.set()
+
+    idx._sync_logged = logged  # type: ignore[method-assign]
+    watcher = threading.Thread(target=lambda: idx.watch(stop))
     watcher.start()
     try:
         time.sleep(0.5)

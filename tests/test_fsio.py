@@ -620,12 +620,6 @@ def test_append_starts_on_a_new_line_and_prefixes_only_an_empty_file(
     assert outcome.bytes_written == len(expected) - len(existing)
 
 
-def test_append_without_create_dirs_fails_on_a_missing_folder(workspace: Path) -> None:
-    with pytest.raises(MemoryWriteFailed, match="folder does not exist"):
-        append_file(memory_root(workspace), "new/n.md", b"x\n", anchor=workspace, create_dirs=False)
-    assert not (workspace / "memory" / "new").exists()
-
-
 def test_append_never_creates_folders_through_a_symlink(workspace: Path, outside: Path) -> None:
     (workspace / "memory" / "sub").symlink_to(outside / "dir", target_is_directory=True)
     with pytest.raises(PathNotAllowed, match="symlink"):
@@ -815,18 +809,21 @@ def test_concurrent_appends_from_many_processes_neither_interleave_nor_repeat_th
 
 
 def test_append_waits_for_another_writers_lock_and_gives_up_after_its_timeout(
-    workspace: Path,
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import fcntl
 
+    from memoryd.fsio import _chain
+
+    monkeypatch.setattr(_chain, "_LOCK_TIMEOUT_S", 0.2)
     path = write(workspace / "memory" / "n.md", b"old\n")
     root = memory_root(workspace)
     with open(path, "rb") as other_writer:
         fcntl.flock(other_writer, fcntl.LOCK_EX)
         with pytest.raises(MemoryWriteFailed, match="timed out waiting for another writer"):
-            append_file(root, "n.md", b"new\n", anchor=workspace, lock_timeout=0.2)
+            append_file(root, "n.md", b"new\n", anchor=workspace)
         assert path.read_bytes() == b"old\n"
-    append_file(root, "n.md", b"new\n", anchor=workspace, lock_timeout=0.2)
+    append_file(root, "n.md", b"new\n", anchor=workspace)
     assert path.read_bytes() == b"old\nnew\n"
 
 

@@ -391,25 +391,8 @@ class MemoryIndex:
 
     # ------------------------------------------------------------------ watch and lifecycle
 
-    def watch_roots(self) -> list[Path]:
-        ws = self.cfg.workspace
-        roots = [ws]
-        for root in self.cfg.roots:
-            p = Path(root.path)
-            if p.exists() and not p.is_relative_to(ws) and p not in roots:
-                roots.append(p)
-        sessions = self.cfg.sessions_dir
-        if sessions is not None:
-            private_dir(sessions)
-            roots.append(sessions)
-        return roots
-
-    def watch(
-        self,
-        *,
-        stop_event: threading.Event | None = None,
-        on_synced: Callable[[SyncReport], None] | None = None,
-    ) -> None:
+    def watch(self, stop_event: threading.Event) -> None:
+        """Sync after each change to the memory files or transcripts, until `stop_event`."""
         from watchfiles import watch
 
         sessions_dir = self.cfg.sessions_dir
@@ -424,16 +407,22 @@ class MemoryIndex:
             # a folder event (no suffix) under a root may hide new files: let it through
             return _inside_any(str(p), roots) or any(Path(r.path).is_relative_to(p) for r in roots)
 
+        ws = self.cfg.workspace
+        folders = [ws]
+        for root in roots:
+            p = Path(root.path)
+            if p.exists() and not p.is_relative_to(ws) and p not in folders:
+                folders.append(p)
+        if sessions_dir is not None:
+            folders.append(private_dir(sessions_dir))
         for _changes in watch(
-            *self.watch_roots(),
+            *folders,
             watch_filter=relevant,
             debounce=self.cfg.sync.watch_debounce_ms,
             stop_event=stop_event,
             rust_timeout=200,  # how often the watcher checks `stop_event`
         ):
-            report = self._sync_logged("background")
-            if on_synced and report is not None:
-                on_synced(report)
+            self._sync_logged("background")
 
     def start(self, background: Background | None = None) -> None:
         """With `background`: sync now, then keep fresh (watcher, `sync.intervalMinutes`)."""
@@ -444,19 +433,18 @@ class MemoryIndex:
     def _keep_fresh(self, background: Background) -> None:
         self._sync_logged("built-in index")
         if self.cfg.sync.watch:
-            background.spawn("index-watch", lambda: self.watch(stop_event=background.stopping))
+            background.spawn("index-watch", lambda: self.watch(background.stopping))
         minutes = self.cfg.sync.interval_minutes
         if minutes > 0:
             background.every("index-periodic", minutes * 60, lambda: self._sync_logged("periodic"))
 
-    def _sync_logged(self, what: str) -> SyncReport | None:
+    def _sync_logged(self, what: str) -> None:
         self.dirty = True
         try:
-            return self.sync()
+            self.sync()
         except MemorydError as err:
             self.indexer.last_error = str(err)
             log.warning("%s sync failed for %s: %s", what, self.cfg.agent_id, err)
-            return None
 
     def close(self) -> None:
         self.store.close()

@@ -30,6 +30,8 @@ _APPEND_FLAGS: Final = (
     os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | _CLOEXEC
 )
 _OPEN_ATTEMPTS: Final = 3
+#: How long a writer waits for another writer of the same memory file.
+_LOCK_TIMEOUT_S: Final = 30.0
 _VENV_MARKER: Final = "pyvenv.cfg"
 
 #: Why an entry was refused (walk's `Skipped.reason`, and the gist of a `PathNotAllowed`).
@@ -418,8 +420,6 @@ def read_file(
 ) -> FileRead | None:
     """`rel` under `root` through a checked descriptor, None if missing; raises `PathNotAllowed`
     when a rule refuses it, else `MemoryReadFailed`."""
-    if max_bytes is not None and max_bytes < 0:
-        raise ValueError("max_bytes must be ≥ 0")
     # one byte past the limit tells whether the file held more than was asked for
     want = -1 if max_bytes is None else max_bytes + 1
     got = _read_checked(root, rel, anchor, lambda fd: _read_fd(fd, want))
@@ -498,15 +498,13 @@ def append_file(
     payload: bytes,
     *,
     anchor: str | os.PathLike[str] | None = None,
-    create_dirs: bool = True,
     new_file_prefix: bytes = b"",
-    lock_timeout: float = 30.0,
 ) -> AppendOutcome:
     """Append `payload` on a new line (after `new_file_prefix` in a new file) under an exclusive
     `flock`, durably or not at all: a failed write is cut back (`MemoryWriteFailed`)."""
     missing = "its folder does not exist"
-    with _file_at(root, rel, anchor, create=create_dirs, doing="append to", missing=missing) as t:
-        fd, created = _open_locked(t, lock_timeout, create=True)
+    with _file_at(root, rel, anchor, create=True, doing="append to", missing=missing) as t:
+        fd, created = _open_locked(t, create=True)
         try:
             size = os.fstat(fd).st_size
             if size == 0:
@@ -524,7 +522,7 @@ def append_file(
         return AppendOutcome(created, len(data), offset, end)
 
 
-def _open_locked(t: _Target, lock_timeout: float, *, create: bool) -> tuple[int, bool]:
+def _open_locked(t: _Target, *, create: bool) -> tuple[int, bool]:
     """(descriptor, created) on `t`, checked, then held under the writers' lock; opened again
     when a writer we waited for replaced the file meanwhile."""
     for attempt in range(_OPEN_ATTEMPTS):
@@ -534,7 +532,7 @@ def _open_locked(t: _Target, lock_timeout: float, *, create: bool) -> tuple[int,
             problem = _file_problem(st, t.root_dev)
             if problem is not None:
                 raise problem
-            _lock(fd, lock_timeout, t.shown)
+            _lock(fd, t.shown)
             try:
                 _same_entry(t.parent, t.name, st)
                 if not created:
@@ -565,8 +563,8 @@ def _open_for_write(t: _Target, *, create: bool) -> tuple[int, bool]:
     raise _Refused("changed", "kept appearing and disappearing while being opened")
 
 
-def _lock(fd: int, timeout: float, shown: str) -> None:
-    deadline = time.monotonic() + timeout
+def _lock(fd: int, shown: str) -> None:
+    deadline = time.monotonic() + _LOCK_TIMEOUT_S
     delay = 0.001
     while True:
         try:
@@ -620,14 +618,13 @@ def rewrite_file(
     edit: Callable[[bytes], bytes],
     *,
     anchor: str | os.PathLike[str] | None = None,
-    lock_timeout: float = 30.0,
 ) -> None:
     """Replace the memory file `rel` with `edit(its bytes)` via an fsynced temp file renamed over
     it, all or nothing, under the appenders' `flock` so no append is lost (`edit` may raise)."""
     with _file_at(
         root, rel, anchor, create=False, doing="rewrite", missing="it does not exist"
     ) as t:
-        fd, _ = _open_locked(t, lock_timeout, create=False)
+        fd, _ = _open_locked(t, create=False)
         try:
             mode = stat.S_IMODE(os.fstat(fd).st_mode)
             data = edit(_read_fd(fd))
