@@ -132,17 +132,18 @@ class Searcher:
             notes.append("nothing to search for: the query has no word of two or more letters")
             vectors = no_vectors_yet = False
         store = eng.store
-        early = None
-        if vectors and effective == "hybrid":
+        kw = None
+        if vectors and effective == "hybrid":  # while the query embeds
             with snapshot(store):
-                early = self._keyword_side(store, query, k)
+                kw = self._keyword_side(store, query, k)
         qvec = self._query_vector(query, notes) if vectors else None
         want_kw = effective in ("hybrid", "keyword") or (qvec is None and mode is None)
         stage = self._rerank_stage()
         with snapshot(store):
-            if early is not None and store.version != early.version:
-                early = None  # the index changed while the query embedded: its ids may have too
-            filled = self._candidates(store, request, query, k, qvec, want_kw, early)
+            if want_kw and (kw is None or store.version != kw.version):
+                # none yet, or the index changed while the query embedded: its ids may have too
+                kw = self._keyword_side(store, query, k)
+            filled = self._candidates(store, request, k, qvec, kw)
             stats = self.stats.for_query(store, query if want_kw else "", qvec)
             pending = store.pending_count() if eng.provider else 0
             trace: dict[int, dict[str, Any]] | None = {} if request.explain else None
@@ -160,7 +161,7 @@ class Searcher:
             if trace is not None:
                 for c in ranked:
                     trace[c.chunk_id]["minScore"] = min_score
-            snippets = early.snippets if early else {}
+            snippets = kw.snippets if kw else {}
             if stage is None:
                 ranked = self._reranked(None, query, ranked, notes, trace)
                 results = self._results(store, ranked, query, max_results, snippets, trace)
@@ -293,39 +294,33 @@ class Searcher:
         self,
         store: Store,
         request: SearchRequest,
-        query: str,
         k: int,
         qvec: np.ndarray | array[float] | None,
-        want_kw: bool,
-        early: _KeywordSide | None,
+        kw: _KeywordSide | None,
     ) -> list[Candidate]:
-        """Both sides' candidates, merged, with their rows, from the sources asked for."""
+        """Both sides' candidates (vector hits, keyword hits, named files), with their rows, from
+        the sources asked for."""
         cands: dict[int, Candidate] = {}
         if qvec is not None:
             for rank_i, (cid, sim) in enumerate(store.vector_search(qvec, k)):
                 cands[cid] = Candidate(cid, "", "", 0, 0, "", vector_score=sim, vector_rank=rank_i)
-        if want_kw:
-            if early is None:
-                self._keyword_candidates(store, query, k, cands)
-                path_hits = self._path_candidates(store, query)
-            else:  # merged in the order the sequential search inserts them
-                path_hits = early.path_hits
-                for cid, kc in early.hits.items():
-                    c = cands.setdefault(cid, kc)
-                    c.text_rank, c.text_score = kc.text_rank, kc.text_score
-            for cid in path_hits:
+        terms, known = (kw.terms, kw.rows) if kw is not None else ((), {})
+        if kw is not None:
+            for cid, kc in kw.hits.items():
+                c = cands.setdefault(cid, kc)
+                c.text_rank, c.text_score = kc.text_rank, kc.text_score
+            for cid in kw.path_hits:
                 cands.setdefault(cid, Candidate(cid, "", "", 0, 0, ""))
-        early_rows = early.rows if early is not None else {}
-        rows = store.chunk_rows(cid for cid in cands if cid not in early_rows)
+        rows = store.chunk_rows(cid for cid in cands if cid not in known)
         allowed_sources = set(self.engine.cfg.sources)
         if request.corpus != "all":
             allowed_sources &= {request.corpus}
         filled = []
         for cid, c in cands.items():
             row = rows.get(cid)
-            if row is None and early is not None and cid in early_rows:
-                row, matched = early_rows[cid]
-                c.matched = (early.terms, matched)
+            if cid in known:
+                row, matched = known[cid]
+                c.matched = (terms, matched)
             if row is None or row.source not in allowed_sources:
                 continue
             c.path, c.source, c.text, c.mtime = row.path, row.source, row.text, row.mtime
