@@ -55,11 +55,10 @@ class MemoryIndex:
         settings: IndexSettings,
         selection: ProviderSelection,
         *,
-        path: Path | None = None,
         one_off: bool = False,
     ) -> None:
         self.cfg = settings
-        self.path = path or settings.db_path
+        self.path = settings.db_path
         self.selection = selection
         self.provider: EmbeddingProvider | None = selection.provider
         self.fallback_reason: str | None = None
