@@ -243,8 +243,7 @@ class Searcher:
 
     def _keyword_side(self, store: Store, query: str, k: int) -> _KeywordSide:
         version = store.version
-        hits: dict[int, Candidate] = {}
-        self._keyword_candidates(store, query, k, hits)
+        hits = self._keyword_candidates(store, query, k)
         path_hits = self._path_candidates(store, query)
         rows_now = store.chunk_rows([*hits, *path_hits])
         terms = tuple(query_terms(query))
@@ -391,34 +390,30 @@ class Searcher:
                 )
         return out
 
-    def _keyword_candidates(
-        self, store: Store, query: str, k: int, cands: dict[int, Candidate]
-    ) -> None:
-        terms = query_terms(query)
-        match = fts_match_expression(terms)
+    def _keyword_candidates(self, store: Store, query: str, k: int) -> dict[int, Candidate]:
+        """Whole-word hits best first, then (fewer than `k` of those) substring-only hits."""
+        match = fts_match_expression(query_terms(query))
         primary = store.keyword_search(match, k) if match else []
-        for rank_i, (cid, strength) in enumerate(primary):
-            c = cands.setdefault(cid, Candidate(cid, "", "", 0, 0, ""))
-            c.text_rank, c.text_score = rank_i, strength
+        hits = {
+            cid: Candidate(cid, "", "", 0, 0, "", text_rank=i, text_score=strength)
+            for i, (cid, strength) in enumerate(primary)
+        }
         tri = trigram_terms(query)
         if not tri or len(primary) >= k:
             # substring-only hits would rank after k whole-word hits anyway: skip the scan
-            return
+            return hits
         tri_match = " OR ".join('"' + t.replace('"', '""') + '"' for t in tri)
         extra = [
-            (cid, s)
-            for cid, s in store.keyword_search(tri_match, k, trigram=True)
-            if cid not in {p[0] for p in primary}
+            (c, s) for c, s in store.keyword_search(tri_match, k, trigram=True) if c not in hits
         ]
-        if not extra:
-            return
         # substring-only hits rank after whole-word hits, scaled below the weakest of those
         ceiling = 0.5 * min((s for _, s in primary), default=2.0)
-        top = max(s for _, s in extra) or 1.0
-        for j, (cid, strength) in enumerate(extra):
-            c = cands.setdefault(cid, Candidate(cid, "", "", 0, 0, ""))
-            c.text_rank = len(primary) + j
-            c.text_score = ceiling * (strength / top)
+        top = max((s for _, s in extra), default=1.0) or 1.0
+        for j, (cid, strength) in enumerate(extra, len(primary)):
+            hits[cid] = Candidate(
+                cid, "", "", 0, 0, "", text_rank=j, text_score=ceiling * (strength / top)
+            )
+        return hits
 
     def _path_candidates(self, store: Store, query: str) -> list[int]:
         version = store.version
