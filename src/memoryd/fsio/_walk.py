@@ -151,22 +151,15 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def _names_digest(kinds: dict[str, str], names: list[str]) -> str:
-    return _digest("\0".join([kinds[n] + n for n in names]).encode("utf-8", "surrogateescape"))
-
-
-def _stats_digest(stats: list[tuple[int, ...]]) -> str:
-    # marshal version 2 writes no back-references: the same ints give the same bytes in any process
-    return _digest(marshal.dumps(stats, 2))
-
-
 def _folder_record(kinds: dict[str, str], checked: dict[str, os.stat_result]) -> list[str]:
     """What `unchanged` compares of a folder: the digest of its entries' kinds and names, which
     of them (a mask over the sorted names) were files checked, and the digest of their stats."""
     names = sorted(kinds)
+    listing = "\0".join([kinds[n] + n for n in names]).encode("utf-8", "surrogateescape")
     mask = "".join("1" if n in checked else "0" for n in names)
-    stats = [_STAT_KEY(checked[n]) for n in names if n in checked]
-    return [_names_digest(kinds, names), mask, _stats_digest(stats)]
+    # marshal version 2 writes no back-references: the same ints give the same bytes in any process
+    stats = marshal.dumps([_STAT_KEY(checked[n]) for n in names if n in checked], 2)
+    return [_digest(listing), mask, _digest(stats)]
 
 
 def unchanged(
@@ -203,7 +196,7 @@ def unchanged(
             if seen == ["venv"]:
                 if not _has_venv_marker(fd):
                     return False
-            elif seen != ["other_device"] and not _same_entries(fd, *seen):
+            elif seen != ["other_device"] and not _same_entries(fd, seen):
                 return False
         return bool(stamp["dirs"])
     except (OSError, ValueError, TypeError, KeyError, IndexError):
@@ -213,7 +206,7 @@ def unchanged(
             _close(fd)
 
 
-def _same_entries(fd: int, *record: str) -> bool:
+def _same_entries(fd: int, record: list[str]) -> bool:
     """The folder holds the same entries, and the files checked among them the same stats."""
     with os.scandir(fd) as entries:
         kinds = {
@@ -221,12 +214,11 @@ def _same_entries(fd: int, *record: str) -> bool:
             for e in entries
         }
     names = sorted(kinds)
-    digest, mask, stats = record
-    if len(mask) != len(names) or _names_digest(kinds, names) != digest:
+    if len(record[1]) != len(names):
         return False
-    checked = compress(names, map(int, mask))
-    now = [_STAT_KEY(os.stat(n, dir_fd=fd, follow_symlinks=False)) for n in checked]
-    return _stats_digest(now) == stats
+    checked = compress(names, map(int, record[1]))
+    stats = {n: os.stat(n, dir_fd=fd, follow_symlinks=False) for n in checked}
+    return _folder_record(kinds, stats) == record
 
 
 class _Walker:
