@@ -86,13 +86,9 @@ class Searcher:
 
     def prefetch(self, query: str) -> None:
         """Start embedding `query` on the provider's worker while the keyword side runs."""
-        eng = self.engine
-        provider = eng.provider
-        if provider is None or eng.unavailable or not query:
-            return
-        if (*eng.provider_key(), query) in self._query_cache:
-            return
-        provider.prefetch_query(query)
+        provider = self.engine.provider
+        if provider is not None and (*self.engine.provider_key(), query) not in self._query_cache:
+            provider.prefetch_query(query)
 
     def rank_params(self, min_score: float, pool: int) -> RankParams:
         h = self.engine.cfg.query.hybrid

@@ -212,10 +212,9 @@ class Indexer:
         finally:
             self.lock.release()
 
-    def backlog_fits(self, budget_s: float, store: Store | None = None) -> bool:
+    def backlog_fits(self, budget_s: float, store: Store) -> bool:
         """Whether embedding the pending chunks would take at most `FUTILE_BACKLOG_BUDGETS`."""
         eng = self.engine
-        store = store or eng.store
         if eng.provider is None or not store.vector.available:
             return True  # a text-only sync: quick
         rate = self._embed_rates.get(eng.provider_key(), ASSUMED_SECONDS_PER_CHUNK)
@@ -576,7 +575,6 @@ class Indexer:
         total = store.pending_count()
         done = 0
         key = eng.provider_key()
-        skip: set[int] = set()
         if progress and total:
             progress("vectors", 0, total)
         stopping = eng.background.stopping if eng.background is not None else None
@@ -584,16 +582,13 @@ class Indexer:
             size = self._batch_size(deadline, key, first=bool(progress) and not done)
             if size <= 0:
                 break
-            batch = [row for row in store.pending_chunks(size + len(skip)) if row[0] not in skip][
-                :size
-            ]
+            batch = store.pending_chunks(size)
             if not batch:
                 break
             vectors = self._embed_batch(store, report, batch, key, deadline)
             if vectors is None:
                 return
             store.write_vectors(list(vectors.items()))
-            skip.update(cid for cid, _, _ in batch if cid not in vectors)
             done += len(batch)
             if progress:
                 progress("vectors", done, total)

@@ -250,7 +250,7 @@ class MemoryIndex:
         vectors = self.provider is not None and self.store.vector.available
         if not self.dirty and not (vectors and self.store.pending_count()):
             return  # nothing changed, nothing waits: the search needs no write
-        if self.indexer.lock.locked() and not self.indexer.backlog_fits(budget_s):
+        if self.indexer.lock.locked() and not self.indexer.backlog_fits(budget_s, self.store):
             return
         self.sync(embed_budget_s=budget_s, lock_wait_s=budget_s)
 
