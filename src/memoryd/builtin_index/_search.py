@@ -224,13 +224,12 @@ class Searcher:
         reordered = named + [movable[i] for i in outcome.order] + ranked[len(head) :]
         if trace is not None:
             after = {c.chunk_id: i + 1 for i, c in enumerate(reordered)}
-            before = {c.chunk_id: i + 1 for i, c in enumerate(ranked)}
             scored = {c.chunk_id: s for c, s in zip(movable, outcome.scores, strict=True)}
-            for c in ranked:
+            for before, c in enumerate(ranked, 1):
                 trace[c.chunk_id]["rerank"] = {
                     "provider": "remote",
                     "score": scored.get(c.chunk_id),
-                    "before": before[c.chunk_id],
+                    "before": before,
                     "after": after[c.chunk_id],
                     "degraded": outcome.degraded,
                     "seconds": round(outcome.seconds, 4),

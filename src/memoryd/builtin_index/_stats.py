@@ -9,7 +9,6 @@ import json
 import logging
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..core.ranking import REFERENCE_QUERIES, CorpusStats
@@ -35,18 +34,18 @@ REFERENCE_META_KEY = "reference_background"
 Reference = dict[tuple[Script, Script], tuple[float, float]]
 
 
-@dataclass
 class StatsCache:
-    store: Store
-    version: tuple[int, int]
-    chunks: int
-    df: dict[str, int] = field(default_factory=dict)
-    ids: list[int] = field(default_factory=list)
-    sample: np.ndarray | None = None
-    scripts: list[Script] = field(default_factory=list)
-    #: The sample's (chunk id, content hash), read with it (SQLite): a stored reference's key.
-    keys: list[tuple[int, str]] | None = None
-    reference: Reference | None = None
+    """What was worked out about one store at one version."""
+
+    def __init__(self, store: Store, version: tuple[int, int], chunks: int) -> None:
+        self.store, self.version, self.chunks = store, version, chunks
+        self.df: dict[str, int] = {}
+        self.ids: list[int] = []
+        self.sample: np.ndarray | None = None
+        self.scripts: list[Script] = []
+        #: The sample's (chunk id, content hash), read with it (SQLite): a stored reference's key.
+        self.keys: list[tuple[int, str]] | None = None
+        self.reference: Reference | None = None
 
 
 def reference_background(
