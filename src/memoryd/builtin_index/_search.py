@@ -77,9 +77,6 @@ class Searcher:
         self._paths_cache: tuple[Store, tuple[int, int], _PathLookup] | None = None
         self._rerank: RerankStage | None = None
 
-    def forget_paths(self) -> None:
-        self._paths_cache = None
-
     def close(self) -> None:
         if self._rerank is not None:
             self._rerank.close()

@@ -129,7 +129,6 @@ class MemoryIndex:
     def _store_recovered(self, rec: Recovery, refill_now: bool) -> bool:
         """Refill a fresh file that replaced a damaged one, so a search's retry finds the text."""
         self.dirty = True
-        self.searcher.forget_paths()
         self.indexer.session_baselines.clear()
         if not refill_now or self.indexer.lock.locked() or "store" not in self.__dict__:
             return False
@@ -220,8 +219,7 @@ class MemoryIndex:
                 for rel in paths:
                     store.remove_file(rel)  # nothing, for a path the index does not hold
                 store.delete_meta(WALK_META_KEY)  # the rows no longer follow that walk
-            self.searcher.forget_paths()
-            self.indexer.session_baselines.difference_update(paths)
+                self.indexer.session_baselines.difference_update(paths)
             self.dirty = True
         return self.sync(progress=progress)
 
