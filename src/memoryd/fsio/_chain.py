@@ -180,12 +180,10 @@ def _descend(fd: int, names: tuple[str, ...], *, create: bool, below_root: bool)
 
 def _components_below(path: str, base: str) -> tuple[str, ...] | None:
     """The components of `path` below `base` (both normalized absolute), or None if outside."""
-    if path == base:
-        return ()
-    prefix = base if base.endswith(os.sep) else base + os.sep
-    if not path.startswith(prefix):
+    try:
+        return PurePosixPath(path).relative_to(base).parts
+    except ValueError:
         return None
-    return tuple(p for p in path[len(prefix) :].split(os.sep) if p)
 
 
 def _open_root(root_path: str, anchor: str | os.PathLike[str] | None, *, create: bool) -> int:
