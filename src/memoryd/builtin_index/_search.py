@@ -326,7 +326,7 @@ class Searcher:
         query: str,
         max_results: int,
         snippets: dict[int, tuple[str, int, int]],
-        trace: dict[int, dict[str, Any]] | None = None,
+        trace: dict[int, dict[str, Any]] | None,
     ) -> list[SearchResult]:
         """A snippet each, the best hit's following lines as one more, no lines shown twice."""
         results: list[SearchResult] = []
@@ -473,14 +473,8 @@ def _with_following_lines(store: Store, c: Candidate, after_line: int) -> tuple[
         return c.text, c.end_line
     rows = store.chunk_rows(range(c.chunk_id + 1, c.chunk_id + 1 + FOLLOWING_CHUNKS))
     following = sorted(
-        (r.start_line, r.end_line, r.text)
-        for r in rows.values()
-        if r.path == c.path and r.start_line > c.start_line
+        ((r.text, r.start_line, r.end_line) for r in rows.values() if r.path == c.path),
+        key=lambda t: (t[1], t[2], t[0]),
     )
-    return extend_chunk(
-        c.text,
-        c.start_line,
-        c.end_line,
-        [(text, start, end) for start, end, text in following],
-        MAX_SNIPPET_CHARS,
-    )
+    after = [t for t in following if t[1] > c.start_line]
+    return extend_chunk(c.text, c.start_line, c.end_line, after, MAX_SNIPPET_CHARS)
