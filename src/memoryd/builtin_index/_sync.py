@@ -356,7 +356,7 @@ class Indexer:
                 if known[gone][3] == "memory":
                     store.remove_file(gone)
                     report.files_removed += 1
-            _write_stamp(store, meta.get(WALK_META_KEY), found.stamp)
+            _set_meta(store, WALK_META_KEY, found.stamp, meta.get(WALK_META_KEY))
 
     def _save_stamp(
         self, store: Store, files: Sequence[MemoryFile], skipped: str, stamp: str | None
@@ -366,7 +366,7 @@ class Indexer:
         try:
             with store.transaction(wait_ms=0, doing="record the memory files' state"):
                 if not self._text_changed(store, files, skipped):
-                    _write_stamp(store, store.meta_value(WALK_META_KEY), stamp)
+                    _set_meta(store, WALK_META_KEY, stamp, store.meta_value(WALK_META_KEY))
         except IndexCorrupt:
             raise
         except StateError as err:
@@ -687,19 +687,16 @@ class Indexer:
 def _record(store: Store, key: str, value: str | None) -> None:
     """Record `key` (None: remove it) for other processes' status, as far as the index can be."""
     with contextlib.suppress(MemorydError):
-        if store.read_only is not None:
-            return
-        if value is not None:
-            store.set_meta({key: value})
-        elif store.meta_value(key) is not None:
-            store.delete_meta(key)
+        if store.read_only is None:
+            _set_meta(store, key, value, None if value is not None else store.meta_value(key))
 
 
-def _write_stamp(store: Store, old: str | None, new: str | None) -> None:
-    if new is not None and new != old:
-        store.set_meta({WALK_META_KEY: new})
-    elif new is None and old is not None:
-        store.delete_meta(WALK_META_KEY)
+def _set_meta(store: Store, key: str, value: str | None, old: str | None) -> None:
+    """Set `key` to `value` (None: remove it) unless it already holds it (`old`)."""
+    if value is not None and value != old:
+        store.set_meta({key: value})
+    elif value is None and old is not None:
+        store.delete_meta(key)
 
 
 def _publish(live: Store, scratch: Store) -> None:
