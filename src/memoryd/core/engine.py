@@ -3,7 +3,7 @@ scope, citations and the injected-characters budget are the orchestrator's."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -145,6 +145,12 @@ class BuiltinEngine(MemoryEngine, Protocol):
     def check(self) -> IndexCheck:
         """Verify the index file; a damaged one is moved aside and rebuilt."""
 
+    def purge(self, paths: Sequence[str], *, progress: ProgressFn | None = None) -> Any:
+        """Drop `paths` from the index now (after `memoryd forget`)."""
+
+    def reset(self) -> list[str]:
+        """Empty the index in place; the paths removed."""
+
 
 class QmdEngine(MemoryEngine, Protocol):
     """The qmd sidecar's side of the contract."""
@@ -152,7 +158,7 @@ class QmdEngine(MemoryEngine, Protocol):
     @property
     def search_mode(self) -> str: ...
 
-    def sync(self, *, force: bool = False, progress: ProgressFn | None = None) -> Any:
+    def sync(self) -> None:
         """`qmd update`, then `qmd embed` when due."""
 
     def status(self) -> QmdStatus: ...
@@ -160,8 +166,11 @@ class QmdEngine(MemoryEngine, Protocol):
     def roots(self) -> list[MemoryRoot]:
         """Every collection as a memory root (what `memory_get` serves)."""
 
-    def probe(self) -> bool:
-        """Whether qmd starts and answers `qmd X.Y.Z` (never raises)."""
+    def probe(self) -> None:
+        """Check that qmd starts and answers `qmd X.Y.Z`; a `QmdError` says why not."""
+
+    def reset(self) -> list[str]:
+        """Wipe what qmd derived and make its home again; the paths removed."""
 
     def bounded(self, deadline: float | None) -> AbstractContextManager[None]:
         """Within, every qmd call of this thread ends by `deadline` (`time.monotonic()`)."""
