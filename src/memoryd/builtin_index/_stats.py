@@ -141,9 +141,8 @@ class CorpusStatistics:
         self, store: SqliteStore, qvec: array[float]
     ) -> tuple[Reference, list[tuple[int, Script, float]]] | None:
         """Without numpy: cosines from SQL, the stored reference (None when none is stored)."""
-        if store.vec_dims != len(qvec):
-            return {}, []  # as the numpy path: no background for vectors of another model
-        rows = store.sample_cosines(BACKGROUND_SAMPLE, qvec)
+        # as the numpy path: no background for vectors of another model
+        rows = store.sample_cosines(BACKGROUND_SAMPLE, qvec) if store.vec_dims == len(qvec) else []
         if not rows:
             return {}, []
         reference = self.stored_reference(store, [(cid, h) for cid, h, _, _ in rows])
