@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..errors import InvalidInput
 from .layout import MemoryRoot
-from .results import FileText, SearchResult
+from .results import SearchResult
+from .text import camel_case
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -91,29 +92,18 @@ class IndexCheck:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "problem": self.problem,
-            "movedTo": self.moved_to,
-            "rebuilt": self.rebuilt,
-            "seconds": round(self.seconds, 3),
-        }
+        out = {camel_case(name): getattr(self, name) for name in self.__slots__}
+        return {**out, "seconds": round(self.seconds, 3)}
 
 
 class MemoryEngine(Protocol):
     """The built-in index and the qmd manager, as the orchestrator sees them."""
-
-    @property
-    def name(self) -> EngineName: ...
 
     def start(self, background: Background | None = None) -> None:
         """Prepare (open, create collections); with `background`, run timers/watchers on it."""
 
     def search(self, request: SearchRequest) -> SearchOutput:
         """Ranked results; raises a `MemorydError` subclass on failure, never returns garbage."""
-
-    def get(self, path: str, from_line: int | None, lines: int | None) -> FileText:
-        """A memory file or a line range of it; `PathNotAllowed` for anything else."""
 
     def notify_changed(self) -> None:
         """A memory file changed through memoryd: refresh soon (debounced)."""
@@ -125,17 +115,8 @@ class MemoryEngine(Protocol):
 class BuiltinEngine(MemoryEngine, Protocol):
     """The built-in index's side of the contract."""
 
-    def sync(
-        self,
-        *,
-        force: bool = False,
-        progress: ProgressFn | None = None,
-        embed_budget_s: float | None = None,
-    ) -> Any:
-        """Bring the index up to date with the files now (vectors within `embed_budget_s`)."""
-
-    def catch_up(self, budget_s: float) -> None:
-        """Before a search: sync, and embed pending chunks for at most `budget_s`."""
+    def sync(self, *, force: bool = False, progress: ProgressFn | None = None) -> Any:
+        """Bring the index up to date with the files now."""
 
     def status(self) -> BuiltinStatus: ...
 
@@ -154,9 +135,6 @@ class BuiltinEngine(MemoryEngine, Protocol):
 
 class QmdEngine(MemoryEngine, Protocol):
     """The qmd sidecar's side of the contract."""
-
-    @property
-    def search_mode(self) -> str: ...
 
     def sync(self) -> None:
         """`qmd update`, then `qmd embed` when due."""

@@ -27,7 +27,7 @@ from ..core.engine import (
 from ..core.text import camel_case
 from ..errors import InvalidInput, MemorydError, QmdError, SearchDisabled
 from ..fsio import check_state_tree
-from ..scope_rules import evaluate_scope
+from ..scope_rules import scope_denial
 from ._supervisor import AgentBackend, IndexFactory, QmdFactory
 from .failover import Active
 
@@ -201,10 +201,10 @@ class MemoryService:
         With `explain`, each result says how it was ranked (`SearchResult.explain`)."""
         text = check_search_input(query, max_results, min_score)
         agent = self._searchable(agent_id)
-        decision = evaluate_scope(agent.memory.effective_scope, session_key)
-        if not decision.allowed:
-            log.warning(decision.log_message())
-            return SearchOutput([], scope_denied=decision.log_message())
+        denial = scope_denial(agent.memory.effective_scope, session_key)
+        if denial is not None:
+            log.warning(denial)
+            return SearchOutput([], scope_denied=denial)
         b = self._ensure_started(agent.agent_id)
         notes: list[str] = []
         if corpus == "sessions":
