@@ -462,9 +462,14 @@ def test_watcher_picks_up_a_new_note(notes: Path) -> None:
     idx = synced(notes, search={"sync": {"watchDebounceMs": 100}})
     synced_event = threading.Event()
     stop = threading.Event()
-    watcher = threading.Thread(
-        target=lambda: idx.watch(stop_event=stop, on_synced=lambda _r: synced_event.set())
-    )
+    sync_logged = idx._sync_logged
+
+    def logged(what: str) -> None:
+        sync_logged(what)
+        synced_event.set()
+
+    idx._sync_logged = logged  # type: ignore[method-assign]
+    watcher = threading.Thread(target=lambda: idx.watch(stop))
     watcher.start()
     try:
         time.sleep(0.5)
@@ -617,18 +622,3 @@ def test_before_any_chunk_has_a_vector_no_query_is_embedded(notes: Path) -> None
     out = idx.search("deploy target")
     assert out.mode == "hybrid" and "deploy target" in emb.texts  # (and calibration's own)
     assert not any("still waiting" in n for n in out.notes)
-
-
-def test_the_query_background_is_computed_only_when_read() -> None:
-    from memoryd.builtin_index._stats import _Background
-
-    rng = np.random.default_rng(3)
-    sample = rng.standard_normal((50, 16)).astype(np.float32)
-    query = rng.standard_normal(16).astype(np.float32)
-    bg = _Background(list(range(50)), ["latin"] * 50, sample, query)
-    assert len(bg) == 50 and bool(bg) and bg._cosines is None  # ranking's usual questions
-    expected = (sample @ query).tolist()
-    assert [cos for _, _, cos in bg] == expected
-    assert bg[7] == (7, "latin", expected[7]) and bg._cosines is not None
-    with pytest.raises(ValueError, match="differ in length"):
-        _Background(list(range(49)), ["latin"] * 50, sample, query)

@@ -28,7 +28,7 @@ from memoryd.memfiles import discover, read_memory_file
 
 def rels(ws: Path, extra: list[str] | None = None) -> list[str]:
     agent = agent_for(ws, {"extraPaths": extra or []})
-    return sorted(f.rel_path for f in discover(agent.memory_roots(), ws))
+    return sorted(f.rel_path for f in discover(agent.memory_roots(), ws).files)
 
 
 def get(ws: Path, path: str, roots: list[MemoryRoot] | None = None) -> tuple[str, str]:

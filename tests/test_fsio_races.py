@@ -244,7 +244,7 @@ def test_walk_and_read_never_index_an_outside_file_while_notes_and_folders_swap(
 
     def call() -> str:
         worst = "served"
-        for found in walk(scene.root, anchor=scene.ws):
+        for found in walk(scene.root, anchor=scene.ws).files:
             if found.ino in outside:
                 return "LEAK"
             try:

@@ -45,7 +45,7 @@ def found(ws: Path) -> list[tuple[str, int, int, int]]:
     return [
         (f.rel.as_posix(), f.ino, f.size, f.mtime_ns)
         for root in roots(ws)
-        for f in walk(root, anchor=ws)
+        for f in walk(root, anchor=ws).files
     ]
 
 

@@ -46,13 +46,13 @@ def agent(workspace: Path) -> ResolvedAgent:
 def walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many times a sync walked the memory roots."""
     calls: list[int] = []
-    real = _sync.discover_all
+    real = _sync.discover
 
     def counted(*args: Any, **kw: Any) -> Any:
         calls.append(1)
         return real(*args, **kw)
 
-    monkeypatch.setattr(_sync, "discover_all", counted)
+    monkeypatch.setattr(_sync, "discover", counted)
     return calls
 
 

@@ -281,7 +281,7 @@ def test_a_rebuilt_index_is_not_answered_from_the_old_ones_postings(workspace: P
         idx.sync()
         hits()
         before = hits()  # held postings now
-        assert store._postings is not None and store._postings._state is not None
+        assert store._postings is not None and store._postings._ids is not None
         held_ids = {rowid for rowid, _ in before}
         for p in sorted((workspace / "memory").iterdir())[:5]:  # renumber: drop, rebuild
             p.unlink()

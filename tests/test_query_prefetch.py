@@ -256,9 +256,9 @@ def test_keywords_are_searched_again_if_the_index_changed_meanwhile(
     real_kw = idx.searcher._keyword_candidates  # type: ignore[attr-defined]
     real_embed = idx.searcher._embed_query  # type: ignore[attr-defined]
 
-    def keyword(store: object, query: str, k: int, cands: dict) -> None:  # type: ignore[type-arg]
+    def keyword(store: object, query: str, k: int) -> object:
         calls.append(query)
-        real_kw(store, query, k, cands)
+        return real_kw(store, query, k)
 
     def embed_while_a_note_lands(query: str) -> object:
         (workspace / "memory" / "vet.md").write_text("# Vet\n- The zebra clinic moved.\n")

@@ -89,8 +89,8 @@ class EvalIndex(MemoryIndex):
         self.overrides: dict[str, Any] = {}
         configured = self.searcher.rank_params
 
-        def rank_params(max_results: int | None, min_score: float | None) -> RankParams:
-            params = configured(max_results, min_score)
+        def rank_params(min_score: float, pool: int) -> RankParams:
+            params = configured(min_score, pool)
             return dataclasses.replace(params, **self.overrides) if self.overrides else params
 
         self.searcher.rank_params = rank_params  # type: ignore[method-assign]

@@ -96,10 +96,8 @@ def main(argv: list[str]) -> int:
 
     def use(fusion: str | None) -> None:
         # a fusion the config does not offer (`relative`) is set on the rank parameters directly
-        def params(max_results: int | None, min_score: float | None) -> RankParams:
-            return dataclasses.replace(
-                configured(max_results, min_score), fusion=cast(Fusion, fusion)
-            )
+        def params(min_score: float, pool: int) -> RankParams:
+            return dataclasses.replace(configured(min_score, pool), fusion=cast(Fusion, fusion))
 
         idx.searcher.rank_params = configured if fusion is None else params  # type: ignore[method-assign]
 

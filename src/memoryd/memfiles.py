@@ -5,43 +5,44 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple
 
 from .core.layout import MemoryRoot, check_line_range, display_path, locate, page_blocks
 from .core.results import FileText
-from .fsio import FileRead, read_file, read_file_with, unchanged, walk
+from .fsio import read_file_with, unchanged, walk
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryFile:
+class MemoryFile(NamedTuple):
     """One memory file discovery found: where it is and how to read it again safely."""
 
-    abs_path: Path
     #: workspace-relative posix path, or absolute for extra paths outside the workspace
     rel_path: str
     root: MemoryRoot
     rel: PurePosixPath
-    size: int = 0
-    mtime_ns: int = 0
-    source: str = "memory"
-    ctime_ns: int = 0
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @property
+    def abs_path(self) -> Path:
+        return Path(self.root.path, *self.rel.parts)
 
 
-@dataclass
-class Discovery:
-    """Every memory file of the roots, and what was left out (by reason: symlink, too_deep, …)."""
+class Discovery(NamedTuple):
+    """Every memory file of the roots, what was left out (by reason: symlink, too_deep, …), and
+    the stamp for `unchanged_since` (JSON; None when the walks could not vouch for them)."""
 
-    files: list[MemoryFile] = field(default_factory=list)
-    skipped: dict[str, int] = field(default_factory=dict)
-    #: for `unchanged_since` (JSON), or None when the walks could not vouch for what they found
-    stamp: str | None = None
+    files: list[MemoryFile]
+    skipped: dict[str, int]
+    stamp: str | None
 
 
-def discover_all(roots: Sequence[MemoryRoot], workspace: Path) -> Discovery:
+def discover(roots: Sequence[MemoryRoot], workspace: Path) -> Discovery:
     """Walk every `memory` root (never following a symlink below the workspace); each file once."""
     ws = str(workspace)
-    out = Discovery()
+    files: list[MemoryFile] = []
+    skipped: dict[str, int] = {}
     seen: set[tuple[int, int]] = set()
     stamps: list[tuple[str, str, str | None, object]] = []
     for root in roots:
@@ -49,30 +50,21 @@ def discover_all(roots: Sequence[MemoryRoot], workspace: Path) -> Discovery:
             continue
         found = walk(root, anchor=workspace)
         stamps.append((root.path, root.pattern, root.name, found.stamp))
-        for reason, n in found.counts().items():
-            out.skipped[reason] = out.skipped.get(reason, 0) + n
-        for f in found:
-            if (f.dev, f.ino) in seen:
-                continue
-            seen.add((f.dev, f.ino))
-            out.files.append(
-                MemoryFile(
-                    Path(root.path, *f.rel.parts),
-                    display_path(root, f.rel, workspace=ws),
-                    root,
-                    f.rel,
-                    f.size,
-                    f.mtime_ns,
-                    ctime_ns=f.ctime_ns,
-                )
-            )
+        for s in found.skipped:
+            skipped[s.reason] = skipped.get(s.reason, 0) + 1
+        for f in found.files:
+            if (f.dev, f.ino) not in seen:
+                seen.add((f.dev, f.ino))
+                shown = display_path(root, f.rel, workspace=ws)
+                files.append(MemoryFile(shown, root, f.rel, f.size, f.mtime_ns, f.ctime_ns))
+    stamp = None
     if all(s[3] is not None for s in stamps):
-        out.stamp = json.dumps({"workspace": ws, "roots": stamps, "files": len(out.files)})
-    return out
+        stamp = json.dumps({"workspace": ws, "roots": stamps, "files": len(files)})
+    return Discovery(files, skipped, stamp)
 
 
 def unchanged_since(stamp: str | None, roots: Sequence[MemoryRoot], workspace: Path) -> int | None:
-    """How many memory files `discover_all` found when it made `stamp`, if it would find just
+    """How many memory files `discover` found when it made `stamp`, if it would find just
     the same now (a stat per file, no name judged again); else None."""
     if stamp is None:
         return None
@@ -89,18 +81,6 @@ def unchanged_since(stamp: str | None, roots: Sequence[MemoryRoot], workspace: P
         return int(was["files"])
     except (ValueError, TypeError, KeyError):
         return None
-
-
-def discover(roots: Sequence[MemoryRoot], workspace: Path) -> list[MemoryFile]:
-    """The memory files of `discover_all`, without the refusal counts."""
-    return discover_all(roots, workspace).files
-
-
-def read_memory(
-    mf: MemoryFile, workspace: Path, *, max_bytes: int | None = None
-) -> FileRead | None:
-    """Read a discovered file again, by descriptor (None if it vanished meanwhile)."""
-    return read_file(mf.root, mf.rel, anchor=workspace, max_bytes=max_bytes)
 
 
 def read_memory_file(

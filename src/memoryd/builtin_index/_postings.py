@@ -17,7 +17,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from ..core.text import has_cjk
 
@@ -84,13 +84,6 @@ def _row_count(averages: bytes) -> int:
     return value
 
 
-class _State(NamedTuple):
-    """The rows' ids and the row count bm25 weighs terms by, of one index state."""
-
-    ids: I64
-    rows: int
-
-
 class Postings:
     """In-memory bm25 for one store's FTS5 table; thread-safe (one lock, short holds)."""
 
@@ -101,7 +94,8 @@ class Postings:
         self._tok_conn: Any = None
         self._tokens: dict[str, tuple[str, ...]] = {}
         self._key: tuple[tuple[int, bytes], ...] | None = None
-        self._state: _State | None = None
+        #: The rows' ids at this state, ascending (postings hold indexes into it).
+        self._ids: I64 | None = None
         self._lists: OrderedDict[str, tuple[I32, F64]] = OrderedDict()
         self._held = 0
         #: Each token's row count at this state (`_row_counts`).
@@ -130,8 +124,8 @@ class Postings:
                 self._tokens[t] = tuple(found.get(i + 1, ()))
         return [self._tokens[t] for t in terms]
 
-    def _postings(self, conn: Any, state: _State, token: str, term: str) -> tuple[I32, F64]:
-        """The rows holding `token` (indexes into state.ids, ascending) and its share of bm25
+    def _postings(self, conn: Any, ids: I64, token: str, term: str) -> tuple[I32, F64]:
+        """The rows holding `token` (indexes into `ids`, ascending) and its share of bm25
         on each; `term` is a query term FTS5 tokenizes into `token` alone."""
         import numpy as np
 
@@ -146,7 +140,7 @@ class Postings:
         rowids = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
         shares = -np.fromiter((r[1] for r in found), dtype=np.float64, count=len(found))
         order = np.argsort(rowids, kind="stable")
-        entry = (np.searchsorted(state.ids, rowids[order]).astype(np.int32), shares[order])
+        entry = (np.searchsorted(ids, rowids[order]).astype(np.int32), shares[order])
         self._lists[token] = entry
         self._held += len(rowids)
         while self._held > MAX_POSTINGS and len(self._lists) > 1:
@@ -166,46 +160,50 @@ class Postings:
             if any(len(t) != 1 for t in tokens):
                 return None
             words = [t[0] for t in tokens]
-            averages = next((block for i, block in key if i == 1), b"")
-            total = _row_count(averages)
-            if key != self._key:
-                self._key, self._state = key, None
+            total = _row_count(next((block for i, block in key if i == 1), b""))
+            fresh = key != self._key
+            if fresh:
+                self._key, self._ids = key, None
                 self._lists.clear()
                 self._counts.clear()
                 self._held = 0
-                # a one-off search never pays for the load
-                return self._fts_pruned(conn, terms, words, total, limit)
-            state = self._state
-            if state is None:
+            rows = self._row_counts(conn, words)
+            common = {w for w in words if rows[w] * COMMON_SHARE > total}
+            if fresh:  # a one-off search never pays for the load
+                return self._fts_pruned(conn, terms, words, rows, common, total, limit)
+            if self._ids is None:
                 import numpy as np  # only here: a one-off search never loads it
 
                 cur = conn.execute("select id from chunks_fts_docsize order by id")
-                ids = np.fromiter((r[0] for r in cur), dtype=np.int64)
-                state = self._state = _State(ids, total)
-            if state.rows == 0 or len(state.ids) == 0:
+                self._ids = np.fromiter((r[0] for r in cur), dtype=np.int64)
+            ids = self._ids
+            if total == 0 or len(ids) == 0:
                 return []
-            rows = self._row_counts(conn, words)
-            common = {w for w in words if rows[w] * COMMON_SHARE > state.rows}
             rare = [w for w in words if w not in common]
             bounded = bool(common and rare) and not self._too_much_to_load(rows, rare)
             if bounded and all(w in self._lists for w in common):
-                pruned = self._score_pruned(conn, state, terms, words, rows, common, limit)
+                pruned = self._score_pruned(conn, ids, total, terms, words, rows, common, limit)
                 if pruned is not None:
                     return pruned
             if not self._too_much_to_load(rows, words):
-                return self._score(conn, state, terms, words, limit)
+                return self._score(conn, ids, terms, words, limit)
             # too much to load: the rarer terms may still vouch for the answer
             if bounded:
-                return self._score_pruned(conn, state, terms, words, rows, common, limit)
+                return self._score_pruned(conn, ids, total, terms, words, rows, common, limit)
             return None
 
     def _fts_pruned(
-        self, conn: Any, terms: Sequence[str], tokens: list[str], total: int, limit: int
+        self,
+        conn: Any,
+        terms: Sequence[str],
+        tokens: list[str],
+        rows: dict[str, int],
+        common: set[str],
+        total: int,
+        limit: int,
     ) -> list[tuple[int, float]] | None:
         """FTS5's own answer, its bm25 of the whole query asked only on the rows the rarer terms
         pick (`_contenders`); None when no term is common or the rarer ones cannot vouch for it."""
-        rows = self._row_counts(conn, tokens)
-        common = {w for w in tokens if rows[w] * COMMON_SHARE > total}
         rare = [t for t, w in zip(terms, tokens, strict=True) if w not in common]
         if not common or not rare or sum(rows[w] for w in set(tokens) - common) < limit:
             return None
@@ -260,21 +258,22 @@ class Postings:
         return sum(rows[t] for t in missing) > MAX_POSTINGS // LOAD_SHARE
 
     def _score(
-        self, conn: Any, state: _State, terms: Sequence[str], tokens: list[str], limit: int
+        self, conn: Any, ids: I64, terms: Sequence[str], tokens: list[str], limit: int
     ) -> list[tuple[int, float]]:
         import numpy as np
 
-        scores = np.zeros(len(state.ids), dtype=np.float64)
+        scores = np.zeros(len(ids), dtype=np.float64)
         for term, token in zip(terms, tokens, strict=True):
-            pos, shares = self._postings(conn, state, token, term)
+            pos, shares = self._postings(conn, ids, token, term)
             scores[pos] += shares
         found = np.flatnonzero(scores > 0.0)
-        return _best(state, found, scores[found], limit)
+        return _best(ids, found, scores[found], limit)
 
     def _score_pruned(
         self,
         conn: Any,
-        state: _State,
+        ids: I64,
+        total: int,
         terms: Sequence[str],
         tokens: list[str],
         rows: dict[str, int],
@@ -286,28 +285,28 @@ class Postings:
         import numpy as np
 
         held = {
-            token: self._postings(conn, state, token, term)
+            token: self._postings(conn, ids, token, term)
             for term, token in zip(terms, tokens, strict=True)
             if token not in common
         }
-        rare = np.zeros(len(state.ids), dtype=np.float64)
+        rare = np.zeros(len(ids), dtype=np.float64)
         for token in tokens:
             if token not in common:
                 pos, shares = held[token]
                 rare[pos] += shares
         picked = np.flatnonzero(rare > 0.0)
-        ceiling = _ceiling(state.rows, rows, tokens, common)
+        ceiling = _ceiling(total, rows, tokens, common)
         chosen = _contenders(rare[picked].tolist(), ceiling, limit)
         if chosen is None:
             return None
         contenders = picked[chosen]
         if not all(t in self._lists for t in common):
-            return _best_of(conn, terms, state.ids[contenders].tolist(), limit)
+            return _best_of(conn, terms, ids[contenders].tolist(), limit)
         # summed in the query's term order, as FTS5 does: the same floating-point result
         scores = np.zeros(len(contenders), dtype=np.float64)
         for token in tokens:
             scores += _parts(*(self._lists[token] if token in common else held[token]), contenders)
-        return _best(state, contenders, scores, limit)
+        return _best(ids, contenders, scores, limit)
 
 
 def _contenders(scores: list[float], ceiling: float, limit: int) -> list[int] | None:
@@ -371,13 +370,13 @@ def _or(terms: Sequence[str]) -> str:
     return " OR ".join(map(_phrase, terms))
 
 
-def _best(state: _State, rows: I64, scores: F64, limit: int) -> list[tuple[int, float]]:
-    """The `limit` best of `rows` (indexes into state.ids) by score, ties by rowid."""
+def _best(ids: I64, rows: I64, scores: F64, limit: int) -> list[tuple[int, float]]:
+    """The `limit` best of `rows` (indexes into `ids`) by score, ties by rowid."""
     import numpy as np
 
     if len(rows) > limit:
         kth = np.partition(scores, len(rows) - limit)[len(rows) - limit]
         keep = scores >= kth
         rows, scores = rows[keep], scores[keep]
-    order = np.lexsort((state.ids[rows], -scores))[:limit]
-    return [(int(state.ids[rows[i]]), float(scores[i])) for i in order]
+    order = np.lexsort((ids[rows], -scores))[:limit]
+    return [(int(ids[rows[i]]), float(scores[i])) for i in order]

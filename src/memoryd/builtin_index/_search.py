@@ -4,13 +4,11 @@ while the query embeds; no snapshot of the index is held meanwhile (a remote API
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from ..core.engine import SearchOutput, SearchRequest
 from ..core.ranking import (
@@ -38,8 +36,6 @@ if TYPE_CHECKING:
     from ._stats import CorpusStatistics
 
 QUERY_CACHE_SIZE = 256
-#: How many of the best hits also return the lines after their window.
-CONTINUE_BEST_HIT = 1
 #: How many next chunks of its file a continuation may reach into (chunks shorter than a snippet).
 FOLLOWING_CHUNKS = 2
 #: Hits ranked past maxResults, to take the place of results whose lines are already shown.
@@ -50,16 +46,14 @@ SPECULATIVE_SNIPPETS = 8
 RANK_POOL_FACTOR = 4
 
 
-@dataclass(frozen=True, slots=True)
-class _PathLookup:
+class _PathLookup(NamedTuple):
     paths: list[str]
     by_name: dict[str, list[int]]
     by_stem: dict[str, list[int]]
     longest: int  # the longest name: no token prefix beyond it can name a file
 
 
-@dataclass(slots=True)
-class _KeywordSide:
+class _KeywordSide(NamedTuple):
     version: tuple[int, int]
     hits: dict[int, Candidate]
     path_hits: list[int]
@@ -83,29 +77,22 @@ class Searcher:
         self._paths_cache: tuple[Store, tuple[int, int], _PathLookup] | None = None
         self._rerank: RerankStage | None = None
 
-    def forget_paths(self) -> None:
-        self._paths_cache = None
-
     def close(self) -> None:
         if self._rerank is not None:
             self._rerank.close()
 
     def prefetch(self, query: str) -> None:
         """Start embedding `query` on the provider's worker while the keyword side runs."""
-        eng = self.engine
-        provider = eng.provider
-        if provider is None or eng.unavailable or not query:
-            return
-        if (*eng.provider_key(), query) in self._query_cache:
-            return
-        provider.prefetch_query(query)
+        provider = self.engine.provider
+        if provider is not None and (*self.engine.provider_key(), query) not in self._query_cache:
+            provider.prefetch_query(query)
 
-    def rank_params(self, max_results: int | None, min_score: float | None) -> RankParams:
-        q = self.engine.cfg.query
-        h = q.hybrid
+    def rank_params(self, min_score: float, pool: int) -> RankParams:
+        h = self.engine.cfg.query.hybrid
         return RankParams(
-            max_results=max_results or q.max_results,
-            min_score=q.min_score if min_score is None else min_score,
+            max_results=pool,
+            pool_size=pool,
+            min_score=min_score,
             vector_weight=h.vector_weight,
             text_weight=h.text_weight,
             fusion=h.fusion,
@@ -120,13 +107,14 @@ class Searcher:
     ) -> SearchOutput:
         """Both sides, the merge, ranking and snippets; `mode` pins one side for evaluation."""
         eng = self.engine
-        params = self.rank_params(request.max_results, request.min_score)
+        q = eng.cfg.query
+        max_results = request.max_results or q.max_results
+        min_score = q.min_score if request.min_score is None else request.min_score
         # One pool whatever maxResults asks: the first k results of maxResults = N are then the
         # results of maxResults = k (a wider pool recalibrates, and may reorder, the top hits).
-        configured = eng.cfg.query.max_results
-        k = configured * eng.cfg.query.hybrid.candidate_multiplier
-        pool = (configured + SPARE_RESULTS) * RANK_POOL_FACTOR
-        effective = mode or ("hybrid" if eng.cfg.query.hybrid.enabled else "vector")
+        k = q.max_results * q.hybrid.candidate_multiplier
+        pool = (q.max_results + SPARE_RESULTS) * RANK_POOL_FACTOR
+        effective = mode or ("hybrid" if q.hybrid.enabled else "vector")
         notes: list[str] = []
         vectors = effective in ("hybrid", "vector") and eng.vectors_usable()
         # no chunk has a vector yet: the query's would find nothing, so it is not embedded
@@ -137,16 +125,18 @@ class Searcher:
             notes.append("nothing to search for: the query has no word of two or more letters")
             vectors = no_vectors_yet = False
         store = eng.store
-        early = None
-        if vectors and effective == "hybrid":
+        kw = None
+        if vectors and effective == "hybrid":  # while the query embeds
             with snapshot(store):
-                early = self._keyword_side(store, query, k)
+                kw = self._keyword_side(store, query, k)
         qvec = self._query_vector(query, notes) if vectors else None
         want_kw = effective in ("hybrid", "keyword") or (qvec is None and mode is None)
+        stage = self._rerank_stage()
         with snapshot(store):
-            if early is not None and store.version != early.version:
-                early = None  # the index changed while the query embedded: its ids may have too
-            filled = self._candidates(store, request, query, k, qvec, want_kw, early)
+            if want_kw and (kw is None or store.version != kw.version):
+                # none yet, or the index changed while the query embedded: its ids may have too
+                kw = self._keyword_side(store, query, k)
+            filled = self._candidates(store, request, k, qvec, kw)
             stats = self.stats.for_query(store, query if want_kw else "", qvec)
             pending = store.pending_count() if eng.provider else 0
             trace: dict[int, dict[str, Any]] | None = {} if request.explain else None
@@ -155,7 +145,7 @@ class Searcher:
             ranked = rank(
                 filled,
                 query,
-                dataclasses.replace(params, max_results=pool, pool_size=pool),
+                self.rank_params(min_score, pool),
                 now=now or datetime.now(UTC),
                 stats=stats,
                 partial_vectors=qvec is not None and pending > 0,
@@ -163,21 +153,17 @@ class Searcher:
             )
             if trace is not None:
                 for c in ranked:
-                    trace[c.chunk_id]["minScore"] = params.min_score
-            stage = self._rerank_stage()
+                    trace[c.chunk_id]["minScore"] = min_score
+            snippets = kw.snippets if kw else {}
             if stage is None:
-                self._reranked(query, ranked, notes, trace)
-                results = self._results(
-                    store, ranked, query, params, early.snippets if early else {}, trace
-                )
+                ranked = self._reranked(None, query, ranked, notes, trace)
+                results = self._results(store, ranked, query, max_results, snippets, trace)
         if stage is not None:
             # no snapshot is held while the reranker answers (a remote API may be slow); a
             # result's following lines are read again after, by path and line
-            ranked = self._reranked(query, ranked, notes, trace)
+            ranked = self._reranked(stage, query, ranked, notes, trace)
             with snapshot(store):
-                results = self._results(
-                    store, ranked, query, params, early.snippets if early else {}, trace
-                )
+                results = self._results(store, ranked, query, max_results, snippets, trace)
         used_mode = "hybrid" if want_kw and store.fts_available else "vector"
         if pending and (qvec is not None or no_vectors_yet):
             notes.append(_pending_note(pending, stats.chunks))
@@ -214,13 +200,13 @@ class Searcher:
 
     def _reranked(
         self,
+        stage: RerankStage | None,
         query: str,
         ranked: list[Candidate],
         notes: list[str],
         trace: dict[int, dict[str, Any]] | None,
     ) -> list[Candidate]:
         """The reranker's order of the best candidates (named files first), or as they were."""
-        stage = self._rerank_stage()
         if stage is None or not ranked:
             if trace is not None:
                 for c in ranked:
@@ -235,13 +221,12 @@ class Searcher:
         reordered = named + [movable[i] for i in outcome.order] + ranked[len(head) :]
         if trace is not None:
             after = {c.chunk_id: i + 1 for i, c in enumerate(reordered)}
-            before = {c.chunk_id: i + 1 for i, c in enumerate(ranked)}
             scored = {c.chunk_id: s for c, s in zip(movable, outcome.scores, strict=True)}
-            for c in ranked:
+            for before, c in enumerate(ranked, 1):
                 trace[c.chunk_id]["rerank"] = {
                     "provider": "remote",
                     "score": scored.get(c.chunk_id),
-                    "before": before[c.chunk_id],
+                    "before": before,
                     "after": after[c.chunk_id],
                     "degraded": outcome.degraded,
                     "seconds": round(outcome.seconds, 4),
@@ -250,8 +235,7 @@ class Searcher:
 
     def _keyword_side(self, store: Store, query: str, k: int) -> _KeywordSide:
         version = store.version
-        hits: dict[int, Candidate] = {}
-        self._keyword_candidates(store, query, k, hits)
+        hits = self._keyword_candidates(store, query, k)
         path_hits = self._path_candidates(store, query)
         rows_now = store.chunk_rows([*hits, *path_hits])
         terms = tuple(query_terms(query))
@@ -301,39 +285,33 @@ class Searcher:
         self,
         store: Store,
         request: SearchRequest,
-        query: str,
         k: int,
         qvec: np.ndarray | array[float] | None,
-        want_kw: bool,
-        early: _KeywordSide | None,
+        kw: _KeywordSide | None,
     ) -> list[Candidate]:
-        """Both sides' candidates, merged, with their rows, from the sources asked for."""
+        """Both sides' candidates (vector hits, keyword hits, named files), with their rows, from
+        the sources asked for."""
         cands: dict[int, Candidate] = {}
         if qvec is not None:
             for rank_i, (cid, sim) in enumerate(store.vector_search(qvec, k)):
                 cands[cid] = Candidate(cid, "", "", 0, 0, "", vector_score=sim, vector_rank=rank_i)
-        if want_kw:
-            if early is None:
-                self._keyword_candidates(store, query, k, cands)
-                path_hits = self._path_candidates(store, query)
-            else:  # merged in the order the sequential search inserts them
-                path_hits = early.path_hits
-                for cid, kc in early.hits.items():
-                    c = cands.setdefault(cid, kc)
-                    c.text_rank, c.text_score = kc.text_rank, kc.text_score
-            for cid in path_hits:
+        terms, known = (kw.terms, kw.rows) if kw is not None else ((), {})
+        if kw is not None:
+            for cid, kc in kw.hits.items():
+                c = cands.setdefault(cid, kc)
+                c.text_rank, c.text_score = kc.text_rank, kc.text_score
+            for cid in kw.path_hits:
                 cands.setdefault(cid, Candidate(cid, "", "", 0, 0, ""))
-        early_rows = early.rows if early is not None else {}
-        rows = store.chunk_rows(cid for cid in cands if cid not in early_rows)
+        rows = store.chunk_rows(cid for cid in cands if cid not in known)
         allowed_sources = set(self.engine.cfg.sources)
         if request.corpus != "all":
             allowed_sources &= {request.corpus}
         filled = []
         for cid, c in cands.items():
             row = rows.get(cid)
-            if row is None and early is not None and cid in early_rows:
-                row, matched = early_rows[cid]
-                c.matched = (early.terms, matched)
+            if cid in known:
+                row, matched = known[cid]
+                c.matched = (terms, matched)
             if row is None or row.source not in allowed_sources:
                 continue
             c.path, c.source, c.text, c.mtime = row.path, row.source, row.text, row.mtime
@@ -346,9 +324,9 @@ class Searcher:
         store: Store,
         ranked: Sequence[Candidate],
         query: str,
-        params: RankParams,
+        max_results: int,
         snippets: dict[int, tuple[str, int, int]],
-        trace: dict[int, dict[str, Any]] | None = None,
+        trace: dict[int, dict[str, Any]] | None,
     ) -> list[SearchResult]:
         """A snippet each, the best hit's following lines as one more, no lines shown twice."""
         results: list[SearchResult] = []
@@ -356,7 +334,7 @@ class Searcher:
 
         def add(c: Candidate, snippet: str, first: int, last: int, more: bool = False) -> None:
             kept = uncovered_window(snippet, first, last, shown.get(c.path, []))
-            if kept is not None and len(results) < params.max_results:
+            if kept is not None and len(results) < max_results:
                 text, first, last = kept
                 explain = None
                 if trace is not None:
@@ -367,19 +345,17 @@ class Searcher:
                 )
                 shown.setdefault(c.path, []).append((first, last))
 
-        continued = 0
-        for c in ranked:
-            if len(results) >= params.max_results:
+        for i, c in enumerate(ranked):
+            if len(results) >= max_results:
                 break
             snippet, first, last = snippets.get(c.chunk_id) or select_snippet(
                 c.text, c.start_line, c.end_line, query, MAX_SNIPPET_CHARS
             )
             add(c, snippet, first, last)
-            if continued < CONTINUE_BEST_HIT and params.max_results > 1:
-                # the answer to a question often comes a few lines after the line naming its topic
+            if i == 0 and max_results > 1:
+                # the best hit's answer often comes a few lines after the line naming its topic
                 text, end = _with_following_lines(store, c, last)
                 more = continue_snippet(text, c.start_line, end, last, MAX_SNIPPET_CHARS)
-                continued += 1
                 if more is not None:
                     add(c, *more, more=True)
         return results
@@ -393,7 +369,7 @@ class Searcher:
         """The best keyword hits' snippets, chosen in time spent waiting for the query's vector."""
         out: dict[int, tuple[str, int, int]] = {}
         provider = self.engine.provider
-        if provider is None or SPECULATIVE_SNIPPETS <= 0:
+        if provider is None:
             return out
         for cid in keyword_hits:  # best first
             if len(out) >= SPECULATIVE_SNIPPETS or not provider.query_in_flight(query):
@@ -406,34 +382,30 @@ class Searcher:
                 )
         return out
 
-    def _keyword_candidates(
-        self, store: Store, query: str, k: int, cands: dict[int, Candidate]
-    ) -> None:
-        terms = query_terms(query)
-        match = fts_match_expression(terms)
+    def _keyword_candidates(self, store: Store, query: str, k: int) -> dict[int, Candidate]:
+        """Whole-word hits best first, then (fewer than `k` of those) substring-only hits."""
+        match = fts_match_expression(query_terms(query))
         primary = store.keyword_search(match, k) if match else []
-        for rank_i, (cid, strength) in enumerate(primary):
-            c = cands.setdefault(cid, Candidate(cid, "", "", 0, 0, ""))
-            c.text_rank, c.text_score = rank_i, strength
+        hits = {
+            cid: Candidate(cid, "", "", 0, 0, "", text_rank=i, text_score=strength)
+            for i, (cid, strength) in enumerate(primary)
+        }
         tri = trigram_terms(query)
         if not tri or len(primary) >= k:
             # substring-only hits would rank after k whole-word hits anyway: skip the scan
-            return
+            return hits
         tri_match = " OR ".join('"' + t.replace('"', '""') + '"' for t in tri)
         extra = [
-            (cid, s)
-            for cid, s in store.keyword_search(tri_match, k, trigram=True)
-            if cid not in {p[0] for p in primary}
+            (c, s) for c, s in store.keyword_search(tri_match, k, trigram=True) if c not in hits
         ]
-        if not extra:
-            return
         # substring-only hits rank after whole-word hits, scaled below the weakest of those
         ceiling = 0.5 * min((s for _, s in primary), default=2.0)
-        top = max(s for _, s in extra) or 1.0
-        for j, (cid, strength) in enumerate(extra):
-            c = cands.setdefault(cid, Candidate(cid, "", "", 0, 0, ""))
-            c.text_rank = len(primary) + j
-            c.text_score = ceiling * (strength / top)
+        top = max((s for _, s in extra), default=1.0) or 1.0
+        for j, (cid, strength) in enumerate(extra, len(primary)):
+            hits[cid] = Candidate(
+                cid, "", "", 0, 0, "", text_rank=j, text_score=ceiling * (strength / top)
+            )
+        return hits
 
     def _path_candidates(self, store: Store, query: str) -> list[int]:
         version = store.version
@@ -473,10 +445,9 @@ def _explained(c: Candidate, parts: dict[str, Any], *, continuation: bool) -> di
         "engine": "builtin",
         "chunk": {"id": c.chunk_id, "startLine": c.start_line, "endLine": c.end_line},
     }
-    keys = ("keyword", "vector", "fused", "calibration", "decay", "importance", "path", "mmr")
-    for key in (*keys, "rerank"):
+    for key in ("keyword", "vector", "fused", "calibration", "decay", "importance", "path", "mmr"):
         out[key] = parts.get(key)
-    out["minScore"] = parts.get("minScore")
+    out["rerank"], out["minScore"] = parts.get("rerank"), parts.get("minScore")
     out["score"] = parts.get("score", c.score)
     if continuation:
         out["continuation"] = True
@@ -502,14 +473,8 @@ def _with_following_lines(store: Store, c: Candidate, after_line: int) -> tuple[
         return c.text, c.end_line
     rows = store.chunk_rows(range(c.chunk_id + 1, c.chunk_id + 1 + FOLLOWING_CHUNKS))
     following = sorted(
-        (r.start_line, r.end_line, r.text)
-        for r in rows.values()
-        if r.path == c.path and r.start_line > c.start_line
+        ((r.text, r.start_line, r.end_line) for r in rows.values() if r.path == c.path),
+        key=lambda t: (t[1], t[2], t[0]),
     )
-    return extend_chunk(
-        c.text,
-        c.start_line,
-        c.end_line,
-        [(text, start, end) for start, end, text in following],
-        MAX_SNIPPET_CHARS,
-    )
+    after = [t for t in following if t[1] > c.start_line]
+    return extend_chunk(c.text, c.start_line, c.end_line, after, MAX_SNIPPET_CHARS)

@@ -8,9 +8,8 @@ import hashlib
 import json
 import logging
 from array import array
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, overload
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..core.ranking import REFERENCE_QUERIES, CorpusStats
 from ..core.text import Script, fts_match_expression, query_terms, script_of
@@ -35,18 +34,18 @@ REFERENCE_META_KEY = "reference_background"
 Reference = dict[tuple[Script, Script], tuple[float, float]]
 
 
-@dataclass
 class StatsCache:
-    store: Store
-    version: tuple[int, int]
-    chunks: int
-    df: dict[str, int] = field(default_factory=dict)
-    ids: list[int] = field(default_factory=list)
-    sample: np.ndarray | None = None
-    scripts: list[Script] = field(default_factory=list)
-    #: The sample's (chunk id, content hash), read with it (SQLite): a stored reference's key.
-    keys: list[tuple[int, str]] | None = None
-    reference: Reference | None = None
+    """What was worked out about one store at one version."""
+
+    def __init__(self, store: Store, version: tuple[int, int], chunks: int) -> None:
+        self.store, self.version, self.chunks = store, version, chunks
+        self.df: dict[str, int] = {}
+        self.ids: list[int] = []
+        self.sample: np.ndarray | None = None
+        self.scripts: list[Script] = []
+        #: The sample's (chunk id, content hash), read with it (SQLite): a stored reference's key.
+        self.keys: list[tuple[int, str]] | None = None
+        self.reference: Reference | None = None
 
 
 def reference_background(
@@ -80,23 +79,6 @@ def _fingerprint(provider: tuple[str, str, str], sample: Sequence[tuple[int, str
     h = hashlib.sha256(json.dumps([1, provider, REFERENCE_QUERIES, SPREAD_PRIOR_CHUNKS]).encode())
     h.update(json.dumps(sample).encode())
     return h.hexdigest()
-
-
-def _reference_to_json(fingerprint: str, reference: Reference) -> str:
-    pairs = [[q, c, mean, sd] for (q, c), (mean, sd) in sorted(reference.items())]
-    return json.dumps({"fingerprint": fingerprint, "pairs": pairs})
-
-
-def _reference_from_json(value: str | None, fingerprint: str) -> Reference | None:
-    if value is None:
-        return None
-    try:
-        held = json.loads(value)
-        if held["fingerprint"] != fingerprint:
-            return None
-        return {(q, c): (float(mean), float(sd)) for q, c, mean, sd in held["pairs"]}
-    except (ValueError, KeyError, TypeError):  # written by another version, or damaged
-        return None
 
 
 class CorpusStatistics:
@@ -134,7 +116,8 @@ class CorpusStatistics:
             if refs and cache.keys is not None and self.engine.one_off:
                 # written once the answer is ready (`save_pending`), not between its reads
                 self._to_save = (store, cache.keys, cache.reference)
-        background = _Background(cache.ids, cache.scripts, sample, qvec)
+        cosines = (sample @ qvec.astype("float32")).tolist()
+        background = list(zip(cache.ids, cache.scripts, cosines, strict=True))
         return CorpusStats(cache.chunks, term_chunks, cache.reference, background)
 
     def term_chunks(self, store: Store, query: str) -> tuple[StatsCache, dict[str, int]]:
@@ -158,9 +141,8 @@ class CorpusStatistics:
         self, store: SqliteStore, qvec: array[float]
     ) -> tuple[Reference, list[tuple[int, Script, float]]] | None:
         """Without numpy: cosines from SQL, the stored reference (None when none is stored)."""
-        if store.vec_dims != len(qvec):
-            return {}, []  # as the numpy path: no background for vectors of another model
-        rows = store.sample_cosines(BACKGROUND_SAMPLE, qvec)
+        # as the numpy path: no background for vectors of another model
+        rows = store.sample_cosines(BACKGROUND_SAMPLE, qvec) if store.vec_dims == len(qvec) else []
         if not rows:
             return {}, []
         reference = self.stored_reference(store, [(cid, h) for cid, h, _, _ in rows])
@@ -172,7 +154,13 @@ class CorpusStatistics:
         self, store: SqliteStore, sample: Sequence[tuple[int, str]]
     ) -> Reference | None:
         fingerprint = _fingerprint(self.engine.provider_key(), sample)
-        return _reference_from_json(store.meta_value(REFERENCE_META_KEY), fingerprint)
+        try:
+            held = json.loads(store.meta_value(REFERENCE_META_KEY) or "null")
+            if held["fingerprint"] != fingerprint:
+                return None
+            return {(q, c): (float(mean), float(sd)) for q, c, mean, sd in held["pairs"]}
+        except (ValueError, KeyError, TypeError):  # none, damaged, or of another version
+            return None
 
     def save_pending(self) -> None:
         """Store the reference a one-off search computed, for the next process's search."""
@@ -187,11 +175,10 @@ class CorpusStatistics:
         """Never waits, never fails: a busy index means the next search computes it again."""
         if not isinstance(store, SqliteStore) or store.read_only:
             return
-        fingerprint = _fingerprint(self.engine.provider_key(), keys)
+        pairs = [[q, c, mean, sd] for (q, c), (mean, sd) in sorted(reference.items())]
+        held = {"fingerprint": _fingerprint(self.engine.provider_key(), keys), "pairs": pairs}
         with contextlib.suppress(Exception):
-            store.set_meta(
-                {REFERENCE_META_KEY: _reference_to_json(fingerprint, reference)}, wait_ms=0
-            )
+            store.set_meta({REFERENCE_META_KEY: json.dumps(held)}, wait_ms=0)
 
     def store_reference(self, store: Store) -> None:
         """After a sync: so a one-off search needs no numpy (only where the queries' vectors ship)."""
@@ -271,41 +258,3 @@ class CorpusStatistics:
             return [], np.zeros((0, 0), dtype=np.float32), [], keys
         ids = [r[0] for r in rows]
         return ids, np.stack([r[1] for r in rows]), [script_of(r[2]) for r in rows], keys
-
-
-class _Background(Sequence[tuple[int, Script, float]]):
-    """`CorpusStats.background`, its cosines computed only if ranking reads them (few do)."""
-
-    def __init__(
-        self, ids: Sequence[int], scripts: Sequence[Script], sample: np.ndarray, query: np.ndarray
-    ) -> None:
-        if not len(ids) == len(scripts) == sample.shape[0]:
-            raise ValueError("background: ids, scripts and vectors differ in length")
-        self._ids, self._scripts = ids, scripts
-        self._sample, self._query = sample, query
-        self._cosines: np.ndarray | None = None
-
-    @property
-    def _sims(self) -> np.ndarray:
-        import numpy as np
-
-        if self._cosines is None:
-            self._cosines = self._sample @ self._query.astype(np.float32)
-        return self._cosines
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    @overload
-    def __getitem__(self, i: int) -> tuple[int, Script, float]: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[tuple[int, Script, float]]: ...
-    def __getitem__(
-        self, i: int | slice
-    ) -> tuple[int, Script, float] | Sequence[tuple[int, Script, float]]:
-        if isinstance(i, slice):
-            return list(self)[i]
-        return self._ids[i], self._scripts[i], float(self._sims[i])
-
-    def __iter__(self) -> Iterator[tuple[int, Script, float]]:
-        return zip(self._ids, self._scripts, self._sims.tolist(), strict=True)

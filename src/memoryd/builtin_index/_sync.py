@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -13,19 +14,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from ..core.chunking import chunk_lines, content_hash
 from ..core.engine import IndexCheck, ProgressFn
 from ..core.text import binary_reason
 from ..embeddings.base import DeadlineReached
 from ..errors import BatchPending, IndexCorrupt, MemorydError, MemoryReadFailed, StateError
-from ..fsio import FileRead, open_private, read_private
+from ..fsio import FileRead, open_private, read_file, read_private
 from ..memfiles import (
     MemoryFile,
-    discover_all,
+    discover,
     list_transcripts,
-    read_memory,
     transcript_display_path,
     unchanged_since,
 )
@@ -83,8 +83,7 @@ class SyncReport:
         )
 
 
-@dataclass(frozen=True)
-class LeftOut:
+class LeftOut(NamedTuple):
     """A memory file a sync did not index, why, and the file as it was then (size, times)."""
 
     path: str
@@ -166,12 +165,6 @@ class Indexer:
         (a search's pre-sync) skips a due rebuild, waits at most `sync.searchWaitMs` for a write
         lock and never raises for the state; another thread's sync is waited for `lock_wait_s` at
         most, counted against `embed_budget_s`."""
-        kw: dict[str, Any] = {
-            "embed": embed,
-            "progress": progress,
-            "allow_reindex": allow_reindex,
-            "sessions": sessions,
-        }
         asked = time.monotonic()
         if not self.lock.acquire(timeout=-1 if lock_wait_s is None else lock_wait_s):
             return SyncReport()  # the other sync's answer will do: searches read what it commits
@@ -179,18 +172,25 @@ class Indexer:
         try:
             if embed_budget_s is not None:
                 embed_budget_s = max(0.0, embed_budget_s - (time.monotonic() - asked))
-            kw["embed_budget_s"] = embed_budget_s
+            run = functools.partial(
+                self.sync_locked,
+                embed=embed,
+                embed_budget_s=embed_budget_s,
+                progress=progress,
+                allow_reindex=allow_reindex,
+                sessions=sessions,
+            )
             started = time.perf_counter()
             seen_recoveries = len(store.recovered)
             try:
                 try:
-                    report = self.sync_locked(force=force, **kw)
+                    report = run(force=force)
                 except IndexCorrupt:
                     if len(store.recovered) == seen_recoveries:
                         raise
                     # the damaged file is aside and a fresh one in place: fill it now
                     self.engine.bind_workspace(store)
-                    report = self.sync_locked(force=False, **kw)
+                    report = run(force=False)
             except StateError as err:
                 self.last_error = str(err)
                 _record(
@@ -210,10 +210,9 @@ class Indexer:
         finally:
             self.lock.release()
 
-    def backlog_fits(self, budget_s: float, store: Store | None = None) -> bool:
+    def backlog_fits(self, budget_s: float, store: Store) -> bool:
         """Whether embedding the pending chunks would take at most `FUTILE_BACKLOG_BUDGETS`."""
         eng = self.engine
-        store = store or eng.store
         if eng.provider is None or not store.vector.available:
             return True  # a text-only sync: quick
         rate = self._embed_rates.get(eng.provider_key(), ASSUMED_SECONDS_PER_CHUNK)
@@ -299,7 +298,7 @@ class Indexer:
         if same is not None:
             report.files_scanned = same  # as the walk behind the rows found them: nothing to do
             return
-        found = discover_all(cfg.roots, cfg.workspace)
+        found = discover(cfg.roots, cfg.workspace)
         files = found.files
         report.files_scanned = len(files)
         skipped = json.dumps(found.skipped, sort_keys=True)
@@ -345,9 +344,7 @@ class Indexer:
             wanted = {
                 "undecodable": json.dumps(sorted(undecodable)),
                 "skipped": skipped,
-                LEFT_OUT_META_KEY: json.dumps(
-                    {p: dataclasses.astuple(e)[1:] for p, e in sorted(left_out.items())}
-                ),
+                LEFT_OUT_META_KEY: json.dumps({p: e[1:] for p, e in sorted(left_out.items())}),
             }
             if meta.get("signature") is None:
                 wanted["signature"] = json.dumps(self.engine.signature())
@@ -357,7 +354,7 @@ class Indexer:
                 if known[gone][3] == "memory":
                     store.remove_file(gone)
                     report.files_removed += 1
-            _write_stamp(store, meta.get(WALK_META_KEY), found.stamp)
+            _set_meta(store, WALK_META_KEY, found.stamp, meta.get(WALK_META_KEY))
 
     def _save_stamp(
         self, store: Store, files: Sequence[MemoryFile], skipped: str, stamp: str | None
@@ -367,7 +364,7 @@ class Indexer:
         try:
             with store.transaction(wait_ms=0, doing="record the memory files' state"):
                 if not self._text_changed(store, files, skipped):
-                    _write_stamp(store, store.meta_value(WALK_META_KEY), stamp)
+                    _set_meta(store, WALK_META_KEY, stamp, store.meta_value(WALK_META_KEY))
         except IndexCorrupt:
             raise
         except StateError as err:
@@ -403,7 +400,7 @@ class Indexer:
         return store.replace_file(
             mf.rel_path,
             str(mf.abs_path),
-            mf.source,
+            "memory",
             file_hash,
             mtime,
             got.size,
@@ -423,7 +420,7 @@ class Indexer:
         if mf.size > limit:
             return None, too_large(mf.size)
         try:
-            got = read_memory(mf, cfg.workspace, max_bytes=limit)
+            got = read_file(mf.root, mf.rel, anchor=cfg.workspace, max_bytes=limit)
         except MemoryReadFailed as err:
             return None, LeftOut.of(mf, "read_failed", err.reason)
         except MemorydError as err:  # refused now (replaced by a symlink since discovery)
@@ -561,7 +558,6 @@ class Indexer:
         total = store.pending_count()
         done = 0
         key = eng.provider_key()
-        skip: set[int] = set()
         if progress and total:
             progress("vectors", 0, total)
         stopping = eng.background.stopping if eng.background is not None else None
@@ -569,16 +565,13 @@ class Indexer:
             size = self._batch_size(deadline, key, first=bool(progress) and not done)
             if size <= 0:
                 break
-            batch = [row for row in store.pending_chunks(size + len(skip)) if row[0] not in skip][
-                :size
-            ]
+            batch = store.pending_chunks(size)
             if not batch:
                 break
             vectors = self._embed_batch(store, report, batch, key, deadline)
             if vectors is None:
                 return
             store.write_vectors(list(vectors.items()))
-            skip.update(cid for cid, _, _ in batch if cid not in vectors)
             done += len(batch)
             if progress:
                 progress("vectors", done, total)
@@ -677,19 +670,16 @@ class Indexer:
 def _record(store: Store, key: str, value: str | None) -> None:
     """Record `key` (None: remove it) for other processes' status, as far as the index can be."""
     with contextlib.suppress(MemorydError):
-        if store.read_only is not None:
-            return
-        if value is not None:
-            store.set_meta({key: value})
-        elif store.meta_value(key) is not None:
-            store.delete_meta(key)
+        if store.read_only is None:
+            _set_meta(store, key, value, None if value is not None else store.meta_value(key))
 
 
-def _write_stamp(store: Store, old: str | None, new: str | None) -> None:
-    if new is not None and new != old:
-        store.set_meta({WALK_META_KEY: new})
-    elif new is None and old is not None:
-        store.delete_meta(WALK_META_KEY)
+def _set_meta(store: Store, key: str, value: str | None, old: str | None) -> None:
+    """Set `key` to `value` (None: remove it) unless it already holds it (`old`)."""
+    if value is not None and value != old:
+        store.set_meta({key: value})
+    elif value is None and old is not None:
+        store.delete_meta(key)
 
 
 def _publish(live: Store, scratch: Store) -> None:

@@ -44,8 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memoryd.builtin_index")
 
-__all__ = ["MemoryIndex", "Store", "SyncReport"]
-
 
 class MemoryIndex:
     """The built-in index of one (agent, workspace); `one_off`: this process runs one command."""
@@ -57,11 +55,10 @@ class MemoryIndex:
         settings: IndexSettings,
         selection: ProviderSelection,
         *,
-        path: Path | None = None,
         one_off: bool = False,
     ) -> None:
         self.cfg = settings
-        self.path = path or settings.db_path
+        self.path = settings.db_path
         self.selection = selection
         self.provider: EmbeddingProvider | None = selection.provider
         self.fallback_reason: str | None = None
@@ -132,7 +129,6 @@ class MemoryIndex:
     def _store_recovered(self, rec: Recovery, refill_now: bool) -> bool:
         """Refill a fresh file that replaced a damaged one, so a search's retry finds the text."""
         self.dirty = True
-        self.searcher.forget_paths()
         if not refill_now or self.indexer.lock.locked() or "store" not in self.__dict__:
             return False
         try:
@@ -222,7 +218,6 @@ class MemoryIndex:
                 for rel in paths:
                     store.remove_file(rel)  # nothing, for a path the index does not hold
                 store.delete_meta(WALK_META_KEY)  # the rows no longer follow that walk
-            self.searcher.forget_paths()
             self.dirty = True
         return self.sync(progress=progress)
 
@@ -242,8 +237,6 @@ class MemoryIndex:
                 removed = remove_db_files(self.path)
                 self.store = self._open_store()
                 self.bind_workspace(self.store)
-            self.stats = self.indexer.stats = CorpusStatistics(self)
-            self.searcher = Searcher(self, self.stats)
             self.dirty = True
         return removed
 
@@ -252,7 +245,7 @@ class MemoryIndex:
         vectors = self.provider is not None and self.store.vector.available
         if not self.dirty and not (vectors and self.store.pending_count()):
             return  # nothing changed, nothing waits: the search needs no write
-        if self.indexer.lock.locked() and not self.indexer.backlog_fits(budget_s):
+        if self.indexer.lock.locked() and not self.indexer.backlog_fits(budget_s, self.store):
             return
         self.sync(embed_budget_s=budget_s, lock_wait_s=budget_s)
 
@@ -260,7 +253,7 @@ class MemoryIndex:
         cfg, store = self.cfg, self.store
         if unchanged_since(store.meta_value(WALK_META_KEY), cfg.roots, cfg.workspace) is not None:
             return 0
-        files = discover(cfg.roots, cfg.workspace)
+        files = discover(cfg.roots, cfg.workspace).files
         return self.indexer.changed_files(store, files, store.meta())
 
     def notify_changed(self) -> None:
@@ -392,25 +385,8 @@ class MemoryIndex:
 
     # ------------------------------------------------------------------ watch and lifecycle
 
-    def watch_roots(self) -> list[Path]:
-        ws = self.cfg.workspace
-        roots = [ws]
-        for root in self.cfg.roots:
-            p = Path(root.path)
-            if p.exists() and not p.is_relative_to(ws) and p not in roots:
-                roots.append(p)
-        sessions = self.cfg.sessions_dir
-        if sessions is not None:
-            private_dir(sessions)
-            roots.append(sessions)
-        return roots
-
-    def watch(
-        self,
-        *,
-        stop_event: threading.Event | None = None,
-        on_synced: Callable[[SyncReport], None] | None = None,
-    ) -> None:
+    def watch(self, stop_event: threading.Event) -> None:
+        """Sync after each change to the memory files or transcripts, until `stop_event`."""
         from watchfiles import watch
 
         sessions_dir = self.cfg.sessions_dir
@@ -425,16 +401,22 @@ class MemoryIndex:
             # a folder event (no suffix) under a root may hide new files: let it through
             return _inside_any(str(p), roots) or any(Path(r.path).is_relative_to(p) for r in roots)
 
+        ws = self.cfg.workspace
+        folders = [ws]
+        for root in roots:
+            p = Path(root.path)
+            if p.exists() and not p.is_relative_to(ws) and p not in folders:
+                folders.append(p)
+        if sessions_dir is not None:
+            folders.append(private_dir(sessions_dir))
         for _changes in watch(
-            *self.watch_roots(),
+            *folders,
             watch_filter=relevant,
             debounce=self.cfg.sync.watch_debounce_ms,
             stop_event=stop_event,
             rust_timeout=200,  # how often the watcher checks `stop_event`
         ):
-            report = self._sync_logged("background")
-            if on_synced and report is not None:
-                on_synced(report)
+            self._sync_logged("background")
 
     def start(self, background: Background | None = None) -> None:
         """With `background`: sync now, then keep fresh (watcher, `sync.intervalMinutes`)."""
@@ -445,19 +427,18 @@ class MemoryIndex:
     def _keep_fresh(self, background: Background) -> None:
         self._sync_logged("built-in index")
         if self.cfg.sync.watch:
-            background.spawn("index-watch", lambda: self.watch(stop_event=background.stopping))
+            background.spawn("index-watch", lambda: self.watch(background.stopping))
         minutes = self.cfg.sync.interval_minutes
         if minutes > 0:
             background.every("index-periodic", minutes * 60, lambda: self._sync_logged("periodic"))
 
-    def _sync_logged(self, what: str) -> SyncReport | None:
+    def _sync_logged(self, what: str) -> None:
         self.dirty = True
         try:
-            return self.sync()
+            self.sync()
         except MemorydError as err:
             self.indexer.last_error = str(err)
             log.warning("%s sync failed for %s: %s", what, self.cfg.agent_id, err)
-            return None
 
     def close(self) -> None:
         self.store.close()

@@ -3,7 +3,7 @@ without following links, so a swapped-in symlink cannot redirect I/O (docs/secur
 
 from __future__ import annotations
 
-from ._chain import FileRead, Reason, append_file, read_file, read_file_with, rewrite_file
+from ._chain import FileRead, append_file, read_file, read_file_with, rewrite_file
 from ._state import (
     PRIVATE_FILE_MODE,
     SQLITE_SIDE_FILES,
@@ -23,7 +23,6 @@ __all__ = [
     "PRIVATE_FILE_MODE",
     "SQLITE_SIDE_FILES",
     "FileRead",
-    "Reason",
     "append_file",
     "check_state_path",
     "check_state_tree",

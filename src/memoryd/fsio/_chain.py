@@ -10,9 +10,8 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Final, Literal, TypeVar
+from typing import Final, Literal, NamedTuple, TypeVar
 
 from ..core.layout import MAX_DEPTH, SKIP_DIRS, MemoryRoot
 from ..errors import MemoryReadFailed, MemoryWriteFailed, PathNotAllowed
@@ -31,6 +30,8 @@ _APPEND_FLAGS: Final = (
     os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | _CLOEXEC
 )
 _OPEN_ATTEMPTS: Final = 3
+#: How long a writer waits for another writer of the same memory file.
+_LOCK_TIMEOUT_S: Final = 30.0
 _VENV_MARKER: Final = "pyvenv.cfg"
 
 #: Why an entry was refused (walk's `Skipped.reason`, and the gist of a `PathNotAllowed`).
@@ -179,12 +180,10 @@ def _descend(fd: int, names: tuple[str, ...], *, create: bool, below_root: bool)
 
 def _components_below(path: str, base: str) -> tuple[str, ...] | None:
     """The components of `path` below `base` (both normalized absolute), or None if outside."""
-    if path == base:
-        return ()
-    prefix = base if base.endswith(os.sep) else base + os.sep
-    if not path.startswith(prefix):
+    try:
+        return PurePosixPath(path).relative_to(base).parts
+    except ValueError:
         return None
-    return tuple(p for p in path[len(prefix) :].split(os.sep) if p)
 
 
 def _open_root(root_path: str, anchor: str | os.PathLike[str] | None, *, create: bool) -> int:
@@ -218,8 +217,7 @@ def _open_root(root_path: str, anchor: str | os.PathLike[str] | None, *, create:
     raise _Refused("not_a_folder", f"its memory folder {root} is not a folder")
 
 
-@dataclass(frozen=True, slots=True)
-class _Target:
+class _Target(NamedTuple):
     """A memory file about to be opened: its folder's descriptor, its name, the memory root's
     device, and the path its errors show."""
 
@@ -355,23 +353,29 @@ def _barrier(parent: int) -> None:
         next(entries, None)
 
 
-def write_new(dir_fd: int, name: str, data: bytes, mode: int) -> None:
-    """A new file `name` in `dir_fd` holding `data` with `mode` whatever the umask, fsynced (or
-    removed again)."""
+@contextlib.contextmanager
+def temp_file(dir_fd: int, name: str, data: bytes, mode: int) -> Iterator[str]:
+    """A new fsynced file next to `name` (not named `*.md`) holding `data` with `mode` whatever
+    the umask, removed if still there afterwards; the folder is fsynced once the body succeeds."""
+    import secrets  # only when a file is written
+
+    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
-    fd = os.open(name, flags, mode, dir_fd=dir_fd)
+    fd = os.open(tmp, flags, mode, dir_fd=dir_fd)
     try:
-        os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except BaseException:
-        _close(fd)
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            _close(fd)
+        yield tmp
+    finally:
         with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=dir_fd)
-        raise
-    _close(fd)
+            os.unlink(tmp, dir_fd=dir_fd)
+    _fsync_fd(dir_fd)
 
 
 def _strerror(err: OSError) -> str:
@@ -382,16 +386,13 @@ _READ_CHUNK: Final = 1 << 20
 _T = TypeVar("_T")
 
 
-@dataclass(frozen=True, slots=True)
-class FileRead:
+class FileRead(NamedTuple):
     """A memory file's bytes and its `fstat` from before the read (so growth meanwhile is re-read)."""
 
     data: bytes
     size: int
     mtime_ns: int
-    dev: int
-    ino: int
-    truncated: bool = False
+    truncated: bool
 
     @property
     def text(self) -> str:
@@ -399,8 +400,7 @@ class FileRead:
         return self.data.decode("utf-8", errors="replace")
 
 
-@dataclass(frozen=True, slots=True)
-class AppendOutcome:
+class AppendOutcome(NamedTuple):
     """What `append_file` wrote: all of it, durably (`offset` is where the record starts)."""
 
     created: bool
@@ -418,8 +418,6 @@ def read_file(
 ) -> FileRead | None:
     """`rel` under `root` through a checked descriptor, None if missing; raises `PathNotAllowed`
     when a rule refuses it, else `MemoryReadFailed`."""
-    if max_bytes is not None and max_bytes < 0:
-        raise ValueError("max_bytes must be ≥ 0")
     # one byte past the limit tells whether the file held more than was asked for
     want = -1 if max_bytes is None else max_bytes + 1
     got = _read_checked(root, rel, anchor, lambda fd: _read_fd(fd, want))
@@ -427,7 +425,7 @@ def read_file(
         return None
     data, st = got
     cut = max_bytes is not None and len(data) > max_bytes
-    return FileRead(data[:max_bytes], st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, cut)
+    return FileRead(data[:max_bytes], st.st_size, st.st_mtime_ns, cut)
 
 
 def read_file_with(
@@ -498,15 +496,13 @@ def append_file(
     payload: bytes,
     *,
     anchor: str | os.PathLike[str] | None = None,
-    create_dirs: bool = True,
     new_file_prefix: bytes = b"",
-    lock_timeout: float = 30.0,
 ) -> AppendOutcome:
     """Append `payload` on a new line (after `new_file_prefix` in a new file) under an exclusive
     `flock`, durably or not at all: a failed write is cut back (`MemoryWriteFailed`)."""
     missing = "its folder does not exist"
-    with _file_at(root, rel, anchor, create=create_dirs, doing="append to", missing=missing) as t:
-        fd, created = _open_locked(t, lock_timeout, create=True)
+    with _file_at(root, rel, anchor, create=True, doing="append to", missing=missing) as t:
+        fd, created = _open_locked(t, create=True)
         try:
             size = os.fstat(fd).st_size
             if size == 0:
@@ -524,7 +520,7 @@ def append_file(
         return AppendOutcome(created, len(data), offset, end)
 
 
-def _open_locked(t: _Target, lock_timeout: float, *, create: bool) -> tuple[int, bool]:
+def _open_locked(t: _Target, *, create: bool) -> tuple[int, bool]:
     """(descriptor, created) on `t`, checked, then held under the writers' lock; opened again
     when a writer we waited for replaced the file meanwhile."""
     for attempt in range(_OPEN_ATTEMPTS):
@@ -534,7 +530,7 @@ def _open_locked(t: _Target, lock_timeout: float, *, create: bool) -> tuple[int,
             problem = _file_problem(st, t.root_dev)
             if problem is not None:
                 raise problem
-            _lock(fd, lock_timeout, t.shown)
+            _lock(fd, t.shown)
             try:
                 _same_entry(t.parent, t.name, st)
                 if not created:
@@ -565,8 +561,8 @@ def _open_for_write(t: _Target, *, create: bool) -> tuple[int, bool]:
     raise _Refused("changed", "kept appearing and disappearing while being opened")
 
 
-def _lock(fd: int, timeout: float, shown: str) -> None:
-    deadline = time.monotonic() + timeout
+def _lock(fd: int, shown: str) -> None:
+    deadline = time.monotonic() + _LOCK_TIMEOUT_S
     delay = 0.001
     while True:
         try:
@@ -620,34 +616,22 @@ def rewrite_file(
     edit: Callable[[bytes], bytes],
     *,
     anchor: str | os.PathLike[str] | None = None,
-    lock_timeout: float = 30.0,
 ) -> None:
     """Replace the memory file `rel` with `edit(its bytes)` via an fsynced temp file renamed over
     it, all or nothing, under the appenders' `flock` so no append is lost (`edit` may raise)."""
     with _file_at(
         root, rel, anchor, create=False, doing="rewrite", missing="it does not exist"
     ) as t:
-        fd, _ = _open_locked(t, lock_timeout, create=False)
+        fd, _ = _open_locked(t, create=False)
         try:
             mode = stat.S_IMODE(os.fstat(fd).st_mode)
-            _replace(t, edit(_read_fd(fd)), mode)
+            data = edit(_read_fd(fd))
+            try:
+                with temp_file(t.parent, t.name, data, mode) as tmp:
+                    os.rename(tmp, t.name, src_dir_fd=t.parent, dst_dir_fd=t.parent)
+            except OSError as err:
+                raise MemoryWriteFailed(
+                    f"cannot rewrite {t.shown}: {_strerror(err)}; the file is unchanged"
+                ) from None
         finally:
             _close(fd)  # after the rename: a waiting appender then finds the new file
-
-
-def _replace(t: _Target, data: bytes, mode: int) -> None:
-    import secrets  # only when a file is rewritten
-
-    tmp = f".{t.name}.memoryd-{secrets.token_hex(4)}.tmp"
-    try:
-        write_new(t.parent, tmp, data, mode)
-        os.rename(tmp, t.name, src_dir_fd=t.parent, dst_dir_fd=t.parent)
-    except BaseException as err:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=t.parent)
-        if isinstance(err, OSError):
-            raise MemoryWriteFailed(
-                f"cannot rewrite {t.shown}: {_strerror(err)}; the file is unchanged"
-            ) from None
-        raise
-    _fsync_fd(t.parent)

@@ -21,10 +21,9 @@ from ._chain import (
     _READ_FLAGS,
     _close,
     _components_below,
-    _fsync_fd,
     _lstat_at,
     _strerror,
-    write_new,
+    temp_file,
 )
 
 PRIVATE_DIR_MODE: Final = 0o700
@@ -262,7 +261,7 @@ def read_private(path: str | os.PathLike[str]) -> bytes | None:
 
 def create_private_once(path: str | os.PathLike[str], data: bytes) -> bool:
     """Write `data` to `path` whole (a temp file linked into place) unless it exists: True if it did."""
-    with _entry(path) as (dir_fd, name), _temp_file(dir_fd, name, data) as tmp:
+    with _entry(path) as (dir_fd, name), temp_file(dir_fd, name, data, PRIVATE_FILE_MODE) as tmp:
         try:
             os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
         except FileExistsError:
@@ -276,24 +275,8 @@ def write_private_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISLNK(_lstat_at(dir_fd, name).st_mode):
                 raise _symlink_in_state(str(Path(path)))
-        with _temp_file(dir_fd, name, data) as tmp:
+        with temp_file(dir_fd, name, data, PRIVATE_FILE_MODE) as tmp:
             os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-
-
-@contextlib.contextmanager
-def _temp_file(dir_fd: int, name: str, data: bytes) -> Iterator[str]:
-    """A fsynced 0600 file next to `name` holding `data`, removed if still there afterwards; the
-    folder is fsynced once the body succeeds."""
-    import secrets  # only when state is written
-
-    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    write_new(dir_fd, tmp, data, PRIVATE_FILE_MODE)
-    try:
-        yield tmp
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=dir_fd)
-    _fsync_fd(dir_fd)
 
 
 #: Files SQLite puts next to a database; each is created with the database file's mode.

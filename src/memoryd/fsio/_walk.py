@@ -9,13 +9,10 @@ import marshal
 import operator
 import os
 import re
-from collections import Counter
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from itertools import compress
 from pathlib import PurePosixPath
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from ..core.layout import MAX_DEPTH, SKIP_DIRS, MemoryRoot
 from ._chain import (
@@ -32,8 +29,7 @@ from ._chain import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Found:
+class Found(NamedTuple):
     """A memory file discovery saw (from `lstat`; `read_file` re-checks everything it opens)."""
 
     rel: PurePosixPath
@@ -42,11 +38,10 @@ class Found:
     size: int
     mtime_ns: int
     #: changes with the content and with the mode or owner (a file made readable again)
-    ctime_ns: int = 0
+    ctime_ns: int
 
 
-@dataclass(frozen=True, slots=True)
-class Skipped:
+class Skipped(NamedTuple):
     """Something under a root that would have been memory but was refused (`rel` "." = the root)."""
 
     rel: PurePosixPath
@@ -54,8 +49,7 @@ class Skipped:
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
-class Walk:
+class Walk(NamedTuple):
     """What `walk` found under one root: the memory files and what it refused, both sorted."""
 
     files: tuple[Found, ...]
@@ -63,13 +57,6 @@ class Walk:
     #: what `unchanged` compares (JSON-ready); None when a race or an unreadable entry means a
     #: later walk may differ on the same files
     stamp: Any = None
-
-    def __iter__(self) -> Iterator[Found]:
-        return iter(self.files)
-
-    def counts(self) -> dict[Reason, int]:
-        """How many entries were refused, by reason."""
-        return dict(Counter(s.reason for s in self.skipped))
 
 
 _States = frozenset[int]
@@ -104,16 +91,9 @@ def _may_hold_matches(pats: tuple[str, ...], states: _States) -> bool:
     return any(i < len(pats) for i in states)
 
 
-@dataclass(slots=True)
-class _Frame:
-    fd: int
-    parts: tuple[str, ...]
-    pending: Iterator[tuple[str, _States]]
-
-
 _MOUNTINFO: Final = "/proc/self/mountinfo"
 _MOUNTED_HERE: Final = "something is mounted here (a bind mount or another file system)"
-_MOUNT_ESCAPE: Final = re.compile(rb"\\([0-7]{3})")
+_MOUNT_ESCAPE: Final = rb"\\([0-7]{3})"
 
 
 def _mount_points_below(folder_fd: int) -> frozenset[str]:
@@ -132,7 +112,7 @@ def _mount_points_below(folder_fd: int) -> frozenset[str]:
         if len(fields) < 5:
             continue
         # the mount point, with space, tab, newline and backslash written as octal escapes
-        point = os.fsdecode(_MOUNT_ESCAPE.sub(lambda m: bytes([int(m[1], 8)]), fields[4]))
+        point = os.fsdecode(re.sub(_MOUNT_ESCAPE, lambda m: bytes([int(m[1], 8)]), fields[4]))
         if point.startswith(prefix):
             found.add(point[len(prefix) :])
     return frozenset(found)
@@ -150,7 +130,7 @@ def walk(root: MemoryRoot, *, anchor: str | os.PathLike[str] | None = None) -> W
         return Walk((), (Skipped(here, refusal.reason, refusal.detail),), refused)
     except OSError as err:
         return Walk((), (Skipped(here, "unreadable", _strerror(err)),))
-    walker = _Walker(root, tuple(p for p in root.pattern.split("/") if p))
+    walker = _Walker(root)
     try:
         walker.run(root_fd)
     except OSError as err:
@@ -171,22 +151,15 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def _names_digest(kinds: dict[str, str], names: list[str]) -> str:
-    return _digest("\0".join([kinds[n] + n for n in names]).encode("utf-8", "surrogateescape"))
-
-
-def _stats_digest(stats: list[tuple[int, ...]]) -> str:
-    # marshal version 2 writes no back-references: the same ints give the same bytes in any process
-    return _digest(marshal.dumps(stats, 2))
-
-
 def _folder_record(kinds: dict[str, str], checked: dict[str, os.stat_result]) -> list[str]:
     """What `unchanged` compares of a folder: the digest of its entries' kinds and names, which
     of them (a mask over the sorted names) were files checked, and the digest of their stats."""
     names = sorted(kinds)
+    listing = "\0".join([kinds[n] + n for n in names]).encode("utf-8", "surrogateescape")
     mask = "".join("1" if n in checked else "0" for n in names)
-    stats = [_STAT_KEY(checked[n]) for n in names if n in checked]
-    return [_names_digest(kinds, names), mask, _stats_digest(stats)]
+    # marshal version 2 writes no back-references: the same ints give the same bytes in any process
+    stats = marshal.dumps([_STAT_KEY(checked[n]) for n in names if n in checked], 2)
+    return [_digest(listing), mask, _digest(stats)]
 
 
 def unchanged(
@@ -223,7 +196,7 @@ def unchanged(
             if seen == ["venv"]:
                 if not _has_venv_marker(fd):
                     return False
-            elif seen != ["other_device"] and not _same_entries(fd, *seen):
+            elif seen != ["other_device"] and not _same_entries(fd, seen):
                 return False
         return bool(stamp["dirs"])
     except (OSError, ValueError, TypeError, KeyError, IndexError):
@@ -233,7 +206,7 @@ def unchanged(
             _close(fd)
 
 
-def _same_entries(fd: int, *record: str) -> bool:
+def _same_entries(fd: int, record: list[str]) -> bool:
     """The folder holds the same entries, and the files checked among them the same stats."""
     with os.scandir(fd) as entries:
         kinds = {
@@ -241,29 +214,28 @@ def _same_entries(fd: int, *record: str) -> bool:
             for e in entries
         }
     names = sorted(kinds)
-    digest, mask, stats = record
-    if len(mask) != len(names) or _names_digest(kinds, names) != digest:
+    if len(record[1]) != len(names):
         return False
-    checked = compress(names, map(int, mask))
-    now = [_STAT_KEY(os.stat(n, dir_fd=fd, follow_symlinks=False)) for n in checked]
-    return _stats_digest(now) == stats
+    checked = compress(names, map(int, record[1]))
+    stats = {n: os.stat(n, dir_fd=fd, follow_symlinks=False) for n in checked}
+    return _folder_record(kinds, stats) == record
 
 
-@dataclass(slots=True)
 class _Walker:
     """One walk: the root, its glob as segments, its device and mount points, and the results."""
 
-    root: MemoryRoot
-    pats: tuple[str, ...]
-    root_dev: int = 0
-    mounts: frozenset[str] = frozenset()
-    found: list[Found] = field(default_factory=list)
-    skipped: list[Skipped] = field(default_factory=list)
-    #: each folder opened, in the order opened: parts, dev, ino, then `_folder_record` of a
-    #: folder scanned, "venv" or "other_device"
-    dirs: list[list[Any]] = field(default_factory=list)
-    #: False after a race or a failure: a stamp of this walk could vouch for the wrong files
-    exact: bool = True
+    def __init__(self, root: MemoryRoot) -> None:
+        self.root = root
+        self.pats = tuple(p for p in root.pattern.split("/") if p)
+        self.root_dev = 0
+        self.mounts: frozenset[str] = frozenset()
+        self.found: list[Found] = []
+        self.skipped: list[Skipped] = []
+        #: each folder opened, in the order opened: parts, dev, ino, then `_folder_record` of a
+        #: folder scanned, "venv" or "other_device"
+        self.dirs: list[list[Any]] = []
+        #: False after a race or a failure: a stamp of this walk could vouch for the wrong files
+        self.exact = True
 
     def skip(self, rel: PurePosixPath, reason: Reason, detail: str) -> None:
         if reason == "unreadable":
@@ -271,32 +243,27 @@ class _Walker:
         self.skipped.append(Skipped(rel, reason, detail))
 
     def run(self, root_fd: int) -> None:
-        """Depth-first below the open root `root_fd` (consumed: every descriptor is closed)."""
-        frames = [_Frame(root_fd, (), iter(()))]
+        """Depth-first below the open root `root_fd` (consumed: closed at the end)."""
         try:
             st = os.fstat(root_fd)
             self.root_dev = st.st_dev
             self.mounts = _mount_points_below(root_fd)
-            frames[0].pending = iter(self.scan(frames[0], st, _closure(self.pats, {0})))
-            while frames:
-                top = frames[-1]
-                nxt = next(top.pending, None)
-                if nxt is None:
-                    frames.pop()
-                    _close(top.fd)
-                    continue
-                name, states = nxt
-                frame = self.open_folder(top, name)
-                if frame is not None:
-                    frames.append(frame)  # closed on a later turn, whatever happens next
-                    self.enter(frame, states)
+            self.descend(root_fd, (), self.scan(root_fd, (), st, _closure(self.pats, {0})))
         finally:
-            for frame in frames:
-                _close(frame.fd)
+            _close(root_fd)
 
-    def open_folder(self, top: _Frame, name: str) -> _Frame | None:
-        """The folder `name` in `top`, opened without following a link; None when refused."""
-        parts = (*top.parts, name)
+    def descend(self, fd: int, parts: tuple[str, ...], folders: list[tuple[str, _States]]) -> None:
+        """Each of `folders` of the open folder `fd`, in order, each walked before the next."""
+        for name, states in folders:
+            child = self.open_folder(fd, (*parts, name))
+            if child is not None:
+                try:
+                    self.enter(child, (*parts, name), states)
+                finally:
+                    _close(child)
+
+    def open_folder(self, parent: int, parts: tuple[str, ...]) -> int | None:
+        """Folder `parts[-1]` in `parent`, opened without following a link; None when refused."""
         rel = PurePosixPath(*parts)
         if len(parts) > MAX_DEPTH:
             self.skip(rel, "too_deep", f"deeper than {MAX_DEPTH} folders below the root")
@@ -305,13 +272,13 @@ class _Walker:
             self.skip(rel, "mount_point", _MOUNTED_HERE)
             return None
         try:
-            return _Frame(os.open(name, _DIR_FLAGS, dir_fd=top.fd), parts, iter(()))
+            return os.open(parts[-1], _DIR_FLAGS, dir_fd=parent)
         except FileNotFoundError:
             self.exact = False
             return None
         except OSError as err:
             problem = (
-                _folder_problem(top.fd, name)
+                _folder_problem(parent, parts[-1])
                 if err.errno in (errno.ENOTDIR, errno.ELOOP)
                 else _Refused("unreadable", _strerror(err))
             )
@@ -320,33 +287,36 @@ class _Walker:
                 self.skip(rel, problem.reason, problem.detail)
             return None
 
-    def enter(self, frame: _Frame, states: _States) -> None:
-        """Give `frame` its folders to walk, unless it is another device or a virtualenv."""
-        rel = PurePosixPath(*frame.parts)
+    def enter(self, fd: int, parts: tuple[str, ...], states: _States) -> None:
+        """Walk the open folder `fd`, unless it is another device or a virtualenv."""
+        rel = PurePosixPath(*parts)
         try:
-            st = os.fstat(frame.fd)
+            st = os.fstat(fd)
             if st.st_dev != self.root_dev:
-                self.dirs.append([frame.parts, st.st_dev, st.st_ino, "other_device"])
+                self.dirs.append([parts, st.st_dev, st.st_ino, "other_device"])
                 self.skip(rel, "other_device", "another file system is mounted here")
-            elif _has_venv_marker(frame.fd):
-                self.dirs.append([frame.parts, st.st_dev, st.st_ino, "venv"])
-            else:
-                frame.pending = iter(self.scan(frame, st, states))
+                return
+            if _has_venv_marker(fd):
+                self.dirs.append([parts, st.st_dev, st.st_ino, "venv"])
+                return
+            folders = self.scan(fd, parts, st, states)
         except OSError as err:
             self.skip(rel, "unreadable", _strerror(err))
+            return
+        self.descend(fd, parts, folders)
 
     def scan(
-        self, frame: _Frame, here: os.stat_result, states: _States
+        self, fd: int, folder: tuple[str, ...], here: os.stat_result, states: _States
     ) -> list[tuple[str, _States]]:
         """One folder: its memory files into `found`, its folders worth entering returned (sorted)."""
         pats, root = self.pats, self.root
         folders: list[tuple[str, _States]] = []
         kinds: dict[str, str] = {}
         checked: dict[str, os.stat_result] = {}
-        with os.scandir(frame.fd) as entries:
+        with os.scandir(fd) as entries:
             for entry in entries:
                 name = entry.name
-                parts = (*frame.parts, name)
+                parts = (*folder, name)
                 kinds[name] = "f"
                 try:
                     if entry.is_dir(follow_symlinks=False):
@@ -388,6 +358,6 @@ class _Walker:
                     Found(rel, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
                 )
         record = _folder_record(kinds, checked)
-        self.dirs.append([frame.parts, here.st_dev, here.st_ino, *record])
+        self.dirs.append([folder, here.st_dev, here.st_ino, *record])
         folders.sort()
         return folders

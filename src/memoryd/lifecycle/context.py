@@ -131,7 +131,9 @@ def _cut(text: str, name: str, head_n: int, tail_n: int) -> str:
 def daily_note_paths(workspace: Path, day: date) -> list[Path]:
     """`memory/<day>.md` then `memory/<day>-<slug>.md` files (sorted) that exist as memory files."""
     root = MemoryRoot(str(workspace / MEMORY_DIR), "*.md")
-    names = [f.rel.name for f in walk(root, anchor=workspace) if is_daily_note_of(f.rel.name, day)]
+    names = [
+        f.rel.name for f in walk(root, anchor=workspace).files if is_daily_note_of(f.rel.name, day)
+    ]
     exact = daily_note_name(day)
     names.sort(key=lambda n: (n != exact, n))
     return [workspace / MEMORY_DIR / n for n in names]

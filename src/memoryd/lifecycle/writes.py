@@ -17,7 +17,6 @@ from .context import root_of
 
 AppendTarget = Literal["daily", "long-term"]
 MAX_APPEND_BYTES: Final = 64 * 1024
-LOCK_TIMEOUT_S: Final = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +87,6 @@ def append_memory(
         encoded,
         anchor=agent.workspace,
         new_file_prefix=heading.encode("utf-8"),
-        lock_timeout=LOCK_TIMEOUT_S,
     )
     rel = path.relative_to(agent.workspace).as_posix()
     return AppendResult(path, rel, outcome.bytes_written, outcome.created)

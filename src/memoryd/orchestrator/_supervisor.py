@@ -416,7 +416,7 @@ class AgentBackend:
         """(mtime of the newest memory file, qmd's last update), each None when there is none."""
         assert self.qmd is not None
         mtimes = []
-        for mf in discover(self.memory_roots(), self.agent.workspace):
+        for mf in discover(self.memory_roots(), self.agent.workspace).files:
             with suppress(OSError):
                 mtimes.append(mf.abs_path.stat().st_mtime)
         return max(mtimes, default=None), self.qmd.status().last_update_at
