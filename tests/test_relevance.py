@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hashing_embedder import HashingEmbedder
 from helpers import CountingQueries
 from memoryd.builtin_index import MemoryIndex
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
@@ -28,8 +29,7 @@ from memoryd.core.ranking import (
 )
 from memoryd.core.results import MAX_SNIPPET_CHARS
 from memoryd.core.text import cjk_bigrams, query_terms, script_of
-from memoryd.embeddings import HashingEmbedder, ProviderSelection
-from memoryd.embeddings.base import EmbeddingProvider
+from memoryd.embeddings.base import EmbeddingProvider, ProviderSelection
 from memoryd.embeddings.selection import select_provider
 
 DEMO = Path(__file__).resolve().parents[1] / "demo" / "workspace"

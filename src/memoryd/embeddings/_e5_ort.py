@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -156,21 +155,3 @@ def _session(ort: Any, graph: Path, weights: dict[str, Any], threads: int) -> An
         return ort.InferenceSession(graph.read_bytes(), opts, providers=["CPUExecutionProvider"])
     except Exception as err:  # onnxruntime raises its own types; any means "cannot run"
         raise EngineUnavailable(f"onnxruntime cannot run {graph.name}: {err}") from err
-
-
-_lock = threading.Lock()
-_engines: dict[str, E5Onnx] = {}
-
-
-def loaded(f: ModelFile) -> E5Onnx | None:
-    """The engine of this model file if it is loaded."""
-    return _engines.get(f.path)
-
-
-def engine(f: ModelFile) -> E5Onnx:
-    """The engine of this model file, loaded on first use (thread-safe)."""
-    with _lock:
-        eng = _engines.get(f.path)
-        if eng is None:
-            eng = _engines[f.path] = E5Onnx(f)
-        return eng

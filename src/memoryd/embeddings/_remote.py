@@ -325,8 +325,6 @@ class BatchMode:
         self.failures = 0
         self.disabled_reason: str | None = None
         self.last_error: str | None = None
-        self.jobs_submitted = 0
-        self.jobs_completed = 0
         #: job id by the digest of its texts: a job still running is collected, not sent again
         self._pending: dict[str, str] = {}
         #: jobs in flight for this provider, across every caller
@@ -365,10 +363,7 @@ class BatchMode:
             time.sleep(pause)
         if status.error:
             raise EmbeddingError(f"{name} batch job {job_id} {status.state}: {status.error}")
-        matrix = self.provider.to_matrix(self.runner.results(status, count), count)
-        with self._lock:
-            self.jobs_completed += 1
-        return matrix
+        return self.provider.to_matrix(self.runner.results(status, count), count)
 
     def _job(self, texts: list[str], deadline: float | None) -> Matrix:
         h = hashlib.sha256(self.provider.fingerprint().encode())
@@ -380,8 +375,6 @@ class BatchMode:
             job_id = self._pending.get(key)
             if job_id is None:
                 job_id = self._pending[key] = self.runner.submit(texts)
-                with self._lock:
-                    self.jobs_submitted += 1
             try:
                 matrix = self._finish(job_id, len(texts), deadline)
             except (BatchPending, DeadlineReached):
