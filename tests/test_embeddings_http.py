@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from embedding_servers import FakeMistral, fast_retry, serve
-from memoryd.embeddings._limits import estimate_tokens, pack, split_to_tokens, truncate_to_tokens
+from memoryd.embeddings._limits import estimate_tokens, pack, split_to_tokens
 from memoryd.embeddings._remote import MistralProvider
 from memoryd.embeddings.http import (
     RetryPolicy,
@@ -134,11 +134,11 @@ def test_token_estimate_is_conservative_for_ascii_and_cjk() -> None:
     assert estimate_tokens("記憶を検索する") == 7
 
 
-def test_truncate_cuts_at_a_word_boundary() -> None:
+def test_split_cuts_at_a_word_boundary() -> None:
     text = "alpha beta gamma delta epsilon"
-    cut = truncate_to_tokens(text, 5)  # 15 ASCII characters
+    cut = split_to_tokens(text, 5)[0]  # 15 ASCII characters
     assert text.startswith(cut) and cut.endswith(" ") and estimate_tokens(cut) <= 5
-    assert truncate_to_tokens("short", 5) == "short"
+    assert split_to_tokens("short", 5) == ["short"]
 
 
 @pytest.mark.parametrize("text", ["word " * 500, "記" * 900, "x" * 1000, "mixed 記憶 text " * 80])

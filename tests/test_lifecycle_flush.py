@@ -208,7 +208,7 @@ def test_preview_does_not_record_and_a_recording_check_does(workspace: Path) -> 
     assert check(agent, WINDOW, record=False).run
     assert check(agent, WINDOW).recorded
     assert check(agent, WINDOW, record=False).reason == "already_flushed"
-    assert FlushState(agent.state.flush_state).get("main") is not None
+    assert FlushState(agent.state.flush_state).update("main", lambda old: old) is not None
 
 
 def test_a_corrupt_sessions_json_is_set_aside_not_fatal(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +22,8 @@ ACCURACY_LEVEL = 4
 GRAPH_FILE = Path(__file__).with_name("shipped") / "e5-small.onnx"
 
 
-@dataclass(frozen=True)
-class GraphShape:
-    """The model shape the shipped graph is built for; a model file must match it."""
-
-    dim: int = 384
-    heads: int = 12
-    ff: int = 1536
-    layers: int = 12
-    eps: float = float(np.float32(1e-12))  # as the file stores it
-
-    def metadata(self) -> dict[str, str]:
-        return {k: repr(getattr(self, k)) for k in ("dim", "heads", "ff", "layers", "eps")}
-
-
-GRAPH = GraphShape()
+#: The model shape the shipped graph is built for; a model file must match it.
+GRAPH = {"dim": 384, "heads": 12, "ff": 1536, "layers": 12, "eps": float(np.float32(1e-12))}
 
 
 class EngineUnavailable(Exception):
@@ -96,7 +82,7 @@ class E5Onnx:
             import onnxruntime as ort
         except ImportError as err:  # not installed for this platform, or broken
             raise EngineUnavailable(f"onnxruntime cannot be imported: {err}") from err
-        shape = GraphShape(f.dim, f.heads, f.ff, f.layers_n, f.eps)
+        shape = {"dim": f.dim, "heads": f.heads, "ff": f.ff, "layers": f.layers_n, "eps": f.eps}
         if shape != GRAPH:
             raise EngineUnavailable(f"the shipped graph is for {GRAPH}, not {shape}")
         # numpy re-quantizes (GIL released) while this thread builds the tokenizer

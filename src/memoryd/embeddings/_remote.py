@@ -18,7 +18,7 @@ import numpy as np
 
 from ..config import BatchConfig
 from ..errors import BatchPending, EmbeddingError
-from ._limits import estimate_tokens, pack, split_to_tokens, truncate_to_tokens
+from ._limits import estimate_tokens, pack, split_to_tokens
 from .base import (
     DeadlineReached,
     EmbeddingProvider,
@@ -145,7 +145,8 @@ class RemoteProvider(EmbeddingProvider):
         return np.concatenate(parts).astype(np.float32, copy=False)
 
     def embed_query(self, text: str) -> Vector:
-        matrix = self.embed_online([truncate_to_tokens(text, self.max_input_tokens)], "query")
+        # a query longer than the model takes is cut to its first piece
+        matrix = self.embed_online([split_to_tokens(text, self.max_input_tokens)[0]], "query")
         vector: Vector = matrix[0]
         return vector
 

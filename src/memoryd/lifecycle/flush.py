@@ -98,12 +98,6 @@ class FlushState:
             return {"version": _STATE_VERSION, "sessions": {}}
         return data
 
-    def get(self, session_key: str | None) -> FlushRecord | None:
-        """The session's last flush record, if any."""
-        with self._locked():
-            data = self._read_unlocked()
-        return FlushRecord.from_json(data["sessions"].get(_session_key(session_key)))
-
     def update(
         self, session_key: str | None, change: Callable[[FlushRecord | None], FlushRecord | None]
     ) -> FlushRecord | None:
@@ -221,22 +215,15 @@ def check_flush(
     if token_estimate < threshold:  # OpenClaw flushes once the estimate reaches it
         return decide("below_threshold")
 
-    state = FlushState(agent.state.flush_state)
-    if not record:
-        return decide(
-            "already_flushed"
-            if _already(state.get(session_key), compaction_count, session_id)
-            else "due"
-        )
-
     claimed = False
 
     def claim(old: FlushRecord | None) -> FlushRecord | None:
         nonlocal claimed
         if _already(old, compaction_count, session_id):
             return old
-        claimed = True
-        return FlushRecord(compaction_count, (now or datetime.now(UTC)).isoformat(), session_id)
+        claimed = True  # a preview (`record=False`) leaves the record as it was
+        at = (now or datetime.now(UTC)).isoformat()
+        return FlushRecord(compaction_count, at, session_id) if record else old
 
-    state.update(session_key, claim)
-    return decide("due", recorded=True) if claimed else decide("already_flushed")
+    FlushState(agent.state.flush_state).update(session_key, claim)
+    return decide("due", recorded=record) if claimed else decide("already_flushed")
