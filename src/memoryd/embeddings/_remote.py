@@ -44,7 +44,7 @@ class RemoteProvider(EmbeddingProvider):
     max_batch_items: int = 128
     max_batch_tokens: int | None = None
     #: The provider's asynchronous batch API, if it has one (used when remote.batch.enabled).
-    batch_runner: ClassVar[type[BatchRunner] | None] = None
+    batch_mode: ClassVar[type[BatchMode] | None] = None
 
     def __init__(
         self,
@@ -75,8 +75,8 @@ class RemoteProvider(EmbeddingProvider):
             None if self.custom_endpoint else self.known_dims.get(self.model)
         )
         self.batch: BatchMode | None = None
-        if batch is not None and batch.enabled and self.batch_runner is not None:
-            self.batch = BatchMode(self.batch_runner(self), batch)
+        if batch is not None and batch.enabled and self.batch_mode is not None:
+            self.batch = self.batch_mode(self, batch)
 
     # ------------------------------------------------------------------ provider-specific hooks
 
@@ -290,14 +290,24 @@ class JobStatus:
     raw: Any
 
 
-class BatchRunner(abc.ABC):
-    """One provider's batch wire format: submit a job, poll it, read its vectors, cancel it."""
+class BatchMode(abc.ABC):
+    """One provider's batch API: its wire format (submit, poll, results, cancel) and its state
+    (settings, failures, jobs in flight)."""
 
     #: Most inputs one job carries; more inputs make more jobs.
     max_job_inputs: int = 50_000
 
-    def __init__(self, provider: Any) -> None:
+    def __init__(self, provider: Any, config: BatchConfig) -> None:
         self.provider = provider
+        self.config = config
+        self.failures = 0
+        self.disabled_reason: str | None = None
+        self.last_error: str | None = None
+        #: job id by the digest of its texts: a job still running is collected, not sent again
+        self._pending: dict[str, str] = {}
+        #: jobs in flight for this provider, across every caller
+        self._slots = threading.BoundedSemaphore(config.concurrency)
+        self._lock = threading.Lock()
 
     @abc.abstractmethod
     def submit(self, texts: list[str]) -> str:
@@ -314,23 +324,6 @@ class BatchRunner(abc.ABC):
     @abc.abstractmethod
     def cancel(self, job_id: str) -> None:
         """Best-effort cancellation of a job we gave up on."""
-
-
-class BatchMode:
-    """One provider's batch state: settings, failures, jobs in flight."""
-
-    def __init__(self, runner: BatchRunner, config: BatchConfig) -> None:
-        self.runner = runner
-        self.provider: RemoteProvider = runner.provider
-        self.config = config
-        self.failures = 0
-        self.disabled_reason: str | None = None
-        self.last_error: str | None = None
-        #: job id by the digest of its texts: a job still running is collected, not sent again
-        self._pending: dict[str, str] = {}
-        #: jobs in flight for this provider, across every caller
-        self._slots = threading.BoundedSemaphore(config.concurrency)
-        self._lock = threading.Lock()
 
     @property
     def active(self) -> bool:
@@ -350,10 +343,10 @@ class BatchMode:
         cfg, name = self.config, self.provider.id
         timeout_at = time.monotonic() + cfg.timeout_minutes * 60
         pause = cfg.poll_interval_ms / 1000
-        while not (status := self.runner.poll(job_id)).done:
+        while not (status := self.poll(job_id)).done:
             if time.monotonic() >= timeout_at:
                 with contextlib.suppress(EmbeddingError):  # abandoned either way: this saves work
-                    self.runner.cancel(job_id)
+                    self.cancel(job_id)
                 raise EmbeddingError(
                     f"{name} batch job {job_id} timed out after {cfg.timeout_minutes:g} min (state {status.state})"
                 )
@@ -364,7 +357,7 @@ class BatchMode:
             time.sleep(pause)
         if status.error:
             raise EmbeddingError(f"{name} batch job {job_id} {status.state}: {status.error}")
-        return self.provider.to_matrix(self.runner.results(status, count), count)
+        return self.provider.to_matrix(self.results(status, count), count)
 
     def _job(self, texts: list[str], deadline: float | None) -> Matrix:
         h = hashlib.sha256(self.provider.fingerprint().encode())
@@ -375,7 +368,7 @@ class BatchMode:
         with self._slots:
             job_id = self._pending.get(key)
             if job_id is None:
-                job_id = self._pending[key] = self.runner.submit(texts)
+                job_id = self._pending[key] = self.submit(texts)
             try:
                 matrix = self._finish(job_id, len(texts), deadline)
             except (BatchPending, DeadlineReached):
@@ -388,7 +381,7 @@ class BatchMode:
 
     def run(self, texts: list[str], deadline: float | None = None) -> Matrix:
         """Embed `texts` as documents through batch jobs; ranges whose job failed go online."""
-        ranges = pack(texts, max_items=self.runner.max_job_inputs, max_tokens=None)
+        ranges = pack(texts, max_items=self.max_job_inputs, max_tokens=None)
         results: list[Matrix | None] = [None] * len(ranges)
         failures: list[EmbeddingError] = []
         pending: list[BatchPending] = []

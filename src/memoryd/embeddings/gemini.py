@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..errors import EmbeddingError
-from ._remote import BatchRunner, JobStatus, Kind, RemoteProvider
+from ._remote import BatchMode, JobStatus, Kind, RemoteProvider
 
 _TASK_TYPES = {"query": "RETRIEVAL_QUERY", "document": "RETRIEVAL_DOCUMENT"}
 _PREVIEW_DIMS = (768, 1536, 3072)
@@ -14,7 +14,7 @@ _FAILED_STATES = frozenset(
 )
 
 
-class GeminiBatchRunner(BatchRunner):
+class GeminiBatchMode(BatchMode):
     """Gemini's async batch embedding (`asyncBatchEmbedContent`) with inline requests."""
 
     max_job_inputs = 10_000
@@ -99,7 +99,7 @@ class GeminiBatchRunner(BatchRunner):
 
 class GeminiProvider(RemoteProvider):
     id = "gemini"
-    batch_runner = GeminiBatchRunner
+    batch_mode = GeminiBatchMode
     default_base_url = "https://generativelanguage.googleapis.com/v1beta"
     default_model = "gemini-embedding-001"
     known_dims: ClassVar[dict[str, int]] = {

@@ -119,7 +119,7 @@ def build_provider(
     if remote is not None:
         kwargs["input_type"] = remote.input_type
         kwargs["output_dimensionality"] = remote.output_dimensionality
-        if cls.batch_runner is not None:
+        if cls.batch_mode is not None:
             kwargs["batch"] = remote.batch
             if remote.batch.enabled:
                 notes.append(f"{name}: batch mode on (concurrency {remote.batch.concurrency})")
