@@ -297,7 +297,7 @@ class BatchMode(abc.ABC):
     #: Most inputs one job carries; more inputs make more jobs.
     max_job_inputs: int = 50_000
 
-    def __init__(self, provider: Any, config: BatchConfig) -> None:
+    def __init__(self, provider: RemoteProvider, config: BatchConfig) -> None:
         self.provider = provider
         self.config = config
         self.failures = 0
