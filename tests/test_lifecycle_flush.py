@@ -148,7 +148,7 @@ def test_the_once_per_cycle_record_survives_a_restart(workspace: Path, isolated_
     code = (
         "from pathlib import Path; import sys\n"
         "from memoryd.config import resolve_agent, validate_config\n"
-        "from memoryd.lifecycle import check_flush\n"
+        "from memoryd.lifecycle.flush import check_flush\n"
         "a = resolve_agent(validate_config({}), 'main', workspace=Path(sys.argv[1]))\n"
         "print(check_flush(a, 'agent:main:main', token_estimate=199000, context_window=200000,"
         " compaction_count=3).reason)\n"
@@ -236,7 +236,7 @@ CLAIMER = r"""
 import sys, time
 from pathlib import Path
 from memoryd.config import resolve_agent, validate_config
-from memoryd.lifecycle import check_flush
+from memoryd.lifecycle.flush import check_flush
 agent = resolve_agent(validate_config({}), "main", workspace=Path(sys.argv[1]))
 go = Path(sys.argv[3])
 while not go.exists():  # start together so the claims really race

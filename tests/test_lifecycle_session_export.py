@@ -13,7 +13,7 @@ import pytest
 
 import helpers
 from memoryd.config import ResolvedAgent
-from memoryd.lifecycle import export_sessions, session_export_dir
+from memoryd.lifecycle.session_export import export_sessions, session_export_dir
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 FAKE_TOKEN = "ghp" + "_" + "Ab3De5Fg7Hj9Kl1Mn2Pq4Rs6Tu8Vw0Xy12"
