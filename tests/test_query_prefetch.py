@@ -36,7 +36,7 @@ def fresh_engines(monkeypatch: pytest.MonkeyPatch) -> None:
     """As in a new process: no engine loaded, nothing prefetched."""
     monkeypatch.setattr(local, "_engines", {})
     monkeypatch.setattr(_prefetch, "_pending", {})
-    monkeypatch.setattr(_prefetch, "_slots", threading.BoundedSemaphore(_prefetch.MAX_PREFETCHING))
+    monkeypatch.setattr(_prefetch, "_busy", 0)
 
 
 #: Each query engine that prefetches, and the engine class whose `query` computes its vectors.
@@ -115,7 +115,7 @@ def test_start_can_wait_for_the_thread_to_begin(fresh_engines: None) -> None:
         _prefetch.start(("k", i), lambda: release.wait(10) and "vector", wait_started=5.0)
         assert _prefetch._pending[("k", i)].started.is_set()
         release.set()
-        assert _prefetch.take(("k", i), 5) == "vector"
+        assert _prefetch.take(("k", i)) == "vector"
         release.clear()
 
 
@@ -138,15 +138,6 @@ def test_a_tokenized_prefetch_waits_for_its_thread_to_start(
     # an engine still to load holds the GIL in Python for a while: not worth waiting for
     assert waits == [local.PREFETCH_START_WAIT_S if tokenized else 0.0]
     p.embed_query("anything")
-
-
-def test_take_waits_at_most_its_timeout_and_leaves_the_prefetch(fresh_engines: None) -> None:
-    release = threading.Event()
-    _prefetch.start(("k", 1), lambda: release.wait(10) and "vector")
-    assert _prefetch.take(("k", 1), 0.01) is _prefetch.NOT_YET
-    release.set()
-    assert _prefetch.take(("k", 1), 5) == "vector"
-    assert _prefetch.take(("k", 1), 5) is None  # taken: nothing left
 
 
 def test_prefetches_are_bounded(fresh_engines: None) -> None:
@@ -207,8 +198,8 @@ def test_a_search_prefetches_before_it_syncs(
         order.append(f"prefetch {key[1]}")
         real_start(key, embed, wait_started)  # type: ignore[arg-type]
 
-    def take(key: tuple[str, str], timeout: float | None = None) -> object:
-        out = real_take(key, timeout)
+    def take(key: tuple[str, str]) -> object:
+        out = real_take(key)
         order.append(f"take {key[1]}: {'prefetched' if out is not None else 'none'}")
         return out
 
