@@ -382,39 +382,34 @@ class BatchMode(abc.ABC):
     def run(self, texts: list[str], deadline: float | None = None) -> Matrix:
         """Embed `texts` as documents through batch jobs; ranges whose job failed go online."""
         ranges = pack(texts, max_items=self.max_job_inputs, max_tokens=None)
-        results: list[Matrix | None] = [None] * len(ranges)
-        failures: list[EmbeddingError] = []
-        pending: list[BatchPending] = []
-        late: list[DeadlineReached] = []
 
-        def run(slot: int) -> None:
-            start, stop = ranges[slot]
+        def job(span: tuple[int, int]) -> Matrix | Exception:
             try:
-                results[slot] = self._job(texts[start:stop], deadline)
-            except BatchPending as err:
-                pending.append(err)
-            except DeadlineReached as err:
-                late.append(err)
-            except EmbeddingError as err:
-                failures.append(err)
+                return self._job(texts[span[0] : span[1]], deadline)
+            except (EmbeddingError, DeadlineReached) as err:  # BatchPending is an EmbeddingError
+                return err
 
         if len(ranges) == 1:
-            run(0)
+            outcomes = [job(ranges[0])]
         else:  # the jobs wait on the provider side at once (`concurrency` bounds them)
             with ThreadPoolExecutor(len(ranges), thread_name_prefix="memoryd-batch") as pool:
-                list(pool.map(run, range(len(ranges))))
-
-        if failures:
-            self.record_failure(str(failures[0]))
-        if pending:
-            job_ids = [job for p in pending for job in p.job_ids]
+                outcomes = list(pool.map(job, ranges))
+        errors = [e for e in outcomes if isinstance(e, Exception)]
+        if failed := [e for e in errors if not isinstance(e, BatchPending | DeadlineReached)]:
+            self.record_failure(str(failed[0]))
+        if job_ids := [j for e in errors if isinstance(e, BatchPending) for j in e.job_ids]:
             raise BatchPending(
                 f"{self.provider.id}: {len(job_ids)} batch job(s) still running; sync again later",
                 job_ids,
             )
-        if late:
-            raise late[0]
-        for slot, (start, stop) in enumerate(ranges):
-            if results[slot] is None:
-                results[slot] = self.provider.embed_online(texts[start:stop], "document", deadline)
-        return np.concatenate([r for r in results if r is not None])
+        for err in errors:
+            if isinstance(err, DeadlineReached):
+                raise err
+        return np.concatenate(
+            [
+                self.provider.embed_online(texts[a:b], "document", deadline)
+                if isinstance(out, Exception)
+                else out
+                for out, (a, b) in zip(outcomes, ranges, strict=True)
+            ]
+        )
