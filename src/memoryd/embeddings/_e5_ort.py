@@ -17,8 +17,6 @@ F32 = npt.NDArray[np.float32]
 #: `MatMulNBits`' weights: 8 bits, in blocks of this many (the model's widths are multiples).
 BITS = 8
 BLOCK = 128
-#: `MatMulNBits`' accuracy level 4: int8 activations (quantized per block), int32 sums.
-ACCURACY_LEVEL = 4
 GRAPH_FILE = Path(__file__).with_name("shipped") / "e5-small.onnx"
 
 

