@@ -23,23 +23,23 @@ _RATE_LIMIT = re.compile(r"rate[ _]?limit|too many requests|resource_exhausted|q
 
 
 class EmbeddingHTTPError(EmbeddingError):
-    """Raised when an embedding API answers with an error status (carries status and retryability)."""
+    """Raised when an embedding API answers with an error status."""
 
     def __init__(
-        self,
-        message: str,
-        *,
-        status_code: int | None = None,
-        retryable: bool = False,
-        detail: str = "",
-        retry_after: float | None = None,
+        self, message: str, *, status_code: int, detail: str, retry_after: float | None
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
         #: The API's own error message, without our prefix.
         self.detail = detail
-        self.retryable = retryable
         self.retry_after = retry_after
+
+    @property
+    def retryable(self) -> bool:
+        status = self.status_code
+        if status == 429 or status >= 500:
+            return True
+        return status in (400, 403) and _RATE_LIMIT.search(self.detail) is not None
 
 
 @dataclass(frozen=True)
@@ -100,12 +100,6 @@ def error_message(response: httpx.Response) -> str:
     return json.dumps(body)[:300]
 
 
-def _is_retryable_status(status: int, message: str) -> bool:
-    if status == 429 or status >= 500:
-        return True
-    return status in (400, 403) and _RATE_LIMIT.search(message) is not None
-
-
 def _retryable(exc: BaseException) -> bool:
     if isinstance(exc, EmbeddingHTTPError):
         return exc.retryable
@@ -156,7 +150,6 @@ class ApiClient:
         raise EmbeddingHTTPError(
             f"{self.provider}: HTTP {response.status_code} from {method} {self.url(path)}: {message}",
             status_code=response.status_code,
-            retryable=_is_retryable_status(response.status_code, message),
             detail=message,
             retry_after=parse_retry_after(response.headers.get("retry-after")),
         )
