@@ -15,11 +15,16 @@ from memoryd.config import (
     validate_config,
 )
 from memoryd.embeddings._remote import RemoteProvider
+from memoryd.embeddings.base import ProviderSelection
 from memoryd.embeddings.gemini import GeminiProvider
 from memoryd.embeddings.local import LocalE5Provider
 from memoryd.embeddings.openai import OpenAIProvider
 from memoryd.embeddings.selection import resolve_api_key, select_provider
 from memoryd.errors import ProviderUnavailable
+
+
+def chosen_id(selection: ProviderSelection) -> str:
+    return selection.provider.id if selection.provider else "none"
 
 
 def cfg(**search: Any) -> MemorySearchConfig:
@@ -58,7 +63,7 @@ def remote(provider: object) -> RemoteProvider:
 def test_auto_picks_by_available_key_in_order(env: dict[str, str], chosen: str, model: str) -> None:
     selection = select_provider(cfg(), models(), env=env)
     assert selection.requested == "auto" and not selection.explicit
-    assert selection.chosen == chosen
+    assert chosen_id(selection) == chosen
     assert selection.provider is not None and selection.provider.model == model
     assert selection.fallback is None
 
@@ -81,20 +86,20 @@ def test_auto_prefers_an_existing_local_model_path(tmp_path: Path) -> None:
     selection = select_provider(
         cfg(local={"modelPath": str(model_file)}), models(), env={"OPENAI_API_KEY": "sk"}
     )
-    assert selection.chosen == "local" and "modelPath" in selection.reason
+    assert chosen_id(selection) == "local" and "modelPath" in selection.reason
 
 
 def test_auto_skips_a_missing_local_model_path(tmp_path: Path) -> None:
     selection = select_provider(
         cfg(local={"modelPath": str(tmp_path / "gone.bin")}), models(), env={"GEMINI_API_KEY": "g"}
     )
-    assert selection.chosen == "gemini"
+    assert chosen_id(selection) == "gemini"
     assert any("does not exist" in n for n in selection.notes)
 
 
 def test_config_keys_count_for_auto() -> None:
     selection = select_provider(cfg(), models(voyage={"apiKey": "from-config"}), env={})
-    assert selection.chosen == "voyage"
+    assert chosen_id(selection) == "voyage"
     assert selection.reason.startswith("auto: models.providers.voyage.apiKey set")
 
 
@@ -201,7 +206,7 @@ def test_explicit_provider_without_key_uses_the_fallback_and_says_why() -> None:
     selection = select_provider(
         cfg(provider="voyage", fallback="openai"), models(), env={"OPENAI_API_KEY": "sk"}
     )
-    assert selection.chosen == "openai" and selection.fallback is None and selection.explicit
+    assert chosen_id(selection) == "openai" and selection.fallback is None and selection.explicit
     assert (
         "voyage unavailable" in selection.reason
         and "using fallback openai text-embedding-3-small" in selection.reason
@@ -214,7 +219,7 @@ def test_fallback_is_built_alongside_a_working_primary() -> None:
         models(),
         env={"OPENAI_API_KEY": "o", "GEMINI_API_KEY": "g"},
     )
-    assert selection.chosen == "openai"
+    assert chosen_id(selection) == "openai"
     assert isinstance(selection.fallback, GeminiProvider)
     assert any("fallback ready: gemini" in n for n in selection.notes)
 
@@ -256,7 +261,7 @@ def test_local_and_ollama_fallbacks_need_no_key() -> None:
 
 def test_provider_none_is_keyword_only_by_configuration() -> None:
     selection = select_provider(cfg(provider="none"), models(), env={"OPENAI_API_KEY": "o"})
-    assert selection.provider is None and selection.chosen == "none" and selection.explicit
+    assert selection.provider is None and chosen_id(selection) == "none" and selection.explicit
 
 
 def test_ollama_is_selected_only_explicitly_and_needs_no_key() -> None:
@@ -298,7 +303,7 @@ def test_select_provider_reads_the_resolved_agent(workspace: Path) -> None:
     )
     agent = resolve_agent(config)
     selection = select_provider(agent.memory_search, agent.models, env={})
-    assert selection.chosen == "mistral" and selection.explicit
+    assert chosen_id(selection) == "mistral" and selection.explicit
 
 
 # --------------------------------------------------------------------------- fingerprints

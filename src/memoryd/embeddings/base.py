@@ -120,7 +120,3 @@ class ProviderSelection:
     #: True when the user named the provider explicitly: failures make memory unavailable.
     explicit: bool = False
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def chosen(self) -> str:
-        return self.provider.id if self.provider else "none"
