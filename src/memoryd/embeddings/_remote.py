@@ -59,7 +59,6 @@ class RemoteProvider(EmbeddingProvider):
         batch: BatchConfig | None = None,
     ) -> None:
         self.model = model or self.default_model
-        self.api_key = api_key
         self.input_type = dict(input_type) if input_type else None
         self.output_dimensionality = output_dimensionality
         self.custom_endpoint = (

@@ -26,7 +26,12 @@ class EmbeddingHTTPError(EmbeddingError):
     """Raised when an embedding API answers with an error status."""
 
     def __init__(
-        self, message: str, *, status_code: int, detail: str, retry_after: float | None
+        self,
+        message: str,
+        *,
+        status_code: int = 0,
+        detail: str = "",
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
