@@ -142,8 +142,7 @@ class RemoteReranker:
 
 
 class RerankStage:
-    """One agent's reranking stage: its settings, the remote reranker (`provider = "remote"`;
-    qmd's is passed to `apply`) and where its state is kept."""
+    """One agent's rerank stage: settings, remote reranker (qmd's is passed to `apply`), state."""
 
     def __init__(self, cfg: RerankConfig, state_dir: Path | None = None) -> None:
         self.cfg = cfg

@@ -31,8 +31,7 @@ def _cut(text: str, max_tokens: int) -> int:
 
 
 def split_to_tokens(text: str, max_tokens: int) -> list[str]:
-    """`text` as consecutive pieces that each fit `max_tokens`, cut at word boundaries (one piece
-    when it already fits)."""
+    """`text` as consecutive pieces that each fit `max_tokens`, cut at word boundaries."""
     pieces: list[str] = []
     rest = text
     while estimate_tokens(rest) > max_tokens:

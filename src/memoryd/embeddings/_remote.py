@@ -264,20 +264,17 @@ def parse_embeddings_response(body: Any, provider: str) -> list[Any]:
         raise EmbeddingError(f"{provider}: unexpected embeddings response shape") from err
 
 
-def _decode_vector(value: Any, provider: str) -> list[float]:
+def _decode_vector(value: Any, provider: str) -> list[float] | Vector:
     if isinstance(value, str):  # OpenAI-compatible servers may answer encoding_format=base64
         try:
-            decoded: list[float] = (
-                np.frombuffer(base64.b64decode(value), dtype="<f4").astype(float).tolist()
-            )
-            return decoded
+            return np.frombuffer(base64.b64decode(value), dtype="<f4")
         except ValueError as err:
             raise EmbeddingError(f"{provider}: undecodable base64 embedding") from err
     if not isinstance(value, list) or not all(
         isinstance(x, int | float) and not isinstance(x, bool) for x in value
     ):
         raise EmbeddingError(f"{provider}: malformed embedding in response")
-    return [float(x) for x in value]
+    return value
 
 
 @dataclass
@@ -290,8 +287,7 @@ class JobStatus:
 
 
 class BatchMode(abc.ABC):
-    """One provider's batch API: its wire format (submit, poll, results, cancel) and its state
-    (settings, failures, jobs in flight)."""
+    """One provider's batch API: its wire format and its state (failures, jobs in flight)."""
 
     #: Most inputs one job carries; more inputs make more jobs.
     max_job_inputs: int = 50_000

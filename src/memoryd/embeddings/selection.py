@@ -168,8 +168,7 @@ def select_provider(
     retry: RetryPolicy | None = None,
     one_off: bool = False,
 ) -> ProviderSelection:
-    """The provider and fallback for an agent's memorySearch and models config; `env` defaults
-    to `os.environ` (tests pass a dict)."""
+    """The provider and fallback for an agent's memorySearch and models config and `env`."""
     env = os.environ if env is None else env
     requested = cfg.provider
     if requested == "none":
