@@ -188,8 +188,8 @@ def test_explicit_provider_uses_configured_model_and_options() -> None:
     assert isinstance(provider, GeminiProvider) and selection.explicit
     assert provider.model == "gemini-embedding-2-preview" and provider.dims == 1536
     assert (
-        provider.task_type("query") == "QUESTION_ANSWERING"
-        and provider.task_type("document") == "RETRIEVAL_DOCUMENT"
+        provider.kind_type("query") == "QUESTION_ANSWERING"
+        and provider.kind_type("document") == "RETRIEVAL_DOCUMENT"
     )
     assert selection.reason == "configured → gemini gemini-embedding-2-preview"
 

@@ -45,6 +45,10 @@ class RemoteProvider(EmbeddingProvider):
     max_batch_tokens: int | None = None
     #: The provider's asynchronous batch API, if it has one (used when remote.batch.enabled).
     batch_mode: ClassVar[type[BatchMode] | None] = None
+    #: An API with an input type per kind: each kind's default (`remote.inputType` overrides it),
+    #: and the fingerprint key that records the ones in use.
+    kind_defaults: ClassVar[Mapping[str, str]] = {}
+    kind_fingerprint: ClassVar[str] = ""
 
     def __init__(
         self,
@@ -82,8 +86,9 @@ class RemoteProvider(EmbeddingProvider):
     def default_headers(self, api_key: str | None) -> dict[str, str]:
         return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
-    def fingerprint_extra(self) -> dict[str, object]:
-        return {}
+    def kind_type(self, kind: Kind) -> str:
+        """The input type a request of `kind` carries (APIs with `kind_defaults`)."""
+        return (self.input_type or {}).get(kind) or self.kind_defaults[kind]
 
     def request_body(self, texts: list[str], kind: Kind) -> dict[str, Any]:
         """The body of an OpenAI-shaped `POST embeddings` request (OpenAI, Voyage, Mistral)."""
@@ -112,7 +117,9 @@ class RemoteProvider(EmbeddingProvider):
             model=self.model,
             dims=self.output_dimensionality,
             input_type=self.input_type,
-            **self.fingerprint_extra(),
+            **{self.kind_fingerprint: [self.kind_type("query"), self.kind_type("document")]}
+            if self.kind_fingerprint
+            else {},
         )
 
     def to_matrix(self, raw: Sequence[Any], expected: int) -> Matrix:
@@ -188,16 +195,12 @@ class VoyageProvider(RemoteProvider):
     max_input_tokens = 32_000
     max_batch_items = 1000
     max_batch_tokens = 120_000
-
-    def fingerprint_extra(self) -> dict[str, object]:
-        return {"kinds": [self.voyage_input_type("query"), self.voyage_input_type("document")]}
-
-    def voyage_input_type(self, kind: Kind) -> str:
-        return (self.input_type or {}).get(kind) or kind
+    kind_defaults: ClassVar[dict[str, str]] = {"query": "query", "document": "document"}
+    kind_fingerprint = "kinds"
 
     def request_body(self, texts: list[str], kind: Kind) -> dict[str, Any]:
         body = super().request_body(texts, kind)
-        body["input_type"] = self.voyage_input_type(kind)
+        body["input_type"] = self.kind_type(kind)
         return body
 
 

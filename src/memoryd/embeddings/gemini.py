@@ -7,7 +7,6 @@ from typing import Any, ClassVar
 from ..errors import EmbeddingError
 from ._remote import BatchMode, JobStatus, Kind, RemoteProvider
 
-_TASK_TYPES = {"query": "RETRIEVAL_QUERY", "document": "RETRIEVAL_DOCUMENT"}
 _PREVIEW_DIMS = (768, 1536, 3072)
 _FAILED_STATES = frozenset(
     "BATCH_STATE_FAILED BATCH_STATE_CANCELLED BATCH_STATE_EXPIRED JOB_STATE_FAILED".split()
@@ -108,6 +107,11 @@ class GeminiProvider(RemoteProvider):
     }
     max_input_tokens = 2048
     max_batch_items = 100
+    kind_defaults: ClassVar[dict[str, str]] = {
+        "query": "RETRIEVAL_QUERY",
+        "document": "RETRIEVAL_DOCUMENT",
+    }
+    kind_fingerprint = "task"
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
         if model:
@@ -129,22 +133,16 @@ class GeminiProvider(RemoteProvider):
     def default_headers(self, api_key: str | None) -> dict[str, str]:
         return {"x-goog-api-key": api_key} if api_key else {}
 
-    def task_type(self, kind: Kind) -> str:
-        return (self.input_type or {}).get(kind) or _TASK_TYPES[kind]
-
     def content_request(self, text: str, kind: Kind, *, with_model: bool) -> dict[str, Any]:
         req: dict[str, Any] = {
             "content": {"parts": [{"text": text}]},
-            "taskType": self.task_type(kind),
+            "taskType": self.kind_type(kind),
         }
         if with_model:
             req["model"] = f"models/{self.model}"
         if self.output_dimensionality:
             req["outputDimensionality"] = self.output_dimensionality
         return req
-
-    def fingerprint_extra(self) -> dict[str, object]:
-        return {"task": [self.task_type("query"), self.task_type("document")]}
 
     def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
         path = f"models/{self.model}"
