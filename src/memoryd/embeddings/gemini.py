@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 from ..errors import EmbeddingError
 from ._remote import BatchMode, JobStatus, Kind, RemoteProvider
 
+_TASK_TYPES = {"query": "RETRIEVAL_QUERY", "document": "RETRIEVAL_DOCUMENT"}
 _PREVIEW_DIMS = (768, 1536, 3072)
 _FAILED_STATES = frozenset(
     "BATCH_STATE_FAILED BATCH_STATE_CANCELLED BATCH_STATE_EXPIRED JOB_STATE_FAILED".split()
@@ -107,10 +108,7 @@ class GeminiProvider(RemoteProvider):
     }
     max_input_tokens = 2048
     max_batch_items = 100
-    kind_defaults: ClassVar[dict[str, str]] = {
-        "query": "RETRIEVAL_QUERY",
-        "document": "RETRIEVAL_DOCUMENT",
-    }
+    kind_defaults = _TASK_TYPES
     kind_fingerprint = "task"
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
