@@ -75,6 +75,7 @@ def main(args: argparse.Namespace) -> dict[str, object]:
         )
         print(f"indexing {args.docs} docs…", file=sys.stderr)
         mgr.start()
+        mgr.probe()
         names = list(mgr.collections)
         plan = plan_query(args.query, mode="search", vectors=False)
         assert plan is not None
@@ -105,7 +106,7 @@ def main(args: argparse.Namespace) -> dict[str, object]:
             "docs": args.docs,
             "runs": args.runs,
             "query": args.query,
-            "qmdVersion": mgr.status().version if mgr.probe() else None,
+            "qmdVersion": mgr.status().version,
             "rawSearchMedianMs": round(raw_med * 1000, 1),
             "adapterSearchMedianMs": round(ad_med * 1000, 1),
             "overheadPct": round((ad_med - raw_med) / raw_med * 100, 2),

@@ -234,7 +234,7 @@ def test_core_does_no_io() -> None:
 def test_wire_codes_are_error_codes() -> None:
     from memoryd import errors
 
-    assert {errors.NotServed.code, errors.ServerBusy.code} <= set(errors.all_codes())
+    assert {errors.NotServed.code, errors.ServerBusy.code} <= set(errors.CODES)
 
 
 def test_the_docs_list_every_error_code() -> None:
@@ -242,7 +242,7 @@ def test_the_docs_list_every_error_code() -> None:
 
     root = Path(__file__).resolve().parents[1]
     table = (root / "docs" / "errors.md").read_text(encoding="utf-8")
-    missing = [c for c in errors.all_codes() if f"| `{c}` |" not in table]
+    missing = [c for c in errors.CODES if f"| `{c}` |" not in table]
     assert not missing, f"docs/errors.md's table lacks {missing}"
     assert "(docs/errors.md)" in (root / "README.md").read_text(encoding="utf-8")
 

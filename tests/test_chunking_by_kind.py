@@ -13,7 +13,7 @@ import pytest
 from hashing_embedder import HashingEmbedder
 from helpers import agent_for, selection
 from memoryd.builtin_index import MemoryIndex
-from memoryd.core.chunking import ChunkSize, chunking_plan
+from memoryd.core.chunking import ChunkingPlan
 from memoryd.core.layout import is_daily_note_path
 
 
@@ -38,28 +38,28 @@ def test_daily_notes_are_dated_files_directly_in_memory(rel_path: str, daily: bo
     assert is_daily_note_path(rel_path) is daily
 
 
-DAILY = ChunkSize(160, 16)  # a 160-token chunk fits one 700-character snippet
-CONVERSATIONAL = {"dailyNotes": {"tokens": DAILY.tokens, "overlap": DAILY.overlap}}
+DAILY = (160, 16)  # a 160-token chunk fits one 700-character snippet
+CONVERSATIONAL = {"dailyNotes": {"tokens": DAILY[0], "overlap": DAILY[1]}}
 
 
 @pytest.mark.parametrize(
     ("tokens", "overlap", "daily_notes", "daily", "curated", "fingerprint"),
     [
-        (400, 80, None, ChunkSize(400, 80), ChunkSize(400, 80), None),
-        (160, 16, None, ChunkSize(160, 16), ChunkSize(160, 16), None),
-        (400, 80, (160, 16), ChunkSize(160, 16), ChunkSize(400, 80), "160/16"),
-        (600, 60, (200, 20), ChunkSize(200, 20), ChunkSize(600, 60), "200/20"),
+        (400, 80, None, (400, 80), (400, 80), None),
+        (160, 16, None, (160, 16), (160, 16), None),
+        (400, 80, (160, 16), (160, 16), (400, 80), "160/16"),
+        (600, 60, (200, 20), (200, 20), (600, 60), "200/20"),
     ],
 )
 def test_daily_notes_get_their_own_size_only_when_given_one(
     tokens: int,
     overlap: int,
     daily_notes: tuple[int, int] | None,
-    daily: ChunkSize,
-    curated: ChunkSize,
+    daily: tuple[int, int],
+    curated: tuple[int, int],
     fingerprint: str | None,
 ) -> None:
-    plan = chunking_plan(tokens, overlap, daily_notes)
+    plan = ChunkingPlan(tokens, overlap, daily_notes)
     assert plan.for_file("memory/2026-11-29.md") == daily
     assert plan.for_file("MEMORY.md") == curated
     assert plan.for_file("memory/docs/1234.md") == curated
@@ -101,7 +101,7 @@ def test_by_default_every_file_has_one_size(kinds: Path) -> None:
         signature = idx.signature()
     finally:
         idx.close()
-    assert largest["memory/2026-11-29.md"] == largest["MEMORY.md"] > DAILY.tokens
+    assert largest["memory/2026-11-29.md"] == largest["MEMORY.md"] > DAILY[0]
     assert "chunkDailyNotes" not in signature  # the signature indexes had before the option
 
 
@@ -114,9 +114,9 @@ def test_daily_notes_set_apart_are_chunked_smaller_than_curated_files(
         largest = _largest_chunk(idx)
     finally:
         idx.close()
-    assert largest["memory/2026-11-29.md"] <= DAILY.tokens
+    assert largest["memory/2026-11-29.md"] <= DAILY[0]
     for curated in ("MEMORY.md", "memory/garden.md"):
-        assert DAILY.tokens < largest[curated] <= size.get("tokens", 400)
+        assert DAILY[0] < largest[curated] <= size.get("tokens", 400)
 
 
 @pytest.mark.parametrize(
@@ -153,5 +153,5 @@ def test_setting_a_daily_note_size_rechunks_the_daily_notes(kinds: Path) -> None
         largest = _largest_chunk(idx)
     finally:
         idx.close()
-    assert largest["memory/2026-11-29.md"] <= DAILY.tokens
-    assert largest["MEMORY.md"] > DAILY.tokens
+    assert largest["memory/2026-11-29.md"] <= DAILY[0]
+    assert largest["MEMORY.md"] > DAILY[0]

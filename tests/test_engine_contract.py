@@ -55,7 +55,7 @@ def engine(request: pytest.FixtureRequest, contract_ws: Path) -> Iterator[Any]:
         agent = agent_for(ws, memory={"backend": "qmd"})
         eng = make_manager(agent, require_qmd(), ws.parent / "qmd-home")
     eng.start()
-    eng.sync(force=True)
+    eng.sync()
     yield eng
     eng.close()
 
@@ -136,7 +136,7 @@ def test_a_new_note_is_found_after_a_sync(engine: Any, contract_ws: Path) -> Non
     note = write(contract_ws / "memory" / "2026-02-01.md", "# 2026-02-01\n\nThe okapi arrived.\n")
     try:
         engine.notify_changed()
-        engine.sync(force=True)
+        engine.sync()
         answer = engine.search(SearchRequest("okapi"))
         assert [r.path for r in answer.results][:1] == ["memory/2026-02-01.md"]
     finally:

@@ -103,8 +103,12 @@ class FakeQmd:
     def roots(self) -> list[MemoryRoot]:
         return default_roots(str(self.workspace))
 
-    def probe(self) -> bool:
-        return self.fault is None
+    def probe(self) -> None:
+        if self.fault is not None:
+            raise self.fault
+
+    def reset(self) -> list[str]:
+        return []
 
     def bounded(self, deadline: float | None) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()

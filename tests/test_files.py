@@ -16,12 +16,12 @@ from memoryd.core.layout import (
     MAX_GET_CHARS,
     MAX_GET_LINES,
     MemoryRoot,
-    Page,
     _page,
     default_roots,
     extra_root,
     page_blocks,
 )
+from memoryd.core.results import FileText
 from memoryd.errors import PathNotAllowed
 from memoryd.memfiles import discover, read_memory_file
 
@@ -194,11 +194,11 @@ def page_lines(
     *,
     max_chars: int = MAX_GET_CHARS,
     max_lines: int = MAX_GET_LINES,
-) -> Page:
+) -> FileText:
     """The page cut from the whole text at once: what `page_blocks` must equal."""
     start = max(1, from_line or 1)
     rest = iter(text.splitlines(keepends=True)[start - 1 :])
-    return _page(rest, start, lines, max_chars, max_lines)
+    return _page("n.md", rest, start, lines, max_chars, max_lines)
 
 
 def _split(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -225,7 +225,7 @@ def test_a_page_read_block_by_block_is_the_page_of_the_whole_text(seed: int) -> 
         for n in (None, 1, 2, 5):
             for cap in (3, 10, 10_000):
                 whole = page_lines(text, frm, n, max_chars=cap, max_lines=4)
-                streamed = page_blocks(iter(blocks), frm, n, max_chars=cap, max_lines=4)
+                streamed = page_blocks("n.md", iter(blocks), frm, n, max_chars=cap, max_lines=4)
                 assert streamed == whole, (blocks, frm, n, cap)
 
 

@@ -246,6 +246,17 @@ def test_an_edited_transcript_is_reindexed_at_once_keeping_the_chunks_before_the
     assert any("zeppelin" in r.snippet for r in idx.search("zeppelin", min_score=0).results)
 
 
+def test_a_shrunk_transcript_is_reindexed_at_once(ws: Path) -> None:
+    a = agent_with(ws)  # the default deltas: 100 kB or 50 lines of growth
+    lines = day(40)
+    p = write_transcript(a, "s1.jsonl", lines)
+    idx = index(a)
+    idx.sync()
+    p.write_text("\n".join([*lines[:10], msg("user", "the zeppelin leaves at noon")]) + "\n")
+    assert idx.sync().files_changed == 1
+    assert any("zeppelin" in r.snippet for r in idx.search("zeppelin", min_score=0).results)
+
+
 def test_moved_chunks_keep_their_rows_and_get_their_new_lines(ws: Path) -> None:
     a = agent_with(ws, deltaBytes=0, deltaMessages=0)
     lines = day(40)

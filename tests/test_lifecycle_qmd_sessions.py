@@ -84,8 +84,8 @@ def test_exported_sessions_are_searchable_per_agent_and_follow_changes(
     try:
         assert "sessions-alpha" in mgr_a.collections
         assert mgr_a.collections["sessions-alpha"].path == str(session_export_dir(alpha))
-        mgr_a.update(force=True)
-        mgr_b.update(force=True)
+        mgr_a.update()
+        mgr_b.update()
 
         hits = mgr_a.search("zeppelin hangar", min_score=0).results
         session_hits = [h for h in hits if h.source == "sessions"]
@@ -106,7 +106,7 @@ def test_exported_sessions_are_searchable_per_agent_and_follow_changes(
         with open(src, "a", encoding="utf-8") as fh:
             fh.write(msg("assistant", "Also the quokka mascot lives there.") + "\n")
         assert export_sessions(alpha, now=NOW).written == ["a1"]
-        mgr_a.update(force=True)
+        mgr_a.update()
         assert [h.source for h in mgr_a.search("quokka mascot", min_score=0).results] == [
             "sessions"
         ]
@@ -114,7 +114,7 @@ def test_exported_sessions_are_searchable_per_agent_and_follow_changes(
         # a deleted transcript's export goes, and so do its search hits
         src.unlink()
         assert export_sessions(alpha, now=NOW).deleted == ["a1"]
-        mgr_a.update(force=True)
+        mgr_a.update()
         assert [h for h in mgr_a.search("quokka", min_score=0).results] == []
         assert [h.source for h in mgr_a.search("Alpha likes tea", min_score=0).results] == [
             "memory"

@@ -4,7 +4,6 @@ delta thresholds that trigger a background sync."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +13,10 @@ import helpers
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
 from memoryd.core.chunking import Chunk
 from memoryd.core.transcripts import (
-    SessionDeltaTracker,
     chunk_transcript,
     parse_transcript_text,
     sanitize_text,
+    transcript_due,
 )
 from memoryd.lifecycle.session_export import parse_transcript, session_id
 from memoryd.memfiles import list_transcripts, transcript_display_path
@@ -34,10 +33,6 @@ def transcript_chunks(path: Path, tokens: int, overlap: int) -> list[Chunk]:
     return chunk_transcript(
         parse_transcript(path, sanitize=True)[0], tokens=tokens, overlap=overlap
     )
-
-
-def count_newlines(path: Path, start: int = 0) -> int:
-    return path.read_bytes()[start:].count(b"\n")
 
 
 def agent_for(ws: Path, agent_id: str = "main") -> ResolvedAgent:
@@ -248,81 +243,29 @@ def test_no_sessions_folder_means_no_transcripts(workspace: Path) -> None:
 
 
 def test_delta_becomes_due_at_the_byte_threshold() -> None:
-    t = SessionDeltaTracker(delta_bytes=1000, delta_messages=0)
-    assert not t.observe("a", 999, 3)
-    assert t.observe("a", 1000, 4)
-    t.mark_synced("a", 1000, 4)
-    assert not t.observe("a", 1000, 4)
-    assert not t.observe("a", 1500, 9)
-    assert t.observe("a", 2000, 10)
+    assert not transcript_due(999, 3, 1000, 0)
+    assert transcript_due(1000, 4, 1000, 0)
+    assert not transcript_due(0, 0, 1000, 0)
+    assert not transcript_due(500, 5, 1000, 0)
 
 
 def test_delta_becomes_due_at_the_message_threshold() -> None:
-    t = SessionDeltaTracker(delta_bytes=0, delta_messages=50)
-    assert not t.observe("a", 10, 49)
-    assert t.observe("a", 11, 50)
+    assert not transcript_due(10, 49, 0, 50)
+    assert transcript_due(11, 50, 0, 50)
 
 
 def test_either_threshold_is_enough_with_the_defaults() -> None:
     sessions = validate_config({}).agents.defaults.memory_search.sync.sessions
-    t = SessionDeltaTracker(
-        delta_bytes=sessions.delta_bytes, delta_messages=sessions.delta_messages
-    )
-    assert (t.delta_bytes, t.delta_messages) == (100_000, 50)
-    assert t.observe("small-many", 5_000, 50)
-    assert t.observe("big-few", 100_000, 2)
-    assert not t.observe("neither", 99_999, 49)
+    deltas = (sessions.delta_bytes, sessions.delta_messages)
+    assert deltas == (100_000, 50)
+    assert transcript_due(5_000, 50, *deltas)
+    assert transcript_due(100_000, 2, *deltas)
+    assert not transcript_due(99_999, 49, *deltas)
 
 
 def test_both_thresholds_off_means_any_growth_is_due() -> None:
-    t = SessionDeltaTracker(delta_bytes=0, delta_messages=0)
-    assert not t.observe("a", 0, 0)
-    assert t.observe("a", 1, 0)
-
-
-def test_a_shrunk_transcript_was_rewritten_and_is_due_at_once() -> None:
-    t = SessionDeltaTracker(delta_bytes=1000, delta_messages=50)
-    t.mark_synced("a", 5000, 40)
-    assert t.observe("a", 100, 1)
-    assert t.observe("a", 6000, 41)  # rewritten stays due until synced, even if it grows back
-    t.mark_synced("a", 100, 1)
-    assert not t.observe("a", 150, 2)
-
-
-def test_an_edited_transcript_is_due_at_once_even_if_it_grew_by_little() -> None:
-    t = SessionDeltaTracker(delta_bytes=1000, delta_messages=50)
-    t.mark_synced("a", 5000, 40)
-    assert not t.observe("a", 5010, 40)
-    assert t.observe("a", 5010, 40, rewritten=True)
-    assert t.observe("a", 5010, 40)
-    t.mark_synced("a", 5010, 40)
-    assert not t.observe("a", 5020, 40)
-
-
-def test_forget_drops_a_deleted_transcript() -> None:
-    t = SessionDeltaTracker(delta_bytes=1, delta_messages=0)
-    t.mark_synced("a", 10, 1)
-    assert not t.observe("a", 10, 1)
-    t.forget("a")
-    assert t.observe("a", 10, 1)  # nothing of it counts as indexed any more
-
-
-def test_the_tracker_follows_a_real_growing_file(workspace: Path) -> None:
-    agent = agent_for(workspace)
-    path = write_transcript(agent, "live.jsonl", [msg("user", "start")])
-    t = SessionDeltaTracker(delta_bytes=0, delta_messages=3)
-    size = path.stat().st_size
-    t.mark_synced(str(path), size, count_newlines(path))
-    with open(path, "a", encoding="utf-8") as fh:
-        for i in range(2):
-            fh.write(msg("assistant", f"reply {i}") + "\n")
-    assert not t.observe(str(path), path.stat().st_size, count_newlines(path))
-    assert count_newlines(path, size) == 2
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(msg("user", "third") + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    assert t.observe(str(path), path.stat().st_size, count_newlines(path))
+    assert not transcript_due(0, 0, 0, 0)
+    assert transcript_due(1, 0, 0, 0)
 
 
 @pytest.mark.parametrize(

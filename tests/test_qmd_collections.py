@@ -9,7 +9,6 @@ import pytest
 from memoryd.config import QmdConfig
 from memoryd.config_validation import validate
 from memoryd.qmd_adapter._collections import (
-    Action,
     CollectionSpec,
     desired_collections,
     plan_collections,
@@ -99,34 +98,34 @@ DIR = CollectionSpec("memory-dir-main", "/ws/memory", "**/*.md", legacy_name="me
 @pytest.mark.parametrize(
     ("existing", "plan"),
     [
-        ({}, [Action("add", ROOT.name, ROOT), Action("add", DIR.name, DIR)]),
+        ({}, ([], [ROOT, DIR])),
         (
             {
                 ROOT.name: CollectionInfo(ROOT.name, "/ws/", "MEMORY.md"),
                 DIR.name: CollectionInfo(DIR.name, "/ws/memory", "**/*.md"),
             },
-            [],
+            ([], []),
         ),
         (
             {
                 ROOT.name: CollectionInfo(ROOT.name, "/old", "MEMORY.md"),
                 DIR.name: CollectionInfo(DIR.name, "/ws/memory", "*.md"),
             },
-            [Action("rebind", ROOT.name, ROOT), Action("rebind", DIR.name, DIR)],
+            ([ROOT.name, DIR.name], [ROOT, DIR]),
         ),
         (
             {
                 "memory-root": CollectionInfo("memory-root", "/ws", "MEMORY.md"),
                 DIR.name: CollectionInfo(DIR.name, "/ws/memory", "**/*.md"),
             },
-            [Action("remove", "memory-root"), Action("add", ROOT.name, ROOT)],
+            (["memory-root"], [ROOT]),
         ),
         (
             {
                 "memory-dir": CollectionInfo("memory-dir", "/elsewhere", "**/*.md"),
                 ROOT.name: CollectionInfo(ROOT.name, "/ws", "MEMORY.md"),
             },
-            [Action("add", DIR.name, DIR)],
+            ([], [DIR]),
         ),
         (
             {
@@ -134,7 +133,7 @@ DIR = CollectionSpec("memory-dir-main", "/ws/memory", "**/*.md", legacy_name="me
                 ROOT.name: CollectionInfo(ROOT.name, "/ws", "MEMORY.md"),
                 DIR.name: CollectionInfo(DIR.name, "/ws/memory", "**/*.md"),
             },
-            [],
+            ([], []),
         ),
     ],
     ids=[
@@ -147,7 +146,7 @@ DIR = CollectionSpec("memory-dir-main", "/ws/memory", "**/*.md", legacy_name="me
     ],
 )
 def test_plan_brings_qmd_to_desired_collections(
-    existing: dict[str, CollectionInfo], plan: list[Action]
+    existing: dict[str, CollectionInfo], plan: tuple[list[str], list[CollectionSpec]]
 ) -> None:
     assert plan_collections([ROOT, DIR], existing) == plan
 

@@ -24,7 +24,7 @@ from helpers import background, within
 from memoryd.errors import QmdExitError, QmdLocked
 from memoryd.orchestrator import MemoryService
 from memoryd.qmd_adapter import QmdManager
-from memoryd.qmd_adapter._core import busy_timeout_ms
+from memoryd.qmd_adapter._manager import busy_timeout_ms
 from memoryd.qmd_adapter._runner import run_qmd
 from qmd_support import (
     MISSING_MODEL,
@@ -170,7 +170,7 @@ def test_a_write_lock_fails_qmd_update_as_locked_while_qmd_search_still_answers(
             write(rig.ws / "memory" / "2026-01-04.md", "# 2026-01-04\n\nThe walrus left.\n")
             t = time.monotonic()
             with pytest.raises(QmdLocked) as caught:
-                mgr.update(force=True)
+                mgr.update()
             took = time.monotonic() - t
             assert caught.value.code == "qmd_locked"
             assert "database is locked" in str(caught.value)
@@ -184,7 +184,7 @@ def test_a_write_lock_fails_qmd_update_as_locked_while_qmd_search_still_answers(
             assert "its index is locked" in st["qmd"]["lastError"], st["qmd"]
             assert (svc.memory_search("walrus"))["results"] == []  # not indexed yet
 
-        assert mgr.update(force=True)
+        mgr.update()
         found = svc.memory_search("walrus")
         assert found["backend"] == "qmd" and top_path(found) == "memory/2026-01-04.md"
         print(f"locked update raised QmdLocked after {took:.2f}s (timeout {UPDATE_TIMEOUT_MS} ms)")
@@ -206,7 +206,7 @@ def test_a_qmd_error_with_escapes_reaches_last_error_as_plain_text(
         start_service(svc, tg)
         mgr = qmd_of(svc)
         with pytest.raises(QmdExitError) as caught:
-            mgr.embed(force=True)
+            mgr.embed()
         assert "\x1b" in caught.value.stderr, caught.value.stderr
         st = svc.status()
         last = st["qmd"]["lastError"]

@@ -101,7 +101,8 @@ def test_start_creates_scoped_collections_in_the_agent_home(
     assert env["XDG_CACHE_HOME"] == str(shared.home / "xdg-cache")
     assert env["NO_COLOR"] == "1"
     assert "CI" not in env
-    assert mgr.probe() and (mgr.status().version or "").startswith("qmd 2.")
+    mgr.probe()
+    assert (mgr.status().version or "").startswith("qmd 2.")
     # Node's compiled copy of qmd lives in the agent's own cache, private like the rest
     cache = shared.home / "xdg-cache" / "node-compile-cache"
     assert env["NODE_COMPILE_CACHE"] == str(cache)
@@ -227,7 +228,7 @@ def test_a_missing_memory_folder_is_picked_up_on_a_later_sync(qmd_bin: str, tmp_
     mgr = started(make_agent(ws), qmd_bin, tmp_path / "home")
     assert "memory-dir-main" not in mgr.collections
     write(ws / "memory" / "n.md", "# n\n\nplatypus notes\n")
-    mgr.update(force=True)
+    mgr.update()
     assert "memory-dir-main" in mgr.collections
     assert [r.path for r in mgr.search("platypus").results] == ["memory/n.md"]
 
@@ -299,7 +300,8 @@ def test_missing_binary_raises_unavailable(shared: Shared, tmp_path: Path) -> No
     mgr = make_manager(shared.agent(), str(tmp_path / "nope" / "qmd"), shared.home)
     with pytest.raises(QmdUnavailable):
         mgr.start()
-    assert mgr.probe() is False
+    with pytest.raises(QmdUnavailable):
+        mgr.probe()
     assert "not found" in (mgr.last_error or "")
 
 
@@ -416,34 +418,26 @@ def test_update_after_an_edit_shows_the_new_text(qmd_bin: str, tmp_path: Path) -
     mgr = started(make_agent(ws), qmd_bin, tmp_path / "home")
     assert mgr.search("narwhal").results == []
     write(ws / "memory" / "2026-01-03.md", "# 2026-01-03\n\nA narwhal visited the office.\n")
-    assert mgr.update(force=True) is True
+    mgr.update()
     (hit,) = mgr.search("narwhal").results
     assert hit.path == "memory/2026-01-03.md" and "narwhal visited" in hit.snippet
     assert mgr.search("zeppelin budget").results == []
     assert mgr.status().to_dict()["lastUpdateAt"] is not None
 
 
-def test_updates_are_debounced_and_joined_but_forced_ones_queue(
-    qmd_bin: str, tmp_path: Path
-) -> None:
+def test_concurrent_updates_queue_and_both_run(qmd_bin: str, tmp_path: Path) -> None:
     ws = seed_workspace(tmp_path / "ws")
-    mgr = started(make_agent(ws, update={"debounceMs": 60_000}), qmd_bin, tmp_path / "home")
-    assert mgr.update() is True
-    assert mgr.update() is False  # within debounceMs
-    ran: list[bool] = []
+    mgr = started(make_agent(ws), qmd_bin, tmp_path / "home")
+    ran: list[float | None] = []
 
-    def forced() -> None:
-        ran.append(mgr.update(force=True))
-
-    def joined() -> None:
-        time.sleep(0.05)
-        ran.append(mgr.update(force=False))
+    def update() -> None:
+        mgr.update()
+        ran.append(mgr.status().last_update_at)
 
     with concurrently() as tg:
-        tg.start_soon(forced)
-        tg.start_soon(forced)
-        tg.start_soon(joined)
-    assert sorted(ran) == [False, True, True]
+        tg.start_soon(update)
+        tg.start_soon(update)
+    assert len(ran) == 2 and None not in ran
 
 
 def test_maintenance_waits_for_the_lock_held_by_another_process(
@@ -457,7 +451,7 @@ def test_maintenance_waits_for_the_lock_held_by_another_process(
     done = threading.Event()
 
     def update() -> None:
-        mgr.update(force=True)
+        mgr.update()
         done.set()
 
     with concurrently() as tg:
@@ -472,7 +466,6 @@ def test_maintenance_waits_for_the_lock_held_by_another_process(
 def test_embed_is_skipped_in_search_mode(shared: Shared) -> None:
     mgr = shared.manager()
     assert mgr.embed_blocked_reason() is not None
-    assert mgr.embed() is False
 
 
 def test_update_while_searching_raises_nothing(shared: Shared) -> None:
@@ -489,7 +482,7 @@ def test_update_while_searching_raises_nothing(shared: Shared) -> None:
 
     def updates() -> None:
         for _ in range(4):
-            other.update(force=True)
+            other.update()
 
     with concurrently() as tg:
         tg.start_soon(searches)
@@ -505,10 +498,10 @@ def test_timers_run_boot_refresh_periodic_update_and_requests(qmd_bin: str, tmp_
     with background() as tg:
         mgr.start(tg)
         with within(20):
-            while mgr.last_update_at is None:  # boot refresh ran in the background
+            while mgr.status().last_update_at is None:  # boot refresh ran in the background
                 time.sleep(0.05)
-            first = mgr.last_update_at
-            while mgr.last_update_at == first:  # then the 1 s timer
+            first = mgr.status().last_update_at
+            while mgr.status().last_update_at == first:  # then the 1 s timer
                 time.sleep(0.05)
             write(ws / "memory" / "new.md", "# new\n\nokapi\n")
             mgr.notify_changed()
@@ -520,7 +513,7 @@ def test_timers_run_boot_refresh_periodic_update_and_requests(qmd_bin: str, tmp_
 def test_wait_for_boot_sync_updates_before_start_returns(qmd_bin: str, tmp_path: Path) -> None:
     ws = seed_workspace(tmp_path / "ws")
     mgr = started(make_agent(ws, update={"waitForBootSync": True}), qmd_bin, tmp_path / "home")
-    assert mgr.last_update_at is not None
+    assert mgr.status().last_update_at is not None
 
 
 # ---------------------------------------------------------------- memory_get

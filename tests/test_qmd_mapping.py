@@ -8,8 +8,8 @@ import pytest
 
 from memoryd.core.layout import MemoryRoot, display_path
 from memoryd.core.results import SearchResult
-from memoryd.qmd_adapter._core import embed_backoff_s
 from memoryd.qmd_adapter._home import with_models_block
+from memoryd.qmd_adapter._manager import embed_backoff_s
 from memoryd.qmd_adapter._parse import split_qmd_uri
 from memoryd.qmd_adapter._snippets import interleave
 

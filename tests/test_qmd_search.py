@@ -193,7 +193,7 @@ def test_an_edit_qmd_has_not_seen_is_found_again_or_dropped(shared: Shared, tmp_
     assert mgr.search("When did the zebra migration finish?").results == []
     assert mgr.status().dropped_hits == {"stale": 1}
     # once qmd updates, the new text is served as it is
-    mgr.update(force=True)
+    mgr.update()
     (fresh,) = mgr.search("zebra migration").results
     assert fresh.snippet.endswith("Migration later.") and fresh.start_line == 1
 
@@ -240,7 +240,7 @@ def test_hits_outside_memorys_rules_never_reach_the_agent(shared: Shared, tmp_pa
         # the issue holds while qmd has not updated since; the counts stay
         qmd = svc.backend().qmd
         assert isinstance(qmd, QmdManager)
-        qmd.update(force=True)
+        qmd.update()
         updated = svc.status()
         assert not any("would not serve" in i for i in updated["issues"]), updated["issues"]
         assert updated["qmd"]["droppedHits"] == st["qmd"]["droppedHits"]

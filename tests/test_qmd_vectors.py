@@ -43,7 +43,7 @@ class Embedded:
 
     def prepare(self) -> dict[str, Any]:
         mgr = self.manager()
-        mgr.sync(force=True)
+        mgr.sync()
         return mgr.status().to_dict()
 
 
@@ -123,22 +123,22 @@ def test_embed_failure_backs_off_without_failing_the_update(tmp_path: Path) -> N
         clock=lambda: clock[0],
     )
     mgr.start()
-    assert mgr.sync(force=True) is True
+    mgr.sync()
     status = mgr.status().to_dict()
     assert status["lastUpdateAt"] is not None and status["lastEmbedAt"] is None
     assert status["embedFailures"] == 1 and status["embedRetryInS"] == 60
     assert "embed failed" in (status["lastError"] or "")
-    assert mgr.embed() is False  # backing off
-    assert mgr.sync(force=True) is True
+    assert mgr.embed_blocked_reason() is not None  # backing off
+    mgr.sync()
     assert mgr.status().to_dict()["embedFailures"] == 1  # not retried during the backoff
     clock[0] += 61
-    mgr.sync(force=True)
+    mgr.sync()
     assert (
         mgr.status().to_dict()["embedFailures"] == 2
         and mgr.status().to_dict()["embedRetryInS"] == 120
     )
     with pytest.raises(QmdExitError):
-        mgr.embed(force=True)
+        mgr.embed()
     assert (
         mgr.status().to_dict()["embedFailures"] == 3
         and mgr.status().to_dict()["embedRetryInS"] == 240

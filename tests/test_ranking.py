@@ -19,7 +19,6 @@ from memoryd.core.ranking import (
     decay_multiplier,
     exact_token_share,
     extend_chunk,
-    is_evergreen,
     path_match_level,
     rank,
     select_snippet,
@@ -119,7 +118,8 @@ def test_decay_curve(days: int, expected: float) -> None:
     ],
 )
 def test_evergreen_files(path: str, source: str, evergreen: bool) -> None:
-    assert is_evergreen(path, source) is evergreen
+    now = datetime(2026, 11, 30, tzinfo=UTC)
+    assert (age_in_days(path, source, 0.0, now) is None) is evergreen
 
 
 def test_ages_come_from_file_names_and_mtime_for_sessions() -> None:

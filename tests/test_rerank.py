@@ -215,7 +215,8 @@ def test_the_stage_itself_stops_waiting_at_its_timeout() -> None:
         time.sleep(2.0)
         return [1.0] * len(docs)
 
-    cfg = RerankConfig("remote", timeout_ms=100, remote=RerankRemoteConfig("http://127.0.0.1:9"))
+    remote = RerankRemoteConfig(base_url="http://127.0.0.1:9")
+    cfg = RerankConfig(provider="remote", timeout_ms=100, remote=remote)
     outcome = RerankStage(cfg).apply("q", ["a", "b", "c"], hangs)
     assert outcome.order == [0, 1, 2] and outcome.degraded == "no answer within 100 ms"
     assert outcome.seconds <= 0.1 + 0.2
@@ -329,7 +330,9 @@ def test_bad_rerank_settings_fail_in_one_line(
 
 
 def test_the_key_is_not_in_the_settings_repr() -> None:
-    cfg = RerankConfig("remote", remote=RerankRemoteConfig("http://x", api_key=SECRET))
+    cfg = RerankConfig(
+        provider="remote", remote=RerankRemoteConfig(base_url="http://x", api_key=SECRET)
+    )
     assert SECRET not in repr(cfg)
 
 

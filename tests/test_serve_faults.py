@@ -12,6 +12,8 @@ import os
 import select
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,20 +28,17 @@ from embedding_servers import serve as serve_api
 from helpers import write
 from memoryd.paths import socket_path
 from memoryd.server import (
-    IDLE_TIMEOUT_S,
-    LIMITS_ENV,
-    MAX_CONNECTIONS,
     MAX_REQUEST,
-    limits_from_env,
     ping,
     request,
 )
 
 
 def start_serve(
-    tmp_path: Path, search: str, *, env: dict[str, str] | None = None
+    tmp_path: Path, search: str, *, limits: tuple[float, int] | None = None
 ) -> dict[str, Any]:
-    """`memoryd serve` in a child process on a two-note workspace; `search` is its memorySearch TOML."""
+    """`memoryd serve` in a child process on a two-note workspace; `search` is its memorySearch
+    TOML; `limits`: its idle timeout and connection cap instead of the shipped ones."""
     ws = tmp_path / "ws"
     write(ws / "MEMORY.md", "# Memory\n\nThe deploy target is fly.io.\n")
     write(ws / "memory" / "2026-11-29.md", "# 2026-11-29\n\nRotated the webhook secret.\n")
@@ -48,10 +47,16 @@ def start_serve(
         f'[agents.defaults]\nworkspace = "{ws}"\n[agents.defaults.memorySearch]\n{search}'
     )
     log = tmp_path / "serve.log"
+    argv = ["serve", "--config", str(cfg)]
     with log.open("w") as err:
-        proc = spawn_memoryd(
-            ["serve", "--config", str(cfg)], stderr=err, env={**os.environ, **(env or {})}
-        )
+        if limits is None:
+            proc: Any = spawn_memoryd(argv, stderr=err)
+        else:
+            code = (
+                "import sys, memoryd.server as s; from memoryd.cli import main; "
+                f"s.IDLE_TIMEOUT_S, s.MAX_CONNECTIONS = {limits!r}; sys.exit(main())"
+            )
+            proc = subprocess.Popen([sys.executable, "-c", code, *argv], stderr=err, text=True)
     deadline = time.monotonic() + 30
     while ping(socket_path()) is None:
         assert proc.poll() is None, log.read_text()
@@ -187,9 +192,8 @@ CAP = 4
 
 @pytest.fixture
 def served_tight(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    """serve with a 1 s idle timeout and a cap of 4 connections (`MEMORYD_SERVE_LIMITS`)."""
-    env = {LIMITS_ENV: f"idle={IDLE_S:g},connections={CAP}"}
-    running = start_serve(tmp_path, 'provider = "none"\n', env=env)
+    """serve with a 1 s idle timeout and a cap of 4 connections."""
+    running = start_serve(tmp_path, 'provider = "none"\n', limits=(IDLE_S, CAP))
     yield running
     stop_serve(running)
 
@@ -237,20 +241,6 @@ def test_idle_connections_are_dropped_and_excess_ones_refused_at_once(
     answer = good(served_tight["identity"])
     assert answer is not None and answer["results"], answer
     assert "Traceback" not in served_tight["log"].read_text()
-
-
-def test_limits_from_env_reads_only_well_formed_items() -> None:
-    cases = [
-        ("", (IDLE_TIMEOUT_S, MAX_CONNECTIONS)),
-        ("idle=1.5", (1.5, MAX_CONNECTIONS)),
-        ("connections=3", (IDLE_TIMEOUT_S, 3)),
-        ("idle=0.5, connections=2", (0.5, 2)),
-        ("idle=-1,connections=0", (IDLE_TIMEOUT_S, MAX_CONNECTIONS)),
-        ("idle=soon,connections=many,colour=red", (IDLE_TIMEOUT_S, MAX_CONNECTIONS)),
-    ]
-    for raw_value, expected in cases:
-        assert limits_from_env({LIMITS_ENV: raw_value}) == expected, raw_value
-    assert limits_from_env({}) == (IDLE_TIMEOUT_S, MAX_CONNECTIONS)
 
 
 def test_sigterm_stops_serve_within_a_second(served: dict[str, Any]) -> None:

@@ -169,7 +169,7 @@ def test_good_input_maps_to_snake_case_fields(
     tool: str, args: dict[str, Any], fields: dict[str, Any]
 ) -> None:
     model = validate_tool_input(tool, args)
-    assert isinstance(model, TOOLS[tool].model)
+    assert isinstance(model, TOOLS[tool])
     for name, value in fields.items():
         assert getattr(model, name) == value
 
@@ -194,7 +194,7 @@ def test_python_callers_may_use_field_names() -> None:
 @pytest.mark.parametrize("tool", list(TOOLS))
 def test_every_schema_forbids_extra_arguments_and_names_wire_arguments(tool: str) -> None:
     schema = input_schema(tool)
-    model = TOOLS[tool].model
+    model = TOOLS[tool]
     wire = [f.alias or n for n, f in model.model_fields.items()]
     required = [f.alias or n for n, f in model.model_fields.items() if f.is_required()]
     assert schema["type"] == "object" and schema["additionalProperties"] is False
@@ -223,7 +223,7 @@ def test_unknown_tool_and_non_object_arguments() -> None:
         validate_tool_input("memory_delete", {})
     with pytest.raises(InvalidInput, match="memory_search arguments must be an object"):
         validate_tool_input("memory_search", ["q"])  # type: ignore[arg-type]
-    assert validate_tool_input("memory_status", None) == TOOLS["memory_status"].model()
+    assert validate_tool_input("memory_status", None) == TOOLS["memory_status"]()
 
 
 def test_invalid_input_result_is_the_documented_failure_shape() -> None:

@@ -21,7 +21,7 @@ import numpy as np
 
 from memoryd.builtin_index.index import MemoryIndex
 from memoryd.config import ChunkingConfig, deep_merge, resolve_agent, validate_config
-from memoryd.core.chunking import chunking_plan
+from memoryd.core.chunking import ChunkingPlan
 from memoryd.core.citations import trim_to_budget
 from memoryd.core.ranking import RankParams
 from memoryd.embeddings.base import EmbeddingProvider, Matrix, ProviderSelection, Vector
@@ -241,14 +241,14 @@ def chunk_suffix(
     """The index file name's chunking part: `t400o80`, `t160o16`, or `t400o80d160o16` when daily
     notes have a size of their own (`--daily-notes`)."""
     default = ChunkingConfig()
-    plan = chunking_plan(
+    plan = ChunkingPlan(
         tokens if tokens is not None else default.tokens,
         overlap if overlap is not None else default.overlap,
         daily,
     )
-    base = f"t{plan.files.tokens}o{plan.files.overlap}"
+    base = f"t{plan.tokens}o{plan.overlap}"
     d = plan.daily_notes
-    return base if d is None else f"{base}d{d.tokens}o{d.overlap}"
+    return base if d is None else f"{base}d{d[0]}o{d[1]}"
 
 
 def partial_copy(src: Path, dst: Path, share: float, order: str) -> tuple[int, int]:

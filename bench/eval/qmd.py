@@ -93,11 +93,11 @@ class QmdSystem:
         if self.prepared:
             return
         self.service.backend().ensure_qmd_started()
-        self.qmd.update(force=True)
+        self.qmd.update()
         if self.mode != "search" and not self.qmd.has_vectors(list(self.qmd.collections)):
             started = time.perf_counter()
             print(f"  [qmd {self.workspace.name}] embedding (MiniLM GGUF)…", file=sys.stderr)
-            self.qmd.embed(force=True)
+            self.qmd.embed()
             took = time.perf_counter() - started
             print(f"  [qmd {self.workspace.name}] embedded in {took:.0f}s", file=sys.stderr)
         self.prepared = True

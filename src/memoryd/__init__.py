@@ -42,23 +42,19 @@ __all__ = [
 ]
 
 
+#: Loaded on first use: the `memoryd` command imports this package for its version, and a
+#: search it forwards to `memoryd serve` never loads the config or the service.
+_LAZY = {
+    "load_config": "config_files",
+    "SearchResult": "core.results",
+    "SearchOutput": "core.engine",
+    "MemoryService": "orchestrator.service",
+}
+
+
 def __getattr__(name: str) -> Any:
-    # loaded on first use: the `memoryd` command imports this package for its version, and a
-    # search it forwards to `memoryd serve` never loads the config or the service
-    if name == "load_config":
-        from .config_files import load_config
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        return load_config
-    if name == "SearchResult":
-        from .core.results import SearchResult
-
-        return SearchResult
-    if name == "SearchOutput":
-        from .core.engine import SearchOutput
-
-        return SearchOutput
-    if name == "MemoryService":
-        from .orchestrator.service import MemoryService
-
-        return MemoryService
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -98,3 +100,23 @@ async def run_blocking(fn: Callable[[], T], limiter: anyio.CapacityLimiter) -> T
     if not ok:
         raise value
     return value  # type: ignore[no-any-return]
+
+
+async def close_shielded(close: Callable[[], object]) -> None:
+    """`close()` (a service's) off the event loop, even in a cancelled task, for at most 10 s."""
+    import anyio
+
+    with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+        await run_blocking(close, anyio.CapacityLimiter(1))
+
+
+async def stop_on_signal(stop: Callable[[], object], command: str) -> None:
+    """Call `stop()` at the first SIGINT or SIGTERM, saying so on stderr."""
+    import anyio
+
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            name = signal.Signals(signum).name
+            print(f"memoryd {command}: {name}, shutting down", file=sys.stderr, flush=True)
+            stop()
+            return

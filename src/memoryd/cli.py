@@ -59,10 +59,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"memoryd: error: {message} (see {self.prog} --help)\n")
 
 
-class _Help(argparse.RawDescriptionHelpFormatter):
-    """Descriptions and examples keep their line breaks."""
-
-
 def _parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; given `command`, with that subcommand only (setting up argparse for all of
     them would cost a one-off search more than parsing its arguments)."""
@@ -94,7 +90,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         '  memoryd search --workspace demo/workspace "when does the old webhook secret stop working?"\n'
         "  memoryd status --json\n\n"
         "Exit status: 0 ok, 2 usage errors and invalid input, 1 any other failure.",
-        formatter_class=_Help,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"memoryd {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -106,7 +102,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         kw.setdefault("description", summary[0].upper() + summary[1:] + end)
         kw.setdefault("parents", [common])
         kw.setdefault("epilog", "examples:\n" + examples)
-        kw.setdefault("formatter_class", _Help)
+        kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         return sub.add_parser(name, help=summary, **kw)
 
     if s := _cmd(
@@ -430,13 +426,6 @@ def parse_http_address(value: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-def _validate(tool: str, **arguments: Any) -> None:
-    """The tool input contract (`memoryd.tools`), for what this process answers itself."""
-    from .tools import validate_tool_input
-
-    validate_tool_input(tool, {k: v for k, v in arguments.items() if v is not None})
-
-
 def _cmd_search(args: argparse.Namespace) -> int:
     if args.query == "-":  # as `append -`: the query from stdin
         args.query = sys.stdin.read().strip()
@@ -447,9 +436,8 @@ def _cmd_search(args: argparse.Namespace) -> int:
         "maxResults": args.max_results,
         "minScore": args.min_score,
         "corpus": args.corpus,
+        "explain": args.explain,
     }
-    if args.explain:
-        payload["explain"] = True
     out = forward(args, payload)
     if out is None:  # the service validates with the same bounds as the tool contract
         with service(args) as svc:
@@ -554,14 +542,16 @@ def _cmd_append(args: argparse.Namespace) -> int:
 
 
 def _cmd_flush_check(args: argparse.Namespace) -> int:
-    _validate(
-        "memory_flush_check",
-        tokenEstimate=args.tokens,
-        contextWindow=args.context_window,
-        compactionCount=args.compactions,
-        sessionKey=args.session_key,
-        sessionId=args.session_id,
-    )
+    from .tools import validate_tool_input
+
+    wire = {
+        "tokenEstimate": args.tokens,
+        "contextWindow": args.context_window,
+        "compactionCount": args.compactions,
+        "sessionKey": args.session_key,
+        "sessionId": args.session_id,
+    }  # the tool's input contract, with its messages
+    validate_tool_input("memory_flush_check", {k: v for k, v in wire.items() if v is not None})
     with service(args) as svc:
         out = svc.flush_check(
             session_key=args.session_key,
@@ -738,12 +728,6 @@ def _check_new_agent(args: argparse.Namespace) -> None:
     )
 
 
-def _run(args: argparse.Namespace) -> int:
-    if args.command != "pg-local":  # pg-local needs no service: it waits for a signal
-        _check_new_agent(args)
-    return COMMANDS[args.command](args)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     # pydantic otherwise scans every installed package for plugins memoryd never uses; a
     # caller who sets the variable keeps their choice
@@ -758,10 +742,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler.setFormatter(BoundedFormatter("memoryd: %(levelname)s: %(message)s"))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR, handlers=[handler])
     try:
-        return _run(args)
+        if args.command != "pg-local":  # pg-local needs no service: it waits for a signal
+            _check_new_agent(args)
+        return COMMANDS[args.command](args)
     except MemorydError as err:
         print(f"memoryd: error: {visible_controls(str(err))}", file=sys.stderr)
-        if getattr(args, "json", False):
+        if args.json:
             print_json(err.to_result())
         return EXIT_USAGE if err.code in USAGE_CODES else EXIT_ERROR
     except KeyboardInterrupt:
@@ -772,7 +758,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
-
-
-if __name__ == "__main__":
-    sys.exit(main())

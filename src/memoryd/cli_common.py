@@ -23,25 +23,8 @@ def as_json(args: argparse.Namespace, data: Any) -> bool:
     return bool(args.json)
 
 
-def identity(args: argparse.Namespace) -> dict[str, Any]:
-    """Who is asking, as `serve` compares it: config file, workspace flag/env, cwd."""
-    from .paths import config_file
-    from .server import config_identity
-
-    raw_ws = args.workspace or os.environ.get("MEMORYD_WORKSPACE")
-    return {
-        "config": config_identity(config_file(args.config)),
-        "workspace": os.path.abspath(os.path.expanduser(raw_ws)) if raw_ws else None,
-        "cwd": os.getcwd(),
-    }
-
-
 def forward(
-    args: argparse.Namespace,
-    payload: dict[str, Any],
-    *,
-    wait_s: float | None = None,
-    announce: bool = False,
+    args: argparse.Namespace, payload: dict[str, Any], *, wait_s: float | None = None
 ) -> dict[str, Any] | None:
     """The answer of a `memoryd serve` that serves this caller (its failure raised), else None;
     with `wait_s`, a serve that stops answering is an error, never a reason to run it here too."""
@@ -52,10 +35,18 @@ def forward(
     sock = paths.socket_path()
     if not sock.exists():  # no server: skip its module (socket) and the config hash
         return None
-    from .server import ping, request
+    from .server import config_identity, ping, request
 
-    full = {**payload, "agent": args.agent, "identity": identity(args)}
+    raw_ws = args.workspace or os.environ.get("MEMORYD_WORKSPACE")
+    identity = {  # who is asking, as `serve` compares it
+        "config": config_identity(paths.config_file(args.config)),
+        "workspace": os.path.abspath(os.path.expanduser(raw_ws)) if raw_ws else None,
+        "cwd": os.getcwd(),
+    }
+    full = {**payload, "agent": args.agent, "identity": identity}
     op = payload["op"]
+    # forget and reset say who did the work; forget's listing is only a question
+    announce = wait_s is not None and op != "forget-plan"
     if wait_s is None:
         out = request(sock, full)
         if out is None:

@@ -11,12 +11,10 @@ from .cli_common import as_json, forward, print_json, service
 from .core.text import visible_controls
 from .errors import InvalidInput, MemorydError
 
-#: forget and reset may rebuild an index: a forwarded one waits this long for serve's answer
-_LONG_TIMEOUT_S = 3600.0
-
 
 def _forward_long(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any] | None:
-    return forward(args, payload, wait_s=_LONG_TIMEOUT_S, announce=payload["op"] != "forget-plan")
+    # forget and reset may rebuild an index: a forwarded one waits up to an hour for serve
+    return forward(args, payload, wait_s=3600.0)
 
 
 def _confirm(question: str, refusal: str) -> None:

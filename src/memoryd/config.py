@@ -818,12 +818,6 @@ def _combine_extra_paths(
         merged["extraPaths"] = [*ours, *(e for e in theirs if e not in ours)]
 
 
-def _looks_like_workspace(path: Path) -> bool:
-    return (
-        any((path / name).is_file() for name in CURATED_ROOT_NAMES) or (path / MEMORY_DIR).is_dir()
-    )
-
-
 def resolve_agent(
     config: MemorydConfig,
     agent_id: str | None = None,
@@ -860,7 +854,10 @@ def resolve_agent(
 def _workspace(raw: str | os.PathLike[str] | None, cwd: Path) -> Path:
     """The workspace named by flag, environment or config, else `cwd` if it looks like one."""
     if not raw:
-        if not _looks_like_workspace(cwd):
+        if not (
+            any((cwd / name).is_file() for name in CURATED_ROOT_NAMES)
+            or (cwd / MEMORY_DIR).is_dir()
+        ):
             raise WorkspaceNotFound(
                 f"no workspace: {cwd} has no MEMORY.md or memory/ folder. Pass --workspace DIR, set "
                 "MEMORYD_WORKSPACE, or set agents.defaults.workspace in a config file (--config)."
@@ -876,4 +873,4 @@ def _workspace(raw: str | os.PathLike[str] | None, cwd: Path) -> Path:
 
 def agent_ids(config: MemorydConfig) -> list[str]:
     """Configured agent ids (`main` when none are listed)."""
-    return [e.id for e in config.agents.list_] or ["main"]
+    return [e.id for e in config.agents.list_] or [paths.DEFAULT_AGENT_ID]

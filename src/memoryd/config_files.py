@@ -34,12 +34,12 @@ def read_config_file(path: Path) -> MemorydConfig:
         raise ConfigError(f"config file not found: {path}") from None
     except OSError as err:
         raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
-    where = path.absolute()
-    try:
-        key = _key(where, raw, _code_fingerprint())
+    try:  # the file's name says which config; the key, which bytes and which memoryd code
+        key = hashlib.sha256(_code_fingerprint() + raw).hexdigest()
     except OSError:  # no source to fingerprint (a frozen build): validate every time
         return _parse_config_file(path, raw)
-    target = _cache_file(where)
+    name = hashlib.sha256(os.fsencode(path.absolute())).hexdigest()[:24]
+    target = paths.config_cache_dir() / f"{name}.json"
     cached = _load(target, key)
     if cached is not None:
         return cached
@@ -117,24 +117,12 @@ _CREDENTIAL_FIELDS: Final = frozenset({"api_key", "headers"})
 
 
 @functools.cache
-def _code_fingerprint() -> str:
+def _code_fingerprint() -> bytes:
     digest = hashlib.sha256()
     for module in (config, config_validation):
         digest.update(Path(module.__file__ or "").read_bytes())
     digest.update(Path(__file__).read_bytes())
-    return digest.hexdigest()
-
-
-def _key(config_path: Path, raw: bytes, fingerprint: str) -> str:
-    digest = hashlib.sha256()
-    for part in (fingerprint.encode(), os.fsencode(config_path), raw):
-        digest.update(len(part).to_bytes(8, "big") + part)
-    return digest.hexdigest()
-
-
-def _cache_file(config_path: Path) -> Path:
-    name = hashlib.sha256(os.fsencode(config_path)).hexdigest()[:24]
-    return paths.config_cache_dir() / f"{name}.json"
+    return digest.digest()  # fixed length: the config's bytes follow it unambiguously
 
 
 def _rebuild(obj: dict[str, Any]) -> Any:

@@ -33,7 +33,7 @@ _PYDANTIC_CONFIG: Final = {
 }
 
 
-@dataclass_transform(field_specifiers=(dataclasses.field,))
+@dataclass_transform(kw_only_default=True, field_specifiers=(dataclasses.field,))
 def model(cls: type[_T]) -> type[_T]:
     """A config model: a `value_class` pydantic validates with unknown keys forbidden; a class
     attribute `removed_keys` ({key: reason}) refuses keys with a sentence of their own."""
@@ -43,11 +43,11 @@ def model(cls: type[_T]) -> type[_T]:
     return out
 
 
-@dataclass_transform(field_specifiers=(dataclasses.field,))
+@dataclass_transform(kw_only_default=True, field_specifiers=(dataclasses.field,))
 def value_class(cls: type[_T]) -> type[_T]:
-    """A dataclass whose `__init__`, `__eq__` and `__repr__` are shared, with the dataclass
-    behaviour: `dataclasses` compiles each generated method with `exec`, for every config class
-    at every start."""
+    """A keyword-only dataclass whose `__init__`, `__eq__` and `__repr__` are shared, with the
+    dataclass behaviour: `dataclasses` compiles each generated method with `exec`, for every
+    config class at every start."""
     cls.__doc__ = cls.__doc__ or cls.__name__  # else dataclass writes one with inspect.signature
     out: Any = dataclasses.dataclass(cls, init=False, repr=False, eq=False)
     out.__init__ = functools.partialmethod(_init, dataclasses.fields(out))
@@ -57,14 +57,8 @@ def value_class(cls: type[_T]) -> type[_T]:
     return typing.cast(type[_T], out)
 
 
-def _init(self: Any, fields: tuple[dataclasses.Field[Any], ...], *args: Any, **kwargs: Any) -> None:
+def _init(self: Any, fields: tuple[dataclasses.Field[Any], ...], **kwargs: Any) -> None:
     name = type(self).__name__
-    if len(args) > len(fields):
-        raise TypeError(f"{name}() takes {len(fields)} positional arguments")
-    for f, value in zip(fields, args, strict=False):
-        if f.name in kwargs:
-            raise TypeError(f"{name}() got multiple values for argument {f.name!r}")
-        kwargs[f.name] = value
     for f in fields:
         if f.name in kwargs:
             value = kwargs.pop(f.name)

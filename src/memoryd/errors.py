@@ -16,6 +16,7 @@ class MemorydError(Exception):
         super().__init_subclass__(**kwargs)
         if code is not None:
             cls.code = code
+            CODES[code] = cls
 
     def to_result(self, **extra: Any) -> dict[str, Any]:
         """This failure as a tool result, `{disabled: true, error, code}` plus `extra`."""
@@ -24,9 +25,11 @@ class MemorydError(Exception):
     @staticmethod
     def from_result(result: Mapping[str, Any]) -> MemorydError:
         """The error a failed tool result carries (a socket answer read back), by its code."""
-        code = result.get("code")
-        cls = next((c for c in _subclasses(MemorydError) if c.code == code), MemorydError)
-        return cls(str(result.get("error")))
+        return CODES.get(str(result.get("code")), MemorydError)(str(result.get("error")))
+
+
+#: Every error class by its code (the table of docs/errors.md).
+CODES: dict[str, type[MemorydError]] = {MemorydError.code: MemorydError}
 
 
 class ConfigError(MemorydError, code="config_error"):
@@ -177,18 +180,3 @@ class NotServed(MemorydError, code="not_served"):
 
 class ServerBusy(MemorydError, code="server_busy"):
     """Answered by `memoryd serve` when it already handles its maximum number of connections."""
-
-
-def _subclasses(cls: type[MemorydError]) -> list[type[MemorydError]]:
-    out = [cls]
-    for sub in cls.__subclasses__():
-        out.extend(_subclasses(sub))
-    return out
-
-
-def all_codes() -> dict[str, str]:
-    """Every code and the first line of its class docstring (the README's error table)."""
-    out: dict[str, str] = {}
-    for cls in _subclasses(MemorydError):
-        out.setdefault(cls.code, (cls.__doc__ or "").strip().splitlines()[0])
-    return out

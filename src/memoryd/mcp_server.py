@@ -15,7 +15,6 @@ import logging
 import os
 import re
 import secrets
-import signal
 import socket
 import sys
 import threading
@@ -37,7 +36,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 
 from . import __version__, paths
-from .background import Background, run_blocking
+from .background import Background, close_shielded, run_blocking, stop_on_signal
 from .errors import ConfigError, InvalidInput, MemorydError, StateError
 from .fsio import create_private_once, private_dir, read_private
 from .tools import TOOLS, call_tool, input_schema, validate_tool_input
@@ -67,47 +66,41 @@ class _ServiceHandle:
         self._service: MemoryService | None = None
         self._lock = anyio.Lock()
         self.workers = anyio.CapacityLimiter(WORKERS)
+        #: set while serving: the service's timers then run in this task group
         self.tg: TaskGroup | None = None
-        self._warm_started = False
-        self._warmed = anyio.Event()
+        self._warming = False
 
-    async def service(self) -> MemoryService:
+    async def ready(self) -> MemoryService:
+        """The service, built (and started, when serving) once: tool calls wait here."""
         async with self._lock:
             if self._service is None:
-                self._service = await run_blocking(self._factory, self.workers)
+                started = time.perf_counter()
+                svc = await run_blocking(self._factory, self.workers)
+                if self.tg is not None:
+                    try:
+                        agents = [svc.agent(self.agent_id).agent_id]
+                        await run_blocking(lambda: svc.start(Background(), agents), self.workers)
+                        log.info("memory service started in %.2fs", time.perf_counter() - started)
+                    except Exception:  # tool calls report the failure; the server keeps serving
+                        log.exception("starting the memory service failed")
+                self._service = svc
         return self._service
 
     def warm_soon(self) -> None:
-        """Start the service in the background (once); a no-op until `tg` is set."""
-        if self.tg is None or self._warm_started:
-            return
-        self._warm_started = True
-        self.tg.start_soon(self._warm)
+        """Make the service ready in the background (once); a no-op until `tg` is set."""
+        if self.tg is not None and not self._warming:
+            self._warming = True
+            self.tg.start_soon(self._warm)
 
     async def _warm(self) -> None:
-        started = time.perf_counter()
         try:
-            svc = await self.service()
-            agents = [svc.agent(self.agent_id).agent_id]
-            await run_blocking(lambda: svc.start(Background(), agents), self.workers)
-            log.info("memory service started in %.2fs", time.perf_counter() - started)
-        except Exception:
-            # a tool call then reports the failure as its result; the server keeps serving
+            await self.ready()
+        except Exception:  # the factory failed: a tool call retries it and reports why
             log.exception("starting the memory service failed")
-        finally:
-            self._warmed.set()
-
-    async def ready(self) -> MemoryService:
-        """The service, started when serving (tool calls wait here, never `initialize`)."""
-        if self.tg is not None:
-            self.warm_soon()
-            await self._warmed.wait()
-        return await self.service()
 
     async def aclose(self) -> None:
         if self._service is not None:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                await run_blocking(self._service.close, anyio.CapacityLimiter(1))
+            await close_shielded(self._service.close)
 
 
 def _result(data: dict[str, Any]) -> types.CallToolResult:
@@ -123,17 +116,17 @@ def _result(data: dict[str, Any]) -> types.CallToolResult:
 def _build(handle: _ServiceHandle) -> Server[Any]:
     tools = [
         types.Tool(
-            name=spec.name,
-            description=spec.description,
-            input_schema=input_schema(spec.name),
+            name=tool.name,
+            description=tool.description,
+            input_schema=input_schema(tool.name),
             annotations=types.ToolAnnotations(
-                read_only_hint=spec.read_only,
+                read_only_hint=tool.read_only,
                 destructive_hint=False,
-                idempotent_hint=spec.read_only,
+                idempotent_hint=tool.read_only,
                 open_world_hint=False,
             ),
         )
-        for spec in TOOLS.values()
+        for tool in TOOLS.values()
     ]
 
     async def list_tools(
@@ -183,15 +176,6 @@ def build_server(
 ) -> Server[Any]:
     """The MCP server for one agent's tools; `service` may be a factory, called on first need."""
     return _build(_ServiceHandle(service, agent_id))
-
-
-async def _on_signal(stop: Callable[[], None]) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            name = signal.Signals(signum).name
-            print(f"memoryd mcp: {name}, shutting down", file=sys.stderr, flush=True)
-            stop()
-            return
 
 
 #: How long, after the host closes stdin, requests already read may take to be answered.
@@ -295,7 +279,7 @@ async def serve_stdio(
     try:
         async with anyio.create_task_group() as tg:
             handle.tg = tg  # the service's timers run in the serving task group
-            tg.start_soon(_on_signal, tg.cancel_scope.cancel)
+            tg.start_soon(stop_on_signal, tg.cancel_scope.cancel, "mcp")
             async with stdio_server(stdin=cast(Any, stdin)) as (read, write):
                 watched = _AnsweredWrites(write, stdin.answered)
                 await server.run(read, cast(Any, watched), server.create_initialization_options())
@@ -392,10 +376,6 @@ def check_request_origin(origin: str | None, host: str | None, guard: OriginGuar
     return None
 
 
-#: How long an HTTP session may sit idle before it is closed (seconds).
-SESSION_IDLE_S = 600.0
-#: Sessions open at once; one more is answered 503 with `Retry-After`.
-MAX_SESSIONS = 64
 #: What a client refused for the session cap is told to wait (seconds).
 RETRY_AFTER_S = 30
 _TOKEN_RE = re.compile(r"[A-Za-z0-9_\-]{32,256}")
@@ -403,7 +383,7 @@ _TOKEN_RE = re.compile(r"[A-Za-z0-9_\-]{32,256}")
 
 def load_token() -> tuple[str, Path]:
     """(the bearer token, its file): made once, 0600 in the state dir; `StateError` if unusable."""
-    path = paths.mcp_token_path()
+    path = paths.state_dir() / "mcp-token"
     private_dir(path.parent)
     create_private_once(path, (secrets.token_urlsafe(32) + "\n").encode("ascii"))
     raw = read_private(path) or b""
@@ -489,8 +469,7 @@ def _listen(host: str, port: int) -> socket.socket:
         if sock is not None:
             sock.close()
         raise ConfigError(f"cannot listen on {host}:{port}: {err.strerror or err}") from None
-    sock.set_inheritable(False)
-    return sock
+    return sock  # not inherited by qmd: Python's sockets are non-inheritable (PEP 446)
 
 
 def _check_http_bind(
@@ -536,7 +515,7 @@ def _uvicorn(app: Any, tls_cert: str | None, tls_key: str | None, sock: socket.s
     import uvicorn
 
     class _QuietUvicorn(uvicorn.Server):
-        """uvicorn without its own signal handlers: `_on_signal` owns SIGTERM/SIGINT."""
+        """uvicorn without its own signal handlers: `stop_on_signal` owns SIGTERM/SIGINT."""
 
         @contextmanager
         def capture_signals(self) -> Iterator[None]:
@@ -574,10 +553,11 @@ async def serve_http(
     allowed_hosts: Iterable[str] = (),
     tls_cert: str | None = None,
     tls_key: str | None = None,
-    session_idle_s: float = SESSION_IDLE_S,
-    max_sessions: int = MAX_SESSIONS,
+    session_idle_s: float,
+    max_sessions: int,
 ) -> None:
-    """Serve MCP over Streamable HTTP at `http(s)://host:port/mcp` (plus `GET /health`)."""
+    """Serve MCP over Streamable HTTP at `http(s)://host:port/mcp` (plus `GET /health`), with
+    the limits `memoryd mcp --http` was given (--session-idle, --max-sessions)."""
     from mcp.server.transport_security import TransportSecuritySettings
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -614,13 +594,12 @@ async def serve_http(
     url = f"{'https' if tls_cert else 'http'}://{shown}:{bound_port}/mcp"
     _say_listening(url, token_path, guard, host)
 
-    def stop() -> None:
-        uv.should_exit = True
-
     try:
         async with anyio.create_task_group() as tg:
             handle.tg = tg  # the service's timers run in the serving task group
-            tg.start_soon(_on_signal, stop)
+            tg.start_soon(
+                stop_on_signal, functools.partial(setattr, uv, "should_exit", True), "mcp"
+            )
             await uv.serve(sockets=[sock])
             tg.cancel_scope.cancel()
     finally:

@@ -119,11 +119,9 @@ def read_memory_file(
     shown = display_path(root, rel, workspace=ws)
     # read only as far as the page reaches: a 50 MB note costs a scan, not 50 MB of memory
     page = read_file_with(
-        root, rel, lambda blocks: page_blocks(blocks, from_line, lines), anchor=workspace
+        root, rel, lambda blocks: page_blocks(shown, blocks, from_line, lines), anchor=workspace
     )
-    if page is None:
-        return FileText(shown, "", missing=True)
-    return FileText(shown, page.text, page.truncated, page.next_from, past_end=page.past_end)
+    return FileText(shown, "", missing=True) if page is None else page
 
 
 def transcript_display_path(path: Path) -> str:

@@ -8,8 +8,6 @@ import re
 from pathlib import Path
 from typing import Final, NamedTuple
 
-import platformdirs
-
 from .errors import InvalidAgentId, MemorydError
 
 APP_NAME = "memoryd"
@@ -35,12 +33,9 @@ def state_dir() -> Path:
     override = os.environ.get("MEMORYD_STATE_DIR")
     if override:
         return Path(override).expanduser().absolute()
+    import platformdirs  # here: a state dir from the environment never needs it
+
     return Path(platformdirs.user_state_dir(APP_NAME))
-
-
-def config_dir() -> Path:
-    """Default folder searched for `config.toml`."""
-    return Path(platformdirs.user_config_dir(APP_NAME))
 
 
 def config_file(explicit: str | os.PathLike[str] | None = None) -> Path | None:
@@ -50,18 +45,15 @@ def config_file(explicit: str | os.PathLike[str] | None = None) -> Path | None:
     env = os.environ.get("MEMORYD_CONFIG")
     if env:
         return Path(env).expanduser().absolute()
-    default = config_dir() / "config.toml"
+    import platformdirs
+
+    default = Path(platformdirs.user_config_dir(APP_NAME)) / "config.toml"
     return default if default.is_file() else None
 
 
 def socket_path() -> Path:
     """The Unix socket `memoryd serve` listens on."""
     return state_dir() / "memoryd.sock"
-
-
-def mcp_token_path() -> Path:
-    """The bearer token `memoryd mcp --http` requires of its clients (0600)."""
-    return state_dir() / "mcp-token"
 
 
 def config_cache_dir() -> Path:
@@ -83,11 +75,6 @@ def workspace_key(workspace: Path) -> str:
 def agent_root(agent_id: str) -> Path:
     """`<state>/agents/<agentId>` for a validated id."""
     return _inside(state_dir(), "agents", validate_agent_id(agent_id))
-
-
-def agent_sessions_dir(agent_id: str) -> Path:
-    """Where the host writes an agent's session transcripts (`*.jsonl`)."""
-    return agent_root(agent_id) / "sessions"
 
 
 class AgentState(NamedTuple):
@@ -122,7 +109,7 @@ class AgentState(NamedTuple):
     @property
     def sessions_dir(self) -> Path:
         """The agent's transcripts (per agent, not per workspace: the host writes them)."""
-        return agent_sessions_dir(self.agent_id)
+        return agent_root(self.agent_id) / "sessions"
 
 
 def agent_state(agent_id: str, workspace: Path) -> AgentState:
@@ -143,11 +130,6 @@ def expand_store_path(template: str, agent_id: str, workspace: Path) -> Path:
 def legacy_index_path(agent_id: str) -> Path:
     """Where memoryd ≤ 0.1 kept the built-in index: `<state>/memory/<agentId>.sqlite`."""
     return _inside(state_dir(), "memory", f"{validate_agent_id(agent_id)}.sqlite")
-
-
-def legacy_agent_dir(agent_id: str) -> Path:
-    """memoryd ≤ 0.1 kept qmd homes and sessions.json directly in `<state>/agents/<agentId>`."""
-    return agent_root(agent_id)
 
 
 def _inside(base: Path, *parts: str) -> Path:

@@ -15,6 +15,10 @@ PHASES: dict[str, tuple[str, str]] = {
 }
 
 
+#: Seconds between two plain progress lines.
+LINE_INTERVAL_S = 5.0
+
+
 def format_duration(seconds: float) -> str:
     """`42s`, `3m05s`, `1h02m`: short enough for a progress line."""
     s = max(round(seconds), 0)
@@ -56,21 +60,16 @@ class _Phase:
 class ProgressReporter:
     """A `ProgressFn` for the CLI: a rich bar on a terminal, plain lines otherwise."""
 
-    stream: IO[str] | None = None
+    stream: IO[str] = field(default_factory=lambda: sys.stderr)
+    #: Unset: whether `stream` is a terminal.
     tty: bool | None = None
-    #: Seconds between two plain lines.
-    interval_s: float = 5.0
-    prefix: str = "memoryd index: "
     clock: Callable[[], float] = time.monotonic
     _phases: dict[str, _Phase] = field(default_factory=dict)
     _bar: Any = None
 
     def __enter__(self) -> ProgressReporter:
-        if self.stream is None:
-            self.stream = sys.stderr
         if self.tty is None:
-            isatty = getattr(self.stream, "isatty", None)
-            self.tty = bool(isatty and isatty())
+            self.tty = self.stream.isatty()
         if self.tty:
             self._bar = _rich_bar(self.stream)
             self._bar.__enter__()
@@ -90,12 +89,13 @@ class ProgressReporter:
             self._update_bar(phase, state, done, total, now)
             return
         finished = total > 0 and done >= total
-        if state.ended or (not finished and now - state.last_line < self.interval_s):
+        if state.ended or (not finished and now - state.last_line < LINE_INTERVAL_S):
             return
         state.last_line = now
         state.ended = finished
-        assert self.stream is not None
-        print(self.prefix + describe(phase, done, total, now - state.started), file=self.stream)
+        print(
+            "memoryd index: " + describe(phase, done, total, now - state.started), file=self.stream
+        )
         self.stream.flush()
 
     def _update_bar(self, phase: str, state: _Phase, done: int, total: int, now: float) -> None:

@@ -12,9 +12,7 @@ import hashlib
 import json
 import logging
 import os
-import signal
 import socket
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -26,18 +24,15 @@ if TYPE_CHECKING:  # the CLI imports this module to forward requests: keep it li
     from anyio.abc import SocketStream
 
     from .orchestrator import MemoryService
-    from .tools import ToolInput
 
 log = logging.getLogger("memoryd.server")
 
 #: Longest request line accepted (bytes); queries are capped far below this.
 MAX_REQUEST: Final = 256 * 1024
 #: How long a connection may take to send its request line.
-IDLE_TIMEOUT_S: Final = 10.0
+IDLE_TIMEOUT_S = 10.0
 #: Connections handled at once; more are answered `server_busy` and closed at once.
-MAX_CONNECTIONS: Final = 64
-#: Test-only override of the two limits above.
-LIMITS_ENV: Final = "MEMORYD_SERVE_LIMITS"
+MAX_CONNECTIONS = 64
 
 
 def config_identity(config_path: Path | None) -> dict[str, str | None]:
@@ -49,25 +44,6 @@ def config_identity(config_path: Path | None) -> dict[str, str | None]:
     except OSError:
         digest = None
     return {"path": str(config_path.absolute()), "sha256": digest}
-
-
-def limits_from_env(environ: Mapping[str, str] | None = None) -> tuple[float, int]:
-    """(idle timeout, connection cap) from `MEMORYD_SERVE_LIMITS` (tests only); bad items are ignored."""
-    raw = (os.environ if environ is None else environ).get(LIMITS_ENV, "")
-    idle, cap = IDLE_TIMEOUT_S, MAX_CONNECTIONS
-    for item in filter(None, (part.strip() for part in raw.split(","))):
-        key, _, value = item.partition("=")
-        try:
-            if key == "idle" and float(value) > 0:
-                idle = float(value)
-                continue
-            if key == "connections" and int(value) > 0:
-                cap = int(value)
-                continue
-        except ValueError:
-            pass
-        log.warning("serve: ignoring %s item %r", LIMITS_ENV, item)
-    return idle, cap
 
 
 #: Longest error message sent back (a reason may quote what the caller sent).
@@ -196,14 +172,6 @@ def _lifecycle(
 _ENVELOPE = ("op", "agent", "identity")
 
 
-def _tool(service: MemoryService, args: ToolInput, agent: str | None) -> dict[str, Any]:
-    from .tools import MemoryStatusInput, call_tool
-
-    if isinstance(args, MemoryStatusInput):
-        return {**service.status(agent), "servedBy": f"serve (pid {os.getpid()})"}
-    return call_tool(service, args, agent_id=agent)
-
-
 async def dispatch(
     service: MemoryService,
     req: dict[str, Any],
@@ -212,7 +180,7 @@ async def dispatch(
 ) -> dict[str, Any]:
     """Answer one request, `{op, agent?, identity, …tool arguments}`, on a worker thread."""
     from .background import run_blocking
-    from .tools import validate_tool_input
+    from .tools import call_tool, validate_tool_input
 
     shape = _shape_error(req)
     if shape is not None:
@@ -237,36 +205,28 @@ async def dispatch(
             )
         except InvalidInput as err:
             return _error(err)
-        answer = functools.partial(_tool, service, args, agent)
+        answer = functools.partial(call_tool, service, args, agent_id=agent)
     why = _served(service, req, ident)
     if why is not None:
         return _error(NotServed(f"not served here: {why}"))
     try:
-        return await run_blocking(answer, limiter)
+        out = await run_blocking(answer, limiter)
     except MemorydError as err:
         return _error(err)
-
-
-async def _stop_on_signal(scope: anyio.CancelScope) -> None:
-    import anyio
-
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            log.warning("received %s; shutting down", signal.Signals(signum).name)
-            scope.cancel()
-            return
+    if op == "status" and not out.get("disabled"):
+        out["servedBy"] = f"serve (pid {os.getpid()})"
+    return out
 
 
 async def serve(
     service: MemoryService,
     *,
-    sock: Path | None = None,
     ready: anyio.Event | None = None,
     config_path: Path | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM or cancellation, then stop the background work and qmd."""
-    idle_s, cap = limits_from_env()
-    sock = sock or paths.socket_path()
+    idle_s, cap = IDLE_TIMEOUT_S, MAX_CONNECTIONS  # read now: a test sets smaller ones
+    sock = paths.socket_path()
     from .fsio import private_dir
 
     private_dir(sock.parent)  # the socket is bound before chmod: its folder must be private
@@ -276,7 +236,7 @@ async def serve(
         sock.unlink()
     import anyio
 
-    from .background import Background, run_blocking
+    from .background import Background, close_shielded, run_blocking, stop_on_signal
 
     ident = {"config": config_identity(config_path)}
     listener = await anyio.create_unix_listener(sock)
@@ -311,14 +271,13 @@ async def serve(
 
     try:
         async with listener, anyio.create_task_group() as tg:
-            tg.start_soon(_stop_on_signal, tg.cancel_scope)
+            tg.start_soon(stop_on_signal, tg.cancel_scope.cancel, "serve")
             tg.start_soon(listener.serve, handle)
             await run_blocking(lambda: service.start(Background()), workers)
             if ready is not None:
                 ready.set()
     finally:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-            await run_blocking(service.close, anyio.CapacityLimiter(1))
+        await close_shielded(service.close)
         with contextlib.suppress(FileNotFoundError):
             sock.unlink()
 

@@ -4,8 +4,7 @@ which every surface both validates with and advertises, so the two cannot drift 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, ValidationError
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
@@ -29,14 +28,28 @@ _Number = BeforeValidator(_no_bool)
 
 
 class ToolInput(BaseModel):
-    """Base of the tool input models: unknown arguments are errors, never silently dropped."""
+    """One agent tool: its arguments (unknown ones are errors, never dropped) and what agents see."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_by_name=True)
+    name: ClassVar[str]
+    description: ClassVar[str]
+    #: one line for `memoryd mcp --help`
+    summary: ClassVar[str]
+    #: no side effects: hosts may call it without asking the user
+    read_only: ClassVar[bool] = True
 
 
 class MemorySearchInput(ToolInput):
     """`memory_search`: hybrid recall over the agent's memory files."""
 
+    name = "memory_search"
+    description = (
+        "Mandatory recall step: search MEMORY.md and memory/*.md (hybrid BM25 + vectors) "
+        "before answering questions about prior work, decisions, dates, people, preferences "
+        "or todos. Returns the top snippets with path and line range; read more of a hit "
+        "with memory_get."
+    )
+    summary = "hybrid search; returns snippets with path and line range"
     query: str = Field(
         description="What to look for, in natural language or keywords "
         f"(1–{MAX_QUERY_CHARS} characters).",
@@ -80,6 +93,12 @@ class MemorySearchInput(ToolInput):
 class MemoryGetInput(ToolInput):
     """`memory_get`: read a memory file, or a line range of it."""
 
+    name = "memory_get"
+    description = (
+        "Read a memory file (MEMORY.md, memory/**.md, configured extra paths) or a line "
+        "range of it (from, lines). Use after memory_search to pull only the lines needed."
+    )
+    summary = "read a memory file or a line range of it"
     path: str = Field(
         description="Workspace-relative path from a search hit (e.g. memory/2026-11-29.md).",
         min_length=1,
@@ -100,6 +119,13 @@ class MemoryGetInput(ToolInput):
 class MemoryAppendInput(ToolInput):
     """`memory_append`: append durable notes to today's daily file or to MEMORY.md."""
 
+    name = "memory_append"
+    description = (
+        "Write durable notes: target 'daily' appends to today's memory/YYYY-MM-DD.md, "
+        "'long-term' to MEMORY.md (decisions, preferences, lasting facts)."
+    )
+    summary = "append notes to today's daily file or to MEMORY.md"
+    read_only = False
     target: Literal["daily", "long-term"] = Field(
         description="'daily' appends to today's memory/YYYY-MM-DD.md; 'long-term' to MEMORY.md."
     )
@@ -111,6 +137,12 @@ class MemoryAppendInput(ToolInput):
 class MemoryContextInput(ToolInput):
     """`memory_context`: what to load at session start."""
 
+    name = "memory_context"
+    description = (
+        "The memory to load at session start: today's and yesterday's daily notes, and "
+        "MEMORY.md for private sessions."
+    )
+    summary = "what to load at session start"
     session_key: str | None = Field(
         None,
         alias="sessionKey",
@@ -121,6 +153,13 @@ class MemoryContextInput(ToolInput):
 class MemoryFlushCheckInput(ToolInput):
     """`memory_flush_check`: should the silent pre-compaction memory flush run now?"""
 
+    name = "memory_flush_check"
+    description = (
+        "Before compaction: should the silent memory-flush turn run now? Returns run, "
+        "reason and the prompts to use."
+    )
+    summary = "should the pre-compaction memory flush run now?"
+    read_only = False
     token_estimate: Annotated[int, _Number] = Field(
         alias="tokenEstimate", ge=0, description="The session's current token count (estimate)."
     )
@@ -143,72 +182,20 @@ class MemoryFlushCheckInput(ToolInput):
 class MemoryStatusInput(ToolInput):
     """`memory_status`: takes no arguments."""
 
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """One agent tool: its name, its input model and the description agents see."""
-
-    name: str
-    model: type[ToolInput]
-    description: str
-    #: one line for `memoryd mcp --help`
-    summary: str
-    #: no side effects: hosts may call it without asking the user
-    read_only: bool
+    name = "memory_status"
+    description = "Which backend serves memory (qmd or built-in), index health and recent failures."
+    summary = "backend, index health and recent failures"
 
 
-TOOLS: Final[dict[str, ToolSpec]] = {
-    spec.name: spec
-    for spec in (
-        ToolSpec(
-            "memory_search",
-            MemorySearchInput,
-            "Mandatory recall step: search MEMORY.md and memory/*.md (hybrid BM25 + vectors) "
-            "before answering questions about prior work, decisions, dates, people, preferences "
-            "or todos. Returns the top snippets with path and line range; read more of a hit "
-            "with memory_get.",
-            "hybrid search; returns snippets with path and line range",
-            read_only=True,
-        ),
-        ToolSpec(
-            "memory_get",
-            MemoryGetInput,
-            "Read a memory file (MEMORY.md, memory/**.md, configured extra paths) or a line "
-            "range of it (from, lines). Use after memory_search to pull only the lines needed.",
-            "read a memory file or a line range of it",
-            read_only=True,
-        ),
-        ToolSpec(
-            "memory_append",
-            MemoryAppendInput,
-            "Write durable notes: target 'daily' appends to today's memory/YYYY-MM-DD.md, "
-            "'long-term' to MEMORY.md (decisions, preferences, lasting facts).",
-            "append notes to today's daily file or to MEMORY.md",
-            read_only=False,
-        ),
-        ToolSpec(
-            "memory_context",
-            MemoryContextInput,
-            "The memory to load at session start: today's and yesterday's daily notes, and "
-            "MEMORY.md for private sessions.",
-            "what to load at session start",
-            read_only=True,
-        ),
-        ToolSpec(
-            "memory_flush_check",
-            MemoryFlushCheckInput,
-            "Before compaction: should the silent memory-flush turn run now? Returns run, "
-            "reason and the prompts to use.",
-            "should the pre-compaction memory flush run now?",
-            read_only=False,
-        ),
-        ToolSpec(
-            "memory_status",
-            MemoryStatusInput,
-            "Which backend serves memory (qmd or built-in), index health and recent failures.",
-            "backend, index health and recent failures",
-            read_only=True,
-        ),
+TOOLS: Final[dict[str, type[ToolInput]]] = {
+    tool.name: tool
+    for tool in (
+        MemorySearchInput,
+        MemoryGetInput,
+        MemoryAppendInput,
+        MemoryContextInput,
+        MemoryFlushCheckInput,
+        MemoryStatusInput,
     )
 }
 
@@ -238,7 +225,7 @@ class _ToolSchema(GenerateJsonSchema):
 
 def input_schema(tool_name: str) -> dict[str, Any]:
     """The JSON schema of `tool_name`'s arguments (camelCase names, bounds, no extra keys)."""
-    schema = TOOLS[tool_name].model.model_json_schema(by_alias=True, schema_generator=_ToolSchema)
+    schema = TOOLS[tool_name].model_json_schema(by_alias=True, schema_generator=_ToolSchema)
     schema.setdefault("properties", {})
     return schema
 
@@ -246,23 +233,23 @@ def input_schema(tool_name: str) -> dict[str, Any]:
 def validate_tool_input(tool_name: str, arguments: dict[str, Any] | None) -> ToolInput:
     """One tool call's arguments validated by their wire names only (`maxResults`, `from`, …);
     `InvalidInput` with one readable line."""
-    spec = TOOLS.get(tool_name)
-    if spec is None:
+    tool = TOOLS.get(tool_name)
+    if tool is None:
         raise InvalidInput(f"unknown tool {tool_name!r} (tools: {', '.join(TOOLS)})")
     if not isinstance(arguments, dict | None):
         raise InvalidInput(f"{tool_name} arguments must be an object")
     try:
-        return spec.model.model_validate(arguments or {}, by_alias=True, by_name=False)
+        return tool.model_validate(arguments or {}, by_alias=True, by_name=False)
     except ValidationError as err:
         errors = err.errors(include_url=False)
     unknown = [str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden"]
-    problems = [_unknown_arguments(spec, unknown)] if unknown else []
+    problems = [_unknown_arguments(tool, unknown)] if unknown else []
     problems += [_describe(e) for e in errors if e["type"] != "extra_forbidden"]
     raise InvalidInput("; ".join(dict.fromkeys(problems)))
 
 
-def _unknown_arguments(spec: ToolSpec, unknown: list[str]) -> str:
-    names = [f.alias or name for name, f in spec.model.model_fields.items()]
+def _unknown_arguments(tool: type[ToolInput], unknown: list[str]) -> str:
+    names = [f.alias or name for name, f in tool.model_fields.items()]
     if len(unknown) == 1:
         arg = unknown[0]
         close = [n for n in names if n.lower() == arg.lower()] or difflib.get_close_matches(
@@ -274,61 +261,59 @@ def _unknown_arguments(spec: ToolSpec, unknown: list[str]) -> str:
     else:
         what = "unknown arguments " + ", ".join(repr(a) for a in unknown)
     if not names:
-        return f"{what}: {spec.name} takes no arguments"
-    return f"{what}: {spec.name} takes {', '.join(names)}"
+        return f"{what}: {tool.name} takes no arguments"
+    return f"{what}: {tool.name} takes {', '.join(names)}"
 
 
-def _bound(value: Any) -> Any:
-    return int(value) if isinstance(value, float) and value.is_integer() else value
+_INTEGER = "{arg} must be an integer (got {got!r})"
+_NUMBER = "{arg} must be a number (got {got!r})"
+# every pattern here is r"\S": the only way to miss it is an empty or blank string
+_EMPTY = "{arg} must not be empty"
+#: One line per pydantic error type, filled in from the error's context (bounds read `:g`: 1.0 is 1).
+_MESSAGES: Final = {
+    "missing": "{arg} is required",
+    "greater_than_equal": "{arg} must be ≥ {ge:g} (got {got!r})",
+    "greater_than": "{arg} must be > {gt:g} (got {got!r})",
+    "less_than_equal": "{arg} must be ≤ {le:g} (got {got!r})",
+    "less_than": "{arg} must be < {lt:g} (got {got!r})",
+    "string_too_short": _EMPTY,
+    "string_pattern_mismatch": _EMPTY,
+    "string_too_long": "{arg} must be at most {max_length} characters (got {size})",
+    "int_type": _INTEGER,
+    "int_parsing": _INTEGER,
+    "int_from_float": _INTEGER,
+    "float_type": _NUMBER,
+    "float_parsing": _NUMBER,
+    "finite_number": _NUMBER,
+    "string_type": "{arg} must be a string (got {kind})",
+    "literal_error": "{arg} must be one of {expected} (got {got!r})",
+    "value_error": "{arg} {error}",
+}
 
 
 def _describe(e: ErrorDetails) -> str:
-    arg = ".".join(str(p) for p in e["loc"]) or "arguments"
-    kind = e["type"]
-    ctx = e.get("ctx") or {}
     got = e.get("input")
-    if kind == "missing":
-        return f"{arg} is required"
-    if kind in _COMPARISONS:
-        op, key = _COMPARISONS[kind]
-        return f"{arg} must be {op} {_bound(ctx.get(key))} (got {got!r})"
-    if kind in ("string_too_short", "string_pattern_mismatch"):
-        # every pattern here is r"\S": the only way to miss it is an empty or blank string
-        return f"{arg} must not be empty"
-    if kind == "string_too_long":
-        return f"{arg} must be at most {ctx.get('max_length')} characters (got {len(got)})"
-    if kind in ("int_type", "int_parsing", "int_from_float"):
-        return f"{arg} must be an integer (got {got!r})"
-    if kind in ("float_type", "float_parsing", "finite_number"):
-        return f"{arg} must be a number (got {got!r})"
-    if kind == "string_type":
-        return f"{arg} must be a string (got {type(got).__name__})"
-    if kind == "literal_error":
-        return f"{arg} must be one of {ctx.get('expected')} (got {got!r})"
-    if kind == "value_error":
-        return f"{arg} {ctx.get('error')}"
-    return f"{arg}: {e['msg']}"
-
-
-_COMPARISONS: Final = {
-    "greater_than_equal": ("≥", "ge"),
-    "greater_than": (">", "gt"),
-    "less_than_equal": ("≤", "le"),
-    "less_than": ("<", "lt"),
-}
+    return _MESSAGES.get(e["type"], "{arg}: {msg}").format(
+        **e.get("ctx", {}),
+        arg=".".join(str(p) for p in e["loc"]) or "arguments",
+        got=got,
+        size=len(got) if isinstance(got, str) else None,
+        kind=type(got).__name__,
+        msg=e["msg"],
+    )
 
 
 def tools_help() -> str:
     """The tool list for `memoryd mcp --help`: each tool's arguments and what it does."""
     width = max(len(name) for name in TOOLS)
     lines = ["tools:"]
-    for spec in TOOLS.values():
+    for tool in TOOLS.values():
         args = [
             (f.alias or name) + ("" if f.is_required() else "?")
-            for name, f in spec.model.model_fields.items()
+            for name, f in tool.model_fields.items()
         ]
-        lines.append(f"  {spec.name:<{width}}  {{{', '.join(args)}}}")
-        lines.append(f"  {'':<{width}}  {spec.summary}")
+        lines.append(f"  {tool.name:<{width}}  {{{', '.join(args)}}}")
+        lines.append(f"  {'':<{width}}  {tool.summary}")
     return "\n".join(lines)
 
 
@@ -342,8 +327,7 @@ def call_tool(service: Any, args: ToolInput, *, agent_id: str | None) -> dict[st
                 "memory_get reads memory files only: session transcripts are searchable "
                 "(corpus 'sessions') but never readable"
             )
-        name = next(name for name, spec in TOOLS.items() if type(args) is spec.model)
-        out = getattr(service, name.removeprefix("memory_"))(**fields, agent_id=agent_id)
+        out = getattr(service, args.name.removeprefix("memory_"))(**fields, agent_id=agent_id)
         return out if isinstance(out, dict) else out.to_dict()
     except MemorydError as err:
         if isinstance(args, MemorySearchInput):

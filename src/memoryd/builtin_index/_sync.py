@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..core.chunking import Chunk
-    from ..core.transcripts import SessionDeltaTracker
     from ._engine import Engine, Store
     from ._stats import CorpusStatistics
 
@@ -125,13 +124,14 @@ def _read_transcript(path: Path) -> tuple[bytes, float]:
 
 
 def _transcript_chunks(path: Path, data: bytes, tokens: int, overlap: int) -> list[Chunk]:
-    from ..core.forgotten import forgotten_path, scrub_forgotten
+    from ..core.forgotten import Tombstones, forgotten_path, scrub_messages
     from ..core.transcripts import chunk_transcript, parse_transcript_text
 
     messages, _malformed, _lines = parse_transcript_text(
         data.decode("utf-8", errors="replace"), sanitize=True
     )
-    messages = scrub_forgotten(messages, read_private(forgotten_path(path.parent)))
+    tombstones = Tombstones.from_json(read_private(forgotten_path(path.parent)))
+    messages = scrub_messages(messages, tombstones)
     return chunk_transcript(messages, tokens=tokens, overlap=overlap)
 
 
@@ -150,8 +150,6 @@ class Indexer:
         self.last_error: str | None = None
         # seconds per embedded chunk, per provider, kept across syncs (sizes budgeted batches)
         self._embed_rates: dict[tuple[str, str, str], float] = {}
-        self._session_tracker: SessionDeltaTracker | None = None
-        self.session_baselines: set[str] = set()
 
     def sync(
         self,
@@ -395,8 +393,8 @@ class Indexer:
         if prev is not None and prev[0] == file_hash:
             store.touch_file(mf.rel_path, mtime, got.size)
             return None
-        size = self.engine.chunking.for_file(mf.rel_path)
-        chunks = chunk_lines(text, tokens=size.tokens, overlap=size.overlap)
+        tokens, overlap = self.engine.chunking.for_file(mf.rel_path)
+        chunks = chunk_lines(text, tokens=tokens, overlap=overlap)
         if self.engine.cfg.redact_notes:
             # imported here: a search that redacts nothing never loads the rules
             from ..core.redact import redact_secrets
@@ -465,16 +463,6 @@ class Indexer:
 
     # ------------------------------------------------------------------ sessions phase
 
-    def _sessions(self) -> SessionDeltaTracker:
-        if self._session_tracker is None:
-            from ..core.transcripts import SessionDeltaTracker
-
-            sessions = self.engine.cfg.sync.sessions
-            self._session_tracker = SessionDeltaTracker(
-                delta_bytes=sessions.delta_bytes, delta_messages=sessions.delta_messages
-            )
-        return self._session_tracker
-
     def _due_transcripts(
         self, sessions_dir: Path, known: dict[str, tuple[Any, ...]], force: bool
     ) -> tuple[list[tuple[Path, str]], set[str]]:
@@ -497,13 +485,15 @@ class Indexer:
             prev = known.get(rel)
             if prev is not None and prev[1] == st.st_mtime and prev[2] == st.st_size:
                 continue
-            if prev is not None and not force and not self._grown_enough(path, rel, prev):
+            if prev is not None and not force and not self._grown_enough(path, prev):
                 continue
             due.append((path, rel))
         return due, seen
 
-    def _grown_enough(self, path: Path, rel: str, prev: tuple[Any, ...]) -> bool:
+    def _grown_enough(self, path: Path, prev: tuple[Any, ...]) -> bool:
         """Whether an indexed transcript that changed is due: edited, or grown past a delta."""
+        from ..core.transcripts import transcript_due
+
         try:
             data, _ = _read_transcript(path)
         except OSError as err:  # gone, or a link swapped in after the listing
@@ -511,12 +501,13 @@ class Indexer:
             return False
         size = int(prev[2])
         indexed = data[:size]
-        tracker = self._sessions()
-        if rel not in self.session_baselines:
-            self.session_baselines.add(rel)
-            tracker.mark_synced(rel, size, indexed.count(b"\n"))
-        edited = len(data) < size or _bytes_hash(indexed) != prev[0]
-        return tracker.observe(rel, len(data), data.count(b"\n"), rewritten=edited)
+        if len(data) < size or _bytes_hash(indexed) != prev[0]:
+            return True  # edited: due at once
+        grew_lines = data.count(b"\n") - indexed.count(b"\n")
+        deltas = self.engine.cfg.sync.sessions
+        return transcript_due(
+            len(data) - size, grew_lines, deltas.delta_bytes, deltas.delta_messages
+        )
 
     def sessions_phase(
         self, store: Store, report: SyncReport, force: bool, *, wait_ms: int | None = None
@@ -531,7 +522,6 @@ class Indexer:
         gone = set(known) - seen
         if not due and not gone:
             return
-        synced: list[tuple[str, int, int]] = []
         with store.transaction(wait_ms=wait_ms, doing="index the session transcripts"):
             if not store.signature_matches():
                 return
@@ -551,17 +541,10 @@ class Indexer:
                     len(data),
                     [(c.start_line, c.end_line, c.hash, c.text, c.tokens) for c in chunks],
                 )
-                synced.append((rel, len(data), data.count(b"\n")))
                 report.files_changed += 1
             for rel in gone:
                 store.remove_file(rel)
                 report.files_removed += 1
-        # only what was committed counts as synced
-        for rel, size, lines in synced:
-            self._sessions().mark_synced(rel, size, lines)
-            self.session_baselines.add(rel)
-        for rel in gone:
-            self._sessions().forget(rel)
 
     # ------------------------------------------------------------------ vector phase
 

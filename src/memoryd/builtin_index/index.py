@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..background import Background
 from ..config import IndexSettings
-from ..core.chunking import ChunkingPlan, chunking_plan
+from ..core.chunking import ChunkingPlan
 from ..core.engine import ProgressFn, SearchOutput, SearchRequest
 from ..core.layout import MemoryRoot, is_markdown
 from ..core.results import FileText
@@ -133,7 +133,6 @@ class MemoryIndex:
         """Refill a fresh file that replaced a damaged one, so a search's retry finds the text."""
         self.dirty = True
         self.searcher.forget_paths()
-        self.indexer.session_baselines.clear()
         if not refill_now or self.indexer.lock.locked() or "store" not in self.__dict__:
             return False
         try:
@@ -150,7 +149,7 @@ class MemoryIndex:
     def chunking(self) -> ChunkingPlan:
         c = self.cfg.chunking
         d = c.daily_notes
-        return chunking_plan(c.tokens, c.overlap, (d.tokens, d.overlap) if d else None)
+        return ChunkingPlan(c.tokens, c.overlap, (d.tokens, d.overlap) if d else None)
 
     def signature(self) -> dict[str, Any]:
         p = self.provider
@@ -224,7 +223,6 @@ class MemoryIndex:
                     store.remove_file(rel)  # nothing, for a path the index does not hold
                 store.delete_meta(WALK_META_KEY)  # the rows no longer follow that walk
             self.searcher.forget_paths()
-            self.indexer.session_baselines.difference_update(paths)
             self.dirty = True
         return self.sync(progress=progress)
 
@@ -246,7 +244,6 @@ class MemoryIndex:
                 self.bind_workspace(self.store)
             self.stats = self.indexer.stats = CorpusStatistics(self)
             self.searcher = Searcher(self, self.stats)
-            self.indexer.session_baselines.clear()
             self.dirty = True
         return removed
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Final
 
@@ -20,14 +19,8 @@ _CLOSER: Final = "-->"
 _IMPORTANCE: Final = re.compile(r"0*(?:10|[1-9])")  # 1..10, leading zeros allowed
 _LIST_ITEM: Final = re.compile(r" ?(?:[-*+]|\d{1,9}[.)])(?:\s|$)")
 _HEADING: Final = re.compile(r" {0,3}#{1,6}(?:\s|$)")
+# the curated root files are the only ones whose annotations count
 _CURATED: Final = frozenset(CURATED_ROOT_NAMES)
-IMPORTANCE_MIN: Final = 1
-IMPORTANCE_MAX: Final = 10
-
-
-def is_curated_root(path: str) -> bool:
-    """Whether a result path is a curated root file, the only files whose annotations count."""
-    return path in _CURATED
 
 
 def _scan(line: str) -> Iterator[tuple[str, str]]:
@@ -44,7 +37,7 @@ def _scan(line: str) -> Iterator[tuple[str, str]]:
 def entry_importance(lines: Sequence[str], *, path: str) -> int | None:
     """The importance of one entry (its lines) of the file at workspace-relative `path`, or None
     (neutral); its trigger and project annotations do not rank."""
-    if not is_curated_root(path):
+    if path not in _CURATED:
         return None
     importance: int | None = None
     for line in lines:
@@ -78,37 +71,31 @@ def importance_multiplier(importance: int | None) -> float:
     """OpenClaw's multiplier: `0.75 + 0.05·N` for N in 1..10 (5 is neutral), 1.0 without one."""
     if importance is None:
         return 1.0
-    return 0.75 + 0.05 * min(IMPORTANCE_MAX, max(IMPORTANCE_MIN, importance))
+    return 0.75 + 0.05 * min(10, max(1, importance))
 
 
 def chunk_multiplier(path: str, text: str, terms: Sequence[str]) -> float:
     """The multiplier of the chunk's entry holding the most query `terms` (highest on a tie)."""
-    if not is_curated_root(path) or "<!--" not in text:
+    if path not in _CURATED or "<!--" not in text:
         return 1.0
-    chunk = _parsed(path, text)
-    if len(set(chunk.multipliers)) <= 1:  # one value for every entry: no need to find the query
-        return chunk.multipliers[0] if chunk.multipliers else 1.0
-    counts = [0] * len(chunk.multipliers)
+    bodies, multipliers, holders = _parsed(path, text)
+    if len(set(multipliers)) <= 1:  # one value for every entry: no need to find the query
+        return multipliers[0] if multipliers else 1.0
+    counts = [0] * len(multipliers)
     for term in text_terms(terms, text) if terms else ():
-        holders = chunk.holders.get(term)
-        if holders is None:  # held as a stem or a CJK substring: ask each entry
-            holders = tuple(i for i, body in enumerate(chunk.bodies) if text_terms([term], body))
-        for i in holders:
+        held = holders.get(term)
+        if held is None:  # held as a stem or a CJK substring: ask each entry
+            held = tuple(i for i, body in enumerate(bodies) if text_terms([term], body))
+        for i in held:
             counts[i] += 1
-    return max(zip(counts, chunk.multipliers, strict=True))[1]
-
-
-@dataclass(frozen=True, slots=True)
-class _Chunk:
-    """A chunk's entries: their text, their multipliers, and which entries hold each word."""
-
-    bodies: tuple[str, ...]
-    multipliers: tuple[float, ...]
-    holders: Mapping[str, tuple[int, ...]]
+    return max(zip(counts, multipliers, strict=True))[1]
 
 
 @lru_cache(maxsize=1024)
-def _parsed(path: str, text: str) -> _Chunk:
+def _parsed(
+    path: str, text: str
+) -> tuple[tuple[str, ...], tuple[float, ...], Mapping[str, tuple[int, ...]]]:
+    """A chunk's entries: their text, their multipliers, and which entries hold each word."""
     bodies, multipliers = [], []
     holders: dict[str, list[int]] = {}
     for i, lines in enumerate(entries(text)):
@@ -117,7 +104,7 @@ def _parsed(path: str, text: str) -> _Chunk:
         multipliers.append(importance_multiplier(entry_importance(lines, path=path)))
         for word in word_set(body):
             holders.setdefault(word, []).append(i)
-    return _Chunk(tuple(bodies), tuple(multipliers), {w: tuple(h) for w, h in holders.items()})
+    return tuple(bodies), tuple(multipliers), {w: tuple(h) for w, h in holders.items()}
 
 
 def apply_importance(
@@ -128,9 +115,9 @@ def apply_importance(
 ) -> None:
     """Multiply curated-root candidates' scores by their importance in place; a boost never lifts
     a score over `min_score`, so an abstaining query stays empty."""
-    terms: list[str] | None = None
+    terms: Sequence[str] | None = None
     for c in candidates:
-        if c.source != "memory" or not is_curated_root(c.path):
+        if c.source != "memory" or c.path not in _CURATED:
             continue
         if terms is None:
             terms = query_terms(query)

@@ -12,37 +12,23 @@ from .text import TokenPrefix, estimate_tokens
 
 
 @dataclass(frozen=True, slots=True)
-class ChunkSize:
+class ChunkingPlan:
+    """The one rule for a file's chunk size, `(tokens, overlap)`, daily notes apart when
+    `daily_notes` is set; an index records `fingerprint()` so a change re-chunks everything."""
+
     tokens: int
     overlap: int
+    daily_notes: tuple[int, int] | None = None
 
-
-@dataclass(frozen=True, slots=True)
-class ChunkingPlan:
-    """The one rule for a file's chunk size (`daily_notes` None: all at `files`); an index records
-    `fingerprint()` so a change re-chunks everything."""
-
-    files: ChunkSize
-    daily_notes: ChunkSize | None = None
-
-    def for_file(self, rel_path: str) -> ChunkSize:
-        """The chunk size of one memory file, by its workspace-relative path."""
+    def for_file(self, rel_path: str) -> tuple[int, int]:
+        """The (tokens, overlap) of one memory file, by its workspace-relative path."""
         if self.daily_notes is not None and is_daily_note_path(rel_path):
             return self.daily_notes
-        return self.files
+        return self.tokens, self.overlap
 
     def fingerprint(self) -> str | None:
-        """The daily-note size as `tokens/overlap`, None when every file uses `files`."""
-        d = self.daily_notes
-        return None if d is None else f"{d.tokens}/{d.overlap}"
-
-
-def chunking_plan(
-    tokens: int, overlap: int, daily_notes: tuple[int, int] | None = None
-) -> ChunkingPlan:
-    """The plan for the configured sizes, daily notes apart when `chunking.dailyNotes` sets one."""
-    daily = ChunkSize(*daily_notes) if daily_notes is not None else None
-    return ChunkingPlan(ChunkSize(tokens, overlap), daily)
+        """The daily-note size as `tokens/overlap`, None when every file uses the same."""
+        return None if self.daily_notes is None else "{}/{}".format(*self.daily_notes)
 
 
 @dataclass(frozen=True, slots=True)

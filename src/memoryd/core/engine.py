@@ -3,13 +3,14 @@ scope, citations and the injected-characters budget are the orchestrator's."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..errors import InvalidInput
 from .layout import MemoryRoot
-from .results import FileText, SearchResult
+from .results import SearchResult
+from .text import camel_case
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -91,29 +92,18 @@ class IndexCheck:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "problem": self.problem,
-            "movedTo": self.moved_to,
-            "rebuilt": self.rebuilt,
-            "seconds": round(self.seconds, 3),
-        }
+        out = {camel_case(name): getattr(self, name) for name in self.__slots__}
+        return {**out, "seconds": round(self.seconds, 3)}
 
 
 class MemoryEngine(Protocol):
     """The built-in index and the qmd manager, as the orchestrator sees them."""
-
-    @property
-    def name(self) -> EngineName: ...
 
     def start(self, background: Background | None = None) -> None:
         """Prepare (open, create collections); with `background`, run timers/watchers on it."""
 
     def search(self, request: SearchRequest) -> SearchOutput:
         """Ranked results; raises a `MemorydError` subclass on failure, never returns garbage."""
-
-    def get(self, path: str, from_line: int | None, lines: int | None) -> FileText:
-        """A memory file or a line range of it; `PathNotAllowed` for anything else."""
 
     def notify_changed(self) -> None:
         """A memory file changed through memoryd: refresh soon (debounced)."""
@@ -125,17 +115,8 @@ class MemoryEngine(Protocol):
 class BuiltinEngine(MemoryEngine, Protocol):
     """The built-in index's side of the contract."""
 
-    def sync(
-        self,
-        *,
-        force: bool = False,
-        progress: ProgressFn | None = None,
-        embed_budget_s: float | None = None,
-    ) -> Any:
-        """Bring the index up to date with the files now (vectors within `embed_budget_s`)."""
-
-    def catch_up(self, budget_s: float) -> None:
-        """Before a search: sync, and embed pending chunks for at most `budget_s`."""
+    def sync(self, *, force: bool = False, progress: ProgressFn | None = None) -> Any:
+        """Bring the index up to date with the files now."""
 
     def status(self) -> BuiltinStatus: ...
 
@@ -145,14 +126,17 @@ class BuiltinEngine(MemoryEngine, Protocol):
     def check(self) -> IndexCheck:
         """Verify the index file; a damaged one is moved aside and rebuilt."""
 
+    def purge(self, paths: Sequence[str], *, progress: ProgressFn | None = None) -> Any:
+        """Drop `paths` from the index now (after `memoryd forget`)."""
+
+    def reset(self) -> list[str]:
+        """Empty the index in place; the paths removed."""
+
 
 class QmdEngine(MemoryEngine, Protocol):
     """The qmd sidecar's side of the contract."""
 
-    @property
-    def search_mode(self) -> str: ...
-
-    def sync(self, *, force: bool = False, progress: ProgressFn | None = None) -> Any:
+    def sync(self) -> None:
         """`qmd update`, then `qmd embed` when due."""
 
     def status(self) -> QmdStatus: ...
@@ -160,8 +144,11 @@ class QmdEngine(MemoryEngine, Protocol):
     def roots(self) -> list[MemoryRoot]:
         """Every collection as a memory root (what `memory_get` serves)."""
 
-    def probe(self) -> bool:
-        """Whether qmd starts and answers `qmd X.Y.Z` (never raises)."""
+    def probe(self) -> None:
+        """Check that qmd starts and answers `qmd X.Y.Z`; a `QmdError` says why not."""
+
+    def reset(self) -> list[str]:
+        """Wipe what qmd derived and make its home again; the paths removed."""
 
     def bounded(self, deadline: float | None) -> AbstractContextManager[None]:
         """Within, every qmd call of this thread ends by `deadline` (`time.monotonic()`)."""

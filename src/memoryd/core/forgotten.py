@@ -48,7 +48,6 @@ class Tombstones:
 
     key: str = field(default_factory=lambda: secrets.token_hex(16))
     hashes: frozenset[str] = frozenset()
-    removals: int = 0
 
     def _hash(self, run: Sequence[str]) -> str:
         h = hashlib.blake2b(
@@ -57,8 +56,8 @@ class Tombstones:
         return f"{len(run)}:{h.hexdigest()}"
 
     def with_lines(self, lines: Iterable[str]) -> Tombstones:
-        """These tombstones plus those of removed `lines` (one more removal counted): shingles
-        across them, and each short line whole."""
+        """These tombstones plus those of removed `lines`: shingles across them, and each short
+        line whole."""
         stream: list[str] = []
         added: set[str] = set()
         for line in lines:
@@ -68,7 +67,7 @@ class Tombstones:
             stream.extend(ws)
         for i in range(len(stream) - SHINGLE + 1):
             added.add(self._hash(stream[i : i + SHINGLE]))
-        return replace(self, hashes=self.hashes | added, removals=self.removals + 1)
+        return replace(self, hashes=self.hashes | added)
 
     @property
     def digest(self) -> str:
@@ -106,12 +105,7 @@ class Tombstones:
         return re.sub(r"\s+", " ", " ".join(p.strip() for p in pieces)).strip()
 
     def to_json(self) -> bytes:
-        payload = {
-            "version": _FORMAT,
-            "key": self.key,
-            "removals": self.removals,
-            "hashes": sorted(self.hashes),
-        }
+        payload = {"version": _FORMAT, "key": self.key, "hashes": sorted(self.hashes)}
         return (json.dumps(payload, indent=1) + "\n").encode()
 
     @classmethod
@@ -125,12 +119,7 @@ class Tombstones:
             return None
         if data.get("version") != _FORMAT or not isinstance(hashes, list):
             return None
-        removals = data.get("removals")
-        return cls(
-            key=key,
-            hashes=frozenset(h for h in hashes if isinstance(h, str) and ":" in h),
-            removals=removals if isinstance(removals, int) else 0,
-        )
+        return cls(key, frozenset(h for h in hashes if isinstance(h, str) and ":" in h))
 
 
 def scrub_messages(messages: Iterable[Message], tombstones: Tombstones | None) -> list[Message]:
@@ -146,8 +135,3 @@ def scrub_messages(messages: Iterable[Message], tombstones: Tombstones | None) -
         elif words(text):
             out.append(replace(m, text=text))
     return out
-
-
-def scrub_forgotten(messages: Iterable[Message], raw: bytes | None) -> list[Message]:
-    """`scrub_messages` with the tombstone file's bytes (`raw`; None: nothing forgotten)."""
-    return scrub_messages(messages, Tombstones.from_json(raw))

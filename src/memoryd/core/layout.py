@@ -14,7 +14,7 @@ from pathlib import PurePosixPath
 from typing import Final
 
 from ..errors import InvalidInput, PathNotAllowed
-from .results import Source
+from .results import FileText, Source
 
 #: Long-term memory file names at the workspace root, in order of preference.
 LONG_TERM_NAMES: Final = ("MEMORY.md", "memory.md")
@@ -177,35 +177,26 @@ MAX_GET_CHARS: Final = 20_000
 MAX_GET_LINES: Final = 2_000
 
 
-@dataclass(frozen=True, slots=True)
-class Page:
-    """A page of a file: its text, and where the next page starts when it was cut."""
-
-    text: str
-    truncated: bool
-    next_from: int | None
-    past_end: bool
-
-
 def page_blocks(
+    path: str,
     blocks: Iterable[bytes],
     from_line: int | None,
     lines: int | None,
     *,
     max_chars: int = MAX_GET_CHARS,
     max_lines: int = MAX_GET_LINES,
-) -> Page:
-    """Whole lines `from_line`… (at most `lines`) of UTF-8 blocks within the caps, one longer line
-    cut, holding no more than a block plus the page."""
+) -> FileText:
+    """`path`'s whole lines `from_line`… (at most `lines`) of UTF-8 blocks within the caps, one
+    longer line cut, holding no more than a block plus the page."""
     start = max(1, from_line or 1)
     cap = max_chars + 1  # one character past the cap tells an over-long line
     rest = _capped_lines(codecs.iterdecode(blocks, "utf-8", "replace"), cap, skip=start - 1)
-    return _page(rest, start, lines, max_chars, max_lines)
+    return _page(path, rest, start, lines, max_chars, max_lines)
 
 
 def _page(
-    rest: Iterator[str], start: int, lines: int | None, max_chars: int, max_lines: int
-) -> Page:
+    path: str, rest: Iterator[str], start: int, lines: int | None, max_chars: int, max_lines: int
+) -> FileText:
     """The page from `rest`: whole lines within the caps, one over-long first line cut; it is
     `truncated` when a line past them was wanted."""
     room = max_lines if lines is None else min(lines, max_lines)
@@ -216,15 +207,11 @@ def _page(
             if len(taken) == lines:  # every line asked for
                 break
             taken = taken or [line[:max_chars]]
-            return Page("".join(taken), True, start + len(taken), past_end=False)
+            return FileText(path, "".join(taken), True, start + len(taken))
         taken.append(line)
         used += len(line)
     # a non-empty file has a line 1: nothing from `start` on means past the end
-    return Page("".join(taken), False, None, past_end=not taken and start > 1)
-
-
-def _terminated(part: str) -> bool:
-    return bool(part) and len(part.splitlines()[0]) < len(part)
+    return FileText(path, "".join(taken), past_end=not taken and start > 1)
 
 
 def _capped_lines(pieces: Iterable[str], cap: int, *, skip: int = 0) -> Iterator[str]:
@@ -238,7 +225,8 @@ def _capped_lines(pieces: Iterable[str], cap: int, *, skip: int = 0) -> Iterator
             carry, piece = "\r", piece[:-1]
         parts = piece.splitlines(keepends=True)
         for i, part in enumerate(parts):
-            if i == len(parts) - 1 and not _terminated(part):
+            # the last part is a line still open unless it ends with a line break
+            if i == len(parts) - 1 and len(part.splitlines()[0]) == len(part):
                 pending = (pending + part[:cap])[:cap]
                 break
             line = (pending + part[:cap])[:cap]
@@ -278,15 +266,12 @@ def note_date(path: str) -> date | None:
 def is_daily_note_of(name: str, day: date) -> bool:
     """`2026-11-29.md` or a slugged sibling `2026-11-29-<slug>.md` (a file name, not a path)."""
     stem = day.isoformat()
-    if name == f"{stem}.md":
-        return True
-    return name.startswith(f"{stem}-") and name.endswith(".md") and len(name) > len(stem) + 4
+    slugged = name.startswith(f"{stem}-") and name.endswith(".md") and len(name) > len(stem) + 4
+    return slugged or name == f"{stem}.md"
 
 
 def is_daily_note_path(rel_path: str) -> bool:
     """`memory/YYYY-MM-DD.md` or a slugged sibling directly in `memory/`; curated files are not."""
     head, sep, name = rel_path.partition("/")
-    if head != MEMORY_DIR or not sep or "/" in name:
-        return False
-    day = note_date(name)
+    day = note_date(name) if head == MEMORY_DIR and sep and "/" not in name else None
     return day is not None and is_daily_note_of(name, day)

@@ -106,34 +106,27 @@ def segment_for_fts(text: str) -> str:
     return re.sub(_CJK_RUN, lambda m: " " + " ".join(m.group(0)) + " ", text)
 
 
-def cjk_bigrams(run: str) -> list[str]:
-    """Overlapping character pairs of a CJK run (a lone character stays itself)."""
-    if len(run) < 2:
-        return [run]
-    return [run[i : i + 2] for i in range(len(run) - 1)]
-
-
 def split_scripts(word: str) -> list[str]:
-    """A word as query terms: CJK runs as bigrams, the rest (`q4` in `q4会议`) as itself."""
+    """A word as query terms: CJK runs as overlapping character pairs (a lone character stays
+    itself), the rest (`q4` in `q4会议`) as itself."""
     if not has_cjk(word):
         return [word]
-    parts = re.split(f"({_CJK_RUN})", word)  # the CJK runs at odd places
-    return [
-        t for i, part in enumerate(parts) if part for t in (cjk_bigrams(part) if i % 2 else [part])
-    ]
+    terms: list[str] = []
+    for i, part in enumerate(re.split(f"({_CJK_RUN})", word)):  # the CJK runs at odd places
+        if i % 2:
+            terms += [part[k : k + 2] for k in range(max(1, len(part) - 1))]
+        elif part:
+            terms.append(part)
+    return terms
 
 
 def _words(text: str) -> list[str]:
     return _ASCII_WORD.findall(text) if text.isascii() else re.findall(_WORD, text)
 
 
-def query_terms(query: str) -> list[str]:
-    """Lowercased content terms of a query, in order, deduplicated; CJK runs become bigrams."""
-    return list(_query_terms(query))
-
-
 @lru_cache(maxsize=256)
-def _query_terms(query: str) -> tuple[str, ...]:
+def query_terms(query: str) -> tuple[str, ...]:
+    """Lowercased content terms of a query, in order, deduplicated; CJK runs become bigrams."""
     seen: dict[str, None] = {}
     for raw in _words(query.lower()):
         # "Caroline's" is about `caroline`: notes say "Caroline:" far more often
@@ -149,7 +142,7 @@ def _query_terms(query: str) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def fts_match_expression(terms: list[str]) -> str | None:
+def fts_match_expression(terms: Sequence[str]) -> str | None:
     """An FTS5 MATCH string OR-ing every term (CJK runs become per-character phrases)."""
     parts = [" ".join(segment_for_fts(t).split()) if has_cjk(t) else t for t in terms]
     return " OR ".join('"' + p.replace('"', '""') + '"' for p in parts) if parts else None

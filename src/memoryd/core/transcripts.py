@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 from .chunking import Chunk, chunk_lines
@@ -73,7 +73,19 @@ def extract_text(content: Any) -> str | None:
     return "\n".join(parts) if parts else None
 
 
-def _message_of(record: dict[str, Any]) -> tuple[Role, str] | None:
+_MALFORMED: Final = object()
+
+
+def _parse_line(line: str) -> tuple[Role, str] | object:
+    """A JSONL line's (role, text), None when it holds no message, or `_MALFORMED`."""
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return _MALFORMED
+    if not isinstance(record, dict):
+        return _MALFORMED
     if record.get("type") != "message":
         return None
     inner = record.get("message")
@@ -87,9 +99,7 @@ def _message_of(record: dict[str, Any]) -> tuple[Role, str] | None:
     ):
         return None  # OpenClaw: text relayed between sessions/sub-agents is not the user's own
     text = extract_text(body.get("content"))
-    if text is None:
-        return None
-    return role, text
+    return None if text is None else (role, text)
 
 
 def parse_transcript_text(text: str, *, sanitize: bool = False) -> tuple[list[Message], int, int]:
@@ -103,43 +113,18 @@ def parse_transcript_text(text: str, *, sanitize: bool = False) -> tuple[list[Me
     previous: str | None = None  # the raw text of the message before, for answers to questions
     for number, line in enumerate(lines, start=1):
         got = _parse_line(line)
-        if got is _MALFORMED:
-            malformed += 1
-        elif isinstance(got, tuple):
-            msg = _to_message(got, number, sanitize=sanitize, previous=previous)
-            previous = got[1]
-            if msg is not None:
-                messages.append(msg)
+        malformed += got is _MALFORMED
+        if not isinstance(got, tuple):
+            continue
+        role, raw = got
+        clean = _WS_RE.sub(" ", sanitize_text(raw, previous=previous) if sanitize else raw).strip()
+        previous = raw
+        silent = (
+            sanitize and role == "assistant" and (is_no_reply(clean) or clean == "HEARTBEAT_OK")
+        )
+        if clean and not silent:
+            messages.append(Message(role, clean, number))
     return messages, malformed, len(lines)
-
-
-_MALFORMED: Final = object()
-
-
-def _parse_line(line: str) -> object:
-    if not line.strip():
-        return None
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return _MALFORMED
-    if not isinstance(record, dict):
-        return _MALFORMED
-    return _message_of(record)
-
-
-def _to_message(
-    got: tuple[Role, str], line_no: int, *, sanitize: bool, previous: str | None = None
-) -> Message | None:
-    role, text = got
-    if sanitize:
-        text = sanitize_text(text, previous=previous)
-    text = _WS_RE.sub(" ", text).strip()
-    if not text:
-        return None
-    if sanitize and role == "assistant" and (is_no_reply(text) or text == "HEARTBEAT_OK"):
-        return None
-    return Message(role, text, line_no)
 
 
 def render_transcript(messages: Iterable[Message]) -> str:
@@ -157,43 +142,9 @@ def chunk_transcript(messages: Iterable[Message], *, tokens: int, overlap: int) 
     ]
 
 
-@dataclass
-class _Seen:
-    synced_size: int = 0
-    synced_lines: int = 0
-    rewritten: bool = False
-
-
-@dataclass
-class SessionDeltaTracker:
-    """When transcripts have grown past `delta_bytes` or `delta_messages` (0: off; both 0: any
-    growth) to re-index; a rewritten file is due at once. The caller stats files and debounces."""
-
-    delta_bytes: int = 100_000
-    delta_messages: int = 50
-    _files: dict[str, _Seen] = field(default_factory=dict, repr=False)
-
-    def observe(self, path: str, size: int, lines: int, *, rewritten: bool = False) -> bool:
-        """Whether a transcript of `size` bytes and `lines` complete lines is due for indexing;
-        `rewritten`: its indexed part changed."""
-        seen = self._files.setdefault(path, _Seen())
-        if rewritten or size < seen.synced_size or lines < seen.synced_lines:
-            seen.rewritten = True
-        if seen.rewritten:
-            return True
-        grew_bytes, grew_lines = size - seen.synced_size, lines - seen.synced_lines
-        if grew_bytes <= 0 and grew_lines <= 0:
-            return False
-        if self.delta_bytes <= 0 and self.delta_messages <= 0:
-            return True
-        return (self.delta_bytes > 0 and grew_bytes >= self.delta_bytes) or (
-            self.delta_messages > 0 and grew_lines >= self.delta_messages
-        )
-
-    def mark_synced(self, path: str, size: int, lines: int) -> None:
-        """The index now holds `path` up to `size` bytes / `lines` lines."""
-        self._files[path] = _Seen(size, lines)
-
-    def forget(self, path: str) -> None:
-        """Drop a deleted transcript."""
-        self._files.pop(path, None)
+def transcript_due(grew_bytes: int, grew_lines: int, delta_bytes: int, delta_messages: int) -> bool:
+    """Whether a transcript grown by `grew_bytes` and `grew_lines` complete lines since it was
+    indexed is due: past either delta (0: off; both 0: any growth)."""
+    if delta_bytes <= 0 and delta_messages <= 0:
+        return grew_bytes > 0 or grew_lines > 0
+    return 0 < delta_bytes <= grew_bytes or 0 < delta_messages <= grew_lines

@@ -18,10 +18,10 @@ from ..config import ResolvedAgent
 from ..core.engine import BuiltinEngine, ProgressFn, QmdEngine, SearchOutput, SearchRequest
 from ..core.layout import MemoryRoot
 from ..core.results import FileText
-from ..errors import MemorydError, QmdBadOutput, QmdError, QmdTimeout, ServiceUnavailable
+from ..errors import MemorydError, QmdError, QmdTimeout, ServiceUnavailable
 from ..memfiles import discover, read_memory_file
 from .failover import Active, Failover, FailoverSettings, FailoverState, clean_reason
-from .health import REFUSED_HITS, Health, load_health, save_health
+from .health import load_health, save_health
 
 if TYPE_CHECKING:
     from ..lifecycle.session_export import ExportReport
@@ -57,15 +57,12 @@ class AgentBackend:
                 fo.failure_threshold, fo.cooldown_ms / 1000, fo.probe_max_interval_ms / 1000
             )
         )
-        self.health = Health(requested=self.requested)
+        #: when `health.json` was written (by any process), as this one last read or wrote it
+        self.health_updated_at: float | None = None
         self.qmd: QmdEngine | None = None
         if self.requested == "qmd":
-            loaded = load_health(self.agent.state.health)
-            if loaded is not None and loaded.requested == "qmd":
-                self.health = loaded
-                self.failover.state = loaded.failover
+            self.reload_health()
             self.qmd = qmd_factory(agent)
-            self._bind_qmd_events()
         else:
             self.failover.state = FailoverState(active="builtin")
         self._index_factory = index_factory
@@ -90,46 +87,9 @@ class AgentBackend:
             self._index = self._index_factory(self.agent)
         return self._index
 
-    def _bind_qmd_events(self) -> None:
-        # optional hooks: a test double may not have them
-        hook = getattr(self.qmd, "set_event_hook", None)
-        if hook is not None:
-            hook(self._on_qmd_event)
-        seed = getattr(self.qmd, "seed_from_health", None)
-        if seed is not None:
-            q = self.health.qmd
-            seed(q.last_update_at, q.last_embed_at, q.version, q.version_error)
-
-    def _on_qmd_event(self, kind: str, ok: bool, detail: str | None) -> None:
-        """qmd reported a maintenance outcome (`update`, `embed`) or its version: persist it."""
-        q, now, reason = self.health.qmd, self._clock(), clean_reason(detail or "")
-        if kind == "update":
-            q.last_update_ok, q.last_update_error = ok, None if ok else reason
-            q.last_update_at = now if ok else q.last_update_at
-        elif kind == "embed":
-            q.last_embed_ok, q.last_embed_error = ok, None if ok else reason
-            q.last_embed_at = now if ok else q.last_embed_at
-        elif kind == "version":
-            bad = reason.startswith(QmdBadOutput.__name__)
-            error = reason.removeprefix(f"{QmdBadOutput.__name__}: ") if bad else None
-            q.version, q.version_error = (detail, None) if ok else (None, error)
-            if not ok and self.failover.active == "qmd":
-                # a qmd that does not validate does not serve: status and searches agree
-                self._record_failure(reason)
-                return
-        elif kind == "dropped":
-            why, _, what = (detail or "").partition("\t")
-            q.dropped_hits[why] = q.dropped_hits.get(why, 0) + 1
-            q.last_dropped = clean_reason(what)
-            if why in REFUSED_HITS:
-                q.last_refused_at = now
-        self._save()
-
     def _save(self) -> None:
-        if self.requested != "qmd":
-            return
-        self.health.failover = self.failover.state
-        save_health(self.agent.state.health, self.health)
+        if self.requested == "qmd":
+            self.health_updated_at = save_health(self.agent.state.health, self.failover.state)
 
     def start(self, background: Background | None = None) -> None:
         """Start qmd (on a thread, or in a one-off command's first search) and the index."""
@@ -226,17 +186,16 @@ class AgentBackend:
         out: dict[str, Any] = {}
         idx = self.index
         if idx is not None:
-            purge = getattr(idx, "purge", None)
-            report = purge(paths, progress=progress) if purge else idx.sync(progress=progress)
+            report = idx.purge(paths, progress=progress)
             out["builtin"] = {"filesChanged": report.files_changed}
         if self.qmd is not None:
-            export = self._resync_qmd(progress)
+            export = self._resync_qmd()
             if export is not None:
                 out["exports"] = {"written": export.written, "deleted": export.deleted}
             out["qmd"] = {"updated": True}
         return out
 
-    def _resync_qmd(self, progress: ProgressFn | None) -> ExportReport | None:
+    def _resync_qmd(self) -> ExportReport | None:
         """Re-export the sessions (through the tombstones) and update qmd now."""
         from ..lifecycle.session_export import export_sessions
 
@@ -245,7 +204,7 @@ class AgentBackend:
         if self.agent.memory.qmd.sessions.enabled:
             export = export_sessions(self.agent, now=datetime.now(UTC))
         self.ensure_qmd_started()
-        self.qmd.sync(force=True, progress=progress)
+        self.qmd.sync()
         return export
 
     def reset(self, *, progress: ProgressFn | None = None) -> dict[str, Any]:
@@ -254,15 +213,13 @@ class AgentBackend:
         from ..lifecycle.forget import remove_derived
 
         removed = remove_derived(self.agent, index_file=self.fail_closed, qmd_home=self.qmd is None)
-        self.health = Health(requested=self.requested)
+        self.health_updated_at = None
         self.failover.state = FailoverState(active="qmd" if self.qmd is not None else "builtin")
         out: dict[str, Any] = {"removed": removed}
         idx = self.index
         if idx is not None:
-            reset_index = getattr(idx, "reset", None)
-            if reset_index is not None:
-                removed += reset_index()
-            report = idx.sync(force=reset_index is None, progress=progress)
+            removed += idx.reset()
+            report = idx.sync(progress=progress)
             st = idx.status()
             out["builtin"] = {
                 "files": st.files,
@@ -270,10 +227,8 @@ class AgentBackend:
                 "vectorsPending": report.vectors_pending,
             }
         if self.qmd is not None:
-            reset_qmd = getattr(self.qmd, "reset", None)
-            if reset_qmd is not None:
-                removed += reset_qmd()
-            self._resync_qmd(progress)
+            removed += self.qmd.reset()
+            self._resync_qmd()
             out["qmd"] = {"collections": [c.name for c in self.qmd.status().collections]}
         self._save()
         return out
@@ -288,7 +243,7 @@ class AgentBackend:
 
     @property
     def active(self) -> Active:
-        return self.failover.active if self.qmd is not None else "builtin"
+        return self.failover.active
 
     def _record_failure(self, reason: str) -> None:
         now = self._clock()
@@ -349,11 +304,18 @@ class AgentBackend:
     def _probe_steps(self) -> None:
         assert self.qmd is not None
         self.ensure_qmd_started()
-        if not self.qmd.probe():
-            raise getattr(self.qmd, "last_probe_error", None) or QmdBadOutput(
-                "qmd --version did not answer as qmd"
-            )
+        self.qmd.probe()
         self.qmd.search(SearchRequest(PROBE_QUERY, max_results=1))
+
+    def check_version(self) -> None:
+        """`qmd --version` (`QmdEngine.probe`); a qmd that does not answer as one does not serve."""
+        assert self.qmd is not None
+        try:
+            self.qmd.probe()
+        except QmdError as err:
+            if self.failover.active == "qmd":
+                self._record_failure(f"{type(err).__name__}: {err}")
+            raise
 
     def _search_timeout_s(self) -> float:
         return self.agent.memory.qmd.limits.timeout_ms / 1000
@@ -422,10 +384,7 @@ class AgentBackend:
         stale = self.qmd_stale_seconds()
         if stale is None or self._background is not None:
             return stale
-        qmd = self.qmd
-        self._within(
-            self.agent.memory_search.sync.search_wait_ms / 1000, lambda: qmd.sync(force=True)
-        )
+        self._within(self.agent.memory_search.sync.search_wait_ms / 1000, self.qmd.sync)
         return self.qmd_stale_seconds()
 
     def _builtin(self, request: SearchRequest, *, failed_over: bool = False) -> SearchOutput:
@@ -460,8 +419,7 @@ class AgentBackend:
         for mf in discover(self.memory_roots(), self.agent.workspace):
             with suppress(OSError):
                 mtimes.append(mf.abs_path.stat().st_mtime)
-        indexed = max(self.health.qmd.last_update_at or 0, self.qmd.status().last_update_at or 0)
-        return max(mtimes, default=None), indexed or None
+        return max(mtimes, default=None), self.qmd.status().last_update_at
 
     def qmd_stale_seconds(self) -> float | None:
         """How far qmd's last update lags the newest memory file (None when it does not)."""
@@ -470,12 +428,10 @@ class AgentBackend:
             return None
         return newest - indexed if indexed else float("inf")
 
-    def health_snapshot(self) -> Health:
-        """The freshest health: this process's state, or the file when it is newer."""
-        if self.requested != "qmd":
-            return self.health
+    def reload_health(self) -> float | None:
+        """Take the failover state from `health.json` when another process wrote it since; when
+        it was written."""
         on_disk = load_health(self.agent.state.health)
-        if on_disk is not None and (on_disk.updated_at or 0) > (self.health.updated_at or 0):
-            self.health = on_disk
-            self.failover.state = on_disk.failover
-        return self.health
+        if on_disk is not None and (on_disk[1] or 0) > (self.health_updated_at or 0):
+            self.failover.state, self.health_updated_at = on_disk
+        return self.health_updated_at

@@ -63,7 +63,7 @@ def migrate_legacy_state(agent: ResolvedAgent) -> list[str]:
                 done.append(f"moved index {legacy} → {state.index_db}")
             else:
                 done.append(f"left {legacy} in place: it indexes another workspace")
-    old_dir = paths.legacy_agent_dir(agent.agent_id)
+    old_dir = paths.agent_root(agent.agent_id)
     old_qmd = old_dir / "qmd"
     if old_qmd.is_dir() and not state.qmd_home.exists() and _qmd_home_belongs_to(old_qmd, agent):
         private_dir(state.root)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-from typing import Any, Final, Literal, TypeVar
+from dataclasses import dataclass, replace
+from typing import Final, Literal
 
 from ..core.text import plain_text
 
 Active = Literal["qmd", "builtin"]
-_T = TypeVar("_T")
 MAX_REASON_CHARS: Final = 300
 
 
@@ -43,17 +42,6 @@ class FailoverState:
     last_probe_at: float | None = None
     last_probe_error: str | None = None
     recovered_at: float | None = None
-
-
-def from_known_fields(cls: type[_T], raw: Any) -> _T | None:
-    """`cls` from the keys of `raw` it has fields for; None unless `raw` is a dict that fits."""
-    if not isinstance(raw, dict):
-        return None
-    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    try:
-        return cls(**{k: v for k, v in raw.items() if k in names})
-    except TypeError:
-        return None
 
 
 def probe_delay(settings: FailoverSettings, attempts: int) -> float:

@@ -8,6 +8,7 @@ import logging
 import os
 import threading
 import time
+from contextlib import suppress
 from dataclasses import asdict, replace
 from datetime import date, datetime
 from pathlib import Path
@@ -24,14 +25,13 @@ from ..core.engine import (
     check_search_input,
 )
 from ..core.text import camel_case
-from ..errors import InvalidInput, MemorydError, SearchDisabled
+from ..errors import InvalidInput, MemorydError, QmdError, SearchDisabled
 from ..fsio import check_state_tree
-from ..scope_rules import evaluate_scope
+from ..scope_rules import scope_denial
 from ._supervisor import AgentBackend, IndexFactory, QmdFactory
 from .failover import Active
 
 if TYPE_CHECKING:
-    from ..core.status import QmdStatus
     from .status import MemoryStatus
 
 log = logging.getLogger("memoryd")
@@ -126,7 +126,7 @@ class MemoryService:
             b.ensure_qmd_started()
             if b.agent.memory.qmd.sessions.enabled:
                 b.export_sessions()  # what qmd's update then indexes is the transcripts as now
-            b.qmd.sync(force=True)
+            b.qmd.sync()
             q = b.qmd.status()
             out["qmd"] = {
                 "lastUpdateAt": q.last_update_at,
@@ -201,10 +201,10 @@ class MemoryService:
         With `explain`, each result says how it was ranked (`SearchResult.explain`)."""
         text = check_search_input(query, max_results, min_score)
         agent = self._searchable(agent_id)
-        decision = evaluate_scope(agent.memory.effective_scope, session_key)
-        if not decision.allowed:
-            log.warning(decision.log_message())
-            return SearchOutput([], scope_denied=decision.log_message())
+        denial = scope_denial(agent.memory.effective_scope, session_key)
+        if denial is not None:
+            log.warning(denial)
+            return SearchOutput([], scope_denied=denial)
         b = self._ensure_started(agent.agent_id)
         notes: list[str] = []
         if corpus == "sessions":
@@ -472,14 +472,13 @@ class MemoryService:
         serving: dict[str, Any] = {}
         if b.qmd is not None:
             self._probe_qmd(b, deep)
-            health = b.health_snapshot()
+            updated = b.reload_health()
             # one reading: a probe finishing meanwhile must not pair its backend with older recovery
             st = b.failover.state
             backend = st.active
-            qstat = _with_health(b.qmd.status(), health)
+            qstat = b.qmd.status()
             newest, indexed = b.qmd_lag()
             stale = newest is not None and (indexed is None or newest > indexed)
-            updated = health.updated_at
             serving = dict(
                 fallback=FallbackInfo(reason=st.reason, since=st.since)
                 if st.active == "builtin"
@@ -495,8 +494,8 @@ class MemoryService:
                 health_age_s=round(time.time() - updated, 1) if updated else None,
                 qmd_version=qstat.version,
                 search_mode=qstat.search_mode,
-                last_update_at=qstat.last_update_at or health.qmd.last_update_at,
-                last_embed_at=qstat.last_embed_at or health.qmd.last_embed_at,
+                last_update_at=qstat.last_update_at,
+                last_embed_at=qstat.last_embed_at,
                 freshness=FreshnessInfo(
                     stale=stale,
                     stale_seconds=newest - indexed if stale and newest and indexed else None,
@@ -544,9 +543,9 @@ class MemoryService:
             else:
                 b.search(SearchRequest("memoryd status probe", max_results=1))
         q = b.qmd.status()
-        if q.version is None and q.version_error is None and b.health.qmd.version is None:
-            with b.qmd.bounded(time.monotonic() + 5):
-                b.qmd.probe()
+        if q.version is None and q.version_error is None:
+            with suppress(QmdError), b.qmd.bounded(time.monotonic() + 5):
+                b.check_version()
 
     def status(self, agent_id: str | None = None, *, deep: bool = False) -> dict[str, Any]:
         """`status_model()` as JSON-ready camelCase dict."""
@@ -570,18 +569,3 @@ def _checked_selections(raw: object) -> list[tuple[str, list[int], str]]:
         numbers = [n for first, last in ranges for n in range(first, last + 1)]
         out.append((path, numbers, digest))
     return out
-
-
-def _with_health(q: QmdStatus, health: Any) -> QmdStatus:
-    """The engine's status with what every process recorded (version check, refused hits)."""
-    h = health.qmd
-    update: dict[str, Any] = {}
-    if h.version is not None or h.version_error is not None:
-        update.update(version=h.version, version_error=h.version_error)
-    if h.dropped_hits:
-        update.update(
-            dropped_hits=dict(h.dropped_hits),
-            last_dropped=h.last_dropped,
-            last_refused_at=h.last_refused_at,
-        )
-    return q.model_copy(update=update) if update else q

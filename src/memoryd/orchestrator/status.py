@@ -8,7 +8,6 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ..core.status import BuiltinStatus, QmdStatus, StatusModel
-from .health import REFUSED_HITS
 
 
 class FallbackInfo(StatusModel):
@@ -149,6 +148,8 @@ def _builtin_issues(b: BuiltinStatus, workspace_dir: str) -> list[str]:
 
 
 def _qmd_issues(st: MemoryStatus) -> list[str]:
+    from ..qmd_adapter import REFUSED_HITS  # loaded already: qmd reported this status
+
     found: list[str] = []
     if st.backend != "qmd":
         reason = st.fallback.reason if st.fallback else "unknown"

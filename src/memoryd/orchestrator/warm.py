@@ -25,13 +25,12 @@ def warm(service: MemoryService, agent_id: str | None, say: Say) -> bool:
                 True,
                 ", ".join(c.name for c in qmd.status().collections),
             )
-            if not qmd.probe():
-                raise MemorydError(qmd.status().version_error or qmd.last_error or "no answer")
+            b.check_version()
             say("qmd version", True, qmd.status().version or "")
-            qmd.update(force=True)
+            qmd.update()
             say("qmd update", True, "")
             if qmd.search_mode != "search":
-                qmd.embed(force=True)
+                qmd.embed()
                 say("qmd embed", True, "")
             modes = ["search"] + ([qmd.search_mode] if qmd.search_mode != "search" else [])
             for mode in modes:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._manager import QmdManager
+from ._manager import REFUSED_HITS, QmdManager
 from ._plan import plan_query
 
-__all__ = ["QmdManager", "plan_query"]
+__all__ = ["REFUSED_HITS", "QmdManager", "plan_query"]

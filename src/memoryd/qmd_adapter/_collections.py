@@ -8,7 +8,6 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from ..config import QmdConfig
 from ..core.layout import MemoryRoot
@@ -106,28 +105,20 @@ def _derived_name(root: str, salt: str = "") -> str:
     return f"custom-{base}-{digest}"
 
 
-@dataclass(frozen=True, slots=True)
-class Action:
-    """One step towards the desired collections; `rebind` is remove then add."""
-
-    kind: Literal["add", "remove", "rebind"]
-    name: str
-    spec: CollectionSpec | None = None
-
-
 def plan_collections(
     desired: Iterable[CollectionSpec], existing: Mapping[str, CollectionInfo]
-) -> list[Action]:
-    """Actions that make qmd's collections match `desired`."""
-    removes: list[Action] = []
-    changes: list[Action] = []
+) -> tuple[list[str], list[CollectionSpec]]:
+    """The collections to remove, then those to add, that make qmd's match `desired` (a changed
+    one is removed and added again)."""
+    removes: list[str] = []
+    adds: list[CollectionSpec] = []
     for spec in desired:
         legacy = existing.get(spec.legacy_name) if spec.legacy_name else None
         if legacy is not None and spec.legacy_name != spec.name and spec.matches(legacy):
-            removes.append(Action("remove", legacy.name))
+            removes.append(legacy.name)
         current = existing.get(spec.name)
-        if current is None:
-            changes.append(Action("add", spec.name, spec))
-        elif not spec.matches(current):
-            changes.append(Action("rebind", spec.name, spec))
-    return removes + changes
+        if current is not None and not spec.matches(current):
+            removes.append(spec.name)
+        if current is None or not spec.matches(current):
+            adds.append(spec)
+    return removes, adds

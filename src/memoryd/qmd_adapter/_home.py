@@ -31,6 +31,8 @@ class QmdHome:
         self.index_yml = self.config_dir / "index.yml"
         #: The fingerprint of index.yml + wanted collections when they were last checked.
         self.verified_path = root / "collections.verified"
+        #: What every process learns of this qmd (`QmdState`).
+        self.state_path = root / "state.json"
         self.index_db = self.cache_home / "qmd" / "index.sqlite"
         self.lock_path = root / "maintenance.lock"
         #: No `.qmd/index.yml` can be found walking up from here but one we would never write.

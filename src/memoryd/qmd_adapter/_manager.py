@@ -1,29 +1,67 @@
-"""`QmdManager`: one agent's qmd sidecar: start-up, validation, status, search and reads."""
+"""`QmdManager`: one agent's qmd sidecar: its home, the qmd calls, the collections, update and
+embed (timed or requested, serialized across processes), search and reads."""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import re
 import sqlite3
+import subprocess
+import threading
 import time
-from collections.abc import Sequence
-from pathlib import PurePosixPath
-from typing import Any, Final
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from pathlib import Path, PurePosixPath
+from typing import Any, Final, Literal
+
+import filelock
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..background import Background
-from ..core.engine import Corpus, SearchOutput, SearchRequest
+from ..config import QmdSettings
+from ..core.engine import SearchOutput, SearchRequest
 from ..core.layout import SKIP_DIRS, MemoryRoot, display_path
 from ..core.results import FileText, SearchResult, Source
 from ..core.status import CollectionStatus, QmdStatus
-from ..errors import MemorydError, PathNotAllowed, QmdBadOutput, QmdError, QmdExitError
-from ..fsio import read_file, wipe_folder
+from ..core.text import plain_text
+from ..errors import (
+    MemorydError,
+    PathNotAllowed,
+    QmdBadOutput,
+    QmdError,
+    QmdExitError,
+    QmdLocked,
+    QmdTimeout,
+    StateError,
+)
+from ..fsio import (
+    private_dir,
+    private_file,
+    read_file,
+    read_private,
+    wipe_folder,
+    write_private_atomic,
+)
 from ..memfiles import read_memory_file
-from ._core import QmdCore
-from ._parse import QmdHit, is_missing_collection_error, parse_search_output, split_qmd_uri
+from ._collections import CollectionSpec, desired_collections, plan_collections
+from ._home import QmdHome, default_shared_models_dir
+from ._parse import (
+    CollectionInfo,
+    QmdHit,
+    is_busy_error,
+    is_collection_exists_error,
+    is_missing_collection_error,
+    parse_collection_list,
+    parse_collection_show,
+    parse_search_output,
+    split_qmd_uri,
+)
 from ._plan import SearchMode, plan_query
-from ._rerank import explained, qmd_scorer, reranked
-from ._runner import kill_group
+from ._rerank import explained, qmd_scorer, rerank_stage, reranked
+from ._runner import QmdOutput, kill_group, resolve_command, run_qmd
 from ._snippets import (
     content_docid,
     file_lines,
@@ -35,21 +73,35 @@ from ._snippets import (
 
 log = logging.getLogger("memoryd.qmd")
 
+#: qmd's SQLite busy timeout (milliseconds), read once per qmd process.
+BUSY_TIMEOUT_ENV: Final = "QMD_SQLITE_BUSY_TIMEOUT"
+_BUSY_TRIES: Final = 4
 #: Hits asked of qmd beyond `maxResults`, so a dropped hit (see `_read_hit`) leaves no gap.
 SPARE_HITS: Final = 2
 #: Candidates qmd keeps after fusing its lines' rankings unless `-C` says otherwise.
 QMD_CANDIDATE_LIMIT: Final = 40
 #: A hit's file is read whole to cut its window; a larger one is dropped (and counted).
 MAX_HIT_FILE_BYTES: Final = 8 << 20
-
-
-class _Dropped(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason, self.detail = reason, detail
-
+#: Reasons a qmd hit was dropped that mean qmd indexed what memoryd's rules refuse (a stale or
+#: vanished hit is only an edit qmd has not indexed yet).
+REFUSED_HITS: Final = frozenset(
+    {"unknown_collection", "absolute_path", "traversal", "not_memory", "refused", "unresolvable"}
+)
 
 _VERSION_RE = re.compile(r"^qmd (\d+)\.(\d+)\.(\d+)\b")
+
+
+def embed_backoff_s(failures: int) -> float:
+    """Wait before the next embed after `failures` consecutive failures: 60 s doubling, ≤ 1 h."""
+    return float(min(3600, 60 * 2 ** (failures - 1))) if failures > 0 else 0.0
+
+
+def busy_timeout_ms(left_s: float, configured: str | None = None) -> int:
+    """qmd's busy timeout for a call with `left_s` seconds left: a third, at least 50 ms."""
+    ms = max(50, int(left_s * 1000 / 3))
+    if configured is not None and configured.strip().isdigit():
+        ms = min(ms, int(configured))
+    return ms
 
 
 def parse_version(text: str) -> str:
@@ -61,10 +113,101 @@ def parse_version(text: str) -> str:
     return line
 
 
-class QmdManager(QmdCore):
+class QmdState(BaseModel):
+    """What every process learns of this agent's qmd, kept in its home (`QmdHome.state_path`)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    version: str | None = None
+    version_error: str | None = None
+    last_update_at: float | None = None
+    last_embed_at: float | None = None
+    #: qmd hits memoryd refused to serve, by reason, and the last one (see `QmdStatus`)
+    dropped_hits: dict[str, int] = {}
+    last_dropped: str | None = None
+    last_refused_at: float | None = None
+
+
+class _Dropped(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason, self.detail = reason, detail
+
+
+class QmdManager:
     """Drives qmd for one agent. Create, `start()`, use, `close()`."""
 
     name: Final = "qmd"
+
+    def __init__(
+        self,
+        settings: QmdSettings,
+        *,
+        command: str | None = None,
+        home: Path | None = None,
+        shared_models_dir: Path | Literal["unset"] | None = "unset",
+        env_overrides: Mapping[str, str | None] | None = None,
+        rerank: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.config = settings.qmd
+        self.command = command or self.config.command
+        self.home = QmdHome(home if home is not None else settings.home)
+        self._shared_models = (
+            default_shared_models_dir() if shared_models_dir == "unset" else shared_models_dir
+        )
+        self._env_overrides = dict(env_overrides or {})
+        # the search reranks only if told here: `memory.qmd.rerank` is the rerank stage's
+        self._rerank = bool(rerank)
+        self.rerank_stage = rerank_stage(settings)
+        self._clock = clock
+
+        #: The configured search mode (`memory.qmd.searchMode`).
+        self.search_mode: SearchMode = self.config.search_mode
+        #: The collections this agent wants, in search order.
+        self._specs = desired_collections(
+            self.config,
+            agent_id=settings.agent_id,
+            workspace=settings.workspace,
+            sessions_dir=settings.exports_dir,
+            extra_roots=settings.extra_roots,
+        )
+        self._active: dict[str, CollectionSpec] = {}
+        self._waiting_for_dir: list[CollectionSpec] = []
+        self._collections_lock = threading.RLock()
+        self._maint_lock = threading.Lock()
+        self._file_lock = filelock.FileLock(
+            str(self.home.lock_path), thread_local=False, mode=0o600
+        )
+        self._started = False
+        self._closed = False
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._bound = threading.local()  # this thread's deadline for every qmd call (`bounded`)
+        self._wake = threading.Event()
+        self._update_requested_at: float | None = None
+
+        self._state = QmdState()
+        self._embed_failures = 0
+        self._embed_retry_at: float | None = None
+        self.last_error: str | None = None
+
+    # ------------------------------------------------------------------ state every process shares
+
+    def state(self) -> QmdState:
+        """The state as the last process left it (this one's when none could be written)."""
+        try:
+            return QmdState.model_validate_json(read_private(self.home.state_path) or b"")
+        except (StateError, ValidationError):
+            return self._state.model_copy(deep=True)
+
+    def _record(self, **changes: Any) -> None:
+        self._state = self.state().model_copy(update=changes)
+        with suppress(StateError):  # a read-only state dir only loses the write
+            private_dir(self.home.root)
+            write_private_atomic(self.home.state_path, self._state.model_dump_json().encode())
+
+    # ------------------------------------------------------------------ lifecycle
 
     def start(self, background: Background | None = None) -> None:
         """Prepare the agent's qmd home and collections; boot-sync and timers per config."""
@@ -72,7 +215,7 @@ class QmdManager(QmdCore):
         self._started = True
         update = self.config.update
         if update.on_boot and update.wait_for_boot_sync:
-            self.sync(force=True)
+            self.sync()
         if background is not None:
             background.spawn("qmd-maintenance", lambda: self.run_maintenance(background.stopping))
             background.spawn("qmd-watch", lambda: self._watch_files(background.stopping))
@@ -91,9 +234,8 @@ class QmdManager(QmdCore):
         with self._maintenance():
             keep = {self.home.lock_path, self.home.cache_home / "qmd" / "models"}
             removed = [str(e) for e in wipe_folder(self.home.root, keep)]
-            self._active, self._specs = {}, []
-            self.last_update_at = self.last_embed_at = None
-            self._last_update_mono = self._last_embed_mono = None
+            self._active = {}
+            self._state = QmdState()
             self._prepare()
         return removed
 
@@ -102,49 +244,28 @@ class QmdManager(QmdCore):
         self.home.ensure(models=models, shared_models_dir=self._shared_models)
         self.ensure_collections()
 
-    def probe(self) -> bool:
-        """True when qmd starts and answers `qmd X.Y.Z`; never raises a `QmdError`."""
-        self._version = None
+    def probe(self) -> None:
+        """Check that qmd starts and answers `qmd X.Y.Z`; a `QmdError` says why not."""
         try:
             out = self._run(["--version"], self.config.update.command_timeout_ms)
             version = parse_version(out.stdout or out.stderr)
         except QmdError as err:
-            if isinstance(err, QmdBadOutput):
-                self._version_error = str(err)
             self.last_error = str(err)
-            self.last_probe_error = err
-            self._emit("version", False, f"{type(err).__name__}: {err}")
-            return False
-        self._version, self._version_error, self.last_probe_error = version, None, None
-        self._emit("version", True, version)
-        return True
-
-    def seed_from_health(
-        self,
-        last_update_at: float | None,
-        last_embed_at: float | None,
-        version: str | None = None,
-        version_error: str | None = None,
-    ) -> None:
-        """Start from another process's recorded update, embed and `qmd --version` validation."""
-        now_wall, now_mono = time.time(), self._clock()
-        if last_update_at is not None and self.last_update_at is None:
-            self.last_update_at = last_update_at
-        if last_embed_at is not None and self.last_embed_at is None:
-            self.last_embed_at = last_embed_at
-            self._last_embed_mono = now_mono - max(0.0, now_wall - last_embed_at)
-        if self._version is None and self._version_error is None:
-            self._version, self._version_error = version, version_error
+            bad = str(err) if isinstance(err, QmdBadOutput) else None
+            self._record(version=None, version_error=bad)
+            raise
+        self._record(version=version, version_error=None)
 
     def status(self) -> QmdStatus:
-        """What this process knows of the sidecar (persisted health is the orchestrator's)."""
+        """What this and every other process know of the sidecar."""
         retry_in = None
         if self._embed_retry_at is not None:
             retry_in = max(0.0, self._embed_retry_at - self._clock())
+        state = self.state()
         return QmdStatus(
             command=self.command,
-            version=self._version,
-            version_error=self._version_error,
+            version=state.version,
+            version_error=state.version_error,
             home=str(self.home.root),
             search_mode=self.search_mode,
             collections=[
@@ -152,14 +273,325 @@ class QmdManager(QmdCore):
                 for s in self.known_collections()
             ],
             waiting_for_folder=[s.path for s in self._waiting_for_dir],
-            last_update_at=self.last_update_at,
-            last_embed_at=self.last_embed_at,
+            last_update_at=state.last_update_at,
+            last_embed_at=state.last_embed_at,
             embed_failures=self._embed_failures,
             embed_retry_in_s=retry_in,
             last_error=self.last_error,
-            dropped_hits=dict(self._dropped),
-            last_dropped=self.last_dropped,
+            dropped_hits=state.dropped_hits,
+            last_dropped=state.last_dropped,
+            last_refused_at=state.last_refused_at,
         )
+
+    @contextmanager
+    def bounded(self, deadline: float | None) -> Iterator[None]:
+        """Within, every qmd call of this thread ends by `deadline` (`time.monotonic()`)."""
+        before = getattr(self._bound, "deadline", None)
+        if deadline is not None and before is not None:
+            deadline = min(deadline, before)
+        self._bound.deadline = deadline if deadline is not None else before
+        try:
+            yield
+        finally:
+            self._bound.deadline = before
+
+    def env(self) -> dict[str, str]:
+        """The environment every qmd call of this agent gets."""
+        return self.home.env(overrides=self._env_overrides)
+
+    def _run(self, args: Sequence[str], timeout_ms: int) -> QmdOutput:
+        """One qmd call within `timeout_ms` in all, retries on a locked index included."""
+        env = self.env()
+        if not self.home.neutral_cwd.is_dir():  # `--version` may run before start()
+            private_dir(self.home.neutral_cwd)
+        configured = env.get(BUSY_TIMEOUT_ENV)  # the user's own setting, if smaller, wins
+        budget_s = timeout_ms / 1000
+        deadline = time.monotonic() + budget_s
+        bound = getattr(self._bound, "deadline", None)
+        if bound is not None and bound < deadline:
+            deadline, budget_s = bound, max(bound - time.monotonic(), 0.0)
+        label = f"qmd {args[0]}" if args else "qmd"
+        locked: QmdExitError | None = None
+        tries = 0
+        while True:
+            left_s = deadline - time.monotonic()
+            env[BUSY_TIMEOUT_ENV] = str(busy_timeout_ms(left_s, configured))
+            try:
+                return run_qmd(
+                    self.command,
+                    args,
+                    env=env,
+                    cwd=str(self.home.neutral_cwd),
+                    timeout_s=max(left_s, 0.001),
+                    running=self._running,
+                )
+            except QmdTimeout:
+                if locked is None:
+                    raise
+            except QmdExitError as err:
+                if not is_busy_error(err.stderr):
+                    raise
+                locked, tries = err, tries + 1
+                pause_s = min(2.0, 0.25 * 2 ** (tries - 1))
+                # retry a lock that was reported quickly; one that took qmd its whole busy
+                # timeout would most likely just run into our timeout the second time
+                if tries < _BUSY_TRIES and deadline - time.monotonic() - pause_s >= budget_s / 2:
+                    time.sleep(pause_s)
+                    continue
+            assert locked is not None
+            raise QmdLocked(
+                f"{label}: its index is locked by another process (database is locked); "
+                f"gave up after {tries} {'try' if tries == 1 else 'tries'}",
+                returncode=locked.returncode,
+                stderr=locked.stderr,
+            ) from None
+
+    # ------------------------------------------------------------------ collections
+
+    @property
+    def collections(self) -> dict[str, CollectionSpec]:
+        """Collections present in qmd for this agent, by name."""
+        return dict(self._active)
+
+    def known_collections(self) -> list[CollectionSpec]:
+        """This process's collections, or before start those last verified if qmd's registry is
+        unchanged."""
+        if self._active or self._started:
+            return list(self._active.values())
+        present = [s for s in self._specs if Path(s.path).is_dir()]
+        return present if self._still_verified(present) else []
+
+    def list_collections(self) -> dict[str, CollectionInfo]:
+        """What qmd has now (`collection list`, then `show` for each)."""
+        timeout = self.config.update.command_timeout_ms
+        out = self._run(["collection", "list"], timeout)
+        names = parse_collection_list(out.stdout)
+        if not names:
+            return {}
+        bound = getattr(self._bound, "deadline", None)
+
+        def show(name: str) -> CollectionInfo | None:
+            with self.bounded(bound):  # the caller's deadline holds on the pool's threads too
+                return parse_collection_show(
+                    self._run(["collection", "show", name], timeout).stdout
+                )
+
+        with ThreadPoolExecutor(min(len(names), 4), "qmd-show") as pool:
+            shown = list(pool.map(show, names))
+        return {name: info for name, info in zip(names, shown, strict=True) if info is not None}
+
+    def ensure_collections(self) -> None:
+        """Add missing collections, re-bind changed ones, drop matching legacy names."""
+        with self._collections_lock:
+            if self.config.sessions.enabled:
+                private_dir(self.settings.exports_dir)
+            present = [s for s in self._specs if Path(s.path).is_dir()]
+            self._waiting_for_dir = [s for s in self._specs if s not in present]
+            if self._still_verified(present) and resolve_command(self.command, self.env()):
+                # qmd's registry is byte for byte as last checked: asking qmd would find nothing
+                # to do; a collection lost otherwise is re-created on a search's "not found"
+                self._active = {s.name: s for s in present}
+                return
+            removes, adds = plan_collections(present, self.list_collections())
+            for name in removes:
+                self._remove_collection(name)
+            for spec in adds:
+                self._add_collection(spec)
+            self._active = {s.name: s for s in present}
+            self._record_verified(present)
+
+    def _verified(self, present: Sequence[CollectionSpec]) -> str | None:
+        """A fingerprint of qmd's registry (index.yml) and the collections memoryd wants."""
+        registry = read_private(self.home.index_yml)
+        if registry is None:
+            return None
+        digest = hashlib.sha256(registry)
+        for spec in present:
+            digest.update(f"\0{spec.name}\0{spec.path}\0{spec.pattern}".encode())
+        return digest.hexdigest()
+
+    def _still_verified(self, present: Sequence[CollectionSpec]) -> bool:
+        """qmd's registry and the collections memoryd wants are as they were last checked."""
+        fingerprint = self._verified(present)
+        try:
+            record = (read_private(self.home.verified_path) or b"").decode("ascii").strip()
+        except (StateError, UnicodeDecodeError):
+            return False
+        return fingerprint is not None and fingerprint == record
+
+    def _record_verified(self, present: Sequence[CollectionSpec]) -> None:
+        fingerprint = self._verified(present)
+        if fingerprint is None:
+            return
+        with suppress(StateError):  # only a cache: the next start checks with qmd again
+            write_private_atomic(self.home.verified_path, fingerprint.encode("ascii"))
+
+    def _remove_collection(self, name: str) -> None:
+        try:
+            self._run(["collection", "remove", name], self.config.update.command_timeout_ms)
+        except QmdExitError as err:
+            if not is_missing_collection_error(err.stderr):
+                raise
+
+    def _add_collection(self, spec: CollectionSpec) -> None:
+        args = ["collection", "add", spec.path, "--name", spec.name, "--mask", spec.pattern]
+        timeout = self.config.update.update_timeout_ms  # add indexes the folder at once
+        try:
+            self._run(args, timeout)
+            return
+        except QmdExitError as err:
+            if not is_collection_exists_error(err.stderr):
+                raise
+        # Lost a race with another process, or a leftover holds the name or the path+mask.
+        existing = self.list_collections()
+        current = existing.get(spec.name)
+        if current is not None and spec.matches(current):
+            return
+        for info in existing.values():
+            if info.name == spec.name or spec.matches(info):
+                self._remove_collection(info.name)
+        self._run(args, timeout)
+
+    def roots(self) -> list[MemoryRoot]:
+        """Every collection as a memory root (what `memory_get` may serve, by the same rule)."""
+        return [MemoryRoot(s.path, s.pattern, s.source, s.name) for s in self._specs]
+
+    # ------------------------------------------------------------------ update and embed
+
+    def _watch_files(self, stop: threading.Event) -> None:
+        """Changes under any memory collection ask for a debounced update (`update.debounceMs`)."""
+        from watchfiles import watch
+
+        roots = [r for r in self.roots() if r.source == "memory"]
+        folders = sorted({r.path for r in roots if Path(r.path).is_dir()})
+        if not folders:
+            return
+
+        def relevant(_change: Any, raw: str) -> bool:
+            return raw.lower().endswith(".md") or not PurePosixPath(raw).suffix
+
+        for _changes in watch(
+            *folders,
+            watch_filter=relevant,
+            debounce=200,
+            step=50,
+            recursive=True,
+            rust_timeout=200,
+            stop_event=stop,
+        ):
+            self.notify_changed()
+
+    @contextmanager
+    def _maintenance(self) -> Iterator[None]:
+        with self._maint_lock:
+            # polled so that a close ends the wait; another process may hold it for a whole embed
+            private_dir(self.home.root)
+            private_file(self.home.lock_path)  # filelock opens it by name: no link there
+            while True:
+                try:
+                    self._file_lock.acquire(timeout=0)
+                    break
+                except filelock.Timeout:
+                    if self._closed:
+                        raise QmdTimeout(
+                            "qmd is closing: its maintenance lock was not taken"
+                        ) from None
+                    time.sleep(0.1)
+            try:
+                yield
+            finally:
+                self._file_lock.release()
+
+    def update(self) -> None:
+        """Run `qmd update` now (after a job in flight)."""
+        with self._maintenance():
+            self._update_locked()
+
+    def _update_locked(self) -> None:
+        if self._waiting_for_dir and any(Path(s.path).is_dir() for s in self._waiting_for_dir):
+            self.ensure_collections()
+        self._run(["update"], self.config.update.update_timeout_ms)
+        self._record(last_update_at=time.time())
+
+    def embed_due(self) -> bool:
+        """Whether the embed timer (`update.embedInterval`, after any process's embed) says it is
+        time; ignores backoff and mode."""
+        last, interval_s = self.state().last_embed_at, self.config.update.embed_interval_ms / 1000
+        return last is None or (interval_s > 0 and time.time() - last >= interval_s)
+
+    def embed_blocked_reason(self) -> str | None:
+        """Why `sync` would not embed now, or None."""
+        if self.search_mode == "search":
+            return "searchMode is 'search' (BM25 only): no vectors needed"
+        if self._embed_retry_at is not None and self._clock() < self._embed_retry_at:
+            return f"backing off after {self._embed_failures} failed embed(s)"
+        return None
+
+    def embed(self) -> None:
+        """Run `qmd embed` now; a failure raises and starts/extends the backoff."""
+        with self._maintenance():
+            self._embed_locked()
+
+    def _embed_locked(self) -> None:
+        try:
+            self._run(["embed"], self.config.update.embed_timeout_ms)
+        except QmdError as err:
+            self._embed_failures += 1
+            delay = embed_backoff_s(self._embed_failures)
+            self._embed_retry_at = self._clock() + delay
+            self.last_error = f"embed failed: {err}"
+            log.warning("qmd embed failed (%s); next try in %.0fs", err, delay)
+            raise
+        self._embed_failures = 0
+        self._embed_retry_at = None
+        self._record(last_embed_at=time.time())
+
+    def sync(self) -> None:
+        """Update, then embed when due. An embed failure is backed off, never raised."""
+        with self._maintenance():
+            self._update_locked()
+            if self.embed_blocked_reason() is None and self.embed_due():
+                with suppress(QmdError):
+                    self._embed_locked()
+
+    def notify_changed(self) -> None:
+        """A memory file changed: ask for a debounced sync (needs the maintenance loop)."""
+        if self._update_requested_at is None:
+            self._update_requested_at = self._clock()
+        self._wake.set()
+
+    def run_maintenance(self, stop: threading.Event) -> None:
+        """Timers until `stop` is set or `close()`: boot refresh, `update.interval`, debounced
+        `notify_changed`."""
+        update = self.config.update
+        if update.on_boot and not update.wait_for_boot_sync:
+            self._sync_logged()
+        interval_s = update.interval_ms / 1000
+        next_periodic = self._clock() + interval_s if interval_s > 0 else None
+        while not (stop.is_set() or self._closed):
+            now = self._clock()
+            due = [t for t in (next_periodic,) if t is not None]
+            if self._update_requested_at is not None:
+                due.append(self._update_requested_at + update.debounce_ms / 1000)
+            wait_s = max(0.0, min(due) - now) if due else None
+            if self._wake.wait(wait_s):
+                self._wake.clear()
+                continue
+            if stop.is_set() or self._closed:
+                return
+            self._update_requested_at = None
+            self._sync_logged()
+            if interval_s > 0:
+                next_periodic = self._clock() + interval_s
+
+    def _sync_logged(self) -> None:
+        try:
+            self.sync()
+        except QmdError as err:
+            self.last_error = f"update failed: {err}"
+            log.warning("qmd update failed: %s", err)
+
+    # ------------------------------------------------------------------ search and reads
 
     def search(
         self,
@@ -167,15 +599,13 @@ class QmdManager(QmdCore):
         *,
         max_results: int | None = None,
         min_score: float | None = None,
-        corpus: Corpus = "all",
         mode: SearchMode | None = None,
         timeout_ms: int | None = None,
-        rerank: bool | None = None,
     ) -> SearchOutput:
         """Search this agent's collections in one `qmd query` call (see `plan_query`); a str is
         the query, with the limits given here."""
         if isinstance(request, str):
-            request = SearchRequest(request, max_results, min_score, corpus)
+            request = SearchRequest(request, max_results, min_score)
         limits, query, mode = self.config.limits, request.query, mode or self.search_mode
         answer = SearchOutput([], "qmd", "qmd", None, mode, limits.max_injected_chars)
         names = [s.name for s in self._active.values() if request.corpus in ("all", s.source)]
@@ -188,10 +618,9 @@ class QmdManager(QmdCore):
                 "qmd has no embeddings for these collections yet: answered by keywords "
                 "(`memoryd index` embeds them)"
             )
-        rerank = self._rerank if rerank is None else rerank
         # as many hits whatever maxResults asks: a larger one then only adds results
         pool = limits.max_results + SPARE_HITS
-        hits = self._query(plan.document, names, pool, timeout_ms or limits.timeout_ms, rerank)
+        hits = self._query(plan.document, names, pool, timeout_ms or limits.timeout_ms)
         results = self._results_from_hits(hits, plan.snippet_query, plan.words)
         floor = limits.min_score if request.min_score is None else request.min_score
         passed = [r for r in results if r.score >= floor]
@@ -224,25 +653,21 @@ class QmdManager(QmdCore):
             args += ["-c", name]
         return args
 
-    def _query(
-        self, document: str, names: list[str], n: int, timeout_ms: int, rerank: bool
-    ) -> list[QmdHit]:
-        recreated = False
-        while True:
-            try:
-                out = self._run(self.search_argv(document, names, n, rerank=rerank), timeout_ms)
-            except QmdExitError as err:
-                if not recreated and is_missing_collection_error(err.stderr):
-                    recreated = True
-                    log.warning("qmd lost a collection; re-creating collections and retrying")
-                    self.forget_verified()
-                    self.ensure_collections()
-                    names = [nm for nm in names if nm in self._active]
-                    if not names:
-                        return []
-                    continue
+    def _query(self, document: str, names: list[str], n: int, timeout_ms: int) -> list[QmdHit]:
+        try:
+            out = self._run(self.search_argv(document, names, n), timeout_ms)
+        except QmdExitError as err:
+            if not is_missing_collection_error(err.stderr):
                 raise
-            return parse_search_output(out.stdout)
+            log.warning("qmd lost a collection; re-creating collections and retrying")
+            with suppress(FileNotFoundError):  # make `ensure_collections` ask qmd
+                self.home.verified_path.unlink()
+            self.ensure_collections()
+            names = [nm for nm in names if nm in self._active]
+            if not names:
+                return []
+            out = self._run(self.search_argv(document, names, n), timeout_ms)
+        return parse_search_output(out.stdout)
 
     def has_vectors(self, names: Sequence[str]) -> bool:
         """Whether qmd's index holds embeddings for a document of these collections (read-only)."""
@@ -359,10 +784,13 @@ class QmdManager(QmdCore):
         return got.data, file_lines(got.data.decode("utf-8", errors="replace"))
 
     def _drop(self, reason: str, path: str, detail: str) -> None:
-        self._dropped[reason] = self._dropped.get(reason, 0) + 1
-        self.last_dropped = f"{path}: {reason} ({detail})"
-        log.warning("qmd hit dropped: %s", self.last_dropped)
-        self._emit("dropped", False, f"{reason}\t{self.last_dropped}")
+        """Count a hit memoryd will not serve, for every process's status."""
+        last = " ".join(plain_text(f"{path}: {reason} ({detail})").split())[:300]
+        log.warning("qmd hit dropped: %s", last)
+        state = self.state()
+        counts = {**state.dropped_hits, reason: state.dropped_hits.get(reason, 0) + 1}
+        refused_at = time.time() if reason in REFUSED_HITS else state.last_refused_at
+        self._record(dropped_hits=counts, last_dropped=last, last_refused_at=refused_at)
 
     def _lookup_docid(self, docid: str) -> tuple[str, str] | None:
         """Resolve `#abc123` through qmd's `documents` table."""

@@ -15,7 +15,7 @@ from ..rerank import RerankStage, Scorer
 from ._parse import parse_search_output, split_qmd_uri
 from ._runner import QmdOutput
 
-#: `run(argv, timeout_ms)`: one qmd call (`QmdCore._run`).
+#: `run(argv, timeout_ms)`: one qmd call (`QmdManager._run`).
 Run = Callable[[Sequence[str], int], QmdOutput]
 
 

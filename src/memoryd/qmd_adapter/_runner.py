@@ -22,10 +22,8 @@ _READ_CHUNK = 65_536
 
 @dataclass(frozen=True, slots=True)
 class QmdOutput:
-    """What a finished qmd call produced."""
+    """What a qmd call that exited 0 printed."""
 
-    args: tuple[str, ...]
-    returncode: int
     stdout: str
     stderr: str
 
@@ -44,10 +42,10 @@ def run_qmd(
     cwd: str,
     timeout_s: float,
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
-    check: bool = True,
     running: set[subprocess.Popen[bytes]] | None = None,
 ) -> QmdOutput:
-    """Run `command args…`; the process sits in `running` so that its owner can kill it on close."""
+    """Run `command args…`, a non-zero exit being `QmdExitError`; the process sits in `running`
+    so that its owner can kill it on close."""
     exe = resolve_command(command, env)
     if exe is None:
         raise QmdUnavailable(
@@ -63,14 +61,13 @@ def run_qmd(
     finally:
         if running is not None:
             running.discard(process)
-    output = QmdOutput(tuple(args), returncode, stdout, stderr)
-    if check and returncode != 0:
+    if returncode != 0:
         raise QmdExitError(
-            f"{label} exited with code {returncode}: {_last_line(output.stderr) or 'no stderr'}",
+            f"{label} exited with code {returncode}: {_last_line(stderr) or 'no stderr'}",
             returncode=returncode,
-            stderr=output.stderr,
+            stderr=stderr,
         )
-    return output
+    return QmdOutput(stdout, stderr)
 
 
 def _collect(

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Final
 
-from ..config import ScopeConfig, ScopeMatch, ScopeRule
-from ..core.session_keys import ChatType, SessionKeyInfo, parse_session_key, raw_session_key
+from ..config import ScopeConfig, ScopeMatch
+from ..core.session_keys import SessionKeyInfo, parse_session_key, raw_session_key
 
 # Session keys are caller input; cap what one can put in a log line.
 _MAX_LOGGED_KEY_CHARS: Final = 200
-
-
-def default_scope() -> ScopeConfig:
-    """Deny all but direct chats; built unvalidated so a search never imports pydantic for it."""
-    return ScopeConfig(
-        default="deny", rules=[ScopeRule(action="allow", match=ScopeMatch(chat_type="direct"))]
-    )
 
 
 def _printable(text: str) -> str:
@@ -25,24 +17,6 @@ def _printable(text: str) -> str:
     if len(shown) > _MAX_LOGGED_KEY_CHARS:
         return shown[:_MAX_LOGGED_KEY_CHARS] + "…"
     return shown
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ScopeDecision:
-    """`evaluate_scope`'s outcome, with what it derived from the session key for the log."""
-
-    allowed: bool
-    channel: str | None
-    chat_type: ChatType | None
-    session_key: str | None
-
-    def log_message(self) -> str:
-        verdict = "allowed" if self.allowed else "denied"
-        session = _printable((self.session_key or "").strip()) or "<none>"
-        return (
-            f"memory search {verdict} by scope (channel={self.channel or 'unknown'}, "
-            f"chatType={self.chat_type or 'unknown'}, session={session})"
-        )
 
 
 def _matches(match: ScopeMatch | None, info: SessionKeyInfo, raw_key: str) -> bool:
@@ -62,14 +36,21 @@ def _matches(match: ScopeMatch | None, info: SessionKeyInfo, raw_key: str) -> bo
     )
 
 
-def evaluate_scope(scope: ScopeConfig | None, session_key: str | None) -> ScopeDecision:
-    """May this session search memory? `scope=None` applies the shipped default (DMs only)."""
-    # a fresh default each time: a caller changing one it was given widens nothing
-    effective = default_scope() if scope is None else scope
+def scope_denial(scope: ScopeConfig | None, session_key: str | None) -> str | None:
+    """Why this session may not search memory (the log line), or None; `scope=None` is the
+    shipped default, direct chats only."""
     info = parse_session_key(session_key)
-    allowed = True  # a session that is no chat (`main`, a sub-agent) is never filtered
-    if info.is_chat:
+    if not info.is_chat:  # a session that is no chat (`main`, a sub-agent) is never filtered
+        return None
+    if scope is None:
+        allowed = info.chat_type == "direct"
+    else:
         raw_key = raw_session_key(session_key)
-        rule = next((r for r in effective.rules or [] if _matches(r.match, info, raw_key)), None)
-        allowed = (rule.action if rule else effective.default or "allow") == "allow"
-    return ScopeDecision(allowed, info.channel, info.chat_type, session_key)
+        rule = next((r for r in scope.rules or [] if _matches(r.match, info, raw_key)), None)
+        allowed = (rule.action if rule else scope.default or "allow") == "allow"
+    if allowed:
+        return None
+    return (
+        f"memory search denied by scope (channel={info.channel or 'unknown'}, "
+        f"chatType={info.chat_type or 'unknown'}, session={_printable((session_key or '').strip())})"
+    )

@@ -41,11 +41,6 @@ __all__ = [
 ]
 
 
-def is_evergreen(path: str, source: str) -> bool:
-    """Undated memory files (MEMORY.md among them) never decay; only dated notes and sessions do."""
-    return source != "sessions" and note_date(path) is None
-
-
 def decay_multiplier(age_days: float, half_life_days: float) -> float:
     """`e^(−ln2/H · age)`: 0.5 at one half-life, 1.0 for age ≤ 0."""
     if age_days <= 0:
@@ -187,7 +182,7 @@ def vector_floor(same_script: bool, chunks: int, chunk_tokens: int) -> float:
     if not same_script:
         return VEC_FLOOR
     floor = VEC_FLOOR_SAME_SCRIPT
-    if VEC_FLOOR_GROWTH <= 0 or chunks < 2:
+    if chunks < 2:
         return floor
     grown = max(floor, VEC_FLOOR_GROWTH * math.sqrt(2.0 * math.log(chunks)))
     short = _ramp(LONG_CHUNK_TOKENS - chunk_tokens, 0, LONG_CHUNK_TOKENS - SHORT_CHUNK_TOKENS)
@@ -202,12 +197,12 @@ def _calibrated_parts(
     candidates: Sequence[Candidate],
     query: str,
     stats: CorpusStats | None,
-    detail: list[dict[str, Any]] | None = None,
+    trace: dict[int, dict[str, Any]] | None = None,
 ) -> tuple[list[float], list[float]]:
-    """Each candidate's evidence (0..1) and relative fusion score; `detail` gets their parts."""
+    """Each candidate's evidence (0..1) and relative fusion score; `trace` gets their parts."""
     terms = query_terms(query)
     qscript = script_of(query)
-    use_keywords = bool(stats.term_chunks) if stats is not None else False
+    use_keywords = stats is not None and bool(stats.term_chunks)
     use_keywords = use_keywords or any(c.text_rank is not None for c in candidates)
     matched = [_matched_terms(c, terms) for c in candidates]
     weights = term_weights(terms, stats, candidates)
@@ -233,7 +228,7 @@ def _calibrated_parts(
             vec = _ramp(z, floor, VEC_FULL)
         evidence.append(1.0 - (1.0 - lex) * (1.0 - vec))
         vec_evidence.append(vec)
-        if detail is not None:  # `--explain`'s keyword and vector parts of the evidence
+        if trace is not None:  # `--explain`'s keyword and vector parts of the evidence
             d = _sides(c, m)
             d["keyword"].update(
                 fileNameTerms=sorted(named - m),
@@ -245,7 +240,7 @@ def _calibrated_parts(
                 ref = stats.reference.get((qscript, script)) if stats is not None else None
                 background = {"mean": ref[0], "sd": ref[1]} if ref is not None else None
                 d["vector"].update(z=z, background=background, floor=floor, evidence=vec)
-            detail.append(d)
+            trace[c.chunk_id] = d
     # calibrated z orders the vector side across scripts; raw cosines where there is none
     vectors = [z if z is not None else c.vector_score for c, z in zip(candidates, zs, strict=True)]
     relative = _relative_scores(
@@ -258,9 +253,6 @@ def _calibrated_parts(
             for m, script, vec in zip(matched, scripts, vec_evidence, strict=True)
         ],
     )
-    if detail is not None:
-        for d, r in zip(detail, relative, strict=True):
-            d["fused"] = {"fusion": "auto", "relative": r}
     return evidence, relative
 
 
@@ -286,11 +278,10 @@ def _calibrated(
     embedded so far may be unrelated."""
     if not candidates:
         return []
-    detail: list[dict[str, Any]] | None = [] if trace is not None else None
-    evidence, relative = _calibrated_parts(candidates, query, stats, detail)
+    evidence, relative = _calibrated_parts(candidates, query, stats, trace)
     confidence, best = max(evidence), max(relative)
     out = []
-    for i, (c, ev, r) in enumerate(zip(candidates, evidence, relative, strict=True)):
+    for c, ev, r in zip(candidates, evidence, relative, strict=True):
         closeness = r / best if best > 0 else 1.0
         score = confidence * closeness**RANK_SHAPE
         found_by_vector_only = (
@@ -300,9 +291,9 @@ def _calibrated(
             and path_match_level(query, c.path) == 0
         )
         out.append(with_score(c, min(score, ev) if found_by_vector_only else score))
-        if trace is not None and detail is not None:
-            d = detail[i]
-            d["fused"].update(best=best, closeness=closeness)
+        if trace is not None:
+            d = trace[c.chunk_id]
+            d["fused"] = {"fusion": "auto", "relative": r, "best": best, "closeness": closeness}
             d["calibration"] = {
                 "evidence": ev,
                 "confidence": confidence,
@@ -311,7 +302,6 @@ def _calibrated(
                 "score": out[-1].score,
                 "background": _background(stats),
             }
-            trace[c.chunk_id] = d
     return out
 
 

@@ -134,10 +134,5 @@ _NAME_WORD = re.compile(r"[^\W\d_]{3,}")
 @lru_cache(maxsize=4096)
 def _named(terms: tuple[str, ...], path: str) -> frozenset[str]:
     """Query terms the file name holds (`legacy` in `memory/legacy.md`): evidence for all its chunks."""
-    words = _name_words(path)
+    words = frozenset(w.lower() for w in _NAME_WORD.findall(_name_and_stem(path)[1]))
     return frozenset(matched_terms(terms, " ".join(words), words)) if words else frozenset()
-
-
-@lru_cache(maxsize=8192)
-def _name_words(path: str) -> frozenset[str]:
-    return frozenset(w.lower() for w in _NAME_WORD.findall(_name_and_stem(path)[1]))

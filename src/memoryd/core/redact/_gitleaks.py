@@ -3,42 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final
 
 from ._checks import _entropy
 from ._rules import SECRET_PATTERNS, SecretSpan, keyword_index, rules_for
-
-
-def _trie_regex(words: Iterable[str]) -> str:
-    """An alternation matching the longest of `words` that starts at a position."""
-    trie: dict[str, Any] = {}
-    for word in words:
-        node = trie
-        for ch in word:
-            node = node.setdefault(ch, {})
-        node[""] = {}
-
-    def build(node: dict[str, Any]) -> str:
-        ends = "" in node
-        branches = [re.escape(ch) + build(child) for ch, child in sorted(node.items()) if ch]
-        if not branches:
-            return ""
-        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
-        if ends:  # a shorter word ends here: the longer ones are tried first (greedy `?`)
-            body = "(?:" + body + ")?"
-        return body
-
-    return build(trie)
-
-
-def _re2() -> Any:
-    """Google's RE2 binding, imported on first use (it ships no type information)."""
-    import re2  # type: ignore[import-untyped]
-
-    return re2
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +19,10 @@ class _Rule:
     secret_group: int
     entropy: float | None
     # Allowlists, each folded into one re2 str pattern (or None): searched in the secret (the
-    # global allowlist included), the whole match, the secret's line; and lowercase stopwords,
-    # any of which in the secret clears it (global ones included).
+    # global allowlist and stopwords included), the whole match, the secret's line.
     allow_secret: Any
     allow_match: Any
     allow_line: Any
-    stopwords: re.Pattern[str] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,46 +45,44 @@ def _ruleset() -> _Ruleset:
     import importlib.resources
     import tomllib
 
-    re2 = _re2()
+    import re2  # type: ignore[import-untyped]
 
     raw = importlib.resources.files(__package__).joinpath("gitleaks.toml").read_text("utf-8")
     config = tomllib.loads(raw)
     glob = config.get("allowlist", {})
-    glob_regexes: list[str] = list(glob.get("regexes", ()))
-    glob_stopwords: list[str] = [w.lower() for w in glob.get("stopwords", ())]
 
     def any_of(patterns: list[str]) -> Any:
         # RE2 scopes inline flags to their group, so `(?:a)|(?:b)` means what a and b meant.
         return re2.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
 
-    glob_secret = any_of(glob_regexes)
-    glob_stop = re.compile(_trie_regex(glob_stopwords)) if glob_stopwords else None
+    def stop(words: list[str]) -> list[str]:
+        # a secret holding a stopword, in any letter case, is cleared
+        return ["(?i)" + "|".join(re.escape(w) for w in words)] if words else []
+
+    glob_secret = list(glob.get("regexes", ())) + stop(glob.get("stopwords", []))
+    shared_secret = any_of(glob_secret)
     rules: list[_Rule] = []
     keywords: list[set[str]] = []
     for spec in config["rules"]:
         if "regex" not in spec or "path" in spec:
             continue
         allow: dict[str, list[str]] = {"secret": [], "match": [], "line": []}
-        stopwords: list[str] = []
         for allowlist in spec.get("allowlists", ()):
             if allowlist.get("condition") == "AND" and "paths" in allowlist:
                 continue  # holds only together with a path, and a transcript has none
             allow[allowlist.get("regexTarget", "secret")].extend(allowlist.get("regexes", ()))
-            stopwords.extend(w.lower() for w in allowlist.get("stopwords", ()))
+            allow["secret"] += stop(allowlist.get("stopwords", []))
         rules.append(
             _Rule(
                 id=spec["id"],
                 regex=re2.compile(spec["regex"].encode("utf-8")),
                 secret_group=int(spec.get("secretGroup", 0)),
                 entropy=spec.get("entropy"),
-                allow_secret=any_of(glob_regexes + allow["secret"])
+                allow_secret=any_of(glob_secret + allow["secret"])
                 if allow["secret"]
-                else glob_secret,
+                else shared_secret,
                 allow_match=any_of(allow["match"]),
                 allow_line=any_of(allow["line"]),
-                stopwords=re.compile(_trie_regex(glob_stopwords + stopwords))
-                if stopwords
-                else glob_stop,
             )
         )
         keywords.append({k.lower() for k in spec.get("keywords", ())})
@@ -156,24 +123,22 @@ def _is_allowed(rule: _Rule, text: str, start: int, end: int, whole: str) -> boo
             rule.allow_line is not None
             and rule.allow_line.search(_line_around(text, start, end)) is not None
         )
-        or (rule.stopwords is not None and rule.stopwords.search(secret.lower()) is not None)
     )
 
 
-class _CharOffsets:
-    """Byte offsets into UTF-8 `data` → offsets into `text`, for offsets that never decrease."""
+def _char_offsets(data: bytes) -> Callable[[int], int]:
+    """Byte offsets into UTF-8 `data` → offsets into its text, for offsets that never decrease."""
+    last_byte = last_char = 0  # where the next decode starts
 
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-        self._byte = 0
-        self._char = 0
+    def to_char(byte: int) -> int:
+        nonlocal last_byte, last_char
+        if byte < last_byte:  # not expected; stay correct anyway
+            last_byte = last_char = 0
+        last_char += len(data[last_byte:byte].decode("utf-8"))
+        last_byte = byte
+        return last_char
 
-    def __call__(self, byte_offset: int) -> int:
-        if byte_offset < self._byte:  # not expected; stay correct anyway
-            self._byte = self._char = 0
-        self._char += len(self._data[self._byte : byte_offset].decode("utf-8"))
-        self._byte = byte_offset
-        return self._char
+    return to_char
 
 
 def _gitleaks_spans(ruleset: _Ruleset, text: str, present: set[str]) -> list[SecretSpan]:
@@ -186,7 +151,7 @@ def _gitleaks_spans(ruleset: _Ruleset, text: str, present: set[str]) -> list[Sec
     spans = []
     for index in candidates:
         rule = ruleset.rules[index]
-        offset = _CharOffsets(data) if not ascii_only else None
+        offset = _char_offsets(data) if not ascii_only else None
         for match in rule.regex.finditer(data):
             group, groups = rule.secret_group, rule.regex.groups
             if group == 0 and groups:
