@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # pg_support: the test suite's PostgreSQL launcher
+sys.path.insert(0, str(ROOT / "tests"))  # pg_support (PostgreSQL launcher), hashing_embedder
 sys.path.insert(0, str(ROOT))
 
 CHUNKS_PER_FILE = 20
@@ -649,7 +649,7 @@ def _quality(args: argparse.Namespace) -> None:
     from bench.eval import __main__ as ev
     from bench.eval.builtin import EvalIndex, agent_config, search
 
-    from memoryd.embeddings import HashingEmbedder
+    from hashing_embedder import HashingEmbedder
     from memoryd.embeddings.base import ProviderSelection
 
     server = None

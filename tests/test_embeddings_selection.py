@@ -15,11 +15,16 @@ from memoryd.config import (
     validate_config,
 )
 from memoryd.embeddings._remote import RemoteProvider
+from memoryd.embeddings.base import ProviderSelection
 from memoryd.embeddings.gemini import GeminiProvider
 from memoryd.embeddings.local import LocalE5Provider
 from memoryd.embeddings.openai import OpenAIProvider
-from memoryd.embeddings.selection import resolve_api_key, select_from_config, select_provider
+from memoryd.embeddings.selection import resolve_api_key, select_provider
 from memoryd.errors import ProviderUnavailable
+
+
+def chosen_id(selection: ProviderSelection) -> str:
+    return selection.provider.id if selection.provider else "none"
 
 
 def cfg(**search: Any) -> MemorySearchConfig:
@@ -56,21 +61,21 @@ def remote(provider: object) -> RemoteProvider:
     ],
 )
 def test_auto_picks_by_available_key_in_order(env: dict[str, str], chosen: str, model: str) -> None:
-    selection = select_from_config(cfg(), models(), env=env)
+    selection = select_provider(cfg(), models(), env=env)
     assert selection.requested == "auto" and not selection.explicit
-    assert selection.chosen == chosen
+    assert chosen_id(selection) == chosen
     assert selection.provider is not None and selection.provider.model == model
     assert selection.fallback is None
 
 
 def test_auto_reason_says_which_key_chose_the_provider() -> None:
-    selection = select_from_config(cfg(), models(), env={"OPENAI_API_KEY": "sk"})
+    selection = select_provider(cfg(), models(), env={"OPENAI_API_KEY": "sk"})
     assert selection.reason == "auto: OPENAI_API_KEY set → openai text-embedding-3-small"
     assert "openai: API key from OPENAI_API_KEY" in selection.notes
 
 
 def test_auto_without_keys_uses_the_offline_local_default() -> None:
-    selection = select_from_config(cfg(), models(), env={})
+    selection = select_provider(cfg(), models(), env={})
     assert isinstance(selection.provider, LocalE5Provider)
     assert "no remote API key" in selection.reason
 
@@ -78,28 +83,28 @@ def test_auto_without_keys_uses_the_offline_local_default() -> None:
 def test_auto_prefers_an_existing_local_model_path(tmp_path: Path) -> None:
     model_file = tmp_path / "model.bin"
     model_file.write_bytes(b"weights")
-    selection = select_from_config(
+    selection = select_provider(
         cfg(local={"modelPath": str(model_file)}), models(), env={"OPENAI_API_KEY": "sk"}
     )
-    assert selection.chosen == "local" and "modelPath" in selection.reason
+    assert chosen_id(selection) == "local" and "modelPath" in selection.reason
 
 
 def test_auto_skips_a_missing_local_model_path(tmp_path: Path) -> None:
-    selection = select_from_config(
+    selection = select_provider(
         cfg(local={"modelPath": str(tmp_path / "gone.bin")}), models(), env={"GEMINI_API_KEY": "g"}
     )
-    assert selection.chosen == "gemini"
+    assert chosen_id(selection) == "gemini"
     assert any("does not exist" in n for n in selection.notes)
 
 
 def test_config_keys_count_for_auto() -> None:
-    selection = select_from_config(cfg(), models(voyage={"apiKey": "from-config"}), env={})
-    assert selection.chosen == "voyage"
+    selection = select_provider(cfg(), models(voyage={"apiKey": "from-config"}), env={})
+    assert chosen_id(selection) == "voyage"
     assert selection.reason.startswith("auto: models.providers.voyage.apiKey set")
 
 
 def test_auto_with_remote_base_url_means_an_openai_compatible_endpoint() -> None:
-    selection = select_from_config(
+    selection = select_provider(
         cfg(remote={"baseUrl": "http://127.0.0.1:1234/v1"}), models(), env={"GEMINI_API_KEY": "g"}
     )
     provider = remote(selection.provider)
@@ -130,11 +135,11 @@ def test_key_precedence(
         models=models(openai={"apiKey": config_key}),
         env={"OPENAI_API_KEY": env_key} if env_key else {},
     )
-    assert (key.value, key.source) == (expected, source)
+    assert key == (expected, source)
 
 
 def test_remote_headers_merge_over_defaults_and_provider_config() -> None:
-    selection = select_from_config(
+    selection = select_provider(
         cfg(
             provider="openai",
             remote={
@@ -155,7 +160,7 @@ def test_remote_headers_merge_over_defaults_and_provider_config() -> None:
 
 
 def test_remote_headers_can_override_the_auth_header() -> None:
-    selection = select_from_config(
+    selection = select_provider(
         cfg(
             provider="openai",
             remote={
@@ -170,7 +175,7 @@ def test_remote_headers_can_override_the_auth_header() -> None:
 
 
 def test_explicit_provider_uses_configured_model_and_options() -> None:
-    selection = select_from_config(
+    selection = select_provider(
         cfg(
             provider="gemini",
             model="gemini-embedding-2-preview",
@@ -183,8 +188,8 @@ def test_explicit_provider_uses_configured_model_and_options() -> None:
     assert isinstance(provider, GeminiProvider) and selection.explicit
     assert provider.model == "gemini-embedding-2-preview" and provider.dims == 1536
     assert (
-        provider.task_type("query") == "QUESTION_ANSWERING"
-        and provider.task_type("document") == "RETRIEVAL_DOCUMENT"
+        provider.kind_type("query") == "QUESTION_ANSWERING"
+        and provider.kind_type("document") == "RETRIEVAL_DOCUMENT"
     )
     assert selection.reason == "configured → gemini gemini-embedding-2-preview"
 
@@ -194,14 +199,14 @@ def test_explicit_provider_without_key_is_unavailable_with_a_clear_error() -> No
         ProviderUnavailable,
         match=r"voyage unavailable: voyage: no API key \(set .*VOYAGE_API_KEY\)",
     ):
-        select_from_config(cfg(provider="voyage"), models(), env={"OPENAI_API_KEY": "sk"})
+        select_provider(cfg(provider="voyage"), models(), env={"OPENAI_API_KEY": "sk"})
 
 
 def test_explicit_provider_without_key_uses_the_fallback_and_says_why() -> None:
-    selection = select_from_config(
+    selection = select_provider(
         cfg(provider="voyage", fallback="openai"), models(), env={"OPENAI_API_KEY": "sk"}
     )
-    assert selection.chosen == "openai" and selection.fallback is None and selection.explicit
+    assert chosen_id(selection) == "openai" and selection.fallback is None and selection.explicit
     assert (
         "voyage unavailable" in selection.reason
         and "using fallback openai text-embedding-3-small" in selection.reason
@@ -209,18 +214,18 @@ def test_explicit_provider_without_key_uses_the_fallback_and_says_why() -> None:
 
 
 def test_fallback_is_built_alongside_a_working_primary() -> None:
-    selection = select_from_config(
+    selection = select_provider(
         cfg(provider="openai", fallback="gemini"),
         models(),
         env={"OPENAI_API_KEY": "o", "GEMINI_API_KEY": "g"},
     )
-    assert selection.chosen == "openai"
+    assert chosen_id(selection) == "openai"
     assert isinstance(selection.fallback, GeminiProvider)
     assert any("fallback ready: gemini" in n for n in selection.notes)
 
 
 def test_fallback_gets_its_own_key_and_default_model_not_the_primarys_remote() -> None:
-    selection = select_from_config(
+    selection = select_provider(
         cfg(
             provider="openai",
             model="text-embedding-3-large",
@@ -236,7 +241,7 @@ def test_fallback_gets_its_own_key_and_default_model_not_the_primarys_remote() -
 
 
 def test_fallback_without_key_is_noted_not_fatal() -> None:
-    selection = select_from_config(
+    selection = select_provider(
         cfg(provider="openai", fallback="mistral"), models(), env={"OPENAI_API_KEY": "o"}
     )
     assert selection.fallback is None
@@ -244,30 +249,30 @@ def test_fallback_without_key_is_noted_not_fatal() -> None:
 
 
 def test_local_and_ollama_fallbacks_need_no_key() -> None:
-    local = select_from_config(
+    local = select_provider(
         cfg(provider="openai", fallback="local"), models(), env={"OPENAI_API_KEY": "o"}
     )
     assert isinstance(local.fallback, LocalE5Provider)
-    ollama = select_from_config(
+    ollama = select_provider(
         cfg(provider="gemini", fallback="ollama"), models(), env={"GEMINI_API_KEY": "g"}
     )
     assert ollama.fallback is not None and ollama.fallback.id == "ollama"
 
 
 def test_provider_none_is_keyword_only_by_configuration() -> None:
-    selection = select_from_config(cfg(provider="none"), models(), env={"OPENAI_API_KEY": "o"})
-    assert selection.provider is None and selection.chosen == "none" and selection.explicit
+    selection = select_provider(cfg(provider="none"), models(), env={"OPENAI_API_KEY": "o"})
+    assert selection.provider is None and chosen_id(selection) == "none" and selection.explicit
 
 
 def test_ollama_is_selected_only_explicitly_and_needs_no_key() -> None:
-    selection = select_from_config(cfg(provider="ollama"), models(), env={})
+    selection = select_provider(cfg(provider="ollama"), models(), env={})
     provider = remote(selection.provider)
     assert provider.id == "ollama" and provider.model == "nomic-embed-text"
     assert "authorization" not in {k.lower() for k in provider.client.headers}
 
 
 def test_openai_compatible_endpoint_without_key_is_allowed() -> None:
-    selection = select_from_config(
+    selection = select_provider(
         cfg(provider="openai", model="bge-m3", remote={"baseUrl": "http://localhost:8000/v1"}),
         models(),
         env={},
@@ -279,11 +284,11 @@ def test_openai_compatible_endpoint_without_key_is_allowed() -> None:
 
 def test_batch_settings_reach_batch_capable_providers_only() -> None:
     on = {"batch": {"enabled": True}, "apiKey": "k"}
-    openai = select_from_config(cfg(provider="openai", remote=on), models(), env={})
+    openai = select_provider(cfg(provider="openai", remote=on), models(), env={})
     assert remote(openai.provider).batch is not None and any(
         "batch mode on" in n for n in openai.notes
     )
-    voyage = select_from_config(cfg(provider="voyage", remote=on), models(), env={})
+    voyage = select_provider(cfg(provider="voyage", remote=on), models(), env={})
     assert remote(voyage.provider).batch is None and any("batch ignored" in n for n in voyage.notes)
 
 
@@ -296,8 +301,9 @@ def test_select_provider_reads_the_resolved_agent(workspace: Path) -> None:
             "models": {"providers": {"mistral": {"apiKey": "m"}}},
         }
     )
-    selection = select_provider(resolve_agent(config), env={})
-    assert selection.chosen == "mistral" and selection.explicit
+    agent = resolve_agent(config)
+    selection = select_provider(agent.memory_search, agent.models, env={})
+    assert chosen_id(selection) == "mistral" and selection.explicit
 
 
 # --------------------------------------------------------------------------- fingerprints
@@ -346,7 +352,7 @@ def test_merged_headers_reach_the_wire() -> None:
 
     api = FakeOpenAI(key="sk-config")
     with serve(api) as root:
-        selection = select_from_config(
+        selection = select_provider(
             cfg(provider="openai", remote={"headers": {"X-Team": "memory", "x-region": "us"}}),
             models(
                 openai={

@@ -20,7 +20,8 @@ from memoryd.config import validate_config
 from memoryd.core.forgotten import Tombstones, scrub_messages
 from memoryd.core.transcripts import Message
 from memoryd.errors import MemoryWriteFailed, PathNotAllowed, WorkspaceReadOnly
-from memoryd.lifecycle import append_memory, forget_lines, load_tombstones, select_lines
+from memoryd.lifecycle.forget import forget_lines, load_tombstones, select_lines
+from memoryd.lifecycle.writes import append_memory
 from memoryd.orchestrator import MemoryService
 
 FACT = "Alice's favourite tea shop is Kettle and Crumb on Harbour Street."

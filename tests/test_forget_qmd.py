@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from memoryd.config import validate_config
-from memoryd.lifecycle import load_tombstones, session_export_dir
+from memoryd.lifecycle.forget import load_tombstones
+from memoryd.lifecycle.session_export import session_export_dir
 from memoryd.orchestrator import MemoryService
 from memoryd.qmd_adapter._home import QmdHome
 from qmd_support import require_qmd, write

@@ -233,8 +233,8 @@ def test_a_damaged_index_keeps_the_cached_embeddings_that_still_read(ws: Path) -
     with open(path, "r+b") as fh:  # the chunks table's root page: the cache's pages still read
         fh.seek((root - 1) * page_size)
         fh.write(_random_bytes(page_size, 5))
+    from hashing_embedder import HashingEmbedder
     from helpers import selection
-    from memoryd.embeddings import HashingEmbedder
 
     emb = HashingEmbedder()
     idx = MemoryIndex(agent_for(ws).index_settings(), selection(emb))
@@ -797,7 +797,7 @@ _KILLED_REBUILD = textwrap.dedent(
     from pathlib import Path
     from helpers import agent_for, selection
     from memoryd.builtin_index import MemoryIndex
-    from memoryd.embeddings import HashingEmbedder
+    from hashing_embedder import HashingEmbedder
     ws = Path(sys.argv[1])
 
     class DiesOnTheThirdBatch(HashingEmbedder):
@@ -826,8 +826,8 @@ def test_a_killed_rebuild_leaves_no_files_and_keeps_its_embeddings(ws: Path) -> 
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert [n for n in side_files(path, ".reindex-") if n.endswith(".tmp")]  # it died mid-way
+    from hashing_embedder import HashingEmbedder
     from helpers import selection
-    from memoryd.embeddings import HashingEmbedder
 
     emb = HashingEmbedder(model="m-new")
     idx = MemoryIndex(agent_for(ws).index_settings(), selection(emb))

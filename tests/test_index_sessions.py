@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from hashing_embedder import HashingEmbedder
 from memoryd.builtin_index import MemoryIndex
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
-from memoryd.embeddings import HashingEmbedder, ProviderSelection
+from memoryd.embeddings.base import ProviderSelection
 from memoryd.errors import ConfigError, PathNotAllowed
 
 

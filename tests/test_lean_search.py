@@ -61,7 +61,9 @@ def _workspace(root: Path) -> Path:
 def _default_index(ws: Path) -> MemoryIndex:
     cfg = validate_config({"agents": {"defaults": {"workspace": str(ws)}}})
     resolved = resolve_agent(cfg)
-    return MemoryIndex(resolved.index_settings(), select_provider(resolved))
+    return MemoryIndex(
+        resolved.index_settings(), select_provider(resolved.memory_search, resolved.models)
+    )
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from memoryd.config import resolve_agent, validate_config
-from memoryd.lifecycle import build_session_context, check_flush
+from memoryd.lifecycle.context import build_session_context
+from memoryd.lifecycle.flush import check_flush
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "lifecycle.md"
 

@@ -21,7 +21,7 @@ from memoryd.config import (
 )
 from memoryd.core.replies import is_no_reply
 from memoryd.errors import InvalidInput
-from memoryd.lifecycle.flush import FlushState, check_flush, flush_threshold
+from memoryd.lifecycle.flush import check_flush, flush_threshold, update_flush_record
 
 WINDOW = 200_000
 # default reserveTokensFloor 20000 + softThresholdTokens 4000
@@ -148,7 +148,7 @@ def test_the_once_per_cycle_record_survives_a_restart(workspace: Path, isolated_
     code = (
         "from pathlib import Path; import sys\n"
         "from memoryd.config import resolve_agent, validate_config\n"
-        "from memoryd.lifecycle import check_flush\n"
+        "from memoryd.lifecycle.flush import check_flush\n"
         "a = resolve_agent(validate_config({}), 'main', workspace=Path(sys.argv[1]))\n"
         "print(check_flush(a, 'agent:main:main', token_estimate=199000, context_window=200000,"
         " compaction_count=3).reason)\n"
@@ -188,9 +188,7 @@ def test_an_older_cycle_than_the_last_flushed_one_never_flushes(workspace: Path)
 def test_forget_lets_a_reset_session_flush_again(workspace: Path) -> None:
     agent = agent_for(workspace)
     assert check(agent, WINDOW, cycle=4).run
-    FlushState(agent.state.flush_state).update(
-        "agent:main:main", lambda _old: None
-    )  # a deleted session
+    update_flush_record(agent.state.flush_state, "agent:main:main", lambda _old: None)  # deleted
     assert check(agent, WINDOW, cycle=0).run
 
 
@@ -208,7 +206,7 @@ def test_preview_does_not_record_and_a_recording_check_does(workspace: Path) -> 
     assert check(agent, WINDOW, record=False).run
     assert check(agent, WINDOW).recorded
     assert check(agent, WINDOW, record=False).reason == "already_flushed"
-    assert FlushState(agent.state.flush_state).get("main") is not None
+    assert update_flush_record(agent.state.flush_state, "main", lambda old: old) is not None
 
 
 def test_a_corrupt_sessions_json_is_set_aside_not_fatal(
@@ -236,7 +234,7 @@ CLAIMER = r"""
 import sys, time
 from pathlib import Path
 from memoryd.config import resolve_agent, validate_config
-from memoryd.lifecycle import check_flush
+from memoryd.lifecycle.flush import check_flush
 agent = resolve_agent(validate_config({}), "main", workspace=Path(sys.argv[1]))
 go = Path(sys.argv[3])
 while not go.exists():  # start together so the claims really race

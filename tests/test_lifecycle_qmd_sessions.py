@@ -14,7 +14,7 @@ import pytest
 
 import helpers
 from memoryd.config import ResolvedAgent
-from memoryd.lifecycle import export_sessions, session_export_dir
+from memoryd.lifecycle.session_export import export_sessions, session_export_dir
 from memoryd.qmd_adapter import QmdManager
 from qmd_support import make_manager, require_qmd, write
 

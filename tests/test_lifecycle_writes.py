@@ -15,8 +15,7 @@ import pytest
 import helpers
 from memoryd.config import ResolvedAgent
 from memoryd.errors import InvalidMemoryWrite, PathNotAllowed, WorkspaceReadOnly
-from memoryd.lifecycle import append_memory
-from memoryd.lifecycle.writes import MAX_APPEND_BYTES
+from memoryd.lifecycle.writes import MAX_APPEND_BYTES, append_memory
 
 NOW = datetime(2026, 11, 29, 14, 5)
 
@@ -198,7 +197,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 from memoryd.config import resolve_agent, validate_config
-from memoryd.lifecycle import append_memory
+from memoryd.lifecycle.writes import append_memory
 
 ws, who, n, target = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
 agent = resolve_agent(validate_config({}), "main", workspace=ws)

@@ -14,7 +14,7 @@ from helpers import agent_for, put
 from memoryd.builtin_index import MemoryIndex, _sync
 from memoryd.config import ResolvedAgent
 from memoryd.core.engine import SearchRequest
-from memoryd.embeddings import ProviderSelection
+from memoryd.embeddings.base import ProviderSelection
 
 
 def one_off(agent: ResolvedAgent) -> MemoryIndex:

@@ -19,6 +19,7 @@ import numpy as np
 import psycopg
 import pytest
 
+from hashing_embedder import HashingEmbedder
 from helpers import agent_for, selection, write
 from memoryd.builtin_index import MemoryIndex
 from memoryd.builtin_index._pg_migrations import LATEST, MIGRATIONS, migrate, tenant_lock_key
@@ -32,7 +33,6 @@ from memoryd.builtin_index._postings import or_phrases
 from memoryd.builtin_index._store import Store
 from memoryd.config import validate_config
 from memoryd.core.text import fts_match_expression, query_terms
-from memoryd.embeddings import HashingEmbedder
 from memoryd.errors import ConfigError, IndexError_
 from memoryd.orchestrator.service import MemoryService
 from memoryd.paths import workspace_key

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hashing_embedder import HashingEmbedder
 from helpers import CountingQueries
 from memoryd.builtin_index import MemoryIndex
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
@@ -28,8 +29,7 @@ from memoryd.core.ranking import (
 )
 from memoryd.core.results import MAX_SNIPPET_CHARS
 from memoryd.core.text import query_terms, script_of, split_scripts
-from memoryd.embeddings import HashingEmbedder, ProviderSelection
-from memoryd.embeddings.base import EmbeddingProvider
+from memoryd.embeddings.base import EmbeddingProvider, ProviderSelection
 from memoryd.embeddings.selection import select_provider
 
 DEMO = Path(__file__).resolve().parents[1] / "demo" / "workspace"
@@ -243,7 +243,9 @@ def agent(ws: Path, search: dict[str, object] | None = None) -> ResolvedAgent:
 def default_index(ws: Path) -> MemoryIndex:
     """The index an agent gets with the default config: the local multilingual model."""
     resolved = agent(ws)
-    return MemoryIndex(resolved.index_settings(), select_provider(resolved))
+    return MemoryIndex(
+        resolved.index_settings(), select_provider(resolved.memory_search, resolved.models)
+    )
 
 
 def default_top_path(ws: Path, query: str) -> str | None:
@@ -483,7 +485,10 @@ def test_the_best_hit_also_brings_the_lines_after_its_window_as_the_next_result(
     keyword_only = agent(
         workspace, {"provider": "none", "chunking": {"tokens": 400, "overlap": 80}}
     )
-    idx = MemoryIndex(keyword_only.index_settings(), select_provider(keyword_only))
+    idx = MemoryIndex(
+        keyword_only.index_settings(),
+        select_provider(keyword_only.memory_search, keyword_only.models),
+    )
     idx.sync()
     results = (idx.search("what did Caroline think of the LGBTQ support group")).results
     assert len(results) >= 2
@@ -521,7 +526,7 @@ def test_the_continuation_goes_on_into_the_next_chunk_when_chunks_are_short(
         ),
     )
     short = agent(workspace, {"provider": "none", "chunking": {"tokens": 48, "overlap": 8}})
-    idx = MemoryIndex(short.index_settings(), select_provider(short))
+    idx = MemoryIndex(short.index_settings(), select_provider(short.memory_search, short.models))
     idx.sync()
     results = (idx.search("what did Caroline think of the LGBTQ support group")).results
     idx.close()
@@ -539,7 +544,9 @@ def test_no_line_of_a_file_comes_back_twice(workspace: Path) -> None:
         "\n".join(f"Line {i}: the tomato garden needs water on day {i}." for i in range(40)) + "\n",
     )
     overlapping = agent(workspace, {"provider": "none", "chunking": {"tokens": 64, "overlap": 32}})
-    idx = MemoryIndex(overlapping.index_settings(), select_provider(overlapping))
+    idx = MemoryIndex(
+        overlapping.index_settings(), select_provider(overlapping.memory_search, overlapping.models)
+    )
     idx.sync()
     results = (idx.search("tomato garden water", max_results=8)).results
     idx.close()

@@ -217,8 +217,7 @@ def test_the_stage_itself_stops_waiting_at_its_timeout() -> None:
 
     remote = RerankRemoteConfig(base_url="http://127.0.0.1:9")
     cfg = RerankConfig(provider="remote", timeout_ms=100, remote=remote)
-    stage = RerankStage(cfg, hangs)
-    outcome = stage.apply("q", ["a", "b", "c"])
+    outcome = RerankStage(cfg).apply("q", ["a", "b", "c"], hangs)
     assert outcome.order == [0, 1, 2] and outcome.degraded == "no answer within 100 ms"
     assert outcome.seconds <= 0.1 + 0.2
     assert calls  # it was asked, and its deadline was the stage's

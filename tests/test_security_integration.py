@@ -164,7 +164,7 @@ def test_every_corpus_secret_is_redacted_in_the_index_exports_and_results(
 
     from datetime import UTC, datetime
 
-    from memoryd.lifecycle import export_sessions
+    from memoryd.lifecycle.session_export import export_sessions
 
     report = export_sessions(qmd_agent, now=datetime.now(UTC))
     exported = (report.export_dir / "s1.md").read_text()
@@ -231,7 +231,7 @@ def test_typed_secrets_are_redacted_in_the_index_exports_and_results(
 
     from datetime import UTC, datetime
 
-    from memoryd.lifecycle import export_sessions
+    from memoryd.lifecycle.session_export import export_sessions
 
     exported = (export_sessions(agent, now=datetime.now(UTC)).export_dir / "s1.md").read_text()
     leaks = {}

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hashing_embedder import HashingEmbedder
 from helpers import index_for, within, write
 from memoryd.config import validate_config
-from memoryd.embeddings import HashingEmbedder
 from memoryd.embeddings.base import Matrix
 from memoryd.orchestrator import MemoryService
 

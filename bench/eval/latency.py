@@ -24,12 +24,12 @@ from memoryd.builtin_index.index import MemoryIndex
 from memoryd.config import deep_merge, resolve_agent, validate_config
 from memoryd.core.ranking import Fusion, RankParams
 from memoryd.embeddings.base import ProviderSelection
-from memoryd.embeddings.hashing import HashingEmbedder
 
 from .builtin import NOW, QueryCache
 from .datasets import load_cisi, load_cranfield, load_locomo
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))  # the suite's deterministic hashing embedder
 
 
 def main(argv: list[str]) -> int:
@@ -72,6 +72,8 @@ def main(argv: list[str]) -> int:
     }
     if args.fusion:
         search["query"] = {"hybrid": {"fusion": args.fusion}}
+    from hashing_embedder import HashingEmbedder
+
     provider = QueryCache(HashingEmbedder(384))
 
     def open_index(settings: dict[str, object]) -> MemoryIndex:

@@ -142,22 +142,19 @@ class RemoteReranker:
 
 
 class RerankStage:
-    """One agent's reranking stage: its settings, its scorer and where its state is kept."""
+    """One agent's rerank stage: settings, remote reranker (qmd's is passed to `apply`), state."""
 
-    def __init__(
-        self, cfg: RerankConfig, scorer: Scorer | None, state_dir: Path | None = None
-    ) -> None:
+    def __init__(self, cfg: RerankConfig, state_dir: Path | None = None) -> None:
         self.cfg = cfg
-        self.scorer = scorer
+        self.remote = RemoteReranker(cfg.remote) if cfg.provider == "remote" else None
         self._state_file = state_dir / STATE_FILE if state_dir is not None else None
         self._written: str | bool | None = False  # False: not read from the file yet
         self._lock = threading.Lock()
 
     def close(self) -> None:
         """Release the remote reranker's connections."""
-        close = getattr(self.scorer, "close", None)
-        if close is not None:
-            close()
+        if self.remote is not None:
+            self.remote.close()
 
     @property
     def provider(self) -> str:
@@ -170,10 +167,10 @@ class RerankStage:
     def apply(
         self, query: str, documents: Sequence[str], scorer: Scorer | None = None
     ) -> RerankOutcome:
-        """The documents' new order by `scorer` (else the stage's own); never raises."""
+        """The documents' new order by `scorer` (else the remote reranker); never raises."""
         start = time.monotonic()
         n = len(documents)
-        scorer = scorer or self.scorer
+        scorer = scorer or self.remote
         if scorer is None or n == 0:
             return RerankOutcome(list(range(n)), [None] * n, 0.0)
         timeout_s = self.cfg.timeout_ms / 1000
@@ -252,9 +249,3 @@ def _reason(err: BaseException) -> str:
     """One line, without a traceback; the error messages name URLs, never headers."""
     text = " ".join(str(err).split()) or type(err).__name__
     return text.removeprefix("rerank: ")[:300]
-
-
-def remote_stage(cfg: RerankConfig, state_dir: Path | None) -> RerankStage:
-    """The stage a built-in index runs: the remote reranker, or none (`qmd` is qmd's own)."""
-    scorer = RemoteReranker(cfg.remote) if cfg.provider == "remote" else None
-    return RerankStage(cfg, scorer, state_dir)

@@ -193,9 +193,9 @@ class Searcher:
         if cfg.provider != "remote":  # `qmd` is qmd's own reranker, on the qmd backend
             return None
         if self._rerank is None:
-            from ..rerank import remote_stage
+            from ..rerank import RerankStage
 
-            self._rerank = remote_stage(cfg, self.engine.cfg.state_dir)
+            self._rerank = RerankStage(cfg, self.engine.cfg.state_dir)
         return self._rerank
 
     def _reranked(

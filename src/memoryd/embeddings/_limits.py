@@ -30,15 +30,8 @@ def _cut(text: str, max_tokens: int) -> int:
     return max(end, 1)
 
 
-def truncate_to_tokens(text: str, max_tokens: int) -> str:
-    """`text`, cut at a word boundary so its estimate fits `max_tokens`."""
-    if estimate_tokens(text) <= max_tokens:
-        return text
-    return text[: _cut(text, max_tokens)]
-
-
 def split_to_tokens(text: str, max_tokens: int) -> list[str]:
-    """`text` as consecutive pieces that each fit `max_tokens` (one piece when it already fits)."""
+    """`text` as consecutive pieces that each fit `max_tokens`, cut at word boundaries."""
     pieces: list[str] = []
     rest = text
     while estimate_tokens(rest) > max_tokens:

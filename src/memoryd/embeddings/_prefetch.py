@@ -14,14 +14,6 @@ MAX_PENDING = 8
 MAX_PREFETCHING = 2
 THREAD_NAME = "memoryd-query-prefetch"
 
-_lock = threading.Lock()
-_pending: dict[Hashable, _Prefetch] = {}
-_slots = threading.BoundedSemaphore(MAX_PREFETCHING)
-_jobs: queue.SimpleQueue[tuple[_Prefetch, Callable[[], Any], threading.BoundedSemaphore]] = (
-    queue.SimpleQueue()
-)
-_idle = 0  # prefetch threads waiting for a job nobody has claimed (at most MAX_PREFETCHING)
-
 
 class _Prefetch:
     def __init__(self) -> None:
@@ -30,21 +22,27 @@ class _Prefetch:
         self.vector: Any = None
 
 
+_lock = threading.Lock()
+_pending: dict[Hashable, _Prefetch] = {}
+_jobs: queue.SimpleQueue[tuple[_Prefetch, Callable[[], Any]]] = queue.SimpleQueue()
+#: Prefetch threads of this process, waiting on `_jobs` between searches (daemons: a prefetch
+#: its search gave up on never holds the command's exit), and the prefetches still embedding.
+_threads = _busy = 0
+
+
 def start(key: Hashable, embed: Callable[[], Any], wait_started: float = 0.0) -> None:
     """Run `embed()` on a prefetch thread; `take(key)` collects what it returns."""
-    global _idle
+    global _threads, _busy
     with _lock:
-        slots = _slots  # released by the thread that runs the job, whatever `_slots` is by then
-        if key in _pending or not slots.acquire(blocking=False):
+        if key in _pending or _busy >= MAX_PREFETCHING:
             return
         while len(_pending) >= MAX_PENDING:
             del _pending[next(iter(_pending))]
         job = _pending[key] = _Prefetch()
-        # each prefetch in flight has a thread of its own (slots bound them to the threads)
-        spawn = _idle == 0
-        if not spawn:
-            _idle -= 1
-    _jobs.put((job, embed, slots))
+        _busy += 1
+        spawn = _threads < _busy  # each prefetch in flight has a thread of its own
+        _threads += spawn
+    _jobs.put((job, embed))
     if spawn:
         threading.Thread(target=_work, name=THREAD_NAME, daemon=True).start()
     if wait_started > 0:
@@ -52,17 +50,16 @@ def start(key: Hashable, embed: Callable[[], Any], wait_started: float = 0.0) ->
 
 
 def _work() -> None:
-    global _idle
+    global _busy
     while True:
-        job, embed, slots = _jobs.get()
+        job, embed = _jobs.get()
         job.started.set()
         try:
             job.vector = embed()
         except BaseException:  # the taker embeds again and reports the real error
-            job.vector = None  # (and this thread lives on: `start` counts on it)
+            job.vector = None  # (and this thread lives on for the next prefetch)
         with _lock:
-            _idle += 1  # before the slot is free: the next prefetch finds this thread
-        slots.release()
+            _busy -= 1  # before `done`: the next prefetch finds this thread free
         job.done.set()
 
 
@@ -77,18 +74,12 @@ def running(key: Hashable) -> bool:
     return job is not None and not job.done.is_set()
 
 
-#: What `take` returns when its `timeout` passed first (the prefetch stays for a later take).
-NOT_YET: Any = object()
-
-
-def take(key: Hashable, timeout: float | None = None) -> Any:
-    """The prefetched vector for `key` (waited for), None if there is none, `NOT_YET` on timeout."""
-    with _lock:
-        job = _pending.get(key)
+def take(key: Hashable) -> Any:
+    """The prefetched vector for `key` (waited for), or None if there is none."""
+    job = _pending.get(key)
     if job is None:
         return None
-    if not job.done.wait(timeout):
-        return NOT_YET
+    job.done.wait()
     with _lock:
         if _pending.get(key) is job:
             del _pending[key]
@@ -97,12 +88,11 @@ def take(key: Hashable, timeout: float | None = None) -> Any:
 
 def _after_fork_in_child() -> None:
     """A forked child has none of the parent's threads: it starts its own, with a fresh queue."""
-    global _lock, _pending, _slots, _jobs, _idle
+    global _lock, _pending, _jobs, _threads, _busy
     _lock = threading.Lock()
     _pending = {}
-    _slots = threading.BoundedSemaphore(MAX_PREFETCHING)
     _jobs = queue.SimpleQueue()
-    _idle = 0
+    _threads = _busy = 0
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..config import BatchConfig
 from ..errors import BatchPending, EmbeddingError
-from ._limits import estimate_tokens, pack, split_to_tokens, truncate_to_tokens
+from ._limits import estimate_tokens, pack, split_to_tokens
 from .base import (
     DeadlineReached,
     EmbeddingProvider,
@@ -44,7 +44,11 @@ class RemoteProvider(EmbeddingProvider):
     max_batch_items: int = 128
     max_batch_tokens: int | None = None
     #: The provider's asynchronous batch API, if it has one (used when remote.batch.enabled).
-    batch_runner: ClassVar[type[BatchRunner] | None] = None
+    batch_mode: ClassVar[type[BatchMode] | None] = None
+    #: An API with an input type per kind: each kind's default (`remote.inputType` overrides it),
+    #: and the fingerprint key that records the ones in use.
+    kind_defaults: ClassVar[Mapping[str, str]] = {}
+    kind_fingerprint: ClassVar[str] = ""
 
     def __init__(
         self,
@@ -59,7 +63,6 @@ class RemoteProvider(EmbeddingProvider):
         batch: BatchConfig | None = None,
     ) -> None:
         self.model = model or self.default_model
-        self.api_key = api_key
         self.input_type = dict(input_type) if input_type else None
         self.output_dimensionality = output_dimensionality
         self.custom_endpoint = (
@@ -75,16 +78,17 @@ class RemoteProvider(EmbeddingProvider):
             None if self.custom_endpoint else self.known_dims.get(self.model)
         )
         self.batch: BatchMode | None = None
-        if batch is not None and batch.enabled and self.batch_runner is not None:
-            self.batch = BatchMode(self.batch_runner(self), batch)
+        if batch is not None and batch.enabled and self.batch_mode is not None:
+            self.batch = self.batch_mode(self, batch)
 
     # ------------------------------------------------------------------ provider-specific hooks
 
     def default_headers(self, api_key: str | None) -> dict[str, str]:
         return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
-    def fingerprint_extra(self) -> dict[str, object]:
-        return {}
+    def kind_type(self, kind: Kind) -> str:
+        """The input type a request of `kind` carries (APIs with `kind_defaults`)."""
+        return (self.input_type or {}).get(kind) or self.kind_defaults[kind]
 
     def request_body(self, texts: list[str], kind: Kind) -> dict[str, Any]:
         """The body of an OpenAI-shaped `POST embeddings` request (OpenAI, Voyage, Mistral)."""
@@ -113,7 +117,9 @@ class RemoteProvider(EmbeddingProvider):
             model=self.model,
             dims=self.output_dimensionality,
             input_type=self.input_type,
-            **self.fingerprint_extra(),
+            **{self.kind_fingerprint: [self.kind_type("query"), self.kind_type("document")]}
+            if self.kind_fingerprint
+            else {},
         )
 
     def to_matrix(self, raw: Sequence[Any], expected: int) -> Matrix:
@@ -145,7 +151,8 @@ class RemoteProvider(EmbeddingProvider):
         return np.concatenate(parts).astype(np.float32, copy=False)
 
     def embed_query(self, text: str) -> Vector:
-        matrix = self.embed_online([truncate_to_tokens(text, self.max_input_tokens)], "query")
+        # a query longer than the model takes is cut to its first piece
+        matrix = self.embed_online([split_to_tokens(text, self.max_input_tokens)[0]], "query")
         vector: Vector = matrix[0]
         return vector
 
@@ -188,16 +195,12 @@ class VoyageProvider(RemoteProvider):
     max_input_tokens = 32_000
     max_batch_items = 1000
     max_batch_tokens = 120_000
-
-    def fingerprint_extra(self) -> dict[str, object]:
-        return {"kinds": [self.voyage_input_type("query"), self.voyage_input_type("document")]}
-
-    def voyage_input_type(self, kind: Kind) -> str:
-        return (self.input_type or {}).get(kind) or kind
+    kind_defaults: ClassVar[dict[str, str]] = {"query": "query", "document": "document"}
+    kind_fingerprint = "kinds"
 
     def request_body(self, texts: list[str], kind: Kind) -> dict[str, Any]:
         body = super().request_body(texts, kind)
-        body["input_type"] = self.voyage_input_type(kind)
+        body["input_type"] = self.kind_type(kind)
         return body
 
 
@@ -264,20 +267,17 @@ def parse_embeddings_response(body: Any, provider: str) -> list[Any]:
         raise EmbeddingError(f"{provider}: unexpected embeddings response shape") from err
 
 
-def _decode_vector(value: Any, provider: str) -> list[float]:
+def _decode_vector(value: Any, provider: str) -> list[float] | Vector:
     if isinstance(value, str):  # OpenAI-compatible servers may answer encoding_format=base64
         try:
-            decoded: list[float] = (
-                np.frombuffer(base64.b64decode(value), dtype="<f4").astype(float).tolist()
-            )
-            return decoded
+            return np.frombuffer(base64.b64decode(value), dtype="<f4")
         except ValueError as err:
             raise EmbeddingError(f"{provider}: undecodable base64 embedding") from err
     if not isinstance(value, list) or not all(
         isinstance(x, int | float) and not isinstance(x, bool) for x in value
     ):
         raise EmbeddingError(f"{provider}: malformed embedding in response")
-    return [float(x) for x in value]
+    return value
 
 
 @dataclass
@@ -289,14 +289,23 @@ class JobStatus:
     raw: Any
 
 
-class BatchRunner(abc.ABC):
-    """One provider's batch wire format: submit a job, poll it, read its vectors, cancel it."""
+class BatchMode(abc.ABC):
+    """One provider's batch API: its wire format and its state (failures, jobs in flight)."""
 
     #: Most inputs one job carries; more inputs make more jobs.
     max_job_inputs: int = 50_000
 
-    def __init__(self, provider: Any) -> None:
+    def __init__(self, provider: RemoteProvider, config: BatchConfig) -> None:
         self.provider = provider
+        self.config = config
+        self.failures = 0
+        self.disabled_reason: str | None = None
+        self.last_error: str | None = None
+        #: job id by the digest of its texts: a job still running is collected, not sent again
+        self._pending: dict[str, str] = {}
+        #: jobs in flight for this provider, across every caller
+        self._slots = threading.BoundedSemaphore(config.concurrency)
+        self._lock = threading.Lock()
 
     @abc.abstractmethod
     def submit(self, texts: list[str]) -> str:
@@ -313,25 +322,6 @@ class BatchRunner(abc.ABC):
     @abc.abstractmethod
     def cancel(self, job_id: str) -> None:
         """Best-effort cancellation of a job we gave up on."""
-
-
-class BatchMode:
-    """One provider's batch state: settings, failures, jobs in flight."""
-
-    def __init__(self, runner: BatchRunner, config: BatchConfig) -> None:
-        self.runner = runner
-        self.provider: RemoteProvider = runner.provider
-        self.config = config
-        self.failures = 0
-        self.disabled_reason: str | None = None
-        self.last_error: str | None = None
-        self.jobs_submitted = 0
-        self.jobs_completed = 0
-        #: job id by the digest of its texts: a job still running is collected, not sent again
-        self._pending: dict[str, str] = {}
-        #: jobs in flight for this provider, across every caller
-        self._slots = threading.BoundedSemaphore(config.concurrency)
-        self._lock = threading.Lock()
 
     @property
     def active(self) -> bool:
@@ -351,10 +341,10 @@ class BatchMode:
         cfg, name = self.config, self.provider.id
         timeout_at = time.monotonic() + cfg.timeout_minutes * 60
         pause = cfg.poll_interval_ms / 1000
-        while not (status := self.runner.poll(job_id)).done:
+        while not (status := self.poll(job_id)).done:
             if time.monotonic() >= timeout_at:
                 with contextlib.suppress(EmbeddingError):  # abandoned either way: this saves work
-                    self.runner.cancel(job_id)
+                    self.cancel(job_id)
                 raise EmbeddingError(
                     f"{name} batch job {job_id} timed out after {cfg.timeout_minutes:g} min (state {status.state})"
                 )
@@ -365,10 +355,7 @@ class BatchMode:
             time.sleep(pause)
         if status.error:
             raise EmbeddingError(f"{name} batch job {job_id} {status.state}: {status.error}")
-        matrix = self.provider.to_matrix(self.runner.results(status, count), count)
-        with self._lock:
-            self.jobs_completed += 1
-        return matrix
+        return self.provider.to_matrix(self.results(status, count), count)
 
     def _job(self, texts: list[str], deadline: float | None) -> Matrix:
         h = hashlib.sha256(self.provider.fingerprint().encode())
@@ -379,9 +366,7 @@ class BatchMode:
         with self._slots:
             job_id = self._pending.get(key)
             if job_id is None:
-                job_id = self._pending[key] = self.runner.submit(texts)
-                with self._lock:
-                    self.jobs_submitted += 1
+                job_id = self._pending[key] = self.submit(texts)
             try:
                 matrix = self._finish(job_id, len(texts), deadline)
             except (BatchPending, DeadlineReached):
@@ -394,40 +379,35 @@ class BatchMode:
 
     def run(self, texts: list[str], deadline: float | None = None) -> Matrix:
         """Embed `texts` as documents through batch jobs; ranges whose job failed go online."""
-        ranges = pack(texts, max_items=self.runner.max_job_inputs, max_tokens=None)
-        results: list[Matrix | None] = [None] * len(ranges)
-        failures: list[EmbeddingError] = []
-        pending: list[BatchPending] = []
-        late: list[DeadlineReached] = []
+        ranges = pack(texts, max_items=self.max_job_inputs, max_tokens=None)
 
-        def run(slot: int) -> None:
-            start, stop = ranges[slot]
+        def job(span: tuple[int, int]) -> Matrix | Exception:
             try:
-                results[slot] = self._job(texts[start:stop], deadline)
-            except BatchPending as err:
-                pending.append(err)
-            except DeadlineReached as err:
-                late.append(err)
-            except EmbeddingError as err:
-                failures.append(err)
+                return self._job(texts[span[0] : span[1]], deadline)
+            except (EmbeddingError, DeadlineReached) as err:  # BatchPending is an EmbeddingError
+                return err
 
         if len(ranges) == 1:
-            run(0)
+            outcomes = [job(ranges[0])]
         else:  # the jobs wait on the provider side at once (`concurrency` bounds them)
             with ThreadPoolExecutor(len(ranges), thread_name_prefix="memoryd-batch") as pool:
-                list(pool.map(run, range(len(ranges))))
-
-        if failures:
-            self.record_failure(str(failures[0]))
-        if pending:
-            job_ids = [job for p in pending for job in p.job_ids]
+                outcomes = list(pool.map(job, ranges))
+        errors = [e for e in outcomes if isinstance(e, Exception)]
+        if failed := [e for e in errors if not isinstance(e, BatchPending | DeadlineReached)]:
+            self.record_failure(str(failed[0]))
+        if job_ids := [j for e in errors if isinstance(e, BatchPending) for j in e.job_ids]:
             raise BatchPending(
                 f"{self.provider.id}: {len(job_ids)} batch job(s) still running; sync again later",
                 job_ids,
             )
-        if late:
-            raise late[0]
-        for slot, (start, stop) in enumerate(ranges):
-            if results[slot] is None:
-                results[slot] = self.provider.embed_online(texts[start:stop], "document", deadline)
-        return np.concatenate([r for r in results if r is not None])
+        for err in errors:
+            if isinstance(err, DeadlineReached):
+                raise err
+        return np.concatenate(
+            [
+                self.provider.embed_online(texts[a:b], "document", deadline)
+                if isinstance(out, Exception)
+                else out
+                for out, (a, b) in zip(outcomes, ranges, strict=True)
+            ]
+        )

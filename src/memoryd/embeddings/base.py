@@ -64,8 +64,7 @@ class EmbeddingProvider(abc.ABC):
 
     @property
     def documents_ready(self) -> bool:
-        """False while the next `embed_documents` would first load a model (so its time says
-        nothing about the rate)."""
+        """False while the next `embed_documents` would load a model first (its time is no rate)."""
         return True
 
     def fingerprint(self) -> str:
@@ -120,7 +119,3 @@ class ProviderSelection:
     #: True when the user named the provider explicitly: failures make memory unavailable.
     explicit: bool = False
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def chosen(self) -> str:
-        return self.provider.id if self.provider else "none"

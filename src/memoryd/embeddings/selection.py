@@ -6,11 +6,10 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..config import MemorySearchConfig, ModelsConfig, RemoteConfig, ResolvedAgent
+from ..config import MemorySearchConfig, ModelsConfig, RemoteConfig
 from ..errors import EmbeddingError, ProviderUnavailable
 from .base import EmbeddingProvider, ProviderSelection
 
@@ -29,34 +28,23 @@ ENV_KEYS: Mapping[str, str] = {
 _CLASSES = {"openai": "OpenAI"}
 
 
-@dataclass(frozen=True)
-class ResolvedKey:
-    """An API key and where it was found (`source` is shown in status; the key never is)."""
-
-    value: str | None
-    source: str | None
-
-    def __bool__(self) -> bool:
-        return self.value is not None
-
-
 def _clean(value: str | None) -> str | None:
     return (value or "").strip() or None
 
 
 def resolve_api_key(
     provider: str, *, remote: RemoteConfig | None, models: ModelsConfig, env: Mapping[str, str]
-) -> ResolvedKey:
-    """The first non-empty key for `provider`; `remote` is passed only for the provider in use."""
+) -> tuple[str, str] | tuple[None, None]:
+    """(key, where it was found) for `provider`; `remote` is passed only for the provider in use."""
     if remote is not None and (key := _clean(remote.api_key)):
-        return ResolvedKey(key, "memorySearch.remote.apiKey")
+        return key, "memorySearch.remote.apiKey"
     entry = models.providers.get(provider)
     if entry is not None and (key := _clean(entry.api_key)):
-        return ResolvedKey(key, f"models.providers.{provider}.apiKey")
+        return key, f"models.providers.{provider}.apiKey"
     var = ENV_KEYS.get(provider)
     if var and (key := _clean(env.get(var))):
-        return ResolvedKey(key, var)
-    return ResolvedKey(None, None)
+        return key, var
+    return None, None
 
 
 def remote_provider_class(name: str) -> type[RemoteProvider] | None:
@@ -106,7 +94,7 @@ def build_provider(
     if cls is None:
         raise EmbeddingError(f"unknown embedding provider {name!r}")
     remote = cfg.remote if primary else None
-    key = resolve_api_key(name, remote=remote, models=models, env=env)
+    key, source = resolve_api_key(name, remote=remote, models=models, env=env)
     entry = models.providers.get(name)
     base_url = _clean(remote.base_url if remote else None) or _clean(
         entry.base_url if entry else None
@@ -116,28 +104,26 @@ def build_provider(
         hint = f"memorySearch.remote.apiKey, models.providers.{name}.apiKey or {ENV_KEYS[name]}"
         raise EmbeddingError(f"{name}: no API key (set {hint})")
     if key:
-        notes.append(f"{name}: API key from {key.source}")
+        notes.append(f"{name}: API key from {source}")
     elif name != "ollama":
         notes.append(f"{name}: no API key; custom endpoint {base_url} is called without one")
-    kwargs: dict[str, Any] = {
-        "api_key": key.value,
-        "base_url": base_url,
+    if remote is not None and remote.batch.enabled:
+        notes.append(
+            f"{name}: batch mode on (concurrency {remote.batch.concurrency})"
+            if cls.batch_mode is not None
+            else f"{name}: remote.batch ignored (only openai and gemini have a batch API)"
+        )
+    provider = cls(
+        cfg.model if primary else None,
+        api_key=key,
+        base_url=base_url,
         # the provider's configured headers, then remote's (the class adds its auth defaults)
-        "headers": merge_headers(
-            entry.headers if entry else None, remote.headers if remote else None
-        ),
-        "retry": retry,
-    }
-    if remote is not None:
-        kwargs["input_type"] = remote.input_type
-        kwargs["output_dimensionality"] = remote.output_dimensionality
-        if cls.batch_runner is not None:
-            kwargs["batch"] = remote.batch
-            if remote.batch.enabled:
-                notes.append(f"{name}: batch mode on (concurrency {remote.batch.concurrency})")
-        elif remote.batch.enabled:
-            notes.append(f"{name}: remote.batch ignored (only openai and gemini have a batch API)")
-    provider = cls(cfg.model if primary else None, **kwargs)
+        headers=merge_headers(entry.headers if entry else None, remote.headers if remote else None),
+        retry=retry,
+        input_type=remote.input_type if remote else None,
+        output_dimensionality=remote.output_dimensionality if remote else None,
+        batch=remote.batch if remote else None,
+    )
     if remote is not None and remote.headers:
         notes.append(
             f"{name}: remote.headers merged over defaults ({', '.join(sorted(remote.headers))})"
@@ -168,26 +154,13 @@ def _auto_primary(
         which = "remote.apiKey" if cfg.remote.api_key else "remote.baseUrl"
         return "openai", f"auto: memorySearch.{which} set (OpenAI-compatible)", notes
     for name in AUTO_ORDER:
-        key = resolve_api_key(name, remote=None, models=models, env=env)
+        key, source = resolve_api_key(name, remote=None, models=models, env=env)
         if key:
-            return name, f"auto: {key.source} set", notes
+            return name, f"auto: {source} set", notes
     return "local", "auto: no remote API key found; offline local model", notes
 
 
 def select_provider(
-    agent: ResolvedAgent,
-    *,
-    env: Mapping[str, str] | None = None,
-    retry: RetryPolicy | None = None,
-    one_off: bool = False,
-) -> ProviderSelection:
-    """The provider and fallback for `agent`. `env` defaults to `os.environ` (tests pass a dict)."""
-    return select_from_config(
-        agent.memory_search, agent.models, env=env, retry=retry, one_off=one_off
-    )
-
-
-def select_from_config(
     cfg: MemorySearchConfig,
     models: ModelsConfig,
     *,
@@ -195,7 +168,7 @@ def select_from_config(
     retry: RetryPolicy | None = None,
     one_off: bool = False,
 ) -> ProviderSelection:
-    """`select_provider` on bare config objects."""
+    """The provider and fallback for an agent's memorySearch and models config and `env`."""
     env = os.environ if env is None else env
     requested = cfg.provider
     if requested == "none":

@@ -39,17 +39,3 @@ def shipped_vectors(provider_id: str, fingerprint: str) -> dict[str, np.ndarray]
     if vectors.ndim != 2 or len(hashes) != vectors.shape[0]:
         return {}
     return {h: vectors[i] for i, h in enumerate(hashes)}
-
-
-def write_shipped(provider_id: str, fingerprint: str, vectors: dict[str, np.ndarray]) -> Path:
-    """Write the shipped vectors of one provider (used by `scripts/ship-reference-vectors`)."""
-    import numpy as np
-
-    path = shipped_file(provider_id, fingerprint)
-    hashes = sorted(vectors)
-    np.savez_compressed(
-        path,
-        hashes=np.array(hashes),
-        vectors=np.stack([np.asarray(vectors[h], dtype=np.float32) for h in hashes]),
-    )
-    return path

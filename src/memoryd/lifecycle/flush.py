@@ -6,7 +6,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,63 +54,37 @@ class FlushRecord:
         return cls(count, at if isinstance(at, str) else "", sid if isinstance(sid, str) else None)
 
 
-def _session_key(raw: str | None) -> str:
-    # `agent:main:main`, `main` and a missing key are the same (main) session.
-    return normalize_session_key(raw) or "main"
+def _read_state(path: Path) -> dict[str, Any]:
+    """`sessions.json` as read, or empty when absent (a corrupt one is set aside)."""
+    raw = read_private(path)
+    if raw is None:
+        return {"version": _STATE_VERSION, "sessions": {}}
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict) or not isinstance(data.get("sessions"), dict):
+            raise ValueError("unexpected shape")
+    except ValueError as err:
+        aside = path.with_name(path.name + ".corrupt")
+        log.warning("%s is unreadable (%s); moved to %s and starting fresh", path, err, aside)
+        with contextlib.suppress(OSError):
+            os.replace(path, aside)
+        return {"version": _STATE_VERSION, "sessions": {}}
+    return data
 
 
-class FlushState:
-    """The agent's `sessions.json`: per-session flush records, shared by every memoryd process."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = filelock.FileLock(str(path) + ".lock", timeout=30, mode=0o600)
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        try:
-            private_dir(self.path.parent)
-            private_file(self._lock.lock_file)  # filelock opens it by name: no link there
-            with self._lock:
-                yield
-        except StateError as err:
-            raise FlushStateError(str(err)) from None
-        except filelock.Timeout:
-            raise FlushStateError(f"timed out waiting for the lock on {self.path}") from None
-        except OSError as err:
-            raise FlushStateError(f"cannot use {self.path}: {err.strerror or err}") from None
-
-    def _read_unlocked(self) -> dict[str, Any]:
-        raw = read_private(self.path)
-        if raw is None:
-            return {"version": _STATE_VERSION, "sessions": {}}
-        try:
-            data = json.loads(raw)
-            if not isinstance(data, dict) or not isinstance(data.get("sessions"), dict):
-                raise ValueError("unexpected shape")
-        except ValueError as err:
-            aside = self.path.with_name(self.path.name + ".corrupt")
-            log.warning(
-                "%s is unreadable (%s); moved to %s and starting fresh", self.path, err, aside
-            )
-            with contextlib.suppress(OSError):
-                os.replace(self.path, aside)
-            return {"version": _STATE_VERSION, "sessions": {}}
-        return data
-
-    def get(self, session_key: str | None) -> FlushRecord | None:
-        """The session's last flush record, if any."""
-        with self._locked():
-            data = self._read_unlocked()
-        return FlushRecord.from_json(data["sessions"].get(_session_key(session_key)))
-
-    def update(
-        self, session_key: str | None, change: Callable[[FlushRecord | None], FlushRecord | None]
-    ) -> FlushRecord | None:
-        """Atomically replace the session's record with `change(old)`; unchanged when it returns `old`."""
-        key = _session_key(session_key)
-        with self._locked():
-            data = self._read_unlocked()
+def update_flush_record(
+    path: Path, session_key: str | None, change: Callable[[FlushRecord | None], FlushRecord | None]
+) -> FlushRecord | None:
+    """Replace the session's record in the agent's `sessions.json` (shared by every memoryd
+    process) with `change(old)`, under the file's lock; unchanged when it returns `old`."""
+    # `agent:main:main`, `main` and a missing key are the same (main) session
+    key = normalize_session_key(session_key) or "main"
+    lock = filelock.FileLock(str(path) + ".lock", timeout=30, mode=0o600)
+    try:
+        private_dir(path.parent)
+        private_file(lock.lock_file)  # filelock opens it by name: no link there
+        with lock:
+            data = _read_state(path)
             old = FlushRecord.from_json(data["sessions"].get(key))
             new = change(old)
             if new is not old:
@@ -124,8 +98,14 @@ class FlushState:
                     sessions[key] = entry
                 data["version"] = _STATE_VERSION
                 payload = json.dumps(data, indent=2, sort_keys=True).encode("utf-8") + b"\n"
-                write_private_atomic(self.path, payload)
+                write_private_atomic(path, payload)
             return new
+    except StateError as err:
+        raise FlushStateError(str(err)) from None
+    except filelock.Timeout:
+        raise FlushStateError(f"timed out waiting for the lock on {path}") from None
+    except OSError as err:
+        raise FlushStateError(f"cannot use {path}: {err.strerror or err}") from None
 
 
 FlushReason = Literal[
@@ -221,22 +201,15 @@ def check_flush(
     if token_estimate < threshold:  # OpenClaw flushes once the estimate reaches it
         return decide("below_threshold")
 
-    state = FlushState(agent.state.flush_state)
-    if not record:
-        return decide(
-            "already_flushed"
-            if _already(state.get(session_key), compaction_count, session_id)
-            else "due"
-        )
-
     claimed = False
 
     def claim(old: FlushRecord | None) -> FlushRecord | None:
         nonlocal claimed
         if _already(old, compaction_count, session_id):
             return old
-        claimed = True
-        return FlushRecord(compaction_count, (now or datetime.now(UTC)).isoformat(), session_id)
+        claimed = True  # a preview (`record=False`) leaves the record as it was
+        at = (now or datetime.now(UTC)).isoformat()
+        return FlushRecord(compaction_count, at, session_id) if record else old
 
-    state.update(session_key, claim)
-    return decide("due", recorded=True) if claimed else decide("already_flushed")
+    update_flush_record(agent.state.flush_state, session_key, claim)
+    return decide("due", recorded=record) if claimed else decide("already_flushed")

@@ -50,7 +50,6 @@ class ExportReport:
     unchanged: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
-    malformed_lines: int = 0
 
     @property
     def changed(self) -> bool:
@@ -129,13 +128,12 @@ def _export_locked(
             report.unchanged.append(sid)
             continue
         try:
-            parsed, malformed, _lines = parse_transcript(src, sanitize=True)
+            parsed = parse_transcript(src, sanitize=True)[0]
         except OSError:
             report.skipped[sid] = "unreadable"
             if seen is not None:
                 new[name] = seen  # keep the last good export through a transient error
             continue
-        report.malformed_lines += malformed
         messages = scrub_messages(parsed, tombstones)
         if not messages:
             report.skipped[sid] = "empty"

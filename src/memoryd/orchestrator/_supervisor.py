@@ -107,7 +107,7 @@ class AgentBackend:
 
     def export_sessions(self) -> bool:
         """Export sanitised transcripts for qmd's sessions collection; True when files changed."""
-        from ..lifecycle import export_sessions
+        from ..lifecycle.session_export import export_sessions
 
         try:
             report = export_sessions(self.agent, now=datetime.now(UTC))
@@ -197,7 +197,7 @@ class AgentBackend:
 
     def _resync_qmd(self) -> ExportReport | None:
         """Re-export the sessions (through the tombstones) and update qmd now."""
-        from ..lifecycle import export_sessions
+        from ..lifecycle.session_export import export_sessions
 
         assert self.qmd is not None
         export = None
@@ -210,7 +210,7 @@ class AgentBackend:
     def reset(self, *, progress: ProgressFn | None = None) -> dict[str, Any]:
         """`memoryd reset`: drop everything derived in place (a running `serve` keeps its objects),
         then rebuild the built-in index and then qmd from the files."""
-        from ..lifecycle import remove_derived
+        from ..lifecycle.forget import remove_derived
 
         removed = remove_derived(self.agent, index_file=self.fail_closed, qmd_home=self.qmd is None)
         self.health_updated_at = None

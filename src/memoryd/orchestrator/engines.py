@@ -29,7 +29,8 @@ def builtin_engine(agent: ResolvedAgent, *, one_off: bool = False) -> MemoryInde
     from ..builtin_index import MemoryIndex
     from ..embeddings.selection import select_provider
 
-    selection = select_provider(agent, one_off=one_off)  # cheap: builds no client, loads no model
+    # cheap: builds no client, loads no model
+    selection = select_provider(agent.memory_search, agent.models, one_off=one_off)
     migrate_legacy_state(agent)
     return MemoryIndex(agent.index_settings(), selection, one_off=one_off)
 

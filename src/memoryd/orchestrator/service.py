@@ -296,7 +296,7 @@ class MemoryService:
         today: date | None = None,
     ) -> dict[str, Any]:
         """What the agent loads at session start (the `memory_context` tool)."""
-        from ..lifecycle import build_session_context
+        from ..lifecycle.context import build_session_context
 
         agent = self.agent(agent_id)
         ctx = build_session_context(
@@ -315,7 +315,7 @@ class MemoryService:
 
     def append(self, target: str, text: str, *, agent_id: str | None = None) -> dict[str, Any]:
         """Append to a memory file (the `memory_append` tool): `{path, bytesWritten, created}`."""
-        from ..lifecycle import append_memory
+        from ..lifecycle.writes import append_memory
 
         agent = self.agent(agent_id)
         result = append_memory(agent, target, text, now=datetime.now().astimezone())
@@ -334,7 +334,7 @@ class MemoryService:
         agent_id: str | None = None,
     ) -> dict[str, Any]:
         """Whether to run the memory flush now (the `memory_flush_check` tool)."""
-        from ..lifecycle import check_flush
+        from ..lifecycle.flush import check_flush
 
         decision = check_flush(
             self.agent(agent_id),
@@ -357,7 +357,8 @@ class MemoryService:
         `PATH#Lx-Ly` names lines; a bare `PATH` is the whole file and anything else a query:
         the lines of its best `max_results` memory hits that hold at least half of the query's
         words. `confirm` says the caller must have the user confirm the list first."""
-        from ..lifecycle import check_writable, parse_target, select_lines
+        from ..lifecycle.forget import parse_target, select_lines
+        from ..lifecycle.writes import check_writable
 
         if not isinstance(target, str) or not target.strip():
             raise InvalidInput("forget needs a PATH#Lx-Ly or a query")
@@ -376,7 +377,7 @@ class MemoryService:
         self, agent: ResolvedAgent, roots: list[Any], query: str, max_results: int
     ) -> list[dict[str, Any]]:
         from ..core.forgotten import words
-        from ..lifecycle import select_lines
+        from ..lifecycle.forget import select_lines
 
         found = self.search(
             query, agent_id=agent.agent_id, max_results=max_results, corpus="memory"
@@ -409,13 +410,13 @@ class MemoryService:
     ) -> dict[str, Any]:
         """Remove the lines a `forget_plan` showed (each `{path, ranges, sha256}`, refused if
         they changed since), then purge them from both engines and any transcript's index."""
-        from ..lifecycle import (
-            check_writable,
+        from ..lifecycle.forget import (
             forget_lines,
             load_tombstones,
             select_lines,
             transcripts_with_forgotten,
         )
+        from ..lifecycle.writes import check_writable
 
         agent = self.agent(agent_id)
         check_writable(agent, "forget")
@@ -450,7 +451,7 @@ class MemoryService:
         self, agent_id: str | None = None, *, progress: ProgressFn | None = None
     ) -> dict[str, Any]:
         """Drop everything derived for the agent and workspace and rebuild it from the files."""
-        from ..lifecycle import check_writable
+        from ..lifecycle.writes import check_writable
 
         agent = self.agent(agent_id)
         check_writable(agent, "reset")

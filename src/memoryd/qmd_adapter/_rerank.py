@@ -11,7 +11,7 @@ from typing import Any
 from ..config import QmdSettings
 from ..core.layout import MemoryRoot, display_path
 from ..core.results import SearchResult
-from ..rerank import RemoteReranker, RerankStage, Scorer
+from ..rerank import RerankStage, Scorer
 from ._parse import parse_search_output, split_qmd_uri
 from ._runner import QmdOutput
 
@@ -22,10 +22,7 @@ Run = Callable[[Sequence[str], int], QmdOutput]
 def rerank_stage(settings: QmdSettings) -> RerankStage | None:
     """The agent's stage on qmd, or None when `rerank.provider` is "none"."""
     cfg = settings.rerank
-    if cfg.provider == "none":
-        return None
-    scorer = RemoteReranker(cfg.remote) if cfg.provider == "remote" else None
-    return RerankStage(cfg, scorer, settings.state_dir)
+    return None if cfg.provider == "none" else RerankStage(cfg, settings.state_dir)
 
 
 def qmd_scorer(

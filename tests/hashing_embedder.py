@@ -6,7 +6,13 @@ import hashlib
 import re
 from collections.abc import Sequence
 
-from .base import EmbeddingProvider, Matrix, Vector, endpoint_fingerprint, l2_normalize
+from memoryd.embeddings.base import (
+    EmbeddingProvider,
+    Matrix,
+    Vector,
+    endpoint_fingerprint,
+    l2_normalize,
+)
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
