@@ -569,8 +569,8 @@ class ResolvedAgent:
     compaction: CompactionConfig
     memory: MemoryConfig
     models: ModelsConfig
-    bootstrap_max_chars: int = 20_000
-    bootstrap_total_max_chars: int = 150_000
+    bootstrap_max_chars: int
+    bootstrap_total_max_chars: int
 
     @property
     def state(self) -> paths.AgentState:
@@ -582,14 +582,6 @@ class ResolvedAgent:
         if not raw:
             return self.state.index_db
         return paths.expand_store_path(raw, self.agent_id, self.workspace)
-
-    @property
-    def state_dir(self) -> Path:
-        return self.state.root
-
-    @property
-    def sessions_dir(self) -> Path:
-        return self.state.sessions_dir
 
     @property
     def sessions_enabled(self) -> bool:
@@ -613,6 +605,7 @@ class ResolvedAgent:
         """The built-in index's settings for this agent (`store.url` filled from the environment)."""
         ms = self.memory_search
         store = ms.store
+        state = self.state
         url = None
         if store.driver == "postgres":
             if not store.url:
@@ -624,12 +617,12 @@ class ResolvedAgent:
         return IndexSettings(
             agent_id=self.agent_id,
             workspace=self.workspace,
-            workspace_key=paths.workspace_key(self.workspace),
+            workspace_key=state.key,
             roots=tuple(self.memory_roots()),
             db_path=self.index_path,
             own_db_folder=not store.path,
             sources=tuple(ms.sources),
-            sessions_dir=self.sessions_dir if self.sessions_enabled else None,
+            sessions_dir=state.sessions_dir if self.sessions_enabled else None,
             chunking=ms.chunking,
             query=ms.query,
             sync=ms.sync,
@@ -638,36 +631,33 @@ class ResolvedAgent:
             store_driver=store.driver,
             store_url=url,
             redact_notes=ms.redact.notes,
-            state_dir=self.state_dir,
+            state_dir=state.root,
             session_retention_days=self.memory.qmd.sessions.retention_days,
         )
 
     def qmd_settings(self) -> QmdSettings:
-        """The qmd sidecar's settings for this agent."""
+        """The qmd sidecar's settings for this agent (`memory.qmd.rerank = true` is read as
+        `memorySearch.query.rerank.provider = "qmd"`)."""
         q = self.memory.qmd
         export = q.sessions.export_dir
+        state = self.state
+        rerank = self.memory_search.query.rerank
+        if q.rerank and rerank.provider == "none":  # the stage's own keys win
+            rerank = dataclasses.replace(rerank, provider="qmd")
         return QmdSettings(
             agent_id=self.agent_id,
             workspace=self.workspace,
             qmd=q,
-            home=self.state.qmd_home,
+            home=state.qmd_home,
             exports_dir=(
                 paths.expand_store_path(export, self.agent_id, self.workspace)
                 if export
-                else self.state.qmd_exports
+                else state.qmd_exports
             ),
             extra_roots=tuple(self.extra_roots()),
-            rerank=self.qmd_rerank(),
-            state_dir=self.state_dir,
+            rerank=rerank,
+            state_dir=state.root,
         )
-
-    def qmd_rerank(self) -> RerankConfig:
-        """The rerank stage on the qmd backend: `memory.qmd.rerank = true` is read as
-        `memorySearch.query.rerank.provider = "qmd"` (one way: the stage's own keys win)."""
-        rerank = self.memory_search.query.rerank
-        if self.memory.qmd.rerank and rerank.provider == "none":
-            return dataclasses.replace(rerank, provider="qmd")
-        return rerank
 
 
 def _absolute(raw: str, workspace: Path) -> Path:
@@ -695,15 +685,15 @@ class IndexSettings:
     sync: SyncConfig
     cache: CacheConfig
     vector: VectorStoreConfig
-    store_driver: StoreDriver = "sqlite"
+    store_driver: StoreDriver
     #: Out of repr: a `${NAME}` reference may have filled in a password.
-    store_url: str | None = dataclasses.field(default=None, repr=False)
-    redact_notes: bool = False
+    store_url: str | None = dataclasses.field(repr=False)
+    redact_notes: bool
     #: Where the rerank stage records whether it degraded (None: nowhere).
-    state_dir: Path | None = None
+    state_dir: Path | None
     #: `memory.qmd.sessions.retentionDays`: one rule for both engines, so a failover to the
     #: built-in index never brings back sessions that qmd's exports dropped.
-    session_retention_days: int | None = None
+    session_retention_days: int | None
 
 
 @value_class
@@ -716,10 +706,10 @@ class QmdSettings:
     home: Path
     exports_dir: Path
     #: `memorySearch.extraPaths` become qmd collections too.
-    extra_roots: tuple[MemoryRoot, ...] = ()
-    rerank: RerankConfig = field(default_factory=lambda: RerankConfig())
+    extra_roots: tuple[MemoryRoot, ...]
+    rerank: RerankConfig
     #: Where the rerank stage records whether it degraded (None: nowhere).
-    state_dir: Path | None = None
+    state_dir: Path | None
 
 
 def validate_config(data: Mapping[str, Any], *, source: str = "config") -> MemorydConfig:
