@@ -594,7 +594,9 @@ class ResolvedAgent:
         out = []
         for entry in self.memory_search.extra_paths:
             raw, pattern = (entry, None) if isinstance(entry, str) else (entry.path, entry.pattern)
-            out.append(extra_root(str(_absolute(raw, self.workspace)), pattern))
+            # `join` keeps an absolute path as it is
+            path = os.path.join(self.workspace, os.path.expanduser(raw))
+            out.append(extra_root(os.path.normpath(path), pattern))
         return out
 
     def memory_roots(self) -> list[MemoryRoot]:
@@ -658,11 +660,6 @@ class ResolvedAgent:
             rerank=rerank,
             state_dir=state.root,
         )
-
-
-def _absolute(raw: str, workspace: Path) -> Path:
-    p = Path(os.path.expanduser(raw))
-    return Path(os.path.normpath(p if p.is_absolute() else workspace / p))
 
 
 @value_class
@@ -775,7 +772,7 @@ def _memory_search_as_defaults(data: Mapping[str, Any], what: str) -> Mapping[st
 
 def _merge_overrides(data: Mapping[str, Any]) -> Mapping[str, Any]:
     """Each `agents.list` entry's memorySearch and compaction merged over the defaults' (keys in
-    either case); `extraPaths` add to the global ones, as in OpenClaw."""
+    either case); `extraPaths` add the agent's own to the global ones, as in OpenClaw."""
     agents = data.get("agents")
     if not isinstance(agents, Mapping) or not isinstance(agents.get("list"), list):
         return data
@@ -788,24 +785,14 @@ def _merge_overrides(data: Mapping[str, Any]) -> Mapping[str, Any]:
         if isinstance(entry, Mapping):
             entry = as_written(AgentEntry, entry)
             for key in ("memorySearch", "compaction"):
-                base = defaults.get(key)
-                if isinstance(entry.get(key), Mapping) and isinstance(base, Mapping):
-                    merged = deep_merge(base, entry[key])
-                    if key == "memorySearch":
-                        _combine_extra_paths(merged, base, entry[key])
-                    entry[key] = merged
+                base, override = defaults.get(key), entry.get(key)
+                if isinstance(override, Mapping) and isinstance(base, Mapping):
+                    entry[key] = deep_merge(base, override)
+                    ours, theirs = base.get("extraPaths"), override.get("extraPaths")
+                    if isinstance(ours, list) and isinstance(theirs, list):
+                        entry[key]["extraPaths"] = [*ours, *(e for e in theirs if e not in ours)]
         entries.append(entry)
     return {**data, "agents": {**agents, "list": entries}}
-
-
-def _combine_extra_paths(
-    merged: dict[str, Any], base: Mapping[str, Any], override: Mapping[str, Any]
-) -> None:
-    """`merged["extraPaths"]`: the global entries, then the agent's own that are not among them
-    (lists of anything else are left for validation to report)."""
-    ours, theirs = base.get("extraPaths"), override.get("extraPaths")
-    if isinstance(ours, list) and isinstance(theirs, list):
-        merged["extraPaths"] = [*ours, *(e for e in theirs if e not in ours)]
 
 
 def resolve_agent(
