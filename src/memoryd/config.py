@@ -810,17 +810,16 @@ def resolve_agent(
     if entry is None and config.agents.list_ and agent_id != paths.DEFAULT_AGENT_ID:
         known = ", ".join(e.id for e in config.agents.list_)
         raise UnknownAgent(f"unknown agent {agent_id!r} (configured: {known})")
+    entry = entry or AgentEntry(id=agent_id)  # an unlisted agent has the defaults alone
     defaults = config.agents.defaults
     environ = os.environ if env is None else env
-    raw_ws = workspace or environ.get("MEMORYD_WORKSPACE")
-    if not raw_ws:
-        raw_ws = (entry.workspace if entry else None) or defaults.workspace
+    raw_ws = workspace or environ.get("MEMORYD_WORKSPACE") or entry.workspace or defaults.workspace
     return ResolvedAgent(
         agent_id=agent_id,
         workspace=_workspace(raw_ws, cwd or Path.cwd()),
-        workspace_access=(entry.workspace_access if entry else None) or defaults.workspace_access,
-        memory_search=(entry.memory_search if entry else None) or defaults.memory_search,
-        compaction=(entry.compaction if entry else None) or defaults.compaction,
+        workspace_access=entry.workspace_access or defaults.workspace_access,
+        memory_search=entry.memory_search or defaults.memory_search,
+        compaction=entry.compaction or defaults.compaction,
         memory=config.memory,
         models=config.models,
         bootstrap_max_chars=defaults.bootstrap_max_chars,
@@ -840,9 +839,7 @@ def _workspace(raw: str | os.PathLike[str] | None, cwd: Path) -> Path:
                 "MEMORYD_WORKSPACE, or set agents.defaults.workspace in a config file (--config)."
             )
         return cwd.resolve()
-    ws = Path(raw).expanduser()
-    if not ws.is_absolute():
-        ws = cwd / ws
+    ws = cwd / Path(raw).expanduser()  # an absolute path replaces cwd
     if not ws.is_dir():
         raise WorkspaceNotFound(f"workspace {ws} does not exist or is not a directory")
     return ws.resolve()
