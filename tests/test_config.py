@@ -17,7 +17,7 @@ from memoryd.config import (
     resolve_agent,
     validate_config,
 )
-from memoryd.config_files import load_config, read_config_file
+from memoryd.config_files import load_config
 from memoryd.errors import ConfigError, WorkspaceNotFound
 
 
@@ -147,7 +147,7 @@ def test_an_override_valid_alone_but_not_merged_fails_at_load_naming_the_agent(
     with pytest.raises(
         ConfigError, match=rf"^invalid {path}: agents\.list\.0\.memorySearch\.chunking: "
     ):
-        read_config_file(path)
+        load_config(path)
 
 
 def test_a_config_built_in_code_resolves_like_a_validated_one(tmp_path: Path) -> None:
@@ -182,14 +182,14 @@ def test_toml_and_openclaw_json5(tmp_path: Path) -> None:
     toml.write_text(
         '[memory]\nbackend = "qmd"\n[agents.defaults.memorySearch.query]\nmaxResults = 4\n'
     )
-    assert read_config_file(toml).memory.backend == "qmd"
+    assert load_config(toml).memory.backend == "qmd"
     j5 = tmp_path / "openclaw.json5"
     j5.write_text(
         "{ gateway: {port: 1}, // unrelated OpenClaw keys are ignored\n"
         " agents: {defaults: {model: 'x', memorySearch: {provider: 'none'}}},\n"
         " memory: {citations: 'off'} }"
     )
-    cfg = read_config_file(j5)
+    cfg = load_config(j5)
     assert cfg.memory.citations == "off"
     assert cfg.agents.defaults.memory_search.provider == "none"
 
@@ -208,14 +208,14 @@ def test_unparsable_toml_is_a_config_error(tmp_path: Path) -> None:
     f = tmp_path / "bad.toml"
     f.write_text("[memory\n")
     with pytest.raises(ConfigError, match="cannot parse"):
-        read_config_file(f)
+        load_config(f)
 
 
 def test_a_config_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
     f = tmp_path / "bad.toml"
     f.write_bytes(b"\xff\xfe[memory]\n")
     with pytest.raises(ConfigError, match="not UTF-8"):
-        read_config_file(f)
+        load_config(f)
 
 
 def test_workspace_from_cwd_or_clear_error(tmp_path: Path) -> None:
@@ -270,7 +270,7 @@ def test_openclaw_2026_8_memory_search_is_read_as_memory_search(tmp_path: Path) 
           agents: {defaults: {workspace: "/tmp"}},
         }"""
     )
-    cfg = read_config_file(cfg_file)
+    cfg = load_config(cfg_file)
     ms = cfg.agents.defaults.memory_search
     assert ms.provider == "none" and ms.query.max_results == 4 and ms.query.min_score == 0.2
     assert ms.extra_paths[0] == "notes" and ms.extra_paths[1].pattern == "policies/*.md"  # type: ignore[union-attr]

@@ -147,8 +147,8 @@ def ws(workspace: Path) -> Path:
 
 def transcript(svc: MemoryService, text: str = CHAT) -> Path:
     agent = svc.agent()
-    agent.sessions_dir.mkdir(parents=True, exist_ok=True)
-    path = agent.sessions_dir / "s1.jsonl"
+    agent.state.sessions_dir.mkdir(parents=True, exist_ok=True)
+    path = agent.state.sessions_dir / "s1.jsonl"
     path.write_text(msg("user", text) + "\n" + msg("assistant", "Got it, thanks.") + "\n")
     svc.index()  # a search never indexes transcripts itself
     return path
@@ -205,7 +205,7 @@ def test_lines_that_changed_since_they_were_shown_are_not_removed(ws: Path) -> N
             svc.forget(plan["selections"])
         assert (ws / "MEMORY.md").read_text() == text
         assert load_tombstones(svc.agent()) is None
-        assert not list((svc.agent().state_dir / "forgotten-backups").glob("*"))
+        assert not list((svc.agent().state.root / "forgotten-backups").glob("*"))
 
 
 def test_an_append_racing_a_forget_is_never_lost(ws: Path) -> None:
@@ -317,7 +317,7 @@ def test_reset_rebuilds_to_the_same_answers_and_keeps_what_is_not_derived(ws: Pa
         assert load_tombstones(agent) == tombstones
         assert {p: p.read_bytes() for p in ws.rglob("*.md")} == markdown
         assert src.is_file()
-        assert list((agent.state_dir / "forgotten-backups").glob("*.txt"))
+        assert list((agent.state.root / "forgotten-backups").glob("*.txt"))
 
 
 # --------------------------------------------------------------------------- the CLI

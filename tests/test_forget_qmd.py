@@ -59,8 +59,8 @@ def seed(ws: Path) -> None:
 
 def chat(svc: MemoryService, text: str) -> Path:
     agent = svc.agent()
-    agent.sessions_dir.mkdir(parents=True, exist_ok=True)
-    path = agent.sessions_dir / "s1.jsonl"
+    agent.state.sessions_dir.mkdir(parents=True, exist_ok=True)
+    path = agent.state.sessions_dir / "s1.jsonl"
     line = {"type": "message", "role": "user", "content": [{"type": "text", "text": text}]}
     path.write_text(json.dumps(line) + "\n")
     return path

@@ -43,8 +43,8 @@ def msg(role: str, text: str) -> str:
 
 
 def write_transcript(a: ResolvedAgent, name: str, lines: list[str]) -> Path:
-    a.sessions_dir.mkdir(parents=True, exist_ok=True)
-    p = a.sessions_dir / name
+    a.state.sessions_dir.mkdir(parents=True, exist_ok=True)
+    p = a.state.sessions_dir / name
     p.write_text("\n".join(lines) + "\n")
     return p
 

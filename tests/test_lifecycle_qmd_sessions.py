@@ -45,8 +45,8 @@ def agent_for(ws: Path, agent_id: str) -> ResolvedAgent:
 
 
 def transcript(agent: ResolvedAgent, sid: str, *lines: str) -> Path:
-    agent.sessions_dir.mkdir(parents=True, exist_ok=True)
-    path = agent.sessions_dir / f"{sid}.jsonl"
+    agent.state.sessions_dir.mkdir(parents=True, exist_ok=True)
+    path = agent.state.sessions_dir / f"{sid}.jsonl"
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     ts = NOW.timestamp()
     os.utime(path, (ts, ts))
@@ -55,7 +55,7 @@ def transcript(agent: ResolvedAgent, sid: str, *lines: str) -> Path:
 
 def manager(agent: ResolvedAgent, qmd: str) -> QmdManager:
     # the agent's default qmd home, whose sessions folder is the default export dir
-    mgr = make_manager(agent, qmd, agent.state_dir / "qmd")
+    mgr = make_manager(agent, qmd, agent.state.root / "qmd")
     mgr.start()
     return mgr
 

@@ -35,8 +35,8 @@ def agent_for(ws: Path, agent_id: str = "main", **sessions: Any) -> ResolvedAgen
 
 
 def transcript(agent: ResolvedAgent, sid: str, *lines: str, age_days: float = 0) -> Path:
-    agent.sessions_dir.mkdir(parents=True, exist_ok=True)
-    path = agent.sessions_dir / f"{sid}.jsonl"
+    agent.state.sessions_dir.mkdir(parents=True, exist_ok=True)
+    path = agent.state.sessions_dir / f"{sid}.jsonl"
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     if age_days:
         ts = (NOW - timedelta(days=age_days)).timestamp()

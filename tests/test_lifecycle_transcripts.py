@@ -40,7 +40,7 @@ def agent_for(ws: Path, agent_id: str = "main") -> ResolvedAgent:
 
 
 def write_transcript(agent: ResolvedAgent, name: str, lines: list[str], *, end: str = "\n") -> Path:
-    folder = agent.sessions_dir
+    folder = agent.state.sessions_dir
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
     path.write_text("\n".join(lines) + end, encoding="utf-8")
@@ -104,8 +104,8 @@ def test_a_complete_last_line_without_newline_counts() -> None:
 
 def test_invalid_utf8_and_garbage_never_raise(workspace: Path) -> None:
     agent = agent_for(workspace)
-    agent.sessions_dir.mkdir(parents=True)
-    path = agent.sessions_dir / "bad.jsonl"
+    agent.state.sessions_dir.mkdir(parents=True)
+    path = agent.state.sessions_dir / "bad.jsonl"
     path.write_bytes(b"\xff\xfe garbage\n" + msg("user", "still here").encode() + b"\n\x00\x01\n")
     messages, malformed, _ = parse_transcript(path)
     assert [m.text for m in messages] == ["still here"]
@@ -228,15 +228,17 @@ def test_an_agent_lists_only_its_own_transcripts(workspace: Path) -> None:
     write_transcript(main, "m1.jsonl", [msg("user", "main secret plan")])
     write_transcript(other, "o1.jsonl", [msg("user", "other agent's plan")])
     write_transcript(main, "notes.txt", ["not a transcript"])
-    (main.sessions_dir / "link.jsonl").symlink_to(other.sessions_dir / "o1.jsonl")
-    assert [p.name for p in list_transcripts(main.sessions_dir)] == ["m1.jsonl"]
-    assert [p.name for p in list_transcripts(other.sessions_dir)] == ["o1.jsonl"]
-    texts = [m.text for p in list_transcripts(main.sessions_dir) for m in parse_transcript(p)[0]]
+    (main.state.sessions_dir / "link.jsonl").symlink_to(other.state.sessions_dir / "o1.jsonl")
+    assert [p.name for p in list_transcripts(main.state.sessions_dir)] == ["m1.jsonl"]
+    assert [p.name for p in list_transcripts(other.state.sessions_dir)] == ["o1.jsonl"]
+    texts = [
+        m.text for p in list_transcripts(main.state.sessions_dir) for m in parse_transcript(p)[0]
+    ]
     assert texts == ["main secret plan"]
 
 
 def test_no_sessions_folder_means_no_transcripts(workspace: Path) -> None:
-    assert list_transcripts(agent_for(workspace).sessions_dir) == []
+    assert list_transcripts(agent_for(workspace).state.sessions_dir) == []
 
 
 # ---------------------------------------------------------------- delta tracking

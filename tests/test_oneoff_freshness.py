@@ -169,9 +169,8 @@ def test_a_transcript_appended_just_before_a_one_off_search_is_found(workspace: 
         "sync": {"sessions": {"deltaMessages": 1}},  # every appended message is due
     }
     agent = agent_for(workspace, search)
-    assert agent.sessions_dir is not None
-    agent.sessions_dir.mkdir(parents=True, exist_ok=True)
-    transcript = agent.sessions_dir / "s1.jsonl"
+    agent.state.sessions_dir.mkdir(parents=True, exist_ok=True)
+    transcript = agent.state.sessions_dir / "s1.jsonl"
 
     def message(text: str) -> str:
         content = [{"type": "text", "text": text}]

@@ -237,8 +237,8 @@ def test_qmd_sessions_are_exported_and_searchable_through_the_service(tmp_path: 
 
     rig = Rig(tmp_path, require_qmd(), sessions={"enabled": True})
     agent = resolve_agent(rig.config)
-    agent.sessions_dir.mkdir(parents=True)
-    (agent.sessions_dir / "s1.jsonl").write_text(
+    agent.state.sessions_dir.mkdir(parents=True)
+    (agent.state.sessions_dir / "s1.jsonl").write_text(
         json.dumps(
             {
                 "type": "message",

@@ -338,13 +338,13 @@ def test_the_key_is_not_in_the_settings_repr() -> None:
 
 def test_qmd_rerank_true_is_read_as_the_qmd_provider(tmp_path: Path) -> None:
     agent = agent_for(tmp_path, memory={"backend": "qmd", "qmd": {"rerank": True}})
-    assert agent.qmd_rerank().provider == "qmd"
+    assert agent.qmd_settings().rerank.provider == "qmd"
     agent = agent_for(
         tmp_path,
         {"query": {"rerank": {"provider": "remote", "remote": {"baseUrl": "http://x"}}}},
         memory={"backend": "qmd", "qmd": {"rerank": True}},
     )
-    assert agent.qmd_rerank().provider == "remote"  # the stage's own key wins
+    assert agent.qmd_settings().rerank.provider == "remote"  # the stage's own key wins
 
 
 def test_favourite_score_is_what_the_tests_assume() -> None:

@@ -144,7 +144,7 @@ def test_every_corpus_secret_is_redacted_in_the_index_exports_and_results(
         },
         memory={"qmd": {"sessions": {"enabled": True}}},
     )
-    folder = qmd_agent.sessions_dir
+    folder = qmd_agent.state.sessions_dir
     folder.mkdir(parents=True)
     lines = [
         json.dumps({"type": "message", "message": {"role": "user", "content": case.text}})
@@ -201,7 +201,7 @@ def test_typed_secrets_are_redacted_in_the_index_exports_and_results(
         },
         memory={"qmd": {"sessions": {"enabled": True}}},
     )
-    agent.sessions_dir.mkdir(parents=True)
+    agent.state.sessions_dir.mkdir(parents=True)
     lines = []
     from memoryd.core.redact import redact_secrets
 
@@ -219,7 +219,7 @@ def test_typed_secrets_are_redacted_in_the_index_exports_and_results(
         ask = case.previous or "Noted."
         lines.append({"type": "message", "message": {"role": "assistant", "content": ask}})
         lines.append({"type": "message", "message": {"role": "user", "content": case.text}})
-    (agent.sessions_dir / "s1.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
+    (agent.state.sessions_dir / "s1.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
     idx = index_for(agent, None)
     idx.sync()
     stored = "\n".join(r[0] for r in idx.store.conn.execute("select text from chunks"))

@@ -11,10 +11,8 @@ from .cli_common import as_json, forward, print_json, service
 from .core.text import visible_controls
 from .errors import InvalidInput, MemorydError
 
-
-def _forward_long(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any] | None:
-    # forget and reset may rebuild an index: a forwarded one waits up to an hour for serve
-    return forward(args, payload, wait_s=3600.0)
+#: forget and reset may rebuild an index: a forwarded one waits up to an hour for serve
+_WAIT_S = 3600.0
 
 
 def _confirm(question: str, refusal: str) -> None:
@@ -48,7 +46,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
     asked = {"target": args.target, "maxResults": args.max_results}
     with contextlib.ExitStack() as stack:
         svc = None
-        plan = _forward_long(args, {"op": "forget-plan", **asked})
+        plan = forward(args, {"op": "forget-plan", **asked}, wait_s=_WAIT_S)
         if plan is None:
             svc = stack.enter_context(service(args))
             plan = svc.forget_plan(args.target, agent_id=args.agent, max_results=args.max_results)
@@ -71,7 +69,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
         keys = ("path", "ranges", "sha256")
         chosen = [{k: s[k] for k in keys} for s in plan["selections"]]
         if svc is None:
-            out = _forward_long(args, {"op": "forget", "selections": chosen})
+            out = forward(args, {"op": "forget", "selections": chosen}, wait_s=_WAIT_S)
             if out is None:
                 raise MemorydError("memoryd serve stopped between listing and removing: run again")
         else:
@@ -98,7 +96,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
             "rebuild them from the Markdown?",
             "reset drops the derived index and rebuilds it: pass --yes to confirm",
         )
-    out = _forward_long(args, {"op": "reset"})
+    out = forward(args, {"op": "reset"}, wait_s=_WAIT_S)
     if out is None:
         with service(args) as svc, ProgressReporter() as progress:
             out = svc.reset(args.agent, progress=progress)

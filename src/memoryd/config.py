@@ -569,8 +569,8 @@ class ResolvedAgent:
     compaction: CompactionConfig
     memory: MemoryConfig
     models: ModelsConfig
-    bootstrap_max_chars: int = 20_000
-    bootstrap_total_max_chars: int = 150_000
+    bootstrap_max_chars: int
+    bootstrap_total_max_chars: int
 
     @property
     def state(self) -> paths.AgentState:
@@ -584,14 +584,6 @@ class ResolvedAgent:
         return paths.expand_store_path(raw, self.agent_id, self.workspace)
 
     @property
-    def state_dir(self) -> Path:
-        return self.state.root
-
-    @property
-    def sessions_dir(self) -> Path:
-        return self.state.sessions_dir
-
-    @property
     def sessions_enabled(self) -> bool:
         """Transcripts are searched only with `experimental.sessionMemory` and "sessions" in sources."""
         ms = self.memory_search
@@ -602,7 +594,9 @@ class ResolvedAgent:
         out = []
         for entry in self.memory_search.extra_paths:
             raw, pattern = (entry, None) if isinstance(entry, str) else (entry.path, entry.pattern)
-            out.append(extra_root(str(_absolute(raw, self.workspace)), pattern))
+            # `join` keeps an absolute path as it is
+            path = os.path.join(self.workspace, os.path.expanduser(raw))
+            out.append(extra_root(os.path.normpath(path), pattern))
         return out
 
     def memory_roots(self) -> list[MemoryRoot]:
@@ -613,6 +607,7 @@ class ResolvedAgent:
         """The built-in index's settings for this agent (`store.url` filled from the environment)."""
         ms = self.memory_search
         store = ms.store
+        state = self.state
         url = None
         if store.driver == "postgres":
             if not store.url:
@@ -624,12 +619,12 @@ class ResolvedAgent:
         return IndexSettings(
             agent_id=self.agent_id,
             workspace=self.workspace,
-            workspace_key=paths.workspace_key(self.workspace),
+            workspace_key=state.key,
             roots=tuple(self.memory_roots()),
             db_path=self.index_path,
             own_db_folder=not store.path,
             sources=tuple(ms.sources),
-            sessions_dir=self.sessions_dir if self.sessions_enabled else None,
+            sessions_dir=state.sessions_dir if self.sessions_enabled else None,
             chunking=ms.chunking,
             query=ms.query,
             sync=ms.sync,
@@ -638,41 +633,33 @@ class ResolvedAgent:
             store_driver=store.driver,
             store_url=url,
             redact_notes=ms.redact.notes,
-            state_dir=self.state_dir,
+            state_dir=state.root,
             session_retention_days=self.memory.qmd.sessions.retention_days,
         )
 
     def qmd_settings(self) -> QmdSettings:
-        """The qmd sidecar's settings for this agent."""
+        """The qmd sidecar's settings for this agent (`memory.qmd.rerank = true` is read as
+        `memorySearch.query.rerank.provider = "qmd"`)."""
         q = self.memory.qmd
         export = q.sessions.export_dir
+        state = self.state
+        rerank = self.memory_search.query.rerank
+        if q.rerank and rerank.provider == "none":  # the stage's own keys win
+            rerank = dataclasses.replace(rerank, provider="qmd")
         return QmdSettings(
             agent_id=self.agent_id,
             workspace=self.workspace,
             qmd=q,
-            home=self.state.qmd_home,
+            home=state.qmd_home,
             exports_dir=(
                 paths.expand_store_path(export, self.agent_id, self.workspace)
                 if export
-                else self.state.qmd_exports
+                else state.qmd_exports
             ),
             extra_roots=tuple(self.extra_roots()),
-            rerank=self.qmd_rerank(),
-            state_dir=self.state_dir,
+            rerank=rerank,
+            state_dir=state.root,
         )
-
-    def qmd_rerank(self) -> RerankConfig:
-        """The rerank stage on the qmd backend: `memory.qmd.rerank = true` is read as
-        `memorySearch.query.rerank.provider = "qmd"` (one way: the stage's own keys win)."""
-        rerank = self.memory_search.query.rerank
-        if self.memory.qmd.rerank and rerank.provider == "none":
-            return dataclasses.replace(rerank, provider="qmd")
-        return rerank
-
-
-def _absolute(raw: str, workspace: Path) -> Path:
-    p = Path(os.path.expanduser(raw))
-    return Path(os.path.normpath(p if p.is_absolute() else workspace / p))
 
 
 @value_class
@@ -695,15 +682,15 @@ class IndexSettings:
     sync: SyncConfig
     cache: CacheConfig
     vector: VectorStoreConfig
-    store_driver: StoreDriver = "sqlite"
+    store_driver: StoreDriver
     #: Out of repr: a `${NAME}` reference may have filled in a password.
-    store_url: str | None = dataclasses.field(default=None, repr=False)
-    redact_notes: bool = False
+    store_url: str | None = dataclasses.field(repr=False)
+    redact_notes: bool
     #: Where the rerank stage records whether it degraded (None: nowhere).
-    state_dir: Path | None = None
+    state_dir: Path | None
     #: `memory.qmd.sessions.retentionDays`: one rule for both engines, so a failover to the
     #: built-in index never brings back sessions that qmd's exports dropped.
-    session_retention_days: int | None = None
+    session_retention_days: int | None
 
 
 @value_class
@@ -716,10 +703,10 @@ class QmdSettings:
     home: Path
     exports_dir: Path
     #: `memorySearch.extraPaths` become qmd collections too.
-    extra_roots: tuple[MemoryRoot, ...] = ()
-    rerank: RerankConfig = field(default_factory=lambda: RerankConfig())
+    extra_roots: tuple[MemoryRoot, ...]
+    rerank: RerankConfig
     #: Where the rerank stage records whether it degraded (None: nowhere).
-    state_dir: Path | None = None
+    state_dir: Path | None
 
 
 def validate_config(data: Mapping[str, Any], *, source: str = "config") -> MemorydConfig:
@@ -785,7 +772,7 @@ def _memory_search_as_defaults(data: Mapping[str, Any], what: str) -> Mapping[st
 
 def _merge_overrides(data: Mapping[str, Any]) -> Mapping[str, Any]:
     """Each `agents.list` entry's memorySearch and compaction merged over the defaults' (keys in
-    either case); `extraPaths` add to the global ones, as in OpenClaw."""
+    either case); `extraPaths` add the agent's own to the global ones, as in OpenClaw."""
     agents = data.get("agents")
     if not isinstance(agents, Mapping) or not isinstance(agents.get("list"), list):
         return data
@@ -798,24 +785,14 @@ def _merge_overrides(data: Mapping[str, Any]) -> Mapping[str, Any]:
         if isinstance(entry, Mapping):
             entry = as_written(AgentEntry, entry)
             for key in ("memorySearch", "compaction"):
-                base = defaults.get(key)
-                if isinstance(entry.get(key), Mapping) and isinstance(base, Mapping):
-                    merged = deep_merge(base, entry[key])
-                    if key == "memorySearch":
-                        _combine_extra_paths(merged, base, entry[key])
-                    entry[key] = merged
+                base, override = defaults.get(key), entry.get(key)
+                if isinstance(override, Mapping) and isinstance(base, Mapping):
+                    entry[key] = deep_merge(base, override)
+                    ours, theirs = base.get("extraPaths"), override.get("extraPaths")
+                    if isinstance(ours, list) and isinstance(theirs, list):
+                        entry[key]["extraPaths"] = [*ours, *(e for e in theirs if e not in ours)]
         entries.append(entry)
     return {**data, "agents": {**agents, "list": entries}}
-
-
-def _combine_extra_paths(
-    merged: dict[str, Any], base: Mapping[str, Any], override: Mapping[str, Any]
-) -> None:
-    """`merged["extraPaths"]`: the global entries, then the agent's own that are not among them
-    (lists of anything else are left for validation to report)."""
-    ours, theirs = base.get("extraPaths"), override.get("extraPaths")
-    if isinstance(ours, list) and isinstance(theirs, list):
-        merged["extraPaths"] = [*ours, *(e for e in theirs if e not in ours)]
 
 
 def resolve_agent(
@@ -833,17 +810,16 @@ def resolve_agent(
     if entry is None and config.agents.list_ and agent_id != paths.DEFAULT_AGENT_ID:
         known = ", ".join(e.id for e in config.agents.list_)
         raise UnknownAgent(f"unknown agent {agent_id!r} (configured: {known})")
+    entry = entry or AgentEntry(id=agent_id)  # an unlisted agent has the defaults alone
     defaults = config.agents.defaults
     environ = os.environ if env is None else env
-    raw_ws = workspace or environ.get("MEMORYD_WORKSPACE")
-    if not raw_ws:
-        raw_ws = (entry.workspace if entry else None) or defaults.workspace
+    raw_ws = workspace or environ.get("MEMORYD_WORKSPACE") or entry.workspace or defaults.workspace
     return ResolvedAgent(
         agent_id=agent_id,
         workspace=_workspace(raw_ws, cwd or Path.cwd()),
-        workspace_access=(entry.workspace_access if entry else None) or defaults.workspace_access,
-        memory_search=(entry.memory_search if entry else None) or defaults.memory_search,
-        compaction=(entry.compaction if entry else None) or defaults.compaction,
+        workspace_access=entry.workspace_access or defaults.workspace_access,
+        memory_search=entry.memory_search or defaults.memory_search,
+        compaction=entry.compaction or defaults.compaction,
         memory=config.memory,
         models=config.models,
         bootstrap_max_chars=defaults.bootstrap_max_chars,
@@ -863,9 +839,7 @@ def _workspace(raw: str | os.PathLike[str] | None, cwd: Path) -> Path:
                 "MEMORYD_WORKSPACE, or set agents.defaults.workspace in a config file (--config)."
             )
         return cwd.resolve()
-    ws = Path(raw).expanduser()
-    if not ws.is_absolute():
-        ws = cwd / ws
+    ws = cwd / Path(raw).expanduser()  # an absolute path replaces cwd
     if not ws.is_dir():
         raise WorkspaceNotFound(f"workspace {ws} does not exist or is not a directory")
     return ws.resolve()

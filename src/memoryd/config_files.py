@@ -21,13 +21,11 @@ from .errors import ConfigError, StateError
 
 
 def load_config(explicit: str | os.PathLike[str] | None = None) -> MemorydConfig:
-    """`explicit` (`--config`), `MEMORYD_CONFIG` or `<config dir>/config.toml`; else defaults."""
-    found = paths.config_file(explicit)
-    return read_config_file(found) if found else MemorydConfig()
-
-
-def read_config_file(path: Path) -> MemorydConfig:
-    """Read a memoryd TOML file, or an OpenClaw JSON/JSON5 file (memory keys only)."""
+    """`explicit` (`--config`), `MEMORYD_CONFIG` or `<config dir>/config.toml`; else defaults.
+    A memoryd TOML file, or an OpenClaw JSON/JSON5 file (memory keys only)."""
+    path = paths.config_file(explicit)
+    if path is None:
+        return MemorydConfig()
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

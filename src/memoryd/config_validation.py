@@ -152,7 +152,7 @@ def _describe(err: ValidationError, cls: type[Any], root: str) -> str:
     """One problem after another, each naming its key path (`agents.defaults.memorySearch…`)."""
     lines = []
     for item in err.errors():
-        loc = [p for p in item["loc"] if p != "__root__"]
+        loc = item["loc"]
         msg = item["msg"]
         if item["type"] in _UNKNOWN_KEY and loc:
             msg = _unknown_key(_model_at(cls, loc[:-1]), str(loc[-1]))

@@ -40,11 +40,9 @@ def state_dir() -> Path:
 
 def config_file(explicit: str | os.PathLike[str] | None = None) -> Path | None:
     """`--config`, then `$MEMORYD_CONFIG`, then `<config dir>/config.toml` if present (absolute)."""
-    if explicit:
-        return Path(explicit).expanduser().absolute()
-    env = os.environ.get("MEMORYD_CONFIG")
-    if env:
-        return Path(env).expanduser().absolute()
+    chosen = explicit or os.environ.get("MEMORYD_CONFIG")
+    if chosen:
+        return Path(chosen).expanduser().absolute()
     import platformdirs
 
     default = Path(platformdirs.user_config_dir(APP_NAME)) / "config.toml"

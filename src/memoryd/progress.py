@@ -51,7 +51,7 @@ def describe(phase: str, done: int, total: int, elapsed: float) -> str:
 @dataclass
 class _Phase:
     started: float
-    last_line: float
+    last_line: float = float("-inf")
     task: Any = None
     ended: bool = False
 
@@ -82,11 +82,14 @@ class ProgressReporter:
 
     def __call__(self, phase: str, done: int, total: int) -> None:
         now = self.clock()
-        state = self._phases.get(phase)
-        if state is None:
-            state = self._phases[phase] = _Phase(started=now, last_line=float("-inf"))
+        state = self._phases.setdefault(phase, _Phase(started=now))
         if self._bar is not None:
-            self._update_bar(phase, state, done, total, now)
+            if state.task is None:
+                label, unit = PHASES.get(phase, (phase, "items"))
+                state.task = self._bar.add_task(label, total=total, unit=unit, rate=None, eta=None)
+            rate = _rate(done, now - state.started)
+            eta = None if rate is None else max(total - done, 0) / rate
+            self._bar.update(state.task, completed=done, total=total, rate=rate, eta=eta)
             return
         finished = total > 0 and done >= total
         if state.ended or (not finished and now - state.last_line < LINE_INTERVAL_S):
@@ -97,15 +100,6 @@ class ProgressReporter:
             "memoryd index: " + describe(phase, done, total, now - state.started), file=self.stream
         )
         self.stream.flush()
-
-    def _update_bar(self, phase: str, state: _Phase, done: int, total: int, now: float) -> None:
-        label, unit = PHASES.get(phase, (phase, "items"))
-        if state.task is None:
-            state.task = self._bar.add_task(label, total=total, unit=unit, rate=None, eta=None)
-        elapsed = now - state.started
-        rate = _rate(done, elapsed)
-        eta = None if rate is None else max(total - done, 0) / rate
-        self._bar.update(state.task, completed=done, total=total, rate=rate, eta=eta)
 
 
 def _rich_bar(stream: IO[str]) -> Any:

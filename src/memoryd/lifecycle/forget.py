@@ -138,11 +138,11 @@ def select_lines(
 
 def load_tombstones(agent: ResolvedAgent) -> Tombstones | None:
     """The agent's tombstones, or None when nothing was forgotten yet."""
-    return Tombstones.from_json(read_private(forgotten_path(agent.sessions_dir)))
+    return Tombstones.from_json(read_private(forgotten_path(agent.state.sessions_dir)))
 
 
 def _add_tombstones(agent: ResolvedAgent, lines: list[str]) -> Tombstones:
-    path = forgotten_path(agent.sessions_dir)
+    path = forgotten_path(agent.state.sessions_dir)
     private_dir(path.parent)
     with filelock.FileLock(str(path) + ".lock", timeout=30, mode=0o600):
         current = Tombstones.from_json(read_private(path)) or Tombstones()
@@ -152,7 +152,7 @@ def _add_tombstones(agent: ResolvedAgent, lines: list[str]) -> Tombstones:
 
 
 def _write_backup(agent: ResolvedAgent, sel: Selection, now: datetime) -> Path:
-    folder = private_dir(agent.state_dir / "forgotten-backups")  # `reset` keeps it
+    folder = private_dir(agent.state.root / "forgotten-backups")  # `reset` keeps it
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", sel.path).strip("_")[:80]
     target = folder / f"{now.strftime('%Y%m%dT%H%M%S%f')}-{slug}.txt"
     ranges = ", ".join(f"{a}-{b}" for a, b in sel.ranges)
@@ -205,7 +205,7 @@ def forget_lines(
 def transcripts_with_forgotten(agent: ResolvedAgent, tombstones: Tombstones) -> list[str]:
     """The transcripts (as search names them) holding text that matches a tombstone."""
     out = []
-    for path in list_transcripts(agent.sessions_dir):
+    for path in list_transcripts(agent.state.sessions_dir):
         try:
             messages = parse_transcript(path, sanitize=True)[0]
         except OSError:

@@ -99,10 +99,10 @@ def _export_locked(
     manifest_path = out_dir / manifest_name(agent.agent_id)
     old = read_manifest(manifest_path)
     # forgotten text never reaches an export; a new tombstone makes every export be made again
-    tombstones = Tombstones.from_json(read_private(forgotten_path(agent.sessions_dir)))
+    tombstones = Tombstones.from_json(read_private(forgotten_path(agent.state.sessions_dir)))
     forgotten = tombstones.digest if tombstones is not None else None
     new: dict[str, dict[str, Any]] = {}
-    for src in list_transcripts(agent.sessions_dir):
+    for src in list_transcripts(agent.state.sessions_dir):
         sid = session_id(src)
         if not sid:
             continue

@@ -517,7 +517,7 @@ class MemoryService:
         model = MemoryStatus(
             agent_id=agent.agent_id,
             workspace_dir=str(agent.workspace),
-            state_dir=str(agent.state_dir),
+            state_dir=str(agent.state.root),
             backend=backend,
             requested_backend=agent.memory.backend,
             fail_closed=b.fail_closed,
