@@ -390,8 +390,9 @@ class PgStore(StoreBase):
                 self._rows("select memoryd.discard_rebuild(%s)", (new_id,), write=True)
             raise
 
-    def publish(self, new: PgStore) -> None:
+    def publish(self, new: StoreBase) -> None:
         """Make `new` the active tenant and drop this one's rows, in one transaction."""
+        assert isinstance(new, PgStore), "a store from this store's open_scratch"
         with self.transaction():
             self._rows("select memoryd.publish_rebuild(%s, %s)", (self.tenant_id, new.tenant_id))
         new.building = False

@@ -451,8 +451,9 @@ class SqliteFile(StoreBase):
         with u.ACTIVE_LOCK:
             u.ACTIVE_SCRATCH.discard(str(self.path))
 
-    def publish(self, scratch: SqliteFile) -> None:
+    def publish(self, scratch: StoreBase) -> None:
         """Copy the scratch in (backup API, one WAL transaction), with the live cache and records."""
+        assert isinstance(scratch, SqliteFile), "a scratch from this store's open_scratch"
         self._check_writable("publish the rebuilt index")
         failure: BaseException | None = None
         with self.lock:

@@ -29,7 +29,6 @@ from ..memfiles import (
     transcript_display_path,
     unchanged_since,
 )
-from ._store import Store as SqliteStore
 
 if TYPE_CHECKING:
     import numpy as np
@@ -659,7 +658,7 @@ class Indexer:
             self.sessions_phase(scratch, report, True)
             if embed:
                 self._vector_phase(scratch, report, embed_budget_s, progress)
-            _publish(eng.store, scratch)
+            eng.store.publish(scratch)
         finally:
             scratch.discard()
         eng.store.guard_signature = signature
@@ -680,13 +679,3 @@ def _set_meta(store: Store, key: str, value: str | None, old: str | None) -> Non
         store.set_meta({key: value})
     elif value is None and old is not None:
         store.delete_meta(key)
-
-
-def _publish(live: Store, scratch: Store) -> None:
-    # two branches, not one `or`: each narrows both stores to one driver for the type check
-    if isinstance(live, SqliteStore) and isinstance(scratch, SqliteStore):
-        live.publish(scratch)
-    elif not isinstance(live, SqliteStore) and not isinstance(scratch, SqliteStore):
-        live.publish(scratch)  # both PostgreSQL tenants
-    else:
-        raise TypeError(f"cannot publish a {type(scratch).__name__} into a {type(live).__name__}")
