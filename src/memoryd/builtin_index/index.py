@@ -290,10 +290,7 @@ class MemoryIndex:
                 notes.append(f"index not updated ({err}); answering from it as it was")
         elif self.dirty and self.cfg.sync.on_search:
             self.sync(
-                embed=False,
-                allow_reindex=False,
-                sessions=False,
-                lock_wait_s=self.cfg.sync.search_wait_ms / 1000,
+                embed=False, before_search=True, lock_wait_s=self.cfg.sync.search_wait_ms / 1000
             )
         # background document embedding pauses while a search has the cores
         provider = self.provider
