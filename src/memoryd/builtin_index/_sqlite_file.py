@@ -200,6 +200,13 @@ class SqliteFile(StoreBase):
         row = writer.execute("select sql from sqlite_master where name = 'chunks_fts'").fetchone()
         self.fts_contentless = row is not None and "content = ''" in str(row[0])
 
+    @property
+    def keyword_tables(self) -> list[str]:
+        """The FTS5 tables this file has: none without FTS5, the trigram one where it loaded."""
+        if self.fts_error is not None:
+            return []
+        return ["chunks_fts"] if self.trigram_error is not None else ["chunks_fts", "chunks_tri"]
+
     def _not_writable(self) -> str | None:
         """Why the state folder or index file cannot be written (None: it looks writable)."""
         folder = self.path.parent
@@ -303,10 +310,7 @@ class SqliteFile(StoreBase):
                 if not deep:
                     return None
                 chunks = int(conn.execute("select count(*) from chunks").fetchone()[0])
-                tables = [] if self.fts_error is not None else ["chunks_fts"]
-                if tables and self.trigram_error is None:
-                    tables.append("chunks_tri")
-                for table in tables:
+                for table in self.keyword_tables:
                     if not self.read_only:
                         conn.execute(f"insert into {table}({table}) values ('integrity-check')")
                     rows_in = int(conn.execute(f"select count(*) from {table}").fetchone()[0])
