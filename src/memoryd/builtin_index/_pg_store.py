@@ -105,6 +105,7 @@ class PgStore(StoreBase):
         self.url = url
         self.where = describe_url(url)
         self.agent_id = agent_id
+        self.location = f"postgres {self.where} agent={agent_id}"
         self.workspace = workspace
         self.exact_max_vectors = exact_max_vectors
         self._ro_lock = threading.RLock()

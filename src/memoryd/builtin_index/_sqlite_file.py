@@ -38,6 +38,7 @@ class SqliteFile(StoreBase):
         own_folder: bool = True,
     ) -> None:
         self.path = path
+        self.location = str(path)
         self._own_folder = own_folder
         self._vector_enabled = vector_enabled
         self._extension_path = extension_path
