@@ -57,6 +57,8 @@ class StoreBase:
     trigram_error: str | None = None
     #: Why the index only answers searches here (None: it is written too).
     read_only: str | None = None
+    #: Where the index lives: the file, or the database (never its password) and agent.
+    location: str
     #: The column of `chunk_vectors v` that `_decoded` reads a vector from.
     _VECTOR: str
 

@@ -105,6 +105,7 @@ class PgStore(StoreBase):
         self.url = url
         self.where = describe_url(url)
         self.agent_id = agent_id
+        self.location = f"postgres {self.where} agent={agent_id}"
         self.workspace = workspace
         self.exact_max_vectors = exact_max_vectors
         self._ro_lock = threading.RLock()
@@ -390,8 +391,9 @@ class PgStore(StoreBase):
                 self._rows("select memoryd.discard_rebuild(%s)", (new_id,), write=True)
             raise
 
-    def publish(self, new: PgStore) -> None:
+    def publish(self, new: StoreBase) -> None:
         """Make `new` the active tenant and drop this one's rows, in one transaction."""
+        assert isinstance(new, PgStore), "a store from this store's open_scratch"
         with self.transaction():
             self._rows("select memoryd.publish_rebuild(%s, %s)", (self.tenant_id, new.tenant_id))
         new.building = False

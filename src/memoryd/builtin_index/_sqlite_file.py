@@ -38,6 +38,7 @@ class SqliteFile(StoreBase):
         own_folder: bool = True,
     ) -> None:
         self.path = path
+        self.location = str(path)
         self._own_folder = own_folder
         self._vector_enabled = vector_enabled
         self._extension_path = extension_path
@@ -200,6 +201,13 @@ class SqliteFile(StoreBase):
         row = writer.execute("select sql from sqlite_master where name = 'chunks_fts'").fetchone()
         self.fts_contentless = row is not None and "content = ''" in str(row[0])
 
+    @property
+    def keyword_tables(self) -> list[str]:
+        """The FTS5 tables this file has: none without FTS5, the trigram one where it loaded."""
+        if self.fts_error is not None:
+            return []
+        return ["chunks_fts"] if self.trigram_error is not None else ["chunks_fts", "chunks_tri"]
+
     def _not_writable(self) -> str | None:
         """Why the state folder or index file cannot be written (None: it looks writable)."""
         folder = self.path.parent
@@ -303,10 +311,7 @@ class SqliteFile(StoreBase):
                 if not deep:
                     return None
                 chunks = int(conn.execute("select count(*) from chunks").fetchone()[0])
-                tables = [] if self.fts_error is not None else ["chunks_fts"]
-                if tables and self.trigram_error is None:
-                    tables.append("chunks_tri")
-                for table in tables:
+                for table in self.keyword_tables:
                     if not self.read_only:
                         conn.execute(f"insert into {table}({table}) values ('integrity-check')")
                     rows_in = int(conn.execute(f"select count(*) from {table}").fetchone()[0])
@@ -451,8 +456,9 @@ class SqliteFile(StoreBase):
         with u.ACTIVE_LOCK:
             u.ACTIVE_SCRATCH.discard(str(self.path))
 
-    def publish(self, scratch: SqliteFile) -> None:
+    def publish(self, scratch: StoreBase) -> None:
         """Copy the scratch in (backup API, one WAL transaction), with the live cache and records."""
+        assert isinstance(scratch, SqliteFile), "a scratch from this store's open_scratch"
         self._check_writable("publish the rebuilt index")
         failure: BaseException | None = None
         with self.lock:

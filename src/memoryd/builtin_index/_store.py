@@ -57,6 +57,10 @@ def trigram_body(text: str) -> str:
     return " ".join(dict.fromkeys(run.lower() for run in _TRIGRAM_RUN.findall(text)))
 
 
+#: What each keyword table indexes of a chunk's text.
+_KEYWORD_BODY = {"chunks_fts": segment_for_fts, "chunks_tri": trigram_body}
+
+
 def _m001_base(conn: Any) -> None:
     # executescript() would commit the migration's transaction; run statements one by one
     for statement in """
@@ -81,19 +85,15 @@ def _m001_base(conn: Any) -> None:
 
 def _m002_fts(conn: Any) -> None:
     # Optional features: a SQLite without FTS5 still gets a working (vector-only) index.
-    try:
-        conn.execute(
-            f"create virtual table chunks_fts using fts5(body, tokenize = '{FTS_TOKENIZER}')"
-        )
-    except Exception as err:
-        conn.execute("insert or replace into meta(key, value) values ('fts_error', ?)", (str(err),))
-        return
-    try:
-        conn.execute("create virtual table chunks_tri using fts5(body, tokenize = 'trigram')")
-    except Exception as err:
-        conn.execute(
-            "insert or replace into meta(key, value) values ('trigram_error', ?)", (str(err),)
-        )
+    for table, tokenizer, key in (
+        ("chunks_fts", FTS_TOKENIZER, "fts_error"),
+        ("chunks_tri", "trigram", "trigram_error"),
+    ):
+        try:
+            conn.execute(f"create virtual table {table} using fts5(body, tokenize = '{tokenizer}')")
+        except Exception as err:
+            conn.execute("insert or replace into meta(key, value) values (?, ?)", (key, str(err)))
+            return
 
 
 def _m003_vector_ids(conn: Any) -> None:
@@ -406,15 +406,10 @@ class Store(SqliteFile):
                     "insert into chunks(path, source, start_line, end_line, hash, text, tokens) values (?,?,?,?,?,?,?)",
                     (path, source, start, end, chash, text, tokens),
                 )
-                rowid = cur.lastrowid
-                if self.fts_available:
-                    seg = segment_for_fts(text)
-                    conn.execute("insert into chunks_fts(rowid, body) values (?, ?)", (rowid, seg))
-                    if self.trigram_error is None:
-                        conn.execute(
-                            "insert into chunks_tri(rowid, body) values (?, ?)",
-                            (rowid, trigram_body(text)),
-                        )
+                for table in self.keyword_tables:
+                    body = _KEYWORD_BODY[table](text)
+                    sql = f"insert into {table}(rowid, body) values (?, ?)"
+                    conn.execute(sql, (cur.lastrowid, body))
             conn.execute(
                 "insert or replace into files(path, abs_path, source, hash, mtime, size) values (?,?,?,?,?,?)",
                 (path, abs_path, source, file_hash, mtime, size),
@@ -428,26 +423,21 @@ class Store(SqliteFile):
             self._w.execute("delete from files where path = ?", (path,))
 
     def _delete_chunk_ids(self, ids: list[int]) -> None:
-        conn = self._w
+        conn, tables = self._w, self.keyword_tables
         for part, marks in _batches(ids):
-            if self.fts_available and self.fts_contentless:
+            if tables and self.fts_contentless:
                 # a contentless table is told what each row held, to take it out of its postings
                 rows = conn.execute(
                     f"select id, text from chunks where id in ({marks})", part
                 ).fetchall()
-                conn.executemany(
-                    "insert into chunks_fts(chunks_fts, rowid, body) values ('delete', ?, ?)",
-                    [(cid, segment_for_fts(text)) for cid, text in rows],
-                )
-                if self.trigram_error is None:
+                for table in tables:
                     conn.executemany(
-                        "insert into chunks_tri(chunks_tri, rowid, body) values ('delete', ?, ?)",
-                        [(cid, trigram_body(text)) for cid, text in rows],
+                        f"insert into {table}({table}, rowid, body) values ('delete', ?, ?)",
+                        [(cid, _KEYWORD_BODY[table](text)) for cid, text in rows],
                     )
-            elif self.fts_available:
-                conn.execute(f"delete from chunks_fts where rowid in ({marks})", part)
-                if self.trigram_error is None:
-                    conn.execute(f"delete from chunks_tri where rowid in ({marks})", part)
+            else:  # tables from before `m004_store_once` delete by rowid
+                for table in tables:
+                    conn.execute(f"delete from {table} where rowid in ({marks})", part)
             conn.execute(f"delete from chunk_vectors where chunk_id in ({marks})", part)
             conn.execute(f"delete from chunks where id in ({marks})", part)
 

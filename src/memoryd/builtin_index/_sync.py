@@ -29,7 +29,6 @@ from ..memfiles import (
     transcript_display_path,
     unchanged_since,
 )
-from ._store import Store as SqliteStore
 
 if TYPE_CHECKING:
     import numpy as np
@@ -157,14 +156,13 @@ class Indexer:
         embed: bool = True,
         embed_budget_s: float | None = None,
         progress: ProgressFn | None = None,
-        allow_reindex: bool = True,
-        sessions: bool = True,
+        before_search: bool = False,
         lock_wait_s: float | None = None,
     ) -> SyncReport:
-        """Bring the index up to date with the files (`MemoryIndex.sync`). `allow_reindex=False`
-        (a search's pre-sync) skips a due rebuild, waits at most `sync.searchWaitMs` for a write
-        lock and never raises for the state; another thread's sync is waited for `lock_wait_s` at
-        most, counted against `embed_budget_s`."""
+        """Bring the index up to date with the files (`MemoryIndex.sync`). `before_search` (a
+        search's pre-sync) indexes only the memory files, skips a due rebuild, waits at most
+        `sync.searchWaitMs` for a write lock and never raises for the state; another thread's sync
+        is waited for `lock_wait_s` at most, counted against `embed_budget_s`."""
         asked = time.monotonic()
         if not self.lock.acquire(timeout=-1 if lock_wait_s is None else lock_wait_s):
             return SyncReport()  # the other sync's answer will do: searches read what it commits
@@ -177,8 +175,7 @@ class Indexer:
                 embed=embed,
                 embed_budget_s=embed_budget_s,
                 progress=progress,
-                allow_reindex=allow_reindex,
-                sessions=sessions,
+                before_search=before_search,
             )
             started = time.perf_counter()
             seen_recoveries = len(store.recovered)
@@ -196,7 +193,7 @@ class Indexer:
                 _record(
                     store, "last_sync_error", json.dumps({"message": str(err), "at": time.time()})
                 )
-                if not allow_reindex:
+                if before_search:
                     log.warning("searching without syncing first: %s", err)
                     return SyncReport()
                 raise
@@ -225,8 +222,7 @@ class Indexer:
         embed: bool = False,
         embed_budget_s: float | None = None,
         progress: ProgressFn | None = None,
-        allow_reindex: bool = True,
-        sessions: bool = True,
+        before_search: bool = False,
     ) -> SyncReport:
         eng = self.engine
         store = eng.store
@@ -237,17 +233,17 @@ class Indexer:
                 store.recover(problem)
                 eng.bind_workspace(store)
         reason = "forced" if force else eng.reindex_reason()
-        if reason is not None and not allow_reindex:
+        if reason is not None and before_search:
             return SyncReport(reindex_reason=reason)
         if reason is not None:
             report = self._reindex(reason, embed, embed_budget_s, progress)
         else:
             report = SyncReport()
-            wait_ms = None if allow_reindex else eng.cfg.sync.search_wait_ms
+            wait_ms = eng.cfg.sync.search_wait_ms if before_search else None
             store.guard_signature = eng.signature()
             self.text_phase(store, report, progress, wait_ms=wait_ms)
             eng.dirty = False
-            if sessions:
+            if not before_search:
                 self.sessions_phase(store, report, False, wait_ms=wait_ms)
             if embed:
                 self._vector_phase(store, report, embed_budget_s, progress)
@@ -659,7 +655,7 @@ class Indexer:
             self.sessions_phase(scratch, report, True)
             if embed:
                 self._vector_phase(scratch, report, embed_budget_s, progress)
-            _publish(eng.store, scratch)
+            eng.store.publish(scratch)
         finally:
             scratch.discard()
         eng.store.guard_signature = signature
@@ -680,13 +676,3 @@ def _set_meta(store: Store, key: str, value: str | None, old: str | None) -> Non
         store.set_meta({key: value})
     elif value is None and old is not None:
         store.delete_meta(key)
-
-
-def _publish(live: Store, scratch: Store) -> None:
-    # two branches, not one `or`: each narrows both stores to one driver for the type check
-    if isinstance(live, SqliteStore) and isinstance(scratch, SqliteStore):
-        live.publish(scratch)
-    elif not isinstance(live, SqliteStore) and not isinstance(scratch, SqliteStore):
-        live.publish(scratch)  # both PostgreSQL tenants
-    else:
-        raise TypeError(f"cannot publish a {type(scratch).__name__} into a {type(live).__name__}")

@@ -97,15 +97,6 @@ class MemoryIndex:
             own_folder=s.own_db_folder,
         )
 
-    @property
-    def location(self) -> str:
-        """Where the index lives: the file, or the database (never its password) and agent."""
-        if self.cfg.store_driver == "postgres" and self.cfg.store_url is not None:
-            from ._pg_store import describe_url
-
-            return f"postgres {describe_url(self.cfg.store_url)} agent={self.cfg.agent_id}"
-        return str(self.path)
-
     # ------------------------------------------------------------------ identity of the index
 
     def bind_workspace(self, store: Store) -> None:
@@ -231,7 +222,7 @@ class MemoryIndex:
                     for rel in store.files():
                         store.remove_file(rel)
                     store.delete_meta(WALK_META_KEY)
-                removed = [self.location]
+                removed = [store.location]
             else:
                 self.store.close()
                 removed = remove_db_files(self.path)
@@ -290,10 +281,7 @@ class MemoryIndex:
                 notes.append(f"index not updated ({err}); answering from it as it was")
         elif self.dirty and self.cfg.sync.on_search:
             self.sync(
-                embed=False,
-                allow_reindex=False,
-                sessions=False,
-                lock_wait_s=self.cfg.sync.search_wait_ms / 1000,
+                embed=False, before_search=True, lock_wait_s=self.cfg.sync.search_wait_ms / 1000
             )
         # background document embedding pauses while a search has the cores
         provider = self.provider
@@ -340,7 +328,7 @@ class MemoryIndex:
             pending_vectors=counts["pending_vectors"] if p else 0,
             dirty=self.dirty,
             needs_reindex=self.reindex_reason(),
-            db_path=self.location,
+            db_path=store.location,
             workspace_dir=str(self.cfg.workspace),
             sources=list(self.cfg.sources),
             source_counts=counts["source_counts"],
