@@ -27,6 +27,7 @@ from qmd_support import (
     fault_wrapper,
     make_agent,
     make_manager,
+    memory_get,
     require_qmd,
     seed_workspace,
     write,
@@ -521,12 +522,12 @@ def test_wait_for_boot_sync_updates_before_start_returns(qmd_bin: str, tmp_path:
 
 def test_read_file_serves_qmd_and_workspace_paths(shared: Shared) -> None:
     mgr = shared.manager()
-    rocket = mgr.get("qmd/notes-main/ideas/rocket.md")
+    rocket = memory_get(mgr, "qmd/notes-main/ideas/rocket.md")
     assert "kerosene" in rocket.text
-    sliced = mgr.get("memory/2026-01-03.md", from_line=3, lines=1)
+    sliced = memory_get(mgr, "memory/2026-01-03.md", from_line=3, lines=1)
     assert sliced.text == "The zeppelin launch slipped to April.\n"
-    assert (mgr.get("MEMORY.md")).text.startswith("# Memory")
-    assert (mgr.get("qmd/notes-main/ideas/missing.md")).to_dict() == {
+    assert (memory_get(mgr, "MEMORY.md")).text.startswith("# Memory")
+    assert (memory_get(mgr, "qmd/notes-main/ideas/missing.md")).to_dict() == {
         "path": "qmd/notes-main/ideas/missing.md",
         "text": "",
         "missing": True,
@@ -556,7 +557,7 @@ def test_read_file_refuses_unsafe_paths(
         os.symlink(secret, link)
     mgr = shared.manager()
     with pytest.raises(PathNotAllowed, match=message):
-        mgr.get(path)
+        memory_get(mgr, path)
 
 
 # ---------------------------------------------------------------- isolation and sessions
@@ -589,7 +590,7 @@ def test_two_agents_never_see_each_others_documents(
         "badger" in r.snippet for r in b.search("password").results
     )
     with pytest.raises(PathNotAllowed):
-        a.get("qmd/memory-root-beta/MEMORY.md")
+        memory_get(a, "qmd/memory-root-beta/MEMORY.md")
 
 
 def test_memory_and_session_hits_are_interleaved(qmd_bin: str, tmp_path: Path) -> None:

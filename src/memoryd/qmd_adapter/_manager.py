@@ -24,7 +24,7 @@ from ..background import Background
 from ..config import QmdSettings
 from ..core.engine import SearchOutput, SearchRequest
 from ..core.layout import SKIP_DIRS, MemoryRoot, display_path
-from ..core.results import FileText, SearchResult, Source
+from ..core.results import SearchResult, Source
 from ..core.status import CollectionStatus, QmdStatus
 from ..core.text import plain_text
 from ..errors import (
@@ -45,7 +45,6 @@ from ..fsio import (
     wipe_folder,
     write_private_atomic,
 )
-from ..memfiles import read_memory_file
 from ._collections import CollectionSpec, desired_collections, plan_collections
 from ._home import QmdHome, default_shared_models_dir
 from ._parse import (
@@ -147,7 +146,6 @@ class QmdManager:
         home: Path | None = None,
         shared_models_dir: Path | Literal["unset"] | None = "unset",
         env_overrides: Mapping[str, str | None] | None = None,
-        rerank: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
@@ -158,8 +156,6 @@ class QmdManager:
             default_shared_models_dir() if shared_models_dir == "unset" else shared_models_dir
         )
         self._env_overrides = dict(env_overrides or {})
-        # the search reranks only if told here: `memory.qmd.rerank` is the rerank stage's
-        self._rerank = bool(rerank)
         self.rerank_stage = rerank_stage(settings)
         self._clock = clock
 
@@ -641,13 +637,13 @@ class QmdManager:
         return dataclasses.replace(answer, results=passed[:n], model=model)
 
     def search_argv(
-        self, document: str, names: Sequence[str], n: int, *, rerank: bool | None = None
+        self, document: str, names: Sequence[str], n: int, *, rerank: bool = False
     ) -> list[str]:
-        """`qmd query` argv for every collection in one call."""
+        """`qmd query` argv for every collection in one call; only the rerank stage reranks."""
         args = ["query", document, "--json", "-n", str(n)]
         if n > QMD_CANDIDATE_LIMIT:  # qmd fuses only this many candidates unless told more
             args += ["-C", str(n)]
-        if not (self._rerank if rerank is None else rerank):
+        if not rerank:
             args.append("--no-rerank")
         for name in names:
             args += ["-c", name]
@@ -803,8 +799,3 @@ class QmdManager:
             (prefix + "%",),
         )
         return (str(row[0]), str(row[1])) if row else None
-
-    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
-        """Read a memory file by a path search returned; missing files give empty text."""
-        got = read_memory_file(self.roots(), self.settings.workspace, path, from_line, lines)
-        return got if not path.startswith("qmd/") else dataclasses.replace(got, path=path)
