@@ -45,6 +45,7 @@ from ..fsio import (
     wipe_folder,
     write_private_atomic,
 )
+from ..rerank import RerankStage
 from ._collections import CollectionSpec, desired_collections, plan_collections
 from ._home import QmdHome, default_shared_models_dir
 from ._parse import (
@@ -59,7 +60,7 @@ from ._parse import (
     split_qmd_uri,
 )
 from ._plan import SearchMode, plan_query
-from ._rerank import explained, qmd_scorer, rerank_stage, reranked
+from ._rerank import explained, qmd_scorer, reranked
 from ._runner import QmdOutput, kill_group, resolve_command, run_qmd
 from ._snippets import (
     content_docid,
@@ -156,7 +157,8 @@ class QmdManager:
             default_shared_models_dir() if shared_models_dir == "unset" else shared_models_dir
         )
         self._env_overrides = dict(env_overrides or {})
-        self.rerank_stage = rerank_stage(settings)
+        cfg = settings.rerank
+        self.rerank_stage = None if cfg.provider == "none" else RerankStage(cfg, settings.state_dir)
         self._clock = clock
 
         #: The configured search mode (`memory.qmd.searchMode`).
