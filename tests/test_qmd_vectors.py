@@ -17,6 +17,7 @@ from memoryd.qmd_adapter import QmdManager
 from qmd_support import (
     MISSING_MODEL,
     OFFLINE_MODELS,
+    collections_of,
     make_agent,
     make_manager,
     require_gguf,
@@ -98,7 +99,7 @@ def test_reranking_needs_the_rerank_model_and_fails_cleanly(embedded: Embedded) 
     # the argv the rerank stage's qmd scorer sends (the stage itself fails open)
     mgr = embedded.manager()
     argv = mgr.search_argv(
-        "lex: zeppelin\nvec: airship launch", list(mgr.collections), 8, rerank=True
+        "lex: zeppelin\nvec: airship launch", list(collections_of(mgr)), 8, rerank=True
     )
     with pytest.raises(QmdExitError) as info:
         mgr._run(argv, 60_000)

@@ -346,11 +346,6 @@ class QmdManager:
 
     # ------------------------------------------------------------------ collections
 
-    @property
-    def collections(self) -> dict[str, CollectionSpec]:
-        """Collections present in qmd for this agent, by name."""
-        return dict(self._active)
-
     def known_collections(self) -> list[CollectionSpec]:
         """This process's collections, or before start those last verified if qmd's registry is
         unchanged."""
