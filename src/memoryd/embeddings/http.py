@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
 
 from ..errors import EmbeddingError
 from .base import DeadlineReached
@@ -104,6 +105,12 @@ def error_message(response: httpx.Response) -> str:
     return json.dumps(body)[:300]
 
 
+def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, EmbeddingHTTPError):
+        return exc.retryable
+    return isinstance(exc, httpx.TransportError)
+
+
 class ApiClient:
     """One provider's endpoint: base URL, merged headers, a lazily opened `httpx.Client`."""
 
@@ -152,25 +159,33 @@ class ApiClient:
             retry_after=parse_retry_after(response.headers.get("retry-after")),
         )
 
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        retry_after = exc.retry_after if isinstance(exc, EmbeddingHTTPError) else None
+        return backoff_seconds(state.attempt_number, self.retry, retry_after)
+
     def request(
         self, method: str, path: str, *, deadline: float | None = None, **kwargs: Any
     ) -> httpx.Response:
         """Send with retries; raises `EmbeddingHTTPError` (API said no) or `EmbeddingError`
         (network), and `DeadlineReached` once `deadline` (`time.monotonic()`) has passed."""
-        attempt = 0
+
+        def sleep(seconds: float) -> None:
+            if deadline is not None and time.monotonic() + seconds >= deadline:
+                raise DeadlineReached  # no retry could answer in time
+            self.retry.sleep(seconds)
+
+        retrying = Retrying(
+            stop=stop_after_attempt(self.retry.attempts),
+            wait=self._wait,
+            retry=retry_if_exception(_retryable),
+            sleep=sleep,
+            reraise=True,
+        )
         try:
-            while True:
-                attempt += 1
-                try:
+            for attempt in retrying:
+                with attempt:
                     return self._send_once(method, path, deadline, **kwargs)
-                except (EmbeddingHTTPError, httpx.TransportError) as err:
-                    said = err if isinstance(err, EmbeddingHTTPError) else None
-                    if attempt >= self.retry.attempts or (said is not None and not said.retryable):
-                        raise
-                    wait = backoff_seconds(attempt, self.retry, said.retry_after if said else None)
-                    if deadline is not None and time.monotonic() + wait >= deadline:
-                        raise DeadlineReached from err  # no retry could answer in time
-                    self.retry.sleep(wait)
         except httpx.TransportError as err:
             if deadline is not None and time.monotonic() >= deadline:
                 raise DeadlineReached from err
@@ -181,6 +196,7 @@ class ApiClient:
             raise EmbeddingError(
                 f"{self.provider}: request to {self.url(path)} failed: {err}"
             ) from err
+        raise AssertionError("unreachable: tenacity returns or re-raises")  # pragma: no cover
 
     def post_json(self, path: str, body: Mapping[str, Any], deadline: float | None = None) -> Any:
         return parse_json(self.request("POST", path, json=body, deadline=deadline), self.provider)
