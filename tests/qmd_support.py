@@ -21,6 +21,9 @@ import pytest
 
 from memoryd.background import Background
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
+from memoryd.core.results import FileText
+from memoryd.core.status import CollectionStatus
+from memoryd.memfiles import read_memory_file
 from memoryd.orchestrator import MemoryService
 from memoryd.qmd_adapter import QmdManager
 
@@ -113,6 +116,18 @@ def make_manager(
         env_overrides=env,
         **kw,
     )
+
+
+def collections_of(mgr: QmdManager) -> dict[str, CollectionStatus]:
+    """The manager's collections by name, as its status reports them."""
+    return {c.name: c for c in mgr.status().collections}
+
+
+def memory_get(
+    mgr: QmdManager, path: str, from_line: int | None = None, lines: int | None = None
+) -> FileText:
+    """`memory_get` on a qmd-backed agent: the supervisor reads by the manager's roots."""
+    return read_memory_file(mgr.roots(), mgr.settings.workspace, path, from_line, lines)
 
 
 def write(path: Path, text: str) -> Path:

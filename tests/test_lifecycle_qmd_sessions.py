@@ -16,7 +16,7 @@ import helpers
 from memoryd.config import ResolvedAgent
 from memoryd.lifecycle.session_export import export_sessions, session_export_dir
 from memoryd.qmd_adapter import QmdManager
-from qmd_support import make_manager, require_qmd, write
+from qmd_support import collections_of, make_manager, require_qmd, write
 
 pytestmark = [pytest.mark.qmd, pytest.mark.timeout(240)]
 
@@ -82,8 +82,8 @@ def test_exported_sessions_are_searchable_per_agent_and_follow_changes(
     assert export_sessions(beta, now=NOW).written == ["b1"]
     mgr_a, mgr_b = manager(alpha, qmd_bin), manager(beta, qmd_bin)
     try:
-        assert "sessions-alpha" in mgr_a.collections
-        assert mgr_a.collections["sessions-alpha"].path == str(session_export_dir(alpha))
+        assert "sessions-alpha" in collections_of(mgr_a)
+        assert collections_of(mgr_a)["sessions-alpha"].path == str(session_export_dir(alpha))
         mgr_a.update()
         mgr_b.update()
 

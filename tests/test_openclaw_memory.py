@@ -18,7 +18,7 @@ from memoryd.builtin_index import MemoryIndex
 from memoryd.config import resolve_agent, validate_config
 from memoryd.config_files import load_config
 from memoryd.core.engine import SearchOutput
-from qmd_support import make_agent, make_manager, require_qmd
+from qmd_support import make_agent, make_manager, memory_get, require_qmd
 
 # --------------------------------------------------------------------------- USER.md
 
@@ -71,7 +71,7 @@ def test_user_md_is_a_qmd_collection_searched_and_served(tmp_path: Path) -> None
     assert mgr.list_collections()["memory-user-main"].pattern == "USER.md"
     hits = mgr.search("oolong tea").results
     assert [h.path for h in hits] == ["USER.md"]
-    assert "British English" in mgr.get("USER.md").to_dict()["text"]
+    assert "British English" in memory_get(mgr, "USER.md").to_dict()["text"]
 
 
 # --------------------------------------------------------------------------- importance

@@ -24,9 +24,11 @@ from memoryd.paths import agent_state
 from memoryd.qmd_adapter import QmdManager
 from qmd_support import (
     MISSING_MODEL,
+    collections_of,
     fault_wrapper,
     make_agent,
     make_manager,
+    memory_get,
     require_qmd,
     seed_workspace,
     write,
@@ -80,7 +82,7 @@ def test_start_creates_scoped_collections_in_the_agent_home(
 ) -> None:
     monkeypatch.delenv("NODE_COMPILE_CACHE")  # the suite shares one; a user's default is checked
     mgr = shared.manager()
-    assert sorted(mgr.collections) == [
+    assert sorted(collections_of(mgr)) == [
         "memory-alt-main",
         "memory-dir-main",
         "memory-root-main",
@@ -139,7 +141,7 @@ def test_default_home_is_under_the_agent_state_dir(
     link = root / "xdg-cache" / "qmd" / "models"
     assert link.is_symlink()
     assert link.resolve() == (tmp_path / "_xdg_cache" / "qmd" / "models").resolve()
-    assert "memory-root-ops-bot" in mgr.collections
+    assert "memory-root-ops-bot" in collections_of(mgr)
 
 
 def test_pinned_models_are_written_before_the_first_run(qmd_bin: str, tmp_path: Path) -> None:
@@ -154,7 +156,7 @@ def test_pinned_models_are_written_before_the_first_run(qmd_bin: str, tmp_path: 
     started(make_agent(ws, models=models), qmd_bin, tmp_path / "home")
     text = (tmp_path / "home" / "xdg-config" / "qmd" / "index.yml").read_text()
     assert "/models/other.gguf" in text and "/models/e.gguf" not in text
-    assert mgr.collections
+    assert collections_of(mgr)
 
 
 def test_changed_path_or_pattern_rebinds_the_collection(qmd_bin: str, tmp_path: Path) -> None:
@@ -183,7 +185,7 @@ def test_include_default_memory_false_drops_the_default_collections(
         qmd_bin,
         tmp_path / "h",
     )
-    assert list(mgr.collections) == ["m-main"]
+    assert list(collections_of(mgr)) == ["m-main"]
     assert [r.path for r in mgr.search("zeppelin").results] == ["memory/2026-01-03.md"]
 
 
@@ -226,10 +228,10 @@ def test_a_leftover_on_the_same_path_and_mask_is_recovered_from(
 def test_a_missing_memory_folder_is_picked_up_on_a_later_sync(qmd_bin: str, tmp_path: Path) -> None:
     ws = write(tmp_path / "ws" / "MEMORY.md", "# M\n\nwombat\n").parent
     mgr = started(make_agent(ws), qmd_bin, tmp_path / "home")
-    assert "memory-dir-main" not in mgr.collections
+    assert "memory-dir-main" not in collections_of(mgr)
     write(ws / "memory" / "n.md", "# n\n\nplatypus notes\n")
     mgr.update()
-    assert "memory-dir-main" in mgr.collections
+    assert "memory-dir-main" in collections_of(mgr)
     assert [r.path for r in mgr.search("platypus").results] == ["memory/n.md"]
 
 
@@ -335,7 +337,7 @@ def test_one_planned_query_call_searches_every_collection_without_models(
     assert argv[0] == "query" and "--no-rerank" in argv and "--json" in argv
     assert argv[1].split("\n")[0] == "lex: owns zeppelin budget"
     named = [argv[i + 1] for i, a in enumerate(argv) if a == "-c"]
-    assert sorted(named) == sorted(mgr.collections)
+    assert sorted(named) == sorted(collections_of(mgr))
 
 
 def test_a_collection_lost_behind_our_back_is_recreated_once(qmd_bin: str, tmp_path: Path) -> None:
@@ -363,7 +365,7 @@ def test_a_restart_trusts_an_unchanged_registry_and_rechecks_a_changed_one(
     calls.write_text("")
     again = started(make_agent(ws), wrapper, home)
     assert calls.read_text() == ""  # nothing asked of qmd
-    assert sorted(again.collections) == [
+    assert sorted(collections_of(again)) == [
         "memory-alt-main",
         "memory-dir-main",
         "memory-root-main",
@@ -521,12 +523,12 @@ def test_wait_for_boot_sync_updates_before_start_returns(qmd_bin: str, tmp_path:
 
 def test_read_file_serves_qmd_and_workspace_paths(shared: Shared) -> None:
     mgr = shared.manager()
-    rocket = mgr.get("qmd/notes-main/ideas/rocket.md")
+    rocket = memory_get(mgr, "qmd/notes-main/ideas/rocket.md")
     assert "kerosene" in rocket.text
-    sliced = mgr.get("memory/2026-01-03.md", from_line=3, lines=1)
+    sliced = memory_get(mgr, "memory/2026-01-03.md", from_line=3, lines=1)
     assert sliced.text == "The zeppelin launch slipped to April.\n"
-    assert (mgr.get("MEMORY.md")).text.startswith("# Memory")
-    assert (mgr.get("qmd/notes-main/ideas/missing.md")).to_dict() == {
+    assert (memory_get(mgr, "MEMORY.md")).text.startswith("# Memory")
+    assert (memory_get(mgr, "qmd/notes-main/ideas/missing.md")).to_dict() == {
         "path": "qmd/notes-main/ideas/missing.md",
         "text": "",
         "missing": True,
@@ -556,7 +558,7 @@ def test_read_file_refuses_unsafe_paths(
         os.symlink(secret, link)
     mgr = shared.manager()
     with pytest.raises(PathNotAllowed, match=message):
-        mgr.get(path)
+        memory_get(mgr, path)
 
 
 # ---------------------------------------------------------------- isolation and sessions
@@ -589,7 +591,7 @@ def test_two_agents_never_see_each_others_documents(
         "badger" in r.snippet for r in b.search("password").results
     )
     with pytest.raises(PathNotAllowed):
-        a.get("qmd/memory-root-beta/MEMORY.md")
+        memory_get(a, "qmd/memory-root-beta/MEMORY.md")
 
 
 def test_memory_and_session_hits_are_interleaved(qmd_bin: str, tmp_path: Path) -> None:
@@ -604,7 +606,7 @@ def test_memory_and_session_hits_are_interleaved(qmd_bin: str, tmp_path: Path) -
         qmd_bin,
         tmp_path / "h",
     )
-    assert mgr.collections["sessions-main"].source == "sessions"
+    assert collections_of(mgr)["sessions-main"].source == "sessions"
     hits = mgr.search("llama", max_results=4).results
     assert sorted(h.source for h in hits) == ["memory", "memory", "sessions", "sessions"]
     assert hits[0].source != hits[1].source

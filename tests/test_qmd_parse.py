@@ -98,26 +98,23 @@ def test_unusable_search_output_raises_bad_output(stdout: str) -> None:
 
 def test_hit_fields_are_validated_and_kept() -> None:
     (hit,) = parse_search_output(CLEAN)
-    assert (hit.score, hit.docid, hit.line, hit.title) == (0.52, "#cef932", 3, "Memory")
+    assert (hit.score, hit.docid, hit.line) == (0.52, "#cef932", 3)
 
 
 @pytest.mark.parametrize(
-    ("snippet", "text", "start", "end"),
+    ("snippet", "text", "start"),
     [
-        ("@@ -2,4 @@ (1 before, 1 after)\n\nAlice\nBob\n", "\nAlice\nBob\n", 2, 5),
-        ("@@ -10,1 @@\nonly line", "only line", 10, 10),
-        ("@@ -7 @@ (0 before, 0 after)\nx", "x", 7, 7),
-        ("@@ -1,3 @@", "", 1, 3),
-        ("@@ -0,2 @@\na\nb", "a\nb", 1, 2),
-        ("no header here", "no header here", None, None),
-        ("@@ broken @@\nx", "@@ broken @@\nx", None, None),
+        ("@@ -2,4 @@ (1 before, 1 after)\n\nAlice\nBob\n", "\nAlice\nBob\n", 2),
+        ("@@ -10,1 @@\nonly line", "only line", 10),
+        ("@@ -7 @@ (0 before, 0 after)\nx", "x", 7),
+        ("@@ -1,3 @@", "", 1),
+        ("@@ -0,2 @@\na\nb", "a\nb", 1),
+        ("no header here", "no header here", None),
+        ("@@ broken @@\nx", "@@ broken @@\nx", None),
     ],
 )
-def test_snippet_header_gives_line_range(
-    snippet: str, text: str, start: int | None, end: int | None
-) -> None:
-    parsed = parse_snippet(snippet)
-    assert (parsed.text, parsed.start_line, parsed.end_line) == (text, start, end)
+def test_snippet_header_gives_its_first_line(snippet: str, text: str, start: int | None) -> None:
+    assert parse_snippet(snippet) == (text, start)
 
 
 LIST_OUTPUT = """Collections (2):

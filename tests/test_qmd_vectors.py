@@ -17,6 +17,7 @@ from memoryd.qmd_adapter import QmdManager
 from qmd_support import (
     MISSING_MODEL,
     OFFLINE_MODELS,
+    collections_of,
     make_agent,
     make_manager,
     require_gguf,
@@ -68,7 +69,7 @@ def test_sync_embeds_with_the_pinned_offline_model(embedded: Embedded) -> None:
 
 
 def test_structured_query_uses_vectors(embedded: Embedded) -> None:
-    mgr = embedded.manager(rerank=False)
+    mgr = embedded.manager()
     hits = mgr.search("lex: zeppelin\nvec: when will the airship launch", timeout_ms=60_000).results
     assert hits and hits[0].path == "memory/2026-01-03.md"
     assert "zeppelin" in hits[0].snippet
@@ -95,9 +96,13 @@ def test_a_question_in_query_mode_needs_only_the_embed_model(embedded: Embedded)
 
 
 def test_reranking_needs_the_rerank_model_and_fails_cleanly(embedded: Embedded) -> None:
-    mgr = embedded.manager(rerank=True)
+    # the argv the rerank stage's qmd scorer sends (the stage itself fails open)
+    mgr = embedded.manager()
+    argv = mgr.search_argv(
+        "lex: zeppelin\nvec: airship launch", list(collections_of(mgr)), 8, rerank=True
+    )
     with pytest.raises(QmdExitError) as info:
-        mgr.search("lex: zeppelin\nvec: airship launch", timeout_ms=60_000)
+        mgr._run(argv, 60_000)
     assert "No model file found" in info.value.stderr
 
 

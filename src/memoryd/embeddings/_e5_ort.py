@@ -28,13 +28,13 @@ class EngineUnavailable(Exception):
     """onnxruntime is missing, or cannot run the shipped graph with this model file."""
 
 
-def requantize(w: F32, block: int = BLOCK) -> tuple[npt.NDArray[np.uint8], F32]:
+def requantize(w: F32) -> tuple[npt.NDArray[np.uint8], F32]:
     """Float weights `(outputs, inputs)` → `MatMulNBits`' symmetric 8-bit blocks (zero point 128)
     and one scale per block."""
     nout, nin = w.shape
-    if nin % block:
-        raise ValueError(f"cannot pack {nin} inputs in blocks of {block}")
-    wb = w.reshape(nout, nin // block, block)
+    if nin % BLOCK:
+        raise ValueError(f"cannot pack {nin} inputs in blocks of {BLOCK}")
+    wb = w.reshape(nout, nin // BLOCK, BLOCK)
     scale = np.abs(wb).max(axis=2) / 127
     scale[scale == 0] = 1.0
     q = wb / scale[..., None]
@@ -75,7 +75,7 @@ def _weights(f: ModelFile) -> dict[str, Any]:
 class E5Onnx:
     """multilingual-e5-small on onnxruntime; every method is thread-safe."""
 
-    def __init__(self, f: ModelFile, threads: int = 1) -> None:
+    def __init__(self, f: ModelFile) -> None:
         try:
             import onnxruntime as ort
         except ImportError as err:  # not installed for this platform, or broken
@@ -87,7 +87,7 @@ class E5Onnx:
         with ThreadPoolExecutor(1, thread_name_prefix="memoryd-e5-load") as pool:
             weights = pool.submit(_weights, f)
             f.tokenizer  # noqa: B018 - built now, as part of the load, not by the first text
-            self._session = _session(ort, GRAPH_FILE, weights.result(), threads)
+            self._session = _session(ort, GRAPH_FILE, weights.result())
         self.file = f
         self.dims = f.dim
 
@@ -122,10 +122,11 @@ class E5Onnx:
         return out
 
 
-def _session(ort: Any, graph: Path, weights: dict[str, Any], threads: int) -> Any:
+def _session(ort: Any, graph: Path, weights: dict[str, Any]) -> Any:
     """An onnxruntime session of the shipped graph with the weights it leaves external."""
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
+    # one thread per caller: memoryd's own workers spread the texts over the cores
+    opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
     # passive waiting: a spinning worker stalls when another process holds the core
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")

@@ -401,12 +401,10 @@ class FileRead(NamedTuple):
 
 
 class AppendOutcome(NamedTuple):
-    """What `append_file` wrote: all of it, durably (`offset` is where the record starts)."""
+    """What `append_file` wrote: all of it, durably."""
 
     created: bool
     bytes_written: int
-    offset: int
-    size: int
 
 
 def read_file(
@@ -511,13 +509,12 @@ def append_file(
                 data = b"\n" + payload
             else:
                 data = payload
-            offset = _write_all_or_nothing(fd, data, t.shown)
-            end = os.fstat(fd).st_size
+            _write_all_or_nothing(fd, data, t.shown)
         finally:
             _close(fd)  # also releases the flock
         if created:
             _fsync_fd(t.parent)
-        return AppendOutcome(created, len(data), offset, end)
+        return AppendOutcome(created, len(data))
 
 
 def _open_locked(t: _Target, *, create: bool) -> tuple[int, bool]:
@@ -580,8 +577,8 @@ def _lock(fd: int, shown: str) -> None:
         delay = min(delay * 2, 0.05)
 
 
-def _write_all_or_nothing(fd: int, data: bytes, shown: str) -> int:
-    """Write and fsync `data` at the end of `fd` and return its offset; a failure cuts back to it."""
+def _write_all_or_nothing(fd: int, data: bytes, shown: str) -> None:
+    """Write and fsync `data` at the end of `fd`; a failure cuts the file back to where it ended."""
     start: int | None = None
     view = memoryview(data)
     try:
@@ -605,9 +602,6 @@ def _write_all_or_nothing(fd: int, data: bytes, shown: str) -> int:
         if not isinstance(err, OSError):
             raise
         raise MemoryWriteFailed(f"cannot append to {shown}: {_strerror(err)}; {tail}") from None
-    if start is None:
-        start = os.lseek(fd, 0, os.SEEK_END)
-    return start
 
 
 def rewrite_file(

@@ -24,7 +24,7 @@ from ..background import Background
 from ..config import QmdSettings
 from ..core.engine import SearchOutput, SearchRequest
 from ..core.layout import SKIP_DIRS, MemoryRoot, display_path
-from ..core.results import FileText, SearchResult, Source
+from ..core.results import SearchResult, Source
 from ..core.status import CollectionStatus, QmdStatus
 from ..core.text import plain_text
 from ..errors import (
@@ -45,7 +45,7 @@ from ..fsio import (
     wipe_folder,
     write_private_atomic,
 )
-from ..memfiles import read_memory_file
+from ..rerank import RerankStage
 from ._collections import CollectionSpec, desired_collections, plan_collections
 from ._home import QmdHome, default_shared_models_dir
 from ._parse import (
@@ -60,7 +60,7 @@ from ._parse import (
     split_qmd_uri,
 )
 from ._plan import SearchMode, plan_query
-from ._rerank import explained, qmd_scorer, rerank_stage, reranked
+from ._rerank import explained, qmd_scorer, reranked
 from ._runner import QmdOutput, kill_group, resolve_command, run_qmd
 from ._snippets import (
     content_docid,
@@ -147,7 +147,6 @@ class QmdManager:
         home: Path | None = None,
         shared_models_dir: Path | Literal["unset"] | None = "unset",
         env_overrides: Mapping[str, str | None] | None = None,
-        rerank: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
@@ -158,9 +157,8 @@ class QmdManager:
             default_shared_models_dir() if shared_models_dir == "unset" else shared_models_dir
         )
         self._env_overrides = dict(env_overrides or {})
-        # the search reranks only if told here: `memory.qmd.rerank` is the rerank stage's
-        self._rerank = bool(rerank)
-        self.rerank_stage = rerank_stage(settings)
+        cfg = settings.rerank
+        self.rerank_stage = None if cfg.provider == "none" else RerankStage(cfg, settings.state_dir)
         self._clock = clock
 
         #: The configured search mode (`memory.qmd.searchMode`).
@@ -347,11 +345,6 @@ class QmdManager:
             ) from None
 
     # ------------------------------------------------------------------ collections
-
-    @property
-    def collections(self) -> dict[str, CollectionSpec]:
-        """Collections present in qmd for this agent, by name."""
-        return dict(self._active)
 
     def known_collections(self) -> list[CollectionSpec]:
         """This process's collections, or before start those last verified if qmd's registry is
@@ -641,13 +634,13 @@ class QmdManager:
         return dataclasses.replace(answer, results=passed[:n], model=model)
 
     def search_argv(
-        self, document: str, names: Sequence[str], n: int, *, rerank: bool | None = None
+        self, document: str, names: Sequence[str], n: int, *, rerank: bool = False
     ) -> list[str]:
-        """`qmd query` argv for every collection in one call."""
+        """`qmd query` argv for every collection in one call; only the rerank stage reranks."""
         args = ["query", document, "--json", "-n", str(n)]
         if n > QMD_CANDIDATE_LIMIT:  # qmd fuses only this many candidates unless told more
             args += ["-C", str(n)]
-        if not (self._rerank if rerank is None else rerank):
+        if not rerank:
             args.append("--no-rerank")
         for name in names:
             args += ["-c", name]
@@ -803,8 +796,3 @@ class QmdManager:
             (prefix + "%",),
         )
         return (str(row[0]), str(row[1])) if row else None
-
-    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
-        """Read a memory file by a path search returned; missing files give empty text."""
-        got = read_memory_file(self.roots(), self.settings.workspace, path, from_line, lines)
-        return got if not path.startswith("qmd/") else dataclasses.replace(got, path=path)

@@ -21,9 +21,7 @@ class QmdHit(BaseModel):
     file: str | None = Field(None, description="`qmd://<collection>/<relative path>`.")
     docid: str | None = Field(None, description="`#` + first 6 hex digits of the content hash.")
     line: int | None = Field(None, description="Line of the best match (1-based).")
-    title: str | None = Field(None, description="Document title.")
     snippet: str | None = Field(None, description="Excerpt starting with an `@@ -S,C @@` header.")
-    body: str | None = Field(None, description="Whole document (with --full) instead of a snippet.")
 
 
 def split_qmd_uri(uri: str) -> tuple[str, str] | None:
@@ -95,24 +93,12 @@ def _excerpt(text: str, limit: int = 120) -> str:
 _HEADER_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? @@[^\n]*(?:\n|$)")
 
 
-@dataclass(frozen=True, slots=True)
-class SnippetRange:
-    """A snippet's text without its header, and the 1-based inclusive lines it covers (if known)."""
-
-    text: str
-    start_line: int | None
-    end_line: int | None
-
-
-def parse_snippet(snippet: str) -> SnippetRange:
-    """Split qmd's `@@ -S,C @@ (…)` header off a snippet: lines S..S+C-1."""
+def parse_snippet(snippet: str) -> tuple[str, int | None]:
+    """Split qmd's `@@ -S,C @@ (…)` header off a snippet: its text, and S, its first line."""
     match = _HEADER_RE.match(snippet)
     if not match:
-        return SnippetRange(snippet, None, None)
-    start = max(1, int(match.group(1)))
-    count = int(match.group(2)) if match.group(2) is not None else 1
-    end = start + max(count, 1) - 1
-    return SnippetRange(snippet[match.end() :], start, end)
+        return snippet, None
+    return snippet[match.end() :], max(1, int(match.group(1)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,8 +72,8 @@ def is_query_document(text: str) -> bool:
     return bool(searches) and kinds.count("intent") <= 1
 
 
-def content_words(query: str, limit: int | None = None) -> list[str]:
-    """The question's content words, in order, lowercased and deduplicated, at most `limit`."""
+def content_words(query: str) -> list[str]:
+    """The question's content words, in order, lowercased and deduplicated, at most `MAX_PLAN_WORDS`."""
     seen: dict[str, None] = {}
     fallback: dict[str, None] = {}
     for token in query.split():
@@ -93,7 +93,7 @@ def content_words(query: str, limit: int | None = None) -> list[str]:
             for term in split_scripts(raw):
                 seen.setdefault(term, None)
     words = list(seen or fallback)
-    return words[: limit or MAX_PLAN_WORDS]
+    return words[:MAX_PLAN_WORDS]
 
 
 def _one_line(text: str) -> str:

@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..config import QmdSettings
 from ..core.layout import MemoryRoot, display_path
 from ..core.results import SearchResult
 from ..rerank import RerankStage, Scorer
@@ -17,12 +16,6 @@ from ._runner import QmdOutput
 
 #: `run(argv, timeout_ms)`: one qmd call (`QmdManager._run`).
 Run = Callable[[Sequence[str], int], QmdOutput]
-
-
-def rerank_stage(settings: QmdSettings) -> RerankStage | None:
-    """The agent's stage on qmd, or None when `rerank.provider` is "none"."""
-    cfg = settings.rerank
-    return None if cfg.provider == "none" else RerankStage(cfg, settings.state_dir)
 
 
 def qmd_scorer(

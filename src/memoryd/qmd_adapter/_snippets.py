@@ -50,11 +50,10 @@ def refind_line(lines: Sequence[str], line: int, snippet: str | None) -> int | N
     """Where qmd's `line` is now in an edited file, by the text qmd's snippet showed around it."""
     if not snippet:
         return None
-    parsed = parse_snippet(snippet)
-    start = parsed.start_line
+    text, start = parse_snippet(snippet)
     if start is None:
         return None
-    shown = parsed.text.split("\n")
+    shown = text.split("\n")
     for i in sorted(range(len(shown)), key=lambda i: abs(start + i - line)):
         anchor = shown[i].strip()
         prefix = anchor.endswith("...") and i == len(shown) - 1  # qmd cut the snippet here
