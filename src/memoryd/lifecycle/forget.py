@@ -202,9 +202,12 @@ def forget_lines(
     }
 
 
-def transcripts_with_forgotten(agent: ResolvedAgent, tombstones: Tombstones) -> list[str]:
+def transcripts_with_forgotten(agent: ResolvedAgent) -> list[str]:
     """The transcripts (as search names them) holding text that matches a tombstone."""
-    out = []
+    tombstones = load_tombstones(agent)
+    out: list[str] = []
+    if tombstones is None:
+        return out
     for path in list_transcripts(agent.sessions_dir):
         try:
             messages = parse_transcript(path, sanitize=True)[0]

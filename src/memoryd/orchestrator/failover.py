@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
+from ..config import FailoverConfig
 from ..core.text import plain_text
 
 Active = Literal["qmd", "builtin"]
@@ -19,13 +20,6 @@ def clean_reason(text: str) -> str:
     if len(text) > MAX_REASON_CHARS:
         text = text[: MAX_REASON_CHARS - 1] + "…"
     return text
-
-
-@dataclass(frozen=True, slots=True)
-class FailoverSettings:
-    failure_threshold: int = 1
-    cooldown_s: float = 15.0
-    probe_max_interval_s: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,16 +38,16 @@ class FailoverState:
     recovered_at: float | None = None
 
 
-def probe_delay(settings: FailoverSettings, attempts: int) -> float:
+def probe_delay(settings: FailoverConfig, attempts: int) -> float:
     """Seconds from a failed probe to the next: cooldown · 2^attempts, capped."""
-    base = max(0.05, settings.cooldown_s) * float(2 ** min(attempts, 16))
-    return float(min(settings.probe_max_interval_s, base))
+    base = max(0.05, settings.cooldown_ms / 1000) * float(2 ** min(attempts, 16))
+    return float(min(settings.probe_max_interval_ms / 1000, base))
 
 
 class Failover:
     """The mutable holder of a `FailoverState`, applying the rules."""
 
-    def __init__(self, settings: FailoverSettings, state: FailoverState | None = None) -> None:
+    def __init__(self, settings: FailoverConfig, state: FailoverState | None = None) -> None:
         self.settings = settings
         self.state = state or FailoverState()
 
@@ -75,7 +69,7 @@ class Failover:
                 since=now,
                 last_error_at=now,
                 probe_attempts=0,
-                next_probe_at=now + self.settings.cooldown_s,
+                next_probe_at=now + self.settings.cooldown_ms / 1000,
                 last_probe_error=None,
                 recovered_at=None,
             )

@@ -27,6 +27,7 @@ from ..core.engine import (
 from ..core.text import camel_case
 from ..errors import InvalidInput, MemorydError, QmdError, SearchDisabled
 from ..fsio import check_state_tree
+from ..memfiles import read_memory_file
 from ..scope_rules import scope_denial
 from ._supervisor import AgentBackend, IndexFactory, QmdFactory
 from .failover import Active
@@ -236,7 +237,9 @@ class MemoryService:
         if not isinstance(path, str):
             raise InvalidInput("path must be a string")
         agent = self._searchable(agent_id)
-        return self.backend(agent.agent_id).get(path, from_line, lines).to_dict()
+        # by the roots of the engine that indexes the files; no engine is built for it
+        roots = self.backend(agent.agent_id).memory_roots()
+        return read_memory_file(roots, agent.workspace, path, from_line, lines).to_dict()
 
     def _searchable(self, agent_id: str | None) -> ResolvedAgent:
         """The agent, unless OpenClaw's `memorySearch.enabled = false` takes its memory tools away."""
@@ -410,12 +413,7 @@ class MemoryService:
     ) -> dict[str, Any]:
         """Remove the lines a `forget_plan` showed (each `{path, ranges, sha256}`, refused if
         they changed since), then purge them from both engines and any transcript's index."""
-        from ..lifecycle.forget import (
-            forget_lines,
-            load_tombstones,
-            select_lines,
-            transcripts_with_forgotten,
-        )
+        from ..lifecycle.forget import forget_lines, select_lines, transcripts_with_forgotten
         from ..lifecycle.writes import check_writable
 
         agent = self.agent(agent_id)
@@ -433,10 +431,7 @@ class MemoryService:
             if removed:  # what is gone from its file must go from the engines too
                 b.purge([r["path"] for r in removed])
             raise
-        tombstones = load_tombstones(agent)
-        scrubbed = []
-        if tombstones is not None and agent.sessions_enabled:
-            scrubbed = transcripts_with_forgotten(agent, tombstones)
+        scrubbed = transcripts_with_forgotten(agent) if agent.sessions_enabled else []
         try:
             engines = b.purge([r["path"] for r in removed] + scrubbed, progress=progress)
         except MemorydError as err:
@@ -477,8 +472,7 @@ class MemoryService:
             st = b.failover.state
             backend = st.active
             qstat = b.qmd.status()
-            newest, indexed = b.qmd_lag()
-            stale = newest is not None and (indexed is None or newest > indexed)
+            lag, newest, indexed = b.qmd_lag()
             serving = dict(
                 fallback=FallbackInfo(reason=st.reason, since=st.since)
                 if st.active == "builtin"
@@ -497,8 +491,8 @@ class MemoryService:
                 last_update_at=qstat.last_update_at,
                 last_embed_at=qstat.last_embed_at,
                 freshness=FreshnessInfo(
-                    stale=stale,
-                    stale_seconds=newest - indexed if stale and newest and indexed else None,
+                    stale=lag is not None,
+                    stale_seconds=lag if lag != float("inf") else None,
                     newest_file_at=newest,
                     indexed_at=indexed,
                 ),
