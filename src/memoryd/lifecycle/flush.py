@@ -87,15 +87,12 @@ def update_flush_record(
             data = _read_state(path)
             old = FlushRecord.from_json(data["sessions"].get(key))
             new = change(old)
-            if new is not old:
+            if new is not None and new is not old:
                 sessions = data["sessions"]
-                if new is None:
-                    sessions.pop(key, None)
-                else:
-                    entry = sessions.get(key) if isinstance(sessions.get(key), dict) else {}
-                    entry = {k: v for k, v in entry.items() if k != "sessionId"}
-                    entry.update(new.to_json())
-                    sessions[key] = entry
+                entry = sessions.get(key) if isinstance(sessions.get(key), dict) else {}
+                entry = {k: v for k, v in entry.items() if k != "sessionId"}
+                entry.update(new.to_json())
+                sessions[key] = entry
                 data["version"] = _STATE_VERSION
                 payload = json.dumps(data, indent=2, sort_keys=True).encode("utf-8") + b"\n"
                 write_private_atomic(path, payload)

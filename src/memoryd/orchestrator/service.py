@@ -66,7 +66,6 @@ class MemoryService:
         cwd: Path | None = None,
         background: bool = True,
         one_off: bool = False,
-        search_embed_budget_s: float | None = None,
         qmd_factory: QmdFactory | None = None,
         index_factory: IndexFactory | None = None,
     ) -> None:
@@ -83,7 +82,6 @@ class MemoryService:
         self._bg: Background | None = None
         self._lock = threading.RLock()  # `serve` answers on several threads at once
         self._started: set[str] = set()
-        self._search_embed_budget_s = search_embed_budget_s
 
     # ------------------------------------------------------------------ agents and backends
 
@@ -210,12 +208,8 @@ class MemoryService:
         notes: list[str] = []
         if corpus == "sessions":
             notes.extend(_sessions_off(agent, b.active))
-        # how long the built-in index may first catch up (`sync.searchWaitMs` unless given here)
-        wait_s = self._search_embed_budget_s
-        if wait_s is None:
-            wait_s = agent.memory_search.sync.search_wait_ms / 1000
-        if b.active != "builtin":
-            wait_s = None
+        # how long the built-in index may first catch up
+        wait_s = agent.memory_search.sync.search_wait_ms / 1000 if b.active == "builtin" else None
         answer = b.search(SearchRequest(text, max_results, min_score, corpus, wait_s, explain))
         results = apply_citations(
             answer.results,
