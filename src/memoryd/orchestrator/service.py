@@ -364,9 +364,8 @@ class MemoryService:
         roots = self.backend(agent.agent_id).memory_roots()
         spec = parse_target(target)
         if spec is not None:
-            numbers = None if spec.start is None else list(range(spec.start, (spec.end or 0) + 1))
-            sel = select_lines(agent, roots, spec.path, numbers)
-            return {"mode": "path", "selections": [sel.to_dict()], "confirm": spec.start is None}
+            sel = select_lines(agent, roots, *spec)
+            return {"mode": "path", "selections": [sel.to_dict()], "confirm": spec[1] is None}
         selections = self._query_selections(agent, roots, target, max_results)
         return {"mode": "query", "query": target, "selections": selections, "confirm": True}
 
