@@ -255,7 +255,7 @@ class AgentBackend:
         self._warned = True
         self._save()
 
-    def probe(self) -> bool:
+    def probe(self) -> None:
         """One recovery probe: `qmd --version`, then a real search (catching hangs and garbage)."""
         assert self.qmd is not None
         now = self._clock()
@@ -271,10 +271,9 @@ class AgentBackend:
                 f"{type(err).__name__}: {err}", now, self._jitter(scale)
             )
             self._save()
-            return False
+            return
         self.failover.record_probe_success(self._clock())
         self._recovered()
-        return True
 
     def _recovered(self) -> None:
         log.warning("qmd recovered for agent %s; routing searches back to qmd", self.agent.agent_id)
