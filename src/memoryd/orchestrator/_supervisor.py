@@ -92,8 +92,7 @@ class AgentBackend:
                 self.export_sessions()
                 if background is not None:
                     background.spawn("session-export", self._export_loop)
-            if background is not None:
-                self._start_in_background()
+            self._start_in_background()
         idx = self.index
         if idx is not None:
             idx.start(background)
