@@ -47,9 +47,9 @@ def probe_delay(settings: FailoverConfig, attempts: int) -> float:
 class Failover:
     """The mutable holder of a `FailoverState`, applying the rules."""
 
-    def __init__(self, settings: FailoverConfig, state: FailoverState | None = None) -> None:
+    def __init__(self, settings: FailoverConfig) -> None:
         self.settings = settings
-        self.state = state or FailoverState()
+        self.state = FailoverState()
 
     @property
     def active(self) -> Active:
@@ -99,19 +99,17 @@ class Failover:
         st = self.state
         return st.active == "builtin" and st.next_probe_at is not None and now >= st.next_probe_at
 
-    def record_probe_failure(self, error: str, now: float, jitter_s: float = 0.0) -> float:
-        """A probe failed: count it, keep its error apart from the reason; returns the next delay."""
+    def record_probe_failure(self, error: str, now: float, jitter_s: float = 0.0) -> None:
+        """A probe failed: count it, keep its error apart from the reason, schedule the next."""
         st = self.state
         attempts = st.probe_attempts + 1
-        delay = probe_delay(self.settings, attempts) + max(0.0, jitter_s)
         self.state = replace(
             st,
             probe_attempts=attempts,
             last_probe_at=now,
             last_probe_error=clean_reason(error),
-            next_probe_at=now + delay,
+            next_probe_at=now + probe_delay(self.settings, attempts) + max(0.0, jitter_s),
         )
-        return delay
 
     def record_probe_success(self, now: float) -> None:
         st = self.state

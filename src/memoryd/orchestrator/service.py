@@ -10,7 +10,7 @@ import threading
 import time
 from contextlib import suppress
 from dataclasses import asdict, replace
-from datetime import date, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -290,17 +290,12 @@ class MemoryService:
         *,
         agent_id: str | None = None,
         session_key: str | None = None,
-        today: date | None = None,
     ) -> dict[str, Any]:
         """What the agent loads at session start (the `memory_context` tool)."""
         from ..lifecycle.context import build_session_context
 
         agent = self.agent(agent_id)
-        ctx = build_session_context(
-            agent,
-            session_key,
-            today=today or datetime.now().astimezone().date(),
-        )
+        ctx = build_session_context(agent, session_key, today=datetime.now().astimezone().date())
         if agent.memory_search.sync.on_session_start:
             self._notify_changed(agent.agent_id)
         return ctx.to_dict()
