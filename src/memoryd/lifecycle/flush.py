@@ -165,7 +165,6 @@ def check_flush(
     compaction_count: int,
     session_id: str | None = None,
     record: bool = True,
-    now: datetime | None = None,
 ) -> FlushDecision:
     """Decide whether the host should run the silent pre-compaction flush turn now."""
     if token_estimate < 0 or context_window < 0 or compaction_count < 0:
@@ -205,7 +204,7 @@ def check_flush(
         if _already(old, compaction_count, session_id):
             return old
         claimed = True  # a preview (`record=False`) leaves the record as it was
-        at = (now or datetime.now(UTC)).isoformat()
+        at = datetime.now(UTC).isoformat()
         return FlushRecord(compaction_count, at, session_id) if record else old
 
     update_flush_record(agent.state.flush_state, session_key, claim)
