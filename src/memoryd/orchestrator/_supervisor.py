@@ -45,15 +45,14 @@ class AgentBackend:
         jitter: Callable[[float], float] | None = None,
     ) -> None:
         self.agent = agent
-        self.requested = agent.memory.backend
-        self.fail_closed = self.requested == "qmd" and agent.memory.qmd.fallback == "none"
+        self.fail_closed = agent.memory.backend == "qmd" and agent.memory.qmd.fallback == "none"
         self._clock = clock
         self._jitter = jitter or (lambda scale: random.uniform(0, scale / 4))
         self.failover = Failover(agent.memory.qmd.failover)
         #: when `health.json` was written (by any process), as this one last read or wrote it
         self.health_updated_at: float | None = None
         self.qmd: QmdEngine | None = None
-        if self.requested == "qmd":
+        if agent.memory.backend == "qmd":
             self.reload_health()
             self.qmd = qmd_factory(agent)
         else:
@@ -81,7 +80,7 @@ class AgentBackend:
         return self._index
 
     def _save(self) -> None:
-        if self.requested == "qmd":
+        if self.qmd is not None:
             self.health_updated_at = save_health(self.agent.state.health, self.failover.state)
 
     def start(self, background: Background | None = None) -> None:
