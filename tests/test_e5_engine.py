@@ -468,8 +468,11 @@ def test_status_says_which_engine_embeds_queries(workspace: Path) -> None:
     from memoryd.orchestrator import MemoryService
 
     (workspace / "MEMORY.md").write_text("# Memory\n- Alice adopted a grey kitten named Miso.\n")
-    cfg = validate_config({"agents": {"defaults": {"workspace": str(workspace)}}})
-    with MemoryService(cfg, search_embed_budget_s=30) as svc:
+    sync = {"searchWaitMs": 30_000}
+    cfg = validate_config(
+        {"agents": {"defaults": {"workspace": str(workspace), "memorySearch": {"sync": sync}}}}
+    )
+    with MemoryService(cfg) as svc:
         out = svc.search("who adopted a kitten")
         vec = (svc.status())["builtin"]["vector"]
     assert out.results[0].path == "MEMORY.md"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from helpers import agent_for, background, index_for, within, write
-from memoryd.config import ResolvedAgent
+from memoryd.config import FailoverConfig, ResolvedAgent
 from memoryd.core.engine import SearchOutput, SearchRequest
 from memoryd.core.layout import MemoryRoot, default_roots
 from memoryd.core.results import FileText, SearchResult
@@ -27,7 +27,6 @@ from memoryd.orchestrator._supervisor import AgentBackend
 from memoryd.orchestrator.failover import (
     MAX_REASON_CHARS,
     Failover,
-    FailoverSettings,
     clean_reason,
     probe_delay,
 )
@@ -142,7 +141,9 @@ def backend(agent: ResolvedAgent, qmd: FakeQmd, clock: Clock) -> AgentBackend:
 
 
 def test_the_threshold_decides_when_to_fail_over() -> None:
-    fo = Failover(FailoverSettings(failure_threshold=3, cooldown_s=10, probe_max_interval_s=60))
+    fo = Failover(
+        FailoverConfig(failure_threshold=3, cooldown_ms=10_000, probe_max_interval_ms=60_000)
+    )
     assert not fo.record_failure("a", 0) and not fo.record_failure("b", 1)
     assert fo.active == "qmd"
     assert fo.record_failure("c", 2) and fo.active == "builtin"
@@ -150,17 +151,17 @@ def test_the_threshold_decides_when_to_fail_over() -> None:
 
 
 def test_probes_back_off_doubling_up_to_the_cap() -> None:
-    settings = FailoverSettings(cooldown_s=15, probe_max_interval_s=300)
+    settings = FailoverConfig(cooldown_ms=15_000, probe_max_interval_ms=300_000)
     assert [probe_delay(settings, n) for n in range(1, 7)] == [30, 60, 120, 240, 300, 300]
     fo = Failover(settings)
     fo.record_failure("boom", 0)
     assert not fo.probe_due(14.9) and fo.probe_due(15)
-    assert fo.record_probe_failure("still down", 15) == 30
+    fo.record_probe_failure("still down", 15)
     assert fo.state.next_probe_at == 45 and fo.state.probe_attempts == 1
 
 
 def test_probe_errors_never_grow_the_reason() -> None:
-    fo = Failover(FailoverSettings(cooldown_s=1))
+    fo = Failover(FailoverConfig(cooldown_ms=1000))
     fo.record_failure("QmdTimeout: search timed out", 0)
     for n in range(50):
         fo.record_probe_failure(f"probe {n}: still down", 1 + n)
@@ -178,7 +179,7 @@ def test_reasons_are_plain_single_lines_and_bounded() -> None:
 
 
 def test_success_brings_the_agent_back_and_resets_failures() -> None:
-    fo = Failover(FailoverSettings())
+    fo = Failover(FailoverConfig())
     fo.record_failure("x", 0)
     assert fo.record_success(5) and fo.active == "qmd"
     assert fo.state.failures == 0 and fo.state.recovered_at == 5 and fo.state.reason is None

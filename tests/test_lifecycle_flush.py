@@ -185,13 +185,6 @@ def test_an_older_cycle_than_the_last_flushed_one_never_flushes(workspace: Path)
     assert check(agent, WINDOW, cycle=2).reason == "already_flushed"
 
 
-def test_forget_lets_a_reset_session_flush_again(workspace: Path) -> None:
-    agent = agent_for(workspace)
-    assert check(agent, WINDOW, cycle=4).run
-    update_flush_record(agent.state.flush_state, "agent:main:main", lambda _old: None)  # deleted
-    assert check(agent, WINDOW, cycle=0).run
-
-
 def test_a_new_session_id_under_the_same_key_starts_over(workspace: Path) -> None:
     agent = agent_for(workspace)
     assert check(agent, WINDOW, session_id="s1").run

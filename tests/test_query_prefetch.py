@@ -190,7 +190,10 @@ def test_a_search_prefetches_before_it_syncs(
 ) -> None:
     """The service starts the query embedding before the sync and the keyword side."""
     (workspace / "MEMORY.md").write_text("# Memory\nAlice adopted a grey kitten named Miso.\n")
-    cfg = validate_config({"agents": {"defaults": {"workspace": str(workspace)}}})
+    sync = {"searchWaitMs": 30_000}
+    cfg = validate_config(
+        {"agents": {"defaults": {"workspace": str(workspace), "memorySearch": {"sync": sync}}}}
+    )
     order: list[str] = []
     real_start, real_take = _prefetch.start, _prefetch.take
 
@@ -205,7 +208,7 @@ def test_a_search_prefetches_before_it_syncs(
 
     monkeypatch.setattr(_prefetch, "start", start)
     monkeypatch.setattr(_prefetch, "take", take)
-    with MemoryService(cfg, search_embed_budget_s=30) as svc:
+    with MemoryService(cfg) as svc:
         out = svc.search("  who adopted a kitten  ")
     assert out.mode == "hybrid" and out.results[0].path == "MEMORY.md"
     # the sync embedded the note meanwhile; the query came from the prefetch

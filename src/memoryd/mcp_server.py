@@ -421,8 +421,8 @@ class _Screen:
             log.warning("%s %s refused: %s", scope.get("method"), scope.get("path"), reason)
             await _json_error(send, 403, -32003, f"Forbidden: {reason}")
             return
-        auth = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        if scope.get("path") != "/health" and not token_matches(auth.decode("latin-1"), self.token):
+        auth = headers.get("authorization")
+        if scope.get("path") != "/health" and not token_matches(auth, self.token):
             await _json_error(
                 send,
                 401,

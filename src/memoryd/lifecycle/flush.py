@@ -87,15 +87,12 @@ def update_flush_record(
             data = _read_state(path)
             old = FlushRecord.from_json(data["sessions"].get(key))
             new = change(old)
-            if new is not old:
+            if new is not None and new is not old:
                 sessions = data["sessions"]
-                if new is None:
-                    sessions.pop(key, None)
-                else:
-                    entry = sessions.get(key) if isinstance(sessions.get(key), dict) else {}
-                    entry = {k: v for k, v in entry.items() if k != "sessionId"}
-                    entry.update(new.to_json())
-                    sessions[key] = entry
+                entry = sessions.get(key) if isinstance(sessions.get(key), dict) else {}
+                entry = {k: v for k, v in entry.items() if k != "sessionId"}
+                entry.update(new.to_json())
+                sessions[key] = entry
                 data["version"] = _STATE_VERSION
                 payload = json.dumps(data, indent=2, sort_keys=True).encode("utf-8") + b"\n"
                 write_private_atomic(path, payload)
@@ -168,7 +165,6 @@ def check_flush(
     compaction_count: int,
     session_id: str | None = None,
     record: bool = True,
-    now: datetime | None = None,
 ) -> FlushDecision:
     """Decide whether the host should run the silent pre-compaction flush turn now."""
     if token_estimate < 0 or context_window < 0 or compaction_count < 0:
@@ -208,7 +204,7 @@ def check_flush(
         if _already(old, compaction_count, session_id):
             return old
         claimed = True  # a preview (`record=False`) leaves the record as it was
-        at = (now or datetime.now(UTC)).isoformat()
+        at = datetime.now(UTC).isoformat()
         return FlushRecord(compaction_count, at, session_id) if record else old
 
     update_flush_record(agent.state.flush_state, session_key, claim)

@@ -35,29 +35,21 @@ _TARGET_RE: Final = re.compile(r"^(?P<path>\S+?)(?:#L(?P<start>\d+)(?:-L?(?P<end
 MAX_LINES: Final = 2000
 
 
-@dataclass(frozen=True, slots=True)
-class ForgetTarget:
-    """A `PATH[#Lx-Ly]` argument: the path as typed and its 1-based inclusive range (None: all)."""
-
-    path: str
-    start: int | None
-    end: int | None
-
-
-def parse_target(raw: str) -> ForgetTarget | None:
+def parse_target(raw: str) -> tuple[str, list[int] | None] | None:
     """The PATH form of a `forget` argument (one word ending in `#L<n>[-L<m>]` or `.md`, or
-    holding a `/`), or None for a query."""
+    holding a `/`) as (path as typed, its line numbers or None for all), or None for a query."""
     m = _TARGET_RE.match(raw.strip())
     if m is None:
         return None
     path = m["path"]
     if not (m["start"] or path.lower().endswith(".md") or "/" in path):
         return None
-    start = int(m["start"]) if m["start"] else None
-    end = int(m["end"]) if m["end"] else start
-    if start is not None and (start < 1 or end is None or end < start):
+    if not m["start"]:
+        return path, None
+    start, end = int(m["start"]), int(m["end"] or m["start"])
+    if start < 1 or end < start:
         raise InvalidInput(f"bad line range in {raw!r}: use PATH#L<first>-L<last>, first ≥ 1")
-    return ForgetTarget(path, start, end)
+    return path, list(range(start, end + 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,9 +194,12 @@ def forget_lines(
     }
 
 
-def transcripts_with_forgotten(agent: ResolvedAgent, tombstones: Tombstones) -> list[str]:
+def transcripts_with_forgotten(agent: ResolvedAgent) -> list[str]:
     """The transcripts (as search names them) holding text that matches a tombstone."""
-    out = []
+    tombstones = load_tombstones(agent)
+    out: list[str] = []
+    if tombstones is None:
+        return out
     for path in list_transcripts(agent.state.sessions_dir):
         try:
             messages = parse_transcript(path, sanitize=True)[0]

@@ -17,10 +17,9 @@ from ..background import Background
 from ..config import ResolvedAgent
 from ..core.engine import BuiltinEngine, ProgressFn, QmdEngine, SearchOutput, SearchRequest
 from ..core.layout import MemoryRoot
-from ..core.results import FileText
 from ..errors import MemorydError, QmdError, QmdTimeout, ServiceUnavailable
-from ..memfiles import discover, read_memory_file
-from .failover import Active, Failover, FailoverSettings, FailoverState, clean_reason
+from ..memfiles import discover
+from .failover import Active, Failover, FailoverState, clean_reason
 from .health import load_health, save_health
 
 if TYPE_CHECKING:
@@ -34,7 +33,7 @@ IndexFactory = Callable[[ResolvedAgent], BuiltinEngine]
 
 
 class AgentBackend:
-    """Serves one (agent, workspace): `search`, `get`, `status`, plus timers when started."""
+    """Serves one (agent, workspace): `search`, `memory_roots`, status, plus timers when started."""
 
     def __init__(
         self,
@@ -46,21 +45,14 @@ class AgentBackend:
         jitter: Callable[[float], float] | None = None,
     ) -> None:
         self.agent = agent
-        self.requested = agent.memory.backend
-        qcfg = agent.memory.qmd
-        self.fail_closed = self.requested == "qmd" and qcfg.fallback == "none"
+        self.fail_closed = agent.memory.backend == "qmd" and agent.memory.qmd.fallback == "none"
         self._clock = clock
         self._jitter = jitter or (lambda scale: random.uniform(0, scale / 4))
-        fo = qcfg.failover
-        self.failover = Failover(
-            FailoverSettings(
-                fo.failure_threshold, fo.cooldown_ms / 1000, fo.probe_max_interval_ms / 1000
-            )
-        )
+        self.failover = Failover(agent.memory.qmd.failover)
         #: when `health.json` was written (by any process), as this one last read or wrote it
         self.health_updated_at: float | None = None
         self.qmd: QmdEngine | None = None
-        if self.requested == "qmd":
+        if agent.memory.backend == "qmd":
             self.reload_health()
             self.qmd = qmd_factory(agent)
         else:
@@ -88,7 +80,7 @@ class AgentBackend:
         return self._index
 
     def _save(self) -> None:
-        if self.requested == "qmd":
+        if self.qmd is not None:
             self.health_updated_at = save_health(self.agent.state.health, self.failover.state)
 
     def start(self, background: Background | None = None) -> None:
@@ -99,8 +91,7 @@ class AgentBackend:
                 self.export_sessions()
                 if background is not None:
                     background.spawn("session-export", self._export_loop)
-            if background is not None:
-                self._start_in_background()
+            self._start_in_background()
         idx = self.index
         if idx is not None:
             idx.start(background)
@@ -262,7 +253,7 @@ class AgentBackend:
         self._warned = True
         self._save()
 
-    def probe(self) -> bool:
+    def probe(self) -> None:
         """One recovery probe: `qmd --version`, then a real search (catching hangs and garbage)."""
         assert self.qmd is not None
         now = self._clock()
@@ -273,15 +264,14 @@ class AgentBackend:
             elif not self._within(timeout_s, self._probe_steps):
                 raise QmdTimeout(f"the recovery probe did not finish within {timeout_s:g}s")
         except QmdError as err:
-            scale = self.failover.settings.cooldown_s
+            scale = self.failover.settings.cooldown_ms / 1000
             self.failover.record_probe_failure(
                 f"{type(err).__name__}: {err}", now, self._jitter(scale)
             )
             self._save()
-            return False
+            return
         self.failover.record_probe_success(self._clock())
         self._recovered()
-        return True
 
     def _recovered(self) -> None:
         log.warning("qmd recovered for agent %s; routing searches back to qmd", self.agent.agent_id)
@@ -381,11 +371,11 @@ class AgentBackend:
     def _refresh_if_stale(self) -> float | None:
         """Without timers, update qmd first (within `sync.searchWaitMs`); how stale it still is."""
         assert self.qmd is not None
-        stale = self.qmd_stale_seconds()
+        stale = self.qmd_lag()[0]
         if stale is None or self._background is not None:
             return stale
         self._within(self.agent.memory_search.sync.search_wait_ms / 1000, self.qmd.sync)
-        return self.qmd_stale_seconds()
+        return self.qmd_lag()[0]
 
     def _builtin(self, request: SearchRequest, *, failed_over: bool = False) -> SearchOutput:
         idx = self.index
@@ -400,10 +390,6 @@ class AgentBackend:
                 fallback["embedding"] = answer.degraded
         return replace(answer, engine="builtin", fallback=fallback, stale_seconds=None)
 
-    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> FileText:
-        """`memory_get` by the roots of the engine that indexes the files; no engine is built for it."""
-        return read_memory_file(self.memory_roots(), self.agent.workspace, path, from_line, lines)
-
     # ------------------------------------------------------------------ status
 
     def memory_roots(self) -> list[MemoryRoot]:
@@ -412,21 +398,18 @@ class AgentBackend:
             return self.qmd.roots()
         return list(self.agent.memory_roots())
 
-    def qmd_lag(self) -> tuple[float | None, float | None]:
-        """(mtime of the newest memory file, qmd's last update), each None when there is none."""
+    def qmd_lag(self) -> tuple[float | None, float | None, float | None]:
+        """(how far qmd's last update lags the newest memory file: None when it does not, inf
+        when qmd never updated; that file's mtime; qmd's last update)."""
         assert self.qmd is not None
         mtimes = []
         for mf in discover(self.memory_roots(), self.agent.workspace).files:
             with suppress(OSError):
                 mtimes.append(mf.abs_path.stat().st_mtime)
-        return max(mtimes, default=None), self.qmd.status().last_update_at
-
-    def qmd_stale_seconds(self) -> float | None:
-        """How far qmd's last update lags the newest memory file (None when it does not)."""
-        newest, indexed = self.qmd_lag()
+        newest, indexed = max(mtimes, default=None), self.qmd.status().last_update_at
         if newest is None or (indexed or 0) >= newest:
-            return None
-        return newest - indexed if indexed else float("inf")
+            return None, newest, indexed
+        return (newest - indexed if indexed else float("inf")), newest, indexed
 
     def reload_health(self) -> float | None:
         """Take the failover state from `health.json` when another process wrote it since; when

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
+from ..config import FailoverConfig
 from ..core.text import plain_text
 
 Active = Literal["qmd", "builtin"]
@@ -19,13 +20,6 @@ def clean_reason(text: str) -> str:
     if len(text) > MAX_REASON_CHARS:
         text = text[: MAX_REASON_CHARS - 1] + "…"
     return text
-
-
-@dataclass(frozen=True, slots=True)
-class FailoverSettings:
-    failure_threshold: int = 1
-    cooldown_s: float = 15.0
-    probe_max_interval_s: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,18 +38,18 @@ class FailoverState:
     recovered_at: float | None = None
 
 
-def probe_delay(settings: FailoverSettings, attempts: int) -> float:
+def probe_delay(settings: FailoverConfig, attempts: int) -> float:
     """Seconds from a failed probe to the next: cooldown · 2^attempts, capped."""
-    base = max(0.05, settings.cooldown_s) * float(2 ** min(attempts, 16))
-    return float(min(settings.probe_max_interval_s, base))
+    base = max(0.05, settings.cooldown_ms / 1000) * float(2 ** min(attempts, 16))
+    return float(min(settings.probe_max_interval_ms / 1000, base))
 
 
 class Failover:
     """The mutable holder of a `FailoverState`, applying the rules."""
 
-    def __init__(self, settings: FailoverSettings, state: FailoverState | None = None) -> None:
+    def __init__(self, settings: FailoverConfig) -> None:
         self.settings = settings
-        self.state = state or FailoverState()
+        self.state = FailoverState()
 
     @property
     def active(self) -> Active:
@@ -75,7 +69,7 @@ class Failover:
                 since=now,
                 last_error_at=now,
                 probe_attempts=0,
-                next_probe_at=now + self.settings.cooldown_s,
+                next_probe_at=now + self.settings.cooldown_ms / 1000,
                 last_probe_error=None,
                 recovered_at=None,
             )
@@ -105,19 +99,17 @@ class Failover:
         st = self.state
         return st.active == "builtin" and st.next_probe_at is not None and now >= st.next_probe_at
 
-    def record_probe_failure(self, error: str, now: float, jitter_s: float = 0.0) -> float:
-        """A probe failed: count it, keep its error apart from the reason; returns the next delay."""
+    def record_probe_failure(self, error: str, now: float, jitter_s: float = 0.0) -> None:
+        """A probe failed: count it, keep its error apart from the reason, schedule the next."""
         st = self.state
         attempts = st.probe_attempts + 1
-        delay = probe_delay(self.settings, attempts) + max(0.0, jitter_s)
         self.state = replace(
             st,
             probe_attempts=attempts,
             last_probe_at=now,
             last_probe_error=clean_reason(error),
-            next_probe_at=now + delay,
+            next_probe_at=now + probe_delay(self.settings, attempts) + max(0.0, jitter_s),
         )
-        return delay
 
     def record_probe_success(self, now: float) -> None:
         st = self.state

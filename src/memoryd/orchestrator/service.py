@@ -10,7 +10,7 @@ import threading
 import time
 from contextlib import suppress
 from dataclasses import asdict, replace
-from datetime import date, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from ..core.engine import (
 from ..core.text import camel_case
 from ..errors import InvalidInput, MemorydError, QmdError, SearchDisabled
 from ..fsio import check_state_tree
+from ..memfiles import read_memory_file
 from ..scope_rules import scope_denial
 from ._supervisor import AgentBackend, IndexFactory, QmdFactory
 from .failover import Active
@@ -65,7 +66,6 @@ class MemoryService:
         cwd: Path | None = None,
         background: bool = True,
         one_off: bool = False,
-        search_embed_budget_s: float | None = None,
         qmd_factory: QmdFactory | None = None,
         index_factory: IndexFactory | None = None,
     ) -> None:
@@ -82,7 +82,6 @@ class MemoryService:
         self._bg: Background | None = None
         self._lock = threading.RLock()  # `serve` answers on several threads at once
         self._started: set[str] = set()
-        self._search_embed_budget_s = search_embed_budget_s
 
     # ------------------------------------------------------------------ agents and backends
 
@@ -209,12 +208,8 @@ class MemoryService:
         notes: list[str] = []
         if corpus == "sessions":
             notes.extend(_sessions_off(agent, b.active))
-        # how long the built-in index may first catch up (`sync.searchWaitMs` unless given here)
-        wait_s = self._search_embed_budget_s
-        if wait_s is None:
-            wait_s = agent.memory_search.sync.search_wait_ms / 1000
-        if b.active != "builtin":
-            wait_s = None
+        # how long the built-in index may first catch up
+        wait_s = agent.memory_search.sync.search_wait_ms / 1000 if b.active == "builtin" else None
         answer = b.search(SearchRequest(text, max_results, min_score, corpus, wait_s, explain))
         results = apply_citations(
             answer.results,
@@ -236,7 +231,9 @@ class MemoryService:
         if not isinstance(path, str):
             raise InvalidInput("path must be a string")
         agent = self._searchable(agent_id)
-        return self.backend(agent.agent_id).get(path, from_line, lines).to_dict()
+        # by the roots of the engine that indexes the files; no engine is built for it
+        roots = self.backend(agent.agent_id).memory_roots()
+        return read_memory_file(roots, agent.workspace, path, from_line, lines).to_dict()
 
     def _searchable(self, agent_id: str | None) -> ResolvedAgent:
         """The agent, unless OpenClaw's `memorySearch.enabled = false` takes its memory tools away."""
@@ -293,17 +290,12 @@ class MemoryService:
         *,
         agent_id: str | None = None,
         session_key: str | None = None,
-        today: date | None = None,
     ) -> dict[str, Any]:
         """What the agent loads at session start (the `memory_context` tool)."""
         from ..lifecycle.context import build_session_context
 
         agent = self.agent(agent_id)
-        ctx = build_session_context(
-            agent,
-            session_key,
-            today=today or datetime.now().astimezone().date(),
-        )
+        ctx = build_session_context(agent, session_key, today=datetime.now().astimezone().date())
         if agent.memory_search.sync.on_session_start:
             self._notify_changed(agent.agent_id)
         return ctx.to_dict()
@@ -367,9 +359,8 @@ class MemoryService:
         roots = self.backend(agent.agent_id).memory_roots()
         spec = parse_target(target)
         if spec is not None:
-            numbers = None if spec.start is None else list(range(spec.start, (spec.end or 0) + 1))
-            sel = select_lines(agent, roots, spec.path, numbers)
-            return {"mode": "path", "selections": [sel.to_dict()], "confirm": spec.start is None}
+            sel = select_lines(agent, roots, *spec)
+            return {"mode": "path", "selections": [sel.to_dict()], "confirm": spec[1] is None}
         selections = self._query_selections(agent, roots, target, max_results)
         return {"mode": "query", "query": target, "selections": selections, "confirm": True}
 
@@ -410,12 +401,7 @@ class MemoryService:
     ) -> dict[str, Any]:
         """Remove the lines a `forget_plan` showed (each `{path, ranges, sha256}`, refused if
         they changed since), then purge them from both engines and any transcript's index."""
-        from ..lifecycle.forget import (
-            forget_lines,
-            load_tombstones,
-            select_lines,
-            transcripts_with_forgotten,
-        )
+        from ..lifecycle.forget import forget_lines, select_lines, transcripts_with_forgotten
         from ..lifecycle.writes import check_writable
 
         agent = self.agent(agent_id)
@@ -433,10 +419,7 @@ class MemoryService:
             if removed:  # what is gone from its file must go from the engines too
                 b.purge([r["path"] for r in removed])
             raise
-        tombstones = load_tombstones(agent)
-        scrubbed = []
-        if tombstones is not None and agent.sessions_enabled:
-            scrubbed = transcripts_with_forgotten(agent, tombstones)
+        scrubbed = transcripts_with_forgotten(agent) if agent.sessions_enabled else []
         try:
             engines = b.purge([r["path"] for r in removed] + scrubbed, progress=progress)
         except MemorydError as err:
@@ -477,8 +460,7 @@ class MemoryService:
             st = b.failover.state
             backend = st.active
             qstat = b.qmd.status()
-            newest, indexed = b.qmd_lag()
-            stale = newest is not None and (indexed is None or newest > indexed)
+            lag, newest, indexed = b.qmd_lag()
             serving = dict(
                 fallback=FallbackInfo(reason=st.reason, since=st.since)
                 if st.active == "builtin"
@@ -497,8 +479,8 @@ class MemoryService:
                 last_update_at=qstat.last_update_at,
                 last_embed_at=qstat.last_embed_at,
                 freshness=FreshnessInfo(
-                    stale=stale,
-                    stale_seconds=newest - indexed if stale and newest and indexed else None,
+                    stale=lag is not None,
+                    stale_seconds=lag if lag != float("inf") else None,
                     newest_file_at=newest,
                     indexed_at=indexed,
                 ),
