@@ -76,7 +76,7 @@ def main(args: argparse.Namespace) -> dict[str, object]:
         print(f"indexing {args.docs} docs…", file=sys.stderr)
         mgr.start()
         mgr.probe()
-        names = list(mgr.collections)
+        names = [c.name for c in mgr.known_collections()]
         plan = plan_query(args.query, mode="search", vectors=False)
         assert plan is not None
         n = agent.memory.qmd.limits.max_results

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
 from bench_builtin_index import build_workspace, make_sentences
-from bench_scale import SeededVectors, db_mb
+from bench_scale import SeededVectors, files_bytes
 
 from memoryd.builtin_index import MemoryIndex
 from memoryd.config import ResolvedAgent, resolve_agent, validate_config
@@ -171,7 +171,7 @@ def one_mode(
     gen = Transcripts(rng, make_sentences(rng, 4000))
     a = agent(ws)
     now = time.time()
-    paths = write_year(a.sessions_dir, gen, args.days, args.messages, now)
+    paths = write_year(a.state.sessions_dir, gen, args.days, args.messages, now)
     mb = sum(p.stat().st_size for p in paths) / 2**20
 
     def new_index(ag: ResolvedAgent = a) -> MemoryIndex:
@@ -191,7 +191,7 @@ def one_mode(
     out |= {
         "first_sync_s": round(first_s, 2),
         "chunks": counts["chunks"],
-        "db_mb": round(db_mb(idx.path), 1),
+        "db_mb": round(files_bytes(idx.path) / 2**20, 1),
         "first_sync_texts_embedded": embedded(),
         "first_sync_chunks_per_s": round(counts["chunks"] / first_s),
     }
@@ -261,7 +261,7 @@ def one_mode(
         "retention_chunks_after": after["chunks"],
         "retention_rebuilt": report.reindexed,
         "retention_texts_embedded": embedded() - gone_before,
-        "retention_db_mb_before_vacuum": round(db_mb(kept.path), 1),
+        "retention_db_mb_before_vacuum": round(files_bytes(kept.path) / 2**20, 1),
     }
     kept.close()
     return out
