@@ -94,7 +94,9 @@ class QmdSystem:
             return
         self.service.backend().ensure_qmd_started()
         self.qmd.update()
-        if self.mode != "search" and not self.qmd.has_vectors([c.name for c in self.qmd.known_collections()]):
+        if self.mode != "search" and not self.qmd.has_vectors(
+            [c.name for c in self.qmd.known_collections()]
+        ):
             started = time.perf_counter()
             print(f"  [qmd {self.workspace.name}] embedding (MiniLM GGUF)…", file=sys.stderr)
             self.qmd.embed()

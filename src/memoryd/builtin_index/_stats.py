@@ -9,7 +9,7 @@ import json
 import logging
 from array import array
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core.ranking import REFERENCE_QUERIES, CorpusStats
 from ..core.text import Script, fts_match_expression, query_terms, script_of
@@ -116,8 +116,7 @@ class CorpusStatistics:
             if refs and cache.keys is not None and self.engine.one_off:
                 # written once the answer is ready (`save_pending`), not between its reads
                 self._to_save = (store, cache.keys, cache.reference)
-        cosines = (sample @ qvec.astype("float32")).tolist()
-        background = list(zip(cache.ids, cache.scripts, cosines, strict=True))
+        background = _Background(cache.ids, cache.scripts, sample, qvec)
         return CorpusStats(cache.chunks, term_chunks, cache.reference, background)
 
     def term_chunks(self, store: Store, query: str) -> tuple[StatsCache, dict[str, int]]:
@@ -258,3 +257,23 @@ class CorpusStatistics:
             return [], np.zeros((0, 0), dtype=np.float32), [], keys
         ids = [r[0] for r in rows]
         return ids, np.stack([r[1] for r in rows]), [script_of(r[2]) for r in rows], keys
+
+
+class _Background(Sequence[tuple[int, Script, float]]):
+    """The sample's (chunk id, script, cosine with the query), computed when ranking first reads
+    it, which only a candidate in another script than the query's makes it do."""
+
+    def __init__(
+        self, ids: list[int], scripts: list[Script], sample: np.ndarray, qvec: np.ndarray
+    ) -> None:
+        self._ids, self._scripts, self._sample, self._qvec = ids, scripts, sample, qvec
+        self._rows: list[tuple[int, Script, float]] | None = None
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getitem__(self, i: Any) -> Any:
+        if self._rows is None:
+            cosines = (self._sample @ self._qvec.astype("float32")).tolist()
+            self._rows = list(zip(self._ids, self._scripts, cosines, strict=True))
+        return self._rows[i]

@@ -97,7 +97,7 @@ def path_match_level(query: str, path: str) -> int:
         return 0
     if q == p or q.endswith("/" + p) or f" {p}" in spaced:
         return 3
-    name, stem = _name_and_stem(p)
+    name, stem, _ = _name_and_stem(p)
     if name in tokens:
         return 2
     if len(stem) >= 3 and bare == stem:
@@ -112,10 +112,14 @@ def _query_path_forms(query: str) -> tuple[str, str, frozenset[str], str]:
     return q, f" {q} ".replace("`", " "), frozenset(PATH_TOKEN.findall(q)), q.strip("`'\" ")
 
 
+_NAME_WORD = re.compile(r"[^\W\d_]{3,}")
+
+
 @lru_cache(maxsize=8192)
-def _name_and_stem(path: str) -> tuple[str, str]:
+def _name_and_stem(path: str) -> tuple[str, str, frozenset[str]]:
+    """A path's file name, its stem, and the stem's words of three or more letters, lowered."""
     pp = PurePosixPath(path)
-    return pp.name, pp.stem
+    return pp.name, pp.stem, frozenset(w.lower() for w in _NAME_WORD.findall(pp.stem))
 
 
 def _matched_terms(c: Candidate, terms: Sequence[str]) -> set[str]:
@@ -128,11 +132,8 @@ def _matched_terms(c: Candidate, terms: Sequence[str]) -> set[str]:
     return matched_terms(terms, c.text, c.words)
 
 
-_NAME_WORD = re.compile(r"[^\W\d_]{3,}")
-
-
 @lru_cache(maxsize=4096)
 def _named(terms: tuple[str, ...], path: str) -> frozenset[str]:
     """Query terms the file name holds (`legacy` in `memory/legacy.md`): evidence for all its chunks."""
-    words = frozenset(w.lower() for w in _NAME_WORD.findall(_name_and_stem(path)[1]))
+    words = _name_and_stem(path)[2]
     return frozenset(matched_terms(terms, " ".join(words), words)) if words else frozenset()
