@@ -26,7 +26,13 @@ from ..fsio import (
     write_private_atomic,
 )
 from ..memfiles import list_transcripts, transcript_display_path
-from .session_export import manifest_name, parse_transcript, read_manifest, session_export_dir
+from .session_export import (
+    load_tombstones,
+    manifest_name,
+    parse_transcript,
+    read_manifest,
+    session_export_dir,
+)
 from .writes import check_writable
 
 #: `PATH#L3`, `PATH#L3-L7` or `PATH#L3-7`; a bare PATH is the whole file.
@@ -126,11 +132,6 @@ def select_lines(
     if len(wanted) > MAX_LINES:
         raise InvalidInput(f"at most {MAX_LINES} lines per forget ({shown}: {len(wanted)})")
     return Selection(shown, root, rel, {n: lines[n - 1] for n in wanted})
-
-
-def load_tombstones(agent: ResolvedAgent) -> Tombstones | None:
-    """The agent's tombstones, or None when nothing was forgotten yet."""
-    return Tombstones.from_json(read_private(forgotten_path(agent.state.sessions_dir)))
 
 
 def _add_tombstones(agent: ResolvedAgent, lines: list[str]) -> Tombstones:

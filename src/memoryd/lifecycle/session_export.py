@@ -93,13 +93,18 @@ def export_sessions(agent: ResolvedAgent, *, now: datetime) -> ExportReport:
     return report
 
 
+def load_tombstones(agent: ResolvedAgent) -> Tombstones | None:
+    """The agent's tombstones, or None when nothing was forgotten yet."""
+    return Tombstones.from_json(read_private(forgotten_path(agent.state.sessions_dir)))
+
+
 def _export_locked(
     agent: ResolvedAgent, out_dir: Path, cutoff: float | None, report: ExportReport
 ) -> None:
     manifest_path = out_dir / manifest_name(agent.agent_id)
     old = read_manifest(manifest_path)
     # forgotten text never reaches an export; a new tombstone makes every export be made again
-    tombstones = Tombstones.from_json(read_private(forgotten_path(agent.state.sessions_dir)))
+    tombstones = load_tombstones(agent)
     forgotten = tombstones.digest if tombstones is not None else None
     new: dict[str, dict[str, Any]] = {}
     for src in list_transcripts(agent.state.sessions_dir):
