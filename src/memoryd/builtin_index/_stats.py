@@ -4,11 +4,12 @@ reference background a cosine, comparable across queries), cached per index vers
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.ranking import REFERENCE_QUERIES, CorpusStats
@@ -267,13 +268,17 @@ class _Background(Sequence[tuple[int, Script, float]]):
         self, ids: list[int], scripts: list[Script], sample: np.ndarray, qvec: np.ndarray
     ) -> None:
         self._ids, self._scripts, self._sample, self._qvec = ids, scripts, sample, qvec
-        self._rows: list[tuple[int, Script, float]] | None = None
+
+    @functools.cached_property
+    def _rows(self) -> list[tuple[int, Script, float]]:
+        cosines = (self._sample @ self._qvec.astype("float32")).tolist()
+        return list(zip(self._ids, self._scripts, cosines, strict=True))
 
     def __len__(self) -> int:
         return len(self._ids)
 
     def __getitem__(self, i: Any) -> Any:
-        if self._rows is None:
-            cosines = (self._sample @ self._qvec.astype("float32")).tolist()
-            self._rows = list(zip(self._ids, self._scripts, cosines, strict=True))
         return self._rows[i]
+
+    def __iter__(self) -> Iterator[tuple[int, Script, float]]:
+        return iter(self._rows)
