@@ -55,6 +55,19 @@ class RerankOutcome:
     #: Why the order was left as it was (None: reranked).
     degraded: str | None = None
 
+    def explain(
+        self, provider: str, score: float | None, before: int, after: int
+    ) -> dict[str, Any]:
+        """A result's `explain.rerank`: its reranker score and 1-based places before and after."""
+        return {
+            "provider": provider,
+            "score": score,
+            "before": before,
+            "after": after,
+            "degraded": self.degraded,
+            "seconds": round(self.seconds, 4),
+        }
+
     @property
     def note(self) -> str | None:
         if self.degraded is None:

@@ -223,14 +223,9 @@ class Searcher:
             after = {c.chunk_id: i + 1 for i, c in enumerate(reordered)}
             scored = {c.chunk_id: s for c, s in zip(movable, outcome.scores, strict=True)}
             for before, c in enumerate(ranked, 1):
-                trace[c.chunk_id]["rerank"] = {
-                    "provider": "remote",
-                    "score": scored.get(c.chunk_id),
-                    "before": before,
-                    "after": after[c.chunk_id],
-                    "degraded": outcome.degraded,
-                    "seconds": round(outcome.seconds, 4),
-                }
+                trace[c.chunk_id]["rerank"] = outcome.explain(
+                    "remote", scored.get(c.chunk_id), before, after[c.chunk_id]
+                )
         return reordered
 
     def _keyword_side(self, store: Store, query: str, k: int) -> _KeywordSide:

@@ -60,16 +60,7 @@ def reranked(
     return [
         r.with_(
             explain=explained(
-                r,
-                explain,
-                {
-                    "provider": stage.provider,
-                    "score": scores[i],
-                    "before": i + 1,
-                    "after": after + 1,
-                    "degraded": outcome.degraded,
-                    "seconds": round(outcome.seconds, 4),
-                },
+                r, explain, outcome.explain(stage.provider, scores[i], i + 1, after + 1)
             )
         )
         for after, i in enumerate(order)
