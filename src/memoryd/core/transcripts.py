@@ -1,4 +1,5 @@
-"""Pure transcript rules: parse JSONL into messages, sanitise (docs/redaction.md), chunk, track growth."""
+"""Pure transcript rules: parse JSONL into messages, sanitise (docs/redaction.md), drop silent
+replies, chunk, track growth."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from typing import Any, Final, Literal
 
 from .chunking import Chunk, chunk_lines
 from .redact import redact_secrets
-from .replies import is_no_reply
 
 Role = Literal["user", "assistant"]
 
@@ -34,6 +34,39 @@ _UNTRUSTED_BLOCK_RE: Final = re.compile(
     re.DOTALL | re.IGNORECASE | re.MULTILINE,
 )
 _WS_RE: Final = re.compile(r"\s+")
+
+
+# The silent reply: when a model answer is only `NO_REPLY`, the host shows nothing.
+SILENT_REPLY_TOKEN: Final = "NO_REPLY"
+
+# Only the whole reply: one merely ending with the token is shown (OpenClaw #19537).
+_SILENT_RE: Final = re.compile(
+    r"\A\s*([*_`\"']{0,3})\s*NO_REPLY(?:\s+NO_REPLY)*\s*\1\s*[.!]?\s*\Z", re.IGNORECASE
+)
+_THINK_PREFIX_RE: Final = re.compile(
+    r"\A\s*<(think|thinking|reasoning)\b[^>]*>.*?</\1\s*>(?P<rest>.*)\Z", re.DOTALL | re.IGNORECASE
+)
+
+
+def is_no_reply(text: str | None) -> bool:
+    """True when a model answer is only the silent token `NO_REPLY`, so the host suppresses it."""
+    if not text or not text.strip():
+        return False
+    think = _THINK_PREFIX_RE.match(text)
+    if think is not None:
+        text = think.group("rest")
+    if _SILENT_RE.match(text):
+        return True
+    stripped = text.strip()
+    if stripped.startswith(("{", '"')):
+        try:
+            value = json.loads(stripped)
+        except ValueError:
+            return False
+        if isinstance(value, dict) and list(value) == ["action"]:
+            value = value["action"]
+        return isinstance(value, str) and value.strip().upper() == SILENT_REPLY_TOKEN
+    return False
 
 
 @dataclass(frozen=True, slots=True)
