@@ -167,11 +167,9 @@ class Searcher:
         used_mode = "hybrid" if want_kw and store.fts_available else "vector"
         if pending and (qvec is not None or no_vectors_yet):
             notes.append(_pending_note(pending, stats.chunks))
-        return self._output(results, "keyword" if qvec is None else used_mode, notes, pending)
+        return self._output(results, "keyword" if qvec is None else used_mode, notes)
 
-    def _output(
-        self, results: list[SearchResult], mode: str, notes: list[str], pending: int
-    ) -> SearchOutput:
+    def _output(self, results: list[SearchResult], mode: str, notes: list[str]) -> SearchOutput:
         eng = self.engine
         degraded = None
         if eng.fallback_reason:
@@ -185,7 +183,6 @@ class Searcher:
             max_injected_chars=eng.cfg.query.max_injected_chars,
             notes=notes,
             degraded=degraded,
-            pending_vectors=pending,
         )
 
     def _rerank_stage(self) -> RerankStage | None:
