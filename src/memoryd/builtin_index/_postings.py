@@ -1,13 +1,5 @@
-"""FTS5's own `bm25()` top-k from postings a long-lived process holds in memory.
-
-Each term's (row, share) pairs are FTS5's own `bm25()` of that term alone, summed in the query's
-term order with ties by rowid, so the answer is FTS5's (`tests/test_postings.py` compares them).
-A phrase term or CJK is left to FTS5, and any write by any process changes the state key and
-drops what was held. A term in more than 1/COMMON_SHARE of the rows is added only to the
-candidates the rarer terms pick, when no row outside them could still beat the last one kept
-(MaxScore, `_contenders`). The first search at an index state (every one-off CLI search) loads
-nothing: FTS5 scores the rarer terms' rows, then the whole query on the rows they pick.
-"""
+"""FTS5's own `bm25()` top-k from postings a long-lived process holds, with common terms bounded
+by MaxScore (docs/builtin-index.md); every answer is FTS5's rows, order and scores."""
 
 from __future__ import annotations
 
@@ -281,7 +273,7 @@ class Postings:
         limit: int,
     ) -> list[tuple[int, float]] | None:
         """`_score`'s answer without loading the `common` tokens' postings, or None when the
-        rarer tokens cannot vouch for it (the module docstring)."""
+        rarer tokens cannot vouch for it (`_contenders`)."""
         import numpy as np
 
         held = {
