@@ -156,7 +156,6 @@ class Searcher:
                     trace[c.chunk_id]["minScore"] = min_score
             snippets = kw.snippets if kw else {}
             if stage is None:
-                ranked = self._reranked(None, query, ranked, notes, trace)
                 results = self._results(store, ranked, query, max_results, snippets, trace)
         if stage is not None:
             # no snapshot is held while the reranker answers (a remote API may be slow); a
@@ -197,17 +196,14 @@ class Searcher:
 
     def _reranked(
         self,
-        stage: RerankStage | None,
+        stage: RerankStage,
         query: str,
         ranked: list[Candidate],
         notes: list[str],
         trace: dict[int, dict[str, Any]] | None,
     ) -> list[Candidate]:
         """The reranker's order of the best candidates (named files first), or as they were."""
-        if stage is None or not ranked:
-            if trace is not None:
-                for c in ranked:
-                    trace[c.chunk_id]["rerank"] = None
+        if not ranked:
             return ranked
         head = ranked[: stage.candidates]
         named = [c for c in head if c.path_level > 0]
@@ -433,14 +429,8 @@ def _path_lookup(paths: list[str]) -> _PathLookup:
 
 def _explained(c: Candidate, parts: dict[str, Any], *, continuation: bool) -> dict[str, Any]:
     """A result's `explain` object: the parts in the order applied (docs/retrieval-quality.md)."""
-    out: dict[str, Any] = {
-        "engine": "builtin",
-        "chunk": {"id": c.chunk_id, "startLine": c.start_line, "endLine": c.end_line},
-    }
-    for key in ("keyword", "vector", "fused", "calibration", "decay", "importance", "path", "mmr"):
-        out[key] = parts.get(key)
-    out["rerank"], out["minScore"] = parts.get("rerank"), parts.get("minScore")
-    out["score"] = parts.get("score", c.score)
+    chunk = {"id": c.chunk_id, "startLine": c.start_line, "endLine": c.end_line}
+    out: dict[str, Any] = {"engine": "builtin", "chunk": chunk, **parts}
     if continuation:
         out["continuation"] = True
     return out

@@ -374,10 +374,14 @@ def _calibrated_parts(
 
 
 def _sides(c: Candidate, matched: set[str]) -> dict[str, Any]:
-    """What each list said of a candidate, as `--explain` shows it."""
+    """What each list said of a candidate, as `--explain` shows it, then the later steps' parts
+    in the order they apply (None where a step does not)."""
     keyword = {"bm25": c.text_score, "rank": c.text_rank, "matchedTerms": sorted(matched)}
     vector = None if c.vector_score is None else {"cosine": c.vector_score, "rank": c.vector_rank}
-    return {"keyword": keyword, "vector": vector}
+    return {"keyword": keyword, "vector": vector, **dict.fromkeys(_LATER_PARTS)}
+
+
+_LATER_PARTS = ("fused", "calibration", "decay", "importance", "path", "mmr", "rerank", "minScore")
 
 
 def _calibrated(
@@ -607,7 +611,7 @@ def fuse(
         terms = query_terms(query)
         for c in out:
             d = trace[c.chunk_id] = _sides(c, _matched_terms(c, terms))
-            d.update(fused={"fusion": params.fusion, "score": c.score}, calibration=None)
+            d["fused"] = {"fusion": params.fusion, "score": c.score}
     return out
 
 
@@ -691,7 +695,6 @@ def rank(
         before = {c.chunk_id: i for i, c in enumerate(pool)}
         for i, c in enumerate(ordered):
             d = trace[c.chunk_id]
-            d.setdefault("decay", None)
             d["path"] = {"level": c.path_level, "match": _PATH_LEVELS[c.path_level]}
             d["mmr"] = (
                 {"lambda": params.mmr_lambda, "before": before[c.chunk_id] + 1, "after": i + 1}
