@@ -23,7 +23,7 @@ from ..core.ranking import (
     uncovered_window,
 )
 from ..core.results import MAX_SNIPPET_CHARS, SearchResult, Source
-from ..core.text import fts_match_expression, query_terms, text_terms, trigram_terms
+from ..core.text import fts_match_expression, fts_or, query_terms, text_terms, trigram_terms
 from ..errors import ProviderUnavailable
 from ._store import ChunkRow
 from ._store import Store as SqliteStore
@@ -382,10 +382,8 @@ class Searcher:
         if not tri or len(primary) >= k:
             # substring-only hits would rank after k whole-word hits anyway: skip the scan
             return hits
-        tri_match = " OR ".join('"' + t.replace('"', '""') + '"' for t in tri)
-        extra = [
-            (c, s) for c, s in store.keyword_search(tri_match, k, trigram=True) if c not in hits
-        ]
+        found = store.keyword_search(fts_or(tri), k, trigram=True)
+        extra = [(c, s) for c, s in found if c not in hits]
         # substring-only hits rank after whole-word hits, scaled below the weakest of those
         ceiling = 0.5 * min((s for _, s in primary), default=2.0)
         top = max((s for _, s in extra), default=1.0) or 1.0
