@@ -7,7 +7,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from .chunking import Chunk, chunk_lines
 from .redact import redact_secrets
@@ -90,22 +90,6 @@ def sanitize_text(text: str, *, previous: str | None = None) -> str:
     return redact_secrets(text, previous=previous)
 
 
-def extract_text(content: Any) -> str | None:
-    """A message `content`'s text: a string, or a list's `text` blocks joined by newlines."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return None
-    parts = [
-        block["text"]
-        for block in content
-        if isinstance(block, dict)
-        and block.get("type") == "text"
-        and isinstance(block.get("text"), str)
-    ]
-    return "\n".join(parts) if parts else None
-
-
 _MALFORMED: Final = object()
 
 
@@ -131,8 +115,12 @@ def _parse_line(line: str) -> tuple[Role, str] | object:
         isinstance(p, dict) and p.get("kind") == "inter_session" for p in relayed
     ):
         return None  # OpenClaw: text relayed between sessions/sub-agents is not the user's own
-    text = extract_text(body.get("content"))
-    return None if text is None else (role, text)
+    content = body.get("content")
+    if isinstance(content, list):  # the `text` blocks, joined by newlines
+        blocks = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+        texts = [t for t in blocks if isinstance(t, str)]
+        content = "\n".join(texts) if texts else None
+    return (role, content) if isinstance(content, str) else None
 
 
 def parse_transcript_text(text: str, *, sanitize: bool = False) -> tuple[list[Message], int, int]:
