@@ -324,9 +324,12 @@ class Searcher:
             kept = uncovered_window(snippet, first, last, shown.get(c.path, []))
             if kept is not None and len(results) < max_results:
                 text, first, last = kept
-                explain = None
-                if trace is not None:
-                    explain = _explained(c, trace[c.chunk_id], continuation=more)
+                explain: dict[str, Any] | None = None
+                if trace is not None:  # the parts in the order applied (docs/retrieval-quality.md)
+                    chunk = {"id": c.chunk_id, "startLine": c.start_line, "endLine": c.end_line}
+                    explain = {"engine": "builtin", "chunk": chunk, **trace[c.chunk_id]}
+                    if more:
+                        explain["continuation"] = True
                 source = cast("Source", c.source)
                 results.append(
                     SearchResult(c.path, first, last, c.score, text, source, explain=explain)
@@ -423,15 +426,6 @@ def _path_lookup(paths: list[str]) -> _PathLookup:
         by_name.setdefault(name, []).append(i)
         by_stem.setdefault(name[:dot] if 0 < dot < len(name) - 1 else name, []).append(i)
     return _PathLookup(paths, by_name, by_stem, max(map(len, by_name), default=0))
-
-
-def _explained(c: Candidate, parts: dict[str, Any], *, continuation: bool) -> dict[str, Any]:
-    """A result's `explain` object: the parts in the order applied (docs/retrieval-quality.md)."""
-    chunk = {"id": c.chunk_id, "startLine": c.start_line, "endLine": c.end_line}
-    out: dict[str, Any] = {"engine": "builtin", "chunk": chunk, **parts}
-    if continuation:
-        out["continuation"] = True
-    return out
 
 
 def _pending_note(pending: int, chunks: int) -> str:
