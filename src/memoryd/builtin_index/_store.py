@@ -35,9 +35,6 @@ FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 #: numpy matrix held in memory; above, sqlite-vec scans the stored vectors in SQL for each
 #: query, which reads them all from the file each time.
 IN_MEMORY_MAX_BYTES = 256 * 2**20
-#: FTS5 tables that store no copy of the text. Rows go by FTS5's `delete` command with the text
-#: they were indexed with (`contentless_delete` would keep counting deleted rows in bm25).
-CONTENTLESS = "content = ''"
 #: What the trigram index holds of a chunk: its runs of word characters (and the `.-/:` that
 #: `core.text.trigram_terms` keeps inside a query term), each once. A query term is one such
 #: run, so it matches inside a chunk's text exactly when it matches inside one of these.
@@ -96,8 +93,10 @@ def _create_keyword_tables(conn: Any) -> None:
         ("chunks_tri", "trigram", "trigram_error"),
     ):
         try:
+            # no copy of the text: rows go by FTS5's `delete` command with the text they were
+            # indexed with (`contentless_delete` would keep counting deleted rows in bm25)
             conn.execute(
-                f"create virtual table {table} using fts5(body, tokenize = '{tokenizer}', {CONTENTLESS})"
+                f"create virtual table {table} using fts5(body, tokenize = '{tokenizer}', content = '')"
             )
         except Exception as err:
             conn.execute("insert or replace into meta(key, value) values (?, ?)", (key, str(err)))
