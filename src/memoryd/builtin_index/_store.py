@@ -104,7 +104,7 @@ def _create_keyword_tables(conn: Any) -> None:
 
 
 #: The index layout, named after the development-build migration that completed it: an index
-#: that records it is in this layout. Later releases append their migrations here.
+#: that records it is in this layout (later releases append their migrations to `MIGRATIONS`).
 LAYOUT = "m005_int8_vectors"
 
 
@@ -159,14 +159,13 @@ class Store(SqliteFile):
     """One SQLite index file's contents (or, with `scratch_for`, a rebuild's scratch copy's)."""
 
     _VECTOR = "v.vector"
+    MIGRATIONS = ((LAYOUT, _create_layout),)
 
     def _decoded(self, stored: Any) -> np.ndarray:
         return _vector(stored, self.vec_dims or 0)
 
     def _pending(self) -> str:
         return "chunks c where c.has_vector = 0"
-
-    MIGRATIONS = ((LAYOUT, _create_layout),)
 
     def _reset_caches(self) -> None:
         super()._reset_caches()
