@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -127,15 +126,6 @@ class E5Onnx:
     def query(self, text: str) -> F32:
         """The L2-normalized `query: ` embedding of `text`."""
         return self.run(self.prepare(text))
-
-    def embed(self, texts: Sequence[str], pause: Callable[[], None] | None = None) -> F32:
-        """The L2-normalized `passage: ` embeddings of `texts`, one row each (`pause()` first)."""
-        out = np.zeros((len(texts), self.dims), dtype=np.float32)
-        for i, text in enumerate(texts):
-            if pause is not None:
-                pause()
-            out[i] = self.run(self.prepare(text, query=False))
-        return out
 
 
 def _session(ort: Any, graph: Path, weights: dict[str, Any]) -> Any:
