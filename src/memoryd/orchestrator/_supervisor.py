@@ -22,14 +22,33 @@ from ..memfiles import discover
 from .failover import Active, Failover, FailoverState, clean_reason
 from .health import load_health, save_health
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where used: a builtin agent never loads the qmd adapter
+    from ..builtin_index import MemoryIndex
     from ..lifecycle.session_export import ExportReport
+    from ..qmd_adapter import QmdManager
 
 log = logging.getLogger("memoryd.supervisor")
 
 PROBE_QUERY = "memoryd recovery probe"
 QmdFactory = Callable[[ResolvedAgent], QmdEngine]
 IndexFactory = Callable[[ResolvedAgent], BuiltinEngine]
+
+
+def builtin_engine(agent: ResolvedAgent, *, one_off: bool = False) -> MemoryIndex:
+    """The agent's built-in index; see `one_off` in `MemoryService`."""
+    from ..builtin_index import MemoryIndex
+    from ..embeddings.selection import select_provider
+
+    # cheap: builds no client, loads no model
+    selection = select_provider(agent.memory_search, agent.models, one_off=one_off)
+    return MemoryIndex(agent.index_settings(), selection, one_off=one_off)
+
+
+def qmd_engine(agent: ResolvedAgent) -> QmdManager:
+    """The agent's qmd sidecar manager."""
+    from ..qmd_adapter import QmdManager
+
+    return QmdManager(agent.qmd_settings())
 
 
 class AgentBackend:

@@ -29,7 +29,7 @@ from ..errors import InvalidInput, MemorydError, QmdError, SearchDisabled
 from ..fsio import check_state_tree
 from ..memfiles import read_memory_file
 from ..scope_rules import scope_denial
-from ._supervisor import AgentBackend, IndexFactory, QmdFactory
+from ._supervisor import AgentBackend, IndexFactory, QmdFactory, builtin_engine, qmd_engine
 from .failover import Active
 
 if TYPE_CHECKING:
@@ -100,8 +100,6 @@ class MemoryService:
     def backend(self, agent_id: str | None = None) -> AgentBackend:
         agent = self.agent(agent_id)
         if agent.agent_id not in self._backends:
-            from .engines import builtin_engine, qmd_engine
-
             self._backends[agent.agent_id] = AgentBackend(
                 agent,
                 qmd_factory=self._qmd_factory or qmd_engine,
