@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import random
 import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -17,10 +19,10 @@ from ..background import Background
 from ..config import ResolvedAgent
 from ..core.engine import BuiltinEngine, ProgressFn, QmdEngine, SearchOutput, SearchRequest
 from ..core.layout import MemoryRoot
-from ..errors import MemorydError, QmdError, QmdTimeout, ServiceUnavailable
+from ..errors import MemorydError, QmdError, QmdTimeout, ServiceUnavailable, StateError
+from ..fsio import private_dir, read_private, write_private_atomic
 from ..memfiles import discover
 from .failover import Active, Failover, FailoverState, clean_reason
-from .health import load_health, save_health
 
 if TYPE_CHECKING:  # imported where used: a builtin agent never loads the qmd adapter
     from ..builtin_index import MemoryIndex
@@ -30,6 +32,7 @@ if TYPE_CHECKING:  # imported where used: a builtin agent never loads the qmd ad
 log = logging.getLogger("memoryd.supervisor")
 
 PROBE_QUERY = "memoryd recovery probe"
+HEALTH_VERSION = 1
 QmdFactory = Callable[[ResolvedAgent], QmdEngine]
 IndexFactory = Callable[[ResolvedAgent], BuiltinEngine]
 
@@ -99,8 +102,22 @@ class AgentBackend:
         return self._index
 
     def _save(self) -> None:
-        if self.qmd is not None:
-            self.health_updated_at = save_health(self.agent.state.health, self.failover.state)
+        """Write the failover state to `health.json` as this process's, now; a read-only state
+        dir only loses it."""
+        if self.qmd is None:
+            return
+        now = time.time()
+        doc = {
+            "version": HEALTH_VERSION,
+            "failover": asdict(self.failover.state),
+            "updatedAt": now,
+            "pid": os.getpid(),
+        }
+        with suppress(StateError):
+            private_dir(self.agent.state.root)
+            text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+            write_private_atomic(self.agent.state.health, text.encode())
+        self.health_updated_at = now
 
     def start(self, background: Background | None = None) -> None:
         """Start qmd (on a thread, or in a one-off command's first search) and the index."""
@@ -431,9 +448,15 @@ class AgentBackend:
         return (newest - indexed if indexed else float("inf")), newest, indexed
 
     def reload_health(self) -> float | None:
-        """Take the failover state from `health.json` when another process wrote it since; when
-        it was written."""
-        on_disk = load_health(self.agent.state.health)
-        if on_disk is not None and (on_disk[1] or 0) > (self.health_updated_at or 0):
-            self.failover.state, self.health_updated_at = on_disk
+        """Take the failover state from `health.json` when another process wrote it since (a
+        damaged file, or one of another version, counts as absent); when it was written."""
+        raw = read_private(self.agent.state.health)  # a link planted here is refused (StateError)
+        try:
+            doc = json.loads(raw or b"null")
+            state, updated = FailoverState(**doc["failover"]), float(doc["updatedAt"])
+        except (ValueError, TypeError, KeyError):
+            return self.health_updated_at
+        current = doc.get("version") == HEALTH_VERSION and state.active in ("qmd", "builtin")
+        if current and updated > (self.health_updated_at or 0):
+            self.failover.state, self.health_updated_at = state, updated
         return self.health_updated_at

@@ -24,7 +24,7 @@ def clean_reason(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class FailoverState:
-    """Where an agent's searches go and why; persisted in `health.json` (see `health`)."""
+    """Where an agent's searches go and why; persisted in `health.json` by `AgentBackend`."""
 
     active: Active = "qmd"
     failures: int = 0
