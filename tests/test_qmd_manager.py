@@ -465,9 +465,12 @@ def test_maintenance_waits_for_the_lock_held_by_another_process(
             done.wait()
 
 
-def test_embed_is_skipped_in_search_mode(shared: Shared) -> None:
-    mgr = shared.manager()
-    assert mgr.embed_blocked_reason() is not None
+def test_sync_never_embeds_in_search_mode(shared: Shared, tmp_path: Path) -> None:
+    mgr = started(shared.agent(), shared.qmd, tmp_path / "home")  # no embed yet: one is due
+    assert mgr.search_mode == "search"
+    mgr.sync()
+    status = mgr.status()
+    assert status.last_update_at is not None and status.last_embed_at is None
 
 
 def test_update_while_searching_raises_nothing(shared: Shared) -> None:

@@ -506,20 +506,6 @@ class QmdManager:
         self._run(["update"], self.config.update.update_timeout_ms)
         self._record(last_update_at=time.time())
 
-    def embed_due(self) -> bool:
-        """Whether the embed timer (`update.embedInterval`, after any process's embed) says it is
-        time; ignores backoff and mode."""
-        last, interval_s = self.state().last_embed_at, self.config.update.embed_interval_ms / 1000
-        return last is None or (interval_s > 0 and time.time() - last >= interval_s)
-
-    def embed_blocked_reason(self) -> str | None:
-        """Why `sync` would not embed now, or None."""
-        if self.search_mode == "search":
-            return "searchMode is 'search' (BM25 only): no vectors needed"
-        if self._embed_retry_at is not None and self._clock() < self._embed_retry_at:
-            return f"backing off after {self._embed_failures} failed embed(s)"
-        return None
-
     def embed(self) -> None:
         """Run `qmd embed` now; a failure raises and starts/extends the backoff."""
         with self._maintenance():
@@ -540,10 +526,17 @@ class QmdManager:
         self._record(last_embed_at=time.time())
 
     def sync(self) -> None:
-        """Update, then embed when due. An embed failure is backed off, never raised."""
+        """Update, then embed when the timer (`update.embedInterval`, after any process's embed)
+        says so, unless BM25 only needs no vectors; an embed failure is backed off, never raised."""
         with self._maintenance():
             self._update_locked()
-            if self.embed_blocked_reason() is None and self.embed_due():
+            last, interval_s = (
+                self.state().last_embed_at,
+                self.config.update.embed_interval_ms / 1000,
+            )
+            due = last is None or (interval_s > 0 and time.time() - last >= interval_s)
+            backing_off = self._embed_retry_at is not None and self._clock() < self._embed_retry_at
+            if due and self.search_mode != "search" and not backing_off:
                 with suppress(QmdError):
                     self._embed_locked()
 
