@@ -628,7 +628,7 @@ def test_the_search_skips_qmds_reranker_and_qmd_rerank_turns_on_the_stage(
     assert argv[:2] == ["query", "lex: zeppelin"]
     assert "--no-rerank" in argv
     assert "--no-rerank" not in mgr.search_argv("lex: zeppelin", ["m"], 8, rerank=True)
-    assert (mgr.rerank_stage.provider if mgr.rerank_stage else None) == stage
+    assert (mgr.rerank_stage.cfg.provider if mgr.rerank_stage else None) == stage
     # asked for more than qmd fuses by default, it is told to keep that many candidates
     assert "-C" not in argv
     assert mgr.search_argv("lex: zeppelin", ["memory-root-main"], 60)[5:7] == ["-C", "60"]

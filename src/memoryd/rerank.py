@@ -170,10 +170,6 @@ class RerankStage:
             self.remote.close()
 
     @property
-    def provider(self) -> str:
-        return self.cfg.provider
-
-    @property
     def candidates(self) -> int:
         return self.cfg.candidates
 
@@ -200,12 +196,17 @@ class RerankStage:
         worker = threading.Thread(target=call, name="memoryd-rerank", daemon=True)
         worker.start()
         worker.join(max(0.0, deadline - time.monotonic()))
+        from .embeddings.base import DeadlineReached
+
         reason: str | None = None
         scores: list[float] | None = None
-        if worker.is_alive() or ("error" in box and _timed_out(box["error"])):
+        error = box.get("error")
+        if worker.is_alive() or isinstance(error, DeadlineReached | QmdTimeout | TimeoutError):
             reason = f"no answer within {self.cfg.timeout_ms} ms"
-        elif "error" in box:
-            reason = _reason(box["error"])
+        elif error is not None:
+            # one line, without a traceback; the error messages name URLs, never headers
+            text = " ".join(str(error).split()) or type(error).__name__
+            reason = text.removeprefix("rerank: ")[:300]
         else:
             got = box.get("scores")
             if not isinstance(got, list) or len(got) != n:
@@ -250,15 +251,3 @@ def read_degraded(state_dir: Path) -> str | None:
         return None
     reason = data.get("degraded") if isinstance(data, dict) else None
     return reason if isinstance(reason, str) else None
-
-
-def _timed_out(err: BaseException) -> bool:
-    from .embeddings.base import DeadlineReached
-
-    return isinstance(err, DeadlineReached | QmdTimeout | TimeoutError)
-
-
-def _reason(err: BaseException) -> str:
-    """One line, without a traceback; the error messages name URLs, never headers."""
-    text = " ".join(str(err).split()) or type(err).__name__
-    return text.removeprefix("rerank: ")[:300]

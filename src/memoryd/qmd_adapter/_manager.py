@@ -45,7 +45,7 @@ from ..fsio import (
     wipe_folder,
     write_private_atomic,
 )
-from ..rerank import RerankStage
+from ..rerank import RerankStage, Scorer
 from ._collections import CollectionSpec, desired_collections, plan_collections
 from ._home import QmdHome, default_shared_models_dir
 from ._parse import (
@@ -60,7 +60,6 @@ from ._parse import (
     split_qmd_uri,
 )
 from ._plan import SearchMode, plan_query
-from ._rerank import explained, qmd_scorer, reranked
 from ._runner import QmdOutput, kill_group, resolve_command, run_qmd
 from ._snippets import (
     content_docid,
@@ -259,11 +258,9 @@ class QmdManager:
         retry_in = None
         if self._embed_retry_at is not None:
             retry_in = max(0.0, self._embed_retry_at - self._clock())
-        state = self.state()
         return QmdStatus(
+            **self.state().model_dump(),
             command=self.command,
-            version=state.version,
-            version_error=state.version_error,
             home=str(self.home.root),
             search_mode=self.search_mode,
             collections=[
@@ -271,14 +268,9 @@ class QmdManager:
                 for s in self.known_collections()
             ],
             waiting_for_folder=[s.path for s in self._waiting_for_dir],
-            last_update_at=state.last_update_at,
-            last_embed_at=state.last_embed_at,
             embed_failures=self._embed_failures,
             embed_retry_in_s=retry_in,
             last_error=self.last_error,
-            dropped_hits=state.dropped_hits,
-            last_dropped=state.last_dropped,
-            last_refused_at=state.last_refused_at,
         )
 
     @contextmanager
@@ -391,7 +383,10 @@ class QmdManager:
             for spec in adds:
                 self._add_collection(spec)
             self._active = {s.name: s for s in present}
-            self._record_verified(present)
+            fingerprint = self._verified(present)
+            if fingerprint is not None:
+                with suppress(StateError):  # only a cache: the next start checks with qmd again
+                    write_private_atomic(self.home.verified_path, fingerprint.encode("ascii"))
 
     def _verified(self, present: Sequence[CollectionSpec]) -> str | None:
         """A fingerprint of qmd's registry (index.yml) and the collections memoryd wants."""
@@ -411,13 +406,6 @@ class QmdManager:
         except (StateError, UnicodeDecodeError):
             return False
         return fingerprint is not None and fingerprint == record
-
-    def _record_verified(self, present: Sequence[CollectionSpec]) -> None:
-        fingerprint = self._verified(present)
-        if fingerprint is None:
-            return
-        with suppress(StateError):  # only a cache: the next start checks with qmd again
-            write_private_atomic(self.home.verified_path, fingerprint.encode("ascii"))
 
     def _remove_collection(self, name: str) -> None:
         try:
@@ -530,10 +518,8 @@ class QmdManager:
         says so, unless BM25 only needs no vectors; an embed failure is backed off, never raised."""
         with self._maintenance():
             self._update_locked()
-            last, interval_s = (
-                self.state().last_embed_at,
-                self.config.update.embed_interval_ms / 1000,
-            )
+            last = self.state().last_embed_at
+            interval_s = self.config.update.embed_interval_ms / 1000
             due = last is None or (interval_s > 0 and time.time() - last >= interval_s)
             backing_off = self._embed_retry_at is not None and self._clock() < self._embed_retry_at
             if due and self.search_mode != "search" and not backing_off:
@@ -612,16 +598,11 @@ class QmdManager:
         passed = [r for r in results if r.score >= floor]
         # the rerank stage over what passed minScore; `explain` says what qmd was sent
         sent = {"query": plan.document.split("\n"), "minScore": floor} if request.explain else None
-        stage = self.rerank_stage
-        if stage is not None and passed:
-            scorer = None
-            if stage.provider == "qmd":
-                argv = self.search_argv(plan.document, names, pool, rerank=True)
-                paths = [r.path for r in passed[: stage.candidates]]
-                scorer = qmd_scorer(self._run, argv, paths, self.roots(), self.settings.workspace)
-            passed = reranked(stage, query, passed, answer.notes, scorer, sent)
+        if self.rerank_stage is not None and passed:
+            argv = self.search_argv(plan.document, names, pool, rerank=True)
+            passed = self._reranked(self.rerank_stage, query, passed, answer.notes, sent, argv)
         elif sent is not None:
-            passed = [r.with_(explain=explained(r, sent, None)) for r in passed]
+            passed = [r.with_(explain=_explained(r, sent, None)) for r in passed]
         n = request.max_results or limits.max_results
         model = self.config.models.embed if plan.vector else None
         return dataclasses.replace(answer, results=passed[:n], model=model)
@@ -638,6 +619,58 @@ class QmdManager:
         for name in names:
             args += ["-c", name]
         return args
+
+    def _reranked(
+        self,
+        stage: RerankStage,
+        query: str,
+        results: list[SearchResult],
+        notes: list[str],
+        sent: dict[str, Any] | None,
+        argv: list[str],
+    ) -> list[SearchResult]:
+        """The first `candidates` results in the order of qmd's reranker (asked with `argv`) or
+        the remote one, the rest after; it only reorders, as qmd's reranked scores stay high for
+        an off-topic query. With `sent`, each result's `explain` says how."""
+        head = results[: stage.cfg.candidates]
+        qmd = stage.cfg.provider == "qmd"
+        scorer = self._qmd_scorer(argv, [r.path for r in head]) if qmd else None
+        outcome = stage.apply(query, [r.snippet for r in head], scorer)
+        if outcome.note:
+            notes.append(outcome.note)
+        order = outcome.order + list(range(len(head), len(results)))
+        if sent is None:
+            return [results[i] for i in order]
+        scores = outcome.scores + [None] * (len(results) - len(head))
+        return [
+            results[i].with_(
+                explain=_explained(
+                    results[i],
+                    sent,
+                    outcome.explain(stage.cfg.provider, scores[i], i + 1, after + 1),
+                )
+            )
+            for after, i in enumerate(order)
+        ]
+
+    def _qmd_scorer(self, argv: list[str], paths: Sequence[str]) -> Scorer:
+        """A scorer giving each path qmd's reranked score for its file (-1 when no longer listed)."""
+        by_name = {root.name: root for root in self.roots()}
+        workspace = str(self.settings.workspace)
+
+        def score(query: str, documents: Sequence[str], deadline: float) -> list[float]:
+            left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+            by_path: dict[str, float] = {}
+            for hit in parse_search_output(self._run(argv, left_ms).stdout):
+                collection, rel = split_qmd_uri(hit.file or "") or ("", "")
+                if collection in by_name:
+                    path = display_path(
+                        by_name[collection], PurePosixPath(rel), workspace=workspace
+                    )
+                    by_path.setdefault(path, hit.score)
+            return [by_path.get(p, -1.0) for p in paths]
+
+        return score
 
     def _query(self, document: str, names: list[str], n: int, timeout_ms: int) -> list[QmdHit]:
         try:
@@ -789,3 +822,16 @@ class QmdManager:
             (prefix + "%",),
         )
         return (str(row[0]), str(row[1])) if row else None
+
+
+def _explained(
+    r: SearchResult, qmd: dict[str, Any], rerank: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A qmd result's `explain` object: the query document qmd was sent, its own score."""
+    return {
+        "engine": "qmd",
+        "qmd": {**qmd, "score": r.score},
+        "rerank": rerank,
+        "minScore": qmd.get("minScore"),
+        "score": r.score,
+    }
