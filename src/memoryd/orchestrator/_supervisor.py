@@ -19,6 +19,7 @@ from ..background import Background
 from ..config import ResolvedAgent
 from ..core.engine import BuiltinEngine, ProgressFn, QmdEngine, SearchOutput, SearchRequest
 from ..core.layout import MemoryRoot
+from ..core.text import query_terms
 from ..errors import MemorydError, QmdError, QmdTimeout, ServiceUnavailable, StateError
 from ..fsio import private_dir, read_private, write_private_atomic
 from ..memfiles import discover
@@ -386,23 +387,15 @@ class AgentBackend:
             return self._builtin(request, failed_over=True)
         if self.failover.state.failures and self.failover.record_success(self._clock()):
             self._recovered()
-        if answer.results or not self._complete_empty(request):
+        # qmd found nothing: with `memory.qmd.emptyResults = "builtin"`, a question of two or
+        # more content words gets the built-in index's hits, each marked `backend: builtin`
+        complete = self.agent.memory.qmd.empty_results == "builtin" and not answer.results
+        idx = self.index if complete and len(query_terms(request.query)) >= 2 else None
+        if idx is None:
             return answer
-        # qmd found nothing: the built-in index's hits, each marked `backend: builtin`
-        assert self.index is not None
-        hits = [r.with_(engine="builtin") for r in self.index.search(request).results]
+        hits = [r.with_(engine="builtin") for r in idx.search(request).results]
         note = "qmd found nothing; completed by the built-in index"
         return replace(answer, results=hits, notes=[*answer.notes, note] if hits else answer.notes)
-
-    def _complete_empty(self, request: SearchRequest) -> bool:
-        """`memory.qmd.emptyResults = "builtin"` and a question of two or more content words."""
-        from ..core.text import query_terms
-
-        return (
-            self.agent.memory.qmd.empty_results == "builtin"
-            and self.index is not None
-            and len(query_terms(request.query)) >= 2
-        )
 
     def _refresh_if_stale(self) -> float | None:
         """Without timers, update qmd first (within `sync.searchWaitMs`); how stale it still is."""

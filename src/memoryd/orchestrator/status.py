@@ -77,30 +77,23 @@ class MemoryStatus(StatusModel):
     )
 
     def with_issues(self) -> MemoryStatus:
+        """This status with the last rerank's state and the problems worth a user's attention,
+        each true right now."""
         from ..rerank import read_degraded
 
         degraded = read_degraded(Path(self.state_dir))
-        rerank = f"degraded, {degraded}" if degraded else None
-        st = self.model_copy(update={"rerank": rerank})
-        return st.model_copy(update={"issues": compute_issues(st)})
-
-
-def compute_issues(st: MemoryStatus) -> list[str]:
-    """Problems worth a user's attention, each true right now."""
-    found: list[str] = []
-    b = st.builtin
-    if b is not None and st.requested_backend == "qmd" and st.backend == "qmd":
-        # the built-in index is only qmd's fallback here: its state is not the user's problem
-        b = None
-    if b is not None:
-        found += _builtin_issues(b, st.workspace_dir)
-    if st.check is not None and not st.check.get("ok"):
-        found.append(f"index check: {st.check.get('problem')}")
-    if st.requested_backend == "qmd":
-        found += _qmd_issues(st)
-    if st.rerank is not None:
-        found.append(f"rerank: {st.rerank}")
-    return found
+        st = self.model_copy(update={"rerank": f"degraded, {degraded}" if degraded else None})
+        found: list[str] = []
+        # while qmd serves as asked, the built-in index is only its fallback: not the user's problem
+        if st.builtin is not None and (st.requested_backend, st.backend) != ("qmd", "qmd"):
+            found += _builtin_issues(st.builtin, st.workspace_dir)
+        if st.check is not None and not st.check.get("ok"):
+            found.append(f"index check: {st.check.get('problem')}")
+        if st.requested_backend == "qmd":
+            found += _qmd_issues(st)
+        if st.rerank is not None:
+            found.append(f"rerank: {st.rerank}")
+        return st.model_copy(update={"issues": found})
 
 
 def _builtin_issues(b: BuiltinStatus, workspace_dir: str) -> list[str]:
