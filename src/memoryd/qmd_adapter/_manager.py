@@ -49,7 +49,6 @@ from ..rerank import RerankStage, Scorer
 from ._collections import CollectionSpec, desired_collections, plan_collections
 from ._home import QmdHome, default_shared_models_dir
 from ._parse import (
-    CollectionInfo,
     QmdHit,
     is_busy_error,
     is_collection_exists_error,
@@ -346,7 +345,7 @@ class QmdManager:
         present = [s for s in self._specs if Path(s.path).is_dir()]
         return present if self._still_verified(present) else []
 
-    def list_collections(self) -> dict[str, CollectionInfo]:
+    def list_collections(self) -> dict[str, CollectionSpec]:
         """What qmd has now (`collection list`, then `show` for each)."""
         timeout = self.config.update.command_timeout_ms
         out = self._run(["collection", "list"], timeout)
@@ -355,7 +354,7 @@ class QmdManager:
             return {}
         bound = getattr(self._bound, "deadline", None)
 
-        def show(name: str) -> CollectionInfo | None:
+        def show(name: str) -> CollectionSpec | None:
             with self.bounded(bound):  # the caller's deadline holds on the pool's threads too
                 return parse_collection_show(
                     self._run(["collection", "show", name], timeout).stdout
