@@ -1,9 +1,6 @@
 """The optional reranking stage (`memorySearch.query.rerank`): a remote `/v1/rerank` endpoint or
-qmd's reranker reorders what passed minScore, within `timeoutMs`, failing open.
-
-Reranker scores are not calibrated, so they only reorder: abstention stays the calibrated
-scores' job and each result keeps its own score.
-"""
+qmd's reranker reorders what passed minScore, within `timeoutMs`, failing open; its scores are
+not calibrated, so each result keeps its own and abstention stays theirs."""
 
 from __future__ import annotations
 

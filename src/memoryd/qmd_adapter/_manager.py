@@ -401,10 +401,10 @@ class QmdManager:
         """qmd's registry and the collections memoryd wants are as they were last checked."""
         fingerprint = self._verified(present)
         try:
-            record = (read_private(self.home.verified_path) or b"").decode("ascii").strip()
-        except (StateError, UnicodeDecodeError):
+            record = read_private(self.home.verified_path)
+        except StateError:
             return False
-        return fingerprint is not None and fingerprint == record
+        return fingerprint is not None and record == fingerprint.encode()
 
     def _remove_collection(self, name: str) -> None:
         try:

@@ -53,7 +53,20 @@ def run_qmd(
             "(run scripts/install-qmd or set memory.qmd.command)"
         )
     label = f"qmd {args[0]}" if args else "qmd"
-    process = _spawn(exe, [exe, *args], env, cwd)
+    try:  # in a session of its own, so that its whole group can be killed
+        process = subprocess.Popen(
+            [exe, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+            # qmd writes its index and config into the agent's private state: keep them 0600
+            umask=0o077,
+        )
+    except OSError as err:
+        raise QmdUnavailable(f"cannot start qmd ({exe}): {err.strerror or err}") from None
     if running is not None:
         running.add(process)
     try:
@@ -119,24 +132,6 @@ def _collect(
     if len(stdout) > max_output_chars:
         raise too_large
     return returncode, stdout, err.decode("utf-8", errors="replace")[-max_output_chars:]
-
-
-def _spawn(exe: str, argv: list[str], env: Mapping[str, str], cwd: str) -> subprocess.Popen[bytes]:
-    """qmd started in a session of its own (so its whole group can be killed)."""
-    try:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=dict(env),
-            start_new_session=True,
-            # qmd writes its index and config into the agent's private state: keep them 0600
-            umask=0o077,
-        )
-    except OSError as err:
-        raise QmdUnavailable(f"cannot start qmd ({exe}): {err.strerror or err}") from None
 
 
 def _signal_group(pgid: int) -> None:
