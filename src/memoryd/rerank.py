@@ -106,12 +106,11 @@ class RemoteReranker:
     """`POST {baseUrl}/v1/rerank` (`/rerank` after a `/v1`, nothing after a `/rerank`) through
     the embedding providers' HTTP client; the key is only ever a request header."""
 
-    def __init__(self, cfg: RerankRemoteConfig, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self, cfg: RerankRemoteConfig) -> None:
         from .embeddings.http import ApiClient, RetryPolicy, merge_headers
 
         assert cfg.base_url is not None
-        env = os.environ if environ is None else environ
-        key = cfg.api_key or env.get(API_KEY_ENV)
+        key = cfg.api_key or os.environ.get(API_KEY_ENV)
         auth = {"Authorization": f"Bearer {key}"} if key else {}
         base = cfg.base_url.rstrip("/")
         if base.endswith("/rerank"):
@@ -179,42 +178,38 @@ class RerankStage:
         scorer = scorer or self.remote
         if scorer is None or n == 0:
             return RerankOutcome(list(range(n)), [None] * n, 0.0)
-        timeout_s = self.cfg.timeout_ms / 1000
-        deadline = start + timeout_s
+        deadline = start + self.cfg.timeout_ms / 1000
         docs = [d[:MAX_DOCUMENT_CHARS] for d in documents]
-        box: dict[str, Any] = {}
+        box: list[Any] = []  # the scores, or what the scorer raised
 
         def call() -> None:
             try:
-                box["scores"] = scorer(query, docs, deadline)
+                box.append(scorer(query, docs, deadline))
             except BaseException as err:  # the stage fails open on anything
-                box["error"] = err
+                box.append(err)
 
         worker = threading.Thread(target=call, name="memoryd-rerank", daemon=True)
         worker.start()
         worker.join(max(0.0, deadline - time.monotonic()))
         from .embeddings.base import DeadlineReached
 
+        alive = worker.is_alive()  # before `box` is read: a call ending now is not lost
+        got: Any = None if alive else box[0]
         reason: str | None = None
-        scores: list[float] | None = None
-        error = box.get("error")
-        if worker.is_alive() or isinstance(error, DeadlineReached | QmdTimeout | TimeoutError):
+        if alive or isinstance(got, DeadlineReached | QmdTimeout | TimeoutError):
             reason = f"no answer within {self.cfg.timeout_ms} ms"
-        elif error is not None:
+        elif isinstance(got, BaseException):
             # one line, without a traceback; the error messages name URLs, never headers
-            text = " ".join(str(error).split()) or type(error).__name__
+            text = " ".join(str(got).split()) or type(got).__name__
             reason = text.removeprefix("rerank: ")[:300]
-        else:
-            got = box.get("scores")
-            if not isinstance(got, list) or len(got) != n:
-                reason = "the reranker did not score each result once"
-            else:
-                scores = got
+        elif not isinstance(got, list) or len(got) != n:
+            reason = "the reranker did not score each result once"
         seconds = time.monotonic() - start
         self._record(reason)
-        if scores is None:
+        if reason is not None:
             log.warning("rerank degraded: %s", reason)
             return RerankOutcome(list(range(n)), [None] * n, seconds, reason)
+        scores: list[float] = got
         # ties keep the order the calibrated scores gave
         order = sorted(range(n), key=lambda i: (-scores[i], i))
         return RerankOutcome(order, list(scores), seconds)

@@ -23,7 +23,7 @@ from ..core.text import query_terms
 from ..errors import MemorydError, QmdError, QmdTimeout, ServiceUnavailable, StateError
 from ..fsio import private_dir, read_private, write_private_atomic
 from ..memfiles import discover
-from .failover import Active, Failover, FailoverState, clean_reason
+from .failover import Failover, FailoverState, clean_reason
 
 if TYPE_CHECKING:  # imported where used: a builtin agent never loads the qmd adapter
     from ..builtin_index import MemoryIndex
@@ -268,10 +268,6 @@ class AgentBackend:
             self._index.close()
 
     # ------------------------------------------------------------------ failover
-
-    @property
-    def active(self) -> Active:
-        return self.failover.active
 
     def _record_failure(self, reason: str) -> None:
         now = self._clock()

@@ -205,9 +205,13 @@ class MemoryService:
         b = self._ensure_started(agent.agent_id)
         notes: list[str] = []
         if corpus == "sessions":
-            notes.extend(_sessions_off(agent, b.active))
+            notes.extend(_sessions_off(agent, b.failover.active))
         # how long the built-in index may first catch up
-        wait_s = agent.memory_search.sync.search_wait_ms / 1000 if b.active == "builtin" else None
+        wait_s = (
+            agent.memory_search.sync.search_wait_ms / 1000
+            if b.failover.active == "builtin"
+            else None
+        )
         answer = b.search(SearchRequest(text, max_results, min_score, corpus, wait_s, explain))
         results = apply_citations(
             answer.results,
@@ -518,7 +522,7 @@ class MemoryService:
         """`deep`: probe qmd for real; a qmd never validated is asked its version, within 5 s."""
         assert b.qmd is not None
         if deep:
-            if b.active == "builtin":
+            if b.failover.active == "builtin":
                 b.probe()
             else:
                 b.search(SearchRequest("memoryd status probe", max_results=1))
