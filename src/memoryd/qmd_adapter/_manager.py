@@ -59,7 +59,7 @@ from ._parse import (
     split_qmd_uri,
 )
 from ._plan import SearchMode, plan_query
-from ._runner import QmdOutput, kill_group, resolve_command, run_qmd
+from ._runner import kill_group, resolve_command, run_qmd
 from ._snippets import (
     content_docid,
     file_lines,
@@ -288,7 +288,7 @@ class QmdManager:
         """The environment every qmd call of this agent gets."""
         return self.home.env(overrides=self._env_overrides)
 
-    def _run(self, args: Sequence[str], timeout_ms: int) -> QmdOutput:
+    def _run(self, args: Sequence[str], timeout_ms: int) -> subprocess.CompletedProcess[str]:
         """One qmd call within `timeout_ms` in all, retries on a locked index included."""
         env = self.env()
         if not self.home.neutral_cwd.is_dir():  # `--version` may run before start()

@@ -11,21 +11,12 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
 
 from ..core.text import plain_text
 from ..errors import QmdExitError, QmdOutputTooLarge, QmdTimeout, QmdUnavailable
 
 DEFAULT_MAX_OUTPUT_CHARS = 200_000
 _READ_CHUNK = 65_536
-
-
-@dataclass(frozen=True, slots=True)
-class QmdOutput:
-    """What a qmd call that exited 0 printed."""
-
-    stdout: str
-    stderr: str
 
 
 def resolve_command(command: str, env: Mapping[str, str] | None = None) -> str | None:
@@ -43,7 +34,7 @@ def run_qmd(
     timeout_s: float,
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
     running: set[subprocess.Popen[bytes]] | None = None,
-) -> QmdOutput:
+) -> subprocess.CompletedProcess[str]:
     """Run `command args…`, a non-zero exit being `QmdExitError`; the process sits in `running`
     so that its owner can kill it on close."""
     exe = resolve_command(command, env)
@@ -80,7 +71,7 @@ def run_qmd(
             returncode=returncode,
             stderr=stderr,
         )
-    return QmdOutput(stdout, stderr)
+    return subprocess.CompletedProcess([exe, *args], returncode, stdout, stderr)
 
 
 def _collect(
