@@ -736,9 +736,8 @@ class QmdManager:
     def _hit_windows(
         self, hit: QmdHit, query: str, words: Sequence[str], *, continuation: bool
     ) -> list[SearchResult]:
+        # qmd names every hit's file (`qmd://<collection>/<path>`); its docid only dates the text
         located = split_qmd_uri(hit.file) if hit.file else None
-        if located is None and hit.docid:
-            located = self._lookup_docid(hit.docid)
         if located is None:
             self._drop("unresolvable", hit.file or hit.docid or "?", "qmd named no file")
             return []
@@ -809,18 +808,6 @@ class QmdManager:
         counts = {**state.dropped_hits, reason: state.dropped_hits.get(reason, 0) + 1}
         refused_at = time.time() if reason in REFUSED_HITS else state.last_refused_at
         self._record(dropped_hits=counts, last_dropped=last, last_refused_at=refused_at)
-
-    def _lookup_docid(self, docid: str) -> tuple[str, str] | None:
-        """Resolve `#abc123` through qmd's `documents` table."""
-        prefix = docid.lstrip("#").lower()
-        if not prefix or not all(c in "0123456789abcdef" for c in prefix):
-            return None
-        row = self._index_row(
-            "SELECT collection, path FROM documents WHERE hash LIKE ? AND active = 1 "
-            "ORDER BY collection, path LIMIT 1",
-            (prefix + "%",),
-        )
-        return (str(row[0]), str(row[1])) if row else None
 
 
 def _explained(
