@@ -89,8 +89,8 @@ class MemoryStatus(StatusModel):
             found += _builtin_issues(st.builtin, st.workspace_dir)
         if st.check is not None and not st.check.get("ok"):
             found.append(f"index check: {st.check.get('problem')}")
-        if st.requested_backend == "qmd":
-            found += _qmd_issues(st)
+        if st.requested_backend == "qmd" and st.qmd is not None:
+            found += _qmd_issues(st, st.qmd)
         if st.rerank is not None:
             found.append(f"rerank: {st.rerank}")
         return st.model_copy(update={"issues": found})
@@ -140,25 +140,21 @@ def _builtin_issues(b: BuiltinStatus, workspace_dir: str) -> list[str]:
     return found
 
 
-def _qmd_issues(st: MemoryStatus) -> list[str]:
+def _qmd_issues(st: MemoryStatus, q: QmdStatus) -> list[str]:
     from ..qmd_adapter import REFUSED_HITS  # loaded already: qmd reported this status
 
     found: list[str] = []
-    if st.backend != "qmd":
-        reason = st.fallback.reason if st.fallback else "unknown"
-        found.append(f"qmd is not serving (answering from the built-in index): {reason}")
-    q = st.qmd
     reason = st.fallback.reason if st.fallback else None
-    if q is not None and q.version_error and q.version_error not in (reason or ""):
+    if st.backend != "qmd":
+        found.append(
+            f"qmd is not serving (answering from the built-in index): {reason or 'unknown'}"
+        )
+    if q.version_error and q.version_error not in (reason or ""):
         found.append(f"qmd answered but not as qmd: {q.version_error}")
-    refused = {k: v for k, v in (q.dropped_hits if q else {}).items() if k in REFUSED_HITS}
+    refused = {k: v for k, v in q.dropped_hits.items() if k in REFUSED_HITS}
     # true while qmd has not updated since: an update after the file was fixed drops it
-    recent = (
-        q is not None
-        and q.last_refused_at is not None
-        and (st.last_update_at is None or q.last_refused_at >= st.last_update_at)
-    )
-    if q is not None and refused and recent:
+    recent = q.last_refused_at is not None and q.last_refused_at >= (st.last_update_at or 0)
+    if refused and recent:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(refused.items()))
         found.append(
             f"qmd returned {sum(refused.values())} hit(s) memoryd would not serve ({counts}); "
