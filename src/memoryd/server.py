@@ -99,18 +99,19 @@ async def _send(stream: SocketStream, resp: dict[str, Any]) -> None:
 async def _read_request(stream: SocketStream, idle_s: float) -> dict[str, Any] | None:
     """The request line's JSON object (None at EOF); `InvalidInput` for a bad one."""
     import anyio
+    from anyio.streams.buffered import BufferedByteReceiveStream
 
-    buf = b""
-    with anyio.move_on_after(idle_s) as scope:
-        while b"\n" not in buf and len(buf) <= MAX_REQUEST:
-            try:
-                buf += await stream.receive()
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                return None
-    if scope.cancelled_caught:
-        raise InvalidInput(f"no request line within {idle_s:g}s")
-    line = buf.split(b"\n", 1)[0]
-    if len(line) > MAX_REQUEST:
+    line: bytes | None = None
+    try:  # a byte past the limit: a line of exactly MAX_REQUEST bytes still fits
+        with anyio.fail_after(idle_s):
+            line = await BufferedByteReceiveStream(stream).receive_until(b"\n", MAX_REQUEST + 1)
+    except TimeoutError:
+        raise InvalidInput(f"no request line within {idle_s:g}s") from None
+    except (anyio.IncompleteRead, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        return None
+    except anyio.DelimiterNotFound:
+        pass
+    if line is None or len(line) > MAX_REQUEST:
         raise InvalidInput(f"request longer than {MAX_REQUEST} bytes")
     try:
         req = json.loads(line)
