@@ -176,3 +176,7 @@ class NotServed(MemorydError, code="not_served"):
 
 class ServerBusy(MemorydError, code="server_busy"):
     """Answered by `memoryd serve` when it already handles its maximum number of connections."""
+
+
+class InternalError(MemorydError, code="internal_error"):
+    """Answered by MCP and `memoryd serve` when a memoryd bug fails a request (the log has the trace)."""

@@ -39,7 +39,7 @@ from mcp.shared.exceptions import MCPError
 
 from . import __version__, paths
 from .background import Background, close_shielded, run_blocking, stop_on_signal
-from .errors import ConfigError, InvalidInput, MemorydError, StateError
+from .errors import ConfigError, InternalError, InvalidInput, MemorydError, StateError
 from .fsio import create_private_once, private_dir, read_private
 from .tools import TOOLS, call_tool, input_schema, validate_tool_input
 
@@ -150,8 +150,9 @@ def _build(handle: _ServiceHandle) -> Server[Any]:
             return _result(err.to_result())
         except Exception:  # a memoryd bug: the agent gets one line, the log the traceback
             log.exception("tool %s failed", params.name)
-            bug = MemorydError(f"internal error in {params.name} (see the memoryd log)")
-            return _result({**bug.to_result(), "code": "internal_error"})
+            return _result(
+                InternalError(f"internal error in {params.name} (see the memoryd log)").to_result()
+            )
 
     async def warm_after_handshake(ctx: ServerRequestContext[Any], call_next: CallNext) -> Any:
         result: HandlerResult = await call_next(ctx)

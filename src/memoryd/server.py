@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from . import paths
-from .errors import InvalidAgentId, InvalidInput, MemorydError, NotServed, ServerBusy
+from .errors import InternalError, InvalidAgentId, InvalidInput, MemorydError, NotServed, ServerBusy
 
 if TYPE_CHECKING:  # the CLI imports this module to forward requests: keep it light
     import anyio
@@ -52,12 +52,12 @@ MAX_ERROR_CHARS: Final = 500
 MAX_IDENTITY_PATH: Final = 4096
 
 
-def _error(err: MemorydError, code: str | None = None) -> dict[str, Any]:
-    """`err` as a result, its message capped; `code` overrides (`internal_error`)."""
+def _error(err: MemorydError) -> dict[str, Any]:
+    """`err` as a result, its message capped."""
     out = err.to_result()
     if len(out["error"]) > MAX_ERROR_CHARS:
         out["error"] = out["error"][: MAX_ERROR_CHARS - 1] + "…"
-    return out if code is None else {**out, "code": code}
+    return out
 
 
 def _shape_error(req: dict[str, Any]) -> str | None:
@@ -245,16 +245,6 @@ async def serve(
     limiter = anyio.CapacityLimiter(cap)
     workers = anyio.CapacityLimiter(cap)
 
-    async def answer(stream: SocketStream) -> dict[str, Any] | None:
-        try:
-            req = await _read_request(stream, idle_s)
-            return None if req is None else await dispatch(service, req, ident, workers)
-        except InvalidInput as err:  # a bad request line
-            return _error(err)
-        except Exception as err:  # one request must never take the listener down
-            log.exception("serve: request failed")
-            return _error(MemorydError(f"internal error: {type(err).__name__}"), "internal_error")
-
     async def handle(stream: SocketStream) -> None:
         async with stream:
             try:
@@ -264,11 +254,17 @@ async def serve(
                 await _send(stream, _error(ServerBusy(f"busy: {cap} requests in flight")))
                 return
             try:
-                resp = await answer(stream)
-                if resp is not None:
-                    await _send(stream, resp)
+                req = await _read_request(stream, idle_s)
+                resp = None if req is None else await dispatch(service, req, ident, workers)
+            except InvalidInput as err:  # a bad request line
+                resp = _error(err)
+            except Exception as err:  # one request must never take the listener down
+                log.exception("serve: request failed")
+                resp = _error(InternalError(f"internal error: {type(err).__name__}"))
             finally:
                 limiter.release()
+            if resp is not None:
+                await _send(stream, resp)
 
     try:
         async with listener, anyio.create_task_group() as tg:
