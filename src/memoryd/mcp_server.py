@@ -416,44 +416,34 @@ class _Screen:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        from starlette.responses import JSONResponse
+
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         reason = check_request_origin(headers.get("origin"), headers.get("host"), self.guard)
         if reason is not None:
             log.warning("%s %s refused: %s", scope.get("method"), scope.get("path"), reason)
-            await _json_error(send, 403, -32003, f"Forbidden: {reason}")
-            return
-        auth = headers.get("authorization")
-        if scope.get("path") != "/health" and not token_matches(auth, self.token):
-            await _json_error(
-                send,
-                401,
-                -32001,
-                "Unauthorized: send 'Authorization: Bearer <token>' "
+            error, status, extra = {"code": -32003, "message": f"Forbidden: {reason}"}, 403, {}
+        elif scope.get("path") != "/health" and not token_matches(
+            headers.get("authorization"), self.token
+        ):
+            error = {
+                "code": -32001,
+                "message": "Unauthorized: send 'Authorization: Bearer <token>' "
                 "(memoryd mcp --print-token prints it)",
-                [(b"www-authenticate", b'Bearer realm="memoryd"')],
-            )
+            }
+            status, extra = 401, {"www-authenticate": 'Bearer realm="memoryd"'}
+        else:
+
+            async def send_with_retry_after(message: Any) -> None:
+                if message["type"] == "http.response.start" and message["status"] == 503:
+                    retry = (b"retry-after", str(RETRY_AFTER_S).encode())
+                    message = {**message, "headers": [*message.get("headers", []), retry]}
+                await send(message)
+
+            await self.app(scope, receive, send_with_retry_after)
             return
-
-        async def send_with_retry_after(message: Any) -> None:
-            if message["type"] == "http.response.start" and message["status"] == 503:
-                headers = [
-                    *message.get("headers", []),
-                    (b"retry-after", str(RETRY_AFTER_S).encode()),
-                ]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, send_with_retry_after)
-
-
-async def _json_error(
-    send: Any, status: int, code: int, message: str, extra: Iterable[tuple[bytes, bytes]] = ()
-) -> None:
-    error = {"code": code, "message": message}
-    body = json.dumps({"jsonrpc": "2.0", "error": error, "id": None}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    await send({"type": "http.response.start", "status": status, "headers": [*headers, *extra]})
-    await send({"type": "http.response.body", "body": body})
+        body = {"jsonrpc": "2.0", "error": error, "id": None}
+        await JSONResponse(body, status, headers=extra)(scope, receive, send)
 
 
 def _listen(host: str, port: int) -> socket.socket:
