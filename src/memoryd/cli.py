@@ -710,17 +710,9 @@ def _cmd_flush_check(args: argparse.Namespace) -> int:
         "sessionKey": args.session_key,
         "sessionId": args.session_id,
     }  # the tool's input contract, with its messages
-    validate_tool_input("memory_flush_check", {k: v for k, v in wire.items() if v is not None})
+    checked = validate_tool_input("memory_flush_check", wire)
     with service(args) as svc:
-        out = svc.flush_check(
-            session_key=args.session_key,
-            token_estimate=args.tokens,
-            context_window=args.context_window,
-            compaction_count=args.compactions,
-            session_id=args.session_id,
-            record=not args.dry_run,
-            agent_id=args.agent,
-        )
+        out = svc.flush_check(**checked.model_dump(), record=not args.dry_run, agent_id=args.agent)
     if not as_json(args, out):
         verdict = "run the memory flush now" if out["run"] else "no flush needed"
         print(
