@@ -416,23 +416,12 @@ class _Screen:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        from starlette.responses import JSONResponse
-
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         reason = check_request_origin(headers.get("origin"), headers.get("host"), self.guard)
-        if reason is not None:
-            log.warning("%s %s refused: %s", scope.get("method"), scope.get("path"), reason)
-            error, status, extra = {"code": -32003, "message": f"Forbidden: {reason}"}, 403, {}
-        elif scope.get("path") != "/health" and not token_matches(
+        authorized = scope.get("path") == "/health" or token_matches(
             headers.get("authorization"), self.token
-        ):
-            error = {
-                "code": -32001,
-                "message": "Unauthorized: send 'Authorization: Bearer <token>' "
-                "(memoryd mcp --print-token prints it)",
-            }
-            status, extra = 401, {"www-authenticate": 'Bearer realm="memoryd"'}
-        else:
+        )
+        if reason is None and authorized:
 
             async def send_with_retry_after(message: Any) -> None:
                 if message["type"] == "http.response.start" and message["status"] == 503:
@@ -442,6 +431,18 @@ class _Screen:
 
             await self.app(scope, receive, send_with_retry_after)
             return
+        if reason is not None:
+            log.warning("%s %s refused: %s", scope.get("method"), scope.get("path"), reason)
+            error, status, extra = {"code": -32003, "message": f"Forbidden: {reason}"}, 403, {}
+        else:
+            error = {
+                "code": -32001,
+                "message": "Unauthorized: send 'Authorization: Bearer <token>' "
+                "(memoryd mcp --print-token prints it)",
+            }
+            status, extra = 401, {"www-authenticate": 'Bearer realm="memoryd"'}
+        from starlette.responses import JSONResponse
+
         body = {"jsonrpc": "2.0", "error": error, "id": None}
         await JSONResponse(body, status, headers=extra)(scope, receive, send)
 
