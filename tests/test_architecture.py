@@ -91,11 +91,7 @@ ALLOWED: dict[str, set[str]] = {
         "tools",
         "progress",
         "cli_output",
-        "cli_common",
-        "cli_forget",
     },
-    "cli_common": {"errors", "config_files", "orchestrator", "paths", "server"},
-    "cli_forget": {"cli_common", "core", "errors", "paths", "server", "progress"},
     "cli_output": {"core"},
     "progress": set(),
     # the public API, re-exported (loaded on first use)

@@ -1,4 +1,5 @@
-"""The `memoryd` command: parse arguments, call the library, print (`--json`: JSON only).
+"""The `memoryd` command: parse arguments, forward to `memoryd serve` or call the library, print
+(`--json`: JSON only).
 
 Every error is one line on stderr; exit status 2 for usage errors and invalid input, 1 for any
 other failure, 130 when interrupted.
@@ -7,6 +8,7 @@ other failure, 130 when interrupted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import logging
@@ -16,10 +18,8 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from . import __version__
-from .cli_common import as_json, forward, print_json, service
-from .cli_forget import cmd_forget, cmd_reset
 from .core.text import visible_controls
-from .errors import InvalidInput, MemorydError, UnknownAgent
+from .errors import InvalidInput, MemorydError, NotServed, ServerBusy, UnknownAgent
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -57,6 +57,13 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # one prefix for every error line, as `main` prints the others
         self.exit(EXIT_USAGE, f"memoryd: error: {message} (see {self.prog} --help)\n")
+
+    def format_help(self) -> str:
+        if self.prog == "memoryd mcp" and not (self.epilog or "").startswith("tools:"):
+            from .tools import tools_help  # loads pydantic: only when mcp's help is shown
+
+            self.epilog = tools_help() + "\n\n" + (self.epilog or "")
+        return super().format_help()
 
 
 def _parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -327,14 +334,14 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     if mc := _cmd(
         "mcp",
         "serve the six memory tools over MCP (stdio, or Streamable HTTP with --http)",
-        "",
+        "  memoryd mcp --workspace ~/agent      stdio, for a host that spawns memoryd\n"
+        "  memoryd mcp --http 8181              http://127.0.0.1:8181/mcp for hosts that connect by URL\n"
+        "  memoryd mcp --print-token            the token those hosts send (Authorization: Bearer …)",
         description="Serve the agent's memory tools over MCP: on stdin/stdout for a host that\n"
         "spawns memoryd, or over Streamable HTTP at http://HOST:PORT/mcp with --http\n"
         "(loopback only unless --allow-remote, which needs TLS; GET /health answers too).\n"
         "HTTP clients must send 'Authorization: Bearer <token>' (see --print-token). A bad\n"
         'argument is a result {"disabled": true, "error": "...", "code": "invalid_input"}.',
-        epilog=_MCP_EPILOG,
-        formatter_class=_McpHelpFormatter,
     ):
         mc.add_argument(
             "--http",
@@ -387,25 +394,6 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
-_MCP_EPILOG = "\0tools"  # replaced by the tool list when help is printed (see _McpHelpFormatter)
-_MCP_EXAMPLES = """examples:
-  memoryd mcp --workspace ~/agent      stdio, for a host that spawns memoryd
-  memoryd mcp --http 8181              http://127.0.0.1:8181/mcp for hosts that connect by URL
-  memoryd mcp --print-token            the token those hosts send (Authorization: Bearer …)"""
-
-
-class _McpHelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """`mcp --help` lists the tools, imported only when help is printed: building the parser must
-    not load pydantic."""
-
-    def add_text(self, text: str | None) -> None:
-        if text == _MCP_EPILOG:
-            from .tools import tools_help
-
-            text = tools_help() + "\n\n" + _MCP_EXAMPLES
-        super().add_text(text)
-
-
 def parse_http_address(value: str) -> tuple[str, int]:
     """`PORT`, `HOST:PORT` or `[V6]:PORT` → (host, port); a bare port binds 127.0.0.1 (parsed
     here, not in mcp_server: a mistyped address is refused without loading the MCP SDK)."""
@@ -424,6 +412,177 @@ def parse_http_address(value: str) -> tuple[str, int]:
             f"port must be a number from 0 to 65535, not {port_text!r}"
         )
     return host, int(port_text)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
+
+
+def as_json(args: argparse.Namespace, data: Any) -> bool:
+    """Print `data` as JSON if `--json` was given; whether it was."""
+    if args.json:
+        print_json(data)
+    return bool(args.json)
+
+
+def forward(
+    args: argparse.Namespace, payload: dict[str, Any], *, wait_s: float | None = None
+) -> dict[str, Any] | None:
+    """The answer of a `memoryd serve` that serves this caller (its failure raised), else None;
+    with `wait_s`, a serve that stops answering is an error, never a reason to run it here too."""
+    if os.environ.get("MEMORYD_NO_SERVER"):
+        return None
+    from . import paths
+
+    sock = paths.socket_path()
+    if not sock.exists():  # no server: skip its module (socket) and the config hash
+        return None
+    from .server import config_identity, ping, request
+
+    raw_ws = args.workspace or os.environ.get("MEMORYD_WORKSPACE")
+    identity = {  # who is asking, as `serve` compares it
+        "config": config_identity(paths.config_file(args.config)),
+        "workspace": os.path.abspath(os.path.expanduser(raw_ws)) if raw_ws else None,
+        "cwd": os.getcwd(),
+    }
+    full = {**payload, "agent": args.agent, "identity": identity}
+    op = payload["op"]
+    # forget and reset say who did the work; forget's listing is only a question
+    announce = wait_s is not None and op != "forget-plan"
+    if wait_s is None:
+        out = request(sock, full)
+        if out is None:
+            return None
+        run_here: tuple[str, ...] = (NotServed.code, ServerBusy.code)
+    else:
+        alive = ping(sock)
+        if alive is None:
+            return None
+        if announce:
+            print(f"memoryd: {op}: asking memoryd serve (pid {alive.get('pid')})", file=sys.stderr)
+        out = request(sock, full, timeout=wait_s)
+        if out is None:
+            raise MemorydError(f"memoryd serve did not answer {op}; see `memoryd status`")
+        run_here = (NotServed.code,)
+    if out.get("code") in run_here:
+        logging.getLogger("memoryd").info("%s; running in this process", out.get("error"))
+        return None
+    if out.get("disabled"):
+        raise MemorydError.from_result(out)
+    if announce:
+        print(f"memoryd: {op} done by memoryd serve", file=sys.stderr)
+    return out
+
+
+def service(args: argparse.Namespace, *, one_off: bool = True) -> Any:
+    """The service for this command (`one_off`: it answers once and the process exits)."""
+    # imported here: a search forwarded to `memoryd serve` never pays for config, numpy or SQLite
+    from .config_files import load_config
+    from .orchestrator import MemoryService
+
+    config = load_config(args.config)
+    # a one-off command: each search catches the index up itself (`serve` starts its own work)
+    return MemoryService(config, workspace=args.workspace, background=False, one_off=one_off)
+
+
+#: forget and reset may rebuild an index: a forwarded one waits up to an hour for serve
+_WAIT_S = 3600.0
+
+
+def _confirm(question: str, refusal: str) -> None:
+    """Ask on the terminal; without one, refuse with `refusal` (pass --yes)."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise InvalidInput(refusal)
+    sys.stderr.write(question + " [y/N] ")
+    sys.stderr.flush()
+    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+        raise MemorydError("not confirmed: nothing was changed")
+
+
+def _lines_named(ranges: list[list[int]]) -> str:
+    """`line 3`, `lines 3-5, 9`."""
+    parts = [f"{a}-{b}" if a != b else str(a) for a, b in ranges]
+    one = len(ranges) == 1 and ranges[0][0] == ranges[0][1]
+    return ("line " if one else "lines ") + ", ".join(parts)
+
+
+def _print_forget_plan(plan: dict[str, Any], out: Any, *, dry_run: bool) -> None:
+    print("would remove:" if dry_run else "to remove:", file=out)
+    for sel in plan["selections"]:
+        print(f"{visible_controls(sel['path'])} ({_lines_named(sel['ranges'])}):", file=out)
+        for line in sel["lines"]:
+            print(f"  {line['line']:>5}  {visible_controls(line['text'])}", file=out)
+
+
+def _cmd_forget(args: argparse.Namespace) -> int:
+    from .progress import ProgressReporter
+
+    asked = {"target": args.target, "maxResults": args.max_results}
+    with contextlib.ExitStack() as stack:
+        svc = None
+        plan = forward(args, {"op": "forget-plan", **asked}, wait_s=_WAIT_S)
+        if plan is None:
+            svc = stack.enter_context(service(args))
+            plan = svc.forget_plan(args.target, agent_id=args.agent, max_results=args.max_results)
+        if not plan["selections"]:
+            raise MemorydError(f"nothing to forget: no memory line matches {args.target!r}")
+        if args.dry_run:
+            if args.json:
+                print_json({**plan, "dryRun": True})
+            else:
+                _print_forget_plan(plan, None, dry_run=True)
+            return 0
+        _print_forget_plan(plan, sys.stderr if args.json else sys.stdout, dry_run=False)
+        if plan["confirm"] and not args.yes:
+            n = sum(len(s["lines"]) for s in plan["selections"])
+            _confirm(
+                f"remove these {n} lines from memory for good?",
+                "forget by query or of a whole file removes only what you confirmed: check "
+                "the list with --dry-run, then pass --yes (or name PATH#Lx-Ly)",
+            )
+        keys = ("path", "ranges", "sha256")
+        chosen = [{k: s[k] for k in keys} for s in plan["selections"]]
+        if svc is None:
+            out = forward(args, {"op": "forget", "selections": chosen}, wait_s=_WAIT_S)
+            if out is None:
+                raise MemorydError("memoryd serve stopped between listing and removing: run again")
+        else:
+            with ProgressReporter() as progress:
+                out = svc.forget(chosen, agent_id=args.agent, progress=progress)
+    if as_json(args, out):
+        return 0
+    for r in out["removed"]:
+        what = f"{_lines_named(r['ranges'])} of {visible_controls(r['path'])}"
+        print(f"removed {what}; backup (delete it when sure): {r['backup']}")
+    names = {"builtin": "the built-in index", "qmd": "qmd"}
+    engines = " and ".join(v for k, v in names.items() if k in out["engines"])
+    purged = f"; transcripts re-indexed without it: {len(out['transcriptsPurged'])}"
+    print(f"purged from {engines}{purged if out['transcriptsPurged'] else ''}")
+    return 0
+
+
+def _cmd_reset(args: argparse.Namespace) -> int:
+    from .progress import ProgressReporter
+
+    if not args.yes:
+        _confirm(
+            "drop this agent's index, qmd home, health and exports for this workspace and "
+            "rebuild them from the Markdown?",
+            "reset drops the derived index and rebuilds it: pass --yes to confirm",
+        )
+    out = forward(args, {"op": "reset"}, wait_s=_WAIT_S)
+    if out is None:
+        with service(args) as svc, ProgressReporter() as progress:
+            out = svc.reset(args.agent, progress=progress)
+    if as_json(args, out):
+        return 0
+    print(f"removed {len(out['removed'])} derived files and folders")
+    if "builtin" in out:
+        b = out["builtin"]
+        print(f"rebuilt the built-in index: {b['files']} files, {b['chunks']} chunks")
+    if "qmd" in out:
+        print(f"rebuilt qmd: {len(out['qmd']['collections'])} collections")
+    return 0
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
@@ -551,17 +710,9 @@ def _cmd_flush_check(args: argparse.Namespace) -> int:
         "sessionKey": args.session_key,
         "sessionId": args.session_id,
     }  # the tool's input contract, with its messages
-    validate_tool_input("memory_flush_check", {k: v for k, v in wire.items() if v is not None})
+    checked = validate_tool_input("memory_flush_check", wire)
     with service(args) as svc:
-        out = svc.flush_check(
-            session_key=args.session_key,
-            token_estimate=args.tokens,
-            context_window=args.context_window,
-            compaction_count=args.compactions,
-            session_id=args.session_id,
-            record=not args.dry_run,
-            agent_id=args.agent,
-        )
+        out = svc.flush_check(**checked.model_dump(), record=not args.dry_run, agent_id=args.agent)
     if not as_json(args, out):
         verdict = "run the memory flush now" if out["run"] else "no flush needed"
         print(
@@ -637,24 +788,9 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         return MemoryService(cfg, workspace=args.workspace)
 
     if args.http is None:
-        anyio.run(functools.partial(mcp_server.serve_stdio, make_service, agent_id=agent.agent_id))
+        anyio.run(functools.partial(mcp_server.serve_stdio, make_service, agent.agent_id))
     else:
-        host, port = args.http
-        serve_http = functools.partial(
-            mcp_server.serve_http,
-            make_service,
-            host=host,
-            port=port,
-            agent_id=agent.agent_id,
-            allow_remote=args.allow_remote,
-            allowed_origins=args.allow_origin,
-            allowed_hosts=args.allow_host,
-            tls_cert=args.tls_cert,
-            tls_key=args.tls_key,
-            session_idle_s=args.session_idle,
-            max_sessions=args.max_sessions,
-        )
-        anyio.run(serve_http)
+        anyio.run(functools.partial(mcp_server.serve_http, make_service, args, agent.agent_id))
     return 0
 
 
@@ -699,8 +835,8 @@ COMMANDS = {
     "index": _cmd_index,
     "context": _cmd_context,
     "append": _cmd_append,
-    "forget": cmd_forget,
-    "reset": cmd_reset,
+    "forget": _cmd_forget,
+    "reset": _cmd_reset,
     "flush-check": _cmd_flush_check,
     "warm": _cmd_warm,
     "serve": _cmd_serve,

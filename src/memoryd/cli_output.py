@@ -145,11 +145,7 @@ def _when(ts: float | None) -> str:
 
 
 def print_status(st: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(show_header=False, box=None, pad_edge=False)
+    """Aligned `key  value` rows, then the issues (plain text: no table wrapped at 80 columns)."""
     backend = st["backend"]
     if st["requestedBackend"] != backend:
         backend += f" (qmd requested; failed over: {(st.get('fallback') or {}).get('reason')})"
@@ -173,13 +169,11 @@ def print_status(st: dict[str, Any]) -> None:
         rows.append(("index check", _check_line(check)))
     if st.get("servedBy"):
         rows.append(("answered by", st["servedBy"]))
-    for key, value in rows:
-        # values are data (paths, reasons): never rich markup, never terminal controls
-        table.add_row(f"[bold]{key}[/bold]", escape(visible_controls(str(value))))
-    console = Console()
-    console.print(table)
+    width = max(len(key) for key, _ in rows)
+    for key, value in rows:  # values are data (paths, reasons): never terminal controls
+        print(f"{key:<{width}}  {visible_controls(str(value))}")
     for issue in st.get("issues", []):
-        console.print(f"[yellow]issue:[/yellow] {escape(visible_controls(issue))}")
+        print(f"issue: {visible_controls(issue)}")
 
 
 def _builtin_rows(b: dict[str, Any]) -> list[tuple[str, str]]:

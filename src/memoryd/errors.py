@@ -56,10 +56,6 @@ class PathNotAllowed(MemorydError, code="path_not_allowed"):
     """Raised when `memory_get` is asked for a path outside the memory files (traversal, symlink, non-.md)."""
 
 
-class ScopeDenied(MemorydError, code="scope_denied"):
-    """Raised when scope rules deny a session; agents see a visible denial result instead."""
-
-
 class StateError(MemorydError, code="state_error"):
     """Raised when memoryd's own state (index, sessions.json, exports, locks) cannot be used."""
 
@@ -180,3 +176,7 @@ class NotServed(MemorydError, code="not_served"):
 
 class ServerBusy(MemorydError, code="server_busy"):
     """Answered by `memoryd serve` when it already handles its maximum number of connections."""
+
+
+class InternalError(MemorydError, code="internal_error"):
+    """Answered by MCP and `memoryd serve` when a memoryd bug fails a request (the log has the trace)."""

@@ -5,11 +5,13 @@ Failures are tool results, never protocol errors; memory loads once the handshak
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import concurrent.futures
 import functools
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import os
@@ -37,7 +39,7 @@ from mcp.shared.exceptions import MCPError
 
 from . import __version__, paths
 from .background import Background, close_shielded, run_blocking, stop_on_signal
-from .errors import ConfigError, InvalidInput, MemorydError, StateError
+from .errors import ConfigError, InternalError, InvalidInput, MemorydError, StateError
 from .fsio import create_private_once, private_dir, read_private
 from .tools import TOOLS, call_tool, input_schema, validate_tool_input
 
@@ -148,8 +150,9 @@ def _build(handle: _ServiceHandle) -> Server[Any]:
             return _result(err.to_result())
         except Exception:  # a memoryd bug: the agent gets one line, the log the traceback
             log.exception("tool %s failed", params.name)
-            bug = MemorydError(f"internal error in {params.name} (see the memoryd log)")
-            return _result({**bug.to_result(), "code": "internal_error"})
+            return _result(
+                InternalError(f"internal error in {params.name} (see the memoryd log)").to_result()
+            )
 
     async def warm_after_handshake(ctx: ServerRequestContext[Any], call_next: CallNext) -> Any:
         result: HandlerResult = await call_next(ctx)
@@ -269,9 +272,7 @@ class _AnsweredWrites:
         return await self._stream.__aexit__(*exc)
 
 
-async def serve_stdio(
-    service: MemoryService | Callable[[], MemoryService], *, agent_id: str | None = None
-) -> None:
+async def serve_stdio(service: Callable[[], MemoryService], agent_id: str) -> None:
     """Serve MCP on stdin/stdout until EOF, SIGTERM or SIGINT; then close the service."""
     handle = _ServiceHandle(service, agent_id)
     server = _build(handle)
@@ -292,17 +293,17 @@ async def serve_stdio(
 #: Wildcard bind addresses: the request's legitimate `Host` is unknowable.
 WILDCARD_BIND_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]", "*"})
 
-_LOOPBACK_V4 = re.compile(r"^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$")
-
 
 def is_loopback_hostname(hostname: str) -> bool:
     """localhost, *.localhost, 127/8 or ::1; never 0.0.0.0, which browsers route to local servers."""
     h = hostname.strip().lower().removeprefix("[").removesuffix("]")
     if h == "localhost" or h.endswith(".localhost"):
         return True
-    if h in ("::1", "0:0:0:0:0:0:0:1"):
-        return True
-    return bool(_LOOPBACK_V4.match(h.removeprefix("::ffff:")))
+    try:
+        ip = ipaddress.ip_address(h)
+    except ValueError:
+        return False
+    return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback
 
 
 @dataclass(frozen=True)
@@ -417,42 +418,33 @@ class _Screen:
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         reason = check_request_origin(headers.get("origin"), headers.get("host"), self.guard)
+        authorized = scope.get("path") == "/health" or token_matches(
+            headers.get("authorization"), self.token
+        )
+        if reason is None and authorized:
+
+            async def send_with_retry_after(message: Any) -> None:
+                if message["type"] == "http.response.start" and message["status"] == 503:
+                    retry = (b"retry-after", str(RETRY_AFTER_S).encode())
+                    message = {**message, "headers": [*message.get("headers", []), retry]}
+                await send(message)
+
+            await self.app(scope, receive, send_with_retry_after)
+            return
         if reason is not None:
             log.warning("%s %s refused: %s", scope.get("method"), scope.get("path"), reason)
-            await _json_error(send, 403, -32003, f"Forbidden: {reason}")
-            return
-        auth = headers.get("authorization")
-        if scope.get("path") != "/health" and not token_matches(auth, self.token):
-            await _json_error(
-                send,
-                401,
-                -32001,
-                "Unauthorized: send 'Authorization: Bearer <token>' "
+            error, status, extra = {"code": -32003, "message": f"Forbidden: {reason}"}, 403, {}
+        else:
+            error = {
+                "code": -32001,
+                "message": "Unauthorized: send 'Authorization: Bearer <token>' "
                 "(memoryd mcp --print-token prints it)",
-                [(b"www-authenticate", b'Bearer realm="memoryd"')],
-            )
-            return
+            }
+            status, extra = 401, {"www-authenticate": 'Bearer realm="memoryd"'}
+        from starlette.responses import JSONResponse
 
-        async def send_with_retry_after(message: Any) -> None:
-            if message["type"] == "http.response.start" and message["status"] == 503:
-                headers = [
-                    *message.get("headers", []),
-                    (b"retry-after", str(RETRY_AFTER_S).encode()),
-                ]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, send_with_retry_after)
-
-
-async def _json_error(
-    send: Any, status: int, code: int, message: str, extra: Iterable[tuple[bytes, bytes]] = ()
-) -> None:
-    error = {"code": code, "message": message}
-    body = json.dumps({"jsonrpc": "2.0", "error": error, "id": None}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    await send({"type": "http.response.start", "status": status, "headers": [*headers, *extra]})
-    await send({"type": "http.response.body", "body": body})
+        body = {"jsonrpc": "2.0", "error": error, "id": None}
+        await JSONResponse(body, status, headers=extra)(scope, receive, send)
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -472,23 +464,21 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock  # not inherited by qmd: Python's sockets are non-inheritable (PEP 446)
 
 
-def _check_http_bind(
-    host: str, allow_remote: bool, tls_cert: str | None, tls_key: str | None
-) -> None:
+def _check_http_bind(host: str, args: argparse.Namespace) -> None:
     """Refuse, before anything listens, a bind that would expose memory (see `serve_http`)."""
-    if not allow_remote and not is_loopback_hostname(host):
+    if not args.allow_remote and not is_loopback_hostname(host):
         raise InvalidInput(
             f"refusing to serve MCP on non-loopback address {host!r}: anyone who can reach it "
             "could read this agent's memory; pass --allow-remote to do it anyway"
         )
-    if bool(tls_cert) != bool(tls_key):
+    if bool(args.tls_cert) != bool(args.tls_key):
         raise InvalidInput("--tls-cert and --tls-key go together: pass both or neither")
-    if allow_remote and not tls_cert:
+    if args.allow_remote and not args.tls_cert:
         raise InvalidInput(
             "--allow-remote needs TLS (--tls-cert FILE --tls-key FILE): without it the bearer "
             "token and every memory would cross the network in clear text"
         )
-    for label, file in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+    for label, file in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
         if file and not os.path.isfile(file):
             raise ConfigError(f"{label} {file}: no such file")
 
@@ -543,29 +533,21 @@ def _uvicorn(app: Any, tls_cert: str | None, tls_key: str | None, sock: socket.s
 
 
 async def serve_http(
-    service: MemoryService | Callable[[], MemoryService],
-    *,
-    host: str,
-    port: int,
-    agent_id: str | None = None,
-    allow_remote: bool = False,
-    allowed_origins: Iterable[str] = (),
-    allowed_hosts: Iterable[str] = (),
-    tls_cert: str | None = None,
-    tls_key: str | None = None,
-    session_idle_s: float,
-    max_sessions: int,
+    service: Callable[[], MemoryService], args: argparse.Namespace, agent_id: str
 ) -> None:
     """Serve MCP over Streamable HTTP at `http(s)://host:port/mcp` (plus `GET /health`), with
-    the limits `memoryd mcp --http` was given (--session-idle, --max-sessions)."""
+    the options `memoryd mcp --http` was given (TLS, --allow-*, --session-idle, --max-sessions)."""
     from mcp.server.transport_security import TransportSecuritySettings
     from starlette.requests import Request
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    _check_http_bind(host, allow_remote, tls_cert, tls_key)
+    host, port = args.http
+    _check_http_bind(host, args)
     token, token_path = load_token()
-    guard = resolve_origin_guard(host, allowed_origins=allowed_origins, allowed_hosts=allowed_hosts)
+    guard = resolve_origin_guard(
+        host, allowed_origins=args.allow_origin, allowed_hosts=args.allow_host
+    )
     sock = _listen(host, port)
     bound_port = sock.getsockname()[1]
 
@@ -585,13 +567,13 @@ async def serve_http(
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         host=host,
         custom_starlette_routes=[Route("/health", health, methods=["GET"])],
-        session_idle_timeout=session_idle_s,
-        max_sessions=max_sessions,
+        session_idle_timeout=args.session_idle,
+        max_sessions=args.max_sessions,
     )
 
-    uv = _uvicorn(_Screen(app, guard, token), tls_cert, tls_key, sock)
+    uv = _uvicorn(_Screen(app, guard, token), args.tls_cert, args.tls_key, sock)
     shown = f"[{host}]" if ":" in host else host
-    url = f"{'https' if tls_cert else 'http'}://{shown}:{bound_port}/mcp"
+    url = f"{'https' if args.tls_cert else 'http'}://{shown}:{bound_port}/mcp"
     _say_listening(url, token_path, guard, host)
 
     try:

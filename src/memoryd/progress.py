@@ -29,19 +29,15 @@ def format_duration(seconds: float) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-def _rate(done: int, elapsed: float) -> float | None:
-    return done / elapsed if done > 0 and elapsed > 0 else None
-
-
 def describe(phase: str, done: int, total: int, elapsed: float) -> str:
     """One plain progress line: `embedding 48/268 chunks (18%), 1.6 chunks/s, ETA 2m17s`."""
     label, unit = PHASES.get(phase, (phase, "items"))
     line = f"{label} {done}/{total} {unit}"
     if total > 0:
         line += f" ({100 * done // total}%)"
-    rate = _rate(done, elapsed)
-    if rate is None:
+    if done <= 0 or elapsed <= 0:
         return line + ", starting"
+    rate = done / elapsed
     line += f", {rate:.1f} {unit}/s"
     if done >= total:
         return line + f", done in {format_duration(elapsed)}"
@@ -71,7 +67,12 @@ class ProgressReporter:
         if self.tty is None:
             self.tty = self.stream.isatty()
         if self.tty:
-            self._bar = _rich_bar(self.stream)
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TextColumn
+
+            # beside the bar, the plain line: the same rate and ETA from the first batch
+            columns = (BarColumn(), TextColumn("{task.description}"))
+            self._bar = Progress(*columns, transient=True, console=Console(file=self.stream))
             self._bar.__enter__()
         return self
 
@@ -84,45 +85,15 @@ class ProgressReporter:
         now = self.clock()
         state = self._phases.setdefault(phase, _Phase(started=now))
         if self._bar is not None:
+            line = describe(phase, done, total, now - state.started)
             if state.task is None:
-                label, unit = PHASES.get(phase, (phase, "items"))
-                state.task = self._bar.add_task(label, total=total, unit=unit, rate=None, eta=None)
-            rate = _rate(done, now - state.started)
-            eta = None if rate is None else max(total - done, 0) / rate
-            self._bar.update(state.task, completed=done, total=total, rate=rate, eta=eta)
+                state.task = self._bar.add_task(line, total=total)
+            self._bar.update(state.task, completed=done, total=total, description=line)
             return
         finished = total > 0 and done >= total
         if state.ended or (not finished and now - state.last_line < LINE_INTERVAL_S):
             return
         state.last_line = now
         state.ended = finished
-        print(
-            "memoryd index: " + describe(phase, done, total, now - state.started), file=self.stream
-        )
-        self.stream.flush()
-
-
-def _rich_bar(stream: IO[str]) -> Any:
-    """A transient rich bar whose rate and ETA columns read the reporter's own figures."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn
-    from rich.text import Text
-
-    class _RateEta(ProgressColumn):
-        def render(self, task: Task) -> Text:
-            rate, eta, unit = task.fields.get("rate"), task.fields.get("eta"), task.fields["unit"]
-            if rate is None:
-                return Text("starting…", style="progress.remaining")
-            return Text(
-                f"{rate:.1f} {unit}/s · ETA {format_duration(eta or 0.0)}",
-                style="progress.remaining",
-            )
-
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} {task.fields[unit]}"),
-        _RateEta(),
-        transient=True,
-        console=Console(file=stream),
-    )
+        line = describe(phase, done, total, now - state.started)
+        print("memoryd index: " + line, file=self.stream, flush=True)

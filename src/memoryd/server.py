@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from . import paths
-from .errors import InvalidAgentId, InvalidInput, MemorydError, NotServed, ServerBusy
+from .errors import InternalError, InvalidInput, MemorydError, NotServed, ServerBusy
 
 if TYPE_CHECKING:  # the CLI imports this module to forward requests: keep it light
     import anyio
@@ -52,41 +52,42 @@ MAX_ERROR_CHARS: Final = 500
 MAX_IDENTITY_PATH: Final = 4096
 
 
-def _error(err: MemorydError, code: str | None = None) -> dict[str, Any]:
-    """`err` as a result, its message capped; `code` overrides (`internal_error`)."""
+def _error(err: MemorydError) -> dict[str, Any]:
+    """`err` as a result, its message capped."""
     out = err.to_result()
     if len(out["error"]) > MAX_ERROR_CHARS:
         out["error"] = out["error"][: MAX_ERROR_CHARS - 1] + "…"
-    return out if code is None else {**out, "code": code}
+    return out
 
 
-def _shape_error(req: dict[str, Any]) -> str | None:
-    """Why the envelope (`op`, `agent`, `identity`) has the wrong shape, or None: checked before use."""
+def _check_shape(req: dict[str, Any]) -> None:
+    """`InvalidInput` when the envelope (`op`, `agent`, `identity`) has the wrong shape."""
     op = req.get("op")
     if not isinstance(op, str):
-        return f"op must be a string (search, get, status, ping), not {type(op).__name__}"
+        raise InvalidInput(
+            f"op must be a string (search, get, status, ping), not {type(op).__name__}"
+        )
     identity = req.get("identity")
     if identity is None:
-        return None  # answered not_served: the caller runs the call itself
+        return  # answered not_served: the caller runs the call itself
     if not isinstance(identity, dict):
-        return f"identity must be an object, not {type(identity).__name__}"
+        raise InvalidInput(f"identity must be an object, not {type(identity).__name__}")
     for key in ("workspace", "cwd"):
         value = identity.get(key)
         if value is None:
             continue
         if not isinstance(value, str):
-            return f"identity.{key} must be a path string, not {type(value).__name__}"
+            raise InvalidInput(f"identity.{key} must be a path string, not {type(value).__name__}")
         if len(value) > MAX_IDENTITY_PATH:
-            return f"identity.{key} is longer than {MAX_IDENTITY_PATH} characters"
+            raise InvalidInput(f"identity.{key} is longer than {MAX_IDENTITY_PATH} characters")
         if "\x00" in value:
-            return f"identity.{key} contains a NUL character"
+            raise InvalidInput(f"identity.{key} contains a NUL character")
     config = identity.get("config")
     if config is not None and not (
         isinstance(config, dict)
         and all(isinstance(config.get(k), str | None) for k in ("path", "sha256"))
     ):
-        return "identity.config must be an object with a path and a sha256"
-    return None
+        raise InvalidInput("identity.config must be an object with a path and a sha256")
 
 
 async def _send(stream: SocketStream, resp: dict[str, Any]) -> None:
@@ -99,18 +100,19 @@ async def _send(stream: SocketStream, resp: dict[str, Any]) -> None:
 async def _read_request(stream: SocketStream, idle_s: float) -> dict[str, Any] | None:
     """The request line's JSON object (None at EOF); `InvalidInput` for a bad one."""
     import anyio
+    from anyio.streams.buffered import BufferedByteReceiveStream
 
-    buf = b""
-    with anyio.move_on_after(idle_s) as scope:
-        while b"\n" not in buf and len(buf) <= MAX_REQUEST:
-            try:
-                buf += await stream.receive()
-            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                return None
-    if scope.cancelled_caught:
-        raise InvalidInput(f"no request line within {idle_s:g}s")
-    line = buf.split(b"\n", 1)[0]
-    if len(line) > MAX_REQUEST:
+    line: bytes | None = None
+    try:  # a byte past the limit: a line of exactly MAX_REQUEST bytes still fits
+        with anyio.fail_after(idle_s):
+            line = await BufferedByteReceiveStream(stream).receive_until(b"\n", MAX_REQUEST + 1)
+    except TimeoutError:
+        raise InvalidInput(f"no request line within {idle_s:g}s") from None
+    except (anyio.IncompleteRead, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        return None
+    except anyio.DelimiterNotFound:
+        pass
+    if line is None or len(line) > MAX_REQUEST:
         raise InvalidInput(f"request longer than {MAX_REQUEST} bytes")
     try:
         req = json.loads(line)
@@ -182,34 +184,23 @@ async def dispatch(
     from .background import run_blocking
     from .tools import call_tool, validate_tool_input
 
-    shape = _shape_error(req)
-    if shape is not None:
-        return _error(InvalidInput(shape))
-    op = req.get("op")
-    if op == "ping":
-        return {"ok": True, "pid": os.getpid()}
-    if op not in OPS and op not in LIFECYCLE_OPS:
-        return _error(
-            InvalidInput(f"unknown op {op!r} ({', '.join([*OPS, *LIFECYCLE_OPS])}, ping)")
-        )
     try:
+        _check_shape(req)
+        op = req["op"]
+        if op == "ping":
+            return {"ok": True, "pid": os.getpid()}
+        if op not in OPS and op not in LIFECYCLE_OPS:
+            raise InvalidInput(f"unknown op {op!r} ({', '.join([*OPS, *LIFECYCLE_OPS])}, ping)")
         agent = None if req.get("agent") is None else paths.validate_agent_id(req["agent"])
-    except InvalidAgentId as err:
-        return _error(err)
-    if op in LIFECYCLE_OPS:
-        answer = functools.partial(_lifecycle, service, op, req, agent)
-    else:
-        try:
-            args = validate_tool_input(
-                OPS[op], {k: v for k, v in req.items() if k not in _ENVELOPE}
-            )
-        except InvalidInput as err:
-            return _error(err)
-        answer = functools.partial(call_tool, service, args, agent_id=agent)
-    why = _served(service, req, ident)
-    if why is not None:
-        return _error(NotServed(f"not served here: {why}"))
-    try:
+        if op in LIFECYCLE_OPS:
+            answer = functools.partial(_lifecycle, service, op, req, agent)
+        else:
+            wire = {k: v for k, v in req.items() if k not in _ENVELOPE}
+            args = validate_tool_input(OPS[op], wire)
+            answer = functools.partial(call_tool, service, args, agent_id=agent)
+        why = _served(service, req, ident)
+        if why is not None:
+            raise NotServed(f"not served here: {why}")
         out = await run_blocking(answer, limiter)
     except MemorydError as err:
         return _error(err)
@@ -244,16 +235,6 @@ async def serve(
     limiter = anyio.CapacityLimiter(cap)
     workers = anyio.CapacityLimiter(cap)
 
-    async def answer(stream: SocketStream) -> dict[str, Any] | None:
-        try:
-            req = await _read_request(stream, idle_s)
-            return None if req is None else await dispatch(service, req, ident, workers)
-        except InvalidInput as err:  # a bad request line
-            return _error(err)
-        except Exception as err:  # one request must never take the listener down
-            log.exception("serve: request failed")
-            return _error(MemorydError(f"internal error: {type(err).__name__}"), "internal_error")
-
     async def handle(stream: SocketStream) -> None:
         async with stream:
             try:
@@ -263,11 +244,17 @@ async def serve(
                 await _send(stream, _error(ServerBusy(f"busy: {cap} requests in flight")))
                 return
             try:
-                resp = await answer(stream)
-                if resp is not None:
-                    await _send(stream, resp)
+                req = await _read_request(stream, idle_s)
+                resp = None if req is None else await dispatch(service, req, ident, workers)
+            except InvalidInput as err:  # a bad request line
+                resp = _error(err)
+            except Exception as err:  # one request must never take the listener down
+                log.exception("serve: request failed")
+                resp = _error(InternalError(f"internal error: {type(err).__name__}"))
             finally:
                 limiter.release()
+            if resp is not None:
+                await _send(stream, resp)
 
     try:
         async with listener, anyio.create_task_group() as tg:

@@ -40,8 +40,6 @@ class ToolInput(BaseModel):
 
 
 class MemorySearchInput(ToolInput):
-    """`memory_search`: hybrid recall over the agent's memory files."""
-
     name = "memory_search"
     description = (
         "Mandatory recall step: search MEMORY.md and memory/*.md (hybrid BM25 + vectors) "
@@ -91,8 +89,6 @@ class MemorySearchInput(ToolInput):
 
 
 class MemoryGetInput(ToolInput):
-    """`memory_get`: read a memory file, or a line range of it."""
-
     name = "memory_get"
     description = (
         "Read a memory file (MEMORY.md, memory/**.md, configured extra paths) or a line "
@@ -117,8 +113,6 @@ class MemoryGetInput(ToolInput):
 
 
 class MemoryAppendInput(ToolInput):
-    """`memory_append`: append durable notes to today's daily file or to MEMORY.md."""
-
     name = "memory_append"
     description = (
         "Write durable notes: target 'daily' appends to today's memory/YYYY-MM-DD.md, "
@@ -135,8 +129,6 @@ class MemoryAppendInput(ToolInput):
 
 
 class MemoryContextInput(ToolInput):
-    """`memory_context`: what to load at session start."""
-
     name = "memory_context"
     description = (
         "The memory to load at session start: today's and yesterday's daily notes, and "
@@ -151,8 +143,6 @@ class MemoryContextInput(ToolInput):
 
 
 class MemoryFlushCheckInput(ToolInput):
-    """`memory_flush_check`: should the silent pre-compaction memory flush run now?"""
-
     name = "memory_flush_check"
     description = (
         "Before compaction: should the silent memory-flush turn run now? Returns run, "
@@ -180,8 +170,6 @@ class MemoryFlushCheckInput(ToolInput):
 
 
 class MemoryStatusInput(ToolInput):
-    """`memory_status`: takes no arguments."""
-
     name = "memory_status"
     description = "Which backend serves memory (qmd or built-in), index health and recent failures."
     summary = "backend, index health and recent failures"
@@ -210,7 +198,6 @@ class _ToolSchema(GenerateJsonSchema):
     def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
         out = super().model_schema(schema)
         out.pop("title", None)
-        out.pop("description", None)  # the tool's own description says it, once
         return out
 
     def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
