@@ -55,38 +55,19 @@ class SessionContext:
     today: date
     budget_chars: int
     total_budget_chars: int
+    raw_chars: int
+    injected_chars: int
+    truncated: bool
     files: tuple[ContextFile, ...]
     text: str
     hint: str | None
 
-    @property
-    def truncated(self) -> bool:
-        return any(f.truncated for f in self.files)
-
-    @property
-    def raw_chars(self) -> int:
-        return sum(f.raw_chars for f in self.files)
-
-    @property
-    def injected_chars(self) -> int:
-        return sum(f.injected_chars for f in self.files)
-
     def to_dict(self) -> dict[str, Any]:
         """JSON shape for `memoryd context --json` and MCP (camelCase)."""
-        return {
-            "agentId": self.agent_id,
-            "sessionKey": self.session_key,
-            "mainSession": self.main_session,
-            "date": self.today.isoformat(),
-            "budgetChars": self.budget_chars,
-            "totalBudgetChars": self.total_budget_chars,
-            "rawChars": self.raw_chars,
-            "injectedChars": self.injected_chars,
-            "truncated": self.truncated,
-            "files": [f.to_dict() for f in self.files],
-            "text": self.text,
-            "hint": self.hint,
-        }
+        out = {camel_case(f.name): getattr(self, f.name) for f in fields(self)}
+        out["today"] = self.today.isoformat()
+        out["files"] = [f.to_dict() for f in self.files]
+        return {("date" if k == "today" else k): v for k, v in out.items()}
 
 
 def is_main_session(session_key: str | None) -> bool:
@@ -209,6 +190,9 @@ def build_session_context(
         today=today,
         budget_chars=budget_chars,
         total_budget_chars=total_budget_chars,
+        raw_chars=sum(f.raw_chars for f in files),
+        injected_chars=sum(f.injected_chars for f in files),
+        truncated=bool(cut_files),
         files=tuple(files),
         text="\n\n".join(sections) + ("\n" if sections else ""),
         hint=_hint(cut_files, budget_chars) if cut_files else None,
