@@ -86,7 +86,8 @@ def _make_missing(folder: str) -> None:
 def _state_child(parent: int, name: str, shown: str, *, create: bool) -> int:
     """Folder `name` in state folder `parent`, opened as a memory folder is, then checked."""
     try:
-        fd = _child_dir(parent, name, create=create, mode=PRIVATE_DIR_MODE)
+        # not fsynced: state can be rebuilt, and a one-off command may make the whole tree
+        fd = _child_dir(parent, name, create=create, mode=PRIVATE_DIR_MODE, durable=False)
     except _Missing:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), shown) from None
     except _Refused as refusal:
