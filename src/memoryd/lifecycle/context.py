@@ -109,7 +109,7 @@ def _cut(text: str, name: str, head_n: int, tail_n: int) -> str:
     return text[:head_n] + marker + (text[len(text) - tail_n :] if tail_n else "")
 
 
-def daily_note_paths(workspace: Path, day: date) -> list[Path]:
+def daily_note_paths(workspace: Path, day: date) -> list[str]:
     """`memory/<day>.md` then `memory/<day>-<slug>.md` files (sorted) that exist as memory files."""
     root = MemoryRoot(str(workspace / MEMORY_DIR), "*.md")
     names = [
@@ -117,21 +117,19 @@ def daily_note_paths(workspace: Path, day: date) -> list[Path]:
     ]
     exact = daily_note_name(day)
     names.sort(key=lambda n: (n != exact, n))
-    return [workspace / MEMORY_DIR / n for n in names]
+    return [f"{MEMORY_DIR}/{n}" for n in names]
 
 
-def root_of(workspace: Path, path: Path) -> tuple[MemoryRoot, PurePosixPath]:
-    rel = path.relative_to(workspace)
-    if rel.parts[0] == MEMORY_DIR:
-        return MemoryRoot(str(workspace / MEMORY_DIR), "*.md"), PurePosixPath(*rel.parts[1:])
-    return MemoryRoot(str(workspace), rel.name), PurePosixPath(rel.name)
+def root_of(workspace: Path, rel: str) -> tuple[MemoryRoot, PurePosixPath]:
+    """The root that serves `rel` (workspace-relative): its folder's `*.md`, or the file itself."""
+    folder, _, name = rel.rpartition("/")
+    return MemoryRoot(str(workspace / folder), "*.md" if folder else name), PurePosixPath(name)
 
 
-def _read(workspace: Path, path: Path) -> str | None:
+def _read(workspace: Path, rel: str) -> str | None:
     """The file's text, read by descriptor (never through a symlink); None if absent or refused."""
-    root, rel = root_of(workspace, path)
     try:
-        got = read_file(root, rel, anchor=workspace)
+        got = read_file(*root_of(workspace, rel), anchor=workspace)
     except MemorydError:
         return None
     return None if got is None else got.text
@@ -156,22 +154,20 @@ def build_session_context(
     budget_chars, total_budget_chars = agent.bootstrap_max_chars, agent.bootstrap_total_max_chars
     ws = agent.workspace
     main = is_main_session(session_key)
-    candidates: list[tuple[Path, FileKind]] = []
-    if main:
-        long_term = next((ws / n for n in LONG_TERM_NAMES if _read(ws, ws / n) is not None), None)
-        if long_term is not None:
-            candidates.append((long_term, "long-term"))
+    found: list[tuple[str, FileKind, str | None]] = []
+    for name in LONG_TERM_NAMES if main else ():  # the first of MEMORY.md and memory.md that reads
+        if (text := _read(ws, name)) is not None:
+            found.append((name, "long-term", text))
+            break
     for day in (today - timedelta(days=1), today):
-        candidates += [(p, "daily") for p in daily_note_paths(ws, day)]
+        found += [(rel, "daily", _read(ws, rel)) for rel in daily_note_paths(ws, day)]
 
     files: list[ContextFile] = []
     sections: list[str] = []
     remaining = total_budget_chars
-    for path, kind in candidates:
-        raw = _read(ws, path)
+    for rel, kind, raw in found:
         if raw is None:
             continue
-        rel = path.relative_to(ws).as_posix()
         limit = min(budget_chars, remaining)
         if limit < _MIN_FILE_BUDGET and len(raw.rstrip()) > limit:
             files.append(ContextFile(rel, kind, len(raw), 0, True, ""))

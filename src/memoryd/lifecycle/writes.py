@@ -79,7 +79,8 @@ def append_memory(
             f"text is {len(encoded)} bytes; one append may be at most {MAX_APPEND_BYTES} bytes "
             "(split it, or keep detail in separate memory/*.md files)"
         )
-    root, inside = root_of(agent.workspace, path)
+    rel = path.relative_to(agent.workspace).as_posix()
+    root, inside = root_of(agent.workspace, rel)
     heading = f"# {now.date().isoformat()}\n\n" if target == "daily" else "# Memory\n\n"
     outcome = append_file(
         root,
@@ -88,5 +89,4 @@ def append_memory(
         anchor=agent.workspace,
         new_file_prefix=heading.encode("utf-8"),
     )
-    rel = path.relative_to(agent.workspace).as_posix()
     return AppendResult(path, rel, outcome.bytes_written, outcome.created)
