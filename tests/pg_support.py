@@ -83,9 +83,9 @@ def find_pg_bin() -> tuple[Path | None, str]:
         return None, str(err)
 
 
-def start_server(bin_dir: Path, options: str = "") -> PgServer:
-    """A private server (`pg_embedded.start`) with extra `-c name=value` `options`."""
-    return PgServer(pg_embedded.start(bin_dir, options))
+def start_server(bin_dir: Path) -> PgServer:
+    """A private server (`pg_embedded.start`)."""
+    return PgServer(pg_embedded.start(bin_dir))
 
 
 def stop_server(server: PgServer) -> None:

@@ -326,7 +326,7 @@ def test_vectors_answer_when_fts5_is_unavailable(
             "insert or replace into meta(key, value) values ('fts_error', 'no such module: fts5')"
         )  # type: ignore[attr-defined]
 
-    monkeypatch.setattr(_store, "MIGRATIONS", [_store.MIGRATIONS[0], ("m002_fts", no_fts)])
+    monkeypatch.setattr(_store, "_create_keyword_tables", no_fts)
     idx = synced(notes)
     assert idx.status().to_dict()["fts"] == {
         "available": False,
@@ -341,17 +341,11 @@ def test_vectors_answer_when_fts5_is_unavailable(
 def test_migrations_are_numbered_and_applied_once(notes: Path) -> None:
     idx = synced(notes)
     rows = idx.store.conn.execute("select id from migrations order by id").fetchall()
-    assert [r[0] for r in rows] == [
-        "m001_base",
-        "m002_fts",
-        "m003_vector_ids",
-        "m004_store_once",
-        "m005_int8_vectors",
-    ]
+    assert [r[0] for r in rows] == ["m005_int8_vectors"]
     assert idx.store.conn.execute("pragma journal_mode").fetchone()[0] == "wal"
     idx.close()
     again = MemoryIndex(agent_for(notes).index_settings(), sel(HashingEmbedder()))
-    assert again.store.conn.execute("select count(*) from migrations").fetchone()[0] == 5
+    assert again.store.conn.execute("select count(*) from migrations").fetchone()[0] == 1
 
 
 def test_searches_never_crash_while_another_process_syncs(notes: Path) -> None:

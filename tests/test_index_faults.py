@@ -9,7 +9,6 @@ index does with the fault and that searches then answer from a complete index.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -904,18 +903,13 @@ _KILLED_WRITER = textwrap.dedent(
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("left", ["closed cleanly", "writer killed", "by an older memoryd"])
+@pytest.mark.parametrize("left", ["closed cleanly", "writer killed"])
 @pytest.mark.parametrize("how", ["read-only mount", "no write permission"])
 def test_a_read_only_state_folder_keeps_search_working(
     ws: Path, isolated_env: Path, how: str, left: str
 ) -> None:
     if left == "closed cleanly":
         path = built(ws)
-    elif left == "by an older memoryd":  # without the speed-only migrations it cannot add now
-        path = built(ws)
-        with contextlib.closing(sqlite3.connect(path)) as conn, conn:
-            conn.execute("drop index chunk_vectors_ids")
-            conn.execute("delete from migrations where id = 'm003_vector_ids'")
     else:
         subprocess.run(
             [sys.executable, "-c", _KILLED_WRITER, str(ws)], check=True, timeout=60, env=child_env()

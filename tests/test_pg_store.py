@@ -22,7 +22,7 @@ import pytest
 from hashing_embedder import HashingEmbedder
 from helpers import agent_for, selection, write
 from memoryd.builtin_index import MemoryIndex
-from memoryd.builtin_index._pg_migrations import LATEST, MIGRATIONS, migrate, tenant_lock_key
+from memoryd.builtin_index._pg_migrations import LATEST, MIGRATIONS, migrate
 from memoryd.builtin_index._pg_store import (
     HNSW_BUILD_MAX_PENDING,
     PgStore,
@@ -634,7 +634,7 @@ def test_a_dead_rebuild_is_dropped_by_the_next_one(
     dead_id = dead.tenant_id
     dead.close()  # its process died: the lock is gone once the server has ended its backend
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        key = tenant_lock_key(dead_id)
+        key = conn.execute("select memoryd.tenant_lock(%s)", (dead_id,)).fetchone()[0]
         while not conn.execute("select pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
             time.sleep(0.05)
         conn.execute("select pg_advisory_unlock(%s)", (key,))

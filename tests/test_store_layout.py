@@ -1,7 +1,5 @@
-"""The SQLite index stores each thing once, vectors as int8 codes, and an index in an older
-layout (FTS5 tables with their own copies of the text, the trigram index over the whole text,
-vectors in float32 and also in vec0) migrates to it, answering the same; a migration that fails
-leaves the old index serving."""
+"""The SQLite index stores each thing once, vectors as int8 codes; an index a development build
+wrote in an older layout is rebuilt from the files, keeping the cached embeddings it can."""
 
 from __future__ import annotations
 
@@ -23,8 +21,8 @@ from hashing_embedder import HashingEmbedder
 from helpers import agent_for, selection
 from memoryd.builtin_index import MemoryIndex, _store
 from memoryd.builtin_index._postings import _row_count
-from memoryd.builtin_index._store import FTS_TOKENIZER, reclaim, trigram_body
-from memoryd.core.text import segment_for_fts, trigram_terms
+from memoryd.builtin_index._store import trigram_body
+from memoryd.core.text import trigram_terms
 
 QUERIES = ["deploy target region", "adguard", "grey cat Miso", "北京", "home-assistant", "zebra"]
 
@@ -77,186 +75,44 @@ def raw(path: Path) -> Iterator[Any]:
         conn.close()
 
 
-def to_float32_vectors(conn: Any) -> None:
-    """Rewrite the vectors and the embedding cache as the memoryd before `m005` stored them."""
-    dims = int(conn.execute("select value from meta where key = 'vec_dims'").fetchone()[0])
-    for table, key in (("chunk_vectors", "chunk_id"), ("embedding_cache", "rowid")):
-        for k, blob in conn.execute(f"select {key}, vector from {table}").fetchall():
-            vec = _store._vector(blob, dims if table == "chunk_vectors" else len(blob))
-            conn.execute(f"update {table} set vector = ? where {key} = ?", (vec.tobytes(), k))
-    conn.execute("delete from migrations where id = 'm005_int8_vectors'")
-
-
-def vector_lengths(path: Path) -> set[tuple[str, int]]:
-    with raw(path) as conn:
-        return {
-            *conn.execute("select 'chunk_vectors', length(vector) from chunk_vectors"),
-            *conn.execute("select 'embedding_cache', length(vector) / dims from embedding_cache"),
-        }
-
-
-def to_older_layout(path: Path) -> None:
-    """Rewrite an index as the memoryd before `m004_store_once` wrote it."""
-    with raw(path) as conn:
-        conn.execute("begin")
-        to_float32_vectors(conn)
-        conn.execute("drop table chunks_fts")
-        conn.execute("drop table chunks_tri")
-        conn.execute(
-            f"create virtual table chunks_fts using fts5(body, tokenize = '{FTS_TOKENIZER}')"
-        )
-        conn.execute("create virtual table chunks_tri using fts5(body, tokenize = 'trigram')")
-        dims = int(conn.execute("select value from meta where key = 'vec_dims'").fetchone()[0])
-        conn.execute(
-            f"create virtual table chunks_vec using vec0(embedding float[{dims}] distance_metric=cosine)"
-        )
-        for cid, text in conn.execute("select id, text from chunks").fetchall():
-            conn.execute(
-                "insert into chunks_fts(rowid, body) values (?, ?)", (cid, segment_for_fts(text))
-            )
-            conn.execute("insert into chunks_tri(rowid, body) values (?, ?)", (cid, text))
-        conn.execute(
-            "insert into chunks_vec(rowid, embedding) select chunk_id, vector from chunk_vectors"
-        )
-        conn.execute("delete from migrations where id = 'm004_store_once'")
-        conn.execute("commit")
-
-
 def tables(path: Path) -> set[str]:
     with raw(path) as conn:
         return {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
 
 
-def older_index(ws: Path) -> tuple[Path, list[Any]]:
+def test_an_index_from_a_development_build_in_an_older_layout_is_rebuilt(ws: Path) -> None:
     idx = open_index(ws)
     idx.sync()
     before = answers(idx)
     path = idx.store.path
     idx.close()
-    to_older_layout(path)
-    assert {"chunks_fts_content", "chunks_tri_content", "chunks_vec"} <= tables(path)
-    return path, before
-
-
-def test_an_index_in_the_older_layout_migrates_and_answers_the_same(ws: Path) -> None:
-    path, before = older_index(ws)
+    with raw(path) as conn:
+        # as a development build left it, before `m005_int8_vectors`: half the cache in float32
+        conn.execute("delete from migrations")
+        older = ["m001_base", "m002_fts", "m003_vector_ids", "m004_store_once"]
+        conn.executemany("insert into migrations values (?, 0)", [(m,) for m in older])
+        conn.execute("update embedding_cache set vector = zeroblob(4 * dims) where rowid % 2 = 0")
+        int8 = conn.execute("select count(*) from embedding_cache where rowid % 2 = 1").fetchone()
     idx = open_index(ws)
-    assert idx.store.conn.execute(
-        "select 1 from migrations where id = 'm004_store_once'"
-    ).fetchone()
-    assert not {"chunks_fts_content", "chunks_tri_content", "chunks_vec"} & tables(path)
-    assert_same_ranking(answers(idx), before, abs=1e-9)
-    assert idx.store.verify(deep=True) is None
-    # and it goes on indexing in the new layout
-    write(ws / "memory" / "new.md", "The zebrafish tank needs cleaning.\n")
+    [rec] = idx.store.recovered
+    assert rec.moved_to is not None and rec.moved_to.exists()
+    assert "development build" in str(rec.reason)
+    # only the cached embeddings in the current format are kept
+    assert idx.store.conn.execute("select count(*) from embedding_cache").fetchone() == int8
     idx.sync()
-    assert idx.search("zebra", mode="keyword").results[0].path == "memory/new.md"
+    assert_same_ranking(answers(idx), before, abs=1e-9)
+    assert idx.store.conn.execute("select id from migrations").fetchall() == [(_store.LAYOUT,)]
     idx.close()
-
-
-def test_a_migration_that_fails_leaves_the_old_index_serving(
-    ws: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path, before = older_index(ws)
-    migrate = _store.Store._migrate
-
-    def on_a_full_disk(self: _store.Store, conn: Any) -> None:
-        # SQLite itself refuses the migration's writes, as on a full disk
-        pages = int(conn.execute("pragma page_count").fetchone()[0])
-        conn.execute(f"pragma max_page_count = {pages + 2}")
-        try:
-            migrate(self, conn)
-        finally:
-            conn.execute("pragma max_page_count = 4294967294")
-
-    monkeypatch.setattr(_store.Store, "_migrate", on_a_full_disk)
-    idx = open_index(ws)
-    assert not idx.store.conn.execute(
-        "select 1 from migrations where id = 'm004_store_once'"
-    ).fetchone()
-    assert {"chunks_fts_content", "chunks_tri_content", "chunks_vec"} <= tables(path)
-    assert_same_ranking(answers(idx), before)
-    write(ws / "memory" / "new.md", "The zebrafish tank needs cleaning.\n")
-    idx.sync()  # the older layout is still written correctly
-    assert idx.search("zebrafish", mode="keyword").results[0].path == "memory/new.md"
-    assert idx.search("ebrafis", mode="keyword", min_score=0).results[0].path == "memory/new.md"
-    assert idx.store.verify(deep=True) is None
-    idx.close()
-    monkeypatch.setattr(_store.Store, "_migrate", migrate)
-    again = open_index(ws)  # the next open migrates
-    assert not {"chunks_fts_content", "chunks_tri_content", "chunks_vec"} & tables(path)
-    assert again.search("ebrafis", mode="keyword", min_score=0).results[0].path == "memory/new.md"
-    again.close()
 
 
 def assert_same_ranking(got: list[Any], want: list[Any], abs: float = 5e-3) -> None:
-    """The same results in the same order, scores within `abs`: the int8 codes' rounding (an
-    index before `m005` searches float32 vectors with an unrounded query) by default."""
+    """The same results in the same order, scores within `abs`."""
     assert [[r[:3] + r[4:] for r in res] for res in got] == [
         [r[:3] + r[4:] for r in res] for res in want
     ]
     assert [[r[3] for r in res] for res in got] == [
         pytest.approx([r[3] for r in res], abs=abs) for res in want
     ]
-
-
-def float32_index(ws: Path) -> tuple[Path, list[Any]]:
-    idx = open_index(ws)
-    idx.sync()
-    before = answers(idx)
-    path = idx.store.path
-    idx.close()
-    with raw(path) as conn:
-        conn.execute("begin")
-        to_float32_vectors(conn)
-        conn.execute("commit")
-    assert vector_lengths(path) == {("chunk_vectors", 4 * 256), ("embedding_cache", 4)}
-    return path, before
-
-
-def test_an_index_with_float32_vectors_migrates_to_int8_and_answers_the_same(ws: Path) -> None:
-    path, before = float32_index(ws)
-    idx = open_index(ws)
-    assert vector_lengths(path) == {("chunk_vectors", 256), ("embedding_cache", 1)}
-    # the float32 vectors were the codes': the same codes again (the reference queries'
-    # vectors now come from the cache, to float64 rounding)
-    assert_same_ranking(answers(idx), before, abs=1e-9)
-    assert idx.store.verify(deep=True) is None
-    idx.close()
-
-
-def test_an_int8_migration_that_fails_leaves_the_float32_index_serving(
-    ws: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path, before = float32_index(ws)
-    requantize = _store._requantize
-
-    def full_after_the_vectors(conn: Any, table: str, key: str, size: int | None) -> None:
-        requantize(conn, table, key, size)
-        if table == "embedding_cache":
-            raise sqlite3.OperationalError("database or disk is full")
-
-    monkeypatch.setattr(_store, "_requantize", full_after_the_vectors)
-    idx = open_index(ws)
-    # nothing of the migration stays: every vector still float32, the query unrounded
-    assert vector_lengths(path) == {("chunk_vectors", 4 * 256), ("embedding_cache", 4)}
-    assert_same_ranking(answers(idx), before)
-    store = idx.store
-    assert isinstance(store, _store.Store)
-    query = np.asarray(HashingEmbedder().embed_query("deploy region"), dtype=np.float32)
-    assert store.query_as_stored(query) is query
-    lean = store._scan_search(array("f", query.tobytes()), 5)
-    assert [c for c, _ in lean] == [c for c, _ in store._numpy_search(query, 5)]
-    write(ws / "memory" / "new.md", "The zebrafish tank needs cleaning.\n")
-    idx.sync()  # new vectors go in as float32 too: one format in each table
-    assert vector_lengths(path) == {("chunk_vectors", 4 * 256), ("embedding_cache", 4)}
-    assert idx.search("zebrafish tank", mode="vector").results[0].path == "memory/new.md"
-    idx.close()
-    monkeypatch.setattr(_store, "_requantize", requantize)
-    again = open_index(ws)  # the next open migrates
-    assert vector_lengths(path) == {("chunk_vectors", 256), ("embedding_cache", 1)}
-    assert again.search("zebrafish tank", mode="vector").results[0].path == "memory/new.md"
-    again.close()
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -293,41 +149,9 @@ def test_a_required_migration_that_fails_still_fails_the_open(
     def broken(conn: Any) -> None:
         raise sqlite3.OperationalError("injected")
 
-    monkeypatch.setattr(_store, "MIGRATIONS", [("m001_base", broken)])
+    monkeypatch.setattr(_store.Store, "MIGRATIONS", [(_store.LAYOUT, broken)])
     with pytest.raises(Exception, match="injected"):
         open_index(ws)
-
-
-def test_the_space_a_migration_frees_goes_back_to_the_disk(tmp_path: Path) -> None:
-    path = tmp_path / "x.sqlite"
-    with contextlib.closing(sqlean.connect(str(path), isolation_level=None)) as conn:
-        conn.execute("pragma journal_mode = wal")
-        conn.execute("create table big (b blob)")
-        conn.executemany("insert into big values (zeroblob(4000))", [()] * 3000)
-        conn.execute("create table kept (b blob)")
-        conn.execute("insert into kept values ('still here')")
-        conn.execute("drop table big")
-        free = int(conn.execute("pragma freelist_count").fetchone()[0])
-        assert free > 2000
-        reclaim(conn)
-        assert int(conn.execute("pragma freelist_count").fetchone()[0]) == 0
-        assert conn.execute("select b from kept").fetchone()[0] == "still here"
-
-
-def test_rows_a_migration_shrank_are_repacked(tmp_path: Path) -> None:
-    # m005 rewrites vectors in place: the room it frees is inside pages, not on the freelist
-    path = tmp_path / "x.sqlite"
-    with contextlib.closing(sqlean.connect(str(path), isolation_level=None)) as conn:
-        conn.execute("pragma journal_mode = wal")
-        conn.execute("create table v (id integer primary key, b blob)")
-        conn.executemany("insert into v(b) values (zeroblob(1536))", [()] * 4000)
-        conn.execute("update v set b = zeroblob(384)")
-        pages = int(conn.execute("pragma page_count").fetchone()[0])
-        reclaim(conn)
-        assert int(conn.execute("pragma page_count").fetchone()[0]) == pages  # none free
-        reclaim(conn, repack=True)
-        assert int(conn.execute("pragma page_count").fetchone()[0]) < pages / 2
-        assert conn.execute("select count(*), sum(length(b)) from v").fetchone() == (4000, 1536000)
 
 
 def test_a_fresh_index_holds_no_copy_of_the_text_beyond_chunks(ws: Path) -> None:

@@ -19,11 +19,6 @@ MIGRATION_LOCK = LOCK_SPACE | 0x7FFFFFFF
 HNSW_MAX_DIMS = 2000  # pgvector cannot build an HNSW index over wider `vector` columns
 
 
-def tenant_lock_key(tenant_id: int) -> int:
-    """The advisory-lock key of one tenant's writer (the same formula as `memoryd.tenant_lock`)."""
-    return LOCK_SPACE | (tenant_id & 0x7FFFFFFF)
-
-
 def _m001_base(cur: Any, ext: str) -> None:
     cur.execute(
         f"""

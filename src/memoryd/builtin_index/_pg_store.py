@@ -35,6 +35,8 @@ CONNECT_TIMEOUT_S = 10
 #: A tenant past the exact-scan limit gets its HNSW index once at most this many vectors are
 #: pending (a few chunks that cannot be embedded must not keep it on the exact scan forever).
 HNSW_BUILD_MAX_PENDING = 1_000
+#: The tenant's writer lock, which a rebuild's builder holds as its mark of life.
+_LOCK_TENANT = "select pg_advisory_lock(memoryd.tenant_lock(%s))"
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 
 
@@ -138,7 +140,7 @@ class PgStore(StoreBase):
             self.tenant_id = _tenant_id
             if self.building:
                 # the builder's mark of life: a build whose lock is free is a dead one
-                self._scalar("select pg_advisory_lock(%s)", (self._lock_key,), write=True)
+                self._scalar(_LOCK_TENANT, (self.tenant_id,), write=True)
             off = None if vector_enabled else "store.vector.enabled = false"
             self.vector = VectorEngine("disabled" if off else "pgvector", not off, off, "psycopg")
             self._version = 0  # the tenant's write count
@@ -176,7 +178,7 @@ class PgStore(StoreBase):
         else:
             self._rw = conn
             if self.building:
-                conn.execute("select pg_advisory_lock(%s)", (self._lock_key,))
+                conn.execute(_LOCK_TENANT, (self.tenant_id,))
 
     def _owns_tx(self) -> bool:
         return self._tx_owner == threading.get_ident()
@@ -241,10 +243,6 @@ class PgStore(StoreBase):
         rows = self._rows(sql, params, write=write)
         return rows[0][0] if rows else None
 
-    @property
-    def _lock_key(self) -> int:
-        return migrations.tenant_lock_key(self.tenant_id)
-
     @contextlib.contextmanager
     def transaction(
         self, *, wait_ms: int | None = None, doing: str | None = None
@@ -265,8 +263,9 @@ class PgStore(StoreBase):
                         self._lock_wait_s = wait
                         self._rows(
                             # lock_timeout 0 would mean "wait forever": 1 ms is "do not wait"
-                            "select set_config('lock_timeout', %s, true), pg_advisory_xact_lock(%s)",
-                            (f"{max(1, int(wait * 1000))}ms", self._lock_key),
+                            "select set_config('lock_timeout', %s, true), "
+                            "pg_advisory_xact_lock(memoryd.tenant_lock(%s))",
+                            (f"{max(1, int(wait * 1000))}ms", self.tenant_id),
                         )
                         break
                     except (IndexError_, psycopg.Error):
@@ -398,7 +397,8 @@ class PgStore(StoreBase):
             self._rows("select memoryd.publish_rebuild(%s, %s)", (self.tenant_id, new.tenant_id))
         new.building = False
         with contextlib.suppress(IndexError_):
-            new._rows("select pg_advisory_unlock(%s)", (new._lock_key,), write=True)
+            sql = "select pg_advisory_unlock(memoryd.tenant_lock(%s))"
+            new._rows(sql, (new.tenant_id,), write=True)
         self.tenant_id = new.tenant_id
 
     def discard(self) -> None:

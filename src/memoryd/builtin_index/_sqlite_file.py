@@ -12,9 +12,9 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from ..errors import IndexCorrupt, IndexError_, MemorydError, StateError, StateReadOnly
 from ..fsio import check_state_path
@@ -26,6 +26,9 @@ from ._sqlite_util import log
 
 class SqliteFile(StoreBase):
     """One index file (or a rebuild's scratch copy); the writer and the reader each have a lock."""
+
+    #: (id, apply(conn)) in order: the schema of the file's contents.
+    MIGRATIONS: ClassVar[Sequence[tuple[str, Callable[[Any], None]]]]
 
     def __init__(
         self,
@@ -55,9 +58,6 @@ class SqliteFile(StoreBase):
         self._pin: int | None = None  # the thread holding the reader's snapshot
         self._closed = False
         self.vector = VectorEngine("disabled", False, None)
-        #: Whether the FTS5 tables hold no copy of the text (`m004_store_once`): rows are then
-        #: deleted by FTS5's `delete` command.
-        self.fts_contentless = False
         self.recovered: list[Recovery] = []  # this process's recoveries, oldest first
         self._local_version = 0
         self._reset_caches()
@@ -70,14 +70,6 @@ class SqliteFile(StoreBase):
     def conn(self) -> Any:
         """The writer connection (for tests and diagnostics; use the methods otherwise)."""
         return self._w
-
-    def _migrate(self, conn: Any) -> None:
-        """Apply the pending schema migrations on `conn`."""
-        raise NotImplementedError
-
-    def _missing_migrations(self, done: set[str]) -> list[str]:
-        """The migrations a read-only open cannot do without, of those not in `done`."""
-        raise NotImplementedError
 
     def _reset_caches(self) -> None:
         """Forget everything derived from the file's contents (another file is in place)."""
@@ -154,7 +146,7 @@ class SqliteFile(StoreBase):
                     writer.execute("pragma journal_mode = wal")
                     writer.execute("pragma synchronous = normal")
                     writer.execute(f"pragma journal_size_limit = {u.JOURNAL_SIZE_LIMIT}")
-                    self._migrate(writer)
+                    u.migrate(writer, self.MIGRATIONS)
                     meta = dict(writer.execute("select key, value from meta").fetchall())
                     reader, _ = self._connect()
                     opened.callback(reader.close)
@@ -198,8 +190,6 @@ class SqliteFile(StoreBase):
         self.read_only = read_only
         self.fts_error = meta.get("fts_error")
         self.trigram_error = meta.get("trigram_error")
-        row = writer.execute("select sql from sqlite_master where name = 'chunks_fts'").fetchone()
-        self.fts_contentless = row is not None and "content = ''" in str(row[0])
 
     @property
     def keyword_tables(self) -> list[str]:
@@ -234,7 +224,7 @@ class SqliteFile(StoreBase):
                         meta = dict(writer.execute("select key, value from meta").fetchall())
                     except u.db_errors() as err:
                         raise self._classify_open(err) from None
-                    missing = self._missing_migrations(done)
+                    missing = [m for m, _ in self.MIGRATIONS if m not in done]
                     if missing:
                         raise StateReadOnly(
                             f"index {self.path} needs migrations {', '.join(missing)} but {reason}"
@@ -265,7 +255,8 @@ class SqliteFile(StoreBase):
         return self.on_recovered(rec, refill_now) if self.on_recovered is not None else False
 
     def _salvage_cache(self, old: Path) -> None:
-        # embeddings cost real money or minutes of CPU: keep every row that still reads
+        # embeddings cost real money or minutes of CPU: keep every row that still reads (in
+        # int8 codes: an older layout's float32 rows are not converted)
         if not os.path.isfile(old):
             return
         uri = "file:" + urllib.parse.quote(str(old)) + "?mode=ro"
@@ -276,7 +267,8 @@ class SqliteFile(StoreBase):
             return
         try:
             rows = src.execute(
-                "select provider, model, fingerprint, hash, dims, vector, used_at from embedding_cache"
+                "select provider, model, fingerprint, hash, dims, vector, used_at from embedding_cache "
+                "where length(vector) = dims"
             )
             with self.transaction(doing="keep the damaged index's embedding cache"):
                 sql = "insert or ignore into embedding_cache values (?,?,?,?,?,?,?)"
@@ -435,7 +427,7 @@ class SqliteFile(StoreBase):
             conn.execute(f"pragma page_size = {page_size}")
             conn.execute("pragma journal_mode = memory")
             conn.execute("pragma synchronous = off")
-            self._migrate(conn)
+            u.migrate(conn, self.MIGRATIONS)
             meta = dict(conn.execute("select key, value from meta").fetchall())
         except BaseException as err:
             self.discard()

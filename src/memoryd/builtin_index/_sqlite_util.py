@@ -13,6 +13,7 @@ import sqlite3
 import stat
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
@@ -83,6 +84,29 @@ def strerror(err: OSError) -> str:
 
 def state_refusal(err: OSError) -> bool:
     return err.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def migrate(conn: Any, migrations: Sequence[tuple[str, Callable[[Any], None]]]) -> None:
+    """Apply pending migrations in order, each in its own transaction (SQLite errors unchanged)."""
+    conn.execute(
+        "create table if not exists migrations (id text primary key, applied_at real not null)"
+    )
+    done = {row[0] for row in conn.execute("select id from migrations")}
+    for mig_id, func in migrations:
+        if mig_id in done:
+            continue
+        conn.execute("begin immediate")
+        try:
+            # another process may have applied it while we waited for the write lock
+            if not conn.execute("select 1 from migrations where id = ?", (mig_id,)).fetchone():
+                func(conn)
+                conn.execute(
+                    "insert into migrations(id, applied_at) values (?, ?)", (mig_id, time.time())
+                )
+            conn.execute("commit")
+        except BaseException:
+            rollback(conn)
+            raise
 
 
 def rollback(conn: Any) -> None:

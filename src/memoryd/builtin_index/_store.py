@@ -10,7 +10,7 @@ import sqlite3
 import threading
 import time
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # numpy is imported where used: a keyword-only search never loads it
@@ -24,7 +24,7 @@ from ._common import ChunkRow as ChunkRow  # re-exported, as the next, for index
 from ._common import Recovery as Recovery
 from ._postings import Postings, or_phrases
 from ._sqlite_file import SqliteFile
-from ._sqlite_util import _binding, code, db_errors, rollback
+from ._sqlite_util import Damaged, _binding, code, db_errors
 
 log = logging.getLogger("memoryd.builtin_index")
 _T = TypeVar("_T")
@@ -35,9 +35,6 @@ FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 #: numpy matrix held in memory; above, sqlite-vec scans the stored vectors in SQL for each
 #: query, which reads them all from the file each time.
 IN_MEMORY_MAX_BYTES = 256 * 2**20
-#: FTS5 tables that store no copy of the text. Rows go by FTS5's `delete` command with the text
-#: they were indexed with (`contentless_delete` would keep counting deleted rows in bm25).
-CONTENTLESS = "content = ''"
 #: What the trigram index holds of a chunk: its runs of word characters (and the `.-/:` that
 #: `core.text.trigram_terms` keeps inside a query term), each once. A query term is one such
 #: run, so it matches inside a chunk's text exactly when it matches inside one of these.
@@ -61,7 +58,10 @@ def trigram_body(text: str) -> str:
 _KEYWORD_BODY = {"chunks_fts": segment_for_fts, "chunks_tri": trigram_body}
 
 
-def _m001_base(conn: Any) -> None:
+def _create_layout(conn: Any) -> None:
+    if conn.execute("select 1 from migrations").fetchone():
+        # pre-release indexes are not converted: moved aside, rebuilt from the files
+        raise Damaged("written by a development build of memoryd in an older layout")
     # executescript() would commit the migration's transaction; run statements one by one
     for statement in """
         create table meta (key text primary key, value text not null);
@@ -73,6 +73,8 @@ def _m001_base(conn: Any) -> None:
         create index chunks_by_path on chunks(path);
         create index chunks_pending on chunks(has_vector) where has_vector = 0;
         create table chunk_vectors (chunk_id integer primary key, vector blob not null);
+        -- counting the vectors and picking the background sample read ids, not every vector
+        create index chunk_vectors_ids on chunk_vectors(chunk_id);
         create table embedding_cache (provider text not null, model text not null,
             fingerprint text not null, hash text not null, dims integer not null,
             vector blob not null, used_at real not null,
@@ -81,151 +83,29 @@ def _m001_base(conn: Any) -> None:
         """.split(";"):
         if statement.strip():
             conn.execute(statement)
+    _create_keyword_tables(conn)
 
 
-def _m002_fts(conn: Any) -> None:
+def _create_keyword_tables(conn: Any) -> None:
     # Optional features: a SQLite without FTS5 still gets a working (vector-only) index.
     for table, tokenizer, key in (
         ("chunks_fts", FTS_TOKENIZER, "fts_error"),
         ("chunks_tri", "trigram", "trigram_error"),
     ):
         try:
-            conn.execute(f"create virtual table {table} using fts5(body, tokenize = '{tokenizer}')")
+            # no copy of the text: rows go by FTS5's `delete` command with the text they were
+            # indexed with (`contentless_delete` would keep counting deleted rows in bm25)
+            conn.execute(
+                f"create virtual table {table} using fts5(body, tokenize = '{tokenizer}', content = '')"
+            )
         except Exception as err:
             conn.execute("insert or replace into meta(key, value) values (?, ?)", (key, str(err)))
             return
 
 
-def _m003_vector_ids(conn: Any) -> None:
-    # counting the vectors and picking the background sample read ids, not every vector
-    conn.execute("create index chunk_vectors_ids on chunk_vectors(chunk_id)")
-
-
-def _m004_store_once(conn: Any) -> None:
-    """FTS5 contentless, the trigram index over distinct words, vec0's copy of the vectors gone."""
-    has = {r[0] for r in conn.execute("select name from sqlite_master where type = 'table'")}
-    if "chunks_fts" in has:
-        _rebuild_fts(conn, "chunks_fts", FTS_TOKENIZER, "select rowid, body from chunks_fts")
-    if "chunks_tri" in has:
-        rows = conn.execute("select id, text from chunks")
-        _rebuild_fts(conn, "chunks_tri", "trigram", ((i, trigram_body(t)) for i, t in rows))
-    if "chunks_vec" in has:
-        conn.execute("savepoint drop_vec0")
-        try:
-            conn.execute("drop table chunks_vec")
-        except db_errors() as err:  # vec0 is not loaded here: its table stays, unused
-            conn.execute("rollback to drop_vec0")
-            log.info("kept the unused vec0 table of an older index: %s", err)
-        conn.execute("release drop_vec0")
-
-
-def _rebuild_fts(
-    conn: Any, table: str, tokenizer: str, rows: str | Iterable[tuple[int, str]]
-) -> None:
-    conn.execute(
-        f"create virtual table {table}_new using fts5(body, tokenize = '{tokenizer}', {CONTENTLESS})"
-    )
-    insert = f"insert into {table}_new(rowid, body) "
-    if isinstance(rows, str):
-        conn.execute(insert + rows)
-    else:
-        conn.executemany(insert + "values (?, ?)", rows)
-    conn.execute(f"drop table {table}")
-    conn.execute(f"alter table {table}_new rename to {table}")
-
-
-def _m005_int8_vectors(conn: Any) -> None:
-    """Vectors and cached embeddings as int8 codes (`_codes`): a quarter of the bytes."""
-    row = conn.execute("select value from meta where key = 'vec_dims'").fetchone()
-    if row is not None:
-        _requantize(conn, "chunk_vectors", "chunk_id", 4 * int(row[0]))
-    _requantize(conn, "embedding_cache", "rowid", None)
-
-
-def _requantize(conn: Any, table: str, key: str, size: int | None) -> None:
-    # in batches by key: a statement must not read the rows it is rewriting
-    length = str(size) if size is not None else "4 * dims"
-    last = -(2**63)
-    while True:
-        rows = conn.execute(
-            f"select {key}, vector from {table} where {key} > ? and length(vector) = {length} "
-            f"order by {key} limit 1000",
-            (last,),
-        ).fetchall()
-        if not rows:
-            return
-        conn.executemany(
-            f"update {table} set vector = ? where {key} = ?",
-            [(_codes(array("f", blob)), k) for k, blob in rows],
-        )
-        last = rows[-1][0]
-
-
-MIGRATIONS: list[tuple[str, Callable[[Any], None]]] = [
-    ("m001_base", _m001_base),
-    ("m002_fts", _m002_fts),
-    ("m003_vector_ids", _m003_vector_ids),
-    ("m004_store_once", _m004_store_once),
-    ("m005_int8_vectors", _m005_int8_vectors),
-]
-#: Migrations the code reads and writes alike without: an index opened read-only without them
-#: (written by an older memoryd) still answers, and one that fails (a full disk) leaves the index
-#: as it was, serving, to be tried again at the next open.
-OPTIONAL_MIGRATIONS = frozenset({"m003_vector_ids", "m004_store_once", "m005_int8_vectors"})
-
-
-def migrate(conn: Any) -> list[str]:
-    """Apply pending migrations in order, each in its own transaction (SQLite errors unchanged)."""
-    conn.execute(
-        "create table if not exists migrations (id text primary key, applied_at real not null)"
-    )
-    done = {row[0] for row in conn.execute("select id from migrations")}
-    applied = []
-    for mig_id, func in MIGRATIONS:
-        if mig_id in done:
-            continue
-        conn.execute("begin immediate")
-        try:
-            # another process may have applied it while we waited for the write lock
-            if conn.execute("select 1 from migrations where id = ?", (mig_id,)).fetchone():
-                conn.execute("commit")
-                continue
-            func(conn)
-            conn.execute(
-                "insert into migrations(id, applied_at) values (?, ?)", (mig_id, time.time())
-            )
-            conn.execute("commit")
-        except db_errors() as err:
-            rollback(conn)
-            if mig_id not in OPTIONAL_MIGRATIONS:
-                raise
-            log.warning(
-                "index migration %s not applied (%s): the index serves as it was", mig_id, err
-            )
-            break
-        except BaseException:
-            rollback(conn)
-            raise
-        applied.append(mig_id)
-    return applied
-
-
-def reclaim(conn: Any, *, repack: bool = False) -> None:
-    """VACUUM when free pages are a large share of the file, or (`repack`) rows shrank in place."""
-    free = int(conn.execute("pragma freelist_count").fetchone()[0])
-    total = int(conn.execute("pragma page_count").fetchone()[0])
-    if total < 1024 or (not repack and (free < 1024 or free * 4 < total)):
-        return
-    try:
-        conn.execute("vacuum")
-    except db_errors() as err:
-        log.warning("index space freed by a migration stays inside the file: %s", err)
-
-
-def _blob(vec: np.ndarray) -> bytes:
-    import numpy as np
-
-    return np.asarray(vec, dtype=np.float32).tobytes()
+#: The index layout, named after the development-build migration that completed it: an index
+#: that records it is in this layout (later releases append their migrations to `MIGRATIONS`).
+LAYOUT = "m005_int8_vectors"
 
 
 def _codes(vec: np.ndarray | array[float]) -> bytes:
@@ -236,15 +116,6 @@ def _codes(vec: np.ndarray | array[float]) -> bytes:
     peak = float(np.abs(v).max()) if v.size else 0.0
     codes: bytes = np.rint(v * (127 / peak if peak > 0 else 0.0)).astype(np.int8).tobytes()
     return codes
-
-
-def _stored(blob: bytes, dims: int) -> np.ndarray | None:
-    """A stored vector's components: int8 codes, or float32 as indexes before `m005` hold them."""
-    import numpy as np
-
-    if len(blob) == dims:
-        return np.frombuffer(blob, dtype=np.int8)
-    return np.frombuffer(blob, dtype=np.float32) if len(blob) == 4 * dims else None
 
 
 def unit_rows(matrix: np.ndarray) -> np.ndarray:
@@ -261,8 +132,9 @@ def _vector(blob: bytes, dims: int) -> np.ndarray:
     """A stored vector as a float32 unit vector (zero stays zero; the wrong length reads as zero)."""
     import numpy as np
 
-    found = _stored(blob, dims)
-    row = np.zeros((1, dims), np.float32) if found is None else found.astype(np.float32)[None, :]
+    row = np.zeros((1, dims), np.float32)
+    if len(blob) == dims:
+        row[0] = np.frombuffer(blob, dtype=np.int8)
     out: np.ndarray = unit_rows(row)[0]
     return out
 
@@ -276,12 +148,6 @@ def _query_codes(query: array[float]) -> bytes:
     return array("b", (round(x) for x in scaled)).tobytes()
 
 
-_VECTOR_META = (
-    "select (select value from meta where key = 'vec_dims'), "
-    "exists (select 1 from migrations where id = 'm005_int8_vectors')"
-)
-
-
 def _batches(items: Sequence[Any]) -> Iterator[tuple[list[Any], str]]:
     """`items` 500 at a time, each with its `?` placeholders (SQLite's bound-parameter limit)."""
     for start in range(0, len(items), 500):
@@ -293,20 +159,13 @@ class Store(SqliteFile):
     """One SQLite index file's contents (or, with `scratch_for`, a rebuild's scratch copy's)."""
 
     _VECTOR = "v.vector"
+    MIGRATIONS = ((LAYOUT, _create_layout),)
 
     def _decoded(self, stored: Any) -> np.ndarray:
         return _vector(stored, self.vec_dims or 0)
 
     def _pending(self) -> str:
         return "chunks c where c.has_vector = 0"
-
-    def _migrate(self, conn: Any) -> None:
-        applied = set(migrate(conn))
-        if {"m004_store_once", "m005_int8_vectors"} & applied:
-            reclaim(conn, repack="m005_int8_vectors" in applied)
-
-    def _missing_migrations(self, done: set[str]) -> list[str]:
-        return [m for m, _ in MIGRATIONS if m not in done and m not in OPTIONAL_MIGRATIONS]
 
     def _reset_caches(self) -> None:
         super()._reset_caches()
@@ -332,22 +191,15 @@ class Store(SqliteFile):
     @property
     def vec_dims(self) -> int | None:
         """Dimensions of the stored vectors (None until the first vector is written)."""
-        return self._vector_meta()[0]
 
-    def _vector_meta(self) -> tuple[int | None, bool]:
-        """The stored vectors' dimensions, and whether they are int8 codes (`m005`)."""
+        def read() -> int | None:
+            rows = self._read("select value from meta where key = 'vec_dims'")
+            return int(rows[0][0]) if rows else None
 
-        def read() -> tuple[int | None, bool]:
-            with self._reading("read the index") as conn:
-                dims, int8 = conn.execute(_VECTOR_META).fetchone()
-            return int(dims) if dims else None, bool(int8)
-
-        return self._at_version("vector_meta", read)
+        return self._at_version("vec_dims", read)
 
     def query_as_stored(self, query: np.ndarray | array[float]) -> np.ndarray | array[float]:
         """`query` at the stored precision, so cosines in SQL and in numpy agree to rounding."""
-        if not self._vector_meta()[1]:
-            return query
         if not isinstance(query, array):
             return _vector(_codes(query), len(query))
         codes = array("b", _query_codes(query))
@@ -356,14 +208,8 @@ class Store(SqliteFile):
 
     def _cosine_sql(self, column: str, query: array[float]) -> tuple[str, bytes]:
         """SQL for `column`'s cosine to `query` (0 for a zero vector) and the query's parameter."""
-        if self._vector_meta()[1]:
-            expr, param = (
-                f"vec_distance_cosine(vec_int8({column}), vec_int8(?))",
-                _query_codes(query),
-            )
-        else:
-            expr, param = f"vec_distance_cosine({column}, ?)", query.tobytes()
-        return f"coalesce(1.0 - {expr}, 0.0)", param
+        expr = f"vec_distance_cosine(vec_int8({column}), vec_int8(?))"
+        return f"coalesce(1.0 - {expr}, 0.0)", _query_codes(query)
 
     def replace_file(
         self,
@@ -425,19 +271,14 @@ class Store(SqliteFile):
     def _delete_chunk_ids(self, ids: list[int]) -> None:
         conn, tables = self._w, self.keyword_tables
         for part, marks in _batches(ids):
-            if tables and self.fts_contentless:
-                # a contentless table is told what each row held, to take it out of its postings
-                rows = conn.execute(
-                    f"select id, text from chunks where id in ({marks})", part
-                ).fetchall()
-                for table in tables:
-                    conn.executemany(
-                        f"insert into {table}({table}, rowid, body) values ('delete', ?, ?)",
-                        [(cid, _KEYWORD_BODY[table](text)) for cid, text in rows],
-                    )
-            else:  # tables from before `m004_store_once` delete by rowid
-                for table in tables:
-                    conn.execute(f"delete from {table} where rowid in ({marks})", part)
+            # a contentless table is told what each row held, to take it out of its postings
+            rows = conn.execute(f"select id, text from chunks where id in ({marks})", part)
+            rows = rows.fetchall()
+            for table in tables:
+                conn.executemany(
+                    f"insert into {table}({table}, rowid, body) values ('delete', ?, ?)",
+                    [(cid, _KEYWORD_BODY[table](text)) for cid, text in rows],
+                )
             conn.execute(f"delete from chunk_vectors where chunk_id in ({marks})", part)
             conn.execute(f"delete from chunks where id in ({marks})", part)
 
@@ -542,8 +383,6 @@ class Store(SqliteFile):
             if not self.signature_matches():
                 return  # rebuilt meanwhile by a process with other settings: not our vectors
             self._ensure_vec_table(dims)
-            # float32 still in an index `m005` has not converted: one format per table
-            blob = _codes if self._vector_meta()[1] else _blob
             for chunk_id, vec in rows:
                 expected = self._pending_hashes.pop(chunk_id, None)
                 # the chunk may have been deleted, or its id reused by a new build
@@ -552,7 +391,7 @@ class Store(SqliteFile):
                     continue
                 conn.execute(
                     "insert or replace into chunk_vectors(chunk_id, vector) values (?, ?)",
-                    (chunk_id, blob(vec)),
+                    (chunk_id, _codes(vec)),
                 )
                 conn.execute("update chunks set has_vector = 1 where id = ?", (chunk_id,))
 
@@ -571,7 +410,7 @@ class Store(SqliteFile):
         if isinstance(query, array):
             return self._scan_search(query, k)
         if self.search_engine == "sqlite-vec-scan":
-            return self._scan_search(array("f", _blob(query)), k)
+            return self._scan_search(array("f", query.astype("float32").tobytes()), k)
         return self._numpy_search(query, k)
 
     def _vector_count(self) -> int:
@@ -622,13 +461,12 @@ class Store(SqliteFile):
             m = 0
             # row by row into the matrix: no second copy of every vector on the way
             for cid, blob in conn.execute("select chunk_id, vector from chunk_vectors"):
-                row = _stored(blob, dims)
                 if m >= n:
                     break
-                if row is None:  # a vector of other dimensions cannot answer this query
+                if len(blob) != dims:  # a vector of other dimensions cannot answer this query
                     continue
                 ids[m] = cid
-                matrix[m] = row
+                matrix[m] = np.frombuffer(blob, dtype=np.int8)
                 m += 1
         return VectorMatrix(ids[:m], unit_rows(matrix[:m]))
 
@@ -660,13 +498,12 @@ class Store(SqliteFile):
         if not items:
             return
         now = time.time()
-        blob = _codes if self._vector_meta()[1] else _blob  # as `write_vectors`
         with self.transaction(doing="update the embedding cache"):
             conn = self._w
             conn.executemany(
                 "insert or replace into embedding_cache(provider, model, fingerprint, hash, dims, vector, used_at) "
                 "values (?,?,?,?,?,?,?)",
-                [(*key, h, int(v.shape[0]), blob(v), now) for h, v in items],
+                [(*key, h, int(v.shape[0]), _codes(v), now) for h, v in items],
             )
             total = conn.execute("select count(*) from embedding_cache").fetchone()[0]
             if total > max_entries:

@@ -81,9 +81,9 @@ def find_binaries() -> Path:
     return bin_dir
 
 
-def start(bin_dir: Path | None = None, options: str = "") -> EmbeddedPostgres:
-    """initdb + pg_ctl start (`options`: extra `-c name=value`) in a new private folder under /tmp,
-    or `LocalPostgresError` with no folder left."""
+def start(bin_dir: Path | None = None) -> EmbeddedPostgres:
+    """initdb + pg_ctl start in a new private folder under /tmp, or `LocalPostgresError` with no
+    folder left."""
     bin_dir = bin_dir or find_binaries()
     run_as = "nobody" if os.geteuid() == 0 else None
     # /tmp, not $TMPDIR: the socket's path must fit in 107 bytes
@@ -107,7 +107,7 @@ def start(bin_dir: Path | None = None, options: str = "") -> EmbeddedPostgres:
         # durability off: the cluster is thrown away, and fsync on a shared disk is slow
         settings = (
             f"-k {root} -h '' -c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-            "-c max_connections=200 " + options
+            "-c max_connections=200"
         )
         log = root / "log"
         pg_ctl = [str(server.bin_dir / "pg_ctl"), "-D", str(server.data_dir), "-w", "-t", "60"]
