@@ -6,13 +6,12 @@ from __future__ import annotations
 import pytest
 
 from memoryd.core.annotations import (
-    apply_importance,
     chunk_multiplier,
     entries,
     entry_importance,
     importance_multiplier,
 )
-from memoryd.core.ranking import Candidate
+from memoryd.core.ranking import Candidate, apply_importance
 
 
 def importance(*lines: str, path: str = "MEMORY.md") -> int | None:

@@ -19,7 +19,6 @@ from memoryd.core import chunking
 from memoryd.core import text as text_module
 from memoryd.core.chunking import Chunk, chunk_lines
 from memoryd.core.text import TokenPrefix, estimate_tokens, segment_for_fts
-from memoryd.errors import InvalidInput
 
 # --- the implementation before this change, frozen -------------------------------------------------
 
@@ -134,11 +133,6 @@ def test_cjk_is_not_under_counted() -> None:
 def test_blank_input_has_no_chunks() -> None:
     assert chunk_lines("") == []
     assert chunk_lines("\n\n   \n") == []
-
-
-def test_overlap_must_be_smaller_than_size() -> None:
-    with pytest.raises(InvalidInput):
-        chunk_lines("x", tokens=10, overlap=10)
 
 
 def test_cjk_segmentation_splits_ideographs_only() -> None:

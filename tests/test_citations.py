@@ -18,7 +18,6 @@ from memoryd.core.citations import (
 )
 from memoryd.core.results import SearchResult
 from memoryd.core.session_keys import ChatType
-from memoryd.errors import InvalidInput
 
 
 def result(
@@ -73,11 +72,6 @@ def test_citations_follow_the_mode_and_chat_type(
     mode: CitationsMode, chat_type: ChatType | None, enabled: bool
 ) -> None:
     assert citations_enabled(mode, chat_type) is enabled
-
-
-def test_unknown_mode_is_refused() -> None:
-    with pytest.raises(InvalidInput, match="unknown citations mode 'always'"):
-        citations_enabled("always", "direct")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -175,12 +169,6 @@ def test_trim_cuts_the_overflowing_snippet_and_drops_the_rest(
     trimmed = trim_to_budget(results, budget)
     assert [r.snippet for r in trimmed] == kept
     assert [r.start_line for r in trimmed] == list(range(1, len(kept) + 1))
-
-
-@pytest.mark.parametrize("budget", [0, -1])
-def test_trim_refuses_a_budget_that_is_not_positive(budget: int) -> None:
-    with pytest.raises(InvalidInput, match="must be positive"):
-        trim_to_budget([result()], budget)
 
 
 def test_budget_applies_after_decoration_so_source_lines_count() -> None:

@@ -19,7 +19,7 @@ from memoryd.config import (
     resolve_agent,
     validate_config,
 )
-from memoryd.core.replies import is_no_reply
+from memoryd.core.transcripts import is_no_reply
 from memoryd.errors import InvalidInput
 from memoryd.lifecycle.flush import check_flush
 

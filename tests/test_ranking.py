@@ -13,6 +13,7 @@ from memoryd.core.layout import note_date
 from memoryd.core.ranking import (
     Candidate,
     RankParams,
+    _matched_terms,
     age_in_days,
     auto_text_weight,
     continue_snippet,
@@ -23,8 +24,8 @@ from memoryd.core.ranking import (
     rank,
     select_snippet,
     uncovered_window,
+    with_score,
 )
-from memoryd.core.ranking._candidates import _matched_terms, with_score
 from memoryd.core.text import matched_terms, may_match, query_terms, text_terms, word_set
 
 SCORES_ONLY = RankParams(

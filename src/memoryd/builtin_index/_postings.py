@@ -1,13 +1,5 @@
-"""FTS5's own `bm25()` top-k from postings a long-lived process holds in memory.
-
-Each term's (row, share) pairs are FTS5's own `bm25()` of that term alone, summed in the query's
-term order with ties by rowid, so the answer is FTS5's (`tests/test_postings.py` compares them).
-A phrase term or CJK is left to FTS5, and any write by any process changes the state key and
-drops what was held. A term in more than 1/COMMON_SHARE of the rows is added only to the
-candidates the rarer terms pick, when no row outside them could still beat the last one kept
-(MaxScore, `_contenders`). The first search at an index state (every one-off CLI search) loads
-nothing: FTS5 scores the rarer terms' rows, then the whole query on the rows they pick.
-"""
+"""FTS5's own `bm25()` top-k from postings a long-lived process holds, with common terms bounded
+by MaxScore (docs/builtin-index.md); every answer is FTS5's rows, order and scores."""
 
 from __future__ import annotations
 
@@ -19,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..core.text import has_cjk
+from ..core.text import fts_or, has_cjk
 
 if TYPE_CHECKING:
     import numpy as np
@@ -135,7 +127,7 @@ class Postings:
             return held
         found = conn.execute(
             "select rowid, bm25(chunks_fts) from chunks_fts where chunks_fts match ?",
-            (_phrase(term),),
+            (fts_or([term]),),
         ).fetchall()
         rowids = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
         shares = -np.fromiter((r[1] for r in found), dtype=np.float64, count=len(found))
@@ -208,7 +200,8 @@ class Postings:
         if not common or not rare or sum(rows[w] for w in set(tokens) - common) < limit:
             return None
         found = conn.execute(
-            "select rowid, bm25(chunks_fts) from chunks_fts where chunks_fts match ?", (_or(rare),)
+            "select rowid, bm25(chunks_fts) from chunks_fts where chunks_fts match ?",
+            (fts_or(rare),),
         ).fetchall()
         picked = _contenders([-s for _, s in found], _ceiling(total, rows, tokens, common), limit)
         if picked is None:
@@ -219,7 +212,7 @@ class Postings:
         # the common terms all before or after the rarer ones: `(a OR b) AND (c OR d)` keeps the
         # query's phrases in order, so FTS5 scores only the rows holding both kinds the whole
         # query's way; a row holding only rarer terms already has that score (the rest add 0.0)
-        both = [_or(rare), _or([t for t, c in zip(terms, kinds, strict=True) if c])]
+        both = [fts_or(rare), fts_or([t for t, c in zip(terms, kinds, strict=True) if c])]
         scores = {rowid: -s for rowid, s in found}
         for rowid, s in conn.execute(
             "select rowid, bm25(chunks_fts) from chunks_fts where chunks_fts match ?",
@@ -281,7 +274,7 @@ class Postings:
         limit: int,
     ) -> list[tuple[int, float]] | None:
         """`_score`'s answer without loading the `common` tokens' postings, or None when the
-        rarer tokens cannot vouch for it (the module docstring)."""
+        rarer tokens cannot vouch for it (`_contenders`)."""
         import numpy as np
 
         held = {
@@ -338,7 +331,7 @@ def _best_of(
     found = conn.execute(
         "select rowid, bm25(chunks_fts) as r from chunks_fts where chunks_fts match ? "
         "and +rowid in (select value from json_each(?)) order by r limit ?",
-        (_or(terms), json.dumps(rowids), limit),
+        (fts_or(terms), json.dumps(rowids), limit),
     )
     return [(int(r), -float(s)) for r, s in found]
 
@@ -360,14 +353,6 @@ def _parts(pos: I32, shares: F64, rows: I64) -> F64:
         has = pos[at] == rows
         out[has] = shares[at[has]]
     return out
-
-
-def _phrase(term: str) -> str:
-    return '"' + term.replace('"', '""') + '"'
-
-
-def _or(terms: Sequence[str]) -> str:
-    return " OR ".join(map(_phrase, terms))
 
 
 def _best(ids: I64, rows: I64, scores: F64, limit: int) -> list[tuple[int, float]]:

@@ -23,7 +23,7 @@ from ..core.ranking import (
     uncovered_window,
 )
 from ..core.results import MAX_SNIPPET_CHARS, SearchResult, Source
-from ..core.text import fts_match_expression, query_terms, text_terms, trigram_terms
+from ..core.text import fts_match_expression, fts_or, query_terms, text_terms, trigram_terms
 from ..errors import ProviderUnavailable
 from ._store import ChunkRow
 from ._store import Store as SqliteStore
@@ -156,7 +156,6 @@ class Searcher:
                     trace[c.chunk_id]["minScore"] = min_score
             snippets = kw.snippets if kw else {}
             if stage is None:
-                ranked = self._reranked(None, query, ranked, notes, trace)
                 results = self._results(store, ranked, query, max_results, snippets, trace)
         if stage is not None:
             # no snapshot is held while the reranker answers (a remote API may be slow); a
@@ -167,11 +166,9 @@ class Searcher:
         used_mode = "hybrid" if want_kw and store.fts_available else "vector"
         if pending and (qvec is not None or no_vectors_yet):
             notes.append(_pending_note(pending, stats.chunks))
-        return self._output(results, "keyword" if qvec is None else used_mode, notes, pending)
+        return self._output(results, "keyword" if qvec is None else used_mode, notes)
 
-    def _output(
-        self, results: list[SearchResult], mode: str, notes: list[str], pending: int
-    ) -> SearchOutput:
+    def _output(self, results: list[SearchResult], mode: str, notes: list[str]) -> SearchOutput:
         eng = self.engine
         degraded = None
         if eng.fallback_reason:
@@ -185,7 +182,6 @@ class Searcher:
             max_injected_chars=eng.cfg.query.max_injected_chars,
             notes=notes,
             degraded=degraded,
-            pending_vectors=pending,
         )
 
     def _rerank_stage(self) -> RerankStage | None:
@@ -200,17 +196,14 @@ class Searcher:
 
     def _reranked(
         self,
-        stage: RerankStage | None,
+        stage: RerankStage,
         query: str,
         ranked: list[Candidate],
         notes: list[str],
         trace: dict[int, dict[str, Any]] | None,
     ) -> list[Candidate]:
         """The reranker's order of the best candidates (named files first), or as they were."""
-        if stage is None or not ranked:
-            if trace is not None:
-                for c in ranked:
-                    trace[c.chunk_id]["rerank"] = None
+        if not ranked:
             return ranked
         head = ranked[: stage.candidates]
         named = [c for c in head if c.path_level > 0]
@@ -331,9 +324,12 @@ class Searcher:
             kept = uncovered_window(snippet, first, last, shown.get(c.path, []))
             if kept is not None and len(results) < max_results:
                 text, first, last = kept
-                explain = None
-                if trace is not None:
-                    explain = _explained(c, trace[c.chunk_id], continuation=more)
+                explain: dict[str, Any] | None = None
+                if trace is not None:  # the parts in the order applied (docs/retrieval-quality.md)
+                    chunk = {"id": c.chunk_id, "startLine": c.start_line, "endLine": c.end_line}
+                    explain = {"engine": "builtin", "chunk": chunk, **trace[c.chunk_id]}
+                    if more:
+                        explain["continuation"] = True
                 source = cast("Source", c.source)
                 results.append(
                     SearchResult(c.path, first, last, c.score, text, source, explain=explain)
@@ -389,10 +385,8 @@ class Searcher:
         if not tri or len(primary) >= k:
             # substring-only hits would rank after k whole-word hits anyway: skip the scan
             return hits
-        tri_match = " OR ".join('"' + t.replace('"', '""') + '"' for t in tri)
-        extra = [
-            (c, s) for c, s in store.keyword_search(tri_match, k, trigram=True) if c not in hits
-        ]
+        found = store.keyword_search(fts_or(tri), k, trigram=True)
+        extra = [(c, s) for c, s in found if c not in hits]
         # substring-only hits rank after whole-word hits, scaled below the weakest of those
         ceiling = 0.5 * min((s for _, s in primary), default=2.0)
         top = max((s for _, s in extra), default=1.0) or 1.0
@@ -432,21 +426,6 @@ def _path_lookup(paths: list[str]) -> _PathLookup:
         by_name.setdefault(name, []).append(i)
         by_stem.setdefault(name[:dot] if 0 < dot < len(name) - 1 else name, []).append(i)
     return _PathLookup(paths, by_name, by_stem, max(map(len, by_name), default=0))
-
-
-def _explained(c: Candidate, parts: dict[str, Any], *, continuation: bool) -> dict[str, Any]:
-    """A result's `explain` object: the parts in the order applied (docs/retrieval-quality.md)."""
-    out: dict[str, Any] = {
-        "engine": "builtin",
-        "chunk": {"id": c.chunk_id, "startLine": c.start_line, "endLine": c.end_line},
-    }
-    for key in ("keyword", "vector", "fused", "calibration", "decay", "importance", "path", "mmr"):
-        out[key] = parts.get(key)
-    out["rerank"], out["minScore"] = parts.get("rerank"), parts.get("minScore")
-    out["score"] = parts.get("score", c.score)
-    if continuation:
-        out["continuation"] = True
-    return out
 
 
 def _pending_note(pending: int, chunks: int) -> str:

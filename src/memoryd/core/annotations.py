@@ -6,13 +6,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final
 
 from .layout import CURATED_ROOT_NAMES
-from .text import query_terms, text_terms, word_set
-
-if TYPE_CHECKING:
-    from .ranking._candidates import Candidate
+from .text import text_terms, word_set
 
 _OPENER: Final = re.compile(r"<!--\s*(trigger|importance|project)\s*:", re.IGNORECASE)
 _CLOSER: Final = "-->"
@@ -105,27 +102,3 @@ def _parsed(
         for word in word_set(body):
             holders.setdefault(word, []).append(i)
     return tuple(bodies), tuple(multipliers), {w: tuple(h) for w, h in holders.items()}
-
-
-def apply_importance(
-    candidates: Sequence[Candidate],
-    query: str,
-    min_score: float,
-    trace: dict[int, dict[str, Any]] | None = None,
-) -> None:
-    """Multiply curated-root candidates' scores by their importance in place; a boost never lifts
-    a score over `min_score`, so an abstaining query stays empty."""
-    terms: Sequence[str] | None = None
-    for c in candidates:
-        if c.source != "memory" or c.path not in _CURATED:
-            continue
-        if terms is None:
-            terms = query_terms(query)
-        m = chunk_multiplier(c.path, c.text, terms)
-        if m == 1.0:
-            continue
-        if c.score < min_score and m > 1.0:
-            m = 1.0  # a boost never lifts a score over minScore
-        c.score *= m
-        if trace is not None:
-            trace[c.chunk_id]["importance"] = {"multiplier": m}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from ..errors import InvalidInput
 from .layout import is_daily_note_path
 from .text import TokenPrefix, estimate_tokens
 
@@ -74,8 +73,6 @@ def _cut_long_line(line: str, max_tokens: int) -> list[tuple[str, int]]:
 
 def chunk_lines(text: str, *, tokens: int = 400, overlap: int = 80) -> list[Chunk]:
     """Chunks of ~`tokens` with `overlap` repeated, between lines; a longer line's pieces keep its number."""
-    if overlap >= tokens:
-        raise InvalidInput("overlap must be smaller than tokens")
     units: list[tuple[int, str, int]] = []  # (line number, text, tokens)
     for number, line in enumerate(text.splitlines(), start=1):
         cost = estimate_tokens(line) + 1  # +1 for the newline

@@ -53,7 +53,6 @@ class SearchOutput:
     notes: list[str] = field(default_factory=list)
     #: Why the engine answered in a degraded way (e.g. embeddings failed → keyword only).
     degraded: dict[str, Any] | None = None
-    pending_vectors: int = 0
     #: How far the engine's index lags the newest memory file (seconds), when it does.
     stale_seconds: float | None = None
     #: Set by the supervisor when the built-in index answered for a failed qmd.

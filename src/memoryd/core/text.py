@@ -145,7 +145,12 @@ def query_terms(query: str) -> tuple[str, ...]:
 def fts_match_expression(terms: Sequence[str]) -> str | None:
     """An FTS5 MATCH string OR-ing every term (CJK runs become per-character phrases)."""
     parts = [" ".join(segment_for_fts(t).split()) if has_cjk(t) else t for t in terms]
-    return " OR ".join('"' + p.replace('"', '""') + '"' for p in parts) if parts else None
+    return fts_or(parts) if parts else None
+
+
+def fts_or(phrases: Sequence[str]) -> str:
+    """An FTS5 MATCH string OR-ing `phrases`, each quoted as one phrase."""
+    return " OR ".join('"' + p.replace('"', '""') + '"' for p in phrases)
 
 
 def trigram_terms(query: str) -> list[str]:

@@ -1,4 +1,5 @@
-"""Pure transcript rules: parse JSONL into messages, sanitise (docs/redaction.md), chunk, track growth."""
+"""Pure transcript rules: parse JSONL into messages, sanitise (docs/redaction.md), drop silent
+replies, chunk, track growth."""
 
 from __future__ import annotations
 
@@ -6,11 +7,10 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from .chunking import Chunk, chunk_lines
 from .redact import redact_secrets
-from .replies import is_no_reply
 
 Role = Literal["user", "assistant"]
 
@@ -36,6 +36,39 @@ _UNTRUSTED_BLOCK_RE: Final = re.compile(
 _WS_RE: Final = re.compile(r"\s+")
 
 
+# The silent reply: when a model answer is only `NO_REPLY`, the host shows nothing.
+SILENT_REPLY_TOKEN: Final = "NO_REPLY"
+
+# Only the whole reply: one merely ending with the token is shown (OpenClaw #19537).
+_SILENT_RE: Final = re.compile(
+    r"\A\s*([*_`\"']{0,3})\s*NO_REPLY(?:\s+NO_REPLY)*\s*\1\s*[.!]?\s*\Z", re.IGNORECASE
+)
+_THINK_PREFIX_RE: Final = re.compile(
+    r"\A\s*<(think|thinking|reasoning)\b[^>]*>.*?</\1\s*>(?P<rest>.*)\Z", re.DOTALL | re.IGNORECASE
+)
+
+
+def is_no_reply(text: str | None) -> bool:
+    """True when a model answer is only the silent token `NO_REPLY`, so the host suppresses it."""
+    if not text or not text.strip():
+        return False
+    think = _THINK_PREFIX_RE.match(text)
+    if think is not None:
+        text = think.group("rest")
+    if _SILENT_RE.match(text):
+        return True
+    stripped = text.strip()
+    if stripped.startswith(("{", '"')):
+        try:
+            value = json.loads(stripped)
+        except ValueError:
+            return False
+        if isinstance(value, dict) and list(value) == ["action"]:
+            value = value["action"]
+        return isinstance(value, str) and value.strip().upper() == SILENT_REPLY_TOKEN
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """One user or assistant message: its cleaned one-line text and 1-based JSONL line."""
@@ -55,22 +88,6 @@ def sanitize_text(text: str, *, previous: str | None = None) -> str:
     text = _DIRECTIVE_RE.sub(" ", text)
     text = _WRAPPER_RE.sub(" ", text)
     return redact_secrets(text, previous=previous)
-
-
-def extract_text(content: Any) -> str | None:
-    """A message `content`'s text: a string, or a list's `text` blocks joined by newlines."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return None
-    parts = [
-        block["text"]
-        for block in content
-        if isinstance(block, dict)
-        and block.get("type") == "text"
-        and isinstance(block.get("text"), str)
-    ]
-    return "\n".join(parts) if parts else None
 
 
 _MALFORMED: Final = object()
@@ -98,8 +115,12 @@ def _parse_line(line: str) -> tuple[Role, str] | object:
         isinstance(p, dict) and p.get("kind") == "inter_session" for p in relayed
     ):
         return None  # OpenClaw: text relayed between sessions/sub-agents is not the user's own
-    text = extract_text(body.get("content"))
-    return None if text is None else (role, text)
+    content = body.get("content")
+    if isinstance(content, list):  # the `text` blocks, joined by newlines
+        blocks = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+        texts = [t for t in blocks if isinstance(t, str)]
+        content = "\n".join(texts) if texts else None
+    return (role, content) if isinstance(content, str) else None
 
 
 def parse_transcript_text(text: str, *, sanitize: bool = False) -> tuple[list[Message], int, int]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..core.replies import is_no_reply
+from ..core.transcripts import is_no_reply
 from .context import build_session_context
 from .flush import check_flush
 from .session_export import export_sessions

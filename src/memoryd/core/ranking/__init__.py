@@ -1,44 +1,161 @@
-"""Pure ranking over plain data: the `rank` pipeline and its fusions: the default `auto`, whose
-scores are calibrated against unrelated text so that one minScore means the same in every query,
-and the per-query ones, which rescale each list within the query's candidates."""
+"""Pure ranking over plain data (candidates, index statistics, path matches): the `rank`
+pipeline and its fusions: the default `auto`, whose scores are calibrated against unrelated text
+so that one minScore means the same in every query, and the per-query ones, which rescale each
+list within the query's candidates."""
 
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from functools import lru_cache
+from pathlib import PurePosixPath
+from typing import Any, Literal
 
-from ..annotations import apply_importance
+from ..annotations import chunk_multiplier
 from ..layout import note_date
-from ..text import Script, estimate_tokens, query_terms, script_of, word_set
-from ._candidates import (
-    PATH_TOKEN,
-    Candidate,
-    CorpusStats,
-    Fusion,
-    RankParams,
-    _matched_terms,
-    _named,
-    path_match_level,
-    with_score,
+from ..text import (
+    Script,
+    estimate_tokens,
+    matched_terms,
+    query_terms,
+    script_of,
+    text_terms,
+    word_set,
 )
 from ._snippets import continue_snippet, extend_chunk, select_snippet, uncovered_window
 
-# what is imported here for other modules (the rest is defined here)
-__all__ = [
-    "PATH_TOKEN",
-    "Candidate",
-    "CorpusStats",
-    "Fusion",
-    "RankParams",
-    "continue_snippet",
-    "extend_chunk",
-    "path_match_level",
-    "select_snippet",
-    "uncovered_window",
-]
+# the snippet windows are imported from here by the searchers
+__all__ = ["continue_snippet", "extend_chunk", "select_snippet", "uncovered_window"]
+
+Fusion = Literal["auto", "relative", "weighted", "rrf", "minmax", "zscore"]
+
+
+@dataclass(slots=True)
+class Candidate:
+    """One chunk seen by either retriever, with what each said about it."""
+
+    chunk_id: int
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    text: str
+    mtime: float | None = None
+    vector_score: float | None = None  # cosine similarity
+    vector_rank: int | None = None  # 0-based rank in the vector list
+    text_rank: int | None = None  # 0-based rank in the keyword list
+    text_score: float | None = None  # positive BM25 strength (higher = better)
+    path_level: int = 0  # 3 exact path, 2 basename, 1 stem
+    score: float = 0.0
+    words: frozenset[str] = field(default_factory=frozenset)
+    #: (query terms, those the chunk holds) when the caller worked them out already
+    matched: tuple[tuple[str, ...], frozenset[str]] | None = None
+
+
+def with_score(c: Candidate, score: float) -> Candidate:
+    """A copy of `c` with `score`, built directly since `dataclasses.replace` is slow per call."""
+    return Candidate(
+        c.chunk_id,
+        c.path,
+        c.source,
+        c.start_line,
+        c.end_line,
+        c.text,
+        c.mtime,
+        c.vector_score,
+        c.vector_rank,
+        c.text_rank,
+        c.text_score,
+        c.path_level,
+        score,
+        c.words,
+        c.matched,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusStats:
+    """Index-wide statistics so a score means the same in every query: chunk and per-term
+    counts, the (mean, sd) cosine of `REFERENCE_QUERIES` per script pair, and the query's own
+    (chunk id, script, cosine) over a sample of chunks."""
+
+    chunks: int = 0
+    term_chunks: Mapping[str, int] = field(default_factory=dict)
+    reference: Mapping[tuple[Script, Script], tuple[float, float]] = field(default_factory=dict)
+    background: Sequence[tuple[int, Script, float]] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RankParams:
+    max_results: int = 6
+    min_score: float = 0.35
+    vector_weight: float = 0.7
+    text_weight: float = 0.3
+    fusion: Fusion = "auto"
+    mmr_enabled: bool = False
+    mmr_lambda: float = 0.7
+    decay_enabled: bool = False
+    half_life_days: float = 30.0
+    #: Candidates MMR and minScore see, from the config so maxResults=k is a prefix of any
+    #: larger maxResults; None: 4 × max_results.
+    pool_size: int | None = None
+
+
+#: A query token that can name a file (`path_match_level` level 2 compares file names to these).
+PATH_TOKEN = re.compile(r"[\w.\-]+")
+
+
+def path_match_level(query: str, path: str) -> int:
+    """3 = the query names the path, 2 = the file name, 1 = the whole query is the stem, 0 = none."""
+    q, spaced, tokens, bare = _query_path_forms(query)
+    p = path.lower()
+    if not q:
+        return 0
+    if q == p or q.endswith("/" + p) or f" {p}" in spaced:
+        return 3
+    name, stem, _ = _name_and_stem(p)
+    if name in tokens:
+        return 2
+    if len(stem) >= 3 and bare == stem:
+        return 1
+    return 0
+
+
+@lru_cache(maxsize=256)
+def _query_path_forms(query: str) -> tuple[str, str, frozenset[str], str]:
+    """The query lowered, spaced, as path tokens and bare of quotes, once per query."""
+    q = query.strip().lower()
+    return q, f" {q} ".replace("`", " "), frozenset(PATH_TOKEN.findall(q)), q.strip("`'\" ")
+
+
+_NAME_WORD = re.compile(r"[^\W\d_]{3,}")
+
+
+@lru_cache(maxsize=8192)
+def _name_and_stem(path: str) -> tuple[str, str, frozenset[str]]:
+    """A path's file name, its stem, and the stem's words of three or more letters, lowered."""
+    pp = PurePosixPath(path)
+    return pp.name, pp.stem, frozenset(w.lower() for w in _NAME_WORD.findall(pp.stem))
+
+
+def _matched_terms(c: Candidate, terms: Sequence[str]) -> set[str]:
+    if not terms:
+        return set()
+    if c.matched is not None and c.matched[0] == tuple(terms):
+        return set(c.matched[1])
+    if not c.words:  # a vector-side candidate: its word set would serve only this
+        return text_terms(terms, c.text)
+    return matched_terms(terms, c.text, c.words)
+
+
+@lru_cache(maxsize=4096)
+def _named(terms: tuple[str, ...], path: str) -> frozenset[str]:
+    """Query terms the file name holds (`legacy` in `memory/legacy.md`): evidence for all its chunks."""
+    words = _name_and_stem(path)[2]
+    return frozenset(matched_terms(terms, " ".join(words), words)) if words else frozenset()
 
 
 def decay_multiplier(age_days: float, half_life_days: float) -> float:
@@ -257,10 +374,14 @@ def _calibrated_parts(
 
 
 def _sides(c: Candidate, matched: set[str]) -> dict[str, Any]:
-    """What each list said of a candidate, as `--explain` shows it."""
+    """What each list said of a candidate, as `--explain` shows it, then the later steps' parts
+    in the order they apply (None where a step does not)."""
     keyword = {"bm25": c.text_score, "rank": c.text_rank, "matchedTerms": sorted(matched)}
     vector = None if c.vector_score is None else {"cosine": c.vector_score, "rank": c.vector_rank}
-    return {"keyword": keyword, "vector": vector}
+    return {"keyword": keyword, "vector": vector, **dict.fromkeys(_LATER_PARTS)}
+
+
+_LATER_PARTS = ("fused", "calibration", "decay", "importance", "path", "mmr", "rerank", "minScore")
 
 
 def _calibrated(
@@ -490,7 +611,7 @@ def fuse(
         terms = query_terms(query)
         for c in out:
             d = trace[c.chunk_id] = _sides(c, _matched_terms(c, terms))
-            d.update(fused={"fusion": params.fusion, "score": c.score}, calibration=None)
+            d["fused"] = {"fusion": params.fusion, "score": c.score}
     return out
 
 
@@ -513,6 +634,26 @@ def mmr(candidates: Sequence[Candidate], k: int, lam: float) -> list[Candidate]:
                 best_i, best_val = i, val
         chosen.append(pool.pop(best_i))
     return chosen
+
+
+def apply_importance(
+    candidates: Sequence[Candidate],
+    query: str,
+    min_score: float,
+    trace: dict[int, dict[str, Any]] | None = None,
+) -> None:
+    """Multiply curated-root candidates' scores by their importance in place; a boost never lifts
+    a score over `min_score`, so an abstaining query stays empty."""
+    terms = query_terms(query)
+    for c in candidates:
+        m = chunk_multiplier(c.path, c.text, terms) if c.source == "memory" else 1.0
+        if m == 1.0:
+            continue
+        if c.score < min_score and m > 1.0:
+            m = 1.0  # a boost never lifts a score over minScore
+        c.score *= m
+        if trace is not None:
+            trace[c.chunk_id]["importance"] = {"multiplier": m}
 
 
 def rank(
@@ -554,7 +695,6 @@ def rank(
         before = {c.chunk_id: i for i, c in enumerate(pool)}
         for i, c in enumerate(ordered):
             d = trace[c.chunk_id]
-            d.setdefault("decay", None)
             d["path"] = {"level": c.path_level, "match": _PATH_LEVELS[c.path_level]}
             d["mmr"] = (
                 {"lambda": params.mmr_lambda, "before": before[c.chunk_id] + 1, "after": i + 1}

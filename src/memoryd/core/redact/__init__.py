@@ -3,31 +3,22 @@
 from __future__ import annotations
 
 import re
-from functools import cache
 from typing import Final
 
 from ..text import merge_spans
 from ._checks import _VALUE_CHECKS, _answer_spans
-from ._gitleaks import _gitleaks_spans, _ruleset
-from ._rules import SECRET_PATTERNS, SecretSpan, keyword_index, rules_for
+from ._gitleaks import _gitleaks_spans, _Ruleset, _ruleset
+from ._rules import SECRET_PATTERNS, SecretSpan
 
 REDACTED: Final = "[REDACTED]"
 
 
-@cache
-def _local_rules() -> tuple[
-    tuple[re.Pattern[str], ...], dict[str, tuple[int, ...]], tuple[int, ...]
-]:
-    """SECRET_PATTERNS compiled; keyword → indexes into it; the indexes that always run."""
-    compiled = tuple(re.compile(rule.pattern, rule.flags) for rule in SECRET_PATTERNS)
-    return compiled, *keyword_index([rule.keywords for rule in SECRET_PATTERNS])
-
-
-def _local_spans(text: str, present: set[str]) -> list[SecretSpan]:
-    compiled, by_keyword, always = _local_rules()
+def _local_spans(ruleset: _Ruleset, text: str, picked: list[int]) -> list[SecretSpan]:
     spans = []
-    for index in rules_for(by_keyword, always, present):
-        rule, pattern = SECRET_PATTERNS[index], compiled[index]
+    for index in picked:
+        if index >= len(ruleset.local):
+            break  # gitleaks' rules from here
+        rule, pattern = SECRET_PATTERNS[index], ruleset.local[index]
         if rule.prefilter is not None and not re.search(rule.prefilter, text):
             continue
         name = rule.name
@@ -52,8 +43,8 @@ def secret_spans(text: str, *, previous: str | None = None) -> list[SecretSpan]:
     if not text:
         return []
     ruleset = _ruleset()
-    present = ruleset.present(text.lower())
-    spans = _local_spans(text, present) + _gitleaks_spans(ruleset, text, present)
+    picked = ruleset.picked(text)
+    spans = _local_spans(ruleset, text, picked) + _gitleaks_spans(ruleset, text, picked)
     if previous:
         spans += _answer_spans(text, previous)
     return sorted(spans)

@@ -36,10 +36,8 @@ def _mixed(value: str) -> bool:
 
 def _looks_generated(value: str) -> bool:
     """Letters and digits, and mixed case or long: what a key generator emits, not prose."""
-    has_digit = any(c.isdigit() for c in value)
-    has_alpha = any(c.isalpha() for c in value)
-    mixed = any(c.islower() for c in value) and any(c.isupper() for c in value)
-    return has_digit and has_alpha and (mixed or len(value) >= 32) and _not_placeholder(value)
+    long = len(value) >= 32 and any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+    return (_mixed(value) or long) and _not_placeholder(value)
 
 
 # Trailing characters that end a sentence rather than a password typed in it.
@@ -218,13 +216,6 @@ def _high_entropy(match: re.Match[str], group: int) -> tuple[int, int] | None:
 _Check = Callable[[re.Match[str], int], "tuple[int, int] | None"]
 
 
-def _plain(check: Callable[[str], bool]) -> _Check:
-    def run(match: re.Match[str], group: int) -> tuple[int, int] | None:
-        return match.span(group) if check(match.group(group)) else None
-
-    return run
-
-
 _SHAPE_SYMBOLS: Final = frozenset("!#$%&+=?@^~")
 
 
@@ -249,7 +240,7 @@ def _password_shape(match: re.Match[str], group: int) -> tuple[int, int] | None:
 
 _VALUE_CHECKS: Final[dict[str, _Check]] = {
     "password_shape": _password_shape,
-    "key_value": _plain(_not_placeholder),
+    "key_value": lambda m, g: m.span(g) if _not_placeholder(m.group(g)) else None,
     "prose_password": _password_value,
     "password_then_value": _password_value,
     "password_first": _value_first,
@@ -259,7 +250,7 @@ _VALUE_CHECKS: Final[dict[str, _Check]] = {
     "cli_secret_flag": _cli_value,
     "cli_password_option": _cli_value,
     "curl_user": _cli_value,
-    "prose_key": _plain(_looks_generated),
+    "prose_key": lambda m, g: m.span(g) if _looks_generated(m.group(g)) else None,
     "card_number": _card_number,
     "high_entropy_token": _high_entropy,
 }

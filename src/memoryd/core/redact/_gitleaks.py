@@ -1,4 +1,5 @@
-"""gitleaks' default ruleset (`gitleaks.toml`, vendored verbatim) applied as gitleaks does."""
+"""The rules loaded on first use: memoryd's own and gitleaks' default ruleset (`gitleaks.toml`,
+vendored verbatim, applied as gitleaks does), picked for a text by the keywords it holds."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from functools import cache
 from typing import Any, Final
 
 from ._checks import _entropy
-from ._rules import SECRET_PATTERNS, SecretSpan, keyword_index, rules_for
+from ._rules import SECRET_PATTERNS, SecretSpan
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,15 +28,21 @@ class _Rule:
 
 @dataclass(frozen=True, slots=True)
 class _Ruleset:
-    rules: tuple[_Rule, ...]
-    by_keyword: dict[str, tuple[int, ...]]  # lowercased keyword → indexes into rules
-    always: tuple[int, ...]  # rules without keywords
-    vocabulary: tuple[str, ...]  # gitleaks' and the local rules' keywords together
+    local: tuple[re.Pattern[str], ...]  # SECRET_PATTERNS compiled
+    rules: tuple[_Rule, ...]  # gitleaks'
+    #: Each lowercased keyword (`vocabulary[i]`) → the rules naming it: local rule i is index i,
+    #: gitleaks rule j is index len(local) + j.
+    by_keyword: tuple[tuple[int, ...], ...]
+    always: frozenset[int]  # rules without keywords
+    vocabulary: tuple[str, ...]
     finder: Any  # an RE2 set of `vocabulary`, which finds them all in one pass
 
-    def present(self, lowered: str) -> set[str]:
-        """The keywords a lowercased text holds."""
-        return {self.vocabulary[i] for i in self.finder.Match(lowered) or ()}
+    def picked(self, text: str) -> list[int]:
+        """The indexes of the rules to run on `text` (those of the keywords it holds), in order."""
+        found = set(self.always)
+        for i in self.finder.Match(text.lower()) or ():
+            found.update(self.by_keyword[i])
+        return sorted(found)
 
 
 @cache
@@ -62,7 +69,7 @@ def _ruleset() -> _Ruleset:
     glob_secret = list(glob.get("regexes", ())) + stop(glob.get("stopwords", []))
     shared_secret = any_of(glob_secret)
     rules: list[_Rule] = []
-    keywords: list[set[str]] = []
+    keywords: list[set[str]] = [set(rule.keywords) for rule in SECRET_PATTERNS]
     for spec in config["rules"]:
         if "regex" not in spec or "path" in spec:
             continue
@@ -86,13 +93,23 @@ def _ruleset() -> _Ruleset:
             )
         )
         keywords.append({k.lower() for k in spec.get("keywords", ())})
-    by_keyword, always = keyword_index(keywords)
-    vocabulary = tuple(sorted({*by_keyword, *(k for p in SECRET_PATTERNS for k in p.keywords)}))
+    by_keyword: dict[str, list[int]] = {}
+    for index, words in enumerate(keywords):
+        for word in words:
+            by_keyword.setdefault(word, []).append(index)
+    vocabulary = tuple(sorted(by_keyword))
     finder = re2.Set.SearchSet()
     for word in vocabulary:
         finder.Add(re.escape(word))
     finder.Compile()
-    return _Ruleset(tuple(rules), by_keyword, always, vocabulary, finder)
+    return _Ruleset(
+        local=tuple(re.compile(rule.pattern, rule.flags) for rule in SECRET_PATTERNS),
+        rules=tuple(rules),
+        by_keyword=tuple(tuple(by_keyword[word]) for word in vocabulary),
+        always=frozenset(index for index, words in enumerate(keywords) if not words),
+        vocabulary=vocabulary,
+        finder=finder,
+    )
 
 
 # gitleaks tests a line allowlist against the secret's whole line; here the line is clipped to
@@ -141,8 +158,8 @@ def _char_offsets(data: bytes) -> Callable[[int], int]:
     return to_char
 
 
-def _gitleaks_spans(ruleset: _Ruleset, text: str, present: set[str]) -> list[SecretSpan]:
-    candidates = rules_for(ruleset.by_keyword, ruleset.always, present)
+def _gitleaks_spans(ruleset: _Ruleset, text: str, picked: list[int]) -> list[SecretSpan]:
+    candidates = [i - len(ruleset.local) for i in picked if i >= len(ruleset.local)]
     if not candidates:
         return []
     # One encoding for every rule (google-re2 re-encodes a str on each call).

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping, Sequence
 from typing import Final, NamedTuple
 
 
@@ -24,28 +23,6 @@ class SecretPattern(NamedTuple):
     keywords: tuple[str, ...]
     #: For a rule without keywords: a cheap regex that must find something before it runs.
     prefilter: str | None = None
-
-
-def keyword_index(
-    keywords: Sequence[Collection[str]],
-) -> tuple[dict[str, tuple[int, ...]], tuple[int, ...]]:
-    """keyword → the indexes of the rules that name it, and the indexes of rules that name none."""
-    by_keyword: dict[str, list[int]] = {}
-    for index, words in enumerate(keywords):
-        for word in words:
-            by_keyword.setdefault(word, []).append(index)
-    always = tuple(index for index, words in enumerate(keywords) if not words)
-    return {k: tuple(v) for k, v in by_keyword.items()}, always
-
-
-def rules_for(
-    by_keyword: Mapping[str, tuple[int, ...]], always: tuple[int, ...], present: set[str]
-) -> list[int]:
-    """The indexes of the rules to run on a text holding the keywords `present`, in order."""
-    found = set(always)
-    for keyword in present:
-        found.update(by_keyword.get(keyword, ()))
-    return sorted(found)
 
 
 _L: Final = r"(?<![A-Za-z0-9_\-])"
