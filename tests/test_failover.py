@@ -242,7 +242,7 @@ def test_the_probe_loop_recovers_in_the_background(ws: Path) -> None:
         assert (b.search(SearchRequest("tea"))).engine == "builtin"
         qmd.fault = None
         with within(5):
-            while b.active != "qmd":
+            while b.failover.active != "qmd":
                 time.sleep(0.01)
         assert b.failover.state.probe_attempts >= 1
     b.close()
@@ -257,7 +257,7 @@ def test_a_second_process_starts_from_the_persisted_state(ws: Path) -> None:
     # a new process (a one-off CLI call): same state dir, its own engines
     second_qmd = FakeQmd(ws)
     second = backend(qmd_agent(ws), second_qmd, clock)
-    assert second.active == "builtin"
+    assert second.failover.active == "builtin"
     answer = second.search(SearchRequest("tea"))
     assert answer.engine == "builtin" and "QmdTimeout" in (answer.fallback or {})["reason"]
     assert second_qmd.searches == 0  # it did not pay qmd's timeout again

@@ -9,7 +9,7 @@ import pytest
 
 from embedding_servers import FakeOpenAI, serve
 from memoryd.config import resolve_agent, validate_config
-from memoryd.orchestrator.engines import builtin_engine
+from memoryd.orchestrator._supervisor import builtin_engine
 
 
 @pytest.fixture

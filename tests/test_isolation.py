@@ -105,26 +105,6 @@ def test_a_shared_store_path_is_refused_not_resynced(
     assert agent_for(a, keyed).index_path.name == f"main-{workspace_key(a)}.sqlite"
 
 
-def test_a_legacy_index_moves_to_its_workspace_and_stays_put_for_another(
-    two: tuple[Path, Path], isolated_env: Path
-) -> None:
-    a, b = two
-    legacy = isolated_env / "memory" / "main.sqlite"
-    legacy_agent = agent_for(a, {"provider": "none", "store": {"path": str(legacy)}})
-    idx = index_for(legacy_agent, None)
-    idx.sync()
-    idx.store.close()
-    from memoryd.orchestrator.engines import migrate_legacy_state
-
-    assert migrate_legacy_state(agent_for(b, {"provider": "none"})) == [
-        f"left {legacy} in place: it indexes another workspace"
-    ]
-    assert legacy.exists()
-    done = migrate_legacy_state(agent_for(a, {"provider": "none"}))
-    assert done and "moved index" in done[0]
-    assert not legacy.exists() and agent_state("main", a).index_db.exists()
-
-
 # ---------------------------------------------------------------- serve answers for the caller
 
 

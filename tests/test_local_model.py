@@ -9,7 +9,7 @@ import pytest
 
 from memoryd.config import resolve_agent, validate_config
 from memoryd.embeddings.local import LocalE5Provider
-from memoryd.orchestrator.engines import builtin_engine
+from memoryd.orchestrator._supervisor import builtin_engine
 
 pytestmark = [pytest.mark.slow]
 

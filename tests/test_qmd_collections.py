@@ -14,7 +14,6 @@ from memoryd.qmd_adapter._collections import (
     plan_collections,
     sanitize_name,
 )
-from memoryd.qmd_adapter._parse import CollectionInfo
 
 WS = Path("/ws")
 SESS = Path("/state/agents/main/qmd/sessions")
@@ -101,37 +100,37 @@ DIR = CollectionSpec("memory-dir-main", "/ws/memory", "**/*.md", legacy_name="me
         ({}, ([], [ROOT, DIR])),
         (
             {
-                ROOT.name: CollectionInfo(ROOT.name, "/ws/", "MEMORY.md"),
-                DIR.name: CollectionInfo(DIR.name, "/ws/memory", "**/*.md"),
+                ROOT.name: CollectionSpec(ROOT.name, "/ws/", "MEMORY.md"),
+                DIR.name: CollectionSpec(DIR.name, "/ws/memory", "**/*.md"),
             },
             ([], []),
         ),
         (
             {
-                ROOT.name: CollectionInfo(ROOT.name, "/old", "MEMORY.md"),
-                DIR.name: CollectionInfo(DIR.name, "/ws/memory", "*.md"),
+                ROOT.name: CollectionSpec(ROOT.name, "/old", "MEMORY.md"),
+                DIR.name: CollectionSpec(DIR.name, "/ws/memory", "*.md"),
             },
             ([ROOT.name, DIR.name], [ROOT, DIR]),
         ),
         (
             {
-                "memory-root": CollectionInfo("memory-root", "/ws", "MEMORY.md"),
-                DIR.name: CollectionInfo(DIR.name, "/ws/memory", "**/*.md"),
+                "memory-root": CollectionSpec("memory-root", "/ws", "MEMORY.md"),
+                DIR.name: CollectionSpec(DIR.name, "/ws/memory", "**/*.md"),
             },
             (["memory-root"], [ROOT]),
         ),
         (
             {
-                "memory-dir": CollectionInfo("memory-dir", "/elsewhere", "**/*.md"),
-                ROOT.name: CollectionInfo(ROOT.name, "/ws", "MEMORY.md"),
+                "memory-dir": CollectionSpec("memory-dir", "/elsewhere", "**/*.md"),
+                ROOT.name: CollectionSpec(ROOT.name, "/ws", "MEMORY.md"),
             },
             ([], [DIR]),
         ),
         (
             {
-                "someone-else": CollectionInfo("someone-else", "/x", "**/*.md"),
-                ROOT.name: CollectionInfo(ROOT.name, "/ws", "MEMORY.md"),
-                DIR.name: CollectionInfo(DIR.name, "/ws/memory", "**/*.md"),
+                "someone-else": CollectionSpec("someone-else", "/x", "**/*.md"),
+                ROOT.name: CollectionSpec(ROOT.name, "/ws", "MEMORY.md"),
+                DIR.name: CollectionSpec(DIR.name, "/ws/memory", "**/*.md"),
             },
             ([], []),
         ),
@@ -146,7 +145,7 @@ DIR = CollectionSpec("memory-dir-main", "/ws/memory", "**/*.md", legacy_name="me
     ],
 )
 def test_plan_brings_qmd_to_desired_collections(
-    existing: dict[str, CollectionInfo], plan: tuple[list[str], list[CollectionSpec]]
+    existing: dict[str, CollectionSpec], plan: tuple[list[str], list[CollectionSpec]]
 ) -> None:
     assert plan_collections([ROOT, DIR], existing) == plan
 

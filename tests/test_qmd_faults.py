@@ -2,7 +2,7 @@
 
 The lock is taken by another process with Python's sqlite3 on the agent's qmd `index.sqlite`
 (another process, because SQLite's POSIX locks belong to a process and memoryd opens that file
-itself to resolve docids). qmd's index is in WAL mode, so `BEGIN EXCLUSIVE` alone blocks only
+itself to see whether it holds vectors). qmd's index is in WAL mode, so `BEGIN EXCLUSIVE` alone blocks only
 writers (`qmd update`); with `PRAGMA locking_mode = EXCLUSIVE` it blocks readers (`qmd search`)
 too. Colour comes from a wrapper in front of the real qmd: qmd itself colours only on a TTY, and
 memoryd always reads it through pipes.

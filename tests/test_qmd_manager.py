@@ -465,9 +465,12 @@ def test_maintenance_waits_for_the_lock_held_by_another_process(
             done.wait()
 
 
-def test_embed_is_skipped_in_search_mode(shared: Shared) -> None:
-    mgr = shared.manager()
-    assert mgr.embed_blocked_reason() is not None
+def test_sync_never_embeds_in_search_mode(shared: Shared, tmp_path: Path) -> None:
+    mgr = started(shared.agent(), shared.qmd, tmp_path / "home")  # no embed yet: one is due
+    assert mgr.search_mode == "search"
+    mgr.sync()
+    status = mgr.status()
+    assert status.last_update_at is not None and status.last_embed_at is None
 
 
 def test_update_while_searching_raises_nothing(shared: Shared) -> None:
@@ -625,7 +628,7 @@ def test_the_search_skips_qmds_reranker_and_qmd_rerank_turns_on_the_stage(
     assert argv[:2] == ["query", "lex: zeppelin"]
     assert "--no-rerank" in argv
     assert "--no-rerank" not in mgr.search_argv("lex: zeppelin", ["m"], 8, rerank=True)
-    assert (mgr.rerank_stage.provider if mgr.rerank_stage else None) == stage
+    assert (mgr.rerank_stage.cfg.provider if mgr.rerank_stage else None) == stage
     # asked for more than qmd fuses by default, it is told to keep that many candidates
     assert "-C" not in argv
     assert mgr.search_argv("lex: zeppelin", ["memory-root-main"], 60)[5:7] == ["-C", "60"]

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from memoryd.errors import QmdBadOutput
+from memoryd.qmd_adapter._collections import CollectionSpec
 from memoryd.qmd_adapter._parse import (
-    CollectionInfo,
     is_busy_error,
     is_collection_exists_error,
     is_missing_collection_error,
@@ -137,7 +137,7 @@ def test_collection_list_gives_names() -> None:
 
 def test_collection_show_gives_path_and_pattern() -> None:
     text = "Collection: memory-dir-main\n  Path:     /ws/my memory\n  Pattern:  **/*.md\n  Include:  yes (default)\n"
-    assert parse_collection_show(text) == CollectionInfo(
+    assert parse_collection_show(text) == CollectionSpec(
         "memory-dir-main", "/ws/my memory", "**/*.md"
     )
     assert parse_collection_show("Collection: x\n") is None

@@ -227,7 +227,7 @@ NOTES = {
 
 @pytest.fixture
 def index(workspace: Path):  # type: ignore[no-untyped-def]
-    from memoryd.orchestrator.engines import builtin_engine
+    from memoryd.orchestrator._supervisor import builtin_engine
 
     for rel, text in NOTES.items():
         (workspace / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -125,11 +125,6 @@ def expand_store_path(template: str, agent_id: str, workspace: Path) -> Path:
     return Path(filled).expanduser().absolute()
 
 
-def legacy_index_path(agent_id: str) -> Path:
-    """Where memoryd ≤ 0.1 kept the built-in index: `<state>/memory/<agentId>.sqlite`."""
-    return _inside(state_dir(), "memory", f"{validate_agent_id(agent_id)}.sqlite")
-
-
 def _inside(base: Path, *parts: str) -> Path:
     """`base/parts…`, refusing any part that could leave `base` (ids are validated already)."""
     for part in parts:

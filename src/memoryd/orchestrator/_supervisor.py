@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import random
 import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -17,19 +19,40 @@ from ..background import Background
 from ..config import ResolvedAgent
 from ..core.engine import BuiltinEngine, ProgressFn, QmdEngine, SearchOutput, SearchRequest
 from ..core.layout import MemoryRoot
-from ..errors import MemorydError, QmdError, QmdTimeout, ServiceUnavailable
+from ..core.text import query_terms
+from ..errors import MemorydError, QmdError, QmdTimeout, ServiceUnavailable, StateError
+from ..fsio import private_dir, read_private, write_private_atomic
 from ..memfiles import discover
-from .failover import Active, Failover, FailoverState, clean_reason
-from .health import load_health, save_health
+from .failover import Failover, FailoverState, clean_reason
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where used: a builtin agent never loads the qmd adapter
+    from ..builtin_index import MemoryIndex
     from ..lifecycle.session_export import ExportReport
+    from ..qmd_adapter import QmdManager
 
 log = logging.getLogger("memoryd.supervisor")
 
 PROBE_QUERY = "memoryd recovery probe"
+HEALTH_VERSION = 1
 QmdFactory = Callable[[ResolvedAgent], QmdEngine]
 IndexFactory = Callable[[ResolvedAgent], BuiltinEngine]
+
+
+def builtin_engine(agent: ResolvedAgent, *, one_off: bool = False) -> MemoryIndex:
+    """The agent's built-in index; see `one_off` in `MemoryService`."""
+    from ..builtin_index import MemoryIndex
+    from ..embeddings.selection import select_provider
+
+    # cheap: builds no client, loads no model
+    selection = select_provider(agent.memory_search, agent.models, one_off=one_off)
+    return MemoryIndex(agent.index_settings(), selection, one_off=one_off)
+
+
+def qmd_engine(agent: ResolvedAgent) -> QmdManager:
+    """The agent's qmd sidecar manager."""
+    from ..qmd_adapter import QmdManager
+
+    return QmdManager(agent.qmd_settings())
 
 
 class AgentBackend:
@@ -80,8 +103,22 @@ class AgentBackend:
         return self._index
 
     def _save(self) -> None:
-        if self.qmd is not None:
-            self.health_updated_at = save_health(self.agent.state.health, self.failover.state)
+        """Write the failover state to `health.json` as this process's, now; a read-only state
+        dir only loses it."""
+        if self.qmd is None:
+            return
+        now = time.time()
+        doc = {
+            "version": HEALTH_VERSION,
+            "failover": asdict(self.failover.state),
+            "updatedAt": now,
+            "pid": os.getpid(),
+        }
+        with suppress(StateError):
+            private_dir(self.agent.state.root)
+            text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+            write_private_atomic(self.agent.state.health, text.encode())
+        self.health_updated_at = now
 
     def start(self, background: Background | None = None) -> None:
         """Start qmd (on a thread, or in a one-off command's first search) and the index."""
@@ -232,10 +269,6 @@ class AgentBackend:
 
     # ------------------------------------------------------------------ failover
 
-    @property
-    def active(self) -> Active:
-        return self.failover.active
-
     def _record_failure(self, reason: str) -> None:
         now = self._clock()
         flipped = self.failover.record_failure(reason, now)
@@ -350,23 +383,15 @@ class AgentBackend:
             return self._builtin(request, failed_over=True)
         if self.failover.state.failures and self.failover.record_success(self._clock()):
             self._recovered()
-        if answer.results or not self._complete_empty(request):
+        # qmd found nothing: with `memory.qmd.emptyResults = "builtin"`, a question of two or
+        # more content words gets the built-in index's hits, each marked `backend: builtin`
+        complete = self.agent.memory.qmd.empty_results == "builtin" and not answer.results
+        idx = self.index if complete and len(query_terms(request.query)) >= 2 else None
+        if idx is None:
             return answer
-        # qmd found nothing: the built-in index's hits, each marked `backend: builtin`
-        assert self.index is not None
-        hits = [r.with_(engine="builtin") for r in self.index.search(request).results]
+        hits = [r.with_(engine="builtin") for r in idx.search(request).results]
         note = "qmd found nothing; completed by the built-in index"
         return replace(answer, results=hits, notes=[*answer.notes, note] if hits else answer.notes)
-
-    def _complete_empty(self, request: SearchRequest) -> bool:
-        """`memory.qmd.emptyResults = "builtin"` and a question of two or more content words."""
-        from ..core.text import query_terms
-
-        return (
-            self.agent.memory.qmd.empty_results == "builtin"
-            and self.index is not None
-            and len(query_terms(request.query)) >= 2
-        )
 
     def _refresh_if_stale(self) -> float | None:
         """Without timers, update qmd first (within `sync.searchWaitMs`); how stale it still is."""
@@ -412,9 +437,15 @@ class AgentBackend:
         return (newest - indexed if indexed else float("inf")), newest, indexed
 
     def reload_health(self) -> float | None:
-        """Take the failover state from `health.json` when another process wrote it since; when
-        it was written."""
-        on_disk = load_health(self.agent.state.health)
-        if on_disk is not None and (on_disk[1] or 0) > (self.health_updated_at or 0):
-            self.failover.state, self.health_updated_at = on_disk
+        """Take the failover state from `health.json` when another process wrote it since (a
+        damaged file, or one of another version, counts as absent); when it was written."""
+        raw = read_private(self.agent.state.health)  # a link planted here is refused (StateError)
+        try:
+            doc = json.loads(raw or b"null")
+            state, updated = FailoverState(**doc["failover"]), float(doc["updatedAt"])
+        except (ValueError, TypeError, KeyError):
+            return self.health_updated_at
+        current = doc.get("version") == HEALTH_VERSION and state.active in ("qmd", "builtin")
+        if current and updated > (self.health_updated_at or 0):
+            self.failover.state, self.health_updated_at = state, updated
         return self.health_updated_at

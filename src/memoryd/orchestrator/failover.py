@@ -24,7 +24,7 @@ def clean_reason(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class FailoverState:
-    """Where an agent's searches go and why; persisted in `health.json` (see `health`)."""
+    """Where an agent's searches go and why; persisted in `health.json` by `AgentBackend`."""
 
     active: Active = "qmd"
     failures: int = 0
@@ -61,17 +61,14 @@ class Failover:
         reason = clean_reason(reason)
         failures = st.failures + 1
         if st.active == "qmd" and failures >= self.settings.failure_threshold:
-            self.state = replace(
-                st,
+            self.state = FailoverState(  # a new failover: only the last probe's time carries over
                 active="builtin",
                 failures=failures,
                 reason=reason,
                 since=now,
                 last_error_at=now,
-                probe_attempts=0,
                 next_probe_at=now + self.settings.cooldown_ms / 1000,
-                last_probe_error=None,
-                recovered_at=None,
+                last_probe_at=st.last_probe_at,
             )
             return True
         self.state = replace(

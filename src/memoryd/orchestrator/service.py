@@ -29,7 +29,7 @@ from ..errors import InvalidInput, MemorydError, QmdError, SearchDisabled
 from ..fsio import check_state_tree
 from ..memfiles import read_memory_file
 from ..scope_rules import scope_denial
-from ._supervisor import AgentBackend, IndexFactory, QmdFactory
+from ._supervisor import AgentBackend, IndexFactory, QmdFactory, builtin_engine, qmd_engine
 from .failover import Active
 
 if TYPE_CHECKING:
@@ -100,8 +100,6 @@ class MemoryService:
     def backend(self, agent_id: str | None = None) -> AgentBackend:
         agent = self.agent(agent_id)
         if agent.agent_id not in self._backends:
-            from .engines import builtin_engine, qmd_engine
-
             self._backends[agent.agent_id] = AgentBackend(
                 agent,
                 qmd_factory=self._qmd_factory or qmd_engine,
@@ -207,9 +205,13 @@ class MemoryService:
         b = self._ensure_started(agent.agent_id)
         notes: list[str] = []
         if corpus == "sessions":
-            notes.extend(_sessions_off(agent, b.active))
+            notes.extend(_sessions_off(agent, b.failover.active))
         # how long the built-in index may first catch up
-        wait_s = agent.memory_search.sync.search_wait_ms / 1000 if b.active == "builtin" else None
+        wait_s = (
+            agent.memory_search.sync.search_wait_ms / 1000
+            if b.failover.active == "builtin"
+            else None
+        )
         answer = b.search(SearchRequest(text, max_results, min_score, corpus, wait_s, explain))
         results = apply_citations(
             answer.results,
@@ -520,7 +522,7 @@ class MemoryService:
         """`deep`: probe qmd for real; a qmd never validated is asked its version, within 5 s."""
         assert b.qmd is not None
         if deep:
-            if b.active == "builtin":
+            if b.failover.active == "builtin":
                 b.probe()
             else:
                 b.search(SearchRequest("memoryd status probe", max_results=1))

@@ -77,30 +77,23 @@ class MemoryStatus(StatusModel):
     )
 
     def with_issues(self) -> MemoryStatus:
+        """This status with the last rerank's state and the problems worth a user's attention,
+        each true right now."""
         from ..rerank import read_degraded
 
         degraded = read_degraded(Path(self.state_dir))
-        rerank = f"degraded, {degraded}" if degraded else None
-        st = self.model_copy(update={"rerank": rerank})
-        return st.model_copy(update={"issues": compute_issues(st)})
-
-
-def compute_issues(st: MemoryStatus) -> list[str]:
-    """Problems worth a user's attention, each true right now."""
-    found: list[str] = []
-    b = st.builtin
-    if b is not None and st.requested_backend == "qmd" and st.backend == "qmd":
-        # the built-in index is only qmd's fallback here: its state is not the user's problem
-        b = None
-    if b is not None:
-        found += _builtin_issues(b, st.workspace_dir)
-    if st.check is not None and not st.check.get("ok"):
-        found.append(f"index check: {st.check.get('problem')}")
-    if st.requested_backend == "qmd":
-        found += _qmd_issues(st)
-    if st.rerank is not None:
-        found.append(f"rerank: {st.rerank}")
-    return found
+        st = self.model_copy(update={"rerank": f"degraded, {degraded}" if degraded else None})
+        found: list[str] = []
+        # while qmd serves as asked, the built-in index is only its fallback: not the user's problem
+        if st.builtin is not None and (st.requested_backend, st.backend) != ("qmd", "qmd"):
+            found += _builtin_issues(st.builtin, st.workspace_dir)
+        if st.check is not None and not st.check.get("ok"):
+            found.append(f"index check: {st.check.get('problem')}")
+        if st.requested_backend == "qmd" and st.qmd is not None:
+            found += _qmd_issues(st, st.qmd)
+        if st.rerank is not None:
+            found.append(f"rerank: {st.rerank}")
+        return st.model_copy(update={"issues": found})
 
 
 def _builtin_issues(b: BuiltinStatus, workspace_dir: str) -> list[str]:
@@ -147,25 +140,21 @@ def _builtin_issues(b: BuiltinStatus, workspace_dir: str) -> list[str]:
     return found
 
 
-def _qmd_issues(st: MemoryStatus) -> list[str]:
+def _qmd_issues(st: MemoryStatus, q: QmdStatus) -> list[str]:
     from ..qmd_adapter import REFUSED_HITS  # loaded already: qmd reported this status
 
     found: list[str] = []
-    if st.backend != "qmd":
-        reason = st.fallback.reason if st.fallback else "unknown"
-        found.append(f"qmd is not serving (answering from the built-in index): {reason}")
-    q = st.qmd
     reason = st.fallback.reason if st.fallback else None
-    if q is not None and q.version_error and q.version_error not in (reason or ""):
+    if st.backend != "qmd":
+        found.append(
+            f"qmd is not serving (answering from the built-in index): {reason or 'unknown'}"
+        )
+    if q.version_error and q.version_error not in (reason or ""):
         found.append(f"qmd answered but not as qmd: {q.version_error}")
-    refused = {k: v for k, v in (q.dropped_hits if q else {}).items() if k in REFUSED_HITS}
+    refused = {k: v for k, v in q.dropped_hits.items() if k in REFUSED_HITS}
     # true while qmd has not updated since: an update after the file was fixed drops it
-    recent = (
-        q is not None
-        and q.last_refused_at is not None
-        and (st.last_update_at is None or q.last_refused_at >= st.last_update_at)
-    )
-    if q is not None and refused and recent:
+    recent = q.last_refused_at is not None and q.last_refused_at >= (st.last_update_at or 0)
+    if refused and recent:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(refused.items()))
         found.append(
             f"qmd returned {sum(refused.values())} hit(s) memoryd would not serve ({counts}); "

@@ -12,7 +12,6 @@ from pathlib import Path
 from ..config import QmdConfig
 from ..core.layout import MemoryRoot
 from ..core.results import Source
-from ._parse import CollectionInfo
 
 _BAD_CHARS = re.compile(r"[^a-z0-9-]")
 
@@ -32,7 +31,8 @@ class CollectionSpec:
     source: Source = "memory"
     legacy_name: str | None = None
 
-    def matches(self, info: CollectionInfo) -> bool:
+    def matches(self, info: CollectionSpec) -> bool:
+        """Whether qmd's collection `info` is this one (its name aside)."""
         return _same_path(self.path, info.path) and self.pattern == info.pattern
 
 
@@ -106,7 +106,7 @@ def _derived_name(root: str, salt: str = "") -> str:
 
 
 def plan_collections(
-    desired: Iterable[CollectionSpec], existing: Mapping[str, CollectionInfo]
+    desired: Iterable[CollectionSpec], existing: Mapping[str, CollectionSpec]
 ) -> tuple[list[str], list[CollectionSpec]]:
     """The collections to remove, then those to add, that make qmd's match `desired` (a changed
     one is removed and added again)."""

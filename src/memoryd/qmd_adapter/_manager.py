@@ -45,11 +45,10 @@ from ..fsio import (
     wipe_folder,
     write_private_atomic,
 )
-from ..rerank import RerankStage
+from ..rerank import RerankStage, Scorer
 from ._collections import CollectionSpec, desired_collections, plan_collections
 from ._home import QmdHome, default_shared_models_dir
 from ._parse import (
-    CollectionInfo,
     QmdHit,
     is_busy_error,
     is_collection_exists_error,
@@ -60,8 +59,7 @@ from ._parse import (
     split_qmd_uri,
 )
 from ._plan import SearchMode, plan_query
-from ._rerank import explained, qmd_scorer, reranked
-from ._runner import QmdOutput, kill_group, resolve_command, run_qmd
+from ._runner import kill_group, resolve_command, run_qmd
 from ._snippets import (
     content_docid,
     file_lines,
@@ -259,11 +257,9 @@ class QmdManager:
         retry_in = None
         if self._embed_retry_at is not None:
             retry_in = max(0.0, self._embed_retry_at - self._clock())
-        state = self.state()
         return QmdStatus(
+            **self.state().model_dump(),
             command=self.command,
-            version=state.version,
-            version_error=state.version_error,
             home=str(self.home.root),
             search_mode=self.search_mode,
             collections=[
@@ -271,14 +267,9 @@ class QmdManager:
                 for s in self.known_collections()
             ],
             waiting_for_folder=[s.path for s in self._waiting_for_dir],
-            last_update_at=state.last_update_at,
-            last_embed_at=state.last_embed_at,
             embed_failures=self._embed_failures,
             embed_retry_in_s=retry_in,
             last_error=self.last_error,
-            dropped_hits=state.dropped_hits,
-            last_dropped=state.last_dropped,
-            last_refused_at=state.last_refused_at,
         )
 
     @contextmanager
@@ -297,7 +288,7 @@ class QmdManager:
         """The environment every qmd call of this agent gets."""
         return self.home.env(overrides=self._env_overrides)
 
-    def _run(self, args: Sequence[str], timeout_ms: int) -> QmdOutput:
+    def _run(self, args: Sequence[str], timeout_ms: int) -> subprocess.CompletedProcess[str]:
         """One qmd call within `timeout_ms` in all, retries on a locked index included."""
         env = self.env()
         if not self.home.neutral_cwd.is_dir():  # `--version` may run before start()
@@ -354,7 +345,7 @@ class QmdManager:
         present = [s for s in self._specs if Path(s.path).is_dir()]
         return present if self._still_verified(present) else []
 
-    def list_collections(self) -> dict[str, CollectionInfo]:
+    def list_collections(self) -> dict[str, CollectionSpec]:
         """What qmd has now (`collection list`, then `show` for each)."""
         timeout = self.config.update.command_timeout_ms
         out = self._run(["collection", "list"], timeout)
@@ -363,7 +354,7 @@ class QmdManager:
             return {}
         bound = getattr(self._bound, "deadline", None)
 
-        def show(name: str) -> CollectionInfo | None:
+        def show(name: str) -> CollectionSpec | None:
             with self.bounded(bound):  # the caller's deadline holds on the pool's threads too
                 return parse_collection_show(
                     self._run(["collection", "show", name], timeout).stdout
@@ -391,7 +382,10 @@ class QmdManager:
             for spec in adds:
                 self._add_collection(spec)
             self._active = {s.name: s for s in present}
-            self._record_verified(present)
+            fingerprint = self._verified(present)
+            if fingerprint is not None:
+                with suppress(StateError):  # only a cache: the next start checks with qmd again
+                    write_private_atomic(self.home.verified_path, fingerprint.encode("ascii"))
 
     def _verified(self, present: Sequence[CollectionSpec]) -> str | None:
         """A fingerprint of qmd's registry (index.yml) and the collections memoryd wants."""
@@ -407,17 +401,10 @@ class QmdManager:
         """qmd's registry and the collections memoryd wants are as they were last checked."""
         fingerprint = self._verified(present)
         try:
-            record = (read_private(self.home.verified_path) or b"").decode("ascii").strip()
-        except (StateError, UnicodeDecodeError):
+            record = read_private(self.home.verified_path)
+        except StateError:
             return False
-        return fingerprint is not None and fingerprint == record
-
-    def _record_verified(self, present: Sequence[CollectionSpec]) -> None:
-        fingerprint = self._verified(present)
-        if fingerprint is None:
-            return
-        with suppress(StateError):  # only a cache: the next start checks with qmd again
-            write_private_atomic(self.home.verified_path, fingerprint.encode("ascii"))
+        return fingerprint is not None and record == fingerprint.encode()
 
     def _remove_collection(self, name: str) -> None:
         try:
@@ -506,20 +493,6 @@ class QmdManager:
         self._run(["update"], self.config.update.update_timeout_ms)
         self._record(last_update_at=time.time())
 
-    def embed_due(self) -> bool:
-        """Whether the embed timer (`update.embedInterval`, after any process's embed) says it is
-        time; ignores backoff and mode."""
-        last, interval_s = self.state().last_embed_at, self.config.update.embed_interval_ms / 1000
-        return last is None or (interval_s > 0 and time.time() - last >= interval_s)
-
-    def embed_blocked_reason(self) -> str | None:
-        """Why `sync` would not embed now, or None."""
-        if self.search_mode == "search":
-            return "searchMode is 'search' (BM25 only): no vectors needed"
-        if self._embed_retry_at is not None and self._clock() < self._embed_retry_at:
-            return f"backing off after {self._embed_failures} failed embed(s)"
-        return None
-
     def embed(self) -> None:
         """Run `qmd embed` now; a failure raises and starts/extends the backoff."""
         with self._maintenance():
@@ -540,10 +513,15 @@ class QmdManager:
         self._record(last_embed_at=time.time())
 
     def sync(self) -> None:
-        """Update, then embed when due. An embed failure is backed off, never raised."""
+        """Update, then embed when the timer (`update.embedInterval`, after any process's embed)
+        says so, unless BM25 only needs no vectors; an embed failure is backed off, never raised."""
         with self._maintenance():
             self._update_locked()
-            if self.embed_blocked_reason() is None and self.embed_due():
+            last = self.state().last_embed_at
+            interval_s = self.config.update.embed_interval_ms / 1000
+            due = last is None or (interval_s > 0 and time.time() - last >= interval_s)
+            backing_off = self._embed_retry_at is not None and self._clock() < self._embed_retry_at
+            if due and self.search_mode != "search" and not backing_off:
                 with suppress(QmdError):
                     self._embed_locked()
 
@@ -619,16 +597,11 @@ class QmdManager:
         passed = [r for r in results if r.score >= floor]
         # the rerank stage over what passed minScore; `explain` says what qmd was sent
         sent = {"query": plan.document.split("\n"), "minScore": floor} if request.explain else None
-        stage = self.rerank_stage
-        if stage is not None and passed:
-            scorer = None
-            if stage.provider == "qmd":
-                argv = self.search_argv(plan.document, names, pool, rerank=True)
-                paths = [r.path for r in passed[: stage.candidates]]
-                scorer = qmd_scorer(self._run, argv, paths, self.roots(), self.settings.workspace)
-            passed = reranked(stage, query, passed, answer.notes, scorer, sent)
+        if self.rerank_stage is not None and passed:
+            argv = self.search_argv(plan.document, names, pool, rerank=True)
+            passed = self._reranked(self.rerank_stage, query, passed, answer.notes, sent, argv)
         elif sent is not None:
-            passed = [r.with_(explain=explained(r, sent, None)) for r in passed]
+            passed = [r.with_(explain=_explained(r, sent, None)) for r in passed]
         n = request.max_results or limits.max_results
         model = self.config.models.embed if plan.vector else None
         return dataclasses.replace(answer, results=passed[:n], model=model)
@@ -645,6 +618,58 @@ class QmdManager:
         for name in names:
             args += ["-c", name]
         return args
+
+    def _reranked(
+        self,
+        stage: RerankStage,
+        query: str,
+        results: list[SearchResult],
+        notes: list[str],
+        sent: dict[str, Any] | None,
+        argv: list[str],
+    ) -> list[SearchResult]:
+        """The first `candidates` results in the order of qmd's reranker (asked with `argv`) or
+        the remote one, the rest after; it only reorders, as qmd's reranked scores stay high for
+        an off-topic query. With `sent`, each result's `explain` says how."""
+        head = results[: stage.cfg.candidates]
+        qmd = stage.cfg.provider == "qmd"
+        scorer = self._qmd_scorer(argv, [r.path for r in head]) if qmd else None
+        outcome = stage.apply(query, [r.snippet for r in head], scorer)
+        if outcome.note:
+            notes.append(outcome.note)
+        order = outcome.order + list(range(len(head), len(results)))
+        if sent is None:
+            return [results[i] for i in order]
+        scores = outcome.scores + [None] * (len(results) - len(head))
+        return [
+            results[i].with_(
+                explain=_explained(
+                    results[i],
+                    sent,
+                    outcome.explain(stage.cfg.provider, scores[i], i + 1, after + 1),
+                )
+            )
+            for after, i in enumerate(order)
+        ]
+
+    def _qmd_scorer(self, argv: list[str], paths: Sequence[str]) -> Scorer:
+        """A scorer giving each path qmd's reranked score for its file (-1 when no longer listed)."""
+        by_name = {root.name: root for root in self.roots()}
+        workspace = str(self.settings.workspace)
+
+        def score(query: str, documents: Sequence[str], deadline: float) -> list[float]:
+            left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+            by_path: dict[str, float] = {}
+            for hit in parse_search_output(self._run(argv, left_ms).stdout):
+                collection, rel = split_qmd_uri(hit.file or "") or ("", "")
+                if collection in by_name:
+                    path = display_path(
+                        by_name[collection], PurePosixPath(rel), workspace=workspace
+                    )
+                    by_path.setdefault(path, hit.score)
+            return [by_path.get(p, -1.0) for p in paths]
+
+        return score
 
     def _query(self, document: str, names: list[str], n: int, timeout_ms: int) -> list[QmdHit]:
         try:
@@ -711,9 +736,8 @@ class QmdManager:
     def _hit_windows(
         self, hit: QmdHit, query: str, words: Sequence[str], *, continuation: bool
     ) -> list[SearchResult]:
+        # qmd names every hit's file (`qmd://<collection>/<path>`); its docid only dates the text
         located = split_qmd_uri(hit.file) if hit.file else None
-        if located is None and hit.docid:
-            located = self._lookup_docid(hit.docid)
         if located is None:
             self._drop("unresolvable", hit.file or hit.docid or "?", "qmd named no file")
             return []
@@ -785,14 +809,15 @@ class QmdManager:
         refused_at = time.time() if reason in REFUSED_HITS else state.last_refused_at
         self._record(dropped_hits=counts, last_dropped=last, last_refused_at=refused_at)
 
-    def _lookup_docid(self, docid: str) -> tuple[str, str] | None:
-        """Resolve `#abc123` through qmd's `documents` table."""
-        prefix = docid.lstrip("#").lower()
-        if not prefix or not all(c in "0123456789abcdef" for c in prefix):
-            return None
-        row = self._index_row(
-            "SELECT collection, path FROM documents WHERE hash LIKE ? AND active = 1 "
-            "ORDER BY collection, path LIMIT 1",
-            (prefix + "%",),
-        )
-        return (str(row[0]), str(row[1])) if row else None
+
+def _explained(
+    r: SearchResult, qmd: dict[str, Any], rerank: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A qmd result's `explain` object: the query document qmd was sent, its own score."""
+    return {
+        "engine": "qmd",
+        "qmd": {**qmd, "score": r.score},
+        "rerank": rerank,
+        "minScore": qmd.get("minScore"),
+        "score": r.score,
+    }

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import QmdBadOutput
+from ._collections import CollectionSpec
 
 
 class QmdHit(BaseModel):
@@ -101,15 +101,6 @@ def parse_snippet(snippet: str) -> tuple[str, int | None]:
     return snippet[match.end() :], max(1, int(match.group(1)))
 
 
-@dataclass(frozen=True, slots=True)
-class CollectionInfo:
-    """A collection qmd knows: its name, root folder and glob mask."""
-
-    name: str
-    path: str
-    pattern: str
-
-
 _LIST_NAME_RE = re.compile(r"^(\S+) \(qmd://[^)]*\)\s*$")
 
 
@@ -118,7 +109,7 @@ def parse_collection_list(text: str) -> list[str]:
     return [m.group(1) for line in text.splitlines() if (m := _LIST_NAME_RE.match(line.strip()))]
 
 
-def parse_collection_show(text: str) -> CollectionInfo | None:
+def parse_collection_show(text: str) -> CollectionSpec | None:
     """`qmd collection show NAME` → name, path, pattern; None when a field is missing."""
     fields: dict[str, str] = {}
     for line in text.splitlines():
@@ -127,7 +118,7 @@ def parse_collection_show(text: str) -> CollectionInfo | None:
             fields[key] = value.strip()
     if not all(k in fields for k in ("Collection", "Path", "Pattern")):
         return None
-    return CollectionInfo(fields["Collection"], fields["Path"], fields["Pattern"])
+    return CollectionSpec(fields["Collection"], fields["Path"], fields["Pattern"])
 
 
 _MISSING_COLLECTION_RE = re.compile(r"collection (?:not found|does not exist)", re.IGNORECASE)

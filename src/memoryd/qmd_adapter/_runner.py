@@ -11,21 +11,12 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
 
 from ..core.text import plain_text
 from ..errors import QmdExitError, QmdOutputTooLarge, QmdTimeout, QmdUnavailable
 
 DEFAULT_MAX_OUTPUT_CHARS = 200_000
 _READ_CHUNK = 65_536
-
-
-@dataclass(frozen=True, slots=True)
-class QmdOutput:
-    """What a qmd call that exited 0 printed."""
-
-    stdout: str
-    stderr: str
 
 
 def resolve_command(command: str, env: Mapping[str, str] | None = None) -> str | None:
@@ -43,7 +34,7 @@ def run_qmd(
     timeout_s: float,
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
     running: set[subprocess.Popen[bytes]] | None = None,
-) -> QmdOutput:
+) -> subprocess.CompletedProcess[str]:
     """Run `command args…`, a non-zero exit being `QmdExitError`; the process sits in `running`
     so that its owner can kill it on close."""
     exe = resolve_command(command, env)
@@ -53,7 +44,20 @@ def run_qmd(
             "(run scripts/install-qmd or set memory.qmd.command)"
         )
     label = f"qmd {args[0]}" if args else "qmd"
-    process = _spawn(exe, [exe, *args], env, cwd)
+    try:  # in a session of its own, so that its whole group can be killed
+        process = subprocess.Popen(
+            [exe, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+            # qmd writes its index and config into the agent's private state: keep them 0600
+            umask=0o077,
+        )
+    except OSError as err:
+        raise QmdUnavailable(f"cannot start qmd ({exe}): {err.strerror or err}") from None
     if running is not None:
         running.add(process)
     try:
@@ -67,7 +71,7 @@ def run_qmd(
             returncode=returncode,
             stderr=stderr,
         )
-    return QmdOutput(stdout, stderr)
+    return subprocess.CompletedProcess([exe, *args], returncode, stdout, stderr)
 
 
 def _collect(
@@ -119,24 +123,6 @@ def _collect(
     if len(stdout) > max_output_chars:
         raise too_large
     return returncode, stdout, err.decode("utf-8", errors="replace")[-max_output_chars:]
-
-
-def _spawn(exe: str, argv: list[str], env: Mapping[str, str], cwd: str) -> subprocess.Popen[bytes]:
-    """qmd started in a session of its own (so its whole group can be killed)."""
-    try:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=dict(env),
-            start_new_session=True,
-            # qmd writes its index and config into the agent's private state: keep them 0600
-            umask=0o077,
-        )
-    except OSError as err:
-        raise QmdUnavailable(f"cannot start qmd ({exe}): {err.strerror or err}") from None
 
 
 def _signal_group(pgid: int) -> None:
