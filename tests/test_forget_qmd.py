@@ -14,7 +14,6 @@ import pytest
 
 from memoryd.config import validate_config
 from memoryd.lifecycle.forget import load_tombstones
-from memoryd.lifecycle.session_export import session_export_dir
 from memoryd.orchestrator import MemoryService
 from memoryd.qmd_adapter._home import QmdHome
 from qmd_support import require_qmd, write
@@ -111,7 +110,7 @@ def test_forget_removes_the_fact_from_qmd_memory_and_session_exports(
         assert kettle(found(svc, "kettle crumb harbour")) == []
         assert qmd_itself(svc, qmd_bin, "kettle") == []
         assert len(qmd_itself(svc, qmd_bin, "cake office")) == 1  # the rest of the chat stays
-        export = session_export_dir(svc.agent()) / "s1.md"
+        export = svc.agent().qmd_settings().exports_dir / "s1.md"
         assert "cake goes to the office" in export.read_text()
         assert "kettle" not in export.read_text().lower()
         # another process (a fresh service) finds nothing either: qmd's own index is purged

@@ -107,10 +107,10 @@ def test_an_empty_workspace_gives_an_empty_context(workspace: Path) -> None:
 def test_daily_notes_for_a_day_are_date_only_first_then_slugged(workspace: Path) -> None:
     for name in ("2026-11-29-b.md", "2026-11-29.md", "2026-11-29-a.md", "2026-11-29.txt"):
         write(workspace / "memory" / name, "x\n")
-    assert [p.name for p in daily_note_paths(workspace, TODAY)] == [
-        "2026-11-29.md",
-        "2026-11-29-a.md",
-        "2026-11-29-b.md",
+    assert daily_note_paths(workspace, TODAY) == [
+        "memory/2026-11-29.md",
+        "memory/2026-11-29-a.md",
+        "memory/2026-11-29-b.md",
     ]
 
 

@@ -21,7 +21,7 @@ from memoryd.config import (
 )
 from memoryd.core.transcripts import is_no_reply
 from memoryd.errors import InvalidInput
-from memoryd.lifecycle.flush import check_flush, flush_threshold, update_flush_record
+from memoryd.lifecycle.flush import check_flush
 
 WINDOW = 200_000
 # default reserveTokensFloor 20000 + softThresholdTokens 4000
@@ -91,8 +91,8 @@ def test_configured_thresholds_and_prompts_are_used(workspace: Path) -> None:
             },
         },
     )
-    assert flush_threshold(agent, 10_000) == 8_500
     d = check_flush(agent, "main", token_estimate=8_501, context_window=10_000, compaction_count=0)
+    assert d.threshold == 8_500
     assert (d.run, d.system_prompt, d.prompt, d.model) == (
         True,
         "SYS",
@@ -199,7 +199,7 @@ def test_preview_does_not_record_and_a_recording_check_does(workspace: Path) -> 
     assert check(agent, WINDOW, record=False).run
     assert check(agent, WINDOW).recorded
     assert check(agent, WINDOW, record=False).reason == "already_flushed"
-    assert update_flush_record(agent.state.flush_state, "main", lambda old: old) is not None
+    assert "memoryFlushAt" in json.loads(flush_file(workspace).read_text())["sessions"]["main"]
 
 
 def test_a_corrupt_sessions_json_is_set_aside_not_fatal(

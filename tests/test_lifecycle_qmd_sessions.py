@@ -14,7 +14,7 @@ import pytest
 
 import helpers
 from memoryd.config import ResolvedAgent
-from memoryd.lifecycle.session_export import export_sessions, session_export_dir
+from memoryd.lifecycle.session_export import export_sessions
 from memoryd.qmd_adapter import QmdManager
 from qmd_support import collections_of, make_manager, require_qmd, write
 
@@ -83,7 +83,7 @@ def test_exported_sessions_are_searchable_per_agent_and_follow_changes(
     mgr_a, mgr_b = manager(alpha, qmd_bin), manager(beta, qmd_bin)
     try:
         assert "sessions-alpha" in collections_of(mgr_a)
-        assert collections_of(mgr_a)["sessions-alpha"].path == str(session_export_dir(alpha))
+        assert collections_of(mgr_a)["sessions-alpha"].path == str(alpha.qmd_settings().exports_dir)
         mgr_a.update()
         mgr_b.update()
 

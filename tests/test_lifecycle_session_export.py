@@ -13,7 +13,7 @@ import pytest
 
 import helpers
 from memoryd.config import ResolvedAgent
-from memoryd.lifecycle.session_export import export_sessions, session_export_dir
+from memoryd.lifecycle.session_export import export_sessions
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 FAKE_TOKEN = "ghp" + "_" + "Ab3De5Fg7Hj9Kl1Mn2Pq4Rs6Tu8Vw0Xy12"
@@ -64,7 +64,7 @@ def test_exports_sanitised_markdown_into_the_agent_qmd_sessions_dir(
     )
     report = export_sessions(agent, now=NOW)
     out = agent.state.qmd_exports
-    assert session_export_dir(agent) == out
+    assert agent.qmd_settings().exports_dir == out
     assert report.export_dir == out
     assert report.written == ["s1"]  # the broken line is skipped
     assert (out / "s1.md").read_text() == (
@@ -76,7 +76,7 @@ def test_an_unchanged_transcript_is_not_rewritten(workspace: Path) -> None:
     agent = agent_for(workspace)
     transcript(agent, "s1", msg("user", "hello"))
     export_sessions(agent, now=NOW)
-    target = session_export_dir(agent) / "s1.md"
+    target = agent.qmd_settings().exports_dir / "s1.md"
     old = datetime(2020, 1, 1).timestamp()
     os.utime(target, (old, old))
     report = export_sessions(agent, now=NOW)
@@ -89,7 +89,7 @@ def test_a_touched_but_identical_transcript_is_not_rewritten(workspace: Path) ->
     agent = agent_for(workspace)
     src = transcript(agent, "s1", msg("user", "hello"))
     export_sessions(agent, now=NOW)
-    target = session_export_dir(agent) / "s1.md"
+    target = agent.qmd_settings().exports_dir / "s1.md"
     old = datetime(2020, 1, 1).timestamp()
     os.utime(target, (old, old))
     with open(src, "a", encoding="utf-8") as fh:
@@ -107,7 +107,7 @@ def test_a_grown_transcript_is_rewritten(workspace: Path) -> None:
         fh.write(msg("assistant", "hi back") + "\n")
     report = export_sessions(agent, now=NOW)
     assert report.written == ["s1"]
-    assert (session_export_dir(agent) / "s1.md").read_text().endswith("Assistant: hi back\n")
+    assert (agent.qmd_settings().exports_dir / "s1.md").read_text().endswith("Assistant: hi back\n")
 
 
 def test_exports_whose_transcript_is_gone_are_deleted(workspace: Path) -> None:
@@ -118,12 +118,12 @@ def test_exports_whose_transcript_is_gone_are_deleted(workspace: Path) -> None:
     src.unlink()
     report = export_sessions(agent, now=NOW)
     assert report.deleted == ["gone"]
-    assert sorted(p.name for p in session_export_dir(agent).glob("*.md")) == ["stays.md"]
+    assert sorted(p.name for p in agent.qmd_settings().exports_dir.glob("*.md")) == ["stays.md"]
 
 
 def test_files_memoryd_did_not_export_are_never_deleted(workspace: Path) -> None:
     agent = agent_for(workspace)
-    out = session_export_dir(agent)
+    out = agent.qmd_settings().exports_dir
     out.mkdir(parents=True)
     (out / "hand-written.md").write_text("mine\n")
     transcript(agent, "s1", msg("user", "x"))
@@ -137,14 +137,14 @@ def test_retention_skips_old_transcripts_and_deletes_their_exports(workspace: Pa
     transcript(agent, "fresh", msg("user", "new"), age_days=1)
     old = transcript(agent, "old", msg("user", "ancient"), age_days=3)
     export_sessions(agent, now=NOW)
-    assert (session_export_dir(agent) / "old.md").exists()
+    assert (agent.qmd_settings().exports_dir / "old.md").exists()
     ts = (NOW - timedelta(days=8)).timestamp()
     os.utime(old, (ts, ts))
     report = export_sessions(agent, now=NOW)
     assert report.skipped == {"old": "expired"}
     assert report.deleted == ["old"]
-    assert not (session_export_dir(agent) / "old.md").exists()
-    assert (session_export_dir(agent) / "fresh.md").exists()
+    assert not (agent.qmd_settings().exports_dir / "old.md").exists()
+    assert (agent.qmd_settings().exports_dir / "fresh.md").exists()
 
 
 def test_a_shorter_retention_deletes_what_a_longer_one_exported(workspace: Path) -> None:
@@ -169,7 +169,7 @@ def test_empty_transcripts_are_skipped_and_never_leave_half_files(workspace: Pat
     transcript(agent, "s1", msg("user", "x"))
     report = export_sessions(agent, now=NOW)
     assert report.skipped == {"empty": "empty"}
-    names = sorted(p.name for p in session_export_dir(agent).iterdir())
+    names = sorted(p.name for p in agent.qmd_settings().exports_dir.iterdir())
     assert names == [".memoryd-sessions-main.json", ".memoryd-sessions.lock", "s1.md"]
 
 
@@ -177,7 +177,7 @@ def test_a_lost_manifest_is_rebuilt_without_rewriting_identical_exports(workspac
     agent = agent_for(workspace)
     transcript(agent, "s1", msg("user", "x"))
     export_sessions(agent, now=NOW)
-    (session_export_dir(agent) / ".memoryd-sessions-main.json").write_text("garbage")
+    (agent.qmd_settings().exports_dir / ".memoryd-sessions-main.json").write_text("garbage")
     report = export_sessions(agent, now=NOW)
     assert report.unchanged == ["s1"] and report.written == []
 
@@ -189,11 +189,11 @@ def test_an_agent_exports_only_its_own_transcripts(workspace: Path, who: str) ->
     transcript(other, "o1", msg("user", "other agent's submarine"))
     agent = main if who == "main" else other
     export_sessions(agent, now=NOW)
-    out = session_export_dir(agent)
+    out = agent.qmd_settings().exports_dir
     text = "".join(p.read_text() for p in out.glob("*.md"))
     assert ("zeppelin" in text) is (who == "main")
     assert ("submarine" in text) is (who == "other")
-    assert session_export_dir(main) != session_export_dir(other)
+    assert main.qmd_settings().exports_dir != other.qmd_settings().exports_dir
 
 
 def test_two_agents_sharing_one_export_dir_keep_each_others_exports(

@@ -138,7 +138,9 @@ def _fsync_fd(fd: int) -> None:
         os.fsync(fd)
 
 
-def _child_dir(parent: int, name: str, *, create: bool) -> int:
+def _child_dir(
+    parent: int, name: str, *, create: bool, mode: int = NEW_MEMORY_DIR_MODE, durable: bool = True
+) -> int:
     """Open folder `name` inside `parent` without following a symlink (creating it if asked)."""
     for made in (False, True):
         try:
@@ -156,8 +158,9 @@ def _child_dir(parent: int, name: str, *, create: bool) -> int:
         with contextlib.suppress(FileExistsError):
             # never group/world-writable, whatever the umask: a writable memory folder would let
             # another user plant notes (or links) the agent then reads as its own
-            os.mkdir(name, NEW_MEMORY_DIR_MODE, dir_fd=parent)
-            _fsync_fd(parent)
+            os.mkdir(name, mode, dir_fd=parent)
+            if durable:
+                _fsync_fd(parent)
     raise AssertionError("unreachable: the second open returns or raises")
 
 

@@ -16,12 +16,13 @@ from .. import paths
 from ..errors import StateError, StateReadOnly
 from ._chain import (
     _CLOEXEC,
-    _DIR_FLAGS,
-    _OPEN_ATTEMPTS,
     _READ_FLAGS,
+    _child_dir,
     _close,
     _components_below,
     _lstat_at,
+    _Missing,
+    _Refused,
     _strerror,
     temp_file,
 )
@@ -83,34 +84,24 @@ def _make_missing(folder: str) -> None:
 
 
 def _state_child(parent: int, name: str, shown: str, *, create: bool) -> int:
-    """Folder `name` in state folder `parent`, opened without following a link, checked."""
-    for _ in range(_OPEN_ATTEMPTS):
-        try:
-            fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
-        except FileNotFoundError:
-            if not create:
-                raise
-            with contextlib.suppress(FileExistsError):  # made concurrently: checked like any other
-                os.mkdir(name, PRIVATE_DIR_MODE, dir_fd=parent)
-                # the umask may have taken owner bits off; `parent` is ours alone, so the
-                # name is still the folder just made
-                os.chmod(name, PRIVATE_DIR_MODE, dir_fd=parent)
-            continue
-        except OSError as err:
-            if err.errno not in (errno.ENOTDIR, errno.ELOOP):
-                raise
-            with contextlib.suppress(FileNotFoundError):  # gone meanwhile: open it again
-                if stat.S_ISLNK(_lstat_at(parent, name).st_mode):
-                    raise _symlink_in_state(shown) from None
-                raise _not_a_folder(shown) from None
-            continue
-        try:
-            _trusted_folder(fd, shown)
-        except BaseException:
-            _close(fd)
-            raise
-        return fd
-    raise StateError(f"{shown} kept appearing and disappearing while being opened")
+    """Folder `name` in state folder `parent`, opened as a memory folder is, then checked."""
+    try:
+        # not fsynced: state can be rebuilt, and a one-off command may make the whole tree
+        fd = _child_dir(parent, name, create=create, mode=PRIVATE_DIR_MODE, durable=False)
+    except _Missing:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), shown) from None
+    except _Refused as refusal:
+        if refusal.reason == "symlink":
+            raise _symlink_in_state(shown) from None
+        if refusal.reason == "not_a_folder":
+            raise _not_a_folder(shown) from None
+        raise StateError(f"{shown} kept appearing and disappearing while being opened") from None
+    try:
+        _trusted_folder(fd, shown)  # also sets 0700, which the umask may have cut
+    except BaseException:
+        _close(fd)
+        raise
+    return fd
 
 
 @contextlib.contextmanager

@@ -55,38 +55,19 @@ class SessionContext:
     today: date
     budget_chars: int
     total_budget_chars: int
+    raw_chars: int
+    injected_chars: int
+    truncated: bool
     files: tuple[ContextFile, ...]
     text: str
     hint: str | None
 
-    @property
-    def truncated(self) -> bool:
-        return any(f.truncated for f in self.files)
-
-    @property
-    def raw_chars(self) -> int:
-        return sum(f.raw_chars for f in self.files)
-
-    @property
-    def injected_chars(self) -> int:
-        return sum(f.injected_chars for f in self.files)
-
     def to_dict(self) -> dict[str, Any]:
         """JSON shape for `memoryd context --json` and MCP (camelCase)."""
-        return {
-            "agentId": self.agent_id,
-            "sessionKey": self.session_key,
-            "mainSession": self.main_session,
-            "date": self.today.isoformat(),
-            "budgetChars": self.budget_chars,
-            "totalBudgetChars": self.total_budget_chars,
-            "rawChars": self.raw_chars,
-            "injectedChars": self.injected_chars,
-            "truncated": self.truncated,
-            "files": [f.to_dict() for f in self.files],
-            "text": self.text,
-            "hint": self.hint,
-        }
+        out = {camel_case(f.name): getattr(self, f.name) for f in fields(self)}
+        out["today"] = self.today.isoformat()
+        out["files"] = [f.to_dict() for f in self.files]
+        return {("date" if k == "today" else k): v for k, v in out.items()}
 
 
 def is_main_session(session_key: str | None) -> bool:
@@ -128,7 +109,7 @@ def _cut(text: str, name: str, head_n: int, tail_n: int) -> str:
     return text[:head_n] + marker + (text[len(text) - tail_n :] if tail_n else "")
 
 
-def daily_note_paths(workspace: Path, day: date) -> list[Path]:
+def daily_note_paths(workspace: Path, day: date) -> list[str]:
     """`memory/<day>.md` then `memory/<day>-<slug>.md` files (sorted) that exist as memory files."""
     root = MemoryRoot(str(workspace / MEMORY_DIR), "*.md")
     names = [
@@ -136,21 +117,19 @@ def daily_note_paths(workspace: Path, day: date) -> list[Path]:
     ]
     exact = daily_note_name(day)
     names.sort(key=lambda n: (n != exact, n))
-    return [workspace / MEMORY_DIR / n for n in names]
+    return [f"{MEMORY_DIR}/{n}" for n in names]
 
 
-def root_of(workspace: Path, path: Path) -> tuple[MemoryRoot, PurePosixPath]:
-    rel = path.relative_to(workspace)
-    if rel.parts[0] == MEMORY_DIR:
-        return MemoryRoot(str(workspace / MEMORY_DIR), "*.md"), PurePosixPath(*rel.parts[1:])
-    return MemoryRoot(str(workspace), rel.name), PurePosixPath(rel.name)
+def root_of(workspace: Path, rel: str) -> tuple[MemoryRoot, PurePosixPath]:
+    """The root that serves `rel` (workspace-relative): its folder's `*.md`, or the file itself."""
+    folder, _, name = rel.rpartition("/")
+    return MemoryRoot(str(workspace / folder), "*.md" if folder else name), PurePosixPath(name)
 
 
-def _read(workspace: Path, path: Path) -> str | None:
+def _read(workspace: Path, rel: str) -> str | None:
     """The file's text, read by descriptor (never through a symlink); None if absent or refused."""
-    root, rel = root_of(workspace, path)
     try:
-        got = read_file(root, rel, anchor=workspace)
+        got = read_file(*root_of(workspace, rel), anchor=workspace)
     except MemorydError:
         return None
     return None if got is None else got.text
@@ -175,22 +154,20 @@ def build_session_context(
     budget_chars, total_budget_chars = agent.bootstrap_max_chars, agent.bootstrap_total_max_chars
     ws = agent.workspace
     main = is_main_session(session_key)
-    candidates: list[tuple[Path, FileKind]] = []
-    if main:
-        long_term = next((ws / n for n in LONG_TERM_NAMES if _read(ws, ws / n) is not None), None)
-        if long_term is not None:
-            candidates.append((long_term, "long-term"))
+    found: list[tuple[str, FileKind, str | None]] = []
+    for name in LONG_TERM_NAMES if main else ():  # the first of MEMORY.md and memory.md that reads
+        if (text := _read(ws, name)) is not None:
+            found.append((name, "long-term", text))
+            break
     for day in (today - timedelta(days=1), today):
-        candidates += [(p, "daily") for p in daily_note_paths(ws, day)]
+        found += [(rel, "daily", _read(ws, rel)) for rel in daily_note_paths(ws, day)]
 
     files: list[ContextFile] = []
     sections: list[str] = []
     remaining = total_budget_chars
-    for path, kind in candidates:
-        raw = _read(ws, path)
+    for rel, kind, raw in found:
         if raw is None:
             continue
-        rel = path.relative_to(ws).as_posix()
         limit = min(budget_chars, remaining)
         if limit < _MIN_FILE_BUDGET and len(raw.rstrip()) > limit:
             files.append(ContextFile(rel, kind, len(raw), 0, True, ""))
@@ -209,6 +186,9 @@ def build_session_context(
         today=today,
         budget_chars=budget_chars,
         total_budget_chars=total_budget_chars,
+        raw_chars=sum(f.raw_chars for f in files),
+        injected_chars=sum(f.injected_chars for f in files),
+        truncated=bool(cut_files),
         files=tuple(files),
         text="\n\n".join(sections) + ("\n" if sections else ""),
         hint=_hint(cut_files, budget_chars) if cut_files else None,

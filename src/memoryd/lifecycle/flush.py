@@ -6,7 +6,6 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,35 +22,6 @@ from ..fsio import private_dir, private_file, read_private, write_private_atomic
 log = logging.getLogger(__name__)
 
 _STATE_VERSION: Final = 1
-
-
-@dataclass(frozen=True, slots=True)
-class FlushRecord:
-    """The last flush of one session: which compaction cycle, when, and the host's session id."""
-
-    compaction_count: int
-    flushed_at: str
-    session_id: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "memoryFlushCompactionCount": self.compaction_count,
-            "memoryFlushAt": self.flushed_at,
-        }
-        if self.session_id is not None:
-            out["sessionId"] = self.session_id
-        return out
-
-    @classmethod
-    def from_json(cls, raw: Any) -> FlushRecord | None:
-        if not isinstance(raw, dict):
-            return None
-        count = raw.get("memoryFlushCompactionCount")
-        if not isinstance(count, int) or isinstance(count, bool):
-            return None
-        at = raw.get("memoryFlushAt")
-        sid = raw.get("sessionId")
-        return cls(count, at if isinstance(at, str) else "", sid if isinstance(sid, str) else None)
 
 
 def _read_state(path: Path) -> dict[str, Any]:
@@ -72,11 +42,11 @@ def _read_state(path: Path) -> dict[str, Any]:
     return data
 
 
-def update_flush_record(
-    path: Path, session_key: str | None, change: Callable[[FlushRecord | None], FlushRecord | None]
-) -> FlushRecord | None:
-    """Replace the session's record in the agent's `sessions.json` (shared by every memoryd
-    process) with `change(old)`, under the file's lock; unchanged when it returns `old`."""
+def _claim(
+    path: Path, session_key: str | None, compaction_count: int, session_id: str | None, record: bool
+) -> bool:
+    """Whether the session's cycle is still to flush, recorded (when `record`) in the agent's
+    `sessions.json`, which every memoryd process shares under its lock."""
     # `agent:main:main`, `main` and a missing key are the same (main) session
     key = normalize_session_key(session_key) or "main"
     lock = filelock.FileLock(str(path) + ".lock", timeout=30, mode=0o600)
@@ -85,18 +55,21 @@ def update_flush_record(
         private_file(lock.lock_file)  # filelock opens it by name: no link there
         with lock:
             data = _read_state(path)
-            old = FlushRecord.from_json(data["sessions"].get(key))
-            new = change(old)
-            if new is not None and new is not old:
-                sessions = data["sessions"]
-                entry = sessions.get(key) if isinstance(sessions.get(key), dict) else {}
+            entry = data["sessions"].get(key)
+            entry = entry if isinstance(entry, dict) else {}
+            if _already(entry, compaction_count, session_id):
+                return False
+            if record:
                 entry = {k: v for k, v in entry.items() if k != "sessionId"}
-                entry.update(new.to_json())
-                sessions[key] = entry
+                entry["memoryFlushCompactionCount"] = compaction_count
+                entry["memoryFlushAt"] = datetime.now(UTC).isoformat()
+                if session_id is not None:
+                    entry["sessionId"] = session_id
+                data["sessions"][key] = entry
                 data["version"] = _STATE_VERSION
                 payload = json.dumps(data, indent=2, sort_keys=True).encode("utf-8") + b"\n"
                 write_private_atomic(path, payload)
-            return new
+            return True
     except StateError as err:
         raise FlushStateError(str(err)) from None
     except filelock.Timeout:
@@ -136,24 +109,16 @@ class FlushDecision:
         return {camel_case(f.name): getattr(self, f.name) for f in fields(self)}
 
 
-def flush_threshold(agent: ResolvedAgent, context_window: int) -> int:
-    """`context_window − reserveTokensFloor − softThresholdTokens`."""
-    compaction = agent.compaction
-    return (
-        context_window
-        - compaction.reserve_tokens_floor
-        - compaction.memory_flush.soft_threshold_tokens
-    )
-
-
-def _already(record: FlushRecord | None, compaction_count: int, session_id: str | None) -> bool:
-    if record is None:
+def _already(entry: dict[str, Any], compaction_count: int, session_id: str | None) -> bool:
+    """The session's record (OpenClaw's keys) shows this cycle flushed already."""
+    count, stored = entry.get("memoryFlushCompactionCount"), entry.get("sessionId")
+    if not isinstance(count, int) or isinstance(count, bool):
         return False
-    if session_id is not None and record.session_id is not None and record.session_id != session_id:
+    if session_id is not None and isinstance(stored, str) and stored != session_id:
         return False  # a new session under the same key: its cycles start over
     # `>=`: a host still reporting an older cycle (a stale or racing caller) must not flush a
     # cycle that is already past. A reset session is told apart by `session_id`.
-    return record.compaction_count >= compaction_count
+    return count >= compaction_count
 
 
 def check_flush(
@@ -170,7 +135,8 @@ def check_flush(
     if token_estimate < 0 or context_window < 0 or compaction_count < 0:
         raise InvalidInput("tokenEstimate, contextWindow and compactionCount must not be negative")
     cfg = agent.compaction.memory_flush
-    threshold = flush_threshold(agent, context_window)
+    # OpenClaw's: the window less `reserveTokensFloor` and `softThresholdTokens`
+    threshold = context_window - agent.compaction.reserve_tokens_floor - cfg.soft_threshold_tokens
 
     def decide(reason: FlushReason, *, recorded: bool = False) -> FlushDecision:
         return FlushDecision(
@@ -197,15 +163,7 @@ def check_flush(
     if token_estimate < threshold:  # OpenClaw flushes once the estimate reaches it
         return decide("below_threshold")
 
-    claimed = False
-
-    def claim(old: FlushRecord | None) -> FlushRecord | None:
-        nonlocal claimed
-        if _already(old, compaction_count, session_id):
-            return old
-        claimed = True  # a preview (`record=False`) leaves the record as it was
-        at = datetime.now(UTC).isoformat()
-        return FlushRecord(compaction_count, at, session_id) if record else old
-
-    update_flush_record(agent.state.flush_state, session_key, claim)
-    return decide("due", recorded=record) if claimed else decide("already_flushed")
+    # a preview (`record=False`) leaves the record as it was
+    if _claim(agent.state.flush_state, session_key, compaction_count, session_id, record):
+        return decide("due", recorded=record)
+    return decide("already_flushed")

@@ -31,7 +31,6 @@ from .session_export import (
     manifest_name,
     parse_transcript,
     read_manifest,
-    session_export_dir,
 )
 from .writes import check_writable
 
@@ -220,7 +219,7 @@ def remove_derived(agent: ResolvedAgent, *, index_file: bool, qmd_home: bool) ->
     if index_file:
         db = agent.index_path
         files += [db, *(db.with_name(db.name + side) for side in SQLITE_SIDE_FILES)]
-    exports = session_export_dir(agent)
+    exports = agent.qmd_settings().exports_dir
     if not exports.is_relative_to(st.qmd_home):
         files += _exports_of(exports, agent.agent_id)
     for f in files:

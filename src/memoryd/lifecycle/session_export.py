@@ -57,11 +57,6 @@ class ExportReport:
         return bool(self.written or self.deleted)
 
 
-def session_export_dir(agent: ResolvedAgent) -> Path:
-    """`memory.qmd.sessions.exportDir`, else `<state>/agents/<id>/qmd/sessions`."""
-    return agent.qmd_settings().exports_dir
-
-
 def read_manifest(path: Path) -> dict[str, dict[str, Any]]:
     try:
         raw = read_private(path)
@@ -78,7 +73,7 @@ def read_manifest(path: Path) -> dict[str, dict[str, Any]]:
 
 def export_sessions(agent: ResolvedAgent, *, now: datetime) -> ExportReport:
     """Bring the agent's session exports up to date."""
-    out_dir = session_export_dir(agent)
+    out_dir = agent.qmd_settings().exports_dir
     days = agent.memory.qmd.sessions.retention_days
     cutoff = (now - timedelta(days=days)).timestamp() if days is not None else None
     report = ExportReport(export_dir=out_dir)

@@ -36,18 +36,17 @@ class AppendResult:
         }
 
 
-def append_target_path(agent: ResolvedAgent, target: str, *, now: datetime) -> Path:
-    """The file an append to `target` would write (it may not exist yet)."""
-    ws = agent.workspace
+def _target_rel(workspace: Path, target: str, now: datetime) -> str:
+    """The workspace-relative file an append to `target` writes (it may not exist yet)."""
     if target == "daily":
-        return ws / daily_note_rel(now.date())
+        return daily_note_rel(now.date())
     if target == "long-term":
-        upper, lower = ws / LONG_TERM_NAMES[0], ws / LONG_TERM_NAMES[1]
-        if os.path.lexists(upper) or not os.path.lexists(lower):
+        upper, lower = LONG_TERM_NAMES
+        if os.path.lexists(workspace / upper) or not os.path.lexists(workspace / lower):
             return upper
         # on a case-insensitive file system MEMORY.md and memory.md are one file
         with contextlib.suppress(OSError):
-            if os.path.samefile(upper, lower):
+            if os.path.samefile(workspace / upper, workspace / lower):
                 return upper
         return lower
     raise InvalidMemoryWrite(f"unknown target {target!r} (use 'daily' or 'long-term')")
@@ -67,7 +66,7 @@ def append_memory(
 ) -> AppendResult:
     """Append `text` to today's daily note or to long-term memory, atomically and durably."""
     check_writable(agent, "a memory write")
-    path = append_target_path(agent, target, now=now)
+    rel = _target_rel(agent.workspace, target, now)
     if not isinstance(text, str) or not text.strip():
         raise InvalidMemoryWrite("text must not be empty")
     if "\x00" in text:
@@ -79,7 +78,7 @@ def append_memory(
             f"text is {len(encoded)} bytes; one append may be at most {MAX_APPEND_BYTES} bytes "
             "(split it, or keep detail in separate memory/*.md files)"
         )
-    root, inside = root_of(agent.workspace, path)
+    root, inside = root_of(agent.workspace, rel)
     heading = f"# {now.date().isoformat()}\n\n" if target == "daily" else "# Memory\n\n"
     outcome = append_file(
         root,
@@ -88,5 +87,4 @@ def append_memory(
         anchor=agent.workspace,
         new_file_prefix=heading.encode("utf-8"),
     )
-    rel = path.relative_to(agent.workspace).as_posix()
-    return AppendResult(path, rel, outcome.bytes_written, outcome.created)
+    return AppendResult(agent.workspace / rel, rel, outcome.bytes_written, outcome.created)
