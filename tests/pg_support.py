@@ -102,7 +102,7 @@ def prepare_template(server: PgServer) -> None:
     server.execute(f"drop database if exists {TEMPLATE_DB}")
     server.execute(f"create database {TEMPLATE_DB}")
     with psycopg.connect(server.url(TEMPLATE_DB), autocommit=True) as conn:
-        migrate(conn)
+        migrate(conn, TEMPLATE_DB)
 
 
 @cache

@@ -536,12 +536,36 @@ def test_migrations_are_numbered_recorded_and_applied_once(pg_server: PgServer) 
     name = pg_server.create_database()
     try:
         with psycopg.connect(pg_server.url(name), autocommit=True) as conn:
-            assert migrate(conn) == []  # the template is up to date: no DDL on open
+            assert migrate(conn, name) == []  # the template is up to date: no DDL on open
             rows = conn.execute("select version, name from memoryd.schema_version order by 1")
             recorded = rows.fetchall()
-            assert recorded == [(v, name) for v, (name, _) in enumerate(MIGRATIONS, 1)]
-            assert len(recorded) == LATEST
+            assert recorded == [(v, name) for v, name, _ in MIGRATIONS]
+            assert recorded[-1][0] == LATEST
             assert all(name.startswith(f"m{v:03d}_") for v, name in recorded)
+    finally:
+        pg_server.drop_database(name)
+
+
+@pytest.mark.parametrize("migrate_on_open", [True, False])
+def test_a_schema_a_development_build_left_part_way_is_refused(
+    pg_server: PgServer, migrate_on_open: bool
+) -> None:
+    name = f"dev_{uuid.uuid4().hex[:8]}"
+    pg_server.execute(f"create database {name}")
+    try:
+        with psycopg.connect(pg_server.url(name), autocommit=True) as conn:
+            conn.execute("create schema memoryd")
+            conn.execute(
+                "create table memoryd.schema_version (version integer primary key, "
+                "name text not null, applied_at timestamptz not null default now())"
+            )
+            conn.execute(
+                "insert into memoryd.schema_version values (1, 'm001_base'), (2, 'm002_access')"
+            )
+        with pytest.raises(IndexError_) as err:
+            PgStore(pg_server.url(name), agent_id="a", workspace="/w", migrate=migrate_on_open)
+        assert "is at version 2, left by a development build" in str(err.value)
+        assert "drop schema memoryd cascade" in str(err.value) and "\n" not in str(err.value)
     finally:
         pg_server.drop_database(name)
 

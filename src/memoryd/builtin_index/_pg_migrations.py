@@ -17,9 +17,13 @@ from ..errors import IndexError_
 LOCK_SPACE = 0x6D656D64 << 32
 MIGRATION_LOCK = LOCK_SPACE | 0x7FFFFFFF
 HNSW_MAX_DIMS = 2000  # pgvector cannot build an HNSW index over wider `vector` columns
+_TENANT_TABLES = (
+    "tenant_stats meta files chunks pending_vectors chunk_vectors embedding_cache".split()
+)
+_SCOPE = "tenant_id = any ((select memoryd.visible_tenants())::bigint[])"
 
 
-def _m001_base(cur: Any, ext: str) -> None:
+def _m004_schema(cur: Any, ext: str) -> None:
     cur.execute(
         f"""
         create table memoryd.tenants (
@@ -102,14 +106,8 @@ def _m001_base(cur: Any, ext: str) -> None:
             return (select coalesce(jsonb_object_agg(lexeme, cardinality(positions)), '{{}}')
                     from unnest($1));
         create aggregate memoryd.tsquery_or_all(tsquery) (sfunc = tsquery_or, stype = tsquery);
-        """
-    )
 
-
-def _m002_access(cur: Any, ext: str) -> None:
-    # who may reach which tenant, and the tenant lifecycle (open, rebuild, publish)
-    cur.execute(
-        f"""
+        -- who may reach which tenant, and the tenant lifecycle (open, rebuild, publish)
         create function memoryd.is_admin() returns boolean
             language sql stable security definer set search_path = pg_catalog, pg_temp
             return pg_has_role(session_user,
@@ -291,13 +289,7 @@ def _m002_access(cur: Any, ext: str) -> None:
                 'chunk_vectors_t' || p_tenant, p_dims, p_dims);
             return true;
         end $$;
-        """
-    )
 
-
-def _m003_search(cur: Any, ext: str) -> None:
-    cur.execute(
-        f"""
         -- FTS5's bm25() (idf at least 1e-6, k1 = 1.2, b = 0.75, length in tokens); a phrase
         -- term (CJK run, "don't") counts as often as its rarest word.
         create function memoryd.keyword_hits(p_tenant bigint, p_terms text[], p_limit integer)
@@ -435,15 +427,7 @@ def _m003_search(cur: Any, ext: str) -> None:
         end $$;
         """
     )
-
-
-_TENANT_TABLES = (
-    "tenant_stats meta files chunks pending_vectors chunk_vectors embedding_cache".split()
-)
-_SCOPE = "tenant_id = any ((select memoryd.visible_tenants())::bigint[])"
-
-
-def _m004_row_security(cur: Any, _ext: str) -> None:
+    # row-level security on every tenant table
     statements = [
         f"alter table memoryd.{t} enable row level security" for t in ("tenants", "tenant_access")
     ]
@@ -491,14 +475,13 @@ def _m004_row_security(cur: Any, _ext: str) -> None:
         cur.execute(statement)
 
 
-#: (name, apply(cursor, quoted extension schemas)): migration N is the Nth, applied once, in order.
-MIGRATIONS: tuple[tuple[str, Callable[[Any, str], None]], ...] = (
-    ("m001_base", _m001_base),
-    ("m002_access", _m002_access),
-    ("m003_search", _m003_search),
-    ("m004_row_security", _m004_row_security),
+#: (version, name, apply(cursor, quoted extension schemas)), applied once each, in order. The
+#: first is 4: development builds before 0.1.0 created the same schema in four steps, so a
+#: database they completed is current (one they left part-way is refused, see `check_version`).
+MIGRATIONS: tuple[tuple[int, str, Callable[[Any, str], None]], ...] = (
+    (4, "m004_schema", _m004_schema),
 )
-LATEST = len(MIGRATIONS)
+LATEST = MIGRATIONS[-1][0]
 
 
 def extension_schemas(cur: Any) -> str:
@@ -522,17 +505,29 @@ def current_version(cur: Any) -> int:
     return int(cur.fetchone()[0])
 
 
-def migrate(conn: Any) -> list[str]:
-    """Apply the pending migrations through `conn` (autocommit) in order; the names applied, or
-    an `IndexError_` naming what the role may not create."""
+def check_version(version: int, where: str) -> None:
+    """Raise an `IndexError_` saying what to do when migrations cannot bring `version` to LATEST
+    (those below the first one are a development build's steps, not a release's)."""
+    if 0 < version < MIGRATIONS[0][0]:
+        raise IndexError_(
+            f"memoryd's schema in {where} is at version {version}, left by a development build "
+            "before 0.1.0: drop it (drop schema memoryd cascade) or recreate the database"
+        )
+
+
+def migrate(conn: Any, where: str) -> list[str]:
+    """Apply the pending migrations through `conn` (autocommit) to the database `where` names, in
+    order; the names applied, or an `IndexError_` naming what the role may not create."""
     import psycopg
 
     with conn.cursor() as cur:
         try:
-            if current_version(cur) >= LATEST:
-                return []
+            version = current_version(cur)
         except psycopg.Error as err:
             raise IndexError_(f"cannot read memoryd's schema version: {first_line(err)}") from None
+        check_version(version, where)
+        if version >= LATEST:
+            return []
         applied: list[str] = []
         cur.execute("select pg_advisory_lock(%s)", (MIGRATION_LOCK,))
         try:
@@ -552,7 +547,9 @@ def migrate(conn: Any) -> list[str]:
                         cur.execute(f"create extension if not exists {name}")
                 ext = extension_schemas(cur)
                 done = current_version(cur)
-                for version, (name, apply) in enumerate(MIGRATIONS[done:], done + 1):
+                for version, name, apply in MIGRATIONS:
+                    if version <= done:
+                        continue
                     step = f"apply migration {name}"
                     with conn.transaction():
                         apply(cur, ext)

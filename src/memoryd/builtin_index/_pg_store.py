@@ -122,9 +122,10 @@ class PgStore(StoreBase):
             self._rw = self._connect()
             opened.callback(self._rw.close)
             if migrate:
-                migrations.migrate(self._rw)
+                migrations.migrate(self._rw, self.where)
             with self._ro.cursor() as cur:
                 version = migrations.current_version(cur)
+                migrations.check_version(version, self.where)
                 if version < migrations.LATEST:
                     raise IndexError_(
                         f"memoryd's schema in {self.where} is at version {version}, this memoryd "
