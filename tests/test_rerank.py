@@ -96,6 +96,19 @@ def test_the_reranker_reorders_what_passed_and_scores_stay_calibrated(ws: Path, 
     assert after.notes == before.notes
 
 
+def test_a_file_the_query_names_stays_first_and_is_not_sent(ws: Path) -> None:
+    api = FakeRerank(key=SECRET)
+    with serve(api) as url:
+        idx = index(ws, remote(url), minScore=0.0)
+        out = idx.search(SearchRequest("the deploy pipeline in 2026-03-05.md", explain=True))
+    named, second = out.results[:2]
+    assert named.path == "memory/2026-03-05.md" and "zebra" in second.snippet
+    assert not any("note 5 says" in d for d in api.seen[0]["documents"])
+    rr = named.explain["rerank"]  # type: ignore[index]
+    assert (rr["score"], rr["before"], rr["after"]) == (None, 1, 1)
+    assert second.explain["rerank"]["score"] is not None  # type: ignore[index]
+
+
 def test_tei_gets_at_most_32_texts_a_request(ws: Path) -> None:
     for day in range(1, 21):  # 50 chunks in all, more than one TEI request holds
         write(ws / "memory" / f"2026-04-{day:02d}.md", f"# 2026-04-{day:02d}\n\n- plans {day}\n")

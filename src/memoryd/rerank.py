@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from .config import RerankConfig, RerankRemoteConfig
 from .errors import QmdTimeout, StateError
@@ -33,6 +33,7 @@ STATE_FILE: Final = "rerank.json"
 #: `scorer(query, documents, deadline)` → one score per document (higher = more relevant);
 #: raises on failure. `deadline` is `time.monotonic()`.
 Scorer = Callable[[str, Sequence[str], float], list[float]]
+_T = TypeVar("_T")
 
 
 class RerankFailed(Exception):
@@ -51,19 +52,6 @@ class RerankOutcome:
     seconds: float
     #: Why the order was left as it was (None: reranked).
     degraded: str | None = None
-
-    def explain(
-        self, provider: str, score: float | None, before: int, after: int
-    ) -> dict[str, Any]:
-        """A result's `explain.rerank`: its reranker score and 1-based places before and after."""
-        return {
-            "provider": provider,
-            "score": score,
-            "before": before,
-            "after": after,
-            "degraded": self.degraded,
-            "seconds": round(self.seconds, 4),
-        }
 
     @property
     def note(self) -> str | None:
@@ -165,10 +153,6 @@ class RerankStage:
         if self.remote is not None:
             self.remote.close()
 
-    @property
-    def candidates(self) -> int:
-        return self.cfg.candidates
-
     def apply(
         self, query: str, documents: Sequence[str], scorer: Scorer | None = None
     ) -> RerankOutcome:
@@ -213,6 +197,42 @@ class RerankStage:
         # ties keep the order the calibrated scores gave
         order = sorted(range(n), key=lambda i: (-scores[i], i))
         return RerankOutcome(order, list(scores), seconds)
+
+    def reorder(
+        self,
+        query: str,
+        items: Sequence[_T],
+        text: Callable[[_T], str],
+        notes: list[str],
+        *,
+        first: Callable[[_T], bool] = lambda _: False,
+        scorer: Scorer | None = None,
+    ) -> list[tuple[_T, dict[str, Any]]]:
+        """`items`, the first `candidates` in the reranker's order after those `first` keeps ahead,
+        each with its `explain.rerank` (reranker score, 1-based places before and after); a
+        degraded stage's note goes to `notes`."""
+        head = range(min(self.cfg.candidates, len(items)))
+        kept = [i for i in head if first(items[i])]
+        movable = [i for i in head if not first(items[i])]
+        outcome = self.apply(query, [text(items[i]) for i in movable], scorer)
+        if outcome.note:
+            notes.append(outcome.note)
+        order = kept + [movable[j] for j in outcome.order] + list(range(len(head), len(items)))
+        scores = dict(zip(movable, outcome.scores, strict=True))
+        return [
+            (
+                items[i],
+                {
+                    "provider": self.cfg.provider,
+                    "score": scores.get(i),
+                    "before": i + 1,
+                    "after": after,
+                    "degraded": outcome.degraded,
+                    "seconds": round(outcome.seconds, 4),
+                },
+            )
+            for after, i in enumerate(order, 1)
+        ]
 
     def _record(self, reason: str | None) -> None:
         """Record the outcome for `memoryd status` in other processes (written only on a change)."""

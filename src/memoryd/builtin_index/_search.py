@@ -203,23 +203,13 @@ class Searcher:
         trace: dict[int, dict[str, Any]] | None,
     ) -> list[Candidate]:
         """The reranker's order of the best candidates (named files first), or as they were."""
-        if not ranked:
-            return ranked
-        head = ranked[: stage.candidates]
-        named = [c for c in head if c.path_level > 0]
-        movable = [c for c in head if c.path_level == 0]
-        outcome = stage.apply(query, [c.text for c in movable])
-        if outcome.note:
-            notes.append(outcome.note)
-        reordered = named + [movable[i] for i in outcome.order] + ranked[len(head) :]
+        reordered = stage.reorder(
+            query, ranked, lambda c: c.text, notes, first=lambda c: c.path_level > 0
+        )
         if trace is not None:
-            after = {c.chunk_id: i + 1 for i, c in enumerate(reordered)}
-            scored = {c.chunk_id: s for c, s in zip(movable, outcome.scores, strict=True)}
-            for before, c in enumerate(ranked, 1):
-                trace[c.chunk_id]["rerank"] = outcome.explain(
-                    "remote", scored.get(c.chunk_id), before, after[c.chunk_id]
-                )
-        return reordered
+            for c, explained in reordered:
+                trace[c.chunk_id]["rerank"] = explained
+        return [c for c, _ in reordered]
 
     def _keyword_side(self, store: Store, query: str, k: int) -> _KeywordSide:
         version = store.version

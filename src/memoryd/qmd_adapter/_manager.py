@@ -631,26 +631,12 @@ class QmdManager:
         """The first `candidates` results in the order of qmd's reranker (asked with `argv`) or
         the remote one, the rest after; it only reorders, as qmd's reranked scores stay high for
         an off-topic query. With `sent`, each result's `explain` says how."""
-        head = results[: stage.cfg.candidates]
-        qmd = stage.cfg.provider == "qmd"
-        scorer = self._qmd_scorer(argv, [r.path for r in head]) if qmd else None
-        outcome = stage.apply(query, [r.snippet for r in head], scorer)
-        if outcome.note:
-            notes.append(outcome.note)
-        order = outcome.order + list(range(len(head), len(results)))
+        paths = [r.path for r in results[: stage.cfg.candidates]]
+        scorer = self._qmd_scorer(argv, paths) if stage.cfg.provider == "qmd" else None
+        reordered = stage.reorder(query, results, lambda r: r.snippet, notes, scorer=scorer)
         if sent is None:
-            return [results[i] for i in order]
-        scores = outcome.scores + [None] * (len(results) - len(head))
-        return [
-            results[i].with_(
-                explain=_explained(
-                    results[i],
-                    sent,
-                    outcome.explain(stage.cfg.provider, scores[i], i + 1, after + 1),
-                )
-            )
-            for after, i in enumerate(order)
-        ]
+            return [r for r, _ in reordered]
+        return [r.with_(explain=_explained(r, sent, rerank)) for r, rerank in reordered]
 
     def _qmd_scorer(self, argv: list[str], paths: Sequence[str]) -> Scorer:
         """A scorer giving each path qmd's reranked score for its file (-1 when no longer listed)."""
