@@ -467,13 +467,7 @@ class MemoryService:
                 fallback=FallbackInfo(reason=st.reason, since=st.since)
                 if st.active == "builtin"
                 else None,
-                recovery=RecoveryInfo(
-                    attempts=st.probe_attempts,
-                    next_probe_at=st.next_probe_at,
-                    last_probe_at=st.last_probe_at,
-                    last_probe_error=st.last_probe_error,
-                    recovered_at=st.recovered_at,
-                ),
+                recovery=RecoveryInfo.model_validate(st, from_attributes=True),
                 health_updated_at=updated,
                 health_age_s=round(time.time() - updated, 1) if updated else None,
                 qmd_version=qstat.version,

@@ -17,7 +17,13 @@ class FallbackInfo(StatusModel):
 
 
 class RecoveryInfo(StatusModel):
-    attempts: int = Field(0, description="Recovery probes made since the last failover.")
+    """Read from the agent's `FailoverState` (`from_attributes`)."""
+
+    attempts: int = Field(
+        0,
+        validation_alias="probe_attempts",
+        description="Recovery probes made since the last failover.",
+    )
     next_probe_at: float | None = None
     last_probe_at: float | None = None
     last_probe_error: str | None = None
