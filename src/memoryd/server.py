@@ -243,18 +243,19 @@ async def serve(
                 # full: answer at once instead of holding the connection (and its descriptor)
                 await _send(stream, _error(ServerBusy(f"busy: {cap} requests in flight")))
                 return
-            try:
-                req = await _read_request(stream, idle_s)
-                resp = None if req is None else await dispatch(service, req, ident, workers)
-            except InvalidInput as err:  # a bad request line
-                resp = _error(err)
-            except Exception as err:  # one request must never take the listener down
-                log.exception("serve: request failed")
-                resp = _error(InternalError(f"internal error: {type(err).__name__}"))
+            try:  # the slot is held until the answer is sent, as a slow reader holds it too
+                try:
+                    req = await _read_request(stream, idle_s)
+                    resp = None if req is None else await dispatch(service, req, ident, workers)
+                except InvalidInput as err:  # a bad request line
+                    resp = _error(err)
+                except Exception as err:  # one request must never take the listener down
+                    log.exception("serve: request failed")
+                    resp = _error(InternalError(f"internal error: {type(err).__name__}"))
+                if resp is not None:
+                    await _send(stream, resp)
             finally:
                 limiter.release()
-            if resp is not None:
-                await _send(stream, resp)
 
     try:
         async with listener, anyio.create_task_group() as tg:
